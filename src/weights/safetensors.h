@@ -1,0 +1,39 @@
+// Strict safetensors reader and writer (https://github.com/huggingface/safetensors format):
+//   8-byte little-endian header length N | N bytes of UTF-8 JSON header | data section.
+//   Header: {"__metadata__": {str: str}, "<name>": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ..}
+//   with offsets relative to the start of the data section.
+//
+// The reader never crashes, never reads past the input and never allocates by a size it was told: it checks every
+// field and rejects a malformed file with InvalidArgument (DataLoss for a truncated file), naming the tensor.
+// Functions here are safe to call from several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "weights/weight_set.h"
+
+namespace parsyn::weights {
+
+struct SafetensorsLimits {
+  uint64_t max_header_bytes = 16ull << 20;  // a header longer than this is rejected before it is read
+  uint64_t max_tensors = 1'000'000;
+};
+
+// Parses a whole safetensors image held in memory. The returned set copies the tensor bytes.
+StatusOr<WeightSet> ParseSafetensors(std::span<const std::byte> bytes, const SafetensorsLimits& limits = {});
+
+// Reads a file, memory-mapped: the returned set's tensors point into the mapping (no copy, O(1) heap).
+StatusOr<WeightSet> ReadSafetensorsFile(const std::filesystem::path& path, const SafetensorsLimits& limits = {});
+
+// The serialised image of `set` (header padded with spaces to a multiple of 8, tensors in the set's order).
+std::vector<std::byte> SerializeSafetensors(const WeightSet& set);
+
+// Writes `set` to `path` atomically: a temporary file beside it, fsync, rename.
+Status WriteSafetensorsFile(const WeightSet& set, const std::filesystem::path& path);
+
+}  // namespace parsyn::weights

@@ -1,0 +1,38 @@
+// SHA-256 of byte streams and files (OpenSSL EVP). Digests are lowercase hex strings, as the API reports them.
+// A Sha256 object is used by one thread at a time; the free functions are safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+
+namespace parsyn::weights {
+
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(Sha256&&) noexcept;
+  Sha256& operator=(Sha256&&) noexcept;
+
+  void Update(std::span<const std::byte> bytes);
+  void Update(std::string_view bytes);
+  // Lowercase hex of the digest; the object may not be updated afterwards.
+  std::string HexDigest();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+std::string Sha256Hex(std::span<const std::byte> bytes);
+std::string Sha256Hex(std::string_view bytes);
+// Streams the file in fixed-size chunks. NotFound if it does not exist; Unavailable on read errors.
+StatusOr<std::string> Sha256File(const std::filesystem::path& path);
+
+}  // namespace parsyn::weights

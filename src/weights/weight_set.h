@@ -1,0 +1,107 @@
+// WeightSet: an ordered set of named tensors (name -> dtype, shape, bytes), owning its bytes or memory-mapped.
+//
+// This is how every layer passes model weights around: the trainer's adapters, a round's global, a worker's update.
+// A WeightSet is not thread-safe to mutate; const access from several threads at once is safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+
+namespace parsyn::weights {
+
+enum class DType { kF32, kF16, kBF16, kF64, kI64, kI32, kI16, kI8, kU8, kBool };
+
+// Bytes per element.
+size_t DTypeSize(DType dtype);
+// The safetensors spelling: "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL".
+std::string_view DTypeName(DType dtype);
+// Inverse of DTypeName; InvalidArgument naming the unknown dtype.
+StatusOr<DType> ParseDType(std::string_view name);
+// F32, F16, BF16, F64.
+bool IsFloat(DType dtype);
+
+// Product of dims; InvalidArgument on a negative dim or on overflow of int64.
+StatusOr<int64_t> NumElements(std::span<const int64_t> shape);
+// "[8, 4096]"
+std::string ShapeString(std::span<const int64_t> shape);
+
+// One tensor of a WeightSet. `data` points into storage the WeightSet keeps alive.
+struct Tensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::span<std::byte> data;
+
+  int64_t numel() const { return static_cast<int64_t>(data.size() / DTypeSize(dtype)); }
+  // Typed view; the caller must know the dtype (asserts it matches the element size).
+  template <typename T>
+  std::span<T> as() const {
+    return {reinterpret_cast<T*>(data.data()), data.size() / sizeof(T)};
+  }
+};
+
+class WeightSet {
+ public:
+  WeightSet() = default;
+  WeightSet(WeightSet&&) noexcept = default;
+  WeightSet& operator=(WeightSet&&) noexcept = default;
+  WeightSet(const WeightSet&) = delete;
+  WeightSet& operator=(const WeightSet&) = delete;
+
+  // Adds a tensor whose bytes are copied from `bytes`. InvalidArgument if the name is empty or taken, the shape is
+  // invalid, or bytes.size() != numel * DTypeSize(dtype).
+  Status Add(std::string name, DType dtype, std::vector<int64_t> shape, std::span<const std::byte> bytes);
+  // Adds a zero-filled tensor and returns its bytes to fill in. Same errors as Add.
+  StatusOr<std::span<std::byte>> AddZeros(std::string name, DType dtype, std::vector<int64_t> shape);
+  // Adds a tensor whose bytes live in `backing` (e.g. a memory-mapped file), kept alive by this set.
+  Status AddView(std::string name, DType dtype, std::vector<int64_t> shape, std::span<std::byte> bytes,
+                 std::shared_ptr<const void> backing);
+
+  size_t size() const { return tensors_.size(); }
+  bool empty() const { return tensors_.empty(); }
+  // Tensors in insertion order.
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  const Tensor& operator[](size_t i) const { return tensors_[i]; }
+  // nullptr when absent.
+  const Tensor* Find(std::string_view name) const;
+  // Sum of all tensors' byte sizes.
+  uint64_t total_bytes() const;
+
+  // The safetensors `__metadata__` map (string -> string).
+  std::map<std::string, std::string>& metadata() { return metadata_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // A deep copy that owns its bytes.
+  WeightSet Clone() const;
+
+  // OK iff `other` has the same names in the same order with equal dtypes and shapes. Otherwise InvalidArgument
+  // whose message names the first difference, e.g. "tensor 'x.lora_A.weight' has shape [8, 16], expected [16, 16]".
+  Status CheckSameLayout(const WeightSet& other) const;
+
+ private:
+  std::vector<Tensor> tensors_;
+  std::unordered_map<std::string, size_t> index_;
+  std::vector<std::shared_ptr<const void>> backing_;  // keeps owned buffers and mappings alive
+  std::map<std::string, std::string> metadata_;
+};
+
+// OK when every float tensor (F32, F16, BF16, F64) holds only finite values. Otherwise InvalidArgument naming the
+// tensor and the flat index of the first NaN/Inf: "tensor 'w' has a non-finite value (nan) at index 17".
+Status CheckFinite(const WeightSet& set);
+
+// Converting helpers used by kernels and tests.
+float Bf16ToFloat(uint16_t v);
+uint16_t FloatToBf16(float f);  // round to nearest even; NaN stays NaN
+float F16ToFloat(uint16_t v);
+uint16_t FloatToF16(float f);   // round to nearest even
+
+}  // namespace parsyn::weights
