@@ -1,0 +1,2 @@
+// Implementation in progress; see dataset.h.
+#include "data/dataset.h"

@@ -1,0 +1,2 @@
+// Implementation in progress; see tokenizer.h.
+#include "data/tokenizer.h"
