@@ -31,6 +31,12 @@ struct StepOutput {
   int64_t num_counted = 0;      // label positions (LM) or rows (tabular) the loss averaged over
   int64_t num_correct = 0;      // argmax == label among them (token accuracy or classification accuracy)
   int64_t num_tokens = 0;       // input tokens processed (LM; for throughput); rows for tabular
+  // Rows with at least one counted position, and those among them whose every counted position is argmax-correct.
+  // Under teacher forcing, "every completion token is the argmax" is exactly "greedy decoding of the completion's
+  // length reproduces it", so the loop reports num_exact_rows / num_rows as exact-match for prompt/completion data.
+  // Tabular models: num_rows = rows, num_exact_rows = num_correct.
+  int64_t num_rows = 0;
+  int64_t num_exact_rows = 0;
 };
 
 class TrainableModel {
