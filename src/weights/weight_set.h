@@ -4,6 +4,7 @@
 // A WeightSet is not thread-safe to mutate; const access from several threads at once is safe.
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -34,7 +35,8 @@ StatusOr<int64_t> NumElements(std::span<const int64_t> shape);
 // "[8, 4096]"
 std::string ShapeString(std::span<const int64_t> shape);
 
-// One tensor of a WeightSet. `data` points into storage the WeightSet keeps alive.
+// One tensor of a WeightSet. `data` points into storage the WeightSet keeps alive and is always aligned to the
+// dtype's element size (owned buffers to 64 bytes), so as<T>() is a valid typed view.
 struct Tensor {
   std::string name;
   DType dtype = DType::kF32;
@@ -45,6 +47,7 @@ struct Tensor {
   // Typed view; the caller must know the dtype (asserts it matches the element size).
   template <typename T>
   std::span<T> as() const {
+    assert(sizeof(T) == DTypeSize(dtype));
     return {reinterpret_cast<T*>(data.data()), data.size() / sizeof(T)};
   }
 };
@@ -62,7 +65,8 @@ class WeightSet {
   Status Add(std::string name, DType dtype, std::vector<int64_t> shape, std::span<const std::byte> bytes);
   // Adds a zero-filled tensor and returns its bytes to fill in. Same errors as Add.
   StatusOr<std::span<std::byte>> AddZeros(std::string name, DType dtype, std::vector<int64_t> shape);
-  // Adds a tensor whose bytes live in `backing` (e.g. a memory-mapped file), kept alive by this set.
+  // Adds a tensor whose bytes live in `backing` (e.g. a memory-mapped file), kept alive by this set. Same errors as
+  // Add, and InvalidArgument if `bytes` is not aligned to the dtype's element size.
   Status AddView(std::string name, DType dtype, std::vector<int64_t> shape, std::span<std::byte> bytes,
                  std::shared_ptr<const void> backing);
 

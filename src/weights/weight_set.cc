@@ -1,0 +1,307 @@
+#include "weights/weight_set.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <utility>
+
+namespace parsyn::weights {
+namespace {
+
+// Owned tensor buffers are 64-byte aligned so kernels may use aligned vector loads and typed views are always
+// correctly aligned.
+constexpr size_t kBufferAlignment = 64;
+
+std::shared_ptr<std::byte[]> AllocateZeroed(size_t size_bytes) {
+  // operator new with size 0 is valid and returns a unique pointer; we still allocate one line to keep it simple.
+  size_t rounded = (size_bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+  if (rounded == 0) rounded = kBufferAlignment;
+  auto* raw = static_cast<std::byte*>(::operator new(rounded, std::align_val_t{kBufferAlignment}));
+  std::memset(raw, 0, rounded);
+  return std::shared_ptr<std::byte[]>(
+      raw, [](std::byte* p) { ::operator delete(p, std::align_val_t{kBufferAlignment}); });
+}
+
+// Validates name, shape and byte count for a tensor about to join `set`.
+Status CheckNewTensor(const std::unordered_map<std::string, size_t>& index, const std::string& name, DType dtype,
+                      const std::vector<int64_t>& shape, size_t size_bytes) {
+  if (name.empty()) return InvalidArgumentError("tensor name is empty");
+  if (index.contains(name)) return InvalidArgumentError("tensor '" + name + "' already exists in the set");
+  auto numel = NumElements(shape);
+  if (!numel.ok()) return numel.status().WithContext("tensor '" + name + "'");
+  uint64_t expected_bytes = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(*numel), DTypeSize(dtype), &expected_bytes)) {
+    return InvalidArgumentError("tensor '" + name + "' of shape " + ShapeString(shape) + " overflows 64-bit size");
+  }
+  if (expected_bytes != size_bytes) {
+    return InvalidArgumentError("tensor '" + name + "' (" + std::string(DTypeName(dtype)) + ", shape " +
+                                ShapeString(shape) + ") needs " + std::to_string(expected_bytes) + " bytes, got " +
+                                std::to_string(size_bytes));
+  }
+  return Status::Ok();
+}
+
+// Index of the first non-finite element in `values` (interpreted via `is_non_finite`), or -1. The first pass is a
+// branch-free OR-reduction over blocks so the common all-finite case vectorises; only a hit block is rescanned.
+template <typename Bits, typename Pred>
+int64_t FirstNonFinite(const std::byte* data, size_t count, Pred is_non_finite) {
+  constexpr size_t kBlock = 4096;
+  const Bits* values = reinterpret_cast<const Bits*>(data);
+  for (size_t start = 0; start < count; start += kBlock) {
+    size_t end = std::min(count, start + kBlock);
+    bool any = false;
+    for (size_t i = start; i < end; ++i) any |= is_non_finite(values[i]);
+    if (!any) continue;
+    for (size_t i = start; i < end; ++i) {
+      if (is_non_finite(values[i])) return static_cast<int64_t>(i);
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF64:
+    case DType::kI64: return 8;
+    case DType::kF32:
+    case DType::kI32: return 4;
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kI16: return 2;
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kBool: return 1;
+  }
+  return 1;
+}
+
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+    case DType::kF64: return "F64";
+    case DType::kI64: return "I64";
+    case DType::kI32: return "I32";
+    case DType::kI16: return "I16";
+    case DType::kI8: return "I8";
+    case DType::kU8: return "U8";
+    case DType::kBool: return "BOOL";
+  }
+  return "?";
+}
+
+StatusOr<DType> ParseDType(std::string_view name) {
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI64, DType::kI32, DType::kI16,
+                  DType::kI8, DType::kU8, DType::kBool}) {
+    if (DTypeName(d) == name) return d;
+  }
+  return InvalidArgumentError("unknown dtype '" + std::string(name) + "'");
+}
+
+bool IsFloat(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF64;
+}
+
+StatusOr<int64_t> NumElements(std::span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t dim : shape) {
+    if (dim < 0) return InvalidArgumentError("shape " + ShapeString(shape) + " has a negative dimension");
+    if (__builtin_mul_overflow(n, dim, &n)) {
+      return InvalidArgumentError("shape " + ShapeString(shape) + " overflows int64 element count");
+    }
+  }
+  return n;
+}
+
+std::string ShapeString(std::span<const int64_t> shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  out += "]";
+  return out;
+}
+
+Status WeightSet::Add(std::string name, DType dtype, std::vector<int64_t> shape, std::span<const std::byte> bytes) {
+  PARSYN_RETURN_IF_ERROR(CheckNewTensor(index_, name, dtype, shape, bytes.size()));
+  auto buffer = AllocateZeroed(bytes.size());
+  if (!bytes.empty()) std::memcpy(buffer.get(), bytes.data(), bytes.size());
+  std::span<std::byte> data(buffer.get(), bytes.size());
+  backing_.push_back(std::move(buffer));
+  index_.emplace(name, tensors_.size());
+  tensors_.push_back(Tensor{std::move(name), dtype, std::move(shape), data});
+  return Status::Ok();
+}
+
+StatusOr<std::span<std::byte>> WeightSet::AddZeros(std::string name, DType dtype, std::vector<int64_t> shape) {
+  auto numel = NumElements(shape);
+  if (!numel.ok()) return numel.status().WithContext("tensor '" + name + "'");
+  uint64_t size_bytes = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(*numel), DTypeSize(dtype), &size_bytes)) {
+    return InvalidArgumentError("tensor '" + name + "' of shape " + ShapeString(shape) + " overflows 64-bit size");
+  }
+  PARSYN_RETURN_IF_ERROR(CheckNewTensor(index_, name, dtype, shape, size_bytes));
+  auto buffer = AllocateZeroed(size_bytes);
+  std::span<std::byte> data(buffer.get(), size_bytes);
+  backing_.push_back(std::move(buffer));
+  index_.emplace(name, tensors_.size());
+  tensors_.push_back(Tensor{std::move(name), dtype, std::move(shape), data});
+  return data;
+}
+
+Status WeightSet::AddView(std::string name, DType dtype, std::vector<int64_t> shape, std::span<std::byte> bytes,
+                          std::shared_ptr<const void> backing) {
+  PARSYN_RETURN_IF_ERROR(CheckNewTensor(index_, name, dtype, shape, bytes.size()));
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % DTypeSize(dtype) != 0) {
+    return InvalidArgumentError("tensor '" + name + "' view is not aligned to its " +
+                                std::to_string(DTypeSize(dtype)) + "-byte elements");
+  }
+  // Several views usually share one mapping; keep one reference to it.
+  if (backing && (backing_.empty() || backing_.back() != backing)) backing_.push_back(std::move(backing));
+  index_.emplace(name, tensors_.size());
+  tensors_.push_back(Tensor{std::move(name), dtype, std::move(shape), bytes});
+  return Status::Ok();
+}
+
+const Tensor* WeightSet::Find(std::string_view name) const {
+  auto it = index_.find(std::string(name));
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+uint64_t WeightSet::total_bytes() const {
+  uint64_t total = 0;
+  for (const Tensor& t : tensors_) total += t.data.size();
+  return total;
+}
+
+WeightSet WeightSet::Clone() const {
+  WeightSet copy;
+  copy.metadata_ = metadata_;
+  for (const Tensor& t : tensors_) {
+    // Cannot fail: the tensor was validated when it joined this set.
+    copy.Add(t.name, t.dtype, t.shape, t.data).IgnoreError();
+  }
+  return copy;
+}
+
+Status WeightSet::CheckSameLayout(const WeightSet& other) const {
+  const size_t common = std::min(tensors_.size(), other.tensors_.size());
+  for (size_t i = 0; i < common; ++i) {
+    const Tensor& want = tensors_[i];
+    const Tensor& got = other.tensors_[i];
+    if (want.name != got.name) {
+      if (!Find(got.name)) return InvalidArgumentError("unexpected tensor '" + got.name + "'");
+      if (!other.Find(want.name)) return InvalidArgumentError("missing tensor '" + want.name + "'");
+      return InvalidArgumentError("tensor #" + std::to_string(i) + " is '" + got.name + "', expected '" +
+                                  want.name + "' (tensors are in a different order)");
+    }
+    if (want.dtype != got.dtype) {
+      return InvalidArgumentError("tensor '" + got.name + "' has dtype " + std::string(DTypeName(got.dtype)) +
+                                  ", expected " + std::string(DTypeName(want.dtype)));
+    }
+    if (want.shape != got.shape) {
+      return InvalidArgumentError("tensor '" + got.name + "' has shape " + ShapeString(got.shape) + ", expected " +
+                                  ShapeString(want.shape));
+    }
+  }
+  if (other.tensors_.size() < tensors_.size()) {
+    return InvalidArgumentError("missing tensor '" + tensors_[common].name + "' (" +
+                                std::to_string(other.tensors_.size()) + " tensors, expected " +
+                                std::to_string(tensors_.size()) + ")");
+  }
+  if (other.tensors_.size() > tensors_.size()) {
+    return InvalidArgumentError("unexpected tensor '" + other.tensors_[common].name + "' (" +
+                                std::to_string(other.tensors_.size()) + " tensors, expected " +
+                                std::to_string(tensors_.size()) + ")");
+  }
+  return Status::Ok();
+}
+
+Status CheckFinite(const WeightSet& set) {
+  for (const Tensor& t : set.tensors()) {
+    int64_t index = -1;
+    double value = 0;
+    const size_t count = t.data.size() / DTypeSize(t.dtype);
+    switch (t.dtype) {
+      case DType::kF32:
+        index = FirstNonFinite<uint32_t>(t.data.data(), count,
+                                         [](uint32_t b) { return (b & 0x7f800000u) == 0x7f800000u; });
+        if (index >= 0) value = t.as<float>()[index];
+        break;
+      case DType::kF64:
+        index = FirstNonFinite<uint64_t>(t.data.data(), count, [](uint64_t b) {
+          return (b & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+        });
+        if (index >= 0) value = t.as<double>()[index];
+        break;
+      case DType::kBF16:
+        index = FirstNonFinite<uint16_t>(t.data.data(), count, [](uint16_t b) { return (b & 0x7f80) == 0x7f80; });
+        if (index >= 0) value = Bf16ToFloat(t.as<uint16_t>()[index]);
+        break;
+      case DType::kF16:
+        index = FirstNonFinite<uint16_t>(t.data.data(), count, [](uint16_t b) { return (b & 0x7c00) == 0x7c00; });
+        if (index >= 0) value = F16ToFloat(t.as<uint16_t>()[index]);
+        break;
+      default: break;
+    }
+    if (index >= 0) {
+      const char* what = std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
+      return InvalidArgumentError("tensor '" + t.name + "' has a non-finite value (" + what + ") at index " +
+                                  std::to_string(index));
+    }
+  }
+  return Status::Ok();
+}
+
+float Bf16ToFloat(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
+
+uint16_t FloatToBf16(float f) {
+  uint32_t bits = std::bit_cast<uint32_t>(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040);  // quiet NaN
+  // Round to nearest even: add 0x7fff plus the lowest kept bit, then truncate.
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// Branch-light conversions after F. Giesen's "half_to_float_fast" / "float_to_half_fast3_rtne" (public domain).
+float F16ToFloat(uint16_t h) {
+  constexpr uint32_t kShiftedExp = 0x7c00u << 13;  // exponent mask after the shift
+  uint32_t bits = (static_cast<uint32_t>(h) & 0x7fffu) << 13;
+  const uint32_t exp = kShiftedExp & bits;
+  bits += (127 - 15) << 23;  // re-bias the exponent
+  if (exp == kShiftedExp) {
+    bits += (128 - 16) << 23;  // Inf/NaN: extra exponent adjustment
+  } else if (exp == 0) {
+    bits += 1 << 23;  // zero/subnormal: renormalise with one float subtraction
+    bits = std::bit_cast<uint32_t>(std::bit_cast<float>(bits) - std::bit_cast<float>(113u << 23));
+  }
+  bits |= (static_cast<uint32_t>(h) & 0x8000u) << 16;
+  return std::bit_cast<float>(bits);
+}
+
+uint16_t FloatToF16(float f) {
+  uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = x & 0x80000000u;
+  x ^= sign;
+  uint16_t out;
+  if (x >= 0x47800000u) {  // overflows to Inf, or is Inf/NaN
+    out = x > 0x7f800000u ? 0x7e00 : 0x7c00;
+  } else if (x < 0x38800000u) {  // result is subnormal or zero: let one float addition do the RNE rounding
+    constexpr uint32_t kDenormMagic = ((127 - 15) + (23 - 10) + 1) << 23;
+    float rounded = std::bit_cast<float>(x) + std::bit_cast<float>(kDenormMagic);
+    out = static_cast<uint16_t>(std::bit_cast<uint32_t>(rounded) - kDenormMagic);
+  } else {
+    const uint32_t mantissa_odd = (x >> 13) & 1u;
+    x += (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu;  // re-bias, rounding bias part 1
+    x += mantissa_odd;                                      // rounding bias part 2 (ties to even)
+    out = static_cast<uint16_t>(x >> 13);
+  }
+  return static_cast<uint16_t>(out | (sign >> 16));
+}
+
+}  // namespace parsyn::weights
