@@ -1,0 +1,37 @@
+// DirectoryBlobStore: blobs as files under a root directory (the default store; `file://` URIs).
+//
+// Layout: the blob for key "a/b/c" is the file <root>/a/b/c. Beside it live "c#sha256" (its sha256, a cache that is
+// recomputed when missing) and, only while a Put is in flight, "c#tmp-<unique>". '#' cannot appear in a key, so these
+// never collide with blobs. Put writes and fsyncs the temp file, hard-links it to the final name (atomic and
+// create-only: link() fails if the name is taken), then fsyncs the directory; readers therefore see either no blob or
+// the whole blob. Temp files left by a crash are removed when the store is opened.
+// Safe to call from several threads (and processes) at once: all coordination is through the file system.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+
+#include "storage/blob_store.h"
+
+namespace parsyn::storage {
+
+class DirectoryBlobStore final : public BlobStore {
+ public:
+  // Creates `root` if missing and sweeps stale temp files under it. Unavailable if it cannot be created or read.
+  static StatusOr<std::unique_ptr<DirectoryBlobStore>> Open(const std::filesystem::path& root);
+
+  StatusOr<BlobInfo> Put(std::string_view key, ByteSource& data, const PutOptions& options = {}) override;
+  StatusOr<std::unique_ptr<ByteSource>> Get(std::string_view key) override;
+  StatusOr<BlobInfo> Head(std::string_view key) override;
+  StatusOr<std::filesystem::path> LocalPath(std::string_view key) override;
+  Status Delete(std::string_view key) override;
+  StatusOr<std::vector<std::string>> List(std::string_view prefix) override;
+
+  const std::filesystem::path& root() const { return root_; }
+
+ private:
+  explicit DirectoryBlobStore(std::filesystem::path root) : root_(std::move(root)) {}
+  std::filesystem::path root_;
+};
+
+}  // namespace parsyn::storage

@@ -1,0 +1,307 @@
+// MetadataStore: the coordinator's durable records (datasets, models, workers, jobs, shards, rounds, updates,
+// metrics, events), as typed structs.
+//
+// Implementations: SQLite (sqlite_store.h, the default); PostgreSQL later. Every implementation passes the contract
+// suite in metadata_store_contract.h.
+//
+// Contract for every call:
+// - A call that returns OK has made its change durable (it survives kill -9 and power loss); a call that fails has
+//   changed nothing. Calls that change several records (StartRound, CommitRound, FailRound, CreateShards) do so in
+//   one transaction: after a crash the store holds the old state or the new one, never a mix.
+// - Ids are positive and assigned by the store on Create; timestamps are Unix milliseconds supplied by the caller
+//   (from its injected clock), so the store itself never reads a clock.
+// - Errors: NotFound naming the kind and id ("training job 7 not found"); AlreadyExists for a taken unique key;
+//   FailedPrecondition for a transition the current state does not allow or a delete of something still referenced;
+//   InvalidArgument for a malformed record; Unavailable when the database cannot be reached or written.
+// - Thread-safety: every method may be called from any thread; implementations serialise internally. Calls block on
+//   disk (fsync per commit), so the coordinator makes them off its event-loop thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace parsyn::storage {
+
+enum class DatasetFormat { kJsonl, kCsv };
+enum class DatasetKind { kText, kPromptCompletion, kTabular };
+enum class WorkerKind { kOwn, kManaged };
+enum class WorkerStatus { kOffline, kOnline, kBusy };
+enum class JobStatus { kQueued, kRunning, kSucceeded, kFailed, kStopped, kCancelled };
+enum class RoundStatus { kRunning, kCommitted, kFailed };
+enum class UpdateStatus { kAccepted, kRejected };
+
+// Lowercase names as the API and the database spell them: "jsonl", "prompt_completion", "own", "busy", "queued",
+// "committed", "rejected", ... Parse* return InvalidArgument naming the unknown value and the accepted ones.
+std::string_view ToString(DatasetFormat v);
+std::string_view ToString(DatasetKind v);
+std::string_view ToString(WorkerKind v);
+std::string_view ToString(WorkerStatus v);
+std::string_view ToString(JobStatus v);
+std::string_view ToString(RoundStatus v);
+std::string_view ToString(UpdateStatus v);
+StatusOr<DatasetFormat> ParseDatasetFormat(std::string_view s);
+StatusOr<DatasetKind> ParseDatasetKind(std::string_view s);
+StatusOr<WorkerKind> ParseWorkerKind(std::string_view s);
+StatusOr<WorkerStatus> ParseWorkerStatus(std::string_view s);
+StatusOr<JobStatus> ParseJobStatus(std::string_view s);
+StatusOr<RoundStatus> ParseRoundStatus(std::string_view s);
+StatusOr<UpdateStatus> ParseUpdateStatus(std::string_view s);
+// succeeded, failed, stopped, cancelled: no further status change is allowed.
+bool IsTerminal(JobStatus status);
+
+struct Dataset {
+  int64_t id = 0;  // assigned by CreateDataset
+  std::string name;
+  DatasetFormat format = DatasetFormat::kJsonl;
+  DatasetKind kind = DatasetKind::kText;
+  int64_t row_count = 0;
+  int64_t size_bytes = 0;
+  std::string sha256;
+  std::string blob_key;
+  int64_t created_at_ms = 0;
+};
+
+// One file of an uploaded model folder ("config.json", "model.safetensors", "tokenizer.json", ...).
+struct ModelFile {
+  std::string path;  // relative to the model folder
+  std::string blob_key;
+  int64_t size_bytes = 0;
+  std::string sha256;
+};
+
+struct Model {
+  int64_t id = 0;  // assigned by CreateModel
+  std::string name;
+  std::string model_type;   // config.json's model_type / architecture, e.g. "llama"
+  std::string config_json;  // config.json as uploaded
+  std::vector<ModelFile> files;  // paths unique within the model
+  int64_t size_bytes = 0;
+  int64_t created_at_ms = 0;
+};
+
+struct Worker {
+  int64_t id = 0;  // assigned by CreateWorker
+  std::string name;
+  WorkerKind kind = WorkerKind::kOwn;
+  std::string token_sha256;  // hash of the worker's token; the token itself is never stored. Unique.
+  std::string device;        // as the worker last reported it, e.g. "cuda:0 NVIDIA H200"; empty before hello
+  WorkerStatus status = WorkerStatus::kOffline;
+  std::optional<int64_t> last_heartbeat_at_ms;
+  bool revoked = false;
+  int64_t created_at_ms = 0;
+};
+
+struct TrainingJob {
+  int64_t id = 0;  // assigned by CreateJob
+  std::string name;
+  int64_t dataset_id = 0;  // must name an existing dataset
+  int64_t model_id = 0;    // must name an existing model
+  std::string spec_json;   // the full request body as validated, defaults filled in
+  JobStatus status = JobStatus::kQueued;
+  std::string failure_reason;  // set with kFailed
+  int32_t current_round = 0;    // the round being run (or last run); 0 before the first
+  int32_t committed_round = 0;  // the last committed round; 0 before the first commit
+  int32_t consecutive_failed_rounds = 0;
+  int64_t created_at_ms = 0;
+  std::optional<int64_t> started_at_ms;
+  std::optional<int64_t> finished_at_ms;
+};
+
+// A file the job produced (the final adapter, a kept per-round global, ...).
+struct JobArtifact {
+  int64_t job_id = 0;
+  std::string name;  // unique within the job, e.g. "adapter_model.safetensors", "rounds/000003/global.safetensors"
+  std::string blob_key;
+  int64_t size_bytes = 0;
+  std::string sha256;
+  int64_t created_at_ms = 0;
+};
+
+// A job's slice of the dataset. Written once per job; with worker selection mode auto, shards start unassigned and
+// AssignShard gives each to a worker, which keeps it for the whole job.
+struct Shard {
+  int64_t job_id = 0;
+  int32_t shard_index = 0;  // 0-based, unique within the job
+  std::optional<int64_t> worker_id;  // unique within the job when set
+  std::string blob_key;
+  std::string sha256;
+  int64_t train_rows = 0;
+  int64_t validation_rows = 0;
+};
+
+// One attempt at one round. A failed round is retried with the same number and attempt + 1.
+struct Round {
+  int64_t job_id = 0;
+  int32_t round = 0;    // 1-based
+  int32_t attempt = 0;  // 1-based
+  RoundStatus status = RoundStatus::kRunning;
+  std::vector<int64_t> participants;  // worker ids, as selected when the round started
+  int64_t started_at_ms = 0;
+  std::optional<int64_t> ended_at_ms;
+  std::optional<double> train_loss;       // sample-weighted mean of the workers' mean training losses
+  std::optional<double> validation_loss;  // sample-weighted validation loss of the global the round started from
+  int64_t bytes_moved = 0;
+  std::string global_blob_key;  // the committed global; empty unless committed
+  std::string global_sha256;
+  std::string failure_reason;   // set when failed
+};
+
+// Everything CommitRound records, in one transaction.
+struct RoundCommit {
+  int64_t job_id = 0;
+  int32_t round = 0;
+  int32_t attempt = 0;
+  std::string global_blob_key;  // required: the new global, already a durable blob
+  std::string global_sha256;    // required
+  int64_t ended_at_ms = 0;
+  std::optional<double> train_loss;
+  std::optional<double> validation_loss;
+  int64_t bytes_moved = 0;
+};
+
+// Everything FailRound records, in one transaction.
+struct RoundFailure {
+  int64_t job_id = 0;
+  int32_t round = 0;
+  int32_t attempt = 0;
+  std::string reason;  // required, e.g. "1 of min_workers 2 reported within aggregation_timeout 600 s"
+  int64_t ended_at_ms = 0;
+  int64_t bytes_moved = 0;
+  // When set, the job also becomes failed with this reason (fault_tolerance consecutive failures reached).
+  std::optional<std::string> fail_job_reason;
+};
+
+// A worker's result for one round attempt, accepted into the aggregate or rejected with the reason.
+struct RoundUpdate {
+  int64_t job_id = 0;
+  int32_t round = 0;
+  int32_t attempt = 0;
+  int64_t worker_id = 0;  // one update per worker per round attempt
+  std::string blob_key;
+  std::string sha256;
+  int64_t size_bytes = 0;
+  int64_t num_samples = 0;
+  std::optional<double> train_loss;
+  std::string metrics_json;  // the worker's reported metrics object, as received ("{}" when none)
+  UpdateStatus status = UpdateStatus::kAccepted;
+  std::string reject_reason;  // set when rejected
+  int64_t received_at_ms = 0;
+};
+
+// One progress report from a worker (append-heavy: written in batches).
+struct MetricPoint {
+  int64_t job_id = 0;
+  int32_t round = 0;
+  int64_t worker_id = 0;
+  int64_t step = 0;
+  std::optional<double> loss;
+  std::optional<double> throughput;   // training samples per second
+  std::optional<double> utilization;  // accelerator utilisation, 0..1
+  int64_t time_ms = 0;
+};
+
+// A state change as the events stream (SSE) shows it; ids increase across all jobs and serve as Last-Event-ID.
+struct JobEvent {
+  int64_t id = 0;  // assigned by AppendJobEvent
+  int64_t job_id = 0;
+  std::string type;          // e.g. "job_status", "round_started", "round_committed", "worker_progress"
+  std::string payload_json;  // a JSON object
+  int64_t time_ms = 0;
+};
+
+class MetadataStore {
+ public:
+  virtual ~MetadataStore() = default;
+
+  // Datasets. CreateDataset: AlreadyExists if the blob key is taken. DeleteDataset: FailedPrecondition while a job
+  // refers to it.
+  virtual StatusOr<Dataset> CreateDataset(const Dataset& dataset) = 0;
+  virtual StatusOr<Dataset> GetDataset(int64_t id) = 0;
+  virtual StatusOr<std::vector<Dataset>> ListDatasets() = 0;  // by id
+  virtual Status DeleteDataset(int64_t id) = 0;
+
+  // Models, with their files. DeleteModel: FailedPrecondition while a job refers to it.
+  virtual StatusOr<Model> CreateModel(const Model& model) = 0;
+  virtual StatusOr<Model> GetModel(int64_t id) = 0;
+  virtual StatusOr<std::vector<Model>> ListModels() = 0;  // by id
+  virtual Status DeleteModel(int64_t id) = 0;
+
+  // Workers. CreateWorker: AlreadyExists if the token hash is taken. UpdateWorker replaces name, device, status,
+  // last_heartbeat_at_ms and revoked (kind, token hash and created_at stay). FindWorkerByTokenHash: NotFound if no
+  // worker has it (revoked workers are returned: the caller checks `revoked`).
+  virtual StatusOr<Worker> CreateWorker(const Worker& worker) = 0;
+  virtual StatusOr<Worker> GetWorker(int64_t id) = 0;
+  virtual StatusOr<Worker> FindWorkerByTokenHash(std::string_view token_sha256) = 0;
+  virtual StatusOr<std::vector<Worker>> ListWorkers() = 0;  // by id
+  virtual Status UpdateWorker(const Worker& worker) = 0;
+
+  // The admin API key's hash (one per installation). Get: NotFound before the first Set. Set replaces it.
+  virtual Status SetAdminKeyHash(std::string_view key_sha256) = 0;
+  virtual StatusOr<std::string> GetAdminKeyHash() = 0;
+
+  // Training jobs. CreateJob stores `job` as queued with rounds at 0 (its status and round fields are ignored);
+  // NotFound if its dataset or model does not exist.
+  virtual StatusOr<TrainingJob> CreateJob(const TrainingJob& job) = 0;
+  virtual StatusOr<TrainingJob> GetJob(int64_t id) = 0;
+  // All jobs by id, or only those with `status` (e.g. kRunning, to resume after a restart).
+  virtual StatusOr<std::vector<TrainingJob>> ListJobs(std::optional<JobStatus> status = std::nullopt) = 0;
+  // Moves a job to `status` and returns it. Entering kRunning sets started_at_ms (first time only); entering a
+  // terminal status sets finished_at_ms and, for kFailed, failure_reason = `reason`. FailedPrecondition if the job is
+  // already terminal ("training job 7 is already cancelled") or `status` is kQueued.
+  virtual StatusOr<TrainingJob> SetJobStatus(int64_t job_id, JobStatus status, int64_t time_ms,
+                                             std::string_view reason = {}) = 0;
+
+  // Artifacts. AddJobArtifact: AlreadyExists if the job already has one with that name.
+  virtual Status AddJobArtifact(const JobArtifact& artifact) = 0;
+  virtual StatusOr<std::vector<JobArtifact>> ListJobArtifacts(int64_t job_id) = 0;  // by name
+
+  // Shards, all of a job's at once. CreateShards: AlreadyExists if the job already has shards; InvalidArgument if
+  // indices are not 0..n-1 or a worker holds two. AssignShard: FailedPrecondition if the shard belongs to another
+  // worker or the worker already holds another shard of the job; assigning a worker its own shard again is OK.
+  virtual Status CreateShards(int64_t job_id, std::span<const Shard> shards) = 0;
+  virtual StatusOr<std::vector<Shard>> ListShards(int64_t job_id) = 0;  // by index
+  virtual Status AssignShard(int64_t job_id, int32_t shard_index, int64_t worker_id) = 0;
+
+  // Rounds. StartRound inserts `round` as running and sets the job's current_round, in one transaction.
+  // FailedPrecondition unless the job is running, `round.round` == committed_round + 1, no attempt of that round is
+  // still running, and the attempt is one more than the last attempt of that round (1 for the first).
+  virtual Status StartRound(const Round& round) = 0;
+  // Marks the round committed with its global and figures, sets the job's committed_round and current_round to it
+  // and consecutive_failed_rounds to 0, in one transaction. NotFound if the attempt does not exist;
+  // FailedPrecondition if it is not running; InvalidArgument if the global's key or sha256 is empty.
+  virtual Status CommitRound(const RoundCommit& commit) = 0;
+  // Marks the round failed, increments the job's consecutive_failed_rounds and, with fail_job_reason, fails the job,
+  // in one transaction. Same errors as CommitRound.
+  virtual Status FailRound(const RoundFailure& failure) = 0;
+  virtual StatusOr<Round> GetRound(int64_t job_id, int32_t round, int32_t attempt) = 0;
+  virtual StatusOr<std::vector<Round>> ListRounds(int64_t job_id) = 0;  // by round, then attempt
+
+  // Updates. RecordUpdate: AlreadyExists if the worker already has an update for that round attempt (the caller
+  // treats a duplicate result as idempotent); NotFound if the round attempt does not exist.
+  virtual Status RecordUpdate(const RoundUpdate& update) = 0;
+  virtual StatusOr<std::vector<RoundUpdate>> ListUpdates(int64_t job_id, int32_t round, int32_t attempt) = 0;
+
+  // Metrics, appended in one transaction per batch. List: by time, then worker and step; optionally one worker's.
+  virtual Status AppendMetrics(std::span<const MetricPoint> points) = 0;
+  virtual StatusOr<std::vector<MetricPoint>> ListMetrics(int64_t job_id,
+                                                         std::optional<int64_t> worker_id = std::nullopt) = 0;
+
+  // Events for the SSE stream. Append returns the new event's id. List returns the job's events with id > after_id,
+  // oldest first, at most `limit`.
+  virtual StatusOr<int64_t> AppendJobEvent(const JobEvent& event) = 0;
+  virtual StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit = 1000) = 0;
+};
+
+// Opens a store by URI: "sqlite:///abs/path.db", "sqlite://rel/path.db", a plain path, or ":memory:" opens a SQLite
+// store (creating the file and applying migrations). Other schemes (postgres://, ...) are InvalidArgument naming
+// what is supported.
+StatusOr<std::unique_ptr<MetadataStore>> OpenMetadataStore(std::string_view uri);
+
+}  // namespace parsyn::storage
