@@ -1,0 +1,45 @@
+// FedAvg (McMahan et al. 2017): the new global is the sample-weighted mean of the round's updates,
+//   global = sum(n_i * w_i) / sum(n_i),  n_i = the worker's sample count (training examples), not the steps it ran.
+// Accumulated as updates arrive (weights::WeightedMean), so memory is O(parameters) whatever the number of workers.
+// Threads: see Strategy.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "strategy/strategy.h"
+#include "weights/weighted_mean.h"
+
+namespace parsyn::strategy {
+
+struct FedAvgOptions {
+  // kExact by default: the mean is bit-identical whatever order the updates arrive in, which the job's
+  // reproducibility (same job twice, or interrupted and resumed -> same global weights) depends on. The float
+  // accumulations are faster but their last bits follow the arrival order.
+  weights::Accumulation accumulation = weights::Accumulation::kExact;
+  int num_threads = 0;  // passed to WeightedMean; 0: its default
+};
+
+class FedAvg final : public Strategy {
+ public:
+  explicit FedAvg(FedAvgOptions options = {});
+
+  std::string_view name() const override { return "federated_averaging"; }
+
+  // All available workers when they fit in max_workers; otherwise max_workers of them in shard order, starting at a
+  // window that moves by max_workers each round, so every shard takes its turn.
+  std::vector<ParticipantConfig> ConfigureRound(const RoundContext& ctx,
+                                                std::span<const Candidate> available) const override;
+
+  Status Begin(int round, const weights::WeightSet& global) override;
+  Status Accept(const weights::WeightSet& update, int64_t sample_count) override;
+  int num_accepted() const override;
+  StatusOr<weights::WeightSet> Finish() override;
+
+ private:
+  FedAvgOptions options_;
+  int round_ = 0;
+  std::optional<weights::WeightedMean> mean_;  // set between Begin and Finish
+};
+
+}  // namespace parsyn::strategy

@@ -1,0 +1,74 @@
+// Strategy: the aggregation policy of a federated job, after Flower's `Strategy` — pure policy, with no I/O, no
+// threads and no clock. The round engine asks it whom to train and with which seed; the coordinator feeds it each
+// validated update as it arrives and takes the new global when the round closes.
+//
+// Threads: a Strategy is owned by one job on the coordinator's event loop and is called only from there; it needs
+// no locks. ConfigureRound is const and may be called at any time, also between Begin and Finish.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "weights/weight_set.h"
+
+namespace parsyn::strategy {
+
+// A worker that is online, idle and has a data shard of the job.
+struct Candidate {
+  int64_t worker_id = 0;
+  int shard = 0;  // 0-based, fixed for the worker for the whole job
+};
+
+// What a strategy knows about the round it configures.
+struct RoundContext {
+  uint64_t job_seed = 0;
+  int round = 1;  // 1-based
+  int min_workers = 1;
+  int max_workers = 1;
+};
+
+// One participant of a round and its per-round configuration.
+struct ParticipantConfig {
+  int64_t worker_id = 0;
+  int shard = 0;
+  uint64_t seed = 0;  // TaskSeed(job_seed, round, shard), see strategy/seed.h
+
+  friend bool operator==(const ParticipantConfig&, const ParticipantConfig&) = default;
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+
+  // "federated_averaging", as the job spec spells it.
+  virtual std::string_view name() const = 0;
+
+  // Chooses this round's participants from `available` (any order; each worker at most once). Returns an empty
+  // vector when the round should keep waiting (fewer than ctx.min_workers available); otherwise between
+  // min_workers and max_workers participants, each one of `available`, sorted by shard. Deterministic.
+  virtual std::vector<ParticipantConfig> ConfigureRound(const RoundContext& ctx,
+                                                        std::span<const Candidate> available) const = 0;
+
+  // Starts aggregating `round` on top of `global` (the latest committed global: its names, dtypes and shapes are
+  // what every update must have). Discards any aggregation in progress (a failed round that is retried).
+  // InvalidArgument if `global` cannot be aggregated (e.g. a non-float tensor).
+  virtual Status Begin(int round, const weights::WeightSet& global) = 0;
+
+  // Adds one worker's update, weighted by `sample_count` (the training examples behind it). InvalidArgument, and
+  // the update does not count, if its layout differs from the global's, a value is not finite, or sample_count is
+  // not positive. FailedPrecondition if Begin was not called.
+  virtual Status Accept(const weights::WeightSet& update, int64_t sample_count) = 0;
+
+  // Updates that counted since Begin.
+  virtual int num_accepted() const = 0;
+
+  // The new global from the updates accepted since Begin; afterwards Begin must be called again.
+  // FailedPrecondition if Begin was not called or nothing was accepted.
+  virtual StatusOr<weights::WeightSet> Finish() = 0;
+};
+
+}  // namespace parsyn::strategy
