@@ -1,0 +1,154 @@
+// JobSpec: the typed, validated form of a training job's request body (POST /api/v1/training-jobs, see
+// shared/spec/distributed-training.md), and its normalised JSON (the stored form, every default filled in).
+//
+// ParseJobSpec checks every field: JSON types, ranges, enum spellings, cross-field rules; unknown fields are errors.
+// An error is InvalidArgument whose message lists every problem found, each naming the field path and the reason,
+// separated by "; ", e.g.
+//   "unknown field config.lerning_rate; distributed.min_workers (3) must be <= distributed.max_workers (2)".
+// Whether dataset_id, model_id and worker ids exist is checked by the coordinator, not here.
+// A field given as JSON null is treated as absent (its default applies); a required field that is null is missing.
+// Pure functions; safe from any thread.
+//
+// Fields and defaults (ranges are inclusive):
+//   field                               type              default              range / values
+//   name                                string            required             1..128 bytes, no control characters
+//   dataset_id                          integer           required             >= 1
+//   model_id                            integer           required             >= 1
+//   config.epochs                       integer           1                    1..1000
+//   config.batch_size                   integer           8                    1..65536
+//   config.learning_rate                number            2e-4                 > 0, <= 10
+//   config.mixed_precision              string            "no"                 "bf16" | "fp16" | "no"
+//   config.use_peft                     boolean           true
+//   config.lora_r                       integer           16                   1..1024
+//   config.lora_alpha                   number            32                   > 0, <= 65536
+//   config.lora_dropout                 number            0.05                 >= 0, < 1
+//   config.lora_target_modules          array of string   ["q_proj","v_proj"]  1..64 names of [A-Za-z0-9_.]
+//   config.max_seq_len                  integer           512                  8..131072
+//   config.weight_decay                 number            0                    0..10
+//   config.warmup_steps                 integer           0                    0..10^9
+//   config.lr_scheduler                 string            "linear"             "constant" | "linear" | "cosine"
+//   config.gradient_accumulation_steps  integer           1                    1..1024
+//   config.max_grad_norm                number            1.0                  0..10^6 (0: no clipping)
+//   config.seed                         integer           42                   0..2^53
+//   config.validation_fraction          number            0.1                  0..0.5
+//   config.label_column                 string            "" (text data)       0..128 bytes; tabular CSV: the label
+//   config.hidden_sizes                 array of integer  [] (logistic)        0..16 layers of 1..65536 (tabular MLP)
+//   distributed.enabled                 boolean           false
+//   distributed.strategy                string            "federated_averaging"
+//   distributed.num_rounds              integer           10                   1..10000
+//   distributed.steps_per_round         integer           500                  0..10^7 (0: a round trains
+//                                                                              config.epochs passes over the shard)
+//   distributed.min_workers             integer           2                    1..1000
+//   distributed.max_workers             integer           max(min_workers,     1..1000, >= min_workers
+//                                                             listed workers)
+//   distributed.aggregation_timeout     number (seconds)  600                  1..604800
+//   distributed.fault_tolerance         integer           3                    1..1000: the job fails after this
+//                                                                              many consecutive failed rounds
+//   worker_selection.mode               string            from the lists:      "own" | "managed" | "mixed" | "auto"
+//                                                         own, managed, mixed
+//                                                         or (none) auto
+//   worker_selection.worker_ids         array of integer  []                   the user's own workers, ids >= 1
+//   worker_selection.parsyn_worker_ids  array of integer  []                   platform-managed workers, ids >= 1
+//
+// Cross-field rules: own needs worker_ids and no parsyn_worker_ids; managed the reverse; mixed needs both; auto
+// needs neither (any available worker may take part). No id twice, nor in both lists; at most 1000 ids. For a
+// distributed job, the listed workers must be at least min_workers.
+//
+// A job without `distributed`, or with enabled=false, is an ordinary job on one worker: its distributed fields are
+// still validated, then normalised to num_rounds 1, min_workers = max_workers = 1, steps_per_round 0 (0: the one
+// round trains config.epochs passes over the data), so a one-worker job's normalised JSON parses back to itself.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "base/status.h"
+
+namespace parsyn::coordinator {
+
+enum class MixedPrecision { kBf16, kFp16, kNo };
+enum class LrScheduler { kConstant, kLinear, kCosine };
+enum class AggregationStrategy { kFederatedAveraging };
+enum class WorkerSelectionMode { kOwn, kManaged, kMixed, kAuto };
+
+// The JSON spellings: "bf16", "linear", "federated_averaging", "mixed", ...
+std::string_view MixedPrecisionName(MixedPrecision v);
+std::string_view LrSchedulerName(LrScheduler v);
+std::string_view AggregationStrategyName(AggregationStrategy v);
+std::string_view WorkerSelectionModeName(WorkerSelectionMode v);
+
+struct TrainingConfig {
+  int epochs = 1;
+  int batch_size = 8;
+  double learning_rate = 2e-4;
+  MixedPrecision mixed_precision = MixedPrecision::kNo;
+  bool use_peft = true;
+  int lora_r = 16;
+  double lora_alpha = 32;
+  double lora_dropout = 0.05;
+  std::vector<std::string> lora_target_modules = {"q_proj", "v_proj"};
+  int max_seq_len = 512;
+  double weight_decay = 0.0;
+  int64_t warmup_steps = 0;
+  LrScheduler lr_scheduler = LrScheduler::kLinear;
+  int gradient_accumulation_steps = 1;
+  double max_grad_norm = 1.0;
+  uint64_t seed = 42;
+  double validation_fraction = 0.1;
+  std::string label_column;
+  std::vector<int> hidden_sizes;
+
+  friend bool operator==(const TrainingConfig&, const TrainingConfig&) = default;
+};
+
+// The member defaults are an ordinary one-worker job's; a distributed job's defaults are those of the table above.
+struct DistributedConfig {
+  bool enabled = false;
+  AggregationStrategy strategy = AggregationStrategy::kFederatedAveraging;
+  int num_rounds = 1;
+  int64_t steps_per_round = 0;
+  int min_workers = 1;
+  int max_workers = 1;
+  int64_t aggregation_timeout_ms = 600'000;  // JSON: aggregation_timeout, in seconds
+  int fault_tolerance = 3;
+
+  friend bool operator==(const DistributedConfig&, const DistributedConfig&) = default;
+};
+
+struct WorkerSelection {
+  WorkerSelectionMode mode = WorkerSelectionMode::kAuto;
+  std::vector<int64_t> worker_ids;         // the user's own machines
+  std::vector<int64_t> parsyn_worker_ids;  // platform-managed machines
+
+  friend bool operator==(const WorkerSelection&, const WorkerSelection&) = default;
+};
+
+struct JobSpec {
+  std::string name;
+  int64_t dataset_id = 0;
+  int64_t model_id = 0;
+  TrainingConfig config;
+  DistributedConfig distributed;
+  WorkerSelection worker_selection;
+
+  // worker_ids then parsyn_worker_ids, in the order given: the selected workers (empty for mode auto).
+  std::vector<int64_t> SelectedWorkers() const;
+
+  friend bool operator==(const JobSpec&, const JobSpec&) = default;
+};
+
+// Parses and validates a request body. InvalidArgument for malformed JSON (with the parser's position) or any
+// invalid field (see above).
+StatusOr<JobSpec> ParseJobSpec(std::string_view body);
+StatusOr<JobSpec> ParseJobSpecJson(const nlohmann::json& body);
+
+// The normalised form: every field present, defaults filled in, aggregation_timeout in seconds.
+// ParseJobSpec(JobSpecToJson(spec)) == spec for any spec ParseJobSpec returned.
+nlohmann::json JobSpecToJson(const JobSpec& spec);
+std::string JobSpecToJsonString(const JobSpec& spec);
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,335 @@
+#include "coordinator/job_spec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+
+namespace parsyn::coordinator {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+// The request body of shared/spec/distributed-training.md, verbatim.
+json SpecExample() {
+  return json::parse(R"({
+    "name": "distributed-llama-finetune",
+    "dataset_id": 42,
+    "model_id": 7,
+    "config": {
+      "epochs": 3, "batch_size": 4, "learning_rate": 2e-4, "mixed_precision": "bf16",
+      "use_peft": true, "lora_r": 16, "lora_alpha": 32
+    },
+    "distributed": {
+      "enabled": true, "strategy": "federated_averaging", "num_rounds": 10, "steps_per_round": 500,
+      "min_workers": 2, "max_workers": 5, "aggregation_timeout": 600, "fault_tolerance": 1
+    },
+    "worker_selection": {"mode": "mixed", "worker_ids": [1, 3], "parsyn_worker_ids": [5]}
+  })");
+}
+
+TEST(JobSpecTest, ParsesTheSpecExample) {
+  StatusOr<JobSpec> spec = ParseJobSpec(SpecExample().dump());
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->name, "distributed-llama-finetune");
+  EXPECT_EQ(spec->dataset_id, 42);
+  EXPECT_EQ(spec->model_id, 7);
+  EXPECT_EQ(spec->config.epochs, 3);
+  EXPECT_EQ(spec->config.batch_size, 4);
+  EXPECT_DOUBLE_EQ(spec->config.learning_rate, 2e-4);
+  EXPECT_EQ(spec->config.mixed_precision, MixedPrecision::kBf16);
+  EXPECT_TRUE(spec->config.use_peft);
+  EXPECT_EQ(spec->config.lora_r, 16);
+  EXPECT_DOUBLE_EQ(spec->config.lora_alpha, 32);
+  // Defaults of what the body leaves out.
+  EXPECT_DOUBLE_EQ(spec->config.lora_dropout, 0.05);
+  EXPECT_EQ(spec->config.lora_target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(spec->config.lr_scheduler, LrScheduler::kLinear);
+  EXPECT_EQ(spec->config.seed, 42u);
+  EXPECT_DOUBLE_EQ(spec->config.validation_fraction, 0.1);
+
+  const DistributedConfig& d = spec->distributed;
+  EXPECT_TRUE(d.enabled);
+  EXPECT_EQ(d.strategy, AggregationStrategy::kFederatedAveraging);
+  EXPECT_EQ(d.num_rounds, 10);
+  EXPECT_EQ(d.steps_per_round, 500);
+  EXPECT_EQ(d.min_workers, 2);
+  EXPECT_EQ(d.max_workers, 5);
+  EXPECT_EQ(d.aggregation_timeout_ms, 600'000);
+  EXPECT_EQ(d.fault_tolerance, 1);
+  EXPECT_EQ(spec->worker_selection.mode, WorkerSelectionMode::kMixed);
+  EXPECT_EQ(spec->SelectedWorkers(), (std::vector<int64_t>{1, 3, 5}));
+}
+
+TEST(JobSpecTest, NormalisedJsonParsesBackToTheSameSpec) {
+  for (const json& body : {SpecExample(), json{{"name", "solo"}, {"dataset_id", 1}, {"model_id", 2}}}) {
+    StatusOr<JobSpec> spec = ParseJobSpecJson(body);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    const json normalised = JobSpecToJson(*spec);
+    StatusOr<JobSpec> again = ParseJobSpec(JobSpecToJsonString(*spec));
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(*again, *spec);
+    EXPECT_EQ(JobSpecToJson(*again), normalised);
+  }
+}
+
+TEST(JobSpecTest, NormalisedJsonHasEveryDefault) {
+  StatusOr<JobSpec> spec = ParseJobSpec(R"({"name": "n", "dataset_id": 1, "model_id": 2})");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const json expected = json::parse(R"({
+    "name": "n", "dataset_id": 1, "model_id": 2,
+    "config": {
+      "epochs": 1, "batch_size": 8, "learning_rate": 0.0002, "mixed_precision": "no", "use_peft": true,
+      "lora_r": 16, "lora_alpha": 32.0, "lora_dropout": 0.05, "lora_target_modules": ["q_proj", "v_proj"],
+      "max_seq_len": 512, "weight_decay": 0.0, "warmup_steps": 0, "lr_scheduler": "linear",
+      "gradient_accumulation_steps": 1, "max_grad_norm": 1.0, "seed": 42, "validation_fraction": 0.1,
+      "label_column": "", "hidden_sizes": []
+    },
+    "distributed": {
+      "enabled": false, "strategy": "federated_averaging", "num_rounds": 1, "steps_per_round": 0,
+      "min_workers": 1, "max_workers": 1, "aggregation_timeout": 600, "fault_tolerance": 3
+    },
+    "worker_selection": {"mode": "auto", "worker_ids": [], "parsyn_worker_ids": []}
+  })");
+  EXPECT_EQ(JobSpecToJson(*spec), expected) << JobSpecToJson(*spec).dump(2);
+}
+
+struct GoodCase {
+  std::string label;
+  std::function<void(json&)> edit;
+  std::function<void(const JobSpec&)> check;
+};
+
+TEST(JobSpecTest, GoodBodies) {
+  const std::vector<GoodCase> cases = {
+      {"distributed absent: one worker, one round",
+       [](json& b) { b.erase("distributed"); },
+       [](const JobSpec& s) {
+         EXPECT_FALSE(s.distributed.enabled);
+         EXPECT_EQ(s.distributed.num_rounds, 1);
+         EXPECT_EQ(s.distributed.min_workers, 1);
+         EXPECT_EQ(s.distributed.max_workers, 1);
+         EXPECT_EQ(s.distributed.steps_per_round, 0);
+       }},
+      {"enabled false: one worker, one round",
+       [](json& b) { b["distributed"]["enabled"] = false; },
+       [](const JobSpec& s) {
+         EXPECT_FALSE(s.distributed.enabled);
+         EXPECT_EQ(s.distributed.num_rounds, 1);
+         EXPECT_EQ(s.distributed.max_workers, 1);
+       }},
+      {"distributed defaults",
+       [](json& b) { b["distributed"] = {{"enabled", true}}; },
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.distributed.num_rounds, 10);
+         EXPECT_EQ(s.distributed.steps_per_round, 500);
+         EXPECT_EQ(s.distributed.min_workers, 2);
+         EXPECT_EQ(s.distributed.max_workers, 3);  // max(min_workers, 3 listed workers)
+         EXPECT_EQ(s.distributed.aggregation_timeout_ms, 600'000);
+         EXPECT_EQ(s.distributed.fault_tolerance, 3);
+       }},
+      {"max_workers defaults to min_workers in auto mode",
+       [](json& b) {
+         b["distributed"] = {{"enabled", true}, {"min_workers", 4}};
+         b.erase("worker_selection");
+       },
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.worker_selection.mode, WorkerSelectionMode::kAuto);
+         EXPECT_EQ(s.distributed.max_workers, 4);
+       }},
+      {"fractional timeout in seconds",
+       [](json& b) { b["distributed"]["aggregation_timeout"] = 2.5; },
+       [](const JobSpec& s) { EXPECT_EQ(s.distributed.aggregation_timeout_ms, 2500); }},
+      {"null means default",
+       [](json& b) { b["config"]["epochs"] = nullptr; },
+       [](const JobSpec& s) { EXPECT_EQ(s.config.epochs, 1); }},
+      {"mode inferred from the lists",
+       [](json& b) { b["worker_selection"] = {{"worker_ids", {4, 2}}}; b["distributed"]["min_workers"] = 2; },
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.worker_selection.mode, WorkerSelectionMode::kOwn);
+         EXPECT_EQ(s.SelectedWorkers(), (std::vector<int64_t>{4, 2}));
+       }},
+      {"tabular fields",
+       [](json& b) {
+         b["config"]["label_column"] = "label";
+         b["config"]["hidden_sizes"] = {64, 32};
+         b["config"]["use_peft"] = false;
+       },
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.config.label_column, "label");
+         EXPECT_EQ(s.config.hidden_sizes, (std::vector<int>{64, 32}));
+         EXPECT_FALSE(s.config.use_peft);
+       }},
+      {"trainer fields",
+       [](json& b) {
+         json& c = b["config"];
+         c["lora_dropout"] = 0;
+         c["lora_target_modules"] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+         c["max_seq_len"] = 1024;
+         c["weight_decay"] = 0.01;
+         c["warmup_steps"] = 100;
+         c["lr_scheduler"] = "cosine";
+         c["gradient_accumulation_steps"] = 4;
+         c["max_grad_norm"] = 0;
+         c["seed"] = 9007199254740992;  // 2^53
+         c["validation_fraction"] = 0;
+         c["mixed_precision"] = "fp16";
+       },
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.config.lora_target_modules.size(), 4u);
+         EXPECT_EQ(s.config.max_seq_len, 1024);
+         EXPECT_EQ(s.config.lr_scheduler, LrScheduler::kCosine);
+         EXPECT_EQ(s.config.gradient_accumulation_steps, 4);
+         EXPECT_EQ(s.config.seed, 9007199254740992u);
+         EXPECT_EQ(s.config.mixed_precision, MixedPrecision::kFp16);
+       }},
+  };
+  for (const GoodCase& c : cases) {
+    json body = SpecExample();
+    c.edit(body);
+    StatusOr<JobSpec> spec = ParseJobSpecJson(body);
+    ASSERT_TRUE(spec.ok()) << c.label << ": " << spec.status().ToString();
+    c.check(*spec);
+    StatusOr<JobSpec> again = ParseJobSpecJson(JobSpecToJson(*spec));
+    ASSERT_TRUE(again.ok()) << c.label << " (round trip): " << again.status().ToString();
+    EXPECT_EQ(*again, *spec) << c.label;
+  }
+}
+
+struct BadCase {
+  std::function<void(json&)> edit;
+  std::string message;  // the whole message: exactly the problems listed
+};
+
+TEST(JobSpecTest, BadBodiesNameTheFieldAndTheReason) {
+  const std::vector<BadCase> cases = {
+      {[](json& b) { b["config"]["lerning_rate"] = 0.1; }, "unknown field config.lerning_rate"},
+      {[](json& b) { b["colour"] = "red"; }, "unknown field colour"},
+      {[](json& b) { b["distributed"]["rounds"] = 3; }, "unknown field distributed.rounds"},
+      {[](json& b) { b["worker_selection"]["ids"] = {1}; }, "unknown field worker_selection.ids"},
+      {[](json& b) { b.erase("name"); }, "name is required"},
+      {[](json& b) { b["dataset_id"] = nullptr; }, "dataset_id is required"},
+      {[](json& b) { b.erase("model_id"); }, "model_id is required"},
+      {[](json& b) { b["name"] = ""; }, "name must be 1..128 bytes long, got 0"},
+      {[](json& b) { b["name"] = std::string(129, 'x'); }, "name must be 1..128 bytes long, got 129"},
+      {[](json& b) { b["name"] = "a\nb"; }, "name must not contain control characters"},
+      {[](json& b) { b["name"] = 5; }, "name must be a string, got number"},
+      {[](json& b) { b["dataset_id"] = "42"; }, "dataset_id must be an integer, got string"},
+      {[](json& b) { b["dataset_id"] = 0; }, "dataset_id (0) must be between 1 and 9223372036854775807"},
+      {[](json& b) { b["model_id"] = 7.5; }, "model_id must be an integer, got 7.5"},
+      {[](json& b) { b["model_id"] = 18446744073709551615ULL; },
+       "model_id (18446744073709551615) must be between 1 and 9223372036854775807"},
+      {[](json& b) { b["config"] = json::array(); }, "config must be an object, got array"},
+      {[](json& b) { b["config"]["epochs"] = 0; }, "config.epochs (0) must be between 1 and 1000"},
+      {[](json& b) { b["config"]["epochs"] = true; }, "config.epochs must be an integer, got boolean"},
+      {[](json& b) { b["config"]["batch_size"] = -1; }, "config.batch_size (-1) must be between 1 and 65536"},
+      {[](json& b) { b["config"]["learning_rate"] = 0; }, "config.learning_rate (0) must be > 0 and <= 10"},
+      {[](json& b) { b["config"]["learning_rate"] = "fast"; }, "config.learning_rate must be a number, got string"},
+      {[](json& b) { b["config"]["mixed_precision"] = "fp8"; },
+       "config.mixed_precision must be one of \"bf16\", \"fp16\", \"no\", got \"fp8\""},
+      {[](json& b) { b["config"]["mixed_precision"] = false; },
+       "config.mixed_precision must be one of \"bf16\", \"fp16\", \"no\", got boolean"},
+      {[](json& b) { b["config"]["use_peft"] = "yes"; }, "config.use_peft must be a boolean, got string"},
+      {[](json& b) { b["config"]["lora_r"] = 0; }, "config.lora_r (0) must be between 1 and 1024"},
+      {[](json& b) { b["config"]["lora_alpha"] = -1; }, "config.lora_alpha (-1) must be > 0 and <= 65536"},
+      {[](json& b) { b["config"]["lora_dropout"] = 1; }, "config.lora_dropout (1) must be >= 0 and < 1"},
+      {[](json& b) { b["config"]["lora_target_modules"] = json::array(); },
+       "config.lora_target_modules must be an array of 1..64 module names"},
+      {[](json& b) { b["config"]["lora_target_modules"] = {"q_proj", "../x"}; },
+       "config.lora_target_modules[1] (\"../x\") must be 1..128 characters of [A-Za-z0-9_.]"},
+      {[](json& b) { b["config"]["lora_target_modules"] = {"q_proj", "q_proj"}; },
+       "config.lora_target_modules lists \"q_proj\" twice"},
+      {[](json& b) { b["config"]["max_seq_len"] = 4; }, "config.max_seq_len (4) must be between 8 and 131072"},
+      {[](json& b) { b["config"]["weight_decay"] = -0.1; }, "config.weight_decay (-0.1) must be >= 0 and <= 10"},
+      {[](json& b) { b["config"]["warmup_steps"] = -1; },
+       "config.warmup_steps (-1) must be between 0 and 1000000000"},
+      {[](json& b) { b["config"]["lr_scheduler"] = "step"; },
+       "config.lr_scheduler must be one of \"constant\", \"linear\", \"cosine\", got \"step\""},
+      {[](json& b) { b["config"]["gradient_accumulation_steps"] = 0; },
+       "config.gradient_accumulation_steps (0) must be between 1 and 1024"},
+      {[](json& b) { b["config"]["max_grad_norm"] = -1; }, "config.max_grad_norm (-1) must be >= 0 and <= 1e+06"},
+      {[](json& b) { b["config"]["seed"] = -3; }, "config.seed (-3) must be between 0 and 9007199254740992"},
+      {[](json& b) { b["config"]["validation_fraction"] = 0.9; },
+       "config.validation_fraction (0.9) must be >= 0 and <= 0.5"},
+      {[](json& b) { b["config"]["label_column"] = 3; }, "config.label_column must be a string, got number"},
+      {[](json& b) { b["config"]["hidden_sizes"] = {64, 0}; },
+       "config.hidden_sizes[1] (0) must be between 1 and 65536"},
+      {[](json& b) { b["config"]["hidden_sizes"] = "64"; }, "config.hidden_sizes must be an array of integers, got string"},
+      {[](json& b) { b["distributed"] = true; }, "distributed must be an object, got boolean"},
+      {[](json& b) { b["distributed"]["enabled"] = 1; }, "distributed.enabled must be a boolean, got number"},
+      {[](json& b) { b["distributed"]["strategy"] = "fedprox"; },
+       "distributed.strategy must be one of \"federated_averaging\", got \"fedprox\""},
+      {[](json& b) { b["distributed"]["num_rounds"] = 0; }, "distributed.num_rounds (0) must be between 1 and 10000"},
+      {[](json& b) { b["distributed"]["steps_per_round"] = -5; },
+       "distributed.steps_per_round (-5) must be between 0 and 10000000"},
+      {[](json& b) { b["distributed"]["min_workers"] = 0; }, "distributed.min_workers (0) must be between 1 and 1000"},
+      {[](json& b) {
+         b["distributed"]["min_workers"] = 3;
+         b["distributed"]["max_workers"] = 2;
+       },
+       "distributed.min_workers (3) must be <= distributed.max_workers (2)"},
+      {[](json& b) {
+         b["distributed"]["min_workers"] = 4;
+         b["distributed"]["max_workers"] = 5;
+       },
+       "distributed.min_workers (4) exceeds the number of workers listed in worker_selection (3)"},
+      {[](json& b) { b["distributed"]["aggregation_timeout"] = 0; },
+       "distributed.aggregation_timeout (0) must be >= 1 and <= 604800"},
+      {[](json& b) { b["distributed"]["aggregation_timeout"] = "10m"; },
+       "distributed.aggregation_timeout must be a number, got string"},
+      {[](json& b) { b["distributed"]["fault_tolerance"] = 0; },
+       "distributed.fault_tolerance (0) must be between 1 and 1000"},
+      {[](json& b) { b["worker_selection"]["mode"] = "any"; },
+       "worker_selection.mode must be one of \"own\", \"managed\", \"mixed\", \"auto\", got \"any\""},
+      {[](json& b) { b["worker_selection"]["worker_ids"] = {1, -3}; },
+       "worker_selection.worker_ids[1] (-3) must be between 1 and 9223372036854775807"},
+      {[](json& b) { b["worker_selection"]["worker_ids"] = {1, 1, 3}; },
+       "worker_selection.worker_ids lists worker 1 twice"},
+      {[](json& b) { b["worker_selection"]["parsyn_worker_ids"] = {3}; },
+       "worker 3 is in both worker_selection.worker_ids and worker_selection.parsyn_worker_ids"},
+      {[](json& b) { b["worker_selection"]["mode"] = "own"; },
+       "worker_selection.mode \"own\" must not list worker_selection.parsyn_worker_ids"},
+      {[](json& b) { b["worker_selection"]["mode"] = "managed"; },
+       "worker_selection.mode \"managed\" must not list worker_selection.worker_ids"},
+      {[](json& b) { b["worker_selection"]["mode"] = "auto"; },
+       "worker_selection.mode \"auto\" chooses workers itself and must not list worker ids"},
+      {[](json& b) { b["worker_selection"]["parsyn_worker_ids"] = json::array(); },
+       "worker_selection.mode \"mixed\" needs both worker_selection.worker_ids and "
+       "worker_selection.parsyn_worker_ids"},
+      {[](json& b) { b["worker_selection"] = {{"parsyn_worker_ids", {5}}}; },
+       "distributed.min_workers (2) exceeds the number of workers listed in worker_selection (1)"},
+      {[](json& b) {
+         b["config"]["epochs"] = 0;
+         b["config"]["lerning_rate"] = 1;
+         b["distributed"]["num_rounds"] = "ten";
+       },
+       "config.epochs (0) must be between 1 and 1000; unknown field config.lerning_rate; "
+       "distributed.num_rounds must be an integer, got string"},
+  };
+  for (const BadCase& c : cases) {
+    json body = SpecExample();
+    c.edit(body);
+    StatusOr<JobSpec> spec = ParseJobSpec(body.dump());
+    ASSERT_FALSE(spec.ok()) << "accepted: " << body.dump();
+    EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument) << c.message;
+    EXPECT_EQ(spec.status().message(), c.message) << body.dump();
+  }
+}
+
+TEST(JobSpecTest, MalformedJson) {
+  StatusOr<JobSpec> spec = ParseJobSpec(R"({"name": "x", )");
+  EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(), HasSubstr("request body is not valid JSON: parse error at line 1"));
+
+  spec = ParseJobSpec("[1, 2]");
+  EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(), "request body must be a JSON object, got array");
+
+  spec = ParseJobSpec("");
+  EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace parsyn::coordinator
