@@ -28,6 +28,9 @@ inline constexpr size_t kMaxBlobKeyBytes = 512;
 // ("." / ".."), with no leading or trailing '/' and at most kMaxBlobKeyBytes bytes. Otherwise InvalidArgument naming
 // the key (escaped) and the rule it breaks.
 Status ValidateBlobKey(std::string_view key);
+// OK for a List() prefix: empty, or key characters and '/' only, not starting with '/', with everything before its
+// last '/' a valid key (so a listing never leaves the store). Otherwise InvalidArgument.
+Status ValidateBlobKeyPrefix(std::string_view prefix);
 
 // What a store knows about one blob.
 struct BlobInfo {
@@ -67,8 +70,8 @@ class BlobStore {
   // Removes the blob. NotFound if no blob has `key`.
   virtual Status Delete(std::string_view key) = 0;
 
-  // Keys that start with `prefix` (plain string prefix, may be empty), sorted. A non-empty prefix is not validated as
-  // a key (it may end in '/' or mid-segment) but must use only key characters, else InvalidArgument.
+  // Keys that start with `prefix` (a plain string prefix: it may end in '/' or mid-segment), sorted.
+  // InvalidArgument if ValidateBlobKeyPrefix rejects `prefix`.
   virtual StatusOr<std::vector<std::string>> List(std::string_view prefix) = 0;
 };
 

@@ -174,6 +174,9 @@ struct RoundFailure {
   std::string reason;  // required, e.g. "1 of min_workers 2 reported within aggregation_timeout 600 s"
   int64_t ended_at_ms = 0;
   int64_t bytes_moved = 0;
+  // False for a round abandoned through no fault of the workers (the coordinator restarted mid-round): the job's
+  // consecutive_failed_rounds is left as it is.
+  bool counts_toward_fault_tolerance = true;
   // When set, the job also becomes failed with this reason (fault_tolerance consecutive failures reached).
   std::optional<std::string> fail_job_reason;
 };
@@ -262,8 +265,9 @@ class MetadataStore {
   virtual Status AddJobArtifact(const JobArtifact& artifact) = 0;
   virtual StatusOr<std::vector<JobArtifact>> ListJobArtifacts(int64_t job_id) = 0;  // by name
 
-  // Shards, all of a job's at once. CreateShards: AlreadyExists if the job already has shards; InvalidArgument if
-  // indices are not 0..n-1 or a worker holds two. AssignShard: FailedPrecondition if the shard belongs to another
+  // Shards, all of a job's at once (their job_id fields are ignored). CreateShards: NotFound if the job does not
+  // exist; AlreadyExists if it already has shards; InvalidArgument if there are none, the indices are not 0..n-1 or
+  // a worker holds two. AssignShard: FailedPrecondition if the shard belongs to another
   // worker or the worker already holds another shard of the job; assigning a worker its own shard again is OK.
   virtual Status CreateShards(int64_t job_id, std::span<const Shard> shards) = 0;
   virtual StatusOr<std::vector<Shard>> ListShards(int64_t job_id) = 0;  // by index
@@ -275,10 +279,13 @@ class MetadataStore {
   virtual Status StartRound(const Round& round) = 0;
   // Marks the round committed with its global and figures, sets the job's committed_round and current_round to it
   // and consecutive_failed_rounds to 0, in one transaction. NotFound if the attempt does not exist;
-  // FailedPrecondition if it is not running; InvalidArgument if the global's key or sha256 is empty.
+  // FailedPrecondition if it is not running or the job is not running; InvalidArgument if the global's key or
+  // sha256 is empty.
   virtual Status CommitRound(const RoundCommit& commit) = 0;
-  // Marks the round failed, increments the job's consecutive_failed_rounds and, with fail_job_reason, fails the job,
-  // in one transaction. Same errors as CommitRound.
+  // Marks the round failed, increments the job's consecutive_failed_rounds (if counts_toward_fault_tolerance) and,
+  // with fail_job_reason, fails the job, in one transaction. On a job that is already terminal (cancelled while the
+  // round ran) only the round is marked. NotFound / FailedPrecondition as CommitRound; InvalidArgument if `reason`
+  // is empty.
   virtual Status FailRound(const RoundFailure& failure) = 0;
   virtual StatusOr<Round> GetRound(int64_t job_id, int32_t round, int32_t attempt) = 0;
   virtual StatusOr<std::vector<Round>> ListRounds(int64_t job_id) = 0;  // by round, then attempt

@@ -101,6 +101,11 @@ class SqliteMetadataStore final : public MetadataStore {
 
   explicit SqliteMetadataStore(std::unique_ptr<sqlite3, DbCloser> db);
 
+  // Helpers for callers that already hold mu_ (and usually a transaction).
+  StatusOr<TrainingJob> LoadJobLocked(int64_t job_id);
+  StatusOr<Round> LoadRoundLocked(int64_t job_id, int32_t round, int32_t attempt);
+  Status LoadParticipantsLocked(std::vector<Round>& rounds);
+
   std::mutex mu_;  // guards db_ and statements_: SQLite connections are not for concurrent use
   std::unique_ptr<sqlite3, DbCloser> db_;
   std::unique_ptr<StatementCache> statements_;

@@ -1,0 +1,284 @@
+#include "storage/directory_blob_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+
+#include "base/log.h"
+#include "weights/sha256.h"
+
+namespace parsyn::storage {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr std::string_view kSidecarSuffix = "#sha256";
+constexpr std::string_view kTempMarker = "#tmp-";
+constexpr size_t kChunkBytes = 1 << 20;
+
+std::string Errno(std::string_view what, const fs::path& path) {
+  return std::string(what) + " " + path.string() + ": " + std::strerror(errno);
+}
+
+// Closes the descriptor when it goes out of scope.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  // Closes now, reporting the error close() returns (on some file systems, the first sign of a failed write).
+  int Close() {
+    int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+// Removes the file when it goes out of scope unless Release() was called.
+class RemoveOnExit {
+ public:
+  explicit RemoveOnExit(fs::path path) : path_(std::move(path)) {}
+  ~RemoveOnExit() {
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+  RemoveOnExit(const RemoveOnExit&) = delete;
+  RemoveOnExit& operator=(const RemoveOnExit&) = delete;
+  void Release() { path_.clear(); }
+
+ private:
+  fs::path path_;
+};
+
+Status FsyncPath(const fs::path& path, int flags) {
+  Fd fd(::open(path.c_str(), flags | O_CLOEXEC));
+  if (fd.get() < 0) return UnavailableError(Errno("opening", path));
+  if (::fsync(fd.get()) != 0) return UnavailableError(Errno("fsync of", path));
+  return Status::Ok();
+}
+
+Status FsyncDir(const fs::path& dir) { return FsyncPath(dir, O_RDONLY | O_DIRECTORY); }
+
+// A name no other writer (thread or process) uses at the same time.
+std::string UniqueTempSuffix() {
+  static std::atomic<uint64_t> counter{0};
+  return std::string(kTempMarker) + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+}
+
+// Creates the directories of `relative` under `root` one at a time, fsyncing each new directory's parent so the new
+// entry itself is durable (fsync of a file does not make its directory entry durable).
+Status EnsureDirs(const fs::path& root, const fs::path& relative) {
+  fs::path dir = root;
+  for (const fs::path& part : relative) {
+    fs::path parent = dir;
+    dir /= part;
+    if (::mkdir(dir.c_str(), 0755) == 0) {
+      PARSYN_RETURN_IF_ERROR(FsyncDir(parent));
+    } else if (errno != EEXIST) {
+      return UnavailableError(Errno("creating directory", dir));
+    }
+  }
+  return Status::Ok();
+}
+
+// Writes `contents` to `path` (created exclusively) and fsyncs it.
+Status WriteSmallFile(const fs::path& path, std::string_view contents) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return UnavailableError(Errno("creating", path));
+  size_t done = 0;
+  while (done < contents.size()) {
+    ssize_t n = ::write(fd.get(), contents.data() + done, contents.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return UnavailableError(Errno("writing", path));
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0) return UnavailableError(Errno("fsync of", path));
+  if (fd.Close() != 0) return UnavailableError(Errno("closing", path));
+  return Status::Ok();
+}
+
+bool IsHexSha256(std::string_view s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+fs::path SidecarPath(const fs::path& blob) { return fs::path(blob.string() + std::string(kSidecarSuffix)); }
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DirectoryBlobStore>> DirectoryBlobStore::Open(const fs::path& root) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) return UnavailableError("creating blob directory " + root.string() + ": " + ec.message());
+  fs::path absolute = fs::absolute(root, ec);
+  if (ec) return UnavailableError("resolving blob directory " + root.string() + ": " + ec.message());
+
+  // A crash mid-Put leaves a temp file that no blob refers to; nobody else can be writing while we open.
+  int swept = 0;
+  for (auto it = fs::recursive_directory_iterator(absolute, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->is_regular_file(ec) && it->path().filename().string().find(kTempMarker) != std::string::npos) {
+      if (::unlink(it->path().c_str()) == 0) ++swept;
+    }
+  }
+  if (ec) return UnavailableError("scanning blob directory " + absolute.string() + ": " + ec.message());
+  if (swept > 0) PARSYN_LOG_INFO("blob store {}: removed {} stale temp file(s)", absolute.string(), swept);
+  return std::unique_ptr<DirectoryBlobStore>(new DirectoryBlobStore(absolute));
+}
+
+StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& data, const PutOptions& options) {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  const fs::path final_path = root_ / fs::path(key);
+  const fs::path dir = final_path.parent_path();
+  PARSYN_RETURN_IF_ERROR(EnsureDirs(root_, fs::path(key).parent_path()));
+  if (::access(final_path.c_str(), F_OK) == 0) {
+    return AlreadyExistsError("blob '" + std::string(key) + "' already exists");
+  }
+
+  const std::string suffix = UniqueTempSuffix();
+  const fs::path temp_path = fs::path(final_path.string() + suffix);
+  RemoveOnExit remove_temp(temp_path);
+  Fd fd(::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return UnavailableError(Errno("creating", temp_path));
+
+  weights::Sha256 hasher;
+  uint64_t size_bytes = 0;
+  std::vector<std::byte> chunk(kChunkBytes);
+  while (true) {
+    PARSYN_ASSIGN_OR_RETURN(size_t n, data.Read(chunk));
+    if (n == 0) break;
+    size_bytes += n;
+    if (options.max_size_bytes && size_bytes > *options.max_size_bytes) {
+      return ResourceExhaustedError("blob '" + std::string(key) + "' is larger than the limit of " +
+                                    std::to_string(*options.max_size_bytes) + " bytes");
+    }
+    hasher.Update(std::span<const std::byte>(chunk.data(), n));
+    size_t done = 0;
+    while (done < n) {
+      ssize_t w = ::write(fd.get(), chunk.data() + done, n - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return UnavailableError(Errno("writing", temp_path));
+      done += static_cast<size_t>(w);
+    }
+  }
+  if (::fsync(fd.get()) != 0) return UnavailableError(Errno("fsync of", temp_path));
+  if (fd.Close() != 0) return UnavailableError(Errno("closing", temp_path));
+
+  BlobInfo info{std::string(key), size_bytes, hasher.HexDigest()};
+  if (options.expected_sha256 && *options.expected_sha256 != info.sha256) {
+    return DataLossError("blob '" + std::string(key) + "' has sha256 " + info.sha256 + ", expected " +
+                         *options.expected_sha256);
+  }
+
+  // The sidecar goes in first (under its own temp name) so a blob is rarely seen without it; it is only a cache.
+  const fs::path sidecar_temp = fs::path(SidecarPath(final_path).string() + suffix);
+  RemoveOnExit remove_sidecar_temp(sidecar_temp);
+  PARSYN_RETURN_IF_ERROR(WriteSmallFile(sidecar_temp, info.sha256));
+
+  // link() is atomic and fails if the name exists: the blob appears whole, and exactly one racing Put wins.
+  if (::link(temp_path.c_str(), final_path.c_str()) != 0) {
+    if (errno == EEXIST) return AlreadyExistsError("blob '" + std::string(key) + "' already exists");
+    return UnavailableError(Errno("linking", final_path));
+  }
+  if (::rename(sidecar_temp.c_str(), SidecarPath(final_path).c_str()) == 0) {
+    remove_sidecar_temp.Release();
+  } else {
+    ::unlink(SidecarPath(final_path).c_str());  // never leave a sidecar of an earlier blob: Head rehashes instead
+  }
+  // remove_temp unlinks the temp name on return; the blob keeps its data through the final name.
+  PARSYN_RETURN_IF_ERROR(FsyncDir(dir));
+  return info;
+}
+
+StatusOr<std::unique_ptr<ByteSource>> DirectoryBlobStore::Get(std::string_view key) {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  StatusOr<std::unique_ptr<ByteSource>> source = OpenFileSource(root_ / fs::path(key));
+  if (!source.ok() && source.status().code() == StatusCode::kNotFound) {
+    return NotFoundError("blob '" + std::string(key) + "' not found");
+  }
+  return source;
+}
+
+StatusOr<BlobInfo> DirectoryBlobStore::Head(std::string_view key) {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  const fs::path path = root_ / fs::path(key);
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return NotFoundError("blob '" + std::string(key) + "' not found");
+    return UnavailableError(Errno("stat of", path));
+  }
+  if (!S_ISREG(st.st_mode)) return NotFoundError("blob '" + std::string(key) + "' not found");
+  BlobInfo info{std::string(key), static_cast<uint64_t>(st.st_size), ""};
+
+  StatusOr<std::unique_ptr<ByteSource>> sidecar = OpenFileSource(SidecarPath(path));
+  if (sidecar.ok()) {
+    StatusOr<std::string> text = ReadAll(**sidecar, 128);
+    if (text.ok() && IsHexSha256(*text)) {
+      info.sha256 = *std::move(text);
+      return info;
+    }
+  }
+  // No usable sidecar (a crash between link and rename, or a damaged file): the blob is immutable, so hash it again.
+  PARSYN_ASSIGN_OR_RETURN(info.sha256, weights::Sha256File(path));
+  const fs::path sidecar_temp = fs::path(SidecarPath(path).string() + UniqueTempSuffix());
+  if (WriteSmallFile(sidecar_temp, info.sha256).ok()) {
+    if (::rename(sidecar_temp.c_str(), SidecarPath(path).c_str()) != 0) ::unlink(sidecar_temp.c_str());
+  } else {
+    ::unlink(sidecar_temp.c_str());  // the sidecar is a cache; the next Head hashes again
+  }
+  return info;
+}
+
+StatusOr<fs::path> DirectoryBlobStore::LocalPath(std::string_view key) {
+  PARSYN_RETURN_IF_ERROR(Head(key).status());
+  return root_ / fs::path(key);
+}
+
+Status DirectoryBlobStore::Delete(std::string_view key) {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  const fs::path path = root_ / fs::path(key);
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return NotFoundError("blob '" + std::string(key) + "' not found");
+  }
+  if (::unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return NotFoundError("blob '" + std::string(key) + "' not found");
+    return UnavailableError(Errno("removing", path));
+  }
+  ::unlink(SidecarPath(path).c_str());  // may be missing; a stale sidecar would only be a wrong cache for a re-Put
+  return FsyncDir(path.parent_path());
+}
+
+StatusOr<std::vector<std::string>> DirectoryBlobStore::List(std::string_view prefix) {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKeyPrefix(prefix));
+  size_t slash = prefix.rfind('/');
+  fs::path start = slash == std::string_view::npos ? root_ : root_ / fs::path(prefix.substr(0, slash));
+  std::vector<std::string> keys;
+  std::error_code ec;
+  if (!fs::is_directory(start, ec)) return keys;
+  for (auto it = fs::recursive_directory_iterator(start, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (!it->is_regular_file(ec) || it->is_symlink(ec)) continue;
+    std::string key = it->path().lexically_relative(root_).generic_string();
+    // Skips sidecars, temp files and anything else that is not a blob someone Put.
+    if (!key.starts_with(prefix) || !ValidateBlobKey(key).ok()) continue;
+    keys.push_back(std::move(key));
+  }
+  if (ec) return UnavailableError("listing " + start.string() + ": " + ec.message());
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+}  // namespace parsyn::storage
