@@ -1,0 +1,242 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "storage/blob_store.h"
+#include "storage/blob_store_contract.h"
+#include "storage/directory_blob_store.h"
+#include "storage/memory_blob_store.h"
+#include "storage/temp_dir_for_test.h"
+
+namespace parsyn::storage {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, BlobStoreContractTest,
+    ::testing::Values(
+        BlobStoreBackend{"directory",
+                         [](const fs::path& dir) -> StatusOr<std::unique_ptr<BlobStore>> {
+                           return OpenBlobStore("file://" + (dir / "blobs").string());
+                         }},
+        BlobStoreBackend{"memory",
+                         [](const fs::path&) -> StatusOr<std::unique_ptr<BlobStore>> {
+                           return std::unique_ptr<BlobStore>(std::make_unique<MemoryBlobStore>());
+                         }}),
+    BlobStoreBackendName);
+
+struct KeyCase {
+  std::string key;
+  std::string error_fragment;  // empty: the key is valid
+};
+
+TEST(ValidateBlobKeyTest, Table) {
+  const std::vector<KeyCase> cases = {
+      {"jobs/17/rounds/000003/global.safetensors", ""},
+      {"datasets/42.jsonl", ""},
+      {"a", ""},
+      {"A-Z_a-z.0-9", ""},
+      {".hidden", ""},  // not only dots: an ordinary name
+      {std::string(kMaxBlobKeyBytes, 'k'), ""},
+      {"", "it is empty"},
+      {"../x", "segment '..' is made only of dots"},
+      {"a/../b", "segment '..' is made only of dots"},
+      {"a/./b", "segment '.' is made only of dots"},
+      {"...", "segment '...' is made only of dots"},
+      {"/etc/passwd", "it starts with '/'"},
+      {"a//b", "empty segment"},
+      {"a/", "it ends with '/'"},
+      {"a\\b", "contains '\\x5c'"},
+      {std::string("a\0b", 3), "contains '\\x00'"},
+      {"a b", "contains ' '"},
+      {"a#tmp-1", "contains '#'"},
+      {"caf\xc3\xa9", "contains '\\xc3'"},
+      {"a\nb", "contains '\\x0a'"},
+      {std::string(kMaxBlobKeyBytes + 1, 'k'), "513 bytes long, the limit is 512"},
+  };
+  for (const KeyCase& c : cases) {
+    Status s = ValidateBlobKey(c.key);
+    if (c.error_fragment.empty()) {
+      EXPECT_TRUE(s.ok()) << c.key << ": " << s.ToString();
+    } else {
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.key;
+      EXPECT_THAT(s.message(), HasSubstr(c.error_fragment)) << c.key;
+    }
+  }
+}
+
+TEST(ValidateBlobKeyTest, MessagesEscapeAndShortenTheKey) {
+  Status s = ValidateBlobKey(std::string(2000, '/'));
+  EXPECT_THAT(s.message(), HasSubstr("...'"));
+  EXPECT_LT(s.message().size(), 200u);
+  EXPECT_THAT(ValidateBlobKey("x\x01y").message(), HasSubstr("'x\\x01y'"));
+}
+
+TEST(ValidateBlobKeyPrefixTest, AcceptsPartialKeysAndRejectsEscapes) {
+  for (std::string_view ok : {"", "jobs", "jobs/", "jobs/1/sh", "jobs/1/..", "."}) {
+    EXPECT_TRUE(ValidateBlobKeyPrefix(ok).ok()) << ok;
+  }
+  for (std::string_view bad : {"/", "/jobs", "../", "a/../", "a//", "a b", "a/\\"}) {
+    EXPECT_EQ(ValidateBlobKeyPrefix(bad).code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(OpenBlobStoreTest, ChoosesByScheme) {
+  TempDirForTest dir;
+  StatusOr<std::unique_ptr<BlobStore>> by_uri = OpenBlobStore("file://" + (dir.path() / "u").string());
+  ASSERT_TRUE(by_uri.ok()) << by_uri.status().ToString();
+  StatusOr<std::unique_ptr<BlobStore>> by_path = OpenBlobStore((dir.path() / "p").string());
+  ASSERT_TRUE(by_path.ok()) << by_path.status().ToString();
+  EXPECT_TRUE(fs::is_directory(dir.path() / "u"));
+  EXPECT_TRUE(fs::is_directory(dir.path() / "p"));
+
+  StatusOr<std::unique_ptr<BlobStore>> s3 = OpenBlobStore("s3://bucket/prefix");
+  EXPECT_EQ(s3.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s3.status().message(), HasSubstr("scheme 's3' is not supported"));
+  EXPECT_THAT(s3.status().message(), HasSubstr("file:///"));
+  EXPECT_EQ(OpenBlobStore("file://host/dir").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenBlobStore("").status().code(), StatusCode::kInvalidArgument);
+}
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(DirectoryBlobStoreTest, LaysBlobsOutUnderTheRootWithASha256Sidecar) {
+  TempDirForTest dir;
+  auto store = DirectoryBlobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok());
+  StringByteSource source("abc");
+  ASSERT_TRUE((*store)->Put("jobs/1/global.safetensors", source).ok());
+  EXPECT_EQ(ReadFile(dir.path() / "jobs/1/global.safetensors"), "abc");
+  EXPECT_EQ(ReadFile(dir.path() / "jobs/1/global.safetensors#sha256"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(*(*store)->LocalPath("jobs/1/global.safetensors"), dir.path() / "jobs/1/global.safetensors");
+  // Only the blob is listed, not its sidecar; no temp files are left behind.
+  EXPECT_THAT(*(*store)->List(""), ElementsAre("jobs/1/global.safetensors"));
+  for (const auto& entry : fs::recursive_directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().string().find("#tmp-"), std::string::npos) << entry.path();
+  }
+}
+
+TEST(DirectoryBlobStoreTest, MissingOrDamagedSidecarIsRecomputed) {
+  TempDirForTest dir;
+  auto store = DirectoryBlobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok());
+  StringByteSource source("abc");
+  ASSERT_TRUE((*store)->Put("k", source).ok());
+  const std::string abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+
+  fs::remove(dir.path() / "k#sha256");
+  EXPECT_EQ((*store)->Head("k")->sha256, abc);
+  EXPECT_EQ(ReadFile(dir.path() / "k#sha256"), abc);  // written back
+
+  std::ofstream(dir.path() / "k#sha256", std::ios::trunc) << "garbage";
+  EXPECT_EQ((*store)->Head("k")->sha256, abc);
+}
+
+TEST(DirectoryBlobStoreTest, OpenSweepsStaleTempFilesAndKeepsBlobs) {
+  TempDirForTest dir;
+  fs::create_directories(dir.path() / "jobs/3");
+  std::ofstream(dir.path() / "jobs/3/global.safetensors#tmp-999-0") << "half a blob";
+  std::ofstream(dir.path() / "jobs/3/global.safetensors#sha256#tmp-999-0") << "half a sidecar";
+  std::ofstream(dir.path() / "jobs/3/kept") << "whole";
+  auto store = DirectoryBlobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok());
+  EXPECT_FALSE(fs::exists(dir.path() / "jobs/3/global.safetensors#tmp-999-0"));
+  EXPECT_FALSE(fs::exists(dir.path() / "jobs/3/global.safetensors#sha256#tmp-999-0"));
+  EXPECT_THAT(*(*store)->List(""), ElementsAre("jobs/3/kept"));
+  EXPECT_EQ((*store)->Head("jobs/3/kept")->size_bytes, 5u);
+}
+
+// A Put that dies half-way (kill -9 of the server mid-upload) leaves no blob, and the next open cleans up.
+TEST(DirectoryBlobStoreTest, CrashMidPutLeavesNoBlob) {
+  TempDirForTest dir;
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto store = DirectoryBlobStore::Open(dir.path());
+    if (!store.ok()) ::_exit(2);
+    class DyingSource final : public ByteSource {
+     public:
+      StatusOr<size_t> Read(std::span<std::byte> buffer) override {
+        if (reads_++ == 1) ::_exit(0);  // the second read never returns: the process is gone
+        std::memset(buffer.data(), 'x', 1000);
+        return size_t{1000};
+      }
+      int reads_ = 0;
+    } source;
+    (void)(*store)->Put("jobs/1/update.safetensors", source);
+    ::_exit(3);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  ASSERT_EQ(WEXITSTATUS(wstatus), 0);
+
+  bool temp_left = false;
+  for (const auto& entry : fs::recursive_directory_iterator(dir.path())) {
+    temp_left = temp_left || entry.path().string().find("#tmp-") != std::string::npos;
+  }
+  EXPECT_TRUE(temp_left) << "the child should have died with its temp file written";
+
+  auto store = DirectoryBlobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*store)->Head("jobs/1/update.safetensors").status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(*(*store)->List(""), IsEmpty());
+  for (const auto& entry : fs::recursive_directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().string().find("#tmp-"), std::string::npos) << entry.path();
+  }
+  StringByteSource source("complete");
+  EXPECT_TRUE((*store)->Put("jobs/1/update.safetensors", source).ok());
+}
+
+TEST(DirectoryBlobStoreTest, ListIgnoresFilesThatAreNotBlobs) {
+  TempDirForTest dir;
+  auto store = DirectoryBlobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok());
+  std::ofstream(dir.path() / "has space") << "x";
+  std::ofstream(dir.path() / "orphan#sha256") << "x";
+  fs::create_symlink("/etc/passwd", dir.path() / "link");
+  EXPECT_THAT(*(*store)->List(""), IsEmpty());
+}
+
+TEST(MemoryBlobStoreTest, FailNextPutsFailsThatManyThenRecovers) {
+  MemoryBlobStore store;
+  store.FailNextPuts(2, UnavailableError("disk full (injected)"));
+  for (int i = 0; i < 2; ++i) {
+    StringByteSource source("x");
+    EXPECT_EQ(store.Put("k", source).status(), UnavailableError("disk full (injected)"));
+  }
+  EXPECT_EQ(store.Head("k").status().code(), StatusCode::kNotFound);
+  StringByteSource source("x");
+  EXPECT_TRUE(store.Put("k", source).ok());
+}
+
+TEST(MemoryBlobStoreTest, LocalPathIsFailedPrecondition) {
+  MemoryBlobStore store;
+  StringByteSource source("x");
+  ASSERT_TRUE(store.Put("k", source).ok());
+  Status s = store.LocalPath("k").status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("Get()"));
+}
+
+TEST(ByteSourceTest, ReadAllCapsTheSize) {
+  StringByteSource source(std::string(100, 'x'));
+  StatusOr<std::string> all = ReadAll(source, 99);
+  EXPECT_EQ(all.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(OpenFileSource("/no/such/file").status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace parsyn::storage
