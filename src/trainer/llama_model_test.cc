@@ -1,0 +1,3 @@
+#include "trainer/llama_model.h"
+
+#include <gtest/gtest.h>
