@@ -1,0 +1,420 @@
+#include "weights/weighted_mean.h"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace parsyn::weights {
+namespace {
+
+// Work is split into chunks of this many elements (256 KiB of fp32): small enough to balance across threads, large
+// enough that the per-chunk overhead vanishes next to the streaming loop.
+constexpr size_t kChunkElements = size_t{1} << 16;
+// Below this many elements in total, threads cost more than they save.
+constexpr size_t kMinElementsForThreads = size_t{1} << 18;
+
+// kExact's fixed-point grid: a value x is stored as round(x * 2^64) in an int128. Terms are limited to |x| < 2^52
+// (so a term is below 2^116) and the sum of all accepted terms' magnitude bounds to < 2^62 (2^126 on the grid), so
+// the integer sum can never overflow whatever the order.
+constexpr double kExactScale = 0x1p64;
+constexpr double kExactMaxTerm = 0x1p52;
+constexpr double kExactMaxSum = 0x1p62;
+
+// Largest finite magnitude each accumulator can reach before it overflows to Inf.
+double MaxAccumulatorMagnitude(Accumulation mode) {
+  switch (mode) {
+    case Accumulation::kFloat32: return std::numeric_limits<float>::max();
+    case Accumulation::kFloat64: return std::numeric_limits<double>::max();
+    case Accumulation::kExact: return kExactMaxSum;
+  }
+  return 0;
+}
+
+bool IsAveragedDtype(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16; }
+
+// Kernels. Plain contiguous loops with no branches per element, so GCC/Clang vectorise them at -O3.
+
+inline float Bf16Bits(uint16_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v) << 16); }
+
+// F16 -> float with selects instead of branches (same result as F16ToFloat), so the loop vectorises.
+inline float F16Bits(uint16_t h) {
+  const uint32_t magnitude = (static_cast<uint32_t>(h) & 0x7fffu) << 13;
+  const uint32_t exponent = magnitude & (0x7c00u << 13);
+  const uint32_t normal = magnitude + ((127u - 15u) << 23);
+  const uint32_t inf_nan = normal + ((128u - 16u) << 23);
+  const uint32_t subnormal =
+      std::bit_cast<uint32_t>(std::bit_cast<float>(normal + (1u << 23)) - std::bit_cast<float>(113u << 23));
+  // Selects written as masks: GCC keeps `?:` here as branches, which stops vectorisation.
+  const uint32_t is_inf_nan = 0u - static_cast<uint32_t>(exponent == (0x7c00u << 13));
+  const uint32_t is_subnormal = 0u - static_cast<uint32_t>(exponent == 0);
+  uint32_t bits = (inf_nan & is_inf_nan) | (normal & ~is_inf_nan);
+  bits = (subnormal & is_subnormal) | (bits & ~is_subnormal);
+  return std::bit_cast<float>(bits | ((static_cast<uint32_t>(h) & 0x8000u) << 16));
+}
+
+// acc[i] += scale * w[i] for one element type; Acc is float or double.
+template <typename Acc>
+void AccumulateF32(Acc* __restrict acc, const float* __restrict w, size_t count, Acc scale) {
+  for (size_t i = 0; i < count; ++i) acc[i] += scale * static_cast<Acc>(w[i]);
+}
+template <typename Acc>
+void AccumulateBf16(Acc* __restrict acc, const uint16_t* __restrict w, size_t count, Acc scale) {
+  for (size_t i = 0; i < count; ++i) acc[i] += scale * static_cast<Acc>(Bf16Bits(w[i]));
+}
+template <typename Acc>
+void AccumulateF16(Acc* __restrict acc, const uint16_t* __restrict w, size_t count, Acc scale) {
+  for (size_t i = 0; i < count; ++i) acc[i] += scale * static_cast<Acc>(F16Bits(w[i]));
+}
+
+// round(x * 2^64) for |x| < 2^52 (checked by the caller). The product n * w is rounded once, to double; scaling by
+// 2^64 is exact; the rounding to an integer is to nearest even. Both depend only on (n, w), never on order.
+inline __int128 ToFixed(double x) {
+  const double scaled = x * kExactScale;
+  // Adding and subtracting 1.5 * 2^52 rounds to an integer (nearest even) for |scaled| < 2^51; larger values
+  // already are integers.
+  constexpr double kRoundMagic = 0x1.8p52;
+  const double rounded = std::fabs(scaled) < 0x1p51 ? (scaled + kRoundMagic) - kRoundMagic : scaled;
+  // Most terms fit in int64 (|x| < 0.5): one hardware conversion. Larger ones take the library conversion.
+  if (std::fabs(rounded) < 0x1p63) return static_cast<int64_t>(rounded);
+  return static_cast<__int128>(rounded);
+}
+
+template <typename Load>
+void AccumulateExact(__int128* __restrict acc, size_t count, double n, Load load) {
+  for (size_t i = 0; i < count; ++i) acc[i] += ToFixed(n * static_cast<double>(load(i)));
+}
+
+// Largest magnitude in w as its bit pattern with the sign cleared: for IEEE formats that order is the order of
+// magnitudes, and any value at or above the exponent-all-ones pattern is Inf or NaN. One integer max-reduction, so
+// the finiteness scan and the range check share one vectorised pass.
+template <typename Bits, Bits kMagnitudeMask>
+Bits MaxMagnitudeBits(const Bits* __restrict w, size_t count) {
+  Bits max_bits = 0;
+  for (size_t i = 0; i < count; ++i) max_bits = std::max<Bits>(max_bits, w[i] & kMagnitudeMask);
+  return max_bits;
+}
+
+// Runs fn(item) for item in [0, num_items) on up to num_threads threads (the caller is one of them).
+template <typename Fn>
+void ParallelFor(size_t num_items, int num_threads, size_t total_elements, Fn&& fn) {
+  const size_t threads =
+      total_elements < kMinElementsForThreads ? 1 : std::min<size_t>(static_cast<size_t>(num_threads), num_items);
+  if (threads <= 1) {
+    for (size_t i = 0; i < num_items; ++i) fn(i);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < num_items;
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      fn(i);
+    }
+  };
+  std::vector<std::jthread> helpers;
+  helpers.reserve(threads - 1);
+  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(worker);
+  worker();
+}  // helpers join here
+
+// 64-byte aligned, zeroed array of T (the accumulator).
+template <typename T>
+struct AlignedArray {
+  struct Free {
+    void operator()(T* p) const { ::operator delete(p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<T, Free> data;
+  size_t size = 0;
+
+  explicit AlignedArray(size_t count) : size(count) {
+    const size_t bytes = std::max<size_t>(count * sizeof(T), 64);
+    data.reset(static_cast<T*>(::operator new(bytes, std::align_val_t{64})));
+    std::memset(static_cast<void*>(data.get()), 0, bytes);
+  }
+  T* get() const { return data.get(); }
+};
+
+// Round-to-nearest-even float -> bf16 for finite values (the mean of finite values is finite), without the NaN
+// branch of FloatToBf16 so the finishing loop vectorises.
+inline uint16_t FiniteFloatToBf16(float f) {
+  uint32_t bits = std::bit_cast<uint32_t>(f);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+}  // namespace
+
+struct WeightedMean::Impl {
+  struct Slot {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    size_t offset;  // into the flat accumulator, in elements
+    size_t numel;
+  };
+  // A contiguous piece of one tensor, the unit of parallel work.
+  struct Chunk {
+    size_t slot;
+    size_t begin;  // element index within the tensor
+    size_t end;
+  };
+
+  WeightedMeanOptions options;
+  std::vector<Slot> slots;
+  std::vector<Chunk> chunks;
+  size_t total_elements = 0;
+  int num_accepted = 0;
+  double total_weight = 0;
+  __int128 exact_total_weight = 0;
+  // Sum over accepted updates of n * max|w|: a bound on any accumulator's magnitude, checked before adding.
+  double magnitude_bound = 0;
+  // Exactly one of these is allocated, by options.accumulation.
+  std::unique_ptr<AlignedArray<float>> acc_f32;
+  std::unique_ptr<AlignedArray<double>> acc_f64;
+  std::unique_ptr<AlignedArray<__int128>> acc_exact;
+
+  Status CheckLayout(const WeightSet& update) const;
+  // OK and the largest |w| in the update, or why it cannot be added (nothing has been added yet).
+  StatusOr<double> Validate(const WeightSet& update, double n) const;
+  void Add(const WeightSet& update, double n);
+};
+
+WeightedMean::WeightedMean(const WeightSet& layout, WeightedMeanOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& impl = *impl_;
+  if (options.num_threads <= 0) {
+    options.num_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  }
+  impl.options = options;
+  for (const Tensor& t : layout.tensors()) {
+    const size_t numel = static_cast<size_t>(t.numel());
+    const size_t slot = impl.slots.size();
+    impl.slots.push_back({t.name, t.dtype, t.shape, impl.total_elements, numel});
+    if (IsAveragedDtype(t.dtype)) {
+      for (size_t begin = 0; begin < numel; begin += kChunkElements) {
+        impl.chunks.push_back({slot, begin, std::min(numel, begin + kChunkElements)});
+      }
+      impl.total_elements += numel;
+    }
+  }
+  switch (options.accumulation) {
+    case Accumulation::kFloat32: impl.acc_f32 = std::make_unique<AlignedArray<float>>(impl.total_elements); break;
+    case Accumulation::kFloat64: impl.acc_f64 = std::make_unique<AlignedArray<double>>(impl.total_elements); break;
+    case Accumulation::kExact:
+      impl.acc_exact = std::make_unique<AlignedArray<__int128>>(impl.total_elements);
+      break;
+  }
+}
+
+WeightedMean::~WeightedMean() = default;
+WeightedMean::WeightedMean(WeightedMean&&) noexcept = default;
+WeightedMean& WeightedMean::operator=(WeightedMean&&) noexcept = default;
+
+Status WeightedMean::Impl::CheckLayout(const WeightSet& update) const {
+  // Same rules and messages as WeightSet::CheckSameLayout, against the layout kept here without its bytes.
+  const size_t common = std::min(slots.size(), update.size());
+  for (size_t i = 0; i < common; ++i) {
+    const Slot& want = slots[i];
+    const Tensor& got = update[i];
+    if (want.name != got.name) {
+      const bool known = std::any_of(slots.begin(), slots.end(), [&](const Slot& s) { return s.name == got.name; });
+      if (!known) return InvalidArgumentError("unexpected tensor '" + got.name + "'");
+      if (!update.Find(want.name)) return InvalidArgumentError("missing tensor '" + want.name + "'");
+      return InvalidArgumentError("tensor #" + std::to_string(i) + " is '" + got.name + "', expected '" +
+                                  want.name + "' (tensors are in a different order)");
+    }
+    if (want.dtype != got.dtype) {
+      return InvalidArgumentError("tensor '" + got.name + "' has dtype " + std::string(DTypeName(got.dtype)) +
+                                  ", expected " + std::string(DTypeName(want.dtype)));
+    }
+    if (want.shape != got.shape) {
+      return InvalidArgumentError("tensor '" + got.name + "' has shape " + ShapeString(got.shape) + ", expected " +
+                                  ShapeString(want.shape));
+    }
+  }
+  if (update.size() < slots.size()) {
+    return InvalidArgumentError("missing tensor '" + slots[common].name + "' (" + std::to_string(update.size()) +
+                                " tensors, expected " + std::to_string(slots.size()) + ")");
+  }
+  if (update.size() > slots.size()) {
+    return InvalidArgumentError("unexpected tensor '" + update[common].name + "' (" +
+                                std::to_string(update.size()) + " tensors, expected " +
+                                std::to_string(slots.size()) + ")");
+  }
+  for (const Slot& slot : slots) {
+    if (!IsAveragedDtype(slot.dtype)) {
+      return InvalidArgumentError("tensor '" + slot.name + "' has dtype " + std::string(DTypeName(slot.dtype)) +
+                                  "; only F32, BF16 and F16 tensors can be averaged");
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<double> WeightedMean::Impl::Validate(const WeightSet& update, double n) const {
+  if (!std::isfinite(n) || n <= 0) {
+    return InvalidArgumentError("update weight n = " + std::to_string(n) + " must be finite and > 0");
+  }
+  PARSYN_RETURN_IF_ERROR(CheckLayout(update));
+
+  // One parallel pass: the largest magnitude per chunk, as a float (Inf/NaN when the chunk holds one).
+  std::vector<float> chunk_max(chunks.size(), 0.0f);
+  ParallelFor(chunks.size(), options.num_threads, total_elements, [&](size_t c) {
+    const Chunk& chunk = chunks[c];
+    const Tensor& t = update[chunk.slot];
+    const size_t count = chunk.end - chunk.begin;
+    switch (t.dtype) {
+      case DType::kF32:
+        chunk_max[c] = std::bit_cast<float>(
+            MaxMagnitudeBits<uint32_t, 0x7fffffffu>(t.as<uint32_t>().data() + chunk.begin, count));
+        break;
+      case DType::kBF16:
+        chunk_max[c] = Bf16Bits(MaxMagnitudeBits<uint16_t, 0x7fff>(t.as<uint16_t>().data() + chunk.begin, count));
+        break;
+      case DType::kF16:
+        chunk_max[c] = F16Bits(MaxMagnitudeBits<uint16_t, 0x7fff>(t.as<uint16_t>().data() + chunk.begin, count));
+        break;
+      default: break;
+    }
+  });
+  double max_abs = 0;
+  for (float m : chunk_max) {
+    if (!std::isfinite(m)) return CheckFinite(update);  // rescans to name the tensor and index
+    max_abs = std::max(max_abs, static_cast<double>(m));
+  }
+
+  const double limit = MaxAccumulatorMagnitude(options.accumulation);
+  if (options.accumulation == Accumulation::kExact && (n >= kExactMaxTerm || n * max_abs >= kExactMaxTerm)) {
+    return InvalidArgumentError("update too large for exact accumulation: n = " + std::to_string(n) +
+                                ", max |w| = " + std::to_string(max_abs) + " (n and n * |w| must stay below 2^52)");
+  }
+  if (options.accumulation == Accumulation::kFloat32 && n > std::numeric_limits<float>::max()) {
+    return InvalidArgumentError("update weight n = " + std::to_string(n) + " does not fit the fp32 accumulation");
+  }
+  // The exact sum of the weights shares the int128 grid, so it is bounded the same way.
+  const bool weights_overflow = options.accumulation == Accumulation::kExact && total_weight + n >= kExactMaxSum;
+  if (magnitude_bound + n * max_abs > limit || weights_overflow) {
+    return InvalidArgumentError("accepting this update could overflow the accumulator (sum of n * max|w| would reach " +
+                                std::to_string(magnitude_bound + n * max_abs) + "); use a wider accumulation");
+  }
+  return max_abs;
+}
+
+void WeightedMean::Impl::Add(const WeightSet& update, double n) {
+  ParallelFor(chunks.size(), options.num_threads, total_elements, [&](size_t c) {
+    const Chunk& chunk = chunks[c];
+    const Slot& slot = slots[chunk.slot];
+    const Tensor& t = update[chunk.slot];
+    const size_t count = chunk.end - chunk.begin;
+    const size_t at = slot.offset + chunk.begin;
+    switch (options.accumulation) {
+      case Accumulation::kFloat32: {
+        float* acc = acc_f32->get() + at;
+        const float scale = static_cast<float>(n);
+        if (t.dtype == DType::kF32) AccumulateF32(acc, t.as<float>().data() + chunk.begin, count, scale);
+        if (t.dtype == DType::kBF16) AccumulateBf16(acc, t.as<uint16_t>().data() + chunk.begin, count, scale);
+        if (t.dtype == DType::kF16) AccumulateF16(acc, t.as<uint16_t>().data() + chunk.begin, count, scale);
+        break;
+      }
+      case Accumulation::kFloat64: {
+        double* acc = acc_f64->get() + at;
+        if (t.dtype == DType::kF32) AccumulateF32(acc, t.as<float>().data() + chunk.begin, count, n);
+        if (t.dtype == DType::kBF16) AccumulateBf16(acc, t.as<uint16_t>().data() + chunk.begin, count, n);
+        if (t.dtype == DType::kF16) AccumulateF16(acc, t.as<uint16_t>().data() + chunk.begin, count, n);
+        break;
+      }
+      case Accumulation::kExact: {
+        __int128* acc = acc_exact->get() + at;
+        if (t.dtype == DType::kF32) {
+          const float* w = t.as<float>().data() + chunk.begin;
+          AccumulateExact(acc, count, n, [w](size_t i) { return w[i]; });
+        } else if (t.dtype == DType::kBF16) {
+          const uint16_t* w = t.as<uint16_t>().data() + chunk.begin;
+          AccumulateExact(acc, count, n, [w](size_t i) { return Bf16Bits(w[i]); });
+        } else if (t.dtype == DType::kF16) {
+          const uint16_t* w = t.as<uint16_t>().data() + chunk.begin;
+          AccumulateExact(acc, count, n, [w](size_t i) { return F16Bits(w[i]); });
+        }
+        break;
+      }
+    }
+  });
+}
+
+Status WeightedMean::Accept(const WeightSet& update, double n) {
+  Impl& impl = *impl_;
+  // Everything that can reject the update runs before the first element is added, so a rejected update leaves the
+  // sums untouched.
+  PARSYN_ASSIGN_OR_RETURN(double max_abs, impl.Validate(update, n));
+  impl.Add(update, n);
+  impl.magnitude_bound += n * max_abs;
+  impl.total_weight += n;
+  if (impl.options.accumulation == Accumulation::kExact) impl.exact_total_weight += ToFixed(n);
+  ++impl.num_accepted;
+  return Status::Ok();
+}
+
+int WeightedMean::num_accepted() const { return impl_->num_accepted; }
+double WeightedMean::total_weight() const { return impl_->total_weight; }
+
+StatusOr<WeightSet> WeightedMean::Finish() && {
+  Impl& impl = *impl_;
+  if (impl.num_accepted == 0) return FailedPreconditionError("weighted mean of zero updates: nothing was accepted");
+  WeightSet result;
+  std::vector<std::span<std::byte>> outputs;
+  for (const Impl::Slot& slot : impl.slots) {
+    PARSYN_ASSIGN_OR_RETURN(auto bytes, result.AddZeros(slot.name, slot.dtype, slot.shape));
+    outputs.push_back(bytes);
+  }
+  // kExact divides the exact integer sums in 80-bit long double: the quotient is a function of the two integers
+  // only, so the result stays order-independent. The float paths divide in double.
+  const double total = impl.total_weight;
+  const long double exact_total = static_cast<long double>(impl.exact_total_weight);
+  ParallelFor(impl.chunks.size(), impl.options.num_threads, impl.total_elements, [&](size_t c) {
+    const Impl::Chunk& chunk = impl.chunks[c];
+    const Impl::Slot& slot = impl.slots[chunk.slot];
+    const size_t count = chunk.end - chunk.begin;
+    const size_t at = slot.offset + chunk.begin;
+    // The chunk's means as float first, then converted to the tensor's dtype: two plain loops.
+    std::vector<float> means(count);
+    switch (impl.options.accumulation) {
+      case Accumulation::kFloat32: {
+        const float* acc = impl.acc_f32->get() + at;
+        for (size_t i = 0; i < count; ++i) means[i] = static_cast<float>(acc[i] / total);
+        break;
+      }
+      case Accumulation::kFloat64: {
+        const double* acc = impl.acc_f64->get() + at;
+        for (size_t i = 0; i < count; ++i) means[i] = static_cast<float>(acc[i] / total);
+        break;
+      }
+      case Accumulation::kExact: {
+        const __int128* acc = impl.acc_exact->get() + at;
+        for (size_t i = 0; i < count; ++i) means[i] = static_cast<float>(static_cast<long double>(acc[i]) / exact_total);
+        break;
+      }
+    }
+    std::byte* out = outputs[chunk.slot].data();
+    switch (slot.dtype) {
+      case DType::kF32: std::memcpy(reinterpret_cast<float*>(out) + chunk.begin, means.data(), count * 4); break;
+      case DType::kBF16: {
+        uint16_t* dst = reinterpret_cast<uint16_t*>(out) + chunk.begin;
+        for (size_t i = 0; i < count; ++i) dst[i] = FiniteFloatToBf16(means[i]);
+        break;
+      }
+      case DType::kF16: {
+        uint16_t* dst = reinterpret_cast<uint16_t*>(out) + chunk.begin;
+        for (size_t i = 0; i < count; ++i) dst[i] = FloatToF16(means[i]);
+        break;
+      }
+      default: break;
+    }
+  });
+  return result;
+}
+
+}  // namespace parsyn::weights

@@ -1,0 +1,286 @@
+#include "weights/weighted_mean.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace parsyn::weights {
+namespace {
+
+// Tensor names and shapes shared by every update in a test. One tensor is larger than the kernel's chunk and the
+// total is above its threading threshold, so chunking and threads are exercised.
+struct Spec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+const std::vector<Spec> kSpecs = {{"emb.weight", {300, 1000}}, {"q.lora_A.weight", {8, 64}}, {"bias", {7}}, {"s", {}}};
+
+// Rounds `values` through `dtype` and stores them; returns what the tensor now holds, as double.
+std::vector<double> Store(std::span<std::byte> bytes, DType dtype, const std::vector<float>& values) {
+  std::vector<double> stored(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    switch (dtype) {
+      case DType::kF32:
+        std::memcpy(bytes.data() + 4 * i, &values[i], 4);
+        stored[i] = values[i];
+        break;
+      case DType::kBF16: {
+        uint16_t h = FloatToBf16(values[i]);
+        std::memcpy(bytes.data() + 2 * i, &h, 2);
+        stored[i] = Bf16ToFloat(h);
+        break;
+      }
+      default: {
+        uint16_t h = FloatToF16(values[i]);
+        std::memcpy(bytes.data() + 2 * i, &h, 2);
+        stored[i] = F16ToFloat(h);
+      }
+    }
+  }
+  return stored;
+}
+
+std::vector<double> ReadAsDouble(const Tensor& t) {
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint16_t h = 0;
+    if (t.dtype != DType::kF32) std::memcpy(&h, t.data.data() + 2 * i, 2);
+    out[i] = t.dtype == DType::kF32 ? t.as<float>()[i] : t.dtype == DType::kBF16 ? Bf16ToFloat(h) : F16ToFloat(h);
+  }
+  return out;
+}
+
+// An update with values ~ N(center, 1) in `dtype`; `stored` receives the values as held (after rounding).
+WeightSet RandomUpdate(DType dtype, uint32_t seed, std::vector<std::vector<double>>* stored = nullptr) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(static_cast<float>(seed % 5) - 2.0f, 1.0f);
+  WeightSet set;
+  for (const Spec& spec : kSpecs) {
+    auto bytes = set.AddZeros(spec.name, dtype, spec.shape);
+    EXPECT_TRUE(bytes.ok());
+    std::vector<float> values(bytes->size() / DTypeSize(dtype));
+    for (float& v : values) v = normal(rng);
+    auto held = Store(*bytes, dtype, values);
+    if (stored) stored->push_back(std::move(held));
+  }
+  return set;
+}
+
+// Half an ulp of `dtype` at |x| (plus the smallest subnormal step): the rounding of the final conversion.
+double OutputRounding(DType dtype, double x) {
+  const double magnitude = std::max(std::fabs(x), 1e-30);
+  switch (dtype) {
+    case DType::kF32: return std::ldexp(magnitude, -24);
+    case DType::kBF16: return std::ldexp(magnitude, -8);
+    default: return std::ldexp(magnitude, -11) + 0x1p-25;
+  }
+}
+
+struct MeanCase {
+  DType dtype;
+  Accumulation accumulation;
+  std::vector<double> weights;  // K = weights.size()
+};
+
+TEST(WeightedMeanTest, MatchesFloat64Reference) {
+  const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+  const Accumulation modes[] = {Accumulation::kFloat32, Accumulation::kFloat64, Accumulation::kExact};
+  const std::vector<std::vector<double>> weight_sets = {
+      {5}, {3, 1, 7.5}, {1, 10, 100, 1000, 2, 20, 200, 2000}};
+  for (DType dtype : dtypes) {
+    // Eight updates per dtype, shared by every mode and K (the first K are used).
+    std::vector<WeightSet> updates;
+    std::vector<std::vector<std::vector<double>>> held(8);
+    for (uint32_t k = 0; k < 8; ++k) updates.push_back(RandomUpdate(dtype, k + 1, &held[k]));
+    for (Accumulation mode : modes) {
+      for (const auto& weights : weight_sets) {
+        SCOPED_TRACE(std::string(DTypeName(dtype)) + " mode " + std::to_string(static_cast<int>(mode)) + " K=" +
+                     std::to_string(weights.size()));
+        const size_t K = weights.size();
+        WeightedMean mean(updates[0], {.accumulation = mode, .num_threads = 2});
+        for (size_t k = 0; k < K; ++k) ASSERT_TRUE(mean.Accept(updates[k], weights[k]).ok());
+        EXPECT_EQ(mean.num_accepted(), static_cast<int>(K));
+        const double N = std::accumulate(weights.begin(), weights.end(), 0.0);
+        EXPECT_DOUBLE_EQ(mean.total_weight(), N);
+        auto result = std::move(mean).Finish();
+        ASSERT_TRUE(result.ok()) << result.status().ToString();
+        ASSERT_EQ(result->size(), kSpecs.size());
+        double worst = 0;  // largest error in units of the allowed tolerance
+        for (size_t t = 0; t < kSpecs.size(); ++t) {
+          const Tensor& out = (*result)[t];
+          EXPECT_EQ(out.dtype, dtype);
+          EXPECT_EQ(out.shape, kSpecs[t].shape);
+          std::vector<double> got = ReadAsDouble(out);
+          for (size_t i = 0; i < got.size(); ++i) {
+            double sum = 0, magnitude = 0;
+            for (size_t k = 0; k < K; ++k) {
+              sum += weights[k] * held[k][t][i];
+              magnitude += weights[k] * std::fabs(held[k][t][i]);
+            }
+            const double ref = sum / N;
+            // Tolerance: the output dtype's rounding, plus the accumulation's own error: fp32 sums lose up to
+            // ~K ulps of the running magnitude; fp64 and exact sums are far below the fp32 output rounding.
+            double tolerance = OutputRounding(dtype, ref) + 1e-12 * magnitude / N;
+            if (mode == Accumulation::kFloat32) tolerance += 2.0 * K * std::ldexp(magnitude / N, -24);
+            worst = std::max(worst, std::fabs(got[i] - ref) / tolerance);
+          }
+        }
+        EXPECT_LE(worst, 1.0);
+      }
+    }
+  }
+}
+
+TEST(WeightedMeanTest, ExactIsBitIdenticalAcrossArrivalOrders) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    constexpr int K = 6;
+    std::vector<WeightSet> updates;
+    for (int k = 0; k < K; ++k) updates.push_back(RandomUpdate(dtype, 50 + k));
+    // Non-integer weights of very different sizes: exactly where floating-point sums depend on order.
+    const double weights[K] = {0.1, 1234.5678, 3e-3, 77.7, 0.3, 1e5 / 3};
+    std::vector<int> order(K);
+    std::iota(order.begin(), order.end(), 0);
+    std::vector<std::byte> first_result;
+    std::mt19937 rng(11);
+    for (int trial = 0; trial < 10; ++trial) {
+      std::shuffle(order.begin(), order.end(), rng);
+      WeightedMean mean(updates[0], {.accumulation = Accumulation::kExact, .num_threads = 2});
+      for (int k : order) ASSERT_TRUE(mean.Accept(updates[k], weights[k]).ok());
+      auto result = std::move(mean).Finish();
+      ASSERT_TRUE(result.ok());
+      std::vector<std::byte> bytes;
+      for (const Tensor& t : result->tensors()) bytes.insert(bytes.end(), t.data.begin(), t.data.end());
+      if (trial == 0) {
+        first_result = bytes;
+      } else {
+        ASSERT_EQ(bytes.size(), first_result.size());
+        EXPECT_EQ(std::memcmp(bytes.data(), first_result.data(), bytes.size()), 0)
+            << DTypeName(dtype) << " trial " << trial << " differs";
+      }
+    }
+  }
+}
+
+// Builds a one-tensor-per-spec set in `dtype` filled with `value`.
+WeightSet Filled(DType dtype, float value, const std::vector<Spec>& specs) {
+  WeightSet set;
+  for (const Spec& spec : specs) {
+    auto bytes = set.AddZeros(spec.name, dtype, spec.shape);
+    EXPECT_TRUE(bytes.ok());
+    Store(*bytes, dtype, std::vector<float>(bytes->size() / DTypeSize(dtype), value));
+  }
+  return set;
+}
+
+TEST(WeightedMeanTest, RejectsLayoutMismatchesAndAddsNothing) {
+  const std::vector<Spec> specs = {{"a", {4, 8}}, {"b", {3}}};
+  WeightedMean mean(Filled(DType::kF32, 0, specs));
+  ASSERT_TRUE(mean.Accept(Filled(DType::kF32, 2.0f, specs), 1).ok());
+  struct Row {
+    WeightSet update;
+    std::string message;
+  };
+  std::vector<Row> rows;
+  rows.push_back({Filled(DType::kF32, 9, {{"a", {4, 8}}, {"c", {3}}}), "unexpected tensor 'c'"});
+  rows.push_back({Filled(DType::kBF16, 9, specs), "tensor 'a' has dtype BF16, expected F32"});
+  rows.push_back({Filled(DType::kF32, 9, {{"a", {8, 4}}, {"b", {3}}}), "tensor 'a' has shape [8, 4], expected [4, 8]"});
+  rows.push_back({Filled(DType::kF32, 9, {{"a", {4, 8}}, {"b", {1, 3}}}), "tensor 'b' has shape [1, 3], expected [3]"});
+  rows.push_back({Filled(DType::kF32, 9, {{"a", {4, 8}}}), "missing tensor 'b'"});
+  for (const Row& row : rows) {
+    Status s = mean.Accept(row.update, 1);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find(row.message), std::string::npos) << s.message();
+  }
+  EXPECT_EQ(mean.num_accepted(), 1);
+  EXPECT_EQ(mean.total_weight(), 1);
+  auto result = std::move(mean).Finish();
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ((*result)[0].as<float>()[0], 2.0f);
+}
+
+TEST(WeightedMeanTest, RejectsNonFiniteValuesBeforeAddingAnything) {
+  const float kNan = std::numeric_limits<float>::quiet_NaN();
+  const float kInf = std::numeric_limits<float>::infinity();
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (Accumulation mode : {Accumulation::kFloat32, Accumulation::kExact}) {
+      WeightedMean mean(RandomUpdate(dtype, 1), {.accumulation = mode, .num_threads = 2});
+      WeightedMean clean(RandomUpdate(dtype, 1), {.accumulation = mode, .num_threads = 2});
+      WeightSet good = RandomUpdate(dtype, 2);
+      ASSERT_TRUE(mean.Accept(good, 2).ok());
+      ASSERT_TRUE(clean.Accept(good, 2).ok());
+      for (float bad : {kNan, kInf, -kInf}) {
+        WeightSet update = RandomUpdate(dtype, 3);
+        // Poison the last element of the second tensor: a check done while adding would already have added the
+        // first tensor.
+        const Tensor& target = update[1];
+        const size_t index = static_cast<size_t>(target.numel()) - 1;
+        Store(target.data.subspan(index * DTypeSize(dtype)), dtype, {bad});
+        Status s = mean.Accept(update, 1);
+        EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+        EXPECT_NE(s.message().find("tensor 'q.lora_A.weight' has a non-finite value"), std::string::npos)
+            << s.message();
+        EXPECT_NE(s.message().find("at index " + std::to_string(index)), std::string::npos) << s.message();
+      }
+      EXPECT_EQ(mean.num_accepted(), 1);
+      auto got = std::move(mean).Finish();
+      auto want = std::move(clean).Finish();
+      ASSERT_TRUE(got.ok() && want.ok());
+      for (size_t t = 0; t < got->size(); ++t) {
+        EXPECT_EQ(std::memcmp((*got)[t].data.data(), (*want)[t].data.data(), (*got)[t].data.size()), 0);
+      }
+    }
+  }
+}
+
+TEST(WeightedMeanTest, RejectsBadWeights) {
+  const std::vector<Spec> specs = {{"w", {4}}};
+  WeightedMean mean(Filled(DType::kF32, 0, specs));
+  WeightSet update = Filled(DType::kF32, 1, specs);
+  for (double n : {0.0, -1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    Status s = mean.Accept(update, n);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << n;
+    EXPECT_NE(s.message().find("must be finite and > 0"), std::string::npos) << s.message();
+  }
+  EXPECT_EQ(mean.num_accepted(), 0);
+}
+
+TEST(WeightedMeanTest, FinishWithNothingAcceptedIsFailedPrecondition) {
+  WeightedMean mean(Filled(DType::kBF16, 0, {{"w", {4}}}));
+  auto result = std::move(mean).Finish();
+  EXPECT_EQ(result.status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(WeightedMeanTest, RejectsNonFloatTensorsAndOverflowingUpdates) {
+  WeightSet ints;
+  ASSERT_TRUE(ints.AddZeros("step", DType::kI64, {1}).ok());
+  WeightedMean int_mean(ints);
+  Status s = int_mean.Accept(ints, 1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "tensor 'step' has dtype I64; only F32, BF16 and F16 tensors can be averaged");
+
+  const std::vector<Spec> specs = {{"w", {4}}};
+  WeightedMean fp32(Filled(DType::kF32, 0, specs));
+  ASSERT_TRUE(fp32.Accept(Filled(DType::kF32, 3e38f, specs), 1).ok());
+  s = fp32.Accept(Filled(DType::kF32, 3e38f, specs), 1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("could overflow the accumulator"), std::string::npos) << s.message();
+  // The same sums fit an fp64 accumulator.
+  WeightedMean fp64(Filled(DType::kF32, 0, specs), {.accumulation = Accumulation::kFloat64});
+  ASSERT_TRUE(fp64.Accept(Filled(DType::kF32, 3e38f, specs), 1).ok());
+  ASSERT_TRUE(fp64.Accept(Filled(DType::kF32, 3e38f, specs), 1).ok());
+  EXPECT_EQ((*std::move(fp64).Finish())[0].as<float>()[0], 3e38f);
+
+  WeightedMean exact(Filled(DType::kF32, 0, specs), {.accumulation = Accumulation::kExact});
+  s = exact.Accept(Filled(DType::kF32, 1e20f, specs), 1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("too large for exact accumulation"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace parsyn::weights
