@@ -14,12 +14,15 @@
 namespace parsyn::weights {
 
 enum class Accumulation {
-  // fp32 running sum: fastest; the result depends (in the last bits) on the order updates arrive in.
+  // fp32 running sum (4 bytes per parameter): fastest; the result depends (in the last bits) on the order updates
+  // arrive in. Error below ~K float ulps of sum(n_i * |w_i|) / N.
   kFloat32,
-  // fp64 running sum: more precise; still order-dependent in the last bits.
+  // fp64 running sum (8 bytes per parameter): more precise; still order-dependent in the last bits.
   kFloat64,
-  // Exact fixed-point sum (each n_i * w_i rounded once to a fixed grid, then summed as integers): the result is
-  // bit-identical whatever the arrival order. Use where reproducibility is asked for.
+  // Exact fixed-point sum (16 bytes per parameter): each n_i * w_i is computed in double, rounded once to a 2^-64
+  // grid and summed in int128, so the sum, and the result, are bit-identical whatever the arrival order. Requires
+  // n_i < 2^52 and |n_i * w_i| < 2^52; values below 2^-64 in magnitude are lost. Slower than
+  // the float paths (scalar int128 adds). Use where reproducibility is asked for.
   kExact,
 };
 
@@ -38,7 +41,8 @@ class WeightedMean {
   WeightedMean& operator=(WeightedMean&&) noexcept;
 
   // Adds `n * update`. InvalidArgument (and nothing is added) if the layout differs in any name, dtype or shape, a
-  // value is not finite, a tensor is not a float dtype, or n is not finite and > 0.
+  // value is not finite, a tensor is not F32/BF16/F16, n is not finite and > 0, or adding could overflow the
+  // accumulator (e.g. fp32 with |n * w| sums near 3.4e38). The whole update is validated before any of it is added.
   Status Accept(const WeightSet& update, double n);
 
   int num_accepted() const;
