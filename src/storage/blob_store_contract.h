@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "storage/blob_store.h"
@@ -26,6 +27,9 @@ struct BlobStoreBackend {
 };
 
 // For INSTANTIATE_TEST_SUITE_P's name generator.
+// Prints the backend's name in test output instead of its bytes.
+inline void PrintTo(const BlobStoreBackend& backend, std::ostream* os) { *os << backend.name; }
+
 std::string BlobStoreBackendName(const ::testing::TestParamInfo<BlobStoreBackend>& info);
 
 class BlobStoreContractTest : public ::testing::TestWithParam<BlobStoreBackend> {

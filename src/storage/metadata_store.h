@@ -66,6 +66,8 @@ struct Dataset {
   std::string sha256;
   std::string blob_key;
   int64_t created_at_ms = 0;
+
+  friend bool operator==(const Dataset&, const Dataset&) = default;
 };
 
 // One file of an uploaded model folder ("config.json", "model.safetensors", "tokenizer.json", ...).
@@ -74,6 +76,8 @@ struct ModelFile {
   std::string blob_key;
   int64_t size_bytes = 0;
   std::string sha256;
+
+  friend bool operator==(const ModelFile&, const ModelFile&) = default;
 };
 
 struct Model {
@@ -84,6 +88,8 @@ struct Model {
   std::vector<ModelFile> files;  // paths unique within the model
   int64_t size_bytes = 0;
   int64_t created_at_ms = 0;
+
+  friend bool operator==(const Model&, const Model&) = default;
 };
 
 struct Worker {
@@ -96,6 +102,8 @@ struct Worker {
   std::optional<int64_t> last_heartbeat_at_ms;
   bool revoked = false;
   int64_t created_at_ms = 0;
+
+  friend bool operator==(const Worker&, const Worker&) = default;
 };
 
 struct TrainingJob {
@@ -112,6 +120,8 @@ struct TrainingJob {
   int64_t created_at_ms = 0;
   std::optional<int64_t> started_at_ms;
   std::optional<int64_t> finished_at_ms;
+
+  friend bool operator==(const TrainingJob&, const TrainingJob&) = default;
 };
 
 // A file the job produced (the final adapter, a kept per-round global, ...).
@@ -122,6 +132,8 @@ struct JobArtifact {
   int64_t size_bytes = 0;
   std::string sha256;
   int64_t created_at_ms = 0;
+
+  friend bool operator==(const JobArtifact&, const JobArtifact&) = default;
 };
 
 // A job's slice of the dataset. Written once per job; with worker selection mode auto, shards start unassigned and
@@ -134,6 +146,8 @@ struct Shard {
   std::string sha256;
   int64_t train_rows = 0;
   int64_t validation_rows = 0;
+
+  friend bool operator==(const Shard&, const Shard&) = default;
 };
 
 // One attempt at one round. A failed round is retried with the same number and attempt + 1.
@@ -151,6 +165,8 @@ struct Round {
   std::string global_blob_key;  // the committed global; empty unless committed
   std::string global_sha256;
   std::string failure_reason;   // set when failed
+
+  friend bool operator==(const Round&, const Round&) = default;
 };
 
 // Everything CommitRound records, in one transaction.
@@ -164,6 +180,8 @@ struct RoundCommit {
   std::optional<double> train_loss;
   std::optional<double> validation_loss;
   int64_t bytes_moved = 0;
+
+  friend bool operator==(const RoundCommit&, const RoundCommit&) = default;
 };
 
 // Everything FailRound records, in one transaction.
@@ -179,6 +197,8 @@ struct RoundFailure {
   bool counts_toward_fault_tolerance = true;
   // When set, the job also becomes failed with this reason (fault_tolerance consecutive failures reached).
   std::optional<std::string> fail_job_reason;
+
+  friend bool operator==(const RoundFailure&, const RoundFailure&) = default;
 };
 
 // A worker's result for one round attempt, accepted into the aggregate or rejected with the reason.
@@ -196,6 +216,8 @@ struct RoundUpdate {
   UpdateStatus status = UpdateStatus::kAccepted;
   std::string reject_reason;  // set when rejected
   int64_t received_at_ms = 0;
+
+  friend bool operator==(const RoundUpdate&, const RoundUpdate&) = default;
 };
 
 // One progress report from a worker (append-heavy: written in batches).
@@ -208,6 +230,8 @@ struct MetricPoint {
   std::optional<double> throughput;   // training samples per second
   std::optional<double> utilization;  // accelerator utilisation, 0..1
   int64_t time_ms = 0;
+
+  friend bool operator==(const MetricPoint&, const MetricPoint&) = default;
 };
 
 // A state change as the events stream (SSE) shows it; ids increase across all jobs and serve as Last-Event-ID.
@@ -217,6 +241,8 @@ struct JobEvent {
   std::string type;          // e.g. "job_status", "round_started", "round_committed", "worker_progress"
   std::string payload_json;  // a JSON object
   int64_t time_ms = 0;
+
+  friend bool operator==(const JobEvent&, const JobEvent&) = default;
 };
 
 class MetadataStore {

@@ -1,0 +1,646 @@
+#include "storage/metadata_store_contract.h"
+
+#include <gmock/gmock.h>
+
+namespace parsyn::storage {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+constexpr int64_t kT0 = 1'700'000'000'000;
+
+#define ASSERT_OK(expr)                                     \
+  do {                                                      \
+    ::parsyn::Status assert_ok_status_ = (expr);            \
+    ASSERT_TRUE(assert_ok_status_.ok()) << assert_ok_status_.ToString(); \
+  } while (0)
+
+// The value of a StatusOr that must be OK in this test.
+template <typename T>
+T Must(StatusOr<T> s) {
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (!s.ok()) throw std::runtime_error(s.status().ToString());  // ends the test; gtest reports it
+  return std::move(s).value();
+}
+
+Round NewRound(int64_t job_id, int32_t round, int32_t attempt, std::vector<int64_t> participants) {
+  Round r;
+  r.job_id = job_id;
+  r.round = round;
+  r.attempt = attempt;
+  r.participants = std::move(participants);
+  r.started_at_ms = kT0 + round * 1000 + attempt;
+  return r;
+}
+
+RoundCommit NewCommit(int64_t job_id, int32_t round, int32_t attempt) {
+  RoundCommit c;
+  c.job_id = job_id;
+  c.round = round;
+  c.attempt = attempt;
+  c.global_blob_key = "jobs/" + std::to_string(job_id) + "/rounds/" + std::to_string(round) + "/global.safetensors";
+  c.global_sha256 = std::string(64, 'a' + static_cast<char>(round % 6));
+  c.ended_at_ms = kT0 + round * 1000 + 500;
+  c.train_loss = 2.5 - round * 0.25;
+  c.validation_loss = 2.75 - round * 0.25;
+  c.bytes_moved = 1000 * round;
+  return c;
+}
+
+RoundFailure NewFailure(int64_t job_id, int32_t round, int32_t attempt) {
+  RoundFailure f;
+  f.job_id = job_id;
+  f.round = round;
+  f.attempt = attempt;
+  f.reason = "1 of min_workers 2 reported within aggregation_timeout";
+  f.ended_at_ms = kT0 + round * 1000 + 900;
+  f.bytes_moved = 7;
+  return f;
+}
+
+}  // namespace
+
+std::string MetadataStoreBackendName(const ::testing::TestParamInfo<MetadataStoreBackend>& info) {
+  return info.param.name;
+}
+
+void MetadataStoreContractTest::SetUp() {
+  StatusOr<std::unique_ptr<MetadataStore>> store = GetParam().open(scratch_.path());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  store_ = std::move(store).value();
+}
+
+void MetadataStoreContractTest::Reopen() {
+  store_.reset();
+  store_ = Must(GetParam().open(scratch_.path()));
+}
+
+Dataset MetadataStoreContractTest::AddDataset(std::string blob_key) {
+  Dataset d;
+  d.name = "alpaca-subset";
+  d.format = DatasetFormat::kJsonl;
+  d.kind = DatasetKind::kPromptCompletion;
+  d.row_count = 1200;
+  d.size_bytes = 345678;
+  d.sha256 = std::string(64, 'd');
+  d.blob_key = std::move(blob_key);
+  d.created_at_ms = kT0;
+  return Must(store().CreateDataset(d));
+}
+
+Model MetadataStoreContractTest::AddModel() {
+  Model m;
+  m.name = "tiny-llama";
+  m.model_type = "llama";
+  m.config_json = R"({"model_type":"llama","hidden_size":64})";
+  m.files = {{"config.json", "models/1/config.json", 40, std::string(64, '1')},
+             {"model.safetensors", "models/1/model.safetensors", 4096, std::string(64, '2')}};
+  m.size_bytes = 4136;
+  m.created_at_ms = kT0 + 1;
+  return Must(store().CreateModel(m));
+}
+
+Worker MetadataStoreContractTest::AddWorker(std::string name) {
+  Worker w;
+  w.token_sha256 = std::string(64, 'f') + name;
+  w.name = std::move(name);
+  w.kind = WorkerKind::kOwn;
+  w.created_at_ms = kT0 + 2;
+  return Must(store().CreateWorker(w));
+}
+
+TrainingJob MetadataStoreContractTest::AddRunningJob(const Dataset& dataset, const Model& model) {
+  TrainingJob j;
+  j.name = "distributed-llama-finetune";
+  j.dataset_id = dataset.id;
+  j.model_id = model.id;
+  j.spec_json = R"({"name":"distributed-llama-finetune"})";
+  j.created_at_ms = kT0 + 3;
+  TrainingJob created = Must(store().CreateJob(j));
+  return Must(store().SetJobStatus(created.id, JobStatus::kRunning, kT0 + 4));
+}
+
+// ---- datasets
+
+TEST_P(MetadataStoreContractTest, DatasetsRoundTripAndListInIdOrder) {
+  Dataset a = AddDataset("datasets/a.jsonl");
+  Dataset b = AddDataset("datasets/b.csv");
+  EXPECT_GT(a.id, 0);
+  EXPECT_GT(b.id, a.id);
+  EXPECT_EQ(Must(store().GetDataset(a.id)), a);
+  EXPECT_THAT(Must(store().ListDatasets()), ElementsAre(a, b));
+}
+
+TEST_P(MetadataStoreContractTest, DatasetErrorsNameTheId) {
+  AddDataset("datasets/a.jsonl");
+  Status missing = store().GetDataset(999).status();
+  EXPECT_EQ(missing, NotFoundError("dataset 999 not found"));
+  Dataset dup;
+  dup.blob_key = "datasets/a.jsonl";
+  Status taken = store().CreateDataset(dup).status();
+  EXPECT_EQ(taken.code(), StatusCode::kAlreadyExists);
+  EXPECT_THAT(taken.message(), HasSubstr("datasets/a.jsonl"));
+  EXPECT_EQ(store().DeleteDataset(999), NotFoundError("dataset 999 not found"));
+}
+
+TEST_P(MetadataStoreContractTest, DatasetDeleteIsRefusedWhileAJobUsesIt) {
+  Dataset used = AddDataset("datasets/used.jsonl");
+  Dataset unused = AddDataset("datasets/unused.jsonl");
+  AddRunningJob(used, AddModel());
+  EXPECT_EQ(store().DeleteDataset(used.id),
+            FailedPreconditionError("dataset " + std::to_string(used.id) + " is used by a training job"));
+  ASSERT_OK(store().DeleteDataset(unused.id));
+  EXPECT_EQ(store().GetDataset(unused.id).status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(Must(store().ListDatasets()), ElementsAre(used));
+}
+
+// ---- models
+
+TEST_P(MetadataStoreContractTest, ModelsRoundTripWithTheirFiles) {
+  Model m = AddModel();
+  EXPECT_GT(m.id, 0);
+  Model got = Must(store().GetModel(m.id));
+  EXPECT_EQ(got, m);
+  EXPECT_THAT(got.files, SizeIs(2));
+  EXPECT_THAT(Must(store().ListModels()), ElementsAre(m));
+  EXPECT_EQ(store().GetModel(m.id + 100).status(), NotFoundError("model " + std::to_string(m.id + 100) + " not found"));
+}
+
+TEST_P(MetadataStoreContractTest, ModelWithRepeatedFilePathIsInvalidAndNotStored) {
+  Model m;
+  m.name = "twice";
+  m.files = {{"config.json", "models/x/a", 1, "h"}, {"config.json", "models/x/b", 1, "h"}};
+  Status s = store().CreateModel(m).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("'config.json'"));
+  EXPECT_THAT(Must(store().ListModels()), IsEmpty());
+}
+
+TEST_P(MetadataStoreContractTest, ModelDeleteRemovesFilesAndIsRefusedWhileUsed) {
+  Model used = AddModel();
+  Model unused = AddModel();
+  AddRunningJob(AddDataset(), used);
+  EXPECT_EQ(store().DeleteModel(used.id).code(), StatusCode::kFailedPrecondition);
+  ASSERT_OK(store().DeleteModel(unused.id));
+  EXPECT_EQ(store().GetModel(unused.id).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store().DeleteModel(unused.id).code(), StatusCode::kNotFound);
+  EXPECT_THAT(Must(store().ListModels()), ElementsAre(used));
+}
+
+// ---- workers and the admin key
+
+TEST_P(MetadataStoreContractTest, WorkersAreFoundByTokenHashAndUpdated) {
+  Worker a = AddWorker("gpu-box-a");
+  Worker b = AddWorker("gpu-box-b");
+  EXPECT_EQ(Must(store().FindWorkerByTokenHash(b.token_sha256)), b);
+  EXPECT_EQ(store().FindWorkerByTokenHash("unknown").status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(a.last_heartbeat_at_ms.has_value());
+
+  Worker changed = a;
+  changed.name = "renamed";
+  changed.device = "cuda:0 NVIDIA H200";
+  changed.status = WorkerStatus::kBusy;
+  changed.last_heartbeat_at_ms = kT0 + 99;
+  changed.revoked = true;
+  changed.kind = WorkerKind::kManaged;        // not updatable
+  changed.token_sha256 = "another";           // not updatable
+  ASSERT_OK(store().UpdateWorker(changed));
+  Worker got = Must(store().GetWorker(a.id));
+  EXPECT_EQ(got.name, "renamed");
+  EXPECT_EQ(got.device, "cuda:0 NVIDIA H200");
+  EXPECT_EQ(got.status, WorkerStatus::kBusy);
+  EXPECT_EQ(got.last_heartbeat_at_ms, kT0 + 99);
+  EXPECT_TRUE(got.revoked);
+  EXPECT_EQ(got.kind, WorkerKind::kOwn);
+  EXPECT_EQ(got.token_sha256, a.token_sha256);
+  EXPECT_THAT(Must(store().ListWorkers()), ElementsAre(got, b));
+
+  Worker ghost = a;
+  ghost.id = 12345;
+  EXPECT_EQ(store().UpdateWorker(ghost), NotFoundError("worker 12345 not found"));
+}
+
+TEST_P(MetadataStoreContractTest, DuplicateTokenHashIsAlreadyExists) {
+  Worker a = AddWorker("a");
+  Worker dup;
+  dup.name = "b";
+  dup.token_sha256 = a.token_sha256;
+  EXPECT_EQ(store().CreateWorker(dup).status().code(), StatusCode::kAlreadyExists);
+}
+
+TEST_P(MetadataStoreContractTest, AdminKeyHashIsSetAndReplaced) {
+  EXPECT_EQ(store().GetAdminKeyHash().status().code(), StatusCode::kNotFound);
+  ASSERT_OK(store().SetAdminKeyHash("hash-1"));
+  EXPECT_EQ(Must(store().GetAdminKeyHash()), "hash-1");
+  ASSERT_OK(store().SetAdminKeyHash("hash-2"));
+  EXPECT_EQ(Must(store().GetAdminKeyHash()), "hash-2");
+}
+
+// ---- jobs
+
+TEST_P(MetadataStoreContractTest, CreateJobStoresAQueuedJobAndChecksReferences) {
+  Dataset d = AddDataset();
+  Model m = AddModel();
+  TrainingJob j;
+  j.name = "job";
+  j.dataset_id = d.id;
+  j.model_id = m.id;
+  j.spec_json = "{}";
+  j.status = JobStatus::kSucceeded;  // ignored
+  j.committed_round = 5;             // ignored
+  j.created_at_ms = kT0;
+  TrainingJob created = Must(store().CreateJob(j));
+  EXPECT_GT(created.id, 0);
+  EXPECT_EQ(created.status, JobStatus::kQueued);
+  EXPECT_EQ(created.committed_round, 0);
+  EXPECT_FALSE(created.started_at_ms.has_value());
+  EXPECT_EQ(Must(store().GetJob(created.id)), created);
+
+  j.dataset_id = 777;
+  EXPECT_EQ(store().CreateJob(j).status(), NotFoundError("dataset 777 not found"));
+  j.dataset_id = d.id;
+  j.model_id = 778;
+  EXPECT_EQ(store().CreateJob(j).status(), NotFoundError("model 778 not found"));
+  EXPECT_EQ(store().GetJob(779).status(), NotFoundError("training job 779 not found"));
+}
+
+TEST_P(MetadataStoreContractTest, JobStatusTransitionsSetTimesAndStopAtTerminal) {
+  TrainingJob job = AddRunningJob(AddDataset(), AddModel());
+  EXPECT_EQ(job.status, JobStatus::kRunning);
+  EXPECT_EQ(job.started_at_ms, kT0 + 4);
+  // Running again (e.g. after a restart) keeps the first start time.
+  EXPECT_EQ(Must(store().SetJobStatus(job.id, JobStatus::kRunning, kT0 + 50)).started_at_ms, kT0 + 4);
+
+  EXPECT_EQ(store().SetJobStatus(job.id, JobStatus::kQueued, kT0).status().code(), StatusCode::kFailedPrecondition);
+
+  TrainingJob failed = Must(store().SetJobStatus(job.id, JobStatus::kFailed, kT0 + 60, "no workers"));
+  EXPECT_EQ(failed.failure_reason, "no workers");
+  EXPECT_EQ(failed.finished_at_ms, kT0 + 60);
+  EXPECT_EQ(Must(store().GetJob(job.id)), failed);
+
+  StatusOr<TrainingJob> again = store().SetJobStatus(job.id, JobStatus::kCancelled, kT0 + 70);
+  EXPECT_EQ(again.status(),
+            FailedPreconditionError("training job " + std::to_string(job.id) + " is already failed"));
+  EXPECT_EQ(store().SetJobStatus(4242, JobStatus::kRunning, kT0).status().code(), StatusCode::kNotFound);
+}
+
+TEST_P(MetadataStoreContractTest, ListJobsFiltersByStatus) {
+  Dataset d = AddDataset();
+  Model m = AddModel();
+  TrainingJob running = AddRunningJob(d, m);
+  TrainingJob stopped = AddRunningJob(d, m);
+  stopped = Must(store().SetJobStatus(stopped.id, JobStatus::kStopped, kT0 + 9));
+  TrainingJob also_running = AddRunningJob(d, m);
+  EXPECT_THAT(Must(store().ListJobs()), ElementsAre(running, stopped, also_running));
+  EXPECT_THAT(Must(store().ListJobs(JobStatus::kRunning)), ElementsAre(running, also_running));
+  EXPECT_THAT(Must(store().ListJobs(JobStatus::kStopped)), ElementsAre(stopped));
+  EXPECT_THAT(Must(store().ListJobs(JobStatus::kQueued)), IsEmpty());
+}
+
+TEST_P(MetadataStoreContractTest, ArtifactsAreUniquePerJobName) {
+  TrainingJob job = AddRunningJob(AddDataset(), AddModel());
+  JobArtifact a{job.id, "adapter_model.safetensors", "jobs/1/adapter_model.safetensors", 10, "s1", kT0};
+  JobArtifact b{job.id, "adapter_config.json", "jobs/1/adapter_config.json", 2, "s2", kT0};
+  ASSERT_OK(store().AddJobArtifact(a));
+  ASSERT_OK(store().AddJobArtifact(b));
+  EXPECT_THAT(Must(store().ListJobArtifacts(job.id)), ElementsAre(b, a));
+  EXPECT_EQ(store().AddJobArtifact(a).code(), StatusCode::kAlreadyExists);
+  JobArtifact orphan = a;
+  orphan.job_id = 999;
+  EXPECT_EQ(store().AddJobArtifact(orphan), NotFoundError("training job 999 not found"));
+}
+
+// ---- shards
+
+TEST_P(MetadataStoreContractTest, ShardsAreWrittenOnceAndAssignedToOneWorkerEach) {
+  TrainingJob job = AddRunningJob(AddDataset(), AddModel());
+  Worker w1 = AddWorker("w1");
+  Worker w2 = AddWorker("w2");
+  std::vector<Shard> shards = {{0, 1, std::nullopt, "jobs/1/shards/1", "s1", 90, 10},
+                               {0, 0, w1.id, "jobs/1/shards/0", "s0", 91, 9}};
+  ASSERT_OK(store().CreateShards(job.id, shards));
+  std::vector<Shard> listed = Must(store().ListShards(job.id));
+  ASSERT_THAT(listed, SizeIs(2));
+  EXPECT_EQ(listed[0].shard_index, 0);
+  EXPECT_EQ(listed[0].worker_id, w1.id);
+  EXPECT_EQ(listed[0].train_rows, 91);
+  EXPECT_EQ(listed[0].job_id, job.id);
+  EXPECT_FALSE(listed[1].worker_id.has_value());
+
+  EXPECT_EQ(store().CreateShards(job.id, shards).code(), StatusCode::kAlreadyExists);
+
+  // w1 already holds shard 0; shard 0 belongs to w1.
+  EXPECT_EQ(store().AssignShard(job.id, 1, w1.id).code(), StatusCode::kFailedPrecondition);
+  Status taken = store().AssignShard(job.id, 0, w2.id);
+  EXPECT_EQ(taken.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(taken.message(), HasSubstr("belongs to worker " + std::to_string(w1.id)));
+  ASSERT_OK(store().AssignShard(job.id, 0, w1.id));  // idempotent
+  ASSERT_OK(store().AssignShard(job.id, 1, w2.id));
+  EXPECT_EQ(Must(store().ListShards(job.id))[1].worker_id, w2.id);
+  EXPECT_EQ(store().AssignShard(job.id, 7, w2.id).code(), StatusCode::kNotFound);
+}
+
+TEST_P(MetadataStoreContractTest, MalformedShardSetsAreInvalid) {
+  TrainingJob job = AddRunningJob(AddDataset(), AddModel());
+  Worker w = AddWorker("w");
+  EXPECT_EQ(store().CreateShards(job.id, {}).code(), StatusCode::kInvalidArgument);
+  std::vector<Shard> gap = {{0, 0, std::nullopt, "k0", "s", 1, 0}, {0, 2, std::nullopt, "k2", "s", 1, 0}};
+  EXPECT_EQ(store().CreateShards(job.id, gap).code(), StatusCode::kInvalidArgument);
+  std::vector<Shard> twice = {{0, 0, w.id, "k0", "s", 1, 0}, {0, 1, w.id, "k1", "s", 1, 0}};
+  EXPECT_EQ(store().CreateShards(job.id, twice).code(), StatusCode::kInvalidArgument);
+  std::vector<Shard> ok = {{0, 0, std::nullopt, "k0", "s", 1, 0}};
+  EXPECT_EQ(store().CreateShards(999, ok).code(), StatusCode::kNotFound);
+  EXPECT_THAT(Must(store().ListShards(job.id)), IsEmpty());
+}
+
+// ---- rounds
+
+TEST_P(MetadataStoreContractTest, RoundLifecycleStartCommitNext) {
+  TrainingJob job = AddRunningJob(AddDataset(), AddModel());
+  Worker w1 = AddWorker("w1");
+  Worker w2 = AddWorker("w2");
+
+  ASSERT_OK(store().StartRound(NewRound(job.id, 1, 1, {w2.id, w1.id})));
+  TrainingJob during = Must(store().GetJob(job.id));
+  EXPECT_EQ(during.current_round, 1);
+  EXPECT_EQ(during.committed_round, 0);
+  Round running = Must(store().GetRound(job.id, 1, 1));
+  EXPECT_EQ(running.status, RoundStatus::kRunning);
+  EXPECT_THAT(running.participants, ElementsAre(w1.id, w2.id));
+  EXPECT_TRUE(running.global_blob_key.empty());
+
+  RoundCommit commit = NewCommit(job.id, 1, 1);
+  ASSERT_OK(store().CommitRound(commit));
+  TrainingJob after = Must(store().GetJob(job.id));
+  EXPECT_EQ(after.current_round, 1);
+  EXPECT_EQ(after.committed_round, 1);
+  Round committed = Must(store().GetRound(job.id, 1, 1));
+  EXPECT_EQ(committed.status, RoundStatus::kCommitted);
+  EXPECT_EQ(committed.global_blob_key, commit.global_blob_key);
+  EXPECT_EQ(committed.global_sha256, commit.global_sha256);
+  EXPECT_EQ(committed.ended_at_ms, commit.ended_at_ms);
+  EXPECT_EQ(committed.train_loss, commit.train_loss);
+  EXPECT_EQ(committed.validation_loss, commit.validation_loss);
+  EXPECT_EQ(committed.bytes_moved, commit.bytes_moved);
+
+  Status twice = store().CommitRound(commit);
+  EXPECT_EQ(twice, FailedPreconditionError("round 1 attempt 1 of training job " + std::to_string(job.id) +
+                                           " is already committed"));
+  ASSERT_OK(store().StartRound(NewRound(job.id, 2, 1, {w1.id})));
+  EXPECT_EQ(Must(store().GetJob(job.id)).current_round, 2);
+  EXPECT_THAT(Must(store().ListRounds(job.id)), SizeIs(2));
+}
+
+struct StartCase {
+  std::string what;
+  int32_t round;
+  int32_t attempt;
+  std::string message_fragment;
+};
+
+// With round 1 committed and round 2 attempt 1 failed, which starts are allowed.
+TEST_P(MetadataStoreContractTest, StartRoundRefusesSkipsRepeatsAndWrongAttempts) {
+  TrainingJob job = AddRunningJob(AddDataset(), AddModel());
+  ASSERT_OK(store().StartRound(NewRound(job.id, 1, 1, {})));
+  ASSERT_OK(store().CommitRound(NewCommit(job.id, 1, 1)));
+  ASSERT_OK(store().StartRound(NewRound(job.id, 2, 1, {})));
+  ASSERT_OK(store().FailRound(NewFailure(job.id, 2, 1)));
+
+  const std::vector<StartCase> refused = {
+      {"repeat a committed round", 1, 2, "the last committed round is 1, so the next is 2"},
+      {"skip a round", 3, 1, "the last committed round is 1, so the next is 2"},
+      {"reuse a failed attempt", 2, 1, "the next attempt is 2"},
+      {"skip an attempt", 2, 3, "the next attempt is 2"},
+  };
+  for (const StartCase& c : refused) {
+    Status s = store().StartRound(NewRound(job.id, c.round, c.attempt, {}));
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << c.what;
+    EXPECT_THAT(s.message(), HasSubstr(c.message_fragment)) << c.what;
+  }
+  EXPECT_EQ(store().StartRound(NewRound(job.id, 0, 1, {})).code(), StatusCode::kInvalidArgument);
+  ASSERT_OK(store().StartRound(NewRound(job.id, 2, 2, {})));
+  Status overlapping = store().StartRound(NewRound(job.id, 2, 3, {}));
+  EXPECT_EQ(overlapping.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(overlapping.message(), HasSubstr("attempt 2 is still running"));
+}
+
+TEST_P(MetadataStoreContractTest, StartRoundNeedsARunningJobAndKnownParticipants) {
+  Dataset d = AddDataset();
+  Model m = AddModel();
+  TrainingJob queued;
+  queued.name = "q";
+  queued.dataset_id = d.id;
+  queued.model_id = m.id;
+  queued = Must(store().CreateJob(queued));
+  Status s = store().StartRound(NewRound(queued.id, 1, 1, {}));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("the job is queued"));
+  EXPECT_EQ(store().StartRound(NewRound(999, 1, 1, {})).code(), StatusCode::kNotFound);
+
+  TrainingJob job = AddRunningJob(d, m);
+  Status unknown = store().StartRound(NewRound(job.id, 1, 1, {4040}));
+  EXPECT_EQ(unknown.code(), StatusCode::kNotFound);
+  EXPECT_THAT(unknown.message(), HasSubstr("worker 4040"));
+  // Nothing of the refused start was kept.
+  EXPECT_THAT(Must(store().ListRounds(job.id)), IsEmpty());
+  EXPECT_EQ(Must(store().GetJob(job.id)).current_round, 0);
+}
+
+TEST_P(MetadataStoreContractTest, RefusedCommitLeavesThePriorState) {
+  TrainingJob job = AddRunningJob(AddDataset(), AddModel());
+  ASSERT_OK(store().StartRound(NewRound(job.id, 1, 1, {})));
+  RoundCommit no_key = NewCommit(job.id, 1, 1);
+  no_key.global_blob_key.clear();
+  EXPECT_EQ(store().CommitRound(no_key).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store().CommitRound(NewCommit(job.id, 1, 2)).code(), StatusCode::kNotFound);
+
+  // A job cancelled while its round ran cannot commit that round.
+  ASSERT_TRUE(store().SetJobStatus(job.id, JobStatus::kCancelled, kT0 + 5).ok());
+  Status s = store().CommitRound(NewCommit(job.id, 1, 1));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("the job is cancelled"));
+  EXPECT_EQ(Must(store().GetRound(job.id, 1, 1)).status, RoundStatus::kRunning);
+  EXPECT_EQ(Must(store().GetJob(job.id)).committed_round, 0);
+
+  // It can still be closed as failed; the terminal job is left alone.
+  ASSERT_OK(store().FailRound(NewFailure(job.id, 1, 1)));
+  TrainingJob after = Must(store().GetJob(job.id));
+  EXPECT_EQ(after.status, JobStatus::kCancelled);
+  EXPECT_EQ(after.consecutive_failed_rounds, 0);
+}
+
+TEST_P(MetadataStoreContractTest, FailedRoundsCountUntilACommitAndCanFailTheJob) {
+  TrainingJob job = AddRunningJob(AddDataset(), AddModel());
+  ASSERT_OK(store().StartRound(NewRound(job.id, 1, 1, {})));
+  ASSERT_OK(store().FailRound(NewFailure(job.id, 1, 1)));
+  EXPECT_EQ(Must(store().GetJob(job.id)).consecutive_failed_rounds, 1);
+  Round failed = Must(store().GetRound(job.id, 1, 1));
+  EXPECT_EQ(failed.status, RoundStatus::kFailed);
+  EXPECT_EQ(failed.failure_reason, NewFailure(job.id, 1, 1).reason);
+  EXPECT_EQ(store().FailRound(NewFailure(job.id, 1, 1)).code(), StatusCode::kFailedPrecondition);
+
+  // A round abandoned by a coordinator restart does not count.
+  ASSERT_OK(store().StartRound(NewRound(job.id, 1, 2, {})));
+  RoundFailure restart = NewFailure(job.id, 1, 2);
+  restart.reason = "coordinator restarted";
+  restart.counts_toward_fault_tolerance = false;
+  ASSERT_OK(store().FailRound(restart));
+  EXPECT_EQ(Must(store().GetJob(job.id)).consecutive_failed_rounds, 1);
+
+  ASSERT_OK(store().StartRound(NewRound(job.id, 1, 3, {})));
+  ASSERT_OK(store().CommitRound(NewCommit(job.id, 1, 3)));
+  EXPECT_EQ(Must(store().GetJob(job.id)).consecutive_failed_rounds, 0);
+
+  ASSERT_OK(store().StartRound(NewRound(job.id, 2, 1, {})));
+  RoundFailure last = NewFailure(job.id, 2, 1);
+  last.fail_job_reason = "2 consecutive rounds failed (fault_tolerance 1): too few workers";
+  ASSERT_OK(store().FailRound(last));
+  TrainingJob dead = Must(store().GetJob(job.id));
+  EXPECT_EQ(dead.status, JobStatus::kFailed);
+  EXPECT_EQ(dead.failure_reason, *last.fail_job_reason);
+  EXPECT_EQ(dead.finished_at_ms, last.ended_at_ms);
+  EXPECT_EQ(dead.consecutive_failed_rounds, 1);
+  EXPECT_EQ(dead.committed_round, 1);
+
+  RoundFailure no_reason = NewFailure(job.id, 2, 1);
+  no_reason.reason.clear();
+  EXPECT_EQ(store().FailRound(no_reason).code(), StatusCode::kInvalidArgument);
+
+  std::vector<Round> rounds = Must(store().ListRounds(job.id));
+  ASSERT_THAT(rounds, SizeIs(4));
+  EXPECT_EQ(rounds[0].attempt, 1);
+  EXPECT_EQ(rounds[2].status, RoundStatus::kCommitted);
+  EXPECT_EQ(rounds[3].round, 2);
+}
+
+// ---- updates, metrics, events
+
+TEST_P(MetadataStoreContractTest, OneUpdatePerWorkerPerRoundAttempt) {
+  TrainingJob job = AddRunningJob(AddDataset(), AddModel());
+  Worker w1 = AddWorker("w1");
+  Worker w2 = AddWorker("w2");
+  ASSERT_OK(store().StartRound(NewRound(job.id, 1, 1, {w1.id, w2.id})));
+  RoundUpdate u1{job.id, 1, 1, w1.id, "jobs/1/rounds/1/w1", "sha-1", 4096, 90, 1.25, R"({"steps":10})",
+                 UpdateStatus::kAccepted, "", kT0 + 10};
+  RoundUpdate u2{job.id, 1, 1, w2.id, "jobs/1/rounds/1/w2", "sha-2", 4096, 91, std::nullopt, "{}",
+                 UpdateStatus::kRejected, "tensor 'lora_A' has NaN at index 3", kT0 + 11};
+  ASSERT_OK(store().RecordUpdate(u2));
+  ASSERT_OK(store().RecordUpdate(u1));
+  EXPECT_THAT(Must(store().ListUpdates(job.id, 1, 1)), ElementsAre(u1, u2));
+
+  Status dup = store().RecordUpdate(u1);
+  EXPECT_EQ(dup.code(), StatusCode::kAlreadyExists);
+  EXPECT_THAT(dup.message(), HasSubstr("worker " + std::to_string(w1.id)));
+  RoundUpdate wrong_round = u1;
+  wrong_round.round = 2;
+  EXPECT_EQ(store().RecordUpdate(wrong_round).code(), StatusCode::kNotFound);
+  RoundUpdate ghost = u1;
+  ghost.worker_id = 5050;
+  EXPECT_EQ(store().RecordUpdate(ghost), NotFoundError("worker 5050 not found"));
+  EXPECT_THAT(Must(store().ListUpdates(job.id, 1, 2)), IsEmpty());
+}
+
+TEST_P(MetadataStoreContractTest, MetricsAppendInBatchesAndFilterByWorker) {
+  TrainingJob job = AddRunningJob(AddDataset(), AddModel());
+  Worker w1 = AddWorker("w1");
+  Worker w2 = AddWorker("w2");
+  std::vector<MetricPoint> batch = {
+      {job.id, 1, w2.id, 10, 2.0, 30.5, 0.9, kT0 + 20},
+      {job.id, 1, w1.id, 10, 2.1, std::nullopt, std::nullopt, kT0 + 10},
+      {job.id, 1, w1.id, 20, 1.9, 31.0, 0.8, kT0 + 30},
+  };
+  ASSERT_OK(store().AppendMetrics(batch));
+  ASSERT_OK(store().AppendMetrics({}));
+  EXPECT_THAT(Must(store().ListMetrics(job.id)), ElementsAre(batch[1], batch[0], batch[2]));
+  EXPECT_THAT(Must(store().ListMetrics(job.id, w1.id)), ElementsAre(batch[1], batch[2]));
+
+  // A batch with one bad point stores none of it.
+  std::vector<MetricPoint> bad = {{job.id, 1, w1.id, 30, 1.8, 1, 1, kT0 + 40}, {job.id, 1, 6060, 30, 1, 1, 1, kT0}};
+  EXPECT_EQ(store().AppendMetrics(bad).code(), StatusCode::kNotFound);
+  EXPECT_THAT(Must(store().ListMetrics(job.id)), SizeIs(3));
+}
+
+TEST_P(MetadataStoreContractTest, EventsReplayAfterAnIdPerJob) {
+  Dataset d = AddDataset();
+  Model m = AddModel();
+  TrainingJob a = AddRunningJob(d, m);
+  TrainingJob b = AddRunningJob(d, m);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 5; ++i) {
+    ids.push_back(Must(store().AppendJobEvent({0, i % 2 ? b.id : a.id, "round_started",
+                                               R"({"round":)" + std::to_string(i) + "}", kT0 + i})));
+  }
+  EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+  EXPECT_EQ(std::adjacent_find(ids.begin(), ids.end()), ids.end());
+
+  std::vector<JobEvent> all_a = Must(store().ListJobEvents(a.id, 0));
+  ASSERT_THAT(all_a, SizeIs(3));
+  EXPECT_EQ(all_a[0], (JobEvent{ids[0], a.id, "round_started", R"({"round":0})", kT0}));
+  EXPECT_EQ(all_a[2].id, ids[4]);
+
+  std::vector<JobEvent> after = Must(store().ListJobEvents(a.id, ids[0]));
+  ASSERT_THAT(after, SizeIs(2));
+  EXPECT_EQ(after[0].id, ids[2]);
+  EXPECT_THAT(Must(store().ListJobEvents(a.id, 0, 1)), SizeIs(1));
+  EXPECT_THAT(Must(store().ListJobEvents(a.id, ids[4])), IsEmpty());
+  EXPECT_EQ(store().AppendJobEvent({0, 999, "x", "{}", kT0}).status().code(), StatusCode::kNotFound);
+}
+
+// ---- persistence
+
+TEST_P(MetadataStoreContractTest, ReopenFindsEverything) {
+  if (!GetParam().persistent) GTEST_SKIP() << GetParam().name << " keeps nothing across opens";
+  Dataset d = AddDataset();
+  Model m = AddModel();
+  Worker w = AddWorker("w");
+  TrainingJob job = AddRunningJob(d, m);
+  ASSERT_OK(store().SetAdminKeyHash("admin-hash"));
+  ASSERT_OK(store().CreateShards(job.id, std::vector<Shard>{{0, 0, w.id, "jobs/1/shards/0", "s", 9, 1}}));
+  ASSERT_OK(store().StartRound(NewRound(job.id, 1, 1, {w.id})));
+  RoundUpdate u{job.id, 1, 1, w.id, "k", "s", 1, 9, 1.0, "{}", UpdateStatus::kAccepted, "", kT0};
+  ASSERT_OK(store().RecordUpdate(u));
+  ASSERT_OK(store().CommitRound(NewCommit(job.id, 1, 1)));
+  ASSERT_OK(store().StartRound(NewRound(job.id, 2, 1, {w.id})));
+  ASSERT_OK(store().AppendMetrics(std::vector<MetricPoint>{{job.id, 2, w.id, 5, 1.5, 2, 0.5, kT0 + 1}}));
+  int64_t event_id = Must(store().AppendJobEvent({0, job.id, "round_started", "{}", kT0}));
+  ASSERT_OK(store().AddJobArtifact({job.id, "global", "k", 1, "s", kT0}));
+  TrainingJob job_before = Must(store().GetJob(job.id));
+  std::vector<Round> rounds_before = Must(store().ListRounds(job.id));
+
+  Reopen();
+
+  EXPECT_EQ(Must(store().GetDataset(d.id)), d);
+  EXPECT_EQ(Must(store().GetModel(m.id)), m);
+  EXPECT_EQ(Must(store().GetWorker(w.id)), w);
+  EXPECT_EQ(Must(store().GetAdminKeyHash()), "admin-hash");
+  EXPECT_EQ(Must(store().GetJob(job.id)), job_before);
+  EXPECT_EQ(job_before.committed_round, 1);
+  EXPECT_EQ(job_before.current_round, 2);
+  EXPECT_THAT(Must(store().ListJobs(JobStatus::kRunning)), ElementsAre(job_before));
+  EXPECT_EQ(Must(store().ListRounds(job.id)), rounds_before);
+  EXPECT_THAT(Must(store().ListUpdates(job.id, 1, 1)), ElementsAre(u));
+  EXPECT_THAT(Must(store().ListShards(job.id)), SizeIs(1));
+  EXPECT_THAT(Must(store().ListMetrics(job.id)), SizeIs(1));
+  EXPECT_THAT(Must(store().ListJobEvents(job.id, 0)), ElementsAre(JobEvent{event_id, job.id, "round_started",
+                                                                           "{}", kT0}));
+  EXPECT_THAT(Must(store().ListJobArtifacts(job.id)), SizeIs(1));
+  // Ids keep increasing after a reopen: an SSE client's Last-Event-ID never points at a reused id.
+  EXPECT_GT(Must(store().AppendJobEvent({0, job.id, "x", "{}", kT0})), event_id);
+}
+
+TEST_P(MetadataStoreContractTest, EnumNamesRoundTrip) {
+  for (JobStatus s : {JobStatus::kQueued, JobStatus::kRunning, JobStatus::kSucceeded, JobStatus::kFailed,
+                      JobStatus::kStopped, JobStatus::kCancelled}) {
+    EXPECT_EQ(Must(ParseJobStatus(ToString(s))), s);
+  }
+  EXPECT_EQ(ToString(DatasetKind::kPromptCompletion), "prompt_completion");
+  Status bad = ParseDatasetFormat("parquet").status();
+  EXPECT_EQ(bad, InvalidArgumentError("unknown dataset format 'parquet'; expected one of jsonl, csv"));
+  EXPECT_TRUE(IsTerminal(JobStatus::kStopped));
+  EXPECT_FALSE(IsTerminal(JobStatus::kRunning));
+}
+
+}  // namespace parsyn::storage
