@@ -210,6 +210,26 @@ TEST(DirectoryBlobStoreTest, ListIgnoresFilesThatAreNotBlobs) {
   EXPECT_THAT(*(*store)->List(""), IsEmpty());
 }
 
+TEST(DirectoryBlobStoreTest, KeysThatWouldNestInsideABlobAreRefused) {
+  TempDirForTest dir;
+  auto store = DirectoryBlobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok());
+  StringByteSource first("x");
+  ASSERT_TRUE((*store)->Put("a/b", first).ok());
+  StringByteSource nested("y");
+  Status s = (*store)->Put("a/b/c", nested).status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  StringByteSource parent("z");
+  EXPECT_EQ((*store)->Put("a", parent).status().code(), StatusCode::kAlreadyExists);
+  // Reads of such keys, and of directories, are plain NotFound.
+  EXPECT_EQ((*store)->Get("a/b/c").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*store)->Head("a/b/c").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*store)->Get("a").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*store)->Head("a").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*store)->Delete("a").code(), StatusCode::kNotFound);
+  EXPECT_THAT(*(*store)->List(""), ElementsAre("a/b"));
+}
+
 TEST(MemoryBlobStoreTest, FailNextPutsFailsThatManyThenRecovers) {
   MemoryBlobStore store;
   store.FailNextPuts(2, UnavailableError("disk full (injected)"));

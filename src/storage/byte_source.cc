@@ -1,6 +1,7 @@
 #include "storage/byte_source.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -42,8 +43,13 @@ StatusOr<size_t> StringByteSource::Read(std::span<std::byte> buffer) {
 StatusOr<std::unique_ptr<ByteSource>> OpenFileSource(const std::filesystem::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    if (errno == ENOENT) return NotFoundError("no such file: " + path.string());
+    if (errno == ENOENT || errno == ENOTDIR) return NotFoundError("no such file: " + path.string());
     return UnavailableError("opening " + path.string() + ": " + std::strerror(errno));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return NotFoundError("not a regular file: " + path.string());
   }
   return std::unique_ptr<ByteSource>(std::make_unique<FileByteSource>(fd, path));
 }

@@ -34,7 +34,8 @@ class StringByteSource final : public ByteSource {
   size_t offset_ = 0;
 };
 
-// Opens `path` for reading. NotFound if it does not exist, Unavailable if it cannot be opened.
+// Opens `path` for reading. NotFound if it does not exist or is not a regular file; Unavailable if it cannot be
+// opened.
 StatusOr<std::unique_ptr<ByteSource>> OpenFileSource(const std::filesystem::path& path);
 
 // Reads `source` to its end into a string. ResourceExhausted if it holds more than `max_bytes`.

@@ -85,7 +85,7 @@ Status EnsureDirs(const fs::path& root, const fs::path& relative) {
     dir /= part;
     if (::mkdir(dir.c_str(), 0755) == 0) {
       PARSYN_RETURN_IF_ERROR(FsyncDir(parent));
-    } else if (errno != EEXIST) {
+    } else if (errno != EEXIST && errno != ENOTDIR) {  // ENOTDIR: reported by Put, which knows the key
       return UnavailableError(Errno("creating directory", dir));
     }
   }
@@ -151,6 +151,10 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
   const fs::path temp_path = fs::path(final_path.string() + suffix);
   RemoveOnExit remove_temp(temp_path);
   Fd fd(::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (fd.get() < 0 && errno == ENOTDIR) {
+    return FailedPreconditionError("blob '" + std::string(key) +
+                                   "' cannot be stored: a blob exists where one of its directories would be");
+  }
   if (fd.get() < 0) return UnavailableError(Errno("creating", temp_path));
 
   weights::Sha256 hasher;

@@ -5,7 +5,10 @@
 // never collide with blobs. Put writes and fsyncs the temp file, hard-links it to the final name (atomic and
 // create-only: link() fails if the name is taken), then fsyncs the directory; readers therefore see either no blob or
 // the whole blob. Temp files left by a crash are removed when the store is opened.
-// Safe to call from several threads (and processes) at once: all coordination is through the file system.
+// Unlike object stores, a key cannot also be a directory of another key: with blob "a/b" stored, Put("a/b/c") is
+// FailedPrecondition, and Put("a") is AlreadyExists. Coordinator keys never nest that way.
+// Safe to call from several threads at once; all coordination is through the file system. Open() sweeps temp files,
+// so only one process should have a given root open at a time.
 #pragma once
 
 #include <filesystem>
