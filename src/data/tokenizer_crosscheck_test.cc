@@ -124,26 +124,62 @@ INSTANTIATE_TEST_SUITE_P(RealTokenizers, TokenizerCrossCheckTest,
                            return name.substr(name.find('-') + 1);
                          });
 
-TEST(TokenizerCrossCheckTest, ByteLevelTokenizerWeWriteMatchesJavaScript) {
-  if (!std::filesystem::exists(kJsDir / "node_modules")) {
-    GTEST_SKIP() << "tests/js/node_modules is missing; `./dev setup` installs it (npm ci in tests/js)";
+// Tokenizer files this test writes: the vocabulary-free byte-level one (what `parsyn model init` writes), and a
+// GPT-2-style one (ByteLevel pre-tokenizer with its built-in regex) with merges that show where pieces split.
+class WrittenTokenizerCrossCheckTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kJsDir / "node_modules")) {
+      GTEST_SKIP() << "tests/js/node_modules is missing, so the JavaScript cross-check cannot run; `./dev setup` "
+                      "installs it (npm ci in tests/js)";
+    }
+    dir_ = std::filesystem::temp_directory_path() / ("parsyn_crosscheck_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    corpus_ = nlohmann::json::parse(ReadAll(kJsDir / "corpus.json")).get<std::vector<std::string>>();
   }
-  std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                              ("parsyn_bytelevel_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  ASSERT_TRUE(WriteByteLevelTokenizer(dir).ok());
-  auto tokenizer = Tokenizer::FromFile(dir / "tokenizer.json");
-  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
-  JsResult js = RunJsEncoder(dir / "tokenizer.json", true);
-  std::filesystem::remove_all(dir);
-  ASSERT_TRUE(js.error.empty()) << js.error;
-  auto corpus = nlohmann::json::parse(ReadAll(kJsDir / "corpus.json")).get<std::vector<std::string>>();
-  for (size_t i = 0; i < corpus.size(); ++i) {
-    auto ids = tokenizer->Encode(corpus[i]);
-    ASSERT_TRUE(ids.ok());
-    EXPECT_EQ(*ids, js.output["ids"][i].get<std::vector<int32_t>>()) << "text " << i << ": " << Show(corpus[i]);
-    EXPECT_EQ(*tokenizer->Decode(*ids), js.output["decoded"][i].get<std::string>()) << "text " << i;
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
+
+  void Compare(const std::filesystem::path& tokenizer_json) {
+    auto tokenizer = Tokenizer::FromFile(tokenizer_json);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+    JsResult js = RunJsEncoder(tokenizer_json, true);
+    ASSERT_TRUE(js.error.empty()) << js.error;
+    for (size_t i = 0; i < corpus_.size(); ++i) {
+      auto ids = tokenizer->Encode(corpus_[i]);
+      ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+      EXPECT_EQ(*ids, js.output["ids"][i].get<std::vector<int32_t>>()) << "text " << i << ": " << Show(corpus_[i]);
+      EXPECT_EQ(*tokenizer->Decode(*ids), js.output["decoded"][i].get<std::string>()) << "text " << i;
+    }
+  }
+
+  std::filesystem::path dir_;
+  std::vector<std::string> corpus_;
+};
+
+TEST_F(WrittenTokenizerCrossCheckTest, VocabularyFreeByteLevelTokenizer) {
+  ASSERT_TRUE(WriteByteLevelTokenizer(dir_).ok());
+  Compare(dir_ / "tokenizer.json");
+}
+
+TEST_F(WrittenTokenizerCrossCheckTest, Gpt2StyleByteLevelRegex) {
+  nlohmann::json root = nlohmann::json::parse(ByteLevelTokenizerJson());
+  root["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                           {"use_regex", true}};
+  // Merges across the places GPT-2's regex splits (space before words, numbers and punctuation; whitespace runs;
+  // newlines): a different split gives different ids.
+  const std::pair<const char*, const char*> merges[] = {
+      {"\xC4\xA0", "\xC4\xA0"}, {"\xC4\xA0", "t"}, {"h", "e"}, {"\xC4\xA0t", "he"}, {"\xC4\xA0", "1"},
+      {"\xC4\x8A", "\xC4\x8A"}, {"!", "!"}, {"\xC4\xA0", "a"}, {"o", "r"}, {"\xC4\xA0\xC4\xA0", "\xC4\xA0\xC4\xA0"},
+      {"'", "s"}, {"\xC4\xA0", "\xC4\x8A"}, {"1", "2"}, {"\xC4\x89", "\xC4\x89"}};
+  int32_t next_id = kByteLevelVocabSize;
+  for (auto [left, right] : merges) {
+    root["model"]["vocab"][std::string(left) + right] = next_id++;
+    root["model"]["merges"].push_back(std::string(left) + " " + right);
+  }
+  std::ofstream(dir_ / "tokenizer.json") << root.dump();
+  Compare(dir_ / "tokenizer.json");
 }
 
 }  // namespace
