@@ -1,0 +1,560 @@
+#include "coordinator/round_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <utility>
+
+namespace parsyn::coordinator {
+namespace {
+
+std::string Seconds(Clock::Duration d) {
+  const int64_t ms = d.count();
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
+  return std::to_string(static_cast<double>(ms) / 1000.0) + " s";
+}
+
+template <typename T>
+std::string Str(T v) {
+  return std::to_string(v);
+}
+
+}  // namespace
+
+std::string_view DropCauseName(DropCause cause) {
+  switch (cause) {
+    case DropCause::kDisconnected: return "disconnected";
+    case DropCause::kAbandoned: return "abandoned";
+    case DropCause::kStraggler: return "straggler";
+    case DropCause::kRejected: return "rejected";
+    case DropCause::kJobEnded: return "job_ended";
+  }
+  return "?";
+}
+
+std::string_view JobPhaseName(JobPhase phase) {
+  switch (phase) {
+    case JobPhase::kNotStarted: return "not_started";
+    case JobPhase::kWaitingForWorkers: return "waiting_for_workers";
+    case JobPhase::kTraining: return "training";
+    case JobPhase::kAggregating: return "aggregating";
+    case JobPhase::kEvaluating: return "evaluating";
+    case JobPhase::kSucceeded: return "succeeded";
+    case JobPhase::kFailed: return "failed";
+    case JobPhase::kStopped: return "stopped";
+    case JobPhase::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+bool IsTerminal(JobPhase phase) {
+  return phase == JobPhase::kSucceeded || phase == JobPhase::kFailed || phase == JobPhase::kStopped ||
+         phase == JobPhase::kCancelled;
+}
+
+std::string_view ParticipantStateName(ParticipantState state) {
+  switch (state) {
+    case ParticipantState::kTraining: return "training";
+    case ParticipantState::kValidating: return "validating";
+    case ParticipantState::kAccepted: return "accepted";
+    case ParticipantState::kRejected: return "rejected";
+    case ParticipantState::kDropped: return "dropped";
+  }
+  return "?";
+}
+
+RoundEngineConfig EngineConfigFor(const JobSpec& spec) {
+  const DistributedConfig& d = spec.distributed;
+  RoundEngineConfig config;
+  config.job_seed = spec.config.seed;
+  config.num_rounds = d.num_rounds;
+  config.min_workers = d.min_workers;
+  config.max_workers = d.max_workers;
+  config.aggregation_timeout = Clock::Duration(d.aggregation_timeout_ms);
+  config.fault_tolerance = d.fault_tolerance;
+  config.eligible_workers = spec.SelectedWorkers();
+  if (!d.enabled) {
+    config.num_shards = 1;  // one worker trains on all the data
+  } else {
+    config.num_shards = config.eligible_workers.empty() ? d.max_workers
+                                                        : static_cast<int>(config.eligible_workers.size());
+  }
+  return config;
+}
+
+RoundEngine::RoundEngine(RoundEngineConfig config, const strategy::Strategy& strategy, const Clock& clock)
+    : config_(std::move(config)), strategy_(strategy), clock_(clock) {}
+
+Status RoundEngine::CheckConfig() const {
+  const RoundEngineConfig& c = config_;
+  if (c.num_rounds < 1) return InvalidArgumentError("num_rounds must be >= 1, got " + Str(c.num_rounds));
+  if (c.min_workers < 1 || c.min_workers > c.max_workers) {
+    return InvalidArgumentError("need 1 <= min_workers <= max_workers, got " + Str(c.min_workers) + " and " +
+                                Str(c.max_workers));
+  }
+  if (c.aggregation_timeout.count() <= 0) return InvalidArgumentError("aggregation_timeout must be positive");
+  if (c.fault_tolerance < 1) return InvalidArgumentError("fault_tolerance must be >= 1, got " + Str(c.fault_tolerance));
+  if (c.num_shards < c.min_workers) {
+    return InvalidArgumentError("min_workers (" + Str(c.min_workers) + ") exceeds the number of shards (" +
+                                Str(c.num_shards) + ")");
+  }
+  if (!c.eligible_workers.empty() && c.num_shards > static_cast<int>(c.eligible_workers.size())) {
+    return InvalidArgumentError("the " + Str(c.num_shards) + " shards exceed the " + Str(c.eligible_workers.size()) +
+                                " eligible workers: some data would never be trained");
+  }
+  if (std::set<WorkerId>(c.eligible_workers.begin(), c.eligible_workers.end()).size() != c.eligible_workers.size()) {
+    return InvalidArgumentError("eligible_workers lists a worker twice");
+  }
+  if (!c.shard_train_rows.empty() && c.shard_train_rows.size() != static_cast<size_t>(c.num_shards)) {
+    return InvalidArgumentError("shard_train_rows has " + Str(c.shard_train_rows.size()) + " entries for " +
+                                Str(c.num_shards) + " shards");
+  }
+  return Status::Ok();
+}
+
+StatusOr<Actions> RoundEngine::Start(std::span<const WorkerId> idle_workers) {
+  return Restore(EngineCheckpoint{}, idle_workers);
+}
+
+StatusOr<Actions> RoundEngine::Restore(const EngineCheckpoint& checkpoint, std::span<const WorkerId> idle_workers) {
+  if (phase_ != JobPhase::kNotStarted) return FailedPreconditionError("the round engine has already started");
+  PARSYN_RETURN_IF_ERROR(CheckConfig());
+  const EngineCheckpoint& cp = checkpoint;
+  if (cp.last_committed_round < 0 || cp.last_committed_round > config_.num_rounds) {
+    return InvalidArgumentError("checkpoint's last committed round " + Str(cp.last_committed_round) +
+                                " is outside 0.." + Str(config_.num_rounds));
+  }
+  if (cp.attempts_of_next_round < 0) return InvalidArgumentError("checkpoint's attempt count is negative");
+  if (cp.consecutive_failed_rounds < 0 || cp.consecutive_failed_rounds >= config_.fault_tolerance) {
+    return InvalidArgumentError("checkpoint's " + Str(cp.consecutive_failed_rounds) +
+                                " consecutive failed rounds do not fit fault_tolerance " +
+                                Str(config_.fault_tolerance) + " of a running job");
+  }
+  std::set<int> bound;
+  for (const auto& [worker, shard] : cp.shards) {
+    if (shard < 0 || shard >= config_.num_shards || !bound.insert(shard).second || !IsEligible(worker)) {
+      return InvalidArgumentError("checkpoint binds worker " + Str(worker) + " to shard " + Str(shard) +
+                                  ", which the job's configuration does not allow");
+    }
+  }
+  checkpoint_ = cp;
+  for (WorkerId w : idle_workers) {
+    if (!IsEligible(w)) continue;
+    presence_[w] = Presence::kIdle;
+    ShardOf(w);  // binds a slot in arrival order
+  }
+  Actions out;
+  BeginAttempt(out);
+  return out;
+}
+
+bool RoundEngine::IsEligible(WorkerId worker) const {
+  return config_.eligible_workers.empty() ||
+         std::find(config_.eligible_workers.begin(), config_.eligible_workers.end(), worker) !=
+             config_.eligible_workers.end();
+}
+
+std::optional<int> RoundEngine::ShardOf(WorkerId worker) {
+  if (auto it = checkpoint_.shards.find(worker); it != checkpoint_.shards.end()) return it->second;
+  if (!IsEligible(worker)) return std::nullopt;
+  int shard = -1;
+  if (static_cast<int>(config_.eligible_workers.size()) == config_.num_shards) {
+    // One shard per listed worker, by position: the same worker trains the same rows however workers arrive.
+    shard = static_cast<int>(std::find(config_.eligible_workers.begin(), config_.eligible_workers.end(), worker) -
+                             config_.eligible_workers.begin());
+  } else {
+    // Slots, first come first served; a worker keeps its slot for the job (also while it is offline).
+    std::set<int> taken;
+    for (const auto& [w, s] : checkpoint_.shards) taken.insert(s);
+    for (int s = 0; s < config_.num_shards; ++s) {
+      if (taken.count(s) == 0) {
+        shard = s;
+        break;
+      }
+    }
+    if (shard < 0) return std::nullopt;
+  }
+  checkpoint_.shards[worker] = shard;
+  return shard;
+}
+
+RoundEngine::Participant* RoundEngine::FindParticipant(WorkerId worker) {
+  for (Participant& p : participants_) {
+    if (p.worker == worker) return &p;
+  }
+  return nullptr;
+}
+
+std::string RoundEngine::AttemptName() const {
+  if (round_ > config_.num_rounds) return "the final evaluation (attempt " + Str(attempt_) + ")";
+  return "round " + Str(round_) + " attempt " + Str(attempt_);
+}
+
+void RoundEngine::BeginAttempt(Actions& out) {
+  round_ = checkpoint_.last_committed_round + 1;
+  attempt_ = ++checkpoint_.attempts_of_next_round;
+  participants_.clear();
+  deadline_ = clock_.Now() + config_.aggregation_timeout;
+  if (round_ > config_.num_rounds) {
+    phase_ = JobPhase::kEvaluating;
+  } else {
+    phase_ = JobPhase::kWaitingForWorkers;
+    out.push_back(StartRound{.round = round_, .attempt = attempt_});
+  }
+  TryAssign(out);
+}
+
+void RoundEngine::TryAssign(Actions& out) {
+  const bool evaluating = phase_ == JobPhase::kEvaluating;
+  if (!(phase_ == JobPhase::kWaitingForWorkers || (evaluating && participants_.empty()))) return;
+
+  std::vector<strategy::Candidate> candidates;
+  for (const auto& [worker, presence] : presence_) {
+    if (presence != Presence::kIdle) continue;
+    if (std::optional<int> shard = ShardOf(worker)) candidates.push_back({.worker_id = worker, .shard = *shard});
+  }
+  // The final evaluation is best effort: any one worker will do.
+  const strategy::RoundContext ctx{.job_seed = config_.job_seed,
+                                   .round = round_,
+                                   .min_workers = evaluating ? 1 : config_.min_workers,
+                                   .max_workers = config_.max_workers};
+  const std::vector<strategy::ParticipantConfig> chosen = strategy_.ConfigureRound(ctx, candidates);
+  if (chosen.empty()) return;
+
+  for (const strategy::ParticipantConfig& c : chosen) {
+    const bool is_candidate = std::any_of(candidates.begin(), candidates.end(), [&](const strategy::Candidate& k) {
+      return k.worker_id == c.worker_id && k.shard == c.shard;
+    });
+    if (!is_candidate || FindParticipant(c.worker_id) != nullptr) continue;  // a strategy bug; never assign twice
+    Participant& p = participants_.emplace_back();
+    p.worker = c.worker_id;
+    p.shard = c.shard;
+    presence_[c.worker_id] = Presence::kBusy;
+    out.push_back(AssignTask{.worker = c.worker_id,
+                             .round = round_,
+                             .attempt = attempt_,
+                             .shard = c.shard,
+                             .seed = c.seed,
+                             .kind = evaluating ? TaskKind::kEvaluate : TaskKind::kTrain});
+  }
+  if (participants_.empty()) return;
+  if (!evaluating) phase_ = JobPhase::kTraining;
+  // The deadline restarts when the tasks go out: waiting for workers does not eat into the training time.
+  deadline_ = clock_.Now() + config_.aggregation_timeout;
+}
+
+void RoundEngine::Drop(Participant& p, DropCause cause, std::string reason, Actions& out) {
+  p.state = cause == DropCause::kRejected ? ParticipantState::kRejected : ParticipantState::kDropped;
+  p.reason = reason;
+  out.push_back(DropWorker{
+      .worker = p.worker, .round = round_, .attempt = attempt_, .cause = cause, .reason = std::move(reason)});
+}
+
+void RoundEngine::CheckRoundComplete(Actions& out) {
+  if (phase_ != JobPhase::kTraining && !(phase_ == JobPhase::kEvaluating && !participants_.empty())) return;
+  int accepted = 0;
+  for (const Participant& p : participants_) {
+    if (p.state == ParticipantState::kTraining || p.state == ParticipantState::kValidating) return;
+    if (p.state == ParticipantState::kAccepted) ++accepted;
+  }
+  if (phase_ == JobPhase::kEvaluating) {
+    FinishEvaluation(out);
+    return;
+  }
+  if (accepted >= config_.min_workers) {
+    AggregateRound aggregate;
+    aggregate.round = round_;
+    aggregate.attempt = attempt_;
+    double loss_sum = 0;
+    int64_t samples = 0;
+    for (const Participant& p : participants_) {
+      if (p.state != ParticipantState::kAccepted) continue;
+      aggregate.updates.push_back(
+          {.worker = p.worker, .shard = p.shard, .sample_count = p.sample_count, .train_loss = p.train_loss});
+      loss_sum += static_cast<double>(p.sample_count) * p.train_loss;
+      samples += p.sample_count;
+    }
+    std::sort(aggregate.updates.begin(), aggregate.updates.end(),
+              [](const AcceptedUpdate& a, const AcceptedUpdate& b) { return a.shard < b.shard; });
+    aggregate.train_loss = samples > 0 ? loss_sum / static_cast<double>(samples) : 0.0;
+    phase_ = JobPhase::kAggregating;
+    out.push_back(std::move(aggregate));
+    return;
+  }
+  std::string reason = AttemptName() + ": " + Str(accepted) + " of " + Str(participants_.size()) +
+                       " participants returned an accepted update, fewer than min_workers (" +
+                       Str(config_.min_workers) + ")";
+  for (const Participant& p : participants_) {
+    if (p.state != ParticipantState::kAccepted) reason += "; worker " + Str(p.worker) + ": " + p.reason;
+  }
+  FailAttempt(std::move(reason), out);
+}
+
+void RoundEngine::FailAttempt(std::string reason, Actions& out) {
+  const int failures = ++checkpoint_.consecutive_failed_rounds;
+  out.push_back(FailRound{.round = round_, .attempt = attempt_, .reason = reason, .consecutive_failures = failures});
+  if (stop_requested_) {
+    EndJob(JobPhase::kStopped, out);
+  } else if (failures >= config_.fault_tolerance) {
+    EndJob(JobPhase::kFailed, out);
+    out.push_back(JobFailed{.last_committed_round = checkpoint_.last_committed_round,
+                            .reason = "round " + Str(round_) + " failed " + Str(failures) +
+                                      " time(s) in a row (fault_tolerance " + Str(config_.fault_tolerance) +
+                                      "); last failure: " + reason});
+  } else {
+    BeginAttempt(out);
+  }
+}
+
+void RoundEngine::Commit(Actions& out) {
+  // Round r's workers evaluated global r-1 before training on it.
+  double loss_sum = 0, train_loss_sum = 0;
+  int64_t validation_samples = 0, samples = 0;
+  int updates = 0;
+  for (const Participant& p : participants_) {
+    if (p.state != ParticipantState::kAccepted) continue;
+    ++updates;
+    samples += p.sample_count;
+    train_loss_sum += static_cast<double>(p.sample_count) * p.train_loss;
+    if (p.validation_samples > 0) {
+      loss_sum += static_cast<double>(p.validation_samples) * p.validation_loss;
+      validation_samples += p.validation_samples;
+    }
+  }
+  if (validation_samples > 0) {
+    out.push_back(GlobalEvaluated{.global_round = round_ - 1,
+                                  .validation_loss = loss_sum / static_cast<double>(validation_samples),
+                                  .validation_samples = validation_samples});
+  }
+  out.push_back(CommitRound{.round = round_,
+                            .attempt = attempt_,
+                            .train_loss = samples > 0 ? train_loss_sum / static_cast<double>(samples) : 0.0,
+                            .num_updates = updates,
+                            .num_samples = samples});
+  checkpoint_.last_committed_round = round_;
+  checkpoint_.attempts_of_next_round = 0;
+  checkpoint_.consecutive_failed_rounds = 0;
+  if (stop_requested_) {
+    EndJob(JobPhase::kStopped, out);
+  } else {
+    BeginAttempt(out);
+  }
+}
+
+void RoundEngine::FinishEvaluation(Actions& out) {
+  double loss_sum = 0;
+  int64_t validation_samples = 0;
+  for (const Participant& p : participants_) {
+    if (p.state == ParticipantState::kAccepted && p.validation_samples > 0) {
+      loss_sum += static_cast<double>(p.validation_samples) * p.validation_loss;
+      validation_samples += p.validation_samples;
+    }
+  }
+  if (validation_samples > 0) {
+    out.push_back(GlobalEvaluated{.global_round = config_.num_rounds,
+                                  .validation_loss = loss_sum / static_cast<double>(validation_samples),
+                                  .validation_samples = validation_samples});
+  }
+  EndJob(JobPhase::kSucceeded, out);
+}
+
+void RoundEngine::EndJob(JobPhase terminal, Actions& out) {
+  const char* why = terminal == JobPhase::kCancelled ? "the job was cancelled"
+                    : terminal == JobPhase::kStopped ? "the job was stopped"
+                                                     : "the job ended";
+  for (Participant& p : participants_) {
+    if (p.state == ParticipantState::kTraining || p.state == ParticipantState::kValidating) {
+      Drop(p, DropCause::kJobEnded, why, out);
+    }
+  }
+  phase_ = terminal;
+  const int last = checkpoint_.last_committed_round;
+  switch (terminal) {
+    case JobPhase::kSucceeded: out.push_back(JobSucceeded{.final_round = last}); break;
+    case JobPhase::kStopped: out.push_back(JobStopped{.last_committed_round = last}); break;
+    case JobPhase::kCancelled: out.push_back(JobCancelled{.last_committed_round = last}); break;
+    default: break;  // kFailed: the caller of EndJob adds JobFailed with its reason
+  }
+}
+
+Actions RoundEngine::WorkerAvailable(WorkerId worker) {
+  Actions out;
+  if (IsTerminal(phase_) || !IsEligible(worker)) return out;
+  if (Participant* p = FindParticipant(worker); p != nullptr && p->state == ParticipantState::kTraining) {
+    Drop(*p, DropCause::kAbandoned, "the worker asked for a new task before reporting " + AttemptName(), out);
+    presence_[worker] = Presence::kIdle;
+    CheckRoundComplete(out);
+  } else {
+    presence_[worker] = Presence::kIdle;
+  }
+  ShardOf(worker);  // binds a slot in arrival order (slot mode), even when it cannot take part yet
+  if (phase_ != JobPhase::kNotStarted) TryAssign(out);
+  return out;
+}
+
+Actions RoundEngine::WorkerDisconnected(WorkerId worker) {
+  Actions out;
+  if (IsTerminal(phase_) || !IsEligible(worker)) return out;
+  presence_[worker] = Presence::kOffline;
+  // An uploaded update (being validated, or accepted) still counts: only a result not yet received is lost.
+  if (Participant* p = FindParticipant(worker); p != nullptr && p->state == ParticipantState::kTraining) {
+    Drop(*p, DropCause::kDisconnected, "the worker disconnected during " + AttemptName(), out);
+    CheckRoundComplete(out);
+  }
+  return out;
+}
+
+StatusOr<Actions> RoundEngine::ResultUploaded(const WorkerResult& r) {
+  if (phase_ == JobPhase::kNotStarted || IsTerminal(phase_)) {
+    return FailedPreconditionError("the job is " + std::string(JobPhaseName(phase_)) + "; result for round " +
+                                   Str(r.round) + " attempt " + Str(r.attempt) + " refused");
+  }
+  if (r.round != round_ || r.attempt != attempt_) {
+    return FailedPreconditionError("result for round " + Str(r.round) + " attempt " + Str(r.attempt) +
+                                   " refused: the job is at " + AttemptName());
+  }
+  Participant* p = FindParticipant(r.worker);
+  if (p == nullptr) {
+    return FailedPreconditionError("worker " + Str(r.worker) + " has no task in " + AttemptName());
+  }
+  switch (p->state) {
+    case ParticipantState::kDropped:
+      return FailedPreconditionError("worker " + Str(r.worker) + " was dropped from " + AttemptName() + ": " +
+                                     p->reason);
+    case ParticipantState::kValidating:
+    case ParticipantState::kAccepted:
+    case ParticipantState::kRejected:
+      return Actions{};  // a repeat (e.g. a retried request): the first report stands
+    case ParticipantState::kTraining:
+      break;
+  }
+
+  Actions out;
+  p->validation_samples = r.validation_samples > 0 && std::isfinite(r.validation_loss) ? r.validation_samples : 0;
+  p->validation_loss = p->validation_samples > 0 ? r.validation_loss : 0.0;
+  if (phase_ == JobPhase::kEvaluating) {
+    p->state = ParticipantState::kAccepted;
+    CheckRoundComplete(out);
+    return out;
+  }
+
+  std::string problem;
+  const size_t shard = static_cast<size_t>(p->shard);
+  if (r.sample_count <= 0) {
+    problem = "sample count " + Str(r.sample_count) + " is not positive";
+  } else if (shard < config_.shard_train_rows.size() && r.sample_count > config_.shard_train_rows[shard]) {
+    problem = "sample count " + Str(r.sample_count) + " exceeds the " + Str(config_.shard_train_rows[shard]) +
+              " training rows of shard " + Str(p->shard);
+  } else if (!std::isfinite(r.train_loss)) {
+    problem = "training loss is not finite";
+  }
+  if (!problem.empty()) {
+    Drop(*p, DropCause::kRejected, "result rejected: " + problem, out);
+    CheckRoundComplete(out);
+    return out;
+  }
+  p->state = ParticipantState::kValidating;
+  p->sample_count = r.sample_count;
+  p->train_loss = r.train_loss;
+  out.push_back(ValidateUpdate{
+      .worker = r.worker, .round = round_, .attempt = attempt_, .shard = p->shard, .sample_count = r.sample_count});
+  return out;
+}
+
+StatusOr<Actions> RoundEngine::UpdateValidated(WorkerId worker, int round, int attempt, const Status& verdict) {
+  Participant* p = (phase_ == JobPhase::kTraining && round == round_ && attempt == attempt_) ? FindParticipant(worker)
+                                                                                              : nullptr;
+  if (p == nullptr || p->state != ParticipantState::kValidating) {
+    return FailedPreconditionError("no validation is pending for worker " + Str(worker) + " in round " + Str(round) +
+                                   " attempt " + Str(attempt));
+  }
+  Actions out;
+  if (verdict.ok()) {
+    p->state = ParticipantState::kAccepted;
+  } else {
+    Drop(*p, DropCause::kRejected, "update rejected: " + verdict.message(), out);
+  }
+  CheckRoundComplete(out);
+  return out;
+}
+
+StatusOr<Actions> RoundEngine::AggregationFinished(int round, int attempt, const Status& outcome) {
+  if (phase_ != JobPhase::kAggregating || round != round_ || attempt != attempt_) {
+    return FailedPreconditionError("no aggregation is pending for round " + Str(round) + " attempt " + Str(attempt));
+  }
+  Actions out;
+  if (outcome.ok()) {
+    Commit(out);
+  } else {
+    FailAttempt(AttemptName() + ": aggregation failed: " + outcome.message(), out);
+  }
+  return out;
+}
+
+Actions RoundEngine::Tick() {
+  Actions out;
+  if (!next_deadline() || clock_.Now() < deadline_) return out;
+  if (phase_ == JobPhase::kWaitingForWorkers) {
+    FailAttempt(AttemptName() + ": fewer than min_workers (" + Str(config_.min_workers) +
+                    ") eligible workers were available within aggregation_timeout (" +
+                    Seconds(config_.aggregation_timeout) + ")",
+                out);
+    return out;
+  }
+  if (phase_ == JobPhase::kEvaluating && participants_.empty()) {
+    FinishEvaluation(out);  // no worker came to evaluate: the job's rounds are all committed regardless
+    return out;
+  }
+  for (Participant& p : participants_) {
+    if (p.state == ParticipantState::kTraining) {
+      Drop(p, DropCause::kStraggler,
+           "no result within aggregation_timeout (" + Seconds(config_.aggregation_timeout) + ")", out);
+    }
+  }
+  CheckRoundComplete(out);
+  return out;
+}
+
+Actions RoundEngine::Stop() {
+  Actions out;
+  if (IsTerminal(phase_)) return out;
+  if (phase_ == JobPhase::kAggregating) {
+    stop_requested_ = true;  // commit the round being aggregated, then stop
+    return out;
+  }
+  EndJob(JobPhase::kStopped, out);
+  return out;
+}
+
+Actions RoundEngine::Cancel() {
+  Actions out;
+  if (!IsTerminal(phase_)) EndJob(JobPhase::kCancelled, out);
+  return out;
+}
+
+std::optional<Clock::TimePoint> RoundEngine::next_deadline() const {
+  switch (phase_) {
+    case JobPhase::kWaitingForWorkers:
+      return deadline_;
+    case JobPhase::kTraining:
+    case JobPhase::kEvaluating: {
+      if (participants_.empty()) return deadline_;
+      const bool training = std::any_of(participants_.begin(), participants_.end(),
+                                        [](const Participant& p) { return p.state == ParticipantState::kTraining; });
+      if (training) return deadline_;
+      return std::nullopt;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+std::vector<ParticipantView> RoundEngine::participants() const {
+  std::vector<ParticipantView> out;
+  for (const Participant& p : participants_) {
+    out.push_back({.worker = p.worker, .shard = p.shard, .state = p.state, .reason = p.reason});
+  }
+  return out;
+}
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,305 @@
+// RoundEngine: one job's round state machine (DESIGN.md §4), as a pure, deterministic object. It performs no I/O:
+// the coordinator feeds it events (workers coming and going, results, validation verdicts, aggregation outcomes,
+// timer ticks, stop/cancel) and carries out the actions it returns, in order (persist, send tasks, aggregate, ...).
+// Time comes only from the injected Clock, so every timeout is testable with FakeClock.
+//
+// Per round: distribute -> train -> upload -> aggregate -> commit.
+//   - An attempt of round r starts (StartRound) and waits for workers: participants are the strategy's choice among
+//     the eligible workers that are online, idle and hold a shard, at most max_workers; with fewer than min_workers
+//     available it keeps waiting, until aggregation_timeout after the attempt started, when it fails.
+//   - Each participant gets an AssignTask (its shard, its seed TaskSeed(job seed, r, shard)) and the attempt's
+//     deadline becomes aggregation_timeout after the tasks went out.
+//   - A result (ResultUploaded) is checked (round, attempt, sample count within the shard, finite losses) and then
+//     handed to the caller to validate and accumulate (ValidateUpdate -> UpdateValidated). A rejected update drops
+//     that worker from the round with the reason recorded; the job goes on.
+//   - A participant that disconnects or abandons its task before uploading leaves the round's expected set.
+//   - When no participant is still training or being validated: with >= min_workers accepted updates the round is
+//     aggregated at once (AggregateRound), otherwise it fails (it can no longer reach min_workers).
+//   - At the deadline, participants still training are dropped as stragglers; updates already uploaded finish
+//     validation, then the rule above applies.
+//   - After the caller reports AggregationFinished(OK) (the new global is a durable blob), the round commits
+//     (GlobalEvaluated for the previous global, CommitRound) and round r+1 starts. A failed round (FailRound) keeps
+//     the previous global and is retried as a new attempt; after fault_tolerance consecutive failed rounds the job
+//     fails (JobFailed, with the reason).
+//   - After the last round commits, an evaluation-only "round" num_rounds+1 (TaskKind::kEvaluate, best effort within
+//     aggregation_timeout) measures the final global's validation loss; then JobSucceeded.
+//   - A worker that returns (WorkerAvailable after a disconnect) keeps its shard and takes part from the next round
+//     that starts, with the latest committed global.
+//   - Results for another round or attempt, or from a dropped worker, are refused (FailedPrecondition); a repeated
+//     result for the same task is accepted and changes nothing (idempotent).
+//   - Stop: finish with the latest committed global (a round being aggregated is committed first). Cancel: at once.
+//
+// Worker presence: a worker is assigned a task only while idle, i.e. after WorkerAvailable (it is polling for a
+// task) and before its next task or WorkerDisconnected. A worker that says it is available while it still has an
+// unreported task of this job has abandoned that task.
+//
+// Restart: the caller persists checkpoint() after every event whose actions it carries out; Restore() from that
+// checkpoint resumes at round last_committed_round + 1 with a new attempt number, so no round number is skipped or
+// repeated and results of attempts started before the restart are refused as late.
+//
+// Threads: owned by the job on the coordinator's event loop; not thread-safe. The Strategy and Clock passed in must
+// outlive the engine; only the strategy's const ConfigureRound is called.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "coordinator/job_spec.h"
+#include "strategy/strategy.h"
+
+namespace parsyn::coordinator {
+
+using WorkerId = int64_t;
+
+struct RoundEngineConfig {
+  uint64_t job_seed = 0;
+  int num_rounds = 1;
+  int min_workers = 1;
+  int max_workers = 1;
+  Clock::Duration aggregation_timeout = std::chrono::minutes(10);
+  int fault_tolerance = 1;  // consecutive failed rounds that fail the job; >= 1
+  // Workers allowed to take part; empty: any worker (worker_selection.mode auto).
+  std::vector<WorkerId> eligible_workers;
+  // Data shards of the job. When it equals eligible_workers.size(), shard i belongs to eligible_workers[i];
+  // otherwise shards are slots given to workers in the order they first become available, kept for the job.
+  int num_shards = 1;
+  // Training rows of each shard: a reported sample count must be within it. Empty: only positivity is checked.
+  std::vector<int64_t> shard_train_rows;
+};
+
+// The engine configuration of a validated job: distributed jobs get one shard per listed worker (or max_workers
+// slots in auto mode); an ordinary job one shard for whichever of its workers comes first.
+RoundEngineConfig EngineConfigFor(const JobSpec& spec);
+
+// What survives a restart; persisted by the caller (see Restart above).
+struct EngineCheckpoint {
+  int last_committed_round = 0;     // 0: none yet (the global is the initial weights)
+  int attempts_of_next_round = 0;   // attempts of round last_committed_round + 1 started so far
+  int consecutive_failed_rounds = 0;
+  std::map<WorkerId, int> shards;   // worker -> shard bound so far
+
+  friend bool operator==(const EngineCheckpoint&, const EngineCheckpoint&) = default;
+};
+
+enum class TaskKind { kTrain, kEvaluate };
+
+// Why a worker left a round. kStraggler and kJobEnded: the worker is still busy with the task; tell it to abandon it.
+enum class DropCause { kDisconnected, kAbandoned, kStraggler, kRejected, kJobEnded };
+std::string_view DropCauseName(DropCause cause);  // "disconnected", "abandoned", "straggler", "rejected", "job_ended"
+
+// An attempt of a round begins (waiting for workers). attempt > 1: a retry of a failed attempt.
+struct StartRound {
+  int round = 0;
+  int attempt = 0;
+};
+// Send this task to the worker: train (or, for kEvaluate, only evaluate) the latest committed global on its shard.
+struct AssignTask {
+  WorkerId worker = 0;
+  int round = 0;
+  int attempt = 0;
+  int shard = 0;
+  uint64_t seed = 0;
+  TaskKind kind = TaskKind::kTrain;
+};
+// The worker's uploaded update needs validating (layout, finiteness, size, sha256) and accumulating into the
+// round's strategy; answer with UpdateValidated.
+struct ValidateUpdate {
+  WorkerId worker = 0;
+  int round = 0;
+  int attempt = 0;
+  int shard = 0;
+  int64_t sample_count = 0;
+};
+// The worker left the round; `reason` is for people (stored, shown).
+struct DropWorker {
+  WorkerId worker = 0;
+  int round = 0;
+  int attempt = 0;
+  DropCause cause = DropCause::kDisconnected;
+  std::string reason;
+};
+struct AcceptedUpdate {
+  WorkerId worker = 0;
+  int shard = 0;
+  int64_t sample_count = 0;
+  double train_loss = 0;
+};
+// Finish the round's strategy (exactly these updates were accepted; sorted by shard), make the new global a
+// durable blob, then answer with AggregationFinished.
+struct AggregateRound {
+  int round = 0;
+  int attempt = 0;
+  std::vector<AcceptedUpdate> updates;
+  double train_loss = 0;  // sample-weighted mean of the workers' mean training losses
+};
+// The sample-weighted validation loss of the global committed at `global_round` (0: the initial weights), measured
+// by workers on their validation slices before training on it.
+struct GlobalEvaluated {
+  int global_round = 0;
+  double validation_loss = 0;
+  int64_t validation_samples = 0;
+};
+// Mark the round committed: its global is the job's latest.
+struct CommitRound {
+  int round = 0;
+  int attempt = 0;
+  double train_loss = 0;
+  int num_updates = 0;
+  int64_t num_samples = 0;
+};
+// The attempt failed; the previous global stays. consecutive_failures counts this one.
+struct FailRound {
+  int round = 0;
+  int attempt = 0;
+  std::string reason;
+  int consecutive_failures = 0;
+};
+struct JobSucceeded {
+  int final_round = 0;
+};
+struct JobFailed {
+  int last_committed_round = 0;
+  std::string reason;
+};
+struct JobStopped {
+  int last_committed_round = 0;  // its global is the job's result
+};
+struct JobCancelled {
+  int last_committed_round = 0;
+};
+
+using Action = std::variant<StartRound, AssignTask, ValidateUpdate, DropWorker, AggregateRound, GlobalEvaluated,
+                            CommitRound, FailRound, JobSucceeded, JobFailed, JobStopped, JobCancelled>;
+using Actions = std::vector<Action>;
+
+// What a worker reports with its upload.
+struct WorkerResult {
+  WorkerId worker = 0;
+  int round = 0;
+  int attempt = 0;
+  int64_t sample_count = 0;        // training examples behind the update; ignored for evaluation tasks
+  double train_loss = 0;           // mean training loss of its steps; ignored for evaluation tasks
+  int64_t validation_samples = 0;  // validation rows it evaluated the received global on (0: none)
+  double validation_loss = 0;
+};
+
+enum class JobPhase {
+  kNotStarted,
+  kWaitingForWorkers,  // an attempt waits for min_workers
+  kTraining,           // tasks are out; results arrive
+  kAggregating,        // AggregateRound is with the caller
+  kEvaluating,         // the final evaluation-only round (waiting for or running tasks)
+  kSucceeded,
+  kFailed,
+  kStopped,
+  kCancelled,
+};
+std::string_view JobPhaseName(JobPhase phase);
+bool IsTerminal(JobPhase phase);
+
+enum class ParticipantState { kTraining, kValidating, kAccepted, kRejected, kDropped };
+std::string_view ParticipantStateName(ParticipantState state);
+
+// One worker's state in the current attempt (for the API's per-worker view).
+struct ParticipantView {
+  WorkerId worker = 0;
+  int shard = 0;
+  ParticipantState state = ParticipantState::kTraining;
+  std::string reason;  // why it was rejected or dropped
+};
+
+class RoundEngine {
+ public:
+  // InvalidArgument-free construction: the config is assumed to come from EngineConfigFor(valid spec) or be
+  // equally sane (checked by Start/Restore).
+  RoundEngine(RoundEngineConfig config, const strategy::Strategy& strategy, const Clock& clock);
+
+  // Starts a new job at round 1 with the workers idle right now. InvalidArgument for an unusable config
+  // (e.g. min_workers > max_workers); FailedPrecondition if already started.
+  StatusOr<Actions> Start(std::span<const WorkerId> idle_workers = {});
+  // Resumes a job from its checkpoint: round last_committed_round + 1, attempt attempts_of_next_round + 1 (or the
+  // final evaluation when every round is committed). InvalidArgument if the checkpoint does not fit the config.
+  StatusOr<Actions> Restore(const EngineCheckpoint& checkpoint, std::span<const WorkerId> idle_workers = {});
+
+  // The worker is online and idle (polling for a task). Ignored for workers not eligible for this job, and in
+  // terminal phases.
+  Actions WorkerAvailable(WorkerId worker);
+  // The worker's session ended (missed heartbeats, goodbye, closed connection).
+  Actions WorkerDisconnected(WorkerId worker);
+
+  // A worker uploaded its result. OK with no actions for a repeat of an already received result; OK with
+  // DropWorker when the report itself is unacceptable (sample count, non-finite loss); OK with ValidateUpdate
+  // otherwise. FailedPrecondition for a result of another round or attempt, from a worker without that task or
+  // dropped from it, or after the job ended.
+  StatusOr<Actions> ResultUploaded(const WorkerResult& result);
+  // The caller's verdict on an update announced by ValidateUpdate: OK (it counted) or the reason it was rejected.
+  // FailedPrecondition if no such validation is pending (e.g. the job was cancelled meanwhile).
+  StatusOr<Actions> UpdateValidated(WorkerId worker, int round, int attempt, const Status& verdict);
+  // The outcome of AggregateRound: OK once the new global is durable; an error fails the round.
+  // FailedPrecondition if that aggregation is not pending.
+  StatusOr<Actions> AggregationFinished(int round, int attempt, const Status& outcome);
+
+  // Applies timeouts due at clock.Now(). Call when next_deadline() passes (or on any timer; extra calls are free).
+  Actions Tick();
+  // Stop: finish with the latest committed global. Cancel: end now. No actions in terminal phases.
+  Actions Stop();
+  Actions Cancel();
+
+  JobPhase phase() const { return phase_; }
+  int round() const { return round_; }      // the round in progress (num_rounds + 1 while evaluating)
+  int attempt() const { return attempt_; }
+  int last_committed_round() const { return checkpoint_.last_committed_round; }
+  // When Tick() next has work to do; nullopt when no timeout is pending.
+  std::optional<Clock::TimePoint> next_deadline() const;
+  const EngineCheckpoint& checkpoint() const { return checkpoint_; }
+  std::vector<ParticipantView> participants() const;
+
+ private:
+  struct Participant {
+    WorkerId worker = 0;
+    int shard = 0;
+    ParticipantState state = ParticipantState::kTraining;
+    std::string reason;
+    int64_t sample_count = 0;
+    double train_loss = 0;
+    int64_t validation_samples = 0;
+    double validation_loss = 0;
+  };
+  enum class Presence { kOffline, kIdle, kBusy };
+
+  Status CheckConfig() const;
+  std::optional<int> ShardOf(WorkerId worker);
+  bool IsEligible(WorkerId worker) const;
+  Participant* FindParticipant(WorkerId worker);
+  void BeginAttempt(Actions& out);
+  void TryAssign(Actions& out);
+  void CheckRoundComplete(Actions& out);
+  void Drop(Participant& p, DropCause cause, std::string reason, Actions& out);
+  void FailAttempt(std::string reason, Actions& out);
+  void Commit(Actions& out);
+  void FinishEvaluation(Actions& out);
+  void EndJob(JobPhase terminal, Actions& out);
+  std::string AttemptName() const;
+
+  RoundEngineConfig config_;
+  const strategy::Strategy& strategy_;
+  const Clock& clock_;
+
+  JobPhase phase_ = JobPhase::kNotStarted;
+  int round_ = 0;
+  int attempt_ = 0;
+  bool stop_requested_ = false;
+  Clock::TimePoint deadline_{};
+  std::vector<Participant> participants_;
+  std::map<WorkerId, Presence> presence_;
+  EngineCheckpoint checkpoint_;
+};
+
+}  // namespace parsyn::coordinator
