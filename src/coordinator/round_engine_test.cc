@@ -5,6 +5,10 @@
 
 #include <cstdio>
 #include <functional>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,7 +22,13 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using std::chrono::seconds;
 
-std::string AttemptTag(int round, int attempt) { return "r" + std::to_string(round) + "a" + std::to_string(attempt); }
+std::string AttemptTag(int round, int attempt) {
+  std::string tag = "r";
+  tag += std::to_string(round);
+  tag += 'a';
+  tag += std::to_string(attempt);
+  return tag;
+}
 
 std::string Num(double v) {
   char buf[32];
@@ -44,8 +54,11 @@ std::string Render(const Action& action) {
     std::string operator()(const AggregateRound& a) {
       std::string s = "aggregate " + AttemptTag(a.round, a.attempt) + " [";
       for (size_t i = 0; i < a.updates.size(); ++i) {
-        s += (i ? " " : "") + std::string("w") + std::to_string(a.updates[i].worker) + ":" +
-             std::to_string(a.updates[i].sample_count);
+        if (i > 0) s += ' ';
+        s += 'w';
+        s += std::to_string(a.updates[i].worker);
+        s += ':';
+        s += std::to_string(a.updates[i].sample_count);
       }
       return s + "] loss " + Num(a.train_loss);
     }
@@ -658,6 +671,126 @@ TEST_F(RoundEngineTest, DistributedSpecMapsToOneShardPerListedWorker) {
   EXPECT_EQ(config.eligible_workers, (std::vector<WorkerId>{1, 3, 5}));
   RoundEngine engine(config, fed_avg_, clock_);
   EXPECT_THAT(StartWith(engine, {5, 1}), ElementsAre("start r1a1", "assign w1 r1a1 s0", "assign w5 r1a1 s2"));
+}
+
+}  // namespace
+}  // namespace parsyn::coordinator
+
+namespace parsyn::coordinator {
+namespace {
+
+// Random event sequences (fixed seeds, bounded length) against invariants that must hold whatever happens:
+// committed rounds go 1, 2, 3, ... without gaps or repeats; a worker is only assigned after saying it is idle; an
+// attempt has at most max_workers participants; aggregation has at least min_workers updates; nothing happens
+// after the job ends.
+TEST(RoundEngineInvariantsTest, RandomEventSequences) {
+  int total_commits = 0, jobs_ended = 0;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    std::mt19937 rng(seed);
+    FakeClock clock;
+    strategy::FedAvg fed_avg;
+    RoundEngineConfig config;
+    config.job_seed = seed;
+    config.num_rounds = 4;
+    config.min_workers = 2;
+    config.max_workers = 3;
+    config.aggregation_timeout = seconds(300);
+    config.fault_tolerance = 5;
+    config.eligible_workers = {1, 2, 3, 4};
+    config.num_shards = 4;
+    RoundEngine engine(config, fed_avg, clock);
+
+    std::map<WorkerId, bool> idle;  // what the engine was told
+    std::set<std::pair<int, int>> attempts_seen;
+    std::map<std::pair<int, int>, int> assigned_in_attempt;
+    std::vector<std::pair<WorkerId, AssignTask>> open_tasks;
+    std::vector<ValidateUpdate> pending_validations;
+    std::optional<AggregateRound> pending_aggregation;
+    int last_commit = 0;
+    bool ended = false;
+
+    auto check = [&](const Actions& actions) {
+      for (const Action& a : actions) {
+        ASSERT_FALSE(ended) << "action after the job ended: " << Render(a);
+        if (const auto* t = std::get_if<AssignTask>(&a)) {
+          ASSERT_TRUE(idle[t->worker]) << "assigned a busy worker: " << Render(a);
+          idle[t->worker] = false;
+          ASSERT_LE((++assigned_in_attempt[{t->round, t->attempt}]), config.max_workers);
+          open_tasks.push_back({t->worker, *t});
+        } else if (const auto* v = std::get_if<ValidateUpdate>(&a)) {
+          pending_validations.push_back(*v);
+        } else if (const auto* g = std::get_if<AggregateRound>(&a)) {
+          ASSERT_GE(static_cast<int>(g->updates.size()), config.min_workers);
+          pending_aggregation = *g;
+        } else if (const auto* c = std::get_if<CommitRound>(&a)) {
+          ASSERT_EQ(c->round, last_commit + 1) << "committed rounds must be consecutive";
+          last_commit = c->round;
+        } else if (const auto* s = std::get_if<StartRound>(&a)) {
+          ASSERT_TRUE(attempts_seen.insert({s->round, s->attempt}).second) << "attempt started twice";
+          ASSERT_EQ(s->round, last_commit + 1);
+        } else if (std::holds_alternative<JobSucceeded>(a) || std::holds_alternative<JobFailed>(a) ||
+                   std::holds_alternative<JobStopped>(a) || std::holds_alternative<JobCancelled>(a)) {
+          ended = true;
+        }
+      }
+    };
+
+    StatusOr<Actions> started = engine.Start();
+    ASSERT_TRUE(started.ok());
+    check(*started);
+    for (int step = 0; step < 400 && !ended; ++step) {
+      const int kind = std::uniform_int_distribution<int>(0, 10)(rng);
+      const WorkerId w = std::uniform_int_distribution<WorkerId>(1, 5)(rng);  // 5 is not eligible
+      Actions actions;
+      if (kind <= 1) {
+        idle[w] = true;
+        actions = engine.WorkerAvailable(w);
+        if (w == 5) idle[w] = false;
+      } else if (kind == 2 && std::uniform_int_distribution<int>(0, 2)(rng) == 0) {
+        idle[w] = false;
+        actions = engine.WorkerDisconnected(w);
+      } else if (kind <= 4 && !open_tasks.empty()) {
+        const size_t i = std::uniform_int_distribution<size_t>(0, open_tasks.size() - 1)(rng);
+        const AssignTask t = open_tasks[i].second;
+        open_tasks.erase(open_tasks.begin() + static_cast<std::ptrdiff_t>(i));
+        StatusOr<Actions> r = engine.ResultUploaded({.worker = t.worker,
+                                                     .round = t.round,
+                                                     .attempt = t.attempt,
+                                                     .sample_count = 10,
+                                                     .train_loss = 1.0,
+                                                     .validation_samples = 2,
+                                                     .validation_loss = 1.0});
+        if (r.ok()) actions = *r;
+      } else if (kind <= 6 && !pending_validations.empty()) {
+        const ValidateUpdate v = pending_validations.front();
+        pending_validations.erase(pending_validations.begin());
+        const bool accept = std::uniform_int_distribution<int>(0, 4)(rng) != 0;
+        StatusOr<Actions> r = engine.UpdateValidated(v.worker, v.round, v.attempt,
+                                                     accept ? Status::Ok() : InvalidArgumentError("bad"));
+        if (r.ok()) actions = *r;
+      } else if (kind == 7 && pending_aggregation) {
+        const bool ok = std::uniform_int_distribution<int>(0, 4)(rng) != 0;
+        StatusOr<Actions> r = engine.AggregationFinished(pending_aggregation->round, pending_aggregation->attempt,
+                                                         ok ? Status::Ok() : UnavailableError("store down"));
+        pending_aggregation.reset();
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        actions = *r;
+      } else {
+        clock.Advance(seconds(std::uniform_int_distribution<int>(1, 30)(rng)));
+        actions = engine.Tick();
+      }
+      check(actions);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    EXPECT_EQ(engine.last_committed_round(), last_commit);
+    total_commits += last_commit;
+    jobs_ended += ended ? 1 : 0;
+  }
+  // The sequences do reach commits and job ends, so the invariants were exercised.
+  EXPECT_GT(total_commits, 20);
+  EXPECT_GT(jobs_ended, 5);
+  std::printf("random sequences: %d commits, %d jobs ended\n", total_commits, jobs_ended);
 }
 
 }  // namespace
