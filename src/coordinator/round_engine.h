@@ -90,7 +90,8 @@ struct EngineCheckpoint {
 
 enum class TaskKind { kTrain, kEvaluate };
 
-// Why a worker left a round. kStraggler and kJobEnded: the worker is still busy with the task; tell it to abandon it.
+// Why a worker left a round. kStraggler and kJobEnded: the worker may still be running the task; tell it to abandon
+// it. kRejected: its result or update did not pass the checks (the reason says which).
 enum class DropCause { kDisconnected, kAbandoned, kStraggler, kRejected, kJobEnded };
 std::string_view DropCauseName(DropCause cause);  // "disconnected", "abandoned", "straggler", "rejected", "job_ended"
 
@@ -217,8 +218,7 @@ struct ParticipantView {
 
 class RoundEngine {
  public:
-  // InvalidArgument-free construction: the config is assumed to come from EngineConfigFor(valid spec) or be
-  // equally sane (checked by Start/Restore).
+  // Does not validate: Start and Restore check the config and answer InvalidArgument for an unusable one.
   RoundEngine(RoundEngineConfig config, const strategy::Strategy& strategy, const Clock& clock);
 
   // Starts a new job at round 1 with the workers idle right now. InvalidArgument for an unusable config
