@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <utility>
 
@@ -9,9 +10,9 @@ namespace parsyn::coordinator {
 namespace {
 
 std::string Seconds(Clock::Duration d) {
-  const int64_t ms = d.count();
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
-  return std::to_string(static_cast<double>(ms) / 1000.0) + " s";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(d.count()) / 1000.0);
+  return buf;
 }
 
 template <typename T>
