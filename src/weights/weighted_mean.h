@@ -49,7 +49,8 @@ class WeightedMean {
   double total_weight() const;
 
   // The mean in the layout's dtypes (rounded to nearest even for BF16/F16). FailedPrecondition if nothing was
-  // accepted.
+  // accepted. Consumes the sums (F32 results may reuse the accumulator's memory): Accept afterwards returns
+  // FailedPrecondition.
   StatusOr<WeightSet> Finish() &&;
 
  private:
