@@ -1,0 +1,152 @@
+#include "http/client.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "http/test_server.h"
+
+namespace parsyn::http {
+namespace {
+
+namespace net = boost::asio;
+using std::chrono::milliseconds;
+using testing::TestServer;
+
+ClientOptions FastRetries(const std::string& url) {
+  ClientOptions o;
+  o.base_url = url;
+  o.timeout = milliseconds(10'000);
+  o.max_attempts = 4;
+  o.backoff_initial = milliseconds(10);
+  o.backoff_max = milliseconds(40);
+  return o;
+}
+
+// A route that answers 503 to its first `failures` calls, then 200.
+Router FlakyRouter(std::atomic<int>& calls, int failures) {
+  Router router;
+  Handler flaky = [&calls, failures](Request&) -> Awaitable<Response> {
+    if (++calls <= failures) co_return Response::Error(UnavailableError("warming up"));
+    co_return Response::Json(200, {{"calls", calls.load()}});
+  };
+  EXPECT_TRUE(router.Add(Method::kGet, "/flaky", flaky).ok());
+  EXPECT_TRUE(router.Add(Method::kPost, "/flaky", flaky).ok());
+  EXPECT_TRUE(router.Add(Method::kPut, "/flaky", flaky).ok());
+  return router;
+}
+
+TEST(ClientTest, RetriesIdempotentCallsOn503) {
+  std::atomic<int> calls = 0;
+  net::io_context io;
+  TestServer ts(io, FlakyRouter(calls, 2));
+  Client client(FastRetries(ts.url()));
+  auto r = client.Get("/flaky");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(calls.load(), 3);
+  EXPECT_EQ((*r->Json())["calls"], 3);
+
+  calls = 0;
+  auto put = client.PutJson("/flaky", {{"x", 1}});
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(calls.load(), 3);
+}
+
+TEST(ClientTest, DoesNotRetryPostUnlessAsked) {
+  std::atomic<int> calls = 0;
+  net::io_context io;
+  TestServer ts(io, FlakyRouter(calls, 2));
+  Client client(FastRetries(ts.url()));
+  auto once = client.PostJson("/flaky", {{"x", 1}});
+  EXPECT_EQ(once.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(once.status().message(), "POST " + ts.url() + "/flaky: HTTP 503: warming up");
+  EXPECT_EQ(calls.load(), 1);
+
+  auto retried = client.PostJson("/flaky", {{"x", 1}}, CallOptions{.retry = true});
+  ASSERT_TRUE(retried.ok()) << retried.status().ToString();
+  EXPECT_EQ(calls.load(), 3);
+}
+
+TEST(ClientTest, GivesUpAfterMaxAttempts) {
+  std::atomic<int> calls = 0;
+  net::io_context io;
+  TestServer ts(io, FlakyRouter(calls, 100));
+  ClientOptions options = FastRetries(ts.url());
+  options.max_attempts = 3;
+  Client client(options);
+  auto r = client.Get("/flaky");
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(r.status().message(), "after 3 attempts: GET " + ts.url() + "/flaky: HTTP 503: warming up");
+  EXPECT_EQ(calls.load(), 3);
+}
+
+// A port on 127.0.0.1 that nothing listens on.
+uint16_t ClosedPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(ClientTest, ConnectionRefusedNamesUrlAndHint) {
+  ClientOptions options = FastRetries("http://127.0.0.1:" + std::to_string(ClosedPort()));
+  options.max_attempts = 2;
+  options.unreachable_hint = "is `parsyn server` running?";
+  Client client(options);
+  auto r = client.Get("/api/v1/jobs");
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(r.status().message(), "after 2 attempts: GET " + options.base_url +
+                                      "/api/v1/jobs: connection refused (is `parsyn server` running?)");
+}
+
+TEST(ClientTest, TimeoutIsDeadlineExceeded) {
+  net::io_context io;
+  Router router;
+  ASSERT_TRUE(router
+                  .Add(Method::kGet, "/slow",
+                       [](Request&) -> Awaitable<Response> {
+                         Signal never(co_await net::this_coro::executor);
+                         co_await never.Wait(milliseconds(500));
+                         co_return Response::NoContent();
+                       })
+                  .ok());
+  TestServer ts(io, std::move(router));
+  ClientOptions options = FastRetries(ts.url());
+  options.max_attempts = 1;
+  Client client(options);
+  auto r = client.Get("/slow", CallOptions{.timeout = milliseconds(100)});
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(r.status().message().starts_with("GET " + ts.url() + "/slow: timed out")) << r.status().message();
+}
+
+TEST(ClientTest, StopTokenCancelsALongPoll) {
+  net::io_context io;
+  Router router;
+  ASSERT_TRUE(router
+                  .Add(Method::kGet, "/poll",
+                       [](Request&) -> Awaitable<Response> {
+                         Signal never(co_await net::this_coro::executor);
+                         co_await never.Wait(milliseconds(1500));
+                         co_return Response::NoContent();
+                       })
+                  .ok());
+  TestServer ts(io, std::move(router));
+  Client client(FastRetries(ts.url()));
+  std::stop_source stop;
+  std::thread stopper([&] { stop.request_stop(); });
+  auto r = client.Get("/poll", CallOptions{.stop = stop.get_token()});
+  stopper.join();
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
+}
+
+}  // namespace
+}  // namespace parsyn::http

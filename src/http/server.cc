@@ -1,0 +1,608 @@
+#include "http/server.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+#include <array>
+#include <limits>
+#include <set>
+
+#include "base/log.h"
+#include "http/internal.h"
+
+namespace parsyn::http {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using net::redirect_error;
+using net::use_awaitable;
+using RequestParser = bhttp::request_parser<bhttp::buffer_body>;
+
+namespace {
+
+constexpr size_t kBodyChunkBytes = 64 << 10;
+// After an error response to a request whose body was not read, keep reading (and dropping) it for a moment before
+// closing: closing with unread bytes makes the kernel send RST, and the client may lose the response.
+constexpr auto kLingerTime = std::chrono::milliseconds(1000);
+constexpr uint64_t kLingerBytes = 16 << 20;
+
+std::optional<Method> ToMethod(bhttp::verb verb) {
+  switch (verb) {
+    case bhttp::verb::get: return Method::kGet;
+    case bhttp::verb::head: return Method::kHead;
+    case bhttp::verb::post: return Method::kPost;
+    case bhttp::verb::put: return Method::kPut;
+    case bhttp::verb::delete_: return Method::kDelete;
+    case bhttp::verb::patch: return Method::kPatch;
+    case bhttp::verb::options: return Method::kOptions;
+    default: return std::nullopt;
+  }
+}
+
+std::string_view View(boost::beast::string_view s) { return std::string_view(s.data(), s.size()); }
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool IsHttpParseError(const beast::error_code& ec) {
+  return ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category() &&
+         ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message;
+}
+
+std::string FormatEvent(std::string_view event, std::string_view data, std::string_view id) {
+  std::string frame;
+  if (!id.empty()) frame.append("id: ").append(id).append("\n");
+  if (!event.empty()) frame.append("event: ").append(event).append("\n");
+  while (true) {
+    size_t nl = data.find('\n');
+    frame.append("data: ").append(data.substr(0, nl)).append("\n");
+    if (nl == std::string_view::npos) break;
+    data.remove_prefix(nl + 1);
+  }
+  frame += "\n";
+  return frame;
+}
+
+}  // namespace
+
+class ConnectionBase {
+ public:
+  virtual ~ConnectionBase() = default;
+  virtual void CloseIfIdle() = 0;
+  virtual void Close() = 0;
+};
+
+struct Server::State {
+  State(net::io_context& io, ServerOptions options, Router router)
+      : io(io),
+        options(std::move(options)),
+        router(std::move(router)),
+        acceptor(io),
+        stopping(io.get_executor()),
+        connections_changed(io.get_executor()) {}
+
+  net::io_context& io;
+  ServerOptions options;
+  Router router;
+  std::optional<net::ssl::context> ssl;
+  tcp::acceptor acceptor;
+  Signal stopping;
+  Signal connections_changed;
+  bool is_stopping = false;
+  std::set<ConnectionBase*> connections;
+  uint16_t port = 0;
+};
+
+// One client connection: reads requests in a loop (keep-alive), dispatches them, writes responses.
+// Stream is beast::tcp_stream or beast::ssl_stream<beast::tcp_stream>.
+template <class Stream>
+class Connection final : public ConnectionBase, public std::enable_shared_from_this<Connection<Stream>> {
+ public:
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  Connection(std::shared_ptr<Server::State> state, Stream stream, std::string remote)
+      : state_(std::move(state)),
+        opts_(state_->options),
+        stream_(std::move(stream)),
+        remote_(std::move(remote)),
+        closing_(state_->io.get_executor()) {}
+  // Normally Run() has unregistered already; this covers a coroutine destroyed with its io_context.
+  ~Connection() override { state_->connections.erase(this); }
+
+  static net::awaitable<void> Run(std::shared_ptr<Connection> self) {
+    self->state_->connections.insert(self.get());
+    try {
+      co_await self->Loop();
+    } catch (const std::exception& e) {
+      PARSYN_LOG_ERROR("http: connection from {} failed: {}", self->remote_, e.what());
+    }
+    self->CloseSocket();
+    self->state_->connections.erase(self.get());
+    self->state_->connections_changed.Notify();
+  }
+
+  void CloseIfIdle() override {
+    if (idle_) Close();
+  }
+  void Close() override {
+    closed_ = true;
+    CloseSocket();
+    closing_.Notify();
+  }
+
+ private:
+  class Body;
+  class Events;
+
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+
+  void CloseSocket() {
+    beast::error_code ec;
+    Lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
+    Lowest().close();
+  }
+
+  net::awaitable<void> Loop() {
+    beast::error_code ec;
+    if constexpr (kTls) {
+      Lowest().expires_after(opts_.header_timeout);
+      co_await stream_.async_handshake(net::ssl::stream_base::server, redirect_error(use_awaitable, ec));
+      if (ec) {
+        PARSYN_LOG_DEBUG("http: TLS handshake with {} failed: {}", remote_, ec.message());
+        co_return;
+      }
+    }
+    while (!state_->is_stopping && !closed_) {
+      idle_ = true;
+      RequestParser parser;
+      parser.header_limit(opts_.max_header_bytes);
+      parser.body_limit(std::numeric_limits<uint64_t>::max());  // caps are per route, enforced while reading
+      Lowest().expires_after(opts_.header_timeout);
+      co_await bhttp::async_read_header(stream_, buffer_, parser, redirect_error(use_awaitable, ec));
+      idle_ = false;
+      if (ec) {
+        // end_of_stream, timeout and closed sockets end the connection quietly; malformed requests get a 400.
+        if (ec == bhttp::error::header_limit) {
+          co_await Write(ErrorBody(431, "invalid_argument", "request header exceeds " +
+                                                               std::to_string(opts_.max_header_bytes) + " bytes"),
+                         11, false);
+        } else if (IsHttpParseError(ec)) {
+          co_await Write(ErrorBody(400, "invalid_argument", "malformed HTTP request: " + ec.message()), 11, false);
+        }
+        co_return;
+      }
+      bool keep_alive = co_await Serve(parser);
+      if (!keep_alive) {
+        if (!parser.is_done()) co_await Linger();
+        co_return;
+      }
+    }
+  }
+
+  // Handles one request whose header is in `parser`. Returns whether the connection may serve another one.
+  net::awaitable<bool> Serve(RequestParser& parser) {
+    const auto& header = parser.get();
+    Request req;
+    req.target = std::string(header.target());
+    req.remote_address = remote_;
+    for (const auto& field : header) {
+      std::string name = Lower(View(field.name_string()));
+      auto [it, inserted] = req.headers.try_emplace(name, View(field.value()));
+      if (!inserted) it->second.append(", ").append(View(field.value()));
+    }
+    Response res = co_await Dispatch(parser, req);
+    bool keep_alive = parser.keep_alive() && parser.is_done() && !state_->is_stopping && !closed_;
+    co_return co_await Write(std::move(res), header.version(), keep_alive);
+  }
+
+  net::awaitable<Response> Dispatch(RequestParser& parser, Request& req) {
+    std::optional<Method> method = ToMethod(parser.get().method());
+    if (!method) {
+      co_return ErrorBody(501, "not_implemented",
+                          "method " + std::string(parser.get().method_string()) + " is not supported");
+    }
+    req.method = *method;
+    std::string_view target = req.target;
+    size_t question = target.find('?');
+    std::string_view raw_path = target.substr(0, question);
+    if (question != std::string_view::npos) {
+      StatusOr<StringMap> query = ParseQuery(target.substr(question + 1));
+      if (!query.ok()) co_return Response::Error(query.status());
+      req.query = std::move(query).value();
+    }
+    StatusOr<std::string> path = PercentDecode(raw_path, false);
+    if (!path.ok()) co_return Response::Error(path.status());
+    req.path = std::move(path).value();
+
+    StatusOr<Router::Match> match = state_->router.Find(*method, raw_path);
+    if (!match.ok()) co_return Response::Error(match.status());
+    if (!match->route) {
+      if (match->allowed.empty()) {
+        co_return Response::Error(NotFoundError("no route for " + std::string(MethodName(*method)) + " " + req.path));
+      }
+      co_return MethodNotAllowed(MethodName(*method), req.path, match->allowed);
+    }
+    const Router::Route& route = *match->route;
+    req.params = std::move(match->params);
+
+    uint64_t cap = route.options.max_body_bytes ? route.options.max_body_bytes : opts_.max_body_bytes;
+    if (parser.content_length() && *parser.content_length() > cap) {
+      co_return Response::Error(ResourceExhaustedError(
+          "request body of " + std::to_string(*parser.content_length()) + " bytes exceeds the limit of " +
+          std::to_string(cap) + " bytes"));
+    }
+    if (!parser.is_done() && beast::iequals(parser.get()[bhttp::field::expect], "100-continue")) {
+      bhttp::response<bhttp::empty_body> cont{bhttp::status::continue_, parser.get().version()};
+      beast::error_code ec;
+      Lowest().expires_after(opts_.write_timeout);
+      co_await bhttp::async_write(stream_, cont, redirect_error(use_awaitable, ec));
+      if (ec) co_return Response::Error(UnavailableError("client went away: " + ec.message()));
+    }
+
+    Body body(*this, parser, cap);
+    if (route.options.stream_body) {
+      req.body_stream = &body;
+    } else {
+      while (true) {
+        StatusOr<std::string_view> chunk = co_await body.Next();
+        if (!chunk.ok()) co_return Response::Error(chunk.status());
+        if (chunk->empty()) break;
+        req.body.append(*chunk);
+      }
+    }
+
+    try {
+      co_return co_await route.handler(req);
+    } catch (const std::exception& e) {
+      PARSYN_LOG_ERROR("http: handler for {} {} threw: {}", MethodName(req.method), req.path, e.what());
+    }
+    co_return Response::Error(InternalError("internal error while handling " + std::string(MethodName(req.method)) +
+                                            " " + req.path));
+  }
+
+  template <class Message>
+  void SetHeaders(Message& msg, const Response& res, bool keep_alive) {
+    msg.result(static_cast<unsigned>(res.status));
+    msg.set(bhttp::field::server, "parsyn");
+    if (!res.content_type.empty()) msg.set(bhttp::field::content_type, res.content_type);
+    for (const auto& [name, value] : res.headers) msg.insert(name, value);
+    msg.keep_alive(keep_alive);
+  }
+
+  // Writes the serializer's message piece by piece, so write_timeout bounds each gap rather than the whole body.
+  template <class Serializer>
+  net::awaitable<bool> WriteAll(Serializer& serializer) {
+    beast::error_code ec;
+    while (!serializer.is_done()) {
+      Lowest().expires_after(opts_.write_timeout);
+      co_await bhttp::async_write_some(stream_, serializer, redirect_error(use_awaitable, ec));
+      if (ec) co_return false;
+    }
+    co_return true;
+  }
+
+  net::awaitable<bool> Write(Response res, unsigned version, bool keep_alive) {
+    if (res.event_producer) {
+      co_await RunEvents(std::move(res), version);
+      co_return false;
+    }
+    if (!res.file.empty()) {
+      bhttp::response<bhttp::file_body> msg{bhttp::status::ok, version};
+      beast::error_code ec;
+      msg.body().open(res.file.c_str(), beast::file_mode::scan, ec);
+      if (!ec) {
+        SetHeaders(msg, res, keep_alive);
+        msg.prepare_payload();
+        bhttp::response_serializer<bhttp::file_body> serializer{msg};
+        co_return co_await WriteAll(serializer) && keep_alive;
+      }
+      res = Response::Error(NotFoundError("cannot open " + res.file.filename().string() + ": " + ec.message()));
+    }
+    bhttp::response<bhttp::string_body> msg{bhttp::status::ok, version};
+    SetHeaders(msg, res, keep_alive);
+    msg.body() = std::move(res.body);
+    msg.prepare_payload();
+    bhttp::response_serializer<bhttp::string_body> serializer{msg};
+    co_return co_await WriteAll(serializer) && keep_alive;
+  }
+
+  // Sends the SSE header, then lets the producer write chunked frames until it returns or the stream closes.
+  net::awaitable<void> RunEvents(Response res, unsigned version) {
+    bhttp::response<bhttp::empty_body> msg{bhttp::status::ok, version};
+    SetHeaders(msg, res, false);
+    msg.set(bhttp::field::cache_control, "no-cache");
+    msg.set("X-Accel-Buffering", "no");  // ask reverse proxies not to buffer the stream
+    msg.chunked(true);
+    bhttp::response_serializer<bhttp::empty_body> serializer{msg};
+    beast::error_code ec;
+    Lowest().expires_after(opts_.write_timeout);
+    co_await bhttp::async_write_header(stream_, serializer, redirect_error(use_awaitable, ec));
+    if (ec) co_return;
+    Lowest().expires_never();
+    // A read that only ends when the client closes its side: how we notice a client leaving an idle stream.
+    net::co_spawn(stream_.get_executor(), WatchForClose(this->shared_from_this()), net::detached);
+    Events events(*this);
+    try {
+      co_await res.event_producer(events);
+    } catch (const std::exception& e) {
+      PARSYN_LOG_ERROR("http: event producer threw: {}", e.what());
+    }
+    if (events.writable()) {  // end the chunked body cleanly, also when the server is stopping
+      Lowest().expires_after(opts_.write_timeout);
+      co_await net::async_write(stream_, bhttp::make_chunk_last(), redirect_error(use_awaitable, ec));
+    }
+  }
+
+  static net::awaitable<void> WatchForClose(std::shared_ptr<Connection> self) {
+    std::array<char, 512> sink;
+    beast::error_code ec;
+    while (!ec) {
+      co_await self->stream_.async_read_some(net::buffer(sink), redirect_error(use_awaitable, ec));
+    }
+    self->peer_gone_ = true;
+    self->closing_.Notify();
+  }
+
+  // Reads and drops what is left of a rejected request body for a moment, then the connection closes.
+  net::awaitable<void> Linger() {
+    beast::error_code ec;
+    Lowest().socket().shutdown(tcp::socket::shutdown_send, ec);
+    Lowest().expires_after(kLingerTime);
+    std::array<char, 16 << 10> sink;
+    uint64_t dropped = 0;
+    while (!ec && dropped < kLingerBytes && !closed_) {
+      dropped += co_await stream_.async_read_some(net::buffer(sink), redirect_error(use_awaitable, ec));
+    }
+  }
+
+  std::shared_ptr<Server::State> state_;
+  const ServerOptions& opts_;
+  Stream stream_;
+  beast::flat_buffer buffer_;
+  std::string remote_;
+  Signal closing_;  // notified when the connection is closed from outside or the SSE client leaves
+  bool idle_ = true;
+  bool closed_ = false;
+  bool peer_gone_ = false;
+};
+
+template <class Stream>
+class Connection<Stream>::Body final : public BodyReader {
+ public:
+  Body(Connection& conn, RequestParser& parser, uint64_t cap)
+      : conn_(conn), parser_(parser), cap_(cap), chunk_(new char[kBodyChunkBytes]) {}
+
+  net::awaitable<StatusOr<std::string_view>> Next() override {
+    while (!parser_.is_done()) {
+      parser_.get().body().data = chunk_.get();
+      parser_.get().body().size = kBodyChunkBytes;
+      beast::error_code ec;
+      conn_.Lowest().expires_after(conn_.opts_.body_timeout);
+      co_await bhttp::async_read(conn_.stream_, conn_.buffer_, parser_, redirect_error(use_awaitable, ec));
+      if (ec == bhttp::error::need_buffer) ec = {};
+      if (ec == beast::error::timeout) {
+        co_return DeadlineExceededError("request body stalled for more than " +
+                                        std::to_string(conn_.opts_.body_timeout.count()) + " ms");
+      }
+      if (IsHttpParseError(ec)) co_return InvalidArgumentError("malformed request body: " + ec.message());
+      if (ec) co_return UnavailableError("client went away while sending the body: " + ec.message());
+      size_t n = kBodyChunkBytes - parser_.get().body().size;
+      received_ += n;
+      if (received_ > cap_) {
+        co_return ResourceExhaustedError("request body exceeds the limit of " + std::to_string(cap_) + " bytes");
+      }
+      if (n > 0) co_return std::string_view(chunk_.get(), n);
+    }
+    co_return std::string_view();
+  }
+
+  std::optional<uint64_t> content_length() const override {
+    auto length = parser_.content_length();
+    return length ? std::optional<uint64_t>(*length) : std::nullopt;
+  }
+
+ private:
+  Connection& conn_;
+  RequestParser& parser_;
+  uint64_t cap_;
+  uint64_t received_ = 0;
+  std::unique_ptr<char[]> chunk_;
+};
+
+template <class Stream>
+class Connection<Stream>::Events final : public EventStream {
+ public:
+  explicit Events(Connection& conn) : conn_(conn) {}
+
+  net::awaitable<bool> Send(std::string_view event, std::string_view data, std::string_view id) override {
+    co_return co_await WriteChunk(FormatEvent(event, data, id));
+  }
+
+  net::awaitable<bool> Comment(std::string_view text) override {
+    co_return co_await WriteChunk(": " + std::string(text) + "\n\n");
+  }
+
+  net::awaitable<bool> Wait(Signal& signal) override {
+    while (open()) {
+      std::array<Signal*, 3> signals{&signal, &conn_.closing_, &conn_.state_->stopping};
+      int woken = co_await WaitAny(signals, conn_.opts_.sse_keepalive);
+      if (woken == 0) co_return true;
+      if (woken > 0) co_return false;
+      if (!co_await Comment("keep-alive")) co_return false;
+    }
+    co_return false;
+  }
+
+  bool open() const override { return writable() && !conn_.state_->is_stopping; }
+  bool writable() const { return !write_failed_ && !conn_.peer_gone_ && !conn_.closed_; }
+
+ private:
+  net::awaitable<bool> WriteChunk(std::string frame) {
+    if (!open()) co_return false;
+    beast::error_code ec;
+    conn_.Lowest().expires_after(conn_.opts_.write_timeout);
+    co_await net::async_write(conn_.stream_, bhttp::make_chunk(net::buffer(frame)), redirect_error(use_awaitable, ec));
+    conn_.Lowest().expires_never();
+    if (ec) write_failed_ = true;
+    co_return !ec;
+  }
+
+  Connection& conn_;
+  bool write_failed_ = false;
+};
+
+namespace {
+
+using PlainConnection = Connection<beast::tcp_stream>;
+using TlsConnection = Connection<beast::ssl_stream<beast::tcp_stream>>;
+
+net::awaitable<void> AcceptLoop(std::shared_ptr<Server::State> state) {
+  net::steady_timer backoff(state->io);
+  while (true) {
+    beast::error_code ec;
+    tcp::socket socket = co_await state->acceptor.async_accept(redirect_error(use_awaitable, ec));
+    if (state->is_stopping || !state->acceptor.is_open()) co_return;
+    if (ec) {
+      // Typically EMFILE: wait a little rather than spin.
+      PARSYN_LOG_WARN("http: accept failed: {}", ec.message());
+      backoff.expires_after(std::chrono::milliseconds(50));
+      co_await backoff.async_wait(redirect_error(use_awaitable, ec));
+      continue;
+    }
+    socket.set_option(tcp::no_delay(true), ec);
+    std::string remote;
+    if (auto endpoint = socket.remote_endpoint(ec); !ec) {
+      remote = endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+    }
+    if (state->ssl) {
+      auto conn = std::make_shared<TlsConnection>(
+          state, beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *state->ssl),
+          std::move(remote));
+      net::co_spawn(state->io, TlsConnection::Run(std::move(conn)), net::detached);
+    } else {
+      auto conn = std::make_shared<PlainConnection>(state, beast::tcp_stream(std::move(socket)), std::move(remote));
+      net::co_spawn(state->io, PlainConnection::Run(std::move(conn)), net::detached);
+    }
+  }
+}
+
+StatusOr<tcp::endpoint> ParseListenAddress(std::string_view listen) {
+  size_t colon = listen.rfind(':');
+  if (colon == std::string_view::npos) {
+    return InvalidArgumentError("listen address '" + std::string(listen) + "' must be host:port");
+  }
+  std::string host(listen.substr(0, colon));
+  std::string port_text(listen.substr(colon + 1));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host == "localhost") host = "127.0.0.1";
+  if (host.empty()) host = "0.0.0.0";
+  beast::error_code ec;
+  net::ip::address address = net::ip::make_address(host, ec);
+  if (ec) return InvalidArgumentError("listen address '" + std::string(listen) + "': bad host '" + host + "'");
+  unsigned long port = 0;
+  try {
+    size_t used = 0;
+    port = std::stoul(port_text, &used);
+    if (used != port_text.size() || port > 65535) throw std::out_of_range("port");
+  } catch (const std::exception&) {
+    return InvalidArgumentError("listen address '" + std::string(listen) + "': bad port '" + port_text + "'");
+  }
+  return tcp::endpoint(address, static_cast<uint16_t>(port));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Server>> Server::Start(net::io_context& io, ServerOptions options, Router router) {
+  PARSYN_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseListenAddress(options.listen));
+  auto state = std::make_shared<State>(io, std::move(options), std::move(router));
+  const ServerOptions& opts = state->options;
+
+  if (opts.tls_cert_file.empty() != opts.tls_key_file.empty()) {
+    return InvalidArgumentError("TLS needs both a certificate file and a key file");
+  }
+  if (!opts.tls_cert_file.empty()) {
+    state->ssl.emplace(net::ssl::context::tls_server);
+    net::ssl::context& ctx = *state->ssl;
+    ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                    net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1);
+    beast::error_code ec;
+    ctx.use_certificate_chain_file(opts.tls_cert_file.string(), ec);
+    if (ec) return InvalidArgumentError("TLS certificate '" + opts.tls_cert_file.string() + "': " + ec.message());
+    ctx.use_private_key_file(opts.tls_key_file.string(), net::ssl::context::pem, ec);
+    if (ec) return InvalidArgumentError("TLS key '" + opts.tls_key_file.string() + "': " + ec.message());
+  }
+
+  beast::error_code ec;
+  std::string where = endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+  state->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) state->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) state->acceptor.bind(endpoint, ec);
+  if (!ec) state->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return UnavailableError("cannot listen on " + where + ": " + ec.message());
+  state->port = state->acceptor.local_endpoint().port();
+  net::co_spawn(io, AcceptLoop(state), net::detached);
+  PARSYN_LOG_INFO("http: listening on {}://{}:{}", state->ssl ? "https" : "http", endpoint.address().to_string(),
+                  state->port);
+  return std::unique_ptr<Server>(new Server(std::move(state)));
+}
+
+Server::Server(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+Server::~Server() {
+  state_->is_stopping = true;
+  beast::error_code ec;
+  state_->acceptor.close(ec);
+  std::vector<ConnectionBase*> connections(state_->connections.begin(), state_->connections.end());
+  for (ConnectionBase* c : connections) c->Close();
+}
+
+uint16_t Server::port() const { return state_->port; }
+bool Server::tls() const { return state_->ssl.has_value(); }
+bool Server::stopping() const { return state_->is_stopping; }
+Signal& Server::stopping_signal() { return state_->stopping; }
+
+net::awaitable<void> Server::Shutdown(std::chrono::milliseconds grace) {
+  std::shared_ptr<State> state = state_;  // the coroutine may outlive a caller that drops the Server meanwhile
+  if (!state->is_stopping) {
+    state->is_stopping = true;
+    beast::error_code ec;
+    state->acceptor.close(ec);
+    state->stopping.Notify();
+    std::vector<ConnectionBase*> idle(state->connections.begin(), state->connections.end());
+    for (ConnectionBase* c : idle) c->CloseIfIdle();
+  }
+  auto deadline = std::chrono::steady_clock::now() + grace;
+  while (!state->connections.empty()) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    co_await state->connections_changed.Wait(left);
+  }
+  if (!state->connections.empty()) {
+    PARSYN_LOG_WARN("http: closing {} connection(s) still busy after the {} ms grace period",
+                    state->connections.size(), grace.count());
+    std::vector<ConnectionBase*> busy(state->connections.begin(), state->connections.end());
+    for (ConnectionBase* c : busy) c->Close();
+  }
+  // Closed sockets end their coroutines promptly, except a handler still waiting on something other than
+  // stopping_signal(); give those a moment, then return (they keep the shared state alive until they end).
+  auto close_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (!state->connections.empty() && std::chrono::steady_clock::now() < close_deadline) {
+    co_await state->connections_changed.Wait(std::chrono::milliseconds(100));
+  }
+}
+
+}  // namespace parsyn::http

@@ -1,0 +1,177 @@
+// An HTTP/1.1 server (Boost.Beast + Asio C++20 coroutines) with a router, JSON and streamed bodies, Server-Sent
+// Events, per-connection timeouts, keep-alive, graceful shutdown and optional TLS.
+//
+// Threads: the server runs on the io_context the caller passes in, which must be run by exactly ONE thread. Handlers
+// are coroutines on that thread, so they may touch the caller's event-loop state without locks, and must never block
+// it (wait with Signal, not sleep). Handlers never throw; an escaping exception becomes a 500 and is logged.
+// Beast stays out of this header: handlers see only Request, Response, BodyReader and EventStream.
+#pragma once
+
+#include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "http/signal.h"
+#include "http/types.h"
+
+namespace parsyn::http {
+
+template <typename T>
+using Awaitable = boost::asio::awaitable<T>;
+
+// A request body read chunk by chunk (routes added with RouteOptions::stream_body), so a multi-GB blob never sits in
+// memory. Valid only while the handler runs. Errors from Next(): ResourceExhausted past the route's size cap,
+// DeadlineExceeded when the client stalls longer than ServerOptions::body_timeout, Unavailable when the client went
+// away, InvalidArgument on broken framing.
+class BodyReader {
+ public:
+  virtual ~BodyReader() = default;
+  // The next chunk (a view into a server buffer, valid until the next call); empty once the body is complete.
+  virtual Awaitable<StatusOr<std::string_view>> Next() = 0;
+  // The Content-Length header, when the client sent one (chunked uploads have none).
+  virtual std::optional<uint64_t> content_length() const = 0;
+};
+
+struct Request {
+  Method method = Method::kGet;
+  std::string target;       // as sent: "/api/v1/training-jobs?limit=5"
+  std::string path;         // percent-decoded path: "/api/v1/training-jobs"
+  StringMap params;         // path parameters: {"id": "17"} for "/api/v1/training-jobs/{id}"
+  StringMap query;          // decoded query parameters (the last one wins when a name repeats)
+  StringMap headers;        // names lower-cased
+  std::string body;         // the whole body, for routes that do not stream it
+  BodyReader* body_stream = nullptr;  // the body, for routes with stream_body; null otherwise
+  std::string remote_address;         // "127.0.0.1:53122"
+
+  // A header's value by case-insensitive name, or "" when absent.
+  std::string_view Header(std::string_view name) const;
+  // Parses `body` as JSON. InvalidArgument (with the parser's position) when it is not valid JSON.
+  StatusOr<nlohmann::json> JsonBody() const;
+};
+
+// The sending side of a Server-Sent Events response. Send() and Comment() return false once the client has left or
+// the server is stopping; the producer should then return.
+class EventStream {
+ public:
+  virtual ~EventStream() = default;
+  // Writes one frame: "id: ...\nevent: ...\ndata: ...\n\n" (multi-line data becomes several data: lines;
+  // empty `event`/`id` are left out).
+  virtual Awaitable<bool> Send(std::string_view event, std::string_view data, std::string_view id = {}) = 0;
+  // Writes ": text\n\n", which clients ignore.
+  virtual Awaitable<bool> Comment(std::string_view text) = 0;
+  // Waits until `signal` is notified (true) or the stream closes (false: client gone, server stopping), writing a
+  // keep-alive comment every ServerOptions::sse_keepalive meanwhile.
+  virtual Awaitable<bool> Wait(Signal& signal) = 0;
+  virtual bool open() const = 0;
+};
+
+struct Response {
+  using EventProducer = std::function<Awaitable<void>(EventStream&)>;
+
+  int status = 200;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string content_type;
+  std::string body;
+  std::filesystem::path file;    // when set, the body is this file, sent in chunks
+  EventProducer event_producer;  // when set, the response is an SSE stream driven by this coroutine
+
+  static Response Json(int status, const nlohmann::json& body);
+  static Response Text(int status, std::string text, std::string content_type = "text/plain; charset=utf-8");
+  static Response NoContent();
+  // {"error": {"code": StatusCodeSlug(code), "message": message}} with HttpStatusFor(code). `status` must not be OK.
+  static Response Error(const Status& status);
+  // Streams the file. If it cannot be opened when the response is written, the client gets a 404 error instead.
+  static Response File(std::filesystem::path path, std::string content_type = "application/octet-stream");
+  // An SSE response ("text/event-stream"); `producer` runs on the loop until it returns or the stream closes.
+  static Response Events(EventProducer producer);
+
+  Response& WithHeader(std::string name, std::string value);
+};
+
+using Handler = std::function<Awaitable<Response>(Request&)>;
+
+struct RouteOptions {
+  bool stream_body = false;   // hand the handler a BodyReader instead of reading the body into Request::body
+  uint64_t max_body_bytes = 0;  // 0: ServerOptions::max_body_bytes. Larger bodies get 413 resource_exhausted.
+};
+
+// Maps (method, path) to handlers. Patterns are literal segments, "{name}" (one segment) and, last only,
+// "{name...}" (the rest of the path, slashes included: "/blobs/{key...}"). When several patterns match, the one with
+// more literal segments wins. A path that matches only under other methods gets 405 with an Allow header.
+// Not thread-safe; build it before Server::Start.
+class Router {
+ public:
+  // Adds a route. InvalidArgument for a malformed pattern; AlreadyExists for a duplicate (method, pattern).
+  Status Add(Method method, std::string_view pattern, Handler handler, RouteOptions options = {});
+
+  struct Route {
+    Method method;
+    std::vector<std::string> segments;
+    Handler handler;
+    RouteOptions options;
+    int literal_count = 0;
+  };
+  struct Match {
+    const Route* route = nullptr;     // null when nothing matched
+    StringMap params;
+    std::vector<Method> allowed;      // when route is null: the methods the path exists under (empty: 404)
+  };
+  // `path` is the raw (still percent-encoded) path; parameters come back decoded. InvalidArgument on bad escapes.
+  StatusOr<Match> Find(Method method, std::string_view path) const;
+
+ private:
+  std::vector<Route> routes_;
+};
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:0";   // "host:port", "[::1]:port"; port 0 picks a free one (see Server::port())
+  std::filesystem::path tls_cert_file;  // PEM chain; with tls_key_file set, the server speaks only HTTPS
+  std::filesystem::path tls_key_file;   // PEM private key
+  uint64_t max_body_bytes = 1 << 20;    // default cap for buffered bodies
+  uint32_t max_header_bytes = 16 << 10;
+  std::chrono::milliseconds header_timeout{30'000};  // idle keep-alive, and the time to receive a request header
+  std::chrono::milliseconds body_timeout{60'000};    // the longest gap while receiving a body
+  std::chrono::milliseconds write_timeout{60'000};   // the longest gap while sending a response
+  std::chrono::milliseconds sse_keepalive{15'000};   // comment interval on idle event streams
+};
+
+class Server {
+ public:
+  // Binds, listens and starts accepting on `io`. Call before io.run() or from the io thread.
+  // Errors: InvalidArgument for a bad address or unreadable/invalid TLS files; Unavailable when binding fails.
+  static StatusOr<std::unique_ptr<Server>> Start(boost::asio::io_context& io, ServerOptions options, Router router);
+  // Closes every socket at once (prefer Shutdown). Do not destroy the server while a handler of it is running.
+  ~Server();
+
+  uint16_t port() const;      // the bound port
+  bool tls() const;
+  bool stopping() const;
+
+  // Graceful shutdown: stops accepting, closes idle keep-alive connections and event streams, lets in-flight
+  // requests finish until `grace` has passed, then closes what is left. Completes when every connection is gone.
+  Awaitable<void> Shutdown(std::chrono::milliseconds grace);
+  // Notified when Shutdown begins, so long-poll handlers can return early:
+  //   std::array<Signal*, 2> wake{&work, &server.stopping_signal()};  co_await WaitAny(wake, timeout);
+  Signal& stopping_signal();
+
+  struct State;
+
+ private:
+  explicit Server(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace parsyn::http

@@ -1,0 +1,628 @@
+#include "http/server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "http/client.h"
+#include "http/test_server.h"
+
+namespace parsyn::http {
+namespace {
+
+namespace net = boost::asio;
+using std::chrono::milliseconds;
+using testing::TestServer;
+
+// --- Router (no sockets) ---
+
+Handler Named(std::string name) {
+  return [name](Request&) -> Awaitable<Response> { co_return Response::Text(200, name); };
+}
+
+TEST(RouterTest, MatchesLiteralsParamsAndRest) {
+  Router router;
+  ASSERT_TRUE(router.Add(Method::kGet, "/api/v1/training-jobs/{id}", Named("get")).ok());
+  ASSERT_TRUE(router.Add(Method::kGet, "/api/v1/training-jobs/{id}/rounds/{round}", Named("round")).ok());
+  ASSERT_TRUE(router.Add(Method::kGet, "/api/v1/training-jobs/stats", Named("stats")).ok());
+  ASSERT_TRUE(router.Add(Method::kPut, "/blobs/{key...}", Named("blob")).ok());
+
+  auto m = router.Find(Method::kGet, "/api/v1/training-jobs/17");
+  ASSERT_TRUE(m.ok());
+  ASSERT_NE(m->route, nullptr);
+  EXPECT_EQ(m->params.at("id"), "17");
+
+  m = router.Find(Method::kGet, "/api/v1/training-jobs/a%20b/rounds/3");
+  ASSERT_TRUE(m.ok() && m->route);
+  EXPECT_EQ(m->params.at("id"), "a b");
+  EXPECT_EQ(m->params.at("round"), "3");
+
+  // The literal route beats the parameter route whatever the order they were added in.
+  m = router.Find(Method::kGet, "/api/v1/training-jobs/stats");
+  ASSERT_TRUE(m.ok() && m->route);
+  EXPECT_TRUE(m->params.empty());
+
+  m = router.Find(Method::kPut, "/blobs/jobs/17/rounds/000003/global.safetensors");
+  ASSERT_TRUE(m.ok() && m->route);
+  EXPECT_EQ(m->params.at("key"), "jobs/17/rounds/000003/global.safetensors");
+
+  m = router.Find(Method::kGet, "/api/v1/training-jobs");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->route, nullptr);
+  EXPECT_TRUE(m->allowed.empty());
+
+  m = router.Find(Method::kDelete, "/api/v1/training-jobs/17");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->route, nullptr);
+  EXPECT_EQ(m->allowed, std::vector<Method>{Method::kGet});
+
+  EXPECT_EQ(router.Find(Method::kGet, "/api/v1/training-jobs/%zz").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(RouterTest, RejectsBadPatternsAndDuplicates) {
+  Router router;
+  EXPECT_EQ(router.Add(Method::kGet, "no-slash", Named("x")).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(router.Add(Method::kGet, "/a/{rest...}/b", Named("x")).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(router.Add(Method::kGet, "/a/x{id}", Named("x")).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(router.Add(Method::kGet, "/a/{}", Named("x")).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(router.Add(Method::kGet, "/a/{id}", Named("x")).ok());
+  EXPECT_EQ(router.Add(Method::kGet, "/a/{id}", Named("y")).code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(router.Add(Method::kPost, "/a/{id}", Named("y")).ok());
+}
+
+// --- Server over real sockets ---
+
+ClientOptions FastClient(const std::string& url) {
+  ClientOptions o;
+  o.base_url = url;
+  o.timeout = milliseconds(10'000);
+  o.backoff_initial = milliseconds(10);
+  o.backoff_max = milliseconds(50);
+  return o;
+}
+
+Router ApiRouter() {
+  Router router;
+  EXPECT_TRUE(router
+                  .Add(Method::kGet, "/api/v1/training-jobs/{id}",
+                       [](Request& req) -> Awaitable<Response> {
+                         co_return Response::Json(200, {{"id", req.params.at("id")},
+                                                        {"limit", req.query["limit"]},
+                                                        {"auth", std::string(req.Header("AUTHORIZATION"))}});
+                       })
+                  .ok());
+  EXPECT_TRUE(router
+                  .Add(Method::kPost, "/api/v1/echo",
+                       [](Request& req) -> Awaitable<Response> {
+                         StatusOr<nlohmann::json> body = req.JsonBody();
+                         if (!body.ok()) co_return Response::Error(body.status());
+                         co_return Response::Json(201, *body);
+                       },
+                       RouteOptions{.max_body_bytes = 1024})
+                  .ok());
+  EXPECT_TRUE(router
+                  .Add(Method::kDelete, "/api/v1/training-jobs/{id}",
+                       [](Request& req) -> Awaitable<Response> {
+                         co_return Response::Error(
+                             FailedPreconditionError("job " + req.params.at("id") + " already finished"));
+                       })
+                  .ok());
+  return router;
+}
+
+TEST(ServerTest, RoutesWithPathAndQueryParameters) {
+  net::io_context io;
+  TestServer ts(io, ApiRouter());
+  ClientOptions options = FastClient(ts.url());
+  options.bearer_token = "secret-token";
+  Client client(options);
+  auto r = client.Get("/api/v1/training-jobs/42?limit=5");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->headers["content-type"], "application/json");
+  auto json = r->Json();
+  ASSERT_TRUE(json.ok());
+  EXPECT_EQ((*json)["id"], "42");
+  EXPECT_EQ((*json)["limit"], "5");
+  EXPECT_EQ((*json)["auth"], "Bearer secret-token");
+
+  auto echo = client.PostJson("/api/v1/echo", {{"name", "job"}, {"n", 3}});
+  ASSERT_TRUE(echo.ok()) << echo.status().ToString();
+  EXPECT_EQ(echo->status, 201);
+  EXPECT_EQ(*echo->Json(), (nlohmann::json{{"name", "job"}, {"n", 3}}));
+}
+
+TEST(ServerTest, UnknownPathIs404AndWrongMethodIs405WithErrorBody) {
+  net::io_context io;
+  TestServer ts(io, ApiRouter());
+  Client client(FastClient(ts.url()));
+
+  auto missing = client.Get("/api/v1/nope");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(),
+            "GET " + ts.url() + "/api/v1/nope: HTTP 404: no route for GET /api/v1/nope");
+
+  auto wrong = client.Send(Method::kPut, "/api/v1/training-jobs/42", "{}", "application/json");
+  EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);  // 405 has no code of its own
+  EXPECT_NE(wrong.status().message().find("HTTP 405: PUT is not allowed on /api/v1/training-jobs/42 (allowed: "),
+            std::string::npos)
+      << wrong.status().message();
+
+  // The raw body shape, as any API client sees it.
+  auto raw = client.Send(Method::kDelete, "/api/v1/training-jobs/7", "", "", CallOptions{.retry = false});
+  EXPECT_EQ(raw.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(raw.status().message(),
+            "DELETE " + ts.url() + "/api/v1/training-jobs/7: HTTP 409: job 7 already finished");
+}
+
+TEST(ServerTest, ErrorBodyHasCodeAndMessage) {
+  Response r = Response::Error(InvalidArgumentError("max_workers must be >= min_workers"));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.content_type, "application/json");
+  EXPECT_EQ(nlohmann::json::parse(r.body),
+            (nlohmann::json{{"error", {{"code", "invalid_argument"}, {"message", "max_workers must be >= min_workers"}}}}));
+  EXPECT_EQ(Response::Error(ResourceExhaustedError("too big")).status, 413);
+  EXPECT_EQ(Response::Error(NotFoundError("x")).status, 404);
+}
+
+TEST(ServerTest, OversizeJsonBodyIs413AndMalformedJsonIs400) {
+  net::io_context io;
+  TestServer ts(io, ApiRouter());
+  Client client(FastClient(ts.url()));
+
+  std::string big = "{\"pad\": \"" + std::string(4096, 'x') + "\"}";
+  auto r = client.Send(Method::kPost, "/api/v1/echo", big, "application/json");
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("HTTP 413: request body of " + std::to_string(big.size()) +
+                                      " bytes exceeds the limit of 1024 bytes"),
+            std::string::npos)
+      << r.status().message();
+
+  auto bad = client.Send(Method::kPost, "/api/v1/echo", "{\"a\": ", "application/json");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("HTTP 400: request body is not valid JSON"), std::string::npos)
+      << bad.status().message();
+
+  // The server is unharmed and the client can go on.
+  auto ok = client.PostJson("/api/v1/echo", {{"a", 1}});
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+}
+
+std::string Hex(const unsigned char* digest, unsigned size) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < size; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
+}
+
+std::string Sha256Hex(const std::string& bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  EVP_Digest(bytes.data(), bytes.size(), digest, &size, EVP_sha256(), nullptr);
+  return Hex(digest, size);
+}
+
+std::string ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("parsyn_http_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path path_;
+};
+
+TEST(ServerTest, StreamsUploadToFileAndDownloadFromFile) {
+  TempDir dir;
+  std::filesystem::path store = dir.path() / "store";
+  std::filesystem::create_directories(store);
+  size_t largest_chunk = 0;
+
+  Router router;
+  ASSERT_TRUE(router
+                  .Add(Method::kPut, "/blobs/{key...}",
+                       [&](Request& req) -> Awaitable<Response> {
+                         std::filesystem::path out = store / std::filesystem::path(req.params.at("key")).filename();
+                         std::ofstream file(out, std::ios::binary);
+                         EVP_MD_CTX* sha = EVP_MD_CTX_new();
+                         EVP_DigestInit_ex(sha, EVP_sha256(), nullptr);
+                         uint64_t total = 0;
+                         while (true) {
+                           StatusOr<std::string_view> chunk = co_await req.body_stream->Next();
+                           if (!chunk.ok()) {
+                             EVP_MD_CTX_free(sha);
+                             co_return Response::Error(chunk.status());
+                           }
+                           if (chunk->empty()) break;
+                           largest_chunk = std::max(largest_chunk, chunk->size());
+                           total += chunk->size();
+                           file.write(chunk->data(), static_cast<std::streamsize>(chunk->size()));
+                           EVP_DigestUpdate(sha, chunk->data(), chunk->size());
+                         }
+                         unsigned char digest[EVP_MAX_MD_SIZE];
+                         unsigned int size = 0;
+                         EVP_DigestFinal_ex(sha, digest, &size);
+                         EVP_MD_CTX_free(sha);
+                         std::string hex = Hex(digest, size);
+                         co_return Response::Json(201, {{"bytes", total},
+                                                        {"sha256", hex},
+                                                        {"buffered", req.body.size()},
+                                                        {"content_length", *req.body_stream->content_length()}});
+                       },
+                       RouteOptions{.stream_body = true, .max_body_bytes = 64 << 20})
+                  .ok());
+  ASSERT_TRUE(router
+                  .Add(Method::kGet, "/blobs/{key...}",
+                       [&](Request& req) -> Awaitable<Response> {
+                         co_return Response::File(store / std::filesystem::path(req.params.at("key")).filename());
+                       })
+                  .ok());
+  net::io_context io;
+  TestServer ts(io, std::move(router));
+  Client client(FastClient(ts.url()));
+
+  std::string blob(6 << 20, '\0');
+  std::mt19937 rng(7);
+  for (char& c : blob) c = static_cast<char>(rng());
+  std::filesystem::path src = dir.path() / "update.safetensors";
+  std::ofstream(src, std::ios::binary).write(blob.data(), static_cast<std::streamsize>(blob.size()));
+
+  auto up = client.UploadFile(Method::kPut, "/blobs/jobs/1/update.safetensors", src);
+  ASSERT_TRUE(up.ok()) << up.status().ToString();
+  auto json = *up->Json();
+  EXPECT_EQ(json["bytes"], blob.size());
+  EXPECT_EQ(json["content_length"], blob.size());
+  EXPECT_EQ(json["sha256"], Sha256Hex(blob));
+  EXPECT_EQ(json["buffered"], 0);
+  EXPECT_LE(largest_chunk, size_t{64 << 10});  // the body came in chunks, never whole
+
+  std::filesystem::path dest = dir.path() / "downloaded.safetensors";
+  auto down = client.DownloadToFile("/blobs/jobs/1/update.safetensors", dest);
+  ASSERT_TRUE(down.ok()) << down.status().ToString();
+  EXPECT_EQ(*down, blob.size());
+  EXPECT_EQ(Sha256Hex(ReadFile(dest)), Sha256Hex(blob));
+  EXPECT_FALSE(std::filesystem::exists(dest.string() + ".part"));
+
+  // A missing blob is a 404 and leaves no file behind.
+  std::filesystem::path none = dir.path() / "none";
+  auto missing = client.DownloadToFile("/blobs/jobs/1/absent", none);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(none));
+  EXPECT_FALSE(std::filesystem::exists(none.string() + ".part"));
+}
+
+TEST(ServerTest, StreamedUploadOverTheRouteCapIs413) {
+  Router router;
+  ASSERT_TRUE(router
+                  .Add(Method::kPut, "/blobs/{key...}",
+                       [](Request& req) -> Awaitable<Response> {
+                         while (true) {
+                           StatusOr<std::string_view> chunk = co_await req.body_stream->Next();
+                           if (!chunk.ok()) co_return Response::Error(chunk.status());
+                           if (chunk->empty()) break;
+                         }
+                         co_return Response::NoContent();
+                       },
+                       RouteOptions{.stream_body = true, .max_body_bytes = 100'000})
+                  .ok());
+  net::io_context io;
+  TestServer ts(io, std::move(router));
+  Client client(FastClient(ts.url()));
+  auto r = client.Send(Method::kPut, "/blobs/a", std::string(200'000, 'x'), "application/octet-stream");
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+}
+
+// Shared state of the event-stream and long-poll routes; touched only on the loop thread.
+struct Feed {
+  explicit Feed(net::io_context& io) : changed(io.get_executor()) {}
+  Signal changed;
+  std::vector<std::string> items;
+  bool closed = false;
+  std::promise<void> producer_done;
+  std::promise<void> waiting;
+};
+
+Router FeedRouter(Feed& feed) {
+  Router router;
+  EXPECT_TRUE(router
+                  .Add(Method::kGet, "/events",
+                       [&feed](Request&) -> Awaitable<Response> {
+                         co_return Response::Events([&feed](EventStream& stream) -> Awaitable<void> {
+                           size_t sent = 0;
+                           while (true) {
+                             for (; sent < feed.items.size(); ++sent) {
+                               if (!co_await stream.Send("item", feed.items[sent], std::to_string(sent))) break;
+                             }
+                             if (feed.closed || !stream.open()) break;
+                             if (!co_await stream.Wait(feed.changed)) break;
+                           }
+                           feed.producer_done.set_value();
+                         });
+                       })
+                  .ok());
+  EXPECT_TRUE(router
+                  .Add(Method::kGet, "/poll",
+                       [&feed](Request& req) -> Awaitable<Response> {
+                         milliseconds timeout(std::stoi(req.query.at("timeout_ms")));
+                         feed.waiting.set_value();
+                         bool woke = co_await feed.changed.Wait(timeout);
+                         co_return Response::Json(200, {{"woke", woke}, {"items", feed.items.size()}});
+                       })
+                  .ok());
+  return router;
+}
+
+TEST(ServerTest, EventStreamDeliversEventsInOrderWithKeepAlives) {
+  net::io_context io;
+  Feed feed(io);
+  ServerOptions options;
+  options.sse_keepalive = milliseconds(20);  // comments flow between events; the client must skip them
+  TestServer ts(io, FeedRouter(feed), options);
+  Client client(FastClient(ts.url()));
+
+  std::thread publisher([&] {
+    for (int i = 0; i < 5; ++i) {
+      ts.RunOnLoop([&, i] {
+        feed.items.push_back(i == 2 ? "line one\nline two" : "item " + std::to_string(i));
+        if (i == 4) feed.closed = true;
+        feed.changed.Notify();
+      });
+    }
+  });
+  std::vector<SseEvent> got;
+  Status s = client.ReadEvents("/events", [&](const SseEvent& e) {
+    got.push_back(e);
+    return true;
+  });
+  publisher.join();
+  ASSERT_TRUE(s.ok()) << s.ToString();  // the server ended the stream after the fifth item
+  ASSERT_EQ(got.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(got[i].event, "item");
+    EXPECT_EQ(got[i].id, std::to_string(i));
+  }
+  EXPECT_EQ(got[0].data, "item 0");
+  EXPECT_EQ(got[2].data, "line one\nline two");
+  EXPECT_EQ(got[4].data, "item 4");
+}
+
+TEST(ServerTest, EventProducerSeesTheClientLeave) {
+  net::io_context io;
+  Feed feed(io);
+  TestServer ts(io, FeedRouter(feed));
+  ts.RunOnLoop([&] { feed.items = {"a", "b", "c"}; });
+  Client client(FastClient(ts.url()));
+  int seen = 0;
+  Status s = client.ReadEvents("/events", [&](const SseEvent&) { return ++seen < 2; });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(seen, 2);
+  // The producer is parked in Wait() with nothing to send; only noticing the closed socket can end it.
+  EXPECT_EQ(feed.producer_done.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+}
+
+TEST(ServerTest, LongPollTimesOutWhenNothingHappens) {
+  net::io_context io;
+  Feed feed(io);
+  TestServer ts(io, FeedRouter(feed));
+  Client client(FastClient(ts.url()));
+  auto start = std::chrono::steady_clock::now();
+  auto r = client.Get("/poll?timeout_ms=150");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r->Json())["woke"], false);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(150));
+}
+
+TEST(ServerTest, LongPollWakesWhenNotified) {
+  net::io_context io;
+  Feed feed(io);
+  TestServer ts(io, FeedRouter(feed));
+  Client client(FastClient(ts.url()));
+  std::thread notifier([&] {
+    feed.waiting.get_future().wait();
+    ts.RunOnLoop([&] {
+      feed.items.push_back("task");
+      feed.changed.Notify();
+    });
+  });
+  auto start = std::chrono::steady_clock::now();
+  auto r = client.Get("/poll?timeout_ms=20000");
+  notifier.join();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r->Json())["woke"], true);
+  EXPECT_EQ((*r->Json())["items"], 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(10'000));
+}
+
+// Connects a raw socket; returns its fd.
+int ConnectRaw(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  return fd;
+}
+
+// Waits up to `limit` for the peer to close; returns true when it did.
+bool PeerClosesWithin(int fd, milliseconds limit) {
+  pollfd p{fd, POLLIN, 0};
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int left = static_cast<int>(
+        std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now()).count());
+    if (::poll(&p, 1, std::max(left, 1)) <= 0) continue;
+    char buf[256];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return true;
+  }
+  return false;
+}
+
+TEST(ServerTest, IdleTimeoutClosesASilentConnection) {
+  net::io_context io;
+  ServerOptions options;
+  options.header_timeout = milliseconds(200);
+  TestServer ts(io, ApiRouter(), options);
+  int fd = ConnectRaw(ts.server().port());
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(PeerClosesWithin(fd, milliseconds(5000)));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(150));
+  ::close(fd);
+}
+
+TEST(ServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  net::io_context io;
+  TestServer ts(io, ApiRouter());
+  int fd = ConnectRaw(ts.server().port());
+  std::string two = "GET /api/v1/training-jobs/1 HTTP/1.1\r\nHost: x\r\n\r\n"
+                    "GET /api/v1/training-jobs/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(fd, two.data(), two.size(), 0), static_cast<ssize_t>(two.size()));
+  std::string received;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) received.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  EXPECT_NE(received.find("\"id\":\"1\""), std::string::npos) << received;
+  EXPECT_NE(received.find("\"id\":\"2\""), std::string::npos) << received;
+}
+
+TEST(ServerTest, MalformedRequestGets400) {
+  net::io_context io;
+  TestServer ts(io, ApiRouter());
+  int fd = ConnectRaw(ts.server().port());
+  std::string junk = "GARBAGE\x01 / HTTP/1.1\r\n\r\n";
+  ::send(fd, junk.data(), junk.size(), 0);
+  std::string received;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) received.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  EXPECT_TRUE(received.starts_with("HTTP/1.1 400")) << received;
+  EXPECT_NE(received.find("\"code\":\"invalid_argument\""), std::string::npos) << received;
+}
+
+TEST(ServerTest, GracefulShutdownFinishesInFlightRequestAndClosesStreams) {
+  net::io_context io;
+  Feed feed(io);
+  std::promise<void> slow_started;
+  Router router = FeedRouter(feed);
+  ASSERT_TRUE(router
+                  .Add(Method::kGet, "/slow",
+                       [&](Request&) -> Awaitable<Response> {
+                         slow_started.set_value();
+                         net::steady_timer timer(co_await net::this_coro::executor, milliseconds(300));
+                         co_await timer.async_wait(net::use_awaitable);
+                         co_return Response::Text(200, "finished");
+                       })
+                  .ok());
+  TestServer ts(io, std::move(router));
+  Client client(FastClient(ts.url()));
+
+  Status stream_status;
+  std::promise<void> stream_open;
+  std::thread watcher([&] {
+    stream_status = client.ReadEvents("/events", [&](const SseEvent&) {
+      stream_open.set_value();
+      return true;
+    });
+  });
+  ts.RunOnLoop([&] {
+    feed.items.push_back("hello");
+    feed.changed.Notify();
+  });
+  stream_open.get_future().wait();
+
+  StatusOr<ClientResponse> slow = InternalError("not run");
+  std::thread caller([&] { slow = client.Get("/slow", CallOptions{.retry = false}); });
+  slow_started.get_future().wait();
+  ts.Stop(milliseconds(5000));
+  caller.join();
+  watcher.join();
+
+  ASSERT_TRUE(slow.ok()) << slow.status().ToString();
+  EXPECT_EQ(slow->body, "finished");
+  EXPECT_TRUE(stream_status.ok()) << stream_status.ToString();  // closed by the server with a final chunk
+  auto after = client.Get("/poll?timeout_ms=1", CallOptions{.retry = false});
+  EXPECT_EQ(after.status().code(), StatusCode::kUnavailable);
+}
+
+TEST(ServerTest, RejectsBadListenAddressAndTlsFiles) {
+  net::io_context io;
+  ServerOptions bad_host;
+  bad_host.listen = "not-an-ip:80";
+  EXPECT_EQ(Server::Start(io, bad_host, Router()).status().code(), StatusCode::kInvalidArgument);
+  ServerOptions bad_port;
+  bad_port.listen = "127.0.0.1:99999";
+  EXPECT_EQ(Server::Start(io, bad_port, Router()).status().code(), StatusCode::kInvalidArgument);
+  ServerOptions half_tls;
+  half_tls.tls_cert_file = "/nonexistent/cert.pem";
+  EXPECT_EQ(Server::Start(io, half_tls, Router()).status().code(), StatusCode::kInvalidArgument);
+  ServerOptions missing_tls = half_tls;
+  missing_tls.tls_key_file = "/nonexistent/key.pem";
+  auto s = Server::Start(io, missing_tls, Router());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("/nonexistent/cert.pem"), std::string::npos);
+}
+
+TEST(ServerTest, TlsRoundTrip) {
+  TempDir dir;
+  std::filesystem::path cert = dir.path() / "cert.pem";
+  std::filesystem::path key = dir.path() / "key.pem";
+  std::string command = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+                        "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout " +
+                        key.string() + " -out " + cert.string() + " 2>/dev/null";
+  ASSERT_EQ(std::system(command.c_str()), 0) << "the test needs the openssl command";
+
+  net::io_context io;
+  ServerOptions options;
+  options.tls_cert_file = cert;
+  options.tls_key_file = key;
+  TestServer ts(io, ApiRouter(), options);
+  ASSERT_TRUE(ts.server().tls());
+  ClientOptions client_options = FastClient(ts.url());
+  client_options.ca_file = cert;
+  Client client(client_options);
+  auto r = client.Get("/api/v1/training-jobs/9");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r->Json())["id"], "9");
+  auto echo = client.PostJson("/api/v1/echo", {{"over", "tls"}});
+  ASSERT_TRUE(echo.ok()) << echo.status().ToString();
+
+  // Without the CA the certificate is not trusted.
+  ClientOptions untrusting = FastClient(ts.url());
+  untrusting.max_attempts = 1;
+  auto refused = Client(untrusting).Get("/api/v1/training-jobs/9");
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace parsyn::http

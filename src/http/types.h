@@ -1,0 +1,16 @@
+// Small vocabulary types shared by the server and the client.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace parsyn::http {
+
+enum class Method { kGet, kHead, kPost, kPut, kDelete, kPatch, kOptions };
+std::string_view MethodName(Method method);  // "GET", ...
+
+// Ordered string map that can be looked up with a string_view.
+using StringMap = std::map<std::string, std::string, std::less<>>;
+
+}  // namespace parsyn::http
