@@ -142,12 +142,26 @@ struct Merge {
   int32_t new_id;
 };
 
+// Lets the vocabulary be searched with a string_view, without building a std::string per lookup.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using Vocabulary = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
 uint64_t PairKey(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Reading the JSON: every shape error names its place.
+
+// root[key], or null when absent, without copying (a tokenizer.json's model is megabytes).
+const json& Field(const json& root, const char* key) {
+  static const json kNull;
+  auto it = root.find(key);
+  return it == root.end() ? kNull : *it;
+}
 
 std::string Where(std::string_view path) { return "tokenizer.json " + std::string(path) + ": "; }
 
@@ -308,7 +322,7 @@ Status ParseDecoder(const json& node, std::string_view path, std::vector<Decoder
 
 struct Tokenizer::Impl {
   TokenizerKind kind = TokenizerKind::kSentencePiece;
-  std::unordered_map<std::string, int32_t> vocab;  // model vocabulary
+  Vocabulary vocab;                                // model vocabulary
   std::vector<std::string> id_to_token;            // model and added tokens; "" for unused ids
   std::unordered_map<uint64_t, Merge> merges;
   std::optional<int32_t> unk_id;
@@ -319,6 +333,7 @@ struct Tokenizer::Impl {
   bool has_byte_tokens = false;
 
   std::vector<AddedToken> added;  // longest content first, for leftmost-longest matching
+  std::array<std::vector<size_t>, 256> added_by_first_byte;  // indices into `added`, longest first
   std::unordered_map<int32_t, bool> added_is_special;
   std::vector<NormalizerStep> normalizer;
   std::vector<PreTokenizerStep> pre_tokenizer;
@@ -458,6 +473,9 @@ Status Tokenizer::Impl::ParseAddedTokens(const json& list) {
   // Longest first, so that at one position the longest added token matches (leftmost-longest, as HF does).
   std::stable_sort(added.begin(), added.end(),
                    [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+  for (size_t i = 0; i < added.size(); ++i) {
+    added_by_first_byte[static_cast<unsigned char>(added[i].content[0])].push_back(i);
+  }
   return Status::Ok();
 }
 
@@ -534,7 +552,8 @@ std::vector<std::pair<std::string_view, int32_t>> Tokenizer::Impl::SplitOnAddedT
   size_t i = 0;
   while (i < text.size()) {
     const AddedToken* match = nullptr;
-    for (const AddedToken& token : added) {
+    for (size_t index : added_by_first_byte[static_cast<unsigned char>(text[i])]) {
+      const AddedToken& token = added[index];
       if (text.compare(i, token.content.size(), token.content) != 0) continue;
       if (token.single_word) {
         size_t end = i + token.content.size();
@@ -632,7 +651,7 @@ std::vector<std::string> Tokenizer::Impl::PreTokenize(std::string text, bool fir
 
 Status Tokenizer::Impl::EncodePiece(std::string_view piece, std::vector<int32_t>& out) const {
   if (ignore_merges) {
-    auto whole = vocab.find(std::string(piece));
+    auto whole = vocab.find(piece);
     if (whole != vocab.end()) {
       out.push_back(whole->second);
       return Status::Ok();
@@ -649,7 +668,7 @@ Status Tokenizer::Impl::EncodePiece(std::string_view piece, std::vector<int32_t>
   bool last_is_unk = false;
   for (const internal::DecodedChar& ch : internal::DecodeUtf8(piece)) {
     std::string_view bytes = piece.substr(ch.offset, ch.length);
-    auto it = ch.code_point == internal::kInvalidCodePoint ? vocab.end() : vocab.find(std::string(bytes));
+    auto it = ch.code_point == internal::kInvalidCodePoint ? vocab.end() : vocab.find(bytes);
     if (it != vocab.end()) {
       symbols.push_back({it->second, 0, 0, true});
       last_is_unk = false;
@@ -737,13 +756,13 @@ StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view tokenizer_json) {
   if (!root.is_object()) return InvalidArgumentError("tokenizer.json: expected a JSON object");
   auto impl = std::make_unique<Impl>();
   try {
-    PARSYN_RETURN_IF_ERROR(impl->ParseModel(root.value("model", json())));
-    PARSYN_RETURN_IF_ERROR(impl->ParseAddedTokens(root.value("added_tokens", json())));
-    PARSYN_RETURN_IF_ERROR(ParseNormalizer(root.value("normalizer", json()), "normalizer", impl->normalizer));
+    PARSYN_RETURN_IF_ERROR(impl->ParseModel(Field(root, "model")));
+    PARSYN_RETURN_IF_ERROR(impl->ParseAddedTokens(Field(root, "added_tokens")));
+    PARSYN_RETURN_IF_ERROR(ParseNormalizer(Field(root, "normalizer"), "normalizer", impl->normalizer));
     PARSYN_RETURN_IF_ERROR(
-        ParsePreTokenizer(root.value("pre_tokenizer", json()), "pre_tokenizer", impl->pre_tokenizer));
-    PARSYN_RETURN_IF_ERROR(ParseDecoder(root.value("decoder", json()), "decoder", impl->decoder));
-    PARSYN_RETURN_IF_ERROR(impl->ParsePostProcessor(root.value("post_processor", json()), "post_processor"));
+        ParsePreTokenizer(Field(root, "pre_tokenizer"), "pre_tokenizer", impl->pre_tokenizer));
+    PARSYN_RETURN_IF_ERROR(ParseDecoder(Field(root, "decoder"), "decoder", impl->decoder));
+    PARSYN_RETURN_IF_ERROR(impl->ParsePostProcessor(Field(root, "post_processor"), "post_processor"));
   } catch (const json::exception& e) {
     // value()/get() on a field of an unexpected type.
     return InvalidArgumentError(std::string("tokenizer.json has a field of the wrong type: ") + e.what());
@@ -873,7 +892,7 @@ std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
   for (const AddedToken& added : impl_->added) {
     if (added.content == token) return added.id;
   }
-  auto it = impl_->vocab.find(std::string(token));
+  auto it = impl_->vocab.find(token);
   if (it == impl_->vocab.end()) return std::nullopt;
   return it->second;
 }
