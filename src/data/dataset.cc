@@ -109,28 +109,52 @@ std::string DescribeJsonType(const json& value) {
 
 constexpr std::string_view kExpectedRow = "expected a JSON object with \"text\" or \"prompt\"+\"completion\" strings";
 
-std::string DescribeObjectKeys(const json& object) {
+// Up to five of the object's keys, with "..." when the parser dropped more (see ParseRowJson).
+std::string DescribeObjectKeys(const json& object, bool more_keys) {
   if (object.empty()) return "an empty object";
   std::string keys;
-  int shown = 0;
   for (auto it = object.begin(); it != object.end(); ++it) {
-    if (shown == 5) {
-      keys += ", ...";
-      break;
-    }
-    if (shown++ > 0) keys += ", ";
+    if (!keys.empty()) keys += ", ";
     keys += '"';
     keys += Excerpt(it.key(), 30);
     keys += '"';
   }
+  if (more_keys) keys += ", ...";
   return "an object with keys " + keys;
+}
+
+// Parses a line, keeping only what a row needs, so that a hostile line (a 16 MiB array of numbers, deep nesting)
+// costs no more memory than the line itself: the top-level object's "text"/"prompt"/"completion" values and at most
+// five other keys (for the error message), without anything nested inside them; of any other top-level value, only
+// its type. Syntax is still checked in full. Throws json::parse_error.
+json ParseRowJson(std::string_view line, bool& more_keys) {
+  bool top_is_object = false;
+  int other_keys = 0;
+  more_keys = false;
+  auto keep = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 0) {
+      if (event == json::parse_event_t::object_start) top_is_object = true;
+      return true;
+    }
+    if (depth > 1 || !top_is_object) return false;
+    if (event == json::parse_event_t::key) {
+      const std::string& key = parsed.get_ref<const std::string&>();
+      if (key == "text" || key == "prompt" || key == "completion") return true;
+      if (other_keys++ < 5) return true;
+      more_keys = true;
+      return false;
+    }
+    return true;
+  };
+  return json::parse(line, keep);
 }
 
 // Parses one non-blank JSONL line into `row`, returning its kind.
 StatusOr<TextKind> ParseTextLine(std::string_view line, int64_t line_number, TextRow& row) {
   json value;
+  bool more_keys = false;
   try {
-    value = json::parse(line);
+    value = ParseRowJson(line, more_keys);
   } catch (const json::exception& e) {
     // nlohmann's message reads "[json.exception.parse_error.101] parse error at line 1, column 7: ..."; the
     // column is the useful part and the line is ours.
@@ -183,7 +207,7 @@ StatusOr<TextKind> ParseTextLine(std::string_view line, int64_t line_number, Tex
     return TextKind::kPromptCompletion;
   }
   return InvalidArgumentError(LinePrefix(line_number) + std::string(kExpectedRow) + ", got " +
-                              DescribeObjectKeys(value));
+                              DescribeObjectKeys(value, more_keys));
 }
 
 // Walks a JSONL stream, calling on_row(row_index, line_number, raw_line, row) for every non-blank line.

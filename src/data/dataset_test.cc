@@ -75,6 +75,10 @@ TEST(TextDatasetTest, EveryBadRowNamesItsLine) {
       {good + "{\"txt\": \"typo\"}\n", "line 2: expected a JSON object with \"text\" or \"prompt\"+\"completion\" "
                                        "strings, got an object with keys \"txt\""},
       {good + "{\"text\": 5}\n", "line 2: \"text\" must be a string, got a number"},
+      {good + "{\"text\": {\"nested\": \"x\"}}\n", "line 2: \"text\" must be a string, got an object"},
+      {"{\"a\": 1, \"b\": [2], \"c\": 3, \"d\": 4, \"e\": 5, \"f\": 6, \"g\": 7}\n",
+       "line 1: expected a JSON object with \"text\" or \"prompt\"+\"completion\" strings, got an object with keys "
+       "\"a\", \"b\", \"c\", \"d\", \"e\", ..."},
       {good + "{\"text\": \"\"}\n", "line 2: \"text\" is empty"},
       {good + "{\"text\": \"a\", \"prompt\": \"b\"}\n",
        "line 2: has both \"text\" and \"prompt\"/\"completion\"; a row is one or the other"},
@@ -105,6 +109,19 @@ TEST(TextDatasetTest, InvalidJsonAndInvalidUtf8NameTheLine) {
   auto bad_utf8 = ParseText("{\"text\": \"\xFF\xFE\"}\n");
   ASSERT_FALSE(bad_utf8.ok());
   EXPECT_TRUE(bad_utf8.status().message().starts_with("line 1: ")) << bad_utf8.status().message();
+}
+
+TEST(TextDatasetTest, ExtraKeysAndHugeValuesAreAllowedOrRejectedCheaply) {
+  auto dataset = ParseText("{\"meta\": {\"source\": [1, 2, {\"x\": null}]}, \"text\": \"ok\", \"id\": 7}\n");
+  ASSERT_TRUE(dataset.ok()) << dataset.status().ToString();
+  EXPECT_EQ(dataset->rows[0].text, "ok");
+  // A 2 MB array: rejected with its type, its elements never kept.
+  std::string huge = "[";
+  for (int i = 0; i < 1'000'000; ++i) huge += "1,";
+  huge += "1]\n";
+  auto result = ParseText(huge);
+  EXPECT_EQ(result.status().message(),
+            "line 1: expected a JSON object with \"text\" or \"prompt\"+\"completion\" strings, got an array");
 }
 
 TEST(TextDatasetTest, LineOverTheLimitIsResourceExhausted) {
