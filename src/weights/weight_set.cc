@@ -1,27 +1,35 @@
 #include "weights/weight_set.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <new>
 #include <utility>
 
+#include "weights/buffer.h"
+
 namespace parsyn::weights {
-namespace {
 
-// Owned tensor buffers are 64-byte aligned so kernels may use aligned vector loads and typed views are always
-// correctly aligned.
-constexpr size_t kBufferAlignment = 64;
-
-std::shared_ptr<std::byte[]> AllocateZeroed(size_t size_bytes) {
-  // operator new with size 0 is valid and returns a unique pointer; we still allocate one line to keep it simple.
-  size_t rounded = (size_bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
-  if (rounded == 0) rounded = kBufferAlignment;
-  auto* raw = static_cast<std::byte*>(::operator new(rounded, std::align_val_t{kBufferAlignment}));
+std::shared_ptr<std::byte> internal::AllocateZeroedBuffer(size_t size_bytes) {
+  constexpr size_t kMapThreshold = size_t{1} << 20;
+  constexpr size_t kAlignment = 64;
+  if (size_bytes >= kMapThreshold) {
+    void* mapped = ::mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                          -1, 0);
+    if (mapped == MAP_FAILED) throw std::bad_alloc();
+    return std::shared_ptr<std::byte>(static_cast<std::byte*>(mapped),
+                                      [size_bytes](std::byte* p) { ::munmap(p, size_bytes); });
+  }
+  const size_t rounded = std::max(kAlignment, (size_bytes + kAlignment - 1) / kAlignment * kAlignment);
+  auto* raw = static_cast<std::byte*>(::operator new(rounded, std::align_val_t{kAlignment}));
   std::memset(raw, 0, rounded);
-  return std::shared_ptr<std::byte[]>(
-      raw, [](std::byte* p) { ::operator delete(p, std::align_val_t{kBufferAlignment}); });
+  return std::shared_ptr<std::byte>(raw, [](std::byte* p) { ::operator delete(p, std::align_val_t{kAlignment}); });
 }
+
+namespace {
 
 // Validates name, shape and byte count for a tensor about to join `set`.
 Status CheckNewTensor(const std::unordered_map<std::string, size_t>& index, const std::string& name, DType dtype,
@@ -129,7 +137,7 @@ std::string ShapeString(std::span<const int64_t> shape) {
 
 Status WeightSet::Add(std::string name, DType dtype, std::vector<int64_t> shape, std::span<const std::byte> bytes) {
   PARSYN_RETURN_IF_ERROR(CheckNewTensor(index_, name, dtype, shape, bytes.size()));
-  auto buffer = AllocateZeroed(bytes.size());
+  auto buffer = internal::AllocateZeroedBuffer(bytes.size());
   if (!bytes.empty()) std::memcpy(buffer.get(), bytes.data(), bytes.size());
   std::span<std::byte> data(buffer.get(), bytes.size());
   backing_.push_back(std::move(buffer));
@@ -146,7 +154,7 @@ StatusOr<std::span<std::byte>> WeightSet::AddZeros(std::string name, DType dtype
     return InvalidArgumentError("tensor '" + name + "' of shape " + ShapeString(shape) + " overflows 64-bit size");
   }
   PARSYN_RETURN_IF_ERROR(CheckNewTensor(index_, name, dtype, shape, size_bytes));
-  auto buffer = AllocateZeroed(size_bytes);
+  auto buffer = internal::AllocateZeroedBuffer(size_bytes);
   std::span<std::byte> data(buffer.get(), size_bytes);
   backing_.push_back(std::move(buffer));
   index_.emplace(name, tensors_.size());

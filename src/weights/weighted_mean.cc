@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "weights/buffer.h"
+
 namespace parsyn::weights {
 namespace {
 
@@ -59,8 +61,8 @@ inline float F16Bits(uint16_t h) {
   return std::bit_cast<float>(bits | ((static_cast<uint32_t>(h) & 0x8000u) << 16));
 }
 
-// acc[i] += scale * w[i], or acc[i] = scale * w[i] for the first update (kFirst), which spares zeroing the
-// accumulator beforehand. Acc is float or double; `load` widens one stored element to float.
+// acc[i] += scale * w[i], or acc[i] = scale * w[i] for the first update (kFirst), which spares reading the
+// accumulator once. Acc is float or double; `load` widens one stored element to float.
 template <bool kFirst, typename Acc, typename In, typename Load>
 void Accumulate(Acc* __restrict acc, const In* __restrict w, size_t count, Acc scale, Load load) {
   for (size_t i = 0; i < count; ++i) {
@@ -148,15 +150,6 @@ void ParallelFor(size_t num_items, int num_threads, size_t total_elements, Fn&& 
   worker();
 }  // helpers join here
 
-// Uninitialised, 64-byte aligned accumulator storage (the first update overwrites it, so it is never zeroed).
-// Shared so that Finish can hand the buffer to the result. (Huge pages were tried: with THP defrag on "madvise" the
-// first touch stalled for seconds in compaction, for no steady-state gain.)
-std::shared_ptr<std::byte> AllocateAccumulator(size_t size_bytes) {
-  constexpr size_t kAlignment = 64;
-  const size_t rounded = std::max(kAlignment, (size_bytes + kAlignment - 1) / kAlignment * kAlignment);
-  auto* raw = static_cast<std::byte*>(::operator new(rounded, std::align_val_t{kAlignment}));
-  return std::shared_ptr<std::byte>(raw, [](std::byte* p) { ::operator delete(p, std::align_val_t{kAlignment}); });
-}
 
 // Round-to-nearest-even float -> bf16 for finite values (the mean of finite values is finite), without the NaN
 // branch of FloatToBf16 so the finishing loop vectorises.
@@ -227,7 +220,7 @@ WeightedMean::WeightedMean(const WeightSet& layout, WeightedMeanOptions options)
   const size_t acc_element_bytes = options.accumulation == Accumulation::kFloat32   ? sizeof(float)
                                    : options.accumulation == Accumulation::kFloat64 ? sizeof(double)
                                                                                     : sizeof(__int128);
-  impl.acc_storage = AllocateAccumulator(impl.total_elements * acc_element_bytes);
+  impl.acc_storage = internal::AllocateZeroedBuffer(impl.total_elements * acc_element_bytes);
 }
 
 WeightedMean::~WeightedMean() = default;
@@ -395,13 +388,17 @@ StatusOr<WeightSet> WeightedMean::Finish() && {
       PARSYN_RETURN_IF_ERROR(result.AddView(slot.name, slot.dtype, slot.shape, view, impl.acc_storage));
       outputs.push_back(view);
     } else {
-      PARSYN_ASSIGN_OR_RETURN(auto bytes, result.AddZeros(slot.name, slot.dtype, slot.shape));
+      const size_t size_bytes = slot.numel * DTypeSize(slot.dtype);
+      std::shared_ptr<std::byte> buffer = internal::AllocateZeroedBuffer(size_bytes);
+      std::span<std::byte> bytes(buffer.get(), size_bytes);
+      PARSYN_RETURN_IF_ERROR(result.AddView(slot.name, slot.dtype, slot.shape, bytes, std::move(buffer)));
       outputs.push_back(bytes);
     }
   }
   // kExact divides the exact integer sums in 80-bit long double: the quotient is a function of the two integers
-  // only, so the result stays order-independent. The float paths divide in double.
-  const double total = impl.total_weight;
+  // only, so the result stays order-independent. The float paths multiply by 1/N in double (vectorised, and within
+  // a double ulp of dividing, far below the float result's rounding).
+  const double inverse_total = 1.0 / impl.total_weight;
   const long double exact_total = static_cast<long double>(impl.exact_total_weight);
   ParallelFor(impl.chunks.size(), impl.options.num_threads, impl.total_elements, [&](size_t c) {
     const Impl::Chunk& chunk = impl.chunks[c];
@@ -410,7 +407,7 @@ StatusOr<WeightSet> WeightedMean::Finish() && {
     const size_t at = slot.offset + chunk.begin;
     if (in_place_f32 && slot.dtype == DType::kF32) {
       float* sums = impl.acc<float>() + at;
-      for (size_t i = 0; i < count; ++i) sums[i] = static_cast<float>(sums[i] / total);
+      for (size_t i = 0; i < count; ++i) sums[i] = static_cast<float>(sums[i] * inverse_total);
       return;
     }
     // The chunk's means as float first, then converted to the tensor's dtype: two plain loops.
@@ -419,12 +416,12 @@ StatusOr<WeightSet> WeightedMean::Finish() && {
     switch (impl.options.accumulation) {
       case Accumulation::kFloat32: {
         const float* sums = impl.acc<float>() + at;
-        for (size_t i = 0; i < count; ++i) means[i] = static_cast<float>(sums[i] / total);
+        for (size_t i = 0; i < count; ++i) means[i] = static_cast<float>(sums[i] * inverse_total);
         break;
       }
       case Accumulation::kFloat64: {
         const double* sums = impl.acc<double>() + at;
-        for (size_t i = 0; i < count; ++i) means[i] = static_cast<float>(sums[i] / total);
+        for (size_t i = 0; i < count; ++i) means[i] = static_cast<float>(sums[i] * inverse_total);
         break;
       }
       case Accumulation::kExact: {
