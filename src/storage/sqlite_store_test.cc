@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "storage/faulty_metadata_store.h"
 #include "storage/metadata_store_contract.h"
 #include "storage/temp_dir_for_test.h"
 
@@ -25,7 +26,17 @@ INSTANTIATE_TEST_SUITE_P(
                                            },
                                            true},
                       MetadataStoreBackend{"memory", [](const fs::path&) { return OpenMetadataStore(":memory:"); },
-                                           false}),
+                                           false},
+                      // The fault-injection wrapper, with no fault armed, must be indistinguishable from its store.
+                      MetadataStoreBackend{"faulty_passthrough",
+                                           [](const fs::path& dir) -> StatusOr<std::unique_ptr<MetadataStore>> {
+                                             PARSYN_ASSIGN_OR_RETURN(
+                                                 auto inner,
+                                                 OpenMetadataStore("sqlite://" + (dir / "meta.db").string()));
+                                             return std::unique_ptr<MetadataStore>(
+                                                 std::make_unique<FaultyMetadataStore>(std::move(inner)));
+                                           },
+                                           true}),
     MetadataStoreBackendName);
 
 // Runs one SQL statement on the store's connection and returns the first column of its first row as text.
@@ -247,6 +258,24 @@ TEST(SqliteStoreTest, CrashInsideCommitRoundLeavesThePriorState) {
   Exec(*store, "DROP TRIGGER crash_commit");
   ASSERT_TRUE(store->CommitRound(CommitOf(job_id)).ok());
   EXPECT_EQ(store->GetRound(job_id, 1, 1)->status, RoundStatus::kCommitted);
+}
+
+TEST(FaultyMetadataStoreTest, FailsTheChosenWriteOnlyAndKeepsThePriorState) {
+  auto inner = SqliteMetadataStore::Open(":memory:");
+  ASSERT_TRUE(inner.ok());
+  FaultyMetadataStore store(std::move(inner).value());
+  RunningRound setup = SetUpRunningRound(store);
+  const int writes_before = store.writes_passed();
+
+  store.FailNthWrite(2, UnavailableError("disk unplugged (injected)"));
+  ASSERT_TRUE(store.AppendJobEvent({0, setup.job_id, "round_aggregating", "{}", 3}).ok());  // write 1 passes
+  EXPECT_EQ(store.CommitRound(CommitOf(setup.job_id)), UnavailableError("disk unplugged (injected)"));
+  ExpectPriorState(store.inner(), setup.job_id);
+  EXPECT_TRUE(store.GetJob(setup.job_id).ok());  // reads are never failed
+  EXPECT_EQ(store.writes_passed(), writes_before + 1);
+
+  ASSERT_TRUE(store.CommitRound(CommitOf(setup.job_id)).ok());  // the fault fired once
+  EXPECT_EQ(store.inner().GetJob(setup.job_id)->committed_round, 1);
 }
 
 TEST(SqliteStoreTest, CallsFromSeveralThreadsAreSerialised) {

@@ -1,0 +1,126 @@
+// FaultyMetadataStore: wraps a MetadataStore and fails a chosen write, for tests of what callers do when the store
+// refuses (the coordinator must not acknowledge a transition the store did not take).
+//
+// Reads always pass through. A failed write returns the injected Status without reaching the wrapped store, so the
+// wrapped store keeps its prior state. Safe to call from several threads if the wrapped store is.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "storage/metadata_store.h"
+
+namespace parsyn::storage {
+
+class FaultyMetadataStore final : public MetadataStore {
+ public:
+  explicit FaultyMetadataStore(std::unique_ptr<MetadataStore> inner) : owned_(std::move(inner)), inner_(*owned_) {}
+
+  // The wrapped store, for checking what reached it.
+  MetadataStore& inner() { return inner_; }
+
+  // The `n`th write from now (1: the next one) returns `error` (not OK); writes before and after it pass through.
+  void FailNthWrite(int n, Status error) {
+    std::lock_guard lock(mu_);
+    writes_until_failure_ = n;
+    error_ = std::move(error);
+  }
+  // Writes that reached the wrapped store so far.
+  int writes_passed() const {
+    std::lock_guard lock(mu_);
+    return writes_passed_;
+  }
+
+  StatusOr<Dataset> CreateDataset(const Dataset& d) override { return Write([&] { return inner_.CreateDataset(d); }); }
+  StatusOr<Dataset> GetDataset(int64_t id) override { return inner_.GetDataset(id); }
+  StatusOr<std::vector<Dataset>> ListDatasets() override { return inner_.ListDatasets(); }
+  Status DeleteDataset(int64_t id) override { return Write([&] { return inner_.DeleteDataset(id); }); }
+
+  StatusOr<Model> CreateModel(const Model& m) override { return Write([&] { return inner_.CreateModel(m); }); }
+  StatusOr<Model> GetModel(int64_t id) override { return inner_.GetModel(id); }
+  StatusOr<std::vector<Model>> ListModels() override { return inner_.ListModels(); }
+  Status DeleteModel(int64_t id) override { return Write([&] { return inner_.DeleteModel(id); }); }
+
+  StatusOr<Worker> CreateWorker(const Worker& w) override { return Write([&] { return inner_.CreateWorker(w); }); }
+  StatusOr<Worker> GetWorker(int64_t id) override { return inner_.GetWorker(id); }
+  StatusOr<Worker> FindWorkerByTokenHash(std::string_view h) override { return inner_.FindWorkerByTokenHash(h); }
+  StatusOr<std::vector<Worker>> ListWorkers() override { return inner_.ListWorkers(); }
+  Status UpdateWorker(const Worker& w) override { return Write([&] { return inner_.UpdateWorker(w); }); }
+
+  Status SetAdminKeyHash(std::string_view h) override { return Write([&] { return inner_.SetAdminKeyHash(h); }); }
+  StatusOr<std::string> GetAdminKeyHash() override { return inner_.GetAdminKeyHash(); }
+
+  StatusOr<TrainingJob> CreateJob(const TrainingJob& j) override { return Write([&] { return inner_.CreateJob(j); }); }
+  StatusOr<TrainingJob> GetJob(int64_t id) override { return inner_.GetJob(id); }
+  StatusOr<std::vector<TrainingJob>> ListJobs(std::optional<JobStatus> status = std::nullopt) override {
+    return inner_.ListJobs(status);
+  }
+  StatusOr<TrainingJob> SetJobStatus(int64_t job_id, JobStatus status, int64_t time_ms,
+                                     std::string_view reason = {}) override {
+    return Write([&] { return inner_.SetJobStatus(job_id, status, time_ms, reason); });
+  }
+
+  Status AddJobArtifact(const JobArtifact& a) override { return Write([&] { return inner_.AddJobArtifact(a); }); }
+  StatusOr<std::vector<JobArtifact>> ListJobArtifacts(int64_t job_id) override {
+    return inner_.ListJobArtifacts(job_id);
+  }
+
+  Status CreateShards(int64_t job_id, std::span<const Shard> shards) override {
+    return Write([&] { return inner_.CreateShards(job_id, shards); });
+  }
+  StatusOr<std::vector<Shard>> ListShards(int64_t job_id) override { return inner_.ListShards(job_id); }
+  Status AssignShard(int64_t job_id, int32_t shard_index, int64_t worker_id) override {
+    return Write([&] { return inner_.AssignShard(job_id, shard_index, worker_id); });
+  }
+
+  Status StartRound(const Round& r) override { return Write([&] { return inner_.StartRound(r); }); }
+  Status CommitRound(const RoundCommit& c) override { return Write([&] { return inner_.CommitRound(c); }); }
+  Status FailRound(const RoundFailure& f) override { return Write([&] { return inner_.FailRound(f); }); }
+  StatusOr<Round> GetRound(int64_t job_id, int32_t round, int32_t attempt) override {
+    return inner_.GetRound(job_id, round, attempt);
+  }
+  StatusOr<std::vector<Round>> ListRounds(int64_t job_id) override { return inner_.ListRounds(job_id); }
+
+  Status RecordUpdate(const RoundUpdate& u) override { return Write([&] { return inner_.RecordUpdate(u); }); }
+  StatusOr<std::vector<RoundUpdate>> ListUpdates(int64_t job_id, int32_t round, int32_t attempt) override {
+    return inner_.ListUpdates(job_id, round, attempt);
+  }
+
+  Status AppendMetrics(std::span<const MetricPoint> p) override {
+    return Write([&] { return inner_.AppendMetrics(p); });
+  }
+  StatusOr<std::vector<MetricPoint>> ListMetrics(int64_t job_id,
+                                                 std::optional<int64_t> worker_id = std::nullopt) override {
+    return inner_.ListMetrics(job_id, worker_id);
+  }
+
+  StatusOr<int64_t> AppendJobEvent(const JobEvent& e) override {
+    return Write([&] { return inner_.AppendJobEvent(e); });
+  }
+  StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit = 1000) override {
+    return inner_.ListJobEvents(job_id, after_id, limit);
+  }
+
+ private:
+  // Runs `write` unless this is the write chosen to fail.
+  template <typename F>
+  auto Write(F&& write) -> decltype(write()) {
+    {
+      std::lock_guard lock(mu_);
+      if (writes_until_failure_ > 0 && --writes_until_failure_ == 0) return error_;
+    }
+    auto result = write();
+    std::lock_guard lock(mu_);
+    ++writes_passed_;
+    return result;
+  }
+
+  std::unique_ptr<MetadataStore> owned_;
+  MetadataStore& inner_;
+  mutable std::mutex mu_;
+  int writes_until_failure_ = 0;  // 0: no failure pending
+  int writes_passed_ = 0;
+  Status error_;
+};
+
+}  // namespace parsyn::storage
