@@ -32,7 +32,7 @@
 namespace parsyn::data {
 
 enum class DatasetFormat { kJsonl, kCsv };
-// "jsonl", "csv". FormatFromName() accepts these and returns InvalidArgument for anything else.
+// "jsonl", "csv". DatasetFormatFromName() accepts these and returns InvalidArgument for anything else.
 std::string_view DatasetFormatName(DatasetFormat format);
 StatusOr<DatasetFormat> DatasetFormatFromName(std::string_view name);
 
@@ -49,8 +49,8 @@ enum class TextKind { kText, kPromptCompletion };
 // "text", "prompt_completion".
 std::string_view TextKindName(TextKind kind);
 
-// One row. kText: `text` is set, prompt/completion are empty. kPromptCompletion: prompt and completion are set
-// (the trainer takes loss on completion tokens only), `text` is empty.
+// One row. kText: `text` is set (non-empty), prompt/completion are empty. kPromptCompletion: prompt (may be empty) and
+// completion (non-empty) are set (the trainer takes loss on completion tokens only), `text` is empty.
 struct TextRow {
   std::string text;
   std::string prompt;
@@ -120,7 +120,8 @@ struct TabularStats {
 };
 
 // Class ids: when options.class_names is empty, the distinct labels sorted — numerically when every label is an
-// integer ("2" < "10"), else by bytes — and numbered from 0.
+// integer ("2" < "10"), else by bytes — and numbered from 0. Header names and labels are trimmed of spaces and tabs;
+// feature values may have surrounding spaces and a leading '+'. Blank lines are skipped.
 //
 // Errors (InvalidArgument, naming line and column by name and 1-based number): a header without the label column, an
 // empty or duplicate header name, a row whose field count differs from the header's, an empty or non-numeric feature

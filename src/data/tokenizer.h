@@ -7,9 +7,14 @@
 //   SentencePiece-style (Llama-2, TinyLlama, Mistral): normalizer Prepend("▁") + Replace(" ", "▁") or pre_tokenizer
 //     Metaspace; BPE with byte_fallback to "<0xNN>" tokens; decoder Replace/ByteFallback/Fuse/Strip (or Metaspace).
 //
-// Both: merges applied by rank; added tokens (the file's "added_tokens") are split out of the text before the model
-// sees it, honouring lstrip/rstrip/single_word as far as the cases above need, and encode to their own ids;
+// Both: merges applied by rank (lowest first, leftmost among equals; "ignore_merges" honoured); added tokens (the
+// file's "added_tokens") are split out of the raw text (leftmost, longest first; lstrip/rstrip/single_word
+// honoured; their "normalized" flag is not: they always match the text as given) and encode to their own ids;
 // post_processor TemplateProcessing (or a missing one) decides what add_special_tokens adds (bos/eos).
+// The file's "truncation" and "padding" are ignored (the trainer truncates and pads), and so is transformers'
+// clean_up_tokenization_spaces (it is a tokenizer_config.json option, not part of tokenizer.json).
+// The result equals Hugging Face tokenizers' and transformers.js' on the cross-checked corpus (see README.md);
+// Unicode categories are from Unicode 14, so characters assigned later are neither letters nor numbers here.
 //
 // Not supported, each InvalidArgument naming what is unsupported: models WordPiece, Unigram, WordLevel; BPE with
 // "dropout" or "continuing_subword_prefix"; normalizer, pre-tokenizer, post-processor or decoder types other than
