@@ -13,7 +13,7 @@
 // post_processor TemplateProcessing (or a missing one) decides what add_special_tokens adds (bos/eos).
 // The file's "truncation" and "padding" are ignored (the trainer truncates and pads), and so is transformers'
 // clean_up_tokenization_spaces (it is a tokenizer_config.json option, not part of tokenizer.json).
-// The result equals Hugging Face tokenizers' and transformers.js' on the cross-checked corpus (see README.md);
+// Ids and decoded text equal transformers.js' (npm @lenml/tokenizers) on the cross-checked corpus (README.md);
 // Unicode categories are from Unicode 14, so characters assigned later are neither letters nor numbers here.
 //
 // Not supported, each InvalidArgument naming what is unsupported: models WordPiece, Unigram, WordLevel; BPE with
