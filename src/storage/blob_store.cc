@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "storage/directory_blob_store.h"
+#include "storage/s3_blob_store.h"
 
 namespace parsyn::storage {
 namespace {
@@ -83,7 +84,8 @@ Status ValidateBlobKeyPrefix(std::string_view prefix) {
 }
 
 StatusOr<std::unique_ptr<BlobStore>> OpenBlobStore(std::string_view uri) {
-  constexpr std::string_view kSupported = "supported: file:///absolute/dir or a plain directory path";
+  constexpr std::string_view kSupported =
+      "supported: file:///absolute/dir, a plain directory path, or s3://bucket/prefix?options (docs/s3.md)";
   if (uri.empty()) return InvalidArgumentError(std::string("empty blob store URI; ") + std::string(kSupported));
   std::string_view path = uri;
   if (uri.starts_with("file://")) {
@@ -92,6 +94,8 @@ StatusOr<std::unique_ptr<BlobStore>> OpenBlobStore(std::string_view uri) {
       return InvalidArgumentError("blob store URI '" + std::string(uri) +
                                   "' has a host or a relative path; use file:///absolute/dir");
     }
+  } else if (uri.starts_with("s3://")) {
+    return OpenS3BlobStore(uri);
   } else if (size_t scheme_end = uri.find("://"); scheme_end != std::string_view::npos) {
     return InvalidArgumentError("blob store URI scheme '" + std::string(uri.substr(0, scheme_end)) +
                                 "' is not supported by this build; " + std::string(kSupported));

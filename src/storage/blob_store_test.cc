@@ -98,10 +98,10 @@ TEST(OpenBlobStoreTest, ChoosesByScheme) {
   EXPECT_TRUE(fs::is_directory(dir.path() / "u"));
   EXPECT_TRUE(fs::is_directory(dir.path() / "p"));
 
-  StatusOr<std::unique_ptr<BlobStore>> s3 = OpenBlobStore("s3://bucket/prefix");
-  EXPECT_EQ(s3.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(s3.status().message(), HasSubstr("scheme 's3' is not supported"));
-  EXPECT_THAT(s3.status().message(), HasSubstr("file:///"));
+  StatusOr<std::unique_ptr<BlobStore>> gs = OpenBlobStore("gs://bucket/prefix");
+  EXPECT_EQ(gs.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(gs.status().message(), HasSubstr("scheme 'gs' is not supported"));
+  EXPECT_THAT(gs.status().message(), HasSubstr("file:///"));
   EXPECT_EQ(OpenBlobStore("file://host/dir").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(OpenBlobStore("").status().code(), StatusCode::kInvalidArgument);
 }

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -131,6 +132,7 @@ StatusOr<std::unique_ptr<MotoServer>> MotoServer::Start() {
   if (pid < 0) return UnavailableError("fork() failed");
   if (pid == 0) {
     ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a test that crashed
     int null_fd = ::open("/dev/null", O_RDWR);
     ::dup2(null_fd, 0);
     ::dup2(null_fd, 1);

@@ -1,0 +1,1023 @@
+#include "storage/s3_blob_store.h"
+
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include "weights/sha256.h"
+
+namespace parsyn::storage {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+
+constexpr size_t kReadChunkBytes = size_t{1} << 20;
+// Error and listing bodies are small; a response larger than this is not S3 talking.
+constexpr size_t kMaxResponseBodyBytes = size_t{16} << 20;
+constexpr seconds kMaxPresignExpiry = seconds(7 * 24 * 3600);
+
+std::string ToLower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string Trim(std::string_view s) {
+  size_t begin = s.find_first_not_of(" \t\r\n");
+  if (begin == std::string_view::npos) return "";
+  size_t end = s.find_last_not_of(" \t\r\n");
+  return std::string(s.substr(begin, end - begin + 1));
+}
+
+std::string XmlUnescape(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '&') {
+      out += text[i];
+      continue;
+    }
+    size_t semi = text.find(';', i);
+    if (semi == std::string_view::npos) {
+      out += text.substr(i);
+      break;
+    }
+    std::string_view entity = text.substr(i + 1, semi - i - 1);
+    if (entity == "amp") out += '&';
+    else if (entity == "lt") out += '<';
+    else if (entity == "gt") out += '>';
+    else if (entity == "quot") out += '"';
+    else if (entity == "apos") out += '\'';
+    else if (entity.starts_with("#x")) out += static_cast<char>(std::strtol(std::string(entity.substr(2)).c_str(), nullptr, 16));
+    else if (entity.starts_with("#")) out += static_cast<char>(std::strtol(std::string(entity.substr(1)).c_str(), nullptr, 10));
+    else out += std::string(text.substr(i, semi - i + 1));
+    i = semi;
+  }
+  return out;
+}
+
+std::string XmlEscape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// The (unescaped) text of every <tag>...</tag> in `xml`, in order. S3's responses are flat enough for this.
+std::vector<std::string> XmlValues(std::string_view xml, std::string_view tag) {
+  std::vector<std::string> out;
+  std::string open = "<" + std::string(tag) + ">";
+  std::string close = "</" + std::string(tag) + ">";
+  size_t pos = 0;
+  while ((pos = xml.find(open, pos)) != std::string_view::npos) {
+    size_t start = pos + open.size();
+    size_t end = xml.find(close, start);
+    if (end == std::string_view::npos) break;
+    out.push_back(XmlUnescape(xml.substr(start, end - start)));
+    pos = end + close.size();
+  }
+  return out;
+}
+
+std::string XmlValue(std::string_view xml, std::string_view tag) {
+  std::vector<std::string> values = XmlValues(xml, tag);
+  return values.empty() ? "" : values.front();
+}
+
+// The raw <tag>...</tag> blocks (for lists of records such as <Part> or <Upload>).
+std::vector<std::string_view> XmlBlocks(std::string_view xml, std::string_view tag) {
+  std::vector<std::string_view> out;
+  std::string open = "<" + std::string(tag) + ">";
+  std::string close = "</" + std::string(tag) + ">";
+  size_t pos = 0;
+  while ((pos = xml.find(open, pos)) != std::string_view::npos) {
+    size_t end = xml.find(close, pos);
+    if (end == std::string_view::npos) break;
+    out.push_back(xml.substr(pos, end + close.size() - pos));
+    pos = end + close.size();
+  }
+  return out;
+}
+
+std::string PercentDecode(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      out += static_cast<char>(std::strtol(std::string(text.substr(i + 1, 2)).c_str(), nullptr, 16));
+      i += 2;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+bool IsValidBucketName(std::string_view bucket) {
+  if (bucket.size() < 3 || bucket.size() > 63) return false;
+  for (char c : bucket) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) return false;
+  }
+  return std::isalnum(static_cast<unsigned char>(bucket.front())) &&
+         std::isalnum(static_cast<unsigned char>(bucket.back()));
+}
+
+std::once_flag curl_init_once;
+
+// The bytes of a Put, held until they are all read: in memory while small, else in an unlinked temp file.
+class Spool {
+ public:
+  Spool() = default;
+  explicit Spool(std::string bytes) : memory_(std::move(bytes)), size_(memory_.size()) {}
+  Spool(const Spool&) = delete;
+  Spool& operator=(const Spool&) = delete;
+  ~Spool() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // Reads `source` to its end; on any error nothing has been sent anywhere.
+  Status Fill(ByteSource& source, std::string_view key, const PutOptions& options, size_t memory_limit,
+              const fs::path& dir) {
+    weights::Sha256 hasher;
+    std::vector<std::byte> buffer(kReadChunkBytes);
+    while (true) {
+      PARSYN_ASSIGN_OR_RETURN(size_t n, source.Read(buffer));
+      if (n == 0) break;
+      if (options.max_size_bytes && size_ + n > *options.max_size_bytes) {
+        return ResourceExhaustedError("blob '" + std::string(key) + "' is larger than the limit of " +
+                                      std::to_string(*options.max_size_bytes) + " bytes");
+      }
+      std::span<const std::byte> chunk(buffer.data(), n);
+      hasher.Update(chunk);
+      PARSYN_RETURN_IF_ERROR(Append(chunk, memory_limit, dir));
+      size_ += n;
+    }
+    sha256_ = hasher.HexDigest();
+    if (options.expected_sha256 && *options.expected_sha256 != sha256_) {
+      return DataLossError("blob '" + std::string(key) + "' has sha256 " + sha256_ + ", expected " +
+                           *options.expected_sha256);
+    }
+    return Status::Ok();
+  }
+
+  uint64_t size() const { return size_; }
+  const std::string& sha256() const { return sha256_; }
+
+  // Copies up to `n` bytes from `offset`; returns how many (0 at the end). Thread-compatible (pread).
+  StatusOr<size_t> ReadAt(uint64_t offset, char* out, size_t n) const {
+    if (offset >= size_) return size_t{0};
+    n = static_cast<size_t>(std::min<uint64_t>(n, size_ - offset));
+    if (fd_ < 0) {
+      std::memcpy(out, memory_.data() + offset, n);
+      return n;
+    }
+    ssize_t got = ::pread(fd_, out, n, static_cast<off_t>(offset));
+    if (got < 0) return UnavailableError(std::string("reading the upload spool file: ") + std::strerror(errno));
+    return static_cast<size_t>(got);
+  }
+
+  // sha256 of bytes [offset, offset + length).
+  StatusOr<std::string> Sha256Of(uint64_t offset, uint64_t length) const {
+    weights::Sha256 hasher;
+    std::vector<char> buffer(kReadChunkBytes);
+    uint64_t end = offset + length;
+    while (offset < end) {
+      PARSYN_ASSIGN_OR_RETURN(size_t n,
+                              ReadAt(offset, buffer.data(), static_cast<size_t>(std::min<uint64_t>(buffer.size(), end - offset))));
+      if (n == 0) return InternalError("upload spool ended early");
+      hasher.Update(std::string_view(buffer.data(), n));
+      offset += n;
+    }
+    return hasher.HexDigest();
+  }
+
+ private:
+  Status Append(std::span<const std::byte> chunk, size_t memory_limit, const fs::path& dir) {
+    if (fd_ < 0 && memory_.size() + chunk.size() <= memory_limit) {
+      memory_.append(reinterpret_cast<const char*>(chunk.data()), chunk.size());
+      return Status::Ok();
+    }
+    if (fd_ < 0) {
+      std::string pattern = (dir / "parsyn-s3-spool-XXXXXX").string();
+      fd_ = ::mkstemp(pattern.data());
+      if (fd_ < 0) {
+        return UnavailableError("creating an upload spool file in " + dir.string() + ": " + std::strerror(errno));
+      }
+      ::unlink(pattern.c_str());  // gone with the descriptor, even if we crash
+      PARSYN_RETURN_IF_ERROR(WriteAll(memory_.data(), memory_.size()));
+      memory_.clear();
+      memory_.shrink_to_fit();
+    }
+    return WriteAll(reinterpret_cast<const char*>(chunk.data()), chunk.size());
+  }
+
+  Status WriteAll(const char* data, size_t n) {
+    while (n > 0) {
+      ssize_t w = ::write(fd_, data, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return UnavailableError(std::string("writing the upload spool file: ") + std::strerror(errno));
+      data += w;
+      n -= static_cast<size_t>(w);
+    }
+    return Status::Ok();
+  }
+
+  std::string memory_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  std::string sha256_;
+};
+
+// A byte range of a spool to send as a request body.
+struct UploadBody {
+  UploadBody(const Spool* spool, uint64_t offset, uint64_t length) : spool(spool), offset(offset), length(length) {}
+  const Spool* spool;
+  uint64_t offset;
+  uint64_t length;
+  uint64_t sent = 0;
+  Status error;
+};
+
+size_t ReadUploadBody(char* buffer, size_t size, size_t count, void* user) {
+  auto* body = static_cast<UploadBody*>(user);
+  size_t want = static_cast<size_t>(std::min<uint64_t>(size * count, body->length - body->sent));
+  if (want == 0) return 0;
+  StatusOr<size_t> n = body->spool->ReadAt(body->offset + body->sent, buffer, want);
+  if (!n.ok() || *n == 0) {
+    body->error = n.ok() ? InternalError("upload spool ended early") : n.status();
+    return CURL_READFUNC_ABORT;
+  }
+  body->sent += *n;
+  return *n;
+}
+
+struct ResponseSink {
+  long status = 0;
+  std::map<std::string, std::string> headers;  // lowercase names, of the final response
+  std::string body;
+  bool too_large = false;
+};
+
+size_t CollectHeader(char* data, size_t size, size_t count, void* user) {
+  auto* sink = static_cast<ResponseSink*>(user);
+  std::string_view line(data, size * count);
+  if (line.starts_with("HTTP/")) {
+    sink->headers.clear();  // a new response (after 100 Continue)
+  } else if (size_t colon = line.find(':'); colon != std::string_view::npos) {
+    sink->headers[ToLower(Trim(line.substr(0, colon)))] = Trim(line.substr(colon + 1));
+  }
+  return size * count;
+}
+
+size_t CollectBody(char* data, size_t size, size_t count, void* user) {
+  auto* sink = static_cast<ResponseSink*>(user);
+  if (sink->body.size() + size * count > kMaxResponseBodyBytes) {
+    sink->too_large = true;
+    return 0;  // aborts the transfer
+  }
+  sink->body.append(data, size * count);
+  return size * count;
+}
+
+curl_slist* HeaderList(const HttpHeaders& headers) {
+  curl_slist* list = nullptr;
+  for (const auto& [name, value] : headers) list = curl_slist_append(list, (name + ": " + value).c_str());
+  list = curl_slist_append(list, "Expect:");  // no 100-continue round trip
+  list = curl_slist_append(list, "Accept:");
+  return list;
+}
+
+std::string Describe(const S3Request& request) {
+  return request.method + " s3://" + request.bucket + "/" + request.key;
+}
+
+std::string ErrorDetail(long status, std::string_view body) {
+  std::string code = XmlValue(body, "Code");
+  std::string message = XmlValue(body, "Message");
+  std::string detail = "HTTP " + std::to_string(status);
+  if (!code.empty()) detail += " " + code;
+  if (!message.empty()) detail += ": " + message;
+  return detail;
+}
+
+// Maps an S3 error response to a Status. `blob_key` is the caller's key, named in NotFound/AlreadyExists messages.
+Status ErrorFromResponse(const S3Request& request, std::string_view blob_key, long status, std::string_view body) {
+  std::string code = XmlValue(body, "Code");
+  std::string detail = ErrorDetail(status, body);
+  std::string where = " (" + Describe(request) + ": " + detail + ")";
+  if (code == "NoSuchBucket") return NotFoundError("bucket '" + request.bucket + "' does not exist" + where);
+  if (code == "NoSuchUpload") {
+    return NotFoundError("no multipart upload of blob '" + std::string(blob_key) + "' with that id" + where);
+  }
+  if (status == 404) return NotFoundError("blob '" + std::string(blob_key) + "' not found" + where);
+  if (status == 412 || code == "PreconditionFailed" || code == "ConditionalRequestConflict") {
+    return AlreadyExistsError("blob '" + std::string(blob_key) + "' already exists" + where);
+  }
+  if (status == 401 || status == 403) return PermissionDeniedError("S3 refused " + Describe(request) + ": " + detail);
+  if (status >= 400 && status < 500) return InvalidArgumentError("S3 rejected " + Describe(request) + ": " + detail);
+  return UnavailableError("S3 failed " + Describe(request) + ": " + detail);
+}
+
+void SetCommonOptions(CURL* curl, const S3BlobStoreOptions& options, char* error_buffer) {
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_PATH_AS_IS, 1L);  // S3 keys may contain "./": send the path as signed
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout.count() * 1000));
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_buffer);
+  curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(curl, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
+  error_buffer[0] = '\0';
+}
+
+Status TransportError(const S3BlobStoreOptions& options, const S3Request& request, CURLcode code,
+                      const char* error_buffer) {
+  std::string detail = error_buffer[0] ? error_buffer : curl_easy_strerror(code);
+  return UnavailableError("S3 endpoint " + options.endpoint.scheme + "://" + options.endpoint.host +
+                          " failed during " + Describe(request) + ": " + detail);
+}
+
+// A Get() body, pulled from the network as the caller reads: libcurl's multi interface is driven inside Read(), and
+// the transfer is paused whenever ~1 MiB is waiting, so memory stays bounded.
+class S3GetStream final : public ByteSource {
+ public:
+  S3GetStream(const S3BlobStoreOptions& options, S3Request request, std::string blob_key)
+      : options_(options), request_(std::move(request)), blob_key_(std::move(blob_key)) {}
+  ~S3GetStream() override {
+    if (multi_ && easy_) curl_multi_remove_handle(multi_, easy_);
+    if (easy_) curl_easy_cleanup(easy_);
+    if (multi_) curl_multi_cleanup(multi_);
+    curl_slist_free_all(headers_);
+  }
+
+  // Sends the request and waits for the response headers. NotFound etc. for error responses.
+  Status Start(const SignedS3Request& signed_request) {
+    easy_ = curl_easy_init();
+    multi_ = curl_multi_init();
+    if (!easy_ || !multi_) return InternalError("curl initialisation failed");
+    SetCommonOptions(easy_, options_, error_buffer_);
+    headers_ = HeaderList(signed_request.headers);
+    curl_easy_setopt(easy_, CURLOPT_URL, signed_request.url.c_str());
+    curl_easy_setopt(easy_, CURLOPT_HTTPHEADER, headers_);
+    curl_easy_setopt(easy_, CURLOPT_HEADERFUNCTION, &S3GetStream::OnHeader);
+    curl_easy_setopt(easy_, CURLOPT_HEADERDATA, this);
+    curl_easy_setopt(easy_, CURLOPT_WRITEFUNCTION, &S3GetStream::OnBody);
+    curl_easy_setopt(easy_, CURLOPT_WRITEDATA, this);
+    curl_multi_add_handle(multi_, easy_);
+    while (!headers_done_ && !finished_) PARSYN_RETURN_IF_ERROR(Drive());
+    if (!transfer_status_.ok()) return transfer_status_;
+    long status = 0;
+    curl_easy_getinfo(easy_, CURLINFO_RESPONSE_CODE, &status);
+    if (status == 200) return Status::Ok();
+    while (!finished_) PARSYN_RETURN_IF_ERROR(Drive());  // the error document
+    return ErrorFromResponse(request_, blob_key_, status,
+                             std::string_view(pending_.data() + read_offset_, pending_.size() - read_offset_));
+  }
+
+  StatusOr<size_t> Read(std::span<std::byte> buffer) override {
+    while (read_offset_ == pending_.size()) {
+      if (finished_) {
+        PARSYN_RETURN_IF_ERROR(transfer_status_);
+        return size_t{0};
+      }
+      if (paused_) {
+        paused_ = false;
+        pending_.clear();
+        read_offset_ = 0;
+        curl_easy_pause(easy_, CURLPAUSE_CONT);  // may deliver the held data at once
+        continue;
+      }
+      PARSYN_RETURN_IF_ERROR(Drive());
+    }
+    size_t n = std::min(buffer.size(), pending_.size() - read_offset_);
+    std::memcpy(buffer.data(), pending_.data() + read_offset_, n);
+    read_offset_ += n;
+    return n;
+  }
+
+ private:
+  static constexpr size_t kMaxPending = size_t{1} << 20;
+
+  static size_t OnHeader(char* data, size_t size, size_t count, void* user) {
+    auto* self = static_cast<S3GetStream*>(user);
+    std::string_view line(data, size * count);
+    if (line.starts_with("HTTP/")) {
+      self->interim_ = line.size() > 9 && line.substr(9, 1) == "1";  // "HTTP/1.1 100 Continue"
+    } else if (line == "\r\n" || line == "\n") {
+      if (!self->interim_) self->headers_done_ = true;
+    }
+    return size * count;
+  }
+
+  static size_t OnBody(char* data, size_t size, size_t count, void* user) {
+    auto* self = static_cast<S3GetStream*>(user);
+    size_t n = size * count;
+    if (self->pending_.size() - self->read_offset_ >= kMaxPending) {
+      self->paused_ = true;
+      return CURL_WRITEFUNC_PAUSE;  // libcurl keeps these bytes and delivers them again on unpause
+    }
+    if (self->read_offset_ == self->pending_.size()) {
+      self->pending_.clear();
+      self->read_offset_ = 0;
+    }
+    self->pending_.insert(self->pending_.end(), data, data + n);
+    return n;
+  }
+
+  // One step of the transfer: waits (at most `stall_timeout`) for the socket, then lets libcurl move bytes.
+  Status Drive() {
+    int running = 0;
+    CURLMcode mc = curl_multi_perform(multi_, &running);
+    if (mc != CURLM_OK) return InternalError(std::string("curl_multi_perform: ") + curl_multi_strerror(mc));
+    int queued = 0;
+    while (CURLMsg* msg = curl_multi_info_read(multi_, &queued)) {
+      if (msg->msg == CURLMSG_DONE) {
+        finished_ = true;
+        if (msg->data.result != CURLE_OK) {
+          transfer_status_ = TransportError(options_, request_, msg->data.result, error_buffer_);
+        }
+      }
+    }
+    if (finished_ || running == 0 || paused_ || (headers_done_ && read_offset_ < pending_.size())) {
+      if (running == 0) finished_ = true;
+      return Status::Ok();
+    }
+    int ready = 0;
+    mc = curl_multi_poll(multi_, nullptr, 0, static_cast<int>(options_.stall_timeout.count() * 1000), &ready);
+    if (mc != CURLM_OK) return InternalError(std::string("curl_multi_poll: ") + curl_multi_strerror(mc));
+    if (ready == 0) {
+      // Nothing for the whole stall timeout; libcurl's own timers may still fire, so perform once more first.
+      mc = curl_multi_perform(multi_, &running);
+      if (mc == CURLM_OK && running > 0 && read_offset_ == pending_.size() && !paused_) {
+        finished_ = true;
+        transfer_status_ = UnavailableError("S3 endpoint " + options_.endpoint.host + " sent nothing for " +
+                                            std::to_string(options_.stall_timeout.count()) + " s during " +
+                                            Describe(request_));
+      }
+    }
+    return Status::Ok();
+  }
+
+  S3BlobStoreOptions options_;  // a copy: a stream may outlive its store
+  S3Request request_;
+  std::string blob_key_;
+  CURL* easy_ = nullptr;
+  CURLM* multi_ = nullptr;
+  curl_slist* headers_ = nullptr;
+  char error_buffer_[CURL_ERROR_SIZE] = {};
+  std::vector<char> pending_;
+  size_t read_offset_ = 0;
+  bool interim_ = false;
+  bool headers_done_ = false;
+  bool paused_ = false;
+  bool finished_ = false;
+  Status transfer_status_;
+};
+
+}  // namespace
+
+// Signs and performs requests; keeps idle easy handles so connections are reused.
+class S3BlobStore::Http {
+ public:
+  explicit Http(const S3BlobStoreOptions& options) : options_(options) {
+    std::call_once(curl_init_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  }
+  ~Http() {
+    for (CURL* curl : idle_) curl_easy_cleanup(curl);
+  }
+
+  // Performs `request` with `body` (nullptr: none) and returns the response, whatever its status.
+  // Unavailable for transport failures.
+  StatusOr<ResponseSink> Perform(const S3Request& request, std::string_view payload_sha256, UploadBody* body) {
+    SignedS3Request signed_request =
+        SignS3Request(options_.endpoint, options_.credentials, request, payload_sha256, options_.now());
+    CURL* curl = Acquire();
+    char error_buffer[CURL_ERROR_SIZE];
+    SetCommonOptions(curl, options_, error_buffer);
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, static_cast<long>(options_.stall_timeout.count()));
+    curl_slist* headers = HeaderList(signed_request.headers);
+    ResponseSink sink;
+    curl_easy_setopt(curl, CURLOPT_URL, signed_request.url.c_str());
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, CollectHeader);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, &sink);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, CollectBody);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
+    if (request.method == "HEAD") curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+    if (body != nullptr) {
+      curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+      curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(body->length));
+      curl_easy_setopt(curl, CURLOPT_READFUNCTION, ReadUploadBody);
+      curl_easy_setopt(curl, CURLOPT_READDATA, body);
+    }
+    CURLcode code = curl_easy_perform(curl);
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &sink.status);
+    curl_slist_free_all(headers);
+    Release(curl, code == CURLE_OK);
+    if (body != nullptr && !body->error.ok()) return body->error;
+    if (sink.too_large) return UnavailableError("S3 response to " + Describe(request) + " is over 16 MiB");
+    if (code != CURLE_OK) return TransportError(options_, request, code, error_buffer);
+    return sink;
+  }
+
+  // Performs `request` and maps any non-2xx response (and a 200 carrying an <Error>, as CompleteMultipartUpload
+  // may send) to a Status.
+  StatusOr<ResponseSink> Call(const S3Request& request, std::string_view blob_key, std::string_view payload_sha256,
+                              UploadBody* body = nullptr) {
+    PARSYN_ASSIGN_OR_RETURN(ResponseSink response, Perform(request, payload_sha256, body));
+    if (response.status < 200 || response.status >= 300) {
+      return ErrorFromResponse(request, blob_key, response.status, response.body);
+    }
+    if (response.body.find("<Error>") != std::string::npos) {
+      return ErrorFromResponse(request, blob_key, 500, response.body);
+    }
+    return response;
+  }
+
+  StatusOr<std::unique_ptr<ByteSource>> Stream(const S3Request& request, std::string_view blob_key) {
+    SignedS3Request signed_request =
+        SignS3Request(options_.endpoint, options_.credentials, request, Sha256HexOf(""), options_.now());
+    auto stream = std::make_unique<S3GetStream>(options_, request, std::string(blob_key));
+    PARSYN_RETURN_IF_ERROR(stream->Start(signed_request));
+    return std::unique_ptr<ByteSource>(std::move(stream));
+  }
+
+ private:
+  CURL* Acquire() {
+    std::lock_guard lock(mutex_);
+    if (idle_.empty()) return curl_easy_init();
+    CURL* curl = idle_.back();
+    idle_.pop_back();
+    return curl;
+  }
+  void Release(CURL* curl, bool reusable) {
+    if (!reusable) {
+      curl_easy_cleanup(curl);  // drop a connection that failed mid-way
+      return;
+    }
+    curl_easy_reset(curl);
+    std::lock_guard lock(mutex_);
+    idle_.push_back(curl);
+  }
+
+  const S3BlobStoreOptions& options_;
+  std::mutex mutex_;
+  std::vector<CURL*> idle_;
+};
+
+namespace {
+
+StatusOr<std::string> RequireSha256(std::optional<std::string> sha256) {
+  if (!sha256) return std::string();
+  bool hex = sha256->size() == 64 && std::all_of(sha256->begin(), sha256->end(), [](char c) {
+               return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+             });
+  if (!hex) return InvalidArgumentError("sha256 must be 64 lowercase hex digits, got '" + *sha256 + "'");
+  return *sha256;
+}
+
+Status CheckExpiry(seconds expires) {
+  if (expires < seconds(1) || expires > kMaxPresignExpiry) {
+    return InvalidArgumentError("presigned URL expiry must be 1 s to 7 days, got " + std::to_string(expires.count()) +
+                                " s");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+EnvLookup ProcessEnv() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+StatusOr<AwsCredentials> LoadAwsCredentials(const EnvLookup& env, std::string_view profile) {
+  auto non_empty = [&](const std::string& name) -> std::optional<std::string> {
+    std::optional<std::string> value = env(name);
+    if (value && value->empty()) return std::nullopt;
+    return value;
+  };
+  std::optional<std::string> key_id = non_empty("AWS_ACCESS_KEY_ID");
+  std::optional<std::string> secret = non_empty("AWS_SECRET_ACCESS_KEY");
+  if (key_id && secret) {
+    return AwsCredentials{*key_id, *secret, non_empty("AWS_SESSION_TOKEN").value_or("")};
+  }
+  if (key_id || secret) {
+    return InvalidArgumentError("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set together");
+  }
+
+  std::string profile_name(profile);
+  if (profile_name.empty()) profile_name = non_empty("AWS_PROFILE").value_or("default");
+  fs::path file;
+  if (std::optional<std::string> path = non_empty("AWS_SHARED_CREDENTIALS_FILE")) {
+    file = *path;
+  } else if (std::optional<std::string> home = non_empty("HOME")) {
+    file = fs::path(*home) / ".aws" / "credentials";
+  }
+  std::ifstream in(file);
+  if (file.empty() || !in) {
+    return UnauthenticatedError(
+        "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or create the shared credentials file " +
+        (file.empty() ? std::string("$HOME/.aws/credentials") : file.string()));
+  }
+  std::map<std::string, std::string> values;
+  bool in_profile = false;
+  bool found = false;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::string text = Trim(line);
+    if (text.empty() || text[0] == '#' || text[0] == ';') continue;
+    if (text.front() == '[' && text.back() == ']') {
+      in_profile = Trim(text.substr(1, text.size() - 2)) == profile_name;
+      found = found || in_profile;
+      continue;
+    }
+    size_t eq = text.find('=');
+    if (in_profile && eq != std::string::npos) values[ToLower(Trim(text.substr(0, eq)))] = Trim(text.substr(eq + 1));
+  }
+  if (!found) {
+    return UnauthenticatedError("no AWS credentials: profile '" + profile_name + "' is not in " + file.string() +
+                                " and AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set");
+  }
+  if (values["aws_access_key_id"].empty() || values["aws_secret_access_key"].empty()) {
+    return InvalidArgumentError("profile '" + profile_name + "' in " + file.string() +
+                                " lacks aws_access_key_id or aws_secret_access_key");
+  }
+  return AwsCredentials{values["aws_access_key_id"], values["aws_secret_access_key"], values["aws_session_token"]};
+}
+
+StatusOr<S3BlobStoreOptions> ParseS3BlobStoreUri(std::string_view uri, const EnvLookup& env) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgumentError("blob store URI '" + std::string(uri) + "': " + why +
+                                "; expected s3://BUCKET[/PREFIX][?endpoint=URL&region=R&path_style=0|1&profile=P]");
+  };
+  if (!uri.starts_with("s3://")) return bad("it does not start with s3://");
+  std::string_view rest = uri.substr(5);
+  std::string_view query;
+  if (size_t q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  S3BlobStoreOptions options;
+  size_t slash = rest.find('/');
+  options.bucket = std::string(rest.substr(0, slash));
+  if (!IsValidBucketName(options.bucket)) {
+    return bad("bucket '" + options.bucket + "' is not a valid S3 bucket name (3-63 of a-z 0-9 . -)");
+  }
+  if (slash != std::string_view::npos) {
+    std::string_view prefix = rest.substr(slash + 1);
+    while (prefix.ends_with('/')) prefix.remove_suffix(1);
+    if (!prefix.empty()) {
+      if (Status s = ValidateBlobKey(prefix); !s.ok()) return bad("prefix: " + s.message());
+      options.prefix = std::string(prefix) + "/";
+    }
+  }
+
+  std::optional<std::string> endpoint, region, path_style, profile;
+  while (!query.empty()) {
+    size_t amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    size_t eq = pair.find('=');
+    std::string name(pair.substr(0, eq));
+    std::string value = eq == std::string_view::npos ? "" : PercentDecode(pair.substr(eq + 1));
+    if (name == "endpoint") endpoint = value;
+    else if (name == "region") region = value;
+    else if (name == "path_style") path_style = value;
+    else if (name == "profile") profile = value;
+    else return bad("unknown option '" + name + "' (known: endpoint, region, path_style, profile)");
+  }
+
+  if (!region || region->empty()) region = env("AWS_REGION");
+  if (!region || region->empty()) region = env("AWS_DEFAULT_REGION");
+  options.endpoint.region = region && !region->empty() ? *region : "us-east-1";
+  if (endpoint) {
+    size_t sep = endpoint->find("://");
+    std::string scheme = sep == std::string::npos ? "" : endpoint->substr(0, sep);
+    std::string host = sep == std::string::npos ? "" : endpoint->substr(sep + 3);
+    while (host.ends_with('/')) host.pop_back();
+    if ((scheme != "http" && scheme != "https") || host.empty() || host.find('/') != std::string::npos) {
+      return bad("endpoint '" + *endpoint + "' must be http(s)://HOST[:PORT] with no path");
+    }
+    options.endpoint.scheme = scheme;
+    options.endpoint.host = host;
+    options.endpoint.path_style = true;
+  } else {
+    options.endpoint.scheme = "https";
+    options.endpoint.host = "s3." + options.endpoint.region + ".amazonaws.com";
+    options.endpoint.path_style = false;
+  }
+  if (path_style) {
+    if (*path_style != "0" && *path_style != "1") return bad("path_style must be 0 or 1");
+    options.endpoint.path_style = *path_style == "1";
+  }
+  if (!options.endpoint.path_style && options.bucket.find('.') != std::string::npos &&
+      options.endpoint.scheme == "https") {
+    return bad("bucket names with dots break TLS with virtual-host addressing; add path_style=1");
+  }
+  PARSYN_ASSIGN_OR_RETURN(options.credentials, LoadAwsCredentials(env, profile.value_or("")));
+  return options;
+}
+
+S3BlobStore::S3BlobStore(S3BlobStoreOptions options)
+    : options_(std::move(options)), http_(std::make_unique<Http>(options_)) {}
+
+S3BlobStore::~S3BlobStore() = default;
+
+StatusOr<std::unique_ptr<S3BlobStore>> S3BlobStore::Create(S3BlobStoreOptions options) {
+  if (!IsValidBucketName(options.bucket)) {
+    return InvalidArgumentError("'" + options.bucket + "' is not a valid S3 bucket name (3-63 of a-z 0-9 . -)");
+  }
+  if (!options.prefix.empty()) {
+    if (!options.prefix.ends_with('/')) return InvalidArgumentError("S3 key prefix must end with '/'");
+    PARSYN_RETURN_IF_ERROR(ValidateBlobKey(std::string_view(options.prefix).substr(0, options.prefix.size() - 1)));
+  }
+  if (options.part_size_bytes < (uint64_t{5} << 20) && options.part_size_bytes < options.multipart_threshold_bytes) {
+    // S3 refuses parts under 5 MiB (except the last); moto does too. Small parts only make sense in tests, where
+    // the threshold is small as well; refuse settings that would always fail.
+    return InvalidArgumentError("S3 multipart part size must be at least 5 MiB, got " +
+                                std::to_string(options.part_size_bytes) + " bytes");
+  }
+  if (options.part_size_bytes == 0) return InvalidArgumentError("S3 multipart part size must be positive");
+  if (options.spool_dir.empty()) options.spool_dir = fs::temp_directory_path();
+  if (options.list_page_size < 1 || options.list_page_size > 1000) {
+    return InvalidArgumentError("S3 list page size must be 1 to 1000");
+  }
+  return std::unique_ptr<S3BlobStore>(new S3BlobStore(std::move(options)));
+}
+
+StatusOr<BlobInfo> S3BlobStore::Put(std::string_view key, ByteSource& data, const PutOptions& options) {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  Spool spool;
+  PARSYN_RETURN_IF_ERROR(spool.Fill(data, key, options, options_.memory_spool_bytes, options_.spool_dir));
+  BlobInfo info{std::string(key), spool.size(), spool.sha256()};
+  HttpHeaders metadata = {{"x-amz-meta-sha256", info.sha256}};
+
+  if (spool.size() <= options_.multipart_threshold_bytes) {
+    S3Request request{.method = "PUT", .bucket = options_.bucket, .key = ObjectKey(key), .query = {},
+                      .headers = {{"If-None-Match", "*"}, metadata[0]}};
+    UploadBody body{&spool, 0, spool.size()};
+    PARSYN_RETURN_IF_ERROR(http_->Call(request, key, info.sha256, &body).status());
+    return info;
+  }
+
+  PARSYN_ASSIGN_OR_RETURN(std::string upload_id, StartMultipartUpload(key, info.sha256));
+  auto upload_parts = [&]() -> Status {
+    int part_number = 1;
+    for (uint64_t offset = 0; offset < spool.size(); offset += options_.part_size_bytes, ++part_number) {
+      uint64_t length = std::min<uint64_t>(options_.part_size_bytes, spool.size() - offset);
+      PARSYN_ASSIGN_OR_RETURN(std::string part_sha256, spool.Sha256Of(offset, length));
+      S3Request request{.method = "PUT", .bucket = options_.bucket, .key = ObjectKey(key),
+                        .query = {{"uploadId", upload_id}, {"partNumber", std::to_string(part_number)}},
+                        .headers = {}};
+      UploadBody body{&spool, offset, length};
+      PARSYN_RETURN_IF_ERROR(http_->Call(request, key, part_sha256, &body).status());
+    }
+    return CompleteMultipartUpload(key, upload_id).status();
+  };
+  if (Status s = upload_parts(); !s.ok()) {
+    // Best effort: an upload left behind is also removed by AbortIncompleteUploads.
+    AbortMultipartUpload(key, upload_id).IgnoreError();
+    return s;
+  }
+  return info;
+}
+
+StatusOr<std::unique_ptr<ByteSource>> S3BlobStore::Get(std::string_view key) {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  S3Request request{.method = "GET", .bucket = options_.bucket, .key = ObjectKey(key), .query = {}, .headers = {}};
+  return http_->Stream(request, key);
+}
+
+StatusOr<BlobInfo> S3BlobStore::Head(std::string_view key) {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  S3Request request{.method = "HEAD", .bucket = options_.bucket, .key = ObjectKey(key), .query = {}, .headers = {}};
+  PARSYN_ASSIGN_OR_RETURN(ResponseSink response, http_->Call(request, key, Sha256HexOf("")));
+  BlobInfo info{std::string(key), std::strtoull(response.headers["content-length"].c_str(), nullptr, 10),
+                response.headers["x-amz-meta-sha256"]};
+  if (info.sha256.empty()) {
+    // Written without our metadata (another tool, or a presigned PUT that did not declare it): hash the bytes.
+    PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, Get(key));
+    weights::Sha256 hasher;
+    std::vector<std::byte> buffer(kReadChunkBytes);
+    uint64_t size = 0;
+    while (true) {
+      PARSYN_ASSIGN_OR_RETURN(size_t n, source->Read(buffer));
+      if (n == 0) break;
+      hasher.Update(std::span<const std::byte>(buffer.data(), n));
+      size += n;
+    }
+    info.sha256 = hasher.HexDigest();
+    info.size_bytes = size;
+  }
+  return info;
+}
+
+StatusOr<fs::path> S3BlobStore::LocalPath(std::string_view key) {
+  PARSYN_RETURN_IF_ERROR(Head(key).status());
+  return FailedPreconditionError("blob '" + std::string(key) + "' is in S3 and has no local file; read it with Get()");
+}
+
+Status S3BlobStore::Delete(std::string_view key) {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  S3Request head{.method = "HEAD", .bucket = options_.bucket, .key = ObjectKey(key), .query = {}, .headers = {}};
+  PARSYN_RETURN_IF_ERROR(http_->Call(head, key, Sha256HexOf("")).status());
+  S3Request request{.method = "DELETE", .bucket = options_.bucket, .key = ObjectKey(key), .query = {}, .headers = {}};
+  return http_->Call(request, key, Sha256HexOf("")).status();
+}
+
+StatusOr<std::vector<std::string>> S3BlobStore::List(std::string_view prefix) {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKeyPrefix(prefix));
+  std::vector<std::string> keys;
+  std::string token;
+  while (true) {
+    S3Request request{.method = "GET", .bucket = options_.bucket, .key = "",
+                      .query = {{"list-type", "2"}, {"max-keys", std::to_string(options_.list_page_size)},
+                                {"prefix", ObjectKey(prefix)}},
+                      .headers = {}};
+    if (!token.empty()) request.query.emplace_back("continuation-token", token);
+    PARSYN_ASSIGN_OR_RETURN(ResponseSink response, http_->Call(request, prefix, Sha256HexOf("")));
+    for (std::string& object_key : XmlValues(response.body, "Key")) {
+      std::string key = object_key.substr(std::min(object_key.size(), options_.prefix.size()));
+      // Objects under the prefix that are not blob keys were not written by a BlobStore: not ours to list.
+      if (object_key.starts_with(options_.prefix) && ValidateBlobKey(key).ok()) keys.push_back(std::move(key));
+    }
+    if (XmlValue(response.body, "IsTruncated") != "true") break;
+    token = XmlValue(response.body, "NextContinuationToken");
+    if (token.empty()) return UnavailableError("S3 listing is truncated but has no continuation token");
+  }
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+StatusOr<PresignedRequest> S3BlobStore::Presign(S3Request request, seconds expires) const {
+  PARSYN_RETURN_IF_ERROR(CheckExpiry(expires));
+  auto now = options_.now();
+  PresignedRequest presigned;
+  presigned.method = request.method;
+  presigned.url = PresignS3Url(options_.endpoint, options_.credentials, request, expires, now);
+  presigned.headers = request.headers;
+  presigned.expires_at = now + expires;
+  return presigned;
+}
+
+StatusOr<PresignedRequest> S3BlobStore::PresignGet(std::string_view key, seconds expires) const {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  return Presign({.method = "GET", .bucket = options_.bucket, .key = ObjectKey(key), .query = {}, .headers = {}},
+                 expires);
+}
+
+StatusOr<PresignedRequest> S3BlobStore::PresignPut(std::string_view key, seconds expires,
+                                                   std::optional<std::string> sha256) const {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  PARSYN_ASSIGN_OR_RETURN(std::string hex, RequireSha256(std::move(sha256)));
+  S3Request request{.method = "PUT", .bucket = options_.bucket, .key = ObjectKey(key), .query = {},
+                    .headers = {{"If-None-Match", "*"}}};
+  if (!hex.empty()) request.headers.emplace_back("x-amz-meta-sha256", hex);
+  return Presign(std::move(request), expires);
+}
+
+StatusOr<std::string> S3BlobStore::StartMultipartUpload(std::string_view key, std::optional<std::string> sha256) {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  PARSYN_ASSIGN_OR_RETURN(std::string hex, RequireSha256(std::move(sha256)));
+  S3Request request{.method = "POST", .bucket = options_.bucket, .key = ObjectKey(key), .query = {{"uploads", ""}},
+                    .headers = {}};
+  if (!hex.empty()) request.headers.emplace_back("x-amz-meta-sha256", hex);
+  Spool empty;
+  UploadBody body{&empty, 0, 0};
+  PARSYN_ASSIGN_OR_RETURN(ResponseSink response, http_->Call(request, key, Sha256HexOf(""), &body));
+  std::string upload_id = XmlValue(response.body, "UploadId");
+  if (upload_id.empty()) return UnavailableError("S3 CreateMultipartUpload answer has no UploadId");
+  return upload_id;
+}
+
+StatusOr<PresignedRequest> S3BlobStore::PresignUploadPart(std::string_view key, std::string_view upload_id,
+                                                          int part_number, seconds expires) const {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  if (part_number < 1 || part_number > 10000) {
+    return InvalidArgumentError("part number must be 1 to 10000, got " + std::to_string(part_number));
+  }
+  if (upload_id.empty()) return InvalidArgumentError("empty multipart upload id");
+  return Presign({.method = "PUT", .bucket = options_.bucket, .key = ObjectKey(key),
+                  .query = {{"uploadId", std::string(upload_id)}, {"partNumber", std::to_string(part_number)}},
+                  .headers = {}},
+                 expires);
+}
+
+StatusOr<std::vector<UploadedPart>> S3BlobStore::ListUploadedParts(std::string_view key, std::string_view upload_id) {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  std::vector<UploadedPart> parts;
+  std::string marker;
+  while (true) {
+    S3Request request{.method = "GET", .bucket = options_.bucket, .key = ObjectKey(key),
+                      .query = {{"uploadId", std::string(upload_id)}}, .headers = {}};
+    if (!marker.empty()) request.query.emplace_back("part-number-marker", marker);
+    PARSYN_ASSIGN_OR_RETURN(ResponseSink response, http_->Call(request, key, Sha256HexOf("")));
+    for (std::string_view block : XmlBlocks(response.body, "Part")) {
+      parts.push_back({std::atoi(XmlValue(block, "PartNumber").c_str()),
+                       std::strtoull(XmlValue(block, "Size").c_str(), nullptr, 10), XmlValue(block, "ETag")});
+    }
+    if (XmlValue(response.body, "IsTruncated") != "true") break;
+    marker = XmlValue(response.body, "NextPartNumberMarker");
+    if (marker.empty()) return UnavailableError("S3 ListParts is truncated but has no next marker");
+  }
+  std::sort(parts.begin(), parts.end(),
+            [](const UploadedPart& a, const UploadedPart& b) { return a.part_number < b.part_number; });
+  return parts;
+}
+
+StatusOr<BlobInfo> S3BlobStore::CompleteMultipartUpload(std::string_view key, std::string_view upload_id) {
+  PARSYN_ASSIGN_OR_RETURN(std::vector<UploadedPart> parts, ListUploadedParts(key, upload_id));
+  if (parts.empty()) {
+    return InvalidArgumentError("multipart upload of blob '" + std::string(key) + "' has no parts to complete");
+  }
+  std::string xml = "<CompleteMultipartUpload>";
+  for (const UploadedPart& part : parts) {
+    xml += "<Part><PartNumber>" + std::to_string(part.part_number) + "</PartNumber><ETag>" + XmlEscape(part.etag) +
+           "</ETag></Part>";
+  }
+  xml += "</CompleteMultipartUpload>";
+  std::string xml_sha256 = Sha256HexOf(xml);
+  Spool document(std::move(xml));
+  UploadBody body{&document, 0, document.size()};
+  S3Request request{.method = "POST", .bucket = options_.bucket, .key = ObjectKey(key),
+                    .query = {{"uploadId", std::string(upload_id)}},
+                    .headers = {{"If-None-Match", "*"}, {"Content-Type", "application/xml"}}};
+  StatusOr<ResponseSink> response = http_->Call(request, key, xml_sha256, &body);
+  if (response.status().code() == StatusCode::kAlreadyExists) {
+    AbortMultipartUpload(key, upload_id).IgnoreError();  // its parts can never be used now
+  }
+  PARSYN_RETURN_IF_ERROR(response.status());
+  return Head(key);
+}
+
+Status S3BlobStore::AbortMultipartUpload(std::string_view key, std::string_view upload_id) {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  S3Request request{.method = "DELETE", .bucket = options_.bucket, .key = ObjectKey(key),
+                    .query = {{"uploadId", std::string(upload_id)}}, .headers = {}};
+  return http_->Call(request, key, Sha256HexOf("")).status();
+}
+
+StatusOr<std::vector<IncompleteUpload>> S3BlobStore::ListIncompleteUploads(std::string_view prefix) {
+  PARSYN_RETURN_IF_ERROR(ValidateBlobKeyPrefix(prefix));
+  std::vector<IncompleteUpload> uploads;
+  std::string key_marker, upload_marker;
+  while (true) {
+    S3Request request{.method = "GET", .bucket = options_.bucket, .key = "",
+                      .query = {{"uploads", ""}, {"prefix", ObjectKey(prefix)}}, .headers = {}};
+    if (!key_marker.empty()) {
+      request.query.emplace_back("key-marker", key_marker);
+      request.query.emplace_back("upload-id-marker", upload_marker);
+    }
+    PARSYN_ASSIGN_OR_RETURN(ResponseSink response, http_->Call(request, prefix, Sha256HexOf("")));
+    for (std::string_view block : XmlBlocks(response.body, "Upload")) {
+      std::string object_key = XmlValue(block, "Key");
+      if (!object_key.starts_with(options_.prefix)) continue;
+      if (!ValidateBlobKey(std::string_view(object_key).substr(options_.prefix.size())).ok()) continue;
+      uploads.push_back({object_key.substr(options_.prefix.size()), XmlValue(block, "UploadId")});
+    }
+    if (XmlValue(response.body, "IsTruncated") != "true") break;
+    key_marker = XmlValue(response.body, "NextKeyMarker");
+    upload_marker = XmlValue(response.body, "NextUploadIdMarker");
+    if (key_marker.empty()) return UnavailableError("S3 ListMultipartUploads is truncated but has no next marker");
+  }
+  return uploads;
+}
+
+StatusOr<int> S3BlobStore::AbortIncompleteUploads(std::string_view prefix) {
+  PARSYN_ASSIGN_OR_RETURN(std::vector<IncompleteUpload> uploads, ListIncompleteUploads(prefix));
+  int aborted = 0;
+  for (const IncompleteUpload& upload : uploads) {
+    Status s = AbortMultipartUpload(upload.key, upload.upload_id);
+    if (s.code() == StatusCode::kNotFound) continue;  // completed or aborted by someone else meanwhile
+    PARSYN_RETURN_IF_ERROR(s);
+    ++aborted;
+  }
+  return aborted;
+}
+
+StatusOr<std::unique_ptr<BlobStore>> OpenS3BlobStore(std::string_view uri) {
+  PARSYN_ASSIGN_OR_RETURN(S3BlobStoreOptions options, ParseS3BlobStoreUri(uri, ProcessEnv()));
+  PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<S3BlobStore> store, S3BlobStore::Create(std::move(options)));
+  return std::unique_ptr<BlobStore>(std::move(store));
+}
+
+}  // namespace parsyn::storage
