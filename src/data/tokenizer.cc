@@ -137,6 +137,10 @@ struct TemplateItem {
   std::vector<int32_t> ids;
 };
 
+// Ids index a table, so an id far beyond the number of tokens (a hostile or corrupt file) would allocate gigabytes;
+// real vocabularies are dense, so allow only this much slack.
+constexpr int64_t kMaxIdGap = 65536;
+
 struct Merge {
   int32_t rank;
   int32_t new_id;
@@ -380,9 +384,14 @@ Status Tokenizer::Impl::ParseModel(const json& model) {
   }
   int32_t max_id = -1;
   for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > (1 << 30)) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0) {
       return InvalidArgumentError("tokenizer.json model.vocab: id of " + json(it.key()).dump() +
                                   " must be a non-negative integer");
+    }
+    if (it->get<int64_t>() >= static_cast<int64_t>(vocab_it->size()) + kMaxIdGap) {
+      return InvalidArgumentError("tokenizer.json model.vocab: id " + std::to_string(it->get<int64_t>()) + " of " +
+                                  json(it.key()).dump() + " is far beyond the vocabulary's " +
+                                  std::to_string(vocab_it->size()) + " tokens");
     }
     int32_t id = it->get<int32_t>();
     vocab.emplace(it.key(), id);
@@ -453,9 +462,13 @@ Status Tokenizer::Impl::ParseAddedTokens(const json& list) {
   for (size_t i = 0; i < list.size(); ++i) {
     const json& entry = list[i];
     std::string path = "added_tokens[" + std::to_string(i) + "]";
-    if (!entry.is_object() || !entry.contains("id") || !entry["id"].is_number_integer() || entry["id"].get<int64_t>() < 0 ||
-        entry["id"].get<int64_t>() > (1 << 30)) {
+    if (!entry.is_object() || !entry.contains("id") || !entry["id"].is_number_integer() ||
+        entry["id"].get<int64_t>() < 0) {
       return InvalidArgumentError(Where(path) + "needs a non-negative integer \"id\"");
+    }
+    if (entry["id"].get<int64_t>() >= static_cast<int64_t>(id_to_token.size() + list.size()) + kMaxIdGap) {
+      return InvalidArgumentError(Where(path) + "id " + std::to_string(entry["id"].get<int64_t>()) +
+                                  " is far beyond the vocabulary's " + std::to_string(id_to_token.size()) + " ids");
     }
     AddedToken token;
     token.id = entry["id"].get<int32_t>();
@@ -514,13 +527,19 @@ Status Tokenizer::Impl::ParsePostProcessor(const json& node, std::string_view pa
       return InvalidArgumentError(Where(item_path) + "special token " + json(name).dump() +
                                   " is not listed in \"special_tokens\"");
     }
-    const json& ids = (*specials)[name]["ids"];
+    const json& special_token = (*specials)[name];
+    static const json kMissing;
+    const json& ids = special_token.is_object() && special_token.contains("ids") ? special_token["ids"] : kMissing;
     if (!ids.is_array() || ids.empty()) {
       return InvalidArgumentError(Where(path) + ".special_tokens." + name + ": \"ids\" must be a non-empty array");
     }
     TemplateItem special;
     for (const json& id : ids) {
-      if (!id.is_number_integer()) return InvalidArgumentError(Where(path) + ".special_tokens." + name + ": bad id");
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          id.get<int64_t>() >= static_cast<int64_t>(id_to_token.size())) {
+        return InvalidArgumentError(Where(path) + ".special_tokens." + name + ": id " + id.dump() +
+                                    " is not a token id");
+      }
       special.ids.push_back(id.get<int32_t>());
     }
     single_template.push_back(std::move(special));

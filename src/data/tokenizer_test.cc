@@ -7,6 +7,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "data/dataset.h"
 #include "data/regex_split.h"
 #include "data/unicode.h"
 
@@ -349,6 +350,93 @@ TEST(TokenizerLoadTest, BadFilesAndJson) {
   missing_byte["model"]["vocab"].erase("A");
   EXPECT_EQ(Tokenizer::FromJson(missing_byte.dump()).status().message(),
             "tokenizer.json: ByteLevel tokenizer's vocab lacks the token for byte 65 (\"A\")");
+}
+
+// Random text drawn from ASCII, Latin, combining marks, CJK, emoji and, when `stray_bytes`, bytes that are not UTF-8.
+std::string RandomText(SplitMix64& rng, size_t length, bool stray_bytes) {
+  static const char32_t kPool[] = {U'a', U'Z', U' ', U' ', U'\n', U'\t', U'1', U'!', U'\'', U'\u00e9', U'\u0301',
+                                   U'\u4e2d', U'\U0001F999', U'\u00a0', U'<'};
+  constexpr uint64_t kPoolSize = sizeof(kPool) / sizeof(kPool[0]);
+  std::string text;
+  for (size_t i = 0; i < length; ++i) {
+    uint64_t pick = rng.Below(kPoolSize + (stray_bytes ? 1 : 0));
+    if (pick == kPoolSize) {
+      text.push_back(static_cast<char>(0x80 + rng.Below(0x80)));
+    } else {
+      internal::AppendUtf8(kPool[pick], text);
+    }
+  }
+  return text;
+}
+
+TEST(TokenizerRoundTripTest, RandomTextDecodesBackToItself) {
+  Tokenizer byte_level = Load(TinyByteLevelJson());
+  Tokenizer sentence_piece = Load(TinySentencePieceJson());
+  SplitMix64 rng(2024);
+  for (int i = 0; i < 300; ++i) {
+    // Byte-level: any bytes; decoding returns valid UTF-8, so stray bytes come back as U+FFFD (maximal subparts).
+    std::string text = RandomText(rng, rng.Below(40), /*stray_bytes=*/true);
+    EXPECT_EQ(Text(byte_level, Ids(byte_level, text)), internal::ValidUtf8Lossy(text)) << i;
+    // SentencePiece-style: valid UTF-8 round-trips exactly (through byte fallback for most of these characters).
+    // With stray bytes it would not: Hugging Face's ByteFallback decoder turns a whole run of byte tokens holding
+    // an invalid sequence into one U+FFFD per byte.
+    std::string valid = RandomText(rng, rng.Below(40), /*stray_bytes=*/false);
+    EXPECT_EQ(Text(sentence_piece, Ids(sentence_piece, valid)), valid) << i;
+  }
+}
+
+TEST(TokenizerRoundTripTest, MangledTokenizerFilesFailCleanly) {
+  // Every field of the tiny files replaced by values of other types: loading must return a Status, never crash.
+  const json replacements[] = {nullptr, 1, -5, "x", json::array(), json::object(), json::array({1, "a"}), true};
+  for (const json& original : {TinySentencePieceJson(), TinyByteLevelJson()}) {
+    std::vector<json::json_pointer> pointers;
+    const json flat = original.flatten();
+    int vocab_entries = 0;  // a few vocabulary entries stand for all of them
+    for (auto it = flat.begin(); it != flat.end(); ++it) {
+      if (it.key().starts_with("/model/vocab/") && ++vocab_entries > 3) continue;
+      pointers.emplace_back(it.key());
+    }
+    for (const char* container : {"/model", "/model/vocab", "/model/merges", "/added_tokens", "/normalizer",
+                                  "/pre_tokenizer", "/post_processor", "/decoder", "/post_processor/special_tokens"}) {
+      pointers.emplace_back(container);
+    }
+    for (const auto& pointer : pointers) {
+      for (const json& replacement : replacements) {
+        json mangled = original;
+        if (!mangled.contains(pointer)) continue;
+        mangled[pointer] = replacement;
+        auto tokenizer = Tokenizer::FromJson(mangled.dump());
+        if (tokenizer.ok()) {
+          auto ids = tokenizer->Encode("hi there \xC3\xA9 <s>");
+          if (ids.ok()) {
+            EXPECT_TRUE(tokenizer->Decode(*ids).ok()) << pointer.to_string();
+          }
+        } else {
+          EXPECT_EQ(tokenizer.status().code(), StatusCode::kInvalidArgument) << pointer.to_string();
+        }
+      }
+    }
+  }
+}
+
+TEST(DatasetRandomInputTest, RandomBytesNeverCrashTheParsers) {
+  SplitMix64 rng(7);
+  const std::string alphabet = "{}[]\",:\\ \n\r\t0123456789.-+eEtextpromptcompletionlabel\xC3\xA9\xFF" "abc";
+  for (int i = 0; i < 2000; ++i) {
+    std::string input;
+    size_t length = rng.Below(80);
+    for (size_t k = 0; k < length; ++k) input.push_back(alphabet[rng.Below(alphabet.size())]);
+    auto text = ParseText(input);
+    if (!text.ok()) {
+      EXPECT_EQ(text.status().code(), StatusCode::kInvalidArgument) << input;
+    }
+    auto table = ParseTabular("a,label\n" + input);
+    if (!table.ok()) {
+      EXPECT_EQ(table.status().code(), StatusCode::kInvalidArgument) << input;
+    } else {
+      EXPECT_EQ(table->features.size(), static_cast<size_t>(table->num_rows() * table->num_features()));
+    }
+  }
 }
 
 }  // namespace
