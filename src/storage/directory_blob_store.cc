@@ -120,10 +120,10 @@ fs::path SidecarPath(const fs::path& blob) { return fs::path(blob.string() + std
 
 StatusOr<std::unique_ptr<DirectoryBlobStore>> DirectoryBlobStore::Open(const fs::path& root) {
   std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) return UnavailableError("creating blob directory " + root.string() + ": " + ec.message());
   fs::path absolute = fs::absolute(root, ec);
   if (ec) return UnavailableError("resolving blob directory " + root.string() + ": " + ec.message());
+  // Created one level at a time so each new directory's entry is fsynced, as for the blobs' own directories.
+  PARSYN_RETURN_IF_ERROR(EnsureDirs(absolute.root_path(), absolute.relative_path()));
 
   // A crash mid-Put leaves a temp file that no blob refers to; nobody else can be writing while we open.
   int swept = 0;

@@ -2,6 +2,9 @@
 
 #include <gmock/gmock.h>
 
+#include <algorithm>
+#include <stdexcept>
+
 namespace parsyn::storage {
 namespace {
 
