@@ -293,8 +293,9 @@ class MetadataStore {
 
   // Shards, all of a job's at once (their job_id fields are ignored). CreateShards: NotFound if the job does not
   // exist; AlreadyExists if it already has shards; InvalidArgument if there are none, the indices are not 0..n-1 or
-  // a worker holds two. AssignShard: FailedPrecondition if the shard belongs to another
-  // worker or the worker already holds another shard of the job; assigning a worker its own shard again is OK.
+  // a worker holds two. AssignShard: NotFound for an unknown shard or worker; FailedPrecondition if the shard
+  // belongs to another worker or the worker already holds another shard of the job; assigning a worker its own
+  // shard again is OK.
   virtual Status CreateShards(int64_t job_id, std::span<const Shard> shards) = 0;
   virtual StatusOr<std::vector<Shard>> ListShards(int64_t job_id) = 0;  // by index
   virtual Status AssignShard(int64_t job_id, int32_t shard_index, int64_t worker_id) = 0;
@@ -310,8 +311,8 @@ class MetadataStore {
   virtual Status CommitRound(const RoundCommit& commit) = 0;
   // Marks the round failed, increments the job's consecutive_failed_rounds (if counts_toward_fault_tolerance) and,
   // with fail_job_reason, fails the job, in one transaction. On a job that is already terminal (cancelled while the
-  // round ran) only the round is marked. NotFound / FailedPrecondition as CommitRound; InvalidArgument if `reason`
-  // is empty.
+  // round ran) only the round is marked. NotFound if the attempt does not exist; FailedPrecondition if it is not
+  // running; InvalidArgument if `reason` is empty.
   virtual Status FailRound(const RoundFailure& failure) = 0;
   virtual StatusOr<Round> GetRound(int64_t job_id, int32_t round, int32_t attempt) = 0;
   virtual StatusOr<std::vector<Round>> ListRounds(int64_t job_id) = 0;  // by round, then attempt
