@@ -128,6 +128,29 @@ Bits MaxMagnitudeBits(const Bits* __restrict w, size_t count) {
   return max_bits;
 }
 
+// dst[i] = float(src[i] * scale), with src read as two interleaved streams (see MaxMagnitudeBits for why).
+template <typename Acc>
+void ScaleToFloat(const Acc* __restrict src, float* __restrict dst, size_t count, double scale) {
+  const size_t half = count / 2;
+  for (size_t i = 0; i < half; ++i) {
+    dst[i] = static_cast<float>(src[i] * scale);
+    dst[half + i] = static_cast<float>(src[half + i] * scale);
+  }
+  if (count % 2) dst[count - 1] = static_cast<float>(src[count - 1] * scale);
+}
+
+// sums[i] = float(sums[i] * scale) in place, as two interleaved streams.
+void ScaleInPlace(float* sums, size_t count, double scale) {
+  const size_t half = count / 2;
+  float* __restrict low = sums;
+  float* __restrict high = sums + half;
+  for (size_t i = 0; i < half; ++i) {
+    low[i] = static_cast<float>(low[i] * scale);
+    high[i] = static_cast<float>(high[i] * scale);
+  }
+  if (count % 2) sums[count - 1] = static_cast<float>(sums[count - 1] * scale);
+}
+
 // Runs fn(item) for item in [0, num_items) on up to num_threads threads (the caller is one of them).
 template <typename Fn>
 void ParallelFor(size_t num_items, int num_threads, size_t total_elements, Fn&& fn) {
@@ -406,24 +429,15 @@ StatusOr<WeightSet> WeightedMean::Finish() && {
     const size_t count = chunk.end - chunk.begin;
     const size_t at = slot.offset + chunk.begin;
     if (in_place_f32 && slot.dtype == DType::kF32) {
-      float* sums = impl.acc<float>() + at;
-      for (size_t i = 0; i < count; ++i) sums[i] = static_cast<float>(sums[i] * inverse_total);
+      ScaleInPlace(impl.acc<float>() + at, count, inverse_total);
       return;
     }
     // The chunk's means as float first, then converted to the tensor's dtype: two plain loops.
     thread_local std::vector<float> means;
     means.resize(count);
     switch (impl.options.accumulation) {
-      case Accumulation::kFloat32: {
-        const float* sums = impl.acc<float>() + at;
-        for (size_t i = 0; i < count; ++i) means[i] = static_cast<float>(sums[i] * inverse_total);
-        break;
-      }
-      case Accumulation::kFloat64: {
-        const double* sums = impl.acc<double>() + at;
-        for (size_t i = 0; i < count; ++i) means[i] = static_cast<float>(sums[i] * inverse_total);
-        break;
-      }
+      case Accumulation::kFloat32: ScaleToFloat(impl.acc<float>() + at, means.data(), count, inverse_total); break;
+      case Accumulation::kFloat64: ScaleToFloat(impl.acc<double>() + at, means.data(), count, inverse_total); break;
       case Accumulation::kExact: {
         const __int128* sums = impl.acc<__int128>() + at;
         for (size_t i = 0; i < count; ++i) {
