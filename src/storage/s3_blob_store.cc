@@ -395,6 +395,7 @@ class S3GetStream final : public ByteSource {
       }
       if (paused_) {
         paused_ = false;
+        last_progress_ = std::chrono::steady_clock::now();  // the wait was ours, not the server's
         pending_.clear();
         read_offset_ = 0;
         curl_easy_pause(easy_, CURLPAUSE_CONT);  // may deliver the held data at once
@@ -413,6 +414,7 @@ class S3GetStream final : public ByteSource {
 
   static size_t OnHeader(char* data, size_t size, size_t count, void* user) {
     auto* self = static_cast<S3GetStream*>(user);
+    self->last_progress_ = std::chrono::steady_clock::now();
     std::string_view line(data, size * count);
     if (line.starts_with("HTTP/")) {
       self->interim_ = line.size() > 9 && line.substr(9, 1) == "1";  // "HTTP/1.1 100 Continue"
@@ -429,6 +431,7 @@ class S3GetStream final : public ByteSource {
       self->paused_ = true;
       return CURL_WRITEFUNC_PAUSE;  // libcurl keeps these bytes and delivers them again on unpause
     }
+    self->last_progress_ = std::chrono::steady_clock::now();
     if (self->read_offset_ == self->pending_.size()) {
       self->pending_.clear();
       self->read_offset_ = 0;
@@ -455,18 +458,14 @@ class S3GetStream final : public ByteSource {
       if (running == 0) finished_ = true;
       return Status::Ok();
     }
-    int ready = 0;
-    mc = curl_multi_poll(multi_, nullptr, 0, static_cast<int>(options_.stall_timeout.count() * 1000), &ready);
+    // Returns on socket activity, on libcurl's own timers, or after at most a second.
+    mc = curl_multi_poll(multi_, nullptr, 0, 1000, nullptr);
     if (mc != CURLM_OK) return InternalError(std::string("curl_multi_poll: ") + curl_multi_strerror(mc));
-    if (ready == 0) {
-      // Nothing for the whole stall timeout; libcurl's own timers may still fire, so perform once more first.
-      mc = curl_multi_perform(multi_, &running);
-      if (mc == CURLM_OK && running > 0 && read_offset_ == pending_.size() && !paused_) {
-        finished_ = true;
-        transfer_status_ = UnavailableError("S3 endpoint " + options_.endpoint.host + " sent nothing for " +
-                                            std::to_string(options_.stall_timeout.count()) + " s during " +
-                                            Describe(request_));
-      }
+    if (std::chrono::steady_clock::now() - last_progress_ > options_.stall_timeout) {
+      finished_ = true;
+      transfer_status_ = UnavailableError("S3 endpoint " + options_.endpoint.scheme + "://" + options_.endpoint.host +
+                                          " sent nothing for " + std::to_string(options_.stall_timeout.count()) +
+                                          " s during " + Describe(request_));
     }
     return Status::Ok();
   }
@@ -485,6 +484,7 @@ class S3GetStream final : public ByteSource {
   bool paused_ = false;
   bool finished_ = false;
   Status transfer_status_;
+  std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace
