@@ -1,0 +1,234 @@
+#include "coordinator/api_json.h"
+
+#include <charconv>
+#include <cmath>
+
+namespace parsyn::coordinator {
+
+using nlohmann::json;
+
+StatusOr<JsonFields> JsonFields::Parse(std::string_view body, std::initializer_list<std::string_view> allowed) {
+  json object = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (object.is_discarded()) return InvalidArgumentError("request body is not valid JSON");
+  if (!object.is_object()) {
+    return InvalidArgumentError(std::string("request body must be a JSON object, got ") + object.type_name());
+  }
+  JsonFields fields(std::move(object));
+  for (const auto& [key, value] : fields.object_.items()) {
+    bool known = false;
+    for (std::string_view a : allowed) known = known || a == key;
+    if (!known) fields.problems_.push_back("unknown field '" + key + "'");
+  }
+  return fields;
+}
+
+const json* JsonFields::Find(std::string_view name, bool required) {
+  auto it = object_.find(std::string(name));
+  if (it == object_.end() || it->is_null()) {
+    if (required) problems_.push_back("missing field '" + std::string(name) + "'");
+    return nullptr;
+  }
+  return &*it;
+}
+
+std::optional<std::string> JsonFields::String(std::string_view name, bool required, size_t max_bytes) {
+  const json* v = Find(name, required);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) {
+    problems_.push_back("'" + std::string(name) + "' must be a string, got " + v->type_name());
+    return std::nullopt;
+  }
+  std::string s = v->get<std::string>();
+  if (s.empty() || s.size() > max_bytes) {
+    problems_.push_back("'" + std::string(name) + "' must be 1.." + std::to_string(max_bytes) + " bytes");
+    return std::nullopt;
+  }
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      problems_.push_back("'" + std::string(name) + "' must not contain control characters");
+      return std::nullopt;
+    }
+  }
+  return s;
+}
+
+std::optional<int64_t> JsonFields::Int(std::string_view name, bool required, int64_t min, int64_t max) {
+  const json* v = Find(name, required);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number_integer()) {
+    problems_.push_back("'" + std::string(name) + "' must be an integer, got " + v->type_name());
+    return std::nullopt;
+  }
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    problems_.push_back("'" + std::string(name) + "' is out of range");
+    return std::nullopt;
+  }
+  int64_t n = v->get<int64_t>();
+  if (n < min || n > max) {
+    problems_.push_back("'" + std::string(name) + "' must be in " + std::to_string(min) + ".." + std::to_string(max) +
+                        ", got " + std::to_string(n));
+    return std::nullopt;
+  }
+  return n;
+}
+
+std::optional<double> JsonFields::Number(std::string_view name, bool required) {
+  const json* v = Find(name, required);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) {
+    problems_.push_back("'" + std::string(name) + "' must be a number, got " + v->type_name());
+    return std::nullopt;
+  }
+  double d = v->get<double>();
+  if (!std::isfinite(d)) {
+    problems_.push_back("'" + std::string(name) + "' must be finite");
+    return std::nullopt;
+  }
+  return d;
+}
+
+std::optional<json> JsonFields::Object(std::string_view name, bool required) {
+  const json* v = Find(name, required);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_object()) {
+    problems_.push_back("'" + std::string(name) + "' must be an object, got " + v->type_name());
+    return std::nullopt;
+  }
+  return *v;
+}
+
+Status JsonFields::status() const {
+  if (problems_.empty()) return Status::Ok();
+  std::string message;
+  for (const std::string& p : problems_) {
+    if (!message.empty()) message += "; ";
+    message += p;
+  }
+  return InvalidArgumentError(message);
+}
+
+StatusOr<int64_t> ParseId(std::string_view text, std::string_view what) {
+  int64_t id = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (ec != std::errc() || end != text.data() + text.size() || id < 1) {
+    std::string shown(text.substr(0, 64));
+    return InvalidArgumentError(std::string(what) + " id must be a positive integer, got '" + shown + "'");
+  }
+  return id;
+}
+
+Status ValidateModelFilePath(std::string_view path) {
+  auto bad = [&](std::string_view why) {
+    return InvalidArgumentError("model file path '" + std::string(path.substr(0, 300)) + "' " + std::string(why));
+  };
+  if (path.empty() || path.size() > 256) return bad("must be 1..256 bytes");
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t slash = path.find('/', start);
+    std::string_view seg = path.substr(start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    if (seg.empty()) return bad("has an empty segment (leading, trailing or double '/')");
+    if (seg == "." || seg == "..") return bad("must not contain '.' or '..' segments");
+    for (char c : seg) {
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) {
+        return bad("may contain only letters, digits, '.', '_', '-' and '/'");
+      }
+    }
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return Status::Ok();
+}
+
+json DatasetJson(const storage::Dataset& d) {
+  return {{"id", d.id},
+          {"name", d.name},
+          {"format", storage::ToString(d.format)},
+          {"kind", storage::ToString(d.kind)},
+          {"row_count", d.row_count},
+          {"size_bytes", d.size_bytes},
+          {"sha256", d.sha256},
+          {"created_at_ms", d.created_at_ms}};
+}
+
+json ModelJson(const storage::Model& m) {
+  json files = json::array();
+  for (const storage::ModelFile& f : m.files) {
+    files.push_back({{"path", f.path}, {"size_bytes", f.size_bytes}, {"sha256", f.sha256}});
+  }
+  return {{"id", m.id},
+          {"name", m.name},
+          {"model_type", m.model_type},
+          {"size_bytes", m.size_bytes},
+          {"files", files},
+          {"created_at_ms", m.created_at_ms}};
+}
+
+json WorkerJson(const storage::Worker& w) {
+  return {{"id", w.id},
+          {"name", w.name},
+          {"kind", storage::ToString(w.kind)},
+          {"status", w.revoked ? "revoked" : std::string(storage::ToString(w.status))},
+          {"device", w.device},
+          {"last_heartbeat_at_ms", w.last_heartbeat_at_ms ? json(*w.last_heartbeat_at_ms) : json()},
+          {"revoked", w.revoked},
+          {"created_at_ms", w.created_at_ms}};
+}
+
+json JobJson(const storage::TrainingJob& job) {
+  json spec = json::parse(job.spec_json, nullptr, false);
+  json out = {{"id", job.id},
+              {"name", job.name},
+              {"status", storage::ToString(job.status)},
+              {"dataset_id", job.dataset_id},
+              {"model_id", job.model_id},
+              {"current_round", job.current_round},
+              {"committed_round", job.committed_round},
+              {"total_rounds", spec.is_discarded() ? json() : spec["distributed"]["num_rounds"]},
+              {"consecutive_failed_rounds", job.consecutive_failed_rounds},
+              {"created_at_ms", job.created_at_ms},
+              {"started_at_ms", job.started_at_ms ? json(*job.started_at_ms) : json()},
+              {"finished_at_ms", job.finished_at_ms ? json(*job.finished_at_ms) : json()},
+              {"spec", spec.is_discarded() ? json() : spec}};
+  if (!job.failure_reason.empty()) out["failure_reason"] = job.failure_reason;
+  return out;
+}
+
+json RoundJson(const storage::Round& r, const std::vector<storage::RoundUpdate>& updates) {
+  json participants = r.participants;
+  json ups = json::array();
+  for (const storage::RoundUpdate& u : updates) {
+    if (std::find(r.participants.begin(), r.participants.end(), u.worker_id) == r.participants.end()) {
+      participants.push_back(u.worker_id);
+    }
+    json j = {{"worker_id", u.worker_id},
+              {"status", storage::ToString(u.status)},
+              {"num_samples", u.num_samples},
+              {"size_bytes", u.size_bytes},
+              {"sha256", u.sha256},
+              {"train_loss", u.train_loss ? json(*u.train_loss) : json()},
+              {"metrics", json::parse(u.metrics_json, nullptr, false).is_discarded()
+                              ? json::object()
+                              : json::parse(u.metrics_json, nullptr, false)}};
+    if (!u.reject_reason.empty()) j["reason"] = u.reject_reason;
+    ups.push_back(std::move(j));
+  }
+  json out = {{"round", r.round},
+              {"attempt", r.attempt},
+              {"outcome", storage::ToString(r.status)},
+              {"participants", participants},
+              {"updates", ups},
+              {"train_loss", r.train_loss ? json(*r.train_loss) : json()},
+              {"validation_loss", r.validation_loss ? json(*r.validation_loss) : json()},
+              {"started_at_ms", r.started_at_ms},
+              {"duration_ms", r.ended_at_ms ? json(*r.ended_at_ms - r.started_at_ms) : json()},
+              {"bytes_moved", r.bytes_moved}};
+  if (!r.global_sha256.empty()) out["global_sha256"] = r.global_sha256;
+  if (!r.failure_reason.empty()) out["failure_reason"] = r.failure_reason;
+  return out;
+}
+
+json ArtifactJson(const storage::JobArtifact& a) {
+  return {{"name", a.name}, {"size_bytes", a.size_bytes}, {"sha256", a.sha256}, {"created_at_ms", a.created_at_ms}};
+}
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,54 @@
+// Helpers the coordinator's routes share: strict JSON request bodies (unknown fields and wrong types rejected with
+// the field named), path ids, and the JSON views of stored records. Pure functions; any thread.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "http/server.h"
+#include "storage/metadata_store.h"
+
+namespace parsyn::coordinator {
+
+// Reads the fields of one JSON object, collecting every problem; status() reports them all at once:
+// InvalidArgument "unknown field 'nmae'; 'kind' must be one of own, managed".
+class JsonFields {
+ public:
+  // InvalidArgument when `body` is not valid JSON or not an object, or has a field outside `allowed`.
+  static StatusOr<JsonFields> Parse(std::string_view body, std::initializer_list<std::string_view> allowed);
+
+  std::optional<std::string> String(std::string_view name, bool required, size_t max_bytes = 256);
+  std::optional<int64_t> Int(std::string_view name, bool required, int64_t min, int64_t max);
+  std::optional<double> Number(std::string_view name, bool required);
+  // The raw value of an object-typed field.
+  std::optional<nlohmann::json> Object(std::string_view name, bool required);
+  void AddProblem(std::string problem) { problems_.push_back(std::move(problem)); }
+  Status status() const;
+
+ private:
+  explicit JsonFields(nlohmann::json object) : object_(std::move(object)) {}
+  const nlohmann::json* Find(std::string_view name, bool required);
+
+  nlohmann::json object_;
+  std::vector<std::string> problems_;
+};
+
+// The positive integer of a path parameter ("17"); InvalidArgument naming `what` otherwise.
+StatusOr<int64_t> ParseId(std::string_view text, std::string_view what);
+// OK for a model file path: '/'-separated segments of [A-Za-z0-9._-], none empty, "." or "..", at most 256 bytes.
+Status ValidateModelFilePath(std::string_view path);
+
+nlohmann::json DatasetJson(const storage::Dataset& d);
+nlohmann::json ModelJson(const storage::Model& m);
+nlohmann::json WorkerJson(const storage::Worker& w);  // never includes the token hash
+nlohmann::json JobJson(const storage::TrainingJob& job);
+nlohmann::json RoundJson(const storage::Round& round, const std::vector<storage::RoundUpdate>& updates);
+nlohmann::json ArtifactJson(const storage::JobArtifact& a);
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,303 @@
+// REST API v1 for training jobs: create (spec validated by job_spec.h, ids checked against the store), list, get
+// (with live round and per-worker state), rounds, metrics, events (SSE with Last-Event-ID replay), stop, cancel,
+// artifacts.
+#include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <charconv>
+
+#include "base/log.h"
+#include "coordinator/api_json.h"
+#include "coordinator/job_runner.h"
+#include "coordinator/loop_tools.h"
+#include "coordinator/service_routes.h"
+#include "weights/lora_layout.h"
+
+namespace parsyn::coordinator {
+
+using http::Awaitable;
+using http::Method;
+using http::Request;
+using http::Response;
+using nlohmann::json;
+
+namespace {
+
+// Checks what the spec refers to; InvalidArgument naming the field, as the spec's own validation does.
+Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec) {
+  std::vector<std::string> problems;
+  StatusOr<storage::Dataset> dataset = store.GetDataset(spec.dataset_id);
+  if (!dataset.ok()) {
+    if (dataset.status().code() != StatusCode::kNotFound) return dataset.status();
+    problems.push_back("dataset_id: dataset " + std::to_string(spec.dataset_id) + " does not exist");
+  }
+  StatusOr<storage::Model> model = store.GetModel(spec.model_id);
+  if (!model.ok()) {
+    if (model.status().code() != StatusCode::kNotFound) return model.status();
+    problems.push_back("model_id: model " + std::to_string(spec.model_id) + " does not exist");
+  }
+  auto check_workers = [&](const std::vector<int64_t>& ids, storage::WorkerKind kind, std::string_view field) -> Status {
+    for (int64_t id : ids) {
+      StatusOr<storage::Worker> w = store.GetWorker(id);
+      if (!w.ok()) {
+        if (w.status().code() != StatusCode::kNotFound) return w.status();
+        problems.push_back(std::string(field) + ": worker " + std::to_string(id) + " does not exist");
+      } else if (w->revoked) {
+        problems.push_back(std::string(field) + ": worker " + std::to_string(id) + " has been revoked");
+      } else if (w->kind != kind) {
+        problems.push_back(std::string(field) + ": worker " + std::to_string(id) + " is a " +
+                           std::string(storage::ToString(w->kind)) + " worker, not " +
+                           std::string(storage::ToString(kind)));
+      }
+    }
+    return Status::Ok();
+  };
+  PARSYN_RETURN_IF_ERROR(check_workers(spec.worker_selection.worker_ids, storage::WorkerKind::kOwn,
+                                       "worker_selection.worker_ids"));
+  PARSYN_RETURN_IF_ERROR(check_workers(spec.worker_selection.parsyn_worker_ids, storage::WorkerKind::kManaged,
+                                       "worker_selection.parsyn_worker_ids"));
+  if (dataset.ok()) {
+    const int shards = EngineConfigFor(spec).num_shards;
+    if (dataset->row_count < shards) {
+      problems.push_back("dataset_id: dataset " + std::to_string(dataset->id) + " has " +
+                         std::to_string(dataset->row_count) + " rows, fewer than the job's " + std::to_string(shards) +
+                         " shards");
+    }
+  }
+  if (model.ok()) {
+    if (spec.config.use_peft) {
+      weights::LoraLayoutOptions lora{.r = spec.config.lora_r, .target_modules = spec.config.lora_target_modules};
+      StatusOr<std::vector<weights::LoraTensorSpec>> layout = weights::LoraLayout(model->config_json, lora);
+      if (!layout.ok()) {
+        problems.push_back("config.use_peft: model " + std::to_string(model->id) + " cannot take LoRA adapters: " +
+                           layout.status().message());
+      }
+    } else if (std::none_of(model->files.begin(), model->files.end(),
+                            [](const storage::ModelFile& f) { return f.path == "model.safetensors"; })) {
+      problems.push_back("config.use_peft: model " + std::to_string(model->id) +
+                         " has no model.safetensors to fine-tune in full");
+    }
+  }
+  if (problems.empty()) return Status::Ok();
+  std::string message;
+  for (const std::string& p : problems) message += (message.empty() ? "" : "; ") + p;
+  return InvalidArgumentError(message);
+}
+
+StatusOr<int64_t> LastEventId(const Request& req) {
+  std::string_view text = req.Header("last-event-id");
+  if (text.empty()) {
+    auto it = req.query.find("after");
+    if (it == req.query.end()) return int64_t{0};
+    text = it->second;
+  }
+  int64_t id = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (ec != std::errc() || end != text.data() + text.size() || id < 0) {
+    return InvalidArgumentError("Last-Event-ID must be a non-negative integer, got '" +
+                                std::string(text.substr(0, 64)) + "'");
+  }
+  return id;
+}
+
+}  // namespace
+
+Status Service::AddJobRoutes(Routes& routes) {
+  Service* self = this;
+
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/training-jobs", [self](Request& req) -> Awaitable<Response> {
+    StatusOr<JobSpec> spec = ParseJobSpec(req.body);
+    if (!spec.ok()) co_return Response::Error(spec.status());
+    const int64_t now = self->clock().UnixMillis();
+    StatusOr<storage::TrainingJob> created = co_await Offload(self->pool(), [&]() -> StatusOr<storage::TrainingJob> {
+      PARSYN_RETURN_IF_ERROR(CheckReferences(self->store(), *spec));
+      storage::TrainingJob job{.name = spec->name,
+                               .dataset_id = spec->dataset_id,
+                               .model_id = spec->model_id,
+                               .spec_json = JobSpecToJsonString(*spec),
+                               .created_at_ms = now};
+      return self->store().CreateJob(job);
+    });
+    if (!created.ok()) co_return Response::Error(created.status());
+    {
+      auto event_appended = self->AppendEvent(created->id, "job_status", {{"status", "queued"}});
+      co_await std::move(event_appended);
+    }
+    // Setup (sharding, the initial global) runs after the answer; the job shows queued until it is running.
+    boost::asio::co_spawn(self->executor(), self->LaunchJob(*created), boost::asio::detached);
+    co_return Response::Json(201, JobJson(*created));
+  }));
+
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/training-jobs", [self](Request& req) -> Awaitable<Response> {
+    std::optional<storage::JobStatus> filter;
+    if (auto it = req.query.find("status"); it != req.query.end()) {
+      StatusOr<storage::JobStatus> s = storage::ParseJobStatus(it->second);
+      if (!s.ok()) co_return Response::Error(s.status());
+      filter = *s;
+    }
+    auto list = co_await Offload(self->pool(), [&] { return self->store().ListJobs(filter); });
+    if (!list.ok()) co_return Response::Error(list.status());
+    json items = json::array();
+    for (const storage::TrainingJob& j : *list) {
+      json v = JobJson(j);
+      v.erase("spec");
+      items.push_back(std::move(v));
+    }
+    co_return Response::Json(200, {{"training_jobs", items}});
+  }));
+
+  PARSYN_RETURN_IF_ERROR(
+      routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}", [self](Request& req) -> Awaitable<Response> {
+        StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
+        if (!id.ok()) co_return Response::Error(id.status());
+        auto job = co_await Offload(self->pool(), [&] { return self->store().GetJob(*id); });
+        if (!job.ok()) co_return Response::Error(job.status());
+        json view = JobJson(*job);
+        if (JobRunner* r = self->FindRunner(*id); r != nullptr && !r->finished()) view["live"] = r->LiveView();
+        co_return Response::Json(200, view);
+      }));
+
+  PARSYN_RETURN_IF_ERROR(
+      routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/rounds", [self](Request& req) -> Awaitable<Response> {
+        StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
+        if (!id.ok()) co_return Response::Error(id.status());
+        auto rounds = co_await Offload(self->pool(), [&]() -> StatusOr<json> {
+          PARSYN_RETURN_IF_ERROR(self->store().GetJob(*id).status());
+          PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Round> list, self->store().ListRounds(*id));
+          json items = json::array();
+          for (const storage::Round& r : list) {
+            PARSYN_ASSIGN_OR_RETURN(auto updates, self->store().ListUpdates(*id, r.round, r.attempt));
+            items.push_back(RoundJson(r, updates));
+          }
+          return items;
+        });
+        if (!rounds.ok()) co_return Response::Error(rounds.status());
+        co_return Response::Json(200, {{"rounds", *rounds}});
+      }));
+
+  PARSYN_RETURN_IF_ERROR(
+      routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/metrics", [self](Request& req) -> Awaitable<Response> {
+        StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
+        if (!id.ok()) co_return Response::Error(id.status());
+        auto points = co_await Offload(self->pool(), [&]() -> StatusOr<std::vector<storage::MetricPoint>> {
+          PARSYN_RETURN_IF_ERROR(self->store().GetJob(*id).status());
+          return self->store().ListMetrics(*id);
+        });
+        if (!points.ok()) co_return Response::Error(points.status());
+        std::map<int64_t, json> by_worker;
+        for (const storage::MetricPoint& p : *points) {
+          json& series = by_worker[p.worker_id];
+          if (series.is_null()) series = json::array();
+          series.push_back({{"round", p.round},
+                            {"step", p.step},
+                            {"loss", p.loss ? json(*p.loss) : json()},
+                            {"throughput", p.throughput ? json(*p.throughput) : json()},
+                            {"utilization", p.utilization ? json(*p.utilization) : json()},
+                            {"time_ms", p.time_ms}});
+        }
+        json workers = json::array();
+        for (auto& [worker, series] : by_worker) workers.push_back({{"worker_id", worker}, {"points", series}});
+        co_return Response::Json(200, {{"workers", workers}});
+      }));
+
+  // Every stored event after Last-Event-ID (or ?after=), then new ones as they happen; the stream ends after the
+  // job's terminal status event.
+  PARSYN_RETURN_IF_ERROR(
+      routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/events", [self](Request& req) -> Awaitable<Response> {
+        StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
+        if (!id.ok()) co_return Response::Error(id.status());
+        StatusOr<int64_t> after = LastEventId(req);
+        if (!after.ok()) co_return Response::Error(after.status());
+        auto job = co_await Offload(self->pool(), [&] { return self->store().GetJob(*id); });
+        if (!job.ok()) co_return Response::Error(job.status());
+        const int64_t job_id = *id;
+        const int64_t start_after = *after;
+        co_return Response::Events([self, job_id, start_after](http::EventStream& stream) -> Awaitable<void> {
+          int64_t last = start_after;
+          http::Signal& signal = self->EventSignal(job_id);
+          while (stream.open()) {
+            auto events = co_await Offload(self->pool(), [&] { return self->store().ListJobEvents(job_id, last); });
+            if (!events.ok()) co_return;
+            bool ended = false;
+            for (const storage::JobEvent& e : *events) {
+              json data = json::parse(e.payload_json, nullptr, false);
+              if (data.is_discarded()) data = json::object();
+              data["job_id"] = e.job_id;
+              data["time_ms"] = e.time_ms;
+              if (!co_await stream.Send(e.type, data.dump(), std::to_string(e.id))) co_return;
+              last = e.id;
+              if (e.type == "job_status" && data.contains("status") &&
+                  storage::ParseJobStatus(data["status"].get<std::string>()).ok() &&
+                  storage::IsTerminal(*storage::ParseJobStatus(data["status"].get<std::string>()))) {
+                ended = true;
+              }
+            }
+            if (ended) co_return;
+            if (!events->empty()) continue;  // there may be more than one page
+            if (!co_await stream.Wait(signal)) co_return;
+          }
+        });
+      }));
+
+  auto control = [self](bool stop) {
+    return [self, stop](Request& req) -> Awaitable<Response> {
+      StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
+      if (!id.ok()) co_return Response::Error(id.status());
+      auto job = co_await Offload(self->pool(), [&] { return self->store().GetJob(*id); });
+      if (!job.ok()) co_return Response::Error(job.status());
+      if (storage::IsTerminal(job->status)) {
+        co_return Response::Error(FailedPreconditionError("training job " + std::to_string(*id) + " is already " +
+                                                          std::string(storage::ToString(job->status))));
+      }
+      JobRunner* runner = self->FindRunner(*id);
+      Status s = runner == nullptr || runner->finished()
+                     ? FailedPreconditionError("training job " + std::to_string(*id) + " is not running yet")
+                     : (stop ? co_await runner->Stop() : co_await runner->Cancel());
+      if (!s.ok()) co_return Response::Error(s);
+      auto after = co_await Offload(self->pool(), [&] { return self->store().GetJob(*id); });
+      if (!after.ok()) co_return Response::Error(after.status());
+      json view = JobJson(*after);
+      if (!runner->finished()) view["live"] = runner->LiveView();
+      co_return Response::Json(200, view);
+    };
+  };
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/training-jobs/{id}/stop", control(true)));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/training-jobs/{id}/cancel", control(false)));
+
+  PARSYN_RETURN_IF_ERROR(
+      routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/artifacts", [self](Request& req) -> Awaitable<Response> {
+        StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
+        if (!id.ok()) co_return Response::Error(id.status());
+        auto list = co_await Offload(self->pool(), [&]() -> StatusOr<std::vector<storage::JobArtifact>> {
+          PARSYN_RETURN_IF_ERROR(self->store().GetJob(*id).status());
+          return self->store().ListJobArtifacts(*id);
+        });
+        if (!list.ok()) co_return Response::Error(list.status());
+        json items = json::array();
+        for (const storage::JobArtifact& a : *list) items.push_back(ArtifactJson(a));
+        co_return Response::Json(200, {{"artifacts", items}});
+      }));
+
+  PARSYN_RETURN_IF_ERROR(routes.Admin(
+      Method::kGet, "/api/v1/training-jobs/{id}/artifacts/{name...}", [self](Request& req) -> Awaitable<Response> {
+        StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
+        if (!id.ok()) co_return Response::Error(id.status());
+        const std::string name = req.params["name"];
+        auto path = co_await Offload(self->pool(), [&]() -> StatusOr<std::filesystem::path> {
+          PARSYN_RETURN_IF_ERROR(self->store().GetJob(*id).status());
+          PARSYN_ASSIGN_OR_RETURN(std::vector<storage::JobArtifact> list, self->store().ListJobArtifacts(*id));
+          for (const storage::JobArtifact& a : list) {
+            // Names are looked up, never used as paths.
+            if (a.name == name) return self->blobs().LocalPath(a.blob_key);
+          }
+          return NotFoundError("training job " + std::to_string(*id) + " has no artifact '" + name.substr(0, 200) +
+                               "'");
+        });
+        if (!path.ok()) co_return Response::Error(path.status());
+        co_return Response::File(*path, name.ends_with(".json") ? "application/json" : "application/octet-stream");
+      }));
+  return Status::Ok();
+}
+
+}  // namespace parsyn::coordinator

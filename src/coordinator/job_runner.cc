@@ -1,0 +1,837 @@
+#include "coordinator/job_runner.h"
+
+#include <fmt/format.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "base/log.h"
+#include "coordinator/service.h"
+#include "coordinator/sharding.h"
+#include "data/dataset.h"
+#include "storage/byte_source.h"
+#include "weights/lora_layout.h"
+#include "weights/safetensors.h"
+#include "weights/sha256.h"
+
+namespace parsyn::coordinator {
+
+using nlohmann::json;
+using storage::JobStatus;
+
+// Events are appended as `{ auto event_appended = service_.AppendEvent(...); co_await std::move(event_appended); }`:
+// g++ 12 miscompiles braced initializer lists inside co_await expressions.
+
+namespace {
+
+// Updates carry the global's tensors: the same bytes plus a header that may differ in key order and metadata.
+constexpr uint64_t kUpdateHeaderSlackBytes = 1 << 20;
+
+std::string_view DatasetExtension(storage::DatasetFormat format) {
+  return format == storage::DatasetFormat::kCsv ? "csv" : "jsonl";
+}
+
+// Reads a safetensors blob: memory-mapped from the directory store, else read whole (memory store in tests).
+StatusOr<weights::WeightSet> ReadWeightsBlob(storage::BlobStore& blobs, const std::string& key) {
+  StatusOr<std::filesystem::path> path = blobs.LocalPath(key);
+  if (path.ok()) return weights::ReadSafetensorsFile(*path);
+  if (path.status().code() != StatusCode::kFailedPrecondition) return path.status();
+  PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> source, blobs.Get(key));
+  PARSYN_ASSIGN_OR_RETURN(std::string bytes, storage::ReadAll(*source, size_t{16} << 30));
+  return weights::ParseSafetensors(std::as_bytes(std::span(bytes.data(), bytes.size())));
+}
+
+StatusOr<storage::BlobInfo> PutBytes(storage::BlobStore& blobs, const std::string& key, std::string bytes) {
+  storage::StringByteSource source(std::move(bytes));
+  StatusOr<storage::BlobInfo> info = blobs.Put(key, source);
+  // A blob left by a run that crashed before recording it holds the same deterministic bytes: reuse it.
+  if (!info.ok() && info.status().code() == StatusCode::kAlreadyExists) return blobs.Head(key);
+  return info;
+}
+
+std::string ToLower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+json ParticipantsJson(const std::vector<ParticipantView>& views, const std::map<int64_t, json>& progress) {
+  json out = json::array();
+  for (const ParticipantView& p : views) {
+    json w = {{"worker_id", p.worker}, {"shard", p.shard}, {"state", ParticipantStateName(p.state)}};
+    if (!p.reason.empty()) w["reason"] = p.reason;
+    if (auto it = progress.find(p.worker); it != progress.end()) w["progress"] = it->second;
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+}  // namespace
+
+JobRunner::JobRunner(Service& service, storage::TrainingJob job, JobSpec spec)
+    : service_(service),
+      job_(std::move(job)),
+      spec_(std::move(spec)),
+      engine_config_(EngineConfigFor(spec_)),
+      mutex_(service.executor()) {}
+
+JobRunner::~JobRunner() = default;
+
+bool JobRunner::finished() const { return ended_; }
+
+bool JobRunner::IsEligible(int64_t worker_id) const {
+  if (ended_ || engine_ == nullptr) return false;
+  if (engine_config_.eligible_workers.empty()) return true;
+  return std::find(engine_config_.eligible_workers.begin(), engine_config_.eligible_workers.end(), worker_id) !=
+         engine_config_.eligible_workers.end();
+}
+
+std::string JobRunner::AttemptPrefix(int round, int attempt) const {
+  return fmt::format("jobs/{}/rounds/{:06}-a{}", job_.id, round, attempt);
+}
+
+std::string JobRunner::UpdateKey(int round, int attempt, int64_t worker_id) const {
+  return fmt::format("{}/updates/w{}.safetensors", AttemptPrefix(round, attempt), worker_id);
+}
+
+std::optional<uint64_t> JobRunner::UpdateSizeCap(std::string_view blob_key) const {
+  if (engine_ == nullptr || ended_) return std::nullopt;
+  const std::string prefix = AttemptPrefix(engine_->round(), engine_->attempt()) + "/updates/";
+  if (blob_key.substr(0, prefix.size()) != prefix) return std::nullopt;
+  return global_size_bytes_ + kUpdateHeaderSlackBytes;
+}
+
+http::Awaitable<Status> JobRunner::Launch() {
+  Status status = job_.status == JobStatus::kQueued ? co_await Setup() : co_await Resume();
+  if (!status.ok()) {
+    PARSYN_LOG_ERROR("training job {}: {}", job_.id, status.ToString());
+    const std::string reason = "could not start: " + status.message();
+    const int64_t now = service_.clock().UnixMillis();
+    StatusOr<storage::TrainingJob> failed = co_await Offload(service_.pool(), [&] {
+      return service_.store().SetJobStatus(job_.id, JobStatus::kFailed, now, reason);
+    });
+    if (failed.ok()) job_ = *failed;
+    ended_ = true;
+    {
+      auto event_appended = service_.AppendEvent(job_.id, "job_status", {{"status", "failed"}, {"reason", reason}});
+      co_await std::move(event_appended);
+    }
+  }
+  co_return status;
+}
+
+http::Awaitable<Status> JobRunner::LoadGlobal(const std::string& key, const std::string& sha256) {
+  StatusOr<weights::WeightSet> global =
+      co_await Offload(service_.pool(), [&] { return ReadWeightsBlob(service_.blobs(), key); });
+  if (!global.ok()) co_return global.status().WithContext("reading the global weights " + key);
+  StatusOr<storage::BlobInfo> info = co_await Offload(service_.pool(), [&] { return service_.blobs().Head(key); });
+  if (!info.ok()) co_return info.status();
+  global_ = std::make_shared<weights::WeightSet>(std::move(*global));
+  global_key_ = key;
+  global_sha256_ = sha256.empty() ? info->sha256 : sha256;
+  global_size_bytes_ = info->size_bytes;
+  co_return Status::Ok();
+}
+
+http::Awaitable<Status> JobRunner::Setup() {
+  storage::MetadataStore& store = service_.store();
+  storage::BlobStore& blobs = service_.blobs();
+  const int64_t job_id = job_.id;
+  const JobSpec& spec = spec_;
+  const std::filesystem::path tmp_dir = service_.options().data_dir / "tmp";
+
+  // Shards and the initial global, written once per job; a setup interrupted by a crash redoes what is missing.
+  struct Prepared {
+    storage::Model model;
+    storage::Dataset dataset;
+    std::vector<storage::Shard> shards;
+    std::string global_key;
+  };
+  const RoundEngineConfig& config = engine_config_;
+  StatusOr<Prepared> prepared = co_await Offload(service_.pool(), [&]() -> StatusOr<Prepared> {
+    Prepared p;
+    PARSYN_ASSIGN_OR_RETURN(p.model, store.GetModel(spec.model_id));
+    PARSYN_ASSIGN_OR_RETURN(p.dataset, store.GetDataset(spec.dataset_id));
+    PARSYN_ASSIGN_OR_RETURN(p.shards, store.ListShards(job_id));
+    if (p.shards.empty()) {
+      PARSYN_ASSIGN_OR_RETURN(std::vector<Shard> split, SplitRows(p.dataset.row_count, config.num_shards,
+                                                                   spec.config.validation_fraction,
+                                                                   spec.config.seed));
+      PARSYN_ASSIGN_OR_RETURN(std::filesystem::path source, blobs.LocalPath(p.dataset.blob_key));
+      std::error_code ec;
+      std::filesystem::create_directories(tmp_dir, ec);
+      const data::DatasetFormat format =
+          p.dataset.format == storage::DatasetFormat::kCsv ? data::DatasetFormat::kCsv : data::DatasetFormat::kJsonl;
+      data::TabularOptions tabular;
+      if (!spec.config.label_column.empty()) tabular.label_column = spec.config.label_column;
+      const bool fixed_owners = config.num_shards == static_cast<int>(config.eligible_workers.size());
+      for (size_t i = 0; i < split.size(); ++i) {
+        storage::Shard shard;
+        shard.shard_index = static_cast<int32_t>(i);
+        if (fixed_owners) shard.worker_id = config.eligible_workers[i];
+        shard.train_rows = static_cast<int64_t>(split[i].train_rows.size());
+        shard.validation_rows = static_cast<int64_t>(split[i].validation_rows.size());
+        for (const char* part : {"train", "validation"}) {
+          const std::string key =
+              fmt::format("jobs/{}/shards/{:03}/{}.{}", job_id, i, part, DatasetExtension(p.dataset.format));
+          const std::filesystem::path file = tmp_dir / fmt::format("job{}-shard{}-{}", job_id, i, part);
+          const auto& rows = std::string_view(part) == "train" ? split[i].train_rows : split[i].validation_rows;
+          PARSYN_RETURN_IF_ERROR(data::WriteSubsetFile(source, format, rows, file, tabular));
+          PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> in, storage::OpenFileSource(file));
+          StatusOr<storage::BlobInfo> info = blobs.Put(key, *in);
+          if (!info.ok() && info.status().code() == StatusCode::kAlreadyExists) info = blobs.Head(key);
+          std::filesystem::remove(file, ec);
+          if (!info.ok()) return info.status();
+          if (std::string_view(part) == "train") {
+            shard.blob_key = key;
+            shard.sha256 = info->sha256;
+          }
+        }
+        p.shards.push_back(std::move(shard));
+      }
+      PARSYN_RETURN_IF_ERROR(store.CreateShards(job_id, p.shards));
+      PARSYN_ASSIGN_OR_RETURN(p.shards, store.ListShards(job_id));
+    }
+    if (spec.config.use_peft) {
+      p.global_key = fmt::format("jobs/{}/rounds/{:06}/global.safetensors", job_id, 0);
+      weights::LoraLayoutOptions lora;
+      lora.r = spec.config.lora_r;
+      lora.target_modules = spec.config.lora_target_modules;
+      PARSYN_ASSIGN_OR_RETURN(weights::WeightSet adapters,
+                              weights::InitialLoraAdapters(p.model.config_json, lora, spec.config.seed));
+      std::vector<std::byte> image = weights::SerializeSafetensors(adapters);
+      PARSYN_RETURN_IF_ERROR(
+          PutBytes(blobs, p.global_key, std::string(reinterpret_cast<const char*>(image.data()), image.size()))
+              .status());
+    } else {
+      // Full fine-tuning starts from the model's own weights.
+      for (const storage::ModelFile& f : p.model.files) {
+        if (f.path == "model.safetensors") p.global_key = f.blob_key;
+      }
+      if (p.global_key.empty()) {
+        return FailedPreconditionError("model " + std::to_string(p.model.id) +
+                                       " has no model.safetensors to fine-tune (use_peft is false)");
+      }
+    }
+    return p;
+  });
+  if (!prepared.ok()) co_return prepared.status();
+  model_ = std::move(prepared->model);
+  dataset_ = std::move(prepared->dataset);
+  shards_ = std::move(prepared->shards);
+  Status loaded = co_await LoadGlobal(prepared->global_key, "");
+  if (!loaded.ok()) co_return loaded;
+
+  const int64_t now = service_.clock().UnixMillis();
+  StatusOr<storage::TrainingJob> running =
+      co_await Offload(service_.pool(), [&] { return store.SetJobStatus(job_id, JobStatus::kRunning, now); });
+  if (!running.ok()) co_return running.status();
+  job_ = *running;
+  {
+      auto event_appended = service_.AppendEvent(job_id, "job_status", {{"status", "running"}});
+      co_await std::move(event_appended);
+    }
+
+  for (const storage::Shard& s : shards_) engine_config_.shard_train_rows.push_back(s.train_rows);
+  engine_ = std::make_unique<RoundEngine>(engine_config_, strategy_, service_.clock());
+  const std::vector<int64_t> idle = service_.IdleWorkers();
+  co_return co_await Handle([&] { return engine_->Start(idle); });
+}
+
+http::Awaitable<Status> JobRunner::Resume() {
+  storage::MetadataStore& store = service_.store();
+  const int64_t job_id = job_.id;
+  const int64_t now = service_.clock().UnixMillis();
+  struct Loaded {
+    storage::Model model;
+    storage::Dataset dataset;
+    std::vector<storage::Shard> shards;
+    std::vector<storage::Round> rounds;
+    storage::TrainingJob job;
+  };
+  StatusOr<Loaded> loaded = co_await Offload(service_.pool(), [&]() -> StatusOr<Loaded> {
+    Loaded l;
+    PARSYN_ASSIGN_OR_RETURN(l.model, store.GetModel(job_.model_id));
+    PARSYN_ASSIGN_OR_RETURN(l.dataset, store.GetDataset(job_.dataset_id));
+    PARSYN_ASSIGN_OR_RETURN(l.shards, store.ListShards(job_id));
+    PARSYN_ASSIGN_OR_RETURN(l.rounds, store.ListRounds(job_id));
+    // The attempt in flight when the coordinator stopped cannot finish: its tasks and partial sums are gone.
+    for (storage::Round& r : l.rounds) {
+      if (r.status != storage::RoundStatus::kRunning) continue;
+      storage::RoundFailure failure{.job_id = job_id,
+                                    .round = r.round,
+                                    .attempt = r.attempt,
+                                    .reason = "the coordinator restarted during the round",
+                                    .ended_at_ms = now,
+                                    .bytes_moved = r.bytes_moved,
+                                    .counts_toward_fault_tolerance = false};
+      PARSYN_RETURN_IF_ERROR(store.FailRound(failure));
+      r.status = storage::RoundStatus::kFailed;
+    }
+    PARSYN_ASSIGN_OR_RETURN(l.job, store.GetJob(job_id));
+    return l;
+  });
+  if (!loaded.ok()) co_return loaded.status();
+  model_ = std::move(loaded->model);
+  dataset_ = std::move(loaded->dataset);
+  shards_ = std::move(loaded->shards);
+  job_ = loaded->job;
+
+  EngineCheckpoint checkpoint;
+  checkpoint.last_committed_round = job_.committed_round;
+  checkpoint.consecutive_failed_rounds = job_.consecutive_failed_rounds;
+  std::string global_key, global_sha;
+  for (const storage::Round& r : loaded->rounds) {
+    if (r.round == job_.committed_round + 1) checkpoint.attempts_of_next_round = std::max(checkpoint.attempts_of_next_round, r.attempt);
+    if (r.round == job_.committed_round && r.status == storage::RoundStatus::kCommitted) {
+      global_key = r.global_blob_key;
+      global_sha = r.global_sha256;
+    }
+  }
+  for (const storage::Shard& s : shards_) {
+    if (s.worker_id) checkpoint.shards[*s.worker_id] = s.shard_index;
+    engine_config_.shard_train_rows.push_back(s.train_rows);
+  }
+  if (global_key.empty()) {
+    if (spec_.config.use_peft) {
+      global_key = fmt::format("jobs/{}/rounds/{:06}/global.safetensors", job_id, 0);
+    } else {
+      for (const storage::ModelFile& f : model_.files) {
+        if (f.path == "model.safetensors") global_key = f.blob_key;
+      }
+    }
+  }
+  Status global = co_await LoadGlobal(global_key, global_sha);
+  if (!global.ok()) co_return global;
+
+  PARSYN_LOG_INFO("training job {}: resuming after round {} (attempt {} of round {} next)", job_id,
+                  checkpoint.last_committed_round, checkpoint.attempts_of_next_round + 1,
+                  checkpoint.last_committed_round + 1);
+  {
+      auto event_appended = service_.AppendEvent(job_id, "job_resumed", {{"committed_round", checkpoint.last_committed_round}});
+      co_await std::move(event_appended);
+    }
+  engine_ = std::make_unique<RoundEngine>(engine_config_, strategy_, service_.clock());
+  const std::vector<int64_t> idle = service_.IdleWorkers();
+  co_return co_await Handle([&] { return engine_->Restore(checkpoint, idle); });
+}
+
+http::Awaitable<Status> JobRunner::Handle(const std::function<StatusOr<Actions>()>& event) {
+  co_await mutex_.Lock();
+  LoopLock lock(mutex_);
+  if (engine_ == nullptr) co_return FailedPreconditionError("training job " + std::to_string(job_.id) +
+                                                            " is not running yet");
+  StatusOr<Actions> actions = event();
+  if (!actions.ok()) co_return actions.status();
+  co_return co_await Execute(std::move(*actions));
+}
+
+http::Awaitable<Status> JobRunner::Execute(Actions actions) {
+  std::deque<Action> work(actions.begin(), actions.end());
+  Status first_error;
+  while (!work.empty()) {
+    Action action = std::move(work.front());
+    work.pop_front();
+    Status s = co_await Do(action, work);
+    if (!s.ok()) {
+      // The engine has moved on; carry out the rest so memory and store stay as close as possible, and report.
+      PARSYN_LOG_ERROR("training job {}: {}", job_.id, s.ToString());
+      if (first_error.ok()) first_error = s;
+    }
+  }
+  co_return first_error;
+}
+
+http::Awaitable<Status> JobRunner::Do(const Action& action, std::deque<Action>& work) {
+  if (const auto* a = std::get_if<coordinator::StartRound>(&action)) co_return co_await OnStartRound(*a, work);
+  if (const auto* a = std::get_if<AssignTask>(&action)) co_return co_await OnAssignTask(*a);
+  if (const auto* a = std::get_if<ValidateUpdate>(&action)) co_return co_await OnValidateUpdate(*a, work);
+  if (const auto* a = std::get_if<DropWorker>(&action)) co_return co_await OnDropWorker(*a);
+  if (const auto* a = std::get_if<AggregateRound>(&action)) co_return co_await OnAggregateRound(*a, work);
+  if (const auto* a = std::get_if<GlobalEvaluated>(&action)) {
+    // Round r's workers evaluated global r-1: stored with round r when it commits (or as an event for the last).
+    pending_validation_loss_ = a->validation_loss;
+    {
+      auto event_appended = service_.AppendEvent(job_.id, "global_evaluated",
+                                  {{"global_round", a->global_round},
+                                   {"validation_loss", a->validation_loss},
+                                   {"validation_samples", a->validation_samples}});
+      co_await std::move(event_appended);
+    }
+    co_return Status::Ok();
+  }
+  if (const auto* a = std::get_if<coordinator::CommitRound>(&action)) co_return co_await OnCommitRound(*a);
+  if (const auto* a = std::get_if<coordinator::FailRound>(&action)) co_return co_await OnFailRound(*a, work);
+  if (std::get_if<JobSucceeded>(&action)) co_return co_await OnJobEnded(JobStatus::kSucceeded, "");
+  if (const auto* a = std::get_if<JobFailed>(&action)) co_return co_await OnJobEnded(JobStatus::kFailed, a->reason);
+  if (std::get_if<JobStopped>(&action)) co_return co_await OnJobEnded(JobStatus::kStopped, "");
+  if (std::get_if<JobCancelled>(&action)) co_return co_await OnJobEnded(JobStatus::kCancelled, "");
+  co_return InternalError("unknown round engine action");
+}
+
+http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a, const std::deque<Action>& work) {
+  storage::Round round{.job_id = job_.id, .round = a.round, .attempt = a.attempt,
+                       .started_at_ms = service_.clock().UnixMillis()};
+  // The participants chosen together with the start (workers already waiting); later arrivals show in the updates.
+  for (const Action& next : work) {
+    if (const auto* t = std::get_if<AssignTask>(&next); t && t->round == a.round && t->attempt == a.attempt) {
+      round.participants.push_back(t->worker);
+    }
+  }
+  results_.clear();
+  recorded_updates_.clear();
+  progress_.clear();
+  last_verdicts_.clear();
+  bytes_moved_ = 0;
+  pending_global_.reset();
+  pending_validation_loss_.reset();
+  Status started = co_await Offload(service_.pool(), [&] { return service_.store().StartRound(round); });
+  if (!started.ok()) co_return started;
+  Status begun = co_await Offload(service_.pool(), [&] { return strategy_.Begin(a.round, *global_); });
+  if (!begun.ok()) co_return begun;
+  {
+      auto event_appended = service_.AppendEvent(job_.id, "round_started",
+                                {{"round", a.round}, {"attempt", a.attempt}, {"total_rounds", engine_config_.num_rounds},
+                                 {"participants", round.participants}});
+      co_await std::move(event_appended);
+    }
+  co_return Status::Ok();
+}
+
+json JobRunner::BuildTask(const AssignTask& a) const {
+  const storage::Shard& shard = shards_.at(static_cast<size_t>(a.shard));
+  const std::string validation_key =
+      shard.blob_key.substr(0, shard.blob_key.rfind('/')) + "/validation." + std::string(DatasetExtension(dataset_.format));
+  json model_files = json::array();
+  for (const storage::ModelFile& f : model_.files) {
+    model_files.push_back({{"path", f.path}, {"url", service_.SignedBlobUrl("GET", f.blob_key)},
+                           {"sha256", f.sha256}, {"size_bytes", f.size_bytes}});
+  }
+  json spec = JobSpecToJson(spec_);
+  json task = {
+      {"task_id", fmt::format("{}-{}-{}-w{}", job_.id, a.round, a.attempt, a.worker)},
+      {"job_id", job_.id},
+      {"kind", a.kind == TaskKind::kTrain ? "train" : "evaluate"},
+      {"round", a.round},
+      {"attempt", a.attempt},
+      {"total_rounds", engine_config_.num_rounds},
+      {"shard", a.shard},
+      {"seed", a.seed},
+      {"steps_per_round", spec_.distributed.steps_per_round},
+      {"config", spec["config"]},
+      {"deadline_unix_ms", service_.clock().UnixMillis() + engine_config_.aggregation_timeout.count()},
+      {"global_weights",
+       {{"url", service_.SignedBlobUrl("GET", global_key_)}, {"sha256", global_sha256_},
+        {"size_bytes", global_size_bytes_}, {"round", engine_->last_committed_round()}}},
+      {"data",
+       {{"format", storage::ToString(dataset_.format)},
+        {"kind", storage::ToString(dataset_.kind)},
+        {"train_url", service_.SignedBlobUrl("GET", shard.blob_key)},
+        {"train_rows", shard.train_rows},
+        {"validation_url", service_.SignedBlobUrl("GET", validation_key)},
+        {"validation_rows", shard.validation_rows}}},
+      {"model", {{"id", model_.id}, {"name", model_.name}, {"model_type", model_.model_type}, {"files", model_files}}},
+  };
+  if (a.kind == TaskKind::kTrain) {
+    const std::string key = UpdateKey(a.round, a.attempt, a.worker);
+    task["update_upload"] = {{"url", service_.SignedBlobUrl("PUT", key)},
+                             {"blob_key", key},
+                             {"max_size_bytes", global_size_bytes_ + kUpdateHeaderSlackBytes}};
+  }
+  return task;
+}
+
+http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
+  if (a.shard < 0 || static_cast<size_t>(a.shard) >= shards_.size()) {
+    co_return InternalError("the round engine assigned shard " + std::to_string(a.shard) + " of " +
+                            std::to_string(shards_.size()));
+  }
+  storage::Shard& shard = shards_[static_cast<size_t>(a.shard)];
+  if (shard.worker_id != a.worker) {
+    // The worker keeps this shard for the whole job: stored before the task goes out.
+    Status assigned = co_await Offload(service_.pool(), [&] {
+      return service_.store().AssignShard(job_.id, a.shard, a.worker);
+    });
+    if (!assigned.ok()) co_return assigned;
+    shard.worker_id = a.worker;
+  }
+  {
+      auto event_appended = service_.AppendEvent(job_.id, "task_assigned",
+                                {{"worker_id", a.worker}, {"round", a.round}, {"attempt", a.attempt},
+                                 {"shard", a.shard}, {"kind", a.kind == TaskKind::kTrain ? "train" : "evaluate"}});
+      co_await std::move(event_appended);
+    }
+  if (!service_.DeliverTask(a.worker, job_.id, BuildTask(a))) {
+    // The worker left between becoming idle and getting the task: tell the engine once this event is done.
+    boost::asio::co_spawn(service_.executor(), WorkerDisconnected(a.worker), boost::asio::detached);
+  }
+  co_return Status::Ok();
+}
+
+http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, int attempt, const Status& verdict) {
+  if (recorded_updates_.count(worker_id) != 0) co_return Status::Ok();
+  auto it = results_.find(worker_id);
+  if (it == results_.end()) co_return Status::Ok();
+  const ResultReport& r = it->second;
+  storage::RoundUpdate update{.job_id = job_.id,
+                              .round = round,
+                              .attempt = attempt,
+                              .worker_id = worker_id,
+                              .blob_key = r.blob_key,
+                              .sha256 = r.sha256,
+                              .num_samples = r.sample_count,
+                              .train_loss = std::isfinite(r.train_loss) ? std::optional<double>(r.train_loss)
+                                                                        : std::nullopt,
+                              .metrics_json = r.metrics.dump(),
+                              .status = verdict.ok() ? storage::UpdateStatus::kAccepted
+                                                     : storage::UpdateStatus::kRejected,
+                              .reject_reason = verdict.ok() ? "" : verdict.message(),
+                              .received_at_ms = service_.clock().UnixMillis()};
+  StatusOr<storage::BlobInfo> info = co_await Offload(service_.pool(), [&] { return service_.blobs().Head(r.blob_key); });
+  if (info.ok()) update.size_bytes = static_cast<int64_t>(info->size_bytes);
+  Status stored = co_await Offload(service_.pool(), [&] { return service_.store().RecordUpdate(update); });
+  if (!stored.ok() && stored.code() != StatusCode::kAlreadyExists) co_return stored;
+  recorded_updates_.insert(worker_id);
+  last_verdicts_[worker_id] = verdict.ok() ? "" : verdict.message();
+  {
+      auto event_appended = service_.AppendEvent(job_.id, verdict.ok() ? "update_accepted" : "update_rejected",
+                                {{"worker_id", worker_id}, {"round", round}, {"attempt", attempt},
+                                 {"sample_count", r.sample_count}, {"reason", verdict.ok() ? "" : verdict.message()}});
+      co_await std::move(event_appended);
+    }
+  co_return Status::Ok();
+}
+
+http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std::deque<Action>& work) {
+  auto it = results_.find(a.worker);
+  if (it == results_.end()) co_return InternalError("no result recorded for worker " + std::to_string(a.worker));
+  const ResultReport report = it->second;
+  const std::string expected_key = UpdateKey(a.round, a.attempt, a.worker);
+  const uint64_t max_bytes = global_size_bytes_ + kUpdateHeaderSlackBytes;
+  std::shared_ptr<weights::WeightSet> global = global_;
+  // Validation and accumulation run on the pool; the strategy is touched by nobody else meanwhile (job mutex).
+  Status verdict = co_await Offload(service_.pool(), [&]() -> Status {
+    if (report.blob_key != expected_key) {
+      return InvalidArgumentError("update blob key '" + report.blob_key + "' is not this task's '" + expected_key +
+                                  "'");
+    }
+    StatusOr<storage::BlobInfo> info = service_.blobs().Head(report.blob_key);
+    if (!info.ok()) {
+      if (info.status().code() == StatusCode::kNotFound) {
+        return InvalidArgumentError("update was not uploaded to its signed URL (" + report.blob_key + ")");
+      }
+      return info.status();
+    }
+    if (info->size_bytes > max_bytes) {
+      return InvalidArgumentError("update is " + std::to_string(info->size_bytes) + " bytes, more than the " +
+                                  std::to_string(max_bytes) + " allowed for this job's weights");
+    }
+    if (info->sha256 != ToLower(report.sha256)) {
+      return InvalidArgumentError("update sha256 " + info->sha256 + " differs from the reported " + report.sha256);
+    }
+    StatusOr<weights::WeightSet> update = ReadWeightsBlob(service_.blobs(), report.blob_key);
+    if (!update.ok()) return InvalidArgumentError("update is not a valid safetensors file: " + update.status().message());
+    PARSYN_RETURN_IF_ERROR(global->CheckSameLayout(*update).WithContext("update layout differs from the global"));
+    PARSYN_RETURN_IF_ERROR(weights::CheckFinite(*update));
+    return strategy_.Accept(*update, a.sample_count);
+  });
+  if (!verdict.ok() && verdict.code() != StatusCode::kInvalidArgument) {
+    PARSYN_LOG_WARN("training job {}: validating the update of worker {}: {}", job_.id, a.worker, verdict.ToString());
+  }
+  Status recorded = co_await RecordUpdate(a.worker, a.round, a.attempt, verdict);
+  StatusOr<Actions> next = engine_->UpdateValidated(a.worker, a.round, a.attempt, verdict);
+  if (!next.ok()) co_return next.status();
+  work.insert(work.begin(), next->begin(), next->end());
+  co_return recorded;
+}
+
+http::Awaitable<Status> JobRunner::OnDropWorker(const DropWorker& a) {
+  // A result refused before validation (e.g. its sample count) is still recorded, with the reason.
+  if (a.cause == DropCause::kRejected) {
+    Status recorded = co_await RecordUpdate(a.worker, a.round, a.attempt, InvalidArgumentError(a.reason));
+    if (!recorded.ok()) co_return recorded;
+  }
+  if (a.cause == DropCause::kStraggler || a.cause == DropCause::kJobEnded) {
+    service_.AbandonTask(a.worker, job_.id, a.round, a.attempt);
+  }
+  {
+      auto event_appended = service_.AppendEvent(job_.id, "worker_dropped",
+                                {{"worker_id", a.worker}, {"round", a.round}, {"attempt", a.attempt},
+                                 {"cause", DropCauseName(a.cause)}, {"reason", a.reason}});
+      co_await std::move(event_appended);
+    }
+  co_return Status::Ok();
+}
+
+http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std::deque<Action>& work) {
+  const std::string key = AttemptPrefix(a.round, a.attempt) + "/global.safetensors";
+  struct Aggregated {
+    std::shared_ptr<weights::WeightSet> weights;
+    storage::BlobInfo info;
+  };
+  // The new global is a durable blob before the engine hears that aggregation finished (and so before commit).
+  StatusOr<Aggregated> aggregated = co_await Offload(service_.pool(), [&]() -> StatusOr<Aggregated> {
+    PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, strategy_.Finish());
+    mean.metadata()["format"] = "pt";
+    std::vector<std::byte> image = weights::SerializeSafetensors(mean);
+    Aggregated out;
+    PARSYN_ASSIGN_OR_RETURN(out.info, PutBytes(service_.blobs(), key,
+                                               std::string(reinterpret_cast<const char*>(image.data()), image.size())));
+    out.weights = std::make_shared<weights::WeightSet>(std::move(mean));
+    return out;
+  });
+  Status outcome = aggregated.status();
+  if (aggregated.ok()) {
+    pending_global_ = PendingGlobal{.key = key, .sha256 = aggregated->info.sha256, .weights = aggregated->weights};
+    bytes_moved_ += static_cast<int64_t>(aggregated->info.size_bytes);
+  } else {
+    PARSYN_LOG_ERROR("training job {}: aggregating round {}: {}", job_.id, a.round, outcome.ToString());
+  }
+  StatusOr<Actions> next = engine_->AggregationFinished(a.round, a.attempt, outcome);
+  if (!next.ok()) co_return next.status();
+  work.insert(work.begin(), next->begin(), next->end());
+  co_return Status::Ok();
+}
+
+http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound& a) {
+  if (!pending_global_) co_return InternalError("round " + std::to_string(a.round) + " commits without a global");
+  storage::RoundCommit commit{.job_id = job_.id,
+                              .round = a.round,
+                              .attempt = a.attempt,
+                              .global_blob_key = pending_global_->key,
+                              .global_sha256 = pending_global_->sha256,
+                              .ended_at_ms = service_.clock().UnixMillis(),
+                              .train_loss = a.num_updates > 0 ? std::optional<double>(a.train_loss) : std::nullopt,
+                              .validation_loss = pending_validation_loss_,
+                              .bytes_moved = bytes_moved_};
+  const std::string artifact_name = fmt::format("rounds/{:06}/global.safetensors", a.round);
+  StatusOr<storage::BlobInfo> info =
+      co_await Offload(service_.pool(), [&] { return service_.blobs().Head(pending_global_->key); });
+  if (!info.ok()) co_return info.status();
+  Status committed = co_await Offload(service_.pool(), [&]() -> Status {
+    PARSYN_RETURN_IF_ERROR(service_.store().CommitRound(commit));
+    // Every committed global stays downloadable as an artifact of the job.
+    Status added = service_.store().AddJobArtifact({.job_id = job_.id,
+                                                     .name = artifact_name,
+                                                     .blob_key = commit.global_blob_key,
+                                                     .size_bytes = static_cast<int64_t>(info->size_bytes),
+                                                     .sha256 = commit.global_sha256,
+                                                     .created_at_ms = commit.ended_at_ms});
+    if (!added.ok() && added.code() != StatusCode::kAlreadyExists) return added;
+    return Status::Ok();
+  });
+  if (!committed.ok()) co_return committed;
+  job_.committed_round = a.round;
+  global_ = pending_global_->weights;
+  global_key_ = pending_global_->key;
+  global_sha256_ = pending_global_->sha256;
+  global_size_bytes_ = info->size_bytes;
+  pending_global_.reset();
+  {
+      auto event_appended = service_.AppendEvent(job_.id, "round_committed",
+                                {{"round", a.round}, {"attempt", a.attempt},
+                                 {"total_rounds", engine_config_.num_rounds}, {"train_loss", a.train_loss},
+                                 {"validation_loss", pending_validation_loss_ ? json(*pending_validation_loss_) : json()},
+                                 {"num_updates", a.num_updates}, {"num_samples", a.num_samples},
+                                 {"global_sha256", global_sha256_}});
+      co_await std::move(event_appended);
+    }
+  pending_validation_loss_.reset();
+  co_return Status::Ok();
+}
+
+http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, const std::deque<Action>& work) {
+  storage::RoundFailure failure{.job_id = job_.id,
+                                .round = a.round,
+                                .attempt = a.attempt,
+                                .reason = a.reason,
+                                .ended_at_ms = service_.clock().UnixMillis(),
+                                .bytes_moved = bytes_moved_};
+  for (const Action& next : work) {
+    if (const auto* f = std::get_if<JobFailed>(&next)) failure.fail_job_reason = f->reason;
+  }
+  Status failed = co_await Offload(service_.pool(), [&] { return service_.store().FailRound(failure); });
+  if (!failed.ok()) co_return failed;
+  pending_global_.reset();
+  {
+      auto event_appended = service_.AppendEvent(job_.id, "round_failed",
+                                {{"round", a.round}, {"attempt", a.attempt}, {"reason", a.reason},
+                                 {"consecutive_failures", a.consecutive_failures},
+                                 {"fault_tolerance", engine_config_.fault_tolerance}});
+      co_await std::move(event_appended);
+    }
+  co_return Status::Ok();
+}
+
+http::Awaitable<Status> JobRunner::WriteFinalArtifacts() {
+  if (job_.committed_round == 0) co_return Status::Ok();  // nothing trained: no result to publish
+  const std::string adapter_config_key = fmt::format("jobs/{}/artifacts/adapter_config.json", job_.id);
+  const int64_t now = service_.clock().UnixMillis();
+  const std::string global_key = global_key_;
+  const std::string global_sha = global_sha256_;
+  const int64_t global_size = static_cast<int64_t>(global_size_bytes_);
+  json adapter_config;
+  if (spec_.config.use_peft) {
+    StatusOr<std::vector<std::string>> targets = weights::NormalizeLoraTargets(spec_.config.lora_target_modules);
+    adapter_config = {{"peft_type", "LORA"},
+                      {"task_type", "CAUSAL_LM"},
+                      {"base_model_name_or_path", model_.name},
+                      {"r", spec_.config.lora_r},
+                      {"lora_alpha", spec_.config.lora_alpha},
+                      {"lora_dropout", spec_.config.lora_dropout},
+                      {"target_modules", targets.ok() ? *targets : spec_.config.lora_target_modules},
+                      {"bias", "none"},
+                      {"fan_in_fan_out", false},
+                      {"inference_mode", true},
+                      {"init_lora_weights", true},
+                      {"modules_to_save", nullptr},
+                      {"revision", nullptr}};
+  }
+  const bool peft = spec_.config.use_peft;
+  Status written = co_await Offload(service_.pool(), [&]() -> Status {
+    auto add = [&](std::string name, std::string key, int64_t size, std::string sha) -> Status {
+      Status s = service_.store().AddJobArtifact({.job_id = job_.id, .name = std::move(name), .blob_key = std::move(key),
+                                                  .size_bytes = size, .sha256 = std::move(sha), .created_at_ms = now});
+      return s.code() == StatusCode::kAlreadyExists ? Status::Ok() : s;
+    };
+    if (!peft) return add("model.safetensors", global_key, global_size, global_sha);
+    PARSYN_RETURN_IF_ERROR(add("adapter_model.safetensors", global_key, global_size, global_sha));
+    PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo info,
+                            PutBytes(service_.blobs(), adapter_config_key, adapter_config.dump(2) + "\n"));
+    return add("adapter_config.json", adapter_config_key, static_cast<int64_t>(info.size_bytes), info.sha256);
+  });
+  co_return written;
+}
+
+http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string reason) {
+  Status artifacts = Status::Ok();
+  if (status == JobStatus::kSucceeded || status == JobStatus::kStopped) artifacts = co_await WriteFinalArtifacts();
+  const int64_t now = service_.clock().UnixMillis();
+  StatusOr<storage::TrainingJob> ended = co_await Offload(service_.pool(), [&]() -> StatusOr<storage::TrainingJob> {
+    PARSYN_ASSIGN_OR_RETURN(storage::TrainingJob current, service_.store().GetJob(job_.id));
+    if (current.status != status) {  // else FailRound already failed it in the same transaction
+      PARSYN_ASSIGN_OR_RETURN(current, service_.store().SetJobStatus(job_.id, status, now, reason));
+    }
+    // An attempt still waiting or training when the job was stopped or cancelled ends with the job.
+    PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Round> rounds, service_.store().ListRounds(job_.id));
+    for (const storage::Round& r : rounds) {
+      if (r.status != storage::RoundStatus::kRunning) continue;
+      PARSYN_RETURN_IF_ERROR(service_.store().FailRound({.job_id = job_.id,
+                                                         .round = r.round,
+                                                         .attempt = r.attempt,
+                                                         .reason = "the job ended (" +
+                                                                   std::string(storage::ToString(status)) + ")",
+                                                         .ended_at_ms = now,
+                                                         .bytes_moved = bytes_moved_,
+                                                         .counts_toward_fault_tolerance = false}));
+    }
+    return current;
+  });
+  if (ended.ok()) job_ = *ended;
+  ended_ = true;
+  // Workers still holding a task of this job are told through DropWorker(kJobEnded); free their slots here.
+  for (const ParticipantView& p : engine_->participants()) service_.TaskFinished(p.worker, job_.id);
+  json payload = {{"status", storage::ToString(status)}, {"committed_round", job_.committed_round}};
+  if (!reason.empty()) payload["reason"] = reason;
+  {
+      auto event_appended = service_.AppendEvent(job_.id, "job_status", payload);
+      co_await std::move(event_appended);
+    }
+  global_.reset();  // the weights are in the blob store; an ended job holds no memory
+  if (!artifacts.ok()) co_return artifacts;
+  co_return ended.status();
+}
+
+http::Awaitable<void> JobRunner::WorkerAvailable(int64_t worker_id) {
+  if (ended_) co_return;
+  Status s = co_await Handle([&] { return StatusOr<Actions>(engine_->WorkerAvailable(worker_id)); });
+  if (!s.ok()) PARSYN_LOG_WARN("training job {}: worker {} available: {}", job_.id, worker_id, s.ToString());
+}
+
+http::Awaitable<void> JobRunner::WorkerDisconnected(int64_t worker_id) {
+  if (ended_) co_return;
+  Status s = co_await Handle([&] { return StatusOr<Actions>(engine_->WorkerDisconnected(worker_id)); });
+  if (!s.ok()) PARSYN_LOG_WARN("training job {}: worker {} disconnected: {}", job_.id, worker_id, s.ToString());
+}
+
+bool JobRunner::TickDue() const {
+  if (ended_ || engine_ == nullptr) return false;
+  std::optional<Clock::TimePoint> deadline = engine_->next_deadline();
+  return deadline && *deadline <= service_.clock().Now();
+}
+
+http::Awaitable<void> JobRunner::Tick() {
+  if (ended_) co_return;
+  Status s = co_await Handle([&] { return StatusOr<Actions>(engine_->Tick()); });
+  if (!s.ok()) PARSYN_LOG_WARN("training job {}: timer: {}", job_.id, s.ToString());
+}
+
+http::Awaitable<Status> JobRunner::Stop() {
+  if (ended_) co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " has already ended (" +
+                                                std::string(storage::ToString(job_.status)) + ")");
+  co_return co_await Handle([&] { return StatusOr<Actions>(engine_->Stop()); });
+}
+
+http::Awaitable<Status> JobRunner::Cancel() {
+  if (ended_) co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " has already ended (" +
+                                                std::string(storage::ToString(job_.status)) + ")");
+  co_return co_await Handle([&] { return StatusOr<Actions>(engine_->Cancel()); });
+}
+
+http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultReport report) {
+  if (ended_) {
+    co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " has ended (" +
+                                      std::string(storage::ToString(job_.status)) + "); result refused");
+  }
+  const int round = report.round, attempt = report.attempt;
+  bool duplicate = false;
+  Status refused;
+  Status s = co_await Handle([&]() -> StatusOr<Actions> {
+    WorkerResult result{.worker = worker_id,
+                        .round = round,
+                        .attempt = attempt,
+                        .sample_count = report.sample_count,
+                        .train_loss = report.train_loss,
+                        .validation_samples = report.validation_samples,
+                        .validation_loss = report.validation_loss};
+    StatusOr<Actions> actions = engine_->ResultUploaded(result);
+    if (!actions.ok()) {
+      refused = actions.status();
+    } else if (actions->empty()) {
+      duplicate = true;
+    } else {
+      results_[worker_id] = report;
+    }
+    return actions;
+  });
+  if (!refused.ok()) co_return refused;  // late, unexpected or from a dropped worker: nothing changed
+  service_.TaskFinished(worker_id, job_.id);
+  if (!s.ok()) co_return s;
+  json out = {{"job_id", job_.id}, {"round", round}, {"attempt", attempt}};
+  if (round > engine_config_.num_rounds) {
+    out["status"] = "evaluated";
+  } else if (auto it = last_verdicts_.find(worker_id); it != last_verdicts_.end()) {
+    out["status"] = duplicate ? "duplicate" : (it->second.empty() ? "accepted" : "rejected");
+    if (!it->second.empty()) out["reason"] = it->second;
+  } else {
+    out["status"] = duplicate ? "duplicate" : "received";
+  }
+  co_return out;
+}
+
+void JobRunner::RecordProgress(int64_t worker_id, const json& progress) { progress_[worker_id] = progress; }
+
+json JobRunner::LiveView() const {
+  if (engine_ == nullptr) return json::object();
+  return {{"phase", JobPhaseName(engine_->phase())},
+          {"round", engine_->round()},
+          {"attempt", engine_->attempt()},
+          {"committed_round", engine_->last_committed_round()},
+          {"total_rounds", engine_config_.num_rounds},
+          {"workers", ParticipantsJson(engine_->participants(), progress_)}};
+}
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,147 @@
+// JobRunner: one active training job on the coordinator's event loop. It owns the job's RoundEngine and FedAvg
+// strategy and carries out the engine's actions in order: every transition is written to the metadata store (and
+// an event appended) before the request that caused it is answered; validating and accumulating an update, and
+// writing the new global, run on the service's thread pool.
+//
+// Events for a job are handled one at a time (a LoopMutex), each with all of its actions, including the follow-ups
+// from validation and aggregation, before the next one starts.
+//
+// Blob keys of a job (generated here, never from user input):
+//   jobs/<id>/shards/<nnn>/{train,validation}.<jsonl|csv>   written once per job
+//   jobs/<id>/rounds/000000/global.safetensors              round 1's LoRA adapters (full fine-tuning: the model's
+//                                                            model.safetensors blob serves as the initial global)
+//   jobs/<id>/rounds/<rrrrrr>-a<a>/global.safetensors       the global committed by round r (attempt a)
+//   jobs/<id>/rounds/<rrrrrr>-a<a>/updates/w<worker>.safetensors   a worker's update (signed PUT URL)
+//   jobs/<id>/artifacts/adapter_config.json                 the final adapter's PEFT config
+//
+// Restart: Launch() of a running job fails the attempt that was in flight (not counted toward fault_tolerance),
+// rebuilds the engine checkpoint from the store (committed round, attempts, failures, shard owners) and resumes at
+// the last committed round + 1, so no committed round is lost, skipped or repeated.
+//
+// Threads: loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "coordinator/job_spec.h"
+#include "coordinator/loop_tools.h"
+#include "coordinator/round_engine.h"
+#include "storage/metadata_store.h"
+#include "strategy/fed_avg.h"
+#include "weights/weight_set.h"
+
+namespace parsyn::coordinator {
+
+class Service;
+
+// What a worker sends with POST /api/v1/worker/result.
+struct ResultReport {
+  int round = 0;
+  int attempt = 0;
+  std::string blob_key;  // the update (train tasks)
+  std::string sha256;
+  int64_t sample_count = 0;
+  double train_loss = 0;
+  int64_t validation_samples = 0;
+  double validation_loss = 0;
+  nlohmann::json metrics = nlohmann::json::object();
+};
+
+class JobRunner {
+ public:
+  JobRunner(Service& service, storage::TrainingJob job, JobSpec spec);
+  ~JobRunner();
+
+  int64_t id() const { return job_.id; }
+  bool finished() const;
+  // Sets up a queued job (shards, initial global; then running) and starts round 1, or resumes a running job.
+  // On error the job is marked failed with the reason.
+  http::Awaitable<Status> Launch();
+
+  // Whether this job may give the worker a task (listed, or any worker for mode auto).
+  bool IsEligible(int64_t worker_id) const;
+  http::Awaitable<void> WorkerAvailable(int64_t worker_id);
+  http::Awaitable<void> WorkerDisconnected(int64_t worker_id);
+  // A worker's result. Returns {"status": "accepted" | "rejected" | "duplicate" | "evaluated", "reason"}.
+  // FailedPrecondition for a late or unexpected result (see RoundEngine::ResultUploaded).
+  http::Awaitable<StatusOr<nlohmann::json>> Result(int64_t worker_id, ResultReport report);
+  // Applies due timeouts.
+  http::Awaitable<void> Tick();
+  bool TickDue() const;
+  // Stop (finish with the latest committed global) or cancel; FailedPrecondition once the job has ended.
+  http::Awaitable<Status> Stop();
+  http::Awaitable<Status> Cancel();
+
+  // In-memory progress for GET /training-jobs/{id}: phase, round, attempt, per-worker state and progress.
+  nlohmann::json LiveView() const;
+  // A worker's progress report within the current attempt (for LiveView).
+  void RecordProgress(int64_t worker_id, const nlohmann::json& progress);
+  // Largest accepted update upload for a key of this job (the global's size plus header room); nullopt if the key
+  // is not an update key of the current attempt.
+  std::optional<uint64_t> UpdateSizeCap(std::string_view blob_key) const;
+  void AddBytesMoved(uint64_t bytes) { bytes_moved_ += static_cast<int64_t>(bytes); }
+
+ private:
+  struct PendingGlobal {
+    std::string key;
+    std::string sha256;
+    std::shared_ptr<weights::WeightSet> weights;
+  };
+
+  http::Awaitable<Status> Setup();
+  http::Awaitable<Status> Resume();
+  http::Awaitable<Status> LoadGlobal(const std::string& key, const std::string& sha256);
+  // Runs one engine event under the job's mutex and carries out its actions.
+  http::Awaitable<Status> Handle(const std::function<StatusOr<Actions>()>& event);
+  http::Awaitable<Status> Execute(Actions actions);
+  http::Awaitable<Status> Do(const Action& action, std::deque<Action>& work);
+  http::Awaitable<Status> OnStartRound(const coordinator::StartRound& a, const std::deque<Action>& work);
+  http::Awaitable<Status> OnAssignTask(const AssignTask& a);
+  http::Awaitable<Status> OnValidateUpdate(const ValidateUpdate& a, std::deque<Action>& work);
+  http::Awaitable<Status> OnDropWorker(const DropWorker& a);
+  http::Awaitable<Status> OnAggregateRound(const AggregateRound& a, std::deque<Action>& work);
+  http::Awaitable<Status> OnCommitRound(const coordinator::CommitRound& a);
+  http::Awaitable<Status> OnFailRound(const coordinator::FailRound& a, const std::deque<Action>& work);
+  http::Awaitable<Status> OnJobEnded(storage::JobStatus status, std::string reason);
+  http::Awaitable<Status> WriteFinalArtifacts();
+  http::Awaitable<Status> RecordUpdate(int64_t worker_id, int round, int attempt, const Status& verdict);
+  nlohmann::json BuildTask(const AssignTask& a) const;
+  std::string AttemptPrefix(int round, int attempt) const;
+  std::string UpdateKey(int round, int attempt, int64_t worker_id) const;
+
+  Service& service_;
+  storage::TrainingJob job_;
+  JobSpec spec_;
+  RoundEngineConfig engine_config_;
+  strategy::FedAvg strategy_;
+  std::unique_ptr<RoundEngine> engine_;
+  LoopMutex mutex_;
+  bool ended_ = false;
+
+  storage::Model model_;
+  storage::Dataset dataset_;
+  std::vector<storage::Shard> shards_;
+  // The latest committed global (round committed_round; 0: the initial weights).
+  std::string global_key_;
+  std::string global_sha256_;
+  uint64_t global_size_bytes_ = 0;
+  std::shared_ptr<weights::WeightSet> global_;
+  std::optional<PendingGlobal> pending_global_;  // aggregated, not yet committed
+  std::optional<double> pending_validation_loss_;
+  int64_t bytes_moved_ = 0;  // of the attempt in progress
+  std::map<int64_t, ResultReport> results_;       // of the attempt in progress, by worker
+  std::set<int64_t> recorded_updates_;            // workers whose update of this attempt is in the store
+  std::map<int64_t, nlohmann::json> progress_;    // latest progress report per worker, this attempt
+  std::map<int64_t, std::string> last_verdicts_;  // "" accepted, else the rejection reason
+};
+
+}  // namespace parsyn::coordinator

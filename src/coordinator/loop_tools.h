@@ -1,0 +1,162 @@
+// Tools for code on the coordinator's event loop (one io_context thread, DESIGN.md §3):
+//   - Offload: run a blocking call (store, hashing, aggregation) on the worker pool and resume on the loop with its
+//     result, so the loop never blocks.
+//   - LoopMutex: an async mutex for coroutines of the one loop thread (a job's events are handled one at a time
+//     while their actions await the pool).
+//   - BodyPipe: a ByteSource a pool thread reads (BlobStore::Put) while a loop coroutine feeds it an HTTP request
+//     body chunk by chunk, so uploads stream into the blob store with bounded memory.
+#pragma once
+
+#include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <chrono>
+#include <atomic>
+#include <boost/asio/this_coro.hpp>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "base/status.h"
+#include "http/server.h"
+#include "http/signal.h"
+#include "storage/byte_source.h"
+
+namespace parsyn::coordinator {
+
+// Runs `fn` on `pool` and resumes the awaiting coroutine on its own executor (the loop) with fn's result.
+// `fn` must not touch loop state; it may capture references that outlive the co_await.
+template <typename Fn>
+http::Awaitable<std::invoke_result_t<Fn>> Offload(boost::asio::thread_pool& pool, Fn fn) {
+  using R = std::invoke_result_t<Fn>;
+  // The result travels in a shared optional: awaitable handlers want a default-constructible-free path.
+  auto result = std::make_shared<std::optional<R>>();
+  co_await boost::asio::async_initiate<const boost::asio::use_awaitable_t<>&, void()>(
+      [&pool, fn = std::move(fn), result](auto handler) mutable {
+        boost::asio::post(pool, [fn = std::move(fn), result, handler = std::move(handler)]() mutable {
+          result->emplace(fn());
+          auto executor = boost::asio::get_associated_executor(handler);
+          boost::asio::post(executor, [handler = std::move(handler)]() mutable { handler(); });
+        });
+      },
+      boost::asio::use_awaitable);
+  co_return std::move(**result);
+}
+
+// Only for coroutines of one loop thread. Lock() waits while another coroutine holds it.
+class LoopMutex {
+ public:
+  explicit LoopMutex(boost::asio::any_io_executor executor) : released_(std::move(executor)) {}
+  http::Awaitable<void> Lock() {
+    while (locked_) co_await released_.Wait(std::chrono::hours(1));
+    locked_ = true;
+  }
+  void Unlock() {
+    locked_ = false;
+    released_.Notify();
+  }
+
+ private:
+  bool locked_ = false;
+  http::Signal released_;
+};
+
+// Unlocks on scope exit (also when the coroutine frame is destroyed).
+class LoopLock {
+ public:
+  explicit LoopLock(LoopMutex& mutex) : mutex_(&mutex) {}
+  ~LoopLock() {
+    if (mutex_ != nullptr) mutex_->Unlock();
+  }
+  LoopLock(const LoopLock&) = delete;
+  LoopLock& operator=(const LoopLock&) = delete;
+
+ private:
+  LoopMutex* mutex_;
+};
+
+// A bounded single-producer (loop) single-consumer (pool thread) byte channel. Thread-safe.
+class BodyPipe final : public storage::ByteSource {
+ public:
+  // `on_drained` is called on the consumer's thread whenever a read makes a full pipe no longer full.
+  explicit BodyPipe(std::function<void()> on_drained, size_t max_buffered_bytes = 4 << 20)
+      : on_drained_(std::move(on_drained)), max_buffered_bytes_(max_buffered_bytes) {}
+
+  // Consumer side (pool thread): blocks until bytes, the end, or an error.
+  StatusOr<size_t> Read(std::span<std::byte> buffer) override;
+
+  // Producer side. Push returns false once the consumer has gone (Abandon()).
+  bool Push(std::string_view chunk);
+  void Close();             // the body is complete
+  void Fail(Status error);  // the body broke; the consumer's Read returns `error`
+  void Abandon();           // the consumer stopped reading; pushes are dropped
+  bool Full() const;        // the producer should wait (for on_drained) before pushing more
+
+ private:
+  const std::function<void()> on_drained_;
+  const size_t max_buffered_bytes_;
+  mutable std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<std::string> chunks_;
+  size_t offset_in_front_ = 0;
+  size_t buffered_bytes_ = 0;
+  bool closed_ = false;
+  bool abandoned_ = false;
+  Status error_;
+};
+
+// Streams `body` into `put` (a blocking call that reads the pipe, run on `pool`) and returns put's result.
+// Body errors (size cap, stalled or vanished client) reach `put` through the pipe and come back as its error.
+template <typename R>
+http::Awaitable<R> StreamBodyInto(boost::asio::thread_pool& pool, http::BodyReader& body,
+                                  std::function<R(storage::ByteSource&)> put) {
+  struct Shared {
+    explicit Shared(const boost::asio::any_io_executor& ex) : done(ex), drained(ex) {}
+    http::Signal done;     // notified on the loop once `result` is set
+    http::Signal drained;  // notified on the loop when the pipe has room again
+    std::optional<R> result;
+    std::atomic<bool> finished{false};
+  };
+  auto executor = co_await boost::asio::this_coro::executor;
+  auto shared = std::make_shared<Shared>(executor);
+  auto pipe = std::make_shared<BodyPipe>([executor, weak = std::weak_ptr<Shared>(shared)] {
+    boost::asio::post(executor, [weak] {
+      if (auto s = weak.lock()) s->drained.Notify();
+    });
+  });
+  boost::asio::post(pool, [pipe, shared, put = std::move(put), executor]() {
+    shared->result.emplace(put(*pipe));
+    pipe->Abandon();
+    shared->finished.store(true, std::memory_order_release);
+    boost::asio::post(executor, [shared] { shared->done.Notify(); });
+  });
+  while (true) {
+    StatusOr<std::string_view> chunk = co_await body.Next();
+    if (!chunk.ok()) {
+      pipe->Fail(chunk.status());
+      break;
+    }
+    if (chunk->empty()) {
+      pipe->Close();
+      break;
+    }
+    if (!pipe->Push(*chunk)) break;  // the consumer failed early; its error is the answer
+    // The timeout only guards against a lost wake-up between Full() and Wait(); on_drained normally ends the wait.
+    while (pipe->Full() && !shared->finished.load(std::memory_order_acquire)) {
+      co_await shared->drained.Wait(std::chrono::milliseconds(100));
+    }
+  }
+  while (!shared->finished.load(std::memory_order_acquire)) co_await shared->done.Wait(std::chrono::milliseconds(100));
+  co_return std::move(*shared->result);
+}
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,254 @@
+#include "coordinator/service.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/redirect_error.hpp>
+
+#include "base/log.h"
+#include "coordinator/auth.h"
+#include "coordinator/job_runner.h"
+#include "coordinator/loop_tools.h"
+#include "coordinator/service_routes.h"
+#include "http/signed_url.h"
+#include "storage/directory_blob_store.h"
+#include "storage/sqlite_store.h"
+
+namespace parsyn::coordinator {
+
+using nlohmann::json;
+
+Service::Service(boost::asio::io_context& io, ServiceOptions options)
+    : io_(io),
+      options_(std::move(options)),
+      clock_(SystemClock::Get()),
+      pool_(static_cast<size_t>(std::max(1, options_.pool_threads))),
+      shutdown_(io.get_executor()) {}
+
+Service::~Service() { pool_.join(); }
+
+StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, ServiceOptions options) {
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir, ec);
+  if (ec) return UnavailableError("cannot create data directory " + options.data_dir.string() + ": " + ec.message());
+  std::filesystem::permissions(options.data_dir, std::filesystem::perms::owner_all, ec);
+  std::unique_ptr<Service> service(new Service(io, std::move(options)));
+  const std::filesystem::path dir = service->options_.data_dir;
+  PARSYN_ASSIGN_OR_RETURN(auto store, storage::SqliteMetadataStore::Open((dir / "metadata.db").string()));
+  service->store_ = std::move(store);
+  PARSYN_ASSIGN_OR_RETURN(auto blobs, storage::DirectoryBlobStore::Open(dir / "blobs"));
+  service->blobs_ = std::move(blobs);
+  PARSYN_ASSIGN_OR_RETURN(AdminKeySetup admin, EnsureAdminKey(*service->store_, dir));
+  service->new_admin_key_ = admin.new_key;
+  PARSYN_ASSIGN_OR_RETURN(service->admin_key_hash_, service->store_->GetAdminKeyHash());
+  PARSYN_ASSIGN_OR_RETURN(service->signing_secret_, LoadOrCreateSigningSecret(dir));
+  PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Worker> workers, service->store_->ListWorkers());
+  const int64_t now = service->clock_.UnixMillis();
+  for (storage::Worker& w : workers) {
+    service->worker_tokens_[w.token_sha256] = WorkerAuth{.worker_id = w.id, .revoked = w.revoked};
+    // Sessions do not survive a restart: every worker says hello again.
+    if (w.status != storage::WorkerStatus::kOffline) {
+      w.status = storage::WorkerStatus::kOffline;
+      PARSYN_RETURN_IF_ERROR(service->store_->UpdateWorker(w));
+    }
+  }
+  (void)now;
+  return service;
+}
+
+StatusOr<http::Router> Service::BuildRouter() {
+  http::Router router;
+  routes_.clear();
+  Routes routes(*this, router, routes_);
+  PARSYN_RETURN_IF_ERROR(routes.Open(http::Method::kGet, "/healthz", [](http::Request&) -> http::Awaitable<http::Response> {
+    co_return http::Response::Json(200, {{"status", "ok"}});
+  }));
+  PARSYN_RETURN_IF_ERROR(AddApiRoutes(routes));
+  PARSYN_RETURN_IF_ERROR(AddJobRoutes(routes));
+  PARSYN_RETURN_IF_ERROR(AddWorkerRoutes(routes));
+  PARSYN_RETURN_IF_ERROR(AddBlobRoutes(routes));
+  return router;
+}
+
+Status Service::CheckAdmin(const http::Request& req) const {
+  PARSYN_ASSIGN_OR_RETURN(std::string key, BearerToken(req.Header("authorization")));
+  if (!DigestsEqual(HashSecret(key), admin_key_hash_)) return UnauthenticatedError("invalid API key");
+  return Status::Ok();
+}
+
+StatusOr<int64_t> Service::AuthenticateWorker(const http::Request& req) const {
+  PARSYN_ASSIGN_OR_RETURN(std::string token, BearerToken(req.Header("authorization")));
+  auto it = worker_tokens_.find(HashSecret(token));
+  if (it == worker_tokens_.end()) return UnauthenticatedError("invalid worker token");
+  if (it->second.revoked) {
+    return PermissionDeniedError("worker " + std::to_string(it->second.worker_id) + " has been revoked");
+  }
+  return it->second.worker_id;
+}
+
+std::string Service::SignedBlobUrl(std::string_view method, std::string_view key) const {
+  const int64_t expires = clock_.UnixMillis() / 1000 + options_.signed_url_ttl.count();
+  return options_.public_url + "/blobs/" + std::string(key) + "?" +
+         http::SignUrl(signing_secret_, method, key, expires);
+}
+
+http::Signal& Service::EventSignal(int64_t job_id) {
+  std::unique_ptr<http::Signal>& s = event_signals_[job_id];
+  if (!s) s = std::make_unique<http::Signal>(io_.get_executor());
+  return *s;
+}
+
+http::Awaitable<void> Service::AppendEvent(int64_t job_id, std::string type, json payload) {
+  storage::JobEvent event{.job_id = job_id, .type = type, .payload_json = payload.dump(),
+                          .time_ms = clock_.UnixMillis()};
+  StatusOr<int64_t> id = co_await Offload(pool_, [&] { return store_->AppendJobEvent(event); });
+  if (!id.ok()) PARSYN_LOG_ERROR("training job {}: event {} not stored: {}", job_id, type, id.status().ToString());
+  EventSignal(job_id).Notify();
+}
+
+Service::Session* Service::FindSession(int64_t worker_id) {
+  auto it = sessions_.find(worker_id);
+  return it == sessions_.end() ? nullptr : &it->second;
+}
+
+bool Service::DeliverTask(int64_t worker_id, int64_t job_id, json task) {
+  Session* s = FindSession(worker_id);
+  if (s == nullptr) return false;
+  s->queued.push_back({.job_id = job_id, .task = std::move(task)});
+  s->wake->Notify();
+  boost::asio::co_spawn(io_, SetWorkerStatus(worker_id, storage::WorkerStatus::kBusy), boost::asio::detached);
+  return true;
+}
+
+void Service::AbandonTask(int64_t worker_id, int64_t job_id, int round, int attempt) {
+  Session* s = FindSession(worker_id);
+  if (s == nullptr) return;
+  std::erase_if(s->queued, [&](const Session::QueuedTask& t) {
+    return t.job_id == job_id && t.task["round"] == round && t.task["attempt"] == attempt;
+  });
+  if (s->current_job == job_id && s->current_task["round"] == round && s->current_task["attempt"] == attempt) {
+    s->abandon.push_back({{"job_id", job_id}, {"round", round}, {"attempt", attempt}});
+    s->current_job.reset();
+    s->current_task = json();
+  }
+}
+
+void Service::TaskFinished(int64_t worker_id, int64_t job_id) {
+  Session* s = FindSession(worker_id);
+  if (s == nullptr || s->current_job != job_id) return;
+  s->current_job.reset();
+  s->current_task = json();
+  if (s->queued.empty()) {
+    boost::asio::co_spawn(io_, SetWorkerStatus(worker_id, storage::WorkerStatus::kOnline), boost::asio::detached);
+  }
+}
+
+std::vector<int64_t> Service::IdleWorkers() const {
+  std::vector<int64_t> idle;
+  for (const auto& [id, s] : sessions_) {
+    if (s.polls_in_flight > 0 && s.queued.empty() && !s.current_job) idle.push_back(id);
+  }
+  return idle;
+}
+
+JobRunner* Service::FindRunner(int64_t job_id) {
+  auto it = runners_.find(job_id);
+  return it == runners_.end() ? nullptr : it->second.get();
+}
+
+http::Awaitable<void> Service::SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string device) {
+  const int64_t now = clock_.UnixMillis();
+  Status s = co_await Offload(pool_, [&]() -> Status {
+    PARSYN_ASSIGN_OR_RETURN(storage::Worker w, store_->GetWorker(worker_id));
+    w.status = status;
+    if (!device.empty()) w.device = device;
+    w.last_heartbeat_at_ms = now;
+    return store_->UpdateWorker(w);
+  });
+  if (!s.ok()) PARSYN_LOG_WARN("worker {}: status not stored: {}", worker_id, s.ToString());
+}
+
+http::Awaitable<void> Service::EndSession(int64_t worker_id, std::string_view why) {
+  auto it = sessions_.find(worker_id);
+  if (it == sessions_.end()) co_return;
+  PARSYN_LOG_INFO("worker {}: session ended ({})", worker_id, why);
+  it->second.wake->Notify();  // a long-poll of the old session returns
+  sessions_.erase(it);
+  std::vector<JobRunner*> runners;
+  for (auto& [id, r] : runners_) {
+    if (!r->finished()) runners.push_back(r.get());
+  }
+  for (JobRunner* r : runners) co_await r->WorkerDisconnected(worker_id);
+  if (FindSession(worker_id) == nullptr) co_await SetWorkerStatus(worker_id, storage::WorkerStatus::kOffline);
+}
+
+http::Awaitable<void> Service::OfferWorker(int64_t worker_id) {
+  std::vector<JobRunner*> runners;
+  for (auto& [id, r] : runners_) {
+    if (r->IsEligible(worker_id)) runners.push_back(r.get());
+  }
+  for (JobRunner* r : runners) {
+    Session* s = FindSession(worker_id);
+    // One task at a time: stop offering once a job gave the worker something to do.
+    if (s == nullptr || !s->queued.empty() || s->current_job) break;
+    co_await r->WorkerAvailable(worker_id);
+  }
+}
+
+http::Awaitable<void> Service::LaunchJob(storage::TrainingJob job) {
+  const int64_t id = job.id;
+  StatusOr<JobSpec> spec = ParseJobSpec(job.spec_json);
+  if (!spec.ok()) {
+    PARSYN_LOG_ERROR("training job {}: stored spec does not parse: {}", id, spec.status().ToString());
+    co_return;
+  }
+  auto runner = std::make_unique<JobRunner>(*this, std::move(job), std::move(*spec));
+  JobRunner* r = runner.get();
+  runners_[id] = std::move(runner);
+  Status launched = co_await r->Launch();
+  if (!launched.ok()) co_return;
+  // Workers already waiting for work may join now.
+  std::vector<int64_t> idle = IdleWorkers();
+  for (int64_t w : idle) co_await OfferWorker(w);
+}
+
+http::Awaitable<void> Service::Start() {
+  StatusOr<std::vector<storage::TrainingJob>> jobs = co_await Offload(pool_, [&] { return store_->ListJobs(); });
+  if (!jobs.ok()) {
+    PARSYN_LOG_ERROR("cannot list training jobs to resume: {}", jobs.status().ToString());
+  } else {
+    for (storage::TrainingJob& job : *jobs) {
+      if (job.status == storage::JobStatus::kQueued || job.status == storage::JobStatus::kRunning) {
+        co_await LaunchJob(std::move(job));
+      }
+    }
+  }
+  boost::asio::co_spawn(io_, TimerLoop(), boost::asio::detached);
+}
+
+void Service::BeginShutdown() {
+  shutting_down_ = true;
+  shutdown_.Notify();
+  for (auto& [id, s] : sessions_) s.wake->Notify();
+}
+
+http::Awaitable<void> Service::TimerLoop() {
+  while (!shutting_down_) {
+    co_await shutdown_.Wait(options_.tick_interval);
+    if (shutting_down_) break;
+    const Clock::TimePoint now = clock_.Now();
+    std::vector<int64_t> silent;
+    for (const auto& [id, s] : sessions_) {
+      if (s.polls_in_flight == 0 && now - s.last_seen > options_.heartbeat_timeout) silent.push_back(id);
+    }
+    for (int64_t id : silent) co_await EndSession(id, "no heartbeat within the heartbeat timeout");
+    std::vector<JobRunner*> due;
+    for (auto& [id, r] : runners_) {
+      if (r->TickDue()) due.push_back(r.get());
+    }
+    for (JobRunner* r : due) co_await r->Tick();
+  }
+}
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,162 @@
+// Service: the coordinator behind `parsyn server` (DESIGN.md §3). It owns the metadata and blob stores under the
+// data directory, the worker sessions, one JobRunner per active job, and the HTTP routes (REST API v1, the worker
+// protocol, signed blob URLs).
+//
+// Threads: all of the service's state lives on the ONE thread that runs the io_context given to Open (the event
+// loop); route handlers and job runners are coroutines there and take no locks. Blocking work (store calls, blob
+// I/O, validating and accumulating updates, sharding) runs on the service's small thread pool through Offload()
+// and resumes on the loop. Open() itself blocks (it opens the stores) and may run before the loop starts.
+//
+// Durability: every state change is written to the metadata store before the request that caused it is answered;
+// on Start() every running job resumes at its last committed round (see JobRunner).
+#pragma once
+
+#include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "http/server.h"
+#include "http/signal.h"
+#include "storage/blob_store.h"
+#include "storage/metadata_store.h"
+
+namespace parsyn::coordinator {
+
+class JobRunner;
+
+struct ServiceOptions {
+  std::filesystem::path data_dir;  // holds metadata.db, blobs/, admin-key, url-signing-secret
+  // Base of the signed URLs handed to workers ("http://10.0.0.5:8080"); empty: set later with SetPublicUrl.
+  std::string public_url;
+  std::chrono::milliseconds heartbeat_interval{5'000};  // asked of workers in hello
+  std::chrono::milliseconds heartbeat_timeout{20'000};  // a worker silent this long is disconnected
+  std::chrono::milliseconds max_poll_wait{30'000};      // the longest a task long-poll is held open
+  std::chrono::seconds signed_url_ttl{std::chrono::hours(24)};
+  uint64_t max_upload_bytes = uint64_t{64} << 30;  // datasets and model files
+  uint64_t max_json_bytes = 1 << 20;               // JSON request bodies
+  int pool_threads = 4;  // uploads hold a thread each while they stream
+  std::chrono::milliseconds tick_interval{100};  // timer resolution of timeouts (aggregation, heartbeats)
+};
+
+// A (method, pattern) the service registers; docs/openapi.yaml must describe exactly these.
+struct RouteInfo {
+  http::Method method;
+  std::string pattern;
+};
+
+class Service {
+ public:
+  // Opens (creating on first start) the stores under options.data_dir and the admin key. Blocking.
+  // Unavailable / DataLoss / FailedPrecondition from the stores and files, named.
+  static StatusOr<std::unique_ptr<Service>> Open(boost::asio::io_context& io, ServiceOptions options);
+  ~Service();
+
+  // The admin key when it was created by this Open (the first start): print it once.
+  const std::optional<std::string>& new_admin_key() const { return new_admin_key_; }
+  // Every route of the service. Records them in routes().
+  StatusOr<http::Router> BuildRouter();
+  const std::vector<RouteInfo>& routes() const { return routes_; }
+  void SetPublicUrl(std::string url) { options_.public_url = std::move(url); }
+  // Call on the loop once the server listens: resumes running jobs, starts the timer. Errors are logged per job.
+  http::Awaitable<void> Start();
+  // Stops the timer and wakes long-polls so a graceful shutdown completes. On the loop.
+  void BeginShutdown();
+
+  // ---- For the coordinator's own routes and job runners (loop thread only). ----
+  const ServiceOptions& options() const { return options_; }
+  storage::MetadataStore& store() { return *store_; }
+  storage::BlobStore& blobs() { return *blobs_; }
+  boost::asio::thread_pool& pool() { return pool_; }
+  const Clock& clock() const { return clock_; }
+  boost::asio::any_io_executor executor() { return io_.get_executor(); }
+  // A URL for `method` on blob `key` at /blobs/..., valid for signed_url_ttl.
+  std::string SignedBlobUrl(std::string_view method, std::string_view key) const;
+  // Appends a job event to the store and wakes the job's event streams. Errors are logged, not returned: events
+  // describe changes already stored.
+  http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, nlohmann::json payload);
+  http::Signal& EventSignal(int64_t job_id);
+  // Queues a task for a worker and wakes its long-poll. False when the worker has no session (it went away).
+  bool DeliverTask(int64_t worker_id, int64_t job_id, nlohmann::json task);
+  // Tells a worker to drop a task (straggler, job ended): removed if not yet delivered, else reported in its next
+  // heartbeat's "abandon" list.
+  void AbandonTask(int64_t worker_id, int64_t job_id, int round, int attempt);
+  // The worker's delivered task of this job is over (reported, refused or the job ended).
+  void TaskFinished(int64_t worker_id, int64_t job_id);
+  // Workers online with nothing to do: the engine's idle set when a job starts or resumes.
+  std::vector<int64_t> IdleWorkers() const;
+  JobRunner* FindRunner(int64_t job_id);
+  // Starts a runner for a stored job (queued: set up and start round 1; running: resume). On the loop.
+  http::Awaitable<void> LaunchJob(storage::TrainingJob job);
+
+ private:
+  struct Session {
+    int64_t worker_id = 0;
+    std::string session_id;
+    Clock::TimePoint last_seen{};
+    int polls_in_flight = 0;
+    struct QueuedTask {
+      int64_t job_id = 0;
+      nlohmann::json task;
+    };
+    std::deque<QueuedTask> queued;              // assigned, not yet delivered
+    std::optional<int64_t> current_job;         // delivered, not yet reported
+    nlohmann::json current_task;
+    std::vector<nlohmann::json> abandon;        // tasks to drop, sent with the next heartbeat
+    std::shared_ptr<http::Signal> wake;         // a task was queued (shared: a long-poll may outlive the session)
+  };
+  struct WorkerAuth {
+    int64_t worker_id = 0;
+    bool revoked = false;
+  };
+  // What a route helper needs to register routes and remember them.
+  class Routes;
+
+  Service(boost::asio::io_context& io, ServiceOptions options);
+
+  Status AddApiRoutes(Routes& routes);
+  Status AddJobRoutes(Routes& routes);
+  Status AddWorkerRoutes(Routes& routes);
+  Status AddBlobRoutes(Routes& routes);
+
+  // Authentication of user and worker requests.
+  Status CheckAdmin(const http::Request& req) const;
+  StatusOr<int64_t> AuthenticateWorker(const http::Request& req) const;
+  Session* FindSession(int64_t worker_id);
+  // Ends a worker's session (goodbye, missed heartbeats, a new hello) and tells every job.
+  http::Awaitable<void> EndSession(int64_t worker_id, std::string_view why);
+  http::Awaitable<void> SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string device = {});
+  http::Awaitable<void> OfferWorker(int64_t worker_id);
+  http::Awaitable<void> TimerLoop();
+
+  boost::asio::io_context& io_;
+  ServiceOptions options_;
+  const Clock& clock_;
+  boost::asio::thread_pool pool_;
+  std::unique_ptr<storage::MetadataStore> store_;
+  std::unique_ptr<storage::BlobStore> blobs_;
+  std::string admin_key_hash_;
+  std::string signing_secret_;
+  std::optional<std::string> new_admin_key_;
+  std::vector<RouteInfo> routes_;
+  std::map<std::string, WorkerAuth, std::less<>> worker_tokens_;  // token sha256 -> worker
+  std::map<int64_t, Session> sessions_;
+  std::map<int64_t, std::unique_ptr<JobRunner>> runners_;
+  std::map<int64_t, std::unique_ptr<http::Signal>> event_signals_;
+  http::Signal shutdown_;
+  bool shutting_down_ = false;
+};
+
+}  // namespace parsyn::coordinator
