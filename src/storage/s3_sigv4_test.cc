@@ -210,7 +210,7 @@ TEST(S3SigV4Test, MatchesBoto3ByteForByte) {
   std::filesystem::path cases_file = dir.path() / "cases.json";
   std::ofstream(cases_file) << ToJson(cases);
   StatusOr<std::string> output =
-      RunAndCapture({python->string(), "tests/s3/sigv4_reference.py", cases_file.string()});
+      RunAndCapture({python->string(), PARSYN_SOURCE_DIR "/tests/s3/sigv4_reference.py", cases_file.string()});
   ASSERT_TRUE(output.ok()) << output.status().ToString();
   std::map<std::string, Reference> references = ParseReference(*output);
   ASSERT_EQ(references.size(), cases.size()) << *output;
