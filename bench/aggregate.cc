@@ -1,0 +1,276 @@
+// bench_aggregate: streaming FedAvg (weights::WeightedMean) on K = 8 updates of 256 MiB, against this machine's
+// memory bandwidth and against the way Flower aggregates in numpy, all measured in the same run; then peak RSS for
+// K = 2, 8, 32, each in a child process (this program re-executed with --rss K). `--all` adds fp64 and exact rows.
+//
+// Memory traffic we cause is counted by phase in main() (zero-filled fresh pages, validation, accumulation,
+// Finish). The traffic ratio is (those bytes / time) over the bandwidth of a plain streaming loop a[i] += s * b[i]
+// over arrays of the update's size, run on the same number of threads.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "weights/weight_set.h"
+#include "weights/weighted_mean.h"
+
+namespace {
+
+using parsyn::weights::Accumulation;
+using parsyn::weights::DType;
+using parsyn::weights::DTypeSize;
+using parsyn::weights::WeightedMean;
+using parsyn::weights::WeightSet;
+
+constexpr size_t kUpdateBytes = size_t{256} << 20;
+constexpr int kTensors = 32;  // 8 MiB each: a mid-sized model's worth of tensors
+constexpr int kK = 8;
+constexpr double kGB = 1e9;
+constexpr double kMiB = 1 << 20;
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+int NumThreads() { return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)); }
+
+size_t AccumulatorBytesPerElement(Accumulation mode) {
+  switch (mode) {
+    case Accumulation::kFloat32: return 4;
+    case Accumulation::kFloat64: return 8;
+    case Accumulation::kExact: return 16;
+  }
+  return 4;
+}
+
+// An update of kUpdateBytes in `dtype`, rewritten in place for each client, so a run holds one update at a time
+// whatever K is.
+struct Update {
+  WeightSet set;
+  DType dtype;
+
+  explicit Update(DType d) : dtype(d) {
+    const int64_t elements = static_cast<int64_t>(kUpdateBytes / kTensors / DTypeSize(d));
+    for (int t = 0; t < kTensors; ++t) {
+      if (!set.AddZeros("layers." + std::to_string(t) + ".weight", d, {elements}).ok()) std::abort();
+    }
+  }
+  // Fills every value (deterministic, in [-0.5, 0.5)) for client k.
+  void Fill(int k) {
+    for (const auto& t : set.tensors()) {
+      const size_t n = static_cast<size_t>(t.numel());
+      if (dtype == DType::kF32) {
+        float* w = t.as<float>().data();
+        for (size_t i = 0; i < n; ++i) w[i] = static_cast<float>((i * 2654435761u + k * 97u) % 1000) * 1e-3f - 0.5f;
+      } else {
+        uint16_t* w = t.as<uint16_t>().data();
+        for (size_t i = 0; i < n; ++i) {
+          w[i] = parsyn::weights::FloatToBf16(static_cast<float>((i * 2654435761u + k * 97u) % 1000) * 1e-3f - 0.5f);
+        }
+      }
+    }
+  }
+  // Makes the buffer the next client's update by changing its first value per tensor: enough for the RSS runs,
+  // where what matters is that K updates pass through one buffer, and cheaper than refilling 256 MiB each time.
+  void Advance(int k) {
+    for (const auto& t : set.tensors()) {
+      if (dtype == DType::kF32) t.as<float>()[0] = 1e-3f * static_cast<float>(k % 100);
+    }
+  }
+};
+
+// Seconds for one whole aggregation of K updates (construction, K accepts, Finish), best of `reps`.
+double TimeAggregation(Update& update, Accumulation mode, int K, int reps) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double start = Now();
+    WeightedMean mean(update.set, {.accumulation = mode});
+    for (int k = 0; k < K; ++k) {
+      parsyn::Status s = mean.Accept(update.set, 100 + 10 * k);
+      if (!s.ok()) {
+        std::fprintf(stderr, "Accept failed: %s\n", s.ToString().c_str());
+        std::exit(1);
+      }
+    }
+    auto result = std::move(mean).Finish();
+    if (!result.ok()) std::exit(1);
+    best = std::min(best, Now() - start);
+  }
+  return best;
+}
+
+// Bandwidth in bytes/s of a plain a[i] += s * b[i] over two float arrays of kUpdateBytes, on NumThreads() threads,
+// counting 3 transfers per element (read a, read b, write a): sustained over `passes` passes after a warm-up, like
+// the aggregation it is compared with (a best-of-few on a shared machine would pick a quiet moment instead).
+class StreamLoop {
+ public:
+  StreamLoop() : a_(kUpdateBytes / sizeof(float), 1.0f), b_(kUpdateBytes / sizeof(float), 2.0f) { Pass(); }
+
+  double BytesPerSecond(int passes) {
+    const double start = Now();
+    for (int p = 0; p < passes; ++p) Pass();
+    const double seconds = Now() - start;
+    if (a_[a_.size() / 2] < 0) std::puts("");  // keeps the loop's result observable
+    return passes * 3.0 * kUpdateBytes / seconds;
+  }
+
+ private:
+  void Pass() {
+    const int threads = NumThreads();
+    const size_t n = a_.size();
+    std::vector<std::jthread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([this, t, threads, n] {
+        const size_t begin = n * t / threads, end = n * (t + 1) / threads;
+        float* __restrict pa = a_.data();
+        const float* __restrict pb = b_.data();
+        for (size_t i = begin; i < end; ++i) pa[i] += 0.5f * pb[i];
+      });
+    }
+  }
+
+  std::vector<float> a_, b_;
+};
+
+// Runs the numpy (Flower-style) baseline; returns its seconds, or a negative value if it could not run.
+double NumpySeconds(const char* dtype, size_t tensor_elements) {
+  const std::string command = std::string("/usr/bin/python3 ") + PARSYN_NUMPY_BASELINE + " --dtype " + dtype +
+                              " --tensors " + std::to_string(kTensors) + " --tensor-elements " +
+                              std::to_string(tensor_elements) + " --k " + std::to_string(kK);
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return -1;
+  std::string output;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof buffer, pipe)) output += buffer;
+  if (::pclose(pipe) != 0) return -1;
+  try {
+    return nlohmann::json::parse(output).at("seconds").get<double>();
+  } catch (const nlohmann::json::exception&) {
+    return -1;
+  }
+}
+
+// Child mode: aggregate K fp32 updates generated one at a time, then print peak RSS in KiB.
+int RssChild(int K) {
+  Update update(DType::kF32);
+  update.Fill(0);
+  WeightedMean mean(update.set);
+  for (int k = 0; k < K; ++k) {
+    update.Advance(k);
+    if (!mean.Accept(update.set, 1 + k).ok()) return 1;
+  }
+  if (!std::move(mean).Finish().ok()) return 1;
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  std::printf("%ld\n", usage.ru_maxrss);
+  return 0;
+}
+
+double PeakRssMiB(const std::string& self, int K) {
+  FILE* pipe = ::popen(("'" + self + "' --rss " + std::to_string(K)).c_str(), "r");
+  if (!pipe) return -1;
+  long kib = -1;
+  if (std::fscanf(pipe, "%ld", &kib) != 1) kib = -1;
+  if (::pclose(pipe) != 0) return -1;
+  return kib / 1024.0;
+}
+
+struct Row {
+  const char* label;
+  DType dtype;
+  Accumulation mode;
+  const char* numpy_dtype;  // nullptr: no baseline for this row
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], "--rss") == 0) return RssChild(std::atoi(argv[2]));
+
+  const bool all_rows = argc == 2 && std::strcmp(argv[1], "--all") == 0;
+  const int threads = NumThreads();
+  std::printf("bench_aggregate: K=%d updates of %zu MiB (%d tensors each), %d threads\n", kK, kUpdateBytes >> 20,
+              kTensors, threads);
+  std::printf("(b) is a plain a[i] += s*b[i] over 2 x %zu MiB on the same threads, measured beside each row\n\n",
+              kUpdateBytes >> 20);
+  StreamLoop stream_loop;
+
+  const Row rows[] = {
+      {"fp32 updates, fp32 sum", DType::kF32, Accumulation::kFloat32, "f32"},
+      {"bf16 updates, fp32 sum", DType::kBF16, Accumulation::kFloat32, "bf16"},
+      {"fp32 updates, fp64 sum", DType::kF32, Accumulation::kFloat64, nullptr},
+      {"fp32 updates, exact sum", DType::kF32, Accumulation::kExact, nullptr},
+  };
+  std::printf("%-24s %10s %10s %10s %9s %12s %9s\n", "", "(a) GB/s", "traffic", "(b) stream", "(c) ratio",
+              "(d) numpy", "speed-up");
+  std::printf("%-24s %10s %10s %10s %9s %12s %9s\n", "", "consumed", "GB/s", "GB/s", "to (b)", "GB/s", "");
+  double fp32_ratio = 0, fp32_speedup = 0, bf16_ratio = 0, bf16_speedup = 0;
+  for (const Row& row : rows) {
+    if (!row.numpy_dtype && !all_rows) continue;
+    Update update(row.dtype);
+    update.Fill(0);
+    // Bandwidth measured just before and just after this row's aggregation, so load changes on a shared machine
+    // affect both sides of the ratio alike.
+    const double stream_before = stream_loop.BytesPerSecond(4);
+    const double seconds = TimeAggregation(update, row.mode, kK, 1);
+    const double stream = (stream_before + stream_loop.BytesPerSecond(4)) / 2;
+    const double elements = static_cast<double>(kUpdateBytes / DTypeSize(row.dtype));
+    const double acc = elements * AccumulatorBytesPerElement(row.mode);
+    // Bytes moved, by phase. The kernel zero-fills the fresh pages of the accumulator (and of a result that is not
+    // the accumulator itself): traffic the aggregation causes, so it is counted. Validation reads each update once;
+    // accumulation reads it again and reads + writes the sums (the first update only writes them); Finish reads the
+    // sums and writes the result (in place for fp32 sums of F32 tensors).
+    const double U = static_cast<double>(kUpdateBytes);
+    const bool in_place = row.mode == Accumulation::kFloat32 && row.dtype == DType::kF32;
+    const double zero_fill = acc + (in_place ? 0 : U);
+    const double validate = kK * U;
+    const double accumulate = kK * U + acc + (kK - 1) * 2.0 * acc;
+    const double finish = in_place ? 2.0 * acc : acc + U;
+    const double traffic = zero_fill + validate + accumulate + finish;
+    const double consumed = kK * static_cast<double>(kUpdateBytes) / seconds;
+    const double ratio = traffic / seconds / stream;
+    std::printf("%-24s %10.2f %10.2f %10.2f %9.2f", row.label, consumed / kGB, traffic / seconds / kGB,
+                stream / kGB, ratio);
+    if (row.numpy_dtype) {
+      const double numpy = NumpySeconds(row.numpy_dtype, static_cast<size_t>(elements) / kTensors);
+      if (numpy > 0) {
+        const double speedup = numpy / seconds;
+        std::printf(" %12.2f %8.1fx\n", kK * static_cast<double>(kUpdateBytes) / numpy / kGB, speedup);
+        (row.dtype == DType::kF32 ? fp32_speedup : bf16_speedup) = speedup;
+      } else {
+        std::printf(" %12s %9s\n", "failed", "-");
+      }
+      (row.dtype == DType::kF32 ? fp32_ratio : bf16_ratio) = ratio;
+    } else {
+      std::printf(" %12s %9s\n", "-", "-");
+    }
+    std::fflush(stdout);
+  }
+
+  std::printf("\n(e) peak RSS, fp32 updates of %zu MiB passed one at a time through one buffer (child processes):\n",
+              kUpdateBytes >> 20);
+  char self[4096] = {};
+  if (::readlink("/proc/self/exe", self, sizeof self - 1) <= 0) return 1;
+  double rss_min = 1e30, rss_max = 0;
+  for (int K : {2, 8, 32}) {
+    const double mib = PeakRssMiB(self, K);
+    std::printf("  K=%-3d %8.0f MiB\n", K, mib);
+    rss_min = std::min(rss_min, mib);
+    rss_max = std::max(rss_max, mib);
+  }
+  std::printf("  (expected: accumulator %zu MiB, which becomes the result, + one update %zu MiB, whatever K)\n\n",
+              kUpdateBytes >> 20, kUpdateBytes >> 20);
+
+  std::printf("targets: (c) >= 0.8: fp32 %.2f %s, bf16 %.2f %s | (d) >= 5x: fp32 %.1fx %s, bf16 %.1fx %s | "
+              "(e) flat: %.0f..%.0f MiB %s\n",
+              fp32_ratio, fp32_ratio >= 0.8 ? "ok" : "MISSED", bf16_ratio, bf16_ratio >= 0.8 ? "ok" : "MISSED",
+              fp32_speedup, fp32_speedup >= 5 ? "ok" : "MISSED", bf16_speedup, bf16_speedup >= 5 ? "ok" : "MISSED",
+              rss_min, rss_max, rss_max <= rss_min * 1.05 ? "ok" : "MISSED");
+  return 0;
+}
