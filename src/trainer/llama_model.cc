@@ -222,6 +222,7 @@ torch::Tensor LlamaModel::Forward(const torch::Tensor& input_ids, const torch::T
   torch::Tensor allowed = causal.view({1, 1, T, T})
                               .logical_and(mask.to(torch::kBool).view({B, 1, 1, T}))
                               .logical_or(torch::eye(T, torch::dtype(torch::kBool).device(device)).view({1, 1, T, T}));
+  const torch::Tensor blocked = allowed.logical_not();
   const double attention_scale = 1.0 / std::sqrt(static_cast<double>(D));
 
   torch::Tensor h = torch::embedding(Cast(embed_tokens_), input_ids);  // (B, T, C)
@@ -238,7 +239,7 @@ torch::Tensor LlamaModel::Forward(const torch::Tensor& input_ids, const torch::T
       v = v.unsqueeze(2).expand({B, n_kv, rep, T, D}).reshape({B, n_head, T, D});
     }
     torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * attention_scale;  // (B, n_head, T, T)
-    scores = scores.to(torch::kFloat32).masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+    scores = scores.to(torch::kFloat32).masked_fill(blocked, -std::numeric_limits<float>::infinity());
     torch::Tensor probs = torch::softmax(scores, -1).to(q.scalar_type());
     torch::Tensor attended = torch::matmul(probs, v).transpose(1, 2).reshape({B, T, n_head * D});
     h = h + Linear(layer.o, attended);

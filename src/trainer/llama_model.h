@@ -32,7 +32,8 @@
 namespace parsyn::trainer {
 
 struct ModelOptions {
-  // Dtype of the stored (master) parameters.
+  // Dtype of the stored (master) parameters. Under LoRA the frozen base may be stored in the compute dtype to save
+  // the per-forward cast and half the memory; adapters are always fp32.
   torch::Dtype param_dtype = torch::kFloat32;
   // Dtype the forward runs in. kBFloat16 (or kHalf): weights are cast on the fly (gradients flow back to the fp32
   // masters), activations are in that dtype, while RMSNorm statistics, softmax and logits stay fp32.

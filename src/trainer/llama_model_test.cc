@@ -189,6 +189,22 @@ TEST(LlamaLoadTest, NamesMissingExtraAndMisshapenTensors) {
   EXPECT_TRUE(inv_freq_skipped.ok()) << inv_freq_skipped.ToString();
 }
 
+TEST(LlamaLoadTest, ShardIndexMustMatchTheShards) {
+  const auto dir = FreshTempDir("model");
+  WriteRandomCheckpoint(dir, TinyConfig(), 5, weights::DType::kF16, 2);
+  ASSERT_TRUE(LlamaModel::Load(dir).ok());  // fp16 shards load as they are
+  std::ofstream(dir / "model.safetensors.index.json")
+      << R"({"weight_map": {"model.norm.weight": "model-00001-of-00002.safetensors"}})";
+  auto misplaced = ReadModelFolder(dir);
+  EXPECT_EQ(misplaced.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(misplaced.status().message().find("places tensor 'model.norm.weight' in model-00001-of-00002.safetensors"),
+            std::string::npos)
+      << misplaced.status().message();
+  std::ofstream(dir / "model.safetensors.index.json")
+      << R"({"weight_map": {"model.norm.weight": "../model-00002-of-00002.safetensors"}})";
+  EXPECT_EQ(ReadModelFolder(dir).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(LlamaLoadTest, MissingFolderAndBadConfigAreNamed) {
   auto absent = LlamaModel::Load("/nonexistent/parsyn/model");
   EXPECT_EQ(absent.status().code(), StatusCode::kNotFound);
