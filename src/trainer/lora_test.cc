@@ -100,6 +100,33 @@ TEST(LoraTest, ZeroBLeavesTheBaseOutputAndOnlyAdaptersTrain) {
   for (const auto& [name, p] : lm.model().named_parameters()) EXPECT_FALSE(p.grad().defined()) << name;
 }
 
+TEST(LoraTest, Fp32AdaptersTrainOverABf16Base) {
+  const auto dir = FreshTempDir("model");
+  WriteRandomCheckpoint(dir, TinyConfig(), 12, weights::DType::kBF16);
+  CausalLmOptions options;
+  options.model.param_dtype = torch::kBFloat16;
+  options.model.compute_dtype = torch::kBFloat16;
+  options.lora = AllLinear();
+  auto lm = CausalLm::Load(dir, options);
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  RandomizeAdapters((*lm)->model(), 13);
+  Batch batch{Ids(), torch::ones({2, 6}, torch::kInt64), {}, Ids()};
+  StepOutput out = (*lm)->Forward(batch);
+  EXPECT_EQ(out.loss.scalar_type(), torch::kFloat32);
+  out.loss.backward();
+  for (const torch::Tensor& p : (*lm)->TrainableParameters()) {
+    EXPECT_EQ(p.scalar_type(), torch::kFloat32);
+    ASSERT_TRUE(p.grad().defined());
+    EXPECT_EQ(p.grad().scalar_type(), torch::kFloat32);
+    EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>());
+  }
+  // Merging into bf16 weights rounds W + scale * B A once to bf16: the merged model stays within bf16 noise.
+  torch::NoGradGuard no_grad;
+  torch::Tensor unmerged = (*lm)->model().Forward(Ids(), torch::Tensor());
+  ASSERT_TRUE((*lm)->model().MergeLora().ok());
+  EXPECT_LE(MaxAbsDiff(unmerged, (*lm)->model().Forward(Ids(), torch::Tensor())), 0.1);
+}
+
 TEST(LoraTest, MergedForwardEqualsUnmergedForward) {
   const auto dir = FreshTempDir("model");
   auto model = TinyModel(dir, TinyConfig());
