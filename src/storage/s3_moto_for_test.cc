@@ -125,6 +125,17 @@ StatusOr<std::string> RunAndCapture(const std::vector<std::string>& argv) {
 }
 
 StatusOr<std::unique_ptr<MotoServer>> MotoServer::Start() {
+  // The free port may be taken by someone else before moto binds it: then moto exits at once, and we try another.
+  Status last = UnavailableError("not started");
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    StatusOr<std::unique_ptr<MotoServer>> server = StartOnce();
+    if (server.ok() || server.status().code() != StatusCode::kUnavailable) return server;
+    last = server.status();
+  }
+  return last;
+}
+
+StatusOr<std::unique_ptr<MotoServer>> MotoServer::StartOnce() {
   std::optional<fs::path> moto = FindMotoServer();
   if (!moto) return FailedPreconditionError("moto_server is not installed");
   PARSYN_ASSIGN_OR_RETURN(int port, FreePort());
@@ -154,7 +165,7 @@ StatusOr<std::unique_ptr<MotoServer>> MotoServer::Start() {
     if (HttpStatus("GET", server->endpoint() + "/") != 0) return server;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  return UnavailableError("moto_server did not answer on port " + std::to_string(port) + " within 60 s");
+  return DeadlineExceededError("moto_server did not answer on port " + std::to_string(port) + " within 60 s");
 }
 
 Status MotoServer::CreateBucket(const std::string& bucket) const {

@@ -28,7 +28,9 @@ StatusOr<std::string> RunAndCapture(const std::vector<std::string>& argv);
 // A moto_server on 127.0.0.1 at a free port, in its own process group; killed when the object goes away.
 class MotoServer {
  public:
-  // Starts it and waits (at most 60 s) until it answers HTTP. Unavailable if it exits or never answers.
+  // Starts it and waits (at most 60 s) until it answers HTTP; tries another port if it exits at once (the port was
+  // taken meanwhile). Unavailable if it keeps exiting, DeadlineExceeded if it never answers, FailedPrecondition if
+  // moto_server is not installed.
   static StatusOr<std::unique_ptr<MotoServer>> Start();
   ~MotoServer();
   MotoServer(const MotoServer&) = delete;
@@ -43,6 +45,7 @@ class MotoServer {
   void Kill();
 
  private:
+  static StatusOr<std::unique_ptr<MotoServer>> StartOnce();
   MotoServer(pid_t pid, int port) : pid_(pid), port_(port) {}
   pid_t pid_;
   int port_;
