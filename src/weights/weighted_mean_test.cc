@@ -137,6 +137,35 @@ TEST(WeightedMeanTest, MatchesFloat64Reference) {
   }
 }
 
+TEST(WeightedMeanTest, OneUpdateIsReturnedBitForBitForEveryFiniteValue) {
+  // Every finite BF16/F16 bit pattern (and a spread of F32 ones), averaged alone: exercises the kernels' own
+  // conversions (loads, rounding back) against the exact identity.
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    std::vector<uint32_t> patterns;
+    if (dtype == DType::kF32) {
+      std::mt19937 rng(5);
+      for (int i = 0; i < 100000; ++i) patterns.push_back(rng());
+    } else {
+      for (uint32_t h = 0; h < 0x10000; ++h) patterns.push_back(h);
+    }
+    const uint32_t exponent_mask = dtype == DType::kF32 ? 0x7f800000u : dtype == DType::kBF16 ? 0x7f80u : 0x7c00u;
+    std::erase_if(patterns, [&](uint32_t p) { return (p & exponent_mask) == exponent_mask; });
+    WeightSet update;
+    auto bytes = update.AddZeros("all", dtype, {static_cast<int64_t>(patterns.size())});
+    ASSERT_TRUE(bytes.ok());
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      std::memcpy(bytes->data() + i * DTypeSize(dtype), &patterns[i], DTypeSize(dtype));  // little-endian
+    }
+    for (Accumulation mode : {Accumulation::kFloat32, Accumulation::kFloat64}) {
+      WeightedMean mean(update, {.accumulation = mode, .num_threads = 2});
+      ASSERT_TRUE(mean.Accept(update, 1.0).ok());
+      auto result = std::move(mean).Finish();
+      ASSERT_TRUE(result.ok());
+      EXPECT_EQ(std::memcmp((*result)[0].data.data(), bytes->data(), bytes->size()), 0) << DTypeName(dtype);
+    }
+  }
+}
+
 TEST(WeightedMeanTest, ExactIsBitIdenticalAcrossArrivalOrders) {
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     constexpr int K = 6;
