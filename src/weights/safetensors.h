@@ -4,7 +4,11 @@
 //   with offsets relative to the start of the data section.
 //
 // The reader never crashes, never reads past the input and never allocates by a size it was told: it checks every
-// field and rejects a malformed file with InvalidArgument (DataLoss for a truncated file), naming the tensor.
+// field and rejects a malformed file with InvalidArgument naming the tensor and the rule (header length above the
+// cap, invalid UTF-8 or JSON, duplicate keys, unknown dtype or field, bad shape, shape x dtype size != byte span,
+// offsets that overlap, leave gaps, do not start at 0, or trailing bytes, too many tensors, non-string metadata), or
+// DataLoss when the input is cut short (shorter than 8 bytes, header or tensor running past the end).
+// Tensors come back in data-offset order; the writer writes them in the set's order, contiguously from offset 0.
 // Functions here are safe to call from several threads at once.
 #pragma once
 
@@ -27,13 +31,16 @@ struct SafetensorsLimits {
 // Parses a whole safetensors image held in memory. The returned set copies the tensor bytes.
 StatusOr<WeightSet> ParseSafetensors(std::span<const std::byte> bytes, const SafetensorsLimits& limits = {});
 
-// Reads a file, memory-mapped: the returned set's tensors point into the mapping (no copy, O(1) heap).
+// Reads a file, memory-mapped: the returned set's tensors point into a private mapping (no copy; writes through the
+// spans stay in this process). A tensor whose offset is not aligned to its element size is copied instead. Errors
+// as ParseSafetensors, prefixed with the path; NotFound for a missing file, Unavailable for other I/O errors.
 StatusOr<WeightSet> ReadSafetensorsFile(const std::filesystem::path& path, const SafetensorsLimits& limits = {});
 
 // The serialised image of `set` (header padded with spaces to a multiple of 8, tensors in the set's order).
 std::vector<std::byte> SerializeSafetensors(const WeightSet& set);
 
-// Writes `set` to `path` atomically: a temporary file beside it, fsync, rename.
+// Writes `set` to `path` atomically: a temporary file beside it, fsync, rename (replacing any file there), fsync of
+// the directory. NotFound if the directory does not exist, Unavailable on other I/O errors; no temp file is left.
 Status WriteSafetensorsFile(const WeightSet& set, const std::filesystem::path& path);
 
 }  // namespace parsyn::weights

@@ -1,14 +1,18 @@
 #include "weights/weighted_mean.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
+
+#include "weights/safetensors.h"
 
 namespace parsyn::weights {
 namespace {
@@ -265,6 +269,43 @@ TEST(WeightedMeanTest, RejectsNonFiniteValuesBeforeAddingAnything) {
       }
     }
   }
+}
+
+TEST(WeightedMeanTest, AggregatesMemoryMappedUpdatesLikeInMemoryOnes) {
+  // The coordinator's path: updates arrive as safetensors files and are averaged straight from the mapping.
+  const auto dir = std::filesystem::temp_directory_path() / ("parsyn_wm_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  WeightedMean from_files(RandomUpdate(DType::kBF16, 1));
+  WeightedMean in_memory(RandomUpdate(DType::kBF16, 1));
+  for (uint32_t k = 0; k < 3; ++k) {
+    WeightSet update = RandomUpdate(DType::kBF16, 20 + k);
+    const auto path = dir / ("update_" + std::to_string(k) + ".safetensors");
+    ASSERT_TRUE(WriteSafetensorsFile(update, path).ok());
+    auto mapped = ReadSafetensorsFile(path);
+    ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
+    // The reader returns tensors in data order, which is the order they were written in.
+    ASSERT_TRUE(from_files.Accept(*mapped, 10.0 + k).ok());
+    ASSERT_TRUE(in_memory.Accept(update, 10.0 + k).ok());
+  }
+  std::filesystem::remove_all(dir);
+  auto a = std::move(from_files).Finish();
+  auto b = std::move(in_memory).Finish();
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (size_t t = 0; t < a->size(); ++t) {
+    ASSERT_EQ((*a)[t].data.size(), (*b)[t].data.size());
+    EXPECT_EQ(std::memcmp((*a)[t].data.data(), (*b)[t].data.data(), (*a)[t].data.size()), 0) << (*a)[t].name;
+  }
+}
+
+TEST(WeightedMeanTest, AcceptAfterFinishIsFailedPrecondition) {
+  const std::vector<Spec> specs = {{"w", {4}}};
+  WeightedMean mean(Filled(DType::kF32, 0, specs));
+  ASSERT_TRUE(mean.Accept(Filled(DType::kF32, 1, specs), 1).ok());
+  auto result = std::move(mean).Finish();
+  ASSERT_TRUE(result.ok());
+  Status s = mean.Accept(Filled(DType::kF32, 5, specs), 1);  // NOLINT(bugprone-use-after-move): the point of the test
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*result)[0].as<float>()[0], 1.0f);
 }
 
 TEST(WeightedMeanTest, RejectsBadWeights) {
