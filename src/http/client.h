@@ -45,10 +45,10 @@ struct ClientOptions {
 };
 
 struct CallOptions {
-  std::optional<bool> retry;                          // default: yes for GET/PUT/DELETE/HEAD, no for POST/PATCH
-  std::optional<std::chrono::milliseconds> timeout;   // replaces ClientOptions::timeout (e.g. a long-poll)
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::stop_token stop;  // a stop request aborts the call (within about a second) with Cancelled
+  std::optional<bool> retry{};                        // default: yes for GET/PUT/DELETE/HEAD, no for POST/PATCH
+  std::optional<std::chrono::milliseconds> timeout{}; // replaces ClientOptions::timeout (e.g. a long-poll)
+  std::vector<std::pair<std::string, std::string>> headers{};
+  std::stop_token stop{};  // a stop request aborts the call (within about a second) with Cancelled
 };
 
 struct ClientResponse {

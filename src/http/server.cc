@@ -204,9 +204,14 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
       auto [it, inserted] = req.headers.try_emplace(name, View(field.value()));
       if (!inserted) it->second.append(", ").append(View(field.value()));
     }
+    auto start = std::chrono::steady_clock::now();
     Response res = co_await Dispatch(parser, req);
+    PARSYN_LOG_DEBUG("http: {} {} {} -> {} in {} ms", remote_, MethodName(req.method), req.target, res.status,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start)
+                         .count());
     bool keep_alive = parser.keep_alive() && parser.is_done() && !state_->is_stopping && !closed_;
-    co_return co_await Write(std::move(res), header.version(), keep_alive);
+    bool head = req.method == Method::kHead;
+    co_return co_await Write(std::move(res), header.version(), keep_alive, head);
   }
 
   net::awaitable<Response> Dispatch(RequestParser& parser, Request& req) {
@@ -284,9 +289,15 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
   }
 
   // Writes the serializer's message piece by piece, so write_timeout bounds each gap rather than the whole body.
+  // `header_only` answers HEAD: the header (with the body's Content-Length) and no body.
   template <class Serializer>
-  net::awaitable<bool> WriteAll(Serializer& serializer) {
+  net::awaitable<bool> WriteAll(Serializer& serializer, bool header_only) {
     beast::error_code ec;
+    if (header_only) {
+      Lowest().expires_after(opts_.write_timeout);
+      co_await bhttp::async_write_header(stream_, serializer, redirect_error(use_awaitable, ec));
+      co_return !ec;
+    }
     while (!serializer.is_done()) {
       Lowest().expires_after(opts_.write_timeout);
       co_await bhttp::async_write_some(stream_, serializer, redirect_error(use_awaitable, ec));
@@ -295,7 +306,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     co_return true;
   }
 
-  net::awaitable<bool> Write(Response res, unsigned version, bool keep_alive) {
+  net::awaitable<bool> Write(Response res, unsigned version, bool keep_alive, bool head = false) {
     if (res.event_producer) {
       co_await RunEvents(std::move(res), version);
       co_return false;
@@ -308,7 +319,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
         SetHeaders(msg, res, keep_alive);
         msg.prepare_payload();
         bhttp::response_serializer<bhttp::file_body> serializer{msg};
-        co_return co_await WriteAll(serializer) && keep_alive;
+        co_return co_await WriteAll(serializer, head) && keep_alive;
       }
       res = Response::Error(NotFoundError("cannot open " + res.file.filename().string() + ": " + ec.message()));
     }
@@ -317,7 +328,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     msg.body() = std::move(res.body);
     msg.prepare_payload();
     bhttp::response_serializer<bhttp::string_body> serializer{msg};
-    co_return co_await WriteAll(serializer) && keep_alive;
+    co_return co_await WriteAll(serializer, head) && keep_alive;
   }
 
   // Sends the SSE header, then lets the producer write chunked frames until it returns or the stream closes.

@@ -34,8 +34,9 @@ using Awaitable = boost::asio::awaitable<T>;
 
 // A request body read chunk by chunk (routes added with RouteOptions::stream_body), so a multi-GB blob never sits in
 // memory. Valid only while the handler runs. Errors from Next(): ResourceExhausted past the route's size cap,
-// DeadlineExceeded when the client stalls longer than ServerOptions::body_timeout, Unavailable when the client went
-// away, InvalidArgument on broken framing.
+// DeadlineExceeded when the client stalls longer than ServerOptions::body_timeout (the connection is already closed
+// then; return any error), Unavailable when the client went away, InvalidArgument on broken framing. A handler that
+// returns before the body is complete gets its response sent, and then the connection is closed.
 class BodyReader {
  public:
   virtual ~BodyReader() = default;

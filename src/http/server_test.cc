@@ -515,6 +515,66 @@ TEST(ServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   EXPECT_NE(received.find("\"id\":\"2\""), std::string::npos) << received;
 }
 
+std::string ReadAll(int fd) {
+  std::string received;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) received.append(buf, static_cast<size_t>(n));
+  return received;
+}
+
+TEST(ServerTest, StalledUploadFailsWithDeadlineExceededAndCloses) {
+  std::promise<Status> seen;
+  Router router;
+  ASSERT_TRUE(router
+                  .Add(Method::kPut, "/blobs/{key...}",
+                       [&seen](Request& req) -> Awaitable<Response> {
+                         while (true) {
+                           StatusOr<std::string_view> chunk = co_await req.body_stream->Next();
+                           if (!chunk.ok()) {
+                             seen.set_value(chunk.status());
+                             co_return Response::Error(chunk.status());
+                           }
+                           if (chunk->empty()) co_return Response::NoContent();
+                         }
+                       },
+                       RouteOptions{.stream_body = true})
+                  .ok());
+  net::io_context io;
+  ServerOptions options;
+  options.body_timeout = milliseconds(200);
+  TestServer ts(io, std::move(router), options);
+  int fd = ConnectRaw(ts.server().port());
+  std::string partial = "PUT /blobs/a HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly ten b";
+  ASSERT_EQ(::send(fd, partial.data(), partial.size(), 0), static_cast<ssize_t>(partial.size()));
+  // A stalled client cannot be trusted to read an answer either: the connection is simply closed.
+  EXPECT_TRUE(PeerClosesWithin(fd, milliseconds(5000)));
+  ::close(fd);
+  auto status = seen.get_future();
+  ASSERT_EQ(status.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  Status s = status.get();
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.message(), "request body stalled for more than 200 ms");
+}
+
+TEST(ServerTest, HeadGetsHeadersWithoutBody) {
+  Router router;
+  ASSERT_TRUE(router
+                  .Add(Method::kHead, "/blobs/{key...}",
+                       [](Request&) -> Awaitable<Response> { co_return Response::Text(200, "0123456789"); })
+                  .ok());
+  net::io_context io;
+  TestServer ts(io, std::move(router));
+  int fd = ConnectRaw(ts.server().port());
+  std::string head = "HEAD /blobs/a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ::send(fd, head.data(), head.size(), 0);
+  std::string received = ReadAll(fd);
+  ::close(fd);
+  EXPECT_TRUE(received.starts_with("HTTP/1.1 200")) << received;
+  EXPECT_NE(received.find("Content-Length: 10\r\n"), std::string::npos) << received;
+  EXPECT_TRUE(received.ends_with("\r\n\r\n")) << received;
+}
+
 TEST(ServerTest, MalformedRequestGets400) {
   net::io_context io;
   TestServer ts(io, ApiRouter());
