@@ -51,9 +51,7 @@ class GeneratedSource final : public ByteSource {
   uint64_t state_ = 0x9e3779b97f4a7c15ull;
 };
 
-double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double Seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 long PeakRssMiB() {
   rusage usage{};
@@ -124,8 +122,10 @@ int main(int argc, char** argv) {
   parsyn::storage::S3BlobStoreOptions options;
   options.bucket = "bench-blobs";
   options.prefix = "bench/";
-  options.endpoint = {.scheme = "http", .host = "127.0.0.1:" + std::to_string((*server)->port()),
-                      .region = "us-east-1", .path_style = true};
+  options.endpoint = {.scheme = "http",
+                      .host = "127.0.0.1:" + std::to_string((*server)->port()),
+                      .region = "us-east-1",
+                      .path_style = true};
   options.credentials = {"testing", "testing", ""};
   options.spool_dir = dir.path();
   auto s3 = parsyn::storage::S3BlobStore::Create(options);

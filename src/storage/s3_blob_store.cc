@@ -51,14 +51,22 @@ std::string XmlUnescape(std::string_view text) {
       break;
     }
     std::string_view entity = text.substr(i + 1, semi - i - 1);
-    if (entity == "amp") out += '&';
-    else if (entity == "lt") out += '<';
-    else if (entity == "gt") out += '>';
-    else if (entity == "quot") out += '"';
-    else if (entity == "apos") out += '\'';
-    else if (entity.starts_with("#x")) out += static_cast<char>(std::strtol(std::string(entity.substr(2)).c_str(), nullptr, 16));
-    else if (entity.starts_with("#")) out += static_cast<char>(std::strtol(std::string(entity.substr(1)).c_str(), nullptr, 10));
-    else out += std::string(text.substr(i, semi - i + 1));
+    if (entity == "amp")
+      out += '&';
+    else if (entity == "lt")
+      out += '<';
+    else if (entity == "gt")
+      out += '>';
+    else if (entity == "quot")
+      out += '"';
+    else if (entity == "apos")
+      out += '\'';
+    else if (entity.starts_with("#x"))
+      out += static_cast<char>(std::strtol(std::string(entity.substr(2)).c_str(), nullptr, 16));
+    else if (entity.starts_with("#"))
+      out += static_cast<char>(std::strtol(std::string(entity.substr(1)).c_str(), nullptr, 10));
+    else
+      out += std::string(text.substr(i, semi - i + 1));
     i = semi;
   }
   return out;
@@ -139,6 +147,19 @@ bool IsValidBucketName(std::string_view bucket) {
 
 std::once_flag curl_init_once;
 
+struct EasyDeleter {
+  void operator()(CURL* curl) const { curl_easy_cleanup(curl); }
+};
+struct MultiDeleter {
+  void operator()(CURLM* multi) const { curl_multi_cleanup(multi); }
+};
+struct SlistDeleter {
+  void operator()(curl_slist* list) const { curl_slist_free_all(list); }
+};
+using EasyHandle = std::unique_ptr<CURL, EasyDeleter>;
+using MultiHandle = std::unique_ptr<CURLM, MultiDeleter>;
+using HeaderListHandle = std::unique_ptr<curl_slist, SlistDeleter>;
+
 // The bytes of a Put, held until they are all read: in memory while small, else in an unlinked temp file.
 class Spool {
  public:
@@ -197,8 +218,8 @@ class Spool {
     std::vector<char> buffer(kReadChunkBytes);
     uint64_t end = offset + length;
     while (offset < end) {
-      PARSYN_ASSIGN_OR_RETURN(size_t n,
-                              ReadAt(offset, buffer.data(), static_cast<size_t>(std::min<uint64_t>(buffer.size(), end - offset))));
+      PARSYN_ASSIGN_OR_RETURN(size_t n, ReadAt(offset, buffer.data(),
+                                               static_cast<size_t>(std::min<uint64_t>(buffer.size(), end - offset))));
       if (n == 0) return InternalError("upload spool ended early");
       hasher.Update(std::string_view(buffer.data(), n));
       offset += n;
@@ -294,12 +315,12 @@ size_t CollectBody(char* data, size_t size, size_t count, void* user) {
   return size * count;
 }
 
-curl_slist* HeaderList(const HttpHeaders& headers) {
+HeaderListHandle HeaderList(const HttpHeaders& headers) {
   curl_slist* list = nullptr;
   for (const auto& [name, value] : headers) list = curl_slist_append(list, (name + ": " + value).c_str());
   list = curl_slist_append(list, "Expect:");  // no 100-continue round trip
   list = curl_slist_append(list, "Accept:");
-  return list;
+  return HeaderListHandle(list);
 }
 
 std::string Describe(const S3Request& request) {
@@ -346,8 +367,8 @@ void SetCommonOptions(CURL* curl, const S3BlobStoreOptions& options, char* error
 Status TransportError(const S3BlobStoreOptions& options, const S3Request& request, CURLcode code,
                       const char* error_buffer) {
   std::string detail = error_buffer[0] ? error_buffer : curl_easy_strerror(code);
-  return UnavailableError("S3 endpoint " + options.endpoint.scheme + "://" + options.endpoint.host +
-                          " failed during " + Describe(request) + ": " + detail);
+  return UnavailableError("S3 endpoint " + options.endpoint.scheme + "://" + options.endpoint.host + " failed during " +
+                          Describe(request) + ": " + detail);
 }
 
 // A Get() body, pulled from the network as the caller reads: libcurl's multi interface is driven inside Read(), and
@@ -357,30 +378,30 @@ class S3GetStream final : public ByteSource {
   S3GetStream(const S3BlobStoreOptions& options, S3Request request, std::string blob_key)
       : options_(options), request_(std::move(request)), blob_key_(std::move(blob_key)) {}
   ~S3GetStream() override {
-    if (multi_ && easy_) curl_multi_remove_handle(multi_, easy_);
-    if (easy_) curl_easy_cleanup(easy_);
-    if (multi_) curl_multi_cleanup(multi_);
-    curl_slist_free_all(headers_);
+    if (multi_ && easy_) curl_multi_remove_handle(multi_.get(), easy_.get());
   }
 
   // Sends the request and waits for the response headers. NotFound etc. for error responses.
   Status Start(const SignedS3Request& signed_request) {
-    easy_ = curl_easy_init();
-    multi_ = curl_multi_init();
-    if (!easy_ || !multi_) return InternalError("curl initialisation failed");
-    SetCommonOptions(easy_, options_, error_buffer_);
+    EasyHandle easy(curl_easy_init());
+    MultiHandle multi(curl_multi_init());
+    if (!easy || !multi) return InternalError("curl initialisation failed");
+    CURL* curl = easy.get();
+    SetCommonOptions(curl, options_, error_buffer_);
     headers_ = HeaderList(signed_request.headers);
-    curl_easy_setopt(easy_, CURLOPT_URL, signed_request.url.c_str());
-    curl_easy_setopt(easy_, CURLOPT_HTTPHEADER, headers_);
-    curl_easy_setopt(easy_, CURLOPT_HEADERFUNCTION, &S3GetStream::OnHeader);
-    curl_easy_setopt(easy_, CURLOPT_HEADERDATA, this);
-    curl_easy_setopt(easy_, CURLOPT_WRITEFUNCTION, &S3GetStream::OnBody);
-    curl_easy_setopt(easy_, CURLOPT_WRITEDATA, this);
-    curl_multi_add_handle(multi_, easy_);
+    curl_easy_setopt(curl, CURLOPT_URL, signed_request.url.c_str());
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers_.get());
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &S3GetStream::OnHeader);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, this);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &S3GetStream::OnBody);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, this);
+    curl_multi_add_handle(multi.get(), curl);
+    easy_ = std::move(easy);
+    multi_ = std::move(multi);
     while (!headers_done_ && !finished_) PARSYN_RETURN_IF_ERROR(Drive());
     if (!transfer_status_.ok()) return transfer_status_;
     long status = 0;
-    curl_easy_getinfo(easy_, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(easy_.get(), CURLINFO_RESPONSE_CODE, &status);
     if (status == 200) return Status::Ok();
     while (!finished_) PARSYN_RETURN_IF_ERROR(Drive());  // the error document
     return ErrorFromResponse(request_, blob_key_, status,
@@ -398,7 +419,7 @@ class S3GetStream final : public ByteSource {
         last_progress_ = std::chrono::steady_clock::now();  // the wait was ours, not the server's
         pending_.clear();
         read_offset_ = 0;
-        curl_easy_pause(easy_, CURLPAUSE_CONT);  // may deliver the held data at once
+        curl_easy_pause(easy_.get(), CURLPAUSE_CONT);  // may deliver the held data at once
         continue;
       }
       PARSYN_RETURN_IF_ERROR(Drive());
@@ -443,10 +464,10 @@ class S3GetStream final : public ByteSource {
   // One step of the transfer: waits (at most `stall_timeout`) for the socket, then lets libcurl move bytes.
   Status Drive() {
     int running = 0;
-    CURLMcode mc = curl_multi_perform(multi_, &running);
+    CURLMcode mc = curl_multi_perform(multi_.get(), &running);
     if (mc != CURLM_OK) return InternalError(std::string("curl_multi_perform: ") + curl_multi_strerror(mc));
     int queued = 0;
-    while (CURLMsg* msg = curl_multi_info_read(multi_, &queued)) {
+    while (CURLMsg* msg = curl_multi_info_read(multi_.get(), &queued)) {
       if (msg->msg == CURLMSG_DONE) {
         finished_ = true;
         if (msg->data.result != CURLE_OK) {
@@ -459,7 +480,7 @@ class S3GetStream final : public ByteSource {
       return Status::Ok();
     }
     // Returns on socket activity, on libcurl's own timers, or after at most a second.
-    mc = curl_multi_poll(multi_, nullptr, 0, 1000, nullptr);
+    mc = curl_multi_poll(multi_.get(), nullptr, 0, 1000, nullptr);
     if (mc != CURLM_OK) return InternalError(std::string("curl_multi_poll: ") + curl_multi_strerror(mc));
     if (std::chrono::steady_clock::now() - last_progress_ > options_.stall_timeout) {
       finished_ = true;
@@ -473,9 +494,10 @@ class S3GetStream final : public ByteSource {
   S3BlobStoreOptions options_;  // a copy: a stream may outlive its store
   S3Request request_;
   std::string blob_key_;
-  CURL* easy_ = nullptr;
-  CURLM* multi_ = nullptr;
-  curl_slist* headers_ = nullptr;
+  // Declared so that the easy handle is destroyed before the multi handle it was added to.
+  MultiHandle multi_;
+  EasyHandle easy_;
+  HeaderListHandle headers_;
   char error_buffer_[CURL_ERROR_SIZE] = {};
   std::vector<char> pending_;
   size_t read_offset_ = 0;
@@ -495,24 +517,23 @@ class S3BlobStore::Http {
   explicit Http(const S3BlobStoreOptions& options) : options_(options) {
     std::call_once(curl_init_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   }
-  ~Http() {
-    for (CURL* curl : idle_) curl_easy_cleanup(curl);
-  }
 
   // Performs `request` with `body` (nullptr: none) and returns the response, whatever its status.
   // Unavailable for transport failures.
   StatusOr<ResponseSink> Perform(const S3Request& request, std::string_view payload_sha256, UploadBody* body) {
     SignedS3Request signed_request =
         SignS3Request(options_.endpoint, options_.credentials, request, payload_sha256, options_.now());
-    CURL* curl = Acquire();
+    EasyHandle handle = Acquire();
+    if (!handle) return InternalError("curl_easy_init failed");
+    CURL* curl = handle.get();
     char error_buffer[CURL_ERROR_SIZE];
     SetCommonOptions(curl, options_, error_buffer);
     curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, static_cast<long>(options_.stall_timeout.count()));
-    curl_slist* headers = HeaderList(signed_request.headers);
+    HeaderListHandle headers = HeaderList(signed_request.headers);
     ResponseSink sink;
     curl_easy_setopt(curl, CURLOPT_URL, signed_request.url.c_str());
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers.get());
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
     curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, CollectHeader);
     curl_easy_setopt(curl, CURLOPT_HEADERDATA, &sink);
@@ -527,8 +548,8 @@ class S3BlobStore::Http {
     }
     CURLcode code = curl_easy_perform(curl);
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &sink.status);
-    curl_slist_free_all(headers);
-    Release(curl, code == CURLE_OK);
+    // A handle whose transfer failed may hold a broken connection: let it go rather than reuse it.
+    if (code == CURLE_OK) Release(std::move(handle));
     if (body != nullptr && !body->error.ok()) return body->error;
     if (sink.too_large) return UnavailableError("S3 response to " + Describe(request) + " is over 16 MiB");
     if (code != CURLE_OK) return TransportError(options_, request, code, error_buffer);
@@ -558,26 +579,23 @@ class S3BlobStore::Http {
   }
 
  private:
-  CURL* Acquire() {
+  EasyHandle Acquire() {
     std::lock_guard lock(mutex_);
-    if (idle_.empty()) return curl_easy_init();
-    CURL* curl = idle_.back();
+    if (idle_.empty()) return EasyHandle(curl_easy_init());
+    EasyHandle handle = std::move(idle_.back());
     idle_.pop_back();
-    return curl;
+    return handle;
   }
-  void Release(CURL* curl, bool reusable) {
-    if (!reusable) {
-      curl_easy_cleanup(curl);  // drop a connection that failed mid-way
-      return;
-    }
-    curl_easy_reset(curl);
+  // Keeps the handle (and its open connection) for the next request.
+  void Release(EasyHandle handle) {
+    curl_easy_reset(handle.get());
     std::lock_guard lock(mutex_);
-    idle_.push_back(curl);
+    idle_.push_back(std::move(handle));
   }
 
   const S3BlobStoreOptions& options_;
   std::mutex mutex_;
-  std::vector<CURL*> idle_;
+  std::vector<EasyHandle> idle_;
 };
 
 namespace {
@@ -699,11 +717,16 @@ StatusOr<S3BlobStoreOptions> ParseS3BlobStoreUri(std::string_view uri, const Env
     size_t eq = pair.find('=');
     std::string name(pair.substr(0, eq));
     std::string value = eq == std::string_view::npos ? "" : PercentDecode(pair.substr(eq + 1));
-    if (name == "endpoint") endpoint = value;
-    else if (name == "region") region = value;
-    else if (name == "path_style") path_style = value;
-    else if (name == "profile") profile = value;
-    else return bad("unknown option '" + name + "' (known: endpoint, region, path_style, profile)");
+    if (name == "endpoint")
+      endpoint = value;
+    else if (name == "region")
+      region = value;
+    else if (name == "path_style")
+      path_style = value;
+    else if (name == "profile")
+      profile = value;
+    else
+      return bad("unknown option '" + name + "' (known: endpoint, region, path_style, profile)");
   }
 
   if (!region || region->empty()) region = env("AWS_REGION");
@@ -772,7 +795,10 @@ StatusOr<BlobInfo> S3BlobStore::Put(std::string_view key, ByteSource& data, cons
   HttpHeaders metadata = {{"x-amz-meta-sha256", info.sha256}};
 
   if (spool.size() <= options_.multipart_threshold_bytes) {
-    S3Request request{.method = "PUT", .bucket = options_.bucket, .key = ObjectKey(key), .query = {},
+    S3Request request{.method = "PUT",
+                      .bucket = options_.bucket,
+                      .key = ObjectKey(key),
+                      .query = {},
                       .headers = {{"If-None-Match", "*"}, metadata[0]}};
     UploadBody body{&spool, 0, spool.size()};
     PARSYN_RETURN_IF_ERROR(http_->Call(request, key, info.sha256, &body).status());
@@ -785,7 +811,9 @@ StatusOr<BlobInfo> S3BlobStore::Put(std::string_view key, ByteSource& data, cons
     for (uint64_t offset = 0; offset < spool.size(); offset += options_.part_size_bytes, ++part_number) {
       uint64_t length = std::min<uint64_t>(options_.part_size_bytes, spool.size() - offset);
       PARSYN_ASSIGN_OR_RETURN(std::string part_sha256, spool.Sha256Of(offset, length));
-      S3Request request{.method = "PUT", .bucket = options_.bucket, .key = ObjectKey(key),
+      S3Request request{.method = "PUT",
+                        .bucket = options_.bucket,
+                        .key = ObjectKey(key),
                         .query = {{"uploadId", upload_id}, {"partNumber", std::to_string(part_number)}},
                         .headers = {}};
       UploadBody body{&spool, offset, length};
@@ -849,8 +877,11 @@ StatusOr<std::vector<std::string>> S3BlobStore::List(std::string_view prefix) {
   std::vector<std::string> keys;
   std::string token;
   while (true) {
-    S3Request request{.method = "GET", .bucket = options_.bucket, .key = "",
-                      .query = {{"list-type", "2"}, {"max-keys", std::to_string(options_.list_page_size)},
+    S3Request request{.method = "GET",
+                      .bucket = options_.bucket,
+                      .key = "",
+                      .query = {{"list-type", "2"},
+                                {"max-keys", std::to_string(options_.list_page_size)},
                                 {"prefix", ObjectKey(prefix)}},
                       .headers = {}};
     if (!token.empty()) request.query.emplace_back("continuation-token", token);
@@ -889,7 +920,10 @@ StatusOr<PresignedRequest> S3BlobStore::PresignPut(std::string_view key, seconds
                                                    std::optional<std::string> sha256) const {
   PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
   PARSYN_ASSIGN_OR_RETURN(std::string hex, RequireSha256(std::move(sha256)));
-  S3Request request{.method = "PUT", .bucket = options_.bucket, .key = ObjectKey(key), .query = {},
+  S3Request request{.method = "PUT",
+                    .bucket = options_.bucket,
+                    .key = ObjectKey(key),
+                    .query = {},
                     .headers = {{"If-None-Match", "*"}}};
   if (!hex.empty()) request.headers.emplace_back("x-amz-meta-sha256", hex);
   return Presign(std::move(request), expires);
@@ -898,8 +932,8 @@ StatusOr<PresignedRequest> S3BlobStore::PresignPut(std::string_view key, seconds
 StatusOr<std::string> S3BlobStore::StartMultipartUpload(std::string_view key, std::optional<std::string> sha256) {
   PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
   PARSYN_ASSIGN_OR_RETURN(std::string hex, RequireSha256(std::move(sha256)));
-  S3Request request{.method = "POST", .bucket = options_.bucket, .key = ObjectKey(key), .query = {{"uploads", ""}},
-                    .headers = {}};
+  S3Request request{
+      .method = "POST", .bucket = options_.bucket, .key = ObjectKey(key), .query = {{"uploads", ""}}, .headers = {}};
   if (!hex.empty()) request.headers.emplace_back("x-amz-meta-sha256", hex);
   Spool empty;
   UploadBody body{&empty, 0, 0};
@@ -916,7 +950,9 @@ StatusOr<PresignedRequest> S3BlobStore::PresignUploadPart(std::string_view key, 
     return InvalidArgumentError("part number must be 1 to 10000, got " + std::to_string(part_number));
   }
   if (upload_id.empty()) return InvalidArgumentError("empty multipart upload id");
-  return Presign({.method = "PUT", .bucket = options_.bucket, .key = ObjectKey(key),
+  return Presign({.method = "PUT",
+                  .bucket = options_.bucket,
+                  .key = ObjectKey(key),
                   .query = {{"uploadId", std::string(upload_id)}, {"partNumber", std::to_string(part_number)}},
                   .headers = {}},
                  expires);
@@ -927,8 +963,11 @@ StatusOr<std::vector<UploadedPart>> S3BlobStore::ListUploadedParts(std::string_v
   std::vector<UploadedPart> parts;
   std::string marker;
   while (true) {
-    S3Request request{.method = "GET", .bucket = options_.bucket, .key = ObjectKey(key),
-                      .query = {{"uploadId", std::string(upload_id)}}, .headers = {}};
+    S3Request request{.method = "GET",
+                      .bucket = options_.bucket,
+                      .key = ObjectKey(key),
+                      .query = {{"uploadId", std::string(upload_id)}},
+                      .headers = {}};
     if (!marker.empty()) request.query.emplace_back("part-number-marker", marker);
     PARSYN_ASSIGN_OR_RETURN(ResponseSink response, http_->Call(request, key, Sha256HexOf("")));
     for (std::string_view block : XmlBlocks(response.body, "Part")) {
@@ -958,7 +997,9 @@ StatusOr<BlobInfo> S3BlobStore::CompleteMultipartUpload(std::string_view key, st
   std::string xml_sha256 = Sha256HexOf(xml);
   Spool document(std::move(xml));
   UploadBody body{&document, 0, document.size()};
-  S3Request request{.method = "POST", .bucket = options_.bucket, .key = ObjectKey(key),
+  S3Request request{.method = "POST",
+                    .bucket = options_.bucket,
+                    .key = ObjectKey(key),
                     .query = {{"uploadId", std::string(upload_id)}},
                     .headers = {{"If-None-Match", "*"}, {"Content-Type", "application/xml"}}};
   StatusOr<ResponseSink> response = http_->Call(request, key, xml_sha256, &body);
@@ -971,8 +1012,11 @@ StatusOr<BlobInfo> S3BlobStore::CompleteMultipartUpload(std::string_view key, st
 
 Status S3BlobStore::AbortMultipartUpload(std::string_view key, std::string_view upload_id) {
   PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
-  S3Request request{.method = "DELETE", .bucket = options_.bucket, .key = ObjectKey(key),
-                    .query = {{"uploadId", std::string(upload_id)}}, .headers = {}};
+  S3Request request{.method = "DELETE",
+                    .bucket = options_.bucket,
+                    .key = ObjectKey(key),
+                    .query = {{"uploadId", std::string(upload_id)}},
+                    .headers = {}};
   return http_->Call(request, key, Sha256HexOf("")).status();
 }
 
@@ -981,8 +1025,11 @@ StatusOr<std::vector<IncompleteUpload>> S3BlobStore::ListIncompleteUploads(std::
   std::vector<IncompleteUpload> uploads;
   std::string key_marker, upload_marker;
   while (true) {
-    S3Request request{.method = "GET", .bucket = options_.bucket, .key = "",
-                      .query = {{"uploads", ""}, {"prefix", ObjectKey(prefix)}}, .headers = {}};
+    S3Request request{.method = "GET",
+                      .bucket = options_.bucket,
+                      .key = "",
+                      .query = {{"uploads", ""}, {"prefix", ObjectKey(prefix)}},
+                      .headers = {}};
     if (!key_marker.empty()) {
       request.query.emplace_back("key-marker", key_marker);
       request.query.emplace_back("upload-id-marker", upload_marker);

@@ -138,8 +138,8 @@ TEST(S3BlobStoreTest, PresigningIsLocalAndChecksItsArguments) {
   S3BlobStoreOptions options;
   options.bucket = "parsyn";
   options.prefix = "deploy/";
-  options.endpoint = {.scheme = "https", .host = "s3.eu-west-1.amazonaws.com", .region = "eu-west-1",
-                      .path_style = false};
+  options.endpoint = {
+      .scheme = "https", .host = "s3.eu-west-1.amazonaws.com", .region = "eu-west-1", .path_style = false};
   options.credentials = {"AKID", "SECRET", ""};
   options.now = [] { return std::chrono::system_clock::from_time_t(1700000000); };
   auto store = S3BlobStore::Create(options);
@@ -213,8 +213,10 @@ S3BlobStoreOptions MotoOptions(const MotoServer& server, std::string bucket, std
   S3BlobStoreOptions options;
   options.bucket = std::move(bucket);
   options.prefix = std::move(prefix);
-  options.endpoint = {.scheme = "http", .host = "127.0.0.1:" + std::to_string(server.port()),
-                      .region = "us-east-1", .path_style = true};
+  options.endpoint = {.scheme = "http",
+                      .host = "127.0.0.1:" + std::to_string(server.port()),
+                      .region = "us-east-1",
+                      .path_style = true};
   options.credentials = {"testing", "testing", ""};
   return options;
 }
@@ -230,8 +232,7 @@ std::vector<BlobStoreBackend> S3BackendsIfInstalled() {
                            }}};
 }
 
-INSTANTIATE_TEST_SUITE_P(S3, BlobStoreContractTest, ::testing::ValuesIn(S3BackendsIfInstalled()),
-                         BlobStoreBackendName);
+INSTANTIATE_TEST_SUITE_P(S3, BlobStoreContractTest, ::testing::ValuesIn(S3BackendsIfInstalled()), BlobStoreBackendName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BlobStoreContractTest);
 
 TEST(S3BlobStoreTest, MotoServerIsInstalled) {
@@ -433,9 +434,7 @@ TEST_F(S3MotoTest, InterruptedMultipartUploadIsRetriedPartByPartAndCompleted) {
   const std::string sha = weights::Sha256Hex(std::string_view(bytes));
   StatusOr<std::string> upload = store_->StartMultipartUpload("jobs/1/updates/w7", sha);
   ASSERT_TRUE(upload.ok()) << upload.status().ToString();
-  auto part_bytes = [&](int number) {
-    return std::string_view(bytes).substr((number - 1) * part, part);
-  };
+  auto part_bytes = [&](int number) { return std::string_view(bytes).substr((number - 1) * part, part); };
   auto presign = [&](int number) { return *store_->PresignUploadPart("jobs/1/updates/w7", *upload, number, 600s); };
 
   // The worker sends part 1, then dies half-way through part 2.
@@ -562,8 +561,8 @@ TEST(S3OutageTest, KilledServerGivesUnavailableWithAClearMessage) {
   // The interrupted download ends in an error, never in a silently short blob.
   StatusOr<std::string> rest = ReadAll(**in_flight);
   EXPECT_EQ(rest.status().code(), StatusCode::kUnavailable) << rest.status().ToString();
-  EXPECT_THAT(rest.status().message(), HasSubstr(endpoint + " failed during GET s3://" + bucket +
-                                                 "/store/jobs/1/rounds/000001/update"));
+  EXPECT_THAT(rest.status().message(),
+              HasSubstr(endpoint + " failed during GET s3://" + bucket + "/store/jobs/1/rounds/000001/update"));
   // Presigning is local and keeps working; the coordinator decides what to do with the round.
   EXPECT_TRUE((*store)->PresignGet("jobs/1/rounds/000001/global", 60s).ok());
 }

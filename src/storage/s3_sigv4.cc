@@ -33,7 +33,8 @@ std::string HmacSha256Raw(std::string_view key, std::string_view message) {
 
 std::string ToLower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return out;
 }
 
@@ -77,7 +78,7 @@ std::string CanonicalQuery(const QueryPairs& pairs) {
 }
 
 struct CanonicalHeaders {
-  std::string block;   // "name:value\n" for each, sorted
+  std::string block;         // "name:value\n" for each, sorted
   std::string signed_names;  // "host;x-amz-date"
 };
 
@@ -104,8 +105,8 @@ std::string Scope(std::string_view date, const S3Endpoint& endpoint) {
 std::string Signature(const AwsCredentials& credentials, const S3Endpoint& endpoint, std::string_view timestamp,
                       std::string_view canonical_request) {
   std::string date(timestamp.substr(0, 8));
-  std::string string_to_sign = std::string(kAlgorithm) + "\n" + std::string(timestamp) + "\n" +
-                               Scope(date, endpoint) + "\n" + Sha256HexOf(canonical_request);
+  std::string string_to_sign = std::string(kAlgorithm) + "\n" + std::string(timestamp) + "\n" + Scope(date, endpoint) +
+                               "\n" + Sha256HexOf(canonical_request);
   std::string key = HmacSha256Raw("AWS4" + credentials.secret_access_key, date);
   key = HmacSha256Raw(key, endpoint.region);
   key = HmacSha256Raw(key, "s3");
@@ -157,9 +158,8 @@ S3Target ResolveS3Target(const S3Endpoint& endpoint, std::string_view bucket, st
   return target;
 }
 
-SignedS3Request SignS3Request(const S3Endpoint& endpoint, const AwsCredentials& credentials,
-                              const S3Request& request, std::string_view payload_sha256,
-                              std::chrono::system_clock::time_point now) {
+SignedS3Request SignS3Request(const S3Endpoint& endpoint, const AwsCredentials& credentials, const S3Request& request,
+                              std::string_view payload_sha256, std::chrono::system_clock::time_point now) {
   S3Target target = ResolveS3Target(endpoint, request.bucket, request.key);
   std::string timestamp = AmzTimestamp(now);
 
@@ -209,8 +209,7 @@ std::string PresignS3Url(const S3Endpoint& endpoint, const AwsCredentials& crede
                                   canonical.block + "\n" + canonical.signed_names + "\n" +
                                   std::string(kUnsignedPayload);
   std::string signature = Signature(credentials, endpoint, timestamp, canonical_request);
-  return endpoint.scheme + "://" + target.host + target.path + "?" + EncodeQuery(all) +
-         "&X-Amz-Signature=" + signature;
+  return endpoint.scheme + "://" + target.host + target.path + "?" + EncodeQuery(all) + "&X-Amz-Signature=" + signature;
 }
 
 std::string HmacSha256Hex(std::string_view key, std::string_view message) {

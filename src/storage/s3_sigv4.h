@@ -73,9 +73,8 @@ struct S3Target {
 S3Target ResolveS3Target(const S3Endpoint& endpoint, std::string_view bucket, std::string_view key);
 
 // Signs `request` with header auth. `payload_sha256` is the body's sha256 in lowercase hex, or kUnsignedPayload.
-SignedS3Request SignS3Request(const S3Endpoint& endpoint, const AwsCredentials& credentials,
-                              const S3Request& request, std::string_view payload_sha256,
-                              std::chrono::system_clock::time_point now);
+SignedS3Request SignS3Request(const S3Endpoint& endpoint, const AwsCredentials& credentials, const S3Request& request,
+                              std::string_view payload_sha256, std::chrono::system_clock::time_point now);
 
 // A presigned URL for `request`, valid `expires` (1 s to 7 days) from `now`. Any request headers are signed
 // (X-Amz-SignedHeaders lists them) and must be sent unchanged by whoever uses the URL.

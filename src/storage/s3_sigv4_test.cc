@@ -31,8 +31,8 @@ std::chrono::system_clock::time_point ParseAmzTime(const std::string& text) {
 TEST(S3SigV4Test, AwsDocumentationGetObjectExample) {
   S3Endpoint endpoint{.scheme = "https", .host = "s3.amazonaws.com", .region = "us-east-1", .path_style = false};
   AwsCredentials credentials{"AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", ""};
-  S3Request request{.method = "GET", .bucket = "examplebucket", .key = "test.txt", .query = {},
-                    .headers = {{"Range", "bytes=0-9"}}};
+  S3Request request{
+      .method = "GET", .bucket = "examplebucket", .key = "test.txt", .query = {}, .headers = {{"Range", "bytes=0-9"}}};
   SignedS3Request signed_request =
       SignS3Request(endpoint, credentials, request, Sha256HexOf(""), ParseAmzTime("20130524T000000Z"));
   EXPECT_EQ(signed_request.url, "https://examplebucket.s3.amazonaws.com/test.txt");
@@ -166,39 +166,125 @@ std::vector<SigCase> CrossCheckCases() {
   std::vector<SigCase> cases;
   auto add = [&](SigCase c) { cases.push_back(std::move(c)); };
   // Header-signed requests.
-  add({.id = "get-virtual", .kind = "request", .method = "GET", .bucket = "parsyn-blobs", .key = "jobs/1/global",
-       .endpoint_url = aws_eu, .region = "eu-west-1"});
-  add({.id = "get-path-local", .kind = "request", .method = "GET", .bucket = "parsyn", .key = "jobs/1/global",
-       .endpoint_url = local, .region = "us-east-1", .path_style = true});
-  add({.id = "head-unicode-key", .kind = "request", .method = "HEAD", .bucket = "parsyn", .key = unicode_key,
-       .endpoint_url = aws_eu, .region = "eu-west-1", .path_style = true});
-  add({.id = "delete-virtual-token", .kind = "request", .method = "DELETE", .bucket = "parsyn", .key = "a b/c",
-       .endpoint_url = aws_eu, .region = "eu-west-1", .token = "FwoGZXIvYXdzEXAMPLE//token+with/chars="});
-  add({.id = "put-signed-payload", .kind = "request", .method = "PUT", .bucket = "parsyn", .key = "u/1.bin",
-       .endpoint_url = local, .region = "us-east-1", .path_style = true, .headers = create_only,
+  add({.id = "get-virtual",
+       .kind = "request",
+       .method = "GET",
+       .bucket = "parsyn-blobs",
+       .key = "jobs/1/global",
+       .endpoint_url = aws_eu,
+       .region = "eu-west-1"});
+  add({.id = "get-path-local",
+       .kind = "request",
+       .method = "GET",
+       .bucket = "parsyn",
+       .key = "jobs/1/global",
+       .endpoint_url = local,
+       .region = "us-east-1",
+       .path_style = true});
+  add({.id = "head-unicode-key",
+       .kind = "request",
+       .method = "HEAD",
+       .bucket = "parsyn",
+       .key = unicode_key,
+       .endpoint_url = aws_eu,
+       .region = "eu-west-1",
+       .path_style = true});
+  add({.id = "delete-virtual-token",
+       .kind = "request",
+       .method = "DELETE",
+       .bucket = "parsyn",
+       .key = "a b/c",
+       .endpoint_url = aws_eu,
+       .region = "eu-west-1",
+       .token = "FwoGZXIvYXdzEXAMPLE//token+with/chars="});
+  add({.id = "put-signed-payload",
+       .kind = "request",
+       .method = "PUT",
+       .bucket = "parsyn",
+       .key = "u/1.bin",
+       .endpoint_url = local,
+       .region = "us-east-1",
+       .path_style = true,
+       .headers = create_only,
        .body = "hello, world"});
-  add({.id = "put-unsigned-payload", .kind = "request", .method = "PUT", .bucket = "parsyn-blobs",
-       .key = unicode_key, .endpoint_url = aws_eu, .region = "eu-west-1", .token = "session-token",
-       .headers = create_only, .body = "abc", .unsigned_payload = true});
-  add({.id = "get-range-spaces-in-header", .kind = "request", .method = "GET", .bucket = "parsyn", .key = "k",
-       .endpoint_url = aws_eu, .region = "eu-west-1", .headers = {{"Range", "  bytes=0-9  "}}});
-  add({.id = "upload-part", .kind = "request", .method = "PUT", .bucket = "parsyn", .key = "big/update.bin",
-       .endpoint_url = local, .region = "us-east-1", .path_style = true, .body = "part bytes",
-       .upload_id = "2~iCw_lDSFy2F4nW4Ew+QR/ps=", .part_number = 7});
+  add({.id = "put-unsigned-payload",
+       .kind = "request",
+       .method = "PUT",
+       .bucket = "parsyn-blobs",
+       .key = unicode_key,
+       .endpoint_url = aws_eu,
+       .region = "eu-west-1",
+       .token = "session-token",
+       .headers = create_only,
+       .body = "abc",
+       .unsigned_payload = true});
+  add({.id = "get-range-spaces-in-header",
+       .kind = "request",
+       .method = "GET",
+       .bucket = "parsyn",
+       .key = "k",
+       .endpoint_url = aws_eu,
+       .region = "eu-west-1",
+       .headers = {{"Range", "  bytes=0-9  "}}});
+  add({.id = "upload-part",
+       .kind = "request",
+       .method = "PUT",
+       .bucket = "parsyn",
+       .key = "big/update.bin",
+       .endpoint_url = local,
+       .region = "us-east-1",
+       .path_style = true,
+       .body = "part bytes",
+       .upload_id = "2~iCw_lDSFy2F4nW4Ew+QR/ps=",
+       .part_number = 7});
   // Presigned URLs.
-  add({.id = "presign-get-virtual", .kind = "presign", .method = "GET", .bucket = "parsyn-blobs",
-       .key = "jobs/1/rounds/000003/global.safetensors", .endpoint_url = aws_eu, .region = "eu-west-1",
+  add({.id = "presign-get-virtual",
+       .kind = "presign",
+       .method = "GET",
+       .bucket = "parsyn-blobs",
+       .key = "jobs/1/rounds/000003/global.safetensors",
+       .endpoint_url = aws_eu,
+       .region = "eu-west-1",
        .expires = 3600});
-  add({.id = "presign-get-path-unicode", .kind = "presign", .method = "GET", .bucket = "parsyn", .key = unicode_key,
-       .endpoint_url = local, .region = "us-east-1", .path_style = true, .expires = 604800});
-  add({.id = "presign-put-token", .kind = "presign", .method = "PUT", .bucket = "parsyn", .key = "u/w 1.bin",
-       .endpoint_url = aws_eu, .region = "eu-west-1", .token = "FwoGZXIvYXdzEXAMPLE//token+with/chars=",
-       .time = "20251231T235959Z", .expires = 60});
-  add({.id = "presign-put-create-only", .kind = "presign", .method = "PUT", .bucket = "parsyn", .key = "u/2.bin",
-       .endpoint_url = local, .region = "us-east-1", .path_style = true, .headers = create_only});
-  add({.id = "presign-upload-part", .kind = "presign", .method = "PUT", .bucket = "parsyn-blobs",
-       .key = "big/update 1.bin", .endpoint_url = aws_eu, .region = "eu-west-1", .token = "tok", .expires = 7200,
-       .upload_id = "2~iCw_lDSFy2F4nW4Ew+QR/ps=", .part_number = 10000});
+  add({.id = "presign-get-path-unicode",
+       .kind = "presign",
+       .method = "GET",
+       .bucket = "parsyn",
+       .key = unicode_key,
+       .endpoint_url = local,
+       .region = "us-east-1",
+       .path_style = true,
+       .expires = 604800});
+  add({.id = "presign-put-token",
+       .kind = "presign",
+       .method = "PUT",
+       .bucket = "parsyn",
+       .key = "u/w 1.bin",
+       .endpoint_url = aws_eu,
+       .region = "eu-west-1",
+       .token = "FwoGZXIvYXdzEXAMPLE//token+with/chars=",
+       .time = "20251231T235959Z",
+       .expires = 60});
+  add({.id = "presign-put-create-only",
+       .kind = "presign",
+       .method = "PUT",
+       .bucket = "parsyn",
+       .key = "u/2.bin",
+       .endpoint_url = local,
+       .region = "us-east-1",
+       .path_style = true,
+       .headers = create_only});
+  add({.id = "presign-upload-part",
+       .kind = "presign",
+       .method = "PUT",
+       .bucket = "parsyn-blobs",
+       .key = "big/update 1.bin",
+       .endpoint_url = aws_eu,
+       .region = "eu-west-1",
+       .token = "tok",
+       .expires = 7200,
+       .upload_id = "2~iCw_lDSFy2F4nW4Ew+QR/ps=",
+       .part_number = 10000});
   return cases;
 }
 
