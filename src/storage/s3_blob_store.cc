@@ -461,7 +461,8 @@ class S3GetStream final : public ByteSource {
     return n;
   }
 
-  // One step of the transfer: waits (at most `stall_timeout`) for the socket, then lets libcurl move bytes.
+  // One step of the transfer: lets libcurl move bytes, then waits (at most 1 s) for the socket if there was nothing
+  // to hand out. Fails the stream once the server has sent nothing for `stall_timeout` (time we were paused excluded).
   Status Drive() {
     int running = 0;
     CURLMcode mc = curl_multi_perform(multi_.get(), &running);
