@@ -39,15 +39,14 @@ def main():
     parser.add_argument("--k", type=int, required=True)
     args = parser.parse_args()
 
-    # One random client, shifted per client: K distinct arrays as Flower holds them, without K random draws.
+    # One random client, varied per client by a cheap shift (for bf16 in its bit pattern): K distinct arrays, as
+    # Flower holds them, without K random draws. Generation is not timed.
     rng = np.random.default_rng(0)
     base = [rng.random(args.tensor_elements, dtype=np.float32) - 0.5 for _ in range(args.tensors)]
-    results = []
-    for k in range(args.k):
-        layers = [layer + np.float32(1e-3 * k) for layer in base]
-        if args.dtype == "bf16":
-            layers = [(layer.view(np.uint32) >> 16).astype(np.uint16) for layer in layers]
-        results.append((layers, 100 + 10 * k))
+    if args.dtype == "bf16":
+        base = [(layer.view(np.uint32) >> 16).astype(np.uint16) for layer in base]
+    shift = (lambda k: np.float32(1e-3 * k)) if args.dtype == "f32" else (lambda k: np.uint16(k))
+    results = [([layer + shift(k) for layer in base], 100 + 10 * k) for k in range(args.k)]
     del base
     update_bytes = sum(layer.nbytes for layer in results[0][0])
 
