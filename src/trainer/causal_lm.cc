@@ -19,8 +19,9 @@ StepOutput NextTokenLoss(const torch::Tensor& logits, const torch::Tensor& label
         shifted_logits, targets, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
   }
   torch::NoGradGuard no_grad;
-  torch::Tensor hit = (shifted_logits.argmax(-1) == targets).logical_and(counted).view({labels.size(0), -1});
-  torch::Tensor counted_rows = counted.view({labels.size(0), -1});
+  const int64_t B = labels.size(0), T = labels.size(1);
+  torch::Tensor hit = (shifted_logits.argmax(-1) == targets).logical_and(counted).view({B, T - 1});
+  torch::Tensor counted_rows = counted.view({B, T - 1});
   out.num_correct = hit.sum().item<int64_t>();
   torch::Tensor row_has_counted = counted_rows.any(1);
   torch::Tensor row_all_correct = (hit == counted_rows).all(1);

@@ -294,15 +294,28 @@ Status LlamaModel::ImportWeights(const weights::WeightSet& set) {
   return Status::Ok();
 }
 
+namespace {
+
+// The projection of `layer` named by one of weights::kLoraModules (const or not, as `layer` is).
+template <typename LayerT>
+auto& PickProjection(LayerT& layer, const std::string& module) {
+  if (module == "q_proj") return layer.q;
+  if (module == "k_proj") return layer.k;
+  if (module == "v_proj") return layer.v;
+  if (module == "o_proj") return layer.o;
+  if (module == "gate_proj") return layer.gate;
+  if (module == "up_proj") return layer.up;
+  return layer.down;
+}
+
+}  // namespace
+
 LlamaModel::Projection& LlamaModel::ProjectionFor(int64_t layer, const std::string& module) {
-  Layer& l = layers_[static_cast<size_t>(layer)];
-  if (module == "q_proj") return l.q;
-  if (module == "k_proj") return l.k;
-  if (module == "v_proj") return l.v;
-  if (module == "o_proj") return l.o;
-  if (module == "gate_proj") return l.gate;
-  if (module == "up_proj") return l.up;
-  return l.down;
+  return PickProjection(layers_[static_cast<size_t>(layer)], module);
+}
+
+const LlamaModel::Projection& LlamaModel::ProjectionFor(int64_t layer, const std::string& module) const {
+  return PickProjection(layers_[static_cast<size_t>(layer)], module);
 }
 
 Status LlamaModel::AttachLora(const LoraSettings& settings, uint64_t seed) {
@@ -336,7 +349,7 @@ std::vector<std::pair<std::string, torch::Tensor>> LlamaModel::lora_parameters()
   if (!lora_) return out;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     for (const std::string& module : lora_targets_) {
-      const Projection& p = const_cast<LlamaModel*>(this)->ProjectionFor(i, module);
+      const Projection& p = ProjectionFor(i, module);
       out.emplace_back(weights::LoraTensorName(i, module, "lora_A"), p.lora_a);
       out.emplace_back(weights::LoraTensorName(i, module, "lora_B"), p.lora_b);
     }

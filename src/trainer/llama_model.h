@@ -111,6 +111,7 @@ class LlamaModel {
   torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
   std::pair<torch::Tensor, torch::Tensor> RopeTables(const torch::Tensor& positions) const;
   Projection& ProjectionFor(int64_t layer, const std::string& module);
+  const Projection& ProjectionFor(int64_t layer, const std::string& module) const;
 
   LlamaConfig config_;
   ModelOptions options_;

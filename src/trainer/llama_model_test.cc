@@ -276,6 +276,12 @@ TEST(NextTokenLossTest, ShiftsCountsAndIgnoresMinus100) {
   EXPECT_EQ(out.num_exact_rows, 0);
   const double z = std::log(std::exp(5.0) + 2.0);
   EXPECT_NEAR(out.loss.item<double>(), ((z - 5.0) + z) / 2, 1e-5);
+
+  // One token per row predicts nothing: no counted position, a zero loss.
+  StepOutput single = NextTokenLoss(torch::zeros({2, 1, 3}), torch::zeros({2, 1}, torch::kInt64), torch::Tensor());
+  EXPECT_EQ(single.num_counted, 0);
+  EXPECT_EQ(single.num_rows, 0);
+  EXPECT_EQ(single.loss.item<double>(), 0.0);
 }
 
 TEST(CausalLmTest, FullFineTuningExportsAndImportsHuggingFaceNames) {
