@@ -19,7 +19,8 @@ StatusOr<weights::DType> FromTorchDtype(torch::Dtype dtype);
 // A CPU torch tensor holding a copy of `tensor`'s bytes, in the tensor's own dtype.
 torch::Tensor ToTorch(const weights::Tensor& tensor);
 
-// Appends `value` (any device; converted to `dtype`) to `set` under `name`. Errors of WeightSet::Add.
+// Appends `value` (any device; converted to `dtype`) to `set` under `name`. Errors of WeightSet::Add; throws
+// c10::Error only if torch fails to copy the tensor off its device (callers catch at their edge).
 Status AppendToWeightSet(weights::WeightSet& set, std::string name, const torch::Tensor& value,
                          weights::DType dtype);
 
