@@ -11,6 +11,7 @@
 #include "coordinator/job_runner.h"
 #include "coordinator/loop_tools.h"
 #include "coordinator/service_routes.h"
+#include "coordinator/static_routes.h"
 #include "http/signed_url.h"
 #include "storage/directory_blob_store.h"
 #include "storage/sqlite_store.h"
@@ -68,6 +69,7 @@ StatusOr<http::Router> Service::BuildRouter() {
   PARSYN_RETURN_IF_ERROR(AddJobRoutes(routes));
   PARSYN_RETURN_IF_ERROR(AddWorkerRoutes(routes));
   PARSYN_RETURN_IF_ERROR(AddBlobRoutes(routes));
+  PARSYN_RETURN_IF_ERROR(AddStaticRoutes(router));  // the dashboard; not API routes, so not in routes_
   return router;
 }
 

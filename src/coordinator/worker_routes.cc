@@ -150,6 +150,9 @@ Status Service::AddWorkerRoutes(Routes& routes) {
         if (!stored.ok()) co_return Response::Error(stored);
         json progress = {{"round", *round}, {"step", *step}, {"total_steps", total_steps ? json(*total_steps) : json()},
                          {"loss", loss ? json(*loss) : json()}};
+        // The dashboard shows each worker's throughput and utilisation live from this event.
+        if (throughput) progress["throughput"] = *throughput;
+        if (utilization) progress["utilization"] = *utilization;
         runner->RecordProgress(worker_id, progress);
         progress["worker_id"] = worker_id;
         {

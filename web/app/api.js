@@ -1,0 +1,167 @@
+// The dashboard's only way to the server: the public /api/v1 routes with the admin key from session storage, and the
+// per-job events stream read through fetch (EventSource cannot send an Authorization header).
+
+const KEY_NAME = 'parsyn.apiKey';
+
+export function apiKey() {
+  return sessionStorage.getItem(KEY_NAME);
+}
+
+export function setApiKey(key) {
+  if (key) sessionStorage.setItem(KEY_NAME, key);
+  else sessionStorage.removeItem(KEY_NAME);
+}
+
+// An error answer of the API: {"error": {"code", "message"}} with its HTTP status.
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+// Called with the ApiError when the server refuses the key (401), so the app can ask for it again.
+let onUnauthenticated = () => {};
+export function setUnauthenticatedHandler(handler) {
+  onUnauthenticated = handler;
+}
+
+function authHeaders(extra = {}) {
+  return { Authorization: `Bearer ${apiKey() ?? ''}`, ...extra };
+}
+
+async function errorFrom(response) {
+  const text = await response.text();
+  let code = `http_${response.status}`;
+  let message = text || response.statusText;
+  try {
+    const body = JSON.parse(text);
+    if (body && body.error) {
+      code = body.error.code ?? code;
+      message = body.error.message ?? message;
+    }
+  } catch {
+    // Not JSON (a proxy's page): keep the text.
+  }
+  return new ApiError(response.status, code, message);
+}
+
+// JSON request to /api/v1`path`; resolves to the parsed body (null for 204), rejects with ApiError.
+export async function api(method, path, body) {
+  const init = { method, headers: authHeaders() };
+  if (body !== undefined) {
+    init.headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const response = await fetch(`/api/v1${path}`, init);
+  if (!response.ok) {
+    const error = await errorFrom(response);
+    if (response.status === 401) onUnauthenticated(error);
+    throw error;
+  }
+  if (response.status === 204) return null;
+  return response.json();
+}
+
+// Downloads /api/v1`path` with the key and hands it to the browser as a file named `filename`.
+export async function download(path, filename) {
+  const response = await fetch(`/api/v1${path}`, { headers: authHeaders() });
+  if (!response.ok) throw await errorFrom(response);
+  const url = URL.createObjectURL(await response.blob());
+  const link = document.createElement('a');
+  link.href = url;
+  link.download = filename;
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+// Parses one SSE block ("event: x\ndata: ...\nid: n") into {type, data, id}; null for comments only.
+function parseEventBlock(block) {
+  let type = 'message';
+  let id = null;
+  const data = [];
+  for (const line of block.split(/\r?\n/)) {
+    if (line === '' || line.startsWith(':')) continue;
+    const colon = line.indexOf(':');
+    const field = colon < 0 ? line : line.slice(0, colon);
+    let value = colon < 0 ? '' : line.slice(colon + 1);
+    if (value.startsWith(' ')) value = value.slice(1);
+    if (field === 'event') type = value;
+    else if (field === 'data') data.push(value);
+    else if (field === 'id') id = value;
+  }
+  if (data.length === 0) return null;
+  let parsed;
+  try {
+    parsed = JSON.parse(data.join('\n'));
+  } catch {
+    return null;
+  }
+  return { type, data: parsed, id };
+}
+
+// Follows a job's events stream: every stored event from the start, then live ones, reconnecting with
+// Last-Event-ID after a dropped connection. onEvent(type, data) runs for each; `isDone()` is asked after each event
+// and when the server ends the stream (it ends after the job's terminal status). Returns a function that stops it.
+export function followJobEvents(jobId, onEvent, { isDone, onConnection = () => {} } = {}) {
+  const controller = new AbortController();
+  let lastId = null;
+  let stopped = false;
+
+  async function readOnce() {
+    const headers = authHeaders({ Accept: 'text/event-stream' });
+    if (lastId !== null) headers['Last-Event-ID'] = lastId;
+    const response = await fetch(`/api/v1/training-jobs/${jobId}/events`, { headers, signal: controller.signal });
+    if (!response.ok) {
+      const error = await errorFrom(response);
+      if (response.status === 401) onUnauthenticated(error);
+      throw error;
+    }
+    onConnection(true);
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, { stream: true });
+      let end;
+      while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, '');
+        const event = parseEventBlock(block);
+        if (!event) continue;
+        if (event.id !== null) lastId = event.id;
+        onEvent(event.type, event.data);
+      }
+    }
+  }
+
+  (async () => {
+    let delay = 500;
+    while (!stopped) {
+      try {
+        await readOnce();
+        delay = 500;
+      } catch (error) {
+        if (stopped || error.name === 'AbortError') return;
+        if (error instanceof ApiError && error.status < 500) {
+          onConnection(false, error);
+          return;  // not found, bad key: retrying will not help
+        }
+      }
+      if (stopped || (isDone && isDone())) return;
+      onConnection(false);
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      delay = Math.min(delay * 2, 5000);
+    }
+  })();
+
+  return () => {
+    stopped = true;
+    controller.abort();
+  };
+}

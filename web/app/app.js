@@ -1,0 +1,100 @@
+// The dashboard's shell: sign-in with the API key, the navigation, and a hash router (#/training, #/jobs/new,
+// #/jobs/<id>, #/workers). Each page is a module exporting render(container, params) -> cleanup function.
+import { api, apiKey, setApiKey, setUnauthenticatedHandler, ApiError } from './api.js';
+import { h } from './dom.js';
+import * as training from './training.js';
+import * as newJob from './new_job.js';
+import * as jobDetail from './job_detail.js';
+import * as workers from './workers.js';
+
+const main = document.getElementById('main');
+const nav = document.getElementById('nav');
+let cleanup = null;
+
+const ROUTES = [
+  { pattern: /^#\/training$/, page: training, title: 'Training', nav: 'training' },
+  { pattern: /^#\/jobs\/new$/, page: newJob, title: 'New training job', nav: 'new' },
+  { pattern: /^#\/jobs\/(\d+)$/, page: jobDetail, title: 'Training job', nav: 'training' },
+  { pattern: /^#\/workers$/, page: workers, title: 'Workers', nav: 'workers' },
+];
+
+function showSignIn(message) {
+  if (cleanup) cleanup();
+  cleanup = null;
+  nav.hidden = true;
+  document.title = 'Sign in · Parsyn';
+  const input = h('input', { id: 'api-key', type: 'password', autocomplete: 'current-password', required: true,
+                             'aria-describedby': 'sign-in-error' });
+  const error = h('p', { id: 'sign-in-error', class: 'field-error', role: 'alert' }, message ?? '');
+  const button = h('button', { type: 'submit', class: 'primary' }, 'Sign in');
+  const form = h(
+    'form',
+    { class: 'card sign-in', novalidate: true },
+    h('h1', {}, 'Parsyn'),
+    h('p', { class: 'muted' }, 'Enter the admin API key that `parsyn server` printed on its first start ' +
+      '(also in the file admin-key in its data directory). It is kept for this browser tab only.'),
+    h('label', { for: 'api-key' }, 'API key'),
+    input,
+    error,
+    button,
+  );
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const key = input.value.trim();
+    if (!key) {
+      error.textContent = 'Enter the API key.';
+      return;
+    }
+    button.disabled = true;
+    error.textContent = '';
+    setApiKey(key);
+    try {
+      await api('GET', '/workers');  // any admin route: tells a wrong key apart
+      if (!ROUTES.some((r) => r.pattern.test(location.hash))) location.hash = '#/training';
+      route();
+    } catch (err) {
+      setApiKey(null);
+      error.textContent = err instanceof ApiError && err.status === 401
+        ? 'That key was not accepted.' : `Could not reach the server: ${err.message}`;
+      button.disabled = false;
+      input.focus();
+    }
+  });
+  main.replaceChildren(form);
+  input.focus();
+}
+
+function route() {
+  if (!apiKey()) {
+    showSignIn();
+    return;
+  }
+  const match = ROUTES.map((r) => ({ r, m: r.pattern.exec(location.hash) })).find((x) => x.m);
+  if (!match) {
+    location.replace('#/training');
+    return;
+  }
+  if (cleanup) cleanup();
+  nav.hidden = false;
+  for (const link of nav.querySelectorAll('a[data-nav]')) {
+    if (link.dataset.nav === match.r.nav) link.setAttribute('aria-current', 'page');
+    else link.removeAttribute('aria-current');
+  }
+  document.title = `${match.r.title} · Parsyn`;
+  const container = h('div', { class: 'page' });
+  main.replaceChildren(container);
+  cleanup = match.r.page.render(container, match.m.slice(1)) ?? null;
+}
+
+setUnauthenticatedHandler(() => {
+  setApiKey(null);
+  showSignIn('The server no longer accepts the key: sign in again.');
+});
+
+document.getElementById('sign-out').addEventListener('click', () => {
+  setApiKey(null);
+  showSignIn('Signed out.');
+});
+
+window.addEventListener('hashchange', route);
+route();

@@ -1,0 +1,115 @@
+// Line charts over uPlot (embedded from web/node_modules at build, served at /ui/vendor/). Each chart's container
+// carries data-points (the number of finite points drawn) so tests and people can tell a curve grew.
+
+let uPlotModule = null;
+const uPlotReady = import('./vendor/uPlot.esm.js')
+  .then((m) => {
+    uPlotModule = m.default;
+  })
+  .catch(() => {
+    uPlotModule = null;  // built without web/node_modules: charts show as tables of numbers instead
+  });
+
+function cssVar(name) {
+  return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+}
+
+const PALETTE = ['--series-1', '--series-2', '--series-3', '--series-4', '--series-5', '--series-6'];
+export function seriesColor(index) {
+  return cssVar(PALETTE[index % PALETTE.length]) || '#3366cc';
+}
+
+// A chart of one x axis and one or more y series, resized with its container.
+//   new LineChart(container, {xLabel, yLabel, series: [{label, color}], height})
+//   chart.setData(xs, [ys0, ys1, ...])  (null for a missing y)
+export class LineChart {
+  constructor(container, { xLabel, yLabel, series, height = 180 }) {
+    this.container = container;
+    this.options = { xLabel, yLabel, series, height };
+    this.data = [[], ...series.map(() => [])];
+    this.plot = null;
+    this.container.classList.add('chart');
+    this.container.dataset.points = '0';
+    this.fallback = null;
+    uPlotReady.then(() => this.render());
+    this.resizeObserver = new ResizeObserver(() => this.resize());
+    this.resizeObserver.observe(container);
+  }
+
+  setData(xs, ys) {
+    this.data = [xs, ...ys];
+    let points = 0;
+    for (const y of ys) points += y.filter((v) => v !== null && Number.isFinite(v)).length;
+    this.container.dataset.points = String(points);
+    if (this.plot) this.plot.setData(this.data);
+    else this.render();
+  }
+
+  width() {
+    return Math.max(200, Math.floor(this.container.clientWidth));
+  }
+
+  render() {
+    if (!uPlotModule) {
+      if (!this.fallback) {
+        this.fallback = document.createElement('p');
+        this.fallback.className = 'muted';
+        this.container.append(this.fallback);
+      }
+      const last = this.data[0].length ? this.data[0].length - 1 : -1;
+      this.fallback.textContent =
+        last < 0 ? 'No points yet.' : `Latest: ${this.data.slice(1).map((s) => fmtNumber(s[last])).join(', ')}`;
+      return;
+    }
+    if (this.plot || this.container.clientWidth === 0) return;
+    const axis = {
+      stroke: cssVar('--text-muted'),
+      grid: { stroke: cssVar('--grid'), width: 1 },
+      ticks: { stroke: cssVar('--grid'), width: 1 },
+    };
+    this.plot = new uPlotModule(
+      {
+        width: this.width(),
+        height: this.options.height,
+        legend: { show: this.options.series.length > 1 },
+        cursor: { drag: { x: false, y: false } },
+        scales: { x: { time: false } },
+        axes: [
+          { ...axis, label: this.options.xLabel },
+          { ...axis, label: this.options.yLabel, size: 56 },
+        ],
+        series: [
+          { label: this.options.xLabel },
+          ...this.options.series.map((s, i) => ({
+            label: s.label,
+            stroke: s.color ?? seriesColor(i),
+            width: 2,
+            spanGaps: true,
+            points: { show: true, size: 4 },
+          })),
+        ],
+      },
+      this.data,
+      this.container,
+    );
+  }
+
+  resize() {
+    if (!this.plot) {
+      this.render();
+      return;
+    }
+    this.plot.setSize({ width: this.width(), height: this.options.height });
+  }
+
+  destroy() {
+    this.resizeObserver.disconnect();
+    if (this.plot) this.plot.destroy();
+  }
+}
+
+export function fmtNumber(v, digits = 4) {
+  if (v === null || v === undefined || !Number.isFinite(v)) return '—';
+  if (Math.abs(v) >= 1000) return v.toFixed(0);
+  return Number(v.toPrecision(digits)).toString();
+}

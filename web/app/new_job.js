@@ -1,0 +1,241 @@
+// New job form: name, dataset and model from the live lists, the config fields, and an Advanced section with the
+// distributed settings and worker selection. Blank fields are left out so the server's defaults apply; the server
+// validates everything and its messages ("distributed.min_workers (3) must be <= ...") are shown next to the field
+// they name.
+import { api, ApiError } from './api.js';
+import { h } from './dom.js';
+
+// [path, label, kind, default shown as placeholder, help]. kind: int | number | text | list | intlist | bool | select
+const CONFIG_FIELDS = [
+  ['config.epochs', 'Epochs', 'int', '1'],
+  ['config.batch_size', 'Batch size', 'int', '8'],
+  ['config.learning_rate', 'Learning rate', 'number', '0.0002'],
+  ['config.mixed_precision', 'Mixed precision', 'select', 'no', ['no', 'bf16', 'fp16']],
+  ['config.use_peft', 'LoRA adapters (PEFT)', 'bool', true],
+  ['config.lora_r', 'LoRA rank', 'int', '16'],
+  ['config.lora_alpha', 'LoRA alpha', 'number', '32'],
+  ['config.lora_dropout', 'LoRA dropout', 'number', '0.05'],
+  ['config.lora_target_modules', 'LoRA target modules', 'list', 'q_proj, v_proj'],
+  ['config.max_seq_len', 'Max sequence length', 'int', '512'],
+  ['config.weight_decay', 'Weight decay', 'number', '0'],
+  ['config.warmup_steps', 'Warm-up steps', 'int', '0'],
+  ['config.lr_scheduler', 'LR scheduler', 'select', 'linear', ['linear', 'constant', 'cosine']],
+  ['config.gradient_accumulation_steps', 'Gradient accumulation steps', 'int', '1'],
+  ['config.max_grad_norm', 'Max gradient norm', 'number', '1.0'],
+  ['config.seed', 'Seed', 'int', '42'],
+  ['config.validation_fraction', 'Validation fraction', 'number', '0.1'],
+  ['config.label_column', 'Label column (CSV)', 'text', ''],
+  ['config.hidden_sizes', 'Hidden layer sizes (tabular)', 'intlist', 'none: logistic'],
+];
+
+const DISTRIBUTED_FIELDS = [
+  ['distributed.enabled', 'Distributed training', 'bool', false],
+  ['distributed.strategy', 'Strategy', 'select', 'federated_averaging', ['federated_averaging']],
+  ['distributed.num_rounds', 'Rounds', 'int', '10'],
+  ['distributed.steps_per_round', 'Steps per round', 'int', '500', null, '0: a round trains the epochs over the shard'],
+  ['distributed.min_workers', 'Min workers', 'int', '2'],
+  ['distributed.max_workers', 'Max workers', 'int', 'min workers'],
+  ['distributed.aggregation_timeout', 'Aggregation timeout (s)', 'number', '600'],
+  ['distributed.fault_tolerance', 'Fault tolerance (failed rounds)', 'int', '3'],
+];
+
+const fieldId = (path) => `f-${path.replaceAll('.', '-')}`;
+const errorId = (path) => `err-${path.replaceAll('.', '-')}`;
+
+function fieldControl([path, label, kind, placeholder, options, help]) {
+  let control;
+  if (kind === 'bool') {
+    control = h('input', { type: 'checkbox', id: fieldId(path), name: path, checked: placeholder === true });
+  } else if (kind === 'select') {
+    control = h('select', { id: fieldId(path), name: path },
+      ...options.map((o) => h('option', { value: o, selected: o === placeholder }, o)));
+  } else {
+    control = h('input', {
+      id: fieldId(path), name: path, placeholder,
+      type: 'text', inputmode: kind === 'int' || kind === 'intlist' ? 'numeric' : kind === 'number' ? 'decimal' : null,
+    });
+  }
+  control.dataset.kind = kind;
+  control.setAttribute('aria-describedby', errorId(path));
+  const error = h('p', { class: 'field-error', id: errorId(path) });
+  if (kind === 'bool') {
+    return h('div', { class: 'field field-check' }, h('label', {}, control, ' ', label), error);
+  }
+  return h('div', { class: 'field' },
+    h('label', { for: fieldId(path) }, label), control, help ? h('p', { class: 'help' }, help) : null, error);
+}
+
+// The value to send for a control, or undefined to leave the field out (server default).
+function readControl(control) {
+  const kind = control.dataset.kind;
+  if (kind === 'bool') return control.checked;
+  const text = control.value.trim();
+  if (kind === 'select') return text;
+  if (text === '') return undefined;
+  if (kind === 'int' || kind === 'number') {
+    const n = Number(text);
+    return Number.isFinite(n) ? n : text;  // a non-number goes as typed: the server names the field
+  }
+  if (kind === 'list') return text.split(',').map((s) => s.trim()).filter(Boolean);
+  if (kind === 'intlist') return text.split(',').map((s) => s.trim()).filter(Boolean).map((s) => (Number.isFinite(Number(s)) ? Number(s) : s));
+  return text;
+}
+
+function setPath(object, path, value) {
+  const parts = path.split('.');
+  let at = object;
+  for (const p of parts.slice(0, -1)) at = at[p] ??= {};
+  at[parts.at(-1)] = value;
+}
+
+// Splits the server's message into its problems and finds, for each, the form field it names (the path it starts
+// with, an array index dropped). Returns [{path | null, message}].
+export function problemsByField(message, knownPaths) {
+  return message.split('; ').map((problem) => {
+    const text = problem.replace(/^unknown field /, '');
+    const m = /^'?([a-z_]+(?:\.[a-z_]+)*)(?:\[\d+\])?'?(?=[\s:(]|$)/.exec(text);
+    const path = m && !problem.startsWith('unknown field') && knownPaths.has(m[1]) ? m[1] : null;
+    return { path, message: problem };
+  });
+}
+
+export function render(container) {
+  const form = h('form', { id: 'job-form', class: 'card form', novalidate: true });
+  const formError = h('div', { class: 'form-error', role: 'alert', id: 'form-error' });
+  const datasetSelect = h('select', { id: fieldId('dataset_id'), name: 'dataset_id', 'aria-describedby': errorId('dataset_id') });
+  const modelSelect = h('select', { id: fieldId('model_id'), name: 'model_id', 'aria-describedby': errorId('model_id') });
+  const ownList = h('div', { class: 'worker-picks', id: 'own-workers', role: 'group', 'aria-label': 'Own workers' });
+  const managedList = h('div', { class: 'worker-picks', id: 'managed-workers', role: 'group', 'aria-label': 'Managed workers' });
+  const submit = h('button', { type: 'submit', class: 'primary' }, 'Create job');
+
+  const basic = h('fieldset', {}, h('legend', {}, 'Job'),
+    h('div', { class: 'field' }, h('label', { for: fieldId('name') }, 'Name'),
+      h('input', { id: fieldId('name'), name: 'name', type: 'text', 'aria-describedby': errorId('name'), autocomplete: 'off' }),
+      h('p', { class: 'field-error', id: errorId('name') })),
+    h('div', { class: 'field' }, h('label', { for: fieldId('dataset_id') }, 'Dataset'), datasetSelect,
+      h('p', { class: 'field-error', id: errorId('dataset_id') })),
+    h('div', { class: 'field' }, h('label', { for: fieldId('model_id') }, 'Model'), modelSelect,
+      h('p', { class: 'field-error', id: errorId('model_id') })));
+
+  const config = h('fieldset', {}, h('legend', {}, 'Training configuration'),
+    h('div', { class: 'grid-fields' }, ...CONFIG_FIELDS.map(fieldControl)));
+
+  const advanced = h('details', { id: 'advanced' },
+    h('summary', {}, 'Advanced: distributed training and worker selection'),
+    h('fieldset', {}, h('legend', {}, 'Distributed settings'),
+      h('div', { class: 'grid-fields' }, ...DISTRIBUTED_FIELDS.map(fieldControl))),
+    h('fieldset', {}, h('legend', {}, 'Worker selection'),
+      fieldControl(['worker_selection.mode', 'Mode', 'select', 'auto', ['auto', 'own', 'managed', 'mixed']]),
+      h('div', { class: 'picks-row' },
+        h('div', {}, h('h3', {}, 'Own workers'), ownList,
+          h('p', { class: 'field-error', id: errorId('worker_selection.worker_ids') })),
+        h('div', {}, h('h3', {}, 'Managed workers'), managedList,
+          h('p', { class: 'field-error', id: errorId('worker_selection.parsyn_worker_ids') })))));
+
+  form.append(formError, basic, config, advanced, h('div', { class: 'actions' }, submit));
+  container.append(h('div', { class: 'page-head' }, h('h1', {}, 'New training job')), form);
+
+  const knownPaths = new Set(['name', 'dataset_id', 'model_id', 'worker_selection.mode', 'worker_selection.worker_ids',
+    'worker_selection.parsyn_worker_ids', ...CONFIG_FIELDS.map((f) => f[0]), ...DISTRIBUTED_FIELDS.map((f) => f[0])]);
+
+  // Live lists: datasets and models once, workers every 3 s (keeping what is ticked).
+  let timer = null;
+  let stopped = false;
+  async function loadLists() {
+    try {
+      const [{ datasets }, { models }] = await Promise.all([api('GET', '/datasets'), api('GET', '/models')]);
+      const fill = (select, items, describe) => {
+        const keep = select.value;
+        select.replaceChildren(h('option', { value: '' }, items.length ? 'Choose…' : 'None uploaded yet'),
+          ...items.map((it) => h('option', { value: it.id }, describe(it))));
+        if (keep) select.value = keep;
+        if (!select.value && items.length === 1) select.value = String(items[0].id);
+      };
+      fill(datasetSelect, datasets, (d) => `${d.name} (#${d.id}, ${d.kind}, ${d.row_count} rows)`);
+      fill(modelSelect, models, (m) => `${m.name} (#${m.id}${m.model_type ? `, ${m.model_type}` : ''})`);
+    } catch (err) {
+      formError.textContent = `Could not load datasets and models: ${err.message}`;
+    }
+  }
+  async function loadWorkers() {
+    try {
+      const { workers } = await api('GET', '/workers');
+      if (stopped) return;
+      const fill = (list, kind) => {
+        const ticked = new Set([...list.querySelectorAll('input:checked')].map((i) => i.value));
+        const mine = workers.filter((w) => w.kind === kind && !w.revoked);
+        list.replaceChildren(...(mine.length ? mine.map((w) => h('label', { class: 'pick' },
+          h('input', { type: 'checkbox', value: w.id, checked: ticked.has(String(w.id)), dataset: { workerName: w.name } }),
+          ` ${w.name} `, h('span', { class: `status status-${w.status}` }, w.status))) : [h('p', { class: 'muted' }, 'None registered.')]));
+      };
+      fill(ownList, 'own');
+      fill(managedList, 'managed');
+    } catch {
+      // The lists keep their last state; the next try may work.
+    }
+    if (!stopped) timer = setTimeout(loadWorkers, 3000);
+  }
+  loadLists();
+  loadWorkers();
+
+  function clearErrors() {
+    formError.replaceChildren();
+    for (const p of form.querySelectorAll('.field-error')) p.textContent = '';
+    for (const c of form.querySelectorAll('[aria-invalid]')) c.removeAttribute('aria-invalid');
+  }
+
+  function showProblems(message) {
+    const unplaced = [];
+    let first = null;
+    for (const { path, message: text } of problemsByField(message, knownPaths)) {
+      const slot = path && document.getElementById(errorId(path));
+      if (!slot) {
+        unplaced.push(text);
+        continue;
+      }
+      slot.textContent = slot.textContent ? `${slot.textContent}; ${text}` : text;
+      const control = document.getElementById(fieldId(path));
+      if (control) control.setAttribute('aria-invalid', 'true');
+      if (path.startsWith('distributed.') || path.startsWith('worker_selection.')) advanced.open = true;
+      first ??= control ?? slot;
+    }
+    if (unplaced.length) formError.append(h('p', {}, 'The server refused the job:'), h('ul', {}, ...unplaced.map((t) => h('li', {}, t))));
+    (first ?? formError).focus?.();
+  }
+
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    clearErrors();
+    const body = {};
+    const name = form.querySelector(`#${fieldId('name')}`).value.trim();
+    if (name) body.name = name;
+    if (datasetSelect.value) body.dataset_id = Number(datasetSelect.value);
+    if (modelSelect.value) body.model_id = Number(modelSelect.value);
+    for (const control of form.querySelectorAll('[data-kind]')) {
+      const value = readControl(control);
+      if (value !== undefined) setPath(body, control.name, value);
+    }
+    const own = [...ownList.querySelectorAll('input:checked')].map((i) => Number(i.value));
+    const managed = [...managedList.querySelectorAll('input:checked')].map((i) => Number(i.value));
+    if (own.length) setPath(body, 'worker_selection.worker_ids', own);
+    if (managed.length) setPath(body, 'worker_selection.parsyn_worker_ids', managed);
+    // "auto" with workers ticked would be refused; the ticks say which mode was meant.
+    if (body.worker_selection?.mode === 'auto' && (own.length || managed.length)) {
+      body.worker_selection.mode = own.length && managed.length ? 'mixed' : own.length ? 'own' : 'managed';
+    }
+    submit.disabled = true;
+    try {
+      const job = await api('POST', '/training-jobs', body);
+      location.hash = `#/jobs/${job.id}`;
+    } catch (err) {
+      if (err instanceof ApiError && err.code === 'invalid_argument') showProblems(err.message);
+      else formError.append(h('p', {}, `Could not create the job: ${err.message}`));
+      submit.disabled = false;
+    }
+  });
+
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}
