@@ -14,13 +14,22 @@ function cssVar(name) {
   return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
 }
 
+// Steps and rounds are whole numbers: x ticks never fall between them.
+const INTEGER_STEPS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000];
+
+// Colours are read from CSS when a plot is built, so every chart is rebuilt when the system's scheme changes.
+const liveCharts = new Set();
+matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => {
+  for (const chart of liveCharts) chart.rebuild();
+});
+
 const PALETTE = ['--series-1', '--series-2', '--series-3', '--series-4', '--series-5', '--series-6'];
 export function seriesColor(index) {
   return cssVar(PALETTE[index % PALETTE.length]) || '#3366cc';
 }
 
 // A chart of one x axis and one or more y series, resized with its container.
-//   new LineChart(container, {xLabel, yLabel, series: [{label, color}], height})
+//   new LineChart(container, {xLabel, yLabel, series: [{label, colorIndex}], height})
 //   chart.setData(xs, [ys0, ys1, ...])  (null for a missing y)
 export class LineChart {
   constructor(container, { xLabel, yLabel, series, height = 180 }) {
@@ -34,6 +43,13 @@ export class LineChart {
     uPlotReady.then(() => this.render());
     this.resizeObserver = new ResizeObserver(() => this.resize());
     this.resizeObserver.observe(container);
+    liveCharts.add(this);
+  }
+
+  rebuild() {
+    if (this.plot) this.plot.destroy();
+    this.plot = null;
+    this.render();
   }
 
   setData(xs, ys) {
@@ -75,14 +91,14 @@ export class LineChart {
         cursor: { drag: { x: false, y: false } },
         scales: { x: { time: false } },
         axes: [
-          { ...axis, label: this.options.xLabel },
+          { ...axis, label: this.options.xLabel, incrs: INTEGER_STEPS },
           { ...axis, label: this.options.yLabel, size: 56 },
         ],
         series: [
           { label: this.options.xLabel },
           ...this.options.series.map((s, i) => ({
             label: s.label,
-            stroke: s.color ?? seriesColor(i),
+            stroke: seriesColor(s.colorIndex ?? i),
             width: 2,
             spanGaps: true,
             points: { show: true, size: 4 },
@@ -103,6 +119,7 @@ export class LineChart {
   }
 
   destroy() {
+    liveCharts.delete(this);
     this.resizeObserver.disconnect();
     if (this.plot) this.plot.destroy();
   }

@@ -3,7 +3,7 @@
 // re-read from /rounds when a round ends; everything else follows the events.
 import { api, download, followJobEvents } from './api.js';
 import { h, fmtTime, fmtDuration, fmtBytes, statusBadge, progressBar, TERMINAL } from './dom.js';
-import { LineChart, fmtNumber, seriesColor } from './charts.js';
+import { LineChart, fmtNumber } from './charts.js';
 
 export function render(container, [idText]) {
   const jobId = Number(idText);
@@ -68,7 +68,7 @@ export function render(container, [idText]) {
 
   const aggregateChart = new LineChart(aggregateChartBox, {
     xLabel: 'round', yLabel: 'loss', height: 220,
-    series: [{ label: 'training loss (aggregated)', color: seriesColor(0) }, { label: 'validation loss', color: seriesColor(1) }],
+    series: [{ label: 'training loss (aggregated)', colorIndex: 0 }, { label: 'validation loss', colorIndex: 1 }],
   });
   const cards = new Map();  // worker id -> {root, chart, fields}
 
@@ -281,8 +281,8 @@ export function render(container, [idText]) {
           h('dt', {}, 'Utilisation'), h('dd', {}, fields.utilization)),
         chartBox);
       workerCards.append(root);
-      const chart = new LineChart(chartBox, { xLabel: 'step', yLabel: 'loss', height: 140,
-                                              series: [{ label: 'loss', color: seriesColor(index) }] });
+      const chart = new LineChart(chartBox, { xLabel: 'step', yLabel: 'loss', height: 160,
+                                              series: [{ label: 'loss', colorIndex: index }] });
       card = { root, chart, fields, drawnPoints: -1 };
       cards.set(w.id, card);
     }
