@@ -19,6 +19,7 @@ export function render(container, [idText]) {
     names: new Map(),    // worker id -> name
     train: new Map(),    // round -> aggregated training loss
     validation: new Map(),  // global round -> validation loss
+    committed: 0,        // last committed round
   };
 
   // ---- static layout ----
@@ -310,6 +311,7 @@ export function render(container, [idText]) {
       state.status = job.status;
       state.totalRounds = job.total_rounds ?? 0;
       state.stepsPerRound = job.spec?.distributed?.steps_per_round ?? 0;
+      state.committed = job.committed_round;
       title.textContent = job.name;
       title.append(h('span', { class: 'muted' }, ` #${job.id}`));
       document.title = `${job.name} · Parsyn`;
