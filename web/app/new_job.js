@@ -102,6 +102,7 @@ export function problemsByField(message, knownPaths) {
 export function render(container) {
   const form = h('form', { id: 'job-form', class: 'card form', novalidate: true });
   const formError = h('div', { class: 'form-error', role: 'alert', id: 'form-error' });
+  const listsError = h('p', { class: 'field-error', role: 'status' });
   const datasetSelect = h('select', { id: fieldId('dataset_id'), name: 'dataset_id', 'aria-describedby': errorId('dataset_id') });
   const modelSelect = h('select', { id: fieldId('model_id'), name: 'model_id', 'aria-describedby': errorId('model_id') });
   const ownList = h('div', { class: 'worker-picks', id: 'own-workers', role: 'group', 'aria-label': 'Own workers' });
@@ -132,13 +133,13 @@ export function render(container) {
         h('div', {}, h('h3', {}, 'Managed workers'), managedList,
           h('p', { class: 'field-error', id: errorId('worker_selection.parsyn_worker_ids') })))));
 
-  form.append(formError, basic, config, advanced, h('div', { class: 'actions' }, submit));
+  form.append(formError, listsError, basic, config, advanced, h('div', { class: 'actions' }, submit));
   container.append(h('div', { class: 'page-head' }, h('h1', {}, 'New training job')), form);
 
   const knownPaths = new Set(['name', 'dataset_id', 'model_id', 'worker_selection.mode', 'worker_selection.worker_ids',
     'worker_selection.parsyn_worker_ids', ...CONFIG_FIELDS.map((f) => f[0]), ...DISTRIBUTED_FIELDS.map((f) => f[0])]);
 
-  // Live lists: datasets and models once, workers every 3 s (keeping what is ticked).
+  // Live lists, re-read every 3 s (keeping what is chosen and ticked).
   let timer = null;
   let stopped = false;
   async function loadLists() {
@@ -153,11 +154,13 @@ export function render(container) {
       };
       fill(datasetSelect, datasets, (d) => `${d.name} (#${d.id}, ${d.kind}, ${d.row_count} rows)`);
       fill(modelSelect, models, (m) => `${m.name} (#${m.id}${m.model_type ? `, ${m.model_type}` : ''})`);
+      listsError.textContent = '';
     } catch (err) {
-      formError.textContent = `Could not load datasets and models: ${err.message}`;
+      listsError.textContent = `Could not load datasets and models: ${err.message}`;
     }
   }
   async function loadWorkers() {
+    await loadLists();
     try {
       const { workers } = await api('GET', '/workers');
       if (stopped) return;
@@ -175,7 +178,6 @@ export function render(container) {
     }
     if (!stopped) timer = setTimeout(loadWorkers, 3000);
   }
-  loadLists();
   loadWorkers();
 
   function clearErrors() {
