@@ -38,9 +38,7 @@ std::string Quoted(std::string_view text) {
   return out;
 }
 
-bool IsBlank(std::string_view line) {
-  return line.find_first_not_of(" \t\r") == std::string_view::npos;
-}
+bool IsBlank(std::string_view line) { return line.find_first_not_of(" \t\r") == std::string_view::npos; }
 
 std::string_view TrimSpaces(std::string_view s) {
   size_t b = s.find_first_not_of(" \t");
@@ -82,8 +80,8 @@ class LineReader {
   uint64_t bytes_read() const { return input_.consumed(); }
   Status status() const {
     if (!status_.ok()) return status_;
-    if (input_.failed()) return UnavailableError("reading the dataset failed after line " +
-                                                 std::to_string(line_number_));
+    if (input_.failed())
+      return UnavailableError("reading the dataset failed after line " + std::to_string(line_number_));
     return Status::Ok();
   }
 
@@ -161,8 +159,8 @@ StatusOr<TextKind> ParseTextLine(std::string_view line, int64_t line_number, Tex
     std::string what = e.what();
     size_t at = what.find("column");
     std::string detail = at == std::string::npos ? what : what.substr(at);
-    return InvalidArgumentError(LinePrefix(line_number) + std::string(kExpectedRow) + ", got invalid JSON (" +
-                                detail + ")");
+    return InvalidArgumentError(LinePrefix(line_number) + std::string(kExpectedRow) + ", got invalid JSON (" + detail +
+                                ")");
   }
   if (!value.is_object()) {
     return InvalidArgumentError(LinePrefix(line_number) + std::string(kExpectedRow) + ", got " +
@@ -229,8 +227,8 @@ StatusOr<TextStats> ScanText(std::istream& in, const Limits& limits, OnRow&& on_
     } else if (*kind != row_kind) {
       return InvalidArgumentError(LinePrefix(reader.line_number()) + "a " +
                                   (row_kind == TextKind::kText ? "\"text\"" : "\"prompt\"/\"completion\"") +
-                                  " row in a file whose first row (line " + std::to_string(first_row_line) +
-                                  ") is a " + (*kind == TextKind::kText ? "\"text\"" : "\"prompt\"/\"completion\"") +
+                                  " row in a file whose first row (line " + std::to_string(first_row_line) + ") is a " +
+                                  (*kind == TextKind::kText ? "\"text\"" : "\"prompt\"/\"completion\"") +
                                   " row; use one kind per file");
     }
     PARSYN_RETURN_IF_ERROR(on_row(stats.num_rows, line, std::move(row)));
@@ -248,9 +246,9 @@ StatusOr<TextStats> ScanText(std::istream& in, const Limits& limits, OnRow&& on_
 
 struct CsvRecord {
   std::vector<std::string> fields;
-  std::string raw;           // the record's bytes without its final line terminator
-  int64_t line_number = 0;   // physical line where the record starts
-  bool blank = false;        // an empty line: skipped by callers
+  std::string raw;          // the record's bytes without its final line terminator
+  int64_t line_number = 0;  // physical line where the record starts
+  bool blank = false;       // an empty line: skipped by callers
 };
 
 // Inside CsvReader::Next(): stores a failed Status and returns false.
@@ -322,10 +320,10 @@ class CsvReader {
             PARSYN_RETURN_IF_ERROR_BOOL(EndField(record, field, field_quoted));
             state = State::kFieldStart;
           } else if (ch == '"') {
-            status_ = InvalidArgumentError(LinePrefix(line_number_) + "column " +
-                                           std::to_string(record.fields.size() + 1) +
-                                           ": '\"' inside an unquoted field (quote the whole field and write "
-                                           "'\"\"' for a quote)");
+            status_ =
+                InvalidArgumentError(LinePrefix(line_number_) + "column " + std::to_string(record.fields.size() + 1) +
+                                     ": '\"' inside an unquoted field (quote the whole field and write "
+                                     "'\"\"' for a quote)");
             return false;
           } else {
             field.push_back(ch);
@@ -348,9 +346,9 @@ class CsvReader {
           } else if (ch == '\r' && input_.Peek() == '\n') {
             // CRLF after a closing quote: the '\n' ends the record on the next turn.
           } else {
-            status_ = InvalidArgumentError(LinePrefix(line_number_) + "column " +
-                                           std::to_string(record.fields.size() + 1) +
-                                           ": text after the closing quote of a quoted field");
+            status_ =
+                InvalidArgumentError(LinePrefix(line_number_) + "column " + std::to_string(record.fields.size() + 1) +
+                                     ": text after the closing quote of a quoted field");
             return false;
           }
           break;
@@ -362,8 +360,8 @@ class CsvReader {
   uint64_t bytes_read() const { return input_.consumed(); }
   Status status() const {
     if (!status_.ok()) return status_;
-    if (input_.failed()) return UnavailableError("reading the dataset failed after line " +
-                                                 std::to_string(line_number_));
+    if (input_.failed())
+      return UnavailableError("reading the dataset failed after line " + std::to_string(line_number_));
     return Status::Ok();
   }
 
@@ -418,9 +416,8 @@ bool IsInteger(std::string_view s) {
 std::vector<std::string> SortClassNames(std::vector<std::string> names) {
   bool all_integers = std::all_of(names.begin(), names.end(), [](const std::string& n) { return IsInteger(n); });
   if (all_integers) {
-    std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
-      return std::stoll(a) < std::stoll(b);
-    });
+    std::sort(names.begin(), names.end(),
+              [](const std::string& a, const std::string& b) { return std::stoll(a) < std::stoll(b); });
   } else {
     std::sort(names.begin(), names.end());
   }
@@ -465,14 +462,20 @@ StatusOr<CsvLayout> ParseHeader(const CsvRecord& record, const TabularOptions& o
   if (!label) {
     return InvalidArgumentError(LinePrefix(record.line_number) + "the header has no label column " +
                                 Quoted(options.label_column) + " (columns: " +
-                                Excerpt([&] {
-                                  std::string all;
-                                  for (const auto& h : layout.header) all += (all.empty() ? "" : ", ") + h;
-                                  return all;
-                                }(), 120) +
+                                Excerpt(
+                                    [&] {
+                                      std::string all;
+                                      for (const auto& h : layout.header) all += (all.empty() ? "" : ", ") + h;
+                                      return all;
+                                    }(),
+                                    120) +
                                 ")");
   }
   layout.label_column = *label;
+  if (layout.feature_names.empty()) {
+    return InvalidArgumentError(LinePrefix(record.line_number) +
+                                "the header has no feature columns besides the label " + Quoted(options.label_column));
+  }
   return layout;
 }
 
@@ -495,17 +498,16 @@ Status ParseDataRecord(const CsvRecord& record, const CsvLayout& layout, std::ve
       continue;
     }
     if (TrimSpaces(field).empty()) {
-      return InvalidArgumentError(LinePrefix(record.line_number) + ColumnName(layout.header, i) +
-                                  ": missing value");
+      return InvalidArgumentError(LinePrefix(record.line_number) + ColumnName(layout.header, i) + ": missing value");
     }
     std::optional<double> value = ParseNumber(field);
     if (!value) {
-      return InvalidArgumentError(LinePrefix(record.line_number) + ColumnName(layout.header, i) + ": " +
-                                  Quoted(field) + " is not a finite number");
+      return InvalidArgumentError(LinePrefix(record.line_number) + ColumnName(layout.header, i) + ": " + Quoted(field) +
+                                  " is not a finite number");
     }
     if (std::fabs(*value) > std::numeric_limits<float>::max()) {
-      return InvalidArgumentError(LinePrefix(record.line_number) + ColumnName(layout.header, i) + ": " +
-                                  Quoted(field) + " is outside the float32 range");
+      return InvalidArgumentError(LinePrefix(record.line_number) + ColumnName(layout.header, i) + ": " + Quoted(field) +
+                                  " is outside the float32 range");
     }
     features.push_back(*value);
   }
@@ -617,9 +619,7 @@ StatusOr<std::vector<int64_t>> SortedUnique(std::span<const int64_t> indices) {
 
 }  // namespace
 
-std::string_view DatasetFormatName(DatasetFormat format) {
-  return format == DatasetFormat::kJsonl ? "jsonl" : "csv";
-}
+std::string_view DatasetFormatName(DatasetFormat format) { return format == DatasetFormat::kJsonl ? "jsonl" : "csv"; }
 
 StatusOr<DatasetFormat> DatasetFormatFromName(std::string_view name) {
   if (name == "jsonl") return DatasetFormat::kJsonl;
@@ -744,8 +744,7 @@ StatusOr<TabularStats> ValidateTabularFile(const std::filesystem::path& path, co
   return ValidateTabular(*file, options, limits);
 }
 
-StatusOr<TabularDataset> ParseTabular(std::string_view contents, const TabularOptions& options,
-                                      const Limits& limits) {
+StatusOr<TabularDataset> ParseTabular(std::string_view contents, const TabularOptions& options, const Limits& limits) {
   internal::MemoryStreambuf buffer(contents);
   std::istream in(&buffer);
   TabularDataset dataset;
@@ -765,9 +764,8 @@ StatusOr<TabularDataset> LoadTabularFile(const std::filesystem::path& path, cons
 
 // ---------------------------------------------------------------------------------------------------------------
 
-Status WriteSubsetFile(const std::filesystem::path& source, DatasetFormat format,
-                       std::span<const int64_t> row_indices, const std::filesystem::path& destination,
-                       const TabularOptions& options, const Limits& limits) {
+Status WriteSubsetFile(const std::filesystem::path& source, DatasetFormat format, std::span<const int64_t> row_indices,
+                       const std::filesystem::path& destination, const TabularOptions& options, const Limits& limits) {
   PARSYN_ASSIGN_OR_RETURN(std::vector<int64_t> wanted, SortedUnique(row_indices));
   Status status;
   auto file = OpenFile(source, status);

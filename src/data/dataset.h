@@ -97,13 +97,13 @@ struct TabularDataset {
   std::vector<std::string> feature_names;  // header order, without the label column
   std::vector<std::string> class_names;    // class id -> name
   std::vector<float> features;
-  std::vector<int64_t> labels;             // class ids, one per row
+  std::vector<int64_t> labels;  // class ids, one per row
 
   int64_t num_rows() const { return static_cast<int64_t>(labels.size()); }
   int64_t num_features() const { return static_cast<int64_t>(feature_names.size()); }
   std::span<const float> Row(int64_t r) const {
     return std::span<const float>(features).subspan(static_cast<size_t>(r * num_features()),
-                                                     static_cast<size_t>(num_features()));
+                                                    static_cast<size_t>(num_features()));
   }
 };
 
@@ -123,13 +123,12 @@ struct TabularStats {
 // integer ("2" < "10"), else by bytes — and numbered from 0. Header names and labels are trimmed of spaces and tabs;
 // feature values may have surrounding spaces and a leading '+'. Blank lines are skipped.
 //
-// Errors (InvalidArgument, naming line and column by name and 1-based number): a header without the label column, an
-// empty or duplicate header name, a row whose field count differs from the header's, an empty or non-numeric feature
-// value (finite decimal numbers only: "1", "-2.5e3"; not "nan", "inf" or hex), an empty label, an unterminated
-// quoted field, text after a closing quote, no data rows. More distinct labels than limits.max_classes:
-// ResourceExhausted.
-StatusOr<TabularStats> ValidateTabular(std::istream& in, const TabularOptions& options = {},
-                                       const Limits& limits = {});
+// Errors (InvalidArgument, naming line and column by name and 1-based number): a header without the label column or
+// without any feature column, an empty or duplicate header name, a row whose field count differs from the header's,
+// an empty or non-numeric feature value (finite decimal numbers only: "1", "-2.5e3"; not "nan", "inf" or hex), an
+// empty label, an unterminated quoted field, text after a closing quote, no data rows. More distinct labels than
+// limits.max_classes: ResourceExhausted.
+StatusOr<TabularStats> ValidateTabular(std::istream& in, const TabularOptions& options = {}, const Limits& limits = {});
 StatusOr<TabularStats> ValidateTabularFile(const std::filesystem::path& path, const TabularOptions& options = {},
                                            const Limits& limits = {});
 
@@ -146,9 +145,9 @@ StatusOr<TabularDataset> LoadTabularFile(const std::filesystem::path& path, cons
 // in any order; a duplicate or an index >= the number of rows is InvalidArgument. The source is validated as it is
 // read (same errors as Validate*). Written atomically: a temporary file beside `destination`, fsync, rename.
 // Memory stays O(max_line_bytes + row_indices.size()).
-Status WriteSubsetFile(const std::filesystem::path& source, DatasetFormat format,
-                       std::span<const int64_t> row_indices, const std::filesystem::path& destination,
-                       const TabularOptions& options = {}, const Limits& limits = {});
+Status WriteSubsetFile(const std::filesystem::path& source, DatasetFormat format, std::span<const int64_t> row_indices,
+                       const std::filesystem::path& destination, const TabularOptions& options = {},
+                       const Limits& limits = {});
 
 // ---------------------------------------------------------------------------------------------------------------
 // Feature standardisation: x' = (x - mean) / std, with std 1 for constant features.

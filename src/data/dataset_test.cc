@@ -70,10 +70,12 @@ TEST(TextDatasetTest, EveryBadRowNamesItsLine) {
   const BadTextCase cases[] = {
       {good + "[1, 2]\n",
        "line 2: expected a JSON object with \"text\" or \"prompt\"+\"completion\" strings, got an array"},
-      {good + good + "\"just a string\"\n", "line 3: expected a JSON object with \"text\" or \"prompt\"+\"completion\" "
-                                            "strings, got a string"},
-      {good + "{\"txt\": \"typo\"}\n", "line 2: expected a JSON object with \"text\" or \"prompt\"+\"completion\" "
-                                       "strings, got an object with keys \"txt\""},
+      {good + good + "\"just a string\"\n",
+       "line 3: expected a JSON object with \"text\" or \"prompt\"+\"completion\" "
+       "strings, got a string"},
+      {good + "{\"txt\": \"typo\"}\n",
+       "line 2: expected a JSON object with \"text\" or \"prompt\"+\"completion\" "
+       "strings, got an object with keys \"txt\""},
       {good + "{\"text\": 5}\n", "line 2: \"text\" must be a string, got a number"},
       {good + "{\"text\": {\"nested\": \"x\"}}\n", "line 2: \"text\" must be a string, got an object"},
       {"{\"a\": 1, \"b\": [2], \"c\": 3, \"d\": 4, \"e\": 5, \"f\": 6, \"g\": 7}\n",
@@ -103,8 +105,9 @@ TEST(TextDatasetTest, InvalidJsonAndInvalidUtf8NameTheLine) {
   auto truncated = ParseText("{\"text\": \"ok\"}\n{\"text\": \"unterminated}\n");
   ASSERT_FALSE(truncated.ok());
   EXPECT_EQ(truncated.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(truncated.status().message().starts_with("line 2: expected a JSON object with \"text\" or "
-                                                       "\"prompt\"+\"completion\" strings, got invalid JSON (column"))
+  EXPECT_TRUE(
+      truncated.status().message().starts_with("line 2: expected a JSON object with \"text\" or "
+                                               "\"prompt\"+\"completion\" strings, got invalid JSON (column"))
       << truncated.status().message();
   auto bad_utf8 = ParseText("{\"text\": \"\xFF\xFE\"}\n");
   ASSERT_FALSE(bad_utf8.ok());
@@ -223,6 +226,7 @@ TEST(TabularDatasetTest, EveryBadRowNamesItsLineAndColumn) {
   const BadTextCase cases[] = {
       {"x,y\n1,2\n", "line 1: the header has no label column \"label\" (columns: x, y)"},
       {"x,,label\n", "line 1: header column 2 has no name"},
+      {"label\na\n", "line 1: the header has no feature columns besides the label \"label\""},
       {"x,x,label\n", "line 1: header name \"x\" appears twice (columns 1 and 2)"},
       {"x,label\n1,a\n2\n", "line 3: has 1 columns, the header has 2"},
       {"x,label\n1,a\n2,b,3\n", "line 3: has 3 columns, the header has 2"},
@@ -235,8 +239,9 @@ TEST(TabularDatasetTest, EveryBadRowNamesItsLineAndColumn) {
       {"x,label\n1, \n", "line 2: column 2 (\"label\"): the label is empty"},
       {"x,label\n1,\"open\n2,b\n", "line 2: column 2: quoted field is never closed (missing '\"')"},
       {"x,label\n1,\"a\"b\n", "line 2: column 2: text after the closing quote of a quoted field"},
-      {"x,label\n1,a\"b\n", "line 2: column 2: '\"' inside an unquoted field (quote the whole field and write "
-                            "'\"\"' for a quote)"},
+      {"x,label\n1,a\"b\n",
+       "line 2: column 2: '\"' inside an unquoted field (quote the whole field and write "
+       "'\"\"' for a quote)"},
       {"x,label\n1,\"a\nb\"\n2,\"b\"c\n", "line 4: column 2: text after the closing quote of a quoted field"},
       {"", "no header: the file is empty"},
       {"x,label\n\n", "no rows: the file has a header but no data rows"},

@@ -39,8 +39,10 @@ size_t MatchContraction(const Chars& c, size_t i, bool ignore_case) {
     bool matched = true;
     for (size_t k = 0; k < suffix.size() && matched; ++k) {
       char32_t ch = c.at(i + 1 + k);
-      if (i + 1 + k >= c.size()) matched = false;
-      else matched = (ignore_case ? AsciiLower(ch) : ch) == suffix[k];
+      if (i + 1 + k >= c.size())
+        matched = false;
+      else
+        matched = (ignore_case ? AsciiLower(ch) : ch) == suffix[k];
     }
     if (matched) return i + 1 + suffix.size();
   }
@@ -69,7 +71,7 @@ size_t MatchTrailingSpaces(const Chars& c, size_t i) {
   size_t end = SpaceRunEnd(c, i);
   if (end == c.size()) return end;
   if (end - 1 > i) return end - 1;  // \s+(?!\S) after backtracking one space
-  return end;                        // \s+
+  return end;                       // \s+
 }
 
 size_t MatchGpt2(const Chars& c, size_t i) {

@@ -27,7 +27,9 @@ constexpr std::string_view kSentencePieceSpace = "\xE2\x96\x81";  // U+2581 "▁
 const std::array<std::string, 256>& ByteToUnicode() {
   static const std::array<std::string, 256> table = [] {
     std::array<std::string, 256> t;
-    auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
+    auto printable = [](int b) {
+      return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    };
     int shifted = 0;
     for (int b = 0; b < 256; ++b) {
       char32_t cp = printable(b) ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + shifted++);
@@ -119,8 +121,8 @@ struct DecodeMetaspace {
   std::string replacement;
   bool strip_leading_space = true;
 };
-using DecoderStep = std::variant<DecodeReplace, DecodeByteFallback, DecodeFuse, DecodeStrip, DecodeByteLevel,
-                                 DecodeMetaspace>;
+using DecoderStep =
+    std::variant<DecodeReplace, DecodeByteFallback, DecodeFuse, DecodeStrip, DecodeByteLevel, DecodeMetaspace>;
 
 struct AddedToken {
   int32_t id = 0;
@@ -270,10 +272,14 @@ Status ParsePreTokenizer(const json& node, std::string_view path, std::vector<Pr
     PARSYN_ASSIGN_OR_RETURN(step.replacement, GetString(node, "replacement", path));
     std::string scheme = node.value("prepend_scheme", std::string());
     if (scheme.empty()) scheme = GetBool(node, "add_prefix_space", true) ? "always" : "never";
-    if (scheme == "always") step.prepend = PreMetaspace::Prepend::kAlways;
-    else if (scheme == "first") step.prepend = PreMetaspace::Prepend::kFirst;
-    else if (scheme == "never") step.prepend = PreMetaspace::Prepend::kNever;
-    else return InvalidArgumentError(Where(path) + "Metaspace prepend_scheme \"" + scheme + "\" is not supported");
+    if (scheme == "always")
+      step.prepend = PreMetaspace::Prepend::kAlways;
+    else if (scheme == "first")
+      step.prepend = PreMetaspace::Prepend::kFirst;
+    else if (scheme == "never")
+      step.prepend = PreMetaspace::Prepend::kNever;
+    else
+      return InvalidArgumentError(Where(path) + "Metaspace prepend_scheme \"" + scheme + "\" is not supported");
     step.split = GetBool(node, "split", true);
     steps.push_back(step);
     return Status::Ok();
@@ -326,8 +332,8 @@ Status ParseDecoder(const json& node, std::string_view path, std::vector<Decoder
 
 struct Tokenizer::Impl {
   TokenizerKind kind = TokenizerKind::kSentencePiece;
-  Vocabulary vocab;                                // model vocabulary
-  std::vector<std::string> id_to_token;            // model and added tokens; "" for unused ids
+  Vocabulary vocab;                      // model vocabulary
+  std::vector<std::string> id_to_token;  // model and added tokens; "" for unused ids
   std::unordered_map<uint64_t, Merge> merges;
   std::optional<int32_t> unk_id;
   bool byte_fallback = false;
@@ -336,7 +342,7 @@ struct Tokenizer::Impl {
   std::array<int32_t, 256> byte_token_ids{};  // "<0xNN>" ids when byte_fallback and all 256 exist, else -1
   bool has_byte_tokens = false;
 
-  std::vector<AddedToken> added;  // longest content first, for leftmost-longest matching
+  std::vector<AddedToken> added;                             // longest content first, for leftmost-longest matching
   std::array<std::vector<size_t>, 256> added_by_first_byte;  // indices into `added`, longest first
   std::unordered_map<int32_t, bool> added_is_special;
   std::vector<NormalizerStep> normalizer;
@@ -447,8 +453,8 @@ Status Tokenizer::Impl::ParseModel(const json& model) {
     }
     auto a = vocab.find(left), b = vocab.find(right), ab = vocab.find(left + right);
     if (a == vocab.end() || b == vocab.end() || ab == vocab.end()) {
-      return InvalidArgumentError("tokenizer.json model.merges[" + std::to_string(rank) + "]: " +
-                                  json(left + " " + right).dump() + " uses a token that is not in the vocab");
+      return InvalidArgumentError("tokenizer.json model.merges[" + std::to_string(rank) +
+                                  "]: " + json(left + " " + right).dump() + " uses a token that is not in the vocab");
     }
     // The first listing of a pair wins, as in Hugging Face tokenizers.
     merges.emplace(PairKey(a->second, b->second), Merge{static_cast<int32_t>(rank), ab->second});
@@ -698,8 +704,8 @@ Status Tokenizer::Impl::EncodePiece(std::string_view piece, std::vector<int32_t>
       if (!(fuse_unk && last_is_unk)) symbols.push_back({*unk_id, 0, 0, true});
       last_is_unk = true;
     } else {
-      return InvalidArgumentError("cannot encode " + json(std::string(bytes)).dump(-1, ' ', false,
-                                                                                  json::error_handler_t::replace) +
+      return InvalidArgumentError("cannot encode " +
+                                  json(std::string(bytes)).dump(-1, ' ', false, json::error_handler_t::replace) +
                                   ": it is not in the vocabulary and the tokenizer has neither byte fallback nor an "
                                   "unk token");
     }
@@ -778,8 +784,7 @@ StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view tokenizer_json) {
     PARSYN_RETURN_IF_ERROR(impl->ParseModel(Field(root, "model")));
     PARSYN_RETURN_IF_ERROR(impl->ParseAddedTokens(Field(root, "added_tokens")));
     PARSYN_RETURN_IF_ERROR(ParseNormalizer(Field(root, "normalizer"), "normalizer", impl->normalizer));
-    PARSYN_RETURN_IF_ERROR(
-        ParsePreTokenizer(Field(root, "pre_tokenizer"), "pre_tokenizer", impl->pre_tokenizer));
+    PARSYN_RETURN_IF_ERROR(ParsePreTokenizer(Field(root, "pre_tokenizer"), "pre_tokenizer", impl->pre_tokenizer));
     PARSYN_RETURN_IF_ERROR(ParseDecoder(Field(root, "decoder"), "decoder", impl->decoder));
     PARSYN_RETURN_IF_ERROR(impl->ParsePostProcessor(Field(root, "post_processor"), "post_processor"));
   } catch (const json::exception& e) {
@@ -934,16 +939,21 @@ std::string ByteLevelTokenizerJson() {
   for (auto [id, content] : {std::pair{kByteLevelPadId, "<pad>"}, std::pair{kByteLevelBosId, "<bos>"},
                              std::pair{kByteLevelEosId, "<eos>"}}) {
     vocab[content] = id;
-    added.push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+    added.push_back({{"id", id},
+                     {"content", content},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
   }
-  json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                     {"use_regex", false}};
+  json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
   json bos_item = {{"SpecialToken", {{"id", "<bos>"}, {"type_id", 0}}}};
   json post = {
       {"type", "TemplateProcessing"},
       {"single", {bos_item, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-      {"pair", {bos_item, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+      {"pair",
+       {bos_item, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
       {"special_tokens", {{"<bos>", {{"id", "<bos>"}, {"ids", {kByteLevelBosId}}, {"tokens", {"<bos>"}}}}}},
   };
   json root = {
@@ -956,9 +966,16 @@ std::string ByteLevelTokenizerJson() {
       {"post_processor", post},
       {"decoder", byte_level},
       {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-        {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
-        {"vocab", vocab}, {"merges", json::array()}}},
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"ignore_merges", false},
+        {"vocab", vocab},
+        {"merges", json::array()}}},
   };
   return root.dump(2, ' ', false);
 }

@@ -41,8 +41,8 @@ struct JsResult {
 };
 
 JsResult RunJsEncoder(const std::filesystem::path& tokenizer_json) {
-  std::filesystem::path err = std::filesystem::temp_directory_path() /
-                              ("parsyn_js_stderr_" + std::to_string(::getpid()) + ".txt");
+  std::filesystem::path err =
+      std::filesystem::temp_directory_path() / ("parsyn_js_stderr_" + std::to_string(::getpid()) + ".txt");
   std::string command = "node " + ShellQuote((kJsDir / "encode.mjs").string()) + " " +
                         ShellQuote(tokenizer_json.string()) + " " + ShellQuote((kJsDir / "corpus.json").string()) +
                         " 2>" + ShellQuote(err.string());
@@ -171,14 +171,24 @@ TEST_F(WrittenTokenizerCrossCheckTest, VocabularyFreeByteLevelTokenizer) {
 
 TEST_F(WrittenTokenizerCrossCheckTest, Gpt2StyleByteLevelRegex) {
   nlohmann::json root = nlohmann::json::parse(ByteLevelTokenizerJson());
-  root["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                           {"use_regex", true}};
+  root["pre_tokenizer"] = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
   // Merges across the places GPT-2's regex splits (space before words, numbers and punctuation; whitespace runs;
   // newlines): a different split gives different ids.
-  const std::pair<const char*, const char*> merges[] = {
-      {"\xC4\xA0", "\xC4\xA0"}, {"\xC4\xA0", "t"}, {"h", "e"}, {"\xC4\xA0t", "he"}, {"\xC4\xA0", "1"},
-      {"\xC4\x8A", "\xC4\x8A"}, {"!", "!"}, {"\xC4\xA0", "a"}, {"o", "r"}, {"\xC4\xA0\xC4\xA0", "\xC4\xA0\xC4\xA0"},
-      {"'", "s"}, {"\xC4\xA0", "\xC4\x8A"}, {"1", "2"}, {"\xC4\x89", "\xC4\x89"}};
+  const std::pair<const char*, const char*> merges[] = {{"\xC4\xA0", "\xC4\xA0"},
+                                                        {"\xC4\xA0", "t"},
+                                                        {"h", "e"},
+                                                        {"\xC4\xA0t", "he"},
+                                                        {"\xC4\xA0", "1"},
+                                                        {"\xC4\x8A", "\xC4\x8A"},
+                                                        {"!", "!"},
+                                                        {"\xC4\xA0", "a"},
+                                                        {"o", "r"},
+                                                        {"\xC4\xA0\xC4\xA0", "\xC4\xA0\xC4\xA0"},
+                                                        {"'", "s"},
+                                                        {"\xC4\xA0", "\xC4\x8A"},
+                                                        {"1", "2"},
+                                                        {"\xC4\x89", "\xC4\x89"}};
   int32_t next_id = kByteLevelVocabSize;
   for (auto [left, right] : merges) {
     root["model"]["vocab"][std::string(left) + right] = next_id++;

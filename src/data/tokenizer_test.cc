@@ -31,8 +31,7 @@ using Pieces = std::vector<std::string>;
 // RegExp (with the u flag) gives for the same patterns.
 
 TEST(RegexSplitTest, Gpt2Pattern) {
-  EXPECT_EQ(Split("Hello world's  end\n", SplitPattern::kGpt2),
-            (Pieces{"Hello", " world", "'s", " ", " end", "\n"}));
+  EXPECT_EQ(Split("Hello world's  end\n", SplitPattern::kGpt2), (Pieces{"Hello", " world", "'s", " ", " end", "\n"}));
   EXPECT_EQ(Split("I'M 2024 ok!!", SplitPattern::kGpt2), (Pieces{"I", "'", "M", " 2024", " ok", "!!"}));
   EXPECT_EQ(Split("   ", SplitPattern::kGpt2), (Pieces{"   "}));
   EXPECT_EQ(Split("x  \ty", SplitPattern::kGpt2), (Pieces{"x", "  ", "\t", "y"}));
@@ -67,20 +66,26 @@ TEST(RegexSplitTest, RecognizesOnlyTheKnownPatterns) {
 // Unicode helpers (expected values from Python's unicodedata.normalize("NFC", ...)).
 
 TEST(UnicodeTest, Nfc) {
-  EXPECT_EQ(internal::NormalizeNfc("e\xCC\x81"), "\xC3\xA9");                      // e + U+0301 -> é
-  EXPECT_EQ(internal::NormalizeNfc("\xE2\x84\xAB"), "\xC3\x85");                  // Angstrom sign -> Å
+  EXPECT_EQ(internal::NormalizeNfc("e\xCC\x81"), "\xC3\xA9");                         // e + U+0301 -> é
+  EXPECT_EQ(internal::NormalizeNfc("\xE2\x84\xAB"), "\xC3\x85");                      // Angstrom sign -> Å
   EXPECT_EQ(internal::NormalizeNfc("\xE1\xB8\x8B\xCC\xA3"), "\xE1\xB8\x8D\xCC\x87");  // reordering, then composing
-  EXPECT_EQ(internal::NormalizeNfc("\xCD\x84"), "\xCC\x88\xCC\x81");              // U+0344: composition exclusion
+  EXPECT_EQ(internal::NormalizeNfc("\xCD\x84"), "\xCC\x88\xCC\x81");                  // U+0344: composition exclusion
   EXPECT_EQ(internal::NormalizeNfc("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // Hangul L V T
-  EXPECT_EQ(internal::NormalizeNfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");    // canonical order only
-  EXPECT_EQ(internal::NormalizeNfc("\xCC\x81" "a"), "\xCC\x81" "a");              // leading mark stays
-  EXPECT_EQ(internal::NormalizeNfc("e\xFF\xCC\x81"), "e\xFF\xCC\x81");            // invalid byte kept, blocks
+  EXPECT_EQ(internal::NormalizeNfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");                // canonical order only
+  EXPECT_EQ(internal::NormalizeNfc("\xCC\x81"
+                                   "a"),
+            "\xCC\x81"
+            "a");                                                       // leading mark stays
+  EXPECT_EQ(internal::NormalizeNfc("e\xFF\xCC\x81"), "e\xFF\xCC\x81");  // invalid byte kept, blocks
   EXPECT_EQ(internal::NormalizeNfc("plain ascii"), "plain ascii");
 }
 
 TEST(UnicodeTest, LossyDecodingReplacesMaximalInvalidSubparts) {
-  EXPECT_EQ(internal::ValidUtf8Lossy("a\xF0\x9F\x98" "b"), "a\xEF\xBF\xBD" "b");  // truncated 4-byte sequence
-  EXPECT_EQ(internal::ValidUtf8Lossy("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");     // overlong: two bytes, two marks
+  EXPECT_EQ(internal::ValidUtf8Lossy("a\xF0\x9F\x98"
+                                     "b"),
+            "a\xEF\xBF\xBD"
+            "b");                                                               // truncated 4-byte sequence
+  EXPECT_EQ(internal::ValidUtf8Lossy("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong: two bytes, two marks
   EXPECT_EQ(internal::ValidUtf8Lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
   EXPECT_TRUE(internal::IsValidUtf8("\xF0\x9F\xA6\x99"));
   EXPECT_FALSE(internal::IsValidUtf8("\xF4\x90\x80\x80"));  // above U+10FFFF
@@ -106,8 +111,15 @@ json TinyByteLevelJson() {
   json& vocab = root["model"]["vocab"];
   int32_t next_id = kByteLevelVocabSize;
   json merges = json::array();
-  for (auto [left, right] : {std::pair{"t", "h"}, {"th", "e"}, {"\xC4\xA0", "c"}, {"\xC4\xA0" "c", "a"},
-                             {"\xC4\xA0" "ca", "t"}}) {
+  for (auto [left, right] : {std::pair{"t", "h"},
+                             {"th", "e"},
+                             {"\xC4\xA0", "c"},
+                             {"\xC4\xA0"
+                              "c",
+                              "a"},
+                             {"\xC4\xA0"
+                              "ca",
+                              "t"}}) {
     vocab[std::string(left) + right] = next_id++;
     merges.push_back(std::string(left) + " " + right);
   }
@@ -115,8 +127,10 @@ json TinyByteLevelJson() {
   root["pre_tokenizer"] = {
       {"type", "Sequence"},
       {"pretokenizers",
-       {{{"type", "Split"}, {"pattern", {{"Regex", internal::SplitPatternRegex(SplitPattern::kLlama3)}}},
-         {"behavior", "Isolated"}, {"invert", false}},
+       {{{"type", "Split"},
+         {"pattern", {{"Regex", internal::SplitPatternRegex(SplitPattern::kLlama3)}}},
+         {"behavior", "Isolated"},
+         {"invert", false}},
         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
   return root;
 }
@@ -135,8 +149,13 @@ json TinySentencePieceJson(bool byte_fallback = true) {
   }
   json added = json::array();
   for (auto [i, content] : {std::pair{0, "<unk>"}, {1, "<s>"}, {2, "</s>"}}) {
-    added.push_back({{"id", i}, {"content", content}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+    added.push_back({{"id", i},
+                     {"content", content},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
   }
   return {
       {"version", "1.0"},
@@ -149,7 +168,8 @@ json TinySentencePieceJson(bool byte_fallback = true) {
       {"pre_tokenizer", nullptr},
       {"post_processor",
        {{"type", "TemplateProcessing"},
-        {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"single",
+         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
         {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
       {"decoder",
        {{"type", "Sequence"},
@@ -159,8 +179,12 @@ json TinySentencePieceJson(bool byte_fallback = true) {
           {{"type", "Fuse"}},
           {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
       {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", "<unk>"}, {"fuse_unk", true},
-        {"byte_fallback", byte_fallback}, {"vocab", vocab},
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", "<unk>"},
+        {"fuse_unk", true},
+        {"byte_fallback", byte_fallback},
+        {"vocab", vocab},
         {"merges", {"\xE2\x96\x81 h", "\xE2\x96\x81h i", "l l"}}}},
   };
 }
@@ -219,8 +243,8 @@ TEST(ByteLevelTokenizerTest, InvalidIdIsAnError) {
 }
 
 TEST(VocabularyFreeTokenizerTest, WritesAFileThatLoadsAndRoundTripsBytes) {
-  std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                              ("parsyn_tokenizer_test_" + std::to_string(::getpid()));
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("parsyn_tokenizer_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   ASSERT_TRUE(WriteByteLevelTokenizer(dir).ok());
   auto tokenizer = Tokenizer::FromFile(dir / "tokenizer.json");
@@ -274,8 +298,9 @@ TEST(SentencePieceTokenizerTest, NoUnkAndNoByteFallbackIsAnError) {
   Tokenizer tokenizer = Load(root);
   auto ids = tokenizer.Encode("hi z");
   EXPECT_EQ(ids.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ids.status().message(), "cannot encode \"z\": it is not in the vocabulary and the tokenizer has neither "
-                                    "byte fallback nor an unk token");
+  EXPECT_EQ(ids.status().message(),
+            "cannot encode \"z\": it is not in the vocabulary and the tokenizer has neither "
+            "byte fallback nor an unk token");
 }
 
 TEST(SentencePieceTokenizerTest, SpecialTokensSplitTheTextAndEachPieceIsNormalised) {
@@ -291,10 +316,10 @@ TEST(SentencePieceTokenizerTest, SpecialTokensSplitTheTextAndEachPieceIsNormalis
 TEST(SentencePieceTokenizerTest, MetaspacePreTokenizerGivesTheSameIds) {
   json root = TinySentencePieceJson();
   root["normalizer"] = nullptr;
-  root["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", "first"},
-                           {"split", true}};
-  root["decoder"] = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", "first"},
-                     {"split", true}};
+  root["pre_tokenizer"] = {
+      {"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", "first"}, {"split", true}};
+  root["decoder"] = {
+      {"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"}, {"prepend_scheme", "first"}, {"split", true}};
   Tokenizer tokenizer = Load(root);
   EXPECT_EQ(Ids(tokenizer, "hi hello"), (std::vector<int32_t>{263, 262, 267, 266, 265}));
   EXPECT_EQ(Text(tokenizer, {263, 262, 267, 266, 265}), "hi hello");
@@ -313,7 +338,9 @@ TEST(TokenizerLoadTest, UnsupportedConfigurationsAreNamed) {
        "tokenizer.json model: type \"Unigram\" is not supported (only BPE; WordPiece, Unigram and WordLevel are "
        "not)"},
       {[](json& r) { r["model"]["dropout"] = 0.1; }, "tokenizer.json model: BPE \"dropout\" is not supported"},
-      {[](json& r) { r["normalizer"] = {{"type", "NFKC"}}; },
+      {[](json& r) {
+         r["normalizer"] = {{"type", "NFKC"}};
+       },
        "tokenizer.json normalizer: normalizer type \"NFKC\" is not supported (supported: Sequence, Prepend, "
        "Replace, NFC)"},
       {[](json& r) {
@@ -321,10 +348,14 @@ TEST(TokenizerLoadTest, UnsupportedConfigurationsAreNamed) {
        },
        "tokenizer.json pre_tokenizer: Split regex \"\\\\w+\" is not supported (supported: the GPT-2, Llama-3 and "
        "Qwen2 patterns)"},
-      {[](json& r) { r["post_processor"] = {{"type", "BertProcessing"}}; },
+      {[](json& r) {
+         r["post_processor"] = {{"type", "BertProcessing"}};
+       },
        "tokenizer.json post_processor: post_processor type \"BertProcessing\" is not supported (supported: "
        "TemplateProcessing, ByteLevel, Sequence)"},
-      {[](json& r) { r["decoder"] = {{"type", "WordPiece"}}; },
+      {[](json& r) {
+         r["decoder"] = {{"type", "WordPiece"}};
+       },
        "tokenizer.json decoder: decoder type \"WordPiece\" is not supported (supported: Sequence, Replace, "
        "ByteFallback, Fuse, Strip, ByteLevel, Metaspace)"},
       {[](json& r) { r["model"]["merges"] = {"h zz"}; },
@@ -354,8 +385,8 @@ TEST(TokenizerLoadTest, BadFilesAndJson) {
 
 // Random text drawn from ASCII, Latin, combining marks, CJK, emoji and, when `stray_bytes`, bytes that are not UTF-8.
 std::string RandomText(SplitMix64& rng, size_t length, bool stray_bytes) {
-  static const char32_t kPool[] = {U'a', U'Z', U' ', U' ', U'\n', U'\t', U'1', U'!', U'\'', U'\u00e9', U'\u0301',
-                                   U'\u4e2d', U'\U0001F999', U'\u00a0', U'<'};
+  static const char32_t kPool[] = {U'a',  U'Z',      U' ',      U' ',      U'\n',         U'\t',     U'1', U'!',
+                                   U'\'', U'\u00e9', U'\u0301', U'\u4e2d', U'\U0001F999', U'\u00a0', U'<'};
   constexpr uint64_t kPoolSize = sizeof(kPool) / sizeof(kPool[0]);
   std::string text;
   for (size_t i = 0; i < length; ++i) {
@@ -421,7 +452,9 @@ TEST(TokenizerRoundTripTest, MangledTokenizerFilesFailCleanly) {
 
 TEST(DatasetRandomInputTest, RandomBytesNeverCrashTheParsers) {
   SplitMix64 rng(7);
-  const std::string alphabet = "{}[]\",:\\ \n\r\t0123456789.-+eEtextpromptcompletionlabel\xC3\xA9\xFF" "abc";
+  const std::string alphabet =
+      "{}[]\",:\\ \n\r\t0123456789.-+eEtextpromptcompletionlabel\xC3\xA9\xFF"
+      "abc";
   for (int i = 0; i < 2000; ++i) {
     std::string input;
     size_t length = rng.Below(80);

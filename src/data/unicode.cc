@@ -96,9 +96,8 @@ char32_t Compose(char32_t a, char32_t b) {
   }
   const Composition* begin = kCompositions;
   const Composition* end = begin + kCompositionsSize;
-  const Composition* it = std::lower_bound(begin, end, std::pair(a, b), [](const Composition& x, auto key) {
-    return std::pair(x.first, x.second) < key;
-  });
+  const Composition* it = std::lower_bound(
+      begin, end, std::pair(a, b), [](const Composition& x, auto key) { return std::pair(x.first, x.second) < key; });
   if (it != end && it->first == a && it->second == b) return it->composite;
   return 0;
 }
@@ -184,11 +183,21 @@ bool IsNumber(char32_t c) { return InRanges(kNumberRanges, kNumberRangesSize, c)
 
 bool IsWhitespace(char32_t c) {
   switch (c) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0x85: case 0xA0: case 0x1680:
-    case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
-      return true;
-    default:
-      return c >= 0x2000 && c <= 0x200A;
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000: return true;
+    default: return c >= 0x2000 && c <= 0x200A;
   }
 }
 
