@@ -207,8 +207,8 @@ int main(int argc, char** argv) {
       {"fp32 updates, fp64 sum", DType::kF32, Accumulation::kFloat64, nullptr},
       {"fp32 updates, exact sum", DType::kF32, Accumulation::kExact, nullptr},
   };
-  std::printf("%-24s %10s %10s %10s %9s %12s %9s\n", "", "(a) GB/s", "traffic", "(b) stream", "(c) ratio",
-              "(d) numpy", "speed-up");
+  std::printf("%-24s %10s %10s %10s %9s %12s %9s\n", "", "(a) GB/s", "traffic", "(b) stream", "(c) ratio", "(d) numpy",
+              "speed-up");
   std::printf("%-24s %10s %10s %10s %9s %12s %9s\n", "", "consumed", "GB/s", "GB/s", "to (b)", "GB/s", "");
   double fp32_ratio = 0, fp32_speedup = 0, bf16_ratio = 0, bf16_speedup = 0;
   for (const Row& row : rows) {
@@ -235,8 +235,8 @@ int main(int argc, char** argv) {
     const double traffic = zero_fill + validate + accumulate + finish;
     const double consumed = kK * static_cast<double>(kUpdateBytes) / seconds;
     const double ratio = traffic / seconds / stream;
-    std::printf("%-24s %10.2f %10.2f %10.2f %9.2f", row.label, consumed / kGB, traffic / seconds / kGB,
-                stream / kGB, ratio);
+    std::printf("%-24s %10.2f %10.2f %10.2f %9.2f", row.label, consumed / kGB, traffic / seconds / kGB, stream / kGB,
+                ratio);
     if (row.numpy_dtype) {
       const double numpy = NumpySeconds(row.numpy_dtype, static_cast<size_t>(elements) / kTensors);
       if (numpy > 0) {
@@ -267,10 +267,11 @@ int main(int argc, char** argv) {
   std::printf("  (expected: accumulator %zu MiB, which becomes the result, + one update %zu MiB, whatever K)\n\n",
               kUpdateBytes >> 20, kUpdateBytes >> 20);
 
-  std::printf("targets: (c) >= 0.8: fp32 %.2f %s, bf16 %.2f %s | (d) >= 5x: fp32 %.1fx %s, bf16 %.1fx %s | "
-              "(e) flat: %.0f..%.0f MiB %s\n",
-              fp32_ratio, fp32_ratio >= 0.8 ? "ok" : "MISSED", bf16_ratio, bf16_ratio >= 0.8 ? "ok" : "MISSED",
-              fp32_speedup, fp32_speedup >= 5 ? "ok" : "MISSED", bf16_speedup, bf16_speedup >= 5 ? "ok" : "MISSED",
-              rss_min, rss_max, rss_max <= rss_min * 1.05 ? "ok" : "MISSED");
+  std::printf(
+      "targets: (c) >= 0.8: fp32 %.2f %s, bf16 %.2f %s | (d) >= 5x: fp32 %.1fx %s, bf16 %.1fx %s | "
+      "(e) flat: %.0f..%.0f MiB %s\n",
+      fp32_ratio, fp32_ratio >= 0.8 ? "ok" : "MISSED", bf16_ratio, bf16_ratio >= 0.8 ? "ok" : "MISSED", fp32_speedup,
+      fp32_speedup >= 5 ? "ok" : "MISSED", bf16_speedup, bf16_speedup >= 5 ? "ok" : "MISSED", rss_min, rss_max,
+      rss_max <= rss_min * 1.05 ? "ok" : "MISSED");
   return 0;
 }

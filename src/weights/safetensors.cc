@@ -179,7 +179,8 @@ StatusOr<TensorEntry> ParseTensorEntry(const std::string& name, const json& spec
   PARSYN_ASSIGN_OR_RETURN(entry.begin, ReadUnsigned(offsets[0], tensor + ": data_offsets[0]"));
   PARSYN_ASSIGN_OR_RETURN(entry.end, ReadUnsigned(offsets[1], tensor + ": data_offsets[1]"));
   const std::string span_text = "[" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) + "]";
-  if (entry.end < entry.begin) return InvalidArgumentError(tensor + ": data_offsets " + span_text + " end before they begin");
+  if (entry.end < entry.begin)
+    return InvalidArgumentError(tensor + ": data_offsets " + span_text + " end before they begin");
   if (entry.end - entry.begin != size_bytes) {
     return InvalidArgumentError(tensor + " (" + std::string(DTypeName(entry.dtype)) + ", shape " +
                                 ShapeString(entry.shape) + ") needs " + std::to_string(size_bytes) +
@@ -192,8 +193,7 @@ StatusOr<TensorEntry> ParseTensorEntry(const std::string& name, const json& spec
 // Validates the whole image layout; touches no tensor bytes.
 StatusOr<ParsedHeader> ParseLayout(std::span<const std::byte> image, const SafetensorsLimits& limits) {
   if (image.size() < kLengthPrefixBytes) {
-    return DataLossError("file is " + std::to_string(image.size()) +
-                         " bytes, too short for the 8-byte header length");
+    return DataLossError("file is " + std::to_string(image.size()) + " bytes, too short for the 8-byte header length");
   }
   uint64_t header_bytes = 0;
   for (size_t i = 0; i < kLengthPrefixBytes; ++i) header_bytes |= static_cast<uint64_t>(image[i]) << (8 * i);
@@ -247,18 +247,18 @@ StatusOr<ParsedHeader> ParseLayout(std::span<const std::byte> image, const Safet
   for (const TensorEntry& entry : parsed.tensors) {
     const std::string span_text = "[" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) + "]";
     if (entry.begin < cursor) {
-      return InvalidArgumentError("tensor " + Quoted(entry.name) + ": data_offsets " + span_text +
-                                  " overlap tensor " + Quoted(previous->name) + " [" +
-                                  std::to_string(previous->begin) + ", " + std::to_string(previous->end) + "]");
+      return InvalidArgumentError("tensor " + Quoted(entry.name) + ": data_offsets " + span_text + " overlap tensor " +
+                                  Quoted(previous->name) + " [" + std::to_string(previous->begin) + ", " +
+                                  std::to_string(previous->end) + "]");
     }
     if (entry.begin > cursor) {
       if (previous == nullptr) {
         return InvalidArgumentError("tensor " + Quoted(entry.name) + ": data_offsets " + span_text +
                                     " leave a gap: the first tensor must start at offset 0");
       }
-      return InvalidArgumentError("tensor " + Quoted(entry.name) + ": data_offsets " + span_text +
-                                  " leave a gap of " + std::to_string(entry.begin - cursor) +
-                                  " bytes after tensor " + Quoted(previous->name));
+      return InvalidArgumentError("tensor " + Quoted(entry.name) + ": data_offsets " + span_text + " leave a gap of " +
+                                  std::to_string(entry.begin - cursor) + " bytes after tensor " +
+                                  Quoted(previous->name));
     }
     cursor = entry.end;
     previous = &entry;
@@ -276,9 +276,8 @@ std::string BuildHeader(const WeightSet& set) {
   if (!set.metadata().empty()) header["__metadata__"] = set.metadata();
   uint64_t offset = 0;
   for (const Tensor& t : set.tensors()) {
-    header[t.name] = {{"dtype", DTypeName(t.dtype)},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + t.data.size()}}};
+    header[t.name] = {
+        {"dtype", DTypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();
   }
   // Names that are not valid UTF-8 cannot be represented in JSON; they are written with U+FFFD replacements.

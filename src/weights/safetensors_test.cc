@@ -73,9 +73,8 @@ TEST(SafetensorsTest, RoundTripsEveryDtypeInMemory) {
 
 TEST(SafetensorsTest, ReadsTheFormatsOwnExample) {
   // Hand-written like the format's README: unpadded header, tensors listed out of data order, metadata.
-  std::string header =
-      R"({"b":{"dtype":"I8","shape":[2],"data_offsets":[4,6]},)"
-      R"("__metadata__":{"k":"v"},"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})";
+  std::string header = R"({"b":{"dtype":"I8","shape":[2],"data_offsets":[4,6]},)"
+                       R"("__metadata__":{"k":"v"},"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})";
   auto parsed = ParseSafetensors(Image(header, 6));
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   ASSERT_EQ(parsed->size(), 2u);
@@ -173,9 +172,10 @@ TEST(SafetensorsTest, RejectsMalformedImagesWithSpecificErrors) {
       {"overlong UTF-8", Image("{\"\xc0\xaf\":{}}"), kInvalid, "not valid UTF-8"},
       {"invalid JSON", Image(R"({"a": {"dtype":)"), kInvalid, "header is not valid JSON"},
       {"header not an object", Image("[1, 2]"), kInvalid, "header is not a JSON object"},
-      {"duplicate tensor", Image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                                 R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                                 8),
+      {"duplicate tensor",
+       Image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+             R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+             8),
        kInvalid, "header has duplicate key 'a'"},
       {"duplicate field", Image(Tensor1(R"({"dtype":"F32","dtype":"I32","shape":[1],"data_offsets":[0,4]})"), 4),
        kInvalid, "header has duplicate key 'dtype'"},
@@ -218,18 +218,21 @@ TEST(SafetensorsTest, RejectsMalformedImagesWithSpecificErrors) {
       {"trailing bytes, no tensors", Image("{}", 3), kInvalid, "3 trailing bytes after the last tensor"},
       {"does not start at 0", Image(Tensor1(R"({"dtype":"F32","shape":[1],"data_offsets":[4,8]})"), 8), kInvalid,
        "tensor 'a': data_offsets [4, 8] leave a gap: the first tensor must start at offset 0"},
-      {"gap", Image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                    R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
-                    12),
+      {"gap",
+       Image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+             R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+             12),
        kInvalid, "tensor 'b': data_offsets [8, 12] leave a gap of 4 bytes after tensor 'a'"},
-      {"overlap", Image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                        R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                        8),
+      {"overlap",
+       Image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+             R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+             8),
        kInvalid, "tensor 'b': data_offsets [4, 8] overlap tensor 'a' [0, 8]"},
       {"tensor count above the cap",
-       Image(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[1,2]},)"
-             R"("c":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}})",
-             3),
+       Image(
+           R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[1,2]},)"
+           R"("c":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}})",
+           3),
        kInvalid, "header lists 3 tensors, more than the cap of 2", SafetensorsLimits{.max_tensors = 2}},
       {"metadata not an object", Image(R"({"__metadata__":["x"]})"), kInvalid, "__metadata__ is not an object"},
       {"non-string metadata", Image(R"({"__metadata__":{"epoch":3}})"), kInvalid,

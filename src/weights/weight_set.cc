@@ -17,16 +17,16 @@ std::shared_ptr<std::byte> internal::AllocateZeroedBuffer(size_t size_bytes) {
   constexpr size_t kMapThreshold = size_t{1} << 20;
   constexpr size_t kAlignment = 64;
   if (size_bytes >= kMapThreshold) {
-    void* mapped = ::mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-                          -1, 0);
+    void* mapped =
+        ::mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (mapped == MAP_FAILED) throw std::bad_alloc();
     return std::shared_ptr<std::byte>(static_cast<std::byte*>(mapped),
                                       [size_bytes](std::byte* p) { ::munmap(p, size_bytes); });
   }
   const size_t rounded = std::max(kAlignment, (size_bytes + kAlignment - 1) / kAlignment * kAlignment);
-  auto* raw = static_cast<std::byte*>(::operator new(rounded, std::align_val_t{kAlignment}));
+  auto* raw = static_cast<std::byte*>(::operator new (rounded, std::align_val_t{kAlignment}));
   std::memset(raw, 0, rounded);
-  return std::shared_ptr<std::byte>(raw, [](std::byte* p) { ::operator delete(p, std::align_val_t{kAlignment}); });
+  return std::shared_ptr<std::byte>(raw, [](std::byte* p) { ::operator delete (p, std::align_val_t{kAlignment}); });
 }
 
 namespace {
@@ -166,8 +166,8 @@ Status WeightSet::AddView(std::string name, DType dtype, std::vector<int64_t> sh
                           std::shared_ptr<const void> backing) {
   PARSYN_RETURN_IF_ERROR(CheckNewTensor(index_, name, dtype, shape, bytes.size()));
   if (reinterpret_cast<uintptr_t>(bytes.data()) % DTypeSize(dtype) != 0) {
-    return InvalidArgumentError("tensor '" + name + "' view is not aligned to its " +
-                                std::to_string(DTypeSize(dtype)) + "-byte elements");
+    return InvalidArgumentError("tensor '" + name + "' view is not aligned to its " + std::to_string(DTypeSize(dtype)) +
+                                "-byte elements");
   }
   // Several views usually share one mapping; keep one reference to it.
   if (backing && (backing_.empty() || backing_.back() != backing)) backing_.push_back(std::move(backing));
@@ -205,8 +205,8 @@ Status WeightSet::CheckSameLayout(const WeightSet& other) const {
     if (want.name != got.name) {
       if (!Find(got.name)) return InvalidArgumentError("unexpected tensor '" + got.name + "'");
       if (!other.Find(want.name)) return InvalidArgumentError("missing tensor '" + want.name + "'");
-      return InvalidArgumentError("tensor #" + std::to_string(i) + " is '" + got.name + "', expected '" +
-                                  want.name + "' (tensors are in a different order)");
+      return InvalidArgumentError("tensor #" + std::to_string(i) + " is '" + got.name + "', expected '" + want.name +
+                                  "' (tensors are in a different order)");
     }
     if (want.dtype != got.dtype) {
       return InvalidArgumentError("tensor '" + got.name + "' has dtype " + std::string(DTypeName(got.dtype)) +
@@ -237,14 +237,13 @@ Status CheckFinite(const WeightSet& set) {
     const size_t count = t.data.size() / DTypeSize(t.dtype);
     switch (t.dtype) {
       case DType::kF32:
-        index = FirstNonFinite<uint32_t>(t.data.data(), count,
-                                         [](uint32_t b) { return (b & 0x7f800000u) == 0x7f800000u; });
+        index =
+            FirstNonFinite<uint32_t>(t.data.data(), count, [](uint32_t b) { return (b & 0x7f800000u) == 0x7f800000u; });
         if (index >= 0) value = t.as<float>()[index];
         break;
       case DType::kF64:
-        index = FirstNonFinite<uint64_t>(t.data.data(), count, [](uint64_t b) {
-          return (b & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
-        });
+        index = FirstNonFinite<uint64_t>(
+            t.data.data(), count, [](uint64_t b) { return (b & 0x7ff0000000000000ull) == 0x7ff0000000000000ull; });
         if (index >= 0) value = t.as<double>()[index];
         break;
       case DType::kBF16:

@@ -106,6 +106,6 @@ Status CheckFinite(const WeightSet& set);
 float Bf16ToFloat(uint16_t v);
 uint16_t FloatToBf16(float f);  // round to nearest even; NaN stays NaN
 float F16ToFloat(uint16_t v);
-uint16_t FloatToF16(float f);   // round to nearest even
+uint16_t FloatToF16(float f);  // round to nearest even
 
 }  // namespace parsyn::weights

@@ -25,9 +25,9 @@ TEST(DTypeTest, NamesSizesAndParsingRoundTrip) {
     bool is_float;
   };
   const Row rows[] = {
-      {DType::kF32, "F32", 4, true},  {DType::kF16, "F16", 2, true},  {DType::kBF16, "BF16", 2, true},
-      {DType::kF64, "F64", 8, true},  {DType::kI64, "I64", 8, false}, {DType::kI32, "I32", 4, false},
-      {DType::kI16, "I16", 2, false}, {DType::kI8, "I8", 1, false},   {DType::kU8, "U8", 1, false},
+      {DType::kF32, "F32", 4, true},    {DType::kF16, "F16", 2, true},  {DType::kBF16, "BF16", 2, true},
+      {DType::kF64, "F64", 8, true},    {DType::kI64, "I64", 8, false}, {DType::kI32, "I32", 4, false},
+      {DType::kI16, "I16", 2, false},   {DType::kI8, "I8", 1, false},   {DType::kU8, "U8", 1, false},
       {DType::kBool, "BOOL", 1, false},
   };
   for (const Row& row : rows) {
@@ -139,8 +139,8 @@ TEST(WeightSetTest, CheckSameLayoutNamesTheFirstDifference) {
   std::vector<Row> rows;
   rows.push_back({make({{"a", DType::kF32, {8, 16}}, {"b", DType::kBF16, {4}}}),
                   "tensor 'a' has shape [8, 16], expected [16, 16]"});
-  rows.push_back({make({{"a", DType::kF32, {16, 16}}, {"b", DType::kF16, {4}}}),
-                  "tensor 'b' has dtype F16, expected BF16"});
+  rows.push_back(
+      {make({{"a", DType::kF32, {16, 16}}, {"b", DType::kF16, {4}}}), "tensor 'b' has dtype F16, expected BF16"});
   rows.push_back({make({{"a", DType::kF32, {16, 16}}, {"c", DType::kBF16, {4}}}), "unexpected tensor 'c'"});
   rows.push_back({make({{"a", DType::kF32, {16, 16}}}), "missing tensor 'b' (1 tensors, expected 2)"});
   rows.push_back({make({{"b", DType::kBF16, {4}}, {"a", DType::kF32, {16, 16}}}),
@@ -231,9 +231,9 @@ TEST(ConversionTest, F16RoundTripsEveryValueAndRoundsToNearestEven) {
     ASSERT_EQ(FloatToF16(f), h) << h;
   }
   EXPECT_EQ(F16ToFloat(0x3c00), 1.0f);
-  EXPECT_EQ(F16ToFloat(0x0001), 0x1p-24f);  // smallest subnormal
-  EXPECT_EQ(FloatToF16(65504.0f), 0x7bff);  // max finite
-  EXPECT_EQ(FloatToF16(65520.0f), 0x7c00);  // halfway to the next step rounds to Inf (even)
+  EXPECT_EQ(F16ToFloat(0x0001), 0x1p-24f);         // smallest subnormal
+  EXPECT_EQ(FloatToF16(65504.0f), 0x7bff);         // max finite
+  EXPECT_EQ(FloatToF16(65520.0f), 0x7c00);         // halfway to the next step rounds to Inf (even)
   EXPECT_EQ(FloatToF16(1.0f + 0x1p-11f), 0x3c00);  // tie -> even
   EXPECT_EQ(FloatToF16(1.0f + 3 * 0x1p-11f), 0x3c02);
   EXPECT_EQ(FloatToF16(0x1p-25f), 0x0000);  // tie between 0 and the smallest subnormal -> 0

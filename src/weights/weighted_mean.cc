@@ -173,7 +173,6 @@ void ParallelFor(size_t num_items, int num_threads, size_t total_elements, Fn&& 
   worker();
 }  // helpers join here
 
-
 // Round-to-nearest-even float -> bf16 for finite values (the mean of finite values is finite), without the NaN
 // branch of FloatToBf16 so the finishing loop vectorises.
 inline uint16_t FiniteFloatToBf16(float f) {
@@ -260,8 +259,8 @@ Status WeightedMean::Impl::CheckLayout(const WeightSet& update) const {
       const bool known = std::any_of(slots.begin(), slots.end(), [&](const Slot& s) { return s.name == got.name; });
       if (!known) return InvalidArgumentError("unexpected tensor '" + got.name + "'");
       if (!update.Find(want.name)) return InvalidArgumentError("missing tensor '" + want.name + "'");
-      return InvalidArgumentError("tensor #" + std::to_string(i) + " is '" + got.name + "', expected '" +
-                                  want.name + "' (tensors are in a different order)");
+      return InvalidArgumentError("tensor #" + std::to_string(i) + " is '" + got.name + "', expected '" + want.name +
+                                  "' (tensors are in a different order)");
     }
     if (want.dtype != got.dtype) {
       return InvalidArgumentError("tensor '" + got.name + "' has dtype " + std::string(DTypeName(got.dtype)) +
@@ -277,9 +276,8 @@ Status WeightedMean::Impl::CheckLayout(const WeightSet& update) const {
                                 " tensors, expected " + std::to_string(slots.size()) + ")");
   }
   if (update.size() > slots.size()) {
-    return InvalidArgumentError("unexpected tensor '" + update[common].name + "' (" +
-                                std::to_string(update.size()) + " tensors, expected " +
-                                std::to_string(slots.size()) + ")");
+    return InvalidArgumentError("unexpected tensor '" + update[common].name + "' (" + std::to_string(update.size()) +
+                                " tensors, expected " + std::to_string(slots.size()) + ")");
   }
   for (const Slot& slot : slots) {
     if (!IsAveragedDtype(slot.dtype)) {
@@ -304,8 +302,8 @@ StatusOr<double> WeightedMean::Impl::Validate(const WeightSet& update, double n)
     const size_t count = chunk.end - chunk.begin;
     switch (t.dtype) {
       case DType::kF32:
-        chunk_max[c] = std::bit_cast<float>(
-            MaxMagnitudeBits<int32_t, 0x7fffffff>(t.as<int32_t>().data() + chunk.begin, count));
+        chunk_max[c] =
+            std::bit_cast<float>(MaxMagnitudeBits<int32_t, 0x7fffffff>(t.as<int32_t>().data() + chunk.begin, count));
         break;
       case DType::kBF16:
         chunk_max[c] = Bf16Bits(MaxMagnitudeBits<int16_t, 0x7fff>(t.as<int16_t>().data() + chunk.begin, count));

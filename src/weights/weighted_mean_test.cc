@@ -95,8 +95,7 @@ struct MeanCase {
 TEST(WeightedMeanTest, MatchesFloat64Reference) {
   const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF16};
   const Accumulation modes[] = {Accumulation::kFloat32, Accumulation::kFloat64, Accumulation::kExact};
-  const std::vector<std::vector<double>> weight_sets = {
-      {5}, {3, 1, 7.5}, {1, 10, 100, 1000, 2, 20, 200, 2000}};
+  const std::vector<std::vector<double>> weight_sets = {{5}, {3, 1, 7.5}, {1, 10, 100, 1000, 2, 20, 200, 2000}};
   for (DType dtype : dtypes) {
     // Eight updates per dtype, shared by every mode and K (the first K are used).
     std::vector<WeightSet> updates;
@@ -104,8 +103,8 @@ TEST(WeightedMeanTest, MatchesFloat64Reference) {
     for (uint32_t k = 0; k < 8; ++k) updates.push_back(RandomUpdate(dtype, k + 1, &held[k]));
     for (Accumulation mode : modes) {
       for (const auto& weights : weight_sets) {
-        SCOPED_TRACE(std::string(DTypeName(dtype)) + " mode " + std::to_string(static_cast<int>(mode)) + " K=" +
-                     std::to_string(weights.size()));
+        SCOPED_TRACE(std::string(DTypeName(dtype)) + " mode " + std::to_string(static_cast<int>(mode)) +
+                     " K=" + std::to_string(weights.size()));
         const size_t K = weights.size();
         WeightedMean mean(updates[0], {.accumulation = mode, .num_threads = 2});
         for (size_t k = 0; k < K; ++k) ASSERT_TRUE(mean.Accept(updates[k], weights[k]).ok());
