@@ -1,0 +1,451 @@
+#include "worker/agent.h"
+
+#include <condition_variable>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "base/log.h"
+#include "worker/telemetry.h"
+
+namespace parsyn::worker {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kVersion = "parsyn-worker 0.1.0";
+
+// Sleeps for `d` unless `stop` is requested first; false when stopped.
+bool SleepFor(std::chrono::milliseconds d, std::stop_token stop) {
+  std::mutex m;
+  std::condition_variable_any cv;
+  std::unique_lock lock(m);
+  return !cv.wait_for(lock, stop, d, [] { return false; }) && !stop.stop_requested();
+}
+
+// Capped exponential backoff with jitter: each wait is drawn from [b/2, b], b doubling up to the cap.
+class Backoff {
+ public:
+  Backoff(std::chrono::milliseconds initial, std::chrono::milliseconds max) : initial_(initial), max_(max), next_(initial) {}
+  void Reset() { next_ = initial_; }
+  bool Wait(std::stop_token stop) {
+    std::uniform_int_distribution<int64_t> pick(next_.count() / 2, next_.count());
+    const std::chrono::milliseconds wait(pick(rng_));
+    next_ = std::min(max_, next_ * 2);
+    return SleepFor(wait, stop);
+  }
+
+ private:
+  std::chrono::milliseconds initial_, max_, next_;
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
+bool IsPermanent(const Status& s) {
+  return s.code() == StatusCode::kUnauthenticated || s.code() == StatusCode::kPermissionDenied;
+}
+
+std::string ExtensionFor(const std::string& format) { return format == "csv" ? ".csv" : ".jsonl"; }
+
+// Counts the data lines of a text file (CSV: without its header line).
+StatusOr<int64_t> CountRows(const fs::path& path, bool has_header) {
+  std::ifstream in(path);
+  if (!in) return NotFoundError("cannot read " + path.string());
+  int64_t rows = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line != "\r") rows++;
+  }
+  return has_header && rows > 0 ? rows - 1 : rows;
+}
+
+// Writes `train` followed by `validation` into `dest` (the validation file's CSV header dropped), under a temporary
+// name first.
+Status Concatenate(const fs::path& train, const fs::path& validation, bool csv, const fs::path& dest) {
+  const fs::path temp = UniqueTempPath(dest);
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    std::ifstream a(train, std::ios::binary), b(validation, std::ios::binary);
+    if (!out || !a || !b) return InternalError("cannot combine the shard files into " + dest.string());
+    std::string line;
+    while (std::getline(a, line)) out << line << '\n';
+    bool first = true;
+    while (std::getline(b, line)) {
+      if (!(csv && first)) out << line << '\n';
+      first = false;
+    }
+    if (!out.flush()) return InternalError("cannot write " + temp.string());
+  }
+  std::error_code ec;
+  fs::rename(temp, dest, ec);
+  if (ec) return InternalError("cannot move " + temp.string() + " to " + dest.string() + ": " + ec.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Agent::Agent(AgentOptions options, TrainerLauncher& launcher)
+    : options_(std::move(options)),
+      launcher_(launcher),
+      client_(http::ClientOptions{.base_url = options_.server_url,
+                                  .bearer_token = options_.token,
+                                  .max_attempts = 3,
+                                  .unreachable_hint = "is `parsyn server` running?"}),
+      cache_(options_.cache_dir) {}
+
+Agent::~Agent() = default;
+
+Status Agent::Run(std::stop_token stop) {
+  Backoff backoff(options_.backoff_initial, options_.backoff_max);
+  while (!stop.stop_requested()) {
+    StatusOr<Session> session = Hello(stop);
+    if (!session.ok()) {
+      if (IsPermanent(session.status())) return session.status();
+      if (session.status().code() == StatusCode::kCancelled) break;
+      PARSYN_LOG_WARN("worker {}: cannot reach the coordinator: {}", options_.name, session.status().message());
+      backoff.Wait(stop);
+      continue;
+    }
+    backoff.Reset();
+    counters_.sessions++;
+    PARSYN_LOG_INFO("worker {}: online (session {}…)", options_.name, session->id.substr(0, 8));
+    Status ended = RunSession(*session, stop);
+    if (IsPermanent(ended)) return ended;
+    if (ended.ok()) continue;  // stop requested, or the session ended: hello again at once
+    PARSYN_LOG_WARN("worker {}: session interrupted: {}", options_.name, ended.message());
+    backoff.Wait(stop);
+  }
+  PARSYN_LOG_INFO("worker {}: stopped ({} tasks done, {} failed)", options_.name, counters_.tasks_completed.load(),
+                  counters_.tasks_failed.load());
+  return Status::Ok();
+}
+
+StatusOr<Agent::Session> Agent::Hello(std::stop_token stop) {
+  http::CallOptions call;
+  call.stop = stop;
+  call.retry = true;  // hello is idempotent: a repeated one replaces the session it made
+  PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res,
+                          client_.PostJson("/api/v1/worker/hello", {{"device", options_.device}, {"version", kVersion}},
+                                           call));
+  PARSYN_ASSIGN_OR_RETURN(json body, res.Json());
+  Session s;
+  try {
+    s.id = body.at("session_id").get<std::string>();
+    s.heartbeat_interval = std::chrono::milliseconds(body.value("heartbeat_interval_ms", int64_t{5'000}));
+    s.max_poll_wait = std::chrono::milliseconds(body.value("max_poll_wait_ms", int64_t{30'000}));
+  } catch (const json::exception& e) {
+    return InternalError(std::string("the coordinator's hello answer is malformed: ") + e.what());
+  }
+  session_lost_ = false;
+  return s;
+}
+
+Status Agent::RunSession(const Session& session, std::stop_token stop) {
+  std::jthread heartbeats([this, &session](std::stop_token hb_stop) { HeartbeatLoop(session, hb_stop); });
+  Status ended = Status::Ok();
+  Backoff backoff(options_.backoff_initial, options_.backoff_max);
+  while (!stop.stop_requested()) {
+    if (session_lost_) break;  // a heartbeat learned the coordinator no longer knows this session
+    http::CallOptions call;
+    call.stop = stop;
+    call.retry = false;
+    call.timeout = session.max_poll_wait + std::chrono::seconds(15);
+    StatusOr<http::ClientResponse> res = client_.Get(
+        "/api/v1/worker/tasks/next?session_id=" + session.id + "&wait_ms=" + std::to_string(session.max_poll_wait.count()),
+        call);
+    if (!res.ok()) {
+      if (res.status().code() == StatusCode::kCancelled) break;
+      if (res.status().code() == StatusCode::kFailedPrecondition) {
+        PARSYN_LOG_INFO("worker {}: the coordinator ended this session; saying hello again", options_.name);
+        break;
+      }
+      if (IsPermanent(res.status())) {
+        ended = res.status();
+        break;
+      }
+      // Unreachable for a moment: keep the session (its heartbeat timeout is the coordinator's to apply).
+      PARSYN_LOG_WARN("worker {}: polling for tasks failed: {}", options_.name, res.status().message());
+      if (!backoff.Wait(stop)) break;
+      continue;
+    }
+    backoff.Reset();
+    if (res->status == 204) continue;
+    StatusOr<json> task = res->Json();
+    if (!task.ok()) {
+      PARSYN_LOG_ERROR("worker {}: the coordinator sent a task that is not JSON: {}", options_.name,
+                       task.status().message());
+      continue;  // the next poll tells the coordinator this task was dropped
+    }
+    RunTask(session, *task, stop);
+  }
+  heartbeats.request_stop();
+  heartbeats.join();
+  if (stop.stop_requested() && !session_lost_) {
+    http::CallOptions call;
+    call.timeout = std::chrono::seconds(3);
+    call.retry = false;
+    Status bye = client_.PostJson("/api/v1/worker/goodbye", {{"session_id", session.id}}, call).status();
+    if (!bye.ok()) PARSYN_LOG_WARN("worker {}: goodbye failed: {}", options_.name, bye.message());
+  }
+  return ended;
+}
+
+void Agent::HeartbeatLoop(const Session& session, std::stop_token stop) {
+  while (SleepFor(session.heartbeat_interval, stop)) {
+    Status s = Heartbeat(session);
+    if (s.code() == StatusCode::kFailedPrecondition) {
+      PARSYN_LOG_WARN("worker {}: heartbeat refused ({}); the current task is dropped", options_.name, s.message());
+      return;
+    }
+    if (!s.ok()) PARSYN_LOG_DEBUG("worker {}: heartbeat failed: {}", options_.name, s.message());
+  }
+}
+
+Status Agent::Heartbeat(const Session& session) {
+  http::CallOptions call;
+  call.timeout = std::chrono::seconds(10);
+  call.retry = false;
+  StatusOr<http::ClientResponse> res = client_.PostJson("/api/v1/worker/heartbeat", {{"session_id", session.id}}, call);
+  if (!res.ok()) {
+    if (res.status().code() == StatusCode::kFailedPrecondition) {
+      session_lost_ = true;
+      AbandonCurrent(0, 0, 0, "the coordinator no longer knows this session");
+    }
+    return res.status();
+  }
+  StatusOr<json> body = res->Json();
+  if (!body.ok()) return body.status();
+  for (const json& a : body->value("abandon", json::array())) {
+    AbandonCurrent(a.value("job_id", int64_t{-1}), a.value("round", -1), a.value("attempt", -1),
+                   "the coordinator dropped the task (straggler or job ended)");
+  }
+  return Status::Ok();
+}
+
+void Agent::AbandonCurrent(int64_t job_id, int round, int attempt, const std::string& why) {
+  std::lock_guard lock(mutex_);
+  if (!current_) return;
+  if (job_id != 0 && (current_->job_id != job_id || current_->round != round || current_->attempt != attempt)) return;
+  if (!current_->abandoned) {
+    current_->abandoned = true;
+    current_->why = why;
+  }
+  if (current_->trainer != nullptr) current_->trainer->Terminate();
+}
+
+bool Agent::CurrentAbandoned(std::string* why) {
+  std::lock_guard lock(mutex_);
+  if (current_ && current_->abandoned && why != nullptr) *why = current_->why;
+  return current_ && current_->abandoned;
+}
+
+void Agent::RunTask(const Session& session, const json& task, std::stop_token stop) {
+  StatusOr<TaskHeader> header = ParseTaskHeader(task);
+  if (!header.ok()) {
+    PARSYN_LOG_ERROR("worker {}: dropping a malformed task: {}", options_.name, header.status().message());
+    counters_.tasks_failed++;
+    return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    current_ = CurrentTask{.job_id = header->job_id, .round = header->round, .attempt = header->attempt};
+  }
+  PARSYN_LOG_INFO("worker {}: task {} ({} job {} round {}/{} attempt {})", options_.name, header->task_id,
+                  header->kind, header->job_id, header->round, header->total_rounds, header->attempt);
+  const Clock::time_point started = Clock::now();
+  Status done = ExecuteTask(session, task, *header, stop);
+  {
+    std::lock_guard lock(mutex_);
+    current_.reset();
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  if (done.ok()) {
+    counters_.tasks_completed++;
+    PARSYN_LOG_INFO("worker {}: task {} done in {:.1f} s", options_.name, header->task_id, seconds);
+  } else {
+    counters_.tasks_failed++;
+    // Not reported as a result: the next long-poll tells the coordinator that this worker dropped the task.
+    PARSYN_LOG_ERROR("worker {}: task {} failed after {:.1f} s: {}", options_.name, header->task_id, seconds,
+                     done.message());
+  }
+}
+
+StatusOr<TaskFiles> Agent::FetchInputs(const json& task, const TaskHeader& header, const fs::path& task_dir,
+                                       std::stop_token stop) {
+  TaskFiles files;
+  files.output_dir = task_dir / "out";
+  try {
+    const json& model = task.at("model");
+    const json& model_files = model.value("files", json::array());
+    if (!model_files.empty()) {
+      PARSYN_ASSIGN_OR_RETURN(files.model_dir, cache_.FetchModel(client_, model_files, stop));
+    }
+    const json& global = task.at("global_weights");
+    files.global_weights = task_dir / "global.safetensors";
+    PARSYN_RETURN_IF_ERROR(DownloadVerified(client_, global.at("url").get<std::string>(), files.global_weights,
+                                            global.at("sha256").get<std::string>(), stop));
+    const json& data = task.at("data");
+    if (!options_.local_data.empty()) {
+      // Local data never leaves: the trainer holds out its own validation slice (the config's fraction).
+      files.data = options_.local_data;
+      files.data_format = options_.local_data.extension() == ".csv" ? "csv" : "jsonl";
+      return files;
+    }
+    files.data_format = data.at("format").get<std::string>();
+    const bool csv = files.data_format == "csv";
+    // The shard is the worker's for the whole job: fetched once, kept with the job's files.
+    const fs::path shard_dir = cache_.root() / "jobs" / std::to_string(header.job_id) /
+                               ("shard-" + std::to_string(header.shard));
+    files.data = shard_dir / ("data" + ExtensionFor(files.data_format));
+    const int64_t train_rows = data.value("train_rows", int64_t{0});
+    const int64_t validation_rows = data.value("validation_rows", int64_t{0});
+    if (!fs::exists(files.data)) {
+      const fs::path train = shard_dir / ("train" + ExtensionFor(files.data_format));
+      const fs::path validation = shard_dir / ("validation" + ExtensionFor(files.data_format));
+      PARSYN_RETURN_IF_ERROR(DownloadVerified(client_, data.at("train_url").get<std::string>(), train, "", stop));
+      PARSYN_RETURN_IF_ERROR(
+          DownloadVerified(client_, data.at("validation_url").get<std::string>(), validation, "", stop));
+      PARSYN_ASSIGN_OR_RETURN(int64_t got_train, CountRows(train, csv));
+      if (got_train != train_rows) {
+        return DataLossError("shard " + std::to_string(header.shard) + " arrived with " + std::to_string(got_train) +
+                             " training rows, the task says " + std::to_string(train_rows));
+      }
+      PARSYN_RETURN_IF_ERROR(Concatenate(train, validation, csv, files.data));
+    }
+    // The trainer splits off the last-named share again; with the platform's own fraction it holds out as many rows.
+    if (train_rows + validation_rows > 0) {
+      files.validation_fraction = static_cast<double>(validation_rows) / static_cast<double>(train_rows + validation_rows);
+    }
+  } catch (const json::exception& e) {
+    return InvalidArgumentError(std::string("task: ") + e.what());
+  }
+  return files;
+}
+
+Status Agent::ExecuteTask(const Session& session, const json& task, const TaskHeader& header, std::stop_token stop) {
+  const fs::path task_dir = cache_.root() / "tasks" / header.task_id;
+  std::error_code ec;
+  fs::remove_all(task_dir, ec);
+  fs::create_directories(task_dir / "out", ec);
+  if (ec) return InternalError("cannot create " + task_dir.string() + ": " + ec.message());
+  // The task folder holds the round's global and update: remove it whatever happens.
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ignored;
+      fs::remove_all(dir, ignored);
+    }
+  } cleanup{task_dir};
+
+  PARSYN_ASSIGN_OR_RETURN(TaskFiles files, FetchInputs(task, header, task_dir, stop));
+  PARSYN_ASSIGN_OR_RETURN(json trainer_task,
+                          BuildTrainerTask(task, header, files, options_.device, options_.trainer_threads));
+  const fs::path task_file = task_dir / "task.json";
+  {
+    std::ofstream out(task_file);
+    out << trainer_task.dump(2);
+    if (!out.flush()) return InternalError("cannot write " + task_file.string());
+  }
+  PARSYN_ASSIGN_OR_RETURN(json done, RunTrainer(session, header, task_file, stop));
+
+  std::string blob_key, sha256;
+  if (header.kind == "train") {
+    // Ask before uploading: a heartbeat now applies any abandon (straggler, job ended) and proves the session lives.
+    Status alive = Heartbeat(session);
+    std::string why;
+    if (CurrentAbandoned(&why) || alive.code() == StatusCode::kFailedPrecondition) {
+      counters_.uploads_skipped++;
+      return FailedPreconditionError("round " + std::to_string(header.round) + " is no longer current (" +
+                                     (why.empty() ? alive.message() : why) + "); update not uploaded");
+    }
+    const json& upload = task.at("update_upload");
+    blob_key = upload.at("blob_key").get<std::string>();
+    sha256 = done.value("weights_sha256", "");
+    http::CallOptions call;
+    call.stop = stop;
+    StatusOr<http::ClientResponse> put =
+        client_.UploadFile(http::Method::kPut, upload.at("url").get<std::string>(), files.output_dir / "update.safetensors",
+                           "application/octet-stream", call);
+    // A retried PUT whose first attempt was stored finds the key taken; the coordinator checks the sha256 anyway.
+    if (!put.ok() && put.status().code() != StatusCode::kAlreadyExists) return put.status();
+    if (put.ok()) {
+      StatusOr<json> stored = put->Json();
+      if (stored.ok() && stored->value("sha256", sha256) != sha256) {
+        return DataLossError("the coordinator stored the update with sha256 " + stored->value("sha256", "") +
+                             ", the trainer wrote " + sha256);
+      }
+    }
+  }
+  PARSYN_ASSIGN_OR_RETURN(json report, BuildResultReport(header, session.id, done, blob_key, sha256));
+  http::CallOptions call;
+  call.stop = stop;
+  call.retry = true;  // the coordinator treats a repeated result for the same task as a duplicate
+  PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res, client_.PostJson("/api/v1/worker/result", report, call));
+  StatusOr<json> verdict = res.Json();
+  if (verdict.ok() && verdict->value("status", "") == "rejected") {
+    return FailedPreconditionError("the coordinator rejected the update: " + verdict->value("reason", ""));
+  }
+  PARSYN_LOG_INFO("worker {}: round {} reported: {} samples, train loss {}, validation loss {}", options_.name,
+                  header.round, report.value("sample_count", int64_t{0}), report.value("train_loss", json()).dump(),
+                  report.value("validation_loss", json()).dump());
+  return Status::Ok();
+}
+
+StatusOr<json> Agent::RunTrainer(const Session& session, const TaskHeader& header, const fs::path& task_file,
+                                 std::stop_token stop) {
+  PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<TrainerRun> trainer, launcher_.Start(task_file));
+  {
+    std::lock_guard lock(mutex_);
+    if (current_) {
+      current_->trainer = trainer.get();
+      if (current_->abandoned) trainer->Terminate();
+    }
+  }
+  std::stop_callback on_stop(stop, [&] { trainer->Terminate(); });
+  UtilizationSampler utilization(options_.device);
+  utilization.Sample();  // the first CPU sample only sets the baseline
+  json done, error;
+  Clock::time_point last_sent{};
+  std::optional<json> pending;
+  auto send = [&](const json& report) {
+    http::CallOptions call;
+    call.timeout = std::chrono::seconds(5);
+    call.retry = false;
+    Status s = client_.PostJson("/api/v1/worker/progress", report, call).status();
+    if (!s.ok()) PARSYN_LOG_DEBUG("worker {}: progress not delivered: {}", options_.name, s.message());
+    last_sent = Clock::now();
+    pending.reset();
+  };
+  while (std::optional<std::string> line = trainer->ReadLine()) {
+    json event = json::parse(*line, nullptr, /*allow_exceptions=*/false);
+    if (!event.is_object()) continue;  // not an event (the trainer's libraries may print)
+    const std::string kind = event.value("event", "");
+    if (kind == "done") done = event;
+    if (kind == "error") error = event;
+    if (kind != "progress") continue;
+    pending = BuildProgressReport(header, session.id, event, std::nullopt);
+    if (pending && Clock::now() - last_sent >= options_.progress_interval) {
+      if (std::optional<double> u = utilization.Sample()) (*pending)["utilization"] = std::clamp(*u, 0.0, 1.0);
+      send(*pending);
+    }
+  }
+  if (pending) send(*pending);  // the final step
+  const int code = trainer->Wait();
+  {
+    std::lock_guard lock(mutex_);
+    if (current_) current_->trainer = nullptr;
+  }
+  std::string why;
+  if (CurrentAbandoned(&why)) return CancelledError("trainer stopped: " + why);
+  if (stop.stop_requested()) return CancelledError("trainer stopped: the worker is shutting down");
+  if (code != 0 || !done.is_object()) {
+    std::string reason = error.is_object() ? error.value("message", "") : "";
+    if (reason.empty()) reason = "no error message";
+    return InternalError("parsyn-trainer exited with status " + std::to_string(code) + ": " + reason);
+  }
+  return done;
+}
+
+}  // namespace parsyn::worker

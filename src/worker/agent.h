@@ -1,0 +1,114 @@
+// The worker agent behind `parsyn worker` (DESIGN.md §4): one session with the coordinator at a time (hello, a
+// heartbeat thread, long-polls for tasks, goodbye) and one task at a time, trained by parsyn-trainer in a child
+// process so that a crash there never takes the agent down.
+//
+// Per task: the base model comes from the checksum cache (fetched once across rounds and jobs), the round's global
+// weights and the worker's shard through the task's signed URLs, all verified by sha256 where the task gives one
+// (shards have none); progress goes to the coordinator every progress_interval; before uploading, a heartbeat
+// confirms the session and the task are still current, so no update is uploaded for a round that has moved on.
+// With local_data set, the worker trains on that file instead of its shard: only weights and metrics leave the
+// machine, and its sample count is the file's.
+//
+// Failures: connection errors, coordinator restarts (the old session is unknown: FailedPrecondition) and expired
+// sessions lead to a new hello after a capped exponential backoff; a task that fails (trainer crash, bad download)
+// is logged and dropped, which the coordinator learns from the next long-poll ("abandoned"), and the agent stays
+// online. Only a rejected token (Unauthenticated, PermissionDenied) ends Run with an error.
+//
+// Threads: Run() blocks its caller and starts one heartbeat thread per session; RequestStop on the stop_source
+// behind Run's token may come from any thread (a signal watcher): it stops the trainer, says goodbye and returns.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stop_token>
+#include <string>
+
+#include "base/status.h"
+#include "http/client.h"
+#include "worker/blob_cache.h"
+#include "worker/trainer_launcher.h"
+#include "worker/trainer_task.h"
+
+namespace parsyn::worker {
+
+struct AgentOptions {
+  std::string server_url;  // "http://127.0.0.1:8080"
+  std::string token;       // from `parsyn worker register`
+  std::string name;        // for logs
+  std::string device = "cpu";
+  std::filesystem::path local_data;  // empty: train on the platform's shard
+  std::filesystem::path cache_dir;   // models, shards, task folders
+  int trainer_threads = 0;           // parsyn-trainer's intra-op threads (0: libtorch's default)
+  std::chrono::milliseconds progress_interval{2'000};
+  std::chrono::milliseconds backoff_initial{500};
+  std::chrono::milliseconds backoff_max{15'000};
+};
+
+// What the agent has done, for tests and the final log line.
+struct AgentCounters {
+  std::atomic<int> sessions{0};
+  std::atomic<int> tasks_completed{0};
+  std::atomic<int> tasks_failed{0};
+  std::atomic<int> uploads_skipped{0};  // the round moved on before the update could be uploaded
+};
+
+class Agent {
+ public:
+  Agent(AgentOptions options, TrainerLauncher& launcher);
+  ~Agent();
+
+  // Runs sessions until `stop` (then goodbye; OK) or a rejected token (Unauthenticated / PermissionDenied).
+  Status Run(std::stop_token stop);
+  const AgentCounters& counters() const { return counters_; }
+
+ private:
+  struct Session {
+    std::string id;
+    std::chrono::milliseconds heartbeat_interval{5'000};
+    std::chrono::milliseconds max_poll_wait{30'000};
+  };
+  // The task in progress, shared with the heartbeat thread (guarded by mutex_).
+  struct CurrentTask {
+    int64_t job_id = 0;
+    int round = 0;
+    int attempt = 0;
+    bool abandoned = false;  // the coordinator dropped it, or the session ended
+    std::string why;
+    TrainerRun* trainer = nullptr;  // while the trainer runs
+  };
+
+  StatusOr<Session> Hello(std::stop_token stop);
+  // Polls and runs tasks until the session ends (FailedPrecondition), the coordinator is unreachable (Unavailable,
+  // ...) or `stop` (OK, after goodbye).
+  Status RunSession(const Session& session, std::stop_token stop);
+  void HeartbeatLoop(const Session& session, std::stop_token stop);
+  // One heartbeat; applies its abandon list to the current task. FailedPrecondition when the session is gone.
+  Status Heartbeat(const Session& session);
+  // Marks the current task abandoned (when it matches, or always with job_id 0) and stops its trainer.
+  void AbandonCurrent(int64_t job_id, int round, int attempt, const std::string& why);
+  void RunTask(const Session& session, const nlohmann::json& task, std::stop_token stop);
+  Status ExecuteTask(const Session& session, const nlohmann::json& task, const TaskHeader& header,
+                     std::stop_token stop);
+  StatusOr<TaskFiles> FetchInputs(const nlohmann::json& task, const TaskHeader& header,
+                                  const std::filesystem::path& task_dir, std::stop_token stop);
+  // Runs the trainer on the task file; returns its "done" event.
+  StatusOr<nlohmann::json> RunTrainer(const Session& session, const TaskHeader& header,
+                                      const std::filesystem::path& task_file, std::stop_token stop);
+  bool CurrentAbandoned(std::string* why);
+
+  AgentOptions options_;
+  TrainerLauncher& launcher_;
+  http::Client client_;
+  BlobCache cache_;
+  AgentCounters counters_;
+  std::mutex mutex_;
+  std::optional<CurrentTask> current_;
+  std::atomic<bool> session_lost_{false};
+};
+
+}  // namespace parsyn::worker

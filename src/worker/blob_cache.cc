@@ -1,0 +1,116 @@
+#include "worker/blob_cache.h"
+
+#include <unistd.h>
+
+#include <functional>
+#include <system_error>
+#include <thread>
+
+#include "weights/sha256.h"
+
+namespace parsyn::worker {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+bool IsHexSha256(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+Status CreateDirs(const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return InternalError("cannot create " + dir.string() + ": " + ec.message());
+  return Status::Ok();
+}
+
+// A model file's path: relative, no "..", no empty or "." parts.
+bool IsSafeRelativePath(const std::string& path) {
+  if (path.empty() || path.front() == '/') return false;
+  for (const auto& part : fs::path(path)) {
+    if (part == ".." || part == "." || part.empty()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+fs::path UniqueTempPath(const fs::path& dest) {
+  const size_t thread = std::hash<std::thread::id>{}(std::this_thread::get_id()) % 1'000'000;
+  return fs::path(dest.string() + ".tmp-" + std::to_string(getpid()) + "-" + std::to_string(thread));
+}
+
+Status DownloadVerified(http::Client& client, const std::string& url, const fs::path& dest, const std::string& sha256,
+                        std::stop_token stop) {
+  PARSYN_RETURN_IF_ERROR(CreateDirs(dest.parent_path()));
+  const fs::path temp = UniqueTempPath(dest);
+  http::CallOptions call;
+  call.stop = stop;
+  StatusOr<uint64_t> bytes = client.DownloadToFile(url, temp, call);
+  if (!bytes.ok()) return bytes.status();
+  std::error_code ec;
+  if (!sha256.empty()) {
+    StatusOr<std::string> actual = weights::Sha256File(temp);
+    if (!actual.ok() || *actual != sha256) {
+      fs::remove(temp, ec);
+      if (!actual.ok()) return actual.status();
+      return DataLossError("download of " + dest.filename().string() + " has sha256 " + *actual + ", expected " +
+                           sha256);
+    }
+  }
+  fs::rename(temp, dest, ec);
+  if (ec) {
+    fs::remove(temp, ec);
+    return InternalError("cannot move the download into " + dest.string() + ": " + ec.message());
+  }
+  return Status::Ok();
+}
+
+StatusOr<fs::path> BlobCache::Fetch(http::Client& client, const std::string& url, const std::string& sha256,
+                                    std::stop_token stop) {
+  if (!IsHexSha256(sha256)) return InvalidArgumentError("blob checksum '" + sha256 + "' is not 64 lowercase hex digits");
+  const fs::path dest = root_ / "blobs" / sha256;
+  if (fs::exists(dest)) return dest;
+  PARSYN_RETURN_IF_ERROR(DownloadVerified(client, url, dest, sha256, stop));
+  return dest;
+}
+
+StatusOr<fs::path> BlobCache::FetchModel(http::Client& client, const json& files, std::stop_token stop) {
+  if (!files.is_array() || files.empty()) return InvalidArgumentError("the task's model has no files");
+  std::string key_text;
+  for (const json& f : files) {
+    if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("sha256") ||
+        !f["sha256"].is_string() || !f.contains("url") || !f["url"].is_string()) {
+      return InvalidArgumentError("model file entry " + f.dump() + " lacks path, url or sha256");
+    }
+    if (!IsSafeRelativePath(f["path"].get<std::string>())) {
+      return InvalidArgumentError("model file path '" + f["path"].get<std::string>() + "' leaves the model folder");
+    }
+    key_text += f["path"].get<std::string>() + "\n" + f["sha256"].get<std::string>() + "\n";
+  }
+  const fs::path dir = root_ / "models" / weights::Sha256Hex(key_text);
+  if (fs::exists(dir)) return dir;
+  const fs::path temp = UniqueTempPath(dir);
+  std::error_code ec;
+  fs::remove_all(temp, ec);
+  for (const json& f : files) {
+    PARSYN_ASSIGN_OR_RETURN(fs::path blob, Fetch(client, f["url"], f["sha256"], stop));
+    const fs::path target = temp / f["path"].get<std::string>();
+    PARSYN_RETURN_IF_ERROR(CreateDirs(target.parent_path()));
+    fs::create_hard_link(blob, target, ec);
+    if (ec) fs::copy_file(blob, target, ec);  // a cache on a file system without hard links
+    if (ec) return InternalError("cannot place " + target.string() + ": " + ec.message());
+  }
+  fs::rename(temp, dir, ec);
+  if (ec && !fs::exists(dir)) return InternalError("cannot move the model into " + dir.string() + ": " + ec.message());
+  fs::remove_all(temp, ec);  // another process placed the same model first
+  return dir;
+}
+
+}  // namespace parsyn::worker

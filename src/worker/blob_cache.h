@@ -1,0 +1,48 @@
+// Blob downloads for the worker: every file arrives through a signed URL, is written under a temporary name, checked
+// against the sha256 the coordinator sent, and only then renamed into place, so a path that exists is whole and
+// verified. Model files are kept by checksum in the cache directory, so a base model is fetched once across rounds
+// and jobs (and shared by workers pointed at the same cache: temporary names are unique per process and thread).
+//
+// Layout under the cache root:   blobs/<sha256>            verified files, named by content
+//                                models/<key>/<path>       a model folder of hard links into blobs/ (key: sha256
+//                                                          over the files' paths and checksums)
+// Threads: one BlobCache per thread; different processes may share a root.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <stop_token>
+#include <string>
+
+#include "base/status.h"
+#include "http/client.h"
+
+namespace parsyn::worker {
+
+// GETs `url` into `dest` and checks its sha256 (skipped when `sha256` is empty). DataLoss naming both checksums on
+// a mismatch (nothing is left at `dest`); the client's errors otherwise (Unavailable, NotFound, Cancelled...).
+Status DownloadVerified(http::Client& client, const std::string& url, const std::filesystem::path& dest,
+                        const std::string& sha256, std::stop_token stop = {});
+
+class BlobCache {
+ public:
+  explicit BlobCache(std::filesystem::path root) : root_(std::move(root)) {}
+  const std::filesystem::path& root() const { return root_; }
+
+  // The cached blob with this checksum, downloaded from `url` when absent. InvalidArgument for a checksum that is
+  // not 64 hex digits; DownloadVerified's errors.
+  StatusOr<std::filesystem::path> Fetch(http::Client& client, const std::string& url, const std::string& sha256,
+                                        std::stop_token stop = {});
+  // A model folder holding `files` (the task's model.files: [{"path", "url", "sha256", "size_bytes"}]).
+  // InvalidArgument for a malformed list or a path that leaves the folder; Fetch's errors.
+  StatusOr<std::filesystem::path> FetchModel(http::Client& client, const nlohmann::json& files,
+                                             std::stop_token stop = {});
+
+ private:
+  std::filesystem::path root_;
+};
+
+// A name beside `dest` that no other process or thread uses ("<dest>.tmp-<pid>-<thread>").
+std::filesystem::path UniqueTempPath(const std::filesystem::path& dest);
+
+}  // namespace parsyn::worker

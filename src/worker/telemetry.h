@@ -1,0 +1,42 @@
+// Utilisation for the worker's progress reports: the GPU's (NVML, loaded at run time with
+// dlopen("libnvidia-ml.so.1"), so the agent builds and runs on machines without NVIDIA drivers) when the task runs
+// on CUDA and NVML answers, else the whole machine's CPU busy fraction from /proc/stat between two samples.
+//
+// Threads: one UtilizationSampler is used from one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace parsyn::worker {
+
+// "/proc/stat"'s first line as busy and total jiffies; nullopt when it cannot be read or parsed.
+struct CpuTimes {
+  uint64_t busy = 0;
+  uint64_t total = 0;
+};
+std::optional<CpuTimes> ParseProcStatCpuLine(const std::string& line);
+
+class UtilizationSampler {
+ public:
+  // `device`: "cpu", "cuda" or "cuda:N" (N selects the NVML device index).
+  explicit UtilizationSampler(const std::string& device);
+  ~UtilizationSampler();
+  UtilizationSampler(const UtilizationSampler&) = delete;
+  UtilizationSampler& operator=(const UtilizationSampler&) = delete;
+
+  // The utilisation in 0..1 since the previous call (CPU) or over NVML's last sample period (GPU); nullopt when
+  // nothing is measurable yet (the first CPU sample) or at all.
+  std::optional<double> Sample();
+  // "nvml" or "cpu": what Sample() measures.
+  const char* source() const;
+
+ private:
+  struct Nvml;
+  std::unique_ptr<Nvml> nvml_;
+  std::optional<CpuTimes> last_cpu_;
+};
+
+}  // namespace parsyn::worker

@@ -1,0 +1,45 @@
+#include "worker/telemetry.h"
+
+#include <gtest/gtest.h>
+
+namespace parsyn::worker {
+namespace {
+
+TEST(ParseProcStatCpuLineTest, CountsIdleAndIowaitAsNotBusy) {
+  std::optional<CpuTimes> t = ParseProcStatCpuLine("cpu  100 5 50 800 20 3 2 0 0 0");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->total, 980u);
+  EXPECT_EQ(t->busy, 160u);
+}
+
+TEST(ParseProcStatCpuLineTest, RejectsOtherLines) {
+  EXPECT_FALSE(ParseProcStatCpuLine("cpu0 1 2 3 4").has_value());
+  EXPECT_FALSE(ParseProcStatCpuLine("cpu 1 2").has_value());
+  EXPECT_FALSE(ParseProcStatCpuLine("").has_value());
+}
+
+TEST(UtilizationSamplerTest, CpuSamplesAreFractionsAfterTheFirst) {
+  UtilizationSampler sampler("cpu");
+  EXPECT_STREQ(sampler.source(), "cpu");
+  EXPECT_FALSE(sampler.Sample().has_value());  // the baseline
+  // Burn a little CPU so the kernel's counters move.
+  volatile double x = 0;
+  std::optional<double> u;
+  for (int i = 0; i < 200 && !u; ++i) {
+    for (int j = 0; j < 200'000; ++j) x = x + j;
+    u = sampler.Sample();
+  }
+  ASSERT_TRUE(u.has_value());
+  EXPECT_GE(*u, 0.0);
+  EXPECT_LE(*u, 1.0);
+}
+
+TEST(UtilizationSamplerTest, CudaWithoutNvmlFallsBackToCpu) {
+  UtilizationSampler sampler("cuda:0");
+  // On machines without the NVIDIA driver, dlopen fails and the sampler measures the CPU.
+  if (std::string(sampler.source()) == "nvml") GTEST_SKIP() << "NVML present";
+  EXPECT_STREQ(sampler.source(), "cpu");
+}
+
+}  // namespace
+}  // namespace parsyn::worker

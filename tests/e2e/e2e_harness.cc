@@ -1,0 +1,375 @@
+#include "e2e_harness.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "weights/safetensors.h"
+
+namespace parsyn::e2e {
+
+namespace {
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+// Forks and execs argv with stdout and stderr to `out_fd` (-1: /dev/null). Returns the pid.
+pid_t Spawn(const std::vector<std::string>& args, int out_fd) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int target = out_fd >= 0 ? out_fd : ::open("/dev/null", O_WRONLY);
+    ::dup2(target, STDOUT_FILENO);
+    ::dup2(target, STDERR_FILENO);
+    std::vector<char*> argv;
+    std::vector<std::string> copy = args;
+    for (std::string& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int ExitStatus(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+// Waits for `pid` up to `timeout`; SIGKILLs it at the deadline. Returns the exit status.
+int WaitBounded(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  while (true) {
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return ExitStatus(status);
+    if (r < 0) return -1;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return ExitStatus(status);
+    }
+    // A child's exit has no descriptor to wait on here; poll its state.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+CommandResult RunProgram(const std::vector<std::string>& args, std::chrono::seconds timeout) {
+  int pipefd[2];
+  EXPECT_EQ(::pipe(pipefd), 0);
+  pid_t pid = Spawn(args, pipefd[1]);
+  ::close(pipefd[1]);
+  CommandResult result;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool killed = false;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ::kill(pid, SIGKILL);
+      killed = true;
+      break;
+    }
+    pollfd p{.fd = pipefd[0], .events = POLLIN, .revents = 0};
+    if (::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000))) <= 0) continue;
+    char buf[4096];
+    ssize_t n = ::read(pipefd[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    result.output.append(buf, static_cast<size_t>(n));
+  }
+  ::close(pipefd[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  result.exit_code = ExitStatus(status);
+  if (killed) result.output += "\n[killed at the timeout]";
+  return result;
+}
+
+}  // namespace
+
+TempDir::TempDir() {
+  std::string tmpl = (fs::temp_directory_path() / "parsyn-e2e-XXXXXX").string();
+  EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  if (std::getenv("PARSYN_KEEP_E2E") != nullptr) return;
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+CommandResult RunParsyn(const std::vector<std::string>& args, std::chrono::seconds timeout) {
+  std::vector<std::string> argv = {PARSYN_BIN};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProgram(argv, timeout);
+}
+
+CommandResult RunTrainer(const std::vector<std::string>& args, std::chrono::seconds timeout) {
+  std::vector<std::string> argv = {(fs::path(PARSYN_BIN).parent_path() / "parsyn-trainer").string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProgram(argv, timeout);
+}
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+Server::Server(fs::path data_dir, int port) : data_dir_(std::move(data_dir)), port_(port) {}
+
+Server::~Server() {
+  if (pid_ > 0) Terminate();
+}
+
+void Server::Start() {
+  const fs::path log = data_dir_.string() + ".log";
+  int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  pid_ = Spawn({PARSYN_BIN, "server", "--data-dir", data_dir_.string(), "--listen",
+                "127.0.0.1:" + std::to_string(port_), "--heartbeat-interval-ms", "300", "--heartbeat-timeout-ms",
+                "3000", "--max-poll-wait-ms", "2000"},
+               out);
+  ::close(out);
+  // Ready when the API answers; the server has no other signal a separate process can wait on.
+  http::Client probe(http::ClientOptions{.base_url = url(), .connect_timeout = std::chrono::milliseconds(500),
+                                         .max_attempts = 1});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    StatusOr<http::ClientResponse> r = probe.Get("/healthz");
+    if (r.ok() || (r.status().code() != StatusCode::kUnavailable && r.status().code() != StatusCode::kDeadlineExceeded)) {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ADD_FAILURE() << "parsyn server did not start; its log:\n" << ReadFile(log);
+}
+
+void Server::Kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+int Server::Terminate() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  int status = WaitBounded(pid_, std::chrono::seconds(20));
+  pid_ = -1;
+  return status;
+}
+
+std::string Server::admin_key() const { return Trim(ReadFile(data_dir_ / "admin-key")); }
+
+std::unique_ptr<http::Client> Server::Admin() const {
+  return std::make_unique<http::Client>(
+      http::ClientOptions{.base_url = url(), .bearer_token = admin_key(), .timeout = std::chrono::seconds(30)});
+}
+
+Worker::Worker(std::string server_url, std::string token, std::string name, fs::path cache_dir,
+               std::vector<std::string> extra)
+    : server_url_(std::move(server_url)),
+      token_(std::move(token)),
+      name_(std::move(name)),
+      cache_dir_(std::move(cache_dir)),
+      extra_(std::move(extra)) {}
+
+Worker::~Worker() {
+  if (pid_ > 0) Terminate();
+}
+
+void Worker::Start() {
+  int out = ::open((cache_dir_.string() + ".log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  std::vector<std::string> args = {PARSYN_BIN, "worker",       "--server",    server_url_, "--token", token_,
+                                   "--name",   name_,          "--cache-dir", cache_dir_.string(),
+                                   "--threads", "1"};
+  args.insert(args.end(), extra_.begin(), extra_.end());
+  pid_ = Spawn(args, out);
+  ::close(out);
+}
+
+void Worker::Kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+int Worker::Terminate() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  int status = WaitBounded(pid_, std::chrono::seconds(20));
+  pid_ = -1;
+  return status;
+}
+
+bool Worker::Exited() {
+  if (pid_ <= 0) return true;
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+    pid_ = -1;
+    return true;
+  }
+  return false;
+}
+
+std::string Worker::log() const { return ReadFile(cache_dir_.string() + ".log"); }
+
+void InitTinyLlama(const fs::path& dir, int hidden_size) {
+  CommandResult r = RunParsyn({"model", "init", "--out", dir.string(), "--hidden-size", std::to_string(hidden_size),
+                               "--layers", "2", "--heads", "2", "--max-position-embeddings", "128", "--seed", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+}
+
+int64_t UploadModel(http::Client& admin, const fs::path& dir, const std::string& name) {
+  json files = json::object();
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    StatusOr<http::ClientResponse> up = admin.UploadFile(http::Method::kPost, "/api/v1/uploads", entry.path());
+    EXPECT_TRUE(up.ok()) << up.status().ToString();
+    if (!up.ok()) return 0;
+    files[entry.path().filename().string()] = (*up->Json())["upload_id"];
+  }
+  StatusOr<http::ClientResponse> model = admin.PostJson("/api/v1/models", {{"name", name}, {"files", files}});
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  return model.ok() ? (*model->Json())["id"].get<int64_t>() : 0;
+}
+
+int64_t UploadDataset(http::Client& admin, const fs::path& file) {
+  StatusOr<http::ClientResponse> ds = admin.UploadFile(
+      http::Method::kPost, "/api/v1/datasets?name=" + file.filename().string(), file);
+  EXPECT_TRUE(ds.ok()) << ds.status().ToString();
+  return ds.ok() ? (*ds->Json())["id"].get<int64_t>() : 0;
+}
+
+Registered RegisterWorker(http::Client& admin, const std::string& name, const std::string& kind) {
+  StatusOr<http::ClientResponse> w = admin.PostJson("/api/v1/workers", {{"name", name}, {"kind", kind}});
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  if (!w.ok()) return {};
+  json body = *w->Json();
+  return {body["id"].get<int64_t>(), body["token"].get<std::string>()};
+}
+
+int64_t CreateJob(http::Client& admin, const json& spec) {
+  StatusOr<http::ClientResponse> job = admin.PostJson("/api/v1/training-jobs", spec);
+  EXPECT_TRUE(job.ok()) << job.status().ToString();
+  return job.ok() ? (*job->Json())["id"].get<int64_t>() : 0;
+}
+
+bool WaitForEvent(http::Client& admin, int64_t job_id, const std::function<bool(const std::string&, const json&)>& pred,
+                  std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool found = false;
+  // The stream replays the job's events from the start; reconnect if it drops (e.g. a server restart).
+  while (!found && std::chrono::steady_clock::now() < deadline) {
+    http::CallOptions call;
+    call.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    Status s = admin.ReadEvents("/api/v1/training-jobs/" + std::to_string(job_id) + "/events",
+                                [&](const http::SseEvent& e) {
+                                  json d = json::parse(e.data, nullptr, false);
+                                  if (pred(e.event, d)) found = true;
+                                  return !found;
+                                },
+                                call);
+    if (!found && !s.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return found;
+}
+
+json WaitForJobEnd(http::Client& admin, int64_t job_id, std::chrono::seconds timeout) {
+  WaitForEvent(
+      admin, job_id,
+      [](const std::string& type, const json& d) {
+        if (type != "job_status") return false;
+        const std::string s = d.value("status", "");
+        return s != "queued" && s != "running";
+      },
+      timeout);
+  StatusOr<http::ClientResponse> job = admin.Get("/api/v1/training-jobs/" + std::to_string(job_id));
+  return job.ok() ? *job->Json() : json();
+}
+
+json Rounds(http::Client& admin, int64_t job_id) {
+  StatusOr<http::ClientResponse> r = admin.Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/rounds");
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? (*r->Json())["rounds"] : json::array();
+}
+
+void WriteLearnableText(const fs::path& file, int rows) {
+  // Short sentences from a tiny grammar: after a few dozen steps the model predicts most of each line.
+  const char* names[] = {"alice", "bob", "carol", "dave"};
+  const char* verbs[] = {"likes", "sees", "helps"};
+  std::ofstream out(file);
+  for (int i = 0; i < rows; ++i) {
+    const std::string text = std::string(names[i % 4]) + " " + verbs[(i / 4) % 3] + " " + names[(i + 1) % 4] +
+                             ". the end.";
+    out << json{{"text", text}}.dump() << "\n";
+  }
+}
+
+void WriteSeparableCsv(const fs::path& file, int rows) {
+  std::ofstream out(file);
+  out << "x1,x2,label\n";
+  uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>(state >> 11) / static_cast<double>(1ULL << 53) * 2.0 - 1.0;
+  };
+  for (int i = 0; i < rows; ++i) {
+    const double x1 = next(), x2 = next();
+    out << x1 << "," << x2 << "," << (x1 + x2 > 0 ? 1 : 0) << "\n";
+  }
+}
+
+std::map<std::string, std::vector<double>> ReadTensors(const fs::path& file) {
+  std::map<std::string, std::vector<double>> out;
+  StatusOr<weights::WeightSet> set = weights::ReadSafetensorsFile(file);
+  EXPECT_TRUE(set.ok()) << file << ": " << set.status().ToString();
+  if (!set.ok()) return out;
+  for (const weights::Tensor& t : set->tensors()) {
+    std::vector<double>& values = out[t.name];
+    if (t.dtype == weights::DType::kF32) {
+      for (float v : t.as<float>()) values.push_back(v);
+    } else if (t.dtype == weights::DType::kBF16) {
+      for (uint16_t v : t.as<uint16_t>()) {
+        uint32_t bits = static_cast<uint32_t>(v) << 16;
+        float f;
+        std::memcpy(&f, &bits, sizeof(f));
+        values.push_back(f);
+      }
+    } else {
+      ADD_FAILURE() << t.name << " in " << file << " has an unexpected dtype";
+    }
+  }
+  return out;
+}
+
+}  // namespace parsyn::e2e

@@ -1,0 +1,111 @@
+// End-to-end harness: real `parsyn server`, `parsyn worker` and `parsyn-trainer` processes on 127.0.0.1, driven
+// through the REST API. Every wait is bounded; every process a helper starts is ended by its destructor.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "http/client.h"
+#include "weights/weight_set.h"
+
+namespace parsyn::e2e {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// A fresh directory under the system temp dir, removed on destruction unless PARSYN_KEEP_E2E is set.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;  // 128 + signal when killed (also at the timeout)
+  std::string output;  // stdout and stderr together
+};
+// Runs `parsyn ARGS...` to completion (SIGKILL at `timeout`).
+CommandResult RunParsyn(const std::vector<std::string>& args, std::chrono::seconds timeout = std::chrono::seconds(120));
+// Runs `parsyn-trainer ARGS...` likewise.
+CommandResult RunTrainer(const std::vector<std::string>& args, std::chrono::seconds timeout = std::chrono::seconds(120));
+
+// A port on 127.0.0.1 that was free a moment ago.
+int FreePort();
+
+// `parsyn server` on 127.0.0.1:port with short heartbeat and poll timings; stderr goes to <data_dir>.log.
+class Server {
+ public:
+  Server(fs::path data_dir, int port);
+  ~Server();
+  void Start();      // waits (bounded) until it prints that it listens; fails the test otherwise
+  void Kill();       // SIGKILL, reaped
+  int Terminate();   // SIGTERM, reaped: the exit status
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string admin_key() const;
+  const fs::path& data_dir() const { return data_dir_; }
+  std::unique_ptr<http::Client> Admin() const;
+
+ private:
+  fs::path data_dir_;
+  int port_;
+  pid_t pid_ = -1;
+};
+
+// `parsyn worker` with its own cache directory; stderr and stdout go to <cache_dir>.log.
+class Worker {
+ public:
+  Worker(std::string server_url, std::string token, std::string name, fs::path cache_dir,
+         std::vector<std::string> extra = {});
+  ~Worker();
+  void Start();
+  void Kill();      // SIGKILL (its trainer child, if any, dies on its next write to the closed pipe)
+  int Terminate();  // SIGTERM, then wait (bounded): the exit status (-1 if it had to be killed)
+  bool Exited();    // reaps without blocking
+  std::string log() const;
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string server_url_, token_, name_;
+  fs::path cache_dir_;
+  std::vector<std::string> extra_;
+  pid_t pid_ = -1;
+};
+
+// Writes a small Llama model folder with `parsyn model init` (fails the test on errors).
+void InitTinyLlama(const fs::path& dir, int hidden_size = 32);
+// Uploads a model folder's files; returns the model id.
+int64_t UploadModel(http::Client& admin, const fs::path& dir, const std::string& name);
+// Uploads a dataset file; returns the dataset id.
+int64_t UploadDataset(http::Client& admin, const fs::path& file);
+struct Registered {
+  int64_t id = 0;
+  std::string token;
+};
+Registered RegisterWorker(http::Client& admin, const std::string& name, const std::string& kind = "own");
+int64_t CreateJob(http::Client& admin, const json& spec);
+// Follows the job's events until it ends (or `timeout`); returns GET /training-jobs/{id}.
+json WaitForJobEnd(http::Client& admin, int64_t job_id, std::chrono::seconds timeout);
+// Follows the job's events until `pred` accepts one (or `timeout`).
+bool WaitForEvent(http::Client& admin, int64_t job_id, const std::function<bool(const std::string&, const json&)>& pred,
+                  std::chrono::seconds timeout);
+json Rounds(http::Client& admin, int64_t job_id);
+
+// JSONL rows {"text": ...} with a pattern a tiny model learns within a few dozen steps.
+void WriteLearnableText(const fs::path& file, int rows);
+// A CSV with two numeric features and a label that a small MLP separates.
+void WriteSeparableCsv(const fs::path& file, int rows);
+
+// The tensors of a safetensors file as float vectors (F32 and BF16 supported).
+std::map<std::string, std::vector<double>> ReadTensors(const fs::path& file);
+
+}  // namespace parsyn::e2e

@@ -1,0 +1,132 @@
+// A coordinator with a tiny Llama model, a learnable text dataset and registered workers, for the federated
+// end-to-end tests; plus the independent FedAvg check of a job's rounds.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "e2e_harness.h"
+
+namespace parsyn::e2e {
+
+class LlamaJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    InitTinyLlama(tmp_.path() / "model");
+    WriteLearnableText(tmp_.path() / "train.jsonl", 96);
+    port_ = FreePort();
+    server_ = std::make_unique<Server>(tmp_.path() / "server", port_);
+    server_->Start();
+    admin_ = server_->Admin();
+    model_id_ = UploadModel(*admin_, tmp_.path() / "model", "tiny-llama");
+    dataset_id_ = UploadDataset(*admin_, tmp_.path() / "train.jsonl");
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {
+      for (auto& w : workers_) std::fprintf(stderr, "---- %s ----\n%s\n", w->name().c_str(), w->log().c_str());
+    }
+    workers_.clear();
+  }
+
+  // Registers and starts `n` workers; returns their ids.
+  std::vector<int64_t> StartWorkers(int n, std::vector<std::string> extra = {}) {
+    std::vector<int64_t> ids;
+    for (int i = 0; i < n; ++i) {
+      const std::string name = "w" + std::to_string(workers_.size());
+      Registered r = RegisterWorker(*admin_, name);
+      tokens_.push_back(r.token);
+      ids.push_back(r.id);
+      workers_.push_back(std::make_unique<Worker>(server_->url(), r.token, name, tmp_.path() / ("cache-" + name), extra));
+      workers_.back()->Start();
+    }
+    return ids;
+  }
+
+  json LoraSpec(const std::vector<int64_t>& worker_ids, int rounds, int steps, int min_workers,
+                double aggregation_timeout_s = 120) const {
+    return {{"name", "e2e-lora"},
+            {"dataset_id", dataset_id_},
+            {"model_id", model_id_},
+            {"config",
+             {{"batch_size", 4},
+              {"learning_rate", 3e-3},
+              {"use_peft", true},
+              {"lora_r", 4},
+              {"lora_alpha", 8},
+              {"lora_dropout", 0.0},
+              {"max_seq_len", 32},
+              {"lr_scheduler", "constant"},
+              {"validation_fraction", 0.15},
+              {"seed", 7}}},
+            {"distributed",
+             {{"enabled", true},
+              {"num_rounds", rounds},
+              {"steps_per_round", steps},
+              {"min_workers", min_workers},
+              {"max_workers", static_cast<int>(worker_ids.size())},
+              {"aggregation_timeout", aggregation_timeout_s},
+              {"fault_tolerance", 2}}},
+            {"worker_selection", {{"mode", "own"}, {"worker_ids", worker_ids}}}};
+  }
+
+  fs::path BlobPath(const std::string& key) const { return server_->data_dir() / "blobs" / key; }
+  std::string AttemptPrefix(int64_t job_id, int round, int attempt) const {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "jobs/%lld/rounds/%06d-a%d", static_cast<long long>(job_id), round, attempt);
+    return buf;
+  }
+
+  // Every committed round's global equals Σ n_i w_i / Σ n_i over its accepted updates, recomputed here in double
+  // from the update blobs; returns how many rounds were checked.
+  int ExpectGlobalsAreFedAvg(int64_t job_id) {
+    int checked = 0;
+    for (const json& round : Rounds(*admin_, job_id)) {
+      if (round["outcome"] != "committed" || round["round"].get<int>() < 1) continue;
+      const std::string prefix = AttemptPrefix(job_id, round["round"], round["attempt"]);
+      std::map<std::string, std::vector<double>> sum;
+      double total = 0;
+      for (const json& u : round["updates"]) {
+        if (u["status"] != "accepted") continue;
+        const double n = u["num_samples"].get<double>();
+        EXPECT_GT(n, 0);
+        total += n;
+        auto update = ReadTensors(BlobPath(prefix + "/updates/w" + std::to_string(u["worker_id"].get<int64_t>()) +
+                                           ".safetensors"));
+        for (auto& [name, values] : update) {
+          std::vector<double>& s = sum[name];
+          s.resize(values.size(), 0.0);
+          for (size_t i = 0; i < values.size(); ++i) s[i] += n * values[i];
+        }
+      }
+      auto global = ReadTensors(BlobPath(prefix + "/global.safetensors"));
+      EXPECT_EQ(global.size(), sum.size()) << prefix;
+      for (auto& [name, values] : global) {
+        if (sum[name].size() != values.size()) {
+          ADD_FAILURE() << prefix << ": " << name << " is missing from the updates or has another size";
+          continue;
+        }
+        for (size_t i = 0; i < values.size(); ++i) {
+          const double expected = sum[name][i] / total;
+          if (std::abs(values[i] - expected) > 1e-6 + 1e-5 * std::abs(expected)) {
+            ADD_FAILURE() << prefix << " " << name << "[" << i << "] = " << values[i] << ", FedAvg gives " << expected;
+            break;
+          }
+        }
+      }
+      checked++;
+    }
+    return checked;
+  }
+
+  TempDir tmp_;
+  int port_ = 0;
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<http::Client> admin_;
+  int64_t model_id_ = 0, dataset_id_ = 0;
+  std::vector<std::string> tokens_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+}  // namespace parsyn::e2e
