@@ -1,0 +1,194 @@
+// parsyn worker --server URL --token TOKEN [--name N] [--device cpu|cuda:N] [--data PATH] [--cache-dir DIR]
+// Runs the worker agent (src/worker/agent.h) until SIGTERM or SIGINT; parsyn-trainer runs as its child process.
+// Shares the `worker` group with `parsyn worker register|list` (worker_commands.cc): without a subcommand, the group
+// itself runs the agent.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#include "base/log.h"
+#include "cli/child_process.h"
+#include "cli/commands.h"
+#include "worker/agent.h"
+
+namespace parsyn::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// How long a trainer asked to stop (SIGTERM) may take before it is killed.
+constexpr std::chrono::seconds kTrainerStopGrace{10};
+
+// A parsyn-trainer child: Terminate sends SIGTERM, then SIGKILL after the grace period if it has not exited.
+class ChildTrainerRun : public worker::TrainerRun {
+ public:
+  explicit ChildTrainerRun(ChildProcess child) : child_(std::move(child)) {}
+  ~ChildTrainerRun() override {
+    {
+      std::lock_guard lock(mutex_);
+      exited_ = true;  // the ChildProcess destructor kills and reaps one that was never waited for
+    }
+    exited_cv_.notify_all();
+    if (killer_.joinable()) killer_.join();
+  }
+
+  std::optional<std::string> ReadLine() override { return child_.ReadLine(); }
+
+  void Terminate() override {
+    std::lock_guard lock(mutex_);
+    if (exited_ || terminating_) return;
+    terminating_ = true;
+    kill(child_.pid(), SIGTERM);
+    killer_ = std::thread([this] {
+      std::unique_lock lock(mutex_);
+      if (!exited_cv_.wait_for(lock, kTrainerStopGrace, [this] { return exited_; })) kill(child_.pid(), SIGKILL);
+    });
+  }
+
+  int Wait() override {
+    // Wait for the exit without reaping, so no signal from Terminate can reach a recycled pid; then reap.
+    siginfo_t info{};
+    while (waitid(P_PID, static_cast<id_t>(child_.pid()), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+    }
+    {
+      std::lock_guard lock(mutex_);
+      exited_ = true;
+    }
+    exited_cv_.notify_all();
+    return child_.Wait();
+  }
+
+ private:
+  ChildProcess child_;
+  std::mutex mutex_;
+  std::condition_variable exited_cv_;
+  bool exited_ = false;
+  bool terminating_ = false;
+  std::thread killer_;
+};
+
+class ChildTrainerLauncher : public worker::TrainerLauncher {
+ public:
+  StatusOr<std::unique_ptr<worker::TrainerRun>> Start(const fs::path& task_file) override {
+    PARSYN_ASSIGN_OR_RETURN(const fs::path trainer, FindTrainer());
+    PARSYN_ASSIGN_OR_RETURN(ChildProcess child, ChildProcess::Start(trainer, {"run", task_file.string()}));
+    return std::unique_ptr<worker::TrainerRun>(std::make_unique<ChildTrainerRun>(std::move(child)));
+  }
+};
+
+std::atomic<bool> g_stop_signal{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+void OnStopSignal(int) { g_stop_signal = true; }
+
+fs::path DefaultCacheDir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return fs::path(xdg) / "parsyn" / "worker";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return fs::path(home) / ".cache" / "parsyn" / "worker";
+  }
+  return fs::current_path() / "parsyn-worker-cache";
+}
+
+struct AgentFlags {
+  std::string server;
+  std::string token;
+  std::string name;
+  std::string device = "cpu";
+  std::string data;
+  std::string cache_dir;
+  int threads = 0;
+};
+
+int RunAgent(const AgentFlags& f) {
+  auto fail = [](const std::string& message) {
+    std::cerr << "parsyn worker: " << message << "\n";
+    return 1;
+  };
+  if (f.server.empty()) return fail("--server URL is required (or PARSYN_SERVER)");
+  if (f.token.empty()) return fail("--token TOKEN is required (or PARSYN_WORKER_TOKEN): see `parsyn worker register`");
+  if (!std::regex_match(f.device, std::regex("cpu|cuda(:[0-9]+)?"))) {
+    return fail("--device must be cpu, cuda or cuda:N, not '" + f.device + "'");
+  }
+  worker::AgentOptions options;
+  options.server_url = f.server;
+  while (!options.server_url.empty() && options.server_url.back() == '/') options.server_url.pop_back();
+  options.token = f.token;
+  options.name = f.name.empty() ? "worker-" + std::to_string(getpid()) : f.name;
+  options.device = f.device;
+  options.trainer_threads = f.threads;
+  std::error_code ec;
+  if (!f.data.empty()) {
+    options.local_data = fs::absolute(f.data, ec);
+    if (!fs::is_regular_file(options.local_data)) return fail("--data " + f.data + " is not a readable file");
+    const std::string ext = options.local_data.extension().string();
+    if (ext != ".jsonl" && ext != ".csv") return fail("--data must be a .jsonl or .csv file, not " + f.data);
+  }
+  options.cache_dir = fs::absolute(f.cache_dir.empty() ? DefaultCacheDir() : fs::path(f.cache_dir), ec);
+  fs::create_directories(options.cache_dir, ec);
+  if (ec) return fail("cannot create the cache directory " + options.cache_dir.string() + ": " + ec.message());
+  if (StatusOr<fs::path> trainer = FindTrainer(); !trainer.ok()) return fail(trainer.status().message());
+
+  // A handler (not SIG_IGN, not a blocked mask) so that the trainer child, after exec, still stops on SIGTERM.
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::stop_source stop;
+  std::jthread watcher([&stop](std::stop_token done) {
+    while (!done.stop_requested()) {
+      if (g_stop_signal) {
+        PARSYN_LOG_INFO("worker: stopping (signal)");
+        stop.request_stop();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  PARSYN_LOG_INFO("worker {}: server {}, device {}, cache {}{}", options.name, options.server_url, options.device,
+                  options.cache_dir.string(),
+                  options.local_data.empty() ? "" : ", local data " + options.local_data.string());
+  ChildTrainerLauncher launcher;
+  worker::Agent agent(options, launcher);
+  Status s = agent.Run(stop.get_token());
+  watcher.request_stop();
+  if (!s.ok()) return fail(s.message());
+  return 0;
+}
+
+}  // namespace
+
+void AddWorkerCommand(CLI::App& app, int& exit_code) {
+  CLI::App* group = nullptr;
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (sub->get_name() == "worker") group = sub;
+  }
+  if (group == nullptr) group = app.add_subcommand("worker", "run a worker, or register and list workers");
+  auto flags = std::make_shared<AgentFlags>();
+  group->add_option("--server", flags->server, "coordinator URL, e.g. http://10.0.0.5:8080")->envname("PARSYN_SERVER");
+  group->add_option("--token", flags->token, "this worker's token (from `parsyn worker register`)")
+      ->envname("PARSYN_WORKER_TOKEN");
+  group->add_option("--name", flags->name, "name used in this worker's logs");
+  group->add_option("--device", flags->device, "cpu, cuda or cuda:N")->capture_default_str();
+  group->add_option("--data", flags->data, "train on this local .jsonl/.csv file instead of a platform shard");
+  group->add_option("--cache-dir", flags->cache_dir, "models, shards and task files (default ~/.cache/parsyn/worker)");
+  group->add_option("--threads", flags->threads, "parsyn-trainer's intra-op threads (0: libtorch's default)")
+      ->capture_default_str();
+  group->callback([group, flags, &exit_code] {
+    if (!group->get_subcommands().empty()) return;  // `parsyn worker register|list`
+    exit_code = RunAgent(*flags);
+  });
+}
+
+}  // namespace parsyn::cli
