@@ -1,0 +1,362 @@
+#include "trainer/task.h"
+
+#include <torch/torch.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "data/dataset.h"
+#include "trainer/tabular_model.h"
+#include "trainer/task_models.h"
+#include "trainer/train_loop.h"
+#include "weights/safetensors.h"
+#include "weights/sha256.h"
+
+namespace parsyn::trainer {
+namespace {
+
+using nlohmann::json;
+
+Status FieldError(std::string_view field, std::string_view what) {
+  return InvalidArgumentError("task." + std::string(field) + ": " + std::string(what));
+}
+
+std::filesystem::path Resolve(const std::filesystem::path& base_dir, const std::string& value) {
+  std::filesystem::path p(value);
+  return p.is_absolute() || base_dir.empty() ? p : base_dir / p;
+}
+
+Status ReadPath(const json& object, std::string_view field, const std::filesystem::path& base_dir, bool required,
+                std::filesystem::path& out) {
+  auto it = object.find(std::string(field));
+  if (it == object.end() || it->is_null()) {
+    return required ? FieldError(field, "missing") : Status::Ok();
+  }
+  if (!it->is_string() || it->get<std::string>().empty()) return FieldError(field, "expected a non-empty path");
+  out = Resolve(base_dir, it->get<std::string>());
+  return Status::Ok();
+}
+
+Status ReadInt(const json& object, std::string_view field, int64_t min_value, std::optional<int64_t>& out) {
+  auto it = object.find(std::string(field));
+  if (it == object.end() || it->is_null()) return Status::Ok();
+  if (!it->is_number_integer()) return FieldError(field, "expected an integer, got " + it->dump());
+  if (it->get<int64_t>() < min_value) return FieldError(field, "must be >= " + std::to_string(min_value));
+  out = it->get<int64_t>();
+  return Status::Ok();
+}
+
+Status CheckKeys(const json& object, std::string_view where, std::initializer_list<std::string_view> allowed) {
+  for (const auto& [key, unused] : object.items()) {
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+      return InvalidArgumentError(std::string(where) + ": unknown key \"" + key + "\"");
+    }
+  }
+  return Status::Ok();
+}
+
+json MetricsJson(const EvalMetrics& m) {
+  return json{{"num_examples", m.num_examples}, {"num_counted", m.num_counted}, {"loss", m.loss},
+              {"perplexity", m.perplexity},     {"accuracy", m.accuracy},       {"exact_match", m.exact_match}};
+}
+
+std::string Sha256OfFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  weights::Sha256 hash;
+  std::vector<char> buffer(1 << 16);
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    hash.Update(std::string_view(buffer.data(), static_cast<size_t>(in.gcount())));
+  }
+  return hash.HexDigest();
+}
+
+Status WriteJsonFile(const json& value, const std::filesystem::path& path) {
+  std::error_code ec;
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << value.dump(2) << "\n";
+    if (!out.flush()) return UnavailableError("writing " + tmp.string());
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return UnavailableError("renaming " + tmp.string() + " to " + path.string() + ": " + ec.message());
+  return Status::Ok();
+}
+
+// What RunTrainTask needs from either kind of task once data and model are loaded.
+struct Prepared {
+  std::string kind;
+  std::unique_ptr<TrainableModel> model;
+  std::unique_ptr<ExampleSet> train;
+  std::unique_ptr<ExampleSet> validation;
+  bool autocast = true;  // false when the model runs reduced precision itself
+  // Writes the loadable output folder (PEFT adapter, full model, tabular model).
+  std::function<Status(const std::filesystem::path&)> save_model_dir;
+};
+
+StatusOr<Prepared> PrepareTabular(const TrainTask& task, torch::Device device) {
+  Prepared prepared;
+  prepared.kind = "tabular";
+  std::unique_ptr<TabularModel> existing;
+  data::TabularOptions options;
+  options.label_column = task.config.label_column;
+  if (!task.model_dir.empty()) {
+    PARSYN_ASSIGN_OR_RETURN(existing, TabularModel::Load(task.model_dir, device));
+    options.label_column = existing->spec().label_column;
+    options.class_names = existing->spec().class_names;
+  }
+  auto dataset = data::LoadTabularFile(task.data, options);
+  if (!dataset.ok()) return dataset.status().WithContext(task.data.string());
+  PARSYN_ASSIGN_OR_RETURN(const data::TrainValidationSplit split,
+                          data::SplitTrainValidation(dataset->num_rows(), task.config.validation_fraction,
+                                                     task.split_seed));
+  if (!existing) {
+    PARSYN_ASSIGN_OR_RETURN(TabularModelSpec spec, TabularSpecFor(task.config, *dataset, split.train));
+    PARSYN_ASSIGN_OR_RETURN(existing, TabularModel::Create(std::move(spec), task.seed, device));
+  }
+  PARSYN_ASSIGN_OR_RETURN(TabularExamples train, TabularExamples::Create(*dataset, split.train, existing->spec()));
+  PARSYN_ASSIGN_OR_RETURN(TabularExamples validation,
+                          TabularExamples::Create(*dataset, split.validation, existing->spec()));
+  prepared.train = std::make_unique<TabularExamples>(std::move(train));
+  prepared.validation = std::make_unique<TabularExamples>(std::move(validation));
+  TabularModel* model = existing.get();
+  prepared.save_model_dir = [model](const std::filesystem::path& dir) { return model->Save(dir); };
+  prepared.model = std::move(existing);
+  return prepared;
+}
+
+StatusOr<Prepared> PrepareLanguageModel(const TrainTask& task, torch::Device device) {
+  if (task.model_dir.empty()) return FieldError("model_dir", "a language-model task needs a model folder");
+  auto dataset = data::LoadTextFile(task.data);
+  if (!dataset.ok()) return dataset.status().WithContext(task.data.string());
+  PARSYN_ASSIGN_OR_RETURN(const data::TrainValidationSplit split,
+                          data::SplitTrainValidation(static_cast<int64_t>(dataset->rows.size()),
+                                                     task.config.validation_fraction, task.split_seed));
+  PARSYN_ASSIGN_OR_RETURN(LanguageModelBundle bundle, LoadLanguageModel(task.model_dir, task.config, task.seed, device));
+  PARSYN_ASSIGN_OR_RETURN(LmExamples train,
+                          LmExamples::Create(*dataset, split.train, *bundle.tokenizer, bundle.tokenization));
+  PARSYN_ASSIGN_OR_RETURN(LmExamples validation,
+                          LmExamples::Create(*dataset, split.validation, *bundle.tokenizer, bundle.tokenization));
+  Prepared prepared;
+  prepared.kind = "language_model";
+  prepared.train = std::make_unique<LmExamples>(std::move(train));
+  prepared.validation = std::make_unique<LmExamples>(std::move(validation));
+  prepared.save_model_dir = std::move(bundle.save_model_dir);
+  prepared.autocast = !bundle.model_handles_precision;
+  prepared.model = std::move(bundle.model);
+  return prepared;
+}
+
+bool IsCsv(const TrainTask& task) {
+  if (!task.data_format.empty()) return task.data_format == "csv";
+  std::string ext = task.data.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".csv";
+}
+
+}  // namespace
+
+StatusOr<TrainTask> ParseTrainTask(const json& j, const std::filesystem::path& base_dir) {
+  if (!j.is_object()) return InvalidArgumentError("task: expected a JSON object");
+  PARSYN_RETURN_IF_ERROR(CheckKeys(j, "task",
+                                   {"model_dir", "initial_weights", "data", "data_format", "config", "steps", "seed",
+                                    "split_seed", "schedule", "device", "threads", "output"}));
+  TrainTask task;
+  PARSYN_RETURN_IF_ERROR(ReadPath(j, "model_dir", base_dir, false, task.model_dir));
+  PARSYN_RETURN_IF_ERROR(ReadPath(j, "initial_weights", base_dir, false, task.initial_weights));
+  PARSYN_RETURN_IF_ERROR(ReadPath(j, "data", base_dir, true, task.data));
+  if (auto it = j.find("data_format"); it != j.end() && !it->is_null()) {
+    if (!it->is_string() || (*it != "jsonl" && *it != "csv")) {
+      return FieldError("data_format", "expected \"jsonl\" or \"csv\"");
+    }
+    task.data_format = it->get<std::string>();
+  }
+  auto config = ParseTrainConfig(j.value("config", json::object()));
+  if (!config.ok()) return config.status();
+  task.config = std::move(config).value();
+  PARSYN_RETURN_IF_ERROR(ReadInt(j, "steps", 0, task.steps));
+  std::optional<int64_t> number;
+  PARSYN_RETURN_IF_ERROR(ReadInt(j, "seed", 0, number));
+  task.seed = static_cast<uint64_t>(number.value_or(0));
+  number.reset();
+  PARSYN_RETURN_IF_ERROR(ReadInt(j, "split_seed", 0, number));
+  task.split_seed = static_cast<uint64_t>(number.value_or(0));
+  number.reset();
+  PARSYN_RETURN_IF_ERROR(ReadInt(j, "threads", 0, number));
+  task.threads = number.value_or(0);
+  if (auto it = j.find("schedule"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) return FieldError("schedule", "expected an object {\"start_step\", \"total_steps\"}");
+    PARSYN_RETURN_IF_ERROR(CheckKeys(*it, "task.schedule", {"start_step", "total_steps"}));
+    number.reset();
+    PARSYN_RETURN_IF_ERROR(ReadInt(*it, "start_step", 0, number));
+    task.schedule_start_step = number.value_or(0);
+    PARSYN_RETURN_IF_ERROR(ReadInt(*it, "total_steps", 1, task.schedule_total_steps));
+  }
+  if (auto it = j.find("device"); it != j.end() && !it->is_null()) {
+    if (!it->is_string()) return FieldError("device", "expected a string such as \"cpu\" or \"cuda:0\"");
+    task.device = it->get<std::string>();
+  }
+  auto output = j.find("output");
+  if (output == j.end() || !output->is_object()) return FieldError("output", "missing (an object with weights, result)");
+  PARSYN_RETURN_IF_ERROR(CheckKeys(*output, "task.output", {"weights", "result", "model_dir"}));
+  PARSYN_RETURN_IF_ERROR(ReadPath(*output, "weights", base_dir, true, task.output_weights));
+  PARSYN_RETURN_IF_ERROR(ReadPath(*output, "result", base_dir, true, task.output_result));
+  PARSYN_RETURN_IF_ERROR(ReadPath(*output, "model_dir", base_dir, false, task.output_model_dir));
+  return task;
+}
+
+StatusOr<TrainTask> ReadTrainTaskFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) return NotFoundError("task file not found: " + path.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(text.str());
+  } catch (const json::exception& e) {
+    return InvalidArgumentError(path.string() + ": not valid JSON: " + e.what());
+  }
+  auto task = ParseTrainTask(j, path.parent_path());
+  if (!task.ok()) return task.status().WithContext(path.string());
+  return task;
+}
+
+namespace {
+
+StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink& on_event, std::stop_token stop) {
+  PARSYN_ASSIGN_OR_RETURN(const torch::Device device, ParseDevice(task.device));
+  if (task.config.mixed_precision == MixedPrecision::kFp16 && !device.is_cuda()) {
+    return InvalidArgumentError("config.mixed_precision: fp16 needs a CUDA device (this task runs on " + device.str() +
+                                "); use \"bf16\" or \"no\" on CPU");
+  }
+  if (task.threads > 0) torch::set_num_threads(static_cast<int>(task.threads));
+  const auto emit = [&](const json& event) {
+    if (on_event) on_event(event);
+  };
+
+  StatusOr<Prepared> prepared_or = IsCsv(task) ? PrepareTabular(task, device) : PrepareLanguageModel(task, device);
+  if (!prepared_or.ok()) return prepared_or.status();
+  Prepared prepared = std::move(prepared_or).value();
+  TrainableModel& model = *prepared.model;
+
+  if (!task.initial_weights.empty()) {
+    auto initial = weights::ReadSafetensorsFile(task.initial_weights);
+    if (!initial.ok()) return initial.status().WithContext("initial weights " + task.initial_weights.string());
+    if (Status s = weights::CheckFinite(*initial); !s.ok()) {
+      return s.WithContext("initial weights " + task.initial_weights.string());
+    }
+    if (Status s = model.ImportTrainable(*initial); !s.ok()) {
+      return s.WithContext("initial weights " + task.initial_weights.string());
+    }
+  }
+
+  const bool language_model = prepared.kind == "language_model";
+  const int64_t num_train = prepared.train->size();
+  PARSYN_ASSIGN_OR_RETURN(const StepPlan plan, PlanSteps(task.config, num_train, task.steps));
+  int64_t trainable_parameters = 0;
+  for (const auto& p : model.TrainableParameters()) trainable_parameters += p.numel();
+  emit(json{{"event", "start"},
+            {"kind", prepared.kind},
+            {"samples_used", num_train},
+            {"num_validation", prepared.validation->size()},
+            {"total_steps", plan.total_steps},
+            {"trainable_parameters", trainable_parameters},
+            {"device", device.str()}});
+
+  const MixedPrecision eval_precision = prepared.autocast ? task.config.mixed_precision : MixedPrecision::kNo;
+  // The coordinator records a validation loss for every global it hands out: evaluate before training.
+  json validation_before = nullptr;
+  if (prepared.validation->size() > 0) {
+    PARSYN_ASSIGN_OR_RETURN(const EvalMetrics before, Evaluate(model, *prepared.validation, task.config.batch_size,
+                                                               eval_precision, stop));
+    validation_before = MetricsJson(before);
+    json event = validation_before;
+    event["event"] = "eval";
+    event["phase"] = "before";
+    emit(event);
+  }
+
+  TrainSummary summary;
+  if (plan.total_steps > 0) {
+    TrainOptions options;
+    options.config = task.config;
+    options.max_steps = task.steps;
+    options.seed = task.seed;
+    options.schedule_start_step = task.schedule_start_step;
+    options.schedule_total_steps = task.schedule_total_steps;
+    options.language_model = language_model;
+    options.autocast = prepared.autocast;
+    options.stop = stop;
+    options.on_step = [&](const StepProgress& p) {
+      emit(json{{"event", "progress"},
+                {"step", p.step},
+                {"total_steps", p.total_steps},
+                {"epoch", p.epoch},
+                {"loss", p.loss},
+                {"lr", p.learning_rate},
+                {"grad_norm", p.grad_norm},
+                {"tokens_per_s", p.tokens_per_s},
+                {"samples_per_s", p.samples_per_s},
+                {"skipped", p.skipped}});
+    };
+    PARSYN_ASSIGN_OR_RETURN(summary, Train(model, *prepared.train, options));
+  }
+
+  json validation_after = nullptr;
+  if (prepared.validation->size() > 0 && plan.total_steps > 0) {
+    PARSYN_ASSIGN_OR_RETURN(const EvalMetrics after, Evaluate(model, *prepared.validation, task.config.batch_size,
+                                                              eval_precision, stop));
+    validation_after = MetricsJson(after);
+    json event = validation_after;
+    event["event"] = "eval";
+    event["phase"] = "after";
+    emit(event);
+  } else {
+    validation_after = validation_before;  // evaluation only: the weights did not change
+  }
+
+  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet trained, model.ExportTrainable());
+  if (Status s = weights::CheckFinite(trained); !s.ok()) return s.WithContext("trained weights");
+  {
+    std::error_code ec;
+    if (task.output_weights.has_parent_path()) std::filesystem::create_directories(task.output_weights.parent_path(), ec);
+  }
+  PARSYN_RETURN_IF_ERROR(weights::WriteSafetensorsFile(trained, task.output_weights));
+  if (!task.output_model_dir.empty()) {
+    if (Status s = prepared.save_model_dir(task.output_model_dir); !s.ok()) {
+      return s.WithContext("writing " + task.output_model_dir.string());
+    }
+  }
+
+  json result{{"status", "ok"},
+              {"kind", prepared.kind},
+              {"samples_used", num_train},
+              {"num_validation", prepared.validation->size()},
+              {"steps", summary.steps},
+              {"examples_seen", summary.examples_seen},
+              {"tokens_seen", summary.tokens_seen},
+              {"mean_train_loss", summary.steps > 0 ? json(summary.mean_loss) : json(nullptr)},
+              {"wall_s", summary.wall_seconds},
+              {"validation_before", validation_before},
+              {"validation_after", validation_after},
+              {"weights", task.output_weights.string()},
+              {"weights_sha256", Sha256OfFile(task.output_weights)}};
+  if (!task.output_model_dir.empty()) result["model_dir"] = task.output_model_dir.string();
+  PARSYN_RETURN_IF_ERROR(WriteJsonFile(result, task.output_result));
+  return result;
+}
+
+}  // namespace
+
+StatusOr<json> RunTrainTask(const TrainTask& task, const TaskEventSink& on_event, std::stop_token stop) {
+  // Training and evaluation catch libtorch's exceptions themselves; this catches those of loading and exporting.
+  try {
+    return RunTrainTaskUnguarded(task, on_event, stop);
+  } catch (const std::exception& e) {
+    return StatusFromTorchException(e, "running the task");
+  }
+}
+
+}  // namespace parsyn::trainer

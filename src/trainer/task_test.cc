@@ -1,0 +1,284 @@
+// Task mode, end to end: `parsyn-trainer run TASK.json` as a child process, as the worker runs it.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "trainer/model_init.h"
+#include "trainer/tabular_test_data.h"
+#include "weights/safetensors.h"
+
+extern char** environ;
+
+namespace parsyn::trainer {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// A running parsyn-trainer: stdout read line by line through a pipe, stderr to a file.
+class TrainerProcess {
+ public:
+  TrainerProcess(const std::vector<std::string>& args, const fs::path& stderr_path) {
+    int fds[2];
+    EXPECT_EQ(pipe(fds), 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<std::string> full = {PARSYN_TRAINER_PATH};
+    full.insert(full.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : full) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid_, PARSYN_TRAINER_PATH, &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[1]);
+    out_ = fdopen(fds[0], "r");
+  }
+  ~TrainerProcess() {
+    if (out_) fclose(out_);
+    if (pid_ > 0 && !waited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // Next stdout line parsed as JSON; null at end of output.
+  json NextEvent() {
+    char* line = nullptr;
+    size_t capacity = 0;
+    const ssize_t n = getline(&line, &capacity, out_);
+    json event = n > 0 ? json::parse(std::string(line, static_cast<size_t>(n))) : json(nullptr);
+    free(line);
+    return event;
+  }
+  std::vector<json> AllEvents() {
+    std::vector<json> events;
+    for (json e = NextEvent(); !e.is_null(); e = NextEvent()) events.push_back(e);
+    return events;
+  }
+  void Signal(int signal) { kill(pid_, signal); }
+  int Wait() {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    waited_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* out_ = nullptr;
+  bool waited_ = false;
+};
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFile(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
+
+class TaskTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) /
+           ("task_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+
+  json TabularTask(int64_t rows) {
+    WriteFile(dir_ / "data.csv", testing::SeparableCsv(rows, 4));
+    return json{{"data", "data.csv"},
+                {"config",
+                 {{"model_type", "mlp"},
+                  {"hidden_sizes", {16}},
+                  {"epochs", 4},
+                  {"batch_size", 16},
+                  {"learning_rate", 1e-2},
+                  {"validation_fraction", 0.2}}},
+                {"seed", 1},
+                {"device", "cpu"},
+                {"threads", 1},
+                {"output", {{"weights", "out/update.safetensors"}, {"result", "out/result.json"},
+                            {"model_dir", "out/model"}}}};
+  }
+
+  int RunTask(const json& task, std::vector<json>* events = nullptr) {
+    WriteFile(dir_ / "task.json", task.dump());
+    TrainerProcess process({"run", (dir_ / "task.json").string()}, dir_ / "stderr.txt");
+    std::vector<json> all = process.AllEvents();
+    if (events) *events = std::move(all);
+    return process.Wait();
+  }
+
+  std::string Stderr() { return ReadFile(dir_ / "stderr.txt"); }
+
+  fs::path dir_;
+};
+
+TEST_F(TaskTest, TabularTaskReportsProgressAndWritesOutputs) {
+  std::vector<json> events;
+  ASSERT_EQ(RunTask(TabularTask(200), &events), 0) << Stderr();
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.front()["event"], "start");
+  EXPECT_EQ(events.front()["samples_used"], 160);
+  EXPECT_EQ(events[1]["event"], "eval");
+  EXPECT_EQ(events[1]["phase"], "before");
+  int progress = 0;
+  for (const json& e : events) {
+    if (e["event"] != "progress") continue;
+    ++progress;
+    EXPECT_EQ(e["step"], progress);
+    EXPECT_TRUE(e.contains("loss") && e.contains("lr") && e.contains("samples_per_s"));
+  }
+  EXPECT_EQ(progress, 4 * 10);  // 160 examples / 16 per step, 4 epochs
+  EXPECT_EQ(events.back()["event"], "done");
+
+  const json result = json::parse(ReadFile(dir_ / "out/result.json"));
+  EXPECT_EQ(result["status"], "ok");
+  EXPECT_EQ(result["kind"], "tabular");
+  EXPECT_EQ(result["samples_used"], 160);
+  EXPECT_EQ(result["num_validation"], 40);
+  EXPECT_EQ(result["steps"], 40);
+  EXPECT_GE(result["validation_after"]["accuracy"].get<double>(), 0.95);
+  EXPECT_LT(result["validation_after"]["loss"].get<double>(), result["validation_before"]["loss"].get<double>());
+  EXPECT_EQ(result["weights_sha256"].get<std::string>().size(), 64u);
+
+  auto weights = weights::ReadSafetensorsFile(dir_ / "out/update.safetensors");
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  EXPECT_NE(weights->Find("layers.0.weight"), nullptr);
+  EXPECT_TRUE(fs::exists(dir_ / "out/model/tabular_model.json"));
+}
+
+TEST_F(TaskTest, EvaluationOnlyWithReceivedWeights) {
+  // First task creates a model; the second evaluates it with steps 0 from its saved weights.
+  ASSERT_EQ(RunTask(TabularTask(60)), 0) << Stderr();
+  json task = TabularTask(60);
+  task["model_dir"] = "out/model";
+  task["initial_weights"] = "out/update.safetensors";
+  task["steps"] = 0;
+  task["output"] = {{"weights", "eval/update.safetensors"}, {"result", "eval/result.json"}};
+  std::vector<json> events;
+  ASSERT_EQ(RunTask(task, &events), 0) << Stderr();
+  for (const json& e : events) EXPECT_NE(e["event"], "progress");
+  const json first = json::parse(ReadFile(dir_ / "out/result.json"));
+  const json result = json::parse(ReadFile(dir_ / "eval/result.json"));
+  EXPECT_EQ(result["steps"], 0);
+  EXPECT_EQ(result["validation_before"], result["validation_after"]);
+  EXPECT_NEAR(result["validation_before"]["loss"].get<double>(), first["validation_after"]["loss"].get<double>(),
+              1e-6);
+  EXPECT_EQ(result["weights_sha256"], first["weights_sha256"]);
+}
+
+TEST_F(TaskTest, BadDataFailsNamingTheLine) {
+  json task = TabularTask(20);
+  WriteFile(dir_ / "data.csv", "x0,x1,label\n1,2,a\n3,4,b\n5,oops,a\n");
+  std::vector<json> events;
+  EXPECT_EQ(RunTask(task, &events), 1);
+  const std::string err = Stderr();
+  EXPECT_NE(err.find("parsyn-trainer: InvalidArgument"), std::string::npos) << err;
+  EXPECT_NE(err.find("line 4"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["event"], "error");
+  EXPECT_EQ(events.back()["code"], "invalid_argument");
+  EXPECT_FALSE(fs::exists(dir_ / "out/result.json"));
+}
+
+TEST_F(TaskTest, BadInitialWeightsFail) {
+  json task = TabularTask(30);
+  WriteFile(dir_ / "bad.safetensors", "not a safetensors file");
+  task["initial_weights"] = "bad.safetensors";
+  EXPECT_EQ(RunTask(task), 1);
+  EXPECT_NE(Stderr().find("initial weights"), std::string::npos) << Stderr();
+}
+
+TEST_F(TaskTest, UnknownTaskKeyIsRejected) {
+  json task = TabularTask(30);
+  task["stepz"] = 3;
+  EXPECT_EQ(RunTask(task), 1);
+  EXPECT_NE(Stderr().find("unknown key \"stepz\""), std::string::npos) << Stderr();
+}
+
+TEST_F(TaskTest, SigtermStopsPromptly) {
+  json task = TabularTask(200);
+  task["steps"] = 10'000'000;
+  WriteFile(dir_ / "task.json", task.dump());
+  TrainerProcess process({"run", (dir_ / "task.json").string()}, dir_ / "stderr.txt");
+  // Wait for training to be under way (a progress line), not for a fixed time.
+  for (json e = process.NextEvent(); !e.is_null() && e["event"] != "progress"; e = process.NextEvent()) {
+  }
+  process.Signal(SIGTERM);
+  const std::vector<json> rest = process.AllEvents();
+  EXPECT_EQ(process.Wait(), 3) << Stderr();
+  ASSERT_FALSE(rest.empty());
+  EXPECT_EQ(rest.back()["code"], "cancelled");
+  EXPECT_FALSE(fs::exists(dir_ / "out/result.json"));
+}
+
+TEST_F(TaskTest, LoraTaskWritesPeftAdapter) {
+  ModelInitOptions init;
+  init.hidden_size = 32;
+  init.num_hidden_layers = 1;
+  init.num_attention_heads = 2;
+  init.seed = 5;
+  auto config = InitModelFolder(dir_ / "model", init);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  std::string data;
+  for (int i = 0; i < 12; ++i) data += R"({"prompt": "say )" + std::to_string(i) + R"(:", "completion": " ok"})" "\n";
+  WriteFile(dir_ / "data.jsonl", data);
+  const json task = {{"model_dir", "model"},
+                     {"data", "data.jsonl"},
+                     {"config",
+                      {{"use_peft", true},
+                       {"lora_r", 4},
+                       {"lora_alpha", 8},
+                       {"batch_size", 4},
+                       {"max_seq_len", 32},
+                       {"learning_rate", 1e-3},
+                       {"validation_fraction", 0.25}}},
+                     {"steps", 3},
+                     {"seed", 2},
+                     {"output",
+                      {{"weights", "out/adapter_update.safetensors"},
+                       {"result", "out/result.json"},
+                       {"model_dir", "out/adapter"}}}};
+  std::vector<json> events;
+  ASSERT_EQ(RunTask(task, &events), 0) << Stderr();
+  int progress = 0;
+  for (const json& e : events) {
+    if (e["event"] == "progress") {
+      ++progress;
+      EXPECT_GT(e["tokens_per_s"].get<double>(), 0);
+    }
+  }
+  EXPECT_EQ(progress, 3);
+  const json result = json::parse(ReadFile(dir_ / "out/result.json"));
+  EXPECT_EQ(result["kind"], "language_model");
+  EXPECT_EQ(result["samples_used"], 9);
+  EXPECT_GT(result["tokens_seen"].get<int64_t>(), 0);
+  EXPECT_FALSE(result["validation_before"].is_null());
+  auto weights = weights::ReadSafetensorsFile(dir_ / "out/adapter_update.safetensors");
+  ASSERT_TRUE(weights.ok());
+  EXPECT_NE(weights->Find("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"), nullptr);
+  EXPECT_TRUE(fs::exists(dir_ / "out/adapter/adapter_config.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "out/adapter/adapter_model.safetensors"));
+}
+
+}  // namespace
+}  // namespace parsyn::trainer

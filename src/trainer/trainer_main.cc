@@ -1,0 +1,161 @@
+// parsyn-trainer: the program that does all torch work, run as a child process by the worker and by `parsyn`.
+//
+//   parsyn-trainer run TASK.json
+//       Runs one training task (task.h). Progress goes to stdout as JSON lines; on success the last line is
+//       {"event": "done", ...result}. On failure: {"event": "error", "code", "message"} on stdout and one line
+//       "parsyn-trainer: <Code>: <reason>" on stderr.
+//   parsyn-trainer model-init DIR OPTIONS_JSON
+//       Writes a new random model folder (model_init.h); OPTIONS_JSON holds ModelInitOptions' fields by name
+//       (architecture, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size,
+//       tokenizer_json, vocab_size, tie_word_embeddings, max_position_embeddings, rope_theta, rms_norm_eps, seed,
+//       dtype "F32"|"BF16"|"F16"). Prints {"event": "done", "config": {...}}.
+//
+// Exit codes: 0 success; 1 failure (bad input, bad weights, libtorch error); 2 usage error; 3 stopped by SIGTERM or
+// SIGINT (checked between micro-batches); 4 out of memory.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <stop_token>
+#include <string>
+#include <thread>
+
+#include "base/log.h"
+#include "base/status.h"
+#include "trainer/model_init.h"
+#include "trainer/task.h"
+
+namespace {
+
+using nlohmann::json;
+using parsyn::Status;
+using parsyn::StatusCode;
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitStopped = 3;
+constexpr int kExitOutOfMemory = 4;
+
+void EmitLine(const json& event) {
+  // One write per line, flushed, so a reader on a pipe sees whole lines as they happen.
+  const std::string line = event.dump() + "\n";
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fflush(stdout);
+}
+
+int Fail(const Status& status) {
+  EmitLine(json{{"event", "error"},
+                {"code", std::string(parsyn::StatusCodeSlug(status.code()))},
+                {"message", status.message()}});
+  std::string line = status.ToString();
+  for (char& c : line) {
+    if (c == '\n') c = ' ';
+  }
+  std::cerr << "parsyn-trainer: " << line << std::endl;
+  switch (status.code()) {
+    case StatusCode::kCancelled: return kExitStopped;
+    case StatusCode::kResourceExhausted: return kExitOutOfMemory;
+    default: return kExitFailure;
+  }
+}
+
+int Usage() {
+  std::cerr << "usage: parsyn-trainer run TASK.json\n"
+               "       parsyn-trainer model-init DIR OPTIONS_JSON\n";
+  return kExitUsage;
+}
+
+// SIGTERM/SIGINT become a stop request. The handler only writes a byte to a pipe (async-signal-safe, and it works
+// whichever thread the signal lands on: libtorch may start threads before main); a watcher thread reads it and
+// requests the stop, which the loop checks between micro-batches.
+int g_signal_pipe[2] = {-1, -1};
+
+void OnStopSignal(int) {
+  const char byte = 1;
+  [[maybe_unused]] const ssize_t written = write(g_signal_pipe[1], &byte, 1);
+}
+
+void StartSignalWatcher(std::stop_source stop) {
+  if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) return;  // without the pipe, signals keep their default action
+  std::thread([stop]() mutable {
+    char byte = 0;
+    while (read(g_signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    stop.request_stop();
+  }).detach();  // lives until the process exits
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+}
+
+int RunTask(const std::string& task_path, std::stop_token stop) {
+  auto task = parsyn::trainer::ReadTrainTaskFile(task_path);
+  if (!task.ok()) return Fail(task.status());
+  auto result = parsyn::trainer::RunTrainTask(*task, EmitLine, stop);
+  if (!result.ok()) return Fail(result.status());
+  json done = *result;
+  done["event"] = "done";
+  EmitLine(done);
+  return 0;
+}
+
+parsyn::StatusOr<parsyn::trainer::ModelInitOptions> ParseInitOptions(const std::string& text) {
+  parsyn::trainer::ModelInitOptions o;
+  try {
+    const json j = json::parse(text);
+    if (!j.is_object()) return parsyn::InvalidArgumentError("model-init options: expected a JSON object");
+    for (const auto& [key, value] : j.items()) {
+      if (value.is_null()) continue;
+      if (key == "architecture") o.architecture = value.get<std::string>();
+      else if (key == "hidden_size") o.hidden_size = value.get<int64_t>();
+      else if (key == "num_hidden_layers") o.num_hidden_layers = value.get<int64_t>();
+      else if (key == "num_attention_heads") o.num_attention_heads = value.get<int64_t>();
+      else if (key == "num_key_value_heads") o.num_key_value_heads = value.get<int64_t>();
+      else if (key == "intermediate_size") o.intermediate_size = value.get<int64_t>();
+      else if (key == "tokenizer_json") o.tokenizer_json = value.get<std::string>();
+      else if (key == "vocab_size") o.vocab_size = value.get<int64_t>();
+      else if (key == "tie_word_embeddings") o.tie_word_embeddings = value.get<bool>();
+      else if (key == "max_position_embeddings") o.max_position_embeddings = value.get<int64_t>();
+      else if (key == "rope_theta") o.rope_theta = value.get<double>();
+      else if (key == "rms_norm_eps") o.rms_norm_eps = value.get<double>();
+      else if (key == "seed") o.seed = value.get<uint64_t>();
+      else if (key == "dtype") {
+        PARSYN_ASSIGN_OR_RETURN(o.dtype, parsyn::weights::ParseDType(value.get<std::string>()));
+      } else {
+        return parsyn::InvalidArgumentError("model-init options: unknown key \"" + key + "\"");
+      }
+    }
+  } catch (const json::exception& e) {
+    return parsyn::InvalidArgumentError(std::string("model-init options: ") + e.what());
+  }
+  return o;
+}
+
+int ModelInit(const std::string& dir, const std::string& options_json) {
+  auto options = ParseInitOptions(options_json);
+  if (!options.ok()) return Fail(options.status());
+  auto config = parsyn::trainer::InitModelFolder(dir, *options);
+  if (!config.ok()) return Fail(config.status());
+  EmitLine(json{{"event", "done"}, {"dir", dir}, {"config", json::parse(parsyn::trainer::LlamaConfigToJson(*config))}});
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::stop_source stop;
+  StartSignalWatcher(stop);
+  parsyn::log::Init();
+  if (argc < 2) return Usage();
+  const std::string command = argv[1];
+  if (command == "run" && argc == 3) return RunTask(argv[2], stop.get_token());
+  if (command == "model-init" && argc == 4) return ModelInit(argv[2], argv[3]);
+  return Usage();
+}
