@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/io.h"
+#include "data/unicode.h"
 
 namespace parsyn::data {
 namespace {
@@ -22,12 +23,13 @@ using json = nlohmann::json;
 std::string LinePrefix(int64_t line) { return "line " + std::to_string(line) + ": "; }
 
 // Shortens user text quoted in an error message.
+// Error messages end up in JSON bodies, which must be UTF-8: invalid bytes become U+FFFD.
 std::string Excerpt(std::string_view text, size_t max_bytes = 40) {
-  if (text.size() <= max_bytes) return std::string(text);
-  // Cut at a UTF-8 boundary so the message stays valid UTF-8.
+  if (text.size() <= max_bytes) return internal::ValidUtf8Lossy(text);
+  // Cut at a UTF-8 boundary so a valid character is not split.
   size_t cut = max_bytes;
   while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return std::string(text.substr(0, cut)) + "...";
+  return internal::ValidUtf8Lossy(text.substr(0, cut)) + "...";
 }
 
 std::string Quoted(std::string_view text) {
@@ -158,7 +160,7 @@ StatusOr<TextKind> ParseTextLine(std::string_view line, int64_t line_number, Tex
     // column is the useful part and the line is ours.
     std::string what = e.what();
     size_t at = what.find("column");
-    std::string detail = at == std::string::npos ? what : what.substr(at);
+    std::string detail = internal::ValidUtf8Lossy(at == std::string::npos ? what : what.substr(at));
     return InvalidArgumentError(LinePrefix(line_number) + std::string(kExpectedRow) + ", got invalid JSON (" + detail +
                                 ")");
   }
@@ -446,6 +448,11 @@ StatusOr<CsvLayout> ParseHeader(const CsvRecord& record, const TabularOptions& o
       return InvalidArgumentError(LinePrefix(record.line_number) + "header column " + std::to_string(i + 1) +
                                   " has no name");
     }
+    // Names and labels end up in JSON (API responses, the model's class list), which must be UTF-8.
+    if (!internal::IsValidUtf8(name)) {
+      return InvalidArgumentError(LinePrefix(record.line_number) + "header column " + std::to_string(i + 1) +
+                                  " is not valid UTF-8");
+    }
     auto [it, inserted] = seen.emplace(name, i);
     if (!inserted) {
       return InvalidArgumentError(LinePrefix(record.line_number) + "header name " + Quoted(name) +
@@ -494,6 +501,10 @@ Status ParseDataRecord(const CsvRecord& record, const CsvLayout& layout, std::ve
       if (label.empty()) {
         return InvalidArgumentError(LinePrefix(record.line_number) + ColumnName(layout.header, i) +
                                     ": the label is empty");
+      }
+      if (!internal::IsValidUtf8(label)) {
+        return InvalidArgumentError(LinePrefix(record.line_number) + ColumnName(layout.header, i) +
+                                    ": the label is not valid UTF-8");
       }
       continue;
     }

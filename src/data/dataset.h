@@ -126,8 +126,8 @@ struct TabularStats {
 // Errors (InvalidArgument, naming line and column by name and 1-based number): a header without the label column or
 // without any feature column, an empty or duplicate header name, a row whose field count differs from the header's,
 // an empty or non-numeric feature value (finite decimal numbers only: "1", "-2.5e3"; not "nan", "inf" or hex), an
-// empty label, an unterminated quoted field, text after a closing quote, no data rows. More distinct labels than
-// limits.max_classes: ResourceExhausted.
+// empty label, a header name or label that is not UTF-8, an unterminated quoted field, text after a closing quote, no
+// data rows. More distinct labels than limits.max_classes: ResourceExhausted.
 StatusOr<TabularStats> ValidateTabular(std::istream& in, const TabularOptions& options = {}, const Limits& limits = {});
 StatusOr<TabularStats> ValidateTabularFile(const std::filesystem::path& path, const TabularOptions& options = {},
                                            const Limits& limits = {});

@@ -112,6 +112,11 @@ TEST(TextDatasetTest, InvalidJsonAndInvalidUtf8NameTheLine) {
   auto bad_utf8 = ParseText("{\"text\": \"\xFF\xFE\"}\n");
   ASSERT_FALSE(bad_utf8.ok());
   EXPECT_TRUE(bad_utf8.status().message().starts_with("line 1: ")) << bad_utf8.status().message();
+  // Messages go into JSON error bodies: they are valid UTF-8 whatever the input was.
+  EXPECT_NO_THROW(nlohmann::json(bad_utf8.status().message()).dump());
+  auto bad_number = ParseTabular("x,label\n\xFF\xFE,a\n");
+  EXPECT_EQ(bad_number.status().message(),
+            "line 2: column 1 (\"x\"): \"\xEF\xBF\xBD\xEF\xBF\xBD\" is not a finite number");
 }
 
 TEST(TextDatasetTest, ExtraKeysAndHugeValuesAreAllowedOrRejectedCheaply) {
@@ -237,6 +242,8 @@ TEST(TabularDatasetTest, EveryBadRowNamesItsLineAndColumn) {
       {"x,label\n0x10,a\n", "line 2: column 1 (\"x\"): \"0x10\" is not a finite number"},
       {"x,label\n1e39,a\n", "line 2: column 1 (\"x\"): \"1e39\" is outside the float32 range"},
       {"x,label\n1, \n", "line 2: column 2 (\"label\"): the label is empty"},
+      {"x,label\n1,\xFF\n", "line 2: column 2 (\"label\"): the label is not valid UTF-8"},
+      {"x,\xC3,label\n", "line 1: header column 2 is not valid UTF-8"},
       {"x,label\n1,\"open\n2,b\n", "line 2: column 2: quoted field is never closed (missing '\"')"},
       {"x,label\n1,\"a\"b\n", "line 2: column 2: text after the closing quote of a quoted field"},
       {"x,label\n1,a\"b\n",

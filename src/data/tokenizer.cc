@@ -776,7 +776,7 @@ StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view tokenizer_json) {
   try {
     root = json::parse(tokenizer_json);
   } catch (const json::exception& e) {
-    return InvalidArgumentError(std::string("tokenizer.json is not valid JSON: ") + e.what());
+    return InvalidArgumentError("tokenizer.json is not valid JSON: " + internal::ValidUtf8Lossy(e.what()));
   }
   if (!root.is_object()) return InvalidArgumentError("tokenizer.json: expected a JSON object");
   auto impl = std::make_unique<Impl>();
