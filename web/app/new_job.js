@@ -145,7 +145,11 @@ export function render(container) {
   async function loadLists() {
     try {
       const [{ datasets }, { models }] = await Promise.all([api('GET', '/datasets'), api('GET', '/models')]);
+      // Rebuilt only when the list changed, so an open dropdown or the keyboard focus is not disturbed.
       const fill = (select, items, describe) => {
+        const signature = JSON.stringify(items.map((it) => [it.id, describe(it)]));
+        if (select.dataset.signature === signature) return;
+        select.dataset.signature = signature;
         const keep = select.value;
         select.replaceChildren(h('option', { value: '' }, items.length ? 'Choose…' : 'None uploaded yet'),
           ...items.map((it) => h('option', { value: it.id }, describe(it))));
@@ -165,6 +169,9 @@ export function render(container) {
       const { workers } = await api('GET', '/workers');
       if (stopped) return;
       const fill = (list, kind) => {
+        const signature = JSON.stringify(workers.filter((w) => w.kind === kind).map((w) => [w.id, w.name, w.status, w.revoked]));
+        if (list.dataset.signature === signature) return;
+        list.dataset.signature = signature;
         const ticked = new Set([...list.querySelectorAll('input:checked')].map((i) => i.value));
         const mine = workers.filter((w) => w.kind === kind && !w.revoked);
         list.replaceChildren(...(mine.length ? mine.map((w) => h('label', { class: 'pick' },
