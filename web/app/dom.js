@@ -75,3 +75,15 @@ export function progressBar(value, max, label) {
 }
 
 export const TERMINAL = new Set(['succeeded', 'failed', 'stopped', 'cancelled']);
+
+// Replaces parent's children; a link or button inside that had the keyboard focus gets it back in the new content
+// (matched by href or id), so periodic refreshes do not throw a keyboard user back to the top.
+export function replaceKeepingFocus(parent, children) {
+  const focused = parent.contains(document.activeElement) ? document.activeElement : null;
+  const href = focused?.getAttribute('href');
+  const id = focused?.id;
+  parent.replaceChildren(...children);
+  if (!focused) return;
+  const again = (href && parent.querySelector(`[href="${CSS.escape(href)}"]`)) || (id && document.getElementById(id));
+  if (again) again.focus();
+}

@@ -1,7 +1,7 @@
 // Training page: every job with its status, round x of y, workers and times. The API has no events stream across
 // jobs, so the list is re-read every 2 s; an active job's workers come from its live view.
 import { api } from './api.js';
-import { h, fmtTime, statusBadge, progressBar, TERMINAL } from './dom.js';
+import { h, replaceKeepingFocus, fmtTime, statusBadge, progressBar, TERMINAL } from './dom.js';
 
 const REFRESH_MS = 2000;
 
@@ -41,7 +41,7 @@ export function render(container) {
       }));
       if (stopped) return;
       jobs.sort((a, b) => b.id - a.id);
-      body.replaceChildren(...jobs.map((job) => row(job, details.get(job.id))));
+      replaceKeepingFocus(body, jobs.map((job) => row(job, details.get(job.id))));
       status.textContent = jobs.length ? '' : 'No training jobs yet. Start one with “New job”.';
     } catch (err) {
       status.textContent = `Could not load jobs: ${err.message}`;

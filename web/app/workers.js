@@ -1,7 +1,7 @@
 // Workers page: every registered worker with kind, online/offline, device, current job and last heartbeat,
 // re-read every 3 s (the API has no workers events stream).
 import { api } from './api.js';
-import { h, fmtAgo, statusBadge } from './dom.js';
+import { h, replaceKeepingFocus, fmtAgo, statusBadge } from './dom.js';
 
 const REFRESH_MS = 3000;
 
@@ -27,7 +27,7 @@ export function render(container) {
     try {
       const { workers } = await api('GET', '/workers');
       if (stopped) return;
-      body.replaceChildren(...workers.map((w) => h('tr', { dataset: { workerId: w.id, status: w.status } },
+      replaceKeepingFocus(body, workers.map((w) => h('tr', { dataset: { workerId: w.id, status: w.status } },
         h('td', {}, w.name, h('span', { class: 'muted' }, ` #${w.id}`)),
         h('td', {}, w.kind === 'managed' ? 'managed' : 'own'),
         h('td', {}, statusBadge(w.status)),
