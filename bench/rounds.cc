@@ -1,0 +1,558 @@
+// bench_rounds: per-round coordinator overhead and peak RSS of a real `parsyn server` (issue 4, item 9).
+//
+// For each K it starts `parsyn server` as a child process (fresh temp data dir, 127.0.0.1, a free port), uploads a
+// dataset and a model config through the API, registers K workers and runs K scripted workers on threads of this
+// process. Each worker answers every train task at once: it PUTs a prepared update (the job's LoRA layout, computed
+// with weights/lora_layout.h from the same config; 20 MiB of fp32 by default) to the task's signed URL and reports it
+// with the shard's sample count. It never trains and never downloads the global: what is measured is the coordinator.
+//
+// Per round: wall time (commit of round r-1, or the first task of round 1, to the round_committed event), the time to
+// read the round's K uploaded files once from the server's blob directory (plain read; a sha256 pass is shown too),
+// and overhead = round time - read time. Per K: the server's VmHWM (peak RSS) from /proc/PID/status.
+//
+// Choices: uploads from this process are capped at --upload-concurrency at once (the server streams each upload on
+// one of its pool threads; thousands at once would only queue); heartbeats are not sent (the server is started with a
+// long heartbeat timeout, and long-polls and results refresh a session anyway). Each K's data dir is removed after it.
+//
+// Usage: bench_rounds [--ks 5,100,1000] [--rounds 4,3,1] [--update-mib 20] [--upload-concurrency 16]
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <semaphore>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "http/client.h"
+#include "weights/lora_layout.h"
+#include "weights/safetensors.h"
+#include "weights/sha256.h"
+
+namespace {
+
+using nlohmann::json;
+using parsyn::StatusOr;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+namespace http = parsyn::http;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "bench_rounds: %s\n", what.c_str());
+  std::exit(1);
+}
+
+template <typename T>
+T Must(StatusOr<T> v, const std::string& what) {
+  if (!v.ok()) Die(what + ": " + v.status().ToString());
+  return std::move(*v);
+}
+
+std::string ReadText(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::vector<int> ParseInts(const std::string& csv) {
+  std::vector<int> out;
+  std::stringstream ss(csv);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
+  return out;
+}
+
+// A model config whose default LoRA adapters (q_proj and v_proj, r = 16) are `mib` MiB of fp32: per layer
+// q and v each have A (r, hidden) and B (hidden, r), i.e. 4 * r * hidden floats = 1 MiB at hidden 4096.
+std::string ModelConfig(int mib) {
+  return json{{"model_type", "llama"},          {"architectures", {"LlamaForCausalLM"}},
+              {"hidden_size", 4096},            {"intermediate_size", 11008},
+              {"num_hidden_layers", mib},       {"num_attention_heads", 32},
+              {"num_key_value_heads", 32},      {"vocab_size", 32000},
+              {"max_position_embeddings", 2048}, {"rms_norm_eps", 1e-5}}
+      .dump();
+}
+constexpr int kLoraR = 16;
+
+// The server's memory high-water mark and current RSS in KiB (VmHWM / VmRSS of /proc/PID/status).
+std::pair<long, long> ServerMemoryKib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  long hwm = -1, rss = -1;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) hwm = std::stol(line.substr(6));
+    if (line.rfind("VmRSS:", 0) == 0) rss = std::stol(line.substr(6));
+  }
+  return {hwm, rss};
+}
+
+class Server {
+ public:
+  explicit Server(fs::path data_dir) : data_dir_(std::move(data_dir)) {
+    int out[2];
+    if (::pipe(out) != 0) Die("pipe failed");
+    std::vector<std::string> args = {PARSYN_BIN, "server", "--data-dir", data_dir_.string(), "--listen",
+                                     "127.0.0.1:0", "--heartbeat-timeout-ms", "3600000", "--max-poll-wait-ms",
+                                     "30000", "--log-level", "warn"};
+    const std::string log = data_dir_.string() + ".log";
+    pid_ = ::fork();
+    if (pid_ < 0) Die("fork failed");
+    if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (err >= 0) ::dup2(err, STDERR_FILENO);
+      ::close(out[0]);
+      ::close(out[1]);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    std::string buffered;
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (url_.empty() && Clock::now() < deadline) {
+      pollfd p{.fd = out[0], .events = POLLIN, .revents = 0};
+      if (::poll(&p, 1, 500) <= 0) continue;
+      char buf[512];
+      ssize_t n = ::read(out[0], buf, sizeof(buf));
+      if (n <= 0) break;
+      buffered.append(buf, static_cast<size_t>(n));
+      size_t at = buffered.find("listening on ");
+      size_t eol = at == std::string::npos ? at : buffered.find('\n', at);
+      if (eol != std::string::npos) url_ = buffered.substr(at + 13, eol - at - 13);
+    }
+    ::close(out[0]);
+    if (url_.empty()) Die("parsyn server did not start; see " + log + ":\n" + ReadText(log));
+  }
+  ~Server() {
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+  const std::string& url() const { return url_; }
+  pid_t pid() const { return pid_; }
+  std::string admin_key() const { return ReadText(data_dir_ / "admin-key"); }
+
+ private:
+  fs::path data_dir_;
+  pid_t pid_ = -1;
+  std::string url_;
+};
+
+// What the workers saw, shared between their threads.
+struct Observations {
+  std::mutex mu;
+  std::map<int, Clock::time_point> first_task;  // train round -> first task received by any worker
+  std::vector<std::string> errors;
+  std::atomic<int> hellos{0};
+  std::atomic<int64_t> uploads{0};
+
+  void NoteTask(int round) {
+    std::lock_guard lock(mu);
+    first_task.try_emplace(round, Clock::now());
+  }
+  void NoteError(std::string e) {
+    std::lock_guard lock(mu);
+    if (errors.size() < 20) errors.push_back(std::move(e));
+  }
+};
+
+struct WorkerSetup {
+  std::string url;
+  std::string token;
+  fs::path update_file;
+  std::string update_sha256;
+  std::counting_semaphore<>* upload_slots;
+  Observations* seen;
+};
+
+// One scripted worker: hello, then long-poll; every train task is answered with the prepared update at once.
+void RunWorker(const WorkerSetup& w, std::stop_token stop) {
+  http::ClientOptions options;
+  options.base_url = w.url;
+  options.bearer_token = w.token;
+  options.timeout = std::chrono::minutes(10);
+  options.stall_timeout = std::chrono::minutes(10);
+  options.max_attempts = 1;
+  http::Client api(options);
+  http::ClientOptions blob_options = options;
+  blob_options.base_url.clear();
+  blob_options.bearer_token.clear();  // signed URLs carry their own credential
+  http::Client blobs(blob_options);
+
+  auto hello = api.PostJson("/api/v1/worker/hello", {{"device", "cpu (bench_rounds)"}});
+  if (!hello.ok()) {
+    w.seen->NoteError("hello: " + hello.status().ToString());
+    return;
+  }
+  const std::string session = (*hello->Json())["session_id"];
+  w.seen->hellos++;
+  http::CallOptions poll_call;
+  poll_call.stop = stop;
+  poll_call.timeout = std::chrono::seconds(60);
+  while (!stop.stop_requested()) {
+    auto res = api.Get("/api/v1/worker/tasks/next?wait_ms=20000&session_id=" + session, poll_call);
+    if (!res.ok()) {
+      if (!stop.stop_requested()) w.seen->NoteError("poll: " + res.status().ToString());
+      break;
+    }
+    if (res->status == 204) continue;
+    auto task = res->Json();
+    if (!task.ok()) {
+      w.seen->NoteError("task: " + task.status().ToString());
+      break;
+    }
+    const int round = (*task)["round"];
+    json result = {{"session_id", session},       {"job_id", (*task)["job_id"]},
+                   {"round", round},              {"attempt", (*task)["attempt"]},
+                   {"validation_loss", 1.0},      {"validation_samples", (*task)["data"]["validation_rows"]}};
+    if ((*task)["kind"] == "train") {
+      w.seen->NoteTask(round);
+      {
+        w.upload_slots->acquire();
+        auto put = blobs.UploadFile(http::Method::kPut, (*task)["update_upload"]["url"].get<std::string>(),
+                                    w.update_file);
+        w.upload_slots->release();
+        if (!put.ok()) {
+          w.seen->NoteError("upload: " + put.status().ToString());
+          continue;
+        }
+      }
+      w.seen->uploads++;
+      result["blob_key"] = (*task)["update_upload"]["blob_key"];
+      result["sha256"] = w.update_sha256;
+      result["sample_count"] = (*task)["data"]["train_rows"];
+      result["train_loss"] = 1.0;
+    }
+    auto answer = api.PostJson("/api/v1/worker/result", result);
+    if (!answer.ok()) w.seen->NoteError("result: " + answer.status().ToString());
+  }
+  api.PostJson("/api/v1/worker/goodbye", {{"session_id", session}}).status().IgnoreError();
+}
+
+struct ReadTimes {
+  double plain_s = 0;
+  double sha256_s = 0;
+  uint64_t bytes = 0;
+  int files = 0;
+};
+
+// Reads every file in `dir` once with plain read(2), then once through sha256.
+ReadTimes TimeReads(const fs::path& dir) {
+  ReadTimes t;
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_regular_file()) files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  t.files = static_cast<int>(files.size());
+  std::vector<char> buf(size_t{1} << 20);
+  const auto plain_start = Clock::now();
+  for (const fs::path& f : files) {
+    int fd = ::open(f.c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) > 0;) t.bytes += static_cast<uint64_t>(n);
+    ::close(fd);
+  }
+  t.plain_s = Seconds(Clock::now() - plain_start);
+  const auto sha_start = Clock::now();
+  for (const fs::path& f : files) (void)parsyn::weights::Sha256File(f);
+  t.sha256_s = Seconds(Clock::now() - sha_start);
+  return t;
+}
+
+struct RoundFigures {
+  int round = 0;
+  double wall_s = 0;
+  ReadTimes read;
+};
+
+struct KFigures {
+  int k = 0;
+  int rounds = 0;
+  double setup_s = 0;
+  long idle_rss_kib = 0;
+  long hwm_kib = 0;
+  std::vector<RoundFigures> per_round;
+  std::string outcome;
+};
+
+KFigures RunOneK(int k, int rounds, const fs::path& root, const fs::path& update_file, const std::string& update_sha,
+                 int upload_concurrency) {
+  KFigures fig;
+  fig.k = k;
+  fig.rounds = rounds;
+  const fs::path data_dir = root / ("k" + std::to_string(k));
+  fs::create_directories(data_dir);
+  const auto setup_start = Clock::now();
+  auto server = std::make_unique<Server>(data_dir);
+
+  http::ClientOptions admin_options;
+  admin_options.base_url = server->url();
+  admin_options.bearer_token = server->admin_key();
+  admin_options.timeout = std::chrono::minutes(2);
+  admin_options.max_attempts = 1;
+  http::Client admin(admin_options);
+
+  std::string rows;
+  const int num_rows = std::max(64, 4 * k);
+  for (int i = 0; i < num_rows; ++i) rows += "{\"text\": \"row " + std::to_string(i) + "\"}\n";
+  auto ds = Must(admin.Send(http::Method::kPost, "/api/v1/datasets?name=rows.jsonl", rows, "application/octet-stream"),
+                 "dataset upload");
+  if (ds.status != 201) Die("dataset upload answered " + std::to_string(ds.status) + ": " + ds.body);
+  const int64_t dataset_id = (*ds.Json())["id"];
+  // The model is its config.json alone: the job's LoRA layout (and so the update's) follows from it.
+  auto config_up = Must(admin.Send(http::Method::kPost, "/api/v1/uploads",
+                                   ReadText(update_file.parent_path() / "config.json"), "application/octet-stream"),
+                        "config upload");
+  auto model = Must(admin.PostJson("/api/v1/models", {{"name", "bench-llama"},
+                                                      {"files", {{"config.json", (*config_up.Json())["upload_id"]}}}}),
+                    "model create");
+  if (model.status != 201) Die("model create answered " + std::to_string(model.status) + ": " + model.body);
+  const int64_t model_id = (*model.Json())["id"];
+
+  // Registration: a few threads, each with its own connection.
+  std::vector<int64_t> ids(static_cast<size_t>(k));
+  std::vector<std::string> tokens(static_cast<size_t>(k));
+  {
+    std::vector<std::jthread> registrars;
+    const int n = std::min(k, 8);
+    for (int t = 0; t < n; ++t) {
+      registrars.emplace_back([&, t] {
+        http::Client c(admin_options);
+        for (int i = t; i < k; i += n) {
+          auto w = Must(c.PostJson("/api/v1/workers", {{"name", "w" + std::to_string(i)}, {"kind", "own"}}),
+                        "worker register");
+          if (w.status != 201) Die("worker register answered " + std::to_string(w.status) + ": " + w.body);
+          ids[static_cast<size_t>(i)] = (*w.Json())["id"];
+          tokens[static_cast<size_t>(i)] = (*w.Json())["token"];
+        }
+      });
+    }
+  }
+
+  Observations seen;
+  std::counting_semaphore<> upload_slots(upload_concurrency);
+  std::vector<WorkerSetup> setups;
+  for (int i = 0; i < k; ++i) {
+    setups.push_back({.url = server->url(), .token = tokens[static_cast<size_t>(i)], .update_file = update_file,
+                      .update_sha256 = update_sha, .upload_slots = &upload_slots, .seen = &seen});
+  }
+  std::vector<std::jthread> workers;
+  workers.reserve(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) {
+    workers.emplace_back([&setups, i](std::stop_token stop) { RunWorker(setups[static_cast<size_t>(i)], stop); });
+  }
+  const auto hello_deadline = Clock::now() + std::chrono::minutes(2);
+  while (seen.hellos < k && Clock::now() < hello_deadline) {
+    std::lock_guard lock(seen.mu);
+    if (!seen.errors.empty()) Die("worker failed before the job: " + seen.errors.front());
+    // Hellos are remote calls on K threads with nothing to wait on but their count.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (seen.hellos < k) Die("only " + std::to_string(seen.hellos.load()) + " of " + std::to_string(k) + " said hello");
+  fig.idle_rss_kib = ServerMemoryKib(server->pid()).second;
+
+  json spec = {{"name", "bench-k" + std::to_string(k)},
+               {"dataset_id", dataset_id},
+               {"model_id", model_id},
+               {"config", {{"use_peft", true}, {"lora_r", kLoraR}, {"seed", 7}}},
+               {"distributed",
+                {{"enabled", true},
+                 {"num_rounds", rounds},
+                 {"steps_per_round", 1},
+                 {"min_workers", k},
+                 {"max_workers", k},
+                 {"aggregation_timeout", 3600},
+                 {"fault_tolerance", 1}}},
+               {"worker_selection", {{"mode", "own"}, {"worker_ids", ids}}}};
+  auto job = Must(admin.PostJson("/api/v1/training-jobs", spec), "job create");
+  if (job.status != 201) Die("job create answered " + std::to_string(job.status) + ": " + job.body);
+  const int64_t job_id = (*job.Json())["id"];
+  fig.setup_s = Seconds(Clock::now() - setup_start);
+
+  // The job's events: round commits (timed here) until a terminal status.
+  std::map<int, Clock::time_point> committed;
+  std::map<int, int> committed_attempt;
+  http::CallOptions events_call;
+  events_call.timeout = std::chrono::minutes(10);
+  http::Client events(admin_options);
+  parsyn::Status read = events.ReadEvents(
+      "/api/v1/training-jobs/" + std::to_string(job_id) + "/events",
+      [&](const http::SseEvent& e) {
+        json d = json::parse(e.data, nullptr, false);
+        if (d.is_discarded()) return true;
+        if (e.event == "round_committed") {
+          committed[d["round"].get<int>()] = Clock::now();
+          committed_attempt[d["round"].get<int>()] = d["attempt"].get<int>();
+        }
+        if (e.event == "job_status") {
+          const std::string s = d.value("status", "");
+          if (s != "queued" && s != "running") {
+            fig.outcome = s;
+            return false;
+          }
+        }
+        return true;
+      },
+      events_call);
+  if (!read.ok()) fig.outcome = "events: " + read.ToString();
+  fig.hwm_kib = ServerMemoryKib(server->pid()).first;
+  for (auto& w : workers) w.request_stop();
+  workers.clear();  // joins; each worker says goodbye
+
+  {
+    std::lock_guard lock(seen.mu);
+    for (const std::string& e : seen.errors) std::fprintf(stderr, "  K=%d worker error: %s\n", k, e.c_str());
+  }
+  for (const auto& [round, end] : committed) {
+    Clock::time_point start;
+    if (round == 1) {
+      std::lock_guard lock(seen.mu);
+      auto it = seen.first_task.find(1);
+      if (it == seen.first_task.end()) continue;
+      start = it->second;
+    } else {
+      auto prev = committed.find(round - 1);
+      if (prev == committed.end()) continue;
+      start = prev->second;
+    }
+    RoundFigures r;
+    r.round = round;
+    r.wall_s = Seconds(end - start);
+    char prefix[64];
+    std::snprintf(prefix, sizeof(prefix), "%06d-a%d", round, committed_attempt[round]);
+    r.read = TimeReads(data_dir / "blobs" / "jobs" / std::to_string(job_id) / "rounds" / prefix / "updates");
+    fig.per_round.push_back(r);
+  }
+  server.reset();
+  std::error_code ec;
+  fs::remove_all(data_dir, ec);
+  fs::remove(data_dir.string() + ".log", ec);
+  return fig;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> ks = {5, 100, 1000};
+  std::vector<int> rounds = {4, 3, 1};
+  int update_mib = 20;
+  int upload_concurrency = 16;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--ks") {
+      ks = ParseInts(value);
+    } else if (flag == "--rounds") {
+      rounds = ParseInts(value);
+    } else if (flag == "--update-mib") {
+      update_mib = std::stoi(value);
+    } else if (flag == "--upload-concurrency") {
+      upload_concurrency = std::stoi(value);
+    } else {
+      Die("unknown flag " + flag + " (see the header of bench/rounds.cc)");
+    }
+  }
+  if (rounds.size() < ks.size()) rounds.resize(ks.size(), rounds.empty() ? 1 : rounds.back());
+
+  // Two connections per worker in this process, one per worker (plus files) in the server, which inherits this limit.
+  rlimit nofile{};
+  ::getrlimit(RLIMIT_NOFILE, &nofile);
+  nofile.rlim_cur = nofile.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &nofile);
+
+  char tmpl[] = "/tmp/parsyn-bench-rounds-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) Die("mkdtemp failed");
+  const fs::path root = tmpl;
+
+  // The prepared update: round 1's adapters of the model config, i.e. exactly the job's trainable layout.
+  const std::string config = ModelConfig(update_mib);
+  {
+    std::ofstream(root / "config.json") << config;
+  }
+  parsyn::weights::LoraLayoutOptions lora;
+  lora.r = kLoraR;
+  parsyn::weights::WeightSet adapters = Must(parsyn::weights::InitialLoraAdapters(config, lora, 99), "adapters");
+  const std::vector<std::byte> image = parsyn::weights::SerializeSafetensors(adapters);
+  const fs::path update_file = root / "update.safetensors";
+  {
+    std::ofstream out(update_file, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
+  }
+  const std::string update_sha = parsyn::weights::Sha256Hex(std::span<const std::byte>(image));
+  std::printf("bench_rounds: update %.2f MiB (%zu tensors, LoRA r=%d on q_proj/v_proj, fp32); uploads from this "
+              "process capped at %d at once; server RLIMIT_NOFILE %lu\n",
+              static_cast<double>(image.size()) / (1 << 20), adapters.tensors().size(), kLoraR, upload_concurrency,
+              static_cast<unsigned long>(nofile.rlim_cur));
+  std::fflush(stdout);
+
+  std::vector<KFigures> all;
+  for (size_t i = 0; i < ks.size(); ++i) {
+    const auto start = Clock::now();
+    all.push_back(RunOneK(ks[i], rounds[i], root, update_file, update_sha, upload_concurrency));
+    const KFigures& f = all.back();
+    std::printf("\nK=%d: %d rounds, job %s, setup %.1f s, total %.1f s\n", f.k, f.rounds, f.outcome.c_str(),
+                f.setup_s, Seconds(Clock::now() - start));
+    std::printf("  %-6s %10s %12s %10s %12s %14s\n", "round", "wall ms", "read ms", "sha ms", "read GiB/s",
+                "overhead ms");
+    for (const RoundFigures& r : f.per_round) {
+      std::printf("  %-6d %10.1f %12.1f %10.1f %12.2f %14.1f%s\n", r.round, r.wall_s * 1e3, r.read.plain_s * 1e3,
+                  r.read.sha256_s * 1e3,
+                  r.read.plain_s > 0 ? static_cast<double>(r.read.bytes) / (1 << 30) / r.read.plain_s : 0.0,
+                  (r.wall_s - r.read.plain_s) * 1e3,
+                  r.read.files == f.k ? "" : ("  (" + std::to_string(r.read.files) + " update files)").c_str());
+    }
+    std::fflush(stdout);
+  }
+
+  std::printf("\nSummary (overhead = round wall time - plain read of that round's uploaded bytes; median of rounds)\n");
+  std::printf("  %-6s %8s %14s %14s %14s %16s   %s\n", "K", "rounds", "round ms", "read ms", "overhead ms",
+              "server HWM MiB", "target");
+  const KFigures* smallest = all.empty() ? nullptr : &all.front();
+  for (const KFigures& f : all) {
+    std::vector<RoundFigures> rs = f.per_round;
+    std::sort(rs.begin(), rs.end(), [](const RoundFigures& a, const RoundFigures& b) {
+      return a.wall_s - a.read.plain_s < b.wall_s - b.read.plain_s;
+    });
+    const RoundFigures mid = rs.empty() ? RoundFigures{} : rs[rs.size() / 2];
+    const double overhead_ms = (mid.wall_s - mid.read.plain_s) * 1e3;
+    std::string target;
+    if (f.k == 5) target = std::string("overhead <= 50 ms: ") + (overhead_ms <= 50 ? "met" : "NOT met");
+    std::printf("  %-6d %8zu %14.1f %14.1f %14.1f %16.1f   %s\n", f.k, f.per_round.size(), mid.wall_s * 1e3,
+                mid.read.plain_s * 1e3, overhead_ms, static_cast<double>(f.hwm_kib) / 1024, target.c_str());
+  }
+  std::printf("\nPeak RSS vs K (target: no growth beyond per-connection bookkeeping)\n");
+  std::printf("  %-6s %16s %16s %22s\n", "K", "idle RSS MiB", "peak (HWM) MiB", "growth KiB/worker vs K0");
+  for (const KFigures& f : all) {
+    std::string growth = "-";
+    if (smallest != nullptr && f.k != smallest->k) {
+      growth = std::to_string((f.hwm_kib - smallest->hwm_kib) / (f.k - smallest->k));
+    }
+    std::printf("  %-6d %16.1f %16.1f %22s\n", f.k, static_cast<double>(f.idle_rss_kib) / 1024,
+                static_cast<double>(f.hwm_kib) / 1024, growth.c_str());
+  }
+  std::error_code ec;
+  fs::remove_all(root, ec);
+  return 0;
+}
