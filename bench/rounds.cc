@@ -10,11 +10,17 @@
 // read the round's K uploaded files once from the server's blob directory (plain read; a sha256 pass is shown too),
 // and overhead = round time - read time. Per K: the server's VmHWM (peak RSS) from /proc/PID/status.
 //
+// Also shown, for scale: a durable write of the round's bytes (write + fsync, rate sampled on a few of the round's
+// files), since the server writes every update durably and that, not bookkeeping, dominates on a slow disk.
+//
 // Choices: uploads from this process are capped at --upload-concurrency at once (the server streams each upload on
 // one of its pool threads; thousands at once would only queue); heartbeats are not sent (the server is started with a
 // long heartbeat timeout, and long-polls and results refresh a session anyway). Each K's data dir is removed after it.
 //
-// Usage: bench_rounds [--ks 5,100,1000] [--rounds 4,3,1] [--update-mib 20] [--upload-concurrency 16]
+// Default sizes fit a ~6 minute run on a 2-core VM whose disk syncs ~50-500 MB/s: K=1000 runs ONE round with 2 MiB
+// updates (2 GB; at 20 MiB it would write 20 GB per round); pass --update-mib 20,20,20 for the full size.
+//
+// Usage: bench_rounds [--ks 5,100,1000] [--rounds 4,2,1] [--update-mib 20,20,2] [--upload-concurrency 16]
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -177,6 +183,36 @@ struct Observations {
   }
 };
 
+// An update file with the exact LoRA layout of a job on `config` (round 1's adapters of that config).
+struct PreparedUpdate {
+  int mib = 0;
+  fs::path config_file;
+  fs::path file;
+  std::string sha256;
+  uint64_t size_bytes = 0;
+  size_t tensors = 0;
+};
+
+PreparedUpdate PrepareUpdate(const fs::path& dir, int mib) {
+  PreparedUpdate u;
+  u.mib = mib;
+  fs::create_directories(dir);
+  const std::string config = ModelConfig(mib);
+  u.config_file = dir / "config.json";
+  std::ofstream(u.config_file) << config;
+  parsyn::weights::LoraLayoutOptions lora;
+  lora.r = kLoraR;
+  parsyn::weights::WeightSet adapters = Must(parsyn::weights::InitialLoraAdapters(config, lora, 99), "adapters");
+  const std::vector<std::byte> image = parsyn::weights::SerializeSafetensors(adapters);
+  u.file = dir / "update.safetensors";
+  std::ofstream out(u.file, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
+  u.sha256 = parsyn::weights::Sha256Hex(std::span<const std::byte>(image));
+  u.size_bytes = image.size();
+  u.tensors = adapters.tensors().size();
+  return u;
+}
+
 struct WorkerSetup {
   std::string url;
   std::string token;
@@ -282,6 +318,32 @@ ReadTimes TimeReads(const fs::path& dir) {
   return t;
 }
 
+// Bytes per second of write + fsync of copies of (up to) `sample` files of `dir`, written into `scratch`.
+double DurableWriteRate(const fs::path& dir, const fs::path& scratch, int sample) {
+  std::vector<char> buf(size_t{1} << 20);
+  uint64_t bytes = 0;
+  const auto start = Clock::now();
+  std::error_code ec;
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_regular_file() || n++ >= sample) continue;
+    int in = ::open(e.path().c_str(), O_RDONLY);
+    int out = ::open(scratch.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (in >= 0 && out >= 0) {
+      for (ssize_t r; (r = ::read(in, buf.data(), buf.size())) > 0;) {
+        if (::write(out, buf.data(), static_cast<size_t>(r)) != r) break;
+        bytes += static_cast<uint64_t>(r);
+      }
+      ::fsync(out);
+    }
+    if (in >= 0) ::close(in);
+    if (out >= 0) ::close(out);
+  }
+  fs::remove(scratch, ec);
+  const double s = Seconds(Clock::now() - start);
+  return s > 0 ? static_cast<double>(bytes) / s : 0.0;
+}
+
 struct RoundFigures {
   int round = 0;
   double wall_s = 0;
@@ -291,6 +353,8 @@ struct RoundFigures {
 struct KFigures {
   int k = 0;
   int rounds = 0;
+  int update_mib = 0;
+  double write_bytes_per_s = 0;  // durable write rate sampled on round 1's files
   double setup_s = 0;
   long idle_rss_kib = 0;
   long hwm_kib = 0;
@@ -298,11 +362,11 @@ struct KFigures {
   std::string outcome;
 };
 
-KFigures RunOneK(int k, int rounds, const fs::path& root, const fs::path& update_file, const std::string& update_sha,
-                 int upload_concurrency) {
+KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& update, int upload_concurrency) {
   KFigures fig;
   fig.k = k;
   fig.rounds = rounds;
+  fig.update_mib = update.mib;
   const fs::path data_dir = root / ("k" + std::to_string(k));
   fs::create_directories(data_dir);
   const auto setup_start = Clock::now();
@@ -324,7 +388,7 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const fs::path& update
   const int64_t dataset_id = (*ds.Json())["id"];
   // The model is its config.json alone: the job's LoRA layout (and so the update's) follows from it.
   auto config_up = Must(admin.Send(http::Method::kPost, "/api/v1/uploads",
-                                   ReadText(update_file.parent_path() / "config.json"), "application/octet-stream"),
+                                   ReadText(update.config_file), "application/octet-stream"),
                         "config upload");
   auto model = Must(admin.PostJson("/api/v1/models", {{"name", "bench-llama"},
                                                       {"files", {{"config.json", (*config_up.Json())["upload_id"]}}}}),
@@ -356,8 +420,8 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const fs::path& update
   std::counting_semaphore<> upload_slots(upload_concurrency);
   std::vector<WorkerSetup> setups;
   for (int i = 0; i < k; ++i) {
-    setups.push_back({.url = server->url(), .token = tokens[static_cast<size_t>(i)], .update_file = update_file,
-                      .update_sha256 = update_sha, .upload_slots = &upload_slots, .seen = &seen});
+    setups.push_back({.url = server->url(), .token = tokens[static_cast<size_t>(i)], .update_file = update.file,
+                      .update_sha256 = update.sha256, .upload_slots = &upload_slots, .seen = &seen});
   }
   std::vector<std::jthread> workers;
   workers.reserve(static_cast<size_t>(k));
@@ -443,7 +507,9 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const fs::path& update
     r.wall_s = Seconds(end - start);
     char prefix[64];
     std::snprintf(prefix, sizeof(prefix), "%06d-a%d", round, committed_attempt[round]);
-    r.read = TimeReads(data_dir / "blobs" / "jobs" / std::to_string(job_id) / "rounds" / prefix / "updates");
+    const fs::path updates = data_dir / "blobs" / "jobs" / std::to_string(job_id) / "rounds" / prefix / "updates";
+    r.read = TimeReads(updates);
+    if (fig.write_bytes_per_s == 0) fig.write_bytes_per_s = DurableWriteRate(updates, root / "write-sample", 4);
     fig.per_round.push_back(r);
   }
   server.reset();
@@ -457,8 +523,8 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const fs::path& update
 
 int main(int argc, char** argv) {
   std::vector<int> ks = {5, 100, 1000};
-  std::vector<int> rounds = {4, 3, 1};
-  int update_mib = 20;
+  std::vector<int> rounds = {4, 2, 1};
+  std::vector<int> update_mib = {20, 20, 2};
   int upload_concurrency = 16;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -467,7 +533,7 @@ int main(int argc, char** argv) {
     } else if (flag == "--rounds") {
       rounds = ParseInts(value);
     } else if (flag == "--update-mib") {
-      update_mib = std::stoi(value);
+      update_mib = ParseInts(value);
     } else if (flag == "--upload-concurrency") {
       upload_concurrency = std::stoi(value);
     } else {
@@ -475,6 +541,7 @@ int main(int argc, char** argv) {
     }
   }
   if (rounds.size() < ks.size()) rounds.resize(ks.size(), rounds.empty() ? 1 : rounds.back());
+  if (update_mib.size() < ks.size()) update_mib.resize(ks.size(), update_mib.empty() ? 20 : update_mib.back());
 
   // Two connections per worker in this process, one per worker (plus files) in the server, which inherits this limit.
   rlimit nofile{};
@@ -486,49 +553,38 @@ int main(int argc, char** argv) {
   if (::mkdtemp(tmpl) == nullptr) Die("mkdtemp failed");
   const fs::path root = tmpl;
 
-  // The prepared update: round 1's adapters of the model config, i.e. exactly the job's trainable layout.
-  const std::string config = ModelConfig(update_mib);
-  {
-    std::ofstream(root / "config.json") << config;
-  }
-  parsyn::weights::LoraLayoutOptions lora;
-  lora.r = kLoraR;
-  parsyn::weights::WeightSet adapters = Must(parsyn::weights::InitialLoraAdapters(config, lora, 99), "adapters");
-  const std::vector<std::byte> image = parsyn::weights::SerializeSafetensors(adapters);
-  const fs::path update_file = root / "update.safetensors";
-  {
-    std::ofstream out(update_file, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
-  }
-  const std::string update_sha = parsyn::weights::Sha256Hex(std::span<const std::byte>(image));
-  std::printf("bench_rounds: update %.2f MiB (%zu tensors, LoRA r=%d on q_proj/v_proj, fp32); uploads from this "
-              "process capped at %d at once; server RLIMIT_NOFILE %lu\n",
-              static_cast<double>(image.size()) / (1 << 20), adapters.tensors().size(), kLoraR, upload_concurrency,
-              static_cast<unsigned long>(nofile.rlim_cur));
+  std::printf("bench_rounds: LoRA r=%d on q_proj/v_proj, fp32 updates; uploads from this process capped at %d at "
+              "once; RLIMIT_NOFILE %lu (the server inherits it)\n",
+              kLoraR, upload_concurrency, static_cast<unsigned long>(nofile.rlim_cur));
   std::fflush(stdout);
 
   std::vector<KFigures> all;
   for (size_t i = 0; i < ks.size(); ++i) {
     const auto start = Clock::now();
-    all.push_back(RunOneK(ks[i], rounds[i], root, update_file, update_sha, upload_concurrency));
+    const PreparedUpdate update = PrepareUpdate(root / ("update-" + std::to_string(update_mib[i])), update_mib[i]);
+    all.push_back(RunOneK(ks[i], rounds[i], root, update, upload_concurrency));
     const KFigures& f = all.back();
-    std::printf("\nK=%d: %d rounds, job %s, setup %.1f s, total %.1f s\n", f.k, f.rounds, f.outcome.c_str(),
-                f.setup_s, Seconds(Clock::now() - start));
-    std::printf("  %-6s %10s %12s %10s %12s %14s\n", "round", "wall ms", "read ms", "sha ms", "read GiB/s",
-                "overhead ms");
+    std::printf("\nK=%d: update %.2f MiB (%zu tensors), %d rounds, job %s, setup %.1f s, total %.1f s; durable write "
+                "%.0f MB/s\n",
+                f.k, static_cast<double>(update.size_bytes) / (1 << 20), update.tensors, f.rounds, f.outcome.c_str(),
+                f.setup_s, Seconds(Clock::now() - start), f.write_bytes_per_s / 1e6);
+    std::printf("  %-6s %10s %12s %10s %12s %14s %16s\n", "round", "wall ms", "read ms", "sha ms", "read GiB/s",
+                "overhead ms", "write+fsync ms");
     for (const RoundFigures& r : f.per_round) {
-      std::printf("  %-6d %10.1f %12.1f %10.1f %12.2f %14.1f%s\n", r.round, r.wall_s * 1e3, r.read.plain_s * 1e3,
-                  r.read.sha256_s * 1e3,
+      const double write_ms =
+          f.write_bytes_per_s > 0 ? static_cast<double>(r.read.bytes) / f.write_bytes_per_s * 1e3 : 0.0;
+      std::printf("  %-6d %10.1f %12.1f %10.1f %12.2f %14.1f %16.1f%s\n", r.round, r.wall_s * 1e3,
+                  r.read.plain_s * 1e3, r.read.sha256_s * 1e3,
                   r.read.plain_s > 0 ? static_cast<double>(r.read.bytes) / (1 << 30) / r.read.plain_s : 0.0,
-                  (r.wall_s - r.read.plain_s) * 1e3,
+                  (r.wall_s - r.read.plain_s) * 1e3, write_ms,
                   r.read.files == f.k ? "" : ("  (" + std::to_string(r.read.files) + " update files)").c_str());
     }
     std::fflush(stdout);
   }
 
   std::printf("\nSummary (overhead = round wall time - plain read of that round's uploaded bytes; median of rounds)\n");
-  std::printf("  %-6s %8s %14s %14s %14s %16s   %s\n", "K", "rounds", "round ms", "read ms", "overhead ms",
-              "server HWM MiB", "target");
+  std::printf("  %-6s %6s %8s %12s %10s %13s %15s %15s   %s\n", "K", "MiB", "rounds", "round ms", "read ms",
+              "overhead ms", "write+fsync ms", "server HWM MiB", "target");
   const KFigures* smallest = all.empty() ? nullptr : &all.front();
   for (const KFigures& f : all) {
     std::vector<RoundFigures> rs = f.per_round;
@@ -539,17 +595,22 @@ int main(int argc, char** argv) {
     const double overhead_ms = (mid.wall_s - mid.read.plain_s) * 1e3;
     std::string target;
     if (f.k == 5) target = std::string("overhead <= 50 ms: ") + (overhead_ms <= 50 ? "met" : "NOT met");
-    std::printf("  %-6d %8zu %14.1f %14.1f %14.1f %16.1f   %s\n", f.k, f.per_round.size(), mid.wall_s * 1e3,
-                mid.read.plain_s * 1e3, overhead_ms, static_cast<double>(f.hwm_kib) / 1024, target.c_str());
+    const double write_ms =
+        f.write_bytes_per_s > 0 ? static_cast<double>(mid.read.bytes) / f.write_bytes_per_s * 1e3 : 0.0;
+    std::printf("  %-6d %6d %8zu %12.1f %10.1f %13.1f %15.1f %15.1f   %s\n", f.k, f.update_mib, f.per_round.size(),
+                mid.wall_s * 1e3, mid.read.plain_s * 1e3, overhead_ms, write_ms, static_cast<double>(f.hwm_kib) / 1024,
+                target.c_str());
   }
-  std::printf("\nPeak RSS vs K (target: no growth beyond per-connection bookkeeping)\n");
-  std::printf("  %-6s %16s %16s %22s\n", "K", "idle RSS MiB", "peak (HWM) MiB", "growth KiB/worker vs K0");
+  std::printf("\nPeak RSS vs K (target: no growth beyond per-connection bookkeeping; growth is vs the first K, so a\n"
+              "row with a smaller update than the first understates it by the per-round weight buffers)\n");
+  std::printf("  %-6s %6s %16s %16s %26s\n", "K", "MiB", "idle RSS MiB", "peak (HWM) MiB",
+              "HWM growth KiB/worker");
   for (const KFigures& f : all) {
     std::string growth = "-";
     if (smallest != nullptr && f.k != smallest->k) {
       growth = std::to_string((f.hwm_kib - smallest->hwm_kib) / (f.k - smallest->k));
     }
-    std::printf("  %-6d %16.1f %16.1f %22s\n", f.k, static_cast<double>(f.idle_rss_kib) / 1024,
+    std::printf("  %-6d %6d %16.1f %16.1f %26s\n", f.k, f.update_mib, static_cast<double>(f.idle_rss_kib) / 1024,
                 static_cast<double>(f.hwm_kib) / 1024, growth.c_str());
   }
   std::error_code ec;
