@@ -2,36 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <string>
 
+#include "data/dataset.h"
+
 namespace parsyn::coordinator {
-namespace {
-
-// SplitMix64 as a generator: small, fast, and fully specified, so the split is the same on every platform.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    const uint64_t out = strategy::Mix64(state_);
-    state_ += 0x9e3779b97f4a7c15ULL;
-    return out;
-  }
-  // Uniform in [0, bound), bound >= 1, without modulo bias (rejection of the incomplete top range).
-  uint64_t Below(uint64_t bound) {
-    const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
-    uint64_t x;
-    do {
-      x = Next();
-    } while (x >= limit);
-    return x % bound;
-  }
-
- private:
-  uint64_t state_;
-};
-
-}  // namespace
 
 StatusOr<std::vector<Shard>> SplitRows(int64_t num_rows, int num_shards, double validation_fraction,
                                        uint64_t job_seed) {
@@ -44,13 +19,10 @@ StatusOr<std::vector<Shard>> SplitRows(int64_t num_rows, int num_shards, double 
     return InvalidArgumentError("validation fraction must be in [0, 0.5], got " + std::to_string(validation_fraction));
   }
 
-  std::vector<int64_t> order(static_cast<size_t>(num_rows));
-  std::iota(order.begin(), order.end(), int64_t{0});
-  // Fisher-Yates, from the end.
-  SplitMix64 rng(strategy::SplitSeed(job_seed));
-  for (size_t i = order.size() - 1; i > 0; --i) {
-    std::swap(order[i], order[rng.Below(i + 1)]);
-  }
+  // The same permutation this function drew with its own copy of SplitMix64 before the shuffle had one home in
+  // src/data, so stored jobs split as before (the bounded draws differ only in which values they reject: a chance
+  // under num_rows^2 / 2^64 per split).
+  const std::vector<int64_t> order = data::ShuffledIndices(num_rows, strategy::SplitSeed(job_seed));
 
   std::vector<Shard> shards(static_cast<size_t>(num_shards));
   const int64_t base = num_rows / num_shards;

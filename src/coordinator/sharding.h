@@ -2,9 +2,9 @@
 // with a validation slice held out for per-round evaluation (DESIGN.md §5).
 //
 // Determinism: the split depends only on (num_rows, num_shards, validation_fraction, job seed) through
-// strategy::SplitSeed and a generator and bounded-integer method written out here (not std::shuffle or
-// std::uniform_int_distribution, whose results differ between standard libraries), so the same job always splits
-// the same way on any machine. A worker's training seed per round is TaskSeed below.
+// strategy::SplitSeed and data::ShuffledIndices (the project's one seeded shuffle, platform-independent by
+// construction), so the same job always splits the same way on any machine. A worker's training seed per round is
+// TaskSeed below.
 // Pure functions; safe from any thread.
 #pragma once
 
