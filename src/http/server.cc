@@ -32,6 +32,7 @@ using RequestParser = bhttp::request_parser<bhttp::buffer_body>;
 namespace {
 
 constexpr size_t kBodyChunkBytes = 64 << 10;
+constexpr size_t kFileChunkBytes = 256 << 10;
 // After an error response to a request whose body was not read, keep reading (and dropping) it for a moment before
 // closing: closing with unread bytes makes the kernel send RST, and the client may lose the response.
 constexpr auto kLingerTime = std::chrono::milliseconds(1000);
@@ -312,15 +313,11 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
       co_return false;
     }
     if (!res.file.empty()) {
-      bhttp::response<bhttp::file_body> msg{bhttp::status::ok, version};
+      beast::file file;
       beast::error_code ec;
-      msg.body().open(res.file.c_str(), beast::file_mode::scan, ec);
-      if (!ec) {
-        SetHeaders(msg, res, keep_alive);
-        msg.prepare_payload();
-        bhttp::response_serializer<bhttp::file_body> serializer{msg};
-        co_return co_await WriteAll(serializer, head) && keep_alive;
-      }
+      file.open(res.file.c_str(), beast::file_mode::scan, ec);
+      uint64_t size = ec ? 0 : file.size(ec);
+      if (!ec) co_return co_await WriteFile(res, file, size, version, keep_alive, head);
       res = Response::Error(NotFoundError("cannot open " + res.file.filename().string() + ": " + ec.message()));
     }
     bhttp::response<bhttp::string_body> msg{bhttp::status::ok, version};
@@ -329,6 +326,34 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     msg.prepare_payload();
     bhttp::response_serializer<bhttp::string_body> serializer{msg};
     co_return co_await WriteAll(serializer, head) && keep_alive;
+  }
+
+  // Sends the header, then the file in large chunks (Beast's file_body would write 4 KiB at a time).
+  net::awaitable<bool> WriteFile(const Response& res, beast::file& file, uint64_t size, unsigned version,
+                                 bool keep_alive, bool head) {
+    bhttp::response<bhttp::empty_body> msg{bhttp::status::ok, version};
+    SetHeaders(msg, res, keep_alive);
+    msg.content_length(size);
+    bhttp::response_serializer<bhttp::empty_body> serializer{msg};
+    beast::error_code ec;
+    Lowest().expires_after(opts_.write_timeout);
+    co_await bhttp::async_write_header(stream_, serializer, redirect_error(use_awaitable, ec));
+    if (ec || head) co_return !ec && keep_alive;
+    std::unique_ptr<char[]> chunk(new char[kFileChunkBytes]);
+    for (uint64_t left = size; left > 0;) {
+      size_t n = file.read(chunk.get(), static_cast<size_t>(std::min<uint64_t>(left, kFileChunkBytes)), ec);
+      if (ec || n == 0) {
+        // The header promised `size` bytes; closing is the only honest way to say the body is cut short.
+        PARSYN_LOG_ERROR("http: reading {} failed after {} of {} bytes: {}", res.file.string(), size - left, size,
+                         ec ? ec.message() : "file shrank");
+        co_return false;
+      }
+      Lowest().expires_after(opts_.write_timeout);
+      co_await net::async_write(stream_, net::buffer(chunk.get(), n), redirect_error(use_awaitable, ec));
+      if (ec) co_return false;
+      left -= n;
+    }
+    co_return keep_alive;
   }
 
   // Sends the SSE header, then lets the producer write chunked frames until it returns or the stream closes.
