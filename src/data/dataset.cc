@@ -975,7 +975,7 @@ StatusOr<TrainValidationSplit> SplitTrainValidation(int64_t n, double validation
   return split;
 }
 
-StatusOr<std::vector<std::vector<int64_t>>> ShardIndices(int64_t n, int64_t num_shards, uint64_t seed) {
+StatusOr<std::vector<std::vector<int64_t>>> ShuffledShards(int64_t n, int64_t num_shards, uint64_t seed) {
   if (num_shards < 1) return InvalidArgumentError("need at least one shard, got " + std::to_string(num_shards));
   if (num_shards > n) {
     return InvalidArgumentError("cannot split " + std::to_string(n) + " rows into " + std::to_string(num_shards) +
@@ -988,11 +988,15 @@ StatusOr<std::vector<std::vector<int64_t>>> ShardIndices(int64_t n, int64_t num_
   int64_t begin = 0;
   for (int64_t s = 0; s < num_shards; ++s) {
     int64_t size = base + (s < extra ? 1 : 0);
-    auto& shard = shards[static_cast<size_t>(s)];
-    shard.assign(order.begin() + begin, order.begin() + begin + size);
-    std::sort(shard.begin(), shard.end());
+    shards[static_cast<size_t>(s)].assign(order.begin() + begin, order.begin() + begin + size);
     begin += size;
   }
+  return shards;
+}
+
+StatusOr<std::vector<std::vector<int64_t>>> ShardIndices(int64_t n, int64_t num_shards, uint64_t seed) {
+  PARSYN_ASSIGN_OR_RETURN(std::vector<std::vector<int64_t>> shards, ShuffledShards(n, num_shards, seed));
+  for (auto& shard : shards) std::sort(shard.begin(), shard.end());
   return shards;
 }
 

@@ -200,8 +200,13 @@ struct TrainValidationSplit {
 // InvalidArgument unless 0 <= validation_fraction < 1.
 StatusOr<TrainValidationSplit> SplitTrainValidation(int64_t n, double validation_fraction, uint64_t seed);
 
-// Splits 0..n-1 into `num_shards` random shards whose sizes differ by at most 1; each shard ascending (ready for
-// WriteSubsetFile). InvalidArgument if num_shards < 1 or num_shards > n.
+// Splits 0..n-1 into `num_shards` random shards: ShuffledIndices(n, seed) cut into consecutive pieces whose sizes
+// differ by at most 1 (the first n % num_shards pieces get the extra row). Each shard keeps the permutation's order,
+// so any prefix of it is a random sample of the shard (the coordinator takes its validation rows that way).
+// InvalidArgument if num_shards < 1 or num_shards > n.
+StatusOr<std::vector<std::vector<int64_t>>> ShuffledShards(int64_t n, int64_t num_shards, uint64_t seed);
+
+// ShuffledShards with each shard sorted ascending (ready for WriteSubsetFile).
 StatusOr<std::vector<std::vector<int64_t>>> ShardIndices(int64_t n, int64_t num_shards, uint64_t seed);
 
 }  // namespace parsyn::data

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -396,6 +397,29 @@ TEST(SplitTest, ShardsAreDisjointNearlyEqualAndSorted) {
   EXPECT_EQ(ShardIndices(10, 3, 5)->at(1), shards->at(1));
   EXPECT_EQ(ShardIndices(2, 3, 5).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ShardIndices(2, 0, 5).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(SplitTest, ShuffledShardsAreConsecutivePiecesOfTheShuffle) {
+  // The first n % num_shards shards take the extra row; the pieces, joined, are ShuffledIndices(n, seed) itself.
+  auto shards = ShuffledShards(11, 3, 9);
+  ASSERT_TRUE(shards.ok());
+  ASSERT_EQ(shards->size(), 3u);
+  EXPECT_EQ(shards->at(0).size(), 4u);
+  EXPECT_EQ(shards->at(1).size(), 4u);
+  EXPECT_EQ(shards->at(2).size(), 3u);
+  std::vector<int64_t> joined;
+  for (const auto& shard : *shards) joined.insert(joined.end(), shard.begin(), shard.end());
+  EXPECT_EQ(joined, ShuffledIndices(11, 9));
+  // ShardIndices is the same split, sorted.
+  auto sorted = ShardIndices(11, 3, 9);
+  ASSERT_TRUE(sorted.ok());
+  for (size_t i = 0; i < shards->size(); ++i) {
+    std::vector<int64_t> expected = shards->at(i);
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(sorted->at(i), expected);
+  }
+  EXPECT_EQ(ShuffledShards(2, 3, 5).status().message(), "cannot split 2 rows into 3 non-empty shards");
+  EXPECT_EQ(ShuffledShards(2, 0, 5).status().message(), "need at least one shard, got 0");
 }
 
 }  // namespace
