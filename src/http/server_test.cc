@@ -171,8 +171,9 @@ TEST(ServerTest, ErrorBodyHasCodeAndMessage) {
   Response r = Response::Error(InvalidArgumentError("max_workers must be >= min_workers"));
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(r.content_type, "application/json");
-  EXPECT_EQ(nlohmann::json::parse(r.body),
-            (nlohmann::json{{"error", {{"code", "invalid_argument"}, {"message", "max_workers must be >= min_workers"}}}}));
+  nlohmann::json expected = {
+      {"error", {{"code", "invalid_argument"}, {"message", "max_workers must be >= min_workers"}}}};
+  EXPECT_EQ(nlohmann::json::parse(r.body), expected);
   EXPECT_EQ(Response::Error(ResourceExhaustedError("too big")).status, 413);
   EXPECT_EQ(Response::Error(NotFoundError("x")).status, 404);
 }
