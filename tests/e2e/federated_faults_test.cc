@@ -1,0 +1,116 @@
+// Federated jobs under faults, with real processes: a worker SIGKILLed mid-round, the server SIGKILLed mid-job, and
+// a worker whose local data must never reach the coordinator.
+#include <fstream>
+#include <sstream>
+
+#include "llama_fixture.h"
+
+namespace parsyn::e2e {
+namespace {
+
+bool FileContains(const fs::path& file, const std::string& needle) {
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str().find(needle) != std::string::npos;
+}
+
+TEST_F(LlamaJobTest, LocalDataNeverReachesTheCoordinator) {
+  const fs::path local = tmp_.path() / "private.jsonl";
+  {
+    std::ofstream out(local);
+    for (int i = 0; i < 40; ++i) out << json{{"text", "zebra-secret-" + std::to_string(i) + " likes alice."}}.dump() << "\n";
+  }
+  std::vector<int64_t> ids = StartWorkers(1);
+  std::vector<int64_t> local_ids = StartWorkers(1, {"--data", local.string()});
+  ids.push_back(local_ids[0]);
+  const int64_t job_id = CreateJob(*admin_, LoraSpec(ids, 2, 4, 2));
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+
+  // Its sample count is its own file's training rows (40 less the validation slice), not a platform shard's.
+  int checked = 0;
+  for (const json& r : Rounds(*admin_, job_id)) {
+    for (const json& u : r["updates"]) {
+      if (u["worker_id"] != local_ids[0]) continue;
+      EXPECT_GE(u["num_samples"].get<int64_t>(), 30);
+      EXPECT_LE(u["num_samples"].get<int64_t>(), 40);
+      checked++;
+    }
+  }
+  EXPECT_EQ(checked, 2);
+  // Nothing the server stored (blobs, metadata, logs) holds a line of it.
+  int files = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(tmp_.path() / "server")) {
+    if (!entry.is_regular_file()) continue;
+    files++;
+    EXPECT_FALSE(FileContains(entry.path(), "zebra-secret")) << entry.path();
+  }
+  EXPECT_FALSE(FileContains(tmp_.path() / "server.log", "zebra-secret"));
+  EXPECT_GT(files, 5);
+}
+
+TEST_F(LlamaJobTest, WorkerKilledMidRoundIsLeftOutAndRejoins) {
+  std::vector<int64_t> ids = StartWorkers(3);
+  const int64_t job_id = CreateJob(*admin_, LoraSpec(ids, 3, 40, 2, 180));
+  // Kill the third worker while it trains in round 1.
+  const int64_t victim = ids[2];
+  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [&](const std::string& type, const json& d) {
+    return type == "worker_progress" && d.value("worker_id", int64_t{0}) == victim && d.value("round", 0) == 1;
+  }, std::chrono::seconds(180)));
+  workers_[2]->Kill();
+  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [&](const std::string& type, const json& d) {
+    return type == "round_committed" && d.value("round", 0) == 1;
+  }, std::chrono::seconds(180)));
+  workers_[2]->Start();  // the same machine comes back with its token and cache
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(400));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+
+  json rounds = Rounds(*admin_, job_id);
+  bool rejoined = false;
+  for (const json& r : rounds) {
+    if (r["outcome"] != "committed") continue;
+    std::set<int64_t> accepted;
+    for (const json& u : r["updates"]) {
+      if (u["status"] == "accepted") accepted.insert(u["worker_id"].get<int64_t>());
+    }
+    if (r["round"] == 1) {
+      EXPECT_EQ(accepted, (std::set<int64_t>{ids[0], ids[1]})) << r.dump();
+    } else if (accepted.count(victim)) {
+      rejoined = true;
+    }
+  }
+  EXPECT_TRUE(rejoined) << rounds.dump(2);
+  EXPECT_EQ(ExpectGlobalsAreFedAvg(job_id), 3);
+}
+
+TEST_F(LlamaJobTest, ServerKilledMidJobFinishesWithTheUninterruptedWeights) {
+  std::vector<int64_t> ids = StartWorkers(2);
+  // The reference: the same job, uninterrupted.
+  const int64_t reference_id = CreateJob(*admin_, LoraSpec(ids, 3, 4, 2));
+  json reference = WaitForJobEnd(*admin_, reference_id, std::chrono::seconds(300));
+  ASSERT_EQ(reference.value("status", ""), "succeeded") << reference.dump(2);
+
+  const int64_t job_id = CreateJob(*admin_, LoraSpec(ids, 3, 4, 2));
+  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [&](const std::string& type, const json& d) {
+    return type == "round_committed" && d.value("round", 0) == 1;
+  }, std::chrono::seconds(300)));
+  server_->Kill();
+  server_->Start();  // same data directory, same port: the workers reconnect on their own
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+
+  auto final_sha = [&](int64_t id) {
+    std::string sha;
+    for (const json& r : Rounds(*admin_, id)) {
+      if (r["outcome"] == "committed" && r["round"] == 3) sha = r.value("global_sha256", "");
+    }
+    return sha;
+  };
+  EXPECT_FALSE(final_sha(reference_id).empty());
+  EXPECT_EQ(final_sha(job_id), final_sha(reference_id));
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
+}  // namespace
+}  // namespace parsyn::e2e
