@@ -109,8 +109,9 @@ Status Service::AddApiRoutes(Routes& routes) {
         if (!blob_name.ok()) co_return Response::Error(blob_name.status());
         const std::string key = fmt::format("datasets/{}/data.{}", *blob_name, storage::ToString(*format));
         storage::BlobStore& blobs = self->blobs();
-        StatusOr<storage::BlobInfo> stored = co_await StreamBodyInto<StatusOr<storage::BlobInfo>>(
+        auto upload = StreamBodyInto<StatusOr<storage::BlobInfo>>(
             self->pool(), *req.body_stream, [&blobs, key](storage::ByteSource& body) { return blobs.Put(key, body); });
+        StatusOr<storage::BlobInfo> stored = co_await std::move(upload);
         if (!stored.ok()) co_return Response::Error(stored.status());
 
         // Validated from the stored blob, so what was checked is exactly what jobs will read.
@@ -186,8 +187,9 @@ Status Service::AddApiRoutes(Routes& routes) {
         if (!id.ok()) co_return Response::Error(id.status());
         const std::string key = UploadKey(*id);
         storage::BlobStore& blobs = self->blobs();
-        StatusOr<storage::BlobInfo> stored = co_await StreamBodyInto<StatusOr<storage::BlobInfo>>(
+        auto upload = StreamBodyInto<StatusOr<storage::BlobInfo>>(
             self->pool(), *req.body_stream, [&blobs, key](storage::ByteSource& body) { return blobs.Put(key, body); });
+        StatusOr<storage::BlobInfo> stored = co_await std::move(upload);
         if (!stored.ok()) co_return Response::Error(stored.status());
         co_return Response::Json(201, {{"upload_id", *id}, {"size_bytes", stored->size_bytes},
                                        {"sha256", stored->sha256}});

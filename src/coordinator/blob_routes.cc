@@ -80,9 +80,10 @@ Status Service::AddBlobRoutes(Routes& routes) {
         }
         storage::BlobStore& blobs = self->blobs();
         const storage::PutOptions put_options{.max_size_bytes = *cap};
-        StatusOr<storage::BlobInfo> stored = co_await StreamBodyInto<StatusOr<storage::BlobInfo>>(
+        auto upload = StreamBodyInto<StatusOr<storage::BlobInfo>>(
             self->pool(), *req.body_stream,
             [&blobs, key, put_options](storage::ByteSource& body) { return blobs.Put(key, body, put_options); });
+        StatusOr<storage::BlobInfo> stored = co_await std::move(upload);
         if (!stored.ok()) co_return Response::Error(stored.status());
         if (std::optional<int64_t> job = JobOfKey(key)) {
           if (JobRunner* r = self->FindRunner(*job)) r->AddBytesMoved(stored->size_bytes);

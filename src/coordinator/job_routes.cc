@@ -225,7 +225,9 @@ Status Service::AddJobRoutes(Routes& routes) {
               if (data.is_discarded()) data = json::object();
               data["job_id"] = e.job_id;
               data["time_ms"] = e.time_ms;
-              if (!co_await stream.Send(e.type, data.dump(), std::to_string(e.id))) co_return;
+              const std::string payload = data.dump();
+              const std::string event_id = std::to_string(e.id);
+              if (!co_await stream.Send(e.type, payload, event_id)) co_return;
               last = e.id;
               if (e.type == "job_status" && data.contains("status") &&
                   storage::ParseJobStatus(data["status"].get<std::string>()).ok() &&
@@ -251,9 +253,14 @@ Status Service::AddJobRoutes(Routes& routes) {
                                                           std::string(storage::ToString(job->status))));
       }
       JobRunner* runner = self->FindRunner(*id);
-      Status s = runner == nullptr || runner->finished()
-                     ? FailedPreconditionError("training job " + std::to_string(*id) + " is not running yet")
-                     : (stop ? co_await runner->Stop() : co_await runner->Cancel());
+      Status s;
+      if (runner == nullptr || runner->finished()) {
+        s = FailedPreconditionError("training job " + std::to_string(*id) + " is not running yet");
+      } else if (stop) {
+        s = co_await runner->Stop();
+      } else {
+        s = co_await runner->Cancel();
+      }
       if (!s.ok()) co_return Response::Error(s);
       auto after = co_await Offload(self->pool(), [&] { return self->store().GetJob(*id); });
       if (!after.ok()) co_return Response::Error(after.status());

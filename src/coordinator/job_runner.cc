@@ -105,7 +105,13 @@ std::optional<uint64_t> JobRunner::UpdateSizeCap(std::string_view blob_key) cons
 }
 
 http::Awaitable<Status> JobRunner::Launch() {
-  Status status = job_.status == JobStatus::kQueued ? co_await Setup() : co_await Resume();
+  // No co_await inside ?: (g++ 12 mishandles the temporaries of conditional co_awaits).
+  Status status;
+  if (job_.status == JobStatus::kQueued) {
+    status = co_await Setup();
+  } else {
+    status = co_await Resume();
+  }
   if (!status.ok()) {
     PARSYN_LOG_ERROR("training job {}: {}", job_.id, status.ToString());
     const std::string reason = "could not start: " + status.message();
@@ -123,7 +129,8 @@ http::Awaitable<Status> JobRunner::Launch() {
   co_return status;
 }
 
-http::Awaitable<Status> JobRunner::LoadGlobal(const std::string& key, const std::string& sha256) {
+http::Awaitable<Status> JobRunner::LoadGlobal(std::string_view key_view, std::string_view sha256_view) {
+  const std::string key(key_view), sha256(sha256_view);
   StatusOr<weights::WeightSet> global =
       co_await Offload(service_.pool(), [&] { return ReadWeightsBlob(service_.blobs(), key); });
   if (!global.ok()) co_return global.status().WithContext("reading the global weights " + key);
@@ -222,7 +229,7 @@ http::Awaitable<Status> JobRunner::Setup() {
   model_ = std::move(prepared->model);
   dataset_ = std::move(prepared->dataset);
   shards_ = std::move(prepared->shards);
-  Status loaded = co_await LoadGlobal(prepared->global_key, "");
+  Status loaded = co_await LoadGlobal(prepared->global_key, {});
   if (!loaded.ok()) co_return loaded;
 
   const int64_t now = service_.clock().UnixMillis();
@@ -238,7 +245,8 @@ http::Awaitable<Status> JobRunner::Setup() {
   for (const storage::Shard& s : shards_) engine_config_.shard_train_rows.push_back(s.train_rows);
   engine_ = std::make_unique<RoundEngine>(engine_config_, strategy_, service_.clock());
   const std::vector<int64_t> idle = service_.IdleWorkers();
-  co_return co_await Handle([&] { return engine_->Start(idle); });
+  auto handled = Handle([&] { return engine_->Start(idle); });  // kCoAwaitTemporaries
+  co_return co_await std::move(handled);
 }
 
 http::Awaitable<Status> JobRunner::Resume() {
@@ -316,20 +324,22 @@ http::Awaitable<Status> JobRunner::Resume() {
     }
   engine_ = std::make_unique<RoundEngine>(engine_config_, strategy_, service_.clock());
   const std::vector<int64_t> idle = service_.IdleWorkers();
-  co_return co_await Handle([&] { return engine_->Restore(checkpoint, idle); });
+  auto handled = Handle([&] { return engine_->Restore(checkpoint, idle); });  // kCoAwaitTemporaries
+  co_return co_await std::move(handled);
 }
 
-http::Awaitable<Status> JobRunner::Handle(const std::function<StatusOr<Actions>()>& event) {
+http::Awaitable<Status> JobRunner::Handle(std::function<StatusOr<Actions>()> event) {
   co_await mutex_.Lock();
   LoopLock lock(mutex_);
   if (engine_ == nullptr) co_return FailedPreconditionError("training job " + std::to_string(job_.id) +
                                                             " is not running yet");
   StatusOr<Actions> actions = event();
   if (!actions.ok()) co_return actions.status();
-  co_return co_await Execute(std::move(*actions));
+  auto execution = Execute(std::move(*actions));
+  co_return co_await std::move(execution);
 }
 
-http::Awaitable<Status> JobRunner::Execute(Actions actions) {
+http::Awaitable<Status> JobRunner::Execute(Actions actions) {  // by value: see kCoAwaitTemporaries
   std::deque<Action> work(actions.begin(), actions.end());
   Status first_error;
   while (!work.empty()) {
@@ -365,10 +375,10 @@ http::Awaitable<Status> JobRunner::Do(const Action& action, std::deque<Action>& 
   }
   if (const auto* a = std::get_if<coordinator::CommitRound>(&action)) co_return co_await OnCommitRound(*a);
   if (const auto* a = std::get_if<coordinator::FailRound>(&action)) co_return co_await OnFailRound(*a, work);
-  if (std::get_if<JobSucceeded>(&action)) co_return co_await OnJobEnded(JobStatus::kSucceeded, "");
+  if (std::get_if<JobSucceeded>(&action)) co_return co_await OnJobEnded(JobStatus::kSucceeded, {});
   if (const auto* a = std::get_if<JobFailed>(&action)) co_return co_await OnJobEnded(JobStatus::kFailed, a->reason);
-  if (std::get_if<JobStopped>(&action)) co_return co_await OnJobEnded(JobStatus::kStopped, "");
-  if (std::get_if<JobCancelled>(&action)) co_return co_await OnJobEnded(JobStatus::kCancelled, "");
+  if (std::get_if<JobStopped>(&action)) co_return co_await OnJobEnded(JobStatus::kStopped, {});
+  if (std::get_if<JobCancelled>(&action)) co_return co_await OnJobEnded(JobStatus::kCancelled, {});
   co_return InternalError("unknown round engine action");
 }
 
@@ -551,7 +561,8 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
 http::Awaitable<Status> JobRunner::OnDropWorker(const DropWorker& a) {
   // A result refused before validation (e.g. its sample count) is still recorded, with the reason.
   if (a.cause == DropCause::kRejected) {
-    Status recorded = co_await RecordUpdate(a.worker, a.round, a.attempt, InvalidArgumentError(a.reason));
+    const Status rejection = InvalidArgumentError(a.reason);
+    Status recorded = co_await RecordUpdate(a.worker, a.round, a.attempt, rejection);
     if (!recorded.ok()) co_return recorded;
   }
   if (a.cause == DropCause::kStraggler || a.cause == DropCause::kJobEnded) {
@@ -706,7 +717,8 @@ http::Awaitable<Status> JobRunner::WriteFinalArtifacts() {
   co_return written;
 }
 
-http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string reason) {
+http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string_view reason_view) {
+  const std::string reason(reason_view);
   Status artifacts = Status::Ok();
   if (status == JobStatus::kSucceeded || status == JobStatus::kStopped) artifacts = co_await WriteFinalArtifacts();
   const int64_t now = service_.clock().UnixMillis();
@@ -747,13 +759,15 @@ http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string reas
 
 http::Awaitable<void> JobRunner::WorkerAvailable(int64_t worker_id) {
   if (ended_) co_return;
-  Status s = co_await Handle([&] { return StatusOr<Actions>(engine_->WorkerAvailable(worker_id)); });
+  auto handled = Handle([&] { return StatusOr<Actions>(engine_->WorkerAvailable(worker_id)); });  // kCoAwaitTemporaries
+  Status s = co_await std::move(handled);
   if (!s.ok()) PARSYN_LOG_WARN("training job {}: worker {} available: {}", job_.id, worker_id, s.ToString());
 }
 
 http::Awaitable<void> JobRunner::WorkerDisconnected(int64_t worker_id) {
   if (ended_) co_return;
-  Status s = co_await Handle([&] { return StatusOr<Actions>(engine_->WorkerDisconnected(worker_id)); });
+  auto handled = Handle([&] { return StatusOr<Actions>(engine_->WorkerDisconnected(worker_id)); });  // kCoAwaitTemporaries
+  Status s = co_await std::move(handled);
   if (!s.ok()) PARSYN_LOG_WARN("training job {}: worker {} disconnected: {}", job_.id, worker_id, s.ToString());
 }
 
@@ -765,20 +779,23 @@ bool JobRunner::TickDue() const {
 
 http::Awaitable<void> JobRunner::Tick() {
   if (ended_) co_return;
-  Status s = co_await Handle([&] { return StatusOr<Actions>(engine_->Tick()); });
+  auto handled = Handle([&] { return StatusOr<Actions>(engine_->Tick()); });  // kCoAwaitTemporaries
+  Status s = co_await std::move(handled);
   if (!s.ok()) PARSYN_LOG_WARN("training job {}: timer: {}", job_.id, s.ToString());
 }
 
 http::Awaitable<Status> JobRunner::Stop() {
   if (ended_) co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " has already ended (" +
                                                 std::string(storage::ToString(job_.status)) + ")");
-  co_return co_await Handle([&] { return StatusOr<Actions>(engine_->Stop()); });
+  auto handled = Handle([&] { return StatusOr<Actions>(engine_->Stop()); });  // kCoAwaitTemporaries
+  co_return co_await std::move(handled);
 }
 
 http::Awaitable<Status> JobRunner::Cancel() {
   if (ended_) co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " has already ended (" +
                                                 std::string(storage::ToString(job_.status)) + ")");
-  co_return co_await Handle([&] { return StatusOr<Actions>(engine_->Cancel()); });
+  auto handled = Handle([&] { return StatusOr<Actions>(engine_->Cancel()); });  // kCoAwaitTemporaries
+  co_return co_await std::move(handled);
 }
 
 http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultReport report) {
@@ -789,7 +806,7 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
   const int round = report.round, attempt = report.attempt;
   bool duplicate = false;
   Status refused;
-  Status s = co_await Handle([&]() -> StatusOr<Actions> {
+  auto handled = Handle([&]() -> StatusOr<Actions> {
     WorkerResult result{.worker = worker_id,
                         .round = round,
                         .attempt = attempt,
@@ -807,6 +824,7 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
     }
     return actions;
   });
+  Status s = co_await std::move(handled);  // created above, not inside the co_await: kCoAwaitTemporaries
   if (!refused.ok()) co_return refused;  // late, unexpected or from a dropped worker: nothing changed
   service_.TaskFinished(worker_id, job_.id);
   if (!s.ok()) co_return s;

@@ -99,9 +99,10 @@ class JobRunner {
 
   http::Awaitable<Status> Setup();
   http::Awaitable<Status> Resume();
-  http::Awaitable<Status> LoadGlobal(const std::string& key, const std::string& sha256);
-  // Runs one engine event under the job's mutex and carries out its actions.
-  http::Awaitable<Status> Handle(const std::function<StatusOr<Actions>()>& event);
+  http::Awaitable<Status> LoadGlobal(std::string_view key, std::string_view sha256);
+  // Runs one engine event under the job's mutex and carries out its actions. Callers create the awaitable before
+  // co_awaiting it, so the std::function is never a temporary inside a co_await (kCoAwaitTemporaries).
+  http::Awaitable<Status> Handle(std::function<StatusOr<Actions>()> event);
   http::Awaitable<Status> Execute(Actions actions);
   http::Awaitable<Status> Do(const Action& action, std::deque<Action>& work);
   http::Awaitable<Status> OnStartRound(const coordinator::StartRound& a, const std::deque<Action>& work);
@@ -111,7 +112,7 @@ class JobRunner {
   http::Awaitable<Status> OnAggregateRound(const AggregateRound& a, std::deque<Action>& work);
   http::Awaitable<Status> OnCommitRound(const coordinator::CommitRound& a);
   http::Awaitable<Status> OnFailRound(const coordinator::FailRound& a, const std::deque<Action>& work);
-  http::Awaitable<Status> OnJobEnded(storage::JobStatus status, std::string reason);
+  http::Awaitable<Status> OnJobEnded(storage::JobStatus status, std::string_view reason);
   http::Awaitable<Status> WriteFinalArtifacts();
   http::Awaitable<Status> RecordUpdate(int64_t worker_id, int round, int attempt, const Status& verdict);
   nlohmann::json BuildTask(const AssignTask& a) const;

@@ -33,6 +33,11 @@
 
 namespace parsyn::coordinator {
 
+// kCoAwaitTemporaries: g++ 12 destroys some temporaries of a co_await expression twice (double frees seen with
+// std::function, std::string and lambdas holding shared_ptrs). Code here therefore never puts a temporary with a
+// destructor inside a co_await: it creates the awaitable first, `auto op = f(args); co_await std::move(op);`, so
+// the arguments are copied into the coroutine's frame by an ordinary statement.
+
 // Runs `fn` on `pool` and resumes the awaiting coroutine on its own executor (the loop) with fn's result.
 // `fn` must not touch loop state; it may capture references that outlive the co_await.
 template <typename Fn>
@@ -40,15 +45,17 @@ http::Awaitable<std::invoke_result_t<Fn>> Offload(boost::asio::thread_pool& pool
   using R = std::invoke_result_t<Fn>;
   // The result travels in a shared optional: awaitable handlers want a default-constructible-free path.
   auto result = std::make_shared<std::optional<R>>();
-  co_await boost::asio::async_initiate<const boost::asio::use_awaitable_t<>&, void()>(
-      [&pool, fn = std::move(fn), result](auto handler) mutable {
-        boost::asio::post(pool, [fn = std::move(fn), result, handler = std::move(handler)]() mutable {
-          result->emplace(fn());
-          auto executor = boost::asio::get_associated_executor(handler);
-          boost::asio::post(executor, [handler = std::move(handler)]() mutable { handler(); });
-        });
-      },
-      boost::asio::use_awaitable);
+  auto initiation = [&pool, fn = std::move(fn), result](auto handler) mutable {
+    boost::asio::post(pool, [fn = std::move(fn), result, handler = std::move(handler)]() mutable {
+      result->emplace(fn());
+      auto executor = boost::asio::get_associated_executor(handler);
+      boost::asio::post(executor, [handler = std::move(handler)]() mutable { handler(); });
+    });
+  };
+  // Named, not a temporary inside the co_await: see kCoAwaitTemporaries below.
+  auto completion = boost::asio::async_initiate<const boost::asio::use_awaitable_t<>&, void()>(
+      std::move(initiation), boost::asio::use_awaitable);
+  co_await std::move(completion);
   co_return std::move(**result);
 }
 

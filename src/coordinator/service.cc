@@ -159,7 +159,9 @@ JobRunner* Service::FindRunner(int64_t job_id) {
   return it == runners_.end() ? nullptr : it->second.get();
 }
 
-http::Awaitable<void> Service::SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string device) {
+http::Awaitable<void> Service::SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status,
+                                              std::string_view device_view) {
+  const std::string device(device_view);
   const int64_t now = clock_.UnixMillis();
   Status s = co_await Offload(pool_, [&]() -> Status {
     PARSYN_ASSIGN_OR_RETURN(storage::Worker w, store_->GetWorker(worker_id));
@@ -222,7 +224,8 @@ http::Awaitable<void> Service::Start() {
   } else {
     for (storage::TrainingJob& job : *jobs) {
       if (job.status == storage::JobStatus::kQueued || job.status == storage::JobStatus::kRunning) {
-        co_await LaunchJob(std::move(job));
+        auto launch = LaunchJob(std::move(job));  // kCoAwaitTemporaries
+        co_await std::move(launch);
       }
     }
   }

@@ -137,7 +137,8 @@ class Service {
   Session* FindSession(int64_t worker_id);
   // Ends a worker's session (goodbye, missed heartbeats, a new hello) and tells every job.
   http::Awaitable<void> EndSession(int64_t worker_id, std::string_view why);
-  http::Awaitable<void> SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string device = {});
+  http::Awaitable<void> SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status,
+                                        std::string_view device = {});
   http::Awaitable<void> OfferWorker(int64_t worker_id);
   http::Awaitable<void> TimerLoop();
 

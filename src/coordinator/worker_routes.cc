@@ -186,7 +186,8 @@ Status Service::AddWorkerRoutes(Routes& routes) {
           co_return Response::Error(NotFoundError("training job " + std::to_string(*job_id) + " is not active"));
         }
         if (Session* s = self->FindSession(worker_id)) s->last_seen = self->clock().Now();
-        StatusOr<json> outcome = co_await runner->Result(worker_id, std::move(report));
+        auto result = runner->Result(worker_id, std::move(report));  // kCoAwaitTemporaries (loop_tools.h)
+        StatusOr<json> outcome = co_await std::move(result);
         if (!outcome.ok()) co_return Response::Error(outcome.status());
         co_return Response::Json(200, *outcome);
       }));

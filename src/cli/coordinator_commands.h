@@ -1,0 +1,19 @@
+// The coordinator's subcommands of `parsyn` (one file per group; see commands.h for the exit-code convention):
+//   parsyn server                                                   server_command.cc
+//   parsyn job create|list|get|watch|stop|cancel|download          job_commands.cc
+//   parsyn dataset upload|list                                      dataset_commands.cc
+//   parsyn model upload|list                                        model_commands.cc
+//   parsyn worker register|list                                     worker_commands.cc
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace parsyn::cli {
+
+void AddServerCommand(CLI::App& app, int& exit_code);
+void AddJobCommands(CLI::App& app, int& exit_code);
+void AddDatasetCommands(CLI::App& app, int& exit_code);
+void AddModelRemoteCommands(CLI::App& app, int& exit_code);
+void AddWorkerRegisterCommands(CLI::App& app, int& exit_code);
+
+}  // namespace parsyn::cli

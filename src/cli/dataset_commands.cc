@@ -1,0 +1,91 @@
+// parsyn dataset upload FILE [--name N] [--format jsonl|csv] [--label-column C] | list
+#include <cctype>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+
+#include "cli/coordinator_commands.h"
+#include "cli/remote.h"
+
+namespace parsyn::cli {
+namespace {
+
+using nlohmann::json;
+
+struct DatasetFlags {
+  RemoteFlags remote;
+  std::string file;
+  std::string name;
+  std::string format;
+  std::string label_column;
+};
+
+std::string QueryEscape(const std::string& s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+int Upload(const DatasetFlags& f) {
+  auto client = ConnectToServer(f.remote);
+  if (!client.ok()) return Fail("dataset upload", client.status());
+  const std::string name = f.name.empty() ? std::filesystem::path(f.file).filename().string() : f.name;
+  std::string path = "/api/v1/datasets?name=" + QueryEscape(name);
+  if (!f.format.empty()) path += "&format=" + QueryEscape(f.format);
+  if (!f.label_column.empty()) path += "&label_column=" + QueryEscape(f.label_column);
+  http::CallOptions call;
+  call.timeout = std::chrono::milliseconds(0);  // large files: only the stall timeout applies
+  auto res = (*client)->UploadFile(http::Method::kPost, path, f.file, "application/octet-stream", call);
+  if (!res.ok()) return Fail("dataset upload", res.status());
+  auto d = res->Json();
+  if (!d.ok()) return Fail("dataset upload", d.status());
+  std::cout << "dataset " << (*d)["id"] << " '" << (*d)["name"].get<std::string>() << "': " << (*d)["row_count"]
+            << " rows (" << (*d)["kind"].get<std::string>() << ")\n";
+  return 0;
+}
+
+int List(const DatasetFlags& f) {
+  auto client = ConnectToServer(f.remote);
+  if (!client.ok()) return Fail("dataset list", client.status());
+  auto res = (*client)->Get("/api/v1/datasets");
+  if (!res.ok()) return Fail("dataset list", res.status());
+  auto body = res->Json();
+  if (!body.ok()) return Fail("dataset list", body.status());
+  std::cout << std::left << std::setw(6) << "ID" << std::setw(28) << "NAME" << std::setw(8) << "FORMAT"
+            << std::setw(20) << "KIND" << "ROWS\n";
+  for (const json& d : (*body)["datasets"]) {
+    std::cout << std::left << std::setw(6) << d["id"].get<int64_t>() << std::setw(28) << d["name"].get<std::string>()
+              << std::setw(8) << d["format"].get<std::string>() << std::setw(20) << d["kind"].get<std::string>()
+              << d["row_count"].get<int64_t>() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddDatasetCommands(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<DatasetFlags>();
+  CLI::App* group = SubcommandGroup(app, "dataset", "datasets on a coordinator");
+  group->require_subcommand(1);
+  CLI::App* upload = group->add_subcommand("upload", "upload and validate a JSONL or CSV dataset");
+  AddRemoteFlags(*upload, flags->remote);
+  upload->add_option("file", flags->file, "the dataset file")->required()->check(CLI::ExistingFile);
+  upload->add_option("--name", flags->name, "dataset name (default: the file name)");
+  upload->add_option("--format", flags->format, "jsonl or csv (default: from the file extension)");
+  upload->add_option("--label-column", flags->label_column, "CSV label column (default: label)");
+  upload->callback([flags, &exit_code] { exit_code = Upload(*flags); });
+  CLI::App* list = group->add_subcommand("list", "list datasets");
+  AddRemoteFlags(*list, flags->remote);
+  list->callback([flags, &exit_code] { exit_code = List(*flags); });
+}
+
+}  // namespace parsyn::cli

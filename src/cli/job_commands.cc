@@ -1,0 +1,211 @@
+// parsyn job create -f FILE | list | get ID | watch ID | stop ID | cancel ID | download ID [--out DIR]
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "cli/coordinator_commands.h"
+#include "cli/progress_bar.h"
+#include "cli/remote.h"
+
+namespace parsyn::cli {
+namespace {
+
+using nlohmann::json;
+
+struct JobFlags {
+  RemoteFlags remote;
+  std::string file;
+  int64_t id = 0;
+  std::string out;
+  bool all = false;
+};
+
+std::string JobPath(int64_t id, std::string_view suffix = "") {
+  return "/api/v1/training-jobs/" + std::to_string(id) + std::string(suffix);
+}
+
+int Create(const JobFlags& f) {
+  std::ifstream in(f.file);
+  if (!in) return Fail("job create", NotFoundError("cannot read " + f.file));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json body = json::parse(ss.str(), nullptr, false);
+  if (body.is_discarded()) return Fail("job create", InvalidArgumentError(f.file + " is not valid JSON"));
+  auto client = ConnectToServer(f.remote);
+  if (!client.ok()) return Fail("job create", client.status());
+  auto res = (*client)->PostJson("/api/v1/training-jobs", body);
+  if (!res.ok()) return Fail("job create", res.status());
+  auto job = res->Json();
+  if (!job.ok()) return Fail("job create", job.status());
+  std::cout << "created training job " << (*job)["id"] << " (" << (*job)["status"].get<std::string>() << ")\n";
+  return 0;
+}
+
+int List(const JobFlags& f) {
+  auto client = ConnectToServer(f.remote);
+  if (!client.ok()) return Fail("job list", client.status());
+  auto res = (*client)->Get("/api/v1/training-jobs");
+  if (!res.ok()) return Fail("job list", res.status());
+  auto body = res->Json();
+  if (!body.ok()) return Fail("job list", body.status());
+  std::cout << std::left << std::setw(6) << "ID" << std::setw(28) << "NAME" << std::setw(11) << "STATUS"
+            << "ROUND\n";
+  for (const json& j : (*body)["training_jobs"]) {
+    std::cout << std::left << std::setw(6) << j["id"].get<int64_t>() << std::setw(28) << j["name"].get<std::string>()
+              << std::setw(11) << j["status"].get<std::string>() << j["committed_round"].get<int64_t>() << "/"
+              << (j["total_rounds"].is_null() ? json("?") : j["total_rounds"]) << "\n";
+  }
+  return 0;
+}
+
+int SimpleCall(const JobFlags& f, const std::string& command, http::Method method, std::string_view suffix) {
+  auto client = ConnectToServer(f.remote);
+  if (!client.ok()) return Fail(command, client.status());
+  auto res = method == http::Method::kGet ? (*client)->Get(JobPath(f.id, suffix))
+                                          : (*client)->PostJson(JobPath(f.id, suffix), json::object());
+  if (!res.ok()) return Fail(command, res.status());
+  auto body = res->Json();
+  if (!body.ok()) return Fail(command, body.status());
+  PrintJson(*body);
+  return 0;
+}
+
+// Prints the job's events as they happen: round starts and commits, per-worker progress bars, drops, the end.
+int Watch(const JobFlags& f) {
+  auto client = ConnectToServer(f.remote);
+  if (!client.ok()) return Fail("job watch", client.status());
+  const bool interactive = isatty(STDOUT_FILENO) != 0;
+  std::string final_status;
+  std::string last_event_id;
+  std::map<int64_t, std::string> bars;  // worker -> its latest progress line
+  auto redraw_bars = [&] {
+    for (const auto& [worker, line] : bars) std::cout << "  worker " << worker << "  " << line << "\n";
+    if (interactive && !bars.empty()) std::cout << "\033[" << bars.size() << "A" << std::flush;
+  };
+  for (int attempt = 0; attempt < 5 && final_status.empty(); ++attempt) {
+    http::CallOptions call;
+    call.timeout = std::chrono::milliseconds(0);
+    if (!last_event_id.empty()) call.headers.push_back({"Last-Event-ID", last_event_id});
+    Status s = (*client)->ReadEvents(JobPath(f.id, "/events"), [&](const http::SseEvent& e) {
+      if (!e.id.empty()) last_event_id = e.id;
+      json d = json::parse(e.data, nullptr, false);
+      if (d.is_discarded()) return true;
+      if (interactive && !bars.empty()) std::cout << "\033[J";
+      if (e.event == "worker_progress") {
+        const int64_t total = d.value("total_steps", json()).is_number() ? d["total_steps"].get<int64_t>() : 0;
+        const double loss = d["loss"].is_number() ? d["loss"].get<double>() : 0.0;
+        bars[d["worker_id"].get<int64_t>()] = FormatProgressLine(d["step"].get<int64_t>(), total, loss, 0, 0,
+                                                                 "samples/s", -1);
+        if (!interactive) {
+          std::cout << "  worker " << d["worker_id"] << "  " << bars[d["worker_id"].get<int64_t>()] << "\n";
+        }
+      } else if (e.event == "round_started") {
+        bars.clear();
+        std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " (attempt " << d["attempt"]
+                  << ") started\n";
+      } else if (e.event == "round_committed") {
+        std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " committed: " << d["num_updates"]
+                  << " updates, train loss " << d["train_loss"];
+        if (!d["validation_loss"].is_null()) std::cout << ", validation loss " << d["validation_loss"];
+        std::cout << "\n";
+      } else if (e.event == "round_failed") {
+        std::cout << "round " << d["round"] << " attempt " << d["attempt"] << " failed ("
+                  << d["consecutive_failures"] << "/" << d["fault_tolerance"] << "): "
+                  << d["reason"].get<std::string>() << "\n";
+      } else if (e.event == "worker_dropped") {
+        std::cout << "worker " << d["worker_id"] << " left round " << d["round"] << ": "
+                  << d["reason"].get<std::string>() << "\n";
+      } else if (e.event == "update_rejected") {
+        std::cout << "update of worker " << d["worker_id"] << " rejected: " << d["reason"].get<std::string>() << "\n";
+      } else if (e.event == "task_assigned") {
+        bars[d["worker_id"].get<int64_t>()] = "assigned shard " + std::to_string(d["shard"].get<int>());
+      } else if (e.event == "global_evaluated") {
+        std::cout << "global of round " << d["global_round"] << ": validation loss " << d["validation_loss"] << "\n";
+      } else if (e.event == "job_status") {
+        const std::string status = d["status"].get<std::string>();
+        std::cout << "job " << status;
+        if (d.contains("reason")) std::cout << ": " << d["reason"].get<std::string>();
+        std::cout << "\n";
+        if (status != "queued" && status != "running") final_status = status;
+      }
+      if (interactive) redraw_bars();
+      std::cout << std::flush;
+      return final_status.empty();
+    }, call);
+    if (!s.ok() && final_status.empty()) {
+      if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kUnauthenticated) return Fail("job watch", s);
+      std::cerr << "parsyn job watch: " << s.message() << " (reconnecting)\n";
+    }
+  }
+  if (interactive && !bars.empty()) std::cout << "\033[J";
+  return final_status == "succeeded" || final_status == "stopped" ? 0 : 1;
+}
+
+int Download(const JobFlags& f) {
+  auto client = ConnectToServer(f.remote);
+  if (!client.ok()) return Fail("job download", client.status());
+  auto res = (*client)->Get(JobPath(f.id, "/artifacts"));
+  if (!res.ok()) return Fail("job download", res.status());
+  auto body = res->Json();
+  if (!body.ok()) return Fail("job download", body.status());
+  const std::filesystem::path out = f.out.empty() ? "job-" + std::to_string(f.id) : f.out;
+  int downloaded = 0;
+  for (const json& a : (*body)["artifacts"]) {
+    const std::string name = a["name"];
+    if (!f.all && name.rfind("rounds/", 0) == 0) continue;  // per-round globals only with --all
+    const std::filesystem::path dest = out / name;
+    std::error_code ec;
+    std::filesystem::create_directories(dest.parent_path(), ec);
+    auto got = (*client)->DownloadToFile(JobPath(f.id, "/artifacts/" + name), dest);
+    if (!got.ok()) return Fail("job download", got.status());
+    std::cout << dest.string() << " (" << *got << " bytes)\n";
+    ++downloaded;
+  }
+  if (downloaded == 0) {
+    return Fail("job download", FailedPreconditionError("training job " + std::to_string(f.id) +
+                                                        " has no result yet (no round committed)"));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddJobCommands(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<JobFlags>();
+  CLI::App* job = SubcommandGroup(app, "job", "training jobs on a coordinator");
+  job->require_subcommand(1);
+  auto add = [&](const std::string& name, const std::string& help, bool takes_id) {
+    CLI::App* cmd = job->add_subcommand(name, help);
+    AddRemoteFlags(*cmd, flags->remote);
+    if (takes_id) cmd->add_option("id", flags->id, "training job id")->required();
+    return cmd;
+  };
+  add("create", "create a job from a JSON spec file", false)
+      ->callback([flags, &exit_code] { exit_code = Create(*flags); })
+      ->add_option("-f,--file", flags->file, "the job spec (JSON)")
+      ->required();
+  add("list", "list jobs", false)->callback([flags, &exit_code] { exit_code = List(*flags); });
+  add("get", "show a job", true)->callback([flags, &exit_code] {
+    exit_code = SimpleCall(*flags, "job get", http::Method::kGet, "");
+  });
+  add("watch", "follow a job's rounds and workers live", true)->callback([flags, &exit_code] {
+    exit_code = Watch(*flags);
+  });
+  add("stop", "finish with the latest committed weights", true)->callback([flags, &exit_code] {
+    exit_code = SimpleCall(*flags, "job stop", http::Method::kPost, "/stop");
+  });
+  add("cancel", "cancel a job", true)->callback([flags, &exit_code] {
+    exit_code = SimpleCall(*flags, "job cancel", http::Method::kPost, "/cancel");
+  });
+  CLI::App* download = add("download", "download the job's result (the adapter in PEFT layout, or the model)", true);
+  download->add_option("--out", flags->out, "destination folder (default: job-<id>)");
+  download->add_flag("--all", flags->all, "also every round's global");
+  download->callback([flags, &exit_code] { exit_code = Download(*flags); });
+}
+
+}  // namespace parsyn::cli

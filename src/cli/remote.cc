@@ -1,0 +1,79 @@
+#include "cli/remote.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace parsyn::cli {
+
+namespace {
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+std::string ReadFileTrimmed(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return "";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+void AddRemoteFlags(CLI::App& command, RemoteFlags& flags) {
+  command.add_option("--server", flags.server, "coordinator URL (default: $PARSYN_SERVER, else <data-dir>/server.json)");
+  command.add_option("--api-key", flags.api_key, "admin API key (default: $PARSYN_API_KEY, else <data-dir>/admin-key)");
+  command.add_option("--data-dir", flags.data_dir, "the local server's data directory (default: $PARSYN_DATA_DIR "
+                                                   "or ./parsyn-data)");
+}
+
+std::string DefaultDataDir() {
+  std::string dir = Env("PARSYN_DATA_DIR");
+  return dir.empty() ? "parsyn-data" : dir;
+}
+
+StatusOr<std::unique_ptr<http::Client>> ConnectToServer(const RemoteFlags& flags) {
+  const std::string data_dir = flags.data_dir.empty() ? DefaultDataDir() : flags.data_dir;
+  std::string server = !flags.server.empty() ? flags.server : Env("PARSYN_SERVER");
+  if (server.empty()) {
+    nlohmann::json info = nlohmann::json::parse(ReadFileTrimmed(data_dir + "/server.json"), nullptr, false);
+    if (info.is_object() && info.contains("url") && info["url"].is_string()) server = info["url"];
+  }
+  if (server.empty()) {
+    return InvalidArgumentError("no server: pass --server URL, set PARSYN_SERVER, or run `parsyn server --data-dir " +
+                                data_dir + "` on this machine");
+  }
+  std::string key = !flags.api_key.empty() ? flags.api_key : Env("PARSYN_API_KEY");
+  if (key.empty()) key = ReadFileTrimmed(data_dir + "/admin-key");
+  if (key.empty()) {
+    return InvalidArgumentError("no API key: pass --api-key, set PARSYN_API_KEY, or use the data directory of a "
+                                "local server (" + data_dir + "/admin-key)");
+  }
+  http::ClientOptions options;
+  options.base_url = server;
+  options.bearer_token = key;
+  options.unreachable_hint = "is `parsyn server` running?";
+  return std::make_unique<http::Client>(options);
+}
+
+CLI::App* SubcommandGroup(CLI::App& app, const std::string& name, const std::string& description) {
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (sub->get_name() == name) return sub;
+  }
+  return app.add_subcommand(name, description);
+}
+
+int Fail(const std::string& command, const Status& status) {
+  std::cerr << "parsyn " << command << ": " << status.message() << "\n";
+  return 1;
+}
+
+void PrintJson(const nlohmann::json& value) { std::cout << value.dump(2) << "\n"; }
+
+}  // namespace parsyn::cli

@@ -1,0 +1,36 @@
+// How the CLI's coordinator commands (job, dataset, model upload/list, worker register) find the server and the
+// admin key: flags first, then PARSYN_SERVER / PARSYN_API_KEY, then the local data directory that `parsyn server`
+// writes (<data_dir>/server.json holds its URL, <data_dir>/admin-key the key). The data directory is --data-dir,
+// else PARSYN_DATA_DIR, else ./parsyn-data.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "base/status.h"
+#include "http/client.h"
+
+namespace parsyn::cli {
+
+struct RemoteFlags {
+  std::string server;
+  std::string api_key;
+  std::string data_dir;
+};
+
+// Adds --server, --api-key and --data-dir to a command.
+void AddRemoteFlags(CLI::App& command, RemoteFlags& flags);
+// The default data directory: PARSYN_DATA_DIR, else "parsyn-data".
+std::string DefaultDataDir();
+// A client for the resolved server and key. InvalidArgument naming where it looked when either is missing.
+StatusOr<std::unique_ptr<http::Client>> ConnectToServer(const RemoteFlags& flags);
+// The subcommand `name` of `app`, created with `description` when absent (groups shared between files).
+CLI::App* SubcommandGroup(CLI::App& app, const std::string& name, const std::string& description);
+// Prints "parsyn <command>: <message>" to stderr and returns 1.
+int Fail(const std::string& command, const Status& status);
+// Prints JSON, indented, to stdout.
+void PrintJson(const nlohmann::json& value);
+
+}  // namespace parsyn::cli

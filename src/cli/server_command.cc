@@ -1,0 +1,124 @@
+// parsyn server: runs the coordinator (src/coordinator/service.h) on one event-loop thread until SIGINT/SIGTERM,
+// then shuts down gracefully. On the first start it prints the admin API key once (it is also in
+// <data-dir>/admin-key, mode 0600); it writes <data-dir>/server.json with its URL so the local CLI finds it.
+#include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "base/log.h"
+#include "cli/coordinator_commands.h"
+#include "cli/remote.h"
+#include "coordinator/service.h"
+#include "http/server.h"
+
+namespace parsyn::cli {
+namespace {
+
+struct ServerFlags {
+  std::string data_dir;
+  std::string listen = "127.0.0.1:8080";
+  std::string tls_cert;
+  std::string tls_key;
+  std::string public_url;
+  int64_t heartbeat_interval_ms = 5'000;
+  int64_t heartbeat_timeout_ms = 20'000;
+  int64_t max_poll_wait_ms = 30'000;
+  int threads = 4;
+  std::string log_level;
+};
+
+std::string HostOf(const std::string& listen) {
+  size_t colon = listen.rfind(':');
+  std::string host = colon == std::string::npos ? listen : listen.substr(0, colon);
+  if (host.empty() || host == "0.0.0.0") return "127.0.0.1";
+  if (host == "::" || host == "[::]") return "[::1]";
+  return host;
+}
+
+int RunServer(const ServerFlags& f) {
+  if (!f.log_level.empty()) log::Init(f.log_level);
+  if (f.tls_cert.empty() != f.tls_key.empty()) {
+    std::cerr << "parsyn server: --tls-cert and --tls-key go together\n";
+    return 2;
+  }
+  boost::asio::io_context io;
+  coordinator::ServiceOptions options;
+  options.data_dir = f.data_dir.empty() ? DefaultDataDir() : f.data_dir;
+  options.heartbeat_interval = std::chrono::milliseconds(f.heartbeat_interval_ms);
+  options.heartbeat_timeout = std::chrono::milliseconds(f.heartbeat_timeout_ms);
+  options.max_poll_wait = std::chrono::milliseconds(f.max_poll_wait_ms);
+  options.pool_threads = f.threads;
+  StatusOr<std::unique_ptr<coordinator::Service>> service = coordinator::Service::Open(io, options);
+  if (!service.ok()) return Fail("server", service.status());
+  StatusOr<http::Router> router = (*service)->BuildRouter();
+  if (!router.ok()) return Fail("server", router.status());
+
+  http::ServerOptions server_options;
+  server_options.listen = f.listen;
+  server_options.tls_cert_file = f.tls_cert;
+  server_options.tls_key_file = f.tls_key;
+  StatusOr<std::unique_ptr<http::Server>> server = http::Server::Start(io, server_options, std::move(*router));
+  if (!server.ok()) return Fail("server", server.status());
+  const std::string url = (*server)->tls() ? "https://" : "http://";
+  const std::string base = url + HostOf(f.listen) + ":" + std::to_string((*server)->port());
+  (*service)->SetPublicUrl(f.public_url.empty() ? base : f.public_url);
+  {
+    std::ofstream info(options.data_dir / "server.json", std::ios::trunc);
+    info << nlohmann::json{{"url", base}}.dump() << "\n";
+  }
+  if (const auto& key = (*service)->new_admin_key()) {
+    std::cout << "admin API key (shown once; also in " << (options.data_dir / "admin-key").string() << "): " << *key
+              << "\n";
+  }
+  std::cout << "parsyn server listening on " << base << std::endl;
+
+  coordinator::Service* svc = service->get();
+  http::Server* srv = server->get();
+  boost::asio::co_spawn(io, svc->Start(), boost::asio::detached);
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    PARSYN_LOG_INFO("shutting down");
+    svc->BeginShutdown();
+    boost::asio::co_spawn(
+        io,
+        // No io.stop(): once the server has closed its connections and the service its timer and long-polls, the
+        // loop runs out of work and run() returns with every coroutine finished, so nothing outlives what it uses.
+        [srv]() -> http::Awaitable<void> { co_await srv->Shutdown(std::chrono::seconds(5)); },
+        boost::asio::detached);
+  });
+  io.run();
+  return 0;
+}
+
+}  // namespace
+
+void AddServerCommand(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<ServerFlags>();
+  CLI::App* cmd = app.add_subcommand("server", "run the coordinator (REST API, worker protocol, rounds)");
+  cmd->add_option("--data-dir", flags->data_dir, "where the metadata database and blobs live "
+                                                 "(default: $PARSYN_DATA_DIR or ./parsyn-data)");
+  cmd->add_option("--listen", flags->listen, "host:port to listen on (port 0 picks a free one)")
+      ->capture_default_str();
+  cmd->add_option("--tls-cert", flags->tls_cert, "PEM certificate chain: serve HTTPS only");
+  cmd->add_option("--tls-key", flags->tls_key, "PEM private key for --tls-cert");
+  cmd->add_option("--public-url", flags->public_url, "base URL workers reach this server at (signed blob URLs)");
+  cmd->add_option("--heartbeat-interval-ms", flags->heartbeat_interval_ms, "heartbeat period asked of workers")
+      ->capture_default_str();
+  cmd->add_option("--heartbeat-timeout-ms", flags->heartbeat_timeout_ms,
+                  "a worker silent this long is disconnected")->capture_default_str();
+  cmd->add_option("--max-poll-wait-ms", flags->max_poll_wait_ms, "longest task long-poll")->capture_default_str();
+  cmd->add_option("--threads", flags->threads, "worker-pool threads for storage and aggregation")
+      ->capture_default_str();
+  cmd->add_option("--log-level", flags->log_level, "debug, info, warn or error");
+  cmd->callback([flags, &exit_code] { exit_code = RunServer(*flags); });
+}
+
+}  // namespace parsyn::cli
