@@ -1,0 +1,18 @@
+// The `parsyn` program's subcommand groups. Each group lives in its own file and registers itself on the root app;
+// a command's callback stores the process exit code in `exit_code` (0 success, 1 failure, 2 usage; trainer-backed
+// commands pass on parsyn-trainer's 3 = stopped, 4 = out of memory).
+// Errors are printed to stderr as one line "parsyn <command>: <reason>".
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace parsyn::cli {
+
+// parsyn train: local single-machine training (train_command.cc).
+void AddTrainCommand(CLI::App& app, int& exit_code);
+// parsyn model init (model_command.cc).
+void AddModelCommands(CLI::App& app, int& exit_code);
+// parsyn worker --server URL --token TOKEN ...: the worker agent (worker_command.cc).
+void AddWorkerCommand(CLI::App& app, int& exit_code);
+
+}  // namespace parsyn::cli

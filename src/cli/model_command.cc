@@ -1,0 +1,99 @@
+// parsyn model init: a new, randomly initialised Llama-family model folder (config.json, model.safetensors,
+// tokenizer.json), written by parsyn-trainer's model-init (src/trainer/model_init.h).
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/trainer_runner.h"
+
+namespace parsyn::cli {
+namespace {
+
+struct InitFlags {
+  std::string out;
+  std::string architecture = "llama";
+  int64_t hidden_size = 64;
+  int64_t layers = 2;
+  int64_t heads = 4;
+  int64_t kv_heads = 0;
+  int64_t intermediate_size = 0;
+  int64_t vocab_size = 0;
+  std::string tokenizer;
+  bool tie_embeddings = false;
+  int64_t max_position_embeddings = 2048;
+  double rope_theta = 10000.0;
+  uint64_t seed = 0;
+  std::string dtype = "f32";
+};
+
+int RunInit(const InitFlags& f) {
+  std::string dtype = f.dtype;
+  for (char& c : dtype) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (dtype != "F32" && dtype != "BF16" && dtype != "F16") {
+    std::cerr << "parsyn model init: --dtype must be f32, bf16 or f16, got " << f.dtype << "\n";
+    return 2;
+  }
+  nlohmann::json options = {{"architecture", f.architecture},
+                            {"hidden_size", f.hidden_size},
+                            {"num_hidden_layers", f.layers},
+                            {"num_attention_heads", f.heads},
+                            {"num_key_value_heads", f.kv_heads},
+                            {"intermediate_size", f.intermediate_size},
+                            {"vocab_size", f.vocab_size},
+                            {"tie_word_embeddings", f.tie_embeddings},
+                            {"max_position_embeddings", f.max_position_embeddings},
+                            {"rope_theta", f.rope_theta},
+                            {"seed", f.seed},
+                            {"dtype", dtype}};
+  if (!f.tokenizer.empty()) options["tokenizer_json"] = std::filesystem::absolute(f.tokenizer).string();
+  auto outcome = RunTrainer({"model-init", f.out, options.dump()}, nullptr);
+  if (!outcome.ok()) {
+    std::cerr << "parsyn model init: " << outcome.status().message() << "\n";
+    return 1;
+  }
+  if (outcome->exit_code != 0) {
+    std::cerr << "parsyn model init: " << TrainerFailureMessage(*outcome) << "\n";
+    return outcome->exit_code;
+  }
+  const nlohmann::json& config = outcome->done["config"];
+  std::cout << "wrote " << config.value("model_type", "llama") << " model to " << f.out << ": hidden "
+            << config.value("hidden_size", 0) << ", " << config.value("num_hidden_layers", 0) << " layers, "
+            << config.value("num_attention_heads", 0) << " heads (" << config.value("num_key_value_heads", 0)
+            << " kv), vocabulary " << config.value("vocab_size", 0) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+void AddModelCommands(CLI::App& app, int& exit_code) {
+  CLI::App* model = app.add_subcommand("model", "Model folders (Hugging Face layout)");
+  model->require_subcommand(1);
+  auto flags = std::make_shared<InitFlags>();
+  CLI::App* init = model->add_subcommand("init", "Write a new, randomly initialised Llama-family model folder");
+  init->add_option("--out,-o", flags->out, "Folder to create (must not already hold a config.json)")->required();
+  init->add_option("--architecture", flags->architecture, "llama or qwen2")
+      ->check(CLI::IsMember({"llama", "qwen2"}))
+      ->capture_default_str();
+  init->add_option("--hidden-size", flags->hidden_size, "Model width")->capture_default_str();
+  init->add_option("--layers", flags->layers, "Transformer layers")->capture_default_str();
+  init->add_option("--heads", flags->heads, "Attention heads")->capture_default_str();
+  init->add_option("--kv-heads", flags->kv_heads, "Key/value heads (grouped-query attention); 0 = --heads")
+      ->capture_default_str();
+  init->add_option("--intermediate-size", flags->intermediate_size, "MLP width; 0 = 8/3 x hidden, rounded up to 32")
+      ->capture_default_str();
+  init->add_option("--vocab-size", flags->vocab_size, "Embedding rows; 0 = the tokenizer's size")
+      ->capture_default_str();
+  init->add_option("--tokenizer", flags->tokenizer,
+                   "tokenizer.json to copy (default: a byte-level tokenizer, 259 tokens)")
+      ->check(CLI::ExistingFile);
+  init->add_flag("--tie-embeddings", flags->tie_embeddings, "Share the output head with the token embeddings");
+  init->add_option("--max-position-embeddings", flags->max_position_embeddings, "Longest sequence")
+      ->capture_default_str();
+  init->add_option("--rope-theta", flags->rope_theta, "Rotary embedding base")->capture_default_str();
+  init->add_option("--seed", flags->seed, "Initialisation seed")->capture_default_str();
+  init->add_option("--dtype", flags->dtype, "Checkpoint dtype: f32, bf16 or f16")->capture_default_str();
+  init->callback([flags, &exit_code] { exit_code = RunInit(*flags); });
+}
+
+}  // namespace parsyn::cli

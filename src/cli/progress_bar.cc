@@ -1,0 +1,114 @@
+#include "cli/progress_bar.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace parsyn::cli {
+namespace {
+
+using nlohmann::json;
+
+std::string HumanRate(double rate) {
+  char buffer[32];
+  if (rate >= 1e6) {
+    std::snprintf(buffer, sizeof buffer, "%.1fM", rate / 1e6);
+  } else if (rate >= 1e3) {
+    std::snprintf(buffer, sizeof buffer, "%.1fk", rate / 1e3);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%.1f", rate);
+  }
+  return buffer;
+}
+
+std::string Duration(double seconds) {
+  if (seconds < 0 || !std::isfinite(seconds)) return "--";
+  const int64_t s = static_cast<int64_t>(std::llround(seconds));
+  char buffer[32];
+  if (s >= 3600) {
+    std::snprintf(buffer, sizeof buffer, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%lld:%02lld", static_cast<long long>(s / 60),
+                  static_cast<long long>(s % 60));
+  }
+  return buffer;
+}
+
+std::string MetricsText(const json& e) {
+  char buffer[160];
+  std::snprintf(buffer, sizeof buffer, "loss %.4f  perplexity %.3f  accuracy %.1f%%  exact match %.1f%%  (%lld examples)",
+                e.value("loss", 0.0), e.value("perplexity", 0.0), 100 * e.value("accuracy", 0.0),
+                100 * e.value("exact_match", 0.0), static_cast<long long>(e.value("num_examples", 0)));
+  return buffer;
+}
+
+}  // namespace
+
+std::string FormatProgressLine(int64_t step, int64_t total_steps, double loss, double learning_rate, double rate,
+                               const std::string& rate_unit, double eta_seconds, int width) {
+  const double fraction = total_steps > 0 ? std::clamp(static_cast<double>(step) / total_steps, 0.0, 1.0) : 0.0;
+  const int filled = static_cast<int>(std::floor(fraction * width));
+  std::string bar = "[" + std::string(static_cast<size_t>(filled), '#') +
+                    std::string(static_cast<size_t>(width - filled), '-') + "]";
+  const int digits = static_cast<int>(std::to_string(total_steps).size());
+  char buffer[256];
+  std::snprintf(buffer, sizeof buffer, "%s %*lld/%lld  loss %.4f  lr %.2e  %s %s  ETA %s", bar.c_str(), digits,
+                static_cast<long long>(step), static_cast<long long>(total_steps), loss, learning_rate,
+                HumanRate(rate).c_str(), rate_unit.c_str(), Duration(eta_seconds).c_str());
+  return buffer;
+}
+
+ProgressReporter::ProgressReporter(std::ostream& out, bool interactive) : out_(out), interactive_(interactive) {}
+
+void ProgressReporter::Finish() {
+  if (bar_open_) {
+    out_ << "\n";
+    out_.flush();
+    bar_open_ = false;
+  }
+}
+
+void ProgressReporter::OnEvent(const json& event) {
+  const std::string kind = event.value("event", "");
+  if (kind == "start") {
+    out_ << "training " << event.value("kind", "") << " on " << event.value("device", "cpu") << ": "
+         << event.value("samples_used", 0) << " training examples, " << event.value("num_validation", 0)
+         << " for validation, " << event.value("total_steps", 0) << " steps, "
+         << event.value("trainable_parameters", 0) << " trainable parameters\n";
+    started_ = std::chrono::steady_clock::now();
+  } else if (kind == "eval") {
+    Finish();
+    out_ << "validation " << event.value("phase", "") << " training: " << MetricsText(event) << "\n";
+  } else if (kind == "progress") {
+    const int64_t step = event.value("step", 0);
+    const int64_t total = event.value("total_steps", 0);
+    const auto now = std::chrono::steady_clock::now();
+    if (first_step_ == 0) {
+      // The first step includes warm-up costs; measure the ETA from its end.
+      first_step_ = step;
+      started_ = now;
+    }
+    const double elapsed = std::chrono::duration<double>(now - started_).count();
+    const int64_t done_since = step - first_step_;
+    const double eta = done_since > 0 ? elapsed / done_since * static_cast<double>(total - step) : -1;
+    const double tokens = event.value("tokens_per_s", 0.0);
+    const bool by_tokens = tokens > 0;
+    const std::string line = FormatProgressLine(step, total, event.value("loss", 0.0), event.value("lr", 0.0),
+                                                by_tokens ? tokens : event.value("samples_per_s", 0.0),
+                                                by_tokens ? "tok/s" : "samples/s", step == total ? 0 : eta);
+    if (interactive_) {
+      out_ << "\r" << line << "\033[K";
+      bar_open_ = true;
+      out_.flush();
+    } else if (step == total || step == 1 || (step - last_printed_step_) * 10 >= total) {
+      out_ << line << "\n";
+      last_printed_step_ = step;
+    }
+  } else if (kind == "done") {
+    Finish();
+  }
+}
+
+}  // namespace parsyn::cli

@@ -1,0 +1,37 @@
+// Turns parsyn-trainer's JSON progress lines into what a person watches: a one-line bar redrawn in place on a
+// terminal (steps, loss, learning rate, throughput, ETA), or a plain line every ~10% of the steps when stderr is not a
+// terminal (logs, CI). Used from one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace parsyn::cli {
+
+// "[#########-----------]  45/100  loss 1.2345  lr 2.00e-04  1.2k tok/s  ETA 0:42" (bar `width` characters wide).
+// `rate_unit` is "tok/s" or "samples/s"; an ETA below 0 prints "ETA --".
+std::string FormatProgressLine(int64_t step, int64_t total_steps, double loss, double learning_rate, double rate,
+                               const std::string& rate_unit, double eta_seconds, int width = 24);
+
+class ProgressReporter {
+ public:
+  ProgressReporter(std::ostream& out, bool interactive);
+  // Handles one trainer event ("start", "eval", "progress", "done"; others are ignored).
+  void OnEvent(const nlohmann::json& event);
+  // Ends a bar line still being redrawn (before printing an error after it).
+  void Finish();
+
+ private:
+  std::ostream& out_;
+  bool interactive_;
+  bool bar_open_ = false;
+  int64_t last_printed_step_ = 0;
+  std::chrono::steady_clock::time_point started_;
+  int64_t first_step_ = 0;
+};
+
+}  // namespace parsyn::cli

@@ -1,0 +1,54 @@
+#include "cli/progress_bar.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace parsyn::cli {
+namespace {
+
+TEST(ProgressBarTest, FormatsStepsLossRateAndEta) {
+  EXPECT_EQ(FormatProgressLine(45, 100, 1.23456, 2e-4, 1234.0, "tok/s", 42, 20),
+            "[#########-----------]  45/100  loss 1.2346  lr 2.00e-04  1.2k tok/s  ETA 0:42");
+  EXPECT_EQ(FormatProgressLine(3, 3, 0.5, 1e-3, 12.0, "samples/s", 0, 4),
+            "[####] 3/3  loss 0.5000  lr 1.00e-03  12.0 samples/s  ETA 0:00");
+  EXPECT_EQ(FormatProgressLine(1, 10, 2, 1e-3, 2.5e6, "tok/s", -1, 4),
+            "[----]  1/10  loss 2.0000  lr 1.00e-03  2.5M tok/s  ETA --");
+  EXPECT_NE(FormatProgressLine(1, 100000, 2, 1e-3, 1, "tok/s", 3725, 4).find("ETA 1:02:05"), std::string::npos);
+}
+
+TEST(ProgressBarTest, NonInteractiveOutputPrintsAboutEveryTenthStep) {
+  std::ostringstream out;
+  ProgressReporter reporter(out, /*interactive=*/false);
+  reporter.OnEvent({{"event", "start"}, {"kind", "tabular"}, {"samples_used", 80}, {"num_validation", 20},
+                    {"total_steps", 100}, {"trainable_parameters", 10}, {"device", "cpu"}});
+  for (int step = 1; step <= 100; ++step) {
+    reporter.OnEvent({{"event", "progress"}, {"step", step}, {"total_steps", 100}, {"loss", 1.0}, {"lr", 1e-3},
+                      {"samples_per_s", 100.0}, {"tokens_per_s", 0.0}});
+  }
+  reporter.OnEvent({{"event", "eval"}, {"phase", "after"}, {"loss", 0.5}, {"perplexity", 1.65}, {"accuracy", 0.9},
+                    {"exact_match", 0.9}, {"num_examples", 20}});
+  const std::string text = out.str();
+  EXPECT_NE(text.find("80 training examples, 20 for validation, 100 steps"), std::string::npos) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '['), 11) << text;  // step 1, then every 10th
+  EXPECT_NE(text.find("validation after training: loss 0.5000"), std::string::npos) << text;
+  EXPECT_EQ(text.find('\r'), std::string::npos);
+}
+
+TEST(ProgressBarTest, InteractiveOutputRedrawsOneLine) {
+  std::ostringstream out;
+  ProgressReporter reporter(out, /*interactive=*/true);
+  for (int step = 1; step <= 3; ++step) {
+    reporter.OnEvent({{"event", "progress"}, {"step", step}, {"total_steps", 3}, {"loss", 1.0}, {"lr", 1e-3},
+                      {"tokens_per_s", 500.0}});
+  }
+  reporter.Finish();
+  const std::string text = out.str();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\r'), 3);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1);
+  EXPECT_NE(text.find("tok/s"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace parsyn::cli

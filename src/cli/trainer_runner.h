@@ -1,0 +1,35 @@
+// Runs parsyn-trainer as a child process and follows its JSON-lines output: how every `parsyn` command that needs
+// torch (train, model init) gets it done without linking libtorch. Used from one thread.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+
+namespace parsyn::cli {
+
+// parsyn-trainer's exit codes (src/trainer/trainer_main.cc).
+inline constexpr int kTrainerStopped = 3;
+inline constexpr int kTrainerOutOfMemory = 4;
+
+struct TrainerOutcome {
+  int exit_code = 0;
+  nlohmann::json done;   // the "done" event on success
+  nlohmann::json error;  // the "error" event on failure, when the trainer wrote one
+};
+
+// Starts parsyn-trainer with `args`, passes every JSON event to `on_event`, and waits for it. SIGINT in this process
+// is caught (not ignored: the child must still receive the terminal's Ctrl-C and stop cleanly) while the child runs.
+// Errors: NotFound when parsyn-trainer cannot be found, Internal when it cannot be started. A trainer that fails is
+// not an error here: see TrainerOutcome.
+StatusOr<TrainerOutcome> RunTrainer(const std::vector<std::string>& args,
+                                    const std::function<void(const nlohmann::json&)>& on_event);
+
+// The one line to show for a failed trainer run: its error message, or its exit status when it wrote none.
+std::string TrainerFailureMessage(const TrainerOutcome& outcome);
+
+}  // namespace parsyn::cli
