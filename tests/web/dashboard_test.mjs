@@ -160,7 +160,13 @@ async function main() {
     assert.equal(await page.evaluate(() => sessionStorage.getItem('parsyn.apiKey')), key, 'key kept in session storage');
     log('signed in');
 
-    // Keyboard: the skip link, then the navigation, are reached with Tab.
+    // Keyboard: after signing in the focus is on the page's content; on a fresh load the skip link, then the
+    // navigation, are reached with Tab.
+    assert.equal(await page.evaluate(() => document.activeElement?.id), 'main');
+    await page.keyboard.press('Tab');
+    assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'New job');
+    await page.reload();
+    await page.locator('#jobs-table').waitFor();
     await page.keyboard.press('Tab');
     assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Skip to content');
     await page.keyboard.press('Tab');

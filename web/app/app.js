@@ -10,6 +10,7 @@ import * as workers from './workers.js';
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
 let cleanup = null;
+let signingIn = false;  // a 401 while trying a key is the form's answer, not a lost session
 
 const ROUTES = [
   { pattern: /^#\/training$/, page: training, title: 'Training', nav: 'training' },
@@ -48,11 +49,14 @@ function showSignIn(message) {
     button.disabled = true;
     error.textContent = '';
     setApiKey(key);
+    signingIn = true;
     try {
       await api('GET', '/workers');  // any admin route: tells a wrong key apart
-      if (!ROUTES.some((r) => r.pattern.test(location.hash))) location.hash = '#/training';
-      route();
+      signingIn = false;
+      if (!ROUTES.some((r) => r.pattern.test(location.hash))) history.replaceState(null, '', '#/training');
+      route(true);
     } catch (err) {
+      signingIn = false;
       setApiKey(null);
       error.textContent = err instanceof ApiError && err.status === 401
         ? 'That key was not accepted.' : `Could not reach the server: ${err.message}`;
@@ -64,7 +68,7 @@ function showSignIn(message) {
   input.focus();
 }
 
-function route() {
+function route(moveFocus = false) {
   if (!apiKey()) {
     showSignIn();
     return;
@@ -84,9 +88,12 @@ function route() {
   const container = h('div', { class: 'page' });
   main.replaceChildren(container);
   cleanup = match.r.page.render(container, match.m.slice(1)) ?? null;
+  // After a navigation the keyboard continues from the new page's content (the first load keeps the natural order).
+  if (moveFocus) main.focus({ preventScroll: true });
 }
 
 setUnauthenticatedHandler(() => {
+  if (signingIn) return;
   setApiKey(null);
   showSignIn('The server no longer accepts the key: sign in again.');
 });
@@ -96,5 +103,5 @@ document.getElementById('sign-out').addEventListener('click', () => {
   showSignIn('Signed out.');
 });
 
-window.addEventListener('hashchange', route);
+window.addEventListener('hashchange', () => route(true));
 route();
