@@ -66,7 +66,8 @@ StatusOr<json> BuildTrainerTask(const json& task, const TaskHeader& header, cons
       {"data_format", files.data_format},
       {"config", config},
       {"steps", train ? header.steps_per_round : 0},
-      {"seed", seed},
+      // The trainer reads seeds as non-negative int64: keep the coordinator's 64-bit seed's low 63 bits.
+      {"seed", seed & 0x7fff'ffff'ffff'ffffULL},
       {"split_seed", 0},
       {"device", device},
       {"threads", threads},

@@ -50,6 +50,8 @@ TEST(BuildTrainerTaskTest, TrainTaskContinuesOneScheduleAcrossRounds) {
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ((*out)["steps"], 10);
   EXPECT_EQ((*out)["seed"], 99);
+  task["seed"] = 0xffff'ffff'ffff'fff0ULL;  // the coordinator's seeds use all 64 bits
+  EXPECT_EQ((*BuildTrainerTask(task, h, files, "cpu", 1))["seed"], 0x7fff'ffff'ffff'fff0ULL);
   EXPECT_EQ((*out)["schedule"], (json{{"start_step", 10}, {"total_steps", 40}}));
   EXPECT_EQ((*out)["config"]["validation_fraction"], 0.25);
   EXPECT_EQ((*out)["config"]["batch_size"], 2);
