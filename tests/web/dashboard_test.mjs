@@ -192,6 +192,19 @@ async function main() {
     await shot('02-new-job-validation-error');
     log('validation error shown next to distributed.min_workers');
 
+    // Records every worker name the job view ever lists as training or reported (a worker is "reported" only
+    // between its accepted update and the next round's start, often well under a second).
+    await page.evaluate(() => {
+      window.seenInLists = { training: new Set(), reported: new Set() };
+      new MutationObserver(() => {
+        for (const group of ['training', 'reported']) {
+          for (const li of document.querySelectorAll(`#${group}-list li[data-worker-id]`)) {
+            window.seenInLists[group].add(li.textContent);
+          }
+        }
+      }).observe(document.body, { childList: true, subtree: true });
+    });
+
     // A real job through the form, advanced section included: two own workers, 3 steps a round.
     await page.goto(`${base}/#/training`);
     await page.goto(`${base}/#/jobs/new`);
@@ -238,9 +251,11 @@ async function main() {
     await waitFor('the aggregated curve to gain a point', async () => (await pointsOf('#aggregate-chart'))[0] >= 1, 180_000);
     const aggregateBefore = (await pointsOf('#aggregate-chart'))[0];
     await waitFor('the round counter to advance', async () => (await roundNumber()) > firstRound, 180_000);
-    await waitFor('the reported list to name a worker', async () =>
-      (await page.locator('#reported-list li[data-worker-id]').count()) > 0 ||
-      (await page.locator('#rounds-table tbody tr[data-outcome="committed"]').count()) > 0, 180_000);
+    await waitFor('both workers to have been listed as reported and as training', async () => {
+      const seen = await page.evaluate(() => ({
+        training: [...window.seenInLists.training].sort(), reported: [...window.seenInLists.reported].sort() }));
+      return seen.training.join() === 'alpha,beta' && seen.reported.join() === 'alpha,beta';
+    }, 180_000);
     await waitFor('every worker curve and the aggregated curve to grow', async () => {
       const now = await pointsOf('.worker-chart');
       const aggregate = (await pointsOf('#aggregate-chart'))[0];
@@ -278,12 +293,17 @@ async function main() {
     await page.click('#stop-job');
     await page.locator('#job-status .status', { hasText: 'stopped' }).waitFor({ timeout: 180_000 });
     assert.equal(await page.isDisabled('#stop-job'), true);
-    const downloadButton = page.locator('#artifacts button[data-artifact]').first();
+    const downloadButton = page.locator('#artifacts button[data-artifact="adapter_model.safetensors"]');
     await downloadButton.waitFor({ timeout: 30_000 });
+    const { artifacts } = await call('GET', `/training-jobs/${jobId}/artifacts`);
+    const adapter = artifacts.find((a) => a.name === 'adapter_model.safetensors');
     const [download] = await Promise.all([page.waitForEvent('download'), downloadButton.click()]);
     const saved = path.join(tmp, 'download');
     await download.saveAs(saved);
-    assert.ok(fs.statSync(saved).size > 0, 'downloaded result is not empty');
+    assert.equal(fs.statSync(saved).size, adapter.size_bytes, 'the downloaded result is the stored artifact');
+    // The round in progress when the job stopped is recorded as failed in the history.
+    await waitFor('the round history to show no round running', async () =>
+      (await page.locator('#rounds-table tbody tr[data-outcome="running"]').count()) === 0, 10_000);
     log(`stopped; downloaded ${download.suggestedFilename()} (${fs.statSync(saved).size} bytes)`);
     await shot('07-job-detail-stopped');
 
