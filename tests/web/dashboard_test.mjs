@@ -95,6 +95,21 @@ async function main() {
   const key = fs.readFileSync(path.join(dataDir, 'admin-key'), 'utf8').trim();
   log(`server at ${base}`);
 
+  // The page and its files are open routes with their content types; unknown files are 404; the API needs the key.
+  const index = await fetch(`${base}/`);
+  assert.equal(index.status, 200);
+  assert.equal(index.headers.get('content-type'), 'text/html; charset=utf-8');
+  assert.match(index.headers.get('content-security-policy'), /default-src 'self'/);
+  assert.match(await index.text(), /<script type="module" src="\/ui\/app.js">/);
+  const script = await fetch(`${base}/ui/app.js`);
+  assert.equal(script.headers.get('content-type'), 'text/javascript; charset=utf-8');
+  const uplot = await fetch(`${base}/ui/vendor/uPlot.esm.js`);
+  assert.equal(uplot.status, 200, 'uPlot is embedded (web/node_modules installed)');
+  const missing = await fetch(`${base}/ui/no-such-file.js`);
+  assert.equal(missing.status, 404);
+  assert.equal((await missing.json()).error.code, 'not_found');
+  assert.equal((await fetch(`${base}/api/v1/workers`)).status, 401);
+
   const call = async (method, route, body, contentType = 'application/json') => {
     const r = await fetch(`${base}/api/v1${route}`, {
       method, body, headers: { Authorization: `Bearer ${key}`, ...(body ? { 'Content-Type': contentType } : {}) } });
