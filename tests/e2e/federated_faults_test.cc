@@ -99,6 +99,10 @@ TEST_F(LlamaJobTest, ServerKilledMidJobFinishesWithTheUninterruptedWeights) {
   server_->Start();  // same data directory, same port: the workers reconnect on their own
   json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
   ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  // The kill landed mid-job: the restarted server resumed it after its last committed round.
+  EXPECT_TRUE(WaitForEvent(*admin_, job_id, [](const std::string& type, const json& d) {
+    return type == "job_resumed" && d.value("committed_round", 0) >= 1 && d.value("committed_round", 0) < 3;
+  }, std::chrono::seconds(10)));
 
   auto final_sha = [&](int64_t id) {
     std::string sha;
