@@ -1,0 +1,250 @@
+// The REST API against a real `parsyn server`: happy paths, and a table of bad requests each answered with the
+// right status, code and message while the server stays healthy.
+#include <gtest/gtest.h>
+
+#include "harness.h"
+#include "http/signed_url.h"
+
+namespace parsyn::testing {
+namespace {
+
+class ApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<ServerProcess>(dir_.path() / "data");
+    admin_ = AdminClient(*server_);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<http::Client> admin_;
+};
+
+TEST_F(ApiTest, AdminKeyIsWrittenOnceWithMode0600AndStoredHashed) {
+  const auto key_file = dir_.path() / "data" / "admin-key";
+  auto perms = std::filesystem::status(key_file).permissions();
+  EXPECT_EQ(perms & std::filesystem::perms::all, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  const std::string key = server_->admin_key();
+  EXPECT_TRUE(key.starts_with("psk_"));
+  server_->Terminate();
+  server_->Restart();  // a second start keeps the key
+  EXPECT_EQ(server_->admin_key(), key);
+  auto admin = AdminClient(*server_);
+  EXPECT_TRUE(admin->Get("/api/v1/datasets").ok());
+}
+
+TEST_F(ApiTest, HealthzIsOpen) {
+  http::ClientOptions o;
+  o.base_url = server_->url();
+  http::Client anonymous(o);
+  auto res = anonymous.Get("/healthz");
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ((*res->Json())["status"], "ok");
+}
+
+TEST_F(ApiTest, HappyPathsForDatasetsModelsWorkersAndJobs) {
+  Fixture f = MakeFixture(*admin_, 20, 2);
+  ASSERT_GT(f.dataset_id, 0);
+  ASSERT_GT(f.model_id, 0);
+  ASSERT_EQ(f.worker_ids.size(), 2u);
+
+  auto ds = admin_->Get("/api/v1/datasets/" + std::to_string(f.dataset_id));
+  ASSERT_TRUE(ds.ok());
+  EXPECT_EQ((*ds->Json())["row_count"], 20);
+  EXPECT_EQ((*ds->Json())["kind"], "text");
+  EXPECT_EQ((*admin_->Get("/api/v1/datasets")->Json())["datasets"].size(), 1u);
+
+  auto model = admin_->Get("/api/v1/models/" + std::to_string(f.model_id));
+  ASSERT_TRUE(model.ok());
+  EXPECT_EQ((*model->Json())["model_type"], "llama");
+  EXPECT_EQ((*model->Json())["files"][0]["path"], "config.json");
+
+  auto workers = admin_->Get("/api/v1/workers");
+  ASSERT_TRUE(workers.ok());
+  const json worker_list = *workers->Json();
+  for (const json& w : worker_list["workers"]) {
+    EXPECT_EQ(w["kind"], "own");
+    EXPECT_EQ(w["status"], "offline");
+    EXPECT_FALSE(w.contains("token"));
+    EXPECT_FALSE(w.contains("token_sha256"));
+  }
+
+  auto job = admin_->PostJson("/api/v1/training-jobs", DistributedSpec(f, 2, 2, 30));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const int64_t job_id = (*job->Json())["id"];
+  EXPECT_EQ((*job->Json())["status"], "queued");
+  // With no worker online the job waits for workers.
+  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [](const std::string& t, const json&) { return t == "round_started"; },
+                           std::chrono::seconds(10)));
+  auto got = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id));
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got->Json())["status"], "running");
+  EXPECT_EQ((*got->Json())["live"]["phase"], "waiting_for_workers");
+  EXPECT_EQ((*got->Json())["total_rounds"], 2);
+  EXPECT_EQ((*admin_->Get("/api/v1/training-jobs")->Json())["training_jobs"].size(), 1u);
+
+  // Referenced records cannot be deleted while the job exists.
+  auto del = admin_->Delete("/api/v1/datasets/" + std::to_string(f.dataset_id));
+  EXPECT_EQ(del.status().code(), StatusCode::kFailedPrecondition);
+
+  auto cancelled = admin_->PostJson("/api/v1/training-jobs/" + std::to_string(job_id) + "/cancel", json::object());
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+  EXPECT_EQ((*cancelled->Json())["status"], "cancelled");
+  auto again = admin_->PostJson("/api/v1/training-jobs/" + std::to_string(job_id) + "/stop", json::object());
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.status().message().find("already cancelled"), std::string::npos) << again.status().message();
+
+  // Revocation keeps the record and refuses the token.
+  auto revoked = admin_->Delete("/api/v1/workers/" + std::to_string(f.worker_ids[0]));
+  ASSERT_TRUE(revoked.ok());
+  EXPECT_EQ((*revoked->Json())["status"], "revoked");
+  auto worker = ClientWithToken(*server_, f.worker_tokens[0]);
+  auto hello = worker->PostJson("/api/v1/worker/hello", json::object());
+  EXPECT_EQ(hello.status().code(), StatusCode::kPermissionDenied);
+}
+
+TEST_F(ApiTest, DatasetValidationNamesTheLine) {
+  auto res = admin_->Send(http::Method::kPost, "/api/v1/datasets?name=bad.jsonl",
+                          "{\"text\": \"ok\"}\n{\"text\": \"ok\"}\n[1, 2]\n", "application/octet-stream");
+  ASSERT_EQ(res.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(res.status().message().find("line 3"), std::string::npos) << res.status().message();
+  EXPECT_TRUE((*admin_->Get("/api/v1/datasets")->Json())["datasets"].empty());
+
+  auto csv = admin_->Send(http::Method::kPost, "/api/v1/datasets?name=t.csv", "a,b,label\n1,2,x\n3,4,y\n",
+                          "application/octet-stream");
+  ASSERT_TRUE(csv.ok()) << csv.status().ToString();
+  EXPECT_EQ((*csv->Json())["kind"], "tabular");
+  EXPECT_EQ((*csv->Json())["row_count"], 2);
+}
+
+struct BadRequest {
+  const char* name;
+  http::Method method;
+  std::string path;
+  std::string body;
+  std::string auth;  // "admin", "none", "wrong", "worker"
+  int status;
+  const char* code;
+  const char* message_part;
+};
+
+TEST_F(ApiTest, BadRequestsGetTheRightStatusAndMessage) {
+  Fixture f = MakeFixture(*admin_, 10, 1);
+  const std::string valid_spec = DistributedSpec(f, 1, 1, 30).dump();
+  auto spec_with = [&](const std::function<void(json&)>& change) {
+    json s = json::parse(valid_spec);
+    change(s);
+    return s.dump();
+  };
+  const std::vector<BadRequest> table = {
+      {"no key", http::Method::kGet, "/api/v1/datasets", "", "none", 401, "unauthenticated", "Authorization"},
+      {"wrong key", http::Method::kGet, "/api/v1/datasets", "", "wrong", 401, "unauthenticated", "invalid API key"},
+      {"worker token on user API", http::Method::kGet, "/api/v1/datasets", "", "worker", 401, "unauthenticated",
+       "invalid API key"},
+      {"admin key on worker API", http::Method::kPost, "/api/v1/worker/hello", "{}", "admin", 401,
+       "unauthenticated", "invalid worker token"},
+      {"malformed JSON", http::Method::kPost, "/api/v1/training-jobs", "{\"name\": ", "admin", 400,
+       "invalid_argument", "JSON"},
+      {"wrong type", http::Method::kPost, "/api/v1/training-jobs",
+       spec_with([](json& s) { s["distributed"]["num_rounds"] = "ten"; }), "admin", 400, "invalid_argument",
+       "distributed.num_rounds"},
+      {"unknown field", http::Method::kPost, "/api/v1/training-jobs",
+       spec_with([](json& s) { s["config"]["lerning_rate"] = 0.1; }), "admin", 400, "invalid_argument",
+       "config.lerning_rate"},
+      {"out of range", http::Method::kPost, "/api/v1/training-jobs",
+       spec_with([](json& s) { s["distributed"]["min_workers"] = 5; }), "admin", 400, "invalid_argument",
+       "min_workers"},
+      {"bad strategy", http::Method::kPost, "/api/v1/training-jobs",
+       spec_with([](json& s) { s["distributed"]["strategy"] = "fedprox"; }), "admin", 400, "invalid_argument",
+       "strategy"},
+      {"unknown dataset", http::Method::kPost, "/api/v1/training-jobs",
+       spec_with([](json& s) { s["dataset_id"] = 999; }), "admin", 400, "invalid_argument",
+       "dataset_id: dataset 999 does not exist"},
+      {"unknown worker", http::Method::kPost, "/api/v1/training-jobs",
+       spec_with([&](json& s) { s["worker_selection"]["worker_ids"] = json::array({f.worker_ids[0], 4242}); }), "admin", 400,
+       "invalid_argument", "worker 4242 does not exist"},
+      {"unknown job", http::Method::kGet, "/api/v1/training-jobs/777", "", "admin", 404, "not_found", "777"},
+      {"non-numeric id", http::Method::kGet, "/api/v1/datasets/abc", "", "admin", 400, "invalid_argument",
+       "positive integer"},
+      {"oversize JSON body", http::Method::kPost, "/api/v1/workers", std::string(2 << 20, ' '), "admin", 413,
+       "resource_exhausted", ""},
+      {"worker unknown field", http::Method::kPost, "/api/v1/workers", R"({"name": "x", "colour": "red"})",
+       "admin", 400, "invalid_argument", "unknown field 'colour'"},
+      {"worker bad kind", http::Method::kPost, "/api/v1/workers", R"({"name": "x", "kind": "rented"})", "admin",
+       400, "invalid_argument", "kind"},
+      {"model path traversal", http::Method::kPost, "/api/v1/models",
+       R"({"name": "m", "files": {"../../etc/passwd": "0123456789abcdef0123456789abcdef"}})", "admin", 400,
+       "invalid_argument", "'..'"},
+      {"model upload id traversal", http::Method::kPost, "/api/v1/models",
+       R"({"name": "m", "files": {"config.json": "../datasets/x"}})", "admin", 400, "invalid_argument",
+       "32 hex digits"},
+      {"artifact traversal", http::Method::kGet, "/api/v1/training-jobs/1/artifacts/..%2F..%2Fmetadata.db", "",
+       "admin", 404, "not_found", ""},
+      {"blob without signature", http::Method::kGet, "/blobs/datasets/x/data.jsonl", "", "none", 401,
+       "unauthenticated", ""},
+      {"blob traversal", http::Method::kGet, "/blobs/..%2Fadmin-key?expires=9999999999&signature=x", "", "none", 400,
+       "invalid_argument", ""},
+      {"no route", http::Method::kGet, "/api/v1/nothing-here", "", "admin", 404, "not_found", "no route"},
+  };
+  for (const BadRequest& c : table) {
+    SCOPED_TRACE(c.name);
+    http::ClientOptions o;
+    o.base_url = server_->url();
+    o.max_attempts = 1;
+    if (std::string(c.auth) == "admin") o.bearer_token = server_->admin_key();
+    if (std::string(c.auth) == "wrong") o.bearer_token = "psk_nope";
+    if (std::string(c.auth) == "worker") o.bearer_token = f.worker_tokens[0];
+    http::Client client(o);
+    auto res = client.Send(c.method, c.path, c.body, c.body.empty() ? "" : "application/json");
+    ASSERT_FALSE(res.ok());
+    EXPECT_EQ(HttpStatusFor(res.status().code()), c.status) << res.status().ToString();
+    EXPECT_EQ(StatusCodeSlug(res.status().code()), c.code) << res.status().ToString();
+    EXPECT_NE(res.status().message().find(c.message_part), std::string::npos) << res.status().message();
+  }
+  // Unharmed: still answers, and the one job-less state is intact.
+  EXPECT_TRUE(admin_->Get("/healthz").ok());
+  EXPECT_TRUE((*admin_->Get("/api/v1/training-jobs")->Json())["training_jobs"].empty());
+}
+
+TEST_F(ApiTest, SignedUrlsRejectTamperingAndExpiry) {
+  Fixture f = MakeFixture(*admin_, 10, 1);
+  auto ds = admin_->Get("/api/v1/datasets/" + std::to_string(f.dataset_id));
+  ASSERT_TRUE(ds.ok());
+  // The test knows the secret (it owns the data directory), so it can make URLs the server would make.
+  const std::string secret = server_->signing_secret();
+  auto list = std::filesystem::recursive_directory_iterator(dir_.path() / "data" / "blobs");
+  std::string key;
+  for (const auto& e : list) {
+    std::string rel = std::filesystem::relative(e.path(), dir_.path() / "data" / "blobs").generic_string();
+    if (e.is_regular_file() && rel.starts_with("datasets/") && rel.find('#') == std::string::npos) key = rel;
+  }
+  ASSERT_FALSE(key.empty());
+  http::ClientOptions o;
+  o.base_url = server_->url();
+  o.max_attempts = 1;
+  http::Client anonymous(o);
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  auto good = anonymous.Get("/blobs/" + key + "?" + http::SignUrl(secret, "GET", key, now + 60));
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_EQ(good->body, TextDataset(10));
+
+  auto expired = anonymous.Get("/blobs/" + key + "?" + http::SignUrl(secret, "GET", key, now - 5));
+  EXPECT_EQ(expired.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(expired.status().message().find("expired"), std::string::npos);
+
+  std::string tampered = http::SignUrl(secret, "GET", key, now + 60);
+  tampered.back() = tampered.back() == 'A' ? 'B' : 'A';
+  EXPECT_EQ(anonymous.Get("/blobs/" + key + "?" + tampered).status().code(), StatusCode::kUnauthenticated);
+  // A GET signature does not allow a PUT, nor another key.
+  EXPECT_EQ(anonymous.Send(http::Method::kPut, "/blobs/" + key + "?" + http::SignUrl(secret, "GET", key, now + 60),
+                           "x", "application/octet-stream")
+                .status()
+                .code(),
+            StatusCode::kUnauthenticated);
+  EXPECT_EQ(anonymous.Get("/blobs/" + key + "x?" + http::SignUrl(secret, "GET", key, now + 60)).status().code(),
+            StatusCode::kUnauthenticated);
+}
+
+}  // namespace
+}  // namespace parsyn::testing

@@ -1,0 +1,251 @@
+// Round-engine scenarios against a real `parsyn server`, with scripted workers making real HTTP requests:
+// normal rounds (each global checked against an independent FedAvg of the uploads), a worker gone mid-round, a
+// straggler, too few workers, bad updates, and a SIGKILL mid-round followed by a restart.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "harness.h"
+#include "weights/sha256.h"
+
+namespace parsyn::testing {
+namespace {
+
+constexpr auto kJobTimeout = std::chrono::seconds(60);
+
+class RoundsTest : public ::testing::Test {
+ protected:
+  void StartServer() {
+    server_ = std::make_unique<ServerProcess>(dir_.path() / "data");
+    admin_ = AdminClient(*server_);
+  }
+  int64_t CreateJob(const json& spec) {
+    auto job = admin_->PostJson("/api/v1/training-jobs", spec);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? (*job->Json())["id"].get<int64_t>() : 0;
+  }
+  // Starts the workers and waits until they are all online, so a job created next starts with all of them.
+  std::vector<std::unique_ptr<ScriptedWorker>> StartWorkers(const Fixture& f, std::vector<Behaviour> behaviours) {
+    std::vector<std::unique_ptr<ScriptedWorker>> workers;
+    std::vector<int64_t> ids;
+    for (size_t i = 0; i < behaviours.size(); ++i) {
+      workers.push_back(std::make_unique<ScriptedWorker>(*server_, f.worker_ids[i], f.worker_tokens[i], behaviours[i]));
+      workers.back()->Start();
+      ids.push_back(f.worker_ids[i]);
+    }
+    EXPECT_TRUE(WaitForWorkersOnline(*admin_, ids, std::chrono::seconds(10)));
+    return workers;
+  }
+  json Rounds(int64_t job_id) {
+    auto res = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/rounds");
+    EXPECT_TRUE(res.ok()) << res.status().ToString();
+    return res.ok() ? (*res->Json())["rounds"] : json::array();
+  }
+  std::string Artifact(int64_t job_id, const std::string& name) {
+    auto res = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/artifacts/" + name);
+    EXPECT_TRUE(res.ok()) << name << ": " << res.status().ToString();
+    return res.ok() ? res->body : "";
+  }
+
+  TempDir dir_;
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<http::Client> admin_;
+};
+
+TEST_F(RoundsTest, NormalRoundsCommitTheFedAvgOfTheUploads) {
+  StartServer();
+  Fixture f = MakeFixture(*admin_, 41, 2);  // shards of 21 and 20 rows: unequal weights
+  auto workers = StartWorkers(f, {Behaviour::kHonest, Behaviour::kHonest});
+  const int64_t job_id = CreateJob(DistributedSpec(f, 3, 2, 20));
+  json job = WaitForJobEnd(*admin_, job_id, kJobTimeout);
+  for (auto& w : workers) w->Stop();
+  ASSERT_EQ(job["status"], "succeeded") << job.dump();
+  EXPECT_EQ(job["committed_round"], 3);
+
+  json rounds = Rounds(job_id);
+  ASSERT_EQ(rounds.size(), 3u) << rounds.dump();
+  for (int r = 1; r <= 3; ++r) {
+    const json& round = rounds[r - 1];
+    EXPECT_EQ(round["round"], r);
+    EXPECT_EQ(round["outcome"], "committed");
+    ASSERT_EQ(round["updates"].size(), 2u);
+    for (const json& u : round["updates"]) EXPECT_EQ(u["status"], "accepted") << u.dump();
+    EXPECT_NEAR(round["train_loss"].get<double>(), 1.0 / r, 1e-12);
+    EXPECT_NEAR(round["validation_loss"].get<double>(), 2.0 / r, 1e-12);
+    EXPECT_GT(round["bytes_moved"].get<int64_t>(), 0);
+
+    // Independent FedAvg in double of exactly what the workers uploaded for this round.
+    std::vector<Upload> uploads;
+    for (auto& w : workers) {
+      for (const Upload& u : w->uploads()) {
+        if (u.round == r && u.attempt == round["attempt"]) uploads.push_back(u);
+      }
+    }
+    ASSERT_EQ(uploads.size(), 2u);
+    char name[64];
+    std::snprintf(name, sizeof(name), "rounds/%06d/global.safetensors", r);
+    auto global = DecodeF32(Artifact(job_id, name));
+    ASSERT_EQ(global.size(), uploads[0].tensors.size());
+    double total = 0;
+    for (const Upload& u : uploads) total += static_cast<double>(u.sample_count);
+    EXPECT_EQ(total, 37);  // training rows: shards of 21 and 20 rows, 2 validation rows each
+    double max_diff = 0;
+    for (size_t t = 0; t < global.size(); ++t) {
+      ASSERT_EQ(global[t].first, uploads[0].tensors[t].first);
+      for (size_t i = 0; i < global[t].second.size(); ++i) {
+        double sum = 0;
+        for (const Upload& u : uploads) sum += static_cast<double>(u.sample_count) * u.tensors[t].second[i];
+        max_diff = std::max(max_diff, std::abs(sum / total - global[t].second[i]));
+      }
+    }
+    // The exact accumulation rounds once to float: within half an ulp of values below 1.
+    EXPECT_LT(max_diff, 1e-7) << "round " << r;
+  }
+
+  // The result in PEFT layout: the last global and a config built from the job.
+  EXPECT_EQ(Artifact(job_id, "adapter_model.safetensors"), Artifact(job_id, "rounds/000003/global.safetensors"));
+  json config = json::parse(Artifact(job_id, "adapter_config.json"));
+  EXPECT_EQ(config["peft_type"], "LORA");
+  EXPECT_EQ(config["r"], 4);
+  EXPECT_EQ(config["lora_alpha"], 8);
+  EXPECT_EQ(config["target_modules"], json({"q_proj", "v_proj"}));
+
+  auto metrics = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/metrics");
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_EQ((*metrics->Json())["workers"].size(), 2u);
+}
+
+TEST_F(RoundsTest, WorkerGoneMidRoundLeavesAndTheOthersCommit) {
+  StartServer();
+  Fixture f = MakeFixture(*admin_, 30, 3);
+  auto workers = StartWorkers(f, {Behaviour::kHonest, Behaviour::kHonest, Behaviour::kCrashAfterTask});
+  const int64_t job_id = CreateJob(DistributedSpec(f, 2, 2, 20));
+  json job = WaitForJobEnd(*admin_, job_id, kJobTimeout);
+  for (auto& w : workers) w->Stop();
+  ASSERT_EQ(job["status"], "succeeded") << job.dump();
+  json rounds = Rounds(job_id);
+  ASSERT_GE(rounds.size(), 2u);
+  EXPECT_EQ(rounds[0]["outcome"], "committed");
+  EXPECT_EQ(rounds[0]["updates"].size(), 2u);
+  bool dropped = WaitForEvent(*admin_, job_id, [&](const std::string& t, const json& d) {
+    return t == "worker_dropped" && d["worker_id"] == f.worker_ids[2] && d["cause"] == "disconnected";
+  }, std::chrono::seconds(5));
+  EXPECT_TRUE(dropped);
+}
+
+TEST_F(RoundsTest, StragglerIsDroppedAtTheAggregationTimeout) {
+  StartServer();
+  Fixture f = MakeFixture(*admin_, 30, 3);
+  auto workers = StartWorkers(f, {Behaviour::kHonest, Behaviour::kHonest, Behaviour::kSilent});
+  const int64_t job_id = CreateJob(DistributedSpec(f, 1, 2, 2));
+  json job = WaitForJobEnd(*admin_, job_id, kJobTimeout);
+  for (auto& w : workers) w->Stop();
+  ASSERT_EQ(job["status"], "succeeded") << job.dump();
+  json rounds = Rounds(job_id);
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0]["updates"].size(), 2u);
+  EXPECT_TRUE(WaitForEvent(*admin_, job_id, [&](const std::string& t, const json& d) {
+    return t == "worker_dropped" && d["worker_id"] == f.worker_ids[2] && d["cause"] == "straggler";
+  }, std::chrono::seconds(5)));
+}
+
+TEST_F(RoundsTest, TooFewWorkersFailRoundsThenTheJob) {
+  StartServer();
+  Fixture f = MakeFixture(*admin_, 20, 2);
+  const int64_t job_id = CreateJob(DistributedSpec(f, 2, 2, 1, /*fault_tolerance=*/2));
+  auto workers = StartWorkers(f, {Behaviour::kHonest});  // the second worker never comes
+  json job = WaitForJobEnd(*admin_, job_id, kJobTimeout);
+  for (auto& w : workers) w->Stop();
+  ASSERT_EQ(job["status"], "failed") << job.dump();
+  EXPECT_NE(job["failure_reason"].get<std::string>().find("fault_tolerance 2"), std::string::npos) << job.dump();
+  json rounds = Rounds(job_id);
+  ASSERT_EQ(rounds.size(), 2u);
+  for (int a = 0; a < 2; ++a) {
+    EXPECT_EQ(rounds[a]["round"], 1);
+    EXPECT_EQ(rounds[a]["attempt"], a + 1);
+    EXPECT_EQ(rounds[a]["outcome"], "failed");
+  }
+  EXPECT_EQ(job["committed_round"], 0);
+}
+
+TEST_F(RoundsTest, BadUpdatesAreRejectedWithTheReasonAndTheJobGoesOn) {
+  StartServer();
+  Fixture f = MakeFixture(*admin_, 70, 7);
+  auto workers = StartWorkers(f, {Behaviour::kHonest, Behaviour::kHonest, Behaviour::kNaN, Behaviour::kWrongShape,
+                                  Behaviour::kCorrupt, Behaviour::kOversize, Behaviour::kBadSha});
+  const int64_t job_id = CreateJob(DistributedSpec(f, 1, 2, 20));
+  json job = WaitForJobEnd(*admin_, job_id, kJobTimeout);
+  for (auto& w : workers) w->Stop();
+  ASSERT_EQ(job["status"], "succeeded") << job.dump();
+  json rounds = Rounds(job_id);
+  ASSERT_EQ(rounds.size(), 1u);
+  std::map<int64_t, json> by_worker;
+  for (const json& u : rounds[0]["updates"]) by_worker[u["worker_id"].get<int64_t>()] = u;
+  auto expect = [&](size_t i, const char* status, const char* reason_part) {
+    SCOPED_TRACE("worker " + std::to_string(i));
+    ASSERT_TRUE(by_worker.count(f.worker_ids[i])) << rounds.dump();
+    const json& u = by_worker[f.worker_ids[i]];
+    EXPECT_EQ(u["status"], status) << u.dump();
+    if (reason_part[0] != '\0') {
+      EXPECT_NE(u.value("reason", "").find(reason_part), std::string::npos) << u.dump();
+    }
+  };
+  expect(0, "accepted", "");
+  expect(1, "accepted", "");
+  expect(2, "rejected", "non-finite");
+  expect(3, "rejected", "shape");
+  expect(4, "rejected", "safetensors");
+  expect(5, "rejected", "not uploaded");
+  expect(6, "rejected", "sha256");
+}
+
+TEST_F(RoundsTest, KilledMidRoundAndRestartedGivesTheSameWeightsAsUninterrupted) {
+  // Uninterrupted reference run in its own data directory.
+  std::string reference;
+  {
+    TempDir other;
+    ServerProcess server(other.path() / "data");
+    auto admin = AdminClient(server);
+    Fixture f = MakeFixture(*admin, 30, 2);
+    auto job = admin->PostJson("/api/v1/training-jobs", DistributedSpec(f, 3, 2, 20));
+    ASSERT_TRUE(job.ok());
+    const int64_t id = (*job->Json())["id"];
+    ScriptedWorker a(server, f.worker_ids[0], f.worker_tokens[0]), b(server, f.worker_ids[1], f.worker_tokens[1]);
+    a.Start();
+    b.Start();
+    json end = WaitForJobEnd(*admin, id, kJobTimeout);
+    a.Stop();
+    b.Stop();
+    ASSERT_EQ(end["status"], "succeeded");
+    auto art = admin->Get("/api/v1/training-jobs/" + std::to_string(id) + "/artifacts/adapter_model.safetensors");
+    ASSERT_TRUE(art.ok());
+    reference = art->body;
+  }
+
+  StartServer();
+  Fixture f = MakeFixture(*admin_, 30, 2);
+  auto workers = StartWorkers(f, {Behaviour::kHonest, Behaviour::kHonest});
+  const int64_t job_id = CreateJob(DistributedSpec(f, 3, 2, 20));
+  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [](const std::string& t, const json& d) {
+    return t == "round_started" && d["round"] == 2;
+  }, kJobTimeout));
+  server_->Kill();
+  server_->Restart();
+  admin_ = AdminClient(*server_);
+  for (auto& w : workers) w->Reconnect(*server_);
+  json job = WaitForJobEnd(*admin_, job_id, kJobTimeout);
+  for (auto& w : workers) w->Stop();
+  ASSERT_EQ(job["status"], "succeeded") << job.dump();
+
+  // Every round committed exactly once, in order; the interrupted attempt is marked failed, not lost.
+  std::vector<int> committed;
+  for (const json& r : Rounds(job_id)) {
+    if (r["outcome"] == "committed") committed.push_back(r["round"]);
+  }
+  EXPECT_EQ(committed, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(weights::Sha256Hex(Artifact(job_id, "adapter_model.safetensors")), weights::Sha256Hex(reference));
+}
+
+}  // namespace
+}  // namespace parsyn::testing
