@@ -168,14 +168,33 @@ class Server {
 // What the workers saw, shared between their threads.
 struct Observations {
   std::mutex mu;
-  std::map<int, Clock::time_point> first_task;  // train round -> first task received by any worker
+  // Per train round, as the workers saw it: the phases of the round time.
+  struct RoundTimes {
+    Clock::time_point first_task;   // first task received by any worker
+    Clock::time_point last_upload;  // last update PUT answered
+    Clock::time_point last_result;  // last result POST answered
+    double upload_s_max = 0;        // the slowest single PUT
+  };
+  std::map<int, RoundTimes> rounds;
   std::vector<std::string> errors;
   std::atomic<int> hellos{0};
-  std::atomic<int64_t> uploads{0};
 
   void NoteTask(int round) {
     std::lock_guard lock(mu);
-    first_task.try_emplace(round, Clock::now());
+    if (!rounds.contains(round)) rounds[round].first_task = Clock::now();
+  }
+  void NoteUpload(int round, Clock::time_point start) {
+    const auto now = Clock::now();
+    std::lock_guard lock(mu);
+    RoundTimes& r = rounds[round];
+    r.last_upload = std::max(r.last_upload, now);
+    r.upload_s_max = std::max(r.upload_s_max, Seconds(now - start));
+  }
+  void NoteResult(int round) {
+    const auto now = Clock::now();
+    std::lock_guard lock(mu);
+    RoundTimes& r = rounds[round];
+    r.last_result = std::max(r.last_result, now);
   }
   void NoteError(std::string e) {
     std::lock_guard lock(mu);
@@ -264,17 +283,17 @@ void RunWorker(const WorkerSetup& w, std::stop_token stop) {
                    {"validation_loss", 1.0},      {"validation_samples", (*task)["data"]["validation_rows"]}};
     if ((*task)["kind"] == "train") {
       w.seen->NoteTask(round);
-      {
-        w.upload_slots->acquire();
-        auto put = blobs.UploadFile(http::Method::kPut, (*task)["update_upload"]["url"].get<std::string>(),
-                                    w.update_file);
-        w.upload_slots->release();
-        if (!put.ok()) {
-          w.seen->NoteError("upload: " + put.status().ToString());
-          continue;
-        }
+      w.upload_slots->acquire();
+      const auto put_start = Clock::now();
+      auto put = blobs.UploadFile(http::Method::kPut, (*task)["update_upload"]["url"].get<std::string>(),
+                                  w.update_file);
+      w.upload_slots->release();
+      if (!put.ok() || put->status != 201) {
+        w.seen->NoteError("upload: " + (put.ok() ? std::to_string(put->status) + " " + put->body
+                                                 : put.status().ToString()));
+        continue;
       }
-      w.seen->uploads++;
+      w.seen->NoteUpload(round, put_start);
       result["blob_key"] = (*task)["update_upload"]["blob_key"];
       result["sha256"] = w.update_sha256;
       result["sample_count"] = (*task)["data"]["train_rows"];
@@ -282,6 +301,7 @@ void RunWorker(const WorkerSetup& w, std::stop_token stop) {
     }
     auto answer = api.PostJson("/api/v1/worker/result", result);
     if (!answer.ok()) w.seen->NoteError("result: " + answer.status().ToString());
+    if ((*task)["kind"] == "train") w.seen->NoteResult(round);
   }
   api.PostJson("/api/v1/worker/goodbye", {{"session_id", session}}).status().IgnoreError();
 }
@@ -299,7 +319,8 @@ ReadTimes TimeReads(const fs::path& dir) {
   std::vector<fs::path> files;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.is_regular_file()) files.push_back(e.path());
+    // Only the updates: the store keeps a "<key>#sha256" sidecar beside each blob.
+    if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
   t.files = static_cast<int>(files.size());
@@ -326,7 +347,7 @@ double DurableWriteRate(const fs::path& dir, const fs::path& scratch, int sample
   std::error_code ec;
   int n = 0;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (!e.is_regular_file() || n++ >= sample) continue;
+    if (!e.is_regular_file() || e.path().extension() != ".safetensors" || n++ >= sample) continue;
     int in = ::open(e.path().c_str(), O_RDONLY);
     int out = ::open(scratch.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (in >= 0 && out >= 0) {
@@ -347,6 +368,10 @@ double DurableWriteRate(const fs::path& dir, const fs::path& scratch, int sample
 struct RoundFigures {
   int round = 0;
   double wall_s = 0;
+  // Phases from the first task of the round: all updates uploaded, all results answered (the commit is wall_s).
+  double uploaded_s = 0;
+  double results_s = 0;
+  double upload_max_s = 0;
   ReadTimes read;
 };
 
@@ -430,8 +455,10 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& 
   }
   const auto hello_deadline = Clock::now() + std::chrono::minutes(2);
   while (seen.hellos < k && Clock::now() < hello_deadline) {
-    std::lock_guard lock(seen.mu);
-    if (!seen.errors.empty()) Die("worker failed before the job: " + seen.errors.front());
+    {
+      std::lock_guard lock(seen.mu);
+      if (!seen.errors.empty()) Die("worker failed before the job: " + seen.errors.front());
+    }
     // Hellos are remote calls on K threads with nothing to wait on but their count.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -492,11 +519,15 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& 
   }
   for (const auto& [round, end] : committed) {
     Clock::time_point start;
-    if (round == 1) {
+    Observations::RoundTimes phases;
+    {
       std::lock_guard lock(seen.mu);
-      auto it = seen.first_task.find(1);
-      if (it == seen.first_task.end()) continue;
-      start = it->second;
+      auto it = seen.rounds.find(round);
+      if (it == seen.rounds.end()) continue;
+      phases = it->second;
+    }
+    if (round == 1) {
+      start = phases.first_task;
     } else {
       auto prev = committed.find(round - 1);
       if (prev == committed.end()) continue;
@@ -505,6 +536,9 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& 
     RoundFigures r;
     r.round = round;
     r.wall_s = Seconds(end - start);
+    r.uploaded_s = Seconds(phases.last_upload - phases.first_task);
+    r.results_s = Seconds(phases.last_result - phases.first_task);
+    r.upload_max_s = phases.upload_s_max;
     char prefix[64];
     std::snprintf(prefix, sizeof(prefix), "%06d-a%d", round, committed_attempt[round]);
     const fs::path updates = data_dir / "blobs" / "jobs" / std::to_string(job_id) / "rounds" / prefix / "updates";
@@ -568,15 +602,17 @@ int main(int argc, char** argv) {
                 "%.0f MB/s\n",
                 f.k, static_cast<double>(update.size_bytes) / (1 << 20), update.tensors, f.rounds, f.outcome.c_str(),
                 f.setup_s, Seconds(Clock::now() - start), f.write_bytes_per_s / 1e6);
-    std::printf("  %-6s %10s %12s %10s %12s %14s %16s\n", "round", "wall ms", "read ms", "sha ms", "read GiB/s",
-                "overhead ms", "write+fsync ms");
+    std::printf("  %-6s %10s %12s %10s %12s %14s %16s   %s\n", "round", "wall ms", "read ms", "sha ms", "read GiB/s",
+                "overhead ms", "write+fsync ms", "phases from first task: uploaded / results answered / slowest PUT");
     for (const RoundFigures& r : f.per_round) {
       const double write_ms =
           f.write_bytes_per_s > 0 ? static_cast<double>(r.read.bytes) / f.write_bytes_per_s * 1e3 : 0.0;
-      std::printf("  %-6d %10.1f %12.1f %10.1f %12.2f %14.1f %16.1f%s\n", r.round, r.wall_s * 1e3,
+      std::printf("  %-6d %10.1f %12.1f %10.1f %12.2f %14.1f %16.1f   %.0f / %.0f / %.0f ms%s\n", r.round,
+                  r.wall_s * 1e3,
                   r.read.plain_s * 1e3, r.read.sha256_s * 1e3,
                   r.read.plain_s > 0 ? static_cast<double>(r.read.bytes) / (1 << 30) / r.read.plain_s : 0.0,
-                  (r.wall_s - r.read.plain_s) * 1e3, write_ms,
+                  (r.wall_s - r.read.plain_s) * 1e3, write_ms, r.uploaded_s * 1e3, r.results_s * 1e3,
+                  r.upload_max_s * 1e3,
                   r.read.files == f.k ? "" : ("  (" + std::to_string(r.read.files) + " update files)").c_str());
     }
     std::fflush(stdout);
