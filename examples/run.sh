@@ -4,7 +4,8 @@
 # llama:   distributed-llama-finetune.json on a tiny Llama model (`parsyn model init`) and a generated instruction
 #          set, with three workers and the rounds and steps cut down so it finishes in a few minutes on a laptop.
 # tabular: tabular-mlp.json on a generated CSV with two workers (the model folder comes from a local
-#          `parsyn train` run, as a user would bring their own).
+#          `parsyn train` run, as a user would bring their own). The coordinator currently refuses model folders
+#          without config.json, so this one stops at the model upload until it registers tabular models.
 # Everything lives in a temporary folder (kept with KEEP=1) and every process started here is stopped on exit.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
