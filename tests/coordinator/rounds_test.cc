@@ -200,6 +200,76 @@ TEST_F(RoundsTest, BadUpdatesAreRejectedWithTheReasonAndTheJobGoesOn) {
   expect(6, "rejected", "sha256");
 }
 
+TEST_F(RoundsTest, StopFinishesWithTheLatestCommittedGlobal) {
+  StartServer();
+  Fixture f = MakeFixture(*admin_, 20, 2);
+  auto workers = StartWorkers(f, {Behaviour::kHonest, Behaviour::kHonest});
+  const int64_t job_id = CreateJob(DistributedSpec(f, 1000, 2, 20));
+  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [](const std::string& t, const json&) { return t == "round_committed"; },
+                           kJobTimeout));
+  auto stopped = admin_->PostJson("/api/v1/training-jobs/" + std::to_string(job_id) + "/stop", json::object());
+  ASSERT_TRUE(stopped.ok()) << stopped.status().ToString();
+  json job = WaitForJobEnd(*admin_, job_id, kJobTimeout);
+  for (auto& w : workers) w->Stop();
+  ASSERT_EQ(job["status"], "stopped") << job.dump();
+  const int committed = job["committed_round"];
+  ASSERT_GE(committed, 1);
+  char name[64];
+  std::snprintf(name, sizeof(name), "rounds/%06d/global.safetensors", committed);
+  EXPECT_EQ(Artifact(job_id, "adapter_model.safetensors"), Artifact(job_id, name));
+}
+
+TEST_F(RoundsTest, RepeatedResultsAreIdempotentAndLateOnesRefused) {
+  StartServer();
+  Fixture f = MakeFixture(*admin_, 20, 2);
+  auto silent = StartWorkers(f, {Behaviour::kSilent});  // holds the round open: it never reports
+  auto worker = ClientWithToken(*server_, f.worker_tokens[1]);
+  auto hello = worker->PostJson("/api/v1/worker/hello", {{"device", "cpu"}});
+  ASSERT_TRUE(hello.ok()) << hello.status().ToString();
+  const std::string session = (*hello->Json())["session_id"];
+  const int64_t job_id = CreateJob(DistributedSpec(f, 1, 2, 20));
+  json task;
+  for (int i = 0; i < 10 && task.is_null(); ++i) {
+    auto res = worker->Get("/api/v1/worker/tasks/next?wait_ms=2000&session_id=" + session);
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    if (res->status == 200) task = *res->Json();
+  }
+  ASSERT_FALSE(task.is_null());
+  http::ClientOptions o;
+  o.max_attempts = 1;
+  http::Client blobs(o);
+  auto global = blobs.Get(task["global_weights"]["url"].get<std::string>());
+  ASSERT_TRUE(global.ok());
+  // Uploading the global itself is a valid update.
+  auto put = blobs.Send(http::Method::kPut, task["update_upload"]["url"].get<std::string>(), global->body,
+                        "application/octet-stream");
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  auto again = blobs.Send(http::Method::kPut, task["update_upload"]["url"].get<std::string>(), global->body,
+                          "application/octet-stream");
+  EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);  // updates are create-only
+  json result = {{"job_id", job_id},           {"round", task["round"]},
+                 {"attempt", task["attempt"]}, {"blob_key", task["update_upload"]["blob_key"]},
+                 {"sha256", weights::Sha256Hex(global->body)}, {"sample_count", task["data"]["train_rows"]},
+                 {"train_loss", 1.5},          {"session_id", session}};
+  auto first = worker->PostJson("/api/v1/worker/result", result);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ((*first->Json())["status"], "accepted");
+  auto repeat = worker->PostJson("/api/v1/worker/result", result);
+  ASSERT_TRUE(repeat.ok()) << repeat.status().ToString();
+  EXPECT_EQ((*repeat->Json())["status"], "duplicate");
+  result["round"] = 2;
+  auto late = worker->PostJson("/api/v1/worker/result", result);
+  EXPECT_EQ(late.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(late.status().message().find("refused"), std::string::npos) << late.status().message();
+  // Identity comes from the token: a body naming another worker is an unknown field.
+  result["round"] = task["round"];
+  result["worker_id"] = f.worker_ids[0];
+  auto spoofed = worker->PostJson("/api/v1/worker/result", result);
+  EXPECT_EQ(spoofed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(spoofed.status().message().find("unknown field 'worker_id'"), std::string::npos);
+  for (auto& w : silent) w->Stop();
+}
+
 TEST_F(RoundsTest, KilledMidRoundAndRestartedGivesTheSameWeightsAsUninterrupted) {
   // Uninterrupted reference run in its own data directory.
   std::string reference;
