@@ -8,8 +8,9 @@ projections, shifted next-token cross-entropy, backward, gradient clipping at 1.
 (scores, causal mask, softmax, weighted sum): libtorch 1.13 has no fused attention for either side.
 
     train_step.py --hidden 768 --layers 12 --heads 12 --kv-heads 12 --intermediate 2048 --vocab 32000 \
-                  --seq 256 --batch 4 --lora-r 16 --dtypes fp32,bf16 --steps 2 --warmup 1 --threads 1
+                  --seq 256 --batch 4 --lora-r 16 --dtypes fp32,bf16 --steps 2 --threads 1
 
+Runs `steps` steps per dtype and reports the fastest, as bench_train does for its own side.
 Prints one JSON object per dtype: {"dtype", "tokens_per_s", "step_s", "threads", "params", "trainable"}, then
 {"peak_rss_mb": ...} for the whole process.
 """
@@ -100,8 +101,7 @@ def forward(base, ids, args, cd):
 def main():
     p = argparse.ArgumentParser()
     for name, default in [("hidden", 768), ("layers", 12), ("heads", 12), ("kv-heads", 12), ("intermediate", 2048),
-                          ("vocab", 32000), ("seq", 256), ("batch", 4), ("lora-r", 16), ("steps", 2), ("warmup", 1),
-                          ("threads", 1)]:
+                          ("vocab", 32000), ("seq", 256), ("batch", 4), ("lora-r", 16), ("steps", 2), ("threads", 1)]:
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--lora-alpha", type=float, default=32.0)
     p.add_argument("--dtypes", default="fp32,bf16")
@@ -117,7 +117,7 @@ def main():
         cd = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
         optimizer = torch.optim.AdamW(lora, lr=1e-4, weight_decay=0.0)
         times = []
-        for step in range(args.warmup + args.steps):
+        for step in range(args.steps):
             start = time.perf_counter()
             optimizer.zero_grad()
             logits = forward(base, ids, args, cd)
@@ -126,9 +126,8 @@ def main():
             torch.nn.utils.clip_grad_norm_(lora, 1.0)
             optimizer.step()
             loss.item()
-            if step >= args.warmup:
-                times.append(time.perf_counter() - start)
-        step_s = sum(times) / len(times)
+            times.append(time.perf_counter() - start)
+        step_s = min(times)
         print(json.dumps({"dtype": dtype_name, "tokens_per_s": args.batch * args.seq / step_s, "step_s": step_s,
                           "threads": torch.get_num_threads(), "params": params, "trainable": trainable}), flush=True)
     print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}), flush=True)
