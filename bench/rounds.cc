@@ -15,12 +15,15 @@
 //
 // Choices: uploads from this process are capped at --upload-concurrency at once (the server streams each upload on
 // one of its pool threads; thousands at once would only queue); heartbeats are not sent (the server is started with a
-// long heartbeat timeout, and long-polls and results refresh a session anyway). Each K's data dir is removed after it.
+// long heartbeat timeout, and long-polls and results refresh a session anyway); long-polls are held up to 290 s, so a
+// worker is still in its first poll when a K=1000 round hands out its tasks (with 20 s polls, a worker that re-polled
+// while the round was still assigning got dropped with "asked for a new task before reporting": a coordinator race,
+// reported to its engineer). Each K's data dir is removed after it.
 //
 // Default sizes fit a ~6 minute run on a 2-core VM whose disk syncs ~50-500 MB/s: K=1000 runs ONE round with 2 MiB
-// updates (2 GB; at 20 MiB it would write 20 GB per round); pass --update-mib 20,20,20 for the full size.
+// updates (2 GB; at 20 MiB it would write 20 GB per round); pass --update-mib 20,20,20,20 for the full size.
 //
-// Usage: bench_rounds [--ks 5,100,1000] [--rounds 4,2,1] [--update-mib 20,20,2] [--upload-concurrency 16]
+// Usage: bench_rounds [--ks 5,100,5,1000] [--rounds 4,2,2,1] [--update-mib 20,20,2,2] [--upload-concurrency 16]
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -117,7 +120,7 @@ class Server {
     if (::pipe(out) != 0) Die("pipe failed");
     std::vector<std::string> args = {PARSYN_BIN, "server", "--data-dir", data_dir_.string(), "--listen",
                                      "127.0.0.1:0", "--heartbeat-timeout-ms", "3600000", "--max-poll-wait-ms",
-                                     "30000", "--log-level", "warn"};
+                                     "300000", "--log-level", "warn"};
     const std::string log = data_dir_.string() + ".log";
     pid_ = ::fork();
     if (pid_ < 0) Die("fork failed");
@@ -171,6 +174,7 @@ struct Observations {
   // Per train round, as the workers saw it: the phases of the round time.
   struct RoundTimes {
     Clock::time_point first_task;   // first task received by any worker
+    Clock::time_point last_task;    // last task received
     Clock::time_point last_upload;  // last update PUT answered
     Clock::time_point last_result;  // last result POST answered
     double upload_s_max = 0;        // the slowest single PUT
@@ -181,7 +185,9 @@ struct Observations {
 
   void NoteTask(int round) {
     std::lock_guard lock(mu);
-    if (!rounds.contains(round)) rounds[round].first_task = Clock::now();
+    const auto now = Clock::now();
+    if (!rounds.contains(round)) rounds[round].first_task = now;
+    rounds[round].last_task = now;
   }
   void NoteUpload(int round, Clock::time_point start) {
     const auto now = Clock::now();
@@ -264,9 +270,9 @@ void RunWorker(const WorkerSetup& w, std::stop_token stop) {
   w.seen->hellos++;
   http::CallOptions poll_call;
   poll_call.stop = stop;
-  poll_call.timeout = std::chrono::seconds(60);
+  poll_call.timeout = std::chrono::seconds(320);
   while (!stop.stop_requested()) {
-    auto res = api.Get("/api/v1/worker/tasks/next?wait_ms=20000&session_id=" + session, poll_call);
+    auto res = api.Get("/api/v1/worker/tasks/next?wait_ms=290000&session_id=" + session, poll_call);
     if (!res.ok()) {
       if (!stop.stop_requested()) w.seen->NoteError("poll: " + res.status().ToString());
       break;
@@ -369,6 +375,7 @@ struct RoundFigures {
   int round = 0;
   double wall_s = 0;
   // Phases from the first task of the round: all updates uploaded, all results answered (the commit is wall_s).
+  double tasks_s = 0;
   double uploaded_s = 0;
   double results_s = 0;
   double upload_max_s = 0;
@@ -536,6 +543,7 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& 
     RoundFigures r;
     r.round = round;
     r.wall_s = Seconds(end - start);
+    r.tasks_s = Seconds(phases.last_task - phases.first_task);
     r.uploaded_s = Seconds(phases.last_upload - phases.first_task);
     r.results_s = Seconds(phases.last_result - phases.first_task);
     r.upload_max_s = phases.upload_s_max;
@@ -556,9 +564,10 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<int> ks = {5, 100, 1000};
-  std::vector<int> rounds = {4, 2, 1};
-  std::vector<int> update_mib = {20, 20, 2};
+  // K=5 runs twice: at 20 MiB (the target's size) and at 2 MiB, the baseline K=1000's RSS growth is measured from.
+  std::vector<int> ks = {5, 100, 5, 1000};
+  std::vector<int> rounds = {4, 2, 2, 1};
+  std::vector<int> update_mib = {20, 20, 2, 2};
   int upload_concurrency = 16;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -603,15 +612,15 @@ int main(int argc, char** argv) {
                 f.k, static_cast<double>(update.size_bytes) / (1 << 20), update.tensors, f.rounds, f.outcome.c_str(),
                 f.setup_s, Seconds(Clock::now() - start), f.write_bytes_per_s / 1e6);
     std::printf("  %-6s %10s %12s %10s %12s %14s %16s   %s\n", "round", "wall ms", "read ms", "sha ms", "read GiB/s",
-                "overhead ms", "write+fsync ms", "phases from first task: uploaded / results answered / slowest PUT");
+                "overhead ms", "write+fsync ms", "from first task: all tasks in / uploaded / results answered; slowest PUT");
     for (const RoundFigures& r : f.per_round) {
       const double write_ms =
           f.write_bytes_per_s > 0 ? static_cast<double>(r.read.bytes) / f.write_bytes_per_s * 1e3 : 0.0;
-      std::printf("  %-6d %10.1f %12.1f %10.1f %12.2f %14.1f %16.1f   %.0f / %.0f / %.0f ms%s\n", r.round,
+      std::printf("  %-6d %10.1f %12.1f %10.1f %12.2f %14.1f %16.1f   %.0f / %.0f / %.0f; %.0f ms%s\n", r.round,
                   r.wall_s * 1e3,
                   r.read.plain_s * 1e3, r.read.sha256_s * 1e3,
                   r.read.plain_s > 0 ? static_cast<double>(r.read.bytes) / (1 << 30) / r.read.plain_s : 0.0,
-                  (r.wall_s - r.read.plain_s) * 1e3, write_ms, r.uploaded_s * 1e3, r.results_s * 1e3,
+                  (r.wall_s - r.read.plain_s) * 1e3, write_ms, r.tasks_s * 1e3, r.uploaded_s * 1e3, r.results_s * 1e3,
                   r.upload_max_s * 1e3,
                   r.read.files == f.k ? "" : ("  (" + std::to_string(r.read.files) + " update files)").c_str());
     }
@@ -621,7 +630,6 @@ int main(int argc, char** argv) {
   std::printf("\nSummary (overhead = round wall time - plain read of that round's uploaded bytes; median of rounds)\n");
   std::printf("  %-6s %6s %8s %12s %10s %13s %15s %15s   %s\n", "K", "MiB", "rounds", "round ms", "read ms",
               "overhead ms", "write+fsync ms", "server HWM MiB", "target");
-  const KFigures* smallest = all.empty() ? nullptr : &all.front();
   for (const KFigures& f : all) {
     std::vector<RoundFigures> rs = f.per_round;
     std::sort(rs.begin(), rs.end(), [](const RoundFigures& a, const RoundFigures& b) {
@@ -637,14 +645,19 @@ int main(int argc, char** argv) {
                 mid.wall_s * 1e3, mid.read.plain_s * 1e3, overhead_ms, write_ms, static_cast<double>(f.hwm_kib) / 1024,
                 target.c_str());
   }
-  std::printf("\nPeak RSS vs K (target: no growth beyond per-connection bookkeeping; growth is vs the first K, so a\n"
-              "row with a smaller update than the first understates it by the per-round weight buffers)\n");
+  std::printf("\nPeak RSS vs K (target: no growth beyond per-connection bookkeeping; growth is measured against the\n"
+              "smallest K run with the same update size)\n");
   std::printf("  %-6s %6s %16s %16s %26s\n", "K", "MiB", "idle RSS MiB", "peak (HWM) MiB",
               "HWM growth KiB/worker");
   for (const KFigures& f : all) {
+    const KFigures* base = nullptr;
+    for (const KFigures& b : all) {
+      if (b.update_mib == f.update_mib && b.k < f.k && (base == nullptr || b.k < base->k)) base = &b;
+    }
     std::string growth = "-";
-    if (smallest != nullptr && f.k != smallest->k) {
-      growth = std::to_string((f.hwm_kib - smallest->hwm_kib) / (f.k - smallest->k));
+    if (base != nullptr) {
+      growth = std::to_string((f.hwm_kib - base->hwm_kib) / (f.k - base->k)) + " (vs K=" + std::to_string(base->k) +
+               ")";
     }
     std::printf("  %-6d %6d %16.1f %16.1f %26s\n", f.k, f.update_mib, static_cast<double>(f.idle_rss_kib) / 1024,
                 static_cast<double>(f.hwm_kib) / 1024, growth.c_str());
