@@ -146,6 +146,11 @@ http::Awaitable<R> StreamBodyInto(boost::asio::thread_pool& pool, http::BodyRead
     shared->finished.store(true, std::memory_order_release);
     boost::asio::post(executor, [shared] { shared->done.Notify(); });
   });
+  // If this coroutine is destroyed mid-upload (server shutdown), the reader on the pool must not block forever.
+  struct FailOnExit {
+    BodyPipe* pipe;
+    ~FailOnExit() { pipe->Fail(CancelledError("the upload was abandoned")); }
+  } fail_on_exit{pipe.get()};
   while (true) {
     StatusOr<std::string_view> chunk = co_await body.Next();
     if (!chunk.ok()) {
