@@ -31,7 +31,8 @@ for _ in $(seq 100); do [ -f "$PARSYN_DATA_DIR/server.json" ] && break; sleep 0.
 URL=http://127.0.0.1:$PORT
 echo "server: $URL (log: $WORK/server.log)"
 
-# Registers N workers and starts them; prints their ids as a JSON list.
+# Registers N workers and starts them; sets WORKERS to their ids as a JSON list. (Not run in a $(...) subshell:
+# PIDS must reach the cleanup.)
 start_workers() {
   local n=$1 ids=()
   for i in $(seq "$n"); do
@@ -45,7 +46,7 @@ start_workers() {
     ids+=("$id")
   done
   local IFS=,
-  echo "[${ids[*]}]"
+  WORKERS="[${ids[*]}]"
 }
 
 # Rewrites an example spec for this run: ids, and smaller rounds/steps for a quick local run.
@@ -83,11 +84,11 @@ with open(sys.argv[1], "w") as f:
         a, b = random.randint(0, 9), random.randint(0, 9)
         f.write(json.dumps({"prompt": f"add {a} and {b}:", "completion": f" {a + b}"}) + "\n")
 PYEOF
-  local model dataset workers
+  local model dataset
   model=$("$PARSYN" model upload "$WORK/tiny-llama" --name tiny-llama | sed -n "s/^model \([0-9]*\) .*/\1/p")
   dataset=$("$PARSYN" dataset upload "$WORK/instructions.jsonl" | grep -o 'dataset [0-9]*' | head -1 | cut -d' ' -f2)
-  workers=$(start_workers 3)
-  localize examples/distributed-llama-finetune.json "$dataset" "$model" "$workers" 3 20 \
+  start_workers 3
+  localize examples/distributed-llama-finetune.json "$dataset" "$model" "$WORKERS" 3 20 \
     '{"epochs": 1, "learning_rate": 0.002, "lora_r": 8, "lora_alpha": 16, "max_seq_len": 32}' >"$WORK/llama-job.json"
   run_job "$WORK/llama-job.json"
 }
@@ -105,11 +106,11 @@ with open(sys.argv[1], "w") as f:
 PYEOF
   # A starting model folder, as a user brings one: one step of local training creates it.
   "$PARSYN" train --data "$WORK/points.csv" --out "$WORK/tabular-model" --max-steps 1
-  local model dataset workers
+  local model dataset
   model=$("$PARSYN" model upload "$WORK/tabular-model" --name points-mlp | sed -n "s/^model \([0-9]*\) .*/\1/p")
   dataset=$("$PARSYN" dataset upload "$WORK/points.csv" | grep -o 'dataset [0-9]*' | head -1 | cut -d' ' -f2)
-  workers=$(start_workers 2)
-  localize examples/tabular-mlp.json "$dataset" "$model" "$workers" 3 20 >"$WORK/tabular-job.json"
+  start_workers 2
+  localize examples/tabular-mlp.json "$dataset" "$model" "$WORKERS" 3 20 >"$WORK/tabular-job.json"
   run_job "$WORK/tabular-job.json"
 }
 

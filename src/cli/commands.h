@@ -14,5 +14,7 @@ void AddTrainCommand(CLI::App& app, int& exit_code);
 void AddModelCommands(CLI::App& app, int& exit_code);
 // parsyn worker --server URL --token TOKEN ...: the worker agent (worker_command.cc).
 void AddWorkerCommand(CLI::App& app, int& exit_code);
+// parsyn demo: server, workers and a federated job on this machine (demo_command.cc).
+void AddDemoCommand(CLI::App& app, int& exit_code);
 
 }  // namespace parsyn::cli

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   parsyn::cli::AddModelRemoteCommands(app, exit_code);
   parsyn::cli::AddWorkerRegisterCommands(app, exit_code);
   parsyn::cli::AddWorkerCommand(app, exit_code);
+  parsyn::cli::AddDemoCommand(app, exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

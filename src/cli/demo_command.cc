@@ -1,0 +1,315 @@
+// parsyn demo [--data-dir DIR]: the whole platform on this machine, end to end. Starts `parsyn server` on the
+// embedded defaults (SQLite and a blob folder under DIR), writes a small Llama-architecture model and a synthetic
+// instruction dataset it can learn (each question has one exact answer, scored by exact match), registers and starts
+// three `parsyn worker` processes, runs a multi-round federated LoRA job in bf16 with live progress, and prints a
+// summary. Every process it starts is stopped before it returns (also on Ctrl-C).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "cli/child_process.h"
+#include "cli/commands.h"
+#include "cli/trainer_runner.h"
+#include "http/client.h"
+
+extern char** environ;
+
+namespace parsyn::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using SteadyClock = std::chrono::steady_clock;
+
+struct DemoFlags {
+  std::string data_dir = "parsyn-data";
+  std::string listen = "127.0.0.1:8080";
+  int workers = 3;
+  int rounds = 6;
+  int64_t steps = 80;
+};
+
+// Adapters on every projection: a tiny model learns the answers within a few rounds.
+const std::vector<std::string> kTargets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+std::atomic<bool> g_interrupted{false};
+void OnInterrupt(int) { g_interrupted = true; }
+
+// A background process whose output goes to a log file; SIGTERM then reaped on destruction.
+class Background {
+ public:
+  Background(const fs::path& program, std::vector<std::string> args, const fs::path& log) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+    args.insert(args.begin(), program.string());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, program.c_str(), &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Background() { Stop(); }
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  bool started() const { return pid_ > 0; }
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 200; ++i) {  // up to 20 s for a clean exit (a worker stops its trainer first)
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+std::string ReadTrimmed(const fs::path& p) {
+  std::ifstream in(p);
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// Questions with one short answer each: "what color is a banana?" -> " yellow". Rows repeat, so the validation
+// slice asks questions the model has seen: exact-match accuracy rises as the adapter learns the answers.
+void WriteInstructions(const fs::path& file) {
+  const std::pair<const char*, const char*> facts[] = {
+      {"banana", "yellow"}, {"grass", "green"}, {"sky", "blue"},     {"snow", "white"},
+      {"coal", "black"},    {"tomato", "red"},  {"carrot", "orange"}, {"plum", "purple"}};
+  std::mt19937 rng(11);
+  std::ofstream out(file);
+  for (int i = 0; i < 480; ++i) {
+    const auto& [thing, color] = facts[rng() % std::size(facts)];
+    out << json{{"prompt", std::string("what color is ") + thing + "?"}, {"completion", std::string(" ") + color}}.dump()
+        << "\n";
+  }
+}
+
+// POSTs a file; returns the answer's `field` ("upload_id" for /uploads, "id" for /datasets).
+StatusOr<json> UploadFile(http::Client& api, const std::string& path, const fs::path& file, const char* field) {
+  PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res, api.UploadFile(http::Method::kPost, path, file));
+  PARSYN_ASSIGN_OR_RETURN(json body, res.Json());
+  if (!body.contains(field)) return InternalError("POST " + path + " answered without '" + field + "'");
+  return body[field];
+}
+
+// Exact-match accuracy and loss of the model (with `adapter`, or the base model) on the demo's questions.
+StatusOr<json> Evaluate(const fs::path& work, const fs::path& model, const fs::path& data, const fs::path& adapter) {
+  const fs::path task = work / "eval-task.json";
+  json t = {{"model_dir", model.string()},
+            {"data", data.string()},
+            {"config", {{"use_peft", true}, {"lora_r", 8}, {"lora_alpha", 16}, {"max_seq_len", 32},
+                        {"lora_target_modules", kTargets},
+                        {"batch_size", 16}, {"validation_fraction", 0.1}}},
+            {"steps", 0},
+            {"threads", 1},
+            {"output", {{"weights", (work / "eval.safetensors").string()}, {"result", (work / "eval.json").string()}}}};
+  if (!adapter.empty()) t["initial_weights"] = adapter.string();
+  std::ofstream(task) << t.dump();
+  PARSYN_ASSIGN_OR_RETURN(TrainerOutcome outcome, RunTrainer({"run", task.string()}, nullptr));
+  if (outcome.exit_code != 0) return InternalError("evaluation failed: " + TrainerFailureMessage(outcome));
+  return outcome.done.value("validation_before", json::object());
+}
+
+int Fail(const std::string& message) {
+  std::cerr << "parsyn demo: " << message << "\n";
+  return 1;
+}
+
+int RunDemo(const DemoFlags& f) {
+  const auto started = SteadyClock::now();
+  struct sigaction action {};
+  action.sa_handler = OnInterrupt;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  StatusOr<fs::path> self = SelfExecutablePath();
+  if (!self.ok()) return Fail(self.status().message());
+  const fs::path data_dir = fs::absolute(f.data_dir);
+  const fs::path work = data_dir / "demo";
+  std::error_code ec;
+  fs::remove_all(work, ec);
+  fs::create_directories(work, ec);
+  if (ec) return Fail("cannot create " + work.string() + ": " + ec.message());
+
+  std::cout << "==> starting parsyn server (" << data_dir.string() << ")\n";
+  fs::remove(data_dir / "server.json", ec);
+  Background server(*self, {"server", "--data-dir", data_dir.string(), "--listen", f.listen}, work / "server.log");
+  if (!server.started()) return Fail("cannot start parsyn server");
+  for (int i = 0; i < 300 && !fs::exists(data_dir / "server.json"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server writes it once it listens
+  }
+  std::string url;
+  try {
+    url = json::parse(std::ifstream(data_dir / "server.json")).at("url").get<std::string>();
+  } catch (const std::exception&) {
+    return Fail("parsyn server did not start; see " + (work / "server.log").string());
+  }
+  http::Client api(http::ClientOptions{.base_url = url, .bearer_token = ReadTrimmed(data_dir / "admin-key")});
+
+  std::cout << "==> writing a small Llama model and a synthetic instruction dataset\n";
+  const fs::path model = work / "model";
+  json init = {{"architecture", "llama"}, {"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+               {"max_position_embeddings", 128}, {"seed", 5}, {"dtype", "F32"}};
+  StatusOr<TrainerOutcome> made = RunTrainer({"model-init", model.string(), init.dump()}, nullptr);
+  if (!made.ok() || made->exit_code != 0) return Fail("model init failed");
+  const fs::path data = work / "instructions.jsonl";
+  WriteInstructions(data);
+
+  json files = json::object();
+  for (const auto& entry : fs::directory_iterator(model)) {
+    StatusOr<json> id = UploadFile(api, "/api/v1/uploads", entry.path(), "upload_id");
+    if (!id.ok()) return Fail(id.status().message());
+    files[entry.path().filename().string()] = *id;
+  }
+  auto model_res = api.PostJson("/api/v1/models", {{"name", "demo-llama"}, {"files", files}});
+  if (!model_res.ok()) return Fail(model_res.status().message());
+  const int64_t model_id = (*model_res->Json())["id"];
+  StatusOr<json> dataset_id = UploadFile(api, "/api/v1/datasets?name=demo-instructions.jsonl", data, "id");
+  if (!dataset_id.ok()) return Fail(dataset_id.status().message());
+
+  std::cout << "==> starting " << f.workers << " workers\n";
+  std::vector<std::unique_ptr<Background>> workers;
+  json worker_ids = json::array();
+  for (int i = 0; i < f.workers; ++i) {
+    auto w = api.PostJson("/api/v1/workers", {{"name", "demo-" + std::to_string(i + 1) + "-" + std::to_string(getpid())},
+                                              {"kind", "own"}});
+    if (!w.ok()) return Fail(w.status().message());
+    json body = *w->Json();
+    worker_ids.push_back(body["id"]);
+    workers.push_back(std::make_unique<Background>(
+        *self,
+        std::vector<std::string>{"worker", "--server", url, "--token", body["token"].get<std::string>(), "--name",
+                                 "demo-" + std::to_string(i + 1), "--cache-dir",
+                                 (work / ("worker-" + std::to_string(i + 1))).string(), "--threads", "1"},
+        work / ("worker-" + std::to_string(i + 1) + ".log")));
+  }
+
+  StatusOr<json> before = Evaluate(work, model, data, {});
+  json spec = {{"name", "demo-federated-lora"},
+               {"dataset_id", *dataset_id},
+               {"model_id", model_id},
+               {"config", {{"batch_size", 16}, {"learning_rate", 1e-2}, {"mixed_precision", "bf16"}, {"use_peft", true},
+                           {"lora_r", 8}, {"lora_alpha", 16}, {"lora_dropout", 0.0}, {"max_seq_len", 32},
+                           {"lora_target_modules", kTargets},
+                           {"lr_scheduler", "constant"}, {"validation_fraction", 0.1}, {"seed", 1}}},
+               {"distributed", {{"enabled", true}, {"num_rounds", f.rounds}, {"steps_per_round", f.steps},
+                                {"min_workers", f.workers}, {"max_workers", f.workers},
+                                {"aggregation_timeout", 300}, {"fault_tolerance", 2}}},
+               {"worker_selection", {{"mode", "own"}, {"worker_ids", worker_ids}}}};
+  auto job_res = api.PostJson("/api/v1/training-jobs", spec);
+  if (!job_res.ok()) return Fail(job_res.status().message());
+  const int64_t job_id = (*job_res->Json())["id"];
+  std::cout << "==> federated LoRA job " << job_id << ": " << f.rounds << " rounds x " << f.steps << " steps, "
+            << f.workers << " workers, bf16 (dashboard: " << url << "/)\n";
+
+  // Live progress from the job's event stream.
+  std::string final_status;
+  http::CallOptions follow;
+  follow.timeout = std::chrono::minutes(10);
+  std::stop_source stop_follow;
+  follow.stop = stop_follow.get_token();
+  std::jthread interrupt_watch([&](std::stop_token done) {
+    while (!done.stop_requested() && !g_interrupted) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (g_interrupted) stop_follow.request_stop();
+  });
+  Status followed = api.ReadEvents("/api/v1/training-jobs/" + std::to_string(job_id) + "/events",
+                                   [&](const http::SseEvent& e) {
+    json d = json::parse(e.data, nullptr, false);
+    if (e.event == "worker_progress") {
+      std::printf("\r  round %d  worker %lld  step %lld/%lld  loss %.4f   ", d.value("round", 0),
+                  static_cast<long long>(d.value("worker_id", int64_t{0})),
+                  static_cast<long long>(d.value("step", int64_t{0})),
+                  static_cast<long long>(d["total_steps"].is_number() ? d["total_steps"].get<int64_t>() : 0),
+                  d["loss"].is_number() ? d["loss"].get<double>() : 0.0);
+      std::fflush(stdout);
+    } else if (e.event == "round_committed") {
+      std::printf("\r  round %d/%d committed: train loss %.4f%s\n", d.value("round", 0), d.value("total_rounds", 0),
+                  d["train_loss"].is_number() ? d["train_loss"].get<double>() : 0.0, "                    ");
+    } else if (e.event == "round_failed") {
+      std::printf("\n  round %d failed: %s\n", d.value("round", 0), d.value("reason", "").c_str());
+    } else if (e.event == "job_status") {
+      final_status = d.value("status", "");
+      if (final_status != "queued" && final_status != "running") return false;
+    }
+    return true;
+  }, follow);
+  interrupt_watch.request_stop();
+  if (g_interrupted) return Fail("interrupted; stopping the workers and the server");
+  if (!followed.ok()) return Fail(followed.message());
+  if (final_status != "succeeded") return Fail("the job ended " + final_status + "; logs in " + work.string());
+
+  const fs::path adapter = work / "adapter";
+  fs::create_directories(adapter, ec);
+  for (const char* name : {"adapter_model.safetensors", "adapter_config.json"}) {
+    auto got = api.DownloadToFile("/api/v1/training-jobs/" + std::to_string(job_id) + "/artifacts/" + name,
+                                  adapter / name);
+    if (!got.ok()) return Fail(got.status().message());
+  }
+  StatusOr<json> after = Evaluate(work, model, data, adapter / "adapter_model.safetensors");
+  auto rounds = api.Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/rounds");
+  for (auto& w : workers) w->Stop();
+
+  std::cout << "\n==> summary\n";
+  std::printf("  %-6s %-12s %-16s %s\n", "round", "train loss", "validation loss", "bytes moved");
+  StatusOr<json> rounds_body = rounds.ok() ? rounds->Json() : StatusOr<json>(rounds.status());
+  if (!rounds_body.ok()) std::cout << "  (rounds unavailable: " << rounds_body.status().message() << ")\n";
+  if (rounds_body.ok()) {
+    for (const json& r : (*rounds_body)["rounds"]) {
+      if (r["outcome"] != "committed") continue;
+      std::printf("  %-6d %-12.4f %-16s %lld\n", r["round"].get<int>(),
+                  r["train_loss"].is_number() ? r["train_loss"].get<double>() : 0.0,
+                  r["validation_loss"].is_number() ? std::to_string(r["validation_loss"].get<double>()).c_str() : "-",
+                  static_cast<long long>(r.value("bytes_moved", int64_t{0})));
+    }
+  }
+  auto accuracy = [](const StatusOr<json>& m) {
+    if (!m.ok() || !m->contains("exact_match")) return std::string("n/a");
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1f%%", 100.0 * (*m)["exact_match"].get<double>());
+    return std::string(buf);
+  };
+  std::cout << "  exact-match accuracy: before " << accuracy(before) << ", after " << accuracy(after) << "\n";
+  std::printf("  wall time: %.0f s\n", std::chrono::duration<double>(SteadyClock::now() - started).count());
+  std::cout << "  adapter: " << adapter.string() << "\n  dashboard: " << url << "/ (while a server runs on "
+            << data_dir.string() << ")\n  logs: " << work.string() << "\n";
+  return 0;
+}
+
+}  // namespace
+
+void AddDemoCommand(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<DemoFlags>();
+  CLI::App* demo = app.add_subcommand("demo", "run the platform end to end on this machine (server, 3 workers, a job)");
+  demo->add_option("--data-dir", flags->data_dir, "the server's data folder")->capture_default_str();
+  demo->add_option("--listen", flags->listen, "the server's address")->capture_default_str();
+  demo->add_option("--workers", flags->workers, "local workers")->capture_default_str();
+  demo->add_option("--rounds", flags->rounds, "federated rounds")->capture_default_str();
+  demo->add_option("--steps", flags->steps, "steps per round")->capture_default_str();
+  demo->callback([flags, &exit_code] { exit_code = RunDemo(*flags); });
+}
+
+}  // namespace parsyn::cli
