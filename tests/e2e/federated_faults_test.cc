@@ -118,3 +118,34 @@ TEST_F(LlamaJobTest, ServerKilledMidJobFinishesWithTheUninterruptedWeights) {
 
 }  // namespace
 }  // namespace parsyn::e2e
+
+namespace parsyn::e2e {
+namespace {
+
+TEST_F(LlamaJobTest, TrainerCrashFailsTheTaskAndTheWorkerStaysOnline) {
+  // A trainer that dies at once, as a crash or out-of-memory would, for the second worker only.
+  const fs::path crashing = tmp_.path() / "crashing-trainer.sh";
+  std::ofstream(crashing) << "#!/bin/sh\necho '{\"event\": \"error\", \"code\": \"internal\", \"message\": "
+                             "\"simulated crash\"}'\nkill -SEGV $$\n";
+  fs::permissions(crashing, fs::perms::owner_all);
+  std::vector<int64_t> ids = StartWorkers(1);
+  ::setenv("PARSYN_TRAINER", crashing.c_str(), 1);
+  std::vector<int64_t> crash_ids = StartWorkers(1);
+  ::unsetenv("PARSYN_TRAINER");
+  ids.push_back(crash_ids[0]);
+  const int64_t job_id = CreateJob(*admin_, LoraSpec(ids, 2, 4, 1, 60));
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(240));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  for (const json& r : Rounds(*admin_, job_id)) {
+    for (const json& u : r["updates"]) EXPECT_NE(u["worker_id"], crash_ids[0]) << r.dump();
+  }
+  // It told the coordinator by dropping the task, and is still online for the next one.
+  EXPECT_NE(workers_[1]->log().find("simulated crash"), std::string::npos) << workers_[1]->log();
+  EXPECT_FALSE(workers_[1]->Exited());
+  StatusOr<http::ClientResponse> w = admin_->Get("/api/v1/workers/" + std::to_string(crash_ids[0]));
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_NE((*w->Json())["status"], "offline");
+}
+
+}  // namespace
+}  // namespace parsyn::e2e
