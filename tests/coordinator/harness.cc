@@ -425,7 +425,8 @@ Status ScriptedWorker::HandleTask(const json& task) {
     if (b == Behaviour::kHonest) {
       std::lock_guard lock(mu_);
       uploads_.push_back({.job_id = job_id, .round = round, .attempt = attempt, .worker_id = id_,
-                          .sample_count = task["data"]["train_rows"], .tensors = DecodeF32(bytes)});
+                          .sample_count = task["data"]["train_rows"], .shard = task["shard"],
+                          .global_round = task["global_weights"]["round"], .tensors = DecodeF32(bytes)});
     }
   }
   http::ClientOptions api_options;

@@ -101,6 +101,8 @@ struct Upload {
   int attempt = 0;
   int64_t worker_id = 0;
   int64_t sample_count = 0;
+  int shard = 0;
+  int global_round = 0;  // the committed round whose global the task carried
   std::vector<std::pair<std::string, std::vector<float>>> tensors;  // name -> values (F32 only)
 };
 

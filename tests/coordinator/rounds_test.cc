@@ -270,6 +270,42 @@ TEST_F(RoundsTest, RepeatedResultsAreIdempotentAndLateOnesRefused) {
   for (auto& w : silent) w->Stop();
 }
 
+TEST_F(RoundsTest, AWorkerThatRejoinsGetsTheLatestGlobalAndKeepsItsShard) {
+  StartServer();
+  Fixture f = MakeFixture(*admin_, 20, 2);
+  auto workers = StartWorkers(f, {Behaviour::kHonest, Behaviour::kHonest});
+  // A round whose workers leave fails and is retried, so allow for it.
+  const int64_t job_id = CreateJob(DistributedSpec(f, 30, 1, 20, /*fault_tolerance=*/3));
+  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [](const std::string& t, const json& d) {
+    return t == "round_committed" && d["round"] == 1;
+  }, kJobTimeout));
+  std::vector<Upload> before = workers[1]->uploads();
+  for (auto& w : workers) w->Stop();  // both leave (goodbye); the job waits
+  auto job_now = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id));
+  ASSERT_TRUE(job_now.ok());
+  const int committed = (*job_now->Json())["committed_round"];
+  ASSERT_LT(committed, 30);  // rounds are quick: enough of them that the job is still running here
+  // The second worker comes back alone: it must train the next round on the latest committed global.
+  workers[1] = std::make_unique<ScriptedWorker>(*server_, f.worker_ids[1], f.worker_tokens[1]);
+  workers[1]->Start();
+  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [&](const std::string& t, const json& d) {
+    return t == "round_committed" && d["round"] == committed + 1;
+  }, kJobTimeout));
+  workers[0] = std::make_unique<ScriptedWorker>(*server_, f.worker_ids[0], f.worker_tokens[0]);
+  workers[0]->Start();
+  json job = WaitForJobEnd(*admin_, job_id, kJobTimeout);
+  for (auto& w : workers) w->Stop();
+  ASSERT_EQ(job["status"], "succeeded") << job.dump();
+  ASSERT_FALSE(before.empty());
+  bool trained_next_round = false;
+  for (const Upload& u : workers[1]->uploads()) {
+    EXPECT_EQ(u.shard, before.front().shard);  // it keeps its shard
+    EXPECT_EQ(u.global_round, u.round - 1);     // and gets the latest committed global
+    trained_next_round = trained_next_round || u.round == committed + 1;
+  }
+  EXPECT_TRUE(trained_next_round);
+}
+
 TEST_F(RoundsTest, KilledMidRoundAndRestartedGivesTheSameWeightsAsUninterrupted) {
   // Uninterrupted reference run in its own data directory.
   std::string reference;
