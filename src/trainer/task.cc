@@ -26,13 +26,15 @@ std::filesystem::path Resolve(const std::filesystem::path& base_dir, const std::
   return p.is_absolute() || base_dir.empty() ? p : base_dir / p;
 }
 
+// `prefix` names the enclosing object in messages ("output." for task.output.weights).
 Status ReadPath(const json& object, std::string_view field, const std::filesystem::path& base_dir, bool required,
-                std::filesystem::path& out) {
+                std::filesystem::path& out, std::string_view prefix = "") {
+  const std::string name = std::string(prefix) + std::string(field);
   auto it = object.find(std::string(field));
   if (it == object.end() || it->is_null()) {
-    return required ? FieldError(field, "missing") : Status::Ok();
+    return required ? FieldError(name, "missing") : Status::Ok();
   }
-  if (!it->is_string() || it->get<std::string>().empty()) return FieldError(field, "expected a non-empty path");
+  if (!it->is_string() || it->get<std::string>().empty()) return FieldError(name, "expected a non-empty path");
   out = Resolve(base_dir, it->get<std::string>());
   return Status::Ok();
 }
@@ -201,9 +203,9 @@ StatusOr<TrainTask> ParseTrainTask(const json& j, const std::filesystem::path& b
   auto output = j.find("output");
   if (output == j.end() || !output->is_object()) return FieldError("output", "missing (an object with weights, result)");
   PARSYN_RETURN_IF_ERROR(CheckKeys(*output, "task.output", {"weights", "result", "model_dir"}));
-  PARSYN_RETURN_IF_ERROR(ReadPath(*output, "weights", base_dir, true, task.output_weights));
-  PARSYN_RETURN_IF_ERROR(ReadPath(*output, "result", base_dir, true, task.output_result));
-  PARSYN_RETURN_IF_ERROR(ReadPath(*output, "model_dir", base_dir, false, task.output_model_dir));
+  PARSYN_RETURN_IF_ERROR(ReadPath(*output, "weights", base_dir, true, task.output_weights, "output."));
+  PARSYN_RETURN_IF_ERROR(ReadPath(*output, "result", base_dir, true, task.output_result, "output."));
+  PARSYN_RETURN_IF_ERROR(ReadPath(*output, "model_dir", base_dir, false, task.output_model_dir, "output."));
   return task;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "trainer/model_init.h"
+#include "trainer/task.h"
 #include "trainer/tabular_test_data.h"
 #include "weights/safetensors.h"
 
@@ -130,6 +131,50 @@ class TaskTest : public ::testing::Test {
 
   fs::path dir_;
 };
+
+TEST(ParseTrainTaskTest, ResolvesPathsAndReadsOptionalFields) {
+  const json j = {{"model_dir", "m"},
+                  {"data", "/abs/data.jsonl"},
+                  {"config", {{"use_peft", true}}},
+                  {"steps", 5},
+                  {"seed", 3},
+                  {"schedule", {{"start_step", 10}, {"total_steps", 100}}},
+                  {"output", {{"weights", "out/w.safetensors"}, {"result", "out/r.json"}}}};
+  auto task = ParseTrainTask(j, "/base");
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  EXPECT_EQ(task->model_dir, fs::path("/base/m"));
+  EXPECT_EQ(task->data, fs::path("/abs/data.jsonl"));
+  EXPECT_EQ(task->steps, 5);
+  EXPECT_EQ(task->seed, 3u);
+  EXPECT_EQ(task->split_seed, 0u);
+  EXPECT_EQ(task->schedule_start_step, 10);
+  EXPECT_EQ(task->schedule_total_steps, 100);
+  EXPECT_TRUE(task->config.use_peft);
+  EXPECT_EQ(task->output_weights, fs::path("/base/out/w.safetensors"));
+  EXPECT_TRUE(task->output_model_dir.empty());
+}
+
+TEST(ParseTrainTaskTest, RejectsMissingOrMalformedFields) {
+  const json output = {{"weights", "w"}, {"result", "r"}};
+  struct Case {
+    json task;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{{"output", output}}, "task.data: missing"},
+      {{{"data", "d.csv"}}, "task.output: missing"},
+      {{{"data", "d.csv"}, {"output", {{"weights", "w"}}}}, "task.output.result: missing"},
+      {{{"data", "d.csv"}, {"output", output}, {"steps", -1}}, "task.steps: must be >= 0"},
+      {{{"data", "d.csv"}, {"output", output}, {"data_format", "xml"}}, "task.data_format: expected"},
+      {{{"data", "d.csv"}, {"output", output}, {"config", {{"lora_r", 0}}}}, "config.lora_r: must be >= 1"},
+  };
+  for (const Case& c : cases) {
+    auto task = ParseTrainTask(c.task, "/base");
+    ASSERT_FALSE(task.ok()) << c.task.dump();
+    EXPECT_EQ(task.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(task.status().message().find(c.message), std::string::npos) << task.status().message();
+  }
+}
 
 TEST_F(TaskTest, TabularTaskReportsProgressAndWritesOutputs) {
   std::vector<json> events;
