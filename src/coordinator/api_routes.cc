@@ -203,7 +203,7 @@ Status Service::AddApiRoutes(Routes& routes) {
     std::optional<json> files = fields->Object("files", true);
     storage::Model model{.name = name.value_or("")};
     if (files) {
-      if (files->empty()) fields->AddProblem("'files' must name at least config.json");
+      if (files->empty()) fields->AddProblem("'files' must name at least config.json or tabular_model.json");
       for (const auto& [path, upload] : files->items()) {
         Status path_ok = ValidateModelFilePath(path);
         if (!path_ok.ok()) {
@@ -221,7 +221,11 @@ Status Service::AddApiRoutes(Routes& routes) {
         }
         model.files.push_back({.path = path, .blob_key = UploadKey(upload.get<std::string>())});
       }
-      if (!files->contains("config.json")) fields->AddProblem("files must include config.json");
+      // A language model is described by config.json; a tabular model (trainer/tabular_model.h) by
+      // tabular_model.json, whose standardisation and class mapping every worker of a job then shares.
+      if (!files->contains("config.json") && !files->contains("tabular_model.json")) {
+        fields->AddProblem("files must include config.json (language model) or tabular_model.json (tabular model)");
+      }
     }
     if (!fields->status().ok()) co_return Response::Error(fields->status());
     const int64_t now = self->clock().UnixMillis();
@@ -247,6 +251,20 @@ Status Service::AddApiRoutes(Routes& routes) {
           if (config.contains("model_type") && config["model_type"].is_string()) {
             model.model_type = config["model_type"].get<std::string>();
           }
+        } else if (f.path == "tabular_model.json" && model.config_json.empty()) {
+          // Recorded as model_type "tabular-<mlp|logreg>", with the file as the model's config.
+          PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> src, self->blobs().Get(f.blob_key));
+          StatusOr<std::string> text = storage::ReadAll(*src, size_t{1} << 20);
+          if (!text.ok()) return InvalidArgumentError("tabular_model.json: " + text.status().message());
+          json config = json::parse(*text, nullptr, false);
+          if (config.is_discarded() || !config.is_object() || config.value("format", "") != "parsyn-tabular" ||
+              !config.contains("model_type") || !config["model_type"].is_string()) {
+            return InvalidArgumentError(
+                "tabular_model.json is not a parsyn-tabular model (needs \"format\": \"parsyn-tabular\" and a "
+                "string \"model_type\")");
+          }
+          model.config_json = *text;
+          model.model_type = "tabular-" + config["model_type"].get<std::string>();
         }
       }
       model.created_at_ms = now;
