@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <thread>
 
 #include "e2e_harness.h"
 
@@ -41,7 +43,29 @@ class LlamaJobTest : public ::testing::Test {
       workers_.push_back(std::make_unique<Worker>(server_->url(), r.token, name, tmp_.path() / ("cache-" + name), extra));
       workers_.back()->Start();
     }
+    EXPECT_TRUE(WaitOnline(ids)) << "workers did not say hello in time";
     return ids;
+  }
+
+  // Whether every worker in `ids` has a session (status online or busy), checked until a bounded deadline: a hello
+  // happens in another process, with nothing here to wait on but its effect.
+  bool WaitOnline(const std::vector<int64_t>& ids) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      StatusOr<http::ClientResponse> res = admin_->Get("/api/v1/workers");
+      size_t online = 0;
+      StatusOr<json> body = res.ok() ? res->Json() : StatusOr<json>(res.status());
+      if (body.ok()) {
+        for (const json& w : (*body)["workers"]) {
+          if (std::find(ids.begin(), ids.end(), w["id"].get<int64_t>()) != ids.end() && w["status"] != "offline") {
+            online++;
+          }
+        }
+      }
+      if (online == ids.size()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
   }
 
   json LoraSpec(const std::vector<int64_t>& worker_ids, int rounds, int steps, int min_workers,

@@ -1,0 +1,137 @@
+// A federated tabular job: an MLP on a separable CSV with two real `parsyn worker` processes. The starting model
+// folder comes from `parsyn model init --architecture mlp --data CSV` (standardisation and classes from the whole
+// file) and is registered as a tabular model; every worker trains that same model on its shard, all weights are
+// FedAvg'ed (use_peft false), and the final model, as a user downloads it, classifies held-out rows.
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+
+#include "llama_fixture.h"
+
+namespace parsyn::e2e {
+namespace {
+
+// Rows x1,x2 in [-1, 1) with label x1 + x2 > 0, from a generator other than WriteSeparableCsv's (so none of these
+// rows is a training row).
+void WriteHeldOutCsv(const fs::path& file, int rows) {
+  std::ofstream out(file);
+  out << "x1,x2,label\n";
+  uint64_t state = 987654321;
+  auto next = [&] {
+    state = state * 2862933555777941757ULL + 3037000493ULL;
+    return static_cast<double>(state >> 11) / static_cast<double>(1ULL << 53) * 2.0 - 1.0;
+  };
+  for (int i = 0; i < rows; ++i) {
+    const double x1 = next(), x2 = next();
+    out << x1 << "," << x2 << "," << (x1 + x2 > 0 ? 1 : 0) << "\n";
+  }
+}
+
+// The Llama fixture's server, workers and FedAvg check, with a tabular model and CSV dataset instead.
+class TabularJobTest : public LlamaJobTest {
+ protected:
+  void SetUp() override {
+    WriteSeparableCsv(tmp_.path() / "points.csv", 400);
+    CommandResult init = RunParsyn({"model", "init", "--architecture", "mlp", "--data",
+                                    (tmp_.path() / "points.csv").string(), "--hidden-sizes", "16", "--out",
+                                    (tmp_.path() / "model").string(), "--seed", "5"});
+    ASSERT_EQ(init.exit_code, 0) << init.output;
+    ASSERT_TRUE(fs::exists(tmp_.path() / "model" / "tabular_model.json")) << init.output;
+    port_ = FreePort();
+    server_ = std::make_unique<Server>(tmp_.path() / "server", port_);
+    server_->Start();
+    admin_ = server_->Admin();
+    model_id_ = UploadModel(*admin_, tmp_.path() / "model", "points-mlp");
+    dataset_id_ = UploadDataset(*admin_, tmp_.path() / "points.csv");
+    ASSERT_GT(model_id_, 0);
+    ASSERT_GT(dataset_id_, 0);
+  }
+
+  json MlpSpec(const std::vector<int64_t>& worker_ids, int rounds, int steps) const {
+    return {{"name", "e2e-tabular"},
+            {"dataset_id", dataset_id_},
+            {"model_id", model_id_},
+            {"config",
+             {{"batch_size", 16},
+              {"learning_rate", 0.01},
+              {"use_peft", false},
+              {"hidden_sizes", {16}},
+              {"label_column", "label"},
+              {"lr_scheduler", "constant"},
+              {"validation_fraction", 0.15},
+              {"seed", 7}}},
+            {"distributed",
+             {{"enabled", true},
+              {"num_rounds", rounds},
+              {"steps_per_round", steps},
+              {"min_workers", static_cast<int>(worker_ids.size())},
+              {"max_workers", static_cast<int>(worker_ids.size())},
+              {"aggregation_timeout", 120},
+              {"fault_tolerance", 1}}},
+            {"worker_selection", {{"mode", "own"}, {"worker_ids", worker_ids}}}};
+  }
+};
+
+TEST_F(TabularJobTest, RegistersTheFolderAsATabularModel) {
+  StatusOr<http::ClientResponse> model = admin_->Get("/api/v1/models/" + std::to_string(model_id_));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ((*model->Json())["model_type"], "tabular-mlp") << model->body;
+}
+
+TEST_F(TabularJobTest, TwoWorkersTrainAnMlpThatClassifiesHeldOutRows) {
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<int64_t> ids = StartWorkers(2);
+  const int kRounds = 3;
+  const int64_t job_id = CreateJob(*admin_, MlpSpec(ids, kRounds, 30));
+  ASSERT_GT(job_id, 0);
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+
+  int committed = 0;
+  std::string losses;
+  for (const json& r : Rounds(*admin_, job_id)) {
+    if (r["outcome"] != "committed" || r["round"].get<int>() < 1) continue;
+    committed++;
+    int accepted = 0;
+    for (const json& u : r["updates"]) accepted += u["status"] == "accepted";
+    EXPECT_EQ(accepted, 2) << r.dump();
+    if (r["train_loss"].is_number()) losses += std::to_string(r["train_loss"].get<double>()) + " ";
+  }
+  EXPECT_EQ(committed, kRounds);
+  EXPECT_EQ(ExpectGlobalsAreFedAvg(job_id), kRounds);
+
+  // The final model as a user assembles it: the registered folder's tabular_model.json with the job's weights.
+  const fs::path final_model = tmp_.path() / "final-model";
+  fs::create_directories(final_model);
+  fs::copy_file(tmp_.path() / "model" / "tabular_model.json", final_model / "tabular_model.json");
+  StatusOr<uint64_t> got = admin_->DownloadToFile(
+      "/api/v1/training-jobs/" + std::to_string(job_id) + "/artifacts/model.safetensors",
+      final_model / "model.safetensors");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+
+  // An evaluation-only task on rows none of the workers saw: half of them form its validation slice.
+  WriteHeldOutCsv(tmp_.path() / "held-out.csv", 200);
+  const fs::path task = tmp_.path() / "eval-task.json";
+  std::ofstream(task) << json{{"model_dir", final_model.string()},
+                              {"data", (tmp_.path() / "held-out.csv").string()},
+                              {"config", {{"use_peft", false}, {"validation_fraction", 0.5}, {"batch_size", 50}}},
+                              {"steps", 0},
+                              {"output", {{"weights", (tmp_.path() / "eval-out.safetensors").string()},
+                                          {"result", (tmp_.path() / "eval-result.json").string()}}}}
+                                 .dump();
+  CommandResult eval = RunTrainer({"run", task.string()});
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  json result = json::parse(std::ifstream(tmp_.path() / "eval-result.json"));
+  ASSERT_TRUE(result["validation_before"].is_object()) << result.dump();
+  const double accuracy = result["validation_before"].value("accuracy", 0.0);
+  EXPECT_GE(result["validation_before"].value("num_examples", 0), 100) << result.dump();
+  EXPECT_GE(accuracy, 0.9) << result.dump();
+
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf("[figures] tabular mlp: rounds %d, train loss per round: %s, held-out accuracy %.3f, wall %.1f s\n",
+              committed, losses.c_str(), accuracy, seconds);
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
+}  // namespace
+}  // namespace parsyn::e2e
