@@ -757,9 +757,12 @@ http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string_view
   co_return ended.status();
 }
 
-http::Awaitable<void> JobRunner::WorkerAvailable(int64_t worker_id) {
+http::Awaitable<void> JobRunner::WorkerAvailable(int64_t worker_id, std::function<bool()> still_available) {
   if (ended_) co_return;
-  auto handled = Handle([&] { return StatusOr<Actions>(engine_->WorkerAvailable(worker_id)); });  // kCoAwaitTemporaries
+  auto handled = Handle([&]() -> StatusOr<Actions> {  // kCoAwaitTemporaries
+    if (still_available && !still_available()) return Actions{};
+    return engine_->WorkerAvailable(worker_id);
+  });
   Status s = co_await std::move(handled);
   if (!s.ok()) PARSYN_LOG_WARN("training job {}: worker {} available: {}", job_.id, worker_id, s.ToString());
 }

@@ -69,7 +69,9 @@ class JobRunner {
 
   // Whether this job may give the worker a task (listed, or any worker for mode auto).
   bool IsEligible(int64_t worker_id) const;
-  http::Awaitable<void> WorkerAvailable(int64_t worker_id);
+  // The worker asks for a task. still_available runs under the job's mutex, right before the engine hears of it:
+  // false means the offer went stale while waiting (the worker got a task meanwhile) and it is ignored.
+  http::Awaitable<void> WorkerAvailable(int64_t worker_id, std::function<bool()> still_available = {});
   http::Awaitable<void> WorkerDisconnected(int64_t worker_id);
   // A worker's result. Returns {"status": "accepted" | "rejected" | "duplicate" | "evaluated", "reason"}.
   // FailedPrecondition for a late or unexpected result (see RoundEngine::ResultUploaded).

@@ -118,6 +118,7 @@ bool Service::DeliverTask(int64_t worker_id, int64_t job_id, json task) {
   Session* s = FindSession(worker_id);
   if (s == nullptr) return false;
   s->queued.push_back({.job_id = job_id, .task = std::move(task)});
+  s->tasks_assigned++;
   s->wake->Notify();
   boost::asio::co_spawn(io_, SetWorkerStatus(worker_id, storage::WorkerStatus::kBusy), boost::asio::detached);
   return true;
@@ -163,6 +164,7 @@ http::Awaitable<void> Service::SetWorkerStatus(int64_t worker_id, storage::Worke
                                               std::string_view device_view) {
   const std::string device(device_view);
   const int64_t now = clock_.UnixMillis();
+  const Clock::TimePoint stored_at = clock_.Now();
   Status s = co_await Offload(pool_, [&]() -> Status {
     PARSYN_ASSIGN_OR_RETURN(storage::Worker w, store_->GetWorker(worker_id));
     w.status = status;
@@ -170,7 +172,12 @@ http::Awaitable<void> Service::SetWorkerStatus(int64_t worker_id, storage::Worke
     w.last_heartbeat_at_ms = now;
     return store_->UpdateWorker(w);
   });
-  if (!s.ok()) PARSYN_LOG_WARN("worker {}: status not stored: {}", worker_id, s.ToString());
+  if (!s.ok()) {
+    PARSYN_LOG_WARN("worker {}: status not stored: {}", worker_id, s.ToString());
+  } else if (Session* session = FindSession(worker_id)) {
+    session->stored_status = status;
+    session->status_stored_at = stored_at;
+  }
 }
 
 http::Awaitable<void> Service::EndSession(int64_t worker_id, std::string_view why) {
@@ -196,7 +203,15 @@ http::Awaitable<void> Service::OfferWorker(int64_t worker_id) {
     Session* s = FindSession(worker_id);
     // One task at a time: stop offering once a job gave the worker something to do.
     if (s == nullptr || !s->queued.empty() || s->current_job) break;
-    co_await r->WorkerAvailable(worker_id);
+    // The runner may wait for its job's mutex, and an event holding it may give this worker a task meanwhile: the
+    // offer is then stale, and passing it on would make the engine drop the worker for "asking for a new task
+    // before reporting". The check runs under the job's mutex, right before the engine hears of the offer.
+    auto still_idle = [this, worker_id, session_id = s->session_id, assigned = s->tasks_assigned] {
+      const Session* now = FindSession(worker_id);
+      return now != nullptr && now->session_id == session_id && now->tasks_assigned == assigned;
+    };
+    auto available = r->WorkerAvailable(worker_id, std::move(still_idle));  // kCoAwaitTemporaries
+    co_await std::move(available);
   }
 }
 

@@ -112,11 +112,17 @@ class Service {
       nlohmann::json task;
     };
     std::deque<QueuedTask> queued;              // assigned, not yet delivered
+    uint64_t tasks_assigned = 0;                // DeliverTask calls: tells a stale availability offer (OfferWorker)
     std::optional<int64_t> current_job;         // delivered, not yet reported
     nlohmann::json current_task;
     std::vector<nlohmann::json> abandon;        // tasks to drop, sent with the next heartbeat
+    // What the store last got from SetWorkerStatus for this session: a heartbeat that changes neither is kept in
+    // memory (last_seen) and written at most every kHeartbeatStoreInterval, not fsynced each time.
+    std::optional<storage::WorkerStatus> stored_status;
+    Clock::TimePoint status_stored_at{};
     std::shared_ptr<http::Signal> wake;         // a task was queued (shared: a long-poll may outlive the session)
   };
+  static constexpr std::chrono::seconds kHeartbeatStoreInterval{30};
   struct WorkerAuth {
     int64_t worker_id = 0;
     bool revoked = false;

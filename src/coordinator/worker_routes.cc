@@ -68,7 +68,10 @@ Status Service::AddWorkerRoutes(Routes& routes) {
         s->abandon.clear();
         const storage::WorkerStatus status =
             s->current_job || !s->queued.empty() ? storage::WorkerStatus::kBusy : storage::WorkerStatus::kOnline;
-        co_await self->SetWorkerStatus(worker_id, status);
+        // Liveness is judged from last_seen in memory; the store gets status changes and a coarse heartbeat time.
+        if (s->stored_status != status || s->last_seen - s->status_stored_at >= kHeartbeatStoreInterval) {
+          co_await self->SetWorkerStatus(worker_id, status);
+        }
         co_return Response::Json(200, {{"abandon", abandon.is_null() ? json::array() : abandon}});
       }));
 

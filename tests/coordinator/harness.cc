@@ -337,7 +337,8 @@ void ScriptedWorker::Run(std::stop_token stop) {
       session.clear();
       continue;
     }
-    auto res = client->Get("/api/v1/worker/tasks/next?wait_ms=1000&session_id=" + session, call);
+    auto res = client->Get(
+        "/api/v1/worker/tasks/next?wait_ms=" + std::to_string(poll_wait_ms_.load()) + "&session_id=" + session, call);
     if (!res.ok()) {
       session.clear();
       continue;

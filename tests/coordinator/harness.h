@@ -116,6 +116,8 @@ class ScriptedWorker {
   void Start();
   void Stop();  // ends the thread (after goodbye unless the behaviour is a crash)
   void set_behaviour(Behaviour b) { behaviour_ = b; }
+  // The wait_ms of its task long-polls (default 1000); 0 polls back to back.
+  void set_poll_wait(std::chrono::milliseconds wait) { poll_wait_ms_ = static_cast<int>(wait.count()); }
   int64_t id() const { return id_; }
   std::vector<Upload> uploads() const;
   std::vector<json> results() const;  // the server's answers to this worker's results
@@ -132,6 +134,7 @@ class ScriptedWorker {
   std::string token_;
   std::atomic<Behaviour> behaviour_;
   std::atomic<int> tasks_seen_{0};
+  std::atomic<int> poll_wait_ms_{1000};
   mutable std::mutex mu_;
   std::vector<Upload> uploads_;
   std::vector<json> results_;

@@ -134,6 +134,33 @@ TEST_F(RoundsTest, WorkerGoneMidRoundLeavesAndTheOthersCommit) {
   EXPECT_TRUE(dropped);
 }
 
+// Regression: a poll's availability offer waits for the job's mutex; when the event holding it (another worker's
+// result closing the round) gives the polling worker its next task, the offer is stale and must not make the engine
+// drop the worker for "asking for a new task before reporting". Back-to-back polls keep such offers in flight at
+// every round transition.
+TEST_F(RoundsTest, AnOfferThatWentStaleWhileTheRoundTurnedDoesNotDropTheWorker) {
+  StartServer();
+  Fixture f = MakeFixture(*admin_, 30, 3);
+  auto workers = StartWorkers(f, {Behaviour::kHonest, Behaviour::kHonest, Behaviour::kHonest});
+  for (auto& w : workers) w->set_poll_wait(std::chrono::milliseconds(0));
+  const int64_t job_id = CreateJob(DistributedSpec(f, 5, 3, 20));
+  json job = WaitForJobEnd(*admin_, job_id, kJobTimeout);
+  for (auto& w : workers) w->Stop();
+  ASSERT_EQ(job["status"], "succeeded") << job.dump();
+  json rounds = Rounds(job_id);
+  ASSERT_EQ(rounds.size(), 5u) << rounds.dump();
+  for (const json& round : rounds) {
+    EXPECT_EQ(round["attempt"], 1) << round.dump();
+    EXPECT_EQ(round["updates"].size(), 3u) << round.dump();
+  }
+  std::string drop;
+  WaitForEvent(*admin_, job_id, [&](const std::string& t, const json& d) {
+    if (t == "worker_dropped") drop = d.dump();
+    return t == "worker_dropped";
+  }, std::chrono::seconds(2));
+  EXPECT_EQ(drop, "") << "no worker may be dropped";
+}
+
 TEST_F(RoundsTest, StragglerIsDroppedAtTheAggregationTimeout) {
   StartServer();
   Fixture f = MakeFixture(*admin_, 30, 3);
