@@ -3,9 +3,9 @@
 #   examples/run.sh [llama|tabular|all]        (default: llama)
 # llama:   distributed-llama-finetune.json on a tiny Llama model (`parsyn model init`) and a generated instruction
 #          set, with three workers and the rounds and steps cut down so it finishes in a few minutes on a laptop.
-# tabular: tabular-mlp.json on a generated CSV with two workers (the model folder comes from a local
-#          `parsyn train` run, as a user would bring their own). The coordinator currently refuses model folders
-#          without config.json, so this one stops at the model upload until it registers tabular models.
+# tabular: tabular-mlp.json on a generated CSV with two workers. The starting model folder comes from
+#          `parsyn model init --architecture mlp --data CSV` (standardisation and classes from the whole file), so
+#          every worker trains the same model; all weights are FedAvg'ed (use_peft false). See docs/training.md.
 # Everything lives in a temporary folder (kept with KEEP=1) and every process started here is stopped on exit.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -104,8 +104,8 @@ with open(sys.argv[1], "w") as f:
         x1, x2 = random.uniform(-1, 1), random.uniform(-1, 1)
         f.write(f"{x1:.4f},{x2:.4f},{int(x1 + x2 > 0)}\n")
 PYEOF
-  # A starting model folder, as a user brings one: one step of local training creates it.
-  "$PARSYN" train --data "$WORK/points.csv" --out "$WORK/tabular-model" --max-steps 1
+  # The starting model every worker receives: its feature scaling and class list come from the whole CSV.
+  "$PARSYN" model init --architecture mlp --data "$WORK/points.csv" --hidden-sizes 16 --out "$WORK/tabular-model"
   local model dataset
   model=$("$PARSYN" model upload "$WORK/tabular-model" --name points-mlp | sed -n "s/^model \([0-9]*\) .*/\1/p")
   dataset=$("$PARSYN" dataset upload "$WORK/points.csv" | grep -o 'dataset [0-9]*' | head -1 | cut -d' ' -f2)
