@@ -1,8 +1,15 @@
-// parsyn model init: a new, randomly initialised Llama-family model folder (config.json, model.safetensors,
-// tokenizer.json), written by parsyn-trainer's model-init (src/trainer/model_init.h).
+// parsyn model init: a new, randomly initialised model folder, written by parsyn-trainer:
+//   --architecture llama|qwen2: a Llama-family folder (config.json, model.safetensors, tokenizer.json), model-init
+//     (src/trainer/model_init.h);
+//   --architecture mlp|logreg --data CSV: a tabular folder (tabular_model.json, model.safetensors), tabular-init
+//     (src/trainer/tabular_model.h), its standardisation and classes taken from the whole CSV; the starting model of
+//     a federated tabular job, so that every worker scales features and numbers classes alike.
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/trainer_runner.h"
@@ -25,9 +32,40 @@ struct InitFlags {
   double rope_theta = 10000.0;
   uint64_t seed = 0;
   std::string dtype = "f32";
+  // Tabular (mlp, logreg) only.
+  std::string data;
+  std::vector<int64_t> hidden_sizes = {64};
+  std::string label_column = "label";
 };
 
+int RunTabularInit(const InitFlags& f) {
+  if (f.data.empty()) {
+    std::cerr << "parsyn model init: --architecture " << f.architecture << " needs --data CSV\n";
+    return 2;
+  }
+  nlohmann::json config = {{"model_type", f.architecture}, {"label_column", f.label_column}};
+  if (f.architecture == "mlp") config["hidden_sizes"] = f.hidden_sizes;
+  const nlohmann::json options = {
+      {"data", std::filesystem::absolute(f.data).string()}, {"seed", f.seed}, {"config", config}};
+  auto outcome = RunTrainer({"tabular-init", f.out, options.dump()}, nullptr);
+  if (!outcome.ok()) {
+    std::cerr << "parsyn model init: " << outcome.status().message() << "\n";
+    return 1;
+  }
+  if (outcome->exit_code != 0) {
+    std::cerr << "parsyn model init: " << TrainerFailureMessage(*outcome) << "\n";
+    return outcome->exit_code;
+  }
+  const nlohmann::json& spec = outcome->done["spec"];
+  std::cout << "wrote tabular " << f.architecture << " model to " << f.out << ": "
+            << spec.value("feature_names", nlohmann::json::array()).size() << " features, "
+            << spec.value("class_names", nlohmann::json::array()).size() << " classes, hidden "
+            << spec.value("hidden_sizes", nlohmann::json::array()).dump() << "\n";
+  return 0;
+}
+
 int RunInit(const InitFlags& f) {
+  if (f.architecture == "mlp" || f.architecture == "logreg") return RunTabularInit(f);
   std::string dtype = f.dtype;
   for (char& c : dtype) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (dtype != "F32" && dtype != "BF16" && dtype != "F16") {
@@ -70,11 +108,17 @@ void AddModelCommands(CLI::App& app, int& exit_code) {
   CLI::App* model = app.add_subcommand("model", "Model folders (Hugging Face layout)");
   model->require_subcommand(1);
   auto flags = std::make_shared<InitFlags>();
-  CLI::App* init = model->add_subcommand("init", "Write a new, randomly initialised Llama-family model folder");
-  init->add_option("--out,-o", flags->out, "Folder to create (must not already hold a config.json)")->required();
-  init->add_option("--architecture", flags->architecture, "llama or qwen2")
-      ->check(CLI::IsMember({"llama", "qwen2"}))
+  CLI::App* init = model->add_subcommand(
+      "init", "Write a new, randomly initialised model folder: Llama-family, or tabular (mlp, logreg) for a CSV");
+  init->add_option("--out,-o", flags->out, "Folder to create (must not already hold a model)")->required();
+  init->add_option("--architecture", flags->architecture, "llama, qwen2, or tabular: mlp, logreg (with --data)")
+      ->check(CLI::IsMember({"llama", "qwen2", "mlp", "logreg"}))
       ->capture_default_str();
+  init->add_option("--data", flags->data,
+                   "Tabular: the whole CSV dataset (features standardised and classes numbered from all its rows)")
+      ->check(CLI::ExistingFile);
+  init->add_option("--hidden-sizes", flags->hidden_sizes, "Tabular mlp: hidden layer widths")->capture_default_str();
+  init->add_option("--label-column", flags->label_column, "Tabular: the CSV's label column")->capture_default_str();
   init->add_option("--hidden-size", flags->hidden_size, "Model width")->capture_default_str();
   init->add_option("--layers", flags->layers, "Transformer layers")->capture_default_str();
   init->add_option("--heads", flags->heads, "Attention heads")->capture_default_str();

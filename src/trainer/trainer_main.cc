@@ -9,6 +9,11 @@
 //       (architecture, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size,
 //       tokenizer_json, vocab_size, tie_word_embeddings, max_position_embeddings, rope_theta, rms_norm_eps, seed,
 //       dtype "F32"|"BF16"|"F16"). Prints {"event": "done", "config": {...}}.
+//   parsyn-trainer tabular-init DIR OPTIONS_JSON
+//       Writes a new tabular model folder (tabular_model.h) for a whole CSV dataset: OPTIONS_JSON is {"data": CSV,
+//       "seed": N, "config": {train_config.h keys: model_type, hidden_sizes, label_column}}. Feature standardisation
+//       and the class list come from every row of the file, so a federated job's workers, given this folder, all
+//       scale features and number classes alike. Prints {"event": "done", "dir", "spec": tabular_model.json}.
 //
 // Exit codes: 0 success; 1 failure (bad input, bad weights, libtorch error); 2 usage error; 3 stopped by SIGTERM or
 // SIGINT (checked between micro-batches); 4 out of memory.
@@ -18,6 +23,8 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <stop_token>
@@ -27,6 +34,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "trainer/model_init.h"
+#include "trainer/tabular_model.h"
 #include "trainer/task.h"
 
 namespace {
@@ -65,7 +73,8 @@ int Fail(const Status& status) {
 
 int Usage() {
   std::cerr << "usage: parsyn-trainer run TASK.json\n"
-               "       parsyn-trainer model-init DIR OPTIONS_JSON\n";
+               "       parsyn-trainer model-init DIR OPTIONS_JSON\n"
+               "       parsyn-trainer tabular-init DIR OPTIONS_JSON\n";
   return kExitUsage;
 }
 
@@ -147,6 +156,47 @@ int ModelInit(const std::string& dir, const std::string& options_json) {
   return 0;
 }
 
+parsyn::Status InitTabularFolder(const std::string& dir, const std::string& options_json) {
+  std::filesystem::path data;
+  uint64_t seed = 0;
+  json config_json = json::object();
+  try {
+    const json j = json::parse(options_json);
+    if (!j.is_object()) return parsyn::InvalidArgumentError("tabular-init options: expected a JSON object");
+    for (const auto& [key, value] : j.items()) {
+      if (key == "data") data = value.get<std::string>();
+      else if (key == "seed") seed = value.get<uint64_t>();
+      else if (key == "config") config_json = value;
+      else return parsyn::InvalidArgumentError("tabular-init options: unknown key \"" + key + "\"");
+    }
+  } catch (const json::exception& e) {
+    return parsyn::InvalidArgumentError(std::string("tabular-init options: ") + e.what());
+  }
+  if (data.empty()) return parsyn::InvalidArgumentError("tabular-init options: \"data\" (a CSV file) is required");
+  if (std::filesystem::exists(std::filesystem::path(dir) / parsyn::trainer::kTabularModelFile)) {
+    return parsyn::AlreadyExistsError(dir + " already holds a " + parsyn::trainer::kTabularModelFile);
+  }
+  PARSYN_ASSIGN_OR_RETURN(const parsyn::trainer::TrainConfig config, parsyn::trainer::ParseTrainConfig(config_json));
+  parsyn::data::TabularOptions options;
+  options.label_column = config.label_column;
+  auto dataset = parsyn::data::LoadTabularFile(data, options);
+  if (!dataset.ok()) return dataset.status().WithContext(data.string());
+  // No row list: the standardizer is fitted on every row of the file.
+  PARSYN_ASSIGN_OR_RETURN(parsyn::trainer::TabularModelSpec spec,
+                          parsyn::trainer::TabularSpecFor(config, *dataset, {}));
+  PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<parsyn::trainer::TabularModel> model,
+                          parsyn::trainer::TabularModel::Create(std::move(spec), seed, torch::kCPU));
+  return model->Save(dir);
+}
+
+int TabularInit(const std::string& dir, const std::string& options_json) {
+  if (parsyn::Status made = InitTabularFolder(dir, options_json); !made.ok()) return Fail(made);
+  json spec = json::parse(std::ifstream(std::filesystem::path(dir) / parsyn::trainer::kTabularModelFile), nullptr,
+                          false);
+  EmitLine(json{{"event", "done"}, {"dir", dir}, {"spec", spec}});
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -157,5 +207,6 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "run" && argc == 3) return RunTask(argv[2], stop.get_token());
   if (command == "model-init" && argc == 4) return ModelInit(argv[2], argv[3]);
+  if (command == "tabular-init" && argc == 4) return TabularInit(argv[2], argv[3]);
   return Usage();
 }
