@@ -110,7 +110,7 @@ Status Service::AddApiRoutes(Routes& routes) {
         const std::string key = fmt::format("datasets/{}/data.{}", *blob_name, storage::ToString(*format));
         storage::BlobStore& blobs = self->blobs();
         auto upload = StreamBodyInto<StatusOr<storage::BlobInfo>>(
-            self->pool(), *req.body_stream, [&blobs, key](storage::ByteSource& body) { return blobs.Put(key, body); });
+            self->upload_pool(), *req.body_stream, [&blobs, key](storage::ByteSource& body) { return blobs.Put(key, body); });
         StatusOr<storage::BlobInfo> stored = co_await std::move(upload);
         if (!stored.ok()) co_return Response::Error(stored.status());
 
@@ -188,7 +188,7 @@ Status Service::AddApiRoutes(Routes& routes) {
         const std::string key = UploadKey(*id);
         storage::BlobStore& blobs = self->blobs();
         auto upload = StreamBodyInto<StatusOr<storage::BlobInfo>>(
-            self->pool(), *req.body_stream, [&blobs, key](storage::ByteSource& body) { return blobs.Put(key, body); });
+            self->upload_pool(), *req.body_stream, [&blobs, key](storage::ByteSource& body) { return blobs.Put(key, body); });
         StatusOr<storage::BlobInfo> stored = co_await std::move(upload);
         if (!stored.ok()) co_return Response::Error(stored.status());
         co_return Response::Json(201, {{"upload_id", *id}, {"size_bytes", stored->size_bytes},

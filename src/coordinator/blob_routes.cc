@@ -81,7 +81,7 @@ Status Service::AddBlobRoutes(Routes& routes) {
         storage::BlobStore& blobs = self->blobs();
         const storage::PutOptions put_options{.max_size_bytes = *cap};
         auto upload = StreamBodyInto<StatusOr<storage::BlobInfo>>(
-            self->pool(), *req.body_stream,
+            self->upload_pool(), *req.body_stream,
             [&blobs, key, put_options](storage::ByteSource& body) { return blobs.Put(key, body, put_options); });
         StatusOr<storage::BlobInfo> stored = co_await std::move(upload);
         if (!stored.ok()) co_return Response::Error(stored.status());

@@ -25,9 +25,13 @@ Service::Service(boost::asio::io_context& io, ServiceOptions options)
       options_(std::move(options)),
       clock_(SystemClock::Get()),
       pool_(static_cast<size_t>(std::max(1, options_.pool_threads))),
+      upload_pool_(static_cast<size_t>(std::max(1, options_.upload_threads))),
       shutdown_(io.get_executor()) {}
 
-Service::~Service() { pool_.join(); }
+Service::~Service() {
+  upload_pool_.join();
+  pool_.join();
+}
 
 StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, ServiceOptions options) {
   std::error_code ec;

@@ -5,7 +5,8 @@
 // Threads: all of the service's state lives on the ONE thread that runs the io_context given to Open (the event
 // loop); route handlers and job runners are coroutines there and take no locks. Blocking work (store calls, blob
 // I/O, validating and accumulating updates, sharding) runs on the service's small thread pool through Offload()
-// and resumes on the loop. Open() itself blocks (it opens the stores) and may run before the loop starts.
+// and resumes on the loop; uploads stream on a separate pool. Open() itself blocks (it opens the stores) and may
+// run before the loop starts.
 //
 // Durability: every state change is written to the metadata store before the request that caused it is answered;
 // on Start() every running job resumes at its last committed round (see JobRunner).
@@ -47,7 +48,9 @@ struct ServiceOptions {
   std::chrono::seconds signed_url_ttl{std::chrono::hours(24)};
   uint64_t max_upload_bytes = uint64_t{64} << 30;  // datasets and model files
   uint64_t max_json_bytes = 1 << 20;               // JSON request bodies
-  int pool_threads = 4;  // uploads hold a thread each while they stream
+  int pool_threads = 4;     // store calls, blob reads, validation and aggregation
+  int upload_threads = 16;  // blob uploads, each holding a thread while it streams (kept off the pool above, so
+                            // store writes never queue behind slow uploads); more uploads at once wait for one
   std::chrono::milliseconds tick_interval{100};  // timer resolution of timeouts (aggregation, heartbeats)
 };
 
@@ -80,6 +83,8 @@ class Service {
   storage::MetadataStore& store() { return *store_; }
   storage::BlobStore& blobs() { return *blobs_; }
   boost::asio::thread_pool& pool() { return pool_; }
+  // For StreamBodyInto of uploads only: its threads block on the network as much as on the disk.
+  boost::asio::thread_pool& upload_pool() { return upload_pool_; }
   const Clock& clock() const { return clock_; }
   boost::asio::any_io_executor executor() { return io_.get_executor(); }
   // A URL for `method` on blob `key` at /blobs/..., valid for signed_url_ttl.
@@ -152,6 +157,7 @@ class Service {
   ServiceOptions options_;
   const Clock& clock_;
   boost::asio::thread_pool pool_;
+  boost::asio::thread_pool upload_pool_;
   std::unique_ptr<storage::MetadataStore> store_;
   std::unique_ptr<storage::BlobStore> blobs_;
   std::string admin_key_hash_;
