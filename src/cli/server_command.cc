@@ -1,6 +1,8 @@
 // parsyn server: runs the coordinator (src/coordinator/service.h) on one event-loop thread until SIGINT/SIGTERM,
 // then shuts down gracefully. On the first start it prints the admin API key once (it is also in
 // <data-dir>/admin-key, mode 0600); it writes <data-dir>/server.json with its URL so the local CLI finds it.
+// With --managed-workers N it also runs N local managed workers (cli/managed_workers.h): stopped first on shutdown,
+// so they say goodbye while the server still answers.
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
 
 #include <boost/asio/co_spawn.hpp>
@@ -12,8 +14,12 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include <boost/asio/steady_timer.hpp>
+
 #include "base/log.h"
+#include "cli/child_process.h"
 #include "cli/coordinator_commands.h"
+#include "cli/managed_workers.h"
 #include "cli/remote.h"
 #include "coordinator/service.h"
 #include "http/server.h"
@@ -32,6 +38,8 @@ struct ServerFlags {
   int64_t max_poll_wait_ms = 30'000;
   int threads = 4;
   std::string log_level;
+  int managed_workers = 0;
+  std::string managed_worker_device = "cpu";
 };
 
 std::string HostOf(const std::string& listen) {
@@ -55,6 +63,13 @@ int RunServer(const ServerFlags& f) {
   options.heartbeat_timeout = std::chrono::milliseconds(f.heartbeat_timeout_ms);
   options.max_poll_wait = std::chrono::milliseconds(f.max_poll_wait_ms);
   options.pool_threads = f.threads;
+  // Before the coordinator opens the store, so it loads the managed workers' tokens.
+  std::vector<ManagedWorkerIdentity> managed;
+  if (f.managed_workers > 0) {
+    StatusOr<std::vector<ManagedWorkerIdentity>> ensured = EnsureManagedWorkers(options.data_dir, f.managed_workers);
+    if (!ensured.ok()) return Fail("server", ensured.status());
+    managed = std::move(*ensured);
+  }
   StatusOr<std::unique_ptr<coordinator::Service>> service = coordinator::Service::Open(io, options);
   if (!service.ok()) return Fail("server", service.status());
   StatusOr<http::Router> router = (*service)->BuildRouter();
@@ -79,22 +94,47 @@ int RunServer(const ServerFlags& f) {
   }
   std::cout << "parsyn server listening on " << base << std::endl;
 
+  std::unique_ptr<ManagedWorkerSupervisor> supervisor;
+  if (!managed.empty()) {
+    StatusOr<std::filesystem::path> self = SelfExecutablePath();
+    if (!self.ok()) return Fail("server", self.status());
+    // Workers on this machine reach the server at the address it listens on, whatever --public-url says.
+    supervisor = std::make_unique<ManagedWorkerSupervisor>(
+        SupervisorOptions{.program = *self, .server_url = base, .device = f.managed_worker_device},
+        std::move(managed));
+    supervisor->Start();
+  }
+
   coordinator::Service* svc = service->get();
   http::Server* srv = server->get();
   boost::asio::co_spawn(io, svc->Start(), boost::asio::detached);
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  ManagedWorkerSupervisor* workers = supervisor.get();
   signals.async_wait([&](const boost::system::error_code& ec, int) {
     if (ec) return;
     PARSYN_LOG_INFO("shutting down");
-    svc->BeginShutdown();
     boost::asio::co_spawn(
         io,
         // No io.stop(): once the server has closed its connections and the service its timer and long-polls, the
         // loop runs out of work and run() returns with every coroutine finished, so nothing outlives what it uses.
-        [srv]() -> http::Awaitable<void> { co_await srv->Shutdown(std::chrono::seconds(5)); },
+        [svc, srv, workers]() -> http::Awaitable<void> {
+          if (workers != nullptr) {
+            // Managed workers first (bounded), while the server still answers their goodbye.
+            workers->RequestStop();
+            boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            while (!workers->AllExited() && std::chrono::steady_clock::now() < deadline) {
+              timer.expires_after(std::chrono::milliseconds(100));
+              co_await timer.async_wait(boost::asio::use_awaitable);
+            }
+          }
+          svc->BeginShutdown();
+          co_await srv->Shutdown(std::chrono::seconds(5));
+        },
         boost::asio::detached);
   });
   io.run();
+  if (supervisor) supervisor->Stop(std::chrono::seconds(1));  // joins; kills a worker that outlived the wait above
   return 0;
 }
 
@@ -118,6 +158,11 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--threads", flags->threads, "worker-pool threads for storage and aggregation")
       ->capture_default_str();
   cmd->add_option("--log-level", flags->log_level, "debug, info, warn or error");
+  cmd->add_option("--managed-workers", flags->managed_workers,
+                  "run and supervise this many local managed workers (managed-1..N; restarted when they exit)")
+      ->capture_default_str()->check(CLI::Range(0, 64));
+  cmd->add_option("--managed-worker-device", flags->managed_worker_device, "--device of the managed workers")
+      ->capture_default_str();
   cmd->callback([flags, &exit_code] { exit_code = RunServer(*flags); });
 }
 

@@ -1,0 +1,187 @@
+#include "cli/managed_workers.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <optional>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "cli/child_process.h"
+#include "coordinator/auth.h"
+#include "storage/sqlite_store.h"
+
+namespace parsyn::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::optional<std::string> ReadToken(const fs::path& file) {
+  std::ifstream in(file);
+  std::string token;
+  if (!in || !std::getline(in, token) || token.empty()) return std::nullopt;
+  return token;
+}
+
+Status WriteToken(const fs::path& file, const std::string& token) {
+  const fs::path tmp = file.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return UnavailableError("cannot write " + tmp.string());
+    std::error_code ec;
+    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write, ec);
+    if (ec) return UnavailableError("cannot restrict " + tmp.string() + ": " + ec.message());
+    out << token << "\n";
+    if (!out.flush()) return UnavailableError("cannot write " + tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, file, ec);
+  if (ec) return UnavailableError("cannot write " + file.string() + ": " + ec.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::vector<ManagedWorkerIdentity>> EnsureManagedWorkers(const fs::path& data_dir, int count) {
+  const fs::path dir = data_dir / "managed-workers";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return UnavailableError("cannot create " + dir.string() + ": " + ec.message());
+  fs::permissions(data_dir, fs::perms::owner_all, ec);
+  fs::permissions(dir, fs::perms::owner_all, ec);
+  // The coordinator opens the same database afterwards; this connection is closed before it does.
+  PARSYN_ASSIGN_OR_RETURN(auto store, storage::SqliteMetadataStore::Open((data_dir / "metadata.db").string()));
+  SystemClock clock;
+  std::vector<ManagedWorkerIdentity> result;
+  for (int i = 1; i <= count; ++i) {
+    ManagedWorkerIdentity identity;
+    identity.name = "managed-" + std::to_string(i);
+    identity.cache_dir = dir / identity.name;
+    const fs::path token_file = dir / (identity.name + ".token");
+    if (std::optional<std::string> token = ReadToken(token_file)) {
+      StatusOr<storage::Worker> known = store->FindWorkerByTokenHash(coordinator::HashSecret(*token));
+      if (known.ok() && known->kind == storage::WorkerKind::kManaged && !known->revoked) {
+        identity.id = known->id;
+        identity.token = *token;
+      } else if (!known.ok() && known.status().code() != StatusCode::kNotFound) {
+        return known.status();
+      }
+    }
+    if (identity.token.empty()) {
+      PARSYN_ASSIGN_OR_RETURN(identity.token, coordinator::NewSecret("pwt_"));
+      storage::Worker worker;
+      worker.name = identity.name;
+      worker.kind = storage::WorkerKind::kManaged;
+      worker.token_sha256 = coordinator::HashSecret(identity.token);
+      worker.created_at_ms = clock.UnixMillis();
+      PARSYN_ASSIGN_OR_RETURN(storage::Worker created, store->CreateWorker(worker));
+      identity.id = created.id;
+      PARSYN_RETURN_IF_ERROR(WriteToken(token_file, identity.token));
+      PARSYN_LOG_INFO("managed worker {} registered as worker {}", identity.name, identity.id);
+    }
+    fs::create_directories(identity.cache_dir, ec);
+    if (ec) return UnavailableError("cannot create " + identity.cache_dir.string() + ": " + ec.message());
+    result.push_back(std::move(identity));
+  }
+  return result;
+}
+
+ManagedWorkerSupervisor::ManagedWorkerSupervisor(SupervisorOptions options, std::vector<ManagedWorkerIdentity> workers)
+    : options_(std::move(options)), slots_(workers.size()) {
+  for (size_t i = 0; i < workers.size(); ++i) slots_[i].identity = std::move(workers[i]);
+}
+
+ManagedWorkerSupervisor::~ManagedWorkerSupervisor() { Stop(); }
+
+void ManagedWorkerSupervisor::Start() {
+  for (Slot& slot : slots_) slot.thread = std::thread([this, &slot] { Supervise(slot); });
+}
+
+void ManagedWorkerSupervisor::RequestStop() {
+  std::lock_guard lock(mutex_);
+  if (stopping_) return;
+  stopping_ = true;
+  for (Slot& slot : slots_) {
+    if (slot.pid > 0) ::kill(slot.pid, SIGTERM);
+  }
+  changed_.notify_all();
+}
+
+bool ManagedWorkerSupervisor::AllExited() {
+  std::lock_guard lock(mutex_);
+  return std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.pid > 0; });
+}
+
+void ManagedWorkerSupervisor::Stop(std::chrono::milliseconds grace) {
+  if (stopped_) return;
+  stopped_ = true;
+  RequestStop();
+  {
+    std::unique_lock lock(mutex_);
+    const bool exited = changed_.wait_for(lock, grace, [this] {
+      return std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.pid > 0; });
+    });
+    if (!exited) {
+      for (Slot& slot : slots_) {
+        if (slot.pid <= 0) continue;
+        PARSYN_LOG_WARN("managed worker {} did not stop within {} ms; killing it", slot.identity.name, grace.count());
+        ::kill(slot.pid, SIGKILL);
+      }
+    }
+  }
+  for (Slot& slot : slots_) {
+    if (slot.thread.joinable()) slot.thread.join();
+  }
+}
+
+void ManagedWorkerSupervisor::Supervise(Slot& slot) {
+  const ManagedWorkerIdentity& id = slot.identity;
+  const std::vector<std::string> args = {"worker",      "--server", options_.server_url, "--token",
+                                         id.token,      "--name",   id.name,             "--device",
+                                         options_.device, "--cache-dir", id.cache_dir.string()};
+  std::chrono::milliseconds backoff = options_.initial_backoff;
+  while (true) {
+    std::optional<ChildProcess> child;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+      StatusOr<ChildProcess> started = ChildProcess::Start(options_.program, args);
+      if (started.ok()) {
+        child.emplace(std::move(*started));
+        slot.pid = child->pid();
+        PARSYN_LOG_INFO("managed worker {} started (pid {})", id.name, slot.pid);
+      } else {
+        PARSYN_LOG_ERROR("managed worker {}: {}", id.name, started.status().ToString());
+      }
+    }
+    const auto started_at = std::chrono::steady_clock::now();
+    if (child) {
+      // The worker logs to stderr (shared with the server's); its stdout is drained here so it never blocks.
+      while (std::optional<std::string> line = child->ReadLine()) {
+        PARSYN_LOG_INFO("[{}] {}", id.name, *line);
+      }
+      // Wait for the exit without reaping, so the pid cannot be reused while RequestStop may still signal it.
+      siginfo_t info{};
+      while (::waitid(P_PID, static_cast<id_t>(child->pid()), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+      }
+      std::lock_guard lock(mutex_);
+      const int code = child->Wait();
+      slot.pid = -1;
+      changed_.notify_all();
+      if (stopping_) {
+        PARSYN_LOG_INFO("managed worker {} stopped (exit {})", id.name, code);
+        return;
+      }
+      if (std::chrono::steady_clock::now() - started_at >= options_.healthy_run) backoff = options_.initial_backoff;
+      PARSYN_LOG_WARN("managed worker {} exited with {}; restarting in {} ms", id.name, code, backoff.count());
+    }
+    std::unique_lock lock(mutex_);
+    if (changed_.wait_for(lock, backoff, [this] { return stopping_; })) return;
+    backoff = std::min(backoff * 2, options_.max_backoff);
+  }
+}
+
+}  // namespace parsyn::cli
