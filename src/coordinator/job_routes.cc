@@ -65,6 +65,16 @@ Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec) {
                          " shards");
     }
   }
+  if (model.ok() && dataset.ok()) {
+    // A tabular model (registered from tabular_model.json) trains on CSV rows only, a language model on text only.
+    const bool tabular_model = model->model_type.starts_with("tabular-");
+    const bool tabular_data = dataset->kind == storage::DatasetKind::kTabular;
+    if (tabular_model != tabular_data) {
+      problems.push_back("model_id: model " + std::to_string(model->id) + " is a " +
+                         (tabular_model ? "tabular model" : "language model") + " but dataset " +
+                         std::to_string(dataset->id) + " is " + (tabular_data ? "tabular (CSV)" : "text"));
+    }
+  }
   if (model.ok()) {
     if (spec.config.use_peft) {
       weights::LoraLayoutOptions lora{.r = spec.config.lora_r, .target_modules = spec.config.lora_target_modules};

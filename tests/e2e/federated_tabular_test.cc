@@ -78,6 +78,20 @@ TEST_F(TabularJobTest, RegistersTheFolderAsATabularModel) {
   EXPECT_EQ((*model->Json())["model_type"], "tabular-mlp") << model->body;
 }
 
+TEST_F(TabularJobTest, RefusesAJobPairingTheTabularModelWithTextData) {
+  WriteLearnableText(tmp_.path() / "text.jsonl", 20);
+  const int64_t text_dataset = UploadDataset(*admin_, tmp_.path() / "text.jsonl");
+  json spec = MlpSpec({RegisterWorker(*admin_, "w-text").id}, 1, 5);
+  spec["dataset_id"] = text_dataset;
+  StatusOr<http::ClientResponse> job = admin_->PostJson("/api/v1/training-jobs", spec);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument) << job.status().ToString();
+  EXPECT_NE(job.status().message().find("model " + std::to_string(model_id_) + " is a tabular model but dataset " +
+                                        std::to_string(text_dataset) + " is text"),
+            std::string::npos)
+      << job.status().message();
+}
+
 TEST_F(TabularJobTest, TwoWorkersTrainAnMlpThatClassifiesHeldOutRows) {
   const auto started = std::chrono::steady_clock::now();
   std::vector<int64_t> ids = StartWorkers(2);
