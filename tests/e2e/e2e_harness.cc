@@ -145,7 +145,8 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
-Server::Server(fs::path data_dir, int port) : data_dir_(std::move(data_dir)), port_(port) {}
+Server::Server(fs::path data_dir, int port, std::vector<std::string> extra)
+    : data_dir_(std::move(data_dir)), port_(port), extra_(std::move(extra)) {}
 
 Server::~Server() {
   if (pid_ > 0) Terminate();
@@ -154,10 +155,11 @@ Server::~Server() {
 void Server::Start() {
   const fs::path log = data_dir_.string() + ".log";
   int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  pid_ = Spawn({PARSYN_BIN, "server", "--data-dir", data_dir_.string(), "--listen",
-                "127.0.0.1:" + std::to_string(port_), "--heartbeat-interval-ms", "300", "--heartbeat-timeout-ms",
-                "3000", "--max-poll-wait-ms", "2000"},
-               out);
+  std::vector<std::string> args = {PARSYN_BIN, "server", "--data-dir", data_dir_.string(), "--listen",
+                                   "127.0.0.1:" + std::to_string(port_), "--heartbeat-interval-ms", "300",
+                                   "--heartbeat-timeout-ms", "3000", "--max-poll-wait-ms", "2000"};
+  args.insert(args.end(), extra_.begin(), extra_.end());
+  pid_ = Spawn(args, out);
   ::close(out);
   // Ready when the API answers; the server has no other signal a separate process can wait on.
   http::Client probe(http::ClientOptions{.base_url = url(), .connect_timeout = std::chrono::milliseconds(500),

@@ -45,7 +45,8 @@ int FreePort();
 // `parsyn server` on 127.0.0.1:port with short heartbeat and poll timings; stderr goes to <data_dir>.log.
 class Server {
  public:
-  Server(fs::path data_dir, int port);
+  // `extra`: more `parsyn server` flags (e.g. --managed-workers 1).
+  Server(fs::path data_dir, int port, std::vector<std::string> extra = {});
   ~Server();
   void Start();      // waits (bounded) until it prints that it listens; fails the test otherwise
   void Kill();       // SIGKILL, reaped
@@ -58,6 +59,7 @@ class Server {
  private:
   fs::path data_dir_;
   int port_;
+  std::vector<std::string> extra_;
   pid_t pid_ = -1;
 };
 
