@@ -58,6 +58,35 @@ std::string ToLower(std::string s) {
   return s;
 }
 
+// Everything about an uploaded update that does not touch the strategy: its key, size, sha256, format, layout and
+// values. InvalidArgument names what is wrong; other codes are store errors. Blocking (a pool thread).
+StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const ResultReport& report,
+                                             const std::string& expected_key, uint64_t max_bytes,
+                                             const weights::WeightSet& global) {
+  if (report.blob_key != expected_key) {
+    return InvalidArgumentError("update blob key '" + report.blob_key + "' is not this task's '" + expected_key + "'");
+  }
+  StatusOr<storage::BlobInfo> info = blobs.Head(report.blob_key);
+  if (!info.ok()) {
+    if (info.status().code() == StatusCode::kNotFound) {
+      return InvalidArgumentError("update was not uploaded to its signed URL (" + report.blob_key + ")");
+    }
+    return info.status();
+  }
+  if (info->size_bytes > max_bytes) {
+    return InvalidArgumentError("update is " + std::to_string(info->size_bytes) + " bytes, more than the " +
+                                std::to_string(max_bytes) + " allowed for this job's weights");
+  }
+  if (info->sha256 != ToLower(report.sha256)) {
+    return InvalidArgumentError("update sha256 " + info->sha256 + " differs from the reported " + report.sha256);
+  }
+  StatusOr<weights::WeightSet> update = ReadWeightsBlob(blobs, report.blob_key);
+  if (!update.ok()) return InvalidArgumentError("update is not a valid safetensors file: " + update.status().message());
+  PARSYN_RETURN_IF_ERROR(global.CheckSameLayout(*update).WithContext("update layout differs from the global"));
+  PARSYN_RETURN_IF_ERROR(weights::CheckFinite(*update));
+  return update;
+}
+
 json ParticipantsJson(const std::vector<ParticipantView>& views, const std::map<int64_t, json>& progress) {
   json out = json::array();
   for (const ParticipantView& p : views) {
@@ -522,32 +551,22 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   const std::string expected_key = UpdateKey(a.round, a.attempt, a.worker);
   const uint64_t max_bytes = global_size_bytes_ + kUpdateHeaderSlackBytes;
   std::shared_ptr<weights::WeightSet> global = global_;
+  // An update checked early by Result() (outside the job mutex) only needs accumulating here.
+  std::optional<StatusOr<weights::WeightSet>> checked;
+  if (auto c = checked_updates_.find(a.worker); c != checked_updates_.end() && c->second.ready &&
+                                                c->second.round == a.round &&
+                                                c->second.attempt == a.attempt &&
+                                                c->second.blob_key == report.blob_key) {
+    checked = std::move(c->second.update);
+    checked_updates_.erase(c);
+  }
   // Validation and accumulation run on the pool; the strategy is touched by nobody else meanwhile (job mutex).
   Status verdict = co_await Offload(service_.pool(), [&]() -> Status {
-    if (report.blob_key != expected_key) {
-      return InvalidArgumentError("update blob key '" + report.blob_key + "' is not this task's '" + expected_key +
-                                  "'");
-    }
-    StatusOr<storage::BlobInfo> info = service_.blobs().Head(report.blob_key);
-    if (!info.ok()) {
-      if (info.status().code() == StatusCode::kNotFound) {
-        return InvalidArgumentError("update was not uploaded to its signed URL (" + report.blob_key + ")");
-      }
-      return info.status();
-    }
-    if (info->size_bytes > max_bytes) {
-      return InvalidArgumentError("update is " + std::to_string(info->size_bytes) + " bytes, more than the " +
-                                  std::to_string(max_bytes) + " allowed for this job's weights");
-    }
-    if (info->sha256 != ToLower(report.sha256)) {
-      return InvalidArgumentError("update sha256 " + info->sha256 + " differs from the reported " + report.sha256);
-    }
-    StatusOr<weights::WeightSet> update = ReadWeightsBlob(service_.blobs(), report.blob_key);
-    if (!update.ok()) return InvalidArgumentError("update is not a valid safetensors file: " + update.status().message());
-    PARSYN_RETURN_IF_ERROR(global->CheckSameLayout(*update).WithContext("update layout differs from the global"));
-    PARSYN_RETURN_IF_ERROR(weights::CheckFinite(*update));
-    return strategy_.Accept(*update, a.sample_count);
+    if (!checked) checked = CheckUpdateFile(service_.blobs(), report, expected_key, max_bytes, *global);
+    if (!checked->ok()) return checked->status();
+    return strategy_.Accept(**checked, a.sample_count);
   });
+  checked.reset();
   if (!verdict.ok() && verdict.code() != StatusCode::kInvalidArgument) {
     PARSYN_LOG_WARN("training job {}: validating the update of worker {}: {}", job_.id, a.worker, verdict.ToString());
   }
@@ -807,6 +826,25 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
                                       std::string(storage::ToString(job_.status)) + "); result refused");
   }
   const int round = report.round, attempt = report.attempt;
+  // Reading and checking an update is the slow part of a result: done here, before waiting for the job's mutex, so
+  // results check in parallel on the pool; only the accumulation is serial. Bounded, since a checked update is held
+  // in memory until its turn; beyond the bound the check runs under the mutex as before.
+  const bool check_early = round <= engine_config_.num_rounds && !report.blob_key.empty() && global_ != nullptr &&
+                           checked_updates_.size() < kMaxEarlyCheckedUpdates &&
+                           checked_updates_.count(worker_id) == 0;
+  if (check_early) {
+    checked_updates_[worker_id] = CheckedUpdate{.round = round, .attempt = attempt, .blob_key = report.blob_key};
+    const std::string expected_key = UpdateKey(round, attempt, worker_id);
+    const uint64_t max_bytes = global_size_bytes_ + kUpdateHeaderSlackBytes;
+    std::shared_ptr<weights::WeightSet> global = global_;
+    StatusOr<weights::WeightSet> update = co_await Offload(service_.pool(), [&] {
+      return CheckUpdateFile(service_.blobs(), report, expected_key, max_bytes, *global);
+    });
+    if (auto c = checked_updates_.find(worker_id); c != checked_updates_.end()) {
+      c->second.update = std::move(update);
+      c->second.ready = true;
+    }
+  }
   bool duplicate = false;
   Status refused;
   auto handled = Handle([&]() -> StatusOr<Actions> {
@@ -828,6 +866,7 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
     return actions;
   });
   Status s = co_await std::move(handled);  // created above, not inside the co_await: kCoAwaitTemporaries
+  if (check_early) checked_updates_.erase(worker_id);  // not consumed: the result was refused or a duplicate
   if (!refused.ok()) co_return refused;  // late, unexpected or from a dropped worker: nothing changed
   service_.TaskFinished(worker_id, job_.id);
   if (!s.ok()) co_return s;

@@ -93,6 +93,15 @@ class JobRunner {
   void AddBytesMoved(uint64_t bytes) { bytes_moved_ += static_cast<int64_t>(bytes); }
 
  private:
+  // An update Result() read and checked before taking the job's mutex (see CheckUpdateFile in the .cc).
+  struct CheckedUpdate {
+    int round = 0;
+    int attempt = 0;
+    std::string blob_key;
+    bool ready = false;  // false while the check runs (a repeated result meanwhile checks under the mutex)
+    StatusOr<weights::WeightSet> update = UnavailableError("not checked yet");
+  };
+  static constexpr size_t kMaxEarlyCheckedUpdates = 8;
   struct PendingGlobal {
     std::string key;
     std::string sha256;
@@ -145,6 +154,7 @@ class JobRunner {
   std::set<int64_t> recorded_updates_;            // workers whose update of this attempt is in the store
   std::map<int64_t, nlohmann::json> progress_;    // latest progress report per worker, this attempt
   std::map<int64_t, std::string> last_verdicts_;  // "" accepted, else the rejection reason
+  std::map<int64_t, CheckedUpdate> checked_updates_;  // by worker: checked early, waiting for the job's mutex
 };
 
 }  // namespace parsyn::coordinator
