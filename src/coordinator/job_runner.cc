@@ -529,9 +529,11 @@ http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, in
                                                      : storage::UpdateStatus::kRejected,
                               .reject_reason = verdict.ok() ? "" : verdict.message(),
                               .received_at_ms = service_.clock().UnixMillis()};
-  StatusOr<storage::BlobInfo> info = co_await Offload(service_.pool(), [&] { return service_.blobs().Head(r.blob_key); });
-  if (info.ok()) update.size_bytes = static_cast<int64_t>(info->size_bytes);
-  Status stored = co_await Offload(service_.pool(), [&] { return service_.store().RecordUpdate(update); });
+  Status stored = co_await Offload(service_.pool(), [&] {  // one trip to the pool: the size, then the record
+    StatusOr<storage::BlobInfo> info = service_.blobs().Head(r.blob_key);
+    if (info.ok()) update.size_bytes = static_cast<int64_t>(info->size_bytes);
+    return service_.store().RecordUpdate(update);
+  });
   if (!stored.ok() && stored.code() != StatusCode::kAlreadyExists) co_return stored;
   recorded_updates_.insert(worker_id);
   last_verdicts_[worker_id] = verdict.ok() ? "" : verdict.message();
