@@ -122,8 +122,10 @@ TEST_F(ManagedWorkersTest, MixedJobUsesOwnAndManagedWorkersAndTheServerRestartsA
   // The server registered managed-1 itself, kind managed, with its token kept 0600 in the data directory.
   StatusOr<http::ClientResponse> list = admin_->Get("/api/v1/workers");
   ASSERT_TRUE(list.ok()) << list.status().ToString();
+  StatusOr<json> workers = list->Json();
+  ASSERT_TRUE(workers.ok()) << list->body;
   int64_t managed_id = 0;
-  for (const json& w : (*list->Json())["workers"]) {
+  for (const json& w : (*workers)["workers"]) {
     if (w["name"] == "managed-1") {
       EXPECT_EQ(w["kind"], "managed") << w.dump();
       managed_id = w["id"].get<int64_t>();
