@@ -2,6 +2,7 @@
 // Runs the worker agent (src/worker/agent.h) until SIGTERM or SIGINT; parsyn-trainer runs as its child process.
 // Shares the `worker` group with `parsyn worker register|list` (worker_commands.cc): without a subcommand, the group
 // itself runs the agent.
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -106,6 +107,7 @@ struct AgentFlags {
   std::string data;
   std::string cache_dir;
   int threads = 0;
+  bool exit_with_parent = false;
 };
 
 int RunAgent(const AgentFlags& f) {
@@ -113,6 +115,13 @@ int RunAgent(const AgentFlags& f) {
     std::cerr << "parsyn worker: " << message << "\n";
     return 1;
   };
+  if (f.exit_with_parent) {
+    // A supervised worker (parsyn server --managed-workers) must not outlive a server that was SIGKILLed: the kernel
+    // sends SIGTERM, which the agent handles as a clean leave. The check after prctl closes the race with an
+    // already-dead parent.
+    const pid_t parent = getppid();
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) return fail("the supervising process is gone");
+  }
   if (f.server.empty()) return fail("--server URL is required (or PARSYN_SERVER)");
   if (f.token.empty()) return fail("--token TOKEN is required (or PARSYN_WORKER_TOKEN): see `parsyn worker register`");
   if (!std::regex_match(f.device, std::regex("cpu|cuda(:[0-9]+)?"))) {
@@ -185,6 +194,8 @@ void AddWorkerCommand(CLI::App& app, int& exit_code) {
   group->add_option("--cache-dir", flags->cache_dir, "models, shards and task files (default ~/.cache/parsyn/worker)");
   group->add_option("--threads", flags->threads, "parsyn-trainer's intra-op threads (0: libtorch's default)")
       ->capture_default_str();
+  group->add_flag("--exit-with-parent", flags->exit_with_parent,
+                  "stop when the parent process dies (used by parsyn server --managed-workers)");
   group->callback([group, flags, &exit_code] {
     if (!group->get_subcommands().empty()) return;  // `parsyn worker register|list`
     exit_code = RunAgent(*flags);

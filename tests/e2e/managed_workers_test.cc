@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "llama_fixture.h"
 
@@ -180,6 +181,24 @@ TEST_F(ManagedWorkersTest, MixedJobUsesOwnAndManagedWorkersAndTheServerRestartsA
   // A graceful server shutdown stops its managed worker too.
   EXPECT_EQ(server_->Terminate(), 0);
   EXPECT_TRUE(ManagedWorkerPids("managed-1", managed_dir).empty());
+}
+
+TEST_F(ManagedWorkersTest, ManagedWorkersLeaveWhenTheServerIsKilled) {
+  const fs::path managed_dir = server_->data_dir() / "managed-workers";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ManagedWorkerPids("managed-1", managed_dir).empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_FALSE(ManagedWorkerPids("managed-1", managed_dir).empty()) << "the server did not start managed-1";
+
+  server_->Kill();
+  // --exit-with-parent: the kernel tells the orphaned worker, which leaves; nothing is left for a restarted server
+  // to compete with.
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!ManagedWorkerPids("managed-1", managed_dir).empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(ManagedWorkerPids("managed-1", managed_dir).empty()) << "a managed worker outlived its SIGKILLed server";
 }
 
 }  // namespace
