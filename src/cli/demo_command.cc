@@ -1,7 +1,7 @@
 // parsyn demo [--data-dir DIR]: the whole platform on this machine, end to end. Starts `parsyn server` on the
 // embedded defaults (SQLite and a blob folder under DIR), writes a small Llama-architecture model and a synthetic
 // instruction dataset it can learn (each question has one exact answer, scored by exact match), registers and starts
-// three `parsyn worker` processes, runs a multi-round federated LoRA job in bf16 with live progress, and prints a
+// two own `parsyn worker` processes beside one the server manages (--managed-workers 1), runs a multi-round federated LoRA job in bf16 with live progress, and prints a
 // summary. Every process it starts is stopped before it returns (also on Ctrl-C).
 #include <fcntl.h>
 #include <signal.h>
@@ -148,6 +148,7 @@ int RunDemo(const DemoFlags& f) {
 
   StatusOr<fs::path> self = SelfExecutablePath();
   if (!self.ok()) return Fail(self.status().message());
+  if (f.workers < 2) return Fail("--workers must be at least 2 (one managed by the server, the rest own workers)");
   const fs::path data_dir = fs::absolute(f.data_dir);
   const fs::path work = data_dir / "demo";
   std::error_code ec;
@@ -157,7 +158,10 @@ int RunDemo(const DemoFlags& f) {
 
   std::cout << "==> starting parsyn server (" << data_dir.string() << ")\n";
   fs::remove(data_dir / "server.json", ec);
-  Background server(*self, {"server", "--data-dir", data_dir.string(), "--listen", f.listen}, work / "server.log");
+  // One of the demo's workers is managed: the server starts and supervises it, as `--managed-workers` does in production.
+  Background server(*self,
+                    {"server", "--data-dir", data_dir.string(), "--listen", f.listen, "--managed-workers", "1"},
+                    work / "server.log");
   if (!server.started()) return Fail("cannot start parsyn server");
   for (int i = 0; i < 300 && !fs::exists(data_dir / "server.json"); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server writes it once it listens
@@ -191,10 +195,22 @@ int RunDemo(const DemoFlags& f) {
   StatusOr<json> dataset_id = UploadFile(api, "/api/v1/datasets?name=demo-instructions.jsonl", data, "id");
   if (!dataset_id.ok()) return Fail(dataset_id.status().message());
 
-  std::cout << "==> starting " << f.workers << " workers\n";
+  std::cout << "==> starting " << f.workers - 1 << " own workers beside the server's managed one\n";
+  json managed_ids = json::array();
+  for (int i = 0; i < 300 && managed_ids.empty(); ++i) {  // the server registers managed-1 as it starts
+    auto listed = api.Get("/api/v1/workers");
+    StatusOr<json> body = listed.ok() ? listed->Json() : StatusOr<json>(listed.status());
+    if (body.ok()) {
+      for (const json& w : (*body)["workers"]) {  // `body` outlives the loop (a temporary would not)
+        if (w.value("kind", "") == "managed" && w.value("name", "") == "managed-1") managed_ids.push_back(w["id"]);
+      }
+    }
+    if (managed_ids.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (managed_ids.empty()) return Fail("the server did not register its managed worker; see " + (work / "server.log").string());
   std::vector<std::unique_ptr<Background>> workers;
   json worker_ids = json::array();
-  for (int i = 0; i < f.workers; ++i) {
+  for (int i = 0; i + 1 < f.workers; ++i) {
     auto w = api.PostJson("/api/v1/workers", {{"name", "demo-" + std::to_string(i + 1) + "-" + std::to_string(getpid())},
                                               {"kind", "own"}});
     if (!w.ok()) return Fail(w.status().message());
@@ -219,7 +235,7 @@ int RunDemo(const DemoFlags& f) {
                {"distributed", {{"enabled", true}, {"num_rounds", f.rounds}, {"steps_per_round", f.steps},
                                 {"min_workers", f.workers}, {"max_workers", f.workers},
                                 {"aggregation_timeout", 300}, {"fault_tolerance", 2}}},
-               {"worker_selection", {{"mode", "own"}, {"worker_ids", worker_ids}}}};
+               {"worker_selection", {{"mode", "mixed"}, {"worker_ids", worker_ids}, {"parsyn_worker_ids", managed_ids}}}};
   auto job_res = api.PostJson("/api/v1/training-jobs", spec);
   if (!job_res.ok()) return Fail(job_res.status().message());
   const int64_t job_id = (*job_res->Json())["id"];
@@ -306,7 +322,7 @@ void AddDemoCommand(CLI::App& app, int& exit_code) {
   CLI::App* demo = app.add_subcommand("demo", "run the platform end to end on this machine (server, 3 workers, a job)");
   demo->add_option("--data-dir", flags->data_dir, "the server's data folder")->capture_default_str();
   demo->add_option("--listen", flags->listen, "the server's address")->capture_default_str();
-  demo->add_option("--workers", flags->workers, "local workers")->capture_default_str();
+  demo->add_option("--workers", flags->workers, "local workers (one of them managed by the server), at least 2")->capture_default_str();
   demo->add_option("--rounds", flags->rounds, "federated rounds")->capture_default_str();
   demo->add_option("--steps", flags->steps, "steps per round")->capture_default_str();
   demo->callback([flags, &exit_code] { exit_code = RunDemo(*flags); });
