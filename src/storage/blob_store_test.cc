@@ -9,8 +9,10 @@
 #include "storage/blob_store.h"
 #include "storage/blob_store_contract.h"
 #include "storage/directory_blob_store.h"
+#include "storage/local_blob_copy.h"
 #include "storage/memory_blob_store.h"
 #include "storage/temp_dir_for_test.h"
+#include "weights/sha256.h"
 
 namespace parsyn::storage {
 namespace {
@@ -256,6 +258,71 @@ TEST(ByteSourceTest, ReadAllCapsTheSize) {
   StatusOr<std::string> all = ReadAll(source, 99);
   EXPECT_EQ(all.status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(OpenFileSource("/no/such/file").status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace parsyn::storage
+
+namespace parsyn::storage {
+namespace {
+
+size_t FilesIn(const std::filesystem::path& dir) {
+  if (!std::filesystem::exists(dir)) return 0;
+  return static_cast<size_t>(std::distance(std::filesystem::directory_iterator(dir), {}));
+}
+
+TEST(LocalBlobCopyTest, DirectoryStoreGivesItsOwnFileWithTheRecordedHash) {
+  TempDirForTest dir;
+  auto store = DirectoryBlobStore::Open(dir.path() / "blobs");
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  StringByteSource bytes("directory bytes");
+  ASSERT_TRUE((*store)->Put("a/b", bytes).ok());
+  auto copy = LocalBlobCopy::Open(**store, "a/b", dir.path() / "spool");
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  EXPECT_FALSE(copy->downloaded());
+  EXPECT_EQ(copy->path(), *(*store)->LocalPath("a/b"));
+  EXPECT_EQ(copy->size_bytes(), 15u);
+  EXPECT_EQ(copy->sha256(), weights::Sha256Hex(std::string_view("directory bytes")));
+  EXPECT_EQ(FilesIn(dir.path() / "spool"), 0u);
+}
+
+TEST(LocalBlobCopyTest, StoreWithoutFilesIsDownloadedHashedAndRemovedAfterwards) {
+  TempDirForTest dir;
+  MemoryBlobStore store;
+  const std::string payload(3 << 20, 'x');  // several read buffers
+  StringByteSource bytes(payload);
+  ASSERT_TRUE(store.Put("jobs/1/u", bytes).ok());
+  std::filesystem::path path;
+  {
+    auto copy = LocalBlobCopy::Open(store, "jobs/1/u", dir.path() / "spool");
+    ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+    EXPECT_TRUE(copy->downloaded());
+    path = copy->path();
+    EXPECT_EQ(copy->size_bytes(), payload.size());
+    EXPECT_EQ(copy->sha256(), weights::Sha256Hex(payload));
+    EXPECT_EQ(std::filesystem::file_size(path), payload.size());
+    LocalBlobCopy moved = std::move(*copy);  // the moved-from copy must not remove the file
+    EXPECT_TRUE(std::filesystem::exists(path));
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_EQ(FilesIn(dir.path() / "spool"), 0u);
+}
+
+TEST(LocalBlobCopyTest, OversizeBlobIsRefusedAndLeavesNothing) {
+  TempDirForTest dir;
+  MemoryBlobStore memory;
+  auto directory = DirectoryBlobStore::Open(dir.path() / "blobs");
+  ASSERT_TRUE(directory.ok());
+  for (BlobStore* store : {static_cast<BlobStore*>(&memory), static_cast<BlobStore*>(directory->get())}) {
+    StringByteSource bytes(std::string(100, 'y'));
+    ASSERT_TRUE(store->Put("k", bytes).ok());
+    auto copy = LocalBlobCopy::Open(*store, "k", dir.path() / "spool", 99);
+    ASSERT_FALSE(copy.ok());
+    EXPECT_EQ(copy.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_THAT(copy.status().message(), testing::HasSubstr("99 bytes allowed"));
+    EXPECT_EQ(FilesIn(dir.path() / "spool"), 0u);
+    EXPECT_EQ(LocalBlobCopy::Open(*store, "missing", dir.path() / "spool").status().code(), StatusCode::kNotFound);
+  }
 }
 
 }  // namespace
