@@ -22,7 +22,7 @@ StatusOr<LocalBlobCopy> LocalBlobCopy::Open(BlobStore& blobs, std::string_view k
     PARSYN_ASSIGN_OR_RETURN(BlobInfo info, blobs.Head(key));
     if (max_bytes && info.size_bytes > *max_bytes) {
       return ResourceExhaustedError(std::string(key) + " is " + std::to_string(info.size_bytes) +
-                                    " bytes, more than the " + std::to_string(*max_bytes) + " allowed");
+                                    " bytes, more than the " + std::to_string(*max_bytes) + " bytes allowed");
     }
     copy.path_ = *local;
     copy.size_bytes_ = info.size_bytes;
