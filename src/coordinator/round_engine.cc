@@ -29,6 +29,7 @@ std::string_view DropCauseName(DropCause cause) {
     case DropCause::kStraggler: return "straggler";
     case DropCause::kRejected: return "rejected";
     case DropCause::kJobEnded: return "job_ended";
+    case DropCause::kTaskFailed: return "task_failed";
   }
   return "?";
 }
@@ -402,6 +403,21 @@ Actions RoundEngine::WorkerDisconnected(WorkerId worker) {
     Drop(*p, DropCause::kDisconnected, "the worker disconnected during " + AttemptName(), out);
     CheckRoundComplete(out);
   }
+  return out;
+}
+
+StatusOr<Actions> RoundEngine::TaskFailed(WorkerId worker, int round, int attempt, std::string_view reason) {
+  if (phase_ == JobPhase::kNotStarted || IsTerminal(phase_) || round != round_ || attempt != attempt_) {
+    return FailedPreconditionError("failure report for round " + Str(round) + " attempt " + Str(attempt) +
+                                   " ignored: the job is at " + AttemptName());
+  }
+  Participant* p = FindParticipant(worker);
+  if (p == nullptr || p->state != ParticipantState::kTraining) {
+    return FailedPreconditionError("worker " + Str(worker) + " has no task in training in " + AttemptName());
+  }
+  Actions out;
+  Drop(*p, DropCause::kTaskFailed, "the worker's task failed: " + std::string(reason), out);
+  CheckRoundComplete(out);
   return out;
 }
 

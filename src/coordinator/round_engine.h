@@ -99,8 +99,9 @@ enum class TaskKind { kTrain, kEvaluate };
 
 // Why a worker left a round. kStraggler and kJobEnded: the worker may still be running the task; tell it to abandon
 // it. kRejected: its result or update did not pass the checks (the reason says which).
-enum class DropCause { kDisconnected, kAbandoned, kStraggler, kRejected, kJobEnded };
-std::string_view DropCauseName(DropCause cause);  // "disconnected", "abandoned", "straggler", "rejected", "job_ended"
+enum class DropCause { kDisconnected, kAbandoned, kStraggler, kRejected, kJobEnded, kTaskFailed };
+// "disconnected", "abandoned", "straggler", "rejected", "job_ended", "task_failed"
+std::string_view DropCauseName(DropCause cause);
 
 // An attempt of a round begins (waiting for workers). attempt > 1: a retry of a failed attempt.
 struct StartRound {
@@ -246,6 +247,10 @@ class RoundEngine {
   // otherwise. FailedPrecondition for a result of another round or attempt, from a worker without that task or
   // dropped from it, or after the job ended.
   StatusOr<Actions> ResultUploaded(const WorkerResult& result);
+  // The worker says its task failed (download, trainer or upload error) before it reported a result: it is dropped
+  // from the attempt with `reason` (and stays online). FailedPrecondition, changing nothing, for another round or
+  // attempt, a worker without that task, or one that already reported or was dropped.
+  StatusOr<Actions> TaskFailed(WorkerId worker, int round, int attempt, std::string_view reason);
   // The caller's verdict on an update announced by ValidateUpdate: OK (it counted) or the reason it was rejected.
   // FailedPrecondition if no such validation is pending (e.g. the job was cancelled meanwhile).
   StatusOr<Actions> UpdateValidated(WorkerId worker, int round, int attempt, const Status& verdict);

@@ -115,6 +115,12 @@ Step Result(WorkerId w, int round, int attempt, int64_t samples, double loss, st
           },
           std::move(expected), code};
 }
+Step Failed(WorkerId w, int round, int attempt, std::vector<std::string> expected,
+            StatusCode code = StatusCode::kOk) {
+  return {"failed w" + std::to_string(w) + " " + AttemptTag(round, attempt),
+          [=](RoundEngine& e, FakeClock&) { return e.TaskFailed(w, round, attempt, "cannot reach the blob store"); },
+          std::move(expected), code};
+}
 Step Valid(WorkerId w, int round, int attempt, std::vector<std::string> expected = {},
            StatusCode code = StatusCode::kOk) {
   return {"valid w" + std::to_string(w) + " " + AttemptTag(round, attempt),
@@ -454,6 +460,29 @@ TEST_F(RoundEngineTest, LateAndDuplicateResults) {
   EXPECT_EQ(late.status().message(), "result for round 1 attempt 1 refused: the job is at round 2 attempt 1");
   StatusOr<Actions> stranger = engine.UpdateValidated(9, 2, 1, Status::Ok());
   EXPECT_EQ(stranger.status().message(), "no validation is pending for worker 9 in round 2 attempt 1");
+}
+
+TEST_F(RoundEngineTest, FailedTaskLeavesTheRoundWithItsReasonAndTheWorkerComesBack) {
+  RoundEngine engine(ThreeWorkers(1, 1, 2), fed_avg_, clock_);
+  StartWith(engine, {1, 2});
+  Run(engine, {
+                  Failed(2, 1, 2, {}, StatusCode::kFailedPrecondition),  // another attempt: ignored
+                  Failed(3, 1, 1, {}, StatusCode::kFailedPrecondition),  // no task
+                  Failed(2, 1, 1, {"drop w2 r1a1 task_failed"}),
+                  Failed(2, 1, 1, {}, StatusCode::kFailedPrecondition),  // already dropped
+                  Result(2, 1, 1, 100, 1.0, {}, StatusCode::kFailedPrecondition),
+              });
+  std::string reason;
+  for (const ParticipantView& p : engine.participants()) {
+    if (p.worker == 2) reason = p.reason;
+  }
+  EXPECT_EQ(reason, "the worker's task failed: cannot reach the blob store");
+  Run(engine, {
+                  Available(2),  // online again: takes part in what comes next
+                  Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
+                  Valid(1, 1, 1, {"aggregate r1a1 [w1:100] loss 1"}),
+                  Aggregated(1, 1, {"evaluated g0 2 n10", "commit r1a1", "assign w2 r2a1 s1 eval"}),
+              });
 }
 
 TEST_F(RoundEngineTest, AbandonedTaskLeavesTheRound) {
