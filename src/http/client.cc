@@ -1,6 +1,7 @@
 #include "http/client.h"
 
 #include <curl/curl.h>
+#include <sys/types.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -68,6 +69,7 @@ StatusCode CodeForHttpStatus(int status) {
     case 403: return StatusCode::kPermissionDenied;
     case 404: return StatusCode::kNotFound;
     case 409: return StatusCode::kFailedPrecondition;
+    case 412: return StatusCode::kFailedPrecondition;  // a conditional header (If-None-Match, If-Match) did not hold
     case 413: return StatusCode::kResourceExhausted;
     case 429: return StatusCode::kResourceExhausted;
     case 499: return StatusCode::kCancelled;
@@ -142,6 +144,7 @@ struct Client::Transfer {
   size_t body_offset = 0;
   std::FILE* upload = nullptr;
   uint64_t upload_size = 0;
+  uint64_t upload_left = 0;  // bytes of the file still to send (a range ends before the file does)
   bool has_body = false;
   std::string content_type;
   // Response sinks: memory (default), a file, or an event callback.
@@ -198,8 +201,12 @@ struct Client::Transfer {
     auto& t = *static_cast<Transfer*>(self_ptr);
     size_t room = size * count;
     if (t.upload) {
-      size_t n = std::fread(buffer, 1, room, t.upload);
-      if (n == 0 && std::ferror(t.upload)) return CURL_READFUNC_ABORT;
+      size_t want = static_cast<size_t>(std::min<uint64_t>(room, t.upload_left));
+      if (want == 0) return 0;
+      size_t n = std::fread(buffer, 1, want, t.upload);
+      // A file that shrank under us would make curl wait for bytes that never come: abort instead.
+      if (n == 0) return CURL_READFUNC_ABORT;
+      t.upload_left -= n;
       return n;
     }
     size_t n = std::min(room, t.body.size() - t.body_offset);
@@ -457,6 +464,34 @@ StatusOr<ClientResponse> Client::UploadFile(Method method, std::string_view path
     t.upload_size = std::filesystem::file_size(file, ec);
     if (ec) return NotFoundError("cannot stat '" + file.string() + "': " + ec.message());
     t.upload = in.get();
+    t.upload_left = t.upload_size;
+    t.has_body = true;
+    t.streaming = true;
+    t.content_type = content_type;
+    return Status::Ok();
+  });
+}
+
+StatusOr<ClientResponse> Client::UploadFileRange(Method method, std::string_view path,
+                                                 const std::filesystem::path& file, uint64_t offset, uint64_t length,
+                                                 std::string content_type, CallOptions call) {
+  File in;
+  return Execute(method, path, call, [&](Transfer& t) -> Status {
+    in.reset(std::fopen(file.c_str(), "rb"));  // reopened per attempt, so a retry starts again from `offset`
+    if (!in) return NotFoundError("cannot open '" + file.string() + "' for upload: " + std::strerror(errno));
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(file, ec);
+    if (ec) return NotFoundError("cannot stat '" + file.string() + "': " + ec.message());
+    if (offset > size || length > size - offset) {
+      return InvalidArgumentError("bytes " + std::to_string(offset) + "+" + std::to_string(length) + " lie beyond the " +
+                                  std::to_string(size) + " bytes of '" + file.string() + "'");
+    }
+    if (::fseeko(in.get(), static_cast<off_t>(offset), SEEK_SET) != 0) {
+      return InternalError("cannot seek in '" + file.string() + "': " + std::strerror(errno));
+    }
+    t.upload = in.get();
+    t.upload_size = length;
+    t.upload_left = length;
     t.has_body = true;
     t.streaming = true;
     t.content_type = content_type;

@@ -6,7 +6,8 @@
 // Errors: every transport failure and every non-2xx answer comes back as a Status whose message names the method,
 // the URL and the reason: "GET http://127.0.0.1:8080/api/v1/jobs: connection refused (is `parsyn server` running?)".
 // Non-2xx answers carry the code from the API's {"error": {"code", "message"}} body (or one derived from the HTTP
-// status); connection failures are Unavailable, timeouts DeadlineExceeded, a stop request Cancelled.
+// status: 409 and 412 are FailedPrecondition); connection failures are Unavailable, timeouts DeadlineExceeded, a stop
+// request Cancelled.
 // Proxies come from the environment (http_proxy, https_proxy, no_proxy), as libcurl reads them by default.
 #pragma once
 
@@ -85,6 +86,13 @@ class Client {
   // Sends `file` as the body, read in chunks (never whole in memory). NotFound when the file cannot be opened.
   StatusOr<ClientResponse> UploadFile(Method method, std::string_view path, const std::filesystem::path& file,
                                       std::string content_type = "application/octet-stream", CallOptions call = {});
+  // Sends bytes [offset, offset + length) of `file` as the body, streamed like UploadFile (an S3 multipart part).
+  // Each attempt reopens the file and starts again at `offset`. NotFound when the file cannot be opened;
+  // InvalidArgument when the range reaches past the file's end.
+  StatusOr<ClientResponse> UploadFileRange(Method method, std::string_view path, const std::filesystem::path& file,
+                                           uint64_t offset, uint64_t length,
+                                           std::string content_type = "application/octet-stream",
+                                           CallOptions call = {});
   // GETs `path` into `dest`: written to "<dest>.part", then renamed, so `dest` is whole or absent. Returns the
   // number of bytes. No total timeout unless `call.timeout` is set (stall_timeout still applies).
   StatusOr<uint64_t> DownloadToFile(std::string_view path, const std::filesystem::path& dest, CallOptions call = {});

@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <thread>
+#include <vector>
 
 #include "http/test_server.h"
 
@@ -106,6 +109,94 @@ TEST(ClientTest, ConnectionRefusedNamesUrlAndHint) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_EQ(r.status().message(), "after 2 attempts: GET " + options.base_url +
                                       "/api/v1/jobs: connection refused (is `parsyn server` running?)");
+}
+
+// A file of `size` distinct-ish bytes in the test's temp directory.
+std::filesystem::path WriteFile(const std::string& name, size_t size) {
+  std::filesystem::path path = std::filesystem::path(::testing::TempDir()) / name;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  for (size_t i = 0; i < size; ++i) out.put(static_cast<char>('a' + i % 26));
+  return path;
+}
+
+TEST(ClientTest, UploadFileRangeSendsExactlyTheRangeAgainOnEveryAttempt) {
+  net::io_context io;
+  Router router;
+  // Touched on the loop thread only while the test thread waits for a call.
+  std::vector<std::string> bodies;
+  int failures_left = 1;
+  ASSERT_TRUE(router
+                  .Add(Method::kPut, "/part",
+                       [&bodies, &failures_left](Request& req) -> Awaitable<Response> {
+                         bodies.push_back(req.body);
+                         if (failures_left-- > 0) co_return Response::Error(UnavailableError("busy"));
+                         co_return Response::Text(200, "");
+                       })
+                  .ok());
+  TestServer ts(io, std::move(router));
+  Client client(FastRetries(ts.url()));
+  const std::filesystem::path file = WriteFile("range.bin", 100);
+  auto r = client.UploadFileRange(Method::kPut, "/part", file, 30, 40);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  ASSERT_EQ(bodies.size(), 2u);  // the 503 was retried, from the range's start
+  std::string expected;
+  for (size_t i = 30; i < 70; ++i) expected += static_cast<char>('a' + i % 26);
+  EXPECT_EQ(bodies[0], expected);
+  EXPECT_EQ(bodies[1], expected);
+
+  // The last part of a file: up to its end.
+  bodies.clear();
+  ASSERT_TRUE(client.UploadFileRange(Method::kPut, "/part", file, 90, 10).ok());
+  ASSERT_EQ(bodies.size(), 1u);
+  EXPECT_EQ(bodies[0], "mnopqrstuv");
+}
+
+TEST(ClientTest, UploadFileRangeRefusesRangesPastTheEndAndMissingFiles) {
+  Client client(FastRetries("http://127.0.0.1:" + std::to_string(ClosedPort())));
+  const std::filesystem::path file = WriteFile("short.bin", 10);
+  auto past = client.UploadFileRange(Method::kPut, "/part", file, 5, 6);
+  EXPECT_EQ(past.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(past.status().message(), "bytes 5+6 lie beyond the 10 bytes of '" + file.string() + "'");
+  auto missing = client.UploadFileRange(Method::kPut, "/part", file.string() + ".absent", 0, 1);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+TEST(ClientTest, PreconditionFailedIsFailedPreconditionAndShowsTheBodyHead) {
+  net::io_context io;
+  Router router;
+  ASSERT_TRUE(router
+                  .Add(Method::kPut, "/object",
+                       [](Request&) -> Awaitable<Response> {
+                         co_return Response::Text(412, "<Error><Code>PreconditionFailed</Code></Error>",
+                                                  "application/xml");
+                       })
+                  .ok());
+  TestServer ts(io, std::move(router));
+  Client client(FastRetries(ts.url()));
+  auto r = client.Send(Method::kPut, "/object", "x", "");
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status().message(),
+            "PUT " + ts.url() + "/object: HTTP 412: <Error><Code>PreconditionFailed</Code></Error>");
+}
+
+TEST(ClientTest, AbsoluteUrlsIgnoreTheBaseAndNoBearerMeansNoAuthorization) {
+  net::io_context io;
+  Router router;
+  std::string authorization = "unset";
+  ASSERT_TRUE(router
+                  .Add(Method::kGet, "/blob",
+                       [&authorization](Request& req) -> Awaitable<Response> {
+                         authorization = std::string(req.Header("authorization"));
+                         co_return Response::Text(200, "bytes");
+                       })
+                  .ok());
+  TestServer ts(io, std::move(router));
+  Client anonymous(ClientOptions{});  // no base URL, no token: for absolute (signed) URLs
+  auto r = anonymous.Get(ts.url() + "/blob");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "bytes");
+  EXPECT_EQ(authorization, "");
 }
 
 TEST(ClientTest, TimeoutIsDeadlineExceeded) {
