@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "worker/telemetry.h"
+#include "worker/update_upload.h"
 
 namespace parsyn::worker {
 
@@ -17,6 +18,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr const char* kVersion = "parsyn-worker 0.1.0";
+constexpr size_t kMaxFailureReasonBytes = 500;
 
 // Sleeps for `d` unless `stop` is requested first; false when stopped.
 bool SleepFor(std::chrono::milliseconds d, std::stop_token stop) {
@@ -45,6 +47,24 @@ class Backoff {
 
 bool IsPermanent(const Status& s) {
   return s.code() == StatusCode::kUnauthenticated || s.code() == StatusCode::kPermissionDenied;
+}
+
+// `text` cut to at most `max_bytes` at a UTF-8 character boundary, with invalid UTF-8 replaced (U+FFFD), so that it
+// can go into a JSON body (nlohmann throws on invalid UTF-8 when dumping).
+std::string JsonSafePrefix(std::string_view text, size_t max_bytes) {
+  size_t end = std::min(text.size(), max_bytes);
+  while (end > 0 && end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) end--;
+  const std::string quoted = json(std::string(text.substr(0, end))).dump(-1, ' ', false, json::error_handler_t::replace);
+  return json::parse(quoted).get<std::string>();
+}
+
+// No bearer token: blob URLs are signed in their query, and the token must never reach a blob store (S3 also
+// refuses a presigned request that carries an Authorization header). Relative URLs resolve against the coordinator.
+http::ClientOptions BlobClientOptions(const std::string& server_url) {
+  http::ClientOptions options;
+  options.base_url = server_url;
+  options.max_attempts = 3;
+  return options;
 }
 
 std::string ExtensionFor(const std::string& format) { return format == "csv" ? ".csv" : ".jsonl"; }
@@ -93,6 +113,7 @@ Agent::Agent(AgentOptions options, TrainerLauncher& launcher)
                                   .bearer_token = options_.token,
                                   .max_attempts = 3,
                                   .unreachable_hint = "is `parsyn server` running?"}),
+      blob_client_(BlobClientOptions(options_.server_url)),
       cache_(options_.cache_dir) {}
 
 Agent::~Agent() = default;
@@ -256,8 +277,12 @@ void Agent::RunTask(const Session& session, const json& task, std::stop_token st
                   header->kind, header->job_id, header->round, header->total_rounds, header->attempt);
   const Clock::time_point started = Clock::now();
   Status done = ExecuteTask(session, task, *header, stop);
+  bool abandoned = false;
+  bool result_posted = false;
   {
     std::lock_guard lock(mutex_);
+    abandoned = current_->abandoned;
+    result_posted = current_->result_posted;
     current_.reset();
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
@@ -266,10 +291,32 @@ void Agent::RunTask(const Session& session, const json& task, std::stop_token st
     PARSYN_LOG_INFO("worker {}: task {} done in {:.1f} s", options_.name, header->task_id, seconds);
   } else {
     counters_.tasks_failed++;
-    // Not reported as a result: the next long-poll tells the coordinator that this worker dropped the task.
     PARSYN_LOG_ERROR("worker {}: task {} failed after {:.1f} s: {}", options_.name, header->task_id, seconds,
                      done.message());
+    // A stopped or abandoned task, or one whose round moved on, is already known to the coordinator (or is its
+    // decision); any other failure is reported so it drops this worker from the round instead of waiting it out.
+    const bool coordinator_knows = abandoned || result_posted || stop.stop_requested() ||
+                                   done.code() == StatusCode::kCancelled;
+    if (!coordinator_knows) ReportFailure(*header, done);
   }
+}
+
+void Agent::ReportFailure(const TaskHeader& header, const Status& failure) {
+  http::CallOptions call;
+  call.timeout = std::chrono::seconds(5);
+  call.retry = false;
+  const json body = {{"job_id", header.job_id},
+                     {"round", header.round},
+                     {"attempt", header.attempt},
+                     {"reason", JsonSafePrefix(failure.message(), kMaxFailureReasonBytes)}};
+  Status sent = client_.PostJson("/api/v1/worker/failure", body, call).status();
+  if (sent.ok()) {
+    counters_.failures_reported++;
+    return;
+  }
+  // Best effort: a coordinator without the route (404) or out of reach still drops the task at the next long-poll.
+  PARSYN_LOG_WARN("worker {}: could not report the failure of job {} round {}: {}", options_.name, header.job_id,
+                  header.round, sent.message());
 }
 
 StatusOr<TaskFiles> Agent::FetchInputs(const json& task, const TaskHeader& header, const fs::path& task_dir,
@@ -280,11 +327,11 @@ StatusOr<TaskFiles> Agent::FetchInputs(const json& task, const TaskHeader& heade
     const json& model = task.at("model");
     const json& model_files = model.value("files", json::array());
     if (!model_files.empty()) {
-      PARSYN_ASSIGN_OR_RETURN(files.model_dir, cache_.FetchModel(client_, model_files, stop));
+      PARSYN_ASSIGN_OR_RETURN(files.model_dir, cache_.FetchModel(blob_client_, model_files, stop));
     }
     const json& global = task.at("global_weights");
     files.global_weights = task_dir / "global.safetensors";
-    PARSYN_RETURN_IF_ERROR(DownloadVerified(client_, global.at("url").get<std::string>(), files.global_weights,
+    PARSYN_RETURN_IF_ERROR(DownloadVerified(blob_client_, global.at("url").get<std::string>(), files.global_weights,
                                             global.at("sha256").get<std::string>(), stop));
     const json& data = task.at("data");
     if (!options_.local_data.empty()) {
@@ -304,9 +351,9 @@ StatusOr<TaskFiles> Agent::FetchInputs(const json& task, const TaskHeader& heade
     if (!fs::exists(files.data)) {
       const fs::path train = shard_dir / ("train" + ExtensionFor(files.data_format));
       const fs::path validation = shard_dir / ("validation" + ExtensionFor(files.data_format));
-      PARSYN_RETURN_IF_ERROR(DownloadVerified(client_, data.at("train_url").get<std::string>(), train, "", stop));
+      PARSYN_RETURN_IF_ERROR(DownloadVerified(blob_client_, data.at("train_url").get<std::string>(), train, "", stop));
       PARSYN_RETURN_IF_ERROR(
-          DownloadVerified(client_, data.at("validation_url").get<std::string>(), validation, "", stop));
+          DownloadVerified(blob_client_, data.at("validation_url").get<std::string>(), validation, "", stop));
       PARSYN_ASSIGN_OR_RETURN(int64_t got_train, CountRows(train, csv));
       if (got_train != train_rows) {
         return DataLossError("shard " + std::to_string(header.shard) + " arrived with " + std::to_string(got_train) +
@@ -363,26 +410,19 @@ Status Agent::ExecuteTask(const Session& session, const json& task, const TaskHe
     const json& upload = task.at("update_upload");
     blob_key = upload.at("blob_key").get<std::string>();
     sha256 = done.value("weights_sha256", "");
-    http::CallOptions call;
-    call.stop = stop;
-    StatusOr<http::ClientResponse> put =
-        client_.UploadFile(http::Method::kPut, upload.at("url").get<std::string>(), files.output_dir / "update.safetensors",
-                           "application/octet-stream", call);
-    // A retried PUT whose first attempt was stored finds the key taken; the coordinator checks the sha256 anyway.
-    if (!put.ok() && put.status().code() != StatusCode::kAlreadyExists) return put.status();
-    if (put.ok()) {
-      StatusOr<json> stored = put->Json();
-      if (stored.ok() && stored->value("sha256", sha256) != sha256) {
-        return DataLossError("the coordinator stored the update with sha256 " + stored->value("sha256", "") +
-                             ", the trainer wrote " + sha256);
-      }
-    }
+    PARSYN_RETURN_IF_ERROR(
+        UploadUpdate(blob_client_, upload, files.output_dir / "update.safetensors", sha256, stop)
+            .WithContext("uploading the update"));
   }
   PARSYN_ASSIGN_OR_RETURN(json report, BuildResultReport(header, session.id, done, blob_key, sha256));
   http::CallOptions call;
   call.stop = stop;
   call.retry = true;  // the coordinator treats a repeated result for the same task as a duplicate
   PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res, client_.PostJson("/api/v1/worker/result", report, call));
+  {
+    std::lock_guard lock(mutex_);
+    if (current_) current_->result_posted = true;  // the coordinator has its verdict: no failure report after this
+  }
   StatusOr<json> verdict = res.Json();
   if (verdict.ok() && verdict->value("status", "") == "rejected") {
     return FailedPreconditionError("the coordinator rejected the update: " + verdict->value("reason", ""));

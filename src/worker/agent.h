@@ -10,9 +10,14 @@
 // machine, and its sample count is the file's.
 //
 // Failures: connection errors, coordinator restarts (the old session is unknown: FailedPrecondition) and expired
-// sessions lead to a new hello after a capped exponential backoff; a task that fails (trainer crash, bad download)
-// is logged and dropped, which the coordinator learns from the next long-poll ("abandoned"), and the agent stays
-// online. Only a rejected token (Unauthenticated, PermissionDenied) ends Run with an error.
+// sessions lead to a new hello after a capped exponential backoff; a task that fails (bad download, trainer crash,
+// failed upload) is logged, reported once through POST /api/v1/worker/failure {"job_id", "round", "attempt",
+// "reason"} so the coordinator drops it from the round at once (errors there are logged and ignored: the next
+// long-poll tells it too), and the agent stays online. Tasks that were stopped, abandoned by the coordinator or whose
+// round moved on are not reported. Only a rejected token (Unauthenticated, PermissionDenied) ends Run with an error.
+//
+// Blob transfers (model files, global weights, shards, the update: see update_upload.h) go through a second client
+// without the worker's token: their URLs are signed in the query (coordinator /blobs URLs or S3 presigned URLs).
 //
 // Threads: Run() blocks its caller and starts one heartbeat thread per session; RequestStop on the stop_source
 // behind Run's token may come from any thread (a signal watcher): it stops the trainer, says goodbye and returns.
@@ -55,6 +60,7 @@ struct AgentCounters {
   std::atomic<int> tasks_completed{0};
   std::atomic<int> tasks_failed{0};
   std::atomic<int> uploads_skipped{0};  // the round moved on before the update could be uploaded
+  std::atomic<int> failures_reported{0};  // failed tasks the coordinator accepted a /worker/failure report for
 };
 
 class Agent {
@@ -80,6 +86,7 @@ class Agent {
     bool abandoned = false;  // the coordinator dropped it, or the session ended
     std::string why;
     TrainerRun* trainer = nullptr;  // while the trainer runs
+    bool result_posted = false;     // the coordinator accepted the result call (even if it rejected the update)
   };
 
   StatusOr<Session> Hello(std::stop_token stop);
@@ -92,6 +99,8 @@ class Agent {
   // Marks the current task abandoned (when it matches, or always with job_id 0) and stops its trainer.
   void AbandonCurrent(int64_t job_id, int round, int attempt, const std::string& why);
   void RunTask(const Session& session, const nlohmann::json& task, std::stop_token stop);
+  // POSTs /api/v1/worker/failure once; failures to deliver it are logged and ignored.
+  void ReportFailure(const TaskHeader& header, const Status& failure);
   Status ExecuteTask(const Session& session, const nlohmann::json& task, const TaskHeader& header,
                      std::stop_token stop);
   StatusOr<TaskFiles> FetchInputs(const nlohmann::json& task, const TaskHeader& header,
@@ -103,7 +112,8 @@ class Agent {
 
   AgentOptions options_;
   TrainerLauncher& launcher_;
-  http::Client client_;
+  http::Client client_;       // the coordinator's API, with the worker's token
+  http::Client blob_client_;  // signed blob URLs: no token
   BlobCache cache_;
   AgentCounters counters_;
   std::mutex mutex_;

@@ -1,0 +1,308 @@
+// The agent against a fake coordinator: failed tasks are reported through /api/v1/worker/failure, and blob URLs are
+// fetched without the worker's token while API calls carry it.
+#include "worker/agent.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "http/test_server.h"
+#include "weights/sha256.h"
+
+namespace parsyn::worker {
+namespace {
+
+namespace fs = std::filesystem;
+namespace net = boost::asio;
+using nlohmann::json;
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+
+constexpr char kToken[] = "worker-token-1";
+const std::string kGlobalBytes = "global weights";
+
+// A trainer that prints `lines` and exits with `exit_code`.
+class ScriptedTrainer : public TrainerLauncher {
+ public:
+  ScriptedTrainer(std::vector<std::string> lines, int exit_code) : lines_(std::move(lines)), exit_code_(exit_code) {}
+  StatusOr<std::unique_ptr<TrainerRun>> Start(const fs::path&) override {
+    starts++;
+    return std::unique_ptr<TrainerRun>(new Run(lines_, exit_code_));
+  }
+  std::atomic<int> starts = 0;
+
+ private:
+  class Run : public TrainerRun {
+   public:
+    Run(std::vector<std::string> lines, int code) : lines_(lines.begin(), lines.end()), code_(code) {}
+    std::optional<std::string> ReadLine() override {
+      if (lines_.empty()) return std::nullopt;
+      std::string line = lines_.front();
+      lines_.pop_front();
+      return line;
+    }
+    void Terminate() override {}
+    int Wait() override { return code_; }
+
+   private:
+    std::deque<std::string> lines_;
+    int code_;
+  };
+  std::vector<std::string> lines_;
+  int exit_code_;
+};
+
+// What the fake coordinator saw, filled in on its loop thread and read by the test thread.
+struct Seen {
+  std::mutex mu;
+  std::condition_variable changed;
+  std::vector<json> failures;
+  std::vector<std::string> api_authorizations;   // Authorization of each /api call
+  std::vector<std::string> blob_authorizations;  // Authorization of each /blobs call
+  int polls = 0;
+
+  // Waits (bounded) until `done` holds under the lock.
+  bool WaitFor(const std::function<bool()>& done) {
+    std::unique_lock lock(mu);
+    return changed.wait_for(lock, std::chrono::seconds(20), done);
+  }
+};
+
+struct FakeCoordinatorOptions {
+  bool serve_global = true;             // else the global weights' URL answers 404
+  bool failure_route = true;            // else /api/v1/worker/failure is unknown (404), as on older coordinators
+  bool abandon_on_heartbeat = false;    // heartbeats say the task's round moved on
+};
+
+// One train task (made by `task` when first polled, once the server's URL is known), then none.
+http::Router FakeCoordinator(Seen& seen, std::function<json()> task, FakeCoordinatorOptions options) {
+  http::Router router;
+  auto note_api = [&seen](http::Request& req) {
+    std::lock_guard lock(seen.mu);
+    seen.api_authorizations.emplace_back(req.Header("authorization"));
+  };
+  EXPECT_TRUE(router
+                  .Add(http::Method::kPost, "/api/v1/worker/hello",
+                       [note_api](http::Request& req) -> http::Awaitable<http::Response> {
+                         note_api(req);
+                         co_return http::Response::Json(
+                             200, {{"session_id", "s1"}, {"heartbeat_interval_ms", 60'000}, {"max_poll_wait_ms", 100}});
+                       })
+                  .ok());
+  EXPECT_TRUE(router
+                  .Add(http::Method::kGet, "/api/v1/worker/tasks/next",
+                       [&seen, task, note_api](http::Request& req) -> http::Awaitable<http::Response> {
+                         note_api(req);
+                         int polls;
+                         {
+                           std::lock_guard lock(seen.mu);
+                           polls = ++seen.polls;
+                         }
+                         seen.changed.notify_all();
+                         if (polls == 1) co_return http::Response::Json(200, task());
+                         http::Signal idle(co_await net::this_coro::executor);  // a short long-poll
+                         co_await idle.Wait(milliseconds(50));
+                         co_return http::Response::NoContent();
+                       })
+                  .ok());
+  EXPECT_TRUE(router
+                  .Add(http::Method::kPost, "/api/v1/worker/heartbeat",
+                       [note_api, options](http::Request& req) -> http::Awaitable<http::Response> {
+                         note_api(req);
+                         json abandon = json::array();
+                         if (options.abandon_on_heartbeat) abandon.push_back({{"job_id", 7}, {"round", 2}, {"attempt", 1}});
+                         co_return http::Response::Json(200, {{"abandon", abandon}});
+                       })
+                  .ok());
+  EXPECT_TRUE(router
+                  .Add(http::Method::kPost, "/api/v1/worker/goodbye",
+                       [note_api](http::Request& req) -> http::Awaitable<http::Response> {
+                         note_api(req);
+                         co_return http::Response::Json(200, json::object());
+                       })
+                  .ok());
+  if (options.failure_route) {
+    EXPECT_TRUE(router
+                    .Add(http::Method::kPost, "/api/v1/worker/failure",
+                         [&seen, note_api](http::Request& req) -> http::Awaitable<http::Response> {
+                           note_api(req);
+                           {
+                             std::lock_guard lock(seen.mu);
+                             seen.failures.push_back(*req.JsonBody());
+                           }
+                           seen.changed.notify_all();
+                           co_return http::Response::Json(200, json::object());
+                         })
+                    .ok());
+  }
+  EXPECT_TRUE(router
+                  .Add(http::Method::kGet, "/blobs/{key...}",
+                       [&seen, options](http::Request& req) -> http::Awaitable<http::Response> {
+                         {
+                           std::lock_guard lock(seen.mu);
+                           seen.blob_authorizations.emplace_back(req.Header("authorization"));
+                         }
+                         if (!options.serve_global) co_return http::Response::Error(NotFoundError("no such blob"));
+                         co_return http::Response::Text(200, kGlobalBytes, "application/octet-stream");
+                       })
+                  .ok());
+  return router;
+}
+
+json TrainTask(const std::string& base_url) {
+  return {{"task_id", "7-2-1-w1"},
+          {"job_id", 7},
+          {"kind", "train"},
+          {"round", 2},
+          {"attempt", 1},
+          {"total_rounds", 3},
+          {"shard", 0},
+          {"seed", 5},
+          {"steps_per_round", 1},
+          {"config", json::object()},
+          {"global_weights",
+           {{"url", base_url + "/blobs/jobs/7/global?sig=abc"},
+            {"sha256", weights::Sha256Hex(std::string_view(kGlobalBytes))},
+            {"size_bytes", kGlobalBytes.size()}}},
+          {"data", {{"format", "csv"}}},
+          {"model", {{"files", json::array()}}},
+          {"update_upload", {{"blob_key", "jobs/7/u"}, {"url", base_url + "/blobs/jobs/7/u?sig=def"}}}};
+}
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::path(::testing::TempDir()) / ("agent-" + std::to_string(::getpid()) + "-" +
+                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    local_data_ = root_ / "local.csv";
+    std::ofstream(local_data_) << "x,y\n1,2\n";
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  AgentOptions Options(const std::string& url) {
+    return AgentOptions{.server_url = url,
+                        .token = kToken,
+                        .name = "w1",
+                        .local_data = local_data_,
+                        .cache_dir = root_ / "cache",
+                        .backoff_initial = milliseconds(20),
+                        .backoff_max = milliseconds(50)};
+  }
+
+  fs::path root_;
+  fs::path local_data_;
+};
+
+// Runs the agent on a thread until the test stops it.
+class RunningAgent {
+ public:
+  RunningAgent(AgentOptions options, TrainerLauncher& launcher)
+      : agent_(std::move(options), launcher), thread_([this] { result_ = agent_.Run(stop_.get_token()); }) {}
+  ~RunningAgent() { (void)Stop(); }
+  Status Stop() {
+    if (thread_.joinable()) {
+      stop_.request_stop();
+      thread_.join();
+    }
+    return result_;
+  }
+  const AgentCounters& counters() const { return agent_.counters(); }
+
+ private:
+  Agent agent_;
+  std::stop_source stop_;
+  Status result_;
+  std::thread thread_;  // last: starts once the rest is built
+};
+
+TEST_F(AgentTest, FailedDownloadIsReportedOnceAndBlobsGetNoToken) {
+  Seen seen;
+  std::string url;
+  net::io_context io;
+  http::testing::TestServer coordinator(io, FakeCoordinator(seen, [&] { return TrainTask(url); },
+                                                            {.serve_global = false}));
+  url = coordinator.url();
+  ScriptedTrainer trainer({}, 0);
+  RunningAgent agent(Options(url), trainer);
+  // Reported, and the agent polls on afterwards.
+  ASSERT_TRUE(seen.WaitFor([&] { return !seen.failures.empty() && seen.polls >= 3; }));
+  ASSERT_TRUE(agent.Stop().ok());
+
+  std::lock_guard lock(seen.mu);
+  ASSERT_EQ(seen.failures.size(), 1u);
+  const json& failure = seen.failures[0];
+  EXPECT_EQ(failure["job_id"], 7);
+  EXPECT_EQ(failure["round"], 2);
+  EXPECT_EQ(failure["attempt"], 1);
+  EXPECT_EQ(failure["reason"], "GET " + url + "/blobs/jobs/7/global?sig=abc: HTTP 404: no such blob");
+  EXPECT_EQ(trainer.starts.load(), 0);
+  EXPECT_EQ(agent.counters().tasks_failed.load(), 1);
+  EXPECT_EQ(agent.counters().failures_reported.load(), 1);
+  // Blob URLs are signed in their query: the token stays with the coordinator's API.
+  ASSERT_FALSE(seen.blob_authorizations.empty());
+  for (const std::string& a : seen.blob_authorizations) EXPECT_EQ(a, "");
+  for (const std::string& a : seen.api_authorizations) EXPECT_EQ(a, std::string("Bearer ") + kToken);
+}
+
+TEST_F(AgentTest, TrainerCrashIsReportedWithItsMessage) {
+  Seen seen;
+  std::string url;
+  net::io_context io;
+  http::testing::TestServer coordinator(io, FakeCoordinator(seen, [&] { return TrainTask(url); }, {}));
+  url = coordinator.url();
+  ScriptedTrainer trainer({R"({"event": "error", "message": "CUDA out of memory"})"}, 1);
+  RunningAgent agent(Options(url), trainer);
+  ASSERT_TRUE(seen.WaitFor([&] { return !seen.failures.empty(); }));
+  ASSERT_TRUE(agent.Stop().ok());
+
+  std::lock_guard lock(seen.mu);
+  ASSERT_EQ(seen.failures.size(), 1u);
+  EXPECT_EQ(seen.failures[0]["reason"], "parsyn-trainer exited with status 1: CUDA out of memory");
+  EXPECT_EQ(trainer.starts.load(), 1);
+}
+
+TEST_F(AgentTest, TaskWhoseRoundMovedOnIsNotReported) {
+  Seen seen;
+  std::string url;
+  net::io_context io;
+  http::testing::TestServer coordinator(io, FakeCoordinator(seen, [&] { return TrainTask(url); },
+                                                            {.abandon_on_heartbeat = true}));
+  url = coordinator.url();
+  ScriptedTrainer trainer({R"({"event": "done", "weights_sha256": "00"})"}, 0);
+  RunningAgent agent(Options(url), trainer);
+  // The heartbeat before the upload learns the round moved on; the agent then polls again.
+  ASSERT_TRUE(seen.WaitFor([&] { return seen.polls >= 3; }));
+  ASSERT_TRUE(agent.Stop().ok());
+  EXPECT_EQ(agent.counters().uploads_skipped.load(), 1);
+  EXPECT_EQ(agent.counters().tasks_failed.load(), 1);
+  EXPECT_EQ(agent.counters().failures_reported.load(), 0);
+  std::lock_guard lock(seen.mu);
+  EXPECT_TRUE(seen.failures.empty());
+}
+
+TEST_F(AgentTest, CoordinatorWithoutTheFailureRouteKeepsTheAgentOnline) {
+  Seen seen;
+  std::string url;
+  net::io_context io;
+  http::testing::TestServer coordinator(io, FakeCoordinator(seen, [&] { return TrainTask(url); },
+                                                            {.serve_global = false, .failure_route = false}));
+  url = coordinator.url();
+  ScriptedTrainer trainer({}, 0);
+  RunningAgent agent(Options(url), trainer);
+  ASSERT_TRUE(seen.WaitFor([&] { return seen.polls >= 3; }));
+  EXPECT_TRUE(agent.Stop().ok());
+  EXPECT_EQ(agent.counters().tasks_failed.load(), 1);
+  EXPECT_EQ(agent.counters().failures_reported.load(), 0);
+  EXPECT_EQ(agent.counters().sessions.load(), 1);  // the 404 did not end the session
+}
+
+}  // namespace
+}  // namespace parsyn::worker

@@ -1,0 +1,177 @@
+#include "worker/update_upload.h"
+
+#include <algorithm>
+#include <cctype>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "base/log.h"
+
+namespace parsyn::worker {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kDefaultContentType = "application/octet-stream";
+
+bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+  });
+}
+
+// One PUT's target: the URL and the headers it was signed with.
+struct SignedPut {
+  std::string url;
+  std::vector<std::pair<std::string, std::string>> headers;  // without Content-Type, which goes in content_type
+  std::string content_type = kDefaultContentType;
+  bool create_only = false;  // carries If-None-Match: *
+};
+
+StatusOr<SignedPut> ParseSignedPut(const json& entry, const std::string& where) {
+  if (!entry.is_object() || !entry.contains("url") || !entry["url"].is_string()) {
+    return InvalidArgumentError(where + " has no \"url\" string");
+  }
+  SignedPut put{.url = entry["url"].get<std::string>()};
+  if (!entry.contains("headers")) return put;
+  const json& headers = entry["headers"];
+  if (!headers.is_object()) return InvalidArgumentError(where + ".headers is not an object");
+  for (const auto& [name, value] : headers.items()) {
+    if (!value.is_string()) return InvalidArgumentError(where + ".headers." + name + " is not a string");
+    const std::string text = value.get<std::string>();
+    if (EqualsIgnoringCase(name, "Content-Type")) {
+      put.content_type = text;  // signed: sent as given, instead of the default
+      continue;
+    }
+    if (EqualsIgnoringCase(name, "If-None-Match") && text == "*") put.create_only = true;
+    put.headers.emplace_back(name, text);
+  }
+  return put;
+}
+
+bool IsTransient(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded ||
+         s.code() == StatusCode::kInternal;
+}
+
+// True when the PUT failed only because an earlier attempt already stored the key (see the header).
+bool AlreadyStored(const Status& s, const SignedPut& put) {
+  return s.code() == StatusCode::kAlreadyExists || (put.create_only && s.code() == StatusCode::kFailedPrecondition);
+}
+
+// Sleeps for `d` unless `stop` is requested first; false when stopped.
+bool SleepFor(std::chrono::milliseconds d, std::stop_token stop) {
+  std::mutex m;
+  std::condition_variable_any cv;
+  std::unique_lock lock(m);
+  return !cv.wait_for(lock, stop, d, [] { return false; }) && !stop.stop_requested();
+}
+
+Status UploadSingle(http::Client& client, const SignedPut& put, const fs::path& file, const std::string& sha256,
+                    std::stop_token stop) {
+  http::CallOptions call{.headers = put.headers, .stop = stop};
+  StatusOr<http::ClientResponse> response =
+      client.UploadFile(http::Method::kPut, put.url, file, put.content_type, call);
+  if (!response.ok()) {
+    if (!AlreadyStored(response.status(), put)) return response.status();
+    PARSYN_LOG_INFO("worker: the update was already stored by an earlier attempt ({})", response.status().message());
+    return Status::Ok();
+  }
+  // The coordinator answers with what it stored; S3 answers 200 with an empty body.
+  StatusOr<json> stored = response->Json();
+  if (stored.ok() && stored->is_object() && stored->contains("sha256") && (*stored)["sha256"].is_string() &&
+      !sha256.empty() && (*stored)["sha256"].get<std::string>() != sha256) {
+    return DataLossError("the coordinator stored the update with sha256 " + (*stored)["sha256"].get<std::string>() +
+                         ", the trainer wrote " + sha256);
+  }
+  return Status::Ok();
+}
+
+Status UploadPart(http::Client& client, const SignedPut& put, int number, const fs::path& file, uint64_t offset,
+                  uint64_t length, std::stop_token stop, const UploadUpdateOptions& options) {
+  std::chrono::milliseconds backoff = options.part_backoff;
+  const int attempts = std::max(1, options.part_attempts);
+  for (int attempt = 1;; ++attempt) {
+    http::CallOptions call{.headers = put.headers, .stop = stop};
+    StatusOr<http::ClientResponse> response =
+        client.UploadFileRange(http::Method::kPut, put.url, file, offset, length, put.content_type, call);
+    if (response.ok()) return Status::Ok();
+    const Status failed = response.status().WithContext("part " + std::to_string(number));
+    if (!IsTransient(failed) || attempt >= attempts) return failed;
+    PARSYN_LOG_WARN("worker: uploading the update: {} (attempt {} of {}); retrying this part", failed.message(),
+                    attempt, attempts);
+    if (!SleepFor(backoff, stop)) return CancelledError("uploading the update: cancelled");
+    backoff *= 2;
+  }
+}
+
+StatusOr<uint64_t> ParseSize(const json& object, const char* name, const std::string& where) {
+  const json& value = object[name];
+  if (!value.is_number_integer() || value.get<int64_t>() < 0) {
+    return InvalidArgumentError(where + "." + name + " is not a non-negative integer");
+  }
+  return value.get<uint64_t>();
+}
+
+Status UploadMultipart(http::Client& client, const json& multipart, const fs::path& file, uint64_t size,
+                       std::stop_token stop, const UploadUpdateOptions& options) {
+  const std::string where = "update_upload.multipart";
+  if (!multipart.is_object() || !multipart.contains("part_size_bytes") || !multipart.contains("parts") ||
+      !multipart["parts"].is_array()) {
+    return InvalidArgumentError(where + " needs \"part_size_bytes\" and a \"parts\" array");
+  }
+  PARSYN_ASSIGN_OR_RETURN(uint64_t part_size, ParseSize(multipart, "part_size_bytes", where));
+  if (part_size == 0) return InvalidArgumentError(where + ".part_size_bytes must be positive");
+  const json& parts = multipart["parts"];
+  // An empty file is still one (empty) part: S3 cannot complete an upload without parts.
+  const uint64_t needed = std::max<uint64_t>(1, (size + part_size - 1) / part_size);
+  if (needed > parts.size()) {
+    return InvalidArgumentError("the update has " + std::to_string(size) + " bytes, which need " +
+                                std::to_string(needed) + " parts of " + std::to_string(part_size) +
+                                " bytes; the task lists " + std::to_string(parts.size()));
+  }
+  for (uint64_t i = 0; i < needed; ++i) {
+    const int number = static_cast<int>(i + 1);
+    const std::string part_where = where + ".parts[" + std::to_string(i) + "]";
+    const json& entry = parts[i];
+    if (entry.is_object() && entry.contains("part_number") && entry["part_number"] != number) {
+      return InvalidArgumentError(part_where + " has part_number " + entry["part_number"].dump() + ", expected " +
+                                  std::to_string(number));
+    }
+    PARSYN_ASSIGN_OR_RETURN(SignedPut put, ParseSignedPut(entry, part_where));
+    const uint64_t offset = i * part_size;
+    const uint64_t length = std::min(part_size, size - offset);
+    PARSYN_RETURN_IF_ERROR(UploadPart(client, put, number, file, offset, length, stop, options));
+    PARSYN_LOG_DEBUG("worker: update part {} of {} sent ({} bytes)", number, needed, length);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status UploadUpdate(http::Client& blob_client, const json& update_upload, const fs::path& file,
+                    const std::string& sha256, std::stop_token stop, const UploadUpdateOptions& options) {
+  if (!update_upload.is_object()) return InvalidArgumentError("update_upload is not an object");
+  std::error_code ec;
+  const uint64_t size = fs::file_size(file, ec);
+  if (ec) return NotFoundError("cannot read the update " + file.string() + ": " + ec.message());
+  if (update_upload.contains("max_size_bytes")) {
+    PARSYN_ASSIGN_OR_RETURN(uint64_t max_size, ParseSize(update_upload, "max_size_bytes", "update_upload"));
+    if (size > max_size) {
+      return InvalidArgumentError("the update has " + std::to_string(size) + " bytes, more than the task's limit of " +
+                                  std::to_string(max_size));
+    }
+  }
+  if (update_upload.contains("multipart")) {
+    return UploadMultipart(blob_client, update_upload["multipart"], file, size, stop, options);
+  }
+  PARSYN_ASSIGN_OR_RETURN(SignedPut put, ParseSignedPut(update_upload, "update_upload"));
+  return UploadSingle(blob_client, put, file, sha256, stop);
+}
+
+}  // namespace parsyn::worker
