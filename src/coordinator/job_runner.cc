@@ -58,6 +58,11 @@ std::string ToLower(std::string s) {
   return s;
 }
 
+// For the debug log's per-phase timings.
+double MillisSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 // Everything about an uploaded update that does not touch the strategy: its key, size, sha256, format, layout and
 // values. InvalidArgument names what is wrong; other codes are store errors. Blocking (a pool thread).
 StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const ResultReport& report,
@@ -489,6 +494,7 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
                             std::to_string(shards_.size()));
   }
   storage::Shard& shard = shards_[static_cast<size_t>(a.shard)];
+  const auto assign_start = std::chrono::steady_clock::now();
   if (shard.worker_id != a.worker) {
     // The worker keeps this shard for the whole job: stored before the task goes out.
     Status assigned = co_await Offload(service_.pool(), [&] {
@@ -503,7 +509,11 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
                                  {"shard", a.shard}, {"kind", a.kind == TaskKind::kTrain ? "train" : "evaluate"}});
       co_await std::move(event_appended);
     }
-  if (!service_.DeliverTask(a.worker, job_.id, BuildTask(a))) {
+  const double stored_ms = MillisSince(assign_start);
+  const bool delivered = service_.DeliverTask(a.worker, job_.id, BuildTask(a));
+  PARSYN_LOG_DEBUG("training job {}: round {} task for worker {}: stored {:.1f} ms, delivered {:.1f} ms", job_.id,
+                   a.round, a.worker, stored_ms, MillisSince(assign_start));
+  if (!delivered) {
     // The worker left between becoming idle and getting the task: tell the engine once this event is done.
     boost::asio::co_spawn(service_.executor(), WorkerDisconnected(a.worker), boost::asio::detached);
   }
@@ -563,16 +573,28 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
     checked_updates_.erase(c);
   }
   // Validation and accumulation run on the pool; the strategy is touched by nobody else meanwhile (job mutex).
+  const bool checked_early = checked.has_value();
+  double check_ms = 0, accept_ms = 0;
   Status verdict = co_await Offload(service_.pool(), [&]() -> Status {
+    const auto check_start = std::chrono::steady_clock::now();
     if (!checked) checked = CheckUpdateFile(service_.blobs(), report, expected_key, max_bytes, *global);
+    check_ms = MillisSince(check_start);
     if (!checked->ok()) return checked->status();
-    return strategy_.Accept(**checked, a.sample_count);
+    const auto accept_start = std::chrono::steady_clock::now();
+    Status accepted = strategy_.Accept(**checked, a.sample_count);
+    accept_ms = MillisSince(accept_start);
+    return accepted;
   });
   checked.reset();
+  PARSYN_LOG_DEBUG("training job {}: round {} update of worker {}: check {:.1f} ms{}, accumulate {:.1f} ms", job_.id,
+                   a.round, a.worker, check_ms, checked_early ? " (checked early)" : "", accept_ms);
   if (!verdict.ok() && verdict.code() != StatusCode::kInvalidArgument) {
     PARSYN_LOG_WARN("training job {}: validating the update of worker {}: {}", job_.id, a.worker, verdict.ToString());
   }
+  const auto record_start = std::chrono::steady_clock::now();
   Status recorded = co_await RecordUpdate(a.worker, a.round, a.attempt, verdict);
+  PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} recorded in {:.1f} ms", job_.id, a.round, a.worker,
+                   MillisSince(record_start));
   StatusOr<Actions> next = engine_->UpdateValidated(a.worker, a.round, a.attempt, verdict);
   if (!next.ok()) co_return next.status();
   work.insert(work.begin(), next->begin(), next->end());
@@ -605,16 +627,25 @@ http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std
     storage::BlobInfo info;
   };
   // The new global is a durable blob before the engine hears that aggregation finished (and so before commit).
+  double finish_ms = 0, serialize_ms = 0, put_ms = 0;
   StatusOr<Aggregated> aggregated = co_await Offload(service_.pool(), [&]() -> StatusOr<Aggregated> {
+    auto phase_start = std::chrono::steady_clock::now();
     PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, strategy_.Finish());
+    finish_ms = MillisSince(phase_start);
+    phase_start = std::chrono::steady_clock::now();
     mean.metadata()["format"] = "pt";
     std::vector<std::byte> image = weights::SerializeSafetensors(mean);
+    std::string bytes(reinterpret_cast<const char*>(image.data()), image.size());
+    serialize_ms = MillisSince(phase_start);
+    phase_start = std::chrono::steady_clock::now();
     Aggregated out;
-    PARSYN_ASSIGN_OR_RETURN(out.info, PutBytes(service_.blobs(), key,
-                                               std::string(reinterpret_cast<const char*>(image.data()), image.size())));
+    PARSYN_ASSIGN_OR_RETURN(out.info, PutBytes(service_.blobs(), key, std::move(bytes)));
+    put_ms = MillisSince(phase_start);
     out.weights = std::make_shared<weights::WeightSet>(std::move(mean));
     return out;
   });
+  PARSYN_LOG_DEBUG("training job {}: round {} aggregated: finish {:.1f} ms, serialize {:.1f} ms, durable put {:.1f} ms",
+                   job_.id, a.round, finish_ms, serialize_ms, put_ms);
   Status outcome = aggregated.status();
   if (aggregated.ok()) {
     pending_global_ = PendingGlobal{.key = key, .sha256 = aggregated->info.sha256, .weights = aggregated->weights};
@@ -640,6 +671,7 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
                               .validation_loss = pending_validation_loss_,
                               .bytes_moved = bytes_moved_};
   const std::string artifact_name = fmt::format("rounds/{:06}/global.safetensors", a.round);
+  const auto commit_start = std::chrono::steady_clock::now();
   StatusOr<storage::BlobInfo> info =
       co_await Offload(service_.pool(), [&] { return service_.blobs().Head(pending_global_->key); });
   if (!info.ok()) co_return info.status();
@@ -656,6 +688,8 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
     return Status::Ok();
   });
   if (!committed.ok()) co_return committed;
+  PARSYN_LOG_DEBUG("training job {}: round {} committed in the store in {:.1f} ms", job_.id, a.round,
+                   MillisSince(commit_start));
   job_.committed_round = a.round;
   global_ = pending_global_->weights;
   global_key_ = pending_global_->key;
@@ -795,6 +829,19 @@ http::Awaitable<void> JobRunner::WorkerDisconnected(int64_t worker_id) {
   if (!s.ok()) PARSYN_LOG_WARN("training job {}: worker {} disconnected: {}", job_.id, worker_id, s.ToString());
 }
 
+http::Awaitable<Status> JobRunner::TaskFailed(int64_t worker_id, int round, int attempt, std::string reason) {
+  if (ended_) {
+    co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " has ended (" +
+                                      std::string(storage::ToString(job_.status)) + ")");
+  }
+  PARSYN_LOG_WARN("training job {}: worker {} reports its task of round {} attempt {} failed: {}", job_.id, worker_id,
+                  round, attempt, reason);
+  auto handled = Handle([&] { return engine_->TaskFailed(worker_id, round, attempt, reason); });  // kCoAwaitTemporaries
+  Status s = co_await std::move(handled);
+  if (s.ok()) service_.TaskFinished(worker_id, job_.id);
+  co_return s;
+}
+
 bool JobRunner::TickDue() const {
   if (ended_ || engine_ == nullptr) return false;
   std::optional<Clock::TimePoint> deadline = engine_->next_deadline();
@@ -839,9 +886,12 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
     const std::string expected_key = UpdateKey(round, attempt, worker_id);
     const uint64_t max_bytes = global_size_bytes_ + kUpdateHeaderSlackBytes;
     std::shared_ptr<weights::WeightSet> global = global_;
+    const auto check_start = std::chrono::steady_clock::now();
     StatusOr<weights::WeightSet> update = co_await Offload(service_.pool(), [&] {
       return CheckUpdateFile(service_.blobs(), report, expected_key, max_bytes, *global);
     });
+    PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} checked early in {:.1f} ms", job_.id, round,
+                     worker_id, MillisSince(check_start));
     if (auto c = checked_updates_.find(worker_id); c != checked_updates_.end()) {
       c->second.update = std::move(update);
       c->second.ready = true;

@@ -76,6 +76,9 @@ class JobRunner {
   // A worker's result. Returns {"status": "accepted" | "rejected" | "duplicate" | "evaluated", "reason"}.
   // FailedPrecondition for a late or unexpected result (see RoundEngine::ResultUploaded).
   http::Awaitable<StatusOr<nlohmann::json>> Result(int64_t worker_id, ResultReport report);
+  // The worker says its task of this attempt failed (POST /api/v1/worker/failure): it leaves the attempt with the
+  // reason. FailedPrecondition when that task is not in training any more (reported, dropped, another attempt).
+  http::Awaitable<Status> TaskFailed(int64_t worker_id, int round, int attempt, std::string reason);
   // Applies due timeouts.
   http::Awaitable<void> Tick();
   bool TickDue() const;

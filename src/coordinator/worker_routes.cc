@@ -196,6 +196,27 @@ Status Service::AddWorkerRoutes(Routes& routes) {
       }));
 
   PARSYN_RETURN_IF_ERROR(routes.Worker(
+      Method::kPost, "/api/v1/worker/failure", [self](Request& req, int64_t worker_id) -> Awaitable<Response> {
+        StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"session_id", "job_id", "round", "attempt", "reason"});
+        if (!fields.ok()) co_return Response::Error(fields.status());
+        (void)fields->String("session_id", false);
+        std::optional<int64_t> job_id = fields->Int("job_id", true, 1, INT64_MAX);
+        const int round = static_cast<int>(fields->Int("round", true, 1, 1'000'000).value_or(0));
+        const int attempt = static_cast<int>(fields->Int("attempt", true, 1, 1'000'000).value_or(0));
+        std::string reason = fields->String("reason", true, 2000).value_or("");
+        if (!fields->status().ok()) co_return Response::Error(fields->status());
+        JobRunner* runner = self->FindRunner(*job_id);
+        if (runner == nullptr) {
+          co_return Response::Error(NotFoundError("training job " + std::to_string(*job_id) + " is not active"));
+        }
+        if (Session* s = self->FindSession(worker_id)) s->last_seen = self->clock().Now();
+        auto failed = runner->TaskFailed(worker_id, round, attempt, std::move(reason));  // kCoAwaitTemporaries
+        Status recorded = co_await std::move(failed);
+        if (!recorded.ok()) co_return Response::Error(recorded);
+        co_return Response::Json(200, {{"status", "recorded"}});
+      }));
+
+  PARSYN_RETURN_IF_ERROR(routes.Worker(
       Method::kPost, "/api/v1/worker/goodbye", [self](Request& req, int64_t worker_id) -> Awaitable<Response> {
         StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"session_id"});
         if (!fields.ok()) co_return Response::Error(fields.status());

@@ -358,6 +358,16 @@ void ScriptedWorker::Run(std::stop_token stop) {
       }
       continue;
     }
+    if (b == Behaviour::kReportsFailure && (*task)["kind"] == "train") {
+      // Says at once that its task failed, then polls again like any healthy worker.
+      auto said = client->PostJson("/api/v1/worker/failure",
+                                   {{"session_id", session}, {"job_id", (*task)["job_id"]}, {"round", (*task)["round"]},
+                                    {"attempt", (*task)["attempt"]}, {"reason", "the trainer ran out of memory"}},
+                                   call);
+      std::lock_guard lock(mu_);
+      results_.push_back({{"failure_reported", said.ok() ? said->status : 0}});
+      continue;
+    }
     // A failed transfer (the server was killed, a round ended) is the server's to judge: recorded, not fatal.
     Status handled = HandleTask(*task);
     if (!handled.ok()) {

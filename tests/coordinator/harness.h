@@ -92,7 +92,10 @@ bool WaitForEvent(http::Client& admin, int64_t job_id, const std::function<bool(
                   std::chrono::milliseconds timeout);
 
 // What a scripted worker does with a train task.
-enum class Behaviour { kHonest, kSilent, kCorrupt, kNaN, kWrongShape, kOversize, kBadSha, kCrashAfterTask };
+enum class Behaviour {
+  kHonest, kSilent, kCorrupt, kNaN, kWrongShape, kOversize, kBadSha, kCrashAfterTask,
+  kReportsFailure,  // posts /api/v1/worker/failure for every train task, stays online
+};
 
 // One upload a worker made, for checking the aggregation independently.
 struct Upload {

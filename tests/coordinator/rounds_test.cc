@@ -134,6 +134,34 @@ TEST_F(RoundsTest, WorkerGoneMidRoundLeavesAndTheOthersCommit) {
   EXPECT_TRUE(dropped);
 }
 
+TEST_F(RoundsTest, AWorkerReportingItsTaskFailedLeavesAtOnceWithTheReason) {
+  StartServer();
+  Fixture f = MakeFixture(*admin_, 30, 3);
+  auto workers = StartWorkers(f, {Behaviour::kHonest, Behaviour::kHonest, Behaviour::kReportsFailure});
+  // A 60 s aggregation timeout: the round can only end in time if the failure report drops the worker at once.
+  // One round: all three are idle when it starts (a second round could start with the failing worker and only one
+  // other, which then fails it for too few updates).
+  const int64_t job_id = CreateJob(DistributedSpec(f, 1, 2, 60));
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(40));
+  for (auto& w : workers) w->Stop();
+  ASSERT_EQ(job["status"], "succeeded") << job.dump();
+  json rounds = Rounds(job_id);
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0]["outcome"], "committed");
+  EXPECT_EQ(rounds[0]["updates"].size(), 2u) << rounds[0].dump();
+  bool dropped = WaitForEvent(*admin_, job_id, [&](const std::string& t, const json& d) {
+    return t == "worker_dropped" && d["worker_id"] == f.worker_ids[2] && d["cause"] == "task_failed" &&
+           d["reason"] == "the worker's task failed: the trainer ran out of memory";
+  }, std::chrono::seconds(5));
+  EXPECT_TRUE(dropped);
+  // A second report for the same task is refused: it is no longer in training.
+  auto again = ClientWithToken(*server_, f.worker_tokens[2])
+                   ->PostJson("/api/v1/worker/failure", {{"job_id", job_id}, {"round", 1}, {"attempt", 1},
+                                                         {"reason", "again"}});
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition) << again.status().ToString();
+}
+
 // Regression: a poll's availability offer waits for the job's mutex; when the event holding it (another worker's
 // result closing the round) gives the polling worker its next task, the offer is stale and must not make the engine
 // drop the worker for "asking for a new task before reporting". Back-to-back polls keep such offers in flight at
