@@ -23,7 +23,11 @@
 // Default sizes fit a ~6 minute run on a 2-core VM whose disk syncs ~50-500 MB/s: K=1000 runs ONE round with 2 MiB
 // updates (2 GB; at 20 MiB it would write 20 GB per round); pass --update-mib 20,20,20,20 for the full size.
 //
+// --server-log-level debug keeps each server's log (its path is printed): the coordinator logs per-phase timings of
+// every round at debug level (task assignment, update checks, accumulation, aggregation, commit).
+//
 // Usage: bench_rounds [--ks 5,100,5,1000] [--rounds 4,2,2,1] [--update-mib 20,20,2,2] [--upload-concurrency 16]
+//                     [--server-log-level warn] [--server-bin PATH (default: the parsyn built beside this bench)]
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -115,12 +119,13 @@ std::pair<long, long> ServerMemoryKib(pid_t pid) {
 
 class Server {
  public:
-  explicit Server(fs::path data_dir) : data_dir_(std::move(data_dir)) {
+  Server(fs::path data_dir, const std::string& binary, const std::string& log_level)
+      : data_dir_(std::move(data_dir)) {
     int out[2];
     if (::pipe(out) != 0) Die("pipe failed");
-    std::vector<std::string> args = {PARSYN_BIN, "server", "--data-dir", data_dir_.string(), "--listen",
+    std::vector<std::string> args = {binary, "server", "--data-dir", data_dir_.string(), "--listen",
                                      "127.0.0.1:0", "--heartbeat-timeout-ms", "3600000", "--max-poll-wait-ms",
-                                     "300000", "--log-level", "warn"};
+                                     "300000", "--log-level", log_level};
     const std::string log = data_dir_.string() + ".log";
     pid_ = ::fork();
     if (pid_ < 0) Die("fork failed");
@@ -392,9 +397,16 @@ struct KFigures {
   long hwm_kib = 0;
   std::vector<RoundFigures> per_round;
   std::string outcome;
+  std::string kept_log;  // the server's log, when kept (--server-log-level other than warn)
 };
 
-KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& update, int upload_concurrency) {
+struct ServerChoice {
+  std::string binary = PARSYN_BIN;
+  std::string log_level = "warn";
+};
+
+KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& update, int upload_concurrency,
+                 const ServerChoice& server_choice) {
   KFigures fig;
   fig.k = k;
   fig.rounds = rounds;
@@ -402,7 +414,7 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& 
   const fs::path data_dir = root / ("k" + std::to_string(k));
   fs::create_directories(data_dir);
   const auto setup_start = Clock::now();
-  auto server = std::make_unique<Server>(data_dir);
+  auto server = std::make_unique<Server>(data_dir, server_choice.binary, server_choice.log_level);
 
   http::ClientOptions admin_options;
   admin_options.base_url = server->url();
@@ -557,7 +569,11 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& 
   server.reset();
   std::error_code ec;
   fs::remove_all(data_dir, ec);
-  fs::remove(data_dir.string() + ".log", ec);
+  if (server_choice.log_level == "warn") {
+    fs::remove(data_dir.string() + ".log", ec);
+  } else {
+    fig.kept_log = data_dir.string() + ".log";
+  }
   return fig;
 }
 
@@ -569,6 +585,7 @@ int main(int argc, char** argv) {
   std::vector<int> rounds = {4, 2, 2, 1};
   std::vector<int> update_mib = {20, 20, 2, 2};
   int upload_concurrency = 16;
+  ServerChoice server_choice;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--ks") {
@@ -579,6 +596,10 @@ int main(int argc, char** argv) {
       update_mib = ParseInts(value);
     } else if (flag == "--upload-concurrency") {
       upload_concurrency = std::stoi(value);
+    } else if (flag == "--server-log-level") {
+      server_choice.log_level = value;
+    } else if (flag == "--server-bin") {
+      server_choice.binary = value;
     } else {
       Die("unknown flag " + flag + " (see the header of bench/rounds.cc)");
     }
@@ -605,12 +626,13 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < ks.size(); ++i) {
     const auto start = Clock::now();
     const PreparedUpdate update = PrepareUpdate(root / ("update-" + std::to_string(update_mib[i])), update_mib[i]);
-    all.push_back(RunOneK(ks[i], rounds[i], root, update, upload_concurrency));
+    all.push_back(RunOneK(ks[i], rounds[i], root, update, upload_concurrency, server_choice));
     const KFigures& f = all.back();
     std::printf("\nK=%d: update %.2f MiB (%zu tensors), %d rounds, job %s, setup %.1f s, total %.1f s; durable write "
                 "%.0f MB/s\n",
                 f.k, static_cast<double>(update.size_bytes) / (1 << 20), update.tensors, f.rounds, f.outcome.c_str(),
                 f.setup_s, Seconds(Clock::now() - start), f.write_bytes_per_s / 1e6);
+    if (!f.kept_log.empty()) std::printf("  server log: %s\n", f.kept_log.c_str());
     std::printf("  %-6s %10s %12s %10s %12s %14s %16s   %s\n", "round", "wall ms", "read ms", "sha ms", "read GiB/s",
                 "overhead ms", "write+fsync ms", "from first task: all tasks in / uploaded / results answered; slowest PUT");
     for (const RoundFigures& r : f.per_round) {
@@ -663,6 +685,12 @@ int main(int argc, char** argv) {
                 static_cast<double>(f.hwm_kib) / 1024, growth.c_str());
   }
   std::error_code ec;
-  fs::remove_all(root, ec);
+  if (server_choice.log_level == "warn") {
+    fs::remove_all(root, ec);
+  } else {
+    for (const KFigures& f : all) {
+      if (!f.kept_log.empty()) std::printf("server log of K=%d kept: %s\n", f.k, f.kept_log.c_str());
+    }
+  }
   return 0;
 }
