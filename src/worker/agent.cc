@@ -281,8 +281,10 @@ void Agent::RunTask(const Session& session, const json& task, std::stop_token st
   bool result_posted = false;
   {
     std::lock_guard lock(mutex_);
-    abandoned = current_->abandoned;
-    result_posted = current_->result_posted;
+    if (current_) {
+      abandoned = current_->abandoned;
+      result_posted = current_->result_posted;
+    }
     current_.reset();
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
