@@ -25,7 +25,6 @@ constexpr size_t kMinElementsForThreads = size_t{1} << 18;
 // kExact's fixed-point grid: a value x is stored as round(x * 2^64) in an int128. Terms are limited to |x| < 2^52
 // (so a term is below 2^116) and the sum of all accepted terms' magnitude bounds to < 2^62 (2^126 on the grid), so
 // the integer sum can never overflow whatever the order.
-constexpr double kExactScale = 0x1p64;
 constexpr double kExactMaxTerm = 0x1p52;
 constexpr double kExactMaxSum = 0x1p62;
 
@@ -75,17 +74,31 @@ void Accumulate(Acc* __restrict acc, const In* __restrict w, size_t count, Acc s
   }
 }
 
-// round(x * 2^64) for |x| < 2^52 (checked by the caller). The product n * w is rounded once, to double; scaling by
-// 2^64 is exact; the rounding to an integer is to nearest even. Both depend only on (n, w), never on order.
+// round(x * 2^64), to nearest even, for |x| < 2^52 (checked by the caller); a function of x only, never of order.
+// x is split into three exact parts, each taken with one hardware double -> int64 conversion (a direct conversion of
+// x * 2^64 to int128 is a library call, and it is what most terms need: n * w exceeds 0.5 whenever n is a sample
+// count):
+//   x * 2^64 = whole * 2^64 + high * 2^32 + low_bits, with whole and high truncated toward zero and |low_bits| < 2^32.
+// Each subtraction of a truncated part is exact, and whole * 2^64 + high * 2^32 is an even integer, so rounding
+// low_bits to nearest even rounds the whole value to nearest even.
 inline __int128 ToFixed(double x) {
-  const double scaled = x * kExactScale;
-  // Adding and subtracting 1.5 * 2^52 rounds to an integer (nearest even) for |scaled| < 2^51; larger values
-  // already are integers.
+  const int64_t whole = static_cast<int64_t>(x);
+  const double high_bits = (x - static_cast<double>(whole)) * 0x1p32;
+  const int64_t high = static_cast<int64_t>(high_bits);
+  const double low_bits = (high_bits - static_cast<double>(high)) * 0x1p32;
+  // Adding and subtracting 1.5 * 2^52 rounds to an integer (nearest even) for |low_bits| < 2^51.
   constexpr double kRoundMagic = 0x1.8p52;
-  const double rounded = std::fabs(scaled) < 0x1p51 ? (scaled + kRoundMagic) - kRoundMagic : scaled;
-  // Most terms fit in int64 (|x| < 0.5): one hardware conversion. Larger ones take the library conversion.
-  if (std::fabs(rounded) < 0x1p63) return static_cast<int64_t>(rounded);
-  return static_cast<__int128>(rounded);
+  const int64_t low = static_cast<int64_t>((low_bits + kRoundMagic) - kRoundMagic);
+  // Shifts of negative values are defined since C++20 (two's complement).
+  return (static_cast<__int128>(whole) << 64) + (static_cast<__int128>(high) << 32) + low;
+}
+
+// v rounded once to long double (nearest even), as static_cast<long double>(v) would, without its library call:
+// both halves convert exactly (64-bit significand) and their sum is rounded once.
+inline long double ToLongDouble(__int128 v) {
+  const auto high = static_cast<int64_t>(v >> 64);
+  const auto low = static_cast<uint64_t>(v);
+  return static_cast<long double>(high) * 0x1p64L + static_cast<long double>(low);
 }
 
 template <bool kFirst, typename In, typename Load>
@@ -420,7 +433,7 @@ StatusOr<WeightSet> WeightedMean::Finish() && {
   // only, so the result stays order-independent. The float paths multiply by 1/N in double (vectorised, and within
   // a double ulp of dividing, far below the float result's rounding).
   const double inverse_total = 1.0 / impl.total_weight;
-  const long double exact_total = static_cast<long double>(impl.exact_total_weight);
+  const long double exact_total = ToLongDouble(impl.exact_total_weight);
   ParallelFor(impl.chunks.size(), impl.options.num_threads, impl.total_elements, [&](size_t c) {
     const Impl::Chunk& chunk = impl.chunks[c];
     const Impl::Slot& slot = impl.slots[chunk.slot];
@@ -439,7 +452,7 @@ StatusOr<WeightSet> WeightedMean::Finish() && {
       case Accumulation::kExact: {
         const __int128* sums = impl.acc<__int128>() + at;
         for (size_t i = 0; i < count; ++i) {
-          means[i] = static_cast<float>(static_cast<long double>(sums[i]) / exact_total);
+          means[i] = static_cast<float>(ToLongDouble(sums[i]) / exact_total);
         }
         break;
       }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -196,6 +197,49 @@ TEST(WeightedMeanTest, ExactIsBitIdenticalAcrossArrivalOrders) {
             << DTypeName(dtype) << " trial " << trial << " differs";
       }
     }
+  }
+}
+
+// kExact against its definition, bit for bit: each n * w (in double) rounded to nearest even on a 2^-64 grid,
+// summed as integers, divided in long double. Values span 2^-70..2^20 times sample counts of 1..10^6, so terms below,
+// near and far above 2^63 on the grid (one int64 to several limbs) and exact ties on the grid are all covered.
+TEST(WeightedMeanTest, ExactMatchesItsFixedPointDefinitionBitForBit) {
+  std::mt19937_64 rng(21);
+  std::vector<float> values;
+  for (int e = -70; e <= 20; ++e) {
+    for (int i = 0; i < 40; ++i) {
+      const float mantissa = std::uniform_real_distribution<float>(1.0f, 2.0f)(rng);
+      values.push_back(std::ldexp(i % 2 ? -mantissa : mantissa, e));
+    }
+  }
+  values.push_back(0x1p-65f);  // 0.5 on the grid with n = 1: a tie, rounded to even (0)
+  values.push_back(0x1.8p-64f);  // 1.5 on the grid: a tie, rounded to even (2)
+  const std::vector<Spec> specs = {{"w", {static_cast<int64_t>(values.size())}}};
+  const double counts[] = {1, 3, 977, 1e6};
+  std::vector<WeightSet> updates;
+  for (size_t k = 0; k < std::size(counts); ++k) {
+    WeightSet set;
+    auto bytes = set.AddZeros("w", DType::kF32, specs[0].shape);
+    ASSERT_TRUE(bytes.ok());
+    std::vector<float> shuffled = values;
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
+    std::memcpy(bytes->data(), shuffled.data(), shuffled.size() * 4);
+    updates.push_back(std::move(set));
+  }
+  WeightedMean mean(updates[0], {.accumulation = Accumulation::kExact, .num_threads = 1});
+  for (size_t k = 0; k < updates.size(); ++k) ASSERT_TRUE(mean.Accept(updates[k], counts[k]).ok());
+  auto result = std::move(mean).Finish();
+  ASSERT_TRUE(result.ok());
+  auto fixed = [](double x) { return static_cast<__int128>(std::nearbyintl(static_cast<long double>(x) * 0x1p64L)); };
+  __int128 total = 0;
+  for (double n : counts) total += fixed(n);
+  for (size_t i = 0; i < values.size(); ++i) {
+    __int128 sum = 0;
+    for (size_t k = 0; k < updates.size(); ++k) {
+      sum += fixed(counts[k] * static_cast<double>(updates[k][0].as<float>()[i]));
+    }
+    const float want = static_cast<float>(static_cast<long double>(sum) / static_cast<long double>(total));
+    ASSERT_EQ(std::bit_cast<uint32_t>((*result)[0].as<float>()[i]), std::bit_cast<uint32_t>(want)) << "element " << i;
   }
 }
 
