@@ -79,7 +79,11 @@ Status Service::AddBlobRoutes(Routes& routes) {
                                                            " allowed for " + key));
         }
         storage::BlobStore& blobs = self->blobs();
-        const storage::PutOptions put_options{.max_size_bytes = *cap};
+        // Only round updates are uploaded here (a key without a cap was refused above). They need not be durable:
+        // after a coordinator restart the attempt in flight is failed and retried (JobRunner::Resume), so an update
+        // is never read after a crash, and the new global built from them is written durably before its commit.
+        const storage::PutOptions put_options{
+            .max_size_bytes = *cap, .expected_sha256 = std::nullopt, .durable = false};
         auto upload = StreamBodyInto<StatusOr<storage::BlobInfo>>(
             self->upload_pool(), *req.body_stream,
             [&blobs, key, put_options](storage::ByteSource& body) { return blobs.Put(key, body, put_options); });

@@ -44,6 +44,12 @@ struct PutOptions {
   std::optional<uint64_t> max_size_bytes;
   // The upload is refused with DataLoss (and nothing stored) if its sha256 (lowercase hex) differs.
   std::optional<std::string> expected_sha256;
+  // false: the blob need not survive a crash of the machine, so stores may skip flushing it to stable storage
+  // (the directory store skips its fsyncs of the file and of its directory entry). It is still atomic and
+  // create-only, and complete once Put() returns; only its durability is waived. After a crash such a blob may be
+  // missing, or present with other bytes than were put: use it only for blobs nothing reads after a restart (the
+  // coordinator's round updates: an attempt in flight at a restart is failed, and its updates are never read).
+  bool durable = true;
 };
 
 class BlobStore {
@@ -51,7 +57,8 @@ class BlobStore {
   virtual ~BlobStore() = default;
 
   // Stores the stream under `key` and returns its size and sha256. The blob is visible to Get()/Head()/List() only
-  // complete, and is durable once Put() returns OK (directory: temp file, fsync, link, fsync dir). Create-only:
+  // complete, and is durable once Put() returns OK (directory: temp file, fsync, link, fsync dir) unless
+  // options.durable is false. Create-only:
   // AlreadyExists if `key` is taken (also when two Puts race for it: exactly one wins). An error from `data` is
   // returned as it is, with nothing stored. InvalidArgument for a bad key; Unavailable on I/O errors.
   virtual StatusOr<BlobInfo> Put(std::string_view key, ByteSource& data, const PutOptions& options = {}) = 0;

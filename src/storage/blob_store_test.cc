@@ -130,6 +130,27 @@ TEST(DirectoryBlobStoreTest, LaysBlobsOutUnderTheRootWithASha256Sidecar) {
   }
 }
 
+// durable = false only waives the fsyncs: the blob is still whole, hashed, sidecarred and create-only.
+TEST(DirectoryBlobStoreTest, NonDurablePutIsStillCompleteAndCreateOnly) {
+  TempDirForTest dir;
+  auto store = DirectoryBlobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok());
+  PutOptions not_durable;
+  not_durable.durable = false;
+  StringByteSource source("abc");
+  StatusOr<BlobInfo> put = (*store)->Put("jobs/1/rounds/000001-a1/updates/w1.safetensors", source, not_durable);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(put->sha256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(ReadFile(dir.path() / "jobs/1/rounds/000001-a1/updates/w1.safetensors"), "abc");
+  EXPECT_EQ(ReadFile(dir.path() / "jobs/1/rounds/000001-a1/updates/w1.safetensors#sha256"), put->sha256);
+  StringByteSource again("xyz");
+  EXPECT_EQ((*store)->Put("jobs/1/rounds/000001-a1/updates/w1.safetensors", again, not_durable).status().code(),
+            StatusCode::kAlreadyExists);
+  for (const auto& entry : fs::recursive_directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().string().find("#tmp-"), std::string::npos) << entry.path();
+  }
+}
+
 TEST(DirectoryBlobStoreTest, MissingOrDamagedSidecarIsRecomputed) {
   TempDirForTest dir;
   auto store = DirectoryBlobStore::Open(dir.path());

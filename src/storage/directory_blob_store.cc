@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <system_error>
@@ -92,8 +93,8 @@ Status EnsureDirs(const fs::path& root, const fs::path& relative) {
   return Status::Ok();
 }
 
-// Writes `contents` to `path` (created exclusively) and fsyncs it.
-Status WriteSmallFile(const fs::path& path, std::string_view contents) {
+// Writes `contents` to `path` (created exclusively) and, if `durable`, fsyncs it.
+Status WriteSmallFile(const fs::path& path, std::string_view contents, bool durable = true) {
   Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (fd.get() < 0) return UnavailableError(Errno("creating", path));
   size_t done = 0;
@@ -103,7 +104,7 @@ Status WriteSmallFile(const fs::path& path, std::string_view contents) {
     if (n < 0) return UnavailableError(Errno("writing", path));
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd.get()) != 0) return UnavailableError(Errno("fsync of", path));
+  if (durable && ::fsync(fd.get()) != 0) return UnavailableError(Errno("fsync of", path));
   if (fd.Close() != 0) return UnavailableError(Errno("closing", path));
   return Status::Ok();
 }
@@ -157,6 +158,7 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
   }
   if (fd.get() < 0) return UnavailableError(Errno("creating", temp_path));
 
+  const auto start = std::chrono::steady_clock::now();
   weights::Sha256 hasher;
   uint64_t size_bytes = 0;
   std::vector<std::byte> chunk(kChunkBytes);
@@ -177,8 +179,10 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
       done += static_cast<size_t>(w);
     }
   }
-  if (::fsync(fd.get()) != 0) return UnavailableError(Errno("fsync of", temp_path));
+  const auto written = std::chrono::steady_clock::now();
+  if (options.durable && ::fsync(fd.get()) != 0) return UnavailableError(Errno("fsync of", temp_path));
   if (fd.Close() != 0) return UnavailableError(Errno("closing", temp_path));
+  const auto synced = std::chrono::steady_clock::now();
 
   BlobInfo info{std::string(key), size_bytes, hasher.HexDigest()};
   if (options.expected_sha256 && *options.expected_sha256 != info.sha256) {
@@ -189,7 +193,7 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
   // The sidecar goes in first (under its own temp name) so a blob is rarely seen without it; it is only a cache.
   const fs::path sidecar_temp = fs::path(SidecarPath(final_path).string() + suffix);
   RemoveOnExit remove_sidecar_temp(sidecar_temp);
-  PARSYN_RETURN_IF_ERROR(WriteSmallFile(sidecar_temp, info.sha256));
+  PARSYN_RETURN_IF_ERROR(WriteSmallFile(sidecar_temp, info.sha256, options.durable));
 
   // link() is atomic and fails if the name exists: the blob appears whole, and exactly one racing Put wins.
   if (::link(temp_path.c_str(), final_path.c_str()) != 0) {
@@ -202,7 +206,11 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
     ::unlink(SidecarPath(final_path).c_str());  // never leave a sidecar of an earlier blob: Head rehashes instead
   }
   // remove_temp unlinks the temp name on return; the blob keeps its data through the final name.
-  PARSYN_RETURN_IF_ERROR(FsyncDir(dir));
+  if (options.durable) PARSYN_RETURN_IF_ERROR(FsyncDir(dir));
+  using Millis = std::chrono::duration<double, std::milli>;
+  PARSYN_LOG_DEBUG("blob store: put {} ({} bytes): receive+hash+write {:.1f} ms, fsync {:.1f} ms, publish {:.1f} ms",
+                   key, size_bytes, Millis(written - start).count(), Millis(synced - written).count(),
+                   Millis(std::chrono::steady_clock::now() - synced).count());
   return info;
 }
 

@@ -4,7 +4,9 @@
 // recomputed when missing) and, only while a Put is in flight, "c#tmp-<unique>". '#' cannot appear in a key, so these
 // never collide with blobs. Put writes and fsyncs the temp file, hard-links it to the final name (atomic and
 // create-only: link() fails if the name is taken), then fsyncs the directory; readers therefore see either no blob or
-// the whole blob. Temp files left by a crash are removed when the store is opened.
+// the whole blob. A Put with PutOptions::durable false skips the fsyncs of the file, its sidecar and the directory
+// (new directories are still fsynced: a later durable blob may live in them). Temp files left by a crash are removed
+// when the store is opened.
 // Unlike object stores, a key cannot also be a directory of another key: with blob "a/b" stored, Put("a/b/c") is
 // FailedPrecondition, and Put("a") is AlreadyExists. Coordinator keys never nest that way.
 // Safe to call from several threads at once; all coordination is through the file system. Open() sweeps temp files,
