@@ -40,7 +40,32 @@ struct ServerFlags {
   std::string log_level;
   int managed_workers = 0;
   std::string managed_worker_device = "cpu";
+  std::string blobs;  // "" (the data dir's blobs/), a directory, or s3://BUCKET/PREFIX
+  std::string s3_endpoint;
+  std::string s3_region;
+  std::string s3_path_style;  // "", "0" or "1"
 };
+
+// The blob store URI from --blobs and the --s3-* flags (folded into the s3:// URI's query, docs/s3.md).
+StatusOr<std::string> BlobsUri(const ServerFlags& f) {
+  const bool s3_flags = !f.s3_endpoint.empty() || !f.s3_region.empty() || !f.s3_path_style.empty();
+  if (!f.blobs.starts_with("s3://")) {
+    if (s3_flags) {
+      return InvalidArgumentError("--s3-endpoint, --s3-region and --s3-path-style need --blobs s3://BUCKET/PREFIX");
+    }
+    return f.blobs;
+  }
+  std::string uri = f.blobs;
+  auto add = [&uri](std::string_view name, const std::string& value) {
+    if (value.empty()) return;
+    uri += uri.find('?') == std::string::npos ? '?' : '&';
+    uri += std::string(name) + "=" + value;  // URL-safe: http(s)://host:port, a region, 0/1
+  };
+  add("endpoint", f.s3_endpoint);
+  add("region", f.s3_region);
+  add("path_style", f.s3_path_style);
+  return uri;
+}
 
 std::string HostOf(const std::string& listen) {
   size_t colon = listen.rfind(':');
@@ -63,6 +88,9 @@ int RunServer(const ServerFlags& f) {
   options.heartbeat_timeout = std::chrono::milliseconds(f.heartbeat_timeout_ms);
   options.max_poll_wait = std::chrono::milliseconds(f.max_poll_wait_ms);
   options.pool_threads = f.threads;
+  StatusOr<std::string> blobs_uri = BlobsUri(f);
+  if (!blobs_uri.ok()) return Fail("server", blobs_uri.status());
+  options.blobs_uri = *blobs_uri;
   // Before the coordinator opens the store, so it loads the managed workers' tokens.
   std::vector<ManagedWorkerIdentity> managed;
   if (f.managed_workers > 0) {
@@ -163,6 +191,17 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str()->check(CLI::Range(0, 64));
   cmd->add_option("--managed-worker-device", flags->managed_worker_device, "--device of the managed workers")
       ->capture_default_str();
+  cmd->add_option("--blobs", flags->blobs,
+                  "where blobs live: a directory, or s3://BUCKET/PREFIX for S3 and S3-compatible stores (credentials "
+                  "from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws/credentials; docs/s3.md). "
+                  "Default: <data-dir>/blobs")
+      ->envname("PARSYN_BLOBS");
+  cmd->add_option("--s3-endpoint", flags->s3_endpoint,
+                  "S3 endpoint, http(s)://HOST[:PORT] (MinIO, Ceph, R2, ...); default: AWS for the region");
+  cmd->add_option("--s3-region", flags->s3_region, "S3 region (default: AWS_REGION, else us-east-1)");
+  cmd->add_option("--s3-path-style", flags->s3_path_style,
+                  "1: path-style URLs (default with --s3-endpoint), 0: virtual-host style (default for AWS)")
+      ->check(CLI::IsMember({"0", "1"}));
   cmd->callback([flags, &exit_code] { exit_code = RunServer(*flags); });
 }
 

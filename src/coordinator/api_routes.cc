@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "coordinator/api_json.h"
+#include "storage/local_blob_copy.h"
 #include "coordinator/auth.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/loop_tools.h"
@@ -119,19 +120,21 @@ Status Service::AddApiRoutes(Routes& routes) {
         StatusOr<storage::Dataset> created = co_await Offload(self->pool(), [&]() -> StatusOr<storage::Dataset> {
           storage::Dataset d{.name = name, .format = *format, .size_bytes = static_cast<int64_t>(stored->size_bytes),
                              .sha256 = stored->sha256, .blob_key = key, .created_at_ms = now};
-          StatusOr<std::filesystem::path> path = blobs.LocalPath(key);
-          Status valid = path.status();
-          if (path.ok() && *format == storage::DatasetFormat::kJsonl) {
-            StatusOr<data::TextStats> stats = data::ValidateTextFile(*path);
+          // A store error is not the dataset's fault: it is answered as it is, and the blob stays.
+          PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy copy,
+                                  storage::LocalBlobCopy::Open(blobs, key, self->spool_dir()));
+          Status valid;
+          if (*format == storage::DatasetFormat::kJsonl) {
+            StatusOr<data::TextStats> stats = data::ValidateTextFile(copy.path());
             valid = stats.status();
             if (stats.ok()) {
               d.row_count = stats->num_rows;
               d.kind = stats->kind == data::TextKind::kText ? storage::DatasetKind::kText
                                                             : storage::DatasetKind::kPromptCompletion;
             }
-          } else if (path.ok()) {
+          } else {
             data::TabularOptions tabular{.label_column = label_column};
-            StatusOr<data::TabularStats> stats = data::ValidateTabularFile(*path, tabular);
+            StatusOr<data::TabularStats> stats = data::ValidateTabularFile(copy.path(), tabular);
             valid = stats.status();
             if (stats.ok()) {
               d.row_count = stats->num_rows;

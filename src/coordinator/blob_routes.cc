@@ -7,6 +7,7 @@
 #include "coordinator/loop_tools.h"
 #include "coordinator/service_routes.h"
 #include "http/signed_url.h"
+#include "storage/local_blob_copy.h"
 
 namespace parsyn::coordinator {
 
@@ -47,16 +48,14 @@ Status Service::AddBlobRoutes(Routes& routes) {
     const std::string key = req.params["key"];
     Status allowed = verify(req, "GET", key);
     if (!allowed.ok()) co_return Response::Error(allowed);
-    auto path = co_await Offload(self->pool(), [&]() -> StatusOr<std::pair<std::filesystem::path, uint64_t>> {
-      PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo info, self->blobs().Head(key));
-      PARSYN_ASSIGN_OR_RETURN(std::filesystem::path p, self->blobs().LocalPath(key));
-      return std::make_pair(p, info.size_bytes);
+    auto copy = co_await Offload(self->pool(), [&] {
+      return storage::LocalBlobCopy::Open(self->blobs(), key, self->spool_dir());
     });
-    if (!path.ok()) co_return Response::Error(path.status());
+    if (!copy.ok()) co_return Response::Error(copy.status());
     if (std::optional<int64_t> job = JobOfKey(key)) {
-      if (JobRunner* r = self->FindRunner(*job)) r->AddBytesMoved(path->second);
+      if (JobRunner* r = self->FindRunner(*job)) r->AddBytesMoved(copy->size_bytes());
     }
-    co_return Response::File(path->first);
+    co_return FileResponse(std::move(*copy));
   }));
 
   PARSYN_RETURN_IF_ERROR(routes.Open(

@@ -9,6 +9,7 @@
 
 #include "base/log.h"
 #include "coordinator/api_json.h"
+#include "storage/local_blob_copy.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/loop_tools.h"
 #include "coordinator/service_routes.h"
@@ -301,18 +302,19 @@ Status Service::AddJobRoutes(Routes& routes) {
         StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
         if (!id.ok()) co_return Response::Error(id.status());
         const std::string name = req.params["name"];
-        auto path = co_await Offload(self->pool(), [&]() -> StatusOr<std::filesystem::path> {
+        auto copy = co_await Offload(self->pool(), [&]() -> StatusOr<storage::LocalBlobCopy> {
           PARSYN_RETURN_IF_ERROR(self->store().GetJob(*id).status());
           PARSYN_ASSIGN_OR_RETURN(std::vector<storage::JobArtifact> list, self->store().ListJobArtifacts(*id));
           for (const storage::JobArtifact& a : list) {
             // Names are looked up, never used as paths.
-            if (a.name == name) return self->blobs().LocalPath(a.blob_key);
+            if (a.name == name) return storage::LocalBlobCopy::Open(self->blobs(), a.blob_key, self->spool_dir());
           }
           return NotFoundError("training job " + std::to_string(*id) + " has no artifact '" + name.substr(0, 200) +
                                "'");
         });
-        if (!path.ok()) co_return Response::Error(path.status());
-        co_return Response::File(*path, name.ends_with(".json") ? "application/json" : "application/octet-stream");
+        if (!copy.ok()) co_return Response::Error(copy.status());
+        co_return FileResponse(std::move(*copy),
+                               name.ends_with(".json") ? "application/json" : "application/octet-stream");
       }));
   return Status::Ok();
 }

@@ -14,6 +14,7 @@
 #include "coordinator/sharding.h"
 #include "data/dataset.h"
 #include "storage/byte_source.h"
+#include "storage/local_blob_copy.h"
 #include "weights/lora_layout.h"
 #include "weights/safetensors.h"
 #include "weights/sha256.h"
@@ -35,14 +36,12 @@ std::string_view DatasetExtension(storage::DatasetFormat format) {
   return format == storage::DatasetFormat::kCsv ? "csv" : "jsonl";
 }
 
-// Reads a safetensors blob: memory-mapped from the directory store, else read whole (memory store in tests).
-StatusOr<weights::WeightSet> ReadWeightsBlob(storage::BlobStore& blobs, const std::string& key) {
-  StatusOr<std::filesystem::path> path = blobs.LocalPath(key);
-  if (path.ok()) return weights::ReadSafetensorsFile(*path);
-  if (path.status().code() != StatusCode::kFailedPrecondition) return path.status();
-  PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> source, blobs.Get(key));
-  PARSYN_ASSIGN_OR_RETURN(std::string bytes, storage::ReadAll(*source, size_t{16} << 30));
-  return weights::ParseSafetensors(std::as_bytes(std::span(bytes.data(), bytes.size())));
+// Reads a safetensors blob memory-mapped: the directory store's own file, or (S3) a local copy downloaded once,
+// whose mapping outlives the copy's file.
+StatusOr<weights::WeightSet> ReadWeightsBlob(storage::BlobStore& blobs, const std::string& key,
+                                             const std::filesystem::path& spool_dir) {
+  PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy copy, storage::LocalBlobCopy::Open(blobs, key, spool_dir));
+  return weights::ReadSafetensorsFile(copy.path());
 }
 
 StatusOr<storage::BlobInfo> PutBytes(storage::BlobStore& blobs, const std::string& key, std::string bytes) {
@@ -64,28 +63,33 @@ double MillisSince(std::chrono::steady_clock::time_point start) {
 }
 
 // Everything about an uploaded update that does not touch the strategy: its key, size, sha256, format, layout and
-// values. InvalidArgument names what is wrong; other codes are store errors. Blocking (a pool thread).
+// values, all checked on the bytes as stored (with S3, on the one local copy that is also what gets accumulated,
+// whatever the store's metadata says). Sets *size_bytes once the size is known. InvalidArgument names what is
+// wrong; other codes are store errors. Blocking (a pool thread).
 StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const ResultReport& report,
                                              const std::string& expected_key, uint64_t max_bytes,
-                                             const weights::WeightSet& global) {
+                                             const weights::WeightSet& global,
+                                             const std::filesystem::path& spool_dir, uint64_t* size_bytes) {
   if (report.blob_key != expected_key) {
     return InvalidArgumentError("update blob key '" + report.blob_key + "' is not this task's '" + expected_key + "'");
   }
-  StatusOr<storage::BlobInfo> info = blobs.Head(report.blob_key);
-  if (!info.ok()) {
-    if (info.status().code() == StatusCode::kNotFound) {
-      return InvalidArgumentError("update was not uploaded to its signed URL (" + report.blob_key + ")");
+  StatusOr<storage::LocalBlobCopy> copy = storage::LocalBlobCopy::Open(blobs, report.blob_key, spool_dir, max_bytes);
+  if (!copy.ok()) {
+    switch (copy.status().code()) {
+      case StatusCode::kNotFound:
+        return InvalidArgumentError("update was not uploaded to its signed URL (" + report.blob_key + ")");
+      case StatusCode::kResourceExhausted:
+        return InvalidArgumentError("update is larger than the " + std::to_string(max_bytes) +
+                                    " bytes allowed for this job's weights");
+      default:
+        return copy.status();
     }
-    return info.status();
   }
-  if (info->size_bytes > max_bytes) {
-    return InvalidArgumentError("update is " + std::to_string(info->size_bytes) + " bytes, more than the " +
-                                std::to_string(max_bytes) + " allowed for this job's weights");
+  *size_bytes = copy->size_bytes();
+  if (copy->sha256() != ToLower(report.sha256)) {
+    return InvalidArgumentError("update sha256 " + copy->sha256() + " differs from the reported " + report.sha256);
   }
-  if (info->sha256 != ToLower(report.sha256)) {
-    return InvalidArgumentError("update sha256 " + info->sha256 + " differs from the reported " + report.sha256);
-  }
-  StatusOr<weights::WeightSet> update = ReadWeightsBlob(blobs, report.blob_key);
+  StatusOr<weights::WeightSet> update = weights::ReadSafetensorsFile(copy->path());
   if (!update.ok()) return InvalidArgumentError("update is not a valid safetensors file: " + update.status().message());
   PARSYN_RETURN_IF_ERROR(global.CheckSameLayout(*update).WithContext("update layout differs from the global"));
   PARSYN_RETURN_IF_ERROR(weights::CheckFinite(*update));
@@ -166,7 +170,7 @@ http::Awaitable<Status> JobRunner::Launch() {
 http::Awaitable<Status> JobRunner::LoadGlobal(std::string_view key_view, std::string_view sha256_view) {
   const std::string key(key_view), sha256(sha256_view);
   StatusOr<weights::WeightSet> global =
-      co_await Offload(service_.pool(), [&] { return ReadWeightsBlob(service_.blobs(), key); });
+      co_await Offload(service_.pool(), [&] { return ReadWeightsBlob(service_.blobs(), key, service_.spool_dir()); });
   if (!global.ok()) co_return global.status().WithContext("reading the global weights " + key);
   StatusOr<storage::BlobInfo> info = co_await Offload(service_.pool(), [&] { return service_.blobs().Head(key); });
   if (!info.ok()) co_return info.status();
@@ -183,6 +187,7 @@ http::Awaitable<Status> JobRunner::Setup() {
   const int64_t job_id = job_.id;
   const JobSpec& spec = spec_;
   const std::filesystem::path tmp_dir = service_.options().data_dir / "tmp";
+  const std::filesystem::path spool_dir = service_.spool_dir();
 
   // Shards and the initial global, written once per job; a setup interrupted by a crash redoes what is missing.
   struct Prepared {
@@ -201,7 +206,9 @@ http::Awaitable<Status> JobRunner::Setup() {
       PARSYN_ASSIGN_OR_RETURN(std::vector<Shard> split, SplitRows(p.dataset.row_count, config.num_shards,
                                                                    spec.config.validation_fraction,
                                                                    spec.config.seed));
-      PARSYN_ASSIGN_OR_RETURN(std::filesystem::path source, blobs.LocalPath(p.dataset.blob_key));
+      PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy dataset_copy,
+                              storage::LocalBlobCopy::Open(blobs, p.dataset.blob_key, spool_dir));
+      const std::filesystem::path& source = dataset_copy.path();
       std::error_code ec;
       std::filesystem::create_directories(tmp_dir, ec);
       const data::DatasetFormat format =
@@ -348,6 +355,12 @@ http::Awaitable<Status> JobRunner::Resume() {
   }
   Status global = co_await LoadGlobal(global_key, global_sha);
   if (!global.ok()) co_return global;
+  if (storage::S3BlobStore* s3 = service_.s3()) {
+    // Uploads of the attempt that the restart failed will never complete.
+    const std::string prefix = fmt::format("jobs/{}/rounds/", job_id);
+    StatusOr<int> aborted = co_await Offload(service_.pool(), [&] { return s3->AbortIncompleteUploads(prefix); });
+    if (!aborted.ok()) PARSYN_LOG_WARN("training job {}: {}", job_id, aborted.status().ToString());
+  }
 
   PARSYN_LOG_INFO("training job {}: resuming after round {} (attempt {} of round {} next)", job_id,
                   checkpoint.last_committed_round, checkpoint.attempts_of_next_round + 1,
@@ -427,6 +440,8 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
   }
   results_.clear();
   recorded_updates_.clear();
+  verified_update_bytes_.clear();
+  multipart_uploads_.clear();
   progress_.clear();
   last_verdicts_.clear();
   bytes_moved_ = 0;
@@ -445,13 +460,13 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
   co_return Status::Ok();
 }
 
-json JobRunner::BuildTask(const AssignTask& a) const {
+StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
   const storage::Shard& shard = shards_.at(static_cast<size_t>(a.shard));
   const std::string validation_key =
       shard.blob_key.substr(0, shard.blob_key.rfind('/')) + "/validation." + std::string(DatasetExtension(dataset_.format));
   json model_files = json::array();
   for (const storage::ModelFile& f : model_.files) {
-    model_files.push_back({{"path", f.path}, {"url", service_.SignedBlobUrl("GET", f.blob_key)},
+    model_files.push_back({{"path", f.path}, {"url", service_.BlobGetUrl(f.blob_key)},
                            {"sha256", f.sha256}, {"size_bytes", f.size_bytes}});
   }
   json spec = JobSpecToJson(spec_);
@@ -468,24 +483,55 @@ json JobRunner::BuildTask(const AssignTask& a) const {
       {"config", spec["config"]},
       {"deadline_unix_ms", service_.clock().UnixMillis() + engine_config_.aggregation_timeout.count()},
       {"global_weights",
-       {{"url", service_.SignedBlobUrl("GET", global_key_)}, {"sha256", global_sha256_},
+       {{"url", service_.BlobGetUrl(global_key_)}, {"sha256", global_sha256_},
         {"size_bytes", global_size_bytes_}, {"round", engine_->last_committed_round()}}},
       {"data",
        {{"format", storage::ToString(dataset_.format)},
         {"kind", storage::ToString(dataset_.kind)},
-        {"train_url", service_.SignedBlobUrl("GET", shard.blob_key)},
+        {"train_url", service_.BlobGetUrl(shard.blob_key)},
         {"train_rows", shard.train_rows},
-        {"validation_url", service_.SignedBlobUrl("GET", validation_key)},
+        {"validation_url", service_.BlobGetUrl(validation_key)},
         {"validation_rows", shard.validation_rows}}},
       {"model", {{"id", model_.id}, {"name", model_.name}, {"model_type", model_.model_type}, {"files", model_files}}},
   };
   if (a.kind == TaskKind::kTrain) {
-    const std::string key = UpdateKey(a.round, a.attempt, a.worker);
-    task["update_upload"] = {{"url", service_.SignedBlobUrl("PUT", key)},
-                             {"blob_key", key},
-                             {"max_size_bytes", global_size_bytes_ + kUpdateHeaderSlackBytes}};
+    PARSYN_ASSIGN_OR_RETURN(task["update_upload"], UpdateUploadGrant(a.worker, UpdateKey(a.round, a.attempt, a.worker)));
   }
   return task;
+}
+
+StatusOr<json> JobRunner::UpdateUploadGrant(int64_t worker_id, const std::string& key) const {
+  const uint64_t max_bytes = global_size_bytes_ + kUpdateHeaderSlackBytes;
+  json grant = {{"blob_key", key}, {"max_size_bytes", max_bytes}};
+  storage::S3BlobStore* s3 = service_.s3();
+  if (s3 == nullptr) {
+    grant["url"] = service_.SignedBlobUrl("PUT", key);
+    return grant;
+  }
+  const std::chrono::seconds ttl = service_.options().signed_url_ttl;
+  auto headers_json = [](const storage::HttpHeaders& headers) {
+    json out = json::object();
+    for (const auto& [name, value] : headers) out[name] = value;
+    return out;
+  };
+  auto multipart = multipart_uploads_.find(worker_id);
+  if (multipart == multipart_uploads_.end() || multipart->second.key != key) {
+    PARSYN_ASSIGN_OR_RETURN(storage::PresignedRequest put, s3->PresignPut(key, ttl));
+    grant["url"] = put.url;
+    grant["headers"] = headers_json(put.headers);
+    return grant;
+  }
+  // Enough parts for the largest update accepted; the worker sends as many as its file needs.
+  const uint64_t part_size = s3->options().part_size_bytes;
+  const uint64_t parts = (max_bytes + part_size - 1) / part_size;
+  json part_grants = json::array();
+  for (uint64_t n = 1; n <= parts; ++n) {
+    PARSYN_ASSIGN_OR_RETURN(storage::PresignedRequest part,
+                            s3->PresignUploadPart(key, multipart->second.upload_id, static_cast<int>(n), ttl));
+    part_grants.push_back({{"part_number", n}, {"url", part.url}, {"headers", headers_json(part.headers)}});
+  }
+  grant["multipart"] = {{"part_size_bytes", part_size}, {"parts", std::move(part_grants)}};
+  return grant;
 }
 
 http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
@@ -510,7 +556,24 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
       co_await std::move(event_appended);
     }
   const double stored_ms = MillisSince(assign_start);
-  const bool delivered = service_.DeliverTask(a.worker, job_.id, BuildTask(a));
+  Status started = Status::Ok();
+  if (a.kind == TaskKind::kTrain) {
+    auto multipart = StartMultipartUploadIfLarge(a.worker, UpdateKey(a.round, a.attempt, a.worker));  // kCoAwaitTemporaries
+    started = co_await std::move(multipart);
+  }
+  StatusOr<json> task = started.ok() ? BuildTask(a) : StatusOr<json>(started);
+  if (!task.ok()) {
+    // Nothing went out: the worker leaves this attempt with the reason (a store outage shows up here) and is
+    // offered the next one. Reported once this event is done (the job's mutex is held).
+    PARSYN_LOG_ERROR("training job {}: cannot prepare the task of worker {}: {}", job_.id, a.worker,
+                     task.status().ToString());
+    boost::asio::co_spawn(service_.executor(),
+                          TaskFailedDetached(a.worker, a.round, a.attempt,
+                                             "the coordinator could not prepare the task: " + task.status().message()),
+                          boost::asio::detached);
+    co_return Status::Ok();
+  }
+  const bool delivered = service_.DeliverTask(a.worker, job_.id, std::move(*task));
   PARSYN_LOG_DEBUG("training job {}: round {} task for worker {}: stored {:.1f} ms, delivered {:.1f} ms", job_.id,
                    a.round, a.worker, stored_ms, MillisSince(assign_start));
   if (!delivered) {
@@ -518,6 +581,53 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
     boost::asio::co_spawn(service_.executor(), WorkerDisconnected(a.worker), boost::asio::detached);
   }
   co_return Status::Ok();
+}
+
+http::Awaitable<Status> JobRunner::StartMultipartUploadIfLarge(int64_t worker_id, const std::string& key) {
+  storage::S3BlobStore* s3 = service_.s3();
+  if (s3 == nullptr || global_size_bytes_ + kUpdateHeaderSlackBytes <= s3->options().multipart_threshold_bytes) {
+    co_return Status::Ok();
+  }
+  StatusOr<std::string> upload_id = co_await Offload(service_.pool(), [&] { return s3->StartMultipartUpload(key); });
+  if (!upload_id.ok()) co_return upload_id.status().WithContext("starting the multipart upload of " + key);
+  multipart_uploads_[worker_id] = MultipartUpload{.key = key, .upload_id = *upload_id};
+  co_return Status::Ok();
+}
+
+http::Awaitable<void> JobRunner::CompleteMultipartUpload(int64_t worker_id, const std::string& key) {
+  auto it = multipart_uploads_.find(worker_id);
+  if (it == multipart_uploads_.end() || it->second.key != key) co_return;
+  const MultipartUpload upload = it->second;
+  multipart_uploads_.erase(it);  // a repeated result finds the object complete, or nothing to complete
+  storage::S3BlobStore* s3 = service_.s3();
+  StatusOr<storage::BlobInfo> done =
+      co_await Offload(service_.pool(), [&] { return s3->CompleteMultipartUpload(upload.key, upload.upload_id); });
+  // On failure (parts missing or too small, store down) the check that follows finds no update and says so.
+  if (!done.ok()) {
+    PARSYN_LOG_WARN("training job {}: completing worker {}'s multipart upload of {}: {}", job_.id, worker_id,
+                    upload.key, done.status().ToString());
+  }
+}
+
+http::Awaitable<void> JobRunner::AbortIncompleteUploads(int round, int attempt) {
+  multipart_uploads_.clear();
+  storage::S3BlobStore* s3 = service_.s3();
+  if (s3 == nullptr) co_return;
+  const std::string prefix = AttemptPrefix(round, attempt) + "/";
+  StatusOr<int> aborted = co_await Offload(service_.pool(), [&] { return s3->AbortIncompleteUploads(prefix); });
+  if (!aborted.ok()) {
+    PARSYN_LOG_WARN("training job {}: aborting incomplete uploads under {}: {}", job_.id, prefix,
+                    aborted.status().ToString());
+  } else if (*aborted > 0) {
+    PARSYN_LOG_INFO("training job {}: aborted {} incomplete upload(s) of round {} attempt {}", job_.id, *aborted,
+                    round, attempt);
+  }
+}
+
+http::Awaitable<void> JobRunner::TaskFailedDetached(int64_t worker_id, int round, int attempt, std::string reason) {
+  auto failed = TaskFailed(worker_id, round, attempt, std::move(reason));  // kCoAwaitTemporaries
+  Status s = co_await std::move(failed);
+  if (!s.ok()) PARSYN_LOG_WARN("training job {}: dropping worker {}: {}", job_.id, worker_id, s.ToString());
 }
 
 http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, int attempt, const Status& verdict) {
@@ -539,9 +649,21 @@ http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, in
                                                      : storage::UpdateStatus::kRejected,
                               .reject_reason = verdict.ok() ? "" : verdict.message(),
                               .received_at_ms = service_.clock().UnixMillis()};
+  // The size as checked; else (a rejected update) as the store says, except on S3, where a Head of an object the
+  // worker wrote without our sha256 metadata would download it again just for a number.
+  std::optional<uint64_t> verified_bytes;
+  if (auto v = verified_update_bytes_.find(r.blob_key); v != verified_update_bytes_.end()) verified_bytes = v->second;
+  const bool ask_store = !verified_bytes && service_.s3() == nullptr;
+  if (verified_bytes) {
+    update.size_bytes = static_cast<int64_t>(*verified_bytes);
+    // Directory store: counted when the worker PUT it through /blobs. S3: it went straight to the store.
+    if (service_.s3() != nullptr) bytes_moved_ += update.size_bytes;
+  }
   Status stored = co_await Offload(service_.pool(), [&] {  // one trip to the pool: the size, then the record
-    StatusOr<storage::BlobInfo> info = service_.blobs().Head(r.blob_key);
-    if (info.ok()) update.size_bytes = static_cast<int64_t>(info->size_bytes);
+    if (ask_store) {
+      StatusOr<storage::BlobInfo> info = service_.blobs().Head(r.blob_key);
+      if (info.ok()) update.size_bytes = static_cast<int64_t>(info->size_bytes);
+    }
     return service_.store().RecordUpdate(update);
   });
   if (!stored.ok() && stored.code() != StatusCode::kAlreadyExists) co_return stored;
@@ -575,17 +697,23 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   // Validation and accumulation run on the pool; the strategy is touched by nobody else meanwhile (job mutex).
   const bool checked_early = checked.has_value();
   double check_ms = 0, accept_ms = 0;
+  uint64_t update_bytes = 0;
   Status verdict = co_await Offload(service_.pool(), [&]() -> Status {
     const auto check_start = std::chrono::steady_clock::now();
-    if (!checked) checked = CheckUpdateFile(service_.blobs(), report, expected_key, max_bytes, *global);
+    if (!checked) {
+      checked = CheckUpdateFile(service_.blobs(), report, expected_key, max_bytes, *global, service_.spool_dir(),
+                                &update_bytes);
+    }
     check_ms = MillisSince(check_start);
     if (!checked->ok()) return checked->status();
     const auto accept_start = std::chrono::steady_clock::now();
-    Status accepted = strategy_.Accept(**checked, a.sample_count);
+    // Taken over so that the strategy may add several updates in one pass over its sums (it still judges now).
+    Status accepted = strategy_.AcceptOwned(std::move(**checked), a.sample_count);
     accept_ms = MillisSince(accept_start);
     return accepted;
   });
   checked.reset();
+  if (update_bytes > 0) verified_update_bytes_[report.blob_key] = update_bytes;
   PARSYN_LOG_DEBUG("training job {}: round {} update of worker {}: check {:.1f} ms{}, accumulate {:.1f} ms", job_.id,
                    a.round, a.worker, check_ms, checked_early ? " (checked early)" : "", accept_ms);
   if (!verdict.ok() && verdict.code() != StatusCode::kInvalidArgument) {
@@ -706,6 +834,10 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
       co_await std::move(event_appended);
     }
   pending_validation_loss_.reset();
+  {
+    auto aborted = AbortIncompleteUploads(a.round, a.attempt);  // kCoAwaitTemporaries
+    co_await std::move(aborted);
+  }
   co_return Status::Ok();
 }
 
@@ -722,6 +854,10 @@ http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, 
   Status failed = co_await Offload(service_.pool(), [&] { return service_.store().FailRound(failure); });
   if (!failed.ok()) co_return failed;
   pending_global_.reset();
+  {
+    auto aborted = AbortIncompleteUploads(a.round, a.attempt);  // kCoAwaitTemporaries
+    co_await std::move(aborted);
+  }
   {
       auto event_appended = service_.AppendEvent(job_.id, "round_failed",
                                 {{"round", a.round}, {"attempt", a.attempt}, {"reason", a.reason},
@@ -799,6 +935,10 @@ http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string_view
   });
   if (ended.ok()) job_ = *ended;
   ended_ = true;
+  {
+    auto aborted = AbortIncompleteUploads(engine_->round(), engine_->attempt());  // kCoAwaitTemporaries
+    co_await std::move(aborted);
+  }
   // Workers still holding a task of this job are told through DropWorker(kJobEnded); free their slots here.
   for (const ParticipantView& p : engine_->participants()) service_.TaskFinished(p.worker, job_.id);
   json payload = {{"status", storage::ToString(status)}, {"committed_round", job_.committed_round}};
@@ -875,6 +1015,10 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
                                       std::string(storage::ToString(job_.status)) + "); result refused");
   }
   const int round = report.round, attempt = report.attempt;
+  if (!report.blob_key.empty()) {
+    auto completed = CompleteMultipartUpload(worker_id, report.blob_key);  // kCoAwaitTemporaries
+    co_await std::move(completed);
+  }
   // Reading and checking an update is the slow part of a result: done here, before waiting for the job's mutex, so
   // results check in parallel on the pool; only the accumulation is serial. Bounded, since a checked update is held
   // in memory until its turn; beyond the bound the check runs under the mutex as before.
@@ -887,9 +1031,12 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
     const uint64_t max_bytes = global_size_bytes_ + kUpdateHeaderSlackBytes;
     std::shared_ptr<weights::WeightSet> global = global_;
     const auto check_start = std::chrono::steady_clock::now();
+    uint64_t update_bytes = 0;
     StatusOr<weights::WeightSet> update = co_await Offload(service_.pool(), [&] {
-      return CheckUpdateFile(service_.blobs(), report, expected_key, max_bytes, *global);
+      return CheckUpdateFile(service_.blobs(), report, expected_key, max_bytes, *global, service_.spool_dir(),
+                             &update_bytes);
     });
+    if (update_bytes > 0) verified_update_bytes_[report.blob_key] = update_bytes;
     PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} checked early in {:.1f} ms", job_.id, round,
                      worker_id, MillisSince(check_start));
     if (auto c = checked_updates_.find(worker_id); c != checked_updates_.end()) {

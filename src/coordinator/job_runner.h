@@ -129,7 +129,19 @@ class JobRunner {
   http::Awaitable<Status> OnJobEnded(storage::JobStatus status, std::string_view reason);
   http::Awaitable<Status> WriteFinalArtifacts();
   http::Awaitable<Status> RecordUpdate(int64_t worker_id, int round, int attempt, const Status& verdict);
-  nlohmann::json BuildTask(const AssignTask& a) const;
+  StatusOr<nlohmann::json> BuildTask(const AssignTask& a) const;
+  // The task's "update_upload": the coordinator's signed /blobs PUT URL; with S3, a presigned create-only PUT (with
+  // the headers the worker must send), or presigned part URLs when a multipart upload was started for the worker.
+  StatusOr<nlohmann::json> UpdateUploadGrant(int64_t worker_id, const std::string& key) const;
+  // S3: starts a multipart upload for the worker's update when the job's updates may exceed the store's multipart
+  // threshold. Blocking store call: run on the pool.
+  http::Awaitable<Status> StartMultipartUploadIfLarge(int64_t worker_id, const std::string& key);
+  // S3: completes the worker's multipart upload of `key`, if one was started (before its update is checked).
+  http::Awaitable<void> CompleteMultipartUpload(int64_t worker_id, const std::string& key);
+  // S3: discards the parts of uploads of this attempt that never completed (the attempt is over).
+  http::Awaitable<void> AbortIncompleteUploads(int round, int attempt);
+  // TaskFailed for a task the coordinator could not send, run detached (logs instead of returning).
+  http::Awaitable<void> TaskFailedDetached(int64_t worker_id, int round, int attempt, std::string reason);
   std::string AttemptPrefix(int round, int attempt) const;
   std::string UpdateKey(int round, int attempt, int64_t worker_id) const;
 
@@ -158,6 +170,13 @@ class JobRunner {
   std::map<int64_t, nlohmann::json> progress_;    // latest progress report per worker, this attempt
   std::map<int64_t, std::string> last_verdicts_;  // "" accepted, else the rejection reason
   std::map<int64_t, CheckedUpdate> checked_updates_;  // by worker: checked early, waiting for the job's mutex
+  std::map<std::string, uint64_t> verified_update_bytes_;  // by blob key: sizes of updates read by a check
+  // S3 multipart uploads handed to workers in this attempt, by worker (completed when the worker reports).
+  struct MultipartUpload {
+    std::string key;
+    std::string upload_id;
+  };
+  std::map<int64_t, MultipartUpload> multipart_uploads_;
 };
 
 }  // namespace parsyn::coordinator

@@ -42,8 +42,7 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
   const std::filesystem::path dir = service->options_.data_dir;
   PARSYN_ASSIGN_OR_RETURN(auto store, storage::SqliteMetadataStore::Open((dir / "metadata.db").string()));
   service->store_ = std::move(store);
-  PARSYN_ASSIGN_OR_RETURN(auto blobs, storage::DirectoryBlobStore::Open(dir / "blobs"));
-  service->blobs_ = std::move(blobs);
+  PARSYN_RETURN_IF_ERROR(service->OpenBlobs());
   PARSYN_ASSIGN_OR_RETURN(AdminKeySetup admin, EnsureAdminKey(*service->store_, dir));
   service->new_admin_key_ = admin.new_key;
   PARSYN_ASSIGN_OR_RETURN(service->admin_key_hash_, service->store_->GetAdminKeyHash());
@@ -60,6 +59,40 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
   }
   (void)now;
   return service;
+}
+
+Status Service::OpenBlobs() {
+  if (options_.blobs_uri.empty()) {
+    PARSYN_ASSIGN_OR_RETURN(blobs_, storage::DirectoryBlobStore::Open(options_.data_dir / "blobs"));
+    return Status::Ok();
+  }
+  PARSYN_ASSIGN_OR_RETURN(blobs_, storage::OpenBlobStore(options_.blobs_uri));
+  s3_ = dynamic_cast<storage::S3BlobStore*>(blobs_.get());
+  if (s3_ != nullptr) {
+    if (options_.signed_url_ttl > std::chrono::hours(24 * 7)) {
+      return InvalidArgumentError("S3 presigned URLs last at most 7 days; the signed URL lifetime is " +
+                                  std::to_string(options_.signed_url_ttl.count()) + " s");
+    }
+    // Fail at start, not in the middle of a job, when the bucket cannot be reached. A missing probe key is the
+    // expected answer; some stores answer 403 for missing keys to callers without ListBucket, which is fine too.
+    StatusOr<storage::BlobInfo> probe = blobs_->Head("parsyn-startup-probe");
+    if (!probe.ok() && probe.status().code() != StatusCode::kNotFound &&
+        probe.status().code() != StatusCode::kPermissionDenied) {
+      return probe.status().WithContext("the blob store " + options_.blobs_uri +
+                                        " cannot be reached (check --blobs, the endpoint and the credentials)");
+    }
+  }
+  return Status::Ok();
+}
+
+std::string Service::BlobGetUrl(std::string_view key) const {
+  if (s3_ != nullptr) {
+    StatusOr<storage::PresignedRequest> presigned = s3_->PresignGet(key, options_.signed_url_ttl);
+    // Presigning is local and the key and lifetime were checked at start: an error here is a bug.
+    if (presigned.ok()) return presigned->url;
+    PARSYN_LOG_ERROR("presigning GET {}: {}", key, presigned.status().ToString());
+  }
+  return SignedBlobUrl("GET", key);
 }
 
 StatusOr<http::Router> Service::BuildRouter() {

@@ -33,13 +33,17 @@
 #include "http/signal.h"
 #include "storage/blob_store.h"
 #include "storage/metadata_store.h"
+#include "storage/s3_blob_store.h"
 
 namespace parsyn::coordinator {
 
 class JobRunner;
 
 struct ServiceOptions {
-  std::filesystem::path data_dir;  // holds metadata.db, blobs/, admin-key, url-signing-secret
+  std::filesystem::path data_dir;  // holds metadata.db, blobs/, admin-key, url-signing-secret, spool/
+  // Where blobs live: empty for the directory store under data_dir/blobs; "s3://BUCKET/PREFIX?endpoint=...&region=...
+  // &path_style=0|1" for an S3-compatible store (docs/s3.md), whose presigned URLs then go to workers.
+  std::string blobs_uri;
   // Base of the signed URLs handed to workers ("http://10.0.0.5:8080"); empty: set later with SetPublicUrl.
   std::string public_url;
   std::chrono::milliseconds heartbeat_interval{5'000};  // asked of workers in hello
@@ -89,6 +93,12 @@ class Service {
   boost::asio::any_io_executor executor() { return io_.get_executor(); }
   // A URL for `method` on blob `key` at /blobs/..., valid for signed_url_ttl.
   std::string SignedBlobUrl(std::string_view method, std::string_view key) const;
+  // Where a worker GETs blob `key`: an S3 presigned URL with an S3 store, else SignedBlobUrl("GET", key).
+  std::string BlobGetUrl(std::string_view key) const;
+  // The S3 store when the service runs on one (presigned PUTs and multipart uploads for workers), else null.
+  storage::S3BlobStore* s3() const { return s3_; }
+  // Temporary local copies of blobs from stores without local files (LocalBlobCopy).
+  std::filesystem::path spool_dir() const { return options_.data_dir / "spool"; }
   // Appends a job event to the store and wakes the job's event streams. Errors are logged, not returned: events
   // describe changes already stored.
   http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, nlohmann::json payload);
@@ -137,6 +147,8 @@ class Service {
 
   Service(boost::asio::io_context& io, ServiceOptions options);
 
+  // Opens the blob store named by options_.blobs_uri (checking that an S3 bucket answers).
+  Status OpenBlobs();
   Status AddApiRoutes(Routes& routes);
   Status AddJobRoutes(Routes& routes);
   Status AddWorkerRoutes(Routes& routes);
@@ -160,6 +172,7 @@ class Service {
   boost::asio::thread_pool upload_pool_;
   std::unique_ptr<storage::MetadataStore> store_;
   std::unique_ptr<storage::BlobStore> blobs_;
+  storage::S3BlobStore* s3_ = nullptr;  // blobs_ when it is an S3 store
   std::string admin_key_hash_;
   std::string signing_secret_;
   std::optional<std::string> new_admin_key_;

@@ -7,8 +7,16 @@
 #include <vector>
 
 #include "coordinator/service.h"
+#include "storage/local_blob_copy.h"
 
 namespace parsyn::coordinator {
+
+// Sends a blob's local copy as the body; a temporary copy (S3) is removed once the response has been written.
+inline http::Response FileResponse(storage::LocalBlobCopy copy, std::string content_type = "application/octet-stream") {
+  http::Response res = http::Response::File(copy.path(), std::move(content_type));
+  res.file_owner = std::make_shared<const storage::LocalBlobCopy>(std::move(copy));
+  return res;
+}
 
 using WorkerHandler = std::function<http::Awaitable<http::Response>(http::Request&, int64_t worker_id)>;
 

@@ -87,6 +87,7 @@ struct Response {
   std::string content_type;
   std::string body;
   std::filesystem::path file;    // when set, the body is this file, sent in chunks
+  std::shared_ptr<const void> file_owner;  // held until the response is written (e.g. a temporary copy of a blob)
   EventProducer event_producer;  // when set, the response is an SSE stream driven by this coroutine
 
   static Response Json(int status, const nlohmann::json& body);

@@ -1,3 +1,4 @@
+#include <charconv>
 #include "storage/s3_blob_store.h"
 
 #include <curl/curl.h>
@@ -726,8 +727,18 @@ StatusOr<S3BlobStoreOptions> ParseS3BlobStoreUri(std::string_view uri, const Env
       path_style = value;
     else if (name == "profile")
       profile = value;
-    else
-      return bad("unknown option '" + name + "' (known: endpoint, region, path_style, profile)");
+    else if (name == "multipart_threshold_mib" || name == "part_size_mib") {
+      uint64_t mib = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), mib);
+      const uint64_t least = name == "part_size_mib" ? 5 : 0;  // S3's smallest part but the last is 5 MiB
+      if (ec != std::errc() || end != value.data() + value.size() || mib < least || mib > 5 * 1024) {
+        return bad(name + " must be a whole number of MiB from " + std::to_string(least) + " to 5120");
+      }
+      (name == "part_size_mib" ? options.part_size_bytes : options.multipart_threshold_bytes) = mib << 20;
+    } else {
+      return bad("unknown option '" + name +
+                 "' (known: endpoint, region, path_style, profile, multipart_threshold_mib, part_size_mib)");
+    }
   }
 
   if (!region || region->empty()) region = env("AWS_REGION");

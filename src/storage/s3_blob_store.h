@@ -65,7 +65,8 @@ struct S3BlobStoreOptions {
   std::function<std::chrono::system_clock::time_point()> now = [] { return std::chrono::system_clock::now(); };
 };
 
-// Parses "s3://BUCKET[/PREFIX][?endpoint=URL&region=R&path_style=0|1&profile=P]" (see docs/s3.md) and loads
+// Parses "s3://BUCKET[/PREFIX][?endpoint=URL&region=R&path_style=0|1&profile=P&multipart_threshold_mib=N&
+// part_size_mib=N]" (see docs/s3.md) and loads
 // credentials. Region: the URI's, else AWS_REGION, else AWS_DEFAULT_REGION, else us-east-1. Endpoint: the URI's
 // ("http://127.0.0.1:9000", scheme and host[:port] only), else https://s3.REGION.amazonaws.com. path_style defaults
 // to 1 with an explicit endpoint, 0 for AWS. InvalidArgument naming the part of the URI that is wrong.

@@ -70,6 +70,13 @@ TEST(S3UriTest, ParsesBucketPrefixAndOptions) {
   EXPECT_EQ(minio->prefix, "p/");
   EXPECT_FALSE(minio->endpoint.path_style);
   EXPECT_EQ(minio->endpoint.region, "us-east-1");
+  EXPECT_EQ(minio->multipart_threshold_bytes, uint64_t{64} << 20);
+
+  StatusOr<S3BlobStoreOptions> sized =
+      ParseS3BlobStoreUri("s3://b12?endpoint=http://127.0.0.1:9&multipart_threshold_mib=0&part_size_mib=8", env);
+  ASSERT_TRUE(sized.ok()) << sized.status().ToString();
+  EXPECT_EQ(sized->multipart_threshold_bytes, 0u);
+  EXPECT_EQ(sized->part_size_bytes, uint64_t{8} << 20);
 }
 
 TEST(S3UriTest, RejectsBadUrisNamingThePart) {
@@ -83,6 +90,8 @@ TEST(S3UriTest, RejectsBadUrisNamingThePart) {
       {"s3://bucket?endpoint=http://host/path", "with no path"},
       {"s3://bucket?path_style=yes", "path_style must be 0 or 1"},
       {"s3://bucket?colour=blue", "unknown option 'colour'"},
+      {"s3://bucket?part_size_mib=4", "part_size_mib must be a whole number of MiB from 5 to 5120"},
+      {"s3://bucket?multipart_threshold_mib=x", "multipart_threshold_mib must be a whole number"},
       {"s3://my.bucket", "bucket names with dots break TLS"},
   };
   for (const auto& [uri, fragment] : cases) {
