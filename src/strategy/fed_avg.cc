@@ -63,6 +63,15 @@ Status FedAvg::Accept(const weights::WeightSet& update, int64_t sample_count) {
       .WithContext("round " + std::to_string(round_) + " update");
 }
 
+Status FedAvg::AcceptOwned(weights::WeightSet update, int64_t sample_count) {
+  if (!mean_) return FailedPreconditionError("FedAvg::Accept before Begin");
+  if (sample_count <= 0) {
+    return InvalidArgumentError("sample count must be positive, got " + std::to_string(sample_count));
+  }
+  return mean_->AcceptOwned(std::move(update), static_cast<double>(sample_count))
+      .WithContext("round " + std::to_string(round_) + " update");
+}
+
 int FedAvg::num_accepted() const { return mean_ ? mean_->num_accepted() : 0; }
 
 StatusOr<weights::WeightSet> FedAvg::Finish() {

@@ -96,6 +96,26 @@ TEST(FedAvgTest, WeightsBySampleCountNotByUpdate) {
   for (int j = 6; j < 10; ++j) EXPECT_FLOAT_EQ(got[j], 0.0f);  // (3*1 + 1*-3) / 4
 }
 
+// Owned updates may be added later in a batch, but are judged at once and count exactly like Accept's.
+TEST(FedAvgTest, AcceptOwnedJudgesNowAndAveragesLikeAccept) {
+  FedAvg fed_avg;
+  ASSERT_TRUE(fed_avg.Begin(1, Global()).ok());
+  ASSERT_TRUE(fed_avg.AcceptOwned(MakeSet(std::vector<float>(6, 1.0f), std::vector<float>(4, 1.0f)), 3).ok());
+  EXPECT_EQ(fed_avg.AcceptOwned(MakeSet(std::vector<float>(6, 1.0f), std::vector<float>(4, 1.0f)), 0).code(),
+            StatusCode::kInvalidArgument);
+  std::vector<float> with_nan(6, 1.0f);
+  with_nan[2] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(fed_avg.AcceptOwned(MakeSet(with_nan, std::vector<float>(4, 1.0f)), 10).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(fed_avg.Accept(MakeSet(std::vector<float>(6, 5.0f), std::vector<float>(4, -3.0f)), 1).ok());
+  EXPECT_EQ(fed_avg.num_accepted(), 2);
+  StatusOr<WeightSet> result = fed_avg.Finish();
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  std::vector<float> got = Flat(*result);
+  for (int j = 0; j < 6; ++j) EXPECT_FLOAT_EQ(got[j], 2.0f);   // (3*1 + 1*5) / 4
+  for (int j = 6; j < 10; ++j) EXPECT_FLOAT_EQ(got[j], 0.0f);  // (3*1 + 1*-3) / 4
+}
+
 TEST(FedAvgTest, ArrivalOrderDoesNotChangeBits) {
   std::vector<Update> updates = RandomUpdates(6, 2);
   std::vector<size_t> order(updates.size());

@@ -63,6 +63,10 @@ class Strategy {
   // not positive. FailedPrecondition if Begin was not called.
   virtual Status Accept(const weights::WeightSet& update, int64_t sample_count) = 0;
 
+  // As Accept, same verdict, but takes the update over, so a strategy may keep it and add several together later
+  // (before Finish returns). By default: Accept(update, sample_count).
+  virtual Status AcceptOwned(weights::WeightSet update, int64_t sample_count) { return Accept(update, sample_count); }
+
   // Updates that counted since Begin.
   virtual int num_accepted() const = 0;
 

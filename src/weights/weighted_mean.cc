@@ -228,11 +228,26 @@ struct WeightedMean::Impl {
     return reinterpret_cast<T*>(acc_storage.get());
   }
 
+  // Updates accepted by AcceptOwned and not yet added, in acceptance order, and their total size.
+  struct Deferred {
+    WeightSet update;
+    double n;
+  };
+  std::vector<Deferred> deferred;
+  uint64_t deferred_bytes = 0;
+  bool sums_written = false;  // false until the first update is added: it writes the sums instead of adding
+
   Status CheckLayout(const WeightSet& update) const;
   // OK and the largest |w| in the update, or why it cannot be added (nothing has been added yet).
   StatusOr<double> Validate(const WeightSet& update, double n) const;
+  // Validate, then counts the update in (weights and bounds); its values are added by AddDeferred.
+  Status Count(const WeightSet& update, double n);
   template <bool kFirst>
-  void Add(const WeightSet& update, double n);
+  void AddChunk(size_t c, const WeightSet& update, double n);
+  // Adds every deferred update, then `extra` if given, in one pass over the sums: each chunk of the sums takes the
+  // updates in acceptance order while it is in cache, so the sums are read and written once per batch instead of
+  // once per update, and every element sees the same additions in the same order as one Accept at a time would do.
+  void AddDeferred(const WeightSet* extra = nullptr, double extra_n = 0);
 };
 
 WeightedMean::WeightedMean(const WeightSet& layout, WeightedMeanOptions options) : impl_(std::make_unique<Impl>()) {
@@ -351,56 +366,84 @@ StatusOr<double> WeightedMean::Impl::Validate(const WeightSet& update, double n)
 }
 
 template <bool kFirst>
-void WeightedMean::Impl::Add(const WeightSet& update, double n) {
+void WeightedMean::Impl::AddChunk(size_t c, const WeightSet& update, double n) {
+  const Chunk& chunk = chunks[c];
+  const Tensor& t = update[chunk.slot];
+  const size_t count = chunk.end - chunk.begin;
+  const size_t at = slots[chunk.slot].offset + chunk.begin;
+  const float* f32 = t.dtype == DType::kF32 ? t.as<float>().data() + chunk.begin : nullptr;
+  const uint16_t* u16 = t.dtype != DType::kF32 ? t.as<uint16_t>().data() + chunk.begin : nullptr;
+  switch (options.accumulation) {
+    case Accumulation::kFloat32: {
+      float* sums = acc<float>() + at;
+      const float scale = static_cast<float>(n);
+      if (t.dtype == DType::kF32) Accumulate<kFirst>(sums, f32, count, scale, LoadF32);
+      if (t.dtype == DType::kBF16) Accumulate<kFirst>(sums, u16, count, scale, LoadBf16);
+      if (t.dtype == DType::kF16) Accumulate<kFirst>(sums, u16, count, scale, LoadF16);
+      break;
+    }
+    case Accumulation::kFloat64: {
+      double* sums = acc<double>() + at;
+      if (t.dtype == DType::kF32) Accumulate<kFirst>(sums, f32, count, n, LoadF32);
+      if (t.dtype == DType::kBF16) Accumulate<kFirst>(sums, u16, count, n, LoadBf16);
+      if (t.dtype == DType::kF16) Accumulate<kFirst>(sums, u16, count, n, LoadF16);
+      break;
+    }
+    case Accumulation::kExact: {
+      __int128* sums = acc<__int128>() + at;
+      if (t.dtype == DType::kF32) AccumulateExact<kFirst>(sums, f32, count, n, LoadF32);
+      if (t.dtype == DType::kBF16) AccumulateExact<kFirst>(sums, u16, count, n, LoadBf16);
+      if (t.dtype == DType::kF16) AccumulateExact<kFirst>(sums, u16, count, n, LoadF16);
+      break;
+    }
+  }
+}
+
+void WeightedMean::Impl::AddDeferred(const WeightSet* extra, double extra_n) {
+  std::vector<std::pair<const WeightSet*, double>> batch;
+  for (const Deferred& d : deferred) batch.emplace_back(&d.update, d.n);
+  if (extra != nullptr) batch.emplace_back(extra, extra_n);
+  if (batch.empty()) return;
+  const bool first_writes = !sums_written;
   ParallelFor(chunks.size(), options.num_threads, total_elements, [&](size_t c) {
-    const Chunk& chunk = chunks[c];
-    const Tensor& t = update[chunk.slot];
-    const size_t count = chunk.end - chunk.begin;
-    const size_t at = slots[chunk.slot].offset + chunk.begin;
-    const float* f32 = t.dtype == DType::kF32 ? t.as<float>().data() + chunk.begin : nullptr;
-    const uint16_t* u16 = t.dtype != DType::kF32 ? t.as<uint16_t>().data() + chunk.begin : nullptr;
-    switch (options.accumulation) {
-      case Accumulation::kFloat32: {
-        float* sums = acc<float>() + at;
-        const float scale = static_cast<float>(n);
-        if (t.dtype == DType::kF32) Accumulate<kFirst>(sums, f32, count, scale, LoadF32);
-        if (t.dtype == DType::kBF16) Accumulate<kFirst>(sums, u16, count, scale, LoadBf16);
-        if (t.dtype == DType::kF16) Accumulate<kFirst>(sums, u16, count, scale, LoadF16);
-        break;
-      }
-      case Accumulation::kFloat64: {
-        double* sums = acc<double>() + at;
-        if (t.dtype == DType::kF32) Accumulate<kFirst>(sums, f32, count, n, LoadF32);
-        if (t.dtype == DType::kBF16) Accumulate<kFirst>(sums, u16, count, n, LoadBf16);
-        if (t.dtype == DType::kF16) Accumulate<kFirst>(sums, u16, count, n, LoadF16);
-        break;
-      }
-      case Accumulation::kExact: {
-        __int128* sums = acc<__int128>() + at;
-        if (t.dtype == DType::kF32) AccumulateExact<kFirst>(sums, f32, count, n, LoadF32);
-        if (t.dtype == DType::kBF16) AccumulateExact<kFirst>(sums, u16, count, n, LoadBf16);
-        if (t.dtype == DType::kF16) AccumulateExact<kFirst>(sums, u16, count, n, LoadF16);
-        break;
+    for (size_t j = 0; j < batch.size(); ++j) {
+      if (j == 0 && first_writes) {
+        AddChunk<true>(c, *batch[j].first, batch[j].second);
+      } else {
+        AddChunk<false>(c, *batch[j].first, batch[j].second);
       }
     }
   });
+  sums_written = true;
+  deferred.clear();
+  deferred_bytes = 0;
+}
+
+Status WeightedMean::Impl::Count(const WeightSet& update, double n) {
+  // Everything that can reject the update runs before anything is counted or added, so a rejected update leaves
+  // the mean untouched.
+  if (finished) return FailedPreconditionError("WeightedMean::Accept after Finish");
+  PARSYN_ASSIGN_OR_RETURN(double max_abs, Validate(update, n));
+  magnitude_bound += n * max_abs;
+  total_weight += n;
+  if (options.accumulation == Accumulation::kExact) exact_total_weight += ToFixed(n);
+  ++num_accepted;
+  return Status::Ok();
 }
 
 Status WeightedMean::Accept(const WeightSet& update, double n) {
   Impl& impl = *impl_;
-  // Everything that can reject the update runs before the first element is added, so a rejected update leaves the
-  // sums untouched.
-  if (impl.finished) return FailedPreconditionError("WeightedMean::Accept after Finish");
-  PARSYN_ASSIGN_OR_RETURN(double max_abs, impl.Validate(update, n));
-  if (impl.num_accepted == 0) {
-    impl.Add<true>(update, n);
-  } else {
-    impl.Add<false>(update, n);
-  }
-  impl.magnitude_bound += n * max_abs;
-  impl.total_weight += n;
-  if (impl.options.accumulation == Accumulation::kExact) impl.exact_total_weight += ToFixed(n);
-  ++impl.num_accepted;
+  PARSYN_RETURN_IF_ERROR(impl.Count(update, n));
+  impl.AddDeferred(&update, n);  // with any deferred ones first, to keep the order of acceptance
+  return Status::Ok();
+}
+
+Status WeightedMean::AcceptOwned(WeightSet update, double n) {
+  Impl& impl = *impl_;
+  PARSYN_RETURN_IF_ERROR(impl.Count(update, n));
+  impl.deferred_bytes += update.total_bytes();
+  impl.deferred.push_back({std::move(update), n});
+  if (impl.deferred_bytes > impl.options.max_deferred_bytes) impl.AddDeferred();
   return Status::Ok();
 }
 
@@ -410,6 +453,7 @@ double WeightedMean::total_weight() const { return impl_->total_weight; }
 StatusOr<WeightSet> WeightedMean::Finish() && {
   Impl& impl = *impl_;
   if (impl.num_accepted == 0) return FailedPreconditionError("weighted mean of zero updates: nothing was accepted");
+  impl.AddDeferred();
   impl.finished = true;
   // F32 tensors summed in fp32 are divided in place and handed over as views of the accumulator: no second buffer
   // and no extra pass. Other combinations write into new buffers.

@@ -200,6 +200,42 @@ TEST(WeightedMeanTest, ExactIsBitIdenticalAcrossArrivalOrders) {
   }
 }
 
+// Deferred updates are added in batches; every element must still see the same additions in the same order.
+TEST(WeightedMeanTest, AcceptOwnedIsBitIdenticalToAcceptOneByOne) {
+  for (Accumulation accumulation : {Accumulation::kFloat32, Accumulation::kFloat64, Accumulation::kExact}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      constexpr int K = 7;
+      const double weights[K] = {0.1, 1234.5678, 3e-3, 77.7, 0.3, 1e5 / 3, 5};
+      const uint64_t update_bytes = RandomUpdate(dtype, 1).total_bytes();
+      WeightedMean one_by_one(RandomUpdate(dtype, 1), {.accumulation = accumulation, .num_threads = 2});
+      // Batches of three (kept bytes pass 2.5 updates at the third), then a plain Accept that adds the kept ones
+      // first, then the rest at Finish.
+      WeightedMean batched(RandomUpdate(dtype, 1), {.accumulation = accumulation,
+                                                   .num_threads = 2,
+                                                   .max_deferred_bytes = update_bytes * 5 / 2});
+      for (int k = 0; k < K; ++k) {
+        ASSERT_TRUE(one_by_one.Accept(RandomUpdate(dtype, 70 + k), weights[k]).ok());
+        Status s = k == 4 ? batched.Accept(RandomUpdate(dtype, 70 + k), weights[k])
+                          : batched.AcceptOwned(RandomUpdate(dtype, 70 + k), weights[k]);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+      }
+      // A rejected update leaves the kept ones and the verdicts alone.
+      WeightSet bad = RandomUpdate(dtype, 99);
+      Store(bad.tensors()[0].data, dtype, {std::numeric_limits<float>::quiet_NaN()});
+      EXPECT_EQ(batched.AcceptOwned(std::move(bad), 1.0).code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(batched.num_accepted(), K);
+      auto want = std::move(one_by_one).Finish();
+      auto got = std::move(batched).Finish();
+      ASSERT_TRUE(want.ok() && got.ok());
+      for (size_t t = 0; t < want->size(); ++t) {
+        ASSERT_EQ((*got)[t].data.size(), (*want)[t].data.size());
+        EXPECT_EQ(std::memcmp((*got)[t].data.data(), (*want)[t].data.data(), (*want)[t].data.size()), 0)
+            << DTypeName(dtype) << " accumulation " << static_cast<int>(accumulation) << " tensor " << t;
+      }
+    }
+  }
+}
+
 // kExact against its definition, bit for bit: each n * w (in double) rounded to nearest even on a 2^-64 grid,
 // summed as integers, divided in long double. Values span 2^-70..2^20 times sample counts of 1..10^6, so terms below,
 // near and far above 2^63 on the grid (one int64 to several limbs) and exact ties on the grid are all covered.
