@@ -47,14 +47,20 @@ Status FedAvg::Begin(int round, const weights::WeightSet& global) {
     }
   }
   round_ = round;
-  mean_.reset();
-  mean_.emplace(global, weights::WeightedMeanOptions{.accumulation = options_.accumulation,
-                                                     .num_threads = options_.num_threads});
+  // Every round of a job has the global's layout: the sums of the last round are reused, not allocated anew.
+  if (mean_ && mean_->CheckLayout(global).ok()) {
+    mean_->Reset();
+  } else {
+    mean_.reset();
+    mean_.emplace(global, weights::WeightedMeanOptions{.accumulation = options_.accumulation,
+                                                       .num_threads = options_.num_threads});
+  }
+  begun_ = true;
   return Status::Ok();
 }
 
 Status FedAvg::Accept(const weights::WeightSet& update, int64_t sample_count) {
-  if (!mean_) return FailedPreconditionError("FedAvg::Accept before Begin");
+  if (!begun_) return FailedPreconditionError("FedAvg::Accept before Begin");
   if (sample_count <= 0) {
     return InvalidArgumentError("sample count must be positive, got " + std::to_string(sample_count));
   }
@@ -64,7 +70,7 @@ Status FedAvg::Accept(const weights::WeightSet& update, int64_t sample_count) {
 }
 
 Status FedAvg::AcceptOwned(weights::WeightSet update, int64_t sample_count) {
-  if (!mean_) return FailedPreconditionError("FedAvg::Accept before Begin");
+  if (!begun_) return FailedPreconditionError("FedAvg::Accept before Begin");
   if (sample_count <= 0) {
     return InvalidArgumentError("sample count must be positive, got " + std::to_string(sample_count));
   }
@@ -72,16 +78,15 @@ Status FedAvg::AcceptOwned(weights::WeightSet update, int64_t sample_count) {
       .WithContext("round " + std::to_string(round_) + " update");
 }
 
-int FedAvg::num_accepted() const { return mean_ ? mean_->num_accepted() : 0; }
+int FedAvg::num_accepted() const { return begun_ ? mean_->num_accepted() : 0; }
 
 StatusOr<weights::WeightSet> FedAvg::Finish() {
-  if (!mean_) return FailedPreconditionError("FedAvg::Finish before Begin");
+  if (!begun_) return FailedPreconditionError("FedAvg::Finish before Begin");
   if (mean_->num_accepted() == 0) {
     return FailedPreconditionError("round " + std::to_string(round_) + " has no accepted update to average");
   }
-  weights::WeightedMean mean = std::move(*mean_);
-  mean_.reset();
-  return std::move(mean).Finish();
+  begun_ = false;
+  return std::move(*mean_).Finish();  // mean_ stays, finished, for the next Begin to reuse
 }
 
 }  // namespace parsyn::strategy

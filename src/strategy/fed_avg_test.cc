@@ -116,6 +116,24 @@ TEST(FedAvgTest, AcceptOwnedJudgesNowAndAveragesLikeAccept) {
   for (int j = 6; j < 10; ++j) EXPECT_FLOAT_EQ(got[j], 0.0f);  // (3*1 + 1*-3) / 4
 }
 
+// Begin after Finish reuses the sums' memory; nothing of the previous round may leak into the next.
+TEST(FedAvgTest, EachRoundStartsFromNothing) {
+  FedAvg fed_avg;
+  ASSERT_TRUE(fed_avg.Begin(1, Global()).ok());
+  ASSERT_TRUE(fed_avg.AcceptOwned(MakeSet(std::vector<float>(6, 7.0f), std::vector<float>(4, 7.0f)), 5).ok());
+  ASSERT_TRUE(fed_avg.Finish().ok());
+  EXPECT_EQ(fed_avg.Accept(Global(), 1).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(fed_avg.num_accepted(), 0);
+  ASSERT_TRUE(fed_avg.Begin(2, Global()).ok());
+  EXPECT_EQ(fed_avg.num_accepted(), 0);
+  ASSERT_TRUE(fed_avg.AcceptOwned(MakeSet(std::vector<float>(6, 1.0f), std::vector<float>(4, 2.0f)), 1).ok());
+  StatusOr<WeightSet> result = fed_avg.Finish();
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  std::vector<float> got = Flat(*result);
+  for (int j = 0; j < 6; ++j) EXPECT_EQ(got[j], 1.0f);
+  for (int j = 6; j < 10; ++j) EXPECT_EQ(got[j], 2.0f);
+}
+
 TEST(FedAvgTest, ArrivalOrderDoesNotChangeBits) {
   std::vector<Update> updates = RandomUpdates(6, 2);
   std::vector<size_t> order(updates.size());

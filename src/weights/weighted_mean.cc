@@ -223,6 +223,7 @@ struct WeightedMean::Impl {
   bool finished = false;
   // The running sums, one per averaged element: float, double or int128 by options.accumulation.
   std::shared_ptr<std::byte> acc_storage;
+  size_t acc_element_bytes = 0;
   template <typename T>
   T* acc() const {
     return reinterpret_cast<T*>(acc_storage.get());
@@ -267,10 +268,10 @@ WeightedMean::WeightedMean(const WeightSet& layout, WeightedMeanOptions options)
       impl.total_elements += numel;
     }
   }
-  const size_t acc_element_bytes = options.accumulation == Accumulation::kFloat32   ? sizeof(float)
-                                   : options.accumulation == Accumulation::kFloat64 ? sizeof(double)
-                                                                                    : sizeof(__int128);
-  impl.acc_storage = internal::AllocateZeroedBuffer(impl.total_elements * acc_element_bytes);
+  impl.acc_element_bytes = options.accumulation == Accumulation::kFloat32   ? sizeof(float)
+                           : options.accumulation == Accumulation::kFloat64 ? sizeof(double)
+                                                                            : sizeof(__int128);
+  impl.acc_storage = internal::AllocateZeroedBuffer(impl.total_elements * impl.acc_element_bytes);
 }
 
 WeightedMean::~WeightedMean() = default;
@@ -448,6 +449,24 @@ Status WeightedMean::AcceptOwned(WeightSet update, double n) {
 }
 
 int WeightedMean::num_accepted() const { return impl_->num_accepted; }
+
+Status WeightedMean::CheckLayout(const WeightSet& layout) const { return impl_->CheckLayout(layout); }
+
+void WeightedMean::Reset() {
+  Impl& impl = *impl_;
+  impl.num_accepted = 0;
+  impl.total_weight = 0;
+  impl.exact_total_weight = 0;
+  impl.magnitude_bound = 0;
+  impl.finished = false;
+  impl.deferred.clear();
+  impl.deferred_bytes = 0;
+  // The first update added writes every element of the sums, so stale sums need no clearing.
+  impl.sums_written = false;
+  if (impl.acc_storage.use_count() > 1) {
+    impl.acc_storage = internal::AllocateZeroedBuffer(impl.total_elements * impl.acc_element_bytes);
+  }
+}
 double WeightedMean::total_weight() const { return impl_->total_weight; }
 
 StatusOr<WeightSet> WeightedMean::Finish() && {

@@ -58,6 +58,14 @@ class WeightedMean {
   int num_accepted() const;
   double total_weight() const;
 
+  // OK iff `layout` has this mean's names, dtypes and shapes (so Reset can serve a mean over it).
+  Status CheckLayout(const WeightSet& layout) const;
+
+  // Starts over with the same layout and options, nothing accepted (also after Finish). Reuses the sums' memory
+  // (16 bytes per parameter for kExact: allocating and faulting it in anew costs ~50 ms per 20 MiB of fp32) unless
+  // a result of Finish still holds it (kFloat32 results are views of it); then it allocates new sums.
+  void Reset();
+
   // The mean in the layout's dtypes (rounded to nearest even for BF16/F16). FailedPrecondition if nothing was
   // accepted. Consumes the sums (F32 results may reuse the accumulator's memory): Accept afterwards returns
   // FailedPrecondition.

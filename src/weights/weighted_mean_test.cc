@@ -236,6 +236,37 @@ TEST(WeightedMeanTest, AcceptOwnedIsBitIdenticalToAcceptOneByOne) {
   }
 }
 
+// A reset mean starts over on its old sums' memory (or on new memory when a kFloat32 result still views it) and
+// gives the same bits as a fresh one; an earlier result stays intact.
+TEST(WeightedMeanTest, ResetStartsOverAndLeavesEarlierResultsAlone) {
+  for (Accumulation accumulation : {Accumulation::kFloat32, Accumulation::kExact}) {
+    WeightedMean reused(RandomUpdate(DType::kF32, 1), {.accumulation = accumulation, .num_threads = 2});
+    ASSERT_TRUE(reused.Accept(RandomUpdate(DType::kF32, 3), 2.0).ok());
+    auto first = std::move(reused).Finish();
+    ASSERT_TRUE(first.ok());
+    const std::vector<double> first_values = ReadAsDouble((*first)[0]);
+    EXPECT_EQ(reused.Accept(RandomUpdate(DType::kF32, 4), 1.0).code(), StatusCode::kFailedPrecondition);
+
+    reused.Reset();
+    EXPECT_EQ(reused.num_accepted(), 0);
+    WeightedMean fresh(RandomUpdate(DType::kF32, 1), {.accumulation = accumulation, .num_threads = 2});
+    for (int k = 0; k < 3; ++k) {
+      ASSERT_TRUE(reused.AcceptOwned(RandomUpdate(DType::kF32, 10 + k), 1.0 + k).ok());
+      ASSERT_TRUE(fresh.Accept(RandomUpdate(DType::kF32, 10 + k), 1.0 + k).ok());
+    }
+    auto want = std::move(fresh).Finish();
+    auto got = std::move(reused).Finish();
+    ASSERT_TRUE(want.ok() && got.ok());
+    for (size_t t = 0; t < want->size(); ++t) {
+      EXPECT_EQ(std::memcmp((*got)[t].data.data(), (*want)[t].data.data(), (*want)[t].data.size()), 0)
+          << "accumulation " << static_cast<int>(accumulation) << " tensor " << t;
+    }
+    EXPECT_EQ(ReadAsDouble((*first)[0]), first_values);
+    EXPECT_TRUE(reused.CheckLayout(RandomUpdate(DType::kF32, 5)).ok());
+    EXPECT_EQ(reused.CheckLayout(RandomUpdate(DType::kBF16, 5)).code(), StatusCode::kInvalidArgument);
+  }
+}
+
 // kExact against its definition, bit for bit: each n * w (in double) rounded to nearest even on a 2^-64 grid,
 // summed as integers, divided in long double. Values span 2^-70..2^20 times sample counts of 1..10^6, so terms below,
 // near and far above 2^63 on the grid (one int64 to several limbs) and exact ties on the grid are all covered.
