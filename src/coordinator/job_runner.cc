@@ -583,7 +583,7 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
   co_return Status::Ok();
 }
 
-http::Awaitable<Status> JobRunner::StartMultipartUploadIfLarge(int64_t worker_id, const std::string& key) {
+http::Awaitable<Status> JobRunner::StartMultipartUploadIfLarge(int64_t worker_id, std::string key) {
   storage::S3BlobStore* s3 = service_.s3();
   if (s3 == nullptr || global_size_bytes_ + kUpdateHeaderSlackBytes <= s3->options().multipart_threshold_bytes) {
     co_return Status::Ok();
@@ -594,7 +594,7 @@ http::Awaitable<Status> JobRunner::StartMultipartUploadIfLarge(int64_t worker_id
   co_return Status::Ok();
 }
 
-http::Awaitable<void> JobRunner::CompleteMultipartUpload(int64_t worker_id, const std::string& key) {
+http::Awaitable<void> JobRunner::CompleteMultipartUpload(int64_t worker_id, std::string key) {
   auto it = multipart_uploads_.find(worker_id);
   if (it == multipart_uploads_.end() || it->second.key != key) co_return;
   const MultipartUpload upload = it->second;

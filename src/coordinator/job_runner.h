@@ -135,9 +135,9 @@ class JobRunner {
   StatusOr<nlohmann::json> UpdateUploadGrant(int64_t worker_id, const std::string& key) const;
   // S3: starts a multipart upload for the worker's update when the job's updates may exceed the store's multipart
   // threshold. Blocking store call: run on the pool.
-  http::Awaitable<Status> StartMultipartUploadIfLarge(int64_t worker_id, const std::string& key);
+  http::Awaitable<Status> StartMultipartUploadIfLarge(int64_t worker_id, std::string key);  // by value: a coroutine
   // S3: completes the worker's multipart upload of `key`, if one was started (before its update is checked).
-  http::Awaitable<void> CompleteMultipartUpload(int64_t worker_id, const std::string& key);
+  http::Awaitable<void> CompleteMultipartUpload(int64_t worker_id, std::string key);
   // S3: discards the parts of uploads of this attempt that never completed (the attempt is over).
   http::Awaitable<void> AbortIncompleteUploads(int round, int attempt);
   // TaskFailed for a task the coordinator could not send, run detached (logs instead of returning).

@@ -18,7 +18,7 @@ class LlamaJobTest : public ::testing::Test {
     InitTinyLlama(tmp_.path() / "model");
     WriteLearnableText(tmp_.path() / "train.jsonl", 96);
     port_ = FreePort();
-    server_ = std::make_unique<Server>(tmp_.path() / "server", port_);
+    server_ = std::make_unique<Server>(tmp_.path() / "server", port_, server_flags_);
     server_->Start();
     admin_ = server_->Admin();
     model_id_ = UploadModel(*admin_, tmp_.path() / "model", "tiny-llama");
@@ -95,7 +95,8 @@ class LlamaJobTest : public ::testing::Test {
             {"worker_selection", {{"mode", "own"}, {"worker_ids", worker_ids}}}};
   }
 
-  fs::path BlobPath(const std::string& key) const { return server_->data_dir() / "blobs" / key; }
+  // A local file with the blob's bytes (the S3 fixture downloads it).
+  virtual fs::path BlobPath(const std::string& key) { return server_->data_dir() / "blobs" / key; }
   std::string AttemptPrefix(int64_t job_id, int round, int attempt) const {
     char buf[96];
     std::snprintf(buf, sizeof(buf), "jobs/%lld/rounds/%06d-a%d", static_cast<long long>(job_id), round, attempt);
@@ -145,6 +146,7 @@ class LlamaJobTest : public ::testing::Test {
   }
 
   TempDir tmp_;
+  std::vector<std::string> server_flags_;  // more `parsyn server` flags, set before SetUp
   int port_ = 0;
   std::unique_ptr<Server> server_;
   std::unique_ptr<http::Client> admin_;
