@@ -245,6 +245,14 @@ struct WeightedMean::Impl {
   Status Count(const WeightSet& update, double n);
   template <bool kFirst>
   void AddChunk(size_t c, const WeightSet& update, double n);
+  // The deferred updates, then `extra` if given, in acceptance order.
+  struct Term {
+    const WeightSet* update;
+    double n;
+  };
+  std::vector<Term> Batch(const WeightSet* extra = nullptr, double extra_n = 0) const;
+  // Adds the batch's part of chunk c; the first term writes the sums instead if none was added before the batch.
+  void AddBatchChunk(size_t c, const std::vector<Term>& batch, bool first_writes);
   // Adds every deferred update, then `extra` if given, in one pass over the sums: each chunk of the sums takes the
   // updates in acceptance order while it is in cache, so the sums are read and written once per batch instead of
   // once per update, and every element sees the same additions in the same order as one Accept at a time would do.
@@ -400,21 +408,29 @@ void WeightedMean::Impl::AddChunk(size_t c, const WeightSet& update, double n) {
   }
 }
 
+std::vector<WeightedMean::Impl::Term> WeightedMean::Impl::Batch(const WeightSet* extra, double extra_n) const {
+  std::vector<Term> batch;
+  for (const Deferred& d : deferred) batch.push_back({&d.update, d.n});
+  if (extra != nullptr) batch.push_back({extra, extra_n});
+  return batch;
+}
+
+void WeightedMean::Impl::AddBatchChunk(size_t c, const std::vector<Term>& batch, bool first_writes) {
+  for (size_t j = 0; j < batch.size(); ++j) {
+    if (j == 0 && first_writes) {
+      AddChunk<true>(c, *batch[j].update, batch[j].n);
+    } else {
+      AddChunk<false>(c, *batch[j].update, batch[j].n);
+    }
+  }
+}
+
 void WeightedMean::Impl::AddDeferred(const WeightSet* extra, double extra_n) {
-  std::vector<std::pair<const WeightSet*, double>> batch;
-  for (const Deferred& d : deferred) batch.emplace_back(&d.update, d.n);
-  if (extra != nullptr) batch.emplace_back(extra, extra_n);
+  const std::vector<Term> batch = Batch(extra, extra_n);
   if (batch.empty()) return;
   const bool first_writes = !sums_written;
-  ParallelFor(chunks.size(), options.num_threads, total_elements, [&](size_t c) {
-    for (size_t j = 0; j < batch.size(); ++j) {
-      if (j == 0 && first_writes) {
-        AddChunk<true>(c, *batch[j].first, batch[j].second);
-      } else {
-        AddChunk<false>(c, *batch[j].first, batch[j].second);
-      }
-    }
-  });
+  ParallelFor(chunks.size(), options.num_threads, total_elements,
+              [&](size_t c) { AddBatchChunk(c, batch, first_writes); });
   sums_written = true;
   deferred.clear();
   deferred_bytes = 0;
@@ -472,8 +488,11 @@ double WeightedMean::total_weight() const { return impl_->total_weight; }
 StatusOr<WeightSet> WeightedMean::Finish() && {
   Impl& impl = *impl_;
   if (impl.num_accepted == 0) return FailedPreconditionError("weighted mean of zero updates: nothing was accepted");
-  impl.AddDeferred();
   impl.finished = true;
+  // Updates still deferred are added chunk by chunk in the dividing pass below, so each chunk of the sums is
+  // divided while it is still in cache.
+  const std::vector<Impl::Term> batch = impl.Batch();
+  const bool first_writes = !impl.sums_written;
   // F32 tensors summed in fp32 are divided in place and handed over as views of the accumulator: no second buffer
   // and no extra pass. Other combinations write into new buffers.
   const bool in_place_f32 = impl.options.accumulation == Accumulation::kFloat32;
@@ -498,6 +517,7 @@ StatusOr<WeightSet> WeightedMean::Finish() && {
   const double inverse_total = 1.0 / impl.total_weight;
   const long double exact_total = ToLongDouble(impl.exact_total_weight);
   ParallelFor(impl.chunks.size(), impl.options.num_threads, impl.total_elements, [&](size_t c) {
+    impl.AddBatchChunk(c, batch, first_writes);
     const Impl::Chunk& chunk = impl.chunks[c];
     const Impl::Slot& slot = impl.slots[chunk.slot];
     const size_t count = chunk.end - chunk.begin;
@@ -536,6 +556,9 @@ StatusOr<WeightSet> WeightedMean::Finish() && {
       default: break;
     }
   });
+  impl.sums_written = true;
+  impl.deferred.clear();  // the kept updates' memory goes now
+  impl.deferred_bytes = 0;
   return result;
 }
 
