@@ -11,7 +11,8 @@
 // and overhead = round time - read time. Per K: the server's VmHWM (peak RSS) from /proc/PID/status.
 //
 // Also shown, for scale: a durable write of the round's bytes (write + fsync, rate sampled on a few of the round's
-// files), since the server writes every update durably and that, not bookkeeping, dominates on a slow disk.
+// files). The server writes updates without fsync (they are never read after a crash), but each round's new global
+// durably.
 //
 // Choices: uploads from this process are capped at --upload-concurrency at once (the server streams each upload on
 // one of its pool threads; thousands at once would only queue); heartbeats are not sent (the server is started with a
