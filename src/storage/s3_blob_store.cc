@@ -847,12 +847,16 @@ StatusOr<std::unique_ptr<ByteSource>> S3BlobStore::Get(std::string_view key) {
   return http_->Stream(request, key);
 }
 
-StatusOr<BlobInfo> S3BlobStore::Head(std::string_view key) {
+StatusOr<BlobInfo> S3BlobStore::HeadObject(std::string_view key) {
   PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
   S3Request request{.method = "HEAD", .bucket = options_.bucket, .key = ObjectKey(key), .query = {}, .headers = {}};
   PARSYN_ASSIGN_OR_RETURN(ResponseSink response, http_->Call(request, key, Sha256HexOf("")));
-  BlobInfo info{std::string(key), std::strtoull(response.headers["content-length"].c_str(), nullptr, 10),
-                response.headers["x-amz-meta-sha256"]};
+  return BlobInfo{std::string(key), std::strtoull(response.headers["content-length"].c_str(), nullptr, 10),
+                  response.headers["x-amz-meta-sha256"]};
+}
+
+StatusOr<BlobInfo> S3BlobStore::Head(std::string_view key) {
+  PARSYN_ASSIGN_OR_RETURN(BlobInfo info, HeadObject(key));
   if (info.sha256.empty()) {
     // Written without our metadata (another tool, or a presigned PUT that did not declare it): hash the bytes.
     PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, Get(key));
@@ -872,7 +876,7 @@ StatusOr<BlobInfo> S3BlobStore::Head(std::string_view key) {
 }
 
 StatusOr<fs::path> S3BlobStore::LocalPath(std::string_view key) {
-  PARSYN_RETURN_IF_ERROR(Head(key).status());
+  PARSYN_RETURN_IF_ERROR(HeadObject(key).status());  // NotFound first; never a download just to say "no file"
   return FailedPreconditionError("blob '" + std::string(key) + "' is in S3 and has no local file; read it with Get()");
 }
 
@@ -1019,7 +1023,7 @@ StatusOr<BlobInfo> S3BlobStore::CompleteMultipartUpload(std::string_view key, st
     AbortMultipartUpload(key, upload_id).IgnoreError();  // its parts can never be used now
   }
   PARSYN_RETURN_IF_ERROR(response.status());
-  return Head(key);
+  return HeadObject(key);
 }
 
 Status S3BlobStore::AbortMultipartUpload(std::string_view key, std::string_view upload_id) {

@@ -123,7 +123,8 @@ class S3BlobStore final : public BlobStore {
   StatusOr<std::vector<UploadedPart>> ListUploadedParts(std::string_view key, std::string_view upload_id);
   // Completes with every uploaded part, in order, create-only. AlreadyExists if `key` was taken meanwhile (the upload
   // is then aborted); NotFound for an unknown upload id; InvalidArgument (S3's InvalidPart/EntityTooSmall) if parts
-  // are missing or too small. Returns Head(key).
+  // are missing or too small. Returns the object's size, and its sha256 only when the upload declared one (else
+  // empty: nothing is read back here; Head() or a read hashes the bytes).
   StatusOr<BlobInfo> CompleteMultipartUpload(std::string_view key, std::string_view upload_id);
   // Discards the upload's parts. NotFound for an unknown upload id.
   Status AbortMultipartUpload(std::string_view key, std::string_view upload_id);
@@ -138,6 +139,8 @@ class S3BlobStore final : public BlobStore {
   class Http;
   explicit S3BlobStore(S3BlobStoreOptions options);
   StatusOr<PresignedRequest> Presign(S3Request request, std::chrono::seconds expires) const;
+  // HEAD of the object: size and the sha256 metadata as stored (empty when it has none; never hashes).
+  StatusOr<BlobInfo> HeadObject(std::string_view key);
   std::string ObjectKey(std::string_view key) const { return options_.prefix + std::string(key); }
 
   S3BlobStoreOptions options_;

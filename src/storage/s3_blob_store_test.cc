@@ -196,19 +196,6 @@ TEST(S3BlobStoreTest, CreateChecksOptions) {
 
 // ---- Against moto_server. ----
 
-// One moto_server for this test process (CTest runs each test in its own process), killed at exit.
-MotoServer* SharedMoto() {
-  static std::unique_ptr<MotoServer> server = [] {
-    StatusOr<std::unique_ptr<MotoServer>> started = MotoServer::Start();
-    if (!started.ok()) {
-      ADD_FAILURE() << "moto_server is installed but did not start: " << started.status().ToString();
-      return std::unique_ptr<MotoServer>();
-    }
-    return std::move(started).value();
-  }();
-  return server.get();
-}
-
 // A fresh bucket on `server` for each store, so tests never see each other's blobs.
 std::string FreshBucket(const MotoServer& server) {
   static std::atomic<int> next{0};
@@ -233,8 +220,7 @@ S3BlobStoreOptions MotoOptions(const MotoServer& server, std::string bucket, std
 std::vector<BlobStoreBackend> S3BackendsIfInstalled() {
   if (!FindMotoServer()) return {};  // S3BlobStoreTest.MotoServerIsInstalled reports the skip
   return {BlobStoreBackend{"s3_moto", [](const fs::path&) -> StatusOr<std::unique_ptr<BlobStore>> {
-                             MotoServer* server = SharedMoto();
-                             if (server == nullptr) return UnavailableError("moto_server did not start");
+                             PARSYN_ASSIGN_OR_RETURN(MotoServer* server, SharedMotoServer());
                              PARSYN_ASSIGN_OR_RETURN(auto store,
                                                      S3BlobStore::Create(MotoOptions(*server, FreshBucket(*server))));
                              return std::unique_ptr<BlobStore>(std::move(store));
@@ -246,15 +232,17 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BlobStoreContractTest);
 
 TEST(S3BlobStoreTest, MotoServerIsInstalled) {
   if (!FindMotoServer()) GTEST_SKIP() << kMotoMissing;
-  ASSERT_NE(SharedMoto(), nullptr);
+  StatusOr<MotoServer*> server = SharedMotoServer();
+  ASSERT_TRUE(server.ok()) << "moto_server is installed but did not start: " << server.status().ToString();
 }
 
 class S3MotoTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!FindMotoServer()) GTEST_SKIP() << kMotoMissing;
-    server_ = SharedMoto();
-    ASSERT_NE(server_, nullptr);
+    StatusOr<MotoServer*> server = SharedMotoServer();
+    ASSERT_TRUE(server.ok()) << "moto_server is installed but did not start: " << server.status().ToString();
+    server_ = *server;
     bucket_ = FreshBucket(*server_);
     store_ = Open(MotoOptions(*server_, bucket_));
   }
@@ -472,6 +460,23 @@ TEST_F(S3MotoTest, InterruptedMultipartUploadIsRetriedPartByPartAndCompleted) {
   ASSERT_TRUE(stored_bytes.ok());
   EXPECT_EQ(weights::Sha256Hex(std::string_view(*stored_bytes)), sha);
   EXPECT_THAT(*store_->ListIncompleteUploads("jobs/"), IsEmpty());
+}
+
+TEST_F(S3MotoTest, CompletingAnUndeclaredUploadReadsNothingBackAndHeadHashesIt) {
+  StatusOr<std::string> upload = store_->StartMultipartUpload("jobs/1/updates/w8");
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  const std::string bytes = Bytes(3000, 9);
+  ASSERT_EQ(Send(*store_->PresignUploadPart("jobs/1/updates/w8", *upload, 1, 60s), bytes).status, 200);
+  StatusOr<BlobInfo> done = store_->CompleteMultipartUpload("jobs/1/updates/w8", *upload);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(done->size_bytes, bytes.size());
+  EXPECT_EQ(done->sha256, "");  // not declared, and not downloaded just to say it
+  StatusOr<BlobInfo> head = store_->Head("jobs/1/updates/w8");
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->sha256, weights::Sha256Hex(std::string_view(bytes)));
+  // No local file, without reading the object to find that out.
+  EXPECT_EQ(store_->LocalPath("jobs/1/updates/w8").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->LocalPath("jobs/1/updates/none").status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(S3MotoTest, IncompleteUploadsAreAbortedWhenTheRoundEnds) {
