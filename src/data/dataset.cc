@@ -49,6 +49,13 @@ std::string_view TrimSpaces(std::string_view s) {
   return s.substr(b, e - b + 1);
 }
 
+// A reader's status: its own parse error first, else a failed read of the input (after `line_number` lines).
+Status ReaderStatus(const Status& parse_error, const BufferedInput& input, int64_t line_number) {
+  if (!parse_error.ok()) return parse_error;
+  if (input.failed()) return UnavailableError("reading the dataset failed after line " + std::to_string(line_number));
+  return Status::Ok();
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // JSONL
 
@@ -80,12 +87,7 @@ class LineReader {
 
   int64_t line_number() const { return line_number_; }
   uint64_t bytes_read() const { return input_.consumed(); }
-  Status status() const {
-    if (!status_.ok()) return status_;
-    if (input_.failed())
-      return UnavailableError("reading the dataset failed after line " + std::to_string(line_number_));
-    return Status::Ok();
-  }
+  Status status() const { return ReaderStatus(status_, input_, line_number_); }
 
  private:
   BufferedInput input_;
@@ -360,12 +362,7 @@ class CsvReader {
   }
 
   uint64_t bytes_read() const { return input_.consumed(); }
-  Status status() const {
-    if (!status_.ok()) return status_;
-    if (input_.failed())
-      return UnavailableError("reading the dataset failed after line " + std::to_string(line_number_));
-    return Status::Ok();
-  }
+  Status status() const { return ReaderStatus(status_, input_, line_number_); }
 
  private:
   Status EndField(CsvRecord& record, std::string& field, bool& field_quoted) {
