@@ -268,16 +268,21 @@ StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink&
             {"device", device.str()}});
 
   const MixedPrecision eval_precision = prepared.autocast ? task.config.mixed_precision : MixedPrecision::kNo;
+  // Evaluates on the validation split, emits the metrics as an "eval" event of `phase`, and returns them.
+  auto evaluate_validation = [&](std::string_view phase) -> StatusOr<json> {
+    PARSYN_ASSIGN_OR_RETURN(const EvalMetrics metrics, Evaluate(model, *prepared.validation, task.config.batch_size,
+                                                                eval_precision, stop));
+    json result = MetricsJson(metrics);
+    json event = result;
+    event["event"] = "eval";
+    event["phase"] = phase;
+    emit(event);
+    return result;
+  };
   // The coordinator records a validation loss for every global it hands out: evaluate before training.
   json validation_before = nullptr;
   if (prepared.validation->size() > 0) {
-    PARSYN_ASSIGN_OR_RETURN(const EvalMetrics before, Evaluate(model, *prepared.validation, task.config.batch_size,
-                                                               eval_precision, stop));
-    validation_before = MetricsJson(before);
-    json event = validation_before;
-    event["event"] = "eval";
-    event["phase"] = "before";
-    emit(event);
+    PARSYN_ASSIGN_OR_RETURN(validation_before, evaluate_validation("before"));
   }
 
   TrainSummary summary;
@@ -308,13 +313,7 @@ StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink&
 
   json validation_after = nullptr;
   if (prepared.validation->size() > 0 && plan.total_steps > 0) {
-    PARSYN_ASSIGN_OR_RETURN(const EvalMetrics after, Evaluate(model, *prepared.validation, task.config.batch_size,
-                                                              eval_precision, stop));
-    validation_after = MetricsJson(after);
-    json event = validation_after;
-    event["event"] = "eval";
-    event["phase"] = "after";
-    emit(event);
+    PARSYN_ASSIGN_OR_RETURN(validation_after, evaluate_validation("after"));
   } else {
     validation_after = validation_before;  // evaluation only: the weights did not change
   }
