@@ -694,6 +694,9 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
     checked = std::move(c->second.update);
     checked_updates_.erase(c);
   }
+  // The strategy keeps accepted updates to add several in one pass; with no other result on its way in (being
+  // checked or waiting for the job), it adds them now, while the job is idle, instead of in the aggregation.
+  const bool others_on_their_way = !checked_updates_.empty();
   // Validation and accumulation run on the pool; the strategy is touched by nobody else meanwhile (job mutex).
   const bool checked_early = checked.has_value();
   double check_ms = 0, accept_ms = 0;
@@ -709,6 +712,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
     const auto accept_start = std::chrono::steady_clock::now();
     // Taken over so that the strategy may add several updates in one pass over its sums (it still judges now).
     Status accepted = strategy_.AcceptOwned(std::move(**checked), a.sample_count);
+    if (!others_on_their_way) strategy_.AddKeptUpdates();
     accept_ms = MillisSince(accept_start);
     return accepted;
   });

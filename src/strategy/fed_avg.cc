@@ -78,6 +78,10 @@ Status FedAvg::AcceptOwned(weights::WeightSet update, int64_t sample_count) {
       .WithContext("round " + std::to_string(round_) + " update");
 }
 
+void FedAvg::AddKeptUpdates() {
+  if (begun_) mean_->AddKept();
+}
+
 int FedAvg::num_accepted() const { return begun_ ? mean_->num_accepted() : 0; }
 
 StatusOr<weights::WeightSet> FedAvg::Finish() {

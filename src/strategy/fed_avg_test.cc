@@ -107,6 +107,7 @@ TEST(FedAvgTest, AcceptOwnedJudgesNowAndAveragesLikeAccept) {
   with_nan[2] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(fed_avg.AcceptOwned(MakeSet(with_nan, std::vector<float>(4, 1.0f)), 10).code(),
             StatusCode::kInvalidArgument);
+  fed_avg.AddKeptUpdates();
   ASSERT_TRUE(fed_avg.Accept(MakeSet(std::vector<float>(6, 5.0f), std::vector<float>(4, -3.0f)), 1).ok());
   EXPECT_EQ(fed_avg.num_accepted(), 2);
   StatusOr<WeightSet> result = fed_avg.Finish();

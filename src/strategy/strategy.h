@@ -66,6 +66,9 @@ class Strategy {
   // As Accept, same verdict, but takes the update over, so a strategy may keep it and add several together later
   // (before Finish returns). By default: Accept(update, sample_count).
   virtual Status AcceptOwned(weights::WeightSet update, int64_t sample_count) { return Accept(update, sample_count); }
+  // Adds the updates AcceptOwned kept, now (the caller is idle and expects no other update soon). By default none are
+  // kept: a no-op.
+  virtual void AddKeptUpdates() {}
 
   // Updates that counted since Begin.
   virtual int num_accepted() const = 0;

@@ -466,6 +466,10 @@ Status WeightedMean::AcceptOwned(WeightSet update, double n) {
 
 int WeightedMean::num_accepted() const { return impl_->num_accepted; }
 
+void WeightedMean::AddKept() {
+  if (!impl_->finished) impl_->AddDeferred();
+}
+
 Status WeightedMean::CheckLayout(const WeightSet& layout) const { return impl_->CheckLayout(layout); }
 
 void WeightedMean::Reset() {

@@ -55,6 +55,10 @@ class WeightedMean {
   // mapped).
   Status AcceptOwned(WeightSet update, double n);
 
+  // Adds the updates AcceptOwned kept, now, in one pass (nothing if none are kept): for a caller that is idle now
+  // and would rather not leave that work to Finish.
+  void AddKept();
+
   int num_accepted() const;
   double total_weight() const;
 

@@ -204,20 +204,21 @@ TEST(WeightedMeanTest, ExactIsBitIdenticalAcrossArrivalOrders) {
 TEST(WeightedMeanTest, AcceptOwnedIsBitIdenticalToAcceptOneByOne) {
   for (Accumulation accumulation : {Accumulation::kFloat32, Accumulation::kFloat64, Accumulation::kExact}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
-      constexpr int K = 7;
-      const double weights[K] = {0.1, 1234.5678, 3e-3, 77.7, 0.3, 1e5 / 3, 5};
+      constexpr int K = 8;
+      const double weights[K] = {0.1, 1234.5678, 3e-3, 77.7, 0.3, 1e5 / 3, 5, 0.7};
       const uint64_t update_bytes = RandomUpdate(dtype, 1).total_bytes();
       WeightedMean one_by_one(RandomUpdate(dtype, 1), {.accumulation = accumulation, .num_threads = 2});
-      // Batches of three (kept bytes pass 2.5 updates at the third), then a plain Accept that adds the kept ones
-      // first, then the rest at Finish.
+      // With max_deferred_bytes at 1.5 updates: #0-1 added by AddKept, #2-3 when the batch fills, #4 by a plain
+      // Accept, #5-6 when the batch fills, #7 kept until Finish.
       WeightedMean batched(RandomUpdate(dtype, 1), {.accumulation = accumulation,
                                                    .num_threads = 2,
-                                                   .max_deferred_bytes = update_bytes * 5 / 2});
+                                                   .max_deferred_bytes = update_bytes * 3 / 2});
       for (int k = 0; k < K; ++k) {
         ASSERT_TRUE(one_by_one.Accept(RandomUpdate(dtype, 70 + k), weights[k]).ok());
         Status s = k == 4 ? batched.Accept(RandomUpdate(dtype, 70 + k), weights[k])
                           : batched.AcceptOwned(RandomUpdate(dtype, 70 + k), weights[k]);
         ASSERT_TRUE(s.ok()) << s.ToString();
+        if (k == 1) batched.AddKept();  // a caller with time on its hands adds the first two now
       }
       // A rejected update leaves the kept ones and the verdicts alone.
       WeightSet bad = RandomUpdate(dtype, 99);
