@@ -1,33 +1,14 @@
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it when the object goes away. Tests only.
+// A fresh directory named parsyn-storage-XXXXXX under the temp dir, removed with everything in it when the object
+// goes away. Tests and benchmarks only; the contract is test_support::TempDir's.
 #pragma once
 
-#include <stdlib.h>
-
-#include <filesystem>
-#include <string>
-#include <system_error>
+#include "base/testing/temp_dir.h"
 
 namespace parsyn::storage {
 
-class TempDirForTest {
+class TempDirForTest : public test_support::TempDir {
  public:
-  TempDirForTest() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = std::string(base && *base ? base : "/tmp") + "/parsyn-storage-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();  // a test machine without a writable /tmp is broken
-    path_ = pattern;
-  }
-  ~TempDirForTest() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDirForTest(const TempDirForTest&) = delete;
-  TempDirForTest& operator=(const TempDirForTest&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
+  TempDirForTest() : TempDir("parsyn-storage") {}
 };
 
 }  // namespace parsyn::storage

@@ -46,18 +46,6 @@ uint64_t Fnv(std::string_view s) {
 
 }  // namespace
 
-TempDir::TempDir() {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "parsyn-coord-XXXXXX").string();
-  char* made = ::mkdtemp(tmpl.data());
-  EXPECT_NE(made, nullptr);
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
 ServerProcess::ServerProcess(std::filesystem::path data_dir, std::vector<std::string> extra)
     : data_dir_(std::move(data_dir)), extra_(std::move(extra)) {
   Launch();

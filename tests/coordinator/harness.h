@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/testing/temp_dir.h"
 #include "http/client.h"
 #include "weights/weight_set.h"
 
@@ -25,15 +26,10 @@ namespace parsyn::testing {
 
 using nlohmann::json;
 
-// A fresh directory under the system temp dir, removed on destruction.
-class TempDir {
+// A fresh directory parsyn-coord-XXXXXX under the system temp dir, removed on destruction.
+class TempDir : public test_support::TempDir {
  public:
-  TempDir();
-  ~TempDir();
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
+  TempDir() : test_support::TempDir("parsyn-coord") {}
 };
 
 class ServerProcess {

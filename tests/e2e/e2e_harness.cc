@@ -108,18 +108,6 @@ CommandResult RunProgram(const std::vector<std::string>& args, std::chrono::seco
 
 }  // namespace
 
-TempDir::TempDir() {
-  std::string tmpl = (fs::temp_directory_path() / "parsyn-e2e-XXXXXX").string();
-  EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  if (std::getenv("PARSYN_KEEP_E2E") != nullptr) return;
-  std::error_code ec;
-  fs::remove_all(path_, ec);
-}
-
 CommandResult RunParsyn(const std::vector<std::string>& args, std::chrono::seconds timeout) {
   std::vector<std::string> argv = {PARSYN_BIN};
   argv.insert(argv.end(), args.begin(), args.end());

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/testing/temp_dir.h"
 #include "http/client.h"
 #include "weights/weight_set.h"
 
@@ -19,15 +20,11 @@ namespace parsyn::e2e {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-// A fresh directory under the system temp dir, removed on destruction unless PARSYN_KEEP_E2E is set.
-class TempDir {
+// A fresh directory parsyn-e2e-XXXXXX under the system temp dir, removed on destruction unless PARSYN_KEEP_E2E is
+// set.
+class TempDir : public test_support::TempDir {
  public:
-  TempDir();
-  ~TempDir();
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+  TempDir() : test_support::TempDir("parsyn-e2e", "PARSYN_KEEP_E2E") {}
 };
 
 struct CommandResult {
