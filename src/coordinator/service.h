@@ -158,6 +158,9 @@ class Service {
   Status CheckAdmin(const http::Request& req) const;
   StatusOr<int64_t> AuthenticateWorker(const http::Request& req) const;
   Session* FindSession(int64_t worker_id);
+  // The worker's session named by a {"session_id": ...} body (heartbeat, goodbye): InvalidArgument for another body,
+  // FailedPrecondition when the worker has no session with that id (expired or replaced). On the loop.
+  StatusOr<Session*> SessionNamedInBody(const std::string& body, int64_t worker_id);
   // Ends a worker's session (goodbye, missed heartbeats, a new hello) and tells every job.
   http::Awaitable<void> EndSession(int64_t worker_id, std::string_view why);
   http::Awaitable<void> SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status,

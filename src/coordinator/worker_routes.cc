@@ -28,6 +28,15 @@ Status NoSession(int64_t worker_id) {
 
 }  // namespace
 
+StatusOr<Service::Session*> Service::SessionNamedInBody(const std::string& body, int64_t worker_id) {
+  PARSYN_ASSIGN_OR_RETURN(JsonFields fields, JsonFields::Parse(body, {"session_id"}));
+  std::optional<std::string> session_id = fields.String("session_id", true);
+  PARSYN_RETURN_IF_ERROR(fields.status());
+  Session* s = FindSession(worker_id);
+  if (s == nullptr || s->session_id != *session_id) return NoSession(worker_id);
+  return s;
+}
+
 Status Service::AddWorkerRoutes(Routes& routes) {
   Service* self = this;
 
@@ -57,12 +66,9 @@ Status Service::AddWorkerRoutes(Routes& routes) {
 
   PARSYN_RETURN_IF_ERROR(routes.Worker(
       Method::kPost, "/api/v1/worker/heartbeat", [self](Request& req, int64_t worker_id) -> Awaitable<Response> {
-        StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"session_id"});
-        if (!fields.ok()) co_return Response::Error(fields.status());
-        std::optional<std::string> session_id = fields->String("session_id", true);
-        if (!fields->status().ok()) co_return Response::Error(fields->status());
-        Session* s = self->FindSession(worker_id);
-        if (s == nullptr || s->session_id != *session_id) co_return Response::Error(NoSession(worker_id));
+        StatusOr<Session*> found = self->SessionNamedInBody(req.body, worker_id);
+        if (!found.ok()) co_return Response::Error(found.status());
+        Session* s = *found;
         s->last_seen = self->clock().Now();
         json abandon = std::move(s->abandon);
         s->abandon.clear();
@@ -218,12 +224,9 @@ Status Service::AddWorkerRoutes(Routes& routes) {
 
   PARSYN_RETURN_IF_ERROR(routes.Worker(
       Method::kPost, "/api/v1/worker/goodbye", [self](Request& req, int64_t worker_id) -> Awaitable<Response> {
-        StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"session_id"});
-        if (!fields.ok()) co_return Response::Error(fields.status());
-        std::optional<std::string> session_id = fields->String("session_id", true);
-        if (!fields->status().ok()) co_return Response::Error(fields->status());
-        Session* s = self->FindSession(worker_id);
-        if (s == nullptr || s->session_id != *session_id) co_return Response::Error(NoSession(worker_id));
+        StatusOr<Session*> found = self->SessionNamedInBody(req.body, worker_id);
+        if (!found.ok()) co_return Response::Error(found.status());
+        Session* s = *found;
         co_await self->EndSession(worker_id, "goodbye");
         co_return Response::NoContent();
       }));
