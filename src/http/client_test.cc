@@ -1,8 +1,6 @@
 #include "http/client.h"
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/testing/free_port.h"
 #include "http/test_server.h"
 
 namespace parsyn::http {
@@ -89,15 +88,9 @@ TEST(ClientTest, GivesUpAfterMaxAttempts) {
 
 // A port on 127.0.0.1 that nothing listens on.
 uint16_t ClosedPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  StatusOr<int> port = test_support::FreeLoopbackPort();
+  EXPECT_TRUE(port.ok()) << port.status().ToString();
+  return port.ok() ? static_cast<uint16_t>(*port) : 0;
 }
 
 TEST(ClientTest, ConnectionRefusedNamesUrlAndHint) {

@@ -1,12 +1,9 @@
 #include "storage/s3_moto_for_test.h"
 
-#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +11,8 @@
 #include <cstdlib>
 #include <thread>
 #include <vector>
+
+#include "base/testing/free_port.h"
 
 namespace parsyn::storage {
 namespace {
@@ -32,23 +31,6 @@ std::optional<fs::path> FindOnPath(const std::string& name) {
     start = end + 1;
   }
   return std::nullopt;
-}
-
-// A TCP port nothing listens on right now (the kernel's pick for an ephemeral bind).
-StatusOr<int> FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return UnavailableError("socket() failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    return UnavailableError("could not bind a loopback port");
-  }
-  ::close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
 }
 
 size_t DiscardBody(char*, size_t size, size_t count, void*) { return size * count; }
@@ -138,7 +120,7 @@ StatusOr<std::unique_ptr<MotoServer>> MotoServer::Start() {
 StatusOr<std::unique_ptr<MotoServer>> MotoServer::StartOnce() {
   std::optional<fs::path> moto = FindMotoServer();
   if (!moto) return FailedPreconditionError("moto_server is not installed");
-  PARSYN_ASSIGN_OR_RETURN(int port, FreePort());
+  PARSYN_ASSIGN_OR_RETURN(int port, test_support::FreeLoopbackPort());
   pid_t pid = ::fork();
   if (pid < 0) return UnavailableError("fork() failed");
   if (pid == 0) {
