@@ -117,6 +117,12 @@ StatusOr<std::unique_ptr<MotoServer>> MotoServer::Start() {
   return last;
 }
 
+StatusOr<MotoServer*> SharedMotoServer() {
+  static const StatusOr<std::unique_ptr<MotoServer>> server = MotoServer::Start();
+  if (!server.ok()) return server.status();
+  return server->get();
+}
+
 StatusOr<std::unique_ptr<MotoServer>> MotoServer::StartOnce() {
   std::optional<fs::path> moto = FindMotoServer();
   if (!moto) return FailedPreconditionError("moto_server is not installed");

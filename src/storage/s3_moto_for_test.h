@@ -51,4 +51,9 @@ class MotoServer {
   int port_;
 };
 
+// One moto_server for the whole test process (CTest runs each test in its own process): started by the first call,
+// killed at exit. A failed start is remembered: every call returns its error. Environment variables set before the
+// first call reach the server. Thread-safe.
+StatusOr<MotoServer*> SharedMotoServer();
+
 }  // namespace parsyn::storage

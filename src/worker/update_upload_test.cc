@@ -37,17 +37,12 @@ constexpr char kMotoMissing[] =
 // process's server so the tests move kilobytes, not megabytes.
 constexpr uint64_t kPartBytes = 16 << 10;
 
-MotoServer* SharedMoto() {
-  static std::unique_ptr<MotoServer> server = [] {
-    ::setenv("S3_UPLOAD_PART_MIN_SIZE", std::to_string(kPartBytes).c_str(), 1);  // inherited by moto_server
-    StatusOr<std::unique_ptr<MotoServer>> started = MotoServer::Start();
-    if (!started.ok()) {
-      ADD_FAILURE() << "moto_server is installed but did not start: " << started.status().ToString();
-      return std::unique_ptr<MotoServer>();
-    }
-    return std::move(started).value();
-  }();
-  return server.get();
+// The process's moto_server, started with kPartBytes as its smallest multipart part.
+StatusOr<MotoServer*> SharedMoto() {
+  static const bool part_size_set =
+      ::setenv("S3_UPLOAD_PART_MIN_SIZE", std::to_string(kPartBytes).c_str(), 1) == 0;  // inherited by moto_server
+  (void)part_size_set;
+  return storage::SharedMotoServer();
 }
 
 std::string Bytes(size_t size, int seed) {
@@ -156,8 +151,9 @@ class UploadUpdateS3Test : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!storage::FindMotoServer()) GTEST_SKIP() << kMotoMissing;
-    moto_ = SharedMoto();
-    ASSERT_NE(moto_, nullptr);
+    StatusOr<MotoServer*> moto = SharedMoto();
+    ASSERT_TRUE(moto.ok()) << "moto_server is installed but did not start: " << moto.status().ToString();
+    moto_ = *moto;
     static std::atomic<int> next{0};
     const std::string bucket = "worker-upload-" + std::to_string(::getpid()) + "-" + std::to_string(next++);
     ASSERT_TRUE(moto_->CreateBucket(bucket).ok());
