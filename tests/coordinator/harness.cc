@@ -218,35 +218,6 @@ bool WaitForWorkersOnline(http::Client& admin, const std::vector<int64_t>& ids, 
   return false;
 }
 
-bool WaitForEvent(http::Client& admin, int64_t job_id,
-                  const std::function<bool(const std::string& type, const json& data)>& pred,
-                  std::chrono::milliseconds timeout) {
-  bool found = false;
-  http::CallOptions call;
-  call.timeout = timeout;
-  Status s = admin.ReadEvents("/api/v1/training-jobs/" + std::to_string(job_id) + "/events",
-                              [&](const http::SseEvent& e) {
-                                json d = json::parse(e.data, nullptr, false);
-                                if (pred(e.event, d)) found = true;
-                                return !found;
-                              },
-                              call);
-  return found;
-}
-
-json WaitForJobEnd(http::Client& admin, int64_t job_id, std::chrono::milliseconds timeout) {
-  WaitForEvent(
-      admin, job_id,
-      [](const std::string& type, const json& d) {
-        if (type != "job_status") return false;
-        std::string s = d.value("status", "");
-        return s != "queued" && s != "running";
-      },
-      timeout);
-  auto job = admin.Get("/api/v1/training-jobs/" + std::to_string(job_id));
-  return job.ok() ? *job->Json() : json();
-}
-
 std::vector<std::pair<std::string, std::vector<float>>> DecodeF32(const std::string& bytes) {
   std::vector<std::pair<std::string, std::vector<float>>> out;
   auto set = weights::ParseSafetensors(std::as_bytes(std::span(bytes.data(), bytes.size())));

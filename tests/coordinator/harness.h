@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "base/testing/temp_dir.h"
 #include "http/client.h"
+#include "support/job_events.h"
 #include "weights/weight_set.h"
 
 namespace parsyn::testing {
@@ -80,12 +81,15 @@ json DistributedSpec(const Fixture& f, int rounds, int min_workers, double aggre
 
 // Waits (bounded) until every worker in `ids` has said hello (status online or busy).
 bool WaitForWorkersOnline(http::Client& admin, const std::vector<int64_t>& ids, std::chrono::milliseconds timeout);
-// Reads the job's events until it reaches a terminal status or `timeout` passes; returns the final job JSON.
-json WaitForJobEnd(http::Client& admin, int64_t job_id, std::chrono::milliseconds timeout);
-// Reads the job's events (replaying from the start) until `pred` accepts one or `timeout` passes.
-bool WaitForEvent(http::Client& admin, int64_t job_id, const std::function<bool(const std::string& type,
-                                                                                 const json& data)>& pred,
-                  std::chrono::milliseconds timeout);
+// Read the job's events (one stream, replayed from the start) until it reaches a terminal status (returning the final
+// job JSON) or `pred` accepts one, or `timeout` passes: test_support::WaitForJobEnd / WaitForJobEvent.
+inline json WaitForJobEnd(http::Client& admin, int64_t job_id, std::chrono::milliseconds timeout) {
+  return test_support::WaitForJobEnd(admin, job_id, timeout, test_support::OnStreamEnd::kGiveUp);
+}
+inline bool WaitForEvent(http::Client& admin, int64_t job_id, const test_support::JobEventPredicate& pred,
+                         std::chrono::milliseconds timeout) {
+  return test_support::WaitForJobEvent(admin, job_id, pred, timeout, test_support::OnStreamEnd::kGiveUp);
+}
 
 // What a scripted worker does with a train task.
 enum class Behaviour {

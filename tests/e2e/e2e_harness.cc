@@ -265,39 +265,6 @@ int64_t CreateJob(http::Client& admin, const json& spec) {
   return job.ok() ? (*job->Json())["id"].get<int64_t>() : 0;
 }
 
-bool WaitForEvent(http::Client& admin, int64_t job_id, const std::function<bool(const std::string&, const json&)>& pred,
-                  std::chrono::seconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  bool found = false;
-  // The stream replays the job's events from the start; reconnect if it drops (e.g. a server restart).
-  while (!found && std::chrono::steady_clock::now() < deadline) {
-    http::CallOptions call;
-    call.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    Status s = admin.ReadEvents("/api/v1/training-jobs/" + std::to_string(job_id) + "/events",
-                                [&](const http::SseEvent& e) {
-                                  json d = json::parse(e.data, nullptr, false);
-                                  if (pred(e.event, d)) found = true;
-                                  return !found;
-                                },
-                                call);
-    if (!found && !s.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  return found;
-}
-
-json WaitForJobEnd(http::Client& admin, int64_t job_id, std::chrono::seconds timeout) {
-  WaitForEvent(
-      admin, job_id,
-      [](const std::string& type, const json& d) {
-        if (type != "job_status") return false;
-        const std::string s = d.value("status", "");
-        return s != "queued" && s != "running";
-      },
-      timeout);
-  StatusOr<http::ClientResponse> job = admin.Get("/api/v1/training-jobs/" + std::to_string(job_id));
-  return job.ok() ? *job->Json() : json();
-}
-
 json Rounds(http::Client& admin, int64_t job_id) {
   StatusOr<http::ClientResponse> r = admin.Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/rounds");
   EXPECT_TRUE(r.ok()) << r.status().ToString();

@@ -13,6 +13,7 @@
 
 #include "base/testing/temp_dir.h"
 #include "http/client.h"
+#include "support/job_events.h"
 #include "weights/weight_set.h"
 
 namespace parsyn::e2e {
@@ -92,11 +93,15 @@ struct Registered {
 };
 Registered RegisterWorker(http::Client& admin, const std::string& name, const std::string& kind = "own");
 int64_t CreateJob(http::Client& admin, const json& spec);
-// Follows the job's events until it ends (or `timeout`); returns GET /training-jobs/{id}.
-json WaitForJobEnd(http::Client& admin, int64_t job_id, std::chrono::seconds timeout);
-// Follows the job's events until `pred` accepts one (or `timeout`).
-bool WaitForEvent(http::Client& admin, int64_t job_id, const std::function<bool(const std::string&, const json&)>& pred,
-                  std::chrono::seconds timeout);
+// Follow the job's events, reconnecting when the stream drops (a server restart), until it ends or `pred` accepts
+// one (or `timeout`): test_support::WaitForJobEnd / WaitForJobEvent.
+inline json WaitForJobEnd(http::Client& admin, int64_t job_id, std::chrono::seconds timeout) {
+  return test_support::WaitForJobEnd(admin, job_id, timeout, test_support::OnStreamEnd::kReconnect);
+}
+inline bool WaitForEvent(http::Client& admin, int64_t job_id, const test_support::JobEventPredicate& pred,
+                         std::chrono::seconds timeout) {
+  return test_support::WaitForJobEvent(admin, job_id, pred, timeout, test_support::OnStreamEnd::kReconnect);
+}
 json Rounds(http::Client& admin, int64_t job_id);
 
 // JSONL rows {"text": ...} with a pattern a tiny model learns within a few dozen steps.
