@@ -766,12 +766,25 @@ http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std
     finish_ms = MillisSince(phase_start);
     phase_start = std::chrono::steady_clock::now();
     mean.metadata()["format"] = "pt";
-    std::vector<std::byte> image = weights::SerializeSafetensors(mean);
-    std::string bytes(reinterpret_cast<const char*>(image.data()), image.size());
+    const std::vector<std::byte> image = weights::SerializeSafetensors(mean);
     serialize_ms = MillisSince(phase_start);
     phase_start = std::chrono::steady_clock::now();
+    // Streamed from the image itself (PutBytes would take a copy of it).
+    struct ImageSource final : storage::ByteSource {
+      std::span<const std::byte> rest;
+      StatusOr<size_t> Read(std::span<std::byte> buffer) override {
+        const size_t n = std::min(buffer.size(), rest.size());
+        std::copy_n(rest.begin(), n, buffer.begin());
+        rest = rest.subspan(n);
+        return n;
+      }
+    } source;
+    source.rest = image;
     Aggregated out;
-    PARSYN_ASSIGN_OR_RETURN(out.info, PutBytes(service_.blobs(), key, std::move(bytes)));
+    StatusOr<storage::BlobInfo> stored = service_.blobs().Put(key, source);
+    // As in PutBytes: a global left by a run that crashed before its commit holds the same deterministic bytes.
+    if (!stored.ok() && stored.status().code() == StatusCode::kAlreadyExists) stored = service_.blobs().Head(key);
+    PARSYN_ASSIGN_OR_RETURN(out.info, std::move(stored));
     put_ms = MillisSince(phase_start);
     out.weights = std::make_shared<weights::WeightSet>(std::move(mean));
     return out;
