@@ -31,18 +31,8 @@ void WriteHeldOutCsv(const fs::path& file, int rows) {
 class TabularJobTest : public LlamaJobTest {
  protected:
   void SetUp() override {
-    WriteSeparableCsv(tmp_.path() / "points.csv", 400);
-    CommandResult init = RunParsyn({"model", "init", "--architecture", "mlp", "--data",
-                                    (tmp_.path() / "points.csv").string(), "--hidden-sizes", "16", "--out",
-                                    (tmp_.path() / "model").string(), "--seed", "5"});
-    ASSERT_EQ(init.exit_code, 0) << init.output;
-    ASSERT_TRUE(fs::exists(tmp_.path() / "model" / "tabular_model.json")) << init.output;
-    port_ = FreePort();
-    server_ = std::make_unique<Server>(tmp_.path() / "server", port_);
-    server_->Start();
-    admin_ = server_->Admin();
-    model_id_ = UploadModel(*admin_, tmp_.path() / "model", "points-mlp");
-    dataset_id_ = UploadDataset(*admin_, tmp_.path() / "points.csv");
+    ASSERT_NO_FATAL_FAILURE(InitTabularMlp(400, "16"));
+    StartServerWith("points-mlp", "points.csv");
     ASSERT_GT(model_id_, 0);
     ASSERT_GT(dataset_id_, 0);
   }

@@ -17,12 +17,28 @@ class LlamaJobTest : public ::testing::Test {
   void SetUp() override {
     InitTinyLlama(tmp_.path() / "model");
     WriteLearnableText(tmp_.path() / "train.jsonl", 96);
+    StartServerWith("tiny-llama", "train.jsonl");
+  }
+
+  // Starts the server (with server_flags_) on a free port and uploads tmp/model as `model_name` and tmp/`dataset`.
+  void StartServerWith(const std::string& model_name, const std::string& dataset) {
     port_ = FreePort();
     server_ = std::make_unique<Server>(tmp_.path() / "server", port_, server_flags_);
     server_->Start();
     admin_ = server_->Admin();
-    model_id_ = UploadModel(*admin_, tmp_.path() / "model", "tiny-llama");
-    dataset_id_ = UploadDataset(*admin_, tmp_.path() / "train.jsonl");
+    model_id_ = UploadModel(*admin_, tmp_.path() / "model", model_name);
+    dataset_id_ = UploadDataset(*admin_, tmp_.path() / dataset);
+  }
+
+  // For tabular jobs: tmp/points.csv with `rows` rows of WriteSeparableCsv, and tmp/model, the MLP that
+  // `parsyn model init --architecture mlp --hidden-sizes <hidden_sizes>` makes from it.
+  void InitTabularMlp(int rows, const std::string& hidden_sizes) {
+    WriteSeparableCsv(tmp_.path() / "points.csv", rows);
+    CommandResult init = RunParsyn({"model", "init", "--architecture", "mlp", "--data",
+                                    (tmp_.path() / "points.csv").string(), "--hidden-sizes", hidden_sizes, "--out",
+                                    (tmp_.path() / "model").string(), "--seed", "5"});
+    ASSERT_EQ(init.exit_code, 0) << init.output;
+    ASSERT_TRUE(fs::exists(tmp_.path() / "model" / "tabular_model.json")) << init.output;
   }
 
   void TearDown() override {

@@ -51,17 +51,9 @@ std::vector<pid_t> ManagedWorkerPids(const std::string& name, const fs::path& un
 class ManagedWorkersTest : public LlamaJobTest {
  protected:
   void SetUp() override {
-    WriteSeparableCsv(tmp_.path() / "points.csv", 300);
-    CommandResult init = RunParsyn({"model", "init", "--architecture", "mlp", "--data",
-                                    (tmp_.path() / "points.csv").string(), "--hidden-sizes", "8", "--out",
-                                    (tmp_.path() / "model").string(), "--seed", "5"});
-    ASSERT_EQ(init.exit_code, 0) << init.output;
-    port_ = FreePort();
-    server_ = std::make_unique<Server>(tmp_.path() / "server", port_, std::vector<std::string>{"--managed-workers", "1"});
-    server_->Start();
-    admin_ = server_->Admin();
-    model_id_ = UploadModel(*admin_, tmp_.path() / "model", "points-mlp");
-    dataset_id_ = UploadDataset(*admin_, tmp_.path() / "points.csv");
+    ASSERT_NO_FATAL_FAILURE(InitTabularMlp(300, "8"));
+    server_flags_ = {"--managed-workers", "1"};
+    StartServerWith("points-mlp", "points.csv");
     ASSERT_GT(model_id_, 0);
     ASSERT_GT(dataset_id_, 0);
   }
