@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/commands.h"
@@ -38,6 +39,24 @@ struct InitFlags {
   std::string label_column = "label";
 };
 
+// Runs `parsyn-trainer <command> <out> <options JSON>`. Returns 0 with the trainer's final message in `done`, or
+// prints why it failed and returns the exit code for `parsyn model init`: 1 when the trainer could not be run, else
+// the trainer's own.
+int RunInitTrainer(const std::string& command, const std::string& out, const nlohmann::json& options,
+                   nlohmann::json& done) {
+  auto outcome = RunTrainer({command, out, options.dump()}, nullptr);
+  if (!outcome.ok()) {
+    std::cerr << "parsyn model init: " << outcome.status().message() << "\n";
+    return 1;
+  }
+  if (outcome->exit_code != 0) {
+    std::cerr << "parsyn model init: " << TrainerFailureMessage(*outcome) << "\n";
+    return outcome->exit_code;
+  }
+  done = std::move(outcome->done);
+  return 0;
+}
+
 int RunTabularInit(const InitFlags& f) {
   if (f.data.empty()) {
     std::cerr << "parsyn model init: --architecture " << f.architecture << " needs --data CSV\n";
@@ -47,16 +66,9 @@ int RunTabularInit(const InitFlags& f) {
   if (f.architecture == "mlp") config["hidden_sizes"] = f.hidden_sizes;
   const nlohmann::json options = {
       {"data", std::filesystem::absolute(f.data).string()}, {"seed", f.seed}, {"config", config}};
-  auto outcome = RunTrainer({"tabular-init", f.out, options.dump()}, nullptr);
-  if (!outcome.ok()) {
-    std::cerr << "parsyn model init: " << outcome.status().message() << "\n";
-    return 1;
-  }
-  if (outcome->exit_code != 0) {
-    std::cerr << "parsyn model init: " << TrainerFailureMessage(*outcome) << "\n";
-    return outcome->exit_code;
-  }
-  const nlohmann::json& spec = outcome->done["spec"];
+  nlohmann::json done;
+  if (int code = RunInitTrainer("tabular-init", f.out, options, done); code != 0) return code;
+  const nlohmann::json& spec = done["spec"];
   std::cout << "wrote tabular " << f.architecture << " model to " << f.out << ": "
             << spec.value("feature_names", nlohmann::json::array()).size() << " features, "
             << spec.value("class_names", nlohmann::json::array()).size() << " classes, hidden "
@@ -85,16 +97,9 @@ int RunInit(const InitFlags& f) {
                             {"seed", f.seed},
                             {"dtype", dtype}};
   if (!f.tokenizer.empty()) options["tokenizer_json"] = std::filesystem::absolute(f.tokenizer).string();
-  auto outcome = RunTrainer({"model-init", f.out, options.dump()}, nullptr);
-  if (!outcome.ok()) {
-    std::cerr << "parsyn model init: " << outcome.status().message() << "\n";
-    return 1;
-  }
-  if (outcome->exit_code != 0) {
-    std::cerr << "parsyn model init: " << TrainerFailureMessage(*outcome) << "\n";
-    return outcome->exit_code;
-  }
-  const nlohmann::json& config = outcome->done["config"];
+  nlohmann::json done;
+  if (int code = RunInitTrainer("model-init", f.out, options, done); code != 0) return code;
+  const nlohmann::json& config = done["config"];
   std::cout << "wrote " << config.value("model_type", "llama") << " model to " << f.out << ": hidden "
             << config.value("hidden_size", 0) << ", " << config.value("num_hidden_layers", 0) << " layers, "
             << config.value("num_attention_heads", 0) << " heads (" << config.value("num_key_value_heads", 0)
