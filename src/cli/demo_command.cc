@@ -19,6 +19,7 @@
 #include <random>
 #include <thread>
 
+#include "base/text_file.h"
 #include "cli/child_process.h"
 #include "cli/commands.h"
 #include "cli/trainer_runner.h"
@@ -84,13 +85,6 @@ class Background {
  private:
   pid_t pid_ = -1;
 };
-
-std::string ReadTrimmed(const fs::path& p) {
-  std::ifstream in(p);
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 // Questions with one short answer each: "what color is a banana?" -> " yellow". Rows repeat, so the validation
 // slice asks questions the model has seen: exact-match accuracy rises as the adapter learns the answers.
@@ -172,7 +166,8 @@ int RunDemo(const DemoFlags& f) {
   } catch (const std::exception&) {
     return Fail("parsyn server did not start; see " + (work / "server.log").string());
   }
-  http::Client api(http::ClientOptions{.base_url = url, .bearer_token = ReadTrimmed(data_dir / "admin-key")});
+  StatusOr<std::string> admin_key = ReadTrimmedTextFile(data_dir / "admin-key");
+  http::Client api(http::ClientOptions{.base_url = url, .bearer_token = admin_key.ok() ? *admin_key : ""});
 
   std::cout << "==> writing a small Llama model and a synthetic instruction dataset\n";
   const fs::path model = work / "model";

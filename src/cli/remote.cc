@@ -1,9 +1,10 @@
 #include "cli/remote.h"
 
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <sstream>
+#include <utility>
+
+#include "base/text_file.h"
 
 namespace parsyn::cli {
 
@@ -14,14 +15,10 @@ std::string Env(const char* name) {
   return v == nullptr ? "" : v;
 }
 
+// The file's trimmed contents, or "" when it cannot be read (the flag or variable that names it is then missing).
 std::string ReadFileTrimmed(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return "";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
-  return s;
+  StatusOr<std::string> text = ReadTrimmedTextFile(path);
+  return text.ok() ? *std::move(text) : "";
 }
 
 }  // namespace

@@ -6,9 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
+#include "base/text_file.h"
 #include "weights/sha256.h"
 
 namespace parsyn::coordinator {
@@ -47,16 +46,6 @@ Status WriteSecretFile(const std::filesystem::path& path, std::string_view conte
   ::close(fd);
   if (rc != 0) return UnavailableError("cannot fsync " + path.string() + ": " + std::strerror(errno));
   return Status::Ok();
-}
-
-StatusOr<std::string> ReadTrimmed(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) return UnavailableError("cannot read " + path.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
-  return s;
 }
 
 }  // namespace
@@ -99,7 +88,7 @@ StatusOr<std::string> LoadOrCreateSigningSecret(const std::filesystem::path& dat
     Status written = WriteSecretFile(path, secret + "\n");
     if (!written.ok() && written.code() != StatusCode::kAlreadyExists) return written;
   }
-  PARSYN_ASSIGN_OR_RETURN(std::string secret, ReadTrimmed(path));
+  PARSYN_ASSIGN_OR_RETURN(std::string secret, ReadTrimmedTextFile(path));
   if (secret.size() < 32) return DataLossError(path.string() + " is truncated; delete it to make a new one");
   return secret;
 }
