@@ -320,4 +320,16 @@ std::map<std::string, std::vector<double>> ReadTensors(const fs::path& file) {
   return out;
 }
 
+json RunEvaluationTask(const fs::path& dir, json task) {
+  task["steps"] = 0;
+  task["output"] = {{"weights", (dir / "eval-out.safetensors").string()},
+                    {"result", (dir / "eval-result.json").string()}};
+  const fs::path task_file = dir / "eval-task.json";
+  std::ofstream(task_file) << task.dump();
+  CommandResult eval = RunTrainer({"run", task_file.string()});
+  EXPECT_EQ(eval.exit_code, 0) << eval.output;
+  if (eval.exit_code != 0) return json();
+  return json::parse(std::ifstream(dir / "eval-result.json"));
+}
+
 }  // namespace parsyn::e2e

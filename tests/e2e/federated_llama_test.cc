@@ -2,7 +2,6 @@
 // every round's global is the FedAvg of the uploaded updates, training loss falls, and the final adapter loads back
 // in the trainer.
 #include <chrono>
-#include <fstream>
 
 #include "llama_fixture.h"
 
@@ -41,19 +40,12 @@ TEST_F(LlamaJobTest, ThreeWorkersCompleteALoraJob) {
         "/api/v1/training-jobs/" + std::to_string(job_id) + "/artifacts/" + name, adapter / name);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
   }
-  const fs::path task = tmp_.path() / "eval-task.json";
-  std::ofstream(task) << json{{"model_dir", (tmp_.path() / "model").string()},
-                              {"initial_weights", (adapter / "adapter_model.safetensors").string()},
-                              {"data", (tmp_.path() / "train.jsonl").string()},
-                              {"config", {{"use_peft", true}, {"lora_r", 4}, {"lora_alpha", 8}, {"max_seq_len", 32},
-                                          {"batch_size", 8}}},
-                              {"steps", 0},
-                              {"output", {{"weights", (tmp_.path() / "eval-out.safetensors").string()},
-                                          {"result", (tmp_.path() / "eval-result.json").string()}}}}
-                                 .dump();
-  CommandResult eval = RunTrainer({"run", task.string()});
-  ASSERT_EQ(eval.exit_code, 0) << eval.output;
-  json result = json::parse(std::ifstream(tmp_.path() / "eval-result.json"));
+  json result = RunEvaluationTask(
+      tmp_.path(),
+      {{"model_dir", (tmp_.path() / "model").string()},
+       {"initial_weights", (adapter / "adapter_model.safetensors").string()},
+       {"data", (tmp_.path() / "train.jsonl").string()},
+       {"config", {{"use_peft", true}, {"lora_r", 4}, {"lora_alpha", 8}, {"max_seq_len", 32}, {"batch_size", 8}}}});
   ASSERT_TRUE(result["validation_before"].is_object()) << result.dump();
 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -115,17 +115,10 @@ TEST_F(TabularJobTest, TwoWorkersTrainAnMlpThatClassifiesHeldOutRows) {
 
   // An evaluation-only task on rows none of the workers saw: half of them form its validation slice.
   WriteHeldOutCsv(tmp_.path() / "held-out.csv", 200);
-  const fs::path task = tmp_.path() / "eval-task.json";
-  std::ofstream(task) << json{{"model_dir", final_model.string()},
-                              {"data", (tmp_.path() / "held-out.csv").string()},
-                              {"config", {{"use_peft", false}, {"validation_fraction", 0.5}, {"batch_size", 50}}},
-                              {"steps", 0},
-                              {"output", {{"weights", (tmp_.path() / "eval-out.safetensors").string()},
-                                          {"result", (tmp_.path() / "eval-result.json").string()}}}}
-                                 .dump();
-  CommandResult eval = RunTrainer({"run", task.string()});
-  ASSERT_EQ(eval.exit_code, 0) << eval.output;
-  json result = json::parse(std::ifstream(tmp_.path() / "eval-result.json"));
+  json result = RunEvaluationTask(
+      tmp_.path(), {{"model_dir", final_model.string()},
+                    {"data", (tmp_.path() / "held-out.csv").string()},
+                    {"config", {{"use_peft", false}, {"validation_fraction", 0.5}, {"batch_size", 50}}}});
   ASSERT_TRUE(result["validation_before"].is_object()) << result.dump();
   const double accuracy = result["validation_before"].value("accuracy", 0.0);
   EXPECT_GE(result["validation_before"].value("num_examples", 0), 100) << result.dump();
