@@ -42,6 +42,20 @@ Router FlakyRouter(std::atomic<int>& calls, int failures) {
   return router;
 }
 
+// GET `path` answers 204 only after `delay`: it waits on a signal nobody raises.
+Router SlowRouter(const std::string& path, milliseconds delay) {
+  Router router;
+  EXPECT_TRUE(router
+                  .Add(Method::kGet, path,
+                       [delay](Request&) -> Awaitable<Response> {
+                         Signal never(co_await net::this_coro::executor);
+                         co_await never.Wait(delay);
+                         co_return Response::NoContent();
+                       })
+                  .ok());
+  return router;
+}
+
 TEST(ClientTest, RetriesIdempotentCallsOn503) {
   std::atomic<int> calls = 0;
   net::io_context io;
@@ -194,16 +208,7 @@ TEST(ClientTest, AbsoluteUrlsIgnoreTheBaseAndNoBearerMeansNoAuthorization) {
 
 TEST(ClientTest, TimeoutIsDeadlineExceeded) {
   net::io_context io;
-  Router router;
-  ASSERT_TRUE(router
-                  .Add(Method::kGet, "/slow",
-                       [](Request&) -> Awaitable<Response> {
-                         Signal never(co_await net::this_coro::executor);
-                         co_await never.Wait(milliseconds(500));
-                         co_return Response::NoContent();
-                       })
-                  .ok());
-  TestServer ts(io, std::move(router));
+  TestServer ts(io, SlowRouter("/slow", milliseconds(500)));
   ClientOptions options = FastRetries(ts.url());
   options.max_attempts = 1;
   Client client(options);
@@ -214,16 +219,7 @@ TEST(ClientTest, TimeoutIsDeadlineExceeded) {
 
 TEST(ClientTest, StopTokenCancelsALongPoll) {
   net::io_context io;
-  Router router;
-  ASSERT_TRUE(router
-                  .Add(Method::kGet, "/poll",
-                       [](Request&) -> Awaitable<Response> {
-                         Signal never(co_await net::this_coro::executor);
-                         co_await never.Wait(milliseconds(1500));
-                         co_return Response::NoContent();
-                       })
-                  .ok());
-  TestServer ts(io, std::move(router));
+  TestServer ts(io, SlowRouter("/poll", milliseconds(1500)));
   Client client(FastRetries(ts.url()));
   std::stop_source stop;
   std::thread stopper([&] { stop.request_stop(); });
