@@ -495,7 +495,8 @@ StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
       {"model", {{"id", model_.id}, {"name", model_.name}, {"model_type", model_.model_type}, {"files", model_files}}},
   };
   if (a.kind == TaskKind::kTrain) {
-    PARSYN_ASSIGN_OR_RETURN(task["update_upload"], UpdateUploadGrant(a.worker, UpdateKey(a.round, a.attempt, a.worker)));
+    PARSYN_ASSIGN_OR_RETURN(task["update_upload"],
+                            UpdateUploadGrant(a.worker, UpdateKey(a.round, a.attempt, a.worker)));
   }
   return task;
 }
@@ -558,7 +559,8 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
   const double stored_ms = MillisSince(assign_start);
   Status started = Status::Ok();
   if (a.kind == TaskKind::kTrain) {
-    auto multipart = StartMultipartUploadIfLarge(a.worker, UpdateKey(a.round, a.attempt, a.worker));  // kCoAwaitTemporaries
+    // kCoAwaitTemporaries: the awaitable is created before the co_await.
+    auto multipart = StartMultipartUploadIfLarge(a.worker, UpdateKey(a.round, a.attempt, a.worker));
     started = co_await std::move(multipart);
   }
   StatusOr<json> task = started.ok() ? BuildTask(a) : StatusOr<json>(started);
