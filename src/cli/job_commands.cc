@@ -1,6 +1,7 @@
 // parsyn job create -f FILE | list | get ID | watch ID | stop ID | cancel ID | download ID [--out DIR]
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -99,8 +100,10 @@ int Watch(const JobFlags& f) {
       if (e.event == "worker_progress") {
         const int64_t total = d.value("total_steps", json()).is_number() ? d["total_steps"].get<int64_t>() : 0;
         const double loss = d["loss"].is_number() ? d["loss"].get<double>() : 0.0;
-        bars[d["worker_id"].get<int64_t>()] = FormatProgressLine(d["step"].get<int64_t>(), total, loss, 0, 0,
-                                                                 "samples/s", -1);
+        // The protocol carries no learning rate; throughput is tokens/s or samples/s, whichever the trainer counts.
+        const double rate = d.value("throughput", json()).is_number() ? d["throughput"].get<double>() : std::nan("");
+        bars[d["worker_id"].get<int64_t>()] = FormatProgressLine(d["step"].get<int64_t>(), total, loss, std::nan(""),
+                                                                 rate, "/s", -1);
         if (!interactive) {
           std::cout << "  worker " << d["worker_id"] << "  " << bars[d["worker_id"].get<int64_t>()] << "\n";
         }

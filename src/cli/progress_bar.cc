@@ -54,10 +54,15 @@ std::string FormatProgressLine(int64_t step, int64_t total_steps, double loss, d
                     std::string(static_cast<size_t>(width - filled), '-') + "]";
   const int digits = static_cast<int>(std::to_string(total_steps).size());
   char buffer[256];
-  std::snprintf(buffer, sizeof buffer, "%s %*lld/%lld  loss %.4f  lr %.2e  %s %s  ETA %s", bar.c_str(), digits,
-                static_cast<long long>(step), static_cast<long long>(total_steps), loss, learning_rate,
-                HumanRate(rate).c_str(), rate_unit.c_str(), Duration(eta_seconds).c_str());
-  return buffer;
+  std::snprintf(buffer, sizeof buffer, "%s %*lld/%lld  loss %.4f", bar.c_str(), digits, static_cast<long long>(step),
+                static_cast<long long>(total_steps), loss);
+  std::string line = buffer;
+  if (!std::isnan(learning_rate)) {
+    std::snprintf(buffer, sizeof buffer, "  lr %.2e", learning_rate);
+    line += buffer;
+  }
+  if (!std::isnan(rate)) line += "  " + HumanRate(rate) + " " + rate_unit;
+  return line + "  ETA " + Duration(eta_seconds);
 }
 
 ProgressReporter::ProgressReporter(std::ostream& out, bool interactive) : out_(out), interactive_(interactive) {}

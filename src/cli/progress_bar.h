@@ -13,7 +13,8 @@
 namespace parsyn::cli {
 
 // "[#########-----------]  45/100  loss 1.2345  lr 2.00e-04  1.2k tok/s  ETA 0:42" (bar `width` characters wide).
-// `rate_unit` is "tok/s" or "samples/s"; an ETA below 0 prints "ETA --".
+// `rate_unit` is "tok/s" or "samples/s"; an ETA below 0 prints "ETA --". A NaN learning rate or rate (not known,
+// e.g. `job watch` of a remote worker) leaves that part out.
 std::string FormatProgressLine(int64_t step, int64_t total_steps, double loss, double learning_rate, double rate,
                                const std::string& rate_unit, double eta_seconds, int width = 24);
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -16,6 +17,10 @@ TEST(ProgressBarTest, FormatsStepsLossRateAndEta) {
   EXPECT_EQ(FormatProgressLine(1, 10, 2, 1e-3, 2.5e6, "tok/s", -1, 4),
             "[----]  1/10  loss 2.0000  lr 1.00e-03  2.5M tok/s  ETA --");
   EXPECT_NE(FormatProgressLine(1, 100000, 2, 1e-3, 1, "tok/s", 3725, 4).find("ETA 1:02:05"), std::string::npos);
+  // Unknown parts are left out rather than shown as zeros.
+  EXPECT_EQ(FormatProgressLine(2, 4, 0.25, std::nan(""), std::nan(""), "/s", -1, 4),
+            "[##--] 2/4  loss 0.2500  ETA --");
+  EXPECT_EQ(FormatProgressLine(2, 4, 0.25, std::nan(""), 1500, "/s", -1, 4), "[##--] 2/4  loss 0.2500  1.5k /s  ETA --");
 }
 
 TEST(ProgressBarTest, NonInteractiveOutputPrintsAboutEveryTenthStep) {
