@@ -416,7 +416,7 @@ StatusOr<Actions> RoundEngine::TaskFailed(WorkerId worker, int round, int attemp
     return FailedPreconditionError("worker " + Str(worker) + " has no task in training in " + AttemptName());
   }
   Actions out;
-  Drop(*p, DropCause::kTaskFailed, "the worker's task failed: " + std::string(reason), out);
+  Drop(*p, DropCause::kTaskFailed, std::string(reason), out);
   CheckRoundComplete(out);
   return out;
 }

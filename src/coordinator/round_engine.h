@@ -247,8 +247,8 @@ class RoundEngine {
   // otherwise. FailedPrecondition for a result of another round or attempt, from a worker without that task or
   // dropped from it, or after the job ended.
   StatusOr<Actions> ResultUploaded(const WorkerResult& result);
-  // The worker says its task failed (download, trainer or upload error) before it reported a result: it is dropped
-  // from the attempt with `reason` (and stays online). FailedPrecondition, changing nothing, for another round or
+  // The task failed before a result came (the worker's download, trainer or upload; or the coordinator could not
+  // prepare it): the worker is dropped from the attempt with `reason` as given (and stays online). FailedPrecondition, changing nothing, for another round or
   // attempt, a worker without that task, or one that already reported or was dropped.
   StatusOr<Actions> TaskFailed(WorkerId worker, int round, int attempt, std::string_view reason);
   // The caller's verdict on an update announced by ValidateUpdate: OK (it counted) or the reason it was rejected.

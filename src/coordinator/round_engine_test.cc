@@ -476,7 +476,7 @@ TEST_F(RoundEngineTest, FailedTaskLeavesTheRoundWithItsReasonAndTheWorkerComesBa
   for (const ParticipantView& p : engine.participants()) {
     if (p.worker == 2) reason = p.reason;
   }
-  EXPECT_EQ(reason, "the worker's task failed: cannot reach the blob store");
+  EXPECT_EQ(reason, "cannot reach the blob store");
   Run(engine, {
                   Available(2),  // online again: takes part in what comes next
                   Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),

@@ -216,7 +216,8 @@ Status Service::AddWorkerRoutes(Routes& routes) {
           co_return Response::Error(NotFoundError("training job " + std::to_string(*job_id) + " is not active"));
         }
         if (Session* s = self->FindSession(worker_id)) s->last_seen = self->clock().Now();
-        auto failed = runner->TaskFailed(worker_id, round, attempt, std::move(reason));  // kCoAwaitTemporaries
+        auto failed = runner->TaskFailed(worker_id, round, attempt,  // kCoAwaitTemporaries
+                                         "the worker's task failed: " + std::move(reason));
         Status recorded = co_await std::move(failed);
         if (!recorded.ok()) co_return Response::Error(recorded);
         co_return Response::Json(200, {{"status", "recorded"}});
