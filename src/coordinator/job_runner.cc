@@ -355,11 +355,10 @@ http::Awaitable<Status> JobRunner::Resume() {
   }
   Status global = co_await LoadGlobal(global_key, global_sha);
   if (!global.ok()) co_return global;
-  if (storage::S3BlobStore* s3 = service_.s3()) {
+  {
     // Uploads of the attempt that the restart failed will never complete.
-    const std::string prefix = fmt::format("jobs/{}/rounds/", job_id);
-    StatusOr<int> aborted = co_await Offload(service_.pool(), [&] { return s3->AbortIncompleteUploads(prefix); });
-    if (!aborted.ok()) PARSYN_LOG_WARN("training job {}: {}", job_id, aborted.status().ToString());
+    auto aborted = AbortIncompleteUploads(RoundsPrefix());  // kCoAwaitTemporaries
+    co_await std::move(aborted);
   }
 
   PARSYN_LOG_INFO("training job {}: resuming after round {} (attempt {} of round {} next)", job_id,
@@ -611,20 +610,25 @@ http::Awaitable<void> JobRunner::CompleteMultipartUpload(int64_t worker_id, std:
   }
 }
 
-http::Awaitable<void> JobRunner::AbortIncompleteUploads(int round, int attempt) {
+http::Awaitable<void> JobRunner::AbortIncompleteUploads(std::string prefix) {
   multipart_uploads_.clear();
   storage::S3BlobStore* s3 = service_.s3();
   if (s3 == nullptr) co_return;
-  const std::string prefix = AttemptPrefix(round, attempt) + "/";
+  if (abort_sweep_pending_) prefix = RoundsPrefix();  // an earlier abort failed: sweep every round of the job
   StatusOr<int> aborted = co_await Offload(service_.pool(), [&] { return s3->AbortIncompleteUploads(prefix); });
   if (!aborted.ok()) {
-    PARSYN_LOG_WARN("training job {}: aborting incomplete uploads under {}: {}", job_.id, prefix,
-                    aborted.status().ToString());
-  } else if (*aborted > 0) {
-    PARSYN_LOG_INFO("training job {}: aborted {} incomplete upload(s) of round {} attempt {}", job_.id, *aborted,
-                    round, attempt);
+    abort_sweep_pending_ = true;
+    PARSYN_LOG_WARN("training job {}: aborting incomplete uploads under {} (retried when the next attempt ends): {}",
+                    job_.id, prefix, aborted.status().ToString());
+    co_return;
+  }
+  abort_sweep_pending_ = abort_sweep_pending_ && prefix != RoundsPrefix();
+  if (*aborted > 0) {
+    PARSYN_LOG_INFO("training job {}: aborted {} incomplete upload(s) under {}", job_.id, *aborted, prefix);
   }
 }
+
+std::string JobRunner::RoundsPrefix() const { return fmt::format("jobs/{}/rounds/", job_.id); }
 
 http::Awaitable<void> JobRunner::TaskFailedDetached(int64_t worker_id, int round, int attempt, std::string reason) {
   auto failed = TaskFailed(worker_id, round, attempt, std::move(reason));  // kCoAwaitTemporaries
@@ -854,7 +858,7 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
     }
   pending_validation_loss_.reset();
   {
-    auto aborted = AbortIncompleteUploads(a.round, a.attempt);  // kCoAwaitTemporaries
+    auto aborted = AbortIncompleteUploads(AttemptPrefix(a.round, a.attempt) + "/");  // kCoAwaitTemporaries
     co_await std::move(aborted);
   }
   co_return Status::Ok();
@@ -874,7 +878,7 @@ http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, 
   if (!failed.ok()) co_return failed;
   pending_global_.reset();
   {
-    auto aborted = AbortIncompleteUploads(a.round, a.attempt);  // kCoAwaitTemporaries
+    auto aborted = AbortIncompleteUploads(AttemptPrefix(a.round, a.attempt) + "/");  // kCoAwaitTemporaries
     co_await std::move(aborted);
   }
   {
@@ -955,7 +959,7 @@ http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string_view
   if (ended.ok()) job_ = *ended;
   ended_ = true;
   {
-    auto aborted = AbortIncompleteUploads(engine_->round(), engine_->attempt());  // kCoAwaitTemporaries
+    auto aborted = AbortIncompleteUploads(RoundsPrefix());  // kCoAwaitTemporaries: every attempt's leftovers
     co_await std::move(aborted);
   }
   // Workers still holding a task of this job are told through DropWorker(kJobEnded); free their slots here.

@@ -138,8 +138,11 @@ class JobRunner {
   http::Awaitable<Status> StartMultipartUploadIfLarge(int64_t worker_id, std::string key);  // by value: a coroutine
   // S3: completes the worker's multipart upload of `key`, if one was started (before its update is checked).
   http::Awaitable<void> CompleteMultipartUpload(int64_t worker_id, std::string key);
-  // S3: discards the parts of uploads of this attempt that never completed (the attempt is over).
-  http::Awaitable<void> AbortIncompleteUploads(int round, int attempt);
+  // S3: discards the parts of uploads under `prefix` (an attempt's, or RoundsPrefix()) that never completed. When the
+  // store cannot be reached, the next call sweeps all of RoundsPrefix() instead, so an outage leaves no parts behind
+  // once the store is back (the job's end sweeps it anyway).
+  http::Awaitable<void> AbortIncompleteUploads(std::string prefix);
+  std::string RoundsPrefix() const;  // "jobs/<id>/rounds/"
   // TaskFailed for a task the coordinator could not send, run detached (logs instead of returning).
   http::Awaitable<void> TaskFailedDetached(int64_t worker_id, int round, int attempt, std::string reason);
   std::string AttemptPrefix(int round, int attempt) const;
@@ -177,6 +180,7 @@ class JobRunner {
     std::string upload_id;
   };
   std::map<int64_t, MultipartUpload> multipart_uploads_;
+  bool abort_sweep_pending_ = false;  // an abort of incomplete uploads failed (store down): sweep the whole job next
 };
 
 }  // namespace parsyn::coordinator
