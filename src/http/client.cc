@@ -280,6 +280,11 @@ std::string Client::Url(std::string_view path) const {
 
 namespace {
 
+std::string WithoutQuery(const std::string& url) {
+  const size_t q = url.find('?');
+  return q == std::string::npos ? url : url.substr(0, q) + "?…";
+}
+
 Status TransportError(std::string_view what, CURLcode rc, const char* error_buffer, long os_errno,
                       const ClientOptions& options) {
   std::string reason = error_buffer[0] ? error_buffer : curl_easy_strerror(rc);
@@ -318,7 +323,8 @@ Status HttpError(std::string_view what, const ClientResponse& response) {
 StatusOr<ClientResponse> Client::Execute(Method method, std::string_view path, const CallOptions& call,
                                          const std::function<Status(Transfer&)>& setup) {
   const std::string url = Url(path);
-  const std::string what = std::string(MethodName(method)) + " " + url;
+  // Messages name the URL without its query: presigned and signed URLs carry their credential there.
+  const std::string what = std::string(MethodName(method)) + " " + WithoutQuery(url);
   const bool retry = call.retry.value_or(IsIdempotent(method));
   const int attempts = retry ? std::max(1, options_.max_attempts) : 1;
   std::chrono::milliseconds backoff = options_.backoff_initial;

@@ -118,6 +118,19 @@ TEST(ClientTest, ConnectionRefusedNamesUrlAndHint) {
                                       "/api/v1/jobs: connection refused (is `parsyn server` running?)");
 }
 
+TEST(ClientTest, MessagesLeaveOutTheQueryWhereSignedUrlsKeepTheirCredential) {
+  ClientOptions options = FastRetries("");
+  options.max_attempts = 1;
+  Client client(options);
+  const std::string url = "http://127.0.0.1:" + std::to_string(ClosedPort()) +
+                          "/bucket/jobs/1/global.safetensors?X-Amz-Credential=AKID&X-Amz-Signature=abc123";
+  auto r = client.Get(url);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  const std::string& message = r.status().message();
+  EXPECT_NE(message.find("/bucket/jobs/1/global.safetensors?…: connection refused"), std::string::npos) << message;
+  EXPECT_EQ(message.find("abc123"), std::string::npos) << message;
+}
+
 // A file of `size` distinct-ish bytes in the test's temp directory.
 std::filesystem::path WriteFile(const std::string& name, size_t size) {
   std::filesystem::path path = std::filesystem::path(::testing::TempDir()) / name;

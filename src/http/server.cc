@@ -207,7 +207,8 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     }
     auto start = std::chrono::steady_clock::now();
     Response res = co_await Dispatch(parser, req);
-    PARSYN_LOG_DEBUG("http: {} {} {} -> {} in {} ms", remote_, MethodName(req.method), req.target, res.status,
+    // The path, not the target: query strings carry signatures and session ids, which logs must not keep.
+    PARSYN_LOG_DEBUG("http: {} {} {} -> {} in {} ms", remote_, MethodName(req.method), req.path, res.status,
                      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start)
                          .count());
     bool keep_alive = parser.keep_alive() && parser.is_done() && !state_->is_stopping && !closed_;
