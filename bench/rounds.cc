@@ -53,6 +53,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/temp_file.h"
 #include "http/client.h"
 #include "weights/lora_layout.h"
 #include "weights/safetensors.h"
@@ -614,9 +615,9 @@ int main(int argc, char** argv) {
   nofile.rlim_cur = nofile.rlim_max;
   ::setrlimit(RLIMIT_NOFILE, &nofile);
 
-  char tmpl[] = "/tmp/parsyn-bench-rounds-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) Die("mkdtemp failed");
-  const fs::path root = tmpl;
+  StatusOr<fs::path> made = parsyn::CreateTempDir(fs::temp_directory_path(), "parsyn-bench-rounds");
+  if (!made.ok()) Die(made.status().ToString());
+  const fs::path root = *made;
 
   std::printf("bench_rounds: LoRA r=%d on q_proj/v_proj, fp32 updates; uploads from this process capped at %d at "
               "once; RLIMIT_NOFILE %lu (the server inherits it)\n",

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/temp_file.h"
 #include "weights/sha256.h"
 
 namespace parsyn::storage {
@@ -35,10 +36,9 @@ StatusOr<LocalBlobCopy> LocalBlobCopy::Open(BlobStore& blobs, std::string_view k
   std::error_code ec;
   fs::create_directories(spool_dir, ec);
   if (ec) return UnavailableError("cannot create " + spool_dir.string() + ": " + ec.message());
-  std::string pattern = (spool_dir / "blob-XXXXXX").string();
-  const int fd = ::mkstemp(pattern.data());
-  if (fd < 0) return UnavailableError("cannot create a file in " + spool_dir.string() + ": " + std::strerror(errno));
-  copy.path_ = pattern;
+  PARSYN_ASSIGN_OR_RETURN(TempFile spool, CreateTempFile(spool_dir, "blob"));
+  const int fd = spool.fd;
+  copy.path_ = spool.path;
   copy.remove_on_destroy_ = true;  // from here on, every return removes the file
   weights::Sha256 hash;
   std::vector<std::byte> buffer(size_t{1} << 20);

@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 
+#include "base/temp_file.h"
 #include "weights/sha256.h"
 
 namespace parsyn::storage {
@@ -235,12 +236,9 @@ class Spool {
       return Status::Ok();
     }
     if (fd_ < 0) {
-      std::string pattern = (dir / "parsyn-s3-spool-XXXXXX").string();
-      fd_ = ::mkstemp(pattern.data());
-      if (fd_ < 0) {
-        return UnavailableError("creating an upload spool file in " + dir.string() + ": " + std::strerror(errno));
-      }
-      ::unlink(pattern.c_str());  // gone with the descriptor, even if we crash
+      PARSYN_ASSIGN_OR_RETURN(TempFile spool, CreateTempFile(dir, "parsyn-s3-spool"));
+      fd_ = spool.fd;
+      ::unlink(spool.path.c_str());  // gone with the descriptor, even if we crash
       PARSYN_RETURN_IF_ERROR(WriteAll(memory_.data(), memory_.size()));
       memory_.clear();
       memory_.shrink_to_fit();

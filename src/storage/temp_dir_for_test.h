@@ -1,4 +1,4 @@
-// A fresh directory named parsyn-storage-XXXXXX under the temp dir, removed with everything in it when the object
+// A fresh directory named parsyn-storage-<random> under the temp dir, removed with everything in it when the object
 // goes away. Tests and benchmarks only; the contract is test_support::TempDir's.
 #pragma once
 

@@ -27,7 +27,7 @@ namespace parsyn::testing {
 
 using nlohmann::json;
 
-// A fresh directory parsyn-coord-XXXXXX under the system temp dir, removed on destruction.
+// A fresh directory parsyn-coord-<random> under the system temp dir, removed on destruction.
 class TempDir : public test_support::TempDir {
  public:
   TempDir() : test_support::TempDir("parsyn-coord") {}

@@ -21,7 +21,7 @@ namespace parsyn::e2e {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-// A fresh directory parsyn-e2e-XXXXXX under the system temp dir, removed on destruction unless PARSYN_KEEP_E2E is
+// A fresh directory parsyn-e2e-<random> under the system temp dir, removed on destruction unless PARSYN_KEEP_E2E is
 // set.
 class TempDir : public test_support::TempDir {
  public:

@@ -1,7 +1,7 @@
 // Test support (header-only; for tests and benchmarks, never for production code): a fresh directory that lives as
 // long as the object.
 //
-// Contract: the constructor makes <temp>/<prefix>-XXXXXX with mkdtemp, where <temp> is
+// Contract: the constructor makes a new directory <temp>/<prefix>-<random> (base/temp_file.h), where <temp> is
 // std::filesystem::temp_directory_path() ($TMPDIR, else /tmp). When it cannot, it prints why and aborts: no test can
 // go on without its directory, and a machine without a writable temp dir is broken. The destructor removes the
 // directory and everything in it, ignoring errors, unless the environment variable named by `keep_if_set` is set
@@ -10,13 +10,13 @@
 
 #include <stdlib.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <string_view>
 #include <system_error>
+
+#include "base/temp_file.h"
 
 namespace parsyn::test_support {
 
@@ -26,12 +26,12 @@ class TempDir {
     std::error_code ec;
     std::filesystem::path base = std::filesystem::temp_directory_path(ec);
     if (ec) base = "/tmp";
-    std::string pattern = (base / (std::string(prefix) + "-XXXXXX")).string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      std::fprintf(stderr, "TempDir: mkdtemp(%s) failed: %s\n", pattern.c_str(), std::strerror(errno));
+    StatusOr<std::filesystem::path> made = CreateTempDir(base, prefix);
+    if (!made.ok()) {
+      std::fprintf(stderr, "TempDir: %s\n", made.status().ToString().c_str());
       std::abort();
     }
-    path_ = pattern;
+    path_ = *made;
   }
   ~TempDir() {
     if (keep_if_set_ != nullptr && std::getenv(keep_if_set_) != nullptr) return;
