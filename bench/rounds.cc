@@ -99,11 +99,16 @@ std::vector<int> ParseInts(const std::string& csv) {
 // A model config whose default LoRA adapters (q_proj and v_proj, r = 16) are `mib` MiB of fp32: per layer
 // q and v each have A (r, hidden) and B (hidden, r), i.e. 4 * r * hidden floats = 1 MiB at hidden 4096.
 std::string ModelConfig(int mib) {
-  return json{{"model_type", "llama"},          {"architectures", {"LlamaForCausalLM"}},
-              {"hidden_size", 4096},            {"intermediate_size", 11008},
-              {"num_hidden_layers", mib},       {"num_attention_heads", 32},
-              {"num_key_value_heads", 32},      {"vocab_size", 32000},
-              {"max_position_embeddings", 2048}, {"rms_norm_eps", 1e-5}}
+  return json{{"model_type", "llama"},
+              {"architectures", {"LlamaForCausalLM"}},
+              {"hidden_size", 4096},
+              {"intermediate_size", 11008},
+              {"num_hidden_layers", mib},
+              {"num_attention_heads", 32},
+              {"num_key_value_heads", 32},
+              {"vocab_size", 32000},
+              {"max_position_embeddings", 2048},
+              {"rms_norm_eps", 1e-5}}
       .dump();
 }
 constexpr int kLoraR = 16;
@@ -121,13 +126,21 @@ std::pair<long, long> ServerMemoryKib(pid_t pid) {
 
 class Server {
  public:
-  Server(fs::path data_dir, const std::string& binary, const std::string& log_level)
-      : data_dir_(std::move(data_dir)) {
+  Server(fs::path data_dir, const std::string& binary, const std::string& log_level) : data_dir_(std::move(data_dir)) {
     int out[2];
     if (::pipe(out) != 0) Die("pipe failed");
-    std::vector<std::string> args = {binary, "server", "--data-dir", data_dir_.string(), "--listen",
-                                     "127.0.0.1:0", "--heartbeat-timeout-ms", "3600000", "--max-poll-wait-ms",
-                                     "300000", "--log-level", log_level};
+    std::vector<std::string> args = {binary,
+                                     "server",
+                                     "--data-dir",
+                                     data_dir_.string(),
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--heartbeat-timeout-ms",
+                                     "3600000",
+                                     "--max-poll-wait-ms",
+                                     "300000",
+                                     "--log-level",
+                                     log_level};
     const std::string log = data_dir_.string() + ".log";
     pid_ = ::fork();
     if (pid_ < 0) Die("fork failed");
@@ -291,19 +304,19 @@ void RunWorker(const WorkerSetup& w, std::stop_token stop) {
       break;
     }
     const int round = (*task)["round"];
-    json result = {{"session_id", session},       {"job_id", (*task)["job_id"]},
-                   {"round", round},              {"attempt", (*task)["attempt"]},
-                   {"validation_loss", 1.0},      {"validation_samples", (*task)["data"]["validation_rows"]}};
+    json result = {{"session_id", session},  {"job_id", (*task)["job_id"]},
+                   {"round", round},         {"attempt", (*task)["attempt"]},
+                   {"validation_loss", 1.0}, {"validation_samples", (*task)["data"]["validation_rows"]}};
     if ((*task)["kind"] == "train") {
       w.seen->NoteTask(round);
       w.upload_slots->acquire();
       const auto put_start = Clock::now();
-      auto put = blobs.UploadFile(http::Method::kPut, (*task)["update_upload"]["url"].get<std::string>(),
-                                  w.update_file);
+      auto put =
+          blobs.UploadFile(http::Method::kPut, (*task)["update_upload"]["url"].get<std::string>(), w.update_file);
       w.upload_slots->release();
       if (!put.ok() || put->status != 201) {
-        w.seen->NoteError("upload: " + (put.ok() ? std::to_string(put->status) + " " + put->body
-                                                 : put.status().ToString()));
+        w.seen->NoteError("upload: " +
+                          (put.ok() ? std::to_string(put->status) + " " + put->body : put.status().ToString()));
         continue;
       }
       w.seen->NoteUpload(round, put_start);
@@ -433,9 +446,9 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& 
   if (ds.status != 201) Die("dataset upload answered " + std::to_string(ds.status) + ": " + ds.body);
   const int64_t dataset_id = (*ds.Json())["id"];
   // The model is its config.json alone: the job's LoRA layout (and so the update's) follows from it.
-  auto config_up = Must(admin.Send(http::Method::kPost, "/api/v1/uploads",
-                                   ReadText(update.config_file), "application/octet-stream"),
-                        "config upload");
+  auto config_up =
+      Must(admin.Send(http::Method::kPost, "/api/v1/uploads", ReadText(update.config_file), "application/octet-stream"),
+           "config upload");
   auto model = Must(admin.PostJson("/api/v1/models", {{"name", "bench-llama"},
                                                       {"files", {{"config.json", (*config_up.Json())["upload_id"]}}}}),
                     "model create");
@@ -466,8 +479,12 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& 
   std::counting_semaphore<> upload_slots(upload_concurrency);
   std::vector<WorkerSetup> setups;
   for (int i = 0; i < k; ++i) {
-    setups.push_back({.url = server->url(), .token = tokens[static_cast<size_t>(i)], .update_file = update.file,
-                      .update_sha256 = update.sha256, .upload_slots = &upload_slots, .seen = &seen});
+    setups.push_back({.url = server->url(),
+                      .token = tokens[static_cast<size_t>(i)],
+                      .update_file = update.file,
+                      .update_sha256 = update.sha256,
+                      .upload_slots = &upload_slots,
+                      .seen = &seen});
   }
   std::vector<std::jthread> workers;
   workers.reserve(static_cast<size_t>(k));
@@ -619,9 +636,10 @@ int main(int argc, char** argv) {
   if (!made.ok()) Die(made.status().ToString());
   const fs::path root = *made;
 
-  std::printf("bench_rounds: LoRA r=%d on q_proj/v_proj, fp32 updates; uploads from this process capped at %d at "
-              "once; RLIMIT_NOFILE %lu (the server inherits it)\n",
-              kLoraR, upload_concurrency, static_cast<unsigned long>(nofile.rlim_cur));
+  std::printf(
+      "bench_rounds: LoRA r=%d on q_proj/v_proj, fp32 updates; uploads from this process capped at %d at "
+      "once; RLIMIT_NOFILE %lu (the server inherits it)\n",
+      kLoraR, upload_concurrency, static_cast<unsigned long>(nofile.rlim_cur));
   std::fflush(stdout);
 
   std::vector<KFigures> all;
@@ -630,19 +648,20 @@ int main(int argc, char** argv) {
     const PreparedUpdate update = PrepareUpdate(root / ("update-" + std::to_string(update_mib[i])), update_mib[i]);
     all.push_back(RunOneK(ks[i], rounds[i], root, update, upload_concurrency, server_choice));
     const KFigures& f = all.back();
-    std::printf("\nK=%d: update %.2f MiB (%zu tensors), %d rounds, job %s, setup %.1f s, total %.1f s; durable write "
-                "%.0f MB/s\n",
-                f.k, static_cast<double>(update.size_bytes) / (1 << 20), update.tensors, f.rounds, f.outcome.c_str(),
-                f.setup_s, Seconds(Clock::now() - start), f.write_bytes_per_s / 1e6);
+    std::printf(
+        "\nK=%d: update %.2f MiB (%zu tensors), %d rounds, job %s, setup %.1f s, total %.1f s; durable write "
+        "%.0f MB/s\n",
+        f.k, static_cast<double>(update.size_bytes) / (1 << 20), update.tensors, f.rounds, f.outcome.c_str(), f.setup_s,
+        Seconds(Clock::now() - start), f.write_bytes_per_s / 1e6);
     if (!f.kept_log.empty()) std::printf("  server log: %s\n", f.kept_log.c_str());
     std::printf("  %-6s %10s %12s %10s %12s %14s %16s   %s\n", "round", "wall ms", "read ms", "sha ms", "read GiB/s",
-                "overhead ms", "write+fsync ms", "from first task: all tasks in / uploaded / results answered; slowest PUT");
+                "overhead ms", "write+fsync ms",
+                "from first task: all tasks in / uploaded / results answered; slowest PUT");
     for (const RoundFigures& r : f.per_round) {
       const double write_ms =
           f.write_bytes_per_s > 0 ? static_cast<double>(r.read.bytes) / f.write_bytes_per_s * 1e3 : 0.0;
       std::printf("  %-6d %10.1f %12.1f %10.1f %12.2f %14.1f %16.1f   %.0f / %.0f / %.0f; %.0f ms%s\n", r.round,
-                  r.wall_s * 1e3,
-                  r.read.plain_s * 1e3, r.read.sha256_s * 1e3,
+                  r.wall_s * 1e3, r.read.plain_s * 1e3, r.read.sha256_s * 1e3,
                   r.read.plain_s > 0 ? static_cast<double>(r.read.bytes) / (1 << 30) / r.read.plain_s : 0.0,
                   (r.wall_s - r.read.plain_s) * 1e3, write_ms, r.tasks_s * 1e3, r.uploaded_s * 1e3, r.results_s * 1e3,
                   r.upload_max_s * 1e3,
@@ -662,17 +681,18 @@ int main(int argc, char** argv) {
     const RoundFigures mid = rs.empty() ? RoundFigures{} : rs[rs.size() / 2];
     const double overhead_ms = (mid.wall_s - mid.read.plain_s) * 1e3;
     std::string target;
-    if (f.k == 5 && f.update_mib == 20) target = std::string("overhead <= 50 ms: ") + (overhead_ms <= 50 ? "met" : "NOT met");
+    if (f.k == 5 && f.update_mib == 20)
+      target = std::string("overhead <= 50 ms: ") + (overhead_ms <= 50 ? "met" : "NOT met");
     const double write_ms =
         f.write_bytes_per_s > 0 ? static_cast<double>(mid.read.bytes) / f.write_bytes_per_s * 1e3 : 0.0;
     std::printf("  %-6d %6d %8zu %12.1f %10.1f %13.1f %15.1f %15.1f   %s\n", f.k, f.update_mib, f.per_round.size(),
                 mid.wall_s * 1e3, mid.read.plain_s * 1e3, overhead_ms, write_ms, static_cast<double>(f.hwm_kib) / 1024,
                 target.c_str());
   }
-  std::printf("\nPeak RSS vs K (target: no growth beyond per-connection bookkeeping; growth is measured against the\n"
-              "smallest K run with the same update size)\n");
-  std::printf("  %-6s %6s %16s %16s %26s\n", "K", "MiB", "idle RSS MiB", "peak (HWM) MiB",
-              "HWM growth KiB/worker");
+  std::printf(
+      "\nPeak RSS vs K (target: no growth beyond per-connection bookkeeping; growth is measured against the\n"
+      "smallest K run with the same update size)\n");
+  std::printf("  %-6s %6s %16s %16s %26s\n", "K", "MiB", "idle RSS MiB", "peak (HWM) MiB", "HWM growth KiB/worker");
   for (const KFigures& f : all) {
     const KFigures* base = nullptr;
     for (const KFigures& b : all) {
@@ -680,8 +700,8 @@ int main(int argc, char** argv) {
     }
     std::string growth = "-";
     if (base != nullptr) {
-      growth = std::to_string((f.hwm_kib - base->hwm_kib) / (f.k - base->k)) + " (vs K=" + std::to_string(base->k) +
-               ")";
+      growth =
+          std::to_string((f.hwm_kib - base->hwm_kib) / (f.k - base->k)) + " (vs K=" + std::to_string(base->k) + ")";
     }
     std::printf("  %-6d %6d %16.1f %16.1f %26s\n", f.k, f.update_mib, static_cast<double>(f.idle_rss_kib) / 1024,
                 static_cast<double>(f.hwm_kib) / 1024, growth.c_str());

@@ -136,14 +136,12 @@ Result OurStep(const Shape& s, torch::Dtype compute, int steps) {
 
 // Runs the Python baseline; returns its JSON lines (empty when it could not run).
 std::vector<nlohmann::json> PythonSteps(const Shape& s, int threads, int steps) {
-  const std::string command = std::string("/usr/bin/python3 ") + PARSYN_TRAIN_STEP_PY + " --hidden " +
-                              std::to_string(s.hidden) + " --layers " + std::to_string(s.layers) + " --heads " +
-                              std::to_string(s.heads) + " --kv-heads " + std::to_string(s.kv_heads) +
-                              " --intermediate " + std::to_string(s.intermediate) + " --vocab " +
-                              std::to_string(s.vocab) + " --seq " + std::to_string(s.seq) + " --batch " +
-                              std::to_string(s.batch) + " --lora-r " + std::to_string(s.lora_r) + " --steps " +
-                              std::to_string(steps) + " --threads " +
-                              std::to_string(threads) + " --dtypes fp32,bf16";
+  const std::string command =
+      std::string("/usr/bin/python3 ") + PARSYN_TRAIN_STEP_PY + " --hidden " + std::to_string(s.hidden) + " --layers " +
+      std::to_string(s.layers) + " --heads " + std::to_string(s.heads) + " --kv-heads " + std::to_string(s.kv_heads) +
+      " --intermediate " + std::to_string(s.intermediate) + " --vocab " + std::to_string(s.vocab) + " --seq " +
+      std::to_string(s.seq) + " --batch " + std::to_string(s.batch) + " --lora-r " + std::to_string(s.lora_r) +
+      " --steps " + std::to_string(steps) + " --threads " + std::to_string(threads) + " --dtypes fp32,bf16";
   std::vector<nlohmann::json> lines;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return lines;
@@ -163,9 +161,12 @@ int main(int argc, char** argv) {
   int steps = 2;
   Shape shape;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--small")) shape = Shape{128, 2, 4, 2, 256, 1000, 64, 2, 8};
+    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
+      steps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--small"))
+      shape = Shape{128, 2, 4, 2, 256, 1000, 64, 2, 8};
   }
   torch::set_num_threads(threads);
   torch::manual_seed(0);
@@ -188,11 +189,13 @@ int main(int argc, char** argv) {
 
   const double n = static_cast<double>(fp32.params);
   auto mfu = [&](double tokens_per_s, double peak, double per_token) { return tokens_per_s * per_token * n / peak; };
-  std::printf("LoRA step, Llama %.1fM params (hidden %lld, %lld layers, vocab %lld), batch %lld x seq %lld, "
-              "r %lld on q/v, %d thread(s), fastest of %d steps per side and dtype\n",
-              n / 1e6, (long long)shape.hidden, (long long)shape.layers, (long long)shape.vocab,
-              (long long)shape.batch, (long long)shape.seq, (long long)shape.lora_r, threads, steps);
-  std::printf("matmul 2048^3 (per CPU-second): fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n", peak_fp32 / 1e9, peak_bf16 / 1e9);
+  std::printf(
+      "LoRA step, Llama %.1fM params (hidden %lld, %lld layers, vocab %lld), batch %lld x seq %lld, "
+      "r %lld on q/v, %d thread(s), fastest of %d steps per side and dtype\n",
+      n / 1e6, (long long)shape.hidden, (long long)shape.layers, (long long)shape.vocab, (long long)shape.batch,
+      (long long)shape.seq, (long long)shape.lora_r, threads, steps);
+  std::printf("matmul 2048^3 (per CPU-second): fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n", peak_fp32 / 1e9,
+              peak_bf16 / 1e9);
   std::printf("%-6s %14s %16s %8s %10s %12s\n", "dtype", "ours tok/cpu-s", "python tok/cpu-s", "ratio", "MFU (6N)",
               "exec (4N)");
   const struct {
@@ -201,9 +204,13 @@ int main(int argc, char** argv) {
     double python;
     double peak;
   } rows[] = {{"fp32", fp32, py_fp32, peak_fp32}, {"bf16", bf16, py_bf16, peak_bf16}};
-  nlohmann::json report = {{"bench", "train"}, {"params", fp32.params}, {"threads", threads},
-                           {"matmul_gflops_fp32", peak_fp32 / 1e9}, {"matmul_gflops_bf16", peak_bf16 / 1e9},
-                           {"peak_rss_mb_ours", our_rss_mb}, {"peak_rss_mb_python", py_rss_mb}};
+  nlohmann::json report = {{"bench", "train"},
+                           {"params", fp32.params},
+                           {"threads", threads},
+                           {"matmul_gflops_fp32", peak_fp32 / 1e9},
+                           {"matmul_gflops_bf16", peak_bf16 / 1e9},
+                           {"peak_rss_mb_ours", our_rss_mb},
+                           {"peak_rss_mb_python", py_rss_mb}};
   for (const auto& r : rows) {
     const double ratio = r.python > 0 ? r.ours.tokens_per_s / r.python : 0;
     std::printf("%-6s %14.1f %16.1f %8.2f %9.1f%% %11.1f%%\n", r.name, r.ours.tokens_per_s, r.python, ratio,
@@ -213,8 +220,9 @@ int main(int argc, char** argv) {
                                    {"ratio", ratio},
                                    {"mfu_6n", mfu(r.ours.tokens_per_s, r.peak, 6)}};
   }
-  std::printf("MFU (6N) uses the standard full-training estimate of 6 x params FLOPs per token; a LoRA step skips the "
-              "frozen weights' gradients and executes about 4N, so 'exec (4N)' is the achieved share of matmul peak\n");
+  std::printf(
+      "MFU (6N) uses the standard full-training estimate of 6 x params FLOPs per token; a LoRA step skips the "
+      "frozen weights' gradients and executes about 4N, so 'exec (4N)' is the achieved share of matmul peak\n");
   std::printf("peak RSS: ours %.0f MB (both dtypes, one process), python %.0f MB\n", our_rss_mb, py_rss_mb);
   if (python.empty()) std::printf("python baseline did not run (needs /usr/bin/python3 with python3-torch)\n");
   std::printf("%s\n", report.dump().c_str());

@@ -47,11 +47,17 @@ std::string TinySentencePieceJson() {
     vocab[name] = 3 + b;
   }
   int32_t id = 259;
-  for (const char* token : {"\xE2\x96\x81", "h", "i", "\xE2\x96\x81h", "\xE2\x96\x81hi", "l", "ll"}) vocab[token] = id++;
+  for (const char* token : {"\xE2\x96\x81", "h", "i", "\xE2\x96\x81h", "\xE2\x96\x81hi", "l", "ll"})
+    vocab[token] = id++;
   json added = json::array();
   for (auto [i, content] : {std::pair{0, "<unk>"}, {1, "<s>"}, {2, "</s>"}}) {
-    added.push_back({{"id", i}, {"content", content}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+    added.push_back({{"id", i},
+                     {"content", content},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
   }
   json root = {
       {"added_tokens", added},
@@ -63,7 +69,8 @@ std::string TinySentencePieceJson() {
       {"pre_tokenizer", nullptr},
       {"post_processor",
        {{"type", "TemplateProcessing"},
-        {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"single",
+         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
         {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
       {"decoder",
        {{"type", "Sequence"},
@@ -73,7 +80,11 @@ std::string TinySentencePieceJson() {
           {{"type", "Fuse"}},
           {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
       {"model",
-       {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true}, {"vocab", vocab},
+       {{"type", "BPE"},
+        {"unk_token", "<unk>"},
+        {"fuse_unk", true},
+        {"byte_fallback", true},
+        {"vocab", vocab},
         {"merges", {"\xE2\x96\x81 h", "\xE2\x96\x81h i", "l l"}}}},
   };
   return root.dump();
@@ -121,9 +132,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       EncodeAndDecode(byte_level, rest);
       return 0;
     }
-    case 2:
-      EncodeAndDecode(sentence_piece, rest);
-      return 0;
+    case 2: EncodeAndDecode(sentence_piece, rest); return 0;
     default: {
       std::vector<int32_t> ids(rest.size() / 4);
       if (!ids.empty()) std::memcpy(ids.data(), rest.data(), ids.size() * 4);

@@ -56,9 +56,7 @@ class [[nodiscard]] Status {
   // Marks an error as deliberately ignored; the call site says why in a comment.
   void IgnoreError() const {}
 
-  friend bool operator==(const Status& a, const Status& b) {
-    return a.code_ == b.code_ && a.message_ == b.message_;
-  }
+  friend bool operator==(const Status& a, const Status& b) { return a.code_ == b.code_ && a.message_ == b.message_; }
 
  private:
   StatusCode code_ = StatusCode::kOk;
@@ -82,9 +80,9 @@ Status CancelledError(std::string message);
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(const T& value) : value_(value) {}                   // NOLINT: implicit by design
-  StatusOr(T&& value) : value_(std::move(value)) {}              // NOLINT
-  StatusOr(Status status) : status_(std::move(status)) {         // NOLINT
+  StatusOr(const T& value) : value_(value) {}             // NOLINT: implicit by design
+  StatusOr(T&& value) : value_(std::move(value)) {}       // NOLINT
+  StatusOr(Status status) : status_(std::move(status)) {  // NOLINT
     assert(!status_.ok() && "StatusOr built from an OK Status has no value");
     if (status_.ok()) status_ = Status(StatusCode::kInternal, "StatusOr built from OK status without a value");
   }
@@ -121,10 +119,10 @@ class [[nodiscard]] StatusOr {
 #define PARSYN_CONCAT_(a, b) PARSYN_CONCAT_INNER_(a, b)
 
 // Returns the Status from the enclosing function if `expr` is not OK.
-#define PARSYN_RETURN_IF_ERROR(expr)                  \
-  do {                                                \
-    ::parsyn::Status parsyn_status_ = (expr);         \
-    if (!parsyn_status_.ok()) return parsyn_status_;  \
+#define PARSYN_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::parsyn::Status parsyn_status_ = (expr);        \
+    if (!parsyn_status_.ok()) return parsyn_status_; \
   } while (0)
 
 // PARSYN_ASSIGN_OR_RETURN(auto x, MakeX());  declares/assigns from a StatusOr, returning its Status on error.

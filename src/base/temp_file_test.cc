@@ -16,7 +16,7 @@ TEST(TempFileTest, FilesAndDirectoriesAreNewPrivateAndDistinct) {
   ASSERT_TRUE(dir.ok()) << dir.status().ToString();
   EXPECT_TRUE(fs::is_directory(*dir));
   EXPECT_EQ(dir->filename().string().rfind("parsyn-base-test-", 0), 0u) << *dir;
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(dir->c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
 

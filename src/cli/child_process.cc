@@ -14,8 +14,7 @@ extern char** environ;
 
 namespace parsyn::cli {
 
-StatusOr<ChildProcess> ChildProcess::Start(const std::filesystem::path& program,
-                                           const std::vector<std::string>& args) {
+StatusOr<ChildProcess> ChildProcess::Start(const std::filesystem::path& program, const std::vector<std::string>& args) {
   if (access(program.c_str(), X_OK) != 0) {
     return NotFoundError("cannot run " + program.string() + ": " + std::strerror(errno));
   }
@@ -41,8 +40,7 @@ StatusOr<ChildProcess> ChildProcess::Start(const std::filesystem::path& program,
   return ChildProcess(pid, fdopen(fds[0], "r"));
 }
 
-ChildProcess::ChildProcess(ChildProcess&& other) noexcept
-    : pid_(other.pid_), out_(other.out_), waited_(other.waited_) {
+ChildProcess::ChildProcess(ChildProcess&& other) noexcept : pid_(other.pid_), out_(other.out_), waited_(other.waited_) {
   other.pid_ = -1;
   other.out_ = nullptr;
 }

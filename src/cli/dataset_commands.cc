@@ -60,8 +60,9 @@ int List(const DatasetFlags& f) {
   if (!res.ok()) return Fail("dataset list", res.status());
   auto body = res->Json();
   if (!body.ok()) return Fail("dataset list", body.status());
-  std::cout << std::left << std::setw(6) << "ID" << std::setw(28) << "NAME" << std::setw(8) << "FORMAT"
-            << std::setw(20) << "KIND" << "ROWS\n";
+  std::cout << std::left << std::setw(6) << "ID" << std::setw(28) << "NAME" << std::setw(8) << "FORMAT" << std::setw(20)
+            << "KIND"
+            << "ROWS\n";
   for (const json& d : (*body)["datasets"]) {
     std::cout << std::left << std::setw(6) << d["id"].get<int64_t>() << std::setw(28) << d["name"].get<std::string>()
               << std::setw(8) << d["format"].get<std::string>() << std::setw(20) << d["kind"].get<std::string>()

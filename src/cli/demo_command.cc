@@ -1,8 +1,9 @@
 // parsyn demo [--data-dir DIR]: the whole platform on this machine, end to end. Starts `parsyn server` on the
 // embedded defaults (SQLite and a blob folder under DIR), writes a small Llama-architecture model and a synthetic
 // instruction dataset it can learn (each question has one exact answer, scored by exact match), registers and starts
-// two own `parsyn worker` processes beside one the server manages (--managed-workers 1), runs a multi-round federated LoRA job in bf16 with live progress, and prints a
-// summary. Every process it starts is stopped before it returns (also on Ctrl-C).
+// two own `parsyn worker` processes beside one the server manages (--managed-workers 1), runs a multi-round federated
+// LoRA job in bf16 with live progress, and prints a summary. Every process it starts is stopped before it returns (also
+// on Ctrl-C).
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -89,14 +90,15 @@ class Background {
 // Questions with one short answer each: "what color is a banana?" -> " yellow". Rows repeat, so the validation
 // slice asks questions the model has seen: exact-match accuracy rises as the adapter learns the answers.
 void WriteInstructions(const fs::path& file) {
-  const std::pair<const char*, const char*> facts[] = {
-      {"banana", "yellow"}, {"grass", "green"}, {"sky", "blue"},     {"snow", "white"},
-      {"coal", "black"},    {"tomato", "red"},  {"carrot", "orange"}, {"plum", "purple"}};
+  const std::pair<const char*, const char*> facts[] = {{"banana", "yellow"}, {"grass", "green"}, {"sky", "blue"},
+                                                       {"snow", "white"},    {"coal", "black"},  {"tomato", "red"},
+                                                       {"carrot", "orange"}, {"plum", "purple"}};
   std::mt19937 rng(11);
   std::ofstream out(file);
   for (int i = 0; i < 480; ++i) {
     const auto& [thing, color] = facts[rng() % std::size(facts)];
-    out << json{{"prompt", std::string("what color is ") + thing + "?"}, {"completion", std::string(" ") + color}}.dump()
+    out << json{{"prompt", std::string("what color is ") + thing + "?"}, {"completion", std::string(" ") + color}}
+               .dump()
         << "\n";
   }
 }
@@ -114,9 +116,14 @@ StatusOr<json> Evaluate(const fs::path& work, const fs::path& model, const fs::p
   const fs::path task = work / "eval-task.json";
   json t = {{"model_dir", model.string()},
             {"data", data.string()},
-            {"config", {{"use_peft", true}, {"lora_r", 8}, {"lora_alpha", 16}, {"max_seq_len", 32},
-                        {"lora_target_modules", kTargets},
-                        {"batch_size", 16}, {"validation_fraction", 0.1}}},
+            {"config",
+             {{"use_peft", true},
+              {"lora_r", 8},
+              {"lora_alpha", 16},
+              {"max_seq_len", 32},
+              {"lora_target_modules", kTargets},
+              {"batch_size", 16},
+              {"validation_fraction", 0.1}}},
             {"steps", 0},
             {"threads", 1},
             {"output", {{"weights", (work / "eval.safetensors").string()}, {"result", (work / "eval.json").string()}}}};
@@ -152,9 +159,9 @@ int RunDemo(const DemoFlags& f) {
 
   std::cout << "==> starting parsyn server (" << data_dir.string() << ")\n";
   fs::remove(data_dir / "server.json", ec);
-  // One of the demo's workers is managed: the server starts and supervises it, as `--managed-workers` does in production.
-  Background server(*self,
-                    {"server", "--data-dir", data_dir.string(), "--listen", f.listen, "--managed-workers", "1"},
+  // One of the demo's workers is managed: the server starts and supervises it, as `--managed-workers` does in
+  // production.
+  Background server(*self, {"server", "--data-dir", data_dir.string(), "--listen", f.listen, "--managed-workers", "1"},
                     work / "server.log");
   if (!server.started()) return Fail("cannot start parsyn server");
   for (int i = 0; i < 300 && !fs::exists(data_dir / "server.json"); ++i) {
@@ -171,8 +178,9 @@ int RunDemo(const DemoFlags& f) {
 
   std::cout << "==> writing a small Llama model and a synthetic instruction dataset\n";
   const fs::path model = work / "model";
-  json init = {{"architecture", "llama"}, {"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
-               {"max_position_embeddings", 128}, {"seed", 5}, {"dtype", "F32"}};
+  json init = {
+      {"architecture", "llama"},        {"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+      {"max_position_embeddings", 128}, {"seed", 5},         {"dtype", "F32"}};
   StatusOr<TrainerOutcome> made = RunTrainer({"model-init", model.string(), init.dump()}, nullptr);
   if (!made.ok() || made->exit_code != 0) return Fail("model init failed");
   const fs::path data = work / "instructions.jsonl";
@@ -202,12 +210,14 @@ int RunDemo(const DemoFlags& f) {
     }
     if (managed_ids.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  if (managed_ids.empty()) return Fail("the server did not register its managed worker; see " + (work / "server.log").string());
+  if (managed_ids.empty())
+    return Fail("the server did not register its managed worker; see " + (work / "server.log").string());
   std::vector<std::unique_ptr<Background>> workers;
   json worker_ids = json::array();
   for (int i = 0; i + 1 < f.workers; ++i) {
-    auto w = api.PostJson("/api/v1/workers", {{"name", "demo-" + std::to_string(i + 1) + "-" + std::to_string(getpid())},
-                                              {"kind", "own"}});
+    auto w =
+        api.PostJson("/api/v1/workers",
+                     {{"name", "demo-" + std::to_string(i + 1) + "-" + std::to_string(getpid())}, {"kind", "own"}});
     if (!w.ok()) return Fail(w.status().message());
     json body = *w->Json();
     worker_ids.push_back(body["id"]);
@@ -220,17 +230,32 @@ int RunDemo(const DemoFlags& f) {
   }
 
   StatusOr<json> before = Evaluate(work, model, data, {});
-  json spec = {{"name", "demo-federated-lora"},
-               {"dataset_id", *dataset_id},
-               {"model_id", model_id},
-               {"config", {{"batch_size", 16}, {"learning_rate", 1e-2}, {"mixed_precision", "bf16"}, {"use_peft", true},
-                           {"lora_r", 8}, {"lora_alpha", 16}, {"lora_dropout", 0.0}, {"max_seq_len", 32},
-                           {"lora_target_modules", kTargets},
-                           {"lr_scheduler", "constant"}, {"validation_fraction", 0.1}, {"seed", 1}}},
-               {"distributed", {{"enabled", true}, {"num_rounds", f.rounds}, {"steps_per_round", f.steps},
-                                {"min_workers", f.workers}, {"max_workers", f.workers},
-                                {"aggregation_timeout", 300}, {"fault_tolerance", 2}}},
-               {"worker_selection", {{"mode", "mixed"}, {"worker_ids", worker_ids}, {"parsyn_worker_ids", managed_ids}}}};
+  json spec = {
+      {"name", "demo-federated-lora"},
+      {"dataset_id", *dataset_id},
+      {"model_id", model_id},
+      {"config",
+       {{"batch_size", 16},
+        {"learning_rate", 1e-2},
+        {"mixed_precision", "bf16"},
+        {"use_peft", true},
+        {"lora_r", 8},
+        {"lora_alpha", 16},
+        {"lora_dropout", 0.0},
+        {"max_seq_len", 32},
+        {"lora_target_modules", kTargets},
+        {"lr_scheduler", "constant"},
+        {"validation_fraction", 0.1},
+        {"seed", 1}}},
+      {"distributed",
+       {{"enabled", true},
+        {"num_rounds", f.rounds},
+        {"steps_per_round", f.steps},
+        {"min_workers", f.workers},
+        {"max_workers", f.workers},
+        {"aggregation_timeout", 300},
+        {"fault_tolerance", 2}}},
+      {"worker_selection", {{"mode", "mixed"}, {"worker_ids", worker_ids}, {"parsyn_worker_ids", managed_ids}}}};
   auto job_res = api.PostJson("/api/v1/training-jobs", spec);
   if (!job_res.ok()) return Fail(job_res.status().message());
   const int64_t job_id = (*job_res->Json())["id"];
@@ -247,27 +272,29 @@ int RunDemo(const DemoFlags& f) {
     while (!done.stop_requested() && !g_interrupted) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (g_interrupted) stop_follow.request_stop();
   });
-  Status followed = api.ReadEvents("/api/v1/training-jobs/" + std::to_string(job_id) + "/events",
-                                   [&](const http::SseEvent& e) {
-    json d = json::parse(e.data, nullptr, false);
-    if (e.event == "worker_progress") {
-      std::printf("\r  round %d  worker %lld  step %lld/%lld  loss %.4f   ", d.value("round", 0),
-                  static_cast<long long>(d.value("worker_id", int64_t{0})),
-                  static_cast<long long>(d.value("step", int64_t{0})),
-                  static_cast<long long>(d["total_steps"].is_number() ? d["total_steps"].get<int64_t>() : 0),
-                  d["loss"].is_number() ? d["loss"].get<double>() : 0.0);
-      std::fflush(stdout);
-    } else if (e.event == "round_committed") {
-      std::printf("\r  round %d/%d committed: train loss %.4f%s\n", d.value("round", 0), d.value("total_rounds", 0),
-                  d["train_loss"].is_number() ? d["train_loss"].get<double>() : 0.0, "                    ");
-    } else if (e.event == "round_failed") {
-      std::printf("\n  round %d failed: %s\n", d.value("round", 0), d.value("reason", "").c_str());
-    } else if (e.event == "job_status") {
-      final_status = d.value("status", "");
-      if (final_status != "queued" && final_status != "running") return false;
-    }
-    return true;
-  }, follow);
+  Status followed = api.ReadEvents(
+      "/api/v1/training-jobs/" + std::to_string(job_id) + "/events",
+      [&](const http::SseEvent& e) {
+        json d = json::parse(e.data, nullptr, false);
+        if (e.event == "worker_progress") {
+          std::printf("\r  round %d  worker %lld  step %lld/%lld  loss %.4f   ", d.value("round", 0),
+                      static_cast<long long>(d.value("worker_id", int64_t{0})),
+                      static_cast<long long>(d.value("step", int64_t{0})),
+                      static_cast<long long>(d["total_steps"].is_number() ? d["total_steps"].get<int64_t>() : 0),
+                      d["loss"].is_number() ? d["loss"].get<double>() : 0.0);
+          std::fflush(stdout);
+        } else if (e.event == "round_committed") {
+          std::printf("\r  round %d/%d committed: train loss %.4f%s\n", d.value("round", 0), d.value("total_rounds", 0),
+                      d["train_loss"].is_number() ? d["train_loss"].get<double>() : 0.0, "                    ");
+        } else if (e.event == "round_failed") {
+          std::printf("\n  round %d failed: %s\n", d.value("round", 0), d.value("reason", "").c_str());
+        } else if (e.event == "job_status") {
+          final_status = d.value("status", "");
+          if (final_status != "queued" && final_status != "running") return false;
+        }
+        return true;
+      },
+      follow);
   interrupt_watch.request_stop();
   if (g_interrupted) return Fail("interrupted; stopping the workers and the server");
   if (!followed.ok()) return Fail(followed.message());
@@ -276,8 +303,8 @@ int RunDemo(const DemoFlags& f) {
   const fs::path adapter = work / "adapter";
   fs::create_directories(adapter, ec);
   for (const char* name : {"adapter_model.safetensors", "adapter_config.json"}) {
-    auto got = api.DownloadToFile("/api/v1/training-jobs/" + std::to_string(job_id) + "/artifacts/" + name,
-                                  adapter / name);
+    auto got =
+        api.DownloadToFile("/api/v1/training-jobs/" + std::to_string(job_id) + "/artifacts/" + name, adapter / name);
     if (!got.ok()) return Fail(got.status().message());
   }
   StatusOr<json> after = Evaluate(work, model, data, adapter / "adapter_model.safetensors");
@@ -317,7 +344,8 @@ void AddDemoCommand(CLI::App& app, int& exit_code) {
   CLI::App* demo = app.add_subcommand("demo", "run the platform end to end on this machine (server, 3 workers, a job)");
   demo->add_option("--data-dir", flags->data_dir, "the server's data folder")->capture_default_str();
   demo->add_option("--listen", flags->listen, "the server's address")->capture_default_str();
-  demo->add_option("--workers", flags->workers, "local workers (one of them managed by the server), at least 2")->capture_default_str();
+  demo->add_option("--workers", flags->workers, "local workers (one of them managed by the server), at least 2")
+      ->capture_default_str();
   demo->add_option("--rounds", flags->rounds, "federated rounds")->capture_default_str();
   demo->add_option("--steps", flags->steps, "steps per round")->capture_default_str();
   demo->callback([flags, &exit_code] { exit_code = RunDemo(*flags); });

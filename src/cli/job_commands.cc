@@ -92,54 +92,60 @@ int Watch(const JobFlags& f) {
     http::CallOptions call;
     call.timeout = std::chrono::milliseconds(0);
     if (!last_event_id.empty()) call.headers.push_back({"Last-Event-ID", last_event_id});
-    Status s = (*client)->ReadEvents(JobPath(f.id, "/events"), [&](const http::SseEvent& e) {
-      if (!e.id.empty()) last_event_id = e.id;
-      json d = json::parse(e.data, nullptr, false);
-      if (d.is_discarded()) return true;
-      if (interactive && !bars.empty()) std::cout << "\033[J";
-      if (e.event == "worker_progress") {
-        const int64_t total = d.value("total_steps", json()).is_number() ? d["total_steps"].get<int64_t>() : 0;
-        const double loss = d["loss"].is_number() ? d["loss"].get<double>() : 0.0;
-        // The protocol carries no learning rate; throughput is tokens/s or samples/s, whichever the trainer counts.
-        const double rate = d.value("throughput", json()).is_number() ? d["throughput"].get<double>() : std::nan("");
-        bars[d["worker_id"].get<int64_t>()] = FormatProgressLine(d["step"].get<int64_t>(), total, loss, std::nan(""),
-                                                                 rate, "/s", -1);
-        if (!interactive) {
-          std::cout << "  worker " << d["worker_id"] << "  " << bars[d["worker_id"].get<int64_t>()] << "\n";
-        }
-      } else if (e.event == "round_started") {
-        bars.clear();
-        std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " (attempt " << d["attempt"]
-                  << ") started\n";
-      } else if (e.event == "round_committed") {
-        std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " committed: " << d["num_updates"]
-                  << " updates, train loss " << d["train_loss"];
-        if (!d["validation_loss"].is_null()) std::cout << ", validation loss " << d["validation_loss"];
-        std::cout << "\n";
-      } else if (e.event == "round_failed") {
-        std::cout << "round " << d["round"] << " attempt " << d["attempt"] << " failed ("
-                  << d["consecutive_failures"] << "/" << d["fault_tolerance"] << "): "
-                  << d["reason"].get<std::string>() << "\n";
-      } else if (e.event == "worker_dropped") {
-        std::cout << "worker " << d["worker_id"] << " left round " << d["round"] << ": "
-                  << d["reason"].get<std::string>() << "\n";
-      } else if (e.event == "update_rejected") {
-        std::cout << "update of worker " << d["worker_id"] << " rejected: " << d["reason"].get<std::string>() << "\n";
-      } else if (e.event == "task_assigned") {
-        bars[d["worker_id"].get<int64_t>()] = "assigned shard " + std::to_string(d["shard"].get<int>());
-      } else if (e.event == "global_evaluated") {
-        std::cout << "global of round " << d["global_round"] << ": validation loss " << d["validation_loss"] << "\n";
-      } else if (e.event == "job_status") {
-        const std::string status = d["status"].get<std::string>();
-        std::cout << "job " << status;
-        if (d.contains("reason")) std::cout << ": " << d["reason"].get<std::string>();
-        std::cout << "\n";
-        if (status != "queued" && status != "running") final_status = status;
-      }
-      if (interactive) redraw_bars();
-      std::cout << std::flush;
-      return final_status.empty();
-    }, call);
+    Status s = (*client)->ReadEvents(
+        JobPath(f.id, "/events"),
+        [&](const http::SseEvent& e) {
+          if (!e.id.empty()) last_event_id = e.id;
+          json d = json::parse(e.data, nullptr, false);
+          if (d.is_discarded()) return true;
+          if (interactive && !bars.empty()) std::cout << "\033[J";
+          if (e.event == "worker_progress") {
+            const int64_t total = d.value("total_steps", json()).is_number() ? d["total_steps"].get<int64_t>() : 0;
+            const double loss = d["loss"].is_number() ? d["loss"].get<double>() : 0.0;
+            // The protocol carries no learning rate; throughput is tokens/s or samples/s, whichever the trainer counts.
+            const double rate =
+                d.value("throughput", json()).is_number() ? d["throughput"].get<double>() : std::nan("");
+            bars[d["worker_id"].get<int64_t>()] =
+                FormatProgressLine(d["step"].get<int64_t>(), total, loss, std::nan(""), rate, "/s", -1);
+            if (!interactive) {
+              std::cout << "  worker " << d["worker_id"] << "  " << bars[d["worker_id"].get<int64_t>()] << "\n";
+            }
+          } else if (e.event == "round_started") {
+            bars.clear();
+            std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " (attempt " << d["attempt"]
+                      << ") started\n";
+          } else if (e.event == "round_committed") {
+            std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " committed: " << d["num_updates"]
+                      << " updates, train loss " << d["train_loss"];
+            if (!d["validation_loss"].is_null()) std::cout << ", validation loss " << d["validation_loss"];
+            std::cout << "\n";
+          } else if (e.event == "round_failed") {
+            std::cout << "round " << d["round"] << " attempt " << d["attempt"] << " failed ("
+                      << d["consecutive_failures"] << "/" << d["fault_tolerance"]
+                      << "): " << d["reason"].get<std::string>() << "\n";
+          } else if (e.event == "worker_dropped") {
+            std::cout << "worker " << d["worker_id"] << " left round " << d["round"] << ": "
+                      << d["reason"].get<std::string>() << "\n";
+          } else if (e.event == "update_rejected") {
+            std::cout << "update of worker " << d["worker_id"] << " rejected: " << d["reason"].get<std::string>()
+                      << "\n";
+          } else if (e.event == "task_assigned") {
+            bars[d["worker_id"].get<int64_t>()] = "assigned shard " + std::to_string(d["shard"].get<int>());
+          } else if (e.event == "global_evaluated") {
+            std::cout << "global of round " << d["global_round"] << ": validation loss " << d["validation_loss"]
+                      << "\n";
+          } else if (e.event == "job_status") {
+            const std::string status = d["status"].get<std::string>();
+            std::cout << "job " << status;
+            if (d.contains("reason")) std::cout << ": " << d["reason"].get<std::string>();
+            std::cout << "\n";
+            if (status != "queued" && status != "running") final_status = status;
+          }
+          if (interactive) redraw_bars();
+          std::cout << std::flush;
+          return final_status.empty();
+        },
+        call);
     if (!s.ok() && final_status.empty()) {
       if (s.code() == StatusCode::kNotFound || s.code() == StatusCode::kUnauthenticated) return Fail("job watch", s);
       std::cerr << "parsyn job watch: " << s.message() << " (reconnecting)\n";

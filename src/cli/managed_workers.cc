@@ -139,9 +139,18 @@ void ManagedWorkerSupervisor::Stop(std::chrono::milliseconds grace) {
 
 void ManagedWorkerSupervisor::Supervise(Slot& slot) {
   const ManagedWorkerIdentity& id = slot.identity;
-  const std::vector<std::string> args = {"worker",      "--server", options_.server_url, "--token",
-                                         id.token,      "--name",   id.name,             "--device",
-                                         options_.device, "--cache-dir", id.cache_dir.string(), "--exit-with-parent"};
+  const std::vector<std::string> args = {"worker",
+                                         "--server",
+                                         options_.server_url,
+                                         "--token",
+                                         id.token,
+                                         "--name",
+                                         id.name,
+                                         "--device",
+                                         options_.device,
+                                         "--cache-dir",
+                                         id.cache_dir.string(),
+                                         "--exit-with-parent"};
   std::chrono::milliseconds backoff = options_.initial_backoff;
   while (true) {
     std::optional<ChildProcess> child;

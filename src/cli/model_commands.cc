@@ -31,8 +31,8 @@ int Upload(const ModelFlags& f) {
     if (rel.empty() || rel[0] == '.') continue;  // hidden files (.git, caches) are not part of the model
     http::CallOptions call;
     call.timeout = std::chrono::milliseconds(0);
-    auto res = (*client)->UploadFile(http::Method::kPost, "/api/v1/uploads", it->path(), "application/octet-stream",
-                                     call);
+    auto res =
+        (*client)->UploadFile(http::Method::kPost, "/api/v1/uploads", it->path(), "application/octet-stream", call);
     if (!res.ok()) return Fail("model upload", res.status().WithContext(rel));
     auto body = res->Json();
     if (!body.ok()) return Fail("model upload", body.status());
@@ -40,8 +40,8 @@ int Upload(const ModelFlags& f) {
     std::cout << "uploaded " << rel << " (" << (*body)["size_bytes"] << " bytes)\n";
   }
   if (ec) return Fail("model upload", UnavailableError("cannot read " + f.dir + ": " + ec.message()));
-  const std::string name = f.name.empty() ? std::filesystem::absolute(root).lexically_normal().filename().string()
-                                          : f.name;
+  const std::string name =
+      f.name.empty() ? std::filesystem::absolute(root).lexically_normal().filename().string() : f.name;
   auto res = (*client)->PostJson("/api/v1/models", json{{"name", name}, {"files", files}});
   if (!res.ok()) return Fail("model upload", res.status());
   auto model = res->Json();
@@ -58,7 +58,8 @@ int List(const ModelFlags& f) {
   if (!res.ok()) return Fail("model list", res.status());
   auto body = res->Json();
   if (!body.ok()) return Fail("model list", body.status());
-  std::cout << std::left << std::setw(6) << "ID" << std::setw(28) << "NAME" << std::setw(12) << "TYPE" << "BYTES\n";
+  std::cout << std::left << std::setw(6) << "ID" << std::setw(28) << "NAME" << std::setw(12) << "TYPE"
+            << "BYTES\n";
   for (const json& m : (*body)["models"]) {
     std::cout << std::left << std::setw(6) << m["id"].get<int64_t>() << std::setw(28) << m["name"].get<std::string>()
               << std::setw(12) << m["model_type"].get<std::string>() << m["size_bytes"].get<int64_t>() << "\n";

@@ -30,15 +30,15 @@ std::string Duration(double seconds) {
     std::snprintf(buffer, sizeof buffer, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
                   static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
   } else {
-    std::snprintf(buffer, sizeof buffer, "%lld:%02lld", static_cast<long long>(s / 60),
-                  static_cast<long long>(s % 60));
+    std::snprintf(buffer, sizeof buffer, "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
   }
   return buffer;
 }
 
 std::string MetricsText(const json& e) {
   char buffer[160];
-  std::snprintf(buffer, sizeof buffer, "loss %.4f  perplexity %.3f  accuracy %.1f%%  exact match %.1f%%  (%lld examples)",
+  std::snprintf(buffer, sizeof buffer,
+                "loss %.4f  perplexity %.3f  accuracy %.1f%%  exact match %.1f%%  (%lld examples)",
                 e.value("loss", 0.0), e.value("perplexity", 0.0), 100 * e.value("accuracy", 0.0),
                 100 * e.value("exact_match", 0.0), static_cast<long long>(e.value("num_examples", 0)));
   return buffer;
@@ -50,8 +50,8 @@ std::string FormatProgressLine(int64_t step, int64_t total_steps, double loss, d
                                const std::string& rate_unit, double eta_seconds, int width) {
   const double fraction = total_steps > 0 ? std::clamp(static_cast<double>(step) / total_steps, 0.0, 1.0) : 0.0;
   const int filled = static_cast<int>(std::floor(fraction * width));
-  std::string bar = "[" + std::string(static_cast<size_t>(filled), '#') +
-                    std::string(static_cast<size_t>(width - filled), '-') + "]";
+  std::string bar =
+      "[" + std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(width - filled), '-') + "]";
   const int digits = static_cast<int>(std::to_string(total_steps).size());
   char buffer[256];
   std::snprintf(buffer, sizeof buffer, "%s %*lld/%lld  loss %.4f", bar.c_str(), digits, static_cast<long long>(step),
@@ -80,8 +80,8 @@ void ProgressReporter::OnEvent(const json& event) {
   if (kind == "start") {
     out_ << "training " << event.value("kind", "") << " on " << event.value("device", "cpu") << ": "
          << event.value("samples_used", 0) << " training examples, " << event.value("num_validation", 0)
-         << " for validation, " << event.value("total_steps", 0) << " steps, "
-         << event.value("trainable_parameters", 0) << " trainable parameters\n";
+         << " for validation, " << event.value("total_steps", 0) << " steps, " << event.value("trainable_parameters", 0)
+         << " trainable parameters\n";
     started_ = std::chrono::steady_clock::now();
   } else if (kind == "eval") {
     Finish();

@@ -18,22 +18,37 @@ TEST(ProgressBarTest, FormatsStepsLossRateAndEta) {
             "[----]  1/10  loss 2.0000  lr 1.00e-03  2.5M tok/s  ETA --");
   EXPECT_NE(FormatProgressLine(1, 100000, 2, 1e-3, 1, "tok/s", 3725, 4).find("ETA 1:02:05"), std::string::npos);
   // Unknown parts are left out rather than shown as zeros.
-  EXPECT_EQ(FormatProgressLine(2, 4, 0.25, std::nan(""), std::nan(""), "/s", -1, 4),
-            "[##--] 2/4  loss 0.2500  ETA --");
-  EXPECT_EQ(FormatProgressLine(2, 4, 0.25, std::nan(""), 1500, "/s", -1, 4), "[##--] 2/4  loss 0.2500  1.5k /s  ETA --");
+  EXPECT_EQ(FormatProgressLine(2, 4, 0.25, std::nan(""), std::nan(""), "/s", -1, 4), "[##--] 2/4  loss 0.2500  ETA --");
+  EXPECT_EQ(FormatProgressLine(2, 4, 0.25, std::nan(""), 1500, "/s", -1, 4),
+            "[##--] 2/4  loss 0.2500  1.5k /s  ETA --");
 }
 
 TEST(ProgressBarTest, NonInteractiveOutputPrintsAboutEveryTenthStep) {
   std::ostringstream out;
   ProgressReporter reporter(out, /*interactive=*/false);
-  reporter.OnEvent({{"event", "start"}, {"kind", "tabular"}, {"samples_used", 80}, {"num_validation", 20},
-                    {"total_steps", 100}, {"trainable_parameters", 10}, {"device", "cpu"}});
+  reporter.OnEvent({{"event", "start"},
+                    {"kind", "tabular"},
+                    {"samples_used", 80},
+                    {"num_validation", 20},
+                    {"total_steps", 100},
+                    {"trainable_parameters", 10},
+                    {"device", "cpu"}});
   for (int step = 1; step <= 100; ++step) {
-    reporter.OnEvent({{"event", "progress"}, {"step", step}, {"total_steps", 100}, {"loss", 1.0}, {"lr", 1e-3},
-                      {"samples_per_s", 100.0}, {"tokens_per_s", 0.0}});
+    reporter.OnEvent({{"event", "progress"},
+                      {"step", step},
+                      {"total_steps", 100},
+                      {"loss", 1.0},
+                      {"lr", 1e-3},
+                      {"samples_per_s", 100.0},
+                      {"tokens_per_s", 0.0}});
   }
-  reporter.OnEvent({{"event", "eval"}, {"phase", "after"}, {"loss", 0.5}, {"perplexity", 1.65}, {"accuracy", 0.9},
-                    {"exact_match", 0.9}, {"num_examples", 20}});
+  reporter.OnEvent({{"event", "eval"},
+                    {"phase", "after"},
+                    {"loss", 0.5},
+                    {"perplexity", 1.65},
+                    {"accuracy", 0.9},
+                    {"exact_match", 0.9},
+                    {"num_examples", 20}});
   const std::string text = out.str();
   EXPECT_NE(text.find("80 training examples, 20 for validation, 100 steps"), std::string::npos) << text;
   EXPECT_EQ(std::count(text.begin(), text.end(), '['), 11) << text;  // step 1, then every 10th
@@ -45,7 +60,11 @@ TEST(ProgressBarTest, InteractiveOutputRedrawsOneLine) {
   std::ostringstream out;
   ProgressReporter reporter(out, /*interactive=*/true);
   for (int step = 1; step <= 3; ++step) {
-    reporter.OnEvent({{"event", "progress"}, {"step", step}, {"total_steps", 3}, {"loss", 1.0}, {"lr", 1e-3},
+    reporter.OnEvent({{"event", "progress"},
+                      {"step", step},
+                      {"total_steps", 3},
+                      {"loss", 1.0},
+                      {"lr", 1e-3},
                       {"tokens_per_s", 500.0}});
   }
   reporter.Finish();

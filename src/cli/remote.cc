@@ -24,10 +24,12 @@ std::string ReadFileTrimmed(const std::string& path) {
 }  // namespace
 
 void AddRemoteFlags(CLI::App& command, RemoteFlags& flags) {
-  command.add_option("--server", flags.server, "coordinator URL (default: $PARSYN_SERVER, else <data-dir>/server.json)");
+  command.add_option("--server", flags.server,
+                     "coordinator URL (default: $PARSYN_SERVER, else <data-dir>/server.json)");
   command.add_option("--api-key", flags.api_key, "admin API key (default: $PARSYN_API_KEY, else <data-dir>/admin-key)");
-  command.add_option("--data-dir", flags.data_dir, "the local server's data directory (default: $PARSYN_DATA_DIR "
-                                                   "or ./parsyn-data)");
+  command.add_option("--data-dir", flags.data_dir,
+                     "the local server's data directory (default: $PARSYN_DATA_DIR "
+                     "or ./parsyn-data)");
 }
 
 std::string DefaultDataDir() {
@@ -49,8 +51,10 @@ StatusOr<std::unique_ptr<http::Client>> ConnectToServer(const RemoteFlags& flags
   std::string key = !flags.api_key.empty() ? flags.api_key : Env("PARSYN_API_KEY");
   if (key.empty()) key = ReadFileTrimmed(data_dir + "/admin-key");
   if (key.empty()) {
-    return InvalidArgumentError("no API key: pass --api-key, set PARSYN_API_KEY, or use the data directory of a "
-                                "local server (" + data_dir + "/admin-key)");
+    return InvalidArgumentError(
+        "no API key: pass --api-key, set PARSYN_API_KEY, or use the data directory of a "
+        "local server (" +
+        data_dir + "/admin-key)");
   }
   http::ClientOptions options;
   options.base_url = server;

@@ -128,8 +128,7 @@ int RunServer(const ServerFlags& f) {
     if (!self.ok()) return Fail("server", self.status());
     // Workers on this machine reach the server at the address it listens on, whatever --public-url says.
     supervisor = std::make_unique<ManagedWorkerSupervisor>(
-        SupervisorOptions{.program = *self, .server_url = base, .device = f.managed_worker_device},
-        std::move(managed));
+        SupervisorOptions{.program = *self, .server_url = base, .device = f.managed_worker_device}, std::move(managed));
     supervisor->Start();
   }
 
@@ -171,24 +170,25 @@ int RunServer(const ServerFlags& f) {
 void AddServerCommand(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<ServerFlags>();
   CLI::App* cmd = app.add_subcommand("server", "run the coordinator (REST API, worker protocol, rounds)");
-  cmd->add_option("--data-dir", flags->data_dir, "where the metadata database and blobs live "
-                                                 "(default: $PARSYN_DATA_DIR or ./parsyn-data)");
-  cmd->add_option("--listen", flags->listen, "host:port to listen on (port 0 picks a free one)")
-      ->capture_default_str();
+  cmd->add_option("--data-dir", flags->data_dir,
+                  "where the metadata database and blobs live "
+                  "(default: $PARSYN_DATA_DIR or ./parsyn-data)");
+  cmd->add_option("--listen", flags->listen, "host:port to listen on (port 0 picks a free one)")->capture_default_str();
   cmd->add_option("--tls-cert", flags->tls_cert, "PEM certificate chain: serve HTTPS only");
   cmd->add_option("--tls-key", flags->tls_key, "PEM private key for --tls-cert");
   cmd->add_option("--public-url", flags->public_url, "base URL workers reach this server at (signed blob URLs)");
   cmd->add_option("--heartbeat-interval-ms", flags->heartbeat_interval_ms, "heartbeat period asked of workers")
       ->capture_default_str();
-  cmd->add_option("--heartbeat-timeout-ms", flags->heartbeat_timeout_ms,
-                  "a worker silent this long is disconnected")->capture_default_str();
+  cmd->add_option("--heartbeat-timeout-ms", flags->heartbeat_timeout_ms, "a worker silent this long is disconnected")
+      ->capture_default_str();
   cmd->add_option("--max-poll-wait-ms", flags->max_poll_wait_ms, "longest task long-poll")->capture_default_str();
   cmd->add_option("--threads", flags->threads, "worker-pool threads for storage and aggregation")
       ->capture_default_str();
   cmd->add_option("--log-level", flags->log_level, "debug, info, warn or error");
   cmd->add_option("--managed-workers", flags->managed_workers,
                   "run and supervise this many local managed workers (managed-1..N; restarted when they exit)")
-      ->capture_default_str()->check(CLI::Range(0, 64));
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   cmd->add_option("--managed-worker-device", flags->managed_worker_device, "--device of the managed workers")
       ->capture_default_str();
   cmd->add_option("--blobs", flags->blobs,

@@ -112,8 +112,7 @@ int RunTrain(const TrainFlags& f) {
   fs::remove_all(work, ec);  // best effort: a leftover work folder is harmless
   const json& done = outcome->done;
   const bool lora = config.value("use_peft", false);
-  std::cout << "trained " << done.value("steps", 0) << " steps on " << done.value("samples_used", 0)
-            << " examples";
+  std::cout << "trained " << done.value("steps", 0) << " steps on " << done.value("samples_used", 0) << " examples";
   if (done["mean_train_loss"].is_number()) std::cout << ", mean loss " << done["mean_train_loss"].get<double>();
   std::cout << "\n";
   if (done.value("kind", "") == "tabular") {
@@ -135,7 +134,8 @@ void AddConfigFlag(CLI::App* cmd, TrainFlags& flags, const std::string& key, con
   for (char& c : flag) {
     if (c == '_') c = '-';
   }
-  cmd->add_option_function<T>(flag, [&flags, key](const T& value) { flags.config_overrides[key] = value; }, help);
+  cmd->add_option_function<T>(
+      flag, [&flags, key](const T& value) { flags.config_overrides[key] = value; }, help);
 }
 
 }  // namespace

@@ -54,11 +54,13 @@ TEST_F(TrainCommandTest, ModelInitThenLoraTrainingWritesPeftAdapter) {
   EXPECT_TRUE(fs::exists(dir_ / "model/tokenizer.json"));
 
   std::ofstream data(dir_ / "data.jsonl");
-  for (int i = 0; i < 10; ++i) data << R"({"prompt": "q)" << i << R"(", "completion": " a"})" << "\n";
+  for (int i = 0; i < 10; ++i)
+    data << R"({"prompt": "q)" << i << R"(", "completion": " a"})"
+         << "\n";
   data.close();
   CommandRun train = RunParsyn("train --model " + Path("model") + " --data " + Path("data.jsonl") + " --out " +
-                        Path("adapter") + " --use-peft --lora-r 4 --lora-target-modules q_proj,k_proj,v_proj" +
-                        " --max-steps 3 --batch-size 4 --learning-rate 1e-3");
+                               Path("adapter") + " --use-peft --lora-r 4 --lora-target-modules q_proj,k_proj,v_proj" +
+                               " --max-steps 3 --batch-size 4 --learning-rate 1e-3");
   ASSERT_EQ(train.exit_code, 0) << train.output;
   EXPECT_NE(train.output.find("3/3"), std::string::npos) << train.output;  // the progress bar's last step
   EXPECT_NE(train.output.find("wrote LoRA adapter (PEFT layout)"), std::string::npos) << train.output;
@@ -75,23 +77,26 @@ TEST_F(TrainCommandTest, ModelInitThenLoraTrainingWritesPeftAdapter) {
 TEST_F(TrainCommandTest, TabularTrainingWritesAModel) {
   std::ofstream data(dir_ / "data.csv");
   data << "a,b,label\n";
-  for (int i = 0; i < 40; ++i) data << (i % 2 ? 1 : -1) * (1 + i % 5) << "," << i % 7 << "," << (i % 2 ? "yes" : "no") << "\n";
+  for (int i = 0; i < 40; ++i)
+    data << (i % 2 ? 1 : -1) * (1 + i % 5) << "," << i % 7 << "," << (i % 2 ? "yes" : "no") << "\n";
   data.close();
   CommandRun train = RunParsyn("train --data " + Path("data.csv") + " --out " + Path("tab") +
-                        " --model-type logreg --epochs 2 --batch-size 8");
+                               " --model-type logreg --epochs 2 --batch-size 8");
   ASSERT_EQ(train.exit_code, 0) << train.output;
   EXPECT_NE(train.output.find("wrote tabular model"), std::string::npos) << train.output;
   EXPECT_TRUE(fs::exists(dir_ / "tab/tabular_model.json"));
 }
 
 TEST_F(TrainCommandTest, BadInputsGiveClearErrors) {
-  CommandRun missing = RunParsyn("train --data " + Path("nope.jsonl") + " --out " + Path("o") + " --model " + Path("m"));
+  CommandRun missing =
+      RunParsyn("train --data " + Path("nope.jsonl") + " --out " + Path("o") + " --model " + Path("m"));
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.output.find("parsyn train: --data " + Path("nope.jsonl") + ": no such file"), std::string::npos)
       << missing.output;
 
   std::ofstream(dir_ / "data.csv") << "x,label\n1,a\n2,b\n3,a\n4,b\n";
-  CommandRun bad_config = RunParsyn("train --data " + Path("data.csv") + " --out " + Path("o") + " --mixed-precision fp8");
+  CommandRun bad_config =
+      RunParsyn("train --data " + Path("data.csv") + " --out " + Path("o") + " --mixed-precision fp8");
   EXPECT_EQ(bad_config.exit_code, 1);
   EXPECT_NE(bad_config.output.find("config.mixed_precision: unknown value \"fp8\""), std::string::npos)
       << bad_config.output;

@@ -2,8 +2,8 @@
 // Runs the worker agent (src/worker/agent.h) until SIGTERM or SIGINT; parsyn-trainer runs as its child process.
 // Shares the `worker` group with `parsyn worker register|list` (worker_commands.cc): without a subcommand, the group
 // itself runs the agent.
-#include <sys/prctl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include <atomic>

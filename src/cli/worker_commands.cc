@@ -36,7 +36,8 @@ int List(const WorkerFlags& f) {
   auto body = res->Json();
   if (!body.ok()) return Fail("worker list", body.status());
   std::cout << std::left << std::setw(6) << "ID" << std::setw(20) << "NAME" << std::setw(9) << "KIND" << std::setw(9)
-            << "STATUS" << std::setw(6) << "JOB" << "DEVICE\n";
+            << "STATUS" << std::setw(6) << "JOB"
+            << "DEVICE\n";
   for (const json& w : (*body)["workers"]) {
     std::cout << std::left << std::setw(6) << w["id"].get<int64_t>() << std::setw(20) << w["name"].get<std::string>()
               << std::setw(9) << w["kind"].get<std::string>() << std::setw(9) << w["status"].get<std::string>()

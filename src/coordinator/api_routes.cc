@@ -7,12 +7,12 @@
 
 #include "base/log.h"
 #include "coordinator/api_json.h"
-#include "storage/local_blob_copy.h"
 #include "coordinator/auth.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/loop_tools.h"
 #include "coordinator/service_routes.h"
 #include "data/dataset.h"
+#include "storage/local_blob_copy.h"
 #include "weights/lora_layout.h"
 
 namespace parsyn::coordinator {
@@ -60,9 +60,8 @@ namespace {
 
 // The upload id of a staged file: 32 hex digits, also its blob key's last segment.
 Status ValidateUploadId(std::string_view id) {
-  bool ok = id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
-              return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-            });
+  bool ok = id.size() == 32 &&
+            std::all_of(id.begin(), id.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
   if (!ok) return InvalidArgumentError("upload id '" + std::string(id.substr(0, 64)) + "' is not 32 hex digits");
   return Status::Ok();
 }
@@ -98,8 +97,8 @@ Status Service::AddApiRoutes(Routes& routes) {
         } else if (name.ends_with(".jsonl")) {
           format_name = "jsonl";
         } else {
-          co_return Response::Error(InvalidArgumentError(
-              "cannot tell the dataset format from the name '" + name + "': pass format=jsonl or format=csv"));
+          co_return Response::Error(InvalidArgumentError("cannot tell the dataset format from the name '" + name +
+                                                         "': pass format=jsonl or format=csv"));
         }
         StatusOr<storage::DatasetFormat> format = storage::ParseDatasetFormat(format_name);
         if (!format.ok()) co_return Response::Error(format.status());
@@ -111,15 +110,20 @@ Status Service::AddApiRoutes(Routes& routes) {
         const std::string key = fmt::format("datasets/{}/data.{}", *blob_name, storage::ToString(*format));
         storage::BlobStore& blobs = self->blobs();
         auto upload = StreamBodyInto<StatusOr<storage::BlobInfo>>(
-            self->upload_pool(), *req.body_stream, [&blobs, key](storage::ByteSource& body) { return blobs.Put(key, body); });
+            self->upload_pool(), *req.body_stream,
+            [&blobs, key](storage::ByteSource& body) { return blobs.Put(key, body); });
         StatusOr<storage::BlobInfo> stored = co_await std::move(upload);
         if (!stored.ok()) co_return Response::Error(stored.status());
 
         // Validated from the stored blob, so what was checked is exactly what jobs will read.
         const int64_t now = self->clock().UnixMillis();
         StatusOr<storage::Dataset> created = co_await Offload(self->pool(), [&]() -> StatusOr<storage::Dataset> {
-          storage::Dataset d{.name = name, .format = *format, .size_bytes = static_cast<int64_t>(stored->size_bytes),
-                             .sha256 = stored->sha256, .blob_key = key, .created_at_ms = now};
+          storage::Dataset d{.name = name,
+                             .format = *format,
+                             .size_bytes = static_cast<int64_t>(stored->size_bytes),
+                             .sha256 = stored->sha256,
+                             .blob_key = key,
+                             .created_at_ms = now};
           // A store error is not the dataset's fault: it is answered as it is, and the blob stays.
           PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy copy,
                                   storage::LocalBlobCopy::Open(blobs, key, self->spool_dir()));
@@ -160,13 +164,14 @@ Status Service::AddApiRoutes(Routes& routes) {
     co_return Response::Json(200, {{"datasets", items}});
   }));
 
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/datasets/{id}", [self](Request& req) -> Awaitable<Response> {
-    StatusOr<int64_t> id = ParseId(req.params["id"], "dataset");
-    if (!id.ok()) co_return Response::Error(id.status());
-    auto d = co_await Offload(self->pool(), [&] { return self->store().GetDataset(*id); });
-    if (!d.ok()) co_return Response::Error(d.status());
-    co_return Response::Json(200, DatasetJson(*d));
-  }));
+  PARSYN_RETURN_IF_ERROR(
+      routes.Admin(Method::kGet, "/api/v1/datasets/{id}", [self](Request& req) -> Awaitable<Response> {
+        StatusOr<int64_t> id = ParseId(req.params["id"], "dataset");
+        if (!id.ok()) co_return Response::Error(id.status());
+        auto d = co_await Offload(self->pool(), [&] { return self->store().GetDataset(*id); });
+        if (!d.ok()) co_return Response::Error(d.status());
+        co_return Response::Json(200, DatasetJson(*d));
+      }));
 
   PARSYN_RETURN_IF_ERROR(
       routes.Admin(Method::kDelete, "/api/v1/datasets/{id}", [self](Request& req) -> Awaitable<Response> {
@@ -191,11 +196,12 @@ Status Service::AddApiRoutes(Routes& routes) {
         const std::string key = UploadKey(*id);
         storage::BlobStore& blobs = self->blobs();
         auto upload = StreamBodyInto<StatusOr<storage::BlobInfo>>(
-            self->upload_pool(), *req.body_stream, [&blobs, key](storage::ByteSource& body) { return blobs.Put(key, body); });
+            self->upload_pool(), *req.body_stream,
+            [&blobs, key](storage::ByteSource& body) { return blobs.Put(key, body); });
         StatusOr<storage::BlobInfo> stored = co_await std::move(upload);
         if (!stored.ok()) co_return Response::Error(stored.status());
-        co_return Response::Json(201, {{"upload_id", *id}, {"size_bytes", stored->size_bytes},
-                                       {"sha256", stored->sha256}});
+        co_return Response::Json(201,
+                                 {{"upload_id", *id}, {"size_bytes", stored->size_bytes}, {"sha256", stored->sha256}});
       },
       upload_options));
 
@@ -293,18 +299,19 @@ Status Service::AddApiRoutes(Routes& routes) {
     co_return Response::Json(200, ModelJson(*m));
   }));
 
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kDelete, "/api/v1/models/{id}", [self](Request& req) -> Awaitable<Response> {
-    StatusOr<int64_t> id = ParseId(req.params["id"], "model");
-    if (!id.ok()) co_return Response::Error(id.status());
-    Status deleted = co_await Offload(self->pool(), [&]() -> Status {
-      PARSYN_ASSIGN_OR_RETURN(storage::Model m, self->store().GetModel(*id));
-      PARSYN_RETURN_IF_ERROR(self->store().DeleteModel(*id));
-      for (const storage::ModelFile& f : m.files) self->blobs().Delete(f.blob_key).IgnoreError();  // space only
-      return Status::Ok();
-    });
-    if (!deleted.ok()) co_return Response::Error(deleted);
-    co_return Response::NoContent();
-  }));
+  PARSYN_RETURN_IF_ERROR(
+      routes.Admin(Method::kDelete, "/api/v1/models/{id}", [self](Request& req) -> Awaitable<Response> {
+        StatusOr<int64_t> id = ParseId(req.params["id"], "model");
+        if (!id.ok()) co_return Response::Error(id.status());
+        Status deleted = co_await Offload(self->pool(), [&]() -> Status {
+          PARSYN_ASSIGN_OR_RETURN(storage::Model m, self->store().GetModel(*id));
+          PARSYN_RETURN_IF_ERROR(self->store().DeleteModel(*id));
+          for (const storage::ModelFile& f : m.files) self->blobs().Delete(f.blob_key).IgnoreError();  // space only
+          return Status::Ok();
+        });
+        if (!deleted.ok()) co_return Response::Error(deleted);
+        co_return Response::NoContent();
+      }));
 
   // ---- workers ----------------------------------------------------------------------------------------------------
   PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/workers", [self](Request& req) -> Awaitable<Response> {
@@ -324,8 +331,8 @@ Status Service::AddApiRoutes(Routes& routes) {
     if (!fields->status().ok()) co_return Response::Error(fields->status());
     StatusOr<std::string> token = NewSecret("pwt_");
     if (!token.ok()) co_return Response::Error(token.status());
-    storage::Worker worker{.name = *name, .kind = kind, .token_sha256 = HashSecret(*token),
-                           .created_at_ms = self->clock().UnixMillis()};
+    storage::Worker worker{
+        .name = *name, .kind = kind, .token_sha256 = HashSecret(*token), .created_at_ms = self->clock().UnixMillis()};
     auto created = co_await Offload(self->pool(), [&] { return self->store().CreateWorker(worker); });
     if (!created.ok()) co_return Response::Error(created.status());
     self->worker_tokens_[created->token_sha256] = WorkerAuth{.worker_id = created->id, .revoked = false};
@@ -337,20 +344,23 @@ Status Service::AddApiRoutes(Routes& routes) {
   auto worker_view = [self](const storage::Worker& w) {
     json j = WorkerJson(w);
     if (const Session* s = self->FindSession(w.id)) {
-      if (s->current_job) j["current_job_id"] = *s->current_job;
-      else if (!s->queued.empty()) j["current_job_id"] = s->queued.front().job_id;
+      if (s->current_job)
+        j["current_job_id"] = *s->current_job;
+      else if (!s->queued.empty())
+        j["current_job_id"] = s->queued.front().job_id;
     }
     if (!j.contains("current_job_id")) j["current_job_id"] = nullptr;
     return j;
   };
 
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/workers", [self, worker_view](Request&) -> Awaitable<Response> {
-    auto list = co_await Offload(self->pool(), [self] { return self->store().ListWorkers(); });
-    if (!list.ok()) co_return Response::Error(list.status());
-    json items = json::array();
-    for (const storage::Worker& w : *list) items.push_back(worker_view(w));
-    co_return Response::Json(200, {{"workers", items}});
-  }));
+  PARSYN_RETURN_IF_ERROR(
+      routes.Admin(Method::kGet, "/api/v1/workers", [self, worker_view](Request&) -> Awaitable<Response> {
+        auto list = co_await Offload(self->pool(), [self] { return self->store().ListWorkers(); });
+        if (!list.ok()) co_return Response::Error(list.status());
+        json items = json::array();
+        for (const storage::Worker& w : *list) items.push_back(worker_view(w));
+        co_return Response::Json(200, {{"workers", items}});
+      }));
 
   PARSYN_RETURN_IF_ERROR(
       routes.Admin(Method::kGet, "/api/v1/workers/{id}", [self, worker_view](Request& req) -> Awaitable<Response> {

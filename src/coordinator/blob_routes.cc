@@ -38,25 +38,24 @@ Status Service::AddBlobRoutes(Routes& routes) {
     PARSYN_RETURN_IF_ERROR(storage::ValidateBlobKey(key));
     auto expires = req.query.find("expires");
     auto signature = req.query.find("signature");
-    return http::VerifySignedUrl(self->signing_secret_, method, key,
-                                 expires == req.query.end() ? "" : expires->second,
+    return http::VerifySignedUrl(self->signing_secret_, method, key, expires == req.query.end() ? "" : expires->second,
                                  signature == req.query.end() ? "" : signature->second,
                                  self->clock().UnixMillis() / 1000);
   };
 
-  PARSYN_RETURN_IF_ERROR(routes.Open(Method::kGet, "/blobs/{key...}", [self, verify](Request& req) -> Awaitable<Response> {
-    const std::string key = req.params["key"];
-    Status allowed = verify(req, "GET", key);
-    if (!allowed.ok()) co_return Response::Error(allowed);
-    auto copy = co_await Offload(self->pool(), [&] {
-      return storage::LocalBlobCopy::Open(self->blobs(), key, self->spool_dir());
-    });
-    if (!copy.ok()) co_return Response::Error(copy.status());
-    if (std::optional<int64_t> job = JobOfKey(key)) {
-      if (JobRunner* r = self->FindRunner(*job)) r->AddBytesMoved(copy->size_bytes());
-    }
-    co_return FileResponse(std::move(*copy));
-  }));
+  PARSYN_RETURN_IF_ERROR(
+      routes.Open(Method::kGet, "/blobs/{key...}", [self, verify](Request& req) -> Awaitable<Response> {
+        const std::string key = req.params["key"];
+        Status allowed = verify(req, "GET", key);
+        if (!allowed.ok()) co_return Response::Error(allowed);
+        auto copy = co_await Offload(
+            self->pool(), [&] { return storage::LocalBlobCopy::Open(self->blobs(), key, self->spool_dir()); });
+        if (!copy.ok()) co_return Response::Error(copy.status());
+        if (std::optional<int64_t> job = JobOfKey(key)) {
+          if (JobRunner* r = self->FindRunner(*job)) r->AddBytesMoved(copy->size_bytes());
+        }
+        co_return FileResponse(std::move(*copy));
+      }));
 
   PARSYN_RETURN_IF_ERROR(routes.Open(
       Method::kPut, "/blobs/{key...}",
@@ -69,8 +68,8 @@ Status Service::AddBlobRoutes(Routes& routes) {
           if (JobRunner* r = self->FindRunner(*job)) cap = r->UpdateSizeCap(key);
         }
         if (!cap) {
-          co_return Response::Error(FailedPreconditionError("uploads to " + key +
-                                                            " are closed: its round attempt is over"));
+          co_return Response::Error(
+              FailedPreconditionError("uploads to " + key + " are closed: its round attempt is over"));
         }
         if (std::optional<uint64_t> length = req.body_stream->content_length(); length && *length > *cap) {
           co_return Response::Error(ResourceExhaustedError("upload of " + std::to_string(*length) +
@@ -91,8 +90,8 @@ Status Service::AddBlobRoutes(Routes& routes) {
         if (std::optional<int64_t> job = JobOfKey(key)) {
           if (JobRunner* r = self->FindRunner(*job)) r->AddBytesMoved(stored->size_bytes);
         }
-        co_return Response::Json(201, {{"blob_key", key}, {"size_bytes", stored->size_bytes},
-                                       {"sha256", stored->sha256}});
+        co_return Response::Json(201,
+                                 {{"blob_key", key}, {"size_bytes", stored->size_bytes}, {"sha256", stored->sha256}});
       },
       http::RouteOptions{.stream_body = true, .max_body_bytes = options_.max_upload_bytes}));
   return Status::Ok();

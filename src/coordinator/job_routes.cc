@@ -9,10 +9,10 @@
 
 #include "base/log.h"
 #include "coordinator/api_json.h"
-#include "storage/local_blob_copy.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/loop_tools.h"
 #include "coordinator/service_routes.h"
+#include "storage/local_blob_copy.h"
 #include "weights/lora_layout.h"
 
 namespace parsyn::coordinator {
@@ -38,7 +38,8 @@ Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec) {
     if (model.status().code() != StatusCode::kNotFound) return model.status();
     problems.push_back("model_id: model " + std::to_string(spec.model_id) + " does not exist");
   }
-  auto check_workers = [&](const std::vector<int64_t>& ids, storage::WorkerKind kind, std::string_view field) -> Status {
+  auto check_workers = [&](const std::vector<int64_t>& ids, storage::WorkerKind kind,
+                           std::string_view field) -> Status {
     for (int64_t id : ids) {
       StatusOr<storage::Worker> w = store.GetWorker(id);
       if (!w.ok()) {
@@ -54,8 +55,8 @@ Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec) {
     }
     return Status::Ok();
   };
-  PARSYN_RETURN_IF_ERROR(check_workers(spec.worker_selection.worker_ids, storage::WorkerKind::kOwn,
-                                       "worker_selection.worker_ids"));
+  PARSYN_RETURN_IF_ERROR(
+      check_workers(spec.worker_selection.worker_ids, storage::WorkerKind::kOwn, "worker_selection.worker_ids"));
   PARSYN_RETURN_IF_ERROR(check_workers(spec.worker_selection.parsyn_worker_ids, storage::WorkerKind::kManaged,
                                        "worker_selection.parsyn_worker_ids"));
   if (dataset.ok()) {
@@ -81,8 +82,8 @@ Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec) {
       weights::LoraLayoutOptions lora{.r = spec.config.lora_r, .target_modules = spec.config.lora_target_modules};
       StatusOr<std::vector<weights::LoraTensorSpec>> layout = weights::LoraLayout(model->config_json, lora);
       if (!layout.ok()) {
-        problems.push_back("config.use_peft: model " + std::to_string(model->id) + " cannot take LoRA adapters: " +
-                           layout.status().message());
+        problems.push_back("config.use_peft: model " + std::to_string(model->id) +
+                           " cannot take LoRA adapters: " + layout.status().message());
       }
     } else if (std::none_of(model->files.begin(), model->files.end(),
                             [](const storage::ModelFile& f) { return f.path == "model.safetensors"; })) {
@@ -117,46 +118,49 @@ StatusOr<int64_t> LastEventId(const Request& req) {
 Status Service::AddJobRoutes(Routes& routes) {
   Service* self = this;
 
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/training-jobs", [self](Request& req) -> Awaitable<Response> {
-    StatusOr<JobSpec> spec = ParseJobSpec(req.body);
-    if (!spec.ok()) co_return Response::Error(spec.status());
-    const int64_t now = self->clock().UnixMillis();
-    StatusOr<storage::TrainingJob> created = co_await Offload(self->pool(), [&]() -> StatusOr<storage::TrainingJob> {
-      PARSYN_RETURN_IF_ERROR(CheckReferences(self->store(), *spec));
-      storage::TrainingJob job{.name = spec->name,
-                               .dataset_id = spec->dataset_id,
-                               .model_id = spec->model_id,
-                               .spec_json = JobSpecToJsonString(*spec),
-                               .created_at_ms = now};
-      return self->store().CreateJob(job);
-    });
-    if (!created.ok()) co_return Response::Error(created.status());
-    {
-      auto event_appended = self->AppendEvent(created->id, "job_status", {{"status", "queued"}});
-      co_await std::move(event_appended);
-    }
-    // Setup (sharding, the initial global) runs after the answer; the job shows queued until it is running.
-    boost::asio::co_spawn(self->executor(), self->LaunchJob(*created), boost::asio::detached);
-    co_return Response::Json(201, JobJson(*created));
-  }));
+  PARSYN_RETURN_IF_ERROR(
+      routes.Admin(Method::kPost, "/api/v1/training-jobs", [self](Request& req) -> Awaitable<Response> {
+        StatusOr<JobSpec> spec = ParseJobSpec(req.body);
+        if (!spec.ok()) co_return Response::Error(spec.status());
+        const int64_t now = self->clock().UnixMillis();
+        StatusOr<storage::TrainingJob> created =
+            co_await Offload(self->pool(), [&]() -> StatusOr<storage::TrainingJob> {
+              PARSYN_RETURN_IF_ERROR(CheckReferences(self->store(), *spec));
+              storage::TrainingJob job{.name = spec->name,
+                                       .dataset_id = spec->dataset_id,
+                                       .model_id = spec->model_id,
+                                       .spec_json = JobSpecToJsonString(*spec),
+                                       .created_at_ms = now};
+              return self->store().CreateJob(job);
+            });
+        if (!created.ok()) co_return Response::Error(created.status());
+        {
+          auto event_appended = self->AppendEvent(created->id, "job_status", {{"status", "queued"}});
+          co_await std::move(event_appended);
+        }
+        // Setup (sharding, the initial global) runs after the answer; the job shows queued until it is running.
+        boost::asio::co_spawn(self->executor(), self->LaunchJob(*created), boost::asio::detached);
+        co_return Response::Json(201, JobJson(*created));
+      }));
 
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/training-jobs", [self](Request& req) -> Awaitable<Response> {
-    std::optional<storage::JobStatus> filter;
-    if (auto it = req.query.find("status"); it != req.query.end()) {
-      StatusOr<storage::JobStatus> s = storage::ParseJobStatus(it->second);
-      if (!s.ok()) co_return Response::Error(s.status());
-      filter = *s;
-    }
-    auto list = co_await Offload(self->pool(), [&] { return self->store().ListJobs(filter); });
-    if (!list.ok()) co_return Response::Error(list.status());
-    json items = json::array();
-    for (const storage::TrainingJob& j : *list) {
-      json v = JobJson(j);
-      v.erase("spec");
-      items.push_back(std::move(v));
-    }
-    co_return Response::Json(200, {{"training_jobs", items}});
-  }));
+  PARSYN_RETURN_IF_ERROR(
+      routes.Admin(Method::kGet, "/api/v1/training-jobs", [self](Request& req) -> Awaitable<Response> {
+        std::optional<storage::JobStatus> filter;
+        if (auto it = req.query.find("status"); it != req.query.end()) {
+          StatusOr<storage::JobStatus> s = storage::ParseJobStatus(it->second);
+          if (!s.ok()) co_return Response::Error(s.status());
+          filter = *s;
+        }
+        auto list = co_await Offload(self->pool(), [&] { return self->store().ListJobs(filter); });
+        if (!list.ok()) co_return Response::Error(list.status());
+        json items = json::array();
+        for (const storage::TrainingJob& j : *list) {
+          json v = JobJson(j);
+          v.erase("spec");
+          items.push_back(std::move(v));
+        }
+        co_return Response::Json(200, {{"training_jobs", items}});
+      }));
 
   PARSYN_RETURN_IF_ERROR(
       routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}", [self](Request& req) -> Awaitable<Response> {

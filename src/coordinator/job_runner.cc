@@ -68,8 +68,8 @@ double MillisSince(std::chrono::steady_clock::time_point start) {
 // wrong; other codes are store errors. Blocking (a pool thread).
 StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const ResultReport& report,
                                              const std::string& expected_key, uint64_t max_bytes,
-                                             const weights::WeightSet& global,
-                                             const std::filesystem::path& spool_dir, uint64_t* size_bytes) {
+                                             const weights::WeightSet& global, const std::filesystem::path& spool_dir,
+                                             uint64_t* size_bytes) {
   if (report.blob_key != expected_key) {
     return InvalidArgumentError("update blob key '" + report.blob_key + "' is not this task's '" + expected_key + "'");
   }
@@ -81,8 +81,7 @@ StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const Re
       case StatusCode::kResourceExhausted:
         return InvalidArgumentError("update is larger than the " + std::to_string(max_bytes) +
                                     " bytes allowed for this job's weights");
-      default:
-        return copy.status();
+      default: return copy.status();
     }
   }
   *size_bytes = copy->size_bytes();
@@ -154,9 +153,8 @@ http::Awaitable<Status> JobRunner::Launch() {
     PARSYN_LOG_ERROR("training job {}: {}", job_.id, status.ToString());
     const std::string reason = "could not start: " + status.message();
     const int64_t now = service_.clock().UnixMillis();
-    StatusOr<storage::TrainingJob> failed = co_await Offload(service_.pool(), [&] {
-      return service_.store().SetJobStatus(job_.id, JobStatus::kFailed, now, reason);
-    });
+    StatusOr<storage::TrainingJob> failed = co_await Offload(
+        service_.pool(), [&] { return service_.store().SetJobStatus(job_.id, JobStatus::kFailed, now, reason); });
     if (failed.ok()) job_ = *failed;
     ended_ = true;
     {
@@ -204,8 +202,7 @@ http::Awaitable<Status> JobRunner::Setup() {
     PARSYN_ASSIGN_OR_RETURN(p.shards, store.ListShards(job_id));
     if (p.shards.empty()) {
       PARSYN_ASSIGN_OR_RETURN(std::vector<Shard> split, SplitRows(p.dataset.row_count, config.num_shards,
-                                                                   spec.config.validation_fraction,
-                                                                   spec.config.seed));
+                                                                  spec.config.validation_fraction, spec.config.seed));
       PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy dataset_copy,
                               storage::LocalBlobCopy::Open(blobs, p.dataset.blob_key, spool_dir));
       const std::filesystem::path& source = dataset_copy.path();
@@ -279,9 +276,9 @@ http::Awaitable<Status> JobRunner::Setup() {
   if (!running.ok()) co_return running.status();
   job_ = *running;
   {
-      auto event_appended = service_.AppendEvent(job_id, "job_status", {{"status", "running"}});
-      co_await std::move(event_appended);
-    }
+    auto event_appended = service_.AppendEvent(job_id, "job_status", {{"status", "running"}});
+    co_await std::move(event_appended);
+  }
 
   for (const storage::Shard& s : shards_) engine_config_.shard_train_rows.push_back(s.train_rows);
   engine_ = std::make_unique<RoundEngine>(engine_config_, strategy_, service_.clock());
@@ -334,7 +331,8 @@ http::Awaitable<Status> JobRunner::Resume() {
   checkpoint.consecutive_failed_rounds = job_.consecutive_failed_rounds;
   std::string global_key, global_sha;
   for (const storage::Round& r : loaded->rounds) {
-    if (r.round == job_.committed_round + 1) checkpoint.attempts_of_next_round = std::max(checkpoint.attempts_of_next_round, r.attempt);
+    if (r.round == job_.committed_round + 1)
+      checkpoint.attempts_of_next_round = std::max(checkpoint.attempts_of_next_round, r.attempt);
     if (r.round == job_.committed_round && r.status == storage::RoundStatus::kCommitted) {
       global_key = r.global_blob_key;
       global_sha = r.global_sha256;
@@ -365,9 +363,10 @@ http::Awaitable<Status> JobRunner::Resume() {
                   checkpoint.last_committed_round, checkpoint.attempts_of_next_round + 1,
                   checkpoint.last_committed_round + 1);
   {
-      auto event_appended = service_.AppendEvent(job_id, "job_resumed", {{"committed_round", checkpoint.last_committed_round}});
-      co_await std::move(event_appended);
-    }
+    auto event_appended =
+        service_.AppendEvent(job_id, "job_resumed", {{"committed_round", checkpoint.last_committed_round}});
+    co_await std::move(event_appended);
+  }
   engine_ = std::make_unique<RoundEngine>(engine_config_, strategy_, service_.clock());
   const std::vector<int64_t> idle = service_.IdleWorkers();
   auto handled = Handle([&] { return engine_->Restore(checkpoint, idle); });  // kCoAwaitTemporaries
@@ -377,8 +376,8 @@ http::Awaitable<Status> JobRunner::Resume() {
 http::Awaitable<Status> JobRunner::Handle(std::function<StatusOr<Actions>()> event) {
   co_await mutex_.Lock();
   LoopLock lock(mutex_);
-  if (engine_ == nullptr) co_return FailedPreconditionError("training job " + std::to_string(job_.id) +
-                                                            " is not running yet");
+  if (engine_ == nullptr)
+    co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " is not running yet");
   StatusOr<Actions> actions = event();
   if (!actions.ok()) co_return actions.status();
   auto execution = Execute(std::move(*actions));
@@ -412,9 +411,9 @@ http::Awaitable<Status> JobRunner::Do(const Action& action, std::deque<Action>& 
     pending_validation_loss_ = a->validation_loss;
     {
       auto event_appended = service_.AppendEvent(job_.id, "global_evaluated",
-                                  {{"global_round", a->global_round},
-                                   {"validation_loss", a->validation_loss},
-                                   {"validation_samples", a->validation_samples}});
+                                                 {{"global_round", a->global_round},
+                                                  {"validation_loss", a->validation_loss},
+                                                  {"validation_samples", a->validation_samples}});
       co_await std::move(event_appended);
     }
     co_return Status::Ok();
@@ -429,8 +428,8 @@ http::Awaitable<Status> JobRunner::Do(const Action& action, std::deque<Action>& 
 }
 
 http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a, const std::deque<Action>& work) {
-  storage::Round round{.job_id = job_.id, .round = a.round, .attempt = a.attempt,
-                       .started_at_ms = service_.clock().UnixMillis()};
+  storage::Round round{
+      .job_id = job_.id, .round = a.round, .attempt = a.attempt, .started_at_ms = service_.clock().UnixMillis()};
   // The participants chosen together with the start (workers already waiting); later arrivals show in the updates.
   for (const Action& next : work) {
     if (const auto* t = std::get_if<AssignTask>(&next); t && t->round == a.round && t->attempt == a.attempt) {
@@ -451,22 +450,26 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
   Status begun = co_await Offload(service_.pool(), [&] { return strategy_.Begin(a.round, *global_); });
   if (!begun.ok()) co_return begun;
   {
-      auto event_appended = service_.AppendEvent(job_.id, "round_started",
-                                {{"round", a.round}, {"attempt", a.attempt}, {"total_rounds", engine_config_.num_rounds},
-                                 {"participants", round.participants}});
-      co_await std::move(event_appended);
-    }
+    auto event_appended = service_.AppendEvent(job_.id, "round_started",
+                                               {{"round", a.round},
+                                                {"attempt", a.attempt},
+                                                {"total_rounds", engine_config_.num_rounds},
+                                                {"participants", round.participants}});
+    co_await std::move(event_appended);
+  }
   co_return Status::Ok();
 }
 
 StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
   const storage::Shard& shard = shards_.at(static_cast<size_t>(a.shard));
-  const std::string validation_key =
-      shard.blob_key.substr(0, shard.blob_key.rfind('/')) + "/validation." + std::string(DatasetExtension(dataset_.format));
+  const std::string validation_key = shard.blob_key.substr(0, shard.blob_key.rfind('/')) + "/validation." +
+                                     std::string(DatasetExtension(dataset_.format));
   json model_files = json::array();
   for (const storage::ModelFile& f : model_.files) {
-    model_files.push_back({{"path", f.path}, {"url", service_.BlobGetUrl(f.blob_key)},
-                           {"sha256", f.sha256}, {"size_bytes", f.size_bytes}});
+    model_files.push_back({{"path", f.path},
+                           {"url", service_.BlobGetUrl(f.blob_key)},
+                           {"sha256", f.sha256},
+                           {"size_bytes", f.size_bytes}});
   }
   json spec = JobSpecToJson(spec_);
   json task = {
@@ -482,8 +485,10 @@ StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
       {"config", spec["config"]},
       {"deadline_unix_ms", service_.clock().UnixMillis() + engine_config_.aggregation_timeout.count()},
       {"global_weights",
-       {{"url", service_.BlobGetUrl(global_key_)}, {"sha256", global_sha256_},
-        {"size_bytes", global_size_bytes_}, {"round", engine_->last_committed_round()}}},
+       {{"url", service_.BlobGetUrl(global_key_)},
+        {"sha256", global_sha256_},
+        {"size_bytes", global_size_bytes_},
+        {"round", engine_->last_committed_round()}}},
       {"data",
        {{"format", storage::ToString(dataset_.format)},
         {"kind", storage::ToString(dataset_.kind)},
@@ -543,18 +548,20 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
   const auto assign_start = std::chrono::steady_clock::now();
   if (shard.worker_id != a.worker) {
     // The worker keeps this shard for the whole job: stored before the task goes out.
-    Status assigned = co_await Offload(service_.pool(), [&] {
-      return service_.store().AssignShard(job_.id, a.shard, a.worker);
-    });
+    Status assigned =
+        co_await Offload(service_.pool(), [&] { return service_.store().AssignShard(job_.id, a.shard, a.worker); });
     if (!assigned.ok()) co_return assigned;
     shard.worker_id = a.worker;
   }
   {
-      auto event_appended = service_.AppendEvent(job_.id, "task_assigned",
-                                {{"worker_id", a.worker}, {"round", a.round}, {"attempt", a.attempt},
-                                 {"shard", a.shard}, {"kind", a.kind == TaskKind::kTrain ? "train" : "evaluate"}});
-      co_await std::move(event_appended);
-    }
+    auto event_appended = service_.AppendEvent(job_.id, "task_assigned",
+                                               {{"worker_id", a.worker},
+                                                {"round", a.round},
+                                                {"attempt", a.attempt},
+                                                {"shard", a.shard},
+                                                {"kind", a.kind == TaskKind::kTrain ? "train" : "evaluate"}});
+    co_await std::move(event_appended);
+  }
   const double stored_ms = MillisSince(assign_start);
   Status started = Status::Ok();
   if (a.kind == TaskKind::kTrain) {
@@ -641,20 +648,19 @@ http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, in
   auto it = results_.find(worker_id);
   if (it == results_.end()) co_return Status::Ok();
   const ResultReport& r = it->second;
-  storage::RoundUpdate update{.job_id = job_.id,
-                              .round = round,
-                              .attempt = attempt,
-                              .worker_id = worker_id,
-                              .blob_key = r.blob_key,
-                              .sha256 = r.sha256,
-                              .num_samples = r.sample_count,
-                              .train_loss = std::isfinite(r.train_loss) ? std::optional<double>(r.train_loss)
-                                                                        : std::nullopt,
-                              .metrics_json = r.metrics.dump(),
-                              .status = verdict.ok() ? storage::UpdateStatus::kAccepted
-                                                     : storage::UpdateStatus::kRejected,
-                              .reject_reason = verdict.ok() ? "" : verdict.message(),
-                              .received_at_ms = service_.clock().UnixMillis()};
+  storage::RoundUpdate update{
+      .job_id = job_.id,
+      .round = round,
+      .attempt = attempt,
+      .worker_id = worker_id,
+      .blob_key = r.blob_key,
+      .sha256 = r.sha256,
+      .num_samples = r.sample_count,
+      .train_loss = std::isfinite(r.train_loss) ? std::optional<double>(r.train_loss) : std::nullopt,
+      .metrics_json = r.metrics.dump(),
+      .status = verdict.ok() ? storage::UpdateStatus::kAccepted : storage::UpdateStatus::kRejected,
+      .reject_reason = verdict.ok() ? "" : verdict.message(),
+      .received_at_ms = service_.clock().UnixMillis()};
   // The size as checked; else (a rejected update) as the store says, except on S3, where a Head of an object the
   // worker wrote without our sha256 metadata would download it again just for a number.
   std::optional<uint64_t> verified_bytes;
@@ -676,11 +682,14 @@ http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, in
   recorded_updates_.insert(worker_id);
   last_verdicts_[worker_id] = verdict.ok() ? "" : verdict.message();
   {
-      auto event_appended = service_.AppendEvent(job_.id, verdict.ok() ? "update_accepted" : "update_rejected",
-                                {{"worker_id", worker_id}, {"round", round}, {"attempt", attempt},
-                                 {"sample_count", r.sample_count}, {"reason", verdict.ok() ? "" : verdict.message()}});
-      co_await std::move(event_appended);
-    }
+    auto event_appended = service_.AppendEvent(job_.id, verdict.ok() ? "update_accepted" : "update_rejected",
+                                               {{"worker_id", worker_id},
+                                                {"round", round},
+                                                {"attempt", attempt},
+                                                {"sample_count", r.sample_count},
+                                                {"reason", verdict.ok() ? "" : verdict.message()}});
+    co_await std::move(event_appended);
+  }
   co_return Status::Ok();
 }
 
@@ -694,8 +703,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   // An update checked early by Result() (outside the job mutex) only needs accumulating here.
   std::optional<StatusOr<weights::WeightSet>> checked;
   if (auto c = checked_updates_.find(a.worker); c != checked_updates_.end() && c->second.ready &&
-                                                c->second.round == a.round &&
-                                                c->second.attempt == a.attempt &&
+                                                c->second.round == a.round && c->second.attempt == a.attempt &&
                                                 c->second.blob_key == report.blob_key) {
     checked = std::move(c->second.update);
     checked_updates_.erase(c);
@@ -750,11 +758,14 @@ http::Awaitable<Status> JobRunner::OnDropWorker(const DropWorker& a) {
     service_.AbandonTask(a.worker, job_.id, a.round, a.attempt);
   }
   {
-      auto event_appended = service_.AppendEvent(job_.id, "worker_dropped",
-                                {{"worker_id", a.worker}, {"round", a.round}, {"attempt", a.attempt},
-                                 {"cause", DropCauseName(a.cause)}, {"reason", a.reason}});
-      co_await std::move(event_appended);
-    }
+    auto event_appended = service_.AppendEvent(job_.id, "worker_dropped",
+                                               {{"worker_id", a.worker},
+                                                {"round", a.round},
+                                                {"attempt", a.attempt},
+                                                {"cause", DropCauseName(a.cause)},
+                                                {"reason", a.reason}});
+    co_await std::move(event_appended);
+  }
   co_return Status::Ok();
 }
 
@@ -830,11 +841,11 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
     PARSYN_RETURN_IF_ERROR(service_.store().CommitRound(commit));
     // Every committed global stays downloadable as an artifact of the job.
     Status added = service_.store().AddJobArtifact({.job_id = job_.id,
-                                                     .name = artifact_name,
-                                                     .blob_key = commit.global_blob_key,
-                                                     .size_bytes = static_cast<int64_t>(info->size_bytes),
-                                                     .sha256 = commit.global_sha256,
-                                                     .created_at_ms = commit.ended_at_ms});
+                                                    .name = artifact_name,
+                                                    .blob_key = commit.global_blob_key,
+                                                    .size_bytes = static_cast<int64_t>(info->size_bytes),
+                                                    .sha256 = commit.global_sha256,
+                                                    .created_at_ms = commit.ended_at_ms});
     if (!added.ok() && added.code() != StatusCode::kAlreadyExists) return added;
     return Status::Ok();
   });
@@ -848,14 +859,18 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
   global_size_bytes_ = info->size_bytes;
   pending_global_.reset();
   {
-      auto event_appended = service_.AppendEvent(job_.id, "round_committed",
-                                {{"round", a.round}, {"attempt", a.attempt},
-                                 {"total_rounds", engine_config_.num_rounds}, {"train_loss", a.train_loss},
-                                 {"validation_loss", pending_validation_loss_ ? json(*pending_validation_loss_) : json()},
-                                 {"num_updates", a.num_updates}, {"num_samples", a.num_samples},
-                                 {"global_sha256", global_sha256_}});
-      co_await std::move(event_appended);
-    }
+    auto event_appended =
+        service_.AppendEvent(job_.id, "round_committed",
+                             {{"round", a.round},
+                              {"attempt", a.attempt},
+                              {"total_rounds", engine_config_.num_rounds},
+                              {"train_loss", a.train_loss},
+                              {"validation_loss", pending_validation_loss_ ? json(*pending_validation_loss_) : json()},
+                              {"num_updates", a.num_updates},
+                              {"num_samples", a.num_samples},
+                              {"global_sha256", global_sha256_}});
+    co_await std::move(event_appended);
+  }
   pending_validation_loss_.reset();
   {
     auto aborted = AbortIncompleteUploads(AttemptPrefix(a.round, a.attempt) + "/");  // kCoAwaitTemporaries
@@ -882,12 +897,14 @@ http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, 
     co_await std::move(aborted);
   }
   {
-      auto event_appended = service_.AppendEvent(job_.id, "round_failed",
-                                {{"round", a.round}, {"attempt", a.attempt}, {"reason", a.reason},
-                                 {"consecutive_failures", a.consecutive_failures},
-                                 {"fault_tolerance", engine_config_.fault_tolerance}});
-      co_await std::move(event_appended);
-    }
+    auto event_appended = service_.AppendEvent(job_.id, "round_failed",
+                                               {{"round", a.round},
+                                                {"attempt", a.attempt},
+                                                {"reason", a.reason},
+                                                {"consecutive_failures", a.consecutive_failures},
+                                                {"fault_tolerance", engine_config_.fault_tolerance}});
+    co_await std::move(event_appended);
+  }
   co_return Status::Ok();
 }
 
@@ -918,8 +935,12 @@ http::Awaitable<Status> JobRunner::WriteFinalArtifacts() {
   const bool peft = spec_.config.use_peft;
   Status written = co_await Offload(service_.pool(), [&]() -> Status {
     auto add = [&](std::string name, std::string key, int64_t size, std::string sha) -> Status {
-      Status s = service_.store().AddJobArtifact({.job_id = job_.id, .name = std::move(name), .blob_key = std::move(key),
-                                                  .size_bytes = size, .sha256 = std::move(sha), .created_at_ms = now});
+      Status s = service_.store().AddJobArtifact({.job_id = job_.id,
+                                                  .name = std::move(name),
+                                                  .blob_key = std::move(key),
+                                                  .size_bytes = size,
+                                                  .sha256 = std::move(sha),
+                                                  .created_at_ms = now});
       return s.code() == StatusCode::kAlreadyExists ? Status::Ok() : s;
     };
     if (!peft) return add("model.safetensors", global_key, global_size, global_sha);
@@ -945,14 +966,14 @@ http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string_view
     PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Round> rounds, service_.store().ListRounds(job_.id));
     for (const storage::Round& r : rounds) {
       if (r.status != storage::RoundStatus::kRunning) continue;
-      PARSYN_RETURN_IF_ERROR(service_.store().FailRound({.job_id = job_.id,
-                                                         .round = r.round,
-                                                         .attempt = r.attempt,
-                                                         .reason = "the job ended (" +
-                                                                   std::string(storage::ToString(status)) + ")",
-                                                         .ended_at_ms = now,
-                                                         .bytes_moved = bytes_moved_,
-                                                         .counts_toward_fault_tolerance = false}));
+      PARSYN_RETURN_IF_ERROR(
+          service_.store().FailRound({.job_id = job_.id,
+                                      .round = r.round,
+                                      .attempt = r.attempt,
+                                      .reason = "the job ended (" + std::string(storage::ToString(status)) + ")",
+                                      .ended_at_ms = now,
+                                      .bytes_moved = bytes_moved_,
+                                      .counts_toward_fault_tolerance = false}));
     }
     return current;
   });
@@ -967,9 +988,9 @@ http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string_view
   json payload = {{"status", storage::ToString(status)}, {"committed_round", job_.committed_round}};
   if (!reason.empty()) payload["reason"] = reason;
   {
-      auto event_appended = service_.AppendEvent(job_.id, "job_status", payload);
-      co_await std::move(event_appended);
-    }
+    auto event_appended = service_.AppendEvent(job_.id, "job_status", payload);
+    co_await std::move(event_appended);
+  }
   global_.reset();  // the weights are in the blob store; an ended job holds no memory
   if (!artifacts.ok()) co_return artifacts;
   co_return ended.status();
@@ -987,7 +1008,8 @@ http::Awaitable<void> JobRunner::WorkerAvailable(int64_t worker_id, std::functio
 
 http::Awaitable<void> JobRunner::WorkerDisconnected(int64_t worker_id) {
   if (ended_) co_return;
-  auto handled = Handle([&] { return StatusOr<Actions>(engine_->WorkerDisconnected(worker_id)); });  // kCoAwaitTemporaries
+  auto handled =
+      Handle([&] { return StatusOr<Actions>(engine_->WorkerDisconnected(worker_id)); });  // kCoAwaitTemporaries
   Status s = co_await std::move(handled);
   if (!s.ok()) PARSYN_LOG_WARN("training job {}: worker {} disconnected: {}", job_.id, worker_id, s.ToString());
 }
@@ -1019,15 +1041,17 @@ http::Awaitable<void> JobRunner::Tick() {
 }
 
 http::Awaitable<Status> JobRunner::Stop() {
-  if (ended_) co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " has already ended (" +
-                                                std::string(storage::ToString(job_.status)) + ")");
+  if (ended_)
+    co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " has already ended (" +
+                                      std::string(storage::ToString(job_.status)) + ")");
   auto handled = Handle([&] { return StatusOr<Actions>(engine_->Stop()); });  // kCoAwaitTemporaries
   co_return co_await std::move(handled);
 }
 
 http::Awaitable<Status> JobRunner::Cancel() {
-  if (ended_) co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " has already ended (" +
-                                                std::string(storage::ToString(job_.status)) + ")");
+  if (ended_)
+    co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " has already ended (" +
+                                      std::string(storage::ToString(job_.status)) + ")");
   auto handled = Handle([&] { return StatusOr<Actions>(engine_->Cancel()); });  // kCoAwaitTemporaries
   co_return co_await std::move(handled);
 }
@@ -1046,8 +1070,7 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
   // results check in parallel on the pool; only the accumulation is serial. Bounded, since a checked update is held
   // in memory until its turn; beyond the bound the check runs under the mutex as before.
   const bool check_early = round <= engine_config_.num_rounds && !report.blob_key.empty() && global_ != nullptr &&
-                           checked_updates_.size() < kMaxEarlyCheckedUpdates &&
-                           checked_updates_.count(worker_id) == 0;
+                           checked_updates_.size() < kMaxEarlyCheckedUpdates && checked_updates_.count(worker_id) == 0;
   if (check_early) {
     checked_updates_[worker_id] = CheckedUpdate{.round = round, .attempt = attempt, .blob_key = report.blob_key};
     const std::string expected_key = UpdateKey(round, attempt, worker_id);
@@ -1087,9 +1110,9 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
     }
     return actions;
   });
-  Status s = co_await std::move(handled);  // created above, not inside the co_await: kCoAwaitTemporaries
+  Status s = co_await std::move(handled);              // created above, not inside the co_await: kCoAwaitTemporaries
   if (check_early) checked_updates_.erase(worker_id);  // not consumed: the result was refused or a duplicate
-  if (!refused.ok()) co_return refused;  // late, unexpected or from a dropped worker: nothing changed
+  if (!refused.ok()) co_return refused;                // late, unexpected or from a dropped worker: nothing changed
   service_.TaskFinished(worker_id, job_.id);
   if (!s.ok()) co_return s;
   json out = {{"job_id", job_.id}, {"round", round}, {"attempt", attempt}};

@@ -167,12 +167,12 @@ class JobRunner {
   std::shared_ptr<weights::WeightSet> global_;
   std::optional<PendingGlobal> pending_global_;  // aggregated, not yet committed
   std::optional<double> pending_validation_loss_;
-  int64_t bytes_moved_ = 0;  // of the attempt in progress
-  std::map<int64_t, ResultReport> results_;       // of the attempt in progress, by worker
-  std::set<int64_t> recorded_updates_;            // workers whose update of this attempt is in the store
-  std::map<int64_t, nlohmann::json> progress_;    // latest progress report per worker, this attempt
-  std::map<int64_t, std::string> last_verdicts_;  // "" accepted, else the rejection reason
-  std::map<int64_t, CheckedUpdate> checked_updates_;  // by worker: checked early, waiting for the job's mutex
+  int64_t bytes_moved_ = 0;                                // of the attempt in progress
+  std::map<int64_t, ResultReport> results_;                // of the attempt in progress, by worker
+  std::set<int64_t> recorded_updates_;                     // workers whose update of this attempt is in the store
+  std::map<int64_t, nlohmann::json> progress_;             // latest progress report per worker, this attempt
+  std::map<int64_t, std::string> last_verdicts_;           // "" accepted, else the rejection reason
+  std::map<int64_t, CheckedUpdate> checked_updates_;       // by worker: checked early, waiting for the job's mutex
   std::map<std::string, uint64_t> verified_update_bytes_;  // by blob key: sizes of updates read by a check
   // S3 multipart uploads handed to workers in this attempt, by worker (completed when the worker reports).
   struct MultipartUpload {

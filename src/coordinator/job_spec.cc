@@ -180,10 +180,10 @@ class ObjectReader {
       Error(path + " must be an integer, got " + (v.is_number() ? FormatNumber(v.get<double>()) : v.type_name()));
       return std::nullopt;
     }
-    const bool too_big = v.is_number_unsigned() &&
-                         v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-    const std::string shown = v.is_number_unsigned() ? std::to_string(v.get<uint64_t>())
-                                                     : std::to_string(v.get<int64_t>());
+    const bool too_big =
+        v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    const std::string shown =
+        v.is_number_unsigned() ? std::to_string(v.get<uint64_t>()) : std::to_string(v.get<int64_t>());
     if (too_big || v.get<int64_t>() < min || v.get<int64_t>() > max) {
       Error(path + " (" + shown + ") must be between " + std::to_string(min) + " and " + std::to_string(max));
       return std::nullopt;
@@ -204,9 +204,9 @@ constexpr std::pair<std::string_view, LrScheduler> kLrSchedulers[] = {
 constexpr std::pair<std::string_view, AggregationStrategy> kStrategies[] = {
     {"federated_averaging", AggregationStrategy::kFederatedAveraging}};
 constexpr std::pair<std::string_view, WorkerSelectionMode> kModes[] = {{"own", WorkerSelectionMode::kOwn},
-                                                                      {"managed", WorkerSelectionMode::kManaged},
-                                                                      {"mixed", WorkerSelectionMode::kMixed},
-                                                                      {"auto", WorkerSelectionMode::kAuto}};
+                                                                       {"managed", WorkerSelectionMode::kManaged},
+                                                                       {"mixed", WorkerSelectionMode::kMixed},
+                                                                       {"auto", WorkerSelectionMode::kAuto}};
 
 template <typename Enum, size_t N>
 std::string_view NameOf(Enum v, const std::pair<std::string_view, Enum> (&table)[N]) {
@@ -306,10 +306,9 @@ bool ParseWorkerSelection(const json* object, WorkerSelection& w, std::vector<st
   w.worker_ids = *own;
   w.parsyn_worker_ids = *managed;
   if (!mode_given) {
-    w.mode = w.worker_ids.empty() ? (w.parsyn_worker_ids.empty() ? WorkerSelectionMode::kAuto
-                                                                 : WorkerSelectionMode::kManaged)
-                                  : (w.parsyn_worker_ids.empty() ? WorkerSelectionMode::kOwn
-                                                                 : WorkerSelectionMode::kMixed);
+    w.mode = w.worker_ids.empty()
+                 ? (w.parsyn_worker_ids.empty() ? WorkerSelectionMode::kAuto : WorkerSelectionMode::kManaged)
+                 : (w.parsyn_worker_ids.empty() ? WorkerSelectionMode::kOwn : WorkerSelectionMode::kMixed);
   }
 
   std::set<int64_t> seen;
@@ -320,7 +319,8 @@ bool ParseWorkerSelection(const json* object, WorkerSelection& w, std::vector<st
       if (!in_list.insert(id).second) {
         r.Error(path + " lists worker " + std::to_string(id) + " twice");
       } else if (!seen.insert(id).second) {
-        r.Error("worker " + std::to_string(id) + " is in both worker_selection.worker_ids and "
+        r.Error("worker " + std::to_string(id) +
+                " is in both worker_selection.worker_ids and "
                 "worker_selection.parsyn_worker_ids");
       }
     }
@@ -341,8 +341,9 @@ bool ParseWorkerSelection(const json* object, WorkerSelection& w, std::vector<st
       break;
     case WorkerSelectionMode::kMixed:
       if (!has_own || !has_managed) {
-        r.Error("worker_selection.mode \"mixed\" needs both worker_selection.worker_ids and "
-                "worker_selection.parsyn_worker_ids");
+        r.Error(
+            "worker_selection.mode \"mixed\" needs both worker_selection.worker_ids and "
+            "worker_selection.parsyn_worker_ids");
       }
       break;
     case WorkerSelectionMode::kAuto:

@@ -104,8 +104,7 @@ struct GoodCase {
 
 TEST(JobSpecTest, GoodBodies) {
   const std::vector<GoodCase> cases = {
-      {"distributed absent: one worker, one round",
-       [](json& b) { b.erase("distributed"); },
+      {"distributed absent: one worker, one round", [](json& b) { b.erase("distributed"); },
        [](const JobSpec& s) {
          EXPECT_FALSE(s.distributed.enabled);
          EXPECT_EQ(s.distributed.num_rounds, 1);
@@ -113,15 +112,16 @@ TEST(JobSpecTest, GoodBodies) {
          EXPECT_EQ(s.distributed.max_workers, 1);
          EXPECT_EQ(s.distributed.steps_per_round, 0);
        }},
-      {"enabled false: one worker, one round",
-       [](json& b) { b["distributed"]["enabled"] = false; },
+      {"enabled false: one worker, one round", [](json& b) { b["distributed"]["enabled"] = false; },
        [](const JobSpec& s) {
          EXPECT_FALSE(s.distributed.enabled);
          EXPECT_EQ(s.distributed.num_rounds, 1);
          EXPECT_EQ(s.distributed.max_workers, 1);
        }},
       {"distributed defaults",
-       [](json& b) { b["distributed"] = {{"enabled", true}}; },
+       [](json& b) {
+         b["distributed"] = {{"enabled", true}};
+       },
        [](const JobSpec& s) {
          EXPECT_EQ(s.distributed.num_rounds, 10);
          EXPECT_EQ(s.distributed.steps_per_round, 500);
@@ -139,14 +139,15 @@ TEST(JobSpecTest, GoodBodies) {
          EXPECT_EQ(s.worker_selection.mode, WorkerSelectionMode::kAuto);
          EXPECT_EQ(s.distributed.max_workers, 4);
        }},
-      {"fractional timeout in seconds",
-       [](json& b) { b["distributed"]["aggregation_timeout"] = 2.5; },
+      {"fractional timeout in seconds", [](json& b) { b["distributed"]["aggregation_timeout"] = 2.5; },
        [](const JobSpec& s) { EXPECT_EQ(s.distributed.aggregation_timeout_ms, 2500); }},
-      {"null means default",
-       [](json& b) { b["config"]["epochs"] = nullptr; },
+      {"null means default", [](json& b) { b["config"]["epochs"] = nullptr; },
        [](const JobSpec& s) { EXPECT_EQ(s.config.epochs, 1); }},
       {"mode inferred from the lists",
-       [](json& b) { b["worker_selection"] = {{"worker_ids", {4, 2}}}; b["distributed"]["min_workers"] = 2; },
+       [](json& b) {
+         b["worker_selection"] = {{"worker_ids", {4, 2}}};
+         b["distributed"]["min_workers"] = 2;
+       },
        [](const JobSpec& s) {
          EXPECT_EQ(s.worker_selection.mode, WorkerSelectionMode::kOwn);
          EXPECT_EQ(s.SelectedWorkers(), (std::vector<int64_t>{4, 2}));
@@ -237,14 +238,17 @@ TEST(JobSpecTest, BadBodiesNameTheFieldAndTheReason) {
       {[](json& b) { b["config"]["lora_dropout"] = 1; }, "config.lora_dropout (1) must be >= 0 and < 1"},
       {[](json& b) { b["config"]["lora_target_modules"] = json::array(); },
        "config.lora_target_modules must be an array of 1..64 module names"},
-      {[](json& b) { b["config"]["lora_target_modules"] = {"q_proj", "../x"}; },
+      {[](json& b) {
+         b["config"]["lora_target_modules"] = {"q_proj", "../x"};
+       },
        "config.lora_target_modules[1] (\"../x\") must be 1..128 characters of [A-Za-z0-9_.]"},
-      {[](json& b) { b["config"]["lora_target_modules"] = {"q_proj", "q_proj"}; },
+      {[](json& b) {
+         b["config"]["lora_target_modules"] = {"q_proj", "q_proj"};
+       },
        "config.lora_target_modules lists \"q_proj\" twice"},
       {[](json& b) { b["config"]["max_seq_len"] = 4; }, "config.max_seq_len (4) must be between 8 and 131072"},
       {[](json& b) { b["config"]["weight_decay"] = -0.1; }, "config.weight_decay (-0.1) must be >= 0 and <= 10"},
-      {[](json& b) { b["config"]["warmup_steps"] = -1; },
-       "config.warmup_steps (-1) must be between 0 and 1000000000"},
+      {[](json& b) { b["config"]["warmup_steps"] = -1; }, "config.warmup_steps (-1) must be between 0 and 1000000000"},
       {[](json& b) { b["config"]["lr_scheduler"] = "step"; },
        "config.lr_scheduler must be one of \"constant\", \"linear\", \"cosine\", got \"step\""},
       {[](json& b) { b["config"]["gradient_accumulation_steps"] = 0; },
@@ -254,9 +258,12 @@ TEST(JobSpecTest, BadBodiesNameTheFieldAndTheReason) {
       {[](json& b) { b["config"]["validation_fraction"] = 0.9; },
        "config.validation_fraction (0.9) must be >= 0 and <= 0.5"},
       {[](json& b) { b["config"]["label_column"] = 3; }, "config.label_column must be a string, got number"},
-      {[](json& b) { b["config"]["hidden_sizes"] = {64, 0}; },
+      {[](json& b) {
+         b["config"]["hidden_sizes"] = {64, 0};
+       },
        "config.hidden_sizes[1] (0) must be between 1 and 65536"},
-      {[](json& b) { b["config"]["hidden_sizes"] = "64"; }, "config.hidden_sizes must be an array of integers, got string"},
+      {[](json& b) { b["config"]["hidden_sizes"] = "64"; },
+       "config.hidden_sizes must be an array of integers, got string"},
       {[](json& b) { b["distributed"] = true; }, "distributed must be an object, got boolean"},
       {[](json& b) { b["distributed"]["enabled"] = 1; }, "distributed.enabled must be a boolean, got number"},
       {[](json& b) { b["distributed"]["strategy"] = "fedprox"; },
@@ -283,9 +290,13 @@ TEST(JobSpecTest, BadBodiesNameTheFieldAndTheReason) {
        "distributed.fault_tolerance (0) must be between 1 and 1000"},
       {[](json& b) { b["worker_selection"]["mode"] = "any"; },
        "worker_selection.mode must be one of \"own\", \"managed\", \"mixed\", \"auto\", got \"any\""},
-      {[](json& b) { b["worker_selection"]["worker_ids"] = {1, -3}; },
+      {[](json& b) {
+         b["worker_selection"]["worker_ids"] = {1, -3};
+       },
        "worker_selection.worker_ids[1] (-3) must be between 1 and 9223372036854775807"},
-      {[](json& b) { b["worker_selection"]["worker_ids"] = {1, 1, 3}; },
+      {[](json& b) {
+         b["worker_selection"]["worker_ids"] = {1, 1, 3};
+       },
        "worker_selection.worker_ids lists worker 1 twice"},
       {[](json& b) { b["worker_selection"]["parsyn_worker_ids"] = {3}; },
        "worker 3 is in both worker_selection.worker_ids and worker_selection.parsyn_worker_ids"},
@@ -298,7 +309,9 @@ TEST(JobSpecTest, BadBodiesNameTheFieldAndTheReason) {
       {[](json& b) { b["worker_selection"]["parsyn_worker_ids"] = json::array(); },
        "worker_selection.mode \"mixed\" needs both worker_selection.worker_ids and "
        "worker_selection.parsyn_worker_ids"},
-      {[](json& b) { b["worker_selection"] = {{"parsyn_worker_ids", {5}}}; },
+      {[](json& b) {
+         b["worker_selection"] = {{"parsyn_worker_ids", {5}}};
+       },
        "distributed.min_workers (2) exceeds the number of workers listed in worker_selection (1)"},
       {[](json& b) {
          b["config"]["epochs"] = 0;

@@ -9,14 +9,14 @@
 
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
 
+#include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
-#include <atomic>
-#include <boost/asio/this_coro.hpp>
 #include <condition_variable>
 #include <deque>
 #include <functional>

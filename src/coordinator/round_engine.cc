@@ -78,8 +78,8 @@ RoundEngineConfig EngineConfigFor(const JobSpec& spec) {
   if (!d.enabled) {
     config.num_shards = 1;  // one worker trains on all the data
   } else {
-    config.num_shards = config.eligible_workers.empty() ? d.max_workers
-                                                        : static_cast<int>(config.eligible_workers.size());
+    config.num_shards =
+        config.eligible_workers.empty() ? d.max_workers : static_cast<int>(config.eligible_workers.size());
   }
   return config;
 }
@@ -151,9 +151,8 @@ StatusOr<Actions> RoundEngine::Restore(const EngineCheckpoint& checkpoint, std::
 }
 
 bool RoundEngine::IsEligible(WorkerId worker) const {
-  return config_.eligible_workers.empty() ||
-         std::find(config_.eligible_workers.begin(), config_.eligible_workers.end(), worker) !=
-             config_.eligible_workers.end();
+  return config_.eligible_workers.empty() || std::find(config_.eligible_workers.begin(), config_.eligible_workers.end(),
+                                                       worker) != config_.eligible_workers.end();
 }
 
 std::optional<int> RoundEngine::ShardOf(WorkerId worker) {
@@ -440,10 +439,8 @@ StatusOr<Actions> RoundEngine::ResultUploaded(const WorkerResult& r) {
                                      p->reason);
     case ParticipantState::kValidating:
     case ParticipantState::kAccepted:
-    case ParticipantState::kRejected:
-      return Actions{};  // a repeat (e.g. a retried request): the first report stands
-    case ParticipantState::kTraining:
-      break;
+    case ParticipantState::kRejected: return Actions{};  // a repeat (e.g. a retried request): the first report stands
+    case ParticipantState::kTraining: break;
   }
 
   Actions out;
@@ -479,8 +476,8 @@ StatusOr<Actions> RoundEngine::ResultUploaded(const WorkerResult& r) {
 }
 
 StatusOr<Actions> RoundEngine::UpdateValidated(WorkerId worker, int round, int attempt, const Status& verdict) {
-  Participant* p = (phase_ == JobPhase::kTraining && round == round_ && attempt == attempt_) ? FindParticipant(worker)
-                                                                                              : nullptr;
+  Participant* p =
+      (phase_ == JobPhase::kTraining && round == round_ && attempt == attempt_) ? FindParticipant(worker) : nullptr;
   if (p == nullptr || p->state != ParticipantState::kValidating) {
     return FailedPreconditionError("no validation is pending for worker " + Str(worker) + " in round " + Str(round) +
                                    " attempt " + Str(attempt));
@@ -551,8 +548,7 @@ Actions RoundEngine::Cancel() {
 
 std::optional<Clock::TimePoint> RoundEngine::next_deadline() const {
   switch (phase_) {
-    case JobPhase::kWaitingForWorkers:
-      return deadline_;
+    case JobPhase::kWaitingForWorkers: return deadline_;
     case JobPhase::kTraining:
     case JobPhase::kEvaluating: {
       if (participants_.empty()) return deadline_;
@@ -561,8 +557,7 @@ std::optional<Clock::TimePoint> RoundEngine::next_deadline() const {
       if (training) return deadline_;
       return std::nullopt;
     }
-    default:
-      return std::nullopt;
+    default: return std::nullopt;
   }
 }
 

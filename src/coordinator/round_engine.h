@@ -87,10 +87,10 @@ RoundEngineConfig EngineConfigFor(const JobSpec& spec);
 
 // What survives a restart; persisted by the caller (see Restart above).
 struct EngineCheckpoint {
-  int last_committed_round = 0;     // 0: none yet (the global is the initial weights)
-  int attempts_of_next_round = 0;   // attempts of round last_committed_round + 1 started so far
+  int last_committed_round = 0;    // 0: none yet (the global is the initial weights)
+  int attempts_of_next_round = 0;  // attempts of round last_committed_round + 1 started so far
   int consecutive_failed_rounds = 0;
-  std::map<WorkerId, int> shards;   // worker -> shard bound so far
+  std::map<WorkerId, int> shards;  // worker -> shard bound so far
 
   friend bool operator==(const EngineCheckpoint&, const EngineCheckpoint&) = default;
 };
@@ -248,8 +248,9 @@ class RoundEngine {
   // dropped from it, or after the job ended.
   StatusOr<Actions> ResultUploaded(const WorkerResult& result);
   // The task failed before a result came (the worker's download, trainer or upload; or the coordinator could not
-  // prepare it): the worker is dropped from the attempt with `reason` as given (and stays online). FailedPrecondition, changing nothing, for another round or
-  // attempt, a worker without that task, or one that already reported or was dropped.
+  // prepare it): the worker is dropped from the attempt with `reason` as given (and stays online). FailedPrecondition,
+  // changing nothing, for another round or attempt, a worker without that task, or one that already reported or was
+  // dropped.
   StatusOr<Actions> TaskFailed(WorkerId worker, int round, int attempt, std::string_view reason);
   // The caller's verdict on an update announced by ValidateUpdate: OK (it counted) or the reason it was rejected.
   // FailedPrecondition if no such validation is pending (e.g. the job was cancelled meanwhile).
@@ -265,7 +266,7 @@ class RoundEngine {
   Actions Cancel();
 
   JobPhase phase() const { return phase_; }
-  int round() const { return round_; }      // the round in progress (num_rounds + 1 while evaluating)
+  int round() const { return round_; }  // the round in progress (num_rounds + 1 while evaluating)
   int attempt() const { return attempt_; }
   int last_committed_round() const { return checkpoint_.last_committed_round; }
   // When Tick() next has work to do; nullopt when no timeout is pending.

@@ -18,9 +18,9 @@
 namespace parsyn::coordinator {
 namespace {
 
+using std::chrono::seconds;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using std::chrono::seconds;
 
 std::string AttemptTag(int round, int attempt) {
   std::string tag = "r";
@@ -115,8 +115,7 @@ Step Result(WorkerId w, int round, int attempt, int64_t samples, double loss, st
           },
           std::move(expected), code};
 }
-Step Failed(WorkerId w, int round, int attempt, std::vector<std::string> expected,
-            StatusCode code = StatusCode::kOk) {
+Step Failed(WorkerId w, int round, int attempt, std::vector<std::string> expected, StatusCode code = StatusCode::kOk) {
   return {"failed w" + std::to_string(w) + " " + AttemptTag(round, attempt),
           [=](RoundEngine& e, FakeClock&) { return e.TaskFailed(w, round, attempt, "cannot reach the blob store"); },
           std::move(expected), code};
@@ -129,9 +128,7 @@ Step Valid(WorkerId w, int round, int attempt, std::vector<std::string> expected
 }
 Step Invalid(WorkerId w, int round, int attempt, std::string why, std::vector<std::string> expected) {
   return {"invalid w" + std::to_string(w) + " " + AttemptTag(round, attempt),
-          [=](RoundEngine& e, FakeClock&) {
-            return e.UpdateValidated(w, round, attempt, InvalidArgumentError(why));
-          },
+          [=](RoundEngine& e, FakeClock&) { return e.UpdateValidated(w, round, attempt, InvalidArgumentError(why)); },
           std::move(expected)};
 }
 Step Aggregated(int round, int attempt, std::vector<std::string> expected, StatusCode code = StatusCode::kOk) {
@@ -274,16 +271,17 @@ TEST_F(RoundEngineTest, ReconnectDuringARoundJoinsTheNextOne) {
   RoundEngine engine(ThreeWorkers(), fed_avg_, clock_);
   StartWith(engine, {1, 2});
   EXPECT_EQ(engine.phase(), JobPhase::kTraining);
-  Run(engine, {
-                  Available(3),  // the round started without it
-                  Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
-                  Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
-                  Valid(1, 1, 1),
-                  Valid(2, 1, 1, {"aggregate r1a1 [w1:100 w2:100] loss 1"}),
-                  Available(1),
-                  Aggregated(1, 1, {"evaluated g0 2 n20", "commit r1a1", "start r2a1", "assign w1 r2a1 s0",
-                                    "assign w3 r2a1 s2"}),
-              });
+  Run(engine,
+      {
+          Available(3),  // the round started without it
+          Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
+          Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
+          Valid(1, 1, 1),
+          Valid(2, 1, 1, {"aggregate r1a1 [w1:100 w2:100] loss 1"}),
+          Available(1),
+          Aggregated(1, 1,
+                     {"evaluated g0 2 n20", "commit r1a1", "start r2a1", "assign w1 r2a1 s0", "assign w3 r2a1 s2"}),
+      });
 }
 
 TEST_F(RoundEngineTest, StragglerDroppedAtTimeout) {
@@ -396,8 +394,7 @@ TEST_F(RoundEngineTest, BadUpdatesDropTheWorkerAndTheJobGoesOn) {
   RoundEngine engine(ThreeWorkers(), fed_avg_, clock_);
   StartWith(engine, {1, 2, 3});
   Run(engine, {
-                  Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
-                  Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
+                  Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}), Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
                   Invalid(2, 1, 1, "tensor 'w' has a non-finite value (nan) at index 3", {"drop w2 r1a1 rejected"}),
                   Result(3, 1, 1, 101, 1.0, {"drop w3 r1a1 rejected"}),  // more samples than its shard has
                   Valid(1, 1, 1, {"fail r1a1 #1", "start r1a2"}),        // 1 < min_workers
@@ -441,21 +438,20 @@ TEST_F(RoundEngineTest, RejectedReportsNameTheProblem) {
 TEST_F(RoundEngineTest, LateAndDuplicateResults) {
   RoundEngine engine(ThreeWorkers(2, 2, 2), fed_avg_, clock_);
   StartWith(engine, {1, 2});
-  Run(engine, {
-                  Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
-                  Result(1, 1, 1, 100, 1.0, {}),  // repeat while validating: idempotent
-                  Valid(1, 1, 1),
-                  Valid(1, 1, 1, {}, StatusCode::kFailedPrecondition),  // no second verdict
-                  Result(1, 1, 1, 100, 1.0, {}),                        // repeat after acceptance
-                  Result(3, 1, 1, 100, 1.0, {}, StatusCode::kFailedPrecondition),  // no task
-                  Result(2, 2, 1, 100, 1.0, {}, StatusCode::kFailedPrecondition),  // a future round
-                  Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
-                  Valid(2, 1, 1, {"aggregate r1a1 [w1:100 w2:100] loss 1"}),
-                  Result(2, 1, 1, 100, 1.0, {}),  // repeat during aggregation
-                  Aggregated(1, 1, {"evaluated g0 2 n20", "commit r1a1", "start r2a1"}),
-                  Aggregated(1, 1, {}, StatusCode::kFailedPrecondition),  // committing twice is refused
-                  Result(2, 1, 1, 100, 1.0, {}, StatusCode::kFailedPrecondition),  // a past round
-              });
+  Run(engine,
+      {
+          Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
+          Result(1, 1, 1, 100, 1.0, {}),                                        // repeat while validating: idempotent
+          Valid(1, 1, 1), Valid(1, 1, 1, {}, StatusCode::kFailedPrecondition),  // no second verdict
+          Result(1, 1, 1, 100, 1.0, {}),                                        // repeat after acceptance
+          Result(3, 1, 1, 100, 1.0, {}, StatusCode::kFailedPrecondition),       // no task
+          Result(2, 2, 1, 100, 1.0, {}, StatusCode::kFailedPrecondition),       // a future round
+          Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}), Valid(2, 1, 1, {"aggregate r1a1 [w1:100 w2:100] loss 1"}),
+          Result(2, 1, 1, 100, 1.0, {}),  // repeat during aggregation
+          Aggregated(1, 1, {"evaluated g0 2 n20", "commit r1a1", "start r2a1"}),
+          Aggregated(1, 1, {}, StatusCode::kFailedPrecondition),           // committing twice is refused
+          Result(2, 1, 1, 100, 1.0, {}, StatusCode::kFailedPrecondition),  // a past round
+      });
   StatusOr<Actions> late = engine.ResultUploaded({.worker = 2, .round = 1, .attempt = 1, .sample_count = 100});
   EXPECT_EQ(late.status().message(), "result for round 1 attempt 1 refused: the job is at round 2 attempt 1");
   StatusOr<Actions> stranger = engine.UpdateValidated(9, 2, 1, Status::Ok());
@@ -498,19 +494,20 @@ TEST_F(RoundEngineTest, AbandonedTaskLeavesTheRound) {
 TEST_F(RoundEngineTest, StopFinishesWithTheLatestCommittedRound) {
   RoundEngine engine(ThreeWorkers(3, 2, 2), fed_avg_, clock_);
   StartWith(engine, {1, 2});
-  Run(engine, {
-                  Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
-                  Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
-                  Valid(1, 1, 1),
-                  Valid(2, 1, 1, {"aggregate r1a1 [w1:100 w2:100] loss 1"}),
-                  Available(1),
-                  Available(2),
-                  Aggregated(1, 1, {"evaluated g0 2 n20", "commit r1a1", "start r2a1", "assign w1 r2a1 s0",
-                                    "assign w2 r2a1 s1"}),
-                  StopJob({"drop w1 r2a1 job_ended", "drop w2 r2a1 job_ended", "stopped 1"}),
-                  StopJob({}),
-                  Result(1, 2, 1, 100, 1.0, {}, StatusCode::kFailedPrecondition),
-              });
+  Run(engine,
+      {
+          Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
+          Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
+          Valid(1, 1, 1),
+          Valid(2, 1, 1, {"aggregate r1a1 [w1:100 w2:100] loss 1"}),
+          Available(1),
+          Available(2),
+          Aggregated(1, 1,
+                     {"evaluated g0 2 n20", "commit r1a1", "start r2a1", "assign w1 r2a1 s0", "assign w2 r2a1 s1"}),
+          StopJob({"drop w1 r2a1 job_ended", "drop w2 r2a1 job_ended", "stopped 1"}),
+          StopJob({}),
+          Result(1, 2, 1, 100, 1.0, {}, StatusCode::kFailedPrecondition),
+      });
   EXPECT_EQ(engine.phase(), JobPhase::kStopped);
   EXPECT_EQ(engine.next_deadline(), std::nullopt);
 }
@@ -555,10 +552,9 @@ TEST_F(RoundEngineTest, FinalEvaluationIsBestEffort) {
   RoundEngine engine(ThreeWorkers(1, 1, 2), fed_avg_, clock_);
   StartWith(engine, {1});
   Run(engine, {
-                  Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
-                  Valid(1, 1, 1, {"aggregate r1a1 [w1:100] loss 1"}),
+                  Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}), Valid(1, 1, 1, {"aggregate r1a1 [w1:100] loss 1"}),
                   Aggregated(1, 1, {"evaluated g0 2 n10", "commit r1a1"}),  // w1 is not idle yet
-                  After(600, {"succeeded 1"}),                               // nobody came to evaluate
+                  After(600, {"succeeded 1"}),                              // nobody came to evaluate
               });
 }
 
@@ -567,17 +563,18 @@ TEST_F(RoundEngineTest, RestoreResumesAfterTheLastCommittedRound) {
   {
     RoundEngine engine(ThreeWorkers(3, 2, 2), fed_avg_, clock_);
     StartWith(engine, {1, 2});
-    Run(engine, {
-                    Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
-                    Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
-                    Valid(1, 1, 1),
-                    Valid(2, 1, 1, {"aggregate r1a1 [w1:100 w2:100] loss 1"}),
-                    Available(1),
-                    Available(2),
-                    Aggregated(1, 1, {"evaluated g0 2 n20", "commit r1a1", "start r2a1", "assign w1 r2a1 s0",
-                                      "assign w2 r2a1 s1"}),
-                    Result(1, 2, 1, 100, 1.0, {"validate w1 r2a1"}),
-                });
+    Run(engine,
+        {
+            Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
+            Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
+            Valid(1, 1, 1),
+            Valid(2, 1, 1, {"aggregate r1a1 [w1:100 w2:100] loss 1"}),
+            Available(1),
+            Available(2),
+            Aggregated(1, 1,
+                       {"evaluated g0 2 n20", "commit r1a1", "start r2a1", "assign w1 r2a1 s0", "assign w2 r2a1 s1"}),
+            Result(1, 2, 1, 100, 1.0, {"validate w1 r2a1"}),
+        });
     saved = engine.checkpoint();
   }  // the server dies mid-round 2
   EXPECT_EQ(saved, (EngineCheckpoint{.last_committed_round = 1,
@@ -601,8 +598,7 @@ TEST_F(RoundEngineTest, RestoreResumesAfterTheLastCommittedRound) {
 
 TEST_F(RoundEngineTest, RestoreAfterTheLastRoundRunsTheFinalEvaluation) {
   RoundEngine engine(ThreeWorkers(3, 2, 2), fed_avg_, clock_);
-  StatusOr<Actions> resumed =
-      engine.Restore({.last_committed_round = 3, .shards = {{3, 2}}}, std::vector<WorkerId>{3});
+  StatusOr<Actions> resumed = engine.Restore({.last_committed_round = 3, .shards = {{3, 2}}}, std::vector<WorkerId>{3});
   ASSERT_TRUE(resumed.ok());
   EXPECT_THAT(Render(*resumed), ElementsAre("assign w3 r4a1 s2 eval"));
 }
@@ -648,24 +644,25 @@ TEST_F(RoundEngineTest, AutoModeGivesSlotsFirstComeAndKeepsThem) {
   config.shard_train_rows = {100, 100};
   RoundEngine engine(config, fed_avg_, clock_);
   EXPECT_THAT(StartWith(engine, {}), ElementsAre("start r1a1"));
-  Run(engine, {
-                  Available(9, {"assign w9 r1a1 s0"}),
-                  Available(7),  // gets slot 1, but the round has started
-                  Available(5),  // no slot left: never takes part
-                  Disconnect(9, {"drop w9 r1a1 disconnected", "fail r1a1 #1", "start r1a2", "assign w7 r1a2 s1"}),
-                  Available(9),
-                  Result(7, 1, 2, 50, 1.0, {"validate w7 r1a2"}),
-                  Valid(7, 1, 2, {"aggregate r1a2 [w7:50] loss 1"}),
-                  Available(7),
-                  Aggregated(1, 2, {"evaluated g0 2 n10", "commit r1a2", "start r2a1", "assign w9 r2a1 s0",
-                                    "assign w7 r2a1 s1"}),
-              });
+  Run(engine,
+      {
+          Available(9, {"assign w9 r1a1 s0"}),
+          Available(7),  // gets slot 1, but the round has started
+          Available(5),  // no slot left: never takes part
+          Disconnect(9, {"drop w9 r1a1 disconnected", "fail r1a1 #1", "start r1a2", "assign w7 r1a2 s1"}),
+          Available(9),
+          Result(7, 1, 2, 50, 1.0, {"validate w7 r1a2"}),
+          Valid(7, 1, 2, {"aggregate r1a2 [w7:50] loss 1"}),
+          Available(7),
+          Aggregated(1, 2,
+                     {"evaluated g0 2 n10", "commit r1a2", "start r2a1", "assign w9 r2a1 s0", "assign w7 r2a1 s1"}),
+      });
   EXPECT_EQ(engine.checkpoint().shards, (std::map<WorkerId, int>{{9, 0}, {7, 1}}));
 }
 
 TEST_F(RoundEngineTest, OrdinaryJobRunsOneRoundOnOneWorker) {
-  StatusOr<JobSpec> spec = ParseJobSpec(
-      R"({"name": "solo", "dataset_id": 1, "model_id": 1, "worker_selection": {"worker_ids": [4, 6]}})");
+  StatusOr<JobSpec> spec =
+      ParseJobSpec(R"({"name": "solo", "dataset_id": 1, "model_id": 1, "worker_selection": {"worker_ids": [4, 6]}})");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   RoundEngineConfig config = EngineConfigFor(*spec);
   EXPECT_EQ(config.num_rounds, 1);
@@ -795,8 +792,8 @@ TEST(RoundEngineInvariantsTest, RandomEventSequences) {
         const ValidateUpdate v = pending_validations.front();
         pending_validations.erase(pending_validations.begin());
         const bool accept = std::uniform_int_distribution<int>(0, 4)(rng) != 0;
-        StatusOr<Actions> r = engine.UpdateValidated(v.worker, v.round, v.attempt,
-                                                     accept ? Status::Ok() : InvalidArgumentError("bad"));
+        StatusOr<Actions> r =
+            engine.UpdateValidated(v.worker, v.round, v.attempt, accept ? Status::Ok() : InvalidArgumentError("bad"));
         if (r.ok()) actions = *r;
       } else if (kind == 7 && pending_aggregation) {
         const bool ok = std::uniform_int_distribution<int>(0, 4)(rng) != 0;

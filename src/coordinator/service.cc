@@ -2,9 +2,9 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/redirect_error.hpp>
 
 #include "base/log.h"
 #include "coordinator/auth.h"
@@ -99,9 +99,10 @@ StatusOr<http::Router> Service::BuildRouter() {
   http::Router router;
   routes_.clear();
   Routes routes(*this, router, routes_);
-  PARSYN_RETURN_IF_ERROR(routes.Open(http::Method::kGet, "/healthz", [](http::Request&) -> http::Awaitable<http::Response> {
-    co_return http::Response::Json(200, {{"status", "ok"}});
-  }));
+  PARSYN_RETURN_IF_ERROR(
+      routes.Open(http::Method::kGet, "/healthz", [](http::Request&) -> http::Awaitable<http::Response> {
+        co_return http::Response::Json(200, {{"status", "ok"}});
+      }));
   PARSYN_RETURN_IF_ERROR(AddApiRoutes(routes));
   PARSYN_RETURN_IF_ERROR(AddJobRoutes(routes));
   PARSYN_RETURN_IF_ERROR(AddWorkerRoutes(routes));
@@ -139,8 +140,8 @@ http::Signal& Service::EventSignal(int64_t job_id) {
 }
 
 http::Awaitable<void> Service::AppendEvent(int64_t job_id, std::string type, json payload) {
-  storage::JobEvent event{.job_id = job_id, .type = type, .payload_json = payload.dump(),
-                          .time_ms = clock_.UnixMillis()};
+  storage::JobEvent event{
+      .job_id = job_id, .type = type, .payload_json = payload.dump(), .time_ms = clock_.UnixMillis()};
   StatusOr<int64_t> id = co_await Offload(pool_, [&] { return store_->AppendJobEvent(event); });
   if (!id.ok()) PARSYN_LOG_ERROR("training job {}: event {} not stored: {}", job_id, type, id.status().ToString());
   EventSignal(job_id).Notify();
@@ -198,7 +199,7 @@ JobRunner* Service::FindRunner(int64_t job_id) {
 }
 
 http::Awaitable<void> Service::SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status,
-                                              std::string_view device_view) {
+                                               std::string_view device_view) {
   const std::string device(device_view);
   const int64_t now = clock_.UnixMillis();
   const Clock::TimePoint stored_at = clock_.Now();

@@ -52,7 +52,7 @@ struct ServiceOptions {
   std::chrono::seconds signed_url_ttl{std::chrono::hours(24)};
   uint64_t max_upload_bytes = uint64_t{64} << 30;  // datasets and model files
   uint64_t max_json_bytes = 1 << 20;               // JSON request bodies
-  int pool_threads = 4;     // store calls, blob reads, validation and aggregation
+  int pool_threads = 4;                            // store calls, blob reads, validation and aggregation
   int upload_threads = 16;  // blob uploads, each holding a thread while it streams (kept off the pool above, so
                             // store writes never queue behind slow uploads); more uploads at once wait for one
   std::chrono::milliseconds tick_interval{100};  // timer resolution of timeouts (aggregation, heartbeats)
@@ -126,16 +126,16 @@ class Service {
       int64_t job_id = 0;
       nlohmann::json task;
     };
-    std::deque<QueuedTask> queued;              // assigned, not yet delivered
-    uint64_t tasks_assigned = 0;                // DeliverTask calls: tells a stale availability offer (OfferWorker)
-    std::optional<int64_t> current_job;         // delivered, not yet reported
+    std::deque<QueuedTask> queued;       // assigned, not yet delivered
+    uint64_t tasks_assigned = 0;         // DeliverTask calls: tells a stale availability offer (OfferWorker)
+    std::optional<int64_t> current_job;  // delivered, not yet reported
     nlohmann::json current_task;
-    std::vector<nlohmann::json> abandon;        // tasks to drop, sent with the next heartbeat
+    std::vector<nlohmann::json> abandon;  // tasks to drop, sent with the next heartbeat
     // What the store last got from SetWorkerStatus for this session: a heartbeat that changes neither is kept in
     // memory (last_seen) and written at most every kHeartbeatStoreInterval, not fsynced each time.
     std::optional<storage::WorkerStatus> stored_status;
     Clock::TimePoint status_stored_at{};
-    std::shared_ptr<http::Signal> wake;         // a task was queued (shared: a long-poll may outlive the session)
+    std::shared_ptr<http::Signal> wake;  // a task was queued (shared: a long-poll may outlive the session)
   };
   static constexpr std::chrono::seconds kHeartbeatStoreInterval{30};
   struct WorkerAuth {
@@ -163,8 +163,7 @@ class Service {
   StatusOr<Session*> SessionNamedInBody(const std::string& body, int64_t worker_id);
   // Ends a worker's session (goodbye, missed heartbeats, a new hello) and tells every job.
   http::Awaitable<void> EndSession(int64_t worker_id, std::string_view why);
-  http::Awaitable<void> SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status,
-                                        std::string_view device = {});
+  http::Awaitable<void> SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string_view device = {});
   http::Awaitable<void> OfferWorker(int64_t worker_id);
   http::Awaitable<void> TimerLoop();
 

@@ -34,7 +34,6 @@ struct Shard {
 // training row. Every row is in exactly one shard and one of its two lists.
 // InvalidArgument if num_shards < 1, num_rows < num_shards (a shard would be empty), or validation_fraction is not
 // in [0, 0.5].
-StatusOr<std::vector<Shard>> SplitRows(int64_t num_rows, int num_shards, double validation_fraction,
-                                       uint64_t job_seed);
+StatusOr<std::vector<Shard>> SplitRows(int64_t num_rows, int num_shards, double validation_fraction, uint64_t job_seed);
 
 }  // namespace parsyn::coordinator

@@ -18,7 +18,8 @@ struct SplitCase {
 TEST(ShardingTest, ShardsAreNearlyEqualDisjointAndCoverAllRows) {
   const SplitCase cases[] = {{10, 1, 0.1}, {10, 3, 0.1}, {7, 7, 0.5}, {1000, 4, 0.0}, {1001, 5, 0.2}, {3, 2, 0.5}};
   for (const SplitCase& c : cases) {
-    SCOPED_TRACE(testing::Message() << c.rows << " rows, " << c.shards << " shards, fraction " << c.validation_fraction);
+    SCOPED_TRACE(testing::Message() << c.rows << " rows, " << c.shards << " shards, fraction "
+                                    << c.validation_fraction);
     StatusOr<std::vector<Shard>> shards = SplitRows(c.rows, c.shards, c.validation_fraction, 42);
     ASSERT_TRUE(shards.ok()) << shards.status().ToString();
     ASSERT_EQ(shards->size(), static_cast<size_t>(c.shards));
@@ -31,8 +32,8 @@ TEST(ShardingTest, ShardsAreNearlyEqualDisjointAndCoverAllRows) {
       EXPECT_GE(s.train_rows.size(), 1u);
       EXPECT_TRUE(std::is_sorted(s.train_rows.begin(), s.train_rows.end()));
       EXPECT_TRUE(std::is_sorted(s.validation_rows.begin(), s.validation_rows.end()));
-      const int64_t expected_validation = std::min<int64_t>(
-          std::llround(static_cast<double>(s.num_rows()) * c.validation_fraction), s.num_rows() - 1);
+      const int64_t expected_validation =
+          std::min<int64_t>(std::llround(static_cast<double>(s.num_rows()) * c.validation_fraction), s.num_rows() - 1);
       EXPECT_EQ(static_cast<int64_t>(s.validation_rows.size()), expected_validation);
       for (const auto* rows : {&s.train_rows, &s.validation_rows}) {
         for (int64_t r : *rows) {

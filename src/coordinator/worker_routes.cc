@@ -110,7 +110,8 @@ Status Service::AddWorkerRoutes(Routes& routes) {
         while (true) {
           s = self->FindSession(worker_id);
           if (s == nullptr || s->session_id != session_id || !s->queued.empty() || self->shutting_down_) break;
-          auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+          auto left =
+              std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
           if (left.count() <= 0) break;
           std::array<http::Signal*, 2> signals{wake.get(), &self->shutdown_};
           if (co_await http::WaitAny(signals, left) < 0) break;
@@ -129,9 +130,8 @@ Status Service::AddWorkerRoutes(Routes& routes) {
 
   PARSYN_RETURN_IF_ERROR(routes.Worker(
       Method::kPost, "/api/v1/worker/progress", [self](Request& req, int64_t worker_id) -> Awaitable<Response> {
-        StatusOr<JsonFields> fields = JsonFields::Parse(
-            req.body, {"session_id", "job_id", "round", "attempt", "step", "total_steps", "loss", "throughput",
-                       "utilization"});
+        StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"session_id", "job_id", "round", "attempt", "step",
+                                                                   "total_steps", "loss", "throughput", "utilization"});
         if (!fields.ok()) co_return Response::Error(fields.status());
         (void)fields->String("session_id", false);
         std::optional<int64_t> job_id = fields->Int("job_id", true, 1, INT64_MAX);
@@ -146,18 +146,25 @@ Status Service::AddWorkerRoutes(Routes& routes) {
         if (!fields->status().ok()) co_return Response::Error(fields->status());
         JobRunner* runner = self->FindRunner(*job_id);
         if (runner == nullptr || runner->finished()) {
-          co_return Response::Error(FailedPreconditionError("training job " + std::to_string(*job_id) +
-                                                            " is not running"));
+          co_return Response::Error(
+              FailedPreconditionError("training job " + std::to_string(*job_id) + " is not running"));
         }
         if (Session* s = self->FindSession(worker_id)) s->last_seen = self->clock().Now();
-        storage::MetricPoint point{.job_id = *job_id, .round = static_cast<int32_t>(*round), .worker_id = worker_id,
-                                   .step = *step, .loss = loss, .throughput = throughput, .utilization = utilization,
+        storage::MetricPoint point{.job_id = *job_id,
+                                   .round = static_cast<int32_t>(*round),
+                                   .worker_id = worker_id,
+                                   .step = *step,
+                                   .loss = loss,
+                                   .throughput = throughput,
+                                   .utilization = utilization,
                                    .time_ms = self->clock().UnixMillis()};
         Status stored = co_await Offload(self->pool(), [&] {
           return self->store().AppendMetrics(std::span<const storage::MetricPoint>(&point, 1));
         });
         if (!stored.ok()) co_return Response::Error(stored);
-        json progress = {{"round", *round}, {"step", *step}, {"total_steps", total_steps ? json(*total_steps) : json()},
+        json progress = {{"round", *round},
+                         {"step", *step},
+                         {"total_steps", total_steps ? json(*total_steps) : json()},
                          {"loss", loss ? json(*loss) : json()}};
         // The dashboard shows each worker's throughput and utilisation live from this event.
         if (throughput) progress["throughput"] = *throughput;
@@ -165,9 +172,9 @@ Status Service::AddWorkerRoutes(Routes& routes) {
         runner->RecordProgress(worker_id, progress);
         progress["worker_id"] = worker_id;
         {
-      auto event_appended = self->AppendEvent(*job_id, "worker_progress", progress);
-      co_await std::move(event_appended);
-    }
+          auto event_appended = self->AppendEvent(*job_id, "worker_progress", progress);
+          co_await std::move(event_appended);
+        }
         co_return Response::NoContent();
       }));
 
@@ -203,7 +210,8 @@ Status Service::AddWorkerRoutes(Routes& routes) {
 
   PARSYN_RETURN_IF_ERROR(routes.Worker(
       Method::kPost, "/api/v1/worker/failure", [self](Request& req, int64_t worker_id) -> Awaitable<Response> {
-        StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"session_id", "job_id", "round", "attempt", "reason"});
+        StatusOr<JsonFields> fields =
+            JsonFields::Parse(req.body, {"session_id", "job_id", "round", "attempt", "reason"});
         if (!fields.ok()) co_return Response::Error(fields.status());
         (void)fields->String("session_id", false);
         std::optional<int64_t> job_id = fields->Int("job_id", true, 1, INT64_MAX);
@@ -223,14 +231,14 @@ Status Service::AddWorkerRoutes(Routes& routes) {
         co_return Response::Json(200, {{"status", "recorded"}});
       }));
 
-  PARSYN_RETURN_IF_ERROR(routes.Worker(
-      Method::kPost, "/api/v1/worker/goodbye", [self](Request& req, int64_t worker_id) -> Awaitable<Response> {
-        StatusOr<Session*> found = self->SessionNamedInBody(req.body, worker_id);
-        if (!found.ok()) co_return Response::Error(found.status());
-        Session* s = *found;
-        co_await self->EndSession(worker_id, "goodbye");
-        co_return Response::NoContent();
-      }));
+  PARSYN_RETURN_IF_ERROR(routes.Worker(Method::kPost, "/api/v1/worker/goodbye",
+                                       [self](Request& req, int64_t worker_id) -> Awaitable<Response> {
+                                         StatusOr<Session*> found = self->SessionNamedInBody(req.body, worker_id);
+                                         if (!found.ok()) co_return Response::Error(found.status());
+                                         Session* s = *found;
+                                         co_await self->EndSession(worker_id, "goodbye");
+                                         co_return Response::NoContent();
+                                       }));
   return Status::Ok();
 }
 

@@ -43,8 +43,7 @@ std::string_view Trim(std::string_view s) {
 }
 
 bool IsIdempotent(Method m) {
-  return m == Method::kGet || m == Method::kHead || m == Method::kPut || m == Method::kDelete ||
-         m == Method::kOptions;
+  return m == Method::kGet || m == Method::kHead || m == Method::kPut || m == Method::kDelete || m == Method::kOptions;
 }
 
 bool IsRetryableCurlError(CURLcode rc) {
@@ -55,10 +54,8 @@ bool IsRetryableCurlError(CURLcode rc) {
     case CURLE_RECV_ERROR:
     case CURLE_GOT_NOTHING:
     case CURLE_PARTIAL_FILE:
-    case CURLE_OPERATION_TIMEDOUT:
-      return true;
-    default:
-      return false;
+    case CURLE_OPERATION_TIMEDOUT: return true;
+    default: return false;
   }
 }
 
@@ -295,10 +292,8 @@ Status TransportError(std::string_view what, CURLcode rc, const char* error_buff
       return UnavailableError(std::string(what) + ": cannot connect: " + reason + hint);
     case CURLE_COULDNT_RESOLVE_HOST:
       return UnavailableError(std::string(what) + ": cannot resolve host: " + reason + hint);
-    case CURLE_OPERATION_TIMEDOUT:
-      return DeadlineExceededError(std::string(what) + ": timed out: " + reason);
-    default:
-      return UnavailableError(std::string(what) + ": " + reason);
+    case CURLE_OPERATION_TIMEDOUT: return DeadlineExceededError(std::string(what) + ": timed out: " + reason);
+    default: return UnavailableError(std::string(what) + ": " + reason);
   }
 }
 
@@ -352,8 +347,8 @@ StatusOr<ClientResponse> Client::Execute(Method method, std::string_view path, c
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_buffer);
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout.count()));
-    std::chrono::milliseconds timeout = call.timeout.value_or(t.streaming ? std::chrono::milliseconds(0)
-                                                                          : options_.timeout);
+    std::chrono::milliseconds timeout =
+        call.timeout.value_or(t.streaming ? std::chrono::milliseconds(0) : options_.timeout);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
     if (options_.stall_timeout.count() > 0) {
       curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -450,8 +445,8 @@ StatusOr<ClientResponse> Client::PutJson(std::string_view path, const nlohmann::
   return Send(Method::kPut, path, body.dump(), "application/json", std::move(call));
 }
 
-StatusOr<ClientResponse> Client::Send(Method method, std::string_view path, std::string body,
-                                      std::string content_type, CallOptions call) {
+StatusOr<ClientResponse> Client::Send(Method method, std::string_view path, std::string body, std::string content_type,
+                                      CallOptions call) {
   return Execute(method, path, call, [&](Transfer& t) {
     t.body = body;
     t.has_body = !body.empty() || method == Method::kPost || method == Method::kPut || method == Method::kPatch;
@@ -489,8 +484,8 @@ StatusOr<ClientResponse> Client::UploadFileRange(Method method, std::string_view
     const uint64_t size = std::filesystem::file_size(file, ec);
     if (ec) return NotFoundError("cannot stat '" + file.string() + "': " + ec.message());
     if (offset > size || length > size - offset) {
-      return InvalidArgumentError("bytes " + std::to_string(offset) + "+" + std::to_string(length) + " lie beyond the " +
-                                  std::to_string(size) + " bytes of '" + file.string() + "'");
+      return InvalidArgumentError("bytes " + std::to_string(offset) + "+" + std::to_string(length) +
+                                  " lie beyond the " + std::to_string(size) + " bytes of '" + file.string() + "'");
     }
     if (::fseeko(in.get(), static_cast<off_t>(offset), SEEK_SET) != 0) {
       return InternalError("cannot seek in '" + file.string() + "': " + std::strerror(errno));
@@ -505,8 +500,7 @@ StatusOr<ClientResponse> Client::UploadFileRange(Method method, std::string_view
   });
 }
 
-StatusOr<uint64_t> Client::DownloadToFile(std::string_view path, const std::filesystem::path& dest,
-                                          CallOptions call) {
+StatusOr<uint64_t> Client::DownloadToFile(std::string_view path, const std::filesystem::path& dest, CallOptions call) {
   std::filesystem::path part = dest;
   part += ".part";
   File out;

@@ -33,21 +33,21 @@ struct ClientOptions {
   std::string base_url;      // "http://127.0.0.1:8080"; call paths starting with '/' are appended to it
   std::string bearer_token;  // sent as "Authorization: Bearer <token>" when set
   std::chrono::milliseconds connect_timeout{5'000};
-  std::chrono::milliseconds timeout{60'000};         // per attempt, for calls with in-memory bodies (0: none)
-  std::chrono::milliseconds stall_timeout{60'000};   // any transfer that moves no byte for this long fails
+  std::chrono::milliseconds timeout{60'000};        // per attempt, for calls with in-memory bodies (0: none)
+  std::chrono::milliseconds stall_timeout{60'000};  // any transfer that moves no byte for this long fails
   // Retries of idempotent calls (GET, PUT, DELETE) on connection errors, timeouts and 502/503/504, with capped
   // exponential backoff (each wait drawn from [b/2, b], b doubling from backoff_initial up to backoff_max).
   int max_attempts = 4;
   std::chrono::milliseconds backoff_initial{200};
   std::chrono::milliseconds backoff_max{5'000};
-  std::filesystem::path ca_file;  // extra CA bundle (a self-signed server certificate)
+  std::filesystem::path ca_file;           // extra CA bundle (a self-signed server certificate)
   uint64_t max_response_bytes = 64 << 20;  // in-memory response bodies larger than this fail (ResourceExhausted)
-  std::string unreachable_hint;  // appended to connection failures, e.g. "is `parsyn server` running?"
+  std::string unreachable_hint;            // appended to connection failures, e.g. "is `parsyn server` running?"
 };
 
 struct CallOptions {
-  std::optional<bool> retry{};                        // default: yes for GET/PUT/DELETE/HEAD, no for POST/PATCH
-  std::optional<std::chrono::milliseconds> timeout{}; // replaces ClientOptions::timeout (e.g. a long-poll)
+  std::optional<bool> retry{};                         // default: yes for GET/PUT/DELETE/HEAD, no for POST/PATCH
+  std::optional<std::chrono::milliseconds> timeout{};  // replaces ClientOptions::timeout (e.g. a long-poll)
   std::vector<std::pair<std::string, std::string>> headers{};
   std::stop_token stop{};  // a stop request aborts the call (within about a second) with Cancelled
 };
@@ -99,8 +99,7 @@ class Client {
   // GETs an SSE stream and calls `on_event` for each event, in order, on the calling thread. Returns OK when the
   // server ends the stream or `on_event` returns false; Cancelled on a stop request. No retries: the caller decides
   // whether to reconnect.
-  Status ReadEvents(std::string_view path, const std::function<bool(const SseEvent&)>& on_event,
-                    CallOptions call = {});
+  Status ReadEvents(std::string_view path, const std::function<bool(const SseEvent&)>& on_event, CallOptions call = {});
 
   struct Transfer;  // one attempt's state (defined in client.cc)
 

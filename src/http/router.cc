@@ -1,8 +1,8 @@
 // Router, Request and Response helpers: the parts of the server that do not touch sockets.
 #include <algorithm>
 
-#include "http/server.h"
 #include "http/internal.h"
+#include "http/server.h"
 
 namespace parsyn::http {
 

@@ -178,8 +178,8 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
       if (ec) {
         // end_of_stream, timeout and closed sockets end the connection quietly; malformed requests get a 400.
         if (ec == bhttp::error::header_limit) {
-          co_await Write(ErrorBody(431, "invalid_argument", "request header exceeds " +
-                                                               std::to_string(opts_.max_header_bytes) + " bytes"),
+          co_await Write(ErrorBody(431, "invalid_argument",
+                                   "request header exceeds " + std::to_string(opts_.max_header_bytes) + " bytes"),
                          11, false);
         } else if (IsHttpParseError(ec)) {
           co_await Write(ErrorBody(400, "invalid_argument", "malformed HTTP request: " + ec.message()), 11, false);
@@ -208,9 +208,9 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     auto start = std::chrono::steady_clock::now();
     Response res = co_await Dispatch(parser, req);
     // The path, not the target: query strings carry signatures and session ids, which logs must not keep.
-    PARSYN_LOG_DEBUG("http: {} {} {} -> {} in {} ms", remote_, MethodName(req.method), req.path, res.status,
-                     std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start)
-                         .count());
+    PARSYN_LOG_DEBUG(
+        "http: {} {} {} -> {} in {} ms", remote_, MethodName(req.method), req.path, res.status,
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count());
     bool keep_alive = parser.keep_alive() && parser.is_done() && !state_->is_stopping && !closed_;
     bool head = req.method == Method::kHead;
     co_return co_await Write(std::move(res), header.version(), keep_alive, head);
@@ -248,9 +248,9 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
 
     uint64_t cap = route.options.max_body_bytes ? route.options.max_body_bytes : opts_.max_body_bytes;
     if (parser.content_length() && *parser.content_length() > cap) {
-      co_return Response::Error(ResourceExhaustedError(
-          "request body of " + std::to_string(*parser.content_length()) + " bytes exceeds the limit of " +
-          std::to_string(cap) + " bytes"));
+      co_return Response::Error(ResourceExhaustedError("request body of " + std::to_string(*parser.content_length()) +
+                                                       " bytes exceeds the limit of " + std::to_string(cap) +
+                                                       " bytes"));
     }
     if (!parser.is_done() && beast::iequals(parser.get()[bhttp::field::expect], "100-continue")) {
       bhttp::response<bhttp::empty_body> cont{bhttp::status::continue_, parser.get().version()};
@@ -277,8 +277,8 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     } catch (const std::exception& e) {
       PARSYN_LOG_ERROR("http: handler for {} {} threw: {}", MethodName(req.method), req.path, e.what());
     }
-    co_return Response::Error(InternalError("internal error while handling " + std::string(MethodName(req.method)) +
-                                            " " + req.path));
+    co_return Response::Error(
+        InternalError("internal error while handling " + std::string(MethodName(req.method)) + " " + req.path));
   }
 
   template <class Message>
@@ -574,8 +574,8 @@ StatusOr<std::unique_ptr<Server>> Server::Start(net::io_context& io, ServerOptio
   if (!opts.tls_cert_file.empty()) {
     state->ssl.emplace(net::ssl::context::tls_server);
     net::ssl::context& ctx = *state->ssl;
-    ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
-                    net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1);
+    ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 | net::ssl::context::no_sslv3 |
+                    net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1);
     beast::error_code ec;
     ctx.use_certificate_chain_file(opts.tls_cert_file.string(), ec);
     if (ec) return InvalidArgumentError("TLS certificate '" + opts.tls_cert_file.string() + "': " + ec.message());
@@ -629,8 +629,8 @@ net::awaitable<void> Server::Shutdown(std::chrono::milliseconds grace) {
     co_await state->connections_changed.Wait(left);
   }
   if (!state->connections.empty()) {
-    PARSYN_LOG_WARN("http: closing {} connection(s) still busy after the {} ms grace period",
-                    state->connections.size(), grace.count());
+    PARSYN_LOG_WARN("http: closing {} connection(s) still busy after the {} ms grace period", state->connections.size(),
+                    grace.count());
     std::vector<ConnectionBase*> busy(state->connections.begin(), state->connections.end());
     for (ConnectionBase* c : busy) c->Close();
   }

@@ -48,12 +48,12 @@ class BodyReader {
 
 struct Request {
   Method method = Method::kGet;
-  std::string target;       // as sent: "/api/v1/training-jobs?limit=5"
-  std::string path;         // percent-decoded path: "/api/v1/training-jobs"
-  StringMap params;         // path parameters: {"id": "17"} for "/api/v1/training-jobs/{id}"
-  StringMap query;          // decoded query parameters (the last one wins when a name repeats)
-  StringMap headers;        // names lower-cased
-  std::string body;         // the whole body, for routes that do not stream it
+  std::string target;                 // as sent: "/api/v1/training-jobs?limit=5"
+  std::string path;                   // percent-decoded path: "/api/v1/training-jobs"
+  StringMap params;                   // path parameters: {"id": "17"} for "/api/v1/training-jobs/{id}"
+  StringMap query;                    // decoded query parameters (the last one wins when a name repeats)
+  StringMap headers;                  // names lower-cased
+  std::string body;                   // the whole body, for routes that do not stream it
   BodyReader* body_stream = nullptr;  // the body, for routes with stream_body; null otherwise
   std::string remote_address;         // "127.0.0.1:53122"
 
@@ -86,9 +86,9 @@ struct Response {
   std::vector<std::pair<std::string, std::string>> headers;
   std::string content_type;
   std::string body;
-  std::filesystem::path file;    // when set, the body is this file, sent in chunks
+  std::filesystem::path file;              // when set, the body is this file, sent in chunks
   std::shared_ptr<const void> file_owner;  // held until the response is written (e.g. a temporary copy of a blob)
-  EventProducer event_producer;  // when set, the response is an SSE stream driven by this coroutine
+  EventProducer event_producer;            // when set, the response is an SSE stream driven by this coroutine
 
   static Response Json(int status, const nlohmann::json& body);
   static Response Text(int status, std::string text, std::string content_type = "text/plain; charset=utf-8");
@@ -106,7 +106,7 @@ struct Response {
 using Handler = std::function<Awaitable<Response>(Request&)>;
 
 struct RouteOptions {
-  bool stream_body = false;   // hand the handler a BodyReader instead of reading the body into Request::body
+  bool stream_body = false;     // hand the handler a BodyReader instead of reading the body into Request::body
   uint64_t max_body_bytes = 0;  // 0: ServerOptions::max_body_bytes. Larger bodies get 413 resource_exhausted.
 };
 
@@ -127,9 +127,9 @@ class Router {
     int literal_count = 0;
   };
   struct Match {
-    const Route* route = nullptr;     // null when nothing matched
+    const Route* route = nullptr;  // null when nothing matched
     StringMap params;
-    std::vector<Method> allowed;      // when route is null: the methods the path exists under (empty: 404)
+    std::vector<Method> allowed;  // when route is null: the methods the path exists under (empty: 404)
   };
   // `path` is the raw (still percent-encoded) path; parameters come back decoded. InvalidArgument on bad escapes.
   StatusOr<Match> Find(Method method, std::string_view path) const;
@@ -158,7 +158,7 @@ class Server {
   // Closes every socket at once (prefer Shutdown). Do not destroy the server while a handler of it is running.
   ~Server();
 
-  uint16_t port() const;      // the bound port
+  uint16_t port() const;  // the bound port
   bool tls() const;
   bool stopping() const;
 

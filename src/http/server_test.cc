@@ -104,13 +104,14 @@ Router ApiRouter() {
                        })
                   .ok());
   EXPECT_TRUE(router
-                  .Add(Method::kPost, "/api/v1/echo",
-                       [](Request& req) -> Awaitable<Response> {
-                         StatusOr<nlohmann::json> body = req.JsonBody();
-                         if (!body.ok()) co_return Response::Error(body.status());
-                         co_return Response::Json(201, *body);
-                       },
-                       RouteOptions{.max_body_bytes = 1024})
+                  .Add(
+                      Method::kPost, "/api/v1/echo",
+                      [](Request& req) -> Awaitable<Response> {
+                        StatusOr<nlohmann::json> body = req.JsonBody();
+                        if (!body.ok()) co_return Response::Error(body.status());
+                        co_return Response::Json(201, *body);
+                      },
+                      RouteOptions{.max_body_bytes = 1024})
                   .ok());
   EXPECT_TRUE(router
                   .Add(Method::kDelete, "/api/v1/training-jobs/{id}",
@@ -151,8 +152,7 @@ TEST(ServerTest, UnknownPathIs404AndWrongMethodIs405WithErrorBody) {
 
   auto missing = client.Get("/api/v1/nope");
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(missing.status().message(),
-            "GET " + ts.url() + "/api/v1/nope: HTTP 404: no route for GET /api/v1/nope");
+  EXPECT_EQ(missing.status().message(), "GET " + ts.url() + "/api/v1/nope: HTTP 404: no route for GET /api/v1/nope");
 
   auto wrong = client.Send(Method::kPut, "/api/v1/training-jobs/42", "{}", "application/json");
   EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);  // 405 has no code of its own
@@ -163,8 +163,7 @@ TEST(ServerTest, UnknownPathIs404AndWrongMethodIs405WithErrorBody) {
   // The raw body shape, as any API client sees it.
   auto raw = client.Send(Method::kDelete, "/api/v1/training-jobs/7", "", "", CallOptions{.retry = false});
   EXPECT_EQ(raw.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(raw.status().message(),
-            "DELETE " + ts.url() + "/api/v1/training-jobs/7: HTTP 409: job 7 already finished");
+  EXPECT_EQ(raw.status().message(), "DELETE " + ts.url() + "/api/v1/training-jobs/7: HTTP 409: job 7 already finished");
 }
 
 TEST(ServerTest, ErrorBodyHasCodeAndMessage) {
@@ -249,36 +248,37 @@ TEST(ServerTest, StreamsUploadToFileAndDownloadFromFile) {
 
   Router router;
   ASSERT_TRUE(router
-                  .Add(Method::kPut, "/blobs/{key...}",
-                       [&](Request& req) -> Awaitable<Response> {
-                         std::filesystem::path out = store / std::filesystem::path(req.params.at("key")).filename();
-                         std::ofstream file(out, std::ios::binary);
-                         EVP_MD_CTX* sha = EVP_MD_CTX_new();
-                         EVP_DigestInit_ex(sha, EVP_sha256(), nullptr);
-                         uint64_t total = 0;
-                         while (true) {
-                           StatusOr<std::string_view> chunk = co_await req.body_stream->Next();
-                           if (!chunk.ok()) {
-                             EVP_MD_CTX_free(sha);
-                             co_return Response::Error(chunk.status());
-                           }
-                           if (chunk->empty()) break;
-                           largest_chunk = std::max(largest_chunk, chunk->size());
-                           total += chunk->size();
-                           file.write(chunk->data(), static_cast<std::streamsize>(chunk->size()));
-                           EVP_DigestUpdate(sha, chunk->data(), chunk->size());
-                         }
-                         unsigned char digest[EVP_MAX_MD_SIZE];
-                         unsigned int size = 0;
-                         EVP_DigestFinal_ex(sha, digest, &size);
-                         EVP_MD_CTX_free(sha);
-                         std::string hex = Hex(digest, size);
-                         co_return Response::Json(201, {{"bytes", total},
-                                                        {"sha256", hex},
-                                                        {"buffered", req.body.size()},
-                                                        {"content_length", *req.body_stream->content_length()}});
-                       },
-                       RouteOptions{.stream_body = true, .max_body_bytes = 64 << 20})
+                  .Add(
+                      Method::kPut, "/blobs/{key...}",
+                      [&](Request& req) -> Awaitable<Response> {
+                        std::filesystem::path out = store / std::filesystem::path(req.params.at("key")).filename();
+                        std::ofstream file(out, std::ios::binary);
+                        EVP_MD_CTX* sha = EVP_MD_CTX_new();
+                        EVP_DigestInit_ex(sha, EVP_sha256(), nullptr);
+                        uint64_t total = 0;
+                        while (true) {
+                          StatusOr<std::string_view> chunk = co_await req.body_stream->Next();
+                          if (!chunk.ok()) {
+                            EVP_MD_CTX_free(sha);
+                            co_return Response::Error(chunk.status());
+                          }
+                          if (chunk->empty()) break;
+                          largest_chunk = std::max(largest_chunk, chunk->size());
+                          total += chunk->size();
+                          file.write(chunk->data(), static_cast<std::streamsize>(chunk->size()));
+                          EVP_DigestUpdate(sha, chunk->data(), chunk->size());
+                        }
+                        unsigned char digest[EVP_MAX_MD_SIZE];
+                        unsigned int size = 0;
+                        EVP_DigestFinal_ex(sha, digest, &size);
+                        EVP_MD_CTX_free(sha);
+                        std::string hex = Hex(digest, size);
+                        co_return Response::Json(201, {{"bytes", total},
+                                                       {"sha256", hex},
+                                                       {"buffered", req.body.size()},
+                                                       {"content_length", *req.body_stream->content_length()}});
+                      },
+                      RouteOptions{.stream_body = true, .max_body_bytes = 64 << 20})
                   .ok());
   ASSERT_TRUE(router
                   .Add(Method::kGet, "/blobs/{key...}",
@@ -323,16 +323,17 @@ TEST(ServerTest, StreamsUploadToFileAndDownloadFromFile) {
 TEST(ServerTest, StreamedUploadOverTheRouteCapIs413) {
   Router router;
   ASSERT_TRUE(router
-                  .Add(Method::kPut, "/blobs/{key...}",
-                       [](Request& req) -> Awaitable<Response> {
-                         while (true) {
-                           StatusOr<std::string_view> chunk = co_await req.body_stream->Next();
-                           if (!chunk.ok()) co_return Response::Error(chunk.status());
-                           if (chunk->empty()) break;
-                         }
-                         co_return Response::NoContent();
-                       },
-                       RouteOptions{.stream_body = true, .max_body_bytes = 100'000})
+                  .Add(
+                      Method::kPut, "/blobs/{key...}",
+                      [](Request& req) -> Awaitable<Response> {
+                        while (true) {
+                          StatusOr<std::string_view> chunk = co_await req.body_stream->Next();
+                          if (!chunk.ok()) co_return Response::Error(chunk.status());
+                          if (chunk->empty()) break;
+                        }
+                        co_return Response::NoContent();
+                      },
+                      RouteOptions{.stream_body = true, .max_body_bytes = 100'000})
                   .ok());
   net::io_context io;
   TestServer ts(io, std::move(router));
@@ -478,8 +479,8 @@ bool PeerClosesWithin(int fd, milliseconds limit) {
   pollfd p{fd, POLLIN, 0};
   auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {
-    int left = static_cast<int>(
-        std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now()).count());
+    int left =
+        static_cast<int>(std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now()).count());
     if (::poll(&p, 1, std::max(left, 1)) <= 0) continue;
     char buf[256];
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
@@ -504,8 +505,9 @@ TEST(ServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   net::io_context io;
   TestServer ts(io, ApiRouter());
   int fd = ConnectRaw(ts.server().port());
-  std::string two = "GET /api/v1/training-jobs/1 HTTP/1.1\r\nHost: x\r\n\r\n"
-                    "GET /api/v1/training-jobs/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  std::string two =
+      "GET /api/v1/training-jobs/1 HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET /api/v1/training-jobs/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
   ASSERT_EQ(::send(fd, two.data(), two.size(), 0), static_cast<ssize_t>(two.size()));
   std::string received;
   char buf[4096];
@@ -528,18 +530,19 @@ TEST(ServerTest, StalledUploadFailsWithDeadlineExceededAndCloses) {
   std::promise<Status> seen;
   Router router;
   ASSERT_TRUE(router
-                  .Add(Method::kPut, "/blobs/{key...}",
-                       [&seen](Request& req) -> Awaitable<Response> {
-                         while (true) {
-                           StatusOr<std::string_view> chunk = co_await req.body_stream->Next();
-                           if (!chunk.ok()) {
-                             seen.set_value(chunk.status());
-                             co_return Response::Error(chunk.status());
-                           }
-                           if (chunk->empty()) co_return Response::NoContent();
-                         }
-                       },
-                       RouteOptions{.stream_body = true})
+                  .Add(
+                      Method::kPut, "/blobs/{key...}",
+                      [&seen](Request& req) -> Awaitable<Response> {
+                        while (true) {
+                          StatusOr<std::string_view> chunk = co_await req.body_stream->Next();
+                          if (!chunk.ok()) {
+                            seen.set_value(chunk.status());
+                            co_return Response::Error(chunk.status());
+                          }
+                          if (chunk->empty()) co_return Response::NoContent();
+                        }
+                      },
+                      RouteOptions{.stream_body = true})
                   .ok());
   net::io_context io;
   ServerOptions options;
@@ -658,9 +661,10 @@ TEST(ServerTest, TlsRoundTrip) {
   TempDir dir;
   std::filesystem::path cert = dir.path() / "cert.pem";
   std::filesystem::path key = dir.path() / "key.pem";
-  std::string command = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
-                        "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout " +
-                        key.string() + " -out " + cert.string() + " 2>/dev/null";
+  std::string command =
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+      "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout " +
+      key.string() + " -out " + cert.string() + " 2>/dev/null";
   ASSERT_EQ(std::system(command.c_str()), 0) << "the test needs the openssl command";
 
   net::io_context io;

@@ -63,8 +63,7 @@ Status VerifySignedUrl(std::string_view secret, std::string_view method, std::st
   }
   std::string expected = Sign(secret, method, blob_key, expires_unix_s);
   // Constant time, so response timing does not reveal how much of a forged signature was right.
-  if (signature.size() != expected.size() ||
-      CRYPTO_memcmp(signature.data(), expected.data(), expected.size()) != 0) {
+  if (signature.size() != expected.size() || CRYPTO_memcmp(signature.data(), expected.data(), expected.size()) != 0) {
     return UnauthenticatedError("signed URL signature does not match this method and blob");
   }
   // Checked after the signature, so an unsigned request learns nothing about expiry.

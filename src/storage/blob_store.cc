@@ -9,8 +9,7 @@ namespace parsyn::storage {
 namespace {
 
 bool IsKeyChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-         c == '-';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
 }
 
 // The key as it is safe to print in a message: non-printable bytes escaped, long keys shortened.
@@ -40,8 +39,8 @@ Status BadKey(std::string_view key, std::string_view rule) {
 Status ValidateBlobKey(std::string_view key) {
   if (key.empty()) return BadKey(key, "it is empty");
   if (key.size() > kMaxBlobKeyBytes) {
-    return BadKey(key, "it is " + std::to_string(key.size()) + " bytes long, the limit is " +
-                           std::to_string(kMaxBlobKeyBytes));
+    return BadKey(
+        key, "it is " + std::to_string(key.size()) + " bytes long, the limit is " + std::to_string(kMaxBlobKeyBytes));
   }
   if (key.front() == '/') return BadKey(key, "it starts with '/' (keys are relative)");
   if (key.back() == '/') return BadKey(key, "it ends with '/'");

@@ -168,9 +168,8 @@ TEST_P(BlobStoreContractTest, Sha256MismatchIsDataLossAndNothingStored) {
 }
 
 TEST_P(BlobStoreContractTest, SourceErrorIsReturnedAndNothingStored) {
-  ChunkedSource source({"part one,", "part two"}, [](size_t i) {
-    return i == 1 ? UnavailableError("client went away") : Status::Ok();
-  });
+  ChunkedSource source({"part one,", "part two"},
+                       [](size_t i) { return i == 1 ? UnavailableError("client went away") : Status::Ok(); });
   StatusOr<BlobInfo> put = store().Put("partial", source);
   EXPECT_EQ(put.status(), UnavailableError("client went away"));
   EXPECT_EQ(store().Head("partial").status().code(), StatusCode::kNotFound);

@@ -24,15 +24,14 @@ using ::testing::IsEmpty;
 
 INSTANTIATE_TEST_SUITE_P(
     Backends, BlobStoreContractTest,
-    ::testing::Values(
-        BlobStoreBackend{"directory",
-                         [](const fs::path& dir) -> StatusOr<std::unique_ptr<BlobStore>> {
-                           return OpenBlobStore("file://" + (dir / "blobs").string());
-                         }},
-        BlobStoreBackend{"memory",
-                         [](const fs::path&) -> StatusOr<std::unique_ptr<BlobStore>> {
-                           return std::unique_ptr<BlobStore>(std::make_unique<MemoryBlobStore>());
-                         }}),
+    ::testing::Values(BlobStoreBackend{"directory",
+                                       [](const fs::path& dir) -> StatusOr<std::unique_ptr<BlobStore>> {
+                                         return OpenBlobStore("file://" + (dir / "blobs").string());
+                                       }},
+                      BlobStoreBackend{"memory",
+                                       [](const fs::path&) -> StatusOr<std::unique_ptr<BlobStore>> {
+                                         return std::unique_ptr<BlobStore>(std::make_unique<MemoryBlobStore>());
+                                       }}),
     BlobStoreBackendName);
 
 struct KeyCase {

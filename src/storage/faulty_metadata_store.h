@@ -31,26 +31,42 @@ class FaultyMetadataStore final : public MetadataStore {
     return writes_passed_;
   }
 
-  StatusOr<Dataset> CreateDataset(const Dataset& d) override { return Write([&] { return inner_.CreateDataset(d); }); }
+  StatusOr<Dataset> CreateDataset(const Dataset& d) override {
+    return Write([&] { return inner_.CreateDataset(d); });
+  }
   StatusOr<Dataset> GetDataset(int64_t id) override { return inner_.GetDataset(id); }
   StatusOr<std::vector<Dataset>> ListDatasets() override { return inner_.ListDatasets(); }
-  Status DeleteDataset(int64_t id) override { return Write([&] { return inner_.DeleteDataset(id); }); }
+  Status DeleteDataset(int64_t id) override {
+    return Write([&] { return inner_.DeleteDataset(id); });
+  }
 
-  StatusOr<Model> CreateModel(const Model& m) override { return Write([&] { return inner_.CreateModel(m); }); }
+  StatusOr<Model> CreateModel(const Model& m) override {
+    return Write([&] { return inner_.CreateModel(m); });
+  }
   StatusOr<Model> GetModel(int64_t id) override { return inner_.GetModel(id); }
   StatusOr<std::vector<Model>> ListModels() override { return inner_.ListModels(); }
-  Status DeleteModel(int64_t id) override { return Write([&] { return inner_.DeleteModel(id); }); }
+  Status DeleteModel(int64_t id) override {
+    return Write([&] { return inner_.DeleteModel(id); });
+  }
 
-  StatusOr<Worker> CreateWorker(const Worker& w) override { return Write([&] { return inner_.CreateWorker(w); }); }
+  StatusOr<Worker> CreateWorker(const Worker& w) override {
+    return Write([&] { return inner_.CreateWorker(w); });
+  }
   StatusOr<Worker> GetWorker(int64_t id) override { return inner_.GetWorker(id); }
   StatusOr<Worker> FindWorkerByTokenHash(std::string_view h) override { return inner_.FindWorkerByTokenHash(h); }
   StatusOr<std::vector<Worker>> ListWorkers() override { return inner_.ListWorkers(); }
-  Status UpdateWorker(const Worker& w) override { return Write([&] { return inner_.UpdateWorker(w); }); }
+  Status UpdateWorker(const Worker& w) override {
+    return Write([&] { return inner_.UpdateWorker(w); });
+  }
 
-  Status SetAdminKeyHash(std::string_view h) override { return Write([&] { return inner_.SetAdminKeyHash(h); }); }
+  Status SetAdminKeyHash(std::string_view h) override {
+    return Write([&] { return inner_.SetAdminKeyHash(h); });
+  }
   StatusOr<std::string> GetAdminKeyHash() override { return inner_.GetAdminKeyHash(); }
 
-  StatusOr<TrainingJob> CreateJob(const TrainingJob& j) override { return Write([&] { return inner_.CreateJob(j); }); }
+  StatusOr<TrainingJob> CreateJob(const TrainingJob& j) override {
+    return Write([&] { return inner_.CreateJob(j); });
+  }
   StatusOr<TrainingJob> GetJob(int64_t id) override { return inner_.GetJob(id); }
   StatusOr<std::vector<TrainingJob>> ListJobs(std::optional<JobStatus> status = std::nullopt) override {
     return inner_.ListJobs(status);
@@ -60,7 +76,9 @@ class FaultyMetadataStore final : public MetadataStore {
     return Write([&] { return inner_.SetJobStatus(job_id, status, time_ms, reason); });
   }
 
-  Status AddJobArtifact(const JobArtifact& a) override { return Write([&] { return inner_.AddJobArtifact(a); }); }
+  Status AddJobArtifact(const JobArtifact& a) override {
+    return Write([&] { return inner_.AddJobArtifact(a); });
+  }
   StatusOr<std::vector<JobArtifact>> ListJobArtifacts(int64_t job_id) override {
     return inner_.ListJobArtifacts(job_id);
   }
@@ -73,15 +91,23 @@ class FaultyMetadataStore final : public MetadataStore {
     return Write([&] { return inner_.AssignShard(job_id, shard_index, worker_id); });
   }
 
-  Status StartRound(const Round& r) override { return Write([&] { return inner_.StartRound(r); }); }
-  Status CommitRound(const RoundCommit& c) override { return Write([&] { return inner_.CommitRound(c); }); }
-  Status FailRound(const RoundFailure& f) override { return Write([&] { return inner_.FailRound(f); }); }
+  Status StartRound(const Round& r) override {
+    return Write([&] { return inner_.StartRound(r); });
+  }
+  Status CommitRound(const RoundCommit& c) override {
+    return Write([&] { return inner_.CommitRound(c); });
+  }
+  Status FailRound(const RoundFailure& f) override {
+    return Write([&] { return inner_.FailRound(f); });
+  }
   StatusOr<Round> GetRound(int64_t job_id, int32_t round, int32_t attempt) override {
     return inner_.GetRound(job_id, round, attempt);
   }
   StatusOr<std::vector<Round>> ListRounds(int64_t job_id) override { return inner_.ListRounds(job_id); }
 
-  Status RecordUpdate(const RoundUpdate& u) override { return Write([&] { return inner_.RecordUpdate(u); }); }
+  Status RecordUpdate(const RoundUpdate& u) override {
+    return Write([&] { return inner_.RecordUpdate(u); });
+  }
   StatusOr<std::vector<RoundUpdate>> ListUpdates(int64_t job_id, int32_t round, int32_t attempt) override {
     return inner_.ListUpdates(job_id, round, attempt);
   }

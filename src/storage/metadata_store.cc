@@ -70,8 +70,9 @@ bool IsTerminal(JobStatus status) { return status != JobStatus::kQueued && statu
 
 StatusOr<std::unique_ptr<MetadataStore>> OpenMetadataStore(std::string_view uri) {
   if (uri.empty()) {
-    return InvalidArgumentError("empty metadata store URI; supported: sqlite:///absolute/path.db, a plain path, "
-                                "or :memory:");
+    return InvalidArgumentError(
+        "empty metadata store URI; supported: sqlite:///absolute/path.db, a plain path, "
+        "or :memory:");
   }
   std::string path(uri);
   if (uri.starts_with("sqlite://")) {

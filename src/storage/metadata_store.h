@@ -83,8 +83,8 @@ struct ModelFile {
 struct Model {
   int64_t id = 0;  // assigned by CreateModel
   std::string name;
-  std::string model_type;   // config.json's model_type / architecture, e.g. "llama"
-  std::string config_json;  // config.json as uploaded
+  std::string model_type;        // config.json's model_type / architecture, e.g. "llama"
+  std::string config_json;       // config.json as uploaded
   std::vector<ModelFile> files;  // paths unique within the model
   int64_t size_bytes = 0;
   int64_t created_at_ms = 0;
@@ -113,7 +113,7 @@ struct TrainingJob {
   int64_t model_id = 0;    // must name an existing model
   std::string spec_json;   // the full request body as validated, defaults filled in
   JobStatus status = JobStatus::kQueued;
-  std::string failure_reason;  // set with kFailed
+  std::string failure_reason;   // set with kFailed
   int32_t current_round = 0;    // the round being run (or last run); 0 before the first
   int32_t committed_round = 0;  // the last committed round; 0 before the first commit
   int32_t consecutive_failed_rounds = 0;
@@ -140,7 +140,7 @@ struct JobArtifact {
 // AssignShard gives each to a worker, which keeps it for the whole job.
 struct Shard {
   int64_t job_id = 0;
-  int32_t shard_index = 0;  // 0-based, unique within the job
+  int32_t shard_index = 0;           // 0-based, unique within the job
   std::optional<int64_t> worker_id;  // unique within the job when set
   std::string blob_key;
   std::string sha256;
@@ -164,7 +164,7 @@ struct Round {
   int64_t bytes_moved = 0;
   std::string global_blob_key;  // the committed global; empty unless committed
   std::string global_sha256;
-  std::string failure_reason;   // set when failed
+  std::string failure_reason;  // set when failed
 
   friend bool operator==(const Round&, const Round&) = default;
 };

@@ -15,9 +15,9 @@ using ::testing::SizeIs;
 
 constexpr int64_t kT0 = 1'700'000'000'000;
 
-#define ASSERT_OK(expr)                                     \
-  do {                                                      \
-    ::parsyn::Status assert_ok_status_ = (expr);            \
+#define ASSERT_OK(expr)                                                  \
+  do {                                                                   \
+    ::parsyn::Status assert_ok_status_ = (expr);                         \
     ASSERT_TRUE(assert_ok_status_.ok()) << assert_ok_status_.ToString(); \
   } while (0)
 
@@ -208,8 +208,8 @@ TEST_P(MetadataStoreContractTest, WorkersAreFoundByTokenHashAndUpdated) {
   changed.status = WorkerStatus::kBusy;
   changed.last_heartbeat_at_ms = kT0 + 99;
   changed.revoked = true;
-  changed.kind = WorkerKind::kManaged;        // not updatable
-  changed.token_sha256 = "another";           // not updatable
+  changed.kind = WorkerKind::kManaged;  // not updatable
+  changed.token_sha256 = "another";     // not updatable
   ASSERT_OK(store().UpdateWorker(changed));
   Worker got = Must(store().GetWorker(a.id));
   EXPECT_EQ(got.name, "renamed");
@@ -285,8 +285,7 @@ TEST_P(MetadataStoreContractTest, JobStatusTransitionsSetTimesAndStopAtTerminal)
   EXPECT_EQ(Must(store().GetJob(job.id)), failed);
 
   StatusOr<TrainingJob> again = store().SetJobStatus(job.id, JobStatus::kCancelled, kT0 + 70);
-  EXPECT_EQ(again.status(),
-            FailedPreconditionError("training job " + std::to_string(job.id) + " is already failed"));
+  EXPECT_EQ(again.status(), FailedPreconditionError("training job " + std::to_string(job.id) + " is already failed"));
   EXPECT_EQ(store().SetJobStatus(4242, JobStatus::kRunning, kT0).status().code(), StatusCode::kNotFound);
 }
 
@@ -526,10 +525,32 @@ TEST_P(MetadataStoreContractTest, OneUpdatePerWorkerPerRoundAttempt) {
   Worker w1 = AddWorker("w1");
   Worker w2 = AddWorker("w2");
   ASSERT_OK(store().StartRound(NewRound(job.id, 1, 1, {w1.id, w2.id})));
-  RoundUpdate u1{job.id, 1, 1, w1.id, "jobs/1/rounds/1/w1", "sha-1", 4096, 90, 1.25, R"({"steps":10})",
-                 UpdateStatus::kAccepted, "", kT0 + 10};
-  RoundUpdate u2{job.id, 1, 1, w2.id, "jobs/1/rounds/1/w2", "sha-2", 4096, 91, std::nullopt, "{}",
-                 UpdateStatus::kRejected, "tensor 'lora_A' has NaN at index 3", kT0 + 11};
+  RoundUpdate u1{job.id,
+                 1,
+                 1,
+                 w1.id,
+                 "jobs/1/rounds/1/w1",
+                 "sha-1",
+                 4096,
+                 90,
+                 1.25,
+                 R"({"steps":10})",
+                 UpdateStatus::kAccepted,
+                 "",
+                 kT0 + 10};
+  RoundUpdate u2{job.id,
+                 1,
+                 1,
+                 w2.id,
+                 "jobs/1/rounds/1/w2",
+                 "sha-2",
+                 4096,
+                 91,
+                 std::nullopt,
+                 "{}",
+                 UpdateStatus::kRejected,
+                 "tensor 'lora_A' has NaN at index 3",
+                 kT0 + 11};
   ASSERT_OK(store().RecordUpdate(u2));
   ASSERT_OK(store().RecordUpdate(u1));
   EXPECT_THAT(Must(store().ListUpdates(job.id, 1, 1)), ElementsAre(u1, u2));
@@ -573,8 +594,8 @@ TEST_P(MetadataStoreContractTest, EventsReplayAfterAnIdPerJob) {
   TrainingJob b = AddRunningJob(d, m);
   std::vector<int64_t> ids;
   for (int i = 0; i < 5; ++i) {
-    ids.push_back(Must(store().AppendJobEvent({0, i % 2 ? b.id : a.id, "round_started",
-                                               R"({"round":)" + std::to_string(i) + "}", kT0 + i})));
+    ids.push_back(Must(store().AppendJobEvent(
+        {0, i % 2 ? b.id : a.id, "round_started", R"({"round":)" + std::to_string(i) + "}", kT0 + i})));
   }
   EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
   EXPECT_EQ(std::adjacent_find(ids.begin(), ids.end()), ids.end());
@@ -627,8 +648,8 @@ TEST_P(MetadataStoreContractTest, ReopenFindsEverything) {
   EXPECT_THAT(Must(store().ListUpdates(job.id, 1, 1)), ElementsAre(u));
   EXPECT_THAT(Must(store().ListShards(job.id)), SizeIs(1));
   EXPECT_THAT(Must(store().ListMetrics(job.id)), SizeIs(1));
-  EXPECT_THAT(Must(store().ListJobEvents(job.id, 0)), ElementsAre(JobEvent{event_id, job.id, "round_started",
-                                                                           "{}", kT0}));
+  EXPECT_THAT(Must(store().ListJobEvents(job.id, 0)),
+              ElementsAre(JobEvent{event_id, job.id, "round_started", "{}", kT0}));
   EXPECT_THAT(Must(store().ListJobArtifacts(job.id)), SizeIs(1));
   // Ids keep increasing after a reopen: an SSE client's Last-Event-ID never points at a reused id.
   EXPECT_GT(Must(store().AppendJobEvent({0, job.id, "x", "{}", kT0})), event_id);

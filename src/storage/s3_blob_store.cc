@@ -1,5 +1,5 @@
-#include <charconv>
 #include "storage/s3_blob_store.h"
+#include <charconv>
 
 #include <curl/curl.h>
 #include <fcntl.h>

@@ -220,7 +220,7 @@ S3BlobStoreOptions MotoOptions(const MotoServer& server, std::string bucket, std
 std::vector<BlobStoreBackend> S3BackendsIfInstalled() {
   if (!FindMotoServer()) return {};  // S3BlobStoreTest.MotoServerIsInstalled reports the skip
   return {BlobStoreBackend{"s3_moto", [](const fs::path&) -> StatusOr<std::unique_ptr<BlobStore>> {
-                             PARSYN_ASSIGN_OR_RETURN(MotoServer* server, SharedMotoServer());
+                             PARSYN_ASSIGN_OR_RETURN(MotoServer * server, SharedMotoServer());
                              PARSYN_ASSIGN_OR_RETURN(auto store,
                                                      S3BlobStore::Create(MotoOptions(*server, FreshBucket(*server))));
                              return std::unique_ptr<BlobStore>(std::move(store));

@@ -167,12 +167,9 @@ Status SqliteError(sqlite3* db, int rc, std::string_view context) {
   std::string message = std::string(context) + ": " + sqlite3_errmsg(db) + " (sqlite " + std::to_string(rc) + ")";
   switch (rc) {
     case SQLITE_CONSTRAINT_PRIMARYKEY:
-    case SQLITE_CONSTRAINT_UNIQUE:
-      return AlreadyExistsError(std::move(message));
-    case SQLITE_CONSTRAINT_FOREIGNKEY:
-      return FailedPreconditionError(std::move(message));
-    default:
-      break;
+    case SQLITE_CONSTRAINT_UNIQUE: return AlreadyExistsError(std::move(message));
+    case SQLITE_CONSTRAINT_FOREIGNKEY: return FailedPreconditionError(std::move(message));
+    default: break;
   }
   switch (rc & 0xff) {
     case SQLITE_BUSY:
@@ -181,15 +178,11 @@ Status SqliteError(sqlite3* db, int rc, std::string_view context) {
     case SQLITE_FULL:
     case SQLITE_CANTOPEN:
     case SQLITE_READONLY:
-    case SQLITE_PROTOCOL:
-      return UnavailableError(std::move(message));
+    case SQLITE_PROTOCOL: return UnavailableError(std::move(message));
     case SQLITE_CORRUPT:
-    case SQLITE_NOTADB:
-      return DataLossError(std::move(message));
-    case SQLITE_CONSTRAINT:
-      return InvalidArgumentError(std::move(message));
-    default:
-      return InternalError(std::move(message));
+    case SQLITE_NOTADB: return DataLossError(std::move(message));
+    case SQLITE_CONSTRAINT: return InvalidArgumentError(std::move(message));
+    default: return InternalError(std::move(message));
   }
 }
 
@@ -431,8 +424,8 @@ class SqliteMetadataStore::StatementCache {
     auto it = statements_.find(sql);
     if (it == statements_.end()) {
       sqlite3_stmt* raw = nullptr;
-      int rc = sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT, &raw,
-                                  nullptr);
+      int rc =
+          sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
       if (rc != SQLITE_OK) {
         return SqliteError(db_, sqlite3_extended_errcode(db_), "preparing '" + std::string(sql) + "'");
       }
@@ -479,10 +472,12 @@ Status Migrate(sqlite3* db, const std::string& path, std::span<const Migration> 
   {
     Transaction txn(db);
     PARSYN_RETURN_IF_ERROR(txn.Begin());
-    PARSYN_RETURN_IF_ERROR(Exec(db, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
-                                "creating schema_version"));
-    PARSYN_RETURN_IF_ERROR(Exec(db, "INSERT INTO schema_version SELECT 0 WHERE NOT EXISTS "
-                                "(SELECT 1 FROM schema_version)", "initialising schema_version"));
+    PARSYN_RETURN_IF_ERROR(
+        Exec(db, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)", "creating schema_version"));
+    PARSYN_RETURN_IF_ERROR(Exec(db,
+                                "INSERT INTO schema_version SELECT 0 WHERE NOT EXISTS "
+                                "(SELECT 1 FROM schema_version)",
+                                "initialising schema_version"));
     PARSYN_RETURN_IF_ERROR(txn.Commit());
   }
   const int known = static_cast<int>(migrations.size());
@@ -493,8 +488,7 @@ Status Migrate(sqlite3* db, const std::string& path, std::span<const Migration> 
     PARSYN_ASSIGN_OR_RETURN(int current, ReadSchemaVersion(db));
     if (current > known) {
       return FailedPreconditionError("database " + path + " has schema version " + std::to_string(current) +
-                                     ", newer than this build's " + std::to_string(known) +
-                                     "; use a newer parsyn");
+                                     ", newer than this build's " + std::to_string(known) + "; use a newer parsyn");
     }
     if (current >= migration.version) continue;
     Status applied = Exec(db, migration.sql, "applying migration " + std::to_string(migration.version));
@@ -515,7 +509,7 @@ Status Migrate(sqlite3* db, const std::string& path, std::span<const Migration> 
 }  // namespace
 
 StatusOr<std::unique_ptr<SqliteMetadataStore>> SqliteMetadataStore::Open(const std::string& path,
-                                                                          std::span<const Migration> migrations) {
+                                                                         std::span<const Migration> migrations) {
   sqlite3* raw = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
   std::unique_ptr<sqlite3, DbCloser> db(raw);
@@ -543,8 +537,9 @@ StatusOr<int> SqliteMetadataStore::SchemaVersion() {
 
 StatusOr<Dataset> SqliteMetadataStore::CreateDataset(const Dataset& dataset) {
   std::lock_guard lock(mu_);
-  PARSYN_PREPARE(q, "INSERT INTO datasets (name, format, kind, row_count, size_bytes, sha256, blob_key, "
-                    "created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+  PARSYN_PREPARE(q,
+                 "INSERT INTO datasets (name, format, kind, row_count, size_bytes, sha256, blob_key, "
+                 "created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
   q->Bind(dataset.name, ToString(dataset.format), ToString(dataset.kind), dataset.row_count, dataset.size_bytes,
           dataset.sha256, dataset.blob_key, dataset.created_at_ms);
   Status s = q->Run();
@@ -605,15 +600,17 @@ StatusOr<Model> SqliteMetadataStore::CreateModel(const Model& model) {
   PARSYN_RETURN_IF_ERROR(txn.Begin());
   Model stored = model;
   {
-    PARSYN_PREPARE(q, "INSERT INTO models (name, model_type, config_json, size_bytes, created_at_ms) "
-                      "VALUES (?1, ?2, ?3, ?4, ?5)");
+    PARSYN_PREPARE(q,
+                   "INSERT INTO models (name, model_type, config_json, size_bytes, created_at_ms) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5)");
     q->Bind(model.name, model.model_type, model.config_json, model.size_bytes, model.created_at_ms);
     PARSYN_RETURN_IF_ERROR(q->Run());
     stored.id = sqlite3_last_insert_rowid(db_.get());
   }
   for (const ModelFile& f : model.files) {
-    PARSYN_PREPARE(q, "INSERT INTO model_files (model_id, path, blob_key, size_bytes, sha256) "
-                      "VALUES (?1, ?2, ?3, ?4, ?5)");
+    PARSYN_PREPARE(q,
+                   "INSERT INTO model_files (model_id, path, blob_key, size_bytes, sha256) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5)");
     q->Bind(stored.id, f.path, f.blob_key, f.size_bytes, f.sha256);
     PARSYN_RETURN_IF_ERROR(q->Run());
   }
@@ -681,8 +678,9 @@ Status SqliteMetadataStore::DeleteModel(int64_t id) {
 
 StatusOr<Worker> SqliteMetadataStore::CreateWorker(const Worker& worker) {
   std::lock_guard lock(mu_);
-  PARSYN_PREPARE(q, "INSERT INTO workers (name, kind, token_sha256, device, status, last_heartbeat_at_ms, revoked, "
-                    "created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+  PARSYN_PREPARE(q,
+                 "INSERT INTO workers (name, kind, token_sha256, device, status, last_heartbeat_at_ms, revoked, "
+                 "created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
   q->Bind(worker.name, ToString(worker.kind), worker.token_sha256, worker.device, ToString(worker.status),
           worker.last_heartbeat_at_ms, worker.revoked, worker.created_at_ms);
   Status s = q->Run();
@@ -726,10 +724,10 @@ StatusOr<std::vector<Worker>> SqliteMetadataStore::ListWorkers() {
 
 Status SqliteMetadataStore::UpdateWorker(const Worker& worker) {
   std::lock_guard lock(mu_);
-  PARSYN_PREPARE(q, "UPDATE workers SET name = ?2, device = ?3, status = ?4, last_heartbeat_at_ms = ?5, "
-                    "revoked = ?6 WHERE id = ?1");
-  q->Bind(worker.id, worker.name, worker.device, ToString(worker.status), worker.last_heartbeat_at_ms,
-          worker.revoked);
+  PARSYN_PREPARE(q,
+                 "UPDATE workers SET name = ?2, device = ?3, status = ?4, last_heartbeat_at_ms = ?5, "
+                 "revoked = ?6 WHERE id = ?1");
+  q->Bind(worker.id, worker.name, worker.device, ToString(worker.status), worker.last_heartbeat_at_ms, worker.revoked);
   PARSYN_RETURN_IF_ERROR(q->Run());
   if (sqlite3_changes(db_.get()) == 0) return NotFoundError("worker " + std::to_string(worker.id) + " not found");
   return Status::Ok();
@@ -739,8 +737,9 @@ Status SqliteMetadataStore::UpdateWorker(const Worker& worker) {
 
 Status SqliteMetadataStore::SetAdminKeyHash(std::string_view key_sha256) {
   std::lock_guard lock(mu_);
-  PARSYN_PREPARE(q, "INSERT INTO settings (name, value) VALUES ('admin_key_sha256', ?1) "
-                    "ON CONFLICT (name) DO UPDATE SET value = excluded.value");
+  PARSYN_PREPARE(q,
+                 "INSERT INTO settings (name, value) VALUES ('admin_key_sha256', ?1) "
+                 "ON CONFLICT (name) DO UPDATE SET value = excluded.value");
   q->Bind(key_sha256);
   return q->Run();
 }
@@ -755,7 +754,6 @@ StatusOr<std::string> SqliteMetadataStore::GetAdminKeyHash() {
 
 // ---- jobs
 
-
 StatusOr<TrainingJob> SqliteMetadataStore::LoadJobLocked(int64_t job_id) {
   PARSYN_PREPARE(q, std::string("SELECT ") + kJobColumns + " FROM jobs WHERE id = ?1");
   q->Bind(job_id);
@@ -769,8 +767,8 @@ StatusOr<TrainingJob> SqliteMetadataStore::CreateJob(const TrainingJob& job) {
   Transaction txn(db_.get());
   PARSYN_RETURN_IF_ERROR(txn.Begin());
   // Checked here rather than left to the foreign keys so the error names what is missing.
-  for (auto [table, what, id] : {std::tuple{"datasets", "dataset", job.dataset_id},
-                                 std::tuple{"models", "model", job.model_id}}) {
+  for (auto [table, what, id] :
+       {std::tuple{"datasets", "dataset", job.dataset_id}, std::tuple{"models", "model", job.model_id}}) {
     PARSYN_PREPARE(q, std::string("SELECT 1 FROM ") + table + " WHERE id = ?1");
     q->Bind(id);
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
@@ -783,9 +781,10 @@ StatusOr<TrainingJob> SqliteMetadataStore::CreateJob(const TrainingJob& job) {
   stored.started_at_ms.reset();
   stored.finished_at_ms.reset();
   {
-    PARSYN_PREPARE(q, "INSERT INTO jobs (name, dataset_id, model_id, spec_json, status, failure_reason, "
-                      "current_round, committed_round, consecutive_failed_rounds, created_at_ms) "
-                      "VALUES (?1, ?2, ?3, ?4, 'queued', '', 0, 0, 0, ?5)");
+    PARSYN_PREPARE(q,
+                   "INSERT INTO jobs (name, dataset_id, model_id, spec_json, status, failure_reason, "
+                   "current_round, committed_round, consecutive_failed_rounds, created_at_ms) "
+                   "VALUES (?1, ?2, ?3, ?4, 'queued', '', 0, 0, 0, ?5)");
     q->Bind(job.name, job.dataset_id, job.model_id, job.spec_json, job.created_at_ms);
     PARSYN_RETURN_IF_ERROR(q->Run());
     stored.id = sqlite3_last_insert_rowid(db_.get());
@@ -829,8 +828,9 @@ StatusOr<TrainingJob> SqliteMetadataStore::SetJobStatus(int64_t job_id, JobStatu
   if (IsTerminal(status)) job.finished_at_ms = time_ms;
   if (status == JobStatus::kFailed) job.failure_reason = std::string(reason);
   {
-    PARSYN_PREPARE(q, "UPDATE jobs SET status = ?2, failure_reason = ?3, started_at_ms = ?4, finished_at_ms = ?5 "
-                      "WHERE id = ?1");
+    PARSYN_PREPARE(q,
+                   "UPDATE jobs SET status = ?2, failure_reason = ?3, started_at_ms = ?4, finished_at_ms = ?5 "
+                   "WHERE id = ?1");
     q->Bind(job_id, ToString(job.status), job.failure_reason, job.started_at_ms, job.finished_at_ms);
     PARSYN_RETURN_IF_ERROR(q->Run());
   }
@@ -842,8 +842,9 @@ StatusOr<TrainingJob> SqliteMetadataStore::SetJobStatus(int64_t job_id, JobStatu
 
 Status SqliteMetadataStore::AddJobArtifact(const JobArtifact& artifact) {
   std::lock_guard lock(mu_);
-  PARSYN_PREPARE(q, "INSERT INTO job_artifacts (job_id, name, blob_key, size_bytes, sha256, created_at_ms) "
-                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+  PARSYN_PREPARE(q,
+                 "INSERT INTO job_artifacts (job_id, name, blob_key, size_bytes, sha256, created_at_ms) "
+                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
   q->Bind(artifact.job_id, artifact.name, artifact.blob_key, artifact.size_bytes, artifact.sha256,
           artifact.created_at_ms);
   Status s = q->Run();
@@ -856,8 +857,9 @@ Status SqliteMetadataStore::AddJobArtifact(const JobArtifact& artifact) {
 
 StatusOr<std::vector<JobArtifact>> SqliteMetadataStore::ListJobArtifacts(int64_t job_id) {
   std::lock_guard lock(mu_);
-  PARSYN_PREPARE(q, "SELECT job_id, name, blob_key, size_bytes, sha256, created_at_ms FROM job_artifacts "
-                    "WHERE job_id = ?1 ORDER BY name");
+  PARSYN_PREPARE(q,
+                 "SELECT job_id, name, blob_key, size_bytes, sha256, created_at_ms FROM job_artifacts "
+                 "WHERE job_id = ?1 ORDER BY name");
   q->Bind(job_id);
   std::vector<JobArtifact> out;
   while (true) {
@@ -875,9 +877,8 @@ Status SqliteMetadataStore::CreateShards(int64_t job_id, std::span<const Shard> 
   std::set<int64_t> workers;
   for (const Shard& s : shards) {
     if (s.shard_index < 0 || static_cast<size_t>(s.shard_index) >= shards.size() || seen[s.shard_index]) {
-      return InvalidArgumentError(JobName(job_id) + ": shard indices must be 0.." +
-                                  std::to_string(shards.size() - 1) + " once each, got " +
-                                  std::to_string(s.shard_index));
+      return InvalidArgumentError(JobName(job_id) + ": shard indices must be 0.." + std::to_string(shards.size() - 1) +
+                                  " once each, got " + std::to_string(s.shard_index));
     }
     seen[s.shard_index] = true;
     if (s.worker_id && !workers.insert(*s.worker_id).second) {
@@ -896,8 +897,9 @@ Status SqliteMetadataStore::CreateShards(int64_t job_id, std::span<const Shard> 
     if (row) return AlreadyExistsError(JobName(job_id) + " already has shards");
   }
   for (const Shard& s : shards) {
-    PARSYN_PREPARE(q, "INSERT INTO shards (job_id, shard_index, worker_id, blob_key, sha256, train_rows, "
-                      "validation_rows) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+    PARSYN_PREPARE(q,
+                   "INSERT INTO shards (job_id, shard_index, worker_id, blob_key, sha256, train_rows, "
+                   "validation_rows) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
     q->Bind(job_id, s.shard_index, s.worker_id, s.blob_key, s.sha256, s.train_rows, s.validation_rows);
     Status st = q->Run();
     if (q->error_code() == SQLITE_CONSTRAINT_FOREIGNKEY) {
@@ -910,15 +912,16 @@ Status SqliteMetadataStore::CreateShards(int64_t job_id, std::span<const Shard> 
 
 StatusOr<std::vector<Shard>> SqliteMetadataStore::ListShards(int64_t job_id) {
   std::lock_guard lock(mu_);
-  PARSYN_PREPARE(q, "SELECT job_id, shard_index, worker_id, blob_key, sha256, train_rows, validation_rows "
-                    "FROM shards WHERE job_id = ?1 ORDER BY shard_index");
+  PARSYN_PREPARE(q,
+                 "SELECT job_id, shard_index, worker_id, blob_key, sha256, train_rows, validation_rows "
+                 "FROM shards WHERE job_id = ?1 ORDER BY shard_index");
   q->Bind(job_id);
   std::vector<Shard> out;
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
     if (!row) return out;
-    out.push_back(Shard{q->Int(0), static_cast<int32_t>(q->Int(1)), q->OptInt(2), q->Text(3), q->Text(4), q->Int(5),
-                        q->Int(6)});
+    out.push_back(
+        Shard{q->Int(0), static_cast<int32_t>(q->Int(1)), q->OptInt(2), q->Text(3), q->Text(4), q->Int(5), q->Int(6)});
   }
 }
 
@@ -960,8 +963,8 @@ Status SqliteMetadataStore::AssignShard(int64_t job_id, int32_t shard_index, int
 // ---- rounds
 
 StatusOr<Round> SqliteMetadataStore::LoadRoundLocked(int64_t job_id, int32_t round, int32_t attempt) {
-  PARSYN_PREPARE(q, std::string("SELECT ") + kRoundColumns +
-                        " FROM rounds WHERE job_id = ?1 AND round = ?2 AND attempt = ?3");
+  PARSYN_PREPARE(
+      q, std::string("SELECT ") + kRoundColumns + " FROM rounds WHERE job_id = ?1 AND round = ?2 AND attempt = ?3");
   q->Bind(job_id, round, attempt);
   PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
   if (!row) return NotFoundError(RoundName(job_id, round, attempt) + " not found");
@@ -972,8 +975,9 @@ Status SqliteMetadataStore::LoadParticipantsLocked(std::vector<Round>& rounds) {
   if (rounds.empty()) return Status::Ok();
   std::map<std::pair<int32_t, int32_t>, Round*> by_attempt;
   for (Round& r : rounds) by_attempt[{r.round, r.attempt}] = &r;
-  PARSYN_PREPARE(q, "SELECT round, attempt, worker_id FROM round_participants WHERE job_id = ?1 "
-                    "ORDER BY round, attempt, worker_id");
+  PARSYN_PREPARE(q,
+                 "SELECT round, attempt, worker_id FROM round_participants WHERE job_id = ?1 "
+                 "ORDER BY round, attempt, worker_id");
   q->Bind(rounds.front().job_id);
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
@@ -1001,8 +1005,9 @@ Status SqliteMetadataStore::StartRound(const Round& round) {
                                    std::to_string(job.committed_round + 1));
   }
   {
-    PARSYN_PREPARE(q, "SELECT COALESCE(MAX(attempt), 0), COALESCE(SUM(status = 'running'), 0) FROM rounds "
-                      "WHERE job_id = ?1 AND round = ?2");
+    PARSYN_PREPARE(q,
+                   "SELECT COALESCE(MAX(attempt), 0), COALESCE(SUM(status = 'running'), 0) FROM rounds "
+                   "WHERE job_id = ?1 AND round = ?2");
     q->Bind(round.job_id, round.round);
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
     int64_t last_attempt = row ? q->Int(0) : 0;
@@ -1017,9 +1022,10 @@ Status SqliteMetadataStore::StartRound(const Round& round) {
     }
   }
   {
-    PARSYN_PREPARE(q, "INSERT INTO rounds (job_id, round, attempt, status, started_at_ms, bytes_moved, "
-                      "global_blob_key, global_sha256, failure_reason) "
-                      "VALUES (?1, ?2, ?3, 'running', ?4, 0, '', '', '')");
+    PARSYN_PREPARE(q,
+                   "INSERT INTO rounds (job_id, round, attempt, status, started_at_ms, bytes_moved, "
+                   "global_blob_key, global_sha256, failure_reason) "
+                   "VALUES (?1, ?2, ?3, 'running', ?4, 0, '', '', '')");
     q->Bind(round.job_id, round.round, round.attempt, round.started_at_ms);
     PARSYN_RETURN_IF_ERROR(q->Run());
   }
@@ -1061,16 +1067,18 @@ Status SqliteMetadataStore::CommitRound(const RoundCommit& commit) {
   }
   // The round first, then the job: both or neither reach the file (the transaction), in either order.
   {
-    PARSYN_PREPARE(q, "UPDATE rounds SET status = 'committed', ended_at_ms = ?4, train_loss = ?5, "
-                      "validation_loss = ?6, bytes_moved = ?7, global_blob_key = ?8, global_sha256 = ?9 "
-                      "WHERE job_id = ?1 AND round = ?2 AND attempt = ?3");
-    q->Bind(commit.job_id, commit.round, commit.attempt, commit.ended_at_ms, commit.train_loss,
-            commit.validation_loss, commit.bytes_moved, commit.global_blob_key, commit.global_sha256);
+    PARSYN_PREPARE(q,
+                   "UPDATE rounds SET status = 'committed', ended_at_ms = ?4, train_loss = ?5, "
+                   "validation_loss = ?6, bytes_moved = ?7, global_blob_key = ?8, global_sha256 = ?9 "
+                   "WHERE job_id = ?1 AND round = ?2 AND attempt = ?3");
+    q->Bind(commit.job_id, commit.round, commit.attempt, commit.ended_at_ms, commit.train_loss, commit.validation_loss,
+            commit.bytes_moved, commit.global_blob_key, commit.global_sha256);
     PARSYN_RETURN_IF_ERROR(q->Run());
   }
   {
-    PARSYN_PREPARE(q, "UPDATE jobs SET committed_round = ?2, current_round = ?2, consecutive_failed_rounds = 0 "
-                      "WHERE id = ?1");
+    PARSYN_PREPARE(q,
+                   "UPDATE jobs SET committed_round = ?2, current_round = ?2, consecutive_failed_rounds = 0 "
+                   "WHERE id = ?1");
     q->Bind(commit.job_id, commit.round);
     PARSYN_RETURN_IF_ERROR(q->Run());
   }
@@ -1089,18 +1097,19 @@ Status SqliteMetadataStore::FailRound(const RoundFailure& failure) {
   }
   PARSYN_ASSIGN_OR_RETURN(TrainingJob job, LoadJobLocked(failure.job_id));
   {
-    PARSYN_PREPARE(q, "UPDATE rounds SET status = 'failed', ended_at_ms = ?4, bytes_moved = ?5, failure_reason = ?6 "
-                      "WHERE job_id = ?1 AND round = ?2 AND attempt = ?3");
-    q->Bind(failure.job_id, failure.round, failure.attempt, failure.ended_at_ms, failure.bytes_moved,
-            failure.reason);
+    PARSYN_PREPARE(q,
+                   "UPDATE rounds SET status = 'failed', ended_at_ms = ?4, bytes_moved = ?5, failure_reason = ?6 "
+                   "WHERE job_id = ?1 AND round = ?2 AND attempt = ?3");
+    q->Bind(failure.job_id, failure.round, failure.attempt, failure.ended_at_ms, failure.bytes_moved, failure.reason);
     PARSYN_RETURN_IF_ERROR(q->Run());
   }
   if (!IsTerminal(job.status)) {
     const bool fail_job = failure.fail_job_reason.has_value();
-    PARSYN_PREPARE(q, "UPDATE jobs SET consecutive_failed_rounds = consecutive_failed_rounds + ?2, "
-                      "status = CASE WHEN ?3 THEN 'failed' ELSE status END, "
-                      "failure_reason = CASE WHEN ?3 THEN ?4 ELSE failure_reason END, "
-                      "finished_at_ms = CASE WHEN ?3 THEN ?5 ELSE finished_at_ms END WHERE id = ?1");
+    PARSYN_PREPARE(q,
+                   "UPDATE jobs SET consecutive_failed_rounds = consecutive_failed_rounds + ?2, "
+                   "status = CASE WHEN ?3 THEN 'failed' ELSE status END, "
+                   "failure_reason = CASE WHEN ?3 THEN ?4 ELSE failure_reason END, "
+                   "finished_at_ms = CASE WHEN ?3 THEN ?5 ELSE finished_at_ms END WHERE id = ?1");
     q->Bind(failure.job_id, failure.counts_toward_fault_tolerance ? 1 : 0, fail_job,
             failure.fail_job_reason.value_or(""), failure.ended_at_ms);
     PARSYN_RETURN_IF_ERROR(q->Run());
@@ -1111,8 +1120,9 @@ Status SqliteMetadataStore::FailRound(const RoundFailure& failure) {
 StatusOr<Round> SqliteMetadataStore::GetRound(int64_t job_id, int32_t round, int32_t attempt) {
   std::lock_guard lock(mu_);
   PARSYN_ASSIGN_OR_RETURN(Round r, LoadRoundLocked(job_id, round, attempt));
-  PARSYN_PREPARE(q, "SELECT worker_id FROM round_participants WHERE job_id = ?1 AND round = ?2 AND attempt = ?3 "
-                    "ORDER BY worker_id");
+  PARSYN_PREPARE(q,
+                 "SELECT worker_id FROM round_participants WHERE job_id = ?1 AND round = ?2 AND attempt = ?3 "
+                 "ORDER BY worker_id");
   q->Bind(job_id, round, attempt);
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
@@ -1125,8 +1135,8 @@ StatusOr<std::vector<Round>> SqliteMetadataStore::ListRounds(int64_t job_id) {
   std::lock_guard lock(mu_);
   std::vector<Round> out;
   {
-    PARSYN_PREPARE(q, std::string("SELECT ") + kRoundColumns +
-                          " FROM rounds WHERE job_id = ?1 ORDER BY round, attempt");
+    PARSYN_PREPARE(q,
+                   std::string("SELECT ") + kRoundColumns + " FROM rounds WHERE job_id = ?1 ORDER BY round, attempt");
     q->Bind(job_id);
     while (true) {
       PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
@@ -1183,8 +1193,9 @@ Status SqliteMetadataStore::AppendMetrics(std::span<const MetricPoint> points) {
   Transaction txn(db_.get());
   PARSYN_RETURN_IF_ERROR(txn.Begin());
   for (const MetricPoint& p : points) {
-    PARSYN_PREPARE(q, "INSERT INTO metric_points (job_id, round, worker_id, step, loss, throughput, utilization, "
-                      "time_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+    PARSYN_PREPARE(q,
+                   "INSERT INTO metric_points (job_id, round, worker_id, step, loss, throughput, utilization, "
+                   "time_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
     q->Bind(p.job_id, p.round, p.worker_id, p.step, p.loss, p.throughput, p.utilization, p.time_ms);
     Status s = q->Run();
     if (q->error_code() == SQLITE_CONSTRAINT_FOREIGNKEY) {
@@ -1196,12 +1207,12 @@ Status SqliteMetadataStore::AppendMetrics(std::span<const MetricPoint> points) {
   return txn.Commit();
 }
 
-StatusOr<std::vector<MetricPoint>> SqliteMetadataStore::ListMetrics(int64_t job_id,
-                                                                    std::optional<int64_t> worker_id) {
+StatusOr<std::vector<MetricPoint>> SqliteMetadataStore::ListMetrics(int64_t job_id, std::optional<int64_t> worker_id) {
   std::lock_guard lock(mu_);
-  PARSYN_PREPARE(q, "SELECT job_id, round, worker_id, step, loss, throughput, utilization, time_ms "
-                    "FROM metric_points WHERE job_id = ?1 AND (?2 IS NULL OR worker_id = ?2) "
-                    "ORDER BY time_ms, worker_id, step");
+  PARSYN_PREPARE(q,
+                 "SELECT job_id, round, worker_id, step, loss, throughput, utilization, time_ms "
+                 "FROM metric_points WHERE job_id = ?1 AND (?2 IS NULL OR worker_id = ?2) "
+                 "ORDER BY time_ms, worker_id, step");
   q->Bind(job_id, worker_id);
   std::vector<MetricPoint> out;
   while (true) {
@@ -1226,8 +1237,9 @@ StatusOr<int64_t> SqliteMetadataStore::AppendJobEvent(const JobEvent& event) {
 
 StatusOr<std::vector<JobEvent>> SqliteMetadataStore::ListJobEvents(int64_t job_id, int64_t after_id, int limit) {
   std::lock_guard lock(mu_);
-  PARSYN_PREPARE(q, "SELECT id, job_id, type, payload_json, time_ms FROM job_events WHERE job_id = ?1 AND id > ?2 "
-                    "ORDER BY id LIMIT ?3");
+  PARSYN_PREPARE(q,
+                 "SELECT id, job_id, type, payload_json, time_ms FROM job_events WHERE job_id = ?1 AND id > ?2 "
+                 "ORDER BY id LIMIT ?3");
   q->Bind(job_id, after_id, limit);
   std::vector<JobEvent> out;
   while (true) {

@@ -20,23 +20,19 @@ using ::testing::HasSubstr;
 
 INSTANTIATE_TEST_SUITE_P(
     Sqlite, MetadataStoreContractTest,
-    ::testing::Values(MetadataStoreBackend{"file",
-                                           [](const fs::path& dir) {
-                                             return OpenMetadataStore("sqlite://" + (dir / "meta.db").string());
-                                           },
-                                           true},
-                      MetadataStoreBackend{"memory", [](const fs::path&) { return OpenMetadataStore(":memory:"); },
-                                           false},
-                      // The fault-injection wrapper, with no fault armed, must be indistinguishable from its store.
-                      MetadataStoreBackend{"faulty_passthrough",
-                                           [](const fs::path& dir) -> StatusOr<std::unique_ptr<MetadataStore>> {
-                                             PARSYN_ASSIGN_OR_RETURN(
-                                                 auto inner,
-                                                 OpenMetadataStore("sqlite://" + (dir / "meta.db").string()));
-                                             return std::unique_ptr<MetadataStore>(
-                                                 std::make_unique<FaultyMetadataStore>(std::move(inner)));
-                                           },
-                                           true}),
+    ::testing::Values(
+        MetadataStoreBackend{
+            "file", [](const fs::path& dir) { return OpenMetadataStore("sqlite://" + (dir / "meta.db").string()); },
+            true},
+        MetadataStoreBackend{"memory", [](const fs::path&) { return OpenMetadataStore(":memory:"); }, false},
+        // The fault-injection wrapper, with no fault armed, must be indistinguishable from its store.
+        MetadataStoreBackend{
+            "faulty_passthrough",
+            [](const fs::path& dir) -> StatusOr<std::unique_ptr<MetadataStore>> {
+              PARSYN_ASSIGN_OR_RETURN(auto inner, OpenMetadataStore("sqlite://" + (dir / "meta.db").string()));
+              return std::unique_ptr<MetadataStore>(std::make_unique<FaultyMetadataStore>(std::move(inner)));
+            },
+            true}),
     MetadataStoreBackendName);
 
 // Runs one SQL statement on the store's connection and returns the first column of its first row as text.
@@ -147,8 +143,7 @@ TEST(SqliteStoreTest, OpenMetadataStoreChoosesByScheme) {
   EXPECT_THAT(pg.status().message(), HasSubstr("scheme 'postgres' is not supported"));
   EXPECT_THAT(pg.status().message(), HasSubstr("sqlite:///"));
   EXPECT_EQ(OpenMetadataStore("sqlite://").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(OpenMetadataStore((dir.path() / "no/such/dir/c.db").string()).status().code(),
-            StatusCode::kUnavailable);
+  EXPECT_EQ(OpenMetadataStore((dir.path() / "no/such/dir/c.db").string()).status().code(), StatusCode::kUnavailable);
 }
 
 TEST(SqliteStoreTest, CorruptFileIsReportedNotCrashed) {
@@ -211,8 +206,9 @@ TEST(SqliteStoreTest, CommitRoundFailingMidTransactionLeavesThePriorState) {
   auto store = MustOpen(dir.path() / "meta.db");
   ASSERT_NE(store, nullptr);
   RunningRound setup = SetUpRunningRound(*store);
-  Exec(*store, "CREATE TRIGGER fail_commit BEFORE UPDATE OF committed_round ON jobs "
-               "BEGIN SELECT RAISE(ABORT, 'injected failure'); END");
+  Exec(*store,
+       "CREATE TRIGGER fail_commit BEFORE UPDATE OF committed_round ON jobs "
+       "BEGIN SELECT RAISE(ABORT, 'injected failure'); END");
   Status s = store->CommitRound(CommitOf(setup.job_id));
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("injected failure"));
@@ -233,17 +229,17 @@ TEST(SqliteStoreTest, CrashInsideCommitRoundLeavesThePriorState) {
     auto store = MustOpen(db);
     ASSERT_NE(store, nullptr);
     job_id = SetUpRunningRound(*store).job_id;
-    Exec(*store, "CREATE TRIGGER crash_commit BEFORE UPDATE OF committed_round ON jobs "
-                 "BEGIN SELECT crash_now(); END");
+    Exec(*store,
+         "CREATE TRIGGER crash_commit BEFORE UPDATE OF committed_round ON jobs "
+         "BEGIN SELECT crash_now(); END");
   }
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     auto store = SqliteMetadataStore::Open(db.string());
     if (!store.ok()) ::_exit(2);
-    sqlite3_create_function(
-        (*store)->handle_for_testing(), "crash_now", 0, SQLITE_UTF8, nullptr,
-        [](sqlite3_context*, int, sqlite3_value**) { ::_exit(0); }, nullptr, nullptr);
+    sqlite3_create_function((*store)->handle_for_testing(), "crash_now", 0, SQLITE_UTF8, nullptr,
+                            [](sqlite3_context*, int, sqlite3_value**) { ::_exit(0); }, nullptr, nullptr);
     (void)(*store)->CommitRound(CommitOf(job_id));
     ::_exit(3);  // not reached if the trigger fired
   }

@@ -34,7 +34,8 @@ std::vector<ParticipantConfig> FedAvg::ConfigureRound(const RoundContext& ctx,
   std::vector<ParticipantConfig> participants;
   participants.reserve(chosen.size());
   for (const Candidate& c : chosen) {
-    participants.push_back({.worker_id = c.worker_id, .shard = c.shard, .seed = TaskSeed(ctx.job_seed, ctx.round, c.shard)});
+    participants.push_back(
+        {.worker_id = c.worker_id, .shard = c.shard, .seed = TaskSeed(ctx.job_seed, ctx.round, c.shard)});
   }
   return participants;
 }
@@ -42,8 +43,8 @@ std::vector<ParticipantConfig> FedAvg::ConfigureRound(const RoundContext& ctx,
 Status FedAvg::Begin(int round, const weights::WeightSet& global) {
   for (const weights::Tensor& t : global.tensors()) {
     if (!weights::IsFloat(t.dtype)) {
-      return InvalidArgumentError("global tensor '" + t.name + "' has dtype " + std::string(weights::DTypeName(t.dtype)) +
-                                  "; FedAvg averages float tensors only");
+      return InvalidArgumentError("global tensor '" + t.name + "' has dtype " +
+                                  std::string(weights::DTypeName(t.dtype)) + "; FedAvg averages float tensors only");
     }
   }
   round_ = round;

@@ -42,7 +42,7 @@ class FedAvg final : public Strategy {
  private:
   FedAvgOptions options_;
   int round_ = 0;
-  bool begun_ = false;                        // between Begin and Finish
+  bool begun_ = false;                         // between Begin and Finish
   std::optional<weights::WeightedMean> mean_;  // the round's mean while begun_; kept after Finish for reuse
 };
 

@@ -256,7 +256,8 @@ std::vector<Candidate> Candidates(std::vector<std::pair<int64_t, int>> worker_sh
 TEST(FedAvgTest, ConfigureRoundWaitsBelowMinWorkers) {
   FedAvg fed_avg;
   auto available = Candidates({{10, 0}});
-  EXPECT_TRUE(fed_avg.ConfigureRound({.job_seed = 1, .round = 1, .min_workers = 2, .max_workers = 3}, available).empty());
+  EXPECT_TRUE(
+      fed_avg.ConfigureRound({.job_seed = 1, .round = 1, .min_workers = 2, .max_workers = 3}, available).empty());
   EXPECT_TRUE(fed_avg.ConfigureRound({.job_seed = 1, .round = 1, .min_workers = 1, .max_workers = 3}, {}).empty());
 }
 
@@ -278,8 +279,8 @@ TEST(FedAvgTest, ConfigureRoundRotatesWhenMoreAvailableThanMax) {
   auto available = Candidates({{10, 0}, {11, 1}, {12, 2}, {13, 3}, {14, 4}});
   auto shards_of = [&](int round) {
     std::vector<int> shards;
-    for (const auto& p : fed_avg.ConfigureRound({.job_seed = 1, .round = round, .min_workers = 1, .max_workers = 2},
-                                                available)) {
+    for (const auto& p :
+         fed_avg.ConfigureRound({.job_seed = 1, .round = round, .min_workers = 1, .max_workers = 2}, available)) {
       shards.push_back(p.shard);
     }
     return shards;

@@ -31,7 +31,7 @@ StepOutput NextTokenLoss(const torch::Tensor& logits, const torch::Tensor& label
 }
 
 StatusOr<std::unique_ptr<CausalLm>> CausalLm::Load(const std::filesystem::path& model_dir,
-                                                  const CausalLmOptions& options) {
+                                                   const CausalLmOptions& options) {
   PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Load(model_dir, options.model));
   if (options.lora) PARSYN_RETURN_IF_ERROR(model->AttachLora(*options.lora, options.lora_seed));
   return std::make_unique<CausalLm>(std::move(model), options);

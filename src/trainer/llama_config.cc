@@ -33,8 +33,7 @@ StatusOr<int64_t> GetInt(const Json& j, const char* key, std::optional<int64_t> 
   }
   const int64_t v = it->get<int64_t>();
   if (positive && v <= 0) {
-    return InvalidArgumentError(std::string("config.json's '") + key + "' must be positive, got " +
-                                std::to_string(v));
+    return InvalidArgumentError(std::string("config.json's '") + key + "' must be positive, got " + std::to_string(v));
   }
   return v;
 }
@@ -77,8 +76,7 @@ StatusOr<LlamaConfig> ParseJson(const Json& j) {
   PARSYN_ASSIGN_OR_RETURN(c.num_key_value_heads, GetInt(j, "num_key_value_heads", c.num_attention_heads));
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     return InvalidArgumentError("num_attention_heads " + std::to_string(c.num_attention_heads) +
-                                " is not a multiple of num_key_value_heads " +
-                                std::to_string(c.num_key_value_heads));
+                                " is not a multiple of num_key_value_heads " + std::to_string(c.num_key_value_heads));
   }
   if (!j.contains("head_dim") && c.hidden_size % c.num_attention_heads != 0) {
     return InvalidArgumentError("hidden_size " + std::to_string(c.hidden_size) +
@@ -251,13 +249,13 @@ StatusOr<ModelFolder> ReadModelFolder(const std::filesystem::path& dir) {
   }
   PARSYN_ASSIGN_OR_RETURN(std::string index_text, ReadTextFile(index_path));
   Json index = Json::parse(index_text, nullptr, /*allow_exceptions=*/false);
-  if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
-      !index["weight_map"].is_object()) {
+  if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
     return InvalidArgumentError(index_path.string() + " lacks a 'weight_map' object");
   }
   std::map<std::string, std::vector<std::string>> names_by_file;
   for (const auto& [name, file] : index["weight_map"].items()) {
-    if (!file.is_string()) return InvalidArgumentError(index_path.string() + ": weight_map['" + name + "'] is not a string");
+    if (!file.is_string())
+      return InvalidArgumentError(index_path.string() + ": weight_map['" + name + "'] is not a string");
     const std::string file_name = file.get<std::string>();
     if (file_name.find('/') != std::string::npos || file_name.find("..") != std::string::npos) {
       return InvalidArgumentError(index_path.string() + ": shard name '" + file_name + "' must be a plain file name");

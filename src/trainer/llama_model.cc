@@ -32,8 +32,8 @@ bool IsSkippableExtra(const LlamaConfig& config, const std::string& name) {
 }
 
 weights::LoraModelDims DimsOf(const LlamaConfig& c) {
-  return {c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
-          c.head_dim};
+  return {c.hidden_size,         c.intermediate_size,   c.num_hidden_layers,
+          c.num_attention_heads, c.num_key_value_heads, c.head_dim};
 }
 
 // x: (B, H, T, D) -> x * cos + rotate_half(x) * sin,  rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2])
@@ -45,12 +45,11 @@ torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos, const 
 
 }  // namespace
 
-LlamaModel::LlamaModel(LlamaConfig config, ModelOptions options)
-    : config_(std::move(config)), options_(options) {
+LlamaModel::LlamaModel(LlamaConfig config, ModelOptions options) : config_(std::move(config)), options_(options) {
   torch::NoGradGuard no_grad;
   const int64_t dim = config_.head_dim;
-  inv_freq_ = 1.0 / torch::pow(config_.rope_theta, torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat32) /
-                                                       static_cast<double>(dim));
+  inv_freq_ = 1.0 / torch::pow(config_.rope_theta,
+                               torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat32) / static_cast<double>(dim));
   if (config_.rope_scaling) {
     // Llama 3 (transformers' _compute_llama3_parameters): long wavelengths are scaled down by `factor`, short ones
     // kept, and the band between blended linearly in old_context / wavelength.
@@ -88,7 +87,8 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::FromFolder(const ModelFolder& 
                                     ", config.json implies " + weights::ShapeString(spec.shape));
       }
       if (!weights::IsFloat(t->dtype)) {
-        return InvalidArgumentError("tensor '" + spec.name + "' has dtype " + std::string(weights::DTypeName(t->dtype)) +
+        return InvalidArgumentError("tensor '" + spec.name + "' has dtype " +
+                                    std::string(weights::DTypeName(t->dtype)) +
                                     "; model weights must be F32, BF16 or F16");
       }
       model->params_.emplace_back(spec.name, ToTorch(*t).to(options.device, options.param_dtype));
@@ -109,8 +109,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::FromFolder(const ModelFolder& 
   return model;
 }
 
-StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::filesystem::path& dir,
-                                                       const ModelOptions& options) {
+StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::filesystem::path& dir, const ModelOptions& options) {
   PARSYN_ASSIGN_OR_RETURN(ModelFolder folder, ReadModelFolder(dir));
   auto model = FromFolder(folder, options);
   if (!model.ok()) return model.status().WithContext(dir.string());
@@ -218,7 +217,8 @@ torch::Tensor LlamaModel::Forward(const torch::Tensor& input_ids, const torch::T
   // allowed[b, 0, i, j]: query i may attend to key j.
   torch::Tensor idx = torch::arange(T, torch::dtype(torch::kInt64).device(device));
   torch::Tensor causal = idx.view({1, T}) <= idx.view({T, 1});
-  if (config_.sliding_window) causal = causal.logical_and(idx.view({1, T}) > idx.view({T, 1}) - *config_.sliding_window);
+  if (config_.sliding_window)
+    causal = causal.logical_and(idx.view({1, T}) > idx.view({T, 1}) - *config_.sliding_window);
   torch::Tensor allowed = causal.view({1, 1, T, T})
                               .logical_and(mask.to(torch::kBool).view({B, 1, 1, T}))
                               .logical_or(torch::eye(T, torch::dtype(torch::kBool).device(device)).view({1, 1, T, T}));

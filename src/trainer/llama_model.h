@@ -3,7 +3,8 @@
 // The network, for input ids x (B, T) and attention mask m (B, T) (1 = real token):
 //   h = embed_tokens[x]
 //   per layer:  h += o_proj(Attention(RoPE(q_proj(n)), RoPE(k_proj(n)), v_proj(n)))   n = RMSNorm(h) * input_layernorm
-//               h += down_proj(silu(gate_proj(n)) * up_proj(n))                      n = RMSNorm(h) * post_attention_layernorm
+//               h += down_proj(silu(gate_proj(n)) * up_proj(n))                      n = RMSNorm(h) *
+//               post_attention_layernorm
 //   logits = lm_head(RMSNorm(h) * norm)          (lm_head = embed_tokens when tie_word_embeddings)
 // RMSNorm(h) = h / sqrt(mean(h^2) + rms_norm_eps), computed in fp32. Grouped-query attention: query head j uses
 // key/value head j / (num_attention_heads / num_key_value_heads). A token's rotary position is the number of real
@@ -60,7 +61,7 @@ class LlamaModel {
   // A model whose parameters are drawn as transformers initialises them: linear and embedding weights
   // N(0, initializer_range = 0.02), norms 1, biases 0; deterministic for a seed.
   static StatusOr<std::unique_ptr<LlamaModel>> RandomInit(const LlamaConfig& config, uint64_t seed,
-                                                         const ModelOptions& options = {});
+                                                          const ModelOptions& options = {});
 
   ~LlamaModel();
 

@@ -76,7 +76,8 @@ TEST(LlamaForwardTest, MatchesIndependentPythonReference) {
   }
   const auto log = root / "python.log";
   ASSERT_EQ(std::system((command + " > " + log.string() + " 2>&1").c_str()), 0)
-      << command << "\n" << (std::stringstream() << std::ifstream(log).rdbuf()).str();
+      << command << "\n"
+      << (std::stringstream() << std::ifstream(log).rdbuf()).str();
 
   torch::Tensor real = mask.to(torch::kBool);  // padding positions' logits are not meaningful
   for (const ForwardCase& c : cases) {
@@ -133,7 +134,8 @@ TEST(LlamaForwardTest, Bf16ComputeStaysCloseToFp32) {
 }
 
 // Rewrites model.safetensors of a tiny llama with one change, and returns Load's status.
-Status LoadWithEdit(const std::string& name, const std::function<void(weights::WeightSet&, const weights::Tensor&)>& edit) {
+Status LoadWithEdit(const std::string& name,
+                    const std::function<void(weights::WeightSet&, const weights::Tensor&)>& edit) {
   const auto dir = FreshTempDir(name);
   WriteRandomCheckpoint(dir, TinyConfig(), 3);
   auto original = weights::ReadSafetensorsFile(dir / "model.safetensors");

@@ -61,8 +61,8 @@ Status WriteModelFolder(const LlamaModel& model, const std::filesystem::path& di
   config.torch_dtype = TorchDtypeName(dtype);
   PARSYN_RETURN_IF_ERROR(WriteTextFileAtomically(dir / "config.json", LlamaConfigToJson(config)));
   if (tokenizer_source_dir && !std::filesystem::equivalent(*tokenizer_source_dir, dir, ec)) {
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                             "generation_config.json"}) {
+    for (const char* name :
+         {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"}) {
       const auto from = *tokenizer_source_dir / name;
       if (std::filesystem::exists(from, ec)) PARSYN_RETURN_IF_ERROR(CopyFileAtomically(from, dir / name));
     }
@@ -113,8 +113,8 @@ StatusOr<LlamaConfig> InitModelFolder(const std::filesystem::path& dir, const Mo
   config.hidden_size = options.hidden_size;
   config.num_hidden_layers = options.num_hidden_layers;
   config.num_attention_heads = options.num_attention_heads;
-  config.num_key_value_heads = options.num_key_value_heads == 0 ? options.num_attention_heads
-                                                                : options.num_key_value_heads;
+  config.num_key_value_heads =
+      options.num_key_value_heads == 0 ? options.num_attention_heads : options.num_key_value_heads;
   if (config.hidden_size % config.num_attention_heads != 0) {
     return InvalidArgumentError("hidden_size " + std::to_string(config.hidden_size) +
                                 " is not divisible by num_attention_heads " +

@@ -16,9 +16,9 @@ namespace parsyn::trainer {
 
 // Writes config.json (torch_dtype set to `dtype`) and model.safetensors (Hugging Face names, `dtype`, metadata
 // format "pt" as transformers requires) into `dir`, creating it. When `tokenizer_source_dir` is given, its
-// tokenizer.json (required: NotFound if absent) and tokenizer_config.json / special_tokens_map.json / generation_config.json
-// (when present) are copied too. Files are written atomically (temporary file, rename). InvalidArgument for a
-// non-float dtype; Unavailable on I/O errors.
+// tokenizer.json (required: NotFound if absent) and tokenizer_config.json / special_tokens_map.json /
+// generation_config.json (when present) are copied too. Files are written atomically (temporary file, rename).
+// InvalidArgument for a non-float dtype; Unavailable on I/O errors.
 Status WriteModelFolder(const LlamaModel& model, const std::filesystem::path& dir, weights::DType dtype,
                         const std::optional<std::filesystem::path>& tokenizer_source_dir = std::nullopt);
 

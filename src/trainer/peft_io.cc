@@ -40,7 +40,8 @@ StatusOr<AdapterConfig> ParseAdapterJson(const Json& j) {
     }
   }
   AdapterConfig config;
-  if (!j.contains("r") || !j["r"].is_number_integer()) return InvalidArgumentError("adapter_config.json lacks integer 'r'");
+  if (!j.contains("r") || !j["r"].is_number_integer())
+    return InvalidArgumentError("adapter_config.json lacks integer 'r'");
   config.lora.r = j["r"].get<int64_t>();
   if (!j.contains("lora_alpha") || !j["lora_alpha"].is_number()) {
     return InvalidArgumentError("adapter_config.json lacks numeric 'lora_alpha'");

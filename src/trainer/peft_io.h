@@ -1,7 +1,8 @@
 // LoRA adapters on disk in PEFT's layout, so Python's `peft` loads ours and we load its:
 //   adapter_config.json        {"peft_type": "LORA", "r", "lora_alpha", "lora_dropout", "target_modules",
 //                               "base_model_name_or_path", "task_type": "CAUSAL_LM", "bias": "none", ...}
-//   adapter_model.safetensors  base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight (r, in), ...lora_B (out, r)
+//   adapter_model.safetensors  base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight (r, in), ...lora_B
+//   (out, r)
 // and merging adapters into the base model to export a plain model folder.
 // Functions here may be called from any thread, but a LlamaModel is used by one thread at a time.
 #pragma once

@@ -111,9 +111,9 @@ StatusOr<Prepared> PrepareTabular(const TrainTask& task, torch::Device device) {
   }
   auto dataset = data::LoadTabularFile(task.data, options);
   if (!dataset.ok()) return dataset.status().WithContext(task.data.string());
-  PARSYN_ASSIGN_OR_RETURN(const data::TrainValidationSplit split,
-                          data::SplitTrainValidation(dataset->num_rows(), task.config.validation_fraction,
-                                                     task.split_seed));
+  PARSYN_ASSIGN_OR_RETURN(
+      const data::TrainValidationSplit split,
+      data::SplitTrainValidation(dataset->num_rows(), task.config.validation_fraction, task.split_seed));
   if (!existing) {
     PARSYN_ASSIGN_OR_RETURN(TabularModelSpec spec, TabularSpecFor(task.config, *dataset, split.train));
     PARSYN_ASSIGN_OR_RETURN(existing, TabularModel::Create(std::move(spec), task.seed, device));
@@ -136,7 +136,8 @@ StatusOr<Prepared> PrepareLanguageModel(const TrainTask& task, torch::Device dev
   PARSYN_ASSIGN_OR_RETURN(const data::TrainValidationSplit split,
                           data::SplitTrainValidation(static_cast<int64_t>(dataset->rows.size()),
                                                      task.config.validation_fraction, task.split_seed));
-  PARSYN_ASSIGN_OR_RETURN(LanguageModelBundle bundle, LoadLanguageModel(task.model_dir, task.config, task.seed, device));
+  PARSYN_ASSIGN_OR_RETURN(LanguageModelBundle bundle,
+                          LoadLanguageModel(task.model_dir, task.config, task.seed, device));
   PARSYN_ASSIGN_OR_RETURN(LmExamples train,
                           LmExamples::Create(*dataset, split.train, *bundle.tokenizer, bundle.tokenization));
   PARSYN_ASSIGN_OR_RETURN(LmExamples validation,
@@ -201,7 +202,8 @@ StatusOr<TrainTask> ParseTrainTask(const json& j, const std::filesystem::path& b
     task.device = it->get<std::string>();
   }
   auto output = j.find("output");
-  if (output == j.end() || !output->is_object()) return FieldError("output", "missing (an object with weights, result)");
+  if (output == j.end() || !output->is_object())
+    return FieldError("output", "missing (an object with weights, result)");
   PARSYN_RETURN_IF_ERROR(CheckKeys(*output, "task.output", {"weights", "result", "model_dir"}));
   PARSYN_RETURN_IF_ERROR(ReadPath(*output, "weights", base_dir, true, task.output_weights, "output."));
   PARSYN_RETURN_IF_ERROR(ReadPath(*output, "result", base_dir, true, task.output_result, "output."));
@@ -270,8 +272,8 @@ StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink&
   const MixedPrecision eval_precision = prepared.autocast ? task.config.mixed_precision : MixedPrecision::kNo;
   // Evaluates on the validation split, emits the metrics as an "eval" event of `phase`, and returns them.
   auto evaluate_validation = [&](std::string_view phase) -> StatusOr<json> {
-    PARSYN_ASSIGN_OR_RETURN(const EvalMetrics metrics, Evaluate(model, *prepared.validation, task.config.batch_size,
-                                                                eval_precision, stop));
+    PARSYN_ASSIGN_OR_RETURN(const EvalMetrics metrics,
+                            Evaluate(model, *prepared.validation, task.config.batch_size, eval_precision, stop));
     json result = MetricsJson(metrics);
     json event = result;
     event["event"] = "eval";
@@ -322,7 +324,8 @@ StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink&
   if (Status s = weights::CheckFinite(trained); !s.ok()) return s.WithContext("trained weights");
   {
     std::error_code ec;
-    if (task.output_weights.has_parent_path()) std::filesystem::create_directories(task.output_weights.parent_path(), ec);
+    if (task.output_weights.has_parent_path())
+      std::filesystem::create_directories(task.output_weights.parent_path(), ec);
   }
   PARSYN_RETURN_IF_ERROR(weights::WriteSafetensorsFile(trained, task.output_weights));
   if (!task.output_model_dir.empty()) {

@@ -49,7 +49,7 @@ struct TrainTask {
   std::filesystem::path model_dir;  // empty: none given
   std::filesystem::path initial_weights;
   std::filesystem::path data;
-  std::string data_format;          // "jsonl" or "csv"
+  std::string data_format;  // "jsonl" or "csv"
   TrainConfig config;
   std::optional<int64_t> steps;
   uint64_t seed = 0;

@@ -37,8 +37,8 @@ StatusOr<LanguageModelBundle> LoadLanguageModel(const std::filesystem::path& mod
   } else {
     bundle.tokenization.eos_id = tokenizer->eos_id();
   }
-  std::optional<int32_t> pad = llama.pad_token_id ? std::optional<int32_t>(static_cast<int32_t>(*llama.pad_token_id))
-                                                  : tokenizer->pad_id();
+  std::optional<int32_t> pad =
+      llama.pad_token_id ? std::optional<int32_t>(static_cast<int32_t>(*llama.pad_token_id)) : tokenizer->pad_id();
   bundle.tokenization.pad_id = pad.value_or(bundle.tokenization.eos_id.value_or(0));
   bundle.tokenizer = std::make_unique<data::Tokenizer>(std::move(tokenizer).value());
 

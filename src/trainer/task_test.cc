@@ -1,6 +1,6 @@
 // Task mode, end to end: `parsyn-trainer run TASK.json` as a child process, as the worker runs it.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "trainer/model_init.h"
-#include "trainer/task.h"
 #include "trainer/tabular_test_data.h"
+#include "trainer/task.h"
 #include "weights/safetensors.h"
 
 extern char** environ;
@@ -104,19 +104,19 @@ class TaskTest : public ::testing::Test {
 
   json TabularTask(int64_t rows) {
     WriteFile(dir_ / "data.csv", testing::SeparableCsv(rows, 4));
-    return json{{"data", "data.csv"},
-                {"config",
-                 {{"model_type", "mlp"},
-                  {"hidden_sizes", {16}},
-                  {"epochs", 4},
-                  {"batch_size", 16},
-                  {"learning_rate", 1e-2},
-                  {"validation_fraction", 0.2}}},
-                {"seed", 1},
-                {"device", "cpu"},
-                {"threads", 1},
-                {"output", {{"weights", "out/update.safetensors"}, {"result", "out/result.json"},
-                            {"model_dir", "out/model"}}}};
+    return json{
+        {"data", "data.csv"},
+        {"config",
+         {{"model_type", "mlp"},
+          {"hidden_sizes", {16}},
+          {"epochs", 4},
+          {"batch_size", 16},
+          {"learning_rate", 1e-2},
+          {"validation_fraction", 0.2}}},
+        {"seed", 1},
+        {"device", "cpu"},
+        {"threads", 1},
+        {"output", {{"weights", "out/update.safetensors"}, {"result", "out/result.json"}, {"model_dir", "out/model"}}}};
   }
 
   int RunTask(const json& task, std::vector<json>* events = nullptr) {
@@ -225,8 +225,7 @@ TEST_F(TaskTest, EvaluationOnlyWithReceivedWeights) {
   const json result = json::parse(ReadFile(dir_ / "eval/result.json"));
   EXPECT_EQ(result["steps"], 0);
   EXPECT_EQ(result["validation_before"], result["validation_after"]);
-  EXPECT_NEAR(result["validation_before"]["loss"].get<double>(), first["validation_after"]["loss"].get<double>(),
-              1e-6);
+  EXPECT_NEAR(result["validation_before"]["loss"].get<double>(), first["validation_after"]["loss"].get<double>(), 1e-6);
   EXPECT_EQ(result["weights_sha256"], first["weights_sha256"]);
 }
 
@@ -285,24 +284,26 @@ TEST_F(TaskTest, LoraTaskWritesPeftAdapter) {
   auto config = InitModelFolder(dir_ / "model", init);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   std::string data;
-  for (int i = 0; i < 12; ++i) data += R"({"prompt": "say )" + std::to_string(i) + R"(:", "completion": " ok"})" "\n";
+  for (int i = 0; i < 12; ++i)
+    data += R"({"prompt": "say )" + std::to_string(i) +
+            R"(:", "completion": " ok"})"
+            "\n";
   WriteFile(dir_ / "data.jsonl", data);
-  const json task = {{"model_dir", "model"},
-                     {"data", "data.jsonl"},
-                     {"config",
-                      {{"use_peft", true},
-                       {"lora_r", 4},
-                       {"lora_alpha", 8},
-                       {"batch_size", 4},
-                       {"max_seq_len", 32},
-                       {"learning_rate", 1e-3},
-                       {"validation_fraction", 0.25}}},
-                     {"steps", 3},
-                     {"seed", 2},
-                     {"output",
-                      {{"weights", "out/adapter_update.safetensors"},
-                       {"result", "out/result.json"},
-                       {"model_dir", "out/adapter"}}}};
+  const json task = {
+      {"model_dir", "model"},
+      {"data", "data.jsonl"},
+      {"config",
+       {{"use_peft", true},
+        {"lora_r", 4},
+        {"lora_alpha", 8},
+        {"batch_size", 4},
+        {"max_seq_len", 32},
+        {"learning_rate", 1e-3},
+        {"validation_fraction", 0.25}}},
+      {"steps", 3},
+      {"seed", 2},
+      {"output",
+       {{"weights", "out/adapter_update.safetensors"}, {"result", "out/result.json"}, {"model_dir", "out/adapter"}}}};
   std::vector<json> events;
   ASSERT_EQ(RunTask(task, &events), 0) << Stderr();
   int progress = 0;

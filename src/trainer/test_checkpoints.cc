@@ -61,8 +61,8 @@ void WriteRandomCheckpoint(const std::filesystem::path& dir, const LlamaConfig& 
       std::snprintf(file, sizeof(file), "model-%05d-of-%05d.safetensors", s + 1, num_shards);
       ASSERT_TRUE(weights::WriteSafetensorsFile(shards[static_cast<size_t>(s)], dir / file).ok());
     }
-    std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json{{"metadata", nlohmann::json::object()},
-                                                                          {"weight_map", weight_map}}.dump(2);
+    std::ofstream(dir / "model.safetensors.index.json")
+        << nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", weight_map}}.dump(2);
   }
   std::ofstream(dir / "config.json") << LlamaConfigToJson(config);
 }

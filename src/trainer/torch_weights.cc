@@ -30,8 +30,9 @@ StatusOr<weights::DType> FromTorchDtype(torch::Dtype dtype) {
     case torch::kInt8: return weights::DType::kI8;
     case torch::kUInt8: return weights::DType::kU8;
     case torch::kBool: return weights::DType::kBool;
-    default: return InvalidArgumentError(std::string("torch dtype ") + c10::toString(dtype) +
-                                         " has no safetensors equivalent");
+    default:
+      return InvalidArgumentError(std::string("torch dtype ") + c10::toString(dtype) +
+                                  " has no safetensors equivalent");
   }
 }
 
@@ -42,8 +43,7 @@ torch::Tensor ToTorch(const weights::Tensor& tensor) {
   return torch::from_blob(tensor.data.data(), tensor.shape, options).clone();
 }
 
-Status AppendToWeightSet(weights::WeightSet& set, std::string name, const torch::Tensor& value,
-                         weights::DType dtype) {
+Status AppendToWeightSet(weights::WeightSet& set, std::string name, const torch::Tensor& value, weights::DType dtype) {
   torch::Tensor cpu = value.detach().to(torch::kCPU, ToTorchDtype(dtype)).contiguous();
   std::vector<int64_t> shape(cpu.sizes().begin(), cpu.sizes().end());
   const auto* bytes = static_cast<const std::byte*>(cpu.data_ptr());

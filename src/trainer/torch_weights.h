@@ -21,7 +21,6 @@ torch::Tensor ToTorch(const weights::Tensor& tensor);
 
 // Appends `value` (any device; converted to `dtype`) to `set` under `name`. Errors of WeightSet::Add; throws
 // c10::Error only if torch fails to copy the tensor off its device (callers catch at their edge).
-Status AppendToWeightSet(weights::WeightSet& set, std::string name, const torch::Tensor& value,
-                         weights::DType dtype);
+Status AppendToWeightSet(weights::WeightSet& set, std::string name, const torch::Tensor& value, weights::DType dtype);
 
 }  // namespace parsyn::trainer

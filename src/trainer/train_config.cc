@@ -158,8 +158,8 @@ StatusOr<TrainConfig> ParseTrainConfig(const json& config_json) {
        }},
       {"model_type",
        [&](const json& v, auto k) {
-         return ReadEnum<TabularModelType>(v, k, {{"mlp", TabularModelType::kMlp}, {"logreg", TabularModelType::kLogreg}},
-                                           c.model_type);
+         return ReadEnum<TabularModelType>(
+             v, k, {{"mlp", TabularModelType::kMlp}, {"logreg", TabularModelType::kLogreg}}, c.model_type);
        }},
       {"hidden_sizes",
        [&](const json& v, auto k) -> Status {

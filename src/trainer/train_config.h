@@ -32,16 +32,16 @@ struct TrainConfig {
   int64_t batch_size = 8;                   // examples per micro-batch
   int64_t gradient_accumulation_steps = 1;  // micro-batches per optimizer step
   double learning_rate = 2e-4;
-  double weight_decay = 0.0;                // AdamW decoupled decay; not applied to norms and biases
-  int64_t warmup_steps = 0;                 // linear warmup from 0 over this many optimizer steps
+  double weight_decay = 0.0;  // AdamW decoupled decay; not applied to norms and biases
+  int64_t warmup_steps = 0;   // linear warmup from 0 over this many optimizer steps
   LrScheduler lr_scheduler = LrScheduler::kLinear;
-  double max_grad_norm = 1.0;               // <= 0 disables clipping
+  double max_grad_norm = 1.0;  // <= 0 disables clipping
   MixedPrecision mixed_precision = MixedPrecision::kNo;
-  double validation_fraction = 0.1;         // share of the data held out for evaluation, in [0, 1)
+  double validation_fraction = 0.1;  // share of the data held out for evaluation, in [0, 1)
 
   // Language models.
-  int64_t max_seq_len = 512;                // longer examples are truncated (prompt kept first)
-  bool use_peft = false;                    // LoRA adapters instead of full fine-tuning
+  int64_t max_seq_len = 512;  // longer examples are truncated (prompt kept first)
+  bool use_peft = false;      // LoRA adapters instead of full fine-tuning
   int64_t lora_r = 8;
   double lora_alpha = 16.0;
   double lora_dropout = 0.0;

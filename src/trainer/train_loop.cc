@@ -64,10 +64,9 @@ Status StatusFromTorchException(const std::exception& e, std::string_view doing)
   std::string message = e.what();
   // Keep the first line: libtorch appends a C++ stack trace that helps nobody reading a task's failure reason.
   if (auto newline = message.find('\n'); newline != std::string::npos) message.resize(newline);
-  const bool oom = dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr ||
-                   dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
-                   message.find("out of memory") != std::string::npos ||
-                   message.find("not enough memory") != std::string::npos;
+  const bool oom =
+      dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr || dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
+      message.find("out of memory") != std::string::npos || message.find("not enough memory") != std::string::npos;
   if (oom) return ResourceExhaustedError("out of memory while " + std::string(doing) + ": " + message);
   return InternalError(std::string(doing) + " failed: " + message);
 }
@@ -76,9 +75,8 @@ namespace {
 
 Status CheckPrecision(MixedPrecision precision, torch::Device device) {
   if (precision == MixedPrecision::kFp16 && !device.is_cuda()) {
-    return InvalidArgumentError(
-        "config.mixed_precision: fp16 needs a CUDA device (this run is on " + device.str() +
-        "); use \"bf16\" or \"no\" on CPU");
+    return InvalidArgumentError("config.mixed_precision: fp16 needs a CUDA device (this run is on " + device.str() +
+                                "); use \"bf16\" or \"no\" on CPU");
   }
   return Status::Ok();
 }
@@ -138,7 +136,8 @@ StatusOr<StepPlan> PlanSteps(const TrainConfig& config, int64_t num_examples, st
 
 double LearningRateAt(const TrainConfig& config, int64_t step, int64_t total_steps) {
   const double peak = config.learning_rate;
-  if (step < config.warmup_steps) return peak * static_cast<double>(step + 1) / static_cast<double>(config.warmup_steps);
+  if (step < config.warmup_steps)
+    return peak * static_cast<double>(step + 1) / static_cast<double>(config.warmup_steps);
   const int64_t decay_steps = total_steps - config.warmup_steps;
   if (config.lr_scheduler == LrScheduler::kConstant || decay_steps <= 0) return peak;
   const double progress =
@@ -200,8 +199,9 @@ StatusOr<TrainSummary> Train(TrainableModel& model, const ExampleSet& examples, 
     }
     std::vector<torch::optim::OptimizerParamGroup> groups;
     if (!decayed.empty()) {
-      groups.emplace_back(decayed, std::make_unique<torch::optim::AdamWOptions>(
-                                       torch::optim::AdamWOptions(config.learning_rate).weight_decay(config.weight_decay)));
+      groups.emplace_back(decayed,
+                          std::make_unique<torch::optim::AdamWOptions>(
+                              torch::optim::AdamWOptions(config.learning_rate).weight_decay(config.weight_decay)));
     }
     if (!not_decayed.empty()) {
       groups.emplace_back(not_decayed, std::make_unique<torch::optim::AdamWOptions>(
@@ -241,8 +241,8 @@ StatusOr<TrainSummary> Train(TrainableModel& model, const ExampleSet& examples, 
       int64_t step_tokens = 0;
       int64_t step_examples = 0;
       for (const auto& indices : micro_batches) {
-        if (options.stop.stop_requested()) return CancelledError("training stopped on request at step " +
-                                                                 std::to_string(step + 1));
+        if (options.stop.stop_requested())
+          return CancelledError("training stopped on request at step " + std::to_string(step + 1));
         const Batch batch = examples.MakeBatch(indices, device);
         StepOutput out;
         {
@@ -261,8 +261,7 @@ StatusOr<TrainSummary> Train(TrainableModel& model, const ExampleSet& examples, 
       }
 
       scaler.Unscale(params);
-      const double max_norm = config.max_grad_norm > 0 ? config.max_grad_norm
-                                                       : std::numeric_limits<double>::infinity();
+      const double max_norm = config.max_grad_norm > 0 ? config.max_grad_norm : std::numeric_limits<double>::infinity();
       const double grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
       const bool apply = scaler.Update(std::isfinite(grad_norm));
       if (apply) optimizer.step();

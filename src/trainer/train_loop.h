@@ -63,7 +63,7 @@ double LearningRateAt(const TrainConfig& config, int64_t step, int64_t total_ste
 StatusOr<torch::Device> ParseDevice(std::string_view name);
 
 struct StepProgress {
-  int64_t step = 0;          // 1-based optimizer step just finished
+  int64_t step = 0;  // 1-based optimizer step just finished
   int64_t total_steps = 0;
   int64_t epoch = 0;         // 0-based
   double loss = 0;           // mean over this step's micro-batches
@@ -76,23 +76,23 @@ struct StepProgress {
 
 struct TrainOptions {
   TrainConfig config;
-  std::optional<int64_t> max_steps;      // the step budget; see above
+  std::optional<int64_t> max_steps;  // the step budget; see above
   uint64_t seed = 0;
   int64_t schedule_start_step = 0;
   std::optional<int64_t> schedule_total_steps;
-  bool language_model = false;           // reports tokens/s
+  bool language_model = false;  // reports tokens/s
   // Run forwards under autocast for config.mixed_precision. False for models that run reduced precision themselves
   // (CausalLm's compute dtype); fp16 loss scaling applies either way.
   bool autocast = true;
   std::function<void(const StepProgress&)> on_step;  // called after every optimizer step
-  std::stop_token stop;                  // checked between micro-batches
+  std::stop_token stop;                              // checked between micro-batches
 };
 
 struct TrainSummary {
   int64_t steps = 0;
   int64_t examples_seen = 0;  // with repetition across epochs
   int64_t tokens_seen = 0;
-  double mean_loss = 0;       // mean of the steps' losses
+  double mean_loss = 0;  // mean of the steps' losses
   double wall_seconds = 0;
 };
 
@@ -103,11 +103,11 @@ StatusOr<TrainSummary> Train(TrainableModel& model, const ExampleSet& examples, 
 
 struct EvalMetrics {
   int64_t num_examples = 0;
-  int64_t num_counted = 0;      // label positions (LM) or rows (tabular)
-  double loss = 0;              // mean over counted positions
-  double perplexity = 0;        // exp(loss)
-  double accuracy = 0;          // token accuracy (LM) or classification accuracy (tabular)
-  double exact_match = 0;       // share of examples whose every label is the greedy (argmax) prediction
+  int64_t num_counted = 0;  // label positions (LM) or rows (tabular)
+  double loss = 0;          // mean over counted positions
+  double perplexity = 0;    // exp(loss)
+  double accuracy = 0;      // token accuracy (LM) or classification accuracy (tabular)
+  double exact_match = 0;   // share of examples whose every label is the greedy (argmax) prediction
 };
 
 // Forward passes under NoGradGuard in eval mode, `batch_size` examples at a time, in index order, under autocast for

@@ -213,8 +213,7 @@ TEST_F(TrainLoopTest, DivergenceIsReported) {
   auto summary = Train(*model, *examples_, options);
   ASSERT_FALSE(summary.ok());
   EXPECT_EQ(summary.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(summary.status().message().find("training loss became"), std::string::npos)
-      << summary.status().message();
+  EXPECT_NE(summary.status().message().find("training loss became"), std::string::npos) << summary.status().message();
 }
 
 TEST_F(TrainLoopTest, EvaluateCountsEveryExample) {

@@ -27,10 +27,10 @@ struct Batch {
 // What one forward pass yields for the loop: the mean loss over counted positions (for backward), and counts the
 // loop uses for metrics.
 struct StepOutput {
-  torch::Tensor loss;           // scalar, mean over counted positions/rows
-  int64_t num_counted = 0;      // label positions (LM) or rows (tabular) the loss averaged over
-  int64_t num_correct = 0;      // argmax == label among them (token accuracy or classification accuracy)
-  int64_t num_tokens = 0;       // input tokens processed (LM; for throughput); rows for tabular
+  torch::Tensor loss;       // scalar, mean over counted positions/rows
+  int64_t num_counted = 0;  // label positions (LM) or rows (tabular) the loss averaged over
+  int64_t num_correct = 0;  // argmax == label among them (token accuracy or classification accuracy)
+  int64_t num_tokens = 0;   // input tokens processed (LM; for throughput); rows for tabular
   // Rows with at least one counted position, and those among them whose every counted position is argmax-correct.
   // Under teacher forcing, "every completion token is the argmax" is exactly "greedy decoding of the completion's
   // length reproduces it", so the loop reports num_exact_rows / num_rows as exact-match for prompt/completion data.

@@ -56,9 +56,8 @@ void EmitLine(const json& event) {
 }
 
 int Fail(const Status& status) {
-  EmitLine(json{{"event", "error"},
-                {"code", std::string(parsyn::StatusCodeSlug(status.code()))},
-                {"message", status.message()}});
+  EmitLine(json{
+      {"event", "error"}, {"code", std::string(parsyn::StatusCodeSlug(status.code()))}, {"message", status.message()}});
   std::string line = status.ToString();
   for (char& c : line) {
     if (c == '\n') c = ' ';
@@ -122,19 +121,32 @@ parsyn::StatusOr<parsyn::trainer::ModelInitOptions> ParseInitOptions(const std::
     if (!j.is_object()) return parsyn::InvalidArgumentError("model-init options: expected a JSON object");
     for (const auto& [key, value] : j.items()) {
       if (value.is_null()) continue;
-      if (key == "architecture") o.architecture = value.get<std::string>();
-      else if (key == "hidden_size") o.hidden_size = value.get<int64_t>();
-      else if (key == "num_hidden_layers") o.num_hidden_layers = value.get<int64_t>();
-      else if (key == "num_attention_heads") o.num_attention_heads = value.get<int64_t>();
-      else if (key == "num_key_value_heads") o.num_key_value_heads = value.get<int64_t>();
-      else if (key == "intermediate_size") o.intermediate_size = value.get<int64_t>();
-      else if (key == "tokenizer_json") o.tokenizer_json = value.get<std::string>();
-      else if (key == "vocab_size") o.vocab_size = value.get<int64_t>();
-      else if (key == "tie_word_embeddings") o.tie_word_embeddings = value.get<bool>();
-      else if (key == "max_position_embeddings") o.max_position_embeddings = value.get<int64_t>();
-      else if (key == "rope_theta") o.rope_theta = value.get<double>();
-      else if (key == "rms_norm_eps") o.rms_norm_eps = value.get<double>();
-      else if (key == "seed") o.seed = value.get<uint64_t>();
+      if (key == "architecture")
+        o.architecture = value.get<std::string>();
+      else if (key == "hidden_size")
+        o.hidden_size = value.get<int64_t>();
+      else if (key == "num_hidden_layers")
+        o.num_hidden_layers = value.get<int64_t>();
+      else if (key == "num_attention_heads")
+        o.num_attention_heads = value.get<int64_t>();
+      else if (key == "num_key_value_heads")
+        o.num_key_value_heads = value.get<int64_t>();
+      else if (key == "intermediate_size")
+        o.intermediate_size = value.get<int64_t>();
+      else if (key == "tokenizer_json")
+        o.tokenizer_json = value.get<std::string>();
+      else if (key == "vocab_size")
+        o.vocab_size = value.get<int64_t>();
+      else if (key == "tie_word_embeddings")
+        o.tie_word_embeddings = value.get<bool>();
+      else if (key == "max_position_embeddings")
+        o.max_position_embeddings = value.get<int64_t>();
+      else if (key == "rope_theta")
+        o.rope_theta = value.get<double>();
+      else if (key == "rms_norm_eps")
+        o.rms_norm_eps = value.get<double>();
+      else if (key == "seed")
+        o.seed = value.get<uint64_t>();
       else if (key == "dtype") {
         PARSYN_ASSIGN_OR_RETURN(o.dtype, parsyn::weights::ParseDType(value.get<std::string>()));
       } else {
@@ -164,10 +176,14 @@ parsyn::Status InitTabularFolder(const std::string& dir, const std::string& opti
     const json j = json::parse(options_json);
     if (!j.is_object()) return parsyn::InvalidArgumentError("tabular-init options: expected a JSON object");
     for (const auto& [key, value] : j.items()) {
-      if (key == "data") data = value.get<std::string>();
-      else if (key == "seed") seed = value.get<uint64_t>();
-      else if (key == "config") config_json = value;
-      else return parsyn::InvalidArgumentError("tabular-init options: unknown key \"" + key + "\"");
+      if (key == "data")
+        data = value.get<std::string>();
+      else if (key == "seed")
+        seed = value.get<uint64_t>();
+      else if (key == "config")
+        config_json = value;
+      else
+        return parsyn::InvalidArgumentError("tabular-init options: unknown key \"" + key + "\"");
     }
   } catch (const json::exception& e) {
     return parsyn::InvalidArgumentError(std::string("tabular-init options: ") + e.what());
@@ -191,8 +207,8 @@ parsyn::Status InitTabularFolder(const std::string& dir, const std::string& opti
 
 int TabularInit(const std::string& dir, const std::string& options_json) {
   if (parsyn::Status made = InitTabularFolder(dir, options_json); !made.ok()) return Fail(made);
-  json spec = json::parse(std::ifstream(std::filesystem::path(dir) / parsyn::trainer::kTabularModelFile), nullptr,
-                          false);
+  json spec =
+      json::parse(std::ifstream(std::filesystem::path(dir) / parsyn::trainer::kTabularModelFile), nullptr, false);
   EmitLine(json{{"event", "done"}, {"dir", dir}, {"spec", spec}});
   return 0;
 }

@@ -81,15 +81,13 @@ StatusOr<LoraModelDims> ParseLoraModelDims(std::string_view config_json) {
   } else {
     if (d.hidden_size % d.num_attention_heads != 0) {
       return InvalidArgumentError("hidden_size " + std::to_string(d.hidden_size) +
-                                  " is not divisible by num_attention_heads " +
-                                  std::to_string(d.num_attention_heads));
+                                  " is not divisible by num_attention_heads " + std::to_string(d.num_attention_heads));
     }
     d.head_dim = d.hidden_size / d.num_attention_heads;
   }
   if (d.num_attention_heads % d.num_key_value_heads != 0) {
     return InvalidArgumentError("num_attention_heads " + std::to_string(d.num_attention_heads) +
-                                " is not a multiple of num_key_value_heads " +
-                                std::to_string(d.num_key_value_heads));
+                                " is not a multiple of num_key_value_heads " + std::to_string(d.num_key_value_heads));
   }
   return d;
 }
@@ -149,8 +147,7 @@ StatusOr<std::vector<LoraTensorSpec>> LoraLayout(std::string_view config_json, c
   return LoraLayout(dims, options);
 }
 
-StatusOr<WeightSet> InitialLoraAdapters(const LoraModelDims& dims, const LoraLayoutOptions& options,
-                                        uint64_t seed) {
+StatusOr<WeightSet> InitialLoraAdapters(const LoraModelDims& dims, const LoraLayoutOptions& options, uint64_t seed) {
   PARSYN_ASSIGN_OR_RETURN(std::vector<LoraTensorSpec> specs, LoraLayout(dims, options));
   WeightSet set;
   for (const LoraTensorSpec& spec : specs) {
@@ -174,8 +171,7 @@ StatusOr<WeightSet> InitialLoraAdapters(const LoraModelDims& dims, const LoraLay
   return set;
 }
 
-StatusOr<WeightSet> InitialLoraAdapters(std::string_view config_json, const LoraLayoutOptions& options,
-                                        uint64_t seed) {
+StatusOr<WeightSet> InitialLoraAdapters(std::string_view config_json, const LoraLayoutOptions& options, uint64_t seed) {
   PARSYN_ASSIGN_OR_RETURN(LoraModelDims dims, ParseLoraModelDims(config_json));
   return InitialLoraAdapters(dims, options, seed);
 }

@@ -21,7 +21,7 @@
 namespace parsyn::weights {
 
 // The projections LoRA may target, in PEFT's save order.
-inline constexpr std::string_view kLoraModules[] = {"q_proj", "k_proj", "v_proj", "o_proj",
+inline constexpr std::string_view kLoraModules[] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                                     "gate_proj", "up_proj", "down_proj"};
 
 // What of config.json the layout depends on. head_dim defaults to hidden_size / num_attention_heads and
@@ -47,10 +47,10 @@ struct LoraLayoutOptions {
 };
 
 struct LoraTensorSpec {
-  std::string name;             // PEFT key
+  std::string name;  // PEFT key
   DType dtype = DType::kF32;
-  std::vector<int64_t> shape;   // lora_A: (r, in_features); lora_B: (out_features, r)
-  int64_t in_features = 0;      // of the adapted projection (fan-in of lora_A)
+  std::vector<int64_t> shape;  // lora_A: (r, in_features); lora_B: (out_features, r)
+  int64_t in_features = 0;     // of the adapted projection (fan-in of lora_A)
   int64_t out_features = 0;
   bool is_lora_a = false;
 };
@@ -73,7 +73,6 @@ std::string LoraTensorName(int64_t layer, std::string_view module, std::string_v
 // u in [0, 1) and becomes (2u - 1) * bound, computed in double and rounded to the dtype. So a tensor's values depend
 // only on (seed, name, shape), not on which other modules are targeted. Same errors as LoraLayout.
 StatusOr<WeightSet> InitialLoraAdapters(const LoraModelDims& dims, const LoraLayoutOptions& options, uint64_t seed);
-StatusOr<WeightSet> InitialLoraAdapters(std::string_view config_json, const LoraLayoutOptions& options,
-                                        uint64_t seed);
+StatusOr<WeightSet> InitialLoraAdapters(std::string_view config_json, const LoraLayoutOptions& options, uint64_t seed);
 
 }  // namespace parsyn::weights

@@ -35,8 +35,8 @@ TEST(LoraLayoutTest, NamesShapesAndOrderFollowPeft) {
 TEST(LoraLayoutTest, AllLinearExpandsToSevenModules) {
   auto targets = NormalizeLoraTargets({"all-linear"});
   ASSERT_TRUE(targets.ok());
-  EXPECT_EQ(*targets, (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                "down_proj"}));
+  EXPECT_EQ(*targets,
+            (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}));
 }
 
 TEST(LoraLayoutTest, ExplicitHeadDimIsHonoured) {

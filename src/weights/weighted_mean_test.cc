@@ -210,9 +210,9 @@ TEST(WeightedMeanTest, AcceptOwnedIsBitIdenticalToAcceptOneByOne) {
       WeightedMean one_by_one(RandomUpdate(dtype, 1), {.accumulation = accumulation, .num_threads = 2});
       // With max_deferred_bytes at 1.5 updates: #0-1 added by AddKept, #2-3 when the batch fills, #4 by a plain
       // Accept, #5-6 when the batch fills, #7 kept until Finish.
-      WeightedMean batched(RandomUpdate(dtype, 1), {.accumulation = accumulation,
-                                                   .num_threads = 2,
-                                                   .max_deferred_bytes = update_bytes * 3 / 2});
+      WeightedMean batched(
+          RandomUpdate(dtype, 1),
+          {.accumulation = accumulation, .num_threads = 2, .max_deferred_bytes = update_bytes * 3 / 2});
       for (int k = 0; k < K; ++k) {
         ASSERT_TRUE(one_by_one.Accept(RandomUpdate(dtype, 70 + k), weights[k]).ok());
         Status s = k == 4 ? batched.Accept(RandomUpdate(dtype, 70 + k), weights[k])
@@ -280,7 +280,7 @@ TEST(WeightedMeanTest, ExactMatchesItsFixedPointDefinitionBitForBit) {
       values.push_back(std::ldexp(i % 2 ? -mantissa : mantissa, e));
     }
   }
-  values.push_back(0x1p-65f);  // 0.5 on the grid with n = 1: a tie, rounded to even (0)
+  values.push_back(0x1p-65f);    // 0.5 on the grid with n = 1: a tie, rounded to even (0)
   values.push_back(0x1.8p-64f);  // 1.5 on the grid: a tie, rounded to even (2)
   const std::vector<Spec> specs = {{"w", {static_cast<int64_t>(values.size())}}};
   const double counts[] = {1, 3, 977, 1e6};

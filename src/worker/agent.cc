@@ -31,7 +31,8 @@ bool SleepFor(std::chrono::milliseconds d, std::stop_token stop) {
 // Capped exponential backoff with jitter: each wait is drawn from [b/2, b], b doubling up to the cap.
 class Backoff {
  public:
-  Backoff(std::chrono::milliseconds initial, std::chrono::milliseconds max) : initial_(initial), max_(max), next_(initial) {}
+  Backoff(std::chrono::milliseconds initial, std::chrono::milliseconds max)
+      : initial_(initial), max_(max), next_(initial) {}
   void Reset() { next_ = initial_; }
   bool Wait(std::stop_token stop) {
     std::uniform_int_distribution<int64_t> pick(next_.count() / 2, next_.count());
@@ -54,7 +55,8 @@ bool IsPermanent(const Status& s) {
 std::string JsonSafePrefix(std::string_view text, size_t max_bytes) {
   size_t end = std::min(text.size(), max_bytes);
   while (end > 0 && end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) end--;
-  const std::string quoted = json(std::string(text.substr(0, end))).dump(-1, ' ', false, json::error_handler_t::replace);
+  const std::string quoted =
+      json(std::string(text.substr(0, end))).dump(-1, ' ', false, json::error_handler_t::replace);
   return json::parse(quoted).get<std::string>();
 }
 
@@ -147,9 +149,9 @@ StatusOr<Agent::Session> Agent::Hello(std::stop_token stop) {
   http::CallOptions call;
   call.stop = stop;
   call.retry = true;  // hello is idempotent: a repeated one replaces the session it made
-  PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res,
-                          client_.PostJson("/api/v1/worker/hello", {{"device", options_.device}, {"version", kVersion}},
-                                           call));
+  PARSYN_ASSIGN_OR_RETURN(
+      http::ClientResponse res,
+      client_.PostJson("/api/v1/worker/hello", {{"device", options_.device}, {"version", kVersion}}, call));
   PARSYN_ASSIGN_OR_RETURN(json body, res.Json());
   Session s;
   try {
@@ -173,9 +175,9 @@ Status Agent::RunSession(const Session& session, std::stop_token stop) {
     call.stop = stop;
     call.retry = false;
     call.timeout = session.max_poll_wait + std::chrono::seconds(15);
-    StatusOr<http::ClientResponse> res = client_.Get(
-        "/api/v1/worker/tasks/next?session_id=" + session.id + "&wait_ms=" + std::to_string(session.max_poll_wait.count()),
-        call);
+    StatusOr<http::ClientResponse> res = client_.Get("/api/v1/worker/tasks/next?session_id=" + session.id +
+                                                         "&wait_ms=" + std::to_string(session.max_poll_wait.count()),
+                                                     call);
     if (!res.ok()) {
       if (res.status().code() == StatusCode::kCancelled) break;
       if (res.status().code() == StatusCode::kFailedPrecondition) {
@@ -273,8 +275,8 @@ void Agent::RunTask(const Session& session, const json& task, std::stop_token st
     std::lock_guard lock(mutex_);
     current_ = CurrentTask{.job_id = header->job_id, .round = header->round, .attempt = header->attempt};
   }
-  PARSYN_LOG_INFO("worker {}: task {} ({} job {} round {}/{} attempt {})", options_.name, header->task_id,
-                  header->kind, header->job_id, header->round, header->total_rounds, header->attempt);
+  PARSYN_LOG_INFO("worker {}: task {} ({} job {} round {}/{} attempt {})", options_.name, header->task_id, header->kind,
+                  header->job_id, header->round, header->total_rounds, header->attempt);
   const Clock::time_point started = Clock::now();
   Status done = ExecuteTask(session, task, *header, stop);
   bool abandoned = false;
@@ -297,8 +299,8 @@ void Agent::RunTask(const Session& session, const json& task, std::stop_token st
                      done.message());
     // A stopped or abandoned task, or one whose round moved on, is already known to the coordinator (or is its
     // decision); any other failure is reported so it drops this worker from the round instead of waiting it out.
-    const bool coordinator_knows = abandoned || result_posted || stop.stop_requested() ||
-                                   done.code() == StatusCode::kCancelled;
+    const bool coordinator_knows =
+        abandoned || result_posted || stop.stop_requested() || done.code() == StatusCode::kCancelled;
     if (!coordinator_knows) ReportFailure(*header, done);
   }
 }
@@ -345,8 +347,8 @@ StatusOr<TaskFiles> Agent::FetchInputs(const json& task, const TaskHeader& heade
     files.data_format = data.at("format").get<std::string>();
     const bool csv = files.data_format == "csv";
     // The shard is the worker's for the whole job: fetched once, kept with the job's files.
-    const fs::path shard_dir = cache_.root() / "jobs" / std::to_string(header.job_id) /
-                               ("shard-" + std::to_string(header.shard));
+    const fs::path shard_dir =
+        cache_.root() / "jobs" / std::to_string(header.job_id) / ("shard-" + std::to_string(header.shard));
     files.data = shard_dir / ("data" + ExtensionFor(files.data_format));
     const int64_t train_rows = data.value("train_rows", int64_t{0});
     const int64_t validation_rows = data.value("validation_rows", int64_t{0});
@@ -365,7 +367,8 @@ StatusOr<TaskFiles> Agent::FetchInputs(const json& task, const TaskHeader& heade
     }
     // The trainer splits off the last-named share again; with the platform's own fraction it holds out as many rows.
     if (train_rows + validation_rows > 0) {
-      files.validation_fraction = static_cast<double>(validation_rows) / static_cast<double>(train_rows + validation_rows);
+      files.validation_fraction =
+          static_cast<double>(validation_rows) / static_cast<double>(train_rows + validation_rows);
     }
   } catch (const json::exception& e) {
     return InvalidArgumentError(std::string("task: ") + e.what());
@@ -412,9 +415,8 @@ Status Agent::ExecuteTask(const Session& session, const json& task, const TaskHe
     const json& upload = task.at("update_upload");
     blob_key = upload.at("blob_key").get<std::string>();
     sha256 = done.value("weights_sha256", "");
-    PARSYN_RETURN_IF_ERROR(
-        UploadUpdate(blob_client_, upload, files.output_dir / "update.safetensors", sha256, stop)
-            .WithContext("uploading the update"));
+    PARSYN_RETURN_IF_ERROR(UploadUpdate(blob_client_, upload, files.output_dir / "update.safetensors", sha256, stop)
+                               .WithContext("uploading the update"));
   }
   PARSYN_ASSIGN_OR_RETURN(json report, BuildResultReport(header, session.id, done, blob_key, sha256));
   http::CallOptions call;

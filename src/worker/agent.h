@@ -59,7 +59,7 @@ struct AgentCounters {
   std::atomic<int> sessions{0};
   std::atomic<int> tasks_completed{0};
   std::atomic<int> tasks_failed{0};
-  std::atomic<int> uploads_skipped{0};  // the round moved on before the update could be uploaded
+  std::atomic<int> uploads_skipped{0};    // the round moved on before the update could be uploaded
   std::atomic<int> failures_reported{0};  // failed tasks the coordinator accepted a /worker/failure report for
 };
 

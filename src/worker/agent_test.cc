@@ -75,9 +75,9 @@ struct Seen {
 };
 
 struct FakeCoordinatorOptions {
-  bool serve_global = true;             // else the global weights' URL answers 404
-  bool failure_route = true;            // else /api/v1/worker/failure is unknown (404), as on older coordinators
-  bool abandon_on_heartbeat = false;    // heartbeats say the task's round moved on
+  bool serve_global = true;           // else the global weights' URL answers 404
+  bool failure_route = true;          // else /api/v1/worker/failure is unknown (404), as on older coordinators
+  bool abandon_on_heartbeat = false;  // heartbeats say the task's round moved on
 };
 
 // One train task (made by `task` when first polled, once the server's URL is known), then none.
@@ -116,7 +116,8 @@ http::Router FakeCoordinator(Seen& seen, std::function<json()> task, FakeCoordin
                        [note_api, options](http::Request& req) -> http::Awaitable<http::Response> {
                          note_api(req);
                          json abandon = json::array();
-                         if (options.abandon_on_heartbeat) abandon.push_back({{"job_id", 7}, {"round", 2}, {"attempt", 1}});
+                         if (options.abandon_on_heartbeat)
+                           abandon.push_back({{"job_id", 7}, {"round", 2}, {"attempt", 1}});
                          co_return http::Response::Json(200, {{"abandon", abandon}});
                        })
                   .ok());
@@ -227,8 +228,8 @@ TEST_F(AgentTest, FailedDownloadIsReportedOnceAndBlobsGetNoToken) {
   Seen seen;
   std::string url;
   net::io_context io;
-  http::testing::TestServer coordinator(io, FakeCoordinator(seen, [&] { return TrainTask(url); },
-                                                            {.serve_global = false}));
+  http::testing::TestServer coordinator(io,
+                                        FakeCoordinator(seen, [&] { return TrainTask(url); }, {.serve_global = false}));
   url = coordinator.url();
   ScriptedTrainer trainer({}, 0);
   RunningAgent agent(Options(url), trainer);
@@ -274,8 +275,8 @@ TEST_F(AgentTest, TaskWhoseRoundMovedOnIsNotReported) {
   Seen seen;
   std::string url;
   net::io_context io;
-  http::testing::TestServer coordinator(io, FakeCoordinator(seen, [&] { return TrainTask(url); },
-                                                            {.abandon_on_heartbeat = true}));
+  http::testing::TestServer coordinator(
+      io, FakeCoordinator(seen, [&] { return TrainTask(url); }, {.abandon_on_heartbeat = true}));
   url = coordinator.url();
   ScriptedTrainer trainer({R"({"event": "done", "weights_sha256": "00"})"}, 0);
   RunningAgent agent(Options(url), trainer);
@@ -293,8 +294,8 @@ TEST_F(AgentTest, CoordinatorWithoutTheFailureRouteKeepsTheAgentOnline) {
   Seen seen;
   std::string url;
   net::io_context io;
-  http::testing::TestServer coordinator(io, FakeCoordinator(seen, [&] { return TrainTask(url); },
-                                                            {.serve_global = false, .failure_route = false}));
+  http::testing::TestServer coordinator(
+      io, FakeCoordinator(seen, [&] { return TrainTask(url); }, {.serve_global = false, .failure_route = false}));
   url = coordinator.url();
   ScriptedTrainer trainer({}, 0);
   RunningAgent agent(Options(url), trainer);

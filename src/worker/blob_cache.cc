@@ -74,7 +74,8 @@ Status DownloadVerified(http::Client& client, const std::string& url, const fs::
 
 StatusOr<fs::path> BlobCache::Fetch(http::Client& client, const std::string& url, const std::string& sha256,
                                     std::stop_token stop) {
-  if (!IsHexSha256(sha256)) return InvalidArgumentError("blob checksum '" + sha256 + "' is not 64 lowercase hex digits");
+  if (!IsHexSha256(sha256))
+    return InvalidArgumentError("blob checksum '" + sha256 + "' is not 64 lowercase hex digits");
   const fs::path dest = root_ / "blobs" / sha256;
   if (fs::exists(dest)) return dest;
   PARSYN_RETURN_IF_ERROR(DownloadVerified(client, url, dest, sha256, stop));

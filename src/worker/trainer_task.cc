@@ -89,7 +89,7 @@ StatusOr<json> BuildResultReport(const TaskHeader& header, const std::string& se
   int64_t samples = 0, num_validation = 0;
   PARSYN_RETURN_IF_ERROR(Read(done, "samples_used", samples));
   PARSYN_RETURN_IF_ERROR(Read(done, "num_validation", num_validation));
-  json report = {{"session_id", session_id}, {"job_id", header.job_id}, {"round", header.round},
+  json report = {{"session_id", session_id},  {"job_id", header.job_id}, {"round", header.round},
                  {"attempt", header.attempt}, {"sample_count", samples}, {"validation_samples", num_validation}};
   if (auto loss = NumberOrNull(done, "mean_train_loss")) report["train_loss"] = *loss;
   // The coordinator records the validation loss of the global this task received: the trainer's "before".
@@ -114,8 +114,11 @@ std::optional<json> BuildProgressReport(const TaskHeader& header, const std::str
   if (event.value("event", "") != "progress" || !event.contains("step") || !event["step"].is_number_integer()) {
     return std::nullopt;
   }
-  json report = {{"session_id", session_id}, {"job_id", header.job_id}, {"round", header.round},
-                 {"attempt", header.attempt}, {"step", event["step"]}};
+  json report = {{"session_id", session_id},
+                 {"job_id", header.job_id},
+                 {"round", header.round},
+                 {"attempt", header.attempt},
+                 {"step", event["step"]}};
   if (event.contains("total_steps") && event["total_steps"].is_number_integer()) {
     report["total_steps"] = event["total_steps"];
   }

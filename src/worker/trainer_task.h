@@ -34,7 +34,7 @@ struct TaskFiles {
   std::string data_format;               // "jsonl" | "csv"
   // Replaces the config's validation_fraction: the share of `data` the platform held out for validation.
   std::optional<double> validation_fraction;
-  std::filesystem::path output_dir;      // update.safetensors and result.json go here
+  std::filesystem::path output_dir;  // update.safetensors and result.json go here
 };
 
 // parsyn-trainer's task: the job config, the task's seed, steps_per_round steps (0 for an evaluate task) on one
@@ -42,8 +42,8 @@ struct TaskFiles {
 // The job config is passed on without "seed" (the task's seed wins) and without an empty label_column or
 // hidden_sizes (the trainer's defaults apply).
 // InvalidArgument when the task lacks its config.
-StatusOr<nlohmann::json> BuildTrainerTask(const nlohmann::json& task, const TaskHeader& header,
-                                          const TaskFiles& files, const std::string& device, int threads);
+StatusOr<nlohmann::json> BuildTrainerTask(const nlohmann::json& task, const TaskHeader& header, const TaskFiles& files,
+                                          const std::string& device, int threads);
 
 // The body of POST /api/v1/worker/result from the trainer's result (its "done" event). `blob_key` and `sha256`
 // describe the uploaded update; empty for an evaluate task. InvalidArgument when `done` lacks a field.

@@ -8,10 +8,19 @@ namespace {
 using nlohmann::json;
 
 json TrainTask() {
-  return {{"task_id", "3-2-1-w5"}, {"job_id", 3}, {"kind", "train"}, {"round", 2}, {"attempt", 1},
-          {"total_rounds", 4}, {"shard", 1}, {"seed", 99}, {"steps_per_round", 10},
-          {"config", {{"batch_size", 2}, {"use_peft", true}, {"seed", 42}, {"label_column", ""}, {"hidden_sizes", json::array()}}},
-          {"update_upload", {{"url", "http://h/blobs/x?sig=1"}, {"blob_key", "jobs/3/u"}}}};
+  return {
+      {"task_id", "3-2-1-w5"},
+      {"job_id", 3},
+      {"kind", "train"},
+      {"round", 2},
+      {"attempt", 1},
+      {"total_rounds", 4},
+      {"shard", 1},
+      {"seed", 99},
+      {"steps_per_round", 10},
+      {"config",
+       {{"batch_size", 2}, {"use_peft", true}, {"seed", 42}, {"label_column", ""}, {"hidden_sizes", json::array()}}},
+      {"update_upload", {{"url", "http://h/blobs/x?sig=1"}, {"blob_key", "jobs/3/u"}}}};
 }
 
 TEST(ParseTaskHeaderTest, ReadsTheFieldsTheAgentUses) {
@@ -44,8 +53,12 @@ TEST(ParseTaskHeaderTest, NamesTheMissingOrMistypedField) {
 TEST(BuildTrainerTaskTest, TrainTaskContinuesOneScheduleAcrossRounds) {
   json task = TrainTask();
   TaskHeader h = *ParseTaskHeader(task);
-  TaskFiles files{.model_dir = "/c/models/m", .global_weights = "/c/t/global.safetensors", .data = "/c/d.jsonl",
-                  .data_format = "jsonl", .validation_fraction = 0.25, .output_dir = "/c/t/out"};
+  TaskFiles files{.model_dir = "/c/models/m",
+                  .global_weights = "/c/t/global.safetensors",
+                  .data = "/c/d.jsonl",
+                  .data_format = "jsonl",
+                  .validation_fraction = 0.25,
+                  .output_dir = "/c/t/out"};
   StatusOr<json> out = BuildTrainerTask(task, h, files, "cpu", 1);
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ((*out)["steps"], 10);
@@ -79,9 +92,14 @@ TEST(BuildTrainerTaskTest, EvaluateTaskRunsNoStepsAndTabularHasNoModelDir) {
 
 TEST(BuildResultReportTest, ReportsSamplesLossesAndTheReceivedGlobalsValidation) {
   TaskHeader h = *ParseTaskHeader(TrainTask());
-  json done = {{"event", "done"}, {"samples_used", 120}, {"num_validation", 30}, {"mean_train_loss", 2.5},
-               {"validation_before", {{"loss", 3.0}, {"accuracy", 0.1}}}, {"validation_after", {{"loss", 2.4}}},
-               {"steps", 10}, {"weights_sha256", "ab"}};
+  json done = {{"event", "done"},
+               {"samples_used", 120},
+               {"num_validation", 30},
+               {"mean_train_loss", 2.5},
+               {"validation_before", {{"loss", 3.0}, {"accuracy", 0.1}}},
+               {"validation_after", {{"loss", 2.4}}},
+               {"steps", 10},
+               {"weights_sha256", "ab"}};
   StatusOr<json> r = BuildResultReport(h, "pss_x", done, "jobs/3/u", "ab");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)["sample_count"], 120);
@@ -98,7 +116,7 @@ TEST(BuildResultReportTest, ReportsSamplesLossesAndTheReceivedGlobalsValidation)
 
 TEST(BuildProgressReportTest, PrefersTokensPerSecondAndIgnoresOtherEvents) {
   TaskHeader h = *ParseTaskHeader(TrainTask());
-  json lm = {{"event", "progress"}, {"step", 4}, {"total_steps", 10}, {"loss", 1.5}, {"tokens_per_s", 800.0},
+  json lm = {{"event", "progress"},  {"step", 4}, {"total_steps", 10}, {"loss", 1.5}, {"tokens_per_s", 800.0},
              {"samples_per_s", 12.0}};
   std::optional<json> r = BuildProgressReport(h, "s", lm, 0.5);
   ASSERT_TRUE(r.has_value());

@@ -97,9 +97,7 @@ class RecordingProxy {
   RecordingProxy(std::string upstream, std::string fail_marker, int failures)
       : upstream_(std::move(upstream)), fail_marker_(std::move(fail_marker)), failures_left_(failures) {
     http::Router router;
-    http::Handler forward = [this](http::Request& req) -> http::Awaitable<http::Response> {
-      co_return Forward(req);
-    };
+    http::Handler forward = [this](http::Request& req) -> http::Awaitable<http::Response> { co_return Forward(req); };
     EXPECT_TRUE(router.Add(http::Method::kPut, "/{path...}", forward).ok());
     http::ServerOptions options;
     options.max_body_bytes = 1 << 20;
@@ -130,9 +128,8 @@ class RecordingProxy {
     for (const char* name : {"if-none-match", "x-amz-meta-sha256"}) {
       if (!req.Header(name).empty()) call.headers.emplace_back(name, std::string(req.Header(name)));
     }
-    StatusOr<http::ClientResponse> answer =
-        upstream_client_.Send(req.method, upstream_ + req.target, req.body, std::string(req.Header("content-type")),
-                              call);
+    StatusOr<http::ClientResponse> answer = upstream_client_.Send(req.method, upstream_ + req.target, req.body,
+                                                                  std::string(req.Header("content-type")), call);
     if (!answer.ok()) return http::Response::Text(502, answer.status().ToString());
     return http::Response::Text(answer->status, answer->body, "application/xml");
   }
@@ -234,7 +231,6 @@ TEST_F(UploadUpdateS3Test, RepeatedCreateOnlyPutCountsAsAlreadyStored) {
   Status again = UploadUpdate(blobs_, task, WriteFile("second.bin", Bytes(5'000, 3)), sha, {});
   EXPECT_TRUE(again.ok()) << again.ToString();
   EXPECT_TRUE(Stored("jobs/1/updates/w4") == update);
-
 }
 
 TEST_F(UploadUpdateS3Test, MultipartUploadSendsConsecutivePartsThatComplete) {
@@ -264,7 +260,8 @@ TEST_F(UploadUpdateS3Test, InterruptedPartIsRetriedAloneAndTheUploadCompletes) {
   StatusOr<std::string> upload = store_->StartMultipartUpload("jobs/1/updates/w6", sha);
   ASSERT_TRUE(upload.ok()) << upload.status().ToString();
   RecordingProxy proxy(moto_->endpoint(), "partNumber=2", 1);
-  const json task = MultipartTask("jobs/1/updates/w6", *upload, 3, [&](const std::string& url) { return proxy.Via(url); });
+  const json task =
+      MultipartTask("jobs/1/updates/w6", *upload, 3, [&](const std::string& url) { return proxy.Via(url); });
 
   Status uploaded = UploadUpdate(blobs_, task, WriteFile("interrupted.bin", update), sha, {}, kFastPartRetries);
   ASSERT_TRUE(uploaded.ok()) << uploaded.ToString();
@@ -289,7 +286,8 @@ TEST_F(UploadUpdateS3Test, PartThatKeepsFailingNamesThePartAfterItsAttempts) {
   StatusOr<std::string> upload = store_->StartMultipartUpload("jobs/1/updates/w7");
   ASSERT_TRUE(upload.ok()) << upload.status().ToString();
   RecordingProxy proxy(moto_->endpoint(), "partNumber=2", 100);
-  const json task = MultipartTask("jobs/1/updates/w7", *upload, 2, [&](const std::string& url) { return proxy.Via(url); });
+  const json task =
+      MultipartTask("jobs/1/updates/w7", *upload, 2, [&](const std::string& url) { return proxy.Via(url); });
 
   Status uploaded = UploadUpdate(blobs_, task, WriteFile("failing.bin", update), "", {}, kFastPartRetries);
   EXPECT_EQ(uploaded.code(), StatusCode::kInternal) << uploaded.ToString();
@@ -316,8 +314,8 @@ TEST_F(UploadUpdateS3Test, FileNeedingMorePartsThanListedFailsBeforeSendingAnyth
 TEST(UploadUpdateTest, RefusesMalformedTasksAndOversizedFiles) {
   http::Client blobs(BlobClientOptions());
   const fs::path file = WriteFile("small.bin", Bytes(100, 8));
-  Status big = UploadUpdate(blobs, {{"blob_key", "k"}, {"url", "http://127.0.0.1:1/x"}, {"max_size_bytes", 99}}, file,
-                            "", {});
+  Status big =
+      UploadUpdate(blobs, {{"blob_key", "k"}, {"url", "http://127.0.0.1:1/x"}, {"max_size_bytes", 99}}, file, "", {});
   EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(big.message(), "the update has 100 bytes, more than the task's limit of 99");
 
@@ -325,8 +323,8 @@ TEST(UploadUpdateTest, RefusesMalformedTasksAndOversizedFiles) {
   EXPECT_EQ(no_url.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(no_url.message(), "update_upload has no \"url\" string");
 
-  Status bad_header = UploadUpdate(blobs, {{"blob_key", "k"}, {"url", "http://127.0.0.1:1/x"}, {"headers", {{"a", 1}}}},
-                                   file, "", {});
+  Status bad_header =
+      UploadUpdate(blobs, {{"blob_key", "k"}, {"url", "http://127.0.0.1:1/x"}, {"headers", {{"a", 1}}}}, file, "", {});
   EXPECT_EQ(bad_header.message(), "update_upload.headers.a is not a string");
 
   Status zero_parts = UploadUpdate(
@@ -340,8 +338,8 @@ TEST(UploadUpdateTest, RefusesMalformedTasksAndOversizedFiles) {
       file, "", {});
   EXPECT_EQ(wrong_number.message(), "update_upload.multipart.parts[0] has part_number 2, expected 1");
 
-  Status missing = UploadUpdate(blobs, {{"blob_key", "k"}, {"url", "http://127.0.0.1:1/x"}}, file.string() + ".absent",
-                                "", {});
+  Status missing =
+      UploadUpdate(blobs, {{"blob_key", "k"}, {"url", "http://127.0.0.1:1/x"}}, file.string() + ".absent", "", {});
   EXPECT_EQ(missing.code(), StatusCode::kNotFound);
 }
 
@@ -367,11 +365,13 @@ TEST(UploadUpdateTest, CoordinatorBlobAnswersAreCheckedAndARepeatCountsAsStored)
 
   stored_sha = sha;
   EXPECT_TRUE(UploadUpdate(blobs, {{"blob_key", "u"}, {"url", ts.url() + "/blobs/u?sig=1"}}, file, sha, {}).ok());
-  EXPECT_TRUE(UploadUpdate(blobs, {{"blob_key", "taken"}, {"url", ts.url() + "/blobs/taken?sig=1"}}, file, sha, {}).ok());
+  EXPECT_TRUE(
+      UploadUpdate(blobs, {{"blob_key", "taken"}, {"url", ts.url() + "/blobs/taken?sig=1"}}, file, sha, {}).ok());
   stored_sha = std::string(64, '0');
   Status corrupt = UploadUpdate(blobs, {{"blob_key", "u"}, {"url", ts.url() + "/blobs/u?sig=1"}}, file, sha, {});
   EXPECT_EQ(corrupt.code(), StatusCode::kDataLoss);
-  EXPECT_EQ(corrupt.message(), "the coordinator stored the update with sha256 " + stored_sha + ", the trainer wrote " + sha);
+  EXPECT_EQ(corrupt.message(),
+            "the coordinator stored the update with sha256 " + stored_sha + ", the trainer wrote " + sha);
   EXPECT_EQ(puts.load(), 2);
 }
 
@@ -395,7 +395,8 @@ TEST(UploadUpdateTest, PreconditionFailedCountsAsStoredOnlyForCreateOnlyPuts) {
   const json conditional = {{"blob_key", "k"}, {"url", ts.url() + "/bucket/k"}, {"headers", {{"If-Match", "\"e1\""}}}};
   Status refused = UploadUpdate(blobs, conditional, file, "", {});
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(refused.message(), "PUT " + ts.url() + "/bucket/k: HTTP 412: <Error><Code>PreconditionFailed</Code></Error>");
+  EXPECT_EQ(refused.message(),
+            "PUT " + ts.url() + "/bucket/k: HTTP 412: <Error><Code>PreconditionFailed</Code></Error>");
 }
 
 }  // namespace

@@ -23,7 +23,8 @@ class ApiTest : public ::testing::Test {
 TEST_F(ApiTest, AdminKeyIsWrittenOnceWithMode0600AndStoredHashed) {
   const auto key_file = dir_.path() / "data" / "admin-key";
   auto perms = std::filesystem::status(key_file).permissions();
-  EXPECT_EQ(perms & std::filesystem::perms::all, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  EXPECT_EQ(perms & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   const std::string key = server_->admin_key();
   EXPECT_TRUE(key.starts_with("psk_"));
   server_->Terminate();
@@ -74,8 +75,9 @@ TEST_F(ApiTest, HappyPathsForDatasetsModelsWorkersAndJobs) {
   const int64_t job_id = (*job->Json())["id"];
   EXPECT_EQ((*job->Json())["status"], "queued");
   // With no worker online the job waits for workers.
-  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [](const std::string& t, const json&) { return t == "round_started"; },
-                           std::chrono::seconds(10)));
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, job_id, [](const std::string& t, const json&) { return t == "round_started"; },
+      std::chrono::seconds(10)));
   auto got = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id));
   ASSERT_TRUE(got.ok());
   EXPECT_EQ((*got->Json())["status"], "running");
@@ -141,10 +143,10 @@ TEST_F(ApiTest, BadRequestsGetTheRightStatusAndMessage) {
       {"wrong key", http::Method::kGet, "/api/v1/datasets", "", "wrong", 401, "unauthenticated", "invalid API key"},
       {"worker token on user API", http::Method::kGet, "/api/v1/datasets", "", "worker", 401, "unauthenticated",
        "invalid API key"},
-      {"admin key on worker API", http::Method::kPost, "/api/v1/worker/hello", "{}", "admin", 401,
-       "unauthenticated", "invalid worker token"},
-      {"malformed JSON", http::Method::kPost, "/api/v1/training-jobs", "{\"name\": ", "admin", 400,
-       "invalid_argument", "JSON"},
+      {"admin key on worker API", http::Method::kPost, "/api/v1/worker/hello", "{}", "admin", 401, "unauthenticated",
+       "invalid worker token"},
+      {"malformed JSON", http::Method::kPost, "/api/v1/training-jobs", "{\"name\": ", "admin", 400, "invalid_argument",
+       "JSON"},
       {"wrong type", http::Method::kPost, "/api/v1/training-jobs",
        spec_with([](json& s) { s["distributed"]["num_rounds"] = "ten"; }), "admin", 400, "invalid_argument",
        "distributed.num_rounds"},
@@ -160,18 +162,19 @@ TEST_F(ApiTest, BadRequestsGetTheRightStatusAndMessage) {
       {"unknown dataset", http::Method::kPost, "/api/v1/training-jobs",
        spec_with([](json& s) { s["dataset_id"] = 999; }), "admin", 400, "invalid_argument",
        "dataset_id: dataset 999 does not exist"},
-      {"unknown worker", http::Method::kPost, "/api/v1/training-jobs",
-       spec_with([&](json& s) { s["worker_selection"]["worker_ids"] = json::array({f.worker_ids[0], 4242}); }), "admin", 400,
-       "invalid_argument", "worker 4242 does not exist"},
+      {"unknown worker", http::Method::kPost, "/api/v1/training-jobs", spec_with([&](json& s) {
+         s["worker_selection"]["worker_ids"] = json::array({f.worker_ids[0], 4242});
+       }),
+       "admin", 400, "invalid_argument", "worker 4242 does not exist"},
       {"unknown job", http::Method::kGet, "/api/v1/training-jobs/777", "", "admin", 404, "not_found", "777"},
       {"non-numeric id", http::Method::kGet, "/api/v1/datasets/abc", "", "admin", 400, "invalid_argument",
        "positive integer"},
       {"oversize JSON body", http::Method::kPost, "/api/v1/workers", std::string(2 << 20, ' '), "admin", 413,
        "resource_exhausted", ""},
-      {"worker unknown field", http::Method::kPost, "/api/v1/workers", R"({"name": "x", "colour": "red"})",
-       "admin", 400, "invalid_argument", "unknown field 'colour'"},
-      {"worker bad kind", http::Method::kPost, "/api/v1/workers", R"({"name": "x", "kind": "rented"})", "admin",
-       400, "invalid_argument", "kind"},
+      {"worker unknown field", http::Method::kPost, "/api/v1/workers", R"({"name": "x", "colour": "red"})", "admin",
+       400, "invalid_argument", "unknown field 'colour'"},
+      {"worker bad kind", http::Method::kPost, "/api/v1/workers", R"({"name": "x", "kind": "rented"})", "admin", 400,
+       "invalid_argument", "kind"},
       {"model path traversal", http::Method::kPost, "/api/v1/models",
        R"({"name": "m", "files": {"../../etc/passwd": "0123456789abcdef0123456789abcdef"}})", "admin", 400,
        "invalid_argument", "'..'"},
@@ -181,10 +184,10 @@ TEST_F(ApiTest, BadRequestsGetTheRightStatusAndMessage) {
       {"model without config", http::Method::kPost, "/api/v1/models",
        R"({"name": "m", "files": {"model.safetensors": "0123456789abcdef0123456789abcdef"}})", "admin", 400,
        "invalid_argument", "config.json (language model) or tabular_model.json (tabular model)"},
-      {"artifact traversal", http::Method::kGet, "/api/v1/training-jobs/1/artifacts/..%2F..%2Fmetadata.db", "",
-       "admin", 404, "not_found", ""},
-      {"blob without signature", http::Method::kGet, "/blobs/datasets/x/data.jsonl", "", "none", 401,
-       "unauthenticated", ""},
+      {"artifact traversal", http::Method::kGet, "/api/v1/training-jobs/1/artifacts/..%2F..%2Fmetadata.db", "", "admin",
+       404, "not_found", ""},
+      {"blob without signature", http::Method::kGet, "/blobs/datasets/x/data.jsonl", "", "none", 401, "unauthenticated",
+       ""},
       {"blob traversal", http::Method::kGet, "/blobs/..%2Fadmin-key?expires=9999999999&signature=x", "", "none", 400,
        "invalid_argument", ""},
       {"no route", http::Method::kGet, "/api/v1/nothing-here", "", "admin", 404, "not_found", "no route"},
@@ -226,8 +229,8 @@ TEST_F(ApiTest, SignedUrlsRejectTamperingAndExpiry) {
   o.base_url = server_->url();
   o.max_attempts = 1;
   http::Client anonymous(o);
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch()).count();
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   auto good = anonymous.Get("/blobs/" + key + "?" + http::SignUrl(secret, "GET", key, now + 60));
   ASSERT_TRUE(good.ok()) << good.status().ToString();
   EXPECT_EQ(good->body, TextDataset(10));
@@ -240,8 +243,9 @@ TEST_F(ApiTest, SignedUrlsRejectTamperingAndExpiry) {
   tampered.back() = tampered.back() == 'A' ? 'B' : 'A';
   EXPECT_EQ(anonymous.Get("/blobs/" + key + "?" + tampered).status().code(), StatusCode::kUnauthenticated);
   // A GET signature does not allow a PUT, nor another key.
-  EXPECT_EQ(anonymous.Send(http::Method::kPut, "/blobs/" + key + "?" + http::SignUrl(secret, "GET", key, now + 60),
-                           "x", "application/octet-stream")
+  EXPECT_EQ(anonymous
+                .Send(http::Method::kPut, "/blobs/" + key + "?" + http::SignUrl(secret, "GET", key, now + 60), "x",
+                      "application/octet-stream")
                 .status()
                 .code(),
             StatusCode::kUnauthenticated);

@@ -149,11 +149,16 @@ std::string TextDataset(int rows) {
 }
 
 std::string TinyLlamaConfig() {
-  return json{{"model_type", "llama"},       {"architectures", {"LlamaForCausalLM"}},
-              {"hidden_size", 16},           {"intermediate_size", 32},
-              {"num_hidden_layers", 2},      {"num_attention_heads", 2},
-              {"num_key_value_heads", 2},    {"vocab_size", 64},
-              {"max_position_embeddings", 64}, {"rms_norm_eps", 1e-5}}
+  return json{{"model_type", "llama"},
+              {"architectures", {"LlamaForCausalLM"}},
+              {"hidden_size", 16},
+              {"intermediate_size", 32},
+              {"num_hidden_layers", 2},
+              {"num_attention_heads", 2},
+              {"num_key_value_heads", 2},
+              {"vocab_size", 64},
+              {"max_position_embeddings", 64},
+              {"rms_norm_eps", 1e-5}}
       .dump();
 }
 
@@ -181,8 +186,7 @@ Fixture MakeFixture(http::Client& admin, int rows, int workers) {
   return f;
 }
 
-json DistributedSpec(const Fixture& f, int rounds, int min_workers, double aggregation_timeout_s,
-                     int fault_tolerance) {
+json DistributedSpec(const Fixture& f, int rounds, int min_workers, double aggregation_timeout_s, int fault_tolerance) {
   return {{"name", "test-job"},
           {"dataset_id", f.dataset_id},
           {"model_id", f.model_id},
@@ -320,8 +324,11 @@ void ScriptedWorker::Run(std::stop_token stop) {
     if (b == Behaviour::kReportsFailure && (*task)["kind"] == "train") {
       // Says at once that its task failed, then polls again like any healthy worker.
       auto said = client->PostJson("/api/v1/worker/failure",
-                                   {{"session_id", session}, {"job_id", (*task)["job_id"]}, {"round", (*task)["round"]},
-                                    {"attempt", (*task)["attempt"]}, {"reason", "the trainer ran out of memory"}},
+                                   {{"session_id", session},
+                                    {"job_id", (*task)["job_id"]},
+                                    {"round", (*task)["round"]},
+                                    {"attempt", (*task)["attempt"]},
+                                    {"reason", "the trainer ran out of memory"}},
                                    call);
       std::lock_guard lock(mu_);
       results_.push_back({{"failure_reported", said.ok() ? said->status : 0}});
@@ -373,14 +380,14 @@ Status ScriptedWorker::HandleTask(const json& task) {
       const weights::Tensor& g = (*layout)[t];
       std::vector<int64_t> shape = g.shape;
       if (b == Behaviour::kWrongShape && t == 0) shape = {static_cast<int64_t>(tensors[t].second.size())};
-      PARSYN_RETURN_IF_ERROR(update.Add(tensors[t].first, weights::DType::kF32, shape,
-                                        std::as_bytes(std::span(tensors[t].second))));
+      PARSYN_RETURN_IF_ERROR(
+          update.Add(tensors[t].first, weights::DType::kF32, shape, std::as_bytes(std::span(tensors[t].second))));
     }
     if (b == Behaviour::kOversize) {
       const uint64_t extra = task["update_upload"]["max_size_bytes"].get<uint64_t>() / 4 + 16;
       std::vector<float> big(extra, 0.5f);
-      PARSYN_RETURN_IF_ERROR(update.Add("padding", weights::DType::kF32, {static_cast<int64_t>(extra)},
-                                        std::as_bytes(std::span(big))));
+      PARSYN_RETURN_IF_ERROR(
+          update.Add("padding", weights::DType::kF32, {static_cast<int64_t>(extra)}, std::as_bytes(std::span(big))));
     }
     std::vector<std::byte> image = weights::SerializeSafetensors(update);
     std::string bytes(reinterpret_cast<const char*>(image.data()), image.size());
@@ -394,9 +401,14 @@ Status ScriptedWorker::HandleTask(const json& task) {
     result["train_loss"] = 1.0 / round;
     if (b == Behaviour::kHonest) {
       std::lock_guard lock(mu_);
-      uploads_.push_back({.job_id = job_id, .round = round, .attempt = attempt, .worker_id = id_,
-                          .sample_count = task["data"]["train_rows"], .shard = task["shard"],
-                          .global_round = task["global_weights"]["round"], .tensors = DecodeF32(bytes)});
+      uploads_.push_back({.job_id = job_id,
+                          .round = round,
+                          .attempt = attempt,
+                          .worker_id = id_,
+                          .sample_count = task["data"]["train_rows"],
+                          .shard = task["shard"],
+                          .global_round = task["global_weights"]["round"],
+                          .tensors = DecodeF32(bytes)});
     }
   }
   http::ClientOptions api_options;
@@ -407,16 +419,20 @@ Status ScriptedWorker::HandleTask(const json& task) {
   api_options.bearer_token = token_;
   api_options.max_attempts = 1;
   http::Client api(api_options);
-  auto progress = api.PostJson("/api/v1/worker/progress",
-                               {{"job_id", job_id}, {"round", round}, {"attempt", attempt}, {"step", 5},
-                                {"total_steps", 5}, {"loss", 1.0 / round}});
+  auto progress = api.PostJson("/api/v1/worker/progress", {{"job_id", job_id},
+                                                           {"round", round},
+                                                           {"attempt", attempt},
+                                                           {"step", 5},
+                                                           {"total_steps", 5},
+                                                           {"loss", 1.0 / round}});
   (void)progress;  // a progress report for a finished job is refused; not this worker's concern
   auto answer = api.PostJson("/api/v1/worker/result", result);
   std::lock_guard lock(mu_);
   if (answer.ok()) {
     results_.push_back(*answer->Json());
   } else {
-    results_.push_back({{"error", answer.status().message()}, {"code", std::string(StatusCodeName(answer.status().code()))}});
+    results_.push_back(
+        {{"error", answer.status().message()}, {"code", std::string(StatusCodeName(answer.status().code()))}});
   }
   return Status::Ok();
 }

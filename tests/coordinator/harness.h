@@ -93,7 +93,14 @@ inline bool WaitForEvent(http::Client& admin, int64_t job_id, const test_support
 
 // What a scripted worker does with a train task.
 enum class Behaviour {
-  kHonest, kSilent, kCorrupt, kNaN, kWrongShape, kOversize, kBadSha, kCrashAfterTask,
+  kHonest,
+  kSilent,
+  kCorrupt,
+  kNaN,
+  kWrongShape,
+  kOversize,
+  kBadSha,
+  kCrashAfterTask,
   kReportsFailure,  // posts /api/v1/worker/failure for every train task, stays online
 };
 
@@ -105,7 +112,7 @@ struct Upload {
   int64_t worker_id = 0;
   int64_t sample_count = 0;
   int shard = 0;
-  int global_round = 0;  // the committed round whose global the task carried
+  int global_round = 0;                                             // the committed round whose global the task carried
   std::vector<std::pair<std::string, std::vector<float>>> tensors;  // name -> values (F32 only)
 };
 

@@ -34,8 +34,10 @@ std::set<std::string> OpenApiOperations(const std::filesystem::path& file) {
     }
     if (!in_paths) continue;
     if (!line.empty() && line[0] != ' ') break;  // the next top-level key
-    if (std::regex_search(line, m, path_line)) path = m[1];
-    else if (std::regex_search(line, m, method_line)) ops.insert(m[1].str() + " " + path);
+    if (std::regex_search(line, m, path_line))
+      path = m[1];
+    else if (std::regex_search(line, m, method_line))
+      ops.insert(m[1].str() + " " + path);
   }
   return ops;
 }
@@ -54,8 +56,8 @@ TEST(OpenApiTest, DocumentedRoutesMatchTheServersRoutes) {
     std::string pattern = std::regex_replace(r.pattern, std::regex(R"(\{(\w+)\.\.\.\})"), "{$1}");
     registered.insert(Lower(http::MethodName(r.method)) + " " + pattern);
   }
-  const std::set<std::string> documented = OpenApiOperations(std::filesystem::path(PARSYN_SOURCE_DIR) / "docs" /
-                                                              "openapi.yaml");
+  const std::set<std::string> documented =
+      OpenApiOperations(std::filesystem::path(PARSYN_SOURCE_DIR) / "docs" / "openapi.yaml");
   ASSERT_FALSE(documented.empty());
   for (const std::string& op : registered) EXPECT_TRUE(documented.count(op)) << "not in openapi.yaml: " << op;
   for (const std::string& op : documented) EXPECT_TRUE(registered.count(op)) << "not served: " << op;

@@ -128,9 +128,12 @@ TEST_F(RoundsTest, WorkerGoneMidRoundLeavesAndTheOthersCommit) {
   ASSERT_GE(rounds.size(), 2u);
   EXPECT_EQ(rounds[0]["outcome"], "committed");
   EXPECT_EQ(rounds[0]["updates"].size(), 2u);
-  bool dropped = WaitForEvent(*admin_, job_id, [&](const std::string& t, const json& d) {
-    return t == "worker_dropped" && d["worker_id"] == f.worker_ids[2] && d["cause"] == "disconnected";
-  }, std::chrono::seconds(5));
+  bool dropped = WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& t, const json& d) {
+        return t == "worker_dropped" && d["worker_id"] == f.worker_ids[2] && d["cause"] == "disconnected";
+      },
+      std::chrono::seconds(5));
   EXPECT_TRUE(dropped);
 }
 
@@ -149,15 +152,18 @@ TEST_F(RoundsTest, AWorkerReportingItsTaskFailedLeavesAtOnceWithTheReason) {
   ASSERT_EQ(rounds.size(), 1u);
   EXPECT_EQ(rounds[0]["outcome"], "committed");
   EXPECT_EQ(rounds[0]["updates"].size(), 2u) << rounds[0].dump();
-  bool dropped = WaitForEvent(*admin_, job_id, [&](const std::string& t, const json& d) {
-    return t == "worker_dropped" && d["worker_id"] == f.worker_ids[2] && d["cause"] == "task_failed" &&
-           d["reason"] == "the worker's task failed: the trainer ran out of memory";
-  }, std::chrono::seconds(5));
+  bool dropped = WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& t, const json& d) {
+        return t == "worker_dropped" && d["worker_id"] == f.worker_ids[2] && d["cause"] == "task_failed" &&
+               d["reason"] == "the worker's task failed: the trainer ran out of memory";
+      },
+      std::chrono::seconds(5));
   EXPECT_TRUE(dropped);
   // A second report for the same task is refused: it is no longer in training.
-  auto again = ClientWithToken(*server_, f.worker_tokens[2])
-                   ->PostJson("/api/v1/worker/failure", {{"job_id", job_id}, {"round", 1}, {"attempt", 1},
-                                                         {"reason", "again"}});
+  auto again =
+      ClientWithToken(*server_, f.worker_tokens[2])
+          ->PostJson("/api/v1/worker/failure", {{"job_id", job_id}, {"round", 1}, {"attempt", 1}, {"reason", "again"}});
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition) << again.status().ToString();
 }
@@ -182,10 +188,13 @@ TEST_F(RoundsTest, AnOfferThatWentStaleWhileTheRoundTurnedDoesNotDropTheWorker) 
     EXPECT_EQ(round["updates"].size(), 3u) << round.dump();
   }
   std::string drop;
-  WaitForEvent(*admin_, job_id, [&](const std::string& t, const json& d) {
-    if (t == "worker_dropped") drop = d.dump();
-    return t == "worker_dropped";
-  }, std::chrono::seconds(2));
+  WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& t, const json& d) {
+        if (t == "worker_dropped") drop = d.dump();
+        return t == "worker_dropped";
+      },
+      std::chrono::seconds(2));
   EXPECT_EQ(drop, "") << "no worker may be dropped";
 }
 
@@ -200,9 +209,12 @@ TEST_F(RoundsTest, StragglerIsDroppedAtTheAggregationTimeout) {
   json rounds = Rounds(job_id);
   ASSERT_EQ(rounds.size(), 1u);
   EXPECT_EQ(rounds[0]["updates"].size(), 2u);
-  EXPECT_TRUE(WaitForEvent(*admin_, job_id, [&](const std::string& t, const json& d) {
-    return t == "worker_dropped" && d["worker_id"] == f.worker_ids[2] && d["cause"] == "straggler";
-  }, std::chrono::seconds(5)));
+  EXPECT_TRUE(WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& t, const json& d) {
+        return t == "worker_dropped" && d["worker_id"] == f.worker_ids[2] && d["cause"] == "straggler";
+      },
+      std::chrono::seconds(5)));
 }
 
 TEST_F(RoundsTest, TooFewWorkersFailRoundsThenTheJob) {
@@ -260,8 +272,8 @@ TEST_F(RoundsTest, StopFinishesWithTheLatestCommittedGlobal) {
   Fixture f = MakeFixture(*admin_, 20, 2);
   auto workers = StartWorkers(f, {Behaviour::kHonest, Behaviour::kHonest});
   const int64_t job_id = CreateJob(DistributedSpec(f, 1000, 2, 20));
-  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [](const std::string& t, const json&) { return t == "round_committed"; },
-                           kJobTimeout));
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, job_id, [](const std::string& t, const json&) { return t == "round_committed"; }, kJobTimeout));
   auto stopped = admin_->PostJson("/api/v1/training-jobs/" + std::to_string(job_id) + "/stop", json::object());
   ASSERT_TRUE(stopped.ok()) << stopped.status().ToString();
   json job = WaitForJobEnd(*admin_, job_id, kJobTimeout);
@@ -302,10 +314,14 @@ TEST_F(RoundsTest, RepeatedResultsAreIdempotentAndLateOnesRefused) {
   auto again = blobs.Send(http::Method::kPut, task["update_upload"]["url"].get<std::string>(), global->body,
                           "application/octet-stream");
   EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);  // updates are create-only
-  json result = {{"job_id", job_id},           {"round", task["round"]},
-                 {"attempt", task["attempt"]}, {"blob_key", task["update_upload"]["blob_key"]},
-                 {"sha256", weights::Sha256Hex(global->body)}, {"sample_count", task["data"]["train_rows"]},
-                 {"train_loss", 1.5},          {"session_id", session}};
+  json result = {{"job_id", job_id},
+                 {"round", task["round"]},
+                 {"attempt", task["attempt"]},
+                 {"blob_key", task["update_upload"]["blob_key"]},
+                 {"sha256", weights::Sha256Hex(global->body)},
+                 {"sample_count", task["data"]["train_rows"]},
+                 {"train_loss", 1.5},
+                 {"session_id", session}};
   auto first = worker->PostJson("/api/v1/worker/result", result);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ((*first->Json())["status"], "accepted");
@@ -331,9 +347,9 @@ TEST_F(RoundsTest, AWorkerThatRejoinsGetsTheLatestGlobalAndKeepsItsShard) {
   auto workers = StartWorkers(f, {Behaviour::kHonest, Behaviour::kHonest});
   // A round whose workers leave fails and is retried, so allow for it.
   const int64_t job_id = CreateJob(DistributedSpec(f, 30, 1, 20, /*fault_tolerance=*/3));
-  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [](const std::string& t, const json& d) {
-    return t == "round_committed" && d["round"] == 1;
-  }, kJobTimeout));
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, job_id, [](const std::string& t, const json& d) { return t == "round_committed" && d["round"] == 1; },
+      kJobTimeout));
   std::vector<Upload> before = workers[1]->uploads();
   for (auto& w : workers) w->Stop();  // both leave (goodbye); the job waits
   auto job_now = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id));
@@ -343,9 +359,10 @@ TEST_F(RoundsTest, AWorkerThatRejoinsGetsTheLatestGlobalAndKeepsItsShard) {
   // The second worker comes back alone: it must train the next round on the latest committed global.
   workers[1] = std::make_unique<ScriptedWorker>(*server_, f.worker_ids[1], f.worker_tokens[1]);
   workers[1]->Start();
-  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [&](const std::string& t, const json& d) {
-    return t == "round_committed" && d["round"] == committed + 1;
-  }, kJobTimeout));
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& t, const json& d) { return t == "round_committed" && d["round"] == committed + 1; },
+      kJobTimeout));
   workers[0] = std::make_unique<ScriptedWorker>(*server_, f.worker_ids[0], f.worker_tokens[0]);
   workers[0]->Start();
   json job = WaitForJobEnd(*admin_, job_id, kJobTimeout);
@@ -355,7 +372,7 @@ TEST_F(RoundsTest, AWorkerThatRejoinsGetsTheLatestGlobalAndKeepsItsShard) {
   bool trained_next_round = false;
   for (const Upload& u : workers[1]->uploads()) {
     EXPECT_EQ(u.shard, before.front().shard);  // it keeps its shard
-    EXPECT_EQ(u.global_round, u.round - 1);     // and gets the latest committed global
+    EXPECT_EQ(u.global_round, u.round - 1);    // and gets the latest committed global
     trained_next_round = trained_next_round || u.round == committed + 1;
   }
   EXPECT_TRUE(trained_next_round);
@@ -388,9 +405,9 @@ TEST_F(RoundsTest, KilledMidRoundAndRestartedGivesTheSameWeightsAsUninterrupted)
   Fixture f = MakeFixture(*admin_, 30, 2);
   auto workers = StartWorkers(f, {Behaviour::kHonest, Behaviour::kHonest});
   const int64_t job_id = CreateJob(DistributedSpec(f, 3, 2, 20));
-  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [](const std::string& t, const json& d) {
-    return t == "round_started" && d["round"] == 2;
-  }, kJobTimeout));
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, job_id, [](const std::string& t, const json& d) { return t == "round_started" && d["round"] == 2; },
+      kJobTimeout));
   server_->Kill();
   server_->Restart();
   admin_ = AdminClient(*server_);

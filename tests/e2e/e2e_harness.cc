@@ -134,19 +134,29 @@ Server::~Server() {
 void Server::Start() {
   const fs::path log = data_dir_.string() + ".log";
   int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  std::vector<std::string> args = {PARSYN_BIN, "server", "--data-dir", data_dir_.string(), "--listen",
-                                   "127.0.0.1:" + std::to_string(port_), "--heartbeat-interval-ms", "300",
-                                   "--heartbeat-timeout-ms", "3000", "--max-poll-wait-ms", "2000"};
+  std::vector<std::string> args = {PARSYN_BIN,
+                                   "server",
+                                   "--data-dir",
+                                   data_dir_.string(),
+                                   "--listen",
+                                   "127.0.0.1:" + std::to_string(port_),
+                                   "--heartbeat-interval-ms",
+                                   "300",
+                                   "--heartbeat-timeout-ms",
+                                   "3000",
+                                   "--max-poll-wait-ms",
+                                   "2000"};
   args.insert(args.end(), extra_.begin(), extra_.end());
   pid_ = Spawn(args, out);
   ::close(out);
   // Ready when the API answers; the server has no other signal a separate process can wait on.
-  http::Client probe(http::ClientOptions{.base_url = url(), .connect_timeout = std::chrono::milliseconds(500),
-                                         .max_attempts = 1});
+  http::Client probe(
+      http::ClientOptions{.base_url = url(), .connect_timeout = std::chrono::milliseconds(500), .max_attempts = 1});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
     StatusOr<http::ClientResponse> r = probe.Get("/healthz");
-    if (r.ok() || (r.status().code() != StatusCode::kUnavailable && r.status().code() != StatusCode::kDeadlineExceeded)) {
+    if (r.ok() ||
+        (r.status().code() != StatusCode::kUnavailable && r.status().code() != StatusCode::kDeadlineExceeded)) {
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -190,9 +200,8 @@ Worker::~Worker() {
 
 void Worker::Start() {
   int out = ::open((cache_dir_.string() + ".log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  std::vector<std::string> args = {PARSYN_BIN, "worker",       "--server",    server_url_, "--token", token_,
-                                   "--name",   name_,          "--cache-dir", cache_dir_.string(),
-                                   "--threads", "1"};
+  std::vector<std::string> args = {PARSYN_BIN, "worker", "--server",    server_url_,         "--token",   token_,
+                                   "--name",   name_,    "--cache-dir", cache_dir_.string(), "--threads", "1"};
   args.insert(args.end(), extra_.begin(), extra_.end());
   pid_ = Spawn(args, out);
   ::close(out);
@@ -245,8 +254,8 @@ int64_t UploadModel(http::Client& admin, const fs::path& dir, const std::string&
 }
 
 int64_t UploadDataset(http::Client& admin, const fs::path& file) {
-  StatusOr<http::ClientResponse> ds = admin.UploadFile(
-      http::Method::kPost, "/api/v1/datasets?name=" + file.filename().string(), file);
+  StatusOr<http::ClientResponse> ds =
+      admin.UploadFile(http::Method::kPost, "/api/v1/datasets?name=" + file.filename().string(), file);
   EXPECT_TRUE(ds.ok()) << ds.status().ToString();
   return ds.ok() ? (*ds->Json())["id"].get<int64_t>() : 0;
 }
@@ -277,8 +286,8 @@ void WriteLearnableText(const fs::path& file, int rows) {
   const char* verbs[] = {"likes", "sees", "helps"};
   std::ofstream out(file);
   for (int i = 0; i < rows; ++i) {
-    const std::string text = std::string(names[i % 4]) + " " + verbs[(i / 4) % 3] + " " + names[(i + 1) % 4] +
-                             ". the end.";
+    const std::string text =
+        std::string(names[i % 4]) + " " + verbs[(i / 4) % 3] + " " + names[(i + 1) % 4] + ". the end.";
     out << json{{"text", text}}.dump() << "\n";
   }
 }

@@ -35,7 +35,8 @@ struct CommandResult {
 // Runs `parsyn ARGS...` to completion (SIGKILL at `timeout`).
 CommandResult RunParsyn(const std::vector<std::string>& args, std::chrono::seconds timeout = std::chrono::seconds(120));
 // Runs `parsyn-trainer ARGS...` likewise.
-CommandResult RunTrainer(const std::vector<std::string>& args, std::chrono::seconds timeout = std::chrono::seconds(120));
+CommandResult RunTrainer(const std::vector<std::string>& args,
+                         std::chrono::seconds timeout = std::chrono::seconds(120));
 
 // A port on 127.0.0.1 that was free a moment ago.
 int FreePort();
@@ -46,9 +47,9 @@ class Server {
   // `extra`: more `parsyn server` flags (e.g. --managed-workers 1).
   Server(fs::path data_dir, int port, std::vector<std::string> extra = {});
   ~Server();
-  void Start();      // waits (bounded) until it prints that it listens; fails the test otherwise
-  void Kill();       // SIGKILL, reaped
-  int Terminate();   // SIGTERM, reaped: the exit status
+  void Start();     // waits (bounded) until it prints that it listens; fails the test otherwise
+  void Kill();      // SIGKILL, reaped
+  int Terminate();  // SIGTERM, reaped: the exit status
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::string admin_key() const;
   const fs::path& data_dir() const { return data_dir_; }

@@ -19,7 +19,8 @@ TEST_F(LlamaJobTest, LocalDataNeverReachesTheCoordinator) {
   const fs::path local = tmp_.path() / "private.jsonl";
   {
     std::ofstream out(local);
-    for (int i = 0; i < 40; ++i) out << json{{"text", "zebra-secret-" + std::to_string(i) + " likes alice."}}.dump() << "\n";
+    for (int i = 0; i < 40; ++i)
+      out << json{{"text", "zebra-secret-" + std::to_string(i) + " likes alice."}}.dump() << "\n";
   }
   std::vector<int64_t> ids = StartWorkers(1);
   std::vector<int64_t> local_ids = StartWorkers(1, {"--data", local.string()});
@@ -55,13 +56,17 @@ TEST_F(LlamaJobTest, WorkerKilledMidRoundIsLeftOutAndRejoins) {
   const int64_t job_id = CreateJob(*admin_, LoraSpec(ids, 3, 40, 2, 180));
   // Kill the third worker while it trains in round 1.
   const int64_t victim = ids[2];
-  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [&](const std::string& type, const json& d) {
-    return type == "worker_progress" && d.value("worker_id", int64_t{0}) == victim && d.value("round", 0) == 1;
-  }, std::chrono::seconds(180)));
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& type, const json& d) {
+        return type == "worker_progress" && d.value("worker_id", int64_t{0}) == victim && d.value("round", 0) == 1;
+      },
+      std::chrono::seconds(180)));
   workers_[2]->Kill();
-  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [&](const std::string& type, const json& d) {
-    return type == "round_committed" && d.value("round", 0) == 1;
-  }, std::chrono::seconds(180)));
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& type, const json& d) { return type == "round_committed" && d.value("round", 0) == 1; },
+      std::chrono::seconds(180)));
   workers_[2]->Start();  // the same machine comes back with its token and cache
   json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(400));
   ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
@@ -92,17 +97,21 @@ TEST_F(LlamaJobTest, ServerKilledMidJobFinishesWithTheUninterruptedWeights) {
   ASSERT_EQ(reference.value("status", ""), "succeeded") << reference.dump(2);
 
   const int64_t job_id = CreateJob(*admin_, LoraSpec(ids, 3, 4, 2));
-  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [&](const std::string& type, const json& d) {
-    return type == "round_committed" && d.value("round", 0) == 1;
-  }, std::chrono::seconds(300)));
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& type, const json& d) { return type == "round_committed" && d.value("round", 0) == 1; },
+      std::chrono::seconds(300)));
   server_->Kill();
   server_->Start();  // same data directory, same port: the workers reconnect on their own
   json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
   ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
   // The kill landed mid-job: the restarted server resumed it after its last committed round.
-  EXPECT_TRUE(WaitForEvent(*admin_, job_id, [](const std::string& type, const json& d) {
-    return type == "job_resumed" && d.value("committed_round", 0) >= 1 && d.value("committed_round", 0) < 3;
-  }, std::chrono::seconds(10)));
+  EXPECT_TRUE(WaitForEvent(
+      *admin_, job_id,
+      [](const std::string& type, const json& d) {
+        return type == "job_resumed" && d.value("committed_round", 0) >= 1 && d.value("committed_round", 0) < 3;
+      },
+      std::chrono::seconds(10)));
 
   auto final_sha = [&](int64_t id) {
     std::string sha;

@@ -108,9 +108,9 @@ TEST_F(TabularJobTest, TwoWorkersTrainAnMlpThatClassifiesHeldOutRows) {
   const fs::path final_model = tmp_.path() / "final-model";
   fs::create_directories(final_model);
   fs::copy_file(tmp_.path() / "model" / "tabular_model.json", final_model / "tabular_model.json");
-  StatusOr<uint64_t> got = admin_->DownloadToFile(
-      "/api/v1/training-jobs/" + std::to_string(job_id) + "/artifacts/model.safetensors",
-      final_model / "model.safetensors");
+  StatusOr<uint64_t> got =
+      admin_->DownloadToFile("/api/v1/training-jobs/" + std::to_string(job_id) + "/artifacts/model.safetensors",
+                             final_model / "model.safetensors");
   ASSERT_TRUE(got.ok()) << got.status().ToString();
 
   // An evaluation-only task on rows none of the workers saw: half of them form its validation slice.

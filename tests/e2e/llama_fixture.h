@@ -34,9 +34,9 @@ class LlamaJobTest : public ::testing::Test {
   // `parsyn model init --architecture mlp --hidden-sizes <hidden_sizes>` makes from it.
   void InitTabularMlp(int rows, const std::string& hidden_sizes) {
     WriteSeparableCsv(tmp_.path() / "points.csv", rows);
-    CommandResult init = RunParsyn({"model", "init", "--architecture", "mlp", "--data",
-                                    (tmp_.path() / "points.csv").string(), "--hidden-sizes", hidden_sizes, "--out",
-                                    (tmp_.path() / "model").string(), "--seed", "5"});
+    CommandResult init =
+        RunParsyn({"model", "init", "--architecture", "mlp", "--data", (tmp_.path() / "points.csv").string(),
+                   "--hidden-sizes", hidden_sizes, "--out", (tmp_.path() / "model").string(), "--seed", "5"});
     ASSERT_EQ(init.exit_code, 0) << init.output;
     ASSERT_TRUE(fs::exists(tmp_.path() / "model" / "tabular_model.json")) << init.output;
   }
@@ -56,7 +56,8 @@ class LlamaJobTest : public ::testing::Test {
       Registered r = RegisterWorker(*admin_, name);
       tokens_.push_back(r.token);
       ids.push_back(r.id);
-      workers_.push_back(std::make_unique<Worker>(server_->url(), r.token, name, tmp_.path() / ("cache-" + name), extra));
+      workers_.push_back(
+          std::make_unique<Worker>(server_->url(), r.token, name, tmp_.path() / ("cache-" + name), extra));
       workers_.back()->Start();
     }
     EXPECT_TRUE(WaitOnline(ids)) << "workers did not say hello in time";
@@ -133,8 +134,8 @@ class LlamaJobTest : public ::testing::Test {
         const double n = u["num_samples"].get<double>();
         EXPECT_GT(n, 0);
         total += n;
-        auto update = ReadTensors(BlobPath(prefix + "/updates/w" + std::to_string(u["worker_id"].get<int64_t>()) +
-                                           ".safetensors"));
+        auto update = ReadTensors(
+            BlobPath(prefix + "/updates/w" + std::to_string(u["worker_id"].get<int64_t>()) + ".safetensors"));
         for (auto& [name, values] : update) {
           std::vector<double>& s = sum[name];
           s.resize(values.size(), 0.0);

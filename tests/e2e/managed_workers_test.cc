@@ -166,9 +166,10 @@ TEST_F(ManagedWorkersTest, MixedJobUsesOwnAndManagedWorkersAndTheServerRestartsA
   ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
   EXPECT_EQ(CommittedParticipants(managed_job), std::vector<std::set<int64_t>>{{managed_id}});
 
-  std::printf("[figures] managed workers: mixed job %d rounds x 3 workers in %.1f s; killed managed worker "
-              "restarted after %.1f s\n",
-              kRounds, mixed_seconds, restart_seconds);
+  std::printf(
+      "[figures] managed workers: mixed job %d rounds x 3 workers in %.1f s; killed managed worker "
+      "restarted after %.1f s\n",
+      kRounds, mixed_seconds, restart_seconds);
   for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
   // A graceful server shutdown stops its managed worker too.
   EXPECT_EQ(server_->Terminate(), 0);

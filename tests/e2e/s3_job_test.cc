@@ -43,8 +43,10 @@ class S3LlamaJobTest : public LlamaJobTest {
     storage::S3BlobStoreOptions options;
     options.bucket = kBucket;
     options.prefix = std::string(kPrefix) + "/";
-    options.endpoint = {.scheme = "http", .host = "127.0.0.1:" + std::to_string(moto_->port()),
-                        .region = "us-east-1", .path_style = true};
+    options.endpoint = {.scheme = "http",
+                        .host = "127.0.0.1:" + std::to_string(moto_->port()),
+                        .region = "us-east-1",
+                        .path_style = true};
     options.credentials = {.access_key_id = "parsyn-e2e-key", .secret_access_key = "parsyn-e2e-secret"};
     StatusOr<std::unique_ptr<storage::S3BlobStore>> store = storage::S3BlobStore::Create(options);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -140,19 +142,25 @@ TEST_F(S3MultipartOutageTest, StoreOutageMidJobRetriesTheRoundAndLosesNothingCom
   ASSERT_GT(job_id, 0);
 
   std::string round1_sha;
-  ASSERT_TRUE(WaitForEvent(*admin_, job_id, [&](const std::string& type, const json& data) {
-    if (type != "round_committed" || data["round"] != 1) return false;
-    round1_sha = data["global_sha256"];
-    return true;
-  }, std::chrono::seconds(240)));
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& type, const json& data) {
+        if (type != "round_committed" || data["round"] != 1) return false;
+        round1_sha = data["global_sha256"];
+        return true;
+      },
+      std::chrono::seconds(240)));
   proxy_->SetDown(true);
   // Down until an attempt has failed because of it: its reason must say what happened.
   std::string failure_reason;
-  const bool failed = WaitForEvent(*admin_, job_id, [&](const std::string& type, const json& data) {
-    if (type != "round_failed") return false;
-    failure_reason = data["reason"];
-    return true;
-  }, std::chrono::seconds(120));
+  const bool failed = WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& type, const json& data) {
+        if (type != "round_failed") return false;
+        failure_reason = data["reason"];
+        return true;
+      },
+      std::chrono::seconds(120));
   proxy_->SetDown(false);
   ASSERT_TRUE(failed) << "no round attempt failed while the store was down";
   std::printf("[figures] attempt failed during the store outage: %s\n", failure_reason.c_str());

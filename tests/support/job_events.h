@@ -31,12 +31,13 @@ inline bool WaitForJobEvent(http::Client& admin, int64_t job_id, const JobEventP
   do {
     http::CallOptions call;
     call.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    Status read = admin.ReadEvents("/api/v1/training-jobs/" + std::to_string(job_id) + "/events",
-                                   [&](const http::SseEvent& e) {
-                                     if (pred(e.event, nlohmann::json::parse(e.data, nullptr, false))) found = true;
-                                     return !found;
-                                   },
-                                   call);
+    Status read = admin.ReadEvents(
+        "/api/v1/training-jobs/" + std::to_string(job_id) + "/events",
+        [&](const http::SseEvent& e) {
+          if (pred(e.event, nlohmann::json::parse(e.data, nullptr, false))) found = true;
+          return !found;
+        },
+        call);
     if (found || on_end == OnStreamEnd::kGiveUp) break;
     // The server is away (restarting, say): no stream to wait on until it is back.
     if (!read.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
