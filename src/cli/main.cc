@@ -1,4 +1,4 @@
-// parsyn: the user-facing program (DESIGN.md §1). Subcommands register themselves from one file per group
+// parsyn: the user-facing program (docs/architecture.md §1). Subcommands register themselves from one file per group
 // (commands.h); torch work runs in parsyn-trainer, which this program starts as a child process.
 #include <CLI/CLI.hpp>
 

@@ -1,5 +1,5 @@
 // JobSpec: the typed, validated form of a training job's request body (POST /api/v1/training-jobs, see
-// shared/spec/distributed-training.md), and its normalised JSON (the stored form, every default filled in).
+// docs/product-spec.md), and its normalised JSON (the stored form, every default filled in).
 //
 // ParseJobSpec checks every field: JSON types, ranges, enum spellings, cross-field rules; unknown fields are errors.
 // An error is InvalidArgument whose message lists every problem found, each naming the field path and the reason,

@@ -12,7 +12,7 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-// The request body of shared/spec/distributed-training.md, verbatim.
+// The request body of docs/product-spec.md, verbatim.
 json SpecExample() {
   return json::parse(R"({
     "name": "distributed-llama-finetune",

@@ -1,4 +1,4 @@
-// Tools for code on the coordinator's event loop (one io_context thread, DESIGN.md §3):
+// Tools for code on the coordinator's event loop (one io_context thread, docs/architecture.md §3):
 //   - Offload: run a blocking call (store, hashing, aggregation) on the worker pool and resume on the loop with its
 //     result, so the loop never blocks.
 //   - LoopMutex: an async mutex for coroutines of the one loop thread (a job's events are handled one at a time

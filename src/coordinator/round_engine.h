@@ -1,5 +1,5 @@
-// RoundEngine: one job's round state machine (DESIGN.md §4), as a pure, deterministic object. It performs no I/O:
-// the coordinator feeds it events (workers coming and going, results, validation verdicts, aggregation outcomes,
+// RoundEngine: one job's round state machine (docs/architecture.md §4), as a pure, deterministic object. It performs no
+// I/O: the coordinator feeds it events (workers coming and going, results, validation verdicts, aggregation outcomes,
 // timer ticks, stop/cancel) and carries out the actions it returns, in order (persist, send tasks, aggregate, ...).
 // Time comes only from the injected Clock, so every timeout is testable with FakeClock.
 //

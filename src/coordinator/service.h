@@ -1,5 +1,5 @@
-// Service: the coordinator behind `parsyn server` (DESIGN.md §3). It owns the metadata and blob stores under the
-// data directory, the worker sessions, one JobRunner per active job, and the HTTP routes (REST API v1, the worker
+// Service: the coordinator behind `parsyn server` (docs/architecture.md §3). It owns the metadata and blob stores under
+// the data directory, the worker sessions, one JobRunner per active job, and the HTTP routes (REST API v1, the worker
 // protocol, signed blob URLs).
 //
 // Threads: all of the service's state lives on the ONE thread that runs the io_context given to Open (the event

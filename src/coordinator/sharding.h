@@ -1,5 +1,5 @@
 // Sharding: the job's seeded, roughly equal, random split of a dataset's rows into one shard per worker slot, each
-// with a validation slice held out for per-round evaluation (DESIGN.md §5).
+// with a validation slice held out for per-round evaluation (docs/architecture.md §5).
 //
 // Determinism: the split depends only on (num_rows, num_shards, validation_fraction, job seed) through
 // strategy::SplitSeed and data::ShuffledIndices (the project's one seeded shuffle, platform-independent by

@@ -1,5 +1,5 @@
 // TrainConfig: the training settings of a job, with the same keys as the job spec's `config` object
-// (spec/distributed-training.md), parsed strictly: an unknown key or a value of the wrong type or range is
+// (docs/product-spec.md), parsed strictly: an unknown key or a value of the wrong type or range is
 // InvalidArgument naming the key, so a typo never silently trains with a default.
 //
 // Torch-free on purpose (plain values), so tests and tools can build configs without libtorch.

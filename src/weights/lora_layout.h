@@ -1,6 +1,6 @@
 // The layout of LoRA adapters for a Llama-family model (llama, qwen2, mistral), computed from the model's
 // config.json alone, without torch — so the coordinator (which creates round 1's adapters) and the trainer (which
-// trains and exports them) cannot disagree about names, dtypes or shapes (DESIGN.md §4).
+// trains and exports them) cannot disagree about names, dtypes or shapes (docs/architecture.md §4).
 //
 // Names are PEFT's keys for a causal LM, ordered as PEFT saves them: by layer, then q, k, v, o, gate, up, down (the
 // modules targeted), lora_A before lora_B:

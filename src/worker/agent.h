@@ -1,5 +1,5 @@
-// The worker agent behind `parsyn worker` (DESIGN.md §4): one session with the coordinator at a time (hello, a
-// heartbeat thread, long-polls for tasks, goodbye) and one task at a time, trained by parsyn-trainer in a child
+// The worker agent behind `parsyn worker` (docs/architecture.md §4): one session with the coordinator at a time (hello,
+// a heartbeat thread, long-polls for tasks, goodbye) and one task at a time, trained by parsyn-trainer in a child
 // process so that a crash there never takes the agent down.
 //
 // Per task: the base model comes from the checksum cache (fetched once across rounds and jobs), the round's global
