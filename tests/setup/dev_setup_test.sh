@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# ./dev setup on a machine that lacks some Debian packages: it must ask apt-get to install exactly the missing ones
+# and exit 0; on a machine that has them all it must not call apt-get; when apt-get fails it must say so.
+# dpkg-query, apt-get and sudo are shims; the real ones are never called. Usage: dev_setup_test.sh PATH/TO/dev
+set -uo pipefail
+DEV_SRC=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# A copy of ./dev alone in a folder: no web/ or tests/ package.json there, so only the Debian step runs.
+mkdir -p "$work/repo" "$work/bin"
+cp "$DEV_SRC" "$work/repo/dev"
+
+# dpkg-query -W -f=FORMAT PKG...: prints "PKG install ok installed" for every package not listed in $MISSING_FILE
+# and, like the real one, exits 1 when any named package is not installed.
+cat >"$work/bin/dpkg-query" <<'SHIM'
+#!/usr/bin/env bash
+rc=0
+for a in "$@"; do
+  case "$a" in -*) continue ;; esac
+  if grep -qx "$a" "$MISSING_FILE"; then
+    echo "dpkg-query: no packages found matching $a" >&2
+    rc=1
+  else
+    echo "$a install ok installed"
+  fi
+done
+exit $rc
+SHIM
+cat >"$work/bin/apt-get" <<'SHIM'
+#!/usr/bin/env bash
+echo "$*" >>"$APT_LOG"
+[ "${APT_FAIL:-0}" = 1 ] && [ "$1" = install ] && exit 100
+exit 0
+SHIM
+printf '#!/usr/bin/env bash\nexec "$@"\n' >"$work/bin/sudo"
+chmod +x "$work/bin/"*
+
+run_setup() {  # MISSING... -> output in $work/out, exit status in $rc
+  printf '%s\n' "$@" >"$work/missing"
+  : >"$work/apt.log"
+  PATH="$work/bin:$PATH" MISSING_FILE="$work/missing" APT_LOG="$work/apt.log" \
+    bash "$work/repo/dev" setup >"$work/out" 2>&1
+  rc=$?
+}
+
+# 1. Two packages missing: apt-get update, then install of exactly those two.
+run_setup libtorch-dev chromium
+[ "$rc" -eq 0 ] || fail "setup with missing packages exited $rc: $(cat "$work/out")"
+grep -qx 'update -qq' "$work/apt.log" || fail "apt-get update was not run: $(cat "$work/apt.log")"
+install_line=$(grep '^install' "$work/apt.log")
+installed=$(tr ' ' '\n' <<<"$install_line" | grep -v '^-' | grep -v '^install$' | sort | tr '\n' ' ')
+[ "$installed" = "chromium libtorch-dev " ] || fail "apt-get was asked to install '$installed', want 'chromium libtorch-dev '"
+grep -q 'installing Debian packages: libtorch-dev chromium' "$work/out" || fail "setup did not say what it installs"
+
+# 2. Nothing missing: apt-get is not called at all.
+run_setup
+[ "$rc" -eq 0 ] || fail "setup with nothing missing exited $rc"
+[ ! -s "$work/apt.log" ] || fail "apt-get was called with nothing missing: $(cat "$work/apt.log")"
+
+# 3. apt-get install fails: non-zero exit and a message that says which step failed.
+APT_FAIL=1 run_setup cmake
+[ "$rc" -ne 0 ] || fail "setup exited 0 although apt-get install failed"
+grep -q 'installing Debian packages failed' "$work/out" || fail "no message naming the failed step: $(cat "$work/out")"
+
+if [ "$failures" -eq 0 ]; then echo "dev setup: 3 scenarios passed"; fi
+exit $((failures > 0))
