@@ -38,6 +38,7 @@ std::string_view JobPhaseName(JobPhase phase) {
   switch (phase) {
     case JobPhase::kNotStarted: return "not_started";
     case JobPhase::kWaitingForWorkers: return "waiting_for_workers";
+    case JobPhase::kWaitingToRetry: return "waiting_to_retry";
     case JobPhase::kTraining: return "training";
     case JobPhase::kAggregating: return "aggregating";
     case JobPhase::kEvaluating: return "evaluating";
@@ -75,6 +76,8 @@ RoundEngineConfig EngineConfigFor(const JobSpec& spec) {
   config.aggregation_timeout = Clock::Duration(d.aggregation_timeout_ms);
   config.fault_tolerance = d.fault_tolerance;
   config.eligible_workers = spec.SelectedWorkers();
+  config.join_window = kDefaultJoinWindow;
+  config.retry_backoff = kDefaultRetryBackoff;
   if (!d.enabled) {
     config.num_shards = 1;  // one worker trains on all the data
   } else {
@@ -82,6 +85,13 @@ RoundEngineConfig EngineConfigFor(const JobSpec& spec) {
         config.eligible_workers.empty() ? d.max_workers : static_cast<int>(config.eligible_workers.size());
   }
   return config;
+}
+
+Clock::Duration RetryBackoff(const RoundEngineConfig& config, int consecutive_failures) {
+  if (config.retry_backoff.count() <= 0 || consecutive_failures < 1) return Clock::Duration{0};
+  Clock::Duration backoff = config.retry_backoff;
+  for (int k = 1; k < consecutive_failures && backoff < config.aggregation_timeout; ++k) backoff *= 2;
+  return std::min(backoff, config.aggregation_timeout);
 }
 
 RoundEngine::RoundEngine(RoundEngineConfig config, const strategy::Strategy& strategy, const Clock& clock)
@@ -95,6 +105,9 @@ Status RoundEngine::CheckConfig() const {
                                 Str(c.max_workers));
   }
   if (c.aggregation_timeout.count() <= 0) return InvalidArgumentError("aggregation_timeout must be positive");
+  if (c.join_window.count() < 0 || c.retry_backoff.count() < 0) {
+    return InvalidArgumentError("join_window and retry_backoff must not be negative");
+  }
   if (c.fault_tolerance < 1) return InvalidArgumentError("fault_tolerance must be >= 1, got " + Str(c.fault_tolerance));
   if (c.num_shards < c.min_workers) {
     return InvalidArgumentError("min_workers (" + Str(c.min_workers) + ") exceeds the number of shards (" +
@@ -195,6 +208,7 @@ void RoundEngine::BeginAttempt(Actions& out) {
   round_ = checkpoint_.last_committed_round + 1;
   attempt_ = ++checkpoint_.attempts_of_next_round;
   participants_.clear();
+  join_deadline_.reset();
   deadline_ = clock_.Now() + config_.aggregation_timeout;
   if (round_ > config_.num_rounds) {
     phase_ = JobPhase::kEvaluating;
@@ -214,6 +228,7 @@ void RoundEngine::TryAssign(Actions& out) {
     if (presence != Presence::kIdle) continue;
     if (std::optional<int> shard = ShardOf(worker)) candidates.push_back({.worker_id = worker, .shard = *shard});
   }
+  if (!evaluating && !ReadyToAssign(static_cast<int>(candidates.size()))) return;
   // The final evaluation is best effort: any one worker will do.
   const strategy::RoundContext ctx{.job_seed = config_.job_seed,
                                    .round = round_,
@@ -240,8 +255,21 @@ void RoundEngine::TryAssign(Actions& out) {
   }
   if (participants_.empty()) return;
   if (!evaluating) phase_ = JobPhase::kTraining;
-  // The deadline restarts when the tasks go out: waiting for workers does not eat into the training time.
-  deadline_ = clock_.Now() + config_.aggregation_timeout;
+}
+
+bool RoundEngine::ReadyToAssign(int idle_candidates) {
+  if (idle_candidates < config_.min_workers) return false;
+  if (idle_candidates >= config_.max_workers) return true;
+  // Selected workers that are online but busy: they hold a shard and have not said they are idle (the last
+  // reporters of the previous round, typically, a moment before they poll again).
+  int busy = 0;
+  for (const auto& [worker, presence] : presence_) {
+    if (presence == Presence::kBusy && checkpoint_.shards.count(worker) > 0) ++busy;
+  }
+  if (busy == 0) return true;
+  const Clock::TimePoint now = clock_.Now();
+  if (!join_deadline_) join_deadline_ = now + config_.join_window;
+  return now >= *join_deadline_;
 }
 
 void RoundEngine::Drop(Participant& p, DropCause cause, std::string reason, Actions& out) {
@@ -302,6 +330,9 @@ void RoundEngine::FailAttempt(std::string reason, Actions& out) {
                             .reason = "round " + Str(round_) + " failed " + Str(failures) +
                                       " time(s) in a row (fault_tolerance " + Str(config_.fault_tolerance) +
                                       "); last failure: " + reason});
+  } else if (const Clock::Duration backoff = RetryBackoff(config_, failures); backoff.count() > 0) {
+    phase_ = JobPhase::kWaitingToRetry;  // Tick begins the next attempt at deadline_
+    deadline_ = clock_.Now() + backoff;
   } else {
     BeginAttempt(out);
   }
@@ -406,7 +437,8 @@ Actions RoundEngine::WorkerDisconnected(WorkerId worker) {
 }
 
 StatusOr<Actions> RoundEngine::TaskFailed(WorkerId worker, int round, int attempt, std::string_view reason) {
-  if (phase_ == JobPhase::kNotStarted || IsTerminal(phase_) || round != round_ || attempt != attempt_) {
+  if (phase_ == JobPhase::kNotStarted || IsTerminal(phase_) || phase_ == JobPhase::kWaitingToRetry || round != round_ ||
+      attempt != attempt_) {
     return FailedPreconditionError("failure report for round " + Str(round) + " attempt " + Str(attempt) +
                                    " ignored: the job is at " + AttemptName());
   }
@@ -428,6 +460,9 @@ StatusOr<Actions> RoundEngine::ResultUploaded(const WorkerResult& r) {
   if (r.round != round_ || r.attempt != attempt_) {
     return FailedPreconditionError("result for round " + Str(r.round) + " attempt " + Str(r.attempt) +
                                    " refused: the job is at " + AttemptName());
+  }
+  if (phase_ == JobPhase::kWaitingToRetry) {
+    return FailedPreconditionError("result for " + AttemptName() + " refused: that attempt failed");
   }
   Participant* p = FindParticipant(r.worker);
   if (p == nullptr) {
@@ -507,7 +542,16 @@ StatusOr<Actions> RoundEngine::AggregationFinished(int round, int attempt, const
 
 Actions RoundEngine::Tick() {
   Actions out;
-  if (!next_deadline() || clock_.Now() < deadline_) return out;
+  const std::optional<Clock::TimePoint> due = next_deadline();
+  if (!due || clock_.Now() < *due) return out;
+  if (phase_ == JobPhase::kWaitingToRetry) {
+    BeginAttempt(out);
+    return out;
+  }
+  if (phase_ == JobPhase::kWaitingForWorkers && clock_.Now() < deadline_) {
+    TryAssign(out);  // the join window passed: start with the idle workers
+    return out;
+  }
   if (phase_ == JobPhase::kWaitingForWorkers) {
     FailAttempt(AttemptName() + ": fewer than min_workers (" + Str(config_.min_workers) +
                     ") eligible workers were available within aggregation_timeout (" +
@@ -548,7 +592,8 @@ Actions RoundEngine::Cancel() {
 
 std::optional<Clock::TimePoint> RoundEngine::next_deadline() const {
   switch (phase_) {
-    case JobPhase::kWaitingForWorkers: return deadline_;
+    case JobPhase::kWaitingForWorkers: return join_deadline_ ? std::min(deadline_, *join_deadline_) : deadline_;
+    case JobPhase::kWaitingToRetry: return deadline_;
     case JobPhase::kTraining:
     case JobPhase::kEvaluating: {
       if (participants_.empty()) return deadline_;

@@ -5,10 +5,13 @@
 //
 // Per round: distribute -> train -> upload -> aggregate -> commit.
 //   - An attempt of round r starts (StartRound) and waits for workers: participants are the strategy's choice among
-//     the eligible workers that are online, idle and hold a shard, at most max_workers; with fewer than min_workers
-//     available it keeps waiting, until aggregation_timeout after the attempt started, when it fails.
-//   - Each participant gets an AssignTask (its shard, its seed TaskSeed(job seed, r, shard)) and the attempt's
-//     deadline becomes aggregation_timeout after the tasks went out.
+//     the eligible workers that are online, idle and hold a shard, at most max_workers. Tasks go out when every
+//     such worker that is online is idle (or max_workers are), or, while some are still busy (e.g. reporting the
+//     previous round), once min_workers are idle and join_window has passed since they were: min_workers is about
+//     how many must complete, so a worker is never left out only because it reported last. With fewer than
+//     min_workers available it keeps waiting, until aggregation_timeout after the attempt started, when it fails.
+//   - Each participant gets an AssignTask (its shard, its seed TaskSeed(job seed, r, shard)). The attempt's deadline
+//     is aggregation_timeout after the attempt started (StartRound), whenever its tasks went out.
 //   - A result (ResultUploaded) is checked (round, attempt, sample count within the shard, finite losses) and then
 //     handed to the caller to validate and accumulate (ValidateUpdate -> UpdateValidated). A rejected update drops
 //     that worker from the round with the reason recorded; the job goes on.
@@ -19,8 +22,10 @@
 //     validation, then the rule above applies.
 //   - After the caller reports AggregationFinished(OK) (the new global is a durable blob), the round commits
 //     (GlobalEvaluated for the previous global, CommitRound) and round r+1 starts. A failed round (FailRound) keeps
-//     the previous global and is retried as a new attempt; after fault_tolerance consecutive failed rounds the job
-//     fails (JobFailed, with the reason).
+//     the previous global and is retried as a new attempt after a backoff (RetryBackoff: retry_backoff doubling
+//     with each consecutive failure, at most aggregation_timeout), so a transient outage does not use up
+//     fault_tolerance in milliseconds; after fault_tolerance consecutive failed rounds the job fails (JobFailed,
+//     with the reason).
 //   - After the last round commits, an evaluation-only "round" num_rounds+1 (TaskKind::kEvaluate, best effort within
 //     aggregation_timeout) measures the final global's validation loss; then JobSucceeded.
 //   - A worker that returns (WorkerAvailable after a disconnect) keeps its shard and takes part from the next round
@@ -79,7 +84,21 @@ struct RoundEngineConfig {
   int num_shards = 1;
   // Training rows of each shard: a reported sample count must be within it. Empty: only positivity is checked.
   std::vector<int64_t> shard_train_rows;
+  // How long an attempt waits, once min_workers are idle, for selected workers that are online but still busy
+  // before it starts without them. 0: start as soon as min_workers are idle.
+  Clock::Duration join_window{0};
+  // The pause before a failed round's next attempt: retry_backoff * 2^(k-1) after the k-th consecutive failure,
+  // at most aggregation_timeout. 0: retry at once.
+  Clock::Duration retry_backoff{0};
 };
+
+// A job's defaults for the two waits above (docs/training.md): a few seconds for workers still reporting, and
+// 5 s, 10 s, 20 s, ... between attempts of a failing round.
+inline constexpr std::chrono::seconds kDefaultJoinWindow{5};
+inline constexpr std::chrono::seconds kDefaultRetryBackoff{5};
+
+// The pause after the k-th consecutive failed attempt (k >= 1) under `config`.
+Clock::Duration RetryBackoff(const RoundEngineConfig& config, int consecutive_failures);
 
 // The engine configuration of a validated job: distributed jobs get one shard per listed worker (or max_workers
 // slots in auto mode); an ordinary job one shard for whichever of its workers comes first.
@@ -201,7 +220,8 @@ struct WorkerResult {
 
 enum class JobPhase {
   kNotStarted,
-  kWaitingForWorkers,  // an attempt waits for min_workers
+  kWaitingForWorkers,  // an attempt waits for min_workers (or, briefly, for busy selected workers)
+  kWaitingToRetry,     // an attempt failed; the next one starts after the backoff
   kTraining,           // tasks are out; results arrive
   kAggregating,        // AggregateRound is with the caller
   kEvaluating,         // the final evaluation-only round (waiting for or running tasks)
@@ -300,6 +320,8 @@ class RoundEngine {
   void FinishEvaluation(Actions& out);
   void EndJob(JobPhase terminal, Actions& out);
   std::string AttemptName() const;
+  // Whether the waiting attempt may send its tasks now: see the join rule in the header comment.
+  bool ReadyToAssign(int idle_candidates);
 
   RoundEngineConfig config_;
   const strategy::Strategy& strategy_;
@@ -310,6 +332,8 @@ class RoundEngine {
   int attempt_ = 0;
   bool stop_requested_ = false;
   Clock::TimePoint deadline_{};
+  // When a waiting attempt stops waiting for busy selected workers (set once min_workers are idle).
+  std::optional<Clock::TimePoint> join_deadline_;
   std::vector<Participant> participants_;
   std::map<WorkerId, Presence> presence_;
   EngineCheckpoint checkpoint_;

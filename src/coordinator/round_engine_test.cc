@@ -315,18 +315,99 @@ TEST_F(RoundEngineTest, UploadedUpdatesFinishValidationAfterTheDeadline) {
               });
 }
 
-TEST_F(RoundEngineTest, WaitingForWorkersDoesNotEatTheTrainingTime) {
+TEST_F(RoundEngineTest, TheDeadlineCountsFromTheAttemptsStart) {
+  // "If fewer than min_workers complete a round within the aggregation_timeout": waiting for workers is part of it.
   RoundEngine engine(ThreeWorkers(), fed_avg_, clock_);
   EXPECT_THAT(StartWith(engine, {1}), ElementsAre("start r1a1"));
   EXPECT_EQ(engine.phase(), JobPhase::kWaitingForWorkers);
   Run(engine, {
-                  After(500),
-                  Available(2, {"assign w1 r1a1 s0", "assign w2 r1a1 s1"}),
-                  After(500),  // 1000 s since the attempt started, 500 s since the tasks went out
-                  Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
-                  Valid(1, 1, 1),
-                  After(100, {"drop w2 r1a1 straggler", "fail r1a1 #1", "start r1a2"}),
+                  After(500), Available(2, {"assign w1 r1a1 s0", "assign w2 r1a1 s1"}),
+                  Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}), Valid(1, 1, 1), After(99),
+                  After(1, {"drop w2 r1a1 straggler", "fail r1a1 #1", "start r1a2"}),  // 600 s after r1a1 began
               });
+}
+
+// The product spec's example: 3 selected workers, min_workers 2. The last reporter of a round is still busy for a
+// moment when the next round could start; it must not sit that round out.
+RoundEngineConfig SpecExample() {
+  RoundEngineConfig c = ThreeWorkers(/*num_rounds=*/3, /*min_workers=*/2, /*fault_tolerance=*/1);
+  c.join_window = seconds(5);
+  return c;
+}
+
+TEST_F(RoundEngineTest, EverySelectedWorkerTrainsInEveryRound) {
+  RoundEngine engine(SpecExample(), fed_avg_, clock_);
+  StartWith(engine, {1, 2, 3});
+  Run(engine, {
+                  Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
+                  Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
+                  Result(3, 1, 1, 100, 1.0, {"validate w3 r1a1"}),
+                  Valid(1, 1, 1),
+                  Valid(2, 1, 1),
+                  Available(1),
+                  Available(2),
+                  // Worker 3 reported last and has not polled yet: min_workers are idle, but the round waits for it.
+                  Valid(3, 1, 1, {"aggregate r1a1 [w1:100 w2:100 w3:100] loss 1"}),
+                  Aggregated(1, 1, {"evaluated g0 2 n30", "commit r1a1", "start r2a1"}),
+                  Available(3, {"assign w1 r2a1 s0", "assign w2 r2a1 s1", "assign w3 r2a1 s2"}),
+              });
+  EXPECT_EQ(engine.phase(), JobPhase::kTraining);
+}
+
+TEST_F(RoundEngineTest, JoinWindowEndsTheWaitForABusyWorker) {
+  RoundEngine engine(SpecExample(), fed_avg_, clock_);
+  StartWith(engine, {1, 2, 3});
+  Run(engine, {
+                  Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}), Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
+                  Result(3, 1, 1, 100, 1.0, {"validate w3 r1a1"}), Valid(1, 1, 1), Valid(2, 1, 1),
+                  Valid(3, 1, 1, {"aggregate r1a1 [w1:100 w2:100 w3:100] loss 1"}),
+                  Aggregated(1, 1, {"evaluated g0 2 n30", "commit r1a1", "start r2a1"}),
+                  Available(1),  // one idle: below min_workers, the join window has not begun
+                  After(10),
+                  Available(2),  // two idle: the window begins now
+                  After(4), After(1, {"assign w1 r2a1 s0", "assign w2 r2a1 s1"}),
+                  Available(3),  // too late for round 2: it joins round 3
+              });
+  // A worker that went offline is not waited for.
+  RoundEngine second(SpecExample(), fed_avg_, clock_);
+  StartWith(second, {1, 2, 3});
+  Run(second,
+      {
+          Disconnect(3, {"drop w3 r1a1 disconnected"}),
+          Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
+          Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
+          Valid(1, 1, 1),
+          Available(1),
+          Valid(2, 1, 1, {"aggregate r1a1 [w1:100 w2:100] loss 1"}),
+          Available(2),
+          Aggregated(1, 1,
+                     {"evaluated g0 2 n20", "commit r1a1", "start r2a1", "assign w1 r2a1 s0", "assign w2 r2a1 s1"}),
+      });
+}
+
+TEST_F(RoundEngineTest, FailedRoundsAreRetriedAfterABackoff) {
+  RoundEngineConfig config = ThreeWorkers(/*num_rounds=*/1, /*min_workers=*/2, /*fault_tolerance=*/4);
+  config.retry_backoff = seconds(5);
+  config.aggregation_timeout = seconds(15);
+  EXPECT_EQ(RetryBackoff(config, 1), seconds(5));
+  EXPECT_EQ(RetryBackoff(config, 2), seconds(10));
+  EXPECT_EQ(RetryBackoff(config, 3), seconds(15));  // at most aggregation_timeout
+  EXPECT_EQ(RetryBackoff(config, 30), seconds(15));
+  RoundEngine engine(config, fed_avg_, clock_);
+  StartWith(engine, {1, 2});
+  Run(engine,
+      {
+          Disconnect(2, {"drop w2 r1a1 disconnected"}), Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
+          Valid(1, 1, 1, {"fail r1a1 #1"}),
+          Result(1, 1, 1, 100, 1.0, {}, StatusCode::kFailedPrecondition),  // the failed attempt's
+          Available(1),
+          Available(2),  // idle, but no attempt runs during the backoff
+          After(4), After(1, {"start r1a2", "assign w1 r1a2 s0", "assign w2 r1a2 s1"}),
+          Disconnect(1, {"drop w1 r1a2 disconnected"}), Disconnect(2, {"drop w2 r1a2 disconnected", "fail r1a2 #2"}),
+          After(9), After(1, {"start r1a3"}), After(15, {"fail r1a3 #3"}),
+          StopJob({"stopped 0"}),  // a stop during the backoff ends the job at once
+      });
+  EXPECT_EQ(engine.phase(), JobPhase::kStopped);
 }
 
 TEST_F(RoundEngineTest, TooFewWorkersFailsRoundsThenTheJob) {
@@ -725,6 +806,10 @@ TEST(RoundEngineInvariantsTest, RandomEventSequences) {
     config.fault_tolerance = 5;
     config.eligible_workers = {1, 2, 3, 4};
     config.num_shards = 4;
+    if (seed % 2 == 1) {  // half the sequences with the job defaults' waits
+      config.join_window = kDefaultJoinWindow;
+      config.retry_backoff = kDefaultRetryBackoff;
+    }
     RoundEngine engine(config, fed_avg, clock);
 
     std::map<WorkerId, bool> idle;  // what the engine was told
