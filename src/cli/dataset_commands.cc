@@ -40,7 +40,14 @@ int Upload(const DatasetFlags& f) {
   if (!client.ok()) return Fail("dataset upload", client.status());
   const std::string name = f.name.empty() ? std::filesystem::path(f.file).filename().string() : f.name;
   std::string path = "/api/v1/datasets?name=" + QueryEscape(name);
-  if (!f.format.empty()) path += "&format=" + QueryEscape(f.format);
+  // The format comes from --format, else from the file's own extension (the chosen name may have none, e.g.
+  // `--name d`), else the server reads it from the name.
+  std::string format = f.format;
+  if (format.empty()) {
+    const std::string ext = std::filesystem::path(f.file).extension().string();
+    if (ext == ".jsonl" || ext == ".csv") format = ext.substr(1);
+  }
+  if (!format.empty()) path += "&format=" + QueryEscape(format);
   if (!f.label_column.empty()) path += "&label_column=" + QueryEscape(f.label_column);
   http::CallOptions call;
   call.timeout = std::chrono::milliseconds(0);  // large files: only the stall timeout applies
