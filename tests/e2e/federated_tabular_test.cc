@@ -130,5 +130,33 @@ TEST_F(TabularJobTest, TwoWorkersTrainAnMlpThatClassifiesHeldOutRows) {
   for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
 }
 
+// The product spec's example numbers: 3 selected workers, min_workers 2, max_workers 5. Every round must train all
+// three: the last reporter of a round is still busy when the next round could start with the other two, and the
+// round waits for it (the join window) instead of leaving a third of the workers idle.
+TEST_F(TabularJobTest, SpecExampleThreeWorkersWithMinTwoTrainInEveryRound) {
+  std::vector<int64_t> ids = StartWorkers(3);
+  const int kRounds = 4;
+  json spec = MlpSpec(ids, kRounds, 10);
+  spec["distributed"]["min_workers"] = 2;
+  spec["distributed"]["max_workers"] = 5;
+  const int64_t job_id = CreateJob(*admin_, spec);
+  ASSERT_GT(job_id, 0);
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  std::string per_round;
+  int committed = 0;
+  for (const json& r : Rounds(*admin_, job_id)) {
+    if (r["outcome"] != "committed" || r["round"].get<int>() < 1) continue;
+    committed++;
+    int accepted = 0;
+    for (const json& u : r["updates"]) accepted += u["status"] == "accepted";
+    EXPECT_EQ(accepted, 3) << "round " << r["round"] << " did not train every selected worker: " << r.dump();
+    per_round += std::to_string(accepted) + " ";
+  }
+  EXPECT_EQ(committed, kRounds);
+  std::printf("[figures] 3 workers, min_workers 2: participants per round: %s\n", per_round.c_str());
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
 }  // namespace
 }  // namespace parsyn::e2e
