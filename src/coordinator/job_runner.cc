@@ -83,10 +83,56 @@ http::Awaitable<Status> JobRunner::Handle(std::function<StatusOr<Actions>()> eve
   LoopLock lock(mutex_);
   if (engine_ == nullptr)
     co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " is not running yet");
+  if (resync_needed_) {
+    if (host_.clock().Now() < resync_after_) {
+      co_return UnavailableError("training job " + std::to_string(job_.id) +
+                                 " is waiting to retry its round after a store error");
+    }
+    auto resynced = Resync();  // kCoAwaitTemporaries
+    Status r = co_await std::move(resynced);
+    if (!r.ok()) co_return r;
+  }
   StatusOr<Actions> actions = event();
   if (!actions.ok()) co_return actions.status();
   auto execution = Execute(std::move(*actions));
-  co_return co_await std::move(execution);
+  Status s = co_await std::move(execution);
+  if (resync_needed_) {
+    // A transient error is usually over by now: retry the round at once rather than at the next tick.
+    auto resynced = Resync();  // kCoAwaitTemporaries
+    Status r = co_await std::move(resynced);
+    if (!r.ok()) PARSYN_LOG_WARN("training job {}: {} (retried on the timer)", job_.id, r.ToString());
+  }
+  co_return s;
+}
+
+http::Awaitable<Status> JobRunner::Resync() {
+  // The workers drop the tasks of the abandoned attempt (undelivered ones are removed).
+  for (const ParticipantView& p : engine_->participants()) {
+    host_.AbandonTask(p.worker, job_.id, engine_->round(), engine_->attempt());
+  }
+  pending_global_.reset();
+  auto loading = LoadCheckpoint("a store write of the attempt failed: " + resync_reason_);  // kCoAwaitTemporaries
+  StatusOr<EngineCheckpoint> checkpoint = co_await std::move(loading);
+  if (!checkpoint.ok()) {
+    resync_after_ = host_.clock().Now() + kResyncRetryInterval;
+    co_return checkpoint.status().WithContext("reloading the job after a store error");
+  }
+  resync_needed_ = false;
+  PARSYN_LOG_WARN(
+      "training job {}: retrying after a store error: resuming after round {} (attempt {} of round {} next)", job_.id,
+      checkpoint->last_committed_round, checkpoint->attempts_of_next_round + 1, checkpoint->last_committed_round + 1);
+  {
+    auto event_appended = host_.AppendEvent(
+        job_.id, "job_resumed", {{"committed_round", checkpoint->last_committed_round}, {"reason", resync_reason_}});
+    co_await std::move(event_appended);
+  }
+  engine_ = std::make_unique<RoundEngine>(engine_config_, strategy_, host_.clock());
+  StatusOr<Actions> actions = engine_->Restore(*checkpoint, host_.IdleWorkers());
+  if (!actions.ok()) co_return actions.status();
+  auto execution = Execute(std::move(*actions));
+  Status s = co_await std::move(execution);
+  if (resync_needed_) resync_after_ = host_.clock().Now() + kResyncRetryInterval;
+  co_return s;
 }
 
 http::Awaitable<Status> JobRunner::Execute(Actions actions) {  // by value: see kCoAwaitTemporaries
@@ -97,9 +143,17 @@ http::Awaitable<Status> JobRunner::Execute(Actions actions) {  // by value: see 
     work.pop_front();
     Status s = co_await Do(action, work);
     if (!s.ok()) {
-      // The engine has moved on; carry out the rest so memory and store stay as close as possible, and report.
       PARSYN_LOG_ERROR("training job {}: {}", job_.id, s.ToString());
       if (first_error.ok()) first_error = s;
+      if (!ended_) {
+        // The engine has moved on past what the store holds (e.g. a round it committed that the store did not):
+        // the rest of its actions would build on that. The attempt is abandoned instead, and the job is reloaded
+        // from the store and retries the round (Resync).
+        resync_needed_ = true;
+        resync_reason_ = s.message();
+        break;
+      }
+      // The job has ended: carry out the rest so memory and store stay as close as possible, and report.
     }
   }
   co_return first_error;
@@ -165,6 +219,7 @@ http::Awaitable<Status> JobRunner::TaskFailed(int64_t worker_id, int round, int 
 
 bool JobRunner::TickDue() const {
   if (ended_ || engine_ == nullptr) return false;
+  if (resync_needed_) return resync_after_ <= host_.clock().Now();
   std::optional<Clock::TimePoint> deadline = engine_->next_deadline();
   return deadline && *deadline <= host_.clock().Now();
 }
@@ -199,7 +254,7 @@ json JobRunner::LiveView() const {
   return {{"phase", JobPhaseName(engine_->phase())},
           {"round", engine_->round()},
           {"attempt", engine_->attempt()},
-          {"committed_round", engine_->last_committed_round()},
+          {"committed_round", job_.committed_round},  // as stored (the engine may be ahead until Resync)
           {"total_rounds", engine_config_.num_rounds},
           {"workers", ParticipantsJson(engine_->participants(), progress_)}};
 }

@@ -15,6 +15,13 @@
 //   jobs/<id>/rounds/<rrrrrr>-a<a>/updates/w<worker>.safetensors   a worker's update (signed PUT URL)
 //   jobs/<id>/artifacts/adapter_config.json                 the final adapter's PEFT config
 //
+// Store errors: when an action's durable write fails (StartRound, AssignShard, RecordUpdate, CommitRound, FailRound,
+// ...), the engine has already moved past what the store holds. The rest of its actions is dropped, the attempt's
+// tasks abandoned, and the job reloaded from the store as on a restart (Resync): the attempt in flight is failed
+// (not counted toward fault_tolerance) and the round retried as a new attempt from the last committed global. While
+// the store still fails, events are refused (Unavailable) and the reload is retried on Tick every
+// kResyncRetryInterval.
+//
 // Restart: Launch() of a running job fails the attempt that was in flight (not counted toward fault_tolerance),
 // rebuilds the engine checkpoint from the store (committed round, attempts, failures, shard owners) and resumes at
 // the last committed round + 1, so no committed round is lost, skipped or repeated.
@@ -121,6 +128,10 @@ class JobRunner {
   // Reloads the job from the store (model, dataset, shards, job, global of the last committed round), failing the
   // attempt still running there with the reason given, and returns the engine checkpoint to resume from.
   http::Awaitable<StatusOr<EngineCheckpoint>> LoadCheckpoint(std::string running_attempt_failure);
+  // After a failed action (resync_needed_): LoadCheckpoint and a new engine restored from it. Under the job's mutex.
+  http::Awaitable<Status> Resync();
+  // The outcome of Setup's or Resume's start: OK when the engine started, even if an action failed (Resync retries).
+  Status StartedOrRecovering(const Status& started) const;
   // Runs one engine event under the job's mutex and carries out its actions. Callers create the awaitable before
   // co_awaiting it, so the std::function is never a temporary inside a co_await (kCoAwaitTemporaries).
   http::Awaitable<Status> Handle(std::function<StatusOr<Actions>()> event);
@@ -163,6 +174,11 @@ class JobRunner {
   std::unique_ptr<RoundEngine> engine_;
   LoopMutex mutex_;
   bool ended_ = false;
+  static constexpr Clock::Duration kResyncRetryInterval = std::chrono::seconds(1);
+  bool resync_needed_ = false;  // an action failed: the engine is ahead of the store (see Store errors above)
+  std::string resync_reason_;
+  Clock::TimePoint resync_after_{};
+
   storage::Model model_;
   storage::Dataset dataset_;
   std::vector<storage::Shard> shards_;

@@ -149,7 +149,8 @@ http::Awaitable<Status> JobRunner::Setup() {
   engine_ = std::make_unique<RoundEngine>(engine_config_, strategy_, host_.clock());
   const std::vector<int64_t> idle = host_.IdleWorkers();
   auto handled = Handle([&] { return engine_->Start(idle); });  // kCoAwaitTemporaries
-  co_return co_await std::move(handled);
+  Status started = co_await std::move(handled);
+  co_return StartedOrRecovering(started);
 }
 
 http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::string running_attempt_failure) {
@@ -245,7 +246,15 @@ http::Awaitable<Status> JobRunner::Resume() {
   engine_ = std::make_unique<RoundEngine>(engine_config_, strategy_, host_.clock());
   const std::vector<int64_t> idle = host_.IdleWorkers();
   auto handled = Handle([&] { return engine_->Restore(checkpoint, idle); });  // kCoAwaitTemporaries
-  co_return co_await std::move(handled);
+  Status restored = co_await std::move(handled);
+  co_return StartedOrRecovering(restored);
+}
+
+Status JobRunner::StartedOrRecovering(const Status& started) const {
+  // Only a start the engine refused fails the job; a failed action (a store write) is retried by the runner itself.
+  if (started.ok() || engine_->phase() == JobPhase::kNotStarted) return started;
+  PARSYN_LOG_WARN("training job {}: started, retrying after: {}", job_.id, started.ToString());
+  return Status::Ok();
 }
 
 }  // namespace parsyn::coordinator
