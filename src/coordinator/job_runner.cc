@@ -111,7 +111,7 @@ http::Awaitable<Status> JobRunner::Resync() {
     host_.AbandonTask(p.worker, job_.id, engine_->round(), engine_->attempt());
   }
   pending_global_.reset();
-  auto loading = LoadCheckpoint("a store write of the attempt failed: " + resync_reason_);  // kCoAwaitTemporaries
+  auto loading = LoadCheckpoint("a store error during the attempt: " + resync_reason_);  // kCoAwaitTemporaries
   StatusOr<EngineCheckpoint> checkpoint = co_await std::move(loading);
   if (!checkpoint.ok()) {
     resync_after_ = host_.clock().Now() + kResyncRetryInterval;

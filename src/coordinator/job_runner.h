@@ -107,7 +107,7 @@ class JobRunner {
   void AddBytesMoved(uint64_t bytes) { bytes_moved_ += static_cast<int64_t>(bytes); }
 
  private:
-  // An update Result() read and checked before taking the job's mutex (see CheckUpdateFile in the .cc).
+  // An update Result() read and checked before taking the job's mutex (see CheckUpdateFile in job_updates.cc).
   struct CheckedUpdate {
     int round = 0;
     int attempt = 0;
