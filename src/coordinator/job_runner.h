@@ -1,7 +1,8 @@
-// JobRunner: one active training job on the coordinator's event loop. It owns the job's RoundEngine and FedAvg
+// JobRunner: one active training job on the coordinator's event loop, on a JobHost (job_host.h: the service, or a
+// test's fake). It owns the job's RoundEngine and FedAvg
 // strategy and carries out the engine's actions in order: every transition is written to the metadata store (and
 // an event appended) before the request that caused it is answered; validating and accumulating an update, and
-// writing the new global, run on the service's thread pool.
+// writing the new global, run on the host's thread pool.
 //
 // Events for a job are handled one at a time (a LoopMutex), each with all of its actions, including the follow-ups
 // from validation and aggregation, before the next one starts.
@@ -14,9 +15,20 @@
 //   jobs/<id>/rounds/<rrrrrr>-a<a>/updates/w<worker>.safetensors   a worker's update (signed PUT URL)
 //   jobs/<id>/artifacts/adapter_config.json                 the final adapter's PEFT config
 //
+// Store errors: when an action's durable write fails (StartRound, AssignShard, RecordUpdate, CommitRound, FailRound,
+// ...), the engine has already moved past what the store holds. The rest of its actions is dropped, the attempt's
+// tasks abandoned, and the job reloaded from the store as on a restart (Resync): the attempt in flight is failed
+// (not counted toward fault_tolerance) and the round retried as a new attempt from the last committed global. While
+// the store still fails, events are refused (Unavailable) and the reload is retried on Tick every
+// kResyncRetryInterval.
+//
 // Restart: Launch() of a running job fails the attempt that was in flight (not counted toward fault_tolerance),
 // rebuilds the engine checkpoint from the store (committed round, attempts, failures, shard owners) and resumes at
 // the last committed round + 1, so no committed round is lost, skipped or repeated.
+//
+// Files: job_runner.cc (events in, actions out: Handle/Execute/Do), job_setup.cc (Setup, Resume, LoadGlobal),
+// job_tasks.cc (round start, tasks and their upload grants), job_updates.cc (results, update checks and records),
+// job_commit.cc (aggregation, commit, failed rounds, the job's end and artifacts).
 //
 // Threads: loop thread only.
 #pragma once
@@ -32,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/job_host.h"
 #include "coordinator/job_spec.h"
 #include "coordinator/loop_tools.h"
 #include "coordinator/round_engine.h"
@@ -40,8 +53,6 @@
 #include "weights/weight_set.h"
 
 namespace parsyn::coordinator {
-
-class Service;
 
 // What a worker sends with POST /api/v1/worker/result.
 struct ResultReport {
@@ -58,7 +69,7 @@ struct ResultReport {
 
 class JobRunner {
  public:
-  JobRunner(Service& service, storage::TrainingJob job, JobSpec spec);
+  JobRunner(JobHost& host, storage::TrainingJob job, JobSpec spec);
   ~JobRunner();
 
   int64_t id() const { return job_.id; }
@@ -96,7 +107,7 @@ class JobRunner {
   void AddBytesMoved(uint64_t bytes) { bytes_moved_ += static_cast<int64_t>(bytes); }
 
  private:
-  // An update Result() read and checked before taking the job's mutex (see CheckUpdateFile in the .cc).
+  // An update Result() read and checked before taking the job's mutex (see CheckUpdateFile in job_updates.cc).
   struct CheckedUpdate {
     int round = 0;
     int attempt = 0;
@@ -114,6 +125,13 @@ class JobRunner {
   http::Awaitable<Status> Setup();
   http::Awaitable<Status> Resume();
   http::Awaitable<Status> LoadGlobal(std::string_view key, std::string_view sha256);
+  // Reloads the job from the store (model, dataset, shards, job, global of the last committed round), failing the
+  // attempt still running there with the reason given, and returns the engine checkpoint to resume from.
+  http::Awaitable<StatusOr<EngineCheckpoint>> LoadCheckpoint(std::string running_attempt_failure);
+  // After a failed action (resync_needed_): LoadCheckpoint and a new engine restored from it. Under the job's mutex.
+  http::Awaitable<Status> Resync();
+  // The outcome of Setup's or Resume's start: OK when the engine started, even if an action failed (Resync retries).
+  Status StartedOrRecovering(const Status& started) const;
   // Runs one engine event under the job's mutex and carries out its actions. Callers create the awaitable before
   // co_awaiting it, so the std::function is never a temporary inside a co_await (kCoAwaitTemporaries).
   http::Awaitable<Status> Handle(std::function<StatusOr<Actions>()> event);
@@ -130,17 +148,17 @@ class JobRunner {
   http::Awaitable<Status> WriteFinalArtifacts();
   http::Awaitable<Status> RecordUpdate(int64_t worker_id, int round, int attempt, const Status& verdict);
   StatusOr<nlohmann::json> BuildTask(const AssignTask& a) const;
-  // The task's "update_upload": the coordinator's signed /blobs PUT URL; with S3, a presigned create-only PUT (with
-  // the headers the worker must send), or presigned part URLs when a multipart upload was started for the worker.
+  // The task's "update_upload": the host's blob_urls() create-only PUT (the coordinator's signed /blobs URL, or an S3
+  // presigned PUT with the headers the worker must send), or part URLs when a multipart upload was started for it.
   StatusOr<nlohmann::json> UpdateUploadGrant(int64_t worker_id, const std::string& key) const;
-  // S3: starts a multipart upload for the worker's update when the job's updates may exceed the store's multipart
-  // threshold. Blocking store call: run on the pool.
+  // Starts a multipart upload for the worker's update when the store has them (blob_urls().multipart(), S3) and the
+  // job's updates may exceed its multipart threshold.
   http::Awaitable<Status> StartMultipartUploadIfLarge(int64_t worker_id, std::string key);  // by value: a coroutine
-  // S3: completes the worker's multipart upload of `key`, if one was started (before its update is checked).
+  // Completes the worker's multipart upload of `key`, if one was started (before its update is checked).
   http::Awaitable<void> CompleteMultipartUpload(int64_t worker_id, std::string key);
-  // S3: discards the parts of uploads under `prefix` (an attempt's, or RoundsPrefix()) that never completed. When the
-  // store cannot be reached, the next call sweeps all of RoundsPrefix() instead, so an outage leaves no parts behind
-  // once the store is back (the job's end sweeps it anyway).
+  // Multipart stores: discards the parts of uploads under `prefix` (an attempt's, or RoundsPrefix()) that never
+  // completed. When the store cannot be reached, the next call sweeps all of RoundsPrefix() instead, so an outage
+  // leaves no parts behind once the store is back (the job's end sweeps it anyway).
   http::Awaitable<void> AbortIncompleteUploads(std::string prefix);
   std::string RoundsPrefix() const;  // "jobs/<id>/rounds/"
   // TaskFailed for a task the coordinator could not send, run detached (logs instead of returning).
@@ -148,7 +166,7 @@ class JobRunner {
   std::string AttemptPrefix(int round, int attempt) const;
   std::string UpdateKey(int round, int attempt, int64_t worker_id) const;
 
-  Service& service_;
+  JobHost& host_;
   storage::TrainingJob job_;
   JobSpec spec_;
   RoundEngineConfig engine_config_;
@@ -156,6 +174,10 @@ class JobRunner {
   std::unique_ptr<RoundEngine> engine_;
   LoopMutex mutex_;
   bool ended_ = false;
+  static constexpr Clock::Duration kResyncRetryInterval = std::chrono::seconds(1);
+  bool resync_needed_ = false;  // an action failed: the engine is ahead of the store (see Store errors above)
+  std::string resync_reason_;
+  Clock::TimePoint resync_after_{};
 
   storage::Model model_;
   storage::Dataset dataset_;
@@ -174,7 +196,7 @@ class JobRunner {
   std::map<int64_t, std::string> last_verdicts_;           // "" accepted, else the rejection reason
   std::map<int64_t, CheckedUpdate> checked_updates_;       // by worker: checked early, waiting for the job's mutex
   std::map<std::string, uint64_t> verified_update_bytes_;  // by blob key: sizes of updates read by a check
-  // S3 multipart uploads handed to workers in this attempt, by worker (completed when the worker reports).
+  // Multipart uploads handed to workers in this attempt, by worker (completed when the worker reports).
   struct MultipartUpload {
     std::string key;
     std::string upload_id;

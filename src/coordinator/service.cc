@@ -11,6 +11,7 @@
 #include "coordinator/job_runner.h"
 #include "coordinator/loop_tools.h"
 #include "coordinator/service_routes.h"
+#include "coordinator/signed_blob_urls.h"
 #include "coordinator/static_routes.h"
 #include "http/signed_url.h"
 #include "storage/directory_blob_store.h"
@@ -47,6 +48,12 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
   service->new_admin_key_ = admin.new_key;
   PARSYN_ASSIGN_OR_RETURN(service->admin_key_hash_, service->store_->GetAdminKeyHash());
   PARSYN_ASSIGN_OR_RETURN(service->signing_secret_, LoadOrCreateSigningSecret(dir));
+  if (service->blob_urls_ == nullptr) {
+    Service* self = service.get();
+    service->signed_blob_urls_ = std::make_unique<SignedBlobUrls>(
+        service->signing_secret_, [self] { return self->options_.public_url; }, service->clock_);
+    service->blob_urls_ = service->signed_blob_urls_.get();
+  }
   PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Worker> workers, service->store_->ListWorkers());
   const int64_t now = service->clock_.UnixMillis();
   for (storage::Worker& w : workers) {
@@ -67,11 +74,12 @@ Status Service::OpenBlobs() {
     return Status::Ok();
   }
   PARSYN_ASSIGN_OR_RETURN(blobs_, storage::OpenBlobStore(options_.blobs_uri));
-  s3_ = dynamic_cast<storage::S3BlobStore*>(blobs_.get());
-  if (s3_ != nullptr) {
-    if (options_.signed_url_ttl > std::chrono::hours(24 * 7)) {
-      return InvalidArgumentError("S3 presigned URLs last at most 7 days; the signed URL lifetime is " +
-                                  std::to_string(options_.signed_url_ttl.count()) + " s");
+  blob_urls_ = blobs_->url_issuer();
+  if (blob_urls_ != nullptr) {
+    if (options_.signed_url_ttl > blob_urls_->max_ttl()) {
+      return InvalidArgumentError(
+          "the blob store's presigned URLs last at most " + std::to_string(blob_urls_->max_ttl().count() / 86400) +
+          " days; the signed URL lifetime is " + std::to_string(options_.signed_url_ttl.count()) + " s");
     }
     // Fail at start, not in the middle of a job, when the bucket cannot be reached. A missing probe key is the
     // expected answer; some stores answer 403 for missing keys to callers without ListBucket, which is fine too.
@@ -86,12 +94,10 @@ Status Service::OpenBlobs() {
 }
 
 std::string Service::BlobGetUrl(std::string_view key) const {
-  if (s3_ != nullptr) {
-    StatusOr<storage::PresignedRequest> presigned = s3_->PresignGet(key, options_.signed_url_ttl);
-    // Presigning is local and the key and lifetime were checked at start: an error here is a bug.
-    if (presigned.ok()) return presigned->url;
-    PARSYN_LOG_ERROR("presigning GET {}: {}", key, presigned.status().ToString());
-  }
+  StatusOr<std::string> url = blob_urls_->GetUrl(key, options_.signed_url_ttl);
+  // Presigning is local and the key and lifetime were checked at start: an error here is a bug.
+  if (url.ok()) return *url;
+  PARSYN_LOG_ERROR("presigning GET {}: {}", key, url.status().ToString());
   return SignedBlobUrl("GET", key);
 }
 
@@ -129,8 +135,7 @@ StatusOr<int64_t> Service::AuthenticateWorker(const http::Request& req) const {
 
 std::string Service::SignedBlobUrl(std::string_view method, std::string_view key) const {
   const int64_t expires = clock_.UnixMillis() / 1000 + options_.signed_url_ttl.count();
-  return options_.public_url + "/blobs/" + std::string(key) + "?" +
-         http::SignUrl(signing_secret_, method, key, expires);
+  return coordinator::SignedBlobUrl(signing_secret_, options_.public_url, method, key, expires);
 }
 
 http::Signal& Service::EventSignal(int64_t job_id) {

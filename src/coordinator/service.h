@@ -29,11 +29,12 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "coordinator/job_host.h"
 #include "http/server.h"
 #include "http/signal.h"
 #include "storage/blob_store.h"
+#include "storage/blob_urls.h"
 #include "storage/metadata_store.h"
-#include "storage/s3_blob_store.h"
 
 namespace parsyn::coordinator {
 
@@ -64,12 +65,12 @@ struct RouteInfo {
   std::string pattern;
 };
 
-class Service {
+class Service final : public JobHost {
  public:
   // Opens (creating on first start) the stores under options.data_dir and the admin key. Blocking.
   // Unavailable / DataLoss / FailedPrecondition from the stores and files, named.
   static StatusOr<std::unique_ptr<Service>> Open(boost::asio::io_context& io, ServiceOptions options);
-  ~Service();
+  ~Service() override;
 
   // The admin key when it was created by this Open (the first start): print it once.
   const std::optional<std::string>& new_admin_key() const { return new_admin_key_; }
@@ -84,34 +85,36 @@ class Service {
 
   // ---- For the coordinator's own routes and job runners (loop thread only). ----
   const ServiceOptions& options() const { return options_; }
-  storage::MetadataStore& store() { return *store_; }
-  storage::BlobStore& blobs() { return *blobs_; }
-  boost::asio::thread_pool& pool() { return pool_; }
+  storage::MetadataStore& store() override { return *store_; }
+  storage::BlobStore& blobs() override { return *blobs_; }
+  // The blob store's own URL issuer (S3 presigning), else the coordinator's signed /blobs URLs. Chosen at Open.
+  storage::BlobUrlIssuer& blob_urls() override { return *blob_urls_; }
+  std::chrono::seconds signed_url_ttl() const override { return options_.signed_url_ttl; }
+  boost::asio::thread_pool& pool() override { return pool_; }
   // For StreamBodyInto of uploads only: its threads block on the network as much as on the disk.
   boost::asio::thread_pool& upload_pool() { return upload_pool_; }
-  const Clock& clock() const { return clock_; }
-  boost::asio::any_io_executor executor() { return io_.get_executor(); }
+  const Clock& clock() const override { return clock_; }
+  boost::asio::any_io_executor executor() override { return io_.get_executor(); }
   // A URL for `method` on blob `key` at /blobs/..., valid for signed_url_ttl.
   std::string SignedBlobUrl(std::string_view method, std::string_view key) const;
-  // Where a worker GETs blob `key`: an S3 presigned URL with an S3 store, else SignedBlobUrl("GET", key).
-  std::string BlobGetUrl(std::string_view key) const;
-  // The S3 store when the service runs on one (presigned PUTs and multipart uploads for workers), else null.
-  storage::S3BlobStore* s3() const { return s3_; }
+  // Where a worker GETs blob `key`: blob_urls()'s URL (e.g. S3 presigned), else SignedBlobUrl("GET", key).
+  std::string BlobGetUrl(std::string_view key) const override;
   // Temporary local copies of blobs from stores without local files (LocalBlobCopy).
-  std::filesystem::path spool_dir() const { return options_.data_dir / "spool"; }
+  std::filesystem::path spool_dir() const override { return options_.data_dir / "spool"; }
+  std::filesystem::path tmp_dir() const override { return options_.data_dir / "tmp"; }
   // Appends a job event to the store and wakes the job's event streams. Errors are logged, not returned: events
   // describe changes already stored.
-  http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, nlohmann::json payload);
+  http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, nlohmann::json payload) override;
   http::Signal& EventSignal(int64_t job_id);
   // Queues a task for a worker and wakes its long-poll. False when the worker has no session (it went away).
-  bool DeliverTask(int64_t worker_id, int64_t job_id, nlohmann::json task);
+  bool DeliverTask(int64_t worker_id, int64_t job_id, nlohmann::json task) override;
   // Tells a worker to drop a task (straggler, job ended): removed if not yet delivered, else reported in its next
   // heartbeat's "abandon" list.
-  void AbandonTask(int64_t worker_id, int64_t job_id, int round, int attempt);
+  void AbandonTask(int64_t worker_id, int64_t job_id, int round, int attempt) override;
   // The worker's delivered task of this job is over (reported, refused or the job ended).
-  void TaskFinished(int64_t worker_id, int64_t job_id);
+  void TaskFinished(int64_t worker_id, int64_t job_id) override;
   // Workers online with nothing to do: the engine's idle set when a job starts or resumes.
-  std::vector<int64_t> IdleWorkers() const;
+  std::vector<int64_t> IdleWorkers() const override;
   JobRunner* FindRunner(int64_t job_id);
   // Starts a runner for a stored job (queued: set up and start round 1; running: resume). On the loop.
   http::Awaitable<void> LaunchJob(storage::TrainingJob job);
@@ -147,7 +150,7 @@ class Service {
 
   Service(boost::asio::io_context& io, ServiceOptions options);
 
-  // Opens the blob store named by options_.blobs_uri (checking that an S3 bucket answers).
+  // Opens the blob store named by options_.blobs_uri (checking that a store issuing its own URLs, S3, answers).
   Status OpenBlobs();
   Status AddApiRoutes(Routes& routes);
   Status AddJobRoutes(Routes& routes);
@@ -174,9 +177,10 @@ class Service {
   boost::asio::thread_pool upload_pool_;
   std::unique_ptr<storage::MetadataStore> store_;
   std::unique_ptr<storage::BlobStore> blobs_;
-  storage::S3BlobStore* s3_ = nullptr;  // blobs_ when it is an S3 store
   std::string admin_key_hash_;
   std::string signing_secret_;
+  std::unique_ptr<storage::BlobUrlIssuer> signed_blob_urls_;  // when the store issues no URLs of its own
+  storage::BlobUrlIssuer* blob_urls_ = nullptr;
   std::optional<std::string> new_admin_key_;
   std::vector<RouteInfo> routes_;
   std::map<std::string, WorkerAuth, std::less<>> worker_tokens_;  // token sha256 -> worker

@@ -52,9 +52,15 @@ struct PutOptions {
   bool durable = true;
 };
 
+class BlobUrlIssuer;
+
 class BlobStore {
  public:
   virtual ~BlobStore() = default;
+
+  // URLs this store issues itself for holders without credentials (blob_urls.h); null when it has none (the
+  // coordinator then signs its own /blobs URLs).
+  virtual BlobUrlIssuer* url_issuer() { return nullptr; }
 
   // Stores the stream under `key` and returns its size and sha256. The blob is visible to Get()/Head()/List() only
   // complete, and is durable once Put() returns OK (directory: temp file, fsync, link, fsync dir) unless

@@ -25,6 +25,12 @@ class FaultyMetadataStore final : public MetadataStore {
     writes_until_failure_ = n;
     error_ = std::move(error);
   }
+  // The next `count` writes all return `error` (an outage); later writes pass through.
+  void FailNextWrites(int count, Status error) {
+    std::lock_guard lock(mu_);
+    writes_failing_ = count;
+    error_ = std::move(error);
+  }
   // Writes that reached the wrapped store so far.
   int writes_passed() const {
     std::lock_guard lock(mu_);
@@ -133,6 +139,10 @@ class FaultyMetadataStore final : public MetadataStore {
   auto Write(F&& write) -> decltype(write()) {
     {
       std::lock_guard lock(mu_);
+      if (writes_failing_ > 0) {
+        --writes_failing_;
+        return error_;
+      }
       if (writes_until_failure_ > 0 && --writes_until_failure_ == 0) return error_;
     }
     auto result = write();
@@ -145,6 +155,7 @@ class FaultyMetadataStore final : public MetadataStore {
   MetadataStore& inner_;
   mutable std::mutex mu_;
   int writes_until_failure_ = 0;  // 0: no failure pending
+  int writes_failing_ = 0;        // writes still to fail in an outage
   int writes_passed_ = 0;
   Status error_;
 };

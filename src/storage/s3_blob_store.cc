@@ -972,6 +972,24 @@ StatusOr<PresignedRequest> S3BlobStore::PresignUploadPart(std::string_view key, 
                  expires);
 }
 
+StatusOr<std::string> S3BlobStore::GetUrl(std::string_view key, seconds ttl) const {
+  PARSYN_ASSIGN_OR_RETURN(PresignedRequest get, PresignGet(key, ttl));
+  return std::move(get.url);
+}
+
+StatusOr<UrlGrant> S3BlobStore::PutGrant(std::string_view key, seconds ttl) const {
+  PARSYN_ASSIGN_OR_RETURN(PresignedRequest put, PresignPut(key, ttl));
+  return UrlGrant{.url = std::move(put.url), .headers = std::move(put.headers)};
+}
+
+seconds S3BlobStore::max_ttl() const { return kMaxPresignExpiry; }
+
+StatusOr<UrlGrant> S3BlobStore::PartGrant(std::string_view key, std::string_view upload_id, int part_number,
+                                          seconds ttl) const {
+  PARSYN_ASSIGN_OR_RETURN(PresignedRequest part, PresignUploadPart(key, upload_id, part_number, ttl));
+  return UrlGrant{.url = std::move(part.url), .headers = std::move(part.headers)};
+}
+
 StatusOr<std::vector<UploadedPart>> S3BlobStore::ListUploadedParts(std::string_view key, std::string_view upload_id) {
   PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
   std::vector<UploadedPart> parts;

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "storage/blob_store.h"
+#include "storage/blob_urls.h"
 #include "storage/s3_sigv4.h"
 
 namespace parsyn::storage {
@@ -91,7 +92,8 @@ struct IncompleteUpload {
   std::string upload_id;
 };
 
-class S3BlobStore final : public BlobStore {
+// Also its own BlobUrlIssuer (presigned GET and create-only PUT URLs) and MultipartUrlIssuer (presigned part URLs).
+class S3BlobStore final : public BlobStore, public BlobUrlIssuer, public MultipartUrlIssuer {
  public:
   // Checks the options (bucket name, prefix, part sizes); does not contact the store.
   static StatusOr<std::unique_ptr<S3BlobStore>> Create(S3BlobStoreOptions options);
@@ -134,6 +136,23 @@ class S3BlobStore final : public BlobStore {
   StatusOr<int> AbortIncompleteUploads(std::string_view prefix);
 
   const S3BlobStoreOptions& options() const { return options_; }
+
+  // BlobUrlIssuer and MultipartUrlIssuer (blob_urls.h), on the calls above. PutGrant declares no sha256.
+  BlobUrlIssuer* url_issuer() override { return this; }
+  StatusOr<std::string> GetUrl(std::string_view key, std::chrono::seconds ttl) const override;
+  StatusOr<UrlGrant> PutGrant(std::string_view key, std::chrono::seconds ttl) const override;
+  std::chrono::seconds max_ttl() const override;
+  bool transfers_bypass_coordinator() const override { return true; }
+  MultipartUrlIssuer* multipart() override { return this; }
+  uint64_t multipart_threshold_bytes() const override { return options_.multipart_threshold_bytes; }
+  uint64_t part_size_bytes() const override { return options_.part_size_bytes; }
+  StatusOr<std::string> StartUpload(std::string_view key) override { return StartMultipartUpload(key); }
+  StatusOr<UrlGrant> PartGrant(std::string_view key, std::string_view upload_id, int part_number,
+                               std::chrono::seconds ttl) const override;
+  StatusOr<BlobInfo> CompleteUpload(std::string_view key, std::string_view upload_id) override {
+    return CompleteMultipartUpload(key, upload_id);
+  }
+  StatusOr<int> AbortUploadsUnder(std::string_view prefix) override { return AbortIncompleteUploads(prefix); }
 
  private:
   class Http;

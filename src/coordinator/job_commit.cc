@@ -1,0 +1,243 @@
+#include "coordinator/job_runner.h"
+
+#include <fmt/format.h>
+
+#include "base/log.h"
+#include "coordinator/job_runner_internal.h"
+#include "storage/byte_source.h"
+#include "weights/lora_layout.h"
+#include "weights/safetensors.h"
+
+namespace parsyn::coordinator {
+
+using nlohmann::json;
+using storage::JobStatus;
+
+http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std::deque<Action>& work) {
+  const std::string key = AttemptPrefix(a.round, a.attempt) + "/global.safetensors";
+  struct Aggregated {
+    std::shared_ptr<weights::WeightSet> weights;
+    storage::BlobInfo info;
+  };
+  // The new global is a durable blob before the engine hears that aggregation finished (and so before commit).
+  double finish_ms = 0, serialize_ms = 0, put_ms = 0;
+  StatusOr<Aggregated> aggregated = co_await Offload(host_.pool(), [&]() -> StatusOr<Aggregated> {
+    auto phase_start = std::chrono::steady_clock::now();
+    PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, strategy_.Finish());
+    finish_ms = MillisSince(phase_start);
+    phase_start = std::chrono::steady_clock::now();
+    mean.metadata()["format"] = "pt";
+    const std::vector<std::byte> image = weights::SerializeSafetensors(mean);
+    serialize_ms = MillisSince(phase_start);
+    phase_start = std::chrono::steady_clock::now();
+    // Streamed from the image itself (PutBytes would take a copy of it).
+    struct ImageSource final : storage::ByteSource {
+      std::span<const std::byte> rest;
+      StatusOr<size_t> Read(std::span<std::byte> buffer) override {
+        const size_t n = std::min(buffer.size(), rest.size());
+        std::copy_n(rest.begin(), n, buffer.begin());
+        rest = rest.subspan(n);
+        return n;
+      }
+    } source;
+    source.rest = image;
+    Aggregated out;
+    StatusOr<storage::BlobInfo> stored = host_.blobs().Put(key, source);
+    // As in PutBytes: a global left by a run that crashed before its commit holds the same deterministic bytes.
+    if (!stored.ok() && stored.status().code() == StatusCode::kAlreadyExists) stored = host_.blobs().Head(key);
+    PARSYN_ASSIGN_OR_RETURN(out.info, std::move(stored));
+    put_ms = MillisSince(phase_start);
+    out.weights = std::make_shared<weights::WeightSet>(std::move(mean));
+    return out;
+  });
+  PARSYN_LOG_DEBUG("training job {}: round {} aggregated: finish {:.1f} ms, serialize {:.1f} ms, durable put {:.1f} ms",
+                   job_.id, a.round, finish_ms, serialize_ms, put_ms);
+  Status outcome = aggregated.status();
+  if (aggregated.ok()) {
+    pending_global_ = PendingGlobal{.key = key, .sha256 = aggregated->info.sha256, .weights = aggregated->weights};
+    bytes_moved_ += static_cast<int64_t>(aggregated->info.size_bytes);
+  } else {
+    PARSYN_LOG_ERROR("training job {}: aggregating round {}: {}", job_.id, a.round, outcome.ToString());
+  }
+  StatusOr<Actions> next = engine_->AggregationFinished(a.round, a.attempt, outcome);
+  if (!next.ok()) co_return next.status();
+  work.insert(work.begin(), next->begin(), next->end());
+  co_return Status::Ok();
+}
+
+http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound& a) {
+  if (!pending_global_) co_return InternalError("round " + std::to_string(a.round) + " commits without a global");
+  storage::RoundCommit commit{.job_id = job_.id,
+                              .round = a.round,
+                              .attempt = a.attempt,
+                              .global_blob_key = pending_global_->key,
+                              .global_sha256 = pending_global_->sha256,
+                              .ended_at_ms = host_.clock().UnixMillis(),
+                              .train_loss = a.num_updates > 0 ? std::optional<double>(a.train_loss) : std::nullopt,
+                              .validation_loss = pending_validation_loss_,
+                              .bytes_moved = bytes_moved_};
+  const std::string artifact_name = fmt::format("rounds/{:06}/global.safetensors", a.round);
+  const auto commit_start = std::chrono::steady_clock::now();
+  StatusOr<storage::BlobInfo> info =
+      co_await Offload(host_.pool(), [&] { return host_.blobs().Head(pending_global_->key); });
+  if (!info.ok()) co_return info.status();
+  Status committed = co_await Offload(host_.pool(), [&]() -> Status {
+    PARSYN_RETURN_IF_ERROR(host_.store().CommitRound(commit));
+    // Every committed global stays downloadable as an artifact of the job.
+    Status added = host_.store().AddJobArtifact({.job_id = job_.id,
+                                                 .name = artifact_name,
+                                                 .blob_key = commit.global_blob_key,
+                                                 .size_bytes = static_cast<int64_t>(info->size_bytes),
+                                                 .sha256 = commit.global_sha256,
+                                                 .created_at_ms = commit.ended_at_ms});
+    if (!added.ok() && added.code() != StatusCode::kAlreadyExists) return added;
+    return Status::Ok();
+  });
+  if (!committed.ok()) co_return committed;
+  PARSYN_LOG_DEBUG("training job {}: round {} committed in the store in {:.1f} ms", job_.id, a.round,
+                   MillisSince(commit_start));
+  job_.committed_round = a.round;
+  global_ = pending_global_->weights;
+  global_key_ = pending_global_->key;
+  global_sha256_ = pending_global_->sha256;
+  global_size_bytes_ = info->size_bytes;
+  pending_global_.reset();
+  {
+    auto event_appended =
+        host_.AppendEvent(job_.id, "round_committed",
+                          {{"round", a.round},
+                           {"attempt", a.attempt},
+                           {"total_rounds", engine_config_.num_rounds},
+                           {"train_loss", a.train_loss},
+                           {"validation_loss", pending_validation_loss_ ? json(*pending_validation_loss_) : json()},
+                           {"num_updates", a.num_updates},
+                           {"num_samples", a.num_samples},
+                           {"global_sha256", global_sha256_}});
+    co_await std::move(event_appended);
+  }
+  pending_validation_loss_.reset();
+  {
+    auto aborted = AbortIncompleteUploads(AttemptPrefix(a.round, a.attempt) + "/");  // kCoAwaitTemporaries
+    co_await std::move(aborted);
+  }
+  co_return Status::Ok();
+}
+
+http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, const std::deque<Action>& work) {
+  storage::RoundFailure failure{.job_id = job_.id,
+                                .round = a.round,
+                                .attempt = a.attempt,
+                                .reason = a.reason,
+                                .ended_at_ms = host_.clock().UnixMillis(),
+                                .bytes_moved = bytes_moved_};
+  for (const Action& next : work) {
+    if (const auto* f = std::get_if<JobFailed>(&next)) failure.fail_job_reason = f->reason;
+  }
+  Status failed = co_await Offload(host_.pool(), [&] { return host_.store().FailRound(failure); });
+  if (!failed.ok()) co_return failed;
+  pending_global_.reset();
+  {
+    auto aborted = AbortIncompleteUploads(AttemptPrefix(a.round, a.attempt) + "/");  // kCoAwaitTemporaries
+    co_await std::move(aborted);
+  }
+  {
+    auto event_appended = host_.AppendEvent(job_.id, "round_failed",
+                                            {{"round", a.round},
+                                             {"attempt", a.attempt},
+                                             {"reason", a.reason},
+                                             {"consecutive_failures", a.consecutive_failures},
+                                             {"fault_tolerance", engine_config_.fault_tolerance}});
+    co_await std::move(event_appended);
+  }
+  co_return Status::Ok();
+}
+
+http::Awaitable<Status> JobRunner::WriteFinalArtifacts() {
+  if (job_.committed_round == 0) co_return Status::Ok();  // nothing trained: no result to publish
+  const std::string adapter_config_key = fmt::format("jobs/{}/artifacts/adapter_config.json", job_.id);
+  const int64_t now = host_.clock().UnixMillis();
+  const std::string global_key = global_key_;
+  const std::string global_sha = global_sha256_;
+  const int64_t global_size = static_cast<int64_t>(global_size_bytes_);
+  json adapter_config;
+  if (spec_.config.use_peft) {
+    StatusOr<std::vector<std::string>> targets = weights::NormalizeLoraTargets(spec_.config.lora_target_modules);
+    adapter_config = {{"peft_type", "LORA"},
+                      {"task_type", "CAUSAL_LM"},
+                      {"base_model_name_or_path", model_.name},
+                      {"r", spec_.config.lora_r},
+                      {"lora_alpha", spec_.config.lora_alpha},
+                      {"lora_dropout", spec_.config.lora_dropout},
+                      {"target_modules", targets.ok() ? *targets : spec_.config.lora_target_modules},
+                      {"bias", "none"},
+                      {"fan_in_fan_out", false},
+                      {"inference_mode", true},
+                      {"init_lora_weights", true},
+                      {"modules_to_save", nullptr},
+                      {"revision", nullptr}};
+  }
+  const bool peft = spec_.config.use_peft;
+  Status written = co_await Offload(host_.pool(), [&]() -> Status {
+    auto add = [&](std::string name, std::string key, int64_t size, std::string sha) -> Status {
+      Status s = host_.store().AddJobArtifact({.job_id = job_.id,
+                                               .name = std::move(name),
+                                               .blob_key = std::move(key),
+                                               .size_bytes = size,
+                                               .sha256 = std::move(sha),
+                                               .created_at_ms = now});
+      return s.code() == StatusCode::kAlreadyExists ? Status::Ok() : s;
+    };
+    if (!peft) return add("model.safetensors", global_key, global_size, global_sha);
+    PARSYN_RETURN_IF_ERROR(add("adapter_model.safetensors", global_key, global_size, global_sha));
+    PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo info,
+                            PutBytes(host_.blobs(), adapter_config_key, adapter_config.dump(2) + "\n"));
+    return add("adapter_config.json", adapter_config_key, static_cast<int64_t>(info.size_bytes), info.sha256);
+  });
+  co_return written;
+}
+
+http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string_view reason_view) {
+  const std::string reason(reason_view);
+  Status artifacts = Status::Ok();
+  if (status == JobStatus::kSucceeded || status == JobStatus::kStopped) artifacts = co_await WriteFinalArtifacts();
+  const int64_t now = host_.clock().UnixMillis();
+  StatusOr<storage::TrainingJob> ended = co_await Offload(host_.pool(), [&]() -> StatusOr<storage::TrainingJob> {
+    PARSYN_ASSIGN_OR_RETURN(storage::TrainingJob current, host_.store().GetJob(job_.id));
+    if (current.status != status) {  // else FailRound already failed it in the same transaction
+      PARSYN_ASSIGN_OR_RETURN(current, host_.store().SetJobStatus(job_.id, status, now, reason));
+    }
+    // An attempt still waiting or training when the job was stopped or cancelled ends with the job.
+    PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Round> rounds, host_.store().ListRounds(job_.id));
+    for (const storage::Round& r : rounds) {
+      if (r.status != storage::RoundStatus::kRunning) continue;
+      PARSYN_RETURN_IF_ERROR(
+          host_.store().FailRound({.job_id = job_.id,
+                                   .round = r.round,
+                                   .attempt = r.attempt,
+                                   .reason = "the job ended (" + std::string(storage::ToString(status)) + ")",
+                                   .ended_at_ms = now,
+                                   .bytes_moved = bytes_moved_,
+                                   .counts_toward_fault_tolerance = false}));
+    }
+    return current;
+  });
+  if (ended.ok()) job_ = *ended;
+  ended_ = true;
+  {
+    auto aborted = AbortIncompleteUploads(RoundsPrefix());  // kCoAwaitTemporaries: every attempt's leftovers
+    co_await std::move(aborted);
+  }
+  // Workers still holding a task of this job are told through DropWorker(kJobEnded); free their slots here.
+  for (const ParticipantView& p : engine_->participants()) host_.TaskFinished(p.worker, job_.id);
+  json payload = {{"status", storage::ToString(status)}, {"committed_round", job_.committed_round}};
+  if (!reason.empty()) payload["reason"] = reason;
+  {
+    auto event_appended = host_.AppendEvent(job_.id, "job_status", payload);
+    co_await std::move(event_appended);
+  }
+  global_.reset();  // the weights are in the blob store; an ended job holds no memory
+  if (!artifacts.ok()) co_return artifacts;
+  co_return ended.status();
+}
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,65 @@
+// JobHost: what a JobRunner needs of the coordinator around it, and nothing more: the stores, the URLs workers get
+// for blobs, the thread pool and the loop's executor, the clock, a few settings, job events, and the worker
+// sessions (task delivery, abandon, finish, who is idle). `Service` implements it; a unit test can implement it on
+// MemoryBlobStore, FaultyMetadataStore and FakeClock (job_runner_test.cc).
+//
+// Threads: called on the event loop only (the stores themselves are called from the pool, through Offload).
+#pragma once
+
+#include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/clock.h"
+#include "http/server.h"
+#include "storage/blob_store.h"
+#include "storage/blob_urls.h"
+#include "storage/metadata_store.h"
+
+namespace parsyn::coordinator {
+
+class JobHost {
+ public:
+  virtual ~JobHost() = default;
+
+  virtual storage::MetadataStore& store() = 0;
+  virtual storage::BlobStore& blobs() = 0;
+  // The URLs workers get for blobs: the store's own (S3 presigning) or the coordinator's signed /blobs URLs.
+  virtual storage::BlobUrlIssuer& blob_urls() = 0;
+  // Where a worker GETs blob `key` (blob_urls(), falling back to a signed /blobs URL should presigning fail).
+  virtual std::string BlobGetUrl(std::string_view key) const = 0;
+  // How long the URLs handed to workers stay valid.
+  virtual std::chrono::seconds signed_url_ttl() const = 0;
+  // For blocking work (store calls, blob I/O, validation, aggregation), through Offload.
+  virtual boost::asio::thread_pool& pool() = 0;
+  // The event loop's.
+  virtual boost::asio::any_io_executor executor() = 0;
+  virtual const Clock& clock() const = 0;
+  // Temporary local copies of blobs from stores without local files (LocalBlobCopy).
+  virtual std::filesystem::path spool_dir() const = 0;
+  // Scratch files (shards being written).
+  virtual std::filesystem::path tmp_dir() const = 0;
+
+  // Appends a job event to the store and wakes the job's event streams. Errors are logged, not returned: events
+  // describe changes already stored.
+  virtual http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, nlohmann::json payload) = 0;
+  // Queues a task for a worker and wakes its long-poll. False when the worker has no session (it went away).
+  virtual bool DeliverTask(int64_t worker_id, int64_t job_id, nlohmann::json task) = 0;
+  // Tells a worker to drop a task (straggler, job ended): removed if not yet delivered, else reported in its next
+  // heartbeat's "abandon" list.
+  virtual void AbandonTask(int64_t worker_id, int64_t job_id, int round, int attempt) = 0;
+  // The worker's delivered task of this job is over (reported, refused or the job ended).
+  virtual void TaskFinished(int64_t worker_id, int64_t job_id) = 0;
+  // Workers online with nothing to do: the engine's idle set when a job starts or resumes.
+  virtual std::vector<int64_t> IdleWorkers() const = 0;
+};
+
+}  // namespace parsyn::coordinator

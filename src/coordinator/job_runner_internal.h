@@ -1,0 +1,37 @@
+// Helpers shared by the files of JobRunner (job_runner.cc, job_setup.cc, job_tasks.cc, job_updates.cc,
+// job_commit.cc). Not for other users.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "storage/blob_store.h"
+#include "storage/byte_source.h"
+#include "storage/metadata_store.h"
+
+namespace parsyn::coordinator {
+
+// Updates carry the global's tensors: the same bytes plus a header that may differ in key order and metadata.
+inline constexpr uint64_t kUpdateHeaderSlackBytes = 1 << 20;
+
+inline std::string_view DatasetExtension(storage::DatasetFormat format) {
+  return format == storage::DatasetFormat::kCsv ? "csv" : "jsonl";
+}
+
+inline StatusOr<storage::BlobInfo> PutBytes(storage::BlobStore& blobs, const std::string& key, std::string bytes) {
+  storage::StringByteSource source(std::move(bytes));
+  StatusOr<storage::BlobInfo> info = blobs.Put(key, source);
+  // A blob left by a run that crashed before recording it holds the same deterministic bytes: reuse it.
+  if (!info.ok() && info.status().code() == StatusCode::kAlreadyExists) return blobs.Head(key);
+  return info;
+}
+
+// For the debug log's per-phase timings.
+inline double MillisSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,471 @@
+// In-process tests of JobRunner on a fake JobHost: an in-memory SQLite store behind FaultyMetadataStore, a
+// MemoryBlobStore, FakeClock and a real io_context run by the test. Scripted workers train "updates" without torch:
+// each is the task's global plus a constant that depends on the round and the worker's shard only, so every run of
+// a job, interrupted or not, commits the same globals.
+//
+// Covered: normal rounds (FedAvg of the updates), a store error at each durable write of a job (the runner neither
+// runs ahead of the store nor wedges: it retries the round once the store answers), and a restart from each
+// checkpoint (a new runner on the same stores finishes with the same final global).
+#include "coordinator/job_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/testing/temp_dir.h"
+#include "coordinator/loop_tools.h"
+#include "storage/byte_source.h"
+#include "storage/faulty_metadata_store.h"
+#include "storage/memory_blob_store.h"
+#include "storage/sqlite_store.h"
+#include "weights/safetensors.h"
+
+namespace parsyn::coordinator {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kRounds = 3;
+constexpr int kRows = 40;
+constexpr std::string_view kUrlScheme = "mem:";
+
+// Workers get "mem:<key>" URLs and write their updates straight into the memory store.
+class MemoryBlobUrls final : public storage::BlobUrlIssuer {
+ public:
+  StatusOr<std::string> GetUrl(std::string_view key, std::chrono::seconds) const override {
+    return std::string(kUrlScheme) + std::string(key);
+  }
+  StatusOr<storage::UrlGrant> PutGrant(std::string_view key, std::chrono::seconds) const override {
+    return storage::UrlGrant{.url = std::string(kUrlScheme) + std::string(key), .headers = {}};
+  }
+  std::chrono::seconds max_ttl() const override { return std::chrono::hours(24); }
+  bool transfers_bypass_coordinator() const override { return true; }
+};
+
+// The service's part for one job: stores, pool, clock, and worker sessions reduced to a task queue per worker.
+class FakeHost final : public JobHost {
+ public:
+  struct Session {
+    bool online = true;
+    std::deque<json> queued;      // delivered by the runner, not yet picked up
+    std::optional<json> current;  // being worked on
+  };
+
+  FakeHost(boost::asio::io_context& io, storage::MetadataStore& store, storage::BlobStore& blobs, const Clock& clock,
+           std::filesystem::path dir)
+      : io_(io), store_(store), blobs_(blobs), clock_(clock), dir_(std::move(dir)), pool_(2) {}
+  ~FakeHost() override { pool_.join(); }
+
+  storage::MetadataStore& store() override { return store_; }
+  storage::BlobStore& blobs() override { return blobs_; }
+  storage::BlobUrlIssuer& blob_urls() override { return urls_; }
+  std::string BlobGetUrl(std::string_view key) const override { return *urls_.GetUrl(key, {}); }
+  std::chrono::seconds signed_url_ttl() const override { return std::chrono::hours(1); }
+  boost::asio::thread_pool& pool() override { return pool_; }
+  boost::asio::any_io_executor executor() override { return io_.get_executor(); }
+  const Clock& clock() const override { return clock_; }
+  std::filesystem::path spool_dir() const override { return dir_ / "spool"; }
+  std::filesystem::path tmp_dir() const override { return dir_ / "tmp"; }
+
+  http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, json payload) override {
+    storage::JobEvent event{
+        .job_id = job_id, .type = type, .payload_json = payload.dump(), .time_ms = clock_.UnixMillis()};
+    StatusOr<int64_t> id = co_await Offload(pool_, [&] { return store_.AppendJobEvent(event); });
+    if (!id.ok()) PARSYN_LOG_WARN("event {} not stored: {}", type, id.status().ToString());
+  }
+  bool DeliverTask(int64_t worker_id, int64_t, json task) override {
+    Session& s = sessions_[worker_id];
+    if (!s.online) return false;
+    s.queued.push_back(std::move(task));
+    return true;
+  }
+  void AbandonTask(int64_t worker_id, int64_t job_id, int round, int attempt) override {
+    Session& s = sessions_[worker_id];
+    auto same = [&](const json& t) { return t["job_id"] == job_id && t["round"] == round && t["attempt"] == attempt; };
+    std::erase_if(s.queued, same);
+    if (s.current && same(*s.current)) s.current.reset();
+  }
+  void TaskFinished(int64_t worker_id, int64_t job_id) override {
+    Session& s = sessions_[worker_id];
+    if (s.current && (*s.current)["job_id"] == job_id) s.current.reset();
+  }
+  std::vector<int64_t> IdleWorkers() const override {
+    std::vector<int64_t> idle;
+    for (const auto& [id, s] : sessions_) {
+      if (s.online && s.queued.empty() && !s.current) idle.push_back(id);
+    }
+    return idle;
+  }
+
+  std::map<int64_t, Session> sessions_;
+
+ private:
+  boost::asio::io_context& io_;
+  storage::MetadataStore& store_;
+  storage::BlobStore& blobs_;
+  const Clock& clock_;
+  std::filesystem::path dir_;
+  boost::asio::thread_pool pool_;
+  MemoryBlobUrls urls_;
+};
+
+std::vector<std::byte> WeightsBytes(const std::vector<float>& values) {
+  weights::WeightSet set;
+  std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(values.data()), values.size() * sizeof(float));
+  EXPECT_TRUE(set.Add("w", weights::DType::kF32, {static_cast<int64_t>(values.size())}, bytes).ok());
+  return weights::SerializeSafetensors(set);
+}
+
+std::vector<float> WeightsValues(std::span<const std::byte> bytes) {
+  StatusOr<weights::WeightSet> set = weights::ParseSafetensors(bytes);
+  EXPECT_TRUE(set.ok()) << set.status().ToString();
+  if (!set.ok() || set->Find("w") == nullptr) return {};
+  std::span<float> values = set->Find("w")->as<float>();
+  return {values.begin(), values.end()};
+}
+
+// What a worker adds to the global in `round` on `shard`.
+float Delta(int round, int shard) { return 0.25f * static_cast<float>(round) + 1.0f + static_cast<float>(shard); }
+
+// One job on fresh stores, and the scripted workers that run its tasks.
+class JobFixture {
+ public:
+  JobFixture() { Init(); }
+  ~JobFixture() {
+    runner_.reset();
+    Settle();
+  }
+
+  void Init() {
+    auto sqlite = storage::SqliteMetadataStore::Open(":memory:");
+    ASSERT_TRUE(sqlite.ok()) << sqlite.status().ToString();
+    store_ = std::make_unique<storage::FaultyMetadataStore>(std::move(*sqlite));
+    host_ = std::make_unique<FakeHost>(io_, *store_, blobs_, clock_, dir_.path());
+
+    std::string csv = "x,label\n";
+    for (int i = 0; i < kRows; ++i) csv += std::to_string(i) + "," + std::to_string(i % 2) + "\n";
+    storage::BlobInfo data = Put("datasets/1/data.csv", csv);
+    auto dataset = store_->CreateDataset({.name = "rows.csv",
+                                          .format = storage::DatasetFormat::kCsv,
+                                          .kind = storage::DatasetKind::kTabular,
+                                          .row_count = kRows,
+                                          .size_bytes = static_cast<int64_t>(data.size_bytes),
+                                          .sha256 = data.sha256,
+                                          .blob_key = data.key});
+    ASSERT_TRUE(dataset.ok()) << dataset.status().ToString();
+    const std::vector<std::byte> initial = WeightsBytes({0, 0, 0, 0});
+    storage::BlobInfo global =
+        Put("models/1/model.safetensors", std::string(reinterpret_cast<const char*>(initial.data()), initial.size()));
+    auto model = store_->CreateModel({.name = "tabular",
+                                      .model_type = "tabular",
+                                      .config_json = "{}",
+                                      .files = {{.path = "model.safetensors",
+                                                 .blob_key = global.key,
+                                                 .size_bytes = static_cast<int64_t>(global.size_bytes),
+                                                 .sha256 = global.sha256}},
+                                      .size_bytes = static_cast<int64_t>(global.size_bytes)});
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    std::vector<int64_t> workers;
+    for (int i = 0; i < 2; ++i) {
+      auto w = store_->CreateWorker({.name = "w" + std::to_string(i), .token_sha256 = "token" + std::to_string(i)});
+      ASSERT_TRUE(w.ok()) << w.status().ToString();
+      workers.push_back(w->id);
+      host_->sessions_[w->id];
+    }
+    json spec_json = {{"name", "in-process"},
+                      {"dataset_id", dataset->id},
+                      {"model_id", model->id},
+                      {"config", {{"use_peft", false}, {"label_column", "label"}, {"seed", 7}}},
+                      {"distributed",
+                       {{"enabled", true},
+                        {"num_rounds", kRounds},
+                        {"steps_per_round", 5},
+                        {"min_workers", 2},
+                        {"max_workers", 2},
+                        {"aggregation_timeout", 60},
+                        {"fault_tolerance", 1}}},
+                      {"worker_selection", {{"mode", "own"}, {"worker_ids", workers}}}};
+    StatusOr<JobSpec> spec = ParseJobSpecJson(spec_json);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    auto job = store_->CreateJob({.name = "in-process",
+                                  .dataset_id = dataset->id,
+                                  .model_id = model->id,
+                                  .spec_json = JobSpecToJsonString(*spec)});
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    job_id_ = job->id;
+  }
+
+  storage::BlobInfo Put(const std::string& key, std::string bytes) {
+    storage::StringByteSource source(std::move(bytes));
+    StatusOr<storage::BlobInfo> info = blobs_.Put(key, source);
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    return info.ok() ? *info : storage::BlobInfo{};
+  }
+
+  // Runs `op` on the loop until it completes (the pool's work included), then whatever it left to run.
+  template <typename T>
+  T Run(http::Awaitable<T> op) {
+    std::optional<T> result;
+    auto store_result = [&result, op = std::move(op)]() mutable -> http::Awaitable<void> {
+      result.emplace(co_await std::move(op));
+    };
+    Run(store_result());
+    return std::move(*result);
+  }
+  void Run(http::Awaitable<void> op) {
+    bool done = false;
+    boost::asio::co_spawn(io_, std::move(op), [&](std::exception_ptr e) {
+      if (e) std::rethrow_exception(e);
+      done = true;
+    });
+    while (!done) io_.run_one_for(std::chrono::milliseconds(10));
+    Settle();
+  }
+  // Handlers still due (detached follow-ups, their offloads) run until the loop has been idle for a while.
+  void Settle() {
+    for (int idle = 0; idle < 3;) idle = io_.run_one_for(std::chrono::milliseconds(20)) == 0 ? idle + 1 : 0;
+  }
+
+  // A runner for the job as the store has it now (queued: set up; running: resumed), launched.
+  Status StartRunner() {
+    runner_.reset();
+    for (auto& [id, s] : host_->sessions_) s = FakeHost::Session{};  // a restart ends every session
+    StatusOr<storage::TrainingJob> job = store_->GetJob(job_id_);
+    if (!job.ok()) return job.status();
+    StatusOr<JobSpec> spec = ParseJobSpec(job->spec_json);
+    if (!spec.ok()) return spec.status();
+    runner_ = std::make_unique<JobRunner>(*host_, *job, *spec);
+    return Run(runner_->Launch());
+  }
+
+  // One step of every worker: pick up a queued task, or run the current one and report, or offer itself.
+  void Step() {
+    for (auto& [worker, session] : host_->sessions_) {
+      if (!session.current && !session.queued.empty()) {
+        session.current = std::move(session.queued.front());
+        session.queued.pop_front();
+        continue;
+      }
+      if (session.current) {
+        const json task = *session.current;
+        ResultReport report = Work(task);
+        StatusOr<json> answer = Run(runner_->Result(worker, report));
+        if (!answer.ok()) session.current.reset();  // refused (e.g. a late result): the worker moves on
+        continue;
+      }
+      if (runner_->IsEligible(worker)) Run(runner_->WorkerAvailable(worker));
+    }
+    clock_.Advance(std::chrono::milliseconds(500));
+    if (runner_->TickDue()) Run(runner_->Tick());
+  }
+
+  // The worker's part of a task: an update (train) or only the evaluation of the global.
+  ResultReport Work(const json& task) {
+    ResultReport report{.round = task["round"], .attempt = task["attempt"]};
+    report.validation_samples = task["data"]["validation_rows"];
+    report.validation_loss = 0.5;
+    if (task["kind"] != "train") return report;
+    const std::string global_key = task["global_weights"]["url"].get<std::string>().substr(kUrlScheme.size());
+    std::vector<float> values = WeightsValues(ReadBlob(global_key));
+    for (float& v : values) v += Delta(task["round"], task["shard"]);
+    const std::vector<std::byte> update = WeightsBytes(values);
+    report.blob_key = task["update_upload"]["blob_key"];
+    storage::BlobInfo info =
+        Put(report.blob_key, std::string(reinterpret_cast<const char*>(update.data()), update.size()));
+    report.sha256 = info.sha256;
+    report.sample_count = task["data"]["train_rows"];
+    report.train_loss = 1.0;
+    return report;
+  }
+
+  std::vector<std::byte> ReadBlob(const std::string& key) {
+    StatusOr<std::unique_ptr<storage::ByteSource>> source = blobs_.Get(key);
+    EXPECT_TRUE(source.ok()) << key << ": " << source.status().ToString();
+    std::vector<std::byte> out;
+    if (!source.ok()) return out;
+    std::byte buffer[4096];
+    while (true) {
+      StatusOr<size_t> n = (*source)->Read(buffer);
+      if (!n.ok() || *n == 0) break;
+      out.insert(out.end(), buffer, buffer + *n);
+    }
+    return out;
+  }
+
+  storage::TrainingJob StoredJob() {
+    StatusOr<storage::TrainingJob> job = store_->GetJob(job_id_);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? *job : storage::TrainingJob{};
+  }
+
+  // Steps until the runner has ended or `until` holds, checking after each step that the runner's committed round
+  // is the store's (it never runs ahead of it). False when the step budget ran out (the job is wedged).
+  bool Drive(const std::function<bool()>& until = {}, int max_steps = 400) {
+    for (int i = 0; i < max_steps; ++i) {
+      if (runner_->finished() || (until && until())) return true;
+      Step();
+      const int in_memory = runner_->LiveView().value("committed_round", 0);
+      EXPECT_LE(in_memory, StoredJob().committed_round) << "the runner is ahead of the store";
+      if (in_memory > StoredJob().committed_round) return false;
+    }
+    return runner_->finished() || (until && until());
+  }
+
+  // The bytes of the global the store holds as the job's last committed one.
+  std::vector<std::byte> CommittedGlobal() {
+    const storage::TrainingJob job = StoredJob();
+    StatusOr<std::vector<storage::Round>> rounds = store_->ListRounds(job_id_);
+    EXPECT_TRUE(rounds.ok());
+    for (const storage::Round& r : *rounds) {
+      if (r.round == job.committed_round && r.status == storage::RoundStatus::kCommitted) {
+        return ReadBlob(r.global_blob_key);
+      }
+    }
+    ADD_FAILURE() << "no committed global for round " << job.committed_round;
+    return {};
+  }
+
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_ = boost::asio::make_work_guard(io_);
+  test_support::TempDir dir_{"parsyn-job-runner"};
+  FakeClock clock_;
+  storage::MemoryBlobStore blobs_;
+  std::unique_ptr<storage::FaultyMetadataStore> store_;
+  std::unique_ptr<FakeHost> host_;
+  std::unique_ptr<JobRunner> runner_;
+  int64_t job_id_ = 0;
+};
+
+// The final global of an uninterrupted run of the job, and how many store writes it made after its start.
+struct Reference {
+  std::vector<std::byte> global;
+  int writes = 0;
+};
+const Reference& UninterruptedRun() {
+  static const Reference reference = [] {
+    Reference r;
+    JobFixture f;
+    const int before = f.store_->writes_passed();
+    EXPECT_TRUE(f.StartRunner().ok());
+    EXPECT_TRUE(f.Drive());
+    r.writes = f.store_->writes_passed() - before;
+    r.global = f.CommittedGlobal();
+    return r;
+  }();
+  return reference;
+}
+
+TEST(JobRunnerTest, RoundsCommitTheFedAvgOfTheUpdates) {
+  JobFixture f;
+  ASSERT_TRUE(f.StartRunner().ok());
+  std::vector<int64_t> train_rows;
+  StatusOr<std::vector<storage::Shard>> shards = f.store_->ListShards(f.job_id_);
+  ASSERT_TRUE(shards.ok());
+  ASSERT_EQ(shards->size(), 2u);
+  for (const storage::Shard& s : *shards) train_rows.push_back(s.train_rows);
+
+  ASSERT_TRUE(f.Drive());
+  const storage::TrainingJob job = f.StoredJob();
+  EXPECT_EQ(job.status, storage::JobStatus::kSucceeded);
+  EXPECT_EQ(job.committed_round, kRounds);
+
+  // global_r = global_{r-1} + sum(n_i * delta(r, i)) / sum(n_i), starting from zeros.
+  StatusOr<std::vector<storage::Round>> rounds = f.store_->ListRounds(f.job_id_);
+  ASSERT_TRUE(rounds.ok());
+  float expected = 0;
+  int committed = 0;
+  for (const storage::Round& r : *rounds) {
+    if (r.status != storage::RoundStatus::kCommitted) continue;
+    ++committed;
+    const double n0 = static_cast<double>(train_rows[0]), n1 = static_cast<double>(train_rows[1]);
+    expected += static_cast<float>((n0 * Delta(r.round, 0) + n1 * Delta(r.round, 1)) / (n0 + n1));
+    for (float v : WeightsValues(f.ReadBlob(r.global_blob_key))) EXPECT_NEAR(v, expected, 1e-5) << "round " << r.round;
+    StatusOr<std::vector<storage::RoundUpdate>> updates = f.store_->ListUpdates(f.job_id_, r.round, r.attempt);
+    ASSERT_TRUE(updates.ok());
+    EXPECT_EQ(updates->size(), 2u);
+  }
+  EXPECT_EQ(committed, kRounds);
+  EXPECT_EQ(f.CommittedGlobal(), UninterruptedRun().global);
+}
+
+// A store error at the n-th write after the job started, for every write of an uninterrupted run: the runner never
+// runs ahead of the store (checked after every step), does not wedge, and finishes with the same global.
+TEST(JobRunnerTest, StoreErrorAtEachWriteIsRetried) {
+  const Reference& reference = UninterruptedRun();
+  ASSERT_GT(reference.writes, 10);
+  for (int n = 1; n <= reference.writes; ++n) {
+    SCOPED_TRACE("write " + std::to_string(n) + " of " + std::to_string(reference.writes) + " fails");
+    JobFixture f;
+    f.store_->FailNthWrite(n, UnavailableError("injected store error"));
+    Status started = f.StartRunner();
+    if (!started.ok()) {
+      // Only the setup's own writes (1: the shards, 2: the job's running status) fail the start, which says so;
+      // a failed write of round 1 is retried like any other round's.
+      EXPECT_LE(n, 2) << started.ToString();
+      EXPECT_EQ(f.StoredJob().status, storage::JobStatus::kFailed) << started.ToString();
+      continue;
+    }
+    ASSERT_TRUE(f.Drive()) << "the job is wedged after the store error";
+    if (f.StoredJob().status == storage::JobStatus::kRunning) {
+      // The write that failed was the job's end: the store still has it running, so a restart finishes it.
+      ASSERT_TRUE(f.StartRunner().ok());
+      ASSERT_TRUE(f.Drive());
+    }
+    EXPECT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
+    EXPECT_EQ(f.StoredJob().committed_round, kRounds);
+    EXPECT_EQ(f.CommittedGlobal(), reference.global);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// A store outage (a run of failing writes) in the middle of a round: events are refused meanwhile, the retry on the
+// timer fails until the store is back, then the round is retried and the job finishes with the same global.
+TEST(JobRunnerTest, StoreOutageIsRetriedOnTheTimer) {
+  for (int failing_writes : {2, 5, 12}) {
+    SCOPED_TRACE(std::to_string(failing_writes) + " writes fail");
+    JobFixture f;
+    ASSERT_TRUE(f.StartRunner().ok());
+    ASSERT_TRUE(f.Drive([&] { return f.StoredJob().committed_round >= 1; }));
+    f.store_->FailNextWrites(failing_writes, UnavailableError("injected store outage"));
+    ASSERT_TRUE(f.Drive()) << "the job is wedged after the store outage";
+    EXPECT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
+    EXPECT_EQ(f.StoredJob().committed_round, kRounds);
+    EXPECT_EQ(f.CommittedGlobal(), UninterruptedRun().global);
+  }
+}
+
+// A coordinator restart after each committed round: a new runner on the same stores resumes at the last committed
+// round and finishes with the global of an uninterrupted run.
+TEST(JobRunnerTest, RestartFromEachCheckpointFinishesTheSame) {
+  for (int checkpoint = 0; checkpoint <= kRounds; ++checkpoint) {
+    SCOPED_TRACE("restart after round " + std::to_string(checkpoint));
+    JobFixture f;
+    ASSERT_TRUE(f.StartRunner().ok());
+    ASSERT_TRUE(f.Drive([&] { return f.StoredJob().committed_round >= checkpoint; }));
+    if (!f.runner_->finished()) {
+      ASSERT_TRUE(f.StartRunner().ok());  // the attempt in flight is failed; the next round's attempt starts
+      EXPECT_EQ(f.runner_->LiveView().value("committed_round", -1), checkpoint);
+      ASSERT_TRUE(f.Drive());
+    }
+    EXPECT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
+    EXPECT_EQ(f.StoredJob().committed_round, kRounds);
+    EXPECT_EQ(f.CommittedGlobal(), UninterruptedRun().global);
+  }
+}
+
+}  // namespace
+}  // namespace parsyn::coordinator

@@ -1,0 +1,260 @@
+#include "coordinator/job_runner.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "base/log.h"
+#include "coordinator/job_runner_internal.h"
+#include "coordinator/sharding.h"
+#include "data/dataset.h"
+#include "storage/byte_source.h"
+#include "storage/local_blob_copy.h"
+#include "weights/lora_layout.h"
+#include "weights/safetensors.h"
+
+namespace parsyn::coordinator {
+
+using nlohmann::json;
+using storage::JobStatus;
+
+namespace {
+
+// Reads a safetensors blob memory-mapped: the directory store's own file, or (S3) a local copy downloaded once,
+// whose mapping outlives the copy's file.
+StatusOr<weights::WeightSet> ReadWeightsBlob(storage::BlobStore& blobs, const std::string& key,
+                                             const std::filesystem::path& spool_dir) {
+  PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy copy, storage::LocalBlobCopy::Open(blobs, key, spool_dir));
+  return weights::ReadSafetensorsFile(copy.path());
+}
+
+}  // namespace
+
+http::Awaitable<Status> JobRunner::LoadGlobal(std::string_view key_view, std::string_view sha256_view) {
+  const std::string key(key_view), sha256(sha256_view);
+  StatusOr<weights::WeightSet> global =
+      co_await Offload(host_.pool(), [&] { return ReadWeightsBlob(host_.blobs(), key, host_.spool_dir()); });
+  if (!global.ok()) co_return global.status().WithContext("reading the global weights " + key);
+  StatusOr<storage::BlobInfo> info = co_await Offload(host_.pool(), [&] { return host_.blobs().Head(key); });
+  if (!info.ok()) co_return info.status();
+  global_ = std::make_shared<weights::WeightSet>(std::move(*global));
+  global_key_ = key;
+  global_sha256_ = sha256.empty() ? info->sha256 : sha256;
+  global_size_bytes_ = info->size_bytes;
+  co_return Status::Ok();
+}
+
+http::Awaitable<Status> JobRunner::Setup() {
+  storage::MetadataStore& store = host_.store();
+  storage::BlobStore& blobs = host_.blobs();
+  const int64_t job_id = job_.id;
+  const JobSpec& spec = spec_;
+  const std::filesystem::path tmp_dir = host_.tmp_dir();
+  const std::filesystem::path spool_dir = host_.spool_dir();
+
+  // Shards and the initial global, written once per job; a setup interrupted by a crash redoes what is missing.
+  struct Prepared {
+    storage::Model model;
+    storage::Dataset dataset;
+    std::vector<storage::Shard> shards;
+    std::string global_key;
+  };
+  const RoundEngineConfig& config = engine_config_;
+  StatusOr<Prepared> prepared = co_await Offload(host_.pool(), [&]() -> StatusOr<Prepared> {
+    Prepared p;
+    PARSYN_ASSIGN_OR_RETURN(p.model, store.GetModel(spec.model_id));
+    PARSYN_ASSIGN_OR_RETURN(p.dataset, store.GetDataset(spec.dataset_id));
+    PARSYN_ASSIGN_OR_RETURN(p.shards, store.ListShards(job_id));
+    if (p.shards.empty()) {
+      PARSYN_ASSIGN_OR_RETURN(std::vector<Shard> split, SplitRows(p.dataset.row_count, config.num_shards,
+                                                                  spec.config.validation_fraction, spec.config.seed));
+      PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy dataset_copy,
+                              storage::LocalBlobCopy::Open(blobs, p.dataset.blob_key, spool_dir));
+      const std::filesystem::path& source = dataset_copy.path();
+      std::error_code ec;
+      std::filesystem::create_directories(tmp_dir, ec);
+      const data::DatasetFormat format =
+          p.dataset.format == storage::DatasetFormat::kCsv ? data::DatasetFormat::kCsv : data::DatasetFormat::kJsonl;
+      data::TabularOptions tabular;
+      if (!spec.config.label_column.empty()) tabular.label_column = spec.config.label_column;
+      const bool fixed_owners = config.num_shards == static_cast<int>(config.eligible_workers.size());
+      for (size_t i = 0; i < split.size(); ++i) {
+        storage::Shard shard;
+        shard.shard_index = static_cast<int32_t>(i);
+        if (fixed_owners) shard.worker_id = config.eligible_workers[i];
+        shard.train_rows = static_cast<int64_t>(split[i].train_rows.size());
+        shard.validation_rows = static_cast<int64_t>(split[i].validation_rows.size());
+        for (const char* part : {"train", "validation"}) {
+          const std::string key =
+              fmt::format("jobs/{}/shards/{:03}/{}.{}", job_id, i, part, DatasetExtension(p.dataset.format));
+          const std::filesystem::path file = tmp_dir / fmt::format("job{}-shard{}-{}", job_id, i, part);
+          const auto& rows = std::string_view(part) == "train" ? split[i].train_rows : split[i].validation_rows;
+          PARSYN_RETURN_IF_ERROR(data::WriteSubsetFile(source, format, rows, file, tabular));
+          PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> in, storage::OpenFileSource(file));
+          StatusOr<storage::BlobInfo> info = blobs.Put(key, *in);
+          if (!info.ok() && info.status().code() == StatusCode::kAlreadyExists) info = blobs.Head(key);
+          std::filesystem::remove(file, ec);
+          if (!info.ok()) return info.status();
+          if (std::string_view(part) == "train") {
+            shard.blob_key = key;
+            shard.sha256 = info->sha256;
+          }
+        }
+        p.shards.push_back(std::move(shard));
+      }
+      PARSYN_RETURN_IF_ERROR(store.CreateShards(job_id, p.shards));
+      PARSYN_ASSIGN_OR_RETURN(p.shards, store.ListShards(job_id));
+    }
+    if (spec.config.use_peft) {
+      p.global_key = fmt::format("jobs/{}/rounds/{:06}/global.safetensors", job_id, 0);
+      weights::LoraLayoutOptions lora;
+      lora.r = spec.config.lora_r;
+      lora.target_modules = spec.config.lora_target_modules;
+      PARSYN_ASSIGN_OR_RETURN(weights::WeightSet adapters,
+                              weights::InitialLoraAdapters(p.model.config_json, lora, spec.config.seed));
+      std::vector<std::byte> image = weights::SerializeSafetensors(adapters);
+      PARSYN_RETURN_IF_ERROR(
+          PutBytes(blobs, p.global_key, std::string(reinterpret_cast<const char*>(image.data()), image.size()))
+              .status());
+    } else {
+      // Full fine-tuning starts from the model's own weights.
+      for (const storage::ModelFile& f : p.model.files) {
+        if (f.path == "model.safetensors") p.global_key = f.blob_key;
+      }
+      if (p.global_key.empty()) {
+        return FailedPreconditionError("model " + std::to_string(p.model.id) +
+                                       " has no model.safetensors to fine-tune (use_peft is false)");
+      }
+    }
+    return p;
+  });
+  if (!prepared.ok()) co_return prepared.status();
+  model_ = std::move(prepared->model);
+  dataset_ = std::move(prepared->dataset);
+  shards_ = std::move(prepared->shards);
+  Status loaded = co_await LoadGlobal(prepared->global_key, {});
+  if (!loaded.ok()) co_return loaded;
+
+  const int64_t now = host_.clock().UnixMillis();
+  StatusOr<storage::TrainingJob> running =
+      co_await Offload(host_.pool(), [&] { return store.SetJobStatus(job_id, JobStatus::kRunning, now); });
+  if (!running.ok()) co_return running.status();
+  job_ = *running;
+  {
+    auto event_appended = host_.AppendEvent(job_id, "job_status", {{"status", "running"}});
+    co_await std::move(event_appended);
+  }
+
+  for (const storage::Shard& s : shards_) engine_config_.shard_train_rows.push_back(s.train_rows);
+  engine_ = std::make_unique<RoundEngine>(engine_config_, strategy_, host_.clock());
+  const std::vector<int64_t> idle = host_.IdleWorkers();
+  auto handled = Handle([&] { return engine_->Start(idle); });  // kCoAwaitTemporaries
+  Status started = co_await std::move(handled);
+  co_return StartedOrRecovering(started);
+}
+
+http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::string running_attempt_failure) {
+  storage::MetadataStore& store = host_.store();
+  const int64_t job_id = job_.id;
+  const int64_t now = host_.clock().UnixMillis();
+  struct Loaded {
+    storage::Model model;
+    storage::Dataset dataset;
+    std::vector<storage::Shard> shards;
+    std::vector<storage::Round> rounds;
+    storage::TrainingJob job;
+  };
+  StatusOr<Loaded> loaded = co_await Offload(host_.pool(), [&]() -> StatusOr<Loaded> {
+    Loaded l;
+    PARSYN_ASSIGN_OR_RETURN(l.model, store.GetModel(job_.model_id));
+    PARSYN_ASSIGN_OR_RETURN(l.dataset, store.GetDataset(job_.dataset_id));
+    PARSYN_ASSIGN_OR_RETURN(l.shards, store.ListShards(job_id));
+    PARSYN_ASSIGN_OR_RETURN(l.rounds, store.ListRounds(job_id));
+    // The attempt in flight when the coordinator stopped cannot finish: its tasks and partial sums are gone.
+    for (storage::Round& r : l.rounds) {
+      if (r.status != storage::RoundStatus::kRunning) continue;
+      storage::RoundFailure failure{.job_id = job_id,
+                                    .round = r.round,
+                                    .attempt = r.attempt,
+                                    .reason = running_attempt_failure,
+                                    .ended_at_ms = now,
+                                    .bytes_moved = r.bytes_moved,
+                                    .counts_toward_fault_tolerance = false};
+      PARSYN_RETURN_IF_ERROR(store.FailRound(failure));
+      r.status = storage::RoundStatus::kFailed;
+    }
+    PARSYN_ASSIGN_OR_RETURN(l.job, store.GetJob(job_id));
+    return l;
+  });
+  if (!loaded.ok()) co_return loaded.status();
+  model_ = std::move(loaded->model);
+  dataset_ = std::move(loaded->dataset);
+  shards_ = std::move(loaded->shards);
+  job_ = loaded->job;
+
+  EngineCheckpoint checkpoint;
+  checkpoint.last_committed_round = job_.committed_round;
+  checkpoint.consecutive_failed_rounds = job_.consecutive_failed_rounds;
+  std::string global_key, global_sha;
+  for (const storage::Round& r : loaded->rounds) {
+    if (r.round == job_.committed_round + 1)
+      checkpoint.attempts_of_next_round = std::max(checkpoint.attempts_of_next_round, r.attempt);
+    if (r.round == job_.committed_round && r.status == storage::RoundStatus::kCommitted) {
+      global_key = r.global_blob_key;
+      global_sha = r.global_sha256;
+    }
+  }
+  engine_config_.shard_train_rows.clear();
+  for (const storage::Shard& s : shards_) {
+    if (s.worker_id) checkpoint.shards[*s.worker_id] = s.shard_index;
+    engine_config_.shard_train_rows.push_back(s.train_rows);
+  }
+  if (global_key.empty()) {
+    if (spec_.config.use_peft) {
+      global_key = fmt::format("jobs/{}/rounds/{:06}/global.safetensors", job_id, 0);
+    } else {
+      for (const storage::ModelFile& f : model_.files) {
+        if (f.path == "model.safetensors") global_key = f.blob_key;
+      }
+    }
+  }
+  Status global = co_await LoadGlobal(global_key, global_sha);
+  if (!global.ok()) co_return global;
+  {
+    // Uploads of the attempt that was failed above will never complete.
+    auto aborted = AbortIncompleteUploads(RoundsPrefix());  // kCoAwaitTemporaries
+    co_await std::move(aborted);
+  }
+  co_return checkpoint;
+}
+
+http::Awaitable<Status> JobRunner::Resume() {
+  auto loading = LoadCheckpoint("the coordinator restarted during the round");  // kCoAwaitTemporaries
+  StatusOr<EngineCheckpoint> loaded = co_await std::move(loading);
+  if (!loaded.ok()) co_return loaded.status();
+  const EngineCheckpoint checkpoint = *loaded;
+  const int64_t job_id = job_.id;
+
+  PARSYN_LOG_INFO("training job {}: resuming after round {} (attempt {} of round {} next)", job_id,
+                  checkpoint.last_committed_round, checkpoint.attempts_of_next_round + 1,
+                  checkpoint.last_committed_round + 1);
+  {
+    auto event_appended =
+        host_.AppendEvent(job_id, "job_resumed", {{"committed_round", checkpoint.last_committed_round}});
+    co_await std::move(event_appended);
+  }
+  engine_ = std::make_unique<RoundEngine>(engine_config_, strategy_, host_.clock());
+  const std::vector<int64_t> idle = host_.IdleWorkers();
+  auto handled = Handle([&] { return engine_->Restore(checkpoint, idle); });  // kCoAwaitTemporaries
+  Status restored = co_await std::move(handled);
+  co_return StartedOrRecovering(restored);
+}
+
+Status JobRunner::StartedOrRecovering(const Status& started) const {
+  // Only a start the engine refused fails the job; a failed action (a store write) is retried by the runner itself.
+  if (started.ok() || engine_->phase() == JobPhase::kNotStarted) return started;
+  PARSYN_LOG_WARN("training job {}: started, retrying after: {}", job_.id, started.ToString());
+  return Status::Ok();
+}
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,236 @@
+#include "coordinator/job_runner.h"
+
+#include <fmt/format.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+
+#include "base/log.h"
+#include "coordinator/job_runner_internal.h"
+
+namespace parsyn::coordinator {
+
+using nlohmann::json;
+using storage::JobStatus;
+
+std::string JobRunner::AttemptPrefix(int round, int attempt) const {
+  return fmt::format("jobs/{}/rounds/{:06}-a{}", job_.id, round, attempt);
+}
+
+std::string JobRunner::UpdateKey(int round, int attempt, int64_t worker_id) const {
+  return fmt::format("{}/updates/w{}.safetensors", AttemptPrefix(round, attempt), worker_id);
+}
+
+http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a, const std::deque<Action>& work) {
+  storage::Round round{
+      .job_id = job_.id, .round = a.round, .attempt = a.attempt, .started_at_ms = host_.clock().UnixMillis()};
+  // The participants chosen together with the start (workers already waiting); later arrivals show in the updates.
+  for (const Action& next : work) {
+    if (const auto* t = std::get_if<AssignTask>(&next); t && t->round == a.round && t->attempt == a.attempt) {
+      round.participants.push_back(t->worker);
+    }
+  }
+  results_.clear();
+  recorded_updates_.clear();
+  verified_update_bytes_.clear();
+  multipart_uploads_.clear();
+  progress_.clear();
+  last_verdicts_.clear();
+  bytes_moved_ = 0;
+  pending_global_.reset();
+  pending_validation_loss_.reset();
+  Status started = co_await Offload(host_.pool(), [&] { return host_.store().StartRound(round); });
+  if (!started.ok()) co_return started;
+  Status begun = co_await Offload(host_.pool(), [&] { return strategy_.Begin(a.round, *global_); });
+  if (!begun.ok()) co_return begun;
+  {
+    auto event_appended = host_.AppendEvent(job_.id, "round_started",
+                                            {{"round", a.round},
+                                             {"attempt", a.attempt},
+                                             {"total_rounds", engine_config_.num_rounds},
+                                             {"participants", round.participants}});
+    co_await std::move(event_appended);
+  }
+  co_return Status::Ok();
+}
+
+StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
+  const storage::Shard& shard = shards_.at(static_cast<size_t>(a.shard));
+  const std::string validation_key = shard.blob_key.substr(0, shard.blob_key.rfind('/')) + "/validation." +
+                                     std::string(DatasetExtension(dataset_.format));
+  json model_files = json::array();
+  for (const storage::ModelFile& f : model_.files) {
+    model_files.push_back(
+        {{"path", f.path}, {"url", host_.BlobGetUrl(f.blob_key)}, {"sha256", f.sha256}, {"size_bytes", f.size_bytes}});
+  }
+  json spec = JobSpecToJson(spec_);
+  json task = {
+      {"task_id", fmt::format("{}-{}-{}-w{}", job_.id, a.round, a.attempt, a.worker)},
+      {"job_id", job_.id},
+      {"kind", a.kind == TaskKind::kTrain ? "train" : "evaluate"},
+      {"round", a.round},
+      {"attempt", a.attempt},
+      {"total_rounds", engine_config_.num_rounds},
+      {"shard", a.shard},
+      {"seed", a.seed},
+      {"steps_per_round", spec_.distributed.steps_per_round},
+      {"config", spec["config"]},
+      {"deadline_unix_ms", host_.clock().UnixMillis() + engine_config_.aggregation_timeout.count()},
+      {"global_weights",
+       {{"url", host_.BlobGetUrl(global_key_)},
+        {"sha256", global_sha256_},
+        {"size_bytes", global_size_bytes_},
+        {"round", engine_->last_committed_round()}}},
+      {"data",
+       {{"format", storage::ToString(dataset_.format)},
+        {"kind", storage::ToString(dataset_.kind)},
+        {"train_url", host_.BlobGetUrl(shard.blob_key)},
+        {"train_rows", shard.train_rows},
+        {"validation_url", host_.BlobGetUrl(validation_key)},
+        {"validation_rows", shard.validation_rows}}},
+      {"model", {{"id", model_.id}, {"name", model_.name}, {"model_type", model_.model_type}, {"files", model_files}}},
+  };
+  if (a.kind == TaskKind::kTrain) {
+    PARSYN_ASSIGN_OR_RETURN(task["update_upload"],
+                            UpdateUploadGrant(a.worker, UpdateKey(a.round, a.attempt, a.worker)));
+  }
+  return task;
+}
+
+StatusOr<json> JobRunner::UpdateUploadGrant(int64_t worker_id, const std::string& key) const {
+  const uint64_t max_bytes = global_size_bytes_ + kUpdateHeaderSlackBytes;
+  json grant = {{"blob_key", key}, {"max_size_bytes", max_bytes}};
+  storage::BlobUrlIssuer& urls = host_.blob_urls();
+  const std::chrono::seconds ttl = host_.signed_url_ttl();
+  auto headers_json = [](const std::vector<std::pair<std::string, std::string>>& headers) {
+    json out = json::object();
+    for (const auto& [name, value] : headers) out[name] = value;
+    return out;
+  };
+  auto multipart = multipart_uploads_.find(worker_id);
+  if (multipart == multipart_uploads_.end() || multipart->second.key != key) {
+    PARSYN_ASSIGN_OR_RETURN(storage::UrlGrant put, urls.PutGrant(key, ttl));
+    grant["url"] = put.url;
+    if (!put.headers.empty()) grant["headers"] = headers_json(put.headers);
+    return grant;
+  }
+  // Enough parts for the largest update accepted; the worker sends as many as its file needs. (A multipart upload
+  // was only started when the store has them.)
+  storage::MultipartUrlIssuer& parts_issuer = *urls.multipart();
+  const uint64_t part_size = parts_issuer.part_size_bytes();
+  const uint64_t parts = (max_bytes + part_size - 1) / part_size;
+  json part_grants = json::array();
+  for (uint64_t n = 1; n <= parts; ++n) {
+    PARSYN_ASSIGN_OR_RETURN(storage::UrlGrant part,
+                            parts_issuer.PartGrant(key, multipart->second.upload_id, static_cast<int>(n), ttl));
+    part_grants.push_back({{"part_number", n}, {"url", part.url}, {"headers", headers_json(part.headers)}});
+  }
+  grant["multipart"] = {{"part_size_bytes", part_size}, {"parts", std::move(part_grants)}};
+  return grant;
+}
+
+http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
+  if (a.shard < 0 || static_cast<size_t>(a.shard) >= shards_.size()) {
+    co_return InternalError("the round engine assigned shard " + std::to_string(a.shard) + " of " +
+                            std::to_string(shards_.size()));
+  }
+  storage::Shard& shard = shards_[static_cast<size_t>(a.shard)];
+  const auto assign_start = std::chrono::steady_clock::now();
+  if (shard.worker_id != a.worker) {
+    // The worker keeps this shard for the whole job: stored before the task goes out.
+    Status assigned =
+        co_await Offload(host_.pool(), [&] { return host_.store().AssignShard(job_.id, a.shard, a.worker); });
+    if (!assigned.ok()) co_return assigned;
+    shard.worker_id = a.worker;
+  }
+  {
+    auto event_appended = host_.AppendEvent(job_.id, "task_assigned",
+                                            {{"worker_id", a.worker},
+                                             {"round", a.round},
+                                             {"attempt", a.attempt},
+                                             {"shard", a.shard},
+                                             {"kind", a.kind == TaskKind::kTrain ? "train" : "evaluate"}});
+    co_await std::move(event_appended);
+  }
+  const double stored_ms = MillisSince(assign_start);
+  Status started = Status::Ok();
+  if (a.kind == TaskKind::kTrain) {
+    // kCoAwaitTemporaries: the awaitable is created before the co_await.
+    auto multipart = StartMultipartUploadIfLarge(a.worker, UpdateKey(a.round, a.attempt, a.worker));
+    started = co_await std::move(multipart);
+  }
+  StatusOr<json> task = started.ok() ? BuildTask(a) : StatusOr<json>(started);
+  if (!task.ok()) {
+    // Nothing went out: the worker leaves this attempt with the reason (a store outage shows up here) and is
+    // offered the next one. Reported once this event is done (the job's mutex is held).
+    PARSYN_LOG_ERROR("training job {}: cannot prepare the task of worker {}: {}", job_.id, a.worker,
+                     task.status().ToString());
+    boost::asio::co_spawn(host_.executor(),
+                          TaskFailedDetached(a.worker, a.round, a.attempt,
+                                             "the coordinator could not prepare the task: " + task.status().message()),
+                          boost::asio::detached);
+    co_return Status::Ok();
+  }
+  const bool delivered = host_.DeliverTask(a.worker, job_.id, std::move(*task));
+  PARSYN_LOG_DEBUG("training job {}: round {} task for worker {}: stored {:.1f} ms, delivered {:.1f} ms", job_.id,
+                   a.round, a.worker, stored_ms, MillisSince(assign_start));
+  if (!delivered) {
+    // The worker left between becoming idle and getting the task: tell the engine once this event is done.
+    boost::asio::co_spawn(host_.executor(), WorkerDisconnected(a.worker), boost::asio::detached);
+  }
+  co_return Status::Ok();
+}
+
+http::Awaitable<Status> JobRunner::StartMultipartUploadIfLarge(int64_t worker_id, std::string key) {
+  storage::MultipartUrlIssuer* multipart = host_.blob_urls().multipart();
+  if (multipart == nullptr || global_size_bytes_ + kUpdateHeaderSlackBytes <= multipart->multipart_threshold_bytes()) {
+    co_return Status::Ok();
+  }
+  StatusOr<std::string> upload_id = co_await Offload(host_.pool(), [&] { return multipart->StartUpload(key); });
+  if (!upload_id.ok()) co_return upload_id.status().WithContext("starting the multipart upload of " + key);
+  multipart_uploads_[worker_id] = MultipartUpload{.key = key, .upload_id = *upload_id};
+  co_return Status::Ok();
+}
+
+http::Awaitable<void> JobRunner::CompleteMultipartUpload(int64_t worker_id, std::string key) {
+  auto it = multipart_uploads_.find(worker_id);
+  if (it == multipart_uploads_.end() || it->second.key != key) co_return;
+  const MultipartUpload upload = it->second;
+  multipart_uploads_.erase(it);  // a repeated result finds the object complete, or nothing to complete
+  storage::MultipartUrlIssuer* multipart = host_.blob_urls().multipart();  // non-null: it started the upload
+  StatusOr<storage::BlobInfo> done =
+      co_await Offload(host_.pool(), [&] { return multipart->CompleteUpload(upload.key, upload.upload_id); });
+  // On failure (parts missing or too small, store down) the check that follows finds no update and says so.
+  if (!done.ok()) {
+    PARSYN_LOG_WARN("training job {}: completing worker {}'s multipart upload of {}: {}", job_.id, worker_id,
+                    upload.key, done.status().ToString());
+  }
+}
+
+http::Awaitable<void> JobRunner::AbortIncompleteUploads(std::string prefix) {
+  multipart_uploads_.clear();
+  storage::MultipartUrlIssuer* multipart = host_.blob_urls().multipart();
+  if (multipart == nullptr) co_return;
+  if (abort_sweep_pending_) prefix = RoundsPrefix();  // an earlier abort failed: sweep every round of the job
+  StatusOr<int> aborted = co_await Offload(host_.pool(), [&] { return multipart->AbortUploadsUnder(prefix); });
+  if (!aborted.ok()) {
+    abort_sweep_pending_ = true;
+    PARSYN_LOG_WARN("training job {}: aborting incomplete uploads under {} (retried when the next attempt ends): {}",
+                    job_.id, prefix, aborted.status().ToString());
+    co_return;
+  }
+  abort_sweep_pending_ = abort_sweep_pending_ && prefix != RoundsPrefix();
+  if (*aborted > 0) {
+    PARSYN_LOG_INFO("training job {}: aborted {} incomplete upload(s) under {}", job_.id, *aborted, prefix);
+  }
+}
+
+std::string JobRunner::RoundsPrefix() const { return fmt::format("jobs/{}/rounds/", job_.id); }
+
+http::Awaitable<void> JobRunner::TaskFailedDetached(int64_t worker_id, int round, int attempt, std::string reason) {
+  auto failed = TaskFailed(worker_id, round, attempt, std::move(reason));  // kCoAwaitTemporaries
+  Status s = co_await std::move(failed);
+  if (!s.ok()) PARSYN_LOG_WARN("training job {}: dropping worker {}: {}", job_.id, worker_id, s.ToString());
+}
+
+}  // namespace parsyn::coordinator

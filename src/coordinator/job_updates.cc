@@ -1,0 +1,255 @@
+#include "coordinator/job_runner.h"
+
+#include <cctype>
+#include <cmath>
+
+#include "base/log.h"
+#include "coordinator/job_runner_internal.h"
+#include "storage/local_blob_copy.h"
+#include "weights/safetensors.h"
+
+namespace parsyn::coordinator {
+
+using nlohmann::json;
+using storage::JobStatus;
+
+namespace {
+
+std::string ToLower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Everything about an uploaded update that does not touch the strategy: its key, size, sha256, format, layout and
+// values, all checked on the bytes as stored (with S3, on the one local copy that is also what gets accumulated,
+// whatever the store's metadata says). Sets *size_bytes once the size is known. InvalidArgument names what is
+// wrong; other codes are store errors. Blocking (a pool thread).
+StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const ResultReport& report,
+                                             const std::string& expected_key, uint64_t max_bytes,
+                                             const weights::WeightSet& global, const std::filesystem::path& spool_dir,
+                                             uint64_t* size_bytes) {
+  if (report.blob_key != expected_key) {
+    return InvalidArgumentError("update blob key '" + report.blob_key + "' is not this task's '" + expected_key + "'");
+  }
+  StatusOr<storage::LocalBlobCopy> copy = storage::LocalBlobCopy::Open(blobs, report.blob_key, spool_dir, max_bytes);
+  if (!copy.ok()) {
+    switch (copy.status().code()) {
+      case StatusCode::kNotFound:
+        return InvalidArgumentError("update was not uploaded to its signed URL (" + report.blob_key + ")");
+      case StatusCode::kResourceExhausted:
+        return InvalidArgumentError("update is larger than the " + std::to_string(max_bytes) +
+                                    " bytes allowed for this job's weights");
+      default: return copy.status();
+    }
+  }
+  *size_bytes = copy->size_bytes();
+  if (copy->sha256() != ToLower(report.sha256)) {
+    return InvalidArgumentError("update sha256 " + copy->sha256() + " differs from the reported " + report.sha256);
+  }
+  StatusOr<weights::WeightSet> update = weights::ReadSafetensorsFile(copy->path());
+  if (!update.ok()) return InvalidArgumentError("update is not a valid safetensors file: " + update.status().message());
+  PARSYN_RETURN_IF_ERROR(global.CheckSameLayout(*update).WithContext("update layout differs from the global"));
+  PARSYN_RETURN_IF_ERROR(weights::CheckFinite(*update));
+  return update;
+}
+
+}  // namespace
+
+http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, int attempt, const Status& verdict) {
+  if (recorded_updates_.count(worker_id) != 0) co_return Status::Ok();
+  auto it = results_.find(worker_id);
+  if (it == results_.end()) co_return Status::Ok();
+  const ResultReport& r = it->second;
+  storage::RoundUpdate update{
+      .job_id = job_.id,
+      .round = round,
+      .attempt = attempt,
+      .worker_id = worker_id,
+      .blob_key = r.blob_key,
+      .sha256 = r.sha256,
+      .num_samples = r.sample_count,
+      .train_loss = std::isfinite(r.train_loss) ? std::optional<double>(r.train_loss) : std::nullopt,
+      .metrics_json = r.metrics.dump(),
+      .status = verdict.ok() ? storage::UpdateStatus::kAccepted : storage::UpdateStatus::kRejected,
+      .reject_reason = verdict.ok() ? "" : verdict.message(),
+      .received_at_ms = host_.clock().UnixMillis()};
+  // The size as checked; else (a rejected update) as the store says, except on S3, where a Head of an object the
+  // worker wrote without our sha256 metadata would download it again just for a number.
+  std::optional<uint64_t> verified_bytes;
+  if (auto v = verified_update_bytes_.find(r.blob_key); v != verified_update_bytes_.end()) verified_bytes = v->second;
+  const bool direct_to_store = host_.blob_urls().transfers_bypass_coordinator();
+  const bool ask_store = !verified_bytes && !direct_to_store;
+  if (verified_bytes) {
+    update.size_bytes = static_cast<int64_t>(*verified_bytes);
+    // Directory store: counted when the worker PUT it through /blobs. S3: it went straight to the store.
+    if (direct_to_store) bytes_moved_ += update.size_bytes;
+  }
+  Status stored = co_await Offload(host_.pool(), [&] {  // one trip to the pool: the size, then the record
+    if (ask_store) {
+      StatusOr<storage::BlobInfo> info = host_.blobs().Head(r.blob_key);
+      if (info.ok()) update.size_bytes = static_cast<int64_t>(info->size_bytes);
+    }
+    return host_.store().RecordUpdate(update);
+  });
+  if (!stored.ok() && stored.code() != StatusCode::kAlreadyExists) co_return stored;
+  recorded_updates_.insert(worker_id);
+  last_verdicts_[worker_id] = verdict.ok() ? "" : verdict.message();
+  {
+    auto event_appended = host_.AppendEvent(job_.id, verdict.ok() ? "update_accepted" : "update_rejected",
+                                            {{"worker_id", worker_id},
+                                             {"round", round},
+                                             {"attempt", attempt},
+                                             {"sample_count", r.sample_count},
+                                             {"reason", verdict.ok() ? "" : verdict.message()}});
+    co_await std::move(event_appended);
+  }
+  co_return Status::Ok();
+}
+
+http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std::deque<Action>& work) {
+  auto it = results_.find(a.worker);
+  if (it == results_.end()) co_return InternalError("no result recorded for worker " + std::to_string(a.worker));
+  const ResultReport report = it->second;
+  const std::string expected_key = UpdateKey(a.round, a.attempt, a.worker);
+  const uint64_t max_bytes = global_size_bytes_ + kUpdateHeaderSlackBytes;
+  std::shared_ptr<weights::WeightSet> global = global_;
+  // An update checked early by Result() (outside the job mutex) only needs accumulating here.
+  std::optional<StatusOr<weights::WeightSet>> checked;
+  if (auto c = checked_updates_.find(a.worker); c != checked_updates_.end() && c->second.ready &&
+                                                c->second.round == a.round && c->second.attempt == a.attempt &&
+                                                c->second.blob_key == report.blob_key) {
+    checked = std::move(c->second.update);
+    checked_updates_.erase(c);
+  }
+  // The strategy keeps accepted updates to add several in one pass; with no other result on its way in (being
+  // checked or waiting for the job), it adds them now, while the job is idle, instead of in the aggregation.
+  const bool others_on_their_way = !checked_updates_.empty();
+  // Validation and accumulation run on the pool; the strategy is touched by nobody else meanwhile (job mutex).
+  const bool checked_early = checked.has_value();
+  double check_ms = 0, accept_ms = 0;
+  uint64_t update_bytes = 0;
+  Status verdict = co_await Offload(host_.pool(), [&]() -> Status {
+    const auto check_start = std::chrono::steady_clock::now();
+    if (!checked) {
+      checked =
+          CheckUpdateFile(host_.blobs(), report, expected_key, max_bytes, *global, host_.spool_dir(), &update_bytes);
+    }
+    check_ms = MillisSince(check_start);
+    if (!checked->ok()) return checked->status();
+    const auto accept_start = std::chrono::steady_clock::now();
+    // Taken over so that the strategy may add several updates in one pass over its sums (it still judges now).
+    Status accepted = strategy_.AcceptOwned(std::move(**checked), a.sample_count);
+    if (!others_on_their_way) strategy_.AddKeptUpdates();
+    accept_ms = MillisSince(accept_start);
+    return accepted;
+  });
+  checked.reset();
+  if (update_bytes > 0) verified_update_bytes_[report.blob_key] = update_bytes;
+  PARSYN_LOG_DEBUG("training job {}: round {} update of worker {}: check {:.1f} ms{}, accumulate {:.1f} ms", job_.id,
+                   a.round, a.worker, check_ms, checked_early ? " (checked early)" : "", accept_ms);
+  if (!verdict.ok() && verdict.code() != StatusCode::kInvalidArgument) {
+    PARSYN_LOG_WARN("training job {}: validating the update of worker {}: {}", job_.id, a.worker, verdict.ToString());
+  }
+  const auto record_start = std::chrono::steady_clock::now();
+  Status recorded = co_await RecordUpdate(a.worker, a.round, a.attempt, verdict);
+  PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} recorded in {:.1f} ms", job_.id, a.round, a.worker,
+                   MillisSince(record_start));
+  StatusOr<Actions> next = engine_->UpdateValidated(a.worker, a.round, a.attempt, verdict);
+  if (!next.ok()) co_return next.status();
+  work.insert(work.begin(), next->begin(), next->end());
+  co_return recorded;
+}
+
+http::Awaitable<Status> JobRunner::OnDropWorker(const DropWorker& a) {
+  // A result refused before validation (e.g. its sample count) is still recorded, with the reason.
+  if (a.cause == DropCause::kRejected) {
+    const Status rejection = InvalidArgumentError(a.reason);
+    Status recorded = co_await RecordUpdate(a.worker, a.round, a.attempt, rejection);
+    if (!recorded.ok()) co_return recorded;
+  }
+  if (a.cause == DropCause::kStraggler || a.cause == DropCause::kJobEnded) {
+    host_.AbandonTask(a.worker, job_.id, a.round, a.attempt);
+  }
+  {
+    auto event_appended = host_.AppendEvent(job_.id, "worker_dropped",
+                                            {{"worker_id", a.worker},
+                                             {"round", a.round},
+                                             {"attempt", a.attempt},
+                                             {"cause", DropCauseName(a.cause)},
+                                             {"reason", a.reason}});
+    co_await std::move(event_appended);
+  }
+  co_return Status::Ok();
+}
+
+http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultReport report) {
+  if (ended_) {
+    co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " has ended (" +
+                                      std::string(storage::ToString(job_.status)) + "); result refused");
+  }
+  const int round = report.round, attempt = report.attempt;
+  if (!report.blob_key.empty()) {
+    auto completed = CompleteMultipartUpload(worker_id, report.blob_key);  // kCoAwaitTemporaries
+    co_await std::move(completed);
+  }
+  // Reading and checking an update is the slow part of a result: done here, before waiting for the job's mutex, so
+  // results check in parallel on the pool; only the accumulation is serial. Bounded, since a checked update is held
+  // in memory until its turn; beyond the bound the check runs under the mutex as before.
+  const bool check_early = round <= engine_config_.num_rounds && !report.blob_key.empty() && global_ != nullptr &&
+                           checked_updates_.size() < kMaxEarlyCheckedUpdates && checked_updates_.count(worker_id) == 0;
+  if (check_early) {
+    checked_updates_[worker_id] = CheckedUpdate{.round = round, .attempt = attempt, .blob_key = report.blob_key};
+    const std::string expected_key = UpdateKey(round, attempt, worker_id);
+    const uint64_t max_bytes = global_size_bytes_ + kUpdateHeaderSlackBytes;
+    std::shared_ptr<weights::WeightSet> global = global_;
+    const auto check_start = std::chrono::steady_clock::now();
+    uint64_t update_bytes = 0;
+    StatusOr<weights::WeightSet> update = co_await Offload(host_.pool(), [&] {
+      return CheckUpdateFile(host_.blobs(), report, expected_key, max_bytes, *global, host_.spool_dir(), &update_bytes);
+    });
+    if (update_bytes > 0) verified_update_bytes_[report.blob_key] = update_bytes;
+    PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} checked early in {:.1f} ms", job_.id, round,
+                     worker_id, MillisSince(check_start));
+    if (auto c = checked_updates_.find(worker_id); c != checked_updates_.end()) {
+      c->second.update = std::move(update);
+      c->second.ready = true;
+    }
+  }
+  bool duplicate = false;
+  Status refused;
+  auto handled = Handle([&]() -> StatusOr<Actions> {
+    WorkerResult result{.worker = worker_id,
+                        .round = round,
+                        .attempt = attempt,
+                        .sample_count = report.sample_count,
+                        .train_loss = report.train_loss,
+                        .validation_samples = report.validation_samples,
+                        .validation_loss = report.validation_loss};
+    StatusOr<Actions> actions = engine_->ResultUploaded(result);
+    if (!actions.ok()) {
+      refused = actions.status();
+    } else if (actions->empty()) {
+      duplicate = true;
+    } else {
+      results_[worker_id] = report;
+    }
+    return actions;
+  });
+  Status s = co_await std::move(handled);              // created above, not inside the co_await: kCoAwaitTemporaries
+  if (check_early) checked_updates_.erase(worker_id);  // not consumed: the result was refused or a duplicate
+  if (!refused.ok()) co_return refused;                // late, unexpected or from a dropped worker: nothing changed
+  host_.TaskFinished(worker_id, job_.id);
+  if (!s.ok()) co_return s;
+  json out = {{"job_id", job_.id}, {"round", round}, {"attempt", attempt}};
+  if (round > engine_config_.num_rounds) {
+    out["status"] = "evaluated";
+  } else if (auto it = last_verdicts_.find(worker_id); it != last_verdicts_.end()) {
+    out["status"] = duplicate ? "duplicate" : (it->second.empty() ? "accepted" : "rejected");
+    if (!it->second.empty()) out["reason"] = it->second;
+  } else {
+    out["status"] = duplicate ? "duplicate" : "received";
+  }
+  co_return out;
+}
+
+}  // namespace parsyn::coordinator
