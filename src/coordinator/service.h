@@ -142,25 +142,19 @@ class Service {
     int64_t worker_id = 0;
     bool revoked = false;
   };
-  // What a route helper needs to register routes and remember them.
-  class Routes;
+  // The route handlers that open, end and read worker sessions and register or revoke worker tokens.
+  friend class WorkerAdminRoutes;     // worker_admin_routes.cc
+  friend class WorkerProtocolRoutes;  // worker_protocol_routes.cc
 
   Service(boost::asio::io_context& io, ServiceOptions options);
 
   // Opens the blob store named by options_.blobs_uri (checking that an S3 bucket answers).
   Status OpenBlobs();
-  Status AddApiRoutes(Routes& routes);
-  Status AddJobRoutes(Routes& routes);
-  Status AddWorkerRoutes(Routes& routes);
-  Status AddBlobRoutes(Routes& routes);
 
   // Authentication of user and worker requests.
   Status CheckAdmin(const http::Request& req) const;
   StatusOr<int64_t> AuthenticateWorker(const http::Request& req) const;
   Session* FindSession(int64_t worker_id);
-  // The worker's session named by a {"session_id": ...} body (heartbeat, goodbye): InvalidArgument for another body,
-  // FailedPrecondition when the worker has no session with that id (expired or replaced). On the loop.
-  StatusOr<Session*> SessionNamedInBody(const std::string& body, int64_t worker_id);
   // Ends a worker's session (goodbye, missed heartbeats, a new hello) and tells every job.
   http::Awaitable<void> EndSession(int64_t worker_id, std::string_view why);
   http::Awaitable<void> SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string_view device = {});
