@@ -87,8 +87,6 @@ class Service {
   storage::MetadataStore& store() { return *store_; }
   storage::BlobStore& blobs() { return *blobs_; }
   boost::asio::thread_pool& pool() { return pool_; }
-  // For StreamBodyInto of uploads only: its threads block on the network as much as on the disk.
-  boost::asio::thread_pool& upload_pool() { return upload_pool_; }
   const Clock& clock() const { return clock_; }
   boost::asio::any_io_executor executor() { return io_.get_executor(); }
   // A URL for `method` on blob `key` at /blobs/..., valid for signed_url_ttl.
@@ -165,6 +163,7 @@ class Service {
   ServiceOptions options_;
   const Clock& clock_;
   boost::asio::thread_pool pool_;
+  // Streamed uploads only (the routes' RouteContext): its threads block on the network as much as on the disk.
   boost::asio::thread_pool upload_pool_;
   std::unique_ptr<storage::MetadataStore> store_;
   std::unique_ptr<storage::BlobStore> blobs_;
