@@ -31,9 +31,7 @@ class DatasetRoutes {
   Awaitable<Response> List(Request&) {
     auto list = co_await Offload(context_.pool, [this] { return context_.store.ListDatasets(); });
     if (!list.ok()) co_return Response::Error(list.status());
-    json items = json::array();
-    for (const storage::Dataset& d : *list) items.push_back(DatasetJson(d));
-    co_return Response::Json(200, {{"datasets", items}});
+    co_return Response::Json(200, {{"datasets", JsonArray(*list, DatasetJson)}});
   }
 
   Awaitable<Response> Get(Request& req) {

@@ -114,6 +114,13 @@ StatusOr<int64_t> LastEventId(const Request& req) {
   return id;
 }
 
+// A job in a list: its view without the spec.
+json JobSummaryJson(const storage::TrainingJob& job) {
+  json view = JobJson(job);
+  view.erase("spec");
+  return view;
+}
+
 // The terminal job_status event that ends an event stream.
 bool EndsStream(const storage::JobEvent& e, const json& data) {
   return e.type == "job_status" && data.contains("status") &&
@@ -159,13 +166,7 @@ class JobRoutes {
     }
     auto list = co_await Offload(context_.pool, [&] { return context_.store.ListJobs(filter); });
     if (!list.ok()) co_return Response::Error(list.status());
-    json items = json::array();
-    for (const storage::TrainingJob& j : *list) {
-      json v = JobJson(j);
-      v.erase("spec");
-      items.push_back(std::move(v));
-    }
-    co_return Response::Json(200, {{"training_jobs", items}});
+    co_return Response::Json(200, {{"training_jobs", JsonArray(*list, JobSummaryJson)}});
   }
 
   Awaitable<Response> Get(Request& req) {
@@ -245,9 +246,7 @@ class JobRoutes {
       return context_.store.ListJobArtifacts(*id);
     });
     if (!list.ok()) co_return Response::Error(list.status());
-    json items = json::array();
-    for (const storage::JobArtifact& a : *list) items.push_back(ArtifactJson(a));
-    co_return Response::Json(200, {{"artifacts", items}});
+    co_return Response::Json(200, {{"artifacts", JsonArray(*list, ArtifactJson)}});
   }
 
   // GET /api/v1/training-jobs/{id}/artifacts/{name...}: the artifact's bytes.

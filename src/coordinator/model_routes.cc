@@ -137,9 +137,7 @@ class ModelRoutes {
   Awaitable<Response> List(Request&) {
     auto list = co_await Offload(context_.pool, [this] { return context_.store.ListModels(); });
     if (!list.ok()) co_return Response::Error(list.status());
-    json items = json::array();
-    for (const storage::Model& m : *list) items.push_back(ModelJson(m));
-    co_return Response::Json(200, {{"models", items}});
+    co_return Response::Json(200, {{"models", JsonArray(*list, ModelJson)}});
   }
 
   Awaitable<Response> Get(Request& req) {

@@ -50,9 +50,8 @@ class WorkerAdminRoutes {
   Awaitable<Response> List(Request&) {
     auto list = co_await Offload(context_.pool, [this] { return context_.store.ListWorkers(); });
     if (!list.ok()) co_return Response::Error(list.status());
-    json items = json::array();
-    for (const storage::Worker& w : *list) items.push_back(WorkerView(w));
-    co_return Response::Json(200, {{"workers", items}});
+    co_return Response::Json(
+        200, {{"workers", JsonArray(*list, [this](const storage::Worker& w) { return WorkerView(w); })}});
   }
 
   Awaitable<Response> Get(Request& req) {
