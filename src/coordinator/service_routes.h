@@ -40,6 +40,8 @@ struct RouteContext {
 
 using WorkerHandler = std::function<http::Awaitable<http::Response>(http::Request&, int64_t worker_id)>;
 
+// Adds routes to a router behind their credential check and records each in `table` (Service::routes(), which
+// docs/openapi.yaml must describe exactly).
 class RouteTable {
  public:
   using AdminCheck = std::function<Status(const http::Request&)>;
