@@ -51,4 +51,12 @@ nlohmann::json JobJson(const storage::TrainingJob& job);
 nlohmann::json RoundJson(const storage::Round& round, const std::vector<storage::RoundUpdate>& updates);
 nlohmann::json ArtifactJson(const storage::JobArtifact& a);
 
+// The JSON array of view(record) for each record, in order: the body of a list route.
+template <typename Record, typename View>
+nlohmann::json JsonArray(const std::vector<Record>& records, View view) {
+  nlohmann::json items = nlohmann::json::array();
+  for (const Record& r : records) items.push_back(view(r));
+  return items;
+}
+
 }  // namespace parsyn::coordinator

@@ -11,6 +11,7 @@
 #include "coordinator/api_json.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/loop_tools.h"
+#include "coordinator/service.h"
 #include "coordinator/service_routes.h"
 #include "storage/local_blob_copy.h"
 #include "weights/lora_layout.h"
@@ -113,214 +114,231 @@ StatusOr<int64_t> LastEventId(const Request& req) {
   return id;
 }
 
+// A job in a list: its view without the spec.
+json JobSummaryJson(const storage::TrainingJob& job) {
+  json view = JobJson(job);
+  view.erase("spec");
+  return view;
+}
+
+// The terminal job_status event that ends an event stream.
+bool EndsStream(const storage::JobEvent& e, const json& data) {
+  return e.type == "job_status" && data.contains("status") &&
+         storage::ParseJobStatus(data["status"].get<std::string>()).ok() &&
+         storage::IsTerminal(*storage::ParseJobStatus(data["status"].get<std::string>()));
+}
+
+class JobRoutes {
+ public:
+  JobRoutes(const RouteContext& context, Service& service) : context_(context), service_(service) {}
+
+  // POST /api/v1/training-jobs: stores the job (queued) and answers; setup runs after the answer.
+  Awaitable<Response> Create(Request& req) {
+    StatusOr<JobSpec> spec = ParseJobSpec(req.body);
+    if (!spec.ok()) co_return Response::Error(spec.status());
+    const int64_t now = context_.clock.UnixMillis();
+    StatusOr<storage::TrainingJob> created = co_await Offload(context_.pool, [&]() -> StatusOr<storage::TrainingJob> {
+      PARSYN_RETURN_IF_ERROR(CheckReferences(context_.store, *spec));
+      storage::TrainingJob job{.name = spec->name,
+                               .dataset_id = spec->dataset_id,
+                               .model_id = spec->model_id,
+                               .spec_json = JobSpecToJsonString(*spec),
+                               .created_at_ms = now};
+      return context_.store.CreateJob(job);
+    });
+    if (!created.ok()) co_return Response::Error(created.status());
+    {
+      auto event_appended = service_.AppendEvent(created->id, "job_status", {{"status", "queued"}});
+      co_await std::move(event_appended);
+    }
+    // Setup (sharding, the initial global) runs after the answer; the job shows queued until it is running.
+    boost::asio::co_spawn(service_.executor(), service_.LaunchJob(*created), boost::asio::detached);
+    co_return Response::Json(201, JobJson(*created));
+  }
+
+  // GET /api/v1/training-jobs[?status=S]: the jobs without their specs.
+  Awaitable<Response> List(Request& req) {
+    std::optional<storage::JobStatus> filter;
+    if (auto it = req.query.find("status"); it != req.query.end()) {
+      StatusOr<storage::JobStatus> s = storage::ParseJobStatus(it->second);
+      if (!s.ok()) co_return Response::Error(s.status());
+      filter = *s;
+    }
+    auto list = co_await Offload(context_.pool, [&] { return context_.store.ListJobs(filter); });
+    if (!list.ok()) co_return Response::Error(list.status());
+    co_return Response::Json(200, {{"training_jobs", JsonArray(*list, JobSummaryJson)}});
+  }
+
+  Awaitable<Response> Get(Request& req) {
+    StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
+    if (!id.ok()) co_return Response::Error(id.status());
+    auto job = co_await Offload(context_.pool, [&] { return context_.store.GetJob(*id); });
+    if (!job.ok()) co_return Response::Error(job.status());
+    json view = JobJson(*job);
+    if (JobRunner* r = service_.FindRunner(*id); r != nullptr && !r->finished()) view["live"] = r->LiveView();
+    co_return Response::Json(200, view);
+  }
+
+  Awaitable<Response> Rounds(Request& req) {
+    StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
+    if (!id.ok()) co_return Response::Error(id.status());
+    auto rounds = co_await Offload(context_.pool, [&]() -> StatusOr<json> {
+      PARSYN_RETURN_IF_ERROR(context_.store.GetJob(*id).status());
+      PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Round> list, context_.store.ListRounds(*id));
+      json items = json::array();
+      for (const storage::Round& r : list) {
+        PARSYN_ASSIGN_OR_RETURN(auto updates, context_.store.ListUpdates(*id, r.round, r.attempt));
+        items.push_back(RoundJson(r, updates));
+      }
+      return items;
+    });
+    if (!rounds.ok()) co_return Response::Error(rounds.status());
+    co_return Response::Json(200, {{"rounds", *rounds}});
+  }
+
+  // GET /api/v1/training-jobs/{id}/metrics: each worker's progress points.
+  Awaitable<Response> Metrics(Request& req) {
+    StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
+    if (!id.ok()) co_return Response::Error(id.status());
+    auto points = co_await Offload(context_.pool, [&]() -> StatusOr<std::vector<storage::MetricPoint>> {
+      PARSYN_RETURN_IF_ERROR(context_.store.GetJob(*id).status());
+      return context_.store.ListMetrics(*id);
+    });
+    if (!points.ok()) co_return Response::Error(points.status());
+    std::map<int64_t, json> by_worker;
+    for (const storage::MetricPoint& p : *points) {
+      json& series = by_worker[p.worker_id];
+      if (series.is_null()) series = json::array();
+      series.push_back({{"round", p.round},
+                        {"step", p.step},
+                        {"loss", p.loss ? json(*p.loss) : json()},
+                        {"throughput", p.throughput ? json(*p.throughput) : json()},
+                        {"utilization", p.utilization ? json(*p.utilization) : json()},
+                        {"time_ms", p.time_ms}});
+    }
+    json workers = json::array();
+    for (auto& [worker, series] : by_worker) workers.push_back({{"worker_id", worker}, {"points", series}});
+    co_return Response::Json(200, {{"workers", workers}});
+  }
+
+  // GET /api/v1/training-jobs/{id}/events: every stored event after Last-Event-ID (or ?after=), then new ones as
+  // they happen (SSE); the stream ends after the job's terminal status event.
+  Awaitable<Response> Events(Request& req) {
+    StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
+    if (!id.ok()) co_return Response::Error(id.status());
+    StatusOr<int64_t> after = LastEventId(req);
+    if (!after.ok()) co_return Response::Error(after.status());
+    auto job = co_await Offload(context_.pool, [&] { return context_.store.GetJob(*id); });
+    if (!job.ok()) co_return Response::Error(job.status());
+    co_return Response::Events([this, job_id = *id, start_after = *after](http::EventStream& stream) {
+      return StreamEvents(job_id, start_after, stream);
+    });
+  }
+
+  Awaitable<Response> Stop(Request& req) { return Control(req, /*stop=*/true); }
+  Awaitable<Response> Cancel(Request& req) { return Control(req, /*stop=*/false); }
+
+  Awaitable<Response> Artifacts(Request& req) {
+    StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
+    if (!id.ok()) co_return Response::Error(id.status());
+    auto list = co_await Offload(context_.pool, [&]() -> StatusOr<std::vector<storage::JobArtifact>> {
+      PARSYN_RETURN_IF_ERROR(context_.store.GetJob(*id).status());
+      return context_.store.ListJobArtifacts(*id);
+    });
+    if (!list.ok()) co_return Response::Error(list.status());
+    co_return Response::Json(200, {{"artifacts", JsonArray(*list, ArtifactJson)}});
+  }
+
+  // GET /api/v1/training-jobs/{id}/artifacts/{name...}: the artifact's bytes.
+  Awaitable<Response> Artifact(Request& req) {
+    StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
+    if (!id.ok()) co_return Response::Error(id.status());
+    const std::string name = req.params["name"];
+    auto copy = co_await Offload(context_.pool, [&]() -> StatusOr<storage::LocalBlobCopy> {
+      PARSYN_RETURN_IF_ERROR(context_.store.GetJob(*id).status());
+      PARSYN_ASSIGN_OR_RETURN(std::vector<storage::JobArtifact> list, context_.store.ListJobArtifacts(*id));
+      for (const storage::JobArtifact& a : list) {
+        // Names are looked up, never used as paths.
+        if (a.name == name) return storage::LocalBlobCopy::Open(context_.blobs, a.blob_key, context_.spool_dir);
+      }
+      return NotFoundError("training job " + std::to_string(*id) + " has no artifact '" + name.substr(0, 200) + "'");
+    });
+    if (!copy.ok()) co_return Response::Error(copy.status());
+    co_return FileResponse(std::move(*copy), name.ends_with(".json") ? "application/json" : "application/octet-stream");
+  }
+
+ private:
+  Awaitable<void> StreamEvents(int64_t job_id, int64_t start_after, http::EventStream& stream) {
+    int64_t last = start_after;
+    http::Signal& signal = service_.EventSignal(job_id);
+    while (stream.open()) {
+      auto events = co_await Offload(context_.pool, [&] { return context_.store.ListJobEvents(job_id, last); });
+      if (!events.ok()) co_return;
+      bool ended = false;
+      for (const storage::JobEvent& e : *events) {
+        json data = json::parse(e.payload_json, nullptr, false);
+        if (data.is_discarded()) data = json::object();
+        data["job_id"] = e.job_id;
+        data["time_ms"] = e.time_ms;
+        const std::string payload = data.dump();
+        const std::string event_id = std::to_string(e.id);
+        if (!co_await stream.Send(e.type, payload, event_id)) co_return;
+        last = e.id;
+        if (EndsStream(e, data)) ended = true;
+      }
+      if (ended) co_return;
+      if (!events->empty()) continue;  // there may be more than one page
+      if (!co_await stream.Wait(signal)) co_return;
+    }
+  }
+
+  // Stop (finish with the latest committed global) or cancel a running job; answers the job with its live view.
+  Awaitable<Response> Control(Request& req, bool stop) {
+    StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
+    if (!id.ok()) co_return Response::Error(id.status());
+    auto job = co_await Offload(context_.pool, [&] { return context_.store.GetJob(*id); });
+    if (!job.ok()) co_return Response::Error(job.status());
+    if (storage::IsTerminal(job->status)) {
+      co_return Response::Error(FailedPreconditionError("training job " + std::to_string(*id) + " is already " +
+                                                        std::string(storage::ToString(job->status))));
+    }
+    JobRunner* runner = service_.FindRunner(*id);
+    Status s;
+    if (runner == nullptr || runner->finished()) {
+      s = FailedPreconditionError("training job " + std::to_string(*id) + " is not running yet");
+    } else if (stop) {
+      s = co_await runner->Stop();
+    } else {
+      s = co_await runner->Cancel();
+    }
+    if (!s.ok()) co_return Response::Error(s);
+    auto after = co_await Offload(context_.pool, [&] { return context_.store.GetJob(*id); });
+    if (!after.ok()) co_return Response::Error(after.status());
+    json view = JobJson(*after);
+    if (!runner->finished()) view["live"] = runner->LiveView();
+    co_return Response::Json(200, view);
+  }
+
+  const RouteContext context_;
+  Service& service_;
+};
+
 }  // namespace
 
-Status Service::AddJobRoutes(Routes& routes) {
-  Service* self = this;
-
+Status AddJobRoutes(RouteTable& routes, const RouteContext& context, Service& service) {
+  auto h = std::make_shared<JobRoutes>(context, service);
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/training-jobs", Bind(h, &JobRoutes::Create)));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/training-jobs", Bind(h, &JobRoutes::List)));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}", Bind(h, &JobRoutes::Get)));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/rounds", Bind(h, &JobRoutes::Rounds)));
   PARSYN_RETURN_IF_ERROR(
-      routes.Admin(Method::kPost, "/api/v1/training-jobs", [self](Request& req) -> Awaitable<Response> {
-        StatusOr<JobSpec> spec = ParseJobSpec(req.body);
-        if (!spec.ok()) co_return Response::Error(spec.status());
-        const int64_t now = self->clock().UnixMillis();
-        StatusOr<storage::TrainingJob> created =
-            co_await Offload(self->pool(), [&]() -> StatusOr<storage::TrainingJob> {
-              PARSYN_RETURN_IF_ERROR(CheckReferences(self->store(), *spec));
-              storage::TrainingJob job{.name = spec->name,
-                                       .dataset_id = spec->dataset_id,
-                                       .model_id = spec->model_id,
-                                       .spec_json = JobSpecToJsonString(*spec),
-                                       .created_at_ms = now};
-              return self->store().CreateJob(job);
-            });
-        if (!created.ok()) co_return Response::Error(created.status());
-        {
-          auto event_appended = self->AppendEvent(created->id, "job_status", {{"status", "queued"}});
-          co_await std::move(event_appended);
-        }
-        // Setup (sharding, the initial global) runs after the answer; the job shows queued until it is running.
-        boost::asio::co_spawn(self->executor(), self->LaunchJob(*created), boost::asio::detached);
-        co_return Response::Json(201, JobJson(*created));
-      }));
-
+      routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/metrics", Bind(h, &JobRoutes::Metrics)));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/events", Bind(h, &JobRoutes::Events)));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/training-jobs/{id}/stop", Bind(h, &JobRoutes::Stop)));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/training-jobs/{id}/cancel", Bind(h, &JobRoutes::Cancel)));
   PARSYN_RETURN_IF_ERROR(
-      routes.Admin(Method::kGet, "/api/v1/training-jobs", [self](Request& req) -> Awaitable<Response> {
-        std::optional<storage::JobStatus> filter;
-        if (auto it = req.query.find("status"); it != req.query.end()) {
-          StatusOr<storage::JobStatus> s = storage::ParseJobStatus(it->second);
-          if (!s.ok()) co_return Response::Error(s.status());
-          filter = *s;
-        }
-        auto list = co_await Offload(self->pool(), [&] { return self->store().ListJobs(filter); });
-        if (!list.ok()) co_return Response::Error(list.status());
-        json items = json::array();
-        for (const storage::TrainingJob& j : *list) {
-          json v = JobJson(j);
-          v.erase("spec");
-          items.push_back(std::move(v));
-        }
-        co_return Response::Json(200, {{"training_jobs", items}});
-      }));
-
-  PARSYN_RETURN_IF_ERROR(
-      routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}", [self](Request& req) -> Awaitable<Response> {
-        StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
-        if (!id.ok()) co_return Response::Error(id.status());
-        auto job = co_await Offload(self->pool(), [&] { return self->store().GetJob(*id); });
-        if (!job.ok()) co_return Response::Error(job.status());
-        json view = JobJson(*job);
-        if (JobRunner* r = self->FindRunner(*id); r != nullptr && !r->finished()) view["live"] = r->LiveView();
-        co_return Response::Json(200, view);
-      }));
-
-  PARSYN_RETURN_IF_ERROR(
-      routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/rounds", [self](Request& req) -> Awaitable<Response> {
-        StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
-        if (!id.ok()) co_return Response::Error(id.status());
-        auto rounds = co_await Offload(self->pool(), [&]() -> StatusOr<json> {
-          PARSYN_RETURN_IF_ERROR(self->store().GetJob(*id).status());
-          PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Round> list, self->store().ListRounds(*id));
-          json items = json::array();
-          for (const storage::Round& r : list) {
-            PARSYN_ASSIGN_OR_RETURN(auto updates, self->store().ListUpdates(*id, r.round, r.attempt));
-            items.push_back(RoundJson(r, updates));
-          }
-          return items;
-        });
-        if (!rounds.ok()) co_return Response::Error(rounds.status());
-        co_return Response::Json(200, {{"rounds", *rounds}});
-      }));
-
-  PARSYN_RETURN_IF_ERROR(
-      routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/metrics", [self](Request& req) -> Awaitable<Response> {
-        StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
-        if (!id.ok()) co_return Response::Error(id.status());
-        auto points = co_await Offload(self->pool(), [&]() -> StatusOr<std::vector<storage::MetricPoint>> {
-          PARSYN_RETURN_IF_ERROR(self->store().GetJob(*id).status());
-          return self->store().ListMetrics(*id);
-        });
-        if (!points.ok()) co_return Response::Error(points.status());
-        std::map<int64_t, json> by_worker;
-        for (const storage::MetricPoint& p : *points) {
-          json& series = by_worker[p.worker_id];
-          if (series.is_null()) series = json::array();
-          series.push_back({{"round", p.round},
-                            {"step", p.step},
-                            {"loss", p.loss ? json(*p.loss) : json()},
-                            {"throughput", p.throughput ? json(*p.throughput) : json()},
-                            {"utilization", p.utilization ? json(*p.utilization) : json()},
-                            {"time_ms", p.time_ms}});
-        }
-        json workers = json::array();
-        for (auto& [worker, series] : by_worker) workers.push_back({{"worker_id", worker}, {"points", series}});
-        co_return Response::Json(200, {{"workers", workers}});
-      }));
-
-  // Every stored event after Last-Event-ID (or ?after=), then new ones as they happen; the stream ends after the
-  // job's terminal status event.
-  PARSYN_RETURN_IF_ERROR(
-      routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/events", [self](Request& req) -> Awaitable<Response> {
-        StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
-        if (!id.ok()) co_return Response::Error(id.status());
-        StatusOr<int64_t> after = LastEventId(req);
-        if (!after.ok()) co_return Response::Error(after.status());
-        auto job = co_await Offload(self->pool(), [&] { return self->store().GetJob(*id); });
-        if (!job.ok()) co_return Response::Error(job.status());
-        const int64_t job_id = *id;
-        const int64_t start_after = *after;
-        co_return Response::Events([self, job_id, start_after](http::EventStream& stream) -> Awaitable<void> {
-          int64_t last = start_after;
-          http::Signal& signal = self->EventSignal(job_id);
-          while (stream.open()) {
-            auto events = co_await Offload(self->pool(), [&] { return self->store().ListJobEvents(job_id, last); });
-            if (!events.ok()) co_return;
-            bool ended = false;
-            for (const storage::JobEvent& e : *events) {
-              json data = json::parse(e.payload_json, nullptr, false);
-              if (data.is_discarded()) data = json::object();
-              data["job_id"] = e.job_id;
-              data["time_ms"] = e.time_ms;
-              const std::string payload = data.dump();
-              const std::string event_id = std::to_string(e.id);
-              if (!co_await stream.Send(e.type, payload, event_id)) co_return;
-              last = e.id;
-              if (e.type == "job_status" && data.contains("status") &&
-                  storage::ParseJobStatus(data["status"].get<std::string>()).ok() &&
-                  storage::IsTerminal(*storage::ParseJobStatus(data["status"].get<std::string>()))) {
-                ended = true;
-              }
-            }
-            if (ended) co_return;
-            if (!events->empty()) continue;  // there may be more than one page
-            if (!co_await stream.Wait(signal)) co_return;
-          }
-        });
-      }));
-
-  auto control = [self](bool stop) {
-    return [self, stop](Request& req) -> Awaitable<Response> {
-      StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
-      if (!id.ok()) co_return Response::Error(id.status());
-      auto job = co_await Offload(self->pool(), [&] { return self->store().GetJob(*id); });
-      if (!job.ok()) co_return Response::Error(job.status());
-      if (storage::IsTerminal(job->status)) {
-        co_return Response::Error(FailedPreconditionError("training job " + std::to_string(*id) + " is already " +
-                                                          std::string(storage::ToString(job->status))));
-      }
-      JobRunner* runner = self->FindRunner(*id);
-      Status s;
-      if (runner == nullptr || runner->finished()) {
-        s = FailedPreconditionError("training job " + std::to_string(*id) + " is not running yet");
-      } else if (stop) {
-        s = co_await runner->Stop();
-      } else {
-        s = co_await runner->Cancel();
-      }
-      if (!s.ok()) co_return Response::Error(s);
-      auto after = co_await Offload(self->pool(), [&] { return self->store().GetJob(*id); });
-      if (!after.ok()) co_return Response::Error(after.status());
-      json view = JobJson(*after);
-      if (!runner->finished()) view["live"] = runner->LiveView();
-      co_return Response::Json(200, view);
-    };
-  };
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/training-jobs/{id}/stop", control(true)));
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/training-jobs/{id}/cancel", control(false)));
-
-  PARSYN_RETURN_IF_ERROR(
-      routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/artifacts", [self](Request& req) -> Awaitable<Response> {
-        StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
-        if (!id.ok()) co_return Response::Error(id.status());
-        auto list = co_await Offload(self->pool(), [&]() -> StatusOr<std::vector<storage::JobArtifact>> {
-          PARSYN_RETURN_IF_ERROR(self->store().GetJob(*id).status());
-          return self->store().ListJobArtifacts(*id);
-        });
-        if (!list.ok()) co_return Response::Error(list.status());
-        json items = json::array();
-        for (const storage::JobArtifact& a : *list) items.push_back(ArtifactJson(a));
-        co_return Response::Json(200, {{"artifacts", items}});
-      }));
-
-  PARSYN_RETURN_IF_ERROR(routes.Admin(
-      Method::kGet, "/api/v1/training-jobs/{id}/artifacts/{name...}", [self](Request& req) -> Awaitable<Response> {
-        StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
-        if (!id.ok()) co_return Response::Error(id.status());
-        const std::string name = req.params["name"];
-        auto copy = co_await Offload(self->pool(), [&]() -> StatusOr<storage::LocalBlobCopy> {
-          PARSYN_RETURN_IF_ERROR(self->store().GetJob(*id).status());
-          PARSYN_ASSIGN_OR_RETURN(std::vector<storage::JobArtifact> list, self->store().ListJobArtifacts(*id));
-          for (const storage::JobArtifact& a : list) {
-            // Names are looked up, never used as paths.
-            if (a.name == name) return storage::LocalBlobCopy::Open(self->blobs(), a.blob_key, self->spool_dir());
-          }
-          return NotFoundError("training job " + std::to_string(*id) + " has no artifact '" + name.substr(0, 200) +
-                               "'");
-        });
-        if (!copy.ok()) co_return Response::Error(copy.status());
-        co_return FileResponse(std::move(*copy),
-                               name.ends_with(".json") ? "application/json" : "application/octet-stream");
-      }));
-  return Status::Ok();
+      routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/artifacts", Bind(h, &JobRoutes::Artifacts)));
+  return routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/artifacts/{name...}", Bind(h, &JobRoutes::Artifact));
 }
 
 }  // namespace parsyn::coordinator

@@ -104,15 +104,26 @@ std::string Service::BlobGetUrl(std::string_view key) const {
 StatusOr<http::Router> Service::BuildRouter() {
   http::Router router;
   routes_.clear();
-  Routes routes(*this, router, routes_);
+  RouteTable routes(
+      router, routes_, [this](const http::Request& req) { return CheckAdmin(req); },
+      [this](const http::Request& req) { return AuthenticateWorker(req); });
+  const RouteContext context{.store = *store_,
+                             .blobs = *blobs_,
+                             .pool = pool_,
+                             .upload_pool = upload_pool_,
+                             .clock = clock_,
+                             .spool_dir = spool_dir(),
+                             .max_upload_bytes = options_.max_upload_bytes};
   PARSYN_RETURN_IF_ERROR(
       routes.Open(http::Method::kGet, "/healthz", [](http::Request&) -> http::Awaitable<http::Response> {
         co_return http::Response::Json(200, {{"status", "ok"}});
       }));
-  PARSYN_RETURN_IF_ERROR(AddApiRoutes(routes));
-  PARSYN_RETURN_IF_ERROR(AddJobRoutes(routes));
-  PARSYN_RETURN_IF_ERROR(AddWorkerRoutes(routes));
-  PARSYN_RETURN_IF_ERROR(AddBlobRoutes(routes));
+  PARSYN_RETURN_IF_ERROR(AddDatasetRoutes(routes, context));
+  PARSYN_RETURN_IF_ERROR(AddModelRoutes(routes, context));
+  PARSYN_RETURN_IF_ERROR(AddWorkerAdminRoutes(routes, context, *this));
+  PARSYN_RETURN_IF_ERROR(AddJobRoutes(routes, context, *this));
+  PARSYN_RETURN_IF_ERROR(AddWorkerProtocolRoutes(routes, context, *this));
+  PARSYN_RETURN_IF_ERROR(AddBlobRoutes(routes, context, *this, signing_secret_));
   PARSYN_RETURN_IF_ERROR(AddStaticRoutes(router));  // the dashboard; not API routes, so not in routes_
   return router;
 }

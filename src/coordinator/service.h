@@ -91,8 +91,6 @@ class Service final : public JobHost {
   storage::BlobUrlIssuer& blob_urls() override { return *blob_urls_; }
   std::chrono::seconds signed_url_ttl() const override { return options_.signed_url_ttl; }
   boost::asio::thread_pool& pool() override { return pool_; }
-  // For StreamBodyInto of uploads only: its threads block on the network as much as on the disk.
-  boost::asio::thread_pool& upload_pool() { return upload_pool_; }
   const Clock& clock() const override { return clock_; }
   boost::asio::any_io_executor executor() override { return io_.get_executor(); }
   // A URL for `method` on blob `key` at /blobs/..., valid for signed_url_ttl.
@@ -145,25 +143,19 @@ class Service final : public JobHost {
     int64_t worker_id = 0;
     bool revoked = false;
   };
-  // What a route helper needs to register routes and remember them.
-  class Routes;
+  // The route handlers that open, end and read worker sessions and register or revoke worker tokens.
+  friend class WorkerAdminRoutes;     // worker_admin_routes.cc
+  friend class WorkerProtocolRoutes;  // worker_protocol_routes.cc
 
   Service(boost::asio::io_context& io, ServiceOptions options);
 
   // Opens the blob store named by options_.blobs_uri (checking that a store issuing its own URLs, S3, answers).
   Status OpenBlobs();
-  Status AddApiRoutes(Routes& routes);
-  Status AddJobRoutes(Routes& routes);
-  Status AddWorkerRoutes(Routes& routes);
-  Status AddBlobRoutes(Routes& routes);
 
   // Authentication of user and worker requests.
   Status CheckAdmin(const http::Request& req) const;
   StatusOr<int64_t> AuthenticateWorker(const http::Request& req) const;
   Session* FindSession(int64_t worker_id);
-  // The worker's session named by a {"session_id": ...} body (heartbeat, goodbye): InvalidArgument for another body,
-  // FailedPrecondition when the worker has no session with that id (expired or replaced). On the loop.
-  StatusOr<Session*> SessionNamedInBody(const std::string& body, int64_t worker_id);
   // Ends a worker's session (goodbye, missed heartbeats, a new hello) and tells every job.
   http::Awaitable<void> EndSession(int64_t worker_id, std::string_view why);
   http::Awaitable<void> SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string_view device = {});
@@ -174,6 +166,7 @@ class Service final : public JobHost {
   ServiceOptions options_;
   const Clock& clock_;
   boost::asio::thread_pool pool_;
+  // Streamed uploads only (the routes' RouteContext): its threads block on the network as much as on the disk.
   boost::asio::thread_pool upload_pool_;
   std::unique_ptr<storage::MetadataStore> store_;
   std::unique_ptr<storage::BlobStore> blobs_;

@@ -1,29 +1,55 @@
-// Internal to the coordinator: how Service registers its routes (open, admin-key, worker-token) and records them
-// for the OpenAPI check. Loop thread only.
+// Internal to the coordinator: what the service's route handlers share. RouteTable registers a route with its
+// credential check (open, admin key, worker token) and records it for the OpenAPI check; RouteContext is the narrow
+// piece of the service most handlers use; one Add*Routes function per resource file registers its handlers.
+// Loop thread only.
 #pragma once
 
+#include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
+
+#include <boost/asio/thread_pool.hpp>
+#include <cstdint>
+#include <filesystem>
 #include <functional>
+#include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
-#include "coordinator/service.h"
+#include "base/clock.h"
+#include "base/status.h"
+#include "http/server.h"
+#include "storage/blob_store.h"
 #include "storage/local_blob_copy.h"
+#include "storage/metadata_store.h"
 
 namespace parsyn::coordinator {
 
-// Sends a blob's local copy as the body; a temporary copy (S3) is removed once the response has been written.
-inline http::Response FileResponse(storage::LocalBlobCopy copy, std::string content_type = "application/octet-stream") {
-  http::Response res = http::Response::File(copy.path(), std::move(content_type));
-  res.file_owner = std::make_shared<const storage::LocalBlobCopy>(std::move(copy));
-  return res;
-}
+class Service;
+struct RouteInfo;
+
+// What most route handlers use of the service (handlers that need sessions or job runners also hold the Service).
+struct RouteContext {
+  storage::MetadataStore& store;
+  storage::BlobStore& blobs;
+  boost::asio::thread_pool& pool;         // store calls, blob reads, validation (Offload)
+  boost::asio::thread_pool& upload_pool;  // streamed uploads only: their threads block on the network
+  const Clock& clock;
+  std::filesystem::path spool_dir;  // temporary local copies of blobs (LocalBlobCopy)
+  uint64_t max_upload_bytes;        // datasets, model files and round updates
+};
 
 using WorkerHandler = std::function<http::Awaitable<http::Response>(http::Request&, int64_t worker_id)>;
 
-class Service::Routes {
+// Adds routes to a router behind their credential check and records each in `table` (Service::routes(), which
+// docs/openapi.yaml must describe exactly).
+class RouteTable {
  public:
-  Routes(Service& service, http::Router& router, std::vector<RouteInfo>& table)
-      : service_(service), router_(router), table_(table) {}
+  using AdminCheck = std::function<Status(const http::Request&)>;
+  // The worker id of the request's token; Unauthenticated or PermissionDenied (revoked) otherwise.
+  using WorkerCheck = std::function<StatusOr<int64_t>(const http::Request&)>;
+
+  RouteTable(http::Router& router, std::vector<RouteInfo>& table, AdminCheck check_admin, WorkerCheck check_worker)
+      : router_(router), table_(table), check_admin_(std::move(check_admin)), check_worker_(std::move(check_worker)) {}
 
   // No credentials (/healthz; /blobs, which check their own signature).
   Status Open(http::Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options = {});
@@ -33,9 +59,49 @@ class Service::Routes {
   Status Worker(http::Method method, std::string_view pattern, WorkerHandler handler, http::RouteOptions options = {});
 
  private:
-  Service& service_;
   http::Router& router_;
   std::vector<RouteInfo>& table_;
+  AdminCheck check_admin_;
+  WorkerCheck check_worker_;
 };
+
+// A route handler that calls `method` on `handlers`, which the router keeps alive.
+template <typename Handlers>
+http::Handler Bind(std::shared_ptr<Handlers> handlers,
+                   http::Awaitable<http::Response> (Handlers::*method)(http::Request&)) {
+  return [handlers = std::move(handlers), method](http::Request& req) { return ((*handlers).*method)(req); };
+}
+template <typename Handlers>
+WorkerHandler Bind(std::shared_ptr<Handlers> handlers,
+                   http::Awaitable<http::Response> (Handlers::*method)(http::Request&, int64_t worker_id)) {
+  return [handlers = std::move(handlers), method](http::Request& req, int64_t worker_id) {
+    return ((*handlers).*method)(req, worker_id);
+  };
+}
+
+// Sends a blob's local copy as the body; a temporary copy (S3) is removed once the response has been written.
+inline http::Response FileResponse(storage::LocalBlobCopy copy, std::string content_type = "application/octet-stream") {
+  http::Response res = http::Response::File(copy.path(), std::move(content_type));
+  res.file_owner = std::make_shared<const storage::LocalBlobCopy>(std::move(copy));
+  return res;
+}
+
+// Streams a request body (a route with stream_body) into a new blob `key` on the upload pool.
+http::Awaitable<StatusOr<storage::BlobInfo>> StreamBodyToBlob(const RouteContext& context, http::BodyReader& body,
+                                                              std::string key, storage::PutOptions options = {});
+// A fresh random blob name: 32 hex digits (datasets/<name>/..., uploads/<name>).
+StatusOr<std::string> NewBlobName();
+
+// The routes of each resource, in its own file. Errors: those of Router::Add (a duplicate route).
+Status AddDatasetRoutes(RouteTable& routes, const RouteContext& context);     // dataset_routes.cc
+Status AddModelRoutes(RouteTable& routes, const RouteContext& context);       // model_routes.cc
+Status AddWorkerAdminRoutes(RouteTable& routes, const RouteContext& context,  // worker_admin_routes.cc
+                            Service& service);
+Status AddJobRoutes(RouteTable& routes, const RouteContext& context, Service& service);  // job_routes.cc
+Status AddWorkerProtocolRoutes(RouteTable& routes, const RouteContext& context,          // worker_protocol_routes.cc
+                               Service& service);
+// `signing_secret` verifies the signed /blobs URLs.
+Status AddBlobRoutes(RouteTable& routes, const RouteContext& context, Service& service,  // blob_routes.cc
+                     std::string signing_secret);
 
 }  // namespace parsyn::coordinator

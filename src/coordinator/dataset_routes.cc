@@ -1,0 +1,73 @@
+// REST API v1 for datasets: import (dataset_import.h), list, get, delete.
+#include "coordinator/api_json.h"
+#include "coordinator/dataset_import.h"
+#include "coordinator/loop_tools.h"
+#include "coordinator/service_routes.h"
+
+namespace parsyn::coordinator {
+
+using http::Awaitable;
+using http::Method;
+using http::Request;
+using http::Response;
+using nlohmann::json;
+
+namespace {
+
+class DatasetRoutes {
+ public:
+  explicit DatasetRoutes(const RouteContext& context) : context_(context) {}
+
+  // POST /api/v1/datasets?name=N[&format=jsonl|csv][&label_column=label], body: the file, streamed.
+  Awaitable<Response> Import(Request& req) {
+    StatusOr<DatasetImport> import = DatasetImportFromQuery(req.query);
+    if (!import.ok()) co_return Response::Error(import.status());
+    auto imported = ImportDataset(context_, std::move(*import), *req.body_stream);  // kCoAwaitTemporaries
+    StatusOr<storage::Dataset> created = co_await std::move(imported);
+    if (!created.ok()) co_return Response::Error(created.status());
+    co_return Response::Json(201, DatasetJson(*created));
+  }
+
+  Awaitable<Response> List(Request&) {
+    auto list = co_await Offload(context_.pool, [this] { return context_.store.ListDatasets(); });
+    if (!list.ok()) co_return Response::Error(list.status());
+    co_return Response::Json(200, {{"datasets", JsonArray(*list, DatasetJson)}});
+  }
+
+  Awaitable<Response> Get(Request& req) {
+    StatusOr<int64_t> id = ParseId(req.params["id"], "dataset");
+    if (!id.ok()) co_return Response::Error(id.status());
+    auto d = co_await Offload(context_.pool, [&] { return context_.store.GetDataset(*id); });
+    if (!d.ok()) co_return Response::Error(d.status());
+    co_return Response::Json(200, DatasetJson(*d));
+  }
+
+  Awaitable<Response> Delete(Request& req) {
+    StatusOr<int64_t> id = ParseId(req.params["id"], "dataset");
+    if (!id.ok()) co_return Response::Error(id.status());
+    Status deleted = co_await Offload(context_.pool, [&]() -> Status {
+      PARSYN_ASSIGN_OR_RETURN(storage::Dataset d, context_.store.GetDataset(*id));
+      PARSYN_RETURN_IF_ERROR(context_.store.DeleteDataset(*id));
+      context_.blobs.Delete(d.blob_key).IgnoreError();  // the record is gone; a leftover blob is only space
+      return Status::Ok();
+    });
+    if (!deleted.ok()) co_return Response::Error(deleted);
+    co_return Response::NoContent();
+  }
+
+ private:
+  const RouteContext context_;
+};
+
+}  // namespace
+
+Status AddDatasetRoutes(RouteTable& routes, const RouteContext& context) {
+  auto h = std::make_shared<DatasetRoutes>(context);
+  const http::RouteOptions upload{.stream_body = true, .max_body_bytes = context.max_upload_bytes};
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/datasets", Bind(h, &DatasetRoutes::Import), upload));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/datasets", Bind(h, &DatasetRoutes::List)));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/datasets/{id}", Bind(h, &DatasetRoutes::Get)));
+  return routes.Admin(Method::kDelete, "/api/v1/datasets/{id}", Bind(h, &DatasetRoutes::Delete));
+}
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,180 @@
+// REST API v1 for models: model files are staged as uploads (POST /api/v1/uploads), then a model names them
+// (POST /api/v1/models); list, get, delete.
+#include <algorithm>
+
+#include "coordinator/api_json.h"
+#include "coordinator/loop_tools.h"
+#include "coordinator/service_routes.h"
+
+namespace parsyn::coordinator {
+
+using http::Awaitable;
+using http::Method;
+using http::Request;
+using http::Response;
+using nlohmann::json;
+
+namespace {
+
+// The upload id of a staged file: 32 hex digits, also its blob key's last segment.
+Status ValidateUploadId(std::string_view id) {
+  bool ok = id.size() == 32 &&
+            std::all_of(id.begin(), id.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  if (!ok) return InvalidArgumentError("upload id '" + std::string(id.substr(0, 64)) + "' is not 32 hex digits");
+  return Status::Ok();
+}
+
+std::string UploadKey(std::string_view id) { return "uploads/" + std::string(id); }
+
+// The model a POST /api/v1/models body names: its name and files (path -> upload id), not yet looked up.
+// InvalidArgument listing every problem.
+StatusOr<storage::Model> ParseModelBody(std::string_view body) {
+  PARSYN_ASSIGN_OR_RETURN(JsonFields fields, JsonFields::Parse(body, {"name", "files"}));
+  std::optional<std::string> name = fields.String("name", true);
+  std::optional<json> files = fields.Object("files", true);
+  storage::Model model{.name = name.value_or("")};
+  if (files) {
+    if (files->empty()) fields.AddProblem("'files' must name at least config.json or tabular_model.json");
+    for (const auto& [path, upload] : files->items()) {
+      Status path_ok = ValidateModelFilePath(path);
+      if (!path_ok.ok()) {
+        fields.AddProblem("files: " + path_ok.message());
+        continue;
+      }
+      if (!upload.is_string()) {
+        fields.AddProblem("files['" + path + "'] must be an upload id string");
+        continue;
+      }
+      Status id_ok = ValidateUploadId(upload.get<std::string>());
+      if (!id_ok.ok()) {
+        fields.AddProblem("files['" + path + "']: " + id_ok.message());
+        continue;
+      }
+      model.files.push_back({.path = path, .blob_key = UploadKey(upload.get<std::string>())});
+    }
+    // A language model is described by config.json; a tabular model (trainer/tabular_model.h) by
+    // tabular_model.json, whose standardisation and class mapping every worker of a job then shares.
+    if (!files->contains("config.json") && !files->contains("tabular_model.json")) {
+      fields.AddProblem("files must include config.json (language model) or tabular_model.json (tabular model)");
+    }
+  }
+  PARSYN_RETURN_IF_ERROR(fields.status());
+  return model;
+}
+
+// The text of a model's small JSON file (at most 1 MiB); InvalidArgument naming the file when it is larger.
+StatusOr<std::string> ReadModelJsonFile(storage::BlobStore& blobs, const storage::ModelFile& file) {
+  PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> src, blobs.Get(file.blob_key));
+  StatusOr<std::string> text = storage::ReadAll(*src, size_t{1} << 20);
+  if (!text.ok()) return InvalidArgumentError(file.path + ": " + text.status().message());
+  return text;
+}
+
+// Fills in the files' sizes and hashes from the blob store, and the model's type and config from config.json or
+// tabular_model.json. InvalidArgument naming the file for a missing upload or a bad config. Blocking.
+Status DescribeModelFiles(storage::BlobStore& blobs, storage::Model& model) {
+  for (storage::ModelFile& f : model.files) {
+    StatusOr<storage::BlobInfo> info = blobs.Head(f.blob_key);
+    if (!info.ok() && info.status().code() == StatusCode::kNotFound) {
+      return InvalidArgumentError("files['" + f.path + "']: upload " + f.blob_key.substr(8) + " does not exist");
+    }
+    if (!info.ok()) return info.status();
+    f.size_bytes = static_cast<int64_t>(info->size_bytes);
+    f.sha256 = info->sha256;
+    model.size_bytes += f.size_bytes;
+    if (f.path == "config.json") {
+      PARSYN_ASSIGN_OR_RETURN(std::string text, ReadModelJsonFile(blobs, f));
+      json config = json::parse(text, nullptr, false);
+      if (config.is_discarded() || !config.is_object()) return InvalidArgumentError("config.json is not a JSON object");
+      model.config_json = text;
+      if (config.contains("model_type") && config["model_type"].is_string()) {
+        model.model_type = config["model_type"].get<std::string>();
+      }
+    } else if (f.path == "tabular_model.json" && model.config_json.empty()) {
+      // Recorded as model_type "tabular-<mlp|logreg>", with the file as the model's config.
+      PARSYN_ASSIGN_OR_RETURN(std::string text, ReadModelJsonFile(blobs, f));
+      json config = json::parse(text, nullptr, false);
+      if (config.is_discarded() || !config.is_object() || config.value("format", "") != "parsyn-tabular" ||
+          !config.contains("model_type") || !config["model_type"].is_string()) {
+        return InvalidArgumentError(
+            "tabular_model.json is not a parsyn-tabular model (needs \"format\": \"parsyn-tabular\" and a string "
+            "\"model_type\")");
+      }
+      model.config_json = text;
+      model.model_type = "tabular-" + config["model_type"].get<std::string>();
+    }
+  }
+  return Status::Ok();
+}
+
+class ModelRoutes {
+ public:
+  explicit ModelRoutes(const RouteContext& context) : context_(context) {}
+
+  // POST /api/v1/uploads, body: one model file, streamed; answers its upload id.
+  Awaitable<Response> Upload(Request& req) {
+    StatusOr<std::string> id = NewBlobName();
+    if (!id.ok()) co_return Response::Error(id.status());
+    auto upload = StreamBodyToBlob(context_, *req.body_stream, UploadKey(*id));  // kCoAwaitTemporaries
+    StatusOr<storage::BlobInfo> stored = co_await std::move(upload);
+    if (!stored.ok()) co_return Response::Error(stored.status());
+    co_return Response::Json(201, {{"upload_id", *id}, {"size_bytes", stored->size_bytes}, {"sha256", stored->sha256}});
+  }
+
+  Awaitable<Response> Create(Request& req) {
+    StatusOr<storage::Model> model = ParseModelBody(req.body);
+    if (!model.ok()) co_return Response::Error(model.status());
+    const int64_t now = context_.clock.UnixMillis();
+    StatusOr<storage::Model> created = co_await Offload(context_.pool, [&]() -> StatusOr<storage::Model> {
+      PARSYN_RETURN_IF_ERROR(DescribeModelFiles(context_.blobs, *model));
+      model->created_at_ms = now;
+      return context_.store.CreateModel(*model);
+    });
+    if (!created.ok()) co_return Response::Error(created.status());
+    co_return Response::Json(201, ModelJson(*created));
+  }
+
+  Awaitable<Response> List(Request&) {
+    auto list = co_await Offload(context_.pool, [this] { return context_.store.ListModels(); });
+    if (!list.ok()) co_return Response::Error(list.status());
+    co_return Response::Json(200, {{"models", JsonArray(*list, ModelJson)}});
+  }
+
+  Awaitable<Response> Get(Request& req) {
+    StatusOr<int64_t> id = ParseId(req.params["id"], "model");
+    if (!id.ok()) co_return Response::Error(id.status());
+    auto m = co_await Offload(context_.pool, [&] { return context_.store.GetModel(*id); });
+    if (!m.ok()) co_return Response::Error(m.status());
+    co_return Response::Json(200, ModelJson(*m));
+  }
+
+  Awaitable<Response> Delete(Request& req) {
+    StatusOr<int64_t> id = ParseId(req.params["id"], "model");
+    if (!id.ok()) co_return Response::Error(id.status());
+    Status deleted = co_await Offload(context_.pool, [&]() -> Status {
+      PARSYN_ASSIGN_OR_RETURN(storage::Model m, context_.store.GetModel(*id));
+      PARSYN_RETURN_IF_ERROR(context_.store.DeleteModel(*id));
+      for (const storage::ModelFile& f : m.files) context_.blobs.Delete(f.blob_key).IgnoreError();  // space only
+      return Status::Ok();
+    });
+    if (!deleted.ok()) co_return Response::Error(deleted);
+    co_return Response::NoContent();
+  }
+
+ private:
+  const RouteContext context_;
+};
+
+}  // namespace
+
+Status AddModelRoutes(RouteTable& routes, const RouteContext& context) {
+  auto h = std::make_shared<ModelRoutes>(context);
+  const http::RouteOptions upload{.stream_body = true, .max_body_bytes = context.max_upload_bytes};
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/uploads", Bind(h, &ModelRoutes::Upload), upload));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/models", Bind(h, &ModelRoutes::Create)));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/models", Bind(h, &ModelRoutes::List)));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/models/{id}", Bind(h, &ModelRoutes::Get)));
+  return routes.Admin(Method::kDelete, "/api/v1/models/{id}", Bind(h, &ModelRoutes::Delete));
+}
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,56 @@
+#include "coordinator/service_routes.h"
+
+#include "coordinator/auth.h"
+#include "coordinator/loop_tools.h"
+#include "coordinator/service.h"
+
+namespace parsyn::coordinator {
+
+using http::Awaitable;
+using http::Method;
+using http::Request;
+using http::Response;
+
+Status RouteTable::Open(Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options) {
+  PARSYN_RETURN_IF_ERROR(router_.Add(method, pattern, std::move(handler), options));
+  table_.push_back({method, std::string(pattern)});
+  return Status::Ok();
+}
+
+Status RouteTable::Admin(Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options) {
+  return Open(
+      method, pattern,
+      [check = check_admin_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
+        Status auth = check(req);
+        if (!auth.ok()) co_return Response::Error(auth);
+        co_return co_await handler(req);
+      },
+      options);
+}
+
+Status RouteTable::Worker(Method method, std::string_view pattern, WorkerHandler handler, http::RouteOptions options) {
+  return Open(
+      method, pattern,
+      [check = check_worker_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
+        StatusOr<int64_t> worker = check(req);
+        if (!worker.ok()) co_return Response::Error(worker.status());
+        co_return co_await handler(req, *worker);
+      },
+      options);
+}
+
+Awaitable<StatusOr<storage::BlobInfo>> StreamBodyToBlob(const RouteContext& context, http::BodyReader& body,
+                                                        std::string key, storage::PutOptions options) {
+  storage::BlobStore& blobs = context.blobs;
+  auto upload = StreamBodyInto<StatusOr<storage::BlobInfo>>(
+      context.upload_pool, body,
+      [&blobs, key, options](storage::ByteSource& source) { return blobs.Put(key, source, options); });
+  co_return co_await std::move(upload);
+}
+
+StatusOr<std::string> NewBlobName() {
+  PARSYN_ASSIGN_OR_RETURN(std::string secret, NewSecret(""));
+  return secret.substr(0, 32);
+}
+
+}  // namespace parsyn::coordinator

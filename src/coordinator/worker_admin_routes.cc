@@ -1,0 +1,109 @@
+// REST API v1 for workers: register (the token is shown once), list, get, revoke. A worker's view adds the job it
+// is working on from its live session.
+#include "coordinator/api_json.h"
+#include "coordinator/auth.h"
+#include "coordinator/loop_tools.h"
+#include "coordinator/service.h"
+#include "coordinator/service_routes.h"
+
+namespace parsyn::coordinator {
+
+using http::Awaitable;
+using http::Method;
+using http::Request;
+using http::Response;
+using nlohmann::json;
+
+// A friend of Service: registering and revoking change its token table, and a worker's view reads its session.
+class WorkerAdminRoutes {
+ public:
+  WorkerAdminRoutes(const RouteContext& context, Service& service) : context_(context), service_(service) {}
+
+  // POST /api/v1/workers {"name", "kind": own|managed}.
+  Awaitable<Response> Register(Request& req) {
+    StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"name", "kind"});
+    if (!fields.ok()) co_return Response::Error(fields.status());
+    std::optional<std::string> name = fields->String("name", true);
+    std::optional<std::string> kind_name = fields->String("kind", false);
+    storage::WorkerKind kind = storage::WorkerKind::kOwn;
+    if (kind_name) {
+      StatusOr<storage::WorkerKind> k = storage::ParseWorkerKind(*kind_name);
+      if (!k.ok()) {
+        fields->AddProblem("'kind': " + k.status().message());
+      } else {
+        kind = *k;
+      }
+    }
+    if (!fields->status().ok()) co_return Response::Error(fields->status());
+    StatusOr<std::string> token = NewSecret("pwt_");
+    if (!token.ok()) co_return Response::Error(token.status());
+    storage::Worker worker{
+        .name = *name, .kind = kind, .token_sha256 = HashSecret(*token), .created_at_ms = context_.clock.UnixMillis()};
+    auto created = co_await Offload(context_.pool, [&] { return context_.store.CreateWorker(worker); });
+    if (!created.ok()) co_return Response::Error(created.status());
+    service_.worker_tokens_[created->token_sha256] = Service::WorkerAuth{.worker_id = created->id, .revoked = false};
+    json body = WorkerJson(*created);
+    body["token"] = *token;  // shown once; only its hash is kept
+    co_return Response::Json(201, body);
+  }
+
+  Awaitable<Response> List(Request&) {
+    auto list = co_await Offload(context_.pool, [this] { return context_.store.ListWorkers(); });
+    if (!list.ok()) co_return Response::Error(list.status());
+    co_return Response::Json(
+        200, {{"workers", JsonArray(*list, [this](const storage::Worker& w) { return WorkerView(w); })}});
+  }
+
+  Awaitable<Response> Get(Request& req) {
+    StatusOr<int64_t> id = ParseId(req.params["id"], "worker");
+    if (!id.ok()) co_return Response::Error(id.status());
+    auto w = co_await Offload(context_.pool, [&] { return context_.store.GetWorker(*id); });
+    if (!w.ok()) co_return Response::Error(w.status());
+    co_return Response::Json(200, WorkerView(*w));
+  }
+
+  // DELETE /api/v1/workers/{id}: revocation keeps the record (jobs and rounds refer to it) and ends the worker's
+  // session at once.
+  Awaitable<Response> Revoke(Request& req) {
+    StatusOr<int64_t> id = ParseId(req.params["id"], "worker");
+    if (!id.ok()) co_return Response::Error(id.status());
+    auto revoked = co_await Offload(context_.pool, [&]() -> StatusOr<storage::Worker> {
+      PARSYN_ASSIGN_OR_RETURN(storage::Worker w, context_.store.GetWorker(*id));
+      w.revoked = true;
+      w.status = storage::WorkerStatus::kOffline;
+      PARSYN_RETURN_IF_ERROR(context_.store.UpdateWorker(w));
+      return w;
+    });
+    if (!revoked.ok()) co_return Response::Error(revoked.status());
+    service_.worker_tokens_[revoked->token_sha256].revoked = true;
+    co_await service_.EndSession(*id, "revoked");
+    co_return Response::Json(200, WorkerView(*revoked));
+  }
+
+ private:
+  // The stored worker with "current_job_id": the job of its delivered (else first queued) task, or null.
+  json WorkerView(const storage::Worker& w) {
+    json j = WorkerJson(w);
+    if (const Service::Session* s = service_.FindSession(w.id)) {
+      if (s->current_job)
+        j["current_job_id"] = *s->current_job;
+      else if (!s->queued.empty())
+        j["current_job_id"] = s->queued.front().job_id;
+    }
+    if (!j.contains("current_job_id")) j["current_job_id"] = nullptr;
+    return j;
+  }
+
+  const RouteContext context_;
+  Service& service_;
+};
+
+Status AddWorkerAdminRoutes(RouteTable& routes, const RouteContext& context, Service& service) {
+  auto h = std::make_shared<WorkerAdminRoutes>(context, service);
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/workers", Bind(h, &WorkerAdminRoutes::Register)));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/workers", Bind(h, &WorkerAdminRoutes::List)));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/workers/{id}", Bind(h, &WorkerAdminRoutes::Get)));
+  return routes.Admin(Method::kDelete, "/api/v1/workers/{id}", Bind(h, &WorkerAdminRoutes::Revoke));
+}
+
+}  // namespace parsyn::coordinator

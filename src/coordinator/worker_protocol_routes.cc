@@ -1,0 +1,331 @@
+// The worker protocol (/api/v1/worker/...): hello, heartbeat, long-poll for the next task, progress, result,
+// failure, goodbye. The worker's identity always comes from its token, never from the body.
+#include <array>
+#include <charconv>
+
+#include "coordinator/api_json.h"
+#include "coordinator/auth.h"
+#include "coordinator/job_runner.h"
+#include "coordinator/loop_tools.h"
+#include "coordinator/service.h"
+#include "coordinator/service_routes.h"
+
+namespace parsyn::coordinator {
+
+using http::Awaitable;
+using http::Method;
+using http::Request;
+using http::Response;
+using nlohmann::json;
+
+namespace {
+
+// ---- Request bodies: each read strictly (unknown fields and wrong types rejected, every problem named). ----
+
+struct HelloBody {
+  std::string device;
+};
+
+StatusOr<HelloBody> ParseHello(std::string_view body) {
+  PARSYN_ASSIGN_OR_RETURN(JsonFields fields, JsonFields::Parse(body.empty() ? "{}" : body, {"device", "version"}));
+  HelloBody hello{.device = fields.String("device", false).value_or("")};
+  (void)fields.String("version", false);
+  PARSYN_RETURN_IF_ERROR(fields.status());
+  return hello;
+}
+
+// The "session_id" of a heartbeat or goodbye.
+StatusOr<std::string> ParseSessionId(std::string_view body) {
+  PARSYN_ASSIGN_OR_RETURN(JsonFields fields, JsonFields::Parse(body, {"session_id"}));
+  std::optional<std::string> session_id = fields.String("session_id", true);
+  PARSYN_RETURN_IF_ERROR(fields.status());
+  return *session_id;
+}
+
+struct ProgressBody {
+  int64_t job_id = 0;
+  int64_t round = 0;
+  int64_t step = 0;
+  std::optional<int64_t> total_steps;
+  std::optional<double> loss;
+  std::optional<double> throughput;
+  std::optional<double> utilization;  // 0..1
+};
+
+StatusOr<ProgressBody> ParseProgress(std::string_view body) {
+  PARSYN_ASSIGN_OR_RETURN(JsonFields fields,
+                          JsonFields::Parse(body, {"session_id", "job_id", "round", "attempt", "step", "total_steps",
+                                                   "loss", "throughput", "utilization"}));
+  (void)fields.String("session_id", false);
+  std::optional<int64_t> job_id = fields.Int("job_id", true, 1, INT64_MAX);
+  std::optional<int64_t> round = fields.Int("round", true, 1, 1'000'000);
+  (void)fields.Int("attempt", false, 1, 1'000'000);
+  std::optional<int64_t> step = fields.Int("step", true, 0, INT64_MAX);
+  ProgressBody progress{.total_steps = fields.Int("total_steps", false, 0, INT64_MAX),
+                        .loss = fields.Number("loss", false),
+                        .throughput = fields.Number("throughput", false),
+                        .utilization = fields.Number("utilization", false)};
+  if (progress.utilization && (*progress.utilization < 0 || *progress.utilization > 1)) {
+    fields.AddProblem("'utilization' must be in 0..1");
+  }
+  PARSYN_RETURN_IF_ERROR(fields.status());
+  progress.job_id = *job_id;
+  progress.round = *round;
+  progress.step = *step;
+  return progress;
+}
+
+struct ResultBody {
+  int64_t job_id = 0;
+  ResultReport report;
+};
+
+StatusOr<ResultBody> ParseResult(std::string_view body) {
+  PARSYN_ASSIGN_OR_RETURN(
+      JsonFields fields,
+      JsonFields::Parse(body, {"session_id", "job_id", "round", "attempt", "blob_key", "sha256", "sample_count",
+                               "train_loss", "validation_loss", "validation_samples", "metrics"}));
+  (void)fields.String("session_id", false);
+  std::optional<int64_t> job_id = fields.Int("job_id", true, 1, INT64_MAX);
+  ResultReport report;
+  report.round = static_cast<int>(fields.Int("round", true, 1, 1'000'000).value_or(0));
+  report.attempt = static_cast<int>(fields.Int("attempt", true, 1, 1'000'000).value_or(0));
+  report.blob_key = fields.String("blob_key", false, 512).value_or("");
+  report.sha256 = fields.String("sha256", false, 64).value_or("");
+  report.sample_count = fields.Int("sample_count", false, 0, INT64_MAX).value_or(0);
+  report.train_loss = fields.Number("train_loss", false).value_or(0.0);
+  report.validation_loss = fields.Number("validation_loss", false).value_or(0.0);
+  report.validation_samples = fields.Int("validation_samples", false, 0, INT64_MAX).value_or(0);
+  report.metrics = fields.Object("metrics", false).value_or(json::object());
+  PARSYN_RETURN_IF_ERROR(fields.status());
+  return ResultBody{.job_id = *job_id, .report = std::move(report)};
+}
+
+struct FailureBody {
+  int64_t job_id = 0;
+  int round = 0;
+  int attempt = 0;
+  std::string reason;
+};
+
+StatusOr<FailureBody> ParseFailure(std::string_view body) {
+  PARSYN_ASSIGN_OR_RETURN(JsonFields fields,
+                          JsonFields::Parse(body, {"session_id", "job_id", "round", "attempt", "reason"}));
+  (void)fields.String("session_id", false);
+  std::optional<int64_t> job_id = fields.Int("job_id", true, 1, INT64_MAX);
+  FailureBody failure{.round = static_cast<int>(fields.Int("round", true, 1, 1'000'000).value_or(0)),
+                      .attempt = static_cast<int>(fields.Int("attempt", true, 1, 1'000'000).value_or(0)),
+                      .reason = fields.String("reason", true, 2000).value_or("")};
+  PARSYN_RETURN_IF_ERROR(fields.status());
+  failure.job_id = *job_id;
+  return failure;
+}
+
+// The wait_ms of a task poll: at most `max_wait`. InvalidArgument for anything but a non-negative integer.
+StatusOr<std::chrono::milliseconds> PollWait(const Request& req, std::chrono::milliseconds max_wait) {
+  auto it = req.query.find("wait_ms");
+  if (it == req.query.end()) return max_wait;
+  int64_t ms = -1;
+  auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), ms);
+  if (ec != std::errc() || end != it->second.data() + it->second.size() || ms < 0) {
+    return InvalidArgumentError("wait_ms must be a non-negative integer");
+  }
+  return std::min(max_wait, std::chrono::milliseconds(ms));
+}
+
+Status NoSession(int64_t worker_id) {
+  return FailedPreconditionError("worker " + std::to_string(worker_id) +
+                                 " has no session with that id (expired or replaced): send hello again");
+}
+
+Status JobNotActive(int64_t job_id) {
+  return NotFoundError("training job " + std::to_string(job_id) + " is not active");
+}
+
+}  // namespace
+
+// A friend of Service: the protocol opens, refreshes and ends the worker sessions it holds.
+class WorkerProtocolRoutes {
+ public:
+  using Session = Service::Session;
+
+  WorkerProtocolRoutes(const RouteContext& context, Service& service) : context_(context), service_(service) {}
+
+  // A new hello replaces an old session: its task (if any) is abandoned, as after a disconnect.
+  Awaitable<Response> Hello(Request& req, int64_t worker_id) {
+    StatusOr<HelloBody> hello = ParseHello(req.body);
+    if (!hello.ok()) co_return Response::Error(hello.status());
+    if (service_.FindSession(worker_id) != nullptr) co_await service_.EndSession(worker_id, "replaced by a new hello");
+    StatusOr<std::string> session_id = NewSecret("pss_");
+    if (!session_id.ok()) co_return Response::Error(session_id.status());
+    Session& s = service_.sessions_[worker_id];
+    s.worker_id = worker_id;
+    s.session_id = *session_id;
+    s.last_seen = context_.clock.Now();
+    s.wake = std::make_shared<http::Signal>(service_.executor());
+    co_await service_.SetWorkerStatus(worker_id, storage::WorkerStatus::kOnline, hello->device);
+    const ServiceOptions& options = service_.options();
+    co_return Response::Json(200, {{"worker_id", worker_id},
+                                   {"session_id", *session_id},
+                                   {"heartbeat_interval_ms", options.heartbeat_interval.count()},
+                                   {"heartbeat_timeout_ms", options.heartbeat_timeout.count()},
+                                   {"max_poll_wait_ms", options.max_poll_wait.count()}});
+  }
+
+  // Answers the tasks the worker must drop ("abandon").
+  Awaitable<Response> Heartbeat(Request& req, int64_t worker_id) {
+    StatusOr<Session*> found = SessionNamedInBody(req.body, worker_id);
+    if (!found.ok()) co_return Response::Error(found.status());
+    Session* s = *found;
+    s->last_seen = context_.clock.Now();
+    json abandon = std::move(s->abandon);
+    s->abandon.clear();
+    const storage::WorkerStatus status =
+        s->current_job || !s->queued.empty() ? storage::WorkerStatus::kBusy : storage::WorkerStatus::kOnline;
+    // Liveness is judged from last_seen in memory; the store gets status changes and a coarse heartbeat time.
+    if (s->stored_status != status || s->last_seen - s->status_stored_at >= Service::kHeartbeatStoreInterval) {
+      co_await service_.SetWorkerStatus(worker_id, status);
+    }
+    co_return Response::Json(200, {{"abandon", abandon.is_null() ? json::array() : abandon}});
+  }
+
+  // Long-poll: answers 200 with a task as soon as one is assigned, or 204 after wait_ms (at most max_poll_wait).
+  Awaitable<Response> NextTask(Request& req, int64_t worker_id) {
+    auto sid = req.query.find("session_id");
+    Session* s = service_.FindSession(worker_id);
+    if (sid == req.query.end() || s == nullptr || s->session_id != sid->second) {
+      co_return Response::Error(NoSession(worker_id));
+    }
+    StatusOr<std::chrono::milliseconds> wait = PollWait(req, service_.options().max_poll_wait);
+    if (!wait.ok()) co_return Response::Error(wait.status());
+    const std::string session_id = s->session_id;
+    std::shared_ptr<http::Signal> wake = s->wake;
+    s->last_seen = context_.clock.Now();
+    // Polling while holding an unreported task means the worker dropped it; the job's engine hears so below.
+    s->current_job.reset();
+    s->current_task = json();
+    s->polls_in_flight++;
+    if (s->queued.empty()) co_await service_.OfferWorker(worker_id);
+    const auto deadline = std::chrono::steady_clock::now() + *wait;
+    while (true) {
+      s = service_.FindSession(worker_id);
+      if (s == nullptr || s->session_id != session_id || !s->queued.empty() || service_.shutting_down_) break;
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      std::array<http::Signal*, 2> signals{wake.get(), &service_.shutdown_};
+      if (co_await http::WaitAny(signals, left) < 0) break;
+    }
+    s = service_.FindSession(worker_id);
+    if (s == nullptr || s->session_id != session_id) co_return Response::Error(NoSession(worker_id));
+    s->polls_in_flight--;
+    s->last_seen = context_.clock.Now();
+    if (s->queued.empty()) co_return Response::NoContent();
+    Session::QueuedTask task = std::move(s->queued.front());
+    s->queued.pop_front();
+    s->current_job = task.job_id;
+    s->current_task = task.task;
+    co_return Response::Json(200, task.task);
+  }
+
+  // Stored as a metric point and shown live (the job's view and a worker_progress event).
+  Awaitable<Response> Progress(Request& req, int64_t worker_id) {
+    StatusOr<ProgressBody> body = ParseProgress(req.body);
+    if (!body.ok()) co_return Response::Error(body.status());
+    JobRunner* runner = service_.FindRunner(body->job_id);
+    if (runner == nullptr || runner->finished()) {
+      co_return Response::Error(
+          FailedPreconditionError("training job " + std::to_string(body->job_id) + " is not running"));
+    }
+    Touch(worker_id);
+    storage::MetricPoint point{.job_id = body->job_id,
+                               .round = static_cast<int32_t>(body->round),
+                               .worker_id = worker_id,
+                               .step = body->step,
+                               .loss = body->loss,
+                               .throughput = body->throughput,
+                               .utilization = body->utilization,
+                               .time_ms = context_.clock.UnixMillis()};
+    Status stored = co_await Offload(
+        context_.pool, [&] { return context_.store.AppendMetrics(std::span<const storage::MetricPoint>(&point, 1)); });
+    if (!stored.ok()) co_return Response::Error(stored);
+    json progress = {{"round", body->round},
+                     {"step", body->step},
+                     {"total_steps", body->total_steps ? json(*body->total_steps) : json()},
+                     {"loss", body->loss ? json(*body->loss) : json()}};
+    // The dashboard shows each worker's throughput and utilisation live from this event.
+    if (body->throughput) progress["throughput"] = *body->throughput;
+    if (body->utilization) progress["utilization"] = *body->utilization;
+    runner->RecordProgress(worker_id, progress);
+    progress["worker_id"] = worker_id;
+    {
+      auto event_appended = service_.AppendEvent(body->job_id, "worker_progress", progress);
+      co_await std::move(event_appended);
+    }
+    co_return Response::NoContent();
+  }
+
+  // The worker's update (or evaluation) is uploaded; the job's runner checks it and answers the outcome.
+  Awaitable<Response> Result(Request& req, int64_t worker_id) {
+    StatusOr<ResultBody> body = ParseResult(req.body);
+    if (!body.ok()) co_return Response::Error(body.status());
+    JobRunner* runner = service_.FindRunner(body->job_id);
+    if (runner == nullptr) co_return Response::Error(JobNotActive(body->job_id));
+    Touch(worker_id);
+    auto result = runner->Result(worker_id, std::move(body->report));  // kCoAwaitTemporaries (loop_tools.h)
+    StatusOr<json> outcome = co_await std::move(result);
+    if (!outcome.ok()) co_return Response::Error(outcome.status());
+    co_return Response::Json(200, *outcome);
+  }
+
+  Awaitable<Response> Failure(Request& req, int64_t worker_id) {
+    StatusOr<FailureBody> body = ParseFailure(req.body);
+    if (!body.ok()) co_return Response::Error(body.status());
+    JobRunner* runner = service_.FindRunner(body->job_id);
+    if (runner == nullptr) co_return Response::Error(JobNotActive(body->job_id));
+    Touch(worker_id);
+    auto failed = runner->TaskFailed(worker_id, body->round, body->attempt,  // kCoAwaitTemporaries
+                                     "the worker's task failed: " + std::move(body->reason));
+    Status recorded = co_await std::move(failed);
+    if (!recorded.ok()) co_return Response::Error(recorded);
+    co_return Response::Json(200, {{"status", "recorded"}});
+  }
+
+  Awaitable<Response> Goodbye(Request& req, int64_t worker_id) {
+    StatusOr<Session*> found = SessionNamedInBody(req.body, worker_id);
+    if (!found.ok()) co_return Response::Error(found.status());
+    co_await service_.EndSession(worker_id, "goodbye");
+    co_return Response::NoContent();
+  }
+
+ private:
+  // The worker's session named by a {"session_id": ...} body (heartbeat, goodbye): InvalidArgument for another body,
+  // FailedPrecondition when the worker has no session with that id (expired or replaced).
+  StatusOr<Session*> SessionNamedInBody(std::string_view body, int64_t worker_id) {
+    PARSYN_ASSIGN_OR_RETURN(std::string session_id, ParseSessionId(body));
+    Session* s = service_.FindSession(worker_id);
+    if (s == nullptr || s->session_id != session_id) return NoSession(worker_id);
+    return s;
+  }
+
+  // A report shows the worker alive.
+  void Touch(int64_t worker_id) {
+    if (Session* s = service_.FindSession(worker_id)) s->last_seen = context_.clock.Now();
+  }
+
+  const RouteContext context_;
+  Service& service_;
+};
+
+Status AddWorkerProtocolRoutes(RouteTable& routes, const RouteContext& context, Service& service) {
+  auto h = std::make_shared<WorkerProtocolRoutes>(context, service);
+  using R = WorkerProtocolRoutes;
+  PARSYN_RETURN_IF_ERROR(routes.Worker(Method::kPost, "/api/v1/worker/hello", Bind(h, &R::Hello)));
+  PARSYN_RETURN_IF_ERROR(routes.Worker(Method::kPost, "/api/v1/worker/heartbeat", Bind(h, &R::Heartbeat)));
+  PARSYN_RETURN_IF_ERROR(routes.Worker(Method::kGet, "/api/v1/worker/tasks/next", Bind(h, &R::NextTask)));
+  PARSYN_RETURN_IF_ERROR(routes.Worker(Method::kPost, "/api/v1/worker/progress", Bind(h, &R::Progress)));
+  PARSYN_RETURN_IF_ERROR(routes.Worker(Method::kPost, "/api/v1/worker/result", Bind(h, &R::Result)));
+  PARSYN_RETURN_IF_ERROR(routes.Worker(Method::kPost, "/api/v1/worker/failure", Bind(h, &R::Failure)));
+  return routes.Worker(Method::kPost, "/api/v1/worker/goodbye", Bind(h, &R::Goodbye));
+}
+
+}  // namespace parsyn::coordinator
