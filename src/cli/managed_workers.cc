@@ -1,16 +1,11 @@
 #include "cli/managed_workers.h"
 
-#include <signal.h>
-#include <sys/wait.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <fstream>
 #include <optional>
 
 #include "base/clock.h"
 #include "base/log.h"
-#include "cli/child_process.h"
 #include "coordinator/auth.h"
 #include "storage/sqlite_store.h"
 
@@ -105,14 +100,14 @@ void ManagedWorkerSupervisor::RequestStop() {
   if (stopping_) return;
   stopping_ = true;
   for (Slot& slot : slots_) {
-    if (slot.pid > 0) ::kill(slot.pid, SIGTERM);
+    if (slot.child) slot.child->Terminate();
   }
   changed_.notify_all();
 }
 
 bool ManagedWorkerSupervisor::AllExited() {
   std::lock_guard lock(mutex_);
-  return std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.pid > 0; });
+  return std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.child != nullptr; });
 }
 
 void ManagedWorkerSupervisor::Stop(std::chrono::milliseconds grace) {
@@ -122,13 +117,13 @@ void ManagedWorkerSupervisor::Stop(std::chrono::milliseconds grace) {
   {
     std::unique_lock lock(mutex_);
     const bool exited = changed_.wait_for(lock, grace, [this] {
-      return std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.pid > 0; });
+      return std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.child != nullptr; });
     });
     if (!exited) {
       for (Slot& slot : slots_) {
-        if (slot.pid <= 0) continue;
+        if (!slot.child) continue;
         PARSYN_LOG_WARN("managed worker {} did not stop within {} ms; killing it", slot.identity.name, grace.count());
-        ::kill(slot.pid, SIGKILL);
+        slot.child->Kill();
       }
     }
   }
@@ -153,15 +148,15 @@ void ManagedWorkerSupervisor::Supervise(Slot& slot) {
                                          "--exit-with-parent"};
   std::chrono::milliseconds backoff = options_.initial_backoff;
   while (true) {
-    std::optional<ChildProcess> child;
+    std::optional<Subprocess> child;
     {
       std::lock_guard lock(mutex_);
       if (stopping_) return;
-      StatusOr<ChildProcess> started = ChildProcess::Start(options_.program, args);
+      StatusOr<Subprocess> started = Subprocess::Start(options_.program, args);
       if (started.ok()) {
         child.emplace(std::move(*started));
-        slot.pid = child->pid();
-        PARSYN_LOG_INFO("managed worker {} started (pid {})", id.name, slot.pid);
+        slot.child = &*child;
+        PARSYN_LOG_INFO("managed worker {} started (pid {})", id.name, child->pid());
       } else {
         PARSYN_LOG_ERROR("managed worker {}: {}", id.name, started.status().ToString());
       }
@@ -172,13 +167,10 @@ void ManagedWorkerSupervisor::Supervise(Slot& slot) {
       while (std::optional<std::string> line = child->ReadLine()) {
         PARSYN_LOG_INFO("[{}] {}", id.name, *line);
       }
-      // Wait for the exit without reaping, so the pid cannot be reused while RequestStop may still signal it.
-      siginfo_t info{};
-      while (::waitid(P_PID, static_cast<id_t>(child->pid()), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
-      }
-      std::lock_guard lock(mutex_);
+      // RequestStop may signal the child until the moment it is reaped (Subprocess keeps that safe).
       const int code = child->Wait();
-      slot.pid = -1;
+      std::lock_guard lock(mutex_);
+      slot.child = nullptr;
       changed_.notify_all();
       if (stopping_) {
         PARSYN_LOG_INFO("managed worker {} stopped (exit {})", id.name, code);
