@@ -4,6 +4,7 @@
 #include <fstream>
 #include <optional>
 
+#include "base/atomic_file.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "coordinator/auth.h"
@@ -19,23 +20,6 @@ std::optional<std::string> ReadToken(const fs::path& file) {
   std::string token;
   if (!in || !std::getline(in, token) || token.empty()) return std::nullopt;
   return token;
-}
-
-Status WriteToken(const fs::path& file, const std::string& token) {
-  const fs::path tmp = file.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return UnavailableError("cannot write " + tmp.string());
-    std::error_code ec;
-    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write, ec);
-    if (ec) return UnavailableError("cannot restrict " + tmp.string() + ": " + ec.message());
-    out << token << "\n";
-    if (!out.flush()) return UnavailableError("cannot write " + tmp.string());
-  }
-  std::error_code ec;
-  fs::rename(tmp, file, ec);
-  if (ec) return UnavailableError("cannot write " + file.string() + ": " + ec.message());
-  return Status::Ok();
 }
 
 }  // namespace
@@ -74,7 +58,7 @@ StatusOr<std::vector<ManagedWorkerIdentity>> EnsureManagedWorkers(const fs::path
       worker.created_at_ms = clock.UnixMillis();
       PARSYN_ASSIGN_OR_RETURN(storage::Worker created, store->CreateWorker(worker));
       identity.id = created.id;
-      PARSYN_RETURN_IF_ERROR(WriteToken(token_file, identity.token));
+      PARSYN_RETURN_IF_ERROR(WriteFileAtomically(token_file, identity.token + "\n", 0600));
       PARSYN_LOG_INFO("managed worker {} registered as worker {}", identity.name, identity.id);
     }
     fs::create_directories(identity.cache_dir, ec);
