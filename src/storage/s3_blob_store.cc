@@ -76,18 +76,29 @@ std::string XmlEscape(std::string_view text) {
   return out;
 }
 
-// The (unescaped) text of every <tag>...</tag> in `xml`, in order. S3's responses are flat enough for this.
-std::vector<std::string> XmlValues(std::string_view xml, std::string_view tag) {
-  std::vector<std::string> out;
+// The raw <tag>...</tag> blocks, in order (for lists of records such as <Part> or <Upload>). S3's responses are flat
+// enough for this.
+std::vector<std::string_view> XmlBlocks(std::string_view xml, std::string_view tag) {
+  std::vector<std::string_view> out;
   std::string open = "<" + std::string(tag) + ">";
   std::string close = "</" + std::string(tag) + ">";
   size_t pos = 0;
   while ((pos = xml.find(open, pos)) != std::string_view::npos) {
-    size_t start = pos + open.size();
-    size_t end = xml.find(close, start);
+    size_t end = xml.find(close, pos + open.size());
     if (end == std::string_view::npos) break;
-    out.push_back(XmlUnescape(xml.substr(start, end - start)));
+    out.push_back(xml.substr(pos, end + close.size() - pos));
     pos = end + close.size();
+  }
+  return out;
+}
+
+// The (unescaped) text of every <tag>...</tag> in `xml`, in order.
+std::vector<std::string> XmlValues(std::string_view xml, std::string_view tag) {
+  const size_t open_size = tag.size() + 2;   // <tag>
+  const size_t close_size = tag.size() + 3;  // </tag>
+  std::vector<std::string> out;
+  for (std::string_view block : XmlBlocks(xml, tag)) {
+    out.push_back(XmlUnescape(block.substr(open_size, block.size() - open_size - close_size)));
   }
   return out;
 }
@@ -95,21 +106,6 @@ std::vector<std::string> XmlValues(std::string_view xml, std::string_view tag) {
 std::string XmlValue(std::string_view xml, std::string_view tag) {
   std::vector<std::string> values = XmlValues(xml, tag);
   return values.empty() ? "" : values.front();
-}
-
-// The raw <tag>...</tag> blocks (for lists of records such as <Part> or <Upload>).
-std::vector<std::string_view> XmlBlocks(std::string_view xml, std::string_view tag) {
-  std::vector<std::string_view> out;
-  std::string open = "<" + std::string(tag) + ">";
-  std::string close = "</" + std::string(tag) + ">";
-  size_t pos = 0;
-  while ((pos = xml.find(open, pos)) != std::string_view::npos) {
-    size_t end = xml.find(close, pos);
-    if (end == std::string_view::npos) break;
-    out.push_back(xml.substr(pos, end + close.size() - pos));
-    pos = end + close.size();
-  }
-  return out;
 }
 
 std::string PercentDecode(std::string_view text) {
