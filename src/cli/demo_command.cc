@@ -4,11 +4,7 @@
 // two own `parsyn worker` processes beside one the server manages (--managed-workers 1), runs a multi-round federated
 // LoRA job in bf16 with live progress, and prints a summary. Every process it starts is stopped before it returns (also
 // on Ctrl-C).
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -20,13 +16,11 @@
 #include <random>
 #include <thread>
 
+#include "base/subprocess.h"
 #include "base/text_file.h"
-#include "cli/child_process.h"
 #include "cli/commands.h"
 #include "cli/trainer_runner.h"
 #include "http/client.h"
-
-extern char** environ;
 
 namespace parsyn::cli {
 namespace {
@@ -52,39 +46,32 @@ void OnInterrupt(int) { g_interrupted = true; }
 // A background process whose output goes to a log file; SIGTERM then reaped on destruction.
 class Background {
  public:
-  Background(const fs::path& program, std::vector<std::string> args, const fs::path& log) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    args.insert(args.begin(), program.string());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid_, program.c_str(), &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
+  Background(const fs::path& program, const std::vector<std::string>& args, const fs::path& log) {
+    SubprocessOptions options;
+    options.output = SubprocessOptions::Output::kFile;
+    options.output_file = log;
+    if (StatusOr<Subprocess> started = Subprocess::Start(program, args, options); started.ok()) {
+      child_.emplace(std::move(*started));
+    }
   }
   ~Background() { Stop(); }
   Background(const Background&) = delete;
   Background& operator=(const Background&) = delete;
-  bool started() const { return pid_ > 0; }
+  bool started() const { return child_.has_value(); }
   void Stop() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 200; ++i) {  // up to 20 s for a clean exit (a worker stops its trainer first)
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        return;
-      }
+    if (!child_) return;
+    child_->Terminate();
+    for (int i = 0; i < 200 && !child_->HasExited();
+         ++i) {  // up to 20 s for a clean exit (a worker stops its trainer first)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
+    child_->Kill();  // no-op for one that has exited
+    child_->Wait();
+    child_.reset();
   }
 
  private:
-  pid_t pid_ = -1;
+  std::optional<Subprocess> child_;
 };
 
 // Questions with one short answer each: "what color is a banana?" -> " yellow". Rows repeat, so the validation

@@ -1,16 +1,12 @@
 #include "cli/managed_workers.h"
 
-#include <signal.h>
-#include <sys/wait.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <fstream>
 #include <optional>
 
+#include "base/atomic_file.h"
 #include "base/clock.h"
 #include "base/log.h"
-#include "cli/child_process.h"
 #include "coordinator/auth.h"
 #include "storage/sqlite_store.h"
 
@@ -24,23 +20,6 @@ std::optional<std::string> ReadToken(const fs::path& file) {
   std::string token;
   if (!in || !std::getline(in, token) || token.empty()) return std::nullopt;
   return token;
-}
-
-Status WriteToken(const fs::path& file, const std::string& token) {
-  const fs::path tmp = file.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return UnavailableError("cannot write " + tmp.string());
-    std::error_code ec;
-    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write, ec);
-    if (ec) return UnavailableError("cannot restrict " + tmp.string() + ": " + ec.message());
-    out << token << "\n";
-    if (!out.flush()) return UnavailableError("cannot write " + tmp.string());
-  }
-  std::error_code ec;
-  fs::rename(tmp, file, ec);
-  if (ec) return UnavailableError("cannot write " + file.string() + ": " + ec.message());
-  return Status::Ok();
 }
 
 }  // namespace
@@ -79,7 +58,7 @@ StatusOr<std::vector<ManagedWorkerIdentity>> EnsureManagedWorkers(const fs::path
       worker.created_at_ms = clock.UnixMillis();
       PARSYN_ASSIGN_OR_RETURN(storage::Worker created, store->CreateWorker(worker));
       identity.id = created.id;
-      PARSYN_RETURN_IF_ERROR(WriteToken(token_file, identity.token));
+      PARSYN_RETURN_IF_ERROR(WriteFileAtomically(token_file, identity.token + "\n", 0600));
       PARSYN_LOG_INFO("managed worker {} registered as worker {}", identity.name, identity.id);
     }
     fs::create_directories(identity.cache_dir, ec);
@@ -105,14 +84,14 @@ void ManagedWorkerSupervisor::RequestStop() {
   if (stopping_) return;
   stopping_ = true;
   for (Slot& slot : slots_) {
-    if (slot.pid > 0) ::kill(slot.pid, SIGTERM);
+    if (slot.child) slot.child->Terminate();
   }
   changed_.notify_all();
 }
 
 bool ManagedWorkerSupervisor::AllExited() {
   std::lock_guard lock(mutex_);
-  return std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.pid > 0; });
+  return std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.child != nullptr; });
 }
 
 void ManagedWorkerSupervisor::Stop(std::chrono::milliseconds grace) {
@@ -122,13 +101,13 @@ void ManagedWorkerSupervisor::Stop(std::chrono::milliseconds grace) {
   {
     std::unique_lock lock(mutex_);
     const bool exited = changed_.wait_for(lock, grace, [this] {
-      return std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.pid > 0; });
+      return std::none_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.child != nullptr; });
     });
     if (!exited) {
       for (Slot& slot : slots_) {
-        if (slot.pid <= 0) continue;
+        if (!slot.child) continue;
         PARSYN_LOG_WARN("managed worker {} did not stop within {} ms; killing it", slot.identity.name, grace.count());
-        ::kill(slot.pid, SIGKILL);
+        slot.child->Kill();
       }
     }
   }
@@ -153,15 +132,15 @@ void ManagedWorkerSupervisor::Supervise(Slot& slot) {
                                          "--exit-with-parent"};
   std::chrono::milliseconds backoff = options_.initial_backoff;
   while (true) {
-    std::optional<ChildProcess> child;
+    std::optional<Subprocess> child;
     {
       std::lock_guard lock(mutex_);
       if (stopping_) return;
-      StatusOr<ChildProcess> started = ChildProcess::Start(options_.program, args);
+      StatusOr<Subprocess> started = Subprocess::Start(options_.program, args);
       if (started.ok()) {
         child.emplace(std::move(*started));
-        slot.pid = child->pid();
-        PARSYN_LOG_INFO("managed worker {} started (pid {})", id.name, slot.pid);
+        slot.child = &*child;
+        PARSYN_LOG_INFO("managed worker {} started (pid {})", id.name, child->pid());
       } else {
         PARSYN_LOG_ERROR("managed worker {}: {}", id.name, started.status().ToString());
       }
@@ -172,13 +151,10 @@ void ManagedWorkerSupervisor::Supervise(Slot& slot) {
       while (std::optional<std::string> line = child->ReadLine()) {
         PARSYN_LOG_INFO("[{}] {}", id.name, *line);
       }
-      // Wait for the exit without reaping, so the pid cannot be reused while RequestStop may still signal it.
-      siginfo_t info{};
-      while (::waitid(P_PID, static_cast<id_t>(child->pid()), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
-      }
-      std::lock_guard lock(mutex_);
+      // RequestStop may signal the child until the moment it is reaped (Subprocess keeps that safe).
       const int code = child->Wait();
-      slot.pid = -1;
+      std::lock_guard lock(mutex_);
+      slot.child = nullptr;
       changed_.notify_all();
       if (stopping_) {
         PARSYN_LOG_INFO("managed worker {} stopped (exit {})", id.name, code);

@@ -11,8 +11,6 @@
 // handler's completion on the loop.
 #pragma once
 
-#include <sys/types.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -22,6 +20,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/subprocess.h"
 
 namespace parsyn::cli {
 
@@ -66,7 +65,7 @@ class ManagedWorkerSupervisor {
  private:
   struct Slot {
     ManagedWorkerIdentity identity;
-    pid_t pid = -1;  // the running worker process, guarded by mutex_
+    Subprocess* child = nullptr;  // the running worker process (owned by `thread`), guarded by mutex_
     std::thread thread;
   };
   void Supervise(Slot& slot);
@@ -74,7 +73,7 @@ class ManagedWorkerSupervisor {
   SupervisorOptions options_;
   std::vector<Slot> slots_;
   std::mutex mutex_;
-  std::condition_variable changed_;  // a pid cleared, or stopping_ set
+  std::condition_variable changed_;  // a child cleared, or stopping_ set
   bool stopping_ = false;
   bool stopped_ = false;
 };

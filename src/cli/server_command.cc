@@ -17,7 +17,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "base/log.h"
-#include "cli/child_process.h"
+#include "base/subprocess.h"
 #include "cli/coordinator_commands.h"
 #include "cli/managed_workers.h"
 #include "cli/remote.h"

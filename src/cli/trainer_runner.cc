@@ -2,7 +2,9 @@
 
 #include <signal.h>
 
-#include "cli/child_process.h"
+#include <cstdlib>
+
+#include "base/subprocess.h"
 
 namespace parsyn::cli {
 namespace {
@@ -33,7 +35,7 @@ StatusOr<TrainerOutcome> RunTrainer(const std::vector<std::string>& args,
                                     const std::function<void(const nlohmann::json&)>& on_event) {
   PARSYN_ASSIGN_OR_RETURN(const std::filesystem::path trainer, FindTrainer());
   InterruptShield shield;
-  PARSYN_ASSIGN_OR_RETURN(ChildProcess child, ChildProcess::Start(trainer, args));
+  PARSYN_ASSIGN_OR_RETURN(Subprocess child, Subprocess::Start(trainer, args));
   TrainerOutcome outcome;
   while (std::optional<std::string> line = child.ReadLine()) {
     nlohmann::json event = nlohmann::json::parse(*line, nullptr, /*allow_exceptions=*/false);
@@ -45,6 +47,15 @@ StatusOr<TrainerOutcome> RunTrainer(const std::vector<std::string>& args,
   }
   outcome.exit_code = child.Wait();
   return outcome;
+}
+
+StatusOr<std::filesystem::path> FindTrainer() {
+  if (const char* env = std::getenv("PARSYN_TRAINER"); env && *env) return std::filesystem::path(env);
+  PARSYN_ASSIGN_OR_RETURN(const std::filesystem::path self, SelfExecutablePath());
+  const std::filesystem::path beside = self.parent_path() / "parsyn-trainer";
+  if (std::filesystem::exists(beside)) return beside;
+  return NotFoundError("parsyn-trainer not found beside " + self.string() +
+                       " (build it with the trainer enabled, or set PARSYN_TRAINER to its path)");
 }
 
 std::string TrainerFailureMessage(const TrainerOutcome& outcome) {

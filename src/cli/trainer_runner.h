@@ -2,6 +2,7 @@
 // torch (train, model init) gets it done without linking libtorch. Used from one thread.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -28,6 +29,10 @@ struct TrainerOutcome {
 // not an error here: see TrainerOutcome.
 StatusOr<TrainerOutcome> RunTrainer(const std::vector<std::string>& args,
                                     const std::function<void(const nlohmann::json&)>& on_event);
+
+// parsyn-trainer: $PARSYN_TRAINER when set, else the file beside this executable. NotFound (saying where it looked)
+// when neither exists.
+StatusOr<std::filesystem::path> FindTrainer();
 
 // The one line to show for a failed trainer run: its error message, or its exit status when it wrote none.
 std::string TrainerFailureMessage(const TrainerOutcome& outcome);

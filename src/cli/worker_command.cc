@@ -4,7 +4,6 @@
 // itself runs the agent.
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -16,8 +15,9 @@
 #include <thread>
 
 #include "base/log.h"
-#include "cli/child_process.h"
+#include "base/subprocess.h"
 #include "cli/commands.h"
+#include "cli/trainer_runner.h"
 #include "worker/agent.h"
 
 namespace parsyn::cli {
@@ -31,11 +31,11 @@ constexpr std::chrono::seconds kTrainerStopGrace{10};
 // A parsyn-trainer child: Terminate sends SIGTERM, then SIGKILL after the grace period if it has not exited.
 class ChildTrainerRun : public worker::TrainerRun {
  public:
-  explicit ChildTrainerRun(ChildProcess child) : child_(std::move(child)) {}
+  explicit ChildTrainerRun(Subprocess child) : child_(std::move(child)) {}
   ~ChildTrainerRun() override {
     {
       std::lock_guard lock(mutex_);
-      exited_ = true;  // the ChildProcess destructor kills and reaps one that was never waited for
+      exited_ = true;  // the Subprocess destructor kills and reaps one that was never waited for
     }
     exited_cv_.notify_all();
     if (killer_.joinable()) killer_.join();
@@ -47,28 +47,25 @@ class ChildTrainerRun : public worker::TrainerRun {
     std::lock_guard lock(mutex_);
     if (exited_ || terminating_) return;
     terminating_ = true;
-    kill(child_.pid(), SIGTERM);
+    child_.Terminate();
     killer_ = std::thread([this] {
       std::unique_lock lock(mutex_);
-      if (!exited_cv_.wait_for(lock, kTrainerStopGrace, [this] { return exited_; })) kill(child_.pid(), SIGKILL);
+      if (!exited_cv_.wait_for(lock, kTrainerStopGrace, [this] { return exited_; })) child_.Kill();
     });
   }
 
   int Wait() override {
-    // Wait for the exit without reaping, so no signal from Terminate can reach a recycled pid; then reap.
-    siginfo_t info{};
-    while (waitid(P_PID, static_cast<id_t>(child_.pid()), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
-    }
+    const int code = child_.Wait();  // signals from Terminate never reach a recycled pid (subprocess.h)
     {
       std::lock_guard lock(mutex_);
       exited_ = true;
     }
     exited_cv_.notify_all();
-    return child_.Wait();
+    return code;
   }
 
  private:
-  ChildProcess child_;
+  Subprocess child_;
   std::mutex mutex_;
   std::condition_variable exited_cv_;
   bool exited_ = false;
@@ -80,7 +77,7 @@ class ChildTrainerLauncher : public worker::TrainerLauncher {
  public:
   StatusOr<std::unique_ptr<worker::TrainerRun>> Start(const fs::path& task_file) override {
     PARSYN_ASSIGN_OR_RETURN(const fs::path trainer, FindTrainer());
-    PARSYN_ASSIGN_OR_RETURN(ChildProcess child, ChildProcess::Start(trainer, {"run", task_file.string()}));
+    PARSYN_ASSIGN_OR_RETURN(Subprocess child, Subprocess::Start(trainer, {"run", task_file.string()}));
     return std::unique_ptr<worker::TrainerRun>(std::make_unique<ChildTrainerRun>(std::move(child)));
   }
 };

@@ -7,23 +7,13 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/strings.h"
 #include "base/text_file.h"
 #include "weights/sha256.h"
 
 namespace parsyn::coordinator {
 
 namespace {
-
-std::string Hex(const unsigned char* bytes, size_t n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(n * 2);
-  for (size_t i = 0; i < n; ++i) {
-    out.push_back(kDigits[bytes[i] >> 4]);
-    out.push_back(kDigits[bytes[i] & 15]);
-  }
-  return out;
-}
 
 // Writes `contents` to a new file with mode 0600; AlreadyExists if it is there.
 Status WriteSecretFile(const std::filesystem::path& path, std::string_view contents) {
@@ -59,7 +49,7 @@ StatusOr<std::string> NewSecret(std::string_view prefix) {
     if (n < 0) return UnavailableError(std::string("getrandom failed: ") + std::strerror(errno));
     got += static_cast<size_t>(n);
   }
-  return std::string(prefix) + Hex(bytes, sizeof(bytes));
+  return std::string(prefix) + HexEncode(std::span<const unsigned char>(bytes, sizeof(bytes)));
 }
 
 std::string HashSecret(std::string_view secret) { return weights::Sha256Hex(secret); }

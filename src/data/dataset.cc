@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/atomic_file.h"
 #include "data/io.h"
 #include "data/unicode.h"
 
@@ -778,7 +779,7 @@ Status WriteSubsetFile(const std::filesystem::path& source, DatasetFormat format
   Status status;
   auto file = OpenFile(source, status);
   if (!status.ok()) return status;
-  PARSYN_ASSIGN_OR_RETURN(internal::AtomicFileWriter writer, internal::AtomicFileWriter::Open(destination));
+  PARSYN_ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Open(destination));
   size_t next = 0;  // position in `wanted` of the next row to copy
   int64_t num_rows = 0;
   auto copy_if_wanted = [&](int64_t row, std::string_view raw) {

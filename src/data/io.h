@@ -1,5 +1,5 @@
-// Internal to src/data: buffered byte input over a std::istream, a std::streambuf over borrowed memory, and atomic
-// file writes. Not part of the layer's interface.
+// Internal to src/data: buffered byte input over a std::istream and a std::streambuf over borrowed memory. Not part
+// of the layer's interface.
 #pragma once
 
 #include <cstdint>
@@ -57,30 +57,5 @@ class MemoryStreambuf : public std::streambuf {
 
 // Opens `path` for reading: NotFound when it does not exist, Unavailable for other failures.
 Status CheckReadable(const std::filesystem::path& path);
-
-// Writes a file atomically: bytes go to a temporary file beside `destination`; Commit() fsyncs it and renames it
-// over `destination`. A writer destroyed without Commit() removes its temporary file.
-class AtomicFileWriter {
- public:
-  static StatusOr<AtomicFileWriter> Open(const std::filesystem::path& destination);
-  AtomicFileWriter(AtomicFileWriter&& other) noexcept;
-  AtomicFileWriter& operator=(AtomicFileWriter&&) = delete;
-  ~AtomicFileWriter();
-
-  Status Append(std::string_view bytes);
-  Status Commit();
-
- private:
-  AtomicFileWriter(std::filesystem::path destination, std::filesystem::path temporary, int fd)
-      : destination_(std::move(destination)), temporary_(std::move(temporary)), fd_(fd) {}
-
-  std::filesystem::path destination_;
-  std::filesystem::path temporary_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
-// Writes `bytes` to `destination` with AtomicFileWriter.
-Status WriteFileAtomically(const std::filesystem::path& destination, std::string_view bytes);
 
 }  // namespace parsyn::data::internal

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/atomic_file.h"
 #include "data/io.h"
 #include "data/regex_split.h"
 #include "data/unicode.h"
@@ -999,8 +1000,8 @@ Status WriteByteLevelTokenizer(const std::filesystem::path& model_dir) {
   if (!std::filesystem::is_directory(model_dir, ec)) {
     return NotFoundError("model folder " + model_dir.string() + " does not exist");
   }
-  PARSYN_RETURN_IF_ERROR(internal::WriteFileAtomically(model_dir / "tokenizer.json", ByteLevelTokenizerJson() + "\n"));
-  return internal::WriteFileAtomically(model_dir / "tokenizer_config.json", ByteLevelTokenizerConfigJson() + "\n");
+  PARSYN_RETURN_IF_ERROR(WriteFileAtomically(model_dir / "tokenizer.json", ByteLevelTokenizerJson() + "\n"));
+  return WriteFileAtomically(model_dir / "tokenizer_config.json", ByteLevelTokenizerConfigJson() + "\n");
 }
 
 }  // namespace parsyn::data

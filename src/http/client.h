@@ -1,4 +1,4 @@
-// A blocking HTTP client on libcurl, for the worker agent and the CLI.
+// A blocking HTTP client for the worker agent and the CLI, on the libcurl transport (net/transport.h).
 //
 // Threads: a Client may be shared by several threads; each call uses its own curl handle (handles and their
 // connections are pooled and reused between calls). Calls block the calling thread; never use it on the server's
@@ -26,6 +26,12 @@
 
 #include "base/status.h"
 #include "http/types.h"
+
+namespace parsyn::net {
+class Transport;
+class RequestBody;
+class ResponseSink;
+}  // namespace parsyn::net
 
 namespace parsyn::http {
 
@@ -101,17 +107,16 @@ class Client {
   // whether to reconnect.
   Status ReadEvents(std::string_view path, const std::function<bool(const SseEvent&)>& on_event, CallOptions call = {});
 
-  struct Transfer;  // one attempt's state (defined in client.cc)
-
  private:
-  struct Pool;
   std::string Url(std::string_view path) const;
-  // Runs the call with retries; `setup` prepares each attempt's body source and sink.
+  // One call through the transport: `body` (may be null) is sent, a 2xx body goes to `sink` (null: memory).
+  // `streaming` calls have no total timeout unless the call sets one.
   StatusOr<ClientResponse> Execute(Method method, std::string_view path, const CallOptions& call,
-                                   const std::function<Status(Transfer&)>& setup);
+                                   net::RequestBody* body, std::string_view content_type, net::ResponseSink* sink,
+                                   bool streaming);
 
   ClientOptions options_;
-  std::unique_ptr<Pool> pool_;
+  std::unique_ptr<net::Transport> transport_;
 };
 
 }  // namespace parsyn::http

@@ -1,6 +1,7 @@
 // Router, Request and Response helpers: the parts of the server that do not touch sockets.
 #include <algorithm>
 
+#include "base/strings.h"
 #include "http/internal.h"
 #include "http/server.h"
 
@@ -20,9 +21,7 @@ std::string_view MethodName(Method method) {
 }
 
 std::string_view Request::Header(std::string_view name) const {
-  std::string lower(name);
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  auto it = headers.find(lower);
+  auto it = headers.find(ToLower(name));
   return it == headers.end() ? std::string_view() : std::string_view(it->second);
 }
 

@@ -17,6 +17,7 @@
 #include <set>
 
 #include "base/log.h"
+#include "base/strings.h"
 #include "http/internal.h"
 
 namespace parsyn::http {
@@ -52,12 +53,6 @@ std::optional<Method> ToMethod(bhttp::verb verb) {
 }
 
 std::string_view View(boost::beast::string_view s) { return std::string_view(s.data(), s.size()); }
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 bool IsHttpParseError(const beast::error_code& ec) {
   return ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category() &&
@@ -201,7 +196,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     req.target = std::string(header.target());
     req.remote_address = remote_;
     for (const auto& field : header) {
-      std::string name = Lower(View(field.name_string()));
+      std::string name = ToLower(View(field.name_string()));
       auto [it, inserted] = req.headers.try_emplace(name, View(field.value()));
       if (!inserted) it->second.append(", ").append(View(field.value()));
     }

@@ -1,10 +1,10 @@
 #include "http/signed_url.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include <charconv>
+
+#include "weights/sha256.h"
 
 namespace parsyn::http {
 
@@ -37,11 +37,8 @@ std::string Base64Url(const unsigned char* data, size_t size) {
 std::string Sign(std::string_view secret, std::string_view method, std::string_view blob_key, int64_t expires) {
   std::string message;
   message.append(method).append("\n").append(blob_key).append("\n").append(std::to_string(expires));
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int mac_size = 0;
-  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &mac_size);
-  return Base64Url(mac, mac_size);
+  const std::string mac = weights::HmacSha256(secret, message);
+  return Base64Url(reinterpret_cast<const unsigned char*>(mac.data()), mac.size());
 }
 
 }  // namespace

@@ -1,19 +1,20 @@
 #include "storage/s3_blob_store.h"
-#include <charconv>
 
-#include <curl/curl.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
 
+#include "base/strings.h"
 #include "base/temp_file.h"
+#include "net/transport.h"
 #include "weights/sha256.h"
 
 namespace parsyn::storage {
@@ -26,19 +27,6 @@ constexpr size_t kReadChunkBytes = size_t{1} << 20;
 // Error and listing bodies are small; a response larger than this is not S3 talking.
 constexpr size_t kMaxResponseBodyBytes = size_t{16} << 20;
 constexpr seconds kMaxPresignExpiry = seconds(7 * 24 * 3600);
-
-std::string ToLower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::string Trim(std::string_view s) {
-  size_t begin = s.find_first_not_of(" \t\r\n");
-  if (begin == std::string_view::npos) return "";
-  size_t end = s.find_last_not_of(" \t\r\n");
-  return std::string(s.substr(begin, end - begin + 1));
-}
 
 std::string XmlUnescape(std::string_view text) {
   std::string out;
@@ -88,18 +76,29 @@ std::string XmlEscape(std::string_view text) {
   return out;
 }
 
-// The (unescaped) text of every <tag>...</tag> in `xml`, in order. S3's responses are flat enough for this.
-std::vector<std::string> XmlValues(std::string_view xml, std::string_view tag) {
-  std::vector<std::string> out;
+// The raw <tag>...</tag> blocks, in order (for lists of records such as <Part> or <Upload>). S3's responses are flat
+// enough for this.
+std::vector<std::string_view> XmlBlocks(std::string_view xml, std::string_view tag) {
+  std::vector<std::string_view> out;
   std::string open = "<" + std::string(tag) + ">";
   std::string close = "</" + std::string(tag) + ">";
   size_t pos = 0;
   while ((pos = xml.find(open, pos)) != std::string_view::npos) {
-    size_t start = pos + open.size();
-    size_t end = xml.find(close, start);
+    size_t end = xml.find(close, pos + open.size());
     if (end == std::string_view::npos) break;
-    out.push_back(XmlUnescape(xml.substr(start, end - start)));
+    out.push_back(xml.substr(pos, end + close.size() - pos));
     pos = end + close.size();
+  }
+  return out;
+}
+
+// The (unescaped) text of every <tag>...</tag> in `xml`, in order.
+std::vector<std::string> XmlValues(std::string_view xml, std::string_view tag) {
+  const size_t open_size = tag.size() + 2;   // <tag>
+  const size_t close_size = tag.size() + 3;  // </tag>
+  std::vector<std::string> out;
+  for (std::string_view block : XmlBlocks(xml, tag)) {
+    out.push_back(XmlUnescape(block.substr(open_size, block.size() - open_size - close_size)));
   }
   return out;
 }
@@ -107,21 +106,6 @@ std::vector<std::string> XmlValues(std::string_view xml, std::string_view tag) {
 std::string XmlValue(std::string_view xml, std::string_view tag) {
   std::vector<std::string> values = XmlValues(xml, tag);
   return values.empty() ? "" : values.front();
-}
-
-// The raw <tag>...</tag> blocks (for lists of records such as <Part> or <Upload>).
-std::vector<std::string_view> XmlBlocks(std::string_view xml, std::string_view tag) {
-  std::vector<std::string_view> out;
-  std::string open = "<" + std::string(tag) + ">";
-  std::string close = "</" + std::string(tag) + ">";
-  size_t pos = 0;
-  while ((pos = xml.find(open, pos)) != std::string_view::npos) {
-    size_t end = xml.find(close, pos);
-    if (end == std::string_view::npos) break;
-    out.push_back(xml.substr(pos, end + close.size() - pos));
-    pos = end + close.size();
-  }
-  return out;
 }
 
 std::string PercentDecode(std::string_view text) {
@@ -146,21 +130,6 @@ bool IsValidBucketName(std::string_view bucket) {
   return std::isalnum(static_cast<unsigned char>(bucket.front())) &&
          std::isalnum(static_cast<unsigned char>(bucket.back()));
 }
-
-std::once_flag curl_init_once;
-
-struct EasyDeleter {
-  void operator()(CURL* curl) const { curl_easy_cleanup(curl); }
-};
-struct MultiDeleter {
-  void operator()(CURLM* multi) const { curl_multi_cleanup(multi); }
-};
-struct SlistDeleter {
-  void operator()(curl_slist* list) const { curl_slist_free_all(list); }
-};
-using EasyHandle = std::unique_ptr<CURL, EasyDeleter>;
-using MultiHandle = std::unique_ptr<CURLM, MultiDeleter>;
-using HeaderListHandle = std::unique_ptr<curl_slist, SlistDeleter>;
 
 // The bytes of a Put, held until they are all read: in memory while small, else in an unlinked temp file.
 class Spool {
@@ -263,63 +232,35 @@ class Spool {
   std::string sha256_;
 };
 
-// A byte range of a spool to send as a request body.
-struct UploadBody {
-  UploadBody(const Spool* spool, uint64_t offset, uint64_t length) : spool(spool), offset(offset), length(length) {}
-  const Spool* spool;
-  uint64_t offset;
-  uint64_t length;
-  uint64_t sent = 0;
-  Status error;
+// A byte range of a spool sent as a request body.
+class SpoolBody final : public net::RequestBody {
+ public:
+  SpoolBody(const Spool* spool, uint64_t offset, uint64_t length) : spool_(spool), offset_(offset), length_(length) {}
+  Status Rewind() override {
+    sent_ = 0;
+    return Status::Ok();
+  }
+  uint64_t size() const override { return length_; }
+  StatusOr<size_t> Read(char* out, size_t n) override {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(n, length_ - sent_));
+    if (want == 0) return size_t{0};
+    PARSYN_ASSIGN_OR_RETURN(size_t got, spool_->ReadAt(offset_ + sent_, out, want));
+    if (got == 0) return InternalError("upload spool ended early");
+    sent_ += got;
+    return got;
+  }
+
+ private:
+  const Spool* spool_;
+  uint64_t offset_;
+  uint64_t length_;
+  uint64_t sent_ = 0;
 };
 
-size_t ReadUploadBody(char* buffer, size_t size, size_t count, void* user) {
-  auto* body = static_cast<UploadBody*>(user);
-  size_t want = static_cast<size_t>(std::min<uint64_t>(size * count, body->length - body->sent));
-  if (want == 0) return 0;
-  StatusOr<size_t> n = body->spool->ReadAt(body->offset + body->sent, buffer, want);
-  if (!n.ok() || *n == 0) {
-    body->error = n.ok() ? InternalError("upload spool ended early") : n.status();
-    return CURL_READFUNC_ABORT;
-  }
-  body->sent += *n;
-  return *n;
-}
-
-struct ResponseSink {
-  long status = 0;
-  std::map<std::string, std::string> headers;  // lowercase names, of the final response
-  std::string body;
-  bool too_large = false;
-};
-
-size_t CollectHeader(char* data, size_t size, size_t count, void* user) {
-  auto* sink = static_cast<ResponseSink*>(user);
-  std::string_view line(data, size * count);
-  if (line.starts_with("HTTP/")) {
-    sink->headers.clear();  // a new response (after 100 Continue)
-  } else if (size_t colon = line.find(':'); colon != std::string_view::npos) {
-    sink->headers[ToLower(Trim(line.substr(0, colon)))] = Trim(line.substr(colon + 1));
-  }
-  return size * count;
-}
-
-size_t CollectBody(char* data, size_t size, size_t count, void* user) {
-  auto* sink = static_cast<ResponseSink*>(user);
-  if (sink->body.size() + size * count > kMaxResponseBodyBytes) {
-    sink->too_large = true;
-    return 0;  // aborts the transfer
-  }
-  sink->body.append(data, size * count);
-  return size * count;
-}
-
-HeaderListHandle HeaderList(const HttpHeaders& headers) {
-  curl_slist* list = nullptr;
-  for (const auto& [name, value] : headers) list = curl_slist_append(list, (name + ": " + value).c_str());
-  list = curl_slist_append(list, "Expect:");  // no 100-continue round trip
-  list = curl_slist_append(list, "Accept:");
-  return HeaderListHandle(list);
+// Headers libcurl would add on its own that S3 requests go without: no 100-continue round trip, no Accept.
+void AddS3WireHeaders(net::Headers& headers) {
+  headers.emplace_back("Expect", "");
+  headers.emplace_back("Accept", "");
 }
 
 std::string Describe(const S3Request& request) {
@@ -353,214 +294,53 @@ Status ErrorFromResponse(const S3Request& request, std::string_view blob_key, lo
   return UnavailableError("S3 failed " + Describe(request) + ": " + detail);
 }
 
-void SetCommonOptions(CURL* curl, const S3BlobStoreOptions& options, char* error_buffer) {
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_PATH_AS_IS, 1L);  // S3 keys may contain "./": send the path as signed
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout.count() * 1000));
-  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_buffer);
-  curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(curl, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
-  error_buffer[0] = '\0';
+// Transport failures read "S3 endpoint http://host failed during GET s3://bucket/key: <libcurl's words>", and are
+// all Unavailable (timeouts too): the coordinator retries what is Unavailable.
+Status DescribeTransportFailure(const S3Endpoint& endpoint, std::string_view what,
+                                const net::TransferFailure& failure) {
+  const std::string where = "S3 endpoint " + endpoint.scheme + "://" + endpoint.host;
+  if (failure.kind == net::TransferFailure::Kind::kStalled) {
+    return UnavailableError(where + " " + failure.reason + " during " + std::string(what));
+  }
+  return UnavailableError(where + " failed during " + std::string(what) + ": " + failure.reason);
 }
 
-Status TransportError(const S3BlobStoreOptions& options, const S3Request& request, CURLcode code,
-                      const char* error_buffer) {
-  std::string detail = error_buffer[0] ? error_buffer : curl_easy_strerror(code);
-  return UnavailableError("S3 endpoint " + options.endpoint.scheme + "://" + options.endpoint.host + " failed during " +
-                          Describe(request) + ": " + detail);
-}
-
-// A Get() body, pulled from the network as the caller reads: libcurl's multi interface is driven inside Read(), and
-// the transfer is paused whenever ~1 MiB is waiting, so memory stays bounded.
+// A Get() body pulled from the transport as the caller reads.
 class S3GetStream final : public ByteSource {
  public:
-  S3GetStream(const S3BlobStoreOptions& options, S3Request request, std::string blob_key)
-      : options_(options), request_(std::move(request)), blob_key_(std::move(blob_key)) {}
-  ~S3GetStream() override {
-    if (multi_ && easy_) curl_multi_remove_handle(multi_.get(), easy_.get());
-  }
-
-  // Sends the request and waits for the response headers. NotFound etc. for error responses.
-  Status Start(const SignedS3Request& signed_request) {
-    EasyHandle easy(curl_easy_init());
-    MultiHandle multi(curl_multi_init());
-    if (!easy || !multi) return InternalError("curl initialisation failed");
-    CURL* curl = easy.get();
-    SetCommonOptions(curl, options_, error_buffer_);
-    headers_ = HeaderList(signed_request.headers);
-    curl_easy_setopt(curl, CURLOPT_URL, signed_request.url.c_str());
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers_.get());
-    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &S3GetStream::OnHeader);
-    curl_easy_setopt(curl, CURLOPT_HEADERDATA, this);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &S3GetStream::OnBody);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, this);
-    curl_multi_add_handle(multi.get(), curl);
-    easy_ = std::move(easy);
-    multi_ = std::move(multi);
-    while (!headers_done_ && !finished_) PARSYN_RETURN_IF_ERROR(Drive());
-    if (!transfer_status_.ok()) return transfer_status_;
-    long status = 0;
-    curl_easy_getinfo(easy_.get(), CURLINFO_RESPONSE_CODE, &status);
-    if (status == 200) return Status::Ok();
-    while (!finished_) PARSYN_RETURN_IF_ERROR(Drive());  // the error document
-    return ErrorFromResponse(request_, blob_key_, status,
-                             std::string_view(pending_.data() + read_offset_, pending_.size() - read_offset_));
-  }
-
-  StatusOr<size_t> Read(std::span<std::byte> buffer) override {
-    while (read_offset_ == pending_.size()) {
-      if (finished_) {
-        PARSYN_RETURN_IF_ERROR(transfer_status_);
-        return size_t{0};
-      }
-      if (paused_) {
-        paused_ = false;
-        last_progress_ = std::chrono::steady_clock::now();  // the wait was ours, not the server's
-        pending_.clear();
-        read_offset_ = 0;
-        curl_easy_pause(easy_.get(), CURLPAUSE_CONT);  // may deliver the held data at once
-        continue;
-      }
-      PARSYN_RETURN_IF_ERROR(Drive());
-    }
-    size_t n = std::min(buffer.size(), pending_.size() - read_offset_);
-    std::memcpy(buffer.data(), pending_.data() + read_offset_, n);
-    read_offset_ += n;
-    return n;
-  }
+  explicit S3GetStream(std::unique_ptr<net::ResponseStream> stream) : stream_(std::move(stream)) {}
+  StatusOr<size_t> Read(std::span<std::byte> buffer) override { return stream_->Read(buffer); }
 
  private:
-  static constexpr size_t kMaxPending = size_t{1} << 20;
-
-  static size_t OnHeader(char* data, size_t size, size_t count, void* user) {
-    auto* self = static_cast<S3GetStream*>(user);
-    self->last_progress_ = std::chrono::steady_clock::now();
-    std::string_view line(data, size * count);
-    if (line.starts_with("HTTP/")) {
-      self->interim_ = line.size() > 9 && line.substr(9, 1) == "1";  // "HTTP/1.1 100 Continue"
-    } else if (line == "\r\n" || line == "\n") {
-      if (!self->interim_) self->headers_done_ = true;
-    }
-    return size * count;
-  }
-
-  static size_t OnBody(char* data, size_t size, size_t count, void* user) {
-    auto* self = static_cast<S3GetStream*>(user);
-    size_t n = size * count;
-    if (self->pending_.size() - self->read_offset_ >= kMaxPending) {
-      self->paused_ = true;
-      return CURL_WRITEFUNC_PAUSE;  // libcurl keeps these bytes and delivers them again on unpause
-    }
-    self->last_progress_ = std::chrono::steady_clock::now();
-    if (self->read_offset_ == self->pending_.size()) {
-      self->pending_.clear();
-      self->read_offset_ = 0;
-    }
-    self->pending_.insert(self->pending_.end(), data, data + n);
-    return n;
-  }
-
-  // One step of the transfer: lets libcurl move bytes, then waits (at most 1 s) for the socket if there was nothing
-  // to hand out. Fails the stream once the server has sent nothing for `stall_timeout` (time we were paused excluded).
-  Status Drive() {
-    int running = 0;
-    CURLMcode mc = curl_multi_perform(multi_.get(), &running);
-    if (mc != CURLM_OK) return InternalError(std::string("curl_multi_perform: ") + curl_multi_strerror(mc));
-    int queued = 0;
-    while (CURLMsg* msg = curl_multi_info_read(multi_.get(), &queued)) {
-      if (msg->msg == CURLMSG_DONE) {
-        finished_ = true;
-        if (msg->data.result != CURLE_OK) {
-          transfer_status_ = TransportError(options_, request_, msg->data.result, error_buffer_);
-        }
-      }
-    }
-    if (finished_ || running == 0 || paused_ || (headers_done_ && read_offset_ < pending_.size())) {
-      if (running == 0) finished_ = true;
-      return Status::Ok();
-    }
-    // Returns on socket activity, on libcurl's own timers, or after at most a second.
-    mc = curl_multi_poll(multi_.get(), nullptr, 0, 1000, nullptr);
-    if (mc != CURLM_OK) return InternalError(std::string("curl_multi_poll: ") + curl_multi_strerror(mc));
-    if (std::chrono::steady_clock::now() - last_progress_ > options_.stall_timeout) {
-      finished_ = true;
-      transfer_status_ = UnavailableError("S3 endpoint " + options_.endpoint.scheme + "://" + options_.endpoint.host +
-                                          " sent nothing for " + std::to_string(options_.stall_timeout.count()) +
-                                          " s during " + Describe(request_));
-    }
-    return Status::Ok();
-  }
-
-  S3BlobStoreOptions options_;  // a copy: a stream may outlive its store
-  S3Request request_;
-  std::string blob_key_;
-  // Declared so that the easy handle is destroyed before the multi handle it was added to.
-  MultiHandle multi_;
-  EasyHandle easy_;
-  HeaderListHandle headers_;
-  char error_buffer_[CURL_ERROR_SIZE] = {};
-  std::vector<char> pending_;
-  size_t read_offset_ = 0;
-  bool interim_ = false;
-  bool headers_done_ = false;
-  bool paused_ = false;
-  bool finished_ = false;
-  Status transfer_status_;
-  std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
+  std::unique_ptr<net::ResponseStream> stream_;
 };
 
 }  // namespace
 
-// Signs and performs requests; keeps idle easy handles so connections are reused.
+// Signs requests and performs them through the transport (which keeps connections for reuse). No retries: callers
+// decide.
 class S3BlobStore::Http {
  public:
-  explicit Http(const S3BlobStoreOptions& options) : options_(options) {
-    std::call_once(curl_init_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  }
+  explicit Http(const S3BlobStoreOptions& options) : options_(options), transport_(TransportOptionsFor(options)) {}
 
   // Performs `request` with `body` (nullptr: none) and returns the response, whatever its status.
   // Unavailable for transport failures.
-  StatusOr<ResponseSink> Perform(const S3Request& request, std::string_view payload_sha256, UploadBody* body) {
-    SignedS3Request signed_request =
-        SignS3Request(options_.endpoint, options_.credentials, request, payload_sha256, options_.now());
-    EasyHandle handle = Acquire();
-    if (!handle) return InternalError("curl_easy_init failed");
-    CURL* curl = handle.get();
-    char error_buffer[CURL_ERROR_SIZE];
-    SetCommonOptions(curl, options_, error_buffer);
-    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, static_cast<long>(options_.stall_timeout.count()));
-    HeaderListHandle headers = HeaderList(signed_request.headers);
-    ResponseSink sink;
-    curl_easy_setopt(curl, CURLOPT_URL, signed_request.url.c_str());
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers.get());
-    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
-    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, CollectHeader);
-    curl_easy_setopt(curl, CURLOPT_HEADERDATA, &sink);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, CollectBody);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
-    if (request.method == "HEAD") curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
-    if (body != nullptr) {
-      curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
-      curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(body->length));
-      curl_easy_setopt(curl, CURLOPT_READFUNCTION, ReadUploadBody);
-      curl_easy_setopt(curl, CURLOPT_READDATA, body);
+  StatusOr<net::Response> Perform(const S3Request& request, std::string_view payload_sha256, net::RequestBody* body) {
+    net::Request wire = Sign(request, payload_sha256);
+    wire.body = body;
+    wire.max_body_bytes = kMaxResponseBodyBytes;
+    StatusOr<net::Response> response = transport_.Perform(wire);
+    if (response.status().code() == StatusCode::kResourceExhausted) {
+      return UnavailableError("S3 response to " + Describe(request) + " is over 16 MiB");
     }
-    CURLcode code = curl_easy_perform(curl);
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &sink.status);
-    // A handle whose transfer failed may hold a broken connection: let it go rather than reuse it.
-    if (code == CURLE_OK) Release(std::move(handle));
-    if (body != nullptr && !body->error.ok()) return body->error;
-    if (sink.too_large) return UnavailableError("S3 response to " + Describe(request) + " is over 16 MiB");
-    if (code != CURLE_OK) return TransportError(options_, request, code, error_buffer);
-    return sink;
+    return response;
   }
 
   // Performs `request` and maps any non-2xx response (and a 200 carrying an <Error>, as CompleteMultipartUpload
   // may send) to a Status.
-  StatusOr<ResponseSink> Call(const S3Request& request, std::string_view blob_key, std::string_view payload_sha256,
-                              UploadBody* body = nullptr) {
-    PARSYN_ASSIGN_OR_RETURN(ResponseSink response, Perform(request, payload_sha256, body));
+  StatusOr<net::Response> Call(const S3Request& request, std::string_view blob_key, std::string_view payload_sha256,
+                               net::RequestBody* body = nullptr) {
+    PARSYN_ASSIGN_OR_RETURN(net::Response response, Perform(request, payload_sha256, body));
     if (response.status < 200 || response.status >= 300) {
       return ErrorFromResponse(request, blob_key, response.status, response.body);
     }
@@ -571,31 +351,44 @@ class S3BlobStore::Http {
   }
 
   StatusOr<std::unique_ptr<ByteSource>> Stream(const S3Request& request, std::string_view blob_key) {
-    SignedS3Request signed_request =
-        SignS3Request(options_.endpoint, options_.credentials, request, Sha256HexOf(""), options_.now());
-    auto stream = std::make_unique<S3GetStream>(options_, request, std::string(blob_key));
-    PARSYN_RETURN_IF_ERROR(stream->Start(signed_request));
-    return std::unique_ptr<ByteSource>(std::move(stream));
+    PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<net::ResponseStream> stream,
+                            transport_.Open(Sign(request, Sha256HexOf(""))));
+    const net::Response& response = stream->response();
+    if (response.status != 200) return ErrorFromResponse(request, blob_key, response.status, response.body);
+    return std::unique_ptr<ByteSource>(std::make_unique<S3GetStream>(std::move(stream)));
   }
 
  private:
-  EasyHandle Acquire() {
-    std::lock_guard lock(mutex_);
-    if (idle_.empty()) return EasyHandle(curl_easy_init());
-    EasyHandle handle = std::move(idle_.back());
-    idle_.pop_back();
-    return handle;
+  static net::TransportOptions TransportOptionsFor(const S3BlobStoreOptions& options) {
+    net::TransportOptions transport;
+    transport.connect_timeout = options.connect_timeout;
+    transport.stall_timeout = options.stall_timeout;
+    transport.max_attempts = 1;
+    transport.max_error_body_bytes = kMaxResponseBodyBytes;
+    transport.path_as_is = true;  // S3 keys may contain "./": send the path as signed
+    transport.http_1_1 = true;
+    transport.tcp_keepalive = true;
+    transport.describe_failure = [endpoint = options.endpoint](std::string_view what,
+                                                               const net::TransferFailure& failure) {
+      return DescribeTransportFailure(endpoint, what, failure);
+    };
+    return transport;
   }
-  // Keeps the handle (and its open connection) for the next request.
-  void Release(EasyHandle handle) {
-    curl_easy_reset(handle.get());
-    std::lock_guard lock(mutex_);
-    idle_.push_back(std::move(handle));
+
+  net::Request Sign(const S3Request& request, std::string_view payload_sha256) const {
+    SignedS3Request signed_request =
+        SignS3Request(options_.endpoint, options_.credentials, request, payload_sha256, options_.now());
+    net::Request wire;
+    wire.method = request.method;
+    wire.url = std::move(signed_request.url);
+    wire.headers = std::move(signed_request.headers);
+    AddS3WireHeaders(wire.headers);
+    wire.what = Describe(request);
+    return wire;
   }
 
   const S3BlobStoreOptions& options_;
-  std::mutex mutex_;
-  std::vector<EasyHandle> idle_;
+  net::Transport transport_;
 };
 
 namespace {
@@ -661,15 +454,17 @@ StatusOr<AwsCredentials> LoadAwsCredentials(const EnvLookup& env, std::string_vi
   bool found = false;
   std::string line;
   while (std::getline(in, line)) {
-    std::string text = Trim(line);
+    std::string text(Trim(line));
     if (text.empty() || text[0] == '#' || text[0] == ';') continue;
     if (text.front() == '[' && text.back() == ']') {
-      in_profile = Trim(text.substr(1, text.size() - 2)) == profile_name;
+      in_profile = Trim(std::string_view(text).substr(1, text.size() - 2)) == profile_name;
       found = found || in_profile;
       continue;
     }
     size_t eq = text.find('=');
-    if (in_profile && eq != std::string::npos) values[ToLower(Trim(text.substr(0, eq)))] = Trim(text.substr(eq + 1));
+    if (in_profile && eq != std::string::npos) {
+      values[ToLower(Trim(std::string_view(text).substr(0, eq)))] = Trim(std::string_view(text).substr(eq + 1));
+    }
   }
   if (!found) {
     return UnauthenticatedError("no AWS credentials: profile '" + profile_name + "' is not in " + file.string() +
@@ -810,7 +605,7 @@ StatusOr<BlobInfo> S3BlobStore::Put(std::string_view key, ByteSource& data, cons
                       .key = ObjectKey(key),
                       .query = {},
                       .headers = {{"If-None-Match", "*"}, metadata[0]}};
-    UploadBody body{&spool, 0, spool.size()};
+    SpoolBody body{&spool, 0, spool.size()};
     PARSYN_RETURN_IF_ERROR(http_->Call(request, key, info.sha256, &body).status());
     return info;
   }
@@ -826,7 +621,7 @@ StatusOr<BlobInfo> S3BlobStore::Put(std::string_view key, ByteSource& data, cons
                         .key = ObjectKey(key),
                         .query = {{"uploadId", upload_id}, {"partNumber", std::to_string(part_number)}},
                         .headers = {}};
-      UploadBody body{&spool, offset, length};
+      SpoolBody body{&spool, offset, length};
       PARSYN_RETURN_IF_ERROR(http_->Call(request, key, part_sha256, &body).status());
     }
     return CompleteMultipartUpload(key, upload_id).status();
@@ -848,7 +643,7 @@ StatusOr<std::unique_ptr<ByteSource>> S3BlobStore::Get(std::string_view key) {
 StatusOr<BlobInfo> S3BlobStore::HeadObject(std::string_view key) {
   PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
   S3Request request{.method = "HEAD", .bucket = options_.bucket, .key = ObjectKey(key), .query = {}, .headers = {}};
-  PARSYN_ASSIGN_OR_RETURN(ResponseSink response, http_->Call(request, key, Sha256HexOf("")));
+  PARSYN_ASSIGN_OR_RETURN(net::Response response, http_->Call(request, key, Sha256HexOf("")));
   return BlobInfo{std::string(key), std::strtoull(response.headers["content-length"].c_str(), nullptr, 10),
                   response.headers["x-amz-meta-sha256"]};
 }
@@ -899,7 +694,7 @@ StatusOr<std::vector<std::string>> S3BlobStore::List(std::string_view prefix) {
                                 {"prefix", ObjectKey(prefix)}},
                       .headers = {}};
     if (!token.empty()) request.query.emplace_back("continuation-token", token);
-    PARSYN_ASSIGN_OR_RETURN(ResponseSink response, http_->Call(request, prefix, Sha256HexOf("")));
+    PARSYN_ASSIGN_OR_RETURN(net::Response response, http_->Call(request, prefix, Sha256HexOf("")));
     for (std::string& object_key : XmlValues(response.body, "Key")) {
       std::string key = object_key.substr(std::min(object_key.size(), options_.prefix.size()));
       // Objects under the prefix that are not blob keys were not written by a BlobStore: not ours to list.
@@ -950,8 +745,8 @@ StatusOr<std::string> S3BlobStore::StartMultipartUpload(std::string_view key, st
       .method = "POST", .bucket = options_.bucket, .key = ObjectKey(key), .query = {{"uploads", ""}}, .headers = {}};
   if (!hex.empty()) request.headers.emplace_back("x-amz-meta-sha256", hex);
   Spool empty;
-  UploadBody body{&empty, 0, 0};
-  PARSYN_ASSIGN_OR_RETURN(ResponseSink response, http_->Call(request, key, Sha256HexOf(""), &body));
+  SpoolBody body{&empty, 0, 0};
+  PARSYN_ASSIGN_OR_RETURN(net::Response response, http_->Call(request, key, Sha256HexOf(""), &body));
   std::string upload_id = XmlValue(response.body, "UploadId");
   if (upload_id.empty()) return UnavailableError("S3 CreateMultipartUpload answer has no UploadId");
   return upload_id;
@@ -1001,7 +796,7 @@ StatusOr<std::vector<UploadedPart>> S3BlobStore::ListUploadedParts(std::string_v
                       .query = {{"uploadId", std::string(upload_id)}},
                       .headers = {}};
     if (!marker.empty()) request.query.emplace_back("part-number-marker", marker);
-    PARSYN_ASSIGN_OR_RETURN(ResponseSink response, http_->Call(request, key, Sha256HexOf("")));
+    PARSYN_ASSIGN_OR_RETURN(net::Response response, http_->Call(request, key, Sha256HexOf("")));
     for (std::string_view block : XmlBlocks(response.body, "Part")) {
       parts.push_back({std::atoi(XmlValue(block, "PartNumber").c_str()),
                        std::strtoull(XmlValue(block, "Size").c_str(), nullptr, 10), XmlValue(block, "ETag")});
@@ -1028,13 +823,13 @@ StatusOr<BlobInfo> S3BlobStore::CompleteMultipartUpload(std::string_view key, st
   xml += "</CompleteMultipartUpload>";
   std::string xml_sha256 = Sha256HexOf(xml);
   Spool document(std::move(xml));
-  UploadBody body{&document, 0, document.size()};
+  SpoolBody body{&document, 0, document.size()};
   S3Request request{.method = "POST",
                     .bucket = options_.bucket,
                     .key = ObjectKey(key),
                     .query = {{"uploadId", std::string(upload_id)}},
                     .headers = {{"If-None-Match", "*"}, {"Content-Type", "application/xml"}}};
-  StatusOr<ResponseSink> response = http_->Call(request, key, xml_sha256, &body);
+  StatusOr<net::Response> response = http_->Call(request, key, xml_sha256, &body);
   if (response.status().code() == StatusCode::kAlreadyExists) {
     AbortMultipartUpload(key, upload_id).IgnoreError();  // its parts can never be used now
   }
@@ -1066,7 +861,7 @@ StatusOr<std::vector<IncompleteUpload>> S3BlobStore::ListIncompleteUploads(std::
       request.query.emplace_back("key-marker", key_marker);
       request.query.emplace_back("upload-id-marker", upload_marker);
     }
-    PARSYN_ASSIGN_OR_RETURN(ResponseSink response, http_->Call(request, prefix, Sha256HexOf("")));
+    PARSYN_ASSIGN_OR_RETURN(net::Response response, http_->Call(request, prefix, Sha256HexOf("")));
     for (std::string_view block : XmlBlocks(response.body, "Upload")) {
       std::string object_key = XmlValue(block, "Key");
       if (!object_key.starts_with(options_.prefix)) continue;

@@ -1,42 +1,16 @@
 #include "storage/s3_sigv4.h"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/sha.h>
-
 #include <algorithm>
 #include <ctime>
 #include <map>
+
+#include "base/strings.h"
+#include "weights/sha256.h"
 
 namespace parsyn::storage {
 namespace {
 
 constexpr std::string_view kAlgorithm = "AWS4-HMAC-SHA256";
-
-std::string ToHex(const unsigned char* bytes, size_t size) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(size * 2, '\0');
-  for (size_t i = 0; i < size; ++i) {
-    out[2 * i] = kDigits[bytes[i] >> 4];
-    out[2 * i + 1] = kDigits[bytes[i] & 0xf];
-  }
-  return out;
-}
-
-std::string HmacSha256Raw(std::string_view key, std::string_view message) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(message.data()),
-       message.size(), digest, &size);
-  return std::string(reinterpret_cast<const char*>(digest), size);
-}
-
-std::string ToLower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 // SigV4's Trimall: no leading/trailing whitespace, runs of whitespace become one space.
 std::string TrimAll(std::string_view value) {
@@ -107,10 +81,10 @@ std::string Signature(const AwsCredentials& credentials, const S3Endpoint& endpo
   std::string date(timestamp.substr(0, 8));
   std::string string_to_sign = std::string(kAlgorithm) + "\n" + std::string(timestamp) + "\n" + Scope(date, endpoint) +
                                "\n" + Sha256HexOf(canonical_request);
-  std::string key = HmacSha256Raw("AWS4" + credentials.secret_access_key, date);
-  key = HmacSha256Raw(key, endpoint.region);
-  key = HmacSha256Raw(key, "s3");
-  key = HmacSha256Raw(key, "aws4_request");
+  std::string key = weights::HmacSha256("AWS4" + credentials.secret_access_key, date);
+  key = weights::HmacSha256(key, endpoint.region);
+  key = weights::HmacSha256(key, "s3");
+  key = weights::HmacSha256(key, "aws4_request");
   return HmacSha256Hex(key, string_to_sign);
 }
 
@@ -213,14 +187,9 @@ std::string PresignS3Url(const S3Endpoint& endpoint, const AwsCredentials& crede
 }
 
 std::string HmacSha256Hex(std::string_view key, std::string_view message) {
-  std::string raw = HmacSha256Raw(key, message);
-  return ToHex(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
+  return HexEncode(weights::HmacSha256(key, message));
 }
 
-std::string Sha256HexOf(std::string_view bytes) {
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
-  return ToHex(digest, sizeof(digest));
-}
+std::string Sha256HexOf(std::string_view bytes) { return weights::Sha256Hex(bytes); }
 
 }  // namespace parsyn::storage

@@ -2,25 +2,12 @@
 
 #include <fstream>
 
+#include "base/atomic_file.h"
 #include "data/tokenizer.h"
 #include "weights/safetensors.h"
 
 namespace parsyn::trainer {
 namespace {
-
-Status WriteTextFileAtomically(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return UnavailableError("cannot write " + tmp.string());
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return UnavailableError("cannot rename " + tmp.string() + " to " + path.string() + ": " + ec.message());
-  return Status::Ok();
-}
 
 Status CopyFileAtomically(const std::filesystem::path& from, const std::filesystem::path& to) {
   const std::filesystem::path tmp = to.string() + ".tmp";
@@ -59,7 +46,7 @@ Status WriteModelFolder(const LlamaModel& model, const std::filesystem::path& di
   PARSYN_RETURN_IF_ERROR(weights::WriteSafetensorsFile(set, dir / "model.safetensors"));
   LlamaConfig config = model.config();
   config.torch_dtype = TorchDtypeName(dtype);
-  PARSYN_RETURN_IF_ERROR(WriteTextFileAtomically(dir / "config.json", LlamaConfigToJson(config)));
+  PARSYN_RETURN_IF_ERROR(WriteFileAtomically(dir / "config.json", LlamaConfigToJson(config)));
   if (tokenizer_source_dir && !std::filesystem::equivalent(*tokenizer_source_dir, dir, ec)) {
     for (const char* name :
          {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"}) {
@@ -144,7 +131,7 @@ StatusOr<LlamaConfig> InitModelFolder(const std::filesystem::path& dir, const Mo
   PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::RandomInit(config, options.seed));
   PARSYN_RETURN_IF_ERROR(WriteModelFolder(*model, dir, options.dtype));
   if (options.tokenizer_json) {
-    PARSYN_RETURN_IF_ERROR(WriteTextFileAtomically(dir / "tokenizer.json", tokenizer_text));
+    PARSYN_RETURN_IF_ERROR(WriteFileAtomically(dir / "tokenizer.json", tokenizer_text));
   } else {
     PARSYN_RETURN_IF_ERROR(data::WriteByteLevelTokenizer(dir));
   }

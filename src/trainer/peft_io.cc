@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/atomic_file.h"
 #include "trainer/model_init.h"
 #include "weights/lora_layout.h"
 #include "weights/safetensors.h"
@@ -116,16 +117,7 @@ Status SaveAdapter(const LlamaModel& model, const std::filesystem::path& dir,
   std::filesystem::create_directories(dir, ec);
   if (ec) return UnavailableError("cannot create " + dir.string() + ": " + ec.message());
   PARSYN_RETURN_IF_ERROR(weights::WriteSafetensorsFile(set, dir / kWeightsFile));
-  const std::filesystem::path tmp = dir / (std::string(kConfigFile) + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << AdapterConfigJson({model.lora_settings(), base_model_name_or_path});
-    out.flush();
-    if (!out) return UnavailableError("cannot write " + tmp.string());
-  }
-  std::filesystem::rename(tmp, dir / kConfigFile, ec);
-  if (ec) return UnavailableError("cannot write " + (dir / kConfigFile).string() + ": " + ec.message());
-  return Status::Ok();
+  return WriteFileAtomically(dir / kConfigFile, AdapterConfigJson({model.lora_settings(), base_model_name_or_path}));
 }
 
 StatusOr<LoadedAdapter> ReadAdapter(const std::filesystem::path& dir) {

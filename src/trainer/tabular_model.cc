@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/atomic_file.h"
 #include "weights/safetensors.h"
 
 namespace parsyn::trainer {
@@ -132,16 +133,7 @@ Status TabularModel::Save(const std::filesystem::path& dir) {
       {"standardizer", spec_.standardizer.ToJson()},
   };
   // Atomic like the weights: a reader never sees a half-written sidecar.
-  const std::filesystem::path path = dir / kTabularModelFile;
-  const std::filesystem::path tmp = dir / (std::string(kTabularModelFile) + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump(2) << "\n";
-    if (!out.flush()) return UnavailableError("writing " + tmp.string());
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return UnavailableError("renaming " + tmp.string() + ": " + ec.message());
-  return Status::Ok();
+  return WriteFileAtomically(dir / kTabularModelFile, j.dump(2) + "\n");
 }
 
 StepOutput TabularModel::Forward(const Batch& batch) {

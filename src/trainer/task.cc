@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/atomic_file.h"
 #include "data/dataset.h"
 #include "trainer/tabular_model.h"
 #include "trainer/task_models.h"
@@ -76,15 +77,7 @@ std::string Sha256OfFile(const std::filesystem::path& path) {
 Status WriteJsonFile(const json& value, const std::filesystem::path& path) {
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << value.dump(2) << "\n";
-    if (!out.flush()) return UnavailableError("writing " + tmp.string());
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return UnavailableError("renaming " + tmp.string() + " to " + path.string() + ": " + ec.message());
-  return Status::Ok();
+  return WriteFileAtomically(path, value.dump(2) + "\n");
 }
 
 // What RunTrainTask needs from either kind of task once data and model are loaded.

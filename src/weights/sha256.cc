@@ -1,6 +1,7 @@
 #include "weights/sha256.h"
 
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include <array>
 #include <cerrno>
@@ -9,22 +10,14 @@
 #include <stdexcept>
 #include <vector>
 
+#include "base/strings.h"
+
 namespace parsyn::weights {
 namespace {
 
 struct EvpContextDeleter {
   void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
 };
-
-std::string ToHex(const unsigned char* digest, unsigned int length) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(length * 2, '0');
-  for (unsigned int i = 0; i < length; ++i) {
-    out[2 * i] = kHex[digest[i] >> 4];
-    out[2 * i + 1] = kHex[digest[i] & 0xf];
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -56,7 +49,7 @@ std::string Sha256::HexDigest() {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   EVP_DigestFinal_ex(impl_->ctx.get(), digest, &length);
-  return ToHex(digest, length);
+  return HexEncode(std::span<const unsigned char>(digest, length));
 }
 
 std::string Sha256Hex(std::span<const std::byte> bytes) {
@@ -86,6 +79,14 @@ StatusOr<std::string> Sha256File(const std::filesystem::path& path) {
   }
   if (in.bad()) return UnavailableError("error reading " + path.string());
   return hasher.HexDigest();
+}
+
+std::string HmacSha256(std::string_view key, std::string_view message) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(message.data()),
+       message.size(), mac, &size);
+  return std::string(reinterpret_cast<const char*>(mac), size);
 }
 
 }  // namespace parsyn::weights

@@ -1,5 +1,5 @@
-// SHA-256 of byte streams and files (OpenSSL EVP). Digests are lowercase hex strings, as the API reports them.
-// A Sha256 object is used by one thread at a time; the free functions are safe from any thread.
+// SHA-256 of byte streams and files, and HMAC-SHA256 (OpenSSL). Digests are lowercase hex strings, as the API reports
+// them. A Sha256 object is used by one thread at a time; the free functions are safe from any thread.
 #pragma once
 
 #include <cstddef>
@@ -34,5 +34,8 @@ std::string Sha256Hex(std::span<const std::byte> bytes);
 std::string Sha256Hex(std::string_view bytes);
 // Streams the file in fixed-size chunks. NotFound if it does not exist; Unavailable on read errors.
 StatusOr<std::string> Sha256File(const std::filesystem::path& path);
+
+// HMAC-SHA256 of `message` under `key`: the 32 raw bytes (HexEncode or base64 them to print).
+std::string HmacSha256(std::string_view key, std::string_view message);
 
 }  // namespace parsyn::weights
