@@ -184,7 +184,7 @@ StatusOr<Task> ParseTask(const json& body) {
   }
   if (std::optional<JsonFields> d = Nested(f, "data", true)) {
     t.data.format = d->String("format", false, 16).value_or("");
-    t.data.kind = d->String("kind", false, 64).value_or("");
+    t.data.kind = d->String("kind", false, 64, /*allow_empty=*/true).value_or("");
     t.data.train_url = d->String("train_url", false, kMaxUrlBytes).value_or("");
     t.data.train_rows = d->Int("train_rows", false, 0, kMaxInt).value_or(0);
     t.data.validation_url = d->String("validation_url", false, kMaxUrlBytes).value_or("");
@@ -193,7 +193,7 @@ StatusOr<Task> ParseTask(const json& body) {
   }
   if (std::optional<JsonFields> m = Nested(f, "model", true)) {
     t.model.id = m->Int("id", false, 0, kMaxInt).value_or(0);
-    t.model.name = m->String("name", false, 256).value_or("");
+    t.model.name = m->String("name", false, 256, /*allow_empty=*/true).value_or("");
     t.model.model_type = m->String("model_type", false, 64, /*allow_empty=*/true).value_or("");
     const json files = m->Array("files", false, kMaxModelFiles).value_or(json::array());
     for (size_t i = 0; i < files.size(); ++i) {

@@ -50,7 +50,7 @@ json CoordinatorTask() {
   };
 }
 
-TEST(TaskTest, ReadsTheCoordinatorsTaskAndWritesItBackByteForByte) {
+TEST(TaskMessageTest, ReadsTheCoordinatorsTaskAndWritesItBackByteForByte) {
   const json wire = CoordinatorTask();
   auto task = ParseTask(wire);
   ASSERT_TRUE(task.ok()) << task.status().ToString();
@@ -74,7 +74,7 @@ TEST(TaskTest, ReadsTheCoordinatorsTaskAndWritesItBackByteForByte) {
   EXPECT_EQ(TaskToJson(*ParseTask(evaluate)).dump(), evaluate.dump());
 }
 
-TEST(TaskTest, IgnoresFieldsItDoesNotKnowAndNamesBadOnes) {
+TEST(TaskMessageTest, IgnoresFieldsItDoesNotKnowAndNamesBadOnes) {
   json task = CoordinatorTask();
   task["added_later"] = true;
   EXPECT_TRUE(ParseTask(task).ok());
@@ -102,7 +102,7 @@ TEST(TaskTest, IgnoresFieldsItDoesNotKnowAndNamesBadOnes) {
   EXPECT_EQ(ParseTask(json::array()).status().message(), "a task must be a JSON object, got array");
 }
 
-TEST(TaskTest, RejectsAbsurdSizes) {
+TEST(TaskMessageTest, RejectsAbsurdSizes) {
   json task = CoordinatorTask();
   task["round"] = 2'000'000;
   EXPECT_EQ(ParseTask(task).status().message(), "'round' must be in 1..1000000, got 2000000");
