@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "protocol/training_config.h"
 
 namespace parsyn::web {
 namespace {
@@ -29,6 +32,15 @@ TEST(WebAssetsTest, EmbedsTheAppFilesByteForByteWithTheirContentTypes) {
   const WebAsset* css = FindWebAsset("app.css");
   ASSERT_NE(css, nullptr);
   EXPECT_EQ(css->content_type, "text/css; charset=utf-8");
+}
+
+TEST(WebAssetsTest, EmbedsTheJobFormsDefaultsGeneratedFromTheSchema) {
+  const WebAsset* defaults = FindWebAsset("training_defaults.js");
+  ASSERT_NE(defaults, nullptr);
+  EXPECT_EQ(defaults->content_type, "text/javascript; charset=utf-8");
+  const std::string expected = "export const TRAINING_DEFAULTS = Object.freeze(" +
+                               protocol::TrainingConfigToJson(protocol::TrainingConfig{}).dump() + ");\n";
+  EXPECT_NE(std::string(defaults->bytes).find(expected), std::string::npos) << defaults->bytes;
 }
 
 TEST(WebAssetsTest, UnknownPathsAreAbsent) {

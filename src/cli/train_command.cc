@@ -111,7 +111,7 @@ int RunTrain(const TrainFlags& f) {
 
   fs::remove_all(work, ec);  // best effort: a leftover work folder is harmless
   const json& done = outcome->done;
-  const bool lora = config.value("use_peft", false);
+  const bool lora = fs::exists(out / "adapter_config.json");  // use_peft (on by default) wrote a PEFT adapter
   std::cout << "trained " << done.value("steps", 0) << " steps on " << done.value("samples_used", 0) << " examples";
   if (done["mean_train_loss"].is_number()) std::cout << ", mean loss " << done["mean_train_loss"].get<double>();
   std::cout << "\n";
@@ -179,8 +179,8 @@ void AddTrainCommand(CLI::App& app, int& exit_code) {
   AddConfigFlag<std::vector<int64_t>>(cmd, f, "hidden_sizes", "Tabular mlp: comma-separated widths, e.g. 64,32");
   AddConfigFlag<std::string>(cmd, f, "label_column", "Tabular: the CSV column holding the class");
   cmd->add_flag_function(
-      "--use-peft", [flags](int64_t) { flags->config_overrides["use_peft"] = true; },
-      "Train LoRA adapters instead of every weight");
+      "--use-peft,!--no-use-peft", [flags](int64_t count) { flags->config_overrides["use_peft"] = count > 0; },
+      "Train LoRA adapters (the default) or, with --no-use-peft, every weight");
   for (const char* list : {"--lora-target-modules", "--hidden-sizes"}) cmd->get_option(list)->delimiter(',');
   cmd->callback([flags, &exit_code] { exit_code = RunTrain(*flags); });
 }

@@ -1,5 +1,5 @@
-// JobSpec: the typed, validated form of a training job's request body (POST /api/v1/training-jobs, see
-// docs/product-spec.md), and its normalised JSON (the stored form, every default filled in).
+// JobSpec: the typed, validated form of a training job's request body (POST /api/v1/training-jobs, docs/openapi.yaml),
+// and its normalised JSON (the stored form, every default filled in).
 //
 // ParseJobSpec checks every field: JSON types, ranges, enum spellings, cross-field rules; unknown fields are errors.
 // An error is InvalidArgument whose message lists every problem found, each naming the field path and the reason,
@@ -14,25 +14,7 @@
 //   name                                string            required             1..128 bytes, no control characters
 //   dataset_id                          integer           required             >= 1
 //   model_id                            integer           required             >= 1
-//   config.epochs                       integer           1                    1..1000
-//   config.batch_size                   integer           8                    1..65536
-//   config.learning_rate                number            2e-4                 > 0, <= 10
-//   config.mixed_precision              string            "no"                 "bf16" | "fp16" | "no"
-//   config.use_peft                     boolean           true
-//   config.lora_r                       integer           16                   1..1024
-//   config.lora_alpha                   number            32                   > 0, <= 65536
-//   config.lora_dropout                 number            0.05                 >= 0, < 1
-//   config.lora_target_modules          array of string   ["q_proj","v_proj"]  1..64 names of [A-Za-z0-9_.]
-//   config.max_seq_len                  integer           512                  8..131072
-//   config.weight_decay                 number            0                    0..10
-//   config.warmup_steps                 integer           0                    0..10^9
-//   config.lr_scheduler                 string            "linear"             "constant" | "linear" | "cosine"
-//   config.gradient_accumulation_steps  integer           1                    1..1024
-//   config.max_grad_norm                number            1.0                  0..10^6 (0: no clipping)
-//   config.seed                         integer           42                   0..2^53
-//   config.validation_fraction          number            0.1                  0..0.5
-//   config.label_column                 string            "" (text data)       0..128 bytes; tabular CSV: the label
-//   config.hidden_sizes                 array of integer  [] (logistic)        0..16 layers of 1..65536 (tabular MLP)
+//   config.*                            object            see protocol/training_config.h (the job's config schema)
 //   distributed.enabled                 boolean           false
 //   distributed.strategy                string            "federated_averaging"
 //   distributed.num_rounds              integer           10                   1..10000
@@ -67,43 +49,23 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "base/status.h"
+#include "protocol/training_config.h"
 
 namespace parsyn::coordinator {
 
-enum class MixedPrecision { kBf16, kFp16, kNo };
-enum class LrScheduler { kConstant, kLinear, kCosine };
+// The config part is the protocol layer's one schema.
+using protocol::LrScheduler;
+using protocol::LrSchedulerName;
+using protocol::MixedPrecision;
+using protocol::MixedPrecisionName;
+using protocol::TrainingConfig;
+
 enum class AggregationStrategy { kFederatedAveraging };
 enum class WorkerSelectionMode { kOwn, kManaged, kMixed, kAuto };
 
-// The JSON spellings: "bf16", "linear", "federated_averaging", "mixed", ...
-std::string_view MixedPrecisionName(MixedPrecision v);
-std::string_view LrSchedulerName(LrScheduler v);
+// The JSON spellings: "federated_averaging", "mixed", ...
 std::string_view AggregationStrategyName(AggregationStrategy v);
 std::string_view WorkerSelectionModeName(WorkerSelectionMode v);
-
-struct TrainingConfig {
-  int epochs = 1;
-  int batch_size = 8;
-  double learning_rate = 2e-4;
-  MixedPrecision mixed_precision = MixedPrecision::kNo;
-  bool use_peft = true;
-  int lora_r = 16;
-  double lora_alpha = 32;
-  double lora_dropout = 0.05;
-  std::vector<std::string> lora_target_modules = {"q_proj", "v_proj"};
-  int max_seq_len = 512;
-  double weight_decay = 0.0;
-  int64_t warmup_steps = 0;
-  LrScheduler lr_scheduler = LrScheduler::kLinear;
-  int gradient_accumulation_steps = 1;
-  double max_grad_norm = 1.0;
-  uint64_t seed = 42;
-  double validation_fraction = 0.1;
-  std::string label_column;
-  std::vector<int> hidden_sizes;
-
-  friend bool operator==(const TrainingConfig&, const TrainingConfig&) = default;
-};
 
 // The member defaults are an ordinary one-worker job's; a distributed job's defaults are those of the table above.
 struct DistributedConfig {

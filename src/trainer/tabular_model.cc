@@ -45,8 +45,8 @@ Status CheckSpec(const TabularModelSpec& spec) {
 StatusOr<TabularModelSpec> TabularSpecFor(const TrainConfig& config, const data::TabularDataset& dataset,
                                           std::span<const int64_t> train_rows) {
   TabularModelSpec spec;
-  spec.model_type = config.model_type;
-  if (config.model_type == TabularModelType::kMlp) spec.hidden_sizes = config.hidden_sizes;
+  spec.model_type = config.TabularType();
+  if (spec.model_type == TabularModelType::kMlp) spec.hidden_sizes = config.hidden_sizes;
   spec.label_column = config.label_column;
   spec.feature_names = dataset.feature_names;
   spec.class_names = dataset.class_names;

@@ -22,40 +22,11 @@ Status FieldError(std::string_view field, std::string_view what) {
   return InvalidArgumentError("task." + std::string(field) + ": " + std::string(what));
 }
 
+// A path of the task file, relative ones taken from `base_dir`; empty stays empty (not given).
 std::filesystem::path Resolve(const std::filesystem::path& base_dir, const std::string& value) {
+  if (value.empty()) return {};
   std::filesystem::path p(value);
   return p.is_absolute() || base_dir.empty() ? p : base_dir / p;
-}
-
-// `prefix` names the enclosing object in messages ("output." for task.output.weights).
-Status ReadPath(const json& object, std::string_view field, const std::filesystem::path& base_dir, bool required,
-                std::filesystem::path& out, std::string_view prefix = "") {
-  const std::string name = std::string(prefix) + std::string(field);
-  auto it = object.find(std::string(field));
-  if (it == object.end() || it->is_null()) {
-    return required ? FieldError(name, "missing") : Status::Ok();
-  }
-  if (!it->is_string() || it->get<std::string>().empty()) return FieldError(name, "expected a non-empty path");
-  out = Resolve(base_dir, it->get<std::string>());
-  return Status::Ok();
-}
-
-Status ReadInt(const json& object, std::string_view field, int64_t min_value, std::optional<int64_t>& out) {
-  auto it = object.find(std::string(field));
-  if (it == object.end() || it->is_null()) return Status::Ok();
-  if (!it->is_number_integer()) return FieldError(field, "expected an integer, got " + it->dump());
-  if (it->get<int64_t>() < min_value) return FieldError(field, "must be >= " + std::to_string(min_value));
-  out = it->get<int64_t>();
-  return Status::Ok();
-}
-
-Status CheckKeys(const json& object, std::string_view where, std::initializer_list<std::string_view> allowed) {
-  for (const auto& [key, unused] : object.items()) {
-    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-      return InvalidArgumentError(std::string(where) + ": unknown key \"" + key + "\"");
-    }
-  }
-  return Status::Ok();
 }
 
 json MetricsJson(const EvalMetrics& m) {
@@ -155,52 +126,26 @@ bool IsCsv(const TrainTask& task) {
 }  // namespace
 
 StatusOr<TrainTask> ParseTrainTask(const json& j, const std::filesystem::path& base_dir) {
-  if (!j.is_object()) return InvalidArgumentError("task: expected a JSON object");
-  PARSYN_RETURN_IF_ERROR(CheckKeys(j, "task",
-                                   {"model_dir", "initial_weights", "data", "data_format", "config", "steps", "seed",
-                                    "split_seed", "schedule", "device", "threads", "output"}));
+  PARSYN_ASSIGN_OR_RETURN(const protocol::TrainerTask t, protocol::ParseTrainerTask(j));
   TrainTask task;
-  PARSYN_RETURN_IF_ERROR(ReadPath(j, "model_dir", base_dir, false, task.model_dir));
-  PARSYN_RETURN_IF_ERROR(ReadPath(j, "initial_weights", base_dir, false, task.initial_weights));
-  PARSYN_RETURN_IF_ERROR(ReadPath(j, "data", base_dir, true, task.data));
-  if (auto it = j.find("data_format"); it != j.end() && !it->is_null()) {
-    if (!it->is_string() || (*it != "jsonl" && *it != "csv")) {
-      return FieldError("data_format", "expected \"jsonl\" or \"csv\"");
-    }
-    task.data_format = it->get<std::string>();
+  task.model_dir = Resolve(base_dir, t.model_dir);
+  task.initial_weights = Resolve(base_dir, t.initial_weights);
+  task.data = Resolve(base_dir, t.data);
+  task.data_format = t.data_format;
+  task.config = TrainConfig(t.config);
+  task.config.validation_fraction = t.ValidationFraction();
+  task.steps = t.steps;
+  task.seed = t.seed;
+  task.split_seed = t.split_seed;
+  if (t.schedule) {
+    task.schedule_start_step = t.schedule->start_step;
+    task.schedule_total_steps = t.schedule->total_steps;
   }
-  auto config = ParseTrainConfig(j.value("config", json::object()));
-  if (!config.ok()) return config.status();
-  task.config = std::move(config).value();
-  PARSYN_RETURN_IF_ERROR(ReadInt(j, "steps", 0, task.steps));
-  std::optional<int64_t> number;
-  PARSYN_RETURN_IF_ERROR(ReadInt(j, "seed", 0, number));
-  task.seed = static_cast<uint64_t>(number.value_or(0));
-  number.reset();
-  PARSYN_RETURN_IF_ERROR(ReadInt(j, "split_seed", 0, number));
-  task.split_seed = static_cast<uint64_t>(number.value_or(0));
-  number.reset();
-  PARSYN_RETURN_IF_ERROR(ReadInt(j, "threads", 0, number));
-  task.threads = number.value_or(0);
-  if (auto it = j.find("schedule"); it != j.end() && !it->is_null()) {
-    if (!it->is_object()) return FieldError("schedule", "expected an object {\"start_step\", \"total_steps\"}");
-    PARSYN_RETURN_IF_ERROR(CheckKeys(*it, "task.schedule", {"start_step", "total_steps"}));
-    number.reset();
-    PARSYN_RETURN_IF_ERROR(ReadInt(*it, "start_step", 0, number));
-    task.schedule_start_step = number.value_or(0);
-    PARSYN_RETURN_IF_ERROR(ReadInt(*it, "total_steps", 1, task.schedule_total_steps));
-  }
-  if (auto it = j.find("device"); it != j.end() && !it->is_null()) {
-    if (!it->is_string()) return FieldError("device", "expected a string such as \"cpu\" or \"cuda:0\"");
-    task.device = it->get<std::string>();
-  }
-  auto output = j.find("output");
-  if (output == j.end() || !output->is_object())
-    return FieldError("output", "missing (an object with weights, result)");
-  PARSYN_RETURN_IF_ERROR(CheckKeys(*output, "task.output", {"weights", "result", "model_dir"}));
-  PARSYN_RETURN_IF_ERROR(ReadPath(*output, "weights", base_dir, true, task.output_weights, "output."));
-  PARSYN_RETURN_IF_ERROR(ReadPath(*output, "result", base_dir, true, task.output_result, "output."));
-  PARSYN_RETURN_IF_ERROR(ReadPath(*output, "model_dir", base_dir, false, task.output_model_dir, "output."));
+  task.device = t.device;
+  task.threads = t.threads;
+  task.output_weights = Resolve(base_dir, t.output_weights);
+  task.output_result = Resolve(base_dir, t.output_result);
+  task.output_model_dir = Resolve(base_dir, t.output_model_dir);
   return task;
 }
 

@@ -1,27 +1,6 @@
-// One training task, as the worker (or `parsyn train`) hands it to `parsyn-trainer`: a JSON file
-//
-//   {
-//     "model_dir": "models/tiny",            // language model: Hugging Face-style folder (config.json, weights,
-//                                            //   tokenizer.json); tabular: a folder with tabular_model.json, or
-//                                            //   absent to create a new model from the data and config
-//     "initial_weights": "global.safetensors",  // optional: trainable weights to start from (LoRA adapters with
-//                                            //   PEFT names when use_peft; else all trainable weights)
-//     "data": "shard.jsonl",                 // .jsonl → language model; .csv → tabular ("data_format" overrides)
-//     "data_format": "jsonl",                // optional: "jsonl" | "csv"
-//     "config": {...},                       // the job spec's config keys (train_config.h)
-//     "steps": 500,                          // optional step budget (wins over epochs); 0 = evaluate only
-//     "seed": 7,                             // shuffling, dropout, new-model and LoRA initialisation
-//     "split_seed": 0,                       // optional (default 0): the validation slice, stable across rounds
-//     "schedule": {"start_step": 0, "total_steps": 5000},  // optional: continue one LR schedule across rounds
-//     "device": "cpu",                       // "cpu" | "cuda" | "cuda:N"
-//     "threads": 0,                          // optional: intra-op threads (0 = libtorch's default)
-//     "output": {
-//       "weights": "out/update.safetensors", // the trained trainable weights (adapters only when LoRA)
-//       "result": "out/result.json",
-//       "model_dir": "out/model"             // optional: a loadable folder — PEFT adapter (adapter_config.json +
-//                                            //   adapter_model.safetensors), full model folder, or tabular model
-//     }
-//   }
+// One training task, as the worker (or `parsyn train`) hands it to `parsyn-trainer`: a JSON file whose format,
+// reader and writer are protocol::TrainerTask (src/protocol/trainer_task.h); its config is the job's (one schema,
+// src/protocol/training_config.h) plus the trainer-only model_type.
 //
 // Result JSON (written only on success): {"status": "ok", "kind": "language_model"|"tabular", "samples_used": N
 // (training examples in the data, after the validation slice), "num_validation": M, "steps", "examples_seen",
@@ -63,8 +42,9 @@ struct TrainTask {
   std::filesystem::path output_model_dir;  // empty: none
 };
 
-// Parses a task. Relative paths are taken relative to `base_dir` (the task file's folder). InvalidArgument naming the
-// field for anything missing or malformed (unknown keys too).
+// Parses a task (protocol::ParseTrainerTask). Relative paths are taken relative to `base_dir` (the task file's
+// folder); the task's validation_fraction, when given, replaces the config's. InvalidArgument naming every field that
+// is missing or malformed (unknown keys too).
 StatusOr<TrainTask> ParseTrainTask(const nlohmann::json& json, const std::filesystem::path& base_dir);
 StatusOr<TrainTask> ReadTrainTaskFile(const std::filesystem::path& path);
 

@@ -150,8 +150,16 @@ TEST(ParseTrainTaskTest, ResolvesPathsAndReadsOptionalFields) {
   EXPECT_EQ(task->schedule_start_step, 10);
   EXPECT_EQ(task->schedule_total_steps, 100);
   EXPECT_TRUE(task->config.use_peft);
+  EXPECT_DOUBLE_EQ(task->config.validation_fraction, 0.1);
   EXPECT_EQ(task->output_weights, fs::path("/base/out/w.safetensors"));
   EXPECT_TRUE(task->output_model_dir.empty());
+
+  // The platform's held-out share replaces the config's, beyond the job's 0.5 where a small shard needs it.
+  json held_out = j;
+  held_out["validation_fraction"] = 2.0 / 3.0;
+  auto with_share = ParseTrainTask(held_out, "/base");
+  ASSERT_TRUE(with_share.ok()) << with_share.status().ToString();
+  EXPECT_DOUBLE_EQ(with_share->config.validation_fraction, 2.0 / 3.0);
 }
 
 TEST(ParseTrainTaskTest, RejectsMissingOrMalformedFields) {
@@ -161,12 +169,13 @@ TEST(ParseTrainTaskTest, RejectsMissingOrMalformedFields) {
     const char* message;
   };
   const Case cases[] = {
-      {{{"output", output}}, "task.data: missing"},
-      {{{"data", "d.csv"}}, "task.output: missing"},
-      {{{"data", "d.csv"}, {"output", {{"weights", "w"}}}}, "task.output.result: missing"},
-      {{{"data", "d.csv"}, {"output", output}, {"steps", -1}}, "task.steps: must be >= 0"},
-      {{{"data", "d.csv"}, {"output", output}, {"data_format", "xml"}}, "task.data_format: expected"},
-      {{{"data", "d.csv"}, {"output", output}, {"config", {{"lora_r", 0}}}}, "config.lora_r: must be >= 1"},
+      {{{"output", output}}, "task.data is required"},
+      {{{"data", "d.csv"}}, "task.output is required"},
+      {{{"data", "d.csv"}, {"output", {{"weights", "w"}}}}, "task.output.result is required"},
+      {{{"data", "d.csv"}, {"output", output}, {"steps", -1}}, "task.steps (-1) must be between 0 and"},
+      {{{"data", "d.csv"}, {"output", output}, {"data_format", "xml"}}, "task.data_format must be one of"},
+      {{{"data", "d.csv"}, {"output", output}, {"config", {{"lora_r", 0}}}},
+       "config.lora_r (0) must be between 1 and 1024"},
   };
   for (const Case& c : cases) {
     auto task = ParseTrainTask(c.task, "/base");
@@ -256,7 +265,7 @@ TEST_F(TaskTest, UnknownTaskKeyIsRejected) {
   json task = TabularTask(30);
   task["stepz"] = 3;
   EXPECT_EQ(RunTask(task), 1);
-  EXPECT_NE(Stderr().find("unknown key \"stepz\""), std::string::npos) << Stderr();
+  EXPECT_NE(Stderr().find("unknown field task.stepz"), std::string::npos) << Stderr();
 }
 
 TEST_F(TaskTest, SigtermStopsPromptly) {

@@ -9,12 +9,32 @@ namespace {
 
 using nlohmann::json;
 
-TEST(TrainConfigTest, EmptyObjectGivesDefaults) {
+TEST(TrainConfigTest, EmptyObjectGivesTheJobsDefaults) {
   auto config = ParseTrainConfig(json::object());
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->epochs, 1);
   EXPECT_EQ(config->mixed_precision, MixedPrecision::kNo);
   EXPECT_EQ(config->lora_target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  // One set of defaults: the job's (protocol::TrainingConfig), not a trainer's own.
+  const protocol::TrainingConfig job;
+  EXPECT_EQ(config->use_peft, job.use_peft);
+  EXPECT_EQ(config->lora_r, job.lora_r);
+  EXPECT_DOUBLE_EQ(config->lora_alpha, job.lora_alpha);
+  EXPECT_DOUBLE_EQ(config->lora_dropout, job.lora_dropout);
+  EXPECT_TRUE(config->hidden_sizes.empty());
+  EXPECT_EQ(config->TabularType(), TabularModelType::kLogreg);  // no hidden layer
+  EXPECT_EQ(config->label_column, "label");                     // the job's "" names the column "label"
+  EXPECT_EQ(TrainConfigToJson(TrainConfig{}), TrainConfigToJson(*config));
+}
+
+TEST(TrainConfigTest, ModelTypeDefaultsFromHiddenSizes) {
+  auto mlp = ParseTrainConfig(json{{"hidden_sizes", {16}}});
+  ASSERT_TRUE(mlp.ok());
+  EXPECT_EQ(mlp->TabularType(), TabularModelType::kMlp);
+  auto logreg = ParseTrainConfig(json{{"model_type", "logreg"}, {"label_column", "class"}});
+  ASSERT_TRUE(logreg.ok());
+  EXPECT_EQ(logreg->TabularType(), TabularModelType::kLogreg);
+  EXPECT_EQ(logreg->label_column, "class");
 }
 
 TEST(TrainConfigTest, ReadsTheSpecExample) {
@@ -49,18 +69,21 @@ TEST(TrainConfigTest, RejectsBadValuesNamingTheKey) {
     const char* message;
   };
   const Case cases[] = {
-      {R"({"epoch": 3})", "config.epoch: unknown key"},
-      {R"({"batch_size": 0})", "config.batch_size: must be >= 1, got 0"},
-      {R"({"batch_size": 2.5})", "config.batch_size: expected an integer, got 2.5"},
-      {R"({"learning_rate": "fast"})", "config.learning_rate: expected a number, got string"},
-      {R"({"learning_rate": 0})", "config.learning_rate: must be > 0"},
-      {R"({"mixed_precision": "fp8"})", "config.mixed_precision: unknown value \"fp8\""},
-      {R"({"lr_scheduler": "step"})", "config.lr_scheduler: unknown value \"step\""},
-      {R"({"validation_fraction": 1})", "config.validation_fraction: must be in [0, 1)"},
-      {R"({"lora_target_modules": []})", "config.lora_target_modules: expected a non-empty array"},
-      {R"({"use_peft": "yes"})", "config.use_peft: expected true or false, got string"},
-      {R"({"hidden_sizes": [16, 0]})", "config.hidden_sizes: must be >= 1"},
-      {R"([1, 2])", "config: expected a JSON object, got array"},
+      {R"({"epoch": 3})", "unknown field config.epoch"},
+      {R"({"batch_size": 0})", "config.batch_size (0) must be between 1 and 65536"},
+      {R"({"batch_size": 2.5})", "config.batch_size must be an integer, got 2.5"},
+      {R"({"learning_rate": "fast"})", "config.learning_rate must be a number, got string"},
+      {R"({"learning_rate": 0})", "config.learning_rate (0) must be > 0 and <= 10"},
+      {R"({"mixed_precision": "fp8"})",
+       "config.mixed_precision must be one of \"bf16\", \"fp16\", \"no\", got \"fp8\""},
+      {R"({"lr_scheduler": "step"})",
+       "config.lr_scheduler must be one of \"constant\", \"linear\", \"cosine\", got \"step\""},
+      {R"({"validation_fraction": 1})", "config.validation_fraction (1) must be >= 0 and <= 0.5"},
+      {R"({"lora_target_modules": []})", "config.lora_target_modules must be an array of 1..64 module names"},
+      {R"({"use_peft": "yes"})", "config.use_peft must be a boolean, got string"},
+      {R"({"hidden_sizes": [16, 0]})", "config.hidden_sizes[1] (0) must be between 1 and 65536"},
+      {R"({"model_type": "tree"})", "config.model_type must be one of \"mlp\", \"logreg\", got \"tree\""},
+      {R"([1, 2])", "config must be an object, got array"},
   };
   for (const Case& c : cases) {
     auto config = ParseTrainConfig(json::parse(c.json));
@@ -71,8 +94,8 @@ TEST(TrainConfigTest, RejectsBadValuesNamingTheKey) {
   }
 }
 
-TEST(TrainConfigTest, NullMeansDefaultAndWholeFloatsAreIntegers) {
-  auto config = ParseTrainConfig(json::parse(R"({"epochs": null, "batch_size": 4.0, "mixed_precision": "fp32"})"));
+TEST(TrainConfigTest, NullMeansDefault) {
+  auto config = ParseTrainConfig(json::parse(R"({"epochs": null, "batch_size": 4, "mixed_precision": null})"));
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->epochs, 1);
   EXPECT_EQ(config->batch_size, 4);

@@ -151,16 +151,15 @@ StatusOr<Agent::Session> Agent::Hello(std::stop_token stop) {
   call.retry = true;  // hello is idempotent: a repeated one replaces the session it made
   PARSYN_ASSIGN_OR_RETURN(
       http::ClientResponse res,
-      client_.PostJson("/api/v1/worker/hello", {{"device", options_.device}, {"version", kVersion}}, call));
+      client_.PostJson("/api/v1/worker/hello", protocol::HelloToJson({.device = options_.device, .version = kVersion}),
+                       call));
   PARSYN_ASSIGN_OR_RETURN(json body, res.Json());
+  StatusOr<protocol::HelloAnswer> answer = protocol::ParseHelloAnswer(body);
+  if (!answer.ok()) return InternalError("the coordinator's hello answer is malformed: " + answer.status().message());
   Session s;
-  try {
-    s.id = body.at("session_id").get<std::string>();
-    s.heartbeat_interval = std::chrono::milliseconds(body.value("heartbeat_interval_ms", int64_t{5'000}));
-    s.max_poll_wait = std::chrono::milliseconds(body.value("max_poll_wait_ms", int64_t{30'000}));
-  } catch (const json::exception& e) {
-    return InternalError(std::string("the coordinator's hello answer is malformed: ") + e.what());
-  }
+  s.id = answer->session_id;
+  s.heartbeat_interval = std::chrono::milliseconds(answer->heartbeat_interval_ms);
+  s.max_poll_wait = std::chrono::milliseconds(answer->max_poll_wait_ms);
   session_lost_ = false;
   return s;
 }
@@ -209,7 +208,8 @@ Status Agent::RunSession(const Session& session, std::stop_token stop) {
     http::CallOptions call;
     call.timeout = std::chrono::seconds(3);
     call.retry = false;
-    Status bye = client_.PostJson("/api/v1/worker/goodbye", {{"session_id", session.id}}, call).status();
+    Status bye = client_.PostJson("/api/v1/worker/goodbye", protocol::HeartbeatToJson({.session_id = session.id}), call)
+                     .status();
     if (!bye.ok()) PARSYN_LOG_WARN("worker {}: goodbye failed: {}", options_.name, bye.message());
   }
   return ended;
@@ -230,7 +230,8 @@ Status Agent::Heartbeat(const Session& session) {
   http::CallOptions call;
   call.timeout = std::chrono::seconds(10);
   call.retry = false;
-  StatusOr<http::ClientResponse> res = client_.PostJson("/api/v1/worker/heartbeat", {{"session_id", session.id}}, call);
+  StatusOr<http::ClientResponse> res =
+      client_.PostJson("/api/v1/worker/heartbeat", protocol::HeartbeatToJson({.session_id = session.id}), call);
   if (!res.ok()) {
     if (res.status().code() == StatusCode::kFailedPrecondition) {
       session_lost_ = true;
@@ -240,9 +241,9 @@ Status Agent::Heartbeat(const Session& session) {
   }
   StatusOr<json> body = res->Json();
   if (!body.ok()) return body.status();
-  for (const json& a : body->value("abandon", json::array())) {
-    AbandonCurrent(a.value("job_id", int64_t{-1}), a.value("round", -1), a.value("attempt", -1),
-                   "the coordinator dropped the task (straggler or job ended)");
+  PARSYN_ASSIGN_OR_RETURN(protocol::HeartbeatAnswer answer, protocol::ParseHeartbeatAnswer(*body));
+  for (const protocol::AbandonedTask& a : answer.abandon) {
+    AbandonCurrent(a.job_id, a.round, a.attempt, "the coordinator dropped the task (straggler or job ended)");
   }
   return Status::Ok();
 }
@@ -264,21 +265,21 @@ bool Agent::CurrentAbandoned(std::string* why) {
   return current_ && current_->abandoned;
 }
 
-void Agent::RunTask(const Session& session, const json& task, std::stop_token stop) {
-  StatusOr<TaskHeader> header = ParseTaskHeader(task);
-  if (!header.ok()) {
-    PARSYN_LOG_ERROR("worker {}: dropping a malformed task: {}", options_.name, header.status().message());
+void Agent::RunTask(const Session& session, const json& task_json, std::stop_token stop) {
+  StatusOr<protocol::Task> task = protocol::ParseTask(task_json);
+  if (!task.ok()) {
+    PARSYN_LOG_ERROR("worker {}: dropping a malformed task: {}", options_.name, task.status().message());
     counters_.tasks_failed++;
     return;
   }
   {
     std::lock_guard lock(mutex_);
-    current_ = CurrentTask{.job_id = header->job_id, .round = header->round, .attempt = header->attempt};
+    current_ = CurrentTask{.job_id = task->job_id, .round = task->round, .attempt = task->attempt};
   }
-  PARSYN_LOG_INFO("worker {}: task {} ({} job {} round {}/{} attempt {})", options_.name, header->task_id, header->kind,
-                  header->job_id, header->round, header->total_rounds, header->attempt);
+  PARSYN_LOG_INFO("worker {}: task {} ({} job {} round {}/{} attempt {})", options_.name, task->task_id,
+                  protocol::TaskKindName(task->kind), task->job_id, task->round, task->total_rounds, task->attempt);
   const Clock::time_point started = Clock::now();
-  Status done = ExecuteTask(session, task, *header, stop);
+  Status done = ExecuteTask(session, *task, stop);
   bool abandoned = false;
   bool result_posted = false;
   {
@@ -292,92 +293,85 @@ void Agent::RunTask(const Session& session, const json& task, std::stop_token st
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   if (done.ok()) {
     counters_.tasks_completed++;
-    PARSYN_LOG_INFO("worker {}: task {} done in {:.1f} s", options_.name, header->task_id, seconds);
+    PARSYN_LOG_INFO("worker {}: task {} done in {:.1f} s", options_.name, task->task_id, seconds);
   } else {
     counters_.tasks_failed++;
-    PARSYN_LOG_ERROR("worker {}: task {} failed after {:.1f} s: {}", options_.name, header->task_id, seconds,
+    PARSYN_LOG_ERROR("worker {}: task {} failed after {:.1f} s: {}", options_.name, task->task_id, seconds,
                      done.message());
     // A stopped or abandoned task, or one whose round moved on, is already known to the coordinator (or is its
     // decision); any other failure is reported so it drops this worker from the round instead of waiting it out.
     const bool coordinator_knows =
         abandoned || result_posted || stop.stop_requested() || done.code() == StatusCode::kCancelled;
-    if (!coordinator_knows) ReportFailure(*header, done);
+    if (!coordinator_knows) ReportFailure(*task, done);
   }
 }
 
-void Agent::ReportFailure(const TaskHeader& header, const Status& failure) {
+void Agent::ReportFailure(const protocol::Task& task, const Status& failure) {
   http::CallOptions call;
   call.timeout = std::chrono::seconds(5);
   call.retry = false;
-  const json body = {{"job_id", header.job_id},
-                     {"round", header.round},
-                     {"attempt", header.attempt},
-                     {"reason", JsonSafePrefix(failure.message(), kMaxFailureReasonBytes)}};
-  Status sent = client_.PostJson("/api/v1/worker/failure", body, call).status();
+  const protocol::Failure body{.job_id = task.job_id,
+                               .round = task.round,
+                               .attempt = task.attempt,
+                               .reason = JsonSafePrefix(failure.message(), kMaxFailureReasonBytes)};
+  Status sent = client_.PostJson("/api/v1/worker/failure", protocol::FailureToJson(body), call).status();
   if (sent.ok()) {
     counters_.failures_reported++;
     return;
   }
   // Best effort: a coordinator without the route (404) or out of reach still drops the task at the next long-poll.
-  PARSYN_LOG_WARN("worker {}: could not report the failure of job {} round {}: {}", options_.name, header.job_id,
-                  header.round, sent.message());
+  PARSYN_LOG_WARN("worker {}: could not report the failure of job {} round {}: {}", options_.name, task.job_id,
+                  task.round, sent.message());
 }
 
-StatusOr<TaskFiles> Agent::FetchInputs(const json& task, const TaskHeader& header, const fs::path& task_dir,
-                                       std::stop_token stop) {
+StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::path& task_dir, std::stop_token stop) {
   TaskFiles files;
   files.output_dir = task_dir / "out";
-  try {
-    const json& model = task.at("model");
-    const json& model_files = model.value("files", json::array());
-    if (!model_files.empty()) {
-      PARSYN_ASSIGN_OR_RETURN(files.model_dir, cache_.FetchModel(blob_client_, model_files, stop));
+  if (!task.model.files.empty()) {
+    PARSYN_ASSIGN_OR_RETURN(files.model_dir,
+                            cache_.FetchModel(blob_client_, protocol::TaskModelFilesToJson(task.model.files), stop));
+  }
+  files.global_weights = task_dir / "global.safetensors";
+  PARSYN_RETURN_IF_ERROR(
+      DownloadVerified(blob_client_, task.global_weights.url, files.global_weights, task.global_weights.sha256, stop));
+  if (!options_.local_data.empty()) {
+    // Local data never leaves: the trainer holds out its own validation slice (the config's fraction).
+    files.data = options_.local_data;
+    files.data_format = options_.local_data.extension() == ".csv" ? "csv" : "jsonl";
+    return files;
+  }
+  const protocol::TaskData& data = task.data;
+  if (data.format.empty() || data.train_url.empty() || data.validation_url.empty()) {
+    return InvalidArgumentError("task: its data needs a format, a train_url and a validation_url");
+  }
+  files.data_format = data.format;
+  const bool csv = files.data_format == "csv";
+  // The shard is the worker's for the whole job: fetched once, kept with the job's files.
+  const fs::path shard_dir =
+      cache_.root() / "jobs" / std::to_string(task.job_id) / ("shard-" + std::to_string(task.shard));
+  files.data = shard_dir / ("data" + ExtensionFor(files.data_format));
+  if (!fs::exists(files.data)) {
+    const fs::path train = shard_dir / ("train" + ExtensionFor(files.data_format));
+    const fs::path validation = shard_dir / ("validation" + ExtensionFor(files.data_format));
+    PARSYN_RETURN_IF_ERROR(DownloadVerified(blob_client_, data.train_url, train, "", stop));
+    PARSYN_RETURN_IF_ERROR(DownloadVerified(blob_client_, data.validation_url, validation, "", stop));
+    PARSYN_ASSIGN_OR_RETURN(int64_t got_train, CountRows(train, csv));
+    if (got_train != data.train_rows) {
+      return DataLossError("shard " + std::to_string(task.shard) + " arrived with " + std::to_string(got_train) +
+                           " training rows, the task says " + std::to_string(data.train_rows));
     }
-    const json& global = task.at("global_weights");
-    files.global_weights = task_dir / "global.safetensors";
-    PARSYN_RETURN_IF_ERROR(DownloadVerified(blob_client_, global.at("url").get<std::string>(), files.global_weights,
-                                            global.at("sha256").get<std::string>(), stop));
-    const json& data = task.at("data");
-    if (!options_.local_data.empty()) {
-      // Local data never leaves: the trainer holds out its own validation slice (the config's fraction).
-      files.data = options_.local_data;
-      files.data_format = options_.local_data.extension() == ".csv" ? "csv" : "jsonl";
-      return files;
-    }
-    files.data_format = data.at("format").get<std::string>();
-    const bool csv = files.data_format == "csv";
-    // The shard is the worker's for the whole job: fetched once, kept with the job's files.
-    const fs::path shard_dir =
-        cache_.root() / "jobs" / std::to_string(header.job_id) / ("shard-" + std::to_string(header.shard));
-    files.data = shard_dir / ("data" + ExtensionFor(files.data_format));
-    const int64_t train_rows = data.value("train_rows", int64_t{0});
-    const int64_t validation_rows = data.value("validation_rows", int64_t{0});
-    if (!fs::exists(files.data)) {
-      const fs::path train = shard_dir / ("train" + ExtensionFor(files.data_format));
-      const fs::path validation = shard_dir / ("validation" + ExtensionFor(files.data_format));
-      PARSYN_RETURN_IF_ERROR(DownloadVerified(blob_client_, data.at("train_url").get<std::string>(), train, "", stop));
-      PARSYN_RETURN_IF_ERROR(
-          DownloadVerified(blob_client_, data.at("validation_url").get<std::string>(), validation, "", stop));
-      PARSYN_ASSIGN_OR_RETURN(int64_t got_train, CountRows(train, csv));
-      if (got_train != train_rows) {
-        return DataLossError("shard " + std::to_string(header.shard) + " arrived with " + std::to_string(got_train) +
-                             " training rows, the task says " + std::to_string(train_rows));
-      }
-      PARSYN_RETURN_IF_ERROR(Concatenate(train, validation, csv, files.data));
-    }
-    // The trainer splits off the last-named share again; with the platform's own fraction it holds out as many rows.
-    if (train_rows + validation_rows > 0) {
-      files.validation_fraction =
-          static_cast<double>(validation_rows) / static_cast<double>(train_rows + validation_rows);
-    }
-  } catch (const json::exception& e) {
-    return InvalidArgumentError(std::string("task: ") + e.what());
+    PARSYN_RETURN_IF_ERROR(Concatenate(train, validation, csv, files.data));
+  }
+  // The trainer splits off the last-named share again; with the platform's own fraction it holds out as many rows.
+  if (data.train_rows + data.validation_rows > 0) {
+    files.validation_fraction =
+        static_cast<double>(data.validation_rows) / static_cast<double>(data.train_rows + data.validation_rows);
   }
   return files;
 }
 
-Status Agent::ExecuteTask(const Session& session, const json& task, const TaskHeader& header, std::stop_token stop) {
-  const fs::path task_dir = cache_.root() / "tasks" / header.task_id;
+Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, std::stop_token stop) {
+  const fs::path task_dir = cache_.root() / "tasks" / task.task_id;
   std::error_code ec;
   fs::remove_all(task_dir, ec);
   fs::create_directories(task_dir / "out", ec);
@@ -391,38 +385,39 @@ Status Agent::ExecuteTask(const Session& session, const json& task, const TaskHe
     }
   } cleanup{task_dir};
 
-  PARSYN_ASSIGN_OR_RETURN(TaskFiles files, FetchInputs(task, header, task_dir, stop));
-  PARSYN_ASSIGN_OR_RETURN(json trainer_task,
-                          BuildTrainerTask(task, header, files, options_.device, options_.trainer_threads));
+  PARSYN_ASSIGN_OR_RETURN(TaskFiles files, FetchInputs(task, task_dir, stop));
+  const protocol::TrainerTask trainer_task = BuildTrainerTask(task, files, options_.device, options_.trainer_threads);
   const fs::path task_file = task_dir / "task.json";
   {
     std::ofstream out(task_file);
-    out << trainer_task.dump(2);
+    out << protocol::TrainerTaskToJson(trainer_task).dump(2);
     if (!out.flush()) return InternalError("cannot write " + task_file.string());
   }
-  PARSYN_ASSIGN_OR_RETURN(json done, RunTrainer(session, header, task_file, stop));
+  PARSYN_ASSIGN_OR_RETURN(json done, RunTrainer(session, task, task_file, stop));
 
   std::string blob_key, sha256;
-  if (header.kind == "train") {
+  if (task.kind == protocol::TaskKind::kTrain) {
     // Ask before uploading: a heartbeat now applies any abandon (straggler, job ended) and proves the session lives.
     Status alive = Heartbeat(session);
     std::string why;
     if (CurrentAbandoned(&why) || alive.code() == StatusCode::kFailedPrecondition) {
       counters_.uploads_skipped++;
-      return FailedPreconditionError("round " + std::to_string(header.round) + " is no longer current (" +
+      return FailedPreconditionError("round " + std::to_string(task.round) + " is no longer current (" +
                                      (why.empty() ? alive.message() : why) + "); update not uploaded");
     }
-    const json& upload = task.at("update_upload");
-    blob_key = upload.at("blob_key").get<std::string>();
+    const protocol::UpdateUpload& upload = *task.update_upload;  // ParseTask: every train task has one
+    blob_key = upload.blob_key;
     sha256 = done.value("weights_sha256", "");
-    PARSYN_RETURN_IF_ERROR(UploadUpdate(blob_client_, upload, files.output_dir / "update.safetensors", sha256, stop)
+    PARSYN_RETURN_IF_ERROR(UploadUpdate(blob_client_, protocol::UpdateUploadToJson(upload),
+                                        files.output_dir / "update.safetensors", sha256, stop)
                                .WithContext("uploading the update"));
   }
-  PARSYN_ASSIGN_OR_RETURN(json report, BuildResultReport(header, session.id, done, blob_key, sha256));
+  PARSYN_ASSIGN_OR_RETURN(protocol::Result report, BuildResult(task, session.id, done, blob_key, sha256));
   http::CallOptions call;
   call.stop = stop;
   call.retry = true;  // the coordinator treats a repeated result for the same task as a duplicate
-  PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res, client_.PostJson("/api/v1/worker/result", report, call));
+  PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res,
+                          client_.PostJson("/api/v1/worker/result", protocol::ResultToJson(report), call));
   {
     std::lock_guard lock(mutex_);
     if (current_) current_->result_posted = true;  // the coordinator has its verdict: no failure report after this
@@ -431,13 +426,13 @@ Status Agent::ExecuteTask(const Session& session, const json& task, const TaskHe
   if (verdict.ok() && verdict->value("status", "") == "rejected") {
     return FailedPreconditionError("the coordinator rejected the update: " + verdict->value("reason", ""));
   }
+  auto shown = [](const std::optional<double>& loss) { return loss ? std::to_string(*loss) : std::string("null"); };
   PARSYN_LOG_INFO("worker {}: round {} reported: {} samples, train loss {}, validation loss {}", options_.name,
-                  header.round, report.value("sample_count", int64_t{0}), report.value("train_loss", json()).dump(),
-                  report.value("validation_loss", json()).dump());
+                  task.round, report.sample_count, shown(report.train_loss), shown(report.validation_loss));
   return Status::Ok();
 }
 
-StatusOr<json> Agent::RunTrainer(const Session& session, const TaskHeader& header, const fs::path& task_file,
+StatusOr<json> Agent::RunTrainer(const Session& session, const protocol::Task& task, const fs::path& task_file,
                                  std::stop_token stop) {
   PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<TrainerRun> trainer, launcher_.Start(task_file));
   {
@@ -452,12 +447,12 @@ StatusOr<json> Agent::RunTrainer(const Session& session, const TaskHeader& heade
   utilization.Sample();  // the first CPU sample only sets the baseline
   json done, error;
   Clock::time_point last_sent{};
-  std::optional<json> pending;
-  auto send = [&](const json& report) {
+  std::optional<protocol::Progress> pending;
+  auto send = [&](const protocol::Progress& report) {
     http::CallOptions call;
     call.timeout = std::chrono::seconds(5);
     call.retry = false;
-    Status s = client_.PostJson("/api/v1/worker/progress", report, call).status();
+    Status s = client_.PostJson("/api/v1/worker/progress", protocol::ProgressToJson(report), call).status();
     if (!s.ok()) PARSYN_LOG_DEBUG("worker {}: progress not delivered: {}", options_.name, s.message());
     last_sent = Clock::now();
     pending.reset();
@@ -469,9 +464,9 @@ StatusOr<json> Agent::RunTrainer(const Session& session, const TaskHeader& heade
     if (kind == "done") done = event;
     if (kind == "error") error = event;
     if (kind != "progress") continue;
-    pending = BuildProgressReport(header, session.id, event, std::nullopt);
+    pending = BuildProgress(task, session.id, event, std::nullopt);
     if (pending && Clock::now() - last_sent >= options_.progress_interval) {
-      if (std::optional<double> u = utilization.Sample()) (*pending)["utilization"] = std::clamp(*u, 0.0, 1.0);
+      if (std::optional<double> u = utilization.Sample()) pending->utilization = std::clamp(*u, 0.0, 1.0);
       send(*pending);
     }
   }

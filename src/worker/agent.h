@@ -35,6 +35,7 @@
 
 #include "base/status.h"
 #include "http/client.h"
+#include "protocol/messages.h"
 #include "worker/blob_cache.h"
 #include "worker/trainer_launcher.h"
 #include "worker/trainer_task.h"
@@ -98,15 +99,15 @@ class Agent {
   Status Heartbeat(const Session& session);
   // Marks the current task abandoned (when it matches, or always with job_id 0) and stops its trainer.
   void AbandonCurrent(int64_t job_id, int round, int attempt, const std::string& why);
-  void RunTask(const Session& session, const nlohmann::json& task, std::stop_token stop);
+  // Reads the task (protocol::Task) and runs it; a malformed one is logged and dropped.
+  void RunTask(const Session& session, const nlohmann::json& task_json, std::stop_token stop);
   // POSTs /api/v1/worker/failure once; failures to deliver it are logged and ignored.
-  void ReportFailure(const TaskHeader& header, const Status& failure);
-  Status ExecuteTask(const Session& session, const nlohmann::json& task, const TaskHeader& header,
-                     std::stop_token stop);
-  StatusOr<TaskFiles> FetchInputs(const nlohmann::json& task, const TaskHeader& header,
-                                  const std::filesystem::path& task_dir, std::stop_token stop);
+  void ReportFailure(const protocol::Task& task, const Status& failure);
+  Status ExecuteTask(const Session& session, const protocol::Task& task, std::stop_token stop);
+  StatusOr<TaskFiles> FetchInputs(const protocol::Task& task, const std::filesystem::path& task_dir,
+                                  std::stop_token stop);
   // Runs the trainer on the task file; returns its "done" event.
-  StatusOr<nlohmann::json> RunTrainer(const Session& session, const TaskHeader& header,
+  StatusOr<nlohmann::json> RunTrainer(const Session& session, const protocol::Task& task,
                                       const std::filesystem::path& task_file, std::stop_token stop);
   bool CurrentAbandoned(std::string* why);
 

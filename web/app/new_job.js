@@ -5,28 +5,46 @@
 import { api, ApiError } from './api.js';
 import { h } from './dom.js';
 
-// [path, label, kind, default shown as placeholder, help]. kind: int | number | text | list | intlist | bool | select
-const CONFIG_FIELDS = [
-  ['config.epochs', 'Epochs', 'int', '1'],
-  ['config.batch_size', 'Batch size', 'int', '8'],
-  ['config.learning_rate', 'Learning rate', 'number', '0.0002'],
-  ['config.mixed_precision', 'Mixed precision', 'select', 'no', ['no', 'bf16', 'fp16']],
-  ['config.use_peft', 'LoRA adapters (PEFT)', 'bool', true],
-  ['config.lora_r', 'LoRA rank', 'int', '16'],
-  ['config.lora_alpha', 'LoRA alpha', 'number', '32'],
-  ['config.lora_dropout', 'LoRA dropout', 'number', '0.05'],
-  ['config.lora_target_modules', 'LoRA target modules', 'list', 'q_proj, v_proj'],
-  ['config.max_seq_len', 'Max sequence length', 'int', '512'],
-  ['config.weight_decay', 'Weight decay', 'number', '0'],
-  ['config.warmup_steps', 'Warm-up steps', 'int', '0'],
-  ['config.lr_scheduler', 'LR scheduler', 'select', 'linear', ['linear', 'constant', 'cosine']],
-  ['config.gradient_accumulation_steps', 'Gradient accumulation steps', 'int', '1'],
-  ['config.max_grad_norm', 'Max gradient norm', 'number', '1.0'],
-  ['config.seed', 'Seed', 'int', '42'],
-  ['config.validation_fraction', 'Validation fraction', 'number', '0.1'],
-  ['config.label_column', 'Label column (CSV)', 'text', ''],
-  ['config.hidden_sizes', 'Hidden layer sizes (tabular)', 'intlist', 'none: logistic'],
+// The config fields: [key, label, kind, options]. kind: int | number | text | list | intlist | bool | select. Their
+// defaults come from the server's schema (src/protocol/training_config.h), generated at build time into
+// training_defaults.js and embedded with the app; the form holds no copy of its own.
+const CONFIG_KEYS = [
+  ['epochs', 'Epochs', 'int'],
+  ['batch_size', 'Batch size', 'int'],
+  ['learning_rate', 'Learning rate', 'number'],
+  ['mixed_precision', 'Mixed precision', 'select', ['no', 'bf16', 'fp16']],
+  ['use_peft', 'LoRA adapters (PEFT)', 'bool'],
+  ['lora_r', 'LoRA rank', 'int'],
+  ['lora_alpha', 'LoRA alpha', 'number'],
+  ['lora_dropout', 'LoRA dropout', 'number'],
+  ['lora_target_modules', 'LoRA target modules', 'list'],
+  ['max_seq_len', 'Max sequence length', 'int'],
+  ['weight_decay', 'Weight decay', 'number'],
+  ['warmup_steps', 'Warm-up steps', 'int'],
+  ['lr_scheduler', 'LR scheduler', 'select', ['linear', 'constant', 'cosine']],
+  ['gradient_accumulation_steps', 'Gradient accumulation steps', 'int'],
+  ['max_grad_norm', 'Max gradient norm', 'number'],
+  ['seed', 'Seed', 'int'],
+  ['validation_fraction', 'Validation fraction', 'number'],
+  ['label_column', 'Label column (CSV)', 'text'],
+  ['hidden_sizes', 'Hidden layer sizes (tabular)', 'intlist'],
 ];
+
+// What an empty default means, where the bare value would not say it.
+const EMPTY_DEFAULT_SHOWN = { label_column: 'label', hidden_sizes: 'none: logistic' };
+
+// The rows fieldControl takes: [path, label, kind, default shown as placeholder (a bool's is its state), options].
+export function configFields(defaults) {
+  return CONFIG_KEYS.map(([key, label, kind, options]) => {
+    const value = defaults[key];
+    let shown;
+    if (kind === 'bool') shown = value === true;
+    else if (Array.isArray(value)) shown = value.length ? value.join(', ') : (EMPTY_DEFAULT_SHOWN[key] ?? '');
+    else if (value === '' || value === undefined) shown = EMPTY_DEFAULT_SHOWN[key] ?? '';
+    else shown = String(value);
+    return [`config.${key}`, label, kind, shown, options];
+  });
+}
 
 const DISTRIBUTED_FIELDS = [
   ['distributed.enabled', 'Distributed training', 'bool', false],
@@ -99,7 +117,25 @@ export function problemsByField(message, knownPaths) {
   });
 }
 
+// training_defaults.js exists only among the embedded assets (generated at build time), so it is imported when the
+// form is first shown rather than with this module, which tests/web imports from the source tree.
 export function render(container) {
+  let stopped = false;
+  let cleanup = null;
+  import('./training_defaults.js')
+    .then(({ TRAINING_DEFAULTS }) => {
+      if (!stopped) cleanup = renderForm(container, configFields(TRAINING_DEFAULTS));
+    })
+    .catch((err) => {
+      if (!stopped) container.append(h('p', { class: 'form-error', role: 'alert' }, `Could not load the form: ${err.message}`));
+    });
+  return () => {
+    stopped = true;
+    cleanup?.();
+  };
+}
+
+function renderForm(container, configRows) {
   const form = h('form', { id: 'job-form', class: 'card form', novalidate: true });
   const formError = h('div', { class: 'form-error', role: 'alert', id: 'form-error' });
   const listsError = h('p', { class: 'field-error', role: 'status' });
@@ -119,7 +155,7 @@ export function render(container) {
       h('p', { class: 'field-error', id: errorId('model_id') })));
 
   const config = h('fieldset', {}, h('legend', {}, 'Training configuration'),
-    h('div', { class: 'grid-fields' }, ...CONFIG_FIELDS.map(fieldControl)));
+    h('div', { class: 'grid-fields' }, ...configRows.map(fieldControl)));
 
   const advanced = h('details', { id: 'advanced' },
     h('summary', {}, 'Advanced: distributed training and worker selection'),
@@ -137,7 +173,7 @@ export function render(container) {
   container.append(h('div', { class: 'page-head' }, h('h1', {}, 'New training job')), form);
 
   const knownPaths = new Set(['name', 'dataset_id', 'model_id', 'worker_selection.mode', 'worker_selection.worker_ids',
-    'worker_selection.parsyn_worker_ids', ...CONFIG_FIELDS.map((f) => f[0]), ...DISTRIBUTED_FIELDS.map((f) => f[0])]);
+    'worker_selection.parsyn_worker_ids', ...configRows.map((f) => f[0]), ...DISTRIBUTED_FIELDS.map((f) => f[0])]);
 
   // Live lists, re-read every 3 s (keeping what is chosen and ticked).
   let timer = null;

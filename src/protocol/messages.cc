@@ -1,0 +1,364 @@
+#include "protocol/messages.h"
+
+#include <limits>
+
+#include "protocol/json_fields.h"
+
+namespace parsyn::protocol {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+constexpr size_t kMaxModelFiles = 10'000;
+constexpr size_t kMaxUploadParts = 10'000;  // S3's limit
+constexpr size_t kMaxHeaders = 64;
+constexpr size_t kMaxMetrics = 64;
+constexpr size_t kMaxAbandoned = 10'000;
+
+// A message from the coordinator must be an object before its fields can be read.
+Status CheckObject(const json& body, std::string_view what) {
+  if (body.is_object()) return Status::Ok();
+  return InvalidArgumentError(std::string(what) + " must be a JSON object, got " + body.type_name());
+}
+
+// Reads a nested object of a lenient message (its problems go to `outer`); nullopt when absent and not required.
+std::optional<JsonFields> Nested(JsonFields& outer, std::string_view name, bool required,
+                                 const std::string& prefix = "") {
+  std::optional<json> object = outer.Object(name, required);
+  if (!object) return std::nullopt;
+  return JsonFields::Lenient(std::move(*object), prefix + std::string(name) + ".");
+}
+
+HttpHeaders ToHeaders(const std::vector<std::pair<std::string, std::string>>& pairs) {
+  return HttpHeaders(pairs.begin(), pairs.end());
+}
+
+std::optional<UpdateUpload> ReadUpdateUpload(JsonFields& task) {
+  std::optional<JsonFields> f = Nested(task, "update_upload", false);
+  if (!f) return std::nullopt;
+  UpdateUpload u;
+  u.blob_key = f->String("blob_key", true, 1024).value_or("");
+  u.max_size_bytes = f->Uint64("max_size_bytes", false).value_or(0);
+  u.url = f->String("url", false, kMaxUrlBytes).value_or("");
+  if (auto headers = f->StringMap("headers", false, kMaxHeaders)) u.headers = ToHeaders(*headers);
+  if (std::optional<JsonFields> m = Nested(*f, "multipart", false, "update_upload.")) {
+    UpdateUpload::Multipart multipart;
+    multipart.part_size_bytes = m->Uint64("part_size_bytes", true).value_or(0);
+    const json parts = m->Array("parts", true, kMaxUploadParts).value_or(json::array());
+    for (size_t i = 0; i < parts.size(); ++i) {
+      JsonFields p = JsonFields::Lenient(parts[i], "update_upload.multipart.parts[" + std::to_string(i) + "].");
+      UploadPart part;
+      part.part_number = p.Int("part_number", true, 1, static_cast<int64_t>(kMaxUploadParts)).value_or(0);
+      part.url = p.String("url", true, kMaxUrlBytes).value_or("");
+      if (auto headers = p.StringMap("headers", false, kMaxHeaders)) part.headers = ToHeaders(*headers);
+      m->Absorb(p);
+      multipart.parts.push_back(std::move(part));
+    }
+    f->Absorb(*m);
+    u.multipart = std::move(multipart);
+  }
+  if (u.url.empty() && !u.multipart) f->AddProblem("'update_upload' needs a url or multipart parts");
+  task.Absorb(*f);
+  return u;
+}
+
+}  // namespace
+
+// --- hello ---------------------------------------------------------------------------------------------------------
+
+StatusOr<Hello> ParseHello(std::string_view body) {
+  PARSYN_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Parse(body.empty() ? "{}" : body, {"device", "version"}));
+  Hello hello;
+  hello.device = f.String("device", false).value_or("");
+  hello.version = f.String("version", false).value_or("");
+  PARSYN_RETURN_IF_ERROR(f.status());
+  return hello;
+}
+
+json HelloToJson(const Hello& hello) {
+  json out = json::object();
+  if (!hello.device.empty()) out["device"] = hello.device;
+  if (!hello.version.empty()) out["version"] = hello.version;
+  return out;
+}
+
+StatusOr<HelloAnswer> ParseHelloAnswer(const json& body) {
+  PARSYN_RETURN_IF_ERROR(CheckObject(body, "the hello answer"));
+  JsonFields f = JsonFields::Lenient(body);
+  HelloAnswer a;
+  a.worker_id = f.Int("worker_id", false, 1, kMaxInt).value_or(0);
+  a.session_id = f.String("session_id", true, 256).value_or("");
+  a.heartbeat_interval_ms = f.Int("heartbeat_interval_ms", false, 1, 86'400'000).value_or(a.heartbeat_interval_ms);
+  a.heartbeat_timeout_ms = f.Int("heartbeat_timeout_ms", false, 1, 86'400'000).value_or(0);
+  a.max_poll_wait_ms = f.Int("max_poll_wait_ms", false, 0, 3'600'000).value_or(a.max_poll_wait_ms);
+  PARSYN_RETURN_IF_ERROR(f.status());
+  return a;
+}
+
+json HelloAnswerToJson(const HelloAnswer& a) {
+  json out = {{"worker_id", a.worker_id},
+              {"session_id", a.session_id},
+              {"heartbeat_interval_ms", a.heartbeat_interval_ms},
+              {"max_poll_wait_ms", a.max_poll_wait_ms}};
+  if (a.heartbeat_timeout_ms > 0) out["heartbeat_timeout_ms"] = a.heartbeat_timeout_ms;
+  return out;
+}
+
+// --- heartbeat -----------------------------------------------------------------------------------------------------
+
+StatusOr<Heartbeat> ParseHeartbeat(std::string_view body) {
+  PARSYN_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Parse(body, {"session_id"}));
+  Heartbeat heartbeat;
+  heartbeat.session_id = f.String("session_id", true).value_or("");
+  PARSYN_RETURN_IF_ERROR(f.status());
+  return heartbeat;
+}
+
+json HeartbeatToJson(const Heartbeat& heartbeat) { return {{"session_id", heartbeat.session_id}}; }
+
+StatusOr<HeartbeatAnswer> ParseHeartbeatAnswer(const json& body) {
+  PARSYN_RETURN_IF_ERROR(CheckObject(body, "the heartbeat answer"));
+  JsonFields f = JsonFields::Lenient(body);
+  HeartbeatAnswer answer;
+  const json abandon = f.Array("abandon", false, kMaxAbandoned).value_or(json::array());
+  for (size_t i = 0; i < abandon.size(); ++i) {
+    JsonFields a = JsonFields::Lenient(abandon[i], "abandon[" + std::to_string(i) + "].");
+    AbandonedTask task;
+    task.job_id = a.Int("job_id", true, 1, kMaxInt).value_or(0);
+    task.round = static_cast<int>(a.Int("round", true, 1, kMaxRound).value_or(0));
+    task.attempt = static_cast<int>(a.Int("attempt", true, 1, kMaxRound).value_or(0));
+    f.Absorb(a);
+    answer.abandon.push_back(task);
+  }
+  PARSYN_RETURN_IF_ERROR(f.status());
+  return answer;
+}
+
+json HeartbeatAnswerToJson(const HeartbeatAnswer& answer) {
+  json abandon = json::array();
+  for (const AbandonedTask& t : answer.abandon) {
+    abandon.push_back({{"job_id", t.job_id}, {"round", t.round}, {"attempt", t.attempt}});
+  }
+  return {{"abandon", std::move(abandon)}};
+}
+
+// --- task ----------------------------------------------------------------------------------------------------------
+
+std::string_view TaskKindName(TaskKind kind) { return kind == TaskKind::kEvaluate ? "evaluate" : "train"; }
+
+StatusOr<Task> ParseTask(const json& body) {
+  PARSYN_RETURN_IF_ERROR(CheckObject(body, "a task"));
+  JsonFields f = JsonFields::Lenient(body);
+  Task t;
+  t.task_id = f.String("task_id", true).value_or("");
+  t.job_id = f.Int("job_id", true, 1, kMaxInt).value_or(0);
+  if (std::optional<std::string> kind = f.String("kind", true, 32)) {
+    if (*kind == "train" || *kind == "evaluate") {
+      t.kind = *kind == "train" ? TaskKind::kTrain : TaskKind::kEvaluate;
+    } else {
+      f.AddProblem("'kind' must be one of train, evaluate, got '" + *kind + "'");
+    }
+  }
+  t.round = static_cast<int>(f.Int("round", true, 1, kMaxRound).value_or(0));
+  t.attempt = static_cast<int>(f.Int("attempt", true, 1, kMaxRound).value_or(0));
+  t.total_rounds = static_cast<int>(f.Int("total_rounds", true, 1, kMaxRound).value_or(0));
+  t.shard = static_cast<int>(f.Int("shard", true, 0, kMaxRound).value_or(0));
+  t.seed = f.Uint64("seed", true).value_or(0);
+  t.steps_per_round = f.Int("steps_per_round", true, 0, kMaxInt).value_or(0);
+  if (std::optional<json> config = f.Object("config", true)) {
+    StatusOr<TrainingConfig> parsed = ParseTrainingConfig(*config);
+    if (parsed.ok()) {
+      t.config = *parsed;
+    } else {
+      f.AddProblem(parsed.status().message());
+    }
+  }
+  t.deadline_unix_ms = f.Int("deadline_unix_ms", false, 0, kMaxInt).value_or(0);
+  if (std::optional<JsonFields> g = Nested(f, "global_weights", true)) {
+    t.global_weights.url = g->String("url", true, kMaxUrlBytes).value_or("");
+    t.global_weights.sha256 = g->String("sha256", true, 64).value_or("");
+    t.global_weights.size_bytes = g->Uint64("size_bytes", false).value_or(0);
+    t.global_weights.round = static_cast<int>(g->Int("round", false, 0, kMaxRound).value_or(0));
+    f.Absorb(*g);
+  }
+  if (std::optional<JsonFields> d = Nested(f, "data", true)) {
+    t.data.format = d->String("format", false, 16).value_or("");
+    t.data.kind = d->String("kind", false, 64, /*allow_empty=*/true).value_or("");
+    t.data.train_url = d->String("train_url", false, kMaxUrlBytes).value_or("");
+    t.data.train_rows = d->Int("train_rows", false, 0, kMaxInt).value_or(0);
+    t.data.validation_url = d->String("validation_url", false, kMaxUrlBytes).value_or("");
+    t.data.validation_rows = d->Int("validation_rows", false, 0, kMaxInt).value_or(0);
+    f.Absorb(*d);
+  }
+  if (std::optional<JsonFields> m = Nested(f, "model", true)) {
+    t.model.id = m->Int("id", false, 0, kMaxInt).value_or(0);
+    t.model.name = m->String("name", false, 256, /*allow_empty=*/true).value_or("");
+    t.model.model_type = m->String("model_type", false, 64, /*allow_empty=*/true).value_or("");
+    const json files = m->Array("files", false, kMaxModelFiles).value_or(json::array());
+    for (size_t i = 0; i < files.size(); ++i) {
+      JsonFields file = JsonFields::Lenient(files[i], "model.files[" + std::to_string(i) + "].");
+      TaskModelFile mf;
+      mf.path = file.String("path", true, 1024).value_or("");
+      mf.url = file.String("url", true, kMaxUrlBytes).value_or("");
+      mf.sha256 = file.String("sha256", true, 64).value_or("");
+      mf.size_bytes = file.Uint64("size_bytes", false).value_or(0);
+      m->Absorb(file);
+      t.model.files.push_back(std::move(mf));
+    }
+    f.Absorb(*m);
+  }
+  t.update_upload = ReadUpdateUpload(f);
+  if (t.kind == TaskKind::kTrain && !t.update_upload && f.status().ok()) {
+    f.AddProblem("a train task needs 'update_upload'");
+  }
+  PARSYN_RETURN_IF_ERROR(f.status());
+  return t;
+}
+
+json UpdateUploadToJson(const UpdateUpload& u) {
+  json out = {{"blob_key", u.blob_key}, {"max_size_bytes", u.max_size_bytes}};
+  if (!u.url.empty()) out["url"] = u.url;
+  if (u.headers) out["headers"] = *u.headers;
+  if (u.multipart) {
+    json parts = json::array();
+    for (const UploadPart& p : u.multipart->parts) {
+      parts.push_back({{"part_number", p.part_number}, {"url", p.url}, {"headers", p.headers}});
+    }
+    out["multipart"] = {{"part_size_bytes", u.multipart->part_size_bytes}, {"parts", std::move(parts)}};
+  }
+  return out;
+}
+
+json TaskModelFilesToJson(const std::vector<TaskModelFile>& files) {
+  json out = json::array();
+  for (const TaskModelFile& f : files) {
+    out.push_back({{"path", f.path}, {"url", f.url}, {"sha256", f.sha256}, {"size_bytes", f.size_bytes}});
+  }
+  return out;
+}
+
+json TaskToJson(const Task& t) {
+  json out = {
+      {"task_id", t.task_id},
+      {"job_id", t.job_id},
+      {"kind", TaskKindName(t.kind)},
+      {"round", t.round},
+      {"attempt", t.attempt},
+      {"total_rounds", t.total_rounds},
+      {"shard", t.shard},
+      {"seed", t.seed},
+      {"steps_per_round", t.steps_per_round},
+      {"config", TrainingConfigToJson(t.config)},
+      {"deadline_unix_ms", t.deadline_unix_ms},
+      {"global_weights",
+       {{"url", t.global_weights.url},
+        {"sha256", t.global_weights.sha256},
+        {"size_bytes", t.global_weights.size_bytes},
+        {"round", t.global_weights.round}}},
+      {"data",
+       {{"format", t.data.format},
+        {"kind", t.data.kind},
+        {"train_url", t.data.train_url},
+        {"train_rows", t.data.train_rows},
+        {"validation_url", t.data.validation_url},
+        {"validation_rows", t.data.validation_rows}}},
+      {"model",
+       {{"id", t.model.id},
+        {"name", t.model.name},
+        {"model_type", t.model.model_type},
+        {"files", TaskModelFilesToJson(t.model.files)}}},
+  };
+  if (t.update_upload) out["update_upload"] = UpdateUploadToJson(*t.update_upload);
+  return out;
+}
+
+// --- progress, result, failure -------------------------------------------------------------------------------------
+
+StatusOr<Progress> ParseProgress(std::string_view body) {
+  PARSYN_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Parse(body, {"session_id", "job_id", "round", "attempt", "step",
+                                                                 "total_steps", "loss", "throughput", "utilization"}));
+  Progress p;
+  p.session_id = f.String("session_id", false).value_or("");
+  p.job_id = f.Int("job_id", true, 1, kMaxInt).value_or(0);
+  p.round = static_cast<int>(f.Int("round", true, 1, kMaxRound).value_or(0));
+  if (auto attempt = f.Int("attempt", false, 1, kMaxRound)) p.attempt = static_cast<int>(*attempt);
+  p.step = f.Int("step", true, 0, kMaxInt).value_or(0);
+  p.total_steps = f.Int("total_steps", false, 0, kMaxInt);
+  p.loss = f.Number("loss", false);
+  p.throughput = f.Number("throughput", false);
+  p.utilization = f.Number("utilization", false);
+  if (p.utilization && (*p.utilization < 0 || *p.utilization > 1)) f.AddProblem("'utilization' must be in 0..1");
+  PARSYN_RETURN_IF_ERROR(f.status());
+  return p;
+}
+
+json ProgressToJson(const Progress& p) {
+  json out = {{"job_id", p.job_id}, {"round", p.round}, {"step", p.step}};
+  if (!p.session_id.empty()) out["session_id"] = p.session_id;
+  if (p.attempt) out["attempt"] = *p.attempt;
+  if (p.total_steps) out["total_steps"] = *p.total_steps;
+  if (p.loss) out["loss"] = *p.loss;
+  if (p.throughput) out["throughput"] = *p.throughput;
+  if (p.utilization) out["utilization"] = *p.utilization;
+  return out;
+}
+
+StatusOr<Result> ParseResult(std::string_view body) {
+  PARSYN_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Parse(body, {"session_id", "job_id", "round", "attempt", "blob_key",
+                                                                 "sha256", "sample_count", "train_loss",
+                                                                 "validation_loss", "validation_samples", "metrics"}));
+  Result r;
+  r.session_id = f.String("session_id", false).value_or("");
+  r.job_id = f.Int("job_id", true, 1, kMaxInt).value_or(0);
+  r.round = static_cast<int>(f.Int("round", true, 1, kMaxRound).value_or(0));
+  r.attempt = static_cast<int>(f.Int("attempt", true, 1, kMaxRound).value_or(0));
+  r.blob_key = f.String("blob_key", false, 512).value_or("");
+  r.sha256 = f.String("sha256", false, 64).value_or("");
+  r.sample_count = f.Int("sample_count", false, 0, kMaxInt).value_or(0);
+  r.train_loss = f.Number("train_loss", false);
+  r.validation_loss = f.Number("validation_loss", false);
+  r.validation_samples = f.Int("validation_samples", false, 0, kMaxInt).value_or(0);
+  r.metrics = f.Object("metrics", false, kMaxMetrics).value_or(json::object());
+  PARSYN_RETURN_IF_ERROR(f.status());
+  return r;
+}
+
+json ResultToJson(const Result& r) {
+  json out = {{"job_id", r.job_id},
+              {"round", r.round},
+              {"attempt", r.attempt},
+              {"sample_count", r.sample_count},
+              {"validation_samples", r.validation_samples},
+              {"metrics", r.metrics}};
+  if (!r.session_id.empty()) out["session_id"] = r.session_id;
+  if (r.train_loss) out["train_loss"] = *r.train_loss;
+  if (r.validation_loss) out["validation_loss"] = *r.validation_loss;
+  if (!r.blob_key.empty()) {
+    out["blob_key"] = r.blob_key;
+    out["sha256"] = r.sha256;
+  }
+  return out;
+}
+
+StatusOr<Failure> ParseFailure(std::string_view body) {
+  PARSYN_ASSIGN_OR_RETURN(JsonFields f,
+                          JsonFields::Parse(body, {"session_id", "job_id", "round", "attempt", "reason"}));
+  Failure failure;
+  failure.session_id = f.String("session_id", false).value_or("");
+  failure.job_id = f.Int("job_id", true, 1, kMaxInt).value_or(0);
+  failure.round = static_cast<int>(f.Int("round", true, 1, kMaxRound).value_or(0));
+  failure.attempt = static_cast<int>(f.Int("attempt", true, 1, kMaxRound).value_or(0));
+  failure.reason = f.String("reason", true, kMaxReasonBytes).value_or("");
+  PARSYN_RETURN_IF_ERROR(f.status());
+  return failure;
+}
+
+json FailureToJson(const Failure& failure) {
+  json out = {
+      {"job_id", failure.job_id}, {"round", failure.round}, {"attempt", failure.attempt}, {"reason", failure.reason}};
+  if (!failure.session_id.empty()) out["session_id"] = failure.session_id;
+  return out;
+}
+
+}  // namespace parsyn::protocol

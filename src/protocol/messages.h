@@ -1,0 +1,208 @@
+// The worker protocol's messages (/api/v1/worker/...; docs/openapi.yaml), one typed struct each with one reader and
+// one writer. The JSON is what the coordinator and `parsyn worker` exchange today, field for field.
+//
+//   worker → coordinator                      coordinator → worker
+//   POST hello      Hello                     HelloAnswer
+//   POST heartbeat  Heartbeat                 HeartbeatAnswer (the tasks to abandon)
+//   GET tasks/next  -                         Task (200) or nothing (204)
+//   POST progress   Progress                  -
+//   POST result     Result                    the verdict {"status", "reason"}
+//   POST failure    Failure                   {"status": "recorded"}
+//   POST goodbye    Goodbye                   -
+//
+// Readers of what the coordinator receives take the request body and reject unknown fields, as its routes always
+// have ("unknown field 'worker_id'"). Readers of what the worker receives ignore fields they do not know, so that a
+// newer coordinator can add some. Every reader checks types and bounds (ids, rounds, string and list sizes) and
+// reports every problem at once, naming the field (json_fields.h). Plain values and pure functions; any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "protocol/training_config.h"
+
+namespace parsyn::protocol {
+
+// Bounds the readers apply.
+inline constexpr int64_t kMaxRound = 1'000'000;  // rounds and attempts
+inline constexpr size_t kMaxUrlBytes = 8192;     // presigned S3 URLs run to ~1.5 KB
+inline constexpr size_t kMaxReasonBytes = 2000;  // Failure::reason
+
+// --- hello ---------------------------------------------------------------------------------------------------------
+
+struct Hello {
+  std::string device;   // "cpu", "cuda:0", ...; empty: not said
+  std::string version;  // "parsyn-worker 0.1.0"; empty: not said
+  friend bool operator==(const Hello&, const Hello&) = default;
+};
+StatusOr<Hello> ParseHello(std::string_view body);  // an empty body is {}
+nlohmann::json HelloToJson(const Hello& hello);
+
+struct HelloAnswer {
+  int64_t worker_id = 0;
+  std::string session_id;
+  int64_t heartbeat_interval_ms = 5'000;
+  int64_t heartbeat_timeout_ms = 0;  // 0: not said
+  int64_t max_poll_wait_ms = 30'000;
+  friend bool operator==(const HelloAnswer&, const HelloAnswer&) = default;
+};
+StatusOr<HelloAnswer> ParseHelloAnswer(const nlohmann::json& body);
+nlohmann::json HelloAnswerToJson(const HelloAnswer& answer);
+
+// --- heartbeat and goodbye -----------------------------------------------------------------------------------------
+
+struct Heartbeat {
+  std::string session_id;
+  friend bool operator==(const Heartbeat&, const Heartbeat&) = default;
+};
+using Goodbye = Heartbeat;  // the same body: {"session_id"}
+StatusOr<Heartbeat> ParseHeartbeat(std::string_view body);
+nlohmann::json HeartbeatToJson(const Heartbeat& heartbeat);
+
+// A task the worker must drop: its round moved on (straggler) or its job ended.
+struct AbandonedTask {
+  int64_t job_id = 0;
+  int round = 0;
+  int attempt = 0;
+  friend bool operator==(const AbandonedTask&, const AbandonedTask&) = default;
+};
+struct HeartbeatAnswer {
+  std::vector<AbandonedTask> abandon;
+  friend bool operator==(const HeartbeatAnswer&, const HeartbeatAnswer&) = default;
+};
+StatusOr<HeartbeatAnswer> ParseHeartbeatAnswer(const nlohmann::json& body);
+nlohmann::json HeartbeatAnswerToJson(const HeartbeatAnswer& answer);
+
+// --- task ----------------------------------------------------------------------------------------------------------
+
+enum class TaskKind { kTrain, kEvaluate };
+std::string_view TaskKindName(TaskKind kind);  // "train" | "evaluate"
+
+struct TaskModelFile {
+  std::string path;  // within the model folder
+  std::string url;   // signed GET
+  std::string sha256;
+  uint64_t size_bytes = 0;
+  friend bool operator==(const TaskModelFile&, const TaskModelFile&) = default;
+};
+struct TaskModel {
+  int64_t id = 0;
+  std::string name;
+  std::string model_type;  // "llama", "tabular-mlp", ...
+  std::vector<TaskModelFile> files;
+  friend bool operator==(const TaskModel&, const TaskModel&) = default;
+};
+struct TaskGlobalWeights {
+  std::string url;  // signed GET
+  std::string sha256;
+  uint64_t size_bytes = 0;
+  int round = 0;  // the round that produced them (0: the initial global)
+  friend bool operator==(const TaskGlobalWeights&, const TaskGlobalWeights&) = default;
+};
+struct TaskData {
+  std::string format;  // "jsonl" | "csv"
+  std::string kind;    // the dataset's kind
+  std::string train_url;
+  int64_t train_rows = 0;
+  std::string validation_url;
+  int64_t validation_rows = 0;
+  friend bool operator==(const TaskData&, const TaskData&) = default;
+};
+using HttpHeaders = std::map<std::string, std::string>;
+struct UploadPart {
+  int64_t part_number = 0;  // 1-based
+  std::string url;
+  HttpHeaders headers;
+  friend bool operator==(const UploadPart&, const UploadPart&) = default;
+};
+// Where the update goes (worker/update_upload.h): one signed PUT to url (with headers, for S3), or S3 parts.
+struct UpdateUpload {
+  std::string blob_key;
+  uint64_t max_size_bytes = 0;
+  std::string url;                     // empty with multipart
+  std::optional<HttpHeaders> headers;  // S3's signed headers for the single PUT
+  struct Multipart {
+    uint64_t part_size_bytes = 0;
+    std::vector<UploadPart> parts;
+    friend bool operator==(const Multipart&, const Multipart&) = default;
+  };
+  std::optional<Multipart> multipart;
+  friend bool operator==(const UpdateUpload&, const UpdateUpload&) = default;
+};
+
+struct Task {
+  std::string task_id;  // "<job>-<round>-<attempt>-w<worker>"
+  int64_t job_id = 0;
+  TaskKind kind = TaskKind::kTrain;
+  int round = 0;
+  int attempt = 0;
+  int total_rounds = 0;
+  int shard = 0;
+  uint64_t seed = 0;  // this task's own seed (all 64 bits used)
+  int64_t steps_per_round = 0;
+  TrainingConfig config;
+  int64_t deadline_unix_ms = 0;
+  TaskGlobalWeights global_weights;
+  TaskData data;
+  TaskModel model;
+  std::optional<UpdateUpload> update_upload;  // train tasks only, and always there
+  friend bool operator==(const Task&, const Task&) = default;
+};
+StatusOr<Task> ParseTask(const nlohmann::json& body);
+nlohmann::json TaskToJson(const Task& task);
+nlohmann::json UpdateUploadToJson(const UpdateUpload& upload);
+nlohmann::json TaskModelFilesToJson(const std::vector<TaskModelFile>& files);
+
+// --- progress, result, failure -------------------------------------------------------------------------------------
+
+struct Progress {
+  std::string session_id;  // empty: not said
+  int64_t job_id = 0;
+  int round = 0;
+  std::optional<int> attempt;
+  int64_t step = 0;
+  std::optional<int64_t> total_steps;
+  std::optional<double> loss;
+  std::optional<double> throughput;   // tokens per second for language models, else samples per second
+  std::optional<double> utilization;  // 0..1
+  friend bool operator==(const Progress&, const Progress&) = default;
+};
+StatusOr<Progress> ParseProgress(std::string_view body);
+nlohmann::json ProgressToJson(const Progress& progress);
+
+struct Result {
+  std::string session_id;  // empty: not said
+  int64_t job_id = 0;
+  int round = 0;
+  int attempt = 0;
+  std::string blob_key;  // the uploaded update (train tasks); empty for evaluate tasks
+  std::string sha256;
+  int64_t sample_count = 0;
+  std::optional<double> train_loss;
+  std::optional<double> validation_loss;  // of the global the task received
+  int64_t validation_samples = 0;
+  nlohmann::json metrics = nlohmann::json::object();  // the trainer's: validation_before/after, steps, ...
+  friend bool operator==(const Result&, const Result&) = default;
+};
+StatusOr<Result> ParseResult(std::string_view body);
+nlohmann::json ResultToJson(const Result& result);
+
+struct Failure {
+  std::string session_id;  // empty: not said
+  int64_t job_id = 0;
+  int round = 0;
+  int attempt = 0;
+  std::string reason;  // 1..kMaxReasonBytes bytes
+  friend bool operator==(const Failure&, const Failure&) = default;
+};
+StatusOr<Failure> ParseFailure(std::string_view body);
+nlohmann::json FailureToJson(const Failure& failure);
+
+}  // namespace parsyn::protocol

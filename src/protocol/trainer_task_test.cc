@@ -1,0 +1,99 @@
+#include "protocol/trainer_task.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace parsyn::protocol {
+namespace {
+
+using nlohmann::json;
+
+TEST(TrainerConfigTest, ModelTypeFollowsHiddenSizesUnlessGiven) {
+  TrainerConfig c;
+  EXPECT_EQ(c.TabularType(), TabularModelType::kLogreg);  // the job's default: no hidden layer
+  c.training.hidden_sizes = {16};
+  EXPECT_EQ(c.TabularType(), TabularModelType::kMlp);
+  auto parsed = ParseTrainerConfig(json{{"model_type", "logreg"}, {"batch_size", 4}});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->model_type, TabularModelType::kLogreg);
+  EXPECT_EQ(parsed->training.batch_size, 4);
+  EXPECT_EQ(*ParseTrainerConfig(TrainerConfigToJson(*parsed)), *parsed);
+  EXPECT_EQ(ParseTrainerConfig(json{{"model_type", "tree"}}).status().message(),
+            "config.model_type must be one of \"mlp\", \"logreg\", got \"tree\"");
+}
+
+TEST(TrainerTaskTest, RoundTripsEveryField) {
+  TrainerTask t;
+  t.model_dir = "models/m";
+  t.initial_weights = "global.safetensors";
+  t.data = "shard.csv";
+  t.data_format = "csv";
+  t.config.training.batch_size = 2;
+  t.config.model_type = TabularModelType::kMlp;
+  t.validation_fraction = 0.75;
+  t.steps = 10;
+  t.seed = (uint64_t{1} << 63) - 1;
+  t.split_seed = 3;
+  t.schedule = TrainerSchedule{.start_step = 10, .total_steps = 40};
+  t.device = "cuda:1";
+  t.threads = 2;
+  t.output_weights = "out/update.safetensors";
+  t.output_result = "out/result.json";
+  t.output_model_dir = "out/model";
+  const json j = TrainerTaskToJson(t);
+  auto back = ParseTrainerTask(j);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, t);
+  EXPECT_DOUBLE_EQ(back->ValidationFraction(), 0.75);
+  EXPECT_EQ(j["schedule"], (json{{"start_step", 10}, {"total_steps", 40}}));
+}
+
+TEST(TrainerTaskTest, OptionalFieldsDefault) {
+  auto t = ParseTrainerTask(json{{"data", "d.jsonl"}, {"output", {{"weights", "w"}, {"result", "r"}}}});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->config, TrainerConfig{});
+  EXPECT_FALSE(t->steps.has_value());
+  EXPECT_FALSE(t->schedule.has_value());
+  EXPECT_EQ(t->device, "cpu");
+  EXPECT_DOUBLE_EQ(t->ValidationFraction(), 0.1);
+  EXPECT_EQ(TrainerTaskToJson(*t).count("steps"), 0u);
+}
+
+TEST(TrainerTaskTest, NamesEveryProblemWithItsPath) {
+  const json output = {{"weights", "w"}, {"result", "r"}};
+  struct Case {
+    json task;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{{"output", output}}, "task.data is required"},
+      {{{"data", "d.csv"}}, "task.output is required"},
+      {{{"data", "d.csv"}, {"output", {{"weights", "w"}}}}, "task.output.result is required"},
+      {{{"data", "d.csv"}, {"output", output}, {"steps", -1}}, "task.steps (-1) must be between 0 and"},
+      {{{"data", "d.csv"}, {"output", output}, {"data_format", "xml"}},
+       "task.data_format must be one of \"jsonl\", \"csv\", got \"xml\""},
+      {{{"data", "d.csv"}, {"output", output}, {"config", {{"lora_r", 0}}}},
+       "config.lora_r (0) must be between 1 and 1024"},
+      {{{"data", "d.csv"}, {"output", output}, {"validation_fraction", 1}},
+       "task.validation_fraction (1) must be >= 0 and < 1"},
+      {{{"data", "d.csv"}, {"output", output}, {"schedule", {{"total_steps", 0}}}},
+       "task.schedule.total_steps (0) must be between 1 and"},
+      {{{"data", "d.csv"}, {"output", output}, {"colour", 1}}, "unknown field task.colour"},
+      {{{"data", ""}, {"output", output}}, "task.data must be 1..4096 bytes long, got 0"},
+  };
+  for (const Case& c : cases) {
+    auto task = ParseTrainerTask(c.task);
+    ASSERT_FALSE(task.ok()) << c.task.dump();
+    EXPECT_EQ(task.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(task.status().message(), ::testing::HasSubstr(c.message)) << c.task.dump();
+  }
+  auto both = ParseTrainerTask(json{{"steps", "many"}});
+  EXPECT_EQ(both.status().message(),
+            "task.data is required; task.steps must be an integer, got string; "
+            "task.output is required");
+}
+
+}  // namespace
+}  // namespace parsyn::protocol
