@@ -12,32 +12,13 @@
 
 #include "base/status.h"
 #include "http/server.h"
+#include "protocol/json_fields.h"
 #include "storage/metadata_store.h"
 
 namespace parsyn::coordinator {
 
-// Reads the fields of one JSON object, collecting every problem; status() reports them all at once:
-// InvalidArgument "unknown field 'nmae'; 'kind' must be one of own, managed".
-class JsonFields {
- public:
-  // InvalidArgument when `body` is not valid JSON or not an object, or has a field outside `allowed`.
-  static StatusOr<JsonFields> Parse(std::string_view body, std::initializer_list<std::string_view> allowed);
-
-  std::optional<std::string> String(std::string_view name, bool required, size_t max_bytes = 256);
-  std::optional<int64_t> Int(std::string_view name, bool required, int64_t min, int64_t max);
-  std::optional<double> Number(std::string_view name, bool required);
-  // The raw value of an object-typed field.
-  std::optional<nlohmann::json> Object(std::string_view name, bool required);
-  void AddProblem(std::string problem) { problems_.push_back(std::move(problem)); }
-  Status status() const;
-
- private:
-  explicit JsonFields(nlohmann::json object) : object_(std::move(object)) {}
-  const nlohmann::json* Find(std::string_view name, bool required);
-
-  nlohmann::json object_;
-  std::vector<std::string> problems_;
-};
+// Strict JSON request bodies: the protocol layer's reader (every problem named at once, unknown fields rejected).
+using protocol::JsonFields;
 
 // The positive integer of a path parameter ("17"); InvalidArgument naming `what` otherwise.
 StatusOr<int64_t> ParseId(std::string_view text, std::string_view what);

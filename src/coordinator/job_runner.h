@@ -48,6 +48,7 @@
 #include "coordinator/job_spec.h"
 #include "coordinator/loop_tools.h"
 #include "coordinator/round_engine.h"
+#include "protocol/messages.h"
 #include "storage/metadata_store.h"
 #include "strategy/fed_avg.h"
 #include "weights/weight_set.h"
@@ -150,7 +151,7 @@ class JobRunner {
   StatusOr<nlohmann::json> BuildTask(const AssignTask& a) const;
   // The task's "update_upload": the host's blob_urls() create-only PUT (the coordinator's signed /blobs URL, or an S3
   // presigned PUT with the headers the worker must send), or part URLs when a multipart upload was started for it.
-  StatusOr<nlohmann::json> UpdateUploadGrant(int64_t worker_id, const std::string& key) const;
+  StatusOr<protocol::UpdateUpload> UpdateUploadGrant(int64_t worker_id, const std::string& key) const;
   // Starts a multipart upload for the worker's update when the store has them (blob_urls().multipart(), S3) and the
   // job's updates may exceed its multipart threshold.
   http::Awaitable<Status> StartMultipartUploadIfLarge(int64_t worker_id, std::string key);  // by value: a coroutine

@@ -55,6 +55,9 @@ void ParseDistributed(const json* object, DistributedConfig& d, std::vector<std:
   r.Number("aggregation_timeout", timeout_s, 1, 604800);
   d.aggregation_timeout_ms = std::llround(timeout_s * 1000.0);
   r.Integer("fault_tolerance", d.fault_tolerance, 1, 1000);
+  double join_window_s = 5;
+  r.Number("join_window", join_window_s, 0, 3600);
+  d.join_window_ms = std::llround(join_window_s * 1000.0);
   r.RejectUnknown();
 }
 
@@ -181,8 +184,7 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view body) {
 json JobSpecToJson(const JobSpec& spec) {
   const DistributedConfig& d = spec.distributed;
   const WorkerSelection& w = spec.worker_selection;
-  json timeout_s = d.aggregation_timeout_ms % 1000 == 0 ? json(d.aggregation_timeout_ms / 1000)
-                                                        : json(static_cast<double>(d.aggregation_timeout_ms) / 1000.0);
+  auto seconds = [](int64_t ms) { return ms % 1000 == 0 ? json(ms / 1000) : json(static_cast<double>(ms) / 1000.0); };
   return json{
       {"name", spec.name},
       {"dataset_id", spec.dataset_id},
@@ -196,8 +198,9 @@ json JobSpecToJson(const JobSpec& spec) {
            {"steps_per_round", d.steps_per_round},
            {"min_workers", d.min_workers},
            {"max_workers", d.max_workers},
-           {"aggregation_timeout", timeout_s},
+           {"aggregation_timeout", seconds(d.aggregation_timeout_ms)},
            {"fault_tolerance", d.fault_tolerance},
+           {"join_window", seconds(d.join_window_ms)},
        }},
       {"worker_selection",
        {

@@ -77,6 +77,9 @@ struct DistributedConfig {
   int max_workers = 1;
   int64_t aggregation_timeout_ms = 600'000;  // JSON: aggregation_timeout, in seconds
   int fault_tolerance = 3;
+  // How long a round waits, once min_workers are idle, for selected workers still busy (reporting the previous
+  // round) before it starts without them. JSON: join_window, in seconds.
+  int64_t join_window_ms = 5'000;
 
   friend bool operator==(const DistributedConfig&, const DistributedConfig&) = default;
 };

@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "coordinator/job_runner_internal.h"
+#include "protocol/messages.h"
 
 namespace parsyn::coordinator {
 
@@ -58,74 +59,65 @@ StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
   const storage::Shard& shard = shards_.at(static_cast<size_t>(a.shard));
   const std::string validation_key = shard.blob_key.substr(0, shard.blob_key.rfind('/')) + "/validation." +
                                      std::string(DatasetExtension(dataset_.format));
-  json model_files = json::array();
+  protocol::Task task;
+  task.task_id = fmt::format("{}-{}-{}-w{}", job_.id, a.round, a.attempt, a.worker);
+  task.job_id = job_.id;
+  task.kind = a.kind == TaskKind::kTrain ? protocol::TaskKind::kTrain : protocol::TaskKind::kEvaluate;
+  task.round = a.round;
+  task.attempt = a.attempt;
+  task.total_rounds = engine_config_.num_rounds;
+  task.shard = a.shard;
+  task.seed = a.seed;
+  task.steps_per_round = spec_.distributed.steps_per_round;
+  task.config = spec_.config;
+  task.deadline_unix_ms = host_.clock().UnixMillis() + engine_config_.aggregation_timeout.count();
+  task.global_weights = {.url = host_.BlobGetUrl(global_key_),
+                         .sha256 = global_sha256_,
+                         .size_bytes = global_size_bytes_,
+                         .round = engine_->last_committed_round()};
+  task.data = {.format = std::string(storage::ToString(dataset_.format)),
+               .kind = std::string(storage::ToString(dataset_.kind)),
+               .train_url = host_.BlobGetUrl(shard.blob_key),
+               .train_rows = shard.train_rows,
+               .validation_url = host_.BlobGetUrl(validation_key),
+               .validation_rows = shard.validation_rows};
+  task.model = {.id = model_.id, .name = model_.name, .model_type = model_.model_type, .files = {}};
   for (const storage::ModelFile& f : model_.files) {
-    model_files.push_back(
-        {{"path", f.path}, {"url", host_.BlobGetUrl(f.blob_key)}, {"sha256", f.sha256}, {"size_bytes", f.size_bytes}});
+    task.model.files.push_back(
+        {.path = f.path, .url = host_.BlobGetUrl(f.blob_key), .sha256 = f.sha256, .size_bytes = f.size_bytes});
   }
-  json spec = JobSpecToJson(spec_);
-  json task = {
-      {"task_id", fmt::format("{}-{}-{}-w{}", job_.id, a.round, a.attempt, a.worker)},
-      {"job_id", job_.id},
-      {"kind", a.kind == TaskKind::kTrain ? "train" : "evaluate"},
-      {"round", a.round},
-      {"attempt", a.attempt},
-      {"total_rounds", engine_config_.num_rounds},
-      {"shard", a.shard},
-      {"seed", a.seed},
-      {"steps_per_round", spec_.distributed.steps_per_round},
-      {"config", spec["config"]},
-      {"deadline_unix_ms", host_.clock().UnixMillis() + engine_config_.aggregation_timeout.count()},
-      {"global_weights",
-       {{"url", host_.BlobGetUrl(global_key_)},
-        {"sha256", global_sha256_},
-        {"size_bytes", global_size_bytes_},
-        {"round", engine_->last_committed_round()}}},
-      {"data",
-       {{"format", storage::ToString(dataset_.format)},
-        {"kind", storage::ToString(dataset_.kind)},
-        {"train_url", host_.BlobGetUrl(shard.blob_key)},
-        {"train_rows", shard.train_rows},
-        {"validation_url", host_.BlobGetUrl(validation_key)},
-        {"validation_rows", shard.validation_rows}}},
-      {"model", {{"id", model_.id}, {"name", model_.name}, {"model_type", model_.model_type}, {"files", model_files}}},
-  };
   if (a.kind == TaskKind::kTrain) {
-    PARSYN_ASSIGN_OR_RETURN(task["update_upload"],
-                            UpdateUploadGrant(a.worker, UpdateKey(a.round, a.attempt, a.worker)));
+    PARSYN_ASSIGN_OR_RETURN(task.update_upload, UpdateUploadGrant(a.worker, UpdateKey(a.round, a.attempt, a.worker)));
   }
-  return task;
+  return protocol::TaskToJson(task);
 }
 
-StatusOr<json> JobRunner::UpdateUploadGrant(int64_t worker_id, const std::string& key) const {
-  const uint64_t max_bytes = global_size_bytes_ + kUpdateHeaderSlackBytes;
-  json grant = {{"blob_key", key}, {"max_size_bytes", max_bytes}};
+StatusOr<protocol::UpdateUpload> JobRunner::UpdateUploadGrant(int64_t worker_id, const std::string& key) const {
+  protocol::UpdateUpload grant{.blob_key = key, .max_size_bytes = global_size_bytes_ + kUpdateHeaderSlackBytes};
   storage::BlobUrlIssuer& urls = host_.blob_urls();
   const std::chrono::seconds ttl = host_.signed_url_ttl();
-  auto headers_json = [](const std::vector<std::pair<std::string, std::string>>& headers) {
-    json out = json::object();
-    for (const auto& [name, value] : headers) out[name] = value;
-    return out;
+  auto headers_of = [](const std::vector<std::pair<std::string, std::string>>& headers) {
+    return protocol::HttpHeaders(headers.begin(), headers.end());
   };
   auto multipart = multipart_uploads_.find(worker_id);
   if (multipart == multipart_uploads_.end() || multipart->second.key != key) {
     PARSYN_ASSIGN_OR_RETURN(storage::UrlGrant put, urls.PutGrant(key, ttl));
-    grant["url"] = put.url;
-    if (!put.headers.empty()) grant["headers"] = headers_json(put.headers);
+    grant.url = put.url;
+    if (!put.headers.empty()) grant.headers = headers_of(put.headers);
     return grant;
   }
   // Enough parts for the largest update accepted; the worker sends as many as its file needs. (A multipart upload
   // was only started when the store has them.)
   storage::MultipartUrlIssuer& parts_issuer = *urls.multipart();
-  const uint64_t part_size = parts_issuer.part_size_bytes();
-  const uint64_t parts = (max_bytes + part_size - 1) / part_size;
-  json part_grants = json::array();
-  for (uint64_t n = 1; n <= parts; ++n) {
+  protocol::UpdateUpload::Multipart parts{.part_size_bytes = parts_issuer.part_size_bytes(), .parts = {}};
+  const uint64_t count = (grant.max_size_bytes + parts.part_size_bytes - 1) / parts.part_size_bytes;
+  for (uint64_t n = 1; n <= count; ++n) {
     PARSYN_ASSIGN_OR_RETURN(storage::UrlGrant part,
                             parts_issuer.PartGrant(key, multipart->second.upload_id, static_cast<int>(n), ttl));
-    part_grants.push_back({{"part_number", n}, {"url", part.url}, {"headers", headers_json(part.headers)}});
+    parts.parts.push_back(
+        {.part_number = static_cast<int64_t>(n), .url = part.url, .headers = headers_of(part.headers)});
   }
-  grant["multipart"] = {{"part_size_bytes", part_size}, {"parts", std::move(part_grants)}};
+  grant.multipart = std::move(parts);
   return grant;
 }
 

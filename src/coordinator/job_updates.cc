@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/log.h"
+#include "base/strings.h"
 #include "coordinator/job_runner_internal.h"
 #include "storage/local_blob_copy.h"
 #include "weights/safetensors.h"
@@ -14,11 +15,6 @@ using nlohmann::json;
 using storage::JobStatus;
 
 namespace {
-
-std::string ToLower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 // Everything about an uploaded update that does not touch the strategy: its key, size, sha256, format, layout and
 // values, all checked on the bytes as stored (with S3, on the one local copy that is also what gets accumulated,

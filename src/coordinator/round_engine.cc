@@ -76,7 +76,7 @@ RoundEngineConfig EngineConfigFor(const JobSpec& spec) {
   config.aggregation_timeout = Clock::Duration(d.aggregation_timeout_ms);
   config.fault_tolerance = d.fault_tolerance;
   config.eligible_workers = spec.SelectedWorkers();
-  config.join_window = kDefaultJoinWindow;
+  config.join_window = Clock::Duration(d.join_window_ms);
   config.retry_backoff = kDefaultRetryBackoff;
   if (!d.enabled) {
     config.num_shards = 1;  // one worker trains on all the data

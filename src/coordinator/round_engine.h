@@ -92,8 +92,8 @@ struct RoundEngineConfig {
   Clock::Duration retry_backoff{0};
 };
 
-// A job's defaults for the two waits above (docs/training.md): a few seconds for workers still reporting, and
-// 5 s, 10 s, 20 s, ... between attempts of a failing round.
+// The job defaults for the two waits above (docs/training.md): a few seconds for workers still reporting
+// (distributed.join_window), and 5 s, 10 s, 20 s, ... between attempts of a failing round.
 inline constexpr std::chrono::seconds kDefaultJoinWindow{5};
 inline constexpr std::chrono::seconds kDefaultRetryBackoff{5};
 

@@ -9,6 +9,7 @@
 #include "coordinator/loop_tools.h"
 #include "coordinator/service.h"
 #include "coordinator/service_routes.h"
+#include "protocol/messages.h"
 
 namespace parsyn::coordinator {
 
@@ -20,105 +21,18 @@ using nlohmann::json;
 
 namespace {
 
-// ---- Request bodies: each read strictly (unknown fields and wrong types rejected, every problem named). ----
-
-struct HelloBody {
-  std::string device;
-};
-
-StatusOr<HelloBody> ParseHello(std::string_view body) {
-  PARSYN_ASSIGN_OR_RETURN(JsonFields fields, JsonFields::Parse(body.empty() ? "{}" : body, {"device", "version"}));
-  HelloBody hello{.device = fields.String("device", false).value_or("")};
-  (void)fields.String("version", false);
-  PARSYN_RETURN_IF_ERROR(fields.status());
-  return hello;
-}
-
-// The "session_id" of a heartbeat or goodbye.
-StatusOr<std::string> ParseSessionId(std::string_view body) {
-  PARSYN_ASSIGN_OR_RETURN(JsonFields fields, JsonFields::Parse(body, {"session_id"}));
-  std::optional<std::string> session_id = fields.String("session_id", true);
-  PARSYN_RETURN_IF_ERROR(fields.status());
-  return *session_id;
-}
-
-struct ProgressBody {
-  int64_t job_id = 0;
-  int64_t round = 0;
-  int64_t step = 0;
-  std::optional<int64_t> total_steps;
-  std::optional<double> loss;
-  std::optional<double> throughput;
-  std::optional<double> utilization;  // 0..1
-};
-
-StatusOr<ProgressBody> ParseProgress(std::string_view body) {
-  PARSYN_ASSIGN_OR_RETURN(JsonFields fields,
-                          JsonFields::Parse(body, {"session_id", "job_id", "round", "attempt", "step", "total_steps",
-                                                   "loss", "throughput", "utilization"}));
-  (void)fields.String("session_id", false);
-  std::optional<int64_t> job_id = fields.Int("job_id", true, 1, INT64_MAX);
-  std::optional<int64_t> round = fields.Int("round", true, 1, 1'000'000);
-  (void)fields.Int("attempt", false, 1, 1'000'000);
-  std::optional<int64_t> step = fields.Int("step", true, 0, INT64_MAX);
-  ProgressBody progress{.total_steps = fields.Int("total_steps", false, 0, INT64_MAX),
-                        .loss = fields.Number("loss", false),
-                        .throughput = fields.Number("throughput", false),
-                        .utilization = fields.Number("utilization", false)};
-  if (progress.utilization && (*progress.utilization < 0 || *progress.utilization > 1)) {
-    fields.AddProblem("'utilization' must be in 0..1");
-  }
-  PARSYN_RETURN_IF_ERROR(fields.status());
-  progress.job_id = *job_id;
-  progress.round = *round;
-  progress.step = *step;
-  return progress;
-}
-
-struct ResultBody {
-  int64_t job_id = 0;
-  ResultReport report;
-};
-
-StatusOr<ResultBody> ParseResult(std::string_view body) {
-  PARSYN_ASSIGN_OR_RETURN(
-      JsonFields fields,
-      JsonFields::Parse(body, {"session_id", "job_id", "round", "attempt", "blob_key", "sha256", "sample_count",
-                               "train_loss", "validation_loss", "validation_samples", "metrics"}));
-  (void)fields.String("session_id", false);
-  std::optional<int64_t> job_id = fields.Int("job_id", true, 1, INT64_MAX);
-  ResultReport report;
-  report.round = static_cast<int>(fields.Int("round", true, 1, 1'000'000).value_or(0));
-  report.attempt = static_cast<int>(fields.Int("attempt", true, 1, 1'000'000).value_or(0));
-  report.blob_key = fields.String("blob_key", false, 512).value_or("");
-  report.sha256 = fields.String("sha256", false, 64).value_or("");
-  report.sample_count = fields.Int("sample_count", false, 0, INT64_MAX).value_or(0);
-  report.train_loss = fields.Number("train_loss", false).value_or(0.0);
-  report.validation_loss = fields.Number("validation_loss", false).value_or(0.0);
-  report.validation_samples = fields.Int("validation_samples", false, 0, INT64_MAX).value_or(0);
-  report.metrics = fields.Object("metrics", false).value_or(json::object());
-  PARSYN_RETURN_IF_ERROR(fields.status());
-  return ResultBody{.job_id = *job_id, .report = std::move(report)};
-}
-
-struct FailureBody {
-  int64_t job_id = 0;
-  int round = 0;
-  int attempt = 0;
-  std::string reason;
-};
-
-StatusOr<FailureBody> ParseFailure(std::string_view body) {
-  PARSYN_ASSIGN_OR_RETURN(JsonFields fields,
-                          JsonFields::Parse(body, {"session_id", "job_id", "round", "attempt", "reason"}));
-  (void)fields.String("session_id", false);
-  std::optional<int64_t> job_id = fields.Int("job_id", true, 1, INT64_MAX);
-  FailureBody failure{.round = static_cast<int>(fields.Int("round", true, 1, 1'000'000).value_or(0)),
-                      .attempt = static_cast<int>(fields.Int("attempt", true, 1, 1'000'000).value_or(0)),
-                      .reason = fields.String("reason", true, 2000).value_or("")};
-  PARSYN_RETURN_IF_ERROR(fields.status());
-  failure.job_id = *job_id;
-  return failure;
+// Request bodies are read by src/protocol's readers (strict: unknown fields and wrong types rejected, every problem
+// named). A result becomes the runner's ResultReport; a loss the worker did not send counts as 0.
+ResultReport ToResultReport(protocol::Result result) {
+  return ResultReport{.round = result.round,
+                      .attempt = result.attempt,
+                      .blob_key = std::move(result.blob_key),
+                      .sha256 = std::move(result.sha256),
+                      .sample_count = result.sample_count,
+                      .train_loss = result.train_loss.value_or(0.0),
+                      .validation_samples = result.validation_samples,
+                      .validation_loss = result.validation_loss.value_or(0.0),
+                      .metrics = std::move(result.metrics)};
 }
 
 // The wait_ms of a task poll: at most `max_wait`. InvalidArgument for anything but a non-negative integer.
@@ -153,7 +67,7 @@ class WorkerProtocolRoutes {
 
   // A new hello replaces an old session: its task (if any) is abandoned, as after a disconnect.
   Awaitable<Response> Hello(Request& req, int64_t worker_id) {
-    StatusOr<HelloBody> hello = ParseHello(req.body);
+    StatusOr<protocol::Hello> hello = protocol::ParseHello(req.body);
     if (!hello.ok()) co_return Response::Error(hello.status());
     if (service_.FindSession(worker_id) != nullptr) co_await service_.EndSession(worker_id, "replaced by a new hello");
     StatusOr<std::string> session_id = NewSecret("pss_");
@@ -165,11 +79,12 @@ class WorkerProtocolRoutes {
     s.wake = std::make_shared<http::Signal>(service_.executor());
     co_await service_.SetWorkerStatus(worker_id, storage::WorkerStatus::kOnline, hello->device);
     const ServiceOptions& options = service_.options();
-    co_return Response::Json(200, {{"worker_id", worker_id},
-                                   {"session_id", *session_id},
-                                   {"heartbeat_interval_ms", options.heartbeat_interval.count()},
-                                   {"heartbeat_timeout_ms", options.heartbeat_timeout.count()},
-                                   {"max_poll_wait_ms", options.max_poll_wait.count()}});
+    co_return Response::Json(200,
+                             protocol::HelloAnswerToJson({.worker_id = worker_id,
+                                                          .session_id = *session_id,
+                                                          .heartbeat_interval_ms = options.heartbeat_interval.count(),
+                                                          .heartbeat_timeout_ms = options.heartbeat_timeout.count(),
+                                                          .max_poll_wait_ms = options.max_poll_wait.count()}));
   }
 
   // Answers the tasks the worker must drop ("abandon").
@@ -229,7 +144,7 @@ class WorkerProtocolRoutes {
 
   // Stored as a metric point and shown live (the job's view and a worker_progress event).
   Awaitable<Response> Progress(Request& req, int64_t worker_id) {
-    StatusOr<ProgressBody> body = ParseProgress(req.body);
+    StatusOr<protocol::Progress> body = protocol::ParseProgress(req.body);
     if (!body.ok()) co_return Response::Error(body.status());
     JobRunner* runner = service_.FindRunner(body->job_id);
     if (runner == nullptr || runner->finished()) {
@@ -266,19 +181,19 @@ class WorkerProtocolRoutes {
 
   // The worker's update (or evaluation) is uploaded; the job's runner checks it and answers the outcome.
   Awaitable<Response> Result(Request& req, int64_t worker_id) {
-    StatusOr<ResultBody> body = ParseResult(req.body);
+    StatusOr<protocol::Result> body = protocol::ParseResult(req.body);
     if (!body.ok()) co_return Response::Error(body.status());
     JobRunner* runner = service_.FindRunner(body->job_id);
     if (runner == nullptr) co_return Response::Error(JobNotActive(body->job_id));
     Touch(worker_id);
-    auto result = runner->Result(worker_id, std::move(body->report));  // kCoAwaitTemporaries (loop_tools.h)
+    auto result = runner->Result(worker_id, ToResultReport(std::move(*body)));  // kCoAwaitTemporaries (loop_tools.h)
     StatusOr<json> outcome = co_await std::move(result);
     if (!outcome.ok()) co_return Response::Error(outcome.status());
     co_return Response::Json(200, *outcome);
   }
 
   Awaitable<Response> Failure(Request& req, int64_t worker_id) {
-    StatusOr<FailureBody> body = ParseFailure(req.body);
+    StatusOr<protocol::Failure> body = protocol::ParseFailure(req.body);
     if (!body.ok()) co_return Response::Error(body.status());
     JobRunner* runner = service_.FindRunner(body->job_id);
     if (runner == nullptr) co_return Response::Error(JobNotActive(body->job_id));
@@ -301,7 +216,8 @@ class WorkerProtocolRoutes {
   // The worker's session named by a {"session_id": ...} body (heartbeat, goodbye): InvalidArgument for another body,
   // FailedPrecondition when the worker has no session with that id (expired or replaced).
   StatusOr<Session*> SessionNamedInBody(std::string_view body, int64_t worker_id) {
-    PARSYN_ASSIGN_OR_RETURN(std::string session_id, ParseSessionId(body));
+    PARSYN_ASSIGN_OR_RETURN(protocol::Heartbeat heartbeat, protocol::ParseHeartbeat(body));
+    const std::string& session_id = heartbeat.session_id;
     Session* s = service_.FindSession(worker_id);
     if (s == nullptr || s->session_id != session_id) return NoSession(worker_id);
     return s;

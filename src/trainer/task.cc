@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "base/atomic_file.h"
+#include "base/strings.h"
 #include "data/dataset.h"
 #include "trainer/tabular_model.h"
 #include "trainer/task_models.h"
@@ -118,9 +119,7 @@ StatusOr<Prepared> PrepareLanguageModel(const TrainTask& task, torch::Device dev
 
 bool IsCsv(const TrainTask& task) {
   if (!task.data_format.empty()) return task.data_format == "csv";
-  std::string ext = task.data.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext == ".csv";
+  return ToLower(task.data.extension().string()) == ".csv";
 }
 
 }  // namespace

@@ -55,6 +55,7 @@ const DISTRIBUTED_FIELDS = [
   ['distributed.max_workers', 'Max workers', 'int', 'min workers'],
   ['distributed.aggregation_timeout', 'Aggregation timeout (s)', 'number', '600'],
   ['distributed.fault_tolerance', 'Fault tolerance (failed rounds)', 'int', '3'],
+  ['distributed.join_window', 'Join window (s)', 'number', '5', null, 'how long a round waits for workers still reporting'],
 ];
 
 const fieldId = (path) => `f-${path.replaceAll('.', '-')}`;
