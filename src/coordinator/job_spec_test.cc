@@ -89,7 +89,8 @@ TEST(JobSpecTest, NormalisedJsonHasEveryDefault) {
     },
     "distributed": {
       "enabled": false, "strategy": "federated_averaging", "num_rounds": 1, "steps_per_round": 0,
-      "min_workers": 1, "max_workers": 1, "aggregation_timeout": 600, "fault_tolerance": 3
+      "min_workers": 1, "max_workers": 1, "aggregation_timeout": 600, "fault_tolerance": 3,
+      "join_window": 5
     },
     "worker_selection": {"mode": "auto", "worker_ids": [], "parsyn_worker_ids": []}
   })");

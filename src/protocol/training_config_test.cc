@@ -22,6 +22,7 @@ std::map<std::string, json> DocumentedDefaults() {
   const std::regex row(R"(^\| `([a-z_]+)` \| `([^`]*)` \|)");
   std::string line;
   while (std::getline(in, line)) {
+    if (line.starts_with("## ") && !table.empty()) break;  // the config table's section ends here
     std::smatch m;
     if (std::regex_search(line, m, row)) table[m[1]] = json::parse(m[2].str());
   }
