@@ -35,11 +35,8 @@ class DatasetRoutes {
   }
 
   Awaitable<Response> Get(Request& req) {
-    StatusOr<int64_t> id = ParseId(req.params["id"], "dataset");
-    if (!id.ok()) co_return Response::Error(id.status());
-    auto d = co_await Offload(context_.pool, [&] { return context_.store.GetDataset(*id); });
-    if (!d.ok()) co_return Response::Error(d.status());
-    co_return Response::Json(200, DatasetJson(*d));
+    return GetRecordById(
+        context_, req, "dataset", [](storage::MetadataStore& s, int64_t id) { return s.GetDataset(id); }, DatasetJson);
   }
 
   Awaitable<Response> Delete(Request& req) {

@@ -141,11 +141,8 @@ class ModelRoutes {
   }
 
   Awaitable<Response> Get(Request& req) {
-    StatusOr<int64_t> id = ParseId(req.params["id"], "model");
-    if (!id.ok()) co_return Response::Error(id.status());
-    auto m = co_await Offload(context_.pool, [&] { return context_.store.GetModel(*id); });
-    if (!m.ok()) co_return Response::Error(m.status());
-    co_return Response::Json(200, ModelJson(*m));
+    return GetRecordById(
+        context_, req, "model", [](storage::MetadataStore& s, int64_t id) { return s.GetModel(id); }, ModelJson);
   }
 
   Awaitable<Response> Delete(Request& req) {

@@ -17,6 +17,8 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "coordinator/api_json.h"
+#include "coordinator/loop_tools.h"
 #include "http/server.h"
 #include "storage/blob_store.h"
 #include "storage/local_blob_copy.h"
@@ -103,5 +105,17 @@ Status AddWorkerProtocolRoutes(RouteTable& routes, const RouteContext& context, 
 // `signing_secret` verifies the signed /blobs URLs.
 Status AddBlobRoutes(RouteTable& routes, const RouteContext& context, Service& service,  // blob_routes.cc
                      std::string signing_secret);
+
+// GET …/{id} of a stored record: the id from the path (named `what` in errors), the record read on the pool with
+// get(store, id), answered as view(record). One body for datasets, models and workers.
+template <typename Get, typename View>
+http::Awaitable<http::Response> GetRecordById(const RouteContext& context, http::Request& req, std::string_view what,
+                                              Get get, View view) {
+  StatusOr<int64_t> id = ParseId(req.params["id"], what);
+  if (!id.ok()) co_return http::Response::Error(id.status());
+  auto record = co_await Offload(context.pool, [&] { return get(context.store, *id); });
+  if (!record.ok()) co_return http::Response::Error(record.status());
+  co_return http::Response::Json(200, view(*record));
+}
 
 }  // namespace parsyn::coordinator

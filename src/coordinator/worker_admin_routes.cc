@@ -55,11 +55,9 @@ class WorkerAdminRoutes {
   }
 
   Awaitable<Response> Get(Request& req) {
-    StatusOr<int64_t> id = ParseId(req.params["id"], "worker");
-    if (!id.ok()) co_return Response::Error(id.status());
-    auto w = co_await Offload(context_.pool, [&] { return context_.store.GetWorker(*id); });
-    if (!w.ok()) co_return Response::Error(w.status());
-    co_return Response::Json(200, WorkerView(*w));
+    return GetRecordById(
+        context_, req, "worker", [](storage::MetadataStore& s, int64_t id) { return s.GetWorker(id); },
+        [this](const storage::Worker& w) { return WorkerView(w); });
   }
 
   // DELETE /api/v1/workers/{id}: revocation keeps the record (jobs and rounds refer to it) and ends the worker's
