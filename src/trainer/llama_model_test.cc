@@ -31,9 +31,7 @@ std::pair<torch::Tensor, torch::Tensor> PaddedBatch(int64_t vocab) {
 }
 
 std::filesystem::path ReferenceScript() {
-  // This file is src/trainer/llama_model_test.cc; the script is tests/reference/llama_forward.py.
-  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "tests" / "reference" /
-         "llama_forward.py";
+  return std::filesystem::path(PARSYN_SOURCE_DIR) / "tests" / "reference" / "llama_forward.py";
 }
 
 struct ForwardCase {
