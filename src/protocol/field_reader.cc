@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <limits>
 
+#include "base/json_nesting.h"
+
 namespace parsyn::protocol {
 
 using nlohmann::json;
@@ -146,6 +148,7 @@ Status ErrorsToStatus(const std::vector<std::string>& errors) {
 }
 
 StatusOr<json> ParseJsonText(std::string_view text, std::string_view what) {
+  PARSYN_RETURN_IF_ERROR(CheckJsonNesting(text, what));
   try {
     return json::parse(text);
   } catch (const json::exception& e) {
