@@ -92,6 +92,14 @@ json ReadResultMetrics(JsonFields& f) {
   return out;
 }
 
+// A task id names files and log lines on workers: never a path.
+bool IsTaskName(std::string_view id) {
+  if (id.empty() || id.size() > 64) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+  });
+}
+
 HttpHeaders ToHeaders(const std::vector<std::pair<std::string, std::string>>& pairs) {
   return HttpHeaders(pairs.begin(), pairs.end());
 }
@@ -213,7 +221,13 @@ StatusOr<Task> ParseTask(const json& body) {
   PARSYN_RETURN_IF_ERROR(CheckObject(body, "a task"));
   JsonFields f = JsonFields::Lenient(body);
   Task t;
-  t.task_id = f.String("task_id", true).value_or("");
+  if (std::optional<std::string> id = f.String("task_id", true)) {
+    if (IsTaskName(*id)) {
+      t.task_id = std::move(*id);
+    } else {
+      f.AddProblem("'task_id' must be 1..64 letters, digits, '-' or '_'");
+    }
+  }
   t.job_id = f.Int("job_id", true, 1, kMaxInt).value_or(0);
   if (std::optional<std::string> kind = f.String("kind", true, 32)) {
     if (*kind == "train" || *kind == "evaluate") {

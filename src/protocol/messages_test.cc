@@ -116,6 +116,20 @@ TEST(TaskMessageTest, RejectsAbsurdSizes) {
               HasSubstr("'update_upload.multipart.parts' has 10001 items, at most 10000 are allowed"));
 }
 
+// A task_id of "../../.." from a compromised coordinator or a man in the middle once named a folder the worker
+// removed; a task_id is a name now, never a path.
+TEST(TaskMessageTest, TaskIdIsANameNotAPath) {
+  for (std::string bad : {"../../..", "..", "a/b", std::string(65, 'a'), std::string("a\0b", 4)}) {
+    json task = CoordinatorTask();
+    task["task_id"] = bad;
+    EXPECT_THAT(ParseTask(task).status().message(), HasSubstr("'task_id' must be 1..64 letters, digits, '-' or '_'"))
+        << bad;
+  }
+  json task = CoordinatorTask();
+  task["task_id"] = "12-3-1-w_5";
+  EXPECT_TRUE(ParseTask(task).ok());
+}
+
 TEST(HelloTest, RoundTripsAndAcceptsAnEmptyBody) {
   Hello hello{.device = "cuda:0", .version = "parsyn-worker 0.1.0"};
   EXPECT_EQ(HelloToJson(hello), (json{{"device", "cuda:0"}, {"version", "parsyn-worker 0.1.0"}}));
