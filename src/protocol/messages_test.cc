@@ -119,7 +119,8 @@ TEST(TaskMessageTest, RejectsAbsurdSizes) {
 // A task_id of "../../.." from a compromised coordinator or a man in the middle once named a folder the worker
 // removed; a task_id is a name now, never a path.
 TEST(TaskMessageTest, TaskIdIsANameNotAPath) {
-  for (std::string bad : {"../../..", "..", "a/b", std::string(65, 'a'), std::string("a\0b", 4)}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"../../..", "..", "a/b", std::string(65, 'a'), std::string("a\0b", 3)}) {
     json task = CoordinatorTask();
     task["task_id"] = bad;
     EXPECT_THAT(ParseTask(task).status().message(), HasSubstr("'task_id' must be 1..64 letters, digits, '-' or '_'"))
