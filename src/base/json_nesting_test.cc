@@ -13,7 +13,9 @@ std::string Nested(int depth, char open = '[', char close = ']') {
 
 TEST(JsonNestingTest, AcceptsUpToTheLimit) {
   EXPECT_TRUE(CheckJsonNesting(Nested(64), "body").ok());
-  EXPECT_TRUE(CheckJsonNesting(R"({"a": [{"b": {"c": [1, 2, {"d": null}]}}]})", "body", 5).ok());
+  const std::string six_levels = R"({"a": [{"b": {"c": [1, 2, {"d": null}]}}]})";
+  EXPECT_TRUE(CheckJsonNesting(six_levels, "body", 6).ok());
+  EXPECT_FALSE(CheckJsonNesting(six_levels, "body", 5).ok());
   EXPECT_TRUE(CheckJsonNesting("", "body").ok());
 }
 
