@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/json_nesting.h"
 #include "net/transport.h"
 
 namespace parsyn::http {
@@ -136,14 +137,15 @@ class EventSink final : public net::ResponseSink {
 
 Status HttpError(std::string_view what, const ClientResponse& response) {
   StatusCode code = CodeForHttpStatus(response.status);
-  std::string message;
+  std::string message = response.body.substr(0, 200);  // unless it is our error body: show its head
   try {
-    nlohmann::json body = nlohmann::json::parse(response.body);
-    const nlohmann::json& error = body.at("error");
-    if (auto slug = CodeForSlug(error.at("code").get<std::string>())) code = *slug;
-    message = error.at("message").get<std::string>();
+    if (CheckJsonNesting(response.body, "response").ok()) {
+      nlohmann::json body = nlohmann::json::parse(response.body);
+      const nlohmann::json& error = body.at("error");
+      if (auto slug = CodeForSlug(error.at("code").get<std::string>())) code = *slug;
+      message = error.at("message").get<std::string>();
+    }
   } catch (const nlohmann::json::exception&) {
-    message = response.body.substr(0, 200);  // not our error body: show its head
   }
   std::string text = std::string(what) + ": HTTP " + std::to_string(response.status);
   if (!message.empty()) text += ": " + message;
@@ -153,6 +155,7 @@ Status HttpError(std::string_view what, const ClientResponse& response) {
 }  // namespace
 
 StatusOr<nlohmann::json> ClientResponse::Json() const {
+  PARSYN_RETURN_IF_ERROR(CheckJsonNesting(body, "response"));
   try {
     return nlohmann::json::parse(body);
   } catch (const nlohmann::json::parse_error& e) {

@@ -1,6 +1,7 @@
 // Router, Request and Response helpers: the parts of the server that do not touch sockets.
 #include <algorithm>
 
+#include "base/json_nesting.h"
 #include "base/strings.h"
 #include "http/internal.h"
 #include "http/server.h"
@@ -26,6 +27,7 @@ std::string_view Request::Header(std::string_view name) const {
 }
 
 StatusOr<nlohmann::json> Request::JsonBody() const {
+  PARSYN_RETURN_IF_ERROR(CheckJsonNesting(body, "request body"));
   try {
     return nlohmann::json::parse(body);
   } catch (const nlohmann::json::parse_error& e) {

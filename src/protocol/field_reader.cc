@@ -4,6 +4,12 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/json_nesting.h"
 
 namespace parsyn::protocol {
 
@@ -146,8 +152,28 @@ Status ErrorsToStatus(const std::vector<std::string>& errors) {
 }
 
 StatusOr<json> ParseJsonText(std::string_view text, std::string_view what) {
+  PARSYN_RETURN_IF_ERROR(CheckJsonNesting(text, what));
+  // The keys seen so far in each object being parsed, innermost last.
+  std::vector<std::set<std::string, std::less<>>> open_objects;
+  std::optional<std::string> repeated_key;
+  json::parser_callback_t check_keys = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start: open_objects.emplace_back(); break;
+      case json::parse_event_t::object_end:
+        if (!open_objects.empty()) open_objects.pop_back();
+        break;
+      case json::parse_event_t::key:
+        if (!open_objects.empty() && !open_objects.back().insert(parsed.get<std::string>()).second && !repeated_key) {
+          repeated_key = parsed.get<std::string>();
+        }
+        break;
+      default: break;
+    }
+    return true;
+  };
+  json parsed;
   try {
-    return json::parse(text);
+    parsed = json::parse(text, check_keys);
   } catch (const json::exception& e) {
     // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 2: ..."; keep the readable part.
     std::string message = e.what();
@@ -156,6 +182,11 @@ StatusOr<json> ParseJsonText(std::string_view text, std::string_view what) {
     }
     return InvalidArgumentError(std::string(what) + " is not valid JSON: " + message);
   }
+  if (repeated_key) {
+    const std::string shown = repeated_key->size() > 80 ? repeated_key->substr(0, 80) + "..." : *repeated_key;
+    return InvalidArgumentError(std::string(what) + " has the key '" + shown + "' twice in one object");
+  }
+  return parsed;
 }
 
 }  // namespace parsyn::protocol

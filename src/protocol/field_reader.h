@@ -90,7 +90,9 @@ class FieldReader {
 // OK when `errors` is empty, else InvalidArgument listing them, separated by "; ".
 Status ErrorsToStatus(const std::vector<std::string>& errors);
 
-// Parses `text`; InvalidArgument "<what> is not valid JSON: parse error at line 1, column 2: ..." otherwise.
+// Parses `text`; InvalidArgument "<what> is not valid JSON: parse error at line 1, column 2: ..." otherwise, and
+// when it nests deeper than base/json_nesting.h allows or repeats a key in one object ("<what> has the key 'a'
+// twice in one object": which of two values counts is up to each parser, so neither is taken).
 StatusOr<nlohmann::json> ParseJsonText(std::string_view text, std::string_view what);
 
 }  // namespace parsyn::protocol

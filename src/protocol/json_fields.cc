@@ -3,13 +3,14 @@
 #include <cmath>
 #include <limits>
 
+#include "protocol/field_reader.h"
+
 namespace parsyn::protocol {
 
 using nlohmann::json;
 
 StatusOr<JsonFields> JsonFields::Parse(std::string_view body, std::initializer_list<std::string_view> allowed) {
-  json object = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (object.is_discarded()) return InvalidArgumentError("request body is not valid JSON");
+  PARSYN_ASSIGN_OR_RETURN(json object, ParseJsonText(body, "request body"));
   return Strict(std::move(object), allowed);
 }
 

@@ -1,6 +1,9 @@
 #include "protocol/messages.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
+#include <span>
 
 #include "protocol/json_fields.h"
 
@@ -13,7 +16,7 @@ constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 constexpr size_t kMaxModelFiles = 10'000;
 constexpr size_t kMaxUploadParts = 10'000;  // S3's limit
 constexpr size_t kMaxHeaders = 64;
-constexpr size_t kMaxMetrics = 64;
+constexpr size_t kMaxMetrics = 16;
 constexpr size_t kMaxAbandoned = 10'000;
 
 // A message from the coordinator must be an object before its fields can be read.
@@ -28,6 +31,73 @@ std::optional<JsonFields> Nested(JsonFields& outer, std::string_view name, bool 
   std::optional<json> object = outer.Object(name, required);
   if (!object) return std::nullopt;
   return JsonFields::Lenient(std::move(*object), prefix + std::string(name) + ".");
+}
+
+// A result's metrics (worker/trainer_task.cc BuildResult): the trainer's counters, and its validation metrics before
+// and after training as flat objects (null: not measured); every value a finite number or null. Anything else is
+// refused, so what the coordinator stores and serves back is small and flat.
+constexpr std::string_view kResultCounters[] = {"steps", "examples_seen", "tokens_seen", "wall_s"};
+constexpr std::string_view kValidationMetrics[] = {"num_examples", "num_counted", "loss",
+                                                   "perplexity",   "accuracy",    "exact_match"};
+
+bool Contains(std::span<const std::string_view> names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+bool IsNumberOrNull(const json& v) {
+  return v.is_null() || v.is_number_integer() || v.is_number_unsigned() ||
+         (v.is_number_float() && std::isfinite(v.get<double>()));
+}
+
+json ReadResultMetrics(JsonFields& f) {
+  std::optional<json> metrics = f.Object("metrics", false, kMaxMetrics);
+  if (!metrics) return json::object();
+  json out = json::object();
+  auto unknown = [&](const std::string& name) {
+    f.AddProblem("unknown field " + f.Quoted(name.size() > 80 ? name.substr(0, 80) + "..." : name));
+  };
+  auto not_a_number = [&](const std::string& name, const json& v) {
+    f.AddProblem(f.Quoted(name) + " must be a finite number or null, got " + std::string(v.type_name()));
+  };
+  for (const auto& [key, value] : metrics->items()) {
+    const std::string name = "metrics." + key;
+    if (key == "validation_before" || key == "validation_after") {
+      if (value.is_null()) {
+        out[key] = nullptr;
+        continue;
+      }
+      if (!value.is_object() || value.size() > std::size(kValidationMetrics)) {
+        f.AddProblem(f.Quoted(name) + " must be an object of at most " + std::to_string(std::size(kValidationMetrics)) +
+                     " numbers, got " + (value.is_object() ? "more" : std::string(value.type_name())));
+        continue;
+      }
+      json& validation = out[key] = json::object();
+      for (const auto& [metric, number] : value.items()) {
+        if (!Contains(kValidationMetrics, metric)) {
+          unknown(name + "." + metric);
+        } else if (!IsNumberOrNull(number)) {
+          not_a_number(name + "." + metric, number);
+        } else {
+          validation[metric] = number;
+        }
+      }
+    } else if (!Contains(kResultCounters, key)) {
+      unknown(name);
+    } else if (!IsNumberOrNull(value)) {
+      not_a_number(name, value);
+    } else {
+      out[key] = value;
+    }
+  }
+  return out;
+}
+
+// A task id names files and log lines on workers: never a path.
+bool IsTaskName(std::string_view id) {
+  if (id.empty() || id.size() > 64) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+  });
 }
 
 HttpHeaders ToHeaders(const std::vector<std::pair<std::string, std::string>>& pairs) {
@@ -151,7 +221,13 @@ StatusOr<Task> ParseTask(const json& body) {
   PARSYN_RETURN_IF_ERROR(CheckObject(body, "a task"));
   JsonFields f = JsonFields::Lenient(body);
   Task t;
-  t.task_id = f.String("task_id", true).value_or("");
+  if (std::optional<std::string> id = f.String("task_id", true)) {
+    if (IsTaskName(*id)) {
+      t.task_id = std::move(*id);
+    } else {
+      f.AddProblem("'task_id' must be 1..64 letters, digits, '-' or '_'");
+    }
+  }
   t.job_id = f.Int("job_id", true, 1, kMaxInt).value_or(0);
   if (std::optional<std::string> kind = f.String("kind", true, 32)) {
     if (*kind == "train" || *kind == "evaluate") {
@@ -319,7 +395,7 @@ StatusOr<Result> ParseResult(std::string_view body) {
   r.train_loss = f.Number("train_loss", false);
   r.validation_loss = f.Number("validation_loss", false);
   r.validation_samples = f.Int("validation_samples", false, 0, kMaxInt).value_or(0);
-  r.metrics = f.Object("metrics", false, kMaxMetrics).value_or(json::object());
+  r.metrics = ReadResultMetrics(f);
   PARSYN_RETURN_IF_ERROR(f.status());
   return r;
 }

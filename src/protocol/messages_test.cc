@@ -116,6 +116,20 @@ TEST(TaskMessageTest, RejectsAbsurdSizes) {
               HasSubstr("'update_upload.multipart.parts' has 10001 items, at most 10000 are allowed"));
 }
 
+// A task_id of "../../.." from a compromised coordinator or a man in the middle once named a folder the worker
+// removed; a task_id is a name now, never a path.
+TEST(TaskMessageTest, TaskIdIsANameNotAPath) {
+  for (const std::string& bad : std::vector<std::string>{"../../..", "..", "a/b", std::string(65, 'a')}) {
+    json task = CoordinatorTask();
+    task["task_id"] = bad;
+    EXPECT_THAT(ParseTask(task).status().message(), HasSubstr("'task_id' must be 1..64 letters, digits, '-' or '_'"))
+        << bad;
+  }
+  json task = CoordinatorTask();
+  task["task_id"] = "12-3-1-w_5";
+  EXPECT_TRUE(ParseTask(task).ok());
+}
+
 TEST(HelloTest, RoundTripsAndAcceptsAnEmptyBody) {
   Hello hello{.device = "cuda:0", .version = "parsyn-worker 0.1.0"};
   EXPECT_EQ(HelloToJson(hello), (json{{"device", "cuda:0"}, {"version", "parsyn-worker 0.1.0"}}));
@@ -188,9 +202,52 @@ TEST(ResultTest, RoundTripsAndRejectsUnknownFields) {
   spoofed["worker_id"] = 9;
   EXPECT_EQ(ParseResult(spoofed.dump()).status().message(), "unknown field 'worker_id'");
   json many = ResultToJson(r);
-  for (int i = 0; i < 65; ++i) many["metrics"]["m" + std::to_string(i)] = i;
-  EXPECT_EQ(ParseResult(many.dump()).status().message(), "'metrics' has 66 fields, at most 64 are allowed");
-  EXPECT_EQ(ParseResult("{").status().message(), "request body is not valid JSON");
+  for (int i = 0; i < 16; ++i) many["metrics"]["m" + std::to_string(i)] = i;
+  EXPECT_EQ(ParseResult(many.dump()).status().message(), "'metrics' has 17 fields, at most 16 are allowed");
+  EXPECT_THAT(std::string(ParseResult("{").status().message()), HasSubstr("request body is not valid JSON: "));
+}
+
+// The trainer's metrics as worker/trainer_task.cc sends them pass; anything else in `metrics` is refused by name.
+TEST(ResultTest, MetricsHaveASchema) {
+  const json validation = {{"num_examples", 30}, {"num_counted", 30}, {"loss", 0.7},
+                           {"perplexity", 2.01}, {"accuracy", 0.8},   {"exact_match", nullptr}};
+  Result r{.job_id = 3, .round = 2, .attempt = 1, .sample_count = 120};
+  r.metrics = {{"validation_before", validation},
+               {"validation_after", nullptr},
+               {"steps", 10},
+               {"examples_seen", 1200},
+               {"tokens_seen", 0},
+               {"wall_s", 1.5}};
+  EXPECT_EQ(*ParseResult(ResultToJson(r).dump()), r);
+
+  auto problem = [&](const json& metrics) {
+    json body = ResultToJson(r);
+    body["metrics"] = metrics;
+    return std::string(ParseResult(body.dump()).status().message());
+  };
+  EXPECT_EQ(problem({{"steps", "ten"}}), "'metrics.steps' must be a finite number or null, got string");
+  EXPECT_EQ(problem({{"steps", json::array({1})}}), "'metrics.steps' must be a finite number or null, got array");
+  EXPECT_EQ(problem({{"rows", 1}}), "unknown field 'metrics.rows'");
+  EXPECT_EQ(problem({{"validation_after", {{"loss", {{"x", 1}}}}}}),
+            "'metrics.validation_after.loss' must be a finite number or null, got object");
+  EXPECT_EQ(problem({{"validation_after", {{"lost", 1}}}}), "unknown field 'metrics.validation_after.lost'");
+  EXPECT_EQ(problem({{"validation_before", 1}}),
+            "'metrics.validation_before' must be an object of at most 6 numbers, got number");
+  // JSON has no infinity: a number too large for a double is refused by the parser.
+  EXPECT_THAT(
+      std::string(
+          ParseResult(R"({"job_id": 3, "round": 2, "attempt": 1, "metrics": {"wall_s": 1e999}})").status().message()),
+      HasSubstr("number overflow parsing '1e999'"));
+}
+
+// The body that crashed the coordinator (a valid worker token was all it took): ~200,000 nested arrays in metrics,
+// 400 KB, under the 1 MiB body cap. Refused before it is parsed, for every message read from outside.
+TEST(ResultTest, DeeplyNestedBodiesAreRefusedBeforeParsing) {
+  const std::string nested = std::string(200'000, '[') + std::string(200'000, ']');
+  const std::string body = R"({"job_id": 3, "round": 2, "attempt": 1, "metrics": {"steps": )" + nested + "}}";
+  EXPECT_EQ(ParseResult(body).status().message(), "request body nests deeper than 64 levels (at byte 123)");
+  EXPECT_EQ(ParseProgress(body).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseHello(body).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(FailureTest, RoundTripsAndBoundsTheReason) {

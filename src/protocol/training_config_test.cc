@@ -102,5 +102,17 @@ TEST(FieldReaderTest, ParseJsonTextKeepsTheReadablePartOfTheError) {
   EXPECT_THAT(parsed.status().message(), HasSubstr("request body is not valid JSON: parse error at line 1"));
 }
 
+// {"round": 1, "round": 9} means 1 to one parser and 9 to another: neither is taken.
+TEST(FieldReaderTest, ParseJsonTextRefusesAKeyTwiceInOneObject) {
+  EXPECT_EQ(ParseJsonText(R"({"round": 1, "round": 9})", "request body").status().message(),
+            "request body has the key 'round' twice in one object");
+  EXPECT_EQ(ParseJsonText(R"({"a": [{"b": 1}, {"b": 2, "c": {"b": 3, "d": 4, "d": 5}}]})", "task").status().message(),
+            "task has the key 'd' twice in one object");
+  // The same key in sibling or nested objects is fine.
+  auto parsed = ParseJsonText(R"({"a": {"a": 1}, "b": [{"a": 2}, {"a": 3}]})", "request body");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ((*parsed)["b"][1]["a"], 3);
+}
+
 }  // namespace
 }  // namespace parsyn::protocol

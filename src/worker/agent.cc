@@ -371,7 +371,10 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
 }
 
 Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, std::stop_token stop) {
-  const fs::path task_dir = cache_.root() / "tasks" / task.task_id;
+  // Only validated numbers name the folder this function removes: nothing from the wire becomes a path.
+  const fs::path task_dir =
+      cache_.root() / "tasks" /
+      (std::to_string(task.job_id) + "-" + std::to_string(task.round) + "-" + std::to_string(task.attempt));
   std::error_code ec;
   fs::remove_all(task_dir, ec);
   fs::create_directories(task_dir / "out", ec);

@@ -53,6 +53,36 @@ class RoundsTest : public ::testing::Test {
   std::unique_ptr<http::Client> admin_;
 };
 
+// One worker token was all it took to kill the server with SIGSEGV: a result whose metrics nest ~200,000 arrays
+// (400 KB, under the body cap), parsed without a depth limit and copied recursively on the event loop. Now every
+// route refuses such a body with a 400 before parsing it, and the server goes on.
+TEST_F(RoundsTest, DeeplyNestedBodiesAreRefusedAndTheServerGoesOn) {
+  StartServer();
+  Fixture f = MakeFixture(*admin_, 40, 1);
+  auto worker = ClientWithToken(*server_, f.worker_tokens[0]);
+  const std::string nested = std::string(200'000, '[') + std::string(200'000, ']');
+  const std::string result = R"({"job_id": 1, "round": 1, "attempt": 1, "metrics": {"steps": )" + nested + "}}";
+  for (int i = 0; i < 3; ++i) {
+    auto answer = worker->Send(http::Method::kPost, "/api/v1/worker/result", result, "application/json");
+    ASSERT_FALSE(answer.ok());
+    EXPECT_NE(answer.status().message().find("HTTP 400: request body nests deeper than 64 levels"), std::string::npos)
+        << answer.status().ToString();
+  }
+  // The admin routes parse through the same reader.
+  auto job = admin_->Send(http::Method::kPost, "/api/v1/training-jobs", R"({"name": "x", "config": )" + nested + "}",
+                          "application/json");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("HTTP 400: request body nests deeper than 64 levels"), std::string::npos)
+      << job.status().ToString();
+  auto workers =
+      admin_->Send(http::Method::kPost, "/api/v1/workers", R"({"name": )" + nested + "}", "application/json");
+  ASSERT_FALSE(workers.ok());
+  EXPECT_NE(workers.status().message().find("nests deeper than 64 levels"), std::string::npos);
+  auto health = admin_->Get("/healthz");
+  EXPECT_TRUE(health.ok()) << health.status().ToString();
+  EXPECT_TRUE(server_->running());
+}
+
 TEST_F(RoundsTest, NormalRoundsCommitTheFedAvgOfTheUploads) {
   StartServer();
   Fixture f = MakeFixture(*admin_, 41, 2);  // shards of 21 and 20 rows: unequal weights
