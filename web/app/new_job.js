@@ -249,6 +249,17 @@ function renderForm(container, configRows) {
     (first ?? formError).focus?.();
   }
 
+  // The job exists; what it ignores is said here before the user moves on (the job page lists it too). The button
+  // stays disabled so a second click does not create a second job.
+  function showCreatedWithWarnings(job) {
+    const notice = h('div', { class: 'form-warning', role: 'status', id: 'create-warnings', tabindex: '-1' },
+      h('p', {}, `Job #${job.id} was created, with ${job.warnings.length === 1 ? 'a warning' : 'warnings'}:`),
+      h('ul', {}, ...job.warnings.map((w) => h('li', {}, w))),
+      h('p', {}, h('a', { href: `#/jobs/${job.id}`, id: 'open-created-job' }, `Open job #${job.id}`)));
+    form.prepend(notice);
+    notice.focus();
+  }
+
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     clearErrors();
@@ -272,7 +283,8 @@ function renderForm(container, configRows) {
     submit.disabled = true;
     try {
       const job = await api('POST', '/training-jobs', body);
-      location.hash = `#/jobs/${job.id}`;
+      if (job.warnings?.length) showCreatedWithWarnings(job);
+      else location.hash = `#/jobs/${job.id}`;
     } catch (err) {
       if (err instanceof ApiError && err.code === 'invalid_argument') showProblems(err.message);
       else formError.append(h('p', {}, `Could not create the job: ${err.message}`));
