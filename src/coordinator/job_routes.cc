@@ -52,6 +52,16 @@ std::vector<std::string> ReferenceWarnings(const storage::Dataset& dataset, cons
       warnings.push_back("config.hidden_sizes is ignored: " + model_name +
                          " is a tabular model whose tabular_model.json fixes its layers");
     }
+    // The workers read the label from the column the folder names (trainer/task.cc); a different one here only
+    // misleads.
+    const json folder = json::parse(model.config_json, nullptr, false);
+    const std::string given_label = spec.config.label_column.empty() ? "label" : spec.config.label_column;
+    if (JobSpecGives(body, "config", "label_column") && folder.is_object() && folder.contains("label_column") &&
+        folder["label_column"].is_string() && folder["label_column"].get<std::string>() != given_label) {
+      warnings.push_back("config.label_column (\"" + given_label + "\") is ignored: " + model_name +
+                         "'s tabular_model.json names the label column \"" + folder["label_column"].get<std::string>() +
+                         "\", which the workers train on");
+    }
     if (JobSpecGives(body, "config", "max_seq_len")) {
       warnings.push_back("config.max_seq_len is ignored: " + model_name +
                          " is a tabular model (max_seq_len applies to language models)");

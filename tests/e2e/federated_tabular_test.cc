@@ -71,6 +71,23 @@ TEST_F(TabularJobTest, RegistersTheFolderAsATabularModel) {
   EXPECT_EQ((*model->Json())["model_type"], "tabular-mlp") << model->body;
 }
 
+// The folder fixes the layers and the label column: the job's own say is ignored, and the create answer says so.
+TEST_F(TabularJobTest, WarnsAboutConfigKeysTheTabularModelFixes) {
+  json spec = MlpSpec({RegisterWorker(*admin_, "w-idle").id}, 1, 5);
+  spec.erase("distributed");
+  spec["config"]["label_column"] = "x2";
+  spec["config"]["max_seq_len"] = 64;
+  StatusOr<http::ClientResponse> job = admin_->PostJson("/api/v1/training-jobs", spec);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const std::string model = "model " + std::to_string(model_id_);
+  const json expected = {
+      "config.hidden_sizes is ignored: " + model + " is a tabular model whose tabular_model.json fixes its layers",
+      "config.label_column (\"x2\") is ignored: " + model +
+          "'s tabular_model.json names the label column \"label\", which the workers train on",
+      "config.max_seq_len is ignored: " + model + " is a tabular model (max_seq_len applies to language models)"};
+  EXPECT_EQ((*job->Json())["warnings"], expected) << job->body;
+}
+
 TEST_F(TabularJobTest, RefusesAJobPairingTheTabularModelWithTextData) {
   WriteLearnableText(tmp_.path() / "text.jsonl", 20);
   const int64_t text_dataset = UploadDataset(*admin_, tmp_.path() / "text.jsonl");
