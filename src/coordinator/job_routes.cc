@@ -1,6 +1,6 @@
-// REST API v1 for training jobs: create (spec validated by job_spec.h, ids checked against the store), list, get
-// (with live round and per-worker state), rounds, metrics, events (SSE with Last-Event-ID replay), stop, cancel,
-// artifacts.
+// REST API v1 for training jobs: create (spec validated by job_spec.h, ids checked against the store; the settings it
+// ignores answered as `warnings` and kept as "warning" events), list, get (with live round and per-worker state, and
+// the warnings), rounds, metrics, events (SSE with Last-Event-ID replay), stop, cancel, artifacts.
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
 
 #include <boost/asio/co_spawn.hpp>
