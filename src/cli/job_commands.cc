@@ -43,7 +43,14 @@ int Create(const JobFlags& f) {
   if (!res.ok()) return Fail("job create", res.status());
   auto job = res->Json();
   if (!job.ok()) return Fail("job create", job.status());
-  std::cout << "created training job " << (*job)["id"] << " (" << (*job)["status"].get<std::string>() << ")\n";
+  std::cout << "created training job " << (*job)["id"] << " (" << (*job)["status"].get<std::string>() << ")"
+            << std::endl;
+  // Settings the server accepted but ignores (or that make the job a poor fit); the job is created all the same.
+  if (auto warnings = job->find("warnings"); warnings != job->end() && warnings->is_array()) {
+    for (const json& w : *warnings) {
+      if (w.is_string()) std::cerr << "warning: " << w.get<std::string>() << "\n";
+    }
+  }
   return 0;
 }
 
@@ -134,6 +141,8 @@ int Watch(const JobFlags& f) {
           } else if (e.event == "global_evaluated") {
             std::cout << "global of round " << d["global_round"] << ": validation loss " << d["validation_loss"]
                       << "\n";
+          } else if (e.event == "warning") {
+            std::cout << "warning: " << d.value("message", "") << "\n";
           } else if (e.event == "job_status") {
             const std::string status = d["status"].get<std::string>();
             std::cout << "job " << status;

@@ -1,6 +1,6 @@
-// REST API v1 for training jobs: create (spec validated by job_spec.h, ids checked against the store), list, get
-// (with live round and per-worker state), rounds, metrics, events (SSE with Last-Event-ID replay), stop, cancel,
-// artifacts.
+// REST API v1 for training jobs: create (spec validated by job_spec.h, ids checked against the store; the settings it
+// ignores answered as `warnings` and kept as "warning" events), list, get (with live round and per-worker state, and
+// the warnings), rounds, metrics, events (SSE with Last-Event-ID replay), stop, cancel, artifacts.
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
 
 #include <boost/asio/co_spawn.hpp>
@@ -13,6 +13,8 @@
 #include "coordinator/loop_tools.h"
 #include "coordinator/service.h"
 #include "coordinator/service_routes.h"
+#include "coordinator/sharding.h"
+#include "protocol/field_reader.h"
 #include "storage/local_blob_copy.h"
 #include "weights/lora_layout.h"
 
@@ -26,8 +28,76 @@ using nlohmann::json;
 
 namespace {
 
-// Checks what the spec refers to; InvalidArgument naming the field, as the spec's own validation does.
-Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec) {
+// What the job's dataset and model make of the settings (JobSpecWarnings has the spec's own): the product spec's
+// "small datasets: a single GPU finishes faster than the coordination overhead", uneven shards, and config keys of
+// the other kind of model.
+std::vector<std::string> ReferenceWarnings(const storage::Dataset& dataset, const storage::Model& model,
+                                           const JobSpec& spec, const json& body) {
+  std::vector<std::string> warnings;
+  if (spec.distributed.enabled) {
+    const std::vector<int64_t> train_rows =
+        ShardTrainRowCounts(dataset.row_count, EngineConfigFor(spec).num_shards, spec.config.validation_fraction);
+    int64_t total = 0;
+    for (int64_t rows : train_rows) total += rows;
+    if (!train_rows.empty() && total < 1000) {
+      warnings.push_back("dataset " + std::to_string(dataset.id) + " has " + std::to_string(total) +
+                         " training rows (fewer than 1,000): one worker will likely finish sooner than a distributed "
+                         "job's coordination overhead; set distributed.enabled to false to train on one worker");
+    }
+    if (std::optional<std::string> uneven = UnevenShardsWarning(train_rows)) warnings.push_back(*uneven);
+  }
+  const std::string model_name = "model " + std::to_string(model.id);
+  if (model.model_type.starts_with("tabular-")) {
+    if (JobSpecGives(body, "config", "hidden_sizes")) {
+      warnings.push_back("config.hidden_sizes is ignored: " + model_name +
+                         " is a tabular model whose tabular_model.json fixes its layers");
+    }
+    // The workers read the label from the column the folder names (trainer/task.cc); a different one here only
+    // misleads.
+    const json folder = json::parse(model.config_json, nullptr, false);
+    const std::string given_label = spec.config.label_column.empty() ? "label" : spec.config.label_column;
+    if (JobSpecGives(body, "config", "label_column") && folder.is_object() && folder.contains("label_column") &&
+        folder["label_column"].is_string() && folder["label_column"].get<std::string>() != given_label) {
+      warnings.push_back("config.label_column (\"" + given_label + "\") is ignored: " + model_name +
+                         "'s tabular_model.json names the label column \"" + folder["label_column"].get<std::string>() +
+                         "\", which the workers train on");
+    }
+    if (JobSpecGives(body, "config", "max_seq_len")) {
+      warnings.push_back("config.max_seq_len is ignored: " + model_name +
+                         " is a tabular model (max_seq_len applies to language models)");
+    }
+  } else {
+    for (std::string_view key : {"label_column", "hidden_sizes"}) {
+      if (!JobSpecGives(body, "config", key)) continue;
+      warnings.push_back("config." + std::string(key) + " is ignored: " + model_name + " is a language model (" +
+                         std::string(key) + " applies to tabular models)");
+    }
+  }
+  return warnings;
+}
+
+// The messages of the job's "warning" events, oldest first.
+StatusOr<std::vector<std::string>> ListWarnings(storage::MetadataStore& store, int64_t job_id) {
+  std::vector<std::string> warnings;
+  int64_t after = 0;
+  while (true) {
+    PARSYN_ASSIGN_OR_RETURN(std::vector<storage::JobEvent> page, store.ListJobEvents(job_id, after));
+    if (page.empty()) return warnings;
+    for (const storage::JobEvent& e : page) {
+      if (e.type != "warning") continue;
+      json data = json::parse(e.payload_json, nullptr, false);
+      if (data.is_object() && data.contains("message") && data["message"].is_string()) {
+        warnings.push_back(data["message"].get<std::string>());
+      }
+    }
+    after = page.back().id;
+  }
+}
+
+// Checks what the spec refers to; InvalidArgument naming the field, as the spec's own validation does. When every
+// reference is good, appends ReferenceWarnings to `warnings`.
+Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec, const json& body,
+                       std::vector<std::string>& warnings) {
   std::vector<std::string> problems;
   StatusOr<storage::Dataset> dataset = store.GetDataset(spec.dataset_id);
   if (!dataset.ok()) {
@@ -92,7 +162,10 @@ Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec) {
                          " has no model.safetensors to fine-tune in full");
     }
   }
-  if (problems.empty()) return Status::Ok();
+  if (problems.empty()) {
+    for (std::string& w : ReferenceWarnings(*dataset, *model, spec, body)) warnings.push_back(std::move(w));
+    return Status::Ok();
+  }
   std::string message;
   for (const std::string& p : problems) message += (message.empty() ? "" : "; ") + p;
   return InvalidArgumentError(message);
@@ -134,11 +207,14 @@ class JobRoutes {
 
   // POST /api/v1/training-jobs: stores the job (queued) and answers; setup runs after the answer.
   Awaitable<Response> Create(Request& req) {
-    StatusOr<JobSpec> spec = ParseJobSpec(req.body);
+    StatusOr<json> body = protocol::ParseJsonText(req.body, "request body");
+    if (!body.ok()) co_return Response::Error(body.status());
+    StatusOr<JobSpec> spec = ParseJobSpecJson(*body);
     if (!spec.ok()) co_return Response::Error(spec.status());
+    std::vector<std::string> warnings = JobSpecWarnings(*body, *spec);
     const int64_t now = context_.clock.UnixMillis();
     StatusOr<storage::TrainingJob> created = co_await Offload(context_.pool, [&]() -> StatusOr<storage::TrainingJob> {
-      PARSYN_RETURN_IF_ERROR(CheckReferences(context_.store, *spec));
+      PARSYN_RETURN_IF_ERROR(CheckReferences(context_.store, *spec, *body, warnings));
       storage::TrainingJob job{.name = spec->name,
                                .dataset_id = spec->dataset_id,
                                .model_id = spec->model_id,
@@ -151,9 +227,16 @@ class JobRoutes {
       auto event_appended = service_.AppendEvent(created->id, "job_status", {{"status", "queued"}});
       co_await std::move(event_appended);
     }
+    // Kept as events so the job's view (and its event stream) shows them later; run-time warnings join them.
+    for (const std::string& warning : warnings) {
+      auto event_appended = service_.AppendEvent(created->id, "warning", {{"message", warning}});
+      co_await std::move(event_appended);
+    }
     // Setup (sharding, the initial global) runs after the answer; the job shows queued until it is running.
     boost::asio::co_spawn(service_.executor(), service_.LaunchJob(*created), boost::asio::detached);
-    co_return Response::Json(201, JobJson(*created));
+    json view = JobJson(*created);
+    view["warnings"] = warnings;
+    co_return Response::Json(201, view);
   }
 
   // GET /api/v1/training-jobs[?status=S]: the jobs without their specs.
@@ -174,7 +257,10 @@ class JobRoutes {
     if (!id.ok()) co_return Response::Error(id.status());
     auto job = co_await Offload(context_.pool, [&] { return context_.store.GetJob(*id); });
     if (!job.ok()) co_return Response::Error(job.status());
+    auto warnings = co_await Offload(context_.pool, [&] { return ListWarnings(context_.store, *id); });
+    if (!warnings.ok()) co_return Response::Error(warnings.status());
     json view = JobJson(*job);
+    view["warnings"] = *warnings;
     if (JobRunner* r = service_.FindRunner(*id); r != nullptr && !r->finished()) view["live"] = r->LiveView();
     co_return Response::Json(200, view);
   }

@@ -181,6 +181,41 @@ StatusOr<JobSpec> ParseJobSpec(std::string_view body) {
   return ParseJobSpecJson(parsed);
 }
 
+bool JobSpecGives(const json& body, std::string_view section, std::string_view key) {
+  auto object = body.find(section);
+  if (object == body.end() || !object->is_object()) return false;
+  auto value = object->find(key);
+  return value != object->end() && !value->is_null();
+}
+
+std::vector<std::string> JobSpecWarnings(const json& body, const JobSpec& spec) {
+  std::vector<std::string> warnings;
+  const DistributedConfig& d = spec.distributed;
+  if (d.enabled && d.steps_per_round > 0 && JobSpecGives(body, "config", "epochs")) {
+    warnings.push_back("config.epochs is ignored: distributed.steps_per_round (" + std::to_string(d.steps_per_round) +
+                       ") sets each round's length; set steps_per_round to 0 to train config.epochs passes per round");
+  }
+  if (!d.enabled) {
+    // Every distributed field the body gave: they shape rounds of several workers, which a one-worker job has not.
+    // Not `strategy`: it has one value, and the dashboard's form always sends it.
+    if (auto distributed = body.find("distributed"); distributed != body.end() && distributed->is_object()) {
+      for (const auto& [key, value] : distributed->items()) {
+        if (key == "enabled" || key == "strategy" || value.is_null()) continue;
+        warnings.push_back("distributed." + key +
+                           " is ignored: distributed.enabled is false (the job trains on one worker)");
+      }
+    }
+  }
+  if (!spec.config.use_peft) {
+    for (std::string_view key : {"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"}) {
+      if (!JobSpecGives(body, "config", key)) continue;
+      warnings.push_back("config." + std::string(key) +
+                         " is ignored: config.use_peft is false (every weight is trained, no LoRA adapters)");
+    }
+  }
+  return warnings;
+}
+
 json JobSpecToJson(const JobSpec& spec) {
   const DistributedConfig& d = spec.distributed;
   const WorkerSelection& w = spec.worker_selection;

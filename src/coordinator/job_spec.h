@@ -39,6 +39,16 @@
 // A job without `distributed`, or with enabled=false, is an ordinary job on one worker: its distributed fields are
 // still validated, then normalised to num_rounds 1, min_workers = max_workers = 1, steps_per_round 0 (0: the one
 // round trains config.epochs passes over the data), so a one-worker job's normalised JSON parses back to itself.
+//
+// Round length (docs/training.md "Round length: epochs and steps_per_round"):
+//   - distributed, steps_per_round > 0: each round is steps_per_round optimizer steps on the worker's shard (cycling
+//     over the shard as often as needed); config.epochs is ignored.
+//   - distributed, steps_per_round 0: each round trains config.epochs passes over the shard.
+//   - not distributed: one worker trains config.epochs passes over all the training data; the distributed fields
+//     other than `enabled` are ignored.
+//
+// JobSpecWarnings lists what the body gave that is accepted but ignored; the job is still created. The coordinator
+// adds the warnings that need the dataset or the model (job_routes.cc) and returns them all in the 201 answer.
 #pragma once
 
 #include <cstdint>
@@ -110,6 +120,12 @@ struct JobSpec {
 // invalid field (see above).
 StatusOr<JobSpec> ParseJobSpec(std::string_view body);
 StatusOr<JobSpec> ParseJobSpecJson(const nlohmann::json& body);
+
+// Each setting `body` gave explicitly (not null) that the job ignores, one sentence naming the field, why, and how to
+// make it count; in a fixed order. `body` is the request body `spec` was parsed from (ParseJobSpecJson(body) == spec).
+std::vector<std::string> JobSpecWarnings(const nlohmann::json& body, const JobSpec& spec);
+// Whether `body` gives body[section][key] (present and not null: null means absent, as in ParseJobSpecJson).
+bool JobSpecGives(const nlohmann::json& body, std::string_view section, std::string_view key);
 
 // The normalised form: every field present, defaults filled in, aggregation_timeout in seconds.
 // ParseJobSpec(JobSpecToJson(spec)) == spec for any spec ParseJobSpec returned.

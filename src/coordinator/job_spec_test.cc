@@ -11,6 +11,7 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The request body of docs/product-spec.md, verbatim.
 json SpecExample() {
@@ -330,6 +331,61 @@ TEST(JobSpecTest, BadBodiesNameTheFieldAndTheReason) {
     EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument) << c.message;
     EXPECT_EQ(spec.status().message(), c.message) << body.dump();
   }
+}
+
+// JobSpecWarnings of `body` (which must parse).
+std::vector<std::string> WarningsOf(const json& body) {
+  StatusOr<JobSpec> spec = ParseJobSpecJson(body);
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  return spec.ok() ? JobSpecWarnings(body, *spec) : std::vector<std::string>{};
+}
+
+TEST(JobSpecWarningsTest, EpochsGivenWithAStepBudgetIsIgnored) {
+  // The product spec's example: epochs 3 and steps_per_round 500.
+  EXPECT_EQ(WarningsOf(SpecExample()),
+            (std::vector<std::string>{"config.epochs is ignored: distributed.steps_per_round (500) sets each round's "
+                                      "length; set steps_per_round to 0 to train config.epochs passes per round"}));
+  json body = SpecExample();
+  body["config"].erase("epochs");  // the default: nothing was asked for
+  EXPECT_THAT(WarningsOf(body), ::testing::IsEmpty());
+  body["config"]["epochs"] = nullptr;  // null is absent
+  EXPECT_THAT(WarningsOf(body), ::testing::IsEmpty());
+  body = SpecExample();
+  body["distributed"].erase("steps_per_round");  // the default step budget, 500, still wins
+  EXPECT_THAT(WarningsOf(body), ::testing::ElementsAre(HasSubstr("config.epochs is ignored")));
+  body["distributed"]["steps_per_round"] = 0;  // rounds of config.epochs passes: epochs counts
+  EXPECT_THAT(WarningsOf(body), ::testing::IsEmpty());
+  body = SpecExample();
+  body["distributed"]["enabled"] = false;  // one worker, epochs passes; the distributed fields are what is ignored
+  for (const std::string& w : WarningsOf(body)) EXPECT_THAT(w, Not(HasSubstr("config.epochs"))) << w;
+}
+
+TEST(JobSpecWarningsTest, DistributedFieldsOfAOneWorkerJobAreIgnored) {
+  json body = SpecExample();
+  body["distributed"]["enabled"] = false;
+  body["distributed"]["join_window"] = nullptr;  // null is absent
+  const std::string why = " is ignored: distributed.enabled is false (the job trains on one worker)";
+  EXPECT_EQ(WarningsOf(body),
+            (std::vector<std::string>{"distributed.aggregation_timeout" + why, "distributed.fault_tolerance" + why,
+                                      "distributed.max_workers" + why, "distributed.min_workers" + why,
+                                      "distributed.num_rounds" + why, "distributed.steps_per_round" + why}));
+  // The dashboard form's default: enabled false and the one strategy, nothing else.
+  body["distributed"] = {{"enabled", false}, {"strategy", "federated_averaging"}};
+  EXPECT_THAT(WarningsOf(body), ::testing::IsEmpty());
+  body.erase("distributed");
+  EXPECT_THAT(WarningsOf(body), ::testing::IsEmpty());
+}
+
+TEST(JobSpecWarningsTest, LoraFieldsOfAFullFineTuneAreIgnored) {
+  json body = SpecExample();  // gives lora_r and lora_alpha
+  body["config"]["use_peft"] = false;
+  body["config"]["lora_dropout"] = 0.1;
+  body["distributed"]["steps_per_round"] = 0;
+  const std::string why = " is ignored: config.use_peft is false (every weight is trained, no LoRA adapters)";
+  EXPECT_EQ(WarningsOf(body),
+            (std::vector<std::string>{"config.lora_r" + why, "config.lora_alpha" + why, "config.lora_dropout" + why}));
+  body["config"]["use_peft"] = true;
+  EXPECT_THAT(WarningsOf(body), ::testing::IsEmpty());
 }
 
 TEST(JobSpecTest, MalformedJson) {

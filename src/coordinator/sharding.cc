@@ -8,6 +8,35 @@
 
 namespace parsyn::coordinator {
 
+namespace {
+
+// The validation slice SplitRows holds out of a shard of `size` rows: always leaving one training row.
+int64_t ValidationRowsOf(int64_t size, double validation_fraction) {
+  return std::min(static_cast<int64_t>(std::llround(static_cast<double>(size) * validation_fraction)), size - 1);
+}
+
+}  // namespace
+
+std::vector<int64_t> ShardTrainRowCounts(int64_t num_rows, int num_shards, double validation_fraction) {
+  if (num_shards < 1 || num_rows < num_shards || !(validation_fraction >= 0.0 && validation_fraction <= 0.5)) return {};
+  std::vector<int64_t> counts;
+  for (int k = 0; k < num_shards; ++k) {
+    // data::ShuffledShards' cut: the first num_rows % num_shards pieces get the extra row.
+    const int64_t size = num_rows / num_shards + (k < num_rows % num_shards ? 1 : 0);
+    counts.push_back(size - ValidationRowsOf(size, validation_fraction));
+  }
+  return counts;
+}
+
+std::optional<std::string> UnevenShardsWarning(const std::vector<int64_t>& shard_train_rows) {
+  if (shard_train_rows.size() < 2) return std::nullopt;
+  const auto [smallest, largest] = std::minmax_element(shard_train_rows.begin(), shard_train_rows.end());
+  if (*largest <= 4 * *smallest) return std::nullopt;
+  return "the job's shards differ more than 4x in training rows (smallest " + std::to_string(*smallest) + ", largest " +
+         std::to_string(*largest) +
+         "): every worker runs the same steps per round, so those on small shards repeat their rows many times";
+}
+
 StatusOr<std::vector<Shard>> SplitRows(int64_t num_rows, int num_shards, double validation_fraction,
                                        uint64_t job_seed) {
   if (num_shards < 1) return InvalidArgumentError("number of shards must be >= 1, got " + std::to_string(num_shards));
@@ -29,8 +58,7 @@ StatusOr<std::vector<Shard>> SplitRows(int64_t num_rows, int num_shards, double 
     const std::vector<int64_t>& piece = pieces[k];
     const int64_t size = static_cast<int64_t>(piece.size());
     // A piece is in the permutation's random order, so its first rows are a random validation sample of the shard.
-    const int64_t num_validation =
-        std::min(static_cast<int64_t>(std::llround(static_cast<double>(size) * validation_fraction)), size - 1);
+    const int64_t num_validation = ValidationRowsOf(size, validation_fraction);
     Shard& shard = shards[k];
     shard.validation_rows.assign(piece.begin(), piece.begin() + num_validation);
     shard.train_rows.assign(piece.begin() + num_validation, piece.end());

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -35,5 +37,14 @@ struct Shard {
 // InvalidArgument if num_shards < 1, num_rows < num_shards (a shard would be empty), or validation_fraction is not
 // in [0, 0.5].
 StatusOr<std::vector<Shard>> SplitRows(int64_t num_rows, int num_shards, double validation_fraction, uint64_t job_seed);
+
+// The training rows of each shard SplitRows(num_rows, num_shards, validation_fraction, any seed) makes, without
+// drawing the permutation: the sizes depend on the counts only. Empty when SplitRows would refuse.
+std::vector<int64_t> ShardTrainRowCounts(int64_t num_rows, int num_shards, double validation_fraction);
+
+// A warning, shown when a job is created, if the largest shard has more than 4x the training rows of the smallest:
+// a round's workers run the same steps, so those on small shards repeat their rows many times per round. nullopt
+// when the shards are even enough (always, for SplitRows' split of one dataset; other sources of shards may not be).
+std::optional<std::string> UnevenShardsWarning(const std::vector<int64_t>& shard_train_rows);
 
 }  // namespace parsyn::coordinator

@@ -85,6 +85,29 @@ TEST(ShardingTest, RejectsImpossibleSplits) {
   EXPECT_EQ(SplitRows(10, 2, -0.1, 1).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(ShardingTest, TrainRowCountsAreThoseOfTheSplit) {
+  const SplitCase cases[] = {{10, 1, 0.1}, {10, 3, 0.1}, {7, 7, 0.5}, {1000, 4, 0.0}, {1001, 5, 0.2}, {3, 2, 0.5}};
+  for (const SplitCase& c : cases) {
+    StatusOr<std::vector<Shard>> shards = SplitRows(c.rows, c.shards, c.validation_fraction, 99);
+    ASSERT_TRUE(shards.ok()) << shards.status().ToString();
+    std::vector<int64_t> expected;
+    for (const Shard& s : *shards) expected.push_back(static_cast<int64_t>(s.train_rows.size()));
+    EXPECT_EQ(ShardTrainRowCounts(c.rows, c.shards, c.validation_fraction), expected)
+        << c.rows << " rows, " << c.shards << " shards";
+  }
+  EXPECT_TRUE(ShardTrainRowCounts(2, 3, 0.1).empty());
+  EXPECT_TRUE(ShardTrainRowCounts(10, 0, 0.1).empty());
+}
+
+TEST(ShardingTest, WarnsOnlyWhenShardsDifferMoreThanFourTimes) {
+  EXPECT_EQ(UnevenShardsWarning({100, 400}), std::nullopt);
+  EXPECT_EQ(UnevenShardsWarning({100}), std::nullopt);
+  EXPECT_EQ(UnevenShardsWarning(ShardTrainRowCounts(1001, 5, 0.2)), std::nullopt);
+  std::optional<std::string> warning = UnevenShardsWarning({300, 100, 401});
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("more than 4x in training rows (smallest 100, largest 401)"), std::string::npos) << *warning;
+}
+
 TEST(ShardingTest, TaskSeedDependsOnRoundAndShard) {
   EXPECT_EQ(TaskSeed(5, 2, 1), TaskSeed(5, 2, 1));
   EXPECT_NE(TaskSeed(5, 2, 1), TaskSeed(5, 3, 1));

@@ -105,6 +105,58 @@ TEST_F(ApiTest, HappyPathsForDatasetsModelsWorkersAndJobs) {
   EXPECT_EQ(hello.status().code(), StatusCode::kPermissionDenied);
 }
 
+// Settings accepted but ignored come back as warnings with the created job, and stay in its view.
+TEST_F(ApiTest, CreateAnswersWarningsAndTheJobKeepsThem) {
+  Fixture f = MakeFixture(*admin_, 20, 2);
+  json spec = DistributedSpec(f, 2, 2, 30);  // 5 steps per round
+  spec["config"]["epochs"] = 3;
+  spec["config"]["label_column"] = "y";  // the fixture's model is a language model
+  auto job = admin_->PostJson("/api/v1/training-jobs", spec);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const json created = *job->Json();
+  EXPECT_EQ(created["status"], "queued");
+  const json expected = {
+      "config.epochs is ignored: distributed.steps_per_round (5) sets each round's length; set steps_per_round to 0 "
+      "to train config.epochs passes per round",
+      // 20 rows in 2 shards of 10, each holding out round(10 * 0.1) = 1 validation row.
+      "dataset " + std::to_string(f.dataset_id) +
+          " has 18 training rows (fewer than 1,000): one worker will likely finish sooner than a distributed job's "
+          "coordination overhead; set distributed.enabled to false to train on one worker",
+      "config.label_column is ignored: model " + std::to_string(f.model_id) +
+          " is a language model (label_column applies to tabular models)"};
+  EXPECT_EQ(created["warnings"], expected) << created.dump(2);
+  const std::string path = "/api/v1/training-jobs/" + std::to_string(created["id"].get<int64_t>());
+  auto got = admin_->Get(path);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ((*got->Json())["warnings"], expected) << got->body;
+  // Each is also an event of the job's stream.
+  EXPECT_TRUE(WaitForEvent(
+      *admin_, created["id"],
+      [](const std::string& t, const json& d) {
+        return t == "warning" && d.value("message", "").starts_with("config.label_column is ignored");
+      },
+      std::chrono::seconds(10)));
+
+  // A one-worker job: the distributed fields it gives are ignored; small data is no reason to warn.
+  json solo = DistributedSpec(f, 4, 1, 30);
+  solo["distributed"] = {{"enabled", false}, {"num_rounds", 4}};
+  job = admin_->PostJson("/api/v1/training-jobs", solo);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ((*job->Json())["warnings"],
+            json::array({"distributed.num_rounds is ignored: distributed.enabled is false (the job trains on one "
+                         "worker)"}))
+      << job->body;
+
+  // Nothing ignored: an empty list.
+  solo.erase("distributed");
+  job = admin_->PostJson("/api/v1/training-jobs", solo);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ((*job->Json())["warnings"], json::array()) << job->body;
+  got = admin_->Get("/api/v1/training-jobs/" + std::to_string((*job->Json())["id"].get<int64_t>()));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ((*got->Json())["warnings"], json::array()) << got->body;
+}
+
 TEST_F(ApiTest, DatasetValidationNamesTheLine) {
   auto res = admin_->Send(http::Method::kPost, "/api/v1/datasets?name=bad.jsonl",
                           "{\"text\": \"ok\"}\n{\"text\": \"ok\"}\n[1, 2]\n", "application/octet-stream");

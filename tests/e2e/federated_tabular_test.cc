@@ -2,9 +2,12 @@
 // folder comes from `parsyn model init --architecture mlp --data CSV` (standardisation and classes from the whole
 // file) and is registered as a tabular model; every worker trains that same model on its shard, all weights are
 // FedAvg'ed (use_peft false), and the final model, as a user downloads it, classifies held-out rows.
+// Also the ordinary one-worker job (no `distributed`, or enabled false), tabular and LoRA: config.epochs passes over
+// all the training data, with progress, the final validation loss and the result as artifacts.
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <optional>
 
 #include "llama_fixture.h"
 
@@ -66,6 +69,23 @@ TEST_F(TabularJobTest, RegistersTheFolderAsATabularModel) {
   StatusOr<http::ClientResponse> model = admin_->Get("/api/v1/models/" + std::to_string(model_id_));
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   EXPECT_EQ((*model->Json())["model_type"], "tabular-mlp") << model->body;
+}
+
+// The folder fixes the layers and the label column: the job's own say is ignored, and the create answer says so.
+TEST_F(TabularJobTest, WarnsAboutConfigKeysTheTabularModelFixes) {
+  json spec = MlpSpec({RegisterWorker(*admin_, "w-idle").id}, 1, 5);
+  spec.erase("distributed");
+  spec["config"]["label_column"] = "x2";
+  spec["config"]["max_seq_len"] = 64;
+  StatusOr<http::ClientResponse> job = admin_->PostJson("/api/v1/training-jobs", spec);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const std::string model = "model " + std::to_string(model_id_);
+  const json expected = {
+      "config.hidden_sizes is ignored: " + model + " is a tabular model whose tabular_model.json fixes its layers",
+      "config.label_column (\"x2\") is ignored: " + model +
+          "'s tabular_model.json names the label column \"label\", which the workers train on",
+      "config.max_seq_len is ignored: " + model + " is a tabular model (max_seq_len applies to language models)"};
+  EXPECT_EQ((*job->Json())["warnings"], expected) << job->body;
 }
 
 TEST_F(TabularJobTest, RefusesAJobPairingTheTabularModelWithTextData) {
@@ -155,6 +175,143 @@ TEST_F(TabularJobTest, SpecExampleThreeWorkersWithMinTwoTrainInEveryRound) {
   }
   EXPECT_EQ(committed, kRounds);
   std::printf("[figures] 3 workers, min_workers 2: participants per round: %s\n", per_round.c_str());
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
+// What a finished one-worker job shows: one committed round with one accepted update of `expected_steps` optimizer
+// steps, progress points of that round, and the final global's validation loss (the evaluation after the last round).
+// Returns {validation loss of the initial global, of the final one}.
+std::pair<double, double> ExpectOneWorkerJobTrained(http::Client& admin, int64_t job_id, int64_t expected_steps) {
+  json job = WaitForJobEnd(admin, job_id, std::chrono::seconds(300));
+  EXPECT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  EXPECT_EQ(job["total_rounds"], 1) << job.dump(2);
+  EXPECT_EQ(job["committed_round"], 1) << job.dump(2);
+  double initial_loss = -1;
+  int committed = 0;
+  for (const json& r : Rounds(admin, job_id)) {
+    if (r["outcome"] != "committed" || r["round"] != 1) continue;
+    committed++;
+    EXPECT_EQ(r["updates"].size(), 1u) << r.dump();
+    for (const json& u : r["updates"]) {
+      EXPECT_EQ(u["status"], "accepted") << u.dump();
+      EXPECT_EQ(u["metrics"].value("steps", -1), expected_steps) << u.dump();
+    }
+    if (r["validation_loss"].is_number()) initial_loss = r["validation_loss"];
+  }
+  EXPECT_EQ(committed, 1);
+
+  StatusOr<http::ClientResponse> metrics = admin.Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/metrics");
+  EXPECT_TRUE(metrics.ok()) << metrics.status().ToString();
+  size_t points = 0;
+  // Held in a variable: a range-for over a member of the temporary StatusOr would read freed memory.
+  json by_worker;
+  if (StatusOr<json> parsed = metrics.ok() ? metrics->Json() : metrics.status(); parsed.ok()) by_worker = *parsed;
+  if (by_worker.is_object()) {
+    for (const json& w : by_worker["workers"]) {
+      for (const json& p : w["points"]) {
+        points++;
+        EXPECT_EQ(p["round"], 1) << p.dump();
+        EXPECT_GE(p["step"].get<int64_t>(), 1) << p.dump();
+        EXPECT_LE(p["step"].get<int64_t>(), expected_steps) << p.dump();
+      }
+    }
+  }
+  EXPECT_GT(points, 0u) << "no progress was reported: " << by_worker.dump();
+
+  std::optional<double> final_loss;
+  WaitForEvent(
+      admin, job_id,
+      [&](const std::string& type, const json& data) {
+        if (type == "global_evaluated" && data.value("global_round", -1) == 1 && data["validation_loss"].is_number()) {
+          final_loss = data["validation_loss"].get<double>();
+        }
+        return final_loss.has_value();
+      },
+      std::chrono::seconds(30));
+  EXPECT_TRUE(final_loss.has_value()) << "no validation loss of the final model was recorded";
+  return {initial_loss, final_loss.value_or(-1)};
+}
+
+// The dashboard form's default ({"enabled": false}) and a body without `distributed` are the same job: one worker,
+// one round of config.epochs passes over all the training data.
+TEST_F(TabularJobTest, OneWorkerJobsTrainConfigEpochsPasses) {
+  std::vector<int64_t> ids = StartWorkers(1);
+  for (const bool distributed_given : {false, true}) {
+    SCOPED_TRACE(distributed_given ? "distributed {enabled: false}" : "no distributed");
+    json spec = MlpSpec(ids, 1, 0);
+    if (distributed_given) {
+      spec["distributed"] = {{"enabled", false}};
+    } else {
+      spec.erase("distributed");
+    }
+    spec["config"]["epochs"] = 3;
+    // config.epochs counts here; what the coordinator does say is about the tabular model's fixed layers.
+    const std::string warning = "config.hidden_sizes is ignored: model " + std::to_string(model_id_) +
+                                " is a tabular model whose tabular_model.json fixes its layers";
+    int64_t job_id = 0;
+    if (distributed_given) {
+      // Through `parsyn job create`, which prints the warnings after the created line.
+      const fs::path file = tmp_.path() / "solo-job.json";
+      std::ofstream(file) << spec.dump();
+      CommandResult create = RunParsyn(
+          {"job", "create", "-f", file.string(), "--server", server_->url(), "--api-key", server_->admin_key()});
+      ASSERT_EQ(create.exit_code, 0) << create.output;
+      EXPECT_NE(create.output.find("warning: " + warning + "\n"), std::string::npos) << create.output;
+      long long created_id = 0;
+      ASSERT_EQ(std::sscanf(create.output.c_str(), "created training job %lld", &created_id), 1) << create.output;
+      job_id = created_id;
+    } else {
+      StatusOr<http::ClientResponse> created = admin_->PostJson("/api/v1/training-jobs", spec);
+      ASSERT_TRUE(created.ok()) << created.status().ToString();
+      EXPECT_EQ((*created->Json())["warnings"], json::array({warning})) << created->body;
+      job_id = (*created->Json())["id"];
+    }
+    StatusOr<http::ClientResponse> view = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id));
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    EXPECT_EQ((*view->Json())["warnings"], json::array({warning})) << view->body;
+
+    // 400 rows, 15% held out: 340 training rows, 22 batches of 16 per pass.
+    const auto [initial_loss, final_loss] = ExpectOneWorkerJobTrained(*admin_, job_id, 3 * 22);
+    EXPECT_GT(initial_loss, 0) << "the round's record lacks the starting model's validation loss";
+    EXPECT_LT(final_loss, initial_loss) << "three passes did not lower the validation loss";
+
+    // The trained model, as a user downloads it: every tensor of the starting model, with new values.
+    const fs::path downloaded = tmp_.path() / ("solo-" + std::to_string(job_id) + ".safetensors");
+    StatusOr<uint64_t> got = admin_->DownloadToFile(
+        "/api/v1/training-jobs/" + std::to_string(job_id) + "/artifacts/model.safetensors", downloaded);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    auto trained = ReadTensors(downloaded);
+    auto initial = ReadTensors(tmp_.path() / "model" / "model.safetensors");
+    ASSERT_EQ(trained.size(), initial.size());
+    bool changed = false;
+    for (const auto& [name, values] : initial) {
+      ASSERT_EQ(trained[name].size(), values.size()) << name;
+      changed = changed || trained[name] != values;
+    }
+    EXPECT_TRUE(changed) << "the model's weights are those it started from";
+    std::printf("[figures] one-worker tabular job (%s): validation loss %.4f -> %.4f\n",
+                distributed_given ? "enabled false" : "no distributed", initial_loss, final_loss);
+  }
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
+// A LoRA job without `distributed` on the tiny Llama: one worker, config.epochs passes, and the adapter.
+TEST_F(LlamaJobTest, OneWorkerLoraJobWithoutDistributedTrainsAnAdapter) {
+  std::vector<int64_t> ids = StartWorkers(1);
+  json spec = LoraSpec(ids, 1, 0, 1);
+  spec.erase("distributed");
+  spec["config"]["epochs"] = 2;
+  const int64_t job_id = CreateJob(*admin_, spec);
+  ASSERT_GT(job_id, 0);
+  // 96 rows, 15% held out: 82 training rows, 21 batches of 4 per pass.
+  const auto [initial_loss, final_loss] = ExpectOneWorkerJobTrained(*admin_, job_id, 2 * 21);
+  EXPECT_LT(final_loss, initial_loss);
+  for (const char* name : {"adapter_model.safetensors", "adapter_config.json"}) {
+    StatusOr<uint64_t> got = admin_->DownloadToFile(
+        "/api/v1/training-jobs/" + std::to_string(job_id) + "/artifacts/" + name, tmp_.path() / name);
+    ASSERT_TRUE(got.ok()) << name << ": " << got.status().ToString();
+    EXPECT_GT(*got, 0u) << name;
+  }
   for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
 }
 

@@ -1,0 +1,136 @@
+// Browser test of the job form's warnings: a real `parsyn server` (no workers: the job only has to be created) and
+// Debian's chromium driven headless by playwright-core. The product spec's example settings (config.epochs 3 with
+// distributed.steps_per_round 500) create the job, and the job page the form opens says that epochs is ignored.
+//
+//   node job_warnings_test.mjs --parsyn build/src/cli/parsyn
+//
+// Exit status: 0 passed, 1 failed, 77 skipped (tests/web/node_modules absent: run ./dev setup).
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+if (!fs.existsSync(path.join(here, 'node_modules', 'playwright-core'))) {
+  console.log('SKIP: tests/web/node_modules is absent (./dev setup installs it)');
+  process.exit(77);
+}
+const { chromium } = await import('playwright-core');
+
+const i = process.argv.indexOf('--parsyn');
+const PARSYN = path.resolve(i >= 0 ? process.argv[i + 1] : 'build/src/cli/parsyn');
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'parsyn-web-warnings-'));
+let server = null;
+
+async function waitFor(what, condition, ms = 30_000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await condition();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+async function main() {
+  execFileSync(PARSYN, ['model', 'init', '--out', path.join(tmp, 'model'), '--hidden-size', '32', '--layers', '1',
+    '--heads', '2', '--seed', '3'], { stdio: 'pipe' });
+  const rows = Array.from({ length: 40 }, (_, k) => JSON.stringify({ text: `row ${k} of the data.` }));
+  fs.writeFileSync(path.join(tmp, 'train.jsonl'), `${rows.join('\n')}\n`);
+
+  const dataDir = path.join(tmp, 'server');
+  const logFile = path.join(tmp, 'server.log');
+  const out = fs.openSync(logFile, 'w');
+  server = spawn(PARSYN, ['server', '--data-dir', dataDir, '--listen', '127.0.0.1:0'],
+    { stdio: ['ignore', out, out], detached: true });
+  const base = await waitFor('the server to listen', () => {
+    const m = /parsyn server listening on (http:\/\/\S+)/.exec(fs.readFileSync(logFile, 'utf8'));
+    if (!m && server.exitCode !== null) throw new Error(`server exited: ${fs.readFileSync(logFile, 'utf8')}`);
+    return m && m[1];
+  });
+  const key = fs.readFileSync(path.join(dataDir, 'admin-key'), 'utf8').trim();
+  const call = async (method, route, body, contentType = 'application/json') => {
+    const r = await fetch(`${base}/api/v1${route}`, {
+      method, body, headers: { Authorization: `Bearer ${key}`, ...(body ? { 'Content-Type': contentType } : {}) } });
+    const text = await r.text();
+    assert.ok(r.ok, `${method} ${route}: ${r.status} ${text}`);
+    return text ? JSON.parse(text) : null;
+  };
+  const files = {};
+  for (const name of fs.readdirSync(path.join(tmp, 'model'))) {
+    const up = await call('POST', '/uploads', fs.readFileSync(path.join(tmp, 'model', name)), 'application/octet-stream');
+    files[name] = up.upload_id;
+  }
+  const model = await call('POST', '/models', JSON.stringify({ name: 'tiny-llama', files }));
+  const dataset = await call('POST', '/datasets?name=train.jsonl', fs.readFileSync(path.join(tmp, 'train.jsonl')),
+    'application/octet-stream');
+
+  const context = await chromium.launchPersistentContext(fs.mkdtempSync(path.join(tmp, 'chromium-')), {
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+  });
+  try {
+    const page = context.pages()[0] ?? await context.newPage();
+    const pageErrors = [];
+    page.on('pageerror', (e) => pageErrors.push(String(e)));
+    await page.goto(base);
+    await page.fill('#api-key', key);
+    await page.keyboard.press('Enter');
+    await page.locator('h1', { hasText: 'Training' }).waitFor();
+
+    await page.goto(`${base}/#/jobs/new`);
+    await page.locator(`#f-model_id option[value="${model.id}"]`).waitFor({ state: 'attached' });
+    await page.fill('#f-name', 'epochs-and-steps');
+    await page.selectOption('#f-dataset_id', String(dataset.id));
+    await page.selectOption('#f-model_id', String(model.id));
+    await page.fill('#f-config-epochs', '3');
+    await page.click('#advanced summary');
+    await page.check('#f-distributed-enabled');
+    await page.fill('#f-distributed-steps_per_round', '500');
+    await page.click('#job-form button[type=submit]');
+
+    // The job page opens with the notice on top.
+    await page.waitForURL(/#\/jobs\/\d+$/);
+    const jobId = Number(/#\/jobs\/(\d+)$/.exec(page.url())[1]);
+    const notice = page.locator('#create-warnings');
+    await notice.waitFor({ state: 'visible' });
+    const text = await notice.textContent();
+    assert.match(text, new RegExp(`Job #${jobId} was created, with warnings:`));
+    assert.match(text, /config\.epochs is ignored: distributed\.steps_per_round \(500\) sets each round's length; set steps_per_round to 0 to train config\.epochs passes per round/);
+    assert.match(text, /fewer than 1,000/);
+    const stored = await call('GET', `/training-jobs/${jobId}`);
+    assert.equal(stored.warnings.length, 2, JSON.stringify(stored.warnings));
+    assert.ok(text.includes(stored.warnings[1]), text);
+    // It goes with the page.
+    await page.goto(`${base}/#/training`);
+    await page.locator('#jobs-table').waitFor();
+    assert.equal(await page.locator('#create-warnings').count(), 0);
+    assert.deepEqual(pageErrors, []);
+    console.log(`job ${jobId}: the form showed ${stored.warnings.length} warnings`);
+  } finally {
+    await context.close();
+  }
+}
+
+let failed = false;
+try {
+  await main();
+} catch (err) {
+  failed = true;
+  console.error(err);
+  if (fs.existsSync(path.join(tmp, 'server.log'))) console.error(fs.readFileSync(path.join(tmp, 'server.log'), 'utf8'));
+} finally {
+  if (server && server.exitCode === null) {
+    try {
+      process.kill(-server.pid, 'SIGTERM');
+    } catch {
+      // Already gone.
+    }
+  }
+  if (!failed) fs.rmSync(tmp, { recursive: true, force: true });
+}
+process.exit(failed ? 1 : 0);
