@@ -116,9 +116,7 @@ int Watch(const JobFlags& f) {
                       << ") started\n";
           } else if (e.event == "round_committed") {
             std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " committed: " << d["num_updates"]
-                      << " updates, train loss " << d["train_loss"];
-            if (!d["validation_loss"].is_null()) std::cout << ", validation loss " << d["validation_loss"];
-            std::cout << "\n";
+                      << " updates, train loss " << d["train_loss"] << "\n";
           } else if (e.event == "round_failed") {
             std::cout << "round " << d["round"] << " attempt " << d["attempt"] << " failed ("
                       << d["consecutive_failures"] << "/" << d["fault_tolerance"]
@@ -132,13 +130,20 @@ int Watch(const JobFlags& f) {
           } else if (e.event == "task_assigned") {
             bars[d["worker_id"].get<int64_t>()] = "assigned shard " + std::to_string(d["shard"].get<int>());
           } else if (e.event == "global_evaluated") {
-            std::cout << "global of round " << d["global_round"] << ": validation loss " << d["validation_loss"]
-                      << "\n";
+            // Each loss names the weights it measured; the final evaluation belongs to the job's end.
+            const int64_t global_round = d["global_round"].get<int64_t>();
+            std::cout << (d.value("final", false) ? "final evaluation: " : "") << "validation loss "
+                      << (global_round == 0 ? "of the starting weights" : "after round " + std::to_string(global_round))
+                      << ": " << d["validation_loss"] << "\n";
           } else if (e.event == "job_status") {
             const std::string status = d["status"].get<std::string>();
             std::cout << "job " << status;
             if (d.contains("reason")) std::cout << ": " << d["reason"].get<std::string>();
             std::cout << "\n";
+            if (d.contains("best_round")) {
+              std::cout << "best: round " << d["best_round"] << " (validation loss after round " << d["best_round"]
+                        << ": " << d["best_validation_loss"] << ")\n";
+            }
             if (status != "queued" && status != "running") final_status = status;
           }
           if (interactive) redraw_bars();

@@ -62,6 +62,11 @@ TEST_F(RoundsTest, NormalRoundsCommitTheFedAvgOfTheUploads) {
   for (auto& w : workers) w->Stop();
   ASSERT_EQ(job["status"], "succeeded") << job.dump();
   EXPECT_EQ(job["committed_round"], 3);
+  // The scripted workers report 2/t for the global they receive in round t's task (t = 4: the final evaluation).
+  EXPECT_EQ(job["initial_validation_loss"], 2.0);
+  EXPECT_EQ(job["final_validation_loss"], 0.5);
+  EXPECT_EQ(job["best_round"], 3);
+  EXPECT_EQ(job["best_validation_loss"], 0.5);
 
   json rounds = Rounds(job_id);
   ASSERT_EQ(rounds.size(), 3u) << rounds.dump();
@@ -72,7 +77,8 @@ TEST_F(RoundsTest, NormalRoundsCommitTheFedAvgOfTheUploads) {
     ASSERT_EQ(round["updates"].size(), 2u);
     for (const json& u : round["updates"]) EXPECT_EQ(u["status"], "accepted") << u.dump();
     EXPECT_NEAR(round["train_loss"].get<double>(), 1.0 / r, 1e-12);
-    EXPECT_NEAR(round["validation_loss"].get<double>(), 2.0 / r, 1e-12);
+    // Round r's validation_loss is that of the global it committed, measured by round r + 1's workers.
+    EXPECT_NEAR(round["validation_loss"].get<double>(), 2.0 / (r + 1), 1e-12);
     EXPECT_GT(round["bytes_moved"].get<int64_t>(), 0);
 
     // Independent FedAvg in double of exactly what the workers uploaded for this round.
