@@ -123,15 +123,14 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
   global_size_bytes_ = info->size_bytes;
   pending_global_.reset();
   {
-    auto event_appended =
-        host_.AppendEvent(job_.id, "round_committed",
-                          {{"round", a.round},
-                           {"attempt", a.attempt},
-                           {"total_rounds", engine_config_.num_rounds},
-                           {"train_loss", a.train_loss},
-                           {"num_updates", a.num_updates},
-                           {"num_samples", a.num_samples},
-                           {"global_sha256", global_sha256_}});
+    auto event_appended = host_.AppendEvent(job_.id, "round_committed",
+                                            {{"round", a.round},
+                                             {"attempt", a.attempt},
+                                             {"total_rounds", engine_config_.num_rounds},
+                                             {"train_loss", a.train_loss},
+                                             {"num_updates", a.num_updates},
+                                             {"num_samples", a.num_samples},
+                                             {"global_sha256", global_sha256_}});
     co_await std::move(event_appended);
   }
   pending_validation_loss_.reset();

@@ -168,7 +168,8 @@ http::Awaitable<Status> JobRunner::Do(const Action& action, std::deque<Action>& 
   if (const auto* a = std::get_if<GlobalEvaluated>(&action)) co_return co_await OnGlobalEvaluated(*a);
   if (const auto* a = std::get_if<coordinator::CommitRound>(&action)) co_return co_await OnCommitRound(*a);
   if (const auto* a = std::get_if<coordinator::FailRound>(&action)) co_return co_await OnFailRound(*a, work);
-  if (const auto* a = std::get_if<JobSucceeded>(&action)) co_return co_await OnJobEnded(JobStatus::kSucceeded, a->reason);
+  if (const auto* a = std::get_if<JobSucceeded>(&action))
+    co_return co_await OnJobEnded(JobStatus::kSucceeded, a->reason);
   if (const auto* a = std::get_if<JobFailed>(&action)) co_return co_await OnJobEnded(JobStatus::kFailed, a->reason);
   if (std::get_if<JobStopped>(&action)) co_return co_await OnJobEnded(JobStatus::kStopped, {});
   if (std::get_if<JobCancelled>(&action)) co_return co_await OnJobEnded(JobStatus::kCancelled, {});

@@ -190,8 +190,8 @@ class JobRunner {
   std::string global_sha256_;
   uint64_t global_size_bytes_ = 0;
   std::shared_ptr<weights::WeightSet> global_;
-  std::optional<PendingGlobal> pending_global_;  // aggregated, not yet committed
-  std::optional<double> pending_validation_loss_;  // of the global the attempt started from, stored on commit
+  std::optional<PendingGlobal> pending_global_;            // aggregated, not yet committed
+  std::optional<double> pending_validation_loss_;          // of the global the attempt started from, stored on commit
   int64_t bytes_moved_ = 0;                                // of the attempt in progress
   std::map<int64_t, ResultReport> results_;                // of the attempt in progress, by worker
   std::set<int64_t> recorded_updates_;                     // workers whose update of this attempt is in the store

@@ -324,7 +324,8 @@ std::string RoundEngine::EarlyStopReason() const {
   if (!EarlyStopReached(cp, config_) || cp.last_committed_round >= config_.num_rounds) return "";
   char best[96] = "";
   if (cp.best_validation_loss && cp.best_global_round == 0) {
-    std::snprintf(best, sizeof best, "; lowest validation loss %.6g, of the starting weights", *cp.best_validation_loss);
+    std::snprintf(best, sizeof best, "; lowest validation loss %.6g, of the starting weights",
+                  *cp.best_validation_loss);
   } else if (cp.best_validation_loss) {
     std::snprintf(best, sizeof best, "; lowest validation loss %.6g, after round %d", *cp.best_validation_loss,
                   cp.best_global_round);

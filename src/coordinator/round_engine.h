@@ -270,7 +270,8 @@ class RoundEngine {
   // (e.g. min_workers > max_workers); FailedPrecondition if already started.
   StatusOr<Actions> Start(std::span<const WorkerId> idle_workers = {});
   // Resumes a job from its checkpoint: round last_committed_round + 1, attempt attempts_of_next_round + 1 (or the
-  // final evaluation when every round is committed or early stopping's patience is used up). InvalidArgument if the checkpoint does not fit the config.
+  // final evaluation when every round is committed or early stopping's patience is used up). InvalidArgument if the
+  // checkpoint does not fit the config.
   StatusOr<Actions> Restore(const EngineCheckpoint& checkpoint, std::span<const WorkerId> idle_workers = {});
 
   // The worker is online and idle (polling for a task). Ignored for workers not eligible for this job, and in

@@ -358,8 +358,8 @@ std::vector<Step> RoundMeasuring(int round, double v, std::vector<std::string> t
                                         "commit " + AttemptTag(round, 1)};
   committed.insert(committed.end(), then.begin(), then.end());
   return {Result(1, round, 1, 100, v / 2, {"validate w1 " + AttemptTag(round, 1)}),
-          Valid(1, round, 1, {"aggregate " + AttemptTag(round, 1) + " [w1:100] loss " + Num(v / 2)}),
-          Available(1), Aggregated(round, 1, committed)};
+          Valid(1, round, 1, {"aggregate " + AttemptTag(round, 1) + " [w1:100] loss " + Num(v / 2)}), Available(1),
+          Aggregated(round, 1, committed)};
 }
 
 std::vector<std::string> Next(int round) {
@@ -376,8 +376,8 @@ TEST_F(RoundEngineTest, EarlyStopCommitsTheRoundThatMeasuredItThenEvaluatesAndSu
   Run(engine, RoundMeasuring(4, 3.5, {"assign w1 r11a1 s0 eval"}));
   EXPECT_EQ(engine.checkpoint().evaluations_without_improvement, 2);
   EXPECT_EQ(engine.last_committed_round(), 4);
-  StatusOr<Actions> ended = engine.ResultUploaded(
-      {.worker = 1, .round = 11, .attempt = 1, .validation_samples = 10, .validation_loss = 3.0});
+  StatusOr<Actions> ended =
+      engine.ResultUploaded({.worker = 1, .round = 11, .attempt = 1, .validation_samples = 10, .validation_loss = 3.0});
   ASSERT_TRUE(ended.ok());
   EXPECT_THAT(Render(*ended), ElementsAre("evaluated g4 3 n10", "succeeded 4"));
   EXPECT_TRUE(std::get<GlobalEvaluated>((*ended)[0]).final);
@@ -403,7 +403,7 @@ TEST_F(RoundEngineTest, EarlyStoppingCountsOnlyImprovementsBeyondMinDelta) {
     StartWith(engine, {1});
     Run(engine, RoundMeasuring(1, 4.0, Next(2)));
     Run(engine, RoundMeasuring(2, 3.6, {"assign w1 r11a1 s0 eval"}));  // 0.4 lower: not by more than 0.5
-    EXPECT_EQ(engine.checkpoint().best_global_round, 1);              // still the lowest loss
+    EXPECT_EQ(engine.checkpoint().best_global_round, 1);               // still the lowest loss
   }
   {
     RoundEngine engine(EarlyStopping(/*patience=*/1, /*min_delta=*/0.5), fed_avg_, clock_);
@@ -426,10 +426,8 @@ TEST_F(RoundEngineTest, StopWhileAggregatingWinsOverEarlyStop) {
   RoundEngine engine(EarlyStopping(/*patience=*/1), fed_avg_, clock_);
   StartWith(engine, {1});
   Run(engine, RoundMeasuring(1, 4.0, Next(2)));
-  Run(engine, {Result(1, 2, 1, 100, 2.5, {"validate w1 r2a1"}),
-               Valid(1, 2, 1, {"aggregate r2a1 [w1:100] loss 2.5"}),
-               StopJob({}),
-               Aggregated(2, 1, {"evaluated g1 5 n10", "commit r2a1", "stopped 2"})});
+  Run(engine, {Result(1, 2, 1, 100, 2.5, {"validate w1 r2a1"}), Valid(1, 2, 1, {"aggregate r2a1 [w1:100] loss 2.5"}),
+               StopJob({}), Aggregated(2, 1, {"evaluated g1 5 n10", "commit r2a1", "stopped 2"})});
 }
 
 TEST_F(RoundEngineTest, EarlyStoppingStateSurvivesARestart) {
@@ -454,10 +452,8 @@ TEST_F(RoundEngineTest, EarlyStoppingStateSurvivesARestart) {
   StatusOr<Actions> resumed = restored.Restore(saved, std::vector<WorkerId>{1});
   ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
   EXPECT_THAT(Render(*resumed), ElementsAre("start r3a2", "assign w1 r3a2 s0"));
-  Run(restored, {Result(1, 3, 2, 100, 2.0, {"validate w1 r3a2"}),
-                 Valid(1, 3, 2, {"aggregate r3a2 [w1:100] loss 2"}),
-                 Available(1),
-                 Aggregated(3, 2, {"evaluated g2 4 n10", "commit r3a2", "assign w1 r11a1 s0 eval"})});
+  Run(restored, {Result(1, 3, 2, 100, 2.0, {"validate w1 r3a2"}), Valid(1, 3, 2, {"aggregate r3a2 [w1:100] loss 2"}),
+                 Available(1), Aggregated(3, 2, {"evaluated g2 4 n10", "commit r3a2", "assign w1 r11a1 s0 eval"})});
 
   // A restart during that final evaluation: patience is used up, so the job goes straight to evaluating.
   EngineCheckpoint during_evaluation = restored.checkpoint();

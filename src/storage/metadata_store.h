@@ -167,7 +167,7 @@ struct Round {
   std::vector<int64_t> participants;  // worker ids, as selected when the round started
   int64_t started_at_ms = 0;
   std::optional<int64_t> ended_at_ms;
-  std::optional<double> train_loss;       // sample-weighted mean of the workers' mean training losses
+  std::optional<double> train_loss;  // sample-weighted mean of the workers' mean training losses
   // Sample-weighted validation loss of the global this round committed ("after round r"): measured by round r+1's
   // workers before they train on it (or by the final evaluation for the last round). Null until then, and on
   // attempts that did not commit.
@@ -295,8 +295,8 @@ class MetadataStore {
   // All jobs by id, or only those with `status` (e.g. kRunning, to resume after a restart).
   virtual StatusOr<std::vector<TrainingJob>> ListJobs(std::optional<JobStatus> status = std::nullopt) = 0;
   // Moves a job to `status` and returns it. Entering kRunning sets started_at_ms (first time only); entering a
-  // terminal status sets finished_at_ms and status_reason = `reason` (and, for kFailed, failure_reason = `reason`). FailedPrecondition if the job is
-  // already terminal ("training job 7 is already cancelled") or `status` is kQueued.
+  // terminal status sets finished_at_ms and status_reason = `reason` (and, for kFailed, failure_reason = `reason`).
+  // FailedPrecondition if the job is already terminal ("training job 7 is already cancelled") or `status` is kQueued.
   virtual StatusOr<TrainingJob> SetJobStatus(int64_t job_id, JobStatus status, int64_t time_ms,
                                              std::string_view reason = {}) = 0;
 

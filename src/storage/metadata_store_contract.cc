@@ -426,8 +426,8 @@ TEST_P(MetadataStoreContractTest, ValidationLossesBelongToTheGlobalTheyMeasured)
   EXPECT_EQ(store().RecordFinalValidationLoss(job.id, 2, 1.0).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store().RecordFinalValidationLoss(4242, 3, 1.0).code(), StatusCode::kNotFound);
   ASSERT_OK(store().RecordFinalValidationLoss(job.id, 3, measured[3]));
-  TrainingJob ended = Must(store().SetJobStatus(job.id, JobStatus::kSucceeded, kT0 + 90,
-                                                "stopped early after round 3: no improvement"));
+  TrainingJob ended = Must(
+      store().SetJobStatus(job.id, JobStatus::kSucceeded, kT0 + 90, "stopped early after round 3: no improvement"));
   EXPECT_EQ(ended.status_reason, "stopped early after round 3: no improvement");
   EXPECT_EQ(ended.failure_reason, "");
   EXPECT_EQ(ended.final_validation_loss, 2.0);

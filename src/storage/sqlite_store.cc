@@ -878,8 +878,7 @@ StatusOr<TrainingJob> SqliteMetadataStore::SetJobStatus(int64_t job_id, JobStatu
     PARSYN_PREPARE(q,
                    "UPDATE jobs SET status = ?2, failure_reason = ?3, started_at_ms = ?4, finished_at_ms = ?5, "
                    "status_reason = ?6 WHERE id = ?1");
-    q->Bind(job_id, ToString(job.status), job.failure_reason, job.started_at_ms, job.finished_at_ms,
-            job.status_reason);
+    q->Bind(job_id, ToString(job.status), job.failure_reason, job.started_at_ms, job.finished_at_ms, job.status_reason);
     PARSYN_RETURN_IF_ERROR(q->Run());
   }
   PARSYN_RETURN_IF_ERROR(txn.Commit());
@@ -1178,7 +1177,8 @@ Status SqliteMetadataStore::FailRound(const RoundFailure& failure) {
 
 Status SqliteMetadataStore::SetRoundValidationLossLocked(const TrainingJob& job, int32_t round, double loss) {
   {
-    PARSYN_PREPARE(q, "UPDATE rounds SET validation_loss = ?3 WHERE job_id = ?1 AND round = ?2 AND status = 'committed'");
+    PARSYN_PREPARE(q,
+                   "UPDATE rounds SET validation_loss = ?3 WHERE job_id = ?1 AND round = ?2 AND status = 'committed'");
     q->Bind(job.id, round, loss);
     PARSYN_RETURN_IF_ERROR(q->Run());
     if (sqlite3_changes(db_.get()) != 1) {
@@ -1206,8 +1206,9 @@ Status SqliteMetadataStore::RecordFinalValidationLoss(int64_t job_id, int32_t ro
                                    std::string(ToString(job.status)));
   }
   if (round < 1 || round != job.committed_round) {
-    return FailedPreconditionError("the final validation loss of " + JobName(job_id) + " is that of its committed round " +
-                                   std::to_string(job.committed_round) + ", not round " + std::to_string(round));
+    return FailedPreconditionError("the final validation loss of " + JobName(job_id) +
+                                   " is that of its committed round " + std::to_string(job.committed_round) +
+                                   ", not round " + std::to_string(round));
   }
   PARSYN_RETURN_IF_ERROR(SetRoundValidationLossLocked(job, round, validation_loss));
   {
