@@ -76,6 +76,34 @@ int SimpleCall(const JobFlags& f, const std::string& command, http::Method metho
   return 0;
 }
 
+// `job get`: the job's JSON on stdout (for scripts), then its validation losses, each named by the weights it
+// measured, on stderr (for people; `| jq` still sees only the JSON).
+int Get(const JobFlags& f) {
+  auto client = ConnectToServer(f.remote);
+  if (!client.ok()) return Fail("job get", client.status());
+  auto res = (*client)->Get(JobPath(f.id, ""));
+  if (!res.ok()) return Fail("job get", res.status());
+  auto body = res->Json();
+  if (!body.ok()) return Fail("job get", body.status());
+  PrintJson(*body);
+  const json& j = *body;
+  if (j.value("initial_validation_loss", json()).is_number()) {
+    std::cerr << "validation loss of the starting weights: " << j["initial_validation_loss"] << "\n";
+  }
+  if (j.value("final_validation_loss", json()).is_number()) {
+    std::cerr << "validation loss after round " << j["committed_round"]
+              << " (the last, final evaluation): " << j["final_validation_loss"] << "\n";
+  }
+  if (j.value("best_round", json()).is_number()) {
+    std::cerr << "best: round " << j["best_round"] << " (validation loss after round " << j["best_round"] << ": "
+              << j["best_validation_loss"] << "; its global is the best/ artifact once the job ends)\n";
+  }
+  if (j.contains("status_reason") && j["status"] != "failed") {
+    std::cerr << j["status"].get<std::string>() << ": " << j["status_reason"].get<std::string>() << "\n";
+  }
+  return 0;
+}
+
 // Prints the job's events as they happen: round starts and commits, per-worker progress bars, drops, the end.
 int Watch(const JobFlags& f) {
   auto client = ConnectToServer(f.remote);
@@ -204,9 +232,7 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
       ->add_option("-f,--file", flags->file, "the job spec (JSON)")
       ->required();
   add("list", "list jobs", false)->callback([flags, &exit_code] { exit_code = List(*flags); });
-  add("get", "show a job", true)->callback([flags, &exit_code] {
-    exit_code = SimpleCall(*flags, "job get", http::Method::kGet, "");
-  });
+  add("get", "show a job", true)->callback([flags, &exit_code] { exit_code = Get(*flags); });
   add("watch", "follow a job's rounds and workers live", true)->callback([flags, &exit_code] {
     exit_code = Watch(*flags);
   });
