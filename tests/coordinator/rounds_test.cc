@@ -116,6 +116,9 @@ TEST_F(RoundsTest, NormalRoundsCommitTheFedAvgOfTheUploads) {
   EXPECT_EQ(config["r"], 4);
   EXPECT_EQ(config["lora_alpha"], 8);
   EXPECT_EQ(config["target_modules"], json({"q_proj", "v_proj"}));
+  // The best adapter, in the same form: round 3's global had the lowest validation loss.
+  EXPECT_EQ(Artifact(job_id, "best/adapter_model.safetensors"), Artifact(job_id, "rounds/000003/global.safetensors"));
+  EXPECT_EQ(Artifact(job_id, "best/adapter_config.json"), Artifact(job_id, "adapter_config.json"));
 
   auto metrics = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/metrics");
   ASSERT_TRUE(metrics.ok());
