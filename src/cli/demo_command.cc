@@ -296,20 +296,31 @@ int RunDemo(const DemoFlags& f) {
   }
   StatusOr<json> after = Evaluate(work, model, data, adapter / "adapter_model.safetensors");
   auto rounds = api.Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/rounds");
+  auto job_view = api.Get("/api/v1/training-jobs/" + std::to_string(job_id));
   for (auto& w : workers) w->Stop();
 
+  // Each validation loss is printed with the weights it measured: a round's is that of the global it committed.
+  StatusOr<json> job_body = job_view.ok() ? job_view->Json() : StatusOr<json>(job_view.status());
+  auto loss_text = [](const json& v) { return v.is_number() ? std::to_string(v.get<double>()) : std::string("-"); };
   std::cout << "\n==> summary\n";
-  std::printf("  %-6s %-12s %-16s %s\n", "round", "train loss", "validation loss", "bytes moved");
+  if (job_body.ok()) {
+    std::cout << "  validation loss of the starting weights: "
+              << loss_text(job_body->value("initial_validation_loss", json())) << "\n";
+  }
+  std::printf("  %-6s %-12s %-28s %s\n", "round", "train loss", "validation loss after round", "bytes moved");
   StatusOr<json> rounds_body = rounds.ok() ? rounds->Json() : StatusOr<json>(rounds.status());
   if (!rounds_body.ok()) std::cout << "  (rounds unavailable: " << rounds_body.status().message() << ")\n";
   if (rounds_body.ok()) {
     for (const json& r : (*rounds_body)["rounds"]) {
       if (r["outcome"] != "committed") continue;
-      std::printf("  %-6d %-12.4f %-16s %lld\n", r["round"].get<int>(),
+      std::printf("  %-6d %-12.4f %-28s %lld\n", r["round"].get<int>(),
                   r["train_loss"].is_number() ? r["train_loss"].get<double>() : 0.0,
-                  r["validation_loss"].is_number() ? std::to_string(r["validation_loss"].get<double>()).c_str() : "-",
-                  static_cast<long long>(r.value("bytes_moved", int64_t{0})));
+                  loss_text(r["validation_loss"]).c_str(), static_cast<long long>(r.value("bytes_moved", int64_t{0})));
     }
+  }
+  if (job_body.ok() && job_body->value("best_round", json()).is_number()) {
+    std::cout << "  best: round " << (*job_body)["best_round"] << " (validation loss after round "
+              << (*job_body)["best_round"] << ": " << loss_text((*job_body)["best_validation_loss"]) << ")\n";
   }
   auto accuracy = [](const StatusOr<json>& m) {
     if (!m.ok() || !m->contains("exact_match")) return std::string("n/a");

@@ -83,6 +83,34 @@ int SimpleCall(const JobFlags& f, const std::string& command, http::Method metho
   return 0;
 }
 
+// `job get`: the job's JSON on stdout (for scripts), then its validation losses, each named by the weights it
+// measured, on stderr (for people; `| jq` still sees only the JSON).
+int Get(const JobFlags& f) {
+  auto client = ConnectToServer(f.remote);
+  if (!client.ok()) return Fail("job get", client.status());
+  auto res = (*client)->Get(JobPath(f.id, ""));
+  if (!res.ok()) return Fail("job get", res.status());
+  auto body = res->Json();
+  if (!body.ok()) return Fail("job get", body.status());
+  PrintJson(*body);
+  const json& j = *body;
+  if (j.value("initial_validation_loss", json()).is_number()) {
+    std::cerr << "validation loss of the starting weights: " << j["initial_validation_loss"] << "\n";
+  }
+  if (j.value("final_validation_loss", json()).is_number()) {
+    std::cerr << "validation loss after round " << j["committed_round"]
+              << " (the last, final evaluation): " << j["final_validation_loss"] << "\n";
+  }
+  if (j.value("best_round", json()).is_number()) {
+    std::cerr << "best: round " << j["best_round"] << " (validation loss after round " << j["best_round"] << ": "
+              << j["best_validation_loss"] << "; its global is the best/ artifact once the job ends)\n";
+  }
+  if (j.contains("status_reason") && j["status"] != "failed") {
+    std::cerr << j["status"].get<std::string>() << ": " << j["status_reason"].get<std::string>() << "\n";
+  }
+  return 0;
+}
+
 // Prints the job's events as they happen: round starts and commits, per-worker progress bars, drops, the end.
 int Watch(const JobFlags& f) {
   auto client = ConnectToServer(f.remote);
@@ -123,9 +151,7 @@ int Watch(const JobFlags& f) {
                       << ") started\n";
           } else if (e.event == "round_committed") {
             std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " committed: " << d["num_updates"]
-                      << " updates, train loss " << d["train_loss"];
-            if (!d["validation_loss"].is_null()) std::cout << ", validation loss " << d["validation_loss"];
-            std::cout << "\n";
+                      << " updates, train loss " << d["train_loss"] << "\n";
           } else if (e.event == "round_failed") {
             std::cout << "round " << d["round"] << " attempt " << d["attempt"] << " failed ("
                       << d["consecutive_failures"] << "/" << d["fault_tolerance"]
@@ -139,8 +165,11 @@ int Watch(const JobFlags& f) {
           } else if (e.event == "task_assigned") {
             bars[d["worker_id"].get<int64_t>()] = "assigned shard " + std::to_string(d["shard"].get<int>());
           } else if (e.event == "global_evaluated") {
-            std::cout << "global of round " << d["global_round"] << ": validation loss " << d["validation_loss"]
-                      << "\n";
+            // Each loss names the weights it measured; the final evaluation belongs to the job's end.
+            const int64_t global_round = d["global_round"].get<int64_t>();
+            std::cout << (d.value("final", false) ? "final evaluation: " : "") << "validation loss "
+                      << (global_round == 0 ? "of the starting weights" : "after round " + std::to_string(global_round))
+                      << ": " << d["validation_loss"] << "\n";
           } else if (e.event == "warning") {
             std::cout << "warning: " << d.value("message", "") << "\n";
           } else if (e.event == "job_status") {
@@ -148,6 +177,10 @@ int Watch(const JobFlags& f) {
             std::cout << "job " << status;
             if (d.contains("reason")) std::cout << ": " << d["reason"].get<std::string>();
             std::cout << "\n";
+            if (d.contains("best_round")) {
+              std::cout << "best: round " << d["best_round"] << " (validation loss after round " << d["best_round"]
+                        << ": " << d["best_validation_loss"] << ")\n";
+            }
             if (status != "queued" && status != "running") final_status = status;
           }
           if (interactive) redraw_bars();
@@ -208,9 +241,7 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
       ->add_option("-f,--file", flags->file, "the job spec (JSON)")
       ->required();
   add("list", "list jobs", false)->callback([flags, &exit_code] { exit_code = List(*flags); });
-  add("get", "show a job", true)->callback([flags, &exit_code] {
-    exit_code = SimpleCall(*flags, "job get", http::Method::kGet, "");
-  });
+  add("get", "show a job", true)->callback([flags, &exit_code] { exit_code = Get(*flags); });
   add("watch", "follow a job's rounds and workers live", true)->callback([flags, &exit_code] {
     exit_code = Watch(*flags);
   });

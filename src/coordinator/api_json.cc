@@ -90,6 +90,13 @@ json JobJson(const storage::TrainingJob& job) {
               {"finished_at_ms", job.finished_at_ms ? json(*job.finished_at_ms) : json()},
               {"spec", spec.is_discarded() ? json() : spec}};
   if (!job.failure_reason.empty()) out["failure_reason"] = job.failure_reason;
+  if (!job.status_reason.empty()) out["status_reason"] = job.status_reason;
+  // Validation losses, each of one set of weights (docs/openapi.yaml Job); null until measured.
+  auto optional = [](const auto& v) { return v ? json(*v) : json(); };
+  out["initial_validation_loss"] = optional(job.initial_validation_loss);
+  out["final_validation_loss"] = optional(job.final_validation_loss);
+  out["best_round"] = optional(job.best_round);
+  out["best_validation_loss"] = optional(job.best_validation_loss);
   return out;
 }
 

@@ -65,6 +65,26 @@ http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std
   co_return Status::Ok();
 }
 
+http::Awaitable<Status> JobRunner::OnGlobalEvaluated(const GlobalEvaluated& a) {
+  if (a.final) {
+    Status recorded = co_await Offload(host_.pool(), [&] {
+      return host_.store().RecordFinalValidationLoss(job_.id, a.global_round, a.validation_loss);
+    });
+    if (!recorded.ok()) co_return recorded;
+  } else {
+    pending_validation_loss_ = a.validation_loss;  // stored by the commit that follows, in its transaction
+  }
+  {
+    auto event_appended = host_.AppendEvent(job_.id, "global_evaluated",
+                                            {{"global_round", a.global_round},
+                                             {"validation_loss", a.validation_loss},
+                                             {"validation_samples", a.validation_samples},
+                                             {"final", a.final}});
+    co_await std::move(event_appended);
+  }
+  co_return Status::Ok();
+}
+
 http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound& a) {
   if (!pending_global_) co_return InternalError("round " + std::to_string(a.round) + " commits without a global");
   storage::RoundCommit commit{.job_id = job_.id,
@@ -74,7 +94,7 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
                               .global_sha256 = pending_global_->sha256,
                               .ended_at_ms = host_.clock().UnixMillis(),
                               .train_loss = a.num_updates > 0 ? std::optional<double>(a.train_loss) : std::nullopt,
-                              .validation_loss = pending_validation_loss_,
+                              .previous_global_validation_loss = pending_validation_loss_,
                               .bytes_moved = bytes_moved_};
   const std::string artifact_name = fmt::format("rounds/{:06}/global.safetensors", a.round);
   const auto commit_start = std::chrono::steady_clock::now();
@@ -103,16 +123,14 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
   global_size_bytes_ = info->size_bytes;
   pending_global_.reset();
   {
-    auto event_appended =
-        host_.AppendEvent(job_.id, "round_committed",
-                          {{"round", a.round},
-                           {"attempt", a.attempt},
-                           {"total_rounds", engine_config_.num_rounds},
-                           {"train_loss", a.train_loss},
-                           {"validation_loss", pending_validation_loss_ ? json(*pending_validation_loss_) : json()},
-                           {"num_updates", a.num_updates},
-                           {"num_samples", a.num_samples},
-                           {"global_sha256", global_sha256_}});
+    auto event_appended = host_.AppendEvent(job_.id, "round_committed",
+                                            {{"round", a.round},
+                                             {"attempt", a.attempt},
+                                             {"total_rounds", engine_config_.num_rounds},
+                                             {"train_loss", a.train_loss},
+                                             {"num_updates", a.num_updates},
+                                             {"num_samples", a.num_samples},
+                                             {"global_sha256", global_sha256_}});
     co_await std::move(event_appended);
   }
   pending_validation_loss_.reset();
@@ -177,6 +195,7 @@ http::Awaitable<Status> JobRunner::WriteFinalArtifacts() {
                       {"revision", nullptr}};
   }
   const bool peft = spec_.config.use_peft;
+  const std::string prefix = peft ? "adapter_model" : "model";
   Status written = co_await Offload(host_.pool(), [&]() -> Status {
     auto add = [&](std::string name, std::string key, int64_t size, std::string sha) -> Status {
       Status s = host_.store().AddJobArtifact({.job_id = job_.id,
@@ -187,11 +206,27 @@ http::Awaitable<Status> JobRunner::WriteFinalArtifacts() {
                                                .created_at_ms = now});
       return s.code() == StatusCode::kAlreadyExists ? Status::Ok() : s;
     };
-    if (!peft) return add("model.safetensors", global_key, global_size, global_sha);
-    PARSYN_RETURN_IF_ERROR(add("adapter_model.safetensors", global_key, global_size, global_sha));
-    PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo info,
-                            PutBytes(host_.blobs(), adapter_config_key, adapter_config.dump(2) + "\n"));
-    return add("adapter_config.json", adapter_config_key, static_cast<int64_t>(info.size_bytes), info.sha256);
+    PARSYN_RETURN_IF_ERROR(add(prefix + ".safetensors", global_key, global_size, global_sha));
+    std::optional<storage::BlobInfo> config_info;
+    if (peft) {
+      PARSYN_ASSIGN_OR_RETURN(config_info, PutBytes(host_.blobs(), adapter_config_key, adapter_config.dump(2) + "\n"));
+      PARSYN_RETURN_IF_ERROR(add("adapter_config.json", adapter_config_key,
+                                 static_cast<int64_t>(config_info->size_bytes), config_info->sha256));
+    }
+    // best/: the committed global with the lowest validation loss (the job's best_round), in the same form.
+    PARSYN_ASSIGN_OR_RETURN(storage::TrainingJob stored, host_.store().GetJob(job_.id));
+    if (!stored.best_round) return Status::Ok();
+    const std::string round_global = fmt::format("rounds/{:06}/global.safetensors", *stored.best_round);
+    PARSYN_ASSIGN_OR_RETURN(std::vector<storage::JobArtifact> artifacts, host_.store().ListJobArtifacts(job_.id));
+    for (const storage::JobArtifact& a : artifacts) {
+      if (a.name != round_global) continue;
+      PARSYN_RETURN_IF_ERROR(add("best/" + prefix + ".safetensors", a.blob_key, a.size_bytes, a.sha256));
+      if (config_info) {
+        PARSYN_RETURN_IF_ERROR(add("best/adapter_config.json", adapter_config_key,
+                                   static_cast<int64_t>(config_info->size_bytes), config_info->sha256));
+      }
+    }
+    return Status::Ok();
   });
   co_return written;
 }
@@ -231,6 +266,11 @@ http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string_view
   for (const ParticipantView& p : engine_->participants()) host_.TaskFinished(p.worker, job_.id);
   json payload = {{"status", storage::ToString(status)}, {"committed_round", job_.committed_round}};
   if (!reason.empty()) payload["reason"] = reason;
+  if (job_.final_validation_loss) payload["final_validation_loss"] = *job_.final_validation_loss;
+  if (job_.best_round) {
+    payload["best_round"] = *job_.best_round;
+    payload["best_validation_loss"] = *job_.best_validation_loss;
+  }
   {
     auto event_appended = host_.AppendEvent(job_.id, "job_status", payload);
     co_await std::move(event_appended);

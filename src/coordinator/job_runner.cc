@@ -165,21 +165,11 @@ http::Awaitable<Status> JobRunner::Do(const Action& action, std::deque<Action>& 
   if (const auto* a = std::get_if<ValidateUpdate>(&action)) co_return co_await OnValidateUpdate(*a, work);
   if (const auto* a = std::get_if<DropWorker>(&action)) co_return co_await OnDropWorker(*a);
   if (const auto* a = std::get_if<AggregateRound>(&action)) co_return co_await OnAggregateRound(*a, work);
-  if (const auto* a = std::get_if<GlobalEvaluated>(&action)) {
-    // Round r's workers evaluated global r-1: stored with round r when it commits (or as an event for the last).
-    pending_validation_loss_ = a->validation_loss;
-    {
-      auto event_appended = host_.AppendEvent(job_.id, "global_evaluated",
-                                              {{"global_round", a->global_round},
-                                               {"validation_loss", a->validation_loss},
-                                               {"validation_samples", a->validation_samples}});
-      co_await std::move(event_appended);
-    }
-    co_return Status::Ok();
-  }
+  if (const auto* a = std::get_if<GlobalEvaluated>(&action)) co_return co_await OnGlobalEvaluated(*a);
   if (const auto* a = std::get_if<coordinator::CommitRound>(&action)) co_return co_await OnCommitRound(*a);
   if (const auto* a = std::get_if<coordinator::FailRound>(&action)) co_return co_await OnFailRound(*a, work);
-  if (std::get_if<JobSucceeded>(&action)) co_return co_await OnJobEnded(JobStatus::kSucceeded, {});
+  if (const auto* a = std::get_if<JobSucceeded>(&action))
+    co_return co_await OnJobEnded(JobStatus::kSucceeded, a->reason);
   if (const auto* a = std::get_if<JobFailed>(&action)) co_return co_await OnJobEnded(JobStatus::kFailed, a->reason);
   if (std::get_if<JobStopped>(&action)) co_return co_await OnJobEnded(JobStatus::kStopped, {});
   if (std::get_if<JobCancelled>(&action)) co_return co_await OnJobEnded(JobStatus::kCancelled, {});

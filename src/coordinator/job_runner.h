@@ -13,7 +13,7 @@
 //                                                            model.safetensors blob serves as the initial global)
 //   jobs/<id>/rounds/<rrrrrr>-a<a>/global.safetensors       the global committed by round r (attempt a)
 //   jobs/<id>/rounds/<rrrrrr>-a<a>/updates/w<worker>.safetensors   a worker's update (signed PUT URL)
-//   jobs/<id>/artifacts/adapter_config.json                 the final adapter's PEFT config
+//   jobs/<id>/artifacts/adapter_config.json                 the final (and best) adapter's PEFT config
 //
 // Store errors: when an action's durable write fails (StartRound, AssignShard, RecordUpdate, CommitRound, FailRound,
 // ...), the engine has already moved past what the store holds. The rest of its actions is dropped, the attempt's
@@ -143,6 +143,8 @@ class JobRunner {
   http::Awaitable<Status> OnValidateUpdate(const ValidateUpdate& a, std::deque<Action>& work);
   http::Awaitable<Status> OnDropWorker(const DropWorker& a);
   http::Awaitable<Status> OnAggregateRound(const AggregateRound& a, std::deque<Action>& work);
+  // Global r-1's loss is kept for round r's commit; the final evaluation's is recorded at once.
+  http::Awaitable<Status> OnGlobalEvaluated(const GlobalEvaluated& a);
   http::Awaitable<Status> OnCommitRound(const coordinator::CommitRound& a);
   http::Awaitable<Status> OnFailRound(const coordinator::FailRound& a, const std::deque<Action>& work);
   http::Awaitable<Status> OnJobEnded(storage::JobStatus status, std::string_view reason);
@@ -188,8 +190,8 @@ class JobRunner {
   std::string global_sha256_;
   uint64_t global_size_bytes_ = 0;
   std::shared_ptr<weights::WeightSet> global_;
-  std::optional<PendingGlobal> pending_global_;  // aggregated, not yet committed
-  std::optional<double> pending_validation_loss_;
+  std::optional<PendingGlobal> pending_global_;            // aggregated, not yet committed
+  std::optional<double> pending_validation_loss_;          // of the global the attempt started from, stored on commit
   int64_t bytes_moved_ = 0;                                // of the attempt in progress
   std::map<int64_t, ResultReport> results_;                // of the attempt in progress, by worker
   std::set<int64_t> recorded_updates_;                     // workers whose update of this attempt is in the store

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -144,7 +145,8 @@ float Delta(int round, int shard) { return 0.25f * static_cast<float>(round) + 1
 // One job on fresh stores, and the scripted workers that run its tasks.
 class JobFixture {
  public:
-  JobFixture() { Init(); }
+  // `distributed` entries override the job's (e.g. num_rounds, early_stopping).
+  explicit JobFixture(json distributed = json::object()) : distributed_(std::move(distributed)) { Init(); }
   ~JobFixture() {
     runner_.reset();
     Settle();
@@ -199,6 +201,7 @@ class JobFixture {
                         {"aggregation_timeout", 60},
                         {"fault_tolerance", 1}}},
                       {"worker_selection", {{"mode", "own"}, {"worker_ids", workers}}}};
+    spec_json["distributed"].update(distributed_);
     StatusOr<JobSpec> spec = ParseJobSpecJson(spec_json);
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
     auto job = store_->CreateJob({.name = "in-process",
@@ -277,7 +280,9 @@ class JobFixture {
   ResultReport Work(const json& task) {
     ResultReport report{.round = task["round"], .attempt = task["attempt"]};
     report.validation_samples = task["data"]["validation_rows"];
-    report.validation_loss = 0.5;
+    // A train task of round r evaluates global r-1; the final evaluation the last committed global.
+    report.validation_loss =
+        validation_loss_(task["kind"] == "train" ? task["round"].get<int>() - 1 : StoredJob().committed_round);
     if (task["kind"] != "train") return report;
     const std::string global_key = task["global_weights"]["url"].get<std::string>().substr(kUrlScheme.size());
     std::vector<float> values = WeightsValues(ReadBlob(global_key));
@@ -339,6 +344,9 @@ class JobFixture {
     return {};
   }
 
+  json distributed_;
+  // The validation loss the workers measure for the global of a round (0: the starting weights).
+  std::function<double(int global_round)> validation_loss_ = [](int) { return 0.5; };
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_ = boost::asio::make_work_guard(io_);
   test_support::TempDir dir_{"parsyn-job-runner"};
@@ -464,6 +472,53 @@ TEST(JobRunnerTest, RestartFromEachCheckpointFinishesTheSame) {
     EXPECT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
     EXPECT_EQ(f.StoredJob().committed_round, kRounds);
     EXPECT_EQ(f.CommittedGlobal(), UninterruptedRun().global);
+  }
+}
+
+// Early stopping with patience 2 over 6 rounds: globals 3 and 4 do not improve on global 2, so the job ends after
+// round 5 (whose commit brought global 4's loss) with the final evaluation of global 5, succeeded, and keeps
+// best/model.safetensors = round 2's global beside model.safetensors = round 5's. The same with a coordinator
+// restart in the middle (the count is rebuilt from the stored losses) and during the final evaluation.
+TEST(JobRunnerTest, EarlyStoppingEndsTheJobAndKeepsTheBestGlobal) {
+  for (int restart_after : {0, 3, 5}) {
+    SCOPED_TRACE("restart after round " + std::to_string(restart_after));
+    JobFixture f({{"num_rounds", 6}, {"early_stopping", {{"patience", 2}, {"min_delta", 0.01}}}});
+    const std::map<int, double> losses = {{0, 3.0}, {1, 2.0}, {2, 1.0}, {3, 1.5}, {4, 0.995}, {5, 1.1}, {6, 0.1}};
+    f.validation_loss_ = [&](int global_round) { return losses.at(global_round); };
+    ASSERT_TRUE(f.StartRunner().ok());
+    if (restart_after > 0) {
+      ASSERT_TRUE(f.Drive([&] { return f.StoredJob().committed_round >= restart_after; }));
+      ASSERT_FALSE(f.runner_->finished());
+      ASSERT_TRUE(f.StartRunner().ok());
+    }
+    ASSERT_TRUE(f.Drive());
+    const storage::TrainingJob job = f.StoredJob();
+    EXPECT_EQ(job.status, storage::JobStatus::kSucceeded);
+    EXPECT_EQ(job.committed_round, 5);
+    EXPECT_EQ(job.status_reason,
+              "stopped early after round 5 of 6: the validation loss did not improve by more than min_delta 0.01 for "
+              "2 evaluated global(s) in a row (patience); lowest validation loss 0.995, after round 4");
+    EXPECT_EQ(job.initial_validation_loss, 3.0);
+    EXPECT_EQ(job.final_validation_loss, 1.1);
+    EXPECT_EQ(job.best_round, 4);  // 0.995: the lowest, though not lower than round 2's 1.0 by more than min_delta
+    EXPECT_EQ(job.best_validation_loss, 0.995);
+
+    StatusOr<std::vector<storage::Round>> rounds = f.store_->ListRounds(f.job_id_);
+    ASSERT_TRUE(rounds.ok());
+    std::map<int, std::string> committed_sha;
+    for (const storage::Round& r : *rounds) {
+      if (r.status != storage::RoundStatus::kCommitted) continue;
+      committed_sha[r.round] = r.global_sha256;
+      EXPECT_EQ(r.validation_loss, losses.at(r.round)) << "round " << r.round;
+    }
+    ASSERT_EQ(committed_sha.size(), 5u);
+    StatusOr<std::vector<storage::JobArtifact>> artifacts = f.store_->ListJobArtifacts(f.job_id_);
+    ASSERT_TRUE(artifacts.ok());
+    std::map<std::string, std::string> sha_by_name;
+    for (const storage::JobArtifact& a : *artifacts) sha_by_name[a.name] = a.sha256;
+    EXPECT_EQ(sha_by_name["best/model.safetensors"], committed_sha[4]);
+    EXPECT_EQ(sha_by_name["model.safetensors"], committed_sha[5]);
+    EXPECT_NE(committed_sha[4], committed_sha[5]);
   }
 }
 

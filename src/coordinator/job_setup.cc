@@ -204,6 +204,15 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
       global_sha = r.global_sha256;
     }
   }
+  // Early stopping's state, replayed from the losses measured during training, in order: the starting weights' and
+  // those of globals 1..committed_round-1 (the last global's loss, if stored, is the final evaluation's: the job had
+  // already decided to end, and the replay reaches that decision again).
+  if (job_.initial_validation_loss) RecordEvaluation(checkpoint, engine_config_, 0, *job_.initial_validation_loss);
+  for (const storage::Round& r : loaded->rounds) {
+    if (r.status == storage::RoundStatus::kCommitted && r.round < job_.committed_round && r.validation_loss) {
+      RecordEvaluation(checkpoint, engine_config_, r.round, *r.validation_loss);
+    }
+  }
   engine_config_.shard_train_rows.clear();
   for (const storage::Shard& s : shards_) {
     if (s.worker_id) checkpoint.shards[*s.worker_id] = s.shard_index;

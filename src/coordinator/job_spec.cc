@@ -58,6 +58,14 @@ void ParseDistributed(const json* object, DistributedConfig& d, std::vector<std:
   double join_window_s = 5;
   r.Number("join_window", join_window_s, 0, 3600);
   d.join_window_ms = std::llround(join_window_s * 1000.0);
+  if (const json* early = r.Object("early_stopping")) {
+    FieldReader e(*early, "distributed.early_stopping.", errors);
+    EarlyStopping es;
+    if (e.Required("patience")) e.Integer("patience", es.patience, 1, 10000);
+    e.Number("min_delta", es.min_delta, 0, 1e9);
+    e.RejectUnknown();
+    d.early_stopping = es;
+  }
   r.RejectUnknown();
 }
 
@@ -166,6 +174,11 @@ StatusOr<JobSpec> ParseJobSpecJson(const json& body) {
     errors.push_back("distributed.min_workers (" + std::to_string(d.min_workers) +
                      ") exceeds the number of workers listed in worker_selection (" + std::to_string(listed) + ")");
   }
+  if (!d.enabled && d.early_stopping) {
+    errors.push_back(
+        "distributed.early_stopping needs distributed.enabled true: an ordinary job trains one round, so there is "
+        "nothing to stop early; remove early_stopping or make the job distributed");
+  }
   PARSYN_RETURN_IF_ERROR(protocol::ErrorsToStatus(errors));
   if (!d.enabled) {
     d.num_rounds = 1;
@@ -220,7 +233,7 @@ json JobSpecToJson(const JobSpec& spec) {
   const DistributedConfig& d = spec.distributed;
   const WorkerSelection& w = spec.worker_selection;
   auto seconds = [](int64_t ms) { return ms % 1000 == 0 ? json(ms / 1000) : json(static_cast<double>(ms) / 1000.0); };
-  return json{
+  json out{
       {"name", spec.name},
       {"dataset_id", spec.dataset_id},
       {"model_id", spec.model_id},
@@ -244,6 +257,11 @@ json JobSpecToJson(const JobSpec& spec) {
            {"parsyn_worker_ids", w.parsyn_worker_ids},
        }},
   };
+  if (d.early_stopping) {
+    out["distributed"]["early_stopping"] = {{"patience", d.early_stopping->patience},
+                                            {"min_delta", d.early_stopping->min_delta}};
+  }
+  return out;
 }
 
 std::string JobSpecToJsonString(const JobSpec& spec) { return JobSpecToJson(spec).dump(); }

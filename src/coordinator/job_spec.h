@@ -26,6 +26,9 @@
 //   distributed.aggregation_timeout     number (seconds)  600                  1..604800
 //   distributed.fault_tolerance         integer           3                    1..1000: the job fails after this
 //                                                                              many consecutive failed rounds
+//   distributed.early_stopping          object            absent (off)         distributed jobs only
+//   distributed.early_stopping.patience integer           required             1..10000 evaluated globals
+//   distributed.early_stopping.min_delta number           0                    >= 0
 //   worker_selection.mode               string            from the lists:      "own" | "managed" | "mixed" | "auto"
 //                                                         own, managed, mixed
 //                                                         or (none) auto
@@ -35,6 +38,9 @@
 // Cross-field rules: own needs worker_ids and no parsyn_worker_ids; managed the reverse; mixed needs both; auto
 // needs neither (any available worker may take part). No id twice, nor in both lists; at most 1000 ids. For a
 // distributed job, the listed workers must be at least min_workers.
+//
+// early_stopping on a job that is not distributed is an error (an ordinary job has one round: nothing to stop). The
+// normalised form omits early_stopping when it is off.
 //
 // A job without `distributed`, or with enabled=false, is an ordinary job on one worker: its distributed fields are
 // still validated, then normalised to num_rounds 1, min_workers = max_workers = 1, steps_per_round 0 (0: the one
@@ -52,6 +58,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -78,6 +85,15 @@ std::string_view AggregationStrategyName(AggregationStrategy v);
 std::string_view WorkerSelectionModeName(WorkerSelectionMode v);
 
 // The member defaults are an ordinary one-worker job's; a distributed job's defaults are those of the table above.
+// distributed.early_stopping: end the job once `patience` evaluated globals in a row did not lower the validation
+// loss by more than min_delta below the lowest so far (docs/training.md).
+struct EarlyStopping {
+  int patience = 1;
+  double min_delta = 0;
+
+  friend bool operator==(const EarlyStopping&, const EarlyStopping&) = default;
+};
+
 struct DistributedConfig {
   bool enabled = false;
   AggregationStrategy strategy = AggregationStrategy::kFederatedAveraging;
@@ -90,6 +106,7 @@ struct DistributedConfig {
   // How long a round waits, once min_workers are idle, for selected workers still busy (reporting the previous
   // round) before it starts without them. JSON: join_window, in seconds.
   int64_t join_window_ms = 5'000;
+  std::optional<EarlyStopping> early_stopping;  // absent: off
 
   friend bool operator==(const DistributedConfig&, const DistributedConfig&) = default;
 };

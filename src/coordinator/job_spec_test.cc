@@ -154,6 +154,23 @@ TEST(JobSpecTest, GoodBodies) {
          EXPECT_EQ(s.worker_selection.mode, WorkerSelectionMode::kOwn);
          EXPECT_EQ(s.SelectedWorkers(), (std::vector<int64_t>{4, 2}));
        }},
+      {"early stopping, min_delta defaulted",
+       [](json& b) {
+         b["distributed"]["early_stopping"] = {{"patience", 3}};
+       },
+       [](const JobSpec& s) {
+         ASSERT_TRUE(s.distributed.early_stopping.has_value());
+         EXPECT_EQ(s.distributed.early_stopping->patience, 3);
+         EXPECT_EQ(s.distributed.early_stopping->min_delta, 0.0);
+         EXPECT_EQ(JobSpecToJson(s)["distributed"]["early_stopping"],
+                   json::parse(R"({"patience": 3, "min_delta": 0.0})"));
+         EXPECT_EQ(*ParseJobSpecJson(JobSpecToJson(s)), s);
+       }},
+      {"early stopping null is off", [](json& b) { b["distributed"]["early_stopping"] = nullptr; },
+       [](const JobSpec& s) {
+         EXPECT_FALSE(s.distributed.early_stopping.has_value());
+         EXPECT_FALSE(JobSpecToJson(s)["distributed"].contains("early_stopping"));
+       }},
       {"tabular fields",
        [](json& b) {
          b["config"]["label_column"] = "label";
@@ -274,6 +291,28 @@ TEST(JobSpecTest, BadBodiesNameTheFieldAndTheReason) {
       {[](json& b) { b["distributed"]["steps_per_round"] = -5; },
        "distributed.steps_per_round (-5) must be between 0 and 10000000"},
       {[](json& b) { b["distributed"]["min_workers"] = 0; }, "distributed.min_workers (0) must be between 1 and 1000"},
+      {[](json& b) { b["distributed"]["early_stopping"] = json::object(); },
+       "distributed.early_stopping.patience is required"},
+      {[](json& b) {
+         b["distributed"]["early_stopping"] = {{"patience", 0}};
+       },
+       "distributed.early_stopping.patience (0) must be between 1 and 10000"},
+      {[](json& b) {
+         b["distributed"]["early_stopping"] = {{"patience", 2}, {"min_delta", -0.1}};
+       },
+       "distributed.early_stopping.min_delta (-0.1) must be >= 0 and <= 1e+09"},
+      {[](json& b) {
+         b["distributed"]["early_stopping"] = {{"patience", 2}, {"mindelta", 0.1}};
+       },
+       "unknown field distributed.early_stopping.mindelta"},
+      {[](json& b) { b["distributed"]["early_stopping"] = 2; },
+       "distributed.early_stopping must be an object, got number"},
+      {[](json& b) {
+         b["distributed"]["enabled"] = false;
+         b["distributed"]["early_stopping"] = {{"patience", 2}};
+       },
+       "distributed.early_stopping needs distributed.enabled true: an ordinary job trains one round, so there is "
+       "nothing to stop early; remove early_stopping or make the job distributed"},
       {[](json& b) {
          b["distributed"]["min_workers"] = 3;
          b["distributed"]["max_workers"] = 2;

@@ -68,6 +68,10 @@ StatusOr<Actions> RoundEngine::Restore(const EngineCheckpoint& checkpoint, std::
                                 " is outside 0.." + Str(config_.num_rounds));
   }
   if (cp.attempts_of_next_round < 0) return InvalidArgumentError("checkpoint's attempt count is negative");
+  if (cp.evaluations_without_improvement < 0 || cp.best_global_round < 0 ||
+      cp.best_global_round > cp.last_committed_round) {
+    return InvalidArgumentError("checkpoint's early-stopping state does not fit its committed rounds");
+  }
   if (cp.consecutive_failed_rounds < 0 || cp.consecutive_failed_rounds >= config_.fault_tolerance) {
     return InvalidArgumentError("checkpoint's " + Str(cp.consecutive_failed_rounds) +
                                 " consecutive failed rounds do not fit fault_tolerance " +
@@ -133,7 +137,8 @@ std::string RoundEngine::AttemptName() const {
 }
 
 void RoundEngine::BeginAttempt(Actions& out) {
-  round_ = checkpoint_.last_committed_round + 1;
+  // The final evaluation keeps the number num_rounds + 1 also after an early stop: a task's round says which it is.
+  round_ = EarlyStopReached(checkpoint_, config_) ? config_.num_rounds + 1 : checkpoint_.last_committed_round + 1;
   attempt_ = ++checkpoint_.attempts_of_next_round;
   participants_.clear();
   join_deadline_.reset();
@@ -266,25 +271,33 @@ void RoundEngine::FailAttempt(std::string reason, Actions& out) {
   }
 }
 
+void RoundEngine::EmitEvaluation(int global_round, bool final, Actions& out) {
+  double loss_sum = 0;
+  int64_t validation_samples = 0;
+  for (const Participant& p : participants_) {
+    if (p.state == ParticipantState::kAccepted && p.validation_samples > 0) {
+      loss_sum += static_cast<double>(p.validation_samples) * p.validation_loss;
+      validation_samples += p.validation_samples;
+    }
+  }
+  if (validation_samples == 0) return;
+  const double loss = loss_sum / static_cast<double>(validation_samples);
+  RecordEvaluation(checkpoint_, config_, global_round, loss);
+  out.push_back(GlobalEvaluated{
+      .global_round = global_round, .validation_loss = loss, .validation_samples = validation_samples, .final = final});
+}
+
 void RoundEngine::Commit(Actions& out) {
   // Round r's workers evaluated global r-1 before training on it.
-  double loss_sum = 0, train_loss_sum = 0;
-  int64_t validation_samples = 0, samples = 0;
+  EmitEvaluation(round_ - 1, /*final=*/false, out);
+  double train_loss_sum = 0;
+  int64_t samples = 0;
   int updates = 0;
   for (const Participant& p : participants_) {
     if (p.state != ParticipantState::kAccepted) continue;
     ++updates;
     samples += p.sample_count;
     train_loss_sum += static_cast<double>(p.sample_count) * p.train_loss;
-    if (p.validation_samples > 0) {
-      loss_sum += static_cast<double>(p.validation_samples) * p.validation_loss;
-      validation_samples += p.validation_samples;
-    }
-  }
-  if (validation_samples > 0) {
-    out.push_back(GlobalEvaluated{.global_round = round_ - 1,
-                                  .validation_loss = loss_sum / static_cast<double>(validation_samples),
-                                  .validation_samples = validation_samples});
   }
   out.push_back(CommitRound{.round = round_,
                             .attempt = attempt_,
@@ -297,25 +310,31 @@ void RoundEngine::Commit(Actions& out) {
   if (stop_requested_) {
     EndJob(JobPhase::kStopped, out);
   } else {
-    BeginAttempt(out);
+    BeginAttempt(out);  // the final evaluation once every round is committed or early stopping says so
   }
 }
 
 void RoundEngine::FinishEvaluation(Actions& out) {
-  double loss_sum = 0;
-  int64_t validation_samples = 0;
-  for (const Participant& p : participants_) {
-    if (p.state == ParticipantState::kAccepted && p.validation_samples > 0) {
-      loss_sum += static_cast<double>(p.validation_samples) * p.validation_loss;
-      validation_samples += p.validation_samples;
-    }
-  }
-  if (validation_samples > 0) {
-    out.push_back(GlobalEvaluated{.global_round = config_.num_rounds,
-                                  .validation_loss = loss_sum / static_cast<double>(validation_samples),
-                                  .validation_samples = validation_samples});
-  }
+  EmitEvaluation(checkpoint_.last_committed_round, /*final=*/true, out);
   EndJob(JobPhase::kSucceeded, out);
+}
+
+std::string RoundEngine::EarlyStopReason() const {
+  const EngineCheckpoint& cp = checkpoint_;
+  if (!EarlyStopReached(cp, config_) || cp.last_committed_round >= config_.num_rounds) return "";
+  char best[96] = "";
+  if (cp.best_validation_loss && cp.best_global_round == 0) {
+    std::snprintf(best, sizeof best, "; lowest validation loss %.6g, of the starting weights",
+                  *cp.best_validation_loss);
+  } else if (cp.best_validation_loss) {
+    std::snprintf(best, sizeof best, "; lowest validation loss %.6g, after round %d", *cp.best_validation_loss,
+                  cp.best_global_round);
+  }
+  char min_delta[32];
+  std::snprintf(min_delta, sizeof min_delta, "%g", config_.early_stopping->min_delta);
+  return "stopped early after round " + Str(cp.last_committed_round) + " of " + Str(config_.num_rounds) +
+         ": the validation loss did not improve by more than min_delta " + min_delta + " for " +
+         Str(config_.early_stopping->patience) + " evaluated global(s) in a row (patience)" + best;
 }
 
 void RoundEngine::EndJob(JobPhase terminal, Actions& out) {
@@ -330,7 +349,7 @@ void RoundEngine::EndJob(JobPhase terminal, Actions& out) {
   phase_ = terminal;
   const int last = checkpoint_.last_committed_round;
   switch (terminal) {
-    case JobPhase::kSucceeded: out.push_back(JobSucceeded{.final_round = last}); break;
+    case JobPhase::kSucceeded: out.push_back(JobSucceeded{.final_round = last, .reason = EarlyStopReason()}); break;
     case JobPhase::kStopped: out.push_back(JobStopped{.last_committed_round = last}); break;
     case JobPhase::kCancelled: out.push_back(JobCancelled{.last_committed_round = last}); break;
     default: break;  // kFailed: the caller of EndJob adds JobFailed with its reason

@@ -90,6 +90,8 @@ struct RoundEngineConfig {
   // The pause before a failed round's next attempt: retry_backoff * 2^(k-1) after the k-th consecutive failure,
   // at most aggregation_timeout. 0: retry at once.
   Clock::Duration retry_backoff{0};
+  // distributed.early_stopping; absent: every round runs.
+  std::optional<EarlyStopping> early_stopping;
 };
 
 // The job defaults for the two waits above (docs/training.md): a few seconds for workers still reporting
@@ -110,9 +112,20 @@ struct EngineCheckpoint {
   int attempts_of_next_round = 0;  // attempts of round last_committed_round + 1 started so far
   int consecutive_failed_rounds = 0;
   std::map<WorkerId, int> shards;  // worker -> shard bound so far
+  // Early stopping's state (kept whether or not it is on), from the globals evaluated so far in order; the caller
+  // rebuilds it after a restart by replaying the stored losses through RecordEvaluation.
+  std::optional<double> best_validation_loss;  // the lowest so far
+  int best_global_round = 0;                   // whose global had it (0: the starting weights)
+  int evaluations_without_improvement = 0;     // since the last improvement by more than min_delta
 
   friend bool operator==(const EngineCheckpoint&, const EngineCheckpoint&) = default;
 };
+
+// Counts one evaluated global into `checkpoint`'s early-stopping state (see the rule in the header comment).
+void RecordEvaluation(EngineCheckpoint& checkpoint, const RoundEngineConfig& config, int global_round,
+                      double validation_loss);
+// Whether early stopping is on and its patience is used up: the job ends after its last committed round.
+bool EarlyStopReached(const EngineCheckpoint& checkpoint, const RoundEngineConfig& config);
 
 enum class TaskKind { kTrain, kEvaluate };
 
@@ -173,6 +186,9 @@ struct GlobalEvaluated {
   int global_round = 0;
   double validation_loss = 0;
   int64_t validation_samples = 0;
+  // The final evaluation's (of the last committed global, as the job ends); otherwise round global_round + 1's
+  // workers measured it and that round's CommitRound follows.
+  bool final = false;
 };
 // Mark the round committed: its global is the job's latest.
 struct CommitRound {
@@ -191,6 +207,7 @@ struct FailRound {
 };
 struct JobSucceeded {
   int final_round = 0;
+  std::string reason;  // set when early stopping ended the job before num_rounds
 };
 struct JobFailed {
   int last_committed_round = 0;
@@ -253,7 +270,8 @@ class RoundEngine {
   // (e.g. min_workers > max_workers); FailedPrecondition if already started.
   StatusOr<Actions> Start(std::span<const WorkerId> idle_workers = {});
   // Resumes a job from its checkpoint: round last_committed_round + 1, attempt attempts_of_next_round + 1 (or the
-  // final evaluation when every round is committed). InvalidArgument if the checkpoint does not fit the config.
+  // final evaluation when every round is committed or early stopping's patience is used up). InvalidArgument if the
+  // checkpoint does not fit the config.
   StatusOr<Actions> Restore(const EngineCheckpoint& checkpoint, std::span<const WorkerId> idle_workers = {});
 
   // The worker is online and idle (polling for a task). Ignored for workers not eligible for this job, and in
@@ -318,6 +336,9 @@ class RoundEngine {
   void FailAttempt(std::string reason, Actions& out);
   void Commit(Actions& out);
   void FinishEvaluation(Actions& out);
+  // GlobalEvaluated for the participants' validation losses of global `global_round`, if any were measured.
+  void EmitEvaluation(int global_round, bool final, Actions& out);
+  std::string EarlyStopReason() const;
   void EndJob(JobPhase terminal, Actions& out);
   std::string AttemptName() const;
   // Whether the waiting attempt may send its tasks now: see the join rule in the header comment.

@@ -62,6 +62,7 @@ RoundEngineConfig EngineConfigFor(const JobSpec& spec) {
   config.eligible_workers = spec.SelectedWorkers();
   config.join_window = Clock::Duration(d.join_window_ms);
   config.retry_backoff = kDefaultRetryBackoff;
+  config.early_stopping = d.early_stopping;
   if (!d.enabled) {
     config.num_shards = 1;  // one worker trains on all the data
   } else {
@@ -69,6 +70,25 @@ RoundEngineConfig EngineConfigFor(const JobSpec& spec) {
         config.eligible_workers.empty() ? d.max_workers : static_cast<int>(config.eligible_workers.size());
   }
   return config;
+}
+
+void RecordEvaluation(EngineCheckpoint& checkpoint, const RoundEngineConfig& config, int global_round,
+                      double validation_loss) {
+  const double min_delta = config.early_stopping ? config.early_stopping->min_delta : 0.0;
+  const std::optional<double> best = checkpoint.best_validation_loss;
+  if (!best || validation_loss < *best - min_delta) {
+    checkpoint.evaluations_without_improvement = 0;
+  } else {
+    ++checkpoint.evaluations_without_improvement;
+  }
+  if (!best || validation_loss < *best) {
+    checkpoint.best_validation_loss = validation_loss;
+    checkpoint.best_global_round = global_round;
+  }
+}
+
+bool EarlyStopReached(const EngineCheckpoint& checkpoint, const RoundEngineConfig& config) {
+  return config.early_stopping && checkpoint.evaluations_without_improvement >= config.early_stopping->patience;
 }
 
 Clock::Duration RetryBackoff(const RoundEngineConfig& config, int consecutive_failures) {

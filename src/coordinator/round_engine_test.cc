@@ -224,7 +224,8 @@ TEST_F(RoundEngineTest, RestoreResumesAfterTheLastCommittedRound) {
   EXPECT_EQ(saved, (EngineCheckpoint{.last_committed_round = 1,
                                      .attempts_of_next_round = 1,
                                      .consecutive_failed_rounds = 0,
-                                     .shards = {{1, 0}, {2, 1}}}));
+                                     .shards = {{1, 0}, {2, 1}},
+                                     .best_validation_loss = 2.0}));  // the starting weights' (g0)
 
   RoundEngine restored(ThreeWorkers(3, 2, 2), fed_avg_, clock_);
   StatusOr<Actions> resumed = restored.Restore(saved, std::vector<WorkerId>{2, 1});
@@ -341,6 +342,127 @@ TEST_F(RoundEngineTest, DistributedSpecMapsToOneShardPerListedWorker) {
   EXPECT_EQ(config.eligible_workers, (std::vector<WorkerId>{1, 3, 5}));
   RoundEngine engine(config, fed_avg_, clock_);
   EXPECT_THAT(StartWith(engine, {5, 1}), ElementsAre("start r1a1", "assign w1 r1a1 s0", "assign w5 r1a1 s2"));
+}
+
+// ---- early stopping. One worker (w1) trains each round; it reports validation loss `v` of the global it received.
+
+RoundEngineConfig EarlyStopping(int patience, double min_delta = 0, int num_rounds = 10) {
+  RoundEngineConfig c = ThreeWorkers(num_rounds, /*min_workers=*/1);
+  c.early_stopping = coordinator::EarlyStopping{.patience = patience, .min_delta = min_delta};
+  return c;
+}
+
+// Round r on w1, which measured global r-1 at `v`; `then` lists what follows the commit.
+std::vector<Step> RoundMeasuring(int round, double v, std::vector<std::string> then) {
+  std::vector<std::string> committed = {"evaluated g" + std::to_string(round - 1) + " " + Num(v) + " n10",
+                                        "commit " + AttemptTag(round, 1)};
+  committed.insert(committed.end(), then.begin(), then.end());
+  return {Result(1, round, 1, 100, v / 2, {"validate w1 " + AttemptTag(round, 1)}),
+          Valid(1, round, 1, {"aggregate " + AttemptTag(round, 1) + " [w1:100] loss " + Num(v / 2)}), Available(1),
+          Aggregated(round, 1, committed)};
+}
+
+std::vector<std::string> Next(int round) {
+  return {"start " + AttemptTag(round, 1), "assign w1 " + AttemptTag(round, 1) + " s0"};
+}
+
+TEST_F(RoundEngineTest, EarlyStopCommitsTheRoundThatMeasuredItThenEvaluatesAndSucceeds) {
+  RoundEngine engine(EarlyStopping(/*patience=*/2), fed_avg_, clock_);
+  EXPECT_THAT(StartWith(engine, {1}), ElementsAre("start r1a1", "assign w1 r1a1 s0"));
+  Run(engine, RoundMeasuring(1, 4.0, Next(2)));  // the starting weights: 4
+  Run(engine, RoundMeasuring(2, 3.0, Next(3)));  // global 1 improves
+  Run(engine, RoundMeasuring(3, 3.0, Next(4)));  // global 2: no improvement (1 of 2)
+  // Global 3's loss arrives with round 4's results: round 4 still commits, then no round 5, the final evaluation.
+  Run(engine, RoundMeasuring(4, 3.5, {"assign w1 r11a1 s0 eval"}));
+  EXPECT_EQ(engine.checkpoint().evaluations_without_improvement, 2);
+  EXPECT_EQ(engine.last_committed_round(), 4);
+  StatusOr<Actions> ended =
+      engine.ResultUploaded({.worker = 1, .round = 11, .attempt = 1, .validation_samples = 10, .validation_loss = 3.0});
+  ASSERT_TRUE(ended.ok());
+  EXPECT_THAT(Render(*ended), ElementsAre("evaluated g4 3 n10", "succeeded 4"));
+  EXPECT_TRUE(std::get<GlobalEvaluated>((*ended)[0]).final);
+  EXPECT_EQ(std::get<JobSucceeded>((*ended)[1]).reason,
+            "stopped early after round 4 of 10: the validation loss did not improve by more than min_delta 0 for 2 "
+            "evaluated global(s) in a row (patience); lowest validation loss 3, after round 1");
+}
+
+TEST_F(RoundEngineTest, ImprovementResetsTheEarlyStoppingCount) {
+  RoundEngine engine(EarlyStopping(/*patience=*/2), fed_avg_, clock_);
+  StartWith(engine, {1});
+  Run(engine, RoundMeasuring(1, 4.0, Next(2)));
+  Run(engine, RoundMeasuring(2, 4.0, Next(3)));  // 1 of 2
+  Run(engine, RoundMeasuring(3, 3.0, Next(4)));  // improves: back to 0
+  Run(engine, RoundMeasuring(4, 3.0, Next(5)));  // 1 of 2
+  EXPECT_EQ(engine.checkpoint().best_global_round, 2);
+  Run(engine, RoundMeasuring(5, 3.2, {"assign w1 r11a1 s0 eval"}));
+}
+
+TEST_F(RoundEngineTest, EarlyStoppingCountsOnlyImprovementsBeyondMinDelta) {
+  {
+    RoundEngine engine(EarlyStopping(/*patience=*/1, /*min_delta=*/0.5), fed_avg_, clock_);
+    StartWith(engine, {1});
+    Run(engine, RoundMeasuring(1, 4.0, Next(2)));
+    Run(engine, RoundMeasuring(2, 3.6, {"assign w1 r11a1 s0 eval"}));  // 0.4 lower: not by more than 0.5
+    EXPECT_EQ(engine.checkpoint().best_global_round, 1);               // still the lowest loss
+  }
+  {
+    RoundEngine engine(EarlyStopping(/*patience=*/1, /*min_delta=*/0.5), fed_avg_, clock_);
+    StartWith(engine, {1});
+    Run(engine, RoundMeasuring(1, 4.0, Next(2)));
+    Run(engine, RoundMeasuring(2, 3.4, Next(3)));  // 0.6 lower
+  }
+}
+
+TEST_F(RoundEngineTest, WithoutEarlyStoppingEveryRoundRuns) {
+  RoundEngine engine(ThreeWorkers(3, /*min_workers=*/1), fed_avg_, clock_);
+  StartWith(engine, {1});
+  Run(engine, RoundMeasuring(1, 4.0, Next(2)));
+  Run(engine, RoundMeasuring(2, 5.0, Next(3)));
+  Run(engine, RoundMeasuring(3, 6.0, {"assign w1 r4a1 s0 eval"}));
+  EXPECT_EQ(engine.checkpoint().evaluations_without_improvement, 2);
+}
+
+TEST_F(RoundEngineTest, StopWhileAggregatingWinsOverEarlyStop) {
+  RoundEngine engine(EarlyStopping(/*patience=*/1), fed_avg_, clock_);
+  StartWith(engine, {1});
+  Run(engine, RoundMeasuring(1, 4.0, Next(2)));
+  Run(engine, {Result(1, 2, 1, 100, 2.5, {"validate w1 r2a1"}), Valid(1, 2, 1, {"aggregate r2a1 [w1:100] loss 2.5"}),
+               StopJob({}), Aggregated(2, 1, {"evaluated g1 5 n10", "commit r2a1", "stopped 2"})});
+}
+
+TEST_F(RoundEngineTest, EarlyStoppingStateSurvivesARestart) {
+  EngineCheckpoint saved;
+  {
+    RoundEngine engine(EarlyStopping(/*patience=*/2), fed_avg_, clock_);
+    StartWith(engine, {1});
+    Run(engine, RoundMeasuring(1, 4.0, Next(2)));
+    Run(engine, RoundMeasuring(2, 4.0, Next(3)));  // 1 of 2
+    saved = engine.checkpoint();
+  }  // the server dies during round 3
+  // The runner rebuilds the state from the stored losses, in order: the same as the engine's.
+  EngineCheckpoint replayed;
+  RecordEvaluation(replayed, EarlyStopping(2), 0, 4.0);
+  RecordEvaluation(replayed, EarlyStopping(2), 1, 4.0);
+  EXPECT_EQ(replayed.best_validation_loss, saved.best_validation_loss);
+  EXPECT_EQ(replayed.best_global_round, saved.best_global_round);
+  EXPECT_EQ(replayed.evaluations_without_improvement, 1);
+  EXPECT_EQ(saved.evaluations_without_improvement, 1);
+
+  RoundEngine restored(EarlyStopping(/*patience=*/2), fed_avg_, clock_);
+  StatusOr<Actions> resumed = restored.Restore(saved, std::vector<WorkerId>{1});
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_THAT(Render(*resumed), ElementsAre("start r3a2", "assign w1 r3a2 s0"));
+  Run(restored, {Result(1, 3, 2, 100, 2.0, {"validate w1 r3a2"}), Valid(1, 3, 2, {"aggregate r3a2 [w1:100] loss 2"}),
+                 Available(1), Aggregated(3, 2, {"evaluated g2 4 n10", "commit r3a2", "assign w1 r11a1 s0 eval"})});
+
+  // A restart during that final evaluation: patience is used up, so the job goes straight to evaluating.
+  EngineCheckpoint during_evaluation = restored.checkpoint();
+  during_evaluation.attempts_of_next_round = 0;
+  RoundEngine again(EarlyStopping(/*patience=*/2), fed_avg_, clock_);
+  StatusOr<Actions> evaluating = again.Restore(during_evaluation, std::vector<WorkerId>{1});
+  ASSERT_TRUE(evaluating.ok()) << evaluating.status().ToString();
+  EXPECT_THAT(Render(*evaluating), ElementsAre("assign w1 r11a1 s0 eval"));
+  EXPECT_EQ(again.phase(), JobPhase::kEvaluating);
 }
 
 }  // namespace

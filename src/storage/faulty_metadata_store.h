@@ -103,6 +103,9 @@ class FaultyMetadataStore final : public MetadataStore {
   Status CommitRound(const RoundCommit& c) override {
     return Write([&] { return inner_.CommitRound(c); });
   }
+  Status RecordFinalValidationLoss(int64_t job_id, int32_t round, double validation_loss) override {
+    return Write([&] { return inner_.RecordFinalValidationLoss(job_id, round, validation_loss); });
+  }
   Status FailRound(const RoundFailure& f) override {
     return Write([&] { return inner_.FailRound(f); });
   }

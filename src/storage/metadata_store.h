@@ -114,12 +114,20 @@ struct TrainingJob {
   std::string spec_json;   // the full request body as validated, defaults filled in
   JobStatus status = JobStatus::kQueued;
   std::string failure_reason;   // set with kFailed
+  std::string status_reason;    // why the job reached its terminal status, when given (e.g. it stopped early)
   int32_t current_round = 0;    // the round being run (or last run); 0 before the first
   int32_t committed_round = 0;  // the last committed round; 0 before the first commit
   int32_t consecutive_failed_rounds = 0;
   int64_t created_at_ms = 0;
   std::optional<int64_t> started_at_ms;
   std::optional<int64_t> finished_at_ms;
+  // Validation losses, each of one set of weights: the starting weights (measured by round 1's workers), the global
+  // of the last committed round (measured by the final evaluation), and the committed round whose global had the
+  // lowest loss so far (the earliest on a tie). Kept by CommitRound and RecordFinalValidationLoss; null until known.
+  std::optional<double> initial_validation_loss;
+  std::optional<double> final_validation_loss;
+  std::optional<int32_t> best_round;
+  std::optional<double> best_validation_loss;
 
   friend bool operator==(const TrainingJob&, const TrainingJob&) = default;
 };
@@ -159,8 +167,11 @@ struct Round {
   std::vector<int64_t> participants;  // worker ids, as selected when the round started
   int64_t started_at_ms = 0;
   std::optional<int64_t> ended_at_ms;
-  std::optional<double> train_loss;       // sample-weighted mean of the workers' mean training losses
-  std::optional<double> validation_loss;  // sample-weighted validation loss of the global the round started from
+  std::optional<double> train_loss;  // sample-weighted mean of the workers' mean training losses
+  // Sample-weighted validation loss of the global this round committed ("after round r"): measured by round r+1's
+  // workers before they train on it (or by the final evaluation for the last round). Null until then, and on
+  // attempts that did not commit.
+  std::optional<double> validation_loss;
   int64_t bytes_moved = 0;
   std::string global_blob_key;  // the committed global; empty unless committed
   std::string global_sha256;
@@ -178,7 +189,9 @@ struct RoundCommit {
   std::string global_sha256;    // required
   int64_t ended_at_ms = 0;
   std::optional<double> train_loss;
-  std::optional<double> validation_loss;
+  // The loss of the global this round started from, as its workers measured it: recorded as round - 1's
+  // validation_loss (for round 1: the job's initial_validation_loss), and round - 1 becomes best_round if lower.
+  std::optional<double> previous_global_validation_loss;
   int64_t bytes_moved = 0;
 
   friend bool operator==(const RoundCommit&, const RoundCommit&) = default;
@@ -282,8 +295,8 @@ class MetadataStore {
   // All jobs by id, or only those with `status` (e.g. kRunning, to resume after a restart).
   virtual StatusOr<std::vector<TrainingJob>> ListJobs(std::optional<JobStatus> status = std::nullopt) = 0;
   // Moves a job to `status` and returns it. Entering kRunning sets started_at_ms (first time only); entering a
-  // terminal status sets finished_at_ms and, for kFailed, failure_reason = `reason`. FailedPrecondition if the job is
-  // already terminal ("training job 7 is already cancelled") or `status` is kQueued.
+  // terminal status sets finished_at_ms and status_reason = `reason` (and, for kFailed, failure_reason = `reason`).
+  // FailedPrecondition if the job is already terminal ("training job 7 is already cancelled") or `status` is kQueued.
   virtual StatusOr<TrainingJob> SetJobStatus(int64_t job_id, JobStatus status, int64_t time_ms,
                                              std::string_view reason = {}) = 0;
 
@@ -305,10 +318,15 @@ class MetadataStore {
   // still running, and the attempt is one more than the last attempt of that round (1 for the first).
   virtual Status StartRound(const Round& round) = 0;
   // Marks the round committed with its global and figures, sets the job's committed_round and current_round to it
-  // and consecutive_failed_rounds to 0, in one transaction. NotFound if the attempt does not exist;
+  // and consecutive_failed_rounds to 0, and records previous_global_validation_loss (see RoundCommit), in one
+  // transaction. NotFound if the attempt does not exist;
   // FailedPrecondition if it is not running or the job is not running; InvalidArgument if the global's key or
   // sha256 is empty.
   virtual Status CommitRound(const RoundCommit& commit) = 0;
+  // The final evaluation's loss of the global of `round`, which must be the job's committed_round (>= 1): sets that
+  // round's validation_loss and the job's final_validation_loss (and best_round if lower), in one transaction.
+  // NotFound for an unknown job; FailedPrecondition if `round` is not the committed round or the job has ended.
+  virtual Status RecordFinalValidationLoss(int64_t job_id, int32_t round, double validation_loss) = 0;
   // Marks the round failed, increments the job's consecutive_failed_rounds (if counts_toward_fault_tolerance) and,
   // with fail_job_reason, fails the job, in one transaction. On a job that is already terminal (cancelled while the
   // round ran) only the round is marked. NotFound if the attempt does not exist; FailedPrecondition if it is not

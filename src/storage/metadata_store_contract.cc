@@ -48,7 +48,7 @@ RoundCommit NewCommit(int64_t job_id, int32_t round, int32_t attempt) {
   c.global_sha256 = std::string(64, 'a' + static_cast<char>(round % 6));
   c.ended_at_ms = kT0 + round * 1000 + 500;
   c.train_loss = 2.5 - round * 0.25;
-  c.validation_loss = 2.75 - round * 0.25;
+  c.previous_global_validation_loss = 2.75 - round * 0.25;
   c.bytes_moved = 1000 * round;
   return c;
 }
@@ -284,6 +284,7 @@ TEST_P(MetadataStoreContractTest, JobStatusTransitionsSetTimesAndStopAtTerminal)
   EXPECT_EQ(failed.finished_at_ms, kT0 + 60);
   EXPECT_EQ(Must(store().GetJob(job.id)), failed);
 
+  EXPECT_EQ(failed.status_reason, "no workers");
   StatusOr<TrainingJob> again = store().SetJobStatus(job.id, JobStatus::kCancelled, kT0 + 70);
   EXPECT_EQ(again.status(), FailedPreconditionError("training job " + std::to_string(job.id) + " is already failed"));
   EXPECT_EQ(store().SetJobStatus(4242, JobStatus::kRunning, kT0).status().code(), StatusCode::kNotFound);
@@ -385,7 +386,10 @@ TEST_P(MetadataStoreContractTest, RoundLifecycleStartCommitNext) {
   EXPECT_EQ(committed.global_sha256, commit.global_sha256);
   EXPECT_EQ(committed.ended_at_ms, commit.ended_at_ms);
   EXPECT_EQ(committed.train_loss, commit.train_loss);
-  EXPECT_EQ(committed.validation_loss, commit.validation_loss);
+  // Round 1's workers measured the starting weights: the job's initial loss; round 1's own global is not measured yet.
+  EXPECT_EQ(committed.validation_loss, std::nullopt);
+  EXPECT_EQ(after.initial_validation_loss, commit.previous_global_validation_loss);
+  EXPECT_EQ(after.best_round, std::nullopt);
   EXPECT_EQ(committed.bytes_moved, commit.bytes_moved);
 
   Status twice = store().CommitRound(commit);
@@ -394,6 +398,61 @@ TEST_P(MetadataStoreContractTest, RoundLifecycleStartCommitNext) {
   ASSERT_OK(store().StartRound(NewRound(job.id, 2, 1, {w1.id})));
   EXPECT_EQ(Must(store().GetJob(job.id)).current_round, 2);
   EXPECT_THAT(Must(store().ListRounds(job.id)), SizeIs(2));
+}
+
+// Each loss lands on the weights it measured: round r's commit carries global r-1's loss, the final evaluation the
+// last global's; the job keeps the initial, final and lowest (best_round) figures.
+TEST_P(MetadataStoreContractTest, ValidationLossesBelongToTheGlobalTheyMeasured) {
+  TrainingJob job = AddRunningJob(AddDataset(), AddModel());
+  const std::vector<double> measured = {3.0, 2.0, 2.5, 2.0};  // the starting weights, then globals 1, 2, 3
+  for (int32_t r = 1; r <= 3; ++r) {
+    ASSERT_OK(store().StartRound(NewRound(job.id, r, 1, {})));
+    if (r == 2) {  // a failed attempt records no loss
+      ASSERT_OK(store().FailRound(NewFailure(job.id, r, 1)));
+      ASSERT_OK(store().StartRound(NewRound(job.id, r, 2, {})));
+    }
+    RoundCommit commit = NewCommit(job.id, r, r == 2 ? 2 : 1);
+    commit.previous_global_validation_loss = measured[r - 1];
+    ASSERT_OK(store().CommitRound(commit));
+    TrainingJob now = Must(store().GetJob(job.id));
+    EXPECT_EQ(now.initial_validation_loss, 3.0);
+    EXPECT_EQ(now.best_round, r == 1 ? std::nullopt : std::optional<int32_t>(1)) << "after round " << r;
+  }
+  TrainingJob running = Must(store().GetJob(job.id));
+  EXPECT_EQ(running.best_validation_loss, 2.0);
+  EXPECT_EQ(running.final_validation_loss, std::nullopt);
+
+  // Only the committed round's global is the final one, and only once.
+  EXPECT_EQ(store().RecordFinalValidationLoss(job.id, 2, 1.0).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store().RecordFinalValidationLoss(4242, 3, 1.0).code(), StatusCode::kNotFound);
+  ASSERT_OK(store().RecordFinalValidationLoss(job.id, 3, measured[3]));
+  TrainingJob ended = Must(
+      store().SetJobStatus(job.id, JobStatus::kSucceeded, kT0 + 90, "stopped early after round 3: no improvement"));
+  EXPECT_EQ(ended.status_reason, "stopped early after round 3: no improvement");
+  EXPECT_EQ(ended.failure_reason, "");
+  EXPECT_EQ(ended.final_validation_loss, 2.0);
+  EXPECT_EQ(ended.best_round, 1);  // round 3 ties with round 1: the earliest stays best
+  EXPECT_EQ(ended.best_validation_loss, 2.0);
+  EXPECT_EQ(store().RecordFinalValidationLoss(job.id, 3, 0.5).code(), StatusCode::kFailedPrecondition);
+
+  std::vector<std::optional<double>> by_round;
+  for (const Round& r : Must(store().ListRounds(job.id))) by_round.push_back(r.validation_loss);
+  EXPECT_THAT(by_round, ElementsAre(2.0, std::nullopt, 2.5, 2.0));  // rounds 1, 2 (failed), 2, 3
+}
+
+TEST_P(MetadataStoreContractTest, ALowerLossMovesBestRound) {
+  TrainingJob job = AddRunningJob(AddDataset(), AddModel());
+  for (int32_t r = 1; r <= 3; ++r) {
+    ASSERT_OK(store().StartRound(NewRound(job.id, r, 1, {})));
+    RoundCommit commit = NewCommit(job.id, r, 1);
+    commit.previous_global_validation_loss = 4.0 - r;  // 3, then global 1: 2, global 2: 1
+    ASSERT_OK(store().CommitRound(commit));
+  }
+  ASSERT_OK(store().RecordFinalValidationLoss(job.id, 3, 0.5));
+  TrainingJob j = Must(store().GetJob(job.id));
+  EXPECT_EQ(j.best_round, 3);
+  EXPECT_EQ(j.best_validation_loss, 0.5);
+  EXPECT_EQ(j.final_validation_loss, 0.5);
 }
 
 struct StartCase {
@@ -503,6 +562,7 @@ TEST_P(MetadataStoreContractTest, FailedRoundsCountUntilACommitAndCanFailTheJob)
   TrainingJob dead = Must(store().GetJob(job.id));
   EXPECT_EQ(dead.status, JobStatus::kFailed);
   EXPECT_EQ(dead.failure_reason, *last.fail_job_reason);
+  EXPECT_EQ(dead.status_reason, *last.fail_job_reason);
   EXPECT_EQ(dead.finished_at_ms, last.ended_at_ms);
   EXPECT_EQ(dead.consecutive_failed_rounds, 1);
   EXPECT_EQ(dead.committed_round, 1);

@@ -155,7 +155,44 @@ CREATE TABLE job_events (
 CREATE INDEX job_events_by_job ON job_events(job_id, id);
 )sql";
 
-constexpr Migration kMigrations[] = {{1, kSchemaV1}};
+// Version 2: the validation losses of a job's weights. Before it, a round's validation_loss was the loss of the global
+// the round started from (round - 1's) and the final evaluation's loss was only an event: each loss moves to the round
+// whose global it measured, and the job gets its initial, final and best figures.
+constexpr const char* kSchemaV2 = R"sql(
+ALTER TABLE jobs ADD COLUMN status_reason TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN initial_validation_loss REAL;
+ALTER TABLE jobs ADD COLUMN final_validation_loss REAL;
+ALTER TABLE jobs ADD COLUMN best_round INTEGER;
+ALTER TABLE jobs ADD COLUMN best_validation_loss REAL;
+UPDATE jobs SET status_reason = failure_reason WHERE status = 'failed';
+CREATE TEMP TABLE v1_round_losses AS
+  SELECT job_id, round, validation_loss FROM rounds WHERE status = 'committed' AND validation_loss IS NOT NULL;
+UPDATE jobs SET initial_validation_loss =
+  (SELECT validation_loss FROM v1_round_losses o WHERE o.job_id = jobs.id AND o.round = 1);
+UPDATE rounds SET validation_loss =
+  (SELECT validation_loss FROM v1_round_losses o WHERE o.job_id = rounds.job_id AND o.round = rounds.round + 1)
+  WHERE status = 'committed';
+UPDATE rounds SET validation_loss =
+  (SELECT json_extract(e.payload_json, '$.validation_loss') FROM job_events e
+   WHERE e.job_id = rounds.job_id AND e.type = 'global_evaluated'
+     AND json_extract(e.payload_json, '$.global_round') = rounds.round
+   ORDER BY e.id DESC LIMIT 1)
+  WHERE status = 'committed' AND validation_loss IS NULL;
+UPDATE rounds SET validation_loss = NULL WHERE status != 'committed';
+UPDATE jobs SET final_validation_loss =
+  (SELECT validation_loss FROM rounds r
+   WHERE r.job_id = jobs.id AND r.round = jobs.committed_round AND r.status = 'committed')
+  WHERE status = 'succeeded';
+UPDATE jobs SET best_round =
+  (SELECT round FROM rounds r WHERE r.job_id = jobs.id AND r.status = 'committed' AND r.validation_loss IS NOT NULL
+   ORDER BY r.validation_loss, r.round LIMIT 1);
+UPDATE jobs SET best_validation_loss =
+  (SELECT validation_loss FROM rounds r WHERE r.job_id = jobs.id AND r.round = jobs.best_round
+     AND r.status = 'committed');
+DROP TABLE v1_round_losses;
+)sql";
+
+constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}};
 
 struct StmtFinalizer {
   void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
@@ -310,7 +347,8 @@ constexpr const char* kWorkerColumns =
     "id, name, kind, token_sha256, device, status, last_heartbeat_at_ms, revoked, created_at_ms";
 constexpr const char* kJobColumns =
     "id, name, dataset_id, model_id, spec_json, status, failure_reason, current_round, committed_round, "
-    "consecutive_failed_rounds, created_at_ms, started_at_ms, finished_at_ms";
+    "consecutive_failed_rounds, created_at_ms, started_at_ms, finished_at_ms, status_reason, "
+    "initial_validation_loss, final_validation_loss, best_round, best_validation_loss";
 constexpr const char* kRoundColumns =
     "job_id, round, attempt, status, started_at_ms, ended_at_ms, train_loss, validation_loss, bytes_moved, "
     "global_blob_key, global_sha256, failure_reason";
@@ -372,6 +410,11 @@ StatusOr<TrainingJob> ReadJob(const Query& q) {
   j.created_at_ms = q.Int(10);
   j.started_at_ms = q.OptInt(11);
   j.finished_at_ms = q.OptInt(12);
+  j.status_reason = q.Text(13);
+  j.initial_validation_loss = q.OptReal(14);
+  j.final_validation_loss = q.OptReal(15);
+  if (std::optional<int64_t> best = q.OptInt(16)) j.best_round = static_cast<int32_t>(*best);
+  j.best_validation_loss = q.OptReal(17);
   return j;
 }
 
@@ -777,6 +820,9 @@ StatusOr<TrainingJob> SqliteMetadataStore::CreateJob(const TrainingJob& job) {
   TrainingJob stored = job;
   stored.status = JobStatus::kQueued;
   stored.failure_reason.clear();
+  stored.status_reason.clear();
+  stored.initial_validation_loss = stored.final_validation_loss = stored.best_validation_loss = std::nullopt;
+  stored.best_round.reset();
   stored.current_round = stored.committed_round = stored.consecutive_failed_rounds = 0;
   stored.started_at_ms.reset();
   stored.finished_at_ms.reset();
@@ -827,11 +873,12 @@ StatusOr<TrainingJob> SqliteMetadataStore::SetJobStatus(int64_t job_id, JobStatu
   if (status == JobStatus::kRunning && !job.started_at_ms) job.started_at_ms = time_ms;
   if (IsTerminal(status)) job.finished_at_ms = time_ms;
   if (status == JobStatus::kFailed) job.failure_reason = std::string(reason);
+  if (IsTerminal(status)) job.status_reason = std::string(reason);
   {
     PARSYN_PREPARE(q,
-                   "UPDATE jobs SET status = ?2, failure_reason = ?3, started_at_ms = ?4, finished_at_ms = ?5 "
-                   "WHERE id = ?1");
-    q->Bind(job_id, ToString(job.status), job.failure_reason, job.started_at_ms, job.finished_at_ms);
+                   "UPDATE jobs SET status = ?2, failure_reason = ?3, started_at_ms = ?4, finished_at_ms = ?5, "
+                   "status_reason = ?6 WHERE id = ?1");
+    q->Bind(job_id, ToString(job.status), job.failure_reason, job.started_at_ms, job.finished_at_ms, job.status_reason);
     PARSYN_RETURN_IF_ERROR(q->Run());
   }
   PARSYN_RETURN_IF_ERROR(txn.Commit());
@@ -1069,11 +1116,21 @@ Status SqliteMetadataStore::CommitRound(const RoundCommit& commit) {
   {
     PARSYN_PREPARE(q,
                    "UPDATE rounds SET status = 'committed', ended_at_ms = ?4, train_loss = ?5, "
-                   "validation_loss = ?6, bytes_moved = ?7, global_blob_key = ?8, global_sha256 = ?9 "
+                   "bytes_moved = ?6, global_blob_key = ?7, global_sha256 = ?8 "
                    "WHERE job_id = ?1 AND round = ?2 AND attempt = ?3");
-    q->Bind(commit.job_id, commit.round, commit.attempt, commit.ended_at_ms, commit.train_loss, commit.validation_loss,
-            commit.bytes_moved, commit.global_blob_key, commit.global_sha256);
+    q->Bind(commit.job_id, commit.round, commit.attempt, commit.ended_at_ms, commit.train_loss, commit.bytes_moved,
+            commit.global_blob_key, commit.global_sha256);
     PARSYN_RETURN_IF_ERROR(q->Run());
+  }
+  if (commit.previous_global_validation_loss) {
+    if (commit.round == 1) {
+      PARSYN_PREPARE(q, "UPDATE jobs SET initial_validation_loss = ?2 WHERE id = ?1");
+      q->Bind(commit.job_id, *commit.previous_global_validation_loss);
+      PARSYN_RETURN_IF_ERROR(q->Run());
+    } else {
+      PARSYN_RETURN_IF_ERROR(
+          SetRoundValidationLossLocked(job, commit.round - 1, *commit.previous_global_validation_loss));
+    }
   }
   {
     PARSYN_PREPARE(q,
@@ -1109,9 +1166,54 @@ Status SqliteMetadataStore::FailRound(const RoundFailure& failure) {
                    "UPDATE jobs SET consecutive_failed_rounds = consecutive_failed_rounds + ?2, "
                    "status = CASE WHEN ?3 THEN 'failed' ELSE status END, "
                    "failure_reason = CASE WHEN ?3 THEN ?4 ELSE failure_reason END, "
+                   "status_reason = CASE WHEN ?3 THEN ?4 ELSE status_reason END, "
                    "finished_at_ms = CASE WHEN ?3 THEN ?5 ELSE finished_at_ms END WHERE id = ?1");
     q->Bind(failure.job_id, failure.counts_toward_fault_tolerance ? 1 : 0, fail_job,
             failure.fail_job_reason.value_or(""), failure.ended_at_ms);
+    PARSYN_RETURN_IF_ERROR(q->Run());
+  }
+  return txn.Commit();
+}
+
+Status SqliteMetadataStore::SetRoundValidationLossLocked(const TrainingJob& job, int32_t round, double loss) {
+  {
+    PARSYN_PREPARE(q,
+                   "UPDATE rounds SET validation_loss = ?3 WHERE job_id = ?1 AND round = ?2 AND status = 'committed'");
+    q->Bind(job.id, round, loss);
+    PARSYN_RETURN_IF_ERROR(q->Run());
+    if (sqlite3_changes(db_.get()) != 1) {
+      return FailedPreconditionError(JobName(job.id) + " has no committed round " + std::to_string(round) +
+                                     " to record a validation loss for");
+    }
+  }
+  // The earliest round keeps best_round on a tie.
+  if (!job.best_validation_loss || loss < *job.best_validation_loss ||
+      (loss == *job.best_validation_loss && job.best_round && round < *job.best_round)) {
+    PARSYN_PREPARE(q, "UPDATE jobs SET best_round = ?2, best_validation_loss = ?3 WHERE id = ?1");
+    q->Bind(job.id, round, loss);
+    PARSYN_RETURN_IF_ERROR(q->Run());
+  }
+  return Status::Ok();
+}
+
+Status SqliteMetadataStore::RecordFinalValidationLoss(int64_t job_id, int32_t round, double validation_loss) {
+  std::lock_guard lock(mu_);
+  Transaction txn(db_.get());
+  PARSYN_RETURN_IF_ERROR(txn.Begin());
+  PARSYN_ASSIGN_OR_RETURN(TrainingJob job, LoadJobLocked(job_id));
+  if (IsTerminal(job.status)) {
+    return FailedPreconditionError("cannot record the final validation loss of " + JobName(job_id) + ": it is " +
+                                   std::string(ToString(job.status)));
+  }
+  if (round < 1 || round != job.committed_round) {
+    return FailedPreconditionError("the final validation loss of " + JobName(job_id) +
+                                   " is that of its committed round " + std::to_string(job.committed_round) +
+                                   ", not round " + std::to_string(round));
+  }
+  PARSYN_RETURN_IF_ERROR(SetRoundValidationLossLocked(job, round, validation_loss));
+  {
+    PARSYN_PREPARE(q, "UPDATE jobs SET final_validation_loss = ?2 WHERE id = ?1");
+    q->Bind(job_id, validation_loss);
     PARSYN_RETURN_IF_ERROR(q->Run());
   }
   return txn.Commit();

@@ -76,6 +76,7 @@ class SqliteMetadataStore final : public MetadataStore {
 
   Status StartRound(const Round& round) override;
   Status CommitRound(const RoundCommit& commit) override;
+  Status RecordFinalValidationLoss(int64_t job_id, int32_t round, double validation_loss) override;
   Status FailRound(const RoundFailure& failure) override;
   StatusOr<Round> GetRound(int64_t job_id, int32_t round, int32_t attempt) override;
   StatusOr<std::vector<Round>> ListRounds(int64_t job_id) override;
@@ -104,6 +105,9 @@ class SqliteMetadataStore final : public MetadataStore {
   // Helpers for callers that already hold mu_ (and usually a transaction).
   StatusOr<TrainingJob> LoadJobLocked(int64_t job_id);
   StatusOr<Round> LoadRoundLocked(int64_t job_id, int32_t round, int32_t attempt);
+  // Sets the committed attempt of `round`'s validation_loss and, if lower than the job's best, best_round
+  // (FailedPrecondition if the round has no committed attempt).
+  Status SetRoundValidationLossLocked(const TrainingJob& job, int32_t round, double loss);
   Status LoadParticipantsLocked(std::vector<Round>& rounds);
 
   std::mutex mu_;  // guards db_ and statements_: SQLite connections are not for concurrent use

@@ -98,6 +98,44 @@ TEST(SqliteStoreTest, MigrationsApplyOnceInOrderAndKeepData) {
   }
 }
 
+// A database written before version 2 kept on each round the loss of the global it started from, and the final
+// evaluation's loss only as an event: after the migration each loss is on the round whose global it measured.
+TEST(SqliteStoreTest, Version2MovesEachValidationLossToTheGlobalItMeasured) {
+  TempDirForTest dir;
+  const fs::path db = dir.path() / "meta.db";
+  {
+    auto v1 = MustOpen(db, SqliteMigrations().first(1));
+    ASSERT_NE(v1, nullptr);
+    Exec(*v1,
+         "INSERT INTO datasets VALUES (1, 'd', 'jsonl', 'text', 1, 1, 's', 'k', 0);"
+         "INSERT INTO models VALUES (1, 'm', 'llama', '{}', 1, 0);"
+         "INSERT INTO jobs VALUES (1, 'old', 1, 1, '{}', 'succeeded', '', 3, 3, 0, 0, 1, 2);"
+         "INSERT INTO jobs VALUES (2, 'broke', 1, 1, '{}', 'failed', 'no workers', 1, 0, 1, 0, 1, 2);"
+         "INSERT INTO rounds VALUES (1, 1, 1, 'committed', 0, 1, 2.0, 3.0, 0, 'g1', 's1', '');"
+         "INSERT INTO rounds VALUES (1, 2, 1, 'failed', 0, 1, NULL, NULL, 0, '', '', 'lost');"
+         "INSERT INTO rounds VALUES (1, 2, 2, 'committed', 0, 1, 1.5, 2.0, 0, 'g2', 's2', '');"
+         "INSERT INTO rounds VALUES (1, 3, 1, 'committed', 0, 1, 1.2, 2.5, 0, 'g3', 's3', '');"
+         "INSERT INTO job_events (job_id, type, payload_json, time_ms) VALUES (1, 'global_evaluated', "
+         "'{\"global_round\": 3, \"validation_loss\": 1.75, \"validation_samples\": 4}', 5);");
+  }
+  auto store = MustOpen(db);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(*store->SchemaVersion(), static_cast<int>(SqliteMigrations().size()));
+  StatusOr<std::vector<Round>> rounds = store->ListRounds(1);
+  ASSERT_TRUE(rounds.ok()) << rounds.status().ToString();
+  std::vector<std::optional<double>> losses;
+  for (const Round& r : *rounds) losses.push_back(r.validation_loss);
+  EXPECT_THAT(losses, ::testing::ElementsAre(2.0, std::nullopt, 2.5, 1.75));
+  TrainingJob job = *store->GetJob(1);
+  EXPECT_EQ(job.initial_validation_loss, 3.0);
+  EXPECT_EQ(job.final_validation_loss, 1.75);
+  EXPECT_EQ(job.best_round, 3);
+  EXPECT_EQ(job.best_validation_loss, 1.75);
+  TrainingJob failed = *store->GetJob(2);
+  EXPECT_EQ(failed.status_reason, "no workers");
+  EXPECT_EQ(failed.best_round, std::nullopt);
+}
+
 TEST(SqliteStoreTest, DatabaseFromANewerBuildIsRefused) {
   TempDirForTest dir;
   const fs::path db = dir.path() / "meta.db";

@@ -92,6 +92,11 @@ TEST_F(RoundsTest, NormalRoundsCommitTheFedAvgOfTheUploads) {
   for (auto& w : workers) w->Stop();
   ASSERT_EQ(job["status"], "succeeded") << job.dump();
   EXPECT_EQ(job["committed_round"], 3);
+  // The scripted workers report 2/t for the global they receive in round t's task (t = 4: the final evaluation).
+  EXPECT_EQ(job["initial_validation_loss"], 2.0);
+  EXPECT_EQ(job["final_validation_loss"], 0.5);
+  EXPECT_EQ(job["best_round"], 3);
+  EXPECT_EQ(job["best_validation_loss"], 0.5);
 
   json rounds = Rounds(job_id);
   ASSERT_EQ(rounds.size(), 3u) << rounds.dump();
@@ -102,7 +107,8 @@ TEST_F(RoundsTest, NormalRoundsCommitTheFedAvgOfTheUploads) {
     ASSERT_EQ(round["updates"].size(), 2u);
     for (const json& u : round["updates"]) EXPECT_EQ(u["status"], "accepted") << u.dump();
     EXPECT_NEAR(round["train_loss"].get<double>(), 1.0 / r, 1e-12);
-    EXPECT_NEAR(round["validation_loss"].get<double>(), 2.0 / r, 1e-12);
+    // Round r's validation_loss is that of the global it committed, measured by round r + 1's workers.
+    EXPECT_NEAR(round["validation_loss"].get<double>(), 2.0 / (r + 1), 1e-12);
     EXPECT_GT(round["bytes_moved"].get<int64_t>(), 0);
 
     // Independent FedAvg in double of exactly what the workers uploaded for this round.
@@ -140,6 +146,9 @@ TEST_F(RoundsTest, NormalRoundsCommitTheFedAvgOfTheUploads) {
   EXPECT_EQ(config["r"], 4);
   EXPECT_EQ(config["lora_alpha"], 8);
   EXPECT_EQ(config["target_modules"], json({"q_proj", "v_proj"}));
+  // The best adapter, in the same form: round 3's global had the lowest validation loss.
+  EXPECT_EQ(Artifact(job_id, "best/adapter_model.safetensors"), Artifact(job_id, "rounds/000003/global.safetensors"));
+  EXPECT_EQ(Artifact(job_id, "best/adapter_config.json"), Artifact(job_id, "adapter_config.json"));
 
   auto metrics = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/metrics");
   ASSERT_TRUE(metrics.ok());

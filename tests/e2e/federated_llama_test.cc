@@ -55,7 +55,7 @@ TEST_F(LlamaJobTest, ThreeWorkersCompleteALoraJob) {
   for (double l : validation_losses) vlosses += std::to_string(l) + " ";
   RecordProperty("train_losses", losses);
   std::printf(
-      "[figures] rounds %d, train loss per round: %s, validation loss per round: %s, final adapter "
+      "[figures] rounds %d, train loss per round: %s, validation loss after each round: %s, final adapter "
       "validation loss %.4f, wall %.1f s\n",
       kRounds, losses.c_str(), vlosses.c_str(), result["validation_before"].value("loss", -1.0), seconds);
 

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "llama_fixture.h"
+#include "weights/sha256.h"
 
 namespace parsyn::e2e {
 namespace {
@@ -186,7 +187,9 @@ std::pair<double, double> ExpectOneWorkerJobTrained(http::Client& admin, int64_t
   EXPECT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
   EXPECT_EQ(job["total_rounds"], 1) << job.dump(2);
   EXPECT_EQ(job["committed_round"], 1) << job.dump(2);
-  double initial_loss = -1;
+  // The job view names each loss by the weights it measured: the starting weights, and after round 1 (the last).
+  EXPECT_TRUE(job["initial_validation_loss"].is_number()) << job.dump(2);
+  const double initial_loss = job.value("initial_validation_loss", -1.0);
   int committed = 0;
   for (const json& r : Rounds(admin, job_id)) {
     if (r["outcome"] != "committed" || r["round"] != 1) continue;
@@ -196,7 +199,7 @@ std::pair<double, double> ExpectOneWorkerJobTrained(http::Client& admin, int64_t
       EXPECT_EQ(u["status"], "accepted") << u.dump();
       EXPECT_EQ(u["metrics"].value("steps", -1), expected_steps) << u.dump();
     }
-    if (r["validation_loss"].is_number()) initial_loss = r["validation_loss"];
+    EXPECT_EQ(r["validation_loss"], job["final_validation_loss"]) << "round 1's loss is the loss after round 1";
   }
   EXPECT_EQ(committed, 1);
 
@@ -312,6 +315,40 @@ TEST_F(LlamaJobTest, OneWorkerLoraJobWithoutDistributedTrainsAnAdapter) {
     ASSERT_TRUE(got.ok()) << name << ": " << got.status().ToString();
     EXPECT_GT(*got, 0u) << name;
   }
+// Early stopping that triggers: with a learning rate too small to move the loss by min_delta, patience 2 ends the
+// job after round 3 of 6 (global 2's loss, the second without improvement on the starting weights', arrives with
+// round 3's results), succeeded, with the reason; the best/ artifact is the global of best_round, byte for byte.
+TEST_F(TabularJobTest, EarlyStoppingEndsTheJobAndKeepsTheBestGlobal) {
+  std::vector<int64_t> ids = StartWorkers(2);
+  json spec = MlpSpec(ids, 6, 5);
+  spec["config"]["learning_rate"] = 1e-9;
+  spec["distributed"]["early_stopping"] = {{"patience", 2}, {"min_delta", 0.01}};
+  const int64_t job_id = CreateJob(*admin_, spec);
+  ASSERT_GT(job_id, 0);
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  EXPECT_EQ(job["committed_round"], 3) << job.dump(2);
+  EXPECT_NE(job.value("status_reason", "").find("stopped early after round 3 of 6"), std::string::npos) << job.dump(2);
+  ASSERT_TRUE(job["initial_validation_loss"].is_number()) << job.dump(2);
+  ASSERT_TRUE(job["final_validation_loss"].is_number()) << job.dump(2);
+  ASSERT_TRUE(job["best_round"].is_number()) << job.dump(2);
+  const int best_round = job["best_round"];
+
+  std::string best_sha;
+  for (const json& r : Rounds(*admin_, job_id)) {
+    if (r["outcome"] != "committed") continue;
+    EXPECT_TRUE(r["validation_loss"].is_number()) << "round " << r["round"] << ": " << r.dump();
+    if (r["round"] == best_round) {
+      best_sha = r["global_sha256"];
+      EXPECT_EQ(r["validation_loss"], job["best_validation_loss"]) << r.dump();
+    }
+  }
+  ASSERT_FALSE(best_sha.empty()) << "no committed round " << best_round;
+  StatusOr<http::ClientResponse> best =
+      admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/artifacts/best/model.safetensors");
+  ASSERT_TRUE(best.ok()) << best.status().ToString();
+  EXPECT_EQ(weights::Sha256Hex(best->body), best_sha);
+  std::printf("[figures] early stopping: %s\n", job["status_reason"].get<std::string>().c_str());
   for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
 }
 
