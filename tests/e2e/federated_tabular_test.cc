@@ -315,6 +315,9 @@ TEST_F(LlamaJobTest, OneWorkerLoraJobWithoutDistributedTrainsAnAdapter) {
     ASSERT_TRUE(got.ok()) << name << ": " << got.status().ToString();
     EXPECT_GT(*got, 0u) << name;
   }
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
 // Early stopping that triggers: with a learning rate too small to move the loss by min_delta, patience 2 ends the
 // job after round 3 of 6 (global 2's loss, the second without improvement on the starting weights', arrives with
 // round 3's results), succeeded, with the reason; the best/ artifact is the global of best_round, byte for byte.
