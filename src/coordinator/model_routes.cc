@@ -1,7 +1,7 @@
 // REST API v1 for models: model files are staged as uploads (POST /api/v1/uploads), then a model names them
 // (POST /api/v1/models), which checks them as the trainer will read them (config.json by the Llama config's rules,
-// every weights file by the strict safetensors reader, a sharded checkpoint's index against its shards) and answers
-// 400 naming the file before anything is stored; list, get, delete.
+// tabular_model.json by the tabular model's, every weights file by the strict safetensors reader, a sharded
+// checkpoint's index against its shards) and answers 400 naming the file before anything is stored; list, get, delete.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -11,6 +11,7 @@
 #include "coordinator/loop_tools.h"
 #include "coordinator/service_routes.h"
 #include "data/llama_config.h"
+#include "data/tabular_model_file.h"
 #include "weights/safetensors.h"
 
 namespace parsyn::coordinator {
@@ -100,21 +101,13 @@ Status DescribeModelFiles(storage::BlobStore& blobs, storage::Model& model) {
       model.config_json = text;
       model.model_type = config->model_type;
     } else if (f.path == "tabular_model.json" && model.config_json.empty()) {
-      // Recorded as model_type "tabular-<mlp|logreg>", with the file as the model's config.
+      // Recorded as model_type "tabular-<mlp|logreg>", with the file as the model's config; read by the rules the
+      // trainer loads it with.
       PARSYN_ASSIGN_OR_RETURN(std::string text, ReadModelJsonFile(blobs, f));
-      json config = json::parse(text, nullptr, false);
-      if (config.is_discarded() || !config.is_object() || config.value("format", "") != "parsyn-tabular" ||
-          !config.contains("model_type") || !config["model_type"].is_string()) {
-        return InvalidArgumentError(
-            "tabular_model.json is not a parsyn-tabular model (needs \"format\": \"parsyn-tabular\" and a string "
-            "\"model_type\")");
-      }
-      const std::string type = config["model_type"].get<std::string>();
-      if (type != "mlp" && type != "logreg") {
-        return InvalidArgumentError("tabular_model.json: model_type '" + type + "' is not supported (mlp, logreg)");
-      }
+      StatusOr<data::TabularModelFile> tabular = data::ParseTabularModelFile(text);
+      if (!tabular.ok()) return tabular.status().WithContext("tabular_model.json");
       model.config_json = text;
-      model.model_type = "tabular-" + type;
+      model.model_type = "tabular-" + tabular->model_type;
     }
   }
   return Status::Ok();

@@ -236,7 +236,8 @@ std::string RawSafetensors(const std::string& header, size_t data_bytes, uint64_
 struct ModelCase {
   const char* name;
   std::map<std::string, std::string> files;  // path -> contents
-  const char* message_part;                  // empty: registers (201)
+  const char* message_part;                  // empty: registers (201) as `model_type`
+  const char* model_type = "llama";
 };
 
 TEST_F(ApiTest, ModelRegistrationChecksConfigAndEveryWeightsFile) {
@@ -259,6 +260,18 @@ TEST_F(ApiTest, ModelRegistrationChecksConfigAndEveryWeightsFile) {
   };
   const std::string good_index = index({{"a", shard1}, {"b", shard1}, {"c", shard2}});
 
+  const json tabular = {{"format", "parsyn-tabular"},
+                        {"model_type", "mlp"},
+                        {"hidden_sizes", {4}},
+                        {"label_column", "label"},
+                        {"feature_names", {"x0", "x1"}},
+                        {"class_names", {"no", "yes"}},
+                        {"standardizer", {{"mean", {0.0, 0.0}}, {"std", {1.0, 1.0}}}}};
+  auto tabular_with = [&](const std::function<void(json&)>& change) {
+    json j = tabular;
+    change(j);
+    return j.dump();
+  };
   const std::vector<ModelCase> table = {
       {"valid single file", {{"config.json", config}, {"model.safetensors", weights_file}}, ""},
       {"valid shards",
@@ -324,10 +337,19 @@ TEST_F(ApiTest, ModelRegistrationChecksConfigAndEveryWeightsFile) {
        {{"config.json", config_with([](json& j) { j["num_hidden_layers"] = -2; })}},
        "config.json's 'num_hidden_layers' must be positive, got -2"},
       {"config not JSON", {{"config.json", "{nope"}}, "config.json is not valid JSON"},
+      {"valid tabular model",
+       {{"tabular_model.json", tabular.dump()}, {"model.safetensors", weights_file}},
+       "",
+       "tabular-mlp"},
       {"unknown tabular model",
-       {{"tabular_model.json", R"({"format": "parsyn-tabular", "model_type": "forest"})"},
-        {"model.safetensors", weights_file}},
+       {{"tabular_model.json", tabular_with([](json& j) { j["model_type"] = "forest"; })}},
        "tabular_model.json: model_type 'forest' is not supported (mlp, logreg)"},
+      {"tabular model without features",
+       {{"tabular_model.json", tabular_with([](json& j) { j.erase("feature_names"); })}},
+       "tabular_model.json: 'feature_names'"},
+      {"tabular model with one class",
+       {{"tabular_model.json", tabular_with([](json& j) { j["class_names"] = {"only"}; })}},
+       "tabular_model.json: a classifier needs at least 2 classes in column 'label', got 1"},
   };
   size_t registered_files = 0;
   int registered = 0;
@@ -342,7 +364,7 @@ TEST_F(ApiTest, ModelRegistrationChecksConfigAndEveryWeightsFile) {
     auto res = admin_->PostJson("/api/v1/models", {{"name", c.name}, {"files", files}});
     if (std::string(c.message_part).empty()) {
       ASSERT_TRUE(res.ok()) << res.status().ToString();
-      EXPECT_EQ((*res->Json())["model_type"], "llama");
+      EXPECT_EQ((*res->Json())["model_type"], c.model_type);
       ++registered;
       registered_files += c.files.size();
     } else {
