@@ -1,5 +1,7 @@
 // libFuzzer entry for the safetensors reader. Besides the sanitizers' checks, it asserts that an accepted image
-// survives Serialize -> Parse unchanged, so a reader that accepts something it cannot represent is caught too.
+// survives Serialize -> Parse unchanged, so a reader that accepts something it cannot represent is caught too, and
+// that the header-only check (ReadSafetensorsLayout) accepts exactly what the reader accepts.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -23,7 +25,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace parsyn::weights;
   // Small caps keep each run cheap and make the cap checks reachable.
   const SafetensorsLimits limits{.max_header_bytes = 1 << 16, .max_tensors = 256};
-  auto parsed = ParseSafetensors(std::as_bytes(std::span<const uint8_t>(data, size)), limits);
+  const std::span<const std::byte> input = std::as_bytes(std::span<const uint8_t>(data, size));
+  auto parsed = ParseSafetensors(input, limits);
+  // The header-only check (model registration) must give the reader's verdict without the tensor bytes.
+  size_t offset = 0;
+  auto layout = ReadSafetensorsLayout(
+      size,
+      [&](std::span<std::byte> buffer) -> parsyn::StatusOr<size_t> {
+        const size_t n = std::min(buffer.size(), size - offset);
+        if (n > 0) std::memcpy(buffer.data(), data + offset, n);
+        offset += n;
+        return n;
+      },
+      limits);
+  if (layout.ok() != parsed.ok()) Fail("the header-only check and the reader disagree");
   if (!parsed.ok()) {
     if (parsed.status().message().empty()) Fail("rejection without a message");
     return 0;

@@ -6,12 +6,6 @@
 
 namespace parsyn::coordinator {
 
-using http::Awaitable;
-using http::Method;
-using http::Request;
-using http::Response;
-using nlohmann::json;
-
 namespace {
 
 class DatasetRoutes {
@@ -29,9 +23,8 @@ class DatasetRoutes {
   }
 
   Awaitable<Response> List(Request&) {
-    auto list = co_await Offload(context_.pool, [this] { return context_.store.ListDatasets(); });
-    if (!list.ok()) co_return Response::Error(list.status());
-    co_return Response::Json(200, {{"datasets", JsonArray(*list, DatasetJson)}});
+    return ListRecords(
+        context_, "datasets", [](storage::MetadataStore& s) { return s.ListDatasets(); }, DatasetJson);
   }
 
   Awaitable<Response> Get(Request& req) {
@@ -40,16 +33,10 @@ class DatasetRoutes {
   }
 
   Awaitable<Response> Delete(Request& req) {
-    StatusOr<int64_t> id = ParseId(req.params["id"], "dataset");
-    if (!id.ok()) co_return Response::Error(id.status());
-    Status deleted = co_await Offload(context_.pool, [&]() -> Status {
-      PARSYN_ASSIGN_OR_RETURN(storage::Dataset d, context_.store.GetDataset(*id));
-      PARSYN_RETURN_IF_ERROR(context_.store.DeleteDataset(*id));
-      context_.blobs.Delete(d.blob_key).IgnoreError();  // the record is gone; a leftover blob is only space
-      return Status::Ok();
-    });
-    if (!deleted.ok()) co_return Response::Error(deleted);
-    co_return Response::NoContent();
+    return DeleteRecordById(
+        context_, req, "dataset", [](storage::MetadataStore& s, int64_t id) { return s.GetDataset(id); },
+        [](storage::MetadataStore& s, int64_t id) { return s.DeleteDataset(id); },
+        [](const storage::Dataset& d) { return std::vector<std::string>{d.blob_key}; });
   }
 
  private:

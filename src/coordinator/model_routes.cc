@@ -1,18 +1,20 @@
 // REST API v1 for models: model files are staged as uploads (POST /api/v1/uploads), then a model names them
-// (POST /api/v1/models); list, get, delete.
+// (POST /api/v1/models), which checks them as the trainer will read them (config.json by the Llama config's rules,
+// tabular_model.json by the tabular model's, every weights file by the strict safetensors reader, a sharded
+// checkpoint's index against its shards) and answers 400 naming the file before anything is stored; list, get, delete.
 #include <algorithm>
+#include <map>
+#include <set>
+#include <span>
 
 #include "coordinator/api_json.h"
 #include "coordinator/loop_tools.h"
 #include "coordinator/service_routes.h"
+#include "data/llama_config.h"
+#include "data/tabular_model_file.h"
+#include "weights/safetensors.h"
 
 namespace parsyn::coordinator {
-
-using http::Awaitable;
-using http::Method;
-using http::Request;
-using http::Response;
-using nlohmann::json;
 
 namespace {
 
@@ -25,6 +27,9 @@ Status ValidateUploadId(std::string_view id) {
 }
 
 std::string UploadKey(std::string_view id) { return "uploads/" + std::string(id); }
+
+// A sharded checkpoint's index: tensor name -> shard file (the Hugging Face layout).
+constexpr char kShardIndexFile[] = "model.safetensors.index.json";
 
 // The model a POST /api/v1/models body names: its name and files (path -> upload id), not yet looked up.
 // InvalidArgument listing every problem.
@@ -70,6 +75,12 @@ StatusOr<std::string> ReadModelJsonFile(storage::BlobStore& blobs, const storage
   return text;
 }
 
+// The message for a config.json the trainer cannot build a model from, naming the file once.
+Status ConfigFileError(const Status& problem) {
+  const std::string& message = problem.message();
+  return InvalidArgumentError(message.starts_with("config.json") ? message : "config.json: " + message);
+}
+
 // Fills in the files' sizes and hashes from the blob store, and the model's type and config from config.json or
 // tabular_model.json. InvalidArgument naming the file for a missing upload or a bad config. Blocking.
 Status DescribeModelFiles(storage::BlobStore& blobs, storage::Model& model) {
@@ -83,28 +94,88 @@ Status DescribeModelFiles(storage::BlobStore& blobs, storage::Model& model) {
     f.sha256 = info->sha256;
     model.size_bytes += f.size_bytes;
     if (f.path == "config.json") {
+      // Read by the trainer's own rules (Llama family), so a model that registers is one the trainer can build.
       PARSYN_ASSIGN_OR_RETURN(std::string text, ReadModelJsonFile(blobs, f));
-      json config = json::parse(text, nullptr, false);
-      if (config.is_discarded() || !config.is_object()) return InvalidArgumentError("config.json is not a JSON object");
+      StatusOr<data::LlamaConfig> config = data::ParseLlamaConfig(text);
+      if (!config.ok()) return ConfigFileError(config.status());
       model.config_json = text;
-      if (config.contains("model_type") && config["model_type"].is_string()) {
-        model.model_type = config["model_type"].get<std::string>();
-      }
+      model.model_type = config->model_type;
     } else if (f.path == "tabular_model.json" && model.config_json.empty()) {
-      // Recorded as model_type "tabular-<mlp|logreg>", with the file as the model's config.
+      // Recorded as model_type "tabular-<mlp|logreg>", with the file as the model's config; read by the rules the
+      // trainer loads it with.
       PARSYN_ASSIGN_OR_RETURN(std::string text, ReadModelJsonFile(blobs, f));
-      json config = json::parse(text, nullptr, false);
-      if (config.is_discarded() || !config.is_object() || config.value("format", "") != "parsyn-tabular" ||
-          !config.contains("model_type") || !config["model_type"].is_string()) {
-        return InvalidArgumentError(
-            "tabular_model.json is not a parsyn-tabular model (needs \"format\": \"parsyn-tabular\" and a string "
-            "\"model_type\")");
-      }
+      StatusOr<data::TabularModelFile> tabular = data::ParseTabularModelFile(text);
+      if (!tabular.ok()) return tabular.status().WithContext("tabular_model.json");
       model.config_json = text;
-      model.model_type = "tabular-" + config["model_type"].get<std::string>();
+      model.model_type = "tabular-" + tabular->model_type;
     }
   }
   return Status::Ok();
+}
+
+// A weights file the strict reader refuses: "<path>: <problem>; <what to do>".
+Status WeightsFileError(const std::string& path, const Status& problem) {
+  const char* fix =
+      problem.code() == StatusCode::kDataLoss ? "the file is cut short: upload it again" : "re-export the weights";
+  return InvalidArgumentError(path + ": " + problem.message() + "; " + fix);
+}
+
+// Checks a weights file by the strict safetensors reader's rules from its header and size alone: the header is
+// bounded (SafetensorsLimits) and the tensor data is never read, whatever the file's size.
+StatusOr<weights::SafetensorsLayout> CheckWeightsFile(storage::BlobStore& blobs, const storage::ModelFile& file) {
+  PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> source, blobs.Get(file.blob_key));
+  StatusOr<weights::SafetensorsLayout> layout = weights::ReadSafetensorsLayout(
+      static_cast<uint64_t>(file.size_bytes), [&](std::span<std::byte> buffer) { return source->Read(buffer); });
+  const StatusCode code = layout.status().code();
+  if (code == StatusCode::kInvalidArgument || code == StatusCode::kDataLoss) {
+    return WeightsFileError(file.path, layout.status());
+  }
+  return layout;
+}
+
+// Every *.safetensors file of the model passes the strict reader, and a sharded checkpoint's index names only shards
+// among the files and tensors each of them holds. InvalidArgument naming the file. Blocking.
+Status CheckModelWeights(storage::BlobStore& blobs, const storage::Model& model) {
+  std::map<std::string, std::set<std::string>> tensors_by_file;
+  const storage::ModelFile* index = nullptr;
+  for (const storage::ModelFile& f : model.files) {
+    if (f.path == kShardIndexFile) index = &f;
+    if (!f.path.ends_with(".safetensors")) continue;
+    PARSYN_ASSIGN_OR_RETURN(weights::SafetensorsLayout layout, CheckWeightsFile(blobs, f));
+    std::set<std::string>& names = tensors_by_file[f.path];
+    for (weights::SafetensorsEntry& t : layout.tensors) names.insert(std::move(t.name));
+  }
+  if (index == nullptr) return Status::Ok();
+  PARSYN_ASSIGN_OR_RETURN(std::string text, ReadModelJsonFile(blobs, *index));
+  auto shards = weights::ParseSafetensorsIndex(text);
+  if (!shards.ok()) return shards.status().WithContext(kShardIndexFile);
+  for (const auto& [shard, names] : *shards) {
+    auto held = tensors_by_file.find(shard);
+    if (held == tensors_by_file.end()) {
+      return InvalidArgumentError(std::string(kShardIndexFile) + " places tensors in " + shard +
+                                  ", which is not among the model's files; upload it with the others");
+    }
+    for (const std::string& name : names) {
+      if (!held->second.contains(name)) {
+        return InvalidArgumentError(std::string(kShardIndexFile) + " places tensor '" + name + "' in " + shard +
+                                    ", which does not contain it");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Removes the staged uploads a refused registration named, unless a registered model uses one. Best effort.
+void DiscardUploads(const RouteContext& context, const storage::Model& refused) {
+  StatusOr<std::vector<storage::Model>> models = context.store.ListModels();
+  if (!models.ok()) return;  // cannot tell which are in use: keep them all
+  std::set<std::string> in_use;
+  for (const storage::Model& m : *models) {
+    for (const storage::ModelFile& f : m.files) in_use.insert(f.blob_key);
+  }
+  for (const storage::ModelFile& f : refused.files) {
+    if (!in_use.contains(f.blob_key)) context.blobs.Delete(f.blob_key).IgnoreError();  // a leftover is only space
+  }
 }
 
 class ModelRoutes {
@@ -126,7 +197,10 @@ class ModelRoutes {
     if (!model.ok()) co_return Response::Error(model.status());
     const int64_t now = context_.clock.UnixMillis();
     StatusOr<storage::Model> created = co_await Offload(context_.pool, [&]() -> StatusOr<storage::Model> {
-      PARSYN_RETURN_IF_ERROR(DescribeModelFiles(context_.blobs, *model));
+      Status checked = DescribeModelFiles(context_.blobs, *model);
+      if (checked.ok()) checked = CheckModelWeights(context_.blobs, *model);
+      if (checked.code() == StatusCode::kInvalidArgument) DiscardUploads(context_, *model);
+      PARSYN_RETURN_IF_ERROR(checked);
       model->created_at_ms = now;
       return context_.store.CreateModel(*model);
     });
@@ -135,9 +209,8 @@ class ModelRoutes {
   }
 
   Awaitable<Response> List(Request&) {
-    auto list = co_await Offload(context_.pool, [this] { return context_.store.ListModels(); });
-    if (!list.ok()) co_return Response::Error(list.status());
-    co_return Response::Json(200, {{"models", JsonArray(*list, ModelJson)}});
+    return ListRecords(
+        context_, "models", [](storage::MetadataStore& s) { return s.ListModels(); }, ModelJson);
   }
 
   Awaitable<Response> Get(Request& req) {
@@ -146,16 +219,14 @@ class ModelRoutes {
   }
 
   Awaitable<Response> Delete(Request& req) {
-    StatusOr<int64_t> id = ParseId(req.params["id"], "model");
-    if (!id.ok()) co_return Response::Error(id.status());
-    Status deleted = co_await Offload(context_.pool, [&]() -> Status {
-      PARSYN_ASSIGN_OR_RETURN(storage::Model m, context_.store.GetModel(*id));
-      PARSYN_RETURN_IF_ERROR(context_.store.DeleteModel(*id));
-      for (const storage::ModelFile& f : m.files) context_.blobs.Delete(f.blob_key).IgnoreError();  // space only
-      return Status::Ok();
-    });
-    if (!deleted.ok()) co_return Response::Error(deleted);
-    co_return Response::NoContent();
+    return DeleteRecordById(
+        context_, req, "model", [](storage::MetadataStore& s, int64_t id) { return s.GetModel(id); },
+        [](storage::MetadataStore& s, int64_t id) { return s.DeleteModel(id); },
+        [](const storage::Model& m) {
+          std::vector<std::string> keys;
+          for (const storage::ModelFile& f : m.files) keys.push_back(f.blob_key);
+          return keys;
+        });
   }
 
  private:

@@ -185,7 +185,7 @@ void Service::AbandonTask(int64_t worker_id, int64_t job_id, int round, int atte
     return t.job_id == job_id && t.task["round"] == round && t.task["attempt"] == attempt;
   });
   if (s->current_job == job_id && s->current_task["round"] == round && s->current_task["attempt"] == attempt) {
-    s->abandon.push_back({{"job_id", job_id}, {"round", round}, {"attempt", attempt}});
+    s->abandon.push_back({.job_id = job_id, .round = round, .attempt = attempt});
     s->current_job.reset();
     s->current_task = json();
   }

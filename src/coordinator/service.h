@@ -32,6 +32,7 @@
 #include "coordinator/job_host.h"
 #include "http/server.h"
 #include "http/signal.h"
+#include "protocol/messages.h"
 #include "storage/blob_store.h"
 #include "storage/blob_urls.h"
 #include "storage/metadata_store.h"
@@ -131,7 +132,7 @@ class Service final : public JobHost {
     uint64_t tasks_assigned = 0;         // DeliverTask calls: tells a stale availability offer (OfferWorker)
     std::optional<int64_t> current_job;  // delivered, not yet reported
     nlohmann::json current_task;
-    std::vector<nlohmann::json> abandon;  // tasks to drop, sent with the next heartbeat
+    std::vector<protocol::AbandonedTask> abandon;  // tasks to drop, sent with the next heartbeat
     // What the store last got from SetWorkerStatus for this session: a heartbeat that changes neither is kept in
     // memory (last_seen) and written at most every kHeartbeatStoreInterval, not fsynced each time.
     std::optional<storage::WorkerStatus> stored_status;

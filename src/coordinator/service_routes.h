@@ -29,6 +29,13 @@ namespace parsyn::coordinator {
 class Service;
 struct RouteInfo;
 
+// The names every route file uses.
+using http::Awaitable;
+using http::Method;
+using http::Request;
+using http::Response;
+using nlohmann::json;
+
 // What most route handlers use of the service (handlers that need sessions or job runners also hold the Service).
 struct RouteContext {
   storage::MetadataStore& store;
@@ -105,6 +112,34 @@ Status AddWorkerProtocolRoutes(RouteTable& routes, const RouteContext& context, 
 // `signing_secret` verifies the signed /blobs URLs.
 Status AddBlobRoutes(RouteTable& routes, const RouteContext& context, Service& service,  // blob_routes.cc
                      std::string signing_secret);
+
+// GET of a resource's list: list(store) read on the pool, answered as {"<field>": [view(record), ...]}. One body for
+// datasets, models and workers.
+template <typename List, typename View>
+http::Awaitable<http::Response> ListRecords(const RouteContext& context, std::string field, List list, View view) {
+  auto records = co_await Offload(context.pool, [&] { return list(context.store); });
+  if (!records.ok()) co_return http::Response::Error(records.status());
+  co_return http::Response::Json(200, {{field, JsonArray(*records, view)}});
+}
+
+// DELETE …/{id} of a stored record and its blobs: on the pool, the record read with get(store, id), removed with
+// remove(store, id) (which refuses while a job refers to it), then the blobs blob_keys(record) names deleted, best
+// effort (the record is gone; a leftover blob is only space). Answers 204. One body for datasets and models.
+template <typename Get, typename Remove, typename BlobKeys>
+http::Awaitable<http::Response> DeleteRecordById(const RouteContext& context, http::Request& req, std::string_view what,
+                                                 Get get, Remove remove, BlobKeys blob_keys) {
+  StatusOr<int64_t> id = ParseId(req.params["id"], what);
+  if (!id.ok()) co_return http::Response::Error(id.status());
+  Status deleted = co_await Offload(context.pool, [&]() -> Status {
+    auto record = get(context.store, *id);
+    if (!record.ok()) return record.status();
+    PARSYN_RETURN_IF_ERROR(remove(context.store, *id));
+    for (const std::string& key : blob_keys(*record)) context.blobs.Delete(key).IgnoreError();
+    return Status::Ok();
+  });
+  if (!deleted.ok()) co_return http::Response::Error(deleted);
+  co_return http::Response::NoContent();
+}
 
 // GET …/{id} of a stored record: the id from the path (named `what` in errors), the record read on the pool with
 // get(store, id), answered as view(record). One body for datasets, models and workers.

@@ -8,12 +8,6 @@
 
 namespace parsyn::coordinator {
 
-using http::Awaitable;
-using http::Method;
-using http::Request;
-using http::Response;
-using nlohmann::json;
-
 // A friend of Service: registering and revoking change its token table, and a worker's view reads its session.
 class WorkerAdminRoutes {
  public:
@@ -48,10 +42,9 @@ class WorkerAdminRoutes {
   }
 
   Awaitable<Response> List(Request&) {
-    auto list = co_await Offload(context_.pool, [this] { return context_.store.ListWorkers(); });
-    if (!list.ok()) co_return Response::Error(list.status());
-    co_return Response::Json(
-        200, {{"workers", JsonArray(*list, [this](const storage::Worker& w) { return WorkerView(w); })}});
+    return ListRecords(
+        context_, "workers", [](storage::MetadataStore& s) { return s.ListWorkers(); },
+        [this](const storage::Worker& w) { return WorkerView(w); });
   }
 
   Awaitable<Response> Get(Request& req) {

@@ -2,6 +2,7 @@
 // failure, goodbye. The worker's identity always comes from its token, never from the body.
 #include <array>
 #include <charconv>
+#include <utility>
 
 #include "coordinator/api_json.h"
 #include "coordinator/auth.h"
@@ -12,12 +13,6 @@
 #include "protocol/messages.h"
 
 namespace parsyn::coordinator {
-
-using http::Awaitable;
-using http::Method;
-using http::Request;
-using http::Response;
-using nlohmann::json;
 
 namespace {
 
@@ -93,15 +88,14 @@ class WorkerProtocolRoutes {
     if (!found.ok()) co_return Response::Error(found.status());
     Session* s = *found;
     s->last_seen = context_.clock.Now();
-    json abandon = std::move(s->abandon);
-    s->abandon.clear();
+    const protocol::HeartbeatAnswer answer{.abandon = std::exchange(s->abandon, {})};
     const storage::WorkerStatus status =
         s->current_job || !s->queued.empty() ? storage::WorkerStatus::kBusy : storage::WorkerStatus::kOnline;
     // Liveness is judged from last_seen in memory; the store gets status changes and a coarse heartbeat time.
     if (s->stored_status != status || s->last_seen - s->status_stored_at >= Service::kHeartbeatStoreInterval) {
       co_await service_.SetWorkerStatus(worker_id, status);
     }
-    co_return Response::Json(200, {{"abandon", abandon.is_null() ? json::array() : abandon}});
+    co_return Response::Json(200, protocol::HeartbeatAnswerToJson(answer));
   }
 
   // Long-poll: answers 200 with a task as soon as one is assigned, or 204 after wait_ms (at most max_poll_wait).

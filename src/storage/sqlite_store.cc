@@ -618,14 +618,19 @@ StatusOr<std::vector<Dataset>> SqliteMetadataStore::ListDatasets() {
 
 Status SqliteMetadataStore::DeleteDataset(int64_t id) {
   std::lock_guard lock(mu_);
-  PARSYN_PREPARE(q, "DELETE FROM datasets WHERE id = ?1");
+  return DeleteUnlessUsedLocked("DELETE FROM datasets WHERE id = ?1", "dataset", id);
+}
+
+Status SqliteMetadataStore::DeleteUnlessUsedLocked(const char* sql, std::string_view what, int64_t id) {
+  PARSYN_PREPARE(q, sql);
   q->Bind(id);
   Status s = q->Run();
   if (q->error_code() == SQLITE_CONSTRAINT_FOREIGNKEY) {
-    return FailedPreconditionError("dataset " + std::to_string(id) + " is used by a training job");
+    return FailedPreconditionError(std::string(what) + " " + std::to_string(id) + " is used by a training job");
   }
   PARSYN_RETURN_IF_ERROR(s);
-  if (sqlite3_changes(db_.get()) == 0) return NotFoundError("dataset " + std::to_string(id) + " not found");
+  if (sqlite3_changes(db_.get()) == 0)
+    return NotFoundError(std::string(what) + " " + std::to_string(id) + " not found");
   return Status::Ok();
 }
 
@@ -706,15 +711,7 @@ StatusOr<std::vector<Model>> SqliteMetadataStore::ListModels() {
 
 Status SqliteMetadataStore::DeleteModel(int64_t id) {
   std::lock_guard lock(mu_);
-  PARSYN_PREPARE(q, "DELETE FROM models WHERE id = ?1");
-  q->Bind(id);
-  Status s = q->Run();
-  if (q->error_code() == SQLITE_CONSTRAINT_FOREIGNKEY) {
-    return FailedPreconditionError("model " + std::to_string(id) + " is used by a training job");
-  }
-  PARSYN_RETURN_IF_ERROR(s);
-  if (sqlite3_changes(db_.get()) == 0) return NotFoundError("model " + std::to_string(id) + " not found");
-  return Status::Ok();
+  return DeleteUnlessUsedLocked("DELETE FROM models WHERE id = ?1", "model", id);
 }
 
 // ---- workers

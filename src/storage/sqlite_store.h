@@ -109,6 +109,9 @@ class SqliteMetadataStore final : public MetadataStore {
   // (FailedPrecondition if the round has no committed attempt).
   Status SetRoundValidationLossLocked(const TrainingJob& job, int32_t round, double loss);
   Status LoadParticipantsLocked(std::vector<Round>& rounds);
+  // Runs `sql` (a DELETE of row `id`): FailedPrecondition naming `what` while a training job refers to the row,
+  // NotFound when there is none.
+  Status DeleteUnlessUsedLocked(const char* sql, std::string_view what, int64_t id);
 
   std::mutex mu_;  // guards db_ and statements_: SQLite connections are not for concurrent use
   std::unique_ptr<sqlite3, DbCloser> db_;

@@ -1,17 +1,12 @@
 #include "trainer/llama_config.h"
 
 #include <fstream>
-#include <map>
-#include <nlohmann/json.hpp>
-#include <set>
 #include <sstream>
 
 #include "weights/safetensors.h"
 
 namespace parsyn::trainer {
 namespace {
-
-using Json = nlohmann::json;
 
 StatusOr<std::string> ReadTextFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -22,175 +17,7 @@ StatusOr<std::string> ReadTextFile(const std::filesystem::path& path) {
   return text.str();
 }
 
-StatusOr<int64_t> GetInt(const Json& j, const char* key, std::optional<int64_t> fallback, bool positive = true) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (fallback) return *fallback;
-    return InvalidArgumentError(std::string("config.json lacks '") + key + "'");
-  }
-  if (!it->is_number_integer()) {
-    return InvalidArgumentError(std::string("config.json's '") + key + "' must be an integer, got " + it->dump());
-  }
-  const int64_t v = it->get<int64_t>();
-  if (positive && v <= 0) {
-    return InvalidArgumentError(std::string("config.json's '") + key + "' must be positive, got " + std::to_string(v));
-  }
-  return v;
-}
-
-StatusOr<double> GetDouble(const Json& j, const char* key, double fallback) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number()) {
-    return InvalidArgumentError(std::string("config.json's '") + key + "' must be a number, got " + it->dump());
-  }
-  return it->get<double>();
-}
-
-// Token ids may be an integer or (Llama 3.1's eos) a list of them; the first one is the one we use.
-std::optional<int64_t> GetTokenId(const Json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end()) return std::nullopt;
-  if (it->is_number_integer()) return it->get<int64_t>();
-  if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) return (*it)[0].get<int64_t>();
-  return std::nullopt;
-}
-
-StatusOr<LlamaConfig> ParseJson(const Json& j) {
-  if (!j.is_object()) return InvalidArgumentError("config.json is not a JSON object");
-  LlamaConfig c;
-  auto type = j.find("model_type");
-  if (type == j.end() || !type->is_string()) return InvalidArgumentError("config.json lacks a string 'model_type'");
-  c.model_type = type->get<std::string>();
-  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral") {
-    return InvalidArgumentError("model_type '" + c.model_type + "' is not supported (llama, qwen2, mistral)");
-  }
-  if (auto act = j.find("hidden_act"); act != j.end() && *act != "silu") {
-    return InvalidArgumentError("hidden_act " + act->dump() + " is not supported (silu)");
-  }
-  PARSYN_ASSIGN_OR_RETURN(c.vocab_size, GetInt(j, "vocab_size", std::nullopt));
-  PARSYN_ASSIGN_OR_RETURN(c.hidden_size, GetInt(j, "hidden_size", std::nullopt));
-  PARSYN_ASSIGN_OR_RETURN(c.intermediate_size, GetInt(j, "intermediate_size", std::nullopt));
-  PARSYN_ASSIGN_OR_RETURN(c.num_hidden_layers, GetInt(j, "num_hidden_layers", std::nullopt));
-  PARSYN_ASSIGN_OR_RETURN(c.num_attention_heads, GetInt(j, "num_attention_heads", std::nullopt));
-  PARSYN_ASSIGN_OR_RETURN(c.num_key_value_heads, GetInt(j, "num_key_value_heads", c.num_attention_heads));
-  if (c.num_attention_heads % c.num_key_value_heads != 0) {
-    return InvalidArgumentError("num_attention_heads " + std::to_string(c.num_attention_heads) +
-                                " is not a multiple of num_key_value_heads " + std::to_string(c.num_key_value_heads));
-  }
-  if (!j.contains("head_dim") && c.hidden_size % c.num_attention_heads != 0) {
-    return InvalidArgumentError("hidden_size " + std::to_string(c.hidden_size) +
-                                " is not divisible by num_attention_heads " + std::to_string(c.num_attention_heads));
-  }
-  PARSYN_ASSIGN_OR_RETURN(c.head_dim, GetInt(j, "head_dim", c.hidden_size / c.num_attention_heads));
-  if (c.head_dim % 2 != 0) {
-    return InvalidArgumentError("head_dim " + std::to_string(c.head_dim) + " must be even for rotary embeddings");
-  }
-  PARSYN_ASSIGN_OR_RETURN(c.max_position_embeddings, GetInt(j, "max_position_embeddings", 2048));
-  PARSYN_ASSIGN_OR_RETURN(c.rms_norm_eps, GetDouble(j, "rms_norm_eps", 1e-6));
-  PARSYN_ASSIGN_OR_RETURN(c.rope_theta, GetDouble(j, "rope_theta", 10000.0));
-  if (c.rms_norm_eps <= 0 || c.rope_theta <= 0) {
-    return InvalidArgumentError("config.json's rms_norm_eps and rope_theta must be positive");
-  }
-  c.tie_word_embeddings = j.value("tie_word_embeddings", false);  // transformers' default for all three
-  if (c.model_type == "qwen2") {
-    c.qkv_bias = true;
-    if (j.value("use_sliding_window", false)) {
-      return InvalidArgumentError("qwen2 with use_sliding_window true is not supported");
-    }
-  } else if (j.value("attention_bias", false)) {
-    c.qkv_bias = c.o_bias = true;
-  }
-  if (j.value("mlp_bias", false)) return InvalidArgumentError("mlp_bias true is not supported");
-  if (c.model_type == "mistral") {
-    auto window = j.find("sliding_window");
-    if (window != j.end() && !window->is_null()) {
-      PARSYN_ASSIGN_OR_RETURN(int64_t w, GetInt(j, "sliding_window", std::nullopt));
-      c.sliding_window = w;
-    }
-  }
-  if (auto scaling = j.find("rope_scaling"); scaling != j.end() && !scaling->is_null()) {
-    if (!scaling->is_object()) return InvalidArgumentError("config.json's rope_scaling must be an object or null");
-    const std::string type_name = scaling->value("rope_type", scaling->value("type", std::string("default")));
-    if (type_name != "default") {
-      if (type_name != "llama3") {
-        return InvalidArgumentError("rope_scaling type '" + type_name + "' is not supported (llama3)");
-      }
-      Llama3RopeScaling s;
-      PARSYN_ASSIGN_OR_RETURN(s.factor, GetDouble(*scaling, "factor", 0));
-      PARSYN_ASSIGN_OR_RETURN(s.low_freq_factor, GetDouble(*scaling, "low_freq_factor", 0));
-      PARSYN_ASSIGN_OR_RETURN(s.high_freq_factor, GetDouble(*scaling, "high_freq_factor", 0));
-      PARSYN_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
-                              GetInt(*scaling, "original_max_position_embeddings", std::nullopt));
-      if (s.factor <= 0 || s.low_freq_factor <= 0 || s.high_freq_factor <= s.low_freq_factor) {
-        return InvalidArgumentError(
-            "llama3 rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor > 0, got " + scaling->dump());
-      }
-      c.rope_scaling = s;
-    }
-  }
-  if (auto dtype = j.find("torch_dtype"); dtype != j.end() && dtype->is_string()) c.torch_dtype = *dtype;
-  c.bos_token_id = GetTokenId(j, "bos_token_id");
-  c.eos_token_id = GetTokenId(j, "eos_token_id");
-  c.pad_token_id = GetTokenId(j, "pad_token_id");
-  return c;
-}
-
 }  // namespace
-
-StatusOr<LlamaConfig> ParseLlamaConfig(std::string_view config_json) {
-  Json j = Json::parse(config_json, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgumentError("config.json is not valid JSON");
-  try {
-    return ParseJson(j);
-  } catch (const Json::exception& e) {  // a field of the wrong type read with value()
-    return InvalidArgumentError(std::string("config.json: ") + e.what());
-  }
-}
-
-std::string LlamaConfigToJson(const LlamaConfig& c) {
-  Json j;
-  const char* architecture = c.model_type == "qwen2"     ? "Qwen2ForCausalLM"
-                             : c.model_type == "mistral" ? "MistralForCausalLM"
-                                                         : "LlamaForCausalLM";
-  j["architectures"] = {architecture};
-  j["model_type"] = c.model_type;
-  j["vocab_size"] = c.vocab_size;
-  j["hidden_size"] = c.hidden_size;
-  j["intermediate_size"] = c.intermediate_size;
-  j["num_hidden_layers"] = c.num_hidden_layers;
-  j["num_attention_heads"] = c.num_attention_heads;
-  j["num_key_value_heads"] = c.num_key_value_heads;
-  j["head_dim"] = c.head_dim;
-  j["max_position_embeddings"] = c.max_position_embeddings;
-  j["rms_norm_eps"] = c.rms_norm_eps;
-  j["rope_theta"] = c.rope_theta;
-  j["hidden_act"] = "silu";
-  j["tie_word_embeddings"] = c.tie_word_embeddings;
-  j["torch_dtype"] = c.torch_dtype;
-  j["initializer_range"] = 0.02;
-  if (c.model_type == "llama") {
-    j["attention_bias"] = c.o_bias;
-    j["mlp_bias"] = false;
-  }
-  if (c.model_type == "qwen2") j["use_sliding_window"] = false;
-  if (c.model_type == "mistral") {
-    j["sliding_window"] = c.sliding_window ? Json(*c.sliding_window) : Json(nullptr);
-  }
-  if (c.rope_scaling) {
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", c.rope_scaling->factor},
-                         {"low_freq_factor", c.rope_scaling->low_freq_factor},
-                         {"high_freq_factor", c.rope_scaling->high_freq_factor},
-                         {"original_max_position_embeddings", c.rope_scaling->original_max_position_embeddings}};
-  } else {
-    j["rope_scaling"] = nullptr;
-  }
-  if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
-  if (c.eos_token_id) j["eos_token_id"] = *c.eos_token_id;
-  if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
-  return j.dump(2) + "\n";
-}
 
 std::vector<ParameterSpec> LlamaParameterSpecs(const LlamaConfig& c) {
   const int64_t q_out = c.num_attention_heads * c.head_dim;
@@ -248,21 +75,9 @@ StatusOr<ModelFolder> ReadModelFolder(const std::filesystem::path& dir) {
                          " has neither model.safetensors nor model.safetensors.index.json");
   }
   PARSYN_ASSIGN_OR_RETURN(std::string index_text, ReadTextFile(index_path));
-  Json index = Json::parse(index_text, nullptr, /*allow_exceptions=*/false);
-  if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
-    return InvalidArgumentError(index_path.string() + " lacks a 'weight_map' object");
-  }
-  std::map<std::string, std::vector<std::string>> names_by_file;
-  for (const auto& [name, file] : index["weight_map"].items()) {
-    if (!file.is_string())
-      return InvalidArgumentError(index_path.string() + ": weight_map['" + name + "'] is not a string");
-    const std::string file_name = file.get<std::string>();
-    if (file_name.find('/') != std::string::npos || file_name.find("..") != std::string::npos) {
-      return InvalidArgumentError(index_path.string() + ": shard name '" + file_name + "' must be a plain file name");
-    }
-    names_by_file[file_name].push_back(name);
-  }
-  for (const auto& [file_name, names] : names_by_file) {
+  auto names_by_file = weights::ParseSafetensorsIndex(index_text);
+  if (!names_by_file.ok()) return names_by_file.status().WithContext(index_path.string());
+  for (const auto& [file_name, names] : *names_by_file) {
     auto set = weights::ReadSafetensorsFile(dir / file_name);
     if (!set.ok()) return set.status().WithContext((dir / file_name).string());
     for (const std::string& name : names) {

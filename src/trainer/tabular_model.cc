@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "base/atomic_file.h"
+#include "data/tabular_model_file.h"
 #include "weights/safetensors.h"
 
 namespace parsyn::trainer {
@@ -20,24 +21,14 @@ std::string JoinNames(const std::vector<std::string>& names) {
   return out + "]";
 }
 
+// The rules of data/tabular_model_file.h, which the coordinator checks at registration.
 Status CheckSpec(const TabularModelSpec& spec) {
-  if (spec.feature_names.empty()) return InvalidArgumentError("tabular model has no feature columns");
-  if (spec.class_names.size() < 2) {
-    return InvalidArgumentError("a classifier needs at least 2 classes in column '" + spec.label_column + "', got " +
-                                std::to_string(spec.class_names.size()));
-  }
-  if (spec.standardizer.mean.size() != spec.feature_names.size() ||
-      spec.standardizer.std.size() != spec.feature_names.size()) {
-    return InvalidArgumentError("standardizer has " + std::to_string(spec.standardizer.mean.size()) +
-                                " features, the model " + std::to_string(spec.feature_names.size()));
-  }
-  if (spec.model_type == TabularModelType::kLogreg && !spec.hidden_sizes.empty()) {
-    return InvalidArgumentError("logreg has no hidden layers; hidden_sizes must be empty");
-  }
-  for (int64_t width : spec.hidden_sizes) {
-    if (width < 1) return InvalidArgumentError("hidden sizes must be >= 1");
-  }
-  return Status::Ok();
+  return data::CheckTabularModel({.model_type = std::string(TabularModelTypeName(spec.model_type)),
+                                  .hidden_sizes = spec.hidden_sizes,
+                                  .label_column = spec.label_column,
+                                  .feature_names = spec.feature_names,
+                                  .class_names = spec.class_names,
+                                  .standardizer = spec.standardizer});
 }
 
 }  // namespace
@@ -86,31 +77,14 @@ StatusOr<std::unique_ptr<TabularModel>> TabularModel::Load(const std::filesystem
   if (!in) return NotFoundError("tabular model file not found: " + json_path.string());
   std::stringstream text;
   text << in.rdbuf();
-  TabularModelSpec spec;
-  try {
-    const json j = json::parse(text.str());
-    if (j.value("format", "") != "parsyn-tabular") {
-      return InvalidArgumentError(json_path.string() + ": \"format\" must be \"parsyn-tabular\"");
-    }
-    const std::string type = j.at("model_type").get<std::string>();
-    if (type == "mlp") {
-      spec.model_type = TabularModelType::kMlp;
-    } else if (type == "logreg") {
-      spec.model_type = TabularModelType::kLogreg;
-    } else {
-      return InvalidArgumentError(json_path.string() + ": unknown model_type \"" + type + "\" (mlp or logreg)");
-    }
-    spec.hidden_sizes = j.at("hidden_sizes").get<std::vector<int64_t>>();
-    spec.label_column = j.at("label_column").get<std::string>();
-    spec.feature_names = j.at("feature_names").get<std::vector<std::string>>();
-    spec.class_names = j.at("class_names").get<std::vector<std::string>>();
-    auto standardizer = data::Standardizer::FromJson(j.at("standardizer"));
-    if (!standardizer.ok()) return standardizer.status().WithContext(json_path.string());
-    spec.standardizer = std::move(standardizer).value();
-  } catch (const json::exception& e) {
-    return InvalidArgumentError(json_path.string() + ": " + e.what());
-  }
-  if (Status s = CheckSpec(spec); !s.ok()) return s.WithContext(json_path.string());
+  StatusOr<data::TabularModelFile> file = data::ParseTabularModelFile(text.str());
+  if (!file.ok()) return file.status().WithContext(json_path.string());
+  TabularModelSpec spec{.model_type = file->model_type == "logreg" ? TabularModelType::kLogreg : TabularModelType::kMlp,
+                        .hidden_sizes = std::move(file->hidden_sizes),
+                        .label_column = std::move(file->label_column),
+                        .feature_names = std::move(file->feature_names),
+                        .class_names = std::move(file->class_names),
+                        .standardizer = std::move(file->standardizer)};
   PARSYN_ASSIGN_OR_RETURN(auto model, Create(std::move(spec), 0, device));
   PARSYN_ASSIGN_OR_RETURN(weights::WeightSet weights, weights::ReadSafetensorsFile(dir / kTabularWeightsFile));
   if (Status s = model->ImportTrainable(weights); !s.ok()) return s.WithContext((dir / kTabularWeightsFile).string());

@@ -27,20 +27,6 @@ constexpr size_t kLengthPrefixBytes = 8;
 // malformed, and bounding it keeps a hostile header from costing memory in the duplicate-key tracker below.
 constexpr int kMaxJsonDepth = 8;
 
-struct TensorEntry {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> shape;
-  uint64_t begin;  // relative to the data section
-  uint64_t end;
-};
-
-struct ParsedHeader {
-  std::vector<TensorEntry> tensors;  // in data order
-  std::map<std::string, std::string> metadata;
-  uint64_t data_start;  // absolute offset of the data section
-};
-
 std::string Quoted(std::string_view name) {
   std::string out;  // built by appends: GCC 12 warns falsely (-Wrestrict) on "'" + std::string(name) + "'"
   out.reserve(name.size() + 2);
@@ -136,7 +122,8 @@ StatusOr<uint64_t> ReadUnsigned(const json& value, const std::string& what) {
   return InvalidArgumentError(what + " is not an integer");
 }
 
-StatusOr<TensorEntry> ParseTensorEntry(const std::string& name, const json& spec) {
+StatusOr<SafetensorsEntry> ParseSafetensorsEntry(const std::string& name, const json& spec) {
+  if (name.empty()) return InvalidArgumentError("tensor name is empty");
   const std::string tensor = "tensor " + Quoted(name);
   if (!spec.is_object()) return InvalidArgumentError(tensor + ": entry is not an object");
   for (const auto& [field, unused] : spec.items()) {
@@ -147,7 +134,7 @@ StatusOr<TensorEntry> ParseTensorEntry(const std::string& name, const json& spec
   for (const char* field : {"dtype", "shape", "data_offsets"}) {
     if (!spec.contains(field)) return InvalidArgumentError(tensor + ": missing field '" + field + "'");
   }
-  TensorEntry entry;
+  SafetensorsEntry entry;
   entry.name = name;
 
   const json& dtype = spec.at("dtype");
@@ -190,27 +177,38 @@ StatusOr<TensorEntry> ParseTensorEntry(const std::string& name, const json& spec
   return entry;
 }
 
-// Validates the whole image layout; touches no tensor bytes.
-StatusOr<ParsedHeader> ParseLayout(std::span<const std::byte> image, const SafetensorsLimits& limits) {
-  if (image.size() < kLengthPrefixBytes) {
-    return DataLossError("file is " + std::to_string(image.size()) + " bytes, too short for the 8-byte header length");
-  }
+Status CheckFileHoldsLengthPrefix(uint64_t file_size) {
+  if (file_size >= kLengthPrefixBytes) return Status::Ok();
+  return DataLossError("file is " + std::to_string(file_size) + " bytes, too short for the 8-byte header length");
+}
+
+// The header length the 8-byte prefix gives, checked against the cap and the file's size.
+StatusOr<uint64_t> HeaderLength(std::span<const std::byte, kLengthPrefixBytes> prefix, uint64_t file_size,
+                                const SafetensorsLimits& limits) {
   uint64_t header_bytes = 0;
-  for (size_t i = 0; i < kLengthPrefixBytes; ++i) header_bytes |= static_cast<uint64_t>(image[i]) << (8 * i);
+  for (size_t i = 0; i < kLengthPrefixBytes; ++i) header_bytes |= static_cast<uint64_t>(prefix[i]) << (8 * i);
   if (header_bytes > limits.max_header_bytes) {
     return InvalidArgumentError("header length " + std::to_string(header_bytes) + " exceeds the cap of " +
                                 std::to_string(limits.max_header_bytes) + " bytes");
   }
-  if (header_bytes > image.size() - kLengthPrefixBytes) {
+  if (header_bytes > file_size - kLengthPrefixBytes) {
     return DataLossError("header length " + std::to_string(header_bytes) + " runs past the end of the file (" +
-                         std::to_string(image.size()) + " bytes)");
+                         std::to_string(file_size) + " bytes)");
   }
-  PARSYN_ASSIGN_OR_RETURN(json header, ParseHeaderJson(image.subspan(kLengthPrefixBytes, header_bytes)));
+  return header_bytes;
+}
+
+// Validates the layout of a file of `file_size` bytes from its header (the `header_bytes` bytes after the length
+// prefix); touches no tensor bytes.
+StatusOr<SafetensorsLayout> ParseLayout(std::span<const std::byte> header_text, uint64_t file_size,
+                                        const SafetensorsLimits& limits) {
+  const uint64_t header_bytes = header_text.size();
+  PARSYN_ASSIGN_OR_RETURN(json header, ParseHeaderJson(header_text));
   if (!header.is_object()) return InvalidArgumentError("header is not a JSON object");
 
-  ParsedHeader parsed;
+  SafetensorsLayout parsed;
   parsed.data_start = kLengthPrefixBytes + header_bytes;
-  const uint64_t data_bytes = image.size() - parsed.data_start;
+  const uint64_t data_bytes = file_size - parsed.data_start;
   const size_t num_tensors = header.size() - (header.contains("__metadata__") ? 1 : 0);
   if (num_tensors > limits.max_tensors) {
     return InvalidArgumentError("header lists " + std::to_string(num_tensors) + " tensors, more than the cap of " +
@@ -228,7 +226,7 @@ StatusOr<ParsedHeader> ParseLayout(std::span<const std::byte> image, const Safet
       }
       continue;
     }
-    PARSYN_ASSIGN_OR_RETURN(TensorEntry entry, ParseTensorEntry(key, value));
+    PARSYN_ASSIGN_OR_RETURN(SafetensorsEntry entry, ParseSafetensorsEntry(key, value));
     if (entry.end > data_bytes) {
       return DataLossError("tensor " + Quoted(key) + ": data_offsets [" + std::to_string(entry.begin) + ", " +
                            std::to_string(entry.end) + "] run past the end of the data section (" +
@@ -239,12 +237,12 @@ StatusOr<ParsedHeader> ParseLayout(std::span<const std::byte> image, const Safet
 
   // The tensors must tile the data section exactly: sorted by offset, the first starts at 0, each starts where the
   // previous ends, the last ends at the end of the file.
-  std::sort(parsed.tensors.begin(), parsed.tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
+  std::sort(parsed.tensors.begin(), parsed.tensors.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
     return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
   });
   uint64_t cursor = 0;
-  const TensorEntry* previous = nullptr;
-  for (const TensorEntry& entry : parsed.tensors) {
+  const SafetensorsEntry* previous = nullptr;
+  for (const SafetensorsEntry& entry : parsed.tensors) {
     const std::string span_text = "[" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) + "]";
     if (entry.begin < cursor) {
       return InvalidArgumentError("tensor " + Quoted(entry.name) + ": data_offsets " + span_text + " overlap tensor " +
@@ -268,6 +266,13 @@ StatusOr<ParsedHeader> ParseLayout(std::span<const std::byte> image, const Safet
                                 (previous ? " " + Quoted(previous->name) : std::string()));
   }
   return parsed;
+}
+
+// Validates a whole image held in memory.
+StatusOr<SafetensorsLayout> ParseImageLayout(std::span<const std::byte> image, const SafetensorsLimits& limits) {
+  PARSYN_RETURN_IF_ERROR(CheckFileHoldsLengthPrefix(image.size()));
+  PARSYN_ASSIGN_OR_RETURN(uint64_t header_bytes, HeaderLength(image.first<kLengthPrefixBytes>(), image.size(), limits));
+  return ParseLayout(image.subspan(kLengthPrefixBytes, header_bytes), image.size(), limits);
 }
 
 // The JSON header, padded with spaces to a multiple of 8 bytes so the data section starts aligned.
@@ -314,11 +319,55 @@ Status WriteAll(int fd, const void* data, size_t size, const std::filesystem::pa
 
 }  // namespace
 
+StatusOr<SafetensorsLayout> ReadSafetensorsLayout(uint64_t file_size, const ReadBytes& read,
+                                                  const SafetensorsLimits& limits) {
+  PARSYN_RETURN_IF_ERROR(CheckFileHoldsLengthPrefix(file_size));
+  // Fills `out` from the file; the caller's file size promised these bytes.
+  auto read_exactly = [&](std::span<std::byte> out) -> Status {
+    size_t filled = 0;
+    while (filled < out.size()) {
+      PARSYN_ASSIGN_OR_RETURN(size_t n, read(out.subspan(filled)));
+      if (n == 0) {
+        return DataLossError("file ends after " + std::to_string(kLengthPrefixBytes + filled) +
+                             " bytes, before the header does (the file size was given as " + std::to_string(file_size) +
+                             ")");
+      }
+      filled += n;
+    }
+    return Status::Ok();
+  };
+  std::array<std::byte, kLengthPrefixBytes> prefix;
+  PARSYN_RETURN_IF_ERROR(read_exactly(prefix));
+  PARSYN_ASSIGN_OR_RETURN(uint64_t header_bytes, HeaderLength(prefix, file_size, limits));
+  std::vector<std::byte> header(header_bytes);  // bounded by limits.max_header_bytes
+  PARSYN_RETURN_IF_ERROR(read_exactly(header));
+  return ParseLayout(header, file_size, limits);
+}
+
+StatusOr<std::map<std::string, std::vector<std::string>>> ParseSafetensorsIndex(std::string_view index_json) {
+  const json index = json::parse(index_json, nullptr, /*allow_exceptions=*/false);
+  if (index.is_discarded() || !index.is_object()) return InvalidArgumentError("is not a JSON object");
+  auto weight_map = index.find("weight_map");
+  if (weight_map == index.end() || !weight_map->is_object() || weight_map->empty()) {
+    return InvalidArgumentError("lacks a non-empty 'weight_map' object (tensor name -> shard file)");
+  }
+  std::map<std::string, std::vector<std::string>> names_by_file;
+  for (const auto& [name, file] : weight_map->items()) {
+    if (!file.is_string()) return InvalidArgumentError("weight_map['" + name + "'] is not a string");
+    const std::string& file_name = file.get_ref<const std::string&>();
+    if (file_name.empty() || file_name.find('/') != std::string::npos || file_name.find("..") != std::string::npos) {
+      return InvalidArgumentError("shard name '" + file_name + "' must be a plain file name");
+    }
+    names_by_file[file_name].push_back(name);
+  }
+  return names_by_file;
+}
+
 StatusOr<WeightSet> ParseSafetensors(std::span<const std::byte> bytes, const SafetensorsLimits& limits) {
-  PARSYN_ASSIGN_OR_RETURN(ParsedHeader parsed, ParseLayout(bytes, limits));
+  PARSYN_ASSIGN_OR_RETURN(SafetensorsLayout parsed, ParseImageLayout(bytes, limits));
   WeightSet set;
   set.metadata() = std::move(parsed.metadata);
-  for (TensorEntry& entry : parsed.tensors) {
+  for (SafetensorsEntry& entry : parsed.tensors) {
     auto data = bytes.subspan(parsed.data_start + entry.begin, entry.end - entry.begin);
     PARSYN_RETURN_IF_ERROR(set.Add(std::move(entry.name), entry.dtype, std::move(entry.shape), data));
   }
@@ -355,11 +404,11 @@ StatusOr<WeightSet> ReadSafetensorsFile(const std::filesystem::path& path, const
   std::shared_ptr<void> backing(mapping, [size](void* p) { ::munmap(p, size); });
   std::span<std::byte> image(static_cast<std::byte*>(mapping), size);
 
-  auto parsed = ParseLayout(image, limits);
+  auto parsed = ParseImageLayout(image, limits);
   if (!parsed.ok()) return parsed.status().WithContext(path.string());
   WeightSet set;
   set.metadata() = std::move(parsed->metadata);
-  for (TensorEntry& entry : parsed->tensors) {
+  for (SafetensorsEntry& entry : parsed->tensors) {
     auto data = image.subspan(parsed->data_start + entry.begin, entry.end - entry.begin);
     // The format does not promise aligned offsets; a misaligned tensor is copied so typed views stay valid.
     const bool aligned = reinterpret_cast<uintptr_t>(data.data()) % DTypeSize(entry.dtype) == 0;

@@ -14,8 +14,11 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -27,6 +30,38 @@ struct SafetensorsLimits {
   uint64_t max_header_bytes = 16ull << 20;  // a header longer than this is rejected before it is read
   uint64_t max_tensors = 1'000'000;
 };
+
+// One tensor as a header describes it; offsets relative to the start of the data section.
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin;
+  uint64_t end;
+};
+
+// What a checked header says: the tensors (in data order) tile the data section exactly.
+struct SafetensorsLayout {
+  std::vector<SafetensorsEntry> tensors;
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start;  // absolute offset of the data section
+};
+
+// Reads up to buffer.size() bytes from the current position into `buffer`; 0 only at the end (storage::ByteSource's
+// Read has this shape).
+using ReadBytes = std::function<StatusOr<size_t>(std::span<std::byte> buffer)>;
+
+// Checks a file of `file_size` bytes by every rule of the reader without reading its tensor data: reads the 8-byte
+// header length and then the header from the start of the file through `read` (at most 8 + max_header_bytes bytes
+// in all, whatever the file's size) and checks every offset against `file_size`. For validating a large upload
+// before it is accepted. Errors as ParseSafetensors; DataLoss when `read` ends before the header does.
+StatusOr<SafetensorsLayout> ReadSafetensorsLayout(uint64_t file_size, const ReadBytes& read,
+                                                  const SafetensorsLimits& limits = {});
+
+// The shards of a sharded checkpoint from its model.safetensors.index.json: shard file name -> the tensors the
+// index's "weight_map" places in it. InvalidArgument naming the entry for malformed JSON, a missing or empty
+// "weight_map" object, a non-string file, or a shard name that is not a plain file name.
+StatusOr<std::map<std::string, std::vector<std::string>>> ParseSafetensorsIndex(std::string_view index_json);
 
 // Parses a whole safetensors image held in memory. The returned set copies the tensor bytes.
 StatusOr<WeightSet> ParseSafetensors(std::span<const std::byte> bytes, const SafetensorsLimits& limits = {});

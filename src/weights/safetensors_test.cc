@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -157,6 +158,92 @@ struct MalformedCase {
 
 std::string Tensor1(const std::string& body) { return R"({"a":)" + body + "}"; }
 
+// Reads an image front to back in small chunks (as a blob stream does), counting what was asked for.
+class ImageReader {
+ public:
+  explicit ImageReader(std::span<const std::byte> image) : image_(image) {}
+  ReadBytes AsReadBytes() {
+    return [this](std::span<std::byte> buffer) -> StatusOr<size_t> {
+      const size_t n = std::min({buffer.size(), image_.size() - offset_, size_t{7}});
+      std::memcpy(buffer.data(), image_.data() + offset_, n);
+      offset_ += n;
+      return n;
+    };
+  }
+  size_t bytes_read() const { return offset_; }
+
+ private:
+  std::span<const std::byte> image_;
+  size_t offset_ = 0;
+};
+
+TEST(SafetensorsTest, LayoutIsCheckedFromTheHeaderAlone) {
+  const std::vector<std::byte> image = SerializeSafetensors(EveryDtypeSet());
+  ImageReader reader(image);
+  auto layout = ReadSafetensorsLayout(image.size(), reader.AsReadBytes());
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  EXPECT_EQ(reader.bytes_read(), layout->data_start);  // the tensor data is never read
+  auto set = ParseSafetensors(image);
+  ASSERT_TRUE(set.ok());
+  ASSERT_EQ(layout->tensors.size(), set->size());
+  for (const SafetensorsEntry& entry : layout->tensors) {
+    const Tensor* t = set->Find(entry.name);
+    ASSERT_NE(t, nullptr) << entry.name;
+    EXPECT_EQ(entry.dtype, t->dtype);
+    EXPECT_EQ(entry.shape, t->shape);
+    EXPECT_EQ(entry.end - entry.begin, t->data.size());
+  }
+  EXPECT_EQ(layout->metadata, set->metadata());
+
+  // A 16 GiB tensor is checked against a 16 GiB file without reading it; one byte short is a truncated file.
+  const std::string big = R"({"w":{"dtype":"F32","shape":[4294967296],"data_offsets":[0,17179869184]}})";
+  const std::vector<std::byte> head = Image(big);
+  const uint64_t whole = head.size() + (uint64_t{16} << 30);
+  ImageReader big_reader(head);
+  EXPECT_TRUE(ReadSafetensorsLayout(whole, big_reader.AsReadBytes()).ok());
+  ImageReader short_reader(head);
+  auto truncated = ReadSafetensorsLayout(whole - 1, short_reader.AsReadBytes());
+  EXPECT_EQ(truncated.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(truncated.status().message().find("run past the end of the data section"), std::string::npos);
+
+  // A 2^62 header length is refused after the 8-byte prefix, before anything is allocated for it.
+  const std::vector<std::byte> huge = Image(kValidHeader, 16, uint64_t{1} << 62);
+  ImageReader huge_reader(huge);
+  auto refused = ReadSafetensorsLayout(uint64_t{1} << 63, huge_reader.AsReadBytes());
+  EXPECT_NE(refused.status().message().find("header length 4611686018427387904 exceeds the cap"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_EQ(huge_reader.bytes_read(), 8u);
+
+  // A source that ends before the size it was said to have.
+  const std::vector<std::byte> valid = Image(kValidHeader, 16);
+  ImageReader cut(std::span<const std::byte>(valid).first(20));
+  auto ended = ReadSafetensorsLayout(valid.size(), cut.AsReadBytes());
+  EXPECT_EQ(ended.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(ended.status().message().find("before the header does"), std::string::npos) << ended.status().ToString();
+}
+
+TEST(SafetensorsTest, IndexOfAShardedCheckpointNamesEachShardsTensors) {
+  auto index = ParseSafetensorsIndex(R"({"metadata": {"total_size": 48}, "weight_map": {
+      "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors",
+      "c": "model-00001-of-00002.safetensors"}})");
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  EXPECT_EQ(index->size(), 2u);
+  EXPECT_EQ(index->at("model-00001-of-00002.safetensors"), (std::vector<std::string>{"a", "c"}));
+  const std::pair<const char*, const char*> bad[] = {
+      {"[]", "is not a JSON object"},
+      {R"({"weight_map": {}})", "non-empty 'weight_map'"},
+      {R"({"weight_map": {"a": 3}})", "weight_map['a'] is not a string"},
+      {R"({"weight_map": {"a": "../x.safetensors"}})", "shard name '../x.safetensors' must be a plain file name"},
+      {R"({"weight_map": {"a": "sub/x.safetensors"}})", "must be a plain file name"},
+  };
+  for (const auto& [text, message] : bad) {
+    auto parsed = ParseSafetensorsIndex(text);
+    ASSERT_FALSE(parsed.ok()) << text;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find(message), std::string::npos) << parsed.status().message();
+  }
+}
+
 TEST(SafetensorsTest, RejectsMalformedImagesWithSpecificErrors) {
   const auto kInvalid = StatusCode::kInvalidArgument;
   std::vector<MalformedCase> cases = {
@@ -246,6 +333,11 @@ TEST(SafetensorsTest, RejectsMalformedImagesWithSpecificErrors) {
     EXPECT_EQ(parsed.status().code(), c.code) << c.what << ": " << parsed.status().ToString();
     EXPECT_NE(parsed.status().message().find(c.message), std::string::npos)
         << c.what << ": got \"" << parsed.status().message() << "\", want it to contain \"" << c.message << "\"";
+    // The header-only check gives the same verdict from the header alone.
+    ImageReader reader(c.image);
+    auto layout = ReadSafetensorsLayout(c.image.size(), reader.AsReadBytes(), c.limits);
+    ASSERT_FALSE(layout.ok()) << c.what;
+    EXPECT_EQ(layout.status().ToString(), parsed.status().ToString()) << c.what;
   }
   // Sanity: the valid base image used above parses.
   EXPECT_TRUE(ParseSafetensors(Image(kValidHeader, 16)).ok());

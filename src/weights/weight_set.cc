@@ -197,38 +197,7 @@ WeightSet WeightSet::Clone() const {
   return copy;
 }
 
-Status WeightSet::CheckSameLayout(const WeightSet& other) const {
-  const size_t common = std::min(tensors_.size(), other.tensors_.size());
-  for (size_t i = 0; i < common; ++i) {
-    const Tensor& want = tensors_[i];
-    const Tensor& got = other.tensors_[i];
-    if (want.name != got.name) {
-      if (!Find(got.name)) return InvalidArgumentError("unexpected tensor '" + got.name + "'");
-      if (!other.Find(want.name)) return InvalidArgumentError("missing tensor '" + want.name + "'");
-      return InvalidArgumentError("tensor #" + std::to_string(i) + " is '" + got.name + "', expected '" + want.name +
-                                  "' (tensors are in a different order)");
-    }
-    if (want.dtype != got.dtype) {
-      return InvalidArgumentError("tensor '" + got.name + "' has dtype " + std::string(DTypeName(got.dtype)) +
-                                  ", expected " + std::string(DTypeName(want.dtype)));
-    }
-    if (want.shape != got.shape) {
-      return InvalidArgumentError("tensor '" + got.name + "' has shape " + ShapeString(got.shape) + ", expected " +
-                                  ShapeString(want.shape));
-    }
-  }
-  if (other.tensors_.size() < tensors_.size()) {
-    return InvalidArgumentError("missing tensor '" + tensors_[common].name + "' (" +
-                                std::to_string(other.tensors_.size()) + " tensors, expected " +
-                                std::to_string(tensors_.size()) + ")");
-  }
-  if (other.tensors_.size() > tensors_.size()) {
-    return InvalidArgumentError("unexpected tensor '" + other.tensors_[common].name + "' (" +
-                                std::to_string(other.tensors_.size()) + " tensors, expected " +
-                                std::to_string(tensors_.size()) + ")");
-  }
-  return Status::Ok();
-}
+Status WeightSet::CheckSameLayout(const WeightSet& other) const { return CheckLayoutMatches(tensors_, other); }
 
 Status CheckFinite(const WeightSet& set) {
   for (const Tensor& t : set.tensors()) {

@@ -4,6 +4,7 @@
 // A WeightSet is not thread-safe to mutate; const access from several threads at once is safe.
 #pragma once
 
+#include <algorithm>
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
@@ -97,6 +98,40 @@ class WeightSet {
   std::vector<std::shared_ptr<const void>> backing_;  // keeps owned buffers and mappings alive
   std::map<std::string, std::string> metadata_;
 };
+
+// CheckSameLayout's rules and messages with `want` as any layout: a vector of entries with name, dtype and shape
+// (WeightSet's tensors, the weighted mean's layout kept without bytes).
+template <typename Entry>
+Status CheckLayoutMatches(const std::vector<Entry>& want, const WeightSet& got) {
+  const size_t common = std::min(want.size(), got.size());
+  for (size_t i = 0; i < common; ++i) {
+    const Entry& w = want[i];
+    const Tensor& g = got[i];
+    if (w.name != g.name) {
+      bool known = false;
+      for (const Entry& e : want) known = known || e.name == g.name;
+      if (!known) return InvalidArgumentError("unexpected tensor '" + g.name + "'");
+      if (!got.Find(w.name)) return InvalidArgumentError("missing tensor '" + w.name + "'");
+      return InvalidArgumentError("tensor #" + std::to_string(i) + " is '" + g.name + "', expected '" + w.name +
+                                  "' (tensors are in a different order)");
+    }
+    if (w.dtype != g.dtype) {
+      return InvalidArgumentError("tensor '" + g.name + "' has dtype " + std::string(DTypeName(g.dtype)) +
+                                  ", expected " + std::string(DTypeName(w.dtype)));
+    }
+    if (w.shape != g.shape) {
+      return InvalidArgumentError("tensor '" + g.name + "' has shape " + ShapeString(g.shape) + ", expected " +
+                                  ShapeString(w.shape));
+    }
+  }
+  if (got.size() != want.size()) {
+    const bool fewer = got.size() < want.size();
+    return InvalidArgumentError(std::string(fewer ? "missing" : "unexpected") + " tensor '" +
+                                (fewer ? want[common].name : got[common].name) + "' (" + std::to_string(got.size()) +
+                                " tensors, expected " + std::to_string(want.size()) + ")");
+  }
+  return Status::Ok();
+}
 
 // OK when every float tensor (F32, F16, BF16, F64) holds only finite values. Otherwise InvalidArgument naming the
 // tensor and the flat index of the first NaN/Inf: "tensor 'w' has a non-finite value (nan) at index 17".

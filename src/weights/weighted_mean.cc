@@ -288,34 +288,7 @@ WeightedMean& WeightedMean::operator=(WeightedMean&&) noexcept = default;
 
 Status WeightedMean::Impl::CheckLayout(const WeightSet& update) const {
   // Same rules and messages as WeightSet::CheckSameLayout, against the layout kept here without its bytes.
-  const size_t common = std::min(slots.size(), update.size());
-  for (size_t i = 0; i < common; ++i) {
-    const Slot& want = slots[i];
-    const Tensor& got = update[i];
-    if (want.name != got.name) {
-      const bool known = std::any_of(slots.begin(), slots.end(), [&](const Slot& s) { return s.name == got.name; });
-      if (!known) return InvalidArgumentError("unexpected tensor '" + got.name + "'");
-      if (!update.Find(want.name)) return InvalidArgumentError("missing tensor '" + want.name + "'");
-      return InvalidArgumentError("tensor #" + std::to_string(i) + " is '" + got.name + "', expected '" + want.name +
-                                  "' (tensors are in a different order)");
-    }
-    if (want.dtype != got.dtype) {
-      return InvalidArgumentError("tensor '" + got.name + "' has dtype " + std::string(DTypeName(got.dtype)) +
-                                  ", expected " + std::string(DTypeName(want.dtype)));
-    }
-    if (want.shape != got.shape) {
-      return InvalidArgumentError("tensor '" + got.name + "' has shape " + ShapeString(got.shape) + ", expected " +
-                                  ShapeString(want.shape));
-    }
-  }
-  if (update.size() < slots.size()) {
-    return InvalidArgumentError("missing tensor '" + slots[common].name + "' (" + std::to_string(update.size()) +
-                                " tensors, expected " + std::to_string(slots.size()) + ")");
-  }
-  if (update.size() > slots.size()) {
-    return InvalidArgumentError("unexpected tensor '" + update[common].name + "' (" + std::to_string(update.size()) +
-                                " tensors, expected " + std::to_string(slots.size()) + ")");
-  }
+  PARSYN_RETURN_IF_ERROR(CheckLayoutMatches(slots, update));
   for (const Slot& slot : slots) {
     if (!IsAveragedDtype(slot.dtype)) {
       return InvalidArgumentError("tensor '" + slot.name + "' has dtype " + std::string(DTypeName(slot.dtype)) +

@@ -328,8 +328,7 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
   TaskFiles files;
   files.output_dir = task_dir / "out";
   if (!task.model.files.empty()) {
-    PARSYN_ASSIGN_OR_RETURN(files.model_dir,
-                            cache_.FetchModel(blob_client_, protocol::TaskModelFilesToJson(task.model.files), stop));
+    PARSYN_ASSIGN_OR_RETURN(files.model_dir, cache_.FetchModel(blob_client_, task.model.files, stop));
   }
   files.global_weights = task_dir / "global.safetensors";
   PARSYN_RETURN_IF_ERROR(
@@ -411,8 +410,7 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
     const protocol::UpdateUpload& upload = *task.update_upload;  // ParseTask: every train task has one
     blob_key = upload.blob_key;
     sha256 = done.value("weights_sha256", "");
-    PARSYN_RETURN_IF_ERROR(UploadUpdate(blob_client_, protocol::UpdateUploadToJson(upload),
-                                        files.output_dir / "update.safetensors", sha256, stop)
+    PARSYN_RETURN_IF_ERROR(UploadUpdate(blob_client_, upload, files.output_dir / "update.safetensors", sha256, stop)
                                .WithContext("uploading the update"));
   }
   PARSYN_ASSIGN_OR_RETURN(protocol::Result report, BuildResult(task, session.id, done, blob_key, sha256));

@@ -11,7 +11,6 @@
 namespace parsyn::worker {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 
 namespace {
 
@@ -82,27 +81,24 @@ StatusOr<fs::path> BlobCache::Fetch(http::Client& client, const std::string& url
   return dest;
 }
 
-StatusOr<fs::path> BlobCache::FetchModel(http::Client& client, const json& files, std::stop_token stop) {
-  if (!files.is_array() || files.empty()) return InvalidArgumentError("the task's model has no files");
+StatusOr<fs::path> BlobCache::FetchModel(http::Client& client, const std::vector<protocol::TaskModelFile>& files,
+                                         std::stop_token stop) {
+  if (files.empty()) return InvalidArgumentError("the task's model has no files");
   std::string key_text;
-  for (const json& f : files) {
-    if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("sha256") ||
-        !f["sha256"].is_string() || !f.contains("url") || !f["url"].is_string()) {
-      return InvalidArgumentError("model file entry " + f.dump() + " lacks path, url or sha256");
+  for (const protocol::TaskModelFile& f : files) {
+    if (!IsSafeRelativePath(f.path)) {
+      return InvalidArgumentError("model file path '" + f.path + "' leaves the model folder");
     }
-    if (!IsSafeRelativePath(f["path"].get<std::string>())) {
-      return InvalidArgumentError("model file path '" + f["path"].get<std::string>() + "' leaves the model folder");
-    }
-    key_text += f["path"].get<std::string>() + "\n" + f["sha256"].get<std::string>() + "\n";
+    key_text += f.path + "\n" + f.sha256 + "\n";
   }
   const fs::path dir = root_ / "models" / weights::Sha256Hex(key_text);
   if (fs::exists(dir)) return dir;
   const fs::path temp = UniqueTempPath(dir);
   std::error_code ec;
   fs::remove_all(temp, ec);
-  for (const json& f : files) {
-    PARSYN_ASSIGN_OR_RETURN(fs::path blob, Fetch(client, f["url"], f["sha256"], stop));
-    const fs::path target = temp / f["path"].get<std::string>();
+  for (const protocol::TaskModelFile& f : files) {
+    PARSYN_ASSIGN_OR_RETURN(fs::path blob, Fetch(client, f.url, f.sha256, stop));
+    const fs::path target = temp / f.path;
     PARSYN_RETURN_IF_ERROR(CreateDirs(target.parent_path()));
     fs::create_hard_link(blob, target, ec);
     if (ec) fs::copy_file(blob, target, ec);  // a cache on a file system without hard links

@@ -10,12 +10,13 @@
 #pragma once
 
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <stop_token>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "http/client.h"
+#include "protocol/messages.h"
 
 namespace parsyn::worker {
 
@@ -33,9 +34,9 @@ class BlobCache {
   // not 64 hex digits; DownloadVerified's errors.
   StatusOr<std::filesystem::path> Fetch(http::Client& client, const std::string& url, const std::string& sha256,
                                         std::stop_token stop = {});
-  // A model folder holding `files` (the task's model.files: [{"path", "url", "sha256", "size_bytes"}]).
-  // InvalidArgument for a malformed list or a path that leaves the folder; Fetch's errors.
-  StatusOr<std::filesystem::path> FetchModel(http::Client& client, const nlohmann::json& files,
+  // A model folder holding `files` (the task's model.files). InvalidArgument for an empty list or a path that
+  // leaves the folder; Fetch's errors.
+  StatusOr<std::filesystem::path> FetchModel(http::Client& client, const std::vector<protocol::TaskModelFile>& files,
                                              std::stop_token stop = {});
 
  private:

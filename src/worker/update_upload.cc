@@ -33,23 +33,15 @@ struct SignedPut {
   bool create_only = false;  // carries If-None-Match: *
 };
 
-StatusOr<SignedPut> ParseSignedPut(const json& entry, const std::string& where) {
-  if (!entry.is_object() || !entry.contains("url") || !entry["url"].is_string()) {
-    return InvalidArgumentError(where + " has no \"url\" string");
-  }
-  SignedPut put{.url = entry["url"].get<std::string>()};
-  if (!entry.contains("headers")) return put;
-  const json& headers = entry["headers"];
-  if (!headers.is_object()) return InvalidArgumentError(where + ".headers is not an object");
-  for (const auto& [name, value] : headers.items()) {
-    if (!value.is_string()) return InvalidArgumentError(where + ".headers." + name + " is not a string");
-    const std::string text = value.get<std::string>();
+SignedPut ToSignedPut(const std::string& url, const protocol::HttpHeaders& headers) {
+  SignedPut put{.url = url};
+  for (const auto& [name, value] : headers) {
     if (EqualsIgnoringCase(name, "Content-Type")) {
-      put.content_type = text;  // signed: sent as given, instead of the default
+      put.content_type = value;  // signed: sent as given, instead of the default
       continue;
     }
-    if (EqualsIgnoringCase(name, "If-None-Match") && text == "*") put.create_only = true;
-    put.headers.emplace_back(name, text);
+    if (EqualsIgnoringCase(name, "If-None-Match") && value == "*") put.create_only = true;
+    put.headers.emplace_back(name, value);
   }
   return put;
 }
@@ -110,43 +102,29 @@ Status UploadPart(http::Client& client, const SignedPut& put, int number, const 
   }
 }
 
-StatusOr<uint64_t> ParseSize(const json& object, const char* name, const std::string& where) {
-  const json& value = object[name];
-  if (!value.is_number_integer() || value.get<int64_t>() < 0) {
-    return InvalidArgumentError(where + "." + name + " is not a non-negative integer");
-  }
-  return value.get<uint64_t>();
-}
-
-Status UploadMultipart(http::Client& client, const json& multipart, const fs::path& file, uint64_t size,
-                       std::stop_token stop, const UploadUpdateOptions& options) {
+Status UploadMultipart(http::Client& client, const protocol::UpdateUpload::Multipart& multipart, const fs::path& file,
+                       uint64_t size, std::stop_token stop, const UploadUpdateOptions& options) {
   const std::string where = "update_upload.multipart";
-  if (!multipart.is_object() || !multipart.contains("part_size_bytes") || !multipart.contains("parts") ||
-      !multipart["parts"].is_array()) {
-    return InvalidArgumentError(where + " needs \"part_size_bytes\" and a \"parts\" array");
-  }
-  PARSYN_ASSIGN_OR_RETURN(uint64_t part_size, ParseSize(multipart, "part_size_bytes", where));
+  const uint64_t part_size = multipart.part_size_bytes;
   if (part_size == 0) return InvalidArgumentError(where + ".part_size_bytes must be positive");
-  const json& parts = multipart["parts"];
   // An empty file is still one (empty) part: S3 cannot complete an upload without parts.
   const uint64_t needed = std::max<uint64_t>(1, (size + part_size - 1) / part_size);
-  if (needed > parts.size()) {
+  if (needed > multipart.parts.size()) {
     return InvalidArgumentError("the update has " + std::to_string(size) + " bytes, which need " +
                                 std::to_string(needed) + " parts of " + std::to_string(part_size) +
-                                " bytes; the task lists " + std::to_string(parts.size()));
+                                " bytes; the task lists " + std::to_string(multipart.parts.size()));
   }
   for (uint64_t i = 0; i < needed; ++i) {
     const int number = static_cast<int>(i + 1);
-    const std::string part_where = where + ".parts[" + std::to_string(i) + "]";
-    const json& entry = parts[i];
-    if (entry.is_object() && entry.contains("part_number") && entry["part_number"] != number) {
-      return InvalidArgumentError(part_where + " has part_number " + entry["part_number"].dump() + ", expected " +
-                                  std::to_string(number));
+    const protocol::UploadPart& part = multipart.parts[i];
+    if (part.part_number != number) {
+      return InvalidArgumentError(where + ".parts[" + std::to_string(i) + "] has part_number " +
+                                  std::to_string(part.part_number) + ", expected " + std::to_string(number));
     }
-    PARSYN_ASSIGN_OR_RETURN(SignedPut put, ParseSignedPut(entry, part_where));
     const uint64_t offset = i * part_size;
     const uint64_t length = std::min(part_size, size - offset);
-    PARSYN_RETURN_IF_ERROR(UploadPart(client, put, number, file, offset, length, stop, options));
+    PARSYN_RETURN_IF_ERROR(
+        UploadPart(client, ToSignedPut(part.url, part.headers), number, file, offset, length, stop, options));
     PARSYN_LOG_DEBUG("worker: update part {} of {} sent ({} bytes)", number, needed, length);
   }
   return Status::Ok();
@@ -154,24 +132,19 @@ Status UploadMultipart(http::Client& client, const json& multipart, const fs::pa
 
 }  // namespace
 
-Status UploadUpdate(http::Client& blob_client, const json& update_upload, const fs::path& file,
+Status UploadUpdate(http::Client& blob_client, const protocol::UpdateUpload& upload, const fs::path& file,
                     const std::string& sha256, std::stop_token stop, const UploadUpdateOptions& options) {
-  if (!update_upload.is_object()) return InvalidArgumentError("update_upload is not an object");
   std::error_code ec;
   const uint64_t size = fs::file_size(file, ec);
   if (ec) return NotFoundError("cannot read the update " + file.string() + ": " + ec.message());
-  if (update_upload.contains("max_size_bytes")) {
-    PARSYN_ASSIGN_OR_RETURN(uint64_t max_size, ParseSize(update_upload, "max_size_bytes", "update_upload"));
-    if (size > max_size) {
-      return InvalidArgumentError("the update has " + std::to_string(size) + " bytes, more than the task's limit of " +
-                                  std::to_string(max_size));
-    }
+  if (upload.max_size_bytes > 0 && size > upload.max_size_bytes) {
+    return InvalidArgumentError("the update has " + std::to_string(size) + " bytes, more than the task's limit of " +
+                                std::to_string(upload.max_size_bytes));
   }
-  if (update_upload.contains("multipart")) {
-    return UploadMultipart(blob_client, update_upload["multipart"], file, size, stop, options);
-  }
-  PARSYN_ASSIGN_OR_RETURN(SignedPut put, ParseSignedPut(update_upload, "update_upload"));
-  return UploadSingle(blob_client, put, file, sha256, stop);
+  if (upload.multipart) return UploadMultipart(blob_client, *upload.multipart, file, size, stop, options);
+  if (upload.url.empty()) return InvalidArgumentError("update_upload has neither a url nor multipart parts");
+  return UploadSingle(blob_client, ToSignedPut(upload.url, upload.headers.value_or(protocol::HttpHeaders{})), file,
+                      sha256, stop);
 }
 
 }  // namespace parsyn::worker

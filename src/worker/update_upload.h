@@ -3,9 +3,7 @@
 // client given here must send no Authorization header (S3 refuses a presigned request that also carries one, and the
 // worker's token must not reach the store).
 //
-// Accepted forms of "update_upload" (both need "blob_key"; "max_size_bytes" is optional):
-//   single PUT:  {"url", "headers"?: {name: value}}
-//   multipart:   {"multipart": {"part_size_bytes": P, "parts": [{"part_number"?: n, "url", "headers"?}, ...]}}
+// The two forms of protocol::UpdateUpload: one signed PUT to `url` (with `headers`), or S3 parts (`multipart`).
 // Listed headers are sent exactly as given (S3 signs them). Multipart: the file goes as max(1, ceil(size / P))
 // consecutive parts, part i (from 1) being bytes [(i-1)P, iP) streamed from the file to parts[i-1]; unused listed
 // parts are left alone (the coordinator completes the upload with the parts that arrived). Each part is retried on
@@ -18,20 +16,21 @@
 // the same key is FailedPrecondition too). Both count as success: the coordinator verifies size and sha256 of what is
 // stored before the update counts.
 //
-// Errors: InvalidArgument for a malformed "update_upload", a file larger than max_size_bytes, or one needing more
-// parts than listed; NotFound when the file cannot be read; DataLoss when the coordinator reports storing a different
-// sha256 than `sha256`; Cancelled on `stop`; otherwise the client's Status for the failed PUT (Unavailable, ...).
+// Errors: InvalidArgument for an upload with neither url nor parts, parts numbered out of order, a file larger than
+// max_size_bytes (0: no limit), or one needing more parts than listed; NotFound when the file cannot be read;
+// DataLoss when the coordinator reports storing a different sha256 than `sha256`; Cancelled on `stop`; otherwise the
+// client's Status for the failed PUT (Unavailable, ...).
 // Threads: blocks the caller; the client may be shared.
 #pragma once
 
 #include <chrono>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <stop_token>
 #include <string>
 
 #include "base/status.h"
 #include "http/client.h"
+#include "protocol/messages.h"
 
 namespace parsyn::worker {
 
@@ -42,7 +41,7 @@ struct UploadUpdateOptions {
 };
 
 // `sha256`: the trainer's hash of `file`, checked against the coordinator's answer when it gives one ("" skips).
-Status UploadUpdate(http::Client& blob_client, const nlohmann::json& update_upload, const std::filesystem::path& file,
+Status UploadUpdate(http::Client& blob_client, const protocol::UpdateUpload& upload, const std::filesystem::path& file,
                     const std::string& sha256, std::stop_token stop, const UploadUpdateOptions& options = {});
 
 }  // namespace parsyn::worker

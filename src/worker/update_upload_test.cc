@@ -23,7 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace net = boost::asio;
-using nlohmann::json;
 using std::chrono::milliseconds;
 using namespace std::chrono_literals;
 using storage::MotoServer;
@@ -58,10 +57,30 @@ fs::path WriteFile(const std::string& name, const std::string& bytes) {
   return path;
 }
 
-json Headers(const PresignedRequest& request) {
-  json headers = json::object();
+protocol::HttpHeaders Headers(const PresignedRequest& request) {
+  protocol::HttpHeaders headers;
   for (const auto& [name, value] : request.headers) headers[name] = value;
   return headers;
+}
+
+// The single-PUT form of a task's update_upload.
+protocol::UpdateUpload SinglePut(std::string key, std::string url, protocol::HttpHeaders headers = {},
+                                 uint64_t max_size_bytes = 0) {
+  return {.blob_key = std::move(key),
+          .max_size_bytes = max_size_bytes,
+          .url = std::move(url),
+          .headers = headers,
+          .multipart = std::nullopt};
+}
+
+// The multipart form: `part_size_bytes` and the listed parts.
+protocol::UpdateUpload Multipart(std::string key, uint64_t part_size_bytes, std::vector<protocol::UploadPart> parts) {
+  return {
+      .blob_key = std::move(key),
+      .max_size_bytes = 1 << 20,
+      .url = "",
+      .headers = std::nullopt,
+      .multipart = protocol::UpdateUpload::Multipart{.part_size_bytes = part_size_bytes, .parts = std::move(parts)}};
 }
 
 // The client the agent uses for blobs: no token, fast retries.
@@ -168,17 +187,15 @@ class UploadUpdateS3Test : public ::testing::Test {
   }
 
   // The multipart form of update_upload for `key`, `parts` URLs (passed through `via`).
-  json MultipartTask(const std::string& key, const std::string& upload_id, int parts,
-                     const std::function<std::string(const std::string&)>& via = nullptr) {
-    json list = json::array();
+  protocol::UpdateUpload MultipartTask(const std::string& key, const std::string& upload_id, int parts,
+                                       const std::function<std::string(const std::string&)>& via = nullptr) {
+    std::vector<protocol::UploadPart> list;
     for (int number = 1; number <= parts; ++number) {
       StatusOr<PresignedRequest> part = store_->PresignUploadPart(key, upload_id, number, 600s);
       EXPECT_TRUE(part.ok()) << part.status().ToString();
-      list.push_back({{"part_number", number}, {"url", via ? via(part->url) : part->url}, {"headers", Headers(*part)}});
+      list.push_back({.part_number = number, .url = via ? via(part->url) : part->url, .headers = Headers(*part)});
     }
-    return {{"blob_key", key},
-            {"max_size_bytes", 1 << 20},
-            {"multipart", {{"part_size_bytes", kPartBytes}, {"parts", list}}}};
+    return Multipart(key, kPartBytes, std::move(list));
   }
 
   std::string Stored(const std::string& key) {
@@ -199,10 +216,7 @@ TEST_F(UploadUpdateS3Test, SinglePresignedPutSendsItsSignedHeadersAndNoAuthoriza
   StatusOr<PresignedRequest> put = store_->PresignPut("jobs/1/updates/w3", 600s, sha);
   ASSERT_TRUE(put.ok()) << put.status().ToString();
   RecordingProxy proxy(moto_->endpoint(), "never", 0);
-  const json task = {{"blob_key", "jobs/1/updates/w3"},
-                     {"url", proxy.Via(put->url)},
-                     {"max_size_bytes", 20'000},
-                     {"headers", Headers(*put)}};
+  const protocol::UpdateUpload task = SinglePut("jobs/1/updates/w3", proxy.Via(put->url), Headers(*put), 20'000);
 
   Status uploaded = UploadUpdate(blobs_, task, WriteFile("single.bin", update), sha, {});
   ASSERT_TRUE(uploaded.ok()) << uploaded.ToString();
@@ -224,7 +238,7 @@ TEST_F(UploadUpdateS3Test, RepeatedCreateOnlyPutCountsAsAlreadyStored) {
   const std::string sha = weights::Sha256Hex(std::string_view(update));
   StatusOr<PresignedRequest> put = store_->PresignPut("jobs/1/updates/w4", 600s, sha);
   ASSERT_TRUE(put.ok()) << put.status().ToString();
-  const json task = {{"blob_key", "jobs/1/updates/w4"}, {"url", put->url}, {"headers", Headers(*put)}};
+  const protocol::UpdateUpload task = SinglePut("jobs/1/updates/w4", put->url, Headers(*put));
   ASSERT_TRUE(UploadUpdate(blobs_, task, WriteFile("first.bin", update), sha, {}).ok());
 
   // A retried task's PUT finds the key taken (moto: 412 PreconditionFailed): done, and nothing is overwritten.
@@ -238,7 +252,8 @@ TEST_F(UploadUpdateS3Test, MultipartUploadSendsConsecutivePartsThatComplete) {
   const std::string sha = weights::Sha256Hex(std::string_view(update));
   StatusOr<std::string> upload = store_->StartMultipartUpload("jobs/1/updates/w5", sha);
   ASSERT_TRUE(upload.ok()) << upload.status().ToString();
-  const json task = MultipartTask("jobs/1/updates/w5", *upload, 4);  // one part more than needed: left unused
+  const protocol::UpdateUpload task =
+      MultipartTask("jobs/1/updates/w5", *upload, 4);  // one part more than needed: left unused
 
   Status uploaded = UploadUpdate(blobs_, task, WriteFile("multi.bin", update), sha, {}, kFastPartRetries);
   ASSERT_TRUE(uploaded.ok()) << uploaded.ToString();
@@ -260,7 +275,7 @@ TEST_F(UploadUpdateS3Test, InterruptedPartIsRetriedAloneAndTheUploadCompletes) {
   StatusOr<std::string> upload = store_->StartMultipartUpload("jobs/1/updates/w6", sha);
   ASSERT_TRUE(upload.ok()) << upload.status().ToString();
   RecordingProxy proxy(moto_->endpoint(), "partNumber=2", 1);
-  const json task =
+  const protocol::UpdateUpload task =
       MultipartTask("jobs/1/updates/w6", *upload, 3, [&](const std::string& url) { return proxy.Via(url); });
 
   Status uploaded = UploadUpdate(blobs_, task, WriteFile("interrupted.bin", update), sha, {}, kFastPartRetries);
@@ -286,7 +301,7 @@ TEST_F(UploadUpdateS3Test, PartThatKeepsFailingNamesThePartAfterItsAttempts) {
   StatusOr<std::string> upload = store_->StartMultipartUpload("jobs/1/updates/w7");
   ASSERT_TRUE(upload.ok()) << upload.status().ToString();
   RecordingProxy proxy(moto_->endpoint(), "partNumber=2", 100);
-  const json task =
+  const protocol::UpdateUpload task =
       MultipartTask("jobs/1/updates/w7", *upload, 2, [&](const std::string& url) { return proxy.Via(url); });
 
   Status uploaded = UploadUpdate(blobs_, task, WriteFile("failing.bin", update), "", {}, kFastPartRetries);
@@ -300,7 +315,7 @@ TEST_F(UploadUpdateS3Test, FileNeedingMorePartsThanListedFailsBeforeSendingAnyth
   const std::string update = Bytes(2 * kPartBytes + 1, 7);
   StatusOr<std::string> upload = store_->StartMultipartUpload("jobs/1/updates/w8");
   ASSERT_TRUE(upload.ok()) << upload.status().ToString();
-  const json task = MultipartTask("jobs/1/updates/w8", *upload, 2);
+  const protocol::UpdateUpload task = MultipartTask("jobs/1/updates/w8", *upload, 2);
 
   Status uploaded = UploadUpdate(blobs_, task, WriteFile("toobig.bin", update), "", {}, kFastPartRetries);
   EXPECT_EQ(uploaded.code(), StatusCode::kInvalidArgument);
@@ -314,32 +329,22 @@ TEST_F(UploadUpdateS3Test, FileNeedingMorePartsThanListedFailsBeforeSendingAnyth
 TEST(UploadUpdateTest, RefusesMalformedTasksAndOversizedFiles) {
   http::Client blobs(BlobClientOptions());
   const fs::path file = WriteFile("small.bin", Bytes(100, 8));
-  Status big =
-      UploadUpdate(blobs, {{"blob_key", "k"}, {"url", "http://127.0.0.1:1/x"}, {"max_size_bytes", 99}}, file, "", {});
+  Status big = UploadUpdate(blobs, SinglePut("k", "http://127.0.0.1:1/x", {}, 99), file, "", {});
   EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(big.message(), "the update has 100 bytes, more than the task's limit of 99");
 
-  Status no_url = UploadUpdate(blobs, {{"blob_key", "k"}}, file, "", {});
+  Status no_url = UploadUpdate(blobs, SinglePut("k", ""), file, "", {});
   EXPECT_EQ(no_url.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(no_url.message(), "update_upload has no \"url\" string");
+  EXPECT_EQ(no_url.message(), "update_upload has neither a url nor multipart parts");
 
-  Status bad_header =
-      UploadUpdate(blobs, {{"blob_key", "k"}, {"url", "http://127.0.0.1:1/x"}, {"headers", {{"a", 1}}}}, file, "", {});
-  EXPECT_EQ(bad_header.message(), "update_upload.headers.a is not a string");
-
-  Status zero_parts = UploadUpdate(
-      blobs, {{"blob_key", "k"}, {"multipart", {{"part_size_bytes", 0}, {"parts", json::array()}}}}, file, "", {});
+  Status zero_parts = UploadUpdate(blobs, Multipart("k", 0, {}), file, "", {});
   EXPECT_EQ(zero_parts.message(), "update_upload.multipart.part_size_bytes must be positive");
 
   Status wrong_number = UploadUpdate(
-      blobs,
-      {{"blob_key", "k"},
-       {"multipart", {{"part_size_bytes", 1000}, {"parts", {{{"part_number", 2}, {"url", "http://127.0.0.1:1/x"}}}}}}},
-      file, "", {});
+      blobs, Multipart("k", 1000, {{.part_number = 2, .url = "http://127.0.0.1:1/x", .headers = {}}}), file, "", {});
   EXPECT_EQ(wrong_number.message(), "update_upload.multipart.parts[0] has part_number 2, expected 1");
 
-  Status missing =
-      UploadUpdate(blobs, {{"blob_key", "k"}, {"url", "http://127.0.0.1:1/x"}}, file.string() + ".absent", "", {});
+  Status missing = UploadUpdate(blobs, SinglePut("k", "http://127.0.0.1:1/x"), file.string() + ".absent", "", {});
   EXPECT_EQ(missing.code(), StatusCode::kNotFound);
 }
 
@@ -364,11 +369,10 @@ TEST(UploadUpdateTest, CoordinatorBlobAnswersAreCheckedAndARepeatCountsAsStored)
   const fs::path file = WriteFile("coordinator.bin", update);
 
   stored_sha = sha;
-  EXPECT_TRUE(UploadUpdate(blobs, {{"blob_key", "u"}, {"url", ts.url() + "/blobs/u?sig=1"}}, file, sha, {}).ok());
-  EXPECT_TRUE(
-      UploadUpdate(blobs, {{"blob_key", "taken"}, {"url", ts.url() + "/blobs/taken?sig=1"}}, file, sha, {}).ok());
+  EXPECT_TRUE(UploadUpdate(blobs, SinglePut("u", ts.url() + "/blobs/u?sig=1"), file, sha, {}).ok());
+  EXPECT_TRUE(UploadUpdate(blobs, SinglePut("taken", ts.url() + "/blobs/taken?sig=1"), file, sha, {}).ok());
   stored_sha = std::string(64, '0');
-  Status corrupt = UploadUpdate(blobs, {{"blob_key", "u"}, {"url", ts.url() + "/blobs/u?sig=1"}}, file, sha, {});
+  Status corrupt = UploadUpdate(blobs, SinglePut("u", ts.url() + "/blobs/u?sig=1"), file, sha, {});
   EXPECT_EQ(corrupt.code(), StatusCode::kDataLoss);
   EXPECT_EQ(corrupt.message(),
             "the coordinator stored the update with sha256 " + stored_sha + ", the trainer wrote " + sha);
@@ -389,10 +393,10 @@ TEST(UploadUpdateTest, PreconditionFailedCountsAsStoredOnlyForCreateOnlyPuts) {
   http::testing::TestServer ts(io, std::move(router));
   http::Client blobs(BlobClientOptions());
   const fs::path file = WriteFile("precondition.bin", Bytes(10, 10));
-  const json create_only = {{"blob_key", "k"}, {"url", ts.url() + "/bucket/k"}, {"headers", {{"If-None-Match", "*"}}}};
+  const protocol::UpdateUpload create_only = SinglePut("k", ts.url() + "/bucket/k", {{"If-None-Match", "*"}});
   EXPECT_TRUE(UploadUpdate(blobs, create_only, file, "", {}).ok());
 
-  const json conditional = {{"blob_key", "k"}, {"url", ts.url() + "/bucket/k"}, {"headers", {{"If-Match", "\"e1\""}}}};
+  const protocol::UpdateUpload conditional = SinglePut("k", ts.url() + "/bucket/k", {{"If-Match", "\"e1\""}});
   Status refused = UploadUpdate(blobs, conditional, file, "", {});
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(refused.message(),

@@ -2,8 +2,12 @@
 // right status, code and message while the server stays healthy.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <map>
+
 #include "harness.h"
 #include "http/signed_url.h"
+#include "weights/safetensors.h"
 
 namespace parsyn::testing {
 namespace {
@@ -262,6 +266,172 @@ TEST_F(ApiTest, BadRequestsGetTheRightStatusAndMessage) {
   // Unharmed: still answers, and the one job-less state is intact.
   EXPECT_TRUE(admin_->Get("/healthz").ok());
   EXPECT_TRUE((*admin_->Get("/api/v1/training-jobs")->Json())["training_jobs"].empty());
+}
+
+// A small valid safetensors image: tensors a (F32 [2, 2]) and b (F32 [4]).
+std::string TwoTensorWeights() {
+  weights::WeightSet set;
+  EXPECT_TRUE(set.AddZeros("a", weights::DType::kF32, {2, 2}).ok());
+  EXPECT_TRUE(set.AddZeros("b", weights::DType::kF32, {4}).ok());
+  const std::vector<std::byte> image = weights::SerializeSafetensors(set);
+  return std::string(reinterpret_cast<const char*>(image.data()), image.size());
+}
+
+// A safetensors image of `header` text behind its length (or `claimed_length`), then `data_bytes` zero bytes.
+std::string RawSafetensors(const std::string& header, size_t data_bytes, uint64_t claimed_length = 0) {
+  const uint64_t length = claimed_length != 0 ? claimed_length : header.size();
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(length >> (8 * i));
+  return out + header + std::string(data_bytes, '\0');
+}
+
+struct ModelCase {
+  const char* name;
+  std::map<std::string, std::string> files;  // path -> contents
+  const char* message_part;                  // empty: registers (201) as `model_type`
+  const char* model_type = "llama";
+};
+
+TEST_F(ApiTest, ModelRegistrationChecksConfigAndEveryWeightsFile) {
+  const std::string config = TinyLlamaConfig();
+  const std::string weights_file = TwoTensorWeights();
+  auto config_with = [&](const std::function<void(json&)>& change) {
+    json j = json::parse(config);
+    change(j);
+    return j.dump();
+  };
+  const std::string header = R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
+  const std::string shard1 = "model-00001-of-00002.safetensors";
+  const std::string shard2 = "model-00002-of-00002.safetensors";
+  weights::WeightSet second;
+  ASSERT_TRUE(second.AddZeros("c", weights::DType::kF16, {3}).ok());
+  const std::vector<std::byte> second_image = weights::SerializeSafetensors(second);
+  const std::string second_shard(reinterpret_cast<const char*>(second_image.data()), second_image.size());
+  auto index = [&](const json& weight_map) {
+    return json{{"metadata", json::object()}, {"weight_map", weight_map}}.dump();
+  };
+  const std::string good_index = index({{"a", shard1}, {"b", shard1}, {"c", shard2}});
+
+  const json tabular = {{"format", "parsyn-tabular"},
+                        {"model_type", "mlp"},
+                        {"hidden_sizes", {4}},
+                        {"label_column", "label"},
+                        {"feature_names", {"x0", "x1"}},
+                        {"class_names", {"no", "yes"}},
+                        {"standardizer", {{"mean", {0.0, 0.0}}, {"std", {1.0, 1.0}}}}};
+  auto tabular_with = [&](const std::function<void(json&)>& change) {
+    json j = tabular;
+    change(j);
+    return j.dump();
+  };
+  const std::vector<ModelCase> table = {
+      {"valid single file", {{"config.json", config}, {"model.safetensors", weights_file}}, ""},
+      {"valid shards",
+       {{"config.json", config},
+        {"model.safetensors.index.json", good_index},
+        {shard1, weights_file},
+        {shard2, second_shard}},
+       ""},
+      {"truncated weights",
+       {{"config.json", config}, {"model.safetensors", weights_file.substr(0, weights_file.size() - 5)}},
+       "model.safetensors: tensor 'b': data_offsets [16, 32] run past the end of the data section (27 bytes); the "
+       "file is cut short: upload it again"},
+      {"cut inside the header",
+       {{"config.json", config}, {"model.safetensors", weights_file.substr(0, 30)}},
+       "model.safetensors: header length"},
+      {"2^62 header length",
+       {{"config.json", config}, {"model.safetensors", RawSafetensors(header, 16, uint64_t{1} << 62)}},
+       "model.safetensors: header length 4611686018427387904 exceeds the cap of 16777216 bytes; re-export the "
+       "weights"},
+      {"garbage header",
+       {{"config.json", config}, {"model.safetensors", RawSafetensors("\x01garbage, not JSON at all!", 0)}},
+       "model.safetensors: header is not valid JSON"},
+      {"offsets past the end",
+       {{"config.json", config},
+        {"model.safetensors", RawSafetensors(R"({"a":{"dtype":"F32","shape":[16],"data_offsets":[0,64]}})", 16)}},
+       "model.safetensors: tensor 'a': data_offsets [0, 64] run past the end of the data section (16 bytes)"},
+      {"corrupt shard",
+       {{"config.json", config},
+        {"model.safetensors.index.json", good_index},
+        {shard1, weights_file},
+        {shard2, second_shard.substr(0, second_shard.size() - 1)}},
+       "model-00002-of-00002.safetensors: tensor 'c'"},
+      {"index names a missing shard",
+       {{"config.json", config}, {"model.safetensors.index.json", good_index}, {shard1, weights_file}},
+       "model.safetensors.index.json places tensors in model-00002-of-00002.safetensors, which is not among the "
+       "model's files"},
+      {"index names a tensor the shard lacks",
+       {{"config.json", config},
+        {"model.safetensors.index.json", index({{"a", shard1}, {"z", shard2}})},
+        {shard1, weights_file},
+        {shard2, second_shard}},
+       "model.safetensors.index.json places tensor 'z' in model-00002-of-00002.safetensors, which does not contain "
+       "it"},
+      {"index without weight_map",
+       {{"config.json", config}, {"model.safetensors.index.json", "{}"}},
+       "model.safetensors.index.json: lacks a non-empty 'weight_map'"},
+      {"unknown model_type",
+       {{"config.json", config_with([](json& j) { j["model_type"] = "gpt2"; })}},
+       "config.json: model_type 'gpt2' is not supported"},
+      {"unknown architecture",
+       {{"config.json", config_with([](json& j) { j["architectures"] = {"BertModel"}; })}},
+       "config.json's 'architectures' entry \"BertModel\" is not supported for model_type 'llama'"},
+      {"no hidden_size",
+       {{"config.json", config_with([](json& j) { j.erase("hidden_size"); })}},
+       "config.json lacks 'hidden_size'"},
+      {"no vocab_size",
+       {{"config.json", config_with([](json& j) { j.erase("vocab_size"); })}},
+       "config.json lacks 'vocab_size'"},
+      {"zero heads",
+       {{"config.json", config_with([](json& j) { j["num_attention_heads"] = 0; })}},
+       "config.json's 'num_attention_heads' must be positive, got 0"},
+      {"negative layers",
+       {{"config.json", config_with([](json& j) { j["num_hidden_layers"] = -2; })}},
+       "config.json's 'num_hidden_layers' must be positive, got -2"},
+      {"config not JSON", {{"config.json", "{nope"}}, "config.json is not valid JSON"},
+      {"valid tabular model",
+       {{"tabular_model.json", tabular.dump()}, {"model.safetensors", weights_file}},
+       "",
+       "tabular-mlp"},
+      {"unknown tabular model",
+       {{"tabular_model.json", tabular_with([](json& j) { j["model_type"] = "forest"; })}},
+       "tabular_model.json: model_type 'forest' is not supported (mlp, logreg)"},
+      {"tabular model without features",
+       {{"tabular_model.json", tabular_with([](json& j) { j.erase("feature_names"); })}},
+       "tabular_model.json: 'feature_names'"},
+      {"tabular model with one class",
+       {{"tabular_model.json", tabular_with([](json& j) { j["class_names"] = {"only"}; })}},
+       "tabular_model.json: a classifier needs at least 2 classes in column 'label', got 1"},
+  };
+  size_t registered_files = 0;
+  int registered = 0;
+  for (const ModelCase& c : table) {
+    SCOPED_TRACE(c.name);
+    json files = json::object();
+    for (const auto& [path, contents] : c.files) {
+      auto up = admin_->Send(http::Method::kPost, "/api/v1/uploads", contents, "application/octet-stream");
+      ASSERT_TRUE(up.ok()) << up.status().ToString();
+      files[path] = (*up->Json())["upload_id"];
+    }
+    auto res = admin_->PostJson("/api/v1/models", {{"name", c.name}, {"files", files}});
+    if (std::string(c.message_part).empty()) {
+      ASSERT_TRUE(res.ok()) << res.status().ToString();
+      EXPECT_EQ((*res->Json())["model_type"], c.model_type);
+      ++registered;
+      registered_files += c.files.size();
+    } else {
+      ASSERT_FALSE(res.ok());
+      EXPECT_EQ(HttpStatusFor(res.status().code()), 400) << res.status().ToString();
+      EXPECT_NE(res.status().message().find(c.message_part), std::string::npos) << res.status().message();
+    }
+    // Nothing of a refused model stays: no record, and its staged uploads are removed.
+    EXPECT_EQ((*admin_->Get("/api/v1/models")->Json())["models"].size(), static_cast<size_t>(registered));
+    size_t staged = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir_.path() / "data" / "blobs" / "uploads")) {
+      if (e.is_regular_file() && e.path().filename().string().find('#') == std::string::npos) ++staged;
+    }
+    EXPECT_EQ(staged, registered_files);
+  }
 }
 
 TEST_F(ApiTest, SignedUrlsRejectTamperingAndExpiry) {
