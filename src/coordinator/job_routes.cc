@@ -29,8 +29,11 @@ namespace {
 // Checks what the spec refers to; InvalidArgument naming the field, as the spec's own validation does.
 Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec) {
   std::vector<std::string> problems;
-  StatusOr<storage::Dataset> dataset = store.GetDataset(spec.dataset_id);
-  if (!dataset.ok()) {
+  // data.source "workers": no dataset to look up (the workers' files are checked by their trainers).
+  StatusOr<storage::Dataset> dataset = spec.data.source == DataSource::kWorkers
+                                           ? StatusOr<storage::Dataset>(NotFoundError("no dataset"))
+                                           : store.GetDataset(spec.dataset_id);
+  if (!dataset.ok() && spec.data.source == DataSource::kPlatform) {
     if (dataset.status().code() != StatusCode::kNotFound) return dataset.status();
     problems.push_back("dataset_id: dataset " + std::to_string(spec.dataset_id) + " does not exist");
   }

@@ -110,6 +110,7 @@ class FakeHost final : public JobHost {
     }
     return idle;
   }
+  bool WorkerHasLocalData(int64_t) const override { return false; }
 
   std::map<int64_t, Session> sessions_;
 
