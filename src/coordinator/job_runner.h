@@ -209,7 +209,7 @@ class JobRunner {
   std::map<int64_t, MultipartUpload> multipart_uploads_;
   bool abort_sweep_pending_ = false;  // an abort of incomplete uploads failed (store down): sweep the whole job next
   // data.source "workers": the latest accepted sample count of each worker, and whether the job's "warning" event
-  // about local datasets of very different sizes was appended (once per job while this runner lives).
+  // about local datasets of very different sizes was appended (once per job: a resumed job finds it in the store).
   std::map<int64_t, int64_t> local_sample_counts_;
   bool local_sizes_warned_ = false;
 };

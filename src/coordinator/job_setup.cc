@@ -180,6 +180,7 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
     std::vector<storage::Shard> shards;
     std::vector<storage::Round> rounds;
     storage::TrainingJob job;
+    bool local_sizes_warned = false;
   };
   StatusOr<Loaded> loaded = co_await Offload(host_.pool(), [&]() -> StatusOr<Loaded> {
     Loaded l;
@@ -203,6 +204,17 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
       r.status = storage::RoundStatus::kFailed;
     }
     PARSYN_ASSIGN_OR_RETURN(l.job, store.GetJob(job_id));
+    // The warning about uneven local datasets is appended once per job, also across restarts.
+    for (int64_t after = 0; engine_config_.workers_hold_data && !l.local_sizes_warned;) {
+      PARSYN_ASSIGN_OR_RETURN(std::vector<storage::JobEvent> events, store.ListJobEvents(job_id, after));
+      if (events.empty()) break;
+      for (const storage::JobEvent& e : events) {
+        if (e.type == "warning" && e.payload_json.find(kUnevenLocalDataWarning) != std::string::npos) {
+          l.local_sizes_warned = true;
+        }
+      }
+      after = events.back().id;
+    }
     return l;
   });
   if (!loaded.ok()) co_return loaded.status();
@@ -210,6 +222,7 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
   dataset_ = std::move(loaded->dataset);
   shards_ = std::move(loaded->shards);
   job_ = loaded->job;
+  local_sizes_warned_ = local_sizes_warned_ || loaded->local_sizes_warned;
 
   EngineCheckpoint checkpoint;
   checkpoint.last_committed_round = job_.committed_round;

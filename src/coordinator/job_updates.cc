@@ -116,7 +116,7 @@ http::Awaitable<void> JobRunner::WarnOfUnevenLocalData(int64_t worker_id, int64_
                                                  [](const auto& a, const auto& b) { return a.second < b.second; });
   if (largest->second <= kLocalSizeSpread * smallest->second) co_return;
   local_sizes_warned_ = true;
-  const std::string message = "the workers' local datasets differ in size by more than " +
+  const std::string message = std::string(kUnevenLocalDataWarning) + " by more than " +
                               std::to_string(kLocalSizeSpread) + "x (worker " + std::to_string(largest->first) + ": " +
                               std::to_string(largest->second) + " training samples, worker " +
                               std::to_string(smallest->first) + ": " + std::to_string(smallest->second) +
