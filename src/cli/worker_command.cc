@@ -1,5 +1,6 @@
 // parsyn worker --server URL --token TOKEN [--name N] [--device cpu|cuda:N] [--data PATH] [--cache-dir DIR]
 // Runs the worker agent (src/worker/agent.h) until SIGTERM or SIGINT; parsyn-trainer runs as its child process.
+// --data: the worker's own file, trained on by jobs whose data.source is "workers" (it never leaves the machine).
 // Shares the `worker` group with `parsyn worker register|list` (worker_commands.cc): without a subcommand, the group
 // itself runs the agent.
 #include <signal.h>
@@ -187,7 +188,9 @@ void AddWorkerCommand(CLI::App& app, int& exit_code) {
       ->envname("PARSYN_WORKER_TOKEN");
   group->add_option("--name", flags->name, "name used in this worker's logs");
   group->add_option("--device", flags->device, "cpu, cuda or cuda:N")->capture_default_str();
-  group->add_option("--data", flags->data, "train on this local .jsonl/.csv file instead of a platform shard");
+  group->add_option(
+      "--data", flags->data,
+      "your own .csv/.jsonl data, for jobs whose data.source is \"workers\" (only its row count is sent)");
   group->add_option("--cache-dir", flags->cache_dir, "models, shards and task files (default ~/.cache/parsyn/worker)");
   group->add_option("--threads", flags->threads, "parsyn-trainer's intra-op threads (0: libtorch's default)")
       ->capture_default_str();

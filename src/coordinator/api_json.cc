@@ -79,7 +79,7 @@ json JobJson(const storage::TrainingJob& job) {
   json out = {{"id", job.id},
               {"name", job.name},
               {"status", storage::ToString(job.status)},
-              {"dataset_id", job.dataset_id},
+              {"dataset_id", job.dataset_id == 0 ? json(nullptr) : json(job.dataset_id)},  // 0: workers' own data
               {"model_id", job.model_id},
               {"current_round", job.current_round},
               {"committed_round", job.committed_round},

@@ -60,6 +60,9 @@ class JobHost {
   virtual void TaskFinished(int64_t worker_id, int64_t job_id) = 0;
   // Workers online with nothing to do: the engine's idle set when a job starts or resumes.
   virtual std::vector<int64_t> IdleWorkers() const = 0;
+  // Whether the worker's current session announced a data file of its own (hello's local_data): the workers that
+  // may take part in a job whose data.source is "workers".
+  virtual bool WorkerHasLocalData(int64_t worker_id) const = 0;
 };
 
 }  // namespace parsyn::coordinator

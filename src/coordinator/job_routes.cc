@@ -99,8 +99,11 @@ StatusOr<std::vector<std::string>> ListWarnings(storage::MetadataStore& store, i
 Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec, const json& body,
                        std::vector<std::string>& warnings) {
   std::vector<std::string> problems;
-  StatusOr<storage::Dataset> dataset = store.GetDataset(spec.dataset_id);
-  if (!dataset.ok()) {
+  // data.source "workers": no dataset to look up (the workers' files are checked by their trainers).
+  StatusOr<storage::Dataset> dataset = spec.data.source == DataSource::kWorkers
+                                           ? StatusOr<storage::Dataset>(NotFoundError("no dataset"))
+                                           : store.GetDataset(spec.dataset_id);
+  if (!dataset.ok() && spec.data.source == DataSource::kPlatform) {
     if (dataset.status().code() != StatusCode::kNotFound) return dataset.status();
     problems.push_back("dataset_id: dataset " + std::to_string(spec.dataset_id) + " does not exist");
   }

@@ -34,7 +34,12 @@ JobRunner::JobRunner(JobHost& host, storage::TrainingJob job, JobSpec spec)
       job_(std::move(job)),
       spec_(std::move(spec)),
       engine_config_(EngineConfigFor(spec_)),
-      mutex_(host.executor()) {}
+      mutex_(host.executor()) {
+  // data.source "workers": only workers whose session announced a data file of their own take part.
+  if (engine_config_.workers_hold_data) {
+    engine_config_.worker_has_data = [&host](WorkerId w) { return host.WorkerHasLocalData(w); };
+  }
+}
 
 JobRunner::~JobRunner() = default;
 

@@ -8,7 +8,8 @@
 // from validation and aggregation, before the next one starts.
 //
 // Blob keys of a job (generated here, never from user input):
-//   jobs/<id>/shards/<nnn>/{train,validation}.<jsonl|csv>   written once per job
+//   jobs/<id>/shards/<nnn>/{train,validation}.<jsonl|csv>   written once per job (none when data.source is
+//                                                            "workers": its shards are slots without data)
 //   jobs/<id>/rounds/000000/global.safetensors              round 1's LoRA adapters (full fine-tuning: the model's
 //                                                            model.safetensors blob serves as the initial global)
 //   jobs/<id>/rounds/<rrrrrr>-a<a>/global.safetensors       the global committed by round r (attempt a)
@@ -150,6 +151,9 @@ class JobRunner {
   http::Awaitable<Status> OnJobEnded(storage::JobStatus status, std::string_view reason);
   http::Awaitable<Status> WriteFinalArtifacts();
   http::Awaitable<Status> RecordUpdate(int64_t worker_id, int round, int attempt, const Status& verdict);
+  // data.source "workers": after an accepted update, the job's one "warning" event when the workers' local datasets
+  // (their reported sample counts) are more than kLocalSizeSpread times apart.
+  http::Awaitable<void> WarnOfUnevenLocalData(int64_t worker_id, int64_t sample_count);
   StatusOr<nlohmann::json> BuildTask(const AssignTask& a) const;
   // The task's "update_upload": the host's blob_urls() create-only PUT (the coordinator's signed /blobs URL, or an S3
   // presigned PUT with the headers the worker must send), or part URLs when a multipart upload was started for it.
@@ -206,6 +210,10 @@ class JobRunner {
   };
   std::map<int64_t, MultipartUpload> multipart_uploads_;
   bool abort_sweep_pending_ = false;  // an abort of incomplete uploads failed (store down): sweep the whole job next
+  // data.source "workers": the latest accepted sample count of each worker, and whether the job's "warning" event
+  // about local datasets of very different sizes was appended (once per job: a resumed job finds it in the store).
+  std::map<int64_t, int64_t> local_sample_counts_;
+  bool local_sizes_warned_ = false;
 };
 
 }  // namespace parsyn::coordinator

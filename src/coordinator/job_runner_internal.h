@@ -29,6 +29,10 @@ inline StatusOr<storage::BlobInfo> PutBytes(storage::BlobStore& blobs, const std
   return info;
 }
 
+// The start of the job's "warning" event about local datasets of very different sizes (job_updates.cc), by which
+// a resumed job knows it was already given.
+inline constexpr std::string_view kUnevenLocalDataWarning = "the workers' local datasets differ in size";
+
 // For the debug log's per-phase timings.
 inline double MillisSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -111,8 +111,10 @@ class FakeHost final : public JobHost {
     }
     return idle;
   }
+  bool WorkerHasLocalData(int64_t worker_id) const override { return local_rows_.count(worker_id) > 0; }
 
   std::map<int64_t, Session> sessions_;
+  std::map<int64_t, int64_t> local_rows_;  // workers whose hello announced data of their own: its training rows
 
  private:
   boost::asio::io_context& io_;
@@ -145,8 +147,12 @@ float Delta(int round, int shard) { return 0.25f * static_cast<float>(round) + 1
 // One job on fresh stores, and the scripted workers that run its tasks.
 class JobFixture {
  public:
-  // `distributed` entries override the job's (e.g. num_rounds, early_stopping).
-  explicit JobFixture(json distributed = json::object()) : distributed_(std::move(distributed)) { Init(); }
+  // `distributed` entries override the job's (e.g. num_rounds, early_stopping); own_data: a job whose data.source is
+  // "workers" (no dataset; the workers report their own sample counts).
+  explicit JobFixture(json distributed = json::object(), bool own_data = false)
+      : distributed_(std::move(distributed)), own_data_(own_data) {
+    Init();
+  }
   ~JobFixture() {
     runner_.reset();
     Settle();
@@ -188,6 +194,10 @@ class JobFixture {
       workers.push_back(w->id);
       host_->sessions_[w->id];
     }
+    if (own_data_) {
+      // Train splits 100 and 500 rows: more than 4x apart.
+      host_->local_rows_ = {{workers[0], 100}, {workers[1], 500}};
+    }
     json spec_json = {{"name", "in-process"},
                       {"dataset_id", dataset->id},
                       {"model_id", model->id},
@@ -202,10 +212,14 @@ class JobFixture {
                         {"fault_tolerance", 1}}},
                       {"worker_selection", {{"mode", "own"}, {"worker_ids", workers}}}};
     spec_json["distributed"].update(distributed_);
+    if (own_data_) {
+      spec_json.erase("dataset_id");
+      spec_json["data"] = {{"source", "workers"}, {"max_samples_per_worker", 500}};
+    }
     StatusOr<JobSpec> spec = ParseJobSpecJson(spec_json);
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
     auto job = store_->CreateJob({.name = "in-process",
-                                  .dataset_id = dataset->id,
+                                  .dataset_id = own_data_ ? 0 : dataset->id,
                                   .model_id = model->id,
                                   .spec_json = JobSpecToJsonString(*spec)});
     ASSERT_TRUE(job.ok()) << job.status().ToString();
@@ -279,7 +293,9 @@ class JobFixture {
   // The worker's part of a task: an update (train) or only the evaluation of the global.
   ResultReport Work(const json& task) {
     ResultReport report{.round = task["round"], .attempt = task["attempt"]};
-    report.validation_samples = task["data"]["validation_rows"];
+    const bool own_data = task.value("data_source", "") == "workers";
+    const int64_t own_rows = own_data ? host_->local_rows_.at(WorkerOf(task)) : 0;
+    report.validation_samples = own_data ? own_rows / 9 : task["data"]["validation_rows"].get<int64_t>();
     // A train task of round r evaluates global r-1; the final evaluation the last committed global.
     report.validation_loss =
         validation_loss_(task["kind"] == "train" ? task["round"].get<int>() - 1 : StoredJob().committed_round);
@@ -292,9 +308,15 @@ class JobFixture {
     storage::BlobInfo info =
         Put(report.blob_key, std::string(reinterpret_cast<const char*>(update.data()), update.size()));
     report.sha256 = info.sha256;
-    report.sample_count = task["data"]["train_rows"];
+    report.sample_count = own_data ? own_rows : task["data"]["train_rows"].get<int64_t>();
     report.train_loss = 1.0;
     return report;
+  }
+
+  // The worker a task was built for ("<job>-<round>-<attempt>-w<worker>").
+  static int64_t WorkerOf(const json& task) {
+    const std::string id = task["task_id"];
+    return std::stoll(id.substr(id.rfind('w') + 1));
   }
 
   std::vector<std::byte> ReadBlob(const std::string& key) {
@@ -356,6 +378,7 @@ class JobFixture {
   std::unique_ptr<FakeHost> host_;
   std::unique_ptr<JobRunner> runner_;
   int64_t job_id_ = 0;
+  bool own_data_ = false;
 };
 
 // The final global of an uninterrupted run of the job, and how many store writes it made after its start.
@@ -519,6 +542,51 @@ TEST(JobRunnerTest, EarlyStoppingEndsTheJobAndKeepsTheBestGlobal) {
     EXPECT_EQ(sha_by_name["best/model.safetensors"], committed_sha[4]);
     EXPECT_EQ(sha_by_name["model.safetensors"], committed_sha[5]);
     EXPECT_NE(committed_sha[4], committed_sha[5]);
+}
+
+// data.source "workers": setup writes no shard data, the tasks send the workers to their own files, each update
+// weighs the samples its worker reports, the uneven sizes give one warning, and a restart mid-job finishes the same.
+TEST(JobRunnerTest, JobOverTheWorkersOwnDataWeighsTheirReportedSamples) {
+  std::vector<std::byte> uninterrupted;
+  for (int restart_after : {-1, 1}) {
+    SCOPED_TRACE(restart_after < 0 ? "uninterrupted" : "restart after round 1");
+    JobFixture f(json::object(), /*own_data=*/true);
+    ASSERT_TRUE(f.StartRunner().ok());
+    StatusOr<std::vector<storage::Shard>> shards = f.store_->ListShards(f.job_id_);
+    ASSERT_TRUE(shards.ok());
+    ASSERT_EQ(shards->size(), 2u);
+    for (const storage::Shard& s : *shards) EXPECT_EQ(s.blob_key, "") << "a slot, without data";
+    EXPECT_TRUE(f.blobs_.List("jobs/" + std::to_string(f.job_id_) + "/shards/")->empty());
+    if (restart_after > 0) {
+      ASSERT_TRUE(f.Drive([&] { return f.StoredJob().committed_round >= restart_after; }));
+      ASSERT_TRUE(f.StartRunner().ok());
+    }
+    ASSERT_TRUE(f.Drive());
+    ASSERT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
+
+    StatusOr<std::vector<storage::Round>> rounds = f.store_->ListRounds(f.job_id_);
+    ASSERT_TRUE(rounds.ok());
+    float expected = 0;
+    for (const storage::Round& r : *rounds) {
+      if (r.status != storage::RoundStatus::kCommitted) continue;
+      // Shard (slot) i belongs to listed worker i: 100 and 500 samples.
+      expected += static_cast<float>((100.0 * Delta(r.round, 0) + 500.0 * Delta(r.round, 1)) / 600.0);
+      for (float v : WeightsValues(f.ReadBlob(r.global_blob_key))) EXPECT_NEAR(v, expected, 1e-5) << r.round;
+    }
+    if (restart_after < 0) {
+      uninterrupted = f.CommittedGlobal();
+    } else {
+      EXPECT_EQ(f.CommittedGlobal(), uninterrupted);
+    }
+    StatusOr<std::vector<storage::JobEvent>> events = f.store_->ListJobEvents(f.job_id_, 0);
+    ASSERT_TRUE(events.ok());
+    int warnings = 0;
+    for (const storage::JobEvent& e : *events) {
+      if (e.type != "warning") continue;
+      ++warnings;
+      EXPECT_NE(e.payload_json.find("500 training samples"), std::string::npos) << e.payload_json;
+    }
+    EXPECT_EQ(warnings, 1) << "once per job, also across a restart";
   }
 }
 

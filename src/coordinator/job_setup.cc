@@ -63,8 +63,23 @@ http::Awaitable<Status> JobRunner::Setup() {
   StatusOr<Prepared> prepared = co_await Offload(host_.pool(), [&]() -> StatusOr<Prepared> {
     Prepared p;
     PARSYN_ASSIGN_OR_RETURN(p.model, store.GetModel(spec.model_id));
-    PARSYN_ASSIGN_OR_RETURN(p.dataset, store.GetDataset(spec.dataset_id));
     PARSYN_ASSIGN_OR_RETURN(p.shards, store.ListShards(job_id));
+    if (p.shards.empty() && config.workers_hold_data) {
+      // The workers' own data: nothing to split or upload. The shards are slots without rows, stored so that a
+      // worker keeps its slot (and so its seeds) across a restart.
+      const bool fixed_owners = config.num_shards == static_cast<int>(config.eligible_workers.size());
+      for (int i = 0; i < config.num_shards; ++i) {
+        storage::Shard slot;
+        slot.shard_index = i;
+        if (fixed_owners) slot.worker_id = config.eligible_workers[static_cast<size_t>(i)];
+        p.shards.push_back(std::move(slot));
+      }
+      PARSYN_RETURN_IF_ERROR(store.CreateShards(job_id, p.shards));
+      PARSYN_ASSIGN_OR_RETURN(p.shards, store.ListShards(job_id));
+    }
+    if (!config.workers_hold_data) {
+      PARSYN_ASSIGN_OR_RETURN(p.dataset, store.GetDataset(spec.dataset_id));
+    }
     if (p.shards.empty()) {
       PARSYN_ASSIGN_OR_RETURN(std::vector<Shard> split, SplitRows(p.dataset.row_count, config.num_shards,
                                                                   spec.config.validation_fraction, spec.config.seed));
@@ -145,7 +160,9 @@ http::Awaitable<Status> JobRunner::Setup() {
     co_await std::move(event_appended);
   }
 
-  for (const storage::Shard& s : shards_) engine_config_.shard_train_rows.push_back(s.train_rows);
+  if (!engine_config_.workers_hold_data) {
+    for (const storage::Shard& s : shards_) engine_config_.shard_train_rows.push_back(s.train_rows);
+  }
   engine_ = std::make_unique<RoundEngine>(engine_config_, strategy_, host_.clock());
   const std::vector<int64_t> idle = host_.IdleWorkers();
   auto handled = Handle([&] { return engine_->Start(idle); });  // kCoAwaitTemporaries
@@ -163,11 +180,14 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
     std::vector<storage::Shard> shards;
     std::vector<storage::Round> rounds;
     storage::TrainingJob job;
+    bool local_sizes_warned = false;
   };
   StatusOr<Loaded> loaded = co_await Offload(host_.pool(), [&]() -> StatusOr<Loaded> {
     Loaded l;
     PARSYN_ASSIGN_OR_RETURN(l.model, store.GetModel(job_.model_id));
-    PARSYN_ASSIGN_OR_RETURN(l.dataset, store.GetDataset(job_.dataset_id));
+    if (!engine_config_.workers_hold_data) {
+      PARSYN_ASSIGN_OR_RETURN(l.dataset, store.GetDataset(job_.dataset_id));
+    }
     PARSYN_ASSIGN_OR_RETURN(l.shards, store.ListShards(job_id));
     PARSYN_ASSIGN_OR_RETURN(l.rounds, store.ListRounds(job_id));
     // The attempt in flight when the coordinator stopped cannot finish: its tasks and partial sums are gone.
@@ -184,6 +204,17 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
       r.status = storage::RoundStatus::kFailed;
     }
     PARSYN_ASSIGN_OR_RETURN(l.job, store.GetJob(job_id));
+    // The warning about uneven local datasets is appended once per job, also across restarts.
+    for (int64_t after = 0; engine_config_.workers_hold_data && !l.local_sizes_warned;) {
+      PARSYN_ASSIGN_OR_RETURN(std::vector<storage::JobEvent> events, store.ListJobEvents(job_id, after));
+      if (events.empty()) break;
+      for (const storage::JobEvent& e : events) {
+        if (e.type == "warning" && e.payload_json.find(kUnevenLocalDataWarning) != std::string::npos) {
+          l.local_sizes_warned = true;
+        }
+      }
+      after = events.back().id;
+    }
     return l;
   });
   if (!loaded.ok()) co_return loaded.status();
@@ -191,6 +222,7 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
   dataset_ = std::move(loaded->dataset);
   shards_ = std::move(loaded->shards);
   job_ = loaded->job;
+  local_sizes_warned_ = local_sizes_warned_ || loaded->local_sizes_warned;
 
   EngineCheckpoint checkpoint;
   checkpoint.last_committed_round = job_.committed_round;
@@ -216,7 +248,7 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
   engine_config_.shard_train_rows.clear();
   for (const storage::Shard& s : shards_) {
     if (s.worker_id) checkpoint.shards[*s.worker_id] = s.shard_index;
-    engine_config_.shard_train_rows.push_back(s.train_rows);
+    if (!engine_config_.workers_hold_data) engine_config_.shard_train_rows.push_back(s.train_rows);
   }
   if (global_key.empty()) {
     if (spec_.config.use_peft) {

@@ -69,6 +69,32 @@ void ParseDistributed(const json* object, DistributedConfig& d, std::vector<std:
   r.RejectUnknown();
 }
 
+constexpr std::pair<std::string_view, DataSource> kDataSources[] = {{"platform", DataSource::kPlatform},
+                                                                    {"workers", DataSource::kWorkers}};
+
+void ParseData(const json* object, JobData& d, std::vector<std::string>& errors) {
+  if (object == nullptr) return;
+  FieldReader r(*object, "data.", errors);
+  const bool source_ok = r.Choice("source", d.source, kDataSources);
+  const bool bound_given = r.Get("max_samples_per_worker") != nullptr;
+  r.Integer("max_samples_per_worker", d.max_samples_per_worker, 1, kMaxSamplesPerWorkerLimit);
+  r.RejectUnknown();
+  if (!source_ok) return;
+  if (d.source == DataSource::kWorkers && !bound_given) {
+    r.Error(
+        "data.max_samples_per_worker is required when data.source is \"workers\": the most training samples one "
+        "worker's update may claim (its weight in the average)");
+  } else if (d.source == DataSource::kPlatform && bound_given) {
+    r.Error("data.max_samples_per_worker applies only to data.source \"workers\" (a platform shard bounds it)");
+  }
+}
+
+json JobDataToJson(const JobData& data) {
+  json out = {{"source", DataSourceName(data.source)}};
+  if (data.source == DataSource::kWorkers) out["max_samples_per_worker"] = data.max_samples_per_worker;
+  return out;
+}
+
 // Returns false when the selection is invalid (the errors say why), so later checks that count workers are skipped.
 bool ParseWorkerSelection(const json* object, WorkerSelection& w, std::vector<std::string>& errors) {
   if (object == nullptr) return true;
@@ -151,7 +177,16 @@ StatusOr<JobSpec> ParseJobSpecJson(const json& body) {
   JobSpec spec;
   FieldReader r(body, "", errors);
   if (r.Required("name")) r.String("name", spec.name, 1, kMaxNameBytes);
-  if (r.Required("dataset_id")) r.Integer("dataset_id", spec.dataset_id, 1, std::numeric_limits<int64_t>::max());
+  ParseData(r.Object("data"), spec.data, errors);
+  if (spec.data.source == DataSource::kWorkers) {
+    if (r.Get("dataset_id") != nullptr) {
+      errors.push_back(
+          "dataset_id must be absent or null when data.source is \"workers\": the workers train on their own "
+          "files (parsyn worker --data)");
+    }
+  } else if (r.Required("dataset_id")) {
+    r.Integer("dataset_id", spec.dataset_id, 1, std::numeric_limits<int64_t>::max());
+  }
   if (r.Required("model_id")) r.Integer("model_id", spec.model_id, 1, std::numeric_limits<int64_t>::max());
   if (const json* config = r.Object("config")) {
     FieldReader config_reader(*config, "config.", errors);
@@ -235,7 +270,8 @@ json JobSpecToJson(const JobSpec& spec) {
   auto seconds = [](int64_t ms) { return ms % 1000 == 0 ? json(ms / 1000) : json(static_cast<double>(ms) / 1000.0); };
   json out{
       {"name", spec.name},
-      {"dataset_id", spec.dataset_id},
+      {"dataset_id", spec.data.source == DataSource::kWorkers ? json(nullptr) : json(spec.dataset_id)},
+      {"data", JobDataToJson(spec.data)},
       {"model_id", spec.model_id},
       {"config", protocol::TrainingConfigToJson(spec.config)},
       {"distributed",

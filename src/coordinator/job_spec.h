@@ -12,7 +12,8 @@
 // Fields and defaults (ranges are inclusive):
 //   field                               type              default              range / values
 //   name                                string            required             1..128 bytes, no control characters
-//   dataset_id                          integer           required             >= 1
+//   dataset_id                          integer           required for         >= 1; must be absent or null
+//                                                         data.source platform for data.source "workers"
 //   model_id                            integer           required             >= 1
 //   config.*                            object            see protocol/training_config.h (the job's config schema)
 //   distributed.enabled                 boolean           false
@@ -34,6 +35,12 @@
 //                                                         or (none) auto
 //   worker_selection.worker_ids         array of integer  []                   the user's own workers, ids >= 1
 //   worker_selection.parsyn_worker_ids  array of integer  []                   platform-managed workers, ids >= 1
+//   data.source                         string            "platform"           "platform" (the dataset_id's
+//                                                                              shards) | "workers" (each worker's
+//                                                                              own --data file)
+//   data.max_samples_per_worker         integer           required for         1..10^9: the most training samples
+//                                                         "workers"; absent    a worker's update may claim (its
+//                                                         for "platform"       FedAvg weight); "workers" only
 //
 // Cross-field rules: own needs worker_ids and no parsyn_worker_ids; managed the reverse; mixed needs both; auto
 // needs neither (any available worker may take part). No id twice, nor in both lists; at most 1000 ids. For a
@@ -66,6 +73,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "base/status.h"
+#include "protocol/messages.h"
 #include "protocol/training_config.h"
 
 namespace parsyn::coordinator {
@@ -76,6 +84,9 @@ using protocol::LrSchedulerName;
 using protocol::MixedPrecision;
 using protocol::MixedPrecisionName;
 using protocol::TrainingConfig;
+// Where a job's training data is: "platform" (an uploaded dataset, sharded) or "workers" (their own files).
+using protocol::DataSource;
+using protocol::DataSourceName;
 
 enum class AggregationStrategy { kFederatedAveraging };
 enum class WorkerSelectionMode { kOwn, kManaged, kMixed, kAuto };
@@ -119,13 +130,24 @@ struct WorkerSelection {
   friend bool operator==(const WorkerSelection&, const WorkerSelection&) = default;
 };
 
+// The job's `data` object.
+struct JobData {
+  DataSource source = DataSource::kPlatform;
+  // "workers": a reported sample count above it is rejected (it is the update's FedAvg weight). 0 for "platform".
+  int64_t max_samples_per_worker = 0;
+
+  friend bool operator==(const JobData&, const JobData&) = default;
+};
+inline constexpr int64_t kMaxSamplesPerWorkerLimit = 1'000'000'000;
+
 struct JobSpec {
   std::string name;
-  int64_t dataset_id = 0;
+  int64_t dataset_id = 0;  // 0 (JSON null) for data.source "workers"
   int64_t model_id = 0;
   TrainingConfig config;
   DistributedConfig distributed;
   WorkerSelection worker_selection;
+  JobData data;
 
   // worker_ids then parsyn_worker_ids, in the order given: the selected workers (empty for mode auto).
   std::vector<int64_t> SelectedWorkers() const;

@@ -93,7 +93,8 @@ TEST(JobSpecTest, NormalisedJsonHasEveryDefault) {
       "min_workers": 1, "max_workers": 1, "aggregation_timeout": 600, "fault_tolerance": 3,
       "join_window": 5
     },
-    "worker_selection": {"mode": "auto", "worker_ids": [], "parsyn_worker_ids": []}
+    "worker_selection": {"mode": "auto", "worker_ids": [], "parsyn_worker_ids": []},
+    "data": {"source": "platform"}
   })");
   EXPECT_EQ(JobSpecToJson(*spec), expected) << JobSpecToJson(*spec).dump(2);
 }
@@ -425,6 +426,72 @@ TEST(JobSpecWarningsTest, LoraFieldsOfAFullFineTuneAreIgnored) {
             (std::vector<std::string>{"config.lora_r" + why, "config.lora_alpha" + why, "config.lora_dropout" + why}));
   body["config"]["use_peft"] = true;
   EXPECT_THAT(WarningsOf(body), ::testing::IsEmpty());
+}
+
+// data.source "workers": no dataset, a bound on what each worker may claim; every misuse named.
+TEST(JobSpecTest, DataFromTheWorkers) {
+  json body = SpecExample();
+  body.erase("dataset_id");
+  body["data"] = {{"source", "workers"}, {"max_samples_per_worker", 5000}};
+  StatusOr<JobSpec> spec = ParseJobSpecJson(body);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->data, (JobData{.source = DataSource::kWorkers, .max_samples_per_worker = 5000}));
+  EXPECT_EQ(spec->dataset_id, 0);
+  const json normalised = JobSpecToJson(*spec);
+  EXPECT_TRUE(normalised["dataset_id"].is_null());
+  EXPECT_EQ(normalised["data"], (json{{"source", "workers"}, {"max_samples_per_worker", 5000}}));
+  EXPECT_EQ(*ParseJobSpecJson(normalised), *spec);
+  body["dataset_id"] = nullptr;  // null is absent
+  EXPECT_TRUE(ParseJobSpecJson(body).ok());
+  // "platform" is the default, spelled out or not.
+  json platform = SpecExample();
+  platform["data"] = {{"source", "platform"}};
+  EXPECT_EQ(ParseJobSpecJson(platform)->data, JobData{});
+
+  const std::vector<BadCase> cases = {
+      {[](json& b) {
+         b["data"] = {{"source", "workers"}, {"max_samples_per_worker", 10}};
+       },
+       "dataset_id must be absent or null when data.source is \"workers\": the workers train on their own files "
+       "(parsyn worker --data)"},
+      {[](json& b) {
+         b.erase("dataset_id");
+         b["data"] = {{"source", "workers"}};
+       },
+       "data.max_samples_per_worker is required when data.source is \"workers\": the most training samples one "
+       "worker's update may claim (its weight in the average)"},
+      {[](json& b) {
+         b.erase("dataset_id");
+         b["data"] = {{"source", "workers"}, {"max_samples_per_worker", 0}};
+       },
+       "data.max_samples_per_worker (0) must be between 1 and 1000000000"},
+      {[](json& b) {
+         b["data"] = {{"max_samples_per_worker", 10}};
+       },
+       "data.max_samples_per_worker applies only to data.source \"workers\" (a platform shard bounds it)"},
+      {[](json& b) {
+         b.erase("dataset_id");
+         b["data"] = {{"source", "platform"}};
+       },
+       "dataset_id is required"},
+      {[](json& b) {
+         b["data"] = {{"source", "laptop"}};
+       },
+       "data.source must be one of \"platform\", \"workers\", got \"laptop\""},
+      {[](json& b) {
+         b["data"] = {{"path", "/data"}};
+       },
+       "unknown field data.path"},
+      {[](json& b) { b["data"] = "workers"; }, "data must be an object, got string"},
+  };
+  for (const BadCase& c : cases) {
+    json bad = SpecExample();
+    c.edit(bad);
+    StatusOr<JobSpec> parsed = ParseJobSpecJson(bad);
+    ASSERT_FALSE(parsed.ok()) << "accepted: " << bad.dump();
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(parsed.status().message(), c.message) << bad.dump();
+  }
 }
 
 TEST(JobSpecTest, MalformedJson) {

@@ -57,8 +57,6 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
 
 StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
   const storage::Shard& shard = shards_.at(static_cast<size_t>(a.shard));
-  const std::string validation_key = shard.blob_key.substr(0, shard.blob_key.rfind('/')) + "/validation." +
-                                     std::string(DatasetExtension(dataset_.format));
   protocol::Task task;
   task.task_id = fmt::format("{}-{}-{}-w{}", job_.id, a.round, a.attempt, a.worker);
   task.job_id = job_.id;
@@ -75,12 +73,19 @@ StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
                          .sha256 = global_sha256_,
                          .size_bytes = global_size_bytes_,
                          .round = engine_->last_committed_round()};
-  task.data = {.format = std::string(storage::ToString(dataset_.format)),
-               .kind = std::string(storage::ToString(dataset_.kind)),
-               .train_url = host_.BlobGetUrl(shard.blob_key),
-               .train_rows = shard.train_rows,
-               .validation_url = host_.BlobGetUrl(validation_key),
-               .validation_rows = shard.validation_rows};
+  if (engine_config_.workers_hold_data) {
+    // The worker trains and evaluates on its own file (split with the job's seed); `data` stays empty.
+    task.data_source = protocol::DataSource::kWorkers;
+  } else {
+    const std::string validation_key = shard.blob_key.substr(0, shard.blob_key.rfind('/')) + "/validation." +
+                                       std::string(DatasetExtension(dataset_.format));
+    task.data = {.format = std::string(storage::ToString(dataset_.format)),
+                 .kind = std::string(storage::ToString(dataset_.kind)),
+                 .train_url = host_.BlobGetUrl(shard.blob_key),
+                 .train_rows = shard.train_rows,
+                 .validation_url = host_.BlobGetUrl(validation_key),
+                 .validation_rows = shard.validation_rows};
+  }
   task.model = {.id = model_.id, .name = model_.name, .model_type = model_.model_type, .files = {}};
   for (const storage::ModelFile& f : model_.files) {
     task.model.files.push_back(

@@ -1,5 +1,6 @@
 #include "coordinator/job_runner.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 
@@ -99,7 +100,29 @@ http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, in
                                              {"reason", verdict.ok() ? "" : verdict.message()}});
     co_await std::move(event_appended);
   }
+  if (verdict.ok() && engine_config_.workers_hold_data) {
+    auto warned = WarnOfUnevenLocalData(worker_id, r.sample_count);  // kCoAwaitTemporaries
+    co_await std::move(warned);
+  }
   co_return Status::Ok();
+}
+
+http::Awaitable<void> JobRunner::WarnOfUnevenLocalData(int64_t worker_id, int64_t sample_count) {
+  // The product spec's tip: FedAvg weighs each worker by its data, so a few large datasets dominate the average.
+  constexpr int64_t kLocalSizeSpread = 4;
+  local_sample_counts_[worker_id] = sample_count;
+  if (local_sizes_warned_ || local_sample_counts_.size() < 2) co_return;
+  auto [smallest, largest] = std::minmax_element(local_sample_counts_.begin(), local_sample_counts_.end(),
+                                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (largest->second <= kLocalSizeSpread * smallest->second) co_return;
+  local_sizes_warned_ = true;
+  const std::string message = std::string(kUnevenLocalDataWarning) + " by more than " +
+                              std::to_string(kLocalSizeSpread) + "x (worker " + std::to_string(largest->first) + ": " +
+                              std::to_string(largest->second) + " training samples, worker " +
+                              std::to_string(smallest->first) + ": " + std::to_string(smallest->second) +
+                              "); FedAvg weighs each update by its samples, so the largest datasets dominate the model";
+  auto event_appended = host_.AppendEvent(job_.id, "warning", {{"message", message}});
+  co_await std::move(event_appended);
 }
 
 http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std::deque<Action>& work) {

@@ -48,6 +48,10 @@ Status RoundEngine::CheckConfig() const {
   if (std::set<WorkerId>(c.eligible_workers.begin(), c.eligible_workers.end()).size() != c.eligible_workers.size()) {
     return InvalidArgumentError("eligible_workers lists a worker twice");
   }
+  if (c.workers_hold_data && (!c.worker_has_data || c.max_samples_per_worker < 1 || !c.shard_train_rows.empty())) {
+    return InvalidArgumentError(
+        "workers_hold_data needs worker_has_data, max_samples_per_worker >= 1 and no shard_train_rows");
+  }
   if (!c.shard_train_rows.empty() && c.shard_train_rows.size() != static_cast<size_t>(c.num_shards)) {
     return InvalidArgumentError("shard_train_rows has " + Str(c.shard_train_rows.size()) + " entries for " +
                                 Str(c.num_shards) + " shards");
@@ -86,7 +90,7 @@ StatusOr<Actions> RoundEngine::Restore(const EngineCheckpoint& checkpoint, std::
   }
   checkpoint_ = cp;
   for (WorkerId w : idle_workers) {
-    if (!IsEligible(w)) continue;
+    if (!CanTakePart(w)) continue;
     presence_[w] = Presence::kIdle;
     ShardOf(w);  // binds a slot in arrival order
   }
@@ -98,6 +102,10 @@ StatusOr<Actions> RoundEngine::Restore(const EngineCheckpoint& checkpoint, std::
 bool RoundEngine::IsEligible(WorkerId worker) const {
   return config_.eligible_workers.empty() || std::find(config_.eligible_workers.begin(), config_.eligible_workers.end(),
                                                        worker) != config_.eligible_workers.end();
+}
+
+bool RoundEngine::CanTakePart(WorkerId worker) const {
+  return IsEligible(worker) && (!config_.workers_hold_data || config_.worker_has_data(worker));
 }
 
 std::optional<int> RoundEngine::ShardOf(WorkerId worker) {
@@ -358,7 +366,7 @@ void RoundEngine::EndJob(JobPhase terminal, Actions& out) {
 
 Actions RoundEngine::WorkerAvailable(WorkerId worker) {
   Actions out;
-  if (IsTerminal(phase_) || !IsEligible(worker)) return out;
+  if (IsTerminal(phase_) || !CanTakePart(worker)) return out;
   if (Participant* p = FindParticipant(worker); p != nullptr && p->state == ParticipantState::kTraining) {
     Drop(*p, DropCause::kAbandoned, "the worker asked for a new task before reporting " + AttemptName(), out);
     presence_[worker] = Presence::kIdle;
@@ -441,6 +449,9 @@ StatusOr<Actions> RoundEngine::ResultUploaded(const WorkerResult& r) {
   } else if (shard < config_.shard_train_rows.size() && r.sample_count > config_.shard_train_rows[shard]) {
     problem = "sample count " + Str(r.sample_count) + " exceeds the " + Str(config_.shard_train_rows[shard]) +
               " training rows of shard " + Str(p->shard);
+  } else if (config_.max_samples_per_worker > 0 && r.sample_count > config_.max_samples_per_worker) {
+    problem = "sample count " + Str(r.sample_count) + " exceeds the job's data.max_samples_per_worker (" +
+              Str(config_.max_samples_per_worker) + ")";
   } else if (!std::isfinite(r.train_loss)) {
     problem = "training loss is not finite";
   }

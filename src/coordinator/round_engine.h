@@ -12,6 +12,9 @@
 //     min_workers available it keeps waiting, until aggregation_timeout after the attempt started, when it fails.
 //   - Each participant gets an AssignTask (its shard, its seed TaskSeed(job seed, r, shard)). The attempt's deadline
 //     is aggregation_timeout after the attempt started (StartRound), whenever its tasks went out.
+//   - Jobs over the workers' own data (workers_hold_data): only workers that have a data file (worker_has_data) are
+//     eligible, and a reported sample count must be within max_samples_per_worker; shards are then mere slots (for
+//     seeds and the order of updates) with no rows behind them.
 //   - A result (ResultUploaded) is checked (round, attempt, sample count within the shard, finite losses) and then
 //     handed to the caller to validate and accumulate (ValidateUpdate -> UpdateValidated). A rejected update drops
 //     that worker from the round with the reason recorded; the job goes on.
@@ -54,6 +57,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -84,6 +88,13 @@ struct RoundEngineConfig {
   int num_shards = 1;
   // Training rows of each shard: a reported sample count must be within it. Empty: only positivity is checked.
   std::vector<int64_t> shard_train_rows;
+  // The job trains on the workers' own files (data.source "workers"): a worker takes part only while
+  // worker_has_data(worker) holds, asked when it becomes available (WorkerAvailable, Start's and Restore's idle
+  // workers; the caller answers from the worker's hello), and a reported sample count — its weight in the average —
+  // must be at most max_samples_per_worker.
+  bool workers_hold_data = false;
+  std::function<bool(WorkerId)> worker_has_data;
+  int64_t max_samples_per_worker = 0;  // 0: no bound beyond shard_train_rows
   // How long an attempt waits, once min_workers are idle, for selected workers that are online but still busy
   // before it starts without them. 0: start as soon as min_workers are idle.
   Clock::Duration join_window{0};
@@ -274,8 +285,8 @@ class RoundEngine {
   // checkpoint does not fit the config.
   StatusOr<Actions> Restore(const EngineCheckpoint& checkpoint, std::span<const WorkerId> idle_workers = {});
 
-  // The worker is online and idle (polling for a task). Ignored for workers not eligible for this job, and in
-  // terminal phases.
+  // The worker is online and idle (polling for a task). Ignored for workers not eligible for this job (including,
+  // for workers_hold_data, a worker without data), and in terminal phases.
   Actions WorkerAvailable(WorkerId worker);
   // The worker's session ended (missed heartbeats, goodbye, closed connection).
   Actions WorkerDisconnected(WorkerId worker);
@@ -328,6 +339,8 @@ class RoundEngine {
   Status CheckConfig() const;
   std::optional<int> ShardOf(WorkerId worker);
   bool IsEligible(WorkerId worker) const;
+  // Whether an available worker can take part: eligible and, for workers_hold_data, holding data.
+  bool CanTakePart(WorkerId worker) const;
   Participant* FindParticipant(WorkerId worker);
   void BeginAttempt(Actions& out);
   void TryAssign(Actions& out);

@@ -63,6 +63,9 @@ RoundEngineConfig EngineConfigFor(const JobSpec& spec) {
   config.join_window = Clock::Duration(d.join_window_ms);
   config.retry_backoff = kDefaultRetryBackoff;
   config.early_stopping = d.early_stopping;
+  // The caller supplies worker_has_data (from the workers' hellos).
+  config.workers_hold_data = spec.data.source == DataSource::kWorkers;
+  config.max_samples_per_worker = spec.data.max_samples_per_worker;
   if (!d.enabled) {
     config.num_shards = 1;  // one worker trains on all the data
   } else {

@@ -148,6 +148,33 @@ TEST_F(RoundEngineTest, RejectedReportsNameTheProblem) {
   EXPECT_EQ(std::get<DropWorker>(a->at(0)).reason, "result rejected: training loss is not finite");
 }
 
+// A worker training on its own data can claim any sample count, and the count is its weight: the job's bound
+// rejects a claim above it, naming both numbers; the others' round goes on.
+TEST_F(RoundEngineTest, WorkersOwnDataSampleCountsAreBounded) {
+  RoundEngineConfig config = ThreeWorkers(1, 2, 2);
+  config.shard_train_rows = {};
+  config.workers_hold_data = true;
+  config.max_samples_per_worker = 700;
+  config.worker_has_data = [](WorkerId) { return true; };
+  RoundEngine engine(config, fed_avg_, clock_);
+  StartWith(engine, {1, 2, 3});
+  Run(engine, {
+                  Result(1, 1, 1, 701, 1.0, {"drop w1 r1a1 rejected"}),
+                  Result(2, 1, 1, 700, 1.0, {"validate w2 r1a1"}),
+                  Result(3, 1, 1, 20, 1.0, {"validate w3 r1a1"}),
+                  Valid(2, 1, 1),
+                  Valid(3, 1, 1, {"aggregate r1a1 [w2:700 w3:20] loss 1"}),
+              });
+  EXPECT_EQ(engine.participants().at(0).reason,
+            "result rejected: sample count 701 exceeds the job's data.max_samples_per_worker (700)");
+
+  // Such a job needs to know who has data, and a bound.
+  config.worker_has_data = nullptr;
+  RoundEngine unusable(config, fed_avg_, clock_);
+  EXPECT_EQ(unusable.Start().status().message(),
+            "workers_hold_data needs worker_has_data, max_samples_per_worker >= 1 and no shard_train_rows");
+}
+
 TEST_F(RoundEngineTest, LateAndDuplicateResults) {
   RoundEngine engine(ThreeWorkers(2, 2, 2), fed_avg_, clock_);
   StartWith(engine, {1, 2});

@@ -465,5 +465,48 @@ TEST_F(RoundEngineTest, EarlyStoppingStateSurvivesARestart) {
   EXPECT_EQ(again.phase(), JobPhase::kEvaluating);
 }
 
+// data.source "workers": only workers that announced a data file take part (in slots, first come); each update
+// weighs the samples it reports, however different the files' sizes.
+TEST_F(RoundEngineTest, WorkersOwnDataOnlyWorkersWithDataTakePart) {
+  StatusOr<JobSpec> spec = ParseJobSpec(R"({"name": "local", "model_id": 1,
+    "data": {"source": "workers", "max_samples_per_worker": 1000},
+    "distributed": {"enabled": true, "num_rounds": 2, "min_workers": 2, "max_workers": 3}})");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  RoundEngineConfig config = EngineConfigFor(*spec);
+  EXPECT_TRUE(config.workers_hold_data);
+  EXPECT_EQ(config.max_samples_per_worker, 1000);
+  EXPECT_TRUE(config.shard_train_rows.empty());
+  EXPECT_EQ(config.num_shards, 3);
+  std::set<WorkerId> with_data = {1, 3, 4};
+  config.worker_has_data = [&with_data](WorkerId w) { return with_data.count(w) > 0; };
+  RoundEngine engine(config, fed_avg_, clock_);
+  EXPECT_THAT(StartWith(engine, {1, 2}), ElementsAre("start r1a1"));  // worker 2 has no data: not a candidate
+  Run(engine, {
+                  Available(2),
+                  Available(3, {"assign w1 r1a1 s0", "assign w3 r1a1 s1"}),
+                  Available(4),  // takes slot 2 for the next round
+                  Result(1, 1, 1, 135, 1.0, {"validate w1 r1a1"}),
+                  Valid(1, 1, 1),
+                  Result(3, 1, 1, 630, 2.0, {"validate w3 r1a1"}),
+                  Valid(3, 1, 1, {"aggregate r1a1 [w1:135 w3:630] loss 1.824"}),
+                  Available(1),
+                  Available(3),
+                  Aggregated(1, 1,
+                             {"evaluated g0 3 n20", "commit r1a1", "start r2a1", "assign w1 r2a1 s0",
+                              "assign w3 r2a1 s1", "assign w4 r2a1 s2"}),
+                  // Worker 3 comes back without its file: it no longer takes part.
+                  Disconnect(3, {"drop w3 r2a1 disconnected"}),
+              });
+  with_data.erase(3);
+  Run(engine, {
+                  Available(3),
+                  Result(1, 2, 1, 135, 1.0, {"validate w1 r2a1"}),
+                  Valid(1, 2, 1),
+                  Result(4, 2, 1, 1000, 1.0, {"validate w4 r2a1"}),
+                  Valid(4, 2, 1, {"aggregate r2a1 [w1:135 w4:1000] loss 1"}),
+              });
+  EXPECT_EQ(engine.checkpoint().shards, (std::map<WorkerId, int>{{1, 0}, {3, 1}, {4, 2}}));
+}
+
 }  // namespace
 }  // namespace parsyn::coordinator

@@ -209,6 +209,11 @@ std::vector<int64_t> Service::IdleWorkers() const {
   return idle;
 }
 
+bool Service::WorkerHasLocalData(int64_t worker_id) const {
+  auto it = sessions_.find(worker_id);
+  return it != sessions_.end() && it->second.local_data.has_value();
+}
+
 JobRunner* Service::FindRunner(int64_t job_id) {
   auto it = runners_.find(job_id);
   return it == runners_.end() ? nullptr : it->second.get();

@@ -114,6 +114,7 @@ class Service final : public JobHost {
   void TaskFinished(int64_t worker_id, int64_t job_id) override;
   // Workers online with nothing to do: the engine's idle set when a job starts or resumes.
   std::vector<int64_t> IdleWorkers() const override;
+  bool WorkerHasLocalData(int64_t worker_id) const override;
   JobRunner* FindRunner(int64_t job_id);
   // Starts a runner for a stored job (queued: set up and start round 1; running: resume). On the loop.
   http::Awaitable<void> LaunchJob(storage::TrainingJob job);
@@ -138,6 +139,8 @@ class Service final : public JobHost {
     std::optional<storage::WorkerStatus> stored_status;
     Clock::TimePoint status_stored_at{};
     std::shared_ptr<http::Signal> wake;  // a task was queued (shared: a long-poll may outlive the session)
+    // What the hello said of the worker's own data file (its format and rows; nothing of it leaves the worker).
+    std::optional<protocol::LocalData> local_data;
   };
   static constexpr std::chrono::seconds kHeartbeatStoreInterval{30};
   struct WorkerAuth {

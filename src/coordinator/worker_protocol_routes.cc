@@ -60,7 +60,8 @@ class WorkerProtocolRoutes {
 
   WorkerProtocolRoutes(const RouteContext& context, Service& service) : context_(context), service_(service) {}
 
-  // A new hello replaces an old session: its task (if any) is abandoned, as after a disconnect.
+  // A new hello replaces an old session: its task (if any) is abandoned, as after a disconnect. The session keeps
+  // what the hello says of the worker's own data (local_data): jobs over the workers' data take only such workers.
   Awaitable<Response> Hello(Request& req, int64_t worker_id) {
     StatusOr<protocol::Hello> hello = protocol::ParseHello(req.body);
     if (!hello.ok()) co_return Response::Error(hello.status());
@@ -72,6 +73,7 @@ class WorkerProtocolRoutes {
     s.session_id = *session_id;
     s.last_seen = context_.clock.Now();
     s.wake = std::make_shared<http::Signal>(service_.executor());
+    s.local_data = hello->local_data;
     co_await service_.SetWorkerStatus(worker_id, storage::WorkerStatus::kOnline, hello->device);
     const ServiceOptions& options = service_.options();
     co_return Response::Json(200,

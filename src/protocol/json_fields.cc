@@ -14,15 +14,18 @@ StatusOr<JsonFields> JsonFields::Parse(std::string_view body, std::initializer_l
   return Strict(std::move(object), allowed);
 }
 
-StatusOr<JsonFields> JsonFields::Strict(json object, std::initializer_list<std::string_view> allowed) {
+StatusOr<JsonFields> JsonFields::Strict(json object, std::initializer_list<std::string_view> allowed,
+                                        std::string prefix) {
   if (!object.is_object()) {
-    return InvalidArgumentError(std::string("request body must be a JSON object, got ") + object.type_name());
+    const std::string what =
+        prefix.empty() ? "request body" : "'" + prefix.substr(0, prefix.size() - 1) + "'";  // drop the dot
+    return InvalidArgumentError(what + " must be a JSON object, got " + object.type_name());
   }
-  JsonFields fields(std::move(object), "");
+  JsonFields fields(std::move(object), std::move(prefix));
   for (const auto& [key, value] : fields.object_.items()) {
     bool known = false;
     for (std::string_view a : allowed) known = known || a == key;
-    if (!known) fields.problems_.push_back("unknown field '" + key + "'");
+    if (!known) fields.problems_.push_back("unknown field '" + fields.prefix_ + key + "'");
   }
   return fields;
 }

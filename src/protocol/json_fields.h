@@ -23,8 +23,9 @@ class JsonFields {
   // A request body: InvalidArgument when `body` is not valid JSON or not an object; a field outside `allowed` is a
   // problem.
   static StatusOr<JsonFields> Parse(std::string_view body, std::initializer_list<std::string_view> allowed);
-  // The same for a parsed value.
-  static StatusOr<JsonFields> Strict(nlohmann::json object, std::initializer_list<std::string_view> allowed);
+  // The same for a parsed value; `prefix` names a nested object ("local_data." gives 'local_data.rows').
+  static StatusOr<JsonFields> Strict(nlohmann::json object, std::initializer_list<std::string_view> allowed,
+                                     std::string prefix = "");
   // Fields of an answer or task from the coordinator, which may carry fields this version does not know: they are
   // ignored. `prefix` names a nested object in messages ("global_weights." gives 'global_weights.url'). A value that
   // is not an object is a problem (named by the prefix without its dot).

@@ -138,10 +138,29 @@ std::optional<UpdateUpload> ReadUpdateUpload(JsonFields& task) {
 // --- hello ---------------------------------------------------------------------------------------------------------
 
 StatusOr<Hello> ParseHello(std::string_view body) {
-  PARSYN_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Parse(body.empty() ? "{}" : body, {"device", "version"}));
+  PARSYN_ASSIGN_OR_RETURN(JsonFields f,
+                          JsonFields::Parse(body.empty() ? "{}" : body, {"device", "version", "local_data"}));
   Hello hello;
   hello.device = f.String("device", false).value_or("");
   hello.version = f.String("version", false).value_or("");
+  if (std::optional<json> object = f.Object("local_data", false)) {
+    StatusOr<JsonFields> d = JsonFields::Strict(std::move(*object), {"format", "rows"}, "local_data.");
+    if (!d.ok()) {
+      f.AddProblem(d.status().message());
+    } else {
+      LocalData local;
+      if (std::optional<std::string> format = d->String("format", true, 16)) {
+        if (*format == "csv" || *format == "jsonl") {
+          local.format = *format;
+        } else {
+          d->AddProblem("'local_data.format' must be one of csv, jsonl, got '" + *format + "'");
+        }
+      }
+      local.rows = d->Int("rows", true, 1, kMaxLocalRows).value_or(0);
+      f.Absorb(*d);
+      hello.local_data = local;
+    }
+  }
   PARSYN_RETURN_IF_ERROR(f.status());
   return hello;
 }
@@ -150,6 +169,7 @@ json HelloToJson(const Hello& hello) {
   json out = json::object();
   if (!hello.device.empty()) out["device"] = hello.device;
   if (!hello.version.empty()) out["version"] = hello.version;
+  if (hello.local_data) out["local_data"] = {{"format", hello.local_data->format}, {"rows", hello.local_data->rows}};
   return out;
 }
 
@@ -217,6 +237,8 @@ json HeartbeatAnswerToJson(const HeartbeatAnswer& answer) {
 
 std::string_view TaskKindName(TaskKind kind) { return kind == TaskKind::kEvaluate ? "evaluate" : "train"; }
 
+std::string_view DataSourceName(DataSource source) { return source == DataSource::kWorkers ? "workers" : "platform"; }
+
 StatusOr<Task> ParseTask(const json& body) {
   PARSYN_RETURN_IF_ERROR(CheckObject(body, "a task"));
   JsonFields f = JsonFields::Lenient(body);
@@ -257,6 +279,13 @@ StatusOr<Task> ParseTask(const json& body) {
     t.global_weights.size_bytes = g->Uint64("size_bytes", false).value_or(0);
     t.global_weights.round = static_cast<int>(g->Int("round", false, 0, kMaxRound).value_or(0));
     f.Absorb(*g);
+  }
+  if (std::optional<std::string> source = f.String("data_source", false, 32)) {
+    if (*source == "platform" || *source == "workers") {
+      t.data_source = *source == "workers" ? DataSource::kWorkers : DataSource::kPlatform;
+    } else {
+      f.AddProblem("'data_source' must be one of platform, workers, got '" + *source + "'");
+    }
   }
   if (std::optional<JsonFields> d = Nested(f, "data", true)) {
     t.data.format = d->String("format", false, 16).value_or("");
@@ -332,6 +361,7 @@ json TaskToJson(const Task& t) {
         {"sha256", t.global_weights.sha256},
         {"size_bytes", t.global_weights.size_bytes},
         {"round", t.global_weights.round}}},
+      {"data_source", DataSourceName(t.data_source)},
       {"data",
        {{"format", t.data.format},
         {"kind", t.data.kind},
@@ -345,6 +375,7 @@ json TaskToJson(const Task& t) {
         {"model_type", t.model.model_type},
         {"files", TaskModelFilesToJson(t.model.files)}}},
   };
+  if (t.data_source == DataSource::kWorkers) out["data"] = json::object();  // the worker's own file: no URLs
   if (t.update_upload) out["update_upload"] = UpdateUploadToJson(*t.update_upload);
   return out;
 }

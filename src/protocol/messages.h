@@ -37,9 +37,19 @@ inline constexpr size_t kMaxReasonBytes = 2000;  // Failure::reason
 
 // --- hello ---------------------------------------------------------------------------------------------------------
 
+// The worker's own data file (`parsyn worker --data`), announced so that the coordinator gives it tasks of jobs whose
+// data.source is "workers". Only its shape leaves the machine: {"format": "csv" | "jsonl", "rows": N}.
+inline constexpr int64_t kMaxLocalRows = 1'000'000'000'000;
+struct LocalData {
+  std::string format;  // "csv" | "jsonl"
+  int64_t rows = 0;    // data rows (CSV: without the header), 1..kMaxLocalRows
+  friend bool operator==(const LocalData&, const LocalData&) = default;
+};
+
 struct Hello {
-  std::string device;   // "cpu", "cuda:0", ...; empty: not said
-  std::string version;  // "parsyn-worker 0.1.0"; empty: not said
+  std::string device;                   // "cpu", "cuda:0", ...; empty: not said
+  std::string version;                  // "parsyn-worker 0.1.0"; empty: not said
+  std::optional<LocalData> local_data;  // absent: the worker trains only on platform shards
   friend bool operator==(const Hello&, const Hello&) = default;
 };
 StatusOr<Hello> ParseHello(std::string_view body);  // an empty body is {}
@@ -84,6 +94,11 @@ nlohmann::json HeartbeatAnswerToJson(const HeartbeatAnswer& answer);
 
 enum class TaskKind { kTrain, kEvaluate };
 std::string_view TaskKindName(TaskKind kind);  // "train" | "evaluate"
+
+// Where a task's training data comes from: the platform's shard (its URLs in `data`), or the worker's own file
+// (a job whose data.source is "workers"; `data` is then empty, and written as {}).
+enum class DataSource { kPlatform, kWorkers };
+std::string_view DataSourceName(DataSource source);  // "platform" | "workers"
 
 struct TaskModelFile {
   std::string path;  // within the model folder
@@ -150,6 +165,7 @@ struct Task {
   TrainingConfig config;
   int64_t deadline_unix_ms = 0;
   TaskGlobalWeights global_weights;
+  DataSource data_source = DataSource::kPlatform;  // JSON "data_source"; absent reads as "platform"
   TaskData data;
   TaskModel model;
   std::optional<UpdateUpload> update_upload;  // train tasks only, and always there

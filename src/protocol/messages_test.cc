@@ -26,6 +26,7 @@ json CoordinatorTask() {
       {"config", config},
       {"deadline_unix_ms", 1'700'000'000'000},
       {"global_weights", {{"url", "http://c/blobs/g?sig=1"}, {"sha256", "ab"}, {"size_bytes", 1234}, {"round", 1}}},
+      {"data_source", "platform"},
       {"data",
        {{"format", "jsonl"},
         {"kind", "text"},
@@ -102,6 +103,21 @@ TEST(TaskMessageTest, IgnoresFieldsItDoesNotKnowAndNamesBadOnes) {
   EXPECT_EQ(ParseTask(json::array()).status().message(), "a task must be a JSON object, got array");
 }
 
+TEST(TaskMessageTest, SaysWhereItsDataComesFrom) {
+  json task = CoordinatorTask();
+  task["data_source"] = "workers";
+  task["data"] = json::object();  // no shard: the worker's own file
+  auto workers = ParseTask(task);
+  ASSERT_TRUE(workers.ok()) << workers.status().ToString();
+  EXPECT_EQ(workers->data_source, DataSource::kWorkers);
+  EXPECT_EQ(TaskToJson(*workers).dump(), task.dump());
+  // A coordinator from before data sources sends none: the platform's shard.
+  task.erase("data_source");
+  EXPECT_EQ(ParseTask(task)->data_source, DataSource::kPlatform);
+  task["data_source"] = "laptop";
+  EXPECT_EQ(ParseTask(task).status().message(), "'data_source' must be one of platform, workers, got 'laptop'");
+}
+
 TEST(TaskMessageTest, RejectsAbsurdSizes) {
   json task = CoordinatorTask();
   task["round"] = 2'000'000;
@@ -137,6 +153,16 @@ TEST(HelloTest, RoundTripsAndAcceptsAnEmptyBody) {
   EXPECT_EQ(*ParseHello(""), Hello{});
   EXPECT_EQ(ParseHello(R"({"device": 1, "gpu": "a"})").status().message(),
             "unknown field 'gpu'; 'device' must be a string, got number");
+
+  // A worker started with --data announces its file's shape (never its contents).
+  Hello local{.device = "cpu", .local_data = LocalData{.format = "csv", .rows = 354}};
+  EXPECT_EQ(HelloToJson(local), (json{{"device", "cpu"}, {"local_data", {{"format", "csv"}, {"rows", 354}}}}));
+  EXPECT_EQ(*ParseHello(HelloToJson(local).dump()), local);
+  EXPECT_EQ(ParseHello(R"({"local_data": {"format": "xlsx", "rows": 0, "path": "/home/a"}})").status().message(),
+            "unknown field 'local_data.path'; 'local_data.format' must be one of csv, jsonl, got 'xlsx'; "
+            "'local_data.rows' must be in 1..1000000000000, got 0");
+  EXPECT_EQ(ParseHello(R"({"local_data": {"format": "csv"}})").status().message(), "missing field 'local_data.rows'");
+  EXPECT_EQ(ParseHello(R"({"local_data": 5})").status().message(), "'local_data' must be an object, got number");
 
   HelloAnswer answer{.worker_id = 4,
                      .session_id = "pss_1",

@@ -109,7 +109,7 @@ struct Worker {
 struct TrainingJob {
   int64_t id = 0;  // assigned by CreateJob
   std::string name;
-  int64_t dataset_id = 0;  // must name an existing dataset
+  int64_t dataset_id = 0;  // must name an existing dataset; 0: none (the workers train on their own data)
   int64_t model_id = 0;    // must name an existing model
   std::string spec_json;   // the full request body as validated, defaults filled in
   JobStatus status = JobStatus::kQueued;

@@ -158,7 +158,7 @@ CREATE INDEX job_events_by_job ON job_events(job_id, id);
 // Version 2: the validation losses of a job's weights. Before it, a round's validation_loss was the loss of the global
 // the round started from (round - 1's) and the final evaluation's loss was only an event: each loss moves to the round
 // whose global it measured, and the job gets its initial, final and best figures.
-constexpr const char* kSchemaV2 = R"sql(
+constexpr std::string_view kSchemaV2 = R"sql(
 ALTER TABLE jobs ADD COLUMN status_reason TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN initial_validation_loss REAL;
 ALTER TABLE jobs ADD COLUMN final_validation_loss REAL;
@@ -192,7 +192,37 @@ UPDATE jobs SET best_validation_loss =
 DROP TABLE v1_round_losses;
 )sql";
 
-constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}};
+// Version 3: a job over the workers' own data (data.source "workers") has no dataset: jobs.dataset_id may be NULL.
+// SQLite cannot drop a NOT NULL in place, so the table is rebuilt (migrations run with foreign keys off; see Open).
+constexpr std::string_view kSchemaV3 = R"sql(
+CREATE TABLE jobs_rebuilt (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL,
+  dataset_id INTEGER REFERENCES datasets(id),
+  model_id INTEGER NOT NULL REFERENCES models(id),
+  spec_json TEXT NOT NULL,
+  status TEXT NOT NULL
+    CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'stopped', 'cancelled')),
+  failure_reason TEXT NOT NULL,
+  current_round INTEGER NOT NULL,
+  committed_round INTEGER NOT NULL,
+  consecutive_failed_rounds INTEGER NOT NULL,
+  created_at_ms INTEGER NOT NULL,
+  started_at_ms INTEGER,
+  finished_at_ms INTEGER,
+  status_reason TEXT NOT NULL DEFAULT '',
+  initial_validation_loss REAL,
+  final_validation_loss REAL,
+  best_round INTEGER,
+  best_validation_loss REAL
+);
+INSERT INTO jobs_rebuilt SELECT * FROM jobs;
+DROP TABLE jobs;
+ALTER TABLE jobs_rebuilt RENAME TO jobs;
+CREATE INDEX jobs_by_status ON jobs(status);
+)sql";
+
+constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}};
 
 struct StmtFinalizer {
   void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
@@ -399,7 +429,7 @@ StatusOr<TrainingJob> ReadJob(const Query& q) {
   TrainingJob j;
   j.id = q.Int(0);
   j.name = q.Text(1);
-  j.dataset_id = q.Int(2);
+  j.dataset_id = q.OptInt(2).value_or(0);  // NULL: the job trains on the workers' own data
   j.model_id = q.Int(3);
   j.spec_json = q.Text(4);
   PARSYN_ASSIGN_OR_RETURN(j.status, ParseStored(ParseJobStatus(q.Text(5)), "jobs row"));
@@ -566,8 +596,22 @@ StatusOr<std::unique_ptr<SqliteMetadataStore>> SqliteMetadataStore::Open(const s
   // commit, so an acknowledged change survives power loss, not only a crash.
   PARSYN_RETURN_IF_ERROR(Exec(db.get(), "PRAGMA journal_mode=WAL", "enabling WAL"));
   PARSYN_RETURN_IF_ERROR(Exec(db.get(), "PRAGMA synchronous=FULL", "setting synchronous=FULL"));
-  PARSYN_RETURN_IF_ERROR(Exec(db.get(), "PRAGMA foreign_keys=ON", "enabling foreign keys"));
+  // Migrations run before foreign keys are enforced: rebuilding a table (drop, rename) must not cascade into the rows
+  // that refer to it. foreign_key_check then proves the data still holds together.
   PARSYN_RETURN_IF_ERROR(Migrate(db.get(), path, migrations));
+  {
+    sqlite3_stmt* raw_check = nullptr;
+    if (sqlite3_prepare_v2(db.get(), "PRAGMA foreign_key_check", -1, &raw_check, nullptr) != SQLITE_OK) {
+      return SqliteError(db.get(), sqlite3_extended_errcode(db.get()), "checking foreign keys");
+    }
+    StmtPtr check(raw_check);
+    if (sqlite3_step(check.get()) == SQLITE_ROW) {
+      return InternalError("metadata store " + path + ": a row of table " +
+                           reinterpret_cast<const char*>(sqlite3_column_text(check.get(), 0)) +
+                           " refers to a missing row after the schema migrations");
+    }
+  }
+  PARSYN_RETURN_IF_ERROR(Exec(db.get(), "PRAGMA foreign_keys=ON", "enabling foreign keys"));
   return std::unique_ptr<SqliteMetadataStore>(new SqliteMetadataStore(std::move(db)));
 }
 
@@ -809,6 +853,7 @@ StatusOr<TrainingJob> SqliteMetadataStore::CreateJob(const TrainingJob& job) {
   // Checked here rather than left to the foreign keys so the error names what is missing.
   for (auto [table, what, id] :
        {std::tuple{"datasets", "dataset", job.dataset_id}, std::tuple{"models", "model", job.model_id}}) {
+    if (id == 0 && std::string_view(table) == "datasets") continue;  // no dataset: stored as NULL
     PARSYN_PREPARE(q, std::string("SELECT 1 FROM ") + table + " WHERE id = ?1");
     q->Bind(id);
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
@@ -828,7 +873,8 @@ StatusOr<TrainingJob> SqliteMetadataStore::CreateJob(const TrainingJob& job) {
                    "INSERT INTO jobs (name, dataset_id, model_id, spec_json, status, failure_reason, "
                    "current_round, committed_round, consecutive_failed_rounds, created_at_ms) "
                    "VALUES (?1, ?2, ?3, ?4, 'queued', '', 0, 0, 0, ?5)");
-    q->Bind(job.name, job.dataset_id, job.model_id, job.spec_json, job.created_at_ms);
+    q->Bind(job.name, job.dataset_id == 0 ? std::optional<int64_t>() : std::optional(job.dataset_id), job.model_id,
+            job.spec_json, job.created_at_ms);
     PARSYN_RETURN_IF_ERROR(q->Run());
     stored.id = sqlite3_last_insert_rowid(db_.get());
   }

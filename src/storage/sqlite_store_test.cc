@@ -164,6 +164,51 @@ TEST(SqliteStoreTest, FailedMigrationKeepsNothingOfItself) {
   EXPECT_EQ(QueryText(*store, "SELECT count(*) FROM sqlite_master WHERE name = 'half_done'"), "0");
 }
 
+// Version 2 rebuilds the jobs table so that a job over the workers' own data needs no dataset: a version-1 database
+// keeps its jobs and everything that refers to them, and foreign keys still hold afterwards.
+TEST(SqliteStoreTest, JobsWithoutADatasetAfterMigratingAVersion1Database) {
+  TempDirForTest dir;
+  const fs::path db = dir.path() / "meta.db";
+  int64_t old_job = 0;
+  {
+    auto store = MustOpen(db, SqliteMigrations().subspan(0, 1));
+    ASSERT_NE(store, nullptr);
+    Dataset d;
+    d.blob_key = "datasets/1";
+    d = *store->CreateDataset(d);
+    Model m = *store->CreateModel(Model{});
+    TrainingJob j;
+    j.name = "old";
+    j.dataset_id = d.id;
+    j.model_id = m.id;
+    old_job = store->CreateJob(j)->id;
+    Shard shard;
+    shard.shard_index = 0;
+    ASSERT_TRUE(store->CreateShards(old_job, std::vector<Shard>{shard}).ok());
+    ASSERT_TRUE(store->SetJobStatus(old_job, JobStatus::kRunning, 1).ok());
+    ASSERT_TRUE(store->StartRound(Round{.job_id = old_job, .round = 1, .attempt = 1}).ok());
+    TrainingJob no_dataset = j;
+    no_dataset.dataset_id = 0;
+    EXPECT_FALSE(store->CreateJob(no_dataset).ok());  // version 1 requires one
+  }
+  auto store = MustOpen(db);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(*store->SchemaVersion(), 2);
+  EXPECT_EQ(QueryText(*store, "PRAGMA foreign_keys"), "1");
+  EXPECT_EQ(store->GetJob(old_job)->name, "old");
+  EXPECT_EQ(store->ListShards(old_job)->size(), 1u);
+  EXPECT_EQ(store->ListRounds(old_job)->size(), 1u);
+  TrainingJob local;
+  local.name = "local data";
+  local.model_id = store->GetJob(old_job)->model_id;
+  StatusOr<TrainingJob> created = store->CreateJob(local);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(store->GetJob(created->id)->dataset_id, 0);
+  EXPECT_EQ(QueryText(*store, "SELECT count(*) FROM jobs WHERE dataset_id IS NULL"), "1");
+  local.dataset_id = 999;
+  EXPECT_EQ(store->CreateJob(local).status().message(), "dataset 999 not found");
+}
+
 TEST(SqliteStoreTest, MisnumberedMigrationListIsInternal) {
   const Migration gap[] = {{1, "CREATE TABLE a (x);"}, {3, "CREATE TABLE b (x);"}};
   EXPECT_EQ(SqliteMetadataStore::Open(":memory:", gap).status().code(), StatusCode::kInternal);

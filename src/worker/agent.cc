@@ -149,10 +149,16 @@ StatusOr<Agent::Session> Agent::Hello(std::stop_token stop) {
   http::CallOptions call;
   call.stop = stop;
   call.retry = true;  // hello is idempotent: a repeated one replaces the session it made
-  PARSYN_ASSIGN_OR_RETURN(
-      http::ClientResponse res,
-      client_.PostJson("/api/v1/worker/hello", protocol::HelloToJson({.device = options_.device, .version = kVersion}),
-                       call));
+  protocol::Hello hello{.device = options_.device, .version = kVersion};
+  if (!options_.local_data.empty()) {
+    // Only the file's shape is announced (jobs over the workers' own data take only workers that have some).
+    const bool csv = options_.local_data.extension() == ".csv";
+    PARSYN_ASSIGN_OR_RETURN(int64_t rows, CountRows(options_.local_data, csv));
+    if (rows < 1) return FailedPreconditionError("--data " + options_.local_data.string() + " has no data rows");
+    hello.local_data = protocol::LocalData{.format = csv ? "csv" : "jsonl", .rows = rows};
+  }
+  PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res,
+                          client_.PostJson("/api/v1/worker/hello", protocol::HelloToJson(hello), call));
   PARSYN_ASSIGN_OR_RETURN(json body, res.Json());
   StatusOr<protocol::HelloAnswer> answer = protocol::ParseHelloAnswer(body);
   if (!answer.ok()) return InternalError("the coordinator's hello answer is malformed: " + answer.status().message());
@@ -333,12 +339,27 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
   files.global_weights = task_dir / "global.safetensors";
   PARSYN_RETURN_IF_ERROR(
       DownloadVerified(blob_client_, task.global_weights.url, files.global_weights, task.global_weights.sha256, stop));
-  if (!options_.local_data.empty()) {
-    // Local data never leaves: the trainer holds out its own validation slice (the config's fraction).
+  if (task.data_source == protocol::DataSource::kWorkers) {
+    // The job trains on the workers' own files. Local data never leaves: the trainer holds out its validation slice
+    // (the config's fraction, split by the job's seed: trainer_task.h).
+    if (options_.local_data.empty()) {
+      return FailedPreconditionError("job " + std::to_string(task.job_id) +
+                                     " trains on the workers' own data (data.source \"workers\"), but this worker "
+                                     "was started without --data");
+    }
     files.data = options_.local_data;
     files.data_format = options_.local_data.extension() == ".csv" ? "csv" : "jsonl";
+    const std::string& type = task.model.model_type;
+    const bool tabular_model = type.starts_with("tabular-");
+    if (!type.empty() && tabular_model != (files.data_format == "csv")) {
+      return FailedPreconditionError("job " + std::to_string(task.job_id) + "'s model is " +
+                                     (tabular_model ? "tabular (" + type + "): it needs a .csv file"
+                                                    : "a language model (" + type + "): it needs a .jsonl file") +
+                                     ", but --data is " + options_.local_data.filename().string());
+    }
     return files;
   }
+  // A platform job trains on its shard, also on a worker started with --data (that file is for "workers" jobs).
   const protocol::TaskData& data = task.data;
   if (data.format.empty() || data.train_url.empty() || data.validation_url.empty()) {
     return InvalidArgumentError("task: its data needs a format, a train_url and a validation_url");

@@ -6,8 +6,11 @@
 // weights and the worker's shard through the task's signed URLs, all verified by sha256 where the task gives one
 // (shards have none); progress goes to the coordinator every progress_interval; before uploading, a heartbeat
 // confirms the session and the task are still current, so no update is uploaded for a round that has moved on.
-// With local_data set, the worker trains on that file instead of its shard: only weights and metrics leave the
-// machine, and its sample count is the file's.
+// With local_data set, the hello announces the file (format and rows, nothing of its contents) and the worker takes
+// tasks of jobs over the workers' own data (data_source "workers"): it trains on that file, split into train and
+// validation by the job's seed, and only weights and metrics leave the machine; its sample count is its training
+// split's. Tasks of platform jobs still train on the shard they name. A "workers" task on a worker without
+// local_data, or whose model does not fit the file's format, fails with the reason.
 //
 // Failures: connection errors, coordinator restarts (the old session is unknown: FailedPrecondition) and expired
 // sessions lead to a new hello after a capped exponential backoff; a task that fails (bad download, trainer crash,
@@ -47,7 +50,7 @@ struct AgentOptions {
   std::string token;       // from `parsyn worker register`
   std::string name;        // for logs
   std::string device = "cpu";
-  std::filesystem::path local_data;  // empty: train on the platform's shard
+  std::filesystem::path local_data;  // .csv or .jsonl for jobs whose data.source is "workers"; empty: none
   std::filesystem::path cache_dir;   // models, shards, task folders
   int trainer_threads = 0;           // parsyn-trainer's intra-op threads (0: libtorch's default)
   std::chrono::milliseconds progress_interval{2'000};

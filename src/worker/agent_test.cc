@@ -63,6 +63,7 @@ struct Seen {
   std::mutex mu;
   std::condition_variable changed;
   std::vector<json> failures;
+  std::vector<json> hellos;
   std::vector<std::string> api_authorizations;   // Authorization of each /api call
   std::vector<std::string> blob_authorizations;  // Authorization of each /blobs call
   int polls = 0;
@@ -89,8 +90,13 @@ http::Router FakeCoordinator(Seen& seen, std::function<json()> task, FakeCoordin
   };
   EXPECT_TRUE(router
                   .Add(http::Method::kPost, "/api/v1/worker/hello",
-                       [note_api](http::Request& req) -> http::Awaitable<http::Response> {
+                       [&seen, note_api](http::Request& req) -> http::Awaitable<http::Response> {
                          note_api(req);
+                         {
+                           std::lock_guard lock(seen.mu);
+                           seen.hellos.push_back(*req.JsonBody());
+                         }
+                         seen.changed.notify_all();
                          co_return http::Response::Json(
                              200, {{"session_id", "s1"}, {"heartbeat_interval_ms", 60'000}, {"max_poll_wait_ms", 100}});
                        })
@@ -171,6 +177,7 @@ json TrainTask(const std::string& base_url) {
            {{"url", base_url + "/blobs/jobs/7/global?sig=abc"},
             {"sha256", weights::Sha256Hex(std::string_view(kGlobalBytes))},
             {"size_bytes", kGlobalBytes.size()}}},
+          {"data_source", "workers"},  // the agent trains on its --data file
           {"data", {{"format", "csv"}}},
           {"model", {{"files", json::array()}}},
           {"update_upload", {{"blob_key", "jobs/7/u"}, {"url", base_url + "/blobs/jobs/7/u?sig=def"}}}};
@@ -269,6 +276,39 @@ TEST_F(AgentTest, TrainerCrashIsReportedWithItsMessage) {
   ASSERT_EQ(seen.failures.size(), 1u);
   EXPECT_EQ(seen.failures[0]["reason"], "parsyn-trainer exited with status 1: CUDA out of memory");
   EXPECT_EQ(trainer.starts.load(), 1);
+}
+
+// A worker with --data says so in its hello (format and rows only). One without it that gets a task of a job over
+// the workers' own data fails it, saying why.
+TEST_F(AgentTest, OwnDataIsAnnouncedAndItsAbsenceFailsSuchTasks) {
+  Seen seen;
+  std::string url;
+  net::io_context io;
+  http::testing::TestServer coordinator(io, FakeCoordinator(seen, [&] { return TrainTask(url); }, {}));
+  url = coordinator.url();
+  ScriptedTrainer trainer({}, 0);
+  AgentOptions options = Options(url);
+  {
+    RunningAgent with_data(options, trainer);
+    ASSERT_TRUE(seen.WaitFor([&] { return !seen.hellos.empty(); }));
+    ASSERT_TRUE(with_data.Stop().ok());
+  }
+  {
+    std::lock_guard lock(seen.mu);
+    EXPECT_EQ(seen.hellos[0]["local_data"], (json{{"format", "csv"}, {"rows", 1}}));
+    seen.hellos.clear();
+    seen.failures.clear();
+    seen.polls = 0;
+  }
+  options.local_data.clear();
+  RunningAgent without(options, trainer);
+  ASSERT_TRUE(seen.WaitFor([&] { return !seen.failures.empty(); }));
+  ASSERT_TRUE(without.Stop().ok());
+  std::lock_guard lock(seen.mu);
+  EXPECT_FALSE(seen.hellos.at(0).contains("local_data"));
+  EXPECT_EQ(seen.failures[0]["reason"],
+            "job 7 trains on the workers' own data (data.source \"workers\"), but this worker was started without "
+            "--data");
 }
 
 TEST_F(AgentTest, TaskWhoseRoundMovedOnIsNotReported) {

@@ -41,7 +41,9 @@ protocol::TrainerTask BuildTrainerTask(const protocol::Task& task, const TaskFil
   }
   // The trainer reads seeds as non-negative int64: keep the coordinator's 64-bit seed's low 63 bits.
   out.seed = task.seed & 0x7fff'ffff'ffff'ffffULL;
-  out.split_seed = 0;
+  // A platform shard's validation slice is fixed by the coordinator (split_seed 0 re-finds it); a worker's own file
+  // is split by the job's seed, the same in every round.
+  out.split_seed = task.data_source == protocol::DataSource::kWorkers ? task.config.seed : 0;
   out.device = device;
   out.threads = threads;
   out.output_weights = (files.output_dir / "update.safetensors").string();

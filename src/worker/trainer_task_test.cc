@@ -86,6 +86,21 @@ TEST(BuildTrainerTaskTest, EpochRoundsHaveNoStepBudget) {
   EXPECT_TRUE(protocol::ParseTrainerTask(protocol::TrainerTaskToJson(out)).ok());
 }
 
+TEST(BuildTrainerTaskTest, OwnDataIsSplitByTheJobsSeedWithTheConfigsFraction) {
+  protocol::Task task = TrainTask();
+  EXPECT_EQ(BuildTrainerTask(task, TaskFiles{.data = "d.csv", .output_dir = "o"}, "cpu", 0).split_seed, 0u);
+  task.data_source = protocol::DataSource::kWorkers;
+  task.config.seed = 1234;
+  task.config.validation_fraction = 0.2;
+  const protocol::TrainerTask out =
+      BuildTrainerTask(task, TaskFiles{.data = "/home/me/own.csv", .data_format = "csv", .output_dir = "o"}, "cpu", 0);
+  // Every round holds out the same rows of the worker's file: the job's seed, not the task's.
+  EXPECT_EQ(out.split_seed, 1234u);
+  EXPECT_EQ(out.data, "/home/me/own.csv");
+  EXPECT_FALSE(out.validation_fraction.has_value());
+  EXPECT_DOUBLE_EQ(out.ValidationFraction(), 0.2);
+}
+
 TEST(BuildResultTest, ReportsSamplesLossesAndTheReceivedGlobalsValidation) {
   const protocol::Task task = TrainTask();
   json done = {{"event", "done"},
