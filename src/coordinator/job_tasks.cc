@@ -33,6 +33,7 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
   }
   results_.clear();
   recorded_updates_.clear();
+  stored_participants_ = std::set<int64_t>(round.participants.begin(), round.participants.end());
   verified_update_bytes_.clear();
   multipart_uploads_.clear();
   progress_.clear();
@@ -134,6 +135,13 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
         co_await Offload(host_.pool(), [&] { return host_.store().AssignShard(job_.id, a.shard, a.worker); });
     if (!assigned.ok()) co_return assigned;
     shard.worker_id = a.worker;
+  }
+  if (!stored_participants_.contains(a.worker)) {
+    // A late joiner (its task goes out after the attempt started): the attempt's participants list it too.
+    Status joined = co_await Offload(
+        host_.pool(), [&] { return host_.store().AddRoundParticipant(job_.id, a.round, a.attempt, a.worker); });
+    if (!joined.ok()) co_return joined;
+    stored_participants_.insert(a.worker);
   }
   {
     auto event_appended = host_.AppendEvent(job_.id, "task_assigned",
