@@ -102,18 +102,26 @@ int Watch(const JobFlags& f) {
           if (e.event == "worker_progress") {
             const int64_t total = d.value("total_steps", json()).is_number() ? d["total_steps"].get<int64_t>() : 0;
             const double loss = d["loss"].is_number() ? d["loss"].get<double>() : 0.0;
-            // The protocol carries no learning rate; throughput is tokens/s or samples/s, whichever the trainer counts.
+            // The protocol carries no learning rate; throughput is tokens/s or samples/s, whichever the trainer counts
+            // (named in throughput_unit by workers that say it).
             const double rate =
                 d.value("throughput", json()).is_number() ? d["throughput"].get<double>() : std::nan("");
+            const json unit = d.value("throughput_unit", json());
+            const std::string per_second = unit.is_string() ? unit.get<std::string>() : "/s";
             bars[d["worker_id"].get<int64_t>()] =
-                FormatProgressLine(d["step"].get<int64_t>(), total, loss, std::nan(""), rate, "/s", -1);
+                FormatProgressLine(d["step"].get<int64_t>(), total, loss, std::nan(""), rate, per_second, -1);
             if (!interactive) {
               std::cout << "  worker " << d["worker_id"] << "  " << bars[d["worker_id"].get<int64_t>()] << "\n";
             }
           } else if (e.event == "round_started") {
             bars.clear();
-            std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " (attempt " << d["attempt"]
-                      << ") started\n";
+            // The engine runs the final evaluation as "round" total_rounds + 1: it is the job's end, not a round.
+            if (d["round"].is_number() && d["total_rounds"].is_number() && d["round"] > d["total_rounds"]) {
+              std::cout << "final evaluation of the last committed global started\n";
+            } else {
+              std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " (attempt " << d["attempt"]
+                        << ") started\n";
+            }
           } else if (e.event == "round_committed") {
             std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " committed: " << d["num_updates"]
                       << " updates, train loss " << d["train_loss"];
