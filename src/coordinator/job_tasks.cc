@@ -136,8 +136,9 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
     if (!assigned.ok()) co_return assigned;
     shard.worker_id = a.worker;
   }
-  if (!stored_participants_.contains(a.worker)) {
-    // A late joiner (its task goes out after the attempt started): the attempt's participants list it too.
+  if (a.kind == TaskKind::kTrain && !stored_participants_.contains(a.worker)) {
+    // A late joiner (its task goes out after the attempt started): the attempt's participants list it too. (The
+    // final evaluation is no round of the store.)
     Status joined = co_await Offload(
         host_.pool(), [&] { return host_.store().AddRoundParticipant(job_.id, a.round, a.attempt, a.worker); });
     if (!joined.ok()) co_return joined;
