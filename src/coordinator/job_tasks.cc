@@ -6,6 +6,7 @@
 #include <boost/asio/detached.hpp>
 
 #include "base/log.h"
+#include "base/strings.h"
 #include "coordinator/job_runner_internal.h"
 #include "protocol/messages.h"
 
@@ -163,13 +164,15 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
   StatusOr<json> task = started.ok() ? BuildTask(a) : StatusOr<json>(started);
   if (!task.ok()) {
     // Nothing went out: the worker leaves this attempt with the reason (a store outage shows up here) and is
-    // offered the next one. Reported once this event is done (the job's mutex is held).
+    // offered the next one. Reported once this event is done (the job's mutex is held). The reason is shown on the
+    // dashboard: the server's own file paths are cut to their file names (the log keeps them).
     PARSYN_LOG_ERROR("training job {}: cannot prepare the task of worker {}: {}", job_.id, a.worker,
                      task.status().ToString());
-    boost::asio::co_spawn(host_.executor(),
-                          TaskFailedDetached(a.worker, a.round, a.attempt,
-                                             "the coordinator could not prepare the task: " + task.status().message()),
-                          boost::asio::detached);
+    boost::asio::co_spawn(
+        host_.executor(),
+        TaskFailedDetached(a.worker, a.round, a.attempt,
+                           "the coordinator could not prepare the task: " + WithoutLocalPaths(task.status().message())),
+        boost::asio::detached);
     co_return Status::Ok();
   }
   const bool delivered = host_.DeliverTask(a.worker, job_.id, std::move(*task));
