@@ -1,6 +1,5 @@
 #include "coordinator/api_json.h"
 
-#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -77,20 +76,14 @@ json WorkerJson(const storage::Worker& w) {
 
 json JobJson(const storage::TrainingJob& job) {
   json spec = json::parse(job.spec_json, nullptr, false);
-  const json total_rounds = spec.is_discarded() ? json() : spec["distributed"]["num_rounds"];
-  // The store's current_round is num_rounds + 1 during (and after) the final evaluation, which is the job's end, not
-  // a round: the API shows at most total_rounds.
-  const int64_t current_round = total_rounds.is_number_integer()
-                                    ? std::min<int64_t>(job.current_round, total_rounds.get<int64_t>())
-                                    : job.current_round;
   json out = {{"id", job.id},
               {"name", job.name},
               {"status", storage::ToString(job.status)},
               {"dataset_id", job.dataset_id},
               {"model_id", job.model_id},
-              {"current_round", current_round},
+              {"current_round", job.current_round},
               {"committed_round", job.committed_round},
-              {"total_rounds", total_rounds},
+              {"total_rounds", spec.is_discarded() ? json() : spec["distributed"]["num_rounds"]},
               {"consecutive_failed_rounds", job.consecutive_failed_rounds},
               {"created_at_ms", job.created_at_ms},
               {"started_at_ms", job.started_at_ms ? json(*job.started_at_ms) : json()},

@@ -306,6 +306,8 @@ export function render(container, [idText]) {
         refreshRoundsSoon();
         break;
       case 'task_assigned':
+        // The final evaluation has no round_started: its tasks (kind evaluate, round total_rounds + 1) begin it.
+        if (e.kind === 'evaluate' || isFinalEvaluationRound(e.round)) state.finalEvaluation = true;
         attemptRecord(e.round, e.attempt).participants.add(e.worker_id);
         Object.assign(workerState(e.worker_id), {
           state: e.kind === 'evaluate' ? 'evaluating' : 'training', kind: e.kind ?? 'train', round: e.round, step: 0,
@@ -349,6 +351,8 @@ export function render(container, [idText]) {
       case 'round_committed':
         state.totalRounds = e.total_rounds ?? state.totalRounds;
         state.committed = e.round;
+        // After the last round, the final evaluation runs until the job ends.
+        if (state.totalRounds > 0 && e.round >= state.totalRounds) state.finalEvaluation = true;
         if (e.train_loss !== null && e.train_loss !== undefined) state.train.set(e.round, e.train_loss);
         refreshRoundsSoon();
         break;
