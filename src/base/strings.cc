@@ -31,4 +31,40 @@ std::string HexEncode(std::string_view bytes) {
   return HexEncode(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()));
 }
 
+std::string WithoutLocalPaths(std::string_view message) {
+  auto starts_path_after = [](char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\'' || c == '"' || c == '(' || c == '[' || c == '=' || c == ',';
+  };
+  auto ends_path = [](char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\'' || c == '"' || c == ')' || c == ']' ||
+           c == ',' || c == ';';
+  };
+  std::string out;
+  out.reserve(message.size());
+  size_t i = 0;
+  while (i < message.size()) {
+    const bool at_boundary = i == 0 || starts_path_after(message[i - 1]);
+    if (message[i] != '/' || !at_boundary || message.substr(i, 5) == "/api/") {
+      out += message[i++];
+      continue;
+    }
+    size_t end = i;
+    while (end < message.size() && !ends_path(message[end]) &&
+           !(message[end] == ':' && (end + 1 == message.size() || message[end + 1] == ' '))) {
+      ++end;
+    }
+    std::string_view path = message.substr(i, end - i);
+    std::string_view trimmed = path;
+    while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.remove_suffix(1);
+    const size_t last_slash = trimmed.rfind('/');
+    if (last_slash == 0 || last_slash == std::string_view::npos) {
+      out += path;  // "/x": one part, not taken for a path
+    } else {
+      out += trimmed.substr(last_slash + 1);
+    }
+    i = end;
+  }
+  return out;
+}
+
 }  // namespace parsyn

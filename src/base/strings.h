@@ -1,4 +1,4 @@
-// Small string helpers that several layers need: case, whitespace, hex.
+// Small string helpers that several layers need: case, whitespace, hex, paths in messages.
 #pragma once
 
 #include <span>
@@ -14,5 +14,11 @@ std::string_view Trim(std::string_view text);
 // Lowercase hex, two digits per byte.
 std::string HexEncode(std::span<const unsigned char> bytes);
 std::string HexEncode(std::string_view bytes);
+// `message` with every absolute file path in it replaced by the path's last part, for messages that leave the
+// machine (a worker's failure reason shown on the dashboard): "/home/u/.cache/parsyn/tasks/1-1-3-w1/task.json: bad"
+// becomes "task.json: bad". A path starts with '/' at the start or after a space, quote, bracket, '=' or ',', has at
+// least two parts, and ends before whitespace, a quote, a closing bracket, ',' or ';', or a ':' that ends the text or
+// is followed by a space. API routes ("/api/...") are kept.
+std::string WithoutLocalPaths(std::string_view message);
 
 }  // namespace parsyn

@@ -22,5 +22,20 @@ TEST(StringsTest, HexEncodeIsLowercaseTwoDigitsPerByte) {
   EXPECT_EQ(HexEncode(""), "");
 }
 
+TEST(StringsTest, WithoutLocalPathsKeepsOnlyEachPathsLastPart) {
+  EXPECT_EQ(WithoutLocalPaths("parsyn-trainer exited with status 1: /srv/parsyn/managed-workers/managed-1/tasks/"
+                              "1-1-3-w1/task.json: config.max_seq_len must be >= 8"),
+            "parsyn-trainer exited with status 1: task.json: config.max_seq_len must be >= 8");
+  EXPECT_EQ(WithoutLocalPaths("cannot read '/home/u/data/train.jsonl' (row 3)"), "cannot read 'train.jsonl' (row 3)");
+  EXPECT_EQ(WithoutLocalPaths("cannot create /var/cache/parsyn/tasks/: No space left"),
+            "cannot create tasks: No space left");
+  EXPECT_EQ(WithoutLocalPaths("path=/a/b/c.bin, size 3"), "path=c.bin, size 3");
+  // Not paths: ratios, units, single parts, URLs and API routes.
+  for (const char* kept : {"loss 1/2 of tokens/s", "see /x here", "GET http://10.0.0.5:8080/blobs/k: 404",
+                           "POST /api/v1/worker/result: 409", ""}) {
+    EXPECT_EQ(WithoutLocalPaths(kept), kept);
+  }
+}
+
 }  // namespace
 }  // namespace parsyn

@@ -119,6 +119,7 @@ int Watch(const JobFlags& f) {
   std::string final_status;
   std::string last_event_id;
   std::map<int64_t, std::string> bars;  // worker -> its latest progress line
+  int64_t total_rounds = 0;             // from round events; a round above it is the final evaluation
   auto redraw_bars = [&] {
     for (const auto& [worker, line] : bars) std::cout << "  worker " << worker << "  " << line << "\n";
     if (interactive && !bars.empty()) std::cout << "\033[" << bars.size() << "A" << std::flush;
@@ -134,14 +135,18 @@ int Watch(const JobFlags& f) {
           json d = json::parse(e.data, nullptr, false);
           if (d.is_discarded()) return true;
           if (interactive && !bars.empty()) std::cout << "\033[J";
+          if (d.value("total_rounds", json()).is_number_integer()) total_rounds = d["total_rounds"].get<int64_t>();
           if (e.event == "worker_progress") {
             const int64_t total = d.value("total_steps", json()).is_number() ? d["total_steps"].get<int64_t>() : 0;
             const double loss = d["loss"].is_number() ? d["loss"].get<double>() : 0.0;
-            // The protocol carries no learning rate; throughput is tokens/s or samples/s, whichever the trainer counts.
+            // The protocol carries no learning rate; throughput is tokens/s or samples/s, whichever the trainer counts
+            // (named in throughput_unit by workers that say it).
             const double rate =
                 d.value("throughput", json()).is_number() ? d["throughput"].get<double>() : std::nan("");
+            const json unit = d.value("throughput_unit", json());
+            const std::string per_second = unit.is_string() ? unit.get<std::string>() : "/s";
             bars[d["worker_id"].get<int64_t>()] =
-                FormatProgressLine(d["step"].get<int64_t>(), total, loss, std::nan(""), rate, "/s", -1);
+                FormatProgressLine(d["step"].get<int64_t>(), total, loss, std::nan(""), rate, per_second, -1);
             if (!interactive) {
               std::cout << "  worker " << d["worker_id"] << "  " << bars[d["worker_id"].get<int64_t>()] << "\n";
             }
@@ -157,13 +162,18 @@ int Watch(const JobFlags& f) {
                       << d["consecutive_failures"] << "/" << d["fault_tolerance"]
                       << "): " << d["reason"].get<std::string>() << "\n";
           } else if (e.event == "worker_dropped") {
-            std::cout << "worker " << d["worker_id"] << " left round " << d["round"] << ": "
+            const bool final_evaluation = total_rounds > 0 && d["round"].get<int64_t>() > total_rounds;
+            std::cout << "worker " << d["worker_id"] << " left "
+                      << (final_evaluation ? std::string("the final evaluation") : "round " + d["round"].dump()) << ": "
                       << d["reason"].get<std::string>() << "\n";
           } else if (e.event == "update_rejected") {
             std::cout << "update of worker " << d["worker_id"] << " rejected: " << d["reason"].get<std::string>()
                       << "\n";
           } else if (e.event == "task_assigned") {
-            bars[d["worker_id"].get<int64_t>()] = "assigned shard " + std::to_string(d["shard"].get<int>());
+            // An evaluate task is the job's final evaluation (its round number is total_rounds + 1: not shown).
+            const bool evaluate = d.value("kind", "") == "evaluate";
+            bars[d["worker_id"].get<int64_t>()] =
+                (evaluate ? "final evaluation on shard " : "assigned shard ") + std::to_string(d["shard"].get<int>());
           } else if (e.event == "global_evaluated") {
             // Each loss names the weights it measured; the final evaluation belongs to the job's end.
             const int64_t global_round = d["global_round"].get<int64_t>();

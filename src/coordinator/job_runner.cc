@@ -246,12 +246,20 @@ void JobRunner::RecordProgress(int64_t worker_id, const json& progress) { progre
 
 json JobRunner::LiveView() const {
   if (engine_ == nullptr) return json::object();
-  return {{"phase", JobPhaseName(engine_->phase())},
-          {"round", engine_->round()},
-          {"attempt", engine_->attempt()},
-          {"committed_round", job_.committed_round},  // as stored (the engine may be ahead until Resync)
-          {"total_rounds", engine_config_.num_rounds},
-          {"workers", ParticipantsJson(engine_->participants(), progress_)}};
+  json view = {{"phase", JobPhaseName(engine_->phase())},
+               {"round", engine_->round()},
+               {"attempt", engine_->attempt()},
+               {"committed_round", job_.committed_round},  // as stored (the engine may be ahead until Resync)
+               {"total_rounds", engine_config_.num_rounds},
+               {"workers", ParticipantsJson(engine_->participants(), progress_)}};
+  // The engine runs the final evaluation as "round" num_rounds + 1; it belongs to the job's end, not to its rounds,
+  // so the view names it and shows no round number above total_rounds (nor while the job's end is being recorded).
+  if (engine_->round() > engine_config_.num_rounds) {
+    if (engine_->phase() == JobPhase::kEvaluating) view["phase"] = "final_evaluation";
+    view.erase("round");
+    view.erase("attempt");
+  }
+  return view;
 }
 
 }  // namespace parsyn::coordinator

@@ -199,6 +199,7 @@ class JobRunner {
   int64_t bytes_moved_ = 0;                                // of the attempt in progress
   std::map<int64_t, ResultReport> results_;                // of the attempt in progress, by worker
   std::set<int64_t> recorded_updates_;                     // workers whose update of this attempt is in the store
+  std::set<int64_t> stored_participants_;                  // this attempt's participants as the store lists them
   std::map<int64_t, nlohmann::json> progress_;             // latest progress report per worker, this attempt
   std::map<int64_t, std::string> last_verdicts_;           // "" accepted, else the rejection reason
   std::map<int64_t, CheckedUpdate> checked_updates_;       // by worker: checked early, waiting for the job's mutex

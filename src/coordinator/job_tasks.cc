@@ -6,6 +6,7 @@
 #include <boost/asio/detached.hpp>
 
 #include "base/log.h"
+#include "base/strings.h"
 #include "coordinator/job_runner_internal.h"
 #include "protocol/messages.h"
 
@@ -33,6 +34,7 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
   }
   results_.clear();
   recorded_updates_.clear();
+  stored_participants_ = std::set<int64_t>(round.participants.begin(), round.participants.end());
   verified_update_bytes_.clear();
   multipart_uploads_.clear();
   progress_.clear();
@@ -140,6 +142,14 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
     if (!assigned.ok()) co_return assigned;
     shard.worker_id = a.worker;
   }
+  if (a.kind == TaskKind::kTrain && !stored_participants_.contains(a.worker)) {
+    // A late joiner (its task goes out after the attempt started): the attempt's participants list it too. (The
+    // final evaluation is no round of the store.)
+    Status joined = co_await Offload(
+        host_.pool(), [&] { return host_.store().AddRoundParticipant(job_.id, a.round, a.attempt, a.worker); });
+    if (!joined.ok()) co_return joined;
+    stored_participants_.insert(a.worker);
+  }
   {
     auto event_appended = host_.AppendEvent(job_.id, "task_assigned",
                                             {{"worker_id", a.worker},
@@ -159,13 +169,15 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
   StatusOr<json> task = started.ok() ? BuildTask(a) : StatusOr<json>(started);
   if (!task.ok()) {
     // Nothing went out: the worker leaves this attempt with the reason (a store outage shows up here) and is
-    // offered the next one. Reported once this event is done (the job's mutex is held).
+    // offered the next one. Reported once this event is done (the job's mutex is held). The reason is shown on the
+    // dashboard: the server's own file paths are cut to their file names (the log keeps them).
     PARSYN_LOG_ERROR("training job {}: cannot prepare the task of worker {}: {}", job_.id, a.worker,
                      task.status().ToString());
-    boost::asio::co_spawn(host_.executor(),
-                          TaskFailedDetached(a.worker, a.round, a.attempt,
-                                             "the coordinator could not prepare the task: " + task.status().message()),
-                          boost::asio::detached);
+    boost::asio::co_spawn(
+        host_.executor(),
+        TaskFailedDetached(a.worker, a.round, a.attempt,
+                           "the coordinator could not prepare the task: " + WithoutLocalPaths(task.status().message())),
+        boost::asio::detached);
     co_return Status::Ok();
   }
   const bool delivered = host_.DeliverTask(a.worker, job_.id, std::move(*task));

@@ -165,7 +165,9 @@ class WorkerProtocolRoutes {
                      {"loss", body->loss ? json(*body->loss) : json()}};
     // The dashboard shows each worker's throughput and utilisation live from this event.
     if (body->throughput) progress["throughput"] = *body->throughput;
+    if (!body->throughput_unit.empty()) progress["throughput_unit"] = body->throughput_unit;
     if (body->utilization) progress["utilization"] = *body->utilization;
+    if (!body->utilization_device.empty()) progress["utilization_device"] = body->utilization_device;
     runner->RecordProgress(worker_id, progress);
     progress["worker_id"] = worker_id;
     {

@@ -383,8 +383,9 @@ json TaskToJson(const Task& t) {
 // --- progress, result, failure -------------------------------------------------------------------------------------
 
 StatusOr<Progress> ParseProgress(std::string_view body) {
-  PARSYN_ASSIGN_OR_RETURN(JsonFields f, JsonFields::Parse(body, {"session_id", "job_id", "round", "attempt", "step",
-                                                                 "total_steps", "loss", "throughput", "utilization"}));
+  PARSYN_ASSIGN_OR_RETURN(
+      JsonFields f, JsonFields::Parse(body, {"session_id", "job_id", "round", "attempt", "step", "total_steps", "loss",
+                                             "throughput", "throughput_unit", "utilization", "utilization_device"}));
   Progress p;
   p.session_id = f.String("session_id", false).value_or("");
   p.job_id = f.Int("job_id", true, 1, kMaxInt).value_or(0);
@@ -394,8 +395,17 @@ StatusOr<Progress> ParseProgress(std::string_view body) {
   p.total_steps = f.Int("total_steps", false, 0, kMaxInt);
   p.loss = f.Number("loss", false);
   p.throughput = f.Number("throughput", false);
+  p.throughput_unit = f.String("throughput_unit", false).value_or("");
+  if (!p.throughput_unit.empty() && p.throughput_unit != kTokensPerSecond && p.throughput_unit != kSamplesPerSecond) {
+    f.AddProblem("'throughput_unit' must be \"tokens/s\" or \"samples/s\", got \"" + p.throughput_unit + "\"");
+  }
   p.utilization = f.Number("utilization", false);
   if (p.utilization && (*p.utilization < 0 || *p.utilization > 1)) f.AddProblem("'utilization' must be in 0..1");
+  p.utilization_device = f.String("utilization_device", false).value_or("");
+  if (!p.utilization_device.empty() && p.utilization_device != kUtilizationGpu &&
+      p.utilization_device != kUtilizationHostCpu) {
+    f.AddProblem("'utilization_device' must be \"gpu\" or \"host_cpu\", got \"" + p.utilization_device + "\"");
+  }
   PARSYN_RETURN_IF_ERROR(f.status());
   return p;
 }
@@ -407,7 +417,9 @@ json ProgressToJson(const Progress& p) {
   if (p.total_steps) out["total_steps"] = *p.total_steps;
   if (p.loss) out["loss"] = *p.loss;
   if (p.throughput) out["throughput"] = *p.throughput;
+  if (!p.throughput_unit.empty()) out["throughput_unit"] = p.throughput_unit;
   if (p.utilization) out["utilization"] = *p.utilization;
+  if (!p.utilization_device.empty()) out["utilization_device"] = p.utilization_device;
   return out;
 }
 

@@ -34,6 +34,11 @@ namespace parsyn::protocol {
 inline constexpr int64_t kMaxRound = 1'000'000;  // rounds and attempts
 inline constexpr size_t kMaxUrlBytes = 8192;     // presigned S3 URLs run to ~1.5 KB
 inline constexpr size_t kMaxReasonBytes = 2000;  // Failure::reason
+// Progress::throughput_unit and Progress::utilization_device values.
+inline constexpr std::string_view kTokensPerSecond = "tokens/s";
+inline constexpr std::string_view kSamplesPerSecond = "samples/s";
+inline constexpr std::string_view kUtilizationGpu = "gpu";
+inline constexpr std::string_view kUtilizationHostCpu = "host_cpu";
 
 // --- hello ---------------------------------------------------------------------------------------------------------
 
@@ -187,7 +192,11 @@ struct Progress {
   std::optional<int64_t> total_steps;
   std::optional<double> loss;
   std::optional<double> throughput;   // tokens per second for language models, else samples per second
+  std::string throughput_unit;        // what `throughput` counts: "tokens/s" or "samples/s" (empty: not said)
   std::optional<double> utilization;  // 0..1
+  // What `utilization` measures: "gpu" (the task's GPU) or "host_cpu" (the worker machine's whole CPU, every
+  // process on it); empty: not said.
+  std::string utilization_device;
   friend bool operator==(const Progress&, const Progress&) = default;
 };
 StatusOr<Progress> ParseProgress(std::string_view body);

@@ -199,12 +199,21 @@ TEST(ProgressTest, RoundTripsAndChecksRanges) {
              .total_steps = 10,
              .loss = 1.5,
              .throughput = 800.0,
-             .utilization = 0.5};
+             .throughput_unit = "tokens/s",
+             .utilization = 0.5,
+             .utilization_device = "host_cpu"};
   EXPECT_EQ(*ParseProgress(ProgressToJson(p).dump()), p);
+  EXPECT_EQ(ProgressToJson(p)["utilization_device"], "host_cpu");
   Progress minimal{.job_id = 3, .round = 2, .step = 0};
   EXPECT_EQ(ProgressToJson(minimal), (json{{"job_id", 3}, {"round", 2}, {"step", 0}}));
   EXPECT_EQ(ParseProgress(R"({"job_id": 3, "round": 0, "step": 1, "utilization": 2})").status().message(),
             "'round' must be in 1..1000000, got 0; 'utilization' must be in 0..1");
+  EXPECT_EQ(
+      ParseProgress(R"({"job_id": 3, "round": 1, "step": 1, "throughput_unit": "rows/s", "utilization_device": "tpu"})")
+          .status()
+          .message(),
+      "'throughput_unit' must be \"tokens/s\" or \"samples/s\", got \"rows/s\"; 'utilization_device' must be "
+      "\"gpu\" or \"host_cpu\", got \"tpu\"");
 }
 
 TEST(ResultTest, RoundTripsAndRejectsUnknownFields) {

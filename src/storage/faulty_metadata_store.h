@@ -113,6 +113,9 @@ class FaultyMetadataStore final : public MetadataStore {
     return inner_.GetRound(job_id, round, attempt);
   }
   StatusOr<std::vector<Round>> ListRounds(int64_t job_id) override { return inner_.ListRounds(job_id); }
+  Status AddRoundParticipant(int64_t job_id, int32_t round, int32_t attempt, int64_t worker_id) override {
+    return Write([&] { return inner_.AddRoundParticipant(job_id, round, attempt, worker_id); });
+  }
 
   Status RecordUpdate(const RoundUpdate& u) override {
     return Write([&] { return inner_.RecordUpdate(u); });

@@ -164,7 +164,7 @@ struct Round {
   int32_t round = 0;    // 1-based
   int32_t attempt = 0;  // 1-based
   RoundStatus status = RoundStatus::kRunning;
-  std::vector<int64_t> participants;  // worker ids, as selected when the round started
+  std::vector<int64_t> participants;  // worker ids: selected when the round started, or given a task later
   int64_t started_at_ms = 0;
   std::optional<int64_t> ended_at_ms;
   std::optional<double> train_loss;  // sample-weighted mean of the workers' mean training losses
@@ -334,6 +334,9 @@ class MetadataStore {
   virtual Status FailRound(const RoundFailure& failure) = 0;
   virtual StatusOr<Round> GetRound(int64_t job_id, int32_t round, int32_t attempt) = 0;
   virtual StatusOr<std::vector<Round>> ListRounds(int64_t job_id) = 0;  // by round, then attempt
+  // Adds a worker given a task of the attempt after it started (a late joiner) to its participants; a worker already
+  // listed is left as it is. NotFound if the attempt or the worker does not exist.
+  virtual Status AddRoundParticipant(int64_t job_id, int32_t round, int32_t attempt, int64_t worker_id) = 0;
 
   // Updates. RecordUpdate: AlreadyExists if the worker already has an update for that round attempt (the caller
   // treats a duplicate result as idempotent); NotFound if the round attempt does not exist.

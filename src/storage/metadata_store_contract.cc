@@ -455,6 +455,25 @@ TEST_P(MetadataStoreContractTest, ALowerLossMovesBestRound) {
   EXPECT_EQ(j.final_validation_loss, 0.5);
 }
 
+TEST_P(MetadataStoreContractTest, LateParticipantsJoinTheirAttemptOnly) {
+  TrainingJob job = AddRunningJob(AddDataset(), AddModel());
+  Worker w1 = AddWorker("w1");
+  Worker w2 = AddWorker("w2");
+  ASSERT_OK(store().StartRound(NewRound(job.id, 1, 1, {w1.id})));
+  ASSERT_OK(store().AddRoundParticipant(job.id, 1, 1, w2.id));
+  ASSERT_OK(store().AddRoundParticipant(job.id, 1, 1, w1.id));  // already listed: unchanged
+  EXPECT_THAT(Must(store().GetRound(job.id, 1, 1)).participants, ElementsAre(w1.id, w2.id));
+  ASSERT_OK(store().FailRound(NewFailure(job.id, 1, 1)));
+  ASSERT_OK(store().StartRound(NewRound(job.id, 1, 2, {})));
+  ASSERT_OK(store().AddRoundParticipant(job.id, 1, 2, w2.id));
+  std::vector<Round> rounds = Must(store().ListRounds(job.id));
+  ASSERT_THAT(rounds, SizeIs(2));
+  EXPECT_THAT(rounds[0].participants, ElementsAre(w1.id, w2.id));
+  EXPECT_THAT(rounds[1].participants, ElementsAre(w2.id));
+  EXPECT_EQ(store().AddRoundParticipant(job.id, 1, 3, w1.id).code(), StatusCode::kNotFound);
+  EXPECT_EQ(store().AddRoundParticipant(job.id, 1, 2, 4040).code(), StatusCode::kNotFound);
+}
+
 struct StartCase {
   std::string what;
   int32_t round;

@@ -1262,6 +1262,21 @@ Status SqliteMetadataStore::RecordFinalValidationLoss(int64_t job_id, int32_t ro
   return txn.Commit();
 }
 
+Status SqliteMetadataStore::AddRoundParticipant(int64_t job_id, int32_t round, int32_t attempt, int64_t worker_id) {
+  std::lock_guard lock(mu_);
+  PARSYN_RETURN_IF_ERROR(LoadRoundLocked(job_id, round, attempt).status());
+  PARSYN_PREPARE(q,
+                 "INSERT OR IGNORE INTO round_participants (job_id, round, attempt, worker_id) "
+                 "VALUES (?1, ?2, ?3, ?4)");
+  q->Bind(job_id, round, attempt, worker_id);
+  Status s = q->Run();
+  if (q->error_code() == SQLITE_CONSTRAINT_FOREIGNKEY) {
+    return NotFoundError(RoundName(job_id, round, attempt) + ": participant worker " + std::to_string(worker_id) +
+                         " not found");
+  }
+  return s;
+}
+
 StatusOr<Round> SqliteMetadataStore::GetRound(int64_t job_id, int32_t round, int32_t attempt) {
   std::lock_guard lock(mu_);
   PARSYN_ASSIGN_OR_RETURN(Round r, LoadRoundLocked(job_id, round, attempt));

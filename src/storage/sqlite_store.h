@@ -79,6 +79,7 @@ class SqliteMetadataStore final : public MetadataStore {
   Status RecordFinalValidationLoss(int64_t job_id, int32_t round, double validation_loss) override;
   Status FailRound(const RoundFailure& failure) override;
   StatusOr<Round> GetRound(int64_t job_id, int32_t round, int32_t attempt) override;
+  Status AddRoundParticipant(int64_t job_id, int32_t round, int32_t attempt, int64_t worker_id) override;
   StatusOr<std::vector<Round>> ListRounds(int64_t job_id) override;
 
   Status RecordUpdate(const RoundUpdate& update) override;

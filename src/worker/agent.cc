@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "base/strings.h"
 #include "worker/telemetry.h"
 #include "worker/update_upload.h"
 
@@ -316,10 +317,12 @@ void Agent::ReportFailure(const protocol::Task& task, const Status& failure) {
   http::CallOptions call;
   call.timeout = std::chrono::seconds(5);
   call.retry = false;
+  // The reason is shown on the coordinator's dashboard: paths on this machine (its cache, task files, data) say
+  // nothing there and are cut to their file names; the worker's own log keeps them whole.
   const protocol::Failure body{.job_id = task.job_id,
                                .round = task.round,
                                .attempt = task.attempt,
-                               .reason = JsonSafePrefix(failure.message(), kMaxFailureReasonBytes)};
+                               .reason = JsonSafePrefix(WithoutLocalPaths(failure.message()), kMaxFailureReasonBytes)};
   Status sent = client_.PostJson("/api/v1/worker/failure", protocol::FailureToJson(body), call).status();
   if (sent.ok()) {
     counters_.failures_reported++;
@@ -488,7 +491,10 @@ StatusOr<json> Agent::RunTrainer(const Session& session, const protocol::Task& t
     if (kind != "progress") continue;
     pending = BuildProgress(task, session.id, event, std::nullopt);
     if (pending && Clock::now() - last_sent >= options_.progress_interval) {
-      if (std::optional<double> u = utilization.Sample()) pending->utilization = std::clamp(*u, 0.0, 1.0);
+      if (std::optional<double> u = utilization.Sample()) {
+        pending->utilization = std::clamp(*u, 0.0, 1.0);
+        pending->utilization_device = utilization.device_kind();
+      }
       send(*pending);
     }
   }

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "protocol/messages.h"
+
 namespace parsyn::worker {
 
 std::optional<CpuTimes> ParseProcStatCpuLine(const std::string& line) {
@@ -78,6 +80,10 @@ UtilizationSampler::UtilizationSampler(const std::string& device) {
 UtilizationSampler::~UtilizationSampler() = default;
 
 const char* UtilizationSampler::source() const { return nvml_ ? "nvml" : "cpu"; }
+
+std::string_view UtilizationSampler::device_kind() const {
+  return nvml_ ? protocol::kUtilizationGpu : protocol::kUtilizationHostCpu;
+}
 
 std::optional<double> UtilizationSampler::Sample() {
   if (nvml_) {

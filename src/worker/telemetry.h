@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace parsyn::worker {
 
@@ -32,6 +33,9 @@ class UtilizationSampler {
   std::optional<double> Sample();
   // "nvml" or "cpu": what Sample() measures.
   const char* source() const;
+  // The same as the worker protocol names it (Progress::utilization_device): "gpu" or "host_cpu" (the whole
+  // machine's CPU, every process on it, not only the trainer's).
+  std::string_view device_kind() const;
 
  private:
   struct Nvml;

@@ -21,7 +21,8 @@ TEST(ParseProcStatCpuLineTest, RejectsOtherLines) {
 TEST(UtilizationSamplerTest, CpuSamplesAreFractionsAfterTheFirst) {
   UtilizationSampler sampler("cpu");
   EXPECT_STREQ(sampler.source(), "cpu");
-  EXPECT_FALSE(sampler.Sample().has_value());  // the baseline
+  EXPECT_EQ(sampler.device_kind(), "host_cpu");  // the whole machine's CPU, as progress reports name it
+  EXPECT_FALSE(sampler.Sample().has_value());    // the baseline
   // Burn a little CPU so the kernel's counters move.
   volatile double x = 0;
   std::optional<double> u;

@@ -97,8 +97,10 @@ std::optional<protocol::Progress> BuildProgress(const protocol::Task& task, cons
   std::optional<double> samples = NumberOrNull(event, "samples_per_s");
   if (tokens && *tokens > 0) {
     report.throughput = *tokens;
+    report.throughput_unit = protocol::kTokensPerSecond;
   } else if (samples) {
     report.throughput = *samples;
+    report.throughput_unit = protocol::kSamplesPerSecond;
   }
   if (utilization) report.utilization = std::clamp(*utilization, 0.0, 1.0);
   return report;

@@ -40,7 +40,7 @@ StatusOr<protocol::Result> BuildResult(const protocol::Task& task, const std::st
                                        const std::string& sha256);
 
 // The POST /api/v1/worker/progress body from a trainer "progress" event; nullopt for other events.
-// throughput: tokens per second for language models, else samples per second.
+// throughput: tokens per second for language models, else samples per second, named in throughput_unit.
 std::optional<protocol::Progress> BuildProgress(const protocol::Task& task, const std::string& session_id,
                                                 const nlohmann::json& event, std::optional<double> utilization);
 

@@ -141,6 +141,7 @@ TEST(BuildProgressTest, PrefersTokensPerSecondAndIgnoresOtherEvents) {
   ASSERT_TRUE(r.has_value());
   const json body = protocol::ProgressToJson(*r);
   EXPECT_EQ(body["throughput"], 800.0);
+  EXPECT_EQ(body["throughput_unit"], "tokens/s");
   EXPECT_EQ(body["utilization"], 0.5);
   EXPECT_EQ(body["step"], 4);
   EXPECT_EQ(body["total_steps"], 10);
@@ -148,6 +149,7 @@ TEST(BuildProgressTest, PrefersTokensPerSecondAndIgnoresOtherEvents) {
   EXPECT_EQ(body["attempt"], 1);
   json tabular = {{"event", "progress"}, {"step", 4}, {"tokens_per_s", 0.0}, {"samples_per_s", 12.0}};
   EXPECT_EQ(BuildProgress(task, "s", tabular, std::nullopt)->throughput, 12.0);
+  EXPECT_EQ(BuildProgress(task, "s", tabular, std::nullopt)->throughput_unit, "samples/s");
   EXPECT_FALSE(BuildProgress(task, "s", json{{"event", "eval"}, {"step", 1}}, std::nullopt).has_value());
 }
 

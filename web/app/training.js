@@ -57,13 +57,17 @@ export function render(container) {
 
 function row(job, detail) {
   const total = job.total_rounds ?? 0;
-  // The round being worked on while active; the last committed one when over.
-  const shown = TERMINAL.has(job.status) ? job.committed_round : Math.max(job.current_round, job.committed_round);
+  // The round being worked on while active; the last committed one when over. The final evaluation (which the
+  // coordinator runs after the last round) is the job's end, not a round above total_rounds.
+  const over = TERMINAL.has(job.status);
+  const finalEvaluation = !over && (detail?.live?.phase === 'final_evaluation' || job.current_round > total);
+  const shown = over ? job.committed_round : Math.min(Math.max(job.current_round, job.committed_round), total);
   const spec = detail?.spec;
   let workers = '—';
-  if (detail?.live?.workers) {
+  // Only a running job has workers in it; an ended job's workers are listed on the Workers page.
+  if (!over && detail?.live?.workers) {
     const active = detail.live.workers.filter((w) => w.state !== 'dropped').length;
-    workers = `${active} in round`;
+    workers = finalEvaluation ? `${active} evaluating` : `${active} in round`;
   }
   if (spec?.distributed) {
     const d = spec.distributed;
@@ -74,7 +78,7 @@ function row(job, detail) {
     h('td', {}, h('a', { href: `#/jobs/${job.id}` }, job.name), h('span', { class: 'muted' }, ` #${job.id}`)),
     h('td', {}, statusBadge(job.status)),
     h('td', { class: 'round-cell' },
-      h('span', { class: 'round-text' }, `${shown} of ${total}`),
+      h('span', { class: 'round-text' }, finalEvaluation ? `final evaluation (${shown} of ${total} done)` : `${shown} of ${total}`),
       progressBar(job.committed_round, total, `Job ${job.name}: ${job.committed_round} of ${total} rounds done`)),
     h('td', {}, workers),
     h('td', {}, fmtTime(job.created_at_ms)),
