@@ -93,24 +93,26 @@ async function main() {
     await page.fill('#f-distributed-steps_per_round', '500');
     await page.click('#job-form button[type=submit]');
 
-    // The job page opens with the notice on top.
+    // The job page it opens shows the job's warnings (the job view's `warnings`, kept with the job).
     await page.waitForURL(/#\/jobs\/\d+$/);
     const jobId = Number(/#\/jobs\/(\d+)$/.exec(page.url())[1]);
-    const notice = page.locator('#create-warnings');
+    const notice = page.locator('#job-warnings');
     await notice.waitFor({ state: 'visible' });
     const text = await notice.textContent();
-    assert.match(text, new RegExp(`Job #${jobId} was created, with warnings:`));
+    assert.match(text, /Warnings/);
     assert.match(text, /config\.epochs is ignored: distributed\.steps_per_round \(500\) sets each round's length; set steps_per_round to 0 to train config\.epochs passes per round/);
     assert.match(text, /fewer than 1,000/);
     const stored = await call('GET', `/training-jobs/${jobId}`);
     assert.equal(stored.warnings.length, 2, JSON.stringify(stored.warnings));
     assert.ok(text.includes(stored.warnings[1]), text);
-    // It goes with the page.
+    // They stay with the job: a fresh load of its page shows them again.
     await page.goto(`${base}/#/training`);
     await page.locator('#jobs-table').waitFor();
-    assert.equal(await page.locator('#create-warnings').count(), 0);
+    await page.goto(`${base}/#/jobs/${jobId}`);
+    await page.locator('#job-warnings').waitFor({ state: 'visible' });
+    assert.ok((await page.locator('#job-warnings').textContent()).includes(stored.warnings[0]));
     assert.deepEqual(pageErrors, []);
-    console.log(`job ${jobId}: the form showed ${stored.warnings.length} warnings`);
+    console.log(`job ${jobId}: its page showed ${stored.warnings.length} warnings`);
   } finally {
     await context.close();
   }

@@ -118,16 +118,6 @@ export function problemsByField(message, knownPaths) {
   });
 }
 
-// The created job's warnings (settings it ignores), at the top of the job page the form has just opened; they go
-// with that page.
-function showCreatedWithWarnings(job) {
-  const page = document.querySelector('#main > .page');
-  if (!page) return;
-  page.prepend(h('div', { class: 'form-warning', role: 'status', id: 'create-warnings' },
-    h('p', {}, `Job #${job.id} was created, with ${job.warnings.length === 1 ? 'a warning' : 'warnings'}:`),
-    h('ul', {}, ...job.warnings.map((w) => h('li', {}, w)))));
-}
-
 // training_defaults.js exists only among the embedded assets (generated at build time), so it is imported when the
 // form is first shown rather than with this module, which tests/web imports from the source tree.
 export function render(container) {
@@ -282,8 +272,7 @@ function renderForm(container, configRows) {
     submit.disabled = true;
     try {
       const job = await api('POST', '/training-jobs', body);
-      // Registered before navigating: app.js's listener (registered first) has built the job page when this runs.
-      if (job.warnings?.length) window.addEventListener('hashchange', () => showCreatedWithWarnings(job), { once: true });
+      // The job page shows the job's warnings (job_detail.js), now and whenever it is opened again.
       location.hash = `#/jobs/${job.id}`;
     } catch (err) {
       if (err instanceof ApiError && err.code === 'invalid_argument') showProblems(err.message);
