@@ -555,6 +555,7 @@ TEST(JobRunnerTest, EarlyStoppingEndsTheJobAndKeepsTheBestGlobal) {
     EXPECT_EQ(sha_by_name["best/model.safetensors"], committed_sha[4]);
     EXPECT_EQ(sha_by_name["model.safetensors"], committed_sha[5]);
     EXPECT_NE(committed_sha[4], committed_sha[5]);
+  }
 }
 
 // data.source "workers": setup writes no shard data, the tasks send the workers to their own files, each update
