@@ -169,8 +169,9 @@ void RoundEngine::TryAssign(Actions& out) {
     if (presence != Presence::kIdle) continue;
     if (std::optional<int> shard = ShardOf(worker)) candidates.push_back({.worker_id = worker, .shard = *shard});
   }
-  if (!evaluating && !ReadyToAssign(static_cast<int>(candidates.size()))) return;
-  // The final evaluation is best effort: any one worker will do.
+  // The final evaluation waits for the workers as a round does (its loss is then measured on the same validation
+  // slices as the globals before it), but is best effort: one worker will do.
+  if (!ReadyToAssign(static_cast<int>(candidates.size()), evaluating ? 1 : config_.min_workers)) return;
   const strategy::RoundContext ctx{.job_seed = config_.job_seed,
                                    .round = round_,
                                    .min_workers = evaluating ? 1 : config_.min_workers,
@@ -198,8 +199,8 @@ void RoundEngine::TryAssign(Actions& out) {
   if (!evaluating) phase_ = JobPhase::kTraining;
 }
 
-bool RoundEngine::ReadyToAssign(int idle_candidates) {
-  if (idle_candidates < config_.min_workers) return false;
+bool RoundEngine::ReadyToAssign(int idle_candidates, int needed) {
+  if (idle_candidates < needed) return false;
   if (idle_candidates >= config_.max_workers) return true;
   // Selected workers that are online but busy: they hold a shard and have not said they are idle (the last
   // reporters of the previous round, typically, a moment before they poll again).
@@ -323,8 +324,10 @@ void RoundEngine::Commit(Actions& out) {
 }
 
 void RoundEngine::FinishEvaluation(Actions& out) {
+  // An early stop was decided when the last round committed: the final global's loss does not undo it.
+  std::string reason = EarlyStopReason();
   EmitEvaluation(checkpoint_.last_committed_round, /*final=*/true, out);
-  EndJob(JobPhase::kSucceeded, out);
+  EndJob(JobPhase::kSucceeded, out, std::move(reason));
 }
 
 std::string RoundEngine::EarlyStopReason() const {
@@ -345,7 +348,7 @@ std::string RoundEngine::EarlyStopReason() const {
          Str(config_.early_stopping->patience) + " evaluated global(s) in a row (patience)" + best;
 }
 
-void RoundEngine::EndJob(JobPhase terminal, Actions& out) {
+void RoundEngine::EndJob(JobPhase terminal, Actions& out, std::string success_reason) {
   const char* why = terminal == JobPhase::kCancelled ? "the job was cancelled"
                     : terminal == JobPhase::kStopped ? "the job was stopped"
                                                      : "the job ended";
@@ -357,7 +360,7 @@ void RoundEngine::EndJob(JobPhase terminal, Actions& out) {
   phase_ = terminal;
   const int last = checkpoint_.last_committed_round;
   switch (terminal) {
-    case JobPhase::kSucceeded: out.push_back(JobSucceeded{.final_round = last, .reason = EarlyStopReason()}); break;
+    case JobPhase::kSucceeded: out.push_back(JobSucceeded{.final_round = last, .reason = std::move(success_reason)}); break;
     case JobPhase::kStopped: out.push_back(JobStopped{.last_committed_round = last}); break;
     case JobPhase::kCancelled: out.push_back(JobCancelled{.last_committed_round = last}); break;
     default: break;  // kFailed: the caller of EndJob adds JobFailed with its reason
@@ -517,6 +520,10 @@ Actions RoundEngine::Tick() {
                 out);
     return out;
   }
+  if (phase_ == JobPhase::kEvaluating && participants_.empty() && clock_.Now() < deadline_) {
+    TryAssign(out);  // the join window passed: evaluate with the idle workers
+    return out;
+  }
   if (phase_ == JobPhase::kEvaluating && participants_.empty()) {
     FinishEvaluation(out);  // no worker came to evaluate: the job's rounds are all committed regardless
     return out;
@@ -554,7 +561,7 @@ std::optional<Clock::TimePoint> RoundEngine::next_deadline() const {
     case JobPhase::kWaitingToRetry: return deadline_;
     case JobPhase::kTraining:
     case JobPhase::kEvaluating: {
-      if (participants_.empty()) return deadline_;
+      if (participants_.empty()) return join_deadline_ ? std::min(deadline_, *join_deadline_) : deadline_;
       const bool training = std::any_of(participants_.begin(), participants_.end(),
                                         [](const Participant& p) { return p.state == ParticipantState::kTraining; });
       if (training) return deadline_;

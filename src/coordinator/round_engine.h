@@ -30,7 +30,10 @@
 //     fault_tolerance in milliseconds; after fault_tolerance consecutive failed rounds the job fails (JobFailed,
 //     with the reason).
 //   - After the last round commits, an evaluation-only "round" num_rounds+1 (TaskKind::kEvaluate, best effort within
-//     aggregation_timeout) measures the final global's validation loss; then JobSucceeded.
+//     aggregation_timeout) measures the final global's validation loss; then JobSucceeded. Its tasks go out by the
+//     rule of a round (every online worker of the job idle, or the join window passed) but one worker suffices, so
+//     the final loss is measured on the same validation slices as the globals before it whenever those workers are
+//     there.
 //   - A worker that returns (WorkerAvailable after a disconnect) keeps its shard and takes part from the next round
 //     that starts, with the latest committed global.
 //   - Results for another round or attempt, or from a dropped worker, are refused (FailedPrecondition); a repeated
@@ -352,10 +355,12 @@ class RoundEngine {
   // GlobalEvaluated for the participants' validation losses of global `global_round`, if any were measured.
   void EmitEvaluation(int global_round, bool final, Actions& out);
   std::string EarlyStopReason() const;
-  void EndJob(JobPhase terminal, Actions& out);
+  // success_reason: JobSucceeded's (an early stop's); the other ends carry none or add their own.
+  void EndJob(JobPhase terminal, Actions& out, std::string success_reason = "");
   std::string AttemptName() const;
   // Whether the waiting attempt may send its tasks now: see the join rule in the header comment.
-  bool ReadyToAssign(int idle_candidates);
+  // Whether tasks may go out now with `idle_candidates` idle workers, `needed` of them at least (the join window).
+  bool ReadyToAssign(int idle_candidates, int needed);
 
   RoundEngineConfig config_;
   const strategy::Strategy& strategy_;

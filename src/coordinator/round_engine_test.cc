@@ -171,6 +171,42 @@ TEST_F(RoundEngineTest, EverySelectedWorkerTrainsInEveryRound) {
   EXPECT_EQ(engine.phase(), JobPhase::kTraining);
 }
 
+// The final evaluation waits for the job's workers as a round does, so the final global is measured on the same
+// validation slices as the globals before it (one worker alone gave a loss not comparable with the others').
+TEST_F(RoundEngineTest, TheFinalEvaluationWaitsForEveryWorkerOfTheJob) {
+  RoundEngineConfig one_round = SpecExample();
+  one_round.num_rounds = 1;
+  RoundEngine engine(one_round, fed_avg_, clock_);
+  StartWith(engine, {1, 2, 3});
+  Run(engine, {
+                  Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
+                  Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
+                  Result(3, 1, 1, 100, 1.0, {"validate w3 r1a1"}),
+                  Valid(1, 1, 1),
+                  Valid(2, 1, 1),
+                  Available(1),
+                  Valid(3, 1, 1, {"aggregate r1a1 [w1:100 w2:100 w3:100] loss 1"}),
+                  Aggregated(1, 1, {"evaluated g0 2 n30", "commit r1a1"}),  // w2 and w3 still reporting
+                  Available(2),
+                  Available(3, {"assign w1 r2a1 s0 eval", "assign w2 r2a1 s1 eval", "assign w3 r2a1 s2 eval"}),
+              });
+  // A worker that does not come back within the join window is not waited for longer; one worker suffices.
+  RoundEngine second(one_round, fed_avg_, clock_);
+  StartWith(second, {1, 2, 3});
+  Run(second, {
+                  Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
+                  Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
+                  Result(3, 1, 1, 100, 1.0, {"validate w3 r1a1"}),
+                  Valid(1, 1, 1),
+                  Valid(2, 1, 1),
+                  Valid(3, 1, 1, {"aggregate r1a1 [w1:100 w2:100 w3:100] loss 1"}),
+                  Aggregated(1, 1, {"evaluated g0 2 n30", "commit r1a1"}),
+                  Available(1),  // the window begins
+                  After(4),
+                  After(1, {"assign w1 r2a1 s0 eval"}),
+              });
+}
+
 TEST_F(RoundEngineTest, JoinWindowEndsTheWaitForABusyWorker) {
   RoundEngine engine(SpecExample(), fed_avg_, clock_);
   StartWith(engine, {1, 2, 3});
@@ -384,6 +420,19 @@ TEST_F(RoundEngineTest, EarlyStopCommitsTheRoundThatMeasuredItThenEvaluatesAndSu
   EXPECT_EQ(std::get<JobSucceeded>((*ended)[1]).reason,
             "stopped early after round 4 of 10: the validation loss did not improve by more than min_delta 0 for 2 "
             "evaluated global(s) in a row (patience); lowest validation loss 3, after round 1");
+
+  // The stop was decided when round 4 committed: a lower loss of the final global does not undo its reason.
+  RoundEngine again(EarlyStopping(/*patience=*/2), fed_avg_, clock_);
+  StartWith(again, {1});
+  Run(again, RoundMeasuring(1, 4.0, Next(2)));
+  Run(again, RoundMeasuring(2, 3.0, Next(3)));
+  Run(again, RoundMeasuring(3, 3.0, Next(4)));
+  Run(again, RoundMeasuring(4, 3.5, {"assign w1 r11a1 s0 eval"}));
+  StatusOr<Actions> lower =
+      again.ResultUploaded({.worker = 1, .round = 11, .attempt = 1, .validation_samples = 10, .validation_loss = 1.0});
+  ASSERT_TRUE(lower.ok());
+  EXPECT_THAT(Render(*lower), ElementsAre("evaluated g4 1 n10", "succeeded 4"));
+  EXPECT_THAT(std::get<JobSucceeded>((*lower)[1]).reason, HasSubstr("stopped early after round 4 of 10"));
 }
 
 TEST_F(RoundEngineTest, ImprovementResetsTheEarlyStoppingCount) {

@@ -164,14 +164,15 @@ TEST(SqliteStoreTest, FailedMigrationKeepsNothingOfItself) {
   EXPECT_EQ(QueryText(*store, "SELECT count(*) FROM sqlite_master WHERE name = 'half_done'"), "0");
 }
 
-// Version 2 rebuilds the jobs table so that a job over the workers' own data needs no dataset: a version-1 database
-// keeps its jobs and everything that refers to them, and foreign keys still hold afterwards.
-TEST(SqliteStoreTest, JobsWithoutADatasetAfterMigratingAVersion1Database) {
+// Version 3 rebuilds the jobs table so that a job over the workers' own data needs no dataset: a version-2 database
+// keeps its jobs (and version 2's columns) and everything that refers to them, and foreign keys still hold afterwards.
+// (The store's code reads version 2's columns, so the old database is made at version 2.)
+TEST(SqliteStoreTest, JobsWithoutADatasetAfterMigratingAVersion2Database) {
   TempDirForTest dir;
   const fs::path db = dir.path() / "meta.db";
   int64_t old_job = 0;
   {
-    auto store = MustOpen(db, SqliteMigrations().subspan(0, 1));
+    auto store = MustOpen(db, SqliteMigrations().subspan(0, 2));
     ASSERT_NE(store, nullptr);
     Dataset d;
     d.blob_key = "datasets/1";
@@ -193,7 +194,7 @@ TEST(SqliteStoreTest, JobsWithoutADatasetAfterMigratingAVersion1Database) {
   }
   auto store = MustOpen(db);
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(*store->SchemaVersion(), 2);
+  EXPECT_EQ(*store->SchemaVersion(), 3);
   EXPECT_EQ(QueryText(*store, "PRAGMA foreign_keys"), "1");
   EXPECT_EQ(store->GetJob(old_job)->name, "old");
   EXPECT_EQ(store->ListShards(old_job)->size(), 1u);
