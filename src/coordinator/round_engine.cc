@@ -360,7 +360,9 @@ void RoundEngine::EndJob(JobPhase terminal, Actions& out, std::string success_re
   phase_ = terminal;
   const int last = checkpoint_.last_committed_round;
   switch (terminal) {
-    case JobPhase::kSucceeded: out.push_back(JobSucceeded{.final_round = last, .reason = std::move(success_reason)}); break;
+    case JobPhase::kSucceeded:
+      out.push_back(JobSucceeded{.final_round = last, .reason = std::move(success_reason)});
+      break;
     case JobPhase::kStopped: out.push_back(JobStopped{.last_committed_round = last}); break;
     case JobPhase::kCancelled: out.push_back(JobCancelled{.last_committed_round = last}); break;
     default: break;  // kFailed: the caller of EndJob adds JobFailed with its reason

@@ -41,10 +41,10 @@ function log(message) {
 }
 
 // Starts a process of ours in its own process group (so its trainer child ends with it); output goes to a log file.
-function start(name, args) {
+function start(name, args, env = {}) {
   const logFile = path.join(tmp, `${name}.log`);
   const out = fs.openSync(logFile, 'w');
-  const child = spawn(PARSYN, args, { stdio: ['ignore', out, out], detached: true });
+  const child = spawn(PARSYN, args, { stdio: ['ignore', out, out], detached: true, env: { ...process.env, ...env } });
   children.push({ name, child, logFile });
   return { child, logFile };
 }
@@ -88,8 +88,14 @@ async function main() {
   execFileSync(PARSYN, ['model', 'init', '--out', path.join(tmp, 'model'), '--hidden-size', '32', '--layers', '2',
     '--heads', '2', '--max-position-embeddings', '128', '--seed', '3'], { stdio: 'pipe' });
   writeLearnableText(path.join(tmp, 'train.jsonl'), 96);
-  // A worker's own data that its trainer refuses ("text" is empty): its every task fails.
-  fs.writeFileSync(path.join(tmp, 'broken.jsonl'), `${JSON.stringify({ text: '' })}\n`.repeat(8));
+  // A trainer that refuses its data as parsyn-trainer does (its error event names the file by its full path on the
+  // worker's disk), for a worker whose every task must fail. A worker's own --data file would not do: in a job over
+  // the platform's dataset it trains on its shard.
+  const refusal = path.join(tmp, 'refusal.jsonl');
+  fs.writeFileSync(refusal, `${JSON.stringify({
+    event: 'error', message: `${path.join(tmp, 'cache-gamma', 'broken.jsonl')}: line 1: "text" is empty` })}\n`);
+  const refusingTrainer = path.join(tmp, 'refusing-trainer.sh');
+  fs.writeFileSync(refusingTrainer, `#!/bin/sh\ncat '${refusal}'\nexit 1\n`, { mode: 0o755 });
 
   const dataDir = path.join(tmp, 'server');
   const server = start('server', ['server', '--data-dir', dataDir, '--listen', '127.0.0.1:0',
@@ -348,7 +354,7 @@ async function main() {
     // ---- a job whose third worker always fails its task: every attempt lists who took part and who was dropped ----
     const gammaWorker = await call('POST', '/workers', JSON.stringify({ name: 'gamma', kind: 'own' }));
     start('worker-gamma', ['worker', '--server', base, '--token', gammaWorker.token, '--name', 'gamma',
-      '--cache-dir', path.join(tmp, 'cache-gamma'), '--threads', '1', '--data', path.join(tmp, 'broken.jsonl')]);
+      '--cache-dir', path.join(tmp, 'cache-gamma'), '--threads', '1'], { PARSYN_TRAINER: refusingTrainer });
     await waitFor('gamma online', async () => {
       const { workers: list } = await call('GET', '/workers');
       return list.filter((w) => w.status === 'online' && [...workers, gammaWorker].some((o) => o.id === w.id)).length === 3;
