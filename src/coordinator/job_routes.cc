@@ -338,7 +338,8 @@ class JobRoutes {
                           {"time_ms", p.time_ms}});
       }
       json workers = json::array();
-      for (auto& [worker, series] : by_worker) workers.push_back({{"worker_id", worker}, {"points", std::move(series)}});
+      for (auto& [worker, series] : by_worker)
+        workers.push_back({{"worker_id", worker}, {"points", std::move(series)}});
       return json{{"workers", std::move(workers)}, {"next", std::move(next)}};
     });
     if (!page.ok()) co_return Response::Error(page.status());

@@ -1,7 +1,7 @@
 // The worker protocol (/api/v1/worker/...): hello, heartbeat, long-poll for the next task, progress, result,
 // failure, goodbye. The worker's identity always comes from its token, never from the body.
-#include <array>
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <map>
 #include <optional>

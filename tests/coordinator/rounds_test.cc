@@ -224,11 +224,11 @@ TEST_F(RoundsTest, ProgressComesOnlyFromTheTaskHolderAtABoundedRate) {
   net::Transport transport(net::TransportOptions{});
   const std::string body = ProgressReport(job_id, round, attempt, 2).dump();
   auto request_body = net::MemoryBody(body);
-  auto again = transport.Perform({.method = "POST",
-                                  .url = server_->url() + "/api/v1/worker/progress",
-                                  .headers = {{"Authorization", "Bearer " + f.worker_tokens[0]},
-                                              {"Content-Type", "application/json"}},
-                                  .body = request_body.get()});
+  auto again = transport.Perform(
+      {.method = "POST",
+       .url = server_->url() + "/api/v1/worker/progress",
+       .headers = {{"Authorization", "Bearer " + f.worker_tokens[0]}, {"Content-Type", "application/json"}},
+       .body = request_body.get()});
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(again->status, 429) << again->body;
   EXPECT_NE(again->body.find("resource_exhausted"), std::string::npos) << again->body;
@@ -254,7 +254,8 @@ TEST_F(RoundsTest, ProgressPointsAreCappedAndTheMetricsArePaged) {
   ASSERT_TRUE(task.is_object());
   const int64_t job_id = task["job_id"];
   for (int64_t step = 1; step <= 5; ++step) {
-    auto answer = holder->PostJson("/api/v1/worker/progress", ProgressReport(job_id, task["round"], task["attempt"], step));
+    auto answer =
+        holder->PostJson("/api/v1/worker/progress", ProgressReport(job_id, task["round"], task["attempt"], step));
     ASSERT_TRUE(answer.ok()) << answer.status().ToString();
     EXPECT_EQ(answer->status, 204);
   }
