@@ -36,6 +36,8 @@ struct ServerFlags {
   int64_t heartbeat_interval_ms = 5'000;
   int64_t heartbeat_timeout_ms = 20'000;
   int64_t max_poll_wait_ms = 30'000;
+  int64_t progress_interval_ms = 500;
+  int64_t max_progress_points = 10'000;
   int threads = 4;
   std::string log_level;
   int managed_workers = 0;
@@ -87,6 +89,8 @@ int RunServer(const ServerFlags& f) {
   options.heartbeat_interval = std::chrono::milliseconds(f.heartbeat_interval_ms);
   options.heartbeat_timeout = std::chrono::milliseconds(f.heartbeat_timeout_ms);
   options.max_poll_wait = std::chrono::milliseconds(f.max_poll_wait_ms);
+  options.min_progress_interval = std::chrono::milliseconds(f.progress_interval_ms);
+  options.max_progress_points = f.max_progress_points;
   options.pool_threads = f.threads;
   StatusOr<std::string> blobs_uri = BlobsUri(f);
   if (!blobs_uri.ok()) return Fail("server", blobs_uri.status());
@@ -182,6 +186,14 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--heartbeat-timeout-ms", flags->heartbeat_timeout_ms, "a worker silent this long is disconnected")
       ->capture_default_str();
   cmd->add_option("--max-poll-wait-ms", flags->max_poll_wait_ms, "longest task long-poll")->capture_default_str();
+  cmd->add_option("--progress-interval-ms", flags->progress_interval_ms,
+                  "a worker's progress is stored at most once per this (sooner reports get 429)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-progress-points", flags->max_progress_points,
+                  "progress points stored per job and worker; later reports are shown live, not stored")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--threads", flags->threads, "worker-pool threads for storage and aggregation")
       ->capture_default_str();
   cmd->add_option("--log-level", flags->log_level, "debug, info, warn or error");

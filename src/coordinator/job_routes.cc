@@ -6,6 +6,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <charconv>
+#include <limits>
 
 #include "base/log.h"
 #include "coordinator/api_json.h"
@@ -190,6 +191,24 @@ StatusOr<int64_t> LastEventId(const Request& req) {
   return id;
 }
 
+// The metrics page size: asked with ?limit=, kMetricsDefaultLimit when absent, at most kMetricsMaxLimit.
+constexpr int kMetricsDefaultLimit = 1000;
+constexpr int kMetricsMaxLimit = 10'000;
+
+// A query parameter that must be an integer in [min, max]; `fallback` when absent.
+StatusOr<int64_t> IntQuery(const Request& req, const std::string& name, int64_t fallback, int64_t min, int64_t max) {
+  auto it = req.query.find(name);
+  if (it == req.query.end()) return fallback;
+  const std::string& text = it->second;
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < min || value > max) {
+    return InvalidArgumentError(name + " must be an integer from " + std::to_string(min) + " to " +
+                                std::to_string(max) + ", got '" + text.substr(0, 64) + "'");
+  }
+  return value;
+}
+
 // A job in a list: its view without the spec.
 json JobSummaryJson(const storage::TrainingJob& job) {
   json view = JobJson(job);
@@ -285,29 +304,46 @@ class JobRoutes {
     co_return Response::Json(200, {{"rounds", *rounds}});
   }
 
-  // GET /api/v1/training-jobs/{id}/metrics: each worker's progress points.
+  // GET /api/v1/training-jobs/{id}/metrics?after=&limit=: one page of the job's progress points (those with id >
+  // after, in the order stored), grouped by worker; "next" is the `after` of the following page, null on the last.
+  // Read and built on the pool: a page can be large.
   Awaitable<Response> Metrics(Request& req) {
     StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
     if (!id.ok()) co_return Response::Error(id.status());
-    auto points = co_await Offload(context_.pool, [&]() -> StatusOr<std::vector<storage::MetricPoint>> {
+    StatusOr<int64_t> after = IntQuery(req, "after", 0, 0, std::numeric_limits<int64_t>::max());
+    if (!after.ok()) co_return Response::Error(after.status());
+    StatusOr<int64_t> limit = IntQuery(req, "limit", kMetricsDefaultLimit, 1, kMetricsMaxLimit);
+    if (!limit.ok()) co_return Response::Error(limit.status());
+    auto page = co_await Offload(context_.pool, [&]() -> StatusOr<json> {
       PARSYN_RETURN_IF_ERROR(context_.store.GetJob(*id).status());
-      return context_.store.ListMetrics(*id);
+      // One more than asked tells whether another page follows.
+      PARSYN_ASSIGN_OR_RETURN(std::vector<storage::StoredMetricPoint> points,
+                              context_.store.ListMetricsPage(*id, *after, static_cast<int>(*limit) + 1));
+      json next = nullptr;
+      if (points.size() > static_cast<size_t>(*limit)) {
+        points.resize(static_cast<size_t>(*limit));
+        next = points.back().id;
+      }
+      std::map<int64_t, json> by_worker;
+      for (const storage::StoredMetricPoint& stored : points) {
+        const storage::MetricPoint& p = stored.point;
+        json& series = by_worker[p.worker_id];
+        if (series.is_null()) series = json::array();
+        series.push_back({{"id", stored.id},
+                          {"round", p.round},
+                          {"step", p.step},
+                          {"loss", p.loss ? json(*p.loss) : json()},
+                          {"throughput", p.throughput ? json(*p.throughput) : json()},
+                          {"utilization", p.utilization ? json(*p.utilization) : json()},
+                          {"time_ms", p.time_ms}});
+      }
+      json workers = json::array();
+      for (auto& [worker, series] : by_worker)
+        workers.push_back({{"worker_id", worker}, {"points", std::move(series)}});
+      return json{{"workers", std::move(workers)}, {"next", std::move(next)}};
     });
-    if (!points.ok()) co_return Response::Error(points.status());
-    std::map<int64_t, json> by_worker;
-    for (const storage::MetricPoint& p : *points) {
-      json& series = by_worker[p.worker_id];
-      if (series.is_null()) series = json::array();
-      series.push_back({{"round", p.round},
-                        {"step", p.step},
-                        {"loss", p.loss ? json(*p.loss) : json()},
-                        {"throughput", p.throughput ? json(*p.throughput) : json()},
-                        {"utilization", p.utilization ? json(*p.utilization) : json()},
-                        {"time_ms", p.time_ms}});
-    }
-    json workers = json::array();
-    for (auto& [worker, series] : by_worker) workers.push_back({{"worker_id", worker}, {"points", series}});
-    co_return Response::Json(200, {{"workers", workers}});
+    if (!page.ok()) co_return Response::Error(page.status());
+    co_return Response::Json(200, *page);
   }
 
   // GET /api/v1/training-jobs/{id}/events: every stored event after Last-Event-ID (or ?after=), then new ones as

@@ -51,6 +51,10 @@ struct ServiceOptions {
   std::chrono::milliseconds heartbeat_interval{5'000};  // asked of workers in hello
   std::chrono::milliseconds heartbeat_timeout{20'000};  // a worker silent this long is disconnected
   std::chrono::milliseconds max_poll_wait{30'000};      // the longest a task long-poll is held open
+  // A worker's progress is stored at most once per min_progress_interval (sooner reports are answered 429), and at
+  // most max_progress_points per job and worker (later reports are shown live but not stored).
+  std::chrono::milliseconds min_progress_interval{500};
+  int64_t max_progress_points = 10'000;
   std::chrono::seconds signed_url_ttl{std::chrono::hours(24)};
   uint64_t max_upload_bytes = uint64_t{64} << 30;  // datasets and model files
   uint64_t max_json_bytes = 1 << 20;               // JSON request bodies

@@ -1,7 +1,10 @@
 // The worker protocol (/api/v1/worker/...): hello, heartbeat, long-poll for the next task, progress, result,
 // failure, goodbye. The worker's identity always comes from its token, never from the body.
+#include <algorithm>
 #include <array>
 #include <charconv>
+#include <map>
+#include <optional>
 #include <utility>
 
 #include "coordinator/api_json.h"
@@ -138,7 +141,10 @@ class WorkerProtocolRoutes {
     co_return Response::Json(200, task.task);
   }
 
-  // Stored as a metric point and shown live (the job's view and a worker_progress event).
+  // Stored as a metric point and shown live (the job's view and a worker_progress event). Only the task the worker
+  // holds may report (409 otherwise, nothing written); a worker's reports are stored at most once per
+  // min_progress_interval (sooner ones get 429 and a Retry-After) and at most max_progress_points per job and worker
+  // (later ones are still shown live, but store no point).
   Awaitable<Response> Progress(Request& req, int64_t worker_id) {
     StatusOr<protocol::Progress> body = protocol::ParseProgress(req.body);
     if (!body.ok()) co_return Response::Error(body.status());
@@ -147,18 +153,48 @@ class WorkerProtocolRoutes {
       co_return Response::Error(
           FailedPreconditionError("training job " + std::to_string(body->job_id) + " is not running"));
     }
+    if (Status held = HoldsTask(worker_id, *body); !held.ok()) co_return Response::Error(held);
     Touch(worker_id);
-    storage::MetricPoint point{.job_id = body->job_id,
-                               .round = static_cast<int32_t>(body->round),
-                               .worker_id = worker_id,
-                               .step = body->step,
-                               .loss = body->loss,
-                               .throughput = body->throughput,
-                               .utilization = body->utilization,
-                               .time_ms = context_.clock.UnixMillis()};
-    Status stored = co_await Offload(
-        context_.pool, [&] { return context_.store.AppendMetrics(std::span<const storage::MetricPoint>(&point, 1)); });
-    if (!stored.ok()) co_return Response::Error(stored);
+    const ServiceOptions& options = service_.options();
+    const Clock::TimePoint now = context_.clock.Now();
+    ProgressBudget& budget = progress_budgets_[worker_id];  // std::map: the reference outlives other insertions
+    if (budget.last_accepted && now - *budget.last_accepted < options.min_progress_interval) {
+      const auto wait = options.min_progress_interval - (now - *budget.last_accepted);
+      const int64_t retry_after_s = std::max<int64_t>(1, (wait.count() + 999) / 1000);
+      Response busy = Response::Error(ResourceExhaustedError(
+          "worker " + std::to_string(worker_id) + " reported progress less than " +
+          std::to_string(options.min_progress_interval.count()) + " ms ago: report at most once per " +
+          std::to_string(options.min_progress_interval.count()) + " ms"));
+      busy.status = 429;
+      busy.WithHeader("Retry-After", std::to_string(retry_after_s));
+      co_return busy;
+    }
+    budget.last_accepted = now;  // before any co_await: a report arriving meanwhile is held to the interval too
+    if (budget.job_id != body->job_id) {
+      // The first report for this job since the coordinator started (or since the worker's previous job): the count
+      // comes from the store, so a restart does not reset the cap.
+      const int64_t job_id = body->job_id;
+      StatusOr<int64_t> stored_points =
+          co_await Offload(context_.pool, [&] { return context_.store.CountMetrics(job_id, worker_id); });
+      if (!stored_points.ok()) co_return Response::Error(stored_points.status());
+      budget.job_id = job_id;
+      budget.stored_points = *stored_points;
+    }
+    if (budget.stored_points < options.max_progress_points) {
+      storage::MetricPoint point{.job_id = body->job_id,
+                                 .round = static_cast<int32_t>(body->round),
+                                 .worker_id = worker_id,
+                                 .step = body->step,
+                                 .loss = body->loss,
+                                 .throughput = body->throughput,
+                                 .utilization = body->utilization,
+                                 .time_ms = context_.clock.UnixMillis()};
+      budget.stored_points++;  // counted before the write completes: concurrent reports cannot overshoot the cap
+      Status stored = co_await Offload(context_.pool, [&] {
+        return context_.store.AppendMetrics(std::span<const storage::MetricPoint>(&point, 1));
+      });
+      if (!stored.ok()) co_return Response::Error(stored);
+    }
     json progress = {{"round", body->round},
                      {"step", body->step},
                      {"total_steps", body->total_steps ? json(*body->total_steps) : json()},
@@ -221,13 +257,34 @@ class WorkerProtocolRoutes {
     return s;
   }
 
+  // OK when the worker holds the task the progress names: the job, round and attempt (when sent) of the task it was
+  // last given and has not yet reported. FailedPrecondition otherwise.
+  Status HoldsTask(int64_t worker_id, const protocol::Progress& progress) {
+    const Session* s = service_.FindSession(worker_id);
+    const bool holds = s != nullptr && s->current_job == progress.job_id && s->current_task.is_object() &&
+                       s->current_task.value("round", -1) == progress.round &&
+                       (!progress.attempt || s->current_task.value("attempt", -1) == *progress.attempt);
+    if (holds) return Status::Ok();
+    return FailedPreconditionError("worker " + std::to_string(worker_id) + " has no task in job " +
+                                   std::to_string(progress.job_id) + " round " + std::to_string(progress.round) +
+                                   (progress.attempt ? " attempt " + std::to_string(*progress.attempt) : ""));
+  }
+
   // A report shows the worker alive.
   void Touch(int64_t worker_id) {
     if (Session* s = service_.FindSession(worker_id)) s->last_seen = context_.clock.Now();
   }
 
+  // Per worker: when its last progress was accepted, and how many points it has stored for its current job.
+  struct ProgressBudget {
+    std::optional<Clock::TimePoint> last_accepted;
+    int64_t job_id = 0;  // 0: none yet (job ids start at 1)
+    int64_t stored_points = 0;
+  };
+
   const RouteContext context_;
   Service& service_;
+  std::map<int64_t, ProgressBudget> progress_budgets_;  // one per worker that reported; touched on the loop only
 };
 
 Status AddWorkerProtocolRoutes(RouteTable& routes, const RouteContext& context, Service& service) {

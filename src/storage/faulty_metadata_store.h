@@ -131,6 +131,12 @@ class FaultyMetadataStore final : public MetadataStore {
                                                  std::optional<int64_t> worker_id = std::nullopt) override {
     return inner_.ListMetrics(job_id, worker_id);
   }
+  StatusOr<std::vector<StoredMetricPoint>> ListMetricsPage(int64_t job_id, int64_t after_id, int limit) override {
+    return inner_.ListMetricsPage(job_id, after_id, limit);
+  }
+  StatusOr<int64_t> CountMetrics(int64_t job_id, int64_t worker_id) override {
+    return inner_.CountMetrics(job_id, worker_id);
+  }
 
   StatusOr<int64_t> AppendJobEvent(const JobEvent& e) override {
     return Write([&] { return inner_.AppendJobEvent(e); });

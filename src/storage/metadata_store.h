@@ -247,6 +247,14 @@ struct MetricPoint {
   friend bool operator==(const MetricPoint&, const MetricPoint&) = default;
 };
 
+// A stored metric point with its id: ids increase in the order points are stored and page the job's series.
+struct StoredMetricPoint {
+  int64_t id = 0;
+  MetricPoint point;
+
+  friend bool operator==(const StoredMetricPoint&, const StoredMetricPoint&) = default;
+};
+
 // A state change as the events stream (SSE) shows it; ids increase across all jobs and serve as Last-Event-ID.
 struct JobEvent {
   int64_t id = 0;  // assigned by AppendJobEvent
@@ -347,6 +355,10 @@ class MetadataStore {
   virtual Status AppendMetrics(std::span<const MetricPoint> points) = 0;
   virtual StatusOr<std::vector<MetricPoint>> ListMetrics(int64_t job_id,
                                                          std::optional<int64_t> worker_id = std::nullopt) = 0;
+  // One page of a job's points (every worker's): those with id > after_id, in the order stored, at most `limit`.
+  virtual StatusOr<std::vector<StoredMetricPoint>> ListMetricsPage(int64_t job_id, int64_t after_id, int limit) = 0;
+  // How many points the job holds from one worker.
+  virtual StatusOr<int64_t> CountMetrics(int64_t job_id, int64_t worker_id) = 0;
 
   // Events for the SSE stream. Append returns the new event's id. List returns the job's events with id > after_id,
   // oldest first, at most `limit`.

@@ -666,6 +666,39 @@ TEST_P(MetadataStoreContractTest, MetricsAppendInBatchesAndFilterByWorker) {
   EXPECT_THAT(Must(store().ListMetrics(job.id)), SizeIs(3));
 }
 
+TEST_P(MetadataStoreContractTest, MetricsPageInStoredOrderAndCountPerWorker) {
+  Dataset dataset = AddDataset();
+  Model model = AddModel();
+  TrainingJob job = AddRunningJob(dataset, model);
+  TrainingJob other = AddRunningJob(dataset, model);
+  Worker w1 = AddWorker("w1");
+  Worker w2 = AddWorker("w2");
+  std::vector<MetricPoint> batch = {
+      {job.id, 1, w2.id, 10, 2.0, 30.5, 0.9, kT0 + 20},
+      {other.id, 1, w1.id, 5, 3.0, std::nullopt, std::nullopt, kT0 + 15},
+      {job.id, 1, w1.id, 10, 2.1, std::nullopt, std::nullopt, kT0 + 10},
+      {job.id, 1, w1.id, 20, 1.9, 31.0, 0.8, kT0 + 30},
+  };
+  ASSERT_OK(store().AppendMetrics(batch));
+  std::vector<StoredMetricPoint> all = Must(store().ListMetricsPage(job.id, 0, 10));
+  ASSERT_THAT(all, SizeIs(3));  // the job's points only, in the order stored (not by time)
+  EXPECT_EQ(all[0].point, batch[0]);
+  EXPECT_EQ(all[1].point, batch[2]);
+  EXPECT_EQ(all[2].point, batch[3]);
+  EXPECT_LT(all[0].id, all[1].id);
+  EXPECT_LT(all[1].id, all[2].id);
+  // Paging: a limit, then the rest after the last id seen, then nothing.
+  std::vector<StoredMetricPoint> first = Must(store().ListMetricsPage(job.id, 0, 2));
+  EXPECT_THAT(first, ElementsAre(all[0], all[1]));
+  EXPECT_THAT(Must(store().ListMetricsPage(job.id, first.back().id, 2)), ElementsAre(all[2]));
+  EXPECT_THAT(Must(store().ListMetricsPage(job.id, all[2].id, 2)), IsEmpty());
+  EXPECT_THAT(Must(store().ListMetricsPage(job.id, 0, 0)), IsEmpty());
+
+  EXPECT_EQ(Must(store().CountMetrics(job.id, w1.id)), 2);
+  EXPECT_EQ(Must(store().CountMetrics(job.id, w2.id)), 1);
+  EXPECT_EQ(Must(store().CountMetrics(other.id, w2.id)), 0);
+}
+
 TEST_P(MetadataStoreContractTest, EventsReplayAfterAnIdPerJob) {
   Dataset d = AddDataset();
   Model m = AddModel();

@@ -1383,6 +1383,32 @@ StatusOr<std::vector<MetricPoint>> SqliteMetadataStore::ListMetrics(int64_t job_
   }
 }
 
+StatusOr<std::vector<StoredMetricPoint>> SqliteMetadataStore::ListMetricsPage(int64_t job_id, int64_t after_id,
+                                                                              int limit) {
+  std::lock_guard lock(mu_);
+  // The rowid orders points as stored; the job's index narrows the scan to the job's rows.
+  PARSYN_PREPARE(q,
+                 "SELECT rowid, job_id, round, worker_id, step, loss, throughput, utilization, time_ms "
+                 "FROM metric_points WHERE job_id = ?1 AND rowid > ?2 ORDER BY rowid LIMIT ?3");
+  q->Bind(job_id, after_id, static_cast<int64_t>(std::max(limit, 0)));
+  std::vector<StoredMetricPoint> out;
+  while (true) {
+    PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
+    if (!row) return out;
+    out.push_back({q->Int(0), MetricPoint{q->Int(1), static_cast<int32_t>(q->Int(2)), q->Int(3), q->Int(4),
+                                          q->OptReal(5), q->OptReal(6), q->OptReal(7), q->Int(8)}});
+  }
+}
+
+StatusOr<int64_t> SqliteMetadataStore::CountMetrics(int64_t job_id, int64_t worker_id) {
+  std::lock_guard lock(mu_);
+  PARSYN_PREPARE(q, "SELECT COUNT(*) FROM metric_points WHERE job_id = ?1 AND worker_id = ?2");
+  q->Bind(job_id, worker_id);
+  PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
+  if (!row) return InternalError("COUNT(*) returned no row");
+  return q->Int(0);
+}
+
 // ---- events
 
 StatusOr<int64_t> SqliteMetadataStore::AppendJobEvent(const JobEvent& event) {

@@ -88,6 +88,8 @@ class SqliteMetadataStore final : public MetadataStore {
   Status AppendMetrics(std::span<const MetricPoint> points) override;
   StatusOr<std::vector<MetricPoint>> ListMetrics(int64_t job_id,
                                                  std::optional<int64_t> worker_id = std::nullopt) override;
+  StatusOr<std::vector<StoredMetricPoint>> ListMetricsPage(int64_t job_id, int64_t after_id, int limit) override;
+  StatusOr<int64_t> CountMetrics(int64_t job_id, int64_t worker_id) override;
 
   StatusOr<int64_t> AppendJobEvent(const JobEvent& event) override;
   StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit = 1000) override;

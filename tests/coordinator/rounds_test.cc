@@ -7,6 +7,7 @@
 #include <map>
 
 #include "harness.h"
+#include "net/transport.h"
 #include "weights/sha256.h"
 
 namespace parsyn::testing {
@@ -16,8 +17,8 @@ constexpr auto kJobTimeout = std::chrono::seconds(60);
 
 class RoundsTest : public ::testing::Test {
  protected:
-  void StartServer() {
-    server_ = std::make_unique<ServerProcess>(dir_.path() / "data");
+  void StartServer(std::vector<std::string> extra = {}) {
+    server_ = std::make_unique<ServerProcess>(dir_.path() / "data", std::move(extra));
     admin_ = AdminClient(*server_);
   }
   int64_t CreateJob(const json& spec) {
@@ -46,6 +47,33 @@ class RoundsTest : public ::testing::Test {
     auto res = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/artifacts/" + name);
     EXPECT_TRUE(res.ok()) << name << ": " << res.status().ToString();
     return res.ok() ? res->body : "";
+  }
+
+  // Says hello as the fixture's first worker, starts a one-round job over that worker alone and polls (by hand,
+  // no scripted worker) until the job's task arrives. Returns the task; `api` is left holding it.
+  json HoldOneTask(const Fixture& f, std::unique_ptr<http::Client>& api) {
+    api = ClientWithToken(*server_, f.worker_tokens[0]);
+    auto hello = api->PostJson("/api/v1/worker/hello", json::object());
+    EXPECT_TRUE(hello.ok()) << hello.status().ToString();
+    if (!hello.ok()) return json();
+    const std::string session = (*hello->Json())["session_id"];
+    Fixture one = f;
+    one.worker_ids = {f.worker_ids[0]};
+    one.worker_tokens = {f.worker_tokens[0]};
+    CreateJob(DistributedSpec(one, 1, 1, 60));
+    for (int i = 0; i < 30; ++i) {
+      auto next = api->Get("/api/v1/worker/tasks/next?session_id=" + session + "&wait_ms=1000");
+      EXPECT_TRUE(next.ok()) << next.status().ToString();
+      if (!next.ok()) return json();
+      if (next->status == 200) return *next->Json();
+    }
+    ADD_FAILURE() << "no task came";
+    return json();
+  }
+  json Metrics(int64_t job_id, const std::string& query = "") {
+    auto res = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/metrics" + query);
+    EXPECT_TRUE(res.ok()) << res.status().ToString();
+    return res.ok() ? *res->Json() : json();
   }
 
   TempDir dir_;
@@ -153,6 +181,110 @@ TEST_F(RoundsTest, NormalRoundsCommitTheFedAvgOfTheUploads) {
   auto metrics = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/metrics");
   ASSERT_TRUE(metrics.ok());
   EXPECT_EQ((*metrics->Json())["workers"].size(), 2u);
+}
+
+json ProgressReport(int64_t job_id, int round, int attempt, int64_t step) {
+  return {{"job_id", job_id}, {"round", round}, {"attempt", attempt}, {"step", step}, {"loss", 0.5}};
+}
+
+// Any worker token could store progress points, two fsynced rows a request, for a job it had no task in. Now only
+// the task the worker holds may report (409 otherwise, nothing stored), and at most once per --progress-interval-ms.
+TEST_F(RoundsTest, ProgressComesOnlyFromTheTaskHolderAtABoundedRate) {
+  // An hour between stored reports: the test's second report is always too soon, however slow the machine.
+  StartServer({"--progress-interval-ms", "3600000"});
+  Fixture f = MakeFixture(*admin_, 40, 2);
+  std::unique_ptr<http::Client> holder;
+  const json task = HoldOneTask(f, holder);
+  ASSERT_TRUE(task.is_object());
+  const int64_t job_id = task["job_id"];
+  const int round = task["round"];
+  const int attempt = task["attempt"];
+
+  auto expect_no_task = [&](http::Client& api, int64_t worker_id, int r, int a) {
+    auto answer = api.PostJson("/api/v1/worker/progress", ProgressReport(job_id, r, a, 1));
+    ASSERT_FALSE(answer.ok());
+    EXPECT_EQ(answer.status().code(), StatusCode::kFailedPrecondition) << answer.status().ToString();
+    const std::string expected = "HTTP 409: worker " + std::to_string(worker_id) + " has no task in job " +
+                                 std::to_string(job_id) + " round " + std::to_string(r) + " attempt " +
+                                 std::to_string(a);
+    EXPECT_NE(answer.status().message().find(expected), std::string::npos) << answer.status().ToString();
+  };
+  // A worker of the same owner with no task in the job; the holder for a round or attempt it does not hold.
+  auto other = ClientWithToken(*server_, f.worker_tokens[1]);
+  expect_no_task(*other, f.worker_ids[1], round, attempt);
+  expect_no_task(*holder, f.worker_ids[0], round + 1, attempt);
+  expect_no_task(*holder, f.worker_ids[0], round, attempt + 1);
+  EXPECT_EQ(Metrics(job_id)["workers"], json::array()) << "a refused report stored nothing";
+
+  // The holder's own task: stored.
+  auto first = holder->PostJson("/api/v1/worker/progress", ProgressReport(job_id, round, attempt, 1));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->status, 204);
+  // At once again: 429 with a Retry-After (read through the transport, which keeps a refusal's headers).
+  net::Transport transport(net::TransportOptions{});
+  const std::string body = ProgressReport(job_id, round, attempt, 2).dump();
+  auto request_body = net::MemoryBody(body);
+  auto again = transport.Perform(
+      {.method = "POST",
+       .url = server_->url() + "/api/v1/worker/progress",
+       .headers = {{"Authorization", "Bearer " + f.worker_tokens[0]}, {"Content-Type", "application/json"}},
+       .body = request_body.get()});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->status, 429) << again->body;
+  EXPECT_NE(again->body.find("resource_exhausted"), std::string::npos) << again->body;
+  ASSERT_TRUE(again->headers.contains("retry-after"));
+  const int retry_after = std::stoi(again->headers.at("retry-after"));
+  EXPECT_GE(retry_after, 1);
+  EXPECT_LE(retry_after, 3600);
+
+  const json metrics = Metrics(job_id);
+  ASSERT_EQ(metrics["workers"].size(), 1u) << metrics.dump();
+  EXPECT_EQ(metrics["workers"][0]["worker_id"], f.worker_ids[0]);
+  ASSERT_EQ(metrics["workers"][0]["points"].size(), 1u) << metrics.dump();
+  EXPECT_EQ(metrics["workers"][0]["points"][0]["step"], 1);
+}
+
+// The stored series was unbounded and read whole. Now at most --max-progress-points per job and worker are stored
+// (later reports are taken, not stored), and GET .../metrics answers pages of ?limit= points after ?after=.
+TEST_F(RoundsTest, ProgressPointsAreCappedAndTheMetricsArePaged) {
+  StartServer({"--progress-interval-ms", "0", "--max-progress-points", "3"});
+  Fixture f = MakeFixture(*admin_, 40, 1);
+  std::unique_ptr<http::Client> holder;
+  const json task = HoldOneTask(f, holder);
+  ASSERT_TRUE(task.is_object());
+  const int64_t job_id = task["job_id"];
+  for (int64_t step = 1; step <= 5; ++step) {
+    auto answer =
+        holder->PostJson("/api/v1/worker/progress", ProgressReport(job_id, task["round"], task["attempt"], step));
+    ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+    EXPECT_EQ(answer->status, 204);
+  }
+  const json all = Metrics(job_id);
+  EXPECT_EQ(all["next"], nullptr);
+  ASSERT_EQ(all["workers"].size(), 1u) << all.dump();
+  std::vector<int64_t> steps;
+  for (const json& p : all["workers"][0]["points"]) steps.push_back(p["step"]);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3})) << all.dump();
+
+  const json page1 = Metrics(job_id, "?limit=2");
+  ASSERT_EQ(page1["workers"].size(), 1u) << page1.dump();
+  ASSERT_EQ(page1["workers"][0]["points"].size(), 2u) << page1.dump();
+  EXPECT_EQ(page1["workers"][0]["points"][1]["step"], 2);
+  ASSERT_TRUE(page1["next"].is_number_integer()) << page1.dump();
+  EXPECT_EQ(page1["next"], page1["workers"][0]["points"][1]["id"]);
+  const json page2 = Metrics(job_id, "?limit=2&after=" + std::to_string(page1["next"].get<int64_t>()));
+  ASSERT_EQ(page2["workers"].size(), 1u) << page2.dump();
+  ASSERT_EQ(page2["workers"][0]["points"].size(), 1u) << page2.dump();
+  EXPECT_EQ(page2["workers"][0]["points"][0]["step"], 3);
+  EXPECT_EQ(page2["next"], nullptr);
+
+  for (const char* bad : {"?limit=0", "?limit=10001", "?limit=x", "?after=-1"}) {
+    auto res = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/metrics" + bad);
+    ASSERT_FALSE(res.ok()) << bad;
+    EXPECT_NE(res.status().message().find("HTTP 400: "), std::string::npos) << res.status().ToString();
+    EXPECT_NE(res.status().message().find(bad[1] == 'l' ? "limit must be" : "after must be"), std::string::npos)
+        << res.status().ToString();
+  }
 }
 
 TEST_F(RoundsTest, WorkerGoneMidRoundLeavesAndTheOthersCommit) {
