@@ -1,5 +1,5 @@
-// The agent against a fake coordinator: failed tasks are reported through /api/v1/worker/failure, and blob URLs are
-// fetched without the worker's token while API calls carry it.
+// The agent against a fake coordinator: failed tasks are reported through /api/v1/worker/failure, blob URLs are
+// fetched without the worker's token while API calls carry it, and a refused (revoked) token stops the agent.
 #include "worker/agent.h"
 
 #include <gmock/gmock.h>
