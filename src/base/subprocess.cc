@@ -4,6 +4,9 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <unistd.h>
 
 #include <cerrno>
@@ -78,8 +81,10 @@ StatusOr<Subprocess> Subprocess::Start(const std::filesystem::path& program, con
   std::vector<char*> argv = NullTerminated(argv_strings);
   std::vector<std::string> env_strings;
   std::vector<char*> envp;
-  if (!options.environment.empty()) {
-    env_strings = ChildEnvironment(options.environment);
+  std::vector<std::pair<std::string, std::string>> environment = options.environment;
+  if (options.die_with_parent) environment.emplace_back(kDieWithParentEnv, std::to_string(::getpid()));
+  if (!environment.empty()) {
+    env_strings = ChildEnvironment(environment);
     envp = NullTerminated(env_strings);
   }
   pid_t pid = -1;
@@ -95,6 +100,18 @@ StatusOr<Subprocess> Subprocess::Start(const std::filesystem::path& program, con
   state->pid = pid;
   if (fds[0] >= 0) state->out = ::fdopen(fds[0], "r");
   return Subprocess(std::move(state));
+}
+
+void DieWithParentIfAsked() {
+  const char* value = std::getenv(kDieWithParentEnv);
+  if (value == nullptr) return;
+  const long expected_parent = std::strtol(value, nullptr, 10);
+  ::unsetenv(kDieWithParentEnv);
+#ifdef __linux__
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+  // The parent may have died between the spawn and the prctl: this process was then reparented already.
+  if (static_cast<long>(::getppid()) != expected_parent) ::raise(SIGKILL);
 }
 
 Subprocess::Subprocess(std::unique_ptr<State> state) : state_(std::move(state)) {}

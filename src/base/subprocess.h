@@ -26,7 +26,20 @@ struct SubprocessOptions {
   std::filesystem::path output_file;  // kFile: the child's stdout and stderr, created or truncated
   // Set in the child's environment on top of this process's (replacing variables of the same name).
   std::vector<std::pair<std::string, std::string>> environment;
+  // The child is killed (SIGKILL) when this process dies, even by SIGKILL. posix_spawn cannot set
+  // PR_SET_PDEATHSIG in the child, and fork+prctl+exec from a large multi-threaded parent (libtorch, the worker's
+  // threads) is what posix_spawn exists to avoid; so the child does it itself: it gets kDieWithParentEnv=<this pid>
+  // and must call DieWithParentIfAsked() first thing in main (parsyn-trainer does).
+  bool die_with_parent = false;
 };
+
+// The environment variable behind SubprocessOptions::die_with_parent: the pid of the parent to die with.
+inline constexpr char kDieWithParentEnv[] = "PARSYN_DIE_WITH_PARENT";
+
+// In a child started with die_with_parent: asks the kernel for SIGKILL when the parent dies (PR_SET_PDEATHSIG), then
+// checks the parent is still the one named (it may have died before the request: then this process kills itself).
+// Removes the variable, so that this process's own children do not act on it. Does nothing when it is not set.
+void DieWithParentIfAsked();
 
 class Subprocess {
  public:

@@ -4,6 +4,8 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -12,6 +14,60 @@
 
 namespace parsyn {
 namespace {
+
+constexpr char kRoleEnv[] = "PARSYN_SUBPROCESS_TEST_ROLE";
+
+// This test binary re-run in a role, before gtest starts: "parent" spawns "child" with die_with_parent, prints the
+// child's pid and waits to be killed; "child" calls DieWithParentIfAsked and sleeps (as parsyn-trainer trains).
+[[maybe_unused]] const bool kRoleRun = [] {
+  const char* role = std::getenv(kRoleEnv);
+  if (role == nullptr) return false;
+  if (std::string_view(role) == "child") {
+    DieWithParentIfAsked();
+    std::this_thread::sleep_for(std::chrono::minutes(2));
+    std::_Exit(0);
+  }
+  SubprocessOptions options;
+  options.output = SubprocessOptions::Output::kInherit;
+  options.die_with_parent = true;
+  options.environment = {{kRoleEnv, "child"}};
+  StatusOr<Subprocess> child = Subprocess::Start(*SelfExecutablePath(), {}, options);
+  if (!child.ok()) std::_Exit(3);
+  std::printf("%d\n", static_cast<int>(child->pid()));
+  std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::minutes(2));
+  std::_Exit(0);
+}();
+
+// True while `pid` exists and is not a zombie.
+bool Alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z';
+}
+
+TEST(SubprocessTest, DieWithParentChildDiesWhenItsParentIsKilled) {
+  SubprocessOptions options;
+  options.environment = {{kRoleEnv, "parent"}};
+  StatusOr<Subprocess> parent = Subprocess::Start(*SelfExecutablePath(), {}, options);
+  ASSERT_TRUE(parent.ok()) << parent.status().ToString();
+  const std::optional<std::string> line = parent->ReadLine();
+  ASSERT_TRUE(line.has_value());
+  const pid_t child = static_cast<pid_t>(std::stol(*line));
+  ASSERT_TRUE(Alive(child));
+  parent->Kill();
+  parent->Wait();
+  // Bounded wait: the kernel kills the child at once, its new parent reaps it when it gets to it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (Alive(child) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const bool survived = Alive(child);
+  if (survived) ::kill(child, SIGKILL);
+  EXPECT_FALSE(survived) << "the child outlived its SIGKILLed parent";
+}
 
 TEST(SubprocessTest, ReadsStdoutLinesAndTheExitCode) {
   StatusOr<Subprocess> child = Subprocess::Start("/bin/sh", {"-c", "echo one; echo two; exit 7"});

@@ -118,11 +118,11 @@ void ManagedWorkerSupervisor::Stop(std::chrono::milliseconds grace) {
 
 void ManagedWorkerSupervisor::Supervise(Slot& slot) {
   const ManagedWorkerIdentity& id = slot.identity;
+  // The token goes through the environment, never argv: any local user can read a process's command line
+  // (/proc/<pid>/cmdline, ps), while its environment is readable only by its owner.
   const std::vector<std::string> args = {"worker",
                                          "--server",
                                          options_.server_url,
-                                         "--token",
-                                         id.token,
                                          "--name",
                                          id.name,
                                          "--device",
@@ -136,7 +136,9 @@ void ManagedWorkerSupervisor::Supervise(Slot& slot) {
     {
       std::lock_guard lock(mutex_);
       if (stopping_) return;
-      StatusOr<Subprocess> started = Subprocess::Start(options_.program, args);
+      SubprocessOptions spawn;
+      spawn.environment = {{"PARSYN_WORKER_TOKEN", id.token}};
+      StatusOr<Subprocess> started = Subprocess::Start(options_.program, args, spawn);
       if (started.ok()) {
         child.emplace(std::move(*started));
         slot.child = &*child;

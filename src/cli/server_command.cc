@@ -35,6 +35,7 @@ struct ServerFlags {
   std::string public_url;
   int64_t heartbeat_interval_ms = 5'000;
   int64_t heartbeat_timeout_ms = 20'000;
+  int64_t blob_url_ttl_s = 0;  // 0: each job's aggregation_timeout plus 5 minutes
   int64_t max_poll_wait_ms = 30'000;
   int64_t progress_interval_ms = 500;
   int64_t max_progress_points = 10'000;
@@ -91,6 +92,7 @@ int RunServer(const ServerFlags& f) {
   options.max_poll_wait = std::chrono::milliseconds(f.max_poll_wait_ms);
   options.min_progress_interval = std::chrono::milliseconds(f.progress_interval_ms);
   options.max_progress_points = f.max_progress_points;
+  options.blob_url_ttl = std::chrono::seconds(f.blob_url_ttl_s);
   options.pool_threads = f.threads;
   StatusOr<std::string> blobs_uri = BlobsUri(f);
   if (!blobs_uri.ok()) return Fail("server", blobs_uri.status());
@@ -194,6 +196,9 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
                   "progress points stored per job and worker; later reports are shown live, not stored")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--blob-url-ttl", flags->blob_url_ttl_s,
+                  "seconds the blob URLs in a task stay valid (default 0: the job's aggregation_timeout + 5 min)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", flags->threads, "worker-pool threads for storage and aggregation")
       ->capture_default_str();
   cmd->add_option("--log-level", flags->log_level, "debug, info, warn or error");

@@ -78,7 +78,10 @@ class ChildTrainerLauncher : public worker::TrainerLauncher {
  public:
   StatusOr<std::unique_ptr<worker::TrainerRun>> Start(const fs::path& task_file) override {
     PARSYN_ASSIGN_OR_RETURN(const fs::path trainer, FindTrainer());
-    PARSYN_ASSIGN_OR_RETURN(Subprocess child, Subprocess::Start(trainer, {"run", task_file.string()}));
+    // The trainer dies with this worker, even a SIGKILLed one (SubprocessOptions::die_with_parent).
+    SubprocessOptions spawn;
+    spawn.die_with_parent = true;
+    PARSYN_ASSIGN_OR_RETURN(Subprocess child, Subprocess::Start(trainer, {"run", task_file.string()}, spawn));
     return std::unique_ptr<worker::TrainerRun>(std::make_unique<ChildTrainerRun>(std::move(child)));
   }
 };
@@ -122,6 +125,7 @@ int RunAgent(const AgentFlags& f) {
   }
   if (f.server.empty()) return fail("--server URL is required (or PARSYN_SERVER)");
   if (f.token.empty()) return fail("--token TOKEN is required (or PARSYN_WORKER_TOKEN): see `parsyn worker register`");
+  ::unsetenv("PARSYN_WORKER_TOKEN");  // read: the trainer children need not inherit it
   if (!std::regex_match(f.device, std::regex("cpu|cuda(:[0-9]+)?"))) {
     return fail("--device must be cpu, cuda or cuda:N, not '" + f.device + "'");
   }
@@ -140,8 +144,7 @@ int RunAgent(const AgentFlags& f) {
     if (ext != ".jsonl" && ext != ".csv") return fail("--data must be a .jsonl or .csv file, not " + f.data);
   }
   options.cache_dir = fs::absolute(f.cache_dir.empty() ? DefaultCacheDir() : fs::path(f.cache_dir), ec);
-  fs::create_directories(options.cache_dir, ec);
-  if (ec) return fail("cannot create the cache directory " + options.cache_dir.string() + ": " + ec.message());
+  if (Status created = worker::CreateCacheRoot(options.cache_dir); !created.ok()) return fail(created.message());
   if (StatusOr<fs::path> trainer = FindTrainer(); !trainer.ok()) return fail(trainer.status().message());
 
   // A handler (not SIG_IGN, not a blocked mask) so that the trainer child, after exec, still stops on SIGTERM.

@@ -1,6 +1,7 @@
 #include "coordinator/auth.h"
 
 #include <fcntl.h>
+#include <openssl/crypto.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -97,10 +98,8 @@ StatusOr<std::string> BearerToken(std::string_view header) {
 }
 
 bool DigestsEqual(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
+  // OpenSSL's constant-time compare: a hand-written loop may be turned into an early-exit compare by the optimizer.
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 }  // namespace parsyn::coordinator

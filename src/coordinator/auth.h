@@ -34,7 +34,8 @@ StatusOr<std::string> LoadOrCreateSigningSecret(const std::filesystem::path& dat
 // The token of an "Authorization: Bearer <token>" header. Unauthenticated naming what is wrong when the header is
 // missing or not a bearer credential.
 StatusOr<std::string> BearerToken(std::string_view authorization_header);
-// Equal-length constant-time comparison of two hex digests.
+// Constant-time comparison of two digests (OpenSSL CRYPTO_memcmp); false when their lengths differ. Worker tokens are
+// found by their sha256 in a map: comparing digests of a guess reveals nothing of a token through timing.
 bool DigestsEqual(std::string_view a, std::string_view b);
 
 }  // namespace parsyn::coordinator

@@ -1,11 +1,16 @@
 // /blobs/{key...}: GET or PUT one blob with a signed URL (http/signed_url.h), the only credential workers use for
-// weights and data. PUT is create-only and capped at the size the key's job allows.
+// weights and data. PUT is create-only and capped at the size the key's job allows. A URL bound to a worker
+// (`worker=<id>` in its signed part: signed_blob_urls.h) is refused (403) once that worker is revoked.
+//
+// GET answers carry `X-Content-Type-Options: nosniff` and `Content-Disposition: attachment`, so a browser never
+// renders a blob (an uploaded file) as a page of the coordinator's origin.
 #include <charconv>
 
 #include "coordinator/job_runner.h"
 #include "coordinator/loop_tools.h"
 #include "coordinator/service.h"
 #include "coordinator/service_routes.h"
+#include "coordinator/signed_blob_urls.h"
 #include "http/signed_url.h"
 #include "storage/local_blob_copy.h"
 
@@ -42,7 +47,7 @@ class BlobRoutes {
                                  [&] { return storage::LocalBlobCopy::Open(context_.blobs, key, context_.spool_dir); });
     if (!copy.ok()) co_return Response::Error(copy.status());
     CountBytesMoved(key, copy->size_bytes());
-    co_return FileResponse(std::move(*copy));
+    co_return DownloadResponse(std::move(*copy), key);
   }
 
   // Only round updates are uploaded here: a key without its job's size cap is refused.
@@ -74,14 +79,33 @@ class BlobRoutes {
   }
 
  private:
-  // OK when the request carries a valid, unexpired signature of `method` on `key`.
+  // OK when the request carries a valid, unexpired signature of `method` on `key`, and the worker the URL was
+  // issued to (if it names one) is not revoked.
   Status Verify(const Request& req, std::string_view method, const std::string& key) const {
     PARSYN_RETURN_IF_ERROR(storage::ValidateBlobKey(key));
     auto expires = req.query.find("expires");
     auto signature = req.query.find("signature");
-    return http::VerifySignedUrl(signing_secret_, method, key, expires == req.query.end() ? "" : expires->second,
-                                 signature == req.query.end() ? "" : signature->second,
-                                 context_.clock.UnixMillis() / 1000);
+    auto worker = req.query.find("worker");
+    std::optional<int64_t> worker_id;
+    if (worker != req.query.end()) {
+      int64_t id = 0;
+      const std::string& text = worker->second;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+      if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+        return UnauthenticatedError("signed URL has a malformed 'worker' value");
+      }
+      worker_id = id;
+    }
+    PARSYN_RETURN_IF_ERROR(http::VerifySignedUrl(
+        signing_secret_, method, worker_id ? WorkerBoundKey(key, *worker_id) : key,
+        expires == req.query.end() ? "" : expires->second, signature == req.query.end() ? "" : signature->second,
+        context_.clock.UnixMillis() / 1000));
+    // Checked after the signature, so only the holder of a real URL learns the worker's state.
+    if (worker_id && service_.WorkerRevoked(*worker_id)) {
+      return PermissionDeniedError("this URL was issued to worker " + std::to_string(*worker_id) +
+                                   ", which has been revoked");
+    }
+    return Status::Ok();
   }
 
   // A job's blob traffic counts towards its round's bytes moved.

@@ -26,6 +26,9 @@
 
 namespace parsyn::coordinator {
 
+// Added to a task's attempt timeout for its URLs' lifetime: a worker that finishes just in time can still upload.
+inline constexpr std::chrono::minutes kTaskUrlMargin{5};
+
 class JobHost {
  public:
   virtual ~JobHost() = default;
@@ -34,10 +37,15 @@ class JobHost {
   virtual storage::BlobStore& blobs() = 0;
   // The URLs workers get for blobs: the store's own (S3 presigning) or the coordinator's signed /blobs URLs.
   virtual storage::BlobUrlIssuer& blob_urls() = 0;
-  // Where a worker GETs blob `key` (blob_urls(), falling back to a signed /blobs URL should presigning fail).
-  virtual std::string BlobGetUrl(std::string_view key) const = 0;
-  // How long the URLs handed to workers stay valid.
-  virtual std::chrono::seconds signed_url_ttl() const = 0;
+  // Where worker `worker_id` GETs blob `key` for `ttl` (blob_urls(), falling back to a signed /blobs URL should
+  // presigning fail). The coordinator's own URLs are bound to the worker: refused once it is revoked.
+  virtual std::string BlobGetUrl(std::string_view key, std::chrono::seconds ttl, int64_t worker_id) const = 0;
+  // Where worker `worker_id` PUTs blob `key` for `ttl` (single-part; bound to the worker like BlobGetUrl).
+  virtual StatusOr<storage::UrlGrant> BlobPutGrant(std::string_view key, std::chrono::seconds ttl,
+                                                   int64_t worker_id) const = 0;
+  // How long the URLs in a task stay valid: the server's --blob-url-ttl when set, else the attempt's timeout plus a
+  // margin (kTaskUrlMargin), at most what the blob store presigns.
+  virtual std::chrono::seconds TaskUrlTtl(std::chrono::milliseconds attempt_timeout) const = 0;
   // For blocking work (store calls, blob I/O, validation, aggregation), through Offload.
   virtual boost::asio::thread_pool& pool() = 0;
   // The event loop's.

@@ -389,7 +389,8 @@ class JobRoutes {
       return NotFoundError("training job " + std::to_string(*id) + " has no artifact '" + name.substr(0, 200) + "'");
     });
     if (!copy.ok()) co_return Response::Error(copy.status());
-    co_return FileResponse(std::move(*copy), name.ends_with(".json") ? "application/json" : "application/octet-stream");
+    co_return DownloadResponse(std::move(*copy), name,
+                               name.ends_with(".json") ? "application/json" : "application/octet-stream");
   }
 
  private:

@@ -74,8 +74,13 @@ class FakeHost final : public JobHost {
   storage::MetadataStore& store() override { return store_; }
   storage::BlobStore& blobs() override { return blobs_; }
   storage::BlobUrlIssuer& blob_urls() override { return urls_; }
-  std::string BlobGetUrl(std::string_view key) const override { return *urls_.GetUrl(key, {}); }
-  std::chrono::seconds signed_url_ttl() const override { return std::chrono::hours(1); }
+  std::string BlobGetUrl(std::string_view key, std::chrono::seconds ttl, int64_t) const override {
+    return *urls_.GetUrl(key, ttl);
+  }
+  StatusOr<storage::UrlGrant> BlobPutGrant(std::string_view key, std::chrono::seconds ttl, int64_t) const override {
+    return urls_.PutGrant(key, ttl);
+  }
+  std::chrono::seconds TaskUrlTtl(std::chrono::milliseconds) const override { return std::chrono::hours(1); }
   boost::asio::thread_pool& pool() override { return pool_; }
   boost::asio::any_io_executor executor() override { return io_.get_executor(); }
   const Clock& clock() const override { return clock_; }

@@ -71,7 +71,9 @@ StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
   task.steps_per_round = spec_.distributed.steps_per_round;
   task.config = spec_.config;
   task.deadline_unix_ms = host_.clock().UnixMillis() + engine_config_.aggregation_timeout.count();
-  task.global_weights = {.url = host_.BlobGetUrl(global_key_),
+  // The task's URLs last as long as its attempt (plus a margin), not beyond, and name the worker they were given to.
+  const std::chrono::seconds url_ttl = host_.TaskUrlTtl(engine_config_.aggregation_timeout);
+  task.global_weights = {.url = host_.BlobGetUrl(global_key_, url_ttl, a.worker),
                          .sha256 = global_sha256_,
                          .size_bytes = global_size_bytes_,
                          .round = engine_->last_committed_round()};
@@ -83,15 +85,17 @@ StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
                                        std::string(DatasetExtension(dataset_.format));
     task.data = {.format = std::string(storage::ToString(dataset_.format)),
                  .kind = std::string(storage::ToString(dataset_.kind)),
-                 .train_url = host_.BlobGetUrl(shard.blob_key),
+                 .train_url = host_.BlobGetUrl(shard.blob_key, url_ttl, a.worker),
                  .train_rows = shard.train_rows,
-                 .validation_url = host_.BlobGetUrl(validation_key),
+                 .validation_url = host_.BlobGetUrl(validation_key, url_ttl, a.worker),
                  .validation_rows = shard.validation_rows};
   }
   task.model = {.id = model_.id, .name = model_.name, .model_type = model_.model_type, .files = {}};
   for (const storage::ModelFile& f : model_.files) {
-    task.model.files.push_back(
-        {.path = f.path, .url = host_.BlobGetUrl(f.blob_key), .sha256 = f.sha256, .size_bytes = f.size_bytes});
+    task.model.files.push_back({.path = f.path,
+                                .url = host_.BlobGetUrl(f.blob_key, url_ttl, a.worker),
+                                .sha256 = f.sha256,
+                                .size_bytes = f.size_bytes});
   }
   if (a.kind == TaskKind::kTrain) {
     PARSYN_ASSIGN_OR_RETURN(task.update_upload, UpdateUploadGrant(a.worker, UpdateKey(a.round, a.attempt, a.worker)));
@@ -102,13 +106,13 @@ StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
 StatusOr<protocol::UpdateUpload> JobRunner::UpdateUploadGrant(int64_t worker_id, const std::string& key) const {
   protocol::UpdateUpload grant{.blob_key = key, .max_size_bytes = global_size_bytes_ + kUpdateHeaderSlackBytes};
   storage::BlobUrlIssuer& urls = host_.blob_urls();
-  const std::chrono::seconds ttl = host_.signed_url_ttl();
+  const std::chrono::seconds ttl = host_.TaskUrlTtl(engine_config_.aggregation_timeout);
   auto headers_of = [](const std::vector<std::pair<std::string, std::string>>& headers) {
     return protocol::HttpHeaders(headers.begin(), headers.end());
   };
   auto multipart = multipart_uploads_.find(worker_id);
   if (multipart == multipart_uploads_.end() || multipart->second.key != key) {
-    PARSYN_ASSIGN_OR_RETURN(storage::UrlGrant put, urls.PutGrant(key, ttl));
+    PARSYN_ASSIGN_OR_RETURN(storage::UrlGrant put, host_.BlobPutGrant(key, ttl, worker_id));
     grant.url = put.url;
     if (!put.headers.empty()) grant.headers = headers_of(put.headers);
     return grant;

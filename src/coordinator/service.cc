@@ -76,10 +76,10 @@ Status Service::OpenBlobs() {
   PARSYN_ASSIGN_OR_RETURN(blobs_, storage::OpenBlobStore(options_.blobs_uri));
   blob_urls_ = blobs_->url_issuer();
   if (blob_urls_ != nullptr) {
-    if (options_.signed_url_ttl > blob_urls_->max_ttl()) {
-      return InvalidArgumentError(
-          "the blob store's presigned URLs last at most " + std::to_string(blob_urls_->max_ttl().count() / 86400) +
-          " days; the signed URL lifetime is " + std::to_string(options_.signed_url_ttl.count()) + " s");
+    if (options_.blob_url_ttl > blob_urls_->max_ttl()) {
+      return InvalidArgumentError("--blob-url-ttl: the blob store's presigned URLs last at most " +
+                                  std::to_string(blob_urls_->max_ttl().count()) + " s; it is " +
+                                  std::to_string(options_.blob_url_ttl.count()) + " s");
     }
     // Fail at start, not in the middle of a job, when the bucket cannot be reached. A missing probe key is the
     // expected answer; some stores answer 403 for missing keys to callers without ListBucket, which is fine too.
@@ -93,12 +93,35 @@ Status Service::OpenBlobs() {
   return Status::Ok();
 }
 
-std::string Service::BlobGetUrl(std::string_view key) const {
-  StatusOr<std::string> url = blob_urls_->GetUrl(key, options_.signed_url_ttl);
+std::chrono::seconds Service::TaskUrlTtl(std::chrono::milliseconds attempt_timeout) const {
+  std::chrono::seconds ttl = options_.blob_url_ttl;
+  if (ttl.count() <= 0) ttl = std::chrono::ceil<std::chrono::seconds>(attempt_timeout) + kTaskUrlMargin;
+  return std::min(ttl, blob_urls_->max_ttl());
+}
+
+std::string Service::BlobGetUrl(std::string_view key, std::chrono::seconds ttl, int64_t worker_id) const {
+  if (signed_blob_urls_ != nullptr) return SignedBlobUrl("GET", key, ttl, worker_id);
+  // A store's presigned URLs (S3) cannot name the worker: only their lifetime limits them.
+  StatusOr<std::string> url = blob_urls_->GetUrl(key, ttl);
   // Presigning is local and the key and lifetime were checked at start: an error here is a bug.
   if (url.ok()) return *url;
   PARSYN_LOG_ERROR("presigning GET {}: {}", key, url.status().ToString());
-  return SignedBlobUrl("GET", key);
+  return SignedBlobUrl("GET", key, ttl, worker_id);
+}
+
+StatusOr<storage::UrlGrant> Service::BlobPutGrant(std::string_view key, std::chrono::seconds ttl,
+                                                  int64_t worker_id) const {
+  if (signed_blob_urls_ != nullptr) {
+    return storage::UrlGrant{.url = SignedBlobUrl("PUT", key, ttl, worker_id), .headers = {}};
+  }
+  return blob_urls_->PutGrant(key, ttl);
+}
+
+bool Service::WorkerRevoked(int64_t worker_id) const {
+  for (const auto& [token_sha256, auth] : worker_tokens_) {
+    if (auth.worker_id == worker_id) return auth.revoked;
+  }
+  return true;
 }
 
 StatusOr<http::Router> Service::BuildRouter() {
@@ -144,9 +167,10 @@ StatusOr<int64_t> Service::AuthenticateWorker(const http::Request& req) const {
   return it->second.worker_id;
 }
 
-std::string Service::SignedBlobUrl(std::string_view method, std::string_view key) const {
-  const int64_t expires = clock_.UnixMillis() / 1000 + options_.signed_url_ttl.count();
-  return coordinator::SignedBlobUrl(signing_secret_, options_.public_url, method, key, expires);
+std::string Service::SignedBlobUrl(std::string_view method, std::string_view key, std::chrono::seconds ttl,
+                                   int64_t worker_id) const {
+  const int64_t expires = clock_.UnixMillis() / 1000 + ttl.count();
+  return coordinator::SignedBlobUrl(signing_secret_, options_.public_url, method, key, expires, worker_id);
 }
 
 http::Signal& Service::EventSignal(int64_t job_id) {

@@ -30,6 +30,7 @@
 #include "base/clock.h"
 #include "base/status.h"
 #include "coordinator/job_host.h"
+#include "coordinator/signed_blob_urls.h"
 #include "http/server.h"
 #include "http/signal.h"
 #include "protocol/messages.h"
@@ -55,7 +56,9 @@ struct ServiceOptions {
   // most max_progress_points per job and worker (later reports are shown live but not stored).
   std::chrono::milliseconds min_progress_interval{500};
   int64_t max_progress_points = 10'000;
-  std::chrono::seconds signed_url_ttl{std::chrono::hours(24)};
+  // Lifetime of the blob URLs in a task (`parsyn server --blob-url-ttl`); 0: the job's aggregation_timeout plus
+  // kTaskUrlMargin. S3 presigned URLs follow it too (capped at the store's 7 days).
+  std::chrono::seconds blob_url_ttl{0};
   uint64_t max_upload_bytes = uint64_t{64} << 30;  // datasets and model files
   uint64_t max_json_bytes = 1 << 20;               // JSON request bodies
   int pool_threads = 4;                            // store calls, blob reads, validation and aggregation
@@ -94,14 +97,19 @@ class Service final : public JobHost {
   storage::BlobStore& blobs() override { return *blobs_; }
   // The blob store's own URL issuer (S3 presigning), else the coordinator's signed /blobs URLs. Chosen at Open.
   storage::BlobUrlIssuer& blob_urls() override { return *blob_urls_; }
-  std::chrono::seconds signed_url_ttl() const override { return options_.signed_url_ttl; }
+  std::chrono::seconds TaskUrlTtl(std::chrono::milliseconds attempt_timeout) const override;
   boost::asio::thread_pool& pool() override { return pool_; }
   const Clock& clock() const override { return clock_; }
   boost::asio::any_io_executor executor() override { return io_.get_executor(); }
-  // A URL for `method` on blob `key` at /blobs/..., valid for signed_url_ttl.
-  std::string SignedBlobUrl(std::string_view method, std::string_view key) const;
-  // Where a worker GETs blob `key`: blob_urls()'s URL (e.g. S3 presigned), else SignedBlobUrl("GET", key).
-  std::string BlobGetUrl(std::string_view key) const override;
+  // A URL for `method` on blob `key` at /blobs/..., valid for `ttl`, bound to worker_id.
+  std::string SignedBlobUrl(std::string_view method, std::string_view key, std::chrono::seconds ttl,
+                            int64_t worker_id) const;
+  // Where a worker GETs blob `key`: blob_urls()'s URL (e.g. S3 presigned), else SignedBlobUrl("GET", key, ...).
+  std::string BlobGetUrl(std::string_view key, std::chrono::seconds ttl, int64_t worker_id) const override;
+  StatusOr<storage::UrlGrant> BlobPutGrant(std::string_view key, std::chrono::seconds ttl,
+                                           int64_t worker_id) const override;
+  // True once worker `worker_id` is revoked (unknown ids too): its bound blob URLs are refused.
+  bool WorkerRevoked(int64_t worker_id) const;
   // Temporary local copies of blobs from stores without local files (LocalBlobCopy).
   std::filesystem::path spool_dir() const override { return options_.data_dir / "spool"; }
   std::filesystem::path tmp_dir() const override { return options_.data_dir / "tmp"; }
@@ -180,7 +188,7 @@ class Service final : public JobHost {
   std::unique_ptr<storage::BlobStore> blobs_;
   std::string admin_key_hash_;
   std::string signing_secret_;
-  std::unique_ptr<storage::BlobUrlIssuer> signed_blob_urls_;  // when the store issues no URLs of its own
+  std::unique_ptr<SignedBlobUrls> signed_blob_urls_;  // when the store issues no URLs of its own
   storage::BlobUrlIssuer* blob_urls_ = nullptr;
   std::optional<std::string> new_admin_key_;
   std::vector<RouteInfo> routes_;

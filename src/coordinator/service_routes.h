@@ -7,6 +7,7 @@
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
 
 #include <boost/asio/thread_pool.hpp>
+#include <cctype>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -92,6 +93,22 @@ WorkerHandler Bind(std::shared_ptr<Handlers> handlers,
 inline http::Response FileResponse(storage::LocalBlobCopy copy, std::string content_type = "application/octet-stream") {
   http::Response res = http::Response::File(copy.path(), std::move(content_type));
   res.file_owner = std::make_shared<const storage::LocalBlobCopy>(std::move(copy));
+  return res;
+}
+
+// FileResponse as a download: `Content-Disposition: attachment; filename="<last segment of name>"` (characters other
+// than letters, digits, '.', '-' and '_' become '_') and `X-Content-Type-Options: nosniff`, so a browser saves the
+// bytes instead of rendering them as a page of the coordinator's origin.
+inline http::Response DownloadResponse(storage::LocalBlobCopy copy, std::string_view name,
+                                       std::string content_type = "application/octet-stream") {
+  std::string filename(name.substr(name.rfind('/') == std::string_view::npos ? 0 : name.rfind('/') + 1));
+  for (char& c : filename) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
+  }
+  if (filename.empty() || filename.find_first_not_of('.') == std::string::npos) filename = "blob";
+  http::Response res = FileResponse(std::move(copy), std::move(content_type));
+  res.headers.emplace_back("X-Content-Type-Options", "nosniff");
+  res.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + filename + "\"");
   return res;
 }
 

@@ -33,6 +33,7 @@
 
 #include "base/log.h"
 #include "base/status.h"
+#include "base/subprocess.h"
 #include "trainer/model_init.h"
 #include "trainer/tabular_model.h"
 #include "trainer/task.h"
@@ -216,6 +217,8 @@ int TabularInit(const std::string& dir, const std::string& options_json) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Started by a worker with die_with_parent: never train on for a worker that was killed.
+  parsyn::DieWithParentIfAsked();
   std::stop_source stop;
   StartSignalWatcher(stop);
   parsyn::log::Init();

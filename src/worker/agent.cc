@@ -126,7 +126,10 @@ Status Agent::Run(std::stop_token stop) {
   while (!stop.stop_requested()) {
     StatusOr<Session> session = Hello(stop);
     if (!session.ok()) {
-      if (IsPermanent(session.status())) return session.status();
+      if (IsPermanent(session.status())) {
+        NoteTokenRefused(session.status());
+        return session.status();
+      }
       if (session.status().code() == StatusCode::kCancelled) break;
       PARSYN_LOG_WARN("worker {}: cannot reach the coordinator: {}", options_.name, session.status().message());
       backoff.Wait(stop);
@@ -137,6 +140,7 @@ Status Agent::Run(std::stop_token stop) {
     PARSYN_LOG_INFO("worker {}: online (session {}…)", options_.name, session->id.substr(0, 8));
     Status ended = RunSession(*session, stop);
     if (IsPermanent(ended)) return ended;
+    if (token_refused_) return PermissionDeniedError("the coordinator refused this worker's token (revoked?)");
     if (ended.ok()) continue;  // stop requested, or the session ended: hello again at once
     PARSYN_LOG_WARN("worker {}: session interrupted: {}", options_.name, ended.message());
     backoff.Wait(stop);
@@ -176,7 +180,7 @@ Status Agent::RunSession(const Session& session, std::stop_token stop) {
   Status ended = Status::Ok();
   Backoff backoff(options_.backoff_initial, options_.backoff_max);
   while (!stop.stop_requested()) {
-    if (session_lost_) break;  // a heartbeat learned the coordinator no longer knows this session
+    if (session_lost_ || token_refused_) break;  // a heartbeat learned the session is gone or the token revoked
     http::CallOptions call;
     call.stop = stop;
     call.retry = false;
@@ -191,6 +195,7 @@ Status Agent::RunSession(const Session& session, std::stop_token stop) {
         break;
       }
       if (IsPermanent(res.status())) {
+        NoteTokenRefused(res.status());
         ended = res.status();
         break;
       }
@@ -211,7 +216,7 @@ Status Agent::RunSession(const Session& session, std::stop_token stop) {
   }
   heartbeats.request_stop();
   heartbeats.join();
-  if (stop.stop_requested() && !session_lost_) {
+  if (stop.stop_requested() && !session_lost_ && !token_refused_) {
     http::CallOptions call;
     call.timeout = std::chrono::seconds(3);
     call.retry = false;
@@ -229,6 +234,7 @@ void Agent::HeartbeatLoop(const Session& session, std::stop_token stop) {
       PARSYN_LOG_WARN("worker {}: heartbeat refused ({}); the current task is dropped", options_.name, s.message());
       return;
     }
+    if (token_refused_) return;
     if (!s.ok()) PARSYN_LOG_DEBUG("worker {}: heartbeat failed: {}", options_.name, s.message());
   }
 }
@@ -244,6 +250,7 @@ Status Agent::Heartbeat(const Session& session) {
       session_lost_ = true;
       AbandonCurrent(0, 0, 0, "the coordinator no longer knows this session");
     }
+    NoteTokenRefused(res.status());
     return res.status();
   }
   StatusOr<json> body = res->Json();
@@ -264,6 +271,16 @@ void Agent::AbandonCurrent(int64_t job_id, int round, int attempt, const std::st
     current_->why = why;
   }
   if (current_->trainer != nullptr) current_->trainer->Terminate();
+}
+
+void Agent::NoteTokenRefused(const Status& status) {
+  if (!IsPermanent(status)) return;
+  if (!token_refused_.exchange(true)) {
+    PARSYN_LOG_ERROR("worker {}: the coordinator refused this worker's token (revoked?): stopping ({})", options_.name,
+                     status.message());
+  }
+  // Training on is wasted work whose update could not be delivered: the trainer stops now.
+  AbandonCurrent(0, 0, 0, "the coordinator refused this worker's token (revoked?)");
 }
 
 bool Agent::CurrentAbandoned(std::string* why) {
@@ -308,7 +325,7 @@ void Agent::RunTask(const Session& session, const json& task_json, std::stop_tok
     // A stopped or abandoned task, or one whose round moved on, is already known to the coordinator (or is its
     // decision); any other failure is reported so it drops this worker from the round instead of waiting it out.
     const bool coordinator_knows =
-        abandoned || result_posted || stop.stop_requested() || done.code() == StatusCode::kCancelled;
+        abandoned || result_posted || stop.stop_requested() || token_refused_ || done.code() == StatusCode::kCancelled;
     if (!coordinator_knows) ReportFailure(*task, done);
   }
 }
@@ -324,6 +341,7 @@ void Agent::ReportFailure(const protocol::Task& task, const Status& failure) {
                                .attempt = task.attempt,
                                .reason = JsonSafePrefix(WithoutLocalPaths(failure.message()), kMaxFailureReasonBytes)};
   Status sent = client_.PostJson("/api/v1/worker/failure", protocol::FailureToJson(body), call).status();
+  NoteTokenRefused(sent);
   if (sent.ok()) {
     counters_.failures_reported++;
     return;
@@ -426,7 +444,7 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
     // Ask before uploading: a heartbeat now applies any abandon (straggler, job ended) and proves the session lives.
     Status alive = Heartbeat(session);
     std::string why;
-    if (CurrentAbandoned(&why) || alive.code() == StatusCode::kFailedPrecondition) {
+    if (CurrentAbandoned(&why) || alive.code() == StatusCode::kFailedPrecondition || token_refused_) {
       counters_.uploads_skipped++;
       return FailedPreconditionError("round " + std::to_string(task.round) + " is no longer current (" +
                                      (why.empty() ? alive.message() : why) + "); update not uploaded");
@@ -441,8 +459,10 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
   http::CallOptions call;
   call.stop = stop;
   call.retry = true;  // the coordinator treats a repeated result for the same task as a duplicate
-  PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res,
-                          client_.PostJson("/api/v1/worker/result", protocol::ResultToJson(report), call));
+  StatusOr<http::ClientResponse> posted =
+      client_.PostJson("/api/v1/worker/result", protocol::ResultToJson(report), call);
+  NoteTokenRefused(posted.status());
+  PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res, std::move(posted));
   {
     std::lock_guard lock(mutex_);
     if (current_) current_->result_posted = true;  // the coordinator has its verdict: no failure report after this
@@ -478,6 +498,7 @@ StatusOr<json> Agent::RunTrainer(const Session& session, const protocol::Task& t
     call.timeout = std::chrono::seconds(5);
     call.retry = false;
     Status s = client_.PostJson("/api/v1/worker/progress", protocol::ProgressToJson(report), call).status();
+    NoteTokenRefused(s);  // stops the trainer: this loop then ends
     if (!s.ok()) PARSYN_LOG_DEBUG("worker {}: progress not delivered: {}", options_.name, s.message());
     last_sent = Clock::now();
     pending.reset();

@@ -17,7 +17,9 @@
 // failed upload) is logged, reported once through POST /api/v1/worker/failure {"job_id", "round", "attempt",
 // "reason"} so the coordinator drops it from the round at once (errors there are logged and ignored: the next
 // long-poll tells it too), and the agent stays online. Tasks that were stopped, abandoned by the coordinator or whose
-// round moved on are not reported. Only a rejected token (Unauthenticated, PermissionDenied) ends Run with an error.
+// round moved on are not reported. Only a rejected token (Unauthenticated, PermissionDenied) ends Run with an error:
+// a 401/403 on any worker route (hello, poll, heartbeat, progress, result, failure) stops the current trainer at
+// once, skips its upload, and ends Run ("the coordinator refused this worker's token (revoked?): stopping").
 //
 // Blob transfers (model files, global weights, shards, the update: see update_upload.h) go through a second client
 // without the worker's token: their URLs are signed in the query (coordinator /blobs URLs or S3 presigned URLs).
@@ -113,6 +115,9 @@ class Agent {
   StatusOr<nlohmann::json> RunTrainer(const Session& session, const protocol::Task& task,
                                       const std::filesystem::path& task_file, std::stop_token stop);
   bool CurrentAbandoned(std::string* why);
+  // On 401/403 from the coordinator (the token was revoked or is wrong): logs it once, stops the current task's
+  // trainer, and makes the session and Run end; nothing more is trained or uploaded with that token.
+  void NoteTokenRefused(const Status& status);
 
   AgentOptions options_;
   TrainerLauncher& launcher_;
@@ -123,6 +128,7 @@ class Agent {
   std::mutex mutex_;
   std::optional<CurrentTask> current_;
   std::atomic<bool> session_lost_{false};
+  std::atomic<bool> token_refused_{false};
 };
 
 }  // namespace parsyn::worker

@@ -1,5 +1,5 @@
-// The agent against a fake coordinator: failed tasks are reported through /api/v1/worker/failure, and blob URLs are
-// fetched without the worker's token while API calls carry it.
+// The agent against a fake coordinator: failed tasks are reported through /api/v1/worker/failure, blob URLs are
+// fetched without the worker's token while API calls carry it, and a refused (revoked) token stops the agent.
 #include "worker/agent.h"
 
 #include <gmock/gmock.h>
@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -58,6 +59,46 @@ class ScriptedTrainer : public TrainerLauncher {
   int exit_code_;
 };
 
+// A trainer that prints one progress event, then runs until terminated (as a long round does).
+class RunsUntilTerminated : public TrainerLauncher {
+ public:
+  StatusOr<std::unique_ptr<TrainerRun>> Start(const fs::path&) override {
+    starts++;
+    return std::unique_ptr<TrainerRun>(new Run(*this));
+  }
+  std::atomic<int> starts = 0;
+  std::atomic<bool> terminated = false;
+
+ private:
+  class Run : public TrainerRun {
+   public:
+    explicit Run(RunsUntilTerminated& owner) : owner_(owner) {}
+    std::optional<std::string> ReadLine() override {
+      if (!progress_printed_) {
+        progress_printed_ = true;
+        return R"({"event": "progress", "step": 1, "total_steps": 100, "loss": 2.5})";
+      }
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return owner_.terminated.load(); });
+      return std::nullopt;
+    }
+    void Terminate() override {
+      {
+        std::lock_guard lock(mu_);
+        owner_.terminated = true;
+      }
+      cv_.notify_all();
+    }
+    int Wait() override { return owner_.terminated ? -15 : 0; }
+
+   private:
+    RunsUntilTerminated& owner_;
+    bool progress_printed_ = false;
+    std::mutex mu_;
+    std::condition_variable cv_;
+  };
+};
+
 // What the fake coordinator saw, filled in on its loop thread and read by the test thread.
 struct Seen {
   std::mutex mu;
@@ -67,6 +108,8 @@ struct Seen {
   std::vector<std::string> api_authorizations;   // Authorization of each /api call
   std::vector<std::string> blob_authorizations;  // Authorization of each /blobs call
   int polls = 0;
+  int refused = 0;  // worker calls answered 401 (token_revoked)
+  int uploads = 0;  // PUTs to /blobs
 
   // Waits (bounded) until `done` holds under the lock.
   bool WaitFor(const std::function<bool()>& done) {
@@ -79,7 +122,18 @@ struct FakeCoordinatorOptions {
   bool serve_global = true;           // else the global weights' URL answers 404
   bool failure_route = true;          // else /api/v1/worker/failure is unknown (404), as on older coordinators
   bool abandon_on_heartbeat = false;  // heartbeats say the task's round moved on
+  bool token_revoked = false;         // progress, heartbeat, failure and result calls answer 401 (a revoked token)
 };
+
+// A 401, as the coordinator answers a revoked token.
+http::Response Refused(Seen& seen) {
+  {
+    std::lock_guard lock(seen.mu);
+    seen.refused++;
+  }
+  seen.changed.notify_all();
+  return http::Response::Error(UnauthenticatedError("invalid worker token"));
+}
 
 // One train task (made by `task` when first polled, once the server's URL is known), then none.
 http::Router FakeCoordinator(Seen& seen, std::function<json()> task, FakeCoordinatorOptions options) {
@@ -119,8 +173,9 @@ http::Router FakeCoordinator(Seen& seen, std::function<json()> task, FakeCoordin
                   .ok());
   EXPECT_TRUE(router
                   .Add(http::Method::kPost, "/api/v1/worker/heartbeat",
-                       [note_api, options](http::Request& req) -> http::Awaitable<http::Response> {
+                       [&seen, note_api, options](http::Request& req) -> http::Awaitable<http::Response> {
                          note_api(req);
+                         if (options.token_revoked) co_return Refused(seen);
                          json abandon = json::array();
                          if (options.abandon_on_heartbeat)
                            abandon.push_back({{"job_id", 7}, {"round", 2}, {"attempt", 1}});
@@ -134,11 +189,32 @@ http::Router FakeCoordinator(Seen& seen, std::function<json()> task, FakeCoordin
                          co_return http::Response::Json(200, json::object());
                        })
                   .ok());
+  for (const char* path : {"/api/v1/worker/progress", "/api/v1/worker/result"}) {
+    EXPECT_TRUE(router
+                    .Add(http::Method::kPost, path,
+                         [&seen, note_api, options](http::Request& req) -> http::Awaitable<http::Response> {
+                           note_api(req);
+                           if (options.token_revoked) co_return Refused(seen);
+                           co_return http::Response::Json(200, json::object());
+                         })
+                    .ok());
+  }
+  EXPECT_TRUE(router
+                  .Add(http::Method::kPut, "/blobs/{key...}",
+                       [&seen](http::Request&) -> http::Awaitable<http::Response> {
+                         {
+                           std::lock_guard lock(seen.mu);
+                           seen.uploads++;
+                         }
+                         co_return http::Response::Json(201, json::object());
+                       })
+                  .ok());
   if (options.failure_route) {
     EXPECT_TRUE(router
                     .Add(http::Method::kPost, "/api/v1/worker/failure",
-                         [&seen, note_api](http::Request& req) -> http::Awaitable<http::Response> {
+                         [&seen, note_api, options](http::Request& req) -> http::Awaitable<http::Response> {
                            note_api(req);
+                           if (options.token_revoked) co_return Refused(seen);
                            {
                              std::lock_guard lock(seen.mu);
                              seen.failures.push_back(*req.JsonBody());
@@ -344,6 +420,51 @@ TEST_F(AgentTest, CoordinatorWithoutTheFailureRouteKeepsTheAgentOnline) {
   EXPECT_EQ(agent.counters().tasks_failed.load(), 1);
   EXPECT_EQ(agent.counters().failures_reported.load(), 0);
   EXPECT_EQ(agent.counters().sessions.load(), 1);  // the 404 did not end the session
+}
+
+// The cache root holds shards, weights and updates: created private (0700); an existing one keeps its mode.
+TEST_F(AgentTest, CacheRootIsCreatedPrivate) {
+  const fs::path cache = root_ / "new" / "cache";
+  ASSERT_TRUE(CreateCacheRoot(cache).ok());
+  EXPECT_EQ(fs::status(cache).permissions() & fs::perms::all, fs::perms::owner_all);
+  fs::permissions(cache, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+  ASSERT_TRUE(CreateCacheRoot(cache).ok());
+  EXPECT_EQ(fs::status(cache).permissions() & fs::perms::all,
+            fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+}
+
+// A worker whose token is revoked mid-task stops its trainer at the first 401, uploads nothing, and Run ends with
+// the refusal by itself (no stop requested).
+TEST_F(AgentTest, RevokedTokenStopsTheTaskAndTheAgent) {
+  Seen seen;
+  std::string url;
+  net::io_context io;
+  http::testing::TestServer coordinator(io,
+                                        FakeCoordinator(seen, [&] { return TrainTask(url); }, {.token_revoked = true}));
+  url = coordinator.url();
+  RunsUntilTerminated trainer;
+  Agent agent(Options(url), trainer);
+  std::stop_source stop;
+  std::promise<Status> result;
+  std::future<Status> ended_future = result.get_future();
+  std::thread runner([&] { result.set_value(agent.Run(stop.get_token())); });
+  // Run must end by itself; the bound only keeps a regression from hanging the test.
+  const bool ended_alone = ended_future.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  stop.request_stop();
+  runner.join();
+  ASSERT_TRUE(ended_alone) << "the agent kept running after its token was refused";
+  Status ended = ended_future.get();
+  EXPECT_TRUE(ended.code() == StatusCode::kUnauthenticated || ended.code() == StatusCode::kPermissionDenied)
+      << ended.ToString();
+  EXPECT_EQ(trainer.starts.load(), 1);
+  EXPECT_TRUE(trainer.terminated.load());
+  EXPECT_EQ(agent.counters().tasks_completed.load(), 0);
+  EXPECT_EQ(agent.counters().sessions.load(), 1);  // no new hello with a refused token
+  std::lock_guard lock(seen.mu);
+  EXPECT_EQ(seen.uploads, 0);
+  EXPECT_GE(seen.refused, 1);
+  EXPECT_EQ(seen.hellos.size(), 1u);
+  EXPECT_TRUE(seen.failures.empty());
 }
 
 }  // namespace

@@ -40,6 +40,15 @@ bool IsSafeRelativePath(const std::string& path) {
 
 }  // namespace
 
+Status CreateCacheRoot(const fs::path& root) {
+  std::error_code ec;
+  if (fs::is_directory(root, ec)) return Status::Ok();
+  fs::create_directories(root, ec);
+  if (!ec) fs::permissions(root, fs::perms::owner_all, fs::perm_options::replace, ec);
+  if (ec) return InternalError("cannot create the cache directory " + root.string() + ": " + ec.message());
+  return Status::Ok();
+}
+
 fs::path UniqueTempPath(const fs::path& dest) {
   const size_t thread = std::hash<std::thread::id>{}(std::this_thread::get_id()) % 1'000'000;
   return fs::path(dest.string() + ".tmp-" + std::to_string(getpid()) + "-" + std::to_string(thread));

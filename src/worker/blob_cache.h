@@ -25,6 +25,11 @@ namespace parsyn::worker {
 Status DownloadVerified(http::Client& client, const std::string& url, const std::filesystem::path& dest,
                         const std::string& sha256, std::stop_token stop = {});
 
+// Creates the cache root (and missing parents) if absent, the root itself with mode 0700: it holds the job's shards,
+// its global weights and the worker's updates, which other local users must not read. An existing directory keeps
+// its mode (it may be one the user chose to share). Internal naming the path on failure.
+Status CreateCacheRoot(const std::filesystem::path& root);
+
 class BlobCache {
  public:
   explicit BlobCache(std::filesystem::path root) : root_(std::move(root)) {}

@@ -434,6 +434,57 @@ TEST_F(ApiTest, ModelRegistrationChecksConfigAndEveryWeightsFile) {
   }
 }
 
+// A task's blob URLs live as long as its attempt (aggregation_timeout + 5 min), name the worker they were given to,
+// and stop working once that worker is revoked. Blobs download as attachments that browsers do not sniff.
+TEST_F(ApiTest, TaskBlobUrlsFollowTheAttemptAndDieWithTheirWorker) {
+  Fixture f = MakeFixture(*admin_, 10, 1);
+  auto job = admin_->PostJson("/api/v1/training-jobs", DistributedSpec(f, 1, 1, 30));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto worker = ClientWithToken(*server_, f.worker_tokens[0]);
+  auto hello = worker->PostJson("/api/v1/worker/hello", {{"device", "cpu (test)"}});
+  ASSERT_TRUE(hello.ok()) << hello.status().ToString();
+  const std::string session = (*hello->Json())["session_id"];
+  json task;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (task.is_null() && std::chrono::steady_clock::now() < deadline) {
+    auto next = worker->Get("/api/v1/worker/tasks/next?wait_ms=1000&session_id=" + session);
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (next->status == 200) task = *next->Json();
+  }
+  ASSERT_FALSE(task.is_null()) << "no task within 30 s";
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::string url = task["global_weights"]["url"];
+  ASSERT_EQ(url.rfind(server_->url() + "/blobs/", 0), 0u) << url;
+  const std::string path = url.substr(server_->url().size());
+  EXPECT_NE(path.find("worker=" + std::to_string(f.worker_ids[0]) + "&"), std::string::npos) << path;
+  const int64_t expires = std::stoll(path.substr(path.find("expires=") + 8));
+  EXPECT_GE(expires, now + 330 - 60) << "aggregation_timeout 30 s + 300 s";
+  EXPECT_LE(expires, now + 330 + 5);
+  const std::string put_url = task["update_upload"]["url"];
+  EXPECT_NE(put_url.find("worker=" + std::to_string(f.worker_ids[0]) + "&"), std::string::npos) << put_url;
+
+  http::ClientOptions o;
+  o.base_url = server_->url();
+  o.max_attempts = 1;
+  http::Client anonymous(o);
+  auto got = anonymous.Get(path);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->headers["x-content-type-options"], "nosniff");
+  const std::string key = path.substr(7, path.find('?') - 7);
+  EXPECT_EQ(got->headers["content-disposition"], "attachment; filename=\"" + key.substr(key.rfind('/') + 1) + "\"");
+
+  // The worker id is signed: another worker's id does not pass.
+  std::string other = path;
+  other.replace(other.find("worker=") + 7, std::to_string(f.worker_ids[0]).size(), "999");
+  EXPECT_EQ(anonymous.Get(other).status().code(), StatusCode::kUnauthenticated);
+
+  ASSERT_TRUE(admin_->Delete("/api/v1/workers/" + std::to_string(f.worker_ids[0])).ok());
+  auto refused = anonymous.Get(path);
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.status().message().find("revoked"), std::string::npos) << refused.status().message();
+}
+
 TEST_F(ApiTest, SignedUrlsRejectTamperingAndExpiry) {
   Fixture f = MakeFixture(*admin_, 10, 1);
   auto ds = admin_->Get("/api/v1/datasets/" + std::to_string(f.dataset_id));

@@ -69,11 +69,12 @@ class Worker {
          std::vector<std::string> extra = {});
   ~Worker();
   void Start();
-  void Kill();      // SIGKILL (its trainer child, if any, dies on its next write to the closed pipe)
+  void Kill();      // SIGKILL (its trainer child, if any, dies with it: SubprocessOptions::die_with_parent)
   int Terminate();  // SIGTERM, then wait (bounded): the exit status (-1 if it had to be killed)
   bool Exited();    // reaps without blocking
   std::string log() const;
   const std::string& name() const { return name_; }
+  pid_t pid() const { return pid_; }  // -1 when not started
 
  private:
   std::string server_url_, token_, name_;

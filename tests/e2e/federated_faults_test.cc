@@ -1,12 +1,40 @@
 // Federated jobs under faults, with real processes: a worker SIGKILLed mid-round, the server SIGKILLed mid-job, and
 // a worker whose local data must never reach the coordinator.
+#include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "llama_fixture.h"
 
 namespace parsyn::e2e {
 namespace {
+
+// The live (not zombie) children of `parent`, from /proc.
+std::vector<pid_t> LiveChildren(pid_t parent) {
+  std::vector<pid_t> children;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    if (!std::getline(in, stat) || stat.rfind(')') == std::string::npos) continue;
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    fields >> state >> ppid;
+    if (ppid == parent && state != 'Z') children.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return children;
+}
+
+bool Alive(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  return std::getline(in, stat) && stat.rfind(')') != std::string::npos && stat[stat.rfind(')') + 2] != 'Z';
+}
 
 bool FileContains(const fs::path& file, const std::string& needle) {
   std::ifstream in(file, std::ios::binary);
@@ -62,7 +90,17 @@ TEST_F(LlamaJobTest, WorkerKilledMidRoundIsLeftOutAndRejoins) {
         return type == "worker_progress" && d.value("worker_id", int64_t{0}) == victim && d.value("round", 0) == 1;
       },
       std::chrono::seconds(180)));
+  // Its parsyn-trainer dies with it (SubprocessOptions::die_with_parent), rather than training on unseen.
+  const std::vector<pid_t> trainers = LiveChildren(workers_[2]->pid());
+  EXPECT_FALSE(trainers.empty()) << "the victim was training: it should have a parsyn-trainer child";
   workers_[2]->Kill();
+  for (pid_t trainer : trainers) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (Alive(trainer) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_FALSE(Alive(trainer)) << "parsyn-trainer " << trainer << " outlived its SIGKILLed worker";
+  }
   ASSERT_TRUE(WaitForEvent(
       *admin_, job_id,
       [&](const std::string& type, const json& d) { return type == "round_committed" && d.value("round", 0) == 1; },

@@ -183,6 +183,18 @@ TEST_F(ManagedWorkersTest, ManagedWorkersLeaveWhenTheServerIsKilled) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_FALSE(ManagedWorkerPids("managed-1", managed_dir).empty()) << "the server did not start managed-1";
+  // The worker's token reaches it through its environment: its command line (readable by any local user) holds
+  // neither the token nor a --token flag.
+  std::string token;
+  std::getline(std::ifstream(managed_dir / "managed-1.token"), token);
+  ASSERT_FALSE(token.empty());
+  for (pid_t pid : ManagedWorkerPids("managed-1", managed_dir)) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+    std::stringstream cmdline;
+    cmdline << in.rdbuf();
+    EXPECT_EQ(cmdline.str().find(token), std::string::npos) << "the token is in the managed worker's argv";
+    EXPECT_EQ(cmdline.str().find("--token"), std::string::npos);
+  }
 
   server_->Kill();
   // --exit-with-parent: the kernel tells the orphaned worker, which leaves; nothing is left for a restarted server
