@@ -17,6 +17,8 @@
 
 namespace parsyn::trainer {
 
+using data::BaseModelNameOrPath;
+using data::ConfigJsonForm;
 using data::Llama3RopeScaling;
 using data::LlamaConfig;
 using data::LlamaConfigToJson;

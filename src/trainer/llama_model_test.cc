@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "trainer/causal_lm.h"
@@ -39,6 +40,7 @@ struct ForwardCase {
   LlamaConfig config;
   weights::DType dtype = weights::DType::kF32;
   int num_shards = 1;
+  ConfigJsonForm form = ConfigJsonForm::kTransformers4;
 };
 
 TEST(LlamaForwardTest, MatchesIndependentPythonReference) {
@@ -53,6 +55,9 @@ TEST(LlamaForwardTest, MatchesIndependentPythonReference) {
   cases.back().config.num_key_value_heads = 1;
   cases.back().config.rope_theta = 500000.0;
   cases.back().config.rope_scaling = Llama3RopeScaling{8.0, 1.0, 4.0, 64};
+  cases.push_back(cases.back());  // the same, with its config.json in Transformers 5's form (rope_parameters)
+  cases.back().name = "llama3_rope_parameters_v5";
+  cases.back().form = ConfigJsonForm::kTransformers5;
   cases.push_back({"mistral_sliding_window", TinyConfig("mistral")});
   cases.back().config.sliding_window = 3;
   cases.push_back({"llama_bf16_sharded", TinyConfig("llama")});
@@ -65,6 +70,11 @@ TEST(LlamaForwardTest, MatchesIndependentPythonReference) {
   for (size_t i = 0; i < cases.size(); ++i) {
     const auto dir = root / cases[i].name;
     WriteRandomCheckpoint(dir, cases[i].config, 100 + i, cases[i].dtype, cases[i].num_shards);
+    if (cases[i].form != ConfigJsonForm::kTransformers4) {
+      LlamaConfig written = cases[i].config;
+      written.torch_dtype = cases[i].dtype == weights::DType::kBF16 ? "bfloat16" : "float32";
+      std::ofstream(dir / "config.json") << LlamaConfigToJson(written, cases[i].form);
+    }
     weights::WeightSet inputs;
     ASSERT_TRUE(AppendToWeightSet(inputs, "input_ids", ids, weights::DType::kI64).ok());
     ASSERT_TRUE(AppendToWeightSet(inputs, "attention_mask", mask, weights::DType::kI64).ok());
@@ -96,6 +106,39 @@ TEST(LlamaForwardTest, MatchesIndependentPythonReference) {
     std::printf("[ forward  ] %-26s max |ours - reference| = %.3g (max |logit| %.3g)\n", c.name.c_str(), diff, scale);
     EXPECT_LE(diff, 1e-4);
   }
+}
+
+// Transformers 5 moved RoPE into rope_parameters and renamed torch_dtype; the same checkpoint with its config.json in
+// either form, or in a mixture of both, is the same model.
+TEST(LlamaForwardTest, BothConfigFormsGiveIdenticalLogits) {
+  LlamaConfig config = TinyConfig("llama");
+  config.num_key_value_heads = 2;
+  config.rope_theta = 500000.0;
+  config.rope_scaling = Llama3RopeScaling{8.0, 1.0, 4.0, 16};
+  const auto dir = FreshTempDir("forms");
+  WriteRandomCheckpoint(dir, config, 11);
+  auto [ids, mask] = PaddedBatch(50);
+  auto logits_with = [&](const std::string& config_json) {
+    std::ofstream(dir / "config.json", std::ios::trunc) << config_json;
+    auto model = LlamaModel::Load(dir);
+    EXPECT_TRUE(model.ok()) << model.status().ToString();
+    torch::NoGradGuard no_grad;
+    return (*model)->Forward(ids, mask);
+  };
+  const torch::Tensor v4 = logits_with(LlamaConfigToJson(config, ConfigJsonForm::kTransformers4));
+  const torch::Tensor v5 = logits_with(LlamaConfigToJson(config, ConfigJsonForm::kTransformers5));
+  nlohmann::json mixed = nlohmann::json::parse(LlamaConfigToJson(config, ConfigJsonForm::kTransformers5));
+  mixed["rope_theta"] = 500000.0;  // also at the top, as Transformers 4 wrote it: equal, so allowed
+  mixed["torch_dtype"] = "float32";
+  const torch::Tensor both = logits_with(mixed.dump());
+  EXPECT_TRUE(torch::equal(v4, v5));
+  EXPECT_TRUE(torch::equal(v4, both));
+  // Without its scaling (what reading only the old keys of a Transformers 5 file gave) the model is another one.
+  LlamaConfig unscaled = config;
+  unscaled.rope_scaling.reset();
+  unscaled.rope_theta = 10000.0;
+  const torch::Tensor wrong = logits_with(LlamaConfigToJson(unscaled));
+  EXPECT_GT(MaxAbsDiff(v4, wrong), 1e-3);
 }
 
 TEST(LlamaForwardTest, PaddingDoesNotChangeRealTokensLogits) {
@@ -222,7 +265,7 @@ TEST(LlamaLoadTest, MissingFolderAndBadConfigAreNamed) {
     "num_hidden_layers": 1, "num_attention_heads": 2, "rope_scaling": {"rope_type": "yarn", "factor": 4}})";
   auto unsupported = ParseLlamaConfig(yarn);
   EXPECT_EQ(unsupported.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(unsupported.status().message().find("rope_scaling type 'yarn' is not supported"), std::string::npos);
+  EXPECT_NE(unsupported.status().message().find("rope_scaling.rope_type 'yarn' is not supported"), std::string::npos);
 }
 
 TEST(ModelInitTest, WritesALoadableDeterministicFolder) {

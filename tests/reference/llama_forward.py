@@ -2,8 +2,9 @@
 """Independent reference forward of a Llama-family model (llama, qwen2, mistral), for checking the C++ trainer.
 
 Written from the published equations (Llama: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU; Qwen2's
-q/k/v bias; Llama 3's rope_scaling), not from the C++ code; it shares nothing with it but the file formats. Run with
-Debian's interpreter (/usr/bin/python3: python3-torch, python3-numpy).
+q/k/v bias; Llama 3's RoPE scaling, from rope_scaling or Transformers 5's rope_parameters), not from the C++ code; it
+shares nothing with it but the file formats. Run with Debian's interpreter (/usr/bin/python3: python3-torch,
+python3-numpy).
 
     llama_forward.py MODEL_DIR INPUTS OUT [MODEL_DIR INPUTS OUT ...]
 
@@ -68,11 +69,24 @@ def load_weights(model_dir):
         return weights
 
 
+def rope_settings(cfg):
+    # Transformers 4 writes rope_theta at the top and scaling in rope_scaling; Transformers 5 puts both in
+    # rope_parameters. A value written in both places must agree.
+    settings = {}
+    sources = [{"rope_theta": cfg["rope_theta"]} if "rope_theta" in cfg else {}]
+    sources += [cfg.get("rope_scaling") or {}, cfg.get("rope_parameters") or {}]
+    for source in sources:
+        for key, value in source.items():
+            key = "rope_type" if key == "type" else key
+            assert settings.setdefault(key, value) == value, f"config.json gives {key} twice, differently"
+    return settings
+
+
 def inverse_frequencies(cfg, head_dim):
-    theta = cfg.get("rope_theta", 10000.0)
+    scaling = rope_settings(cfg)
+    theta = scaling.get("rope_theta", 10000.0)
     inv = [1.0 / theta ** (2 * i / head_dim) for i in range(head_dim // 2)]
-    scaling = cfg.get("rope_scaling")
-    if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
+    if scaling.get("rope_type", "default") == "llama3":
         # Llama 3.1: wavelengths beyond old_ctx/low are slowed by `factor`, those below old_ctx/high kept, and
         # the band between interpolated linearly in old_ctx / wavelength.
         factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
