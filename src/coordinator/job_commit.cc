@@ -4,8 +4,10 @@
 
 #include "base/log.h"
 #include "coordinator/job_runner_internal.h"
+#include "data/llama_config.h"
 #include "storage/byte_source.h"
 #include "weights/lora_layout.h"
+#include "weights/peft_config.h"
 #include "weights/safetensors.h"
 
 namespace parsyn::coordinator {
@@ -177,22 +179,17 @@ http::Awaitable<Status> JobRunner::WriteFinalArtifacts() {
   const std::string global_key = global_key_;
   const std::string global_sha = global_sha256_;
   const int64_t global_size = static_cast<int64_t>(global_size_bytes_);
-  json adapter_config;
+  std::string adapter_config;
   if (spec_.config.use_peft) {
-    StatusOr<std::vector<std::string>> targets = weights::NormalizeLoraTargets(spec_.config.lora_target_modules);
-    adapter_config = {{"peft_type", "LORA"},
-                      {"task_type", "CAUSAL_LM"},
-                      {"base_model_name_or_path", model_.name},
-                      {"r", spec_.config.lora_r},
-                      {"lora_alpha", spec_.config.lora_alpha},
-                      {"lora_dropout", spec_.config.lora_dropout},
-                      {"target_modules", targets.ok() ? *targets : spec_.config.lora_target_modules},
-                      {"bias", "none"},
-                      {"fan_in_fan_out", false},
-                      {"inference_mode", true},
-                      {"init_lora_weights", true},
-                      {"modules_to_save", nullptr},
-                      {"revision", nullptr}};
+    // The one adapter_config.json writer (weights/peft_config.h), as `parsyn train` writes it; the base model named
+    // by its config.json's _name_or_path when it has one, else by its registered name.
+    StatusOr<data::LlamaConfig> base = data::ParseLlamaConfig(model_.config_json);
+    adapter_config = weights::PeftAdapterConfigJson(
+        {.r = spec_.config.lora_r,
+         .lora_alpha = spec_.config.lora_alpha,
+         .lora_dropout = spec_.config.lora_dropout,
+         .target_modules = spec_.config.lora_target_modules,
+         .base_model_name_or_path = base.ok() ? data::BaseModelNameOrPath(*base, model_.name) : model_.name});
   }
   const bool peft = spec_.config.use_peft;
   const std::string prefix = peft ? "adapter_model" : "model";
@@ -209,7 +206,7 @@ http::Awaitable<Status> JobRunner::WriteFinalArtifacts() {
     PARSYN_RETURN_IF_ERROR(add(prefix + ".safetensors", global_key, global_size, global_sha));
     std::optional<storage::BlobInfo> config_info;
     if (peft) {
-      PARSYN_ASSIGN_OR_RETURN(config_info, PutBytes(host_.blobs(), adapter_config_key, adapter_config.dump(2) + "\n"));
+      PARSYN_ASSIGN_OR_RETURN(config_info, PutBytes(host_.blobs(), adapter_config_key, adapter_config));
       PARSYN_RETURN_IF_ERROR(add("adapter_config.json", adapter_config_key,
                                  static_cast<int64_t>(config_info->size_bytes), config_info->sha256));
     }

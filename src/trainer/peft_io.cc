@@ -1,111 +1,40 @@
 #include "trainer/peft_io.h"
 
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "base/atomic_file.h"
 #include "trainer/model_init.h"
-#include "weights/lora_layout.h"
+#include "weights/peft_config.h"
 #include "weights/safetensors.h"
 
 namespace parsyn::trainer {
 namespace {
 
-using Json = nlohmann::json;
-
 constexpr char kConfigFile[] = "adapter_config.json";
 constexpr char kWeightsFile[] = "adapter_model.safetensors";
 
-bool IsEmptyOrNull(const Json& j, const char* key) {
-  auto it = j.find(key);
-  return it == j.end() || it->is_null() || (it->is_structured() && it->empty());
-}
-
-StatusOr<AdapterConfig> ParseAdapterJson(const Json& j) {
-  if (!j.is_object()) return InvalidArgumentError("adapter_config.json is not a JSON object");
-  const std::string peft_type = j.value("peft_type", std::string());
-  if (peft_type != "LORA") return InvalidArgumentError("adapter peft_type '" + peft_type + "' is not LORA");
-  if (j.contains("task_type") && !j["task_type"].is_null() && j["task_type"] != "CAUSAL_LM") {
-    return InvalidArgumentError("adapter task_type " + j["task_type"].dump() + " is not CAUSAL_LM");
-  }
-  if (j.value("bias", std::string("none")) != "none") {
-    return InvalidArgumentError("adapter bias " + j["bias"].dump() + " is not supported (none)");
-  }
-  for (const char* flag : {"fan_in_fan_out", "use_rslora", "use_dora"}) {
-    if (j.value(flag, false)) return InvalidArgumentError(std::string("adapter option ") + flag + " is not supported");
-  }
-  for (const char* key : {"rank_pattern", "alpha_pattern", "layers_to_transform", "modules_to_save"}) {
-    if (!IsEmptyOrNull(j, key)) {
-      return InvalidArgumentError(std::string("adapter option ") + key + " is not supported");
-    }
-  }
-  AdapterConfig config;
-  if (!j.contains("r") || !j["r"].is_number_integer())
-    return InvalidArgumentError("adapter_config.json lacks integer 'r'");
-  config.lora.r = j["r"].get<int64_t>();
-  if (!j.contains("lora_alpha") || !j["lora_alpha"].is_number()) {
-    return InvalidArgumentError("adapter_config.json lacks numeric 'lora_alpha'");
-  }
-  config.lora.alpha = j["lora_alpha"].get<double>();
-  config.lora.dropout = j.value("lora_dropout", 0.0);
-  const Json& targets = j.contains("target_modules") ? j["target_modules"] : Json();
-  config.lora.target_modules.clear();
-  if (targets.is_string() && targets == "all-linear") {
-    config.lora.target_modules = {"all-linear"};
-  } else if (targets.is_array()) {
-    for (const Json& t : targets) {
-      if (!t.is_string()) return InvalidArgumentError("adapter target_modules has a non-string entry " + t.dump());
-      config.lora.target_modules.push_back(t.get<std::string>());
-    }
-  } else {
-    return InvalidArgumentError("adapter target_modules must be a list of module names or \"all-linear\", got " +
-                                targets.dump());
-  }
-  PARSYN_ASSIGN_OR_RETURN(std::vector<std::string> normalised,
-                          weights::NormalizeLoraTargets(config.lora.target_modules));
-  config.lora.target_modules = std::move(normalised);
-  if (j.contains("base_model_name_or_path") && j["base_model_name_or_path"].is_string()) {
-    config.base_model_name_or_path = j["base_model_name_or_path"].get<std::string>();
-  }
-  return config;
+weights::PeftLoraConfig ToPeft(const AdapterConfig& config) {
+  return {.r = config.lora.r,
+          .lora_alpha = config.lora.alpha,
+          .lora_dropout = config.lora.dropout,
+          .target_modules = config.lora.target_modules,
+          .base_model_name_or_path = config.base_model_name_or_path};
 }
 
 }  // namespace
 
-std::string AdapterConfigJson(const AdapterConfig& config) {
-  Json j;
-  j["peft_type"] = "LORA";
-  j["task_type"] = "CAUSAL_LM";
-  j["base_model_name_or_path"] = config.base_model_name_or_path;
-  j["r"] = config.lora.r;
-  j["lora_alpha"] = config.lora.alpha;
-  j["lora_dropout"] = config.lora.dropout;
-  auto targets = weights::NormalizeLoraTargets(config.lora.target_modules);
-  j["target_modules"] = targets.ok() ? *targets : config.lora.target_modules;
-  j["bias"] = "none";
-  j["fan_in_fan_out"] = false;
-  j["inference_mode"] = true;
-  j["init_lora_weights"] = true;
-  j["use_rslora"] = false;
-  j["use_dora"] = false;
-  j["modules_to_save"] = nullptr;
-  j["layers_to_transform"] = nullptr;
-  j["layers_pattern"] = nullptr;
-  j["rank_pattern"] = Json::object();
-  j["alpha_pattern"] = Json::object();
-  j["revision"] = nullptr;
-  return j.dump(2) + "\n";
-}
+std::string AdapterConfigJson(const AdapterConfig& config) { return weights::PeftAdapterConfigJson(ToPeft(config)); }
 
 StatusOr<AdapterConfig> ParseAdapterConfig(std::string_view json) {
-  Json j = Json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgumentError("adapter_config.json is not valid JSON");
-  try {
-    return ParseAdapterJson(j);
-  } catch (const Json::exception& e) {  // a field of an unexpected type read with value()
-    return InvalidArgumentError(std::string("adapter_config.json: ") + e.what());
-  }
+  PARSYN_ASSIGN_OR_RETURN(weights::PeftLoraConfig peft, weights::ParsePeftAdapterConfig(json));
+  AdapterConfig config;
+  config.lora.r = peft.r;
+  config.lora.alpha = peft.lora_alpha;
+  config.lora.dropout = peft.lora_dropout;
+  config.lora.target_modules = std::move(peft.target_modules);
+  config.base_model_name_or_path = std::move(peft.base_model_name_or_path);
+  return config;
 }
 
 Status SaveAdapter(const LlamaModel& model, const std::filesystem::path& dir,
@@ -153,6 +82,24 @@ Status ExportMergedModel(LlamaModel& model, const std::filesystem::path& dir, we
                          const std::filesystem::path& tokenizer_source_dir) {
   PARSYN_RETURN_IF_ERROR(model.MergeLora());
   return WriteModelFolder(model, dir, dtype, tokenizer_source_dir);
+}
+
+weights::DType CheckpointDType(const LlamaConfig& config) {
+  if (config.torch_dtype == "bfloat16") return weights::DType::kBF16;
+  if (config.torch_dtype == "float16") return weights::DType::kF16;
+  return weights::DType::kF32;
+}
+
+Status MergeAdapterFolder(const std::filesystem::path& model_dir, const std::filesystem::path& adapter_dir,
+                          const std::filesystem::path& out_dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(out_dir / "config.json", ec)) {
+    return AlreadyExistsError(out_dir.string() + " already holds a model (config.json); choose another --out");
+  }
+  // fp32 masters: the merge W + (alpha / r) B A is computed in fp32 and rounded once, to the checkpoint's dtype.
+  PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Load(model_dir));
+  PARSYN_RETURN_IF_ERROR(LoadAdapterInto(*model, adapter_dir));
+  return ExportMergedModel(*model, out_dir, CheckpointDType(model->config()), model_dir);
 }
 
 }  // namespace parsyn::trainer

@@ -22,16 +22,13 @@ struct AdapterConfig {
   std::string base_model_name_or_path;
 };
 
-// adapter_config.json text for `config`, with PEFT's other fields at the values our adapters mean
-// (bias "none", fan_in_fan_out false, use_rslora false, use_dora false, inference_mode true, ...).
+// adapter_config.json text for `config`: weights::PeftAdapterConfigJson, the one writer (weights/peft_config.h).
 std::string AdapterConfigJson(const AdapterConfig& config);
-// InvalidArgument for malformed JSON, peft_type other than LORA, task_type other than CAUSAL_LM, a missing r or
-// lora_alpha, target_modules that is neither a list of known modules nor "all-linear", and for options our LoRA does
-// not implement (named): bias other than "none", fan_in_fan_out, use_rslora, use_dora, rank_pattern/alpha_pattern,
-// layers_to_transform, modules_to_save.
+// weights::ParsePeftAdapterConfig: InvalidArgument naming any PEFT option our LoRA does not implement.
 StatusOr<AdapterConfig> ParseAdapterConfig(std::string_view json);
 
 // Writes adapter_config.json and adapter_model.safetensors (tensors in `dtype`) into `dir`, creating it.
+// `base_model_name_or_path`: data::BaseModelNameOrPath of the base model.
 // FailedPrecondition if the model has no LoRA; Unavailable on I/O errors.
 Status SaveAdapter(const LlamaModel& model, const std::filesystem::path& dir,
                    const std::string& base_model_name_or_path, weights::DType dtype = weights::DType::kF32);
@@ -52,5 +49,14 @@ Status LoadAdapterInto(LlamaModel& model, const std::filesystem::path& dir);
 // result as a model folder (WriteModelFolder), copying the tokenizer files from `tokenizer_source_dir`.
 Status ExportMergedModel(LlamaModel& model, const std::filesystem::path& dir, weights::DType dtype,
                          const std::filesystem::path& tokenizer_source_dir);
+
+// `parsyn adapter merge`: loads the model folder `model_dir` (fp32), applies the PEFT adapter in `adapter_dir`, merges
+// it and writes a model folder to `out_dir` in the base checkpoint's dtype (config.json's dtype), with its tokenizer
+// files. AlreadyExists if `out_dir` holds a config.json; errors of ReadModelFolder, LoadAdapterInto (an adapter
+// option we do not implement, a tensor that does not fit the model) and WriteModelFolder otherwise.
+Status MergeAdapterFolder(const std::filesystem::path& model_dir, const std::filesystem::path& adapter_dir,
+                          const std::filesystem::path& out_dir);
+// The weights::DType of a config.json dtype name (float32, bfloat16, float16).
+weights::DType CheckpointDType(const LlamaConfig& config);
 
 }  // namespace parsyn::trainer

@@ -43,11 +43,14 @@ StatusOr<LanguageModelBundle> LoadLanguageModel(const std::filesystem::path& mod
   bundle.tokenizer = std::make_unique<data::Tokenizer>(std::move(tokenizer).value());
 
   CausalLm* lm = model.get();
-  weights::DType checkpoint_dtype = weights::DType::kF32;
-  if (llama.torch_dtype == "bfloat16") checkpoint_dtype = weights::DType::kBF16;
-  if (llama.torch_dtype == "float16") checkpoint_dtype = weights::DType::kF16;
-  bundle.save_model_dir = [lm, model_dir, checkpoint_dtype](const std::filesystem::path& dir) -> Status {
-    if (lm->uses_lora()) return SaveAdapter(lm->model(), dir, model_dir.string());
+  const weights::DType checkpoint_dtype = CheckpointDType(llama);
+  // The folder as an absolute path, where PEFT's from_pretrained finds it on this machine, unless config.json names
+  // a Hub id (docs/training.md, "Adapters").
+  std::error_code ec;
+  const std::filesystem::path absolute_dir = std::filesystem::weakly_canonical(model_dir, ec);
+  const std::string base_model = data::BaseModelNameOrPath(llama, (ec ? model_dir : absolute_dir).string());
+  bundle.save_model_dir = [lm, model_dir, checkpoint_dtype, base_model](const std::filesystem::path& dir) -> Status {
+    if (lm->uses_lora()) return SaveAdapter(lm->model(), dir, base_model);
     return WriteModelFolder(lm->model(), dir, checkpoint_dtype, model_dir);
   };
   bundle.model = std::move(model);

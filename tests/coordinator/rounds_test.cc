@@ -8,6 +8,8 @@
 
 #include "harness.h"
 #include "net/transport.h"
+#include "protocol/training_config.h"
+#include "weights/peft_config.h"
 #include "weights/sha256.h"
 
 namespace parsyn::testing {
@@ -174,6 +176,14 @@ TEST_F(RoundsTest, NormalRoundsCommitTheFedAvgOfTheUploads) {
   EXPECT_EQ(config["r"], 4);
   EXPECT_EQ(config["lora_alpha"], 8);
   EXPECT_EQ(config["target_modules"], json({"q_proj", "v_proj"}));
+  // Written by the one adapter_config.json writer `parsyn train` uses too; the model's config.json has no
+  // _name_or_path, so the base is named by its registered name.
+  EXPECT_EQ(Artifact(job_id, "adapter_config.json"),
+            weights::PeftAdapterConfigJson({.r = 4,
+                                            .lora_alpha = 8,
+                                            .lora_dropout = protocol::TrainingConfig{}.lora_dropout,
+                                            .target_modules = {"q_proj", "v_proj"},
+                                            .base_model_name_or_path = "tiny-llama"}));
   // The best adapter, in the same form: round 3's global had the lowest validation loss.
   EXPECT_EQ(Artifact(job_id, "best/adapter_model.safetensors"), Artifact(job_id, "rounds/000003/global.safetensors"));
   EXPECT_EQ(Artifact(job_id, "best/adapter_config.json"), Artifact(job_id, "adapter_config.json"));
