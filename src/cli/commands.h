@@ -12,6 +12,8 @@ namespace parsyn::cli {
 void AddTrainCommand(CLI::App& app, int& exit_code);
 // parsyn model init (model_command.cc).
 void AddModelCommands(CLI::App& app, int& exit_code);
+// parsyn adapter merge (adapter_command.cc).
+void AddAdapterCommands(CLI::App& app, int& exit_code);
 // parsyn worker --server URL --token TOKEN ...: the worker agent (worker_command.cc).
 void AddWorkerCommand(CLI::App& app, int& exit_code);
 // parsyn demo: server, workers and a federated job on this machine (demo_command.cc).

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   parsyn::cli::AddTrainCommand(app, exit_code);
   parsyn::cli::AddModelCommands(app, exit_code);
+  parsyn::cli::AddAdapterCommands(app, exit_code);
   parsyn::cli::AddServerCommand(app, exit_code);
   parsyn::cli::AddJobCommands(app, exit_code);
   parsyn::cli::AddDatasetCommands(app, exit_code);

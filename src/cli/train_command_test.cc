@@ -2,12 +2,16 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+
+#include "weights/safetensors.h"
 
 namespace parsyn::cli {
 namespace {
@@ -72,6 +76,73 @@ TEST_F(TrainCommandTest, ModelInitThenLoraTrainingWritesPeftAdapter) {
   EXPECT_TRUE(fs::exists(dir_ / "adapter/adapter_model.safetensors"));
   EXPECT_TRUE(fs::exists(dir_ / "adapter/training_result.json"));
   EXPECT_FALSE(fs::exists(dir_ / "adapter/.parsyn-train"));
+}
+
+// parsyn model init (bf16) -> parsyn train (LoRA) -> parsyn adapter merge -> parsyn train on the merged folder.
+TEST_F(TrainCommandTest, AdapterMergeWritesAFolderThatTrainLoadsBack) {
+  ASSERT_EQ(RunParsyn("model init --out " + Path("model") + " --hidden-size 32 --layers 1 --heads 2 --seed 5 " +
+                      "--dtype bf16")
+                .exit_code,
+            0);
+  std::ofstream data(dir_ / "data.jsonl");
+  for (int i = 0; i < 12; ++i)
+    data << R"({"prompt": "q)" << i << R"(", "completion": " answer"})"
+         << "\n";
+  data.close();
+  CommandRun train =
+      RunParsyn("train --model " + Path("model") + " --data " + Path("data.jsonl") + " --out " + Path("adapter") +
+                " --use-peft --lora-r 4 --lora-target-modules q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj" +
+                " --max-steps 4 --batch-size 4 --learning-rate 1e-2");
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  const auto adapter_config = nlohmann::json::parse(std::ifstream(dir_ / "adapter/adapter_config.json"));
+  // No _name_or_path in the initialised model's config.json: the folder's absolute path, which PEFT resolves.
+  EXPECT_EQ(adapter_config["base_model_name_or_path"], fs::weakly_canonical(dir_ / "model").string());
+  EXPECT_EQ(adapter_config["use_dora"], false);
+
+  CommandRun merge = RunParsyn("adapter merge --model " + Path("model") + " --adapter " + Path("adapter") + " --out " +
+                               Path("merged"));
+  ASSERT_EQ(merge.exit_code, 0) << merge.output;
+  std::printf("[ merge    ] %s", merge.output.c_str());
+  EXPECT_NE(merge.output.find("merged adapter " + Path("adapter") + " into llama model " + Path("model") + ": wrote " +
+                              Path("merged") + " (config.json, model.safetensors bfloat16, tokenizer)"),
+            std::string::npos)
+      << merge.output;
+  for (const char* name : {"config.json", "model.safetensors", "tokenizer.json"}) {
+    EXPECT_TRUE(fs::exists(dir_ / "merged" / name)) << name;
+  }
+  // The base checkpoint's dtype, and the adapter in the weights: every adapted projection moved, nothing else did.
+  auto base = weights::ReadSafetensorsFile(dir_ / "model/model.safetensors");
+  auto merged = weights::ReadSafetensorsFile(dir_ / "merged/model.safetensors");
+  ASSERT_TRUE(base.ok() && merged.ok());
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir_ / "merged/config.json"))["torch_dtype"], "bfloat16");
+  ASSERT_EQ(merged->size(), base->size());
+  for (const weights::Tensor& t : base->tensors()) {
+    const weights::Tensor* m = merged->Find(t.name);
+    ASSERT_NE(m, nullptr) << t.name;
+    EXPECT_EQ(m->dtype, weights::DType::kBF16) << t.name;
+    const bool same = std::equal(t.data.begin(), t.data.end(), m->data.begin(), m->data.end());
+    EXPECT_EQ(same, t.name.find("_proj.weight") == std::string::npos) << t.name;
+  }
+
+  // Loaded back: `parsyn train` fine-tunes the merged folder like any model folder.
+  CommandRun again = RunParsyn("train --model " + Path("merged") + " --data " + Path("data.jsonl") + " --out " +
+                               Path("again") + " --use-peft --max-steps 1 --batch-size 4");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(fs::exists(dir_ / "again/adapter_model.safetensors"));
+
+  // An existing model folder is not overwritten; an adapter with a PEFT option we do not implement is refused.
+  CommandRun over = RunParsyn("adapter merge --model " + Path("model") + " --adapter " + Path("adapter") + " --out " +
+                              Path("merged"));
+  EXPECT_EQ(over.exit_code, 1);
+  EXPECT_NE(over.output.find("already holds a model (config.json)"), std::string::npos) << over.output;
+  nlohmann::json dora = adapter_config;
+  dora["use_dora"] = true;
+  std::ofstream(dir_ / "adapter/adapter_config.json", std::ios::trunc) << dora.dump(2);
+  CommandRun refused = RunParsyn("adapter merge --model " + Path("model") + " --adapter " + Path("adapter") +
+                                 " --out " + Path("merged2"));
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.output.find("use_dora is not supported (true)"), std::string::npos) << refused.output;
+  EXPECT_FALSE(fs::exists(dir_ / "merged2/config.json"));
 }
 
 TEST_F(TrainCommandTest, TabularTrainingWritesAModel) {

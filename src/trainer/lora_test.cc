@@ -161,6 +161,39 @@ TEST(LoraTest, MergedModelFolderLoadsAndReproducesTheAdaptedModel) {
   EXPECT_LE(MaxAbsDiff(adapted, (*merged)->Forward(Ids(), torch::Tensor())), 1e-5);
 }
 
+// What `parsyn adapter merge` runs: base folder + adapter folder -> merged folder, whose logits are the base's with
+// the adapter applied.
+TEST(LoraTest, MergeAdapterFolderEqualsBasePlusAdapter) {
+  const auto dir = FreshTempDir("model");
+  LlamaConfig config = TinyConfig("qwen2");  // q/k/v bias: the merge leaves biases as they are
+  config.num_key_value_heads = 2;
+  auto model = TinyModel(dir, config);
+  std::ofstream(dir / "tokenizer.json") << "{}";
+  ASSERT_TRUE(model->AttachLora(AllLinear(), 3).ok());
+  RandomizeAdapters(*model, 7);
+  const auto adapter_dir = FreshTempDir("adapter");
+  ASSERT_TRUE(SaveAdapter(*model, adapter_dir, "Qwen/Qwen2.5-0.5B").ok());
+  const auto merged_dir = FreshTempDir("merged");
+  ASSERT_TRUE(MergeAdapterFolder(dir, adapter_dir, merged_dir).ok());
+
+  auto base_plus_adapter = LlamaModel::Load(dir);
+  ASSERT_TRUE(base_plus_adapter.ok());
+  ASSERT_TRUE(LoadAdapterInto(**base_plus_adapter, adapter_dir).ok());
+  auto merged = LlamaModel::Load(merged_dir);
+  ASSERT_TRUE(merged.ok()) << merged.status().ToString();
+  EXPECT_FALSE((*merged)->has_lora());
+  EXPECT_EQ((*merged)->config().model_type, "qwen2");
+  torch::NoGradGuard no_grad;
+  const torch::Tensor expected = (*base_plus_adapter)->Forward(Ids(), torch::Tensor());
+  const double diff = MaxAbsDiff(expected, (*merged)->Forward(Ids(), torch::Tensor()));
+  std::printf("[ merge    ] max |merged folder - base + adapter| = %.3g\n", diff);
+  EXPECT_LE(diff, 1e-5);
+  auto base = LlamaModel::Load(dir);
+  ASSERT_TRUE(base.ok());
+  EXPECT_GT(MaxAbsDiff(expected, (*base)->Forward(Ids(), torch::Tensor())), 1e-2);  // the adapter changes the output
+  EXPECT_EQ(MergeAdapterFolder(dir, adapter_dir, merged_dir).code(), StatusCode::kAlreadyExists);
+}
+
 TEST(LoraTest, PeftSaveLoadRoundTripIsExact) {
   const auto dir = FreshTempDir("model");
   auto model = TinyModel(dir, TinyConfig());

@@ -14,6 +14,10 @@
 //       "seed": N, "config": {train_config.h keys: model_type, hidden_sizes, label_column}}. Feature standardisation
 //       and the class list come from every row of the file, so a federated job's workers, given this folder, all
 //       scale features and number classes alike. Prints {"event": "done", "dir", "spec": tabular_model.json}.
+//   parsyn-trainer merge-adapter MODEL_DIR ADAPTER_DIR OUT_DIR
+//       `parsyn adapter merge`: writes MODEL_DIR with the PEFT adapter in ADAPTER_DIR merged into its weights, as a
+//       model folder in OUT_DIR (peft_io.h, MergeAdapterFolder). Prints {"event": "done", "dir", "dtype",
+//       "config": {...}}.
 //
 // Exit codes: 0 success; 1 failure (bad input, bad weights, libtorch error); 2 usage error; 3 stopped by SIGTERM or
 // SIGINT (checked between micro-batches); 4 out of memory.
@@ -35,6 +39,7 @@
 #include "base/status.h"
 #include "base/subprocess.h"
 #include "trainer/model_init.h"
+#include "trainer/peft_io.h"
 #include "trainer/tabular_model.h"
 #include "trainer/task.h"
 
@@ -74,7 +79,8 @@ int Fail(const Status& status) {
 int Usage() {
   std::cerr << "usage: parsyn-trainer run TASK.json\n"
                "       parsyn-trainer model-init DIR OPTIONS_JSON\n"
-               "       parsyn-trainer tabular-init DIR OPTIONS_JSON\n";
+               "       parsyn-trainer tabular-init DIR OPTIONS_JSON\n"
+               "       parsyn-trainer merge-adapter MODEL_DIR ADAPTER_DIR OUT_DIR\n";
   return kExitUsage;
 }
 
@@ -214,6 +220,15 @@ int TabularInit(const std::string& dir, const std::string& options_json) {
   return 0;
 }
 
+int MergeAdapter(const std::string& model_dir, const std::string& adapter_dir, const std::string& out_dir) {
+  if (parsyn::Status merged = parsyn::trainer::MergeAdapterFolder(model_dir, adapter_dir, out_dir); !merged.ok()) {
+    return Fail(merged);
+  }
+  const json config = json::parse(std::ifstream(std::filesystem::path(out_dir) / "config.json"), nullptr, false);
+  EmitLine(json{{"event", "done"}, {"dir", out_dir}, {"dtype", config.value("torch_dtype", "")}, {"config", config}});
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -227,5 +242,6 @@ int main(int argc, char** argv) {
   if (command == "run" && argc == 3) return RunTask(argv[2], stop.get_token());
   if (command == "model-init" && argc == 4) return ModelInit(argv[2], argv[3]);
   if (command == "tabular-init" && argc == 4) return TabularInit(argv[2], argv[3]);
+  if (command == "merge-adapter" && argc == 5) return MergeAdapter(argv[2], argv[3], argv[4]);
   return Usage();
 }
