@@ -78,12 +78,13 @@ int Fail(const std::string& command, const Status& status) {
 
 void PrintJson(const nlohmann::json& value) { std::cout << value.dump(2) << "\n"; }
 
-StatusOr<nlohmann::json> ListAll(http::Client& client, const std::string& path, const std::string& field) {
+StatusOr<nlohmann::json> ListAll(http::Client& client, const std::string& path, const std::string& field,
+                                 int page_size) {
   nlohmann::json items = nlohmann::json::array();
   std::string cursor;
   const char separator = path.find('?') == std::string::npos ? '?' : '&';
   while (true) {
-    std::string page_path = path + separator + "limit=1000";
+    std::string page_path = path + separator + "limit=" + std::to_string(page_size);
     if (!cursor.empty()) {
       page_path += "&cursor=";
       for (unsigned char c : cursor) {  // opaque: sent back as it came, escaped for the query

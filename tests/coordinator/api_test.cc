@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "cli/remote.h"
 #include "harness.h"
 #include "http/signed_url.h"
 #include "net/transport.h"
@@ -340,6 +341,11 @@ TEST_F(ApiTest, ListsArePagedWithLimitAndCursor) {
   EXPECT_EQ(pages, 1);
   EXPECT_EQ(IdsOf(WalkPages(*admin_, "/api/v1/models", "models", 1, &pages)), std::vector<int64_t>{f.model_id});
   EXPECT_EQ(pages, 1);
+
+  // The CLI's list commands read whole lists the same way.
+  StatusOr<json> listed = cli::ListAll(*admin_, "/api/v1/training-jobs", "training_jobs", /*page_size=*/2);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(IdsOf(std::vector<json>(listed->begin(), listed->end())), job_ids);
 
   // Without limit: the default page (100), the whole of these short lists, and next_cursor null.
   const json all = *admin_->Get("/api/v1/workers")->Json();
