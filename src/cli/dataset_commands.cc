@@ -63,14 +63,12 @@ int Upload(const DatasetFlags& f) {
 int List(const DatasetFlags& f) {
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("dataset list", client.status());
-  auto res = (*client)->Get("/api/v1/datasets");
-  if (!res.ok()) return Fail("dataset list", res.status());
-  auto body = res->Json();
-  if (!body.ok()) return Fail("dataset list", body.status());
+  StatusOr<json> datasets = ListAll(**client, "/api/v1/datasets", "datasets");
+  if (!datasets.ok()) return Fail("dataset list", datasets.status());
   std::cout << std::left << std::setw(6) << "ID" << std::setw(28) << "NAME" << std::setw(8) << "FORMAT" << std::setw(20)
             << "KIND"
             << "ROWS\n";
-  for (const json& d : (*body)["datasets"]) {
+  for (const json& d : *datasets) {
     std::cout << std::left << std::setw(6) << d["id"].get<int64_t>() << std::setw(28) << d["name"].get<std::string>()
               << std::setw(8) << d["format"].get<std::string>() << std::setw(20) << d["kind"].get<std::string>()
               << d["row_count"].get<int64_t>() << "\n";

@@ -57,13 +57,11 @@ int Create(const JobFlags& f) {
 int List(const JobFlags& f) {
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("job list", client.status());
-  auto res = (*client)->Get("/api/v1/training-jobs");
-  if (!res.ok()) return Fail("job list", res.status());
-  auto body = res->Json();
-  if (!body.ok()) return Fail("job list", body.status());
+  StatusOr<json> jobs = ListAll(**client, "/api/v1/training-jobs", "training_jobs");
+  if (!jobs.ok()) return Fail("job list", jobs.status());
   std::cout << std::left << std::setw(6) << "ID" << std::setw(28) << "NAME" << std::setw(11) << "STATUS"
             << "ROUND\n";
-  for (const json& j : (*body)["training_jobs"]) {
+  for (const json& j : *jobs) {
     std::cout << std::left << std::setw(6) << j["id"].get<int64_t>() << std::setw(28) << j["name"].get<std::string>()
               << std::setw(11) << j["status"].get<std::string>() << j["committed_round"].get<int64_t>() << "/"
               << (j["total_rounds"].is_null() ? json("?") : j["total_rounds"]) << "\n";

@@ -54,13 +54,11 @@ int Upload(const ModelFlags& f) {
 int List(const ModelFlags& f) {
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("model list", client.status());
-  auto res = (*client)->Get("/api/v1/models");
-  if (!res.ok()) return Fail("model list", res.status());
-  auto body = res->Json();
-  if (!body.ok()) return Fail("model list", body.status());
+  StatusOr<json> models = ListAll(**client, "/api/v1/models", "models");
+  if (!models.ok()) return Fail("model list", models.status());
   std::cout << std::left << std::setw(6) << "ID" << std::setw(28) << "NAME" << std::setw(12) << "TYPE"
             << "BYTES\n";
-  for (const json& m : (*body)["models"]) {
+  for (const json& m : *models) {
     std::cout << std::left << std::setw(6) << m["id"].get<int64_t>() << std::setw(28) << m["name"].get<std::string>()
               << std::setw(12) << m["model_type"].get<std::string>() << m["size_bytes"].get<int64_t>() << "\n";
   }

@@ -1,5 +1,6 @@
 #include "cli/remote.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <iostream>
 #include <utility>
@@ -76,5 +77,36 @@ int Fail(const std::string& command, const Status& status) {
 }
 
 void PrintJson(const nlohmann::json& value) { std::cout << value.dump(2) << "\n"; }
+
+StatusOr<nlohmann::json> ListAll(http::Client& client, const std::string& path, const std::string& field,
+                                 int page_size) {
+  nlohmann::json items = nlohmann::json::array();
+  std::string cursor;
+  const char separator = path.find('?') == std::string::npos ? '?' : '&';
+  while (true) {
+    std::string page_path = path + separator + "limit=" + std::to_string(page_size);
+    if (!cursor.empty()) {
+      page_path += "&cursor=";
+      for (unsigned char c : cursor) {  // opaque: sent back as it came, escaped for the query
+        if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+          page_path += static_cast<char>(c);
+        } else {
+          page_path += '%';
+          page_path += "0123456789ABCDEF"[c >> 4];
+          page_path += "0123456789ABCDEF"[c & 15];
+        }
+      }
+    }
+    PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res, client.Get(page_path));
+    PARSYN_ASSIGN_OR_RETURN(nlohmann::json page, res.Json());
+    if (!page.is_object() || !page.contains(field) || !page[field].is_array()) {
+      return InvalidArgumentError("GET " + path + " answered no \"" + field + "\" list");
+    }
+    for (nlohmann::json& item : page[field]) items.push_back(std::move(item));
+    const nlohmann::json& next = page.value("next_cursor", nlohmann::json());
+    if (!next.is_string()) return items;  // null (or absent: a server from before pagination) ends the list
+    cursor = next.get<std::string>();
+  }
+}
 
 }  // namespace parsyn::cli

@@ -32,5 +32,10 @@ CLI::App* SubcommandGroup(CLI::App& app, const std::string& name, const std::str
 int Fail(const std::string& command, const Status& status);
 // Prints JSON, indented, to stdout.
 void PrintJson(const nlohmann::json& value);
+// Every item of a list route (`path`, which answers {"<field>": [...], "next_cursor"}), following next_cursor page by
+// page of `page_size` (docs/openapi.yaml, "Pagination"): the JSON array of all of them. Errors: the client's, or a
+// page that is not such an answer.
+StatusOr<nlohmann::json> ListAll(http::Client& client, const std::string& path, const std::string& field,
+                                 int page_size = 1000);
 
 }  // namespace parsyn::cli

@@ -31,14 +31,12 @@ int Register(const WorkerFlags& f) {
 int List(const WorkerFlags& f) {
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("worker list", client.status());
-  auto res = (*client)->Get("/api/v1/workers");
-  if (!res.ok()) return Fail("worker list", res.status());
-  auto body = res->Json();
-  if (!body.ok()) return Fail("worker list", body.status());
+  StatusOr<json> workers = ListAll(**client, "/api/v1/workers", "workers");
+  if (!workers.ok()) return Fail("worker list", workers.status());
   std::cout << std::left << std::setw(6) << "ID" << std::setw(20) << "NAME" << std::setw(9) << "KIND" << std::setw(9)
             << "STATUS" << std::setw(6) << "JOB"
             << "DEVICE\n";
-  for (const json& w : (*body)["workers"]) {
+  for (const json& w : *workers) {
     std::cout << std::left << std::setw(6) << w["id"].get<int64_t>() << std::setw(20) << w["name"].get<std::string>()
               << std::setw(9) << w["kind"].get<std::string>() << std::setw(9) << w["status"].get<std::string>()
               << std::setw(6) << (w["current_job_id"].is_null() ? std::string("-") : w["current_job_id"].dump())

@@ -138,4 +138,15 @@ json ArtifactJson(const storage::JobArtifact& a) {
   return {{"name", a.name}, {"size_bytes", a.size_bytes}, {"sha256", a.sha256}, {"created_at_ms", a.created_at_ms}};
 }
 
+http::Response ProblemsResponse(const std::vector<FieldProblem>& problems) {
+  std::string message;
+  json errors = json::array();
+  for (const FieldProblem& p : problems) {
+    message += (message.empty() ? "" : "; ") + p.message;
+    errors.push_back({{"field", p.field.empty() ? json(nullptr) : json(p.field)}, {"message", p.message}});
+  }
+  return http::Response::Json(
+      400, {{"error", {{"code", "invalid_argument"}, {"message", message}, {"errors", std::move(errors)}}}});
+}
+
 }  // namespace parsyn::coordinator

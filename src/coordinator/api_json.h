@@ -1,5 +1,6 @@
 // Helpers the coordinator's routes share: strict JSON request bodies (unknown fields and wrong types rejected with
-// the field named), path ids, and the JSON views of stored records. Pure functions; any thread.
+// the field named), path ids, the JSON views of stored records, and the error answer that lists problems by field.
+// Pure functions; any thread.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "coordinator/job_spec.h"
 #include "http/server.h"
 #include "protocol/json_fields.h"
 #include "storage/metadata_store.h"
@@ -31,6 +33,10 @@ nlohmann::json WorkerJson(const storage::Worker& w);  // never includes the toke
 nlohmann::json JobJson(const storage::TrainingJob& job);
 nlohmann::json RoundJson(const storage::Round& round, const std::vector<storage::RoundUpdate>& updates);
 nlohmann::json ArtifactJson(const storage::JobArtifact& a);
+
+// 400 invalid_argument for a request with these problems (at least one): error.message joins them with "; ", and
+// error.errors lists each as {"field", "message"} (field null when the problem is about no one field).
+http::Response ProblemsResponse(const std::vector<FieldProblem>& problems);
 
 // The JSON array of view(record) for each record, in order: the body of a list route.
 template <typename Record, typename View>

@@ -19,12 +19,12 @@ class DatasetRoutes {
     auto imported = ImportDataset(context_, std::move(*import), *req.body_stream);  // kCoAwaitTemporaries
     StatusOr<storage::Dataset> created = co_await std::move(imported);
     if (!created.ok()) co_return Response::Error(created.status());
-    co_return Response::Json(201, DatasetJson(*created));
+    co_return Created("/api/v1/datasets", created->id, DatasetJson(*created));
   }
 
-  Awaitable<Response> List(Request&) {
+  Awaitable<Response> List(Request& req) {
     return ListRecords(
-        context_, "datasets", [](storage::MetadataStore& s) { return s.ListDatasets(); }, DatasetJson);
+        context_, req, "datasets", [](storage::MetadataStore& s) { return s.ListDatasets(); }, DatasetJson);
   }
 
   Awaitable<Response> Get(Request& req) {

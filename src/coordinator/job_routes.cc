@@ -95,11 +95,10 @@ StatusOr<std::vector<std::string>> ListWarnings(storage::MetadataStore& store, i
   }
 }
 
-// Checks what the spec refers to; InvalidArgument naming the field, as the spec's own validation does. When every
-// reference is good, appends ReferenceWarnings to `warnings`.
+// Checks what the spec refers to, appending each problem to `problems` with the field named first, as the spec's own
+// validation does. When every reference is good, appends ReferenceWarnings to `warnings`. Errors: the store's.
 Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec, const json& body,
-                       std::vector<std::string>& warnings) {
-  std::vector<std::string> problems;
+                       std::vector<std::string>& warnings, std::vector<std::string>& problems) {
   // data.source "workers": no dataset to look up (the workers' files are checked by their trainers).
   StatusOr<storage::Dataset> dataset = spec.data.source == DataSource::kWorkers
                                            ? StatusOr<storage::Dataset>(NotFoundError("no dataset"))
@@ -168,11 +167,8 @@ Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec, const
   }
   if (problems.empty()) {
     for (std::string& w : ReferenceWarnings(*dataset, *model, spec, body)) warnings.push_back(std::move(w));
-    return Status::Ok();
   }
-  std::string message;
-  for (const std::string& p : problems) message += (message.empty() ? "" : "; ") + p;
-  return InvalidArgumentError(message);
+  return Status::Ok();
 }
 
 StatusOr<int64_t> LastEventId(const Request& req) {
@@ -195,20 +191,6 @@ StatusOr<int64_t> LastEventId(const Request& req) {
 constexpr int kMetricsDefaultLimit = 1000;
 constexpr int kMetricsMaxLimit = 10'000;
 
-// A query parameter that must be an integer in [min, max]; `fallback` when absent.
-StatusOr<int64_t> IntQuery(const Request& req, const std::string& name, int64_t fallback, int64_t min, int64_t max) {
-  auto it = req.query.find(name);
-  if (it == req.query.end()) return fallback;
-  const std::string& text = it->second;
-  int64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value < min || value > max) {
-    return InvalidArgumentError(name + " must be an integer from " + std::to_string(min) + " to " +
-                                std::to_string(max) + ", got '" + text.substr(0, 64) + "'");
-  }
-  return value;
-}
-
 // A job in a list: its view without the spec.
 json JobSummaryJson(const storage::TrainingJob& job) {
   json view = JobJson(job);
@@ -227,16 +209,20 @@ class JobRoutes {
  public:
   JobRoutes(const RouteContext& context, Service& service) : context_(context), service_(service) {}
 
-  // POST /api/v1/training-jobs: stores the job (queued) and answers; setup runs after the answer.
+  // POST /api/v1/training-jobs: stores the job (queued) and answers; setup runs after the answer. Every 400 lists its
+  // problems by field (error.errors), so the dashboard's form places them.
   Awaitable<Response> Create(Request& req) {
     StatusOr<json> body = protocol::ParseJsonText(req.body, "request body");
-    if (!body.ok()) co_return Response::Error(body.status());
-    StatusOr<JobSpec> spec = ParseJobSpecJson(*body);
-    if (!spec.ok()) co_return Response::Error(spec.status());
+    if (!body.ok()) co_return ProblemsResponse({{"", body.status().message()}});
+    std::vector<FieldProblem> problems;
+    StatusOr<JobSpec> spec = ParseJobSpecJson(*body, problems);
+    if (!spec.ok()) co_return problems.empty() ? Response::Error(spec.status()) : ProblemsResponse(problems);
     std::vector<std::string> warnings = JobSpecWarnings(*body, *spec);
     const int64_t now = context_.clock.UnixMillis();
+    std::vector<std::string> reference_problems;
     StatusOr<storage::TrainingJob> created = co_await Offload(context_.pool, [&]() -> StatusOr<storage::TrainingJob> {
-      PARSYN_RETURN_IF_ERROR(CheckReferences(context_.store, *spec, *body, warnings));
+      PARSYN_RETURN_IF_ERROR(CheckReferences(context_.store, *spec, *body, warnings, reference_problems));
+      if (!reference_problems.empty()) return InvalidArgumentError("answered with reference_problems");
       storage::TrainingJob job{.name = spec->name,
                                .dataset_id = spec->dataset_id,
                                .model_id = spec->model_id,
@@ -244,6 +230,7 @@ class JobRoutes {
                                .created_at_ms = now};
       return context_.store.CreateJob(job);
     });
+    if (!reference_problems.empty()) co_return ProblemsResponse(FieldProblems(reference_problems));
     if (!created.ok()) co_return Response::Error(created.status());
     {
       auto event_appended = service_.AppendEvent(created->id, "job_status", {{"status", "queued"}});
@@ -258,10 +245,10 @@ class JobRoutes {
     boost::asio::co_spawn(service_.executor(), service_.LaunchJob(*created), boost::asio::detached);
     json view = JobJson(*created);
     view["warnings"] = warnings;
-    co_return Response::Json(201, view);
+    co_return Created("/api/v1/training-jobs", created->id, view);
   }
 
-  // GET /api/v1/training-jobs[?status=S]: the jobs without their specs.
+  // GET /api/v1/training-jobs[?status=S][&limit=N][&cursor=C]: one page of the jobs, without their specs.
   Awaitable<Response> List(Request& req) {
     std::optional<storage::JobStatus> filter;
     if (auto it = req.query.find("status"); it != req.query.end()) {
@@ -269,9 +256,11 @@ class JobRoutes {
       if (!s.ok()) co_return Response::Error(s.status());
       filter = *s;
     }
+    StatusOr<PageRequest> page = ParsePageRequest(req);
+    if (!page.ok()) co_return Response::Error(page.status());
     auto list = co_await Offload(context_.pool, [&] { return context_.store.ListJobs(filter); });
     if (!list.ok()) co_return Response::Error(list.status());
-    co_return Response::Json(200, {{"training_jobs", JsonArray(*list, JobSummaryJson)}});
+    co_return Response::Json(200, PageJson("training_jobs", *list, *page, JobSummaryJson));
   }
 
   Awaitable<Response> Get(Request& req) {
@@ -304,24 +293,28 @@ class JobRoutes {
     co_return Response::Json(200, {{"rounds", *rounds}});
   }
 
-  // GET /api/v1/training-jobs/{id}/metrics?after=&limit=: one page of the job's progress points (those with id >
-  // after, in the order stored), grouped by worker; "next" is the `after` of the following page, null on the last.
+  // GET /api/v1/training-jobs/{id}/metrics?cursor=&limit=: one page of the job's progress points (those after the
+  // cursor, in the order stored), grouped by worker, paged like every list (next_cursor). The older spelling stays:
+  // ?after= a point id, and "next", the `after` of the following page (both null on the last page).
   // Read and built on the pool: a page can be large.
   Awaitable<Response> Metrics(Request& req) {
     StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
     if (!id.ok()) co_return Response::Error(id.status());
-    StatusOr<int64_t> after = IntQuery(req, "after", 0, 0, std::numeric_limits<int64_t>::max());
+    StatusOr<PageRequest> paging = ParsePageRequest(req, kMetricsDefaultLimit, kMetricsMaxLimit);
+    if (!paging.ok()) co_return Response::Error(paging.status());
+    if (req.query.contains("after") && req.query.contains("cursor")) {
+      co_return Response::Error(InvalidArgumentError("give cursor or after (its older spelling), not both"));
+    }
+    StatusOr<int64_t> after = IntQuery(req, "after", paging->after_id, 0, std::numeric_limits<int64_t>::max());
     if (!after.ok()) co_return Response::Error(after.status());
-    StatusOr<int64_t> limit = IntQuery(req, "limit", kMetricsDefaultLimit, 1, kMetricsMaxLimit);
-    if (!limit.ok()) co_return Response::Error(limit.status());
     auto page = co_await Offload(context_.pool, [&]() -> StatusOr<json> {
       PARSYN_RETURN_IF_ERROR(context_.store.GetJob(*id).status());
       // One more than asked tells whether another page follows.
       PARSYN_ASSIGN_OR_RETURN(std::vector<storage::StoredMetricPoint> points,
-                              context_.store.ListMetricsPage(*id, *after, static_cast<int>(*limit) + 1));
+                              context_.store.ListMetricsPage(*id, *after, static_cast<int>(paging->limit) + 1));
       json next = nullptr;
-      if (points.size() > static_cast<size_t>(*limit)) {
-        points.resize(static_cast<size_t>(*limit));
+      if (points.size() > static_cast<size_t>(paging->limit)) {
+        points.resize(static_cast<size_t>(paging->limit));
         next = points.back().id;
       }
       std::map<int64_t, json> by_worker;
@@ -340,7 +333,8 @@ class JobRoutes {
       json workers = json::array();
       for (auto& [worker, series] : by_worker)
         workers.push_back({{"worker_id", worker}, {"points", std::move(series)}});
-      return json{{"workers", std::move(workers)}, {"next", std::move(next)}};
+      json next_cursor = next.is_null() ? json(nullptr) : json(CursorAfter(next.get<int64_t>()));
+      return json{{"workers", std::move(workers)}, {"next_cursor", std::move(next_cursor)}, {"next", std::move(next)}};
     });
     if (!page.ok()) co_return Response::Error(page.status());
     co_return Response::Json(200, *page);

@@ -1,7 +1,9 @@
 #include "coordinator/job_spec.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <set>
 #include <string>
@@ -122,9 +124,7 @@ bool ParseWorkerSelection(const json* object, WorkerSelection& w, std::vector<st
       if (!in_list.insert(id).second) {
         r.Error(path + " lists worker " + std::to_string(id) + " twice");
       } else if (!seen.insert(id).second) {
-        r.Error("worker " + std::to_string(id) +
-                " is in both worker_selection.worker_ids and "
-                "worker_selection.parsyn_worker_ids");
+        r.Error(path + " lists worker " + std::to_string(id) + ", which worker_selection.worker_ids lists too");
       }
     }
   }
@@ -169,11 +169,14 @@ std::vector<int64_t> JobSpec::SelectedWorkers() const {
   return ids;
 }
 
-StatusOr<JobSpec> ParseJobSpecJson(const json& body) {
+namespace {
+
+// ParseJobSpecJson, its problems appended to `errors`.
+StatusOr<JobSpec> ParseJobSpecCollecting(const json& body, std::vector<std::string>& errors) {
   if (!body.is_object()) {
-    return InvalidArgumentError(std::string("request body must be a JSON object, got ") + body.type_name());
+    errors.push_back(std::string("request body must be a JSON object, got ") + body.type_name());
+    return protocol::ErrorsToStatus(errors);
   }
-  std::vector<std::string> errors;
   JobSpec spec;
   FieldReader r(body, "", errors);
   if (r.Required("name")) r.String("name", spec.name, 1, kMaxNameBytes);
@@ -222,6 +225,51 @@ StatusOr<JobSpec> ParseJobSpecJson(const json& body) {
     d.max_workers = 1;
   }
   return spec;
+}
+
+// The job spec's top-level keys: a problem's leading path names a field only when it starts with one of them.
+constexpr std::string_view kSpecKeys[] = {"name",        "dataset_id",       "model_id", "config",
+                                          "distributed", "worker_selection", "data"};
+
+}  // namespace
+
+StatusOr<JobSpec> ParseJobSpecJson(const json& body) {
+  std::vector<std::string> errors;
+  return ParseJobSpecCollecting(body, errors);
+}
+
+StatusOr<JobSpec> ParseJobSpecJson(const json& body, std::vector<FieldProblem>& problems) {
+  std::vector<std::string> errors;
+  StatusOr<JobSpec> spec = ParseJobSpecCollecting(body, errors);
+  if (!spec.ok()) {
+    for (FieldProblem& p : FieldProblems(errors)) problems.push_back(std::move(p));
+  }
+  return spec;
+}
+
+std::string ProblemField(std::string_view message) {
+  constexpr std::string_view kUnknown = "unknown field ";
+  if (message.starts_with(kUnknown)) return std::string(message.substr(kUnknown.size()));  // any key, as given
+  if (message.starts_with('\'')) message.remove_prefix(1);
+  size_t end = 0;
+  while (end < message.size() && (std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '_' ||
+                                  message[end] == '.' || message[end] == '[' || message[end] == ']')) {
+    ++end;
+  }
+  // The path ends the message or is followed by what follows a field's name: " must", ": ...", " (3)", "'".
+  if (end == 0 || (end < message.size() && std::string_view(" :('").find(message[end]) == std::string_view::npos)) {
+    return "";
+  }
+  const std::string_view path = message.substr(0, end);
+  const std::string_view head = path.substr(0, path.find_first_of(".["));
+  return std::find(std::begin(kSpecKeys), std::end(kSpecKeys), head) != std::end(kSpecKeys) ? std::string(path) : "";
+}
+
+std::vector<FieldProblem> FieldProblems(const std::vector<std::string>& messages) {
+  std::vector<FieldProblem> out;
+  out.reserve(messages.size());
+  for (const std::string& m : messages) out.push_back({ProblemField(m), m});
+  return out;
 }
 
 StatusOr<JobSpec> ParseJobSpec(std::string_view body) {

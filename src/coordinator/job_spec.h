@@ -160,6 +160,23 @@ struct JobSpec {
 StatusOr<JobSpec> ParseJobSpec(std::string_view body);
 StatusOr<JobSpec> ParseJobSpecJson(const nlohmann::json& body);
 
+// One problem of a request body, as the API lists it in error.errors (docs/openapi.yaml FieldProblem).
+struct FieldProblem {
+  std::string field;    // "distributed.min_workers", "config.lora_target_modules[1]"; "" when it is about no one field
+  std::string message;  // the whole sentence, which names the field too
+
+  friend bool operator==(const FieldProblem&, const FieldProblem&) = default;
+};
+// The field a problem is about. Every problem of a job spec starts with the path of its field ("distributed.min_workers
+// (3) must be ...", "dataset_id: dataset 9 does not exist", "'name' must be ..."), or is "unknown field <path>":
+// that path (array index kept) when it starts with one of the spec's keys (any path for an unknown field), else "".
+std::string ProblemField(std::string_view message);
+// Each message with its field, in order.
+std::vector<FieldProblem> FieldProblems(const std::vector<std::string>& messages);
+// ParseJobSpecJson that also answers its problems one by one in `problems` (nothing added when the spec is valid);
+// the InvalidArgument's message joins the same problems with "; ".
+StatusOr<JobSpec> ParseJobSpecJson(const nlohmann::json& body, std::vector<FieldProblem>& problems);
+
 // Each setting `body` gave explicitly (not null) that the job ignores, one sentence naming the field, why, and how to
 // make it count; in a fixed order. `body` is the request body `spec` was parsed from (ParseJobSpecJson(body) == spec).
 std::vector<std::string> JobSpecWarnings(const nlohmann::json& body, const JobSpec& spec);

@@ -341,7 +341,7 @@ TEST(JobSpecTest, BadBodiesNameTheFieldAndTheReason) {
        },
        "worker_selection.worker_ids lists worker 1 twice"},
       {[](json& b) { b["worker_selection"]["parsyn_worker_ids"] = {3}; },
-       "worker 3 is in both worker_selection.worker_ids and worker_selection.parsyn_worker_ids"},
+       "worker_selection.parsyn_worker_ids lists worker 3, which worker_selection.worker_ids lists too"},
       {[](json& b) { b["worker_selection"]["mode"] = "own"; },
        "worker_selection.mode \"own\" must not list worker_selection.parsyn_worker_ids"},
       {[](json& b) { b["worker_selection"]["mode"] = "managed"; },
@@ -370,7 +370,58 @@ TEST(JobSpecTest, BadBodiesNameTheFieldAndTheReason) {
     ASSERT_FALSE(spec.ok()) << "accepted: " << body.dump();
     EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument) << c.message;
     EXPECT_EQ(spec.status().message(), c.message) << body.dump();
+    // The same problems one by one, each with the field it is about (the API's error.errors).
+    std::vector<FieldProblem> problems;
+    ASSERT_FALSE(ParseJobSpecJson(body, problems).ok());
+    ASSERT_FALSE(problems.empty());
+    std::string joined;
+    for (const FieldProblem& p : problems) {
+      joined += (joined.empty() ? "" : "; ") + p.message;
+      EXPECT_FALSE(p.field.empty()) << "no field for: " << p.message;
+      EXPECT_THAT(p.message, HasSubstr(p.field)) << "the message does not name its field";
+    }
+    EXPECT_EQ(joined, c.message);
   }
+}
+
+TEST(JobSpecTest, EachProblemComesWithItsField) {
+  json body = SpecExample();
+  body["config"]["lerning_rate"] = 1;
+  body["config"]["lora_target_modules"] = {"q_proj", 7};
+  body["distributed"]["enabled"] = false;
+  body["distributed"]["early_stopping"] = {{"patience", 2}};  // its message holds a "; " of its own
+  std::vector<FieldProblem> problems;
+  StatusOr<JobSpec> spec = ParseJobSpecJson(body, problems);
+  ASSERT_FALSE(spec.ok());
+  const std::vector<FieldProblem> expected = {
+      {"config.lora_target_modules[1]", "config.lora_target_modules[1] must be a string, got number"},
+      {"config.lerning_rate", "unknown field config.lerning_rate"},
+      {"distributed.early_stopping",
+       "distributed.early_stopping needs distributed.enabled true: an ordinary job trains one round, so there is "
+       "nothing to stop early; remove early_stopping or make the job distributed"}};
+  EXPECT_EQ(problems, expected);
+  // A valid spec adds nothing.
+  problems.clear();
+  ASSERT_TRUE(ParseJobSpecJson(SpecExample(), problems).ok());
+  EXPECT_TRUE(problems.empty());
+}
+
+TEST(JobSpecTest, ProblemFieldIsTheLeadingPathOfASpecKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"distributed.min_workers (3) must be <= distributed.max_workers (2)", "distributed.min_workers"},
+      {"dataset_id: dataset 9 does not exist", "dataset_id"},
+      {"worker_selection.worker_ids: worker 4242 does not exist", "worker_selection.worker_ids"},
+      {"'name' must be 1..128 bytes", "name"},
+      {"config.lora_target_modules[1] must be a string, got number", "config.lora_target_modules[1]"},
+      {"unknown field colour", "colour"},
+      {"unknown field config.odd key", "config.odd key"},
+      {"worker_selection lists more than 1000 workers", "worker_selection"},
+      {"request body must be a JSON object, got array", ""},
+      {"request body is not valid JSON: parse error at line 1", ""},
+      {"names must be unique", ""},
+      {"", ""},
+  };
+  for (const auto& [message, field] : cases) EXPECT_EQ(ProblemField(message), field) << message;
 }
 
 // JobSpecWarnings of `body` (which must parse).

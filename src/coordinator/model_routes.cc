@@ -205,12 +205,12 @@ class ModelRoutes {
       return context_.store.CreateModel(*model);
     });
     if (!created.ok()) co_return Response::Error(created.status());
-    co_return Response::Json(201, ModelJson(*created));
+    co_return Created("/api/v1/models", created->id, ModelJson(*created));
   }
 
-  Awaitable<Response> List(Request&) {
+  Awaitable<Response> List(Request& req) {
     return ListRecords(
-        context_, "models", [](storage::MetadataStore& s) { return s.ListModels(); }, ModelJson);
+        context_, req, "models", [](storage::MetadataStore& s) { return s.ListModels(); }, ModelJson);
   }
 
   Awaitable<Response> Get(Request& req) {

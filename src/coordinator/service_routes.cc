@@ -1,5 +1,7 @@
 #include "coordinator/service_routes.h"
 
+#include <charconv>
+
 #include "coordinator/auth.h"
 #include "coordinator/loop_tools.h"
 #include "coordinator/service.h"
@@ -46,6 +48,34 @@ Awaitable<StatusOr<storage::BlobInfo>> StreamBodyToBlob(const RouteContext& cont
       context.upload_pool, body,
       [&blobs, key, options](storage::ByteSource& source) { return blobs.Put(key, source, options); });
   co_return co_await std::move(upload);
+}
+
+StatusOr<int64_t> IntQuery(const Request& req, const std::string& name, int64_t fallback, int64_t min, int64_t max) {
+  auto it = req.query.find(name);
+  if (it == req.query.end()) return fallback;
+  const std::string& text = it->second;
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < min || value > max) {
+    return InvalidArgumentError(name + " must be an integer from " + std::to_string(min) + " to " +
+                                std::to_string(max) + ", got '" + text.substr(0, 64) + "'");
+  }
+  return value;
+}
+
+StatusOr<PageRequest> ParsePageRequest(const Request& req, int64_t default_limit, int64_t max_limit) {
+  PageRequest page;
+  PARSYN_ASSIGN_OR_RETURN(page.limit, IntQuery(req, "limit", default_limit, 1, max_limit));
+  if (auto it = req.query.find("cursor"); it != req.query.end()) {
+    const std::string& text = it->second;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), page.after_id);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size() || page.after_id < 0) {
+      return InvalidArgumentError("cursor '" + text.substr(0, 64) +
+                                  "' is not one this server handed out: pass a page's next_cursor as it came, or no "
+                                  "cursor for the first page");
+    }
+  }
+  return page;
 }
 
 StatusOr<std::string> NewBlobName() {

@@ -130,13 +130,63 @@ Status AddWorkerProtocolRoutes(RouteTable& routes, const RouteContext& context, 
 Status AddBlobRoutes(RouteTable& routes, const RouteContext& context, Service& service,  // blob_routes.cc
                      std::string signing_secret);
 
-// GET of a resource's list: list(store) read on the pool, answered as {"<field>": [view(record), ...]}. One body for
+// A query parameter that must be an integer in [min, max]; `fallback` when absent. InvalidArgument naming it.
+StatusOr<int64_t> IntQuery(const http::Request& req, const std::string& name, int64_t fallback, int64_t min,
+                           int64_t max);
+
+// Pagination, one convention for every list (docs/openapi.yaml, "Pagination"): ?limit= items per page and ?cursor=,
+// the next_cursor of the page before (absent: the first page). Items come in ascending id order; a cursor is the id
+// of the last item of the page before, as decimal text (opaque to clients), so items added while a client pages
+// come on a later page and none comes twice.
+inline constexpr int64_t kDefaultPageLimit = 100;
+inline constexpr int64_t kMaxPageLimit = 1000;
+struct PageRequest {
+  int64_t after_id = 0;  // the page starts after this id
+  int64_t limit = kDefaultPageLimit;
+};
+// ?limit= (1..max_limit, default_limit when absent) and ?cursor=; InvalidArgument naming the one that is bad.
+StatusOr<PageRequest> ParsePageRequest(const http::Request& req, int64_t default_limit = kDefaultPageLimit,
+                                       int64_t max_limit = kMaxPageLimit);
+// The next_cursor of a page whose last item has id `last_id`.
+inline std::string CursorAfter(int64_t last_id) { return std::to_string(last_id); }
+
+// One page of `records` (in ascending id order): the first page.limit with an id above page.after_id, as
+// {"<field>": [view(record), ...], "next_cursor": the cursor after the last one, or null when no record follows}.
+template <typename Record, typename View>
+nlohmann::json PageJson(std::string_view field, const std::vector<Record>& records, const PageRequest& page,
+                        View view) {
+  nlohmann::json items = nlohmann::json::array();
+  nlohmann::json next = nullptr;
+  int64_t last_id = page.after_id;
+  for (const Record& r : records) {
+    if (r.id <= page.after_id) continue;
+    if (static_cast<int64_t>(items.size()) == page.limit) {
+      next = CursorAfter(last_id);  // another record follows this page
+      break;
+    }
+    items.push_back(view(r));
+    last_id = r.id;
+  }
+  return {{std::string(field), std::move(items)}, {"next_cursor", std::move(next)}};
+}
+
+// GET of a resource's list: list(store) read on the pool, answered one page at a time (PageJson). One body for
 // datasets, models and workers.
 template <typename List, typename View>
-http::Awaitable<http::Response> ListRecords(const RouteContext& context, std::string field, List list, View view) {
+http::Awaitable<http::Response> ListRecords(const RouteContext& context, http::Request& req, std::string field,
+                                            List list, View view) {
+  StatusOr<PageRequest> page = ParsePageRequest(req);
+  if (!page.ok()) co_return http::Response::Error(page.status());
   auto records = co_await Offload(context.pool, [&] { return list(context.store); });
   if (!records.ok()) co_return http::Response::Error(records.status());
-  co_return http::Response::Json(200, {{field, JsonArray(*records, view)}});
+  co_return http::Response::Json(200, PageJson(field, *records, *page, view));
+}
+
+// The 201 answer of a created resource: its view, with `Location: <collection>/<id>` (e.g. /api/v1/datasets/3).
+inline http::Response Created(std::string_view collection, int64_t id, const nlohmann::json& view) {
+  http::Response res = http::Response::Json(201, view);
+  res.headers.emplace_back("Location", std::string(collection) + "/" + std::to_string(id));
+  return res;
 }
 
 // DELETE …/{id} of a stored record and its blobs: on the pool, the record read with get(store, id), removed with

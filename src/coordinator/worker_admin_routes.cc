@@ -38,12 +38,12 @@ class WorkerAdminRoutes {
     service_.worker_tokens_[created->token_sha256] = Service::WorkerAuth{.worker_id = created->id, .revoked = false};
     json body = WorkerJson(*created);
     body["token"] = *token;  // shown once; only its hash is kept
-    co_return Response::Json(201, body);
+    co_return Created("/api/v1/workers", created->id, body);
   }
 
-  Awaitable<Response> List(Request&) {
+  Awaitable<Response> List(Request& req) {
     return ListRecords(
-        context_, "workers", [](storage::MetadataStore& s) { return s.ListWorkers(); },
+        context_, req, "workers", [](storage::MetadataStore& s) { return s.ListWorkers(); },
         [this](const storage::Worker& w) { return WorkerView(w); });
   }
 

@@ -1,12 +1,17 @@
-// The REST API against a real `parsyn server`: happy paths, and a table of bad requests each answered with the
-// right status, code and message while the server stays healthy.
+// The REST API against a real `parsyn server`: happy paths, pagination, Location headers, validation problems listed
+// by field, and a table of bad requests each answered with the right status, code and message while the server stays
+// healthy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
+#include <set>
 
+#include "cli/remote.h"
 #include "harness.h"
 #include "http/signed_url.h"
+#include "net/transport.h"
 #include "weights/safetensors.h"
 
 namespace parsyn::testing {
@@ -268,6 +273,193 @@ TEST_F(ApiTest, BadRequestsGetTheRightStatusAndMessage) {
   EXPECT_TRUE((*admin_->Get("/api/v1/training-jobs")->Json())["training_jobs"].empty());
 }
 
+// Every item of a list route read page by page with ?limit=`limit`, following next_cursor; fails the test when a page
+// is larger than asked or the walk does not end.
+std::vector<json> WalkPages(http::Client& admin, const std::string& path, const std::string& field, int limit,
+                            int* pages) {
+  std::vector<json> items;
+  std::string cursor;
+  *pages = 0;
+  for (int guard = 0; guard < 100; ++guard) {
+    std::string page_path = path + (path.find('?') == std::string::npos ? "?" : "&") + "limit=" + std::to_string(limit);
+    if (!cursor.empty()) page_path += "&cursor=" + cursor;
+    auto res = admin.Get(page_path);
+    EXPECT_TRUE(res.ok()) << res.status().ToString();
+    if (!res.ok()) return items;
+    const json page = *res->Json();
+    ++*pages;
+    EXPECT_LE(page[field].size(), static_cast<size_t>(limit)) << page.dump();
+    for (const json& item : page[field]) items.push_back(item);
+    EXPECT_TRUE(page.contains("next_cursor")) << page.dump();
+    if (page["next_cursor"].is_null()) return items;
+    EXPECT_TRUE(page["next_cursor"].is_string()) << page.dump();
+    cursor = page["next_cursor"].get<std::string>();
+  }
+  ADD_FAILURE() << path << ": the cursor walk did not end";
+  return items;
+}
+
+std::vector<int64_t> IdsOf(const std::vector<json>& items) {
+  std::vector<int64_t> ids;
+  for (const json& item : items) ids.push_back(item["id"].get<int64_t>());
+  return ids;
+}
+
+// The list routes answer pages: a cursor walk with a page smaller than the list visits every item exactly once, in
+// id order, and ends with next_cursor null; bad paging parameters are 400s naming them.
+TEST_F(ApiTest, ListsArePagedWithLimitAndCursor) {
+  Fixture f = MakeFixture(*admin_, 10, 7);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(admin_
+                    ->Send(http::Method::kPost, "/api/v1/datasets?name=more" + std::to_string(i) + ".jsonl",
+                           TextDataset(5), "application/octet-stream")
+                    .ok());
+  }
+  json solo = DistributedSpec(f, 1, 1, 30);
+  solo.erase("distributed");
+  solo.erase("worker_selection");
+  std::vector<int64_t> job_ids;
+  for (int i = 0; i < 5; ++i) {
+    auto job = admin_->PostJson("/api/v1/training-jobs", solo);
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    job_ids.push_back((*job->Json())["id"]);
+  }
+
+  int pages = 0;
+  std::vector<int64_t> workers = IdsOf(WalkPages(*admin_, "/api/v1/workers", "workers", 3, &pages));
+  EXPECT_EQ(workers, f.worker_ids);
+  EXPECT_EQ(pages, 3);  // 3 + 3 + 1
+  std::vector<int64_t> datasets = IdsOf(WalkPages(*admin_, "/api/v1/datasets", "datasets", 2, &pages));
+  EXPECT_EQ(datasets.size(), 5u);
+  EXPECT_TRUE(std::is_sorted(datasets.begin(), datasets.end()));
+  EXPECT_EQ(std::set<int64_t>(datasets.begin(), datasets.end()).size(), 5u);
+  EXPECT_EQ(pages, 3);  // 2 + 2 + 1
+  EXPECT_EQ(IdsOf(WalkPages(*admin_, "/api/v1/training-jobs", "training_jobs", 2, &pages)), job_ids);
+  EXPECT_EQ(pages, 3);
+  // A page exactly as long as what is left is the last one: no empty page after it.
+  EXPECT_EQ(IdsOf(WalkPages(*admin_, "/api/v1/training-jobs", "training_jobs", 5, &pages)), job_ids);
+  EXPECT_EQ(pages, 1);
+  EXPECT_EQ(IdsOf(WalkPages(*admin_, "/api/v1/models", "models", 1, &pages)), std::vector<int64_t>{f.model_id});
+  EXPECT_EQ(pages, 1);
+
+  // The CLI's list commands read whole lists the same way.
+  StatusOr<json> listed = cli::ListAll(*admin_, "/api/v1/training-jobs", "training_jobs", /*page_size=*/2);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(IdsOf(std::vector<json>(listed->begin(), listed->end())), job_ids);
+
+  // Without limit: the default page (100), the whole of these short lists, and next_cursor null.
+  const json all = *admin_->Get("/api/v1/workers")->Json();
+  EXPECT_EQ(all["workers"].size(), 7u);
+  EXPECT_TRUE(all["next_cursor"].is_null()) << all.dump();
+  // A status filter pages the same way.
+  EXPECT_EQ(WalkPages(*admin_, "/api/v1/training-jobs?status=succeeded", "training_jobs", 2, &pages).size(), 0u);
+
+  http::ClientOptions o;
+  o.base_url = server_->url();
+  o.bearer_token = server_->admin_key();
+  o.max_attempts = 1;
+  http::Client client(o);
+  const std::string metrics_path = "/api/v1/training-jobs/" + std::to_string(job_ids[0]) + "/metrics";
+  for (const std::string& path : std::vector<std::string>{
+           "/api/v1/workers?cursor=abc", "/api/v1/datasets?cursor=-4",
+           "/api/v1/models?cursor=", "/api/v1/workers?limit=0", "/api/v1/training-jobs?limit=1001",
+           "/api/v1/training-jobs?limit=ten", metrics_path + "?cursor=x1", metrics_path + "?cursor=1&after=1"}) {
+    SCOPED_TRACE(path);
+    auto res = client.Get(path);
+    ASSERT_FALSE(res.ok());
+    EXPECT_EQ(res.status().code(), StatusCode::kInvalidArgument) << res.status().ToString();
+    const bool names_it =
+        res.status().message().find(path.find("cursor") != std::string::npos ? "cursor" : "limit") != std::string::npos;
+    EXPECT_TRUE(names_it) << res.status().message();
+  }
+  // The metrics follow the same convention.
+  const json metrics = *admin_->Get(metrics_path)->Json();
+  EXPECT_TRUE(metrics.contains("next_cursor") && metrics["next_cursor"].is_null()) << metrics.dump();
+}
+
+// Each 201 that creates a resource names its URL in Location, and that URL answers the same resource.
+TEST_F(ApiTest, CreatedResourcesAnswerTheirLocation) {
+  auto expect_location = [&](const StatusOr<http::ClientResponse>& res, const std::string& collection) {
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    EXPECT_EQ(res->status, 201);
+    const int64_t id = (*res->Json())["id"];
+    auto location = res->headers.find("location");
+    ASSERT_NE(location, res->headers.end()) << collection << " answered no Location";
+    EXPECT_EQ(location->second, collection + "/" + std::to_string(id));
+    auto got = admin_->Get(location->second);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ((*got->Json())["id"], id);
+  };
+  auto dataset = admin_->Send(http::Method::kPost, "/api/v1/datasets?name=rows.jsonl", TextDataset(10),
+                              "application/octet-stream");
+  expect_location(dataset, "/api/v1/datasets");
+  auto upload = admin_->Send(http::Method::kPost, "/api/v1/uploads", TinyLlamaConfig(), "application/octet-stream");
+  ASSERT_TRUE(upload.ok()) << upload.status().ToString();
+  auto model = admin_->PostJson("/api/v1/models",
+                                {{"name", "tiny"}, {"files", {{"config.json", (*upload->Json())["upload_id"]}}}});
+  expect_location(model, "/api/v1/models");
+  auto worker = admin_->PostJson("/api/v1/workers", {{"name", "w0"}});
+  expect_location(worker, "/api/v1/workers");
+  Fixture f{.dataset_id = (*dataset->Json())["id"], .model_id = (*model->Json())["id"]};
+  json solo = DistributedSpec(f, 1, 1, 30);
+  solo.erase("distributed");
+  solo.erase("worker_selection");
+  expect_location(admin_->PostJson("/api/v1/training-jobs", solo), "/api/v1/training-jobs");
+}
+
+// A job spec with several problems is refused with all of them: one message, and error.errors listing each with the
+// field it is about (the dashboard places them without splitting the message).
+TEST_F(ApiTest, JobValidationListsEachProblemWithItsField) {
+  Fixture f = MakeFixture(*admin_, 10, 1);
+  net::Transport transport(net::TransportOptions{.max_attempts = 1});
+  auto post = [&](const std::string& body) {
+    auto payload = net::MemoryBody(body);
+    net::Request request{
+        .method = "POST",
+        .url = server_->url() + "/api/v1/training-jobs",
+        .headers = {{"Authorization", "Bearer " + server_->admin_key()}, {"Content-Type", "application/json"}},
+        .body = payload.get()};
+    auto res = transport.Perform(request);
+    EXPECT_TRUE(res.ok()) << res.status().ToString();
+    EXPECT_EQ(res->status, 400) << res->body;
+    return json::parse(res->body, nullptr, false);
+  };
+  json spec = DistributedSpec(f, 2, 1, 30);
+  spec["config"]["lerning_rate"] = 0.1;
+  spec["config"]["lora_target_modules"] = {"q_proj", 7};
+  spec["distributed"]["min_workers"] = 3;  // above max_workers (1)
+  json error = post(spec.dump())["error"];
+  EXPECT_EQ(error["code"], "invalid_argument");
+  const json expected = json::array(
+      {{{"field", "config.lora_target_modules[1]"},
+        {"message", "config.lora_target_modules[1] must be a string, got number"}},
+       {{"field", "config.lerning_rate"}, {"message", "unknown field config.lerning_rate"}},
+       {{"field", "distributed.min_workers"},
+        {"message", "distributed.min_workers (3) must be <= distributed.max_workers (1)"}},
+       {{"field", "distributed.min_workers"},
+        {"message", "distributed.min_workers (3) exceeds the number of workers listed in worker_selection (1)"}}});
+  EXPECT_EQ(error["errors"], expected) << error.dump(2);
+  std::string joined;
+  for (const json& p : error["errors"]) joined += (joined.empty() ? "" : "; ") + p["message"].get<std::string>();
+  EXPECT_EQ(error["message"], joined);
+
+  // Ids that do not exist are listed the same way.
+  spec = DistributedSpec(f, 2, 1, 30);
+  spec["dataset_id"] = 999;
+  spec["model_id"] = 998;
+  error = post(spec.dump())["error"];
+  EXPECT_EQ(error["errors"],
+            json::array({{{"field", "dataset_id"}, {"message", "dataset_id: dataset 999 does not exist"}},
+                         {{"field", "model_id"}, {"message", "model_id: model 998 does not exist"}}}))
+      << error.dump(2);
+
+  // A body that is not JSON: one problem about no one field.
+  error = post("{\"name\": ")["error"];
+  ASSERT_EQ(error["errors"].size(), 1u) << error.dump(2);
+  EXPECT_TRUE(error["errors"][0]["field"].is_null());
+  EXPECT_EQ(error["errors"][0]["message"], error["message"]);
+}
+
 // A small valid safetensors image: tensors a (F32 [2, 2]) and b (F32 [4]).
 std::string TwoTensorWeights() {
   weights::WeightSet set;
@@ -507,6 +699,15 @@ TEST_F(ApiTest, SignedUrlsRejectTamperingAndExpiry) {
   auto good = anonymous.Get("/blobs/" + key + "?" + http::SignUrl(secret, "GET", key, now + 60));
   ASSERT_TRUE(good.ok()) << good.status().ToString();
   EXPECT_EQ(good->body, TextDataset(10));
+  // The key as one percent-encoded path parameter ('/' as %2F), as a client generated from docs/openapi.yaml sends it.
+  std::string encoded_key = key;
+  for (size_t at = encoded_key.find('/'); at != std::string::npos; at = encoded_key.find('/', at)) {
+    encoded_key.replace(at, 1, "%2F");
+  }
+  ASSERT_NE(encoded_key, key);
+  auto encoded = anonymous.Get("/blobs/" + encoded_key + "?" + http::SignUrl(secret, "GET", key, now + 60));
+  ASSERT_TRUE(encoded.ok()) << encoded.status().ToString();
+  EXPECT_EQ(encoded->body, TextDataset(10));
 
   auto expired = anonymous.Get("/blobs/" + key + "?" + http::SignUrl(secret, "GET", key, now - 5));
   EXPECT_EQ(expired.status().code(), StatusCode::kPermissionDenied);

@@ -287,6 +287,10 @@ TEST_F(RoundsTest, ProgressPointsAreCappedAndTheMetricsArePaged) {
   ASSERT_EQ(page2["workers"][0]["points"].size(), 1u) << page2.dump();
   EXPECT_EQ(page2["workers"][0]["points"][0]["step"], 3);
   EXPECT_EQ(page2["next"], nullptr);
+  // The same pages with the cursor every list pages with; `after`/`next` are its older spelling.
+  ASSERT_TRUE(page1["next_cursor"].is_string()) << page1.dump();
+  EXPECT_EQ(Metrics(job_id, "?limit=2&cursor=" + page1["next_cursor"].get<std::string>()), page2);
+  EXPECT_EQ(page2["next_cursor"], nullptr);
 
   for (const char* bad : {"?limit=0", "?limit=10001", "?limit=x", "?after=-1"}) {
     auto res = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/metrics" + bad);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ./dev setup on a machine that lacks some Debian packages: it must ask apt-get to install exactly the missing ones
-# and exit 0; on a machine that has them all it must not call apt-get; when apt-get fails it must say so.
-# dpkg-query, apt-get and sudo are shims; the real ones are never called. Usage: dev_setup_test.sh PATH/TO/dev
+# and exit 0; on a machine that has them all it must not call apt-get; when apt-get fails it must say so; every npm
+# package folder of the repository gets `npm ci` once. dpkg-query, apt-get, sudo and npm are shims; the real ones are
+# never called. Usage: dev_setup_test.sh PATH/TO/dev
 set -uo pipefail
 DEV_SRC=$1
 work=$(mktemp -d)
@@ -65,5 +66,30 @@ APT_FAIL=1 run_setup cmake
 [ "$rc" -ne 0 ] || fail "setup exited 0 although apt-get install failed"
 grep -q 'installing Debian packages failed' "$work/out" || fail "no message naming the failed step: $(cat "$work/out")"
 
-if [ "$failures" -eq 0 ]; then echo "dev setup: 3 scenarios passed"; fi
+# 4. A fresh checkout: every npm package folder of the repository (each tracked package.json beside its lockfile)
+#    gets `npm ci` from ./dev setup, and a second setup, with node_modules present, installs nothing. npm is a shim.
+repo_root=$(cd "$(dirname "$DEV_SRC")" && pwd)
+mapfile -t npm_dirs < <(git -C "$repo_root" ls-files '*package.json' | grep -v node_modules | xargs -r -n1 dirname | sort)
+[ ${#npm_dirs[@]} -gt 0 ] || fail "no package.json is tracked in $repo_root"
+for d in "${npm_dirs[@]}"; do
+  mkdir -p "$work/repo/$d"
+  cp "$repo_root/$d/package.json" "$work/repo/$d/"
+done
+cat >"$work/bin/npm" <<'SHIM'
+#!/usr/bin/env bash
+echo "$PWD $*" >>"$NPM_LOG"
+mkdir -p node_modules
+SHIM
+chmod +x "$work/bin/npm"
+: >"$work/npm.log"
+NPM_LOG="$work/npm.log" run_setup
+[ "$rc" -eq 0 ] || fail "setup with npm folders exited $rc: $(cat "$work/out")"
+for d in "${npm_dirs[@]}"; do
+  grep -q "^$work/repo/$d ci " "$work/npm.log" || fail "./dev setup did not run npm ci in $d: $(cat "$work/npm.log")"
+done
+: >"$work/npm.log"
+NPM_LOG="$work/npm.log" run_setup
+[ ! -s "$work/npm.log" ] || fail "npm ran again although node_modules were present: $(cat "$work/npm.log")"
+
+if [ "$failures" -eq 0 ]; then echo "dev setup: 4 scenarios passed"; fi
 exit $((failures > 0))

@@ -12,12 +12,14 @@ export function setApiKey(key) {
   else sessionStorage.removeItem(KEY_NAME);
 }
 
-// An error answer of the API: {"error": {"code", "message"}} with its HTTP status.
+// An error answer of the API: {"error": {"code", "message", "errors"?}} with its HTTP status. `errors` holds the
+// request's problems one by one as {field, message} where the server lists them (job creation), else [].
 export class ApiError extends Error {
-  constructor(status, code, message) {
+  constructor(status, code, message, errors = []) {
     super(message);
     this.status = status;
     this.code = code;
+    this.errors = errors;
   }
 }
 
@@ -35,16 +37,18 @@ async function errorFrom(response) {
   const text = await response.text();
   let code = `http_${response.status}`;
   let message = text || response.statusText;
+  let errors = [];
   try {
     const body = JSON.parse(text);
     if (body && body.error) {
       code = body.error.code ?? code;
       message = body.error.message ?? message;
+      if (Array.isArray(body.error.errors)) errors = body.error.errors;
     }
   } catch {
     // Not JSON (a proxy's page): keep the text.
   }
-  return new ApiError(response.status, code, message);
+  return new ApiError(response.status, code, message, errors);
 }
 
 // JSON request to /api/v1`path`; resolves to the parsed body (null for 204), rejects with ApiError.
@@ -62,6 +66,20 @@ export async function api(method, path, body) {
   }
   if (response.status === 204) return null;
   return response.json();
+}
+
+// Every item of the list at /api/v1`path` (answers {"<field>": [...], "next_cursor"}), following next_cursor page by
+// page (docs/openapi.yaml, "Pagination"); resolves to {"<field>": [all items]}.
+export async function listAll(path, field) {
+  const items = [];
+  let cursor = null;
+  do {
+    const separator = path.includes('?') ? '&' : '?';
+    const page = await api('GET', `${path}${separator}limit=1000${cursor === null ? '' : `&cursor=${encodeURIComponent(cursor)}`}`);
+    items.push(...page[field]);
+    cursor = page.next_cursor ?? null;
+  } while (cursor !== null);
+  return { [field]: items };
 }
 
 // Downloads /api/v1`path` with the key and hands it to the browser as a file named `filename`.

@@ -9,7 +9,7 @@
 //     no task of it), the worker's real state from /workers (idle, busy with another job, offline).
 //   - Validation loss is "after round r": the loss of the global that round r committed (x = r on the chart; x = 0 is
 //     the starting weights). Table and chart read the same numbers (state.validation).
-import { api, download, followJobEvents } from './api.js';
+import { api, download, followJobEvents, listAll } from './api.js';
 import { h, fmtTime, fmtDuration, fmtBytes, statusBadge, progressBar, TERMINAL } from './dom.js';
 import { LineChart, fmtNumber } from './charts.js';
 
@@ -128,7 +128,7 @@ export function render(container, [idText]) {
   async function loadWorkers() {
     clearTimeout(workersTimer);
     try {
-      const { workers } = await api('GET', '/workers');
+      const { workers } = await listAll('/workers', 'workers');
       if (stopped) return;
       for (const w of workers) {
         state.names.set(w.id, w.name);

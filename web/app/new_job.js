@@ -1,8 +1,7 @@
 // New job form: name, dataset and model from the live lists, the config fields, and an Advanced section with the
 // distributed settings and worker selection. Blank fields are left out so the server's defaults apply; the server
-// validates everything and its messages ("distributed.min_workers (3) must be <= ...") are shown next to the field
-// they name.
-import { api, ApiError } from './api.js';
+// validates everything and lists its problems by field (error.errors: {field, message}), each shown next to its field.
+import { api, ApiError, listAll } from './api.js';
 import { h } from './dom.js';
 
 // The config fields: [key, label, kind, options]. kind: int | number | text | list | intlist | bool | select. Their
@@ -107,14 +106,13 @@ function setPath(object, path, value) {
   at[parts.at(-1)] = value;
 }
 
-// Splits the server's message into its problems and finds, for each, the form field it names (the path it starts
-// with, an array index dropped). Returns [{path | null, message}].
-export function problemsByField(message, knownPaths) {
-  return message.split('; ').map((problem) => {
-    const text = problem.replace(/^unknown field /, '');
-    const m = /^'?([a-z_]+(?:\.[a-z_]+)*)(?:\[\d+\])?'?(?=[\s:(]|$)/.exec(text);
-    const path = m && !problem.startsWith('unknown field') && knownPaths.has(m[1]) ? m[1] : null;
-    return { path, message: problem };
+// The form field of each problem the server listed ({field, message}; field null when it is about no one field):
+// its field path with an array index dropped ("config.lora_target_modules[1]" goes to config.lora_target_modules)
+// when the form has that field, else null (shown with the form). Returns [{path | null, message}].
+export function problemsByField(problems, knownPaths) {
+  return problems.map(({ field, message }) => {
+    const path = typeof field === 'string' ? field.replace(/(\[\d+\])+$/, '') : null;
+    return { path: path !== null && knownPaths.has(path) ? path : null, message };
   });
 }
 
@@ -181,7 +179,7 @@ function renderForm(container, configRows) {
   let stopped = false;
   async function loadLists() {
     try {
-      const [{ datasets }, { models }] = await Promise.all([api('GET', '/datasets'), api('GET', '/models')]);
+      const [{ datasets }, { models }] = await Promise.all([listAll('/datasets', 'datasets'), listAll('/models', 'models')]);
       // Rebuilt only when the list changed, so an open dropdown or the keyboard focus is not disturbed.
       const fill = (select, items, describe) => {
         const signature = JSON.stringify(items.map((it) => [it.id, describe(it)]));
@@ -203,7 +201,7 @@ function renderForm(container, configRows) {
   async function loadWorkers() {
     await loadLists();
     try {
-      const { workers } = await api('GET', '/workers');
+      const { workers } = await listAll('/workers', 'workers');
       if (stopped) return;
       const fill = (list, kind) => {
         const signature = JSON.stringify(workers.filter((w) => w.kind === kind).map((w) => [w.id, w.name, w.status, w.revoked]));
@@ -230,10 +228,10 @@ function renderForm(container, configRows) {
     for (const c of form.querySelectorAll('[aria-invalid]')) c.removeAttribute('aria-invalid');
   }
 
-  function showProblems(message) {
+  function showProblems(problems) {
     const unplaced = [];
     let first = null;
-    for (const { path, message: text } of problemsByField(message, knownPaths)) {
+    for (const { path, message: text } of problemsByField(problems, knownPaths)) {
       const slot = path && document.getElementById(errorId(path));
       if (!slot) {
         unplaced.push(text);
@@ -275,8 +273,11 @@ function renderForm(container, configRows) {
       // The job page shows the job's warnings (job_detail.js), now and whenever it is opened again.
       location.hash = `#/jobs/${job.id}`;
     } catch (err) {
-      if (err instanceof ApiError && err.code === 'invalid_argument') showProblems(err.message);
-      else formError.append(h('p', {}, `Could not create the job: ${err.message}`));
+      if (err instanceof ApiError && err.code === 'invalid_argument') {
+        showProblems(err.errors.length ? err.errors : [{ field: null, message: err.message }]);
+      } else {
+        formError.append(h('p', {}, `Could not create the job: ${err.message}`));
+      }
       submit.disabled = false;
     }
   });

@@ -1,6 +1,6 @@
 // Training page: every job with its status, round x of y, workers and times. The API has no events stream across
 // jobs, so the list is re-read every 2 s; an active job's workers come from its live view.
-import { api } from './api.js';
+import { api, listAll } from './api.js';
 import { h, replaceKeepingFocus, fmtTime, statusBadge, progressBar, TERMINAL } from './dom.js';
 
 const REFRESH_MS = 2000;
@@ -29,7 +29,7 @@ export function render(container) {
 
   async function refresh() {
     try {
-      const { training_jobs: jobs } = await api('GET', '/training-jobs');
+      const { training_jobs: jobs } = await listAll('/training-jobs', 'training_jobs');
       await Promise.all(jobs.map(async (job) => {
         const known = details.get(job.id);
         if (known && TERMINAL.has(known.status)) return;

@@ -1,6 +1,6 @@
 // Workers page: every registered worker with kind, online/offline, device, current job and last heartbeat,
 // re-read every 3 s (the API has no workers events stream).
-import { api } from './api.js';
+import { listAll } from './api.js';
 import { h, replaceKeepingFocus, fmtAgo, statusBadge } from './dom.js';
 
 const REFRESH_MS = 3000;
@@ -25,7 +25,7 @@ export function render(container) {
   let stopped = false;
   async function refresh() {
     try {
-      const { workers } = await api('GET', '/workers');
+      const { workers } = await listAll('/workers', 'workers');
       if (stopped) return;
       replaceKeepingFocus(body, workers.map((w) => h('tr', { dataset: { workerId: w.id, status: w.status } },
         h('td', {}, w.name, h('span', { class: 'muted' }, ` #${w.id}`)),
