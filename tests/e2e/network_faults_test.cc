@@ -273,7 +273,7 @@ TEST_F(NetworkFaultsTest, RestartMidUploadAndWorkerKilledBeforeItsResultCountNot
   ASSERT_NO_FATAL_FAILURE(StartServer("16000", tmp_.path() / "server"));
   std::vector<int64_t> ids = StartLinkedWorkers(3);
   const pid_t uploader = workers_[1]->pid(), reporter = workers_[2]->pid();
-  const int64_t job_id = CreateJob(*admin_, MlpSpec(ids, 3, 1, 60, 3));
+  const int64_t job_id = CreateJob(*admin_, MlpSpec(ids, 3, 1, 30, 3));
   ASSERT_GT(job_id, 0);
   // Round 1: the third worker's result is held on its link (its update is stored by then); it dies there.
   proxy_->PauseMidRequest(reporter, "POST /api/v1/worker/result", 0, std::chrono::hours(1));
