@@ -252,6 +252,9 @@ json JobRunner::LiveView() const {
                {"committed_round", job_.committed_round},  // as stored (the engine may be ahead until Resync)
                {"total_rounds", engine_config_.num_rounds},
                {"workers", ParticipantsJson(engine_->participants(), progress_)}};
+  // A store write failed (a full disk, say): until the retry gets through, nothing can be recorded, so the live
+  // view is where the reason shows ("disk full: <path>, free space and the job resumes").
+  if (resync_needed_) view["store_error"] = resync_reason_;
   // The engine runs the final evaluation as "round" num_rounds + 1; it belongs to the job's end, not to its rounds,
   // so the view names it and shows no round number above total_rounds (nor while the job's end is being recorded).
   if (engine_->round() > engine_config_.num_rounds) {

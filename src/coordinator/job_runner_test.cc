@@ -30,6 +30,7 @@
 #include "base/testing/temp_dir.h"
 #include "coordinator/loop_tools.h"
 #include "storage/byte_source.h"
+#include "storage/disk_full.h"
 #include "storage/faulty_metadata_store.h"
 #include "storage/memory_blob_store.h"
 #include "storage/sqlite_store.h"
@@ -495,6 +496,34 @@ TEST(JobRunnerTest, StoreOutageIsRetriedOnTheTimer) {
     EXPECT_EQ(f.StoredJob().committed_round, kRounds);
     EXPECT_EQ(f.CommittedGlobal(), UninterruptedRun().global);
   }
+}
+
+// A full disk (what both stores return for ENOSPC, storage/disk_full.h) in the middle of a round: the job's live view
+// says so while nothing can be recorded; once writes pass again, the round's attempt is failed with that reason and
+// retried, and the job finishes with the uninterrupted global. (The e2e test fills a real file system.)
+TEST(JobRunnerTest, DiskFullIsShownWhileItLastsAndRecordedAsTheRoundsFailure) {
+  JobFixture f;
+  ASSERT_TRUE(f.StartRunner().ok());
+  ASSERT_TRUE(f.Drive([&] { return f.StoredJob().committed_round >= 1; }));
+  f.store_->FailNextWrites(6, storage::DiskFullError("/data/metadata.db", "committing: database or disk is full"));
+  std::string shown;
+  ASSERT_TRUE(f.Drive([&] {
+    if (shown.empty()) shown = f.runner_->LiveView().value("store_error", "");
+    return false;
+  }));
+  EXPECT_NE(shown.find("disk full: /data/metadata.db"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("free space and the job resumes"), std::string::npos) << shown;
+  EXPECT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
+  EXPECT_EQ(f.CommittedGlobal(), UninterruptedRun().global);
+  StatusOr<std::vector<storage::Round>> rounds = f.store_->ListRounds(f.job_id_);
+  ASSERT_TRUE(rounds.ok());
+  int failed_for_disk = 0;
+  for (const storage::Round& r : *rounds) {
+    if (r.status == storage::RoundStatus::kFailed && r.failure_reason.find("disk full") != std::string::npos) {
+      failed_for_disk++;
+    }
+  }
+  EXPECT_GE(failed_for_disk, 1);
 }
 
 // A coordinator restart after each committed round: a new runner on the same stores resumes at the last committed

@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "base/log.h"
+#include "storage/disk_full.h"
 #include "weights/sha256.h"
 
 namespace parsyn::storage {
@@ -24,6 +25,14 @@ constexpr size_t kChunkBytes = 1 << 20;
 
 std::string Errno(std::string_view what, const fs::path& path) {
   return std::string(what) + " " + path.string() + ": " + std::strerror(errno);
+}
+
+// The error of a failed write (errno set): disk full (disk_full.h) when the file system is out of space, else
+// Unavailable saying what failed.
+Status WriteError(std::string_view what, const fs::path& path) {
+  const int err = errno;
+  if (IsDiskFullErrno(err)) return DiskFullError(path.string(), std::string(what) + ": " + std::strerror(err));
+  return UnavailableError(Errno(what, path));
 }
 
 // Closes the descriptor when it goes out of scope.
@@ -65,7 +74,7 @@ class RemoveOnExit {
 Status FsyncPath(const fs::path& path, int flags) {
   Fd fd(::open(path.c_str(), flags | O_CLOEXEC));
   if (fd.get() < 0) return UnavailableError(Errno("opening", path));
-  if (::fsync(fd.get()) != 0) return UnavailableError(Errno("fsync of", path));
+  if (::fsync(fd.get()) != 0) return WriteError("fsync of", path);
   return Status::Ok();
 }
 
@@ -87,7 +96,7 @@ Status EnsureDirs(const fs::path& root, const fs::path& relative) {
     if (::mkdir(dir.c_str(), 0755) == 0) {
       PARSYN_RETURN_IF_ERROR(FsyncDir(parent));
     } else if (errno != EEXIST && errno != ENOTDIR) {  // ENOTDIR: reported by Put, which knows the key
-      return UnavailableError(Errno("creating directory", dir));
+      return WriteError("creating directory", dir);
     }
   }
   return Status::Ok();
@@ -96,16 +105,16 @@ Status EnsureDirs(const fs::path& root, const fs::path& relative) {
 // Writes `contents` to `path` (created exclusively) and, if `durable`, fsyncs it.
 Status WriteSmallFile(const fs::path& path, std::string_view contents, bool durable = true) {
   Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return UnavailableError(Errno("creating", path));
+  if (fd.get() < 0) return WriteError("creating", path);
   size_t done = 0;
   while (done < contents.size()) {
     ssize_t n = ::write(fd.get(), contents.data() + done, contents.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return UnavailableError(Errno("writing", path));
+    if (n < 0) return WriteError("writing", path);
     done += static_cast<size_t>(n);
   }
-  if (durable && ::fsync(fd.get()) != 0) return UnavailableError(Errno("fsync of", path));
-  if (fd.Close() != 0) return UnavailableError(Errno("closing", path));
+  if (durable && ::fsync(fd.get()) != 0) return WriteError("fsync of", path);
+  if (fd.Close() != 0) return WriteError("closing", path);
   return Status::Ok();
 }
 
@@ -155,7 +164,7 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
     return FailedPreconditionError("blob '" + std::string(key) +
                                    "' cannot be stored: a blob exists where one of its directories would be");
   }
-  if (fd.get() < 0) return UnavailableError(Errno("creating", temp_path));
+  if (fd.get() < 0) return WriteError("creating", final_path);
 
   const auto start = std::chrono::steady_clock::now();
   weights::Sha256 hasher;
@@ -174,13 +183,13 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
     while (done < n) {
       ssize_t w = ::write(fd.get(), chunk.data() + done, n - done);
       if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return UnavailableError(Errno("writing", temp_path));
+      if (w < 0) return WriteError("writing", final_path);
       done += static_cast<size_t>(w);
     }
   }
   const auto written = std::chrono::steady_clock::now();
-  if (options.durable && ::fsync(fd.get()) != 0) return UnavailableError(Errno("fsync of", temp_path));
-  if (fd.Close() != 0) return UnavailableError(Errno("closing", temp_path));
+  if (options.durable && ::fsync(fd.get()) != 0) return WriteError("fsync of", final_path);
+  if (fd.Close() != 0) return WriteError("closing", final_path);
   const auto synced = std::chrono::steady_clock::now();
 
   BlobInfo info{std::string(key), size_bytes, hasher.HexDigest()};
@@ -197,7 +206,7 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
   // link() is atomic and fails if the name exists: the blob appears whole, and exactly one racing Put wins.
   if (::link(temp_path.c_str(), final_path.c_str()) != 0) {
     if (errno == EEXIST) return AlreadyExistsError("blob '" + std::string(key) + "' already exists");
-    return UnavailableError(Errno("linking", final_path));
+    return WriteError("linking", final_path);
   }
   if (::rename(sidecar_temp.c_str(), SidecarPath(final_path).c_str()) == 0) {
     remove_sidecar_temp.Release();

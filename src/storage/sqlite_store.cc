@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "base/log.h"
+#include "storage/disk_full.h"
 
 namespace parsyn::storage {
 namespace {
@@ -237,6 +238,11 @@ Status SqliteError(sqlite3* db, int rc, std::string_view context) {
     case SQLITE_CONSTRAINT_UNIQUE: return AlreadyExistsError(std::move(message));
     case SQLITE_CONSTRAINT_FOREIGNKEY: return FailedPreconditionError(std::move(message));
     default: break;
+  }
+  // Out of space (SQLITE_FULL, or an I/O error whose cause was ENOSPC/EDQUOT): say so, naming the database file.
+  if ((rc & 0xff) == SQLITE_FULL || ((rc & 0xff) == SQLITE_IOERR && IsDiskFullErrno(sqlite3_system_errno(db)))) {
+    const char* file = sqlite3_db_filename(db, "main");
+    return DiskFullError(file != nullptr && *file != '\0' ? file : "the metadata store", message);
   }
   switch (rc & 0xff) {
     case SQLITE_BUSY:

@@ -271,6 +271,7 @@ void Agent::AbandonCurrent(int64_t job_id, int round, int attempt, const std::st
     current_->why = why;
   }
   if (current_->trainer != nullptr) current_->trainer->Terminate();
+  current_->stop.request_stop();
 }
 
 void Agent::NoteTokenRefused(const Status& status) {
@@ -296,14 +297,18 @@ void Agent::RunTask(const Session& session, const json& task_json, std::stop_tok
     counters_.tasks_failed++;
     return;
   }
+  // The task stops with the worker, and on its own when the coordinator drops it (a straggler at the round's
+  // timeout): an upload to a round that is over is cut rather than finished.
+  std::stop_source task_stop;
+  std::stop_callback stop_with_worker(stop, [&task_stop] { task_stop.request_stop(); });
   {
     std::lock_guard lock(mutex_);
-    current_ = CurrentTask{.job_id = task->job_id, .round = task->round, .attempt = task->attempt};
+    current_ = CurrentTask{.job_id = task->job_id, .round = task->round, .attempt = task->attempt, .stop = task_stop};
   }
   PARSYN_LOG_INFO("worker {}: task {} ({} job {} round {}/{} attempt {})", options_.name, task->task_id,
                   protocol::TaskKindName(task->kind), task->job_id, task->round, task->total_rounds, task->attempt);
   const Clock::time_point started = Clock::now();
-  Status done = ExecuteTask(session, *task, stop);
+  Status done = ExecuteTask(session, *task, task_stop.get_token());
   bool abandoned = false;
   bool result_posted = false;
   {

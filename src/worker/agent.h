@@ -93,6 +93,7 @@ class Agent {
     std::string why;
     TrainerRun* trainer = nullptr;  // while the trainer runs
     bool result_posted = false;     // the coordinator accepted the result call (even if it rejected the update)
+    std::stop_source stop;          // requested on abandon: downloads, training and the upload stop at once
   };
 
   StatusOr<Session> Hello(std::stop_token stop);
