@@ -13,6 +13,7 @@
 #include <map>
 #include <thread>
 
+#include "coordinator/signed_blob_urls.h"
 #include "harness.h"
 #include "http/signed_url.h"
 #include "weights/safetensors.h"
@@ -592,13 +593,15 @@ TEST_F(ApiTest, CredentialsAreCheckedBeforeABodyIsRead) {
   EXPECT_TRUE(admin_->Get("/healthz").ok());
 }
 
-// A server with small upload and JSON limits: --upload-min-rate 64 KiB/s over 1 s windows after 3 s of grace.
+// A server with small upload and JSON limits: --upload-min-rate 64 KiB/s over 1 s windows after 3 s of grace, one
+// upload at a time per worker, 64 KiB JSON bodies.
 class UploadLimitsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     server_ = std::make_unique<ServerProcess>(
         dir_.path() / "data", std::vector<std::string>{"--upload-min-rate", "65536", "--upload-rate-window-ms", "1000",
-                                                       "--upload-rate-grace-ms", "3000", "--max-json-bytes", "65536"});
+                                                       "--upload-rate-grace-ms", "3000", "--max-json-bytes", "65536",
+                                                       "--max-uploads-per-worker", "1"});
     admin_ = AdminClient(*server_);
   }
 
@@ -695,6 +698,18 @@ TEST_F(UploadLimitsTest, OneUploadPerKeyAndASlowUploadIsCutWhileOthersSucceed) {
   EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition) << second.status().ToString();
   EXPECT_NE(second.status().message().find("already in progress"), std::string::npos) << second.status().message();
 
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  // A second upload by worker A, to another open key (a URL the test signs for A): over A's cap of 1, 429.
+  const std::string key_b = task_b["update_upload"]["blob_key"];
+  auto over = blobs.Send(
+      http::Method::kPut,
+      coordinator::SignedBlobUrl(server_->signing_secret(), server_->url(), "PUT", key_b, now + 60, f.worker_ids[0]),
+      update, "application/octet-stream");
+  EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted) << over.status().ToString();
+  EXPECT_NE(over.status().message().find("uploads in progress, the most allowed at once (1)"), std::string::npos)
+      << over.status().message();
+
   // Worker B's upload is not held up by A's.
   auto put_b = blobs.Send(http::Method::kPut, task_b["update_upload"]["url"].get<std::string>(), update,
                           "application/octet-stream");
@@ -713,8 +728,6 @@ TEST_F(UploadLimitsTest, OneUploadPerKeyAndASlowUploadIsCutWhileOthersSucceed) {
   EXPECT_NE(cut.find("below the minimum of 65536 bytes/s"), std::string::npos) << cut;
 
   // Nothing partial was kept: the key is empty, and A can upload its update now.
-  const int64_t now =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   auto partial = blobs.Get(server_->url() + "/blobs/" + key_a + "?" +
                            http::SignUrl(server_->signing_secret(), "GET", key_a, now + 60));
   EXPECT_EQ(partial.status().code(), StatusCode::kNotFound) << partial.status().ToString();
