@@ -828,7 +828,7 @@ TEST(ServerLimitsTest, StreamedBodyBelowTheMinimumRateIsCutWithAClearError) {
                       RouteOptions{.stream_body = true,
                                    .min_body_rate = {.bytes_per_second = 100'000,
                                                      .window = milliseconds(300),
-                                                     .grace = milliseconds(300)}})
+                                                     .grace = milliseconds(1000)}})
                   .ok());
   net::io_context io;
   TestServer ts(io, std::move(router));
@@ -841,7 +841,7 @@ TEST(ServerLimitsTest, StreamedBodyBelowTheMinimumRateIsCutWithAClearError) {
   EXPECT_TRUE(answer.starts_with("HTTP/1.1 201")) << answer;
   EXPECT_NE(answer.find("\"size\":200000"), std::string::npos) << answer;
 
-  // 100 bytes every 20 ms (~5 KB/s) is far under 100 KB/s: cut after the grace and one window, with an answer.
+  // 100 bytes every 20 ms (~5 KB/s) is far under 100 KB/s: cut after the grace and a window, with an answer.
   int fd = ConnectRaw(ts.server().port());
   ASSERT_GT(::send(fd, header.data(), header.size(), MSG_NOSIGNAL), 0);
   bool answered = false;
