@@ -40,6 +40,14 @@ struct ServerFlags {
   int64_t progress_interval_ms = 500;
   int64_t max_progress_points = 10'000;
   int threads = 4;
+  // Limits (docs/operations.md "Limits"); defaults are ServerOptions' and ServiceOptions'.
+  uint32_t max_connections = http::ServerOptions{}.max_connections;
+  uint32_t max_connections_per_address = http::ServerOptions{}.max_connections_per_address;
+  uint64_t max_json_bytes = coordinator::ServiceOptions{}.max_json_bytes;
+  int max_uploads_per_worker = coordinator::ServiceOptions{}.max_uploads_per_worker;
+  uint64_t upload_min_rate = coordinator::ServiceOptions{}.upload_min_rate;
+  int64_t upload_rate_window_ms = coordinator::ServiceOptions{}.upload_rate_window.count();
+  int64_t upload_rate_grace_ms = coordinator::ServiceOptions{}.upload_rate_grace.count();
   std::string log_level;
   int managed_workers = 0;
   std::string managed_worker_device = "cpu";
@@ -94,6 +102,11 @@ int RunServer(const ServerFlags& f) {
   options.max_progress_points = f.max_progress_points;
   options.blob_url_ttl = std::chrono::seconds(f.blob_url_ttl_s);
   options.pool_threads = f.threads;
+  options.max_json_bytes = f.max_json_bytes;
+  options.max_uploads_per_worker = f.max_uploads_per_worker;
+  options.upload_min_rate = f.upload_min_rate;
+  options.upload_rate_window = std::chrono::milliseconds(f.upload_rate_window_ms);
+  options.upload_rate_grace = std::chrono::milliseconds(f.upload_rate_grace_ms);
   StatusOr<std::string> blobs_uri = BlobsUri(f);
   if (!blobs_uri.ok()) return Fail("server", blobs_uri.status());
   options.blobs_uri = *blobs_uri;
@@ -113,6 +126,8 @@ int RunServer(const ServerFlags& f) {
   server_options.listen = f.listen;
   server_options.tls_cert_file = f.tls_cert;
   server_options.tls_key_file = f.tls_key;
+  server_options.max_connections = f.max_connections;
+  server_options.max_connections_per_address = f.max_connections_per_address;
   StatusOr<std::unique_ptr<http::Server>> server = http::Server::Start(io, server_options, std::move(*router));
   if (!server.ok()) return Fail("server", server.status());
   const std::string url = (*server)->tls() ? "https://" : "http://";
@@ -200,6 +215,30 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
                   "seconds the blob URLs in a task stay valid (default 0: the job's aggregation_timeout + 5 min)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", flags->threads, "worker-pool threads for storage and aggregation")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", flags->max_connections,
+                  "connections open at once; more are answered 503 with Retry-After (0: no cap)")
+      ->capture_default_str();
+  cmd->add_option("--max-connections-per-address", flags->max_connections_per_address,
+                  "connections open at once from one peer IP address; more are answered 429 (0: no cap)")
+      ->capture_default_str();
+  cmd->add_option("--max-json-bytes", flags->max_json_bytes, "largest JSON request body; larger ones get 413")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-uploads-per-worker", flags->max_uploads_per_worker,
+                  "round-update uploads one worker may stream at once; more get 429 (0: no cap)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--upload-min-rate", flags->upload_min_rate,
+                  "bytes/s a round-update upload must keep up, averaged over --upload-rate-window-ms after "
+                  "--upload-rate-grace-ms; slower ones are cut off (0: no minimum)")
+      ->capture_default_str();
+  cmd->add_option("--upload-rate-window-ms", flags->upload_rate_window_ms, "window of --upload-min-rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--upload-rate-grace-ms", flags->upload_rate_grace_ms,
+                  "time an upload has before --upload-min-rate applies")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--log-level", flags->log_level, "debug, info, warn or error");
   cmd->add_option("--managed-workers", flags->managed_workers,

@@ -2,9 +2,16 @@
 // weights and data. PUT is create-only and capped at the size the key's job allows. A URL bound to a worker
 // (`worker=<id>` in its signed part: signed_blob_urls.h) is refused (403) once that worker is revoked.
 //
+// Round updates cannot starve each other's uploads (each holds an upload-pool thread while it streams): at most one
+// PUT per key is in flight (a second one gets 409 while the first runs), at most
+// ServiceOptions::max_uploads_per_worker per worker the URL was issued to (429 with Retry-After beyond it), and a
+// body slower than ServiceOptions::upload_min_rate is cut off (http::BodyRate), its partial blob discarded.
+//
 // GET answers carry `X-Content-Type-Options: nosniff` and `Content-Disposition: attachment`, so a browser never
 // renders a blob (an uploaded file) as a page of the coordinator's origin.
 #include <charconv>
+#include <map>
+#include <set>
 
 #include "coordinator/job_runner.h"
 #include "coordinator/loop_tools.h"
@@ -41,8 +48,8 @@ class BlobRoutes {
 
   Awaitable<Response> Get(Request& req) {
     const std::string key = req.params["key"];
-    Status allowed = Verify(req, "GET", key);
-    if (!allowed.ok()) co_return Response::Error(allowed);
+    auto allowed = Verify(req, "GET", key);
+    if (!allowed.ok()) co_return Response::Error(allowed.status());
     auto copy = co_await Offload(context_.pool,
                                  [&] { return storage::LocalBlobCopy::Open(context_.blobs, key, context_.spool_dir); });
     if (!copy.ok()) co_return Response::Error(copy.status());
@@ -53,8 +60,8 @@ class BlobRoutes {
   // Only round updates are uploaded here: a key without its job's size cap is refused.
   Awaitable<Response> Put(Request& req) {
     const std::string key = req.params["key"];
-    Status allowed = Verify(req, "PUT", key);
-    if (!allowed.ok()) co_return Response::Error(allowed);
+    StatusOr<std::optional<int64_t>> worker = Verify(req, "PUT", key);
+    if (!worker.ok()) co_return Response::Error(worker.status());
     std::optional<uint64_t> cap;
     if (std::optional<int64_t> job = JobOfKey(key)) {
       if (JobRunner* r = service_.FindRunner(*job)) cap = r->UpdateSizeCap(key);
@@ -67,6 +74,22 @@ class BlobRoutes {
       co_return Response::Error(ResourceExhaustedError("upload of " + std::to_string(*length) + " bytes exceeds the " +
                                                        std::to_string(*cap) + " allowed for " + key));
     }
+    if (uploads_in_flight_.contains(key)) {
+      co_return Response::Error(FailedPreconditionError(
+          "an upload to " + key + " is already in progress: only one at a time per key; retry once it has ended"));
+    }
+    const int64_t uploader = worker->value_or(-1);  // -1: URLs bound to no worker share one budget
+    const int max_per_worker = service_.options().max_uploads_per_worker;
+    if (max_per_worker > 0 && uploads_per_worker_[uploader] >= max_per_worker) {
+      Response busy = Response::Error(ResourceExhaustedError(
+          (uploader < 0 ? std::string("unbound URLs have") : "worker " + std::to_string(uploader) + " has") + " " +
+          std::to_string(uploads_per_worker_[uploader]) + " uploads in progress, the most allowed at once (" +
+          std::to_string(max_per_worker) + "); retry once one has ended"));
+      busy.status = 429;
+      busy.WithHeader("Retry-After", "5");
+      co_return busy;
+    }
+    InFlight in_flight(*this, key, uploader);
     // Updates need not be durable: after a coordinator restart the attempt in flight is failed and retried
     // (JobRunner::Resume), so an update is never read after a crash, and the new global built from them is written
     // durably before its commit.
@@ -79,9 +102,30 @@ class BlobRoutes {
   }
 
  private:
-  // OK when the request carries a valid, unexpired signature of `method` on `key`, and the worker the URL was
-  // issued to (if it names one) is not revoked.
-  Status Verify(const Request& req, std::string_view method, const std::string& key) const {
+  // Registers an upload in flight (per key and per worker) for as long as it lives.
+  class InFlight {
+   public:
+    InFlight(BlobRoutes& routes, std::string key, int64_t worker)
+        : routes_(routes), key_(std::move(key)), worker_(worker) {
+      routes_.uploads_in_flight_.insert(key_);
+      ++routes_.uploads_per_worker_[worker_];
+    }
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+    ~InFlight() {
+      routes_.uploads_in_flight_.erase(key_);
+      if (--routes_.uploads_per_worker_[worker_] <= 0) routes_.uploads_per_worker_.erase(worker_);
+    }
+
+   private:
+    BlobRoutes& routes_;
+    std::string key_;
+    int64_t worker_;
+  };
+
+  // The worker the URL was issued to (nullopt: bound to none) when the request carries a valid, unexpired signature
+  // of `method` on `key` and that worker is not revoked.
+  StatusOr<std::optional<int64_t>> Verify(const Request& req, std::string_view method, const std::string& key) const {
     PARSYN_RETURN_IF_ERROR(storage::ValidateBlobKey(key));
     auto expires = req.query.find("expires");
     auto signature = req.query.find("signature");
@@ -105,7 +149,7 @@ class BlobRoutes {
       return PermissionDeniedError("this URL was issued to worker " + std::to_string(*worker_id) +
                                    ", which has been revoked");
     }
-    return Status::Ok();
+    return worker_id;
   }
 
   // A job's blob traffic counts towards its round's bytes moved.
@@ -118,6 +162,8 @@ class BlobRoutes {
   const RouteContext context_;
   Service& service_;
   const std::string signing_secret_;
+  std::set<std::string, std::less<>> uploads_in_flight_;  // keys of the PUTs streaming now
+  std::map<int64_t, int> uploads_per_worker_;             // worker id (-1: unbound URLs) -> PUTs streaming now
 };
 
 }  // namespace
@@ -125,8 +171,13 @@ class BlobRoutes {
 Status AddBlobRoutes(RouteTable& routes, const RouteContext& context, Service& service, std::string signing_secret) {
   auto h = std::make_shared<BlobRoutes>(context, service, std::move(signing_secret));
   PARSYN_RETURN_IF_ERROR(routes.Open(Method::kGet, "/blobs/{key...}", Bind(h, &BlobRoutes::Get)));
+  const ServiceOptions& options = service.options();
   return routes.Open(Method::kPut, "/blobs/{key...}", Bind(h, &BlobRoutes::Put),
-                     http::RouteOptions{.stream_body = true, .max_body_bytes = context.max_upload_bytes});
+                     http::RouteOptions{.stream_body = true,
+                                        .max_body_bytes = context.max_upload_bytes,
+                                        .min_body_rate = {.bytes_per_second = options.upload_min_rate,
+                                                          .window = options.upload_rate_window,
+                                                          .grace = options.upload_rate_grace}});
 }
 
 }  // namespace parsyn::coordinator

@@ -129,7 +129,7 @@ StatusOr<http::Router> Service::BuildRouter() {
   routes_.clear();
   RouteTable routes(
       router, routes_, [this](const http::Request& req) { return CheckAdmin(req); },
-      [this](const http::Request& req) { return AuthenticateWorker(req); });
+      [this](const http::Request& req) { return AuthenticateWorker(req); }, options_.max_json_bytes);
   const RouteContext context{.store = *store_,
                              .blobs = *blobs_,
                              .pool = pool_,

@@ -60,10 +60,18 @@ struct ServiceOptions {
   // kTaskUrlMargin. S3 presigned URLs follow it too (capped at the store's 7 days).
   std::chrono::seconds blob_url_ttl{0};
   uint64_t max_upload_bytes = uint64_t{64} << 30;  // datasets and model files
-  uint64_t max_json_bytes = 1 << 20;               // JSON request bodies
+  uint64_t max_json_bytes = 1 << 20;               // JSON request bodies (every route that buffers its body)
   int pool_threads = 4;                            // store calls, blob reads, validation and aggregation
   int upload_threads = 16;  // blob uploads, each holding a thread while it streams (kept off the pool above, so
                             // store writes never queue behind slow uploads); more uploads at once wait for one
+  // Round-update uploads (PUT /blobs/...), so one worker cannot hold the upload threads: at most
+  // max_uploads_per_worker at once per worker (429 beyond; 0: no cap; one per key in any case, 409 for a second), and
+  // a body slower than upload_min_rate bytes/s averaged over upload_rate_window, after upload_rate_grace, is cut off
+  // and its partial blob discarded (http::BodyRate; 0: no minimum).
+  int max_uploads_per_worker = 2;
+  uint64_t upload_min_rate = 64 << 10;
+  std::chrono::milliseconds upload_rate_window{30'000};
+  std::chrono::milliseconds upload_rate_grace{10'000};
   std::chrono::milliseconds tick_interval{100};  // timer resolution of timeouts (aggregation, heartbeats)
 };
 

@@ -14,12 +14,14 @@ using http::Request;
 using http::Response;
 
 Status RouteTable::Open(Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options) {
+  if (!options.stream_body && options.max_body_bytes == 0) options.max_body_bytes = max_json_bytes_;
   PARSYN_RETURN_IF_ERROR(router_.Add(method, pattern, std::move(handler), options));
   table_.push_back({method, std::string(pattern)});
   return Status::Ok();
 }
 
 Status RouteTable::Admin(Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options) {
+  options.authorize = check_admin_;
   return Open(
       method, pattern,
       [check = check_admin_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
@@ -31,6 +33,7 @@ Status RouteTable::Admin(Method method, std::string_view pattern, http::Handler 
 }
 
 Status RouteTable::Worker(Method method, std::string_view pattern, WorkerHandler handler, http::RouteOptions options) {
+  options.authorize = [check = check_worker_](const Request& req) { return check(req).status(); };
   return Open(
       method, pattern,
       [check = check_worker_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {

@@ -58,14 +58,23 @@ class RouteTable {
   // The worker id of the request's token; Unauthenticated or PermissionDenied (revoked) otherwise.
   using WorkerCheck = std::function<StatusOr<int64_t>(const http::Request&)>;
 
-  RouteTable(http::Router& router, std::vector<RouteInfo>& table, AdminCheck check_admin, WorkerCheck check_worker)
-      : router_(router), table_(table), check_admin_(std::move(check_admin)), check_worker_(std::move(check_worker)) {}
+  // `max_json_bytes` caps the bodies of routes that buffer theirs (JSON; ServiceOptions::max_json_bytes) unless a
+  // route sets its own max_body_bytes.
+  RouteTable(http::Router& router, std::vector<RouteInfo>& table, AdminCheck check_admin, WorkerCheck check_worker,
+             uint64_t max_json_bytes)
+      : router_(router),
+        table_(table),
+        check_admin_(std::move(check_admin)),
+        check_worker_(std::move(check_worker)),
+        max_json_bytes_(max_json_bytes) {}
 
   // No credentials (/healthz; /blobs, which check their own signature).
   Status Open(http::Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options = {});
-  // Needs "Authorization: Bearer <admin key>".
+  // Needs "Authorization: Bearer <admin key>". Checked from the header (RouteOptions::authorize) before any of the
+  // body is read, and again when the handler runs.
   Status Admin(http::Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options = {});
-  // Needs "Authorization: Bearer <worker token>"; the handler gets the worker's id from the token.
+  // Needs "Authorization: Bearer <worker token>", checked like Admin's; the handler gets the worker's id from the
+  // token.
   Status Worker(http::Method method, std::string_view pattern, WorkerHandler handler, http::RouteOptions options = {});
 
  private:
@@ -73,6 +82,7 @@ class RouteTable {
   std::vector<RouteInfo>& table_;
   AdminCheck check_admin_;
   WorkerCheck check_worker_;
+  uint64_t max_json_bytes_;
 };
 
 // A route handler that calls `method` on `handlers`, which the router keeps alive.

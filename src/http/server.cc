@@ -38,6 +38,15 @@ constexpr size_t kFileChunkBytes = 256 << 10;
 // closing: closing with unread bytes makes the kernel send RST, and the client may lose the response.
 constexpr auto kLingerTime = std::chrono::milliseconds(1000);
 constexpr uint64_t kLingerBytes = 16 << 20;
+// A failed accept (EMFILE "Too many open files", ENFILE, ENOBUFS) leaves the connection queued and would fail again
+// at once: wait this long before the next try, and log such failures at most once per kAcceptErrorLogInterval.
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(50);
+constexpr auto kAcceptErrorLogInterval = std::chrono::seconds(1);
+// Connections beyond the caps get their 503/429 within kRefusalTime (TLS handshake and write), then are drained for
+// at most kLingerTime; at most kMaxRefusals are answered at once, the rest closed without an answer.
+constexpr auto kRefusalTime = std::chrono::milliseconds(2000);
+constexpr size_t kMaxRefusals = 64;
+constexpr uint64_t kRefusalDrainBytes = 64 << 10;
 
 std::optional<Method> ToMethod(bhttp::verb verb) {
   switch (verb) {
@@ -101,7 +110,38 @@ struct Server::State {
   bool is_stopping = false;
   std::set<ConnectionBase*> connections;
   uint16_t port = 0;
+  // Connection accounting (ServerOptions caps): counted at accept, released when the connection's slot is destroyed.
+  size_t open_connections = 0;
+  std::map<std::string, size_t, std::less<>> open_per_address;
+  size_t refusals = 0;  // 503/429 answers being sent
+  std::chrono::steady_clock::time_point last_accept_error_log{};
+  uint64_t accept_errors_unlogged = 0;
 };
+
+namespace {
+
+// One admitted connection's place in the caps, given back when the connection ends.
+class ConnectionSlot {
+ public:
+  ConnectionSlot(std::shared_ptr<Server::State> state, std::string address)
+      : state_(std::move(state)), address_(std::move(address)) {
+    ++state_->open_connections;
+    ++state_->open_per_address[address_];
+  }
+  ConnectionSlot(const ConnectionSlot&) = delete;
+  ConnectionSlot& operator=(const ConnectionSlot&) = delete;
+  ~ConnectionSlot() {
+    --state_->open_connections;
+    auto it = state_->open_per_address.find(address_);
+    if (it != state_->open_per_address.end() && --it->second == 0) state_->open_per_address.erase(it);
+  }
+
+ private:
+  std::shared_ptr<Server::State> state_;
+  std::string address_;
+};
+
+}  // namespace
 
 // One client connection: reads requests in a loop (keep-alive), dispatches them, writes responses.
 // Stream is beast::tcp_stream or beast::ssl_stream<beast::tcp_stream>.
@@ -240,6 +280,10 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     }
     const Router::Route& route = *match->route;
     req.params = std::move(match->params);
+    // Credentials before the body: a request that fails them is answered without reading (or buffering) any of it.
+    if (route.options.authorize) {
+      if (Status allowed = route.options.authorize(req); !allowed.ok()) co_return Response::Error(allowed);
+    }
 
     uint64_t cap = route.options.max_body_bytes ? route.options.max_body_bytes : opts_.max_body_bytes;
     if (parser.content_length() && *parser.content_length() > cap) {
@@ -255,7 +299,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
       if (ec) co_return Response::Error(UnavailableError("client went away: " + ec.message()));
     }
 
-    Body body(*this, parser, cap);
+    Body body(*this, parser, cap, route.options.stream_body ? route.options.min_body_rate : BodyRate{});
     if (route.options.stream_body) {
       req.body_stream = &body;
     } else {
@@ -415,17 +459,27 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
 template <class Stream>
 class Connection<Stream>::Body final : public BodyReader {
  public:
-  Body(Connection& conn, RequestParser& parser, uint64_t cap)
-      : conn_(conn), parser_(parser), cap_(cap), chunk_(new char[kBodyChunkBytes]) {}
+  Body(Connection& conn, RequestParser& parser, uint64_t cap, BodyRate rate)
+      : conn_(conn),
+        parser_(parser),
+        cap_(cap),
+        chunk_(new char[kBodyChunkBytes]),
+        rate_(rate),
+        rate_timer_(conn.stream_.get_executor()) {}
 
   net::awaitable<StatusOr<std::string_view>> Next() override {
+    StartRateClock();
     while (!parser_.is_done()) {
       parser_.get().body().data = chunk_.get();
       parser_.get().body().size = kBodyChunkBytes;
       beast::error_code ec;
       conn_.Lowest().expires_after(conn_.opts_.body_timeout);
+      ArmRateTimer();
       co_await bhttp::async_read(conn_.stream_, conn_.buffer_, parser_, redirect_error(use_awaitable, ec));
+      ++read_generation_;  // a rate timer firing from now on belongs to a finished read
+      rate_timer_.cancel();
       if (ec == bhttp::error::need_buffer) ec = {};
+      if (too_slow_) co_return DeadlineExceededError(too_slow_message_);
       if (ec == beast::error::timeout) {
         co_return DeadlineExceededError("request body stalled for more than " +
                                         std::to_string(conn_.opts_.body_timeout.count()) + " ms");
@@ -437,7 +491,11 @@ class Connection<Stream>::Body final : public BodyReader {
       if (received_ > cap_) {
         co_return ResourceExhaustedError("request body exceeds the limit of " + std::to_string(cap_) + " bytes");
       }
-      if (n > 0) co_return std::string_view(chunk_.get(), n);
+      if (rate_.bytes_per_second > 0 && received_ - window_mark_ >= Quota()) StartWindow(received_);
+      if (n > 0) {
+        last_return_ = std::chrono::steady_clock::now();
+        co_return std::string_view(chunk_.get(), n);
+      }
     }
     co_return std::string_view();
   }
@@ -448,11 +506,68 @@ class Connection<Stream>::Body final : public BodyReader {
   }
 
  private:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  // BodyRate: the bytes each window must bring; the first window (from the first Next) is longer by the grace.
+  uint64_t Quota() const {
+    return rate_.bytes_per_second * static_cast<uint64_t>(std::max<int64_t>(1, rate_.window.count())) / 1000;
+  }
+  void StartWindow(uint64_t received) {
+    first_window_ = false;
+    window_mark_ = received;
+    window_end_ = std::chrono::steady_clock::now() + rate_.window;
+  }
+  void StartRateClock() {
+    if (rate_.bytes_per_second == 0) return;
+    const TimePoint now = std::chrono::steady_clock::now();
+    if (!rate_started_) {
+      rate_started_ = true;
+      window_end_ = now + rate_.grace + rate_.window;
+    } else {
+      window_end_ += now - last_return_;  // the handler's time between chunks does not count against the client
+    }
+  }
+  // At the window's end, what arrived (including the part of the chunk being read) is compared with the quota: a
+  // new window starts, or the read is cancelled and the body cut.
+  void ArmRateTimer() {
+    if (rate_.bytes_per_second == 0) return;
+    rate_timer_.expires_at(window_end_);
+    rate_timer_.async_wait(
+        [this, alive = std::weak_ptr<int>(alive_), generation = read_generation_](const beast::error_code& ec) {
+          if (ec || alive.expired() || generation != read_generation_) return;
+          const uint64_t received = received_ + (kBodyChunkBytes - parser_.get().body().size);
+          if (received - window_mark_ >= Quota()) {
+            StartWindow(received);
+            ArmRateTimer();
+            return;
+          }
+          const auto span = rate_.window.count() + (first_window_ ? rate_.grace.count() : 0);
+          too_slow_ = true;
+          too_slow_message_ = "request body too slow: " + std::to_string(received - window_mark_) + " bytes in " +
+                              std::to_string(span) + " ms, below the minimum of " +
+                              std::to_string(rate_.bytes_per_second) + " bytes/s (averaged over " +
+                              std::to_string(rate_.window.count()) + " ms); the body was cut off";
+          beast::error_code ignored;
+          conn_.Lowest().socket().cancel(ignored);
+        });
+  }
+
   Connection& conn_;
   RequestParser& parser_;
   uint64_t cap_;
   uint64_t received_ = 0;
   std::unique_ptr<char[]> chunk_;
+  BodyRate rate_;
+  net::steady_timer rate_timer_;
+  bool rate_started_ = false;
+  TimePoint window_end_{};
+  TimePoint last_return_{};
+  uint64_t window_mark_ = 0;  // received_ when the current window began
+  bool first_window_ = true;  // the first window is longer by the grace
+  uint64_t read_generation_ = 0;
+  bool too_slow_ = false;
+  std::string too_slow_message_;
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // lets a late timer handler see the body is gone
 };
 
 template <class Stream>
@@ -502,6 +617,67 @@ namespace {
 using PlainConnection = Connection<beast::tcp_stream>;
 using TlsConnection = Connection<beast::ssl_stream<beast::tcp_stream>>;
 
+// A connection beyond the caps: within kRefusalTime, the TLS handshake (if any) and `res` (with Connection: close),
+// then the end of our side, a short drain of what the client sent (closing with unread bytes would make the kernel
+// send a reset, which can destroy the answer before the client reads it), and the close.
+template <class Stream>
+net::awaitable<void> Refuse(std::shared_ptr<Server::State> state, Stream stream, Response res) {
+  ++state->refusals;
+  struct Done {
+    Server::State& state;
+    ~Done() { --state.refusals; }
+  } done{*state};
+  auto& lowest = beast::get_lowest_layer(stream);
+  beast::error_code ec;
+  lowest.expires_after(kRefusalTime);
+  if constexpr (!std::is_same_v<Stream, beast::tcp_stream>) {
+    co_await stream.async_handshake(net::ssl::stream_base::server, redirect_error(use_awaitable, ec));
+    if (ec) co_return;
+  }
+  bhttp::response<bhttp::string_body> msg{static_cast<bhttp::status>(res.status), 11};
+  msg.set(bhttp::field::server, "parsyn");
+  msg.set(bhttp::field::content_type, res.content_type);
+  for (const auto& [name, value] : res.headers) msg.insert(name, value);
+  msg.keep_alive(false);
+  msg.body() = std::move(res.body);
+  msg.prepare_payload();
+  co_await bhttp::async_write(stream, msg, redirect_error(use_awaitable, ec));
+  if (ec) co_return;
+  lowest.socket().shutdown(tcp::socket::shutdown_send, ec);
+  lowest.expires_after(kLingerTime);
+  std::array<char, 4096> sink;
+  uint64_t drained = 0;
+  while (!ec && drained < kRefusalDrainBytes) {
+    drained += co_await lowest.async_read_some(net::buffer(sink), redirect_error(use_awaitable, ec));
+  }
+  lowest.close();
+}
+
+// The refusal for a new connection from `address`, or nothing when it is within the caps.
+std::optional<Response> CheckCaps(const Server::State& state, const std::string& address) {
+  const ServerOptions& opts = state.options;
+  std::optional<Response> res;
+  if (opts.max_connections > 0 && state.open_connections >= opts.max_connections) {
+    res = Response::Error(UnavailableError("the server has " + std::to_string(state.open_connections) +
+                                           " connections open, its limit: retry later"));
+  } else if (auto it = state.open_per_address.find(address); opts.max_connections_per_address > 0 &&
+                                                             it != state.open_per_address.end() &&
+                                                             it->second >= opts.max_connections_per_address) {
+    res = Response::Error(ResourceExhaustedError("too many connections from " + address + ": at most " +
+                                                 std::to_string(opts.max_connections_per_address) +
+                                                 " at once; close idle ones (or reuse them) and retry later"));
+    res->status = 429;
+  }
+  if (res) res->WithHeader("Retry-After", std::to_string(std::max<int64_t>(1, opts.overload_retry_after.count())));
+  return res;
+}
+
+// Keeps an admitted connection's slot in the caps until the connection's coroutine ends.
+template <class Conn>
+net::awaitable<void> RunAdmitted(std::shared_ptr<Conn> conn, std::unique_ptr<ConnectionSlot> slot) {
+  co_await Conn::Run(std::move(conn));
+}
+
 net::awaitable<void> AcceptLoop(std::shared_ptr<Server::State> state) {
   net::steady_timer backoff(state->io);
   while (true) {
@@ -509,25 +685,52 @@ net::awaitable<void> AcceptLoop(std::shared_ptr<Server::State> state) {
     tcp::socket socket = co_await state->acceptor.async_accept(redirect_error(use_awaitable, ec));
     if (state->is_stopping || !state->acceptor.is_open()) co_return;
     if (ec) {
-      // Typically EMFILE: wait a little rather than spin.
-      PARSYN_LOG_WARN("http: accept failed: {}", ec.message());
-      backoff.expires_after(std::chrono::milliseconds(50));
+      // Typically EMFILE: the connection stays queued and the next accept would fail at once, so wait a little
+      // rather than spin, and log once a second at most (a flood of these would fill the disk).
+      auto now = std::chrono::steady_clock::now();
+      if (now - state->last_accept_error_log >= kAcceptErrorLogInterval) {
+        PARSYN_LOG_WARN("http: accept failed: {} ({} more such failures since the last report); retrying every {} ms",
+                        ec.message(), state->accept_errors_unlogged, kAcceptBackoff.count());
+        state->last_accept_error_log = now;
+        state->accept_errors_unlogged = 0;
+      } else {
+        ++state->accept_errors_unlogged;
+      }
+      backoff.expires_after(kAcceptBackoff);
       co_await backoff.async_wait(redirect_error(use_awaitable, ec));
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
     std::string remote;
+    std::string address;
     if (auto endpoint = socket.remote_endpoint(ec); !ec) {
-      remote = endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+      address = endpoint.address().to_string();
+      remote = address + ":" + std::to_string(endpoint.port());
     }
+    if (std::optional<Response> refusal = CheckCaps(*state, address)) {
+      PARSYN_LOG_DEBUG("http: refusing a connection from {}: {}", remote, refusal->body);
+      if (state->refusals >= kMaxRefusals) continue;  // the socket closes here: answering costs too
+      if (state->ssl) {
+        net::co_spawn(
+            state->io,
+            Refuse(state, beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *state->ssl),
+                   std::move(*refusal)),
+            net::detached);
+      } else {
+        net::co_spawn(state->io, Refuse(state, beast::tcp_stream(std::move(socket)), std::move(*refusal)),
+                      net::detached);
+      }
+      continue;
+    }
+    auto slot = std::make_unique<ConnectionSlot>(state, address);
     if (state->ssl) {
       auto conn = std::make_shared<TlsConnection>(
           state, beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *state->ssl),
           std::move(remote));
-      net::co_spawn(state->io, TlsConnection::Run(std::move(conn)), net::detached);
+      net::co_spawn(state->io, RunAdmitted(std::move(conn), std::move(slot)), net::detached);
     } else {
       auto conn = std::make_shared<PlainConnection>(state, beast::tcp_stream(std::move(socket)), std::move(remote));
-      net::co_spawn(state->io, PlainConnection::Run(std::move(conn)), net::detached);
+      net::co_spawn(state->io, RunAdmitted(std::move(conn), std::move(slot)), net::detached);
     }
   }
 }

@@ -105,9 +105,27 @@ struct Response {
 
 using Handler = std::function<Awaitable<Response>(Request&)>;
 
+// The slowest a streamed body may arrive (RouteOptions::min_body_rate). The clock starts at the handler's first
+// BodyReader::Next() and stops while the handler is not reading (time spent waiting for the handler does not count
+// against the client). After `grace`, every `window` must bring at least bytes_per_second * window bytes; a slower
+// body is cut: Next() fails with DeadlineExceeded ("... below the minimum of ..."), the handler's answer is sent, and
+// the connection is closed.
+struct BodyRate {
+  uint64_t bytes_per_second = 0;  // 0: no minimum
+  std::chrono::milliseconds window{30'000};
+  std::chrono::milliseconds grace{10'000};
+};
+
+// A check of a request's credentials from its header alone (method, path, params, query, headers), run after
+// routing and before any of the body is read: a non-OK status is answered at once (Response::Error) and the body is
+// never read, so unauthenticated clients cannot make the server buffer or wait for a body.
+using Authorizer = std::function<Status(const Request&)>;
+
 struct RouteOptions {
   bool stream_body = false;     // hand the handler a BodyReader instead of reading the body into Request::body
   uint64_t max_body_bytes = 0;  // 0: ServerOptions::max_body_bytes. Larger bodies get 413 resource_exhausted.
+  BodyRate min_body_rate{};     // streamed bodies only (stream_body)
+  Authorizer authorize{};       // when set, runs before the body is read (and before 413 and 100-continue)
 };
 
 // Maps (method, path) to handlers. Patterns are literal segments, "{name}" (one segment) and, last only,
@@ -144,10 +162,19 @@ struct ServerOptions {
   std::filesystem::path tls_key_file;   // PEM private key
   uint64_t max_body_bytes = 1 << 20;    // default cap for buffered bodies
   uint32_t max_header_bytes = 16 << 10;
-  std::chrono::milliseconds header_timeout{30'000};  // idle keep-alive, and the time to receive a request header
+  // header_timeout counts from the connection's start or the end of the previous response: it bounds keep-alive
+  // idleness and a header trickled byte by byte alike (no byte received extends it).
+  std::chrono::milliseconds header_timeout{30'000};  // a deadline for the whole request header
   std::chrono::milliseconds body_timeout{60'000};    // the longest gap while receiving a body
   std::chrono::milliseconds write_timeout{60'000};   // the longest gap while sending a response
   std::chrono::milliseconds sse_keepalive{15'000};   // comment interval on idle event streams
+  // Connection caps. A connection beyond max_connections open at once is answered 503 unavailable, one beyond
+  // max_connections_per_address from one peer IP address 429 resource_exhausted; both with Retry-After:
+  // overload_retry_after and a JSON error body, then closed. Accepting never stops; refusals in progress are bounded
+  // too (past that, excess connections are closed without an answer). 0: no cap.
+  uint32_t max_connections = 4096;
+  uint32_t max_connections_per_address = 256;
+  std::chrono::seconds overload_retry_after{5};
 };
 
 class Server {

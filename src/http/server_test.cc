@@ -4,11 +4,16 @@
 #include <netinet/in.h>
 #include <openssl/evp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <atomic>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -592,6 +597,268 @@ TEST(ServerTest, MalformedRequestGets400) {
   ::close(fd);
   EXPECT_TRUE(received.starts_with("HTTP/1.1 400")) << received;
   EXPECT_NE(received.find("\"code\":\"invalid_argument\""), std::string::npos) << received;
+}
+
+// --- Limits: connection caps, header deadline, credentials before the body, out of descriptors, body rate ---
+
+// Connects a raw socket from `source` (any 127.x.y.z: all of 127/8 is the loopback); returns its fd.
+int ConnectRawFrom(uint16_t port, const char* source) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &from.sin_addr);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0) << source;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << source;
+  return fd;
+}
+
+// Sends `request` on a new connection from `source` and reads the answer until the server closes.
+std::string Exchange(uint16_t port, const char* source, std::string_view request) {
+  int fd = ConnectRawFrom(port, source);
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string received = ReadAll(fd);
+  ::close(fd);
+  return received;
+}
+
+constexpr std::string_view kGetOne = "GET /api/v1/training-jobs/1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+
+TEST(ServerLimitsTest, ConnectionsBeyondTheCapsGet429Or503WithRetryAfterAndAcceptingGoesOn) {
+  net::io_context io;
+  ServerOptions options;
+  options.max_connections = 3;
+  options.max_connections_per_address = 2;
+  options.overload_retry_after = std::chrono::seconds(7);
+  TestServer ts(io, ApiRouter(), options);
+  const uint16_t port = ts.server().port();
+  // Two idle connections from 127.0.0.1 fill its share; accepts are served in order, so the third one is over.
+  int first = ConnectRawFrom(port, "127.0.0.1");
+  int second = ConnectRawFrom(port, "127.0.0.1");
+  std::string per_address = Exchange(port, "127.0.0.1", kGetOne);
+  EXPECT_TRUE(per_address.starts_with("HTTP/1.1 429")) << per_address;
+  EXPECT_NE(per_address.find("Retry-After: 7\r\n"), std::string::npos) << per_address;
+  EXPECT_NE(per_address.find("\"code\":\"resource_exhausted\""), std::string::npos) << per_address;
+  EXPECT_NE(per_address.find("too many connections from 127.0.0.1"), std::string::npos) << per_address;
+  // Another address still gets the last place; then the server is full for everyone.
+  int third = ConnectRawFrom(port, "127.0.0.2");
+  std::string global = Exchange(port, "127.0.0.3", kGetOne);
+  EXPECT_TRUE(global.starts_with("HTTP/1.1 503")) << global;
+  EXPECT_NE(global.find("Retry-After: 7\r\n"), std::string::npos) << global;
+  EXPECT_NE(global.find("\"code\":\"unavailable\""), std::string::npos) << global;
+
+  // A burst far over the cap: every connection is answered (or closed), none served, and the acceptor goes on.
+  std::vector<int> burst;
+  for (int i = 0; i < 40; ++i) burst.push_back(ConnectRawFrom(port, "127.0.0.4"));
+  for (int fd : burst) ::shutdown(fd, SHUT_WR);  // lets the server's drain end at once
+  int refused = 0;
+  for (int fd : burst) {
+    std::string answer = ReadAll(fd);
+    ::close(fd);
+    EXPECT_TRUE(answer.empty() || answer.starts_with("HTTP/1.1 503")) << answer;
+    refused += answer.starts_with("HTTP/1.1 503") ? 1 : 0;
+  }
+  EXPECT_GT(refused, 0);
+
+  // The admitted connections are served, and a closed one gives its place back.
+  ::send(third, kGetOne.data(), kGetOne.size(), MSG_NOSIGNAL);
+  std::string served = ReadAll(third);
+  EXPECT_TRUE(served.starts_with("HTTP/1.1 200")) << served;
+  ::close(third);
+  ::close(first);
+  std::string again;
+  for (int i = 0; i < 100 && !again.starts_with("HTTP/1.1 200"); ++i) {  // the server notices the closes soon
+    again = Exchange(port, "127.0.0.1", kGetOne);
+    if (!again.starts_with("HTTP/1.1 200")) std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_TRUE(again.starts_with("HTTP/1.1 200")) << again;
+  ::close(second);
+}
+
+TEST(ServerLimitsTest, HeaderTrickledByteByByteIsClosedAtTheHeaderDeadline) {
+  net::io_context io;
+  ServerOptions options;
+  options.header_timeout = milliseconds(500);
+  TestServer ts(io, ApiRouter(), options);
+  int fd = ConnectRaw(ts.server().port());
+  std::string start = "GET /api/v1/training-jobs/1 HTTP/1.1\r\nHost: x\r\n";
+  ASSERT_GT(::send(fd, start.data(), start.size(), MSG_NOSIGNAL), 0);
+  // A slowloris: a header line every 50 ms keeps the connection busy but never finishes the header (1.2 KiB in
+  // 5 s, far under max_header_bytes). Each byte must not buy more time.
+  bool closed = false;
+  const auto give_up = std::chrono::steady_clock::now() + milliseconds(15'000);
+  while (!closed && std::chrono::steady_clock::now() < give_up) {
+    if (::send(fd, "X-A: 1\r\n", 8, MSG_NOSIGNAL) < 0) closed = true;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 50) > 0) {
+      char buf[256];
+      closed = ::recv(fd, buf, sizeof buf, 0) <= 0 || closed;
+    }
+  }
+  ::close(fd);
+  EXPECT_TRUE(closed) << "a header trickled for 15 s was not cut at the 500 ms deadline";
+}
+
+TEST(ServerLimitsTest, FailedAuthorizeIsAnsweredBeforeTheBodyIsRead) {
+  std::atomic<int> handled{0};
+  std::atomic<size_t> body_size{0};
+  Router router;
+  auto authorize = [](const Request& req) -> Status {
+    if (req.Header("authorization") != "Bearer good") return UnauthenticatedError("missing or wrong bearer token");
+    return Status::Ok();
+  };
+  ASSERT_TRUE(router
+                  .Add(
+                      Method::kPost, "/api/v1/things",
+                      [&](Request& req) -> Awaitable<Response> {
+                        ++handled;
+                        body_size = req.body.size();
+                        co_return Response::NoContent();
+                      },
+                      RouteOptions{.max_body_bytes = 2 << 20, .authorize = authorize})
+                  .ok());
+  net::io_context io;
+  ServerOptions options;
+  options.body_timeout = milliseconds(5000);  // without the check first, the server would wait this long for the body
+  TestServer ts(io, std::move(router), options);
+  const std::string header = "POST /api/v1/things HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n";
+  // Only the header is sent: the answer must come without the 1 MiB body.
+  int fd = ConnectRaw(ts.server().port());
+  std::string unauthenticated = header + "\r\n";
+  ASSERT_GT(::send(fd, unauthenticated.data(), unauthenticated.size(), MSG_NOSIGNAL), 0);
+  pollfd p{fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 4000), 1) << "no answer before the body was sent";
+  std::string answer = ReadAll(fd);
+  ::close(fd);
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 401")) << answer;
+  EXPECT_NE(answer.find("missing or wrong bearer token"), std::string::npos) << answer;
+  EXPECT_EQ(handled, 0);
+
+  // With the credentials, the body is read and handled.
+  fd = ConnectRaw(ts.server().port());
+  std::string good = header + "Authorization: Bearer good\r\nConnection: close\r\n\r\n" + std::string(1 << 20, 'x');
+  ASSERT_EQ(::send(fd, good.data(), good.size(), MSG_NOSIGNAL), static_cast<ssize_t>(good.size()));
+  answer = ReadAll(fd);
+  ::close(fd);
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 204")) << answer;
+  EXPECT_EQ(handled, 1);
+  EXPECT_EQ(body_size, size_t{1} << 20);
+}
+
+// Collects the default logger's messages while it lives.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(1000)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  int Count(std::string_view text) const {
+    int n = 0;
+    for (const std::string& line : sink_->last_formatted()) n += line.find(text) != std::string::npos ? 1 : 0;
+    return n;
+  }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+};
+
+TEST(ServerLimitsTest, OutOfFileDescriptorsAcceptBacksOffLogsOnceASecondAndRecovers) {
+  net::io_context io;
+  TestServer ts(io, ApiRouter());
+  LogCapture logs;
+  // Sockets made before the limit drops can still connect; the server's accept cannot get a descriptor (EMFILE).
+  std::vector<int> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(::socket(AF_INET, SOCK_STREAM, 0));
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  int lowest_free = ::dup(0);
+  ASSERT_GE(lowest_free, 0);
+  ::close(lowest_free);
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(lowest_free);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(ts.server().port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int fd : clients) EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(milliseconds(1500));
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start);
+  // The queued connections are served once descriptors are back.
+  for (int fd : clients) {
+    ::send(fd, kGetOne.data(), kGetOne.size(), MSG_NOSIGNAL);
+    std::string answer = ReadAll(fd);
+    ::close(fd);
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 200")) << answer;
+  }
+  const int logged = logs.Count("accept failed");
+  EXPECT_GE(logged, 1);
+  // Without the rate limit a failure every 50 ms logs ~30 lines here.
+  EXPECT_LE(logged, 2 + static_cast<int>(seconds.count())) << "accept failures logged more than once a second";
+  EXPECT_EQ(Client(FastClient(ts.url())).Get("/api/v1/training-jobs/4")->status, 200);
+}
+
+TEST(ServerLimitsTest, StreamedBodyBelowTheMinimumRateIsCutWithAClearError) {
+  std::promise<Status> seen;
+  std::atomic<bool> reported{false};
+  Router router;
+  ASSERT_TRUE(router
+                  .Add(
+                      Method::kPut, "/blobs/{key...}",
+                      [&](Request& req) -> Awaitable<Response> {
+                        uint64_t total = 0;
+                        while (true) {
+                          StatusOr<std::string_view> chunk = co_await req.body_stream->Next();
+                          if (!chunk.ok()) {
+                            if (!reported.exchange(true)) seen.set_value(chunk.status());
+                            co_return Response::Error(chunk.status());
+                          }
+                          if (chunk->empty()) co_return Response::Json(201, {{"size", total}});
+                          total += chunk->size();
+                        }
+                      },
+                      RouteOptions{.stream_body = true,
+                                   .min_body_rate = {.bytes_per_second = 100'000,
+                                                     .window = milliseconds(300),
+                                                     .grace = milliseconds(1000)}})
+                  .ok());
+  net::io_context io;
+  TestServer ts(io, std::move(router));
+  const std::string header = "PUT /blobs/a HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n";
+
+  // A fast body passes.
+  std::string fast = "PUT /blobs/a HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\nConnection: close\r\n\r\n" +
+                     std::string(200'000, 'x');
+  std::string answer = Exchange(ts.server().port(), "127.0.0.1", fast);
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 201")) << answer;
+  EXPECT_NE(answer.find("\"size\":200000"), std::string::npos) << answer;
+
+  // 100 bytes every 20 ms (~5 KB/s) is far under 100 KB/s: cut after the grace and a window, with an answer.
+  int fd = ConnectRaw(ts.server().port());
+  ASSERT_GT(::send(fd, header.data(), header.size(), MSG_NOSIGNAL), 0);
+  bool answered = false;
+  const auto give_up = std::chrono::steady_clock::now() + milliseconds(15'000);
+  while (!answered && std::chrono::steady_clock::now() < give_up) {
+    ::send(fd, std::string(100, 'x').data(), 100, MSG_NOSIGNAL);
+    pollfd p{fd, POLLIN, 0};
+    answered = ::poll(&p, 1, 20) > 0;
+  }
+  ASSERT_TRUE(answered) << "a body at 5 KB/s was not cut within 15 s";
+  std::string cut = ReadAll(fd);
+  ::close(fd);
+  EXPECT_TRUE(cut.starts_with("HTTP/1.1 504")) << cut;
+  EXPECT_NE(cut.find("below the minimum of 100000 bytes/s"), std::string::npos) << cut;
+  auto status = seen.get_future();
+  ASSERT_EQ(status.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(status.get().code(), StatusCode::kDeadlineExceeded);
 }
 
 TEST(ServerTest, GracefulShutdownFinishesInFlightRequestAndClosesStreams) {

@@ -1,18 +1,27 @@
 // The REST API against a real `parsyn server`: happy paths, pagination, Location headers, validation problems listed
-// by field, and a table of bad requests each answered with the right status, code and message while the server stays
-// healthy.
+// by field, limits (credentials before bodies, the JSON cap, upload concurrency and rate), and a table of bad requests
+// each answered with the right status, code and message while the server stays healthy.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "cli/remote.h"
+#include "coordinator/signed_blob_urls.h"
 #include "harness.h"
 #include "http/signed_url.h"
 #include "net/transport.h"
 #include "weights/safetensors.h"
+#include "weights/sha256.h"
 
 namespace parsyn::testing {
 namespace {
@@ -725,6 +734,206 @@ TEST_F(ApiTest, SignedUrlsRejectTamperingAndExpiry) {
             StatusCode::kUnauthenticated);
   EXPECT_EQ(anonymous.Get("/blobs/" + key + "x?" + http::SignUrl(secret, "GET", key, now + 60)).status().code(),
             StatusCode::kUnauthenticated);
+}
+
+// --- Limits (issue 13, items 4 and 5) ---
+
+// A raw connection to the server, for requests a client library would not send (a header alone, a trickled body).
+int ConnectTo(const ServerProcess& server) {
+  const std::string& url = server.url();
+  const int port = std::stoi(url.substr(url.rfind(':') + 1));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  return fd;
+}
+
+// Waits up to `limit` for an answer on `fd`, then reads it until the server closes; "" when none came.
+std::string AnswerWithin(int fd, std::chrono::milliseconds limit) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(limit.count())) <= 0) return "";
+  std::string received;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) received.append(buf, static_cast<size_t>(n));
+  return received;
+}
+
+TEST_F(ApiTest, CredentialsAreCheckedBeforeABodyIsRead) {
+  Fixture f = MakeFixture(*admin_, 10, 1);
+  // Headers announcing half a MiB (under the 1 MiB JSON cap), and no body: the server must answer without waiting
+  // for it (it would otherwise wait 60 s for the body before looking at the credentials).
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"POST /api/v1/training-jobs", ""},
+      {"POST /api/v1/models", "Authorization: Bearer not-the-admin-key\r\n"},
+      {"POST /api/v1/worker/result", "Authorization: Bearer not-a-worker-token\r\n"},
+      {"POST /api/v1/worker/progress", ""},
+  };
+  for (const auto& [request_line, auth] : cases) {
+    int fd = ConnectTo(*server_);
+    const std::string header = request_line + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + auth +
+                               "Content-Length: 524288\r\n\r\n";
+    ASSERT_GT(::send(fd, header.data(), header.size(), MSG_NOSIGNAL), 0);
+    const std::string answer = AnswerWithin(fd, std::chrono::seconds(20));
+    ::close(fd);
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 401")) << request_line << ": " << answer;
+    EXPECT_NE(answer.find("\"code\":\"unauthenticated\""), std::string::npos) << request_line << ": " << answer;
+  }
+  // Worker credentials are no admin credentials, also before the body.
+  int fd = ConnectTo(*server_);
+  const std::string header = "POST /api/v1/training-jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                             f.worker_tokens[0] + "\r\nContent-Length: 524288\r\n\r\n";
+  ASSERT_GT(::send(fd, header.data(), header.size(), MSG_NOSIGNAL), 0);
+  const std::string answer = AnswerWithin(fd, std::chrono::seconds(20));
+  ::close(fd);
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 401")) << answer;
+  EXPECT_TRUE(admin_->Get("/healthz").ok());
+}
+
+// A server with small upload and JSON limits: --upload-min-rate 64 KiB/s over 1 s windows after 3 s of grace, one
+// upload at a time per worker, 64 KiB JSON bodies.
+class UploadLimitsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<ServerProcess>(
+        dir_.path() / "data", std::vector<std::string>{"--upload-min-rate", "65536", "--upload-rate-window-ms", "1000",
+                                                       "--upload-rate-grace-ms", "3000", "--max-json-bytes", "65536",
+                                                       "--max-uploads-per-worker", "1"});
+    admin_ = AdminClient(*server_);
+  }
+
+  // Hello, then long-polls until a task comes (bounded; null task when none did), then heartbeats every 200 ms
+  // from a thread of its own until the test ends, so the worker keeps its task however long the test takes.
+  json TaskFor(http::Client& worker) {
+    auto hello = worker.PostJson("/api/v1/worker/hello", {{"device", "cpu (test)"}});
+    EXPECT_TRUE(hello.ok()) << hello.status().ToString();
+    if (!hello.ok()) return nullptr;
+    const std::string session = (*hello->Json())["session_id"];
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto next = worker.Get("/api/v1/worker/tasks/next?wait_ms=1000&session_id=" + session);
+      if (!next.ok()) return nullptr;
+      if (next->status == 200) {
+        std::lock_guard lock(mu_);
+        heartbeats_.emplace_back([&worker, session](std::stop_token stop) {
+          while (!stop.stop_requested()) {
+            worker.PostJson("/api/v1/worker/heartbeat", {{"session_id", session}}).status().IgnoreError();
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          }
+        });
+        return *next->Json();
+      }
+    }
+    return nullptr;
+  }
+  void TearDown() override {
+    std::lock_guard lock(mu_);
+    heartbeats_.clear();  // stops and joins them before the clients go
+  }
+
+  TempDir dir_;
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<http::Client> admin_;
+  std::unique_ptr<http::Client> a_;
+  std::unique_ptr<http::Client> b_;
+  std::mutex mu_;
+  std::vector<std::jthread> heartbeats_;
+};
+
+TEST_F(UploadLimitsTest, JsonBodiesAreCappedAtMaxJsonBytes) {
+  const std::string big = json{{"name", std::string(70'000, 'x')}}.dump();
+  auto res = admin_->Send(http::Method::kPost, "/api/v1/models", big, "application/json");
+  EXPECT_EQ(res.status().code(), StatusCode::kResourceExhausted) << res.status().ToString();
+  EXPECT_NE(res.status().message().find("exceeds the limit of 65536 bytes"), std::string::npos)
+      << res.status().message();
+}
+
+TEST_F(UploadLimitsTest, OneUploadPerKeyAndASlowUploadIsCutWhileOthersSucceed) {
+  Fixture f = MakeFixture(*admin_, 20, 2);
+  // Members, not locals: the heartbeat threads use them until TearDown.
+  a_ = ClientWithToken(*server_, f.worker_tokens[0]);
+  b_ = ClientWithToken(*server_, f.worker_tokens[1]);
+  http::Client* a = a_.get();
+  http::Client* b = b_.get();
+  auto job = admin_->PostJson("/api/v1/training-jobs", DistributedSpec(f, 1, 2, 120));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  json task_a;
+  json task_b;
+  std::thread poll_b([&] { task_b = TaskFor(*b); });
+  task_a = TaskFor(*a);
+  poll_b.join();
+  ASSERT_FALSE(task_a.is_null());
+  ASSERT_FALSE(task_b.is_null());
+  http::ClientOptions o;
+  o.max_attempts = 1;
+  http::Client blobs(o);
+  auto global = blobs.Get(task_a["global_weights"]["url"].get<std::string>());
+  ASSERT_TRUE(global.ok()) << global.status().ToString();
+  const std::string update = global->body;  // the global itself is a valid update
+  const std::string url_a = task_a["update_upload"]["url"];
+  const std::string key_a = task_a["update_upload"]["blob_key"];
+
+  // Worker A starts a PUT and trickles it at ~400 B/s (never the last byte).
+  int slow = ConnectTo(*server_);
+  const std::string target = url_a.substr(server_->url().size());
+  const std::string header = "PUT " + target + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n" +
+                             "Content-Length: " + std::to_string(update.size()) + "\r\n\r\n";
+  ASSERT_GT(::send(slow, header.data(), header.size(), MSG_NOSIGNAL), 0);
+  size_t sent = 0;
+  auto trickle = [&](std::chrono::milliseconds how_long) {
+    const auto until = std::chrono::steady_clock::now() + how_long;
+    while (std::chrono::steady_clock::now() < until) {
+      const size_t n = std::min<size_t>(20, update.size() - 1 - sent);
+      if (n > 0 && ::send(slow, update.data() + sent, n, MSG_NOSIGNAL) > 0) sent += n;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  };
+  trickle(std::chrono::milliseconds(500));
+
+  // A second PUT to the same key while the first streams: refused, and the first goes on.
+  auto second = blobs.Send(http::Method::kPut, url_a, update, "application/octet-stream");
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition) << second.status().ToString();
+  EXPECT_NE(second.status().message().find("already in progress"), std::string::npos) << second.status().message();
+
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  // A second upload by worker A, to another open key (a URL the test signs for A): over A's cap of 1, 429.
+  const std::string key_b = task_b["update_upload"]["blob_key"];
+  auto over = blobs.Send(
+      http::Method::kPut,
+      coordinator::SignedBlobUrl(server_->signing_secret(), server_->url(), "PUT", key_b, now + 60, f.worker_ids[0]),
+      update, "application/octet-stream");
+  EXPECT_EQ(over.status().code(), StatusCode::kResourceExhausted) << over.status().ToString();
+  EXPECT_NE(over.status().message().find("uploads in progress, the most allowed at once (1)"), std::string::npos)
+      << over.status().message();
+
+  // Worker B's upload is not held up by A's.
+  auto put_b = blobs.Send(http::Method::kPut, task_b["update_upload"]["url"].get<std::string>(), update,
+                          "application/octet-stream");
+  ASSERT_TRUE(put_b.ok()) << put_b.status().ToString();
+  EXPECT_EQ((*put_b->Json())["size_bytes"], update.size());
+
+  // A's body, far under 64 KiB/s, is cut after the grace and a window, with an answer that says why.
+  std::string cut;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (cut.empty() && std::chrono::steady_clock::now() < give_up) {
+    trickle(std::chrono::milliseconds(100));
+    cut = AnswerWithin(slow, std::chrono::milliseconds(1));
+  }
+  ::close(slow);
+  EXPECT_TRUE(cut.starts_with("HTTP/1.1 504")) << cut;
+  EXPECT_NE(cut.find("below the minimum of 65536 bytes/s"), std::string::npos) << cut;
+
+  // Nothing partial was kept: the key is empty, and A can upload its update now.
+  auto partial = blobs.Get(server_->url() + "/blobs/" + key_a + "?" +
+                           http::SignUrl(server_->signing_secret(), "GET", key_a, now + 60));
+  EXPECT_EQ(partial.status().code(), StatusCode::kNotFound) << partial.status().ToString();
+  auto put_a = blobs.Send(http::Method::kPut, url_a, update, "application/octet-stream");
+  ASSERT_TRUE(put_a.ok()) << put_a.status().ToString();
+  EXPECT_EQ((*put_a->Json())["sha256"], weights::Sha256Hex(update));
 }
 
 }  // namespace
