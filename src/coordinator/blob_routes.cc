@@ -1,11 +1,13 @@
 // /blobs/{key...}: GET or PUT one blob with a signed URL (http/signed_url.h), the only credential workers use for
 // weights and data. PUT is create-only and capped at the size the key's job allows. A URL bound to a worker
-// (`worker=<id>` in its signed part: signed_blob_urls.h) is refused (403) once that worker is revoked.
+// (`worker=<id>` in its signed part: signed_blob_urls.h) is refused (403) once that worker is revoked. With mutual
+// TLS (ServiceOptions::require_worker_certificates) a bound URL also needs that worker's client certificate.
 //
 // GET answers carry `X-Content-Type-Options: nosniff` and `Content-Disposition: attachment`, so a browser never
 // renders a blob (an uploaded file) as a page of the coordinator's origin.
 #include <charconv>
 
+#include "coordinator/auth.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/loop_tools.h"
 #include "coordinator/service.h"
@@ -104,6 +106,13 @@ class BlobRoutes {
     if (worker_id && service_.WorkerRevoked(*worker_id)) {
       return PermissionDeniedError("this URL was issued to worker " + std::to_string(*worker_id) +
                                    ", which has been revoked");
+    }
+    // Mutual TLS: a bound URL only for its worker's certificate; an unbound one for any verified certificate.
+    if (service_.options().require_worker_certificates) {
+      if (worker_id) return CheckWorkerCertificate(req.client_identity, *worker_id);
+      if (!req.client_identity) {
+        return UnauthenticatedError("this coordinator requires a client certificate (mutual TLS) for /blobs");
+      }
     }
     return Status::Ok();
   }

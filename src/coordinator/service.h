@@ -65,6 +65,13 @@ struct ServiceOptions {
   int upload_threads = 16;  // blob uploads, each holding a thread while it streams (kept off the pool above, so
                             // store writes never queue behind slow uploads); more uploads at once wait for one
   std::chrono::milliseconds tick_interval{100};  // timer resolution of timeouts (aggregation, heartbeats)
+  // How the server is reached, as /healthz reports it: over TLS, or plain HTTP on a non-loopback address that the
+  // operator allowed (`parsyn server --insecure`).
+  bool tls = false;
+  bool insecure = false;
+  // Mutual TLS (`parsyn server --client-ca`): worker routes and worker-bound blob URLs need the worker's own client
+  // certificate (auth.h, CheckWorkerCertificate).
+  bool require_worker_certificates = false;
 };
 
 // A (method, pattern) the service registers; docs/openapi.yaml must describe exactly these.
