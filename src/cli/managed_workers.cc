@@ -68,6 +68,30 @@ StatusOr<std::vector<ManagedWorkerIdentity>> EnsureManagedWorkers(const fs::path
   return result;
 }
 
+StatusOr<fs::path> EnsureManagedWorkerCertificates(const fs::path& data_dir,
+                                                   std::vector<ManagedWorkerIdentity>& workers) {
+  const fs::path dir = data_dir / "managed-workers";
+  const fs::path ca_cert = dir / "ca.pem";
+  const fs::path ca_key = dir / "ca.key";
+  std::error_code ec;
+  if (!fs::exists(ca_cert, ec) || !fs::exists(ca_key, ec)) {
+    PARSYN_ASSIGN_OR_RETURN(coordinator::IssuedCertificate ca,
+                            coordinator::CreateCertificateAuthority("parsyn managed workers CA"));
+    PARSYN_RETURN_IF_ERROR(WriteFileAtomically(ca_key, ca.private_key_pem, 0600));
+    PARSYN_RETURN_IF_ERROR(WriteFileAtomically(ca_cert, ca.certificate_pem, 0644));
+    PARSYN_LOG_INFO("created the managed workers' client CA {}", ca_cert.string());
+  }
+  for (ManagedWorkerIdentity& worker : workers) {
+    PARSYN_ASSIGN_OR_RETURN(coordinator::IssuedCertificate issued,
+                            coordinator::IssueWorkerCertificate(ca_cert, ca_key, worker.id));
+    worker.cert_file = dir / (worker.name + ".pem");
+    worker.key_file = dir / (worker.name + ".key");
+    PARSYN_RETURN_IF_ERROR(WriteFileAtomically(worker.key_file, issued.private_key_pem, 0600));
+    PARSYN_RETURN_IF_ERROR(WriteFileAtomically(worker.cert_file, issued.certificate_pem, 0644));
+  }
+  return ca_cert;
+}
+
 ManagedWorkerSupervisor::ManagedWorkerSupervisor(SupervisorOptions options, std::vector<ManagedWorkerIdentity> workers)
     : options_(std::move(options)), slots_(workers.size()) {
   for (size_t i = 0; i < workers.size(); ++i) slots_[i].identity = std::move(workers[i]);
@@ -120,16 +144,20 @@ void ManagedWorkerSupervisor::Supervise(Slot& slot) {
   const ManagedWorkerIdentity& id = slot.identity;
   // The token goes through the environment, never argv: any local user can read a process's command line
   // (/proc/<pid>/cmdline, ps), while its environment is readable only by its owner.
-  const std::vector<std::string> args = {"worker",
-                                         "--server",
-                                         options_.server_url,
-                                         "--name",
-                                         id.name,
-                                         "--device",
-                                         options_.device,
-                                         "--cache-dir",
-                                         id.cache_dir.string(),
-                                         "--exit-with-parent"};
+  std::vector<std::string> args = {"worker",
+                                   "--server",
+                                   options_.server_url,
+                                   "--name",
+                                   id.name,
+                                   "--device",
+                                   options_.device,
+                                   "--cache-dir",
+                                   id.cache_dir.string(),
+                                   "--exit-with-parent"};
+  if (!options_.ca_file.empty()) args.insert(args.end(), {"--ca-file", options_.ca_file.string()});
+  if (!id.cert_file.empty()) {
+    args.insert(args.end(), {"--cert", id.cert_file.string(), "--key", id.key_file.string()});
+  }
   std::chrono::milliseconds backoff = options_.initial_backoff;
   while (true) {
     std::optional<Subprocess> child;

@@ -5,6 +5,12 @@
 // <data_dir>/managed-workers/managed-<i>.token (mode 0600); a missing, unknown or revoked token gets a fresh
 // managed worker (a new id). Each worker caches under <data_dir>/managed-workers/managed-<i>/.
 //
+// TLS: on a server with --tls-cert, managed workers trust that certificate file (--ca-file) and connect to the
+// --public-url when one is set (the name the certificate is for), else to the address the server listens on (then the
+// certificate must name it, e.g. IP:127.0.0.1 for 0.0.0.0). With --client-ca they present client certificates that
+// EnsureManagedWorkerCertificates issues from the managed workers' own CA (<data_dir>/managed-workers/ca.pem, its key
+// beside it, 0600), which the server trusts besides --client-ca: nothing to set up by hand.
+//
 // Threads: EnsureManagedWorkers blocks (store and files) and must run before the coordinator opens the store, so
 // the coordinator loads the tokens. ManagedWorkerSupervisor runs one supervising thread per worker, off the
 // coordinator's event loop; its methods are called from one thread (the server's), RequestStop also from a signal
@@ -29,16 +35,25 @@ struct ManagedWorkerIdentity {
   std::string name;
   std::string token;
   std::filesystem::path cache_dir;
+  std::filesystem::path cert_file;  // client certificate and key (EnsureManagedWorkerCertificates); empty: none
+  std::filesystem::path key_file;
 };
 
 // Makes sure managed workers managed-1..managed-<count> exist in the metadata store under `data_dir` (creating the
 // directory, database, token files and cache directories as needed). Unavailable on file or store errors.
 StatusOr<std::vector<ManagedWorkerIdentity>> EnsureManagedWorkers(const std::filesystem::path& data_dir, int count);
 
+// Gives each of `workers` a client certificate for its worker id, issued by the managed workers' CA (created on
+// first use); returns that CA's certificate file, for the server to trust. Certificates are issued afresh on every
+// start (a worker id may have changed). Unavailable / Internal on file or OpenSSL errors.
+StatusOr<std::filesystem::path> EnsureManagedWorkerCertificates(const std::filesystem::path& data_dir,
+                                                                std::vector<ManagedWorkerIdentity>& workers);
+
 struct SupervisorOptions {
   std::filesystem::path program;  // the `parsyn` executable
   std::string server_url;         // what the workers connect to
   std::string device = "cpu";     // --device of each worker
+  std::filesystem::path ca_file;  // --ca-file of each worker (an https server_url); empty: none
   std::chrono::milliseconds initial_backoff{1'000};
   std::chrono::milliseconds max_backoff{30'000};
   // A worker that ran at least this long before exiting restarts after initial_backoff again.

@@ -31,6 +31,9 @@ void AddRemoteFlags(CLI::App& command, RemoteFlags& flags) {
   command.add_option("--data-dir", flags.data_dir,
                      "the local server's data directory (default: $PARSYN_DATA_DIR "
                      "or ./parsyn-data)");
+  command.add_option("--ca-file", flags.ca_file,
+                     "PEM CA certificate(s) to trust for an https:// server's certificate, besides the system's "
+                     "(default: $PARSYN_CA_FILE)");
 }
 
 std::string DefaultDataDir() {
@@ -41,9 +44,14 @@ std::string DefaultDataDir() {
 StatusOr<std::unique_ptr<http::Client>> ConnectToServer(const RemoteFlags& flags) {
   const std::string data_dir = flags.data_dir.empty() ? DefaultDataDir() : flags.data_dir;
   std::string server = !flags.server.empty() ? flags.server : Env("PARSYN_SERVER");
+  std::string ca_file = !flags.ca_file.empty() ? flags.ca_file : Env("PARSYN_CA_FILE");
   if (server.empty()) {
     nlohmann::json info = nlohmann::json::parse(ReadFileTrimmed(data_dir + "/server.json"), nullptr, false);
     if (info.is_object() && info.contains("url") && info["url"].is_string()) server = info["url"];
+    // A local HTTPS server names its certificate file there.
+    if (ca_file.empty() && info.is_object() && info.contains("ca_file") && info["ca_file"].is_string()) {
+      ca_file = info["ca_file"];
+    }
   }
   if (server.empty()) {
     return InvalidArgumentError("no server: pass --server URL, set PARSYN_SERVER, or run `parsyn server --data-dir " +
@@ -61,6 +69,7 @@ StatusOr<std::unique_ptr<http::Client>> ConnectToServer(const RemoteFlags& flags
   options.base_url = server;
   options.bearer_token = key;
   options.unreachable_hint = "is `parsyn server` running?";
+  options.ca_file = ca_file;
   return std::make_unique<http::Client>(options);
 }
 

@@ -1,7 +1,8 @@
 // How the CLI's coordinator commands (job, dataset, model upload/list, worker register) find the server and the
 // admin key: flags first, then PARSYN_SERVER / PARSYN_API_KEY, then the local data directory that `parsyn server`
-// writes (<data_dir>/server.json holds its URL, <data_dir>/admin-key the key). The data directory is --data-dir,
-// else PARSYN_DATA_DIR, else ./parsyn-data.
+// writes (<data_dir>/server.json holds its URL, and for an HTTPS server its certificate file as "ca_file";
+// <data_dir>/admin-key the key). The data directory is --data-dir, else PARSYN_DATA_DIR, else ./parsyn-data. Extra
+// CAs to trust: --ca-file, else PARSYN_CA_FILE, else server.json's ca_file.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -18,9 +19,10 @@ struct RemoteFlags {
   std::string server;
   std::string api_key;
   std::string data_dir;
+  std::string ca_file;  // extra trusted CAs for an https:// server with a private CA
 };
 
-// Adds --server, --api-key and --data-dir to a command.
+// Adds --server, --api-key, --data-dir and --ca-file (default: $PARSYN_CA_FILE) to a command.
 void AddRemoteFlags(CLI::App& command, RemoteFlags& flags);
 // The default data directory: PARSYN_DATA_DIR, else "parsyn-data".
 std::string DefaultDataDir();

@@ -3,6 +3,8 @@
 // <data-dir>/admin-key, mode 0600); it writes <data-dir>/server.json with its URL so the local CLI finds it.
 // With --managed-workers N it also runs N local managed workers (cli/managed_workers.h): stopped first on shutdown,
 // so they say goodbye while the server still answers.
+// Transport: plain HTTP only on a loopback --listen unless --insecure (then a warning and /healthz "insecure": true);
+// --tls-cert/--tls-key for HTTPS; --client-ca for mutual TLS on the worker and blob routes (docs/operations.md).
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
 
 #include <boost/asio/co_spawn.hpp>
@@ -16,6 +18,7 @@
 
 #include <boost/asio/steady_timer.hpp>
 
+#include "base/atomic_file.h"
 #include "base/log.h"
 #include "base/subprocess.h"
 #include "cli/coordinator_commands.h"
@@ -32,6 +35,8 @@ struct ServerFlags {
   std::string listen = "127.0.0.1:8080";
   std::string tls_cert;
   std::string tls_key;
+  std::string client_ca;
+  bool insecure = false;
   std::string public_url;
   int64_t heartbeat_interval_ms = 5'000;
   int64_t heartbeat_timeout_ms = 20'000;
@@ -78,6 +83,20 @@ StatusOr<std::string> BlobsUri(const ServerFlags& f) {
   return uri;
 }
 
+// The files' contents one after the other (a PEM bundle), each ending in a newline.
+StatusOr<std::string> ConcatenateFiles(const std::vector<std::filesystem::path>& files) {
+  std::string all;
+  for (const std::filesystem::path& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) return InvalidArgumentError("cannot read " + file.string());
+    if (text.empty()) return InvalidArgumentError(file.string() + " is empty or cannot be read");
+    all += text;
+    if (all.back() != '\n') all += '\n';
+  }
+  return all;
+}
+
 std::string HostOf(const std::string& listen) {
   size_t colon = listen.rfind(':');
   std::string host = colon == std::string::npos ? listen : listen.substr(0, colon);
@@ -86,11 +105,40 @@ std::string HostOf(const std::string& listen) {
   return host;
 }
 
+// The transport rules of the flags: TLS flags go together, and plain HTTP beyond this machine needs --insecure,
+// because the admin key and worker tokens travel in headers. Returns the message to print, or "" when they hold.
+std::string CheckTransportFlags(const ServerFlags& f) {
+  if (f.tls_cert.empty() != f.tls_key.empty()) return "--tls-cert and --tls-key go together";
+  const bool tls = !f.tls_cert.empty();
+  if (!f.client_ca.empty() && !tls) {
+    return "--client-ca needs --tls-cert and --tls-key: client certificates exist only over TLS";
+  }
+  if (f.insecure && tls) return "--insecure allows plain HTTP; it makes no sense with --tls-cert";
+  StatusOr<bool> loopback = http::IsLoopbackListenAddress(f.listen);
+  if (!loopback.ok()) return "--listen: " + loopback.status().message();
+  if (!*loopback && !tls && !f.insecure) {
+    return "refusing to serve plain HTTP on " + f.listen +
+           ", which is reachable from other machines: the admin key and worker tokens would cross the network "
+           "unencrypted. Give --tls-cert and --tls-key (docs/operations.md, \"TLS\"), listen on 127.0.0.1 behind a "
+           "TLS-terminating proxy, or pass --insecure to accept the risk (a trusted network only)";
+  }
+  return "";
+}
+
 int RunServer(const ServerFlags& f) {
   if (!f.log_level.empty()) log::Init(f.log_level);
-  if (f.tls_cert.empty() != f.tls_key.empty()) {
-    std::cerr << "parsyn server: --tls-cert and --tls-key go together\n";
+  if (std::string problem = CheckTransportFlags(f); !problem.empty()) {
+    std::cerr << "parsyn server: " << problem << "\n";
     return 2;
+  }
+  const bool tls = !f.tls_cert.empty();
+  // Plain HTTP that other machines reach: only with --insecure (checked above), and then said loudly.
+  const StatusOr<bool> loopback = http::IsLoopbackListenAddress(f.listen);
+  const bool insecure = !tls && !(loopback.ok() && *loopback);
+  if (insecure) {
+    std::cerr << "parsyn server: WARNING: --insecure: serving plain HTTP on " << f.listen
+              << "; API keys, worker tokens, weights and data cross the network unencrypted\n";
+    PARSYN_LOG_WARN("serving plain HTTP on {} (--insecure): credentials and data are not encrypted", f.listen);
   }
   boost::asio::io_context io;
   coordinator::ServiceOptions options;
@@ -110,12 +158,26 @@ int RunServer(const ServerFlags& f) {
   StatusOr<std::string> blobs_uri = BlobsUri(f);
   if (!blobs_uri.ok()) return Fail("server", blobs_uri.status());
   options.blobs_uri = *blobs_uri;
+  options.tls = tls;
+  options.insecure = insecure;
+  options.require_worker_certificates = !f.client_ca.empty();
   // Before the coordinator opens the store, so it loads the managed workers' tokens.
   std::vector<ManagedWorkerIdentity> managed;
   if (f.managed_workers > 0) {
     StatusOr<std::vector<ManagedWorkerIdentity>> ensured = EnsureManagedWorkers(options.data_dir, f.managed_workers);
     if (!ensured.ok()) return Fail("server", ensured.status());
     managed = std::move(*ensured);
+  }
+  // Managed workers under mutual TLS get certificates from their own CA, which the server trusts besides --client-ca
+  // (one bundle file, since the server takes one).
+  std::filesystem::path tls_client_ca = f.client_ca;
+  if (!managed.empty() && !f.client_ca.empty()) {
+    StatusOr<std::filesystem::path> managed_ca = EnsureManagedWorkerCertificates(options.data_dir, managed);
+    if (!managed_ca.ok()) return Fail("server", managed_ca.status());
+    StatusOr<std::string> bundle = ConcatenateFiles({f.client_ca, *managed_ca});
+    if (!bundle.ok()) return Fail("server", bundle.status());
+    tls_client_ca = options.data_dir / "client-ca-bundle.pem";
+    if (Status s = WriteFileAtomically(tls_client_ca, *bundle, 0644); !s.ok()) return Fail("server", s);
   }
   StatusOr<std::unique_ptr<coordinator::Service>> service = coordinator::Service::Open(io, options);
   if (!service.ok()) return Fail("server", service.status());
@@ -128,14 +190,19 @@ int RunServer(const ServerFlags& f) {
   server_options.tls_key_file = f.tls_key;
   server_options.max_connections = f.max_connections;
   server_options.max_connections_per_address = f.max_connections_per_address;
+  server_options.tls_client_ca = tls_client_ca;
   StatusOr<std::unique_ptr<http::Server>> server = http::Server::Start(io, server_options, std::move(*router));
   if (!server.ok()) return Fail("server", server.status());
   const std::string url = (*server)->tls() ? "https://" : "http://";
   const std::string base = url + HostOf(f.listen) + ":" + std::to_string((*server)->port());
   (*service)->SetPublicUrl(f.public_url.empty() ? base : f.public_url);
   {
+    // Over TLS the local CLI reaches the server at the name its certificate is for (--public-url, when set), and
+    // trusts the certificate file (ca_file), like the managed workers.
+    nlohmann::json info_json{{"url", tls && !f.public_url.empty() ? f.public_url : base}};
+    if (tls) info_json["ca_file"] = std::filesystem::absolute(f.tls_cert).string();
     std::ofstream info(options.data_dir / "server.json", std::ios::trunc);
-    info << nlohmann::json{{"url", base}}.dump() << "\n";
+    info << info_json.dump() << "\n";
   }
   if (const auto& key = (*service)->new_admin_key()) {
     std::cout << "admin API key (shown once; also in " << (options.data_dir / "admin-key").string() << "): " << *key
@@ -147,9 +214,14 @@ int RunServer(const ServerFlags& f) {
   if (!managed.empty()) {
     StatusOr<std::filesystem::path> self = SelfExecutablePath();
     if (!self.ok()) return Fail("server", self.status());
-    // Workers on this machine reach the server at the address it listens on, whatever --public-url says.
-    supervisor = std::make_unique<ManagedWorkerSupervisor>(
-        SupervisorOptions{.program = *self, .server_url = base, .device = f.managed_worker_device}, std::move(managed));
+    // Workers on this machine reach the server at the address it listens on, whatever --public-url says; over TLS
+    // at the public URL when there is one, the name the certificate is for (managed_workers.h).
+    SupervisorOptions supervision{.program = *self, .server_url = base, .device = f.managed_worker_device};
+    if (tls) {
+      if (!f.public_url.empty()) supervision.server_url = f.public_url;
+      supervision.ca_file = std::filesystem::absolute(f.tls_cert);
+    }
+    supervisor = std::make_unique<ManagedWorkerSupervisor>(supervision, std::move(managed));
     supervisor->Start();
   }
 
@@ -197,6 +269,11 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--listen", flags->listen, "host:port to listen on (port 0 picks a free one)")->capture_default_str();
   cmd->add_option("--tls-cert", flags->tls_cert, "PEM certificate chain: serve HTTPS only");
   cmd->add_option("--tls-key", flags->tls_key, "PEM private key for --tls-cert");
+  cmd->add_option("--client-ca", flags->client_ca,
+                  "PEM CA certificate(s): workers must present a client certificate signed by it, naming their own "
+                  "worker (CN worker-<id>), on the worker and blob routes (mutual TLS; needs --tls-cert)");
+  cmd->add_flag("--insecure", flags->insecure,
+                "allow plain HTTP on a non-loopback --listen address (credentials travel unencrypted)");
   cmd->add_option("--public-url", flags->public_url, "base URL workers reach this server at (signed blob URLs)");
   cmd->add_option("--heartbeat-interval-ms", flags->heartbeat_interval_ms, "heartbeat period asked of workers")
       ->capture_default_str();

@@ -1,5 +1,9 @@
 // parsyn worker --server URL --token TOKEN [--name N] [--device cpu|cuda:N] [--data PATH] [--cache-dir DIR]
+//               [--ca-file CA.pem] [--cert worker.pem --key worker.key]
 // Runs the worker agent (src/worker/agent.h) until SIGTERM or SIGINT; parsyn-trainer runs as its child process.
+// --ca-file trusts a coordinator's private CA (besides the system's); --cert/--key are this worker's client
+// certificate for a coordinator with mutual TLS (`parsyn server --client-ca`; issued by `parsyn worker register
+// --ca-cert --ca-key`), whose identity must be this token's worker ("worker-<id>").
 // --data: the worker's own file, trained on by jobs whose data.source is "workers" (it never leaves the machine).
 // Shares the `worker` group with `parsyn worker register|list` (worker_commands.cc): without a subcommand, the group
 // itself runs the agent.
@@ -107,6 +111,9 @@ struct AgentFlags {
   std::string device = "cpu";
   std::string data;
   std::string cache_dir;
+  std::string ca_file;
+  std::string cert;
+  std::string key;
   int threads = 0;
   bool exit_with_parent = false;
 };
@@ -136,6 +143,17 @@ int RunAgent(const AgentFlags& f) {
   options.name = f.name.empty() ? "worker-" + std::to_string(getpid()) : f.name;
   options.device = f.device;
   options.trainer_threads = f.threads;
+  if (f.cert.empty() != f.key.empty()) return fail("--cert and --key go together (a client certificate and its key)");
+  for (const auto& [flag, file] : {std::pair{"--ca-file", &f.ca_file}, {"--cert", &f.cert}, {"--key", &f.key}}) {
+    if (!file->empty() && !fs::is_regular_file(*file)) return fail(std::string(flag) + " " + *file + " is not a file");
+  }
+  if (!f.cert.empty() && !options.server_url.starts_with("https://")) {
+    return fail("--cert and --key need an https:// --server (client certificates exist only over TLS), not " +
+                options.server_url);
+  }
+  options.ca_file = f.ca_file;
+  options.client_cert_file = f.cert;
+  options.client_key_file = f.key;
   std::error_code ec;
   if (!f.data.empty()) {
     options.local_data = fs::absolute(f.data, ec);
@@ -195,6 +213,13 @@ void AddWorkerCommand(CLI::App& app, int& exit_code) {
       "--data", flags->data,
       "your own .csv/.jsonl data, for jobs whose data.source is \"workers\" (only its row count is sent)");
   group->add_option("--cache-dir", flags->cache_dir, "models, shards and task files (default ~/.cache/parsyn/worker)");
+  group
+      ->add_option("--ca-file", flags->ca_file,
+                   "PEM CA certificate(s) to trust for the coordinator's certificate, besides the system's")
+      ->envname("PARSYN_CA_FILE");
+  group->add_option("--cert", flags->cert,
+                    "this worker's client certificate (PEM), for a coordinator with mutual TLS (--client-ca)");
+  group->add_option("--key", flags->key, "the private key (PEM) of --cert");
   group->add_option("--threads", flags->threads, "parsyn-trainer's intra-op threads (0: libtorch's default)")
       ->capture_default_str();
   group->add_flag("--exit-with-parent", flags->exit_with_parent,

@@ -1,9 +1,14 @@
-// parsyn worker register --name N [--kind own|managed] | list
+// parsyn worker register --name N [--kind own|managed] [--ca-cert CA.pem --ca-key CA.key [--cert-out DIR]] | list
+// With --ca-cert/--ca-key, register also issues the worker's client certificate for a coordinator with mutual TLS
+// (`parsyn server --client-ca CA.pem`): a new key and a certificate for "worker-<id>" signed by that CA, valid for a
+// year (coordinator/auth.h IssueWorkerCertificate), written as DIR/worker-<id>.pem and DIR/worker-<id>.key (0600).
 #include <iomanip>
 #include <iostream>
 
+#include "base/atomic_file.h"
 #include "cli/coordinator_commands.h"
 #include "cli/remote.h"
+#include "coordinator/auth.h"
 
 namespace parsyn::cli {
 namespace {
@@ -14,9 +19,42 @@ struct WorkerFlags {
   RemoteFlags remote;
   std::string name;
   std::string kind = "own";
+  std::string ca_cert;
+  std::string ca_key;
+  std::string cert_out = ".";
 };
 
+// Issues and writes worker `id`'s client certificate (see the top of the file); prints where it went.
+int WriteWorkerCertificate(const WorkerFlags& f, int64_t id) {
+  StatusOr<coordinator::IssuedCertificate> issued = coordinator::IssueWorkerCertificate(f.ca_cert, f.ca_key, id);
+  if (!issued.ok()) {
+    return Fail("worker register",
+                issued.status().WithContext("worker " + std::to_string(id) + " is registered, but its certificate"));
+  }
+  const std::filesystem::path dir(f.cert_out);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::filesystem::path cert = dir / (issued->identity + ".pem");
+  const std::filesystem::path key = dir / (issued->identity + ".key");
+  if (Status s = WriteFileAtomically(key, issued->private_key_pem, 0600); !s.ok()) return Fail("worker register", s);
+  if (Status s = WriteFileAtomically(cert, issued->certificate_pem, 0644); !s.ok()) return Fail("worker register", s);
+  std::cout << "client certificate for " << issued->identity << " (valid one year): " << cert.string() << "\n"
+            << "its private key (keep it on the worker, 0600): " << key.string() << "\n"
+            << "run: parsyn worker --server https://... --token ... --cert " << cert.string() << " --key "
+            << key.string() << " [--ca-file the coordinator's CA]\n";
+  return 0;
+}
+
 int Register(const WorkerFlags& f) {
+  if (f.ca_cert.empty() != f.ca_key.empty()) {
+    std::cerr << "parsyn worker register: --ca-cert and --ca-key go together (the CA that signs the certificate)\n";
+    return 2;
+  }
+  if (!f.ca_cert.empty()) {
+    // The CA is checked (a throw-away certificate) before the worker exists, so a wrong file registers nothing.
+    StatusOr<coordinator::IssuedCertificate> probe = coordinator::IssueWorkerCertificate(f.ca_cert, f.ca_key, 0);
+    if (!probe.ok()) return Fail("worker register", probe.status());
+  }
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("worker register", client.status());
   auto res = (*client)->PostJson("/api/v1/workers", json{{"name", f.name}, {"kind", f.kind}});
@@ -25,6 +63,7 @@ int Register(const WorkerFlags& f) {
   if (!w.ok()) return Fail("worker register", w.status());
   std::cout << "worker " << (*w)["id"] << " '" << (*w)["name"].get<std::string>() << "' registered\n"
             << "token (shown once; pass it to `parsyn worker`): " << (*w)["token"].get<std::string>() << "\n";
+  if (!f.ca_cert.empty()) return WriteWorkerCertificate(f, (*w)["id"].get<int64_t>());
   return 0;
 }
 
@@ -54,6 +93,11 @@ void AddWorkerRegisterCommands(CLI::App& app, int& exit_code) {
   AddRemoteFlags(*reg, flags->remote);
   reg->add_option("--name", flags->name, "worker name")->required();
   reg->add_option("--kind", flags->kind, "own (your machine) or managed (a platform worker)")->capture_default_str();
+  reg->add_option("--ca-cert", flags->ca_cert,
+                  "PEM CA certificate (the server's --client-ca): also issue the worker's client certificate");
+  reg->add_option("--ca-key", flags->ca_key, "PEM private key of --ca-cert (unencrypted)");
+  reg->add_option("--cert-out", flags->cert_out, "where to write worker-<id>.pem and worker-<id>.key")
+      ->capture_default_str();
   reg->callback([flags, &exit_code] { exit_code = Register(*flags); });
   CLI::App* list = group->add_subcommand("list", "list workers");
   AddRemoteFlags(*list, flags->remote);

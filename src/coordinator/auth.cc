@@ -1,12 +1,20 @@
 #include "coordinator/auth.h"
 
 #include <fcntl.h>
+#include <openssl/bn.h>
 #include <openssl/crypto.h>
+#include <openssl/ec.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <sys/random.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "base/strings.h"
 #include "base/text_file.h"
@@ -36,6 +44,40 @@ Status WriteSecretFile(const std::filesystem::path& path, std::string_view conte
   int rc = ::fsync(fd);
   ::close(fd);
   if (rc != 0) return UnavailableError("cannot fsync " + path.string() + ": " + std::strerror(errno));
+  return Status::Ok();
+}
+
+template <typename T, void (*Free)(T*)>
+struct OpenSslDeleter {
+  void operator()(T* p) const { Free(p); }
+};
+using X509Ptr = std::unique_ptr<X509, OpenSslDeleter<X509, X509_free>>;
+using KeyPtr = std::unique_ptr<EVP_PKEY, OpenSslDeleter<EVP_PKEY, EVP_PKEY_free>>;
+using BioPtr = std::unique_ptr<BIO, OpenSslDeleter<BIO, BIO_free_all>>;
+using ExtensionPtr = std::unique_ptr<X509_EXTENSION, OpenSslDeleter<X509_EXTENSION, X509_EXTENSION_free>>;
+
+// OpenSSL's most recent error as text (and clears its queue), for messages.
+std::string OpenSslError() {
+  const unsigned long code = ERR_get_error();
+  ERR_clear_error();
+  if (code == 0) return "unknown OpenSSL error";
+  char text[256];
+  ERR_error_string_n(code, text, sizeof(text));
+  return text;
+}
+
+StatusOr<std::string> BioContents(BIO* bio) {
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio, &data);
+  if (n < 0) return InternalError("cannot read an OpenSSL memory buffer");
+  return std::string(data, static_cast<size_t>(n));
+}
+
+Status AddExtension(X509* cert, X509V3_CTX* ctx, int nid, const char* value) {
+  ExtensionPtr extension(X509V3_EXT_nconf_nid(nullptr, ctx, nid, value));
+  if (!extension || X509_add_ext(cert, extension.get(), -1) != 1) {
+    return InternalError(std::string("cannot add the ") + OBJ_nid2sn(nid) + " extension: " + OpenSslError());
+  }
   return Status::Ok();
 }
 
@@ -100,6 +142,126 @@ StatusOr<std::string> BearerToken(std::string_view header) {
 bool DigestsEqual(std::string_view a, std::string_view b) {
   // OpenSSL's constant-time compare: a hand-written loop may be turned into an early-exit compare by the optimizer.
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::string WorkerCertificateIdentity(int64_t worker_id) { return "worker-" + std::to_string(worker_id); }
+
+Status CheckWorkerCertificate(const std::optional<std::string>& client_identity, int64_t worker_id) {
+  const std::string expected = WorkerCertificateIdentity(worker_id);
+  if (!client_identity) {
+    return UnauthenticatedError(
+        "this coordinator requires a client certificate from workers (mutual TLS): start the worker with --cert and "
+        "--key, a certificate for '" +
+        expected + "' signed by the coordinator's client CA (`parsyn worker register --ca-cert --ca-key` issues one)");
+  }
+  if (*client_identity != expected) {
+    return PermissionDeniedError("the client certificate is for '" + *client_identity +
+                                 "', but this token belongs to '" + expected +
+                                 "': each worker presents its own certificate");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// A new P-256 key and a certificate for it with subject "O=parsyn, CN=<common_name>", valid from a few minutes ago
+// (a peer whose clock is slightly behind accepts it at once) for `validity`. Signed by `issuer`/`issuer_key`, or
+// self-signed when `issuer` is null. `ca`: a CA certificate (keyCertSign) rather than a client certificate.
+StatusOr<IssuedCertificate> MakeCertificate(const std::string& common_name, X509* issuer, EVP_PKEY* issuer_key, bool ca,
+                                            std::chrono::hours validity) {
+  KeyPtr key(EVP_EC_gen("P-256"));
+  if (!key) return InternalError("cannot generate a P-256 key: " + OpenSslError());
+  if (issuer_key == nullptr) issuer_key = key.get();
+
+  X509Ptr cert(X509_new());
+  if (!cert) return InternalError("cannot allocate a certificate: " + OpenSslError());
+  X509_set_version(cert.get(), 2);  // v3
+  // A random positive 125-bit serial, as RFC 5280 asks (unique per CA without keeping a counter).
+  PARSYN_ASSIGN_OR_RETURN(std::string serial_hex, NewSecret(""));
+  serial_hex = "1" + serial_hex.substr(0, 31);
+  BIGNUM* serial_bn = nullptr;
+  const bool serial_set = BN_hex2bn(&serial_bn, serial_hex.c_str()) != 0 &&
+                          BN_to_ASN1_INTEGER(serial_bn, X509_get_serialNumber(cert.get())) != nullptr;
+  BN_free(serial_bn);
+  if (!serial_set) return InternalError("cannot set the serial number: " + OpenSslError());
+  const int64_t validity_s = std::chrono::duration_cast<std::chrono::seconds>(validity).count();
+  X509_gmtime_adj(X509_getm_notBefore(cert.get()), -5 * 60);
+  X509_gmtime_adj(X509_getm_notAfter(cert.get()), validity_s);
+  X509_NAME* subject = X509_get_subject_name(cert.get());
+  X509_NAME_add_entry_by_txt(subject, "O", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>("parsyn"), -1, -1, 0);
+  X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(common_name.c_str()),
+                             -1, -1, 0);
+  X509_set_issuer_name(cert.get(), issuer != nullptr ? X509_get_subject_name(issuer) : subject);
+  X509_set_pubkey(cert.get(), key.get());
+
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, issuer != nullptr ? issuer : cert.get(), cert.get(), nullptr, nullptr, 0);
+  PARSYN_RETURN_IF_ERROR(
+      AddExtension(cert.get(), &ctx, NID_basic_constraints, ca ? "critical,CA:TRUE" : "critical,CA:FALSE"));
+  PARSYN_RETURN_IF_ERROR(
+      AddExtension(cert.get(), &ctx, NID_key_usage, ca ? "critical,keyCertSign,cRLSign" : "critical,digitalSignature"));
+  if (!ca) PARSYN_RETURN_IF_ERROR(AddExtension(cert.get(), &ctx, NID_ext_key_usage, "clientAuth"));
+  PARSYN_RETURN_IF_ERROR(AddExtension(cert.get(), &ctx, NID_subject_key_identifier, "hash"));
+  if (issuer != nullptr) PARSYN_RETURN_IF_ERROR(AddExtension(cert.get(), &ctx, NID_authority_key_identifier, "keyid"));
+
+  // Ed25519/Ed448 keys sign without a separate digest.
+  const int key_type = EVP_PKEY_get_base_id(issuer_key);
+  const EVP_MD* digest = key_type == EVP_PKEY_ED25519 || key_type == EVP_PKEY_ED448 ? nullptr : EVP_sha256();
+  if (X509_sign(cert.get(), issuer_key, digest) <= 0) {
+    return InvalidArgumentError("cannot sign the certificate: " + OpenSslError());
+  }
+
+  IssuedCertificate issued;
+  issued.identity = common_name;
+  issued.not_after_unix_s =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count() +
+      validity_s;
+  BioPtr cert_out(BIO_new(BIO_s_mem()));
+  BioPtr key_out(BIO_new(BIO_s_mem()));
+  if (!cert_out || !key_out || PEM_write_bio_X509(cert_out.get(), cert.get()) != 1 ||
+      PEM_write_bio_PrivateKey(key_out.get(), key.get(), nullptr, nullptr, 0, nullptr, nullptr) != 1) {
+    return InternalError("cannot write the certificate as PEM: " + OpenSslError());
+  }
+  PARSYN_ASSIGN_OR_RETURN(issued.certificate_pem, BioContents(cert_out.get()));
+  PARSYN_ASSIGN_OR_RETURN(issued.private_key_pem, BioContents(key_out.get()));
+  return issued;
+}
+
+}  // namespace
+
+StatusOr<IssuedCertificate> IssueWorkerCertificate(const std::filesystem::path& ca_cert_file,
+                                                   const std::filesystem::path& ca_key_file, int64_t worker_id,
+                                                   std::chrono::hours validity) {
+  ERR_clear_error();
+  BioPtr cert_in(BIO_new_file(ca_cert_file.c_str(), "r"));
+  if (!cert_in) return InvalidArgumentError("CA certificate " + ca_cert_file.string() + ": cannot open it");
+  X509Ptr ca(PEM_read_bio_X509(cert_in.get(), nullptr, nullptr, nullptr));
+  if (!ca) {
+    return InvalidArgumentError("CA certificate " + ca_cert_file.string() + ": not a PEM certificate (" +
+                                OpenSslError() + ")");
+  }
+  if (X509_check_ca(ca.get()) == 0) {
+    return InvalidArgumentError("CA certificate " + ca_cert_file.string() +
+                                ": not a CA certificate (it lacks basicConstraints CA:TRUE or keyCertSign)");
+  }
+  BioPtr key_in(BIO_new_file(ca_key_file.c_str(), "r"));
+  if (!key_in) return InvalidArgumentError("CA key " + ca_key_file.string() + ": cannot open it");
+  KeyPtr ca_key(PEM_read_bio_PrivateKey(key_in.get(), nullptr, nullptr, nullptr));
+  if (!ca_key) {
+    return InvalidArgumentError("CA key " + ca_key_file.string() + ": not an unencrypted PEM private key (" +
+                                OpenSslError() + ")");
+  }
+  if (X509_check_private_key(ca.get(), ca_key.get()) != 1) {
+    ERR_clear_error();
+    return InvalidArgumentError("CA key " + ca_key_file.string() + " does not belong to " + ca_cert_file.string());
+  }
+  return MakeCertificate(WorkerCertificateIdentity(worker_id), ca.get(), ca_key.get(), false, validity);
+}
+
+StatusOr<IssuedCertificate> CreateCertificateAuthority(const std::string& common_name, std::chrono::hours validity) {
+  ERR_clear_error();
+  return MakeCertificate(common_name, nullptr, nullptr, true, validity);
 }
 
 }  // namespace parsyn::coordinator

@@ -4,9 +4,16 @@
 // token). Only their sha256 is stored in the metadata store; the admin key is also written once, mode 0600, to
 // <data_dir>/admin-key so the local CLI can find it. The URL-signing secret lives in <data_dir>/url-signing-secret
 // (0600) so signed URLs stay valid across restarts.
+//
+// Mutual TLS (`parsyn server --client-ca`): a worker's client certificate names it as "worker-<id>" (the subject CN,
+// or the first DNS subjectAltName when there is no CN: http::Request::client_identity); the worker routes and the
+// worker-bound blob URLs refuse a request whose certificate is missing or names another worker, so a stolen token
+// is useless without the worker's private key. IssueWorkerCertificate makes such a certificate from an operator's CA.
 // Functions here are safe from any thread; those touching files or the store block (call them off the loop).
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -37,5 +44,30 @@ StatusOr<std::string> BearerToken(std::string_view authorization_header);
 // Constant-time comparison of two digests (OpenSSL CRYPTO_memcmp); false when their lengths differ. Worker tokens are
 // found by their sha256 in a map: comparing digests of a guess reveals nothing of a token through timing.
 bool DigestsEqual(std::string_view a, std::string_view b);
+
+// The identity a client certificate of worker `worker_id` carries: "worker-<id>".
+std::string WorkerCertificateIdentity(int64_t worker_id);
+// The mutual-TLS check of a worker request: OK when `client_identity` (the verified certificate's identity,
+// http::Request::client_identity) is WorkerCertificateIdentity(worker_id). Unauthenticated without a certificate,
+// PermissionDenied when it names someone else; both messages say what the worker must present.
+Status CheckWorkerCertificate(const std::optional<std::string>& client_identity, int64_t worker_id);
+
+struct IssuedCertificate {
+  std::string certificate_pem;  // the worker's certificate, signed by the CA
+  std::string private_key_pem;  // its new private key (PKCS#8, unencrypted): keep it 0600
+  std::string identity;         // WorkerCertificateIdentity(worker_id), the subject CN
+  int64_t not_after_unix_s = 0;
+};
+// A new key (ECDSA P-256) and a certificate for worker `worker_id`, signed with the CA in `ca_cert_file` and
+// `ca_key_file` (PEM; the key unencrypted): CN "worker-<id>", client authentication only, valid from a few minutes
+// ago for `validity`. InvalidArgument naming the file when the CA cannot be read, is not a CA, or the key is not
+// the certificate's.
+StatusOr<IssuedCertificate> IssueWorkerCertificate(const std::filesystem::path& ca_cert_file,
+                                                   const std::filesystem::path& ca_key_file, int64_t worker_id,
+                                                   std::chrono::hours validity = std::chrono::hours(24 * 365));
+// A new self-signed CA (ECDSA P-256 key, CN `common_name`, keyCertSign): the managed workers' own CA
+// (cli/managed_workers.h). `identity` is the CN.
+StatusOr<IssuedCertificate> CreateCertificateAuthority(const std::string& common_name,
+                                                       std::chrono::hours validity = std::chrono::hours(24 * 365 * 10));
 
 }  // namespace parsyn::coordinator

@@ -1,6 +1,7 @@
 // /blobs/{key...}: GET or PUT one blob with a signed URL (http/signed_url.h), the only credential workers use for
 // weights and data. PUT is create-only and capped at the size the key's job allows. A URL bound to a worker
-// (`worker=<id>` in its signed part: signed_blob_urls.h) is refused (403) once that worker is revoked.
+// (`worker=<id>` in its signed part: signed_blob_urls.h) is refused (403) once that worker is revoked. With mutual
+// TLS (ServiceOptions::require_worker_certificates) a bound URL also needs that worker's client certificate.
 //
 // Round updates cannot starve each other's uploads (each holds an upload-pool thread while it streams): at most one
 // PUT per key is in flight (a second one gets 409 while the first runs), at most
@@ -13,6 +14,7 @@
 #include <map>
 #include <set>
 
+#include "coordinator/auth.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/loop_tools.h"
 #include "coordinator/service.h"
@@ -148,6 +150,13 @@ class BlobRoutes {
     if (worker_id && service_.WorkerRevoked(*worker_id)) {
       return PermissionDeniedError("this URL was issued to worker " + std::to_string(*worker_id) +
                                    ", which has been revoked");
+    }
+    // Mutual TLS: a bound URL only for its worker's certificate; an unbound one for any verified certificate.
+    if (service_.options().require_worker_certificates) {
+      if (worker_id) PARSYN_RETURN_IF_ERROR(CheckWorkerCertificate(req.client_identity, *worker_id));
+      if (!worker_id && !req.client_identity) {
+        return UnauthenticatedError("this coordinator requires a client certificate (mutual TLS) for /blobs");
+      }
     }
     return worker_id;
   }

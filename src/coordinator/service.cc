@@ -138,8 +138,8 @@ StatusOr<http::Router> Service::BuildRouter() {
                              .spool_dir = spool_dir(),
                              .max_upload_bytes = options_.max_upload_bytes};
   PARSYN_RETURN_IF_ERROR(
-      routes.Open(http::Method::kGet, "/healthz", [](http::Request&) -> http::Awaitable<http::Response> {
-        co_return http::Response::Json(200, {{"status", "ok"}});
+      routes.Open(http::Method::kGet, "/healthz", [this](http::Request&) -> http::Awaitable<http::Response> {
+        co_return http::Response::Json(200, {{"status", "ok"}, {"tls", options_.tls}, {"insecure", options_.insecure}});
       }));
   PARSYN_RETURN_IF_ERROR(AddDatasetRoutes(routes, context));
   PARSYN_RETURN_IF_ERROR(AddModelRoutes(routes, context));
@@ -163,6 +163,9 @@ StatusOr<int64_t> Service::AuthenticateWorker(const http::Request& req) const {
   if (it == worker_tokens_.end()) return UnauthenticatedError("invalid worker token");
   if (it->second.revoked) {
     return PermissionDeniedError("worker " + std::to_string(it->second.worker_id) + " has been revoked");
+  }
+  if (options_.require_worker_certificates) {
+    PARSYN_RETURN_IF_ERROR(CheckWorkerCertificate(req.client_identity, it->second.worker_id));
   }
   return it->second.worker_id;
 }

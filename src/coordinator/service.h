@@ -73,6 +73,13 @@ struct ServiceOptions {
   std::chrono::milliseconds upload_rate_window{30'000};
   std::chrono::milliseconds upload_rate_grace{10'000};
   std::chrono::milliseconds tick_interval{100};  // timer resolution of timeouts (aggregation, heartbeats)
+  // How the server is reached, as /healthz reports it: over TLS, or plain HTTP on a non-loopback address that the
+  // operator allowed (`parsyn server --insecure`).
+  bool tls = false;
+  bool insecure = false;
+  // Mutual TLS (`parsyn server --client-ca`): worker routes and worker-bound blob URLs need the worker's own client
+  // certificate (auth.h, CheckWorkerCertificate).
+  bool require_worker_certificates = false;
 };
 
 // A (method, pattern) the service registers; docs/openapi.yaml must describe exactly these.

@@ -172,6 +172,8 @@ Client::Client(ClientOptions options) : options_(std::move(options)) {
   transport.backoff_initial = options_.backoff_initial;
   transport.backoff_max = options_.backoff_max;
   transport.ca_file = options_.ca_file;
+  transport.client_cert_file = options_.client_cert_file;
+  transport.client_key_file = options_.client_key_file;
   transport.unreachable_hint = options_.unreachable_hint;
   transport_ = std::make_unique<net::Transport>(std::move(transport));
 }

@@ -46,7 +46,9 @@ struct ClientOptions {
   int max_attempts = 4;
   std::chrono::milliseconds backoff_initial{200};
   std::chrono::milliseconds backoff_max{5'000};
-  std::filesystem::path ca_file;           // extra CA bundle (a self-signed server certificate)
+  std::filesystem::path ca_file;           // extra trusted CAs, besides the system's (a coordinator's private CA)
+  std::filesystem::path client_cert_file;  // client certificate (PEM) for servers that ask for one (mutual TLS)
+  std::filesystem::path client_key_file;   // its private key (PEM)
   uint64_t max_response_bytes = 64 << 20;  // in-memory response bodies larger than this fail (ResourceExhausted)
   std::string unreachable_hint;            // appended to connection failures, e.g. "is `parsyn server` running?"
 };

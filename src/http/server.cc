@@ -1,5 +1,8 @@
 #include "http/server.h"
 
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -80,6 +83,41 @@ std::string FormatEvent(std::string_view event, std::string_view data, std::stri
   }
   frame += "\n";
   return frame;
+}
+
+// Who a verified client certificate names: its subject CN, else its first DNS subjectAltName. Nothing when the client
+// sent no certificate, or one that did not verify (the handshake has failed already then, but check anyway).
+std::optional<std::string> VerifiedPeerIdentity(SSL* ssl) {
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+  X509* peer = SSL_get1_peer_certificate(ssl);
+#else
+  X509* peer = SSL_get_peer_certificate(ssl);
+#endif
+  if (peer == nullptr) return std::nullopt;
+  std::unique_ptr<X509, decltype(&X509_free)> cert(peer, X509_free);
+  if (SSL_get_verify_result(ssl) != X509_V_OK) return std::nullopt;
+  auto text_of = [](const ASN1_STRING* value) -> std::optional<std::string> {
+    unsigned char* utf8 = nullptr;
+    const int n = ASN1_STRING_to_UTF8(&utf8, value);
+    if (n < 0) return std::nullopt;
+    std::string text(reinterpret_cast<char*>(utf8), static_cast<size_t>(n));
+    OPENSSL_free(utf8);
+    // An embedded NUL could make "worker-1\0..." pass for "worker-1" in C string comparisons elsewhere.
+    if (text.empty() || text.find('\0') != std::string::npos) return std::nullopt;
+    return text;
+  };
+  X509_NAME* subject = X509_get_subject_name(cert.get());
+  if (int index = X509_NAME_get_index_by_NID(subject, NID_commonName, -1); index >= 0) {
+    return text_of(X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index)));
+  }
+  auto* names = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert.get(), NID_subject_alt_name, nullptr, nullptr));
+  std::optional<std::string> identity;
+  for (int i = 0; names != nullptr && i < sk_GENERAL_NAME_num(names) && !identity; ++i) {
+    const GENERAL_NAME* name = sk_GENERAL_NAME_value(names, i);
+    if (name->type == GEN_DNS) identity = text_of(name->d.dNSName);
+  }
+  GENERAL_NAMES_free(names);
+  return identity;
 }
 
 }  // namespace
@@ -201,6 +239,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
         PARSYN_LOG_DEBUG("http: TLS handshake with {} failed: {}", remote_, ec.message());
         co_return;
       }
+      if (!opts_.tls_client_ca.empty()) client_identity_ = VerifiedPeerIdentity(stream_.native_handle());
     }
     while (!state_->is_stopping && !closed_) {
       idle_ = true;
@@ -235,6 +274,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     Request req;
     req.target = std::string(header.target());
     req.remote_address = remote_;
+    req.client_identity = client_identity_;
     for (const auto& field : header) {
       std::string name = ToLower(View(field.name_string()));
       auto [it, inserted] = req.headers.try_emplace(name, View(field.value()));
@@ -450,6 +490,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
   Stream stream_;
   beast::flat_buffer buffer_;
   std::string remote_;
+  std::optional<std::string> client_identity_;  // of the TLS handshake (Request::client_identity)
   Signal closing_;  // notified when the connection is closed from outside or the SSE client leaves
   bool idle_ = true;
   bool closed_ = false;
@@ -761,6 +802,15 @@ StatusOr<tcp::endpoint> ParseListenAddress(std::string_view listen) {
 
 }  // namespace
 
+StatusOr<bool> IsLoopbackListenAddress(std::string_view listen) {
+  PARSYN_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseListenAddress(listen));
+  const net::ip::address address = endpoint.address();
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+    return address.to_v6().to_v4().is_loopback();  // is_loopback() of a v4-mapped address checks only ::1
+  }
+  return address.is_loopback();
+}
+
 StatusOr<std::unique_ptr<Server>> Server::Start(net::io_context& io, ServerOptions options, Router router) {
   PARSYN_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseListenAddress(options.listen));
   auto state = std::make_shared<State>(io, std::move(options), std::move(router));
@@ -779,6 +829,25 @@ StatusOr<std::unique_ptr<Server>> Server::Start(net::io_context& io, ServerOptio
     if (ec) return InvalidArgumentError("TLS certificate '" + opts.tls_cert_file.string() + "': " + ec.message());
     ctx.use_private_key_file(opts.tls_key_file.string(), net::ssl::context::pem, ec);
     if (ec) return InvalidArgumentError("TLS key '" + opts.tls_key_file.string() + "': " + ec.message());
+    if (!opts.tls_client_ca.empty()) {
+      const std::string ca = opts.tls_client_ca.string();
+      ctx.load_verify_file(ca, ec);
+      if (ec) return InvalidArgumentError("client CA '" + ca + "': " + ec.message());
+      // Asked for, verified when sent, not required at the handshake: routes refuse requests without one
+      // (Request::client_identity), so the dashboard and the admin API still work from a browser.
+      ctx.set_verify_mode(net::ssl::verify_peer, ec);
+      if (ec) return InvalidArgumentError("client CA '" + ca + "': " + ec.message());
+      // The CAs named in the certificate request, so a client with several certificates picks the right one.
+      if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(ca.c_str()); names != nullptr) {
+        SSL_CTX_set_client_CA_list(ctx.native_handle(), names);
+      }
+      // Without a session id context OpenSSL refuses to resume sessions once peers are verified.
+      static constexpr unsigned char kSessionContext[] = "parsyn";
+      SSL_CTX_set_session_id_context(ctx.native_handle(), kSessionContext, sizeof(kSessionContext) - 1);
+    }
+  } else if (!opts.tls_client_ca.empty()) {
+    return InvalidArgumentError("a client CA (" + opts.tls_client_ca.string() +
+                                ") needs TLS: client certificates exist only over HTTPS; give a certificate and a key");
   }
 
   beast::error_code ec;
@@ -807,6 +876,7 @@ Server::~Server() {
 
 uint16_t Server::port() const { return state_->port; }
 bool Server::tls() const { return state_->ssl.has_value(); }
+bool Server::verifies_client_certificates() const { return !state_->options.tls_client_ca.empty(); }
 bool Server::stopping() const { return state_->is_stopping; }
 Signal& Server::stopping_signal() { return state_->stopping; }
 

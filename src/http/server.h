@@ -56,6 +56,11 @@ struct Request {
   std::string body;                   // the whole body, for routes that do not stream it
   BodyReader* body_stream = nullptr;  // the body, for routes with stream_body; null otherwise
   std::string remote_address;         // "127.0.0.1:53122"
+  // With ServerOptions::tls_client_ca: who the client's certificate names, when the client sent one that verified
+  // against those CAs (its subject CN, else its first DNS subjectAltName; one that does not verify fails the
+  // handshake). Unset otherwise (no certificate, plain HTTP): the server serves clients without a certificate, and
+  // routes that need one refuse the request themselves.
+  std::optional<std::string> client_identity;
 
   // A header's value by case-insensitive name, or "" when absent.
   std::string_view Header(std::string_view name) const;
@@ -160,6 +165,7 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:0";   // "host:port", "[::1]:port"; port 0 picks a free one (see Server::port())
   std::filesystem::path tls_cert_file;  // PEM chain; with tls_key_file set, the server speaks only HTTPS
   std::filesystem::path tls_key_file;   // PEM private key
+  std::filesystem::path tls_client_ca;  // PEM CAs: ask for and verify client certificates (Request::client_identity)
   uint64_t max_body_bytes = 1 << 20;    // default cap for buffered bodies
   uint32_t max_header_bytes = 16 << 10;
   // header_timeout counts from the connection's start or the end of the previous response: it bounds keep-alive
@@ -177,16 +183,22 @@ struct ServerOptions {
   std::chrono::seconds overload_retry_after{5};
 };
 
+// Whether `listen` ("host:port", as ServerOptions::listen) names a loopback address: 127.0.0.0/8, ::1 or localhost.
+// An empty host, 0.0.0.0 and :: (every interface) are not. InvalidArgument for a malformed address.
+StatusOr<bool> IsLoopbackListenAddress(std::string_view listen);
+
 class Server {
  public:
   // Binds, listens and starts accepting on `io`. Call before io.run() or from the io thread.
-  // Errors: InvalidArgument for a bad address or unreadable/invalid TLS files; Unavailable when binding fails.
+  // Errors: InvalidArgument for a bad address, unreadable/invalid TLS files, or a client CA without TLS; Unavailable
+  // when binding fails.
   static StatusOr<std::unique_ptr<Server>> Start(boost::asio::io_context& io, ServerOptions options, Router router);
   // Closes every socket at once (prefer Shutdown). Do not destroy the server while a handler of it is running.
   ~Server();
 
   uint16_t port() const;  // the bound port
   bool tls() const;
+  bool verifies_client_certificates() const;  // ServerOptions::tls_client_ca was given
   bool stopping() const;
 
   // Graceful shutdown: stops accepting, closes idle keep-alive connections and event streams, lets in-flight

@@ -956,5 +956,133 @@ TEST(ServerTest, TlsRoundTrip) {
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
 }
 
+TEST(ServerTest, LoopbackListenAddresses) {
+  for (const char* loopback : {"127.0.0.1:8080", "127.1.2.3:0", "localhost:80", "[::1]:8080", "[::ffff:127.0.0.1]:1"}) {
+    StatusOr<bool> is = IsLoopbackListenAddress(loopback);
+    ASSERT_TRUE(is.ok()) << loopback << ": " << is.status().ToString();
+    EXPECT_TRUE(*is) << loopback;
+  }
+  for (const char* open : {"0.0.0.0:8080", ":8080", "[::]:8080", "10.0.0.5:8080", "[2001:db8::1]:443"}) {
+    StatusOr<bool> is = IsLoopbackListenAddress(open);
+    ASSERT_TRUE(is.ok()) << open << ": " << is.status().ToString();
+    EXPECT_FALSE(*is) << open;
+  }
+  EXPECT_EQ(IsLoopbackListenAddress("no-port").status().code(), StatusCode::kInvalidArgument);
+}
+
+// Runs an openssl command line (the test's PKI); fails the test when it fails.
+void OpenSsl(const std::string& args) {
+  const std::string command = "openssl " + args + " 2>/dev/null";
+  ASSERT_EQ(std::system(command.c_str()), 0) << "the test needs the openssl command: " << command;
+}
+
+// A CA, and `leaf` signed by it (its key leaf.key, certificate leaf.pem) with the given subject and extensions.
+void MakeCa(const std::filesystem::path& dir, const std::string& name) {
+  OpenSsl("req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=" + name +
+          " -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign -keyout " +
+          (dir / (name + ".key")).string() + " -out " + (dir / (name + ".pem")).string());
+}
+void MakeLeaf(const std::filesystem::path& dir, const std::string& ca, const std::string& leaf,
+              const std::string& subject, const std::string& extensions) {
+  const std::string base = (dir / leaf).string();
+  const std::string ext_file = base + ".ext";
+  std::ofstream(ext_file) << extensions << "\n";
+  OpenSsl("req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj " + subject + " -keyout " + base +
+          ".key -out " + base + ".csr");
+  OpenSsl("x509 -req -in " + base + ".csr -CA " + (dir / (ca + ".pem")).string() + " -CAkey " +
+          (dir / (ca + ".key")).string() + " -CAcreateserial -days 1 -extfile " + ext_file + " -out " + base + ".pem");
+}
+
+// With a client CA the server asks for a certificate and hands its verified identity to the handler; a client
+// without one is still served (routes decide), and a certificate from another CA fails the handshake.
+TEST(ServerTest, ClientCertificatesAreVerifiedAndTheirIdentityReachesTheHandler) {
+  TempDir dir;
+  const std::filesystem::path d = dir.path();
+  ASSERT_NO_FATAL_FAILURE(MakeCa(d, "ca"));
+  ASSERT_NO_FATAL_FAILURE(MakeCa(d, "other-ca"));
+  ASSERT_NO_FATAL_FAILURE(MakeLeaf(d, "ca", "server", "/CN=server", "subjectAltName=IP:127.0.0.1"));
+  ASSERT_NO_FATAL_FAILURE(MakeLeaf(d, "ca", "worker-7", "/O=parsyn/CN=worker-7", "extendedKeyUsage=clientAuth"));
+  ASSERT_NO_FATAL_FAILURE(
+      MakeLeaf(d, "ca", "san-only", "/O=parsyn", "extendedKeyUsage=clientAuth\nsubjectAltName=DNS:worker-9"));
+  ASSERT_NO_FATAL_FAILURE(MakeLeaf(d, "other-ca", "forged", "/CN=worker-7", "extendedKeyUsage=clientAuth"));
+
+  Router router;
+  ASSERT_TRUE(router
+                  .Add(Method::kGet, "/whoami",
+                       [](Request& req) -> Awaitable<Response> {
+                         co_return Response::Json(
+                             200, {{"identity", req.client_identity ? nlohmann::json(*req.client_identity) : nullptr}});
+                       })
+                  .ok());
+  net::io_context io;
+  ServerOptions options;
+  options.tls_cert_file = d / "server.pem";
+  options.tls_key_file = d / "server.key";
+  options.tls_client_ca = d / "ca.pem";
+  TestServer ts(io, std::move(router), options);
+  ASSERT_TRUE(ts.server().verifies_client_certificates());
+  auto whoami = [&](const std::string& leaf) -> StatusOr<nlohmann::json> {
+    ClientOptions o = FastClient(ts.url());
+    o.max_attempts = 1;
+    o.ca_file = d / "ca.pem";
+    if (!leaf.empty()) {
+      o.client_cert_file = d / (leaf + ".pem");
+      o.client_key_file = d / (leaf + ".key");
+    }
+    PARSYN_ASSIGN_OR_RETURN(ClientResponse r, Client(o).Get("/whoami"));
+    return r.Json();
+  };
+
+  StatusOr<nlohmann::json> worker = whoami("worker-7");
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  EXPECT_EQ((*worker)["identity"], "worker-7");
+  StatusOr<nlohmann::json> san = whoami("san-only");
+  ASSERT_TRUE(san.ok()) << san.status().ToString();
+  EXPECT_EQ((*san)["identity"], "worker-9");
+  StatusOr<nlohmann::json> anonymous = whoami("");
+  ASSERT_TRUE(anonymous.ok()) << anonymous.status().ToString();
+  EXPECT_TRUE((*anonymous)["identity"].is_null()) << anonymous->dump();
+  StatusOr<nlohmann::json> forged = whoami("forged");
+  EXPECT_EQ(forged.status().code(), StatusCode::kUnavailable) << forged.status().ToString();
+
+  // The same certificate means nothing to a server without a client CA.
+  net::io_context plain_io;
+  ServerOptions no_ca = options;
+  no_ca.tls_client_ca.clear();
+  Router echo;
+  ASSERT_TRUE(echo.Add(Method::kGet, "/whoami",
+                       [](Request& req) -> Awaitable<Response> {
+                         co_return Response::Json(200, {{"has_identity", req.client_identity.has_value()}});
+                       })
+                  .ok());
+  TestServer plain(plain_io, std::move(echo), no_ca);
+  ClientOptions o = FastClient(plain.url());
+  o.ca_file = d / "ca.pem";
+  o.client_cert_file = d / "worker-7.pem";
+  o.client_key_file = d / "worker-7.key";
+  auto r = Client(o).Get("/whoami");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r->Json())["has_identity"], false);
+}
+
+TEST(ServerTest, ClientCaNeedsTlsAndAReadableFile) {
+  net::io_context io;
+  ServerOptions no_tls;
+  no_tls.tls_client_ca = "/nonexistent/ca.pem";
+  auto s = Server::Start(io, no_tls, Router());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("needs TLS"), std::string::npos) << s.status().message();
+
+  TempDir dir;
+  ASSERT_NO_FATAL_FAILURE(MakeCa(dir.path(), "ca"));
+  ServerOptions missing_ca;
+  missing_ca.tls_cert_file = dir.path() / "ca.pem";
+  missing_ca.tls_key_file = dir.path() / "ca.key";
+  missing_ca.tls_client_ca = dir.path() / "missing.pem";
+  s = Server::Start(io, missing_ca, Router());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("missing.pem"), std::string::npos) << s.status().message();
+}
+
 }  // namespace
 }  // namespace parsyn::http

@@ -1,6 +1,8 @@
 #include "net/transport.h"
 
 #include <curl/curl.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <sys/types.h>
 
 #include <algorithm>
@@ -88,6 +90,19 @@ void CollectHeader(std::string_view line, HeaderMap& headers) {
   }
 }
 
+// CURLOPT_SSL_CTX_FUNCTION: trusts the certificates in the file at `path` besides the store libcurl set up (the
+// system's). Each is a trust anchor even when it is not self-signed (X509_V_FLAG_PARTIAL_CHAIN), so the file may
+// hold a server's own certificate (pinning it) as well as a CA. The host name is still checked.
+CURLcode AddExtraCa(CURL*, void* ssl_ctx, void* path) {
+  auto* ctx = static_cast<SSL_CTX*>(ssl_ctx);
+  if (X509_STORE_load_locations(SSL_CTX_get_cert_store(ctx), static_cast<const char*>(path), nullptr) != 1) {
+    PARSYN_LOG_ERROR("cannot load the CA file {}", static_cast<const char*>(path));
+    return CURLE_SSL_CACERT_BADFILE;
+  }
+  X509_VERIFY_PARAM_set_flags(SSL_CTX_get0_param(ctx), X509_V_FLAG_PARTIAL_CHAIN);
+  return CURLE_OK;
+}
+
 // The options every transfer shares.
 void SetCommonOptions(CURL* curl, const TransportOptions& options, const std::string& url, curl_slist* headers,
                       char* error_buffer) {
@@ -100,7 +115,15 @@ void SetCommonOptions(CURL* curl, const TransportOptions& options, const std::st
   if (options.path_as_is) curl_easy_setopt(curl, CURLOPT_PATH_AS_IS, 1L);
   if (options.http_1_1) curl_easy_setopt(curl, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
   if (options.tcp_keepalive) curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
-  if (!options.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, options.ca_file.c_str());
+  if (!options.ca_file.empty()) {
+    // Added to the default store when the TLS backend is OpenSSL; elsewhere the file replaces the default bundle.
+    if (curl_easy_setopt(curl, CURLOPT_SSL_CTX_FUNCTION, &AddExtraCa) != CURLE_OK ||
+        curl_easy_setopt(curl, CURLOPT_SSL_CTX_DATA, const_cast<char*>(options.ca_file.c_str())) != CURLE_OK) {
+      curl_easy_setopt(curl, CURLOPT_CAINFO, options.ca_file.c_str());
+    }
+  }
+  if (!options.client_cert_file.empty()) curl_easy_setopt(curl, CURLOPT_SSLCERT, options.client_cert_file.c_str());
+  if (!options.client_key_file.empty()) curl_easy_setopt(curl, CURLOPT_SSLKEY, options.client_key_file.c_str());
 }
 
 std::string What(const Request& request) {

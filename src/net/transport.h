@@ -103,7 +103,14 @@ struct TransportOptions {
   std::chrono::milliseconds backoff_initial{200};
   std::chrono::milliseconds backoff_max{5'000};
   uint64_t max_error_body_bytes = uint64_t{64} << 10;  // the head kept of a non-2xx body; the rest is dropped
-  std::filesystem::path ca_file;                       // extra CA bundle (a self-signed server certificate)
+  // Extra trusted certificates (PEM), on top of the system's: a coordinator's private CA, or its own certificate
+  // (each is a trust anchor, self-signed or not), while S3 and other public endpoints still verify against the
+  // system store. Host names are checked as usual.
+  std::filesystem::path ca_file;
+  // A client certificate (PEM, with its chain) and its private key (PEM, unencrypted), presented when a server asks
+  // for one (a coordinator with --client-ca). Both or neither.
+  std::filesystem::path client_cert_file;
+  std::filesystem::path client_key_file;
   bool path_as_is = false;       // send "./" and "../" in paths as they are (S3 keys may hold them, signed as sent)
   bool http_1_1 = false;         // never negotiate HTTP/2
   bool tcp_keepalive = false;    // TCP keep-alive probes on idle pooled connections

@@ -63,10 +63,13 @@ std::string JsonSafePrefix(std::string_view text, size_t max_bytes) {
 
 // No bearer token: blob URLs are signed in their query, and the token must never reach a blob store (S3 also
 // refuses a presigned request that carries an Authorization header). Relative URLs resolve against the coordinator.
-http::ClientOptions BlobClientOptions(const std::string& server_url) {
+http::ClientOptions BlobClientOptions(const AgentOptions& agent) {
   http::ClientOptions options;
-  options.base_url = server_url;
+  options.base_url = agent.server_url;
   options.max_attempts = 3;
+  options.ca_file = agent.ca_file;
+  options.client_cert_file = agent.client_cert_file;
+  options.client_key_file = agent.client_key_file;
   return options;
 }
 
@@ -115,8 +118,11 @@ Agent::Agent(AgentOptions options, TrainerLauncher& launcher)
       client_(http::ClientOptions{.base_url = options_.server_url,
                                   .bearer_token = options_.token,
                                   .max_attempts = 3,
+                                  .ca_file = options_.ca_file,
+                                  .client_cert_file = options_.client_cert_file,
+                                  .client_key_file = options_.client_key_file,
                                   .unreachable_hint = "is `parsyn server` running?"}),
-      blob_client_(BlobClientOptions(options_.server_url)),
+      blob_client_(BlobClientOptions(options_)),
       cache_(options_.cache_dir) {}
 
 Agent::~Agent() = default;

@@ -22,7 +22,8 @@
 // once, skips its upload, and ends Run ("the coordinator refused this worker's token (revoked?): stopping").
 //
 // Blob transfers (model files, global weights, shards, the update: see update_upload.h) go through a second client
-// without the worker's token: their URLs are signed in the query (coordinator /blobs URLs or S3 presigned URLs).
+// without the worker's token: their URLs are signed in the query (coordinator /blobs URLs or S3 presigned URLs). It
+// presents the same client certificate, which a coordinator with mutual TLS also requires on /blobs.
 //
 // Threads: Run() blocks its caller and starts one heartbeat thread per session; RequestStop on the stop_source
 // behind Run's token may come from any thread (a signal watcher): it stops the trainer, says goodbye and returns.
@@ -55,6 +56,11 @@ struct AgentOptions {
   std::filesystem::path local_data;  // .csv or .jsonl for jobs whose data.source is "workers"; empty: none
   std::filesystem::path cache_dir;   // models, shards, task folders
   int trainer_threads = 0;           // parsyn-trainer's intra-op threads (0: libtorch's default)
+  // TLS: extra trusted CAs for the coordinator's certificate, and this worker's client certificate and key for a
+  // coordinator that requires them (mutual TLS); both clients (API and blobs) use them.
+  std::filesystem::path ca_file;
+  std::filesystem::path client_cert_file;
+  std::filesystem::path client_key_file;
   std::chrono::milliseconds progress_interval{2'000};
   std::chrono::milliseconds backoff_initial{500};
   std::chrono::milliseconds backoff_max{15'000};

@@ -150,8 +150,8 @@ void Server::Start() {
   pid_ = Spawn(args, out);
   ::close(out);
   // Ready when the API answers; the server has no other signal a separate process can wait on.
-  http::Client probe(
-      http::ClientOptions{.base_url = url(), .connect_timeout = std::chrono::milliseconds(500), .max_attempts = 1});
+  http::Client probe(http::ClientOptions{
+      .base_url = url(), .connect_timeout = std::chrono::milliseconds(500), .max_attempts = 1, .ca_file = ca_file_});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
     StatusOr<http::ClientResponse> r = probe.Get("/healthz");
@@ -182,8 +182,8 @@ int Server::Terminate() {
 std::string Server::admin_key() const { return Trim(ReadFile(data_dir_ / "admin-key")); }
 
 std::unique_ptr<http::Client> Server::Admin() const {
-  return std::make_unique<http::Client>(
-      http::ClientOptions{.base_url = url(), .bearer_token = admin_key(), .timeout = std::chrono::seconds(30)});
+  return std::make_unique<http::Client>(http::ClientOptions{
+      .base_url = url(), .bearer_token = admin_key(), .timeout = std::chrono::seconds(30), .ca_file = ca_file_});
 }
 
 Worker::Worker(std::string server_url, std::string token, std::string name, fs::path cache_dir,

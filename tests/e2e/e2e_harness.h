@@ -50,7 +50,12 @@ class Server {
   void Start();     // waits (bounded) until it prints that it listens; fails the test otherwise
   void Kill();      // SIGKILL, reaped
   int Terminate();  // SIGTERM, reaped: the exit status
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // The server speaks HTTPS (`extra` has --tls-cert/--tls-key for 127.0.0.1): url() is https://, and the probe and
+  // Admin() trust `ca_file`. Call before Start().
+  void UseTls(fs::path ca_file) { ca_file_ = std::move(ca_file); }
+  std::string url() const {
+    return (ca_file_.empty() ? "http://127.0.0.1:" : "https://127.0.0.1:") + std::to_string(port_);
+  }
   std::string admin_key() const;
   const fs::path& data_dir() const { return data_dir_; }
   std::unique_ptr<http::Client> Admin() const;
@@ -59,6 +64,7 @@ class Server {
   fs::path data_dir_;
   int port_;
   std::vector<std::string> extra_;
+  fs::path ca_file_;
   pid_t pid_ = -1;
 };
 

@@ -1,0 +1,335 @@
+// TLS and mutual TLS end to end: a federated tabular job run entirely over HTTPS with client certificates (a CA and a
+// server certificate made here with the openssl command, worker certificates issued by `parsyn worker register
+// --ca-cert --ca-key`), workers whose token is valid but whose certificate is missing or another worker's refused
+// (on the worker routes and on worker-bound blob URLs), managed workers that keep working under mutual TLS, and the
+// rule that plain HTTP beyond loopback needs --insecure.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "e2e_harness.h"
+#include "http/signed_url.h"
+
+namespace parsyn::e2e {
+namespace {
+
+using std::chrono::seconds;
+
+// Runs an openssl command line; fails the test when it fails.
+void OpenSsl(const std::string& args) {
+  const std::string command = "openssl " + args + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << "the test needs the openssl command: " << command;
+}
+
+std::string ReadText(const fs::path& file) {
+  std::ifstream in(file);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Waits (bounded) until `worker` has exited.
+bool WaitExited(Worker& worker, seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (worker.Exited()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+class TlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pki_ = tmp_.path() / "pki";
+    fs::create_directories(pki_);
+    // One CA signs the server's certificate (for 127.0.0.1) and, through `parsyn worker register`, the workers'.
+    ASSERT_NO_FATAL_FAILURE(
+        OpenSsl("req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
+                "-subj /CN=e2e-ca -addext basicConstraints=critical,CA:TRUE "
+                "-addext keyUsage=critical,keyCertSign -keyout " +
+                Pki("ca.key") + " -out " + Pki("ca.pem")));
+    std::ofstream(Pki("server.ext")) << "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n";
+    ASSERT_NO_FATAL_FAILURE(
+        OpenSsl("req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+                "-subj /CN=127.0.0.1 -keyout " +
+                Pki("server.key") + " -out " + Pki("server.csr")));
+    ASSERT_NO_FATAL_FAILURE(OpenSsl("x509 -req -in " + Pki("server.csr") + " -CA " + Pki("ca.pem") + " -CAkey " +
+                                    Pki("ca.key") + " -CAcreateserial -days 2 -extfile " + Pki("server.ext") +
+                                    " -out " + Pki("server.pem")));
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {
+      for (auto& w : workers_) std::fprintf(stderr, "---- %s ----\n%s\n", w->name().c_str(), w->log().c_str());
+      if (server_)
+        std::fprintf(stderr, "---- server ----\n%s\n", ReadText(server_->data_dir().string() + ".log").c_str());
+    }
+    workers_.clear();
+  }
+
+  std::string Pki(const std::string& name) const { return (pki_ / name).string(); }
+
+  // `parsyn server` over HTTPS with mutual TLS for workers (plus `extra` flags).
+  void StartServer(std::vector<std::string> extra = {}) {
+    std::vector<std::string> flags = {"--tls-cert",      Pki("server.pem"), "--tls-key",
+                                      Pki("server.key"), "--client-ca",     Pki("ca.pem")};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    server_ = std::make_unique<Server>(tmp_.path() / "server", FreePort(), flags);
+    server_->UseTls(pki_ / "ca.pem");
+    server_->Start();
+    admin_ = server_->Admin();
+  }
+
+  // Registers a worker with `parsyn worker register`, which also issues its certificate into pki/certs.
+  Registered RegisterWithCertificate(const std::string& name) {
+    CommandResult r = RunParsyn({"worker", "register", "--server", server_->url(), "--api-key", server_->admin_key(),
+                                 "--ca-file", Pki("ca.pem"), "--name", name, "--ca-cert", Pki("ca.pem"), "--ca-key",
+                                 Pki("ca.key"), "--cert-out", Pki("certs")});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::smatch id, token;
+    if (!std::regex_search(r.output, id, std::regex("worker (\\d+) '")) ||
+        !std::regex_search(r.output, token, std::regex("token \\(shown once[^)]*\\): (\\S+)"))) {
+      ADD_FAILURE() << "unexpected output of worker register: " << r.output;
+      return {};
+    }
+    return {std::stoll(id[1]), token[1]};
+  }
+  fs::path Cert(int64_t id) const { return pki_ / "certs" / ("worker-" + std::to_string(id) + ".pem"); }
+  fs::path Key(int64_t id) const { return pki_ / "certs" / ("worker-" + std::to_string(id) + ".key"); }
+
+  Worker& StartWorker(const Registered& r, const std::string& name, std::vector<std::string> flags) {
+    workers_.push_back(std::make_unique<Worker>(server_->url(), r.token, name, tmp_.path() / ("cache-" + name), flags));
+    workers_.back()->Start();
+    return *workers_.back();
+  }
+  std::vector<std::string> TlsFlags(int64_t cert_of) const {
+    return {"--ca-file", Pki("ca.pem"), "--cert", Cert(cert_of).string(), "--key", Key(cert_of).string()};
+  }
+
+  // worker id -> status, from the admin API.
+  std::map<int64_t, std::string> WorkerStatuses() {
+    std::map<int64_t, std::string> statuses;
+    StatusOr<http::ClientResponse> res = admin_->Get("/api/v1/workers");
+    StatusOr<json> body = res.ok() ? res->Json() : StatusOr<json>(res.status());
+    if (!body.ok()) return statuses;
+    for (const json& w : (*body)["workers"]) statuses[w["id"].get<int64_t>()] = w["status"];
+    return statuses;
+  }
+  bool WaitOnline(const std::vector<int64_t>& ids) {
+    const auto deadline = std::chrono::steady_clock::now() + seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::map<int64_t, std::string> statuses = WorkerStatuses();
+      if (std::all_of(ids.begin(), ids.end(),
+                      [&](int64_t id) { return statuses.count(id) > 0 && statuses[id] != "offline"; })) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+
+  // A client of the worker protocol with `token`, presenting the certificate of worker `cert_of` (0: none).
+  std::unique_ptr<http::Client> WorkerClient(const std::string& token, int64_t cert_of) const {
+    http::ClientOptions options{.base_url = server_->url(), .bearer_token = token, .max_attempts = 1};
+    options.ca_file = pki_ / "ca.pem";
+    if (cert_of > 0) {
+      options.client_cert_file = Cert(cert_of);
+      options.client_key_file = Key(cert_of);
+    }
+    return std::make_unique<http::Client>(options);
+  }
+
+  TempDir tmp_;
+  fs::path pki_;
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<http::Client> admin_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+TEST_F(TlsTest, FederatedJobOverMutualTlsRefusesTokensWithoutTheirWorkersCertificate) {
+  ASSERT_NO_FATAL_FAILURE(StartServer());
+  StatusOr<http::ClientResponse> health = admin_->Get("/healthz");
+  ASSERT_TRUE(health.ok()) << health.status().ToString();
+  EXPECT_EQ(*health->Json(), json({{"status", "ok"}, {"tls", true}, {"insecure", false}}));
+
+  // The model and data, uploaded over TLS by an admin client that has no client certificate.
+  WriteSeparableCsv(tmp_.path() / "points.csv", 400);
+  CommandResult init =
+      RunParsyn({"model", "init", "--architecture", "mlp", "--data", (tmp_.path() / "points.csv").string(),
+                 "--hidden-sizes", "16", "--out", (tmp_.path() / "model").string(), "--seed", "5"});
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  const int64_t model_id = UploadModel(*admin_, tmp_.path() / "model", "points-mlp");
+  const int64_t dataset_id = UploadDataset(*admin_, tmp_.path() / "points.csv");
+  ASSERT_GT(model_id, 0);
+  ASSERT_GT(dataset_id, 0);
+
+  const Registered w0 = RegisterWithCertificate("w0");
+  const Registered w1 = RegisterWithCertificate("w1");
+  const Registered no_cert = RegisterWithCertificate("thief-without-cert");
+  const Registered wrong_cert = RegisterWithCertificate("thief-with-w0-cert");
+  ASSERT_GT(w0.id, 0);
+  ASSERT_GT(w1.id, 0);
+  struct stat key_stat {};
+  ASSERT_EQ(::stat(Key(w0.id).c_str(), &key_stat), 0);
+  EXPECT_EQ(key_stat.st_mode & 0777, 0600u) << "the worker's private key must be private";
+
+  StartWorker(w0, "w0", TlsFlags(w0.id));
+  StartWorker(w1, "w1", TlsFlags(w1.id));
+  // Valid tokens, but one worker presents no certificate and the other presents w0's: both are refused at hello
+  // and stop with the coordinator's reason.
+  Worker& without = StartWorker(no_cert, "thief-without-cert", {"--ca-file", Pki("ca.pem")});
+  Worker& foreign = StartWorker(wrong_cert, "thief-with-w0-cert", TlsFlags(w0.id));
+  ASSERT_TRUE(WaitOnline({w0.id, w1.id})) << "the workers with their own certificates did not say hello";
+  ASSERT_TRUE(WaitExited(without, seconds(60)));
+  ASSERT_TRUE(WaitExited(foreign, seconds(60)));
+  EXPECT_TRUE(Contains(without.log(), "requires a client certificate from workers")) << without.log();
+  EXPECT_TRUE(Contains(foreign.log(), "the client certificate is for 'worker-" + std::to_string(w0.id) +
+                                          "', but this token belongs to 'worker-" + std::to_string(wrong_cert.id)))
+      << foreign.log();
+
+  const json spec = {{"name", "e2e-mtls"},
+                     {"dataset_id", dataset_id},
+                     {"model_id", model_id},
+                     {"config",
+                      {{"batch_size", 16},
+                       {"learning_rate", 0.01},
+                       {"use_peft", false},
+                       {"label_column", "label"},
+                       {"lr_scheduler", "constant"},
+                       {"validation_fraction", 0.15},
+                       {"seed", 7}}},
+                     {"distributed",
+                      {{"enabled", true},
+                       {"num_rounds", 2},
+                       {"steps_per_round", 20},
+                       {"min_workers", 2},
+                       {"max_workers", 2},
+                       {"aggregation_timeout", 120},
+                       {"fault_tolerance", 1}}},
+                     {"worker_selection", {{"mode", "own"}, {"worker_ids", {w0.id, w1.id}}}}};
+  const int64_t job_id = CreateJob(*admin_, spec);
+  ASSERT_GT(job_id, 0);
+  json job = WaitForJobEnd(*admin_, job_id, seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+
+  // Every committed round counts exactly the two certified workers' updates.
+  int committed = 0;
+  json last_round;
+  for (const json& r : Rounds(*admin_, job_id)) {
+    if (r["outcome"] != "committed" || r["round"].get<int>() < 1) continue;
+    committed++;
+    last_round = r;
+    std::set<int64_t> accepted;
+    for (const json& u : r["updates"]) {
+      if (u["status"] == "accepted") accepted.insert(u["worker_id"].get<int64_t>());
+    }
+    EXPECT_EQ(accepted, (std::set<int64_t>{w0.id, w1.id})) << r.dump();
+  }
+  EXPECT_EQ(committed, 2);
+  std::map<int64_t, std::string> statuses = WorkerStatuses();
+  EXPECT_EQ(statuses[no_cert.id], "offline");
+  EXPECT_EQ(statuses[wrong_cert.id], "offline");
+
+  // The worker routes, called directly: w1's token needs w1's certificate.
+  const json hello = {{"name", "probe"}, {"device", "cpu"}};
+  StatusOr<http::ClientResponse> bare = WorkerClient(w1.token, 0)->PostJson("/api/v1/worker/hello", hello);
+  EXPECT_EQ(bare.status().code(), StatusCode::kUnauthenticated) << bare.status().ToString();
+  StatusOr<http::ClientResponse> other = WorkerClient(w1.token, w0.id)->PostJson("/api/v1/worker/hello", hello);
+  EXPECT_EQ(other.status().code(), StatusCode::kPermissionDenied) << other.status().ToString();
+
+  // A blob URL bound to w1 (signed here with the server's secret, as its tasks carry them) serves w1's certificate
+  // only.
+  ASSERT_FALSE(last_round.is_null());
+  char prefix[96];
+  std::snprintf(prefix, sizeof(prefix), "jobs/%lld/rounds/%06d-a%d", static_cast<long long>(job_id),
+                last_round["round"].get<int>(), last_round["attempt"].get<int>());
+  const std::string key = std::string(prefix) + "/global.safetensors";
+  std::string secret = ReadText(server_->data_dir() / "url-signing-secret");
+  while (!secret.empty() && (secret.back() == '\n' || secret.back() == ' ')) secret.pop_back();
+  const int64_t expires =
+      std::chrono::duration_cast<seconds>(std::chrono::system_clock::now().time_since_epoch()).count() + 600;
+  const std::string url = "/blobs/" + key + "?worker=" + std::to_string(w1.id) + "&" +
+                          http::SignUrl(secret, "GET", key + "\nworker " + std::to_string(w1.id), expires);
+  StatusOr<http::ClientResponse> own = WorkerClient("", w1.id)->Get(url);
+  EXPECT_TRUE(own.ok()) << own.status().ToString();
+  StatusOr<http::ClientResponse> foreign_blob = WorkerClient("", w0.id)->Get(url);
+  EXPECT_EQ(foreign_blob.status().code(), StatusCode::kPermissionDenied) << foreign_blob.status().ToString();
+  StatusOr<http::ClientResponse> anonymous_blob = WorkerClient("", 0)->Get(url);
+  EXPECT_EQ(anonymous_blob.status().code(), StatusCode::kUnauthenticated) << anonymous_blob.status().ToString();
+}
+
+// Managed workers need nothing set up by hand under mutual TLS: the server issues their certificates.
+TEST_F(TlsTest, ManagedWorkersComeOnlineUnderMutualTls) {
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--managed-workers", "1"}));
+  const auto deadline = std::chrono::steady_clock::now() + seconds(60);
+  bool online = false;
+  while (!online && std::chrono::steady_clock::now() < deadline) {
+    StatusOr<http::ClientResponse> res = admin_->Get("/api/v1/workers");
+    StatusOr<json> body = res.ok() ? res->Json() : StatusOr<json>(res.status());
+    if (body.ok()) {
+      for (const json& w : (*body)["workers"]) online = online || (w["kind"] == "managed" && w["status"] != "offline");
+    }
+    if (!online) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(online) << ReadText(server_->data_dir().string() + ".log");
+}
+
+// Plain HTTP on an address other machines reach needs --insecure, which the server then reports.
+TEST_F(TlsTest, PlainHttpBeyondLoopbackNeedsInsecure) {
+  const fs::path data_dir = tmp_.path() / "plain";
+  CommandResult refused = RunParsyn({"server", "--data-dir", data_dir.string(), "--listen", "0.0.0.0:0"}, seconds(60));
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_TRUE(Contains(refused.output, "refusing to serve plain HTTP on 0.0.0.0:0")) << refused.output;
+  EXPECT_TRUE(Contains(refused.output, "--insecure")) << refused.output;
+
+  CommandResult no_tls_ca =
+      RunParsyn({"server", "--data-dir", data_dir.string(), "--client-ca", Pki("ca.pem")}, seconds(60));
+  EXPECT_EQ(no_tls_ca.exit_code, 2) << no_tls_ca.output;
+  EXPECT_TRUE(Contains(no_tls_ca.output, "--client-ca needs --tls-cert")) << no_tls_ca.output;
+
+  // With --insecure it starts, warns, and says so in /healthz.
+  const int port = FreePort();
+  const fs::path log = tmp_.path() / "insecure.log";
+  const std::string listen = "0.0.0.0:" + std::to_string(port);
+  const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(out, 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out, STDOUT_FILENO);
+    ::dup2(out, STDERR_FILENO);
+    ::execl(PARSYN_BIN, PARSYN_BIN, "server", "--data-dir", data_dir.c_str(), "--listen", listen.c_str(), "--insecure",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out);
+  ASSERT_GT(pid, 0);
+  http::Client probe(http::ClientOptions{.base_url = "http://127.0.0.1:" + std::to_string(port), .max_attempts = 1});
+  StatusOr<http::ClientResponse> health = UnavailableError("not asked yet");
+  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+  while (!health.ok() && std::chrono::steady_clock::now() < deadline) {
+    health = probe.Get("/healthz");
+    if (!health.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(health.ok()) << health.status().ToString() << "\n" << ReadText(log);
+  EXPECT_EQ(*health->Json(), json({{"status", "ok"}, {"tls", false}, {"insecure", true}}));
+  EXPECT_TRUE(Contains(ReadText(log), "WARNING: --insecure")) << ReadText(log);
+}
+
+}  // namespace
+}  // namespace parsyn::e2e
