@@ -100,6 +100,17 @@ bool IsTaskName(std::string_view id) {
   });
 }
 
+// A checksum field of a task: required, 64 lowercase hex digits.
+std::string Sha256Field(JsonFields& f, std::string_view name, bool required) {
+  std::optional<std::string> value = f.String(name, required, 64);
+  if (!value) return "";
+  if (!IsSha256Hex(*value)) {
+    f.AddProblem(f.Quoted(name) + " must be 64 lowercase hex digits (a sha256), got '" + *value + "'");
+    return "";
+  }
+  return *value;
+}
+
 HttpHeaders ToHeaders(const std::vector<std::pair<std::string, std::string>>& pairs) {
   return HttpHeaders(pairs.begin(), pairs.end());
 }
@@ -134,6 +145,11 @@ std::optional<UpdateUpload> ReadUpdateUpload(JsonFields& task) {
 }
 
 }  // namespace
+
+bool IsSha256Hex(std::string_view text) {
+  return text.size() == 64 &&
+         std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
 
 // --- hello ---------------------------------------------------------------------------------------------------------
 
@@ -275,7 +291,7 @@ StatusOr<Task> ParseTask(const json& body) {
   t.deadline_unix_ms = f.Int("deadline_unix_ms", false, 0, kMaxInt).value_or(0);
   if (std::optional<JsonFields> g = Nested(f, "global_weights", true)) {
     t.global_weights.url = g->String("url", true, kMaxUrlBytes).value_or("");
-    t.global_weights.sha256 = g->String("sha256", true, 64).value_or("");
+    t.global_weights.sha256 = Sha256Field(*g, "sha256", true);
     t.global_weights.size_bytes = g->Uint64("size_bytes", false).value_or(0);
     t.global_weights.round = static_cast<int>(g->Int("round", false, 0, kMaxRound).value_or(0));
     f.Absorb(*g);
@@ -291,8 +307,10 @@ StatusOr<Task> ParseTask(const json& body) {
     t.data.format = d->String("format", false, 16).value_or("");
     t.data.kind = d->String("kind", false, 64, /*allow_empty=*/true).value_or("");
     t.data.train_url = d->String("train_url", false, kMaxUrlBytes).value_or("");
+    t.data.train_sha256 = Sha256Field(*d, "train_sha256", !t.data.train_url.empty());
     t.data.train_rows = d->Int("train_rows", false, 0, kMaxInt).value_or(0);
     t.data.validation_url = d->String("validation_url", false, kMaxUrlBytes).value_or("");
+    t.data.validation_sha256 = Sha256Field(*d, "validation_sha256", !t.data.validation_url.empty());
     t.data.validation_rows = d->Int("validation_rows", false, 0, kMaxInt).value_or(0);
     f.Absorb(*d);
   }
@@ -306,7 +324,7 @@ StatusOr<Task> ParseTask(const json& body) {
       TaskModelFile mf;
       mf.path = file.String("path", true, 1024).value_or("");
       mf.url = file.String("url", true, kMaxUrlBytes).value_or("");
-      mf.sha256 = file.String("sha256", true, 64).value_or("");
+      mf.sha256 = Sha256Field(file, "sha256", true);
       mf.size_bytes = file.Uint64("size_bytes", false).value_or(0);
       m->Absorb(file);
       t.model.files.push_back(std::move(mf));
@@ -362,19 +380,22 @@ json TaskToJson(const Task& t) {
         {"size_bytes", t.global_weights.size_bytes},
         {"round", t.global_weights.round}}},
       {"data_source", DataSourceName(t.data_source)},
-      {"data",
-       {{"format", t.data.format},
-        {"kind", t.data.kind},
-        {"train_url", t.data.train_url},
-        {"train_rows", t.data.train_rows},
-        {"validation_url", t.data.validation_url},
-        {"validation_rows", t.data.validation_rows}}},
+      {"data", {{"kind", t.data.kind}, {"train_rows", t.data.train_rows}, {"validation_rows", t.data.validation_rows}}},
       {"model",
        {{"id", t.model.id},
         {"name", t.model.name},
         {"model_type", t.model.model_type},
         {"files", TaskModelFilesToJson(t.model.files)}}},
   };
+  // Absent rather than empty: the reader refuses empty strings there.
+  json& data = out["data"];
+  for (const auto& [name, value] : {std::pair<const char*, const std::string&>{"format", t.data.format},
+                                    {"train_url", t.data.train_url},
+                                    {"train_sha256", t.data.train_sha256},
+                                    {"validation_url", t.data.validation_url},
+                                    {"validation_sha256", t.data.validation_sha256}}) {
+    if (!value.empty()) data[name] = value;
+  }
   if (t.data_source == DataSource::kWorkers) out["data"] = json::object();  // the worker's own file: no URLs
   if (t.update_upload) out["update_upload"] = UpdateUploadToJson(*t.update_upload);
   return out;
