@@ -203,10 +203,11 @@ StatusOr<HelloAnswer> ParseHelloAnswer(const json& body) {
 }
 
 json HelloAnswerToJson(const HelloAnswer& a) {
-  json out = {{"worker_id", a.worker_id},
-              {"session_id", a.session_id},
+  json out = {{"session_id", a.session_id},
               {"heartbeat_interval_ms", a.heartbeat_interval_ms},
               {"max_poll_wait_ms", a.max_poll_wait_ms}};
+  // 0: not said (the reader's default); written, it would be refused (fuzz_worker_task found it).
+  if (a.worker_id > 0) out["worker_id"] = a.worker_id;
   if (a.heartbeat_timeout_ms > 0) out["heartbeat_timeout_ms"] = a.heartbeat_timeout_ms;
   return out;
 }
@@ -314,6 +315,8 @@ StatusOr<Task> ParseTask(const json& body) {
     t.data.validation_rows = d->Int("validation_rows", false, 0, kMaxInt).value_or(0);
     f.Absorb(*d);
   }
+  // A task over the workers' own data has no shard: whatever `data` holds is not read (and not written back).
+  if (t.data_source == DataSource::kWorkers) t.data = TaskData{};
   if (std::optional<JsonFields> m = Nested(f, "model", true)) {
     t.model.id = m->Int("id", false, 0, kMaxInt).value_or(0);
     t.model.name = m->String("name", false, 256, /*allow_empty=*/true).value_or("");

@@ -142,6 +142,14 @@ TEST(TaskMessageTest, SaysWhereItsDataComesFrom) {
   ASSERT_TRUE(workers.ok()) << workers.status().ToString();
   EXPECT_EQ(workers->data_source, DataSource::kWorkers);
   EXPECT_EQ(TaskToJson(*workers).dump(), task.dump());
+  // Its writer leaves `data` empty, so its reader keeps nothing of it either: what is read is what is written back
+  // (fuzz_worker_task's invariant).
+  task["data"] = {{"format", "csv"}, {"train_rows", 5}};
+  workers = ParseTask(task);
+  ASSERT_TRUE(workers.ok()) << workers.status().ToString();
+  EXPECT_EQ(workers->data, TaskData{});
+  EXPECT_EQ(*ParseTask(TaskToJson(*workers)), *workers);
+  task["data"] = json::object();
   // A coordinator from before data sources sends none: the platform's shard.
   task.erase("data_source");
   EXPECT_EQ(ParseTask(task)->data_source, DataSource::kPlatform);
@@ -205,6 +213,9 @@ TEST(HelloTest, RoundTripsAndAcceptsAnEmptyBody) {
   ASSERT_TRUE(minimal.ok());
   EXPECT_EQ(minimal->heartbeat_interval_ms, 5'000);
   EXPECT_EQ(minimal->max_poll_wait_ms, 30'000);
+  // Found by fuzz_worker_task: an answer without a worker id was written back with worker_id 0, which the reader
+  // refuses. Every accepted message reads the same after its writer.
+  EXPECT_EQ(*ParseHelloAnswer(HelloAnswerToJson(*minimal)), *minimal);
   EXPECT_EQ(ParseHelloAnswer(json::object()).status().message(), "missing field 'session_id'");
 }
 
