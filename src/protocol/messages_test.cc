@@ -275,6 +275,14 @@ TEST(ResultTest, RoundTripsAndRejectsUnknownFields) {
   EXPECT_FALSE(ResultToJson(evaluated).contains("blob_key"));
   EXPECT_FALSE(ResultToJson(evaluated).contains("train_loss"));
   EXPECT_EQ(*ParseResult(ResultToJson(evaluated).dump()), evaluated);
+  // Found by fuzz_route_bodies: an update without a sha256 was written back with "sha256": "", which the reader
+  // refuses; and a sha256 without a blob key was dropped.
+  Result unhashed = r;
+  unhashed.sha256.clear();
+  EXPECT_EQ(*ParseResult(ResultToJson(unhashed).dump()), unhashed);
+  Result hash_only = evaluated;
+  hash_only.sha256 = std::string(64, 'e');
+  EXPECT_EQ(*ParseResult(ResultToJson(hash_only).dump()), hash_only);
   json spoofed = ResultToJson(r);
   spoofed["worker_id"] = 9;
   EXPECT_EQ(ParseResult(spoofed.dump()).status().message(), "unknown field 'worker_id'");
