@@ -1,5 +1,6 @@
 #include "coordinator/api_json.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -37,6 +38,65 @@ Status ValidateModelFilePath(std::string_view path) {
     start = slash + 1;
   }
   return Status::Ok();
+}
+
+Status ValidateUploadId(std::string_view id) {
+  bool ok = id.size() == 32 &&
+            std::all_of(id.begin(), id.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  if (!ok) return InvalidArgumentError("upload id '" + std::string(id.substr(0, 64)) + "' is not 32 hex digits");
+  return Status::Ok();
+}
+
+std::string UploadKey(std::string_view id) { return "uploads/" + std::string(id); }
+
+StatusOr<storage::Model> ParseModelBody(std::string_view body) {
+  PARSYN_ASSIGN_OR_RETURN(JsonFields fields, JsonFields::Parse(body, {"name", "files"}));
+  std::optional<std::string> name = fields.String("name", true);
+  std::optional<json> files = fields.Object("files", true);
+  storage::Model model{.name = name.value_or("")};
+  if (files) {
+    if (files->empty()) fields.AddProblem("'files' must name at least config.json or tabular_model.json");
+    for (const auto& [path, upload] : files->items()) {
+      Status path_ok = ValidateModelFilePath(path);
+      if (!path_ok.ok()) {
+        fields.AddProblem("files: " + path_ok.message());
+        continue;
+      }
+      if (!upload.is_string()) {
+        fields.AddProblem("files['" + path + "'] must be an upload id string");
+        continue;
+      }
+      Status id_ok = ValidateUploadId(upload.get<std::string>());
+      if (!id_ok.ok()) {
+        fields.AddProblem("files['" + path + "']: " + id_ok.message());
+        continue;
+      }
+      model.files.push_back({.path = path, .blob_key = UploadKey(upload.get<std::string>())});
+    }
+    // A language model is described by config.json; a tabular model (trainer/tabular_model.h) by
+    // tabular_model.json, whose standardisation and class mapping every worker of a job then shares.
+    if (!files->contains("config.json") && !files->contains("tabular_model.json")) {
+      fields.AddProblem("files must include config.json (language model) or tabular_model.json (tabular model)");
+    }
+  }
+  PARSYN_RETURN_IF_ERROR(fields.status());
+  return model;
+}
+
+StatusOr<WorkerRegistration> ParseWorkerRegistration(std::string_view body) {
+  PARSYN_ASSIGN_OR_RETURN(JsonFields fields, JsonFields::Parse(body, {"name", "kind"}));
+  WorkerRegistration registration;
+  registration.name = fields.String("name", true).value_or("");
+  if (std::optional<std::string> kind = fields.String("kind", false)) {
+    StatusOr<storage::WorkerKind> k = storage::ParseWorkerKind(*kind);
+    if (!k.ok()) {
+      fields.AddProblem("'kind': " + k.status().message());
+    } else {
+      registration.kind = *k;
+    }
+  }
+  PARSYN_RETURN_IF_ERROR(fields.status());
+  return registration;
 }
 
 json DatasetJson(const storage::Dataset& d) {

@@ -27,6 +27,23 @@ StatusOr<int64_t> ParseId(std::string_view text, std::string_view what);
 // OK for a model file path: '/'-separated segments of [A-Za-z0-9._-], none empty, "." or "..", at most 256 bytes.
 Status ValidateModelFilePath(std::string_view path);
 
+// A staged upload's id: 32 lowercase hex digits (InvalidArgument naming it otherwise), and its blob key.
+Status ValidateUploadId(std::string_view id);
+std::string UploadKey(std::string_view id);  // "uploads/<id>"
+
+// The body of POST /api/v1/models: {"name", "files": {path: upload id}}: the model's name and files (blob keys of
+// the staged uploads, not yet looked up). InvalidArgument listing every problem.
+StatusOr<storage::Model> ParseModelBody(std::string_view body);
+
+// The body of POST /api/v1/workers: {"name", "kind": "own" | "managed" (default own)}. InvalidArgument listing
+// every problem.
+struct WorkerRegistration {
+  std::string name;
+  storage::WorkerKind kind = storage::WorkerKind::kOwn;
+  friend bool operator==(const WorkerRegistration&, const WorkerRegistration&) = default;
+};
+StatusOr<WorkerRegistration> ParseWorkerRegistration(std::string_view body);
+
 nlohmann::json DatasetJson(const storage::Dataset& d);
 nlohmann::json ModelJson(const storage::Model& m);
 nlohmann::json WorkerJson(const storage::Worker& w);  // never includes the token hash

@@ -118,6 +118,14 @@ http::Awaitable<Status> JobRunner::Resync() {
   pending_global_.reset();
   auto loading = LoadCheckpoint("a store error during the attempt: " + resync_reason_);  // kCoAwaitTemporaries
   StatusOr<EngineCheckpoint> checkpoint = co_await std::move(loading);
+  if (!checkpoint.ok() && checkpoint.status().code() == StatusCode::kDataLoss) {
+    // The committed global no longer matches its record: retrying cannot help, and training on it is refused.
+    PARSYN_LOG_ERROR("training job {}: {}", job_.id, checkpoint.status().ToString());
+    auto ended = OnJobEnded(JobStatus::kFailed, checkpoint.status().message());  // kCoAwaitTemporaries
+    Status s = co_await std::move(ended);
+    if (!s.ok()) PARSYN_LOG_WARN("training job {}: {}", job_.id, s.ToString());
+    co_return checkpoint.status();
+  }
   if (!checkpoint.ok()) {
     resync_after_ = host_.clock().Now() + kResyncRetryInterval;
     co_return checkpoint.status().WithContext("reloading the job after a store error");

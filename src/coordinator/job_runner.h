@@ -126,7 +126,12 @@ class JobRunner {
 
   http::Awaitable<Status> Setup();
   http::Awaitable<Status> Resume();
+  // Loads the global weights of `key`, checking their bytes against `sha256` (the metadata store's record; empty:
+  // none): DataLoss naming the blob, the expected and the actual sha256 on a mismatch.
   http::Awaitable<Status> LoadGlobal(std::string_view key, std::string_view sha256);
+  // The starting global's key (set in *key) and the sha256 it must have: the model file's recorded one, or for a
+  // PEFT job that of the deterministic initial adapters (empty when they cannot be made: the load then says why).
+  std::string InitialGlobalSha256(std::string* key) const;
   // Reloads the job from the store (model, dataset, shards, job, global of the last committed round), failing the
   // attempt still running there with the reason given, and returns the engine checkpoint to resume from.
   http::Awaitable<StatusOr<EngineCheckpoint>> LoadCheckpoint(std::string running_attempt_failure);
@@ -189,6 +194,7 @@ class JobRunner {
   storage::Model model_;
   storage::Dataset dataset_;
   std::vector<storage::Shard> shards_;
+  std::vector<std::string> validation_sha256_;  // by shard index: each shard's validation file's (tasks carry it)
   // The latest committed global (round committed_round; 0: the initial weights).
   std::string global_key_;
   std::string global_sha256_;

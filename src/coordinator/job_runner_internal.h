@@ -21,6 +21,11 @@ inline std::string_view DatasetExtension(storage::DatasetFormat format) {
   return format == storage::DatasetFormat::kCsv ? "csv" : "jsonl";
 }
 
+// The key of a shard's validation file, beside its training file (job_setup.cc writes both).
+inline std::string ValidationKey(const storage::Shard& shard, storage::DatasetFormat format) {
+  return shard.blob_key.substr(0, shard.blob_key.rfind('/')) + "/validation." + std::string(DatasetExtension(format));
+}
+
 inline StatusOr<storage::BlobInfo> PutBytes(storage::BlobStore& blobs, const std::string& key, std::string bytes) {
   storage::StringByteSource source(std::move(bytes));
   StatusOr<storage::BlobInfo> info = blobs.Put(key, source);

@@ -18,6 +18,8 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -30,11 +32,13 @@
 #include "base/testing/temp_dir.h"
 #include "coordinator/loop_tools.h"
 #include "storage/byte_source.h"
+#include "storage/directory_blob_store.h"
 #include "storage/disk_full.h"
 #include "storage/faulty_metadata_store.h"
 #include "storage/memory_blob_store.h"
 #include "storage/sqlite_store.h"
 #include "weights/safetensors.h"
+#include "weights/sha256.h"
 
 namespace parsyn::coordinator {
 namespace {
@@ -155,8 +159,14 @@ class JobFixture {
  public:
   // `distributed` entries override the job's (e.g. num_rounds, early_stopping); own_data: a job whose data.source is
   // "workers" (no dataset; the workers report their own sample counts).
-  explicit JobFixture(json distributed = json::object(), bool own_data = false)
+  // directory_blobs: the blobs live in a DirectoryBlobStore (files a test can change on disk) instead of memory.
+  explicit JobFixture(json distributed = json::object(), bool own_data = false, bool directory_blobs = false)
       : distributed_(std::move(distributed)), own_data_(own_data) {
+    if (directory_blobs) {
+      auto store = storage::DirectoryBlobStore::Open(dir_.path() / "blobs");
+      EXPECT_TRUE(store.ok()) << store.status().ToString();
+      if (store.ok()) blob_store_ = std::move(*store);
+    }
     Init();
   }
   ~JobFixture() {
@@ -168,7 +178,7 @@ class JobFixture {
     auto sqlite = storage::SqliteMetadataStore::Open(":memory:");
     ASSERT_TRUE(sqlite.ok()) << sqlite.status().ToString();
     store_ = std::make_unique<storage::FaultyMetadataStore>(std::move(*sqlite));
-    host_ = std::make_unique<FakeHost>(io_, *store_, blobs_, clock_, dir_.path());
+    host_ = std::make_unique<FakeHost>(io_, *store_, *blob_store_, clock_, dir_.path());
 
     std::string csv = "x,label\n";
     for (int i = 0; i < kRows; ++i) csv += std::to_string(i) + "," + std::to_string(i % 2) + "\n";
@@ -234,7 +244,7 @@ class JobFixture {
 
   storage::BlobInfo Put(const std::string& key, std::string bytes) {
     storage::StringByteSource source(std::move(bytes));
-    StatusOr<storage::BlobInfo> info = blobs_.Put(key, source);
+    StatusOr<storage::BlobInfo> info = blob_store_->Put(key, source);
     EXPECT_TRUE(info.ok()) << info.status().ToString();
     return info.ok() ? *info : storage::BlobInfo{};
   }
@@ -326,7 +336,7 @@ class JobFixture {
   }
 
   std::vector<std::byte> ReadBlob(const std::string& key) {
-    StatusOr<std::unique_ptr<storage::ByteSource>> source = blobs_.Get(key);
+    StatusOr<std::unique_ptr<storage::ByteSource>> source = blob_store_->Get(key);
     EXPECT_TRUE(source.ok()) << key << ": " << source.status().ToString();
     std::vector<std::byte> out;
     if (!source.ok()) return out;
@@ -379,7 +389,7 @@ class JobFixture {
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> guard_ = boost::asio::make_work_guard(io_);
   test_support::TempDir dir_{"parsyn-job-runner"};
   FakeClock clock_;
-  storage::MemoryBlobStore blobs_;
+  std::unique_ptr<storage::BlobStore> blob_store_ = std::make_unique<storage::MemoryBlobStore>();
   std::unique_ptr<storage::FaultyMetadataStore> store_;
   std::unique_ptr<FakeHost> host_;
   std::unique_ptr<JobRunner> runner_;
@@ -604,7 +614,7 @@ TEST(JobRunnerTest, JobOverTheWorkersOwnDataWeighsTheirReportedSamples) {
     ASSERT_TRUE(shards.ok());
     ASSERT_EQ(shards->size(), 2u);
     for (const storage::Shard& s : *shards) EXPECT_EQ(s.blob_key, "") << "a slot, without data";
-    EXPECT_TRUE(f.blobs_.List("jobs/" + std::to_string(f.job_id_) + "/shards/")->empty());
+    EXPECT_TRUE(f.blob_store_->List("jobs/" + std::to_string(f.job_id_) + "/shards/")->empty());
     if (restart_after > 0) {
       ASSERT_TRUE(f.Drive([&] { return f.StoredJob().committed_round >= restart_after; }));
       ASSERT_TRUE(f.StartRunner().ok());
@@ -636,6 +646,48 @@ TEST(JobRunnerTest, JobOverTheWorkersOwnDataWeighsTheirReportedSamples) {
     }
     EXPECT_EQ(warnings, 1) << "once per job, also across a restart";
   }
+}
+
+// A committed global whose bytes were changed on disk while the coordinator was down (the directory store's file;
+// its recorded checksum stays) is refused on restart: the job fails with a reason naming the blob, the sha256 the
+// metadata store recorded and the one the file has now, and no task goes out with it.
+TEST(JobRunnerTest, RestartRefusesACommittedGlobalChangedOnDisk) {
+  JobFixture f(json::object(), false, /*directory_blobs=*/true);
+  ASSERT_TRUE(f.StartRunner().ok());
+  ASSERT_TRUE(f.Drive([&] { return f.StoredJob().committed_round >= 1; }));
+  const int committed = f.StoredJob().committed_round;
+  StatusOr<std::vector<storage::Round>> rounds = f.store_->ListRounds(f.job_id_);
+  ASSERT_TRUE(rounds.ok());
+  std::string key, recorded;
+  for (const storage::Round& r : *rounds) {
+    if (r.round == committed && r.status == storage::RoundStatus::kCommitted) {
+      key = r.global_blob_key;
+      recorded = r.global_sha256;
+    }
+  }
+  ASSERT_FALSE(key.empty());
+  StatusOr<std::filesystem::path> file = f.blob_store_->LocalPath(key);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  // Still a valid safetensors file, with one weight changed.
+  std::vector<std::byte> bytes = f.ReadBlob(key);
+  ASSERT_FALSE(bytes.empty());
+  bytes.back() ^= std::byte{0x40};
+  std::filesystem::permissions(*file, std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
+  std::ofstream(*file, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  const std::string actual = weights::Sha256Hex(std::span<const std::byte>(bytes));
+  ASSERT_EQ(f.blob_store_->Head(key)->sha256, recorded) << "the store's own record still says the old checksum";
+
+  const Status restarted = f.StartRunner();
+  const std::string expected_message = "the global weights " + key + " have sha256 " + actual +
+                                       ", but the metadata store recorded " + recorded +
+                                       ": the blob changed after it was written; the job does not train on it";
+  EXPECT_EQ(restarted.code(), StatusCode::kDataLoss) << restarted.ToString();
+  EXPECT_EQ(restarted.message(), expected_message);
+  const storage::TrainingJob job = f.StoredJob();
+  EXPECT_EQ(job.status, storage::JobStatus::kFailed);
+  EXPECT_EQ(job.failure_reason, "could not start: " + expected_message);
+  for (const auto& [worker, session] : f.host_->sessions_) EXPECT_TRUE(session.queued.empty());
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "storage/local_blob_copy.h"
 #include "weights/lora_layout.h"
 #include "weights/safetensors.h"
+#include "weights/sha256.h"
 
 namespace parsyn::coordinator {
 
@@ -20,28 +21,92 @@ using storage::JobStatus;
 
 namespace {
 
-// Reads a safetensors blob memory-mapped: the directory store's own file, or (S3) a local copy downloaded once,
-// whose mapping outlives the copy's file.
-StatusOr<weights::WeightSet> ReadWeightsBlob(storage::BlobStore& blobs, const std::string& key,
-                                             const std::filesystem::path& spool_dir) {
+// A global read from the store, with the size and sha256 of the bytes actually read.
+struct ReadGlobal {
+  weights::WeightSet weights;
+  std::string sha256;
+  uint64_t size_bytes = 0;
+};
+
+// Reads the global weights blob, checking its bytes against `expected_sha256` (the metadata store's record; empty:
+// nothing recorded) before anything is parsed. The directory store's Head answers the checksum it recorded when it
+// wrote the blob, so the file is hashed here again: a file changed on disk since then is caught.
+StatusOr<ReadGlobal> ReadVerifiedGlobal(storage::BlobStore& blobs, const std::string& key,
+                                        const std::string& expected_sha256, const std::filesystem::path& spool_dir) {
   PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy copy, storage::LocalBlobCopy::Open(blobs, key, spool_dir));
-  return weights::ReadSafetensorsFile(copy.path());
+  ReadGlobal global{.weights = {}, .sha256 = copy.sha256(), .size_bytes = copy.size_bytes()};
+  if (!copy.downloaded()) {
+    PARSYN_ASSIGN_OR_RETURN(global.sha256, weights::Sha256File(copy.path()));
+  }
+  if (!expected_sha256.empty() && global.sha256 != expected_sha256) {
+    return DataLossError("the global weights " + key + " have sha256 " + global.sha256 +
+                         ", but the metadata store recorded " + expected_sha256 +
+                         ": the blob changed after it was written; the job does not train on it");
+  }
+  PARSYN_ASSIGN_OR_RETURN(global.weights, weights::ReadSafetensorsFile(copy.path()));
+  return global;
+}
+
+// A PEFT job's starting adapters: deterministic (model config, LoRA options, seed), so a restart can check the
+// stored blob against them.
+StatusOr<std::string> InitialAdapterImage(const storage::Model& model, const JobSpec& spec) {
+  weights::LoraLayoutOptions lora;
+  lora.r = spec.config.lora_r;
+  lora.target_modules = spec.config.lora_target_modules;
+  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet adapters,
+                          weights::InitialLoraAdapters(model.config_json, lora, spec.config.seed));
+  std::vector<std::byte> image = weights::SerializeSafetensors(adapters);
+  return std::string(reinterpret_cast<const char*>(image.data()), image.size());
+}
+
+// The sha256 of each shard's validation file, by shard index. The metadata store records the training file's only;
+// the validation file's is the blob store's record of it, made when setup wrote it. Workers check their downloads
+// against both.
+StatusOr<std::vector<std::string>> ValidationChecksums(storage::BlobStore& blobs,
+                                                       const std::vector<storage::Shard>& shards,
+                                                       storage::DatasetFormat format) {
+  std::vector<std::string> checksums;
+  for (const storage::Shard& shard : shards) {
+    if (shard.blob_key.empty()) {  // a slot of a job over the workers' own data
+      checksums.emplace_back();
+      continue;
+    }
+    PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo info, blobs.Head(ValidationKey(shard, format)));
+    checksums.push_back(info.sha256);
+  }
+  return checksums;
 }
 
 }  // namespace
 
 http::Awaitable<Status> JobRunner::LoadGlobal(std::string_view key_view, std::string_view sha256_view) {
   const std::string key(key_view), sha256(sha256_view);
-  StatusOr<weights::WeightSet> global =
-      co_await Offload(host_.pool(), [&] { return ReadWeightsBlob(host_.blobs(), key, host_.spool_dir()); });
-  if (!global.ok()) co_return global.status().WithContext("reading the global weights " + key);
-  StatusOr<storage::BlobInfo> info = co_await Offload(host_.pool(), [&] { return host_.blobs().Head(key); });
-  if (!info.ok()) co_return info.status();
-  global_ = std::make_shared<weights::WeightSet>(std::move(*global));
+  StatusOr<ReadGlobal> global =
+      co_await Offload(host_.pool(), [&] { return ReadVerifiedGlobal(host_.blobs(), key, sha256, host_.spool_dir()); });
+  if (!global.ok()) {
+    if (global.status().code() == StatusCode::kDataLoss) co_return global.status();  // it names the blob already
+    co_return global.status().WithContext("reading the global weights " + key);
+  }
+  global_ = std::make_shared<weights::WeightSet>(std::move(global->weights));
   global_key_ = key;
-  global_sha256_ = sha256.empty() ? info->sha256 : sha256;
-  global_size_bytes_ = info->size_bytes;
+  global_sha256_ = global->sha256;
+  global_size_bytes_ = global->size_bytes;
   co_return Status::Ok();
+}
+
+std::string JobRunner::InitialGlobalSha256(std::string* key) const {
+  if (spec_.config.use_peft) {
+    *key = fmt::format("jobs/{}/rounds/{:06}/global.safetensors", job_.id, 0);
+    StatusOr<std::string> image = InitialAdapterImage(model_, spec_);
+    return image.ok() ? weights::Sha256Hex(*image) : "";  // an error here shows when the blob is parsed
+  }
+  for (const storage::ModelFile& f : model_.files) {
+    if (f.path == "model.safetensors") {
+      *key = f.blob_key;
+      return f.sha256;
+    }
+  }
+  return "";
 }
 
 http::Awaitable<Status> JobRunner::Setup() {
@@ -57,6 +122,7 @@ http::Awaitable<Status> JobRunner::Setup() {
     storage::Model model;
     storage::Dataset dataset;
     std::vector<storage::Shard> shards;
+    std::vector<std::string> validation_sha256;
     std::string global_key;
   };
   const RoundEngineConfig& config = engine_config_;
@@ -120,17 +186,13 @@ http::Awaitable<Status> JobRunner::Setup() {
       PARSYN_RETURN_IF_ERROR(store.CreateShards(job_id, p.shards));
       PARSYN_ASSIGN_OR_RETURN(p.shards, store.ListShards(job_id));
     }
+    if (!config.workers_hold_data) {
+      PARSYN_ASSIGN_OR_RETURN(p.validation_sha256, ValidationChecksums(blobs, p.shards, p.dataset.format));
+    }
     if (spec.config.use_peft) {
       p.global_key = fmt::format("jobs/{}/rounds/{:06}/global.safetensors", job_id, 0);
-      weights::LoraLayoutOptions lora;
-      lora.r = spec.config.lora_r;
-      lora.target_modules = spec.config.lora_target_modules;
-      PARSYN_ASSIGN_OR_RETURN(weights::WeightSet adapters,
-                              weights::InitialLoraAdapters(p.model.config_json, lora, spec.config.seed));
-      std::vector<std::byte> image = weights::SerializeSafetensors(adapters);
-      PARSYN_RETURN_IF_ERROR(
-          PutBytes(blobs, p.global_key, std::string(reinterpret_cast<const char*>(image.data()), image.size()))
-              .status());
+      PARSYN_ASSIGN_OR_RETURN(std::string image, InitialAdapterImage(p.model, spec));
+      PARSYN_RETURN_IF_ERROR(PutBytes(blobs, p.global_key, std::move(image)).status());
     } else {
       // Full fine-tuning starts from the model's own weights.
       for (const storage::ModelFile& f : p.model.files) {
@@ -147,7 +209,12 @@ http::Awaitable<Status> JobRunner::Setup() {
   model_ = std::move(prepared->model);
   dataset_ = std::move(prepared->dataset);
   shards_ = std::move(prepared->shards);
-  Status loaded = co_await LoadGlobal(prepared->global_key, {});
+  validation_sha256_ = std::move(prepared->validation_sha256);
+  // The starting global is checked as a restart checks it: the model file against the model's record, a PEFT job's
+  // adapters against the ones just made (a blob left by an interrupted setup is reused only if it is the same).
+  std::string initial_key;
+  const std::string initial_sha256 = InitialGlobalSha256(&initial_key);
+  Status loaded = co_await LoadGlobal(prepared->global_key, initial_sha256);
   if (!loaded.ok()) co_return loaded;
 
   const int64_t now = host_.clock().UnixMillis();
@@ -178,6 +245,7 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
     storage::Model model;
     storage::Dataset dataset;
     std::vector<storage::Shard> shards;
+    std::vector<std::string> validation_sha256;
     std::vector<storage::Round> rounds;
     storage::TrainingJob job;
     bool local_sizes_warned = false;
@@ -189,6 +257,9 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
       PARSYN_ASSIGN_OR_RETURN(l.dataset, store.GetDataset(job_.dataset_id));
     }
     PARSYN_ASSIGN_OR_RETURN(l.shards, store.ListShards(job_id));
+    if (!engine_config_.workers_hold_data) {
+      PARSYN_ASSIGN_OR_RETURN(l.validation_sha256, ValidationChecksums(host_.blobs(), l.shards, l.dataset.format));
+    }
     PARSYN_ASSIGN_OR_RETURN(l.rounds, store.ListRounds(job_id));
     // The attempt in flight when the coordinator stopped cannot finish: its tasks and partial sums are gone.
     for (storage::Round& r : l.rounds) {
@@ -221,6 +292,7 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
   model_ = std::move(loaded->model);
   dataset_ = std::move(loaded->dataset);
   shards_ = std::move(loaded->shards);
+  validation_sha256_ = std::move(loaded->validation_sha256);
   job_ = loaded->job;
   local_sizes_warned_ = local_sizes_warned_ || loaded->local_sizes_warned;
 
@@ -250,15 +322,9 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
     if (s.worker_id) checkpoint.shards[*s.worker_id] = s.shard_index;
     if (!engine_config_.workers_hold_data) engine_config_.shard_train_rows.push_back(s.train_rows);
   }
-  if (global_key.empty()) {
-    if (spec_.config.use_peft) {
-      global_key = fmt::format("jobs/{}/rounds/{:06}/global.safetensors", job_id, 0);
-    } else {
-      for (const storage::ModelFile& f : model_.files) {
-        if (f.path == "model.safetensors") global_key = f.blob_key;
-      }
-    }
-  }
+  // The global is checked against the metadata store's record of it (the committed round's, or before the first
+  // commit the starting weights'), and the job fails, naming the blob, rather than train on other bytes.
+  if (global_key.empty()) global_sha = InitialGlobalSha256(&global_key);
   Status global = co_await LoadGlobal(global_key, global_sha);
   if (!global.ok()) co_return global;
   {

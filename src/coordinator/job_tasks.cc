@@ -81,13 +81,14 @@ StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
     // The worker trains and evaluates on its own file (split with the job's seed); `data` stays empty.
     task.data_source = protocol::DataSource::kWorkers;
   } else {
-    const std::string validation_key = shard.blob_key.substr(0, shard.blob_key.rfind('/')) + "/validation." +
-                                       std::string(DatasetExtension(dataset_.format));
+    // Each file with its recorded sha256: the worker caches by it and checks its download against it.
     task.data = {.format = std::string(storage::ToString(dataset_.format)),
                  .kind = std::string(storage::ToString(dataset_.kind)),
                  .train_url = host_.BlobGetUrl(shard.blob_key, url_ttl, a.worker),
+                 .train_sha256 = shard.sha256,
                  .train_rows = shard.train_rows,
-                 .validation_url = host_.BlobGetUrl(validation_key, url_ttl, a.worker),
+                 .validation_url = host_.BlobGetUrl(ValidationKey(shard, dataset_.format), url_ttl, a.worker),
+                 .validation_sha256 = validation_sha256_.at(static_cast<size_t>(a.shard)),
                  .validation_rows = shard.validation_rows};
   }
   task.model = {.id = model_.id, .name = model_.name, .model_type = model_.model_type, .files = {}};

@@ -18,54 +18,8 @@ namespace parsyn::coordinator {
 
 namespace {
 
-// The upload id of a staged file: 32 hex digits, also its blob key's last segment.
-Status ValidateUploadId(std::string_view id) {
-  bool ok = id.size() == 32 &&
-            std::all_of(id.begin(), id.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-  if (!ok) return InvalidArgumentError("upload id '" + std::string(id.substr(0, 64)) + "' is not 32 hex digits");
-  return Status::Ok();
-}
-
-std::string UploadKey(std::string_view id) { return "uploads/" + std::string(id); }
-
 // A sharded checkpoint's index: tensor name -> shard file (the Hugging Face layout).
 constexpr char kShardIndexFile[] = "model.safetensors.index.json";
-
-// The model a POST /api/v1/models body names: its name and files (path -> upload id), not yet looked up.
-// InvalidArgument listing every problem.
-StatusOr<storage::Model> ParseModelBody(std::string_view body) {
-  PARSYN_ASSIGN_OR_RETURN(JsonFields fields, JsonFields::Parse(body, {"name", "files"}));
-  std::optional<std::string> name = fields.String("name", true);
-  std::optional<json> files = fields.Object("files", true);
-  storage::Model model{.name = name.value_or("")};
-  if (files) {
-    if (files->empty()) fields.AddProblem("'files' must name at least config.json or tabular_model.json");
-    for (const auto& [path, upload] : files->items()) {
-      Status path_ok = ValidateModelFilePath(path);
-      if (!path_ok.ok()) {
-        fields.AddProblem("files: " + path_ok.message());
-        continue;
-      }
-      if (!upload.is_string()) {
-        fields.AddProblem("files['" + path + "'] must be an upload id string");
-        continue;
-      }
-      Status id_ok = ValidateUploadId(upload.get<std::string>());
-      if (!id_ok.ok()) {
-        fields.AddProblem("files['" + path + "']: " + id_ok.message());
-        continue;
-      }
-      model.files.push_back({.path = path, .blob_key = UploadKey(upload.get<std::string>())});
-    }
-    // A language model is described by config.json; a tabular model (trainer/tabular_model.h) by
-    // tabular_model.json, whose standardisation and class mapping every worker of a job then shares.
-    if (!files->contains("config.json") && !files->contains("tabular_model.json")) {
-      fields.AddProblem("files must include config.json (language model) or tabular_model.json (tabular model)");
-    }
-  }
-  PARSYN_RETURN_IF_ERROR(fields.status());
-  return model;
-}
 
 // The text of a model's small JSON file (at most 1 MiB); InvalidArgument naming the file when it is larger.
 StatusOr<std::string> ReadModelJsonFile(storage::BlobStore& blobs, const storage::ModelFile& file) {

@@ -15,24 +15,14 @@ class WorkerAdminRoutes {
 
   // POST /api/v1/workers {"name", "kind": own|managed}.
   Awaitable<Response> Register(Request& req) {
-    StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"name", "kind"});
-    if (!fields.ok()) co_return Response::Error(fields.status());
-    std::optional<std::string> name = fields->String("name", true);
-    std::optional<std::string> kind_name = fields->String("kind", false);
-    storage::WorkerKind kind = storage::WorkerKind::kOwn;
-    if (kind_name) {
-      StatusOr<storage::WorkerKind> k = storage::ParseWorkerKind(*kind_name);
-      if (!k.ok()) {
-        fields->AddProblem("'kind': " + k.status().message());
-      } else {
-        kind = *k;
-      }
-    }
-    if (!fields->status().ok()) co_return Response::Error(fields->status());
+    StatusOr<WorkerRegistration> registration = ParseWorkerRegistration(req.body);
+    if (!registration.ok()) co_return Response::Error(registration.status());
     StatusOr<std::string> token = NewSecret("pwt_");
     if (!token.ok()) co_return Response::Error(token.status());
-    storage::Worker worker{
-        .name = *name, .kind = kind, .token_sha256 = HashSecret(*token), .created_at_ms = context_.clock.UnixMillis()};
+    storage::Worker worker{.name = registration->name,
+                           .kind = registration->kind,
+                           .token_sha256 = HashSecret(*token),
+                           .created_at_ms = context_.clock.UnixMillis()};
     auto created = co_await Offload(context_.pool, [&] { return context_.store.CreateWorker(worker); });
     if (!created.ok()) co_return Response::Error(created.status());
     service_.worker_tokens_[created->token_sha256] = Service::WorkerAuth{.worker_id = created->id, .revoked = false};

@@ -158,7 +158,7 @@ StatusOr<nlohmann::json> ClientResponse::Json() const {
   PARSYN_RETURN_IF_ERROR(CheckJsonNesting(body, "response"));
   try {
     return nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers such as 1e400
     return InvalidArgumentError(std::string("response is not valid JSON: ") + e.what());
   }
 }

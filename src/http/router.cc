@@ -30,7 +30,7 @@ StatusOr<nlohmann::json> Request::JsonBody() const {
   PARSYN_RETURN_IF_ERROR(CheckJsonNesting(body, "request body"));
   try {
     return nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for numbers such as 1e400
     // e.what() reads "[json.exception.parse_error.101] parse error at line 1, column 2: ..."; keep the useful tail.
     std::string what = e.what();
     auto pos = what.find("] ");

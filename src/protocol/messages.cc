@@ -100,6 +100,17 @@ bool IsTaskName(std::string_view id) {
   });
 }
 
+// A checksum field of a task: required, 64 lowercase hex digits.
+std::string Sha256Field(JsonFields& f, std::string_view name, bool required) {
+  std::optional<std::string> value = f.String(name, required, 64);
+  if (!value) return "";
+  if (!IsSha256Hex(*value)) {
+    f.AddProblem(f.Quoted(name) + " must be 64 lowercase hex digits (a sha256), got '" + *value + "'");
+    return "";
+  }
+  return *value;
+}
+
 HttpHeaders ToHeaders(const std::vector<std::pair<std::string, std::string>>& pairs) {
   return HttpHeaders(pairs.begin(), pairs.end());
 }
@@ -134,6 +145,11 @@ std::optional<UpdateUpload> ReadUpdateUpload(JsonFields& task) {
 }
 
 }  // namespace
+
+bool IsSha256Hex(std::string_view text) {
+  return text.size() == 64 &&
+         std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
 
 // --- hello ---------------------------------------------------------------------------------------------------------
 
@@ -187,10 +203,11 @@ StatusOr<HelloAnswer> ParseHelloAnswer(const json& body) {
 }
 
 json HelloAnswerToJson(const HelloAnswer& a) {
-  json out = {{"worker_id", a.worker_id},
-              {"session_id", a.session_id},
+  json out = {{"session_id", a.session_id},
               {"heartbeat_interval_ms", a.heartbeat_interval_ms},
               {"max_poll_wait_ms", a.max_poll_wait_ms}};
+  // 0: not said (the reader's default); written, it would be refused (fuzz_worker_task found it).
+  if (a.worker_id > 0) out["worker_id"] = a.worker_id;
   if (a.heartbeat_timeout_ms > 0) out["heartbeat_timeout_ms"] = a.heartbeat_timeout_ms;
   return out;
 }
@@ -275,7 +292,7 @@ StatusOr<Task> ParseTask(const json& body) {
   t.deadline_unix_ms = f.Int("deadline_unix_ms", false, 0, kMaxInt).value_or(0);
   if (std::optional<JsonFields> g = Nested(f, "global_weights", true)) {
     t.global_weights.url = g->String("url", true, kMaxUrlBytes).value_or("");
-    t.global_weights.sha256 = g->String("sha256", true, 64).value_or("");
+    t.global_weights.sha256 = Sha256Field(*g, "sha256", true);
     t.global_weights.size_bytes = g->Uint64("size_bytes", false).value_or(0);
     t.global_weights.round = static_cast<int>(g->Int("round", false, 0, kMaxRound).value_or(0));
     f.Absorb(*g);
@@ -291,11 +308,15 @@ StatusOr<Task> ParseTask(const json& body) {
     t.data.format = d->String("format", false, 16).value_or("");
     t.data.kind = d->String("kind", false, 64, /*allow_empty=*/true).value_or("");
     t.data.train_url = d->String("train_url", false, kMaxUrlBytes).value_or("");
+    t.data.train_sha256 = Sha256Field(*d, "train_sha256", !t.data.train_url.empty());
     t.data.train_rows = d->Int("train_rows", false, 0, kMaxInt).value_or(0);
     t.data.validation_url = d->String("validation_url", false, kMaxUrlBytes).value_or("");
+    t.data.validation_sha256 = Sha256Field(*d, "validation_sha256", !t.data.validation_url.empty());
     t.data.validation_rows = d->Int("validation_rows", false, 0, kMaxInt).value_or(0);
     f.Absorb(*d);
   }
+  // A task over the workers' own data has no shard: whatever `data` holds is not read (and not written back).
+  if (t.data_source == DataSource::kWorkers) t.data = TaskData{};
   if (std::optional<JsonFields> m = Nested(f, "model", true)) {
     t.model.id = m->Int("id", false, 0, kMaxInt).value_or(0);
     t.model.name = m->String("name", false, 256, /*allow_empty=*/true).value_or("");
@@ -306,7 +327,7 @@ StatusOr<Task> ParseTask(const json& body) {
       TaskModelFile mf;
       mf.path = file.String("path", true, 1024).value_or("");
       mf.url = file.String("url", true, kMaxUrlBytes).value_or("");
-      mf.sha256 = file.String("sha256", true, 64).value_or("");
+      mf.sha256 = Sha256Field(file, "sha256", true);
       mf.size_bytes = file.Uint64("size_bytes", false).value_or(0);
       m->Absorb(file);
       t.model.files.push_back(std::move(mf));
@@ -362,19 +383,22 @@ json TaskToJson(const Task& t) {
         {"size_bytes", t.global_weights.size_bytes},
         {"round", t.global_weights.round}}},
       {"data_source", DataSourceName(t.data_source)},
-      {"data",
-       {{"format", t.data.format},
-        {"kind", t.data.kind},
-        {"train_url", t.data.train_url},
-        {"train_rows", t.data.train_rows},
-        {"validation_url", t.data.validation_url},
-        {"validation_rows", t.data.validation_rows}}},
+      {"data", {{"kind", t.data.kind}, {"train_rows", t.data.train_rows}, {"validation_rows", t.data.validation_rows}}},
       {"model",
        {{"id", t.model.id},
         {"name", t.model.name},
         {"model_type", t.model.model_type},
         {"files", TaskModelFilesToJson(t.model.files)}}},
   };
+  // Absent rather than empty: the reader refuses empty strings there.
+  json& data = out["data"];
+  for (const auto& [name, value] : {std::pair<const char*, const std::string&>{"format", t.data.format},
+                                    {"train_url", t.data.train_url},
+                                    {"train_sha256", t.data.train_sha256},
+                                    {"validation_url", t.data.validation_url},
+                                    {"validation_sha256", t.data.validation_sha256}}) {
+    if (!value.empty()) data[name] = value;
+  }
   if (t.data_source == DataSource::kWorkers) out["data"] = json::object();  // the worker's own file: no URLs
   if (t.update_upload) out["update_upload"] = UpdateUploadToJson(*t.update_upload);
   return out;
@@ -453,10 +477,9 @@ json ResultToJson(const Result& r) {
   if (!r.session_id.empty()) out["session_id"] = r.session_id;
   if (r.train_loss) out["train_loss"] = *r.train_loss;
   if (r.validation_loss) out["validation_loss"] = *r.validation_loss;
-  if (!r.blob_key.empty()) {
-    out["blob_key"] = r.blob_key;
-    out["sha256"] = r.sha256;
-  }
+  // Each only when said: an empty one would be refused (fuzz_route_bodies found "sha256": "" written back).
+  if (!r.blob_key.empty()) out["blob_key"] = r.blob_key;
+  if (!r.sha256.empty()) out["sha256"] = r.sha256;
   return out;
 }
 

@@ -105,6 +105,10 @@ std::string_view TaskKindName(TaskKind kind);  // "train" | "evaluate"
 enum class DataSource { kPlatform, kWorkers };
 std::string_view DataSourceName(DataSource source);  // "platform" | "workers"
 
+// Every sha256 of a task (its global's, its model files', its shard's) is 64 lowercase hex digits: the worker names
+// cached files by it and checks each download against it.
+bool IsSha256Hex(std::string_view text);
+
 struct TaskModelFile {
   std::string path;  // within the model folder
   std::string url;   // signed GET
@@ -126,12 +130,17 @@ struct TaskGlobalWeights {
   int round = 0;  // the round that produced them (0: the initial global)
   friend bool operator==(const TaskGlobalWeights&, const TaskGlobalWeights&) = default;
 };
+// The shard's two files, each with the sha256 the coordinator recorded when it wrote them: the worker caches them by
+// that checksum and checks every download against it (a reset coordinator's new job with the same id and shard
+// index has other checksums, so old cached files are never used for it). Each sha256 is required with its URL.
 struct TaskData {
   std::string format;  // "jsonl" | "csv"
   std::string kind;    // the dataset's kind
   std::string train_url;
+  std::string train_sha256;  // 64 lowercase hex digits
   int64_t train_rows = 0;
   std::string validation_url;
+  std::string validation_sha256;  // 64 lowercase hex digits
   int64_t validation_rows = 0;
   friend bool operator==(const TaskData&, const TaskData&) = default;
 };

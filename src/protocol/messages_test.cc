@@ -9,6 +9,8 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
+const std::string kShaA(64, 'a'), kShaB(64, 'b'), kShaC(64, 'c'), kShaD(64, 'd');
+
 // A train task as coordinator/job_runner.cc builds it (S3 multipart grant), field for field.
 json CoordinatorTask() {
   json config = TrainingConfigToJson(TrainingConfig{});
@@ -25,21 +27,23 @@ json CoordinatorTask() {
       {"steps_per_round", 10},
       {"config", config},
       {"deadline_unix_ms", 1'700'000'000'000},
-      {"global_weights", {{"url", "http://c/blobs/g?sig=1"}, {"sha256", "ab"}, {"size_bytes", 1234}, {"round", 1}}},
+      {"global_weights", {{"url", "http://c/blobs/g?sig=1"}, {"sha256", kShaA}, {"size_bytes", 1234}, {"round", 1}}},
       {"data_source", "platform"},
       {"data",
        {{"format", "jsonl"},
         {"kind", "text"},
         {"train_url", "http://c/blobs/t?sig=2"},
+        {"train_sha256", kShaB},
         {"train_rows", 90},
         {"validation_url", "http://c/blobs/v?sig=3"},
+        {"validation_sha256", kShaC},
         {"validation_rows", 10}}},
       {"model",
        {{"id", 7},
         {"name", "tiny"},
         {"model_type", "llama"},
         {"files",
-         {{{"path", "config.json"}, {"url", "http://c/blobs/m?sig=4"}, {"sha256", "cd"}, {"size_bytes", 5}}}}}},
+         {{{"path", "config.json"}, {"url", "http://c/blobs/m?sig=4"}, {"sha256", kShaD}, {"size_bytes", 5}}}}}},
       {"update_upload",
        {{"blob_key", "jobs/3/updates/r2a1w5.safetensors"},
         {"max_size_bytes", 5000},
@@ -103,6 +107,33 @@ TEST(TaskMessageTest, IgnoresFieldsItDoesNotKnowAndNamesBadOnes) {
   EXPECT_EQ(ParseTask(json::array()).status().message(), "a task must be a JSON object, got array");
 }
 
+// The shard's files carry the sha256 the coordinator recorded: the worker caches and checks them by it, so a task
+// without them (or with something else there) is refused, naming the field.
+TEST(TaskMessageTest, CarriesTheShardsChecksumsAndRefusesTasksWithoutThem) {
+  auto task = ParseTask(CoordinatorTask());
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  EXPECT_EQ(task->data.train_sha256, kShaB);
+  EXPECT_EQ(task->data.validation_sha256, kShaC);
+  EXPECT_EQ(task->global_weights.sha256, kShaA);
+
+  json wire = CoordinatorTask();
+  wire["data"].erase("train_sha256");
+  wire["data"].erase("validation_sha256");
+  EXPECT_EQ(ParseTask(wire).status().message(),
+            "missing field 'data.train_sha256'; missing field 'data.validation_sha256'");
+  wire = CoordinatorTask();
+  wire["data"]["train_sha256"] = "ab";
+  wire["global_weights"]["sha256"] = std::string(64, 'A');
+  wire["model"]["files"][0]["sha256"] = "../" + std::string(61, 'a');
+  EXPECT_EQ(ParseTask(wire).status().message(),
+            "'global_weights.sha256' must be 64 lowercase hex digits (a sha256), got '" + std::string(64, 'A') +
+                "'; 'data.train_sha256' must be 64 lowercase hex digits (a sha256), got 'ab'; 'model.files[0].sha256' "
+                "must be 64 lowercase hex digits (a sha256), got '../" +
+                std::string(61, 'a') + "'");
+  EXPECT_TRUE(IsSha256Hex(kShaA));
+  EXPECT_FALSE(IsSha256Hex(kShaA + "a"));
+}
+
 TEST(TaskMessageTest, SaysWhereItsDataComesFrom) {
   json task = CoordinatorTask();
   task["data_source"] = "workers";
@@ -111,6 +142,14 @@ TEST(TaskMessageTest, SaysWhereItsDataComesFrom) {
   ASSERT_TRUE(workers.ok()) << workers.status().ToString();
   EXPECT_EQ(workers->data_source, DataSource::kWorkers);
   EXPECT_EQ(TaskToJson(*workers).dump(), task.dump());
+  // Its writer leaves `data` empty, so its reader keeps nothing of it either: what is read is what is written back
+  // (fuzz_worker_task's invariant).
+  task["data"] = {{"format", "csv"}, {"train_rows", 5}};
+  workers = ParseTask(task);
+  ASSERT_TRUE(workers.ok()) << workers.status().ToString();
+  EXPECT_EQ(workers->data, TaskData{});
+  EXPECT_EQ(*ParseTask(TaskToJson(*workers)), *workers);
+  task["data"] = json::object();
   // A coordinator from before data sources sends none: the platform's shard.
   task.erase("data_source");
   EXPECT_EQ(ParseTask(task)->data_source, DataSource::kPlatform);
@@ -174,6 +213,9 @@ TEST(HelloTest, RoundTripsAndAcceptsAnEmptyBody) {
   ASSERT_TRUE(minimal.ok());
   EXPECT_EQ(minimal->heartbeat_interval_ms, 5'000);
   EXPECT_EQ(minimal->max_poll_wait_ms, 30'000);
+  // Found by fuzz_worker_task: an answer without a worker id was written back with worker_id 0, which the reader
+  // refuses. Every accepted message reads the same after its writer.
+  EXPECT_EQ(*ParseHelloAnswer(HelloAnswerToJson(*minimal)), *minimal);
   EXPECT_EQ(ParseHelloAnswer(json::object()).status().message(), "missing field 'session_id'");
 }
 
@@ -233,6 +275,14 @@ TEST(ResultTest, RoundTripsAndRejectsUnknownFields) {
   EXPECT_FALSE(ResultToJson(evaluated).contains("blob_key"));
   EXPECT_FALSE(ResultToJson(evaluated).contains("train_loss"));
   EXPECT_EQ(*ParseResult(ResultToJson(evaluated).dump()), evaluated);
+  // Found by fuzz_route_bodies: an update without a sha256 was written back with "sha256": "", which the reader
+  // refuses; and a sha256 without a blob key was dropped.
+  Result unhashed = r;
+  unhashed.sha256.clear();
+  EXPECT_EQ(*ParseResult(ResultToJson(unhashed).dump()), unhashed);
+  Result hash_only = evaluated;
+  hash_only.sha256 = std::string(64, 'e');
+  EXPECT_EQ(*ParseResult(ResultToJson(hash_only).dump()), hash_only);
   json spoofed = ResultToJson(r);
   spoofed["worker_id"] = 9;
   EXPECT_EQ(ParseResult(spoofed.dump()).status().message(), "unknown field 'worker_id'");

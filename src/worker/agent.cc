@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "base/strings.h"
+#include "weights/sha256.h"
 #include "worker/telemetry.h"
 #include "worker/update_upload.h"
 
@@ -369,8 +370,9 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
     PARSYN_ASSIGN_OR_RETURN(files.model_dir, cache_.FetchModel(blob_client_, task.model.files, stop));
   }
   files.global_weights = task_dir / "global.safetensors";
-  PARSYN_RETURN_IF_ERROR(
-      DownloadVerified(blob_client_, task.global_weights.url, files.global_weights, task.global_weights.sha256, stop));
+  PARSYN_RETURN_IF_ERROR(DownloadVerified(
+      blob_client_, task.global_weights.url, files.global_weights, task.global_weights.sha256, stop,
+      "the global weights of round " + std::to_string(task.global_weights.round) + " (global.safetensors)"));
   if (task.data_source == protocol::DataSource::kWorkers) {
     // The job trains on the workers' own files. Local data never leaves: the trainer holds out its validation slice
     // (the config's fraction, split by the job's seed: trainer_task.h).
@@ -393,25 +395,35 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
   }
   // A platform job trains on its shard, also on a worker started with --data (that file is for "workers" jobs).
   const protocol::TaskData& data = task.data;
-  if (data.format.empty() || data.train_url.empty() || data.validation_url.empty()) {
-    return InvalidArgumentError("task: its data needs a format, a train_url and a validation_url");
+  if (data.format.empty() || data.train_url.empty() || data.validation_url.empty() || data.train_sha256.empty() ||
+      data.validation_sha256.empty()) {
+    return InvalidArgumentError(
+        "task: its data needs a format, a train_url and a validation_url, each URL with its sha256");
   }
   files.data_format = data.format;
   const bool csv = files.data_format == "csv";
-  // The shard is the worker's for the whole job: fetched once, kept with the job's files.
-  const fs::path shard_dir =
-      cache_.root() / "jobs" / std::to_string(task.job_id) / ("shard-" + std::to_string(task.shard));
-  files.data = shard_dir / ("data" + ExtensionFor(files.data_format));
+  const std::string extension = ExtensionFor(files.data_format);
+  // The shard is cached by its files' checksums, never by job and shard index: a coordinator reset to a new job
+  // with the same id and index sends other checksums, so files cached for the old one are not used. Fetched once and
+  // kept across rounds; its parts are downloaded into the task folder, checked, and joined.
+  files.data =
+      cache_.root() / "shards" / (weights::Sha256Hex(data.train_sha256 + "\n" + data.validation_sha256) + extension);
   if (!fs::exists(files.data)) {
-    const fs::path train = shard_dir / ("train" + ExtensionFor(files.data_format));
-    const fs::path validation = shard_dir / ("validation" + ExtensionFor(files.data_format));
-    PARSYN_RETURN_IF_ERROR(DownloadVerified(blob_client_, data.train_url, train, "", stop));
-    PARSYN_RETURN_IF_ERROR(DownloadVerified(blob_client_, data.validation_url, validation, "", stop));
+    const std::string shard = "shard " + std::to_string(task.shard) + "'s ";
+    const fs::path train = task_dir / ("train" + extension);
+    const fs::path validation = task_dir / ("validation" + extension);
+    PARSYN_RETURN_IF_ERROR(DownloadVerified(blob_client_, data.train_url, train, data.train_sha256, stop,
+                                            shard + "training file (train" + extension + ")"));
+    PARSYN_RETURN_IF_ERROR(DownloadVerified(blob_client_, data.validation_url, validation, data.validation_sha256, stop,
+                                            shard + "validation file (validation" + extension + ")"));
     PARSYN_ASSIGN_OR_RETURN(int64_t got_train, CountRows(train, csv));
     if (got_train != data.train_rows) {
       return DataLossError("shard " + std::to_string(task.shard) + " arrived with " + std::to_string(got_train) +
                            " training rows, the task says " + std::to_string(data.train_rows));
     }
+    std::error_code ec;
+    fs::create_directories(files.data.parent_path(), ec);
+    if (ec) return InternalError("cannot create " + files.data.parent_path().string() + ": " + ec.message());
     PARSYN_RETURN_IF_ERROR(Concatenate(train, validation, csv, files.data));
   }
   // The trainer splits off the last-named share again; with the platform's own fraction it holds out as many rows.

@@ -10,6 +10,8 @@
 #include <deque>
 #include <fstream>
 #include <future>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -108,8 +110,9 @@ struct Seen {
   std::vector<std::string> api_authorizations;   // Authorization of each /api call
   std::vector<std::string> blob_authorizations;  // Authorization of each /blobs call
   int polls = 0;
-  int refused = 0;  // worker calls answered 401 (token_revoked)
-  int uploads = 0;  // PUTs to /blobs
+  std::map<std::string, std::string> blobs;  // served at GET /blobs/<key>; any other key serves kGlobalBytes
+  int refused = 0;                           // worker calls answered 401 (token_revoked)
+  int uploads = 0;                           // PUTs to /blobs
 
   // Waits (bounded) until `done` holds under the lock.
   bool WaitFor(const std::function<bool()>& done) {
@@ -227,12 +230,15 @@ http::Router FakeCoordinator(Seen& seen, std::function<json()> task, FakeCoordin
   EXPECT_TRUE(router
                   .Add(http::Method::kGet, "/blobs/{key...}",
                        [&seen, options](http::Request& req) -> http::Awaitable<http::Response> {
+                         std::string bytes = kGlobalBytes;
                          {
                            std::lock_guard lock(seen.mu);
                            seen.blob_authorizations.emplace_back(req.Header("authorization"));
+                           auto it = seen.blobs.find(req.params["key"]);
+                           if (it != seen.blobs.end()) bytes = it->second;
                          }
                          if (!options.serve_global) co_return http::Response::Error(NotFoundError("no such blob"));
-                         co_return http::Response::Text(200, kGlobalBytes, "application/octet-stream");
+                         co_return http::Response::Text(200, bytes, "application/octet-stream");
                        })
                   .ok());
   return router;
@@ -258,6 +264,37 @@ json TrainTask(const std::string& base_url) {
           {"model", {{"files", json::array()}}},
           {"update_upload", {{"blob_key", "jobs/7/u"}, {"url", base_url + "/blobs/jobs/7/u?sig=def"}}}};
 }
+
+// A train task of a platform-data job: its shard's two files at /blobs/jobs/7/shards/000/{train,validation}.csv,
+// announced with the checksums of `train` and `validation`.
+json PlatformTask(const std::string& base_url, const std::string& train, const std::string& validation) {
+  json task = TrainTask(base_url);
+  task["data_source"] = "platform";
+  task["data"] = {{"format", "csv"},
+                  {"kind", "tabular"},
+                  {"train_url", base_url + "/blobs/jobs/7/shards/000/train.csv?sig=t"},
+                  {"train_sha256", weights::Sha256Hex(std::string_view(train))},
+                  {"train_rows", 1},
+                  {"validation_url", base_url + "/blobs/jobs/7/shards/000/validation.csv?sig=v"},
+                  {"validation_sha256", weights::Sha256Hex(std::string_view(validation))},
+                  {"validation_rows", 1}};
+  return task;
+}
+
+// A trainer that keeps the data file each run was given (read from its task file), then fails.
+class DataRecordingTrainer : public TrainerLauncher {
+ public:
+  StatusOr<std::unique_ptr<TrainerRun>> Start(const fs::path& task_file) override {
+    json task = json::parse(std::ifstream(task_file));
+    std::ifstream data(task["data"].get<std::string>());
+    data_seen.emplace_back(std::istreambuf_iterator<char>(data), std::istreambuf_iterator<char>());
+    return failing_.Start(task_file);
+  }
+  std::vector<std::string> data_seen;
+
+ private:
+  ScriptedTrainer failing_{{R"({"event": "error", "message": "recorded"})"}, 1};
+};
 
 class AgentTest : public ::testing::Test {
  protected:
@@ -420,6 +457,100 @@ TEST_F(AgentTest, CoordinatorWithoutTheFailureRouteKeepsTheAgentOnline) {
   EXPECT_EQ(agent.counters().tasks_failed.load(), 1);
   EXPECT_EQ(agent.counters().failures_reported.load(), 0);
   EXPECT_EQ(agent.counters().sessions.load(), 1);  // the 404 did not end the session
+}
+
+// A coordinator reset (a new database) hands out a new job 7 whose shard 0 has other rows: the worker's cache is
+// keyed by the shard files' checksums, so the second task trains on the new rows, not on those cached for the
+// first; a task of the same content again uses the cache (no download).
+TEST_F(AgentTest, ShardCacheIsKeyedByContentNotByJobAndShard) {
+  Seen seen;
+  std::string url;
+  std::string train = "x,y\n1,2\n";
+  const std::string validation = "x,y\n3,4\n";
+  seen.blobs = {{"jobs/7/shards/000/train.csv", train}, {"jobs/7/shards/000/validation.csv", validation}};
+  net::io_context io;
+  http::testing::TestServer coordinator(
+      io, FakeCoordinator(seen, [&] { return PlatformTask(url, train, validation); }, {}));
+  url = coordinator.url();
+  DataRecordingTrainer trainer;
+  auto run_one_task = [&] {
+    {
+      std::lock_guard lock(seen.mu);
+      seen.failures.clear();
+      seen.polls = 0;
+    }
+    RunningAgent agent(Options(url), trainer);
+    ASSERT_TRUE(seen.WaitFor([&] { return !seen.failures.empty(); }));
+    ASSERT_TRUE(agent.Stop().ok());
+  };
+  run_one_task();
+  // The coordinator was reset: same job id and shard index, other content.
+  train = "x,y\n5,6\n";
+  {
+    std::lock_guard lock(seen.mu);
+    seen.blobs["jobs/7/shards/000/train.csv"] = train;
+  }
+  run_one_task();
+  size_t gets_before;
+  {
+    std::lock_guard lock(seen.mu);
+    gets_before = seen.blob_authorizations.size();
+  }
+  run_one_task();
+  ASSERT_EQ(trainer.data_seen.size(), 3u);
+  EXPECT_EQ(trainer.data_seen[0], "x,y\n1,2\n3,4\n");
+  EXPECT_EQ(trainer.data_seen[1], "x,y\n5,6\n3,4\n");
+  EXPECT_EQ(trainer.data_seen[2], "x,y\n5,6\n3,4\n");
+  std::lock_guard lock(seen.mu);
+  EXPECT_EQ(seen.blob_authorizations.size(), gets_before + 1) << "only the global is downloaded again";
+  EXPECT_EQ(seen.failures.at(0)["reason"], "parsyn-trainer exited with status 1: recorded");
+}
+
+// A shard file whose bytes differ from the task's sha256 (a tampered store, a man in the middle) is never used: the
+// task fails with a reason naming the file and both checksums, reported to the coordinator, and nothing of it stays
+// in the cache.
+TEST_F(AgentTest, ShardThatDiffersFromItsChecksumFailsTheTaskAndIsRemoved) {
+  Seen seen;
+  std::string url;
+  const std::string train = "x,y\n1,2\n", validation = "x,y\n3,4\n", served = "x,y\n9,9\n";
+  seen.blobs = {{"jobs/7/shards/000/train.csv", served}, {"jobs/7/shards/000/validation.csv", validation}};
+  net::io_context io;
+  http::testing::TestServer coordinator(
+      io, FakeCoordinator(seen, [&] { return PlatformTask(url, train, validation); }, {}));
+  url = coordinator.url();
+  DataRecordingTrainer trainer;
+  RunningAgent agent(Options(url), trainer);
+  ASSERT_TRUE(seen.WaitFor([&] { return !seen.failures.empty(); }));
+  ASSERT_TRUE(agent.Stop().ok());
+  EXPECT_TRUE(trainer.data_seen.empty());
+  std::lock_guard lock(seen.mu);
+  EXPECT_EQ(seen.failures.at(0)["reason"], "shard 0's training file (train.csv) arrived with sha256 " +
+                                               weights::Sha256Hex(std::string_view(served)) + ", expected " +
+                                               weights::Sha256Hex(std::string_view(train)) +
+                                               " (the task's); the download was removed");
+  const fs::path cache = root_ / "cache";
+  EXPECT_FALSE(fs::exists(cache / "shards") && !fs::is_empty(cache / "shards"));
+  EXPECT_TRUE(!fs::exists(cache / "tasks") || fs::is_empty(cache / "tasks"));
+}
+
+// The same for the global weights: the task's global sha256 is checked before the trainer starts.
+TEST_F(AgentTest, GlobalThatDiffersFromItsChecksumFailsTheTask) {
+  Seen seen;
+  std::string url;
+  seen.blobs = {{"jobs/7/global", "tampered weights"}};
+  net::io_context io;
+  http::testing::TestServer coordinator(io, FakeCoordinator(seen, [&] { return TrainTask(url); }, {}));
+  url = coordinator.url();
+  DataRecordingTrainer trainer;
+  RunningAgent agent(Options(url), trainer);
+  ASSERT_TRUE(seen.WaitFor([&] { return !seen.failures.empty(); }));
+  ASSERT_TRUE(agent.Stop().ok());
+  EXPECT_TRUE(trainer.data_seen.empty());
+  std::lock_guard lock(seen.mu);
+  EXPECT_EQ(seen.failures.at(0)["reason"], "the global weights of round 0 (global.safetensors) arrived with sha256 " +
+                                               weights::Sha256Hex(std::string_view("tampered weights")) +
+                                               ", expected " + weights::Sha256Hex(std::string_view(kGlobalBytes)) +
+                                               " (the task's); the download was removed");
 }
 
 // The cache root holds shards, weights and updates: created private (0700); an existing one keeps its mode.

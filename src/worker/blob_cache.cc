@@ -55,7 +55,7 @@ fs::path UniqueTempPath(const fs::path& dest) {
 }
 
 Status DownloadVerified(http::Client& client, const std::string& url, const fs::path& dest, const std::string& sha256,
-                        std::stop_token stop) {
+                        std::stop_token stop, std::string_view name) {
   PARSYN_RETURN_IF_ERROR(CreateDirs(dest.parent_path()));
   const fs::path temp = UniqueTempPath(dest);
   http::CallOptions call;
@@ -68,8 +68,9 @@ Status DownloadVerified(http::Client& client, const std::string& url, const fs::
     if (!actual.ok() || *actual != sha256) {
       fs::remove(temp, ec);
       if (!actual.ok()) return actual.status();
-      return DataLossError("download of " + dest.filename().string() + " has sha256 " + *actual + ", expected " +
-                           sha256);
+      const std::string file = name.empty() ? dest.filename().string() : std::string(name);
+      return DataLossError(file + " arrived with sha256 " + *actual + ", expected " + sha256 +
+                           " (the task's); the download was removed");
     }
   }
   fs::rename(temp, dest, ec);
@@ -81,12 +82,12 @@ Status DownloadVerified(http::Client& client, const std::string& url, const fs::
 }
 
 StatusOr<fs::path> BlobCache::Fetch(http::Client& client, const std::string& url, const std::string& sha256,
-                                    std::stop_token stop) {
+                                    std::stop_token stop, std::string_view name) {
   if (!IsHexSha256(sha256))
     return InvalidArgumentError("blob checksum '" + sha256 + "' is not 64 lowercase hex digits");
   const fs::path dest = root_ / "blobs" / sha256;
   if (fs::exists(dest)) return dest;
-  PARSYN_RETURN_IF_ERROR(DownloadVerified(client, url, dest, sha256, stop));
+  PARSYN_RETURN_IF_ERROR(DownloadVerified(client, url, dest, sha256, stop, name));
   return dest;
 }
 
@@ -106,7 +107,7 @@ StatusOr<fs::path> BlobCache::FetchModel(http::Client& client, const std::vector
   std::error_code ec;
   fs::remove_all(temp, ec);
   for (const protocol::TaskModelFile& f : files) {
-    PARSYN_ASSIGN_OR_RETURN(fs::path blob, Fetch(client, f.url, f.sha256, stop));
+    PARSYN_ASSIGN_OR_RETURN(fs::path blob, Fetch(client, f.url, f.sha256, stop, "model file " + f.path));
     const fs::path target = temp / f.path;
     PARSYN_RETURN_IF_ERROR(CreateDirs(target.parent_path()));
     fs::create_hard_link(blob, target, ec);

@@ -6,12 +6,15 @@
 // Layout under the cache root:   blobs/<sha256>            verified files, named by content
 //                                models/<key>/<path>       a model folder of hard links into blobs/ (key: sha256
 //                                                          over the files' paths and checksums)
+//                                shards/<key>.<csv|jsonl>  a shard's training then validation rows (key: sha256
+//                                                          over its two files' checksums; agent.cc)
 // Threads: one BlobCache per thread; different processes may share a root.
 #pragma once
 
 #include <filesystem>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -20,10 +23,11 @@
 
 namespace parsyn::worker {
 
-// GETs `url` into `dest` and checks its sha256 (skipped when `sha256` is empty). DataLoss naming both checksums on
-// a mismatch (nothing is left at `dest`); the client's errors otherwise (Unavailable, NotFound, Cancelled...).
+// GETs `url` into `dest` and checks its sha256 (skipped when `sha256` is empty). On a mismatch: DataLoss naming the
+// file (`name`, e.g. "shard 2's training file"; default: dest's file name), the expected and the actual sha256, and
+// nothing is left at `dest` (the download is removed). The client's errors otherwise (Unavailable, NotFound...).
 Status DownloadVerified(http::Client& client, const std::string& url, const std::filesystem::path& dest,
-                        const std::string& sha256, std::stop_token stop = {});
+                        const std::string& sha256, std::stop_token stop = {}, std::string_view name = {});
 
 // Creates the cache root (and missing parents) if absent, the root itself with mode 0700: it holds the job's shards,
 // its global weights and the worker's updates, which other local users must not read. An existing directory keeps
@@ -38,7 +42,7 @@ class BlobCache {
   // The cached blob with this checksum, downloaded from `url` when absent. InvalidArgument for a checksum that is
   // not 64 hex digits; DownloadVerified's errors.
   StatusOr<std::filesystem::path> Fetch(http::Client& client, const std::string& url, const std::string& sha256,
-                                        std::stop_token stop = {});
+                                        std::stop_token stop = {}, std::string_view name = {});
   // A model folder holding `files` (the task's model.files). InvalidArgument for an empty list or a path that
   // leaves the folder; Fetch's errors.
   StatusOr<std::filesystem::path> FetchModel(http::Client& client, const std::vector<protocol::TaskModelFile>& files,

@@ -11,21 +11,21 @@ protocol::Task TrainTask() {
   json config = protocol::TrainingConfigToJson(protocol::TrainingConfig{});
   config["batch_size"] = 2;
   config["use_peft"] = true;
-  auto task =
-      protocol::ParseTask(json{{"task_id", "3-2-1-w5"},
-                               {"job_id", 3},
-                               {"kind", "train"},
-                               {"round", 2},
-                               {"attempt", 1},
-                               {"total_rounds", 4},
-                               {"shard", 1},
-                               {"seed", 99},
-                               {"steps_per_round", 10},
-                               {"config", config},
-                               {"global_weights", {{"url", "http://h/blobs/g?sig=0"}, {"sha256", "ab"}}},
-                               {"data", json::object()},
-                               {"model", json::object()},
-                               {"update_upload", {{"url", "http://h/blobs/x?sig=1"}, {"blob_key", "jobs/3/u"}}}});
+  auto task = protocol::ParseTask(
+      json{{"task_id", "3-2-1-w5"},
+           {"job_id", 3},
+           {"kind", "train"},
+           {"round", 2},
+           {"attempt", 1},
+           {"total_rounds", 4},
+           {"shard", 1},
+           {"seed", 99},
+           {"steps_per_round", 10},
+           {"config", config},
+           {"global_weights", {{"url", "http://h/blobs/g?sig=0"}, {"sha256", std::string(64, 'a')}}},
+           {"data", json::object()},
+           {"model", json::object()},
+           {"update_upload", {{"url", "http://h/blobs/x?sig=1"}, {"blob_key", "jobs/3/u"}}}});
   EXPECT_TRUE(task.ok()) << task.status().ToString();
   return *task;
 }
