@@ -274,6 +274,31 @@ int64_t CreateJob(http::Client& admin, const json& spec) {
   return job.ok() ? (*job->Json())["id"].get<int64_t>() : 0;
 }
 
+json TabularJobSpec(const std::string& name, int64_t dataset_id, int64_t model_id,
+                    const std::vector<int64_t>& worker_ids, int rounds, int steps_per_round) {
+  const int workers = static_cast<int>(worker_ids.size());
+  return {{"name", name},
+          {"dataset_id", dataset_id},
+          {"model_id", model_id},
+          {"config",
+           {{"batch_size", 16},
+            {"learning_rate", 0.01},
+            {"use_peft", false},
+            {"label_column", "label"},
+            {"lr_scheduler", "constant"},
+            {"validation_fraction", 0.15},
+            {"seed", 7}}},
+          {"distributed",
+           {{"enabled", true},
+            {"num_rounds", rounds},
+            {"steps_per_round", steps_per_round},
+            {"min_workers", workers},
+            {"max_workers", workers},
+            {"aggregation_timeout", 120},
+            {"fault_tolerance", 1}}},
+          {"worker_selection", {{"mode", "own"}, {"worker_ids", worker_ids}}}};
+}
+
 json Rounds(http::Client& admin, int64_t job_id) {
   StatusOr<http::ClientResponse> r = admin.Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/rounds");
   EXPECT_TRUE(r.ok()) << r.status().ToString();

@@ -101,6 +101,10 @@ struct Registered {
 };
 Registered RegisterWorker(http::Client& admin, const std::string& name, const std::string& kind = "own");
 int64_t CreateJob(http::Client& admin, const json& spec);
+// A federated job over the MLP of WriteSeparableCsv on own workers `worker_ids` (all of them needed each round,
+// 120 s timeout, one failed round tolerated, seed 7): tests change on it what they exercise.
+json TabularJobSpec(const std::string& name, int64_t dataset_id, int64_t model_id,
+                    const std::vector<int64_t>& worker_ids, int rounds, int steps_per_round);
 // Follow the job's events, reconnecting when the stream drops (a server restart), until it ends or `pred` accepts
 // one (or `timeout`): test_support::WaitForJobEnd / WaitForJobEvent.
 inline json WaitForJobEnd(http::Client& admin, int64_t job_id, std::chrono::seconds timeout) {

@@ -120,27 +120,13 @@ class NetworkFaultsTest : public LlamaJobTest {
 
   json MlpSpec(const std::vector<int64_t>& worker_ids, int rounds, int min_workers, double timeout_s,
                int fault_tolerance) const {
-    return {{"name", "e2e-faults"},
-            {"dataset_id", dataset_id_},
-            {"model_id", model_id_},
-            {"config",
-             {{"batch_size", 16},
-              {"learning_rate", 0.01},
-              {"use_peft", false},
-              {"label_column", "label"},
-              {"lr_scheduler", "constant"},
-              {"validation_fraction", 0.15},
-              {"seed", 7}}},
-            {"distributed",
-             {{"enabled", true},
-              {"num_rounds", rounds},
-              {"steps_per_round", 3},
-              {"min_workers", min_workers},
-              {"max_workers", static_cast<int>(worker_ids.size())},
-              {"aggregation_timeout", timeout_s},
-              {"join_window", 1},
-              {"fault_tolerance", fault_tolerance}}},
-            {"worker_selection", {{"mode", "own"}, {"worker_ids", worker_ids}}}};
+    json spec = TabularJobSpec("e2e-faults", dataset_id_, model_id_, worker_ids, rounds, 3);
+    json& distributed = spec["distributed"];
+    distributed["min_workers"] = min_workers;
+    distributed["aggregation_timeout"] = timeout_s;
+    distributed["join_window"] = 1;
+    distributed["fault_tolerance"] = fault_tolerance;
+    return spec;
   }
 
   std::string UpdatePrefix(int64_t job_id, int round, int attempt) const {

@@ -200,26 +200,7 @@ TEST_F(TlsTest, FederatedJobOverMutualTlsRefusesTokensWithoutTheirWorkersCertifi
                                           "', but this token belongs to 'worker-" + std::to_string(wrong_cert.id)))
       << foreign.log();
 
-  const json spec = {{"name", "e2e-mtls"},
-                     {"dataset_id", dataset_id},
-                     {"model_id", model_id},
-                     {"config",
-                      {{"batch_size", 16},
-                       {"learning_rate", 0.01},
-                       {"use_peft", false},
-                       {"label_column", "label"},
-                       {"lr_scheduler", "constant"},
-                       {"validation_fraction", 0.15},
-                       {"seed", 7}}},
-                     {"distributed",
-                      {{"enabled", true},
-                       {"num_rounds", 2},
-                       {"steps_per_round", 20},
-                       {"min_workers", 2},
-                       {"max_workers", 2},
-                       {"aggregation_timeout", 120},
-                       {"fault_tolerance", 1}}},
-                     {"worker_selection", {{"mode", "own"}, {"worker_ids", {w0.id, w1.id}}}}};
+  const json spec = TabularJobSpec("e2e-mtls", dataset_id, model_id, {w0.id, w1.id}, 2, 20);
   const int64_t job_id = CreateJob(*admin_, spec);
   ASSERT_GT(job_id, 0);
   json job = WaitForJobEnd(*admin_, job_id, seconds(300));
