@@ -61,8 +61,15 @@ std::string FormatProgressLine(int64_t step, int64_t total_steps, double loss, d
     std::snprintf(buffer, sizeof buffer, "  lr %.2e", learning_rate);
     line += buffer;
   }
-  if (!std::isnan(rate)) line += "  " + HumanRate(rate) + " " + rate_unit;
+  if (!std::isnan(rate) && !rate_unit.empty()) line += "  " + HumanRate(rate) + " " + rate_unit;
   return line + "  ETA " + Duration(eta_seconds);
+}
+
+std::string RoundedNumber(const json& value, int decimals) {
+  if (!value.is_number_float()) return value.is_string() ? value.get<std::string>() : value.dump();
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value.get<double>());
+  return buffer;
 }
 
 ProgressReporter::ProgressReporter(std::ostream& out, bool interactive) : out_(out), interactive_(interactive) {}
@@ -102,7 +109,7 @@ void ProgressReporter::OnEvent(const json& event) {
     const bool by_tokens = tokens > 0;
     const std::string line = FormatProgressLine(step, total, event.value("loss", 0.0), event.value("lr", 0.0),
                                                 by_tokens ? tokens : event.value("samples_per_s", 0.0),
-                                                by_tokens ? "tok/s" : "samples/s", step == total ? 0 : eta);
+                                                by_tokens ? "tokens/s" : "samples/s", step == total ? 0 : eta);
     if (interactive_) {
       out_ << "\r" << line << "\033[K";
       bar_open_ = true;

@@ -12,11 +12,16 @@
 
 namespace parsyn::cli {
 
-// "[#########-----------]  45/100  loss 1.2345  lr 2.00e-04  1.2k tok/s  ETA 0:42" (bar `width` characters wide).
-// `rate_unit` is "tok/s" or "samples/s"; an ETA below 0 prints "ETA --". A NaN learning rate or rate (not known,
-// e.g. `job watch` of a remote worker) leaves that part out.
+// "[#########-----------]  45/100  loss 1.2345  lr 2.00e-04  1.2k tokens/s  ETA 0:42" (bar `width` characters wide).
+// `rate_unit` is "tokens/s" or "samples/s"; an ETA below 0 prints "ETA --". A NaN learning rate or rate (not known,
+// e.g. `job watch` of a remote worker) leaves that part out, and so does an empty `rate_unit`: a rate is never shown
+// without what it counts.
 std::string FormatProgressLine(int64_t step, int64_t total_steps, double loss, double learning_rate, double rate,
                                const std::string& rate_unit, double eta_seconds, int width = 24);
+
+// A number for people: a float with `decimals` decimals ("5.3639", not 5.363856935501099); an integer as it is; a
+// string unquoted; null as "null".
+std::string RoundedNumber(const nlohmann::json& value, int decimals = 4);
 
 class ProgressReporter {
  public:
