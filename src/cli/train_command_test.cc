@@ -256,10 +256,35 @@ TEST_F(TrainCommandTest, JobCreateOverridesRunTheShippedExampleOnANewServer) {
   data.close();
   CommandRun dataset = RunParsyn("dataset upload " + Path("train.jsonl") + remote);
   ASSERT_EQ(dataset.exit_code, 0) << dataset.output;
+  std::string first_token;
   for (const char* worker : {"--name own-a", "--name own-b", "--name platform-1 --kind managed"}) {
     CommandRun registered = RunParsyn(std::string("worker register ") + worker + remote);
     ASSERT_EQ(registered.exit_code, 0) << registered.output;
+    const size_t token_at = registered.output.find("): ");
+    if (first_token.empty() && token_at != std::string::npos) {
+      first_token = registered.output.substr(token_at + 3, registered.output.find('\n', token_at) - token_at - 3);
+    }
   }  // a new server: model 1, dataset 1, workers 1 and 2 (own) and 3 (managed)
+
+  // A worker started without --name logs under its registered name once the coordinator has answered its hello.
+  SubprocessOptions worker_options;
+  worker_options.output = SubprocessOptions::Output::kFile;
+  worker_options.output_file = dir_ / "worker.log";
+  worker_options.environment = {{"PARSYN_WORKER_TOKEN", first_token}};
+  const std::string url = nlohmann::json::parse(std::ifstream(dir_ / "server" / "server.json"))["url"];
+  StatusOr<Subprocess> worker = Subprocess::Start(
+      PARSYN_CLI_PATH, {"worker", "--server", url, "--cache-dir", Path("worker-cache")}, worker_options);
+  ASSERT_TRUE(worker.ok()) << worker.status().message();
+  auto worker_log = [&] {
+    std::ifstream in(dir_ / "worker.log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (int i = 0; i < 600 && worker_log().find(": online") == std::string::npos && !worker->HasExited(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(worker_log().find("worker own-a: online"), std::string::npos) << worker_log();
+  worker->Terminate();
+  worker->Wait();
 
   const std::string example = std::string(PARSYN_EXAMPLES_DIR) + "/distributed-llama-finetune.json";
   CommandRun as_shipped = RunParsyn("job create -f " + example + remote);
