@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -170,6 +171,7 @@ int Watch(const JobFlags& f) {
   std::string last_event_id;
   std::map<int64_t, std::string> bars;  // worker -> its latest progress line
   int64_t total_rounds = 0;             // from round events; a round above it is the final evaluation
+  std::map<int64_t, StepPace> paces;    // worker -> the pace of its current task (its ETA)
   auto redraw_bars = [&] {
     for (const auto& [worker, line] : bars) std::cout << "  worker " << worker << "  " << line << "\n";
     if (interactive && !bars.empty()) std::cout << "\033[" << bars.size() << "A" << std::flush;
@@ -196,13 +198,16 @@ int Watch(const JobFlags& f) {
             // A worker that does not name the unit (older ones) gets no rate shown rather than a guessed one.
             const json unit = d.value("throughput_unit", json());
             const std::string per_second = unit.is_string() ? unit.get<std::string>() : "";
-            bars[d["worker_id"].get<int64_t>()] =
-                FormatProgressLine(d["step"].get<int64_t>(), total, loss, std::nan(""), rate, per_second, -1);
+            const int64_t worker = d["worker_id"].get<int64_t>();
+            const int64_t step = d["step"].get<int64_t>();
+            const double eta = paces[worker].EtaSeconds(step, total, std::chrono::steady_clock::now());
+            bars[worker] = FormatProgressLine(step, total, loss, std::nan(""), rate, per_second, eta);
             if (!interactive) {
               std::cout << "  worker " << d["worker_id"] << "  " << bars[d["worker_id"].get<int64_t>()] << "\n";
             }
           } else if (e.event == "round_started") {
             bars.clear();
+            paces.clear();
             std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " (attempt " << d["attempt"]
                       << ") started\n";
           } else if (e.event == "round_committed") {
@@ -223,6 +228,7 @@ int Watch(const JobFlags& f) {
           } else if (e.event == "task_assigned") {
             // An evaluate task is the job's final evaluation (its round number is total_rounds + 1: not shown).
             const bool evaluate = d.value("kind", "") == "evaluate";
+            paces.erase(d["worker_id"].get<int64_t>());
             bars[d["worker_id"].get<int64_t>()] =
                 (evaluate ? "final evaluation on shard " : "assigned shard ") + std::to_string(d["shard"].get<int>());
           } else if (e.event == "global_evaluated") {

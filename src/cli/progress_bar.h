@@ -23,6 +23,19 @@ std::string FormatProgressLine(int64_t step, int64_t total_steps, double loss, d
 // string unquoted; null as "null".
 std::string RoundedNumber(const nlohmann::json& value, int decimals = 4);
 
+// The time left at the pace measured since the first step seen (which includes warm-up costs, so it is not counted):
+// below 0 until two steps measure a pace. A step below the first seen starts again (a new task).
+class StepPace {
+ public:
+  using Clock = std::chrono::steady_clock;
+  double EtaSeconds(int64_t step, int64_t total_steps, Clock::time_point now);
+
+ private:
+  bool started_ = false;
+  int64_t first_step_ = 0;
+  Clock::time_point first_seen_;
+};
+
 class ProgressReporter {
  public:
   ProgressReporter(std::ostream& out, bool interactive);
@@ -36,8 +49,7 @@ class ProgressReporter {
   bool interactive_;
   bool bar_open_ = false;
   int64_t last_printed_step_ = 0;
-  std::chrono::steady_clock::time_point started_;
-  int64_t first_step_ = 0;
+  StepPace pace_;
 };
 
 }  // namespace parsyn::cli

@@ -26,6 +26,20 @@ TEST(ProgressBarTest, FormatsStepsLossRateAndEta) {
   EXPECT_EQ(FormatProgressLine(2, 4, 0.25, std::nan(""), 1500, "", -1, 4), "[##--] 2/4  loss 0.2500  ETA --");
 }
 
+// The ETA (job watch's per worker, train's bar) is measured from the first step seen, not from before it.
+TEST(ProgressBarTest, StepPaceEstimatesOnceTwoStepsMeasureAPace) {
+  StepPace pace;
+  const auto t0 = StepPace::Clock::time_point{} + std::chrono::seconds(100);
+  EXPECT_LT(pace.EtaSeconds(5, 105, t0), 0);                                         // one report: no pace yet
+  EXPECT_LT(pace.EtaSeconds(5, 105, t0 + std::chrono::seconds(3)), 0);               // the same step again
+  EXPECT_DOUBLE_EQ(pace.EtaSeconds(15, 105, t0 + std::chrono::seconds(20)), 180.0);  // 2 s a step, 90 left
+  EXPECT_DOUBLE_EQ(pace.EtaSeconds(105, 105, t0 + std::chrono::seconds(200)), 0.0);
+  EXPECT_LT(pace.EtaSeconds(1, 50, t0 + std::chrono::seconds(300)), 0);  // a new task starts over
+  EXPECT_DOUBLE_EQ(pace.EtaSeconds(11, 50, t0 + std::chrono::seconds(310)), 39.0);
+  EXPECT_EQ(FormatProgressLine(11, 50, 1, std::nan(""), 4.0, "samples/s", 39.0, 4),
+            "[----] 11/50  loss 1.0000  4.0 samples/s  ETA 0:39");
+}
+
 TEST(ProgressBarTest, RoundedNumberKeepsFourDecimals) {
   EXPECT_EQ(RoundedNumber(5.363856935501099), "5.3639");
   EXPECT_EQ(RoundedNumber(0.5), "0.5000");
