@@ -1,6 +1,8 @@
 // parsyn job create -f FILE | list | get ID | watch ID | stop ID | cancel ID | download ID [--out DIR]
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -24,10 +26,60 @@ struct JobFlags {
   int64_t id = 0;
   std::string out;
   bool all = false;
+  // `job create` overrides of the spec file's ids (0 / -1 / empty: keep the file's).
+  int64_t dataset_id = 0;
+  int64_t model_id = 0;
+  std::vector<int64_t> worker_ids;
+  int managed_workers = -1;
 };
 
 std::string JobPath(int64_t id, std::string_view suffix = "") {
   return "/api/v1/training-jobs/" + std::to_string(id) + std::string(suffix);
+}
+
+// The ids of the server's first `count` managed workers (not revoked, lowest ids first): what
+// `parsyn server --managed-workers N` runs. FailedPrecondition when it has fewer.
+StatusOr<std::vector<int64_t>> ManagedWorkerIds(http::Client& client, int count) {
+  PARSYN_ASSIGN_OR_RETURN(json workers, ListAll(client, "/api/v1/workers", "workers"));
+  std::vector<int64_t> ids;
+  for (const json& w : workers) {
+    if (w.value("kind", "") == "managed" && w.value("status", "") != "revoked") ids.push_back(w["id"].get<int64_t>());
+  }
+  std::sort(ids.begin(), ids.end());
+  if (static_cast<int>(ids.size()) < count) {
+    return FailedPreconditionError("--managed-workers " + std::to_string(count) + ": the server has " +
+                                   std::to_string(ids.size()) +
+                                   " managed workers (start it with `parsyn server --managed-workers N`)");
+  }
+  ids.resize(static_cast<size_t>(count));
+  return ids;
+}
+
+// Applies --dataset, --model, --workers and --managed-workers to the spec (docs/training.md, "Job spec"), so that
+// a spec written for another server (examples/*.json) runs as it is. Changing a worker list sets
+// worker_selection.mode from the lists that are left (both: mixed; one: own or managed).
+Status ApplyCreateOverrides(const JobFlags& f, http::Client& client, json& spec) {
+  if (!spec.is_object()) return InvalidArgumentError(f.file + " must hold a JSON object (the job spec)");
+  if (f.dataset_id > 0) spec["dataset_id"] = f.dataset_id;
+  if (f.model_id > 0) spec["model_id"] = f.model_id;
+  if (f.worker_ids.empty() && f.managed_workers < 0) return Status::Ok();
+  if (!spec.contains("worker_selection") || !spec["worker_selection"].is_object()) {
+    spec["worker_selection"] = json::object();
+  }
+  json& selection = spec["worker_selection"];
+  if (!f.worker_ids.empty()) selection["worker_ids"] = f.worker_ids;
+  if (f.managed_workers == 0) selection.erase("parsyn_worker_ids");
+  if (f.managed_workers > 0) {
+    PARSYN_ASSIGN_OR_RETURN(std::vector<int64_t> managed, ManagedWorkerIds(client, f.managed_workers));
+    selection["parsyn_worker_ids"] = managed;
+  }
+  auto listed = [&](const char* key) {
+    return selection.contains(key) && selection[key].is_array() && !selection[key].empty();
+  };
+  const bool own = listed("worker_ids");
+  const bool managed = listed("parsyn_worker_ids");
+  if (own || managed) selection["mode"] = own && managed ? "mixed" : own ? "own" : "managed";
+  return Status::Ok();
 }
 
 int Create(const JobFlags& f) {
@@ -39,6 +91,7 @@ int Create(const JobFlags& f) {
   if (body.is_discarded()) return Fail("job create", InvalidArgumentError(f.file + " is not valid JSON"));
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("job create", client.status());
+  if (Status s = ApplyCreateOverrides(f, **client, body); !s.ok()) return Fail("job create", s);
   auto res = (*client)->PostJson("/api/v1/training-jobs", body);
   if (!res.ok()) return Fail("job create", res.status());
   auto job = res->Json();
@@ -93,15 +146,15 @@ int Get(const JobFlags& f) {
   PrintJson(*body);
   const json& j = *body;
   if (j.value("initial_validation_loss", json()).is_number()) {
-    std::cerr << "validation loss of the starting weights: " << j["initial_validation_loss"] << "\n";
+    std::cerr << "validation loss of the starting weights: " << RoundedNumber(j["initial_validation_loss"]) << "\n";
   }
   if (j.value("final_validation_loss", json()).is_number()) {
     std::cerr << "validation loss after round " << j["committed_round"]
-              << " (the last, final evaluation): " << j["final_validation_loss"] << "\n";
+              << " (the last, final evaluation): " << RoundedNumber(j["final_validation_loss"]) << "\n";
   }
   if (j.value("best_round", json()).is_number()) {
     std::cerr << "best: round " << j["best_round"] << " (validation loss after round " << j["best_round"] << ": "
-              << j["best_validation_loss"] << "; its global is the best/ artifact once the job ends)\n";
+              << RoundedNumber(j["best_validation_loss"]) << "; its global is the best/ artifact once the job ends)\n";
   }
   if (j.contains("status_reason") && j["status"] != "failed") {
     std::cerr << j["status"].get<std::string>() << ": " << j["status_reason"].get<std::string>() << "\n";
@@ -118,6 +171,7 @@ int Watch(const JobFlags& f) {
   std::string last_event_id;
   std::map<int64_t, std::string> bars;  // worker -> its latest progress line
   int64_t total_rounds = 0;             // from round events; a round above it is the final evaluation
+  std::map<int64_t, StepPace> paces;    // worker -> the pace of its current task (its ETA)
   auto redraw_bars = [&] {
     for (const auto& [worker, line] : bars) std::cout << "  worker " << worker << "  " << line << "\n";
     if (interactive && !bars.empty()) std::cout << "\033[" << bars.size() << "A" << std::flush;
@@ -141,20 +195,24 @@ int Watch(const JobFlags& f) {
             // (named in throughput_unit by workers that say it).
             const double rate =
                 d.value("throughput", json()).is_number() ? d["throughput"].get<double>() : std::nan("");
+            // A worker that does not name the unit (older ones) gets no rate shown rather than a guessed one.
             const json unit = d.value("throughput_unit", json());
-            const std::string per_second = unit.is_string() ? unit.get<std::string>() : "/s";
-            bars[d["worker_id"].get<int64_t>()] =
-                FormatProgressLine(d["step"].get<int64_t>(), total, loss, std::nan(""), rate, per_second, -1);
+            const std::string per_second = unit.is_string() ? unit.get<std::string>() : "";
+            const int64_t worker = d["worker_id"].get<int64_t>();
+            const int64_t step = d["step"].get<int64_t>();
+            const double eta = paces[worker].EtaSeconds(step, total, std::chrono::steady_clock::now());
+            bars[worker] = FormatProgressLine(step, total, loss, std::nan(""), rate, per_second, eta);
             if (!interactive) {
               std::cout << "  worker " << d["worker_id"] << "  " << bars[d["worker_id"].get<int64_t>()] << "\n";
             }
           } else if (e.event == "round_started") {
             bars.clear();
+            paces.clear();
             std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " (attempt " << d["attempt"]
                       << ") started\n";
           } else if (e.event == "round_committed") {
             std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " committed: " << d["num_updates"]
-                      << " updates, train loss " << d["train_loss"] << "\n";
+                      << " updates, train loss " << RoundedNumber(d["train_loss"]) << "\n";
           } else if (e.event == "round_failed") {
             std::cout << "round " << d["round"] << " attempt " << d["attempt"] << " failed ("
                       << d["consecutive_failures"] << "/" << d["fault_tolerance"]
@@ -170,6 +228,7 @@ int Watch(const JobFlags& f) {
           } else if (e.event == "task_assigned") {
             // An evaluate task is the job's final evaluation (its round number is total_rounds + 1: not shown).
             const bool evaluate = d.value("kind", "") == "evaluate";
+            paces.erase(d["worker_id"].get<int64_t>());
             bars[d["worker_id"].get<int64_t>()] =
                 (evaluate ? "final evaluation on shard " : "assigned shard ") + std::to_string(d["shard"].get<int>());
           } else if (e.event == "global_evaluated") {
@@ -177,7 +236,7 @@ int Watch(const JobFlags& f) {
             const int64_t global_round = d["global_round"].get<int64_t>();
             std::cout << (d.value("final", false) ? "final evaluation: " : "") << "validation loss "
                       << (global_round == 0 ? "of the starting weights" : "after round " + std::to_string(global_round))
-                      << ": " << d["validation_loss"] << "\n";
+                      << ": " << RoundedNumber(d["validation_loss"]) << "\n";
           } else if (e.event == "warning") {
             std::cout << "warning: " << d.value("message", "") << "\n";
           } else if (e.event == "job_status") {
@@ -187,7 +246,7 @@ int Watch(const JobFlags& f) {
             std::cout << "\n";
             if (d.contains("best_round")) {
               std::cout << "best: round " << d["best_round"] << " (validation loss after round " << d["best_round"]
-                        << ": " << d["best_validation_loss"] << ")\n";
+                        << ": " << RoundedNumber(d["best_validation_loss"]) << ")\n";
             }
             if (status != "queued" && status != "running") final_status = status;
           }
@@ -232,6 +291,19 @@ int Download(const JobFlags& f) {
   return 0;
 }
 
+bool IsDigits(const std::string& value) {
+  return !value.empty() && std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Ids are positive integers; CLI11's own range check would print the whole range of a double.
+const CLI::Validator kId(
+    [](const std::string& value) {
+      return IsDigits(value) && value.size() < 19 && std::stoll(value) > 0
+                 ? std::string()
+                 : "must be a positive id, not '" + value + "'";
+    },
+    "ID");
+
 }  // namespace
 
 void AddJobCommands(CLI::App& app, int& exit_code) {
@@ -244,10 +316,23 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
     if (takes_id) cmd->add_option("id", flags->id, "training job id")->required();
     return cmd;
   };
-  add("create", "create a job from a JSON spec file", false)
-      ->callback([flags, &exit_code] { exit_code = Create(*flags); })
-      ->add_option("-f,--file", flags->file, "the job spec (JSON)")
-      ->required();
+  CLI::App* create = add("create", "create a job from a JSON spec file", false);
+  create->callback([flags, &exit_code] { exit_code = Create(*flags); });
+  create->add_option("-f,--file", flags->file, "the job spec (JSON)")->required();
+  create->add_option("--dataset", flags->dataset_id, "dataset id (replaces the file's dataset_id)")->check(kId);
+  create->add_option("--model", flags->model_id, "model id (replaces the file's model_id)")->check(kId);
+  create->add_option("--workers", flags->worker_ids, "own worker ids, e.g. 1,3 (replaces worker_selection.worker_ids)")
+      ->delimiter(',')
+      ->check(kId);
+  create
+      ->add_option("--managed-workers", flags->managed_workers,
+                   "use the server's first N managed workers (replaces worker_selection.parsyn_worker_ids; 0: none)")
+      ->check(CLI::Validator(
+          [](const std::string& value) {
+            return IsDigits(value) && value.size() < 6 ? std::string()
+                                                       : "must be a count (0 or more), not '" + value + "'";
+          },
+          "N"));
   add("list", "list jobs", false)->callback([flags, &exit_code] { exit_code = List(*flags); });
   add("get", "show a job", true)->callback([flags, &exit_code] { exit_code = Get(*flags); });
   add("watch", "follow a job's rounds and workers live", true)->callback([flags, &exit_code] {

@@ -61,8 +61,27 @@ std::string FormatProgressLine(int64_t step, int64_t total_steps, double loss, d
     std::snprintf(buffer, sizeof buffer, "  lr %.2e", learning_rate);
     line += buffer;
   }
-  if (!std::isnan(rate)) line += "  " + HumanRate(rate) + " " + rate_unit;
+  if (!std::isnan(rate) && !rate_unit.empty()) line += "  " + HumanRate(rate) + " " + rate_unit;
   return line + "  ETA " + Duration(eta_seconds);
+}
+
+std::string RoundedNumber(const json& value, int decimals) {
+  if (!value.is_number_float()) return value.is_string() ? value.get<std::string>() : value.dump();
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value.get<double>());
+  return buffer;
+}
+
+double StepPace::EtaSeconds(int64_t step, int64_t total_steps, Clock::time_point now) {
+  if (!started_ || step < first_step_) {
+    started_ = true;
+    first_step_ = step;
+    first_seen_ = now;
+  }
+  const int64_t steps_measured = step - first_step_;
+  if (steps_measured <= 0) return -1;
+  const double elapsed = std::chrono::duration<double>(now - first_seen_).count();
+  return elapsed / static_cast<double>(steps_measured) * static_cast<double>(std::max<int64_t>(total_steps - step, 0));
 }
 
 ProgressReporter::ProgressReporter(std::ostream& out, bool interactive) : out_(out), interactive_(interactive) {}
@@ -82,27 +101,18 @@ void ProgressReporter::OnEvent(const json& event) {
          << event.value("samples_used", 0) << " training examples, " << event.value("num_validation", 0)
          << " for validation, " << event.value("total_steps", 0) << " steps, " << event.value("trainable_parameters", 0)
          << " trainable parameters\n";
-    started_ = std::chrono::steady_clock::now();
   } else if (kind == "eval") {
     Finish();
     out_ << "validation " << event.value("phase", "") << " training: " << MetricsText(event) << "\n";
   } else if (kind == "progress") {
     const int64_t step = event.value("step", 0);
     const int64_t total = event.value("total_steps", 0);
-    const auto now = std::chrono::steady_clock::now();
-    if (first_step_ == 0) {
-      // The first step includes warm-up costs; measure the ETA from its end.
-      first_step_ = step;
-      started_ = now;
-    }
-    const double elapsed = std::chrono::duration<double>(now - started_).count();
-    const int64_t done_since = step - first_step_;
-    const double eta = done_since > 0 ? elapsed / done_since * static_cast<double>(total - step) : -1;
+    const double eta = pace_.EtaSeconds(step, total, std::chrono::steady_clock::now());
     const double tokens = event.value("tokens_per_s", 0.0);
     const bool by_tokens = tokens > 0;
     const std::string line = FormatProgressLine(step, total, event.value("loss", 0.0), event.value("lr", 0.0),
                                                 by_tokens ? tokens : event.value("samples_per_s", 0.0),
-                                                by_tokens ? "tok/s" : "samples/s", step == total ? 0 : eta);
+                                                by_tokens ? "tokens/s" : "samples/s", step == total ? 0 : eta);
     if (interactive_) {
       out_ << "\r" << line << "\033[K";
       bar_open_ = true;

@@ -12,11 +12,29 @@
 
 namespace parsyn::cli {
 
-// "[#########-----------]  45/100  loss 1.2345  lr 2.00e-04  1.2k tok/s  ETA 0:42" (bar `width` characters wide).
-// `rate_unit` is "tok/s" or "samples/s"; an ETA below 0 prints "ETA --". A NaN learning rate or rate (not known,
-// e.g. `job watch` of a remote worker) leaves that part out.
+// "[#########-----------]  45/100  loss 1.2345  lr 2.00e-04  1.2k tokens/s  ETA 0:42" (bar `width` characters wide).
+// `rate_unit` is "tokens/s" or "samples/s"; an ETA below 0 prints "ETA --". A NaN learning rate or rate (not known,
+// e.g. `job watch` of a remote worker) leaves that part out, and so does an empty `rate_unit`: a rate is never shown
+// without what it counts.
 std::string FormatProgressLine(int64_t step, int64_t total_steps, double loss, double learning_rate, double rate,
                                const std::string& rate_unit, double eta_seconds, int width = 24);
+
+// A number for people: a float with `decimals` decimals ("5.3639", not 5.363856935501099); an integer as it is; a
+// string unquoted; null as "null".
+std::string RoundedNumber(const nlohmann::json& value, int decimals = 4);
+
+// The time left at the pace measured since the first step seen (which includes warm-up costs, so it is not counted):
+// below 0 until two steps measure a pace. A step below the first seen starts again (a new task).
+class StepPace {
+ public:
+  using Clock = std::chrono::steady_clock;
+  double EtaSeconds(int64_t step, int64_t total_steps, Clock::time_point now);
+
+ private:
+  bool started_ = false;
+  int64_t first_step_ = 0;
+  Clock::time_point first_seen_;
+};
 
 class ProgressReporter {
  public:
@@ -31,8 +49,7 @@ class ProgressReporter {
   bool interactive_;
   bool bar_open_ = false;
   int64_t last_printed_step_ = 0;
-  std::chrono::steady_clock::time_point started_;
-  int64_t first_step_ = 0;
+  StepPace pace_;
 };
 
 }  // namespace parsyn::cli

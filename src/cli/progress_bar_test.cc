@@ -10,17 +10,43 @@ namespace parsyn::cli {
 namespace {
 
 TEST(ProgressBarTest, FormatsStepsLossRateAndEta) {
-  EXPECT_EQ(FormatProgressLine(45, 100, 1.23456, 2e-4, 1234.0, "tok/s", 42, 20),
-            "[#########-----------]  45/100  loss 1.2346  lr 2.00e-04  1.2k tok/s  ETA 0:42");
+  EXPECT_EQ(FormatProgressLine(45, 100, 1.23456, 2e-4, 1234.0, "tokens/s", 42, 20),
+            "[#########-----------]  45/100  loss 1.2346  lr 2.00e-04  1.2k tokens/s  ETA 0:42");
   EXPECT_EQ(FormatProgressLine(3, 3, 0.5, 1e-3, 12.0, "samples/s", 0, 4),
             "[####] 3/3  loss 0.5000  lr 1.00e-03  12.0 samples/s  ETA 0:00");
-  EXPECT_EQ(FormatProgressLine(1, 10, 2, 1e-3, 2.5e6, "tok/s", -1, 4),
-            "[----]  1/10  loss 2.0000  lr 1.00e-03  2.5M tok/s  ETA --");
-  EXPECT_NE(FormatProgressLine(1, 100000, 2, 1e-3, 1, "tok/s", 3725, 4).find("ETA 1:02:05"), std::string::npos);
+  EXPECT_EQ(FormatProgressLine(1, 10, 2, 1e-3, 2.5e6, "tokens/s", -1, 4),
+            "[----]  1/10  loss 2.0000  lr 1.00e-03  2.5M tokens/s  ETA --");
+  EXPECT_NE(FormatProgressLine(1, 100000, 2, 1e-3, 1, "tokens/s", 3725, 4).find("ETA 1:02:05"), std::string::npos);
   // Unknown parts are left out rather than shown as zeros.
-  EXPECT_EQ(FormatProgressLine(2, 4, 0.25, std::nan(""), std::nan(""), "/s", -1, 4), "[##--] 2/4  loss 0.2500  ETA --");
-  EXPECT_EQ(FormatProgressLine(2, 4, 0.25, std::nan(""), 1500, "/s", -1, 4),
-            "[##--] 2/4  loss 0.2500  1.5k /s  ETA --");
+  EXPECT_EQ(FormatProgressLine(2, 4, 0.25, std::nan(""), std::nan(""), "samples/s", -1, 4),
+            "[##--] 2/4  loss 0.2500  ETA --");
+  EXPECT_EQ(FormatProgressLine(2, 4, 0.25, std::nan(""), 1500, "samples/s", -1, 4),
+            "[##--] 2/4  loss 0.2500  1.5k samples/s  ETA --");
+  // A rate whose unit is not known (a worker that does not say it) is left out, never shown as a bare "/s".
+  EXPECT_EQ(FormatProgressLine(2, 4, 0.25, std::nan(""), 1500, "", -1, 4), "[##--] 2/4  loss 0.2500  ETA --");
+}
+
+// The ETA (job watch's per worker, train's bar) is measured from the first step seen, not from before it.
+TEST(ProgressBarTest, StepPaceEstimatesOnceTwoStepsMeasureAPace) {
+  StepPace pace;
+  const auto t0 = StepPace::Clock::time_point{} + std::chrono::seconds(100);
+  EXPECT_LT(pace.EtaSeconds(5, 105, t0), 0);                                         // one report: no pace yet
+  EXPECT_LT(pace.EtaSeconds(5, 105, t0 + std::chrono::seconds(3)), 0);               // the same step again
+  EXPECT_DOUBLE_EQ(pace.EtaSeconds(15, 105, t0 + std::chrono::seconds(20)), 180.0);  // 2 s a step, 90 left
+  EXPECT_DOUBLE_EQ(pace.EtaSeconds(105, 105, t0 + std::chrono::seconds(200)), 0.0);
+  EXPECT_LT(pace.EtaSeconds(1, 50, t0 + std::chrono::seconds(300)), 0);  // a new task starts over
+  EXPECT_DOUBLE_EQ(pace.EtaSeconds(11, 50, t0 + std::chrono::seconds(310)), 39.0);
+  EXPECT_EQ(FormatProgressLine(11, 50, 1, std::nan(""), 4.0, "samples/s", 39.0, 4),
+            "[----] 11/50  loss 1.0000  4.0 samples/s  ETA 0:39");
+}
+
+TEST(ProgressBarTest, RoundedNumberKeepsFourDecimals) {
+  EXPECT_EQ(RoundedNumber(5.363856935501099), "5.3639");
+  EXPECT_EQ(RoundedNumber(0.5), "0.5000");
+  EXPECT_EQ(RoundedNumber(1.23456789, 2), "1.23");
+  EXPECT_EQ(RoundedNumber(3), "3");  // integers as they are
+  EXPECT_EQ(RoundedNumber(nullptr), "null");
+  EXPECT_EQ(RoundedNumber("n/a"), "n/a");
 }
 
 TEST(ProgressBarTest, NonInteractiveOutputPrintsAboutEveryTenthStep) {
@@ -71,7 +97,7 @@ TEST(ProgressBarTest, InteractiveOutputRedrawsOneLine) {
   const std::string text = out.str();
   EXPECT_EQ(std::count(text.begin(), text.end(), '\r'), 3);
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1);
-  EXPECT_NE(text.find("tok/s"), std::string::npos);
+  EXPECT_NE(text.find("tokens/s"), std::string::npos);
 }
 
 }  // namespace

@@ -113,7 +113,7 @@ int RunTrain(const TrainFlags& f) {
   const json& done = outcome->done;
   const bool lora = fs::exists(out / "adapter_config.json");  // use_peft (on by default) wrote a PEFT adapter
   std::cout << "trained " << done.value("steps", 0) << " steps on " << done.value("samples_used", 0) << " examples";
-  if (done["mean_train_loss"].is_number()) std::cout << ", mean loss " << done["mean_train_loss"].get<double>();
+  if (done["mean_train_loss"].is_number()) std::cout << ", mean loss " << RoundedNumber(done["mean_train_loss"]);
   std::cout << "\n";
   if (done.value("kind", "") == "tabular") {
     std::cout << "wrote tabular model to " << out.string() << " (tabular_model.json, model.safetensors)\n";

@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 
+#include "base/subprocess.h"
 #include "weights/safetensors.h"
 
 namespace parsyn::cli {
@@ -23,8 +25,9 @@ struct CommandRun {
   std::string output;  // stdout and stderr together
 };
 
-CommandRun RunParsyn(const std::string& args) {
-  const std::string command = std::string(PARSYN_CLI_PATH) + " " + args + " 2>&1";
+// Runs `parsyn ARGS`; its stdout, and its stderr too unless `with_stderr` is false (then stderr is dropped).
+CommandRun RunParsyn(const std::string& args, bool with_stderr = true) {
+  const std::string command = std::string(PARSYN_CLI_PATH) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   CommandRun run;
   FILE* pipe = popen(command.c_str(), "r");
   char buffer[4096];
@@ -181,6 +184,141 @@ TEST_F(TrainCommandTest, BadInputsGiveClearErrors) {
   EXPECT_EQ(text_without_model.exit_code, 2);
   EXPECT_NE(text_without_model.output.find("--model is required for text data"), std::string::npos)
       << text_without_model.output;
+}
+
+// Usage errors exit 2 whatever CLI11 would have used (105-109...), with its message and where the command's help is;
+// --help and --version still exit 0, and a runtime failure keeps 1.
+TEST(CliUsageTest, UsageErrorsExitTwoWithAHint) {
+  CommandRun unknown_flag = RunParsyn("job list --no-such-flag");
+  EXPECT_EQ(unknown_flag.exit_code, 2) << unknown_flag.output;
+  EXPECT_NE(unknown_flag.output.find("--no-such-flag"), std::string::npos) << unknown_flag.output;
+  EXPECT_NE(unknown_flag.output.find("Run 'parsyn job list --help' for usage."), std::string::npos)
+      << unknown_flag.output;
+
+  CommandRun missing_option = RunParsyn("job create");
+  EXPECT_EQ(missing_option.exit_code, 2) << missing_option.output;
+  EXPECT_NE(missing_option.output.find("--file"), std::string::npos) << missing_option.output;
+  EXPECT_NE(missing_option.output.find("parsyn job create --help"), std::string::npos) << missing_option.output;
+
+  CommandRun bad_value = RunParsyn("job create -f spec.json --workers 1,abc");
+  EXPECT_EQ(bad_value.exit_code, 2) << bad_value.output;
+  EXPECT_NE(bad_value.output.find("--workers: must be a positive id, not 'abc'"), std::string::npos)
+      << bad_value.output;
+  CommandRun bad_number = RunParsyn("job create -f spec.json --managed-workers -1");
+  EXPECT_EQ(bad_number.exit_code, 2) << bad_number.output;
+  EXPECT_NE(bad_number.output.find("--managed-workers"), std::string::npos) << bad_number.output;
+  CommandRun bad_id = RunParsyn("job create -f spec.json --dataset 0");
+  EXPECT_EQ(bad_id.exit_code, 2) << bad_id.output;
+  EXPECT_NE(bad_id.output.find("--dataset"), std::string::npos) << bad_id.output;
+
+  CommandRun unknown_subcommand = RunParsyn("job frobnicate");
+  EXPECT_EQ(unknown_subcommand.exit_code, 2) << unknown_subcommand.output;
+  EXPECT_NE(unknown_subcommand.output.find("parsyn job --help"), std::string::npos) << unknown_subcommand.output;
+  EXPECT_NE(unknown_subcommand.output.find("parsyn job: unknown command 'frobnicate'"), std::string::npos)
+      << unknown_subcommand.output;
+  EXPECT_EQ(RunParsyn("no-such-command").exit_code, 2);
+  EXPECT_EQ(RunParsyn("").exit_code, 2);  // a subcommand is required
+
+  EXPECT_EQ(RunParsyn("--help").exit_code, 0);
+  EXPECT_EQ(RunParsyn("job create --help").exit_code, 0);
+  EXPECT_EQ(RunParsyn("--version").exit_code, 0);
+
+  // A runtime failure (the spec file is not there) is not a usage error.
+  const std::string missing_spec = (fs::path(::testing::TempDir()) / "no-such-spec.json").string();
+  CommandRun runtime = RunParsyn("job create -f " + missing_spec + " --server http://127.0.0.1:1 --api-key k");
+  EXPECT_EQ(runtime.exit_code, 1) << runtime.output;
+}
+
+// `parsyn job create -f examples/...json` with --dataset/--model/--workers/--managed-workers against a real
+// `parsyn server` on a new data directory: the shipped example (ids 42 and 7) is created as it is.
+TEST_F(TrainCommandTest, JobCreateOverridesRunTheShippedExampleOnANewServer) {
+  const std::string data_dir = Path("server");
+  SubprocessOptions server_options;
+  server_options.output = SubprocessOptions::Output::kFile;
+  server_options.output_file = dir_ / "server.log";
+  StatusOr<Subprocess> server =
+      Subprocess::Start(PARSYN_CLI_PATH, {"server", "--data-dir", data_dir, "--listen", "127.0.0.1:0"}, server_options);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  for (int i = 0; i < 600 && !fs::exists(dir_ / "server" / "server.json") && !server->HasExited(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(fs::exists(dir_ / "server" / "server.json")) << "the server did not start; see " << Path("server.log");
+  const std::string remote = " --data-dir " + data_dir;
+
+  ASSERT_EQ(
+      RunParsyn("model init --out " + Path("model") + " --hidden-size 32 --layers 1 --heads 2 --seed 3").exit_code, 0);
+  CommandRun model = RunParsyn("model upload " + Path("model") + remote);
+  ASSERT_EQ(model.exit_code, 0) << model.output;
+  std::ofstream data(dir_ / "train.jsonl");
+  for (int i = 0; i < 40; ++i)
+    data << R"({"prompt": "q)" << i << R"(", "completion": " a"})"
+         << "\n";
+  data.close();
+  CommandRun dataset = RunParsyn("dataset upload " + Path("train.jsonl") + remote);
+  ASSERT_EQ(dataset.exit_code, 0) << dataset.output;
+  std::string first_token;
+  for (const char* worker : {"--name own-a", "--name own-b", "--name platform-1 --kind managed"}) {
+    CommandRun registered = RunParsyn(std::string("worker register ") + worker + remote);
+    ASSERT_EQ(registered.exit_code, 0) << registered.output;
+    const size_t token_at = registered.output.find("): ");
+    if (first_token.empty() && token_at != std::string::npos) {
+      first_token = registered.output.substr(token_at + 3, registered.output.find('\n', token_at) - token_at - 3);
+    }
+  }  // a new server: model 1, dataset 1, workers 1 and 2 (own) and 3 (managed)
+
+  // A worker started without --name logs under its registered name once the coordinator has answered its hello.
+  SubprocessOptions worker_options;
+  worker_options.output = SubprocessOptions::Output::kFile;
+  worker_options.output_file = dir_ / "worker.log";
+  worker_options.environment = {{"PARSYN_WORKER_TOKEN", first_token}};
+  const std::string url = nlohmann::json::parse(std::ifstream(dir_ / "server" / "server.json"))["url"];
+  StatusOr<Subprocess> worker = Subprocess::Start(
+      PARSYN_CLI_PATH, {"worker", "--server", url, "--cache-dir", Path("worker-cache")}, worker_options);
+  ASSERT_TRUE(worker.ok()) << worker.status().message();
+  auto worker_log = [&] {
+    std::ifstream in(dir_ / "worker.log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (int i = 0; i < 600 && worker_log().find(": online") == std::string::npos && !worker->HasExited(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(worker_log().find("worker own-a: online"), std::string::npos) << worker_log();
+  worker->Terminate();
+  worker->Wait();
+
+  const std::string example = std::string(PARSYN_EXAMPLES_DIR) + "/distributed-llama-finetune.json";
+  CommandRun as_shipped = RunParsyn("job create -f " + example + remote);
+  EXPECT_EQ(as_shipped.exit_code, 1) << as_shipped.output;
+  EXPECT_NE(as_shipped.output.find("dataset 42 does not exist"), std::string::npos) << as_shipped.output;
+
+  CommandRun too_many = RunParsyn("job create -f " + example + remote + " --managed-workers 2");
+  EXPECT_EQ(too_many.exit_code, 1) << too_many.output;
+  EXPECT_NE(too_many.output.find("--managed-workers 2: the server has 1 managed workers"), std::string::npos)
+      << too_many.output;
+
+  CommandRun created =
+      RunParsyn("job create -f " + example + remote + " --dataset 1 --model 1 --workers 1,2 --managed-workers 1");
+  ASSERT_EQ(created.exit_code, 0) << created.output;
+  EXPECT_NE(created.output.find("created training job 1"), std::string::npos) << created.output;
+  CommandRun got = RunParsyn("job get 1" + remote, /*with_stderr=*/false);
+  ASSERT_EQ(got.exit_code, 0) << got.output;
+  const nlohmann::json job = nlohmann::json::parse(got.output);
+  EXPECT_EQ(job["dataset_id"], 1);
+  EXPECT_EQ(job["model_id"], 1);
+  EXPECT_EQ(job["spec"]["worker_selection"]["worker_ids"], nlohmann::json::array({1, 2}));
+  EXPECT_EQ(job["spec"]["worker_selection"]["parsyn_worker_ids"], nlohmann::json::array({3}));
+  EXPECT_EQ(job["spec"]["worker_selection"]["mode"], "mixed");
+
+  // Only own workers: the example's managed list is dropped and the mode follows.
+  CommandRun own_only =
+      RunParsyn("job create -f " + example + remote + " --dataset 1 --model 1 --workers 1,2 --managed-workers 0");
+  ASSERT_EQ(own_only.exit_code, 0) << own_only.output;
+  const nlohmann::json job2 = nlohmann::json::parse(RunParsyn("job get 2" + remote, false).output);
+  EXPECT_EQ(job2["spec"]["worker_selection"]["mode"], "own");
+  EXPECT_EQ(job2["spec"]["worker_selection"].value("parsyn_worker_ids", nlohmann::json::array()),
+            nlohmann::json::array());
+  server->Terminate();
+  server->Wait();
 }
 
 }  // namespace

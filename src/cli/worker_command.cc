@@ -140,7 +140,9 @@ int RunAgent(const AgentFlags& f) {
   options.server_url = f.server;
   while (!options.server_url.empty() && options.server_url.back() == '/') options.server_url.pop_back();
   options.token = f.token;
+  // Without --name, the worker logs under the name it was registered with, once the coordinator's hello answer says it.
   options.name = f.name.empty() ? "worker-" + std::to_string(getpid()) : f.name;
+  options.name_from_coordinator = f.name.empty();
   options.device = f.device;
   options.trainer_threads = f.threads;
   if (f.cert.empty() != f.key.empty()) return fail("--cert and --key go together (a client certificate and its key)");
@@ -207,7 +209,7 @@ void AddWorkerCommand(CLI::App& app, int& exit_code) {
   group->add_option("--server", flags->server, "coordinator URL, e.g. http://10.0.0.5:8080")->envname("PARSYN_SERVER");
   group->add_option("--token", flags->token, "this worker's token (from `parsyn worker register`)")
       ->envname("PARSYN_WORKER_TOKEN");
-  group->add_option("--name", flags->name, "name used in this worker's logs");
+  group->add_option("--name", flags->name, "name used in this worker's logs (default: its registered name)");
   group->add_option("--device", flags->device, "cpu, cuda or cuda:N")->capture_default_str();
   group->add_option(
       "--data", flags->data,

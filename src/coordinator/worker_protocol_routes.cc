@@ -78,13 +78,17 @@ class WorkerProtocolRoutes {
     s.wake = std::make_shared<http::Signal>(service_.executor());
     s.local_data = hello->local_data;
     co_await service_.SetWorkerStatus(worker_id, storage::WorkerStatus::kOnline, hello->device);
+    // The registered name, so that the worker logs under it (a store error only leaves it unsaid).
+    StatusOr<storage::Worker> registered =
+        co_await Offload(context_.pool, [&] { return context_.store.GetWorker(worker_id); });
     const ServiceOptions& options = service_.options();
     co_return Response::Json(200,
                              protocol::HelloAnswerToJson({.worker_id = worker_id,
                                                           .session_id = *session_id,
                                                           .heartbeat_interval_ms = options.heartbeat_interval.count(),
                                                           .heartbeat_timeout_ms = options.heartbeat_timeout.count(),
-                                                          .max_poll_wait_ms = options.max_poll_wait.count()}));
+                                                          .max_poll_wait_ms = options.max_poll_wait.count(),
+                                                          .worker_name = registered.ok() ? registered->name : ""}));
   }
 
   // Answers the tasks the worker must drop ("abandon").

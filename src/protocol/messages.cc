@@ -198,6 +198,7 @@ StatusOr<HelloAnswer> ParseHelloAnswer(const json& body) {
   a.heartbeat_interval_ms = f.Int("heartbeat_interval_ms", false, 1, 86'400'000).value_or(a.heartbeat_interval_ms);
   a.heartbeat_timeout_ms = f.Int("heartbeat_timeout_ms", false, 1, 86'400'000).value_or(0);
   a.max_poll_wait_ms = f.Int("max_poll_wait_ms", false, 0, 3'600'000).value_or(a.max_poll_wait_ms);
+  a.worker_name = f.String("worker_name", false, 256).value_or("");
   PARSYN_RETURN_IF_ERROR(f.status());
   return a;
 }
@@ -209,6 +210,7 @@ json HelloAnswerToJson(const HelloAnswer& a) {
   // 0: not said (the reader's default); written, it would be refused (fuzz_worker_task found it).
   if (a.worker_id > 0) out["worker_id"] = a.worker_id;
   if (a.heartbeat_timeout_ms > 0) out["heartbeat_timeout_ms"] = a.heartbeat_timeout_ms;
+  if (!a.worker_name.empty()) out["worker_name"] = a.worker_name;
   return out;
 }
 

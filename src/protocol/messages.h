@@ -66,6 +66,7 @@ struct HelloAnswer {
   int64_t heartbeat_interval_ms = 5'000;
   int64_t heartbeat_timeout_ms = 0;  // 0: not said
   int64_t max_poll_wait_ms = 30'000;
+  std::string worker_name;  // the name the worker was registered under (its logs use it); empty: not said
   friend bool operator==(const HelloAnswer&, const HelloAnswer&) = default;
 };
 StatusOr<HelloAnswer> ParseHelloAnswer(const nlohmann::json& body);

@@ -207,7 +207,8 @@ TEST(HelloTest, RoundTripsAndAcceptsAnEmptyBody) {
                      .session_id = "pss_1",
                      .heartbeat_interval_ms = 1000,
                      .heartbeat_timeout_ms = 9000,
-                     .max_poll_wait_ms = 200};
+                     .max_poll_wait_ms = 200,
+                     .worker_name = "gpu-box-1"};
   EXPECT_EQ(*ParseHelloAnswer(HelloAnswerToJson(answer)), answer);
   auto minimal = ParseHelloAnswer(json{{"session_id", "s1"}});
   ASSERT_TRUE(minimal.ok());

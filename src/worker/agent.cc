@@ -174,6 +174,8 @@ StatusOr<Agent::Session> Agent::Hello(std::stop_token stop) {
   PARSYN_ASSIGN_OR_RETURN(json body, res.Json());
   StatusOr<protocol::HelloAnswer> answer = protocol::ParseHelloAnswer(body);
   if (!answer.ok()) return InternalError("the coordinator's hello answer is malformed: " + answer.status().message());
+  // Only here, between sessions, when no other thread of this agent reads options_.name.
+  if (options_.name_from_coordinator && !answer->worker_name.empty()) options_.name = answer->worker_name;
   Session s;
   s.id = answer->session_id;
   s.heartbeat_interval = std::chrono::milliseconds(answer->heartbeat_interval_ms);

@@ -52,6 +52,8 @@ struct AgentOptions {
   std::string server_url;  // "http://127.0.0.1:8080"
   std::string token;       // from `parsyn worker register`
   std::string name;        // for logs
+  // The name comes from the coordinator: `name` is used only until the hello answer gives the registered name.
+  bool name_from_coordinator = false;
   std::string device = "cpu";
   std::filesystem::path local_data;  // .csv or .jsonl for jobs whose data.source is "workers"; empty: none
   std::filesystem::path cache_dir;   // models, shards, task folders

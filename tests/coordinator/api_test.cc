@@ -645,6 +645,7 @@ TEST_F(ApiTest, TaskBlobUrlsFollowTheAttemptAndDieWithTheirWorker) {
   auto hello = worker->PostJson("/api/v1/worker/hello", {{"device", "cpu (test)"}});
   ASSERT_TRUE(hello.ok()) << hello.status().ToString();
   const std::string session = (*hello->Json())["session_id"];
+  EXPECT_EQ((*hello->Json())["worker_name"], "w0");  // the registered name, which the worker's logs use
   json task;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (task.is_null() && std::chrono::steady_clock::now() < deadline) {
