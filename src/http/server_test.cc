@@ -21,6 +21,7 @@
 #include <fstream>
 #include <random>
 
+#include "base/testing/raw_socket.h"
 #include "http/client.h"
 #include "http/test_server.h"
 
@@ -470,12 +471,8 @@ TEST(ServerTest, LongPollWakesWhenNotified) {
 
 // Connects a raw socket; returns its fd.
 int ConnectRaw(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const int fd = test_support::ConnectLoopback(port);
+  EXPECT_GE(fd, 0) << "cannot connect to port " << port;
   return fd;
 }
 
@@ -514,21 +511,10 @@ TEST(ServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
       "GET /api/v1/training-jobs/1 HTTP/1.1\r\nHost: x\r\n\r\n"
       "GET /api/v1/training-jobs/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
   ASSERT_EQ(::send(fd, two.data(), two.size(), 0), static_cast<ssize_t>(two.size()));
-  std::string received;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) received.append(buf, static_cast<size_t>(n));
+  std::string received = test_support::ReadUntilClosed(fd);
   ::close(fd);
   EXPECT_NE(received.find("\"id\":\"1\""), std::string::npos) << received;
   EXPECT_NE(received.find("\"id\":\"2\""), std::string::npos) << received;
-}
-
-std::string ReadAll(int fd) {
-  std::string received;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) received.append(buf, static_cast<size_t>(n));
-  return received;
 }
 
 TEST(ServerTest, StalledUploadFailsWithDeadlineExceededAndCloses) {
@@ -577,7 +563,7 @@ TEST(ServerTest, HeadGetsHeadersWithoutBody) {
   int fd = ConnectRaw(ts.server().port());
   std::string head = "HEAD /blobs/a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
   ::send(fd, head.data(), head.size(), 0);
-  std::string received = ReadAll(fd);
+  std::string received = test_support::ReadUntilClosed(fd);
   ::close(fd);
   EXPECT_TRUE(received.starts_with("HTTP/1.1 200")) << received;
   EXPECT_NE(received.find("Content-Length: 10\r\n"), std::string::npos) << received;
@@ -590,10 +576,7 @@ TEST(ServerTest, MalformedRequestGets400) {
   int fd = ConnectRaw(ts.server().port());
   std::string junk = "GARBAGE\x01 / HTTP/1.1\r\n\r\n";
   ::send(fd, junk.data(), junk.size(), 0);
-  std::string received;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) received.append(buf, static_cast<size_t>(n));
+  std::string received = test_support::ReadUntilClosed(fd);
   ::close(fd);
   EXPECT_TRUE(received.starts_with("HTTP/1.1 400")) << received;
   EXPECT_NE(received.find("\"code\":\"invalid_argument\""), std::string::npos) << received;
@@ -620,7 +603,7 @@ int ConnectRawFrom(uint16_t port, const char* source) {
 std::string Exchange(uint16_t port, const char* source, std::string_view request) {
   int fd = ConnectRawFrom(port, source);
   ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string received = ReadAll(fd);
+  std::string received = test_support::ReadUntilClosed(fd);
   ::close(fd);
   return received;
 }
@@ -656,7 +639,7 @@ TEST(ServerLimitsTest, ConnectionsBeyondTheCapsGet429Or503WithRetryAfterAndAccep
   for (int fd : burst) ::shutdown(fd, SHUT_WR);  // lets the server's drain end at once
   int refused = 0;
   for (int fd : burst) {
-    std::string answer = ReadAll(fd);
+    std::string answer = test_support::ReadUntilClosed(fd);
     ::close(fd);
     EXPECT_TRUE(answer.empty() || answer.starts_with("HTTP/1.1 503")) << answer;
     refused += answer.starts_with("HTTP/1.1 503") ? 1 : 0;
@@ -665,7 +648,7 @@ TEST(ServerLimitsTest, ConnectionsBeyondTheCapsGet429Or503WithRetryAfterAndAccep
 
   // The admitted connections are served, and a closed one gives its place back.
   ::send(third, kGetOne.data(), kGetOne.size(), MSG_NOSIGNAL);
-  std::string served = ReadAll(third);
+  std::string served = test_support::ReadUntilClosed(third);
   EXPECT_TRUE(served.starts_with("HTTP/1.1 200")) << served;
   ::close(third);
   ::close(first);
@@ -731,7 +714,7 @@ TEST(ServerLimitsTest, FailedAuthorizeIsAnsweredBeforeTheBodyIsRead) {
   ASSERT_GT(::send(fd, unauthenticated.data(), unauthenticated.size(), MSG_NOSIGNAL), 0);
   pollfd p{fd, POLLIN, 0};
   ASSERT_EQ(::poll(&p, 1, 4000), 1) << "no answer before the body was sent";
-  std::string answer = ReadAll(fd);
+  std::string answer = test_support::ReadUntilClosed(fd);
   ::close(fd);
   EXPECT_TRUE(answer.starts_with("HTTP/1.1 401")) << answer;
   EXPECT_NE(answer.find("missing or wrong bearer token"), std::string::npos) << answer;
@@ -741,7 +724,7 @@ TEST(ServerLimitsTest, FailedAuthorizeIsAnsweredBeforeTheBodyIsRead) {
   fd = ConnectRaw(ts.server().port());
   std::string good = header + "Authorization: Bearer good\r\nConnection: close\r\n\r\n" + std::string(1 << 20, 'x');
   ASSERT_EQ(::send(fd, good.data(), good.size(), MSG_NOSIGNAL), static_cast<ssize_t>(good.size()));
-  answer = ReadAll(fd);
+  answer = test_support::ReadUntilClosed(fd);
   ::close(fd);
   EXPECT_TRUE(answer.starts_with("HTTP/1.1 204")) << answer;
   EXPECT_EQ(handled, 1);
@@ -795,7 +778,7 @@ TEST(ServerLimitsTest, OutOfFileDescriptorsAcceptBacksOffLogsOnceASecondAndRecov
   // The queued connections are served once descriptors are back.
   for (int fd : clients) {
     ::send(fd, kGetOne.data(), kGetOne.size(), MSG_NOSIGNAL);
-    std::string answer = ReadAll(fd);
+    std::string answer = test_support::ReadUntilClosed(fd);
     ::close(fd);
     EXPECT_TRUE(answer.starts_with("HTTP/1.1 200")) << answer;
   }
@@ -852,7 +835,7 @@ TEST(ServerLimitsTest, StreamedBodyBelowTheMinimumRateIsCutWithAClearError) {
     answered = ::poll(&p, 1, 20) > 0;
   }
   ASSERT_TRUE(answered) << "a body at 5 KB/s was not cut within 15 s";
-  std::string cut = ReadAll(fd);
+  std::string cut = test_support::ReadUntilClosed(fd);
   ::close(fd);
   EXPECT_TRUE(cut.starts_with("HTTP/1.1 504")) << cut;
   EXPECT_NE(cut.find("below the minimum of 100000 bytes/s"), std::string::npos) << cut;

@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "base/testing/raw_socket.h"
 #include "cli/remote.h"
 #include "coordinator/signed_blob_urls.h"
 #include "harness.h"
@@ -742,13 +743,8 @@ TEST_F(ApiTest, SignedUrlsRejectTamperingAndExpiry) {
 // A raw connection to the server, for requests a client library would not send (a header alone, a trickled body).
 int ConnectTo(const ServerProcess& server) {
   const std::string& url = server.url();
-  const int port = std::stoi(url.substr(url.rfind(':') + 1));
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const int fd = test_support::ConnectLoopback(static_cast<uint16_t>(std::stoi(url.substr(url.rfind(':') + 1))));
+  EXPECT_GE(fd, 0) << "cannot connect to " << url;
   return fd;
 }
 
@@ -756,11 +752,7 @@ int ConnectTo(const ServerProcess& server) {
 std::string AnswerWithin(int fd, std::chrono::milliseconds limit) {
   pollfd p{fd, POLLIN, 0};
   if (::poll(&p, 1, static_cast<int>(limit.count())) <= 0) return "";
-  std::string received;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) received.append(buf, static_cast<size_t>(n));
-  return received;
+  return test_support::ReadUntilClosed(fd);
 }
 
 TEST_F(ApiTest, CredentialsAreCheckedBeforeABodyIsRead) {
