@@ -2,6 +2,7 @@
 
 #include <cassert>
 #include <cmath>
+#include <cstdio>
 #include <numbers>
 #include <string>
 
@@ -22,36 +23,21 @@ std::string Number(double v) {
 
 double Load(const Tensor& t, int64_t i) {
   switch (t.dtype) {
-    case DType::kF32:
-      return t.as<float>()[i];
-    case DType::kF64:
-      return t.as<double>()[i];
-    case DType::kBF16:
-      return weights::Bf16ToFloat(t.as<uint16_t>()[i]);
-    case DType::kF16:
-      return weights::F16ToFloat(t.as<uint16_t>()[i]);
-    default:
-      assert(false && "not a float tensor");
-      return 0;
+    case DType::kF32: return t.as<float>()[i];
+    case DType::kF64: return t.as<double>()[i];
+    case DType::kBF16: return weights::Bf16ToFloat(t.as<uint16_t>()[i]);
+    case DType::kF16: return weights::F16ToFloat(t.as<uint16_t>()[i]);
+    default: assert(false && "not a float tensor"); return 0;
   }
 }
 
 void Store(const Tensor& t, int64_t i, double v) {
   switch (t.dtype) {
-    case DType::kF32:
-      t.as<float>()[i] = static_cast<float>(v);
-      break;
-    case DType::kF64:
-      t.as<double>()[i] = v;
-      break;
-    case DType::kBF16:
-      t.as<uint16_t>()[i] = weights::FloatToBf16(static_cast<float>(v));
-      break;
-    case DType::kF16:
-      t.as<uint16_t>()[i] = weights::FloatToF16(static_cast<float>(v));
-      break;
-    default:
-      assert(false && "not a float tensor");
+    case DType::kF32: t.as<float>()[i] = static_cast<float>(v); break;
+    case DType::kF64: t.as<double>()[i] = v; break;
+    case DType::kBF16: t.as<uint16_t>()[i] = weights::FloatToBf16(static_cast<float>(v)); break;
+    case DType::kF16: t.as<uint16_t>()[i] = weights::FloatToF16(static_cast<float>(v)); break;
+    default: assert(false && "not a float tensor");
   }
 }
 
@@ -115,7 +101,8 @@ std::vector<ParticipantConfig> DpFedAvg::ConfigureRound(const RoundContext& ctx,
 Status DpFedAvg::Begin(int round, const WeightSet& global) {
   for (const Tensor& t : global.tensors()) {
     if (!weights::IsFloat(t.dtype)) {
-      return InvalidArgumentError("global tensor '" + t.name + "' has dtype " + std::string(weights::DTypeName(t.dtype)) +
+      return InvalidArgumentError("global tensor '" + t.name + "' has dtype " +
+                                  std::string(weights::DTypeName(t.dtype)) +
                                   "; dp_fedavg aggregates float tensors only");
     }
   }

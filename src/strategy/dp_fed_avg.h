@@ -46,11 +46,11 @@ Status ValidateDpFedAvgOptions(const DpFedAvgOptions& options);
 // What the last finished round did (for the round's record and the API).
 struct DpRoundReport {
   int round = 0;
-  int participants = 0;     // K, updates in the aggregate
-  int clipped = 0;          // of them, how many had ‖Δ‖ > clip_norm
-  double noise_stddev = 0;  // per coordinate of the average: σ·C/K
-  double sampling_rate = 1; // q = K / eligible workers (1 when the eligible count is unknown)
-  double epsilon = 0;       // ε at options.delta after this round (all rounds so far)
+  int participants = 0;      // K, updates in the aggregate
+  int clipped = 0;           // of them, how many had ‖Δ‖ > clip_norm
+  double noise_stddev = 0;   // per coordinate of the average: σ·C/K
+  double sampling_rate = 1;  // q = K / eligible workers (1 when the eligible count is unknown)
+  double epsilon = 0;        // ε at options.delta after this round (all rounds so far)
 };
 
 class DpFedAvg final : public Strategy {

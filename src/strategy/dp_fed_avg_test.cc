@@ -292,8 +292,14 @@ TEST(DpFedAvgTest, MatchesIndependentNumpyReference) {
     double delta;
   };
   const std::vector<Case> cases = {
-      {256.0 / 60000, 1.12, 14062, 1e-5}, {0.01, 1.0, 1000, 1e-5}, {0.1, 0.8, 100, 1e-6}, {0.5, 2.0, 50, 1e-5},
-      {1.0, 1.5, 10, 1e-5},               {0.02, 4.0, 5000, 1e-7}, {0.3, 0.5, 20, 1e-3},  {0.001, 1.0, 100000, 1e-5},
+      {256.0 / 60000, 1.12, 14062, 1e-5},
+      {0.01, 1.0, 1000, 1e-5},
+      {0.1, 0.8, 100, 1e-6},
+      {0.5, 2.0, 50, 1e-5},
+      {1.0, 1.5, 10, 1e-5},
+      {0.02, 4.0, 5000, 1e-7},
+      {0.3, 0.5, 20, 1e-3},
+      {0.001, 1.0, 100000, 1e-5},
   };
   const uint64_t job_seed = 0xdeadbeefcafef00dULL;
   const DpFedAvgOptions options{.clip_norm = 1.5, .noise_multiplier = 0.7, .delta = 1e-5};
@@ -319,8 +325,8 @@ TEST(DpFedAvgTest, MatchesIndependentNumpyReference) {
     }
     in << "\nend\n";
   }
-  const std::string command = "/usr/bin/python3 " PARSYN_SOURCE_DIR "/tests/reference/dp_fedavg.py " +
-                              input.string() + " " + output.string() + " 2>&1";
+  const std::string command = "/usr/bin/python3 " PARSYN_SOURCE_DIR "/tests/reference/dp_fedavg.py " + input.string() +
+                              " " + output.string() + " 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   std::ifstream out(output);
   std::string line;
