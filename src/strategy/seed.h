@@ -20,4 +20,10 @@ uint64_t TaskSeed(uint64_t job_seed, int64_t round, int64_t shard);
 // The seed of the job's data split (sharding); a separate domain from TaskSeed so the two never coincide.
 uint64_t SplitSeed(uint64_t job_seed);
 
+// The seed of the Gaussian noise dp_fedavg adds to round `round`'s aggregate (1-based):
+//   Mix64(Mix64(job_seed ^ kDpNoiseDomain) + round)
+// It does not depend on the participants or their updates, so a resumed job draws the same noise for the same
+// round. A retried round draws it again: only the committed attempt's global is ever released.
+uint64_t DpNoiseSeed(uint64_t job_seed, int64_t round);
+
 }  // namespace parsyn::strategy

@@ -1,0 +1,219 @@
+#include "strategy/dp_fed_avg.h"
+
+#include <cassert>
+#include <cmath>
+#include <cstdio>
+#include <numbers>
+#include <string>
+
+#include "strategy/seed.h"
+
+namespace parsyn::strategy {
+namespace {
+
+using weights::DType;
+using weights::Tensor;
+using weights::WeightSet;
+
+std::string Number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+double Load(const Tensor& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::kF32: return t.as<float>()[i];
+    case DType::kF64: return t.as<double>()[i];
+    case DType::kBF16: return weights::Bf16ToFloat(t.as<uint16_t>()[i]);
+    case DType::kF16: return weights::F16ToFloat(t.as<uint16_t>()[i]);
+    default: assert(false && "not a float tensor"); return 0;
+  }
+}
+
+void Store(const Tensor& t, int64_t i, double v) {
+  switch (t.dtype) {
+    case DType::kF32: t.as<float>()[i] = static_cast<float>(v); break;
+    case DType::kF64: t.as<double>()[i] = v; break;
+    case DType::kBF16: t.as<uint16_t>()[i] = weights::FloatToBf16(static_cast<float>(v)); break;
+    case DType::kF16: t.as<uint16_t>()[i] = weights::FloatToF16(static_cast<float>(v)); break;
+    default: assert(false && "not a float tensor");
+  }
+}
+
+// Standard normals by Box–Muller over the SplitMix64 stream of `seed` (the derivation documented in dp_fed_avg.h).
+class GaussianStream {
+ public:
+  explicit GaussianStream(uint64_t seed) : seed_(seed) {}
+
+  double Next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const uint64_t w1 = Word();
+    const uint64_t w2 = Word();
+    const double u1 = static_cast<double>((w1 >> 11) + 1) * 0x1p-53;  // (0, 1]: log(u1) is finite
+    const double u2 = static_cast<double>(w2 >> 11) * 0x1p-53;        // [0, 1)
+    const double r = std::sqrt(-2 * std::log(u1));
+    const double theta = 2 * std::numbers::pi * u2;
+    spare_ = r * std::sin(theta);
+    has_spare_ = true;
+    return r * std::cos(theta);
+  }
+
+ private:
+  static constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+  // The k-th output of SplitMix64 seeded with seed_.
+  uint64_t Word() { return Mix64(seed_ + (counter_++) * kGolden); }
+
+  uint64_t seed_;
+  uint64_t counter_ = 0;
+  bool has_spare_ = false;
+  double spare_ = 0;
+};
+
+}  // namespace
+
+Status ValidateDpFedAvgOptions(const DpFedAvgOptions& options) {
+  if (!std::isfinite(options.clip_norm) || options.clip_norm <= 0) {
+    return InvalidArgumentError("clip_norm must be a finite number > 0, got " + Number(options.clip_norm));
+  }
+  if (!std::isfinite(options.noise_multiplier) || options.noise_multiplier < 0) {
+    return InvalidArgumentError("noise_multiplier must be a finite number >= 0, got " +
+                                Number(options.noise_multiplier));
+  }
+  if (!(options.delta > 0 && options.delta < 1)) {
+    return InvalidArgumentError("delta must be a number in (0, 1), e.g. 1e-5, got " + Number(options.delta));
+  }
+  return Status::Ok();
+}
+
+DpFedAvg::DpFedAvg(DpFedAvgOptions options, uint64_t job_seed) : options_(options), job_seed_(job_seed) {
+  assert(ValidateDpFedAvgOptions(options_).ok());
+}
+
+std::vector<ParticipantConfig> DpFedAvg::ConfigureRound(const RoundContext& ctx,
+                                                        std::span<const Candidate> available) const {
+  return selection_.ConfigureRound(ctx, available);
+}
+
+Status DpFedAvg::Begin(int round, const WeightSet& global) {
+  for (const Tensor& t : global.tensors()) {
+    if (!weights::IsFloat(t.dtype)) {
+      return InvalidArgumentError("global tensor '" + t.name + "' has dtype " +
+                                  std::string(weights::DTypeName(t.dtype)) +
+                                  "; dp_fedavg aggregates float tensors only");
+    }
+  }
+  round_ = round;
+  global_ = global.Clone();
+  // The deltas are summed in float32 whatever the model's dtype (a bf16 delta would lose most of its bits).
+  bool same_layout = delta_.size() == global.size();
+  for (size_t i = 0; same_layout && i < global.size(); ++i) {
+    same_layout = delta_[i].name == global[i].name && delta_[i].shape == global[i].shape;
+  }
+  if (!same_layout || !mean_) {
+    delta_ = WeightSet();
+    for (const Tensor& t : global.tensors()) {
+      auto zeros = delta_.AddZeros(t.name, DType::kF32, t.shape);
+      if (!zeros.ok()) return zeros.status();
+    }
+    mean_.reset();
+    mean_.emplace(delta_, weights::WeightedMeanOptions{.accumulation = weights::Accumulation::kExact});
+  } else {
+    mean_->Reset();
+  }
+  clipped_ = 0;
+  begun_ = true;
+  return Status::Ok();
+}
+
+Status DpFedAvg::Accept(const WeightSet& update, int64_t sample_count) {
+  if (!begun_) return FailedPreconditionError("DpFedAvg::Accept before Begin");
+  const std::string context = "round " + std::to_string(round_) + " update";
+  if (sample_count <= 0) {
+    return InvalidArgumentError("sample count must be positive, got " + std::to_string(sample_count));
+  }
+  if (Status s = global_.CheckSameLayout(update); !s.ok()) return s.WithContext(context);
+  if (Status s = weights::CheckFinite(update); !s.ok()) return s.WithContext(context);
+
+  // Pass 1: the delta's norm over the whole update.
+  double squared_norm = 0;
+  for (size_t k = 0; k < update.size(); ++k) {
+    const Tensor& u = update[k];
+    const Tensor& g = global_[k];
+    for (int64_t i = 0, n = u.numel(); i < n; ++i) {
+      const double d = Load(u, i) - Load(g, i);
+      squared_norm += d * d;
+    }
+  }
+  if (!std::isfinite(squared_norm)) {
+    return InvalidArgumentError("the update's distance from the global overflows a double").WithContext(context);
+  }
+  const double norm = std::sqrt(squared_norm);
+  const double scale = norm > options_.clip_norm ? options_.clip_norm / norm : 1.0;
+
+  // Pass 2: the clipped delta, added to the exact sum.
+  for (size_t k = 0; k < update.size(); ++k) {
+    const Tensor& u = update[k];
+    const Tensor& g = global_[k];
+    const std::span<float> out = delta_[k].as<float>();
+    for (int64_t i = 0, n = u.numel(); i < n; ++i) out[i] = static_cast<float>(scale * (Load(u, i) - Load(g, i)));
+  }
+  if (Status s = mean_->Accept(delta_, 1.0); !s.ok()) return s.WithContext(context);
+  if (scale < 1.0) ++clipped_;
+  return Status::Ok();
+}
+
+int DpFedAvg::num_accepted() const { return begun_ ? mean_->num_accepted() : 0; }
+
+double DpFedAvg::SamplingRate(int64_t participants, int64_t eligible_workers) const {
+  if (eligible_workers <= 0 || eligible_workers <= participants) return 1.0;
+  return static_cast<double>(participants) / static_cast<double>(eligible_workers);
+}
+
+StatusOr<WeightSet> DpFedAvg::Finish() {
+  if (!begun_) return FailedPreconditionError("DpFedAvg::Finish before Begin");
+  const int participants = mean_->num_accepted();
+  if (participants == 0) {
+    return FailedPreconditionError("round " + std::to_string(round_) + " has no accepted update to average");
+  }
+  begun_ = false;
+  StatusOr<WeightSet> mean_delta = std::move(*mean_).Finish();  // Σ clip(Δ_i) / K, float32
+  if (!mean_delta.ok()) return mean_delta.status();
+
+  const double stddev = options_.noise_multiplier * options_.clip_norm / participants;
+  GaussianStream noise(DpNoiseSeed(job_seed_, round_));
+  WeightSet next;
+  for (size_t k = 0; k < global_.size(); ++k) {
+    const Tensor& g = global_[k];
+    auto bytes = next.AddZeros(g.name, g.dtype, g.shape);
+    if (!bytes.ok()) return bytes.status();
+    const Tensor& out = next[k];
+    const std::span<const float> mean = (*mean_delta)[k].as<float>();
+    for (int64_t i = 0, n = g.numel(); i < n; ++i) {
+      Store(out, i, Load(g, i) + static_cast<double>(mean[i]) + stddev * noise.Next());
+    }
+  }
+  global_ = WeightSet();
+
+  const double q = SamplingRate(participants, eligible_workers_);
+  accountant_.AddRounds(q, options_.noise_multiplier);
+  epsilon_spent_ = accountant_.Epsilon(options_.delta).epsilon;
+  last_round_ = DpRoundReport{.round = round_,
+                              .participants = participants,
+                              .clipped = clipped_,
+                              .noise_stddev = stddev,
+                              .sampling_rate = q,
+                              .epsilon = epsilon_spent_};
+  return next;
+}
+
+void DpFedAvg::RecordPastRound(int64_t participants, int64_t eligible_workers) {
+  if (participants <= 0) return;
+  accountant_.AddRounds(SamplingRate(participants, eligible_workers), options_.noise_multiplier);
+  epsilon_spent_ = accountant_.Epsilon(options_.delta).epsilon;
+}
+
+}  // namespace parsyn::strategy

@@ -1,0 +1,112 @@
+// DP-FedAvg with fixed clipping (McMahan et al. 2018, "Learning Differentially Private Recurrent Language Models";
+// Flower's DifferentialPrivacyServerSideFixedClipping): user-level differential privacy over the workers.
+//
+// Each accepted update's delta Δ_i = w_i - global (over the whole update, all tensors as one vector) is clipped to L2
+// norm C = clip_norm: Δ_i · min(1, C / ‖Δ_i‖). The clipped deltas are averaged *unweighted* (sample counts are
+// checked but not used: a worker's reported count is unbounded, so weighting by it would break the sensitivity
+// bound), Gaussian noise is added to their sum, and
+//   new global = global + (Σ_i clip(Δ_i) + N(0, (σ·C)² I)) / K,   σ = noise_multiplier, K = updates accepted,
+// i.e. noise of standard deviation σ·C/K per coordinate on the average. Adding or removing one worker changes the
+// sum by at most C in L2, so each round is the Gaussian mechanism with noise multiplier σ, sampled with rate
+// q = K / eligible workers; RdpAccountant composes the rounds and gives ε at `delta` (ε reported by epsilon_spent()).
+//
+// Noise: standard normals from Box–Muller over the SplitMix64 stream seeded with DpNoiseSeed(job_seed, round)
+// (strategy/seed.h). Coordinate n of the model (tensors in order, flattened row-major) takes pair p = n / 2 from
+// stream words 2p and 2p+1 (word k = Mix64(seed + k·0x9e3779b97f4a7c15)): u1 = ((w_2p >> 11) + 1) · 2^-53 in (0, 1],
+// u2 = (w_2p+1 >> 11) · 2^-53, z = sqrt(-2 ln u1) · (cos 2πu2 if n is even, else sin 2πu2). No
+// std::normal_distribution: its algorithm differs between standard libraries. The sums use exact (order-independent)
+// accumulation, so the same job, resumed or rerun, gives the same global bits on the same platform (ln, cos and sin
+// come from the C library; another libm may differ in their last bit).
+//
+// Memory: O(model) whatever the number of workers: a copy of the global, one float32 delta buffer, and the exact sums
+// of weights::WeightedMean (16 bytes per parameter). Each update is read twice (its norm, then the scaled add).
+// Threads: see Strategy.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "base/status.h"
+#include "strategy/fed_avg.h"
+#include "strategy/rdp_accountant.h"
+#include "strategy/strategy.h"
+#include "weights/weighted_mean.h"
+
+namespace parsyn::strategy {
+
+struct DpFedAvgOptions {
+  double clip_norm = 1.0;         // C: the L2 bound of each update's delta; finite, > 0
+  double noise_multiplier = 1.0;  // σ: noise standard deviation / C; finite, >= 0 (0: clipping only, ε = +∞)
+  double delta = 1e-5;            // δ of the reported (ε, δ); in (0, 1), ideally below 1 / eligible workers
+};
+
+// OK, or InvalidArgument naming the option and the rule, e.g. "clip_norm must be a finite number > 0, got 0".
+Status ValidateDpFedAvgOptions(const DpFedAvgOptions& options);
+
+// What the last finished round did (for the round's record and the API).
+struct DpRoundReport {
+  int round = 0;
+  int participants = 0;      // K, updates in the aggregate
+  int clipped = 0;           // of them, how many had ‖Δ‖ > clip_norm
+  double noise_stddev = 0;   // per coordinate of the average: σ·C/K
+  double sampling_rate = 1;  // q = K / eligible workers (1 when the eligible count is unknown)
+  double epsilon = 0;        // ε at options.delta after this round (all rounds so far)
+};
+
+class DpFedAvg final : public Strategy {
+ public:
+  // `options` must pass ValidateDpFedAvgOptions (asserted). `job_seed` seeds the noise (DpNoiseSeed).
+  DpFedAvg(DpFedAvgOptions options, uint64_t job_seed);
+
+  std::string_view name() const override { return "dp_fedavg"; }
+
+  // As FedAvg: all available workers when they fit in max_workers, else a window that rotates by round.
+  std::vector<ParticipantConfig> ConfigureRound(const RoundContext& ctx,
+                                                std::span<const Candidate> available) const override;
+
+  // InvalidArgument if a tensor of `global` is not a float (F32, F16, BF16, F64). Keeps a copy of `global`.
+  Status Begin(int round, const weights::WeightSet& global) override;
+  // InvalidArgument (and the update does not count) on a layout differing from the global's, a non-finite value,
+  // sample_count <= 0, or a delta whose norm overflows. The sample count is not used (unweighted mean, see above).
+  Status Accept(const weights::WeightSet& update, int64_t sample_count) override;
+  int num_accepted() const override;
+  // The noisy new global in the global's dtypes; adds the round to the accountant.
+  StatusOr<weights::WeightSet> Finish() override;
+
+  // The number of workers this round's participants were drawn from (online, idle, with a shard), for q = K / n.
+  // Sticky: applies to every later Finish until set again. 0 (the default): unknown, q = 1 (no amplification by
+  // sampling is claimed). Values below K count as K.
+  void set_eligible_workers(int64_t eligible_workers) { eligible_workers_ = eligible_workers; }
+
+  // ε at options().delta spent by the rounds finished so far (0 before the first; +∞ when noise_multiplier is 0).
+  double epsilon_spent() const { return epsilon_spent_; }
+  // The last finished round; nullopt before the first.
+  const std::optional<DpRoundReport>& last_round() const { return last_round_; }
+  const RdpAccountant& accountant() const { return accountant_; }
+
+  // For a resumed job: accounts a round that finished before the restart (in round order, before the next Begin),
+  // with its K (participants) and eligible count as recorded, without aggregating anything. Rebuilds exactly the
+  // accountant, hence the ε, that the uninterrupted job would have.
+  void RecordPastRound(int64_t participants, int64_t eligible_workers);
+
+  const DpFedAvgOptions& options() const { return options_; }
+
+ private:
+  double SamplingRate(int64_t participants, int64_t eligible_workers) const;
+
+  DpFedAvgOptions options_;
+  uint64_t job_seed_;
+  FedAvg selection_;  // only its ConfigureRound is used
+  int round_ = 0;
+  bool begun_ = false;
+  weights::WeightSet global_;                  // the round's global (a copy)
+  weights::WeightSet delta_;                   // float32 scratch: the clipped delta of the update being added
+  std::optional<weights::WeightedMean> mean_;  // exact sum of the clipped deltas; reused across rounds
+  int clipped_ = 0;
+  int64_t eligible_workers_ = 0;
+  RdpAccountant accountant_;
+  double epsilon_spent_ = 0;
+  std::optional<DpRoundReport> last_round_;
+};
+
+}  // namespace parsyn::strategy
