@@ -33,8 +33,7 @@ std::vector<ParticipantConfig> ChooseParticipants(const RoundContext& ctx, std::
     std::vector<std::pair<uint64_t, Candidate>> ranked;
     ranked.reserve(n);
     for (const Candidate& c : by_shard) ranked.push_back({SampleRank(ctx.job_seed, ctx.round, c.shard), c});
-    std::stable_sort(ranked.begin(), ranked.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (size_t i = 0; i < k; ++i) chosen.push_back(ranked[i].second);
   } else if (n <= max_workers) {
     chosen = std::move(by_shard);
@@ -43,7 +42,8 @@ std::vector<ParticipantConfig> ChooseParticipants(const RoundContext& ctx, std::
     const size_t start = (static_cast<size_t>(std::max(ctx.round - 1, 0)) * max_workers) % n;
     for (size_t i = 0; i < max_workers; ++i) chosen.push_back(by_shard[(start + i) % n]);
   }
-  std::stable_sort(chosen.begin(), chosen.end(), [](const Candidate& a, const Candidate& b) { return a.shard < b.shard; });
+  std::stable_sort(chosen.begin(), chosen.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.shard < b.shard; });
 
   std::vector<ParticipantConfig> participants;
   participants.reserve(chosen.size());

@@ -47,9 +47,8 @@ Status ServerOptimizer::Begin(int round, const weights::WeightSet& global) {
     // The restored state must be this global's: one fp32 tensor per moment and parameter, same shapes.
     const size_t moments = adaptive() ? 2 : 1;
     if (state_->size() != moments * global.size()) {
-      return InvalidArgumentError("the " + std::string(name()) + " server state has " +
-                                  std::to_string(state_->size()) + " tensors; the global needs " +
-                                  std::to_string(moments * global.size()));
+      return InvalidArgumentError("the " + std::string(name()) + " server state has " + std::to_string(state_->size()) +
+                                  " tensors; the global needs " + std::to_string(moments * global.size()));
     }
     for (const weights::Tensor& t : global.tensors()) {
       for (const char* prefix : {"m/", "v/"}) {

@@ -80,16 +80,16 @@ TEST(ServerOptimizerTest, MatchesIndependentNumpyReferenceOverThreeRounds) {
   std::vector<Case> cases;
   for (bool dyadic : {true, false}) {
     const std::string suffix = dyadic ? "_dyadic" : "_random";
-    cases.push_back({"fedavgm_defaults" + suffix, StrategyKind::kFedAvgM, DefaultStrategyOptions(StrategyKind::kFedAvgM),
-                     dyadic});
-    cases.push_back({"fedavgm_lr0.5" + suffix, StrategyKind::kFedAvgM, With(StrategyKind::kFedAvgM, 0.5, 0.7, 0, 0, 0),
-                     dyadic});
-    cases.push_back({"fedadam_defaults" + suffix, StrategyKind::kFedAdam, DefaultStrategyOptions(StrategyKind::kFedAdam),
-                     dyadic});
+    cases.push_back(
+        {"fedavgm_defaults" + suffix, StrategyKind::kFedAvgM, DefaultStrategyOptions(StrategyKind::kFedAvgM), dyadic});
+    cases.push_back(
+        {"fedavgm_lr0.5" + suffix, StrategyKind::kFedAvgM, With(StrategyKind::kFedAvgM, 0.5, 0.7, 0, 0, 0), dyadic});
+    cases.push_back(
+        {"fedadam_defaults" + suffix, StrategyKind::kFedAdam, DefaultStrategyOptions(StrategyKind::kFedAdam), dyadic});
     cases.push_back({"fedadam_custom" + suffix, StrategyKind::kFedAdam,
                      With(StrategyKind::kFedAdam, 0.03, 0, 0.5, 0.9, 1e-3), dyadic});
-    cases.push_back({"fedyogi_defaults" + suffix, StrategyKind::kFedYogi, DefaultStrategyOptions(StrategyKind::kFedYogi),
-                     dyadic});
+    cases.push_back(
+        {"fedyogi_defaults" + suffix, StrategyKind::kFedYogi, DefaultStrategyOptions(StrategyKind::kFedYogi), dyadic});
     cases.push_back({"fedyogi_custom" + suffix, StrategyKind::kFedYogi,
                      With(StrategyKind::kFedYogi, 0.1, 0, 0.8, 0.5, 1e-2), dyadic});
     cases.push_back({"fedadagrad_defaults" + suffix, StrategyKind::kFedAdagrad,
@@ -139,8 +139,9 @@ TEST(ServerOptimizerTest, MatchesIndependentNumpyReferenceOverThreeRounds) {
       for (size_t i = 0; i < kSamples[r - 1].size(); ++i) {
         WeightSet update = RandomSet(rng, k.dyadic);
         for (const weights::Tensor& t : update.tensors()) {
-          ASSERT_TRUE(input.Add("round" + std::to_string(r) + "/update" + std::to_string(i) + "/" + t.name, t.dtype,
-                                t.shape, t.data)
+          ASSERT_TRUE(input
+                          .Add("round" + std::to_string(r) + "/update" + std::to_string(i) + "/" + t.name, t.dtype,
+                               t.shape, t.data)
                           .ok());
         }
         ASSERT_TRUE(optimizer.AcceptOwned(std::move(update), kSamples[r - 1][i]).ok());
@@ -196,8 +197,8 @@ TEST(ServerOptimizerTest, MatchesIndependentNumpyReferenceOverThreeRounds) {
         }
       }
     }
-    std::printf("[ numpy    ] %-28s %3d of %3d values differ in bits, max relative difference %.3g\n",
-                k.label.c_str(), differing, total, max_relative);
+    std::printf("[ numpy    ] %-28s %3d of %3d values differ in bits, max relative difference %.3g\n", k.label.c_str(),
+                differing, total, max_relative);
     if (k.dyadic) {
       // The FedAvg mean is exact on both sides and every later step is the same fp32 operations in the same order.
       EXPECT_EQ(differing, 0);
@@ -226,12 +227,10 @@ TEST(ServerOptimizerTest, StateOnlyAdvancesOnCommitAndRestoresBitIdentically) {
     EXPECT_TRUE(next.ok());
     return std::move(*next);
   };
-  auto bytes = [](const WeightSet& set) {
-    return weights::SerializeSafetensors(set);
-  };
+  auto bytes = [](const WeightSet& set) { return weights::SerializeSafetensors(set); };
 
-  StatusOr<std::unique_ptr<Strategy>> made = MakeStrategy(StrategyKind::kFedAdam,
-                                                          DefaultStrategyOptions(StrategyKind::kFedAdam));
+  StatusOr<std::unique_ptr<Strategy>> made =
+      MakeStrategy(StrategyKind::kFedAdam, DefaultStrategyOptions(StrategyKind::kFedAdam));
   ASSERT_TRUE(made.ok());
   Strategy& straight = **made;
   ASSERT_TRUE(straight.has_state());
