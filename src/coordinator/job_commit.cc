@@ -25,10 +25,19 @@ http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std
   double finish_ms = 0, serialize_ms = 0, put_ms = 0;
   StatusOr<Aggregated> aggregated = co_await Offload(host_.pool(), [&]() -> StatusOr<Aggregated> {
     auto phase_start = std::chrono::steady_clock::now();
-    PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, strategy_.Finish());
+    PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, strategy_->Finish());
     finish_ms = MillisSince(phase_start);
     phase_start = std::chrono::steady_clock::now();
     mean.metadata()["format"] = "pt";
+    // A server optimizer's state is durable before the global that names it: a restart resumes from the pair.
+    if (const weights::WeightSet* state = strategy_->PendingState()) {
+      const std::vector<std::byte> state_image = weights::SerializeSafetensors(*state);
+      PARSYN_ASSIGN_OR_RETURN(
+          storage::BlobInfo state_info,
+          PutBytes(host_.blobs(), AttemptPrefix(a.round, a.attempt) + "/" + kServerStateFile,
+                   std::string(reinterpret_cast<const char*>(state_image.data()), state_image.size())));
+      mean.metadata()[kServerStateShaKey] = state_info.sha256;
+    }
     const std::vector<std::byte> image = weights::SerializeSafetensors(mean);
     serialize_ms = MillisSince(phase_start);
     phase_start = std::chrono::steady_clock::now();
@@ -119,6 +128,7 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
   PARSYN_LOG_DEBUG("training job {}: round {} committed in the store in {:.1f} ms", job_.id, a.round,
                    MillisSince(commit_start));
   job_.committed_round = a.round;
+  strategy_->CommitState();  // the next round steps from this round's server state
   global_ = pending_global_->weights;
   global_key_ = pending_global_->key;
   global_sha256_ = pending_global_->sha256;

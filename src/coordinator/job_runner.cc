@@ -5,6 +5,7 @@
 
 #include "base/log.h"
 #include "coordinator/job_runner_internal.h"
+#include "strategy/make_strategy.h"
 
 namespace parsyn::coordinator {
 
@@ -35,6 +36,13 @@ JobRunner::JobRunner(JobHost& host, storage::TrainingJob job, JobSpec spec)
       spec_(std::move(spec)),
       engine_config_(EngineConfigFor(spec_)),
       mutex_(host.executor()) {
+  StatusOr<std::unique_ptr<strategy::Strategy>> made =
+      strategy::MakeStrategy(spec_.distributed.strategy, spec_.distributed.strategy_options);
+  if (made.ok()) {
+    strategy_ = std::move(*made);
+  } else {
+    strategy_error_ = made.status();
+  }
   // data.source "workers": only workers whose session announced a data file of their own take part.
   if (engine_config_.workers_hold_data) {
     engine_config_.worker_has_data = [&host](WorkerId w) { return host.WorkerHasLocalData(w); };
@@ -62,7 +70,9 @@ std::optional<uint64_t> JobRunner::UpdateSizeCap(std::string_view blob_key) cons
 http::Awaitable<Status> JobRunner::Launch() {
   // No co_await inside ?: (g++ 12 mishandles the temporaries of conditional co_awaits).
   Status status;
-  if (job_.status == JobStatus::kQueued) {
+  if (strategy_ == nullptr) {
+    status = strategy_error_;
+  } else if (job_.status == JobStatus::kQueued) {
     status = co_await Setup();
   } else {
     status = co_await Resume();
@@ -139,7 +149,7 @@ http::Awaitable<Status> JobRunner::Resync() {
         job_.id, "job_resumed", {{"committed_round", checkpoint->last_committed_round}, {"reason", resync_reason_}});
     co_await std::move(event_appended);
   }
-  engine_ = std::make_unique<RoundEngine>(engine_config_, strategy_, host_.clock());
+  engine_ = std::make_unique<RoundEngine>(engine_config_, *strategy_, host_.clock());
   StatusOr<Actions> actions = engine_->Restore(*checkpoint, host_.IdleWorkers());
   if (!actions.ok()) co_return actions.status();
   auto execution = Execute(std::move(*actions));

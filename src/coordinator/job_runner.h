@@ -1,8 +1,8 @@
 // JobRunner: one active training job on the coordinator's event loop, on a JobHost (job_host.h: the service, or a
-// test's fake). It owns the job's RoundEngine and FedAvg
-// strategy and carries out the engine's actions in order: every transition is written to the metadata store (and
-// an event appended) before the request that caused it is answered; validating and accumulating an update, and
-// writing the new global, run on the host's thread pool.
+// test's fake). It owns the job's RoundEngine and strategy (strategy::MakeStrategy from the spec's
+// distributed.strategy) and carries out the engine's actions in order: every transition is written to the metadata
+// store (and an event appended) before the request that caused it is answered; validating and accumulating an update,
+// and writing the new global, run on the host's thread pool.
 //
 // Events for a job are handled one at a time (a LoopMutex), each with all of its actions, including the follow-ups
 // from validation and aggregation, before the next one starts.
@@ -13,6 +13,10 @@
 //   jobs/<id>/rounds/000000/global.safetensors              round 1's LoRA adapters (full fine-tuning: the model's
 //                                                            model.safetensors blob serves as the initial global)
 //   jobs/<id>/rounds/<rrrrrr>-a<a>/global.safetensors       the global committed by round r (attempt a)
+//   jobs/<id>/rounds/<rrrrrr>-a<a>/server_state.safetensors the strategy's server state after round r (server
+//                                                            optimizers: their moments); its sha256 is in the
+//                                                            global's metadata (kServerStateShaKey), so the global's
+//                                                            recorded sha256 vouches for it on a restart
 //   jobs/<id>/rounds/<rrrrrr>-a<a>/updates/w<worker>.safetensors   a worker's update (signed PUT URL)
 //   jobs/<id>/artifacts/adapter_config.json                 the final (and best) adapter's PEFT config
 //
@@ -51,7 +55,7 @@
 #include "coordinator/round_engine.h"
 #include "protocol/messages.h"
 #include "storage/metadata_store.h"
-#include "strategy/fed_avg.h"
+#include "strategy/strategy.h"
 #include "weights/weight_set.h"
 
 namespace parsyn::coordinator {
@@ -129,6 +133,9 @@ class JobRunner {
   // Loads the global weights of `key`, checking their bytes against `sha256` (the metadata store's record; empty:
   // none): DataLoss naming the blob, the expected and the actual sha256 on a mismatch.
   http::Awaitable<Status> LoadGlobal(std::string_view key, std::string_view sha256);
+  // A stateful strategy (has_state): restores the server state stored with the global just loaded (global_), or the
+  // initial state when no round was committed. DataLoss when the state blob is missing or not the one recorded.
+  http::Awaitable<Status> LoadServerState();
   // The starting global's key (set in *key) and the sha256 it must have: the model file's recorded one, or for a
   // PEFT job that of the deterministic initial adapters (empty when they cannot be made: the load then says why).
   std::string InitialGlobalSha256(std::string* key) const;
@@ -182,7 +189,8 @@ class JobRunner {
   storage::TrainingJob job_;
   JobSpec spec_;
   RoundEngineConfig engine_config_;
-  strategy::FedAvg strategy_;
+  std::unique_ptr<strategy::Strategy> strategy_;  // null when the spec's strategy cannot be made (Launch fails)
+  Status strategy_error_;
   std::unique_ptr<RoundEngine> engine_;
   LoopMutex mutex_;
   bool ended_ = false;

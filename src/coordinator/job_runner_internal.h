@@ -36,6 +36,11 @@ inline StatusOr<storage::BlobInfo> PutBytes(storage::BlobStore& blobs, const std
 
 // The start of the job's "warning" event about local datasets of very different sizes (job_updates.cc), by which
 // a resumed job knows it was already given.
+// The global's safetensors metadata key that holds the sha256 of the server state stored beside it
+// (server_state.safetensors in the same attempt folder); absent for stateless strategies.
+inline constexpr char kServerStateShaKey[] = "parsyn_server_state_sha256";
+inline constexpr char kServerStateFile[] = "server_state.safetensors";
+
 inline constexpr std::string_view kUnevenLocalDataWarning = "the workers' local datasets differ in size";
 
 // For the debug log's per-phase timings.

@@ -690,5 +690,89 @@ TEST(JobRunnerTest, RestartRefusesACommittedGlobalChangedOnDisk) {
   for (const auto& [worker, session] : f.host_->sessions_) EXPECT_TRUE(session.queued.empty());
 }
 
+// A server optimizer's moments (fedadam) persist across rounds and coordinator restarts: a restart after each round,
+// and a store error at each write, finish with the uninterrupted run's global, bit for bit (which is not FedAvg's).
+TEST(JobRunnerTest, ServerOptimizerStateSurvivesRestartsAndStoreErrors) {
+  const json fedadam = {{"strategy", "fedadam"}, {"strategy_options", {{"server_learning_rate", 0.05}}}};
+  std::vector<std::byte> reference;
+  int writes = 0;
+  {
+    JobFixture f(fedadam);
+    const int before = f.store_->writes_passed();
+    ASSERT_TRUE(f.StartRunner().ok());
+    ASSERT_TRUE(f.Drive());
+    writes = f.store_->writes_passed() - before;
+    ASSERT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
+    reference = f.CommittedGlobal();
+    EXPECT_NE(reference, UninterruptedRun().global) << "fedadam's global is FedAvg's";
+    // Each committed global names the server state stored beside it.
+    StatusOr<std::vector<storage::Round>> rounds = f.store_->ListRounds(f.job_id_);
+    ASSERT_TRUE(rounds.ok());
+    for (const storage::Round& r : *rounds) {
+      if (r.status != storage::RoundStatus::kCommitted || r.round < 1) continue;
+      StatusOr<weights::WeightSet> global = weights::ParseSafetensors(f.ReadBlob(r.global_blob_key));
+      ASSERT_TRUE(global.ok()) << global.status().ToString();
+      const std::string state_key =
+          r.global_blob_key.substr(0, r.global_blob_key.rfind('/') + 1) + "server_state.safetensors";
+      EXPECT_EQ(global->metadata()["parsyn_server_state_sha256"], f.blob_store_->Head(state_key)->sha256);
+    }
+  }
+  for (int checkpoint = 0; checkpoint <= kRounds; ++checkpoint) {
+    SCOPED_TRACE("restart after round " + std::to_string(checkpoint));
+    JobFixture f(fedadam);
+    ASSERT_TRUE(f.StartRunner().ok());
+    ASSERT_TRUE(f.Drive([&] { return f.StoredJob().committed_round >= checkpoint; }));
+    if (!f.runner_->finished()) {
+      ASSERT_TRUE(f.StartRunner().ok());
+      ASSERT_TRUE(f.Drive());
+    }
+    EXPECT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
+    EXPECT_EQ(f.CommittedGlobal(), reference);
+  }
+  for (int n = 3; n <= writes; ++n) {
+    SCOPED_TRACE("write " + std::to_string(n) + " of " + std::to_string(writes) + " fails");
+    JobFixture f(fedadam);
+    f.store_->FailNthWrite(n, UnavailableError("injected store error"));
+    ASSERT_TRUE(f.StartRunner().ok());
+    ASSERT_TRUE(f.Drive()) << "the job is wedged after the store error";
+    if (f.StoredJob().status == storage::JobStatus::kRunning) {
+      ASSERT_TRUE(f.StartRunner().ok());
+      ASSERT_TRUE(f.Drive());
+    }
+    EXPECT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
+    EXPECT_EQ(f.CommittedGlobal(), reference);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(JobRunnerTest, RestartRefusesAServerStateChangedOnDisk) {
+  JobFixture f({{"strategy", "fedyogi"}}, false, /*directory_blobs=*/true);
+  ASSERT_TRUE(f.StartRunner().ok());
+  ASSERT_TRUE(f.Drive([&] { return f.StoredJob().committed_round >= 1; }));
+  const int committed = f.StoredJob().committed_round;
+  StatusOr<std::vector<storage::Round>> rounds = f.store_->ListRounds(f.job_id_);
+  ASSERT_TRUE(rounds.ok());
+  std::string key;
+  for (const storage::Round& r : *rounds) {
+    if (r.round == committed && r.status == storage::RoundStatus::kCommitted) {
+      key = r.global_blob_key.substr(0, r.global_blob_key.rfind('/') + 1) + "server_state.safetensors";
+    }
+  }
+  ASSERT_FALSE(key.empty());
+  StatusOr<std::filesystem::path> file = f.blob_store_->LocalPath(key);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  std::vector<std::byte> bytes = f.ReadBlob(key);
+  ASSERT_FALSE(bytes.empty());
+  bytes.back() ^= std::byte{0x40};  // one moment changed; still a valid safetensors file
+  std::filesystem::permissions(*file, std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
+  std::ofstream(*file, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+
+  const Status restarted = f.StartRunner();
+  EXPECT_EQ(restarted.code(), StatusCode::kDataLoss) << restarted.ToString();
+  EXPECT_NE(restarted.message().find(key), std::string::npos) << restarted.message();
+  EXPECT_EQ(f.StoredJob().status, storage::JobStatus::kFailed);
+}
+
 }  // namespace
 }  // namespace parsyn::coordinator

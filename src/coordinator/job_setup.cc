@@ -31,16 +31,19 @@ struct ReadGlobal {
 // Reads the global weights blob, checking its bytes against `expected_sha256` (the metadata store's record; empty:
 // nothing recorded) before anything is parsed. The directory store's Head answers the checksum it recorded when it
 // wrote the blob, so the file is hashed here again: a file changed on disk since then is caught.
+// `what` names the blob in the message ("the global weights", "the server state").
 StatusOr<ReadGlobal> ReadVerifiedGlobal(storage::BlobStore& blobs, const std::string& key,
-                                        const std::string& expected_sha256, const std::filesystem::path& spool_dir) {
+                                        const std::string& expected_sha256, const std::filesystem::path& spool_dir,
+                                        const std::string& what = "the global weights") {
   PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy copy, storage::LocalBlobCopy::Open(blobs, key, spool_dir));
   ReadGlobal global{.weights = {}, .sha256 = copy.sha256(), .size_bytes = copy.size_bytes()};
   if (!copy.downloaded()) {
     PARSYN_ASSIGN_OR_RETURN(global.sha256, weights::Sha256File(copy.path()));
   }
   if (!expected_sha256.empty() && global.sha256 != expected_sha256) {
-    return DataLossError("the global weights " + key + " have sha256 " + global.sha256 +
-                         ", but the metadata store recorded " + expected_sha256 +
+    const bool weights = what == "the global weights";
+    return DataLossError(what + " " + key + (weights ? " have" : " has") + " sha256 " + global.sha256 + ", but the " +
+                         (weights ? "metadata store" : "committed global") + " recorded " + expected_sha256 +
                          ": the blob changed after it was written; the job does not train on it");
   }
   PARSYN_ASSIGN_OR_RETURN(global.weights, weights::ReadSafetensorsFile(copy.path()));
@@ -91,6 +94,29 @@ http::Awaitable<Status> JobRunner::LoadGlobal(std::string_view key_view, std::st
   global_key_ = key;
   global_sha256_ = global->sha256;
   global_size_bytes_ = global->size_bytes;
+  co_return Status::Ok();
+}
+
+http::Awaitable<Status> JobRunner::LoadServerState() {
+  if (!strategy_->has_state()) co_return Status::Ok();
+  if (job_.committed_round == 0) co_return strategy_->RestoreState(nullptr);
+  auto recorded = global_->metadata().find(kServerStateShaKey);
+  if (recorded == global_->metadata().end()) {
+    co_return DataLossError("the global weights " + global_key_ + " of round " + std::to_string(job_.committed_round) +
+                            " name no " + std::string(strategy_->name()) +
+                            " server state: the job cannot resume its server optimizer");
+  }
+  const std::string key = global_key_.substr(0, global_key_.rfind('/') + 1) + kServerStateFile;
+  const std::string sha256 = recorded->second;
+  StatusOr<ReadGlobal> state = co_await Offload(host_.pool(), [&] {
+    return ReadVerifiedGlobal(host_.blobs(), key, sha256, host_.spool_dir(), "the server state");
+  });
+  if (!state.ok()) {
+    if (state.status().code() == StatusCode::kDataLoss) co_return state.status();
+    co_return DataLossError("reading the server state " + key + ": " + state.status().message());
+  }
+  Status restored = strategy_->RestoreState(&state->weights);
+  if (!restored.ok()) co_return DataLossError("the server state " + key + ": " + restored.message());
   co_return Status::Ok();
 }
 
@@ -230,7 +256,7 @@ http::Awaitable<Status> JobRunner::Setup() {
   if (!engine_config_.workers_hold_data) {
     for (const storage::Shard& s : shards_) engine_config_.shard_train_rows.push_back(s.train_rows);
   }
-  engine_ = std::make_unique<RoundEngine>(engine_config_, strategy_, host_.clock());
+  engine_ = std::make_unique<RoundEngine>(engine_config_, *strategy_, host_.clock());
   const std::vector<int64_t> idle = host_.IdleWorkers();
   auto handled = Handle([&] { return engine_->Start(idle); });  // kCoAwaitTemporaries
   Status started = co_await std::move(handled);
@@ -327,6 +353,8 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
   if (global_key.empty()) global_sha = InitialGlobalSha256(&global_key);
   Status global = co_await LoadGlobal(global_key, global_sha);
   if (!global.ok()) co_return global;
+  Status state = co_await LoadServerState();
+  if (!state.ok()) co_return state;
   {
     // Uploads of the attempt that was failed above will never complete.
     auto aborted = AbortIncompleteUploads(RoundsPrefix());  // kCoAwaitTemporaries
@@ -350,7 +378,7 @@ http::Awaitable<Status> JobRunner::Resume() {
         host_.AppendEvent(job_id, "job_resumed", {{"committed_round", checkpoint.last_committed_round}});
     co_await std::move(event_appended);
   }
-  engine_ = std::make_unique<RoundEngine>(engine_config_, strategy_, host_.clock());
+  engine_ = std::make_unique<RoundEngine>(engine_config_, *strategy_, host_.clock());
   const std::vector<int64_t> idle = host_.IdleWorkers();
   auto handled = Handle([&] { return engine_->Restore(checkpoint, idle); });  // kCoAwaitTemporaries
   Status restored = co_await std::move(handled);

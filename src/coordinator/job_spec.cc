@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "coordinator/strategy_spec.h"
 #include "protocol/field_reader.h"
 
 namespace parsyn::coordinator {
@@ -23,7 +24,17 @@ constexpr size_t kMaxWorkerIds = 1000;
 constexpr size_t kMaxNameBytes = 128;
 
 constexpr std::pair<std::string_view, AggregationStrategy> kStrategies[] = {
-    {"federated_averaging", AggregationStrategy::kFederatedAveraging}};
+    {"federated_averaging", AggregationStrategy::kFederatedAveraging},
+    {"fedprox", AggregationStrategy::kFedProx},
+    {"fedavgm", AggregationStrategy::kFedAvgM},
+    {"fedadam", AggregationStrategy::kFedAdam},
+    {"fedyogi", AggregationStrategy::kFedYogi},
+    {"fedadagrad", AggregationStrategy::kFedAdagrad},
+    {"median", AggregationStrategy::kMedian},
+    {"trimmed_mean", AggregationStrategy::kTrimmedMean},
+    {"krum", AggregationStrategy::kKrum},
+    {"multi_krum", AggregationStrategy::kMultiKrum},
+    {"dp_fedavg", AggregationStrategy::kDpFedAvg}};
 constexpr std::pair<std::string_view, WorkerSelectionMode> kModes[] = {{"own", WorkerSelectionMode::kOwn},
                                                                        {"managed", WorkerSelectionMode::kManaged},
                                                                        {"mixed", WorkerSelectionMode::kMixed},
@@ -48,7 +59,11 @@ void ParseDistributed(const json* object, DistributedConfig& d, std::vector<std:
   if (object == nullptr) return;
   FieldReader r(*object, "distributed.", errors);
   r.Boolean("enabled", d.enabled);
-  r.Choice("strategy", d.strategy, kStrategies);
+  if (r.Choice("strategy", d.strategy, kStrategies)) {
+    ParseStrategyOptions(r.Object("strategy_options"), d.strategy, d.strategy_options, errors);
+  } else {
+    r.Get("strategy_options");  // judged once the strategy is valid
+  }
   r.Integer("num_rounds", d.num_rounds, 1, 10000);
   r.Integer("steps_per_round", d.steps_per_round, 0, 10'000'000);
   r.Integer("min_workers", d.min_workers, 1, 1000);
@@ -160,7 +175,7 @@ bool ParseWorkerSelection(const json* object, WorkerSelection& w, std::vector<st
 
 }  // namespace
 
-std::string_view AggregationStrategyName(AggregationStrategy v) { return NameOf(v, kStrategies); }
+std::string_view AggregationStrategyName(AggregationStrategy v) { return strategy::StrategyKindName(v); }
 std::string_view WorkerSelectionModeName(WorkerSelectionMode v) { return NameOf(v, kModes); }
 
 std::vector<int64_t> JobSpec::SelectedWorkers() const {
@@ -212,6 +227,7 @@ StatusOr<JobSpec> ParseJobSpecCollecting(const json& body, std::vector<std::stri
     errors.push_back("distributed.min_workers (" + std::to_string(d.min_workers) +
                      ") exceeds the number of workers listed in worker_selection (" + std::to_string(listed) + ")");
   }
+  CheckStrategyRules(d.strategy, d.strategy_options, d.enabled, d.min_workers, d.max_workers, errors);
   if (!d.enabled && d.early_stopping) {
     errors.push_back(
         "distributed.early_stopping needs distributed.enabled true: an ordinary job trains one round, so there is "
@@ -326,6 +342,7 @@ json JobSpecToJson(const JobSpec& spec) {
        {
            {"enabled", d.enabled},
            {"strategy", AggregationStrategyName(d.strategy)},
+           {"strategy_options", StrategyOptionsToJson(d.strategy, d.strategy_options)},
            {"num_rounds", d.num_rounds},
            {"steps_per_round", d.steps_per_round},
            {"min_workers", d.min_workers},

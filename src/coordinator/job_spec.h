@@ -17,7 +17,9 @@
 //   model_id                            integer           required             >= 1
 //   config.*                            object            see protocol/training_config.h (the job's config schema)
 //   distributed.enabled                 boolean           false
-//   distributed.strategy                string            "federated_averaging"
+//   distributed.strategy                string            "federated_averaging" one of strategy::StrategyKinds()
+//   distributed.strategy_options        object            the strategy's        per strategy: strategy_spec.h,
+//                                                         defaults              docs/training.md "Strategies"
 //   distributed.num_rounds              integer           10                   1..10000
 //   distributed.steps_per_round         integer           500                  0..10^7 (0: a round trains
 //                                                                              config.epochs passes over the shard)
@@ -75,6 +77,7 @@
 #include "base/status.h"
 #include "protocol/messages.h"
 #include "protocol/training_config.h"
+#include "strategy/strategy_options.h"
 
 namespace parsyn::coordinator {
 
@@ -88,7 +91,8 @@ using protocol::TrainingConfig;
 using protocol::DataSource;
 using protocol::DataSourceName;
 
-enum class AggregationStrategy { kFederatedAveraging };
+// distributed.strategy: "federated_averaging", "fedadam", ... (strategy/strategy_options.h).
+using AggregationStrategy = strategy::StrategyKind;
 enum class WorkerSelectionMode { kOwn, kManaged, kMixed, kAuto };
 
 // The JSON spellings: "federated_averaging", "mixed", ...
@@ -108,6 +112,8 @@ struct EarlyStopping {
 struct DistributedConfig {
   bool enabled = false;
   AggregationStrategy strategy = AggregationStrategy::kFederatedAveraging;
+  // distributed.strategy_options, the strategy's defaults filled in (fedprox's mu goes to the workers' tasks).
+  strategy::StrategyOptions strategy_options;
   int num_rounds = 1;
   int64_t steps_per_round = 0;
   int min_workers = 1;

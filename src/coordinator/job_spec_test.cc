@@ -91,7 +91,7 @@ TEST(JobSpecTest, NormalisedJsonHasEveryDefault) {
     "distributed": {
       "enabled": false, "strategy": "federated_averaging", "num_rounds": 1, "steps_per_round": 0,
       "min_workers": 1, "max_workers": 1, "aggregation_timeout": 600, "fault_tolerance": 3,
-      "join_window": 5
+      "join_window": 5, "strategy_options": {}
     },
     "worker_selection": {"mode": "auto", "worker_ids": [], "parsyn_worker_ids": []},
     "data": {"source": "platform"}
@@ -120,6 +120,37 @@ TEST(JobSpecTest, GoodBodies) {
          EXPECT_FALSE(s.distributed.enabled);
          EXPECT_EQ(s.distributed.num_rounds, 1);
          EXPECT_EQ(s.distributed.max_workers, 1);
+       }},
+      {"fedadam with its defaults", [](json& b) { b["distributed"]["strategy"] = "fedadam"; },
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.distributed.strategy, AggregationStrategy::kFedAdam);
+         EXPECT_EQ(s.distributed.strategy_options, strategy::DefaultStrategyOptions(strategy::StrategyKind::kFedAdam));
+         EXPECT_EQ(s.distributed.strategy_options.server_learning_rate, 0.1);
+         EXPECT_EQ(s.distributed.strategy_options.tau, 1e-9);
+       }},
+      {"fedprox's mu, sampled by fraction",
+       [](json& b) {
+         b["distributed"]["strategy"] = "fedprox";
+         b["distributed"]["strategy_options"] = {{"mu", 0.5}, {"sample_fraction", 0.4}};
+       },
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.distributed.strategy, AggregationStrategy::kFedProx);
+         EXPECT_EQ(s.distributed.strategy_options.mu, 0.5);
+         EXPECT_EQ(s.distributed.strategy_options.sampling.fraction, 0.4);
+         EXPECT_FALSE(s.distributed.strategy_options.sampling.count);
+       }},
+      {"fedavgm and fedyogi options, sample_count, null options",
+       [](json& b) {
+         b["distributed"]["strategy"] = "fedyogi";
+         b["distributed"]["strategy_options"] = {
+             {"server_learning_rate", 0.05}, {"beta2", 0.9}, {"sample_count", 3}, {"tau", nullptr}, {"mu", nullptr}};
+       },
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.distributed.strategy_options.server_learning_rate, 0.05);
+         EXPECT_EQ(s.distributed.strategy_options.beta1, 0.9);
+         EXPECT_EQ(s.distributed.strategy_options.beta2, 0.9);
+         EXPECT_EQ(s.distributed.strategy_options.tau, 1e-3);  // null: the default
+         EXPECT_EQ(s.distributed.strategy_options.sampling.count, 3);
        }},
       {"distributed defaults",
        [](json& b) {
@@ -286,8 +317,68 @@ TEST(JobSpecTest, BadBodiesNameTheFieldAndTheReason) {
        "config.hidden_sizes must be an array of integers, got string"},
       {[](json& b) { b["distributed"] = true; }, "distributed must be an object, got boolean"},
       {[](json& b) { b["distributed"]["enabled"] = 1; }, "distributed.enabled must be a boolean, got number"},
-      {[](json& b) { b["distributed"]["strategy"] = "fedprox"; },
-       "distributed.strategy must be one of \"federated_averaging\", got \"fedprox\""},
+      {[](json& b) { b["distributed"]["strategy"] = "fedsgd"; },
+       "distributed.strategy must be one of \"federated_averaging\", \"fedprox\", \"fedavgm\", \"fedadam\", "
+       "\"fedyogi\", \"fedadagrad\", \"median\", \"trimmed_mean\", \"krum\", \"multi_krum\", \"dp_fedavg\", got "
+       "\"fedsgd\""},
+      {[](json& b) {
+         b["distributed"]["strategy"] = "fedadam";
+         b["distributed"]["strategy_options"] = {{"mu", 0.1}};
+       },
+       "distributed.strategy_options.mu: fedadam does not take mu; it takes server_learning_rate, beta1, beta2, tau, "
+       "sample_fraction, sample_count"},
+      {[](json& b) {
+         b["distributed"]["strategy_options"] = {{"beta1", 0.9}};
+       },
+       "distributed.strategy_options.beta1: federated_averaging does not take beta1; it takes sample_fraction, "
+       "sample_count"},
+      {[](json& b) {
+         b["distributed"]["strategy"] = "fedadam";
+         b["distributed"]["strategy_options"] = {{"beta1", 1}, {"server_learning_rate", 0}};
+       },
+       "distributed.strategy_options.server_learning_rate (0) must be > 0 and <= 1000; "
+       "distributed.strategy_options.beta1 (1) must be >= 0 and < 1"},
+      {[](json& b) {
+         b["distributed"]["strategy"] = "fedyogi";
+         b["distributed"]["strategy_options"] = {{"tau", 0}};
+       },
+       "distributed.strategy_options.tau (0) must be > 0 and <= 10"},
+      {[](json& b) {
+         b["distributed"]["strategy"] = "fedprox";
+         b["distributed"]["strategy_options"] = {{"mu", -1}, {"eta", 1}};
+       },
+       "distributed.strategy_options.mu (-1) must be >= 0 and <= 10000; unknown field "
+       "distributed.strategy_options.eta"},
+      {[](json& b) {
+         b["distributed"]["strategy_options"] = {{"sample_fraction", 0.5}, {"sample_count", 2}};
+       },
+       "distributed.strategy_options.sample_count: give sample_fraction or sample_count, not both (each chooses how "
+       "many workers train per round)"},
+      {[](json& b) {
+         b["distributed"]["strategy_options"] = {{"sample_fraction", 0}};
+       },
+       "distributed.strategy_options.sample_fraction (0) must be > 0 and <= 1"},
+      {[](json& b) {
+         b["distributed"]["strategy_options"] = {{"sample_count", 1}};
+       },
+       "distributed.strategy_options.sample_count (1) must be between distributed.min_workers (2) and "
+       "distributed.max_workers (5)"},
+      {[](json& b) { b["distributed"]["strategy_options"] = 3; },
+       "distributed.strategy_options must be an object, got number"},
+      {[](json& b) { b["distributed"]["strategy"] = "median"; },
+       "distributed.strategy: median is not available in this build; choose federated_averaging, fedprox, fedavgm, "
+       "fedadam, fedyogi or fedadagrad"},
+      {[](json& b) {
+         b["distributed"]["strategy"] = "krum";
+         b["distributed"]["strategy_options"] = {{"f", 1}};
+       },
+       "distributed.strategy: krum is not available in this build; choose federated_averaging, fedprox, fedavgm, "
+       "fedadam, fedyogi or fedadagrad; distributed.min_workers (2) must be >= 2f + 3 = 5 for krum with "
+       "distributed.strategy_options.f 1: Krum scores each update against its n - f - 2 nearest others"},
+      {[](json& b) { b["distributed"]["strategy"] = "dp_fedavg"; },
+       "distributed.strategy_options.clip_norm is required for dp_fedavg: the L2 bound each update is clipped to (the "
+       "noise is noise_multiplier * clip_norm), e.g. 1.0; distributed.strategy: dp_fedavg is not available in this "
+       "build; choose federated_averaging, fedprox, fedavgm, fedadam, fedyogi or fedadagrad"},
       {[](json& b) { b["distributed"]["num_rounds"] = 0; }, "distributed.num_rounds (0) must be between 1 and 10000"},
       {[](json& b) { b["distributed"]["steps_per_round"] = -5; },
        "distributed.steps_per_round (-5) must be between 0 and 10000000"},
@@ -381,6 +472,35 @@ TEST(JobSpecTest, BadBodiesNameTheFieldAndTheReason) {
       EXPECT_THAT(p.message, HasSubstr(p.field)) << "the message does not name its field";
     }
     EXPECT_EQ(joined, c.message);
+  }
+}
+
+TEST(JobSpecTest, StrategyOptionsAreNormalisedWithTheirDefaults) {
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"federated_averaging", json::object()},
+      {"fedprox", {{"mu", 0.01}}},
+      {"fedavgm", {{"server_learning_rate", 1.0}, {"server_momentum", 0.9}}},
+      {"fedadam", {{"server_learning_rate", 0.1}, {"beta1", 0.9}, {"beta2", 0.99}, {"tau", 1e-9}}},
+      {"fedyogi", {{"server_learning_rate", 0.01}, {"beta1", 0.9}, {"beta2", 0.99}, {"tau", 1e-3}}},
+      {"fedadagrad", {{"server_learning_rate", 0.1}, {"beta1", 0.0}, {"tau", 1e-9}}},
+  };
+  for (const auto& [name, options] : cases) {
+    SCOPED_TRACE(name);
+    json body = SpecExample();
+    body["distributed"]["strategy"] = name;
+    StatusOr<JobSpec> spec = ParseJobSpecJson(body);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    EXPECT_EQ(JobSpecToJson(*spec)["distributed"]["strategy_options"], options);
+    // Given options and sampling stay; the normalised form parses back to the same spec.
+    body["distributed"]["strategy_options"] = {{"sample_count", 4}};
+    if (name == "fedadam") body["distributed"]["strategy_options"]["beta2"] = 0.999;
+    spec = ParseJobSpecJson(body);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    const json normalised = JobSpecToJson(*spec);
+    EXPECT_EQ(normalised["distributed"]["strategy_options"]["sample_count"], 4);
+    StatusOr<JobSpec> again = ParseJobSpec(normalised.dump());
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(*again, *spec);
   }
 }
 

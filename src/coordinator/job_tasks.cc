@@ -44,7 +44,7 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
   pending_validation_loss_.reset();
   Status started = co_await Offload(host_.pool(), [&] { return host_.store().StartRound(round); });
   if (!started.ok()) co_return started;
-  Status begun = co_await Offload(host_.pool(), [&] { return strategy_.Begin(a.round, *global_); });
+  Status begun = co_await Offload(host_.pool(), [&] { return strategy_->Begin(a.round, *global_); });
   if (!begun.ok()) co_return begun;
   {
     auto event_appended = host_.AppendEvent(job_.id, "round_started",

@@ -157,8 +157,8 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
     if (!checked->ok()) return checked->status();
     const auto accept_start = std::chrono::steady_clock::now();
     // Taken over so that the strategy may add several updates in one pass over its sums (it still judges now).
-    Status accepted = strategy_.AcceptOwned(std::move(**checked), a.sample_count);
-    if (!others_on_their_way) strategy_.AddKeptUpdates();
+    Status accepted = strategy_->AcceptOwned(std::move(**checked), a.sample_count);
+    if (!others_on_their_way) strategy_->AddKeptUpdates();
     accept_ms = MillisSince(accept_start);
     return accepted;
   });

@@ -175,7 +175,8 @@ void RoundEngine::TryAssign(Actions& out) {
   const strategy::RoundContext ctx{.job_seed = config_.job_seed,
                                    .round = round_,
                                    .min_workers = evaluating ? 1 : config_.min_workers,
-                                   .max_workers = config_.max_workers};
+                                   .max_workers = config_.max_workers,
+                                   .sampling = evaluating ? strategy::Sampling{} : config_.sampling};
   const std::vector<strategy::ParticipantConfig> chosen = strategy_.ConfigureRound(ctx, candidates);
   if (chosen.empty()) return;
 

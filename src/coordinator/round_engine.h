@@ -106,6 +106,9 @@ struct RoundEngineConfig {
   Clock::Duration retry_backoff{0};
   // distributed.early_stopping; absent: every round runs.
   std::optional<EarlyStopping> early_stopping;
+  // distributed.strategy_options' sample_fraction / sample_count: passed to the strategy's ConfigureRound for
+  // training rounds (the final evaluation takes any one worker).
+  strategy::Sampling sampling;
 };
 
 // The job defaults for the two waits above (docs/training.md): a few seconds for workers still reporting

@@ -63,6 +63,7 @@ RoundEngineConfig EngineConfigFor(const JobSpec& spec) {
   config.join_window = Clock::Duration(d.join_window_ms);
   config.retry_backoff = kDefaultRetryBackoff;
   config.early_stopping = d.early_stopping;
+  if (d.enabled) config.sampling = d.strategy_options.sampling;
   // The caller supplies worker_has_data (from the workers' hellos).
   config.workers_hold_data = spec.data.source == DataSource::kWorkers;
   config.max_samples_per_worker = spec.data.max_samples_per_worker;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "strategy/seed.h"
+#include "strategy/sampling.h"
 
 namespace parsyn::strategy {
 
@@ -11,33 +11,7 @@ FedAvg::FedAvg(FedAvgOptions options) : options_(options) {}
 
 std::vector<ParticipantConfig> FedAvg::ConfigureRound(const RoundContext& ctx,
                                                       std::span<const Candidate> available) const {
-  const size_t min_workers = static_cast<size_t>(std::max(ctx.min_workers, 1));
-  const size_t max_workers = std::max(static_cast<size_t>(std::max(ctx.max_workers, 1)), min_workers);
-  if (available.size() < min_workers) return {};
-
-  std::vector<Candidate> by_shard(available.begin(), available.end());
-  std::sort(by_shard.begin(), by_shard.end(), [](const Candidate& a, const Candidate& b) {
-    return a.shard != b.shard ? a.shard < b.shard : a.worker_id < b.worker_id;
-  });
-
-  std::vector<Candidate> chosen;
-  if (by_shard.size() <= max_workers) {
-    chosen = std::move(by_shard);
-  } else {
-    // Rotate the window with the round so that, over rounds, every shard is trained, not only the lowest ones.
-    const size_t n = by_shard.size();
-    const size_t start = (static_cast<size_t>(std::max(ctx.round - 1, 0)) * max_workers) % n;
-    for (size_t i = 0; i < max_workers; ++i) chosen.push_back(by_shard[(start + i) % n]);
-    std::sort(chosen.begin(), chosen.end(), [](const Candidate& a, const Candidate& b) { return a.shard < b.shard; });
-  }
-
-  std::vector<ParticipantConfig> participants;
-  participants.reserve(chosen.size());
-  for (const Candidate& c : chosen) {
-    participants.push_back(
-        {.worker_id = c.worker_id, .shard = c.shard, .seed = TaskSeed(ctx.job_seed, ctx.round, c.shard)});
-  }
-  return participants;
+  return ChooseParticipants(ctx, available);
 }
 
 Status FedAvg::Begin(int round, const weights::WeightSet& global) {

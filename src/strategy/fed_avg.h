@@ -26,8 +26,8 @@ class FedAvg final : public Strategy {
 
   std::string_view name() const override { return "federated_averaging"; }
 
-  // All available workers when they fit in max_workers; otherwise max_workers of them in shard order, starting at a
-  // window that moves by max_workers each round, so every shard takes its turn.
+  // ChooseParticipants (strategy/sampling.h): all available workers when they fit in max_workers, otherwise a window
+  // that rotates by round; or the job's client sampling.
   std::vector<ParticipantConfig> ConfigureRound(const RoundContext& ctx,
                                                 std::span<const Candidate> available) const override;
 

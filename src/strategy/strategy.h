@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/status.h"
+#include "strategy/strategy_options.h"
 #include "weights/weight_set.h"
 
 namespace parsyn::strategy {
@@ -29,6 +31,7 @@ struct RoundContext {
   int round = 1;  // 1-based
   int min_workers = 1;
   int max_workers = 1;
+  Sampling sampling;  // the job's client sampling (none: every available worker, up to max_workers)
 };
 
 // One participant of a round and its per-round configuration.
@@ -49,7 +52,8 @@ class Strategy {
 
   // Chooses this round's participants from `available` (any order; each worker at most once). Returns an empty
   // vector when the round should keep waiting (fewer than ctx.min_workers available); otherwise between
-  // min_workers and max_workers participants, each one of `available`, sorted by shard. Deterministic.
+  // min_workers and max_workers participants, each one of `available`, sorted by shard. Deterministic. Every
+  // strategy of the project answers ChooseParticipants(ctx, available) (strategy/sampling.h: client sampling).
   virtual std::vector<ParticipantConfig> ConfigureRound(const RoundContext& ctx,
                                                         std::span<const Candidate> available) const = 0;
 
@@ -76,6 +80,21 @@ class Strategy {
   // The new global from the updates accepted since Begin; afterwards Begin must be called again.
   // FailedPrecondition if Begin was not called or nothing was accepted.
   virtual StatusOr<weights::WeightSet> Finish() = 0;
+
+  // Server state carried from round to round (a server optimizer's moments), which the job runner stores beside each
+  // committed global and restores when a job resumes. Stateless strategies (the defaults) have none.
+  virtual bool has_state() const { return false; }
+  // The state Finish computed, to be stored with the round's global; nullptr when there is none (stateless, or no
+  // Finish since the last Begin).
+  virtual const weights::WeightSet* PendingState() const { return nullptr; }
+  // The round whose Finish computed PendingState was committed: the next round starts from that state. Without it
+  // (a failed or retried round), Begin starts again from the state committed before.
+  virtual void CommitState() {}
+  // Replaces the committed state (a resumed job): `state` as PendingState gave it for the last committed round, or
+  // nullptr for the initial state (no round committed yet). InvalidArgument if it is not this strategy's.
+  virtual Status RestoreState(const weights::WeightSet* state) {
+    return state == nullptr ? Status::Ok() : InvalidArgumentError(std::string(name()) + " keeps no server state");
+  }
 };
 
 }  // namespace parsyn::strategy

@@ -228,8 +228,16 @@ TEST_F(ApiTest, BadRequestsGetTheRightStatusAndMessage) {
        spec_with([](json& s) { s["distributed"]["min_workers"] = 5; }), "admin", 400, "invalid_argument",
        "min_workers"},
       {"bad strategy", http::Method::kPost, "/api/v1/training-jobs",
-       spec_with([](json& s) { s["distributed"]["strategy"] = "fedprox"; }), "admin", 400, "invalid_argument",
+       spec_with([](json& s) { s["distributed"]["strategy"] = "fedsgd"; }), "admin", 400, "invalid_argument",
        "strategy"},
+      {"strategy not in this build", http::Method::kPost, "/api/v1/training-jobs",
+       spec_with([](json& s) { s["distributed"]["strategy"] = "median"; }), "admin", 400, "invalid_argument",
+       "distributed.strategy: median is not available in this build"},
+      {"option of another strategy", http::Method::kPost, "/api/v1/training-jobs", spec_with([](json& s) {
+         s["distributed"]["strategy"] = "fedadam";
+         s["distributed"]["strategy_options"] = {{"mu", 0.1}};
+       }),
+       "admin", 400, "invalid_argument", "distributed.strategy_options.mu: fedadam does not take mu"},
       {"unknown dataset", http::Method::kPost, "/api/v1/training-jobs",
        spec_with([](json& s) { s["dataset_id"] = 999; }), "admin", 400, "invalid_argument",
        "dataset_id: dataset 999 does not exist"},

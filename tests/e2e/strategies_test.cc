@@ -1,0 +1,162 @@
+// Strategies end to end: a federated tabular job (the MLP of federated_tabular_test.cc) with a server optimizer
+// (fedadam) and real `parsyn worker` processes. Its globals are the optimizer's steps (not the FedAvg mean), its
+// server state is stored beside each committed global, the loss falls, and a coordinator killed mid-job resumes the
+// optimizer bit-identically: the final global has the uninterrupted job's sha256. Client sampling picks, per round,
+// the participants the API lists.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <set>
+
+#include "llama_fixture.h"
+
+namespace parsyn::e2e {
+namespace {
+
+class StrategyJobTest : public LlamaJobTest {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(InitTabularMlp(400, "16"));
+    StartServerWith("points-mlp", "points.csv");
+    ASSERT_GT(model_id_, 0);
+    ASSERT_GT(dataset_id_, 0);
+  }
+
+  json Spec(const std::vector<int64_t>& worker_ids, int rounds, int steps, const std::string& strategy,
+            json options) const {
+    json spec = TabularJobSpec("e2e-" + strategy, dataset_id_, model_id_, worker_ids, rounds, steps);
+    spec["distributed"]["strategy"] = strategy;
+    spec["distributed"]["strategy_options"] = std::move(options);
+    return spec;
+  }
+
+  // The largest |global - FedAvg mean of the round's accepted updates| over the committed rounds' parameters.
+  double LargestDistanceFromFedAvg(int64_t job_id) {
+    double largest = 0;
+    for (const json& round : Rounds(*admin_, job_id)) {
+      if (round["outcome"] != "committed" || round["round"].get<int>() < 1) continue;
+      const std::string prefix = AttemptPrefix(job_id, round["round"], round["attempt"]);
+      std::map<std::string, std::vector<double>> sum;
+      double total = 0;
+      for (const json& u : round["updates"]) {
+        if (u["status"] != "accepted") continue;
+        const double n = u["num_samples"].get<double>();
+        total += n;
+        for (auto& [name, values] : ReadTensors(
+                 BlobPath(prefix + "/updates/w" + std::to_string(u["worker_id"].get<int64_t>()) + ".safetensors"))) {
+          std::vector<double>& s = sum[name];
+          s.resize(values.size(), 0.0);
+          for (size_t i = 0; i < values.size(); ++i) s[i] += n * values[i];
+        }
+      }
+      for (auto& [name, values] : ReadTensors(BlobPath(prefix + "/global.safetensors"))) {
+        for (size_t i = 0; i < values.size() && i < sum[name].size(); ++i) {
+          largest = std::max(largest, std::abs(values[i] - sum[name][i] / total));
+        }
+      }
+    }
+    return largest;
+  }
+
+  std::string FinalSha(int64_t job_id, int round) {
+    std::string sha;
+    for (const json& r : Rounds(*admin_, job_id)) {
+      if (r["outcome"] == "committed" && r["round"] == round) sha = r.value("global_sha256", "");
+    }
+    return sha;
+  }
+};
+
+TEST_F(StrategyJobTest, FedAdamJobStepsTheGlobalStoresItsStateAndTheLossFalls) {
+  std::vector<int64_t> ids = StartWorkers(2);
+  const int kRounds = 4;
+  const int64_t job_id = CreateJob(*admin_, Spec(ids, kRounds, 20, "fedadam", {{"server_learning_rate", 0.05}}));
+  ASSERT_GT(job_id, 0);
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+
+  // The stored spec names the strategy with every option filled in.
+  StatusOr<http::ClientResponse> got = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  const json stored = *got->Json();
+  const json options = stored["spec"]["distributed"]["strategy_options"];
+  EXPECT_EQ(stored["spec"]["distributed"]["strategy"], "fedadam") << stored.dump();
+  EXPECT_EQ(options, json({{"server_learning_rate", 0.05}, {"beta1", 0.9}, {"beta2", 0.99}, {"tau", 1e-9}}))
+      << stored.dump();
+
+  std::vector<double> losses;
+  int committed = 0;
+  for (const json& r : Rounds(*admin_, job_id)) {
+    if (r["outcome"] != "committed" || r["round"].get<int>() < 1) continue;
+    ++committed;
+    const std::string prefix = AttemptPrefix(job_id, r["round"], r["attempt"]);
+    EXPECT_TRUE(fs::exists(BlobPath(prefix + "/server_state.safetensors"))) << prefix;
+    EXPECT_EQ(std::set<int64_t>(r["participants"].begin(), r["participants"].end()),
+              std::set<int64_t>(ids.begin(), ids.end()))
+        << r.dump();
+    if (r["train_loss"].is_number()) losses.push_back(r["train_loss"].get<double>());
+  }
+  EXPECT_EQ(committed, kRounds);
+  // The globals are the optimizer's steps from the mean, not the mean itself.
+  EXPECT_GT(LargestDistanceFromFedAvg(job_id), 1e-4);
+  ASSERT_GE(losses.size(), 2u);
+  EXPECT_LT(losses.back(), losses.front()) << "train losses did not fall";
+  ASSERT_TRUE(job["final_validation_loss"].is_number()) << job.dump(2);
+  std::printf("[figures] fedadam tabular: train loss round 1 %.4f -> round %d %.4f, final validation loss %.4f\n",
+              losses.front(), kRounds, losses.back(), job["final_validation_loss"].get<double>());
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
+TEST_F(StrategyJobTest, FedAdamServerKilledMidJobFinishesWithTheUninterruptedWeights) {
+  std::vector<int64_t> ids = StartWorkers(2);
+  const int kRounds = 3;
+  const json spec = Spec(ids, kRounds, 10, "fedadam", json::object());
+  const int64_t reference_id = CreateJob(*admin_, spec);
+  json reference = WaitForJobEnd(*admin_, reference_id, std::chrono::seconds(300));
+  ASSERT_EQ(reference.value("status", ""), "succeeded") << reference.dump(2);
+
+  const int64_t job_id = CreateJob(*admin_, spec);
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& type, const json& d) { return type == "round_committed" && d.value("round", 0) == 1; },
+      std::chrono::seconds(300)));
+  server_->Kill();
+  server_->Start();  // same data directory, same port: the workers reconnect on their own
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  EXPECT_TRUE(WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& type, const json& d) {
+        return type == "job_resumed" && d.value("committed_round", 0) >= 1 && d.value("committed_round", 0) < kRounds;
+      },
+      std::chrono::seconds(10)));
+  EXPECT_FALSE(FinalSha(reference_id, kRounds).empty());
+  EXPECT_EQ(FinalSha(job_id, kRounds), FinalSha(reference_id, kRounds));
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
+TEST_F(StrategyJobTest, SampleCountTrainsTheSeededChoiceOfWorkersEachRound) {
+  std::vector<int64_t> ids = StartWorkers(3);
+  json spec = Spec(ids, 3, 5, "federated_averaging", {{"sample_count", 2}});
+  spec["distributed"]["min_workers"] = 2;
+  const int64_t job_id = CreateJob(*admin_, spec);
+  ASSERT_GT(job_id, 0);
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  std::set<int64_t> trained;
+  int committed = 0;
+  for (const json& r : Rounds(*admin_, job_id)) {
+    if (r["outcome"] != "committed" || r["round"].get<int>() < 1) continue;
+    ++committed;
+    EXPECT_EQ(r["participants"].size(), 2u) << r.dump();
+    for (const json& w : r["participants"]) trained.insert(w.get<int64_t>());
+  }
+  EXPECT_EQ(committed, 3);
+  EXPECT_GE(trained.size(), 2u);
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
+}  // namespace
+}  // namespace parsyn::e2e
