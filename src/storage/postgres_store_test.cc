@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
 
+#include <chrono>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "base/testing/free_port.h"
 #include "storage/metadata_store_contract.h"
@@ -164,6 +166,65 @@ TEST(PostgresStoreTest, CommitRoundIsOneTransaction) {
   ASSERT_TRUE(store->CommitRound(commit).ok());
   EXPECT_EQ(store->GetRound(job.id, 1, 1)->status, RoundStatus::kCommitted);
   EXPECT_EQ(store->GetJob(job.id)->committed_round, 1);
+}
+
+// Two coordinators on one database: a commit waits for the job's row while another transaction holds it, then sees
+// what that one did (here: the same round committed), instead of committing the round a second time.
+TEST(PostgresStoreTest, ACommitWaitsForTheJobsRowAndSeesTheOtherWritersCommit) {
+  PARSYN_NEW_DATABASE_OR_SKIP(url);
+  auto store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  Dataset dataset;
+  dataset.blob_key = "datasets/d";
+  TrainingJob job;
+  job.dataset_id = store->CreateDataset(dataset)->id;
+  job.model_id = store->CreateModel(Model{})->id;
+  job = *store->CreateJob(job);
+  ASSERT_TRUE(store->SetJobStatus(job.id, JobStatus::kRunning, 1).ok());
+  Round round;
+  round.job_id = job.id;
+  round.round = round.attempt = 1;
+  ASSERT_TRUE(store->StartRound(round).ok());
+
+  // The other writer: holds the job's row, as the store's own transactions take it.
+  PGconn* other = PQconnectdb(url.c_str());
+  ASSERT_EQ(PQstatus(other), CONNECTION_OK) << PQerrorMessage(other);
+  const std::string id = std::to_string(job.id);
+  auto exec = [&](const std::string& sql) {
+    PGresult* r = PQexec(other, sql.c_str());
+    std::string error =
+        PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK ? "" : PQresultErrorMessage(r);
+    std::string value = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "";
+    PQclear(r);
+    return error.empty() ? value : "<" + error + ">";
+  };
+  ASSERT_EQ(exec("BEGIN"), "");
+  ASSERT_EQ(exec("SELECT 1 FROM jobs WHERE id = " + id + " FOR UPDATE"), "1");
+
+  RoundCommit commit;
+  commit.job_id = job.id;
+  commit.round = commit.attempt = 1;
+  commit.global_blob_key = "jobs/1/rounds/1/global";
+  commit.global_sha256 = std::string(64, 'a');
+  Status result = InternalError("not run");
+  std::thread committer([&] { result = store->CommitRound(commit); });
+  // Bounded wait until the store's commit is queued on the row lock (a store that does not lock never is).
+  bool waiting = false;
+  for (int i = 0; i < 300 && !waiting; ++i) {
+    waiting = exec("SELECT count(*) FROM pg_locks WHERE NOT granted") != "0";
+    if (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(waiting) << "CommitRound did not wait for the job's row";
+  ASSERT_EQ(
+      exec("UPDATE rounds SET status = 'committed', global_blob_key = 'k', global_sha256 = 's' WHERE job_id = " + id),
+      "");
+  ASSERT_EQ(exec("UPDATE jobs SET committed_round = 1 WHERE id = " + id), "");
+  ASSERT_EQ(exec("COMMIT"), "");
+  committer.join();
+  PQfinish(other);
+  EXPECT_EQ(result.code(), StatusCode::kFailedPrecondition) << result.ToString();
+  EXPECT_THAT(result.message(), HasSubstr("is already committed"));
+  EXPECT_EQ(store->GetRound(job.id, 1, 1)->global_blob_key, "k");
 }
 
 TEST(PostgresStoreTest, ConnectionRefusedNamesHostAndPortButNotThePassword) {
