@@ -8,7 +8,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "coordinator/auth.h"
-#include "storage/sqlite_store.h"
+#include "storage/metadata_store.h"
 
 namespace parsyn::cli {
 namespace {
@@ -24,7 +24,8 @@ std::optional<std::string> ReadToken(const fs::path& file) {
 
 }  // namespace
 
-StatusOr<std::vector<ManagedWorkerIdentity>> EnsureManagedWorkers(const fs::path& data_dir, int count) {
+StatusOr<std::vector<ManagedWorkerIdentity>> EnsureManagedWorkers(const fs::path& data_dir, int count,
+                                                                  const std::string& metadata_uri) {
   const fs::path dir = data_dir / "managed-workers";
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -32,7 +33,8 @@ StatusOr<std::vector<ManagedWorkerIdentity>> EnsureManagedWorkers(const fs::path
   fs::permissions(data_dir, fs::perms::owner_all, ec);
   fs::permissions(dir, fs::perms::owner_all, ec);
   // The coordinator opens the same database afterwards; this connection is closed before it does.
-  PARSYN_ASSIGN_OR_RETURN(auto store, storage::SqliteMetadataStore::Open((data_dir / "metadata.db").string()));
+  PARSYN_ASSIGN_OR_RETURN(auto store, storage::OpenMetadataStore(
+                                          metadata_uri.empty() ? (data_dir / "metadata.db").string() : metadata_uri));
   SystemClock clock;
   std::vector<ManagedWorkerIdentity> result;
   for (int i = 1; i <= count; ++i) {

@@ -39,9 +39,11 @@ struct ManagedWorkerIdentity {
   std::filesystem::path key_file;
 };
 
-// Makes sure managed workers managed-1..managed-<count> exist in the metadata store under `data_dir` (creating the
-// directory, database, token files and cache directories as needed). Unavailable on file or store errors.
-StatusOr<std::vector<ManagedWorkerIdentity>> EnsureManagedWorkers(const std::filesystem::path& data_dir, int count);
+// Makes sure managed workers managed-1..managed-<count> exist in the metadata store (`metadata_uri`, as
+// ServiceOptions::metadata_uri: empty for <data_dir>/metadata.db), creating the directory, database, token files and
+// cache directories under `data_dir` as needed. Unavailable on file or store errors.
+StatusOr<std::vector<ManagedWorkerIdentity>> EnsureManagedWorkers(const std::filesystem::path& data_dir, int count,
+                                                                  const std::string& metadata_uri = "");
 
 // Gives each of `workers` a client certificate for its worker id, issued by the managed workers' CA (created on
 // first use); returns that CA's certificate file, for the server to trust. Certificates are issued afresh on every

@@ -32,6 +32,7 @@ namespace {
 
 struct ServerFlags {
   std::string data_dir;
+  std::string metadata;  // "" (SQLite in the data dir), a path or sqlite:///path.db, or postgres://...
   std::string listen = "127.0.0.1:8080";
   std::string tls_cert;
   std::string tls_key;
@@ -143,6 +144,7 @@ int RunServer(const ServerFlags& f) {
   boost::asio::io_context io;
   coordinator::ServiceOptions options;
   options.data_dir = f.data_dir.empty() ? DefaultDataDir() : f.data_dir;
+  options.metadata_uri = f.metadata;
   options.heartbeat_interval = std::chrono::milliseconds(f.heartbeat_interval_ms);
   options.heartbeat_timeout = std::chrono::milliseconds(f.heartbeat_timeout_ms);
   options.max_poll_wait = std::chrono::milliseconds(f.max_poll_wait_ms);
@@ -164,7 +166,8 @@ int RunServer(const ServerFlags& f) {
   // Before the coordinator opens the store, so it loads the managed workers' tokens.
   std::vector<ManagedWorkerIdentity> managed;
   if (f.managed_workers > 0) {
-    StatusOr<std::vector<ManagedWorkerIdentity>> ensured = EnsureManagedWorkers(options.data_dir, f.managed_workers);
+    StatusOr<std::vector<ManagedWorkerIdentity>> ensured =
+        EnsureManagedWorkers(options.data_dir, f.managed_workers, options.metadata_uri);
     if (!ensured.ok()) return Fail("server", ensured.status());
     managed = std::move(*ensured);
   }
@@ -266,6 +269,10 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--data-dir", flags->data_dir,
                   "where the metadata database and blobs live "
                   "(default: $PARSYN_DATA_DIR or ./parsyn-data)");
+  cmd->add_option("--metadata", flags->metadata,
+                  "the metadata store: a SQLite file (a path or sqlite:///path.db) or PostgreSQL "
+                  "(postgres://USER:PASSWORD@HOST:PORT/DATABASE; docs/operations.md). Default: <data-dir>/metadata.db")
+      ->envname("PARSYN_METADATA");
   cmd->add_option("--listen", flags->listen, "host:port to listen on (port 0 picks a free one)")->capture_default_str();
   cmd->add_option("--tls-cert", flags->tls_cert, "PEM certificate chain: serve HTTPS only");
   cmd->add_option("--tls-key", flags->tls_key, "PEM private key for --tls-cert");

@@ -15,7 +15,7 @@
 #include "coordinator/static_routes.h"
 #include "http/signed_url.h"
 #include "storage/directory_blob_store.h"
-#include "storage/sqlite_store.h"
+#include "storage/metadata_store.h"
 
 namespace parsyn::coordinator {
 
@@ -41,7 +41,9 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
   std::filesystem::permissions(options.data_dir, std::filesystem::perms::owner_all, ec);
   std::unique_ptr<Service> service(new Service(io, std::move(options)));
   const std::filesystem::path dir = service->options_.data_dir;
-  PARSYN_ASSIGN_OR_RETURN(auto store, storage::SqliteMetadataStore::Open((dir / "metadata.db").string()));
+  PARSYN_ASSIGN_OR_RETURN(
+      auto store, storage::OpenMetadataStore(service->options_.metadata_uri.empty() ? (dir / "metadata.db").string()
+                                                                                    : service->options_.metadata_uri));
   service->store_ = std::move(store);
   PARSYN_RETURN_IF_ERROR(service->OpenBlobs());
   PARSYN_ASSIGN_OR_RETURN(AdminKeySetup admin, EnsureAdminKey(*service->store_, dir));

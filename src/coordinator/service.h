@@ -44,6 +44,9 @@ class JobRunner;
 
 struct ServiceOptions {
   std::filesystem::path data_dir;  // holds metadata.db, blobs/, admin-key, url-signing-secret, spool/
+  // The metadata store (storage::OpenMetadataStore): empty for SQLite at data_dir/metadata.db; a path or
+  // sqlite:///path.db for SQLite elsewhere; postgres://USER:PASSWORD@HOST:PORT/DATABASE for PostgreSQL.
+  std::string metadata_uri;
   // Where blobs live: empty for the directory store under data_dir/blobs; "s3://BUCKET/PREFIX?endpoint=...&region=...
   // &path_style=0|1" for an S3-compatible store (docs/s3.md), whose presigned URLs then go to workers.
   std::string blobs_uri;

@@ -3,6 +3,7 @@
 #include <array>
 #include <utility>
 
+#include "storage/postgres_store.h"
 #include "storage/sqlite_store.h"
 
 namespace parsyn::storage {
@@ -69,10 +70,13 @@ StatusOr<UpdateStatus> ParseUpdateStatus(std::string_view s) { return Parse(kUpd
 bool IsTerminal(JobStatus status) { return status != JobStatus::kQueued && status != JobStatus::kRunning; }
 
 StatusOr<std::unique_ptr<MetadataStore>> OpenMetadataStore(std::string_view uri) {
-  if (uri.empty()) {
-    return InvalidArgumentError(
-        "empty metadata store URI; supported: sqlite:///absolute/path.db, a plain path, "
-        "or :memory:");
+  constexpr std::string_view kSupported =
+      "supported: sqlite:///absolute/path.db, a plain path, :memory:, or "
+      "postgres://USER:PASSWORD@HOST:PORT/DATABASE (postgresql:// too)";
+  if (uri.empty()) return InvalidArgumentError("empty metadata store URI; " + std::string(kSupported));
+  if (IsPostgresUri(uri)) {
+    PARSYN_ASSIGN_OR_RETURN(auto store, PostgresMetadataStore::Open(uri));
+    return std::unique_ptr<MetadataStore>(std::move(store));
   }
   std::string path(uri);
   if (uri.starts_with("sqlite://")) {
@@ -80,9 +84,9 @@ StatusOr<std::unique_ptr<MetadataStore>> OpenMetadataStore(std::string_view uri)
     path = std::string(uri.substr(9));
     if (path.empty()) return InvalidArgumentError("metadata store URI '" + std::string(uri) + "' names no file");
   } else if (size_t scheme_end = uri.find("://"); scheme_end != std::string_view::npos) {
+    // The rest may hold a password: only the scheme is repeated.
     return InvalidArgumentError("metadata store URI scheme '" + std::string(uri.substr(0, scheme_end)) +
-                                "' is not supported by this build; supported: sqlite:///absolute/path.db, a plain "
-                                "path, or :memory:");
+                                "' is not supported; " + std::string(kSupported));
   }
   PARSYN_ASSIGN_OR_RETURN(auto store, SqliteMetadataStore::Open(path));
   return std::unique_ptr<MetadataStore>(std::move(store));

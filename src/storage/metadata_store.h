@@ -1,8 +1,8 @@
 // MetadataStore: the coordinator's durable records (datasets, models, workers, jobs, shards, rounds, updates,
 // metrics, events), as typed structs.
 //
-// Implementations: SQLite (sqlite_store.h, the default); PostgreSQL later. Every implementation passes the contract
-// suite in metadata_store_contract.h.
+// Implementations: SQLite (sqlite_store.h, the default); PostgreSQL (postgres_store.h). Every implementation passes the
+// contract suite in metadata_store_contract.h.
 //
 // Contract for every call:
 // - A call that returns OK has made its change durable (it survives kill -9 and power loss); a call that fails has
@@ -266,6 +266,13 @@ struct JobEvent {
   friend bool operator==(const JobEvent&, const JobEvent&) = default;
 };
 
+// One schema step of a database-backed store (SQLite, PostgreSQL). `version` is 1 for the first and increases by one
+// per step.
+struct Migration {
+  int version = 0;
+  std::string_view sql;  // one or more statements
+};
+
 class MetadataStore {
  public:
   virtual ~MetadataStore() = default;
@@ -367,8 +374,8 @@ class MetadataStore {
 };
 
 // Opens a store by URI: "sqlite:///abs/path.db", "sqlite://rel/path.db", a plain path, or ":memory:" opens a SQLite
-// store (creating the file and applying migrations). Other schemes (postgres://, ...) are InvalidArgument naming
-// what is supported.
+// store (creating the file and applying migrations); "postgres://USER:PASSWORD@HOST:PORT/DATABASE" (or postgresql://)
+// a PostgreSQL one (applying migrations). Other schemes are InvalidArgument naming what is supported.
 StatusOr<std::unique_ptr<MetadataStore>> OpenMetadataStore(std::string_view uri);
 
 }  // namespace parsyn::storage

@@ -71,6 +71,9 @@ std::string MetadataStoreBackendName(const ::testing::TestParamInfo<MetadataStor
 }
 
 void MetadataStoreContractTest::SetUp() {
+  if (GetParam().unavailable) {
+    if (std::optional<std::string> why = GetParam().unavailable()) GTEST_SKIP() << GetParam().name << ": " << *why;
+  }
   StatusOr<std::unique_ptr<MetadataStore>> store = GetParam().open(scratch_.path());
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   store_ = std::move(store).value();

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -24,6 +25,9 @@ struct MetadataStoreBackend {
   // directory, it must reopen the same data when `persistent` (the reopen tests are skipped otherwise).
   std::function<StatusOr<std::unique_ptr<MetadataStore>>(const std::filesystem::path& scratch_dir)> open;
   bool persistent = true;
+  // Why the backend cannot run on this machine (a server that is not installed), with how to fix it: the tests are
+  // then skipped with that message. Empty, or returning nullopt: it can.
+  std::function<std::optional<std::string>()> unavailable;
 };
 
 // Prints the backend's name in test output instead of its bytes.

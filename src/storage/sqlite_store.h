@@ -20,12 +20,6 @@
 
 namespace parsyn::storage {
 
-// One schema step. `version` is 1 for the first and increases by one per step.
-struct Migration {
-  int version = 0;
-  std::string_view sql;  // one or more statements
-};
-
 // The schema this build uses, in order.
 std::span<const Migration> SqliteMigrations();
 

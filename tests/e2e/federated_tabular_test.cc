@@ -9,7 +9,10 @@
 #include <fstream>
 #include <optional>
 
+#include <libpq-fe.h>
+
 #include "llama_fixture.h"
+#include "storage/postgres_for_test.h"
 #include "weights/sha256.h"
 
 namespace parsyn::e2e {
@@ -47,6 +50,87 @@ class TabularJobTest : public LlamaJobTest {
     return spec;
   }
 };
+
+// The same server on PostgreSQL (`--metadata postgres://...`, a database of the test's own server).
+class PostgresTabularJobTest : public TabularJobTest {
+ protected:
+  void SetUp() override {
+    if (std::optional<std::string> why = storage::PostgresUnavailableReason()) GTEST_SKIP() << *why;
+    StatusOr<storage::PostgresForTest*> server = storage::SharedPostgres();
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    StatusOr<std::string> url = (*server)->NewDatabase();
+    ASSERT_TRUE(url.ok()) << url.status().ToString();
+    metadata_url_ = *url;
+    server_flags_ = {"--metadata", metadata_url_};
+    TabularJobTest::SetUp();
+  }
+
+  // The first column of the first row of `sql` on the job's database, as another client reads it.
+  std::string QueryDatabase(const std::string& sql) const {
+    PGconn* conn = PQconnectdb(metadata_url_.c_str());
+    std::string out = "<" + std::string(PQerrorMessage(conn)) + ">";
+    if (PQstatus(conn) == CONNECTION_OK) {
+      PGresult* r = PQexec(conn, sql.c_str());
+      out = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 ? PQgetvalue(r, 0, 0)
+                                                                     : "<" + std::string(PQresultErrorMessage(r)) + ">";
+      PQclear(r);
+    }
+    PQfinish(conn);
+    return out;
+  }
+
+  std::string metadata_url_;
+};
+
+// A federated job whose coordinator is killed after round 1 and started again: every record lives in PostgreSQL
+// (no metadata.db), the job resumes at its last committed round and ends as the uninterrupted run would.
+TEST_F(PostgresTabularJobTest, JobSurvivesACoordinatorKillWithItsRecordsInPostgres) {
+  std::vector<int64_t> ids = StartWorkers(2);
+  const int kRounds = 3;
+  const int64_t job_id = CreateJob(*admin_, MlpSpec(ids, kRounds, 10));
+  ASSERT_GT(job_id, 0);
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& type, const json& d) { return type == "round_committed" && d.value("round", 0) == 1; },
+      std::chrono::seconds(300)));
+  server_->Kill();
+  server_->Start();  // same flags: the same PostgreSQL database; the workers reconnect on their own
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  EXPECT_EQ(ExpectGlobalsAreFedAvg(job_id), kRounds);
+
+  EXPECT_FALSE(fs::exists(server_->data_dir() / "metadata.db"));
+  const std::string id = std::to_string(job_id);
+  EXPECT_EQ(QueryDatabase("SELECT status FROM jobs WHERE id = " + id), "succeeded");
+  EXPECT_EQ(QueryDatabase("SELECT count(*) FROM rounds WHERE status = 'committed' AND job_id = " + id),
+            std::to_string(kRounds));
+  EXPECT_EQ(QueryDatabase("SELECT count(*) FROM round_updates WHERE status = 'accepted' AND job_id = " + id),
+            std::to_string(2 * kRounds));
+  EXPECT_EQ(QueryDatabase("SELECT count(*) >= 1 FROM job_events WHERE type = 'job_resumed' AND job_id = " + id), "t");
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
+bool Contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// `--metadata` takes a path, sqlite://, postgres:// or postgresql://; anything else, or a database that cannot be
+// reached, stops the server with a message saying so (and never the password).
+TEST(MetadataFlagTest, ServerRefusesAnUnknownSchemeAndNamesAnUnreachableDatabase) {
+  TempDir tmp;
+  CommandResult unknown = RunParsyn({"server", "--data-dir", (tmp.path() / "a").string(), "--listen", "127.0.0.1:0",
+                                     "--metadata", "mysql://u:s3cret-pw@db/parsyn"});
+  EXPECT_NE(unknown.exit_code, 0) << unknown.output;
+  EXPECT_TRUE(Contains(unknown.output, "scheme 'mysql' is not supported")) << unknown.output;
+  EXPECT_TRUE(Contains(unknown.output, "postgres://USER:PASSWORD@HOST:PORT/DATABASE")) << unknown.output;
+  EXPECT_FALSE(Contains(unknown.output, "s3cret-pw")) << unknown.output;
+
+  const std::string where = "127.0.0.1:" + std::to_string(FreePort());  // nothing listens there
+  CommandResult unreachable = RunParsyn({"server", "--data-dir", (tmp.path() / "b").string(), "--listen", "127.0.0.1:0",
+                                         "--metadata", "postgres://u:s3cret-pw@" + where + "/parsyn"});
+  EXPECT_NE(unreachable.exit_code, 0) << unreachable.output;
+  EXPECT_TRUE(Contains(unreachable.output, "cannot connect to the PostgreSQL metadata store at " + where))
+      << unreachable.output;
+  EXPECT_FALSE(Contains(unreachable.output, "s3cret-pw")) << unreachable.output;
+}
 
 TEST_F(TabularJobTest, RegistersTheFolderAsATabularModel) {
   StatusOr<http::ClientResponse> model = admin_->Get("/api/v1/models/" + std::to_string(model_id_));

@@ -1,0 +1,276 @@
+#include "storage/postgres_store.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "base/testing/free_port.h"
+#include "storage/metadata_store_contract.h"
+#include "storage/postgres_for_test.h"
+
+namespace parsyn::storage {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// The database of a contract test's scratch directory: created on its first open, the same on a reopen.
+StatusOr<std::unique_ptr<MetadataStore>> OpenForScratchDir(const fs::path& dir) {
+  static std::mutex mu;
+  static std::map<fs::path, std::string> url_of;
+  std::string url;
+  {
+    std::lock_guard lock(mu);
+    auto it = url_of.find(dir);
+    if (it == url_of.end()) {
+      PARSYN_ASSIGN_OR_RETURN(PostgresForTest * server, SharedPostgres());
+      PARSYN_ASSIGN_OR_RETURN(std::string created, server->NewDatabase());
+      it = url_of.emplace(dir, created).first;
+    }
+    url = it->second;
+  }
+  return OpenMetadataStore(url);
+}
+
+INSTANTIATE_TEST_SUITE_P(Postgres, MetadataStoreContractTest,
+                         ::testing::Values(MetadataStoreBackend{"server", OpenForScratchDir, true,
+                                                                PostgresUnavailableReason}),
+                         MetadataStoreBackendName);
+
+// Skips the test, saying why, where no PostgreSQL can be started; else the URL of a fresh database.
+#define PARSYN_NEW_DATABASE_OR_SKIP(url)                                                    \
+  std::string url;                                                                          \
+  do {                                                                                      \
+    if (std::optional<std::string> why = PostgresUnavailableReason()) GTEST_SKIP() << *why; \
+    StatusOr<PostgresForTest*> server = SharedPostgres();                                   \
+    ASSERT_TRUE(server.ok()) << server.status().ToString();                                 \
+    StatusOr<std::string> created = (*server)->NewDatabase();                               \
+    ASSERT_TRUE(created.ok()) << created.status().ToString();                               \
+    url = *created;                                                                         \
+  } while (0)
+
+// Runs SQL on a separate connection (as an operator or another process would); returns the error, "" on success.
+std::string ExecSql(const std::string& url, const std::string& sql) {
+  PGconn* conn = PQconnectdb(url.c_str());
+  std::string error;
+  if (PQstatus(conn) != CONNECTION_OK) {
+    error = PQerrorMessage(conn);
+  } else {
+    PGresult* r = PQexec(conn, sql.c_str());
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+      error = PQresultErrorMessage(r);
+    }
+    PQclear(r);
+  }
+  PQfinish(conn);
+  return error;
+}
+
+std::unique_ptr<PostgresMetadataStore> MustOpen(const std::string& url,
+                                                std::span<const Migration> migrations = PostgresMigrations()) {
+  auto store = PostgresMetadataStore::Open(url, migrations);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return store.ok() ? std::move(store).value() : nullptr;
+}
+
+TEST(PostgresStoreTest, MigrationsApplyOnceInOrderAndANewerSchemaIsRefused) {
+  PARSYN_NEW_DATABASE_OR_SKIP(url);
+  const Migration v1[] = {{1, "CREATE TABLE things (id BIGINT PRIMARY KEY, name TEXT NOT NULL);"}};
+  const Migration v2[] = {v1[0], {2, "ALTER TABLE things ADD COLUMN colour TEXT NOT NULL DEFAULT 'red';"}};
+  {
+    auto store = MustOpen(url, v1);
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(*store->SchemaVersion(), 1);
+  }
+  ASSERT_EQ(ExecSql(url, "INSERT INTO things (id, name) VALUES (1, 'kept')"), "");
+  {
+    auto store = MustOpen(url, v2);  // applies only v2; v1's CREATE would fail if run again
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(*store->SchemaVersion(), 2);
+  }
+  EXPECT_EQ(ExecSql(url, "SELECT colour FROM things WHERE name = 'kept'"), "");
+  auto older = PostgresMetadataStore::Open(url, v1);
+  EXPECT_EQ(older.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(older.status().message(), HasSubstr("schema version 2, newer than this build's 1"));
+}
+
+TEST(PostgresStoreTest, AFailedMigrationKeepsNothingAndNamesItsVersion) {
+  PARSYN_NEW_DATABASE_OR_SKIP(url);
+  const Migration broken[] = {{1, "CREATE TABLE a (x INTEGER);"},
+                              {2, "CREATE TABLE b (x INTEGER); SELECT no_such_column FROM a;"}};
+  auto store = PostgresMetadataStore::Open(url, broken);
+  EXPECT_EQ(store.status().code(), StatusCode::kInternal);
+  EXPECT_THAT(store.status().message(), HasSubstr("applying migration 2"));
+  // Version 1 stayed; version 2's table did not.
+  EXPECT_EQ(ExecSql(url, "SELECT x FROM a"), "");
+  EXPECT_THAT(ExecSql(url, "SELECT x FROM b"), HasSubstr("does not exist"));
+  EXPECT_EQ(ExecSql(url, "DO $$ BEGIN IF (SELECT version FROM schema_version) <> 1 THEN RAISE 'v'; END IF; END $$"),
+            "");
+  const Migration gap[] = {{1, "SELECT 1;"}, {3, "SELECT 1;"}};
+  EXPECT_EQ(PostgresMetadataStore::Open(url, gap).status().code(), StatusCode::kInternal);
+}
+
+TEST(PostgresStoreTest, TheSchemaIsThisBuildsLatestVersion) {
+  PARSYN_NEW_DATABASE_OR_SKIP(url);
+  auto store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(*store->SchemaVersion(), static_cast<int>(PostgresMigrations().size()));
+  // Two stores opening one database (two coordinators) find it migrated and agree.
+  auto second = MustOpen(url);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(*second->SchemaVersion(), *store->SchemaVersion());
+}
+
+// A round commit is one transaction: when its last write fails, its first ones are not kept either.
+TEST(PostgresStoreTest, CommitRoundIsOneTransaction) {
+  PARSYN_NEW_DATABASE_OR_SKIP(url);
+  auto store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  Dataset dataset;
+  dataset.blob_key = "datasets/d";
+  Model model;
+  model.name = "m";
+  TrainingJob job;
+  job.dataset_id = store->CreateDataset(dataset)->id;
+  job.model_id = store->CreateModel(model)->id;
+  job = *store->CreateJob(job);
+  ASSERT_TRUE(store->SetJobStatus(job.id, JobStatus::kRunning, 1).ok());
+  Round round;
+  round.job_id = job.id;
+  round.round = round.attempt = 1;
+  ASSERT_TRUE(store->StartRound(round).ok());
+  // The job's update (CommitRound's last statement) fails; the round's (its first) must be rolled back with it.
+  ASSERT_EQ(ExecSql(url, R"sql(
+    CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$ LANGUAGE plpgsql;
+    CREATE TRIGGER refuse_commit BEFORE UPDATE OF committed_round ON jobs FOR EACH ROW EXECUTE FUNCTION refuse();
+  )sql"),
+            "");
+  RoundCommit commit;
+  commit.job_id = job.id;
+  commit.round = commit.attempt = 1;
+  commit.global_blob_key = "jobs/1/rounds/1/global";
+  commit.global_sha256 = std::string(64, 'a');
+  Status failed = store->CommitRound(commit);
+  EXPECT_FALSE(failed.ok());
+  EXPECT_THAT(failed.message(), HasSubstr("injected failure"));
+  EXPECT_EQ(store->GetRound(job.id, 1, 1)->status, RoundStatus::kRunning);
+  EXPECT_EQ(store->GetJob(job.id)->committed_round, 0);
+
+  ASSERT_EQ(ExecSql(url, "DROP TRIGGER refuse_commit ON jobs"), "");
+  ASSERT_TRUE(store->CommitRound(commit).ok());
+  EXPECT_EQ(store->GetRound(job.id, 1, 1)->status, RoundStatus::kCommitted);
+  EXPECT_EQ(store->GetJob(job.id)->committed_round, 1);
+}
+
+// Two coordinators on one database: a commit waits for the job's row while another transaction holds it, then sees
+// what that one did (here: the same round committed), instead of committing the round a second time.
+TEST(PostgresStoreTest, ACommitWaitsForTheJobsRowAndSeesTheOtherWritersCommit) {
+  PARSYN_NEW_DATABASE_OR_SKIP(url);
+  auto store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  Dataset dataset;
+  dataset.blob_key = "datasets/d";
+  TrainingJob job;
+  job.dataset_id = store->CreateDataset(dataset)->id;
+  job.model_id = store->CreateModel(Model{})->id;
+  job = *store->CreateJob(job);
+  ASSERT_TRUE(store->SetJobStatus(job.id, JobStatus::kRunning, 1).ok());
+  Round round;
+  round.job_id = job.id;
+  round.round = round.attempt = 1;
+  ASSERT_TRUE(store->StartRound(round).ok());
+
+  // The other writer: holds the job's row, as the store's own transactions take it.
+  PGconn* other = PQconnectdb(url.c_str());
+  ASSERT_EQ(PQstatus(other), CONNECTION_OK) << PQerrorMessage(other);
+  const std::string id = std::to_string(job.id);
+  auto exec = [&](const std::string& sql) {
+    PGresult* r = PQexec(other, sql.c_str());
+    std::string error =
+        PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK ? "" : PQresultErrorMessage(r);
+    std::string value = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "";
+    PQclear(r);
+    return error.empty() ? value : "<" + error + ">";
+  };
+  ASSERT_EQ(exec("BEGIN"), "");
+  ASSERT_EQ(exec("SELECT 1 FROM jobs WHERE id = " + id + " FOR UPDATE"), "1");
+
+  RoundCommit commit;
+  commit.job_id = job.id;
+  commit.round = commit.attempt = 1;
+  commit.global_blob_key = "jobs/1/rounds/1/global";
+  commit.global_sha256 = std::string(64, 'a');
+  Status result = InternalError("not run");
+  std::thread committer([&] { result = store->CommitRound(commit); });
+  // Bounded wait until the store's commit is queued on the row lock (a store that does not lock never is).
+  bool waiting = false;
+  for (int i = 0; i < 300 && !waiting; ++i) {
+    waiting = exec("SELECT count(*) FROM pg_locks WHERE NOT granted") != "0";
+    if (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(waiting) << "CommitRound did not wait for the job's row";
+  ASSERT_EQ(
+      exec("UPDATE rounds SET status = 'committed', global_blob_key = 'k', global_sha256 = 's' WHERE job_id = " + id),
+      "");
+  ASSERT_EQ(exec("UPDATE jobs SET committed_round = 1 WHERE id = " + id), "");
+  ASSERT_EQ(exec("COMMIT"), "");
+  committer.join();
+  PQfinish(other);
+  EXPECT_EQ(result.code(), StatusCode::kFailedPrecondition) << result.ToString();
+  EXPECT_THAT(result.message(), HasSubstr("is already committed"));
+  EXPECT_EQ(store->GetRound(job.id, 1, 1)->global_blob_key, "k");
+}
+
+TEST(PostgresStoreTest, ConnectionRefusedNamesHostAndPortButNotThePassword) {
+  // No server needed: nothing listens on a port just found free.
+  StatusOr<int> port = test_support::FreeLoopbackPort();
+  ASSERT_TRUE(port.ok());
+  const std::string where = "127.0.0.1:" + std::to_string(*port);
+  auto store = OpenMetadataStore("postgres://parsyn:s3cret-pw@" + where + "/parsyn");
+  EXPECT_EQ(store.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(store.status().message(), HasSubstr("cannot connect to the PostgreSQL metadata store at " + where));
+  EXPECT_THAT(store.status().message(), Not(HasSubstr("s3cret-pw")));
+}
+
+TEST(PostgresStoreTest, MalformedUrlsAreInvalidArgumentWithoutThePassword) {
+  for (const std::string url : {"postgres://u:s3cret-pw@localhost:5432/db?no_such_option=1",
+                                "postgresql://u:s3cret-pw@localhost:5432", "postgres://u:s3cret-pw@[::1/db"}) {
+    auto store = OpenMetadataStore(url);
+    EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument) << url << ": " << store.status().ToString();
+    EXPECT_THAT(store.status().message(), HasSubstr("postgres://USER:PASSWORD@HOST:PORT/DATABASE")) << url;
+    EXPECT_THAT(store.status().message(), Not(HasSubstr("s3cret-pw"))) << url;
+  }
+  EXPECT_EQ(RedactPostgresUri("postgres://u:pw@h:1/db"), "postgres://u:***@h:1/db");
+  EXPECT_EQ(RedactPostgresUri("postgres://u@h/db"), "postgres://u@h/db");
+  EXPECT_TRUE(IsPostgresUri("postgresql://h/db"));
+  EXPECT_FALSE(IsPostgresUri("sqlite:///x.db"));
+}
+
+// A connection the server dropped (a restart, a failover, an idle timeout) is replaced at the next call.
+TEST(PostgresStoreTest, ADroppedConnectionIsReestablished) {
+  PARSYN_NEW_DATABASE_OR_SKIP(url);
+  auto store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->SetAdminKeyHash("h1").ok());
+  ASSERT_EQ(ExecSql(url,
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"),
+            "");
+  // The first call may find the connection dead (Unavailable, nothing changed); the next one reconnects.
+  StatusOr<std::string> first = store->GetAdminKeyHash();
+  if (!first.ok()) {
+    EXPECT_EQ(first.status().code(), StatusCode::kUnavailable) << first.status().ToString();
+  }
+  EXPECT_EQ(*store->GetAdminKeyHash(), "h1");
+  ASSERT_TRUE(store->SetAdminKeyHash("h2").ok());
+  EXPECT_EQ(*store->GetAdminKeyHash(), "h2");
+}
+
+}  // namespace
+}  // namespace parsyn::storage
