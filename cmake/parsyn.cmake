@@ -1,10 +1,13 @@
 # Helpers shared by every layer's CMakeLists.txt.
 
-# parsyn_test(NAME <binary> SOURCES <files...> LIBS <targets...> [LABELS <labels...>] [TIMEOUT <s>])
+# parsyn_test(NAME <binary> SOURCES <files...> LIBS <targets...> [LABELS <labels...>] [TIMEOUT <s>]
+#             [ONE_PROCESS <name> <gtest filter> <labels>])
 # One GoogleTest binary per layer (keeps link time and test binaries few); each TEST becomes a CTest test carrying
-# the labels (`unit` by default; `integration`, `slow` as the layer says).
+# the labels (`unit` by default; `integration`, `slow` as the layer says). ONE_PROCESS: the tests matching the filter
+# share a fixture too costly to start once per test (CTest runs each test in its own process), e.g. a PostgreSQL
+# server: they run together as the one CTest test <binary>.<name>, with its own labels.
 function(parsyn_test)
-  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS;ONE_PROCESS" ${ARGN})
   if(PARSYN_FUZZ)
     return()
   endif()
@@ -16,7 +19,18 @@ function(parsyn_test)
   endif()
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+  set(filter "")
+  if(T_ONE_PROCESS)
+    list(GET T_ONE_PROCESS 0 group_name)
+    list(GET T_ONE_PROCESS 1 group_filter)
+    list(GET T_ONE_PROCESS 2 group_labels)
+    set(filter TEST_FILTER "-${group_filter}")
+    add_test(NAME ${T_NAME}.${group_name} COMMAND ${T_NAME} --gtest_filter=${group_filter}
+      WORKING_DIRECTORY "${CMAKE_SOURCE_DIR}")
+    set_tests_properties(${T_NAME}.${group_name} PROPERTIES LABELS "${group_labels}" TIMEOUT ${T_TIMEOUT})
+  endif()
   gtest_discover_tests(${T_NAME}
+    ${filter}
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
     DISCOVERY_TIMEOUT 60
     WORKING_DIRECTORY "${CMAKE_SOURCE_DIR}")
