@@ -235,7 +235,7 @@ TEST(PartitionTest, DirichletFindsADrawWithoutEmptyWorkersOrFailsNamingAlpha) {
   // 3 workers, 2 classes of 50 rows, alpha 0.05: most draws give each class to one worker, leaving one empty; the
   // split still gives every worker rows (a later draw).
   const data::RowLabels two = Labels({50, 50});
-  const DataPartition sparseDirichlet(0.05);
+  const DataPartition sparse = Dirichlet(0.05);
   for (const auto& h : Histograms(two, 3, 0.0, sparse, 5)) EXPECT_GT(h[0] + h[1], 0);
   // One class: every draw gives (nearly) all rows to one worker.
   const data::RowLabels one = Labels({10});
