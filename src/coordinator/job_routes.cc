@@ -77,6 +77,23 @@ std::vector<std::string> ReferenceWarnings(const storage::Dataset& dataset, cons
   return warnings;
 }
 
+// GET job's `shards`: each platform shard's sizes and label histogram (null when the data has no label to count).
+json ShardsJson(const std::vector<storage::Shard>& shards) {
+  json out = json::array();
+  for (const storage::Shard& s : shards) {
+    if (s.blob_key.empty()) continue;  // a slot of a job over the workers' own data: nothing was split
+    json histogram =
+        s.label_histogram_json.empty() ? json(nullptr) : json::parse(s.label_histogram_json, nullptr, false);
+    if (histogram.is_discarded()) histogram = nullptr;
+    out.push_back({{"shard", s.shard_index},
+                   {"worker_id", s.worker_id ? json(*s.worker_id) : json(nullptr)},
+                   {"train_samples", s.train_rows},
+                   {"validation_samples", s.validation_rows},
+                   {"label_histogram", std::move(histogram)}});
+  }
+  return out;
+}
+
 // The messages of the job's "warning" events, oldest first.
 StatusOr<std::vector<std::string>> ListWarnings(storage::MetadataStore& store, int64_t job_id) {
   std::vector<std::string> warnings;
@@ -139,6 +156,24 @@ Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec, const
       problems.push_back("dataset_id: dataset " + std::to_string(dataset->id) + " has " +
                          std::to_string(dataset->row_count) + " rows, fewer than the job's " + std::to_string(shards) +
                          " shards");
+    }
+  }
+  if (dataset.ok() && spec.distributed.enabled) {
+    // distributed.partition's label, as the dataset's format reads it (partition.h).
+    const DataPartition& partition = spec.distributed.partition;
+    const std::string label_column = spec.config.label_column.empty() ? "label" : spec.config.label_column;
+    if (dataset->format == storage::DatasetFormat::kJsonl && partition.method != PartitionMethod::kIid &&
+        partition.label.empty()) {
+      problems.push_back("distributed.partition.label is required for method \"" +
+                         std::string(PartitionMethodName(partition.method)) + "\" on dataset " +
+                         std::to_string(dataset->id) +
+                         " (JSONL): name the field of each record that holds its class, e.g. \"label\"");
+    } else if (dataset->format == storage::DatasetFormat::kCsv && !partition.label.empty() &&
+               partition.label != label_column) {
+      problems.push_back("distributed.partition.label (\"" + partition.label +
+                         "\") must be the column the job trains on, \"" + label_column +
+                         "\" (config.label_column), for dataset " + std::to_string(dataset->id) +
+                         " (CSV); leave it out to use that column");
     }
   }
   if (model.ok() && dataset.ok()) {
@@ -270,8 +305,11 @@ class JobRoutes {
     if (!job.ok()) co_return Response::Error(job.status());
     auto warnings = co_await Offload(context_.pool, [&] { return ListWarnings(context_.store, *id); });
     if (!warnings.ok()) co_return Response::Error(warnings.status());
+    auto shards = co_await Offload(context_.pool, [&] { return context_.store.ListShards(*id); });
+    if (!shards.ok()) co_return Response::Error(shards.status());
     json view = JobJson(*job);
     view["warnings"] = *warnings;
+    view["shards"] = ShardsJson(*shards);
     if (JobRunner* r = service_.FindRunner(*id); r != nullptr && !r->finished()) view["live"] = r->LiveView();
     co_return Response::Json(200, view);
   }

@@ -423,7 +423,20 @@ TEST(JobRunnerTest, RoundsCommitTheFedAvgOfTheUpdates) {
   StatusOr<std::vector<storage::Shard>> shards = f.store_->ListShards(f.job_id_);
   ASSERT_TRUE(shards.ok());
   ASSERT_EQ(shards->size(), 2u);
-  for (const storage::Shard& s : *shards) train_rows.push_back(s.train_rows);
+  int64_t labelled = 0;
+  for (const storage::Shard& s : *shards) {
+    train_rows.push_back(s.train_rows);
+    // An iid CSV job's shards carry their label histograms too: every training row counted once, labels 0 and 1.
+    const json histogram = json::parse(s.label_histogram_json);
+    int64_t counted = 0;
+    for (const auto& [label, count] : histogram.items()) {
+      EXPECT_TRUE(label == "0" || label == "1") << label;
+      counted += count.get<int64_t>();
+    }
+    EXPECT_EQ(counted, s.train_rows) << s.label_histogram_json;
+    labelled += counted;
+  }
+  EXPECT_GT(labelled, 0);
 
   // Every live view on the way shows at most round kRounds; the final evaluation is named, without a round number.
   bool saw_final_evaluation = false;

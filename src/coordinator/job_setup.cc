@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "base/log.h"
 #include "coordinator/job_runner_internal.h"
+#include "coordinator/partition.h"
 #include "coordinator/sharding.h"
 #include "data/dataset.h"
 #include "storage/byte_source.h"
@@ -173,8 +175,6 @@ http::Awaitable<Status> JobRunner::Setup() {
       PARSYN_ASSIGN_OR_RETURN(p.dataset, store.GetDataset(spec.dataset_id));
     }
     if (p.shards.empty()) {
-      PARSYN_ASSIGN_OR_RETURN(std::vector<Shard> split, SplitRows(p.dataset.row_count, config.num_shards,
-                                                                  spec.config.validation_fraction, spec.config.seed));
       PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy dataset_copy,
                               storage::LocalBlobCopy::Open(blobs, p.dataset.blob_key, spool_dir));
       const std::filesystem::path& source = dataset_copy.path();
@@ -184,6 +184,28 @@ http::Awaitable<Status> JobRunner::Setup() {
           p.dataset.format == storage::DatasetFormat::kCsv ? data::DatasetFormat::kCsv : data::DatasetFormat::kJsonl;
       data::TabularOptions tabular;
       if (!spec.config.label_column.empty()) tabular.label_column = spec.config.label_column;
+      // distributed.partition (an ordinary job's one shard is the whole dataset: iid). The labels are read when there
+      // is one to read: a CSV's label column, or a JSONL field the partition names; each shard's histogram is stored.
+      DataPartition partition = spec.distributed.enabled ? spec.distributed.partition : DataPartition{};
+      if (!spec.distributed.enabled) partition.label = spec.distributed.partition.label;
+      if (partition.label.empty() && format == data::DatasetFormat::kCsv) partition.label = tabular.label_column;
+      std::optional<data::RowLabels> labels;
+      std::vector<Shard> split;
+      if (!partition.label.empty()) {
+        StatusOr<data::RowLabels> read = data::ReadRowLabels(source, format, partition.label);
+        if (!read.ok()) {
+          return read.status().WithContext("distributed.partition.label \"" + partition.label + "\" of dataset " +
+                                           std::to_string(p.dataset.id));
+        }
+        labels = std::move(*read);
+        PARSYN_ASSIGN_OR_RETURN(split, SplitRowsByLabel(*labels, config.num_shards, spec.config.validation_fraction,
+                                                        partition, spec.config.seed));
+      } else {
+        PARSYN_ASSIGN_OR_RETURN(split, SplitRows(p.dataset.row_count, config.num_shards,
+                                                 spec.config.validation_fraction, spec.config.seed));
+      }
+      const std::vector<std::vector<int64_t>> histograms =
+          labels ? LabelHistograms(split, *labels) : std::vector<std::vector<int64_t>>{};
       const bool fixed_owners = config.num_shards == static_cast<int>(config.eligible_workers.size());
       for (size_t i = 0; i < split.size(); ++i) {
         storage::Shard shard;
@@ -191,6 +213,7 @@ http::Awaitable<Status> JobRunner::Setup() {
         if (fixed_owners) shard.worker_id = config.eligible_workers[i];
         shard.train_rows = static_cast<int64_t>(split[i].train_rows.size());
         shard.validation_rows = static_cast<int64_t>(split[i].validation_rows.size());
+        if (labels) shard.label_histogram_json = LabelHistogramJson(histograms[i], labels->class_names);
         for (const char* part : {"train", "validation"}) {
           const std::string key =
               fmt::format("jobs/{}/shards/{:03}/{}.{}", job_id, i, part, DatasetExtension(p.dataset.format));

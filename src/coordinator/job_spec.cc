@@ -48,6 +48,40 @@ std::string_view NameOf(Enum v, const std::pair<std::string_view, Enum> (&table)
   return "?";
 }
 
+constexpr std::pair<std::string_view, PartitionMethod> kPartitionMethods[] = {
+    {"iid", PartitionMethod::kIid},
+    {"dirichlet", PartitionMethod::kDirichlet},
+    {"shards_per_worker", PartitionMethod::kShardsPerWorker}};
+
+// distributed.partition; an option the method does not take is an error.
+void ParsePartition(const json* object, DataPartition& p, std::vector<std::string>& errors) {
+  if (object == nullptr) return;
+  FieldReader r(*object, "distributed.partition.", errors);
+  const bool method_ok = r.Choice("method", p.method, kPartitionMethods);
+  const bool alpha_given = r.Get("alpha") != nullptr;
+  r.Number("alpha", p.alpha, 0, 1e6, /*min_exclusive=*/true);
+  const bool classes_given = r.Get("classes_per_worker") != nullptr;
+  r.Integer("classes_per_worker", p.classes_per_worker, 1, 10000);
+  r.String("label", p.label, 1, 256);
+  r.RejectUnknown();
+  if (!method_ok) return;
+  const std::string method = FieldReader::Quoted(NameOf(p.method, kPartitionMethods));
+  if (alpha_given && p.method != PartitionMethod::kDirichlet) {
+    r.Error("distributed.partition.alpha applies only to method \"dirichlet\", not " + method);
+  }
+  if (classes_given && p.method != PartitionMethod::kShardsPerWorker) {
+    r.Error("distributed.partition.classes_per_worker applies only to method \"shards_per_worker\", not " + method);
+  }
+}
+
+json PartitionToJson(const DataPartition& p) {
+  json out = {{"method", NameOf(p.method, kPartitionMethods)}};
+  if (p.method == PartitionMethod::kDirichlet) out["alpha"] = p.alpha;
+  if (p.method == PartitionMethod::kShardsPerWorker) out["classes_per_worker"] = p.classes_per_worker;
+  if (!p.label.empty()) out["label"] = p.label;
+  return out;
+}
+
 void ParseDistributed(const json* object, DistributedConfig& d, std::vector<std::string>& errors) {
   // The defaults of a distributed job; an ordinary job is normalised after validation.
   d.num_rounds = 10;
@@ -83,6 +117,7 @@ void ParseDistributed(const json* object, DistributedConfig& d, std::vector<std:
     e.RejectUnknown();
     d.early_stopping = es;
   }
+  ParsePartition(r.Object("partition"), d.partition, errors);
   r.RejectUnknown();
 }
 
@@ -177,6 +212,7 @@ bool ParseWorkerSelection(const json* object, WorkerSelection& w, std::vector<st
 
 std::string_view AggregationStrategyName(AggregationStrategy v) { return strategy::StrategyKindName(v); }
 std::string_view WorkerSelectionModeName(WorkerSelectionMode v) { return NameOf(v, kModes); }
+std::string_view PartitionMethodName(PartitionMethod v) { return NameOf(v, kPartitionMethods); }
 
 std::vector<int64_t> JobSpec::SelectedWorkers() const {
   std::vector<int64_t> ids = worker_selection.worker_ids;
@@ -232,6 +268,12 @@ StatusOr<JobSpec> ParseJobSpecCollecting(const json& body, std::vector<std::stri
     errors.push_back(
         "distributed.early_stopping needs distributed.enabled true: an ordinary job trains one round, so there is "
         "nothing to stop early; remove early_stopping or make the job distributed");
+  }
+  if (spec.data.source == DataSource::kWorkers && distributed != nullptr &&
+      JobSpecGives(body, "distributed", "partition")) {
+    errors.push_back(
+        "distributed.partition applies only to data.source \"platform\": with \"workers\" each worker trains on "
+        "its own file, which the coordinator does not split; remove distributed.partition");
   }
   PARSYN_RETURN_IF_ERROR(protocol::ErrorsToStatus(errors));
   if (!d.enabled) {
@@ -358,6 +400,8 @@ json JobSpecToJson(const JobSpec& spec) {
            {"parsyn_worker_ids", w.parsyn_worker_ids},
        }},
   };
+  // Like early_stopping, omitted when it is the default (iid, no label), so older stored specs read back the same.
+  if (d.partition != DataPartition{}) out["distributed"]["partition"] = PartitionToJson(d.partition);
   if (d.early_stopping) {
     out["distributed"]["early_stopping"] = {{"patience", d.early_stopping->patience},
                                             {"min_delta", d.early_stopping->min_delta}};

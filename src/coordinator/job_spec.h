@@ -32,6 +32,13 @@
 //   distributed.early_stopping          object            absent (off)         distributed jobs only
 //   distributed.early_stopping.patience integer           required             1..10000 evaluated globals
 //   distributed.early_stopping.min_delta number           0                    >= 0
+//   distributed.partition               object            {"method": "iid"}    data.source "platform" only
+//   distributed.partition.method        string            "iid"                "iid" | "dirichlet" |
+//                                                                              "shards_per_worker" (partition.h)
+//   distributed.partition.alpha         number            0.5 (dirichlet)      (0, 10^6]; dirichlet only
+//   distributed.partition.classes_per_worker integer      2 (shards_per_worker) 1..10000; shards_per_worker only
+//   distributed.partition.label         string            CSV: the label       1..256 bytes; required for a JSONL
+//                                                         column               dataset unless method is "iid"
 //   worker_selection.mode               string            from the lists:      "own" | "managed" | "mixed" | "auto"
 //                                                         own, managed, mixed
 //                                                         or (none) auto
@@ -109,6 +116,21 @@ struct EarlyStopping {
   friend bool operator==(const EarlyStopping&, const EarlyStopping&) = default;
 };
 
+// distributed.partition: how a platform dataset is split over the workers (coordinator/partition.h,
+// docs/training.md "Data partition"). The label is checked against the dataset when the job is created (CSV: it must
+// be the job's label column; JSONL: it is required for dirichlet and shards_per_worker).
+enum class PartitionMethod { kIid, kDirichlet, kShardsPerWorker };
+std::string_view PartitionMethodName(PartitionMethod v);  // "iid", "dirichlet", "shards_per_worker"
+
+struct DataPartition {
+  PartitionMethod method = PartitionMethod::kIid;
+  double alpha = 0.5;          // dirichlet: the concentration of each class's Dir(alpha) over the workers
+  int classes_per_worker = 2;  // shards_per_worker: the pieces (and so, at most, the classes) each worker gets
+  std::string label;           // "" : CSV: the job's label column (config.label_column, else "label")
+
+  friend bool operator==(const DataPartition&, const DataPartition&) = default;
+};
+
 struct DistributedConfig {
   bool enabled = false;
   AggregationStrategy strategy = AggregationStrategy::kFederatedAveraging;
@@ -124,6 +146,7 @@ struct DistributedConfig {
   // round) before it starts without them. JSON: join_window, in seconds.
   int64_t join_window_ms = 5'000;
   std::optional<EarlyStopping> early_stopping;  // absent: off
+  DataPartition partition;                      // JSON: distributed.partition
 
   friend bool operator==(const DistributedConfig&, const DistributedConfig&) = default;
 };

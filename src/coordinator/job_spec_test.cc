@@ -238,7 +238,40 @@ TEST(JobSpecTest, GoodBodies) {
          EXPECT_EQ(s.config.mixed_precision, MixedPrecision::kFp16);
        }},
   };
-  for (const GoodCase& c : cases) {
+  const std::vector<GoodCase> partition_cases = {
+      {"partition absent: iid", [](json&) {},
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.distributed.partition, DataPartition{});
+         EXPECT_FALSE(JobSpecToJson(s)["distributed"].contains("partition"));
+       }},
+      {"partition dirichlet with defaults",
+       [](json& b) {
+         b["distributed"]["partition"] = {{"method", "dirichlet"}};
+       },
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.distributed.partition.method, PartitionMethod::kDirichlet);
+         EXPECT_EQ(s.distributed.partition.alpha, 0.5);
+         EXPECT_EQ(JobSpecToJson(s)["distributed"]["partition"], json({{"method", "dirichlet"}, {"alpha", 0.5}}));
+       }},
+      {"partition shards_per_worker with a label",
+       [](json& b) {
+         b["distributed"]["partition"] = {{"method", "shards_per_worker"}, {"classes_per_worker", 3}, {"label", "y"}};
+       },
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.distributed.partition.method, PartitionMethod::kShardsPerWorker);
+         EXPECT_EQ(s.distributed.partition.classes_per_worker, 3);
+         EXPECT_EQ(s.distributed.partition.label, "y");
+         EXPECT_EQ(PartitionMethodName(s.distributed.partition.method), "shards_per_worker");
+       }},
+      {"partition iid with a label (for the histogram)",
+       [](json& b) {
+         b["distributed"]["partition"] = {{"method", "iid"}, {"label", "topic"}};
+       },
+       [](const JobSpec& s) { EXPECT_EQ(s.distributed.partition.label, "topic"); }},
+  };
+  std::vector<GoodCase> all = cases;
+  all.insert(all.end(), partition_cases.begin(), partition_cases.end());
+  for (const GoodCase& c : all) {
     json body = SpecExample();
     c.edit(body);
     StatusOr<JobSpec> spec = ParseJobSpecJson(body);
@@ -399,6 +432,48 @@ TEST(JobSpecTest, BadBodiesNameTheFieldAndTheReason) {
        "unknown field distributed.early_stopping.mindelta"},
       {[](json& b) { b["distributed"]["early_stopping"] = 2; },
        "distributed.early_stopping must be an object, got number"},
+      // distributed.partition (the label's checks against the dataset are the API's: tests/coordinator/api_test.cc)
+      {[](json& b) {
+         b["distributed"]["partition"] = {{"method", "dirichlet"}, {"alpha", -1}};
+       },
+       "distributed.partition.alpha (-1) must be > 0 and <= 1e+06"},
+      {[](json& b) {
+         b["distributed"]["partition"] = {{"method", "dirichlet"}, {"alpha", 0}};
+       },
+       "distributed.partition.alpha (0) must be > 0 and <= 1e+06"},
+      {[](json& b) {
+         b["distributed"]["partition"] = {{"method", "shards_per_worker"}, {"classes_per_worker", 0}};
+       },
+       "distributed.partition.classes_per_worker (0) must be between 1 and 10000"},
+      {[](json& b) {
+         b["distributed"]["partition"] = {{"method", "by_label"}};
+       },
+       "distributed.partition.method must be one of \"iid\", \"dirichlet\", \"shards_per_worker\", got \"by_label\""},
+      {[](json& b) {
+         b["distributed"]["partition"] = {{"method", "iid"}, {"alpha", 0.5}};
+       },
+       "distributed.partition.alpha applies only to method \"dirichlet\", not \"iid\""},
+      {[](json& b) {
+         b["distributed"]["partition"] = {{"method", "dirichlet"}, {"classes_per_worker", 2}};
+       },
+       "distributed.partition.classes_per_worker applies only to method \"shards_per_worker\", not \"dirichlet\""},
+      {[](json& b) {
+         b["distributed"]["partition"] = {{"method", "dirichlet"}, {"label", ""}};
+       },
+       "distributed.partition.label must be 1..256 bytes long, got 0"},
+      {[](json& b) {
+         b["distributed"]["partition"] = {{"method", "dirichlet"}, {"beta", 1}};
+       },
+       "unknown field distributed.partition.beta"},
+      {[](json& b) { b["distributed"]["partition"] = "dirichlet"; },
+       "distributed.partition must be an object, got string"},
+      {[](json& b) {
+         b.erase("dataset_id");
+         b["data"] = {{"source", "workers"}, {"max_samples_per_worker", 100}};
+         b["distributed"]["partition"] = {{"method", "dirichlet"}};
+       },
+       "distributed.partition applies only to data.source \"platform\": with \"workers\" each worker trains on its "
+       "own file, which the coordinator does not split; remove distributed.partition"},
       {[](json& b) {
          b["distributed"]["enabled"] = false;
          b["distributed"]["early_stopping"] = {{"patience", 2}};

@@ -819,6 +819,98 @@ Status WriteSubsetFile(const std::filesystem::path& source, DatasetFormat format
 
 // ---------------------------------------------------------------------------------------------------------------
 
+namespace {
+
+// The top-level field `field` of one JSONL record, keeping nothing else (syntax still checked in full).
+StatusOr<std::string> JsonlLabel(std::string_view line, int64_t line_number, const std::string& field) {
+  json value;
+  bool top_is_object = false;
+  try {
+    value = json::parse(line, [&](int depth, json::parse_event_t event, json& parsed) {
+      if (depth == 0) {
+        if (event == json::parse_event_t::object_start) top_is_object = true;
+        return true;
+      }
+      if (depth == 1 && top_is_object && event == json::parse_event_t::key) {
+        return parsed.get_ref<const std::string&>() == field;
+      }
+      return true;
+    });
+  } catch (const json::exception& e) {
+    return InvalidArgumentError(LinePrefix(line_number) + "invalid JSON (" + internal::ValidUtf8Lossy(e.what()) + ")");
+  }
+  if (!value.is_object()) {
+    return InvalidArgumentError(LinePrefix(line_number) + "expected a JSON object, got " + DescribeJsonType(value));
+  }
+  auto it = value.find(field);
+  if (it == value.end()) {
+    return InvalidArgumentError(LinePrefix(line_number) + "the record has no " + Quoted(field) + " field");
+  }
+  std::string label;
+  if (it->is_string()) {
+    label = std::string(TrimSpaces(it->get<std::string>()));
+  } else if (it->is_number() || it->is_boolean()) {
+    label = it->dump();
+  } else {
+    return InvalidArgumentError(LinePrefix(line_number) + Quoted(field) +
+                                " must be a string, number or boolean to serve as a label, got " +
+                                DescribeJsonType(*it));
+  }
+  if (label.empty()) return InvalidArgumentError(LinePrefix(line_number) + Quoted(field) + " is empty");
+  return label;
+}
+
+}  // namespace
+
+StatusOr<RowLabels> ReadRowLabels(const std::filesystem::path& path, DatasetFormat format, const std::string& label,
+                                  const Limits& limits) {
+  Status status;
+  auto file = OpenFile(path, status);
+  if (!status.ok()) return status;
+  LabelMapper mapper({}, limits);
+  // Each row's label as a provisional id (order of first appearance), renumbered once every label is known: memory
+  // is one integer per row, not one string.
+  std::map<std::string, int32_t> provisional;
+  std::vector<int32_t> row_ids;
+  auto add = [&](const std::string& value, int64_t line_number) -> Status {
+    PARSYN_RETURN_IF_ERROR(mapper.Add(value, line_number));
+    auto [it, inserted] = provisional.emplace(value, static_cast<int32_t>(provisional.size()));
+    row_ids.push_back(it->second);
+    return Status::Ok();
+  };
+  if (format == DatasetFormat::kJsonl) {
+    LineReader reader(*file, limits);
+    std::string line;
+    while (reader.Next(line)) {
+      if (IsBlank(line)) continue;
+      PARSYN_ASSIGN_OR_RETURN(std::string value, JsonlLabel(line, reader.line_number(), label));
+      PARSYN_RETURN_IF_ERROR(add(value, reader.line_number()));
+    }
+    PARSYN_RETURN_IF_ERROR(reader.status());
+    if (row_ids.empty()) return InvalidArgumentError("no rows: the file is empty or has only blank lines");
+  } else {
+    TabularOptions options;
+    options.label_column = label;
+    uint64_t size_bytes = 0;
+    PARSYN_RETURN_IF_ERROR(ScanTabular(
+        *file, options, limits, size_bytes, [](const CsvLayout&, const CsvRecord&) { return Status::Ok(); },
+        [&](int64_t, const CsvRecord& record, const std::vector<double>&, const std::string& value) {
+          return add(value, record.line_number);
+        }));
+  }
+  RowLabels out;
+  out.class_names = mapper.ClassNames();
+  std::vector<int32_t> final_id(provisional.size());
+  for (size_t i = 0; i < out.class_names.size(); ++i) {
+    final_id[static_cast<size_t>(provisional.at(out.class_names[i]))] = static_cast<int32_t>(i);
+  }
+  out.labels.reserve(row_ids.size());
+  for (int32_t id : row_ids) out.labels.push_back(final_id[static_cast<size_t>(id)]);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
 Standardizer Standardizer::Fit(const TabularDataset& dataset, std::span<const int64_t> rows) {
   size_t num_features = static_cast<size_t>(dataset.num_features());
   std::vector<double> sum(num_features, 0.0);

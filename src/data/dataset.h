@@ -150,6 +150,24 @@ Status WriteSubsetFile(const std::filesystem::path& source, DatasetFormat format
                        const Limits& limits = {});
 
 // ---------------------------------------------------------------------------------------------------------------
+// Row labels (for label-skewed sharding: coordinator/partition.h)
+
+// Each row's class: labels[r] in [0, class_names.size()).
+struct RowLabels {
+  std::vector<std::string> class_names;  // class id -> label value
+  std::vector<int32_t> labels;           // one per row, in row order
+};
+
+// Reads the label of every row, streaming: for CSV the column `label` (the other columns checked as ValidateTabular
+// does with options.label_column = label), for JSONL the top-level field `label` of each record (a string as is, a
+// number or boolean as its JSON text). Class ids are numbered as TabularStats' are: numerically sorted when every
+// value is an integer, else by bytes. InvalidArgument naming the line: a JSONL record without the field ("line 7:
+// the record has no \"topic\" field"), or with an object, array, null or empty string there; the CSV errors of
+// ValidateTabular. More than limits.max_classes distinct values: ResourceExhausted.
+StatusOr<RowLabels> ReadRowLabels(const std::filesystem::path& path, DatasetFormat format, const std::string& label,
+                                  const Limits& limits = {});
+
+// ---------------------------------------------------------------------------------------------------------------
 // Feature standardisation: x' = (x - mean) / std, with std 1 for constant features.
 
 struct Standardizer {

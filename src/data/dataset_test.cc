@@ -172,6 +172,43 @@ TEST(TextDatasetTest, SubsetCopiesChosenRowsInFileOrder) {
   EXPECT_EQ(loaded->rows.size(), 2u);
 }
 
+TEST(RowLabelsTest, JsonlFieldsAndCsvColumnsGiveEachRowItsClass) {
+  TempDir dir;
+  auto jsonl = dir.Write("d.jsonl",
+                         "{\"text\": \"a\", \"topic\": \"news\"}\n\n{\"text\": \"b\", \"topic\": 10}\n"
+                         "{\"prompt\": \"p\", \"completion\": \"c\", \"x\": 1, \"y\": 2, \"z\": 3, \"w\": 4, \"v\": 5, "
+                         "\"topic\": true}\n{\"text\": \"d\", \"topic\": \"news\"}\n");
+  StatusOr<RowLabels> labels = ReadRowLabels(jsonl, DatasetFormat::kJsonl, "topic");
+  ASSERT_TRUE(labels.ok()) << labels.status().ToString();
+  EXPECT_EQ(labels->class_names, (std::vector<std::string>{"10", "news", "true"}));  // by bytes: not all integers
+  EXPECT_EQ(labels->labels, (std::vector<int32_t>{1, 0, 2, 1}));
+
+  auto csv = dir.Write("d.csv", "a,label\n1,10\n2,2\n3,10\n");
+  labels = ReadRowLabels(csv, DatasetFormat::kCsv, "label");
+  ASSERT_TRUE(labels.ok()) << labels.status().ToString();
+  EXPECT_EQ(labels->class_names, (std::vector<std::string>{"2", "10"}));  // numerically, as TabularStats
+  EXPECT_EQ(labels->labels, (std::vector<int32_t>{1, 0, 1}));
+}
+
+TEST(RowLabelsTest, AMissingOrUnusableLabelNamesTheLine) {
+  TempDir dir;
+  auto missing = dir.Write("m.jsonl", "{\"text\": \"a\", \"topic\": \"x\"}\n\n{\"text\": \"b\"}\n");
+  StatusOr<RowLabels> labels = ReadRowLabels(missing, DatasetFormat::kJsonl, "topic");
+  ASSERT_FALSE(labels.ok());
+  EXPECT_EQ(labels.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(labels.status().message(), "line 3: the record has no \"topic\" field");
+  auto nested = dir.Write("n.jsonl", "{\"text\": \"a\", \"topic\": {\"name\": \"x\"}}\n");
+  labels = ReadRowLabels(nested, DatasetFormat::kJsonl, "topic");
+  ASSERT_FALSE(labels.ok());
+  EXPECT_EQ(labels.status().message(),
+            "line 1: \"topic\" must be a string, number or boolean to serve as a label, got an object");
+  auto csv = dir.Write("d.csv", "a,label\n1,x\n");
+  labels = ReadRowLabels(csv, DatasetFormat::kCsv, "class");
+  ASSERT_FALSE(labels.ok());
+  EXPECT_NE(labels.status().message().find("the header has no label column \"class\""), std::string::npos)
+      << labels.status().message();
+}
+
 TEST(TextDatasetTest, SubsetRejectsBadIndicesAndLeavesNoFile) {
   TempDir dir;
   auto source = dir.Write("d.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n");

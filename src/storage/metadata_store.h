@@ -154,6 +154,9 @@ struct Shard {
   std::string sha256;
   int64_t train_rows = 0;
   int64_t validation_rows = 0;
+  // Training rows per label, as a JSON object {"<label>": count, ...} of the labels present (coordinator/partition.h);
+  // "" when the job's data has no label to count (a JSONL dataset split iid without distributed.partition.label).
+  std::string label_histogram_json;
 
   friend bool operator==(const Shard&, const Shard&) = default;
 };

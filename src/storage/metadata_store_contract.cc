@@ -326,7 +326,7 @@ TEST_P(MetadataStoreContractTest, ShardsAreWrittenOnceAndAssignedToOneWorkerEach
   Worker w1 = AddWorker("w1");
   Worker w2 = AddWorker("w2");
   std::vector<Shard> shards = {{0, 1, std::nullopt, "jobs/1/shards/1", "s1", 90, 10},
-                               {0, 0, w1.id, "jobs/1/shards/0", "s0", 91, 9}};
+                               {0, 0, w1.id, "jobs/1/shards/0", "s0", 91, 9, R"({"cat":90,"dog":1})"}};
   ASSERT_OK(store().CreateShards(job.id, shards));
   std::vector<Shard> listed = Must(store().ListShards(job.id));
   ASSERT_THAT(listed, SizeIs(2));
@@ -334,7 +334,9 @@ TEST_P(MetadataStoreContractTest, ShardsAreWrittenOnceAndAssignedToOneWorkerEach
   EXPECT_EQ(listed[0].worker_id, w1.id);
   EXPECT_EQ(listed[0].train_rows, 91);
   EXPECT_EQ(listed[0].job_id, job.id);
+  EXPECT_EQ(listed[0].label_histogram_json, R"({"cat":90,"dog":1})");
   EXPECT_FALSE(listed[1].worker_id.has_value());
+  EXPECT_EQ(listed[1].label_histogram_json, "");
 
   EXPECT_EQ(store().CreateShards(job.id, shards).code(), StatusCode::kAlreadyExists);
 

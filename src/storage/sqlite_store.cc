@@ -223,7 +223,12 @@ ALTER TABLE jobs_rebuilt RENAME TO jobs;
 CREATE INDEX jobs_by_status ON jobs(status);
 )sql";
 
-constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}};
+// Version 4: each shard's label histogram (distributed.partition); '' for the shards of older jobs.
+constexpr std::string_view kSchemaV4 = R"sql(
+ALTER TABLE shards ADD COLUMN label_histogram TEXT NOT NULL DEFAULT '';
+)sql";
+
+constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}};
 
 struct StmtFinalizer {
   void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
@@ -995,8 +1000,9 @@ Status SqliteMetadataStore::CreateShards(int64_t job_id, std::span<const Shard> 
   for (const Shard& s : shards) {
     PARSYN_PREPARE(q,
                    "INSERT INTO shards (job_id, shard_index, worker_id, blob_key, sha256, train_rows, "
-                   "validation_rows) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
-    q->Bind(job_id, s.shard_index, s.worker_id, s.blob_key, s.sha256, s.train_rows, s.validation_rows);
+                   "validation_rows, label_histogram) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+    q->Bind(job_id, s.shard_index, s.worker_id, s.blob_key, s.sha256, s.train_rows, s.validation_rows,
+            s.label_histogram_json);
     Status st = q->Run();
     if (q->error_code() == SQLITE_CONSTRAINT_FOREIGNKEY) {
       return NotFoundError("worker " + std::to_string(s.worker_id.value_or(0)) + " not found");
@@ -1009,15 +1015,15 @@ Status SqliteMetadataStore::CreateShards(int64_t job_id, std::span<const Shard> 
 StatusOr<std::vector<Shard>> SqliteMetadataStore::ListShards(int64_t job_id) {
   std::lock_guard lock(mu_);
   PARSYN_PREPARE(q,
-                 "SELECT job_id, shard_index, worker_id, blob_key, sha256, train_rows, validation_rows "
-                 "FROM shards WHERE job_id = ?1 ORDER BY shard_index");
+                 "SELECT job_id, shard_index, worker_id, blob_key, sha256, train_rows, validation_rows, "
+                 "label_histogram FROM shards WHERE job_id = ?1 ORDER BY shard_index");
   q->Bind(job_id);
   std::vector<Shard> out;
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
     if (!row) return out;
-    out.push_back(
-        Shard{q->Int(0), static_cast<int32_t>(q->Int(1)), q->OptInt(2), q->Text(3), q->Text(4), q->Int(5), q->Int(6)});
+    out.push_back(Shard{q->Int(0), static_cast<int32_t>(q->Int(1)), q->OptInt(2), q->Text(3), q->Text(4), q->Int(5),
+                        q->Int(6), q->Text(7)});
   }
 }
 

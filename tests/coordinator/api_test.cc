@@ -502,6 +502,112 @@ struct ModelCase {
   const char* model_type = "llama";
 };
 
+// distributed.partition over a platform dataset: each shard's label histogram in GET job; the label is checked against
+// the dataset (required for JSONL); a record without the field fails the job naming the line.
+TEST_F(ApiTest, PartitionedJobShowsEachShardsLabelHistogram) {
+  Fixture f = MakeFixture(*admin_, 10, 2);
+  std::string rows;
+  for (int i = 0; i < 60; ++i) {
+    rows += json({{"text", "row " + std::to_string(i)}, {"topic", i % 3 == 0 ? "sports" : "news"}}).dump() + "\n";
+  }
+  auto ds = admin_->Send(http::Method::kPost, "/api/v1/datasets?name=topics.jsonl", rows, "application/octet-stream");
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  json spec = DistributedSpec(f, 1, 2, 30);
+  spec["dataset_id"] = (*ds->Json())["id"];
+  spec["distributed"]["partition"] = {{"method", "dirichlet"}, {"alpha", 0.5}};
+
+  // JSONL: the label is required.
+  auto refused = admin_->PostJson("/api/v1/training-jobs", spec);
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  const std::string required =
+      "HTTP 400: distributed.partition.label is required for method \"dirichlet\" on dataset " +
+      std::to_string((*ds->Json())["id"].get<int64_t>()) +
+      " (JSONL): name the field of each record that holds its class, e.g. \"label\"";
+  EXPECT_TRUE(refused.status().message().ends_with(required)) << refused.status().message();
+
+  spec["distributed"]["partition"]["label"] = "topic";
+  auto job = admin_->PostJson("/api/v1/training-jobs", spec);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const int64_t job_id = (*job->Json())["id"];
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, job_id, [](const std::string& t, const json&) { return t == "round_started"; },
+      std::chrono::seconds(10)));
+  auto got = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id));
+  ASSERT_TRUE(got.ok());
+  const json view = *got->Json();
+  EXPECT_EQ(view["spec"]["distributed"]["partition"],
+            json({{"method", "dirichlet"}, {"alpha", 0.5}, {"label", "topic"}}));
+  ASSERT_EQ(view["shards"].size(), 2u) << view.dump(2);
+  int64_t sports = 0, news = 0, samples = 0;
+  for (size_t k = 0; k < 2; ++k) {
+    const json& shard = view["shards"][k];
+    EXPECT_EQ(shard["shard"], k);
+    int64_t in_histogram = 0;
+    for (const auto& [label, count] : shard["label_histogram"].items()) {
+      EXPECT_TRUE(label == "sports" || label == "news") << label;
+      in_histogram += count.get<int64_t>();
+    }
+    EXPECT_EQ(in_histogram, shard["train_samples"]);  // the histogram counts the training rows
+    EXPECT_GE(shard["train_samples"].get<int64_t>(), 1);
+    sports += shard["label_histogram"].value("sports", 0);
+    news += shard["label_histogram"].value("news", 0);
+    samples += shard["train_samples"].get<int64_t>() + shard["validation_samples"].get<int64_t>();
+  }
+  EXPECT_EQ(samples, 60);
+  EXPECT_EQ(sports + news, 60 - view["shards"][0]["validation_samples"].get<int64_t>() -
+                               view["shards"][1]["validation_samples"].get<int64_t>());
+  // The same spec again splits the same way (seeded).
+  auto twin = admin_->PostJson("/api/v1/training-jobs", spec);
+  ASSERT_TRUE(twin.ok()) << twin.status().ToString();
+  const int64_t twin_id = (*twin->Json())["id"];
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, twin_id, [](const std::string& t, const json&) { return t == "round_started"; },
+      std::chrono::seconds(10)));
+  EXPECT_EQ((*admin_->Get("/api/v1/training-jobs/" + std::to_string(twin_id))->Json())["shards"], view["shards"]);
+
+  // A record without the field: the job fails, naming the line.
+  rows += "{\"text\": \"no topic\"}\n";
+  auto bad = admin_->Send(http::Method::kPost, "/api/v1/datasets?name=gap.jsonl", rows, "application/octet-stream");
+  ASSERT_TRUE(bad.ok()) << bad.status().ToString();
+  spec["dataset_id"] = (*bad->Json())["id"];
+  auto failing = admin_->PostJson("/api/v1/training-jobs", spec);
+  ASSERT_TRUE(failing.ok()) << failing.status().ToString();
+  const int64_t failing_id = (*failing->Json())["id"];
+  const json failed = WaitForJobEnd(*admin_, failing_id, std::chrono::seconds(20));
+  EXPECT_EQ(failed["status"], "failed");
+  EXPECT_NE(failed["failure_reason"].get<std::string>().find("distributed.partition.label \"topic\" of dataset " +
+                                                             std::to_string((*bad->Json())["id"].get<int64_t>()) +
+                                                             ": line 61: the record has no \"topic\" field"),
+            std::string::npos)
+      << failed.dump(2);
+
+  // CSV: the label must be the column the job trains on.
+  auto csv = admin_->Send(http::Method::kPost, "/api/v1/datasets?name=t.csv", "a,b,label\n1,2,x\n3,4,y\n",
+                          "application/octet-stream");
+  ASSERT_TRUE(csv.ok()) << csv.status().ToString();
+  spec["dataset_id"] = (*csv->Json())["id"];
+  spec["distributed"]["partition"] = {{"method", "shards_per_worker"}, {"label", "b"}};
+  auto wrong_column = admin_->PostJson("/api/v1/training-jobs", spec);
+  EXPECT_EQ(wrong_column.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong_column.status().message().find(
+                "distributed.partition.label (\"b\") must be the column the job trains on, \"label\" "
+                "(config.label_column), for dataset " +
+                std::to_string((*csv->Json())["id"].get<int64_t>()) + " (CSV); leave it out to use that column"),
+            std::string::npos)
+      << wrong_column.status().message();
+
+  // With data.source "workers" a partition is refused, by field.
+  json local = DistributedSpec(f, 1, 2, 30);
+  local.erase("dataset_id");
+  local["data"] = {{"source", "workers"}, {"max_samples_per_worker", 100}};
+  local["distributed"]["partition"] = {{"method", "iid"}};
+  auto workers_job = admin_->PostJson("/api/v1/training-jobs", local);
+  EXPECT_EQ(workers_job.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(workers_job.status().message().find("distributed.partition applies only to data.source \"platform\""),
+            std::string::npos)
+      << workers_job.status().message();
+}
+
 TEST_F(ApiTest, ModelRegistrationChecksConfigAndEveryWeightsFile) {
   const std::string config = TinyLlamaConfig();
   const std::string weights_file = TwoTensorWeights();

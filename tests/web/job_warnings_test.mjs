@@ -1,6 +1,7 @@
 // Browser test of the job form's warnings: a real `parsyn server` (no workers: the job only has to be created) and
 // Debian's chromium driven headless by playwright-core. The product spec's example settings (config.epochs 3 with
 // distributed.steps_per_round 500) create the job, and the job page the form opens says that epochs is ignored.
+// Then the form's strategies (their options) and data partition: a Dirichlet job whose page shows label histograms.
 //
 //   node job_warnings_test.mjs --parsyn build/src/cli/parsyn
 //
@@ -37,7 +38,9 @@ async function waitFor(what, condition, ms = 30_000) {
 async function main() {
   execFileSync(PARSYN, ['model', 'init', '--out', path.join(tmp, 'model'), '--hidden-size', '32', '--layers', '1',
     '--heads', '2', '--seed', '3'], { stdio: 'pipe' });
-  const rows = Array.from({ length: 40 }, (_, k) => JSON.stringify({ text: `row ${k} of the data.` }));
+  // Each row has a topic too: the partitioned job below splits by it (other keys of a text row are ignored).
+  const rows = Array.from({ length: 40 }, (_, k) => JSON.stringify({ text: `row ${k} of the data.`,
+    topic: k % 3 === 0 ? 'sports' : 'news' }));
   fs.writeFileSync(path.join(tmp, 'train.jsonl'), `${rows.join('\n')}\n`);
 
   const dataDir = path.join(tmp, 'server');
@@ -111,11 +114,103 @@ async function main() {
     await page.goto(`${base}/#/jobs/${jobId}`);
     await page.locator('#job-warnings').waitFor({ state: 'visible' });
     assert.ok((await page.locator('#job-warnings').textContent()).includes(stored.warnings[0]));
-    assert.deepEqual(pageErrors, []);
     console.log(`job ${jobId}: its page showed ${stored.warnings.length} warnings`);
+
+    await strategiesAndPartition(page, call, base, dataset, model);
+    assert.deepEqual(pageErrors, []);
   } finally {
     await context.close();
   }
+}
+
+// The form's strategies (each showing only its options, sent as distributed.strategy_options) and data partition
+// (a Dirichlet job over the rows' topic: an option error placed by its field, then the job page's label histograms).
+async function strategiesAndPartition(page, call, base, dataset, model) {
+  const options = {
+    federated_averaging: [], fedprox: ['mu'], fedavgm: ['server_learning_rate', 'server_momentum'],
+    fedadam: ['server_learning_rate', 'beta1', 'beta2', 'tau'], fedyogi: ['server_learning_rate', 'beta1', 'beta2', 'tau'],
+    fedadagrad: ['server_learning_rate', 'beta1', 'tau'], median: [], trimmed_mean: ['beta'], krum: ['f'],
+    multi_krum: ['f', 'm'], dp_fedavg: ['clip_norm', 'noise_multiplier', 'delta'],
+  };
+  const openForm = async () => {
+    await page.goto(`${base}/#/training`);
+    await page.locator('#jobs-table').waitFor();
+    await page.goto(`${base}/#/jobs/new`);
+    await page.locator(`#f-model_id option[value="${model.id}"]`).waitFor({ state: 'attached' });
+    await page.click('#advanced summary');
+  };
+  await openForm();
+  const offered = await page.locator('#f-distributed-strategy option').evaluateAll((os) => os.map((o) => o.value));
+  assert.deepEqual(offered, Object.keys(options));
+  const shownOptions = () => page.locator('#strategy-options .field:not([hidden]) input')
+    .evaluateAll((inputs) => inputs.map((i) => i.name.replace('distributed.strategy_options.', '')));
+  for (const [strategy, names] of Object.entries(options)) {
+    await page.selectOption('#f-distributed-strategy', strategy);
+    assert.deepEqual(await shownOptions(), [...names, 'sample_fraction', 'sample_count'], strategy);
+  }
+  // fedprox's mu goes as distributed.strategy_options, without another strategy's option typed before.
+  await page.selectOption('#f-distributed-strategy', 'fedadam');
+  await page.fill('#f-distributed-strategy_options-beta1', '0.8');
+  await page.selectOption('#f-distributed-strategy', 'fedprox');
+  await page.fill('#f-distributed-strategy_options-mu', '0.1');
+  await page.fill('#f-name', 'proximal');
+  await page.selectOption('#f-dataset_id', String(dataset.id));
+  await page.selectOption('#f-model_id', String(model.id));
+  await page.check('#f-distributed-enabled');
+  const [request] = await Promise.all([
+    page.waitForRequest((r) => r.method() === 'POST' && r.url().endsWith('/api/v1/training-jobs')),
+    page.click('#job-form button[type=submit]'),
+  ]);
+  const sent = request.postDataJSON();
+  assert.equal(sent.distributed.strategy, 'fedprox');
+  assert.deepEqual(sent.distributed.strategy_options, { mu: 0.1 });
+  assert.equal(sent.distributed.partition, undefined);  // the default partition is left out
+
+  // Partition settings show for their method only.
+  await openForm();
+  const shown = (id) => page.locator(`#${id}`).evaluate((el) => !el.closest('.field').hidden);
+  assert.equal(await shown('f-distributed-partition-alpha'), false);
+  await page.selectOption('#f-distributed-partition-method', 'shards_per_worker');
+  assert.equal(await shown('f-distributed-partition-classes_per_worker'), true);
+  assert.equal(await shown('f-distributed-partition-alpha'), false);
+  await page.selectOption('#f-distributed-partition-method', 'dirichlet');
+  assert.equal(await shown('f-distributed-partition-alpha'), true);
+  assert.equal(await shown('f-distributed-partition-classes_per_worker'), false);
+
+  // federated_averaging over a Dirichlet split: alpha -1 is refused by its field, 0.5 creates the job.
+  await page.fill('#f-name', 'skewed');
+  await page.selectOption('#f-dataset_id', String(dataset.id));
+  await page.selectOption('#f-model_id', String(model.id));
+  await page.check('#f-distributed-enabled');
+  await page.fill('#f-distributed-steps_per_round', '5');
+  await page.fill('#f-distributed-partition-alpha', '-1');
+  await page.fill('#f-distributed-partition-label', 'topic');
+  await page.click('#job-form button[type=submit]');
+  const alphaError = page.locator('#err-distributed-partition-alpha');
+  await waitFor('the alpha error', async () => (await alphaError.textContent()).length > 0);
+  assert.equal(await alphaError.textContent(), 'distributed.partition.alpha (-1) must be > 0 and <= 1e+06');
+  assert.equal(await page.getAttribute('#f-distributed-partition-alpha', 'aria-invalid'), 'true');
+  assert.equal(await page.locator('#form-error').textContent(), '');
+  await page.fill('#f-distributed-partition-alpha', '0.5');
+  await page.click('#job-form button[type=submit]');
+  await page.waitForURL(/#\/jobs\/\d+$/);
+  const jobId = Number(/#\/jobs\/(\d+)$/.exec(page.url())[1]);
+  const stored = await call('GET', `/training-jobs/${jobId}`);
+  assert.deepEqual(stored.spec.distributed.partition, { method: 'dirichlet', alpha: 0.5, label: 'topic' });
+  assert.equal(stored.spec.distributed.strategy, 'federated_averaging');
+  const job = await waitFor('the job\'s shards', async () => {
+    const view = await call('GET', `/training-jobs/${jobId}`);
+    return view.shards.length > 0 && view;
+  });
+  await page.locator('#job-shards').waitFor({ state: 'visible' });
+  await waitFor('the shards table', async () => (await page.locator('#shards-table tbody tr').count()) === job.shards.length);
+  for (const shard of job.shards) {
+    const text = await page.locator(`#shards-table tr[data-shard="${shard.shard}"] .histogram-text`).textContent();
+    const expected = ['news', 'sports'].filter((l) => shard.label_histogram[l]).map((l) => `${l}: ${shard.label_histogram[l]}`);
+    assert.equal(text, expected.join(', '));
+  }
+  assert.match(await page.locator('#partition-method').textContent(), /Method dirichlet \(alpha 0\.5, label topic\)/);
+  console.log(`job ${jobId}: ${job.shards.length} shards, histograms ${JSON.stringify(job.shards.map((s) => s.label_histogram))}`);
 }
 
 let failed = false;

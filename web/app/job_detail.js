@@ -63,6 +63,7 @@ export function render(container, [idText]) {
   const workerCards = h('div', { class: 'worker-cards', id: 'worker-cards' });
   const aggregateChartBox = h('div', { id: 'aggregate-chart' });
   const roundsBody = h('tbody');
+  const shardsBox = h('section', { class: 'card', id: 'job-shards', 'aria-labelledby': 'shards-h', hidden: true });
   const artifactsBox = h('div', { id: 'artifacts' }, h('p', { class: 'muted' }, 'The result can be downloaded once a round has been committed and the job has ended.'));
 
   container.append(
@@ -84,6 +85,7 @@ export function render(container, [idText]) {
       lossSummary,
       aggregateChartBox),
     h('section', { 'aria-labelledby': 'workers-h' }, h('h2', { id: 'workers-h' }, 'Workers'), workerCards),
+    shardsBox,
     h('section', { class: 'card', 'aria-labelledby': 'rounds-h' },
       h('h2', { id: 'rounds-h' }, 'Round history'),
       h('div', { class: 'table-wrap' }, h('table', { id: 'rounds-table' },
@@ -166,6 +168,37 @@ export function render(container, [idText]) {
     warningsBox.hidden = warnings.length === 0;
     warningsBox.replaceChildren(h('h2', { id: 'warnings-h' }, 'Warnings'),
       h('ul', {}, ...warnings.map((w) => h('li', {}, w))));
+    renderShards(Array.isArray(job.shards) ? job.shards : []);
+  }
+  // The data partition: each shard's training samples per label, as numbers and as a stacked bar.
+  function renderShards(shards) {
+    shardsBox.hidden = shards.length === 0;
+    if (shards.length === 0) return;
+    const labels = [...new Set(shards.flatMap((s) => Object.keys(s.label_histogram ?? {})))];
+    const numeric = labels.every((l) => /^-?\d+$/.test(l));
+    labels.sort((a, b) => (numeric ? Number(a) - Number(b) : a < b ? -1 : a > b ? 1 : 0));
+    const colour = (i) => `hsl(${Math.round((i * 360) / Math.max(labels.length, 1))} 60% 55%)`;
+    const partition = state.job?.spec?.distributed?.partition ?? { method: 'iid' };
+    const settings = Object.entries(partition).filter(([k]) => k !== 'method').map(([k, v]) => `${k} ${v}`).join(', ');
+    shardsBox.replaceChildren(h('h2', { id: 'shards-h' }, 'Data partition'),
+      h('p', { class: 'muted', id: 'partition-method' }, `Method ${partition.method}${settings ? ` (${settings})` : ''}; ` +
+        'training samples of each label per shard.'),
+      h('div', { class: 'table-wrap' }, h('table', { id: 'shards-table' },
+        h('thead', {}, h('tr', {}, ...['Shard', 'Worker', 'Training samples', 'Labels', ''].map((t) => h('th', { scope: 'col' }, t)))),
+        h('tbody', {}, ...shards.map((s) => {
+          const histogram = s.label_histogram ?? null;
+          const total = s.train_samples || 1;
+          const bar = h('div', { class: 'histogram-bar', role: 'img',
+            'aria-label': histogram ? labels.map((l) => `${l}: ${histogram[l] ?? 0}`).join(', ') : 'no labels counted' },
+          ...(histogram ? labels.filter((l) => histogram[l]).map((l) => h('span', {
+            title: `${l}: ${histogram[l]}`, style: `width: ${(100 * histogram[l]) / total}%; background: ${colour(labels.indexOf(l))}` })) : []));
+          return h('tr', { dataset: { shard: s.shard } },
+            h('td', {}, String(s.shard)),
+            h('td', {}, s.worker_id == null ? '—' : (state.names.get(s.worker_id) ?? `#${s.worker_id}`)),
+            h('td', {}, String(s.train_samples)),
+            h('td', { class: 'histogram-text' }, histogram ? labels.filter((l) => histogram[l]).map((l) => `${l}: ${histogram[l]}`).join(', ') : '—'),
+            h('td', { class: 'histogram-cell' }, bar));
+        })))));
   }
   // Whether the server reports the loss of each round's committed global (the fields of issue 12 §5); older servers
   // report, per round, the loss of the global it started from, so the events' numbers are used instead.
@@ -277,6 +310,7 @@ export function render(container, [idText]) {
       case 'job_status':
         state.status = e.status;
         state.reason = e.reason ?? '';
+        if (e.status === 'running') loadJob();  // its shards (and their label histograms) exist from now on
         if (TERMINAL.has(e.status)) {
           // The job is over: none of its workers trains or evaluates for it any more (cards show their real state).
           for (const w of state.workers.values()) Object.assign(w, { state: 'ended', reason: '' });

@@ -45,9 +45,60 @@ export function configFields(defaults) {
   });
 }
 
+// distributed.strategy's names and, per strategy, the distributed.strategy_options it takes with their defaults
+// (shown as placeholders; docs/training.md "Strategies"). Every strategy also takes sample_fraction or sample_count.
+export const STRATEGIES = ['federated_averaging', 'fedprox', 'fedavgm', 'fedadam', 'fedyogi', 'fedadagrad', 'median',
+  'trimmed_mean', 'krum', 'multi_krum', 'dp_fedavg'];
+export const STRATEGY_OPTIONS = {
+  federated_averaging: {},
+  fedprox: { mu: '0.01' },
+  fedavgm: { server_learning_rate: '1', server_momentum: '0.9' },
+  fedadam: { server_learning_rate: '0.1', beta1: '0.9', beta2: '0.99', tau: '1e-9' },
+  fedyogi: { server_learning_rate: '0.01', beta1: '0.9', beta2: '0.99', tau: '1e-3' },
+  fedadagrad: { server_learning_rate: '0.1', beta1: '0', tau: '1e-9' },
+  median: {},
+  trimmed_mean: { beta: '0.1' },
+  krum: { f: '0' },
+  multi_krum: { f: '0', m: 'n − f' },
+  dp_fedavg: { clip_norm: 'required', noise_multiplier: '1', delta: '1e-5' },
+};
+// [option, label, kind]; shown only for the strategies that take it (any strategy for the sampling pair).
+const OPTION_FIELDS = [
+  ['mu', 'μ (proximal term)', 'number'],
+  ['server_learning_rate', 'Server learning rate', 'number'],
+  ['server_momentum', 'Server momentum', 'number'],
+  ['beta1', 'β1', 'number'],
+  ['beta2', 'β2', 'number'],
+  ['tau', 'τ (adaptivity)', 'number'],
+  ['beta', 'β (trimmed fraction per side)', 'number'],
+  ['f', 'f (Byzantine workers tolerated)', 'int'],
+  ['m', 'm (updates averaged)', 'int'],
+  ['clip_norm', 'Clip norm (L2)', 'number'],
+  ['noise_multiplier', 'Noise multiplier', 'number'],
+  ['delta', 'δ (privacy)', 'number'],
+  ['sample_fraction', 'Sample fraction of workers per round', 'number'],
+  ['sample_count', 'Sample count of workers per round', 'int'],
+];
+const SAMPLING_OPTIONS = new Set(['sample_fraction', 'sample_count']);
+// Which options a strategy takes.
+export function strategyTakes(strategy, option) {
+  return SAMPLING_OPTIONS.has(option) || Object.hasOwn(STRATEGY_OPTIONS[strategy] ?? {}, option);
+}
+
+// distributed.partition (docs/training.md "Data partition"): [path, label, kind, placeholder, options, help, methods].
+export const PARTITION_METHODS = ['iid', 'dirichlet', 'shards_per_worker'];
+const PARTITION_FIELDS = [
+  ['distributed.partition.method', 'Data partition', 'select', 'iid', PARTITION_METHODS,
+    'how the dataset is split over the workers'],
+  ['distributed.partition.alpha', 'Dirichlet α', 'number', '0.5', null, 'smaller: more label skew', ['dirichlet']],
+  ['distributed.partition.classes_per_worker', 'Classes per worker', 'int', '2', null, null, ['shards_per_worker']],
+  ['distributed.partition.label', 'Label', 'text', 'CSV: the label column', null,
+    'JSONL: the record field holding the class (required unless iid)'],
+];
+
 const DISTRIBUTED_FIELDS = [
   ['distributed.enabled', 'Distributed training', 'bool', false],
-  ['distributed.strategy', 'Strategy', 'select', 'federated_averaging', ['federated_averaging']],
+  ['distributed.strategy', 'Strategy', 'select', 'federated_averaging', STRATEGIES],
   ['distributed.num_rounds', 'Rounds', 'int', '10'],
   ['distributed.steps_per_round', 'Steps per round', 'int', '500', null, '0: a round trains the epochs over the shard'],
   ['distributed.min_workers', 'Min workers', 'int', '2'],
@@ -135,6 +186,7 @@ export function render(container) {
 }
 
 function renderForm(container, configRows) {
+  const optionRows = OPTION_FIELDS.map(([option, label, kind]) => [`distributed.strategy_options.${option}`, label, kind, '']);
   const form = h('form', { id: 'job-form', class: 'card form', novalidate: true });
   const formError = h('div', { class: 'form-error', role: 'alert', id: 'form-error' });
   const listsError = h('p', { class: 'field-error', role: 'status' });
@@ -160,6 +212,11 @@ function renderForm(container, configRows) {
     h('summary', {}, 'Advanced: distributed training and worker selection'),
     h('fieldset', {}, h('legend', {}, 'Distributed settings'),
       h('div', { class: 'grid-fields' }, ...DISTRIBUTED_FIELDS.map(fieldControl))),
+    h('fieldset', { id: 'strategy-options' }, h('legend', {}, 'Strategy options'),
+      h('p', { class: 'help', id: 'strategy-options-none' }, 'This strategy takes no options besides sampling.'),
+      h('div', { class: 'grid-fields' }, ...optionRows.map(fieldControl))),
+    h('fieldset', { id: 'partition' }, h('legend', {}, 'Data partition (platform datasets)'),
+      h('div', { class: 'grid-fields' }, ...PARTITION_FIELDS.map(fieldControl))),
     h('fieldset', {}, h('legend', {}, 'Worker selection'),
       fieldControl(['worker_selection.mode', 'Mode', 'select', 'auto', ['auto', 'own', 'managed', 'mixed']]),
       h('div', { class: 'picks-row' },
@@ -172,7 +229,29 @@ function renderForm(container, configRows) {
   container.append(h('div', { class: 'page-head' }, h('h1', {}, 'New training job')), form);
 
   const knownPaths = new Set(['name', 'dataset_id', 'model_id', 'worker_selection.mode', 'worker_selection.worker_ids',
-    'worker_selection.parsyn_worker_ids', ...configRows.map((f) => f[0]), ...DISTRIBUTED_FIELDS.map((f) => f[0])]);
+    'worker_selection.parsyn_worker_ids', ...configRows.map((f) => f[0]), ...DISTRIBUTED_FIELDS.map((f) => f[0]),
+    ...optionRows.map((f) => f[0]), ...PARTITION_FIELDS.map((f) => f[0])]);
+
+  // Only the chosen strategy's options and the chosen partition method's settings are shown (and sent).
+  const fieldOf = (path) => form.querySelector(`#${fieldId(path)}`)?.closest('.field');
+  const strategySelect = form.querySelector(`#${fieldId('distributed.strategy')}`);
+  const methodSelect = form.querySelector(`#${fieldId('distributed.partition.method')}`);
+  function showChosen() {
+    const strategy = strategySelect.value;
+    for (const [option] of OPTION_FIELDS) {
+      const field = fieldOf(`distributed.strategy_options.${option}`);
+      field.hidden = !strategyTakes(strategy, option);
+      const control = field.querySelector('input');
+      control.placeholder = STRATEGY_OPTIONS[strategy]?.[option] ?? '';
+    }
+    form.querySelector('#strategy-options-none').hidden = Object.keys(STRATEGY_OPTIONS[strategy] ?? {}).length > 0;
+    for (const row of PARTITION_FIELDS) {
+      if (row[6]) fieldOf(row[0]).hidden = !row[6].includes(methodSelect.value);
+    }
+  }
+  strategySelect.addEventListener('change', showChosen);
+  methodSelect.addEventListener('change', showChosen);
+  showChosen();
 
   // Live lists, re-read every 3 s (keeping what is chosen and ticked).
   let timer = null;
@@ -256,9 +335,13 @@ function renderForm(container, configRows) {
     if (datasetSelect.value) body.dataset_id = Number(datasetSelect.value);
     if (modelSelect.value) body.model_id = Number(modelSelect.value);
     for (const control of form.querySelectorAll('[data-kind]')) {
+      if (control.closest('.field')?.hidden) continue;  // another strategy's option, another method's setting
       const value = readControl(control);
       if (value !== undefined) setPath(body, control.name, value);
     }
+    // The default partition (iid, no label) is left out, so jobs that do not split a dataset get no warning about it.
+    const partition = body.distributed?.partition;
+    if (partition && partition.method === 'iid' && Object.keys(partition).length === 1) delete body.distributed.partition;
     const own = [...ownList.querySelectorAll('input:checked')].map((i) => Number(i.value));
     const managed = [...managedList.querySelectorAll('input:checked')].map((i) => Number(i.value));
     if (own.length) setPath(body, 'worker_selection.worker_ids', own);
