@@ -169,7 +169,12 @@ CREATE TABLE job_events (
 CREATE INDEX job_events_by_job ON job_events(job_id, id);
 )sql";
 
-constexpr Migration kMigrations[] = {{1, kSchemaV1}};
+// Version 2: each shard's label histogram (distributed.partition; SQLite's version 4); '' for older jobs' shards.
+constexpr std::string_view kSchemaV2 = R"sql(
+ALTER TABLE shards ADD COLUMN label_histogram TEXT NOT NULL DEFAULT '';
+)sql";
+
+constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}};
 
 // Serialises migrations of one database across processes (pg_advisory_xact_lock's key: "parsyn" in ASCII).
 constexpr int64_t kMigrationLockKey = 0x70617273796e;
@@ -1135,8 +1140,9 @@ Status PostgresMetadataStore::CreateShards(int64_t job_id, std::span<const Shard
   for (const Shard& s : shards) {
     PARSYN_PREPARE(q,
                    "INSERT INTO shards (job_id, shard_index, worker_id, blob_key, sha256, train_rows, "
-                   "validation_rows) VALUES ($1, $2, $3, $4, $5, $6, $7)");
-    q->Bind(job_id, s.shard_index, s.worker_id, s.blob_key, s.sha256, s.train_rows, s.validation_rows);
+                   "validation_rows, label_histogram) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)");
+    q->Bind(job_id, s.shard_index, s.worker_id, s.blob_key, s.sha256, s.train_rows, s.validation_rows,
+            s.label_histogram_json);
     Status st = q->Run();
     if (q->sqlstate() == kForeignKeyViolation) {
       return NotFoundError("worker " + std::to_string(s.worker_id.value_or(0)) + " not found");
@@ -1149,15 +1155,15 @@ Status PostgresMetadataStore::CreateShards(int64_t job_id, std::span<const Shard
 StatusOr<std::vector<Shard>> PostgresMetadataStore::ListShards(int64_t job_id) {
   PARSYN_LOCK_AND_CONNECT();
   PARSYN_PREPARE(q,
-                 "SELECT job_id, shard_index, worker_id, blob_key, sha256, train_rows, validation_rows "
-                 "FROM shards WHERE job_id = $1 ORDER BY shard_index");
+                 "SELECT job_id, shard_index, worker_id, blob_key, sha256, train_rows, validation_rows, "
+                 "label_histogram FROM shards WHERE job_id = $1 ORDER BY shard_index");
   q->Bind(job_id);
   std::vector<Shard> out;
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
     if (!row) return out;
-    out.push_back(
-        Shard{q->Int(0), static_cast<int32_t>(q->Int(1)), q->OptInt(2), q->Text(3), q->Text(4), q->Int(5), q->Int(6)});
+    out.push_back(Shard{q->Int(0), static_cast<int32_t>(q->Int(1)), q->OptInt(2), q->Text(3), q->Text(4), q->Int(5),
+                        q->Int(6), q->Text(7)});
   }
 }
 
