@@ -178,6 +178,23 @@ inline uint16_t Bf16FromNonNan(float f) {
 
 // ---- Encoder ----
 
+// Affine levels of x[0, n): round((x - zero) * inverse) clamped to 0..top, or dividing by the scale when its inverse
+// overflows. Out of line, one loop per case: inlined into the encoder GCC left both loops scalar.
+[[gnu::noinline]] void QuantiseAffine(const float* x, int64_t n, float zero, float inverse_or_scale, bool divide,
+                                      float top, uint8_t* levels) {
+  if (divide) {
+    for (int64_t i = 0; i < n; ++i) {
+      levels[i] =
+          static_cast<uint8_t>(static_cast<int32_t>(RoundLevel(Clamp((x[i] - zero) / inverse_or_scale, 0.0f, top))));
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    levels[i] =
+        static_cast<uint8_t>(static_cast<int32_t>(RoundLevel(Clamp((x[i] - zero) * inverse_or_scale, 0.0f, top))));
+  }
+}
+
 // A signed integer whose order is the float's (for non-NaN values), and back: negative floats have their magnitude
 // bits flipped. Self-inverse.
 inline int32_t OrderKey(float v) {
@@ -236,15 +253,15 @@ Status EncodeFloats(const TensorPlan& plan, const ValueSource& source, std::span
   for (int64_t begin = 0; begin < plan.numel; begin += kChunk) {
     const int64_t n = std::min(kChunk, plan.numel - begin);
     const float* x = source.Get(begin, n, scratch);
-    PARSYN_RETURN_IF_ERROR(source.CheckFinite(begin, n, x));
     if (as_bf16) {
       uint16_t* q = reinterpret_cast<uint16_t*>(out.data()) + begin;
       uint32_t bad = 0;
       for (int64_t i = 0; i < n; ++i) {
-        q[i] = Bf16FromNonNan(x[i]);  // x was checked finite
-        bad |= NonFiniteBitBf16(q[i]);
+        q[i] = Bf16FromNonNan(x[i]);  // a NaN x is caught by the first term and refused below
+        bad |= NonFiniteBit(x[i]) | NonFiniteBitBf16(q[i]);
       }
       const bool overflow = (bad >> 31) != 0;
+      if (overflow) PARSYN_RETURN_IF_ERROR(source.CheckFinite(begin, n, x));
       for (int64_t i = 0; overflow && i < n; ++i) {
         if ((q[i] & 0x7f80) == 0x7f80) {
           return InvalidArgumentError("tensor " + Quoted(plan.tensor->name) + ": the value at index " +
@@ -255,6 +272,7 @@ Status EncodeFloats(const TensorPlan& plan, const ValueSource& source, std::span
         for (int64_t i = 0; i < n; ++i) residual[begin + i] = x[i] - Bf16ToFloat(q[i]);
       }
     } else {
+      PARSYN_RETURN_IF_ERROR(source.CheckFinite(begin, n, x));
       std::memcpy(out.data() + begin * 4, x, n * 4);  // residual stays zero
     }
   }
@@ -314,17 +332,7 @@ Status EncodeQuantised(const TensorPlan& plan, const Format& format, const Value
       const float* x = source.Get(begin, n, scratch);
       float* r = residual ? residual + begin : nullptr;
       if (affine) {
-        const float top = static_cast<float>(qmax);
-        if (divide) {
-          for (int64_t i = 0; i < n; ++i) {
-            levels[i] = static_cast<uint8_t>(static_cast<int32_t>(RoundLevel(Clamp((x[i] - zero) / scale, 0.0f, top))));
-          }
-        } else {
-          for (int64_t i = 0; i < n; ++i) {
-            levels[i] =
-                static_cast<uint8_t>(static_cast<int32_t>(RoundLevel(Clamp((x[i] - zero) * inverse, 0.0f, top))));
-          }
-        }
+        QuantiseAffine(x, n, zero, divide ? scale : inverse, divide, static_cast<float>(qmax), levels);
         if (r) {
           for (int64_t i = 0; i < n; ++i) r[i] = x[i] - Dequantise(levels[i], scale, zero);
         }
