@@ -273,7 +273,8 @@ Status EncodeFloats(const TensorPlan& plan, const ValueSource& source, std::span
       }
     } else {
       PARSYN_RETURN_IF_ERROR(source.CheckFinite(begin, n, x));
-      std::memcpy(out.data() + begin * 4, x, n * 4);  // residual stays zero
+      std::memcpy(out.data() + begin * 4, x, n * 4);
+      if (residual) std::memset(residual + begin, 0, n * 4);  // sent exactly (after x was read: it may be carried)
     }
   }
   return Status::Ok();
@@ -723,7 +724,7 @@ StatusOr<UpdateCodec> ParseUpdateCodec(std::string_view name) {
 
 std::string_view QuantSchemeName(QuantScheme scheme) { return scheme == QuantScheme::kAffine ? "affine" : "symmetric"; }
 
-StatusOr<EncodedUpdate> EncodeUpdate(const WeightSet& update, const EncodeOptions& options) {
+Status EncodeUpdateInto(const WeightSet& update, const EncodeOptions& options, EncodedUpdate& out) {
   if (options.codec == UpdateCodec::kNone) {
     return InvalidArgumentError("codec 'none' has no encoded form: send the update as it is");
   }
@@ -747,24 +748,66 @@ StatusOr<EncodedUpdate> EncodeUpdate(const WeightSet& update, const EncodeOption
   Format format{.codec = options.codec, .scheme = options.scheme, .delta = options.delta_from != nullptr};
   PARSYN_ASSIGN_OR_RETURN(std::vector<TensorPlan> plans, Plan(update, format));
 
-  EncodedUpdate encoded;
-  auto& metadata = encoded.compressed.metadata();
+  // Reuse `out`'s buffers when they already have the layout this encoding needs (fresh pages cost more than the
+  // encoding itself); otherwise start over.
+  bool reuse = out.compressed.size() > 0;
+  {
+    size_t k = 0;
+    for (const TensorPlan& plan : plans) {
+      for (const Part& part : plan.parts) {
+        reuse = reuse && k < out.compressed.size() && out.compressed[k].name == part.name &&
+                out.compressed[k].dtype == part.dtype && out.compressed[k].shape == part.shape;
+        ++k;
+      }
+    }
+    reuse = reuse && k == out.compressed.size();
+  }
+  if (!reuse) out.compressed = WeightSet();
+  // The residual is reused when it matches the update (F32, same names and shapes), also when it is the carried
+  // residual itself: every chunk is read before its residual is written.
+  const bool reuse_residual = options.want_residual && out.residual.size() == update.size() &&
+                              std::equal(update.tensors().begin(), update.tensors().end(),
+                                         out.residual.tensors().begin(), [](const Tensor& u, const Tensor& r) {
+                                           return u.name == r.name && u.shape == r.shape && r.dtype == DType::kF32;
+                                         });
+  if (!reuse_residual) {
+    if (options.carried_residual == &out.residual && options.want_residual) {
+      return InvalidArgumentError("the carried residual is the output's and does not match the update");
+    }
+    out.residual = WeightSet();
+  }
+  auto& metadata = out.compressed.metadata();
+  metadata.clear();
   metadata[std::string(kCodecKey)] = std::string(UpdateCodecName(format.codec));
   metadata[std::string(kVersionKey)] = std::string(kVersion);
   metadata[std::string(kDeltaKey)] = format.delta ? "true" : "false";
   if (format.quantised()) metadata[std::string(kSchemeKey)] = std::string(QuantSchemeName(format.scheme));
 
+  size_t next_part = 0;
   for (size_t i = 0; i < plans.size(); ++i) {
     const TensorPlan& plan = plans[i];
     const Tensor& t = update[i];
     std::vector<std::span<std::byte>> parts;
     for (const Part& part : plan.parts) {
-      PARSYN_ASSIGN_OR_RETURN(auto bytes, encoded.compressed.AddZeros(part.name, part.dtype, part.shape));
-      parts.push_back(bytes);
+      if (reuse) {
+        parts.push_back(out.compressed[next_part++].data);
+      } else {
+        PARSYN_ASSIGN_OR_RETURN(auto bytes, out.compressed.AddZeros(part.name, part.dtype, part.shape));
+        parts.push_back(bytes);
+      }
+    }
+    // int4 packing ORs nibbles into place.
+    if (reuse && format.codec == UpdateCodec::kInt4 && plan.form == TensorPlan::kQuantised) {
+      std::memset(parts.back().data(), 0, parts.back().size());
     }
     float* residual = nullptr;
     if (options.want_residual) {
-      PARSYN_ASSIGN_OR_RETURN(auto bytes, encoded.residual.AddZeros(t.name, DType::kF32, t.shape));
+      std::span<std::byte> bytes;
+      if (reuse_residual) {
+        bytes = out.residual[i].data;
+      } else {
+        PARSYN_ASSIGN_OR_RETURN(bytes, out.residual.AddZeros(t.name, DType::kF32, t.shape));
+      }
       residual = reinterpret_cast<float*>(bytes.data());
     }
     ValueSource source(t, options.delta_from ? &(*options.delta_from)[i] : nullptr,
@@ -777,6 +820,13 @@ StatusOr<EncodedUpdate> EncodeUpdate(const WeightSet& update, const EncodeOption
       PARSYN_RETURN_IF_ERROR(EncodeFloats(plan, source, parts[0], plan.form == TensorPlan::kBf16, residual));
     }
   }
+  if (!options.want_residual) out.residual = WeightSet();
+  return Status::Ok();
+}
+
+StatusOr<EncodedUpdate> EncodeUpdate(const WeightSet& update, const EncodeOptions& options) {
+  EncodedUpdate encoded;
+  PARSYN_RETURN_IF_ERROR(EncodeUpdateInto(update, options, encoded));
   return encoded;
 }
 

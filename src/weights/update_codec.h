@@ -57,6 +57,12 @@ struct EncodedUpdate {
 // affine group whose range does not fit in fp32.
 StatusOr<EncodedUpdate> EncodeUpdate(const WeightSet& update, const EncodeOptions& options);
 
+// As EncodeUpdate, into `out`, reusing its buffers when they have the layout this encoding needs (a worker that
+// encodes every round pays no fresh pages; bench/compression.cc); `out.residual` may be the carried residual
+// itself (options.carried_residual == &out.residual): it is updated in place. Otherwise allocates. On error `out`
+// holds partial results.
+Status EncodeUpdateInto(const WeightSet& update, const EncodeOptions& options, EncodedUpdate& out);
+
 // What the receiver expects; a compressed update that says otherwise is refused.
 struct DecodeExpectations {
   std::optional<UpdateCodec> codec = std::nullopt;

@@ -275,6 +275,14 @@ TEST(UpdateCodec, ErrorFeedbackResidualPlusDecodedIsTheEncodedValueExactly) {
       carried.carried_residual = &first->residual;
       auto second = EncodeUpdate(round2, carried);
       ASSERT_TRUE(second.ok()) << second.status().ToString();
+      // The same two rounds through one reused EncodedUpdate, its residual carried in place: identical bytes.
+      EncodedUpdate reused;
+      ASSERT_TRUE(EncodeUpdateInto(round1, options, reused).ok());
+      EncodeOptions in_place = options;
+      in_place.carried_residual = &reused.residual;
+      ASSERT_TRUE(EncodeUpdateInto(round2, in_place, reused).ok());
+      EXPECT_TRUE(Serialize(reused.compressed) == Serialize(second->compressed));
+      EXPECT_TRUE(Serialize(reused.residual) == Serialize(second->residual));
       auto delta1 = DecodeUpdateDelta(ReadFromSpan(Serialize(first->compressed)), global);
       auto delta2 = DecodeUpdateDelta(ReadFromSpan(Serialize(second->compressed)), global);
       ASSERT_TRUE(delta1.ok() && delta2.ok());
