@@ -13,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -199,8 +200,8 @@ StatusOr<uint64_t> HeaderLength(std::span<const std::byte, kLengthPrefixBytes> p
 }
 
 // Validates the layout of a file of `file_size` bytes from its header (the `header_bytes` bytes after the length
-// prefix); touches no tensor bytes.
-StatusOr<SafetensorsLayout> ParseLayout(std::span<const std::byte> header_text, uint64_t file_size,
+// prefix); touches no tensor bytes. Without a file size, the data section ends where the last tensor does.
+StatusOr<SafetensorsLayout> ParseLayout(std::span<const std::byte> header_text, std::optional<uint64_t> file_size,
                                         const SafetensorsLimits& limits) {
   const uint64_t header_bytes = header_text.size();
   PARSYN_ASSIGN_OR_RETURN(json header, ParseHeaderJson(header_text));
@@ -208,7 +209,8 @@ StatusOr<SafetensorsLayout> ParseLayout(std::span<const std::byte> header_text, 
 
   SafetensorsLayout parsed;
   parsed.data_start = kLengthPrefixBytes + header_bytes;
-  const uint64_t data_bytes = file_size - parsed.data_start;
+  const uint64_t data_bytes =
+      file_size ? *file_size - parsed.data_start : std::numeric_limits<uint64_t>::max() - parsed.data_start;
   const size_t num_tensors = header.size() - (header.contains("__metadata__") ? 1 : 0);
   if (num_tensors > limits.max_tensors) {
     return InvalidArgumentError("header lists " + std::to_string(num_tensors) + " tensors, more than the cap of " +
@@ -261,7 +263,7 @@ StatusOr<SafetensorsLayout> ParseLayout(std::span<const std::byte> header_text, 
     cursor = entry.end;
     previous = &entry;
   }
-  if (cursor != data_bytes) {
+  if (file_size && cursor != data_bytes) {
     return InvalidArgumentError(std::to_string(data_bytes - cursor) + " trailing bytes after the last tensor" +
                                 (previous ? " " + Quoted(previous->name) : std::string()));
   }
@@ -342,6 +344,27 @@ StatusOr<SafetensorsLayout> ReadSafetensorsLayout(uint64_t file_size, const Read
   std::vector<std::byte> header(header_bytes);  // bounded by limits.max_header_bytes
   PARSYN_RETURN_IF_ERROR(read_exactly(header));
   return ParseLayout(header, file_size, limits);
+}
+
+StatusOr<SafetensorsLayout> ReadSafetensorsHeader(const ReadBytes& read, const SafetensorsLimits& limits) {
+  // Fills `out` from the stream; DataLoss when it ends first.
+  auto read_exactly = [&](std::span<std::byte> out, uint64_t before) -> Status {
+    size_t filled = 0;
+    while (filled < out.size()) {
+      PARSYN_ASSIGN_OR_RETURN(size_t n, read(out.subspan(filled)));
+      if (n == 0) {
+        return DataLossError("stream ends after " + std::to_string(before + filled) + " bytes, before the header does");
+      }
+      filled += n;
+    }
+    return Status::Ok();
+  };
+  std::array<std::byte, kLengthPrefixBytes> prefix;
+  PARSYN_RETURN_IF_ERROR(read_exactly(prefix, 0));
+  PARSYN_ASSIGN_OR_RETURN(uint64_t header_bytes, HeaderLength(prefix, std::numeric_limits<uint64_t>::max(), limits));
+  std::vector<std::byte> header(header_bytes);  // bounded by limits.max_header_bytes
+  PARSYN_RETURN_IF_ERROR(read_exactly(header, kLengthPrefixBytes));
+  return ParseLayout(header, std::nullopt, limits);
 }
 
 StatusOr<std::map<std::string, std::vector<std::string>>> ParseSafetensorsIndex(std::string_view index_json) {

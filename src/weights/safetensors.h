@@ -58,6 +58,12 @@ using ReadBytes = std::function<StatusOr<size_t>(std::span<std::byte> buffer)>;
 StatusOr<SafetensorsLayout> ReadSafetensorsLayout(uint64_t file_size, const ReadBytes& read,
                                                   const SafetensorsLimits& limits = {});
 
+// As ReadSafetensorsLayout for a stream whose length is not known up front (a decompressing stream): reads exactly
+// the 8-byte header length and the header through `read`, leaving `read` at the start of the data section, and
+// checks every rule except where the data section ends (tensors still tile it from offset 0 without gaps or
+// overlaps; it ends where the last tensor does). The caller reads the tensors and checks the stream ends there.
+StatusOr<SafetensorsLayout> ReadSafetensorsHeader(const ReadBytes& read, const SafetensorsLimits& limits = {});
+
 // The shards of a sharded checkpoint from its model.safetensors.index.json: shard file name -> the tensors the
 // index's "weight_map" places in it. InvalidArgument naming the entry for malformed JSON, a missing or empty
 // "weight_map" object, a non-string file, or a shard name that is not a plain file name.
