@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/coordinator_commands.h"
+#include "cli/progress_bar.h"
 #include "cli/remote.h"
 
 namespace parsyn::cli {
@@ -51,10 +52,18 @@ int Upload(const DatasetFlags& f) {
   if (!f.label_column.empty()) path += "&label_column=" + QueryEscape(f.label_column);
   http::CallOptions call;
   call.timeout = std::chrono::milliseconds(0);  // large files: only the stall timeout applies
+  std::error_code ec;
+  TransferProgress progress(std::cerr, ShowTransferProgress(f.remote), name, std::filesystem::file_size(f.file, ec));
+  call.on_transfer = [&progress](uint64_t bytes) { progress.Update(bytes); };
   auto res = (*client)->UploadFile(http::Method::kPost, path, f.file, "application/octet-stream", call);
+  progress.Finish();
   if (!res.ok()) return Fail("dataset upload", res.status());
   auto d = res->Json();
   if (!d.ok()) return Fail("dataset upload", d.status());
+  if (JsonOutput(f.remote)) {
+    PrintJson(*d);
+    return 0;
+  }
   std::cout << "dataset " << (*d)["id"] << " '" << (*d)["name"].get<std::string>() << "': " << (*d)["row_count"]
             << " rows (" << (*d)["kind"].get<std::string>() << ")\n";
   return 0;
@@ -65,6 +74,10 @@ int List(const DatasetFlags& f) {
   if (!client.ok()) return Fail("dataset list", client.status());
   StatusOr<json> datasets = ListAll(**client, "/api/v1/datasets", "datasets");
   if (!datasets.ok()) return Fail("dataset list", datasets.status());
+  if (JsonOutput(f.remote)) {
+    PrintJson(ListAnswer("datasets", *std::move(datasets)));
+    return 0;
+  }
   std::cout << std::left << std::setw(6) << "ID" << std::setw(28) << "NAME" << std::setw(8) << "FORMAT" << std::setw(20)
             << "KIND"
             << "ROWS\n";
@@ -84,6 +97,7 @@ void AddDatasetCommands(CLI::App& app, int& exit_code) {
   group->require_subcommand(1);
   CLI::App* upload = group->add_subcommand("upload", "upload and validate a JSONL or CSV dataset");
   AddRemoteFlags(*upload, flags->remote);
+  AddProgressFlag(*upload, flags->remote);
   upload->add_option("file", flags->file, "the dataset file")->required()->check(CLI::ExistingFile);
   upload->add_option("--name", flags->name, "dataset name (default: the file name)");
   upload->add_option("--format", flags->format, "jsonl or csv (default: from the file extension)");
