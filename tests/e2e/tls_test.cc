@@ -323,7 +323,8 @@ TEST_F(TlsTest, PlainHttpBeyondLoopbackNeedsInsecure) {
 //   - step 3 ("each worker machine") runs twice, the second time as gpu-box-2 with certs/worker-2.*, since the job
 //     asks for workers 1,2;
 //   - `parsyn` is a wrapper around the built binary that starts `parsyn server` and `parsyn worker --server ...` (each
-//     on its own machine in the recipe) in the background, and passes the token the last `worker register` printed
+//     on its own machine in the recipe) in the background, each worker with a HOME of its own (as on its own machine:
+//     two workers sharing one ~/.cache/parsyn collide), and passes the token the last `worker register` printed
 //     where the recipe says TOKEN;
 //   - the example job is 10 rounds of 500 steps: once round 1 commits, the test stops it (POST .../stop, as `parsyn
 //     job stop 1` would from another terminal), so `parsyn job watch 1` ends and `parsyn job download 1` runs.
@@ -383,7 +384,9 @@ fi
 if [[ "$1" == worker && "$2" == --server ]]; then
   args=()
   for a in "$@"; do [[ "$a" == TOKEN ]] && a=$(cat "$state/token"); args+=("$a"); done
-  "$real" "${args[@]}" >>"$state/worker-$(wc -l <"$state/pids").log" 2>&1 &
+  machine="$state/machine-$(wc -l <"$state/pids")"  # its own HOME, so its own ~/.cache/parsyn
+  mkdir -p "$machine"
+  HOME="$machine" "$real" "${args[@]}" >>"$machine.log" 2>&1 &
   echo $! >>"$state/pids"
   exit 0
 fi
