@@ -1,4 +1,4 @@
-// parsyn dataset upload FILE [--name N] [--format jsonl|csv] [--label-column C] | list
+// parsyn dataset upload FILE [--name N] [--format jsonl|csv] [--label-column C] | list | get ID
 #include <cctype>
 #include <filesystem>
 #include <iomanip>
@@ -19,6 +19,7 @@ struct DatasetFlags {
   std::string name;
   std::string format;
   std::string label_column;
+  int64_t id = 0;
 };
 
 std::string QueryEscape(const std::string& s) {
@@ -106,6 +107,12 @@ void AddDatasetCommands(CLI::App& app, int& exit_code) {
   CLI::App* list = group->add_subcommand("list", "list datasets");
   AddRemoteFlags(*list, flags->remote);
   list->callback([flags, &exit_code] { exit_code = List(*flags); });
+  CLI::App* get = group->add_subcommand("get", "show a dataset (its JSON)");
+  AddRemoteFlags(*get, flags->remote);
+  get->add_option("id", flags->id, "dataset id")->required();
+  get->callback([flags, &exit_code] {
+    exit_code = PrintResource(flags->remote, "dataset get", "/api/v1/datasets/" + std::to_string(flags->id));
+  });
 }
 
 }  // namespace parsyn::cli

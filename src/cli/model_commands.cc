@@ -1,5 +1,5 @@
-// parsyn model upload DIR [--name N] | list: a model folder (config.json, weights, tokenizer) goes up one file per
-// request to /api/v1/uploads, then one POST /api/v1/models names the files.
+// parsyn model upload DIR [--name N] | list | get ID: a model folder (config.json, weights, tokenizer) goes up one file
+// per request to /api/v1/uploads, then one POST /api/v1/models names the files.
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -17,6 +17,7 @@ struct ModelFlags {
   RemoteFlags remote;
   std::string dir;
   std::string name;
+  int64_t id = 0;
 };
 
 int Upload(const ModelFlags& f) {
@@ -92,6 +93,12 @@ void AddModelRemoteCommands(CLI::App& app, int& exit_code) {
   CLI::App* list = group->add_subcommand("list", "list the coordinator's models");
   AddRemoteFlags(*list, flags->remote);
   list->callback([flags, &exit_code] { exit_code = List(*flags); });
+  CLI::App* get = group->add_subcommand("get", "show a coordinator's model (its JSON)");
+  AddRemoteFlags(*get, flags->remote);
+  get->add_option("id", flags->id, "model id")->required();
+  get->callback([flags, &exit_code] {
+    exit_code = PrintResource(flags->remote, "model get", "/api/v1/models/" + std::to_string(flags->id));
+  });
 }
 
 }  // namespace parsyn::cli

@@ -142,6 +142,17 @@ int Fail(const std::string& command, const Status& status) {
 
 void PrintJson(const nlohmann::json& value) { std::cout << value.dump(2) << "\n"; }
 
+int PrintResource(const RemoteFlags& flags, const std::string& command, const std::string& path) {
+  StatusOr<std::unique_ptr<http::Client>> client = ConnectToServer(flags);
+  if (!client.ok()) return Fail(command, client.status());
+  StatusOr<http::ClientResponse> res = (*client)->Get(path);
+  if (!res.ok()) return Fail(command, res.status());
+  StatusOr<nlohmann::json> body = res->Json();
+  if (!body.ok()) return Fail(command, body.status());
+  PrintJson(*body);
+  return 0;
+}
+
 nlohmann::json ListAnswer(const std::string& field, nlohmann::json items) {
   return nlohmann::json{{field, std::move(items)}, {"next_cursor", nullptr}};
 }

@@ -59,6 +59,8 @@ CLI::App* SubcommandGroup(CLI::App& app, const std::string& name, const std::str
 int Fail(const std::string& command, const Status& status);
 // Prints JSON, indented, to stdout.
 void PrintJson(const nlohmann::json& value);
+// `<group> get ID`: GET `path` and print the API's JSON (both --output forms: it is the command's data). 0 or 1.
+int PrintResource(const RemoteFlags& flags, const std::string& command, const std::string& path);
 // What `list --output json` prints: the list route's answer with every item on one page,
 // {"<field>": [...], "next_cursor": null}.
 nlohmann::json ListAnswer(const std::string& field, nlohmann::json items);

@@ -452,6 +452,12 @@ TEST_F(TrainCommandTest, OutputJsonPrintsOnlyJsonOnStdout) {
   EXPECT_EQ(json_of("worker list")["workers"].size(), 2u);
   EXPECT_EQ(json_of("dataset list")["datasets"][0]["name"], "train.jsonl");
   EXPECT_EQ(json_of("model list")["models"][0]["model_type"], model["model_type"]);
+  EXPECT_EQ(json_of("dataset get 1")["row_count"], 40);
+  EXPECT_EQ(json_of("model get 1")["name"], "model");
+  EXPECT_EQ(json_of("worker get 2")["name"], "w2");
+  CommandRun missing = RunParsyn("dataset get 9" + remote);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("parsyn dataset get: "), std::string::npos) << missing.output;
   // The job ends here (cancelled), and `job watch` prints the ended job (exiting 1: it did not succeed).
   EXPECT_EQ(json_of("job cancel 1")["id"], 1);
   const nlohmann::json watched = json_of("job watch 1", /*exit_code=*/1);

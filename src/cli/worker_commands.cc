@@ -1,4 +1,5 @@
-// parsyn worker register --name N [--kind own|managed] [--ca-cert CA.pem --ca-key CA.key [--cert-out DIR]] | list
+// parsyn worker register --name N [--kind own|managed] [--ca-cert CA.pem --ca-key CA.key [--cert-out DIR]]
+//              | list | get ID
 // With --ca-cert/--ca-key, register also issues the worker's client certificate for a coordinator with mutual TLS
 // (`parsyn server --client-ca CA.pem`): a new key and a certificate for "worker-<id>" signed by that CA, valid for a
 // year (coordinator/auth.h IssueWorkerCertificate), written as DIR/worker-<id>.pem and DIR/worker-<id>.key (0600).
@@ -22,6 +23,7 @@ struct WorkerFlags {
   std::string ca_cert;
   std::string ca_key;
   std::string cert_out = ".";
+  int64_t id = 0;
 };
 
 struct CertificateFiles {
@@ -124,6 +126,12 @@ void AddWorkerRegisterCommands(CLI::App& app, int& exit_code) {
   CLI::App* list = group->add_subcommand("list", "list workers");
   AddRemoteFlags(*list, flags->remote);
   list->callback([flags, &exit_code] { exit_code = List(*flags); });
+  CLI::App* get = group->add_subcommand("get", "show a worker (its JSON)");
+  AddRemoteFlags(*get, flags->remote);
+  get->add_option("id", flags->id, "worker id")->required();
+  get->callback([flags, &exit_code] {
+    exit_code = PrintResource(flags->remote, "worker get", "/api/v1/workers/" + std::to_string(flags->id));
+  });
 }
 
 }  // namespace parsyn::cli
