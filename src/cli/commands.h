@@ -18,5 +18,8 @@ void AddAdapterCommands(CLI::App& app, int& exit_code);
 void AddWorkerCommand(CLI::App& app, int& exit_code);
 // parsyn demo: server, workers and a federated job on this machine (demo_command.cc).
 void AddDemoCommand(CLI::App& app, int& exit_code);
+// parsyn completion bash|zsh: a completion script generated from `app`'s commands (completion_command.cc). Register
+// it on the root app; it walks the app when it runs, so every command is in it.
+void AddCompletionCommand(CLI::App& app, int& exit_code);
 
 }  // namespace parsyn::cli

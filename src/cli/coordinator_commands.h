@@ -1,9 +1,9 @@
 // The coordinator's subcommands of `parsyn` (one file per group; see commands.h for the exit-code convention):
 //   parsyn server                                                   server_command.cc
 //   parsyn job create|list|get|watch|stop|cancel|download          job_commands.cc
-//   parsyn dataset upload|list                                      dataset_commands.cc
-//   parsyn model upload|list                                        model_commands.cc
-//   parsyn worker register|list                                     worker_commands.cc
+//   parsyn dataset upload|list|get                                  dataset_commands.cc
+//   parsyn model upload|list|get                                    model_commands.cc
+//   parsyn worker register|list|get                                 worker_commands.cc
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -96,8 +96,12 @@ int Create(const JobFlags& f) {
   if (!res.ok()) return Fail("job create", res.status());
   auto job = res->Json();
   if (!job.ok()) return Fail("job create", job.status());
-  std::cout << "created training job " << (*job)["id"] << " (" << (*job)["status"].get<std::string>() << ")"
-            << std::endl;
+  if (JsonOutput(f.remote)) {
+    PrintJson(*job);
+  } else {
+    std::cout << "created training job " << (*job)["id"] << " (" << (*job)["status"].get<std::string>() << ")"
+              << std::endl;
+  }
   // Settings the server accepted but ignores (or that make the job a poor fit); the job is created all the same.
   if (auto warnings = job->find("warnings"); warnings != job->end() && warnings->is_array()) {
     for (const json& w : *warnings) {
@@ -112,6 +116,10 @@ int List(const JobFlags& f) {
   if (!client.ok()) return Fail("job list", client.status());
   StatusOr<json> jobs = ListAll(**client, "/api/v1/training-jobs", "training_jobs");
   if (!jobs.ok()) return Fail("job list", jobs.status());
+  if (JsonOutput(f.remote)) {
+    PrintJson(ListAnswer("training_jobs", *std::move(jobs)));
+    return 0;
+  }
   std::cout << std::left << std::setw(6) << "ID" << std::setw(28) << "NAME" << std::setw(11) << "STATUS"
             << "ROUND\n";
   for (const json& j : *jobs) {
@@ -144,6 +152,7 @@ int Get(const JobFlags& f) {
   auto body = res->Json();
   if (!body.ok()) return Fail("job get", body.status());
   PrintJson(*body);
+  if (JsonOutput(f.remote)) return 0;  // the JSON alone
   const json& j = *body;
   if (j.value("initial_validation_loss", json()).is_number()) {
     std::cerr << "validation loss of the starting weights: " << RoundedNumber(j["initial_validation_loss"]) << "\n";
@@ -166,15 +175,18 @@ int Get(const JobFlags& f) {
 int Watch(const JobFlags& f) {
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("job watch", client.status());
-  const bool interactive = isatty(STDOUT_FILENO) != 0;
+  // Under --output json the lines for people go to stderr and stdout gets the job's JSON once it ends.
+  const bool json_output = JsonOutput(f.remote);
+  std::ostream& out = json_output ? std::cerr : out;
+  const bool interactive = isatty(json_output ? STDERR_FILENO : STDOUT_FILENO) != 0;
   std::string final_status;
   std::string last_event_id;
   std::map<int64_t, std::string> bars;  // worker -> its latest progress line
   int64_t total_rounds = 0;             // from round events; a round above it is the final evaluation
   std::map<int64_t, StepPace> paces;    // worker -> the pace of its current task (its ETA)
   auto redraw_bars = [&] {
-    for (const auto& [worker, line] : bars) std::cout << "  worker " << worker << "  " << line << "\n";
-    if (interactive && !bars.empty()) std::cout << "\033[" << bars.size() << "A" << std::flush;
+    for (const auto& [worker, line] : bars) out << "  worker " << worker << "  " << line << "\n";
+    if (interactive && !bars.empty()) out << "\033[" << bars.size() << "A" << std::flush;
   };
   for (int attempt = 0; attempt < 5 && final_status.empty(); ++attempt) {
     http::CallOptions call;
@@ -186,7 +198,7 @@ int Watch(const JobFlags& f) {
           if (!e.id.empty()) last_event_id = e.id;
           json d = json::parse(e.data, nullptr, false);
           if (d.is_discarded()) return true;
-          if (interactive && !bars.empty()) std::cout << "\033[J";
+          if (interactive && !bars.empty()) out << "\033[J";
           if (d.value("total_rounds", json()).is_number_integer()) total_rounds = d["total_rounds"].get<int64_t>();
           if (e.event == "worker_progress") {
             const int64_t total = d.value("total_steps", json()).is_number() ? d["total_steps"].get<int64_t>() : 0;
@@ -203,28 +215,25 @@ int Watch(const JobFlags& f) {
             const double eta = paces[worker].EtaSeconds(step, total, std::chrono::steady_clock::now());
             bars[worker] = FormatProgressLine(step, total, loss, std::nan(""), rate, per_second, eta);
             if (!interactive) {
-              std::cout << "  worker " << d["worker_id"] << "  " << bars[d["worker_id"].get<int64_t>()] << "\n";
+              out << "  worker " << d["worker_id"] << "  " << bars[d["worker_id"].get<int64_t>()] << "\n";
             }
           } else if (e.event == "round_started") {
             bars.clear();
             paces.clear();
-            std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " (attempt " << d["attempt"]
-                      << ") started\n";
+            out << "round " << d["round"] << "/" << d["total_rounds"] << " (attempt " << d["attempt"] << ") started\n";
           } else if (e.event == "round_committed") {
-            std::cout << "round " << d["round"] << "/" << d["total_rounds"] << " committed: " << d["num_updates"]
-                      << " updates, train loss " << RoundedNumber(d["train_loss"]) << "\n";
+            out << "round " << d["round"] << "/" << d["total_rounds"] << " committed: " << d["num_updates"]
+                << " updates, train loss " << RoundedNumber(d["train_loss"]) << "\n";
           } else if (e.event == "round_failed") {
-            std::cout << "round " << d["round"] << " attempt " << d["attempt"] << " failed ("
-                      << d["consecutive_failures"] << "/" << d["fault_tolerance"]
-                      << "): " << d["reason"].get<std::string>() << "\n";
+            out << "round " << d["round"] << " attempt " << d["attempt"] << " failed (" << d["consecutive_failures"]
+                << "/" << d["fault_tolerance"] << "): " << d["reason"].get<std::string>() << "\n";
           } else if (e.event == "worker_dropped") {
             const bool final_evaluation = total_rounds > 0 && d["round"].get<int64_t>() > total_rounds;
-            std::cout << "worker " << d["worker_id"] << " left "
-                      << (final_evaluation ? std::string("the final evaluation") : "round " + d["round"].dump()) << ": "
-                      << d["reason"].get<std::string>() << "\n";
+            out << "worker " << d["worker_id"] << " left "
+                << (final_evaluation ? std::string("the final evaluation") : "round " + d["round"].dump()) << ": "
+                << d["reason"].get<std::string>() << "\n";
           } else if (e.event == "update_rejected") {
-            std::cout << "update of worker " << d["worker_id"] << " rejected: " << d["reason"].get<std::string>()
-                      << "\n";
+            out << "update of worker " << d["worker_id"] << " rejected: " << d["reason"].get<std::string>() << "\n";
           } else if (e.event == "task_assigned") {
             // An evaluate task is the job's final evaluation (its round number is total_rounds + 1: not shown).
             const bool evaluate = d.value("kind", "") == "evaluate";
@@ -234,24 +243,24 @@ int Watch(const JobFlags& f) {
           } else if (e.event == "global_evaluated") {
             // Each loss names the weights it measured; the final evaluation belongs to the job's end.
             const int64_t global_round = d["global_round"].get<int64_t>();
-            std::cout << (d.value("final", false) ? "final evaluation: " : "") << "validation loss "
-                      << (global_round == 0 ? "of the starting weights" : "after round " + std::to_string(global_round))
-                      << ": " << RoundedNumber(d["validation_loss"]) << "\n";
+            out << (d.value("final", false) ? "final evaluation: " : "") << "validation loss "
+                << (global_round == 0 ? "of the starting weights" : "after round " + std::to_string(global_round))
+                << ": " << RoundedNumber(d["validation_loss"]) << "\n";
           } else if (e.event == "warning") {
-            std::cout << "warning: " << d.value("message", "") << "\n";
+            out << "warning: " << d.value("message", "") << "\n";
           } else if (e.event == "job_status") {
             const std::string status = d["status"].get<std::string>();
-            std::cout << "job " << status;
-            if (d.contains("reason")) std::cout << ": " << d["reason"].get<std::string>();
-            std::cout << "\n";
+            out << "job " << status;
+            if (d.contains("reason")) out << ": " << d["reason"].get<std::string>();
+            out << "\n";
             if (d.contains("best_round")) {
-              std::cout << "best: round " << d["best_round"] << " (validation loss after round " << d["best_round"]
-                        << ": " << RoundedNumber(d["best_validation_loss"]) << ")\n";
+              out << "best: round " << d["best_round"] << " (validation loss after round " << d["best_round"] << ": "
+                  << RoundedNumber(d["best_validation_loss"]) << ")\n";
             }
             if (status != "queued" && status != "running") final_status = status;
           }
           if (interactive) redraw_bars();
-          std::cout << std::flush;
+          out << std::flush;
           return final_status.empty();
         },
         call);
@@ -260,7 +269,14 @@ int Watch(const JobFlags& f) {
       std::cerr << "parsyn job watch: " << s.message() << " (reconnecting)\n";
     }
   }
-  if (interactive && !bars.empty()) std::cout << "\033[J";
+  if (interactive && !bars.empty()) out << "\033[J";
+  if (json_output && !final_status.empty()) {
+    auto res = (*client)->Get(JobPath(f.id, ""));
+    if (!res.ok()) return Fail("job watch", res.status());
+    auto job = res->Json();
+    if (!job.ok()) return Fail("job watch", job.status());
+    PrintJson(*job);
+  }
   return final_status == "succeeded" || final_status == "stopped" ? 0 : 1;
 }
 
@@ -273,21 +289,29 @@ int Download(const JobFlags& f) {
   if (!body.ok()) return Fail("job download", body.status());
   const std::filesystem::path out = f.out.empty() ? "job-" + std::to_string(f.id) : f.out;
   int downloaded = 0;
+  json files = json::array();
   for (const json& a : (*body)["artifacts"]) {
     const std::string name = a["name"];
     if (!f.all && name.rfind("rounds/", 0) == 0) continue;  // per-round globals only with --all
     const std::filesystem::path dest = out / name;
     std::error_code ec;
     std::filesystem::create_directories(dest.parent_path(), ec);
-    auto got = (*client)->DownloadToFile(JobPath(f.id, "/artifacts/" + name), dest);
+    http::CallOptions call;
+    TransferProgress progress(std::cerr, ShowTransferProgress(f.remote), name,
+                              a.value("size_bytes", json()).is_number_unsigned() ? a["size_bytes"].get<uint64_t>() : 0);
+    call.on_transfer = [&progress](uint64_t bytes) { progress.Update(bytes); };
+    auto got = (*client)->DownloadToFile(JobPath(f.id, "/artifacts/" + name), dest, call);
+    progress.Finish();
     if (!got.ok()) return Fail("job download", got.status());
-    std::cout << dest.string() << " (" << *got << " bytes)\n";
+    if (!JsonOutput(f.remote)) std::cout << dest.string() << " (" << *got << " bytes)\n";
+    files.push_back(json{{"name", name}, {"path", dest.string()}, {"size_bytes", *got}});
     ++downloaded;
   }
   if (downloaded == 0) {
     return Fail("job download", FailedPreconditionError("training job " + std::to_string(f.id) +
                                                         " has no result yet (no round committed)"));
   }
+  if (JsonOutput(f.remote)) PrintJson(json{{"job_id", f.id}, {"out", out.string()}, {"files", files}});
   return 0;
 }
 
@@ -347,6 +371,7 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
   CLI::App* download = add("download", "download the job's result (the adapter in PEFT layout, or the model)", true);
   download->add_option("--out", flags->out, "destination folder (default: job-<id>)");
   download->add_flag("--all", flags->all, "also every round's global");
+  AddProgressFlag(*download, flags->remote);
   download->callback([flags, &exit_code] { exit_code = Download(*flags); });
 }
 

@@ -126,4 +126,65 @@ void ProgressReporter::OnEvent(const json& event) {
   }
 }
 
+namespace {
+
+std::string Bytes(double bytes) {
+  char buffer[32];
+  if (bytes >= 1e9) {
+    std::snprintf(buffer, sizeof buffer, "%.2f GB", bytes / 1e9);
+  } else if (bytes >= 1e6) {
+    std::snprintf(buffer, sizeof buffer, "%.1f MB", bytes / 1e6);
+  } else if (bytes >= 1e3) {
+    std::snprintf(buffer, sizeof buffer, "%.1f kB", bytes / 1e3);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%.0f B", bytes);
+  }
+  return buffer;
+}
+
+}  // namespace
+
+std::string FormatTransferLine(const std::string& label, uint64_t bytes, uint64_t total_bytes, double bytes_per_second,
+                               int width) {
+  const double fraction =
+      total_bytes > 0 ? std::clamp(static_cast<double>(bytes) / static_cast<double>(total_bytes), 0.0, 1.0) : 0.0;
+  const int filled = static_cast<int>(std::floor(fraction * width));
+  std::string line = "[" + std::string(static_cast<size_t>(filled), '#') +
+                     std::string(static_cast<size_t>(width - filled), '-') + "]  " + Bytes(static_cast<double>(bytes));
+  if (total_bytes > 0) line += "/" + Bytes(static_cast<double>(total_bytes));
+  if (!std::isnan(bytes_per_second)) {
+    line += "  " + Bytes(bytes_per_second) + "/s";
+    if (total_bytes > 0 && bytes_per_second > 0) {
+      line += "  ETA " + Duration(static_cast<double>(total_bytes - std::min(bytes, total_bytes)) / bytes_per_second);
+    }
+  }
+  return line + "  " + label;
+}
+
+TransferProgress::TransferProgress(std::ostream& out, bool enabled, std::string label, uint64_t total_bytes)
+    : out_(out), enabled_(enabled), label_(std::move(label)), total_(total_bytes) {}
+
+void TransferProgress::Update(uint64_t bytes) {
+  bytes_ = bytes;
+  if (!enabled_) return;
+  const Clock::time_point now = Clock::now();
+  if (open_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  last_draw_ = now;
+  Draw();
+}
+
+void TransferProgress::Draw() {
+  const double seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+  const double rate = seconds > 0.05 ? static_cast<double>(bytes_) / seconds : std::nan("");
+  out_ << "\r" << FormatTransferLine(label_, bytes_, total_, rate) << "\033[K" << std::flush;
+  open_ = true;
+}
+
+void TransferProgress::Finish() {
+  if (!enabled_) return;
+  Draw();
+  out_ << "\n" << std::flush;
+  enabled_ = false;
+}
+
 }  // namespace parsyn::cli

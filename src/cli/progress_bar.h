@@ -36,6 +36,34 @@ class StepPace {
   Clock::time_point first_seen_;
 };
 
+// "[##########--------------]  12.3/45.6 MB  3.4 MB/s  ETA 0:10  model.safetensors": a file going up or down.
+// `total_bytes` 0 (unknown) leaves out the bar's fill and the ETA; a NaN rate (not measured yet) the rate and ETA.
+std::string FormatTransferLine(const std::string& label, uint64_t bytes, uint64_t total_bytes, double bytes_per_second,
+                               int width = 24);
+
+// A transfer's bar on `out` (stderr), redrawn in place at most ~10 times a second; nothing at all when not `enabled`
+// (stderr is not a terminal and --progress was not given), so scripts and logs stay clean.
+class TransferProgress {
+ public:
+  using Clock = std::chrono::steady_clock;
+  TransferProgress(std::ostream& out, bool enabled, std::string label, uint64_t total_bytes);
+  ~TransferProgress() { Finish(); }
+  void Update(uint64_t bytes);
+  // Draws the last state and ends the line (idempotent).
+  void Finish();
+
+ private:
+  void Draw();
+  std::ostream& out_;
+  bool enabled_;
+  std::string label_;
+  uint64_t total_ = 0;
+  uint64_t bytes_ = 0;
+  bool open_ = false;
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point last_draw_{};
+};
+
 class ProgressReporter {
  public:
   ProgressReporter(std::ostream& out, bool interactive);

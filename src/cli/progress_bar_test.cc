@@ -100,5 +100,30 @@ TEST(ProgressBarTest, InteractiveOutputRedrawsOneLine) {
   EXPECT_NE(text.find("tokens/s"), std::string::npos);
 }
 
+// Upload and download bars: bytes with their unit, the rate per second, the ETA once a rate is measured.
+TEST(ProgressBarTest, TransferLinesShowBytesRateAndEta) {
+  EXPECT_EQ(FormatTransferLine("model.safetensors", 12'300'000, 49'200'000, 3.4e6, 8),
+            "[##------]  12.3 MB/49.2 MB  3.4 MB/s  ETA 0:11  model.safetensors");
+  EXPECT_EQ(FormatTransferLine("train.jsonl", 0, 2048, std::nan(""), 4), "[----]  0 B/2.0 kB  train.jsonl");
+  EXPECT_EQ(FormatTransferLine("x", 2'500'000'000, 2'500'000'000, 5e8, 4),
+            "[####]  2.50 GB/2.50 GB  500.0 MB/s  ETA 0:00  x");
+  // No total (an artifact the list did not size): bytes and rate only.
+  EXPECT_EQ(FormatTransferLine("best/adapter", 512, 0, 1024, 4), "[----]  512 B  1.0 kB/s  best/adapter");
+
+  std::ostringstream quiet;
+  {
+    TransferProgress progress(quiet, /*enabled=*/false, "f", 10);
+    progress.Update(5);
+    progress.Finish();
+  }
+  EXPECT_EQ(quiet.str(), "");  // not a terminal and not forced: nothing at all
+  std::ostringstream shown;
+  TransferProgress progress(shown, /*enabled=*/true, "f", 10);
+  progress.Update(10);
+  progress.Finish();
+  EXPECT_NE(shown.str().find("[########################]  10 B/10 B"), std::string::npos) << shown.str();
+  EXPECT_EQ(shown.str().back(), '\n');
+}
+
 }  // namespace
 }  // namespace parsyn::cli

@@ -1,11 +1,14 @@
 #include "cli/remote.h"
 
+#include <unistd.h>
+
 #include <cctype>
 #include <cstdlib>
 #include <iostream>
 #include <utility>
 
 #include "base/text_file.h"
+#include "cli/config_file.h"
 
 namespace parsyn::cli {
 
@@ -25,51 +28,103 @@ std::string ReadFileTrimmed(const std::string& path) {
 }  // namespace
 
 void AddRemoteFlags(CLI::App& command, RemoteFlags& flags) {
-  command.add_option("--server", flags.server,
-                     "coordinator URL (default: $PARSYN_SERVER, else <data-dir>/server.json)");
-  command.add_option("--api-key", flags.api_key, "admin API key (default: $PARSYN_API_KEY, else <data-dir>/admin-key)");
+  command.add_option(
+      "--server", flags.server,
+      "coordinator URL (default: $PARSYN_SERVER, the config file's server, else <data-dir>/server.json)");
+  command.add_option("--api-key", flags.api_key,
+                     "admin API key (default: $PARSYN_API_KEY, else the key file: --key-file, $PARSYN_KEY_FILE, the "
+                     "config file's key_file, <data-dir>/admin-key)");
+  command.add_option("--key-file", flags.key_file, "a file holding the admin API key");
   command.add_option("--data-dir", flags.data_dir,
-                     "the local server's data directory (default: $PARSYN_DATA_DIR "
-                     "or ./parsyn-data)");
+                     "the local server's data directory (default: $PARSYN_DATA_DIR, the config file's data_dir, else "
+                     "./parsyn-data)");
   command.add_option("--ca-file", flags.ca_file,
                      "PEM CA certificate(s) to trust for an https:// server's certificate, besides the system's "
-                     "(default: $PARSYN_CA_FILE)");
+                     "(default: $PARSYN_CA_FILE, the config file's ca_file, else server.json's)");
+  command.add_option("--config", flags.config,
+                     "the CLI config file (default: $PARSYN_CONFIG, else $XDG_CONFIG_HOME/parsyn/config.toml or "
+                     "~/.config/parsyn/config.toml when it exists)");
+  command.add_option("--output", flags.output, "text (for people) or json (the API's JSON on stdout, for scripts)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
 }
+
+void AddProgressFlag(CLI::App& command, RemoteFlags& flags) {
+  command.add_flag("--progress", flags.progress,
+                   "show transfer progress bars on stderr even when it is not a terminal (default: only on one)");
+}
+
+bool ShowTransferProgress(const RemoteFlags& flags) { return flags.progress || isatty(STDERR_FILENO) != 0; }
 
 std::string DefaultDataDir() {
   std::string dir = Env("PARSYN_DATA_DIR");
   return dir.empty() ? "parsyn-data" : dir;
 }
 
-StatusOr<std::unique_ptr<http::Client>> ConnectToServer(const RemoteFlags& flags) {
-  const std::string data_dir = flags.data_dir.empty() ? DefaultDataDir() : flags.data_dir;
-  std::string server = !flags.server.empty() ? flags.server : Env("PARSYN_SERVER");
-  std::string ca_file = !flags.ca_file.empty() ? flags.ca_file : Env("PARSYN_CA_FILE");
-  if (server.empty()) {
-    nlohmann::json info = nlohmann::json::parse(ReadFileTrimmed(data_dir + "/server.json"), nullptr, false);
-    if (info.is_object() && info.contains("url") && info["url"].is_string()) server = info["url"];
+StatusOr<RemoteSettings> ResolveRemote(const RemoteFlags& flags) {
+  PARSYN_ASSIGN_OR_RETURN(CliConfig config, LoadCliConfig(flags.config));
+  // The first non-empty of flag, environment, config file (the order at the top of remote.h).
+  auto first = [](std::initializer_list<std::string> candidates) {
+    for (const std::string& c : candidates) {
+      if (!c.empty()) return c;
+    }
+    return std::string();
+  };
+  RemoteSettings settings;
+  settings.data_dir = first({flags.data_dir, Env("PARSYN_DATA_DIR"), config.data_dir.string(), "parsyn-data"});
+  settings.server = first({flags.server, Env("PARSYN_SERVER"), config.server});
+  settings.ca_file = first({flags.ca_file, Env("PARSYN_CA_FILE"), config.ca_file.string()});
+  if (settings.server.empty()) {
+    nlohmann::json info = nlohmann::json::parse(ReadFileTrimmed(settings.data_dir + "/server.json"), nullptr, false);
+    if (info.is_object() && info.contains("url") && info["url"].is_string()) settings.server = info["url"];
     // A local HTTPS server names its certificate file there.
-    if (ca_file.empty() && info.is_object() && info.contains("ca_file") && info["ca_file"].is_string()) {
-      ca_file = info["ca_file"];
+    if (settings.ca_file.empty() && info.is_object() && info.contains("ca_file") && info["ca_file"].is_string()) {
+      settings.ca_file = info["ca_file"];
     }
   }
-  if (server.empty()) {
-    return InvalidArgumentError("no server: pass --server URL, set PARSYN_SERVER, or run `parsyn server --data-dir " +
-                                data_dir + "` on this machine");
-  }
-  std::string key = !flags.api_key.empty() ? flags.api_key : Env("PARSYN_API_KEY");
-  if (key.empty()) key = ReadFileTrimmed(data_dir + "/admin-key");
-  if (key.empty()) {
+  if (settings.server.empty()) {
     return InvalidArgumentError(
-        "no API key: pass --api-key, set PARSYN_API_KEY, or use the data directory of a "
-        "local server (" +
-        data_dir + "/admin-key)");
+        "no server: pass --server URL, set PARSYN_SERVER, write server = \"URL\" in " +
+        (config.path.empty() ? FindCliConfig(flags.config).path.string() : config.path.string()) +
+        ", or run `parsyn server --data-dir " + settings.data_dir + "` on this machine");
   }
+  // The key itself or a file holding it, flags before the environment before the config file. A key file named
+  // anywhere must be readable: falling back to another key would hide the mistake.
+  auto read_key_file = [](const std::string& file, const std::string& named_by) -> StatusOr<std::string> {
+    StatusOr<std::string> key = ReadTrimmedTextFile(file);
+    if (key.ok() && !key->empty()) return key;
+    return NotFoundError("the admin key file " + file + " (" + named_by + ") " +
+                         (key.ok() ? "is empty" : "cannot be read"));
+  };
+  if (!flags.api_key.empty()) {
+    settings.api_key = flags.api_key;
+  } else if (!flags.key_file.empty()) {
+    PARSYN_ASSIGN_OR_RETURN(settings.api_key, read_key_file(flags.key_file, "--key-file"));
+  } else if (!Env("PARSYN_API_KEY").empty()) {
+    settings.api_key = Env("PARSYN_API_KEY");
+  } else if (!Env("PARSYN_KEY_FILE").empty()) {
+    PARSYN_ASSIGN_OR_RETURN(settings.api_key, read_key_file(Env("PARSYN_KEY_FILE"), "PARSYN_KEY_FILE"));
+  } else if (!config.key_file.empty()) {
+    PARSYN_ASSIGN_OR_RETURN(settings.api_key, read_key_file(config.key_file, "key_file in " + config.path.string()));
+  } else {
+    settings.api_key = ReadFileTrimmed(settings.data_dir + "/admin-key");
+  }
+  if (settings.api_key.empty()) {
+    return InvalidArgumentError(
+        "no API key: pass --api-key or --key-file FILE, set PARSYN_API_KEY or PARSYN_KEY_FILE, write key_file = "
+        "\"FILE\" in the config file, or use the data directory of a local server (" +
+        settings.data_dir + "/admin-key)");
+  }
+  return settings;
+}
+
+StatusOr<std::unique_ptr<http::Client>> ConnectToServer(const RemoteFlags& flags) {
+  PARSYN_ASSIGN_OR_RETURN(RemoteSettings settings, ResolveRemote(flags));
   http::ClientOptions options;
-  options.base_url = server;
-  options.bearer_token = key;
+  options.base_url = settings.server;
+  options.bearer_token = settings.api_key;
   options.unreachable_hint = "is `parsyn server` running?";
-  options.ca_file = ca_file;
+  options.ca_file = settings.ca_file;
   return std::make_unique<http::Client>(options);
 }
 
@@ -86,6 +141,21 @@ int Fail(const std::string& command, const Status& status) {
 }
 
 void PrintJson(const nlohmann::json& value) { std::cout << value.dump(2) << "\n"; }
+
+int PrintResource(const RemoteFlags& flags, const std::string& command, const std::string& path) {
+  StatusOr<std::unique_ptr<http::Client>> client = ConnectToServer(flags);
+  if (!client.ok()) return Fail(command, client.status());
+  StatusOr<http::ClientResponse> res = (*client)->Get(path);
+  if (!res.ok()) return Fail(command, res.status());
+  StatusOr<nlohmann::json> body = res->Json();
+  if (!body.ok()) return Fail(command, body.status());
+  PrintJson(*body);
+  return 0;
+}
+
+nlohmann::json ListAnswer(const std::string& field, nlohmann::json items) {
+  return nlohmann::json{{field, std::move(items)}, {"next_cursor", nullptr}};
+}
 
 StatusOr<nlohmann::json> ListAll(http::Client& client, const std::string& path, const std::string& field,
                                  int page_size) {

@@ -31,6 +31,7 @@ struct TrainFlags {
   uint64_t seed = 0;
   int64_t threads = 0;
   bool force = false;
+  std::string output = "text";
   json config_overrides = json::object();  // from the per-key flags; win over --config
 };
 
@@ -112,6 +113,17 @@ int RunTrain(const TrainFlags& f) {
   fs::remove_all(work, ec);  // best effort: a leftover work folder is harmless
   const json& done = outcome->done;
   const bool lora = fs::exists(out / "adapter_config.json");  // use_peft (on by default) wrote a PEFT adapter
+  if (f.output == "json") {
+    // What it wrote and the trainer's summary (its "done" event); the full metrics stay in training_result.json.
+    const std::string wrote = done.value("kind", "") == "tabular" ? "tabular_model" : lora ? "lora_adapter" : "model";
+    std::cout << json{{"out", out.string()},
+                      {"wrote", wrote},
+                      {"result", (out / "training_result.json").string()},
+                      {"summary", done}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
   std::cout << "trained " << done.value("steps", 0) << " steps on " << done.value("samples_used", 0) << " examples";
   if (done["mean_train_loss"].is_number()) std::cout << ", mean loss " << RoundedNumber(done["mean_train_loss"]);
   std::cout << "\n";
@@ -158,6 +170,11 @@ void AddTrainCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--device", flags->device, "cpu, cuda or cuda:N")->capture_default_str();
   cmd->add_option("--threads", flags->threads, "CPU threads for torch (0: its default)")->capture_default_str();
   cmd->add_flag("--force", flags->force, "Write into a non-empty --out folder");
+  cmd->add_option("--output", flags->output,
+                  "text (for people) or json ({\"out\", \"wrote\": lora_adapter|model|tabular_model, \"result\", "
+                  "\"summary\"} on stdout)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
 
   TrainFlags& f = *flags;
   AddConfigFlag<int64_t>(cmd, f, "epochs", "Passes over the data (when --max-steps is not given)");

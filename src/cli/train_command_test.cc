@@ -5,13 +5,16 @@
 #include <algorithm>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 
+#include "base/strings.h"
 #include "base/subprocess.h"
 #include "weights/safetensors.h"
 
@@ -25,9 +28,8 @@ struct CommandRun {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `parsyn ARGS`; its stdout, and its stderr too unless `with_stderr` is false (then stderr is dropped).
-CommandRun RunParsyn(const std::string& args, bool with_stderr = true) {
-  const std::string command = std::string(PARSYN_CLI_PATH) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+// Runs a shell command line; its stdout (add 2>&1 for stderr too).
+CommandRun RunShell(const std::string& command) {
   CommandRun run;
   FILE* pipe = popen(command.c_str(), "r");
   char buffer[4096];
@@ -36,6 +38,11 @@ CommandRun RunParsyn(const std::string& args, bool with_stderr = true) {
   const int status = pclose(pipe);
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return run;
+}
+
+// Runs `parsyn ARGS`; its stdout, and its stderr too unless `with_stderr` is false (then stderr is dropped).
+CommandRun RunParsyn(const std::string& args, bool with_stderr = true) {
+  return RunShell(std::string(PARSYN_CLI_PATH) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 class TrainCommandTest : public ::testing::Test {
@@ -50,7 +57,29 @@ class TrainCommandTest : public ::testing::Test {
     fs::create_directories(dir_);
   }
   std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  // `parsyn server --data-dir DIR` on a free loopback port, waited for until it wrote DIR/server.json.
+  void StartServer(const std::string& data_dir) {
+    SubprocessOptions server_options;
+    server_options.output = SubprocessOptions::Output::kFile;
+    server_options.output_file = dir_ / "server.log";
+    StatusOr<Subprocess> server = Subprocess::Start(
+        PARSYN_CLI_PATH, {"server", "--data-dir", data_dir, "--listen", "127.0.0.1:0"}, server_options);
+    ASSERT_TRUE(server.ok()) << server.status().message();
+    for (int i = 0; i < 600 && !fs::exists(fs::path(data_dir) / "server.json") && !server->HasExited(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    server_.emplace(*std::move(server));
+    ASSERT_TRUE(fs::exists(fs::path(data_dir) / "server.json"))
+        << "the server did not start; see " << Path("server.log");
+  }
+  void TearDown() override {
+    if (server_) {
+      server_->Terminate();
+      server_->Wait();
+    }
+  }
   fs::path dir_;
+  std::optional<Subprocess> server_;
 };
 
 TEST_F(TrainCommandTest, ModelInitThenLoraTrainingWritesPeftAdapter) {
@@ -98,8 +127,8 @@ TEST_F(TrainCommandTest, AdapterMergeWritesAFolderThatTrainLoadsBack) {
                 " --max-steps 4 --batch-size 4 --learning-rate 1e-2");
   ASSERT_EQ(train.exit_code, 0) << train.output;
   const auto adapter_config = nlohmann::json::parse(std::ifstream(dir_ / "adapter/adapter_config.json"));
-  // No _name_or_path in the initialised model's config.json: the folder's absolute path, which PEFT resolves.
-  EXPECT_EQ(adapter_config["base_model_name_or_path"], fs::weakly_canonical(dir_ / "model").string());
+  // No _name_or_path in the initialised model's config.json: the folder's name, not a path of this machine.
+  EXPECT_EQ(adapter_config["base_model_name_or_path"], "model");
   EXPECT_EQ(adapter_config["use_dora"], false);
 
   CommandRun merge = RunParsyn("adapter merge --model " + Path("model") + " --adapter " + Path("adapter") + " --out " +
@@ -159,6 +188,17 @@ TEST_F(TrainCommandTest, TabularTrainingWritesAModel) {
   ASSERT_EQ(train.exit_code, 0) << train.output;
   EXPECT_NE(train.output.find("wrote tabular model"), std::string::npos) << train.output;
   EXPECT_TRUE(fs::exists(dir_ / "tab/tabular_model.json"));
+
+  // --output json: what it wrote and the trainer's summary, alone on stdout (the progress is on stderr).
+  CommandRun json_run = RunParsyn("train --data " + Path("data.csv") + " --out " + Path("tab2") +
+                                      " --model-type logreg --epochs 2 --batch-size 8 --output json",
+                                  /*with_stderr=*/false);
+  ASSERT_EQ(json_run.exit_code, 0) << json_run.output;
+  const nlohmann::json result = nlohmann::json::parse(json_run.output, nullptr, false);
+  ASSERT_FALSE(result.is_discarded()) << json_run.output;
+  EXPECT_EQ(result["wrote"], "tabular_model");
+  EXPECT_EQ(result["out"], Path("tab2"));
+  EXPECT_GT(result["summary"].value("steps", 0), 0);
 }
 
 TEST_F(TrainCommandTest, BadInputsGiveClearErrors) {
@@ -233,16 +273,7 @@ TEST(CliUsageTest, UsageErrorsExitTwoWithAHint) {
 // `parsyn server` on a new data directory: the shipped example (ids 42 and 7) is created as it is.
 TEST_F(TrainCommandTest, JobCreateOverridesRunTheShippedExampleOnANewServer) {
   const std::string data_dir = Path("server");
-  SubprocessOptions server_options;
-  server_options.output = SubprocessOptions::Output::kFile;
-  server_options.output_file = dir_ / "server.log";
-  StatusOr<Subprocess> server =
-      Subprocess::Start(PARSYN_CLI_PATH, {"server", "--data-dir", data_dir, "--listen", "127.0.0.1:0"}, server_options);
-  ASSERT_TRUE(server.ok()) << server.status().message();
-  for (int i = 0; i < 600 && !fs::exists(dir_ / "server" / "server.json") && !server->HasExited(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_TRUE(fs::exists(dir_ / "server" / "server.json")) << "the server did not start; see " << Path("server.log");
+  ASSERT_NO_FATAL_FAILURE(StartServer(data_dir));
   const std::string remote = " --data-dir " + data_dir;
 
   ASSERT_EQ(
@@ -317,8 +348,181 @@ TEST_F(TrainCommandTest, JobCreateOverridesRunTheShippedExampleOnANewServer) {
   EXPECT_EQ(job2["spec"]["worker_selection"]["mode"], "own");
   EXPECT_EQ(job2["spec"]["worker_selection"].value("parsyn_worker_ids", nlohmann::json::array()),
             nlohmann::json::array());
-  server->Terminate();
-  server->Wait();
+}
+
+// Where the coordinator commands find the server and key: flags > environment > config file > the data directory;
+// a config file's mistakes are errors naming FILE:LINE.
+TEST_F(TrainCommandTest, ConfigFileEnvironmentAndFlagsResolveInThatOrder) {
+  const std::string data_dir = Path("server");
+  ASSERT_NO_FATAL_FAILURE(StartServer(data_dir));
+  const std::string url = nlohmann::json::parse(std::ifstream(dir_ / "server" / "server.json"))["url"];
+  fs::create_directories(dir_ / "xdg" / "parsyn");
+  const fs::path config = dir_ / "xdg" / "parsyn" / "config.toml";
+  ::setenv("XDG_CONFIG_HOME", Path("xdg").c_str(), 1);
+  for (const char* name : {"PARSYN_CONFIG", "PARSYN_SERVER", "PARSYN_API_KEY", "PARSYN_KEY_FILE", "PARSYN_DATA_DIR"}) {
+    ::unsetenv(name);
+  }
+  // Run from a folder without ./parsyn-data, so that only what the test sets can name the server.
+  const std::string cd = "cd " + Path("xdg") + " && ";
+  auto list = [&](const std::string& flags) {
+    return RunShell(cd + PARSYN_CLI_PATH + " worker list " + flags + " 2>&1");
+  };
+
+  EXPECT_NE(list("").output.find("no server"), std::string::npos);
+  // The default config file ($XDG_CONFIG_HOME/parsyn/config.toml); key_file relative to its folder.
+  fs::copy_file(dir_ / "server" / "admin-key", dir_ / "xdg" / "parsyn" / "admin-key");
+  std::ofstream(config) << "# written by the test\nserver = \"" << url << "\"\nkey_file = \"admin-key\"\n";
+  CommandRun from_config = list("");
+  EXPECT_EQ(from_config.exit_code, 0) << from_config.output;
+  EXPECT_NE(from_config.output.find("ID    NAME"), std::string::npos) << from_config.output;
+
+  // The environment beats the config file, and flags beat the environment.
+  ::setenv("PARSYN_SERVER", "http://127.0.0.1:1", 1);
+  CommandRun env_wins = list("");
+  EXPECT_EQ(env_wins.exit_code, 1);
+  EXPECT_NE(env_wins.output.find("127.0.0.1:1"), std::string::npos) << env_wins.output;
+  EXPECT_EQ(list("--server " + url).exit_code, 0);
+  ::unsetenv("PARSYN_SERVER");
+  ::setenv("PARSYN_KEY_FILE", Path("no-such-key").c_str(), 1);
+  CommandRun bad_key_file = list("");
+  EXPECT_EQ(bad_key_file.exit_code, 1);
+  EXPECT_NE(bad_key_file.output.find("the admin key file " + Path("no-such-key") + " (PARSYN_KEY_FILE) cannot be read"),
+            std::string::npos)
+      << bad_key_file.output;
+  EXPECT_EQ(list("--key-file " + Path("server/admin-key")).exit_code, 0);
+  ::unsetenv("PARSYN_KEY_FILE");
+
+  // --config and PARSYN_CONFIG name another file, which must exist; its errors name the file and line.
+  std::ofstream(dir_ / "bad.toml") << "server = \"" << url << "\"\napi_key = \"k\"\n";
+  CommandRun unknown_key = list("--config " + Path("bad.toml"));
+  EXPECT_EQ(unknown_key.exit_code, 1);
+  EXPECT_NE(unknown_key.output.find("parsyn worker list: " + Path("bad.toml") + ":2: unknown key 'api_key'"),
+            std::string::npos)
+      << unknown_key.output;
+  ::setenv("PARSYN_CONFIG", Path("missing.toml").c_str(), 1);
+  CommandRun missing = list("");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("config file " + Path("missing.toml") + " does not exist (named by PARSYN_CONFIG)"),
+            std::string::npos)
+      << missing.output;
+  ::unsetenv("PARSYN_CONFIG");
+  ::unsetenv("XDG_CONFIG_HOME");
+}
+
+// --output json: the API's JSON (or the documented object) alone on stdout, for every command that prints data;
+// progress bars only on a terminal or with --progress, and on stderr.
+TEST_F(TrainCommandTest, OutputJsonPrintsOnlyJsonOnStdout) {
+  const std::string data_dir = Path("server");
+  ASSERT_NO_FATAL_FAILURE(StartServer(data_dir));
+  const std::string remote = " --data-dir " + data_dir + " --output json";
+  // stdout alone (stderr dropped) must parse as one JSON document.
+  auto json_of = [&](const std::string& args, int exit_code = 0) {
+    CommandRun run = RunParsyn(args + remote, /*with_stderr=*/false);
+    EXPECT_EQ(run.exit_code, exit_code) << args << ": " << run.output;
+    nlohmann::json parsed = nlohmann::json::parse(run.output, nullptr, false);
+    EXPECT_FALSE(parsed.is_discarded()) << args << " printed more than JSON:\n" << run.output;
+    return parsed;
+  };
+  ASSERT_EQ(
+      RunParsyn("model init --out " + Path("model") + " --hidden-size 32 --layers 1 --heads 2 --seed 3").exit_code, 0);
+  std::ofstream data(dir_ / "train.jsonl");
+  for (int i = 0; i < 40; ++i)
+    data << R"({"prompt": "q)" << i << R"(", "completion": " a"})"
+         << "\n";
+  data.close();
+
+  const nlohmann::json model = json_of("model upload " + Path("model"));
+  EXPECT_EQ(model["id"], 1);
+  EXPECT_EQ(model["name"], "model");
+  const nlohmann::json dataset = json_of("dataset upload " + Path("train.jsonl"));
+  EXPECT_EQ(dataset["id"], 1);
+  EXPECT_EQ(dataset["row_count"], 40);
+  const nlohmann::json worker = json_of("worker register --name w1");
+  EXPECT_EQ(worker["name"], "w1");
+  EXPECT_TRUE(worker["token"].is_string());
+  json_of("worker register --name w2");
+  const nlohmann::json job = json_of("job create -f " + std::string(PARSYN_EXAMPLES_DIR) +
+                                     "/distributed-llama-finetune.json --dataset 1 --model 1 --workers 1,2 "
+                                     "--managed-workers 0");
+  EXPECT_EQ(job["id"], 1);
+  EXPECT_EQ(job["status"], "queued");
+  EXPECT_EQ(json_of("job get 1")["id"], 1);
+  EXPECT_EQ(json_of("job list")["training_jobs"][0]["id"], 1);
+  EXPECT_TRUE(json_of("job list")["next_cursor"].is_null());
+  EXPECT_EQ(json_of("worker list")["workers"].size(), 2u);
+  EXPECT_EQ(json_of("dataset list")["datasets"][0]["name"], "train.jsonl");
+  EXPECT_EQ(json_of("model list")["models"][0]["model_type"], model["model_type"]);
+  EXPECT_EQ(json_of("dataset get 1")["row_count"], 40);
+  EXPECT_EQ(json_of("model get 1")["name"], "model");
+  EXPECT_EQ(json_of("worker get 2")["name"], "w2");
+  CommandRun missing = RunParsyn("dataset get 9" + remote);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("parsyn dataset get: "), std::string::npos) << missing.output;
+  // The job ends here (cancelled), and `job watch` prints the ended job (exiting 1: it did not succeed).
+  EXPECT_EQ(json_of("job cancel 1")["id"], 1);
+  const nlohmann::json watched = json_of("job watch 1", /*exit_code=*/1);
+  EXPECT_EQ(watched["status"], "cancelled");
+
+  // Text stays the default; a bad --output value is a usage error.
+  CommandRun text = RunParsyn("dataset list --data-dir " + data_dir);
+  EXPECT_NE(text.output.find("ID    NAME"), std::string::npos) << text.output;
+  EXPECT_EQ(RunParsyn("dataset list --data-dir " + data_dir + " --output yaml").exit_code, 2);
+
+  // Transfer bars: none when stderr is not a terminal (here), shown with --progress, never on stdout.
+  CommandRun quiet = RunParsyn("dataset upload " + Path("train.jsonl") + " --name quiet --data-dir " + data_dir);
+  EXPECT_EQ(quiet.exit_code, 0) << quiet.output;
+  EXPECT_EQ(quiet.output.find("[#"), std::string::npos) << quiet.output;
+  CommandRun forced = RunShell(std::string(PARSYN_CLI_PATH) + " dataset upload " + Path("train.jsonl") +
+                               " --name forced --progress --data-dir " + data_dir + " 2>&1 >/dev/null");
+  EXPECT_EQ(forced.exit_code, 0) << forced.output;
+  EXPECT_NE(forced.output.find("[########################]"), std::string::npos) << forced.output;
+  EXPECT_NE(forced.output.find("forced"), std::string::npos) << forced.output;
+  CommandRun model_bars = RunShell(std::string(PARSYN_CLI_PATH) + " model upload " + Path("model") +
+                                   " --name again --progress --data-dir " + data_dir + " 2>&1 >/dev/null");
+  EXPECT_NE(model_bars.output.find("  config.json"), std::string::npos) << model_bars.output;
+  EXPECT_NE(model_bars.output.find("  model.safetensors"), std::string::npos) << model_bars.output;
+}
+
+// parsyn completion bash|zsh: generated from the app, so it completes the commands and options this build has.
+TEST(CliCompletionTest, BashScriptCompletesCommandsAndOptions) {
+  const fs::path script = fs::path(::testing::TempDir()) / "parsyn-completion.bash";
+  ASSERT_EQ(RunShell(std::string(PARSYN_CLI_PATH) + " completion bash > " + script.string()).exit_code, 0);
+  CommandRun syntax = RunShell("bash -n " + script.string() + " 2>&1");
+  EXPECT_EQ(syntax.exit_code, 0) << syntax.output;
+  // What bash offers for the words typed so far (the last one being completed), as `complete -F` would call it.
+  auto complete = [&](const std::string& words) {
+    CommandRun run =
+        RunShell("bash -c 'source " + script.string() + " && complete -p parsyn >/dev/null && COMP_WORDS=(" + words +
+                 ") && COMP_CWORD=$((${#COMP_WORDS[@]} - 1)) && _parsyn && "
+                 "echo \"${COMPREPLY[*]}\"' 2>&1");
+    EXPECT_EQ(run.exit_code, 0) << words << ": " << run.output;
+    return std::string(Trim(run.output));
+  };
+  EXPECT_EQ(complete("parsyn jo"), "job");
+  EXPECT_EQ(complete("parsyn job cr"), "create");
+  EXPECT_EQ(complete("parsyn job create --da"), "--data-dir --dataset");
+  EXPECT_EQ(complete("parsyn dataset upload --out"), "--output");
+  EXPECT_EQ(complete("parsyn comp"), "completion");
+  EXPECT_EQ(complete("parsyn worker register --name gpu-1 --ki"), "--kind");
+  // After an option that takes a value, the shell's own (file name) completion: nothing offered here.
+  EXPECT_EQ(complete("parsyn job create -f \"\""), "");
+  EXPECT_EQ(RunParsyn("completion fish").exit_code, 2);
+}
+
+TEST(CliCompletionTest, ZshScriptHasTheSameTables) {
+  CommandRun zsh = RunParsyn("completion zsh", /*with_stderr=*/false);
+  ASSERT_EQ(zsh.exit_code, 0) << zsh.output;
+  EXPECT_EQ(zsh.output.rfind("#compdef parsyn\n", 0), 0u) << zsh.output;
+  EXPECT_NE(zsh.output.find("    \"job\") echo \"create list get watch stop cancel download\" ;;"), std::string::npos)
+      << zsh.output;
+  EXPECT_NE(zsh.output.find("compdef _parsyn parsyn"), std::string::npos);
+  EXPECT_NE(zsh.output.find("compadd -a candidates"), std::string::npos);
+  if (RunShell("command -v zsh >/dev/null").exit_code == 0) {  // a real check where zsh is installed
+    const fs::path script = fs::path(::testing::TempDir()) / "_parsyn";
+    std::ofstream(script) << zsh.output;
+    CommandRun syntax = RunShell("zsh -n " + script.string() + " 2>&1");
+    EXPECT_EQ(syntax.exit_code, 0) << syntax.output;
+  }
 }
 
 }  // namespace

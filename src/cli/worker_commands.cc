@@ -1,4 +1,5 @@
-// parsyn worker register --name N [--kind own|managed] [--ca-cert CA.pem --ca-key CA.key [--cert-out DIR]] | list
+// parsyn worker register --name N [--kind own|managed] [--ca-cert CA.pem --ca-key CA.key [--cert-out DIR]]
+//              | list | get ID
 // With --ca-cert/--ca-key, register also issues the worker's client certificate for a coordinator with mutual TLS
 // (`parsyn server --client-ca CA.pem`): a new key and a certificate for "worker-<id>" signed by that CA, valid for a
 // year (coordinator/auth.h IssueWorkerCertificate), written as DIR/worker-<id>.pem and DIR/worker-<id>.key (0600).
@@ -22,27 +23,26 @@ struct WorkerFlags {
   std::string ca_cert;
   std::string ca_key;
   std::string cert_out = ".";
+  int64_t id = 0;
 };
 
-// Issues and writes worker `id`'s client certificate (see the top of the file); prints where it went.
-int WriteWorkerCertificate(const WorkerFlags& f, int64_t id) {
+struct CertificateFiles {
+  std::filesystem::path cert, key;
+};
+
+// Issues and writes worker `id`'s client certificate (see the top of the file).
+StatusOr<CertificateFiles> WriteWorkerCertificate(const WorkerFlags& f, int64_t id) {
   StatusOr<coordinator::IssuedCertificate> issued = coordinator::IssueWorkerCertificate(f.ca_cert, f.ca_key, id);
   if (!issued.ok()) {
-    return Fail("worker register",
-                issued.status().WithContext("worker " + std::to_string(id) + " is registered, but its certificate"));
+    return issued.status().WithContext("worker " + std::to_string(id) + " is registered, but its certificate");
   }
   const std::filesystem::path dir(f.cert_out);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  const std::filesystem::path cert = dir / (issued->identity + ".pem");
-  const std::filesystem::path key = dir / (issued->identity + ".key");
-  if (Status s = WriteFileAtomically(key, issued->private_key_pem, 0600); !s.ok()) return Fail("worker register", s);
-  if (Status s = WriteFileAtomically(cert, issued->certificate_pem, 0644); !s.ok()) return Fail("worker register", s);
-  std::cout << "client certificate for " << issued->identity << " (valid one year): " << cert.string() << "\n"
-            << "its private key (keep it on the worker, 0600): " << key.string() << "\n"
-            << "run: parsyn worker --server https://... --token ... --cert " << cert.string() << " --key "
-            << key.string() << " [--ca-file the coordinator's CA]\n";
-  return 0;
+  CertificateFiles files{dir / (issued->identity + ".pem"), dir / (issued->identity + ".key")};
+  PARSYN_RETURN_IF_ERROR(WriteFileAtomically(files.key, issued->private_key_pem, 0600));
+  PARSYN_RETURN_IF_ERROR(WriteFileAtomically(files.cert, issued->certificate_pem, 0644));
+  return files;
 }
 
 int Register(const WorkerFlags& f) {
@@ -61,9 +61,29 @@ int Register(const WorkerFlags& f) {
   if (!res.ok()) return Fail("worker register", res.status());
   auto w = res->Json();
   if (!w.ok()) return Fail("worker register", w.status());
+  if (JsonOutput(f.remote)) {
+    // The API's worker (its token included), and where the client certificate went when one was issued.
+    json out = *w;
+    if (!f.ca_cert.empty()) {
+      StatusOr<CertificateFiles> files = WriteWorkerCertificate(f, (*w)["id"].get<int64_t>());
+      if (!files.ok()) return Fail("worker register", files.status());
+      out["certificate_file"] = files->cert.string();
+      out["certificate_key_file"] = files->key.string();
+    }
+    PrintJson(out);
+    return 0;
+  }
   std::cout << "worker " << (*w)["id"] << " '" << (*w)["name"].get<std::string>() << "' registered\n"
             << "token (shown once; pass it to `parsyn worker`): " << (*w)["token"].get<std::string>() << "\n";
-  if (!f.ca_cert.empty()) return WriteWorkerCertificate(f, (*w)["id"].get<int64_t>());
+  if (!f.ca_cert.empty()) {
+    StatusOr<CertificateFiles> files = WriteWorkerCertificate(f, (*w)["id"].get<int64_t>());
+    if (!files.ok()) return Fail("worker register", files.status());
+    const std::string identity = files->cert.stem().string();
+    std::cout << "client certificate for " << identity << " (valid one year): " << files->cert.string() << "\n"
+              << "its private key (keep it on the worker, 0600): " << files->key.string() << "\n"
+              << "run: parsyn worker --server https://... --token ... --cert " << files->cert.string() << " --key "
+              << files->key.string() << " [--ca-file the coordinator's CA]\n";
+  }
   return 0;
 }
 
@@ -72,6 +92,10 @@ int List(const WorkerFlags& f) {
   if (!client.ok()) return Fail("worker list", client.status());
   StatusOr<json> workers = ListAll(**client, "/api/v1/workers", "workers");
   if (!workers.ok()) return Fail("worker list", workers.status());
+  if (JsonOutput(f.remote)) {
+    PrintJson(ListAnswer("workers", *std::move(workers)));
+    return 0;
+  }
   std::cout << std::left << std::setw(6) << "ID" << std::setw(20) << "NAME" << std::setw(9) << "KIND" << std::setw(9)
             << "STATUS" << std::setw(6) << "JOB"
             << "DEVICE\n";
@@ -102,6 +126,12 @@ void AddWorkerRegisterCommands(CLI::App& app, int& exit_code) {
   CLI::App* list = group->add_subcommand("list", "list workers");
   AddRemoteFlags(*list, flags->remote);
   list->callback([flags, &exit_code] { exit_code = List(*flags); });
+  CLI::App* get = group->add_subcommand("get", "show a worker (its JSON)");
+  AddRemoteFlags(*get, flags->remote);
+  get->add_option("id", flags->id, "worker id")->required();
+  get->callback([flags, &exit_code] {
+    exit_code = PrintResource(flags->remote, "worker get", "/api/v1/workers/" + std::to_string(flags->id));
+  });
 }
 
 }  // namespace parsyn::cli

@@ -96,14 +96,21 @@ class SseParser {
 // DownloadToFile's sink: the body into a file, truncated at each attempt.
 class FileSink final : public net::ResponseSink {
  public:
-  explicit FileSink(std::filesystem::path path) : path_(std::move(path)) {}
+  FileSink(std::filesystem::path path, std::function<void(uint64_t)> on_transfer)
+      : path_(std::move(path)), on_transfer_(std::move(on_transfer)) {}
   Status Begin() override {
     out_.reset(std::fopen(path_.c_str(), "wb"));
     if (!out_) return InternalError("cannot create '" + path_.string() + "': " + std::strerror(errno));
+    received_ = 0;
+    if (on_transfer_) on_transfer_(0);
     return Status::Ok();
   }
   bool Write(std::string_view bytes) override {
-    if (std::fwrite(bytes.data(), 1, bytes.size(), out_.get()) == bytes.size()) return true;
+    if (std::fwrite(bytes.data(), 1, bytes.size(), out_.get()) == bytes.size()) {
+      received_ += bytes.size();
+      if (on_transfer_) on_transfer_(received_);
+      return true;
+    }
     write_failed_ = true;
     write_errno_ = errno;
     return false;
@@ -115,9 +122,35 @@ class FileSink final : public net::ResponseSink {
 
  private:
   std::filesystem::path path_;
+  std::function<void(uint64_t)> on_transfer_;
+  uint64_t received_ = 0;
   File out_;
   bool write_failed_ = false;
   int write_errno_ = 0;
+};
+
+// An upload's body that reports the bytes read from it so far (CallOptions::on_transfer).
+class ReportingBody final : public net::RequestBody {
+ public:
+  ReportingBody(std::unique_ptr<net::RequestBody> body, std::function<void(uint64_t)> on_transfer)
+      : body_(std::move(body)), on_transfer_(std::move(on_transfer)) {}
+  Status Rewind() override {
+    sent_ = 0;
+    Status s = body_->Rewind();
+    if (s.ok()) on_transfer_(0);
+    return s;
+  }
+  uint64_t size() const override { return body_->size(); }
+  StatusOr<size_t> Read(char* out, size_t n) override {
+    StatusOr<size_t> read = body_->Read(out, n);
+    if (read.ok() && *read > 0) on_transfer_(sent_ += *read);
+    return read;
+  }
+
+ private:
+  std::unique_ptr<net::RequestBody> body_;
+  std::function<void(uint64_t)> on_transfer_;
+  uint64_t sent_ = 0;
 };
 
 // ReadEvents' sink: the body through an SSE parser to the caller's callback.
@@ -242,6 +275,7 @@ StatusOr<ClientResponse> Client::Send(Method method, std::string_view path, std:
 StatusOr<ClientResponse> Client::UploadFile(Method method, std::string_view path, const std::filesystem::path& file,
                                             std::string content_type, CallOptions call) {
   std::unique_ptr<net::RequestBody> source = net::FileBody(file);
+  if (call.on_transfer) source = std::make_unique<ReportingBody>(std::move(source), call.on_transfer);
   return Execute(method, path, call, source.get(), content_type, nullptr, true);
 }
 
@@ -249,13 +283,14 @@ StatusOr<ClientResponse> Client::UploadFileRange(Method method, std::string_view
                                                  const std::filesystem::path& file, uint64_t offset, uint64_t length,
                                                  std::string content_type, CallOptions call) {
   std::unique_ptr<net::RequestBody> source = net::FileBody(file, offset, length);
+  if (call.on_transfer) source = std::make_unique<ReportingBody>(std::move(source), call.on_transfer);
   return Execute(method, path, call, source.get(), content_type, nullptr, true);
 }
 
 StatusOr<uint64_t> Client::DownloadToFile(std::string_view path, const std::filesystem::path& dest, CallOptions call) {
   std::filesystem::path part = dest;
   part += ".part";
-  FileSink sink(part);
+  FileSink sink(part, call.on_transfer);
   StatusOr<ClientResponse> response = Execute(Method::kGet, path, call, nullptr, "", &sink, true);
   if (response.ok() && sink.write_failed()) {
     response = InternalError("GET " + net::WithoutQuery(Url(path)) +

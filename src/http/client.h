@@ -58,6 +58,9 @@ struct CallOptions {
   std::optional<std::chrono::milliseconds> timeout{};  // replaces ClientOptions::timeout (e.g. a long-poll)
   std::vector<std::pair<std::string, std::string>> headers{};
   std::stop_token stop{};  // a stop request aborts the call (within about a second) with Cancelled
+  // UploadFile/UploadFileRange/DownloadToFile: called on the calling thread as the body moves, with the bytes sent or
+  // received so far in this attempt (a retry starts again from 0); for progress bars.
+  std::function<void(uint64_t bytes)> on_transfer{};
 };
 
 struct ClientResponse {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -182,6 +183,48 @@ TEST(ClientTest, UploadFileRangeSendsExactlyTheRangeAgainOnEveryAttempt) {
   ASSERT_TRUE(client.UploadFileRange(Method::kPut, "/part", file, 90, 10).ok());
   ASSERT_EQ(bodies.size(), 1u);
   EXPECT_EQ(bodies[0], "mnopqrstuv");
+}
+
+// on_transfer (the CLI's progress bars): the bytes moved so far, from 0 again on a retry, ending at the whole body.
+TEST(ClientTest, OnTransferReportsTheBytesOfUploadsAndDownloads) {
+  net::io_context io;
+  Router router;
+  int failures_left = 1;
+  std::string stored;
+  ASSERT_TRUE(router
+                  .Add(Method::kPut, "/file",
+                       [&](Request& req) -> Awaitable<Response> {
+                         if (failures_left-- > 0) co_return Response::Error(UnavailableError("busy"));
+                         stored = req.body;
+                         co_return Response::Text(200, "");
+                       })
+                  .ok());
+  ASSERT_TRUE(
+      router.Add(Method::kGet, "/file", [&](Request&) -> Awaitable<Response> { co_return Response::Text(200, stored); })
+          .ok());
+  TestServer ts(io, std::move(router));
+  Client client(FastRetries(ts.url()));
+  const std::filesystem::path file = WriteFile("transfer.bin", 300'000);
+
+  std::vector<uint64_t> sent;
+  CallOptions up;
+  up.on_transfer = [&sent](uint64_t bytes) { sent.push_back(bytes); };
+  ASSERT_TRUE(client.UploadFile(Method::kPut, "/file", file, "application/octet-stream", up).ok());
+  ASSERT_FALSE(sent.empty());
+  EXPECT_EQ(sent.back(), 300'000u);
+  EXPECT_EQ(std::count(sent.begin(), sent.end(), 0u), 2);  // each attempt starts from 0
+  EXPECT_TRUE(std::is_sorted(std::find(sent.begin() + 1, sent.end(), 0u), sent.end()));
+
+  std::vector<uint64_t> received;
+  CallOptions down;
+  down.on_transfer = [&received](uint64_t bytes) { received.push_back(bytes); };
+  auto got = client.DownloadToFile("/file", file.string() + ".copy", down);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, 300'000u);
+  ASSERT_GE(received.size(), 2u);
+  EXPECT_EQ(received.front(), 0u);
+  EXPECT_EQ(received.back(), 300'000u);
+  EXPECT_TRUE(std::is_sorted(received.begin(), received.end()));
 }
 
 TEST(ClientTest, UploadFileRangeRefusesRangesPastTheEndAndMissingFiles) {

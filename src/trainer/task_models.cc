@@ -3,6 +3,7 @@
 #include "trainer/causal_lm.h"
 #include "trainer/model_init.h"
 #include "trainer/peft_io.h"
+#include "weights/peft_config.h"
 
 namespace parsyn::trainer {
 
@@ -44,11 +45,8 @@ StatusOr<LanguageModelBundle> LoadLanguageModel(const std::filesystem::path& mod
 
   CausalLm* lm = model.get();
   const weights::DType checkpoint_dtype = CheckpointDType(llama);
-  // The folder as an absolute path, where PEFT's from_pretrained finds it on this machine, unless config.json names
-  // a Hub id (docs/training.md, "Adapters").
-  std::error_code ec;
-  const std::filesystem::path absolute_dir = std::filesystem::weakly_canonical(model_dir, ec);
-  const std::string base_model = data::BaseModelNameOrPath(llama, (ec ? model_dir : absolute_dir).string());
+  // config.json's Hub id, else the folder's name (docs/training.md, "Adapters").
+  const std::string base_model = weights::PeftBaseModelName(llama.name_or_path, model_dir);
   bundle.save_model_dir = [lm, model_dir, checkpoint_dtype, base_model](const std::filesystem::path& dir) -> Status {
     if (lm->uses_lora()) return SaveAdapter(lm->model(), dir, base_model);
     return WriteModelFolder(lm->model(), dir, checkpoint_dtype, model_dir);

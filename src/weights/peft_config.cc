@@ -112,6 +112,15 @@ StatusOr<PeftLoraConfig> ParseJson(const Json& j) {
 
 }  // namespace
 
+std::string PeftBaseModelName(std::string_view config_name_or_path, const std::filesystem::path& model_dir) {
+  if (!config_name_or_path.empty()) return std::string(config_name_or_path);
+  std::error_code ec;
+  std::filesystem::path folder = std::filesystem::absolute(model_dir, ec).lexically_normal();
+  if (ec) folder = model_dir.lexically_normal();
+  if (folder.filename().empty()) folder = folder.parent_path();  // "my-model/" ends in an empty part
+  return folder.filename().string();
+}
+
 std::string PeftAdapterConfigJson(const PeftLoraConfig& config) {
   Json j = Json::object();  // std::map: keys sorted, as PEFT's json.dumps(sort_keys=True)
   j["peft_type"] = "LORA";

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,9 +25,15 @@ struct PeftLoraConfig {
   // Any of kLoraModules (lora_layout.h) or "all-linear"; written and read back in kLoraModules order, expanded.
   std::vector<std::string> target_modules = {"q_proj", "v_proj"};
   // What a user resolves the base model by: its config.json's _name_or_path (a Hub id) when it has one, else the
-  // model folder's path (`parsyn train`) or the model's registered name (federated jobs); data::BaseModelNameOrPath.
+  // model folder's name (`parsyn train`: PeftBaseModelName) or the model's registered name (federated jobs, whose
+  // default is the folder's name too; data::BaseModelNameOrPath).
   std::string base_model_name_or_path;
 };
+
+// base_model_name_or_path for the base model in folder `model_dir` (docs/training.md, "Adapters"): its config.json's
+// `_name_or_path` when it has one (a Hub id PEFT, vLLM and AutoPeftModel resolve), else the folder's name (its last
+// path part, "my-model" for "./my-model/"), which names the model on any machine rather than a path on this one.
+std::string PeftBaseModelName(std::string_view config_name_or_path, const std::filesystem::path& model_dir);
 
 // adapter_config.json text (indented, keys sorted as PEFT writes them, newline-terminated).
 std::string PeftAdapterConfigJson(const PeftLoraConfig& config);

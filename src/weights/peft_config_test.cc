@@ -101,5 +101,13 @@ TEST(PeftAdapterConfigTest, ReadsWhatPeftWritesAndRejectsOptionsWeDoNotImplement
   EXPECT_TRUE(ParsePeftAdapterConfig(newer.dump()).ok());
 }
 
+// base_model_name_or_path: the Hub id config.json names, else the folder's name, never a path of this machine.
+TEST(PeftAdapterConfigTest, BaseModelNameIsTheHubIdElseTheFolderName) {
+  EXPECT_EQ(PeftBaseModelName("meta-llama/Llama-3.2-1B", "/models/llama"), "meta-llama/Llama-3.2-1B");
+  EXPECT_EQ(PeftBaseModelName("", "/home/u/models/my-model"), "my-model");
+  EXPECT_EQ(PeftBaseModelName("", "models/my-model/"), "my-model");
+  EXPECT_EQ(PeftBaseModelName("", "./my-model/."), "my-model");
+}
+
 }  // namespace
 }  // namespace parsyn::weights

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include <set>
 #include <thread>
 
+#include "base/subprocess.h"
 #include "e2e_harness.h"
 #include "http/signed_url.h"
 
@@ -310,6 +312,173 @@ TEST_F(TlsTest, PlainHttpBeyondLoopbackNeedsInsecure) {
   ASSERT_TRUE(health.ok()) << health.status().ToString() << "\n" << ReadText(log);
   EXPECT_EQ(*health->Json(), json({{"status", "ok"}, {"tls", false}, {"insecure", true}}));
   EXPECT_TRUE(Contains(ReadText(log), "WARNING: --insecure")) << ReadText(log);
+}
+
+// The README's "Running a job across several machines" recipe, run as written: its ```sh block is read from README.md
+// here (so this test breaks when the README changes) and run by bash with `parsyn` on PATH. What this machine
+// cannot do as written is adapted, and only that:
+//   - one machine plays them all: 0.0.0.0:8443 and coordinator.example:8443 become 127.0.0.1:<free port> (a test
+//     listens on loopback only, and the example host has no DNS); /var/lib/parsyn becomes a folder of the test;
+//   - --device cuda:0 becomes --device cpu (no GPU needed);
+//   - step 3 ("each worker machine") runs twice, the second time as gpu-box-2 with certs/worker-2.*, since the job
+//     asks for workers 1,2;
+//   - `parsyn` is a wrapper around the built binary that starts `parsyn server` and `parsyn worker --server ...` (each
+//     on its own machine in the recipe) in the background, each worker with a HOME of its own (as on its own machine:
+//     two workers sharing one ~/.cache/parsyn collide), and passes the token the last `worker register` printed
+//     where the recipe says TOKEN;
+//   - the example job is 10 rounds of 500 steps: once round 1 commits, the test stops it (POST .../stop, as `parsyn
+//     job stop 1` would from another terminal), so `parsyn job watch 1` ends and `parsyn job download 1` runs.
+// The certificates (ca.pem/ca.key, server.pem/server.key for 127.0.0.1), train.jsonl and ./my-model are made first in
+// the folder the recipe runs in; HOME is a folder of the test, where step 2 writes the config file.
+TEST_F(TlsTest, ReadmeMultiMachineRecipeRunsVerbatim) {
+  const std::string readme = ReadText(fs::path(PARSYN_SOURCE_DIR) / "README.md");
+  const size_t section = readme.find("## Running a job across several machines");
+  ASSERT_NE(section, std::string::npos) << "README.md has no multi-machine recipe";
+  const size_t open = readme.find("```sh\n", section);
+  ASSERT_NE(open, std::string::npos);
+  const size_t close = readme.find("\n```", open + 6);
+  ASSERT_NE(close, std::string::npos);
+  std::string recipe = readme.substr(open + 6, close - open - 5);
+
+  const int port = FreePort();
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  const fs::path var_lib = tmp_.path() / "var-lib-parsyn";
+  auto replace_all = [](std::string text, const std::string& from, const std::string& to) {
+    EXPECT_NE(text.find(from), std::string::npos) << "the README's recipe no longer has '" << from << "'";
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+      text.replace(at, from.size(), to);
+    }
+    return text;
+  };
+  recipe = replace_all(recipe, "0.0.0.0:8443", address);
+  recipe = replace_all(recipe, "coordinator.example:8443", address);
+  recipe = replace_all(recipe, "/var/lib/parsyn", var_lib.string());
+  recipe = replace_all(recipe, "--device cuda:0", "--device cpu");
+  // Step 3 again for a second worker machine.
+  const size_t step3 = recipe.find("\n# 3. ");
+  const size_t step4 = recipe.find("\n# 4. ");
+  ASSERT_TRUE(step3 != std::string::npos && step4 != std::string::npos) << recipe;
+  std::string second_worker = recipe.substr(step3, step4 - step3);
+  second_worker = replace_all(second_worker, "gpu-box-1", "gpu-box-2");
+  second_worker = replace_all(second_worker, "worker-1.", "worker-2.");
+  recipe.insert(step4, second_worker);
+
+  // The recipe's folder: certificates, data and model as its steps expect them, and examples/ beside them.
+  const fs::path work = pki_;
+  WriteLearnableText(work / "train.jsonl", 64);
+  ASSERT_NO_FATAL_FAILURE(InitTinyLlama(work / "my-model"));
+  fs::create_directory_symlink(fs::path(PARSYN_SOURCE_DIR) / "examples", work / "examples");
+  const fs::path bin = tmp_.path() / "bin";
+  const fs::path state = tmp_.path() / "recipe-state";
+  fs::create_directories(bin);
+  fs::create_directories(state);
+  fs::create_directories(tmp_.path() / "home");
+  std::ofstream(bin / "parsyn") << "#!/usr/bin/env bash\n"
+                                << "real='" << PARSYN_BIN << "'\nstate='" << state.string() << "'\n"
+                                << R"sh(if [[ "$1" == server ]]; then
+  "$real" "$@" >>"$state/server.log" 2>&1 &
+  echo $! >>"$state/pids"
+  for _ in $(seq 600); do grep -q 'listening on' "$state/server.log" && exit 0; sleep 0.1; done
+  exit 1
+fi
+if [[ "$1" == worker && "$2" == --server ]]; then
+  args=()
+  for a in "$@"; do [[ "$a" == TOKEN ]] && a=$(cat "$state/token"); args+=("$a"); done
+  machine="$state/machine-$(wc -l <"$state/pids")"  # its own HOME, so its own ~/.cache/parsyn
+  mkdir -p "$machine"
+  HOME="$machine" "$real" "${args[@]}" >>"$machine.log" 2>&1 &
+  echo $! >>"$state/pids"
+  exit 0
+fi
+if [[ "$1" == worker && "$2" == register ]]; then
+  "$real" "$@" | tee "$state/register.out"
+  rc=${PIPESTATUS[0]}
+  sed -n 's/^token (shown once[^)]*): //p' "$state/register.out" >"$state/token"
+  exit "$rc"
+fi
+exec "$real" "$@"
+)sh";
+  fs::permissions(bin / "parsyn", fs::perms::owner_all);
+  std::ofstream(tmp_.path() / "recipe.sh") << "set -euo pipefail\ncd '" << work.string() << "'\n" << recipe;
+
+  SubprocessOptions options;
+  options.output = SubprocessOptions::Output::kFile;
+  options.output_file = tmp_.path() / "recipe.log";
+  options.environment = {{"PATH", bin.string() + ":" + std::getenv("PATH")},
+                         {"HOME", (tmp_.path() / "home").string()},
+                         {"XDG_CONFIG_HOME", ""},
+                         {"PARSYN_CONFIG", ""},
+                         {"PARSYN_SERVER", ""},
+                         {"PARSYN_API_KEY", ""},
+                         {"PARSYN_KEY_FILE", ""},
+                         {"PARSYN_CA_FILE", ""},
+                         {"PARSYN_DATA_DIR", ""}};
+  StatusOr<Subprocess> script = Subprocess::Start("/bin/bash", {(tmp_.path() / "recipe.sh").string()}, options);
+  ASSERT_TRUE(script.ok()) << script.status().message();
+  // The processes the wrapper started in the background, ended whatever happens below.
+  struct EndBackground {
+    fs::path pids;
+    ~EndBackground() {
+      std::ifstream in(pids);
+      for (pid_t pid; in >> pid;) {
+        ::kill(pid, SIGTERM);
+        for (int i = 0; i < 100 && ::kill(pid, 0) == 0; ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        ::kill(pid, SIGKILL);
+      }
+    }
+  } end_background{state / "pids"};
+
+  // Once round 1 of job 1 commits, stop the job (10 rounds of 500 steps are more than a test needs).
+  const auto deadline = std::chrono::steady_clock::now() + seconds(480);
+  std::unique_ptr<http::Client> admin;
+  bool stopped = false;
+  while (!script->HasExited() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    if (stopped) continue;
+    if (!admin && fs::exists(var_lib / "admin-key")) {
+      http::ClientOptions admin_options;
+      admin_options.base_url = "https://" + address;
+      admin_options.max_attempts = 1;
+      admin_options.bearer_token = ReadText(var_lib / "admin-key");
+      while (!admin_options.bearer_token.empty() && std::isspace(admin_options.bearer_token.back())) {
+        admin_options.bearer_token.pop_back();
+      }
+      admin_options.ca_file = Pki("ca.pem");
+      admin = std::make_unique<http::Client>(admin_options);
+    }
+    if (!admin) continue;
+    StatusOr<http::ClientResponse> job = admin->Get("/api/v1/training-jobs/1");
+    StatusOr<json> body = job.ok() ? job->Json() : StatusOr<json>(job.status());
+    if (body.ok() && body->value("committed_round", 0) >= 1) {
+      EXPECT_TRUE(admin->PostJson("/api/v1/training-jobs/1/stop", json::object()).ok());
+      stopped = true;
+    }
+  }
+  if (!script->HasExited()) script->Kill();
+  const int exit_code = script->Wait();
+  const std::string output = ReadText(tmp_.path() / "recipe.log");
+  auto logs = [&] {
+    std::string all = "---- recipe ----\n" + output;
+    for (const auto& entry : fs::directory_iterator(state)) {
+      if (entry.path().extension() == ".log")
+        all += "---- " + entry.path().filename().string() + " ----\n" + ReadText(entry.path());
+    }
+    return all;
+  };
+  ASSERT_EQ(exit_code, 0) << logs();
+  EXPECT_TRUE(stopped) << logs();
+  EXPECT_TRUE(Contains(output, "worker 1 'gpu-box-1' registered")) << logs();
+  EXPECT_TRUE(Contains(output, "worker 2 'gpu-box-2' registered")) << logs();
+  EXPECT_TRUE(Contains(output, "created training job 1")) << logs();
+  EXPECT_TRUE(Contains(output, "round 1/10 committed")) << logs();
+  EXPECT_TRUE(Contains(output, "job stopped")) << logs();
+  EXPECT_TRUE(fs::exists(work / "adapter" / "adapter_model.safetensors")) << logs();
+  const json adapter_config = json::parse(ReadText(work / "adapter" / "adapter_config.json"), nullptr, false);
+  EXPECT_EQ(adapter_config.value("peft_type", ""), "LORA") << logs();
+  EXPECT_EQ(adapter_config.value("r", 0), 16);  // the example's lora_r
+  // The config file step 2 wrote is what the CLI used: server and key came from nowhere else.
+  EXPECT_TRUE(fs::exists(tmp_.path() / "home" / ".config" / "parsyn" / "config.toml"));
 }
 
 }  // namespace
