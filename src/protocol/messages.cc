@@ -5,6 +5,7 @@
 #include <limits>
 #include <span>
 
+#include "protocol/field_reader.h"
 #include "protocol/json_fields.h"
 
 namespace parsyn::protocol {
@@ -291,6 +292,14 @@ StatusOr<Task> ParseTask(const json& body) {
       f.AddProblem(parsed.status().message());
     }
   }
+  if (std::optional<double> mu = f.Number("proximal_mu", false)) {
+    if (*mu >= 0 && *mu <= kMaxProximalMu) {
+      t.proximal_mu = *mu;
+    } else {
+      f.AddProblem("'proximal_mu' (FedProx's mu) must be in 0.." + FieldReader::FormatNumber(kMaxProximalMu) +
+                   ", got " + FieldReader::FormatNumber(*mu));
+    }
+  }
   t.deadline_unix_ms = f.Int("deadline_unix_ms", false, 0, kMaxInt).value_or(0);
   if (std::optional<JsonFields> g = Nested(f, "global_weights", true)) {
     t.global_weights.url = g->String("url", true, kMaxUrlBytes).value_or("");
@@ -403,6 +412,7 @@ json TaskToJson(const Task& t) {
   }
   if (t.data_source == DataSource::kWorkers) out["data"] = json::object();  // the worker's own file: no URLs
   if (t.update_upload) out["update_upload"] = UpdateUploadToJson(*t.update_upload);
+  if (t.proximal_mu != 0) out["proximal_mu"] = t.proximal_mu;  // absent for FedAvg: older workers read the same task
   return out;
 }
 

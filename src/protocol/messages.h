@@ -178,6 +178,9 @@ struct Task {
   uint64_t seed = 0;  // this task's own seed (all 64 bits used)
   int64_t steps_per_round = 0;
   TrainingConfig config;
+  // FedProx: the trainer adds proximal_mu/2 * ||w - w_global||^2 over the trainable weights to its loss (w_global:
+  // this task's global). 0..kMaxProximalMu; 0 (the default, absent from the JSON) is plain FedAvg training.
+  double proximal_mu = 0;
   int64_t deadline_unix_ms = 0;
   TaskGlobalWeights global_weights;
   DataSource data_source = DataSource::kPlatform;  // JSON "data_source"; absent reads as "platform"

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <utility>
+
 namespace parsyn::protocol {
 namespace {
 
@@ -77,6 +80,41 @@ TEST(TaskMessageTest, ReadsTheCoordinatorsTaskAndWritesItBackByteForByte) {
   evaluate["kind"] = "evaluate";
   evaluate.erase("update_upload");
   EXPECT_EQ(TaskToJson(*ParseTask(evaluate)).dump(), evaluate.dump());
+}
+
+// FedProx's mu rides on the task: absent (0, plain FedAvg) on the wire unless set, so FedAvg tasks keep their bytes.
+TEST(TaskMessageTest, CarriesProximalMuOnlyWhenSet) {
+  const json wire = CoordinatorTask();
+  EXPECT_FALSE(wire.contains("proximal_mu"));
+  EXPECT_EQ(ParseTask(wire)->proximal_mu, 0);
+  EXPECT_FALSE(TaskToJson(*ParseTask(wire)).contains("proximal_mu"));
+
+  json fedprox = wire;
+  fedprox["proximal_mu"] = 0.01;
+  auto task = ParseTask(fedprox);
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  EXPECT_DOUBLE_EQ(task->proximal_mu, 0.01);
+  EXPECT_EQ(TaskToJson(*task).dump(), fedprox.dump());
+  EXPECT_EQ(*ParseTask(TaskToJson(*task)), *task);
+  fedprox["proximal_mu"] = kMaxProximalMu;  // the bound itself is allowed
+  EXPECT_TRUE(ParseTask(fedprox).ok());
+  fedprox["proximal_mu"] = 0;  // an explicit 0 is FedAvg too
+  EXPECT_EQ(ParseTask(fedprox)->proximal_mu, 0);
+
+  const std::pair<json, std::string> bad[] = {
+      {-0.5, "'proximal_mu' (FedProx's mu) must be in 0..1e+06, got -0.5"},
+      {2e6, "'proximal_mu' (FedProx's mu) must be in 0..1e+06, got 2e+06"},
+      {std::nan(""), "'proximal_mu' must be finite"},
+      {"0.1", "'proximal_mu' must be a number, got string"},
+  };
+  for (const auto& [value, message] : bad) {
+    json task_json = wire;
+    task_json["proximal_mu"] = value;
+    auto parsed = ParseTask(task_json);
+    ASSERT_FALSE(parsed.ok()) << value;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(parsed.status().message(), message);
+  }
 }
 
 TEST(TaskMessageTest, IgnoresFieldsItDoesNotKnowAndNamesBadOnes) {

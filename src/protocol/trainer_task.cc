@@ -92,6 +92,7 @@ StatusOr<TrainerTask> ParseTrainerTask(const json& object) {
     s.RejectUnknown();
     t.schedule = parsed;
   }
+  r.Number("proximal_mu", t.proximal_mu, 0, kMaxProximalMu);
   r.String("device", t.device, 1, 64);
   r.Integer("threads", t.threads, 0, 4096);
   if (r.Required("output")) {
@@ -127,6 +128,7 @@ json TrainerTaskToJson(const TrainerTask& t) {
     out["schedule"] = {{"start_step", t.schedule->start_step}};
     if (t.schedule->total_steps) out["schedule"]["total_steps"] = *t.schedule->total_steps;
   }
+  if (t.proximal_mu != 0) out["proximal_mu"] = t.proximal_mu;
   if (!t.output_model_dir.empty()) out["output"]["model_dir"] = t.output_model_dir;
   return out;
 }

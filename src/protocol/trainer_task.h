@@ -15,6 +15,9 @@
 //     "seed": 7,                             // 0..2^63-1: shuffling, dropout, new-model and LoRA initialisation
 //     "split_seed": 0,                       // optional (default 0): the validation slice, stable across rounds
 //     "schedule": {"start_step": 0, "total_steps": 5000},  // optional: continue one LR schedule across rounds
+//     "proximal_mu": 0.01,                   // optional (default 0), 0..1e6: FedProx's mu; the loss gets
+//                                            //   mu/2 * ||w - w_start||^2 over the trainable weights, w_start being
+//                                            //   them as this run starts (the round's global); 0: plain training
 //     "device": "cpu",                       // optional (default "cpu"): "cpu" | "cuda" | "cuda:N"
 //     "threads": 0,                          // optional: intra-op threads (0 = libtorch's default)
 //     "output": {
@@ -81,6 +84,7 @@ struct TrainerTask {
   uint64_t seed = 0;
   uint64_t split_seed = 0;
   std::optional<TrainerSchedule> schedule;
+  double proximal_mu = 0;  // 0..kMaxProximalMu; 0 is left out of the JSON
   std::string device = "cpu";
   int64_t threads = 0;
   std::string output_weights;

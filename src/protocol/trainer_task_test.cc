@@ -37,6 +37,7 @@ TEST(TrainerTaskTest, RoundTripsEveryField) {
   t.seed = (uint64_t{1} << 63) - 1;
   t.split_seed = 3;
   t.schedule = TrainerSchedule{.start_step = 10, .total_steps = 40};
+  t.proximal_mu = 0.5;
   t.device = "cuda:1";
   t.threads = 2;
   t.output_weights = "out/update.safetensors";
@@ -48,6 +49,7 @@ TEST(TrainerTaskTest, RoundTripsEveryField) {
   EXPECT_EQ(*back, t);
   EXPECT_DOUBLE_EQ(back->ValidationFraction(), 0.75);
   EXPECT_EQ(j["schedule"], (json{{"start_step", 10}, {"total_steps", 40}}));
+  EXPECT_EQ(j["proximal_mu"], 0.5);
 }
 
 TEST(TrainerTaskTest, OptionalFieldsDefault) {
@@ -59,6 +61,8 @@ TEST(TrainerTaskTest, OptionalFieldsDefault) {
   EXPECT_EQ(t->device, "cpu");
   EXPECT_DOUBLE_EQ(t->ValidationFraction(), 0.1);
   EXPECT_EQ(TrainerTaskToJson(*t).count("steps"), 0u);
+  EXPECT_EQ(t->proximal_mu, 0);
+  EXPECT_EQ(TrainerTaskToJson(*t).count("proximal_mu"), 0u);  // plain training writes the file it always did
 }
 
 TEST(TrainerTaskTest, NamesEveryProblemWithItsPath) {
@@ -80,6 +84,10 @@ TEST(TrainerTaskTest, NamesEveryProblemWithItsPath) {
        "task.validation_fraction (1) must be >= 0 and < 1"},
       {{{"data", "d.csv"}, {"output", output}, {"schedule", {{"total_steps", 0}}}},
        "task.schedule.total_steps (0) must be between 1 and"},
+      {{{"data", "d.csv"}, {"output", output}, {"proximal_mu", -0.5}},
+       "task.proximal_mu (-0.5) must be >= 0 and <= 1e+06"},
+      {{{"data", "d.csv"}, {"output", output}, {"proximal_mu", 1e9}},
+       "task.proximal_mu (1e+09) must be >= 0 and <= 1e+06"},
       {{{"data", "d.csv"}, {"output", output}, {"colour", 1}}, "unknown field task.colour"},
       {{{"data", ""}, {"output", output}}, "task.data must be 1..4096 bytes long, got 0"},
   };

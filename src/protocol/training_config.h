@@ -52,6 +52,10 @@ std::string_view LrSchedulerName(LrScheduler v);
 // What an empty label_column means: the CSV column named "label".
 inline constexpr std::string_view kDefaultLabelColumn = "label";
 
+// FedProx's proximal coefficient mu (Li et al., MLSys 2020): a task's and a trainer task's `proximal_mu`, in
+// 0..kMaxProximalMu; 0 is plain FedAvg training. The bound keeps a typo (1e9) from freezing the weights silently.
+inline constexpr double kMaxProximalMu = 1e6;
+
 struct TrainingConfig {
   int epochs = 1;
   int batch_size = 8;

@@ -140,6 +140,7 @@ StatusOr<TrainTask> ParseTrainTask(const json& j, const std::filesystem::path& b
     task.schedule_start_step = t.schedule->start_step;
     task.schedule_total_steps = t.schedule->total_steps;
   }
+  task.proximal_mu = t.proximal_mu;
   task.device = t.device;
   task.threads = t.threads;
   task.output_weights = Resolve(base_dir, t.output_weights);
@@ -232,6 +233,7 @@ StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink&
     options.seed = task.seed;
     options.schedule_start_step = task.schedule_start_step;
     options.schedule_total_steps = task.schedule_total_steps;
+    options.proximal_mu = task.proximal_mu;
     options.language_model = language_model;
     options.autocast = prepared.autocast;
     options.stop = stop;

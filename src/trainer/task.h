@@ -35,6 +35,7 @@ struct TrainTask {
   uint64_t split_seed = 0;
   int64_t schedule_start_step = 0;
   std::optional<int64_t> schedule_total_steps;
+  double proximal_mu = 0;  // FedProx's mu (TrainOptions::proximal_mu); 0: plain training
   std::string device = "cpu";
   int64_t threads = 0;
   std::filesystem::path output_weights;

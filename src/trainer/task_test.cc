@@ -6,10 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "trainer/model_init.h"
 #include "trainer/tabular_test_data.h"
 #include "trainer/task.h"
+#include "trainer/torch_weights.h"
 #include "weights/safetensors.h"
 
 extern char** environ;
@@ -153,6 +156,13 @@ TEST(ParseTrainTaskTest, ResolvesPathsAndReadsOptionalFields) {
   EXPECT_DOUBLE_EQ(task->config.validation_fraction, 0.1);
   EXPECT_EQ(task->output_weights, fs::path("/base/out/w.safetensors"));
   EXPECT_TRUE(task->output_model_dir.empty());
+  EXPECT_EQ(task->proximal_mu, 0);  // absent: plain training
+
+  json fedprox = j;
+  fedprox["proximal_mu"] = 0.01;
+  auto with_mu = ParseTrainTask(fedprox, "/base");
+  ASSERT_TRUE(with_mu.ok()) << with_mu.status().ToString();
+  EXPECT_DOUBLE_EQ(with_mu->proximal_mu, 0.01);
 
   // The platform's held-out share replaces the config's, beyond the job's 0.5 where a small shard needs it.
   json held_out = j;
@@ -176,6 +186,11 @@ TEST(ParseTrainTaskTest, RejectsMissingOrMalformedFields) {
       {{{"data", "d.csv"}, {"output", output}, {"data_format", "xml"}}, "task.data_format must be one of"},
       {{{"data", "d.csv"}, {"output", output}, {"config", {{"lora_r", 0}}}},
        "config.lora_r (0) must be between 1 and 1024"},
+      {{{"data", "d.csv"}, {"output", output}, {"proximal_mu", -1}}, "task.proximal_mu (-1) must be >= 0 and <= 1e+06"},
+      {{{"data", "d.csv"}, {"output", output}, {"proximal_mu", 1e7}},
+       "task.proximal_mu (1e+07) must be >= 0 and <= 1e+06"},
+      {{{"data", "d.csv"}, {"output", output}, {"proximal_mu", "0.1"}},
+       "task.proximal_mu must be a number, got string"},
   };
   for (const Case& c : cases) {
     auto task = ParseTrainTask(c.task, "/base");
@@ -282,6 +297,75 @@ TEST_F(TaskTest, SigtermStopsPromptly) {
   ASSERT_FALSE(rest.empty());
   EXPECT_EQ(rest.back()["code"], "cancelled");
   EXPECT_FALSE(fs::exists(dir_ / "out/result.json"));
+}
+
+// FedProx through parsyn-trainer on a LoRA task: the proximal term covers the adapters, anchored to the received
+// adapters (initial_weights, as a worker passes the round's global). proximal_mu 0 gives the plain run's bytes; a
+// large mu ends nearer the global than the plain run.
+TEST_F(TaskTest, ProximalMuKeepsLoraAdaptersNearTheReceivedGlobal) {
+  ModelInitOptions init;
+  init.hidden_size = 32;
+  init.num_hidden_layers = 1;
+  init.num_attention_heads = 2;
+  init.seed = 5;
+  ASSERT_TRUE(InitModelFolder(dir_ / "model", init).ok());
+  std::string data;
+  for (int i = 0; i < 16; ++i)
+    data += R"({"prompt": "say )" + std::to_string(i) +
+            R"(:", "completion": " ok"})"
+            "\n";
+  WriteFile(dir_ / "data.jsonl", data);
+  auto task_with = [&](const std::string& out, std::optional<double> mu) {
+    json task = {{"model_dir", "model"},
+                 {"data", "data.jsonl"},
+                 {"config",
+                  {{"use_peft", true},
+                   {"lora_r", 4},
+                   {"lora_alpha", 8},
+                   {"lora_dropout", 0.0},
+                   {"batch_size", 4},
+                   {"max_seq_len", 32},
+                   {"learning_rate", 1e-2},
+                   {"lr_scheduler", "constant"},
+                   {"validation_fraction", 0.25}}},
+                 {"steps", 6},
+                 {"seed", 2},
+                 {"threads", 1},
+                 {"output", {{"weights", out + "/update.safetensors"}, {"result", out + "/result.json"}}}};
+    if (out != "global") task["initial_weights"] = "global/update.safetensors";
+    if (mu) task["proximal_mu"] = *mu;
+    return task;
+  };
+  json global = task_with("global", std::nullopt);
+  global["steps"] = 0;  // the round's global adapters: the model's initial ones, exported
+  ASSERT_EQ(RunTask(global), 0) << Stderr();
+  ASSERT_EQ(RunTask(task_with("plain", std::nullopt)), 0) << Stderr();
+  ASSERT_EQ(RunTask(task_with("zero", 0.0)), 0) << Stderr();
+  ASSERT_EQ(RunTask(task_with("proximal", 1e3)), 0) << Stderr();
+
+  auto sha = [&](const std::string& out) {
+    return json::parse(ReadFile(dir_ / out / "result.json"))["weights_sha256"].get<std::string>();
+  };
+  EXPECT_EQ(sha("zero"), sha("plain"));
+  EXPECT_NE(sha("proximal"), sha("plain"));
+  auto distance_to_global = [&](const std::string& out) {
+    auto start = weights::ReadSafetensorsFile(dir_ / "global/update.safetensors");
+    auto end = weights::ReadSafetensorsFile(dir_ / out / "update.safetensors");
+    EXPECT_TRUE(start.ok() && end.ok());
+    double squared = 0;
+    for (const weights::Tensor& t : end->tensors()) {
+      EXPECT_NE(t.name.find("lora_"), std::string::npos) << t.name;  // adapters only
+      const weights::Tensor* s = start->Find(t.name);
+      EXPECT_NE(s, nullptr) << t.name;
+      if (s == nullptr) continue;
+      squared += (ToTorch(t).to(torch::kFloat64) - ToTorch(*s).to(torch::kFloat64)).square().sum().item<double>();
+    }
+    return std::sqrt(squared);
+  };
+  const double plain = distance_to_global("plain");
+  const double proximal = distance_to_global("proximal");
+  EXPECT_GT(plain, 0);
+  EXPECT_LT(proximal, plain);
 }
 
 TEST_F(TaskTest, LoraTaskWritesPeftAdapter) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "data/dataset.h"
+#include "protocol/field_reader.h"
 
 namespace parsyn::trainer {
 namespace {
@@ -172,10 +173,25 @@ StatusOr<torch::Device> ParseDevice(std::string_view name) {
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
+torch::Tensor ProximalTerm(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& anchors,
+                           double mu) {
+  torch::Tensor squared_distance = torch::zeros({}, anchors.front().options());
+  for (size_t i = 0; i < params.size(); ++i) {
+    squared_distance = squared_distance + (params[i].to(torch::kFloat32) - anchors[i]).square().sum();
+  }
+  return squared_distance * (mu / 2);
+}
+
 StatusOr<TrainSummary> Train(TrainableModel& model, const ExampleSet& examples, const TrainOptions& options) {
   const TrainConfig& config = options.config;
   const torch::Device device = model.device();
   PARSYN_RETURN_IF_ERROR(CheckPrecision(config.mixed_precision, device));
+  const double mu = options.proximal_mu;
+  if (!std::isfinite(mu) || mu < 0 || mu > protocol::kMaxProximalMu) {
+    return InvalidArgumentError("proximal_mu (" + protocol::FieldReader::FormatNumber(mu) + ") must be >= 0 and <= " +
+                                protocol::FieldReader::FormatNumber(protocol::kMaxProximalMu) +
+                                " (FedProx's mu; 0: plain training)");
+  }
   PARSYN_ASSIGN_OR_RETURN(const StepPlan plan, PlanSteps(config, examples.size(), options.max_steps));
   const int64_t schedule_total = options.schedule_total_steps.value_or(options.schedule_start_step + plan.total_steps);
 
@@ -208,6 +224,12 @@ StatusOr<TrainSummary> Train(TrainableModel& model, const ExampleSet& examples, 
                                            torch::optim::AdamWOptions(config.learning_rate).weight_decay(0.0)));
     }
     torch::optim::AdamW optimizer(std::move(groups), torch::optim::AdamWOptions(config.learning_rate));
+    // FedProx's anchor: the weights this run starts from, frozen (fp32, on the model's device).
+    std::vector<torch::Tensor> anchors;
+    if (mu > 0) {
+      torch::NoGradGuard no_grad;
+      for (const auto& p : params) anchors.push_back(p.detach().to(torch::kFloat32, false, /*copy=*/true));
+    }
     LossScaler scaler(config.mixed_precision == MixedPrecision::kFp16);
 
     model.Train(true);
@@ -254,7 +276,12 @@ StatusOr<TrainSummary> Train(TrainableModel& model, const ExampleSet& examples, 
           return InvalidArgumentError("the training loss became " + std::to_string(loss_value) + " at step " +
                                       std::to_string(step + 1) + " (learning rate too high, or bad input values?)");
         }
-        (out.loss * (scaler.scale() / static_cast<double>(micro_batches.size()))).backward();
+        torch::Tensor objective = out.loss * (scaler.scale() / static_cast<double>(micro_batches.size()));
+        // The proximal term once per optimizer step (weights do not change between its micro-batches), in fp32.
+        if (!anchors.empty() && &indices == &micro_batches.front()) {
+          objective = objective + ProximalTerm(params, anchors, mu) * scaler.scale();
+        }
+        objective.backward();
         step_loss += loss_value / static_cast<double>(micro_batches.size());
         step_tokens += out.num_tokens;
         step_examples += static_cast<int64_t>(indices.size());

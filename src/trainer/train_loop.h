@@ -18,6 +18,13 @@
 // fp16 is CUDA only (autocast fp16 + dynamic loss scaling: a step whose gradients are not finite is skipped and the
 // scale halved); on CPU it is InvalidArgument.
 //
+// FedProx (Li et al., MLSys 2020): with proximal_mu > 0 each optimizer step's loss gets the proximal term
+// mu/2 * sum_i ||w_i - w0_i||^2 over the trainable parameters (LoRA: the adapters only), w0 being a frozen fp32 copy of
+// them taken on the model's device as Train starts (a worker's round global). Its gradient, mu * (w - w0), joins the
+// data gradient before clipping, once per optimizer step (not once per micro-batch). The term is computed in fp32
+// outside autocast, in every precision mode. Reported losses are the data loss alone. proximal_mu 0 adds nothing:
+// the run is the plain one, bit for bit.
+//
 // Determinism: on CPU with the same seed, thread count and inputs, two runs produce bit-identical weights (the loop
 // seeds torch and its own shuffles; LoRA dropout draws from torch's seeded generator).
 //
@@ -80,6 +87,7 @@ struct TrainOptions {
   uint64_t seed = 0;
   int64_t schedule_start_step = 0;
   std::optional<int64_t> schedule_total_steps;
+  double proximal_mu = 0;       // FedProx's mu, 0..protocol::kMaxProximalMu (see above); 0: plain training
   bool language_model = false;  // reports tokens/s
   // Run forwards under autocast for config.mixed_precision. False for models that run reduced precision themselves
   // (CausalLm's compute dtype); fp16 loss scaling applies either way.
@@ -96,9 +104,15 @@ struct TrainSummary {
   double wall_seconds = 0;
 };
 
-// Trains `model` in place. Errors: InvalidArgument (bad config, fp16 on CPU), Cancelled when `stop` was requested
-// (the model then holds the weights of the last finished step), ResourceExhausted when memory runs out, Internal for
-// other libtorch failures.
+// FedProx's proximal term mu/2 * sum_i ||params_i - anchors_i||^2 as an fp32 scalar on the anchors' device,
+// differentiable in `params` (its gradient is mu * (params_i - anchors_i)). `anchors` are fp32, one per parameter,
+// same shapes; neither list is empty.
+torch::Tensor ProximalTerm(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& anchors,
+                           double mu);
+
+// Trains `model` in place. Errors: InvalidArgument (bad config or proximal_mu, fp16 on CPU), Cancelled when `stop` was
+// requested (the model then holds the weights of the last finished step), ResourceExhausted when memory runs out,
+// Internal for other libtorch failures.
 StatusOr<TrainSummary> Train(TrainableModel& model, const ExampleSet& examples, const TrainOptions& options);
 
 struct EvalMetrics {

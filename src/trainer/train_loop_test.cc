@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "data/dataset.h"
 #include "trainer/tabular_model.h"
@@ -214,6 +217,161 @@ TEST_F(TrainLoopTest, DivergenceIsReported) {
   ASSERT_FALSE(summary.ok());
   EXPECT_EQ(summary.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(summary.status().message().find("training loss became"), std::string::npos) << summary.status().message();
+}
+
+// FedProx: with mu = 0 the run is the plain one; a positive mu changes it (so the two runs above can differ).
+TEST_F(TrainLoopTest, ProximalMuZeroTrainsExactlyAsWithoutIt) {
+  TrainOptions plain;
+  plain.config = config_;
+  plain.max_steps = 12;
+  plain.seed = 9;
+  TrainOptions zero = plain;
+  zero.proximal_mu = 0;
+  TrainOptions small = plain;
+  small.proximal_mu = 1e-1;
+  auto a = NewModel();
+  auto b = NewModel();
+  auto c = NewModel();
+  ASSERT_TRUE(Train(*a, *examples_, plain).ok());
+  ASSERT_TRUE(Train(*b, *examples_, zero).ok());
+  ASSERT_TRUE(Train(*c, *examples_, small).ok());
+  EXPECT_EQ(Flatten(*a), Flatten(*b));
+  EXPECT_NE(Flatten(*a), Flatten(*c));
+}
+
+// FedProx keeps the weights near the round's global: with a large mu every trainable parameter (a tabular model
+// trains all of them) ends closer to where it started than plain training leaves it, in fp32 and bf16 alike.
+TEST_F(TrainLoopTest, LargeProximalMuStaysCloserToTheStartingWeights) {
+  for (const MixedPrecision precision : {MixedPrecision::kNo, MixedPrecision::kBf16}) {
+    TrainOptions options;
+    options.config = config_;
+    options.config.mixed_precision = precision;
+    options.max_steps = 20;
+    options.seed = 3;
+    auto distance_after = [&](double mu) {
+      auto model = NewModel();
+      const std::vector<float> start = Flatten(*model);
+      options.proximal_mu = mu;
+      auto summary = Train(*model, *examples_, options);
+      EXPECT_TRUE(summary.ok()) << summary.status().ToString();
+      const std::vector<float> end = Flatten(*model);
+      double squared = 0;
+      for (size_t i = 0; i < start.size(); ++i) squared += std::pow(double{end[i]} - double{start[i]}, 2);
+      return std::sqrt(squared);
+    };
+    const double plain = distance_after(0);
+    const double proximal = distance_after(100);
+    EXPECT_GT(plain, 0) << MixedPrecisionName(precision);
+    EXPECT_LT(proximal, plain) << MixedPrecisionName(precision);
+    EXPECT_LT(proximal, 0.5 * plain) << MixedPrecisionName(precision);
+  }
+}
+
+// A model with one trainable vector w and the loss sum(c * w): its data gradient is c whatever w is, so a step's
+// gradient shows exactly what the proximal term adds to it.
+class LinearLossModel : public TrainableModel {
+ public:
+  LinearLossModel(std::vector<float> start, std::vector<float> c)
+      : w_(torch::tensor(start).set_requires_grad(true)), c_(torch::tensor(c)) {}
+  StepOutput Forward(const Batch&) override {
+    StepOutput out;
+    out.loss = (w_ * c_).sum();
+    out.num_counted = out.num_rows = 1;
+    return out;
+  }
+  std::vector<torch::Tensor> TrainableParameters() override { return {w_}; }
+  std::vector<std::string> TrainableNames() const override { return {"w"}; }
+  StatusOr<weights::WeightSet> ExportTrainable() override { return InternalError("not used by Train"); }
+  Status ImportTrainable(const weights::WeightSet&) override { return InternalError("not used by Train"); }
+  void Train(bool) override {}
+  torch::Device device() const override { return torch::kCPU; }
+
+  static std::vector<float> Values(const torch::Tensor& t) {
+    auto flat = t.detach().contiguous();
+    return {flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel()};
+  }
+  torch::Tensor& w() { return w_; }
+
+ private:
+  torch::Tensor w_;
+  torch::Tensor c_;
+};
+
+class FourExamples : public ExampleSet {
+ public:
+  int64_t size() const override { return 4; }
+  Batch MakeBatch(std::span<const int64_t>, torch::Device) const override { return {}; }
+};
+
+// The proximal term's gradient is exactly mu * (w - w_global), w_global being the weights Train started from: at the
+// first step (w = w_global) it adds nothing, at the second it adds mu * (w1 - w0) to the data gradient c. Checked
+// against the same arithmetic done here in double (within float rounding) and in float (bit for bit), in fp32 and
+// under bf16 autocast (the term is computed in fp32 either way).
+TEST(ProximalTermTest, GradientIsMuTimesTheDistanceToTheStartingWeights) {
+  const std::vector<float> w0 = {0.5f, -1.25f, 2.0f, 0.0f};
+  const std::vector<float> c = {0.3f, -0.7f, 1.1f, -0.05f};
+  const double mu = 0.75;
+  for (const MixedPrecision precision : {MixedPrecision::kNo, MixedPrecision::kBf16}) {
+    LinearLossModel model(w0, c);
+    TrainOptions options;
+    options.config.batch_size = 4;
+    options.config.learning_rate = 0.1;
+    options.config.lr_scheduler = LrScheduler::kConstant;
+    options.config.max_grad_norm = 0;  // the gradient as computed, unclipped
+    options.config.weight_decay = 0;
+    options.config.mixed_precision = precision;
+    options.max_steps = 2;
+    options.proximal_mu = mu;
+    std::vector<float> w1, g1, g2;
+    options.on_step = [&](const StepProgress& p) {
+      if (p.step == 1) {
+        w1 = LinearLossModel::Values(model.w());
+        g1 = LinearLossModel::Values(model.w().grad());
+      } else {
+        g2 = LinearLossModel::Values(model.w().grad());
+      }
+    };
+    FourExamples examples;
+    auto summary = Train(model, examples, options);
+    ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+    ASSERT_EQ(g2.size(), w0.size());
+    for (size_t i = 0; i < w0.size(); ++i) {
+      SCOPED_TRACE(std::string(MixedPrecisionName(precision)) + " w[" + std::to_string(i) + "]");
+      EXPECT_EQ(g1[i], c[i]);  // at the global the term's gradient is 0
+      // AdamW's first step moves each weight by lr against the sign of its gradient (|g| >> eps).
+      EXPECT_NEAR(w1[i], w0[i] - 0.1 * (c[i] > 0 ? 1 : -1), 1e-6);
+      const double expected = double{c[i]} + mu * (double{w1[i]} - double{w0[i]});
+      EXPECT_NEAR(g2[i], expected, 1e-6 * std::max(1.0, std::abs(expected)));
+      const float expected_float = c[i] + static_cast<float>(mu) * (w1[i] - w0[i]);
+      EXPECT_EQ(g2[i], expected_float);
+    }
+  }
+}
+
+TEST(ProximalTermTest, ValueIsHalfMuTimesTheSquaredDistance) {
+  const torch::Tensor a = torch::tensor({1.0f, 2.0f, -3.0f});
+  const torch::Tensor b = torch::tensor({{0.5f, 0.25f}});
+  const torch::Tensor anchor_a = torch::tensor({0.0f, 2.5f, -1.0f});
+  const torch::Tensor anchor_b = torch::tensor({{-0.5f, 0.25f}});
+  const double term = ProximalTerm({a, b}, {anchor_a, anchor_b}, 0.2).item<double>();
+  // 0.2 / 2 * (1 + 0.25 + 4 + 1 + 0)
+  EXPECT_NEAR(term, 0.1 * 6.25, 1e-7);
+}
+
+TEST_F(TrainLoopTest, ProximalMuOutOfRangeIsAClearError) {
+  for (const double mu : {-0.1, std::nan(""), 2e6}) {
+    TrainOptions options;
+    options.config = config_;
+    options.max_steps = 1;
+    options.proximal_mu = mu;
+    auto model = NewModel();
+    auto summary = Train(*model, *examples_, options);
+    ASSERT_FALSE(summary.ok()) << mu;
+    EXPECT_EQ(summary.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(summary.status().message().find("proximal_mu"), std::string::npos) << summary.status().message();
+    EXPECT_NE(summary.status().message().find("must be >= 0 and <= 1e+06"), std::string::npos)
+        << summary.status().message();
+  }
 }
 
 TEST_F(TrainLoopTest, EvaluateCountsEveryExample) {

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "http/test_server.h"
+#include "protocol/trainer_task.h"
 #include "weights/sha256.h"
 
 namespace parsyn::worker {
@@ -281,16 +282,21 @@ json PlatformTask(const std::string& base_url, const std::string& train, const s
   return task;
 }
 
-// A trainer that keeps the data file each run was given (read from its task file), then fails.
+// A trainer that keeps the task file and the data file each run was given, then fails.
 class DataRecordingTrainer : public TrainerLauncher {
  public:
   StatusOr<std::unique_ptr<TrainerRun>> Start(const fs::path& task_file) override {
     json task = json::parse(std::ifstream(task_file));
+    tasks_seen.push_back(task);
+    std::ifstream global(task.value("initial_weights", ""));
+    globals_seen.emplace_back(std::istreambuf_iterator<char>(global), std::istreambuf_iterator<char>());
     std::ifstream data(task["data"].get<std::string>());
     data_seen.emplace_back(std::istreambuf_iterator<char>(data), std::istreambuf_iterator<char>());
     return failing_.Start(task_file);
   }
   std::vector<std::string> data_seen;
+  std::vector<json> tasks_seen;
+  std::vector<std::string> globals_seen;  // the initial_weights file's bytes
 
  private:
   ScriptedTrainer failing_{{R"({"event": "error", "message": "recorded"})"}, 1};
@@ -551,6 +557,43 @@ TEST_F(AgentTest, GlobalThatDiffersFromItsChecksumFailsTheTask) {
                                                weights::Sha256Hex(std::string_view("tampered weights")) +
                                                ", expected " + weights::Sha256Hex(std::string_view(kGlobalBytes)) +
                                                " (the task's); the download was removed");
+}
+
+// FedProx: the coordinator's proximal_mu reaches parsyn-trainer's task file, beside the downloaded global that
+// anchors the term (initial_weights); a FedAvg task's file has no proximal_mu.
+TEST_F(AgentTest, ProximalMuReachesTheTrainersTaskFile) {
+  Seen seen;
+  std::string url;
+  double mu = 0.25;
+  net::io_context io;
+  auto task = [&] {
+    json train = TrainTask(url);
+    if (mu > 0) train["proximal_mu"] = mu;
+    return train;
+  };
+  http::testing::TestServer coordinator(io, FakeCoordinator(seen, task, {}));
+  url = coordinator.url();
+  DataRecordingTrainer trainer;
+  auto run_one_task = [&] {
+    {
+      std::lock_guard lock(seen.mu);
+      seen.failures.clear();
+      seen.polls = 0;
+    }
+    RunningAgent agent(Options(url), trainer);
+    ASSERT_TRUE(seen.WaitFor([&] { return !seen.failures.empty(); }));
+    ASSERT_TRUE(agent.Stop().ok());
+  };
+  run_one_task();
+  mu = 0;
+  run_one_task();
+  ASSERT_EQ(trainer.tasks_seen.size(), 2u);
+  auto fedprox = protocol::ParseTrainerTask(trainer.tasks_seen[0]);
+  ASSERT_TRUE(fedprox.ok()) << fedprox.status().ToString();
+  EXPECT_EQ(fedprox->proximal_mu, 0.25);
+  EXPECT_FALSE(fedprox->initial_weights.empty());
+  EXPECT_EQ(trainer.globals_seen.at(0), kGlobalBytes);  // the term's anchor: the task's global
+  EXPECT_FALSE(trainer.tasks_seen[1].contains("proximal_mu"));
 }
 
 // The cache root holds shards, weights and updates: created private (0700); an existing one keeps its mode.

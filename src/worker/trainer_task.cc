@@ -54,6 +54,7 @@ protocol::TrainerTask BuildTrainerTask(const protocol::Task& task, const TaskFil
         protocol::TrainerSchedule{.start_step = static_cast<int64_t>(task.round - 1) * task.steps_per_round,
                                   .total_steps = static_cast<int64_t>(task.total_rounds) * task.steps_per_round};
   }
+  if (train) out.proximal_mu = task.proximal_mu;  // FedProx: anchored to this task's global (its initial_weights)
   if (!files.model_dir.empty()) out.model_dir = files.model_dir.string();
   return out;
 }

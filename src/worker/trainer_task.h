@@ -29,7 +29,8 @@ struct TaskFiles {
 // parsyn-trainer's task: the job's config as the coordinator sent it, the task's seed, steps_per_round steps (0 for
 // an evaluate task) on one learning-rate schedule that runs across all rounds, the validation slice fixed for the job
 // (split_seed 0 for a platform shard; the job's config.seed for the worker's own file, data_source "workers"). A job of
-// steps_per_round 0 trains config.epochs passes per round, without a step budget.
+// steps_per_round 0 trains config.epochs passes per round, without a step budget. A train task's proximal_mu (FedProx)
+// goes with it.
 protocol::TrainerTask BuildTrainerTask(const protocol::Task& task, const TaskFiles& files, const std::string& device,
                                        int threads);
 

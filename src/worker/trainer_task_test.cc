@@ -55,8 +55,25 @@ TEST(BuildTrainerTaskTest, TrainTaskContinuesOneScheduleAcrossRounds) {
   EXPECT_EQ(out.output_weights, "/c/t/out/update.safetensors");
   EXPECT_EQ(out.output_result, "/c/t/out/result.json");
   EXPECT_EQ(out.threads, 1);
+  EXPECT_EQ(out.proximal_mu, 0);  // a FedAvg task
   // What the trainer reads back is what was built.
   EXPECT_EQ(*protocol::ParseTrainerTask(protocol::TrainerTaskToJson(out)), out);
+}
+
+// FedProx: a train task's mu goes to the trainer, anchored by the task's global (its initial_weights); an evaluate
+// task trains nothing, so it carries none.
+TEST(BuildTrainerTaskTest, TrainTaskPassesProximalMu) {
+  protocol::Task task = TrainTask();
+  task.proximal_mu = 0.25;
+  TaskFiles files{.global_weights = "g", .data = "d.csv", .data_format = "csv", .output_dir = "o"};
+  const protocol::TrainerTask out = BuildTrainerTask(task, files, "cpu", 0);
+  EXPECT_EQ(out.proximal_mu, 0.25);
+  EXPECT_EQ(out.initial_weights, "g");
+  EXPECT_EQ(protocol::TrainerTaskToJson(out)["proximal_mu"], 0.25);
+  EXPECT_EQ(*protocol::ParseTrainerTask(protocol::TrainerTaskToJson(out)), out);
+  task.kind = protocol::TaskKind::kEvaluate;
+  task.update_upload.reset();
+  EXPECT_EQ(BuildTrainerTask(task, files, "cpu", 0).proximal_mu, 0);
 }
 
 TEST(BuildTrainerTaskTest, EvaluateTaskRunsNoStepsAndTabularHasNoModelDir) {
