@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "base/log_format.h"
+
 namespace parsyn::log {
 
 namespace {

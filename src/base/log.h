@@ -9,14 +9,8 @@
 namespace parsyn::log {
 
 // Sets up the stderr logger once; `level` is "debug", "info", "warn" or "error" (unknown names mean "info").
-// Also honours PARSYN_LOG_LEVEL from the environment when `level` is empty, and PARSYN_LOG_FORMAT (SetFormat's
-// names) at the first call.
+// Also honours PARSYN_LOG_LEVEL from the environment when `level` is empty.
 void Init(std::string_view level = "");
-
-// "text" (the default): "2026-12-01T16:20:34.123Z I message". "json": one object a line,
-// {"time":"2026-12-01T16:20:34.123Z","level":"info","msg":"..."}, for log collectors. Times are UTC (RFC 3339) in
-// both. False for another name.
-bool SetFormat(std::string_view format);
 
 }  // namespace parsyn::log
 

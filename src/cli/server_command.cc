@@ -20,6 +20,7 @@
 
 #include "base/atomic_file.h"
 #include "base/log.h"
+#include "base/log_format.h"
 #include "base/subprocess.h"
 #include "cli/coordinator_commands.h"
 #include "cli/managed_workers.h"

@@ -63,7 +63,10 @@ void ObservePhase(std::string_view phase, double milliseconds) {
   Metrics().phase_duration.WithLabels({phase}).Observe(milliseconds / 1000);
 }
 
-std::string_view RouteLabel(const http::Request& req) { return req.route.empty() ? "unmatched" : req.route; }
+std::string_view RouteLabel(const http::Request& req) {
+  // Both arms string_view: with a char array and a std::string the result would be a temporary string.
+  return req.route.empty() ? std::string_view("unmatched") : std::string_view(req.route);
+}
 
 void RecordRequest(const http::RequestRecord& record) {
   ServerMetrics& m = Metrics();
