@@ -190,7 +190,7 @@ TEST_F(TabularJobTest, PrometheusScrapesTheRoundCounter) {
   { std::ofstream(exposition) << text; }
   const fs::path promtool_out = tmp_.path() / "promtool.out";
   StatusOr<Subprocess> check =
-      Subprocess::Start("/bin/sh", {"/bin/sh", "-c", "\"$0\" check metrics < \"$1\"", promtool, exposition.string()},
+      Subprocess::Start("/bin/sh", {"-c", "\"$0\" check metrics < \"$1\"", promtool, exposition.string()},
                         {.output = SubprocessOptions::Output::kFile, .output_file = promtool_out});
   ASSERT_TRUE(check.ok()) << check.status().ToString();
   EXPECT_EQ(check->Wait(), 0) << FileText(promtool_out);
@@ -205,12 +205,11 @@ TEST_F(TabularJobTest, PrometheusScrapesTheRoundCounter) {
            << "scrape_configs:\n  - job_name: parsyn\n    static_configs:\n      - targets: ['" << target << "']\n";
   }
   const int prom_port = FreePort();
-  StatusOr<Subprocess> prom =
-      Subprocess::Start(prometheus,
-                        {prometheus, "--config.file=" + (prom_dir / "prometheus.yml").string(),
-                         "--storage.tsdb.path=" + (prom_dir / "data").string(),
-                         "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
-                        {.output = SubprocessOptions::Output::kFile, .output_file = prom_dir / "prometheus.log"});
+  StatusOr<Subprocess> prom = Subprocess::Start(
+      prometheus,
+      {"--config.file=" + (prom_dir / "prometheus.yml").string(), "--storage.tsdb.path=" + (prom_dir / "data").string(),
+       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+      {.output = SubprocessOptions::Output::kFile, .output_file = prom_dir / "prometheus.log"});
   ASSERT_TRUE(prom.ok()) << prom.status().ToString();
   http::ClientOptions options;
   options.base_url = "http://127.0.0.1:" + std::to_string(prom_port);
