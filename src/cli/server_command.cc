@@ -20,10 +20,12 @@
 
 #include "base/atomic_file.h"
 #include "base/log.h"
+#include "base/log_format.h"
 #include "base/subprocess.h"
 #include "cli/coordinator_commands.h"
 #include "cli/managed_workers.h"
 #include "cli/remote.h"
+#include "coordinator/server_metrics.h"
 #include "coordinator/service.h"
 #include "http/server.h"
 
@@ -55,6 +57,8 @@ struct ServerFlags {
   int64_t upload_rate_window_ms = coordinator::ServiceOptions{}.upload_rate_window.count();
   int64_t upload_rate_grace_ms = coordinator::ServiceOptions{}.upload_rate_grace.count();
   std::string log_level;
+  std::string log_format = "text";
+  std::string metrics_auth = "none";
   int managed_workers = 0;
   std::string managed_worker_device = "cpu";
   std::string blobs;  // "" (the data dir's blobs/), a directory, or s3://BUCKET/PREFIX
@@ -128,6 +132,7 @@ std::string CheckTransportFlags(const ServerFlags& f) {
 
 int RunServer(const ServerFlags& f) {
   if (!f.log_level.empty()) log::Init(f.log_level);
+  log::SetFormat(f.log_format);  // checked by the flag's parser
   if (std::string problem = CheckTransportFlags(f); !problem.empty()) {
     std::cerr << "parsyn server: " << problem << "\n";
     return 2;
@@ -163,6 +168,7 @@ int RunServer(const ServerFlags& f) {
   options.tls = tls;
   options.insecure = insecure;
   options.require_worker_certificates = !f.client_ca.empty();
+  options.metrics_require_admin = f.metrics_auth == "admin";
   // Before the coordinator opens the store, so it loads the managed workers' tokens.
   std::vector<ManagedWorkerIdentity> managed;
   if (f.managed_workers > 0) {
@@ -194,6 +200,7 @@ int RunServer(const ServerFlags& f) {
   server_options.max_connections = f.max_connections;
   server_options.max_connections_per_address = f.max_connections_per_address;
   server_options.tls_client_ca = tls_client_ca;
+  server_options.on_request = coordinator::RecordRequest;  // access log and HTTP metrics
   StatusOr<std::unique_ptr<http::Server>> server = http::Server::Start(io, server_options, std::move(*router));
   if (!server.ok()) return Fail("server", server.status());
   const std::string url = (*server)->tls() ? "https://" : "http://";
@@ -325,6 +332,13 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--log-level", flags->log_level, "debug, info, warn or error");
+  cmd->add_option("--log-format", flags->log_format, "text, or json: one JSON object a line (UTC times)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->add_option("--metrics-auth", flags->metrics_auth,
+                  "GET /metrics: none (open, like /healthz) or admin (needs the admin key as a bearer token)")
+      ->check(CLI::IsMember({"none", "admin"}))
+      ->capture_default_str();
   cmd->add_option("--managed-workers", flags->managed_workers,
                   "run and supervise this many local managed workers (managed-1..N; restarted when they exit)")
       ->capture_default_str()

@@ -4,6 +4,7 @@
 
 #include "base/log.h"
 #include "coordinator/job_runner_internal.h"
+#include "coordinator/server_metrics.h"
 #include "data/llama_config.h"
 #include "storage/byte_source.h"
 #include "weights/lora_layout.h"
@@ -63,6 +64,9 @@ http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std
   });
   PARSYN_LOG_DEBUG("training job {}: round {} aggregated: finish {:.1f} ms, serialize {:.1f} ms, durable put {:.1f} ms",
                    job_.id, a.round, finish_ms, serialize_ms, put_ms);
+  ObservePhase("aggregate_finish", finish_ms);
+  ObservePhase("aggregate_serialize", serialize_ms);
+  ObservePhase("aggregate_put", put_ms);
   Status outcome = aggregated.status();
   if (aggregated.ok()) {
     pending_global_ = PendingGlobal{.key = key, .sha256 = aggregated->info.sha256, .weights = aggregated->weights};
@@ -127,6 +131,12 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
   if (!committed.ok()) co_return committed;
   PARSYN_LOG_DEBUG("training job {}: round {} committed in the store in {:.1f} ms", job_.id, a.round,
                    MillisSince(commit_start));
+  ObservePhase("commit", MillisSince(commit_start));
+  Metrics().rounds.WithLabels({"committed"}).Inc();
+  if (attempt_started_ != std::chrono::steady_clock::time_point{}) {
+    Metrics().round_duration.WithLabels({}).Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - attempt_started_).count());
+  }
   job_.committed_round = a.round;
   strategy_->CommitState();  // the next round steps from this round's server state
   global_ = pending_global_->weights;
@@ -165,6 +175,7 @@ http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, 
   }
   Status failed = co_await Offload(host_.pool(), [&] { return host_.store().FailRound(failure); });
   if (!failed.ok()) co_return failed;
+  Metrics().rounds.WithLabels({"failed"}).Inc();
   pending_global_.reset();
   {
     auto aborted = AbortIncompleteUploads(AttemptPrefix(a.round, a.attempt) + "/");  // kCoAwaitTemporaries

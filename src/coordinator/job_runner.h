@@ -38,6 +38,7 @@
 // Threads: loop thread only.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -218,6 +219,8 @@ class JobRunner {
   std::map<int64_t, std::string> last_verdicts_;           // "" accepted, else the rejection reason
   std::map<int64_t, CheckedUpdate> checked_updates_;       // by worker: checked early, waiting for the job's mutex
   std::map<std::string, uint64_t> verified_update_bytes_;  // by blob key: sizes of updates read by a check
+  // When the attempt in progress started (parsyn_round_duration_seconds).
+  std::chrono::steady_clock::time_point attempt_started_{};
   // Multipart uploads handed to workers in this attempt, by worker (completed when the worker reports).
   struct MultipartUpload {
     std::string key;

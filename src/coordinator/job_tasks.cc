@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "base/strings.h"
 #include "coordinator/job_runner_internal.h"
+#include "coordinator/server_metrics.h"
 #include "protocol/messages.h"
 
 namespace parsyn::coordinator {
@@ -32,6 +33,7 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
       round.participants.push_back(t->worker);
     }
   }
+  attempt_started_ = std::chrono::steady_clock::now();
   results_.clear();
   recorded_updates_.clear();
   stored_participants_ = std::set<int64_t>(round.participants.begin(), round.participants.end());
@@ -188,6 +190,8 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
   const bool delivered = host_.DeliverTask(a.worker, job_.id, std::move(*task));
   PARSYN_LOG_DEBUG("training job {}: round {} task for worker {}: stored {:.1f} ms, delivered {:.1f} ms", job_.id,
                    a.round, a.worker, stored_ms, MillisSince(assign_start));
+  ObservePhase("task_store", stored_ms);
+  ObservePhase("task_assign", MillisSince(assign_start));
   if (!delivered) {
     // The worker left between becoming idle and getting the task: tell the engine once this event is done.
     boost::asio::co_spawn(host_.executor(), WorkerDisconnected(a.worker), boost::asio::detached);

@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "base/strings.h"
 #include "coordinator/job_runner_internal.h"
+#include "coordinator/server_metrics.h"
 #include "storage/local_blob_copy.h"
 #include "weights/safetensors.h"
 
@@ -146,6 +147,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   // Validation and accumulation run on the pool; the strategy is touched by nobody else meanwhile (job mutex).
   const bool checked_early = checked.has_value();
   double check_ms = 0, accept_ms = 0;
+  bool checked_failed = false;
   uint64_t update_bytes = 0;
   Status verdict = co_await Offload(host_.pool(), [&]() -> Status {
     const auto check_start = std::chrono::steady_clock::now();
@@ -154,7 +156,10 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
           CheckUpdateFile(host_.blobs(), report, expected_key, max_bytes, *global, host_.spool_dir(), &update_bytes);
     }
     check_ms = MillisSince(check_start);
-    if (!checked->ok()) return checked->status();
+    if (!checked->ok()) {
+      checked_failed = true;
+      return checked->status();
+    }
     const auto accept_start = std::chrono::steady_clock::now();
     // Taken over so that the strategy may add several updates in one pass over its sums (it still judges now).
     Status accepted = strategy_->AcceptOwned(std::move(**checked), a.sample_count);
@@ -166,6 +171,8 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   if (update_bytes > 0) verified_update_bytes_[report.blob_key] = update_bytes;
   PARSYN_LOG_DEBUG("training job {}: round {} update of worker {}: check {:.1f} ms{}, accumulate {:.1f} ms", job_.id,
                    a.round, a.worker, check_ms, checked_early ? " (checked early)" : "", accept_ms);
+  if (!checked_early) ObservePhase("update_check", check_ms);
+  ObservePhase("update_accumulate", accept_ms);
   if (!verdict.ok() && verdict.code() != StatusCode::kInvalidArgument) {
     PARSYN_LOG_WARN("training job {}: validating the update of worker {}: {}", job_.id, a.worker, verdict.ToString());
   }
@@ -173,6 +180,19 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   Status recorded = co_await RecordUpdate(a.worker, a.round, a.attempt, verdict);
   PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} recorded in {:.1f} ms", job_.id, a.round, a.worker,
                    MillisSince(record_start));
+  ObservePhase("update_record", MillisSince(record_start));
+  if (verdict.ok()) {
+    Metrics().updates_accepted.WithLabels({}).Inc();
+  } else {
+    // Bounded categories; the full reason is in the round's updates and events.
+    const bool file_failed = checked_failed;
+    Metrics()
+        .updates_rejected
+        .WithLabels({verdict.code() != StatusCode::kInvalidArgument ? "error"
+                     : file_failed                                  ? "invalid_file"
+                                                                    : "strategy"})
+        .Inc();
+  }
   StatusOr<Actions> next = engine_->UpdateValidated(a.worker, a.round, a.attempt, verdict);
   if (!next.ok()) co_return next.status();
   work.insert(work.begin(), next->begin(), next->end());
@@ -185,6 +205,7 @@ http::Awaitable<Status> JobRunner::OnDropWorker(const DropWorker& a) {
     const Status rejection = InvalidArgumentError(a.reason);
     Status recorded = co_await RecordUpdate(a.worker, a.round, a.attempt, rejection);
     if (!recorded.ok()) co_return recorded;
+    Metrics().updates_rejected.WithLabels({"report"}).Inc();
   }
   if (a.cause == DropCause::kStraggler || a.cause == DropCause::kJobEnded) {
     host_.AbandonTask(a.worker, job_.id, a.round, a.attempt);
@@ -229,6 +250,7 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
     if (update_bytes > 0) verified_update_bytes_[report.blob_key] = update_bytes;
     PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} checked early in {:.1f} ms", job_.id, round,
                      worker_id, MillisSince(check_start));
+    ObservePhase("update_check", MillisSince(check_start));
     if (auto c = checked_updates_.find(worker_id); c != checked_updates_.end()) {
       c->second.update = std::move(update);
       c->second.ready = true;

@@ -1,5 +1,6 @@
 #include "coordinator/service.h"
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -10,12 +11,15 @@
 #include "coordinator/auth.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/loop_tools.h"
+#include "coordinator/server_metrics.h"
 #include "coordinator/service_routes.h"
 #include "coordinator/signed_blob_urls.h"
 #include "coordinator/static_routes.h"
 #include "http/signed_url.h"
+#include "storage/byte_source.h"
 #include "storage/directory_blob_store.h"
 #include "storage/metadata_store.h"
+#include "storage/timed_metadata_store.h"
 
 namespace parsyn::coordinator {
 
@@ -44,7 +48,9 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
   PARSYN_ASSIGN_OR_RETURN(
       auto store, storage::OpenMetadataStore(service->options_.metadata_uri.empty() ? (dir / "metadata.db").string()
                                                                                     : service->options_.metadata_uri));
-  service->store_ = std::move(store);
+  // Every store call is timed for /metrics (parsyn_store_operation_duration_seconds).
+  service->store_ =
+      std::make_unique<storage::TimedMetadataStore>(std::move(store), Metrics().store_duration, Metrics().store_errors);
   PARSYN_RETURN_IF_ERROR(service->OpenBlobs());
   PARSYN_ASSIGN_OR_RETURN(AdminKeySetup admin, EnsureAdminKey(*service->store_, dir));
   service->new_admin_key_ = admin.new_key;
@@ -143,6 +149,17 @@ StatusOr<http::Router> Service::BuildRouter() {
       routes.Open(http::Method::kGet, "/healthz", [this](http::Request&) -> http::Awaitable<http::Response> {
         co_return http::Response::Json(200, {{"status", "ok"}, {"tls", options_.tls}, {"insecure", options_.insecure}});
       }));
+  PARSYN_RETURN_IF_ERROR(
+      routes.Open(http::Method::kGet, "/readyz",
+                  [this](http::Request&) -> http::Awaitable<http::Response> { co_return co_await Readiness(); }));
+  http::Handler metrics = [this](http::Request&) -> http::Awaitable<http::Response> {
+    co_return co_await MetricsResponse();
+  };
+  if (options_.metrics_require_admin) {
+    PARSYN_RETURN_IF_ERROR(routes.Admin(http::Method::kGet, "/metrics", std::move(metrics)));
+  } else {
+    PARSYN_RETURN_IF_ERROR(routes.Open(http::Method::kGet, "/metrics", std::move(metrics)));
+  }
   PARSYN_RETURN_IF_ERROR(AddDatasetRoutes(routes, context));
   PARSYN_RETURN_IF_ERROR(AddModelRoutes(routes, context));
   PARSYN_RETURN_IF_ERROR(AddWorkerAdminRoutes(routes, context, *this));
@@ -151,6 +168,72 @@ StatusOr<http::Router> Service::BuildRouter() {
   PARSYN_RETURN_IF_ERROR(AddBlobRoutes(routes, context, *this, signing_secret_));
   PARSYN_RETURN_IF_ERROR(AddStaticRoutes(router));  // the dashboard; not API routes, so not in routes_
   return router;
+}
+
+http::Awaitable<http::Response> Service::Readiness() {
+  // Real calls, each cheap: a read of the metadata store, and a small blob written and deleted (a store that lists
+  // or stats fine may still refuse writes, which every round needs).
+  json problems = json::object();
+  Status metadata = co_await Offload(pool_, [this] { return store_->GetAdminKeyHash().status(); });
+  if (!metadata.ok()) problems["metadata_store"] = metadata.ToString();
+  Status blob = co_await Offload(pool_, [this]() -> Status {
+    constexpr std::string_view kProbeKey = "readyz/probe";
+    storage::StringByteSource probe("ready");
+    // AlreadyExists: another probe's blob, or one left by a probe that stopped halfway; the store answered.
+    Status put = blobs_->Put(kProbeKey, probe).status();
+    if (!put.ok() && put.code() != StatusCode::kAlreadyExists) return put;
+    Status deleted = blobs_->Delete(kProbeKey);
+    if (!deleted.ok() && deleted.code() != StatusCode::kNotFound) return deleted;
+    return Status::Ok();
+  });
+  if (!blob.ok()) problems["blob_store"] = blob.ToString();
+  // Failover (leader and standby coordinators) is not built yet: a server that runs is the leader.
+  json body = {{"status", problems.empty() ? "ready" : "not_ready"}, {"role", "leader"}};
+  if (!problems.empty()) {
+    body["not_ready"] = problems;
+    PARSYN_LOG_WARN("readyz: not ready: {}", problems.dump());
+  }
+  co_return http::Response::Json(problems.empty() ? 200 : 503, body);
+}
+
+http::Awaitable<http::Response> Service::MetricsResponse() {
+  ServerMetrics& m = Metrics();
+  // Gauges of state are computed now, from the store (jobs, worker kinds) and the sessions (on the loop).
+  auto listed = co_await Offload(
+      pool_, [this]() -> StatusOr<std::pair<std::vector<storage::TrainingJob>, std::vector<storage::Worker>>> {
+        PARSYN_ASSIGN_OR_RETURN(auto jobs, store_->ListJobs());
+        PARSYN_ASSIGN_OR_RETURN(auto workers, store_->ListWorkers());
+        return std::make_pair(std::move(jobs), std::move(workers));
+      });
+  if (!listed.ok()) co_return http::Response::Error(listed.status().WithContext("reading the metadata store"));
+  const auto& [jobs, workers] = *listed;
+  m.jobs.Clear();
+  for (storage::JobStatus status :
+       {storage::JobStatus::kQueued, storage::JobStatus::kRunning, storage::JobStatus::kSucceeded,
+        storage::JobStatus::kFailed, storage::JobStatus::kStopped, storage::JobStatus::kCancelled}) {
+    m.jobs.WithLabels({storage::ToString(status)}).Set(0);  // every status present, so rate() and alerts see zeros
+  }
+  for (const storage::TrainingJob& job : jobs) m.jobs.WithLabels({storage::ToString(job.status)}).Add(1);
+  std::map<int64_t, storage::WorkerKind> kinds;
+  for (const storage::Worker& w : workers) kinds[w.id] = w.kind;
+  m.workers_connected.Clear();
+  for (storage::WorkerKind kind : {storage::WorkerKind::kOwn, storage::WorkerKind::kManaged}) {
+    for (std::string_view status : {"online", "busy"})
+      m.workers_connected.WithLabels({storage::ToString(kind), status});
+  }
+  std::vector<double> ages;
+  const Clock::TimePoint now = clock_.Now();
+  for (const auto& [worker_id, session] : sessions_) {
+    auto kind = kinds.find(worker_id);
+    if (kind == kinds.end()) continue;
+    const bool busy = session.current_job.has_value() || !session.queued.empty();
+    m.workers_connected.WithLabels({storage::ToString(kind->second), busy ? "busy" : "online"}).Add(1);
+    ages.push_back(std::chrono::duration<double>(now - session.last_seen).count());
+  }
+  std::sort(ages.begin(), ages.end());
+  m.heartbeat_age_max.WithLabels({}).Set(ages.empty() ? 0 : ages.back());
+  m.heartbeat_age_median.WithLabels({}).Set(ages.empty() ? 0 : ages[ages.size() / 2]);
+  co_return http::Response::Text(200, RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
 }
 
 Status Service::CheckAdmin(const http::Request& req) const {

@@ -83,6 +83,8 @@ struct ServiceOptions {
   // Mutual TLS (`parsyn server --client-ca`): worker routes and worker-bound blob URLs need the worker's own client
   // certificate (auth.h, CheckWorkerCertificate).
   bool require_worker_certificates = false;
+  // GET /metrics needs the admin key (`parsyn server --metrics-auth admin`); by default it is open, like /healthz.
+  bool metrics_require_admin = false;
 };
 
 // A (method, pattern) the service registers; docs/openapi.yaml must describe exactly these.
@@ -185,6 +187,11 @@ class Service final : public JobHost {
 
   // Opens the blob store named by options_.blobs_uri (checking that a store issuing its own URLs, S3, answers).
   Status OpenBlobs();
+
+  // GET /readyz: whether the metadata and blob stores answer (200), or which does not (503).
+  http::Awaitable<http::Response> Readiness();
+  // GET /metrics: the Prometheus exposition, with the state gauges (jobs, workers) computed now.
+  http::Awaitable<http::Response> MetricsResponse();
 
   // Authentication of user and worker requests.
   Status CheckAdmin(const http::Request& req) const;

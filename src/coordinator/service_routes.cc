@@ -27,6 +27,7 @@ Status RouteTable::Admin(Method method, std::string_view pattern, http::Handler 
       [check = check_admin_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
         Status auth = check(req);
         if (!auth.ok()) co_return Response::Error(auth);
+        req.principal = "admin";
         co_return co_await handler(req);
       },
       options);
@@ -39,6 +40,7 @@ Status RouteTable::Worker(Method method, std::string_view pattern, WorkerHandler
       [check = check_worker_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
         StatusOr<int64_t> worker = check(req);
         if (!worker.ok()) co_return Response::Error(worker.status());
+        req.principal = "worker " + std::to_string(*worker);
         co_return co_await handler(req, *worker);
       },
       options);

@@ -133,7 +133,7 @@ Status Router::Add(Method method, std::string_view pattern, Handler handler, Rou
   if (pattern.empty() || pattern.front() != '/') {
     return InvalidArgumentError("route pattern '" + std::string(pattern) + "' must start with '/'");
   }
-  Route route{method, {}, std::move(handler), options, 0};
+  Route route{method, {}, std::move(handler), options, 0, std::string(pattern)};
   std::vector<std::string_view> segments = SplitPath(pattern);
   for (size_t i = 0; i < segments.size(); ++i) {
     std::string_view s = segments[i];

@@ -281,11 +281,26 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
       if (!inserted) it->second.append(", ").append(View(field.value()));
     }
     auto start = std::chrono::steady_clock::now();
+    body_bytes_ = 0;
     Response res = co_await Dispatch(parser, req);
-    // The path, not the target: query strings carry signatures and session ids, which logs must not keep.
-    PARSYN_LOG_DEBUG(
-        "http: {} {} {} -> {} in {} ms", remote_, MethodName(req.method), req.path, res.status,
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count());
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    if (opts_.on_request) {
+      uint64_t sent = res.body.size();
+      if (!res.file.empty()) {
+        std::error_code size_error;
+        sent = std::filesystem::file_size(res.file, size_error);
+        if (size_error) sent = 0;
+      }
+      opts_.on_request(RequestRecord{.request = req,
+                                     .status = res.status,
+                                     .duration = elapsed,
+                                     .bytes_received = body_bytes_,
+                                     .bytes_sent = sent});
+    } else {
+      // The path, not the target: query strings carry signatures and session ids, which logs must not keep.
+      PARSYN_LOG_DEBUG("http: {} {} {} -> {} in {} ms", remote_, MethodName(req.method), req.path, res.status,
+                       std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count());
+    }
     bool keep_alive = parser.keep_alive() && parser.is_done() && !state_->is_stopping && !closed_;
     bool head = req.method == Method::kHead;
     co_return co_await Write(std::move(res), header.version(), keep_alive, head);
@@ -320,6 +335,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     }
     const Router::Route& route = *match->route;
     req.params = std::move(match->params);
+    req.route = route.pattern;
     // Credentials before the body: a request that fails them is answered without reading (or buffering) any of it.
     if (route.options.authorize) {
       if (Status allowed = route.options.authorize(req); !allowed.ok()) co_return Response::Error(allowed);
@@ -495,6 +511,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
   bool idle_ = true;
   bool closed_ = false;
   bool peer_gone_ = false;
+  uint64_t body_bytes_ = 0;  // of the request being served (ServerOptions::on_request)
 };
 
 template <class Stream>
@@ -529,6 +546,7 @@ class Connection<Stream>::Body final : public BodyReader {
       if (ec) co_return UnavailableError("client went away while sending the body: " + ec.message());
       size_t n = kBodyChunkBytes - parser_.get().body().size;
       received_ += n;
+      conn_.body_bytes_ += n;
       if (received_ > cap_) {
         co_return ResourceExhaustedError("request body exceeds the limit of " + std::to_string(cap_) + " bytes");
       }

@@ -50,6 +50,8 @@ struct Request {
   Method method = Method::kGet;
   std::string target;                 // as sent: "/api/v1/training-jobs?limit=5"
   std::string path;                   // percent-decoded path: "/api/v1/training-jobs"
+  std::string route;                  // the matched route's pattern: "/api/v1/training-jobs/{id}"; "" when none
+  std::string principal;              // who the route's credential check found ("admin", "worker 7"), for logs
   StringMap params;                   // path parameters: {"id": "17"} for "/api/v1/training-jobs/{id}"
   StringMap query;                    // decoded query parameters (the last one wins when a name repeats)
   StringMap headers;                  // names lower-cased
@@ -148,6 +150,7 @@ class Router {
     Handler handler;
     RouteOptions options;
     int literal_count = 0;
+    std::string pattern;  // as added: "/api/v1/training-jobs/{id}"
   };
   struct Match {
     const Route* route = nullptr;  // null when nothing matched
@@ -159,6 +162,16 @@ class Router {
 
  private:
   std::vector<Route> routes_;
+};
+
+// What the server tells ServerOptions::on_request about each answered request (for access logs and metrics). No
+// query string, header or body: they may carry credentials and signatures.
+struct RequestRecord {
+  const Request& request;  // method, path, route ("" when no route matched), remote_address
+  int status = 0;
+  std::chrono::steady_clock::duration duration{};  // from the end of the header to the response being ready
+  uint64_t bytes_received = 0;                     // request body bytes read
+  uint64_t bytes_sent = 0;                         // response body bytes (0 for event streams)
 };
 
 struct ServerOptions {
@@ -181,6 +194,9 @@ struct ServerOptions {
   uint32_t max_connections = 4096;
   uint32_t max_connections_per_address = 256;
   std::chrono::seconds overload_retry_after{5};
+  // Called on the server's thread once each request is answered (before the response is written); must not block.
+  // Unset: each request is logged at debug level.
+  std::function<void(const RequestRecord&)> on_request;
 };
 
 // Whether `listen` ("host:port", as ServerOptions::listen) names a loopback address: 127.0.0.0/8, ::1 or localhost.

@@ -151,6 +151,43 @@ TEST(ServerTest, RoutesWithPathAndQueryParameters) {
   EXPECT_EQ(*echo->Json(), (nlohmann::json{{"name", "job"}, {"n", 3}}));
 }
 
+// on_request hears of each request with its route pattern (none for an unmatched path), status and body sizes.
+TEST(ServerTest, OnRequestGetsTheRoutePatternStatusAndBodyBytes) {
+  struct Seen {
+    std::string method, path, route;
+    int status;
+    uint64_t received, sent;
+  };
+  std::vector<Seen> seen;  // appended on the loop thread, read after the server stopped
+  net::io_context io;
+  ServerOptions options;
+  options.on_request = [&seen](const RequestRecord& r) {
+    seen.push_back({std::string(MethodName(r.request.method)), r.request.path, r.request.route, r.status,
+                    r.bytes_received, r.bytes_sent});
+  };
+  {
+    TestServer ts(io, ApiRouter(), options);
+    Client client(FastClient(ts.url()));
+    auto got = client.Get("/api/v1/training-jobs/42?limit=5");
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    auto echo = client.PostJson("/api/v1/echo", {{"n", 3}});
+    ASSERT_TRUE(echo.ok()) << echo.status().ToString();
+    EXPECT_FALSE(client.Get("/api/v1/nope").ok());
+    ts.Stop(std::chrono::milliseconds(2000));
+    ASSERT_EQ(seen.size(), 3u);
+    EXPECT_EQ(seen[0].route, "/api/v1/training-jobs/{id}");
+    EXPECT_EQ(seen[0].path, "/api/v1/training-jobs/42");
+    EXPECT_EQ(seen[0].status, 200);
+    EXPECT_EQ(seen[0].sent, got->body.size());
+    EXPECT_EQ(seen[1].method, "POST");
+    EXPECT_EQ(seen[1].route, "/api/v1/echo");
+    EXPECT_EQ(seen[1].status, 201);
+    EXPECT_EQ(seen[1].received, std::string(R"({"n":3})").size());
+    EXPECT_EQ(seen[2].route, "");
+    EXPECT_EQ(seen[2].status, 404);
+  }
+}
+
 TEST(ServerTest, UnknownPathIs404AndWrongMethodIs405WithErrorBody) {
   net::io_context io;
   TestServer ts(io, ApiRouter());

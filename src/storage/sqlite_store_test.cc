@@ -11,6 +11,7 @@
 #include "storage/faulty_metadata_store.h"
 #include "storage/metadata_store_contract.h"
 #include "storage/temp_dir_for_test.h"
+#include "storage/timed_metadata_store.h"
 
 namespace parsyn::storage {
 namespace {
@@ -32,8 +33,36 @@ INSTANTIATE_TEST_SUITE_P(
               PARSYN_ASSIGN_OR_RETURN(auto inner, OpenMetadataStore("sqlite://" + (dir / "meta.db").string()));
               return std::unique_ptr<MetadataStore>(std::make_unique<FaultyMetadataStore>(std::move(inner)));
             },
+            true},
+        // The timing wrapper (what the coordinator runs on) must be too.
+        MetadataStoreBackend{
+            "timed",
+            [](const fs::path& dir) -> StatusOr<std::unique_ptr<MetadataStore>> {
+              PARSYN_ASSIGN_OR_RETURN(auto inner, OpenMetadataStore("sqlite://" + (dir / "meta.db").string()));
+              static metrics::Registry registry;
+              return std::unique_ptr<MetadataStore>(std::make_unique<TimedMetadataStore>(
+                  std::move(inner), registry.Histogram("store_seconds", "Store latency.", {"operation"}),
+                  registry.Counter("store_errors_total", "Store errors.", {"operation"})));
+            },
             true}),
     MetadataStoreBackendName);
+
+TEST(TimedMetadataStoreTest, TimesEachCallByOperationAndCountsErrors) {
+  metrics::Registry registry;
+  metrics::HistogramFamily& latency = registry.Histogram("store_seconds", "Store latency.", {"operation"});
+  metrics::CounterFamily& errors = registry.Counter("store_errors_total", "Store errors.", {"operation"});
+  StatusOr<std::unique_ptr<MetadataStore>> inner = OpenMetadataStore(":memory:");
+  ASSERT_TRUE(inner.ok());
+  TimedMetadataStore timed(std::move(inner).value(), latency, errors);
+  MetadataStore& store = timed;  // as callers see it (the interface carries the default arguments)
+  ASSERT_TRUE(store.ListJobs().ok());
+  ASSERT_TRUE(store.ListJobs().ok());
+  EXPECT_FALSE(store.GetJob(42).ok());
+  EXPECT_EQ(latency.WithLabels({"list_jobs"}).Read().count, 2u);
+  EXPECT_EQ(latency.WithLabels({"get_job"}).Read().count, 1u);
+  EXPECT_EQ(errors.WithLabels({"get_job"}).value(), 1);
+  EXPECT_THAT(registry.Render(), HasSubstr("store_errors_total{operation=\"get_job\"} 1\n"));
+}
 
 // Runs one SQL statement on the store's connection and returns the first column of its first row as text.
 std::string QueryText(SqliteMetadataStore& store, const std::string& sql) {

@@ -10,9 +10,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "base/testing/raw_socket.h"
@@ -60,6 +62,101 @@ TEST_F(ApiTest, HealthzIsOpen) {
   auto res = anonymous.Get("/healthz");
   ASSERT_TRUE(res.ok()) << res.status().ToString();
   EXPECT_EQ((*res->Json())["status"], "ok");
+}
+
+// GET without credentials through the transport, which answers any status (the client turns non-2xx into errors).
+net::Response RawGet(const std::string& url, const std::string& bearer = "") {
+  net::Transport transport(net::TransportOptions{.max_attempts = 1});
+  net::Request request{.method = "GET", .url = url};
+  if (!bearer.empty()) request.headers = {{"Authorization", "Bearer " + bearer}};
+  StatusOr<net::Response> res = transport.Perform(request);
+  EXPECT_TRUE(res.ok()) << res.status().ToString();
+  return res.ok() ? *res : net::Response{};
+}
+
+std::string ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Ready while both stores answer; with the blob directory replaced by a file (which refuses writes even to root),
+// 503 naming the blob store, and ready again once it is back.
+TEST_F(ApiTest, ReadyzChecksTheMetadataAndBlobStores) {
+  net::Response ready = RawGet(server_->url() + "/readyz");
+  ASSERT_EQ(ready.status, 200) << ready.body;
+  json body = json::parse(ready.body);
+  EXPECT_EQ(body["status"], "ready");
+  EXPECT_EQ(body["role"], "leader");
+
+  const auto blobs = dir_.path() / "data" / "blobs";
+  std::filesystem::rename(blobs, dir_.path() / "blobs-away");
+  { std::ofstream(blobs) << "not a directory"; }
+  net::Response broken = RawGet(server_->url() + "/readyz");
+  EXPECT_EQ(broken.status, 503) << broken.body;
+  body = json::parse(broken.body, nullptr, false);
+  EXPECT_EQ(body["status"], "not_ready") << broken.body;
+  EXPECT_TRUE(body["not_ready"].contains("blob_store")) << broken.body;
+  EXPECT_FALSE(body["not_ready"].contains("metadata_store")) << broken.body;
+  // /healthz says the process is up; it does not depend on the stores.
+  EXPECT_EQ(RawGet(server_->url() + "/healthz").status, 200);
+
+  std::filesystem::remove(blobs);
+  std::filesystem::rename(dir_.path() / "blobs-away", blobs);
+  EXPECT_EQ(RawGet(server_->url() + "/readyz").status, 200);
+}
+
+// /metrics is open by default, in the text format, and labels HTTP requests with the route pattern, never the path.
+TEST_F(ApiTest, MetricsCountRequestsByRoutePatternAndStoreOperations) {
+  ASSERT_FALSE(admin_->Get("/api/v1/datasets/987654").ok());  // a 404 on a route with a parameter
+  net::Response res = RawGet(server_->url() + "/metrics");
+  ASSERT_EQ(res.status, 200) << res.body;
+  EXPECT_EQ(res.headers["content-type"], "text/plain; version=0.0.4; charset=utf-8");
+  const std::string& text = res.body;
+  EXPECT_NE(text.find("parsyn_http_requests_total{method=\"GET\",route=\"/api/v1/datasets/{id}\",status=\"404\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("987654"), std::string::npos) << "a raw path leaked into a label";
+  EXPECT_NE(text.find("parsyn_http_request_duration_seconds_bucket{method=\"GET\",route=\"/api/v1/datasets/{id}\","
+                      "le=\"+Inf\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("parsyn_store_operation_duration_seconds_count{operation=\"get_dataset\"}"), std::string::npos);
+  EXPECT_NE(text.find("parsyn_jobs{status=\"running\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("\nprocess_open_fds "), std::string::npos);
+  EXPECT_NE(text.find("\nprocess_resident_memory_bytes "), std::string::npos);
+
+  // The access log: one info line per request with the route pattern, status and who; no key, no raw path.
+  const std::string log = ReadFile(dir_.path() / "data.log");
+  EXPECT_NE(log.find("access: "), std::string::npos) << log;
+  EXPECT_NE(log.find("GET /api/v1/datasets/{id} status=404 duration_ms="), std::string::npos) << log;
+  EXPECT_NE(log.find("by=admin"), std::string::npos) << log;
+  EXPECT_EQ(log.find(server_->admin_key()), std::string::npos) << "the admin key leaked into the log";
+  EXPECT_EQ(log.find("987654"), std::string::npos) << log;
+}
+
+TEST(MetricsAuthTest, AdminModeNeedsTheAdminKeyAndJsonLogsAreOneObjectALine) {
+  TempDir dir;
+  ServerProcess server(dir.path() / "data", {"--metrics-auth", "admin", "--log-format", "json"});
+  EXPECT_EQ(RawGet(server.url() + "/metrics").status, 401);
+  net::Response res = RawGet(server.url() + "/metrics", server.admin_key());
+  EXPECT_EQ(res.status, 200) << res.body;
+  EXPECT_NE(res.body.find("# TYPE parsyn_rounds_total counter"), std::string::npos);
+  server.Terminate();
+  std::istringstream log(ReadFile(dir.path() / "data.log"));
+  int lines = 0, access = 0;
+  for (std::string line; std::getline(log, line);) {
+    if (line.empty() || line.front() != '{') continue;  // the CLI's own plain messages (the new admin key notice)
+    json entry = json::parse(line, nullptr, false);
+    ASSERT_TRUE(entry.is_object()) << line;
+    const std::string time = entry.value("time", "");
+    EXPECT_EQ(time.size(), 24u) << line;  // 2026-12-01T16:20:34.123Z
+    EXPECT_TRUE(time.ends_with("Z")) << line;
+    EXPECT_TRUE(entry["level"].is_string()) << line;
+    access += entry.value("msg", "").find("access: ") == 0;
+    ++lines;
+  }
+  EXPECT_GT(lines, 0);
+  EXPECT_GE(access, 2);  // the two /metrics requests
 }
 
 TEST_F(ApiTest, HappyPathsForDatasetsModelsWorkersAndJobs) {

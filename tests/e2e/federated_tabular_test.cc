@@ -4,13 +4,18 @@
 // FedAvg'ed (use_peft false), and the final model, as a user downloads it, classifies held-out rows.
 // Also the ordinary one-worker job (no `distributed`, or enabled false), tabular and LoRA: config.epochs passes over
 // all the training data, with progress, the final validation loss and the result as artifacts.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <sstream>
 
 #include <libpq-fe.h>
 
+#include "base/subprocess.h"
 #include "llama_fixture.h"
 #include "storage/postgres_for_test.h"
 #include "weights/sha256.h"
@@ -214,6 +219,106 @@ TEST_F(TabularJobTest, TwoWorkersTrainAnMlpThatClassifiesHeldOutRows) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("[figures] tabular mlp: rounds %d, train loss per round: %s, held-out accuracy %.3f, wall %.1f s\n",
               committed, losses.c_str(), accuracy, seconds);
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
+// Finds `program` on PATH (Debian's prometheus package puts promtool and prometheus in /usr/bin); "" if absent.
+std::string FindProgram(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const fs::path candidate = fs::path(dir) / program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+  }
+  return "";
+}
+
+std::string FileText(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// After a tabular job, /metrics passes `promtool check metrics` (Debian's prometheus package), and a real prometheus
+// server scraping it on loopback reports the job's committed rounds through its query API.
+TEST_F(TabularJobTest, PrometheusScrapesTheRoundCounter) {
+  const std::string promtool = FindProgram("promtool"), prometheus = FindProgram("prometheus");
+  if (promtool.empty() || prometheus.empty()) {
+    GTEST_SKIP() << "promtool or prometheus is not installed (Debian package prometheus; ./dev setup installs it)";
+  }
+  std::vector<int64_t> ids = StartWorkers(2);
+  const int kRounds = 2;
+  const int64_t job_id = CreateJob(*admin_, MlpSpec(ids, kRounds, 10));
+  ASSERT_GT(job_id, 0);
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+
+  StatusOr<http::ClientResponse> scraped = admin_->Get("/metrics");
+  ASSERT_TRUE(scraped.ok()) << scraped.status().ToString();
+  const std::string& text = scraped->body;
+  EXPECT_NE(text.find("parsyn_rounds_total{outcome=\"committed\"} " + std::to_string(kRounds) + "\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("parsyn_updates_accepted_total " + std::to_string(2 * kRounds) + "\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("parsyn_jobs{status=\"succeeded\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("parsyn_round_duration_seconds_count " + std::to_string(kRounds) + "\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("parsyn_round_phase_duration_seconds_count{phase=\"commit\"} " + std::to_string(kRounds)),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("parsyn_workers_connected{kind=\"own\",status=\"online\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("route=\"/api/v1/worker/tasks/next\""), std::string::npos) << text;
+
+  // promtool's exposition and lint checks.
+  const fs::path exposition = tmp_.path() / "metrics.txt";
+  { std::ofstream(exposition) << text; }
+  const fs::path promtool_out = tmp_.path() / "promtool.out";
+  StatusOr<Subprocess> check =
+      Subprocess::Start("/bin/sh", {"-c", "\"$0\" check metrics < \"$1\"", promtool, exposition.string()},
+                        {.output = SubprocessOptions::Output::kFile, .output_file = promtool_out});
+  ASSERT_TRUE(check.ok()) << check.status().ToString();
+  EXPECT_EQ(check->Wait(), 0) << FileText(promtool_out);
+
+  // A real prometheus scraping the server every second, asked through its HTTP API.
+  const fs::path prom_dir = tmp_.path() / "prometheus";
+  fs::create_directories(prom_dir / "data");
+  const std::string target = server_->url().substr(server_->url().find("//") + 2);
+  {
+    std::ofstream config(prom_dir / "prometheus.yml");
+    config << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+           << "scrape_configs:\n  - job_name: parsyn\n    static_configs:\n      - targets: ['" << target << "']\n";
+  }
+  const int prom_port = FreePort();
+  StatusOr<Subprocess> prom = Subprocess::Start(
+      prometheus,
+      {"--config.file=" + (prom_dir / "prometheus.yml").string(), "--storage.tsdb.path=" + (prom_dir / "data").string(),
+       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+      {.output = SubprocessOptions::Output::kFile, .output_file = prom_dir / "prometheus.log"});
+  ASSERT_TRUE(prom.ok()) << prom.status().ToString();
+  http::ClientOptions options;
+  options.base_url = "http://127.0.0.1:" + std::to_string(prom_port);
+  http::Client prom_api(options);
+  const std::string query = "/api/v1/query?query=sum(parsyn_rounds_total%7Boutcome%3D%22committed%22%7D)";
+  std::string last;
+  double rounds_seen = -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline && rounds_seen < kRounds) {
+    StatusOr<http::ClientResponse> answer = prom_api.Get(query);
+    if (answer.ok()) {
+      last = answer->body;
+      json body = json::parse(answer->body, nullptr, false);
+      if (body.is_object() && body["status"] == "success" && !body["data"]["result"].empty()) {
+        rounds_seen = std::stod(body["data"]["result"][0]["value"][1].get<std::string>());
+      }
+    } else {
+      last = answer.status().ToString();
+    }
+    if (rounds_seen < kRounds) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  EXPECT_EQ(rounds_seen, kRounds) << "last answer: " << last << "\nprometheus log:\n"
+                                  << FileText(prom_dir / "prometheus.log");
+  prom->Terminate();
+  prom->Wait();
   for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
 }
 

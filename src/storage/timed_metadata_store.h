@@ -1,0 +1,162 @@
+// TimedMetadataStore: wraps a MetadataStore and records each call's latency in a histogram labelled by operation
+// (the method's name in snake case: "commit_round", "list_jobs"), and each failed call in a counter. Whatever store
+// the server runs on (SQLite today, others later), its latencies come out the same way on /metrics.
+// Thread-safe if the wrapped store is.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <type_traits>
+
+#include "base/metrics.h"
+#include "storage/metadata_store.h"
+
+namespace parsyn::storage {
+
+class TimedMetadataStore final : public MetadataStore {
+ public:
+  TimedMetadataStore(std::unique_ptr<MetadataStore> inner, metrics::HistogramFamily& latency,
+                     metrics::CounterFamily& errors)
+      : owned_(std::move(inner)), inner_(*owned_), latency_(latency), errors_(errors) {}
+
+  MetadataStore& inner() { return inner_; }
+
+  StatusOr<Dataset> CreateDataset(const Dataset& dataset) override {
+    return Timed("create_dataset", [&] { return inner_.CreateDataset(dataset); });
+  }
+  StatusOr<Dataset> GetDataset(int64_t id) override {
+    return Timed("get_dataset", [&] { return inner_.GetDataset(id); });
+  }
+  StatusOr<std::vector<Dataset>> ListDatasets() override {
+    return Timed("list_datasets", [&] { return inner_.ListDatasets(); });
+  }
+  Status DeleteDataset(int64_t id) override {
+    return Timed("delete_dataset", [&] { return inner_.DeleteDataset(id); });
+  }
+  StatusOr<Model> CreateModel(const Model& model) override {
+    return Timed("create_model", [&] { return inner_.CreateModel(model); });
+  }
+  StatusOr<Model> GetModel(int64_t id) override {
+    return Timed("get_model", [&] { return inner_.GetModel(id); });
+  }
+  StatusOr<std::vector<Model>> ListModels() override {
+    return Timed("list_models", [&] { return inner_.ListModels(); });
+  }
+  Status DeleteModel(int64_t id) override {
+    return Timed("delete_model", [&] { return inner_.DeleteModel(id); });
+  }
+  StatusOr<Worker> CreateWorker(const Worker& worker) override {
+    return Timed("create_worker", [&] { return inner_.CreateWorker(worker); });
+  }
+  StatusOr<Worker> GetWorker(int64_t id) override {
+    return Timed("get_worker", [&] { return inner_.GetWorker(id); });
+  }
+  StatusOr<Worker> FindWorkerByTokenHash(std::string_view token_sha256) override {
+    return Timed("find_worker_by_token_hash", [&] { return inner_.FindWorkerByTokenHash(token_sha256); });
+  }
+  StatusOr<std::vector<Worker>> ListWorkers() override {
+    return Timed("list_workers", [&] { return inner_.ListWorkers(); });
+  }
+  Status UpdateWorker(const Worker& worker) override {
+    return Timed("update_worker", [&] { return inner_.UpdateWorker(worker); });
+  }
+  Status SetAdminKeyHash(std::string_view key_sha256) override {
+    return Timed("set_admin_key_hash", [&] { return inner_.SetAdminKeyHash(key_sha256); });
+  }
+  StatusOr<std::string> GetAdminKeyHash() override {
+    return Timed("get_admin_key_hash", [&] { return inner_.GetAdminKeyHash(); });
+  }
+  StatusOr<TrainingJob> CreateJob(const TrainingJob& job) override {
+    return Timed("create_job", [&] { return inner_.CreateJob(job); });
+  }
+  StatusOr<TrainingJob> GetJob(int64_t id) override {
+    return Timed("get_job", [&] { return inner_.GetJob(id); });
+  }
+  StatusOr<std::vector<TrainingJob>> ListJobs(std::optional<JobStatus> status) override {
+    return Timed("list_jobs", [&] { return inner_.ListJobs(status); });
+  }
+  StatusOr<TrainingJob> SetJobStatus(int64_t job_id, JobStatus status, int64_t time_ms,
+                                     std::string_view reason) override {
+    return Timed("set_job_status", [&] { return inner_.SetJobStatus(job_id, status, time_ms, reason); });
+  }
+  Status AddJobArtifact(const JobArtifact& artifact) override {
+    return Timed("add_job_artifact", [&] { return inner_.AddJobArtifact(artifact); });
+  }
+  StatusOr<std::vector<JobArtifact>> ListJobArtifacts(int64_t job_id) override {
+    return Timed("list_job_artifacts", [&] { return inner_.ListJobArtifacts(job_id); });
+  }
+  Status CreateShards(int64_t job_id, std::span<const Shard> shards) override {
+    return Timed("create_shards", [&] { return inner_.CreateShards(job_id, shards); });
+  }
+  StatusOr<std::vector<Shard>> ListShards(int64_t job_id) override {
+    return Timed("list_shards", [&] { return inner_.ListShards(job_id); });
+  }
+  Status AssignShard(int64_t job_id, int32_t shard_index, int64_t worker_id) override {
+    return Timed("assign_shard", [&] { return inner_.AssignShard(job_id, shard_index, worker_id); });
+  }
+  Status StartRound(const Round& round) override {
+    return Timed("start_round", [&] { return inner_.StartRound(round); });
+  }
+  Status CommitRound(const RoundCommit& commit) override {
+    return Timed("commit_round", [&] { return inner_.CommitRound(commit); });
+  }
+  Status RecordFinalValidationLoss(int64_t job_id, int32_t round, double validation_loss) override {
+    return Timed("record_final_validation_loss",
+                 [&] { return inner_.RecordFinalValidationLoss(job_id, round, validation_loss); });
+  }
+  Status FailRound(const RoundFailure& failure) override {
+    return Timed("fail_round", [&] { return inner_.FailRound(failure); });
+  }
+  StatusOr<Round> GetRound(int64_t job_id, int32_t round, int32_t attempt) override {
+    return Timed("get_round", [&] { return inner_.GetRound(job_id, round, attempt); });
+  }
+  StatusOr<std::vector<Round>> ListRounds(int64_t job_id) override {
+    return Timed("list_rounds", [&] { return inner_.ListRounds(job_id); });
+  }
+  Status AddRoundParticipant(int64_t job_id, int32_t round, int32_t attempt, int64_t worker_id) override {
+    return Timed("add_round_participant",
+                 [&] { return inner_.AddRoundParticipant(job_id, round, attempt, worker_id); });
+  }
+  Status RecordUpdate(const RoundUpdate& update) override {
+    return Timed("record_update", [&] { return inner_.RecordUpdate(update); });
+  }
+  StatusOr<std::vector<RoundUpdate>> ListUpdates(int64_t job_id, int32_t round, int32_t attempt) override {
+    return Timed("list_updates", [&] { return inner_.ListUpdates(job_id, round, attempt); });
+  }
+  Status AppendMetrics(std::span<const MetricPoint> points) override {
+    return Timed("append_metrics", [&] { return inner_.AppendMetrics(points); });
+  }
+  StatusOr<std::vector<MetricPoint>> ListMetrics(int64_t job_id, std::optional<int64_t> worker_id) override {
+    return Timed("list_metrics", [&] { return inner_.ListMetrics(job_id, worker_id); });
+  }
+  StatusOr<std::vector<StoredMetricPoint>> ListMetricsPage(int64_t job_id, int64_t after_id, int limit) override {
+    return Timed("list_metrics_page", [&] { return inner_.ListMetricsPage(job_id, after_id, limit); });
+  }
+  StatusOr<int64_t> CountMetrics(int64_t job_id, int64_t worker_id) override {
+    return Timed("count_metrics", [&] { return inner_.CountMetrics(job_id, worker_id); });
+  }
+  StatusOr<int64_t> AppendJobEvent(const JobEvent& event) override {
+    return Timed("append_job_event", [&] { return inner_.AppendJobEvent(event); });
+  }
+  StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit) override {
+    return Timed("list_job_events", [&] { return inner_.ListJobEvents(job_id, after_id, limit); });
+  }
+
+ private:
+  template <typename Call>
+  std::invoke_result_t<Call&> Timed(const char* operation, Call&& call) {
+    const auto start = std::chrono::steady_clock::now();
+    auto result = call();
+    latency_.WithLabels({operation})
+        .Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (!result.ok()) errors_.WithLabels({operation}).Inc();
+    return result;
+  }
+
+  std::unique_ptr<MetadataStore> owned_;
+  MetadataStore& inner_;
+  metrics::HistogramFamily& latency_;
+  metrics::CounterFamily& errors_;
+};
+
+}  // namespace parsyn::storage
