@@ -70,7 +70,15 @@ void ServerProcess::Launch() {
                                    "1500",
                                    "--max-poll-wait-ms",
                                    "2000"};
-  args.insert(args.end(), extra_.begin(), extra_.end());
+  // An extra flag that is among the defaults above replaces its value (the CLI takes each flag once).
+  for (size_t i = 0; i < extra_.size(); ++i) {
+    auto known = std::find(args.begin() + 2, args.end(), extra_[i]);
+    if (known != args.end() && std::next(known) != args.end() && i + 1 < extra_.size()) {
+      *std::next(known) = extra_[++i];
+    } else {
+      args.push_back(extra_[i]);
+    }
+  }
   const std::string log = (data_dir_.parent_path() / (data_dir_.filename().string() + ".log")).string();
   pid_ = ::fork();
   ASSERT_GE(pid_, 0);
