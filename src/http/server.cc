@@ -807,8 +807,8 @@ net::awaitable<void> AcceptLoop(std::shared_ptr<Server::State> state) {
       if (IsFdExhaustion(ec)) {
         CountFdExhaustion(*state, ec);
         if (RefuseOnReserveDescriptor(*state)) continue;
-      } else if (auto now = std::chrono::steady_clock::now(); now - state->last_accept_error_log >=
-                                                                kAcceptErrorLogInterval) {
+      } else if (auto now = std::chrono::steady_clock::now();
+                 now - state->last_accept_error_log >= kAcceptErrorLogInterval) {
         // Log once a second at most (a flood of these would fill the disk).
         PARSYN_LOG_WARN("http: accept failed: {} ({} more such failures since the last report); retrying in {} ms",
                         ec.message(), state->accept_errors_unlogged, wait.count());
