@@ -147,6 +147,7 @@ TEST(JobSpecTest, GoodBodies) {
          b["worker_selection"] = {{"worker_ids", json::array()}};
          for (int id = 1; id <= 10'000; ++id) b["worker_selection"]["worker_ids"].push_back(id);
          b["distributed"]["min_workers"] = 10'000;
+         b["distributed"]["max_workers"] = 10'000;
        },
        [](const JobSpec& s) {
          EXPECT_EQ(s.SelectedWorkers().size(), 10'000u);
