@@ -71,9 +71,11 @@ void ServerProcess::Launch() {
                                    "--max-poll-wait-ms",
                                    "2000"};
   // An extra flag that is among the defaults above replaces its value (the CLI takes each flag once).
+  const size_t defaults = args.size();
   for (size_t i = 0; i < extra_.size(); ++i) {
-    auto known = std::find(args.begin() + 2, args.end(), extra_[i]);
-    if (known != args.end() && std::next(known) != args.end() && i + 1 < extra_.size()) {
+    auto known = std::find(args.begin() + 2, args.begin() + static_cast<std::ptrdiff_t>(defaults), extra_[i]);
+    const bool has_value = i + 1 < extra_.size() && extra_[i + 1].rfind("--", 0) != 0;
+    if (extra_[i].rfind("--", 0) == 0 && known != args.begin() + static_cast<std::ptrdiff_t>(defaults) && has_value) {
       *std::next(known) = extra_[++i];
     } else {
       args.push_back(extra_[i]);
