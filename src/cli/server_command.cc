@@ -19,6 +19,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "base/atomic_file.h"
+#include "base/fd_limit.h"
 #include "base/log.h"
 #include "base/log_format.h"
 #include "base/subprocess.h"
@@ -188,6 +189,15 @@ int RunServer(const ServerFlags& f) {
     tls_client_ca = options.data_dir / "client-ca-bundle.pem";
     if (Status s = WriteFileAtomically(tls_client_ca, *bundle, 0644); !s.ok()) return Fail("server", s);
   }
+  // About two descriptors per connected worker: the default soft limit (often 1024) would cap the server far below
+  // what the system allows.
+  if (StatusOr<OpenFilesLimit> fds = RaiseOpenFilesLimit(); !fds.ok()) {
+    PARSYN_LOG_WARN("{}", fds.status().ToString());
+  } else if (fds->after != fds->before) {
+    PARSYN_LOG_INFO("open-files limit raised from {} to {} (the hard limit)", fds->before, fds->after);
+  } else {
+    PARSYN_LOG_INFO("open-files limit {} (hard {})", fds->after, fds->hard);
+  }
   StatusOr<std::unique_ptr<coordinator::Service>> service = coordinator::Service::Open(io, options);
   if (!service.ok()) return Fail("server", service.status());
   StatusOr<http::Router> router = (*service)->BuildRouter();
@@ -206,6 +216,7 @@ int RunServer(const ServerFlags& f) {
   const std::string url = (*server)->tls() ? "https://" : "http://";
   const std::string base = url + HostOf(f.listen) + ":" + std::to_string((*server)->port());
   (*service)->SetPublicUrl(f.public_url.empty() ? base : f.public_url);
+  (*service)->SetHttpServer(server->get());
   {
     // Over TLS the local CLI reaches the server at the name its certificate is for (--public-url, when set), and
     // trusts the certificate file (ca_file), like the managed workers.

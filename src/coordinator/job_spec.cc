@@ -20,7 +20,10 @@ namespace {
 using nlohmann::json;
 using protocol::FieldReader;
 
-constexpr size_t kMaxWorkerIds = 1000;
+// A job spans at most this many workers (listed or taking part in a round): the control plane is sized and
+// benchmarked for it (bench/control_plane).
+constexpr int kMaxJobWorkers = 10'000;
+constexpr size_t kMaxWorkerIds = kMaxJobWorkers;
 constexpr size_t kMaxNameBytes = 128;
 
 constexpr std::pair<std::string_view, AggregationStrategy> kStrategies[] = {
@@ -100,8 +103,8 @@ void ParseDistributed(const json* object, DistributedConfig& d, std::vector<std:
   }
   r.Integer("num_rounds", d.num_rounds, 1, 10000);
   r.Integer("steps_per_round", d.steps_per_round, 0, 10'000'000);
-  r.Integer("min_workers", d.min_workers, 1, 1000);
-  r.Integer("max_workers", d.max_workers, 1, 1000);
+  r.Integer("min_workers", d.min_workers, 1, kMaxJobWorkers);
+  r.Integer("max_workers", d.max_workers, 1, kMaxJobWorkers);
   double timeout_s = 600;
   r.Number("aggregation_timeout", timeout_s, 1, 604800);
   d.aggregation_timeout_ms = std::llround(timeout_s * 1000.0);

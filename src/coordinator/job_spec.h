@@ -23,8 +23,8 @@
 //   distributed.num_rounds              integer           10                   1..10000
 //   distributed.steps_per_round         integer           500                  0..10^7 (0: a round trains
 //                                                                              config.epochs passes over the shard)
-//   distributed.min_workers             integer           2                    1..1000
-//   distributed.max_workers             integer           max(min_workers,     1..1000, >= min_workers
+//   distributed.min_workers             integer           2                    1..10000
+//   distributed.max_workers             integer           max(min_workers,     1..10000, >= min_workers
 //                                                             listed workers)
 //   distributed.aggregation_timeout     number (seconds)  600                  1..604800
 //   distributed.fault_tolerance         integer           3                    1..1000: the job fails after this
@@ -52,7 +52,7 @@
 //                                                         for "platform"       FedAvg weight); "workers" only
 //
 // Cross-field rules: own needs worker_ids and no parsyn_worker_ids; managed the reverse; mixed needs both; auto
-// needs neither (any available worker may take part). No id twice, nor in both lists; at most 1000 ids. For a
+// needs neither (any available worker may take part). No id twice, nor in both lists; at most 10000 ids. For a
 // distributed job, the listed workers must be at least min_workers.
 //
 // early_stopping on a job that is not distributed is an error (an ordinary job has one round: nothing to stop). The

@@ -173,6 +173,18 @@ TEST(JobSpecTest, GoodBodies) {
          EXPECT_EQ(s.worker_selection.mode, WorkerSelectionMode::kAuto);
          EXPECT_EQ(s.distributed.max_workers, 4);
        }},
+      {"10,000 workers",
+       [](json& b) {
+         b["worker_selection"] = {{"worker_ids", json::array()}};
+         for (int id = 1; id <= 10'000; ++id) b["worker_selection"]["worker_ids"].push_back(id);
+         b["distributed"]["min_workers"] = 10'000;
+         b["distributed"]["max_workers"] = 10'000;
+       },
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.SelectedWorkers().size(), 10'000u);
+         EXPECT_EQ(s.distributed.min_workers, 10'000);
+         EXPECT_EQ(s.distributed.max_workers, 10'000);
+       }},
       {"fractional timeout in seconds", [](json& b) { b["distributed"]["aggregation_timeout"] = 2.5; },
        [](const JobSpec& s) { EXPECT_EQ(s.distributed.aggregation_timeout_ms, 2500); }},
       {"null means default", [](json& b) { b["config"]["epochs"] = nullptr; },
@@ -415,7 +427,14 @@ TEST(JobSpecTest, BadBodiesNameTheFieldAndTheReason) {
       {[](json& b) { b["distributed"]["num_rounds"] = 0; }, "distributed.num_rounds (0) must be between 1 and 10000"},
       {[](json& b) { b["distributed"]["steps_per_round"] = -5; },
        "distributed.steps_per_round (-5) must be between 0 and 10000000"},
-      {[](json& b) { b["distributed"]["min_workers"] = 0; }, "distributed.min_workers (0) must be between 1 and 1000"},
+      {[](json& b) { b["distributed"]["min_workers"] = 0; }, "distributed.min_workers (0) must be between 1 and 10000"},
+      {[](json& b) { b["distributed"]["max_workers"] = 10'001; },
+       "distributed.max_workers (10001) must be between 1 and 10000"},
+      {[](json& b) {
+         b["worker_selection"] = {{"worker_ids", json::array()}};
+         for (int id = 1; id <= 10'001; ++id) b["worker_selection"]["worker_ids"].push_back(id);
+       },
+       "worker_selection.worker_ids has 10001 entries, at most 10000 are allowed"},
       {[](json& b) { b["distributed"]["early_stopping"] = json::object(); },
        "distributed.early_stopping.patience is required"},
       {[](json& b) {
@@ -610,7 +629,7 @@ TEST(JobSpecTest, ProblemFieldIsTheLeadingPathOfASpecKey) {
       {"config.lora_target_modules[1] must be a string, got number", "config.lora_target_modules[1]"},
       {"unknown field colour", "colour"},
       {"unknown field config.odd key", "config.odd key"},
-      {"worker_selection lists more than 1000 workers", "worker_selection"},
+      {"worker_selection lists more than 10000 workers", "worker_selection"},
       {"request body must be a JSON object, got array", ""},
       {"request body is not valid JSON: parse error at line 1", ""},
       {"names must be unique", ""},

@@ -36,6 +36,11 @@ Service::Service(boost::asio::io_context& io, ServiceOptions options)
 Service::~Service() {
   upload_pool_.join();
   pool_.join();
+  // The presence seen since the last flush (a crash loses it: workers say hello again after a restart anyway).
+  if (store_ == nullptr) return;
+  const std::vector<storage::WorkerSeen> seen = UnstoredPresence();
+  Status stored = store_->RecordWorkersSeen(seen);
+  if (!stored.ok()) PARSYN_LOG_WARN("worker presence not stored at shutdown: {}", stored.ToString());
 }
 
 StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, ServiceOptions options) {
@@ -147,7 +152,13 @@ StatusOr<http::Router> Service::BuildRouter() {
                              .max_upload_bytes = options_.max_upload_bytes};
   PARSYN_RETURN_IF_ERROR(
       routes.Open(http::Method::kGet, "/healthz", [this](http::Request&) -> http::Awaitable<http::Response> {
-        co_return http::Response::Json(200, {{"status", "ok"}, {"tls", options_.tls}, {"insecure", options_.insecure}});
+        json health = {{"status", "ok"}, {"tls", options_.tls}, {"insecure", options_.insecure}};
+        // Connections refused for want of file descriptors (the server logs what to do once a minute).
+        const http::AcceptFailures failures = http_server_ ? http_server_->accept_failures() : http::AcceptFailures{};
+        health["accept_failures_fd_exhausted"] = failures.fd_exhausted;
+        health["last_accept_failure_fd_exhausted_at_ms"] =
+            failures.last_fd_exhausted_unix_ms ? json(failures.last_fd_exhausted_unix_ms) : json();
+        co_return http::Response::Json(200, health);
       }));
   PARSYN_RETURN_IF_ERROR(
       routes.Open(http::Method::kGet, "/readyz",
@@ -347,8 +358,37 @@ http::Awaitable<void> Service::SetWorkerStatus(int64_t worker_id, storage::Worke
     PARSYN_LOG_WARN("worker {}: status not stored: {}", worker_id, s.ToString());
   } else if (Session* session = FindSession(worker_id)) {
     session->stored_status = status;
-    session->status_stored_at = stored_at;
+    session->presence_stored_at = std::max(session->presence_stored_at, stored_at);
   }
+}
+
+std::vector<storage::WorkerSeen> Service::UnstoredPresence() const {
+  const Clock::TimePoint now = clock_.Now();
+  const int64_t unix_now = clock_.UnixMillis();
+  std::vector<storage::WorkerSeen> seen;
+  for (const auto& [id, s] : sessions_) {
+    if (s.last_seen <= s.presence_stored_at) continue;
+    seen.push_back({.worker_id = id, .last_heartbeat_at_ms = unix_now - (now - s.last_seen).count()});
+  }
+  return seen;
+}
+
+void Service::MarkPresenceStored(std::span<const storage::WorkerSeen> seen, Clock::TimePoint as_of) {
+  for (const storage::WorkerSeen& w : seen) {
+    if (Session* s = FindSession(w.worker_id)) s->presence_stored_at = std::max(s->presence_stored_at, as_of);
+  }
+}
+
+http::Awaitable<void> Service::FlushPresence() {
+  const Clock::TimePoint as_of = clock_.Now();
+  std::vector<storage::WorkerSeen> seen = UnstoredPresence();
+  if (seen.empty()) co_return;
+  Status s = co_await Offload(pool_, [&] { return store_->RecordWorkersSeen(seen); });
+  if (!s.ok()) {
+    PARSYN_LOG_WARN("presence of {} worker(s) not stored (kept in memory, retried): {}", seen.size(), s.ToString());
+    co_return;
+  }
+  MarkPresenceStored(seen, as_of);
 }
 
 http::Awaitable<void> Service::EndSession(int64_t worker_id, std::string_view why) {
@@ -425,10 +465,15 @@ void Service::BeginShutdown() {
 }
 
 http::Awaitable<void> Service::TimerLoop() {
+  Clock::TimePoint next_presence_flush = clock_.Now() + options_.presence_flush_interval;
   while (!shutting_down_) {
     co_await shutdown_.Wait(options_.tick_interval);
     if (shutting_down_) break;
     const Clock::TimePoint now = clock_.Now();
+    if (now >= next_presence_flush) {
+      co_await FlushPresence();
+      next_presence_flush = now + options_.presence_flush_interval;
+    }
     std::vector<int64_t> silent;
     for (const auto& [id, s] : sessions_) {
       if (s.polls_in_flight == 0 && now - s.last_seen > options_.heartbeat_timeout) silent.push_back(id);

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,10 @@ struct ServiceOptions {
   std::chrono::milliseconds upload_rate_window{30'000};
   std::chrono::milliseconds upload_rate_grace{10'000};
   std::chrono::milliseconds tick_interval{100};  // timer resolution of timeouts (aggregation, heartbeats)
+  // Presence (when each worker was last seen) lives in memory; every presence_flush_interval the workers seen since
+  // the last flush get their last_heartbeat_at_ms in ONE store commit (and once more at shutdown), so heartbeats
+  // cost O(1) commits, not one each. Status changes (online, busy, offline) are stored when they happen.
+  std::chrono::milliseconds presence_flush_interval{30'000};
   // How the server is reached, as /healthz reports it: over TLS, or plain HTTP on a non-loopback address that the
   // operator allowed (`parsyn server --insecure`).
   bool tls = false;
@@ -106,6 +111,8 @@ class Service final : public JobHost {
   StatusOr<http::Router> BuildRouter();
   const std::vector<RouteInfo>& routes() const { return routes_; }
   void SetPublicUrl(std::string url) { options_.public_url = std::move(url); }
+  // The server in front of this service, whose accept failures /healthz reports (none set: reported as 0).
+  void SetHttpServer(const http::Server* server) { http_server_ = server; }
   // Call on the loop once the server listens: resumes running jobs, starts the timer. Errors are logged per job.
   http::Awaitable<void> Start();
   // Stops the timer and wakes long-polls so a graceful shutdown completes. On the loop.
@@ -148,6 +155,9 @@ class Service final : public JobHost {
   std::vector<int64_t> IdleWorkers() const override;
   bool WorkerHasLocalData(int64_t worker_id) const override;
   JobRunner* FindRunner(int64_t job_id);
+  // Writes the last_seen of every worker seen since its last store write, in one commit (the timer does so every
+  // presence_flush_interval, and the destructor once more). On the loop.
+  http::Awaitable<void> FlushPresence();
   // Starts a runner for a stored job (queued: set up and start round 1; running: resume). On the loop.
   http::Awaitable<void> LaunchJob(storage::TrainingJob job);
 
@@ -166,15 +176,14 @@ class Service final : public JobHost {
     std::optional<int64_t> current_job;  // delivered, not yet reported
     nlohmann::json current_task;
     std::vector<protocol::AbandonedTask> abandon;  // tasks to drop, sent with the next heartbeat
-    // What the store last got from SetWorkerStatus for this session: a heartbeat that changes neither is kept in
-    // memory (last_seen) and written at most every kHeartbeatStoreInterval, not fsynced each time.
+    // What the store last got for this session: a heartbeat that changes no status is kept in memory (last_seen)
+    // and reaches the store with the next presence flush (FlushPresence), in one commit for all workers.
     std::optional<storage::WorkerStatus> stored_status;
-    Clock::TimePoint status_stored_at{};
+    Clock::TimePoint presence_stored_at{};  // the last_seen the store holds
     std::shared_ptr<http::Signal> wake;  // a task was queued (shared: a long-poll may outlive the session)
     // What the hello said of the worker's own data file (its format and rows; nothing of it leaves the worker).
     std::optional<protocol::LocalData> local_data;
   };
-  static constexpr std::chrono::seconds kHeartbeatStoreInterval{30};
   struct WorkerAuth {
     int64_t worker_id = 0;
     bool revoked = false;
@@ -202,6 +211,9 @@ class Service final : public JobHost {
   http::Awaitable<void> SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string_view device = {});
   http::Awaitable<void> OfferWorker(int64_t worker_id);
   http::Awaitable<void> TimerLoop();
+  // The last_seen of sessions seen since their last store write: what FlushPresence writes, in one commit.
+  std::vector<storage::WorkerSeen> UnstoredPresence() const;
+  void MarkPresenceStored(std::span<const storage::WorkerSeen> seen, Clock::TimePoint as_of);
 
   boost::asio::io_context& io_;
   ServiceOptions options_;
@@ -216,6 +228,7 @@ class Service final : public JobHost {
   std::unique_ptr<SignedBlobUrls> signed_blob_urls_;  // when the store issues no URLs of its own
   storage::BlobUrlIssuer* blob_urls_ = nullptr;
   std::optional<std::string> new_admin_key_;
+  const http::Server* http_server_ = nullptr;
   std::vector<RouteInfo> routes_;
   std::map<std::string, WorkerAuth, std::less<>> worker_tokens_;  // token sha256 -> worker
   std::map<int64_t, Session> sessions_;

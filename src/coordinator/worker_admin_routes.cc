@@ -66,6 +66,8 @@ class WorkerAdminRoutes {
   json WorkerView(const storage::Worker& w) {
     json j = WorkerJson(w);
     if (const Service::Session* s = service_.FindSession(w.id)) {
+      // Presence is kept in memory and reaches the store in batches: a connected worker's last heartbeat is this.
+      j["last_heartbeat_at_ms"] = context_.clock.UnixMillis() - (context_.clock.Now() - s->last_seen).count();
       if (s->current_job)
         j["current_job_id"] = *s->current_job;
       else if (!s->queued.empty())

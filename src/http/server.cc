@@ -15,7 +15,13 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <array>
+#include <cerrno>
 #include <limits>
 #include <set>
 
@@ -42,9 +48,22 @@ constexpr size_t kFileChunkBytes = 256 << 10;
 constexpr auto kLingerTime = std::chrono::milliseconds(1000);
 constexpr uint64_t kLingerBytes = 16 << 20;
 // A failed accept (EMFILE "Too many open files", ENFILE, ENOBUFS) leaves the connection queued and would fail again
-// at once: wait this long before the next try, and log such failures at most once per kAcceptErrorLogInterval.
+// at once: wait before the next try (kAcceptBackoff, doubling up to kAcceptBackoffMax while failures go on), and log
+// such failures at most once per kAcceptErrorLogInterval (out of file descriptors: kFdExhaustedLogInterval).
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(50);
+constexpr auto kAcceptBackoffMax = std::chrono::milliseconds(1000);
 constexpr auto kAcceptErrorLogInterval = std::chrono::seconds(1);
+constexpr auto kFdExhaustedLogInterval = std::chrono::seconds(60);
+// The answer to a connection accepted on the reserve descriptor when the process is out of them (plain HTTP only).
+std::string FdExhaustedAnswer() {
+  const std::string body =
+      R"json({"error":{"code":"unavailable","message":"the server is out of file descriptors; retry later (its )json"
+      R"json(operator should raise the open-files limit, `ulimit -n`)"}})json";
+  return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 5\r\n"
+         "Connection: close\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
 // Connections beyond the caps get their 503/429 within kRefusalTime (TLS handshake and write), then are drained for
 // at most kLingerTime; at most kMaxRefusals are answered at once, the rest closed without an answer.
 constexpr auto kRefusalTime = std::chrono::milliseconds(2000);
@@ -154,6 +173,17 @@ struct Server::State {
   size_t refusals = 0;  // 503/429 answers being sent
   std::chrono::steady_clock::time_point last_accept_error_log{};
   uint64_t accept_errors_unlogged = 0;
+  // Out of file descriptors (EMFILE, ENFILE): counted for the API, logged once per kFdExhaustedLogInterval. A
+  // reserve descriptor (/dev/null) is given up to accept and refuse the queued connection with a clear 503, so that
+  // the client hears why instead of waiting in the listen queue.
+  AcceptFailures accept_failures;
+  uint64_t fd_exhausted_unlogged = 0;
+  std::chrono::steady_clock::time_point last_fd_exhausted_log{};
+  int reserve_fd = -1;
+
+  ~State() {
+    if (reserve_fd >= 0) ::close(reserve_fd);
+  }
 };
 
 namespace {
@@ -737,28 +767,81 @@ net::awaitable<void> RunAdmitted(std::shared_ptr<Conn> conn, std::unique_ptr<Con
   co_await Conn::Run(std::move(conn));
 }
 
+bool IsFdExhaustion(const beast::error_code& ec) {
+  return ec.category() == net::error::get_system_category() && (ec.value() == EMFILE || ec.value() == ENFILE);
+}
+
+// Out of file descriptors with a connection queued: gives up the reserve descriptor to accept it, answers it 503
+// (plain HTTP; TLS connections are closed: a handshake needs more than one descriptor's worth of state), closes it and
+// takes the reserve back. True when a connection was refused so (the queue moved on).
+bool RefuseOnReserveDescriptor(Server::State& state) {
+  if (state.reserve_fd < 0) state.reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (state.reserve_fd < 0) return false;
+  ::close(state.reserve_fd);
+  state.reserve_fd = -1;
+  const int fd = ::accept4(state.acceptor.native_handle(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd >= 0) {
+    if (!state.ssl) {
+      // Best effort: a fresh socket's send buffer takes this whole; an unread request makes the close a reset.
+      const std::string answer = FdExhaustedAnswer();
+      [[maybe_unused]] ssize_t sent = ::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+      ::shutdown(fd, SHUT_WR);
+    }
+    ::close(fd);
+  }
+  state.reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  return fd >= 0;
+}
+
+void CountFdExhaustion(Server::State& state, const beast::error_code& ec) {
+  state.accept_failures.fd_exhausted++;
+  state.accept_failures.last_fd_exhausted_unix_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  const auto now = std::chrono::steady_clock::now();
+  if (state.accept_failures.fd_exhausted > 1 && now - state.last_fd_exhausted_log < kFdExhaustedLogInterval) {
+    ++state.fd_exhausted_unlogged;
+    return;
+  }
+  rlimit limit{};
+  ::getrlimit(RLIMIT_NOFILE, &limit);
+  PARSYN_LOG_ERROR(
+      "http: out of file descriptors ({}; {} more since the last report, {} in all): connections are refused with "
+      "503 until some close. The open-files limit is {} (hard {}), about 2 per connected worker: raise it (`ulimit "
+      "-n` in the shell that starts the server, LimitNOFILE= under systemd, --ulimit nofile= under Docker)",
+      ec.message(), state.fd_exhausted_unlogged, state.accept_failures.fd_exhausted, limit.rlim_cur, limit.rlim_max);
+  state.last_fd_exhausted_log = now;
+  state.fd_exhausted_unlogged = 0;
+}
+
 net::awaitable<void> AcceptLoop(std::shared_ptr<Server::State> state) {
   net::steady_timer backoff(state->io);
+  auto wait = kAcceptBackoff;
   while (true) {
     beast::error_code ec;
     tcp::socket socket = co_await state->acceptor.async_accept(redirect_error(use_awaitable, ec));
     if (state->is_stopping || !state->acceptor.is_open()) co_return;
     if (ec) {
-      // Typically EMFILE: the connection stays queued and the next accept would fail at once, so wait a little
-      // rather than spin, and log once a second at most (a flood of these would fill the disk).
-      auto now = std::chrono::steady_clock::now();
-      if (now - state->last_accept_error_log >= kAcceptErrorLogInterval) {
-        PARSYN_LOG_WARN("http: accept failed: {} ({} more such failures since the last report); retrying every {} ms",
-                        ec.message(), state->accept_errors_unlogged, kAcceptBackoff.count());
+      if (IsFdExhaustion(ec)) {
+        CountFdExhaustion(*state, ec);
+        if (RefuseOnReserveDescriptor(*state)) continue;
+      } else if (auto now = std::chrono::steady_clock::now();
+                 now - state->last_accept_error_log >= kAcceptErrorLogInterval) {
+        // Log once a second at most (a flood of these would fill the disk).
+        PARSYN_LOG_WARN("http: accept failed: {} ({} more such failures since the last report); retrying in {} ms",
+                        ec.message(), state->accept_errors_unlogged, wait.count());
         state->last_accept_error_log = now;
         state->accept_errors_unlogged = 0;
       } else {
         ++state->accept_errors_unlogged;
       }
-      backoff.expires_after(kAcceptBackoff);
+      // The connection stays queued and the next accept would fail at once: wait rather than spin.
+      backoff.expires_after(wait);
       co_await backoff.async_wait(redirect_error(use_awaitable, ec));
+      wait = std::min(wait * 2, kAcceptBackoffMax);
       continue;
     }
+    wait = kAcceptBackoff;
     socket.set_option(tcp::no_delay(true), ec);
     std::string remote;
     std::string address;
@@ -876,6 +959,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(net::io_context& io, ServerOptio
   if (!ec) state->acceptor.listen(net::socket_base::max_listen_connections, ec);
   if (ec) return UnavailableError("cannot listen on " + where + ": " + ec.message());
   state->port = state->acceptor.local_endpoint().port();
+  state->reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   net::co_spawn(io, AcceptLoop(state), net::detached);
   PARSYN_LOG_INFO("http: listening on {}://{}:{}", state->ssl ? "https" : "http", endpoint.address().to_string(),
                   state->port);
@@ -896,6 +980,7 @@ uint16_t Server::port() const { return state_->port; }
 bool Server::tls() const { return state_->ssl.has_value(); }
 bool Server::verifies_client_certificates() const { return !state_->options.tls_client_ca.empty(); }
 bool Server::stopping() const { return state_->is_stopping; }
+AcceptFailures Server::accept_failures() const { return state_->accept_failures; }
 Signal& Server::stopping_signal() { return state_->stopping; }
 
 net::awaitable<void> Server::Shutdown(std::chrono::milliseconds grace) {

@@ -199,6 +199,13 @@ struct ServerOptions {
   std::function<void(const RequestRecord&)> on_request;
 };
 
+// Accepts that failed for want of file descriptors (EMFILE, ENFILE): each such connection is refused with a 503 (or
+// waits in the listen queue), and the server logs what to do once a minute.
+struct AcceptFailures {
+  uint64_t fd_exhausted = 0;
+  int64_t last_fd_exhausted_unix_ms = 0;  // 0: never
+};
+
 // Whether `listen` ("host:port", as ServerOptions::listen) names a loopback address: 127.0.0.0/8, ::1 or localhost.
 // An empty host, 0.0.0.0 and :: (every interface) are not. InvalidArgument for a malformed address.
 StatusOr<bool> IsLoopbackListenAddress(std::string_view listen);
@@ -216,6 +223,7 @@ class Server {
   bool tls() const;
   bool verifies_client_certificates() const;  // ServerOptions::tls_client_ca was given
   bool stopping() const;
+  AcceptFailures accept_failures() const;  // on the loop's thread
 
   // Graceful shutdown: stops accepting, closes idle keep-alive connections and event streams, lets in-flight
   // requests finish until `grace` has passed, then closes what is left. Completes when every connection is gone.

@@ -64,6 +64,9 @@ class FaultyMetadataStore final : public MetadataStore {
   Status UpdateWorker(const Worker& w) override {
     return Write([&] { return inner_.UpdateWorker(w); });
   }
+  Status RecordWorkersSeen(std::span<const WorkerSeen> seen) override {
+    return Write([&] { return inner_.RecordWorkersSeen(seen); });
+  }
 
   Status SetAdminKeyHash(std::string_view h) override {
     return Write([&] { return inner_.SetAdminKeyHash(h); });

@@ -92,4 +92,15 @@ StatusOr<std::unique_ptr<MetadataStore>> OpenMetadataStore(std::string_view uri)
   return std::unique_ptr<MetadataStore>(std::move(store));
 }
 
+Status MetadataStore::RecordWorkersSeen(std::span<const WorkerSeen> seen) {
+  for (const WorkerSeen& w : seen) {
+    StatusOr<Worker> worker = GetWorker(w.worker_id);
+    if (worker.status().code() == StatusCode::kNotFound) continue;
+    PARSYN_RETURN_IF_ERROR(worker.status());
+    worker->last_heartbeat_at_ms = w.last_heartbeat_at_ms;
+    PARSYN_RETURN_IF_ERROR(UpdateWorker(*worker));
+  }
+  return Status::Ok();
+}
+
 }  // namespace parsyn::storage

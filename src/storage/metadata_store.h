@@ -106,6 +106,12 @@ struct Worker {
   friend bool operator==(const Worker&, const Worker&) = default;
 };
 
+// When a worker was last seen (a heartbeat, a poll), for RecordWorkersSeen.
+struct WorkerSeen {
+  int64_t worker_id = 0;
+  int64_t last_heartbeat_at_ms = 0;
+};
+
 struct TrainingJob {
   int64_t id = 0;  // assigned by CreateJob
   std::string name;
@@ -301,6 +307,10 @@ class MetadataStore {
   virtual StatusOr<Worker> FindWorkerByTokenHash(std::string_view token_sha256) = 0;
   virtual StatusOr<std::vector<Worker>> ListWorkers() = 0;  // by id
   virtual Status UpdateWorker(const Worker& worker) = 0;
+  // Sets last_heartbeat_at_ms of many workers in one commit (ids not found are skipped). The coordinator keeps
+  // presence in memory and writes it in such batches: N heartbeats cost one commit, not N. The default runs one
+  // UpdateWorker per worker; stores override it with one transaction.
+  virtual Status RecordWorkersSeen(std::span<const WorkerSeen> seen);
 
   // The admin API key's hash (one per installation). Get: NotFound before the first Set. Set replaces it.
   virtual Status SetAdminKeyHash(std::string_view key_sha256) = 0;

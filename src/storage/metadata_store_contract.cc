@@ -229,6 +229,25 @@ TEST_P(MetadataStoreContractTest, WorkersAreFoundByTokenHashAndUpdated) {
   EXPECT_EQ(store().UpdateWorker(ghost), NotFoundError("worker 12345 not found"));
 }
 
+TEST_P(MetadataStoreContractTest, WorkersSeenAreRecordedTogetherAndUnknownIdsSkipped) {
+  Worker a = AddWorker("a");
+  Worker b = AddWorker("b");
+  Worker c = AddWorker("c");
+  const std::vector<WorkerSeen> seen = {
+      {.worker_id = a.id, .last_heartbeat_at_ms = kT0 + 1},
+      {.worker_id = 12345, .last_heartbeat_at_ms = kT0 + 2},  // deleted meanwhile, say: skipped
+      {.worker_id = c.id, .last_heartbeat_at_ms = kT0 + 3},
+  };
+  ASSERT_OK(store().RecordWorkersSeen(seen));
+  ASSERT_OK(store().RecordWorkersSeen({}));
+  EXPECT_EQ(Must(store().GetWorker(a.id)).last_heartbeat_at_ms, kT0 + 1);
+  EXPECT_FALSE(Must(store().GetWorker(b.id)).last_heartbeat_at_ms.has_value());
+  Worker got_c = Must(store().GetWorker(c.id));
+  EXPECT_EQ(got_c.last_heartbeat_at_ms, kT0 + 3);
+  EXPECT_EQ(got_c.status, c.status);  // only the time changes
+  EXPECT_EQ(got_c.name, "c");
+}
+
 TEST_P(MetadataStoreContractTest, DuplicateTokenHashIsAlreadyExists) {
   Worker a = AddWorker("a");
   Worker dup;

@@ -527,7 +527,15 @@ class SqliteMetadataStore::StatementCache {
 #define PARSYN_PREPARE(var, sql) PARSYN_ASSIGN_OR_RETURN(auto var, statements_->Prepare(sql))
 
 SqliteMetadataStore::SqliteMetadataStore(std::unique_ptr<sqlite3, DbCloser> db)
-    : db_(std::move(db)), statements_(std::make_unique<StatementCache>(db_.get())) {}
+    : db_(std::move(db)), statements_(std::make_unique<StatementCache>(db_.get())) {
+  sqlite3_commit_hook(
+      db_.get(),
+      [](void* commits) {
+        static_cast<std::atomic<int64_t>*>(commits)->fetch_add(1, std::memory_order_relaxed);
+        return 0;  // 0: let the commit proceed
+      },
+      &commits_);
+}
 
 // The statements must be finalized before the connection closes.
 SqliteMetadataStore::~SqliteMetadataStore() { statements_.reset(); }
@@ -826,6 +834,19 @@ Status SqliteMetadataStore::UpdateWorker(const Worker& worker) {
   PARSYN_RETURN_IF_ERROR(q->Run());
   if (sqlite3_changes(db_.get()) == 0) return NotFoundError("worker " + std::to_string(worker.id) + " not found");
   return Status::Ok();
+}
+
+Status SqliteMetadataStore::RecordWorkersSeen(std::span<const WorkerSeen> seen) {
+  if (seen.empty()) return Status::Ok();
+  std::lock_guard lock(mu_);
+  Transaction txn(db_.get());
+  PARSYN_RETURN_IF_ERROR(txn.Begin());
+  for (const WorkerSeen& w : seen) {
+    PARSYN_PREPARE(q, "UPDATE workers SET last_heartbeat_at_ms = ?2 WHERE id = ?1");
+    q->Bind(w.worker_id, w.last_heartbeat_at_ms);
+    PARSYN_RETURN_IF_ERROR(q->Run());
+  }
+  return txn.Commit();
 }
 
 // ---- admin key

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -1138,6 +1139,85 @@ TEST_F(UploadLimitsTest, OneUploadPerKeyAndASlowUploadIsCutWhileOthersSucceed) {
   auto put_a = blobs.Send(http::Method::kPut, url_a, update, "application/octet-stream");
   ASSERT_TRUE(put_a.ok()) << put_a.status().ToString();
   EXPECT_EQ((*put_a->Json())["sha256"], weights::Sha256Hex(update));
+}
+
+// The soft and hard open-files limits of process `pid`, from /proc/PID/limits.
+std::pair<uint64_t, uint64_t> OpenFilesLimitOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/limits");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Max open files", 0) != 0) continue;
+    std::istringstream fields(line.substr(std::string("Max open files").size()));
+    uint64_t soft = 0, hard = 0;
+    fields >> soft >> hard;
+    return {soft, hard};
+  }
+  return {0, 0};
+}
+
+// Out of file descriptors: the server raised its soft limit to the hard one at start; with the limit then cut
+// below the connections it is asked to hold, the connections beyond are refused with a 503 that says why, counted in
+// /healthz, and the server serves again once connections close.
+TEST(FdExhaustionTest, ConnectionsBeyondTheLimitAreRefusedCountedAndServedOnceSomeClose) {
+  TempDir dir;
+  rlimit ours{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &ours), 0);
+  // Start it under a low soft limit (inherited), to see it raise its own.
+  rlimit low = ours;
+  low.rlim_cur = std::min<rlim_t>(ours.rlim_max, 256);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  ServerProcess server(dir.path() / "data");
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &ours), 0);
+  ASSERT_TRUE(server.running());
+  const auto [soft, hard] = OpenFilesLimitOf(server.pid());
+  EXPECT_EQ(soft, hard);
+
+  // Cut its limit to what it holds now plus a few connections.
+  size_t open_now = 0;
+  for ([[maybe_unused]] const auto& fd :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(server.pid()) + "/fd")) {
+    ++open_now;
+  }
+  constexpr size_t kSpare = 6;
+  constexpr int kConnections = 30;
+  const rlimit cut{.rlim_cur = open_now + kSpare, .rlim_max = open_now + kSpare};
+  ASSERT_EQ(::prlimit(server.pid(), RLIMIT_NOFILE, &cut, nullptr), 0);
+  const uint16_t port = static_cast<uint16_t>(std::stoi(server.url().substr(server.url().rfind(':') + 1)));
+  std::vector<int> fds;
+  for (int i = 0; i < kConnections; ++i) {
+    const int fd = test_support::ConnectLoopback(port);  // the kernel completes it; the server may not accept it
+    ASSERT_GE(fd, 0);
+    fds.push_back(fd);
+  }
+  // The connections it cannot hold get the 503 and are closed (bounded wait for the first of them).
+  std::string refusal;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (refusal.empty() && std::chrono::steady_clock::now() < deadline) {
+    for (int fd : fds) {
+      pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+      if (::poll(&p, 1, 0) == 1) {
+        refusal = test_support::ReadUntilClosed(fd);
+        if (!refusal.empty()) break;
+      }
+    }
+    if (refusal.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(refusal.find("HTTP/1.1 503"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("out of file descriptors"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("ulimit -n"), std::string::npos) << refusal;
+
+  // Once the clients go, the server answers again, and /healthz counts the refusals.
+  for (int fd : fds) ::close(fd);
+  http::ClientOptions o;
+  o.base_url = server.url();
+  o.max_attempts = 10;  // GET: retried while the server is still closing the idle connections
+  http::Client anonymous(o);
+  auto health = anonymous.Get("/healthz");
+  ASSERT_TRUE(health.ok()) << health.status().ToString();
+  const json body = *health->Json();
+  EXPECT_EQ(body["status"], "ok");
+  EXPECT_GE(body["accept_failures_fd_exhausted"].get<int64_t>(), 1);
+  EXPECT_GT(body["last_accept_failure_fd_exhausted_at_ms"].get<int64_t>(), 0);
 }
 
 }  // namespace

@@ -70,7 +70,17 @@ void ServerProcess::Launch() {
                                    "1500",
                                    "--max-poll-wait-ms",
                                    "2000"};
-  args.insert(args.end(), extra_.begin(), extra_.end());
+  // An extra flag that is among the defaults above replaces its value (the CLI takes each flag once).
+  const size_t defaults = args.size();
+  for (size_t i = 0; i < extra_.size(); ++i) {
+    auto known = std::find(args.begin() + 2, args.begin() + static_cast<std::ptrdiff_t>(defaults), extra_[i]);
+    const bool has_value = i + 1 < extra_.size() && extra_[i + 1].rfind("--", 0) != 0;
+    if (extra_[i].rfind("--", 0) == 0 && known != args.begin() + static_cast<std::ptrdiff_t>(defaults) && has_value) {
+      *std::next(known) = extra_[++i];
+    } else {
+      args.push_back(extra_[i]);
+    }
+  }
   const std::string log = (data_dir_.parent_path() / (data_dir_.filename().string() + ".log")).string();
   pid_ = ::fork();
   ASSERT_GE(pid_, 0);

@@ -36,10 +36,11 @@ class TempDir : public test_support::TempDir {
 class ServerProcess {
  public:
   // Starts `parsyn server --data-dir dir --listen 127.0.0.1:0` with short heartbeat and poll timings and waits
-  // (bounded) until it prints its URL. `extra` args are appended.
+  // (bounded) until it prints its URL. `extra` args are appended (a flag among those defaults replaces its value).
   explicit ServerProcess(std::filesystem::path data_dir, std::vector<std::string> extra = {});
   ~ServerProcess();
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   const std::string& url() const { return url_; }
   std::string admin_key() const;
   std::string signing_secret() const;

@@ -1,0 +1,427 @@
+// bench_control_plane: the coordinator's control plane at scale (issue 17, item 3).
+//
+// For each N it starts `parsyn server` as a child process (fresh temp data dir, 127.0.0.1, connection caps off) and
+// N simulated workers in ONE thread of this process (tests/support/sim_workers.h: an asynchronous client speaking the
+// real protocol: hello, heartbeats every heartbeat_interval on a connection of their own, long-polls, results). Both
+// raise their soft RLIMIT_NOFILE to the hard limit (two connections per worker on each side).
+//
+// Measured, per N:
+//   - idle-connected: the server's CPU (fraction of one core, utime+stime from /proc/PID/stat over a --idle-s window
+//     once every worker said hello and the heartbeats run), its RSS, and RSS per connected worker (RSS now minus RSS
+//     before the first hello, / N); heartbeat p50/p99 over that window.
+//   - a job over all N workers (own mode, min = max = N, 2 rounds, each worker returns a 64 KiB LoRA update at once):
+//     setup (job created -> the first task), task assignment latency p50/p99 of round 2 (round 1 committed -> each
+//     worker's task), the wall time of rounds 1 (first task -> commit) and 2 (commit 1 -> commit 2), and heartbeat
+//     p99 during the rounds.
+//
+// Usage: bench_control_plane [--workers 1000,5000,10000] [--idle-s 10] [--server-bin PATH] [--server-log-level warn]
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/fd_limit.h"
+#include "base/temp_file.h"
+#include "http/client.h"
+#include "support/sim_workers.h"
+#include "weights/lora_layout.h"
+#include "weights/safetensors.h"
+#include "weights/sha256.h"
+
+namespace {
+
+using nlohmann::json;
+using parsyn::StatusOr;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+namespace http = parsyn::http;
+using parsyn::test_support::SimWorkers;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "bench_control_plane: %s\n", what.c_str());
+  std::exit(1);
+}
+
+template <typename T>
+T Must(StatusOr<T> v, const std::string& what) {
+  if (!v.ok()) Die(what + ": " + v.status().ToString());
+  return std::move(*v);
+}
+
+std::string ReadText(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::vector<int> ParseInts(const std::string& csv) {
+  std::vector<int> out;
+  std::stringstream ss(csv);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
+  return out;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t at = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  return v[at];
+}
+
+// A model whose default LoRA adapters (q_proj and v_proj, r = 16) are 64 KiB of fp32: A (16, 256) and B (256, 16)
+// for each of the two, one layer.
+std::string ModelConfig() {
+  return json{{"model_type", "llama"},
+              {"architectures", {"LlamaForCausalLM"}},
+              {"hidden_size", 256},
+              {"intermediate_size", 688},
+              {"num_hidden_layers", 1},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 4},
+              {"vocab_size", 32000},
+              {"max_position_embeddings", 2048},
+              {"rms_norm_eps", 1e-5}}
+      .dump();
+}
+constexpr int kLoraR = 16;
+
+long RssKib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+// utime + stime of `pid`, in clock ticks (fields 14 and 15 of /proc/PID/stat).
+long CpuTicks(pid_t pid) {
+  std::string stat = ReadText("/proc/" + std::to_string(pid) + "/stat");
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stol(field);
+    if (i == 15) stime = std::stol(field);
+  }
+  return utime + stime;
+}
+
+class Server {
+ public:
+  Server(fs::path data_dir, const std::string& binary, const std::string& log_level) : data_dir_(std::move(data_dir)) {
+    int out[2];
+    if (::pipe(out) != 0) Die("pipe failed");
+    std::vector<std::string> args = {binary,
+                                     "server",
+                                     "--data-dir",
+                                     data_dir_.string(),
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--max-poll-wait-ms",
+                                     "300000",
+                                     "--max-connections",
+                                     "0",
+                                     "--max-connections-per-address",
+                                     "0",
+                                     "--log-level",
+                                     log_level};
+    log_ = data_dir_.string() + ".log";
+    pid_ = ::fork();
+    if (pid_ < 0) Die("fork failed");
+    if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      int err = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (err >= 0) ::dup2(err, STDERR_FILENO);
+      ::close(out[0]);
+      ::close(out[1]);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    std::string buffered;
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (url_.empty() && Clock::now() < deadline) {
+      pollfd p{.fd = out[0], .events = POLLIN, .revents = 0};
+      if (::poll(&p, 1, 500) <= 0) continue;
+      char buf[512];
+      ssize_t n = ::read(out[0], buf, sizeof(buf));
+      if (n <= 0) break;
+      buffered.append(buf, static_cast<size_t>(n));
+      size_t at = buffered.find("listening on ");
+      size_t eol = at == std::string::npos ? at : buffered.find('\n', at);
+      if (eol != std::string::npos) url_ = buffered.substr(at + 13, eol - at - 13);
+    }
+    ::close(out[0]);
+    if (url_.empty()) Die("parsyn server did not start; see " + log_ + ":\n" + ReadText(log_));
+  }
+  ~Server() {
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+  const std::string& url() const { return url_; }
+  uint16_t port() const { return static_cast<uint16_t>(std::stoi(url_.substr(url_.rfind(':') + 1))); }
+  pid_t pid() const { return pid_; }
+  const std::string& log() const { return log_; }
+  std::string admin_key() const { return ReadText(data_dir_ / "admin-key"); }
+
+ private:
+  fs::path data_dir_;
+  std::string log_;
+  pid_t pid_ = -1;
+  std::string url_;
+};
+
+struct Update {
+  std::string bytes;
+  std::string sha256;
+};
+
+Update PrepareUpdate() {
+  parsyn::weights::LoraLayoutOptions lora;
+  lora.r = kLoraR;
+  parsyn::weights::WeightSet adapters = Must(parsyn::weights::InitialLoraAdapters(ModelConfig(), lora, 99), "adapters");
+  const std::vector<std::byte> image = parsyn::weights::SerializeSafetensors(adapters);
+  return {.bytes = std::string(reinterpret_cast<const char*>(image.data()), image.size()),
+          .sha256 = parsyn::weights::Sha256Hex(std::span<const std::byte>(image))};
+}
+
+struct Figures {
+  int n = 0;
+  double hello_s = 0;
+  double idle_cores = 0;
+  double idle_rss_mb = 0;
+  double rss_per_worker_kb = 0;
+  double hb_idle_p50 = 0, hb_idle_p99 = 0;
+  size_t hb_idle_count = 0;
+  double setup_s = 0;
+  double assign_p50 = 0, assign_p99 = 0;
+  double round1_s = 0, round2_s = 0;
+  double hb_round_p99 = 0;
+  std::string outcome;
+  int errors = 0;
+};
+
+Figures RunOne(int n, const fs::path& root, const Update& update, const std::string& binary,
+               const std::string& log_level, int idle_s) {
+  Figures fig;
+  fig.n = n;
+  const fs::path data_dir = root / ("n" + std::to_string(n));
+  fs::create_directories(data_dir);
+  Server server(data_dir, binary, log_level);
+  http::ClientOptions admin_options;
+  admin_options.base_url = server.url();
+  admin_options.bearer_token = server.admin_key();
+  admin_options.timeout = std::chrono::minutes(10);
+  admin_options.max_attempts = 1;
+  http::Client admin(admin_options);
+
+  std::string rows;
+  for (int i = 0; i < 4 * n; ++i) rows += "{\"text\": \"row " + std::to_string(i) + "\"}\n";
+  auto ds = Must(admin.Send(http::Method::kPost, "/api/v1/datasets?name=rows.jsonl", rows, "application/octet-stream"),
+                 "dataset upload");
+  if (ds.status != 201) Die("dataset upload answered " + std::to_string(ds.status) + ": " + ds.body);
+  const int64_t dataset_id = (*ds.Json())["id"];
+  auto config_up =
+      Must(admin.Send(http::Method::kPost, "/api/v1/uploads", ModelConfig(), "application/octet-stream"), "config");
+  auto model = Must(admin.PostJson("/api/v1/models", {{"name", "bench-llama"},
+                                                      {"files", {{"config.json", (*config_up.Json())["upload_id"]}}}}),
+                    "model create");
+  if (model.status != 201) Die("model create answered " + std::to_string(model.status) + ": " + model.body);
+  const int64_t model_id = (*model.Json())["id"];
+
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  std::vector<std::string> tokens(static_cast<size_t>(n));
+  {
+    std::vector<std::jthread> registrars;
+    const int threads = std::min(n, 8);
+    for (int t = 0; t < threads; ++t) {
+      registrars.emplace_back([&, t] {
+        http::Client c(admin_options);
+        for (int i = t; i < n; i += threads) {
+          auto w = Must(c.PostJson("/api/v1/workers", {{"name", "w" + std::to_string(i)}, {"kind", "own"}}),
+                        "worker register");
+          if (w.status != 201) Die("worker register answered " + std::to_string(w.status) + ": " + w.body);
+          ids[static_cast<size_t>(i)] = (*w.Json())["id"];
+          tokens[static_cast<size_t>(i)] = (*w.Json())["token"];
+        }
+      });
+    }
+  }
+
+  const long rss_before_kib = RssKib(server.pid());
+  SimWorkers workers({.port = server.port(), .tokens = tokens, .update = update.bytes, .update_sha256 = update.sha256});
+  const auto hello_start = Clock::now();
+  workers.Start();
+  const auto hello_deadline = Clock::now() + std::chrono::minutes(10);
+  while (workers.hellos() < n && Clock::now() < hello_deadline) {
+    if (workers.error_count() > 0) Die("a worker failed before the job: " + workers.errors().front());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (workers.hellos() < n) Die("only " + std::to_string(workers.hellos()) + " of " + std::to_string(n) + " hellos");
+  fig.hello_s = Seconds(Clock::now() - hello_start);
+
+  // One heartbeat interval (5 s) for every worker's heartbeat loop to start, then the idle window.
+  std::this_thread::sleep_for(std::chrono::seconds(6));
+  const long ticks0 = CpuTicks(server.pid());
+  const auto idle_start = Clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(idle_s));
+  const long ticks1 = CpuTicks(server.pid());
+  const auto idle_end = Clock::now();
+  fig.idle_cores = static_cast<double>(ticks1 - ticks0) / static_cast<double>(::sysconf(_SC_CLK_TCK)) /
+                   Seconds(idle_end - idle_start);
+  const long rss_idle_kib = RssKib(server.pid());
+  fig.idle_rss_mb = static_cast<double>(rss_idle_kib) / 1024.0;
+  fig.rss_per_worker_kb = static_cast<double>(rss_idle_kib - rss_before_kib) / n;
+  {
+    std::vector<double> ms;
+    for (const SimWorkers::Sample& s : workers.heartbeats()) {
+      if (s.at >= idle_start && s.at < idle_end) ms.push_back(s.ms);
+    }
+    fig.hb_idle_count = ms.size();
+    fig.hb_idle_p50 = Percentile(ms, 0.50);
+    fig.hb_idle_p99 = Percentile(ms, 0.99);
+  }
+
+  json spec = {{"name", "bench-n" + std::to_string(n)},
+               {"dataset_id", dataset_id},
+               {"model_id", model_id},
+               {"config", {{"use_peft", true}, {"lora_r", kLoraR}, {"seed", 7}}},
+               {"distributed",
+                {{"enabled", true},
+                 {"num_rounds", 2},
+                 {"steps_per_round", 1},
+                 {"min_workers", n},
+                 {"max_workers", n},
+                 {"aggregation_timeout", 3600},
+                 {"fault_tolerance", 1}}},
+               {"worker_selection", {{"mode", "own"}, {"worker_ids", ids}}}};
+  const auto job_start = Clock::now();
+  auto job = Must(admin.PostJson("/api/v1/training-jobs", spec), "job create");
+  if (job.status != 201) Die("job create answered " + std::to_string(job.status) + ": " + job.body);
+  const int64_t job_id = (*job.Json())["id"];
+
+  std::map<int, Clock::time_point> committed;
+  http::CallOptions events_call;
+  events_call.timeout = std::chrono::minutes(60);
+  http::Client events(admin_options);
+  parsyn::Status read = events.ReadEvents(
+      "/api/v1/training-jobs/" + std::to_string(job_id) + "/events",
+      [&](const http::SseEvent& e) {
+        json d = json::parse(e.data, nullptr, false);
+        if (d.is_discarded()) return true;
+        if (e.event == "round_committed") committed[d["round"].get<int>()] = Clock::now();
+        if (e.event == "job_status") {
+          const std::string s = d.value("status", "");
+          if (s != "queued" && s != "running") {
+            fig.outcome = s;
+            return false;
+          }
+        }
+        return true;
+      },
+      events_call);
+  if (!read.ok()) fig.outcome = "events: " + read.ToString();
+  const auto job_end = Clock::now();
+  const std::vector<SimWorkers::TaskSeen> tasks = workers.tasks();
+  const std::vector<SimWorkers::Sample> beats = workers.heartbeats();
+  fig.errors = workers.error_count();
+  for (const std::string& e : workers.errors()) std::fprintf(stderr, "  N=%d worker error: %s\n", n, e.c_str());
+  workers.Stop();
+
+  Clock::time_point first_task = job_end;
+  std::vector<double> assign_ms;
+  for (const SimWorkers::TaskSeen& t : tasks) {
+    if (t.job_id != job_id || t.kind != "train") continue;
+    if (t.round == 1) first_task = std::min(first_task, t.at);
+    if (t.round == 2 && committed.contains(1)) {
+      assign_ms.push_back(std::chrono::duration<double, std::milli>(t.at - committed[1]).count());
+    }
+  }
+  fig.setup_s = Seconds(first_task - job_start);
+  fig.assign_p50 = Percentile(assign_ms, 0.50);
+  fig.assign_p99 = Percentile(assign_ms, 0.99);
+  if (committed.contains(1)) fig.round1_s = Seconds(committed[1] - first_task);
+  if (committed.contains(1) && committed.contains(2)) fig.round2_s = Seconds(committed[2] - committed[1]);
+  std::vector<double> round_beats;
+  for (const SimWorkers::Sample& s : beats) {
+    if (s.at >= first_task && s.at < job_end) round_beats.push_back(s.ms);
+  }
+  fig.hb_round_p99 = Percentile(round_beats, 0.99);
+  std::error_code ec;
+  fs::remove_all(data_dir, ec);
+  if (log_level == "warn") fs::remove(server.log(), ec);
+  return fig;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> ns = {1000, 5000, 10000};
+  int idle_s = 10;
+  std::string binary = PARSYN_BIN;
+  std::string log_level = "warn";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--workers") {
+      ns = ParseInts(value);
+    } else if (flag == "--idle-s") {
+      idle_s = std::stoi(value);
+    } else if (flag == "--server-bin") {
+      binary = value;
+    } else if (flag == "--server-log-level") {
+      log_level = value;
+    } else {
+      Die("unknown flag " + flag + " (see the header of bench/control_plane.cc)");
+    }
+  }
+  const parsyn::OpenFilesLimit fds = Must(parsyn::RaiseOpenFilesLimit(), "raising RLIMIT_NOFILE");
+  const fs::path root = Must(parsyn::CreateTempDir(fs::temp_directory_path(), "parsyn-bench-cp"), "temp dir");
+  const Update update = PrepareUpdate();
+  std::printf("bench_control_plane: %zu-byte updates (LoRA r=%d), RLIMIT_NOFILE %lu (hard %lu), idle window %d s\n",
+              update.bytes.size(), kLoraR, static_cast<unsigned long>(fds.after), static_cast<unsigned long>(fds.hard),
+              idle_s);
+  std::printf("%7s %8s %10s %9s %10s %16s %8s %18s %9s %9s %12s %s\n", "N", "hello s", "idle core", "RSS MB",
+              "B/worker", "hb p50/p99 ms", "setup s", "assign p50/p99 ms", "round1 s", "round2 s", "hb p99 (job)",
+              "job (errors)");
+  std::fflush(stdout);
+  for (int n : ns) {
+    if (static_cast<uint64_t>(2 * n + 64) > fds.after) {
+      std::printf("%7d skipped: needs ~%d file descriptors, RLIMIT_NOFILE is %lu\n", n, 2 * n + 64,
+                  static_cast<unsigned long>(fds.after));
+      continue;
+    }
+    const Figures f = RunOne(n, root, update, binary, log_level, idle_s);
+    std::printf("%7d %8.1f %10.3f %9.1f %10.0f %7.2f/%-8.2f %8.1f %8.0f/%-9.0f %9.2f %9.2f %12.2f %s (%d)\n", f.n,
+                f.hello_s, f.idle_cores, f.idle_rss_mb, f.rss_per_worker_kb * 1024, f.hb_idle_p50, f.hb_idle_p99,
+                f.setup_s, f.assign_p50, f.assign_p99, f.round1_s, f.round2_s, f.hb_round_p99, f.outcome.c_str(),
+                f.errors);
+    std::fflush(stdout);
+  }
+  std::error_code ec;
+  fs::remove_all(root, ec);
+  return 0;
+}

@@ -1,0 +1,286 @@
+// Simulated workers for scale tests and bench/control_plane: N workers in ONE thread of this process, each speaking
+// the real worker protocol over loopback HTTP/1.1 (Boost.Beast, C++20 coroutines): hello, heartbeats every
+// heartbeat_interval on a connection of their own, long-polls for tasks, and for each train task a PUT of a prepared
+// update to the task's signed URL and a result; for an evaluation task a result alone. Nothing trains: what is
+// exercised is the coordinator. Two connections per worker (as a real worker holds), so N workers need 2N descriptors
+// here and as many on the server: raise RLIMIT_NOFILE first (base/fd_limit.h).
+//
+// Every call is timed; the latencies (heartbeats, polls that brought a task) and errors are kept for the caller.
+#pragma once
+
+#include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
+
+#include <atomic>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace parsyn::test_support {
+
+struct SimWorkersOptions {
+  uint16_t port = 0;                // the coordinator on 127.0.0.1
+  std::vector<std::string> tokens;  // one worker per token
+  std::string update;               // the body PUT for each train task (the job's update layout)
+  std::string update_sha256;
+  bool heartbeats = true;
+  std::chrono::milliseconds poll_wait{290'000};  // wait_ms of each long-poll (at most the server's max_poll_wait)
+};
+
+class SimWorkers {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Sample {
+    Clock::time_point at;  // when the call was sent
+    double ms = 0;         // how long its answer took
+  };
+  struct TaskSeen {
+    int64_t job_id = 0;
+    int round = 0;
+    std::string kind;
+    Clock::time_point at;  // when the task arrived
+  };
+
+  explicit SimWorkers(SimWorkersOptions options) : options_(std::move(options)) {}
+  ~SimWorkers() { Stop(); }
+  SimWorkers(const SimWorkers&) = delete;
+  SimWorkers& operator=(const SimWorkers&) = delete;
+
+  // Starts every worker (hello first) on a thread of its own.
+  void Start() {
+    for (size_t i = 0; i < options_.tokens.size(); ++i) {
+      boost::asio::co_spawn(io_, RunWorker(i), boost::asio::detached);
+    }
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  // Stops every worker at once (no goodbye: the coordinator sees them go when their connections close).
+  void Stop() {
+    if (!thread_.joinable()) return;
+    io_.stop();
+    thread_.join();
+  }
+
+  int hellos() const { return hellos_.load(); }
+  int results() const { return results_.load(); }
+  int error_count() const { return error_count_.load(); }
+  std::vector<std::string> errors() const {
+    std::lock_guard lock(mu_);
+    return errors_;
+  }
+  std::vector<Sample> heartbeats() const {
+    std::lock_guard lock(mu_);
+    return heartbeats_;
+  }
+  std::vector<TaskSeen> tasks() const {
+    std::lock_guard lock(mu_);
+    return tasks_;
+  }
+
+ private:
+  using Tcp = boost::asio::ip::tcp;
+  using Response = boost::beast::http::response<boost::beast::http::string_body>;
+  template <typename T>
+  using Awaitable = boost::asio::awaitable<T>;
+
+  // One keep-alive connection to the coordinator, reconnected when the server closed it.
+  struct Connection {
+    explicit Connection(boost::asio::io_context& io) : stream(io) {}
+    boost::beast::tcp_stream stream;
+    boost::beast::flat_buffer buffer;
+    bool open = false;
+  };
+
+  Awaitable<Response> Call(Connection& c, boost::beast::http::verb verb, const std::string& target,
+                           const std::string& token, std::string body, const char* content_type) {
+    namespace bhttp = boost::beast::http;
+    using boost::asio::use_awaitable;
+    if (!c.open) {
+      c.buffer.clear();
+      co_await c.stream.async_connect(Tcp::endpoint(boost::asio::ip::address_v4::loopback(), options_.port),
+                                      use_awaitable);
+      c.stream.socket().set_option(Tcp::no_delay(true));
+      c.open = true;
+    }
+    bhttp::request<bhttp::string_body> req{verb, target, 11};
+    req.set(bhttp::field::host, "127.0.0.1");
+    if (!token.empty()) req.set(bhttp::field::authorization, "Bearer " + token);
+    if (content_type != nullptr) req.set(bhttp::field::content_type, content_type);
+    req.body() = std::move(body);
+    req.prepare_payload();
+    req.keep_alive(true);
+    try {
+      co_await bhttp::async_write(c.stream, req, use_awaitable);
+      bhttp::response_parser<bhttp::string_body> parser;
+      parser.body_limit(64 << 20);
+      co_await bhttp::async_read(c.stream, c.buffer, parser, use_awaitable);
+      Response res = parser.release();
+      if (!res.keep_alive()) Close(c);
+      co_return res;
+    } catch (...) {
+      Close(c);
+      throw;
+    }
+  }
+  static void Close(Connection& c) {
+    boost::beast::error_code ignored;
+    c.stream.socket().close(ignored);
+    c.open = false;
+  }
+
+  // JSON bodies are built outside the coroutines: GCC 12 miscompiles braced lists of string literals in them.
+  static std::string HelloBody() { return nlohmann::json{{"device", "cpu (simulated)"}}.dump(); }
+  static std::string SessionBody(const std::string& session) { return nlohmann::json{{"session_id", session}}.dump(); }
+  static nlohmann::json ResultFor(const nlohmann::json& task, const std::string& session) {
+    const nlohmann::json data = task.value("data", nlohmann::json::object());
+    return {{"session_id", session},  {"job_id", task["job_id"]},
+            {"round", task["round"]}, {"attempt", task["attempt"]},
+            {"validation_loss", 1.0}, {"validation_samples", data.value("validation_rows", 0)}};
+  }
+
+  void NoteError(std::string what) {
+    error_count_++;
+    std::lock_guard lock(mu_);
+    if (errors_.size() < 20) errors_.push_back(std::move(what));
+  }
+  static double MsSince(Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  }
+
+  Awaitable<void> Heartbeats(std::shared_ptr<Connection> conn, std::string token, std::string session,
+                             std::chrono::milliseconds interval, size_t index) {
+    namespace bhttp = boost::beast::http;
+    boost::asio::steady_timer timer(io_);
+    // Spread over the interval, as real workers' hellos are.
+    std::minstd_rand spread(static_cast<uint32_t>(index) + 1);
+    timer.expires_after(std::chrono::milliseconds(spread() % std::max<int64_t>(1, interval.count())));
+    co_await timer.async_wait(boost::asio::use_awaitable);
+    const std::string body = SessionBody(session);
+    while (true) {
+      const Clock::time_point sent = Clock::now();
+      try {
+        Response res =
+            co_await Call(*conn, bhttp::verb::post, "/api/v1/worker/heartbeat", token, body, "application/json");
+        if (res.result_int() != 200) NoteError("heartbeat: " + std::to_string(res.result_int()) + " " + res.body());
+        std::lock_guard lock(mu_);
+        heartbeats_.push_back({.at = sent, .ms = MsSince(sent)});
+      } catch (const std::exception& e) {
+        NoteError(std::string("heartbeat: ") + e.what());
+      }
+      timer.expires_at(sent + interval);
+      co_await timer.async_wait(boost::asio::use_awaitable);
+    }
+  }
+
+  Awaitable<void> RunWorker(size_t index) {
+    namespace bhttp = boost::beast::http;
+    using nlohmann::json;
+    const std::string& token = options_.tokens[index];
+    auto control = std::make_shared<Connection>(io_);
+    Connection poll(io_);
+    std::string session;
+    try {
+      Response hello =
+          co_await Call(*control, bhttp::verb::post, "/api/v1/worker/hello", token, HelloBody(), "application/json");
+      if (hello.result_int() != 200) {
+        NoteError("hello: " + std::to_string(hello.result_int()) + " " + hello.body());
+        co_return;
+      }
+      const json answer = json::parse(hello.body());
+      session = answer["session_id"];
+      hellos_++;
+      if (options_.heartbeats) {
+        boost::asio::co_spawn(
+            io_,
+            Heartbeats(control, token, session,
+                       std::chrono::milliseconds(answer["heartbeat_interval_ms"].get<int64_t>()), index),
+            boost::asio::detached);
+      }
+    } catch (const std::exception& e) {
+      NoteError(std::string("hello: ") + e.what());
+      co_return;
+    }
+    const std::string next =
+        "/api/v1/worker/tasks/next?wait_ms=" + std::to_string(options_.poll_wait.count()) + "&session_id=" + session;
+    bool failed = false;
+    while (true) {
+      try {
+        Response res = co_await Call(poll, bhttp::verb::get, next, token, "", nullptr);
+        if (res.result_int() == 204) continue;
+        if (res.result_int() != 200) {
+          NoteError("poll: " + std::to_string(res.result_int()) + " " + res.body());
+          co_return;
+        }
+        const json task = json::parse(res.body());
+        const std::string kind = task.value("kind", "train");
+        const json data = task.value("data", json::object());
+        {
+          std::lock_guard lock(mu_);
+          tasks_.push_back({.job_id = task["job_id"].get<int64_t>(),
+                            .round = task["round"].get<int>(),
+                            .kind = kind,
+                            .at = Clock::now()});
+        }
+        json result = ResultFor(task, session);
+        if (kind == "train") {
+          // The signed URL names this server: its path and query are the target.
+          const std::string url = task["update_upload"]["url"];
+          const size_t path_at = url.find('/', url.find("//") + 2);
+          Response put = co_await Call(poll, bhttp::verb::put, url.substr(path_at), "", options_.update,
+                                       "application/octet-stream");
+          if (put.result_int() != 201) {
+            NoteError("upload: " + std::to_string(put.result_int()) + " " + put.body());
+            continue;
+          }
+          result["blob_key"] = task["update_upload"]["blob_key"];
+          result["sha256"] = options_.update_sha256;
+          result["sample_count"] = data.value("train_rows", 0);
+          result["train_loss"] = 1.0;
+        }
+        Response answer =
+            co_await Call(poll, bhttp::verb::post, "/api/v1/worker/result", token, result.dump(), "application/json");
+        if (answer.result_int() != 200) {
+          NoteError("result: " + std::to_string(answer.result_int()) + " " + answer.body());
+        } else {
+          results_++;
+        }
+      } catch (const std::exception& e) {
+        NoteError(std::string("poll: ") + e.what());
+        failed = true;
+      }
+      if (failed) {  // a connection error: reconnect after a pause (no co_await inside a handler)
+        failed = false;
+        boost::asio::steady_timer pause(io_);
+        pause.expires_after(std::chrono::milliseconds(500));
+        co_await pause.async_wait(boost::asio::use_awaitable);
+      }
+    }
+  }
+
+  SimWorkersOptions options_;
+  boost::asio::io_context io_{1};
+  std::thread thread_;
+  std::atomic<int> hellos_{0};
+  std::atomic<int> results_{0};
+  std::atomic<int> error_count_{0};
+  mutable std::mutex mu_;
+  std::vector<std::string> errors_;
+  std::vector<Sample> heartbeats_;
+  std::vector<TaskSeen> tasks_;
+};
+
+}  // namespace parsyn::test_support
