@@ -72,6 +72,9 @@ StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
   task.seed = a.seed;
   task.steps_per_round = spec_.distributed.steps_per_round;
   task.config = spec_.config;
+  // FedProx: the proximal term's weight (0 for every other strategy: plain local training); the trainer adds
+  // mu/2 * ||w - w_global||^2 to its loss. Evaluation tasks train nothing.
+  if (a.kind == TaskKind::kTrain) task.proximal_mu = spec_.distributed.strategy_options.mu;
   task.deadline_unix_ms = host_.clock().UnixMillis() + engine_config_.aggregation_timeout.count();
   // The task's URLs last as long as its attempt (plus a margin), not beyond, and name the worker they were given to.
   const std::chrono::seconds url_ttl = host_.TaskUrlTtl(engine_config_.aggregation_timeout);

@@ -960,6 +960,19 @@ Status PostgresMetadataStore::UpdateWorker(const Worker& worker) {
   return Status::Ok();
 }
 
+Status PostgresMetadataStore::RecordWorkersSeen(std::span<const WorkerSeen> seen) {
+  if (seen.empty()) return Status::Ok();
+  PARSYN_LOCK_AND_CONNECT();
+  Transaction txn(db_.get());
+  PARSYN_RETURN_IF_ERROR(txn.Begin());
+  for (const WorkerSeen& w : seen) {
+    PARSYN_PREPARE(q, "UPDATE workers SET last_heartbeat_at_ms = $2 WHERE id = $1");
+    q->Bind(w.worker_id, w.last_heartbeat_at_ms);
+    PARSYN_RETURN_IF_ERROR(q->Run());
+  }
+  return txn.Commit();
+}
+
 // ---- admin key
 
 Status PostgresMetadataStore::SetAdminKeyHash(std::string_view key_sha256) {

@@ -71,6 +71,7 @@ class PostgresMetadataStore final : public MetadataStore {
   StatusOr<Worker> FindWorkerByTokenHash(std::string_view token_sha256) override;
   StatusOr<std::vector<Worker>> ListWorkers() override;
   Status UpdateWorker(const Worker& worker) override;
+  Status RecordWorkersSeen(std::span<const WorkerSeen> seen) override;
 
   Status SetAdminKeyHash(std::string_view key_sha256) override;
   StatusOr<std::string> GetAdminKeyHash() override;

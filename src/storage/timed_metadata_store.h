@@ -60,6 +60,9 @@ class TimedMetadataStore final : public MetadataStore {
   Status UpdateWorker(const Worker& worker) override {
     return Timed("update_worker", [&] { return inner_.UpdateWorker(worker); });
   }
+  Status RecordWorkersSeen(std::span<const WorkerSeen> seen) override {
+    return Timed("record_workers_seen", [&] { return inner_.RecordWorkersSeen(seen); });
+  }
   Status SetAdminKeyHash(std::string_view key_sha256) override {
     return Timed("set_admin_key_hash", [&] { return inner_.SetAdminKeyHash(key_sha256); });
   }
