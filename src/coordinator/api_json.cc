@@ -160,7 +160,7 @@ json JobJson(const storage::TrainingJob& job) {
   return out;
 }
 
-json RoundJson(const storage::Round& r, const std::vector<storage::RoundUpdate>& updates) {
+json RoundJson(const storage::Round& r, const std::vector<storage::RoundUpdate>& updates, const json& privacy) {
   json participants = r.participants;
   json ups = json::array();
   for (const storage::RoundUpdate& u : updates) {
@@ -191,6 +191,22 @@ json RoundJson(const storage::Round& r, const std::vector<storage::RoundUpdate>&
               {"bytes_moved", r.bytes_moved}};
   if (!r.global_sha256.empty()) out["global_sha256"] = r.global_sha256;
   if (!r.failure_reason.empty()) out["failure_reason"] = r.failure_reason;
+  if (!privacy.is_null()) out["privacy"] = privacy;
+  return out;
+}
+
+json RoundPrivacyJson(const strategy::DpRoundReport& report, const strategy::DpFedAvgOptions& options) {
+  // JSON has no +inf (no noise: no privacy); job specs refuse noise_multiplier 0, so this is a safety net.
+  const bool bounded = std::isfinite(report.epsilon);
+  json out = {{"epsilon", bounded ? json(report.epsilon) : json(nullptr)},
+              {"delta", options.delta},
+              {"participants", report.participants},
+              {"clipped", report.clipped},
+              {"noise_stddev", report.noise_stddev},
+              {"sampling_rate", report.sampling_rate},
+              {"noise_multiplier", options.noise_multiplier},
+              {"clip_norm", options.clip_norm}};
+  if (!bounded) out["epsilon_unbounded"] = true;
   return out;
 }
 

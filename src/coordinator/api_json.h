@@ -16,6 +16,7 @@
 #include "http/server.h"
 #include "protocol/json_fields.h"
 #include "storage/metadata_store.h"
+#include "strategy/dp_fed_avg.h"
 
 namespace parsyn::coordinator {
 
@@ -48,7 +49,14 @@ nlohmann::json DatasetJson(const storage::Dataset& d);
 nlohmann::json ModelJson(const storage::Model& m);
 nlohmann::json WorkerJson(const storage::Worker& w);  // never includes the token hash
 nlohmann::json JobJson(const storage::TrainingJob& job);
-nlohmann::json RoundJson(const storage::Round& round, const std::vector<storage::RoundUpdate>& updates);
+// `privacy`: the round's dp_fedavg report (RoundPrivacyJson, from its round_committed event), added as "privacy" when
+// not null.
+nlohmann::json RoundJson(const storage::Round& round, const std::vector<storage::RoundUpdate>& updates,
+                         const nlohmann::json& privacy = nullptr);
+// A committed dp_fedavg round's privacy report: {"epsilon" (ε at "delta" after this round, all rounds so far; null
+// when unbounded, "epsilon_unbounded": true), "delta", "participants", "clipped", "noise_stddev", "sampling_rate",
+// "noise_multiplier", "clip_norm"}.
+nlohmann::json RoundPrivacyJson(const strategy::DpRoundReport& report, const strategy::DpFedAvgOptions& options);
 nlohmann::json ArtifactJson(const storage::JobArtifact& a);
 
 // 400 invalid_argument for a request with these problems (at least one): error.message joins them with "; ", and

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include "base/log.h"
+#include "coordinator/api_json.h"
 #include "coordinator/job_runner_internal.h"
 #include "coordinator/server_metrics.h"
 #include "data/llama_config.h"
 #include "storage/byte_source.h"
+#include "strategy/dp_fed_avg.h"
 #include "weights/lora_layout.h"
 #include "weights/peft_config.h"
 #include "weights/safetensors.h"
@@ -145,14 +147,18 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
   global_size_bytes_ = info->size_bytes;
   pending_global_.reset();
   {
-    auto event_appended = host_.AppendEvent(job_.id, "round_committed",
-                                            {{"round", a.round},
-                                             {"attempt", a.attempt},
-                                             {"total_rounds", engine_config_.num_rounds},
-                                             {"train_loss", a.train_loss},
-                                             {"num_updates", a.num_updates},
-                                             {"num_samples", a.num_samples},
-                                             {"global_sha256", global_sha256_}});
+    json committed_data = {{"round", a.round},
+                           {"attempt", a.attempt},
+                           {"total_rounds", engine_config_.num_rounds},
+                           {"train_loss", a.train_loss},
+                           {"num_updates", a.num_updates},
+                           {"num_samples", a.num_samples},
+                           {"global_sha256", global_sha256_}};
+    // dp_fedavg: the round's privacy report; GET .../rounds reads it back from this event (RoundPrivacyJson).
+    if (const auto* dp = dynamic_cast<const strategy::DpFedAvg*>(strategy_.get()); dp && dp->last_round()) {
+      committed_data["privacy"] = RoundPrivacyJson(*dp->last_round(), dp->options());
+    }
+    auto event_appended = host_.AppendEvent(job_.id, "round_committed", std::move(committed_data));
     co_await std::move(event_appended);
   }
   pending_validation_loss_.reset();

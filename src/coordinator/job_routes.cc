@@ -7,17 +7,22 @@
 #include <boost/asio/detached.hpp>
 #include <charconv>
 #include <limits>
+#include <optional>
 
 #include "base/log.h"
 #include "coordinator/api_json.h"
 #include "coordinator/job_runner.h"
+#include "coordinator/job_runner_internal.h"
 #include "coordinator/loop_tools.h"
 #include "coordinator/service.h"
 #include "coordinator/service_routes.h"
 #include "coordinator/sharding.h"
 #include "protocol/field_reader.h"
+#include "storage/byte_source.h"
 #include "storage/local_blob_copy.h"
+#include "strategy/dp_fed_avg.h"
 #include "weights/lora_layout.h"
+#include "weights/safetensors.h"
 
 namespace parsyn::coordinator {
 
@@ -28,6 +33,23 @@ using http::Response;
 using nlohmann::json;
 
 namespace {
+
+// A committed dp_fedavg round's privacy report (RoundPrivacyJson), read from the accounting state stored beside the
+// round's global (durable before the round commits, so every committed round has one). Null when it cannot be read.
+json StoredRoundPrivacy(storage::BlobStore& blobs, const storage::Round& round,
+                        const strategy::DpFedAvgOptions& options) {
+  const std::string key =
+      round.global_blob_key.substr(0, round.global_blob_key.rfind('/') + 1) + std::string(kServerStateFile);
+  StatusOr<std::unique_ptr<storage::ByteSource>> source = blobs.Get(key);
+  if (!source.ok()) return nullptr;
+  StatusOr<std::string> bytes = storage::ReadAll(**source, size_t{1} << 20);
+  if (!bytes.ok()) return nullptr;
+  StatusOr<weights::WeightSet> state = weights::ParseSafetensors(std::as_bytes(std::span(*bytes)));
+  if (!state.ok()) return nullptr;
+  strategy::DpFedAvg reader(options, 0);
+  if (!reader.RestoreState(&*state).ok() || !reader.last_round()) return nullptr;
+  return RoundPrivacyJson(*reader.last_round(), options);
+}
 
 // What the job's dataset and model make of the settings (JobSpecWarnings has the spec's own): the product spec's
 // "small datasets: a single GPU finishes faster than the coordination overhead", uneven shards, and config keys of
@@ -318,12 +340,23 @@ class JobRoutes {
     StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
     if (!id.ok()) co_return Response::Error(id.status());
     auto rounds = co_await Offload(context_.pool, [&]() -> StatusOr<json> {
-      PARSYN_RETURN_IF_ERROR(context_.store.GetJob(*id).status());
+      PARSYN_ASSIGN_OR_RETURN(storage::TrainingJob job, context_.store.GetJob(*id));
       PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Round> list, context_.store.ListRounds(*id));
+      // dp_fedavg: each committed round's ε and report, from its stored accounting state.
+      std::optional<strategy::DpFedAvgOptions> dp;
+      if (StatusOr<JobSpec> spec = ParseJobSpec(job.spec_json);
+          spec.ok() && spec->distributed.strategy == strategy::StrategyKind::kDpFedAvg) {
+        const strategy::StrategyOptions& o = spec->distributed.strategy_options;
+        dp = strategy::DpFedAvgOptions{
+            .clip_norm = o.clip_norm, .noise_multiplier = o.noise_multiplier, .delta = o.delta};
+        if (!strategy::ValidateDpFedAvgOptions(*dp).ok()) dp.reset();
+      }
       json items = json::array();
       for (const storage::Round& r : list) {
         PARSYN_ASSIGN_OR_RETURN(auto updates, context_.store.ListUpdates(*id, r.round, r.attempt));
-        items.push_back(RoundJson(r, updates));
+        const bool committed = r.status == storage::RoundStatus::kCommitted && !r.global_blob_key.empty();
+        items.push_back(
+            RoundJson(r, updates, dp && committed ? StoredRoundPrivacy(context_.blobs, r, *dp) : json(nullptr)));
       }
       return items;
     });

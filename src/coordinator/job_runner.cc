@@ -5,6 +5,7 @@
 
 #include "base/log.h"
 #include "coordinator/job_runner_internal.h"
+#include "strategy/dp_fed_avg.h"
 #include "strategy/make_strategy.h"
 
 namespace parsyn::coordinator {
@@ -37,9 +38,13 @@ JobRunner::JobRunner(JobHost& host, storage::TrainingJob job, JobSpec spec)
       engine_config_(EngineConfigFor(spec_)),
       mutex_(host.executor()) {
   StatusOr<std::unique_ptr<strategy::Strategy>> made =
-      strategy::MakeStrategy(spec_.distributed.strategy, spec_.distributed.strategy_options);
+      strategy::MakeStrategy(spec_.distributed.strategy, spec_.distributed.strategy_options, engine_config_.job_seed);
   if (made.ok()) {
     strategy_ = std::move(*made);
+    // dp_fedavg's sampling rate q = K / eligible: the eligible workers are the job's shards (one per worker that
+    // may take part; docs/training.md, "Differential privacy").
+    if (auto* dp = dynamic_cast<strategy::DpFedAvg*>(strategy_.get()))
+      dp->set_eligible_workers(engine_config_.num_shards);
   } else {
     strategy_error_ = made.status();
   }

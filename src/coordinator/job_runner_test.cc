@@ -37,6 +37,7 @@
 #include "storage/faulty_metadata_store.h"
 #include "storage/memory_blob_store.h"
 #include "storage/sqlite_store.h"
+#include "strategy/rdp_accountant.h"
 #include "weights/safetensors.h"
 #include "weights/sha256.h"
 
@@ -754,6 +755,87 @@ TEST(JobRunnerTest, ServerOptimizerStateSurvivesRestartsAndStoreErrors) {
     }
     EXPECT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
     EXPECT_EQ(f.CommittedGlobal(), reference);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// dp_fedavg's privacy accounting is server state: a restart after each round, and a store error at each write (a
+// retried round), finish with the uninterrupted run's global and ε bit for bit, and each round_committed event
+// reports the ε of the rounds committed so far (a retried round counts once).
+TEST(JobRunnerTest, DpAccountingSurvivesRestartsAndCountsRetriedRoundsOnce) {
+  const json dp = {{"strategy", "dp_fedavg"},
+                   {"strategy_options", {{"clip_norm", 0.05}, {"noise_multiplier", 1.3}, {"delta", 1e-5}}}};
+  // ε of the last committed round, from the state stored beside the final global, and from the events.
+  auto final_epsilon = [](JobFixture& f) {
+    StatusOr<std::vector<storage::Round>> rounds = f.store_->ListRounds(f.job_id_);
+    EXPECT_TRUE(rounds.ok());
+    for (const storage::Round& r : *rounds) {
+      if (r.round != kRounds || r.status != storage::RoundStatus::kCommitted) continue;
+      const std::string key =
+          r.global_blob_key.substr(0, r.global_blob_key.rfind('/') + 1) + "server_state.safetensors";
+      StatusOr<weights::WeightSet> state = weights::ParseSafetensors(f.ReadBlob(key));
+      EXPECT_TRUE(state.ok());
+      if (state.ok()) return state->Find("epsilon")->as<double>()[0];
+    }
+    ADD_FAILURE() << "no committed final round";
+    return -1.0;
+  };
+  std::vector<std::byte> reference;
+  double reference_epsilon = 0;
+  int writes = 0;
+  {
+    JobFixture f(dp);
+    const int before = f.store_->writes_passed();
+    ASSERT_TRUE(f.StartRunner().ok());
+    ASSERT_TRUE(f.Drive());
+    writes = f.store_->writes_passed() - before;
+    ASSERT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
+    reference = f.CommittedGlobal();
+    EXPECT_NE(reference, UninterruptedRun().global) << "dp_fedavg's global is FedAvg's";
+    reference_epsilon = final_epsilon(f);
+    // Two shards, two participants: q = 1, the plain Gaussian mechanism composed kRounds times.
+    EXPECT_EQ(reference_epsilon, strategy::EpsilonAfter(kRounds, 1.0, 1.3, 1e-5));
+    StatusOr<std::vector<storage::JobEvent>> events = f.store_->ListJobEvents(f.job_id_, 0, 10000);
+    ASSERT_TRUE(events.ok());
+    int committed = 0;
+    for (const storage::JobEvent& e : *events) {
+      if (e.type != "round_committed") continue;
+      const json data = json::parse(e.payload_json);
+      ++committed;
+      ASSERT_TRUE(data.contains("privacy")) << data.dump();
+      EXPECT_EQ(data["privacy"]["epsilon"].get<double>(), strategy::EpsilonAfter(committed, 1.0, 1.3, 1e-5));
+      EXPECT_EQ(data["privacy"]["sampling_rate"], 1.0);
+      EXPECT_EQ(data["privacy"]["participants"], 2);
+      EXPECT_EQ(data["privacy"]["noise_stddev"].get<double>(), 1.3 * 0.05 / 2);
+    }
+    EXPECT_EQ(committed, kRounds);
+  }
+  for (int checkpoint = 0; checkpoint <= kRounds; ++checkpoint) {
+    SCOPED_TRACE("restart after round " + std::to_string(checkpoint));
+    JobFixture f(dp);
+    ASSERT_TRUE(f.StartRunner().ok());
+    ASSERT_TRUE(f.Drive([&] { return f.StoredJob().committed_round >= checkpoint; }));
+    if (!f.runner_->finished()) {
+      ASSERT_TRUE(f.StartRunner().ok());
+      ASSERT_TRUE(f.Drive());
+    }
+    EXPECT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
+    EXPECT_EQ(f.CommittedGlobal(), reference);
+    EXPECT_EQ(final_epsilon(f), reference_epsilon);
+  }
+  for (int n = 3; n <= writes; ++n) {
+    SCOPED_TRACE("write " + std::to_string(n) + " of " + std::to_string(writes) + " fails");
+    JobFixture f(dp);
+    f.store_->FailNthWrite(n, UnavailableError("injected store error"));
+    ASSERT_TRUE(f.StartRunner().ok());
+    ASSERT_TRUE(f.Drive()) << "the job is wedged after the store error";
+    if (f.StoredJob().status == storage::JobStatus::kRunning) {
+      ASSERT_TRUE(f.StartRunner().ok());
+      ASSERT_TRUE(f.Drive());
+    }
+    EXPECT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
+    EXPECT_EQ(f.CommittedGlobal(), reference);
+    EXPECT_EQ(final_epsilon(f), reference_epsilon);
     if (::testing::Test::HasFailure()) return;
   }
 }

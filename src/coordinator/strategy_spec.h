@@ -21,8 +21,8 @@ void ParseStrategyOptions(const nlohmann::json* object, strategy::StrategyKind k
 
 // The rules between the options and the round sizes (every round has between min_workers and max_workers
 // participants): krum and multi_krum need min_workers >= 2f + 3, multi_krum's m <= min_workers - f; sample_count
-// within [min_workers, max_workers]; checked for a distributed job only. Refuses, for any job, a strategy this build
-// does not have ("distributed.strategy: median is not available in this build; choose ...").
+// within [min_workers, max_workers]; checked for a distributed job only. For any job, options the strategy class
+// refuses (strategy::MakeStrategy) when the parser found nothing wrong.
 void CheckStrategyRules(strategy::StrategyKind kind, const strategy::StrategyOptions& options, bool distributed,
                         int min_workers, int max_workers, std::vector<std::string>& errors);
 

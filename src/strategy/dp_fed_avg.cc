@@ -1,8 +1,10 @@
 #include "strategy/dp_fed_avg.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numbers>
 #include <string>
 
@@ -73,6 +75,32 @@ class GaussianStream {
   double spare_ = 0;
 };
 
+StatusOr<WeightSet> StateOf(const RdpAccountant& accountant, double epsilon, const DpRoundReport& report) {
+  WeightSet state;
+  state.metadata()["strategy"] = "dp_fedavg";
+  auto add_f64 = [&](const std::string& name, std::span<const double> values) -> Status {
+    PARSYN_ASSIGN_OR_RETURN(std::span<std::byte> bytes,
+                            state.AddZeros(name, DType::kF64, {static_cast<int64_t>(values.size())}));
+    std::memcpy(bytes.data(), values.data(), values.size() * sizeof(double));
+    return Status::Ok();
+  };
+  PARSYN_RETURN_IF_ERROR(add_f64("orders", accountant.orders()));
+  PARSYN_RETURN_IF_ERROR(add_f64("rdp", accountant.rdp()));
+  PARSYN_ASSIGN_OR_RETURN(std::span<std::byte> rounds, state.AddZeros("rounds", DType::kI64, {1}));
+  const int64_t count = accountant.rounds();
+  std::memcpy(rounds.data(), &count, sizeof(count));
+  const double eps[] = {epsilon};
+  PARSYN_RETURN_IF_ERROR(add_f64("epsilon", eps));
+  const double last[] = {static_cast<double>(report.round),
+                         static_cast<double>(report.participants),
+                         static_cast<double>(report.clipped),
+                         report.noise_stddev,
+                         report.sampling_rate,
+                         report.epsilon};
+  PARSYN_RETURN_IF_ERROR(add_f64("last_round", last));
+  return state;
+}
+
 }  // namespace
 
 Status ValidateDpFedAvgOptions(const DpFedAvgOptions& options) {
@@ -107,6 +135,7 @@ Status DpFedAvg::Begin(int round, const WeightSet& global) {
     }
   }
   round_ = round;
+  pending_.reset();  // a retried round starts again from the committed accountant
   global_ = global.Clone();
   // The deltas are summed in float32 whatever the model's dtype (a bf16 delta would lose most of its bits).
   bool same_layout = delta_.size() == global.size();
@@ -199,15 +228,79 @@ StatusOr<WeightSet> DpFedAvg::Finish() {
   global_ = WeightSet();
 
   const double q = SamplingRate(participants, eligible_workers_);
-  accountant_.AddRounds(q, options_.noise_multiplier);
-  epsilon_spent_ = accountant_.Epsilon(options_.delta).epsilon;
-  last_round_ = DpRoundReport{.round = round_,
-                              .participants = participants,
-                              .clipped = clipped_,
-                              .noise_stddev = stddev,
-                              .sampling_rate = q,
-                              .epsilon = epsilon_spent_};
+  Pending pending;
+  pending.accountant = accountant_;
+  pending.accountant.AddRounds(q, options_.noise_multiplier);
+  pending.epsilon = pending.accountant.Epsilon(options_.delta).epsilon;
+  pending.report = DpRoundReport{.round = round_,
+                                 .participants = participants,
+                                 .clipped = clipped_,
+                                 .noise_stddev = stddev,
+                                 .sampling_rate = q,
+                                 .epsilon = pending.epsilon};
+  PARSYN_ASSIGN_OR_RETURN(pending.state, StateOf(pending.accountant, pending.epsilon, pending.report));
+  pending_ = std::move(pending);
   return next;
+}
+
+void DpFedAvg::CommitState() {
+  if (!pending_) return;
+  accountant_ = std::move(pending_->accountant);
+  epsilon_spent_ = pending_->epsilon;
+  last_round_ = pending_->report;
+  pending_.reset();
+}
+
+Status DpFedAvg::RestoreState(const WeightSet* state) {
+  pending_.reset();
+  if (state == nullptr) {
+    accountant_ = RdpAccountant();
+    epsilon_spent_ = 0;
+    last_round_.reset();
+    return Status::Ok();
+  }
+  auto label = state->metadata().find("strategy");
+  if (label == state->metadata().end() || label->second != name()) {
+    return InvalidArgumentError("the server state is " +
+                                (label == state->metadata().end() ? std::string("unlabelled") : "of " + label->second) +
+                                ", not of dp_fedavg");
+  }
+  RdpAccountant restored;
+  const size_t n = restored.orders().size();
+  const Tensor* orders = state->Find("orders");
+  const Tensor* rdp = state->Find("rdp");
+  const Tensor* rounds = state->Find("rounds");
+  const Tensor* epsilon = state->Find("epsilon");
+  const Tensor* last = state->Find("last_round");
+  auto is = [](const Tensor* t, DType dtype, int64_t numel) {
+    return t != nullptr && t->dtype == dtype && t->shape.size() == 1 && t->numel() == numel;
+  };
+  if (!is(orders, DType::kF64, static_cast<int64_t>(n)) || !is(rdp, DType::kF64, static_cast<int64_t>(n)) ||
+      !is(rounds, DType::kI64, 1) || !is(epsilon, DType::kF64, 1) || !is(last, DType::kF64, 6)) {
+    return InvalidArgumentError("the dp_fedavg state needs F64 tensors orders and rdp [" + std::to_string(n) +
+                                "], I64 rounds [1], F64 epsilon [1] and F64 last_round [6]");
+  }
+  const std::span<const double> stored_orders = orders->as<double>();
+  if (!std::equal(stored_orders.begin(), stored_orders.end(), restored.orders().begin())) {
+    return InvalidArgumentError("the dp_fedavg state was accounted over other RDP orders");
+  }
+  if (!restored.Restore(rdp->as<double>(), rounds->as<int64_t>()[0])) {
+    return InvalidArgumentError("the dp_fedavg state's round count is negative");
+  }
+  accountant_ = std::move(restored);
+  epsilon_spent_ = epsilon->as<double>()[0];
+  const std::span<const double> r = last->as<double>();
+  if (accountant_.rounds() == 0) {
+    last_round_.reset();
+  } else {
+    last_round_ = DpRoundReport{.round = static_cast<int>(r[0]),
+                                .participants = static_cast<int>(r[1]),
+                                .clipped = static_cast<int>(r[2]),
+                                .noise_stddev = r[3],
+                                .sampling_rate = r[4],
+                                .epsilon = r[5]};
+  }
+  return Status::Ok();
 }
 
 void DpFedAvg::RecordPastRound(int64_t participants, int64_t eligible_workers) {

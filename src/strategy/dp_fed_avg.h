@@ -70,23 +70,39 @@ class DpFedAvg final : public Strategy {
   // sample_count <= 0, or a delta whose norm overflows. The sample count is not used (unweighted mean, see above).
   Status Accept(const weights::WeightSet& update, int64_t sample_count) override;
   int num_accepted() const override;
-  // The noisy new global in the global's dtypes; adds the round to the accountant.
+  // The noisy new global in the global's dtypes. The round is accounted in the pending state (PendingState,
+  // pending_round()); it counts in epsilon_spent() once CommitState says the round committed.
   StatusOr<weights::WeightSet> Finish() override;
 
-  // The number of workers this round's participants were drawn from (online, idle, with a shard), for q = K / n.
-  // Sticky: applies to every later Finish until set again. 0 (the default): unknown, q = 1 (no amplification by
-  // sampling is claimed). Values below K count as K.
+  // The number of workers this round's participants were drawn from, for q = K / n (the job runner sets the job's
+  // shard count: one shard per worker that may take part). Sticky: applies to every later Finish until set again.
+  // 0 (the default): unknown, q = 1 (no amplification by sampling is claimed). Values below K count as K.
   void set_eligible_workers(int64_t eligible_workers) { eligible_workers_ = eligible_workers; }
 
-  // ε at options().delta spent by the rounds finished so far (0 before the first; +∞ when noise_multiplier is 0).
+  // Privacy accounting as server state: the accountant advances only when a round commits, and a resumed job
+  // restores it bit for bit. The state WeightSet (metadata "strategy": "dp_fedavg") holds F64 tensors "orders" and
+  // "rdp" (the composed RDP per order), I64 "rounds" [1], F64 "epsilon" [1] (ε at delta after the last committed
+  // round) and F64 "last_round" [6] (round, participants, clipped, noise_stddev, sampling_rate, epsilon; all 0
+  // before the first round).
+  bool has_state() const override { return true; }
+  const weights::WeightSet* PendingState() const override { return pending_ ? &pending_->state : nullptr; }
+  void CommitState() override;
+  // InvalidArgument if `state` is not a dp_fedavg state with this accountant's orders.
+  Status RestoreState(const weights::WeightSet* state) override;
+
+  // ε at options().delta spent by the committed rounds (0 before the first; +∞ when noise_multiplier is 0).
   double epsilon_spent() const { return epsilon_spent_; }
-  // The last finished round; nullopt before the first.
+  // The last committed round; nullopt before the first.
   const std::optional<DpRoundReport>& last_round() const { return last_round_; }
+  // The round Finish computed that has not committed yet; nullopt when none (after Begin or CommitState).
+  std::optional<DpRoundReport> pending_round() const {
+    return pending_ ? std::optional<DpRoundReport>(pending_->report) : std::nullopt;
+  }
+  // The committed rounds' accountant.
   const RdpAccountant& accountant() const { return accountant_; }
 
-  // For a resumed job: accounts a round that finished before the restart (in round order, before the next Begin),
-  // with its K (participants) and eligible count as recorded, without aggregating anything. Rebuilds exactly the
-  // accountant, hence the ε, that the uninterrupted job would have.
+  // Accounts a committed round without aggregating anything (in round order, before the next Begin), with its K
+  // (participants) and eligible count: the accountant, hence the ε, the uninterrupted job would have.
   void RecordPastRound(int64_t participants, int64_t eligible_workers);
 
   const DpFedAvgOptions& options() const { return options_; }
@@ -104,9 +120,16 @@ class DpFedAvg final : public Strategy {
   std::optional<weights::WeightedMean> mean_;  // exact sum of the clipped deltas; reused across rounds
   int clipped_ = 0;
   int64_t eligible_workers_ = 0;
-  RdpAccountant accountant_;
+  RdpAccountant accountant_;  // committed rounds only
   double epsilon_spent_ = 0;
   std::optional<DpRoundReport> last_round_;
+  struct Pending {
+    RdpAccountant accountant;
+    double epsilon = 0;
+    DpRoundReport report;
+    weights::WeightSet state;
+  };
+  std::optional<Pending> pending_;  // Finish's round, until CommitState (dropped by Begin)
 };
 
 }  // namespace parsyn::strategy

@@ -16,6 +16,7 @@
 
 #include "base/testing/temp_dir.h"
 #include "strategy/rdp_accountant.h"
+#include "weights/safetensors.h"
 
 namespace parsyn::strategy {
 namespace {
@@ -62,7 +63,9 @@ StatusOr<WeightSet> OneRound(DpFedAvg& dp, int round, const WeightSet& global, c
   for (const WeightSet& u : updates) {
     if (Status s = dp.Accept(u, 10); !s.ok()) return s;
   }
-  return dp.Finish();
+  StatusOr<WeightSet> next = dp.Finish();
+  if (next.ok()) dp.CommitState();  // the round commits
+  return next;
 }
 
 StatusOr<WeightSet> OneRound(DpFedAvg& dp, int round, const WeightSet& global, const WeightSet& update) {
@@ -128,7 +131,7 @@ TEST(DpFedAvgTest, NoiseHasZeroMeanAndTheExpectedStandardDeviation) {
   StatusOr<WeightSet> result = dp.Finish();
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   const double expected_std = 2.0 * 0.5 / 2;  // σ·C/K
-  EXPECT_EQ(dp.last_round()->noise_stddev, expected_std);
+  EXPECT_EQ(dp.pending_round()->noise_stddev, expected_std);
 
   double sum = 0, sum_sq = 0;
   int64_t within_1 = 0, within_2 = 0;
@@ -243,6 +246,76 @@ TEST(DpFedAvgTest, ReportsEpsilonSpentAfterEachRound) {
   DpFedAvg no_noise({.clip_norm = 1.0, .noise_multiplier = 0, .delta = 1e-5}, 5);
   ASSERT_TRUE(OneRound(no_noise, 1, global, updates).ok());
   EXPECT_EQ(no_noise.epsilon_spent(), kInf);
+}
+
+// The accountant advances only when a round commits: a round that fails after Finish (not committed) and is retried
+// counts once; the state stored with a committed round restores the same accountant, ε and report bit for bit.
+TEST(DpFedAvgTest, AccountsOnlyCommittedRoundsAndRestoresTheStateExactly) {
+  const DpFedAvgOptions options{.clip_norm = 1.0, .noise_multiplier = 1.1, .delta = 1e-5};
+  const WeightSet global = MakeSet(std::vector<float>(11, 0.0f));
+  std::vector<WeightSet> updates;
+  for (uint32_t i = 0; i < 3; ++i) updates.push_back(MakeSet(RandomValues(11, 40 + i, 1.0f)));
+  DpFedAvg dp(options, 9);
+  dp.set_eligible_workers(30);
+  ASSERT_TRUE(dp.has_state());
+  EXPECT_EQ(dp.PendingState(), nullptr);
+  ASSERT_TRUE(OneRound(dp, 1, global, updates).ok());  // committed
+  const double after_one = dp.epsilon_spent();
+  EXPECT_EQ(after_one, EpsilonAfter(1, 0.1, 1.1, 1e-5));
+
+  // Round 2 finishes but does not commit: ε is still round 1's; the pending report says what round 2 would add.
+  ASSERT_TRUE(dp.Begin(2, global).ok());
+  for (const WeightSet& u : updates) ASSERT_TRUE(dp.Accept(u, 1).ok());
+  StatusOr<WeightSet> failed = dp.Finish();
+  ASSERT_TRUE(failed.ok());
+  ASSERT_NE(dp.PendingState(), nullptr);
+  EXPECT_EQ(dp.epsilon_spent(), after_one);
+  EXPECT_EQ(dp.pending_round()->epsilon, EpsilonAfter(2, 0.1, 1.1, 1e-5));
+  EXPECT_EQ(dp.accountant().rounds(), 1);
+  // The retry (Begin again) drops the pending round; after its commit two rounds count, not three.
+  StatusOr<WeightSet> retried = OneRound(dp, 2, global, updates);
+  ASSERT_TRUE(retried.ok());
+  EXPECT_EQ(weights::SerializeSafetensors(*retried), weights::SerializeSafetensors(*failed));  // same noise seed
+  EXPECT_EQ(dp.accountant().rounds(), 2);
+  EXPECT_EQ(dp.epsilon_spent(), EpsilonAfter(2, 0.1, 1.1, 1e-5));
+  EXPECT_FALSE(dp.pending_round().has_value());
+
+  // Round 3: its pending state, serialised as the job runner stores it, restores a fresh strategy exactly.
+  ASSERT_TRUE(dp.Begin(3, global).ok());
+  for (const WeightSet& u : updates) ASSERT_TRUE(dp.Accept(u, 1).ok());
+  ASSERT_TRUE(dp.Finish().ok());
+  ASSERT_NE(dp.PendingState(), nullptr);
+  const std::vector<std::byte> stored = weights::SerializeSafetensors(*dp.PendingState());
+  dp.CommitState();
+  StatusOr<WeightSet> parsed = weights::ParseSafetensors(stored);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  DpFedAvg restarted(options, 9);
+  ASSERT_TRUE(restarted.RestoreState(&*parsed).ok());
+  EXPECT_EQ(restarted.accountant().rdp(), dp.accountant().rdp());
+  EXPECT_EQ(restarted.accountant().rounds(), 3);
+  EXPECT_EQ(restarted.epsilon_spent(), dp.epsilon_spent());
+  ASSERT_TRUE(restarted.last_round().has_value());
+  EXPECT_EQ(restarted.last_round()->round, 3);
+  EXPECT_EQ(restarted.last_round()->participants, 3);
+  EXPECT_EQ(restarted.last_round()->sampling_rate, 0.1);
+  EXPECT_EQ(restarted.last_round()->noise_stddev, dp.last_round()->noise_stddev);
+  EXPECT_EQ(restarted.last_round()->epsilon, dp.epsilon_spent());
+  // Both go on identically: same global bits, same ε.
+  restarted.set_eligible_workers(30);
+  StatusOr<WeightSet> a = OneRound(dp, 4, global, updates);
+  StatusOr<WeightSet> b = OneRound(restarted, 4, global, updates);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(weights::SerializeSafetensors(*a), weights::SerializeSafetensors(*b));
+  EXPECT_EQ(restarted.epsilon_spent(), dp.epsilon_spent());
+  EXPECT_EQ(dp.epsilon_spent(), EpsilonAfter(4, 0.1, 1.1, 1e-5));
+
+  // No state: the initial accountant. Another strategy's state: refused.
+  ASSERT_TRUE(restarted.RestoreState(nullptr).ok());
+  EXPECT_EQ(restarted.epsilon_spent(), 0.0);
+  EXPECT_EQ(restarted.accountant().rounds(), 0);
+  WeightSet foreign = parsed->Clone();
+  foreign.metadata()["strategy"] = "fedadam";
+  EXPECT_EQ(restarted.RestoreState(&foreign).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(RdpAccountantTest, PlainGaussianIsExact) {

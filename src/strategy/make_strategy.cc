@@ -2,18 +2,13 @@
 
 #include <string>
 
+#include "strategy/dp_fed_avg.h"
+#include "strategy/robust_aggregation.h"
 #include "strategy/server_optimizer.h"
 
 namespace parsyn::strategy {
-namespace {
 
-Status NotInThisBuild(StrategyKind kind) {
-  return FailedPreconditionError("strategy " + std::string(StrategyKindName(kind)) + " is not available in this build");
-}
-
-}  // namespace
-
-StatusOr<std::unique_ptr<Strategy>> MakeStrategy(StrategyKind kind, const StrategyOptions& options,
+StatusOr<std::unique_ptr<Strategy>> MakeStrategy(StrategyKind kind, const StrategyOptions& options, uint64_t job_seed,
                                                  FedAvgOptions fed_avg) {
   switch (kind) {
     case StrategyKind::kFederatedAveraging:
@@ -23,15 +18,30 @@ StatusOr<std::unique_ptr<Strategy>> MakeStrategy(StrategyKind kind, const Strate
     case StrategyKind::kFedYogi:
     case StrategyKind::kFedAdagrad:
       return std::unique_ptr<Strategy>(std::make_unique<ServerOptimizer>(kind, options, fed_avg));
-    // INTEGRATION: the robust aggregation classes (strategy/robust_*.h) replace these four cases.
-    case StrategyKind::kMedian: return NotInThisBuild(kind);
-    case StrategyKind::kTrimmedMean: return NotInThisBuild(kind);
-    case StrategyKind::kKrum: return NotInThisBuild(kind);
-    case StrategyKind::kMultiKrum: return NotInThisBuild(kind);
-    // INTEGRATION: dp_fedavg (strategy/dp_*.h) replaces this case.
-    case StrategyKind::kDpFedAvg: return NotInThisBuild(kind);
+    case StrategyKind::kMedian: return std::unique_ptr<Strategy>(std::make_unique<Median>());
+    case StrategyKind::kTrimmedMean: {
+      const TrimmedMeanOptions o{.beta = options.beta};
+      PARSYN_RETURN_IF_ERROR(TrimmedMean::Validate(o));
+      return std::unique_ptr<Strategy>(std::make_unique<TrimmedMean>(o));
+    }
+    case StrategyKind::kKrum: {
+      const KrumOptions o{.f = options.f};
+      PARSYN_RETURN_IF_ERROR(Krum::Validate(o));
+      return std::unique_ptr<Strategy>(std::make_unique<Krum>(o));
+    }
+    case StrategyKind::kMultiKrum: {
+      const MultiKrumOptions o{.f = options.f, .m = options.m.value_or(0)};
+      PARSYN_RETURN_IF_ERROR(MultiKrum::Validate(o));
+      return std::unique_ptr<Strategy>(std::make_unique<MultiKrum>(o));
+    }
+    case StrategyKind::kDpFedAvg: {
+      const DpFedAvgOptions o{
+          .clip_norm = options.clip_norm, .noise_multiplier = options.noise_multiplier, .delta = options.delta};
+      PARSYN_RETURN_IF_ERROR(ValidateDpFedAvgOptions(o));
+      return std::unique_ptr<Strategy>(std::make_unique<DpFedAvg>(o, job_seed));
+    }
   }
-  return NotInThisBuild(kind);
+  return InvalidArgumentError("unknown strategy kind " + std::to_string(static_cast<int>(kind)));
 }
 
 }  // namespace parsyn::strategy

@@ -162,6 +162,13 @@ void RdpAccountant::AddRounds(double q, double noise_multiplier, int64_t rounds)
   rounds_ += rounds;
 }
 
+bool RdpAccountant::Restore(std::span<const double> rdp, int64_t rounds) {
+  if (rdp.size() != orders_.size() || rounds < 0) return false;
+  rdp_.assign(rdp.begin(), rdp.end());
+  rounds_ = rounds;
+  return true;
+}
+
 EpsilonAtOrder RdpAccountant::Epsilon(double delta, DpConversion conversion) const {
   return RdpToEpsilon(orders_, rdp_, delta, conversion);
 }

@@ -64,6 +64,11 @@ class RdpAccountant {
   // The composed RDP, per order.
   const std::vector<double>& rdp() const { return rdp_; }
 
+  // For a resumed job: replaces the composed RDP and the round count by values rdp() and rounds() gave (e.g. stored
+  // with a committed round), so ε comes out bit for bit as before. False (nothing changed) if rdp.size() differs from
+  // orders().size() or rounds < 0.
+  bool Restore(std::span<const double> rdp, int64_t rounds);
+
  private:
   std::vector<double> orders_;
   std::vector<double> rdp_;

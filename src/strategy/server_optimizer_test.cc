@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "base/testing/temp_dir.h"
+#include "strategy/dp_fed_avg.h"
 #include "strategy/make_strategy.h"
+#include "strategy/robust_aggregation.h"
 #include "strategy/sampling.h"
 #include "strategy/seed.h"
 #include "weights/safetensors.h"
@@ -230,7 +232,7 @@ TEST(ServerOptimizerTest, StateOnlyAdvancesOnCommitAndRestoresBitIdentically) {
   auto bytes = [](const WeightSet& set) { return weights::SerializeSafetensors(set); };
 
   StatusOr<std::unique_ptr<Strategy>> made =
-      MakeStrategy(StrategyKind::kFedAdam, DefaultStrategyOptions(StrategyKind::kFedAdam));
+      MakeStrategy(StrategyKind::kFedAdam, DefaultStrategyOptions(StrategyKind::kFedAdam), 0);
   ASSERT_TRUE(made.ok());
   Strategy& straight = **made;
   ASSERT_TRUE(straight.has_state());
@@ -300,30 +302,88 @@ TEST(ServerOptimizerTest, RefusesAStateThatIsNotItsOwn) {
   EXPECT_TRUE(stateless.RestoreState(nullptr).ok());
 }
 
-TEST(MakeStrategyTest, BuildsEachKindOfThisBuildAndRefusesTheOthers) {
+TEST(MakeStrategyTest, BuildsEveryKindAndHandsItsOptionsToTheClass) {
   for (const StrategyKindSpelling& k : StrategyKinds()) {
     StrategyOptions options = DefaultStrategyOptions(k.kind);
-    StatusOr<std::unique_ptr<Strategy>> made = MakeStrategy(k.kind, options);
-    switch (k.kind) {
-      case StrategyKind::kFederatedAveraging:
-      case StrategyKind::kFedProx:
-        ASSERT_TRUE(made.ok()) << k.name;
-        EXPECT_EQ((*made)->name(), "federated_averaging");
-        EXPECT_FALSE((*made)->has_state());
-        break;
-      case StrategyKind::kFedAvgM:
-      case StrategyKind::kFedAdam:
-      case StrategyKind::kFedYogi:
-      case StrategyKind::kFedAdagrad:
-        ASSERT_TRUE(made.ok()) << k.name;
-        EXPECT_EQ((*made)->name(), k.name);
-        EXPECT_TRUE((*made)->has_state());
-        break;
-      default:
-        ASSERT_FALSE(made.ok()) << k.name;
-        EXPECT_NE(made.status().message().find("not available in this build"), std::string::npos);
-    }
+    if (k.kind == StrategyKind::kDpFedAvg) options.clip_norm = 0.5;  // required, no default
+    StatusOr<std::unique_ptr<Strategy>> made = MakeStrategy(k.kind, options, 7);
+    ASSERT_TRUE(made.ok()) << k.name << ": " << made.status().ToString();
+    const bool fed_avg = k.kind == StrategyKind::kFederatedAveraging || k.kind == StrategyKind::kFedProx;
+    EXPECT_EQ((*made)->name(), fed_avg ? std::string_view("federated_averaging") : k.name);
+    const bool stateful = !fed_avg && k.kind != StrategyKind::kMedian && k.kind != StrategyKind::kTrimmedMean &&
+                          k.kind != StrategyKind::kKrum && k.kind != StrategyKind::kMultiKrum;
+    EXPECT_EQ((*made)->has_state(), stateful) << k.name;
   }
+
+  // The options reach the classes.
+  StrategyOptions trimmed = DefaultStrategyOptions(StrategyKind::kTrimmedMean);
+  trimmed.beta = 0.3;
+  auto made_trimmed = MakeStrategy(StrategyKind::kTrimmedMean, trimmed, 0);
+  ASSERT_TRUE(made_trimmed.ok());
+  EXPECT_EQ(dynamic_cast<TrimmedMean&>(**made_trimmed).options().beta, 0.3);
+  StrategyOptions dp = DefaultStrategyOptions(StrategyKind::kDpFedAvg);
+  dp.clip_norm = 2.5;
+  dp.noise_multiplier = 0.7;
+  dp.delta = 1e-6;
+  auto made_dp = MakeStrategy(StrategyKind::kDpFedAvg, dp, 0);
+  ASSERT_TRUE(made_dp.ok());
+  const DpFedAvgOptions& got = dynamic_cast<DpFedAvg&>(**made_dp).options();
+  EXPECT_EQ(got.clip_norm, 2.5);
+  EXPECT_EQ(got.noise_multiplier, 0.7);
+  EXPECT_EQ(got.delta, 1e-6);
+
+  // Krum's f decides how many updates Finish needs (n >= 2f + 3): with f = 1, four updates are too few.
+  StrategyOptions krum = DefaultStrategyOptions(StrategyKind::kKrum);
+  krum.f = 1;
+  auto made_krum = MakeStrategy(StrategyKind::kKrum, krum, 0);
+  ASSERT_TRUE(made_krum.ok());
+  WeightSet global;
+  std::vector<float> zeros(3, 0.0f);
+  ASSERT_TRUE(global.Add("w", DType::kF32, {3}, std::as_bytes(std::span(zeros))).ok());
+  ASSERT_TRUE((*made_krum)->Begin(1, global).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE((*made_krum)->Accept(global, 1).ok());
+  EXPECT_EQ((*made_krum)->Finish().status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*made_krum)->Accept(global, 1).ok());
+  EXPECT_TRUE((*made_krum)->Finish().ok());
+
+  // Out-of-range options are refused, naming the option.
+  StrategyOptions bad_beta = trimmed;
+  bad_beta.beta = 0.5;
+  StatusOr<std::unique_ptr<Strategy>> refused = MakeStrategy(StrategyKind::kTrimmedMean, bad_beta, 0);
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("beta"), std::string::npos);
+  StrategyOptions no_clip = DefaultStrategyOptions(StrategyKind::kDpFedAvg);
+  refused = MakeStrategy(StrategyKind::kDpFedAvg, no_clip, 0);
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("clip_norm"), std::string::npos);
+  StrategyOptions bad_f = krum;
+  bad_f.f = -1;
+  EXPECT_EQ(MakeStrategy(StrategyKind::kMultiKrum, bad_f, 0).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Client sampling applies to every kind: each ConfigureRound is ChooseParticipants (strategy/sampling.h).
+TEST(MakeStrategyTest, EveryKindSamplesClientsThroughChooseParticipants) {
+  std::vector<Candidate> available;
+  for (int i = 0; i < 10; ++i) available.push_back({.worker_id = 100 + i, .shard = i});
+  for (const StrategyKindSpelling& k : StrategyKinds()) {
+    StrategyOptions options = DefaultStrategyOptions(k.kind);
+    if (k.kind == StrategyKind::kDpFedAvg) options.clip_norm = 1;
+    auto made = MakeStrategy(k.kind, options, 3);
+    ASSERT_TRUE(made.ok()) << k.name;
+    for (const Sampling& sampling : {Sampling{.fraction = 0.3}, Sampling{.count = 4}, Sampling{}}) {
+      for (int round = 1; round <= 3; ++round) {
+        const RoundContext ctx{.job_seed = 3, .round = round, .min_workers = 2, .max_workers = 8, .sampling = sampling};
+        EXPECT_EQ((*made)->ConfigureRound(ctx, available), ChooseParticipants(ctx, available))
+            << k.name << " round " << round;
+      }
+    }
+    const RoundContext sampled{
+        .job_seed = 3, .round = 1, .min_workers = 2, .max_workers = 8, .sampling = Sampling{.count = 4}};
+    EXPECT_EQ((*made)->ConfigureRound(sampled, available).size(), 4u) << k.name;
+  }
+}
+
+TEST(MakeStrategyTest, DefaultOptions) {
   EXPECT_EQ(StrategyKinds().size(), 11u);
   EXPECT_EQ(DefaultStrategyOptions(StrategyKind::kFedProx).mu, 0.01);
   EXPECT_EQ(DefaultStrategyOptions(StrategyKind::kFedYogi).tau, 1e-3);

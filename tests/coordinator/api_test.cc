@@ -328,9 +328,11 @@ TEST_F(ApiTest, BadRequestsGetTheRightStatusAndMessage) {
       {"bad strategy", http::Method::kPost, "/api/v1/training-jobs",
        spec_with([](json& s) { s["distributed"]["strategy"] = "fedsgd"; }), "admin", 400, "invalid_argument",
        "strategy"},
-      {"strategy not in this build", http::Method::kPost, "/api/v1/training-jobs",
-       spec_with([](json& s) { s["distributed"]["strategy"] = "median"; }), "admin", 400, "invalid_argument",
-       "distributed.strategy: median is not available in this build"},
+      {"strategy option out of range", http::Method::kPost, "/api/v1/training-jobs", spec_with([](json& s) {
+         s["distributed"]["strategy"] = "trimmed_mean";
+         s["distributed"]["strategy_options"] = {{"beta", 0.5}};
+       }),
+       "admin", 400, "invalid_argument", "distributed.strategy_options.beta"},
       {"option of another strategy", http::Method::kPost, "/api/v1/training-jobs", spec_with([](json& s) {
          s["distributed"]["strategy"] = "fedadam";
          s["distributed"]["strategy_options"] = {{"mu", 0.1}};

@@ -2,7 +2,8 @@
 // (fedadam) and real `parsyn worker` processes. Its globals are the optimizer's steps (not the FedAvg mean), its
 // server state is stored beside each committed global, the loss falls, and a coordinator killed mid-job resumes the
 // optimizer bit-identically: the final global has the uninterrupted job's sha256. Client sampling picks, per round,
-// the participants the API lists.
+// the participants the API lists. A median job (robust aggregation) commits, per round, the coordinate-wise median of
+// the accepted updates; a dp_fedavg job reports its privacy ε per round, increasing.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -54,6 +55,35 @@ class StrategyJobTest : public LlamaJobTest {
       for (auto& [name, values] : ReadTensors(BlobPath(prefix + "/global.safetensors"))) {
         for (size_t i = 0; i < values.size() && i < sum[name].size(); ++i) {
           largest = std::max(largest, std::abs(values[i] - sum[name][i] / total));
+        }
+      }
+    }
+    return largest;
+  }
+
+  // The largest |global - coordinate-wise median of the round's accepted updates| over the committed rounds (an odd
+  // number of updates: the median is one of the values, so an exact aggregation gives 0).
+  double LargestDistanceFromMedian(int64_t job_id) {
+    double largest = 0;
+    for (const json& round : Rounds(*admin_, job_id)) {
+      if (round["outcome"] != "committed" || round["round"].get<int>() < 1) continue;
+      const std::string prefix = AttemptPrefix(job_id, round["round"], round["attempt"]);
+      std::map<std::string, std::vector<std::vector<double>>> values_by_name;
+      for (const json& u : round["updates"]) {
+        if (u["status"] != "accepted") continue;
+        for (auto& [name, values] : ReadTensors(
+                 BlobPath(prefix + "/updates/w" + std::to_string(u["worker_id"].get<int64_t>()) + ".safetensors"))) {
+          values_by_name[name].push_back(values);
+        }
+      }
+      for (auto& [name, values] : ReadTensors(BlobPath(prefix + "/global.safetensors"))) {
+        const std::vector<std::vector<double>>& updates = values_by_name[name];
+        EXPECT_EQ(updates.size() % 2, 1u) << name;
+        for (size_t i = 0; i < values.size(); ++i) {
+          std::vector<double> column;
+          for (const auto& u : updates) column.push_back(u[i]);
+          std::sort(column.begin(), column.end());
+          largest = std::max(largest, std::abs(values[i] - column[column.size() / 2]));
         }
       }
     }
@@ -155,6 +185,67 @@ TEST_F(StrategyJobTest, SampleCountTrainsTheSeededChoiceOfWorkersEachRound) {
   }
   EXPECT_EQ(committed, 3);
   EXPECT_GE(trained.size(), 2u);
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
+TEST_F(StrategyJobTest, MedianJobCommitsTheCoordinateWiseMedianOfTheUpdates) {
+  std::vector<int64_t> ids = StartWorkers(3);
+  const int kRounds = 3;
+  json spec = Spec(ids, kRounds, 10, "median", json::object());
+  spec["distributed"]["min_workers"] = 3;
+  const int64_t job_id = CreateJob(*admin_, spec);
+  ASSERT_GT(job_id, 0);
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  int committed = 0;
+  for (const json& r : Rounds(*admin_, job_id)) {
+    if (r["outcome"] != "committed" || r["round"].get<int>() < 1) continue;
+    ++committed;
+    EXPECT_EQ(r["participants"].size(), 3u) << r.dump();
+    EXPECT_FALSE(r.contains("privacy")) << r.dump();
+  }
+  EXPECT_EQ(committed, kRounds);
+  EXPECT_EQ(LargestDistanceFromMedian(job_id), 0.0);
+  EXPECT_GT(LargestDistanceFromFedAvg(job_id), 1e-6) << "the median is not the mean";
+  ASSERT_TRUE(job["final_validation_loss"].is_number()) << job.dump(2);
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
+TEST_F(StrategyJobTest, DpFedAvgJobReportsItsPrivacySpentPerRound) {
+  std::vector<int64_t> ids = StartWorkers(2);
+  const int kRounds = 3;
+  const int64_t job_id = CreateJob(
+      *admin_, Spec(ids, kRounds, 10, "dp_fedavg", {{"clip_norm", 0.5}, {"noise_multiplier", 0.8}, {"delta", 1e-5}}));
+  ASSERT_GT(job_id, 0);
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  std::vector<double> epsilons;
+  for (const json& r : Rounds(*admin_, job_id)) {
+    if (r["outcome"] != "committed" || r["round"].get<int>() < 1) continue;
+    ASSERT_TRUE(r.contains("privacy")) << r.dump();
+    const json& p = r["privacy"];
+    ASSERT_TRUE(p["epsilon"].is_number()) << r.dump();
+    epsilons.push_back(p["epsilon"].get<double>());
+    EXPECT_EQ(p["delta"], 1e-5);
+    EXPECT_EQ(p["participants"], 2);
+    EXPECT_EQ(p["sampling_rate"], 1.0);  // two shards, both train every round
+    EXPECT_DOUBLE_EQ(p["noise_stddev"].get<double>(), 0.8 * 0.5 / 2);
+    EXPECT_GE(p["clipped"].get<int>(), 0);
+    EXPECT_LE(p["clipped"].get<int>(), 2);
+  }
+  ASSERT_EQ(epsilons.size(), static_cast<size_t>(kRounds));
+  EXPECT_GT(epsilons[0], 0);
+  for (size_t i = 1; i < epsilons.size(); ++i) EXPECT_GT(epsilons[i], epsilons[i - 1]) << "round " << i + 1;
+  // The round_committed events carry the same report.
+  EXPECT_TRUE(WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& type, const json& d) {
+        return type == "round_committed" && d.value("round", 0) == kRounds && d.contains("privacy") &&
+               d["privacy"]["epsilon"] == epsilons.back();
+      },
+      std::chrono::seconds(10)));
+  std::printf("[figures] dp_fedavg tabular: epsilon after rounds 1..%d: %.3f %.3f %.3f (delta 1e-5)\n", kRounds,
+              epsilons[0], epsilons[1], epsilons[2]);
   for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
 }
 

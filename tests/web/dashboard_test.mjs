@@ -489,6 +489,25 @@ async function main() {
     assert.equal(await doneRow.getAttribute('data-status'), 'succeeded');
     assert.equal(await doneRow.locator('.round-text').textContent(), '2 of 2');
     assert.doesNotMatch(await doneRow.textContent(), /in round|evaluating/);
+
+    // A dp_fedavg job: the round history has a "Privacy ε" column with each committed round's ε, as the API reports.
+    const private_ = await call('POST', '/training-jobs', specOf('private',
+      { num_rounds: 2, steps_per_round: 1, min_workers: 2, max_workers: 2, fault_tolerance: 2, strategy: 'dp_fedavg',
+        strategy_options: { clip_norm: 1.0, noise_multiplier: 1.0, delta: 1e-5 } }, workers.map((w) => w.id)));
+    await page.goto(`${base}/#/jobs/${private_.id}`);
+    await page.locator('#job-status .status', { hasText: 'succeeded' }).waitFor({ timeout: 240_000 });
+    await waitFor('both private rounds in the history', async () =>
+      (await page.locator('#rounds-table tbody tr[data-outcome="committed"] .privacy-epsilon').count()) === 2, 10_000);
+    const privateHead = await page.$$eval('#rounds-table thead th', (els) => els.map((e) => e.textContent));
+    assert.equal(privateHead.at(-1), 'Privacy ε');
+    const privateRounds = (await call('GET', `/training-jobs/${private_.id}/rounds`)).rounds.filter((r) => r.outcome === 'committed');
+    const epsilonCells = await page.$$eval('#rounds-table tbody tr[data-outcome="committed"]', (rows) =>
+      Object.fromEntries(rows.map((r) => [r.dataset.round, r.querySelector('.privacy-epsilon').textContent])));
+    const fmtEpsilon = (v) => (Math.abs(v) >= 1000 ? v.toFixed(0) : Number(v.toPrecision(4)).toString());
+    for (const r of privateRounds) assert.equal(epsilonCells[String(r.round)], fmtEpsilon(r.privacy.epsilon), `round ${r.round} ε`);
+    assert.ok(privateRounds[1].privacy.epsilon > privateRounds[0].privacy.epsilon, 'ε grows with the rounds');
+    log(`dp job ${private_.id}: ε ${privateRounds.map((r) => r.privacy.epsilon).join(', ')}`);
+    await shot('12-job-detail-privacy');
     await page.goto(`${base}/#/jobs/${jobId}`);
     await page.locator('#job-status .status', { hasText: 'stopped' }).waitFor();
 

@@ -64,6 +64,9 @@ export function render(container, [idText]) {
   const aggregateChartBox = h('div', { id: 'aggregate-chart' });
   const roundsBody = h('tbody');
   const shardsBox = h('section', { class: 'card', id: 'job-shards', 'aria-labelledby': 'shards-h', hidden: true });
+  const ROUND_COLUMNS = ['Round', 'Outcome', 'Participants', 'Dropped', 'Duration', 'Bytes', 'Train loss',
+    'Validation loss after round'];
+  const roundsHead = h('tr', {}, ...ROUND_COLUMNS.map((t) => h('th', { scope: 'col' }, t)));
   const artifactsBox = h('div', { id: 'artifacts' }, h('p', { class: 'muted' }, 'The result can be downloaded once a round has been committed and the job has ended.'));
 
   container.append(
@@ -89,8 +92,7 @@ export function render(container, [idText]) {
     h('section', { class: 'card', 'aria-labelledby': 'rounds-h' },
       h('h2', { id: 'rounds-h' }, 'Round history'),
       h('div', { class: 'table-wrap' }, h('table', { id: 'rounds-table' },
-        h('thead', {}, h('tr', {}, ...['Round', 'Outcome', 'Participants', 'Dropped', 'Duration', 'Bytes', 'Train loss',
-          'Validation loss after round'].map((t) => h('th', { scope: 'col' }, t)))),
+        h('thead', {}, roundsHead),
         roundsBody))),
     h('section', { class: 'card', 'aria-labelledby': 'result-h' }, h('h2', { id: 'result-h' }, 'Result'), artifactsBox),
   );
@@ -252,8 +254,25 @@ export function render(container, [idText]) {
     return best;
   }
 
+  // dp_fedavg jobs: the privacy spent, ε at the job's δ after each committed round (all rounds so far), from the
+  // round's "privacy" report; its tooltip has the rest of the report.
+  function isDpJob() {
+    return state.job?.spec?.distributed?.strategy === 'dp_fedavg' || state.rounds.some((r) => r.privacy);
+  }
+
+  function privacyCell(r) {
+    const p = r.privacy;
+    if (!p) return h('td', { class: 'privacy-epsilon' }, '—');
+    const epsilon = p.epsilon === null ? '∞' : fmtNumber(p.epsilon);
+    const title = `δ ${p.delta}; ${p.clipped} of ${p.participants} updates clipped to ${p.clip_norm}; ` +
+      `noise stddev ${fmtNumber(p.noise_stddev)}; sampling rate ${fmtNumber(p.sampling_rate)}`;
+    return h('td', { class: 'privacy-epsilon', title }, epsilon);
+  }
+
   function drawRounds() {
     const rounds = state.rounds;
+    const privacy = isDpJob();
+    roundsHead.replaceChildren(...[...ROUND_COLUMNS, ...(privacy ? ['Privacy ε'] : [])].map((t) => h('th', { scope: 'col' }, t)));
     const best = bestRound();
     roundsBody.replaceChildren(...rounds.map((r) => {
       const finalEvaluation = isFinalEvaluationRound(r.round);
@@ -286,9 +305,12 @@ export function render(container, [idText]) {
         h('td', {}, fmtDuration(r.duration_ms)),
         h('td', {}, fmtBytes(r.bytes_moved)),
         h('td', {}, fmtNumber(r.train_loss)),
-        h('td', { class: 'validation-after' }, finalEvaluation ? '—' : fmtNumber(validation)));
+        h('td', { class: 'validation-after' }, finalEvaluation ? '—' : fmtNumber(validation)),
+        privacy ? privacyCell(r) : null);
     }));
-    if (!rounds.length) roundsBody.replaceChildren(h('tr', {}, h('td', { colspan: 8, class: 'muted' }, 'No rounds yet.')));
+    if (!rounds.length) {
+      roundsBody.replaceChildren(h('tr', {}, h('td', { colspan: ROUND_COLUMNS.length + (privacy ? 1 : 0), class: 'muted' }, 'No rounds yet.')));
+    }
   }
 
   function workerName(id) {
