@@ -180,7 +180,7 @@ class Service final : public JobHost {
     // and reaches the store with the next presence flush (FlushPresence), in one commit for all workers.
     std::optional<storage::WorkerStatus> stored_status;
     Clock::TimePoint presence_stored_at{};  // the last_seen the store holds
-    std::shared_ptr<http::Signal> wake;  // a task was queued (shared: a long-poll may outlive the session)
+    std::shared_ptr<http::Signal> wake;     // a task was queued (shared: a long-poll may outlive the session)
     // What the hello said of the worker's own data file (its format and rows; nothing of it leaves the worker).
     std::optional<protocol::LocalData> local_data;
   };

@@ -3,7 +3,8 @@
 // server state is stored beside each committed global, the loss falls, and a coordinator killed mid-job resumes the
 // optimizer bit-identically: the final global has the uninterrupted job's sha256. Client sampling picks, per round,
 // the participants the API lists. A median job (robust aggregation) commits, per round, the coordinate-wise median of
-// the accepted updates; a dp_fedavg job reports its privacy ε per round, increasing.
+// the accepted updates; a dp_fedavg job reports its privacy ε per round, increasing; FedProx's mu reaches the
+// trainers, whose updates stay nearer the global than FedAvg's.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -85,6 +86,30 @@ class StrategyJobTest : public LlamaJobTest {
           std::sort(column.begin(), column.end());
           largest = std::max(largest, std::abs(values[i] - column[column.size() / 2]));
         }
+      }
+    }
+    return largest;
+  }
+
+  // The largest distance (L2 over all parameters) of round 1's accepted updates from the global they started from:
+  // the model's own weights (a tabular job's initial global is the model's model.safetensors).
+  double LargestRoundOneUpdateDistance(int64_t job_id) {
+    auto start = ReadTensors(tmp_.path() / "model" / "model.safetensors");
+    double largest = 0;
+    for (const json& r : Rounds(*admin_, job_id)) {
+      if (r["outcome"] != "committed" || r["round"] != 1) continue;
+      const std::string prefix = AttemptPrefix(job_id, r["round"], r["attempt"]);
+      for (const json& u : r["updates"]) {
+        if (u["status"] != "accepted") continue;
+        double squared = 0;
+        for (auto& [name, values] : ReadTensors(
+                 BlobPath(prefix + "/updates/w" + std::to_string(u["worker_id"].get<int64_t>()) + ".safetensors"))) {
+          const std::vector<double>& from = start.at(name);
+          for (size_t i = 0; i < values.size() && i < from.size(); ++i) {
+            squared += (values[i] - from[i]) * (values[i] - from[i]);
+          }
+        }
+        largest = std::max(largest, std::sqrt(squared));
       }
     }
     return largest;
@@ -185,6 +210,27 @@ TEST_F(StrategyJobTest, SampleCountTrainsTheSeededChoiceOfWorkersEachRound) {
   }
   EXPECT_EQ(committed, 3);
   EXPECT_GE(trained.size(), 2u);
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
+// FedProx: mu reaches the workers' trainers with their tasks, whose proximal term keeps each update nearer the global
+// it started from than the same job's FedAvg updates (same data, seeds and steps).
+TEST_F(StrategyJobTest, FedProxKeepsTheWorkersUpdatesNearerTheGlobalThanFedAvg) {
+  std::vector<int64_t> ids = StartWorkers(2);
+  const int64_t fedavg_job = CreateJob(*admin_, Spec(ids, 1, 20, "federated_averaging", json::object()));
+  ASSERT_GT(fedavg_job, 0);
+  json job = WaitForJobEnd(*admin_, fedavg_job, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  const int64_t fedprox_job = CreateJob(*admin_, Spec(ids, 1, 20, "fedprox", {{"mu", 50.0}}));
+  ASSERT_GT(fedprox_job, 0);
+  job = WaitForJobEnd(*admin_, fedprox_job, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  EXPECT_EQ(job["spec"]["distributed"]["strategy_options"]["mu"], 50.0) << job.dump(2);
+
+  const double fedavg_distance = LargestRoundOneUpdateDistance(fedavg_job);
+  const double fedprox_distance = LargestRoundOneUpdateDistance(fedprox_job);
+  EXPECT_GT(fedavg_distance, 0);
+  EXPECT_LT(fedprox_distance, fedavg_distance);
   for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
 }
 
