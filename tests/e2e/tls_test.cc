@@ -165,7 +165,9 @@ TEST_F(TlsTest, FederatedJobOverMutualTlsRefusesTokensWithoutTheirWorkersCertifi
   ASSERT_NO_FATAL_FAILURE(StartServer());
   StatusOr<http::ClientResponse> health = admin_->Get("/healthz");
   ASSERT_TRUE(health.ok()) << health.status().ToString();
-  EXPECT_EQ(*health->Json(), json({{"status", "ok"}, {"tls", true}, {"insecure", false}}));
+  EXPECT_EQ((*health->Json())["status"], "ok");
+  EXPECT_EQ((*health->Json())["tls"], true);
+  EXPECT_EQ((*health->Json())["insecure"], false);
 
   // The model and data, uploaded over TLS by an admin client that has no client certificate.
   WriteSeparableCsv(tmp_.path() / "points.csv", 400);
@@ -310,7 +312,9 @@ TEST_F(TlsTest, PlainHttpBeyondLoopbackNeedsInsecure) {
   int status = 0;
   ::waitpid(pid, &status, 0);
   ASSERT_TRUE(health.ok()) << health.status().ToString() << "\n" << ReadText(log);
-  EXPECT_EQ(*health->Json(), json({{"status", "ok"}, {"tls", false}, {"insecure", true}}));
+  EXPECT_EQ((*health->Json())["status"], "ok");
+  EXPECT_EQ((*health->Json())["tls"], false);
+  EXPECT_EQ((*health->Json())["insecure"], true);
   EXPECT_TRUE(Contains(ReadText(log), "WARNING: --insecure")) << ReadText(log);
 }
 
