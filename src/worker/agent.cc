@@ -178,6 +178,7 @@ StatusOr<Agent::Session> Agent::Hello(std::stop_token stop) {
   if (options_.name_from_coordinator && !answer->worker_name.empty()) options_.name = answer->worker_name;
   Session s;
   s.id = answer->session_id;
+  s.worker_id = answer->worker_id;
   s.heartbeat_interval = std::chrono::milliseconds(answer->heartbeat_interval_ms);
   s.max_poll_wait = std::chrono::milliseconds(answer->max_poll_wait_ms);
   session_lost_ = false;
@@ -437,10 +438,11 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
 }
 
 Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, std::stop_token stop) {
-  // Only validated numbers name the folder this function removes: nothing from the wire becomes a path.
-  const fs::path task_dir =
-      cache_.root() / "tasks" /
-      (std::to_string(task.job_id) + "-" + std::to_string(task.round) + "-" + std::to_string(task.attempt));
+  // Only validated numbers name the folder this function removes: nothing from the wire becomes a path. The worker's
+  // id is in it so that two workers sharing one cache folder never remove each other's task.
+  const fs::path task_dir = cache_.root() / "tasks" /
+                            ("w" + std::to_string(session.worker_id) + "-" + std::to_string(task.job_id) + "-" +
+                             std::to_string(task.round) + "-" + std::to_string(task.attempt));
   std::error_code ec;
   fs::remove_all(task_dir, ec);
   fs::create_directories(task_dir / "out", ec);

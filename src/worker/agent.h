@@ -89,6 +89,7 @@ class Agent {
  private:
   struct Session {
     std::string id;
+    int64_t worker_id = 0;  // as the hello answer says: names this worker's task folders in a shared cache
     std::chrono::milliseconds heartbeat_interval{5'000};
     std::chrono::milliseconds max_poll_wait{30'000};
   };

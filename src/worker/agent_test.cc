@@ -155,8 +155,10 @@ http::Router FakeCoordinator(Seen& seen, std::function<json()> task, FakeCoordin
                            seen.hellos.push_back(*req.JsonBody());
                          }
                          seen.changed.notify_all();
-                         co_return http::Response::Json(
-                             200, {{"session_id", "s1"}, {"heartbeat_interval_ms", 60'000}, {"max_poll_wait_ms", 100}});
+                         co_return http::Response::Json(200, {{"session_id", "s1"},
+                                                              {"worker_id", 41},
+                                                              {"heartbeat_interval_ms", 60'000},
+                                                              {"max_poll_wait_ms", 100}});
                        })
                   .ok());
   EXPECT_TRUE(router
@@ -287,6 +289,7 @@ class DataRecordingTrainer : public TrainerLauncher {
  public:
   StatusOr<std::unique_ptr<TrainerRun>> Start(const fs::path& task_file) override {
     json task = json::parse(std::ifstream(task_file));
+    task_files.push_back(task_file);
     tasks_seen.push_back(task);
     std::ifstream global(task.value("initial_weights", ""));
     globals_seen.emplace_back(std::istreambuf_iterator<char>(global), std::istreambuf_iterator<char>());
@@ -296,6 +299,7 @@ class DataRecordingTrainer : public TrainerLauncher {
   }
   std::vector<std::string> data_seen;
   std::vector<json> tasks_seen;
+  std::vector<fs::path> task_files;
   std::vector<std::string> globals_seen;  // the initial_weights file's bytes
 
  private:
@@ -594,6 +598,9 @@ TEST_F(AgentTest, ProximalMuReachesTheTrainersTaskFile) {
   EXPECT_FALSE(fedprox->initial_weights.empty());
   EXPECT_EQ(trainer.globals_seen.at(0), kGlobalBytes);  // the term's anchor: the task's global
   EXPECT_FALSE(trainer.tasks_seen[1].contains("proximal_mu"));
+  // The task's folder carries the worker's id (the hello answer's), so workers sharing one cache folder never remove
+  // each other's task.
+  EXPECT_TRUE(trainer.task_files[0].parent_path().filename().string().starts_with("w41-")) << trainer.task_files[0];
 }
 
 // The cache root holds shards, weights and updates: created private (0700); an existing one keeps its mode.
