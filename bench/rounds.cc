@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "base/temp_file.h"
+#include "bench_support.h"
 #include "http/client.h"
 #include "weights/lora_layout.h"
 #include "weights/safetensors.h"
@@ -70,42 +71,19 @@ namespace {
 
 using nlohmann::json;
 using parsyn::StatusOr;
-using Clock = std::chrono::steady_clock;
+using parsyn::bench::Clock;
+using parsyn::bench::Die;
+using parsyn::bench::Must;
+using parsyn::bench::ParseInts;
+using parsyn::bench::ReadText;
+using parsyn::bench::Seconds;
+using parsyn::bench::ServerProcess;
 namespace fs = std::filesystem;
 namespace http = parsyn::http;
-
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "bench_rounds: %s\n", what.c_str());
-  std::exit(1);
-}
-
-template <typename T>
-T Must(StatusOr<T> v, const std::string& what) {
-  if (!v.ok()) Die(what + ": " + v.status().ToString());
-  return std::move(*v);
-}
-
-std::string ReadText(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 std::vector<char> ReadBytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-std::vector<int> ParseInts(const std::string& csv) {
-  std::vector<int> out;
-  std::stringstream ss(csv);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
-  return out;
 }
 
 // A model config whose default LoRA adapters (q_proj and v_proj, r = 16) are `mib` MiB of fp32: per layer
@@ -136,69 +114,8 @@ std::pair<long, long> ServerMemoryKib(pid_t pid) {
   return {hwm, rss};
 }
 
-class Server {
- public:
-  Server(fs::path data_dir, const std::string& binary, const std::string& log_level) : data_dir_(std::move(data_dir)) {
-    int out[2];
-    if (::pipe(out) != 0) Die("pipe failed");
-    std::vector<std::string> args = {binary,
-                                     "server",
-                                     "--data-dir",
-                                     data_dir_.string(),
-                                     "--listen",
-                                     "127.0.0.1:0",
-                                     "--heartbeat-timeout-ms",
-                                     "3600000",
-                                     "--max-poll-wait-ms",
-                                     "300000",
-                                     "--log-level",
-                                     log_level};
-    const std::string log = data_dir_.string() + ".log";
-    pid_ = ::fork();
-    if (pid_ < 0) Die("fork failed");
-    if (pid_ == 0) {
-      ::dup2(out[1], STDOUT_FILENO);
-      int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (err >= 0) ::dup2(err, STDERR_FILENO);
-      ::close(out[0]);
-      ::close(out[1]);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    std::string buffered;
-    const auto deadline = Clock::now() + std::chrono::seconds(60);
-    while (url_.empty() && Clock::now() < deadline) {
-      pollfd p{.fd = out[0], .events = POLLIN, .revents = 0};
-      if (::poll(&p, 1, 500) <= 0) continue;
-      char buf[512];
-      ssize_t n = ::read(out[0], buf, sizeof(buf));
-      if (n <= 0) break;
-      buffered.append(buf, static_cast<size_t>(n));
-      size_t at = buffered.find("listening on ");
-      size_t eol = at == std::string::npos ? at : buffered.find('\n', at);
-      if (eol != std::string::npos) url_ = buffered.substr(at + 13, eol - at - 13);
-    }
-    ::close(out[0]);
-    if (url_.empty()) Die("parsyn server did not start; see " + log + ":\n" + ReadText(log));
-  }
-  ~Server() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-  }
-  const std::string& url() const { return url_; }
-  pid_t pid() const { return pid_; }
-  std::string admin_key() const { return ReadText(data_dir_ / "admin-key"); }
-
- private:
-  fs::path data_dir_;
-  pid_t pid_ = -1;
-  std::string url_;
-};
+// The server's flags besides data dir, listen address and log level.
+const std::vector<std::string> kServerFlags = {"--heartbeat-timeout-ms", "3600000", "--max-poll-wait-ms", "300000"};
 
 // What the workers saw, shared between their threads.
 struct Observations {
@@ -501,7 +418,7 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& 
   const fs::path data_dir = root / ("k" + std::to_string(k));
   fs::create_directories(data_dir);
   const auto setup_start = Clock::now();
-  auto server = std::make_unique<Server>(data_dir, server_choice.binary, server_choice.log_level);
+  auto server = std::make_unique<ServerProcess>(data_dir, server_choice.binary, server_choice.log_level, kServerFlags);
 
   http::ClientOptions admin_options;
   admin_options.base_url = server->url();
