@@ -65,8 +65,8 @@ class ServerProcess {
       : data_dir_(std::move(data_dir)), log_(data_dir_.string() + ".log") {
     int out[2];
     if (::pipe(out) != 0) Die("pipe failed");
-    std::vector<std::string> args = {
-        binary, "server", "--data-dir", data_dir_.string(), "--listen", "127.0.0.1:0", "--log-level", log_level};
+    std::vector<std::string> args = {binary,     "server",      "--data-dir",  data_dir_.string(),
+                                     "--listen", "127.0.0.1:0", "--log-level", log_level};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     pid_ = ::fork();
     if (pid_ < 0) Die("fork failed");
