@@ -120,6 +120,35 @@ class LlamaJobTest : public ::testing::Test {
     return buf;
   }
 
+  // The tensors of the update a worker sent in a round attempt (`update`: an entry of the round's "updates").
+  std::map<std::string, std::vector<double>> UpdateTensors(const std::string& prefix, const json& update) {
+    return ReadTensors(
+        BlobPath(prefix + "/updates/w" + std::to_string(update["worker_id"].get<int64_t>()) + ".safetensors"));
+  }
+
+  // Σ n_i w_i / Σ n_i over a round's accepted updates, in double, from the update blobs (`round`: an entry of
+  // GET .../rounds).
+  std::map<std::string, std::vector<double>> FedAvgOfRound(int64_t job_id, const json& round) {
+    const std::string prefix = AttemptPrefix(job_id, round["round"], round["attempt"]);
+    std::map<std::string, std::vector<double>> sum;
+    double total = 0;
+    for (const json& u : round["updates"]) {
+      if (u["status"] != "accepted") continue;
+      const double n = u["num_samples"].get<double>();
+      EXPECT_GT(n, 0);
+      total += n;
+      for (auto& [name, values] : UpdateTensors(prefix, u)) {
+        std::vector<double>& s = sum[name];
+        s.resize(values.size(), 0.0);
+        for (size_t i = 0; i < values.size(); ++i) s[i] += n * values[i];
+      }
+    }
+    for (auto& [name, values] : sum) {
+      for (double& v : values) v /= total;
+    }
+    return sum;
+  }
+
   // Every committed round's global equals Σ n_i w_i / Σ n_i over its accepted updates, recomputed here in double
   // from the update blobs; returns how many rounds were checked.
   int ExpectGlobalsAreFedAvg(int64_t job_id) {
@@ -127,30 +156,16 @@ class LlamaJobTest : public ::testing::Test {
     for (const json& round : Rounds(*admin_, job_id)) {
       if (round["outcome"] != "committed" || round["round"].get<int>() < 1) continue;
       const std::string prefix = AttemptPrefix(job_id, round["round"], round["attempt"]);
-      std::map<std::string, std::vector<double>> sum;
-      double total = 0;
-      for (const json& u : round["updates"]) {
-        if (u["status"] != "accepted") continue;
-        const double n = u["num_samples"].get<double>();
-        EXPECT_GT(n, 0);
-        total += n;
-        auto update = ReadTensors(
-            BlobPath(prefix + "/updates/w" + std::to_string(u["worker_id"].get<int64_t>()) + ".safetensors"));
-        for (auto& [name, values] : update) {
-          std::vector<double>& s = sum[name];
-          s.resize(values.size(), 0.0);
-          for (size_t i = 0; i < values.size(); ++i) s[i] += n * values[i];
-        }
-      }
+      std::map<std::string, std::vector<double>> mean = FedAvgOfRound(job_id, round);
       auto global = ReadTensors(BlobPath(prefix + "/global.safetensors"));
-      EXPECT_EQ(global.size(), sum.size()) << prefix;
+      EXPECT_EQ(global.size(), mean.size()) << prefix;
       for (auto& [name, values] : global) {
-        if (sum[name].size() != values.size()) {
+        if (mean[name].size() != values.size()) {
           ADD_FAILURE() << prefix << ": " << name << " is missing from the updates or has another size";
           continue;
         }
         for (size_t i = 0; i < values.size(); ++i) {
-          const double expected = sum[name][i] / total;
+          const double expected = mean[name][i];
           if (std::abs(values[i] - expected) > 1e-6 + 1e-5 * std::abs(expected)) {
             ADD_FAILURE() << prefix << " " << name << "[" << i << "] = " << values[i] << ", FedAvg gives " << expected;
             break;

@@ -40,22 +40,10 @@ class StrategyJobTest : public LlamaJobTest {
     for (const json& round : Rounds(*admin_, job_id)) {
       if (round["outcome"] != "committed" || round["round"].get<int>() < 1) continue;
       const std::string prefix = AttemptPrefix(job_id, round["round"], round["attempt"]);
-      std::map<std::string, std::vector<double>> sum;
-      double total = 0;
-      for (const json& u : round["updates"]) {
-        if (u["status"] != "accepted") continue;
-        const double n = u["num_samples"].get<double>();
-        total += n;
-        for (auto& [name, values] : ReadTensors(
-                 BlobPath(prefix + "/updates/w" + std::to_string(u["worker_id"].get<int64_t>()) + ".safetensors"))) {
-          std::vector<double>& s = sum[name];
-          s.resize(values.size(), 0.0);
-          for (size_t i = 0; i < values.size(); ++i) s[i] += n * values[i];
-        }
-      }
+      std::map<std::string, std::vector<double>> mean = FedAvgOfRound(job_id, round);
       for (auto& [name, values] : ReadTensors(BlobPath(prefix + "/global.safetensors"))) {
-        for (size_t i = 0; i < values.size() && i < sum[name].size(); ++i) {
-          largest = std::max(largest, std::abs(values[i] - sum[name][i] / total));
+        for (size_t i = 0; i < values.size() && i < mean[name].size(); ++i) {
+          largest = std::max(largest, std::abs(values[i] - mean[name][i]));
         }
       }
     }
@@ -72,8 +60,7 @@ class StrategyJobTest : public LlamaJobTest {
       std::map<std::string, std::vector<std::vector<double>>> values_by_name;
       for (const json& u : round["updates"]) {
         if (u["status"] != "accepted") continue;
-        for (auto& [name, values] : ReadTensors(
-                 BlobPath(prefix + "/updates/w" + std::to_string(u["worker_id"].get<int64_t>()) + ".safetensors"))) {
+        for (auto& [name, values] : UpdateTensors(prefix, u)) {
           values_by_name[name].push_back(values);
         }
       }
@@ -102,8 +89,7 @@ class StrategyJobTest : public LlamaJobTest {
       for (const json& u : r["updates"]) {
         if (u["status"] != "accepted") continue;
         double squared = 0;
-        for (auto& [name, values] : ReadTensors(
-                 BlobPath(prefix + "/updates/w" + std::to_string(u["worker_id"].get<int64_t>()) + ".safetensors"))) {
+        for (auto& [name, values] : UpdateTensors(prefix, u)) {
           const std::vector<double>& from = start.at(name);
           for (size_t i = 0; i < values.size() && i < from.size(); ++i) {
             squared += (values[i] - from[i]) * (values[i] - from[i]);
