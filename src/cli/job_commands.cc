@@ -138,7 +138,18 @@ int SimpleCall(const JobFlags& f, const std::string& command, http::Method metho
   if (!res.ok()) return Fail(command, res.status());
   auto body = res->Json();
   if (!body.ok()) return Fail(command, body.status());
-  PrintJson(*body);
+  if (JsonOutput(f.remote)) {
+    PrintJson(*body);
+  } else {
+    // stop/cancel answer with the job: say what happened in a line (`--output json` has the whole job). A stop lets
+    // the round in flight finish, so the job may still be running.
+    const std::string status = body->value("status", std::string("?"));
+    std::cout << "job " << f.id << ": " << status;
+    if (status == "queued" || status == "running") {
+      std::cout << " (" << command.substr(4) << " requested; `parsyn job watch " << f.id << "` follows it to the end)";
+    }
+    std::cout << "\n";
+  }
   return 0;
 }
 
@@ -223,7 +234,14 @@ int Watch(const JobFlags& f) {
             out << "round " << d["round"] << "/" << d["total_rounds"] << " (attempt " << d["attempt"] << ") started\n";
           } else if (e.event == "round_committed") {
             out << "round " << d["round"] << "/" << d["total_rounds"] << " committed: " << d["num_updates"]
-                << " updates, train loss " << RoundedNumber(d["train_loss"]) << "\n";
+                << " updates, train loss " << RoundedNumber(d["train_loss"]);
+            // dp_fedavg: the privacy spent so far (ε for the job's δ), as GET .../rounds reports it.
+            if (const json privacy = d.value("privacy", json()); privacy.is_object()) {
+              out << ", privacy "
+                  << (privacy["epsilon"].is_number() ? "ε " + RoundedNumber(privacy["epsilon"]) : "unbounded")
+                  << " at δ " << privacy["delta"].dump();
+            }
+            out << "\n";
           } else if (e.event == "round_failed") {
             out << "round " << d["round"] << " attempt " << d["attempt"] << " failed (" << d["consecutive_failures"]
                 << "/" << d["fault_tolerance"] << "): " << d["reason"].get<std::string>() << "\n";

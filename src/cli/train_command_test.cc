@@ -467,6 +467,13 @@ TEST_F(TrainCommandTest, OutputJsonPrintsOnlyJsonOnStdout) {
   CommandRun text = RunParsyn("dataset list --data-dir " + data_dir);
   EXPECT_NE(text.output.find("ID    NAME"), std::string::npos) << text.output;
   EXPECT_EQ(RunParsyn("dataset list --data-dir " + data_dir + " --output yaml").exit_code, 2);
+  // In text mode stop/cancel say what happened in a line, not the job's JSON.
+  EXPECT_EQ(json_of("job create -f " + std::string(PARSYN_EXAMPLES_DIR) +
+                    "/distributed-llama-finetune.json --dataset 1 --model 1 --workers 1,2 --managed-workers 0")["id"],
+            2);
+  CommandRun cancelled = RunParsyn("job cancel 2 --data-dir " + data_dir, /*with_stderr=*/false);
+  EXPECT_EQ(cancelled.exit_code, 0) << cancelled.output;
+  EXPECT_EQ(cancelled.output, "job 2: cancelled\n");
 
   // Transfer bars: none when stderr is not a terminal (here), shown with --progress, never on stdout.
   CommandRun quiet = RunParsyn("dataset upload " + Path("train.jsonl") + " --name quiet --data-dir " + data_dir);

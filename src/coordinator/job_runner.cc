@@ -36,7 +36,8 @@ JobRunner::JobRunner(JobHost& host, storage::TrainingJob job, JobSpec spec)
       job_(std::move(job)),
       spec_(std::move(spec)),
       engine_config_(EngineConfigFor(spec_)),
-      mutex_(host.executor()) {
+      mutex_(host.executor()),
+      launched_(host.executor()) {
   StatusOr<std::unique_ptr<strategy::Strategy>> made =
       strategy::MakeStrategy(spec_.distributed.strategy, spec_.distributed.strategy_options, engine_config_.job_seed);
   if (made.ok()) {
@@ -95,7 +96,13 @@ http::Awaitable<Status> JobRunner::Launch() {
       co_await std::move(event_appended);
     }
   }
+  launched_.Notify();
   co_return status;
+}
+
+http::Awaitable<void> JobRunner::AwaitLaunched() {
+  // The timeout only guards against a notification sent between the check and the wait.
+  while (engine_ == nullptr && !ended_) co_await launched_.Wait(std::chrono::seconds(1));
 }
 
 http::Awaitable<Status> JobRunner::Handle(std::function<StatusOr<Actions>()> event) {
@@ -250,6 +257,7 @@ http::Awaitable<void> JobRunner::Tick() {
 }
 
 http::Awaitable<Status> JobRunner::Stop() {
+  co_await AwaitLaunched();
   if (ended_)
     co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " has already ended (" +
                                       std::string(storage::ToString(job_.status)) + ")");
@@ -258,6 +266,7 @@ http::Awaitable<Status> JobRunner::Stop() {
 }
 
 http::Awaitable<Status> JobRunner::Cancel() {
+  co_await AwaitLaunched();
   if (ended_)
     co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " has already ended (" +
                                       std::string(storage::ToString(job_.status)) + ")");

@@ -54,6 +54,7 @@
 #include "coordinator/job_spec.h"
 #include "coordinator/loop_tools.h"
 #include "coordinator/round_engine.h"
+#include "http/signal.h"
 #include "protocol/messages.h"
 #include "storage/metadata_store.h"
 #include "strategy/strategy.h"
@@ -100,7 +101,9 @@ class JobRunner {
   // Applies due timeouts.
   http::Awaitable<void> Tick();
   bool TickDue() const;
-  // Stop (finish with the latest committed global) or cancel; FailedPrecondition once the job has ended.
+  // Stop (finish with the latest committed global) or cancel; FailedPrecondition once the job has ended. One that
+  // arrives while the job is being set up or resumed waits for that to finish (setting up a large dataset takes
+  // seconds), rather than being refused.
   http::Awaitable<Status> Stop();
   http::Awaitable<Status> Cancel();
 
@@ -183,6 +186,7 @@ class JobRunner {
   std::string RoundsPrefix() const;  // "jobs/<id>/rounds/"
   // TaskFailed for a task the coordinator could not send, run detached (logs instead of returning).
   http::Awaitable<void> TaskFailedDetached(int64_t worker_id, int round, int attempt, std::string reason);
+  http::Awaitable<void> AwaitLaunched();
   std::string AttemptPrefix(int round, int attempt) const;
   std::string UpdateKey(int round, int attempt, int64_t worker_id) const;
 
@@ -194,6 +198,7 @@ class JobRunner {
   Status strategy_error_;
   std::unique_ptr<RoundEngine> engine_;
   LoopMutex mutex_;
+  http::Signal launched_;  // notified when Launch has finished (the engine exists, or the job ended)
   bool ended_ = false;
   static constexpr Clock::Duration kResyncRetryInterval = std::chrono::seconds(1);
   bool resync_needed_ = false;  // an action failed: the engine is ahead of the store (see Store errors above)
