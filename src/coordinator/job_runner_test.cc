@@ -662,6 +662,30 @@ TEST(JobRunnerTest, JobOverTheWorkersOwnDataWeighsTheirReportedSamples) {
   }
 }
 
+// A non-IID partition's shard sizes are known only when the job is set up: there, not at create time, a split more
+// than 4x uneven gets its warning event (an even one gets none).
+TEST(JobRunnerTest, SkewedPartitionWarnsOfUnevenShardsAtSetup) {
+  for (double alpha : {0.2, 1000.0}) {
+    SCOPED_TRACE("alpha " + std::to_string(alpha));
+    JobFixture f(json{{"partition", {{"method", "dirichlet"}, {"alpha", alpha}}}});
+    ASSERT_TRUE(f.StartRunner().ok());
+    StatusOr<std::vector<storage::Shard>> shards = f.store_->ListShards(f.job_id_);
+    ASSERT_TRUE(shards.ok());
+    ASSERT_EQ(shards->size(), 2u);
+    const int64_t smallest = std::min((*shards)[0].train_rows, (*shards)[1].train_rows);
+    const int64_t largest = std::max((*shards)[0].train_rows, (*shards)[1].train_rows);
+    // The seeded split (pinned): Dir(0.2) leaves one worker few rows, Dir(1000) splits each class evenly.
+    ASSERT_EQ(largest > 4 * smallest, alpha < 1) << smallest << " and " << largest << " rows";
+    StatusOr<std::vector<storage::JobEvent>> events = f.store_->ListJobEvents(f.job_id_, 0);
+    ASSERT_TRUE(events.ok());
+    int warnings = 0;
+    for (const storage::JobEvent& e : *events) {
+      if (e.type == "warning" && e.payload_json.find("differ more than 4x") != std::string::npos) ++warnings;
+    }
+    EXPECT_EQ(warnings, alpha < 1 ? 1 : 0);
+  }
+}
+
 // A committed global whose bytes were changed on disk while the coordinator was down (the directory store's file;
 // its recorded checksum stays) is refused on restart: the job fails with a reason naming the blob, the sha256 the
 // metadata store recorded and the one the file has now, and no task goes out with it.

@@ -266,6 +266,17 @@ http::Awaitable<Status> JobRunner::Setup() {
   Status loaded = co_await LoadGlobal(prepared->global_key, initial_sha256);
   if (!loaded.ok()) co_return loaded;
 
+  // A non-IID partition makes the shards' sizes uneven by design, known only now that the labels are read: the
+  // create answer's size warnings assumed the even split (docs/training.md, "Warnings").
+  if (spec.distributed.enabled && spec.distributed.partition.method != PartitionMethod::kIid) {
+    std::vector<int64_t> train_rows;
+    for (const storage::Shard& s : shards_) train_rows.push_back(s.train_rows);
+    if (std::optional<std::string> uneven = UnevenShardsWarning(train_rows)) {
+      auto event_appended = host_.AppendEvent(job_id, "warning", {{"message", *uneven}});
+      co_await std::move(event_appended);
+    }
+  }
+
   const int64_t now = host_.clock().UnixMillis();
   StatusOr<storage::TrainingJob> running =
       co_await Offload(host_.pool(), [&] { return store.SetJobStatus(job_id, JobStatus::kRunning, now); });
