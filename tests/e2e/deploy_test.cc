@@ -96,10 +96,19 @@ class Pod {
       for (const auto& [key, value] : secret->second) std::ofstream(local / key) << value;
     }
     for (const auto& [from, to] : paths) fs::create_directories(to);
+    // An image path at the start of a value (a whole arg, an env value, or what follows "--flag="), replaced once,
+    // by the longest path that matches.
     auto localize = [&](std::string s) {
       s = ReplaceAll(s, kServiceUrl, cluster.service_url);
       s = ReplaceAll(s, kContainerListen, "127.0.0.1:" + std::to_string(cluster.listen_port));
-      for (const auto& [from, to] : paths) s = ReplaceAll(s, from, to);
+      const size_t value_at = s.starts_with("--") && s.find('=') != std::string::npos ? s.find('=') + 1 : 0;
+      const std::string value = s.substr(value_at);
+      const std::pair<std::string, std::string>* best = nullptr;
+      for (const auto& path : paths) {
+        const bool under = value == path.first || value.starts_with(path.first + "/");
+        if (under && (best == nullptr || path.first.size() > best->first.size())) best = &path;
+      }
+      if (best != nullptr) s = s.substr(0, value_at) + best->second + value.substr(best->first.size());
       return s;
     };
     std::map<std::string, std::string> env;
@@ -139,7 +148,8 @@ class Pod {
     options.output = SubprocessOptions::Output::kFile;
     options.output_file = log_;
     options.environment.assign(env.begin(), env.end());
-    StatusOr<Subprocess> started = Subprocess::Start(argv[0], argv, options);
+    StatusOr<Subprocess> started =
+        Subprocess::Start(argv[0], std::vector<std::string>(argv.begin() + 1, argv.end()), options);
     EXPECT_TRUE(started.ok()) << started.status().ToString();
     if (started.ok()) process_ = std::make_unique<Subprocess>(std::move(*started));
   }
@@ -209,7 +219,8 @@ void ExpectWorker(const std::string& url, const std::string& admin_key, const st
   std::string body;
   while (std::chrono::steady_clock::now() < deadline) {
     if (StatusOf(url, "/api/v1/workers?limit=1000", admin_key, &body) == 200) {
-      for (const json& w : json::parse(body)["workers"]) {
+      const json listed = json::parse(body);
+      for (const json& w : listed["workers"]) {
         if (w["name"] == name && w["kind"] == "managed" && w["status"] == status) return;
       }
     }
