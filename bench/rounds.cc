@@ -770,20 +770,23 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "\nPeak RSS vs K (target: no growth beyond per-connection bookkeeping; growth is measured against the\n"
-      "smallest K run with the same update size)\n");
-  std::printf("  %-6s %6s %16s %16s %26s\n", "K", "MiB", "idle RSS MiB", "peak (HWM) MiB", "HWM growth KiB/worker");
+      "smallest K run with the same update size and store)\n");
+  std::printf("  %-6s %-8s %6s %16s %16s %26s\n", "K", "store", "MiB", "idle RSS MiB", "peak (HWM) MiB",
+              "HWM growth KiB/worker");
   for (const KFigures& f : all) {
     const KFigures* base = nullptr;
     for (const KFigures& b : all) {
-      if (b.update_mib == f.update_mib && b.k < f.k && (base == nullptr || b.k < base->k)) base = &b;
+      if (b.store == f.store && b.update_mib == f.update_mib && b.k < f.k && (base == nullptr || b.k < base->k)) {
+        base = &b;
+      }
     }
     std::string growth = "-";
     if (base != nullptr) {
       growth =
           std::to_string((f.hwm_kib - base->hwm_kib) / (f.k - base->k)) + " (vs K=" + std::to_string(base->k) + ")";
     }
-    std::printf("  %-6d %6d %16.1f %16.1f %26s\n", f.k, f.update_mib, static_cast<double>(f.idle_rss_kib) / 1024,
-                static_cast<double>(f.hwm_kib) / 1024, growth.c_str());
+    std::printf("  %-6d %-8s %6d %16.1f %16.1f %26s\n", f.k, f.store.c_str(), f.update_mib,
+                static_cast<double>(f.idle_rss_kib) / 1024, static_cast<double>(f.hwm_kib) / 1024, growth.c_str());
   }
   std::error_code ec;
   if (server_choice.log_level == "warn") {
