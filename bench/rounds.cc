@@ -28,11 +28,19 @@
 // Default sizes fit a ~6 minute run on a 2-core VM whose disk syncs ~50-500 MB/s: K=1000 runs ONE round with 2 MiB
 // updates (2 GB; at 20 MiB it would write 20 GB per round); pass --update-mib 20,20,20,20 for the full size.
 //
+// Metadata store: every K runs on SQLite (the default store); the Ks of --postgres-ks (default 5,100, the issue 16
+// target's) run again, right after, on PostgreSQL (`parsyn server --metadata postgres://...`, a throwaway server
+// started by storage/postgres_for_test.h, a fresh database per run). The last table compares the two: per-round
+// overhead (round wall - read, the median round) on PostgreSQL / on SQLite, PASS when within 1.50 (the target); the
+// coordinator's excess over the floor (wall - floor) is shown beside it. Without PostgreSQL binaries the PostgreSQL
+// runs are left out, saying why. --postgres-ks none: SQLite only.
+//
 // --server-log-level debug keeps each server's log (its path is printed): the coordinator logs per-phase timings of
 // every round at debug level (task assignment, update checks, accumulation, aggregation, commit).
 //
 // Usage: bench_rounds [--ks 5,100,5,1000] [--rounds 4,2,2,1] [--update-mib 20,20,2,2] [--upload-concurrency 16]
-//                     [--server-log-level warn] [--server-bin PATH (default: the parsyn built beside this bench)]
+//                     [--postgres-ks 5,100|none] [--server-log-level warn]
+//                     [--server-bin PATH (default: the parsyn built beside this bench)]
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -63,6 +71,7 @@
 #include "base/temp_file.h"
 #include "bench_support.h"
 #include "http/client.h"
+#include "storage/postgres_for_test.h"
 #include "weights/lora_layout.h"
 #include "weights/safetensors.h"
 #include "weights/sha256.h"
@@ -386,6 +395,7 @@ struct RoundFigures {
 };
 
 struct KFigures {
+  std::string store = "sqlite";  // the metadata store: sqlite or postgres
   int k = 0;
   int rounds = 0;
   int update_mib = 0;
@@ -409,16 +419,20 @@ struct ServerChoice {
   std::string log_level = "warn";
 };
 
+// `metadata_uri`: "" for SQLite in the data dir, else a postgres:// URL.
 KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& update, int upload_concurrency,
-                 const ServerChoice& server_choice) {
+                 const ServerChoice& server_choice, const std::string& metadata_uri = "") {
   KFigures fig;
+  fig.store = metadata_uri.empty() ? "sqlite" : "postgres";
   fig.k = k;
   fig.rounds = rounds;
   fig.update_mib = update.mib;
-  const fs::path data_dir = root / ("k" + std::to_string(k));
+  const fs::path data_dir = root / ("k" + std::to_string(k) + "-" + fig.store);
   fs::create_directories(data_dir);
   const auto setup_start = Clock::now();
-  auto server = std::make_unique<ServerProcess>(data_dir, server_choice.binary, server_choice.log_level, kServerFlags);
+  std::vector<std::string> server_flags = kServerFlags;
+  if (!metadata_uri.empty()) server_flags.insert(server_flags.end(), {"--metadata", metadata_uri});
+  auto server = std::make_unique<ServerProcess>(data_dir, server_choice.binary, server_choice.log_level, server_flags);
 
   http::ClientOptions admin_options;
   admin_options.base_url = server->url();
@@ -595,6 +609,7 @@ int main(int argc, char** argv) {
   std::vector<int> rounds = {4, 2, 2, 1};
   std::vector<int> update_mib = {20, 20, 2, 2};
   int upload_concurrency = 16;
+  std::vector<int> postgres_ks = {5, 100};
   ServerChoice server_choice;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -608,6 +623,8 @@ int main(int argc, char** argv) {
       upload_concurrency = std::stoi(value);
     } else if (flag == "--server-log-level") {
       server_choice.log_level = value;
+    } else if (flag == "--postgres-ks") {
+      postgres_ks = value == "none" ? std::vector<int>{} : ParseInts(value);
     } else if (flag == "--server-bin") {
       server_choice.binary = value;
     } else {
@@ -633,41 +650,63 @@ int main(int argc, char** argv) {
       kLoraR, upload_concurrency, static_cast<unsigned long>(nofile.rlim_cur));
   std::fflush(stdout);
 
-  std::vector<KFigures> all;
-  for (size_t i = 0; i < ks.size(); ++i) {
-    const auto start = Clock::now();
-    const PreparedUpdate update = PrepareUpdate(root / ("update-" + std::to_string(update_mib[i])), update_mib[i]);
-    all.push_back(RunOneK(ks[i], rounds[i], root, update, upload_concurrency, server_choice));
-    const KFigures& f = all.back();
-    std::printf(
-        "\nK=%d: update %.2f MiB (%zu tensors), %d rounds, job %s, setup %.1f s, total %.1f s; durable write "
-        "%.0f MB/s\n",
-        f.k, static_cast<double>(update.size_bytes) / (1 << 20), update.tensors, f.rounds, f.outcome.c_str(), f.setup_s,
-        Seconds(Clock::now() - start), f.write_bytes_per_s / 1e6);
-    if (!f.kept_log.empty()) std::printf("  server log: %s\n", f.kept_log.c_str());
-    std::printf("  loopback TCP transfer of the round's bytes (no HTTP, %d at once): %.1f ms\n",
-                std::min(f.k, upload_concurrency), f.transfer_s * 1e3);
-    std::printf("  %-6s %10s %12s %10s %12s %14s %16s %10s %7s   %s\n", "round", "wall ms", "read ms", "sha ms",
-                "read GiB/s", "overhead ms", "write+fsync ms", "floor ms", "ratio",
-                "from first task: all tasks in / uploaded / results answered; slowest PUT");
-    for (const RoundFigures& r : f.per_round) {
-      const double write_ms =
-          f.write_bytes_per_s > 0 ? static_cast<double>(r.read.bytes) / f.write_bytes_per_s * 1e3 : 0.0;
-      const double floor_s = FloorSeconds(f, r);
-      std::printf("  %-6d %10.1f %12.1f %10.1f %12.2f %14.1f %16.1f %10.1f %7.2f   %.0f / %.0f / %.0f; %.0f ms%s\n",
-                  r.round, r.wall_s * 1e3, r.read.plain_s * 1e3, r.read.sha256_s * 1e3,
-                  r.read.plain_s > 0 ? static_cast<double>(r.read.bytes) / (1 << 30) / r.read.plain_s : 0.0,
-                  (r.wall_s - r.read.plain_s) * 1e3, write_ms, floor_s * 1e3, r.wall_s / floor_s, r.tasks_s * 1e3,
-                  r.uploaded_s * 1e3, r.results_s * 1e3, r.upload_max_s * 1e3,
-                  r.read.files == f.k ? "" : ("  (" + std::to_string(r.read.files) + " update files)").c_str());
+  // PostgreSQL for the --postgres-ks runs: one throwaway server, a database per run.
+  std::unique_ptr<parsyn::storage::PostgresForTest> postgres;
+  std::string postgres_missing;
+  if (!postgres_ks.empty()) {
+    StatusOr<std::unique_ptr<parsyn::storage::PostgresForTest>> started = parsyn::storage::PostgresForTest::Start();
+    if (started.ok()) {
+      postgres = std::move(*started);
+    } else {
+      postgres_missing = started.status().ToString();
+      std::printf("PostgreSQL runs left out: %s\n", postgres_missing.c_str());
     }
-    std::fflush(stdout);
+  }
+
+  std::vector<KFigures> all;
+  // SQLite figures, and the PostgreSQL runs beside them (same K, rounds and update, right after).
+  std::vector<std::pair<size_t, size_t>> store_pairs;
+  for (size_t i = 0; i < ks.size(); ++i) {
+    const PreparedUpdate update = PrepareUpdate(root / ("update-" + std::to_string(update_mib[i])), update_mib[i]);
+    std::vector<std::string> metadata_uris = {""};
+    const bool on_postgres =
+        postgres != nullptr && std::find(postgres_ks.begin(), postgres_ks.end(), ks[i]) != postgres_ks.end();
+    if (on_postgres) metadata_uris.push_back(Must(postgres->NewDatabase(), "PostgreSQL database"));
+    for (const std::string& metadata_uri : metadata_uris) {
+      const auto start = Clock::now();
+      all.push_back(RunOneK(ks[i], rounds[i], root, update, upload_concurrency, server_choice, metadata_uri));
+      if (!metadata_uri.empty()) store_pairs.emplace_back(all.size() - 2, all.size() - 1);
+      const KFigures& f = all.back();
+      std::printf(
+          "\nK=%d on %s: update %.2f MiB (%zu tensors), %d rounds, job %s, setup %.1f s, total %.1f s; durable write "
+          "%.0f MB/s\n",
+          f.k, f.store.c_str(), static_cast<double>(update.size_bytes) / (1 << 20), update.tensors, f.rounds,
+          f.outcome.c_str(), f.setup_s, Seconds(Clock::now() - start), f.write_bytes_per_s / 1e6);
+      if (!f.kept_log.empty()) std::printf("  server log: %s\n", f.kept_log.c_str());
+      std::printf("  loopback TCP transfer of the round's bytes (no HTTP, %d at once): %.1f ms\n",
+                  std::min(f.k, upload_concurrency), f.transfer_s * 1e3);
+      std::printf("  %-6s %10s %12s %10s %12s %14s %16s %10s %7s   %s\n", "round", "wall ms", "read ms", "sha ms",
+                  "read GiB/s", "overhead ms", "write+fsync ms", "floor ms", "ratio",
+                  "from first task: all tasks in / uploaded / results answered; slowest PUT");
+      for (const RoundFigures& r : f.per_round) {
+        const double write_ms =
+            f.write_bytes_per_s > 0 ? static_cast<double>(r.read.bytes) / f.write_bytes_per_s * 1e3 : 0.0;
+        const double floor_s = FloorSeconds(f, r);
+        std::printf("  %-6d %10.1f %12.1f %10.1f %12.2f %14.1f %16.1f %10.1f %7.2f   %.0f / %.0f / %.0f; %.0f ms%s\n",
+                    r.round, r.wall_s * 1e3, r.read.plain_s * 1e3, r.read.sha256_s * 1e3,
+                    r.read.plain_s > 0 ? static_cast<double>(r.read.bytes) / (1 << 30) / r.read.plain_s : 0.0,
+                    (r.wall_s - r.read.plain_s) * 1e3, write_ms, floor_s * 1e3, r.wall_s / floor_s, r.tasks_s * 1e3,
+                    r.uploaded_s * 1e3, r.results_s * 1e3, r.upload_max_s * 1e3,
+                    r.read.files == f.k ? "" : ("  (" + std::to_string(r.read.files) + " update files)").c_str());
+      }
+      std::fflush(stdout);
+    }
   }
 
   std::printf(
       "\nSummary (floor = loopback TCP transfer + one sha256 pass + one plain read of the round's bytes, measured in\n"
       "this run at the same K; ratio = round wall time / floor; median round by ratio)\n");
-  std::printf("  %-6s %6s %8s %12s %12s %10s %10s %12s %15s %15s %7s\n", "K", "MiB", "rounds", "round ms",
+  std::printf("  %-6s %-8s %6s %8s %12s %12s %10s %10s %12s %15s %15s %7s\n", "K", "store", "MiB", "rounds", "round ms",
               "transfer ms", "sha ms", "read ms", "floor ms", "write+fsync ms", "server HWM MiB", "ratio");
   double worst_ratio = 0;
   int worst_k = 0;
@@ -686,34 +725,77 @@ int main(int argc, char** argv) {
     }
     const double write_ms =
         f.write_bytes_per_s > 0 ? static_cast<double>(mid.read.bytes) / f.write_bytes_per_s * 1e3 : 0.0;
-    std::printf("  %-6d %6d %8zu %12.1f %12.1f %10.1f %10.1f %12.1f %15.1f %15.1f %7.2f\n", f.k, f.update_mib,
-                f.per_round.size(), mid.wall_s * 1e3, f.transfer_s * 1e3, mid.read.sha256_s * 1e3,
+    std::printf("  %-6d %-8s %6d %8zu %12.1f %12.1f %10.1f %10.1f %12.1f %15.1f %15.1f %7.2f\n", f.k, f.store.c_str(),
+                f.update_mib, f.per_round.size(), mid.wall_s * 1e3, f.transfer_s * 1e3, mid.read.sha256_s * 1e3,
                 mid.read.plain_s * 1e3, floor_s * 1e3, write_ms, static_cast<double>(f.hwm_kib) / 1024, ratio);
   }
   std::printf("bench_rounds: worst ratio %.2f at K=%d (target 1.50)\n", worst_ratio, worst_k);
+
+  // PostgreSQL vs SQLite, same run, same K (issue 16's target: per-round overhead within 1.5x of SQLite's).
+  std::printf(
+      "\nPostgreSQL vs SQLite (overhead = round wall - read of the round's files, median round; excess = round wall -\n"
+      "floor, the coordinator's own share; target: PostgreSQL's overhead within 1.50x of SQLite's)\n");
+  if (store_pairs.empty()) {
+    std::printf("  no PostgreSQL runs%s%s\n", postgres_missing.empty() ? "" : ": ", postgres_missing.c_str());
+  } else {
+    std::printf("  %-6s %6s %18s %18s %7s %16s %16s %7s  %s\n", "K", "MiB", "sqlite overhead ms",
+                "postgres overhead ms", "ratio", "sqlite excess ms", "postgres excess ms", "ratio", "verdict");
+  }
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  for (const auto& [sqlite_at, postgres_at] : store_pairs) {
+    const KFigures& s = all[sqlite_at];
+    const KFigures& p = all[postgres_at];
+    auto overhead = [&](const KFigures& f) {
+      std::vector<double> v;
+      for (const RoundFigures& r : f.per_round) v.push_back(r.wall_s - r.read.plain_s);
+      return median(v);
+    };
+    auto excess = [&](const KFigures& f) {
+      std::vector<double> v;
+      for (const RoundFigures& r : f.per_round) v.push_back(r.wall_s - FloorSeconds(f, r));
+      return median(v);
+    };
+    const double so = overhead(s), po = overhead(p), se = excess(s), pe = excess(p);
+    const double ratio = so > 0 ? po / so : 0.0;
+    const bool complete = !s.per_round.empty() && !p.per_round.empty() && p.outcome == "succeeded";
+    std::printf("  %-6d %6d %18.1f %18.1f %7.2f %16.1f %16.1f %7.2f  %s\n", s.k, s.update_mib, so * 1e3, po * 1e3,
+                ratio, se * 1e3, pe * 1e3, se > 0 ? pe / se : 0.0,
+                !complete      ? "MISS (a run did not finish)"
+                : ratio <= 1.5 ? "PASS"
+                               : "MISS");
+  }
   std::printf(
       "\nPeak RSS vs K (target: no growth beyond per-connection bookkeeping; growth is measured against the\n"
-      "smallest K run with the same update size)\n");
-  std::printf("  %-6s %6s %16s %16s %26s\n", "K", "MiB", "idle RSS MiB", "peak (HWM) MiB", "HWM growth KiB/worker");
+      "smallest K run with the same update size and store)\n");
+  std::printf("  %-6s %-8s %6s %16s %16s %26s\n", "K", "store", "MiB", "idle RSS MiB", "peak (HWM) MiB",
+              "HWM growth KiB/worker");
   for (const KFigures& f : all) {
     const KFigures* base = nullptr;
     for (const KFigures& b : all) {
-      if (b.update_mib == f.update_mib && b.k < f.k && (base == nullptr || b.k < base->k)) base = &b;
+      if (b.store == f.store && b.update_mib == f.update_mib && b.k < f.k && (base == nullptr || b.k < base->k)) {
+        base = &b;
+      }
     }
     std::string growth = "-";
     if (base != nullptr) {
       growth =
           std::to_string((f.hwm_kib - base->hwm_kib) / (f.k - base->k)) + " (vs K=" + std::to_string(base->k) + ")";
     }
-    std::printf("  %-6d %6d %16.1f %16.1f %26s\n", f.k, f.update_mib, static_cast<double>(f.idle_rss_kib) / 1024,
-                static_cast<double>(f.hwm_kib) / 1024, growth.c_str());
+    std::printf("  %-6d %-8s %6d %16.1f %16.1f %26s\n", f.k, f.store.c_str(), f.update_mib,
+                static_cast<double>(f.idle_rss_kib) / 1024, static_cast<double>(f.hwm_kib) / 1024, growth.c_str());
   }
   std::error_code ec;
   if (server_choice.log_level == "warn") {
     fs::remove_all(root, ec);
   } else {
     for (const KFigures& f : all) {
-      if (!f.kept_log.empty()) std::printf("server log of K=%d kept: %s\n", f.k, f.kept_log.c_str());
+      if (!f.kept_log.empty()) {
+        std::printf("server log of K=%d (%s) kept: %s\n", f.k, f.store.c_str(), f.kept_log.c_str());
+      }
     }
   }
   return 0;

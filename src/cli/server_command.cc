@@ -66,6 +66,8 @@ struct ServerFlags {
   std::string s3_endpoint;
   std::string s3_region;
   std::string s3_path_style;  // "", "0" or "1"
+  std::string admin_key_file;
+  std::string worker_bootstrap_key_file;
 };
 
 // The blob store URI from --blobs and the --s3-* flags (folded into the s3:// URI's query, docs/s3.md).
@@ -170,6 +172,8 @@ int RunServer(const ServerFlags& f) {
   options.insecure = insecure;
   options.require_worker_certificates = !f.client_ca.empty();
   options.metrics_require_admin = f.metrics_auth == "admin";
+  options.admin_key_file = f.admin_key_file;
+  options.worker_bootstrap_key_file = f.worker_bootstrap_key_file;
   // Before the coordinator opens the store, so it loads the managed workers' tokens.
   std::vector<ManagedWorkerIdentity> managed;
   if (f.managed_workers > 0) {
@@ -367,6 +371,14 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--s3-path-style", flags->s3_path_style,
                   "1: path-style URLs (default with --s3-endpoint), 0: virtual-host style (default for AWS)")
       ->check(CLI::IsMember({"0", "1"}));
+  cmd->add_option("--admin-key-file", flags->admin_key_file,
+                  "the admin API key is this file's (e.g. a mounted Kubernetes Secret; at least 32 characters) "
+                  "instead of one made on the first start; a changed file replaces the key at the next start")
+      ->envname("PARSYN_ADMIN_KEY_FILE");
+  cmd->add_option("--worker-bootstrap-key-file", flags->worker_bootstrap_key_file,
+                  "a key (at least 32 characters) with which workers register themselves as managed workers "
+                  "(`parsyn worker --bootstrap-key-file`; POST /api/v1/workers/bootstrap)")
+      ->envname("PARSYN_WORKER_BOOTSTRAP_KEY_FILE");
   cmd->callback([flags, &exit_code] { exit_code = RunServer(*flags); });
 }
 

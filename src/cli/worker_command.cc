@@ -5,6 +5,10 @@
 // certificate for a coordinator with mutual TLS (`parsyn server --client-ca`; issued by `parsyn worker register
 // --ca-cert --ca-key`), whose identity must be this token's worker ("worker-<id>").
 // --data: the worker's own file, trained on by jobs whose data.source is "workers" (it never leaves the machine).
+// --bootstrap-key-file (instead of --token): the worker registers itself as a managed worker first (POST
+// /api/v1/workers/bootstrap with the operator's bootstrap key; `parsyn server --worker-bootstrap-key-file`) under
+// --name, else the host name (a Kubernetes pod's name), waiting for a coordinator that does not answer yet. Each
+// start registers a new worker: a pod that goes away is a worker that left (deploy/kubernetes/workers.yaml).
 // Shares the `worker` group with `parsyn worker register|list` (worker_commands.cc): without a subcommand, the group
 // itself runs the agent.
 #include <signal.h>
@@ -21,8 +25,10 @@
 
 #include "base/log.h"
 #include "base/subprocess.h"
+#include "base/text_file.h"
 #include "cli/commands.h"
 #include "cli/trainer_runner.h"
+#include "http/client.h"
 #include "worker/agent.h"
 
 namespace parsyn::cli {
@@ -114,9 +120,44 @@ struct AgentFlags {
   std::string ca_file;
   std::string cert;
   std::string key;
+  std::string bootstrap_key_file;
   int threads = 0;
   bool exit_with_parent = false;
 };
+
+// Registers this worker as a managed worker with the bootstrap key in `f.bootstrap_key_file` (see the top of the
+// file) and returns its token. Retries, every few seconds, while the coordinator cannot be reached or answers 5xx (it
+// may be starting, or a standby); fails at once on any other answer (a wrong key: 401).
+StatusOr<std::string> BootstrapToken(const AgentFlags& f, const std::string& server_url, const std::string& name) {
+  StatusOr<std::string> key = ReadTrimmedTextFile(f.bootstrap_key_file);
+  if (!key.ok()) return InvalidArgumentError("--bootstrap-key-file: " + key.status().message());
+  http::ClientOptions options;
+  options.base_url = server_url;
+  options.bearer_token = *key;
+  options.ca_file = f.ca_file;
+  options.client_cert_file = f.cert;
+  options.client_key_file = f.key;
+  options.max_attempts = 1;
+  http::Client client(options);
+  for (int attempt = 1;; ++attempt) {
+    // Non-2xx answers come back as errors: 5xx and unreachable are worth waiting out, the rest are not.
+    StatusOr<http::ClientResponse> res = client.PostJson("/api/v1/workers/bootstrap", {{"name", name}});
+    if (res.ok()) {
+      StatusOr<nlohmann::json> worker = res->Json();
+      if (!worker.ok() || !worker->contains("token")) return InternalError("the bootstrap answer has no token");
+      PARSYN_LOG_INFO("worker: registered as managed worker {} '{}'", (*worker)["id"].dump(), name);
+      return (*worker)["token"].get<std::string>();
+    }
+    const StatusCode code = res.status().code();
+    if (code != StatusCode::kUnavailable && code != StatusCode::kInternal && code != StatusCode::kDeadlineExceeded) {
+      return res.status().WithContext("the coordinator refused the bootstrap registration");
+    }
+    if (g_stop_signal) return CancelledError("stopped before the coordinator answered");
+    PARSYN_LOG_WARN("worker: bootstrap registration at {} failed (attempt {}): {}; retrying", server_url, attempt,
+                    res.status().ToString());
+    for (int i = 0; i < 30 && !g_stop_signal; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
 
 int RunAgent(const AgentFlags& f) {
   auto fail = [](const std::string& message) {
@@ -131,7 +172,13 @@ int RunAgent(const AgentFlags& f) {
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) return fail("the supervising process is gone");
   }
   if (f.server.empty()) return fail("--server URL is required (or PARSYN_SERVER)");
-  if (f.token.empty()) return fail("--token TOKEN is required (or PARSYN_WORKER_TOKEN): see `parsyn worker register`");
+  // A token wins over a bootstrap key (which a managed worker of `parsyn server` may inherit through the environment).
+  const bool bootstrap = f.token.empty() && !f.bootstrap_key_file.empty();
+  if (f.token.empty() && !bootstrap) {
+    return fail(
+        "--token TOKEN is required (or PARSYN_WORKER_TOKEN): see `parsyn worker register`; or "
+        "--bootstrap-key-file FILE to register as a managed worker");
+  }
   ::unsetenv("PARSYN_WORKER_TOKEN");  // read: the trainer children need not inherit it
   if (!std::regex_match(f.device, std::regex("cpu|cuda(:[0-9]+)?"))) {
     return fail("--device must be cpu, cuda or cuda:N, not '" + f.device + "'");
@@ -143,6 +190,11 @@ int RunAgent(const AgentFlags& f) {
   // Without --name, the worker logs under the name it was registered with, once the coordinator's hello answer says it.
   options.name = f.name.empty() ? "worker-" + std::to_string(getpid()) : f.name;
   options.name_from_coordinator = f.name.empty();
+  if (bootstrap && f.name.empty()) {
+    char host[256] = {};
+    options.name = ::gethostname(host, sizeof(host) - 1) == 0 && host[0] != '\0' ? host : options.name;
+    options.name_from_coordinator = false;
+  }
   options.device = f.device;
   options.trainer_threads = f.threads;
   if (f.cert.empty() != f.key.empty()) return fail("--cert and --key go together (a client certificate and its key)");
@@ -174,6 +226,12 @@ int RunAgent(const AgentFlags& f) {
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
+
+  if (bootstrap) {
+    StatusOr<std::string> token = BootstrapToken(f, options.server_url, options.name);
+    if (!token.ok()) return fail(token.status().message());
+    options.token = *token;
+  }
 
   std::stop_source stop;
   std::jthread watcher([&stop](std::stop_token done) {
@@ -210,6 +268,11 @@ void AddWorkerCommand(CLI::App& app, int& exit_code) {
   group->add_option("--token", flags->token, "this worker's token (from `parsyn worker register`)")
       ->envname("PARSYN_WORKER_TOKEN");
   group->add_option("--name", flags->name, "name used in this worker's logs (default: its registered name)");
+  group
+      ->add_option("--bootstrap-key-file", flags->bootstrap_key_file,
+                   "instead of --token: register as a managed worker with this bootstrap key (the server's "
+                   "--worker-bootstrap-key-file) under --name, else the host name")
+      ->envname("PARSYN_WORKER_BOOTSTRAP_KEY_FILE");
   group->add_option("--device", flags->device, "cpu, cuda or cuda:N")->capture_default_str();
   group->add_option(
       "--data", flags->data,

@@ -113,6 +113,27 @@ StatusOr<AdminKeySetup> EnsureAdminKey(storage::MetadataStore& store, const std:
   return setup;
 }
 
+StatusOr<std::string> ReadOperatorKeyFile(const std::filesystem::path& file, std::string_view flag) {
+  StatusOr<std::string> key = ReadTrimmedTextFile(file);
+  if (!key.ok()) return InvalidArgumentError(std::string(flag) + ": " + key.status().message());
+  constexpr size_t kMinLength = 32;  // 128 bits as hex: a guess is hopeless
+  if (key->size() < kMinLength) {
+    return InvalidArgumentError(std::string(flag) + ": the key in " + file.string() + " is " +
+                                std::to_string(key->size()) + " characters; use at least " +
+                                std::to_string(kMinLength) + " (e.g. `openssl rand -hex 32`)");
+  }
+  return key;
+}
+
+Status UseAdminKeyFile(storage::MetadataStore& store, const std::filesystem::path& file) {
+  PARSYN_ASSIGN_OR_RETURN(const std::string key, ReadOperatorKeyFile(file, "--admin-key-file"));
+  const std::string hash = HashSecret(key);
+  StatusOr<std::string> stored = store.GetAdminKeyHash();
+  if (stored.ok() && *stored == hash) return Status::Ok();
+  if (!stored.ok() && stored.status().code() != StatusCode::kNotFound) return stored.status();
+  return store.SetAdminKeyHash(hash);
+}
+
 StatusOr<std::string> LoadOrCreateSigningSecret(const std::filesystem::path& data_dir) {
   const std::filesystem::path path = data_dir / "url-signing-secret";
   std::error_code ec;

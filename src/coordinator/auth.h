@@ -35,6 +35,13 @@ struct AdminKeySetup {
 // Creates the admin key on first start (stored hashed; written to <data_dir>/admin-key, 0600, create-only).
 // Later starts change nothing. Unavailable on file or store errors.
 StatusOr<AdminKeySetup> EnsureAdminKey(storage::MetadataStore& store, const std::filesystem::path& data_dir);
+// The admin key from an operator's file (`parsyn server --admin-key-file`, e.g. a mounted Kubernetes Secret): its
+// hash replaces the stored one when it differs, so changing the file rotates the key at the next start. Nothing is
+// written to <data_dir>/admin-key. InvalidArgument naming the flag when the file is unreadable or the key too short.
+Status UseAdminKeyFile(storage::MetadataStore& store, const std::filesystem::path& file);
+// A key an operator keeps in a file (surrounding whitespace trimmed): at least 32 characters. InvalidArgument naming
+// `flag` and how to make one otherwise.
+StatusOr<std::string> ReadOperatorKeyFile(const std::filesystem::path& file, std::string_view flag);
 // Reads <data_dir>/url-signing-secret, creating it (0600) on first start.
 StatusOr<std::string> LoadOrCreateSigningSecret(const std::filesystem::path& data_dir);
 

@@ -57,8 +57,17 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
   service->store_ =
       std::make_unique<storage::TimedMetadataStore>(std::move(store), Metrics().store_duration, Metrics().store_errors);
   PARSYN_RETURN_IF_ERROR(service->OpenBlobs());
-  PARSYN_ASSIGN_OR_RETURN(AdminKeySetup admin, EnsureAdminKey(*service->store_, dir));
-  service->new_admin_key_ = admin.new_key;
+  if (!service->options_.admin_key_file.empty()) {
+    PARSYN_RETURN_IF_ERROR(UseAdminKeyFile(*service->store_, service->options_.admin_key_file));
+  } else {
+    PARSYN_ASSIGN_OR_RETURN(AdminKeySetup admin, EnsureAdminKey(*service->store_, dir));
+    service->new_admin_key_ = admin.new_key;
+  }
+  if (!service->options_.worker_bootstrap_key_file.empty()) {
+    PARSYN_ASSIGN_OR_RETURN(const std::string key, ReadOperatorKeyFile(service->options_.worker_bootstrap_key_file,
+                                                                       "--worker-bootstrap-key-file"));
+    service->worker_bootstrap_key_hash_ = HashSecret(key);
+  }
   PARSYN_ASSIGN_OR_RETURN(service->admin_key_hash_, service->store_->GetAdminKeyHash());
   PARSYN_ASSIGN_OR_RETURN(service->signing_secret_, LoadOrCreateSigningSecret(dir));
   if (service->blob_urls_ == nullptr) {

@@ -90,6 +90,12 @@ struct ServiceOptions {
   bool require_worker_certificates = false;
   // GET /metrics needs the admin key (`parsyn server --metrics-auth admin`); by default it is open, like /healthz.
   bool metrics_require_admin = false;
+  // `parsyn server --admin-key-file`: the admin key is this file's (auth.h UseAdminKeyFile) instead of one created
+  // on the first start. Empty: created on the first start.
+  std::filesystem::path admin_key_file;
+  // `parsyn server --worker-bootstrap-key-file`: who presents this file's key may register managed workers
+  // (POST /api/v1/workers/bootstrap: worker pods that register themselves). Empty: that route answers 404.
+  std::filesystem::path worker_bootstrap_key_file;
 };
 
 // A (method, pattern) the service registers; docs/openapi.yaml must describe exactly these.
@@ -224,6 +230,7 @@ class Service final : public JobHost {
   std::unique_ptr<storage::MetadataStore> store_;
   std::unique_ptr<storage::BlobStore> blobs_;
   std::string admin_key_hash_;
+  std::string worker_bootstrap_key_hash_;  // empty: bootstrap registration is off
   std::string signing_secret_;
   std::unique_ptr<SignedBlobUrls> signed_blob_urls_;  // when the store issues no URLs of its own
   storage::BlobUrlIssuer* blob_urls_ = nullptr;

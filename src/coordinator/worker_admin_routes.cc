@@ -1,5 +1,6 @@
 // REST API v1 for workers: register (the token is shown once), list, get, revoke. A worker's view adds the job it
-// is working on from its live session.
+// is working on from its live session. Bootstrap: a worker that registers itself as a managed worker with the
+// operator's bootstrap key (`parsyn server --worker-bootstrap-key-file`; `parsyn worker --bootstrap-key-file`).
 #include "coordinator/api_json.h"
 #include "coordinator/auth.h"
 #include "coordinator/loop_tools.h"
@@ -17,10 +18,38 @@ class WorkerAdminRoutes {
   Awaitable<Response> Register(Request& req) {
     StatusOr<WorkerRegistration> registration = ParseWorkerRegistration(req.body);
     if (!registration.ok()) co_return Response::Error(registration.status());
+    co_return co_await Create(*registration);
+  }
+
+  // POST /api/v1/workers/bootstrap {"name"} with "Authorization: Bearer <bootstrap key>": a managed worker, answered
+  // like POST /api/v1/workers. The key can do nothing else (it is no admin key).
+  Awaitable<Response> Bootstrap(Request& req) {
+    if (Status allowed = CheckBootstrapKey(req); !allowed.ok()) co_return Response::Error(allowed);
+    StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"name"});
+    if (!fields.ok()) co_return Response::Error(fields.status());
+    WorkerRegistration registration{.name = fields->String("name", true).value_or(""),
+                                    .kind = storage::WorkerKind::kManaged};
+    if (!fields->status().ok()) co_return Response::Error(fields->status());
+    co_return co_await Create(registration);
+  }
+
+  // Checked from the headers, before the body is read (RouteOptions::authorize), and again in the handler.
+  Status CheckBootstrapKey(const Request& req) const {
+    if (service_.worker_bootstrap_key_hash_.empty()) {
+      return NotFoundError("worker bootstrap registration is off: start the server with --worker-bootstrap-key-file");
+    }
+    PARSYN_ASSIGN_OR_RETURN(const std::string key, BearerToken(req.Header("authorization")));
+    if (!DigestsEqual(HashSecret(key), service_.worker_bootstrap_key_hash_)) {
+      return UnauthenticatedError("invalid worker bootstrap key");
+    }
+    return Status::Ok();
+  }
+
+  Awaitable<Response> Create(const WorkerRegistration& registration) {
     StatusOr<std::string> token = NewSecret("pwt_");
     if (!token.ok()) co_return Response::Error(token.status());
-    storage::Worker worker{.name = registration->name,
-                           .kind = registration->kind,
+    storage::Worker worker{.name = registration.name,
+                           .kind = registration.kind,
                            .token_sha256 = HashSecret(*token),
                            .created_at_ms = context_.clock.UnixMillis()};
     auto created = co_await Offload(context_.pool, [&] { return context_.store.CreateWorker(worker); });
@@ -84,6 +113,10 @@ class WorkerAdminRoutes {
 Status AddWorkerAdminRoutes(RouteTable& routes, const RouteContext& context, Service& service) {
   auto h = std::make_shared<WorkerAdminRoutes>(context, service);
   PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/workers", Bind(h, &WorkerAdminRoutes::Register)));
+  http::RouteOptions bootstrap;
+  bootstrap.authorize = [h](const Request& req) { return h->CheckBootstrapKey(req); };
+  PARSYN_RETURN_IF_ERROR(
+      routes.Open(Method::kPost, "/api/v1/workers/bootstrap", Bind(h, &WorkerAdminRoutes::Bootstrap), bootstrap));
   PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/workers", Bind(h, &WorkerAdminRoutes::List)));
   PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/workers/{id}", Bind(h, &WorkerAdminRoutes::Get)));
   return routes.Admin(Method::kDelete, "/api/v1/workers/{id}", Bind(h, &WorkerAdminRoutes::Revoke));

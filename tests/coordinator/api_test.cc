@@ -160,6 +160,66 @@ TEST(MetricsAuthTest, AdminModeNeedsTheAdminKeyAndJsonLogsAreOneObjectALine) {
   EXPECT_GE(access, 2);  // the two /metrics requests
 }
 
+// `parsyn server --admin-key-file --worker-bootstrap-key-file` (deploy/kubernetes): the admin key is the file's and
+// follows it across restarts; the bootstrap key registers managed workers through POST /api/v1/workers/bootstrap and
+// can do nothing else; without the flag that route answers 404 naming it.
+TEST(WorkerBootstrapTest, BootstrapKeyRegistersManagedWorkersOnlyAndTheAdminKeyFollowsItsFile) {
+  TempDir dir;
+  const std::filesystem::path admin_file = dir.path() / "admin-key", bootstrap_file = dir.path() / "bootstrap-key";
+  const std::string admin_key(40, 'a'), bootstrap_key = std::string(40, 'b') + "\n";
+  std::ofstream(admin_file) << admin_key << "\n";
+  std::ofstream(bootstrap_file) << bootstrap_key;
+  ServerProcess server(dir.path() / "data", {"--admin-key-file", admin_file.string(), "--worker-bootstrap-key-file",
+                                             bootstrap_file.string()});
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "data" / "admin-key"));  // the operator's file is the key
+  auto admin = ClientWithToken(server, admin_key);
+  ASSERT_TRUE(admin->Get("/api/v1/workers").ok());
+
+  auto bootstrap = ClientWithToken(server, std::string(40, 'b'));
+  auto created = bootstrap->PostJson("/api/v1/workers/bootstrap", {{"name", "parsyn-worker-7d9f-x2"}});
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(created->status, 201);
+  json worker = *created->Json();
+  EXPECT_EQ(worker["kind"], "managed");
+  EXPECT_EQ(worker["name"], "parsyn-worker-7d9f-x2");
+  // Its token is a worker's token like any other.
+  auto hello = ClientWithToken(server, worker["token"])->PostJson("/api/v1/worker/hello", {{"device", "cpu (test)"}});
+  EXPECT_TRUE(hello.ok()) << hello.status().ToString();
+
+  // The bootstrap key is no admin key, and the admin key (or none) does not bootstrap.
+  EXPECT_EQ(bootstrap->Get("/api/v1/workers").status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(bootstrap->PostJson("/api/v1/workers", {{"name", "x"}, {"kind", "managed"}}).status().code(),
+            StatusCode::kUnauthenticated);
+  EXPECT_EQ(admin->PostJson("/api/v1/workers/bootstrap", {{"name", "x"}}).status().code(),
+            StatusCode::kUnauthenticated);
+  EXPECT_EQ(RawGet(server.url() + "/api/v1/workers", std::string(40, 'b')).status, 401);
+  // Bad bodies name the field; a bootstrapped worker is always managed (no "kind" to choose).
+  auto nameless = bootstrap->PostJson("/api/v1/workers/bootstrap", json::object());
+  EXPECT_EQ(nameless.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(nameless.status().message().find("name"), std::string::npos) << nameless.status().message();
+  auto own = bootstrap->PostJson("/api/v1/workers/bootstrap", {{"name", "y"}, {"kind", "own"}});
+  EXPECT_EQ(own.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(own.status().message().find("kind"), std::string::npos) << own.status().message();
+  auto listed = admin->Get("/api/v1/workers");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ((*listed->Json())["workers"].size(), 1u) << listed->body;
+
+  // A changed file is the new key at the next start; the old one stops working.
+  server.Terminate();
+  const std::string rotated(48, 'c');
+  std::ofstream(admin_file, std::ios::trunc) << rotated;
+  server.Restart();
+  EXPECT_EQ(RawGet(server.url() + "/api/v1/workers", admin_key).status, 401);
+  EXPECT_EQ(RawGet(server.url() + "/api/v1/workers", rotated).status, 200);
+
+  // Without --worker-bootstrap-key-file the route is off, and says how to turn it on.
+  TempDir plain_dir;
+  ServerProcess plain(plain_dir.path() / "data");
+  auto off = ClientWithToken(plain, std::string(40, 'b'))->PostJson("/api/v1/workers/bootstrap", {{"name", "z"}});
+  EXPECT_EQ(off.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(off.status().message().find("--worker-bootstrap-key-file"), std::string::npos) << off.status().message();
+}
+
 TEST_F(ApiTest, HappyPathsForDatasetsModelsWorkersAndJobs) {
   Fixture f = MakeFixture(*admin_, 20, 2);
   ASSERT_GT(f.dataset_id, 0);
