@@ -233,7 +233,9 @@ int ThroughputRows(size_t mib) {
   std::vector<ZstdCase> zstd_cases;
   zstd_cases.push_back({"fp32 + zstd-1", SerializeSafetensors(weights), SerializeSafetensors(delta_update), 1});
   zstd_cases.push_back({"fp32 + zstd-3", SerializeSafetensors(weights), SerializeSafetensors(delta_update), 3});
+  zstd_cases.push_back({"int8 + zstd-1", weights_image(UpdateCodec::kInt8), delta_image(UpdateCodec::kInt8), 1});
   zstd_cases.push_back({"int8 + zstd-3", weights_image(UpdateCodec::kInt8), delta_image(UpdateCodec::kInt8), 3});
+  zstd_cases.push_back({"int4 + zstd-1", weights_image(UpdateCodec::kInt4), delta_image(UpdateCodec::kInt4), 1});
   zstd_cases.push_back({"int4 + zstd-3", weights_image(UpdateCodec::kInt4), delta_image(UpdateCodec::kInt4), 3});
   for (const ZstdCase& z : zstd_cases) {
     Row row{.label = z.label};
