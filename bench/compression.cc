@@ -1,7 +1,9 @@
 // bench_compression: the update codecs (docs/compression.md) against this machine's streaming-copy bandwidth,
 // measured in the same run, and the bytes each puts on the wire relative to fp32.
 //
-// Usage: bench_compression [MiB]   (default 128: the fp32 size of the update).
+// Usage: bench_compression [MiB] [--no-loss | --loss-only] [--quick]
+//   MiB: the fp32 size of the throughput rows' update (default 128); --no-loss / --loss-only: skip the loss table /
+//   the throughput rows; --quick: the loss table on tiny models and few steps (checks the harness only).
 // Throughput is GB/s of fp32 update consumed (encode) or produced (decode), on one thread, like the copy it is
 // compared with: a memcpy of the same fp32 buffer into a second, already faulted-in one (best of a few passes).
 // Times are this process's CPU time (user + system, page faults included), not wall time: on a shared machine the
@@ -15,9 +17,10 @@
 //
 // Two update sets: "weights" (random-ish values ~ N(0, 0.02) with per-row scales, sent as full weights) and
 // "delta" (global + N(0, 1e-3) noise, sent as a delta against the global: small values, as after one round of
-// fine-tuning). The end-to-end loss table of the issue (LoRA demo task, small Llama, per-round bytes and final
-// validation loss per codec) needs the codecs wired into jobs and is not produced here.
+// fine-tuning). Then, where the trainer is built, the loss table (compression_loss.cc): per-round wire bytes and final
+// validation loss per codec for the demo's LoRA task and a full fine-tune of a small Llama.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "compression_loss.h"
 #include "weights/safetensors.h"
 #include "weights/update_codec.h"
 #include "weights/weight_set.h"
@@ -120,8 +124,37 @@ struct Row {
 
 }  // namespace
 
+int ThroughputRows(size_t mib);
+
 int main(int argc, char** argv) {
-  const size_t mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 128;
+  size_t mib = 128;
+  bool throughput = true, loss = true;
+  parsyn::bench::LossTableOptions loss_options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--no-loss") {
+      loss = false;
+    } else if (arg == "--loss-only") {
+      throughput = false;
+    } else if (arg == "--quick") {
+      loss_options.quick = true;
+    } else if (!arg.empty() && std::isdigit(static_cast<unsigned char>(arg[0]))) {
+      mib = std::strtoul(arg.c_str(), nullptr, 10);
+    } else {
+      std::fprintf(stderr, "usage: bench_compression [MiB] [--no-loss | --loss-only] [--quick]\n");
+      return 2;
+    }
+  }
+  if (throughput && ThroughputRows(mib) != 0) return 1;
+#if PARSYN_BENCH_LOSS_TABLE
+  if (loss) return parsyn::bench::PrintLossTables(loss_options);
+#else
+  if (loss) std::printf("\nloss table: not built (needs the trainer, PARSYN_WITH_TORCH)\n");
+#endif
+  return 0;
+}
+
+int ThroughputRows(size_t mib) {
   const size_t bytes = mib << 20;
   constexpr int kReps = 3;
   const WeightSet weights = MakeSet(bytes, 0.02f, 1);
@@ -200,7 +233,9 @@ int main(int argc, char** argv) {
   std::vector<ZstdCase> zstd_cases;
   zstd_cases.push_back({"fp32 + zstd-1", SerializeSafetensors(weights), SerializeSafetensors(delta_update), 1});
   zstd_cases.push_back({"fp32 + zstd-3", SerializeSafetensors(weights), SerializeSafetensors(delta_update), 3});
+  zstd_cases.push_back({"int8 + zstd-1", weights_image(UpdateCodec::kInt8), delta_image(UpdateCodec::kInt8), 1});
   zstd_cases.push_back({"int8 + zstd-3", weights_image(UpdateCodec::kInt8), delta_image(UpdateCodec::kInt8), 3});
+  zstd_cases.push_back({"int4 + zstd-1", weights_image(UpdateCodec::kInt4), delta_image(UpdateCodec::kInt4), 1});
   zstd_cases.push_back({"int4 + zstd-3", weights_image(UpdateCodec::kInt4), delta_image(UpdateCodec::kInt4), 3});
   for (const ZstdCase& z : zstd_cases) {
     Row row{.label = z.label};

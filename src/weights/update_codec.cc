@@ -112,6 +112,17 @@ StatusOr<std::vector<TensorPlan>> Plan(const WeightSet& layout, const Format& fo
   return plans;
 }
 
+// The encoder's and decoder's per-tensor loops get an AVX2 copy besides the baseline x86-64 (SSE2) one, picked once
+// at load time (GCC's target_clones, an ifunc): SSE2 lacks the 32-bit integer min/max and the wide conversions the
+// loops need, so its copy runs them in several instructions each (perf: the range pass). Every operation in them is
+// exact IEEE arithmetic without contraction (-ffp-contract=off, and the avx2 target has no FMA), so both copies
+// produce the same bits: an encoder and a decoder on different machines agree.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define PARSYN_HOT_LOOPS [[gnu::target_clones("avx2", "default")]]
+#else
+#define PARSYN_HOT_LOOPS
+#endif
+
 // ---- Arithmetic shared by encoder and decoder ----
 
 // Round to nearest even for |v| <= 2^22 (levels are at most 255): adding and removing 1.5 * 2^23 leaves the integer
@@ -178,10 +189,22 @@ inline uint16_t Bf16FromNonNan(float f) {
 
 // ---- Encoder ----
 
+static_assert(std::endian::native == std::endian::little, "nibble packing reads level pairs as little-endian u16");
+
+// out[j] = levels[2j] | levels[2j + 1] << 4 for levels < 16, as one u16 load per pair (w | w >> 4 moves the high
+// byte's nibble next to the low one): contiguous loads and stores, so it vectorises, unlike a stride-2 byte loop.
+inline void PackNibbles(const uint8_t* levels, int64_t pairs, uint8_t* out) {
+  for (int64_t j = 0; j < pairs; ++j) {
+    uint16_t w;
+    std::memcpy(&w, levels + 2 * j, 2);
+    out[j] = static_cast<uint8_t>(w | (w >> 4));
+  }
+}
+
 // Affine levels of x[0, n): round((x - zero) * inverse) clamped to 0..top, or dividing by the scale when its inverse
 // overflows. Out of line, one loop per case: inlined into the encoder GCC left both loops scalar.
-[[gnu::noinline]] void QuantiseAffine(const float* x, int64_t n, float zero, float inverse_or_scale, bool divide,
-                                      float top, uint8_t* levels) {
+PARSYN_HOT_LOOPS [[gnu::noinline]] void QuantiseAffine(const float* x, int64_t n, float zero, float inverse_or_scale,
+                                                       bool divide, float top, uint8_t* levels) {
   if (divide) {
     for (int64_t i = 0; i < n; ++i) {
       levels[i] =
@@ -192,6 +215,19 @@ inline uint16_t Bf16FromNonNan(float f) {
   for (int64_t i = 0; i < n; ++i) {
     levels[i] =
         static_cast<uint8_t>(static_cast<int32_t>(RoundLevel(Clamp((x[i] - zero) * inverse_or_scale, 0.0f, top))));
+  }
+}
+
+// Symmetric levels of x[0, n) in one pass: round(x / scale) clamped to -qmax..qmax, stored offset by `offset` (int8:
+// 0, two's complement; int4: 8, nibbles 1..15), and the residual x - level * scale when `residual` is given. The
+// variants are template parameters so each loop is branch-free; inlined into the (cloned) encoder.
+template <bool kDivide, bool kResidual>
+inline void QuantiseSymmetric(const float* x, int64_t n, float scale, float inverse, float qmax, int32_t offset,
+                              uint8_t* levels, float* residual) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float level = RoundLevel(Clamp(kDivide ? x[i] / scale : x[i] * inverse, -qmax, qmax));
+    if constexpr (kResidual) residual[i] = x[i] - Dequantise(level, scale, 0.0f);
+    levels[i] = static_cast<uint8_t>(static_cast<int32_t>(level) + offset);
   }
 }
 
@@ -210,17 +246,32 @@ class ValueSource {
       : update_(update), global_(global), carried_(carried) {}
 
   // Values [begin, begin + n), n <= kChunk: a pointer into the update itself when nothing is to be computed.
+  // (update - global) + carried in one pass, reading F32 inputs where they lie (no copy into scratch first).
   const float* Get(int64_t begin, int64_t n, float* scratch) const {
-    if (update_.dtype == DType::kF32 && !global_ && !carried_) return update_.as<float>().data() + begin;
-    LoadFloats(update_, begin, n, scratch);
-    if (global_) {
-      float g[kChunk];
-      LoadFloats(*global_, begin, n, g);
-      for (int64_t i = 0; i < n; ++i) scratch[i] -= g[i];
+    const bool f32 = update_.dtype == DType::kF32;
+    if (f32 && !global_ && !carried_) return update_.as<float>().data() + begin;
+    const float* u = scratch;
+    if (f32) {
+      u = update_.as<float>().data() + begin;
+    } else {
+      LoadFloats(update_, begin, n, scratch);
     }
-    if (carried_) {
-      const float* r = carried_->as<float>().data() + begin;
-      for (int64_t i = 0; i < n; ++i) scratch[i] += r[i];
+    if (!global_ && !carried_) return scratch;
+    float global_values[kChunk];
+    const float* g = nullptr;
+    if (global_ && global_->dtype == DType::kF32) {
+      g = global_->as<float>().data() + begin;
+    } else if (global_) {
+      LoadFloats(*global_, begin, n, global_values);
+      g = global_values;
+    }
+    const float* r = carried_ ? carried_->as<float>().data() + begin : nullptr;
+    if (g && r) {
+      for (int64_t i = 0; i < n; ++i) scratch[i] = (u[i] - g[i]) + r[i];
+    } else if (g) {
+      for (int64_t i = 0; i < n; ++i) scratch[i] = u[i] - g[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) scratch[i] = u[i] + r[i];
     }
     return scratch;
   }
@@ -247,8 +298,8 @@ class ValueSource {
   const Tensor* carried_;
 };
 
-Status EncodeFloats(const TensorPlan& plan, const ValueSource& source, std::span<std::byte> out, bool as_bf16,
-                    float* residual) {
+PARSYN_HOT_LOOPS Status EncodeFloats(const TensorPlan& plan, const ValueSource& source, std::span<std::byte> out,
+                                     bool as_bf16, float* residual) {
   float scratch[kChunk];
   for (int64_t begin = 0; begin < plan.numel; begin += kChunk) {
     const int64_t n = std::min(kChunk, plan.numel - begin);
@@ -280,17 +331,19 @@ Status EncodeFloats(const TensorPlan& plan, const ValueSource& source, std::span
   return Status::Ok();
 }
 
-Status EncodeQuantised(const TensorPlan& plan, const Format& format, const ValueSource& source, float* scales,
-                       float* zeros, std::span<std::byte> values, float* residual) {
+PARSYN_HOT_LOOPS Status EncodeQuantised(const TensorPlan& plan, const Format& format, const ValueSource& source,
+                                        float* scales, float* zeros, std::span<std::byte> values, float* residual) {
   const int qmax = format.qmax();
   const bool affine = format.affine();
   const bool int4 = format.codec == UpdateCodec::kInt4;
   float scratch[kChunk];
-  int8_t levels_signed[kChunk];
   uint8_t levels[kChunk];
   for (int64_t g = 0; g < plan.groups; ++g) {
     const int64_t group_begin = g * plan.group_len;
     const int64_t group_end = std::min(plan.numel, group_begin + plan.group_len);
+    // A group that fits one chunk (rows up to kChunk values) is computed once, in pass 1, and reused by pass 2.
+    const bool one_chunk = group_end - group_begin <= kChunk;
+    const float* group_values = nullptr;
     // Pass 1: the group's range.
     // Over order-preserving integer keys of the floats: an integer min/max reduction vectorises, a float one does
     // not without -ffast-math.
@@ -298,6 +351,7 @@ Status EncodeQuantised(const TensorPlan& plan, const Format& format, const Value
     for (int64_t begin = group_begin; begin < group_end; begin += kChunk) {
       const int64_t n = std::min(kChunk, group_end - begin);
       const float* x = source.Get(begin, n, scratch);
+      group_values = x;
       uint32_t bad = 0;
       for (int64_t i = 0; i < n; ++i) {
         const int32_t key = OrderKey(x[i]);
@@ -330,7 +384,7 @@ Status EncodeQuantised(const TensorPlan& plan, const Format& format, const Value
     // Pass 2: levels, stored, and the residual.
     for (int64_t begin = group_begin; begin < group_end; begin += kChunk) {
       const int64_t n = std::min(kChunk, group_end - begin);
-      const float* x = source.Get(begin, n, scratch);
+      const float* x = one_chunk ? group_values : source.Get(begin, n, scratch);
       float* r = residual ? residual + begin : nullptr;
       if (affine) {
         QuantiseAffine(x, n, zero, divide ? scale : inverse, divide, static_cast<float>(qmax), levels);
@@ -338,16 +392,15 @@ Status EncodeQuantised(const TensorPlan& plan, const Format& format, const Value
           for (int64_t i = 0; i < n; ++i) r[i] = x[i] - Dequantise(levels[i], scale, zero);
         }
       } else {
-        for (int64_t i = 0; i < n; ++i) {
-          const float v = divide ? x[i] / scale : x[i] * inverse;
-          levels_signed[i] =
-              static_cast<int8_t>(RoundLevel(Clamp(v, -static_cast<float>(qmax), static_cast<float>(qmax))));
+        const float top = static_cast<float>(qmax);
+        const int32_t offset = int4 ? 8 : 0;
+        if (divide) {
+          if (r) QuantiseSymmetric<true, true>(x, n, scale, inverse, top, offset, levels, r);
+          if (!r) QuantiseSymmetric<true, false>(x, n, scale, inverse, top, offset, levels, r);
+        } else {
+          if (r) QuantiseSymmetric<false, true>(x, n, scale, inverse, top, offset, levels, r);
+          if (!r) QuantiseSymmetric<false, false>(x, n, scale, inverse, top, offset, levels, r);
         }
-        if (r) {
-          for (int64_t i = 0; i < n; ++i) r[i] = x[i] - Dequantise(levels_signed[i], scale, 0.0f);
-        }
-        // Stored form: int8 as is (two's complement); int4 offset by 8 (nibbles 1..15).
-        for (int64_t i = 0; i < n; ++i) levels[i] = static_cast<uint8_t>(levels_signed[i] + (int4 ? 8 : 0));
       }
       if (!int4) {
         std::memcpy(values.data() + begin, levels, n);
@@ -359,8 +412,10 @@ Status EncodeQuantised(const TensorPlan& plan, const Format& format, const Value
           i = 1;
         }
         uint8_t* p = packed + ((begin + i) >> 1);
-        for (; i + 1 < n; i += 2) *p++ = static_cast<uint8_t>(levels[i] | (levels[i + 1] << 4));
-        if (i < n) *p |= levels[i];  // low nibble; the next group (or zero padding) fills the high one
+        const int64_t pairs = (n - i) / 2;
+        PackNibbles(levels + i, pairs, p);
+        i += 2 * pairs;
+        if (i < n) p[pairs] |= levels[i];  // low nibble; the next group (or zero padding) fills the high one
       }
     }
   }
@@ -368,6 +423,14 @@ Status EncodeQuantised(const TensorPlan& plan, const Format& format, const Value
 }
 
 // ---- Decoder ----
+
+// The inverse of PackNibbles: levels[2j] = in[j] & 15, levels[2j + 1] = in[j] >> 4, one u16 store per byte.
+inline void UnpackNibbles(const uint8_t* in, int64_t bytes, uint8_t* levels) {
+  for (int64_t j = 0; j < bytes; ++j) {
+    const uint16_t w = static_cast<uint16_t>((in[j] & 0x0fu) | ((in[j] & 0xf0u) << 4));
+    std::memcpy(levels + 2 * j, &w, 2);
+  }
+}
 
 // Reads the image front to back.
 class StreamReader {
@@ -552,7 +615,7 @@ class Emitter {
   const Tensor* global_;
 };
 
-Status DecodeFloats(const TensorPlan& plan, StreamReader& reader, Emitter& emitter) {
+PARSYN_HOT_LOOPS Status DecodeFloats(const TensorPlan& plan, StreamReader& reader, Emitter& emitter) {
   const Part& part = plan.parts[0];
   const size_t element = DTypeSize(part.dtype);
   alignas(64) std::byte raw[kChunk * 4];
@@ -578,7 +641,8 @@ Status ReadGroupFloats(StreamReader& reader, const Part& part, std::vector<float
   return reader.ReadExactly(std::as_writable_bytes(std::span(out)), part.name, 0, part.bytes);
 }
 
-Status DecodeQuantised(const TensorPlan& plan, const Format& format, StreamReader& reader, Emitter& emitter) {
+PARSYN_HOT_LOOPS Status DecodeQuantised(const TensorPlan& plan, const Format& format, StreamReader& reader,
+                                        Emitter& emitter) {
   const int qmax = format.qmax();
   const bool affine = format.affine();
   const bool int4 = format.codec == UpdateCodec::kInt4;
@@ -622,10 +686,7 @@ Status DecodeQuantised(const TensorPlan& plan, const Format& format, StreamReade
     PARSYN_RETURN_IF_ERROR(reader.ReadExactly(std::span(raw, bytes), values_part.name, byte_offset, values_part.bytes));
     const auto* in = reinterpret_cast<const uint8_t*>(raw);
     if (int4) {
-      for (int64_t i = 0; i < n / 2; ++i) {
-        levels[2 * i] = in[i] & 0x0f;
-        levels[2 * i + 1] = in[i] >> 4;
-      }
+      UnpackNibbles(in, n / 2, levels);
       if (n % 2 != 0) {
         levels[n - 1] = in[n / 2] & 0x0f;
         if ((in[n / 2] >> 4) != 0) {

@@ -128,10 +128,11 @@ TEST(UpdateCodec, Bf16IsRoundToNearestEvenBitExact) {
       << refused.status().ToString();
 }
 
-// Shapes with odd row lengths, rows shorter than a scale group, an empty tensor and 1-D/0-D tensors; rows with zero,
-// tiny (subnormal), small and huge magnitudes.
-const std::vector<Spec> kShapes = {{"a", {7, 129}}, {"b", {33, 17}}, {"c", {5, 3}}, {"d", {64, 64}},
-                                   {"e", {9}},      {"f", {}},       {"g", {0, 4}}, {"h", {3, 2, 65}}};
+// Shapes with odd row lengths, rows shorter than a scale group, rows longer than the codec's 4096-value chunk (a group
+// encoded in several chunks), an empty tensor and 1-D/0-D tensors; rows with zero, tiny (subnormal), small and huge
+// magnitudes.
+const std::vector<Spec> kShapes = {{"a", {7, 129}}, {"b", {33, 17}}, {"c", {5, 3}},     {"d", {64, 64}}, {"e", {9}},
+                                   {"f", {}},       {"g", {0, 4}},   {"h", {3, 2, 65}}, {"i", {7, 4099}}};
 float RowScale(int64_t row) {
   switch (row % 6) {
     case 0: return 0.0f;
@@ -260,7 +261,8 @@ TEST(UpdateCodec, DeltaRoundTripReconstructsOrYieldsTheDelta) {
 }
 
 TEST(UpdateCodec, ErrorFeedbackResidualPlusDecodedIsTheEncodedValueExactly) {
-  const std::vector<Spec> specs = {{"w", {12, 70}}, {"b", {33, 5}}, {"norm", {70}}};
+  // "wide": groups longer than the codec's 4096-value chunk, read once per pass instead of once per group.
+  const std::vector<Spec> specs = {{"w", {12, 70}}, {"b", {33, 5}}, {"norm", {70}}, {"wide", {3, 4133}}};
   const WeightSet global = MakeSet(specs, 5, [](int64_t r) { return r % 3 == 0 ? 0.0f : 0.5f; });
   WeightSet round1 = MakeSet(specs, 6, [](int64_t r) { return 0.5f + 0.01f * r; });
   WeightSet round2 = MakeSet(specs, 7, [](int64_t r) { return 0.5f + 0.02f * r; });
