@@ -142,7 +142,7 @@ TEST(TaskMessageTest, CarriesCompressionAndTheGlobalsZstdCopyOnlyWhenOn) {
       {[](json& t) { t["compression"]["update"] = "int2"; },
        "'compression.update' must be one of none, bf16, int8, int4, got 'int2'"},
       {[](json& t) { t["compression"]["zstd_level"] = 20; }, "'compression.zstd_level' must be in 0..19, got 20"},
-      {[](json& t) { t["global_weights"]["zstd"].erase("sha256"); }, "'global_weights.zstd.sha256' is required"},
+      {[](json& t) { t["global_weights"]["zstd"].erase("sha256"); }, "missing field 'global_weights.zstd.sha256'"},
   };
   for (const auto& [edit, message] : bad) {
     json task_json = compressed;
