@@ -160,10 +160,16 @@ json JobJson(const storage::TrainingJob& job) {
   return out;
 }
 
-json RoundJson(const storage::Round& r, const std::vector<storage::RoundUpdate>& updates, const json& privacy) {
+json RoundJson(const storage::Round& r, const std::vector<storage::RoundUpdate>& updates, const json& privacy,
+               std::optional<uint64_t> plain_update_bytes) {
   json participants = r.participants;
   json ups = json::array();
+  uint64_t plain_bytes = 0, wire_bytes = 0;
   for (const storage::RoundUpdate& u : updates) {
+    if (plain_update_bytes && u.size_bytes > 0) {
+      plain_bytes += *plain_update_bytes;
+      wire_bytes += static_cast<uint64_t>(u.size_bytes);
+    }
     if (std::find(r.participants.begin(), r.participants.end(), u.worker_id) == r.participants.end()) {
       participants.push_back(u.worker_id);
     }
@@ -192,6 +198,10 @@ json RoundJson(const storage::Round& r, const std::vector<storage::RoundUpdate>&
   if (!r.global_sha256.empty()) out["global_sha256"] = r.global_sha256;
   if (!r.failure_reason.empty()) out["failure_reason"] = r.failure_reason;
   if (!privacy.is_null()) out["privacy"] = privacy;
+  out["compression_ratio"] =
+      wire_bytes > 0
+          ? json(std::round(1000.0 * static_cast<double>(plain_bytes) / static_cast<double>(wire_bytes)) / 1000.0)
+          : json(nullptr);
   return out;
 }
 

@@ -50,9 +50,12 @@ nlohmann::json ModelJson(const storage::Model& m);
 nlohmann::json WorkerJson(const storage::Worker& w);  // never includes the token hash
 nlohmann::json JobJson(const storage::TrainingJob& job);
 // `privacy`: the round's dp_fedavg report (RoundPrivacyJson, from its round_committed event), added as "privacy" when
-// not null.
+// not null. `plain_update_bytes`: the size of an update in its plain form (the global's safetensors size), which
+// "compression_ratio" compares with the bytes the round's updates took on the wire (null when unknown or no update
+// has a size).
 nlohmann::json RoundJson(const storage::Round& round, const std::vector<storage::RoundUpdate>& updates,
-                         const nlohmann::json& privacy = nullptr);
+                         const nlohmann::json& privacy = nullptr,
+                         std::optional<uint64_t> plain_update_bytes = std::nullopt);
 // A committed dp_fedavg round's privacy report: {"epsilon" (ε at "delta" after this round, all rounds so far; null
 // when unbounded, "epsilon_unbounded": true), "delta", "participants", "clipped", "noise_stddev", "sampling_rate",
 // "noise_multiplier", "clip_norm"}.

@@ -351,12 +351,22 @@ class JobRoutes {
             .clip_norm = o.clip_norm, .noise_multiplier = o.noise_multiplier, .delta = o.delta};
         if (!strategy::ValidateDpFedAvgOptions(*dp).ok()) dp.reset();
       }
+      // An update's plain size is its global's (same layout and dtypes): read from any committed global.
+      std::optional<uint64_t> plain_update_bytes;
+      for (const storage::Round& r : list) {
+        if (r.status != storage::RoundStatus::kCommitted || r.global_blob_key.empty()) continue;
+        if (StatusOr<storage::BlobInfo> info = context_.blobs.Head(r.global_blob_key); info.ok()) {
+          plain_update_bytes = info->size_bytes;
+        }
+        break;
+      }
       json items = json::array();
       for (const storage::Round& r : list) {
         PARSYN_ASSIGN_OR_RETURN(auto updates, context_.store.ListUpdates(*id, r.round, r.attempt));
         const bool committed = r.status == storage::RoundStatus::kCommitted && !r.global_blob_key.empty();
-        items.push_back(
-            RoundJson(r, updates, dp && committed ? StoredRoundPrivacy(context_.blobs, r, *dp) : json(nullptr)));
+        items.push_back(RoundJson(r, updates,
+                                  dp && committed ? StoredRoundPrivacy(context_.blobs, r, *dp) : json(nullptr),
+                                  plain_update_bytes));
       }
       return items;
     });

@@ -70,7 +70,7 @@ std::optional<uint64_t> JobRunner::UpdateSizeCap(std::string_view blob_key) cons
   if (engine_ == nullptr || ended_) return std::nullopt;
   const std::string prefix = AttemptPrefix(engine_->round(), engine_->attempt()) + "/updates/";
   if (blob_key.substr(0, prefix.size()) != prefix) return std::nullopt;
-  return global_size_bytes_ + kUpdateHeaderSlackBytes;
+  return MaxUpdateUploadBytes();
 }
 
 http::Awaitable<Status> JobRunner::Launch() {

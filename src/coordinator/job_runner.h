@@ -58,6 +58,7 @@
 #include "protocol/messages.h"
 #include "storage/metadata_store.h"
 #include "strategy/strategy.h"
+#include "weights/update_wire.h"
 #include "weights/weight_set.h"
 
 namespace parsyn::coordinator {
@@ -189,6 +190,13 @@ class JobRunner {
   http::Awaitable<void> AwaitLaunched();
   std::string AttemptPrefix(int round, int attempt) const;
   std::string UpdateKey(int round, int attempt, int64_t worker_id) const;
+  // The job's distributed.compression as the codec library's settings (docs/compression.md "In jobs").
+  weights::WireEncoding UpdateEncoding() const;
+  // Largest accepted update upload: the global's size plus header room, plus zstd's worst-case framing with zstd.
+  uint64_t MaxUpdateUploadBytes() const;
+  // zstd_level > 0: writes the attempt's zstd copy of the global (global_zstd_), which its tasks offer the workers.
+  // On failure the tasks offer the plain global only (logged).
+  http::Awaitable<void> WriteGlobalZstdCopy(int round, int attempt);
 
   JobHost& host_;
   storage::TrainingJob job_;
@@ -214,6 +222,14 @@ class JobRunner {
   std::string global_sha256_;
   uint64_t global_size_bytes_ = 0;
   std::shared_ptr<weights::WeightSet> global_;
+  // The attempt's zstd copy of global_key_ (distributed.compression.zstd_level > 0), as tasks offer it.
+  struct ZstdCopy {
+    std::string of_global;  // the global_key_ it is a copy of: offered only while that is the global
+    std::string key;
+    std::string sha256;
+    uint64_t size_bytes = 0;
+  };
+  std::optional<ZstdCopy> global_zstd_;
   std::optional<PendingGlobal> pending_global_;            // aggregated, not yet committed
   std::optional<double> pending_validation_loss_;          // of the global the attempt started from, stored on commit
   int64_t bytes_moved_ = 0;                                // of the attempt in progress

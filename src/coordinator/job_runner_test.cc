@@ -40,6 +40,8 @@
 #include "strategy/rdp_accountant.h"
 #include "weights/safetensors.h"
 #include "weights/sha256.h"
+#include "weights/update_codec.h"
+#include "weights/zstd_stream.h"
 
 namespace parsyn::coordinator {
 namespace {
@@ -318,9 +320,10 @@ class JobFixture {
         validation_loss_(task["kind"] == "train" ? task["round"].get<int>() - 1 : StoredJob().committed_round);
     if (task["kind"] != "train") return report;
     const std::string global_key = task["global_weights"]["url"].get<std::string>().substr(kUrlScheme.size());
-    std::vector<float> values = WeightsValues(ReadBlob(global_key));
+    const std::vector<float> global = WeightsValues(ReadBlob(global_key));
+    std::vector<float> values = global;
     for (float& v : values) v += Delta(task["round"], task["shard"]);
-    const std::vector<std::byte> update = WeightsBytes(values);
+    const std::vector<std::byte> update = encode_update_ ? encode_update_(task, global, values) : WeightsBytes(values);
     report.blob_key = task["update_upload"]["blob_key"];
     storage::BlobInfo info =
         Put(report.blob_key, std::string(reinterpret_cast<const char*>(update.data()), update.size()));
@@ -384,6 +387,10 @@ class JobFixture {
   }
 
   json distributed_;
+  // When set: the bytes a worker uploads for the task, given the global and its plain update (a compressed update).
+  std::function<std::vector<std::byte>(const json& task, const std::vector<float>& global,
+                                       const std::vector<float>& update)>
+      encode_update_;
   // The validation loss the workers measure for the global of a round (0: the starting weights).
   std::function<double(int global_round)> validation_loss_ = [](int) { return 0.5; };
   boost::asio::io_context io_;
@@ -474,6 +481,82 @@ TEST(JobRunnerTest, RoundsCommitTheFedAvgOfTheUpdates) {
   }
   EXPECT_EQ(committed, kRounds);
   EXPECT_EQ(f.CommittedGlobal(), UninterruptedRun().global);
+}
+
+// distributed.compression int8 + delta + zstd: the tasks say how to encode and offer a zstd copy of the global; the
+// coordinator decodes each upload (sha256 over the wire bytes) into the ordinary update before the strategy sees it.
+// The worker of shard 1 sends a malformed compressed update each round (a truncated zstd frame, a decompression
+// bomb, a non-finite value): each is rejected with its reason, and the job goes on with the other worker's updates.
+TEST(JobRunnerTest, CompressedUpdatesAreDecodedAndMalformedOnesRejected) {
+  JobFixture f({{"min_workers", 1}, {"compression", {{"update", "int8"}, {"delta", true}, {"zstd_level", 3}}}});
+  auto image = [](weights::WeightSet& set) { return weights::SerializeSafetensors(set); };
+  auto zstd = [](const std::vector<std::byte>& bytes) {
+    StatusOr<std::vector<std::byte>> z = weights::ZstdCompress(bytes, 3);
+    EXPECT_TRUE(z.ok()) << z.status().ToString();
+    return z.ok() ? *z : std::vector<std::byte>{};
+  };
+  f.encode_update_ = [&](const json& task, const std::vector<float>& global_values, const std::vector<float>& values) {
+    EXPECT_EQ(task["compression"],
+              json({{"update", "int8"}, {"delta", true}, {"zstd_level", 3}, {"error_feedback", false}}));
+    // The zstd copy of the global decompresses to the global the task names.
+    EXPECT_TRUE(task["global_weights"].contains("zstd")) << task["global_weights"].dump();
+    if (task["global_weights"].contains("zstd")) {
+      const std::vector<std::byte> copy =
+          f.ReadBlob(task["global_weights"]["zstd"]["url"].get<std::string>().substr(kUrlScheme.size()));
+      EXPECT_EQ(weights::Sha256Hex(copy), task["global_weights"]["zstd"]["sha256"]);
+      StatusOr<std::vector<std::byte>> plain = weights::ZstdDecompress(copy, task["global_weights"]["size_bytes"]);
+      EXPECT_TRUE(plain.ok()) << plain.status().ToString();
+      if (plain.ok()) EXPECT_EQ(WeightsValues(*plain), global_values);
+    }
+    StatusOr<weights::WeightSet> global = weights::ParseSafetensors(WeightsBytes(global_values));
+    StatusOr<weights::WeightSet> update = weights::ParseSafetensors(WeightsBytes(values));
+    EXPECT_TRUE(global.ok() && update.ok());
+    StatusOr<weights::EncodedUpdate> encoded =
+        weights::EncodeUpdate(*update, {.codec = weights::UpdateCodec::kInt8, .delta_from = &*global});
+    EXPECT_TRUE(encoded.ok()) << encoded.status().ToString();
+    if (task["shard"] == 0) return zstd(image(encoded->compressed));
+    switch (task["round"].get<int>()) {
+      case 1: {  // cut off inside the frame
+        std::vector<std::byte> z = zstd(image(encoded->compressed));
+        z.resize(z.size() - 6);
+        return z;
+      }
+      case 2:  // 16 MiB of zeros: a few hundred bytes on the wire, far past what the layout allows decoded
+        return zstd(std::vector<std::byte>(size_t{16} << 20));
+      default: {  // a non-finite value in a tensor sent as F32
+        std::span<float> w = encoded->compressed.tensors()[0].as<float>();
+        w[1] = std::numeric_limits<float>::quiet_NaN();
+        return zstd(image(encoded->compressed));
+      }
+    }
+  };
+  ASSERT_TRUE(f.StartRunner().ok());
+  ASSERT_TRUE(f.Drive());
+  const storage::TrainingJob job = f.StoredJob();
+  EXPECT_EQ(job.status, storage::JobStatus::kSucceeded) << job.status_reason;
+  EXPECT_EQ(job.committed_round, kRounds);
+  StatusOr<std::vector<storage::Round>> rounds = f.store_->ListRounds(f.job_id_);
+  ASSERT_TRUE(rounds.ok());
+  const std::vector<std::string> expected_reasons = {"truncated", "declares", "not finite"};
+  float expected = 0;
+  for (const storage::Round& r : *rounds) {
+    ASSERT_EQ(r.status, storage::RoundStatus::kCommitted) << r.failure_reason;
+    expected += Delta(r.round, 0);  // only shard 0's update counts
+    for (float v : WeightsValues(f.ReadBlob(r.global_blob_key))) EXPECT_NEAR(v, expected, 1e-5) << "round " << r.round;
+    StatusOr<std::vector<storage::RoundUpdate>> updates = f.store_->ListUpdates(f.job_id_, r.round, r.attempt);
+    ASSERT_TRUE(updates.ok());
+    ASSERT_EQ(updates->size(), 2u);
+    int rejected = 0;
+    for (const storage::RoundUpdate& u : *updates) {
+      if (u.status != storage::UpdateStatus::kRejected) continue;
+      ++rejected;
+      EXPECT_NE(u.reject_reason.find("compressed update (int8 delta, zstd) is invalid"), std::string::npos)
+          << u.reject_reason;
+      EXPECT_NE(u.reject_reason.find(expected_reasons.at(static_cast<size_t>(r.round - 1))), std::string::npos)
+          << "round " << r.round << ": " << u.reject_reason;
+    }
+    EXPECT_EQ(rejected, 1) << "round " << r.round;
+  }
 }
 
 // A store error at the n-th write after the job started, for every write of an uninterrupted run: the runner never

@@ -85,6 +85,34 @@ json PartitionToJson(const DataPartition& p) {
   return out;
 }
 
+// distributed.compression; delta and error feedback need a codec (the plain update has no encoded form to take a
+// delta of or a quantisation error to carry).
+void ParseCompression(const json* object, protocol::UpdateCompression& c, std::vector<std::string>& errors) {
+  if (object == nullptr) return;
+  FieldReader r(*object, "distributed.compression.", errors);
+  static constexpr std::pair<std::string_view, std::string_view> kCodecs[] = {
+      {"none", "none"}, {"bf16", "bf16"}, {"int8", "int8"}, {"int4", "int4"}};
+  std::string_view codec = c.update;
+  const bool codec_ok = r.Choice("update", codec, kCodecs);
+  c.update = std::string(codec);
+  r.Boolean("delta", c.delta);
+  r.Integer("zstd_level", c.zstd_level, 0, protocol::kMaxCompressionZstdLevel);
+  r.Boolean("error_feedback", c.error_feedback);
+  r.RejectUnknown();
+  if (!codec_ok || c.update != "none") return;
+  if (c.delta) {
+    r.Error(
+        "distributed.compression.delta needs distributed.compression.update \"bf16\", \"int8\" or \"int4\" "
+        "(a delta travels encoded); set update or remove delta");
+  }
+  if (c.error_feedback) {
+    r.Error(
+        "distributed.compression.error_feedback needs a lossy distributed.compression.update (\"bf16\", "
+        "\"int8\" or \"int4\"): \"none\" has no quantisation error to carry; set update or remove "
+        "error_feedback");
+  }
+}
+
 void ParseDistributed(const json* object, DistributedConfig& d, std::vector<std::string>& errors) {
   // The defaults of a distributed job; an ordinary job is normalised after validation.
   d.num_rounds = 10;
@@ -121,6 +149,7 @@ void ParseDistributed(const json* object, DistributedConfig& d, std::vector<std:
     d.early_stopping = es;
   }
   ParsePartition(r.Object("partition"), d.partition, errors);
+  ParseCompression(r.Object("compression"), d.compression, errors);
   r.RejectUnknown();
 }
 
@@ -284,6 +313,7 @@ StatusOr<JobSpec> ParseJobSpecCollecting(const json& body, std::vector<std::stri
     d.steps_per_round = 0;
     d.min_workers = 1;
     d.max_workers = 1;
+    d.compression = {};  // ignored (JobSpecWarnings says so): a one-worker job's update stays plain
   }
   return spec;
 }
@@ -405,6 +435,10 @@ json JobSpecToJson(const JobSpec& spec) {
   };
   // Like early_stopping, omitted when it is the default (iid, no label), so older stored specs read back the same.
   if (d.partition != DataPartition{}) out["distributed"]["partition"] = PartitionToJson(d.partition);
+  // Omitted when off (update "none", no zstd), so older stored specs read back the same.
+  if (d.compression != protocol::UpdateCompression{}) {
+    out["distributed"]["compression"] = protocol::UpdateCompressionToJson(d.compression);
+  }
   if (d.early_stopping) {
     out["distributed"]["early_stopping"] = {{"patience", d.early_stopping->patience},
                                             {"min_delta", d.early_stopping->min_delta}};

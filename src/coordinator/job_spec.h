@@ -39,6 +39,12 @@
 //   distributed.partition.classes_per_worker integer      2 (shards_per_worker) 1..10000; shards_per_worker only
 //   distributed.partition.label         string            CSV: the label       1..256 bytes; required for a JSONL
 //                                                         column               dataset unless method is "iid"
+//   distributed.compression             object            {"update": "none"}   how workers encode their updates
+//                                                                              (docs/compression.md "In jobs")
+//   distributed.compression.update      string            "none"               "none" | "bf16" | "int8" | "int4"
+//   distributed.compression.delta       boolean           false                bf16/int8/int4 only
+//   distributed.compression.zstd_level  integer           0 (no zstd)          0..19; also zstd on the globals
+//   distributed.compression.error_feedback boolean        false                bf16/int8/int4 only
 //   worker_selection.mode               string            from the lists:      "own" | "managed" | "mixed" | "auto"
 //                                                         own, managed, mixed
 //                                                         or (none) auto
@@ -147,6 +153,7 @@ struct DistributedConfig {
   int64_t join_window_ms = 5'000;
   std::optional<EarlyStopping> early_stopping;  // absent: off
   DataPartition partition;                      // JSON: distributed.partition
+  protocol::UpdateCompression compression;      // JSON: distributed.compression
 
   friend bool operator==(const DistributedConfig&, const DistributedConfig&) = default;
 };

@@ -281,8 +281,49 @@ TEST(JobSpecTest, GoodBodies) {
        },
        [](const JobSpec& s) { EXPECT_EQ(s.distributed.partition.label, "topic"); }},
   };
+  const std::vector<GoodCase> compression_cases = {
+      {"compression absent: none, omitted from the normalised form", [](json&) {},
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.distributed.compression, protocol::UpdateCompression{});
+         EXPECT_FALSE(JobSpecToJson(s)["distributed"].contains("compression"));
+       }},
+      {"compression int8 + delta + zstd, normalised with every field",
+       [](json& b) {
+         b["distributed"]["compression"] = {{"update", "int8"}, {"delta", true}, {"zstd_level", 3}};
+       },
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.distributed.compression.update, "int8");
+         EXPECT_TRUE(s.distributed.compression.delta);
+         EXPECT_EQ(s.distributed.compression.zstd_level, 3);
+         EXPECT_EQ(JobSpecToJson(s)["distributed"]["compression"],
+                   json({{"update", "int8"}, {"delta", true}, {"zstd_level", 3}, {"error_feedback", false}}));
+       }},
+      {"compression int4 + error feedback",
+       [](json& b) {
+         b["distributed"]["compression"] = {{"update", "int4"}, {"delta", true}, {"error_feedback", true}};
+       },
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.distributed.compression.update, "int4");
+         EXPECT_TRUE(s.distributed.compression.error_feedback);
+       }},
+      {"compression none with zstd only",
+       [](json& b) {
+         b["distributed"]["compression"] = {{"update", "none"}, {"zstd_level", 19}};
+       },
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.distributed.compression.zstd_level, 19);
+         EXPECT_EQ(JobSpecToJson(s)["distributed"]["compression"]["update"], "none");
+       }},
+      {"compression of a one-worker job: ignored (plain)",
+       [](json& b) {
+         b["distributed"]["enabled"] = false;
+         b["distributed"]["compression"] = {{"update", "bf16"}};
+       },
+       [](const JobSpec& s) { EXPECT_EQ(s.distributed.compression, protocol::UpdateCompression{}); }},
+  };
   std::vector<GoodCase> all = cases;
   all.insert(all.end(), partition_cases.begin(), partition_cases.end());
+  all.insert(all.end(), compression_cases.begin(), compression_cases.end());
   for (const GoodCase& c : all) {
     json body = SpecExample();
     c.edit(body);
@@ -446,6 +487,35 @@ TEST(JobSpecTest, BadBodiesNameTheFieldAndTheReason) {
        "unknown field distributed.early_stopping.mindelta"},
       {[](json& b) { b["distributed"]["early_stopping"] = 2; },
        "distributed.early_stopping must be an object, got number"},
+      // distributed.compression
+      {[](json& b) {
+         b["distributed"]["compression"] = {{"update", "int2"}};
+       },
+       "distributed.compression.update must be one of \"none\", \"bf16\", \"int8\", \"int4\", got \"int2\""},
+      {[](json& b) {
+         b["distributed"]["compression"] = {{"update", "int8"}, {"zstd_level", 20}};
+       },
+       "distributed.compression.zstd_level (20) must be between 0 and 19"},
+      {[](json& b) {
+         b["distributed"]["compression"] = {{"update", "int8"}, {"delta", "yes"}};
+       },
+       "distributed.compression.delta must be a boolean, got string"},
+      {[](json& b) {
+         b["distributed"]["compression"] = {{"update", "none"}, {"delta", true}};
+       },
+       "distributed.compression.delta needs distributed.compression.update \"bf16\", \"int8\" or \"int4\" (a "
+       "delta travels encoded); set update or remove delta"},
+      {[](json& b) {
+         b["distributed"]["compression"] = {{"error_feedback", true}};
+       },
+       "distributed.compression.error_feedback needs a lossy distributed.compression.update (\"bf16\", \"int8\" "
+       "or \"int4\"): \"none\" has no quantisation error to carry; set update or remove error_feedback"},
+      {[](json& b) {
+         b["distributed"]["compression"] = {{"update", "int8"}, {"level", 3}};
+       },
+       "unknown field distributed.compression.level"},
+      {[](json& b) { b["distributed"]["compression"] = "int8"; },
+       "distributed.compression must be an object, got string"},
       // distributed.partition (the label's checks against the dataset are the API's: tests/coordinator/api_test.cc)
       {[](json& b) {
          b["distributed"]["partition"] = {{"method", "dirichlet"}, {"alpha", -1}};

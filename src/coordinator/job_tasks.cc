@@ -10,6 +10,9 @@
 #include "coordinator/job_runner_internal.h"
 #include "coordinator/server_metrics.h"
 #include "protocol/messages.h"
+#include "storage/byte_source.h"
+#include "storage/local_blob_copy.h"
+#include "weights/sha256.h"
 
 namespace parsyn::coordinator {
 
@@ -48,6 +51,11 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
   if (!started.ok()) co_return started;
   Status begun = co_await Offload(host_.pool(), [&] { return strategy_->Begin(a.round, *global_); });
   if (!begun.ok()) co_return begun;
+  global_zstd_.reset();
+  if (spec_.distributed.compression.zstd_level > 0) {
+    auto written = WriteGlobalZstdCopy(a.round, a.attempt);  // kCoAwaitTemporaries
+    co_await std::move(written);
+  }
   {
     auto event_appended = host_.AppendEvent(job_.id, "round_started",
                                             {{"round", a.round},
@@ -57,6 +65,60 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
     co_await std::move(event_appended);
   }
   co_return Status::Ok();
+}
+
+weights::WireEncoding JobRunner::UpdateEncoding() const {
+  const protocol::UpdateCompression& c = spec_.distributed.compression;
+  weights::WireEncoding encoding{.delta = c.delta, .zstd_level = c.zstd_level, .error_feedback = c.error_feedback};
+  if (StatusOr<weights::UpdateCodec> codec = weights::ParseUpdateCodec(c.update); codec.ok()) encoding.codec = *codec;
+  return encoding;
+}
+
+uint64_t JobRunner::MaxUpdateUploadBytes() const {
+  // zstd's worst case on incompressible bytes is the input plus ~1/256 of it (ZSTD_compressBound); 1/128 is ample.
+  const uint64_t zstd_framing = spec_.distributed.compression.zstd_level > 0 ? global_size_bytes_ / 128 : 0;
+  return global_size_bytes_ + kUpdateHeaderSlackBytes + zstd_framing;
+}
+
+http::Awaitable<void> JobRunner::WriteGlobalZstdCopy(int round, int attempt) {
+  const std::string key = AttemptPrefix(round, attempt) + "/global.safetensors.zst";
+  const std::string global_key = global_key_;
+  const int level = spec_.distributed.compression.zstd_level;
+  const std::filesystem::path spool =
+      host_.spool_dir() / fmt::format("global-{}-{}-a{}.safetensors.zst", job_.id, round, attempt);
+  const auto start = std::chrono::steady_clock::now();
+  StatusOr<ZstdCopy> copy = co_await Offload(host_.pool(), [&]() -> StatusOr<ZstdCopy> {
+    PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy plain,
+                            storage::LocalBlobCopy::Open(host_.blobs(), global_key, host_.spool_dir()));
+    struct RemoveSpool {
+      std::filesystem::path path;
+      ~RemoveSpool() {
+        std::error_code ignored;
+        std::filesystem::remove(path, ignored);
+      }
+    } remove_spool{spool};
+    PARSYN_ASSIGN_OR_RETURN(uint64_t size, weights::ZstdCompressFile(plain.path(), spool, level));
+    PARSYN_ASSIGN_OR_RETURN(std::string sha256, weights::Sha256File(spool));
+    PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> source, storage::OpenFileSource(spool));
+    // Not durable: an attempt in flight at a restart is retried as a new attempt, which writes its own copy.
+    StatusOr<storage::BlobInfo> put = host_.blobs().Put(key, *source, {.expected_sha256 = sha256, .durable = false});
+    if (!put.ok() && put.status().code() != StatusCode::kAlreadyExists) return put.status();
+    if (!put.ok()) {
+      PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo existing, host_.blobs().Head(key));
+      if (existing.sha256 != sha256) return DataLossError("the blob " + key + " exists with other bytes");
+    }
+    return ZstdCopy{.of_global = global_key, .key = key, .sha256 = sha256, .size_bytes = size};
+  });
+  if (!copy.ok()) {
+    PARSYN_LOG_WARN(
+        "training job {}: round {}: could not write the zstd copy of the global (tasks offer the plain "
+        "global): {}",
+        job_.id, round, copy.status().ToString());
+    co_return;
+  }
+  PARSYN_LOG_DEBUG("training job {}: round {} global compressed with zstd-{}: {} -> {} bytes in {:.1f} ms", job_.id,
+                   round, level, global_size_bytes_, copy->size_bytes, MillisSince(start));
+  global_zstd_ = std::move(*copy);
 }
 
 StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
@@ -82,6 +144,11 @@ StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
                          .sha256 = global_sha256_,
                          .size_bytes = global_size_bytes_,
                          .round = engine_->last_committed_round()};
+  if (global_zstd_ && global_zstd_->of_global == global_key_) {  // not a previous global's (the final evaluation)
+    task.global_weights.zstd = protocol::TaskZstdCopy{.url = host_.BlobGetUrl(global_zstd_->key, url_ttl, a.worker),
+                                                      .sha256 = global_zstd_->sha256,
+                                                      .size_bytes = global_zstd_->size_bytes};
+  }
   if (engine_config_.workers_hold_data) {
     // The worker trains and evaluates on its own file (split with the job's seed); `data` stays empty.
     task.data_source = protocol::DataSource::kWorkers;
@@ -104,13 +171,14 @@ StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
                                 .size_bytes = f.size_bytes});
   }
   if (a.kind == TaskKind::kTrain) {
+    task.compression = spec_.distributed.compression;  // how the worker encodes its update
     PARSYN_ASSIGN_OR_RETURN(task.update_upload, UpdateUploadGrant(a.worker, UpdateKey(a.round, a.attempt, a.worker)));
   }
   return protocol::TaskToJson(task);
 }
 
 StatusOr<protocol::UpdateUpload> JobRunner::UpdateUploadGrant(int64_t worker_id, const std::string& key) const {
-  protocol::UpdateUpload grant{.blob_key = key, .max_size_bytes = global_size_bytes_ + kUpdateHeaderSlackBytes};
+  protocol::UpdateUpload grant{.blob_key = key, .max_size_bytes = MaxUpdateUploadBytes()};
   storage::BlobUrlIssuer& urls = host_.blob_urls();
   const std::chrono::seconds ttl = host_.TaskUrlTtl(engine_config_.aggregation_timeout);
   auto headers_of = [](const std::vector<std::pair<std::string, std::string>>& headers) {
@@ -204,7 +272,7 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
 
 http::Awaitable<Status> JobRunner::StartMultipartUploadIfLarge(int64_t worker_id, std::string key) {
   storage::MultipartUrlIssuer* multipart = host_.blob_urls().multipart();
-  if (multipart == nullptr || global_size_bytes_ + kUpdateHeaderSlackBytes <= multipart->multipart_threshold_bytes()) {
+  if (multipart == nullptr || MaxUpdateUploadBytes() <= multipart->multipart_threshold_bytes()) {
     co_return Status::Ok();
   }
   StatusOr<std::string> upload_id = co_await Offload(host_.pool(), [&] { return multipart->StartUpload(key); });

@@ -20,12 +20,14 @@ namespace {
 
 // Everything about an uploaded update that does not touch the strategy: its key, size, sha256, format, layout and
 // values, all checked on the bytes as stored (with S3, on the one local copy that is also what gets accumulated,
-// whatever the store's metadata says). Sets *size_bytes once the size is known. InvalidArgument names what is
-// wrong; other codes are store errors. Blocking (a pool thread).
+// whatever the store's metadata says). The sha256 is of the wire bytes; a compressed update (the job's
+// distributed.compression) is then decoded, streamed and bounded, into the ordinary form (the global's layout and
+// dtypes) that the strategy accumulates as any other. Sets *size_bytes (wire bytes) once the size is known.
+// InvalidArgument names what is wrong; other codes are store errors. Blocking (a pool thread).
 StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const ResultReport& report,
                                              const std::string& expected_key, uint64_t max_bytes,
-                                             const weights::WeightSet& global, const std::filesystem::path& spool_dir,
-                                             uint64_t* size_bytes) {
+                                             const weights::WeightSet& global, const weights::WireEncoding& encoding,
+                                             const std::filesystem::path& spool_dir, uint64_t* size_bytes) {
   if (report.blob_key != expected_key) {
     return InvalidArgumentError("update blob key '" + report.blob_key + "' is not this task's '" + expected_key + "'");
   }
@@ -44,7 +46,12 @@ StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const Re
   if (copy->sha256() != ToLower(report.sha256)) {
     return InvalidArgumentError("update sha256 " + copy->sha256() + " differs from the reported " + report.sha256);
   }
-  StatusOr<weights::WeightSet> update = weights::ReadSafetensorsFile(copy->path());
+  StatusOr<weights::WeightSet> update = weights::DecodeUpdateFileFromWire(copy->path(), global, encoding);
+  if (!update.ok() && !encoding.plain() && update.status().code() == StatusCode::kInvalidArgument) {
+    return InvalidArgumentError("compressed update (" + std::string(weights::UpdateCodecName(encoding.codec)) +
+                                (encoding.delta ? " delta" : "") + (encoding.zstd_level > 0 ? ", zstd" : "") +
+                                ") is invalid: " + update.status().message());
+  }
   if (!update.ok()) return InvalidArgumentError("update is not a valid safetensors file: " + update.status().message());
   PARSYN_RETURN_IF_ERROR(global.CheckSameLayout(*update).WithContext("update layout differs from the global"));
   PARSYN_RETURN_IF_ERROR(weights::CheckFinite(*update));
@@ -131,7 +138,8 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   if (it == results_.end()) co_return InternalError("no result recorded for worker " + std::to_string(a.worker));
   const ResultReport report = it->second;
   const std::string expected_key = UpdateKey(a.round, a.attempt, a.worker);
-  const uint64_t max_bytes = global_size_bytes_ + kUpdateHeaderSlackBytes;
+  const uint64_t max_bytes = MaxUpdateUploadBytes();
+  const weights::WireEncoding encoding = UpdateEncoding();
   std::shared_ptr<weights::WeightSet> global = global_;
   // An update checked early by Result() (outside the job mutex) only needs accumulating here.
   std::optional<StatusOr<weights::WeightSet>> checked;
@@ -152,8 +160,8 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   Status verdict = co_await Offload(host_.pool(), [&]() -> Status {
     const auto check_start = std::chrono::steady_clock::now();
     if (!checked) {
-      checked =
-          CheckUpdateFile(host_.blobs(), report, expected_key, max_bytes, *global, host_.spool_dir(), &update_bytes);
+      checked = CheckUpdateFile(host_.blobs(), report, expected_key, max_bytes, *global, encoding, host_.spool_dir(),
+                                &update_bytes);
     }
     check_ms = MillisSince(check_start);
     if (!checked->ok()) {
@@ -240,12 +248,14 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
   if (check_early) {
     checked_updates_[worker_id] = CheckedUpdate{.round = round, .attempt = attempt, .blob_key = report.blob_key};
     const std::string expected_key = UpdateKey(round, attempt, worker_id);
-    const uint64_t max_bytes = global_size_bytes_ + kUpdateHeaderSlackBytes;
+    const uint64_t max_bytes = MaxUpdateUploadBytes();
+    const weights::WireEncoding encoding = UpdateEncoding();
     std::shared_ptr<weights::WeightSet> global = global_;
     const auto check_start = std::chrono::steady_clock::now();
     uint64_t update_bytes = 0;
     StatusOr<weights::WeightSet> update = co_await Offload(host_.pool(), [&] {
-      return CheckUpdateFile(host_.blobs(), report, expected_key, max_bytes, *global, host_.spool_dir(), &update_bytes);
+      return CheckUpdateFile(host_.blobs(), report, expected_key, max_bytes, *global, encoding, host_.spool_dir(),
+                             &update_bytes);
     });
     if (update_bytes > 0) verified_update_bytes_[report.blob_key] = update_bytes;
     PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} checked early in {:.1f} ms", job_.id, round,

@@ -306,6 +306,14 @@ StatusOr<Task> ParseTask(const json& body) {
     t.global_weights.sha256 = Sha256Field(*g, "sha256", true);
     t.global_weights.size_bytes = g->Uint64("size_bytes", false).value_or(0);
     t.global_weights.round = static_cast<int>(g->Int("round", false, 0, kMaxRound).value_or(0));
+    if (std::optional<JsonFields> z = Nested(*g, "zstd", false, "global_weights.")) {
+      TaskZstdCopy copy;
+      copy.url = z->String("url", true, kMaxUrlBytes).value_or("");
+      copy.sha256 = Sha256Field(*z, "sha256", true);
+      copy.size_bytes = z->Uint64("size_bytes", false).value_or(0);
+      t.global_weights.zstd = std::move(copy);
+      g->Absorb(*z);
+    }
     f.Absorb(*g);
   }
   if (std::optional<std::string> source = f.String("data_source", false, 32)) {
@@ -345,6 +353,19 @@ StatusOr<Task> ParseTask(const json& body) {
     }
     f.Absorb(*m);
   }
+  if (std::optional<JsonFields> c = Nested(f, "compression", false)) {
+    if (std::optional<std::string> update = c->String("update", false, 16)) {
+      if (*update == "none" || *update == "bf16" || *update == "int8" || *update == "int4") {
+        t.compression.update = *update;
+      } else {
+        c->AddProblem("'compression.update' must be one of none, bf16, int8, int4, got '" + *update + "'");
+      }
+    }
+    t.compression.delta = c->Bool("delta", false).value_or(false);
+    t.compression.zstd_level = static_cast<int>(c->Int("zstd_level", false, 0, kMaxCompressionZstdLevel).value_or(0));
+    t.compression.error_feedback = c->Bool("error_feedback", false).value_or(false);
+    f.Absorb(*c);
+  }
   t.update_upload = ReadUpdateUpload(f);
   if (t.kind == TaskKind::kTrain && !t.update_upload && f.status().ok()) {
     f.AddProblem("a train task needs 'update_upload'");
@@ -373,6 +394,10 @@ json TaskModelFilesToJson(const std::vector<TaskModelFile>& files) {
     out.push_back({{"path", f.path}, {"url", f.url}, {"sha256", f.sha256}, {"size_bytes", f.size_bytes}});
   }
   return out;
+}
+
+json UpdateCompressionToJson(const UpdateCompression& c) {
+  return {{"update", c.update}, {"delta", c.delta}, {"zstd_level", c.zstd_level}, {"error_feedback", c.error_feedback}};
 }
 
 json TaskToJson(const Task& t) {
@@ -413,6 +438,12 @@ json TaskToJson(const Task& t) {
   if (t.data_source == DataSource::kWorkers) out["data"] = json::object();  // the worker's own file: no URLs
   if (t.update_upload) out["update_upload"] = UpdateUploadToJson(*t.update_upload);
   if (t.proximal_mu != 0) out["proximal_mu"] = t.proximal_mu;  // absent for FedAvg: older workers read the same task
+  if (t.global_weights.zstd) {
+    out["global_weights"]["zstd"] = {{"url", t.global_weights.zstd->url},
+                                     {"sha256", t.global_weights.zstd->sha256},
+                                     {"size_bytes", t.global_weights.zstd->size_bytes}};
+  }
+  if (t.compression != UpdateCompression{}) out["compression"] = UpdateCompressionToJson(t.compression);
   return out;
 }
 

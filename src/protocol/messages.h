@@ -124,11 +124,20 @@ struct TaskModel {
   std::vector<TaskModelFile> files;
   friend bool operator==(const TaskModel&, const TaskModel&) = default;
 };
+// A zstd copy of a blob (docs/compression.md, "In jobs"): the worker downloads it, checks its sha256 (of the
+// compressed bytes), decompresses it bounded by the original's size_bytes and checks the original's sha256.
+struct TaskZstdCopy {
+  std::string url;  // signed GET
+  std::string sha256;
+  uint64_t size_bytes = 0;
+  friend bool operator==(const TaskZstdCopy&, const TaskZstdCopy&) = default;
+};
 struct TaskGlobalWeights {
   std::string url;  // signed GET
   std::string sha256;
   uint64_t size_bytes = 0;
-  int round = 0;  // the round that produced them (0: the initial global)
+  int round = 0;                     // the round that produced them (0: the initial global)
+  std::optional<TaskZstdCopy> zstd;  // JSON "zstd"; absent: download `url`
   friend bool operator==(const TaskGlobalWeights&, const TaskGlobalWeights&) = default;
 };
 // The shard's two files, each with the sha256 the coordinator recorded when it wrote them: the worker caches them by
@@ -167,6 +176,19 @@ struct UpdateUpload {
   friend bool operator==(const UpdateUpload&, const UpdateUpload&) = default;
 };
 
+// A job's distributed.compression (docs/training.md, docs/compression.md "In jobs"): how a worker encodes the update
+// it uploads. The job spec checks the rules between the fields; a task's reader checks each field alone.
+inline constexpr int kMaxCompressionZstdLevel = 19;
+struct UpdateCompression {
+  std::string update = "none";  // "none" | "bf16" | "int8" | "int4"
+  bool delta = false;           // send w_local - w_global
+  int zstd_level = 0;           // 0: no zstd; 1..19
+  bool error_feedback = false;  // carry the quantisation residual to the worker's next update of the job
+  friend bool operator==(const UpdateCompression&, const UpdateCompression&) = default;
+};
+// Every field, always (the job's normalised form and the task's).
+nlohmann::json UpdateCompressionToJson(const UpdateCompression& compression);
+
 struct Task {
   std::string task_id;  // "<job>-<round>-<attempt>-w<worker>"
   int64_t job_id = 0;
@@ -187,6 +209,7 @@ struct Task {
   TaskData data;
   TaskModel model;
   std::optional<UpdateUpload> update_upload;  // train tasks only, and always there
+  UpdateCompression compression;              // JSON "compression"; absent: none (the plain update)
   friend bool operator==(const Task&, const Task&) = default;
 };
 StatusOr<Task> ParseTask(const nlohmann::json& body);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <utility>
 
 namespace parsyn::protocol {
@@ -113,6 +114,41 @@ TEST(TaskMessageTest, CarriesProximalMuOnlyWhenSet) {
     auto parsed = ParseTask(task_json);
     ASSERT_FALSE(parsed.ok()) << value;
     EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(parsed.status().message(), message);
+  }
+}
+
+// distributed.compression: how to encode the update, and the global's zstd copy; both absent when off.
+TEST(TaskMessageTest, CarriesCompressionAndTheGlobalsZstdCopyOnlyWhenOn) {
+  const json wire = CoordinatorTask();
+  EXPECT_EQ(ParseTask(wire)->compression, UpdateCompression{});
+  EXPECT_FALSE(ParseTask(wire)->global_weights.zstd.has_value());
+  EXPECT_FALSE(TaskToJson(*ParseTask(wire)).contains("compression"));
+
+  json compressed = wire;
+  compressed["compression"] = {{"update", "int8"}, {"delta", true}, {"zstd_level", 3}, {"error_feedback", false}};
+  compressed["global_weights"]["zstd"] = {{"url", "http://c/blobs/g.zst?sig=9"}, {"sha256", kShaD}, {"size_bytes", 99}};
+  auto task = ParseTask(compressed);
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  EXPECT_EQ(task->compression.update, "int8");
+  EXPECT_TRUE(task->compression.delta);
+  EXPECT_EQ(task->compression.zstd_level, 3);
+  ASSERT_TRUE(task->global_weights.zstd.has_value());
+  EXPECT_EQ(task->global_weights.zstd->size_bytes, 99u);
+  EXPECT_EQ(TaskToJson(*task), compressed);
+  EXPECT_EQ(*ParseTask(TaskToJson(*task)), *task);
+
+  const std::pair<std::function<void(json&)>, std::string> bad[] = {
+      {[](json& t) { t["compression"]["update"] = "int2"; },
+       "'compression.update' must be one of none, bf16, int8, int4, got 'int2'"},
+      {[](json& t) { t["compression"]["zstd_level"] = 20; }, "'compression.zstd_level' must be in 0..19, got 20"},
+      {[](json& t) { t["global_weights"]["zstd"].erase("sha256"); }, "missing field 'global_weights.zstd.sha256'"},
+  };
+  for (const auto& [edit, message] : bad) {
+    json task_json = compressed;
+    edit(task_json);
+    auto parsed = ParseTask(task_json);
+    ASSERT_FALSE(parsed.ok()) << message;
     EXPECT_EQ(parsed.status().message(), message);
   }
 }

@@ -7,7 +7,9 @@
 
 #include "base/log.h"
 #include "base/strings.h"
+#include "weights/safetensors.h"
 #include "weights/sha256.h"
+#include "weights/update_wire.h"
 #include "worker/telemetry.h"
 #include "worker/update_upload.h"
 
@@ -18,6 +20,18 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// Error feedback's residuals, one file per job, kept between this worker's tasks of the job (docs/compression.md,
+// "In jobs"). Cleared when the worker starts: a restarted worker's residual starts from zero.
+fs::path WorkerStateDir(const fs::path& cache_root, int64_t worker_id) {
+  return cache_root / "state" / ("w" + std::to_string(worker_id));
+}
+
+weights::WireEncoding WireEncodingOf(const protocol::UpdateCompression& c) {
+  weights::WireEncoding encoding{.delta = c.delta, .zstd_level = c.zstd_level, .error_feedback = c.error_feedback};
+  if (StatusOr<weights::UpdateCodec> codec = weights::ParseUpdateCodec(c.update); codec.ok()) encoding.codec = *codec;
+  return encoding;
+}
 
 constexpr const char* kVersion = "parsyn-worker 0.1.0";
 constexpr size_t kMaxFailureReasonBytes = 500;
@@ -143,7 +157,10 @@ Status Agent::Run(std::stop_token stop) {
       continue;
     }
     backoff.Reset();
-    counters_.sessions++;
+    if (counters_.sessions++ == 0) {
+      std::error_code ignored;  // a residual left by an earlier run of this worker: error feedback restarts from zero
+      fs::remove_all(WorkerStateDir(cache_.root(), session->worker_id), ignored);
+    }
     PARSYN_LOG_INFO("worker {}: online (session {}…)", options_.name, session->id.substr(0, 8));
     Status ended = RunSession(*session, stop);
     if (IsPermanent(ended)) return ended;
@@ -373,9 +390,27 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
     PARSYN_ASSIGN_OR_RETURN(files.model_dir, cache_.FetchModel(blob_client_, task.model.files, stop));
   }
   files.global_weights = task_dir / "global.safetensors";
-  PARSYN_RETURN_IF_ERROR(DownloadVerified(
-      blob_client_, task.global_weights.url, files.global_weights, task.global_weights.sha256, stop,
-      "the global weights of round " + std::to_string(task.global_weights.round) + " (global.safetensors)"));
+  const std::string global_name =
+      "the global weights of round " + std::to_string(task.global_weights.round) + " (global.safetensors)";
+  if (const std::optional<protocol::TaskZstdCopy>& zstd = task.global_weights.zstd;
+      zstd && task.global_weights.size_bytes > 0) {
+    // The zstd copy: its own bytes checked, decompressed bounded by the global's size, then the global's checked.
+    const fs::path compressed = task_dir / "global.safetensors.zst";
+    PARSYN_RETURN_IF_ERROR(
+        DownloadVerified(blob_client_, zstd->url, compressed, zstd->sha256, stop, global_name + ", zstd"));
+    PARSYN_RETURN_IF_ERROR(weights::ZstdDecompressFile(compressed, files.global_weights, task.global_weights.size_bytes)
+                               .WithContext("decompressing " + global_name));
+    std::error_code ignored;
+    fs::remove(compressed, ignored);
+    PARSYN_ASSIGN_OR_RETURN(std::string got, weights::Sha256File(files.global_weights));
+    if (got != task.global_weights.sha256) {
+      fs::remove(files.global_weights, ignored);
+      return DataLossError(global_name + " decompressed to sha256 " + got + ", expected " + task.global_weights.sha256);
+    }
+  } else {
+    PARSYN_RETURN_IF_ERROR(DownloadVerified(blob_client_, task.global_weights.url, files.global_weights,
+                                            task.global_weights.sha256, stop, global_name));
+  }
   if (task.data_source == protocol::DataSource::kWorkers) {
     // The job trains on the workers' own files. Local data never leaves: the trainer holds out its validation slice
     // (the config's fraction, split by the job's seed: trainer_task.h).
@@ -479,8 +514,23 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
     const protocol::UpdateUpload& upload = *task.update_upload;  // ParseTask: every train task has one
     blob_key = upload.blob_key;
     sha256 = done.value("weights_sha256", "");
-    PARSYN_RETURN_IF_ERROR(UploadUpdate(blob_client_, upload, files.output_dir / "update.safetensors", sha256, stop)
-                               .WithContext("uploading the update"));
+    fs::path update_file = files.output_dir / "update.safetensors";
+    if (const weights::WireEncoding encoding = WireEncodingOf(task.compression); !encoding.plain()) {
+      // The job's distributed.compression: the update as it travels; the result's sha256 is of these bytes.
+      const fs::path state_dir = WorkerStateDir(cache_.root(), session.worker_id);
+      if (encoding.error_feedback) fs::create_directories(state_dir, ec);
+      PARSYN_ASSIGN_OR_RETURN(weights::WeightSet global, weights::ReadSafetensorsFile(files.global_weights));
+      const fs::path wire_file = files.output_dir / "update.wire";
+      PARSYN_RETURN_IF_ERROR(
+          weights::EncodeUpdateFileForWire(update_file, global, encoding,
+                                           state_dir / ("job-" + std::to_string(task.job_id) + "-residual.safetensors"),
+                                           wire_file)
+              .WithContext("compressing the update"));
+      update_file = wire_file;
+      PARSYN_ASSIGN_OR_RETURN(sha256, weights::Sha256File(update_file));
+    }
+    PARSYN_RETURN_IF_ERROR(
+        UploadUpdate(blob_client_, upload, update_file, sha256, stop).WithContext("uploading the update"));
   }
   PARSYN_ASSIGN_OR_RETURN(protocol::Result report, BuildResult(task, session.id, done, blob_key, sha256));
   http::CallOptions call;

@@ -306,7 +306,8 @@ async function main() {
     assert.match(utilisation.value, /^\d+ %$/);
     log(`throughput "${throughput}", ${utilisation.label} "${utilisation.value}"`);
     assert.deepEqual(await page.$$eval('#rounds-table thead th', (els) => els.map((e) => e.textContent)),
-      ['Round', 'Outcome', 'Participants', 'Dropped', 'Duration', 'Bytes', 'Train loss', 'Validation loss after round']);
+      ['Round', 'Outcome', 'Participants', 'Dropped', 'Duration', 'Bytes', 'Compression', 'Train loss',
+        'Validation loss after round']);
     const lists = {
       training: await page.$$eval('#training-list li[data-worker-id]', (els) => els.map((e) => e.textContent)),
       reported: await page.$$eval('#reported-list li[data-worker-id]', (els) => els.map((e) => e.textContent)),
@@ -315,6 +316,9 @@ async function main() {
     log(`round ${await roundNumber()}; lists ${JSON.stringify(lists)}; worker points ${await pointsOf('.worker-chart')}`);
     for (const name of [...lists.training, ...lists.reported]) assert.ok(['alpha', 'beta'].includes(name), name);
     assert.ok((await page.locator('#rounds-table tbody tr[data-outcome="committed"]').count()) >= 1, 'round history');
+    // An uncompressed job's updates are as large as its global: the rounds table shows the ratio as 1.00×.
+    assert.match(await page.locator('#rounds-table tbody tr[data-outcome="committed"] .compression-ratio').first().textContent(),
+      /^1\.0\d×$|^0\.9\d×$/);
     await shot('04-job-detail-live');
 
     // The Training page lists the job as running with its round bar.

@@ -64,8 +64,8 @@ export function render(container, [idText]) {
   const aggregateChartBox = h('div', { id: 'aggregate-chart' });
   const roundsBody = h('tbody');
   const shardsBox = h('section', { class: 'card', id: 'job-shards', 'aria-labelledby': 'shards-h', hidden: true });
-  const ROUND_COLUMNS = ['Round', 'Outcome', 'Participants', 'Dropped', 'Duration', 'Bytes', 'Train loss',
-    'Validation loss after round'];
+  const ROUND_COLUMNS = ['Round', 'Outcome', 'Participants', 'Dropped', 'Duration', 'Bytes', 'Compression',
+    'Train loss', 'Validation loss after round'];
   const roundsHead = h('tr', {}, ...ROUND_COLUMNS.map((t) => h('th', { scope: 'col' }, t)));
   const artifactsBox = h('div', { id: 'artifacts' }, h('p', { class: 'muted' }, 'The result can be downloaded once a round has been committed and the job has ended.'));
 
@@ -304,6 +304,8 @@ export function render(container, [idText]) {
           : '—'),
         h('td', {}, fmtDuration(r.duration_ms)),
         h('td', {}, fmtBytes(r.bytes_moved)),
+        // The updates' plain size over their wire size (distributed.compression; 1.00× without).
+        h('td', { class: 'compression-ratio' }, typeof r.compression_ratio === 'number' ? `${r.compression_ratio.toFixed(2)}×` : '—'),
         h('td', {}, fmtNumber(r.train_loss)),
         h('td', { class: 'validation-after' }, finalEvaluation ? '—' : fmtNumber(validation)),
         privacy ? privacyCell(r) : null);
