@@ -59,10 +59,15 @@ void Check(const parsyn::Status& status, const std::string& what) {
   if (!status.ok()) Die(what + ": " + status.ToString());
 }
 
+// CPU seconds of this process and of its children waited for (the aggregation children).
 double CpuSeconds() {
   timespec t{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  rusage children{};
+  ::getrusage(RUSAGE_CHILDREN, &children);
+  auto seconds = [](const timeval& v) { return static_cast<double>(v.tv_sec) + 1e-6 * static_cast<double>(v.tv_usec); };
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec) + seconds(children.ru_utime) +
+         seconds(children.ru_stime);
 }
 
 const char* Verdict(bool pass) { return pass ? "PASS" : "MISS"; }
@@ -327,7 +332,7 @@ struct SyntheticOutcome {
 };
 
 void SyntheticBenchmark(bool quick) {
-  const int rounds = quick ? 10 : 100;
+  const int rounds = quick ? 10 : 200;
   const int per_round = 10;
   const int64_t local_steps = 20;
   const int tail = std::min(rounds, 20);
@@ -615,7 +620,11 @@ void DigitsDp(const Digits& d, bool quick) {
       "AdamW lr %g\n",
       clip, delta, static_cast<long long>(config.epochs), config.learning_rate);
   std::printf("%-18s", "noise multiplier");
-  for (int r : report_at) std::printf("   round %-3d eps / acc   ", r);
+  for (int r : report_at) {
+    char header[32];
+    std::snprintf(header, sizeof header, "round %d: eps / acc", r);
+    std::printf("%23s", header);
+  }
   std::printf("\n");
   std::vector<double> final_accuracy;
   for (double sigma : {0.0, 0.5, 1.0, 2.0}) {
@@ -635,7 +644,7 @@ void DigitsDp(const Digits& d, bool quick) {
       const double eps = dynamic_cast<strategy::DpFedAvg&>(s).epsilon_spent();
       const double acc = Evaluate(*model, global, *fed.test).accuracy;
       char cell[64];
-      std::snprintf(cell, sizeof cell, "   %10.2f / %6.2f%%   ", eps, 100 * acc);
+      std::snprintf(cell, sizeof cell, "   %10.2f / %6.2f%%", eps, 100 * acc);
       line += cell;
       if (round == rounds) final_accuracy.push_back(acc);
     };
