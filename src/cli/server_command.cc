@@ -66,6 +66,7 @@ struct ServerFlags {
   std::string s3_endpoint;
   std::string s3_region;
   std::string s3_path_style;  // "", "0" or "1"
+  int64_t leader_lease_ms = coordinator::ServiceOptions{}.leader_lease_ttl.count();
 };
 
 // The blob store URI from --blobs and the --s3-* flags (folded into the s3:// URI's query, docs/s3.md).
@@ -170,6 +171,7 @@ int RunServer(const ServerFlags& f) {
   options.insecure = insecure;
   options.require_worker_certificates = !f.client_ca.empty();
   options.metrics_require_admin = f.metrics_auth == "admin";
+  options.leader_lease_ttl = std::chrono::milliseconds(f.leader_lease_ms);
   // Before the coordinator opens the store, so it loads the managed workers' tokens.
   std::vector<ManagedWorkerIdentity> managed;
   if (f.managed_workers > 0) {
@@ -367,6 +369,11 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--s3-path-style", flags->s3_path_style,
                   "1: path-style URLs (default with --s3-endpoint), 0: virtual-host style (default for AWS)")
       ->check(CLI::IsMember({"0", "1"}));
+  cmd->add_option("--leader-lease-ms", flags->leader_lease_ms,
+                  "failover, with a PostgreSQL --metadata shared by several servers: the leader lease's lifetime; a "
+                  "standby takes over within about 1.1 x this after the leader dies (docs/operations.md, \"Failover\")")
+      ->check(CLI::Range(int64_t{300}, int64_t{600'000}))
+      ->capture_default_str();
   cmd->callback([flags, &exit_code] { exit_code = RunServer(*flags); });
 }
 
