@@ -489,10 +489,11 @@ http::Awaitable<void> Service::ElectionLoop() {
   Clock::TimePoint held_until{};  // the latest the lease we hold can last: from the start of the call that renewed it
   while (!shutting_down_) {
     const Clock::TimePoint asked_at = clock_.Now();
-    StatusOr<storage::LeaderLease> lease =
-        co_await Offload(pool_, [this, ttl, id = coordinator_id_, url = options_.public_url] {
-          return store_->AcquireLeaderLease(id, url, ttl);
-        });
+    // Named, not a temporary of the co_await: the lambda holds strings (kCoAwaitTemporaries, loop_tools.h).
+    auto acquire = Offload(pool_, [this, ttl, id = coordinator_id_, url = options_.public_url] {
+      return store_->AcquireLeaderLease(id, url, ttl);
+    });
+    StatusOr<storage::LeaderLease> lease = co_await std::move(acquire);
     if (shutting_down_) break;
     if (lease.ok() && lease->held) {
       held_until = asked_at + ttl;

@@ -145,11 +145,17 @@ TEST_F(FailoverTest, LeaderKilledMidRoundTheStandbyFinishesTheJobWithTheUninterr
   StatusOr<std::unique_ptr<storage::PostgresMetadataStore>> store = storage::PostgresMetadataStore::Open(metadata_url_);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   std::map<int, int> committed_attempts, committed_events;
-  for (const storage::Round& r : *(*store)->ListRounds(job_id)) {
+  StatusOr<std::vector<storage::Round>> rounds = (*store)->ListRounds(job_id);
+  StatusOr<std::vector<storage::JobEvent>> events = (*store)->ListJobEvents(job_id, 0, 100000);
+  ASSERT_TRUE(rounds.ok() && events.ok()) << rounds.status().ToString() << events.status().ToString();
+  for (const storage::Round& r : *rounds) {
     if (r.status == storage::RoundStatus::kCommitted) committed_attempts[r.round]++;
   }
-  for (const storage::JobEvent& e : *(*store)->ListJobEvents(job_id, 0, 100000)) {
-    if (e.type == "round_committed") committed_events[json::parse(e.payload_json).value("round", 0)]++;
+  for (const storage::JobEvent& e : *events) {
+    if (e.type != "round_committed") continue;
+    json payload = json::parse(e.payload_json, nullptr, /*allow_exceptions=*/false);
+    EXPECT_TRUE(payload.is_object()) << e.payload_json;
+    if (payload.is_object()) committed_events[payload.value("round", 0)]++;
   }
   for (int round = 1; round <= kRounds; ++round) {
     EXPECT_EQ(committed_attempts[round], 1) << "round " << round;
