@@ -5,11 +5,11 @@
 #include <cctype>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 #include <utility>
 
 #include "base/text_file.h"
 #include "cli/config_file.h"
-#include "worker/agent.h"
 
 namespace parsyn::cli {
 
@@ -24,6 +24,19 @@ std::string Env(const char* name) {
 std::string ReadFileTrimmed(const std::string& path) {
   StatusOr<std::string> text = ReadTrimmedTextFile(path);
   return text.ok() ? *std::move(text) : "";
+}
+
+// "URL1,URL2" as a list, trimmed, without trailing slashes (as the worker's SplitServerUrls; this library does not
+// link the worker's).
+std::vector<std::string> SplitUrls(const std::string& urls) {
+  std::vector<std::string> out;
+  std::stringstream ss(urls);
+  for (std::string url; std::getline(ss, url, ',');) {
+    while (!url.empty() && std::isspace(static_cast<unsigned char>(url.front()))) url.erase(0, 1);
+    while (!url.empty() && (std::isspace(static_cast<unsigned char>(url.back())) || url.back() == '/')) url.pop_back();
+    if (!url.empty()) out.push_back(std::move(url));
+  }
+  return out;
 }
 
 // Of several coordinator URLs (failover), the one whose /readyz says it is the leader; else the first that answers
@@ -143,7 +156,7 @@ StatusOr<std::unique_ptr<http::Client>> ConnectToServer(const RemoteFlags& flags
   PARSYN_ASSIGN_OR_RETURN(RemoteSettings settings, ResolveRemote(flags));
   http::ClientOptions options;
   options.base_url = settings.server;
-  if (std::vector<std::string> urls = worker::SplitServerUrls(settings.server); urls.size() > 1) {
+  if (std::vector<std::string> urls = SplitUrls(settings.server); urls.size() > 1) {
     options.base_url = FindLeader(urls, settings.ca_file);
   }
   options.bearer_token = settings.api_key;

@@ -92,6 +92,8 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
     PARSYN_ASSIGN_OR_RETURN(std::string suffix, NewSecret(""));
     service->coordinator_id_ = std::string(host) + "-" + std::to_string(getpid()) + "-" + suffix.substr(0, 8);
   }
+  // A store no other coordinator shares: this one leads from the start (Start resumes the jobs).
+  service->leader_ = !service->store_->SharedByCoordinators();
   // On a shared store the leader's workers are not this process's to reset: BecomeLeader does it on takeover.
   PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Worker> workers, service->store_->SharedByCoordinators()
                                                                     ? service->store_->ListWorkers()

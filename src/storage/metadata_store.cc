@@ -104,7 +104,7 @@ Status MetadataStore::RecordWorkersSeen(std::span<const WorkerSeen> seen) {
 }
 
 StatusOr<LeaderLease> MetadataStore::AcquireLeaderLease(std::string_view holder, std::string_view holder_url,
-                                                       std::chrono::milliseconds) {
+                                                        std::chrono::milliseconds) {
   return LeaderLease{.held = true, .epoch = 1, .holder = std::string(holder), .holder_url = std::string(holder_url)};
 }
 

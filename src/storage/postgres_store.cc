@@ -1108,7 +1108,7 @@ StatusOr<TrainingJob> PostgresMetadataStore::SetJobStatus(int64_t job_id, JobSta
 // ---- the coordinator lease
 
 StatusOr<LeaderLease> PostgresMetadataStore::AcquireLeaderLease(std::string_view holder, std::string_view holder_url,
-                                                               std::chrono::milliseconds ttl) {
+                                                                std::chrono::milliseconds ttl) {
   if (holder.empty()) return InvalidArgumentError("the leader lease needs a holder id");
   PARSYN_LOCK_AND_CONNECT();
   LeaderLease lease{.holder = std::string(holder), .holder_url = std::string(holder_url)};

@@ -313,12 +313,8 @@ TEST(PostgresStoreTest, OneLeaderAtATimeAndADeposedLeadersWritesAreRefused) {
   EXPECT_EQ(other->epoch, 2);
 
   // The deposed leader's late writes: refused, none kept.
-  const RoundCommit commit{.job_id = job_id,
-                           .round = 1,
-                           .attempt = 1,
-                           .global_blob_key = "g",
-                           .global_sha256 = "s",
-                           .ended_at_ms = 3};
+  const RoundCommit commit{
+      .job_id = job_id, .round = 1, .attempt = 1, .global_blob_key = "g", .global_sha256 = "s", .ended_at_ms = 3};
   Status late = a->CommitRound(commit);
   EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition) << late.ToString();
   EXPECT_THAT(late.message(), HasSubstr("fenced: this coordinator's leadership (epoch 1) has passed on"));
