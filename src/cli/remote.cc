@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 #include <utility>
 
 #include "base/text_file.h"
@@ -25,12 +26,45 @@ std::string ReadFileTrimmed(const std::string& path) {
   return text.ok() ? *std::move(text) : "";
 }
 
+// "URL1,URL2" as a list, trimmed, without trailing slashes (as the worker's SplitServerUrls; this library does not
+// link the worker's).
+std::vector<std::string> SplitUrls(const std::string& urls) {
+  std::vector<std::string> out;
+  std::stringstream ss(urls);
+  for (std::string url; std::getline(ss, url, ',');) {
+    while (!url.empty() && std::isspace(static_cast<unsigned char>(url.front()))) url.erase(0, 1);
+    while (!url.empty() && (std::isspace(static_cast<unsigned char>(url.back())) || url.back() == '/')) url.pop_back();
+    if (!url.empty()) out.push_back(std::move(url));
+  }
+  return out;
+}
+
+// Of several coordinator URLs (failover), the one whose /readyz says it is the leader; else the first that answers
+// (its 503s name the leader), else the first.
+std::string FindLeader(const std::vector<std::string>& urls, const std::string& ca_file) {
+  std::string answered;
+  for (const std::string& url : urls) {
+    http::Client probe(http::ClientOptions{.base_url = url,
+                                           .connect_timeout = std::chrono::seconds(2),
+                                           .timeout = std::chrono::seconds(5),
+                                           .max_attempts = 1,
+                                           .ca_file = ca_file});
+    StatusOr<http::ClientResponse> res = probe.Get("/readyz");
+    if (!res.ok() && res.status().code() != StatusCode::kUnavailable) continue;
+    StatusOr<nlohmann::json> body = res.ok() ? res->Json() : StatusOr<nlohmann::json>(res.status());
+    if (body.ok() && body->is_object() && body->value("role", "") == "leader") return url;
+    if (res.ok() && answered.empty()) answered = url;
+  }
+  return answered.empty() ? urls.front() : answered;
+}
+
 }  // namespace
 
 void AddRemoteFlags(CLI::App& command, RemoteFlags& flags) {
   command.add_option(
       "--server", flags.server,
-      "coordinator URL (default: $PARSYN_SERVER, the config file's server, else <data-dir>/server.json)");
+      "coordinator URL, or several comma-separated (failover: the leader is used) (default: $PARSYN_SERVER, the "
+      "config file's server, else <data-dir>/server.json)");
   command.add_option("--api-key", flags.api_key,
                      "admin API key (default: $PARSYN_API_KEY, else the key file: --key-file, $PARSYN_KEY_FILE, the "
                      "config file's key_file, <data-dir>/admin-key)");
@@ -122,6 +156,9 @@ StatusOr<std::unique_ptr<http::Client>> ConnectToServer(const RemoteFlags& flags
   PARSYN_ASSIGN_OR_RETURN(RemoteSettings settings, ResolveRemote(flags));
   http::ClientOptions options;
   options.base_url = settings.server;
+  if (std::vector<std::string> urls = SplitUrls(settings.server); urls.size() > 1) {
+    options.base_url = FindLeader(urls, settings.ca_file);
+  }
   options.bearer_token = settings.api_key;
   options.unreachable_hint = "is `parsyn server` running?";
   options.ca_file = settings.ca_file;

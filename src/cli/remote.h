@@ -6,6 +6,8 @@
 //                              $XDG_CONFIG_HOME/parsyn/config.toml, ~/.config/parsyn/config.toml)
 //   4. the local data directory that `parsyn server` writes (./parsyn-data unless 1-3 name one): <data_dir>/server.json
 //      holds its URL (and for an HTTPS server its certificate file as "ca_file"), <data_dir>/admin-key the key.
+// The server may be several comma-separated URLs (coordinators in failover): the one whose /readyz says "leader" is
+// used, else the first that answers.
 // Also --output text|json (what the command prints on stdout) and --progress (transfer bars on a non-terminal).
 #pragma once
 

@@ -68,6 +68,7 @@ struct ServerFlags {
   std::string s3_path_style;  // "", "0" or "1"
   std::string admin_key_file;
   std::string worker_bootstrap_key_file;
+  int64_t leader_lease_ms = coordinator::ServiceOptions{}.leader_lease_ttl.count();
 };
 
 // The blob store URI from --blobs and the --s3-* flags (folded into the s3:// URI's query, docs/s3.md).
@@ -174,6 +175,7 @@ int RunServer(const ServerFlags& f) {
   options.metrics_require_admin = f.metrics_auth == "admin";
   options.admin_key_file = f.admin_key_file;
   options.worker_bootstrap_key_file = f.worker_bootstrap_key_file;
+  options.leader_lease_ttl = std::chrono::milliseconds(f.leader_lease_ms);
   // Before the coordinator opens the store, so it loads the managed workers' tokens.
   std::vector<ManagedWorkerIdentity> managed;
   if (f.managed_workers > 0) {
@@ -379,6 +381,11 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
                   "a key (at least 32 characters) with which workers register themselves as managed workers "
                   "(`parsyn worker --bootstrap-key-file`; POST /api/v1/workers/bootstrap)")
       ->envname("PARSYN_WORKER_BOOTSTRAP_KEY_FILE");
+  cmd->add_option("--leader-lease-ms", flags->leader_lease_ms,
+                  "failover, with a PostgreSQL --metadata shared by several servers: the leader lease's lifetime; a "
+                  "standby takes over within about 1.1 x this after the leader dies (docs/operations.md, \"Failover\")")
+      ->check(CLI::Range(int64_t{300}, int64_t{600'000}))
+      ->capture_default_str();
   cmd->callback([flags, &exit_code] { exit_code = RunServer(*flags); });
 }
 

@@ -201,9 +201,10 @@ int RunAgent(const AgentFlags& f) {
   for (const auto& [flag, file] : {std::pair{"--ca-file", &f.ca_file}, {"--cert", &f.cert}, {"--key", &f.key}}) {
     if (!file->empty() && !fs::is_regular_file(*file)) return fail(std::string(flag) + " " + *file + " is not a file");
   }
-  if (!f.cert.empty() && !options.server_url.starts_with("https://")) {
-    return fail("--cert and --key need an https:// --server (client certificates exist only over TLS), not " +
-                options.server_url);
+  for (const std::string& url : worker::SplitServerUrls(options.server_url)) {
+    if (!f.cert.empty() && !url.starts_with("https://")) {
+      return fail("--cert and --key need an https:// --server (client certificates exist only over TLS), not " + url);
+    }
   }
   options.ca_file = f.ca_file;
   options.client_cert_file = f.cert;
@@ -264,7 +265,11 @@ void AddWorkerCommand(CLI::App& app, int& exit_code) {
   }
   if (group == nullptr) group = app.add_subcommand("worker", "run a worker, or register and list workers");
   auto flags = std::make_shared<AgentFlags>();
-  group->add_option("--server", flags->server, "coordinator URL, e.g. http://10.0.0.5:8080")->envname("PARSYN_SERVER");
+  group
+      ->add_option("--server", flags->server,
+                   "coordinator URL, e.g. http://10.0.0.5:8080; several, comma-separated, for coordinators in failover "
+                   "(the worker follows the leader)")
+      ->envname("PARSYN_SERVER");
   group->add_option("--token", flags->token, "this worker's token (from `parsyn worker register`)")
       ->envname("PARSYN_WORKER_TOKEN");
   group->add_option("--name", flags->name, "name used in this worker's logs (default: its registered name)");

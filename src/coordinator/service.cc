@@ -1,5 +1,7 @@
 #include "coordinator/service.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -24,6 +26,23 @@
 namespace parsyn::coordinator {
 
 using nlohmann::json;
+
+namespace {
+
+// Sessions do not survive a restart or a change of leader: every worker says hello again, so all are offline until
+// then. Returns every worker.
+StatusOr<std::vector<storage::Worker>> ResetWorkerSessions(storage::MetadataStore& store) {
+  PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Worker> workers, store.ListWorkers());
+  for (storage::Worker& w : workers) {
+    if (w.status != storage::WorkerStatus::kOffline) {
+      w.status = storage::WorkerStatus::kOffline;
+      PARSYN_RETURN_IF_ERROR(store.UpdateWorker(w));
+    }
+  }
+  return workers;
+}
+
+}  // namespace
 
 Service::Service(boost::asio::io_context& io, ServiceOptions options)
     : io_(io),
@@ -76,17 +95,21 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
         service->signing_secret_, [self] { return self->options_.public_url; }, service->clock_);
     service->blob_urls_ = service->signed_blob_urls_.get();
   }
-  PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Worker> workers, service->store_->ListWorkers());
-  const int64_t now = service->clock_.UnixMillis();
-  for (storage::Worker& w : workers) {
-    service->worker_tokens_[w.token_sha256] = WorkerAuth{.worker_id = w.id, .revoked = w.revoked};
-    // Sessions do not survive a restart: every worker says hello again.
-    if (w.status != storage::WorkerStatus::kOffline) {
-      w.status = storage::WorkerStatus::kOffline;
-      PARSYN_RETURN_IF_ERROR(service->store_->UpdateWorker(w));
-    }
+  {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    PARSYN_ASSIGN_OR_RETURN(std::string suffix, NewSecret(""));
+    service->coordinator_id_ = std::string(host) + "-" + std::to_string(getpid()) + "-" + suffix.substr(0, 8);
   }
-  (void)now;
+  // A store no other coordinator shares: this one leads from the start (Start resumes the jobs).
+  service->leader_ = !service->store_->SharedByCoordinators();
+  // On a shared store the leader's workers are not this process's to reset: BecomeLeader does it on takeover.
+  PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Worker> workers, service->store_->SharedByCoordinators()
+                                                                    ? service->store_->ListWorkers()
+                                                                    : ResetWorkerSessions(*service->store_));
+  for (const storage::Worker& w : workers) {
+    service->worker_tokens_[w.token_sha256] = WorkerAuth{.worker_id = w.id, .revoked = w.revoked};
+  }
   return service;
 }
 
@@ -152,6 +175,8 @@ StatusOr<http::Router> Service::BuildRouter() {
   RouteTable routes(
       router, routes_, [this](const http::Request& req) { return CheckAdmin(req); },
       [this](const http::Request& req) { return AuthenticateWorker(req); }, options_.max_json_bytes);
+  // A standby answers every admin and worker route 503 naming the leader (clients retry there).
+  routes.RequireLeader([this] { return LeaderStatus(); });
   const RouteContext context{.store = *store_,
                              .blobs = *blobs_,
                              .pool = pool_,
@@ -207,8 +232,9 @@ http::Awaitable<http::Response> Service::Readiness() {
     return Status::Ok();
   });
   if (!blob.ok()) problems["blob_store"] = blob.ToString();
-  // Failover (leader and standby coordinators) is not built yet: a server that runs is the leader.
-  json body = {{"status", problems.empty() ? "ready" : "not_ready"}, {"role", "leader"}};
+  // A standby is ready too (it serves /healthz and /readyz, and takes over when the leader goes); its role says so.
+  json body = {{"status", problems.empty() ? "ready" : "not_ready"}, {"role", leader_ ? "leader" : "standby"}};
+  if (!leader_url_.empty()) body["leader_url"] = leader_url_;
   if (!problems.empty()) {
     body["not_ready"] = problems;
     PARSYN_LOG_WARN("readyz: not ready: {}", problems.dump());
@@ -453,6 +479,90 @@ http::Awaitable<void> Service::LaunchJob(storage::TrainingJob job) {
 }
 
 http::Awaitable<void> Service::Start() {
+  if (store_->SharedByCoordinators()) {
+    boost::asio::co_spawn(io_, ElectionLoop(), boost::asio::detached);
+    co_return;
+  }
+  leader_ = true;
+  co_await ResumeJobs();
+}
+
+Status Service::LeaderStatus() const {
+  if (leader_) return Status::Ok();
+  if (leader_url_.empty()) {
+    return UnavailableError("this coordinator is a standby and no leader is known yet: retry in a few seconds");
+  }
+  return UnavailableError("this coordinator is a standby; the leader is " + leader_url_ + ": send the call there");
+}
+
+http::Awaitable<void> Service::ElectionLoop() {
+  const std::chrono::milliseconds ttl = options_.leader_lease_ttl;
+  Clock::TimePoint held_until{};  // the latest the lease we hold can last: from the start of the call that renewed it
+  while (!shutting_down_) {
+    const Clock::TimePoint asked_at = clock_.Now();
+    // Named, not a temporary of the co_await: the lambda holds strings (kCoAwaitTemporaries, loop_tools.h).
+    auto acquire = Offload(pool_, [this, ttl, id = coordinator_id_, url = options_.public_url] {
+      return store_->AcquireLeaderLease(id, url, ttl);
+    });
+    StatusOr<storage::LeaderLease> lease = co_await std::move(acquire);
+    if (shutting_down_) break;
+    if (lease.ok() && lease->held) {
+      held_until = asked_at + ttl;
+      if (!leader_) {
+        PARSYN_LOG_INFO("coordinator {}: now the leader (lease epoch {}); resuming the running jobs", coordinator_id_,
+                        lease->epoch);
+        co_await BecomeLeader();
+      }
+    } else if (lease.ok()) {
+      if (leader_)
+        LeadershipLost("the lease was taken by " + lease->holder + " at epoch " + std::to_string(lease->epoch));
+      if (lease->holder_url != leader_url_) {
+        PARSYN_LOG_INFO("coordinator {}: standby; the leader is {} ({})", coordinator_id_, lease->holder,
+                        lease->holder_url);
+      }
+      leader_url_ = lease->holder_url;
+    } else {
+      PARSYN_LOG_WARN("coordinator {}: the leader lease could not be {}: {}", coordinator_id_,
+                      leader_ ? "renewed" : "asked for", lease.status().ToString());
+      if (leader_ && clock_.Now() >= held_until) {
+        LeadershipLost("the lease expired before it could be renewed: " + lease.status().ToString());
+      }
+    }
+    co_await shutdown_.Wait(leader_ ? ttl / 3 : ttl / 10);
+  }
+  if (leader_) {
+    // A standby takes over at once instead of waiting for the lease to expire.
+    Status released = co_await Offload(pool_, [this] { return store_->ReleaseLeaderLease(coordinator_id_); });
+    if (!released.ok()) PARSYN_LOG_WARN("the leader lease was not released: {}", released.ToString());
+  }
+}
+
+void Service::LeadershipLost(const std::string& why) {
+  PARSYN_LOG_ERROR("coordinator {}: no longer the leader ({}); exiting (status {}) so that it restarts as a standby",
+                   coordinator_id_, why, kExitLeadershipLost);
+  spdlog::shutdown();  // flushes the log
+  std::_Exit(kExitLeadershipLost);
+}
+
+http::Awaitable<void> Service::BecomeLeader() {
+  // Before any worker call is let in: a hello must not be followed by this reset.
+  StatusOr<std::vector<storage::Worker>> workers =
+      co_await Offload(pool_, [this] { return ResetWorkerSessions(*store_); });
+  if (!workers.ok()) {
+    PARSYN_LOG_ERROR("reloading the workers as the new leader: {}", workers.status().ToString());
+  } else {
+    worker_tokens_.clear();
+    for (const storage::Worker& w : *workers) {
+      worker_tokens_[w.token_sha256] = WorkerAuth{.worker_id = w.id, .revoked = w.revoked};
+    }
+  }
+  leader_ = true;
+  leader_url_ = options_.public_url;
+  // Spawned: the lease renewals go on while the jobs resume.
+  boost::asio::co_spawn(io_, ResumeJobs(), boost::asio::detached);
+}
+
+http::Awaitable<void> Service::ResumeJobs() {
   StatusOr<std::vector<storage::TrainingJob>> jobs = co_await Offload(pool_, [&] { return store_->ListJobs(); });
   if (!jobs.ok()) {
     PARSYN_LOG_ERROR("cannot list training jobs to resume: {}", jobs.status().ToString());

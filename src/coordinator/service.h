@@ -96,6 +96,10 @@ struct ServiceOptions {
   // `parsyn server --worker-bootstrap-key-file`: who presents this file's key may register managed workers
   // (POST /api/v1/workers/bootstrap: worker pods that register themselves). Empty: that route answers 404.
   std::filesystem::path worker_bootstrap_key_file;
+  // Failover, on a store that several coordinators share (PostgreSQL; docs/operations.md "Failover"): the leader
+  // lease lasts this long; the leader renews it every third of it, a standby tries to take it every tenth, so a
+  // standby takes over within about 1.1 x this after the leader stopped (`parsyn server --leader-lease-ms`).
+  std::chrono::milliseconds leader_lease_ttl{10'000};
 };
 
 // A (method, pattern) the service registers; docs/openapi.yaml must describe exactly these.
@@ -123,6 +127,13 @@ class Service final : public JobHost {
   http::Awaitable<void> Start();
   // Stops the timer and wakes long-polls so a graceful shutdown completes. On the loop.
   void BeginShutdown();
+  // Whether this coordinator is the leader (always, on a store that is not shared); a standby answers API and worker
+  // calls 503 naming the leader (LeaderStatus). Loop thread.
+  bool leader() const { return leader_; }
+  // OK on the leader; Unavailable saying this is a standby and which URL the leader has, when known.
+  Status LeaderStatus() const;
+  // This process's id in the leader lease: host, pid and a random suffix.
+  const std::string& coordinator_id() const { return coordinator_id_; }
 
   // ---- For the coordinator's own routes and job runners (loop thread only). ----
   const ServiceOptions& options() const { return options_; }
@@ -217,6 +228,17 @@ class Service final : public JobHost {
   http::Awaitable<void> SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string_view device = {});
   http::Awaitable<void> OfferWorker(int64_t worker_id);
   http::Awaitable<void> TimerLoop();
+  // On a shared store: takes and renews the leader lease until shutdown (then gives it up); becoming the leader
+  // resumes the jobs (BecomeLeader); losing the lease ends the process (LeadershipLost).
+  http::Awaitable<void> ElectionLoop();
+  // Reloads the worker tokens (the old leader may have registered some), marks every worker offline, then lets calls
+  // in and resumes the jobs.
+  http::Awaitable<void> BecomeLeader();
+  // Every queued or running job gets a runner (running ones resume at their last committed round); starts the timer.
+  http::Awaitable<void> ResumeJobs();
+  // Exits the process at once (status kExitLeadershipLost): a deposed leader must stop acting, and whatever it still
+  // tries to write is refused by the store (fencing). Its supervisor restarts it, as a standby.
+  [[noreturn]] void LeadershipLost(const std::string& why);
   // The last_seen of sessions seen since their last store write: what FlushPresence writes, in one commit.
   std::vector<storage::WorkerSeen> UnstoredPresence() const;
   void MarkPresenceStored(std::span<const storage::WorkerSeen> seen, Clock::TimePoint as_of);
@@ -243,6 +265,12 @@ class Service final : public JobHost {
   std::map<int64_t, std::unique_ptr<http::Signal>> event_signals_;
   http::Signal shutdown_;
   bool shutting_down_ = false;
+  std::string coordinator_id_;
+  bool leader_ = false;
+  std::string leader_url_;  // the leader's URL as the lease names it ("" while unknown)
 };
+
+// The exit status of a `parsyn server` that lost the leader lease (EX_TEMPFAIL: restart it).
+inline constexpr int kExitLeadershipLost = 75;
 
 }  // namespace parsyn::coordinator

@@ -21,10 +21,17 @@ Status RouteTable::Open(Method method, std::string_view pattern, http::Handler h
 }
 
 Status RouteTable::Admin(Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options) {
-  options.authorize = check_admin_;
+  options.authorize = [leader = check_leader_, check = check_admin_](const Request& req) {
+    if (leader) PARSYN_RETURN_IF_ERROR(leader());
+    return check(req);
+  };
   return Open(
       method, pattern,
-      [check = check_admin_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
+      [leader = check_leader_, check = check_admin_,
+       handler = std::move(handler)](Request& req) -> Awaitable<Response> {
+        if (leader) {
+          if (Status s = leader(); !s.ok()) co_return Response::Error(s);
+        }
         Status auth = check(req);
         if (!auth.ok()) co_return Response::Error(auth);
         req.principal = "admin";
@@ -34,10 +41,17 @@ Status RouteTable::Admin(Method method, std::string_view pattern, http::Handler 
 }
 
 Status RouteTable::Worker(Method method, std::string_view pattern, WorkerHandler handler, http::RouteOptions options) {
-  options.authorize = [check = check_worker_](const Request& req) { return check(req).status(); };
+  options.authorize = [leader = check_leader_, check = check_worker_](const Request& req) {
+    if (leader) PARSYN_RETURN_IF_ERROR(leader());
+    return check(req).status();
+  };
   return Open(
       method, pattern,
-      [check = check_worker_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
+      [leader = check_leader_, check = check_worker_,
+       handler = std::move(handler)](Request& req) -> Awaitable<Response> {
+        if (leader) {
+          if (Status s = leader(); !s.ok()) co_return Response::Error(s);
+        }
         StatusOr<int64_t> worker = check(req);
         if (!worker.ok()) co_return Response::Error(worker.status());
         req.principal = "worker " + std::to_string(*worker);

@@ -68,6 +68,10 @@ class RouteTable {
         check_worker_(std::move(check_worker)),
         max_json_bytes_(max_json_bytes) {}
 
+  // Admin and worker routes answer this check's error (a standby's 503) before anything else, when set.
+  using LeaderCheck = std::function<Status()>;
+  void RequireLeader(LeaderCheck check) { check_leader_ = std::move(check); }
+
   // No credentials (/healthz; /blobs, which check their own signature).
   Status Open(http::Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options = {});
   // Needs "Authorization: Bearer <admin key>". Checked from the header (RouteOptions::authorize) before any of the
@@ -83,6 +87,7 @@ class RouteTable {
   AdminCheck check_admin_;
   WorkerCheck check_worker_;
   uint64_t max_json_bytes_;
+  LeaderCheck check_leader_;
 };
 
 // A route handler that calls `method` on `handlers`, which the router keeps alive.

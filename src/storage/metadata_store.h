@@ -17,6 +17,7 @@
 //   disk (fsync per commit), so the coordinator makes them off its event-loop thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -275,6 +276,15 @@ struct JobEvent {
   friend bool operator==(const JobEvent&, const JobEvent&) = default;
 };
 
+// The coordinator lease (failover, docs/operations.md "Failover"): which of the coordinators sharing one store is the
+// leader, and its fencing epoch.
+struct LeaderLease {
+  bool held = false;       // the caller holds it (until the lease's expiry, unless renewed)
+  int64_t epoch = 0;       // the fencing token: one more on every change of holder
+  std::string holder;      // the holder's id ("" when nobody ever held it)
+  std::string holder_url;  // the holder's public URL, for standbys to name
+};
+
 // One schema step of a database-backed store (SQLite, PostgreSQL). `version` is 1 for the first and increases by one
 // per step.
 struct Migration {
@@ -384,6 +394,21 @@ class MetadataStore {
   // oldest first, at most `limit`.
   virtual StatusOr<int64_t> AppendJobEvent(const JobEvent& event) = 0;
   virtual StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit = 1000) = 0;
+
+  // Leader election among coordinators sharing the store. Only a store that several coordinators can share
+  // (PostgreSQL) says true; the defaults (SQLite: one server, always the leader) grant every call the lease at epoch 1
+  // and fence nothing.
+  virtual bool SharedByCoordinators() const { return false; }
+  // Takes the lease for `holder` (unique per process run) for `ttl` if nobody holds it, it expired, or `holder` already
+  // holds it (a renewal, same epoch); otherwise returns the current holder with held = false. Expiry is by the
+  // database's clock, so coordinators' clocks do not matter. From the first call on, this store's job writes
+  // (SetJobStatus, CreateShards, AssignShard, StartRound, CommitRound, FailRound, RecordFinalValidationLoss,
+  // AddRoundParticipant, RecordUpdate, AddJobArtifact) check in their own transaction that the lease's epoch is the
+  // one this store last acquired, and fail with FailedPrecondition ("fenced: ...") once another coordinator took over.
+  virtual StatusOr<LeaderLease> AcquireLeaderLease(std::string_view holder, std::string_view holder_url,
+                                                   std::chrono::milliseconds ttl);
+  // Ends the lease now if `holder` holds it (a graceful shutdown: a standby takes over without waiting for expiry).
+  virtual Status ReleaseLeaderLease(std::string_view holder);
 };
 
 // Opens a store by URI: "sqlite:///abs/path.db", "sqlite://rel/path.db", a plain path, or ":memory:" opens a SQLite

@@ -174,7 +174,19 @@ constexpr std::string_view kSchemaV2 = R"sql(
 ALTER TABLE shards ADD COLUMN label_histogram TEXT NOT NULL DEFAULT '';
 )sql";
 
-constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}};
+// Version 3: the coordinator lease (failover): one row, the leader's id and URL, its fencing epoch and the expiry, by
+// the database's clock.
+constexpr std::string_view kSchemaV3 = R"sql(
+CREATE TABLE coordinator_lease (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  holder TEXT NOT NULL,
+  holder_url TEXT NOT NULL,
+  epoch BIGINT NOT NULL,
+  expires_at TIMESTAMPTZ NOT NULL
+);
+)sql";
+
+constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}};
 
 // Serialises migrations of one database across processes (pg_advisory_xact_lock's key: "parsyn" in ASCII).
 constexpr int64_t kMigrationLockKey = 0x70617273796e;
@@ -533,6 +545,7 @@ class Transaction {
     open_ = true;
     return Status::Ok();
   }
+  bool open() const { return open_; }
   Status Commit() {
     Status s = db_->Exec("COMMIT", "committing");
     open_ = false;  // a failed COMMIT has rolled back
@@ -1071,6 +1084,7 @@ StatusOr<TrainingJob> PostgresMetadataStore::SetJobStatus(int64_t job_id, JobSta
   PARSYN_LOCK_AND_CONNECT();
   Transaction txn(db_.get());
   PARSYN_RETURN_IF_ERROR(txn.Begin());
+  PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
   PARSYN_ASSIGN_OR_RETURN(TrainingJob job, LoadJobLocked(job_id, /*for_update=*/true));
   if (IsTerminal(job.status)) {
     return FailedPreconditionError(JobName(job_id) + " is already " + std::string(ToString(job.status)));
@@ -1091,10 +1105,74 @@ StatusOr<TrainingJob> PostgresMetadataStore::SetJobStatus(int64_t job_id, JobSta
   return job;
 }
 
+// ---- the coordinator lease
+
+StatusOr<LeaderLease> PostgresMetadataStore::AcquireLeaderLease(std::string_view holder, std::string_view holder_url,
+                                                                std::chrono::milliseconds ttl) {
+  if (holder.empty()) return InvalidArgumentError("the leader lease needs a holder id");
+  PARSYN_LOCK_AND_CONNECT();
+  LeaderLease lease{.holder = std::string(holder), .holder_url = std::string(holder_url)};
+  {
+    // One statement: free, expired or already ours -> ours; a new holder bumps the epoch. The row lock it takes
+    // waits for a leader's job write in flight (CheckFenceLocked's FOR SHARE), so a takeover comes after it.
+    PARSYN_PREPARE(q,
+                   "INSERT INTO coordinator_lease AS l (id, holder, holder_url, epoch, expires_at) "
+                   "VALUES (1, $1, $2, 1, clock_timestamp() + $3::float8 * interval '1 millisecond') "
+                   "ON CONFLICT (id) DO UPDATE SET "
+                   "epoch = CASE WHEN l.holder = EXCLUDED.holder THEN l.epoch ELSE l.epoch + 1 END, "
+                   "holder = EXCLUDED.holder, holder_url = EXCLUDED.holder_url, expires_at = EXCLUDED.expires_at "
+                   "WHERE l.holder = EXCLUDED.holder OR l.expires_at <= clock_timestamp() RETURNING epoch");
+    q->Bind(holder, holder_url, static_cast<int64_t>(ttl.count()));
+    PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
+    if (row) {
+      lease.held = true;
+      lease.epoch = q->Int(0);
+      PARSYN_RETURN_IF_ERROR(q->Run());
+      fencing_epoch_ = lease.epoch;
+      return lease;
+    }
+  }
+  PARSYN_PREPARE(q, "SELECT holder, holder_url, epoch FROM coordinator_lease WHERE id = 1");
+  PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
+  lease.holder = row ? q->Text(0) : "";
+  lease.holder_url = row ? q->Text(1) : "";
+  lease.epoch = row ? q->Int(2) : 0;
+  fencing_epoch_ = -1;  // not the leader: every job write is refused
+  return lease;
+}
+
+Status PostgresMetadataStore::ReleaseLeaderLease(std::string_view holder) {
+  PARSYN_LOCK_AND_CONNECT();
+  PARSYN_PREPARE(q, "UPDATE coordinator_lease SET expires_at = clock_timestamp() WHERE id = 1 AND holder = $1");
+  q->Bind(holder);
+  return q->Run();
+}
+
+Status PostgresMetadataStore::CheckFenceLocked() {
+  if (fencing_epoch_ == 0) return Status::Ok();  // this store takes no part in leader election
+  // FOR SHARE: a standby's takeover (an UPDATE of this row) waits until this transaction ends.
+  PARSYN_PREPARE(q, "SELECT epoch, holder, holder_url FROM coordinator_lease WHERE id = 1 FOR SHARE");
+  PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
+  if (row && q->Int(0) == fencing_epoch_) return Status::Ok();
+  const std::string now_held =
+      row ? "the leader is " + q->Text(1) + " (" + q->Text(2) + ") at epoch " + std::to_string(q->Int(0)) : "no leader";
+  if (fencing_epoch_ < 0) {
+    return FailedPreconditionError("fenced: this coordinator is not the leader (" + now_held + "); write refused");
+  }
+  return FailedPreconditionError("fenced: this coordinator's leadership (epoch " + std::to_string(fencing_epoch_) +
+                                 ") has passed on (" + now_held + "); write refused");
+}
+
 // ---- artifacts
 
 Status PostgresMetadataStore::AddJobArtifact(const JobArtifact& artifact) {
   PARSYN_LOCK_AND_CONNECT();
+  // A job write: checked against the lease in the same transaction when fenced (see AcquireLeaderLease).
+  Transaction txn(db_.get());
+  if (fencing_epoch_ != 0) {
+    PARSYN_RETURN_IF_ERROR(txn.Begin());
+    PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
+  }
   PARSYN_PREPARE(q,
                  "INSERT INTO job_artifacts (job_id, name, blob_key, size_bytes, sha256, created_at_ms) "
                  "VALUES ($1, $2, $3, $4, $5, $6)");
@@ -1105,7 +1183,8 @@ Status PostgresMetadataStore::AddJobArtifact(const JobArtifact& artifact) {
   if (s.code() == StatusCode::kAlreadyExists) {
     return AlreadyExistsError(JobName(artifact.job_id) + " already has an artifact named '" + artifact.name + "'");
   }
-  return s;
+  PARSYN_RETURN_IF_ERROR(s);
+  return txn.open() ? txn.Commit() : Status::Ok();
 }
 
 StatusOr<std::vector<JobArtifact>> PostgresMetadataStore::ListJobArtifacts(int64_t job_id) {
@@ -1143,6 +1222,7 @@ Status PostgresMetadataStore::CreateShards(int64_t job_id, std::span<const Shard
   PARSYN_LOCK_AND_CONNECT();
   Transaction txn(db_.get());
   PARSYN_RETURN_IF_ERROR(txn.Begin());
+  PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
   PARSYN_RETURN_IF_ERROR(LoadJobLocked(job_id, /*for_update=*/true).status());
   {
     PARSYN_PREPARE(q, "SELECT 1 FROM shards WHERE job_id = $1 LIMIT 1");
@@ -1185,6 +1265,7 @@ Status PostgresMetadataStore::AssignShard(int64_t job_id, int32_t shard_index, i
   PARSYN_LOCK_AND_CONNECT();
   Transaction txn(db_.get());
   PARSYN_RETURN_IF_ERROR(txn.Begin());
+  PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
   {
     // The job's row first: two assignments to one job queue here instead of both seeing the shard free.
     PARSYN_PREPARE(q, "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE");
@@ -1256,6 +1337,7 @@ Status PostgresMetadataStore::StartRound(const Round& round) {
   PARSYN_LOCK_AND_CONNECT();
   Transaction txn(db_.get());
   PARSYN_RETURN_IF_ERROR(txn.Begin());
+  PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
   PARSYN_ASSIGN_OR_RETURN(TrainingJob job, LoadJobLocked(round.job_id, /*for_update=*/true));
   if (job.status != JobStatus::kRunning) {
     return FailedPreconditionError("cannot start " + name + ": the job is " + std::string(ToString(job.status)));
@@ -1319,6 +1401,7 @@ Status PostgresMetadataStore::CommitRound(const RoundCommit& commit) {
   PARSYN_LOCK_AND_CONNECT();
   Transaction txn(db_.get());
   PARSYN_RETURN_IF_ERROR(txn.Begin());
+  PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
   // The job's row is locked before anything is read (an absent job is reported below, as the missing round).
   std::optional<TrainingJob> locked;
   if (StatusOr<TrainingJob> j = LoadJobLocked(commit.job_id, /*for_update=*/true); j.ok()) {
@@ -1370,6 +1453,7 @@ Status PostgresMetadataStore::FailRound(const RoundFailure& failure) {
   PARSYN_LOCK_AND_CONNECT();
   Transaction txn(db_.get());
   PARSYN_RETURN_IF_ERROR(txn.Begin());
+  PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
   std::optional<TrainingJob> locked;
   if (StatusOr<TrainingJob> j = LoadJobLocked(failure.job_id, /*for_update=*/true); j.ok()) {
     locked = std::move(*j);
@@ -1429,6 +1513,7 @@ Status PostgresMetadataStore::RecordFinalValidationLoss(int64_t job_id, int32_t 
   PARSYN_LOCK_AND_CONNECT();
   Transaction txn(db_.get());
   PARSYN_RETURN_IF_ERROR(txn.Begin());
+  PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
   PARSYN_ASSIGN_OR_RETURN(TrainingJob job, LoadJobLocked(job_id, /*for_update=*/true));
   if (IsTerminal(job.status)) {
     return FailedPreconditionError("cannot record the final validation loss of " + JobName(job_id) + ": it is " +
@@ -1450,6 +1535,12 @@ Status PostgresMetadataStore::RecordFinalValidationLoss(int64_t job_id, int32_t 
 
 Status PostgresMetadataStore::AddRoundParticipant(int64_t job_id, int32_t round, int32_t attempt, int64_t worker_id) {
   PARSYN_LOCK_AND_CONNECT();
+  // A job write: checked against the lease in the same transaction when fenced (see AcquireLeaderLease).
+  Transaction txn(db_.get());
+  if (fencing_epoch_ != 0) {
+    PARSYN_RETURN_IF_ERROR(txn.Begin());
+    PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
+  }
   PARSYN_RETURN_IF_ERROR(LoadRoundLocked(job_id, round, attempt).status());
   PARSYN_PREPARE(q,
                  "INSERT INTO round_participants (job_id, round, attempt, worker_id) "
@@ -1460,7 +1551,8 @@ Status PostgresMetadataStore::AddRoundParticipant(int64_t job_id, int32_t round,
     return NotFoundError(RoundName(job_id, round, attempt) + ": participant worker " + std::to_string(worker_id) +
                          " not found");
   }
-  return s;
+  PARSYN_RETURN_IF_ERROR(s);
+  return txn.open() ? txn.Commit() : Status::Ok();
 }
 
 StatusOr<Round> PostgresMetadataStore::GetRound(int64_t job_id, int32_t round, int32_t attempt) {
@@ -1500,6 +1592,12 @@ StatusOr<std::vector<Round>> PostgresMetadataStore::ListRounds(int64_t job_id) {
 Status PostgresMetadataStore::RecordUpdate(const RoundUpdate& update) {
   const std::string name = RoundName(update.job_id, update.round, update.attempt);
   PARSYN_LOCK_AND_CONNECT();
+  // A job write: checked against the lease in the same transaction when fenced (see AcquireLeaderLease).
+  Transaction txn(db_.get());
+  if (fencing_epoch_ != 0) {
+    PARSYN_RETURN_IF_ERROR(txn.Begin());
+    PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
+  }
   PARSYN_RETURN_IF_ERROR(LoadRoundLocked(update.job_id, update.round, update.attempt).status());
   PARSYN_PREPARE(q, std::string("INSERT INTO round_updates (") + kUpdateColumns +
                         ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)");
@@ -1513,7 +1611,8 @@ Status PostgresMetadataStore::RecordUpdate(const RoundUpdate& update) {
   if (s.code() == StatusCode::kAlreadyExists) {
     return AlreadyExistsError("worker " + std::to_string(update.worker_id) + " already has an update for " + name);
   }
-  return s;
+  PARSYN_RETURN_IF_ERROR(s);
+  return txn.open() ? txn.Commit() : Status::Ok();
 }
 
 StatusOr<std::vector<RoundUpdate>> PostgresMetadataStore::ListUpdates(int64_t job_id, int32_t round, int32_t attempt) {

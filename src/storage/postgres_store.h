@@ -17,6 +17,10 @@
 // two processes opening one database at once migrate it once. PostgreSQL's version 1 is the current schema (the
 // SQLite versions 1-3 in one step); later changes are appended as new versions.
 //
+// Failover: the table coordinator_lease (schema version 3) holds the leader lease (AcquireLeaderLease); once a store
+// has asked for it, its job writes check the lease's epoch in their own transaction (fencing), so a deposed leader's
+// late writes are refused by the database (docs/architecture.md, "Failover").
+//
 // Threads: one connection guarded by a mutex; every method may be called from any thread (calls are serialised).
 // A connection the server dropped is re-established at the next call (its error was Unavailable).
 #pragma once
@@ -109,6 +113,12 @@ class PostgresMetadataStore final : public MetadataStore {
   StatusOr<int64_t> AppendJobEvent(const JobEvent& event) override;
   StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit = 1000) override;
 
+  // The lease is the row of `coordinator_lease` (schema version 3), with its expiry by the database's clock.
+  bool SharedByCoordinators() const override { return true; }
+  StatusOr<LeaderLease> AcquireLeaderLease(std::string_view holder, std::string_view holder_url,
+                                           std::chrono::milliseconds ttl) override;
+  Status ReleaseLeaderLease(std::string_view holder) override;
+
  private:
   explicit PostgresMetadataStore(std::unique_ptr<PostgresConnection> db);
 
@@ -118,9 +128,14 @@ class PostgresMetadataStore final : public MetadataStore {
   Status SetRoundValidationLossLocked(const TrainingJob& job, int32_t round, double loss);
   Status LoadParticipantsLocked(std::vector<Round>& rounds);
   Status DeleteUnlessUsedLocked(const char* sql, std::string_view what, int64_t id);
+  // In a job write's transaction: OK unless this store took part in leader election (fencing_epoch_ != 0) and the
+  // lease's epoch is no longer the one it acquired (FailedPrecondition "fenced: ...").
+  Status CheckFenceLocked();
 
   std::mutex mu_;  // guards db_: a libpq connection is not for concurrent use
   std::unique_ptr<PostgresConnection> db_;
+  // Guarded by mu_. 0: never asked for the lease (no fencing); -1: asked, not the leader; else the epoch it holds.
+  int64_t fencing_epoch_ = 0;
 };
 
 }  // namespace parsyn::storage

@@ -272,5 +272,84 @@ TEST(PostgresStoreTest, ADroppedConnectionIsReestablished) {
   EXPECT_EQ(*store->GetAdminKeyHash(), "h2");
 }
 
+// Failover's fencing: two coordinators' stores on one database; one holds the lease, the other's job writes are
+// refused; once the lease passes on (expired, then taken), the deposed leader's late writes are refused by the
+// database, in the write's own transaction, and nothing of them is kept.
+TEST(PostgresStoreTest, OneLeaderAtATimeAndADeposedLeadersWritesAreRefused) {
+  PARSYN_NEW_DATABASE_OR_SKIP(url);
+  auto a = MustOpen(url);
+  auto b = MustOpen(url);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  EXPECT_TRUE(a->SharedByCoordinators());
+  const int64_t model_id = a->CreateModel(Model{.name = "m", .model_type = "llama", .config_json = "{}"})->id;
+  const int64_t job_id = a->CreateJob(TrainingJob{.name = "j", .model_id = model_id, .spec_json = "{}"})->id;
+
+  StatusOr<LeaderLease> lease = a->AcquireLeaderLease("coordinator-a", "http://a:8080", std::chrono::minutes(1));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_TRUE(lease->held);
+  EXPECT_EQ(lease->epoch, 1);
+  StatusOr<LeaderLease> other = b->AcquireLeaderLease("coordinator-b", "http://b:8080", std::chrono::minutes(1));
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_FALSE(other->held);
+  EXPECT_EQ(other->holder, "coordinator-a");
+  EXPECT_EQ(other->holder_url, "http://a:8080");
+  EXPECT_EQ(other->epoch, 1);
+  // A standby's store writes nothing of a job.
+  Status standby_write = b->SetJobStatus(job_id, JobStatus::kRunning, 1).status();
+  EXPECT_EQ(standby_write.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(standby_write.message(), HasSubstr("fenced: this coordinator is not the leader"));
+
+  ASSERT_TRUE(a->SetJobStatus(job_id, JobStatus::kRunning, 1).ok());
+  ASSERT_TRUE(a->StartRound(Round{.job_id = job_id, .round = 1, .attempt = 1, .started_at_ms = 2}).ok());
+  // A renewal keeps the epoch; this one lasts a millisecond, then b takes over (polled: the expiry is the database's).
+  lease = a->AcquireLeaderLease("coordinator-a", "http://a:8080", std::chrono::milliseconds(1));
+  ASSERT_TRUE(lease.ok() && lease->held);
+  EXPECT_EQ(lease->epoch, 1);
+  for (int i = 0; i < 2000 && !(other.ok() && other->held); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    other = b->AcquireLeaderLease("coordinator-b", "http://b:8080", std::chrono::minutes(1));
+  }
+  ASSERT_TRUE(other.ok() && other->held) << "the expired lease was never taken over";
+  EXPECT_EQ(other->epoch, 2);
+
+  // The deposed leader's late writes: refused, none kept.
+  const RoundCommit commit{
+      .job_id = job_id, .round = 1, .attempt = 1, .global_blob_key = "g", .global_sha256 = "s", .ended_at_ms = 3};
+  Status late = a->CommitRound(commit);
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition) << late.ToString();
+  EXPECT_THAT(late.message(), HasSubstr("fenced: this coordinator's leadership (epoch 1) has passed on"));
+  EXPECT_THAT(late.message(), HasSubstr("coordinator-b"));
+  EXPECT_EQ(a->RecordUpdate(RoundUpdate{.job_id = job_id, .round = 1, .attempt = 1, .worker_id = 0}).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a->SetJobStatus(job_id, JobStatus::kFailed, 3, "late").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(b->GetRound(job_id, 1, 1)->status, RoundStatus::kRunning);
+  EXPECT_EQ(b->GetJob(job_id)->committed_round, 0);
+  EXPECT_EQ(b->GetJob(job_id)->status, JobStatus::kRunning);
+  // Nor can it take the lease back while b holds it.
+  lease = a->AcquireLeaderLease("coordinator-a", "http://a:8080", std::chrono::minutes(1));
+  ASSERT_TRUE(lease.ok());
+  EXPECT_FALSE(lease->held);
+  EXPECT_EQ(lease->holder, "coordinator-b");
+
+  // The new leader resumes the round: the interrupted attempt fails (not counted), the next one commits, once.
+  ASSERT_TRUE(b->FailRound(RoundFailure{.job_id = job_id,
+                                        .round = 1,
+                                        .attempt = 1,
+                                        .reason = "the coordinator changed",
+                                        .ended_at_ms = 4,
+                                        .counts_toward_fault_tolerance = false})
+                  .ok());
+  ASSERT_TRUE(b->StartRound(Round{.job_id = job_id, .round = 1, .attempt = 2, .started_at_ms = 5}).ok());
+  RoundCommit second = commit;
+  second.attempt = 2;
+  ASSERT_TRUE(b->CommitRound(second).ok());
+  EXPECT_EQ(b->GetJob(job_id)->committed_round, 1);
+  // A released lease is taken at once, with the next epoch.
+  ASSERT_TRUE(b->ReleaseLeaderLease("coordinator-b").ok());
+  lease = a->AcquireLeaderLease("coordinator-a", "http://a:8080", std::chrono::minutes(1));
+  ASSERT_TRUE(lease.ok() && lease->held);
+  EXPECT_EQ(lease->epoch, 3);
+}
+
 }  // namespace
 }  // namespace parsyn::storage

@@ -145,6 +145,15 @@ class TimedMetadataStore final : public MetadataStore {
     return Timed("list_job_events", [&] { return inner_.ListJobEvents(job_id, after_id, limit); });
   }
 
+  bool SharedByCoordinators() const override { return inner_.SharedByCoordinators(); }
+  StatusOr<LeaderLease> AcquireLeaderLease(std::string_view holder, std::string_view holder_url,
+                                           std::chrono::milliseconds ttl) override {
+    return Timed("acquire_leader_lease", [&] { return inner_.AcquireLeaderLease(holder, holder_url, ttl); });
+  }
+  Status ReleaseLeaderLease(std::string_view holder) override {
+    return Timed("release_leader_lease", [&] { return inner_.ReleaseLeaderLease(holder); });
+  }
+
  private:
   template <typename Call>
   std::invoke_result_t<Call&> Timed(const char* operation, Call&& call) {

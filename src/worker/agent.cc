@@ -1,5 +1,6 @@
 #include "worker/agent.h"
 
+#include <cctype>
 #include <condition_variable>
 #include <fstream>
 #include <random>
@@ -78,9 +79,9 @@ std::string JsonSafePrefix(std::string_view text, size_t max_bytes) {
 
 // No bearer token: blob URLs are signed in their query, and the token must never reach a blob store (S3 also
 // refuses a presigned request that carries an Authorization header). Relative URLs resolve against the coordinator.
-http::ClientOptions BlobClientOptions(const AgentOptions& agent) {
+http::ClientOptions BlobClientOptions(const AgentOptions& agent, const std::string& server_url) {
   http::ClientOptions options;
-  options.base_url = agent.server_url;
+  options.base_url = server_url;
   options.max_attempts = 3;
   options.ca_file = agent.ca_file;
   options.client_cert_file = agent.client_cert_file;
@@ -127,18 +128,41 @@ Status Concatenate(const fs::path& train, const fs::path& validation, bool csv, 
 
 }  // namespace
 
+std::vector<std::string> SplitServerUrls(std::string_view urls) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= urls.size()) {
+    size_t end = urls.find(',', start);
+    if (end == std::string_view::npos) end = urls.size();
+    std::string url(urls.substr(start, end - start));
+    while (!url.empty() && std::isspace(static_cast<unsigned char>(url.front()))) url.erase(0, 1);
+    while (!url.empty() && (std::isspace(static_cast<unsigned char>(url.back())) || url.back() == '/')) url.pop_back();
+    if (!url.empty()) out.push_back(std::move(url));
+    start = end + 1;
+  }
+  return out;
+}
+
 Agent::Agent(AgentOptions options, TrainerLauncher& launcher)
     : options_(std::move(options)),
       launcher_(launcher),
-      client_(http::ClientOptions{.base_url = options_.server_url,
-                                  .bearer_token = options_.token,
-                                  .max_attempts = 3,
-                                  .ca_file = options_.ca_file,
-                                  .client_cert_file = options_.client_cert_file,
-                                  .client_key_file = options_.client_key_file,
-                                  .unreachable_hint = "is `parsyn server` running?"}),
-      blob_client_(BlobClientOptions(options_)),
-      cache_(options_.cache_dir) {}
+      urls_(SplitServerUrls(options_.server_url)),
+      cache_(options_.cache_dir) {
+  if (urls_.empty()) urls_.push_back(options_.server_url);
+  MakeClients(0);
+}
+
+void Agent::MakeClients(size_t url_index) {
+  url_index_ = url_index;
+  client_ = std::make_unique<http::Client>(http::ClientOptions{.base_url = urls_[url_index],
+                                                               .bearer_token = options_.token,
+                                                               .max_attempts = 3,
+                                                               .ca_file = options_.ca_file,
+                                                               .client_cert_file = options_.client_cert_file,
+                                                               .client_key_file = options_.client_key_file,
+                                                               .unreachable_hint = "is `parsyn server` running?"});
+  blob_client_ = std::make_unique<http::Client>(BlobClientOptions(options_, urls_[url_index]));
+}
 
 Agent::~Agent() = default;
 
@@ -175,9 +199,29 @@ Status Agent::Run(std::stop_token stop) {
 }
 
 StatusOr<Agent::Session> Agent::Hello(std::stop_token stop) {
+  if (urls_.size() == 1) return HelloTo(0, stop);
+  // The coordinator of the last session first (it was the leader), then the others in turn.
+  Status last = Status::Ok();
+  for (size_t i = 0; i < urls_.size(); ++i) {
+    const size_t index = (url_index_ + i) % urls_.size();
+    StatusOr<Session> session = HelloTo(index, stop);
+    if (session.ok() || IsPermanent(session.status()) || session.status().code() == StatusCode::kCancelled) {
+      return session;
+    }
+    PARSYN_LOG_DEBUG("worker {}: {}: {}", options_.name, urls_[index], session.status().message());
+    last = session.status();
+  }
+  // Failover in progress, or no coordinator up: the caller backs off and tries them all again.
+  return last.WithContext("no coordinator of " + options_.server_url + " accepted the hello");
+}
+
+StatusOr<Agent::Session> Agent::HelloTo(size_t url_index, std::stop_token stop) {
+  MakeClients(url_index);
   http::CallOptions call;
   call.stop = stop;
-  call.retry = true;  // hello is idempotent: a repeated one replaces the session it made
+  // Hello is idempotent (a repeated one replaces the session it made); with several coordinators a standby's 503 is
+  // not retried here: the next URL is tried instead.
+  call.retry = urls_.size() == 1;
   protocol::Hello hello{.device = options_.device, .version = kVersion};
   if (!options_.local_data.empty()) {
     // Only the file's shape is announced (jobs over the workers' own data take only workers that have some).
@@ -187,7 +231,7 @@ StatusOr<Agent::Session> Agent::Hello(std::stop_token stop) {
     hello.local_data = protocol::LocalData{.format = csv ? "csv" : "jsonl", .rows = rows};
   }
   PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res,
-                          client_.PostJson("/api/v1/worker/hello", protocol::HelloToJson(hello), call));
+                          client_->PostJson("/api/v1/worker/hello", protocol::HelloToJson(hello), call));
   PARSYN_ASSIGN_OR_RETURN(json body, res.Json());
   StatusOr<protocol::HelloAnswer> answer = protocol::ParseHelloAnswer(body);
   if (!answer.ok()) return InternalError("the coordinator's hello answer is malformed: " + answer.status().message());
@@ -212,9 +256,9 @@ Status Agent::RunSession(const Session& session, std::stop_token stop) {
     call.stop = stop;
     call.retry = false;
     call.timeout = session.max_poll_wait + std::chrono::seconds(15);
-    StatusOr<http::ClientResponse> res = client_.Get("/api/v1/worker/tasks/next?session_id=" + session.id +
-                                                         "&wait_ms=" + std::to_string(session.max_poll_wait.count()),
-                                                     call);
+    StatusOr<http::ClientResponse> res = client_->Get("/api/v1/worker/tasks/next?session_id=" + session.id +
+                                                          "&wait_ms=" + std::to_string(session.max_poll_wait.count()),
+                                                      call);
     if (!res.ok()) {
       if (res.status().code() == StatusCode::kCancelled) break;
       if (res.status().code() == StatusCode::kFailedPrecondition) {
@@ -223,6 +267,13 @@ Status Agent::RunSession(const Session& session, std::stop_token stop) {
       }
       if (IsPermanent(res.status())) {
         NoteTokenRefused(res.status());
+        ended = res.status();
+        break;
+      }
+      // With several coordinators, one that stops answering may have lost the leadership: find the leader again.
+      if (urls_.size() > 1) {
+        PARSYN_LOG_WARN("worker {}: polling {} failed ({}); looking for the leader", options_.name, urls_[url_index_],
+                        res.status().message());
         ended = res.status();
         break;
       }
@@ -247,8 +298,9 @@ Status Agent::RunSession(const Session& session, std::stop_token stop) {
     http::CallOptions call;
     call.timeout = std::chrono::seconds(3);
     call.retry = false;
-    Status bye = client_.PostJson("/api/v1/worker/goodbye", protocol::HeartbeatToJson({.session_id = session.id}), call)
-                     .status();
+    Status bye =
+        client_->PostJson("/api/v1/worker/goodbye", protocol::HeartbeatToJson({.session_id = session.id}), call)
+            .status();
     if (!bye.ok()) PARSYN_LOG_WARN("worker {}: goodbye failed: {}", options_.name, bye.message());
   }
   return ended;
@@ -271,7 +323,7 @@ Status Agent::Heartbeat(const Session& session) {
   call.timeout = std::chrono::seconds(10);
   call.retry = false;
   StatusOr<http::ClientResponse> res =
-      client_.PostJson("/api/v1/worker/heartbeat", protocol::HeartbeatToJson({.session_id = session.id}), call);
+      client_->PostJson("/api/v1/worker/heartbeat", protocol::HeartbeatToJson({.session_id = session.id}), call);
   if (!res.ok()) {
     if (res.status().code() == StatusCode::kFailedPrecondition) {
       session_lost_ = true;
@@ -372,7 +424,7 @@ void Agent::ReportFailure(const protocol::Task& task, const Status& failure) {
                                .round = task.round,
                                .attempt = task.attempt,
                                .reason = JsonSafePrefix(WithoutLocalPaths(failure.message()), kMaxFailureReasonBytes)};
-  Status sent = client_.PostJson("/api/v1/worker/failure", protocol::FailureToJson(body), call).status();
+  Status sent = client_->PostJson("/api/v1/worker/failure", protocol::FailureToJson(body), call).status();
   NoteTokenRefused(sent);
   if (sent.ok()) {
     counters_.failures_reported++;
@@ -387,7 +439,7 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
   TaskFiles files;
   files.output_dir = task_dir / "out";
   if (!task.model.files.empty()) {
-    PARSYN_ASSIGN_OR_RETURN(files.model_dir, cache_.FetchModel(blob_client_, task.model.files, stop));
+    PARSYN_ASSIGN_OR_RETURN(files.model_dir, cache_.FetchModel(*blob_client_, task.model.files, stop));
   }
   files.global_weights = task_dir / "global.safetensors";
   const std::string global_name =
@@ -397,7 +449,7 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
     // The zstd copy: its own bytes checked, decompressed bounded by the global's size, then the global's checked.
     const fs::path compressed = task_dir / "global.safetensors.zst";
     PARSYN_RETURN_IF_ERROR(
-        DownloadVerified(blob_client_, zstd->url, compressed, zstd->sha256, stop, global_name + ", zstd"));
+        DownloadVerified(*blob_client_, zstd->url, compressed, zstd->sha256, stop, global_name + ", zstd"));
     PARSYN_RETURN_IF_ERROR(weights::ZstdDecompressFile(compressed, files.global_weights, task.global_weights.size_bytes)
                                .WithContext("decompressing " + global_name));
     std::error_code ignored;
@@ -408,7 +460,7 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
       return DataLossError(global_name + " decompressed to sha256 " + got + ", expected " + task.global_weights.sha256);
     }
   } else {
-    PARSYN_RETURN_IF_ERROR(DownloadVerified(blob_client_, task.global_weights.url, files.global_weights,
+    PARSYN_RETURN_IF_ERROR(DownloadVerified(*blob_client_, task.global_weights.url, files.global_weights,
                                             task.global_weights.sha256, stop, global_name));
   }
   if (task.data_source == protocol::DataSource::kWorkers) {
@@ -450,10 +502,10 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
     const std::string shard = "shard " + std::to_string(task.shard) + "'s ";
     const fs::path train = task_dir / ("train" + extension);
     const fs::path validation = task_dir / ("validation" + extension);
-    PARSYN_RETURN_IF_ERROR(DownloadVerified(blob_client_, data.train_url, train, data.train_sha256, stop,
+    PARSYN_RETURN_IF_ERROR(DownloadVerified(*blob_client_, data.train_url, train, data.train_sha256, stop,
                                             shard + "training file (train" + extension + ")"));
-    PARSYN_RETURN_IF_ERROR(DownloadVerified(blob_client_, data.validation_url, validation, data.validation_sha256, stop,
-                                            shard + "validation file (validation" + extension + ")"));
+    PARSYN_RETURN_IF_ERROR(DownloadVerified(*blob_client_, data.validation_url, validation, data.validation_sha256,
+                                            stop, shard + "validation file (validation" + extension + ")"));
     PARSYN_ASSIGN_OR_RETURN(int64_t got_train, CountRows(train, csv));
     if (got_train != data.train_rows) {
       return DataLossError("shard " + std::to_string(task.shard) + " arrived with " + std::to_string(got_train) +
@@ -530,14 +582,14 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
       PARSYN_ASSIGN_OR_RETURN(sha256, weights::Sha256File(update_file));
     }
     PARSYN_RETURN_IF_ERROR(
-        UploadUpdate(blob_client_, upload, update_file, sha256, stop).WithContext("uploading the update"));
+        UploadUpdate(*blob_client_, upload, update_file, sha256, stop).WithContext("uploading the update"));
   }
   PARSYN_ASSIGN_OR_RETURN(protocol::Result report, BuildResult(task, session.id, done, blob_key, sha256));
   http::CallOptions call;
   call.stop = stop;
   call.retry = true;  // the coordinator treats a repeated result for the same task as a duplicate
   StatusOr<http::ClientResponse> posted =
-      client_.PostJson("/api/v1/worker/result", protocol::ResultToJson(report), call);
+      client_->PostJson("/api/v1/worker/result", protocol::ResultToJson(report), call);
   NoteTokenRefused(posted.status());
   PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res, std::move(posted));
   {
@@ -574,7 +626,7 @@ StatusOr<json> Agent::RunTrainer(const Session& session, const protocol::Task& t
     http::CallOptions call;
     call.timeout = std::chrono::seconds(5);
     call.retry = false;
-    Status s = client_.PostJson("/api/v1/worker/progress", protocol::ProgressToJson(report), call).status();
+    Status s = client_->PostJson("/api/v1/worker/progress", protocol::ProgressToJson(report), call).status();
     NoteTokenRefused(s);  // stops the trainer: this loop then ends
     if (!s.ok()) PARSYN_LOG_DEBUG("worker {}: progress not delivered: {}", options_.name, s.message());
     last_sent = Clock::now();

@@ -12,6 +12,10 @@
 // split's. Tasks of platform jobs still train on the shard they name. A "workers" task on a worker without
 // local_data, or whose model does not fit the file's format, fails with the reason.
 //
+// Several coordinator URLs (failover, docs/operations.md "Failover"): hello goes to each in turn, starting with the
+// last that answered, until one accepts (a standby answers 503); a session whose coordinator stops answering a poll
+// ends at once, and the agent says hello again, to the next URL first, so it follows the leader within a backoff.
+//
 // Failures: connection errors, coordinator restarts (the old session is unknown: FailedPrecondition) and expired
 // sessions lead to a new hello after a capped exponential backoff; a task that fails (bad download, trainer crash,
 // failed upload) is logged, reported once through POST /api/v1/worker/failure {"job_id", "round", "attempt",
@@ -38,6 +42,8 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "http/client.h"
@@ -49,9 +55,11 @@
 namespace parsyn::worker {
 
 struct AgentOptions {
-  std::string server_url;  // "http://127.0.0.1:8080"
-  std::string token;       // from `parsyn worker register`
-  std::string name;        // for logs
+  // "http://127.0.0.1:8080", or several coordinators of one platform separated by commas (failover: a standby
+  // answers 503, so the agent says hello to each in turn until one, the leader, accepts it; SplitServerUrls).
+  std::string server_url;
+  std::string token;  // from `parsyn worker register`
+  std::string name;   // for logs
   // The name comes from the coordinator: `name` is used only until the hello answer gives the registered name.
   bool name_from_coordinator = false;
   std::string device = "cpu";
@@ -76,6 +84,9 @@ struct AgentCounters {
   std::atomic<int> uploads_skipped{0};    // the round moved on before the update could be uploaded
   std::atomic<int> failures_reported{0};  // failed tasks the coordinator accepted a /worker/failure report for
 };
+
+// "URL1,URL2,..." as a list: spaces around the commas and trailing slashes dropped, empty items skipped.
+std::vector<std::string> SplitServerUrls(std::string_view urls);
 
 class Agent {
  public:
@@ -106,6 +117,10 @@ class Agent {
   };
 
   StatusOr<Session> Hello(std::stop_token stop);
+  // Points client_ and blob_client_ at urls_[url_index].
+  void MakeClients(size_t url_index);
+  // Hello to one coordinator URL (the clients are made for it).
+  StatusOr<Session> HelloTo(size_t url_index, std::stop_token stop);
   // Polls and runs tasks until the session ends (FailedPrecondition), the coordinator is unreachable (Unavailable,
   // ...) or `stop` (OK, after goodbye).
   Status RunSession(const Session& session, std::stop_token stop);
@@ -131,8 +146,11 @@ class Agent {
 
   AgentOptions options_;
   TrainerLauncher& launcher_;
-  http::Client client_;       // the coordinator's API, with the worker's token
-  http::Client blob_client_;  // signed blob URLs: no token
+  std::vector<std::string> urls_;  // options_.server_url, split
+  size_t url_index_ = 0;           // the coordinator of the current session (the leader, with several)
+  // Made for urls_[url_index_] by HelloTo, between sessions, when no other thread of this agent uses them.
+  std::unique_ptr<http::Client> client_;       // the coordinator's API, with the worker's token
+  std::unique_ptr<http::Client> blob_client_;  // signed blob URLs: no token
   BlobCache cache_;
   AgentCounters counters_;
   std::mutex mutex_;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <fstream>
@@ -646,6 +647,82 @@ TEST_F(AgentTest, RevokedTokenStopsTheTaskAndTheAgent) {
   EXPECT_GE(seen.refused, 1);
   EXPECT_EQ(seen.hellos.size(), 1u);
   EXPECT_TRUE(seen.failures.empty());
+}
+
+// A coordinator that is a standby (hello answered 503, as `parsyn server` answers on a standby) until `leader` is
+// set; as the leader it accepts hellos and answers polls with no task.
+struct Standby {
+  std::atomic<bool> leader = false;
+  std::atomic<int> hellos_refused = 0;
+  std::atomic<int> hellos_accepted = 0;
+  std::atomic<int> polls = 0;
+
+  http::Router Routes() {
+    http::Router router;
+    EXPECT_TRUE(router
+                    .Add(http::Method::kPost, "/api/v1/worker/hello",
+                         [this](http::Request&) -> http::Awaitable<http::Response> {
+                           if (!leader) {
+                             hellos_refused++;
+                             co_return http::Response::Error(
+                                 UnavailableError("this coordinator is a standby; the leader is elsewhere"));
+                           }
+                           hellos_accepted++;
+                           co_return http::Response::Json(200, {{"session_id", "s2"},
+                                                                {"worker_id", 41},
+                                                                {"heartbeat_interval_ms", 60'000},
+                                                                {"max_poll_wait_ms", 100}});
+                         })
+                    .ok());
+    EXPECT_TRUE(router
+                    .Add(http::Method::kGet, "/api/v1/worker/tasks/next",
+                         [this](http::Request&) -> http::Awaitable<http::Response> {
+                           polls++;
+                           http::Signal idle(co_await net::this_coro::executor);
+                           co_await idle.Wait(milliseconds(50));
+                           co_return http::Response::NoContent();
+                         })
+                    .ok());
+    for (const char* path : {"/api/v1/worker/heartbeat", "/api/v1/worker/goodbye"}) {
+      EXPECT_TRUE(router
+                      .Add(http::Method::kPost, path,
+                           [](http::Request&) -> http::Awaitable<http::Response> {
+                             co_return http::Response::Json(200, {{"abandon", json::array()}});
+                           })
+                      .ok());
+    }
+    return router;
+  }
+};
+
+// `--server A,B`: hello goes past a standby's 503 to the leader; when the leader goes away, the agent finds the new
+// one (the former standby) by itself.
+TEST_F(AgentTest, SeveralCoordinatorsTheAgentFollowsTheLeader) {
+  EXPECT_EQ(SplitServerUrls(" http://a:1/, http://b:2 ,,"), (std::vector<std::string>{"http://a:1", "http://b:2"}));
+  Seen seen;
+  net::io_context leader_io, standby_io;
+  auto leader =
+      std::make_unique<http::testing::TestServer>(leader_io, FakeCoordinator(seen, [] { return json(); }, {}));
+  Standby standby;
+  http::testing::TestServer standby_server(standby_io, standby.Routes());
+  ScriptedTrainer trainer({}, 0);
+  // The standby first: the agent must not stop there.
+  RunningAgent agent(Options(standby_server.url() + "," + leader->url()), trainer);
+  ASSERT_TRUE(seen.WaitFor([&] { return !seen.hellos.empty() && seen.polls >= 3; }));
+  EXPECT_GE(standby.hellos_refused.load(), 1);
+  EXPECT_EQ(standby.hellos_accepted.load(), 0);
+
+  // The leader dies; the standby takes over.
+  leader->Stop(milliseconds(100));
+  standby.leader = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (standby.polls < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_EQ(standby.hellos_accepted.load(), 1);
+  EXPECT_GE(standby.polls.load(), 3);
+  EXPECT_TRUE(agent.Stop().ok());
+  EXPECT_EQ(agent.counters().sessions.load(), 2);
 }
 
 }  // namespace

@@ -1,0 +1,170 @@
+// Coordinator failover with real processes: two `parsyn server`s on one PostgreSQL database and one shared blob
+// directory, two `parsyn worker`s given both URLs. The leader is SIGKILLed mid-round; the standby takes the lease,
+// resumes the job at its last committed round, the workers follow it, and the job ends with the weights of an
+// uninterrupted run, with no round committed twice (read from the database itself).
+#include <gmock/gmock.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "llama_fixture.h"
+#include "storage/postgres_for_test.h"
+#include "storage/postgres_store.h"
+
+namespace parsyn::e2e {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FailoverTest : public LlamaJobTest {
+ protected:
+  void SetUp() override {
+    if (std::optional<std::string> why = storage::PostgresUnavailableReason()) GTEST_SKIP() << *why;
+    StatusOr<storage::PostgresForTest*> pg = storage::SharedPostgres();
+    ASSERT_TRUE(pg.ok()) << pg.status().ToString();
+    StatusOr<std::string> url = (*pg)->NewDatabase();
+    ASSERT_TRUE(url.ok()) << url.status().ToString();
+    metadata_url_ = *url;
+    fs::create_directories(blobs_dir());
+    // A short lease keeps the test quick; the takeover logic is the same at the default 10 s.
+    server_flags_ = {"--metadata", metadata_url_, "--blobs", blobs_dir().string(), "--leader-lease-ms", "1500"};
+    ASSERT_NO_FATAL_FAILURE(InitTabularMlp(400, "16"));
+    // The first server takes the lease before the second starts, so which one leads is known.
+    port_ = FreePort();
+    server_ = std::make_unique<Server>(tmp_.path() / "server-a", port_, server_flags_);
+    server_->Start();
+    ASSERT_EQ(WaitForRole(server_->url(), "leader"), "leader");
+    admin_ = server_->Admin();
+    model_id_ = UploadModel(*admin_, tmp_.path() / "model", "points-mlp");
+    dataset_id_ = UploadDataset(*admin_, tmp_.path() / "points.csv");
+    standby_ = std::make_unique<Server>(tmp_.path() / "server-b", FreePort(), server_flags_);
+    standby_->Start();
+    ASSERT_EQ(WaitForRole(standby_->url(), "standby"), "standby");
+  }
+
+  fs::path blobs_dir() const { return tmp_.path() / "shared-blobs"; }
+  fs::path BlobPath(const std::string& key) override { return blobs_dir() / key; }
+
+  // /readyz's role at `url`, polled (bounded) until it is `want`: the last one seen ("" if it never answered).
+  std::string WaitForRole(const std::string& url, const std::string& want) {
+    http::Client probe(http::ClientOptions{.base_url = url, .max_attempts = 1});
+    std::string role;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      StatusOr<http::ClientResponse> res = probe.Get("/readyz");
+      StatusOr<json> body = res.ok() ? res->Json() : StatusOr<json>(res.status());
+      if (body.ok()) role = body->value("role", "");
+      if (role == want) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return role;
+  }
+
+  json MlpSpec(const std::vector<int64_t>& worker_ids, int rounds, int steps) const {
+    json spec = TabularJobSpec("e2e-failover", dataset_id_, model_id_, worker_ids, rounds, steps);
+    spec["config"]["hidden_sizes"] = {16};
+    return spec;
+  }
+
+  std::string metadata_url_;
+  std::unique_ptr<Server> standby_;
+};
+
+TEST_F(FailoverTest, LeaderKilledMidRoundTheStandbyFinishesTheJobWithTheUninterruptedWeights) {
+  // Workers given both coordinators (`parsyn worker --server A,B`).
+  const std::string both = server_->url() + "," + standby_->url();
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 2; ++i) {
+    const std::string name = "w" + std::to_string(i);
+    Registered r = RegisterWorker(*admin_, name);
+    ids.push_back(r.id);
+    workers_.push_back(std::make_unique<Worker>(both, r.token, name, tmp_.path() / ("cache-" + name)));
+    workers_.back()->Start();
+  }
+  ASSERT_TRUE(WaitOnline(ids)) << "workers did not say hello to the leader in time";
+
+  // The standby answers API calls 503, naming the leader.
+  http::Client standby_admin(
+      http::ClientOptions{.base_url = standby_->url(), .bearer_token = server_->admin_key(), .max_attempts = 1});
+  StatusOr<http::ClientResponse> refused = standby_admin.Get("/api/v1/training-jobs");
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().ToString();
+  EXPECT_THAT(refused.status().message(), HasSubstr("standby; the leader is " + server_->url()));
+
+  // The CLI given both URLs, the standby's first, uses the leader.
+  CommandResult listed = RunParsyn({"job", "list", "--server", standby_->url() + "," + server_->url(), "--api-key",
+                                    server_->admin_key(), "--output", "json"});
+  EXPECT_EQ(listed.exit_code, 0) << listed.output;
+
+  const int kRounds = 4;
+  const int64_t reference_id = CreateJob(*admin_, MlpSpec(ids, kRounds, 10));
+  json reference = WaitForJobEnd(*admin_, reference_id, std::chrono::seconds(300));
+  ASSERT_EQ(reference.value("status", ""), "succeeded") << reference.dump(2);
+
+  const int64_t job_id = CreateJob(*admin_, MlpSpec(ids, kRounds, 10));
+  // Mid-round: round 1 committed and round 2's tasks handed out.
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, job_id,
+      [](const std::string& type, const json& d) { return type == "round_started" && d.value("round", 0) == 2; },
+      std::chrono::seconds(300)));
+  server_->Kill();
+
+  ASSERT_EQ(WaitForRole(standby_->url(), "leader"), "leader");
+  // From here on the fixture's admin client (ExpectGlobalsAreFedAvg's too) talks to the new leader.
+  admin_ = std::make_unique<http::Client>(
+      http::ClientOptions{.base_url = standby_->url(), .bearer_token = server_->admin_key()});
+  http::Client& new_admin = *admin_;
+  json job = WaitForJobEnd(new_admin, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  // The new leader resumed the job after its last committed round.
+  EXPECT_TRUE(WaitForEvent(
+      new_admin, job_id,
+      [](const std::string& type, const json& d) {
+        return type == "job_resumed" && d.value("committed_round", 0) >= 1 && d.value("committed_round", 0) < kRounds;
+      },
+      std::chrono::seconds(10)));
+
+  // Now the former standby is the leader, and the CLI finds it past the dead one.
+  CommandResult got = RunParsyn(
+      {"job", "get", std::to_string(job_id), "--server", both, "--api-key", server_->admin_key(), "--output", "json"});
+  EXPECT_EQ(got.exit_code, 0) << got.output;
+  EXPECT_THAT(got.output, HasSubstr("\"succeeded\""));
+
+  auto final_sha = [](http::Client& admin, int64_t id) {
+    std::string sha;
+    for (const json& r : Rounds(admin, id)) {
+      if (r["outcome"] == "committed" && r["round"] == kRounds) sha = r.value("global_sha256", "");
+    }
+    return sha;
+  };
+  EXPECT_FALSE(final_sha(new_admin, reference_id).empty());
+  EXPECT_EQ(final_sha(new_admin, job_id), final_sha(new_admin, reference_id));
+
+  // No round committed twice, as the database holds it: one committed attempt and one round_committed event per round.
+  StatusOr<std::unique_ptr<storage::PostgresMetadataStore>> store = storage::PostgresMetadataStore::Open(metadata_url_);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  std::map<int, int> committed_attempts, committed_events;
+  StatusOr<std::vector<storage::Round>> rounds = (*store)->ListRounds(job_id);
+  StatusOr<std::vector<storage::JobEvent>> events = (*store)->ListJobEvents(job_id, 0, 100000);
+  ASSERT_TRUE(rounds.ok() && events.ok()) << rounds.status().ToString() << events.status().ToString();
+  for (const storage::Round& r : *rounds) {
+    if (r.status == storage::RoundStatus::kCommitted) committed_attempts[r.round]++;
+  }
+  for (const storage::JobEvent& e : *events) {
+    if (e.type != "round_committed") continue;
+    json payload = json::parse(e.payload_json, nullptr, /*allow_exceptions=*/false);
+    EXPECT_TRUE(payload.is_object()) << e.payload_json;
+    if (payload.is_object()) committed_events[payload.value("round", 0)]++;
+  }
+  for (int round = 1; round <= kRounds; ++round) {
+    EXPECT_EQ(committed_attempts[round], 1) << "round " << round;
+    EXPECT_EQ(committed_events[round], 1) << "round " << round;
+  }
+  EXPECT_EQ(committed_attempts.size(), static_cast<size_t>(kRounds));
+  EXPECT_EQ(ExpectGlobalsAreFedAvg(job_id), kRounds);
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
+
+}  // namespace
+}  // namespace parsyn::e2e
