@@ -77,6 +77,12 @@ struct AgentCounters {
   std::atomic<int> failures_reported{0};  // failed tasks the coordinator accepted a /worker/failure report for
 };
 
+// Writes a platform shard's `train` file followed by its `validation` file into `dest` (the validation file's CSV
+// header dropped), under a temporary name first: the one data file the trainer reads (see ShardValidationFraction).
+// Also used by `parsyn simulate`'s virtual workers.
+Status JoinShardFiles(const std::filesystem::path& train, const std::filesystem::path& validation, bool csv,
+                      const std::filesystem::path& dest);
+
 class Agent {
  public:
   Agent(AgentOptions options, TrainerLauncher& launcher);
