@@ -1,8 +1,8 @@
 // `parsyn simulate`'s engine: one federated job with N virtual workers on this machine, run by the real JobRunner
 // (round engine, strategy, update checks, aggregation) on an in-process JobHost instead of the HTTP service.
 //
-// The output folder holds what a real coordinator stores, readable by the same code (`parsyn server --metadata
-// OUT/parsyn.db --blobs OUT/blobs` serves it: rounds, metrics, events, artifacts):
+// The output folder holds what a real coordinator stores, readable by the same code (`parsyn server --data-dir
+// OUT --metadata OUT/parsyn.db --blobs OUT/blobs` serves it: rounds, metrics, events, artifacts):
 //   OUT/parsyn.db      the SQLite metadata store (the dataset, the model, the virtual workers, the job)
 //   OUT/blobs/         the directory blob store (dataset, model files, shards, every round's global and updates)
 //   OUT/rounds.csv     one row per round attempt (round_report.h), OUT/rounds.json the same with the job's summary,
