@@ -14,6 +14,7 @@
 #include "coordinator/job_runner.h"
 #include "coordinator/job_runner_internal.h"
 #include "coordinator/loop_tools.h"
+#include "coordinator/registration.h"
 #include "coordinator/service.h"
 #include "coordinator/service_routes.h"
 #include "coordinator/sharding.h"
@@ -134,6 +135,8 @@ StatusOr<std::vector<std::string>> ListWarnings(storage::MetadataStore& store, i
   }
 }
 
+}  // namespace
+
 // Checks what the spec refers to, appending each problem to `problems` with the field named first, as the spec's own
 // validation does. When every reference is good, appends ReferenceWarnings to `warnings`. Errors: the store's.
 Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec, const json& body,
@@ -227,6 +230,8 @@ Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec, const
   }
   return Status::Ok();
 }
+
+namespace {
 
 StatusOr<int64_t> LastEventId(const Request& req) {
   std::string_view text = req.Header("last-event-id");

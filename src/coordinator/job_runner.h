@@ -76,6 +76,10 @@ struct ResultReport {
   nlohmann::json metrics = nlohmann::json::object();
 };
 
+// A worker's POST /api/v1/worker/result body as the runner takes it (the protocol routes and `parsyn simulate`'s
+// virtual workers): a loss the worker did not send counts as 0.
+ResultReport ToResultReport(protocol::Result result);
+
 class JobRunner {
  public:
   JobRunner(JobHost& host, storage::TrainingJob job, JobSpec spec);

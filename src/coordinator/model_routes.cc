@@ -9,6 +9,7 @@
 
 #include "coordinator/api_json.h"
 #include "coordinator/loop_tools.h"
+#include "coordinator/registration.h"
 #include "coordinator/service_routes.h"
 #include "data/llama_config.h"
 #include "data/tabular_model_file.h"
@@ -34,6 +35,8 @@ Status ConfigFileError(const Status& problem) {
   const std::string& message = problem.message();
   return InvalidArgumentError(message.starts_with("config.json") ? message : "config.json: " + message);
 }
+
+}  // namespace
 
 // Fills in the files' sizes and hashes from the blob store, and the model's type and config from config.json or
 // tabular_model.json. InvalidArgument naming the file for a missing upload or a bad config. Blocking.
@@ -67,6 +70,8 @@ Status DescribeModelFiles(storage::BlobStore& blobs, storage::Model& model) {
   return Status::Ok();
 }
 
+namespace {
+
 // A weights file the strict reader refuses: "<path>: <problem>; <what to do>".
 Status WeightsFileError(const std::string& path, const Status& problem) {
   const char* fix =
@@ -86,6 +91,8 @@ StatusOr<weights::SafetensorsLayout> CheckWeightsFile(storage::BlobStore& blobs,
   }
   return layout;
 }
+
+}  // namespace
 
 // Every *.safetensors file of the model passes the strict reader, and a sharded checkpoint's index names only shards
 // among the files and tensors each of them holds. InvalidArgument naming the file. Blocking.
@@ -118,6 +125,8 @@ Status CheckModelWeights(storage::BlobStore& blobs, const storage::Model& model)
   }
   return Status::Ok();
 }
+
+namespace {
 
 // Removes the staged uploads a refused registration named, unless a registered model uses one. Best effort.
 void DiscardUploads(const RouteContext& context, const storage::Model& refused) {

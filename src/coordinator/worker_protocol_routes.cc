@@ -19,20 +19,6 @@ namespace parsyn::coordinator {
 
 namespace {
 
-// Request bodies are read by src/protocol's readers (strict: unknown fields and wrong types rejected, every problem
-// named). A result becomes the runner's ResultReport; a loss the worker did not send counts as 0.
-ResultReport ToResultReport(protocol::Result result) {
-  return ResultReport{.round = result.round,
-                      .attempt = result.attempt,
-                      .blob_key = std::move(result.blob_key),
-                      .sha256 = std::move(result.sha256),
-                      .sample_count = result.sample_count,
-                      .train_loss = result.train_loss.value_or(0.0),
-                      .validation_samples = result.validation_samples,
-                      .validation_loss = result.validation_loss.value_or(0.0),
-                      .metrics = std::move(result.metrics)};
-}
-
 // The wait_ms of a task poll: at most `max_wait`. InvalidArgument for anything but a non-negative integer.
 StatusOr<std::chrono::milliseconds> PollWait(const Request& req, std::chrono::milliseconds max_wait) {
   auto it = req.query.find("wait_ms");
@@ -55,6 +41,20 @@ Status JobNotActive(int64_t job_id) {
 }
 
 }  // namespace
+
+// Request bodies are read by src/protocol's readers (strict: unknown fields and wrong types rejected, every problem
+// named).
+ResultReport ToResultReport(protocol::Result result) {
+  return ResultReport{.round = result.round,
+                      .attempt = result.attempt,
+                      .blob_key = std::move(result.blob_key),
+                      .sha256 = std::move(result.sha256),
+                      .sample_count = result.sample_count,
+                      .train_loss = result.train_loss.value_or(0.0),
+                      .validation_samples = result.validation_samples,
+                      .validation_loss = result.validation_loss.value_or(0.0),
+                      .metrics = std::move(result.metrics)};
+}
 
 // A friend of Service: the protocol opens, refreshes and ends the worker sessions it holds.
 class WorkerProtocolRoutes {

@@ -103,9 +103,9 @@ StatusOr<int64_t> CountRows(const fs::path& path, bool has_header) {
   return has_header && rows > 0 ? rows - 1 : rows;
 }
 
-// Writes `train` followed by `validation` into `dest` (the validation file's CSV header dropped), under a temporary
-// name first.
-Status Concatenate(const fs::path& train, const fs::path& validation, bool csv, const fs::path& dest) {
+}  // namespace
+
+Status JoinShardFiles(const fs::path& train, const fs::path& validation, bool csv, const fs::path& dest) {
   const fs::path temp = UniqueTempPath(dest);
   {
     std::ofstream out(temp, std::ios::binary | std::ios::trunc);
@@ -125,8 +125,6 @@ Status Concatenate(const fs::path& train, const fs::path& validation, bool csv, 
   if (ec) return InternalError("cannot move " + temp.string() + " to " + dest.string() + ": " + ec.message());
   return Status::Ok();
 }
-
-}  // namespace
 
 std::vector<std::string> SplitServerUrls(std::string_view urls) {
   std::vector<std::string> out;
@@ -514,13 +512,10 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
     std::error_code ec;
     fs::create_directories(files.data.parent_path(), ec);
     if (ec) return InternalError("cannot create " + files.data.parent_path().string() + ": " + ec.message());
-    PARSYN_RETURN_IF_ERROR(Concatenate(train, validation, csv, files.data));
+    PARSYN_RETURN_IF_ERROR(JoinShardFiles(train, validation, csv, files.data));
   }
   // The trainer splits off the last-named share again; with the platform's own fraction it holds out as many rows.
-  if (data.train_rows + data.validation_rows > 0) {
-    files.validation_fraction =
-        static_cast<double>(data.validation_rows) / static_cast<double>(data.train_rows + data.validation_rows);
-  }
+  files.validation_fraction = ShardValidationFraction(data);
   return files;
 }
 

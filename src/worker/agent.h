@@ -88,6 +88,12 @@ struct AgentCounters {
 // "URL1,URL2,..." as a list: spaces around the commas and trailing slashes dropped, empty items skipped.
 std::vector<std::string> SplitServerUrls(std::string_view urls);
 
+// Writes a platform shard's `train` file followed by its `validation` file into `dest` (the validation file's CSV
+// header dropped), under a temporary name first: the one data file the trainer reads (see ShardValidationFraction).
+// Also used by `parsyn simulate`'s virtual workers.
+Status JoinShardFiles(const std::filesystem::path& train, const std::filesystem::path& validation, bool csv,
+                      const std::filesystem::path& dest);
+
 class Agent {
  public:
   Agent(AgentOptions options, TrainerLauncher& launcher);

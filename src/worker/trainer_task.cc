@@ -24,6 +24,11 @@ StatusOr<int64_t> RequiredInteger(const json& done, const char* key) {
 
 }  // namespace
 
+std::optional<double> ShardValidationFraction(const protocol::TaskData& data) {
+  if (data.train_rows + data.validation_rows <= 0) return std::nullopt;
+  return static_cast<double>(data.validation_rows) / static_cast<double>(data.train_rows + data.validation_rows);
+}
+
 protocol::TrainerTask BuildTrainerTask(const protocol::Task& task, const TaskFiles& files, const std::string& device,
                                        int threads) {
   const bool train = task.kind == protocol::TaskKind::kTrain;

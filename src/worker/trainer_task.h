@@ -26,6 +26,10 @@ struct TaskFiles {
   std::filesystem::path output_dir;  // update.safetensors and result.json go here
 };
 
+// The share of a platform shard's joined file (JoinShardFiles, agent.h) that is its validation rows: the trainer
+// splits off the last such share, so it holds out exactly the platform's validation slice. nullopt for an empty shard.
+std::optional<double> ShardValidationFraction(const protocol::TaskData& data);
+
 // parsyn-trainer's task: the job's config as the coordinator sent it, the task's seed, steps_per_round steps (0 for
 // an evaluate task) on one learning-rate schedule that runs across all rounds, the validation slice fixed for the job
 // (split_seed 0 for a platform shard; the job's config.seed for the worker's own file, data_source "workers"). A job of

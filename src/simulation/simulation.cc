@@ -1,0 +1,647 @@
+#include "simulation/simulation.h"
+
+#include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "coordinator/dataset_import.h"
+#include "coordinator/job_host.h"
+#include "coordinator/job_runner.h"
+#include "coordinator/job_spec.h"
+#include "coordinator/loop_tools.h"
+#include "coordinator/registration.h"
+#include "protocol/messages.h"
+#include "protocol/trainer_task.h"
+#include "storage/byte_source.h"
+#include "storage/directory_blob_store.h"
+#include "storage/sqlite_store.h"
+#include "weights/sha256.h"
+#include "worker/agent.h"
+#include "worker/trainer_task.h"
+
+namespace parsyn::simulation {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Tasks name blobs by key behind this scheme; the virtual workers read and write them in the blob store directly.
+constexpr std::string_view kUrlScheme = "sim:";
+// How often the loop applies the runner's timeouts (Tick) and reports progress.
+constexpr std::chrono::milliseconds kTickInterval{200};
+
+class SimulationBlobUrls final : public storage::BlobUrlIssuer {
+ public:
+  StatusOr<std::string> GetUrl(std::string_view key, std::chrono::seconds) const override {
+    return std::string(kUrlScheme) + std::string(key);
+  }
+  StatusOr<storage::UrlGrant> PutGrant(std::string_view key, std::chrono::seconds) const override {
+    return storage::UrlGrant{.url = std::string(kUrlScheme) + std::string(key), .headers = {}};
+  }
+  std::chrono::seconds max_ttl() const override { return std::chrono::hours(24 * 7); }
+  bool transfers_bypass_coordinator() const override { return true; }
+};
+
+// The blob key behind a task's URL. InvalidArgument for another URL (none is ever issued here).
+StatusOr<std::string> KeyOfUrl(const std::string& url) {
+  if (!url.starts_with(kUrlScheme)) return InvalidArgumentError("not a simulation blob URL: " + url);
+  return url.substr(kUrlScheme.size());
+}
+
+// What a virtual worker's task ended with, back on the loop.
+struct TaskOutcome {
+  StatusOr<protocol::Result> result = UnavailableError("not run");
+  uint64_t bytes_moved = 0;
+};
+
+// Stops a task's trainer when the runner abandons the task (a straggler, the job's end).
+struct TaskControl {
+  std::mutex mutex;
+  bool abandoned = false;
+  worker::TrainerRun* trainer = nullptr;
+};
+
+// The JobHost of a simulation: the stores of the output folder, the loop, and the virtual workers.
+class SimulationHost final : public coordinator::JobHost {
+ public:
+  SimulationHost(const SimulationOptions& options, worker::TrainerLauncher& launcher, storage::MetadataStore& store,
+                 storage::BlobStore& blobs, fs::path work_dir)
+      : options_(options),
+        launcher_(launcher),
+        store_(store),
+        blobs_(blobs),
+        work_dir_(std::move(work_dir)),
+        pool_(2),
+        trainers_(static_cast<size_t>(std::max(1, options.parallel))) {}
+  ~SimulationHost() override {
+    trainers_.join();
+    pool_.join();
+  }
+
+  void AddWorker(int64_t id) { workers_[id] = VirtualWorker{}; }
+  void set_runner(coordinator::JobRunner* runner) { runner_ = runner; }
+  boost::asio::io_context& io() { return io_; }
+
+  storage::MetadataStore& store() override { return store_; }
+  storage::BlobStore& blobs() override { return blobs_; }
+  storage::BlobUrlIssuer& blob_urls() override { return urls_; }
+  std::string BlobGetUrl(std::string_view key, std::chrono::seconds ttl, int64_t) const override {
+    return *urls_.GetUrl(key, ttl);
+  }
+  StatusOr<storage::UrlGrant> BlobPutGrant(std::string_view key, std::chrono::seconds ttl, int64_t) const override {
+    return urls_.PutGrant(key, ttl);
+  }
+  std::chrono::seconds TaskUrlTtl(std::chrono::milliseconds attempt_timeout) const override {
+    return std::min(urls_.max_ttl(), std::chrono::duration_cast<std::chrono::seconds>(attempt_timeout) +
+                                         std::chrono::seconds(coordinator::kTaskUrlMargin));
+  }
+  boost::asio::thread_pool& pool() override { return pool_; }
+  boost::asio::any_io_executor executor() override { return io_.get_executor(); }
+  const Clock& clock() const override { return clock_; }
+  fs::path spool_dir() const override { return work_dir_ / "spool"; }
+  fs::path tmp_dir() const override { return work_dir_ / "tmp"; }
+
+  http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, json payload) override {
+    storage::JobEvent event{
+        .job_id = job_id, .type = type, .payload_json = payload.dump(), .time_ms = clock_.UnixMillis()};
+    StatusOr<int64_t> id = co_await coordinator::Offload(pool_, [&] { return store_.AppendJobEvent(event); });
+    if (!id.ok()) PARSYN_LOG_ERROR("training job {}: event {} not stored: {}", job_id, type, id.status().ToString());
+  }
+
+  // The task starts at once on the trainer pool (a real worker would pick it up with its pending long-poll).
+  bool DeliverTask(int64_t worker_id, int64_t, json task) override {
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end()) return false;
+    VirtualWorker& w = it->second;
+    w.busy = true;
+    w.tasks_assigned++;
+    w.round = task.value("round", 0);
+    w.attempt = task.value("attempt", 0);
+    w.control = std::make_shared<TaskControl>();
+    if (w.round != progress_round_) {
+      progress_round_ = w.round;
+      tasks_started_ = tasks_done_ = 0;
+    }
+    tasks_started_++;
+    in_flight_++;
+    boost::asio::post(trainers_, [this, worker_id, task = std::move(task), control = w.control]() mutable {
+      auto outcome = std::make_shared<TaskOutcome>(RunTask(worker_id, task, *control));
+      boost::asio::co_spawn(io_, Reported(worker_id, task.value("round", 0), task.value("attempt", 0), outcome),
+                            boost::asio::detached);
+    });
+    return true;
+  }
+
+  void AbandonTask(int64_t worker_id, int64_t, int round, int attempt) override {
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end() || !it->second.control || it->second.round != round || it->second.attempt != attempt) {
+      return;
+    }
+    TaskControl& control = *it->second.control;
+    std::lock_guard lock(control.mutex);
+    control.abandoned = true;
+    if (control.trainer != nullptr) control.trainer->Terminate();
+  }
+
+  void TaskFinished(int64_t, int64_t) override {}
+
+  std::vector<int64_t> IdleWorkers() const override {
+    std::vector<int64_t> idle;
+    for (const auto& [id, w] : workers_) {
+      if (!w.busy) idle.push_back(id);
+    }
+    return idle;
+  }
+  bool WorkerHasLocalData(int64_t) const override { return false; }
+
+  // Offers every idle worker to the job (after its launch, and as workers report).
+  http::Awaitable<void> OfferIdle() {
+    for (int64_t id : IdleWorkers()) {
+      auto offered = Offer(id);  // kCoAwaitTemporaries (loop_tools.h)
+      co_await std::move(offered);
+    }
+  }
+
+  // Ticks the runner until its job has ended (or could not be launched) and no trainer is still running; the loop
+  // then runs out of work and RunSimulation goes on.
+  http::Awaitable<void> TickLoop() {
+    boost::asio::steady_timer timer(io_);
+    while (!((runner_->finished() || launch_failed_) && in_flight_ == 0)) {
+      timer.expires_after(kTickInterval);
+      co_await timer.async_wait(boost::asio::use_awaitable);
+      if (runner_->TickDue()) {
+        auto ticked = runner_->Tick();
+        co_await std::move(ticked);
+      }
+      Report();
+    }
+  }
+  void set_launch_failed() { launch_failed_ = true; }
+
+ private:
+  struct VirtualWorker {
+    bool busy = false;
+    uint64_t tasks_assigned = 0;  // tells a stale offer (Service::OfferWorker does the same)
+    int round = 0;
+    int attempt = 0;
+    std::shared_ptr<TaskControl> control;
+  };
+
+  http::Awaitable<void> Offer(int64_t worker_id) {
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end() || it->second.busy || runner_->finished()) co_return;
+    auto still_idle = [this, worker_id, assigned = it->second.tasks_assigned] {
+      auto found = workers_.find(worker_id);
+      return found != workers_.end() && !found->second.busy && found->second.tasks_assigned == assigned;
+    };
+    auto available = runner_->WorkerAvailable(worker_id, std::move(still_idle));  // kCoAwaitTemporaries
+    co_await std::move(available);
+  }
+
+  // On the loop: the task's result (or failure) goes to the runner as the worker protocol's routes pass it, then the
+  // worker is idle and offered again.
+  http::Awaitable<void> Reported(int64_t worker_id, int round, int attempt, std::shared_ptr<TaskOutcome> outcome) {
+    in_flight_--;
+    VirtualWorker& w = workers_[worker_id];
+    const bool abandoned = w.control == nullptr || w.control->abandoned;
+    if (!abandoned) {
+      runner_->AddBytesMoved(outcome->bytes_moved);
+      if (outcome->result.ok()) {
+        auto result = runner_->Result(worker_id, coordinator::ToResultReport(std::move(*outcome->result)));
+        StatusOr<json> verdict = co_await std::move(result);
+        if (!verdict.ok()) {
+          PARSYN_LOG_WARN("sim worker {}: round {} result not taken: {}", worker_id, round, verdict.status().message());
+        } else if (verdict->is_object() && verdict->value("status", "") == "rejected") {
+          PARSYN_LOG_WARN("sim worker {}: round {} update rejected: {}", worker_id, round,
+                          verdict->value("reason", ""));
+        }
+      } else {
+        PARSYN_LOG_WARN("sim worker {}: round {} task failed: {}", worker_id, round,
+                        outcome->result.status().message());
+        auto failed = runner_->TaskFailed(worker_id, round, attempt,
+                                          "the worker's task failed: " + outcome->result.status().message());
+        Status recorded = co_await std::move(failed);
+        if (!recorded.ok()) PARSYN_LOG_DEBUG("sim worker {}: failure not recorded: {}", worker_id, recorded.message());
+      }
+    }
+    if (round == progress_round_) tasks_done_++;
+    w.busy = false;
+    w.control.reset();
+    Report();
+    auto offered = Offer(worker_id);
+    co_await std::move(offered);
+  }
+
+  void Report() {
+    if (!options_.on_progress) return;
+    const json view = runner_->LiveView();
+    if (!view.is_object()) return;
+    SimulationProgress p{.phase = view.value("phase", ""),
+                         .round = view.value("round", 0),
+                         .total_rounds = view.value("total_rounds", 0),
+                         .committed_round = view.value("committed_round", 0),
+                         .tasks_done = tasks_done_,
+                         .tasks_started = tasks_started_,
+                         .last_train_loss = last_train_loss_};
+    if (p.committed_round != reported_committed_) {
+      // The committed round's stored training loss (read once per round).
+      reported_committed_ = p.committed_round;
+      StatusOr<std::vector<storage::Round>> rounds = store_.ListRounds(runner_->id());
+      if (rounds.ok()) {
+        for (const storage::Round& r : *rounds) {
+          if (r.round == p.committed_round && r.status == storage::RoundStatus::kCommitted)
+            last_train_loss_ = r.train_loss;
+        }
+      }
+      p.last_train_loss = last_train_loss_;
+    }
+    options_.on_progress(p);
+  }
+
+  // On a trainer thread: the worker's side of a task (worker::Agent::ExecuteTask without HTTP): the inputs from the
+  // blob store, parsyn-trainer on them, the update into the blob store, and the result to report.
+  TaskOutcome RunTask(int64_t worker_id, const json& task_json, TaskControl& control) {
+    TaskOutcome outcome;
+    StatusOr<protocol::Task> task = protocol::ParseTask(task_json);
+    if (!task.ok()) {
+      outcome.result = task.status();
+      return outcome;
+    }
+    const fs::path task_dir =
+        work_dir_ / "tasks" / fmt::format("w{}-{}-{}-{}", worker_id, task->job_id, task->round, task->attempt);
+    std::error_code ec;
+    fs::remove_all(task_dir, ec);
+    fs::create_directories(task_dir / "out", ec);
+    outcome.result = ExecuteTask(*task, task_dir, control, outcome.bytes_moved);
+    fs::remove_all(task_dir, ec);
+    return outcome;
+  }
+
+  StatusOr<protocol::Result> ExecuteTask(const protocol::Task& task, const fs::path& task_dir, TaskControl& control,
+                                         uint64_t& bytes_moved) {
+    worker::TaskFiles files;
+    files.output_dir = task_dir / "out";
+    if (!task.model.files.empty()) {
+      PARSYN_ASSIGN_OR_RETURN(files.model_dir, ModelFolder(task.model.files));
+    }
+    PARSYN_ASSIGN_OR_RETURN(std::string global_key, KeyOfUrl(task.global_weights.url));
+    PARSYN_ASSIGN_OR_RETURN(files.global_weights, blobs_.LocalPath(global_key));
+    bytes_moved += task.global_weights.size_bytes;
+    PARSYN_ASSIGN_OR_RETURN(files.data, ShardFile(task.data));
+    files.data_format = task.data.format;
+    files.validation_fraction = worker::ShardValidationFraction(task.data);
+
+    const protocol::TrainerTask trainer_task =
+        worker::BuildTrainerTask(task, files, options_.device, options_.trainer_threads);
+    const fs::path task_file = task_dir / "task.json";
+    {
+      std::ofstream out(task_file);
+      out << protocol::TrainerTaskToJson(trainer_task).dump(2);
+      if (!out.flush()) return InternalError("cannot write " + task_file.string());
+    }
+    PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<worker::TrainerRun> trainer, launcher_.Start(task_file));
+    {
+      std::lock_guard lock(control.mutex);
+      control.trainer = trainer.get();
+      if (control.abandoned) trainer->Terminate();
+    }
+    json done, error, last_progress;
+    while (std::optional<std::string> line = trainer->ReadLine()) {
+      json event = json::parse(*line, nullptr, /*allow_exceptions=*/false);
+      if (!event.is_object()) continue;  // not an event (the trainer's libraries may print)
+      const std::string kind = event.value("event", "");
+      if (kind == "done") done = event;
+      if (kind == "error") error = event;
+      if (kind == "progress") last_progress = event;
+    }
+    const int code = trainer->Wait();
+    {
+      std::lock_guard lock(control.mutex);
+      control.trainer = nullptr;
+      if (control.abandoned) return CancelledError("trainer stopped: the task was abandoned");
+    }
+    if (code != 0 || !done.is_object()) {
+      std::string reason = error.is_object() ? error.value("message", "") : "";
+      if (reason.empty()) reason = "no error message";
+      return InternalError("parsyn-trainer exited with status " + std::to_string(code) + ": " + reason);
+    }
+    // The task's last progress point, stored as the progress route stores a worker's report.
+    std::optional<protocol::Progress> progress;
+    if (last_progress.is_object()) progress = worker::BuildProgress(task, "", last_progress, std::nullopt);
+    if (const std::optional<protocol::Progress>& p = progress) {
+      storage::MetricPoint point{.job_id = task.job_id,
+                                 .round = static_cast<int32_t>(p->round),
+                                 .worker_id = WorkerOfTask(task),
+                                 .step = p->step,
+                                 .loss = p->loss,
+                                 .throughput = p->throughput,
+                                 .utilization = p->utilization,
+                                 .time_ms = clock_.UnixMillis()};
+      Status stored = store_.AppendMetrics(std::span<const storage::MetricPoint>(&point, 1));
+      if (!stored.ok()) PARSYN_LOG_WARN("progress point not stored: {}", stored.message());
+    }
+    std::string blob_key, sha256;
+    if (task.kind == protocol::TaskKind::kTrain) {
+      const protocol::UpdateUpload& upload = *task.update_upload;  // ParseTask: every train task has one
+      blob_key = upload.blob_key;
+      sha256 = done.value("weights_sha256", "");
+      PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> update,
+                              storage::OpenFileSource(files.output_dir / "update.safetensors"));
+      storage::PutOptions put{.max_size_bytes = upload.max_size_bytes, .expected_sha256 = sha256};
+      PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo stored, blobs_.Put(blob_key, *update, put));
+      bytes_moved += stored.size_bytes;
+    }
+    return worker::BuildResult(task, "", done, blob_key, sha256);
+  }
+
+  // The worker id in the task's id "<job>-<round>-<attempt>-w<worker>".
+  static int64_t WorkerOfTask(const protocol::Task& task) {
+    const size_t w = task.task_id.rfind("-w");
+    return w == std::string::npos ? 0 : std::stoll(task.task_id.substr(w + 2));
+  }
+
+  // The model folder the trainer reads, laid out once from the model's blobs (hard links where the file system
+  // allows, else copies).
+  StatusOr<fs::path> ModelFolder(const std::vector<protocol::TaskModelFile>& model_files) {
+    std::lock_guard lock(model_mutex_);
+    const fs::path dir = work_dir_ / "model";
+    if (model_ready_) return dir;
+    for (const protocol::TaskModelFile& f : model_files) {
+      PARSYN_ASSIGN_OR_RETURN(std::string key, KeyOfUrl(f.url));
+      PARSYN_ASSIGN_OR_RETURN(fs::path source, blobs_.LocalPath(key));
+      const fs::path dest = dir / f.path;
+      std::error_code ec;
+      fs::create_directories(dest.parent_path(), ec);
+      fs::remove(dest, ec);
+      fs::create_hard_link(source, dest, ec);
+      if (ec) fs::copy_file(source, dest, fs::copy_options::overwrite_existing, ec);
+      if (ec) return InternalError("cannot lay out the model file " + dest.string() + ": " + ec.message());
+    }
+    model_ready_ = true;
+    return dir;
+  }
+
+  // The shard's training and validation files joined as a real worker joins them (worker::JoinShardFiles), once per
+  // shard: cached by the two files' checksums.
+  StatusOr<fs::path> ShardFile(const protocol::TaskData& data) {
+    if (data.format.empty() || data.train_url.empty() || data.validation_url.empty()) {
+      return InvalidArgumentError("task: its data needs a format, a train_url and a validation_url");
+    }
+    const bool csv = data.format == "csv";
+    const fs::path joined =
+        work_dir_ / "shards" /
+        (weights::Sha256Hex(data.train_sha256 + "\n" + data.validation_sha256) + (csv ? ".csv" : ".jsonl"));
+    if (fs::exists(joined)) return joined;
+    std::error_code ec;
+    fs::create_directories(joined.parent_path(), ec);
+    PARSYN_ASSIGN_OR_RETURN(std::string train_key, KeyOfUrl(data.train_url));
+    PARSYN_ASSIGN_OR_RETURN(std::string validation_key, KeyOfUrl(data.validation_url));
+    PARSYN_ASSIGN_OR_RETURN(fs::path train, blobs_.LocalPath(train_key));
+    PARSYN_ASSIGN_OR_RETURN(fs::path validation, blobs_.LocalPath(validation_key));
+    PARSYN_RETURN_IF_ERROR(worker::JoinShardFiles(train, validation, csv, joined));
+    return joined;
+  }
+
+  const SimulationOptions& options_;
+  worker::TrainerLauncher& launcher_;
+  storage::MetadataStore& store_;
+  storage::BlobStore& blobs_;
+  fs::path work_dir_;
+  SystemClock clock_;
+  SimulationBlobUrls urls_;
+  boost::asio::io_context io_;
+  boost::asio::thread_pool pool_;
+  boost::asio::thread_pool trainers_;
+  coordinator::JobRunner* runner_ = nullptr;
+  bool launch_failed_ = false;
+  std::map<int64_t, VirtualWorker> workers_;  // loop thread only
+  int in_flight_ = 0;
+  int progress_round_ = 0;
+  int tasks_started_ = 0;
+  int tasks_done_ = 0;
+  int reported_committed_ = -1;
+  std::optional<double> last_train_loss_;
+  std::mutex model_mutex_;
+  bool model_ready_ = false;
+};
+
+// Stores the dataset file as POST /api/v1/datasets does (checked by the same rules) and records it.
+StatusOr<storage::Dataset> RegisterDataset(const SimulationOptions& options, storage::MetadataStore& store,
+                                           storage::BlobStore& blobs, int64_t now_ms) {
+  std::string extension = options.data.extension().string();
+  for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (extension != ".csv" && extension != ".jsonl") {
+    return InvalidArgumentError("--data " + options.data.string() + ": the file must end in .csv or .jsonl");
+  }
+  const storage::DatasetFormat format =
+      extension == ".csv" ? storage::DatasetFormat::kCsv : storage::DatasetFormat::kJsonl;
+  PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> source, storage::OpenFileSource(options.data));
+  const std::string key = fmt::format("datasets/simulate/data.{}", storage::ToString(format));
+  PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo stored, blobs.Put(key, *source));
+  storage::Dataset dataset{.name = options.data.filename().string(),
+                           .format = format,
+                           .size_bytes = static_cast<int64_t>(stored.size_bytes),
+                           .sha256 = stored.sha256,
+                           .blob_key = key,
+                           .created_at_ms = now_ms};
+  PARSYN_ASSIGN_OR_RETURN(fs::path path, blobs.LocalPath(key));
+  Status valid = coordinator::DescribeDatasetFile(path, format, options.label_column, dataset);
+  if (!valid.ok()) return valid.WithContext("--data " + options.data.string() + " is not a valid dataset");
+  return store.CreateDataset(dataset);
+}
+
+// Stores the model folder's files as POST /api/v1/uploads + /models do, checked by the same rules.
+StatusOr<storage::Model> RegisterModel(const SimulationOptions& options, storage::MetadataStore& store,
+                                       storage::BlobStore& blobs, int64_t now_ms) {
+  if (!fs::is_directory(options.model_dir)) {
+    return InvalidArgumentError("--model " + options.model_dir.string() + ": no such folder");
+  }
+  storage::Model model{.name = options.model_dir.filename().string(), .created_at_ms = now_ms};
+  if (model.name.empty()) model.name = "model";
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& e : fs::recursive_directory_iterator(options.model_dir)) {
+    if (e.is_regular_file()) files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (size_t i = 0; i < files.size(); ++i) {
+    PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> source, storage::OpenFileSource(files[i]));
+    const std::string key = fmt::format("uploads/simulate-{:04}", i);
+    PARSYN_RETURN_IF_ERROR(blobs.Put(key, *source).status());
+    model.files.push_back({.path = fs::relative(files[i], options.model_dir).generic_string(), .blob_key = key});
+  }
+  Status checked = coordinator::DescribeModelFiles(blobs, model);
+  if (checked.ok()) checked = coordinator::CheckModelWeights(blobs, model);
+  if (!checked.ok()) return checked.WithContext("--model " + options.model_dir.string());
+  return store.CreateModel(model);
+}
+
+std::string JoinProblems(const std::vector<std::string>& problems) {
+  std::string text;
+  for (const std::string& p : problems) text += (text.empty() ? "" : "; ") + p;
+  return text;
+}
+
+Status CheckOptions(const SimulationOptions& o) {
+  if (o.workers < 1 || o.workers > kMaxVirtualWorkers) {
+    return InvalidArgumentError(fmt::format("--workers must be 1..{}, got {}", kMaxVirtualWorkers, o.workers));
+  }
+  if (o.parallel < 1) return InvalidArgumentError("--parallel must be at least 1");
+  if (o.trainer_threads < 1) return InvalidArgumentError("--threads must be at least 1");
+  if (!fs::is_regular_file(o.data)) return InvalidArgumentError("--data " + o.data.string() + ": no such file");
+  if (!o.job.is_object()) return InvalidArgumentError("--job: expected a JSON object (a training job's body)");
+  return Status::Ok();
+}
+
+}  // namespace
+
+// What RunSimulation runs: the output folder's stores with the dataset, the model, the virtual workers and the job
+// recorded, as the API would have recorded them.
+struct Prepared {
+  std::unique_ptr<storage::SqliteMetadataStore> store;
+  std::unique_ptr<storage::DirectoryBlobStore> blobs;
+  std::vector<int64_t> worker_ids;
+  std::vector<std::string> warnings;
+  coordinator::JobSpec spec;
+  storage::TrainingJob job;
+};
+
+StatusOr<Prepared> Prepare(const SimulationOptions& options) {
+  std::error_code ec;
+  for (const char* sub : {"spool", "tmp", "tasks"}) fs::create_directories(options.out / "work" / sub, ec);
+  Prepared p;
+  PARSYN_ASSIGN_OR_RETURN(p.store, storage::SqliteMetadataStore::Open((options.out / "parsyn.db").string()));
+  PARSYN_ASSIGN_OR_RETURN(p.blobs, storage::DirectoryBlobStore::Open(options.out / "blobs"));
+  SystemClock clock;
+  const int64_t now = clock.UnixMillis();
+
+  PARSYN_ASSIGN_OR_RETURN(storage::Dataset dataset, RegisterDataset(options, *p.store, *p.blobs, now));
+  PARSYN_ASSIGN_OR_RETURN(storage::Model model, RegisterModel(options, *p.store, *p.blobs, now));
+  for (int i = 1; i <= options.workers; ++i) {
+    storage::Worker w{.name = fmt::format("sim-{}", i),
+                      .kind = storage::WorkerKind::kOwn,
+                      .token_sha256 = weights::Sha256Hex(fmt::format("parsyn simulate worker {}", i)),
+                      .device = options.device,
+                      .status = storage::WorkerStatus::kOnline,
+                      .created_at_ms = now};
+    PARSYN_ASSIGN_OR_RETURN(storage::Worker created, p.store->CreateWorker(w));
+    p.worker_ids.push_back(created.id);
+  }
+
+  // The job, as POST /api/v1/training-jobs takes it, over this dataset, model and the virtual workers.
+  json body = options.job;
+  if (body.contains("worker_selection") && !body["worker_selection"].is_null()) {
+    p.warnings.push_back("worker_selection is set by parsyn simulate: the job lists its " +
+                         std::to_string(options.workers) + " virtual workers (--workers)");
+  }
+  if (body.contains("data") && body["data"].is_object() && body["data"].value("source", "platform") != "platform") {
+    return InvalidArgumentError(
+        "data.source: parsyn simulate trains on the --data file, split over the virtual workers; give data.source "
+        "\"platform\" or leave it out");
+  }
+  body["dataset_id"] = dataset.id;
+  body["model_id"] = model.id;
+  body["worker_selection"] = {{"mode", "own"}, {"worker_ids", p.worker_ids}};
+  std::vector<coordinator::FieldProblem> field_problems;
+  StatusOr<coordinator::JobSpec> spec = coordinator::ParseJobSpecJson(body, field_problems);
+  if (!spec.ok()) return InvalidArgumentError("--job: " + spec.status().message());
+  p.spec = *spec;
+  for (std::string& w : coordinator::JobSpecWarnings(body, *spec)) p.warnings.push_back(std::move(w));
+  std::vector<std::string> problems;
+  PARSYN_RETURN_IF_ERROR(coordinator::CheckReferences(*p.store, *spec, body, p.warnings, problems));
+  if (!problems.empty()) return InvalidArgumentError("--job: " + JoinProblems(problems));
+  p.job = storage::TrainingJob{.name = spec->name,
+                               .dataset_id = spec->dataset_id,
+                               .model_id = spec->model_id,
+                               .spec_json = coordinator::JobSpecToJsonString(*spec),
+                               .created_at_ms = now};
+  PARSYN_ASSIGN_OR_RETURN(p.job, p.store->CreateJob(p.job));
+  auto append = [&](const std::string& type, const json& payload) {
+    p.store->AppendJobEvent({.job_id = p.job.id, .type = type, .payload_json = payload.dump(), .time_ms = now})
+        .status()
+        .IgnoreError();  // events describe; the job's records are what counts
+  };
+  append("job_status", {{"status", "queued"}});
+  for (const std::string& w : p.warnings) append("warning", {{"message", w}});
+
+  return p;
+}
+
+StatusOr<SimulationResult> RunSimulation(const SimulationOptions& given, worker::TrainerLauncher& launcher) {
+  PARSYN_RETURN_IF_ERROR(CheckOptions(given));
+  // Absolute paths: the trainer reads its task file's paths from its own working directory.
+  SimulationOptions options = given;
+  options.out = fs::absolute(given.out);
+  options.data = fs::absolute(given.data);
+  options.model_dir = fs::absolute(given.model_dir);
+  std::error_code ec;
+  fs::create_directories(options.out, ec);
+  if (ec) return InternalError("--out " + options.out.string() + ": " + ec.message());
+  if (fs::exists(options.out / "parsyn.db")) {
+    return AlreadyExistsError("--out " + options.out.string() + " already holds a simulation (parsyn.db)");
+  }
+  const fs::path work_dir = options.out / "work";
+  StatusOr<Prepared> prepared = Prepare(options);
+  if (!prepared.ok()) {
+    // Nothing ran: leave no half-made simulation behind, so the same --out can be used once the input is fixed.
+    for (const char* name : {"parsyn.db", "parsyn.db-wal", "parsyn.db-shm", "parsyn.db-journal", "blobs", "work"}) {
+      fs::remove_all(options.out / name, ec);
+    }
+    return prepared.status();
+  }
+  Prepared& p = *prepared;
+  storage::SqliteMetadataStore* store = p.store.get();
+  storage::DirectoryBlobStore* blobs = p.blobs.get();
+  const storage::TrainingJob& job = p.job;
+  const std::vector<std::string>& warnings = p.warnings;
+  const std::vector<int64_t>& worker_ids = p.worker_ids;
+  const coordinator::JobSpec* spec = &p.spec;
+
+  {
+    SimulationHost host(options, launcher, *store, *blobs, work_dir);
+    for (int64_t id : worker_ids) host.AddWorker(id);
+    coordinator::JobRunner runner(host, job, *spec);
+    host.set_runner(&runner);
+    auto main = [&]() -> http::Awaitable<void> {
+      Status launched = co_await runner.Launch();
+      if (!launched.ok()) {
+        PARSYN_LOG_ERROR("training job {}: {}", job.id, launched.ToString());
+        host.set_launch_failed();
+      }
+      co_await host.OfferIdle();
+      co_await host.TickLoop();
+    };
+    boost::asio::co_spawn(host.io(), main(), boost::asio::detached);
+    host.io().run();
+  }
+
+  SimulationResult result;
+  result.warnings = warnings;
+  PARSYN_ASSIGN_OR_RETURN(result.job, store->GetJob(job.id));
+  PARSYN_ASSIGN_OR_RETURN(result.report, ReadRoundReport(*store, job.id, options.workers));
+  PARSYN_RETURN_IF_ERROR(WriteRoundReport(result.report, options.out));
+  // The last committed global, for users (and scripts) that want the model without reading the store.
+  PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Round> rounds, store->ListRounds(job.id));
+  for (const storage::Round& r : rounds) {
+    if (r.global_sha256 != result.report.final_global_sha256 || r.global_blob_key.empty()) continue;
+    PARSYN_ASSIGN_OR_RETURN(fs::path global, blobs->LocalPath(r.global_blob_key));
+    fs::copy_file(global, options.out / "global.safetensors", fs::copy_options::overwrite_existing, ec);
+    if (ec) return InternalError("cannot write " + (options.out / "global.safetensors").string() + ": " + ec.message());
+    break;
+  }
+  fs::remove_all(work_dir, ec);
+  return result;
+}
+
+}  // namespace parsyn::simulation
