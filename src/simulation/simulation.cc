@@ -356,9 +356,14 @@ class SimulationHost final : public coordinator::JobHost {
     if (task.kind == protocol::TaskKind::kTrain) {
       const protocol::UpdateUpload& upload = *task.update_upload;  // ParseTask: every train task has one
       blob_key = upload.blob_key;
-      sha256 = done.value("weights_sha256", "");
-      PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> update,
-                              storage::OpenFileSource(files.output_dir / "update.safetensors"));
+      // The job's distributed.compression, as a worker applies it (error feedback's residuals per virtual worker).
+      PARSYN_ASSIGN_OR_RETURN(
+          worker::WireUpdate wire,
+          worker::EncodeUpdateForJob(task, files.output_dir / "update.safetensors", done.value("weights_sha256", ""),
+                                     files.global_weights,
+                                     work_dir_ / "state" / ("w" + std::to_string(WorkerOfTask(task)))));
+      sha256 = wire.sha256;
+      PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> update, storage::OpenFileSource(wire.file));
       storage::PutOptions put{.max_size_bytes = upload.max_size_bytes, .expected_sha256 = sha256};
       PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo stored, blobs_.Put(blob_key, *update, put));
       bytes_moved += stored.size_bytes;

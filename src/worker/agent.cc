@@ -28,12 +28,6 @@ fs::path WorkerStateDir(const fs::path& cache_root, int64_t worker_id) {
   return cache_root / "state" / ("w" + std::to_string(worker_id));
 }
 
-weights::WireEncoding WireEncodingOf(const protocol::UpdateCompression& c) {
-  weights::WireEncoding encoding{.delta = c.delta, .zstd_level = c.zstd_level, .error_feedback = c.error_feedback};
-  if (StatusOr<weights::UpdateCodec> codec = weights::ParseUpdateCodec(c.update); codec.ok()) encoding.codec = *codec;
-  return encoding;
-}
-
 constexpr const char* kVersion = "parsyn-worker 0.1.0";
 constexpr size_t kMaxFailureReasonBytes = 500;
 
@@ -561,21 +555,11 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
     const protocol::UpdateUpload& upload = *task.update_upload;  // ParseTask: every train task has one
     blob_key = upload.blob_key;
     sha256 = done.value("weights_sha256", "");
-    fs::path update_file = files.output_dir / "update.safetensors";
-    if (const weights::WireEncoding encoding = WireEncodingOf(task.compression); !encoding.plain()) {
-      // The job's distributed.compression: the update as it travels; the result's sha256 is of these bytes.
-      const fs::path state_dir = WorkerStateDir(cache_.root(), session.worker_id);
-      if (encoding.error_feedback) fs::create_directories(state_dir, ec);
-      PARSYN_ASSIGN_OR_RETURN(weights::WeightSet global, weights::ReadSafetensorsFile(files.global_weights));
-      const fs::path wire_file = files.output_dir / "update.wire";
-      PARSYN_RETURN_IF_ERROR(
-          weights::EncodeUpdateFileForWire(update_file, global, encoding,
-                                           state_dir / ("job-" + std::to_string(task.job_id) + "-residual.safetensors"),
-                                           wire_file)
-              .WithContext("compressing the update"));
-      update_file = wire_file;
-      PARSYN_ASSIGN_OR_RETURN(sha256, weights::Sha256File(update_file));
-    }
+    PARSYN_ASSIGN_OR_RETURN(
+        WireUpdate wire, EncodeUpdateForJob(task, files.output_dir / "update.safetensors", sha256, files.global_weights,
+                                            WorkerStateDir(cache_.root(), session.worker_id)));
+    sha256 = wire.sha256;
+    const fs::path update_file = wire.file;
     PARSYN_RETURN_IF_ERROR(
         UploadUpdate(*blob_client_, upload, update_file, sha256, stop).WithContext("uploading the update"));
   }

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#include "weights/safetensors.h"
+#include "weights/sha256.h"
+#include "weights/update_wire.h"
+
 namespace parsyn::worker {
 
 using nlohmann::json;
@@ -110,6 +114,25 @@ std::optional<protocol::Progress> BuildProgress(const protocol::Task& task, cons
   }
   if (utilization) report.utilization = std::clamp(*utilization, 0.0, 1.0);
   return report;
+}
+
+StatusOr<WireUpdate> EncodeUpdateForJob(const protocol::Task& task, const std::filesystem::path& update_file,
+                                        const std::string& update_sha256, const std::filesystem::path& global_file,
+                                        const std::filesystem::path& state_dir) {
+  const protocol::UpdateCompression& c = task.compression;
+  weights::WireEncoding encoding{.delta = c.delta, .zstd_level = c.zstd_level, .error_feedback = c.error_feedback};
+  if (StatusOr<weights::UpdateCodec> codec = weights::ParseUpdateCodec(c.update); codec.ok()) encoding.codec = *codec;
+  if (encoding.plain()) return WireUpdate{.file = update_file, .sha256 = update_sha256};
+  std::error_code ec;
+  if (encoding.error_feedback) std::filesystem::create_directories(state_dir, ec);
+  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet global, weights::ReadSafetensorsFile(global_file));
+  const std::filesystem::path wire_file = update_file.parent_path() / "update.wire";
+  PARSYN_RETURN_IF_ERROR(weights::EncodeUpdateFileForWire(
+                             update_file, global, encoding,
+                             state_dir / ("job-" + std::to_string(task.job_id) + "-residual.safetensors"), wire_file)
+                             .WithContext("compressing the update"));
+  PARSYN_ASSIGN_OR_RETURN(std::string sha256, weights::Sha256File(wire_file));
+  return WireUpdate{.file = wire_file, .sha256 = std::move(sha256)};
 }
 
 }  // namespace parsyn::worker

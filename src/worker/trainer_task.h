@@ -44,6 +44,17 @@ StatusOr<protocol::Result> BuildResult(const protocol::Task& task, const std::st
                                        const nlohmann::json& done, const std::string& blob_key,
                                        const std::string& sha256);
 
+// A train task's update as it travels: the job's distributed.compression applied to the trainer's update file
+// (docs/compression.md, "In jobs"), written beside it as update.wire; a job without compression keeps the file as it
+// is. `sha256` is then of the bytes that travel. Error feedback keeps its residual in `state_dir`, one file per job.
+struct WireUpdate {
+  std::filesystem::path file;
+  std::string sha256;
+};
+StatusOr<WireUpdate> EncodeUpdateForJob(const protocol::Task& task, const std::filesystem::path& update_file,
+                                        const std::string& update_sha256, const std::filesystem::path& global_file,
+                                        const std::filesystem::path& state_dir);
+
 // The POST /api/v1/worker/progress body from a trainer "progress" event; nullopt for other events.
 // throughput: tokens per second for language models, else samples per second, named in throughput_unit.
 std::optional<protocol::Progress> BuildProgress(const protocol::Task& task, const std::string& session_id,
