@@ -55,16 +55,16 @@ json StoredRoundPrivacy(storage::BlobStore& blobs, const storage::Round& round,
 // What the job's dataset and model make of the settings (JobSpecWarnings has the spec's own): the product spec's
 // "small datasets: a single GPU finishes faster than the coordination overhead", uneven shards, and config keys of
 // the other kind of model.
-std::vector<std::string> ReferenceWarnings(const storage::Dataset& dataset, const storage::Model& model,
+std::vector<std::string> ReferenceWarnings(const storage::Dataset* dataset, const storage::Model& model,
                                            const JobSpec& spec, const json& body) {
   std::vector<std::string> warnings;
-  if (spec.distributed.enabled) {
+  if (spec.distributed.enabled && dataset != nullptr) {
     const std::vector<int64_t> train_rows =
-        ShardTrainRowCounts(dataset.row_count, EngineConfigFor(spec).num_shards, spec.config.validation_fraction);
+        ShardTrainRowCounts(dataset->row_count, EngineConfigFor(spec).num_shards, spec.config.validation_fraction);
     int64_t total = 0;
     for (int64_t rows : train_rows) total += rows;
     if (!train_rows.empty() && total < 1000) {
-      warnings.push_back("dataset " + std::to_string(dataset.id) + " has " + std::to_string(total) +
+      warnings.push_back("dataset " + std::to_string(dataset->id) + " has " + std::to_string(total) +
                          " training rows (fewer than 1,000): one worker will likely finish sooner than a distributed "
                          "job's coordination overhead; set distributed.enabled to false to train on one worker");
     }
@@ -226,7 +226,9 @@ Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec, const
     }
   }
   if (problems.empty()) {
-    for (std::string& w : ReferenceWarnings(*dataset, *model, spec, body)) warnings.push_back(std::move(w));
+    // data.source "workers" has no dataset: only the model's warnings.
+    const storage::Dataset* platform_dataset = dataset.ok() ? &*dataset : nullptr;
+    for (std::string& w : ReferenceWarnings(platform_dataset, *model, spec, body)) warnings.push_back(std::move(w));
   }
   return Status::Ok();
 }
