@@ -178,7 +178,13 @@ TEST_F(SimulateTest, ServerOptimizerAndRobustStrategiesRunTheRealRounds) {
   for (const auto& [strategy, options] :
        std::vector<std::pair<std::string, json>>{{"fedadam", {{"server_learning_rate", 0.05}}}, {"median", nullptr}}) {
     SCOPED_TRACE(strategy);
-    CommandResult run = Simulate(Job(strategy, options, kFewWorkers), strategy, 2, kFewWorkers);
+    json job = Job(strategy, options, kFewWorkers);
+    // The median run's workers send int8 deltas in zstd (distributed.compression): with min_workers = all of them,
+    // one update the coordinator could not decode would fail the round, and so the job.
+    if (strategy == "median") {
+      job["distributed"]["compression"] = {{"update", "int8"}, {"delta", true}, {"zstd_level", 3}};
+    }
+    CommandResult run = Simulate(job, strategy, 2, kFewWorkers);
     ASSERT_EQ(run.exit_code, 0) << run.output;
     ASSERT_NO_FATAL_FAILURE(ExpectFilesMatchStore(tmp_.path() / strategy, kFewWorkers));
     EXPECT_EQ(json::parse(ReadFile(tmp_.path() / strategy / "rounds.json"))["strategy"], strategy);
