@@ -1,6 +1,7 @@
 #include "weights/weight_set.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -185,6 +186,46 @@ uint64_t WeightSet::total_bytes() const {
   uint64_t total = 0;
   for (const Tensor& t : tensors_) total += t.data.size();
   return total;
+}
+
+void WeightSet::AddReadOnlyMapping(std::span<const std::byte> mapping) { read_only_mappings_.push_back(mapping); }
+
+namespace {
+
+bool Contains(std::span<const std::byte> outer, std::span<const std::byte> inner) {
+  return inner.data() >= outer.data() && inner.data() + inner.size() <= outer.data() + outer.size();
+}
+
+}  // namespace
+
+uint64_t WeightSet::pinned_bytes() const {
+  uint64_t pinned = 0;
+  for (const Tensor& t : tensors_) {
+    const bool mapped = std::any_of(read_only_mappings_.begin(), read_only_mappings_.end(),
+                                    [&](std::span<const std::byte> m) { return Contains(m, t.data); });
+    if (!mapped) pinned += t.data.size();
+  }
+  return pinned;
+}
+
+void WeightSet::ReleasePages(std::span<const std::byte> bytes) const {
+  if (bytes.empty()) return;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  for (std::span<const std::byte> mapping : read_only_mappings_) {
+    if (!Contains(mapping, bytes)) continue;
+    // Rounded out to whole pages, but not past the mapping (it starts on a page; its last page is its own).
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(bytes.data()) / page * page;
+    const uintptr_t end =
+        std::min((reinterpret_cast<uintptr_t>(bytes.data() + bytes.size()) + page - 1) / page * page,
+                 (reinterpret_cast<uintptr_t>(mapping.data() + mapping.size()) + page - 1) / page * page);
+    // Read-only and shared: nothing private is lost, the pages are read again from the page cache when touched.
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    return;
+  }
+}
+
+void WeightSet::ReleasePages() const {
+  for (std::span<const std::byte> mapping : read_only_mappings_) ReleasePages(mapping);
 }
 
 WeightSet WeightSet::Clone() const {
