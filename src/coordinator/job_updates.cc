@@ -44,10 +44,13 @@ StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const Re
   if (copy->sha256() != ToLower(report.sha256)) {
     return InvalidArgumentError("update sha256 " + copy->sha256() + " differs from the reported " + report.sha256);
   }
-  StatusOr<weights::WeightSet> update = weights::ReadSafetensorsFile(copy->path());
+  // Read-only and shared: while the update waits for the strategy (or, for large models, for the end of the round),
+  // its bytes are page cache, not this process's memory.
+  StatusOr<weights::WeightSet> update = weights::MapSafetensorsFileReadOnly(copy->path());
   if (!update.ok()) return InvalidArgumentError("update is not a valid safetensors file: " + update.status().message());
   PARSYN_RETURN_IF_ERROR(global.CheckSameLayout(*update).WithContext("update layout differs from the global"));
   PARSYN_RETURN_IF_ERROR(weights::CheckFinite(*update));
+  update->ReleasePages();  // read again from the page cache when the strategy takes it
   return update;
 }
 
