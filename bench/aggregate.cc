@@ -225,7 +225,7 @@ std::filesystem::path UpdatePath(const std::filesystem::path& dir, int k) {
 
 // Child: aggregates the K update files in `dir` in the arrival order drawn from `order_seed` (0: as numbered), as
 // the coordinator does (strategy::FedAvg's default: exact sums), writes the result to dir/global.safetensors, and
-// prints "peak_kib accept_s finish_s write_s hash waited_on_disk".
+// prints "peak_kib accept_s finish_s write_s hash waited_on_disk cpu_s rss_after_accept_kib".
 int FullWeightChild(const std::filesystem::path& dir, int order_seed) {
   std::vector<int> order(kK);
   std::iota(order.begin(), order.end(), 0);
@@ -244,6 +244,7 @@ int FullWeightChild(const std::filesystem::path& dir, int order_seed) {
     mean.AddKept();  // as the coordinator does when no other update is on its way
   }
   const double accept_s = Now() - start;
+  const long accept_rss_kib = StatusKiB("VmRSS");  // every update in, none of them resident
   const bool waited = mean.waiting_on_disk();
   start = Now();
   auto result = std::move(mean).Finish();
@@ -252,8 +253,12 @@ int FullWeightChild(const std::filesystem::path& dir, int order_seed) {
   start = Now();
   if (!parsyn::weights::WriteSafetensorsFile(*result, dir / "global.safetensors").ok()) return 1;
   const double write_s = Now() - start;
-  std::printf("%ld %.2f %.2f %.2f %016llx %d\n", StatusKiB("VmHWM"), accept_s, finish_s, write_s,
-              static_cast<unsigned long long>(HashOf(*result)), waited ? 1 : 0);
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  const double cpu_s =
+      usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
+  std::printf("%ld %.2f %.2f %.2f %016llx %d %.2f %ld\n", StatusKiB("VmHWM"), accept_s, finish_s, write_s,
+              static_cast<unsigned long long>(HashOf(*result)), waited ? 1 : 0, cpu_s, accept_rss_kib);
   return 0;
 }
 
@@ -307,19 +312,21 @@ FullWeightRun FullWeight(const std::string& self, DType dtype, int orders) {
     std::filesystem::remove_all(dir);
     return run;
   }
-  std::printf("  %-7s %12s %9s %9s %9s %9s  %s\n", "order", "peak RSS", "ratio", "accept s", "finish s", "write s",
-              "result hash");
+  std::printf("  %-7s %12s %9s %12s %9s %9s %9s %9s  %s\n", "order", "peak RSS", "ratio", "RSS after K", "accept s",
+              "finish s", "write s", "CPU s", "result hash");
   std::string first_hash;
   run.identical = true;
   for (int o = 0; o < orders; ++o) {
     FILE* pipe = ::popen(("'" + self + "' --full-weight '" + dir.string() + "' " + std::to_string(o)).c_str(), "r");
     long kib = -1;
-    double accept_s = 0, finish_s = 0, write_s = 0;
+    double accept_s = 0, finish_s = 0, write_s = 0, cpu_s = 0;
+    long accepted_kib = 0;
     char hash[32] = {};
     int waited = 0;
-    const int fields =
-        pipe ? std::fscanf(pipe, "%ld %lf %lf %lf %31s %d", &kib, &accept_s, &finish_s, &write_s, hash, &waited) : 0;
-    if (!pipe || ::pclose(pipe) != 0 || fields != 6) {
+    const int fields = pipe ? std::fscanf(pipe, "%ld %lf %lf %lf %31s %d %lf %ld", &kib, &accept_s, &finish_s, &write_s,
+                                          hash, &waited, &cpu_s, &accepted_kib)
+                            : 0;
+    if (!pipe || ::pclose(pipe) != 0 || fields != 8) {
       std::printf("  order %d: the child failed\n", o);
       run.identical = false;
       continue;
@@ -328,8 +335,9 @@ FullWeightRun FullWeight(const std::string& self, DType dtype, int orders) {
     run.ratio = std::max(run.ratio, ratio);
     if (o == 0) first_hash = hash;
     run.identical = run.identical && first_hash == hash;
-    std::printf("  #%-6d %8.0f MiB %9.3f %9.2f %9.2f %9.2f  %s%s\n", o, kib / 1024.0, ratio, accept_s, finish_s,
-                write_s, hash, waited ? "" : " (did NOT wait on disk)");
+    std::printf("  #%-6d %8.0f MiB %9.3f %8.0f MiB %9.2f %9.2f %9.2f %9.2f  %s%s\n", o, kib / 1024.0, ratio,
+                accepted_kib / 1024.0, accept_s, finish_s, write_s, cpu_s, hash,
+                waited ? "" : " (did NOT wait on disk)");
     std::fflush(stdout);
   }
   run.ran = true;

@@ -49,8 +49,7 @@ StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const Re
   StatusOr<weights::WeightSet> update = weights::MapSafetensorsFileReadOnly(copy->path());
   if (!update.ok()) return InvalidArgumentError("update is not a valid safetensors file: " + update.status().message());
   PARSYN_RETURN_IF_ERROR(global.CheckSameLayout(*update).WithContext("update layout differs from the global"));
-  PARSYN_RETURN_IF_ERROR(weights::CheckFinite(*update));
-  update->ReleasePages();  // read again from the page cache when the strategy takes it
+  PARSYN_RETURN_IF_ERROR(weights::CheckFinite(*update));  // hands back each tensor's pages once checked
   return update;
 }
 

@@ -211,13 +211,18 @@ uint64_t WeightSet::pinned_bytes() const {
 void WeightSet::ReleasePages(std::span<const std::byte> bytes) const {
   if (bytes.empty()) return;
   static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  // A fault on a file mapping also maps the cached pages around it (the kernel's fault-around, 64 KiB by default), so
+  // reading `bytes` may have mapped pages up to that far on either side: they go too. A reader of those neighbours
+  // that releases its own range (with the same margin) after its last read leaves nothing mapped behind.
+  constexpr uintptr_t kFaultAroundBytes = uintptr_t{64} << 10;
   for (std::span<const std::byte> mapping : read_only_mappings_) {
     if (!Contains(mapping, bytes)) continue;
-    // Rounded out to whole pages, but not past the mapping (it starts on a page; its last page is its own).
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(bytes.data()) / page * page;
-    const uintptr_t end =
-        std::min((reinterpret_cast<uintptr_t>(bytes.data() + bytes.size()) + page - 1) / page * page,
-                 (reinterpret_cast<uintptr_t>(mapping.data() + mapping.size()) + page - 1) / page * page);
+    // Rounded out to whole pages, within the mapping (it starts on a page; its last page is its own).
+    const uintptr_t mapping_begin = reinterpret_cast<uintptr_t>(mapping.data());
+    const uintptr_t mapping_end = (mapping_begin + mapping.size() + page - 1) / page * page;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(bytes.data());
+    const uintptr_t begin = std::max(mapping_begin, (first - std::min(first, kFaultAroundBytes)) / page * page);
+    const uintptr_t end = std::min(mapping_end, (first + bytes.size() + kFaultAroundBytes + page - 1) / page * page);
     // Read-only and shared: nothing private is lost, the pages are read again from the page cache when touched.
     ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
     return;
@@ -266,6 +271,7 @@ Status CheckFinite(const WeightSet& set) {
         break;
       default: break;
     }
+    set.ReleasePages(t.data);  // a read-only mapped tensor's pages go once checked (a no-op for other memory)
     if (index >= 0) {
       const char* what = std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
       return InvalidArgumentError("tensor '" + t.name + "' has a non-finite value (" + what + ") at index " +

@@ -148,6 +148,7 @@ Status CheckLayoutMatches(const std::vector<Entry>& want, const WeightSet& got) 
 
 // OK when every float tensor (F32, F16, BF16, F64) holds only finite values. Otherwise InvalidArgument naming the
 // tensor and the flat index of the first NaN/Inf: "tensor 'w' has a non-finite value (nan) at index 17".
+// Tensors in a read-only mapping have their pages handed back once checked, so at most one is resident at a time.
 Status CheckFinite(const WeightSet& set);
 
 // Converting helpers used by kernels and tests.

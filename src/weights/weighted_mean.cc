@@ -346,6 +346,9 @@ StatusOr<double> WeightedMean::Impl::Validate(const WeightSet& update, double n,
     }
     if (release_pages) update.ReleasePages(ChunkBytes(c, update));
   });
+  // The per-chunk releases leave about a page per chunk mapped (threads read neighbouring chunks; see FinishByChunk):
+  // one more pass over the whole mapping (cheap where nothing is mapped) leaves none of the update resident.
+  if (release_pages) update.ReleasePages();
   double max_abs = 0;
   for (float m : chunk_max) {
     if (!std::isfinite(m)) return CheckFinite(update);  // rescans to name the tensor and index
@@ -595,20 +598,31 @@ StatusOr<WeightSet> WeightedMean::Impl::FinishByChunk() {
   const std::vector<Term> batch = Batch();
   const double inverse_total = 1.0 / total_weight;
   const long double exact_total = ToLongDouble(exact_total_weight);
-  ParallelFor(chunks.size(), options.num_threads, total_elements, [&](size_t c) {
-    // This thread's sums for one chunk: 1 MiB for kExact, reused chunk after chunk.
-    thread_local std::vector<std::byte> sums;
-    sums.resize(kChunkElements * acc_element_bytes);
-    for (size_t j = 0; j < batch.size(); ++j) {
-      if (j == 0) {
-        AddChunk<true>(c, *batch[j].update, batch[j].n, sums.data());
-      } else {
-        AddChunk<false>(c, *batch[j].update, batch[j].n, sums.data());
+  // In waves of chunks. After each wave its pages of every update are released once more, from this thread once the
+  // wave's readers are done: the per-chunk releases, with threads reading neighbouring chunks, left about a page per
+  // chunk mapped (measured: 18 MiB per GiB of update), which over the whole model would add up to ~2% of K updates.
+  constexpr size_t kWaveChunks = 256;
+  for (size_t wave = 0; wave < chunks.size(); wave += kWaveChunks) {
+    const size_t wave_end = std::min(chunks.size(), wave + kWaveChunks);
+    ParallelFor(wave_end - wave, options.num_threads, total_elements, [&](size_t i) {
+      const size_t c = wave + i;
+      // This thread's sums for one chunk: 1 MiB for kExact, reused chunk after chunk.
+      thread_local std::vector<std::byte> sums;
+      sums.resize(kChunkElements * acc_element_bytes);
+      for (size_t j = 0; j < batch.size(); ++j) {
+        if (j == 0) {
+          AddChunk<true>(c, *batch[j].update, batch[j].n, sums.data());
+        } else {
+          AddChunk<false>(c, *batch[j].update, batch[j].n, sums.data());
+        }
+        batch[j].update->ReleasePages(ChunkBytes(c, *batch[j].update));  // read once; the page cache keeps it
       }
-      batch[j].update->ReleasePages(ChunkBytes(c, *batch[j].update));  // read once; page cache keeps it if it can
+      WriteMeans(c, sums.data(), outputs[chunks[c].slot], inverse_total, exact_total);
+    });
+    for (const Term& term : batch) {
+      for (size_t c = wave; c < wave_end; ++c) term.update->ReleasePages(ChunkBytes(c, *term.update));
     }
-    WriteMeans(c, sums.data(), outputs[chunks[c].slot], inverse_total, exact_total);
-  });
+  }
   deferred.clear();
   deferred_bytes = 0;
   return result;
