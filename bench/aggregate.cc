@@ -1,12 +1,22 @@
 // bench_aggregate: streaming FedAvg (weights::WeightedMean) on K = 8 updates of 256 MiB, against this machine's
 // memory bandwidth and against the way Flower aggregates in numpy, all measured in the same run; then peak RSS for
 // K = 2, 8, 32, each in a child process (this program re-executed with --rss K). `--all` adds fp64 and exact rows.
+// Then (f) full-weight rounds: K = 8 updates of a >= 1 GiB model (fp32, then bf16) stored as safetensors files in the
+// temp dir, aggregated the coordinator's way (read-only mapped, exact sums, waiting on disk and summed chunk by chunk
+// at Finish, the result written to a file) in child processes (--full-weight), each in another arrival order:
+// peak RSS (VmHWM) over the global's bytes, target <= 1.25, and the result's bits compared across the orders.
+// `--orders N` sets how many orders (default 3); `--full-weight-only` skips (a)-(e).
 //
 // Memory traffic we cause is counted by phase in main() (zero-filled fresh pages, validation, accumulation,
 // Finish). The traffic ratio is (those bytes / time) over the bandwidth of a plain streaming loop a[i] += s * b[i]
 // over arrays of the update's size, run on the same number of threads.
 #include <sys/resource.h>
 #include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "weights/safetensors.h"
 #include "weights/weight_set.h"
 #include "weights/weighted_mean.h"
 
@@ -181,6 +192,176 @@ double PeakRssMiB(const std::string& self, int K) {
   return kib / 1024.0;
 }
 
+// ---- (f) full-weight rounds from files ----
+
+constexpr uint64_t kFullWeightBytes = uint64_t{1} << 30;  // the model (global) size
+
+// A line of /proc/self/status in KiB ("VmHWM", "VmRSS").
+long StatusKiB(const char* field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  const std::string prefix = std::string(field) + ":";
+  while (std::getline(status, line)) {
+    if (line.rfind(prefix, 0) == 0) return std::stol(line.substr(prefix.size()));
+  }
+  return -1;
+}
+
+// A 64-bit hash of every tensor's bytes, to compare results across orders (not cryptographic; fast).
+uint64_t HashOf(const WeightSet& set) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& t : set.tensors()) {
+    const auto* words = reinterpret_cast<const uint64_t*>(t.data.data());
+    const size_t n = t.data.size() / 8;
+    for (size_t i = 0; i < n; ++i) h = (h ^ words[i]) * 1099511628211ull;
+    for (size_t i = n * 8; i < t.data.size(); ++i) h = (h ^ static_cast<uint8_t>(t.data[i])) * 1099511628211ull;
+  }
+  return h;
+}
+
+std::filesystem::path UpdatePath(const std::filesystem::path& dir, int k) {
+  return dir / ("update_" + std::to_string(k) + ".safetensors");
+}
+
+// Child: aggregates the K update files in `dir` in the arrival order drawn from `order_seed` (0: as numbered), as
+// the coordinator does (strategy::FedAvg's default: exact sums), writes the result to dir/global.safetensors, and
+// prints "peak_kib accept_s finish_s write_s hash waited_on_disk cpu_s rss_after_accept_kib".
+int FullWeightChild(const std::filesystem::path& dir, int order_seed) {
+  std::vector<int> order(kK);
+  std::iota(order.begin(), order.end(), 0);
+  if (order_seed != 0) {
+    std::mt19937 rng(static_cast<uint32_t>(order_seed));
+    std::shuffle(order.begin(), order.end(), rng);
+  }
+  auto layout = parsyn::weights::MapSafetensorsFileReadOnly(UpdatePath(dir, 0));  // only its layout is read
+  if (!layout.ok()) return 1;
+  WeightedMean mean(*layout, {.accumulation = Accumulation::kExact});
+  layout = WeightSet();
+  double start = Now();
+  for (int k : order) {
+    auto update = parsyn::weights::MapSafetensorsFileReadOnly(UpdatePath(dir, k));
+    if (!update.ok() || !mean.AcceptOwned(std::move(*update), 100 + 10 * k).ok()) return 1;
+    mean.AddKept();  // as the coordinator does when no other update is on its way
+  }
+  const double accept_s = Now() - start;
+  const long accept_rss_kib = StatusKiB("VmRSS");  // every update in, none of them resident
+  const bool waited = mean.waiting_on_disk();
+  start = Now();
+  auto result = std::move(mean).Finish();
+  if (!result.ok()) return 1;
+  const double finish_s = Now() - start;
+  start = Now();
+  if (!parsyn::weights::WriteSafetensorsFile(*result, dir / "global.safetensors").ok()) return 1;
+  const double write_s = Now() - start;
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  const double cpu_s =
+      usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
+  std::printf("%ld %.2f %.2f %.2f %016llx %d %.2f %ld\n", StatusKiB("VmHWM"), accept_s, finish_s, write_s,
+              static_cast<unsigned long long>(HashOf(*result)), waited ? 1 : 0, cpu_s, accept_rss_kib);
+  return 0;
+}
+
+// Writes K update files of `bytes` in `dtype` (32 tensors) into `dir`: one buffer, rewritten in part per client.
+bool WriteUpdateFiles(const std::filesystem::path& dir, DType dtype, uint64_t bytes) {
+  WeightSet set;
+  const int64_t elements = static_cast<int64_t>(bytes / kTensors / DTypeSize(dtype));
+  for (int t = 0; t < kTensors; ++t) {
+    if (!set.AddZeros("layers." + std::to_string(t) + ".weight", dtype, {elements}).ok()) return false;
+  }
+  for (int k = 0; k < kK; ++k) {
+    for (const auto& t : set.tensors()) {
+      const size_t n = static_cast<size_t>(t.numel());
+      // Every value differs between clients; 1/1000 steps in [-0.5, 0.5) (exact sums make the order irrelevant,
+      // float sums would not be).
+      for (size_t i = 0; i < n; ++i) {
+        const float v = static_cast<float>((i * 2654435761u + static_cast<size_t>(k) * 7919u) % 1000) * 1e-3f - 0.5f;
+        if (dtype == DType::kF32) {
+          t.as<float>()[i] = v;
+        } else {
+          t.as<uint16_t>()[i] = parsyn::weights::FloatToBf16(v);
+        }
+      }
+    }
+    if (!parsyn::weights::WriteSafetensorsFile(set, UpdatePath(dir, k)).ok()) return false;
+  }
+  return true;
+}
+
+struct FullWeightRun {
+  double ratio = 0;
+  bool identical = false;
+  bool ran = false;
+};
+
+FullWeightRun FullWeight(const std::string& self, DType dtype, int orders) {
+  FullWeightRun run;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("parsyn_bench_full_weight_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  // K updates and the result must fit on disk; else the largest power-of-two size that does, said so.
+  const uint64_t free_bytes = std::filesystem::space(dir).available;
+  uint64_t bytes = kFullWeightBytes;
+  while (bytes > (uint64_t{64} << 20) && (kK + 2) * bytes > free_bytes) bytes /= 2;
+  const char* name = dtype == DType::kF32 ? "fp32" : "bf16";
+  std::printf("  %s model of %.2f GiB (%s), K=%d updates on disk in %s%s\n", name, bytes / (kMiB * 1024),
+              dtype == DType::kF32 ? "256 Mi parameters" : "512 Mi parameters", kK, dir.c_str(),
+              bytes < kFullWeightBytes ? " (NOT 1 GiB: the temp dir has too little free space)" : "");
+  if (!WriteUpdateFiles(dir, dtype, bytes)) {
+    std::printf("  writing the update files failed\n");
+    std::filesystem::remove_all(dir);
+    return run;
+  }
+  std::printf("  %-7s %12s %9s %12s %9s %9s %9s %9s  %s\n", "order", "peak RSS", "ratio", "RSS after K", "accept s",
+              "finish s", "write s", "CPU s", "result hash");
+  std::string first_hash;
+  run.identical = true;
+  for (int o = 0; o < orders; ++o) {
+    FILE* pipe = ::popen(("'" + self + "' --full-weight '" + dir.string() + "' " + std::to_string(o)).c_str(), "r");
+    long kib = -1;
+    double accept_s = 0, finish_s = 0, write_s = 0, cpu_s = 0;
+    long accepted_kib = 0;
+    char hash[32] = {};
+    int waited = 0;
+    const int fields = pipe ? std::fscanf(pipe, "%ld %lf %lf %lf %31s %d %lf %ld", &kib, &accept_s, &finish_s, &write_s,
+                                          hash, &waited, &cpu_s, &accepted_kib)
+                            : 0;
+    if (!pipe || ::pclose(pipe) != 0 || fields != 8) {
+      std::printf("  order %d: the child failed\n", o);
+      run.identical = false;
+      continue;
+    }
+    const double ratio = kib * 1024.0 / static_cast<double>(bytes);
+    run.ratio = std::max(run.ratio, ratio);
+    if (o == 0) first_hash = hash;
+    run.identical = run.identical && first_hash == hash;
+    std::printf("  #%-6d %8.0f MiB %9.3f %8.0f MiB %9.2f %9.2f %9.2f %9.2f  %s%s\n", o, kib / 1024.0, ratio,
+                accepted_kib / 1024.0, accept_s, finish_s, write_s, cpu_s, hash,
+                waited ? "" : " (did NOT wait on disk)");
+    std::fflush(stdout);
+  }
+  run.ran = true;
+  std::filesystem::remove_all(dir);
+  return run;
+}
+
+// (f): fp32 then bf16; prints the ratios and the verdict line. Returns the exit status.
+int FullWeightSection(const std::string& self, int orders) {
+  std::printf(
+      "(f) full-weight rounds: peak RSS of the aggregating process over the global's bytes, K=%d, exact sums,\n"
+      "    %d arrival orders each (child processes)\n",
+      kK, orders);
+  const FullWeightRun fp32 = FullWeight(self, DType::kF32, orders);
+  const FullWeightRun bf16 = FullWeight(self, DType::kBF16, orders);
+  auto verdict = [](const FullWeightRun& r) { return r.ran && r.ratio <= 1.25 ? "ok" : "MISSED"; };
+  std::printf(
+      "full-weight: fp32 ratio %.3f %s, bf16 ratio %.3f %s (target 1.25); results bit-identical across %d "
+      "orders: fp32 %s, bf16 %s\n",
+      fp32.ratio, verdict(fp32), bf16.ratio, verdict(bf16), orders, fp32.identical ? "yes" : "NO",
+      bf16.identical ? "yes" : "NO");
+  return fp32.ran && bf16.ran ? 0 : 1;
+}
+
 struct Row {
   const char* label;
   DType dtype;
@@ -192,8 +373,18 @@ struct Row {
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "--rss") == 0) return RssChild(std::atoi(argv[2]));
+  if (argc == 4 && std::strcmp(argv[1], "--full-weight") == 0) return FullWeightChild(argv[2], std::atoi(argv[3]));
 
-  const bool all_rows = argc == 2 && std::strcmp(argv[1], "--all") == 0;
+  bool all_rows = false, full_weight_only = false;
+  int orders = 3;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--all") == 0) all_rows = true;
+    if (std::strcmp(argv[i], "--full-weight-only") == 0) full_weight_only = true;
+    if (std::strcmp(argv[i], "--orders") == 0 && i + 1 < argc) orders = std::max(1, std::atoi(argv[++i]));
+  }
+  char self[4096] = {};
+  if (::readlink("/proc/self/exe", self, sizeof self - 1) <= 0) return 1;
+  if (full_weight_only) return FullWeightSection(self, orders);
   const int threads = NumThreads();
   std::printf("bench_aggregate: K=%d updates of %zu MiB (%d tensors each), %d threads\n", kK, kUpdateBytes >> 20,
               kTensors, threads);
@@ -255,8 +446,6 @@ int main(int argc, char** argv) {
 
   std::printf("\n(e) peak RSS, fp32 updates of %zu MiB passed one at a time through one buffer (child processes):\n",
               kUpdateBytes >> 20);
-  char self[4096] = {};
-  if (::readlink("/proc/self/exe", self, sizeof self - 1) <= 0) return 1;
   double rss_min = 1e30, rss_max = 0;
   for (int K : {2, 8, 32}) {
     const double mib = PeakRssMiB(self, K);
@@ -273,5 +462,6 @@ int main(int argc, char** argv) {
       fp32_ratio, fp32_ratio >= 0.8 ? "ok" : "MISSED", bf16_ratio, bf16_ratio >= 0.8 ? "ok" : "MISSED", fp32_speedup,
       fp32_speedup >= 5 ? "ok" : "MISSED", bf16_speedup, bf16_speedup >= 5 ? "ok" : "MISSED", rss_min, rss_max,
       rss_max <= rss_min * 1.05 ? "ok" : "MISSED");
-  return 0;
+  std::printf("\n");
+  return FullWeightSection(self, orders);
 }

@@ -18,6 +18,39 @@ namespace parsyn::coordinator {
 using nlohmann::json;
 using storage::JobStatus;
 
+namespace {
+
+// Stores `set` as a safetensors blob streamed from its header and its tensors' own bytes: no serialised copy of the
+// model in memory (at 1 GiB and more, that copy doubled the coordinator's peak). As PutBytes: a blob already under
+// `key` (left by a run that crashed before its commit) holds the same deterministic bytes and is taken as it is.
+StatusOr<storage::BlobInfo> PutWeightSet(storage::BlobStore& blobs, const std::string& key,
+                                         const weights::WeightSet& set) {
+  struct SetSource final : storage::ByteSource {
+    std::vector<std::span<const std::byte>> parts;  // the header, then each tensor
+    size_t part = 0;
+    StatusOr<size_t> Read(std::span<std::byte> buffer) override {
+      size_t n = 0;
+      while (n < buffer.size() && part < parts.size()) {
+        std::span<const std::byte>& rest = parts[part];
+        const size_t take = std::min(buffer.size() - n, rest.size());
+        std::copy_n(rest.begin(), take, buffer.begin() + static_cast<std::ptrdiff_t>(n));
+        rest = rest.subspan(take);
+        n += take;
+        if (rest.empty()) ++part;
+      }
+      return n;
+    }
+  } source;
+  const std::string header = weights::SafetensorsHeaderBytes(set);
+  source.parts.push_back(std::as_bytes(std::span(header.data(), header.size())));
+  for (const weights::Tensor& t : set.tensors()) source.parts.push_back(t.data);
+  StatusOr<storage::BlobInfo> stored = blobs.Put(key, source);
+  if (!stored.ok() && stored.status().code() == StatusCode::kAlreadyExists) stored = blobs.Head(key);
+  return stored;
+}
+
+}  // namespace
+
 http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std::deque<Action>& work) {
   const std::string key = AttemptPrefix(a.round, a.attempt) + "/global.safetensors";
   struct Aggregated {
@@ -34,33 +67,25 @@ http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std
     mean.metadata()["format"] = "pt";
     // A server optimizer's state is durable before the global that names it: a restart resumes from the pair.
     if (const weights::WeightSet* state = strategy_->PendingState()) {
-      const std::vector<std::byte> state_image = weights::SerializeSafetensors(*state);
       PARSYN_ASSIGN_OR_RETURN(
           storage::BlobInfo state_info,
-          PutBytes(host_.blobs(), AttemptPrefix(a.round, a.attempt) + "/" + kServerStateFile,
-                   std::string(reinterpret_cast<const char*>(state_image.data()), state_image.size())));
+          PutWeightSet(host_.blobs(), AttemptPrefix(a.round, a.attempt) + "/" + kServerStateFile, *state));
       mean.metadata()[kServerStateShaKey] = state_info.sha256;
     }
-    const std::vector<std::byte> image = weights::SerializeSafetensors(mean);
     serialize_ms = MillisSince(phase_start);
     phase_start = std::chrono::steady_clock::now();
-    // Streamed from the image itself (PutBytes would take a copy of it).
-    struct ImageSource final : storage::ByteSource {
-      std::span<const std::byte> rest;
-      StatusOr<size_t> Read(std::span<std::byte> buffer) override {
-        const size_t n = std::min(buffer.size(), rest.size());
-        std::copy_n(rest.begin(), n, buffer.begin());
-        rest = rest.subspan(n);
-        return n;
-      }
-    } source;
-    source.rest = image;
     Aggregated out;
-    StatusOr<storage::BlobInfo> stored = host_.blobs().Put(key, source);
-    // As in PutBytes: a global left by a run that crashed before its commit holds the same deterministic bytes.
-    if (!stored.ok() && stored.status().code() == StatusCode::kAlreadyExists) stored = host_.blobs().Head(key);
-    PARSYN_ASSIGN_OR_RETURN(out.info, std::move(stored));
+    PARSYN_ASSIGN_OR_RETURN(out.info, PutWeightSet(host_.blobs(), key, mean));
     put_ms = MillisSince(phase_start);
+    // The job keeps the stored global read-only mapped where the store has local files: until a strategy reads it
+    // again (FedAvg reads only its layout), it is page cache, so the next round's aggregation is the only copy of the
+    // model in this process's memory. Else (memory, S3) it keeps the result in memory.
+    if (StatusOr<std::filesystem::path> path = host_.blobs().LocalPath(key); path.ok()) {
+      if (StatusOr<weights::WeightSet> mapped = weights::MapSafetensorsFileReadOnly(*path); mapped.ok()) {
+        out.weights = std::make_shared<weights::WeightSet>(std::move(*mapped));
+        return out;
+      }
+    }
     out.weights = std::make_shared<weights::WeightSet>(std::move(mean));
     return out;
   });

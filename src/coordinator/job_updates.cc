@@ -46,7 +46,11 @@ StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const Re
   if (copy->sha256() != ToLower(report.sha256)) {
     return InvalidArgumentError("update sha256 " + copy->sha256() + " differs from the reported " + report.sha256);
   }
-  StatusOr<weights::WeightSet> update = weights::DecodeUpdateFileFromWire(copy->path(), global, encoding);
+  // A plain update is mapped read-only and shared: while it waits for the strategy (or, for large models, for the end
+  // of the round), its bytes are page cache, not this process's memory. A compressed one is decoded into memory.
+  StatusOr<weights::WeightSet> update = encoding.plain()
+                                            ? weights::MapSafetensorsFileReadOnly(copy->path())
+                                            : weights::DecodeUpdateFileFromWire(copy->path(), global, encoding);
   if (!update.ok() && !encoding.plain() && update.status().code() == StatusCode::kInvalidArgument) {
     return InvalidArgumentError("compressed update (" + std::string(weights::UpdateCodecName(encoding.codec)) +
                                 (encoding.delta ? " delta" : "") + (encoding.zstd_level > 0 ? ", zstd" : "") +
@@ -54,7 +58,7 @@ StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const Re
   }
   if (!update.ok()) return InvalidArgumentError("update is not a valid safetensors file: " + update.status().message());
   PARSYN_RETURN_IF_ERROR(global.CheckSameLayout(*update).WithContext("update layout differs from the global"));
-  PARSYN_RETURN_IF_ERROR(weights::CheckFinite(*update));
+  PARSYN_RETURN_IF_ERROR(weights::CheckFinite(*update));  // hands back each tensor's pages once checked
   return update;
 }
 

@@ -137,6 +137,7 @@ Status DpFedAvg::Begin(int round, const WeightSet& global) {
   round_ = round;
   pending_.reset();  // a retried round starts again from the committed accountant
   global_ = global.Clone();
+  global.ReleasePages();  // the coordinator's global is a read-only mapping: only the copy stays resident
   // The deltas are summed in float32 whatever the model's dtype (a bf16 delta would lose most of its bits).
   bool same_layout = delta_.size() == global.size();
   for (size_t i = 0; same_layout && i < global.size(); ++i) {

@@ -51,6 +51,15 @@ void StoreValue(DType dtype, std::span<std::byte> out, size_t index, float value
 // Ascending, with -0 before +0, so that equal-comparing values still sort the same whatever their input order.
 bool ValueLess(float a, float b) { return a < b || (a == b && std::signbit(a) && !std::signbit(b)); }
 
+// Stages chunk [begin, begin + count) of tensor t of `update` as floats, then hands its pages back: the coordinator's
+// updates are read-only mappings (page cache), read once here, so they never all become resident at once.
+void LoadAndRelease(const WeightSet& update, size_t t, size_t begin, size_t count, float* out) {
+  const weights::Tensor& tensor = update[t];
+  LoadChunk(tensor, begin, count, out);
+  const size_t element = weights::DTypeSize(tensor.dtype);
+  update.ReleasePages(std::span<const std::byte>(tensor.data).subspan(begin * element, count * element));
+}
+
 // Runs fn(column, out_index) for every coordinate of every tensor, where column holds that coordinate's value in
 // each update (update i at column[i], widened to float), and stores fn's float result in the output tensor. The
 // updates are staged chunk by chunk: K x kChunkElements floats at a time.
@@ -69,7 +78,7 @@ StatusOr<WeightSet> MapCoordinates(const std::vector<const WeightSet*>& updates,
     const size_t numel = out->size() / weights::DTypeSize(entry.dtype);
     for (size_t begin = 0; begin < numel; begin += chunk) {
       const size_t count = std::min(chunk, numel - begin);
-      for (size_t u = 0; u < k; ++u) LoadChunk((*updates[u])[t], begin, count, staged.data() + u * chunk);
+      for (size_t u = 0; u < k; ++u) LoadAndRelease(*updates[u], t, begin, count, staged.data() + u * chunk);
       for (size_t j = 0; j < count; ++j) {
         for (size_t u = 0; u < k; ++u) column[u] = staged[u * chunk + j];
         StoreValue(entry.dtype, *out, begin + j, fn(column));
@@ -253,7 +262,7 @@ StatusOr<WeightSet> KrumBase::Aggregate(const std::vector<KeptUpdate>& updates,
     const size_t numel = static_cast<size_t>(updates[0].weights[t].numel());
     for (size_t begin = 0; begin < numel; begin += chunk) {
       const size_t count = std::min(chunk, numel - begin);
-      for (size_t u = 0; u < n; ++u) LoadChunk(updates[u].weights[t], begin, count, staged.data() + u * chunk);
+      for (size_t u = 0; u < n; ++u) LoadAndRelease(updates[u].weights, t, begin, count, staged.data() + u * chunk);
       for (size_t i = 0; i < n; ++i) {
         const float* a = staged.data() + i * chunk;
         for (size_t j = i + 1; j < n; ++j) {

@@ -63,6 +63,7 @@ Status ServerOptimizer::Begin(int round, const weights::WeightSet& global) {
   }
   PARSYN_RETURN_IF_ERROR(fed_avg_.Begin(round, global));  // also refuses non-float tensors
   global_ = global.Clone();
+  global.ReleasePages();  // the coordinator's global is a read-only mapping: only the copy stays resident
   return Status::Ok();
 }
 

@@ -397,7 +397,11 @@ StatusOr<WeightSet> ParseSafetensors(std::span<const std::byte> bytes, const Saf
   return set;
 }
 
-StatusOr<WeightSet> ReadSafetensorsFile(const std::filesystem::path& path, const SafetensorsLimits& limits) {
+namespace {
+
+// ReadSafetensorsFile (private, writable mapping) or MapSafetensorsFileReadOnly (shared, read-only).
+StatusOr<WeightSet> MapSafetensorsFile(const std::filesystem::path& path, const SafetensorsLimits& limits,
+                                       bool read_only) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("opening", path);
   struct stat info;
@@ -417,7 +421,9 @@ StatusOr<WeightSet> ReadSafetensorsFile(const std::filesystem::path& path, const
                          " bytes, too short for the 8-byte header length");
   }
   // Private and writable: callers get mutable spans; writes stay in this process (copy-on-write), never the file.
-  void* mapping = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  // Read-only and shared: the pages are the page cache's, so they can be dropped and read again (ReleasePages).
+  void* mapping = read_only ? ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0)
+                            : ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   const int map_errno = errno;
   ::close(fd);  // the mapping keeps the file referenced
   if (mapping == MAP_FAILED) {
@@ -439,7 +445,24 @@ StatusOr<WeightSet> ReadSafetensorsFile(const std::filesystem::path& path, const
                            : set.Add(std::move(entry.name), entry.dtype, std::move(entry.shape), data);
     if (!added.ok()) return added.WithContext(path.string());
   }
+  if (read_only) set.AddReadOnlyMapping(image);
   return set;
+}
+
+}  // namespace
+
+StatusOr<WeightSet> ReadSafetensorsFile(const std::filesystem::path& path, const SafetensorsLimits& limits) {
+  return MapSafetensorsFile(path, limits, /*read_only=*/false);
+}
+
+StatusOr<WeightSet> MapSafetensorsFileReadOnly(const std::filesystem::path& path, const SafetensorsLimits& limits) {
+  return MapSafetensorsFile(path, limits, /*read_only=*/true);
+}
+
+std::string SafetensorsHeaderBytes(const WeightSet& set) {
+  const std::string header = BuildHeader(set);
+  const auto prefix = LengthPrefix(header.size());
+  return std::string(reinterpret_cast<const char*>(prefix.data()), prefix.size()) + header;
 }
 
 std::vector<std::byte> SerializeSafetensors(const WeightSet& set) {

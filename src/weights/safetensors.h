@@ -77,6 +77,15 @@ StatusOr<WeightSet> ParseSafetensors(std::span<const std::byte> bytes, const Saf
 // as ParseSafetensors, prefixed with the path; NotFound for a missing file, Unavailable for other I/O errors.
 StatusOr<WeightSet> ReadSafetensorsFile(const std::filesystem::path& path, const SafetensorsLimits& limits = {});
 
+// As ReadSafetensorsFile, but the mapping is shared and read-only: writing through a tensor's span faults. Its pages
+// are the page cache's, not this process's private memory, so they can be dropped after use (WeightSet::ReleasePages)
+// and read again on the next access: what the coordinator holds a round's updates in while they wait.
+StatusOr<WeightSet> MapSafetensorsFileReadOnly(const std::filesystem::path& path, const SafetensorsLimits& limits = {});
+
+// The start of SerializeSafetensors(set): the 8-byte length and the header; the tensors' bytes follow in set order.
+// For writing the image as a stream without a copy of the weights.
+std::string SafetensorsHeaderBytes(const WeightSet& set);
+
 // The serialised image of `set` (header padded with spaces to a multiple of 8, tensors in the set's order).
 std::vector<std::byte> SerializeSafetensors(const WeightSet& set);
 

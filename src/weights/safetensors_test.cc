@@ -106,6 +106,53 @@ TEST(SafetensorsTest, FileRoundTripIsMemoryMappedAndAtomic) {
   first.data[0] = std::byte{0x7f};
 }
 
+// This process's resident memory (VmRSS) in KiB.
+long ResidentKiB() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+// The coordinator's form for updates that wait for the round: read-only and shared, pages handed back once read.
+TEST(SafetensorsTest, ReadOnlyMappingGivesItsPagesBackAndReadsThemAgain) {
+  WeightSet set;
+  auto bytes = set.AddZeros("w", DType::kF32, {16 << 20 >> 2});  // 16 MiB
+  ASSERT_TRUE(bytes.ok());
+  for (size_t i = 0; i < bytes->size(); i += 4096) (*bytes)[i] = static_cast<std::byte>(i / 4096 % 251 + 1);
+  auto path = TempPath("read_only.safetensors");
+  ASSERT_TRUE(WriteSafetensorsFile(set, path).ok());
+  set = WeightSet();  // its own 16 MiB go now
+  auto mapped = MapSafetensorsFileReadOnly(path);
+  std::filesystem::remove(path);  // the mapping keeps the bytes
+  ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
+  EXPECT_EQ(mapped->pinned_bytes(), 0u);
+  const std::span<std::byte> data = (*mapped)[0].data;
+  auto touch_all = [&] {
+    unsigned sum = 0;
+    for (size_t i = 0; i < data.size(); i += 4096) sum += static_cast<unsigned>(data[i]);
+    return sum;
+  };
+  const unsigned expected = touch_all();
+  const long touched = ResidentKiB();
+  mapped->ReleasePages();
+  const long released = ResidentKiB();
+  EXPECT_GT(touched - released, 12 * 1024) << "touched " << touched << " KiB, released " << released << " KiB";
+  EXPECT_EQ(touch_all(), expected);  // read again from the page cache
+  // A part of it: only those pages go (VmRSS is counted per thread in batches: loose bounds).
+  mapped->ReleasePages(data.subspan(0, data.size() / 2));
+  EXPECT_GT(ResidentKiB() - released, 4 * 1024);
+  EXPECT_GT(touched - ResidentKiB(), 4 * 1024);
+  EXPECT_EQ(touch_all(), expected);
+  // Memory of a set that owns its bytes is left alone.
+  WeightSet owned = mapped->Clone();
+  EXPECT_EQ(owned.pinned_bytes(), owned.total_bytes());
+  owned.ReleasePages();
+  EXPECT_EQ(owned[0].data[4096], data[4096]);
+}
+
 TEST(SafetensorsTest, MisalignedTensorInFileIsCopiedAndReadCorrectly) {
   // Header of 61 bytes puts the data section at offset 69: F32 data there is not 4-byte aligned in the mapping.
   std::string header = R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";

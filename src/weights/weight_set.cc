@@ -1,6 +1,7 @@
 #include "weights/weight_set.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -187,6 +188,51 @@ uint64_t WeightSet::total_bytes() const {
   return total;
 }
 
+void WeightSet::AddReadOnlyMapping(std::span<const std::byte> mapping) { read_only_mappings_.push_back(mapping); }
+
+namespace {
+
+bool Contains(std::span<const std::byte> outer, std::span<const std::byte> inner) {
+  return inner.data() >= outer.data() && inner.data() + inner.size() <= outer.data() + outer.size();
+}
+
+}  // namespace
+
+uint64_t WeightSet::pinned_bytes() const {
+  uint64_t pinned = 0;
+  for (const Tensor& t : tensors_) {
+    const bool mapped = std::any_of(read_only_mappings_.begin(), read_only_mappings_.end(),
+                                    [&](std::span<const std::byte> m) { return Contains(m, t.data); });
+    if (!mapped) pinned += t.data.size();
+  }
+  return pinned;
+}
+
+void WeightSet::ReleasePages(std::span<const std::byte> bytes) const {
+  if (bytes.empty()) return;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  // A fault on a file mapping also maps the cached pages around it (the kernel's fault-around, 64 KiB by default), so
+  // reading `bytes` may have mapped pages up to that far on either side: they go too. A reader of those neighbours
+  // that releases its own range (with the same margin) after its last read leaves nothing mapped behind.
+  constexpr uintptr_t kFaultAroundBytes = uintptr_t{64} << 10;
+  for (std::span<const std::byte> mapping : read_only_mappings_) {
+    if (!Contains(mapping, bytes)) continue;
+    // Rounded out to whole pages, within the mapping (it starts on a page; its last page is its own).
+    const uintptr_t mapping_begin = reinterpret_cast<uintptr_t>(mapping.data());
+    const uintptr_t mapping_end = (mapping_begin + mapping.size() + page - 1) / page * page;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(bytes.data());
+    const uintptr_t begin = std::max(mapping_begin, (first - std::min(first, kFaultAroundBytes)) / page * page);
+    const uintptr_t end = std::min(mapping_end, (first + bytes.size() + kFaultAroundBytes + page - 1) / page * page);
+    // Read-only and shared: nothing private is lost, the pages are read again from the page cache when touched.
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    return;
+  }
+}
+
+void WeightSet::ReleasePages() const {
+  for (std::span<const std::byte> mapping : read_only_mappings_) ReleasePages(mapping);
+}
+
 WeightSet WeightSet::Clone() const {
   WeightSet copy;
   copy.metadata_ = metadata_;
@@ -225,6 +271,7 @@ Status CheckFinite(const WeightSet& set) {
         break;
       default: break;
     }
+    set.ReleasePages(t.data);  // a read-only mapped tensor's pages go once checked (a no-op for other memory)
     if (index >= 0) {
       const char* what = std::isnan(value) ? "nan" : (value > 0 ? "inf" : "-inf");
       return InvalidArgumentError("tensor '" + t.name + "' has a non-finite value (" + what + ") at index " +

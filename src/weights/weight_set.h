@@ -88,6 +88,18 @@ class WeightSet {
   // A deep copy that owns its bytes.
   WeightSet Clone() const;
 
+  // Read-only file mappings (MapSafetensorsFileReadOnly): pages of them that this process has touched count in its
+  // RSS, but they are page cache, which can be handed back at any time and is read again on the next access.
+  // Records that `mapping` is such a mapping (kept alive through a backing of this set's tensors).
+  void AddReadOnlyMapping(std::span<const std::byte> mapping);
+  // Bytes of tensors that do not lie in a read-only mapping: what this set pins in memory.
+  uint64_t pinned_bytes() const;
+  // Drops this process's pages covering `bytes` (rounded out to whole pages) where they lie in a read-only mapping
+  // (madvise MADV_DONTNEED); a no-op for other memory. Values stay readable: they fault in again from the file.
+  void ReleasePages(std::span<const std::byte> bytes) const;
+  // ReleasePages over every read-only mapping of the set.
+  void ReleasePages() const;
+
   // OK iff `other` has the same names in the same order with equal dtypes and shapes. Otherwise InvalidArgument
   // whose message names the first difference, e.g. "tensor 'x.lora_A.weight' has shape [8, 16], expected [16, 16]".
   Status CheckSameLayout(const WeightSet& other) const;
@@ -97,6 +109,7 @@ class WeightSet {
   std::unordered_map<std::string, size_t> index_;
   std::vector<std::shared_ptr<const void>> backing_;  // keeps owned buffers and mappings alive
   std::map<std::string, std::string> metadata_;
+  std::vector<std::span<const std::byte>> read_only_mappings_;
 };
 
 // CheckSameLayout's rules and messages with `want` as any layout: a vector of entries with name, dtype and shape
@@ -135,6 +148,7 @@ Status CheckLayoutMatches(const std::vector<Entry>& want, const WeightSet& got) 
 
 // OK when every float tensor (F32, F16, BF16, F64) holds only finite values. Otherwise InvalidArgument naming the
 // tensor and the flat index of the first NaN/Inf: "tensor 'w' has a non-finite value (nan) at index 17".
+// Tensors in a read-only mapping have their pages handed back once checked, so at most one is resident at a time.
 Status CheckFinite(const WeightSet& set);
 
 // Converting helpers used by kernels and tests.

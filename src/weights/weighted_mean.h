@@ -3,6 +3,19 @@
 // Built from the global's layout; updates are accepted one at a time as they arrive, so memory is O(parameters)
 // whatever the number of updates. Not thread-safe: one owner calls Accept/Finish (internally the work is spread over
 // a few threads by chunk).
+//
+// Two ways to sum, chosen by the size of the sums (one accumulator per parameter: 4, 8 or 16 bytes by accumulation):
+// - Streaming (sums up to options.max_whole_sums_bytes): the sums are kept whole and each update is added as it
+//   arrives (or a few at once, AcceptOwned), so Finish has little left to do. Memory: the sums, then the result.
+// - Waiting on disk (larger sums): updates given to AcceptOwned read-only mapped from their files
+//   (MapSafetensorsFileReadOnly) are validated, their pages handed back, and they wait in the page cache; Finish
+//   then sums them chunk by chunk (64 Ki elements) with a per-chunk accumulator per thread, writing each chunk of the
+//   result and dropping the updates' pages it read. Memory: the result (the model's own size) plus ~1.3 MiB per
+//   thread and the pages in flight, whatever K and whatever the accumulation: a 14 GB bf16 model aggregates in
+//   ~14 GB instead of 16 bytes x 7e9 parameters of sums. Updates that are not read-only mapped (or Accept, which
+//   borrows its update) still need the whole sums: they are allocated then, and the mean streams from there on.
+// Both add the same terms to each element in the order of acceptance, so they give the same bits; with kExact, the
+// bits are also the same whatever that order.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +44,9 @@ struct WeightedMeanOptions {
   int num_threads = 0;  // 0: a sensible default for this machine
   // AcceptOwned keeps up to this many bytes of updates (beyond one) before adding them in one pass.
   uint64_t max_deferred_bytes = uint64_t{128} << 20;
+  // Sums up to this size are kept whole (streaming); beyond it, read-only mapped updates wait on disk and Finish sums
+  // them chunk by chunk (see above). 256 MiB: kExact sums of 16 Mi parameters (a 64 MiB fp32 model).
+  uint64_t max_whole_sums_bytes = uint64_t{256} << 20;
 };
 
 class WeightedMean {
@@ -52,12 +68,17 @@ class WeightedMean {
   // Finish. Adding K updates in one pass reads and writes the sums (16 bytes per parameter for kExact) once instead
   // of K times. The result is bit-identical to accepting the same updates one by one with Accept, in the same order.
   // Memory: up to max_deferred_bytes of updates (plus one) stay alive, as owned by `update` (memory-mapped files stay
-  // mapped).
+  // mapped). With sums over max_whole_sums_bytes, an update's read-only mapped bytes do not count toward
+  // max_deferred_bytes: their pages are handed back after validation and the update waits for Finish.
   Status AcceptOwned(WeightSet update, double n);
 
   // Adds the updates AcceptOwned kept, now, in one pass (nothing if none are kept): for a caller that is idle now
-  // and would rather not leave that work to Finish.
+  // and would rather not leave that work to Finish. Nothing either while updates wait on disk (sums over
+  // max_whole_sums_bytes, not allocated): adding them would allocate the sums.
   void AddKept();
+
+  // True while no sums are allocated and the accepted updates wait for Finish to sum them chunk by chunk.
+  bool waiting_on_disk() const;
 
   int num_accepted() const;
   double total_weight() const;
@@ -67,7 +88,8 @@ class WeightedMean {
 
   // Starts over with the same layout and options, nothing accepted (also after Finish). Reuses the sums' memory
   // (16 bytes per parameter for kExact: allocating and faulting it in anew costs ~50 ms per 20 MiB of fp32) unless
-  // a result of Finish still holds it (kFloat32 results are views of it); then it allocates new sums.
+  // a result of Finish still holds it (kFloat32 results are views of it); then it allocates new sums. Sums over
+  // max_whole_sums_bytes are freed instead (the next round's updates can wait on disk).
   void Reset();
 
   // The mean in the layout's dtypes (rounded to nearest even for BF16/F16). FailedPrecondition if nothing was

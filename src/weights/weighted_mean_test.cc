@@ -408,6 +408,108 @@ TEST(WeightedMeanTest, AggregatesMemoryMappedUpdatesLikeInMemoryOnes) {
   }
 }
 
+// Large sums are not kept: read-only mapped updates wait on disk and Finish sums them chunk by chunk. The bits must be
+// those of the streaming sums: for kExact whatever the arrival order (10 orders), and after a restart that reads the
+// stored updates again; for the float accumulations in the same order.
+TEST(WeightedMeanTest, WaitingOnDiskGivesTheStreamingBitsInAnyOrderAndAfterARestart) {
+  const auto dir = std::filesystem::temp_directory_path() / ("parsyn_wm_disk_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  constexpr int K = 6;
+  const double weights[K] = {0.1, 1234.5678, 3e-3, 77.7, 0.3, 1e5 / 3};
+  auto bytes_of = [](const WeightSet& set) {
+    std::vector<std::byte> bytes;
+    for (const Tensor& t : set.tensors()) bytes.insert(bytes.end(), t.data.begin(), t.data.end());
+    return bytes;
+  };
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    std::vector<std::filesystem::path> paths;
+    WeightedMean streaming(RandomUpdate(dtype, 1), {.accumulation = Accumulation::kExact, .num_threads = 2});
+    WeightedMean streaming_f32(RandomUpdate(dtype, 1), {.accumulation = Accumulation::kFloat32, .num_threads = 2});
+    for (int k = 0; k < K; ++k) {
+      WeightSet update = RandomUpdate(dtype, 40 + k);
+      paths.push_back(dir / ("update_" + std::to_string(k) + ".safetensors"));
+      ASSERT_TRUE(WriteSafetensorsFile(update, paths.back()).ok());
+      ASSERT_TRUE(streaming.Accept(update, weights[k]).ok());
+      ASSERT_TRUE(streaming_f32.Accept(update, weights[k]).ok());
+    }
+    EXPECT_FALSE(streaming.waiting_on_disk());
+    auto want = std::move(streaming).Finish();
+    auto want_f32 = std::move(streaming_f32).Finish();
+    ASSERT_TRUE(want.ok() && want_f32.ok());
+    const WeightedMeanOptions on_disk{
+        .accumulation = Accumulation::kExact, .num_threads = 2, .max_whole_sums_bytes = 0};
+
+    // A coordinator that took half the round's updates and restarted: the new one reads the stored files again.
+    {
+      WeightedMean before_restart(RandomUpdate(dtype, 1), on_disk);
+      for (int k = 0; k < K / 2; ++k) {
+        auto update = MapSafetensorsFileReadOnly(paths[k]);
+        ASSERT_TRUE(update.ok()) << update.status().ToString();
+        ASSERT_TRUE(before_restart.AcceptOwned(std::move(*update), weights[k]).ok());
+      }
+    }  // gone with the process; nothing of it was summed
+
+    std::vector<int> order(K);
+    std::iota(order.begin(), order.end(), 0);
+    std::mt19937 rng(5);
+    for (int trial = 0; trial < 10; ++trial) {
+      std::shuffle(order.begin(), order.end(), rng);
+      WeightedMean mean(RandomUpdate(dtype, 1), on_disk);
+      for (int k : order) {
+        auto update = MapSafetensorsFileReadOnly(paths[k]);
+        ASSERT_TRUE(update.ok()) << update.status().ToString();
+        EXPECT_EQ(update->pinned_bytes(), 0u);
+        ASSERT_TRUE(mean.AcceptOwned(std::move(*update), weights[k]).ok());
+        mean.AddKept();  // the coordinator calls it when idle: it must not allocate the sums
+        EXPECT_TRUE(mean.waiting_on_disk()) << "trial " << trial;
+      }
+      auto got = std::move(mean).Finish();
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(bytes_of(*got), bytes_of(*want)) << DTypeName(dtype) << " order #" << trial;
+    }
+
+    // An update that cannot wait on disk (in memory, borrowed) brings the sums back; the bits stay the same.
+    {
+      WeightedMean mean(RandomUpdate(dtype, 1), on_disk);
+      for (int k = K - 1; k >= 0; --k) {
+        auto update = MapSafetensorsFileReadOnly(paths[k]);
+        ASSERT_TRUE(update.ok());
+        ASSERT_TRUE(
+            (k == 2 ? mean.Accept(*update, weights[k]) : mean.AcceptOwned(std::move(*update), weights[k])).ok());
+        EXPECT_EQ(mean.waiting_on_disk(), k > 2);
+      }
+      auto got = std::move(mean).Finish();
+      ASSERT_TRUE(got.ok());
+      EXPECT_EQ(bytes_of(*got), bytes_of(*want)) << DTypeName(dtype) << " with sums brought back";
+    }
+
+    // fp32 sums chunk by chunk: the streaming bits in the same order.
+    {
+      WeightedMean mean(RandomUpdate(dtype, 1),
+                        {.accumulation = Accumulation::kFloat32, .num_threads = 2, .max_whole_sums_bytes = 0});
+      for (int k = 0; k < K; ++k) {
+        auto update = MapSafetensorsFileReadOnly(paths[k]);
+        ASSERT_TRUE(update.ok());
+        ASSERT_TRUE(mean.AcceptOwned(std::move(*update), weights[k]).ok());
+      }
+      auto got = std::move(mean).Finish();
+      ASSERT_TRUE(got.ok());
+      EXPECT_EQ(bytes_of(*got), bytes_of(*want_f32)) << DTypeName(dtype) << " fp32 sums";
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A mean waiting on disk that is reset and reused (the next round) waits on disk again.
+TEST(WeightedMeanTest, ResetOfAMeanOverLargeSumsWaitsOnDiskAgain) {
+  WeightedMean mean(RandomUpdate(DType::kF32, 1), {.accumulation = Accumulation::kExact, .max_whole_sums_bytes = 0});
+  ASSERT_TRUE(mean.Accept(RandomUpdate(DType::kF32, 2), 1.0).ok());  // borrowed: the sums are allocated
+  EXPECT_FALSE(mean.waiting_on_disk());
+  ASSERT_TRUE(std::move(mean).Finish().ok());
+  mean.Reset();
+  EXPECT_TRUE(mean.waiting_on_disk());
+}
+
 TEST(WeightedMeanTest, AcceptAfterFinishIsFailedPrecondition) {
   const std::vector<Spec> specs = {{"w", {4}}};
   WeightedMean mean(Filled(DType::kF32, 0, specs));
