@@ -45,8 +45,9 @@ Status AtomicFileWriter::Append(std::string_view bytes) {
   return Status::Ok();
 }
 
-Status AtomicFileWriter::Commit() {
-  if (::fsync(fd_) != 0) return UnavailableError("fsync " + temporary_.string() + ": " + std::strerror(errno));
+Status AtomicFileWriter::Commit(bool durable) {
+  if (durable && ::fsync(fd_) != 0)
+    return UnavailableError("fsync " + temporary_.string() + ": " + std::strerror(errno));
   ::close(fd_);
   fd_ = -1;
   if (::rename(temporary_.c_str(), destination_.c_str()) != 0) {
@@ -54,6 +55,7 @@ Status AtomicFileWriter::Commit() {
                             std::strerror(errno));
   }
   committed_ = true;
+  if (!durable) return Status::Ok();
   // The rename is durable only once the directory entry is; a failure here leaves a complete file, so say nothing.
   std::filesystem::path dir = destination_.parent_path();
   if (dir.empty()) dir = ".";

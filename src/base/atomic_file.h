@@ -21,7 +21,9 @@ class AtomicFileWriter {
   ~AtomicFileWriter();
 
   Status Append(std::string_view bytes);
-  Status Commit();
+  // durable false: renamed into place without the fsyncs, for scratch files that nothing needs after a crash (a
+  // reader still sees the whole file or none; after a machine crash it may be missing or hold other bytes).
+  Status Commit(bool durable = true);
 
  private:
   AtomicFileWriter(std::filesystem::path destination, std::filesystem::path temporary, int fd)

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <filesystem>
 #include <optional>
 
@@ -168,6 +169,95 @@ http::Awaitable<Status> JobRunner::Setup() {
         if (fixed_owners) slot.worker_id = config.eligible_workers[static_cast<size_t>(i)];
         p.shards.push_back(std::move(slot));
       }
+      PARSYN_RETURN_IF_ERROR(store.CreateShards(job_id, p.shards));
+      PARSYN_ASSIGN_OR_RETURN(p.shards, store.ListShards(job_id));
+    }
+    if (!config.workers_hold_data) {
+      PARSYN_ASSIGN_OR_RETURN(p.dataset, store.GetDataset(spec.dataset_id));
+    }
+    if (p.shards.empty()) {
+      PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy dataset_copy,
+                              storage::LocalBlobCopy::Open(blobs, p.dataset.blob_key, spool_dir));
+      const std::filesystem::path& source = dataset_copy.path();
+      std::error_code ec;
+      std::filesystem::create_directories(tmp_dir, ec);
+      const data::DatasetFormat format =
+          p.dataset.format == storage::DatasetFormat::kCsv ? data::DatasetFormat::kCsv : data::DatasetFormat::kJsonl;
+      data::TabularOptions tabular;
+      if (!spec.config.label_column.empty()) tabular.label_column = spec.config.label_column;
+      // distributed.partition (an ordinary job's one shard is the whole dataset: iid). The labels are read when there
+      // is one to read: a CSV's label column, or a JSONL field the partition names; each shard's histogram is stored.
+      DataPartition partition = spec.distributed.enabled ? spec.distributed.partition : DataPartition{};
+      if (!spec.distributed.enabled) partition.label = spec.distributed.partition.label;
+      if (partition.label.empty() && format == data::DatasetFormat::kCsv) partition.label = tabular.label_column;
+      std::optional<data::RowLabels> labels;
+      std::vector<Shard> split;
+      if (!partition.label.empty()) {
+        StatusOr<data::RowLabels> read = data::ReadRowLabels(source, format, partition.label);
+        if (!read.ok()) {
+          return read.status().WithContext("distributed.partition.label \"" + partition.label + "\" of dataset " +
+                                           std::to_string(p.dataset.id));
+        }
+        labels = std::move(*read);
+        PARSYN_ASSIGN_OR_RETURN(split, SplitRowsByLabel(*labels, config.num_shards, spec.config.validation_fraction,
+                                                        partition, spec.config.seed));
+      } else {
+        PARSYN_ASSIGN_OR_RETURN(split, SplitRows(p.dataset.row_count, config.num_shards,
+                                                 spec.config.validation_fraction, spec.config.seed));
+      }
+      const std::vector<std::vector<int64_t>> histograms =
+          labels ? LabelHistograms(split, *labels) : std::vector<std::vector<int64_t>>{};
+      // Every shard's train and validation files in one pass over the dataset (per batch of files), then into the
+      // blob store without a flush each and one flush for all: setup is linear in the dataset and costs one sync,
+      // not shards x (dataset + fsyncs). The shard records come after that flush, so a crash before it leaves no
+      // record; the redone setup replaces any blob a crash left behind.
+      constexpr std::array<const char*, 2> kParts = {"train", "validation"};
+      std::vector<data::Subset> subsets;
+      for (size_t i = 0; i < split.size(); ++i) {
+        for (const char* part : kParts) {
+          const auto& rows = std::string_view(part) == "train" ? split[i].train_rows : split[i].validation_rows;
+          subsets.push_back({.rows = rows, .destination = tmp_dir / fmt::format("job{}-shard{}-{}", job_id, i, part)});
+        }
+      }
+      struct RemoveFiles {
+        const std::vector<data::Subset>& subsets;
+        ~RemoveFiles() {
+          std::error_code ec;
+          for (const data::Subset& subset : subsets) std::filesystem::remove(subset.destination, ec);
+        }
+      } remove_files{subsets};
+      PARSYN_RETURN_IF_ERROR(data::WriteSubsetFiles(source, format, subsets, tabular));
+      const bool fixed_owners = config.num_shards == static_cast<int>(config.eligible_workers.size());
+      const storage::PutOptions scratch{
+          .max_size_bytes = std::nullopt, .expected_sha256 = std::nullopt, .durable = false};
+      for (size_t i = 0; i < split.size(); ++i) {
+        storage::Shard shard;
+        shard.shard_index = static_cast<int32_t>(i);
+        if (fixed_owners) shard.worker_id = config.eligible_workers[i];
+        shard.train_rows = static_cast<int64_t>(split[i].train_rows.size());
+        shard.validation_rows = static_cast<int64_t>(split[i].validation_rows.size());
+        if (labels) shard.label_histogram_json = LabelHistogramJson(histograms[i], labels->class_names);
+        for (size_t k = 0; k < kParts.size(); ++k) {
+          const std::string key =
+              fmt::format("jobs/{}/shards/{:03}/{}.{}", job_id, i, kParts[k], DatasetExtension(p.dataset.format));
+          const std::filesystem::path& file = subsets[2 * i + k].destination;
+          PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> in, storage::OpenFileSource(file));
+          StatusOr<storage::BlobInfo> info = blobs.Put(key, *in, scratch);
+          if (!info.ok() && info.status().code() == StatusCode::kAlreadyExists) {
+            // Left by a setup a crash interrupted (no shard record names it): its bytes may be torn, so replace it.
+            PARSYN_RETURN_IF_ERROR(blobs.Delete(key));
+            PARSYN_ASSIGN_OR_RETURN(in, storage::OpenFileSource(file));
+            info = blobs.Put(key, *in, scratch);
+          }
+          if (!info.ok()) return info.status();
+          if (k == 0) {
+            shard.blob_key = key;
+            shard.sha256 = info->sha256;
+          }
+        }
+        p.shards.push_back(std::move(shard));
+      }
+      PARSYN_RETURN_IF_ERROR(blobs.SyncAll());
       PARSYN_RETURN_IF_ERROR(store.CreateShards(job_id, p.shards));
       PARSYN_ASSIGN_OR_RETURN(p.shards, store.ListShards(job_id));
     }

@@ -613,19 +613,6 @@ std::unique_ptr<std::ifstream> OpenFile(const std::filesystem::path& path, Statu
   return file;
 }
 
-// Sorted, duplicate-free copy of `indices`; InvalidArgument for a negative index or a duplicate.
-StatusOr<std::vector<int64_t>> SortedUnique(std::span<const int64_t> indices) {
-  std::vector<int64_t> sorted(indices.begin(), indices.end());
-  std::sort(sorted.begin(), sorted.end());
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    if (sorted[i] < 0) return InvalidArgumentError("row index " + std::to_string(sorted[i]) + " is negative");
-    if (i > 0 && sorted[i] == sorted[i - 1]) {
-      return InvalidArgumentError("row index " + std::to_string(sorted[i]) + " is listed twice");
-    }
-  }
-  return sorted;
-}
-
 }  // namespace
 
 std::string_view DatasetFormatName(DatasetFormat format) { return format == DatasetFormat::kJsonl ? "jsonl" : "csv"; }
@@ -773,23 +760,57 @@ StatusOr<TabularDataset> LoadTabularFile(const std::filesystem::path& path, cons
 
 // ---------------------------------------------------------------------------------------------------------------
 
-Status WriteSubsetFile(const std::filesystem::path& source, DatasetFormat format, std::span<const int64_t> row_indices,
-                       const std::filesystem::path& destination, const TabularOptions& options, const Limits& limits) {
-  PARSYN_ASSIGN_OR_RETURN(std::vector<int64_t> wanted, SortedUnique(row_indices));
+namespace {
+
+// Which subset each listed row belongs to (-1: none), checked: no negative row, none listed twice.
+StatusOr<std::vector<int32_t>> RowOwners(std::span<const Subset> subsets) {
+  int64_t max_row = -1;
+  for (const Subset& subset : subsets) {
+    for (int64_t row : subset.rows) {
+      if (row < 0) return InvalidArgumentError("row index " + std::to_string(row) + " is negative");
+      max_row = std::max(max_row, row);
+    }
+  }
+  std::vector<int32_t> owners(static_cast<size_t>(max_row + 1), -1);
+  for (size_t i = 0; i < subsets.size(); ++i) {
+    for (int64_t row : subsets[i].rows) {
+      int32_t& owner = owners[static_cast<size_t>(row)];
+      if (owner >= 0) return InvalidArgumentError("row index " + std::to_string(row) + " is listed twice");
+      owner = static_cast<int32_t>(i);
+    }
+  }
+  return owners;
+}
+
+// One pass over `source` writing subsets [begin, end): each row is copied byte for byte into its owner's file.
+Status WriteSubsetPass(const std::filesystem::path& source, DatasetFormat format, std::span<const Subset> subsets,
+                       const std::vector<int32_t>& owners, size_t begin, size_t end, bool durable,
+                       const TabularOptions& options, const Limits& limits) {
+  constexpr size_t kBufferBytes = 64 * 1024;
   Status status;
   auto file = OpenFile(source, status);
   if (!status.ok()) return status;
-  PARSYN_ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Open(destination));
-  size_t next = 0;  // position in `wanted` of the next row to copy
+  std::vector<AtomicFileWriter> writers;
+  std::vector<std::string> buffers(end - begin);
+  for (size_t i = begin; i < end; ++i) {
+    PARSYN_ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Open(subsets[i].destination));
+    writers.push_back(std::move(writer));
+  }
+  auto append = [&](size_t k, std::string_view bytes) -> Status {
+    buffers[k].append(bytes);
+    buffers[k].push_back('\n');
+    if (buffers[k].size() < kBufferBytes) return Status::Ok();
+    Status s = writers[k].Append(buffers[k]);
+    buffers[k].clear();
+    return s;
+  };
   int64_t num_rows = 0;
-  auto copy_if_wanted = [&](int64_t row, std::string_view raw) {
+  auto copy_if_wanted = [&](int64_t row, std::string_view raw) -> Status {
     num_rows = row + 1;
-    if (next < wanted.size() && wanted[next] == row) {
-      ++next;
-      PARSYN_RETURN_IF_ERROR(writer.Append(raw));
-      return writer.Append("\n");
-    }
-    return Status::Ok();
+    if (static_cast<size_t>(row) >= owners.size()) return Status::Ok();
+    const int32_t owner = owners[static_cast<size_t>(row)];
+    if (owner < static_cast<int32_t>(begin) || owner >= static_cast<int32_t>(end)) return Status::Ok();
+    return append(static_cast<size_t>(owner) - begin, raw);
   };
   if (format == DatasetFormat::kJsonl) {
     PARSYN_RETURN_IF_ERROR(ScanText(*file, limits, [&](int64_t row, std::string_view raw, TextRow&&) {
@@ -802,19 +823,45 @@ Status WriteSubsetFile(const std::filesystem::path& source, DatasetFormat format
     PARSYN_RETURN_IF_ERROR(ScanTabular(
         *file, options, limits, size_bytes,
         [&](const CsvLayout&, const CsvRecord& header) {
-          PARSYN_RETURN_IF_ERROR(writer.Append(header.raw));
-          return writer.Append("\n");
+          for (size_t k = 0; k < writers.size(); ++k) PARSYN_RETURN_IF_ERROR(append(k, header.raw));
+          return Status::Ok();
         },
         [&](int64_t row, const CsvRecord& record, const std::vector<double>&, const std::string& label) {
           PARSYN_RETURN_IF_ERROR(labels.Add(label, record.line_number));
           return copy_if_wanted(row, record.raw);
         }));
   }
-  if (next < wanted.size()) {
-    return InvalidArgumentError("row index " + std::to_string(wanted[next]) + " is out of range: " +
-                                source.filename().string() + " has " + std::to_string(num_rows) + " rows");
+  for (size_t row = static_cast<size_t>(num_rows); row < owners.size(); ++row) {
+    if (owners[row] >= 0) {
+      return InvalidArgumentError("row index " + std::to_string(row) + " is out of range: " +
+                                  source.filename().string() + " has " + std::to_string(num_rows) + " rows");
+    }
   }
-  return writer.Commit();
+  for (size_t k = 0; k < writers.size(); ++k) {
+    PARSYN_RETURN_IF_ERROR(writers[k].Append(buffers[k]));
+    PARSYN_RETURN_IF_ERROR(writers[k].Commit(durable));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteSubsetFile(const std::filesystem::path& source, DatasetFormat format, std::span<const int64_t> row_indices,
+                       const std::filesystem::path& destination, const TabularOptions& options, const Limits& limits) {
+  const Subset subset{.rows = row_indices, .destination = destination};
+  PARSYN_ASSIGN_OR_RETURN(std::vector<int32_t> owners, RowOwners(std::span(&subset, 1)));
+  return WriteSubsetPass(source, format, std::span(&subset, 1), owners, 0, 1, /*durable=*/true, options, limits);
+}
+
+Status WriteSubsetFiles(const std::filesystem::path& source, DatasetFormat format, std::span<const Subset> subsets,
+                        const TabularOptions& options, const Limits& limits) {
+  PARSYN_ASSIGN_OR_RETURN(std::vector<int32_t> owners, RowOwners(subsets));
+  for (size_t begin = 0; begin < subsets.size(); begin += kSubsetFilesPerPass) {
+    const size_t end = std::min(subsets.size(), begin + kSubsetFilesPerPass);
+    PARSYN_RETURN_IF_ERROR(
+        WriteSubsetPass(source, format, subsets, owners, begin, end, /*durable=*/false, options, limits));
+  }
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -149,6 +149,21 @@ Status WriteSubsetFile(const std::filesystem::path& source, DatasetFormat format
                        const std::filesystem::path& destination, const TabularOptions& options = {},
                        const Limits& limits = {});
 
+// One subset of a dataset for WriteSubsetFiles: its rows (any order) and the file to write them to.
+struct Subset {
+  std::span<const int64_t> rows;
+  std::filesystem::path destination;
+};
+
+// WriteSubsetFile for many disjoint subsets (a job's shards) at once: one pass over `source` for each batch of at
+// most kSubsetFilesPerPass subsets (so open files stay bounded), not one per subset, which made a job's setup
+// shards x dataset. A row listed twice, in one subset or in two, is InvalidArgument. The files are scratch copies
+// for a blob store to take: complete when this returns OK, but not fsynced (AtomicFileWriter::Commit(false)).
+// Memory: O(max_line_bytes + number of rows listed), plus a 64 KiB write buffer per subset of the batch.
+inline constexpr size_t kSubsetFilesPerPass = 256;
+Status WriteSubsetFiles(const std::filesystem::path& source, DatasetFormat format, std::span<const Subset> subsets,
+                        const TabularOptions& options = {}, const Limits& limits = {});
+
 // ---------------------------------------------------------------------------------------------------------------
 // Row labels (for label-skewed sharding: coordinator/partition.h)
 

@@ -86,6 +86,11 @@ class BlobStore {
   // Keys that start with `prefix` (a plain string prefix: it may end in '/' or mid-segment), sorted.
   // InvalidArgument if ValidateBlobKeyPrefix rejects `prefix`.
   virtual StatusOr<std::vector<std::string>> List(std::string_view prefix) = 0;
+
+  // Makes every blob put so far with durable = false as durable as a durable Put (the directory store: one syncfs
+  // of its file system), so many small blobs cost one flush rather than one each. Stores whose every Put is durable
+  // on return (memory: nothing survives anyway; S3) keep this default.
+  virtual Status SyncAll() { return Status::Ok(); }
 };
 
 // Opens a store by URI: "file:///abs/dir" or a plain path ("/abs/dir", "rel/dir") opens a DirectoryBlobStore,

@@ -31,6 +31,7 @@ class DirectoryBlobStore final : public BlobStore {
   StatusOr<std::filesystem::path> LocalPath(std::string_view key) override;
   Status Delete(std::string_view key) override;
   StatusOr<std::vector<std::string>> List(std::string_view prefix) override;
+  Status SyncAll() override;
 
   const std::filesystem::path& root() const { return root_; }
 
