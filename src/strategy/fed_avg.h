@@ -1,6 +1,8 @@
 // FedAvg (McMahan et al. 2017): the new global is the sample-weighted mean of the round's updates,
 //   global = sum(n_i * w_i) / sum(n_i),  n_i = the worker's sample count (training examples), not the steps it ran.
-// Accumulated as updates arrive (weights::WeightedMean), so memory is O(parameters) whatever the number of workers.
+// Summed by weights::WeightedMean: as updates arrive for models whose exact sums fit its budget, else chunk by chunk
+// over the updates waiting in their files when the round aggregates; memory is O(parameters) whatever the number of
+// workers (docs/training.md, "Coordinator memory per parameter").
 // Threads: see Strategy.
 #pragma once
 
