@@ -552,7 +552,9 @@ http::Awaitable<void> Service::TimerLoop() {
     }
     if (now >= next_worker_changes) {
       PublishBatches();
-      next_worker_changes = now + options_.event_batch_interval;
+      // Counted from the publication (the presence flush above may have taken a while): batches are at least an
+      // interval apart.
+      next_worker_changes = clock_.Now() + options_.event_batch_interval;
     }
     std::vector<int64_t> silent;
     for (const auto& [id, s] : sessions_) {
