@@ -296,6 +296,10 @@ class JobRoutes {
     });
     if (!reference_problems.empty()) co_return ProblemsResponse(FieldProblems(reference_problems));
     if (!created.ok()) co_return Response::Error(created.status());
+    // The dashboard's stream: the new job as GET /training-jobs/{id} shows it, then its queued status.
+    json created_view = JobJson(*created);
+    created_view["job_id"] = created->id;
+    service_.PublishFeedEvent("job_created", std::move(created_view));
     {
       auto event_appended = service_.AppendEvent(created->id, "job_status", {{"status", "queued"}});
       co_await std::move(event_appended);

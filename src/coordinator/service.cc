@@ -50,6 +50,7 @@ Service::Service(boost::asio::io_context& io, ServiceOptions options)
       clock_(SystemClock::Get()),
       pool_(static_cast<size_t>(std::max(1, options_.pool_threads))),
       upload_pool_(static_cast<size_t>(std::max(1, options_.upload_threads))),
+      feed_(io.get_executor(), NewFeedEpoch(), options_.event_buffer_events, options_.event_buffer_bytes),
       shutdown_(io.get_executor()) {}
 
 Service::~Service() {
@@ -209,6 +210,7 @@ StatusOr<http::Router> Service::BuildRouter() {
   PARSYN_RETURN_IF_ERROR(AddModelRoutes(routes, context));
   PARSYN_RETURN_IF_ERROR(AddWorkerAdminRoutes(routes, context, *this));
   PARSYN_RETURN_IF_ERROR(AddJobRoutes(routes, context, *this));
+  PARSYN_RETURN_IF_ERROR(AddEventRoutes(routes, *this));
   PARSYN_RETURN_IF_ERROR(AddWorkerProtocolRoutes(routes, context, *this));
   PARSYN_RETURN_IF_ERROR(AddBlobRoutes(routes, context, *this, signing_secret_));
   PARSYN_RETURN_IF_ERROR(AddStaticRoutes(router));  // the dashboard; not API routes, so not in routes_
@@ -319,6 +321,66 @@ http::Awaitable<void> Service::AppendEvent(int64_t job_id, std::string type, jso
   StatusOr<int64_t> id = co_await Offload(pool_, [&] { return store_->AppendJobEvent(event); });
   if (!id.ok()) PARSYN_LOG_ERROR("training job {}: event {} not stored: {}", job_id, type, id.status().ToString());
   EventSignal(job_id).Notify();
+  ForwardToFeed(job_id, type, payload);
+}
+
+void Service::PublishFeedEvent(std::string type, json data) {
+  data["time_ms"] = clock_.UnixMillis();
+  feed_.Publish(std::move(type), data.dump());
+}
+
+void Service::ForwardToFeed(int64_t job_id, const std::string& type, const json& payload) {
+  if (type != "worker_progress") jobs_live_changed_.insert(job_id);
+  if (type == "worker_progress") {
+    // A sample: the job's own stream has every report; the dashboard's lists need no more than this.
+    const Clock::TimePoint now = clock_.Now();
+    const int64_t worker_id = payload.value("worker_id", int64_t{0});
+    auto [sampled, first] = progress_sampled_at_.try_emplace(worker_id, now);
+    if (!first && now - sampled->second < options_.progress_sample_interval) return;
+    if (now - progress_window_start_ >= std::chrono::seconds(1)) {
+      progress_window_start_ = now;
+      progress_in_window_ = 0;
+    }
+    if (progress_in_window_ >= options_.progress_samples_per_second) return;
+    progress_in_window_++;
+    sampled->second = now;
+  } else if (type != "job_status" && type != "round_started" && type != "round_committed" && type != "round_failed") {
+    return;  // per-worker detail of a round (tasks, updates, drops): the job's own stream has it; job_live sums it up
+  }
+  json data = payload;
+  // Who was chosen at the start is a partial list (later arrivals get tasks after), and 10,000 ids are a large
+  // event: job_live carries the count of workers in the round instead.
+  data.erase("participants");
+  data["job_id"] = job_id;
+  PublishFeedEvent(type, std::move(data));
+}
+
+void Service::NoteWorkerChange(int64_t worker_id, const json& fields) {
+  json& entry = worker_changes_[worker_id];
+  if (!entry.is_object()) entry = json::object();
+  entry.update(fields);
+  entry["id"] = worker_id;
+}
+
+void Service::PublishBatches() {
+  if (!worker_changes_.empty()) {
+    json workers = json::array();
+    for (auto& [id, fields] : worker_changes_) workers.push_back(std::move(fields));
+    worker_changes_.clear();
+    PublishFeedEvent("workers", {{"workers", std::move(workers)}});
+  }
+  const std::set<int64_t> jobs = std::exchange(jobs_live_changed_, {});
+  for (int64_t job_id : jobs) {
+    JobRunner* runner = FindRunner(job_id);
+    if (runner == nullptr || runner->finished()) continue;  // its terminal job_status says it all
+    const json live = runner->LiveView();
+    if (!live.contains("phase")) continue;
+    int64_t active = 0;
+    for (const json& w : live.value("workers", json::array())) active += w.value("state", "") != "dropped";
+    json data = {{"job_id", job_id}, {"phase", live["phase"]}, {"active_workers", active}};
+    if (live.contains("round")) data["round"] = live["round"];
+    PublishFeedEvent("job_live", std::move(data));
+  }
 }
 
 Service::Session* Service::FindSession(int64_t worker_id) {
@@ -382,6 +444,17 @@ http::Awaitable<void> Service::SetWorkerStatus(int64_t worker_id, storage::Worke
   const std::string device(device_view);
   const int64_t now = clock_.UnixMillis();
   const Clock::TimePoint stored_at = clock_.Now();
+  // Noted for the dashboard's stream now, in the loop's order of changes (the store writes below may finish out of
+  // order), with the job as GET /workers shows it: that of the delivered, else first queued, task.
+  json change = {{"status", storage::ToString(status)}, {"last_heartbeat_at_ms", now}, {"current_job_id", nullptr}};
+  if (!device.empty()) change["device"] = device;
+  if (const Session* session = FindSession(worker_id)) {
+    if (session->current_job)
+      change["current_job_id"] = *session->current_job;
+    else if (!session->queued.empty())
+      change["current_job_id"] = session->queued.front().job_id;
+  }
+  NoteWorkerChange(worker_id, change);
   Status s = co_await Offload(pool_, [&]() -> Status {
     PARSYN_ASSIGN_OR_RETURN(storage::Worker w, store_->GetWorker(worker_id));
     w.status = status;
@@ -424,6 +497,8 @@ http::Awaitable<void> Service::FlushPresence() {
     co_return;
   }
   MarkPresenceStored(seen, as_of);
+  for (const storage::WorkerSeen& w : seen)
+    NoteWorkerChange(w.worker_id, {{"last_heartbeat_at_ms", w.last_heartbeat_at_ms}});
 }
 
 http::Awaitable<void> Service::EndSession(int64_t worker_id, std::string_view why) {
@@ -585,6 +660,7 @@ void Service::BeginShutdown() {
 
 http::Awaitable<void> Service::TimerLoop() {
   Clock::TimePoint next_presence_flush = clock_.Now() + options_.presence_flush_interval;
+  Clock::TimePoint next_worker_changes = clock_.Now() + options_.event_batch_interval;
   while (!shutting_down_) {
     co_await shutdown_.Wait(options_.tick_interval);
     if (shutting_down_) break;
@@ -592,6 +668,12 @@ http::Awaitable<void> Service::TimerLoop() {
     if (now >= next_presence_flush) {
       co_await FlushPresence();
       next_presence_flush = now + options_.presence_flush_interval;
+    }
+    if (now >= next_worker_changes) {
+      PublishBatches();
+      // Counted from the publication (the presence flush above may have taken a while): batches are at least an
+      // interval apart.
+      next_worker_changes = clock_.Now() + options_.event_batch_interval;
     }
     std::vector<int64_t> silent;
     for (const auto& [id, s] : sessions_) {

@@ -30,6 +30,7 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "coordinator/event_feed.h"
 #include "coordinator/job_host.h"
 #include "coordinator/signed_blob_urls.h"
 #include "http/server.h"
@@ -100,6 +101,14 @@ struct ServiceOptions {
   // lease lasts this long; the leader renews it every third of it, a standby tries to take it every tenth, so a
   // standby takes over within about 1.1 x this after the leader stopped (`parsyn server --leader-lease-ms`).
   std::chrono::milliseconds leader_lease_ttl{10'000};
+  // GET /api/v1/events (EventFeed): the ring keeps at most this many events and bytes of event data; worker changes
+  // are sent as one "workers" event per event_batch_interval (never one per heartbeat); worker progress is a sample,
+  // at most one per worker per progress_sample_interval and progress_samples_per_second in all.
+  size_t event_buffer_events = 4096;
+  size_t event_buffer_bytes = size_t{8} << 20;
+  std::chrono::milliseconds event_batch_interval{1'000};
+  std::chrono::milliseconds progress_sample_interval{5'000};
+  int progress_samples_per_second = 20;
 };
 
 // A (method, pattern) the service registers; docs/openapi.yaml must describe exactly these.
@@ -161,6 +170,12 @@ class Service final : public JobHost {
   // describe changes already stored.
   http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, nlohmann::json payload) override;
   http::Signal& EventSignal(int64_t job_id);
+  // The dashboard's stream across jobs (GET /api/v1/events). PublishFeedEvent adds "time_ms" to `data`.
+  EventFeed& event_feed() { return feed_; }
+  void PublishFeedEvent(std::string type, nlohmann::json data);
+  // Merges `fields` (a worker's view, or the fields of it that changed) into the worker's entry of the next
+  // "workers" event (sent every event_batch_interval).
+  void NoteWorkerChange(int64_t worker_id, const nlohmann::json& fields);
   // Queues a task for a worker and wakes its long-poll. False when the worker has no session (it went away).
   bool DeliverTask(int64_t worker_id, int64_t job_id, nlohmann::json task) override;
   // Tells a worker to drop a task (straggler, job ended): removed if not yet delivered, else reported in its next
@@ -239,6 +254,11 @@ class Service final : public JobHost {
   // Exits the process at once (status kExitLeadershipLost): a deposed leader must stop acting, and whatever it still
   // tries to write is refused by the store (fencing). Its supervisor restarts it, as a standby.
   [[noreturn]] void LeadershipLost(const std::string& why);
+  // Sends the worker changes noted since the last call as one "workers" event, and a "job_live" event for each job
+  // with events since the last call (every event_batch_interval).
+  void PublishBatches();
+  // A job event of the ones the dashboard's stream carries goes there too (worker progress as a sample).
+  void ForwardToFeed(int64_t job_id, const std::string& type, const nlohmann::json& payload);
   // The last_seen of sessions seen since their last store write: what FlushPresence writes, in one commit.
   std::vector<storage::WorkerSeen> UnstoredPresence() const;
   void MarkPresenceStored(std::span<const storage::WorkerSeen> seen, Clock::TimePoint as_of);
@@ -263,6 +283,12 @@ class Service final : public JobHost {
   std::map<int64_t, Session> sessions_;
   std::map<int64_t, std::unique_ptr<JobRunner>> runners_;
   std::map<int64_t, std::unique_ptr<http::Signal>> event_signals_;
+  EventFeed feed_;
+  std::map<int64_t, nlohmann::json> worker_changes_;  // worker id -> fields changed since the last "workers" event
+  std::set<int64_t> jobs_live_changed_;               // jobs with events since the last "job_live" events
+  std::map<int64_t, Clock::TimePoint> progress_sampled_at_;  // per worker: its last progress sent to the feed
+  Clock::TimePoint progress_window_start_{};
+  int progress_in_window_ = 0;
   http::Signal shutdown_;
   bool shutting_down_ = false;
   std::string coordinator_id_;

@@ -139,6 +139,7 @@ Status AddModelRoutes(RouteTable& routes, const RouteContext& context);       //
 Status AddWorkerAdminRoutes(RouteTable& routes, const RouteContext& context,  // worker_admin_routes.cc
                             Service& service);
 Status AddJobRoutes(RouteTable& routes, const RouteContext& context, Service& service);  // job_routes.cc
+Status AddEventRoutes(RouteTable& routes, Service& service);                             // event_routes.cc
 Status AddWorkerProtocolRoutes(RouteTable& routes, const RouteContext& context,          // worker_protocol_routes.cc
                                Service& service);
 // `signing_secret` verifies the signed /blobs URLs.

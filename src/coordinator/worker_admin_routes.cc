@@ -55,6 +55,7 @@ class WorkerAdminRoutes {
     auto created = co_await Offload(context_.pool, [&] { return context_.store.CreateWorker(worker); });
     if (!created.ok()) co_return Response::Error(created.status());
     service_.worker_tokens_[created->token_sha256] = Service::WorkerAuth{.worker_id = created->id, .revoked = false};
+    service_.NoteWorkerChange(created->id, WorkerView(*created));  // the dashboard's stream
     json body = WorkerJson(*created);
     body["token"] = *token;  // shown once; only its hash is kept
     co_return Created("/api/v1/workers", created->id, body);
@@ -87,7 +88,9 @@ class WorkerAdminRoutes {
     if (!revoked.ok()) co_return Response::Error(revoked.status());
     service_.worker_tokens_[revoked->token_sha256].revoked = true;
     co_await service_.EndSession(*id, "revoked");
-    co_return Response::Json(200, WorkerView(*revoked));
+    json view = WorkerView(*revoked);
+    service_.NoteWorkerChange(*id, view);  // the dashboard's stream
+    co_return Response::Json(200, view);
   }
 
  private:

@@ -2,6 +2,8 @@
 // Debian's chromium driven headless by playwright-core. The product spec's example settings (config.epochs 3 with
 // distributed.steps_per_round 500) create the job, and the job page the form opens says that epochs is ignored.
 // Then the form's strategies (their options) and data partition: a Dirichlet job whose page shows label histograms.
+// Last, the Training and Workers pages follow GET /api/v1/events: a job created and cancelled through the API, and a
+// worker registered, saying hello and goodbye, change their rows without a page load or a re-read of the list.
 //
 //   node job_warnings_test.mjs --parsyn build/src/cli/parsyn
 //
@@ -117,6 +119,7 @@ async function main() {
     console.log(`job ${jobId}: its page showed ${stored.warnings.length} warnings`);
 
     await strategiesAndPartition(page, call, base, dataset, model);
+    await liveLists(page, call, base, dataset, model);
     assert.deepEqual(pageErrors, []);
   } finally {
     await context.close();
@@ -211,6 +214,62 @@ async function strategiesAndPartition(page, call, base, dataset, model) {
   }
   assert.match(await page.locator('#partition-method').textContent(), /Method dirichlet \(alpha 0\.5, label topic\)/);
   console.log(`job ${jobId}: ${job.shards.length} shards, histograms ${JSON.stringify(job.shards.map((s) => s.label_histogram))}`);
+}
+
+// The lists are read once, then patched from the events stream: rows change while no request re-reads the list.
+async function liveLists(page, call, base, dataset, model) {
+  const listReads = { '/api/v1/training-jobs': 0, '/api/v1/workers': 0 };
+  let streams = 0;
+  page.on('request', (r) => {
+    const url = new URL(r.url());
+    if (r.method() === 'GET' && url.pathname in listReads) listReads[url.pathname] += 1;
+    if (url.pathname === '/api/v1/events') streams += 1;
+  });
+  const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  const statusOf = (row) => row.getAttribute('data-status');
+
+  await page.goto(`${base}/#/training`);
+  await page.locator('#jobs-table tbody tr').first().waitFor();
+  await waitFor('the first read of the jobs list', () => listReads['/api/v1/training-jobs'] === 1);
+  // Set on the page's window: still there after the changes means the page was not loaded again.
+  await page.evaluate(() => { window.parsynNoReload = true; });
+
+  const job = await call('POST', '/training-jobs', JSON.stringify({ name: 'followed-live', dataset_id: dataset.id,
+    model_id: model.id, distributed: { enabled: true, min_workers: 1, max_workers: 1, num_rounds: 2 } }));
+  const jobRow = page.locator(`#jobs-table tr[data-job-id="${job.id}"]`);
+  await jobRow.waitFor();
+  assert.match(await jobRow.textContent(), /followed-live/);
+  await waitFor('the job to run', async () => (await statusOf(jobRow)) === 'running');
+  await call('POST', `/training-jobs/${job.id}/cancel`);
+  await waitFor('the row to show the cancel', async () => (await statusOf(jobRow)) === 'cancelled');
+  assert.notEqual(await jobRow.locator('td').nth(5).textContent(), '—');  // its finish time
+  await pause(4500);  // longer than the 2 s the page used to re-read its list every
+  assert.equal(listReads['/api/v1/training-jobs'], 1);
+  assert.equal(await page.evaluate(() => window.parsynNoReload), true);
+
+  await page.goto(`${base}/#/workers`);
+  await page.locator('#workers-table').waitFor();
+  await waitFor('the first read of the workers list', () => listReads['/api/v1/workers'] === 1);
+  const worker = await call('POST', '/workers', JSON.stringify({ name: 'live-worker', kind: 'own' }));
+  const workerRow = page.locator(`#workers-table tr[data-worker-id="${worker.id}"]`);
+  await workerRow.waitFor();
+  assert.equal(await statusOf(workerRow), 'offline');
+  const asWorker = async (route, body) => {
+    const r = await fetch(`${base}/api/v1/worker/${route}`, { method: 'POST', body: JSON.stringify(body),
+      headers: { Authorization: `Bearer ${worker.token}`, 'Content-Type': 'application/json' } });
+    assert.ok(r.ok, `${route}: ${r.status}`);
+    return r.status === 204 ? null : r.json();
+  };
+  const hello = await asWorker('hello', { device: 'cuda:7' });
+  await waitFor('the row to show the worker online', async () => (await statusOf(workerRow)) === 'online');
+  assert.match(await workerRow.textContent(), /cuda:7/);
+  await asWorker('goodbye', { session_id: hello.session_id });
+  await waitFor('the row to show the worker offline', async () => (await statusOf(workerRow)) === 'offline');
+  await pause(4500);  // longer than the 3 s the page used to re-read its list every
+  assert.equal(listReads['/api/v1/workers'], 1);
+  assert.equal(await page.evaluate(() => window.parsynNoReload), true);
+  assert.ok(streams >= 2, `each page followed /api/v1/events (${streams} streams)`);
+  console.log(`live lists: job ${job.id} and worker ${worker.id} changed their rows, each list read once`);
 }
 
 let failed = false;

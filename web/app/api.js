@@ -1,5 +1,6 @@
 // The dashboard's only way to the server: the public /api/v1 routes with the admin key from session storage, and the
-// per-job events stream read through fetch (EventSource cannot send an Authorization header).
+// event streams (each job's, and the one across jobs) read through fetch (EventSource cannot send an Authorization
+// header).
 
 const KEY_NAME = 'parsyn.apiKey';
 
@@ -125,6 +126,19 @@ function parseEventBlock(block) {
 // Last-Event-ID after a dropped connection. onEvent(type, data) runs for each; `isDone()` is asked after each event
 // and when the server ends the stream (it ends after the job's terminal status). Returns a function that stops it.
 export function followJobEvents(jobId, onEvent, { isDone, onConnection = () => {} } = {}) {
+  return followStream(`/training-jobs/${jobId}/events`, onEvent, { isDone, onConnection });
+}
+
+// Follows GET /api/v1/events, the stream of job, round and worker changes across all jobs (docs/architecture.md,
+// "Event streams"). It starts with a "reset" event (and sends one again when it cannot resume where this client
+// left off, e.g. after a coordinator restart): re-read the lists then, and patch them from the events that follow.
+// onConnection(false) when the stream drops (the caller re-reads meanwhile) or is refused (with the error: an older
+// server without the route answers 404, so the caller falls back to re-reading on a timer).
+export function followAllEvents(onEvent, { onConnection = () => {} } = {}) {
+  return followStream('/events', onEvent, { onConnection });
+}
+
+function followStream(path, onEvent, { isDone, onConnection = () => {} } = {}) {
   const controller = new AbortController();
   let lastId = null;
   let stopped = false;
@@ -132,7 +146,7 @@ export function followJobEvents(jobId, onEvent, { isDone, onConnection = () => {
   async function readOnce() {
     const headers = authHeaders({ Accept: 'text/event-stream' });
     if (lastId !== null) headers['Last-Event-ID'] = lastId;
-    const response = await fetch(`/api/v1/training-jobs/${jobId}/events`, { headers, signal: controller.signal });
+    const response = await fetch(`/api/v1${path}`, { headers, signal: controller.signal });
     if (!response.ok) {
       const error = await errorFrom(response);
       if (response.status === 401) onUnauthenticated(error);

@@ -1,9 +1,11 @@
-// Training page: every job with its status, round x of y, workers and times. The API has no events stream across
-// jobs, so the list is re-read every 2 s; an active job's workers come from its live view.
-import { api, listAll } from './api.js';
+// Training page: every job with its status, round x of y, workers and times. The list is read once (and again when
+// the events stream says to: a "reset"), then patched from GET /api/v1/events (job_created, job_status,
+// round_started, round_committed, and job_live for the phase and the workers in the round); while the stream is
+// down it is re-read every 2 s.
+import { api, listAll, followAllEvents } from './api.js';
 import { h, replaceKeepingFocus, fmtTime, statusBadge, progressBar, TERMINAL } from './dom.js';
 
-const REFRESH_MS = 2000;
+const FALLBACK_REFRESH_MS = 2000;
 
 export function render(container) {
   const body = h('tbody');
@@ -22,36 +24,138 @@ export function render(container) {
     status,
   );
 
-  // Job id -> its detail (spec, live view); terminal jobs are read once, active ones on every refresh.
+  // Job id -> its summary (the list's), and -> {spec, phase, active} (the spec's worker range; the live phase and
+  // the count of workers in the round while it runs). Terminal jobs' details are read once.
+  const jobs = new Map();
   const details = new Map();
-  let timer = null;
   let stopped = false;
+  let loading = null;         // the running reload, if any
+  let queued = [];            // events that came during a reload, applied after it
+  let fallbackTimer = null;   // re-reads while the stream is down
+  let drawTimer = null;
 
-  async function refresh() {
-    try {
-      const { training_jobs: jobs } = await listAll('/training-jobs', 'training_jobs');
-      await Promise.all(jobs.map(async (job) => {
-        const known = details.get(job.id);
-        if (known && TERMINAL.has(known.status)) return;
-        try {
-          details.set(job.id, await api('GET', `/training-jobs/${job.id}`));
-        } catch {
-          // Shown without its workers until the next refresh.
-        }
-      }));
-      if (stopped) return;
-      jobs.sort((a, b) => b.id - a.id);
-      replaceKeepingFocus(body, jobs.map((job) => row(job, details.get(job.id))));
-      status.textContent = jobs.length ? '' : 'No training jobs yet. Start one with “New job”.';
-    } catch (err) {
-      status.textContent = `Could not load jobs: ${err.message}`;
-    }
-    if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
+  function draw() {
+    drawTimer = null;
+    if (stopped) return;
+    const list = [...jobs.values()].sort((a, b) => b.id - a.id);
+    replaceKeepingFocus(body, list.map((job) => row(job, details.get(job.id))));
+    status.textContent = list.length ? '' : 'No training jobs yet. Start one with “New job”.';
   }
-  refresh();
+  // Many events may come at once (a burst of rounds): one redraw for them.
+  function scheduleDraw() {
+    if (drawTimer === null) drawTimer = setTimeout(draw, 50);
+  }
+
+  async function readDetail(id) {
+    try {
+      const view = await api('GET', `/training-jobs/${id}`);
+      const live = view.live?.workers;
+      details.set(id, { spec: view.spec, phase: view.live?.phase,
+        active: live ? live.filter((w) => w.state !== 'dropped').length : undefined });
+    } catch {
+      // Shown without its workers.
+    }
+  }
+
+  function reload() {
+    if (loading) return loading;
+    loading = (async () => {
+      try {
+        const { training_jobs: list } = await listAll('/training-jobs', 'training_jobs');
+        await Promise.all(list.map(async (job) => {
+          const known = jobs.get(job.id);
+          if (known && TERMINAL.has(known.status) && details.has(job.id)) return;
+          await readDetail(job.id);
+        }));
+        jobs.clear();
+        for (const job of list) jobs.set(job.id, job);
+        draw();
+      } catch (err) {
+        status.textContent = `Could not load jobs: ${err.message}`;
+      }
+      loading = null;
+      const pending = queued;
+      queued = [];
+      for (const [type, data] of pending) apply(type, data);
+    })();
+    return loading;
+  }
+
+  function apply(type, data) {
+    if (type === 'reset') {
+      reload();
+      return;
+    }
+    if (!('job_id' in data)) return;
+    if (loading) {
+      queued.push([type, data]);
+      return;
+    }
+    const id = data.job_id;
+    if (type === 'job_created') {
+      const { spec, job_id: _, time_ms: __, ...summary } = data;
+      jobs.set(id, summary);
+      details.set(id, { spec });
+      scheduleDraw();
+      return;
+    }
+    const job = jobs.get(id);
+    if (!job) {
+      reload();  // a job this page has not seen (created while the stream was down)
+      return;
+    }
+    const detail = details.get(id) ?? {};
+    details.set(id, detail);
+    if (type === 'job_status') {
+      job.status = data.status;
+      if (data.committed_round !== undefined) job.committed_round = data.committed_round;
+      if (data.status === 'running' && !job.started_at_ms) job.started_at_ms = data.time_ms;
+      if (TERMINAL.has(data.status)) {
+        job.finished_at_ms = data.time_ms;
+        detail.phase = undefined;
+        detail.active = undefined;
+      }
+    } else if (type === 'round_started') {
+      job.current_round = data.round;
+    } else if (type === 'job_live') {
+      if (TERMINAL.has(job.status)) return;
+      detail.phase = data.phase;
+      detail.active = data.active_workers;
+      if (data.round !== undefined) job.current_round = data.round;
+    } else if (type === 'round_committed') {
+      job.committed_round = data.round;
+    } else {
+      return;
+    }
+    scheduleDraw();
+  }
+
+  function startFallback() {
+    if (fallbackTimer !== null || stopped) return;
+    fallbackTimer = setInterval(reload, FALLBACK_REFRESH_MS);
+  }
+  function stopFallback() {
+    clearInterval(fallbackTimer);
+    fallbackTimer = null;
+  }
+
+  const unfollow = followAllEvents(apply, {
+    onConnection(up, error) {
+      if (up) {
+        stopFallback();
+        return;
+      }
+      // Dropped (it reconnects by itself and resumes) or refused (an older server): re-read meanwhile.
+      reload();
+      startFallback();
+      if (error) status.textContent = `Live updates unavailable (${error.message}); re-reading every 2 s.`;
+    },
+  });
   return () => {
     stopped = true;
-    clearTimeout(timer);
+    unfollow();
+    stopFallback();
+    clearTimeout(drawTimer);
   };
 }
 
@@ -60,14 +164,13 @@ function row(job, detail) {
   // The round being worked on while active; the last committed one when over. The final evaluation (which the
   // coordinator runs after the last round) is the job's end, not a round above total_rounds.
   const over = TERMINAL.has(job.status);
-  const finalEvaluation = !over && (detail?.live?.phase === 'final_evaluation' || job.current_round > total);
+  const finalEvaluation = !over && (detail?.phase === 'final_evaluation' || job.current_round > total);
   const shown = over ? job.committed_round : Math.min(Math.max(job.current_round, job.committed_round), total);
   const spec = detail?.spec;
   let workers = '—';
   // Only a running job has workers in it; an ended job's workers are listed on the Workers page.
-  if (!over && detail?.live?.workers) {
-    const active = detail.live.workers.filter((w) => w.state !== 'dropped').length;
-    workers = finalEvaluation ? `${active} evaluating` : `${active} in round`;
+  if (!over && detail?.active !== undefined) {
+    workers = finalEvaluation ? `${detail.active} evaluating` : `${detail.active} in round`;
   }
   if (spec?.distributed) {
     const d = spec.distributed;

@@ -1,9 +1,12 @@
-// Workers page: every registered worker with kind, online/offline, device, current job and last heartbeat,
-// re-read every 3 s (the API has no workers events stream).
-import { listAll } from './api.js';
+// Workers page: every registered worker with kind, online/offline, device, current job and last heartbeat. The list
+// is read once (and again when the events stream says to: a "reset"), then patched from GET /api/v1/events'
+// "workers" events (the changed fields of each worker, sent in batches about once a second; heartbeat times come
+// with the server's presence flush); while the stream is down it is re-read every 3 s.
+import { listAll, followAllEvents } from './api.js';
 import { h, replaceKeepingFocus, fmtAgo, statusBadge } from './dom.js';
 
-const REFRESH_MS = 3000;
+const FALLBACK_REFRESH_MS = 3000;
+const AGO_REDRAW_MS = 5000;  // "12 s ago" ages in place, without a request
 
 export function render(container) {
   const body = h('tbody');
@@ -21,28 +24,98 @@ export function render(container) {
         body)),
     status,
   );
-  let timer = null;
+  const workers = new Map();  // id -> the worker as GET /workers shows it
   let stopped = false;
-  async function refresh() {
-    try {
-      const { workers } = await listAll('/workers', 'workers');
-      if (stopped) return;
-      replaceKeepingFocus(body, workers.map((w) => h('tr', { dataset: { workerId: w.id, status: w.status } },
-        h('td', {}, w.name, h('span', { class: 'muted' }, ` #${w.id}`)),
-        h('td', {}, w.kind === 'managed' ? 'managed' : 'own'),
-        h('td', {}, statusBadge(w.status)),
-        h('td', {}, w.device || '—'),
-        h('td', {}, w.current_job_id ? h('a', { href: `#/jobs/${w.current_job_id}` }, `#${w.current_job_id}`) : '—'),
-        h('td', {}, fmtAgo(w.last_heartbeat_at_ms)))));
-      status.textContent = workers.length ? '' : 'No workers registered yet.';
-    } catch (err) {
-      status.textContent = `Could not load workers: ${err.message}`;
-    }
-    if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
+  let loading = null;
+  let queued = [];
+  let fallbackTimer = null;
+  let drawTimer = null;
+
+  function draw() {
+    drawTimer = null;
+    if (stopped) return;
+    const list = [...workers.values()].sort((a, b) => a.id - b.id);
+    replaceKeepingFocus(body, list.map((w) => h('tr', { dataset: { workerId: w.id, status: w.status } },
+      h('td', {}, w.name, h('span', { class: 'muted' }, ` #${w.id}`)),
+      h('td', {}, w.kind === 'managed' ? 'managed' : 'own'),
+      h('td', {}, statusBadge(w.status)),
+      h('td', {}, w.device || '—'),
+      h('td', {}, w.current_job_id ? h('a', { href: `#/jobs/${w.current_job_id}` }, `#${w.current_job_id}`) : '—'),
+      h('td', {}, fmtAgo(w.last_heartbeat_at_ms)))));
+    status.textContent = list.length ? '' : 'No workers registered yet.';
   }
-  refresh();
+  function scheduleDraw() {
+    if (drawTimer === null) drawTimer = setTimeout(draw, 50);
+  }
+  const agoTimer = setInterval(scheduleDraw, AGO_REDRAW_MS);
+
+  function reload() {
+    if (loading) return loading;
+    loading = (async () => {
+      try {
+        const { workers: list } = await listAll('/workers', 'workers');
+        workers.clear();
+        for (const w of list) workers.set(w.id, w);
+        draw();
+      } catch (err) {
+        status.textContent = `Could not load workers: ${err.message}`;
+      }
+      loading = null;
+      const pending = queued;
+      queued = [];
+      for (const [type, data] of pending) apply(type, data);
+    })();
+    return loading;
+  }
+
+  function apply(type, data) {
+    if (type === 'reset') {
+      reload();
+      return;
+    }
+    if (type !== 'workers') return;
+    if (loading) {
+      queued.push([type, data]);
+      return;
+    }
+    for (const change of data.workers) {
+      const known = workers.get(change.id);
+      if (known) {
+        Object.assign(known, change);
+      } else if ('name' in change) {
+        workers.set(change.id, { current_job_id: null, ...change });  // registered: its whole view
+      } else {
+        reload();  // a worker this page has not seen (registered while the stream was down)
+        return;
+      }
+    }
+    scheduleDraw();
+  }
+
+  function startFallback() {
+    if (fallbackTimer !== null || stopped) return;
+    fallbackTimer = setInterval(reload, FALLBACK_REFRESH_MS);
+  }
+  function stopFallback() {
+    clearInterval(fallbackTimer);
+    fallbackTimer = null;
+  }
+  const unfollow = followAllEvents(apply, {
+    onConnection(up, error) {
+      if (up) {
+        stopFallback();
+        return;
+      }
+      reload();
+      startFallback();
+      if (error) status.textContent = `Live updates unavailable (${error.message}); re-reading every 3 s.`;
+    },
+  });
   return () => {
     stopped = true;
-    clearTimeout(timer);
+    unfollow();
+    stopFallback();
+    clearInterval(agoTimer);
+    clearTimeout(drawTimer);
   };
 }

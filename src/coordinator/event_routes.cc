@@ -1,0 +1,61 @@
+// GET /api/v1/events: the dashboard's one event stream (SSE) of job, round and worker changes across all jobs, from
+// the service's EventFeed (event_feed.h; the event types are in docs/architecture.md, "Event streams").
+#include <nlohmann/json.hpp>
+
+#include "coordinator/event_feed.h"
+#include "coordinator/service.h"
+#include "coordinator/service_routes.h"
+
+namespace parsyn::coordinator {
+namespace {
+
+// Events sent per read of the feed before the stream looks again (a client far behind catches up in these steps).
+constexpr size_t kEventsPerRead = 256;
+
+// The first event of a stream that cannot continue where its client left off: the client re-reads its lists, then
+// applies the events that follow (`reason`: "new" without a Last-Event-ID, "unknown_id" for an id of another
+// coordinator process or one the ring no longer holds, "behind" for a client too slow to keep up).
+Awaitable<bool> SendReset(EventFeed& feed, http::EventStream& stream, std::string_view reason) {
+  const json data = {{"reason", reason}, {"epoch", feed.epoch()}};
+  co_return co_await stream.Send("reset", data.dump(), feed.Id(feed.head()));
+}
+
+Awaitable<void> StreamFeed(EventFeed& feed, EventFeed::Resume resume, bool had_id, http::EventStream& stream) {
+  uint64_t last = resume.after;
+  if (resume.kind == EventFeed::Resume::kReset) {
+    last = feed.head();
+    if (!co_await SendReset(feed, stream, had_id ? "unknown_id" : "new")) co_return;
+  }
+  std::vector<FeedEvent> events;
+  while (stream.open()) {
+    if (!feed.After(last, kEventsPerRead, events)) {
+      last = feed.head();
+      if (!co_await SendReset(feed, stream, "behind")) co_return;
+      continue;
+    }
+    for (const FeedEvent& e : events) {
+      if (!co_await stream.Send(e.type, e.data, feed.Id(e.seq))) co_return;
+      last = e.seq;
+    }
+    if (!events.empty()) continue;
+    // Nothing new: wait (keep-alive comments meanwhile) for the next Publish.
+    if (!co_await stream.Wait(feed.signal())) co_return;
+  }
+}
+
+}  // namespace
+
+Status AddEventRoutes(RouteTable& routes, Service& service) {
+  return routes.Admin(Method::kGet, "/api/v1/events", [&service](Request& req) -> Awaitable<Response> {
+    EventFeed& feed = service.event_feed();
+    std::string_view last_id = req.Header("last-event-id");
+    StatusOr<EventFeed::Resume> resume = feed.ResumeFrom(last_id);
+    if (!resume.ok()) co_return Response::Error(resume.status());
+    const bool had_id = !last_id.empty();
+    co_return Response::Events([&feed, resume = *resume, had_id](http::EventStream& stream) {
+      return StreamFeed(feed, resume, had_id, stream);
+    });
+  });
+}
+
+}  // namespace parsyn::coordinator
