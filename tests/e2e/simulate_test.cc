@@ -16,7 +16,7 @@
 namespace parsyn::e2e {
 namespace {
 
-constexpr int kWorkers = 20;    // the FedAvg runs'
+constexpr int kWorkers = 12;    // the FedAvg runs'
 constexpr int kFewWorkers = 8;  // the other strategies' (each virtual worker's task is a trainer process)
 constexpr int kRounds = 2;
 
