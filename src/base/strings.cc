@@ -10,6 +10,20 @@ std::string ToLower(std::string_view text) {
   return out;
 }
 
+std::string XmlEscape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 std::string_view Trim(std::string_view text) {
   constexpr std::string_view kSpace = " \t\r\n";
   const size_t begin = text.find_first_not_of(kSpace);

@@ -17,6 +17,11 @@ TEST(StringsTest, TrimRemovesSpacesTabsAndLineEnds) {
   EXPECT_EQ(Trim(""), "");
 }
 
+TEST(StringsTest, XmlEscapeEscapesMarkupAndQuotes) {
+  EXPECT_EQ(XmlEscape(R"(a<b & "c">d)"), "a&lt;b &amp; &quot;c&quot;&gt;d");
+  EXPECT_EQ(XmlEscape("plain 'text'"), "plain 'text'");
+}
+
 TEST(StringsTest, HexEncodeIsLowercaseTwoDigitsPerByte) {
   EXPECT_EQ(HexEncode(std::string_view("\x00\x0f\xab\xff", 4)), "000fabff");
   EXPECT_EQ(HexEncode(""), "");

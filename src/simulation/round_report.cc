@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "base/atomic_file.h"
+#include "base/strings.h"
 #include "coordinator/job_spec.h"
 #include "strategy/strategy_options.h"
 
@@ -74,20 +75,6 @@ std::string CsvField(const std::string& text) {
 }
 
 json Loss(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
-
-std::string XmlEscaped(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -164,7 +151,7 @@ std::string RoundReportSvg(const RoundReport& report) {
       "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       "<text x=\"{2}\" y=\"22\" font-size=\"14\">{3}</text>\n",
       kWidth, kHeight, kLeft,
-      XmlEscaped(
+      XmlEscape(
           fmt::format("job {} ({}, {} workers): loss per round", report.job_id, report.strategy, report.workers)));
   svg +=
       fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"black\"/>\n", kLeft, kTop, kTop + plot_h);

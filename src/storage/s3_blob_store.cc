@@ -62,20 +62,6 @@ std::string XmlUnescape(std::string_view text) {
   return out;
 }
 
-std::string XmlEscape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 // The raw <tag>...</tag> blocks, in order (for lists of records such as <Part> or <Upload>). S3's responses are flat
 // enough for this.
 std::vector<std::string_view> XmlBlocks(std::string_view xml, std::string_view tag) {
