@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 
@@ -121,11 +122,32 @@ class BodyPipe final : public storage::ByteSource {
   Status error_;
 };
 
-// Streams `body` into `put` (a blocking call that reads the pipe, run on `pool`) and returns put's result.
-// Body errors (size cap, stalled or vanished client) reach `put` through the pipe and come back as its error.
+// A ByteSource over a body that a pool thread receives straight from the socket (http::BodyReader::TakeDirect).
+class DirectBodySource final : public storage::ByteSource {
+ public:
+  explicit DirectBodySource(std::shared_ptr<http::DirectBody> body) : body_(std::move(body)) {}
+  StatusOr<size_t> Read(std::span<std::byte> buffer) override {
+    return body_->Read(std::span<char>(reinterpret_cast<char*>(buffer.data()), buffer.size()));
+  }
+
+ private:
+  std::shared_ptr<http::DirectBody> body_;
+};
+
+// Streams `body` into `put` (a blocking call that reads it, run on `pool`) and returns put's result. Where the server
+// allows (plain TCP, a Content-Length body), `put` receives from the socket itself on its pool thread: the bytes are
+// hashed and written as they arrive, with no parsing or copy on the loop, and uploads are received by as many threads
+// as the pool has. Otherwise (TLS, chunked) the loop reads the body and feeds `put` through a pipe. Body errors (size
+// cap, stalled or vanished client) come back as put's error either way.
 template <typename R>
 http::Awaitable<R> StreamBodyInto(boost::asio::thread_pool& pool, http::BodyReader& body,
                                   std::function<R(storage::ByteSource&)> put) {
+  if (std::shared_ptr<http::DirectBody> direct = body.TakeDirect()) {
+    auto source = std::make_shared<DirectBodySource>(std::move(direct));
+    // The handler waits for the reader (TakeDirect's rule): Offload resumes only once `put` has returned.
+    auto received = Offload(pool, [source, put = std::move(put)] { return put(*source); });
+    co_return co_await std::move(received);
+  }
   struct Shared {
     explicit Shared(const boost::asio::any_io_executor& ex) : done(ex), drained(ex) {}
     http::Signal done;     // notified on the loop once `result` is set

@@ -16,12 +16,15 @@
 #include <boost/beast/ssl.hpp>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <limits>
 #include <set>
 
@@ -138,6 +141,114 @@ std::optional<std::string> VerifiedPeerIdentity(SSL* ssl) {
   GENERAL_NAMES_free(names);
   return identity;
 }
+
+// A Content-Length body received on the caller's thread straight from the socket (BodyReader::TakeDirect): first the
+// bytes that came in with the header, then recv() into the caller's buffer, waiting with poll(). The limits are
+// Body's: body_timeout per Read, and the minimum rate with the same windows and messages.
+class DirectSocketBody final : public DirectBody {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  DirectSocketBody(int fd, std::string prefix, uint64_t length, std::chrono::milliseconds stall_timeout, BodyRate rate)
+      : fd_(fd), prefix_(std::move(prefix)), length_(length), stall_timeout_(stall_timeout), rate_(rate) {}
+
+  StatusOr<size_t> Read(std::span<char> out) override {
+    TimePoint now = std::chrono::steady_clock::now();
+    StartRateClock(now);
+    const uint64_t got = received_.load(std::memory_order_relaxed);
+    if (got == length_ || out.empty()) return 0;
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(out.size(), length_ - got));
+    if (prefix_used_ < prefix_.size()) {
+      const size_t n = std::min(want, prefix_.size() - prefix_used_);
+      std::memcpy(out.data(), prefix_.data() + prefix_used_, n);
+      prefix_used_ += n;
+      return Received(n, now);
+    }
+    const TimePoint stall_deadline = now + stall_timeout_;
+    while (true) {
+      const ssize_t n = ::recv(fd_, out.data(), want, MSG_DONTWAIT);
+      if (n > 0) return Received(static_cast<size_t>(n), std::chrono::steady_clock::now());
+      if (n == 0) return UnavailableError("client went away while sending the body: the connection was closed");
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        return UnavailableError(std::string("client went away while sending the body: ") + std::strerror(errno));
+      }
+      now = std::chrono::steady_clock::now();
+      if (now >= stall_deadline) {
+        return DeadlineExceededError("request body stalled for more than " + std::to_string(stall_timeout_.count()) +
+                                     " ms");
+      }
+      TimePoint wake = stall_deadline;
+      if (rate_.bytes_per_second > 0) {
+        if (now >= window_end_) {
+          PARSYN_RETURN_IF_ERROR(CheckWindow());
+          continue;
+        }
+        wake = std::min(wake, window_end_);
+      }
+      pollfd waiting{.fd = fd_, .events = POLLIN, .revents = 0};
+      const auto wait_ms = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
+      if (::poll(&waiting, 1, static_cast<int>(std::max<int64_t>(1, wait_ms))) < 0 && errno != EINTR) {
+        return UnavailableError(std::string("waiting for the request body failed: ") + std::strerror(errno));
+      }
+    }
+  }
+
+  uint64_t received() const { return received_.load(std::memory_order_acquire); }
+  bool complete() const { return received() == length_; }
+
+ private:
+  StatusOr<size_t> Received(size_t n, TimePoint now) {
+    const uint64_t total = received_.fetch_add(n, std::memory_order_acq_rel) + n;
+    if (rate_.bytes_per_second > 0 && total - window_mark_ >= Quota()) StartWindow(total, now);
+    last_return_ = now;
+    return n;
+  }
+  // As Body's: the bytes each window must bring; the first window is longer by the grace; time between Reads (the
+  // caller hashing and writing) does not count against the client.
+  uint64_t Quota() const {
+    return rate_.bytes_per_second * static_cast<uint64_t>(std::max<int64_t>(1, rate_.window.count())) / 1000;
+  }
+  void StartWindow(uint64_t received, TimePoint now) {
+    first_window_ = false;
+    window_mark_ = received;
+    window_end_ = now + rate_.window;
+  }
+  void StartRateClock(TimePoint now) {
+    if (rate_.bytes_per_second == 0) return;
+    if (!rate_started_) {
+      rate_started_ = true;
+      window_end_ = now + rate_.grace + rate_.window;
+    } else {
+      window_end_ += now - last_return_;
+    }
+  }
+  Status CheckWindow() {
+    const uint64_t received = received_.load(std::memory_order_relaxed);
+    if (received - window_mark_ >= Quota()) {
+      StartWindow(received, std::chrono::steady_clock::now());
+      return Status::Ok();
+    }
+    const auto span = rate_.window.count() + (first_window_ ? rate_.grace.count() : 0);
+    return DeadlineExceededError("request body too slow: " + std::to_string(received - window_mark_) + " bytes in " +
+                                 std::to_string(span) + " ms, below the minimum of " +
+                                 std::to_string(rate_.bytes_per_second) + " bytes/s (averaged over " +
+                                 std::to_string(rate_.window.count()) + " ms); the body was cut off");
+  }
+
+  const int fd_;
+  const std::string prefix_;  // body bytes that arrived with the header
+  size_t prefix_used_ = 0;
+  const uint64_t length_;
+  const std::chrono::milliseconds stall_timeout_;
+  const BodyRate rate_;
+  std::atomic<uint64_t> received_{0};
+  bool rate_started_ = false;
+  TimePoint window_end_{};
+  TimePoint last_return_{};
+  uint64_t window_mark_ = 0;
+  bool first_window_ = true;
+};
 
 }  // namespace
 
@@ -256,8 +367,23 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
 
   void CloseSocket() {
     beast::error_code ec;
-    Lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
+    Lowest().socket().shutdown(tcp::socket::shutdown_both, ec);  // also wakes a DirectBody reader: it sees the end
+    if (direct_reading_) {  // another thread reads the descriptor: closing it now could let a new socket reuse it
+      close_after_direct_ = true;
+      return;
+    }
     Lowest().close();
+  }
+
+  // The handler is done with the DirectBody it took (on the loop, when the request's Body goes).
+  void EndDirect(const DirectSocketBody& direct) {
+    direct_reading_ = false;
+    body_bytes_ += direct.received();
+    body_complete_ = direct.complete();
+    if (close_after_direct_) {
+      close_after_direct_ = false;
+      Lowest().close();
+    }
   }
 
   net::awaitable<void> Loop() {
@@ -292,7 +418,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
       }
       bool keep_alive = co_await Serve(parser);
       if (!keep_alive) {
-        if (!parser.is_done()) co_await Linger();
+        if (!parser.is_done() && !body_complete_) co_await Linger();
         co_return;
       }
     }
@@ -312,6 +438,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     }
     auto start = std::chrono::steady_clock::now();
     body_bytes_ = 0;
+    body_complete_ = false;
     Response res = co_await Dispatch(parser, req);
     const auto elapsed = std::chrono::steady_clock::now() - start;
     if (opts_.on_request) {
@@ -331,7 +458,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
       PARSYN_LOG_DEBUG("http: {} {} {} -> {} in {} ms", remote_, MethodName(req.method), req.path, res.status,
                        std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count());
     }
-    bool keep_alive = parser.keep_alive() && parser.is_done() && !state_->is_stopping && !closed_;
+    bool keep_alive = parser.keep_alive() && (parser.is_done() || body_complete_) && !state_->is_stopping && !closed_;
     bool head = req.method == Method::kHead;
     co_return co_await Write(std::move(res), header.version(), keep_alive, head);
   }
@@ -542,6 +669,11 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
   bool closed_ = false;
   bool peer_gone_ = false;
   uint64_t body_bytes_ = 0;  // of the request being served (ServerOptions::on_request)
+  // A DirectBody reads this request's body on another thread: the body is complete without the parser knowing it
+  // (body_complete_), and closing waits for the reader (close_after_direct_).
+  bool body_complete_ = false;
+  bool direct_reading_ = false;
+  bool close_after_direct_ = false;
 };
 
 template <class Stream>
@@ -554,8 +686,13 @@ class Connection<Stream>::Body final : public BodyReader {
         chunk_(new char[kBodyChunkBytes]),
         rate_(rate),
         rate_timer_(conn.stream_.get_executor()) {}
+  ~Body() override {
+    if (direct_) conn_.EndDirect(*direct_);
+  }
 
   net::awaitable<StatusOr<std::string_view>> Next() override {
+    if (direct_) co_return InternalError("the body was handed to a direct reader (TakeDirect)");
+    next_called_ = true;
     StartRateClock();
     while (!parser_.is_done()) {
       parser_.get().body().data = chunk_.get();
@@ -592,6 +729,26 @@ class Connection<Stream>::Body final : public BodyReader {
   std::optional<uint64_t> content_length() const override {
     auto length = parser_.content_length();
     return length ? std::optional<uint64_t>(*length) : std::nullopt;
+  }
+
+  std::shared_ptr<DirectBody> TakeDirect() override {
+    if constexpr (kTls) {
+      return nullptr;  // TLS records need the stream's state: such bodies go through Next()
+    } else {
+      if (next_called_ || direct_ || parser_.chunked() || !parser_.content_length()) return nullptr;
+      const uint64_t length = *parser_.content_length();
+      if (length > cap_) return nullptr;  // Next() answers it with the cap's error
+      // The body's first bytes may have arrived with the header: they are in the connection's buffer.
+      const auto buffered = conn_.buffer_.data();
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(buffered.size(), length));
+      std::string prefix(static_cast<const char*>(buffered.data()), take);
+      conn_.buffer_.consume(take);
+      conn_.Lowest().expires_never();  // no Beast operation runs until the reader is done
+      direct_ = std::make_shared<DirectSocketBody>(conn_.Lowest().socket().native_handle(), std::move(prefix), length,
+                                                   conn_.opts_.body_timeout, rate_);
+      conn_.direct_reading_ = true;
+      return direct_;
+    }
   }
 
  private:
@@ -657,6 +814,8 @@ class Connection<Stream>::Body final : public BodyReader {
   bool too_slow_ = false;
   std::string too_slow_message_;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // lets a late timer handler see the body is gone
+  bool next_called_ = false;
+  std::shared_ptr<DirectSocketBody> direct_;  // set by TakeDirect
 };
 
 template <class Stream>

@@ -19,6 +19,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,17 @@ namespace parsyn::http {
 template <typename T>
 using Awaitable = boost::asio::awaitable<T>;
 
+// A request body read by a blocking reader on another thread (BodyReader::TakeDirect): each Read() receives straight
+// from the socket into the caller's buffer, so a large upload is neither parsed nor copied on the event loop, and
+// several uploads are received by several threads at once. Errors as BodyReader::Next(), with the same limits (the
+// route's size cap, ServerOptions::body_timeout, RouteOptions::min_body_rate).
+class DirectBody {
+ public:
+  virtual ~DirectBody() = default;
+  // Blocks until some bytes arrive: up to out.size() of them; 0 once the body is complete. One thread at a time.
+  virtual StatusOr<size_t> Read(std::span<char> out) = 0;
+};
+
 // A request body read chunk by chunk (routes added with RouteOptions::stream_body), so a multi-GB blob never sits in
 // memory. Valid only while the handler runs. Errors from Next(): ResourceExhausted past the route's size cap,
 // DeadlineExceeded when the client stalls longer than ServerOptions::body_timeout (the connection is already closed
@@ -44,6 +56,11 @@ class BodyReader {
   virtual Awaitable<StatusOr<std::string_view>> Next() = 0;
   // The Content-Length header, when the client sent one (chunked uploads have none).
   virtual std::optional<uint64_t> content_length() const = 0;
+  // The rest of the body for a blocking reader on another thread, when it can be received straight from the socket
+  // (plain TCP, a Content-Length body, Next() not called yet); nullptr otherwise (TLS, chunked): use Next(). Call on
+  // the loop. Until the handler returns, the handler must not call Next(), and must have stopped calling Read() (it
+  // waits for its reader thread) before it returns.
+  virtual std::shared_ptr<DirectBody> TakeDirect() { return nullptr; }
 };
 
 struct Request {

@@ -933,6 +933,203 @@ TEST(ServerTest, GracefulShutdownFinishesInFlightRequestAndClosesStreams) {
   EXPECT_EQ(after.status().code(), StatusCode::kUnavailable);
 }
 
+// --- Bodies received on another thread (BodyReader::TakeDirect) ---
+
+// What a DirectBody reader thread saw: bytes, their sha256, its error, and whether it ran off the loop thread.
+struct DirectRead {
+  uint64_t bytes = 0;
+  std::string sha256;
+  Status error;
+  bool off_loop = false;
+};
+
+// Reads `body` to its end on a new thread (as the coordinator's upload pool does) while the loop keeps running.
+Awaitable<DirectRead> ReadDirectOnThread(std::shared_ptr<DirectBody> body) {
+  auto result = std::make_shared<DirectRead>();
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  const std::thread::id loop = std::this_thread::get_id();
+  std::thread reader([body, result, done, loop] {
+    result->off_loop = std::this_thread::get_id() != loop;
+    EVP_MD_CTX* sha = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(sha, EVP_sha256(), nullptr);
+    std::vector<char> buffer(1 << 20);
+    while (true) {
+      StatusOr<size_t> n = body->Read(buffer);
+      if (!n.ok()) {
+        result->error = n.status();
+        break;
+      }
+      if (*n == 0) break;
+      result->bytes += *n;
+      EVP_DigestUpdate(sha, buffer.data(), *n);
+    }
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int size = 0;
+    EVP_DigestFinal_ex(sha, digest, &size);
+    EVP_MD_CTX_free(sha);
+    result->sha256 = Hex(digest, size);
+    done->store(true);
+  });
+  net::steady_timer timer(co_await net::this_coro::executor);
+  while (!done->load()) {
+    timer.expires_after(milliseconds(2));
+    co_await timer.async_wait(net::use_awaitable);
+  }
+  reader.join();
+  co_return *result;
+}
+
+// PUT /direct/{name}: the body is read on another thread when the server allows it; the answer says how it went.
+Router DirectRouter(std::promise<Status>* error_seen = nullptr,
+                    RouteOptions options = {.stream_body = true, .max_body_bytes = 64 << 20}) {
+  Router router;
+  EXPECT_TRUE(
+      router
+          .Add(
+              Method::kPut, "/direct/{name}",
+              [error_seen](Request& req) -> Awaitable<Response> {
+                std::shared_ptr<DirectBody> direct = req.body_stream->TakeDirect();
+                if (!direct) co_return Response::Json(200, {{"direct", false}});
+                EXPECT_EQ(req.body_stream->TakeDirect(), nullptr);  // handed out once
+                DirectRead read = co_await ReadDirectOnThread(direct);
+                if (!read.error.ok()) {
+                  if (error_seen != nullptr) error_seen->set_value(read.error);
+                  co_return Response::Error(read.error);
+                }
+                co_return Response::Json(
+                    201,
+                    {{"direct", true}, {"bytes", read.bytes}, {"sha256", read.sha256}, {"off_loop", read.off_loop}});
+              },
+              options)
+          .ok());
+  EXPECT_TRUE(router.Add(Method::kGet, "/after", Named("served after the body")).ok());
+  return router;
+}
+
+TEST(ServerDirectBodyTest, BodyIsReceivedOffTheLoopAndTheConnectionServesTheNextRequest) {
+  uint64_t counted = 0;
+  ServerOptions options;
+  options.on_request = [&counted](const RequestRecord& r) {
+    if (r.request.route == "/direct/{name}") counted = r.bytes_received;
+  };
+  net::io_context io;
+  TestServer ts(io, DirectRouter(), options);
+
+  std::string blob(3 << 20, '\0');
+  std::mt19937 rng(11);
+  for (char& c : blob) c = static_cast<char>(rng());
+  // The body and a pipelined second request in one send: the server must stop at Content-Length exactly.
+  const std::string both = "PUT /direct/a HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(blob.size()) +
+                           "\r\n\r\n" + blob + "GET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  int fd = ConnectRaw(ts.server().port());
+  size_t sent = 0;
+  while (sent < both.size()) {
+    ssize_t n = ::send(fd, both.data() + sent, both.size() - sent, MSG_NOSIGNAL);
+    ASSERT_GT(n, 0);
+    sent += static_cast<size_t>(n);
+  }
+  std::string received = test_support::ReadUntilClosed(fd);
+  ::close(fd);
+  EXPECT_TRUE(received.starts_with("HTTP/1.1 201")) << received.substr(0, 300);
+  EXPECT_NE(received.find("\"direct\":true"), std::string::npos) << received.substr(0, 300);
+  EXPECT_NE(received.find("\"bytes\":" + std::to_string(blob.size())), std::string::npos) << received.substr(0, 300);
+  EXPECT_NE(received.find("\"sha256\":\"" + Sha256Hex(blob) + "\""), std::string::npos) << received.substr(0, 300);
+  EXPECT_NE(received.find("\"off_loop\":true"), std::string::npos);
+  EXPECT_NE(received.find("served after the body"), std::string::npos) << received.substr(0, 600);
+  ts.RunOnLoop([] {});
+  EXPECT_EQ(counted, blob.size());
+
+  // Through the client (keep-alive, several uploads on one connection).
+  Client client(FastClient(ts.url()));
+  for (int i = 0; i < 3; ++i) {
+    auto r = client.Send(Method::kPut, "/direct/b", blob.substr(0, 100'000 * (i + 1)), "application/octet-stream");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r->Json())["bytes"], 100'000 * (i + 1));
+  }
+}
+
+TEST(ServerDirectBodyTest, ChunkedBodiesAndBodiesAlreadyBeingReadAreNotDirect) {
+  net::io_context io;
+  TestServer ts(io, DirectRouter());
+  const std::string chunked =
+      "PUT /direct/a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: "
+      "close\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+  std::string answer = Exchange(ts.server().port(), "127.0.0.1", chunked);
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 200")) << answer;
+  EXPECT_NE(answer.find("\"direct\":false"), std::string::npos) << answer;
+}
+
+TEST(ServerDirectBodyTest, StalledDirectBodyFailsWithDeadlineExceededAndCloses) {
+  std::promise<Status> seen;
+  ServerOptions options;
+  options.body_timeout = milliseconds(200);
+  net::io_context io;
+  TestServer ts(io, DirectRouter(&seen), options);
+  int fd = ConnectRaw(ts.server().port());
+  std::string partial = "PUT /direct/a HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly ten b";
+  ASSERT_EQ(::send(fd, partial.data(), partial.size(), 0), static_cast<ssize_t>(partial.size()));
+  EXPECT_TRUE(PeerClosesWithin(fd, milliseconds(5000)));
+  ::close(fd);
+  auto status = seen.get_future();
+  ASSERT_EQ(status.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  Status s = status.get();
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.message(), "request body stalled for more than 200 ms");
+}
+
+TEST(ServerDirectBodyTest, DirectBodyBelowTheMinimumRateIsCutWithAClearError) {
+  std::promise<Status> seen;
+  net::io_context io;
+  TestServer ts(io, DirectRouter(&seen, RouteOptions{.stream_body = true,
+                                                     .min_body_rate = {.bytes_per_second = 100'000,
+                                                                       .window = milliseconds(300),
+                                                                       .grace = milliseconds(1000)}}));
+  // A fast body passes.
+  std::string fast = "PUT /direct/a HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\nConnection: close\r\n\r\n" +
+                     std::string(200'000, 'x');
+  std::string answer = Exchange(ts.server().port(), "127.0.0.1", fast);
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 201")) << answer;
+
+  const std::string header = "PUT /direct/a HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n";
+  int fd = ConnectRaw(ts.server().port());
+  ASSERT_GT(::send(fd, header.data(), header.size(), MSG_NOSIGNAL), 0);
+  bool answered = false;
+  const auto give_up = std::chrono::steady_clock::now() + milliseconds(15'000);
+  while (!answered && std::chrono::steady_clock::now() < give_up) {
+    ::send(fd, std::string(100, 'x').data(), 100, MSG_NOSIGNAL);
+    pollfd p{fd, POLLIN, 0};
+    answered = ::poll(&p, 1, 20) > 0;
+  }
+  ASSERT_TRUE(answered) << "a direct body at 5 KB/s was not cut within 15 s";
+  std::string cut = test_support::ReadUntilClosed(fd);
+  ::close(fd);
+  EXPECT_TRUE(cut.starts_with("HTTP/1.1 504")) << cut;
+  EXPECT_NE(cut.find("below the minimum of 100000 bytes/s"), std::string::npos) << cut;
+  auto status = seen.get_future();
+  ASSERT_EQ(status.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(status.get().code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST(ServerDirectBodyTest, ShutdownWakesAReaderWaitingForTheBody) {
+  std::promise<Status> seen;
+  ServerOptions options;
+  options.body_timeout = milliseconds(60'000);  // only the shutdown can end the wait in time
+  net::io_context io;
+  TestServer ts(io, DirectRouter(&seen), options);
+  int fd = ConnectRaw(ts.server().port());
+  std::string partial = "PUT /direct/a HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly ten b";
+  ASSERT_EQ(::send(fd, partial.data(), partial.size(), 0), static_cast<ssize_t>(partial.size()));
+  ts.RunOnLoop([] {});
+  std::this_thread::sleep_for(milliseconds(100));  // the reader is waiting in poll()
+  const auto start = std::chrono::steady_clock::now();
+  ts.Stop(milliseconds(200));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  auto status = seen.get_future();
+  ASSERT_EQ(status.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(status.get().code(), StatusCode::kUnavailable);
+  ::close(fd);
+}
+
 TEST(ServerTest, RejectsBadListenAddressAndTlsFiles) {
   net::io_context io;
   ServerOptions bad_host;
