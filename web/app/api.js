@@ -138,6 +138,67 @@ export function followAllEvents(onEvent, { onConnection = () => {} } = {}) {
   return followStream('/events', onEvent, { onConnection });
 }
 
+// Keeps a list page current from GET /api/v1/events. `load()` (re-)reads the whole list and draws it (it reports its
+// own errors); `apply(type, data, reload)` patches the list from one event, calling `reload()` when it meets
+// something it has not seen. The stream's `reset` (sent first, and after a restart) reloads; events that arrive during
+// a load are applied after it. While the stream is down the list is re-read every `fallbackMs` (and at once), and
+// `onUnavailable(error)` is told when the server refused the stream. Returns a function that stops it all.
+export function followListLive({ load, apply, fallbackMs, onUnavailable = () => {} }) {
+  let stopped = false;
+  let loading = null;   // the running load, if any
+  let queued = [];      // events that came during it
+  let fallbackTimer = null;
+
+  function reload() {
+    if (loading) return loading;
+    loading = (async () => {
+      try {
+        await load();
+      } catch (_) {
+        // load() shows its own errors; the next reset, event or fallback tick tries again
+      }
+      loading = null;
+      const pending = queued;
+      queued = [];
+      for (const [type, data] of pending) handle(type, data);
+    })();
+    return loading;
+  }
+  function handle(type, data) {
+    if (stopped) return;
+    if (type === 'reset') {
+      reload();
+      return;
+    }
+    if (loading) {
+      queued.push([type, data]);
+      return;
+    }
+    apply(type, data, reload);
+  }
+  function stopFallback() {
+    clearInterval(fallbackTimer);
+    fallbackTimer = null;
+  }
+  const unfollow = followAllEvents(handle, {
+    onConnection(up, error) {
+      if (up) {
+        stopFallback();
+        return;
+      }
+      // Dropped (it reconnects by itself and resumes) or refused (an older server): re-read meanwhile.
+      reload();
+      if (fallbackTimer === null && !stopped) fallbackTimer = setInterval(reload, fallbackMs);
+      if (error) onUnavailable(error);
+    },
+  });
+  return () => {
+    stopped = true;
+    unfollow();
+    stopFallback();
+  };
+}
+
 function followStream(path, onEvent, { isDone, onConnection = () => {} } = {}) {
   const controller = new AbortController();
   let lastId = null;

@@ -2,7 +2,7 @@
 // the events stream says to: a "reset"), then patched from GET /api/v1/events (job_created, job_status,
 // round_started, round_committed, and job_live for the phase and the workers in the round); while the stream is
 // down it is re-read every 2 s.
-import { api, listAll, followAllEvents } from './api.js';
+import { api, listAll, followListLive } from './api.js';
 import { h, replaceKeepingFocus, fmtTime, statusBadge, progressBar, TERMINAL } from './dom.js';
 
 const FALLBACK_REFRESH_MS = 2000;
@@ -29,9 +29,6 @@ export function render(container) {
   const jobs = new Map();
   const details = new Map();
   let stopped = false;
-  let loading = null;         // the running reload, if any
-  let queued = [];            // events that came during a reload, applied after it
-  let fallbackTimer = null;   // re-reads while the stream is down
   let drawTimer = null;
 
   function draw() {
@@ -57,40 +54,24 @@ export function render(container) {
     }
   }
 
-  function reload() {
-    if (loading) return loading;
-    loading = (async () => {
-      try {
-        const { training_jobs: list } = await listAll('/training-jobs', 'training_jobs');
-        await Promise.all(list.map(async (job) => {
-          const known = jobs.get(job.id);
-          if (known && TERMINAL.has(known.status) && details.has(job.id)) return;
-          await readDetail(job.id);
-        }));
-        jobs.clear();
-        for (const job of list) jobs.set(job.id, job);
-        draw();
-      } catch (err) {
-        status.textContent = `Could not load jobs: ${err.message}`;
-      }
-      loading = null;
-      const pending = queued;
-      queued = [];
-      for (const [type, data] of pending) apply(type, data);
-    })();
-    return loading;
+  async function load() {
+    try {
+      const { training_jobs: list } = await listAll('/training-jobs', 'training_jobs');
+      await Promise.all(list.map(async (job) => {
+        const known = jobs.get(job.id);
+        if (known && TERMINAL.has(known.status) && details.has(job.id)) return;
+        await readDetail(job.id);
+      }));
+      jobs.clear();
+      for (const job of list) jobs.set(job.id, job);
+      draw();
+    } catch (err) {
+      status.textContent = `Could not load jobs: ${err.message}`;
+    }
   }
 
-  function apply(type, data) {
-    if (type === 'reset') {
-      reload();
-      return;
-    }
+  function apply(type, data, reload) {
     if (!('job_id' in data)) return;
-    if (loading) {
-      queued.push([type, data]);
-      return;
-    }
     const id = data.job_id;
     if (type === 'job_created') {
       const { spec, job_id: _, time_ms: __, ...summary } = data;
@@ -130,31 +111,17 @@ export function render(container) {
     scheduleDraw();
   }
 
-  function startFallback() {
-    if (fallbackTimer !== null || stopped) return;
-    fallbackTimer = setInterval(reload, FALLBACK_REFRESH_MS);
-  }
-  function stopFallback() {
-    clearInterval(fallbackTimer);
-    fallbackTimer = null;
-  }
-
-  const unfollow = followAllEvents(apply, {
-    onConnection(up, error) {
-      if (up) {
-        stopFallback();
-        return;
-      }
-      // Dropped (it reconnects by itself and resumes) or refused (an older server): re-read meanwhile.
-      reload();
-      startFallback();
-      if (error) status.textContent = `Live updates unavailable (${error.message}); re-reading every 2 s.`;
+  const unfollow = followListLive({
+    load,
+    apply,
+    fallbackMs: FALLBACK_REFRESH_MS,
+    onUnavailable(error) {
+      status.textContent = `Live updates unavailable (${error.message}); re-reading every 2 s.`;
     },
   });
   return () => {
     stopped = true;
     unfollow();
-    stopFallback();
     clearTimeout(drawTimer);
   };
 }

@@ -2,7 +2,7 @@
 // is read once (and again when the events stream says to: a "reset"), then patched from GET /api/v1/events'
 // "workers" events (the changed fields of each worker, sent in batches about once a second; heartbeat times come
 // with the server's presence flush); while the stream is down it is re-read every 3 s.
-import { listAll, followAllEvents } from './api.js';
+import { listAll, followListLive } from './api.js';
 import { h, replaceKeepingFocus, fmtAgo, statusBadge } from './dom.js';
 
 const FALLBACK_REFRESH_MS = 3000;
@@ -26,9 +26,6 @@ export function render(container) {
   );
   const workers = new Map();  // id -> the worker as GET /workers shows it
   let stopped = false;
-  let loading = null;
-  let queued = [];
-  let fallbackTimer = null;
   let drawTimer = null;
 
   function draw() {
@@ -49,35 +46,19 @@ export function render(container) {
   }
   const agoTimer = setInterval(scheduleDraw, AGO_REDRAW_MS);
 
-  function reload() {
-    if (loading) return loading;
-    loading = (async () => {
-      try {
-        const { workers: list } = await listAll('/workers', 'workers');
-        workers.clear();
-        for (const w of list) workers.set(w.id, w);
-        draw();
-      } catch (err) {
-        status.textContent = `Could not load workers: ${err.message}`;
-      }
-      loading = null;
-      const pending = queued;
-      queued = [];
-      for (const [type, data] of pending) apply(type, data);
-    })();
-    return loading;
+  async function load() {
+    try {
+      const { workers: list } = await listAll('/workers', 'workers');
+      workers.clear();
+      for (const w of list) workers.set(w.id, w);
+      draw();
+    } catch (err) {
+      status.textContent = `Could not load workers: ${err.message}`;
+    }
   }
 
-  function apply(type, data) {
-    if (type === 'reset') {
-      reload();
-      return;
-    }
+  function apply(type, data, reload) {
     if (type !== 'workers') return;
-    if (loading) {
-      queued.push([type, data]);
-      return;
-    }
     for (const change of data.workers) {
       const known = workers.get(change.id);
       if (known) {
@@ -92,29 +73,17 @@ export function render(container) {
     scheduleDraw();
   }
 
-  function startFallback() {
-    if (fallbackTimer !== null || stopped) return;
-    fallbackTimer = setInterval(reload, FALLBACK_REFRESH_MS);
-  }
-  function stopFallback() {
-    clearInterval(fallbackTimer);
-    fallbackTimer = null;
-  }
-  const unfollow = followAllEvents(apply, {
-    onConnection(up, error) {
-      if (up) {
-        stopFallback();
-        return;
-      }
-      reload();
-      startFallback();
-      if (error) status.textContent = `Live updates unavailable (${error.message}); re-reading every 3 s.`;
+  const unfollow = followListLive({
+    load,
+    apply,
+    fallbackMs: FALLBACK_REFRESH_MS,
+    onUnavailable(error) {
+      status.textContent = `Live updates unavailable (${error.message}); re-reading every 3 s.`;
     },
   });
   return () => {
     stopped = true;
     unfollow();
-    stopFallback();
     clearInterval(agoTimer);
     clearTimeout(drawTimer);
   };
