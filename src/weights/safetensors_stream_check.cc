@@ -72,8 +72,7 @@ void SafetensorsStreamChecker::TakeHeaderBytes(std::span<const std::byte>& bytes
       header_ = {};
       return;
     }
-    header_total_ = kLengthPrefixBytes + header_bytes;
-    header_.reserve(header_total_);  // bounded by the cap just checked
+    header_total_ = kLengthPrefixBytes + header_bytes;  // grown as the bytes come, not reserved as claimed
   }
   const size_t take = std::min<uint64_t>(bytes.size(), header_total_ - header_.size());
   header_.insert(header_.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(take));
