@@ -95,10 +95,23 @@ class BlobRoutes {
     // Updates need not be durable: after a coordinator restart the attempt in flight is failed and retried
     // (JobRunner::Resume), so an update is never read after a crash, and the new global built from them is written
     // durably before its commit.
-    const storage::PutOptions put_options{.max_size_bytes = *cap, .expected_sha256 = std::nullopt, .durable = false};
+    // The update's values are checked as its bytes stream in (one pass over them, not a second read at its result).
+    std::shared_ptr<weights::SafetensorsStreamChecker> checker;
+    if (JobRunner* r = service_.FindRunner(*JobOfKey(key))) checker = r->NewUploadChecker(key);
+    storage::PutOptions put_options{.max_size_bytes = *cap, .expected_sha256 = std::nullopt, .durable = false};
+    if (checker) {
+      put_options.observe_chunk = [checker](std::span<const std::byte> chunk) {
+        checker->Update(chunk);  // its verdict is read below; the upload itself is never refused here
+        return Status::Ok();
+      };
+    }
     auto upload = StreamBodyToBlob(context_, *req.body_stream, key, put_options);  // kCoAwaitTemporaries
     StatusOr<storage::BlobInfo> stored = co_await std::move(upload);
     if (!stored.ok()) co_return Response::Error(stored.status());
+    // Only a passing verdict on exactly the stored bytes is remembered; anything else is checked at the result.
+    if (checker && checker->bytes_seen() == stored->size_bytes && checker->Finish().ok()) {
+      if (JobRunner* r = service_.FindRunner(*JobOfKey(key))) r->RememberCheckedUpload(key, stored->sha256);
+    }
     CountBytesMoved(key, stored->size_bytes);
     co_return Response::Json(201, {{"blob_key", key}, {"size_bytes", stored->size_bytes}, {"sha256", stored->sha256}});
   }

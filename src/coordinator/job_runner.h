@@ -58,6 +58,7 @@
 #include "protocol/messages.h"
 #include "storage/metadata_store.h"
 #include "strategy/strategy.h"
+#include "weights/safetensors_stream_check.h"
 #include "weights/update_wire.h"
 #include "weights/weight_set.h"
 
@@ -120,6 +121,12 @@ class JobRunner {
   // is not an update key of the current attempt.
   std::optional<uint64_t> UpdateSizeCap(std::string_view blob_key) const;
   void AddBytesMoved(uint64_t bytes) { bytes_moved_ += static_cast<int64_t>(bytes); }
+
+  // Updates checked as they stream in (PUT /blobs, blob_routes.cc), so CheckUpdateFile need not read their values
+  // again: a checker for an upload to `blob_key` (nullptr where this job's updates are not checked that way:
+  // compressed updates, no global yet), and, once its verdict is OK, the sha256 of the bytes it saw.
+  std::shared_ptr<weights::SafetensorsStreamChecker> NewUploadChecker(std::string_view blob_key) const;
+  void RememberCheckedUpload(const std::string& blob_key, const std::string& sha256);
 
  private:
   // An update Result() read and checked before taking the job's mutex (see CheckUpdateFile in job_updates.cc).
@@ -257,6 +264,12 @@ class JobRunner {
   // about local datasets of very different sizes was appended (once per job: a resumed job finds it in the store).
   std::map<int64_t, int64_t> local_sample_counts_;
   bool local_sizes_warned_ = false;
+
+  // Uploads whose values checked out as they streamed in (NewUploadChecker): blob key -> sha256 of those bytes.
+  // Taken by the update's check; bounded, oldest keys (lowest rounds) dropped first.
+  static constexpr size_t kMaxCheckedUploads = 20'000;
+  std::map<std::string, std::string> checked_uploads_;
+  std::optional<std::string> TakeCheckedUpload(const std::string& blob_key);
 };
 
 }  // namespace parsyn::coordinator

@@ -23,11 +23,17 @@ namespace {
 // whatever the store's metadata says). The sha256 is of the wire bytes; a compressed update (the job's
 // distributed.compression) is then decoded, streamed and bounded, into the ordinary form (the global's layout and
 // dtypes) that the strategy accumulates as any other. Sets *size_bytes (wire bytes) once the size is known.
+// `values_checked_sha256`: the sha256 of bytes whose values were found finite as they were uploaded (NewUploadChecker);
+// when the stored blob has exactly that sha256, its values are not read again here (the strategy's pass is then the
+// only read of them); everything else is still checked, from the header. A rejected upload is never remembered, so
+// every rejection comes from the checks below, in their words.
 // InvalidArgument names what is wrong; other codes are store errors. Blocking (a pool thread).
 StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const ResultReport& report,
                                              const std::string& expected_key, uint64_t max_bytes,
                                              const weights::WeightSet& global, const weights::WireEncoding& encoding,
-                                             const std::filesystem::path& spool_dir, uint64_t* size_bytes) {
+                                             const std::filesystem::path& spool_dir,
+                                             const std::optional<std::string>& values_checked_sha256,
+                                             uint64_t* size_bytes) {
   if (report.blob_key != expected_key) {
     return InvalidArgumentError("update blob key '" + report.blob_key + "' is not this task's '" + expected_key + "'");
   }
@@ -58,11 +64,31 @@ StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const Re
   }
   if (!update.ok()) return InvalidArgumentError("update is not a valid safetensors file: " + update.status().message());
   PARSYN_RETURN_IF_ERROR(global.CheckSameLayout(*update).WithContext("update layout differs from the global"));
-  PARSYN_RETURN_IF_ERROR(weights::CheckFinite(*update));  // hands back each tensor's pages once checked
+  const bool values_checked = encoding.plain() && values_checked_sha256 && *values_checked_sha256 == copy->sha256();
+  if (!values_checked) PARSYN_RETURN_IF_ERROR(weights::CheckFinite(*update));  // hands back each tensor's pages
   return update;
 }
 
 }  // namespace
+
+std::shared_ptr<weights::SafetensorsStreamChecker> JobRunner::NewUploadChecker(std::string_view blob_key) const {
+  // Compressed updates are decoded (and checked) from the stored file; a key outside this attempt is refused anyway.
+  if (global_ == nullptr || !UpdateEncoding().plain() || !UpdateSizeCap(blob_key)) return nullptr;
+  return std::make_shared<weights::SafetensorsStreamChecker>();
+}
+
+void JobRunner::RememberCheckedUpload(const std::string& blob_key, const std::string& sha256) {
+  if (checked_uploads_.size() >= kMaxCheckedUploads) checked_uploads_.erase(checked_uploads_.begin());
+  checked_uploads_[blob_key] = sha256;
+}
+
+std::optional<std::string> JobRunner::TakeCheckedUpload(const std::string& blob_key) {
+  auto it = checked_uploads_.find(blob_key);
+  if (it == checked_uploads_.end()) return std::nullopt;
+  std::string sha256 = std::move(it->second);
+  checked_uploads_.erase(it);
+  return sha256;
+}
 
 http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, int attempt, const Status& verdict) {
   if (recorded_updates_.count(worker_id) != 0) co_return Status::Ok();
@@ -158,6 +184,8 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   const bool others_on_their_way = !checked_updates_.empty();
   // Validation and accumulation run on the pool; the strategy is touched by nobody else meanwhile (job mutex).
   const bool checked_early = checked.has_value();
+  const std::optional<std::string> values_checked_sha256 =
+      checked_early ? std::nullopt : TakeCheckedUpload(report.blob_key);
   double check_ms = 0, accept_ms = 0;
   bool checked_failed = false;
   uint64_t update_bytes = 0;
@@ -165,7 +193,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
     const auto check_start = std::chrono::steady_clock::now();
     if (!checked) {
       checked = CheckUpdateFile(host_.blobs(), report, expected_key, max_bytes, *global, encoding, host_.spool_dir(),
-                                &update_bytes);
+                                values_checked_sha256, &update_bytes);
     }
     check_ms = MillisSince(check_start);
     if (!checked->ok()) {
@@ -255,15 +283,16 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
     const uint64_t max_bytes = MaxUpdateUploadBytes();
     const weights::WireEncoding encoding = UpdateEncoding();
     std::shared_ptr<weights::WeightSet> global = global_;
+    const std::optional<std::string> values_checked_sha256 = TakeCheckedUpload(report.blob_key);
     const auto check_start = std::chrono::steady_clock::now();
     uint64_t update_bytes = 0;
     StatusOr<weights::WeightSet> update = co_await Offload(host_.pool(), [&] {
       return CheckUpdateFile(host_.blobs(), report, expected_key, max_bytes, *global, encoding, host_.spool_dir(),
-                             &update_bytes);
+                             values_checked_sha256, &update_bytes);
     });
     if (update_bytes > 0) verified_update_bytes_[report.blob_key] = update_bytes;
-    PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} checked early in {:.1f} ms", job_.id, round,
-                     worker_id, MillisSince(check_start));
+    PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} checked early in {:.1f} ms{}", job_.id, round,
+                     worker_id, MillisSince(check_start), values_checked_sha256 ? " (values checked on upload)" : "");
     ObservePhase("update_check", MillisSince(check_start));
     if (auto c = checked_updates_.find(worker_id); c != checked_updates_.end()) {
       c->second.update = std::move(update);

@@ -252,6 +252,35 @@ TEST(DirectoryBlobStoreTest, KeysThatWouldNestInsideABlobAreRefused) {
   EXPECT_THAT(*(*store)->List(""), ElementsAre("a/b"));
 }
 
+// PutOptions::observe_chunk sees every byte of the blob in order, and its error fails the Put with nothing stored.
+TEST(BlobStoreObserverTest, SeesEveryByteInOrderAndItsErrorFailsThePut) {
+  TempDirForTest dir;
+  auto directory = DirectoryBlobStore::Open(dir.path() / "blobs");
+  ASSERT_TRUE(directory.ok());
+  MemoryBlobStore memory;
+  std::string bytes(3 * (1 << 20) + 12345, '\0');  // several of either store's chunks, the last one partial
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7 + i / 4096);
+  for (BlobStore* store : {static_cast<BlobStore*>(directory->get()), static_cast<BlobStore*>(&memory)}) {
+    std::string seen;
+    PutOptions options;
+    options.observe_chunk = [&](std::span<const std::byte> chunk) {
+      seen.append(reinterpret_cast<const char*>(chunk.data()), chunk.size());
+      return Status::Ok();
+    };
+    StringByteSource source(bytes);
+    StatusOr<BlobInfo> put = store->Put("observed", source, options);
+    ASSERT_TRUE(put.ok()) << put.status().ToString();
+    EXPECT_TRUE(seen == bytes) << "observer saw " << seen.size() << " of " << bytes.size() << " bytes";
+
+    options.observe_chunk = [](std::span<const std::byte>) { return InvalidArgumentError("not what we wanted"); };
+    StringByteSource refused_source(bytes);
+    StatusOr<BlobInfo> refused = store->Put("refused", refused_source, options);
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status().message(), HasSubstr("not what we wanted"));
+    EXPECT_EQ(store->Head("refused").status().code(), StatusCode::kNotFound);
+  }
+}
+
 TEST(MemoryBlobStoreTest, FailNextPutsFailsThatManyThenRecovers) {
   MemoryBlobStore store;
   store.FailNextPuts(2, UnavailableError("disk full (injected)"));

@@ -179,12 +179,19 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
                                     std::to_string(*options.max_size_bytes) + " bytes");
     }
     hasher.Update(std::span<const std::byte>(chunk.data(), n));
+    if (options.observe_chunk)
+      PARSYN_RETURN_IF_ERROR(options.observe_chunk(std::span<const std::byte>(chunk.data(), n)));
     size_t done = 0;
     while (done < n) {
       ssize_t w = ::write(fd.get(), chunk.data() + done, n - done);
       if (w < 0 && errno == EINTR) continue;
       if (w < 0) return WriteError("writing", final_path);
       done += static_cast<size_t>(w);
+    }
+    // A durable blob's pages start going to disk now, while the next chunks are read and hashed, so the fsync
+    // below waits only for the last of them. Asynchronous and advisory: the fsync is what makes the blob durable.
+    if (options.durable) {
+      ::sync_file_range(fd.get(), static_cast<off_t>(size_bytes - n), static_cast<off_t>(n), SYNC_FILE_RANGE_WRITE);
     }
   }
   const auto written = std::chrono::steady_clock::now();

@@ -50,6 +50,7 @@ StatusOr<BlobInfo> MemoryBlobStore::Put(std::string_view key, ByteSource& data, 
     }
     bytes->append(reinterpret_cast<const char*>(chunk), n);
     hasher.Update(std::span<const std::byte>(chunk, n));
+    if (options.observe_chunk) PARSYN_RETURN_IF_ERROR(options.observe_chunk(std::span<const std::byte>(chunk, n)));
   }
   BlobInfo info{std::string(key), bytes->size(), hasher.HexDigest()};
   if (options.expected_sha256 && *options.expected_sha256 != info.sha256) {

@@ -1,6 +1,9 @@
 #include "weights/weighted_mean.h"
 
 #include <algorithm>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -112,6 +115,62 @@ void AccumulateExact(__int128* __restrict acc, const In* __restrict w, size_t co
     }
   }
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// AccumulateExact for F32 updates, 8 elements at a time with AVX-512 (F, DQ: packed double <-> int64 conversions):
+// the same operations as ToFixed and the int128 add, lane by lane, so the same bits. The int128 sums are pairs of
+// 64-bit words (low, high) in memory; they are split into a vector of lows and one of highs and put back after.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own intrinsics headers (`__Y = __Y`)
+template <bool kFirst>
+__attribute__((target("avx512f,avx512dq"))) size_t AccumulateExactF32Avx512(__int128* __restrict acc,
+                                                                            const float* __restrict w, size_t count,
+                                                                            double n) {
+  const __m512d scale = _mm512_set1_pd(n);
+  const __m512d two32 = _mm512_set1_pd(0x1p32);
+  const __m512d round_magic = _mm512_set1_pd(0x1.8p52);
+  const __m512i one = _mm512_set1_epi64(1);
+  // Word indices of the lows (even) and highs (odd) across two vectors of 4 int128 each, and back.
+  const __m512i lows = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+  const __m512i highs = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
+  const __m512i first_half = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
+  const __m512i second_half = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m512d x = _mm512_mul_pd(scale, _mm512_cvtps_pd(_mm256_loadu_ps(w + i)));
+    const __m512i whole = _mm512_cvttpd_epi64(x);
+    const __m512d high_bits = _mm512_mul_pd(_mm512_sub_pd(x, _mm512_cvtepi64_pd(whole)), two32);
+    const __m512i high = _mm512_cvttpd_epi64(high_bits);
+    const __m512d low_bits = _mm512_mul_pd(_mm512_sub_pd(high_bits, _mm512_cvtepi64_pd(high)), two32);
+    const __m512i low = _mm512_cvttpd_epi64(_mm512_sub_pd(_mm512_add_pd(low_bits, round_magic), round_magic));
+    // term = whole * 2^64 + high * 2^32 + low, as (low word, high word) with the carry of the low words.
+    const __m512i shifted = _mm512_slli_epi64(high, 32);
+    __m512i term_low = _mm512_add_epi64(shifted, low);
+    __m512i term_high =
+        _mm512_add_epi64(whole, _mm512_add_epi64(_mm512_srai_epi64(high, 32), _mm512_srai_epi64(low, 63)));
+    term_high = _mm512_mask_add_epi64(term_high, _mm512_cmplt_epu64_mask(term_low, shifted), term_high, one);
+    __m512i* out = reinterpret_cast<__m512i*>(acc + i);
+    if constexpr (!kFirst) {
+      const __m512i a = _mm512_loadu_si512(out);
+      const __m512i b = _mm512_loadu_si512(out + 1);
+      const __m512i acc_low = _mm512_permutex2var_epi64(a, lows, b);
+      const __m512i acc_high = _mm512_permutex2var_epi64(a, highs, b);
+      term_low = _mm512_add_epi64(acc_low, term_low);
+      term_high = _mm512_add_epi64(acc_high, term_high);
+      term_high = _mm512_mask_add_epi64(term_high, _mm512_cmplt_epu64_mask(term_low, acc_low), term_high, one);
+    }
+    _mm512_storeu_si512(out, _mm512_permutex2var_epi64(term_low, first_half, term_high));
+    _mm512_storeu_si512(out + 1, _mm512_permutex2var_epi64(term_low, second_half, term_high));
+  }
+  return i;
+}
+#pragma GCC diagnostic pop
+
+bool HasAvx512Dq() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  return has;
+}
+#endif
 
 inline float LoadF32(float v) { return v; }
 inline float LoadBf16(uint16_t v) { return Bf16Bits(v); }
@@ -397,7 +456,13 @@ void WeightedMean::Impl::AddChunk(size_t c, const WeightSet& update, double n, s
     }
     case Accumulation::kExact: {
       __int128* sums = reinterpret_cast<__int128*>(sums_bytes);
-      if (t.dtype == DType::kF32) AccumulateExact<kFirst>(sums, f32, count, n, LoadF32);
+      if (t.dtype == DType::kF32) {
+        size_t done = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (HasAvx512Dq()) done = AccumulateExactF32Avx512<kFirst>(sums, f32, count, n);
+#endif
+        AccumulateExact<kFirst>(sums + done, f32 + done, count - done, n, LoadF32);
+      }
       if (t.dtype == DType::kBF16) AccumulateExact<kFirst>(sums, u16, count, n, LoadBf16);
       if (t.dtype == DType::kF16) AccumulateExact<kFirst>(sums, u16, count, n, LoadF16);
       break;

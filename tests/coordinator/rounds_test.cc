@@ -445,7 +445,10 @@ TEST_F(RoundsTest, BadUpdatesAreRejectedWithTheReasonAndTheJobGoesOn) {
   };
   expect(0, "accepted", "");
   expect(1, "accepted", "");
-  expect(2, "rejected", "non-finite");
+  // Its values were checked as the upload streamed in (PUT /blobs); the rejection is still the update check's own
+  // (CheckFinite's words), not a later one by the strategy (which would add "round 1 update: " before them).
+  expect(2, "rejected", "has a non-finite value (nan) at index 0");
+  EXPECT_TRUE(by_worker[f.worker_ids[2]].value("reason", "").starts_with("tensor '")) << by_worker[f.worker_ids[2]];
   expect(3, "rejected", "shape");
   expect(4, "rejected", "safetensors");
   expect(5, "rejected", "not uploaded");
