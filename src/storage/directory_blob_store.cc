@@ -86,17 +86,27 @@ std::string UniqueTempSuffix() {
   return std::string(kTempMarker) + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
 }
 
-// Creates the directories of `relative` under `root` one at a time, fsyncing each new directory's parent (unless not
-// `durable`) so the new entry itself is durable (fsync of a file does not make its directory entry durable).
-Status EnsureDirs(const fs::path& root, const fs::path& relative, bool durable = true) {
+// How EnsureDirs makes the entries on a path durable (fsync of a file does not make its directory entry durable).
+enum class DirSync {
+  kNone,
+  kNewEntries,  // fsync the parent of each directory it creates
+  // Also the parents of directories that existed: one a non-durable Put created (a round's updates) may hold a
+  // durable blob later (that round's global), and its entry was never synced.
+  kEveryLevel,
+};
+
+// Creates the directories of `relative` under `root` one at a time.
+Status EnsureDirs(const fs::path& root, const fs::path& relative, DirSync sync) {
   fs::path dir = root;
   for (const fs::path& part : relative) {
     fs::path parent = dir;
     dir /= part;
-    if (::mkdir(dir.c_str(), 0755) == 0) {
-      if (durable) PARSYN_RETURN_IF_ERROR(FsyncDir(parent));
-    } else if (errno != EEXIST && errno != ENOTDIR) {  // ENOTDIR: reported by Put, which knows the key
+    const bool created = ::mkdir(dir.c_str(), 0755) == 0;
+    if (!created && errno != EEXIST && errno != ENOTDIR) {  // ENOTDIR: reported by Put, which knows the key
       return WriteError("creating directory", dir);
+    }
+    if (sync == DirSync::kEveryLevel || (created && sync == DirSync::kNewEntries)) {
+      PARSYN_RETURN_IF_ERROR(FsyncDir(parent));
     }
   }
   return Status::Ok();
@@ -132,7 +142,7 @@ StatusOr<std::unique_ptr<DirectoryBlobStore>> DirectoryBlobStore::Open(const fs:
   fs::path absolute = fs::absolute(root, ec);
   if (ec) return UnavailableError("resolving blob directory " + root.string() + ": " + ec.message());
   // Created one level at a time so each new directory's entry is fsynced, as for the blobs' own directories.
-  PARSYN_RETURN_IF_ERROR(EnsureDirs(absolute.root_path(), absolute.relative_path()));
+  PARSYN_RETURN_IF_ERROR(EnsureDirs(absolute.root_path(), absolute.relative_path(), DirSync::kNewEntries));
 
   // A crash mid-Put leaves a temp file that no blob refers to; nobody else can be writing while we open.
   int swept = 0;
@@ -151,7 +161,8 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
   PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
   const fs::path final_path = root_ / fs::path(key);
   const fs::path dir = final_path.parent_path();
-  PARSYN_RETURN_IF_ERROR(EnsureDirs(root_, fs::path(key).parent_path(), options.durable));
+  PARSYN_RETURN_IF_ERROR(
+      EnsureDirs(root_, fs::path(key).parent_path(), options.durable ? DirSync::kEveryLevel : DirSync::kNone));
   if (::access(final_path.c_str(), F_OK) == 0) {
     return AlreadyExistsError("blob '" + std::string(key) + "' already exists");
   }
