@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,22 +61,58 @@ http::Awaitable<std::invoke_result_t<Fn>> Offload(boost::asio::thread_pool& pool
   co_return std::move(**result);
 }
 
-// Only for coroutines of one loop thread. Lock() waits while another coroutine holds it.
+// Only for coroutines of one loop thread. Lock() waits while another coroutine holds it; waiters get the lock in the
+// order they asked, and Unlock() hands it to the first of them only (waking every waiter on each unlock would cost
+// O(N^2) wake-ups when N results and polls queue on one job's mutex).
 class LoopMutex {
  public:
-  explicit LoopMutex(boost::asio::any_io_executor executor) : released_(std::move(executor)) {}
+  explicit LoopMutex(boost::asio::any_io_executor executor) : executor_(std::move(executor)) {}
   http::Awaitable<void> Lock() {
-    while (locked_) co_await released_.Wait(std::chrono::hours(1));
-    locked_ = true;
+    if (!locked_) {
+      locked_ = true;
+      co_return;
+    }
+    Turn turn(executor_);
+    turn.position = queue_.insert(queue_.end(), &turn);
+    // If this coroutine is destroyed while it waits (the loop torn down), it leaves the queue, or passes on a lock
+    // handed to it that it never took.
+    struct Leave {
+      LoopMutex& mutex;
+      Turn& turn;
+      bool taken = false;
+      ~Leave() {
+        if (!turn.granted) {
+          mutex.queue_.erase(turn.position);
+        } else if (!taken) {
+          mutex.Unlock();
+        }
+      }
+    } leave{*this, turn};
+    // The timeout only guards the loop; Unlock() notifies the turn it grants.
+    while (!turn.granted) co_await turn.granted_signal.Wait(std::chrono::hours(1));
+    leave.taken = true;  // locked_ stayed true: the lock passed straight from the last holder
   }
   void Unlock() {
-    locked_ = false;
-    released_.Notify();
+    if (queue_.empty()) {
+      locked_ = false;
+      return;
+    }
+    Turn* next = queue_.front();
+    queue_.pop_front();
+    next->granted = true;
+    next->granted_signal.Notify();
   }
 
  private:
+  struct Turn {
+    explicit Turn(const boost::asio::any_io_executor& executor) : granted_signal(executor) {}
+    http::Signal granted_signal;
+    bool granted = false;
+    std::list<Turn*>::iterator position;
+  };
+  boost::asio::any_io_executor executor_;
   bool locked_ = false;
-  http::Signal released_;
+  std::list<Turn*> queue_;  // coroutines waiting for the lock, first come first served
 };
 
 // Unlocks on scope exit (also when the coroutine frame is destroyed).

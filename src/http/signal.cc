@@ -17,13 +17,13 @@ struct Signal::Waiter {
   explicit Waiter(const net::any_io_executor& ex) : timer(ex) {}
   net::steady_timer timer;
   std::vector<Signal*> signals;
-  int fired = -1;  // index into `signals` of the first notifier
+  std::vector<std::list<Waiter*>::iterator> positions;  // in each signal's waiters_, same order as `signals`
+  int fired = -1;                                       // index into `signals` of the first notifier
 };
 
 void Signal::Notify() {
-  // Copy: a woken waiter unregisters itself only when it resumes, but be safe against re-entrancy anyway.
-  std::vector<Waiter*> waiters = waiters_;
-  for (Waiter* w : waiters) {
+  // cancel() only queues the waiters' resumptions, so none of them leaves the list while it is walked.
+  for (Waiter* w : waiters_) {
     if (w->fired < 0) {
       auto it = std::find(w->signals.begin(), w->signals.end(), this);
       w->fired = static_cast<int>(it - w->signals.begin());
@@ -44,10 +44,10 @@ net::awaitable<int> WaitAny(std::span<Signal* const> signals, std::chrono::milli
   struct Registration {
     Signal::Waiter* w;
     explicit Registration(Signal::Waiter* w) : w(w) {
-      for (Signal* s : w->signals) s->waiters_.push_back(w);
+      for (Signal* s : w->signals) w->positions.push_back(s->waiters_.insert(s->waiters_.end(), w));
     }
     ~Registration() {
-      for (Signal* s : w->signals) std::erase(s->waiters_, w);
+      for (size_t i = 0; i < w->signals.size(); ++i) w->signals[i]->waiters_.erase(w->positions[i]);
     }
   } registration(&waiter);
 

@@ -6,6 +6,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 namespace parsyn::http {
 namespace {
@@ -67,6 +68,27 @@ TEST(SignalTest, WaitAnyReportsWhichSignalFired) {
       net::detached);
   io.run();
   EXPECT_EQ(woken, -1);
+}
+
+TEST(SignalTest, WaitersThatTimedOutAreGoneAndTheRestAreWoken) {
+  net::io_context io;
+  Signal a(io.get_executor());
+  Signal b(io.get_executor());
+  std::vector<int> woken(60, -2);
+  for (int i = 0; i < 60; ++i) {
+    net::co_spawn(
+        io,
+        [&, i]() -> net::awaitable<void> {
+          std::array<Signal*, 2> signals{&a, &b};
+          // Every third waits briefly and leaves; the rest wait until notified.
+          woken[static_cast<size_t>(i)] = co_await WaitAny(signals, milliseconds(i % 3 == 0 ? 1 : 10'000));
+        },
+        net::detached);
+  }
+  net::steady_timer later(io, milliseconds(50));
+  later.async_wait([&](const boost::system::error_code&) { b.Notify(); });
+  io.run();
+  for (int i = 0; i < 60; ++i) EXPECT_EQ(woken[static_cast<size_t>(i)], i % 3 == 0 ? -1 : 1) << i;
 }
 
 }  // namespace

@@ -1,0 +1,95 @@
+#include "coordinator/loop_tools.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <optional>
+#include <vector>
+
+namespace parsyn::coordinator {
+namespace {
+
+namespace net = boost::asio;
+
+// Gives the loop to everything else queued, as an await on the pool would.
+http::Awaitable<void> YieldToLoop() {
+  net::steady_timer timer(co_await net::this_coro::executor, std::chrono::milliseconds(0));
+  co_await timer.async_wait(net::use_awaitable);
+}
+
+TEST(LoopMutexTest, OneHolderAtATimeInTheOrderTheyAsked) {
+  net::io_context io;
+  LoopMutex mutex(io.get_executor());
+  std::vector<int> order;
+  int holders = 0;
+  int most_holders = 0;
+  auto contender = [&](int id) -> http::Awaitable<void> {
+    co_await mutex.Lock();
+    LoopLock lock(mutex);
+    ++holders;
+    most_holders = std::max(most_holders, holders);
+    order.push_back(id);
+    co_await YieldToLoop();  // the others queue up meanwhile
+    co_await YieldToLoop();
+    --holders;
+  };
+  constexpr int kContenders = 200;
+  for (int i = 0; i < kContenders; ++i) net::co_spawn(io, contender(i), net::detached);
+  io.run();
+  ASSERT_EQ(order.size(), static_cast<size_t>(kContenders));
+  EXPECT_EQ(most_holders, 1);
+  for (int i = 0; i < kContenders; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i);
+
+  // Free again: a later Lock() takes it at once.
+  bool took = false;
+  io.restart();
+  net::co_spawn(
+      io,
+      [&]() -> http::Awaitable<void> {
+        co_await mutex.Lock();
+        took = true;
+        mutex.Unlock();
+      },
+      net::detached);
+  io.run();
+  EXPECT_TRUE(took);
+}
+
+TEST(LoopMutexTest, AWaiterDestroyedWhileQueuedLeavesTheQueue) {
+  std::optional<LoopMutex> mutex;
+  {
+    net::io_context io;
+    mutex.emplace(io.get_executor());
+    net::co_spawn(
+        io,
+        [&]() -> http::Awaitable<void> {
+          co_await mutex->Lock();  // held for good
+          net::steady_timer forever(co_await net::this_coro::executor, std::chrono::hours(1));
+          co_await forever.async_wait(net::use_awaitable);
+        },
+        net::detached);
+    net::co_spawn(io, [&]() -> http::Awaitable<void> { co_await mutex->Lock(); }, net::detached);
+    io.run_for(std::chrono::milliseconds(50));
+    // `io` goes with both coroutines in it: the queued one leaves the queue as its frame is destroyed.
+  }
+  mutex->Unlock();  // the holder's turn ends: nobody is queued, so the mutex is simply free
+  net::io_context io;
+  bool took = false;
+  LoopMutex& m = *mutex;
+  net::co_spawn(
+      io,
+      [&]() -> http::Awaitable<void> {
+        co_await m.Lock();
+        took = true;
+      },
+      net::detached);
+  io.run();
+  EXPECT_TRUE(took);
+}
+
+}  // namespace
+}  // namespace parsyn::coordinator
