@@ -117,9 +117,12 @@ long CpuTicks(pid_t pid) {
   return utime + stime;
 }
 
-// The server's flags besides data dir, listen address and log level.
+// The server's flags besides data dir, listen address and log level. A simulated worker uploads on its one
+// connection (a real one uploads on its blob connection and heartbeats meanwhile), so no heartbeat can go while its
+// upload waits for the server: the heartbeat timeout is set beyond the longest such wait.
 const std::vector<std::string> kServerFlags = {
-    "--max-poll-wait-ms", "300000", "--max-connections", "0", "--max-connections-per-address", "0"};
+    "--max-poll-wait-ms", "300000", "--heartbeat-timeout-ms",        "600000",
+    "--max-connections",  "0",      "--max-connections-per-address", "0"};
 
 struct Update {
   std::string bytes;
