@@ -342,6 +342,11 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
     fig.hb_idle_p50 = Percentile(ms, 0.50);
     fig.hb_idle_p99 = Percentile(ms, 0.99);
   }
+  // Printed now too: a job that never ends (the bench waits for it) leaves these figures standing.
+  std::printf("%7d idle: hello %.1f s, %.3f core, RSS %.1f MB (%.0f B/worker), probe heartbeats p50/p99 %.2f/%.2f ms\n",
+              n, fig.hello_s, fig.idle_cores, fig.idle_rss_mb, fig.rss_per_worker_kb * 1024, fig.hb_idle_p50,
+              fig.hb_idle_p99);
+  std::fflush(stdout);
 
   json spec = {{"name", "bench-n" + std::to_string(n)},
                {"dataset_id", dataset_id},
