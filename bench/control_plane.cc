@@ -2,28 +2,41 @@
 //
 // For each N it starts `parsyn server` as a child process (fresh temp data dir, 127.0.0.1, connection caps off) and
 // N simulated workers in ONE thread of this process (tests/support/sim_workers.h: an asynchronous client speaking the
-// real protocol: hello, heartbeats every heartbeat_interval on a connection of their own, long-polls, results). Both
-// raise their soft RLIMIT_NOFILE to the hard limit (two connections per worker on each side).
+// real protocol on one connection per worker: hello, long-polls, heartbeats only while "training" a task, uploads,
+// results). Both raise their soft RLIMIT_NOFILE to the hard limit; one connection per worker on each side, so N needs
+// about N + 128 descriptors per process (10,000 fit under the 20,000 hard limit of CI machines).
 //
 // Measured, per N:
-//   - idle-connected: the server's CPU (fraction of one core, utime+stime from /proc/PID/stat over a --idle-s window
-//     once every worker said hello and the heartbeats run), its RSS, and RSS per connected worker (RSS now minus RSS
-//     before the first hello, / N); heartbeat p50/p99 over that window.
-//   - a job over all N workers (own mode, min = max = N, 2 rounds, each worker returns a 64 KiB LoRA update at once):
-//     setup (job created -> the first task), task assignment latency p50/p99 of round 2 (round 1 committed -> each
-//     worker's task), the wall time of rounds 1 (first task -> commit) and 2 (commit 1 -> commit 2), and heartbeat
-//     p99 during the rounds.
+//   - idle-connected (every worker holds its poll, no heartbeats): the server's CPU (fraction of one core,
+//     utime+stime from /proc/PID/stat over an --idle-s window), its RSS, and RSS per connected worker (RSS now minus
+//     RSS before the first hello, / N); then heartbeat p50/p99 of 1,000 probe heartbeats (for idle workers, on extra
+//     connections) over 5 s while the fleet holds its polls.
+//   - a job over all N workers on a 2.4 MB dataset (own mode, min = max = N, 2 rounds; each worker "trains" each task
+//     for 1-2 s (--train-ms 1000), heartbeating on its connection every heartbeat interval (the server's, 5 s), then
+//     returns a 64 KiB LoRA update): setup (job created -> the first task), task assignment latency p50/p99 of round
+//     2 (round 1 committed -> each worker's task), the wall time of rounds 1 (first task -> commit) and 2 (commit 1
+//     -> commit 2), heartbeat p99 during the job, and round 2's ratio to its floor: (round 2 wall - the longest
+//     simulated training, 2 x train-ms) / floor, where floor = moving N x 64 KiB over plain loopback TCP (16
+//     connections, no HTTP) + one sha256 pass over them + reading N 64 KiB files, measured after the server is gone.
+// N beyond what the descriptors or the loopback port range (one server address: ip_local_port_range) allow is
+// printed as skipped, with the reason.
 //
-// Usage: bench_control_plane [--workers 1000,5000,10000] [--idle-s 10] [--server-bin PATH] [--server-log-level warn]
+// Usage: bench_control_plane [--workers 1000,5000,10000,50000] [--idle-s 10] [--train-ms 1000] [--server-bin PATH]
+//                            [--server-log-level warn]
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -104,9 +117,12 @@ long CpuTicks(pid_t pid) {
   return utime + stime;
 }
 
-// The server's flags besides data dir, listen address and log level.
+// The server's flags besides data dir, listen address and log level. A simulated worker uploads on its one
+// connection (a real one uploads on its blob connection and heartbeats meanwhile), so no heartbeat can go while its
+// upload waits for the server: the heartbeat timeout is set beyond the longest such wait.
 const std::vector<std::string> kServerFlags = {
-    "--max-poll-wait-ms", "300000", "--max-connections", "0", "--max-connections-per-address", "0"};
+    "--max-poll-wait-ms", "300000", "--heartbeat-timeout-ms",        "600000",
+    "--max-connections",  "0",      "--max-connections-per-address", "0"};
 
 struct Update {
   std::string bytes;
@@ -122,6 +138,102 @@ Update PrepareUpdate() {
           .sha256 = parsyn::weights::Sha256Hex(std::span<const std::byte>(image))};
 }
 
+// The loopback ports one client address can use to reach one server address (net.ipv4.ip_local_port_range).
+int LoopbackPorts() {
+  std::istringstream range(ReadText("/proc/sys/net/ipv4/ip_local_port_range"));
+  int low = 0, high = 0;
+  if (!(range >> low >> high) || high < low) return 28'232;  // Linux's default 32768-60999
+  return high - low + 1;
+}
+
+// Moves `count` copies of `bytes` over loopback TCP on `lanes` connections: a minimal sender/receiver pair, no HTTP,
+// the receiver reading into a reused buffer. Seconds.
+double TimeLoopbackTransfer(const std::string& bytes, int count, int lanes) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(listener, 128) != 0 || ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    Die(std::string("loopback listener: ") + std::strerror(errno));
+  }
+  std::atomic<uint64_t> received{0};
+  const auto start = Clock::now();
+  {
+    std::vector<std::jthread> threads;
+    for (int lane = 0; lane < lanes; ++lane) {
+      threads.emplace_back([&] {
+        const int fd = ::accept(listener, nullptr, nullptr);
+        if (fd < 0) Die(std::string("loopback accept: ") + std::strerror(errno));
+        std::vector<char> buf(size_t{1} << 20);
+        for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) > 0;) received += static_cast<uint64_t>(n);
+        ::close(fd);
+      });
+      threads.emplace_back([&, lane] {
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+          Die(std::string("loopback connect: ") + std::strerror(errno));
+        }
+        for (int i = lane; i < count; i += lanes) {
+          for (size_t sent = 0; sent < bytes.size();) {
+            const ssize_t n = ::write(fd, bytes.data() + sent, bytes.size() - sent);
+            if (n <= 0) Die(std::string("loopback write: ") + std::strerror(errno));
+            sent += static_cast<size_t>(n);
+          }
+        }
+        ::close(fd);
+      });
+    }
+  }
+  const double seconds = Seconds(Clock::now() - start);
+  ::close(listener);
+  if (received != bytes.size() * static_cast<uint64_t>(count)) Die("loopback transfer lost bytes");
+  return seconds;
+}
+
+// The least a round of `count` updates could cost here: move their bytes, hash them once, read them once. Seconds.
+double RoundFloorSeconds(const std::string& update, int count, const fs::path& scratch) {
+  const double transfer_s = TimeLoopbackTransfer(update, count, 16);
+  const auto sha_start = Clock::now();
+  for (int i = 0; i < count; ++i) (void)parsyn::weights::Sha256Hex(update);
+  const double sha_s = Seconds(Clock::now() - sha_start);
+  const fs::path file = scratch / "update.safetensors";
+  {
+    std::ofstream out(file, std::ios::binary);
+    out << update;
+  }
+  std::vector<char> buf(size_t{1} << 20);
+  const auto read_start = Clock::now();
+  for (int i = 0; i < count; ++i) {
+    const int fd = ::open(file.c_str(), O_RDONLY);
+    if (fd < 0) Die("cannot read " + file.string());
+    while (::read(fd, buf.data(), buf.size()) > 0) {
+    }
+    ::close(fd);
+  }
+  const double read_s = Seconds(Clock::now() - read_start);
+  std::error_code ec;
+  fs::remove(file, ec);
+  return transfer_s + sha_s + read_s;
+}
+
+// A JSONL dataset of 4 rows per worker (one shard each), padded to about `bytes` in all.
+std::string Dataset(int n, size_t bytes) {
+  const size_t rows = 4 * static_cast<size_t>(n);
+  const size_t per_row = std::max<size_t>(24, bytes / rows);
+  std::string out;
+  out.reserve(rows * per_row);
+  for (size_t i = 0; i < rows; ++i) {
+    std::string text = "row " + std::to_string(i) + " ";
+    const size_t framing = std::string("{\"text\": \"\"}\n").size();
+    if (text.size() + framing < per_row) text.append(per_row - framing - text.size(), 'x');
+    out += "{\"text\": \"" + text + "\"}\n";
+  }
+  return out;
+}
+constexpr size_t kDatasetBytes = 2'400'000;
+
 struct Figures {
   int n = 0;
   double hello_s = 0;
@@ -133,13 +245,16 @@ struct Figures {
   double setup_s = 0;
   double assign_p50 = 0, assign_p99 = 0;
   double round1_s = 0, round2_s = 0;
+  double floor_s = 0;
+  double round2_ratio = 0;  // (round2_s - the longest simulated training) / floor_s
   double hb_round_p99 = 0;
+  size_t hb_round_count = 0;
   std::string outcome;
   int errors = 0;
 };
 
 Figures RunOne(int n, const fs::path& root, const Update& update, const std::string& binary,
-               const std::string& log_level, int idle_s) {
+               const std::string& log_level, int idle_s, std::chrono::milliseconds train_time) {
   Figures fig;
   fig.n = n;
   const fs::path data_dir = root / ("n" + std::to_string(n));
@@ -152,8 +267,7 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
   admin_options.max_attempts = 1;
   http::Client admin(admin_options);
 
-  std::string rows;
-  for (int i = 0; i < 4 * n; ++i) rows += "{\"text\": \"row " + std::to_string(i) + "\"}\n";
+  const std::string rows = Dataset(n, kDatasetBytes);
   auto ds = Must(admin.Send(http::Method::kPost, "/api/v1/datasets?name=rows.jsonl", rows, "application/octet-stream"),
                  "dataset upload");
   if (ds.status != 201) Die("dataset upload answered " + std::to_string(ds.status) + ": " + ds.body);
@@ -186,7 +300,11 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
   }
 
   const long rss_before_kib = RssKib(server.pid());
-  SimWorkers workers({.port = server.port(), .tokens = tokens, .update = update.bytes, .update_sha256 = update.sha256});
+  SimWorkers workers({.port = server.port(),
+                      .tokens = tokens,
+                      .update = update.bytes,
+                      .update_sha256 = update.sha256,
+                      .train_time = train_time});
   const auto hello_start = Clock::now();
   workers.Start();
   const auto hello_deadline = Clock::now() + std::chrono::minutes(10);
@@ -197,8 +315,9 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
   if (workers.hellos() < n) Die("only " + std::to_string(workers.hellos()) + " of " + std::to_string(n) + " hellos");
   fig.hello_s = Seconds(Clock::now() - hello_start);
 
-  // One heartbeat interval (5 s) for every worker's heartbeat loop to start, then the idle window.
-  std::this_thread::sleep_for(std::chrono::seconds(6));
+  // A moment for the last hellos' polls to open, then the idle window: every worker holds its poll, and nothing
+  // else goes on (idle workers send no heartbeats).
+  std::this_thread::sleep_for(std::chrono::seconds(2));
   const long ticks0 = CpuTicks(server.pid());
   const auto idle_start = Clock::now();
   std::this_thread::sleep_for(std::chrono::seconds(idle_s));
@@ -210,14 +329,24 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
   fig.idle_rss_mb = static_cast<double>(rss_idle_kib) / 1024.0;
   fig.rss_per_worker_kb = static_cast<double>(rss_idle_kib - rss_before_kib) / n;
   {
-    std::vector<double> ms;
-    for (const SimWorkers::Sample& s : workers.heartbeats()) {
-      if (s.at >= idle_start && s.at < idle_end) ms.push_back(s.ms);
+    // Heartbeats while the fleet holds its polls: probes for idle workers on connections of their own.
+    constexpr int kProbes = 1000;
+    const auto probe_start = Clock::now();
+    workers.ProbeHeartbeats(kProbes, std::chrono::seconds(5));
+    while (workers.heartbeats().size() < kProbes && Clock::now() < probe_start + std::chrono::seconds(60)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
+    std::vector<double> ms;
+    for (const SimWorkers::Sample& s : workers.heartbeats()) ms.push_back(s.ms);
     fig.hb_idle_count = ms.size();
     fig.hb_idle_p50 = Percentile(ms, 0.50);
     fig.hb_idle_p99 = Percentile(ms, 0.99);
   }
+  // Printed now too: a job that never ends (the bench waits for it) leaves these figures standing.
+  std::printf("%7d idle: hello %.1f s, %.3f core, RSS %.1f MB (%.0f B/worker), probe heartbeats p50/p99 %.2f/%.2f ms\n",
+              n, fig.hello_s, fig.idle_cores, fig.idle_rss_mb, fig.rss_per_worker_kb * 1024, fig.hb_idle_p50,
+              fig.hb_idle_p99);
+  std::fflush(stdout);
 
   json spec = {{"name", "bench-n" + std::to_string(n)},
                {"dataset_id", dataset_id},
@@ -281,8 +410,9 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
   if (committed.contains(1) && committed.contains(2)) fig.round2_s = Seconds(committed[2] - committed[1]);
   std::vector<double> round_beats;
   for (const SimWorkers::Sample& s : beats) {
-    if (s.at >= first_task && s.at < job_end) round_beats.push_back(s.ms);
+    if (s.at >= job_start && s.at < job_end) round_beats.push_back(s.ms);
   }
+  fig.hb_round_count = round_beats.size();
   fig.hb_round_p99 = Percentile(round_beats, 0.99);
   std::error_code ec;
   fs::remove_all(data_dir, ec);
@@ -293,8 +423,9 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<int> ns = {1000, 5000, 10000};
+  std::vector<int> ns = {1000, 5000, 10000, 50000};
   int idle_s = 10;
+  std::chrono::milliseconds train_time{1000};
   std::string binary = PARSYN_BIN;
   std::string log_level = "warn";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -303,6 +434,8 @@ int main(int argc, char** argv) {
       ns = ParseInts(value);
     } else if (flag == "--idle-s") {
       idle_s = std::stoi(value);
+    } else if (flag == "--train-ms") {
+      train_time = std::chrono::milliseconds(std::stoi(value));
     } else if (flag == "--server-bin") {
       binary = value;
     } else if (flag == "--server-log-level") {
@@ -312,27 +445,60 @@ int main(int argc, char** argv) {
     }
   }
   const parsyn::OpenFilesLimit fds = Must(parsyn::RaiseOpenFilesLimit(), "raising RLIMIT_NOFILE");
+  const int ports = LoopbackPorts();
   const fs::path root = Must(parsyn::CreateTempDir(fs::temp_directory_path(), "parsyn-bench-cp"), "temp dir");
   const Update update = PrepareUpdate();
-  std::printf("bench_control_plane: %zu-byte updates (LoRA r=%d), RLIMIT_NOFILE %lu (hard %lu), idle window %d s\n",
-              update.bytes.size(), kLoraR, static_cast<unsigned long>(fds.after), static_cast<unsigned long>(fds.hard),
-              idle_s);
-  std::printf("%7s %8s %10s %9s %10s %16s %8s %18s %9s %9s %12s %s\n", "N", "hello s", "idle core", "RSS MB",
-              "B/worker", "hb p50/p99 ms", "setup s", "assign p50/p99 ms", "round1 s", "round2 s", "hb p99 (job)",
-              "job (errors)");
+  std::printf(
+      "bench_control_plane: %zu-byte updates (LoRA r=%d), %.1f MB dataset, one connection per worker, RLIMIT_NOFILE "
+      "%lu (hard %lu), %d loopback ports, idle window %d s, training %lld-%lld ms per task\n",
+      update.bytes.size(), kLoraR, static_cast<double>(kDatasetBytes) / 1e6, static_cast<unsigned long>(fds.after),
+      static_cast<unsigned long>(fds.hard), ports, idle_s, static_cast<long long>(train_time.count()),
+      static_cast<long long>(2 * train_time.count()));
+  std::printf("%7s %8s %10s %9s %10s %16s %8s %18s %9s %9s %8s %6s %17s %s\n", "N", "hello s", "idle core", "RSS MB",
+              "B/worker", "hb p50/p99 ms", "setup s", "assign p50/p99 ms", "round1 s", "round2 s", "floor s", "ratio",
+              "hb p99 (job) ms", "job (errors)");
   std::fflush(stdout);
+  std::vector<Figures> done;
   for (int n : ns) {
-    if (static_cast<uint64_t>(2 * n + 64) > fds.after) {
-      std::printf("%7d skipped: needs ~%d file descriptors, RLIMIT_NOFILE is %lu\n", n, 2 * n + 64,
-                  static_cast<unsigned long>(fds.after));
+    // One connection per worker in each process (server and this one), plus the probes, admin calls and a margin.
+    const uint64_t need = static_cast<uint64_t>(n) + 128;
+    if (need > fds.after || n > ports) {
+      std::string why;
+      if (need > fds.after) {
+        why = "needs ~" + std::to_string(need) + " file descriptors in each process, RLIMIT_NOFILE is " +
+              std::to_string(fds.after) + " (the hard limit; raising it needs CAP_SYS_RESOURCE)";
+      }
+      if (n > ports) {
+        why += (why.empty() ? "" : "; ") + std::string("needs ") + std::to_string(n) +
+               " loopback connections to one server address, the ephemeral port range has " + std::to_string(ports);
+      }
+      std::printf("%7d skipped: %s\n", n, why.c_str());
+      std::fflush(stdout);
       continue;
     }
-    const Figures f = RunOne(n, root, update, binary, log_level, idle_s);
-    std::printf("%7d %8.1f %10.3f %9.1f %10.0f %7.2f/%-8.2f %8.1f %8.0f/%-9.0f %9.2f %9.2f %12.2f %s (%d)\n", f.n,
-                f.hello_s, f.idle_cores, f.idle_rss_mb, f.rss_per_worker_kb * 1024, f.hb_idle_p50, f.hb_idle_p99,
-                f.setup_s, f.assign_p50, f.assign_p99, f.round1_s, f.round2_s, f.hb_round_p99, f.outcome.c_str(),
-                f.errors);
+    Figures f = RunOne(n, root, update, binary, log_level, idle_s, train_time);
+    // Measured after the server is gone, so the floor has the machine to itself as the round had.
+    f.floor_s = RoundFloorSeconds(update.bytes, n, root);
+    if (f.round2_s > 0) f.round2_ratio = std::max(0.0, f.round2_s - 2 * Seconds(train_time)) / f.floor_s;
+    std::printf(
+        "%7d %8.1f %10.3f %9.1f %10.0f %7.2f/%-8.2f %8.1f %8.0f/%-9.0f %9.2f %9.2f %8.3f %6.2f %9.2f (%5zu) %s (%d)\n",
+        f.n, f.hello_s, f.idle_cores, f.idle_rss_mb, f.rss_per_worker_kb * 1024, f.hb_idle_p50, f.hb_idle_p99,
+        f.setup_s, f.assign_p50, f.assign_p99, f.round1_s, f.round2_s, f.floor_s, f.round2_ratio, f.hb_round_p99,
+        f.hb_round_count, f.outcome.c_str(), f.errors);
     std::fflush(stdout);
+    done.push_back(f);
+  }
+  std::printf(
+      "\n(hb p50/p99: 1,000 probe heartbeats while every worker holds its poll; hb p99 (job): heartbeats of training "
+      "workers during the job, (count); ratio: (round 2 wall - %lld ms of simulated training) / floor, floor = "
+      "loopback transfer + sha256 + read of N updates)\n",
+      static_cast<long long>(2 * train_time.count()));
+  for (const Figures& f : done) {
+    if (f.n < 10'000) continue;
+    std::printf(
+        "bench_control_plane: N=%d: setup %.1f s (target 5.0), round 2 ratio %.2f (target 2.00), heartbeat "
+        "p99 in the job %.1f ms (target 50)\n",
+        f.n, f.setup_s, f.round2_ratio, f.hb_round_p99);
   }
   std::error_code ec;
   fs::remove_all(root, ec);

@@ -248,9 +248,14 @@ Status Agent::RunSession(const Session& session, std::stop_token stop) {
     call.stop = stop;
     call.retry = false;
     call.timeout = session.max_poll_wait + std::chrono::seconds(15);
+    {
+      std::lock_guard lock(poll_mutex_);  // waits out a heartbeat in flight: never one beside an open poll
+      poll_open_ = true;                  // the heartbeat thread stays quiet: the open poll is this worker's presence
+    }
     StatusOr<http::ClientResponse> res = client_->Get("/api/v1/worker/tasks/next?session_id=" + session.id +
                                                           "&wait_ms=" + std::to_string(session.max_poll_wait.count()),
                                                       call);
+    poll_open_ = false;
     if (!res.ok()) {
       if (res.status().code() == StatusCode::kCancelled) break;
       if (res.status().code() == StatusCode::kFailedPrecondition) {
@@ -300,7 +305,14 @@ Status Agent::RunSession(const Session& session, std::stop_token stop) {
 
 void Agent::HeartbeatLoop(const Session& session, std::stop_token stop) {
   while (SleepFor(session.heartbeat_interval, stop)) {
+    // One connection per idle worker: while a long-poll is open the coordinator counts the worker present (the poll
+    // refreshes its session), so a heartbeat then would only hold a second connection open. Heartbeats go while the
+    // poll connection is free: during a task (training, uploading) or between polls (backing off).
+    std::unique_lock lock(poll_mutex_);
+    if (poll_open_) continue;
+    counters_.heartbeats++;
     Status s = Heartbeat(session);
+    lock.unlock();
     if (s.code() == StatusCode::kFailedPrecondition) {
       PARSYN_LOG_WARN("worker {}: heartbeat refused ({}); the current task is dropped", options_.name, s.message());
       return;

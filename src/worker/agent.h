@@ -1,5 +1,5 @@
 // The worker agent behind `parsyn worker` (docs/architecture.md §4): one session with the coordinator at a time (hello,
-// a heartbeat thread, long-polls for tasks, goodbye) and one task at a time, trained by parsyn-trainer in a child
+// long-polls for tasks, a heartbeat thread, goodbye) and one task at a time, trained by parsyn-trainer in a child
 // process so that a crash there never takes the agent down.
 //
 // Per task: the base model comes from the checksum cache (fetched once across rounds and jobs), the round's global
@@ -11,6 +11,10 @@
 // validation by the job's seed, and only weights and metrics leave the machine; its sample count is its training
 // split's. Tasks of platform jobs still train on the shard they name. A "workers" task on a worker without
 // local_data, or whose model does not fit the file's format, fails with the reason.
+//
+// Presence on one connection (docs/operations.md, "Worker presence"): an idle worker holds only its long-poll, which
+// keeps its session alive; the heartbeat thread sends heartbeats every heartbeat_interval only while no poll is open
+// (a task in progress, or backing off between polls), on the same client, so an idle worker holds one connection.
 //
 // Several coordinator URLs (failover, docs/operations.md "Failover"): hello goes to each in turn, starting with the
 // last that answered, until one accepts (a standby answers 503); a session whose coordinator stops answering a poll
@@ -83,6 +87,7 @@ struct AgentCounters {
   std::atomic<int> tasks_failed{0};
   std::atomic<int> uploads_skipped{0};    // the round moved on before the update could be uploaded
   std::atomic<int> failures_reported{0};  // failed tasks the coordinator accepted a /worker/failure report for
+  std::atomic<int> heartbeats{0};         // sent by the heartbeat thread (none while a long-poll is open)
 };
 
 // "URL1,URL2,..." as a list: spaces around the commas and trailing slashes dropped, empty items skipped.
@@ -162,6 +167,10 @@ class Agent {
   std::mutex mutex_;
   std::optional<CurrentTask> current_;
   std::atomic<bool> session_lost_{false};
+  // A long-poll is in flight: the heartbeat thread sends nothing meanwhile. Set under poll_mutex_, which a heartbeat
+  // holds while it is sent, so a heartbeat and a poll never overlap (one connection).
+  std::mutex poll_mutex_;
+  std::atomic<bool> poll_open_{false};
   std::atomic<bool> token_refused_{false};
 };
 

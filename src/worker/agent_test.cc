@@ -115,6 +115,9 @@ struct Seen {
   std::map<std::string, std::string> blobs;  // served at GET /blobs/<key>; any other key serves kGlobalBytes
   int refused = 0;                           // worker calls answered 401 (token_revoked)
   int uploads = 0;                           // PUTs to /blobs
+  int polls_open = 0;                        // task polls being held now
+  int heartbeats_during_poll = 0;            // heartbeats that came while a poll was held
+  int heartbeats_between_polls = 0;          // heartbeats that came while none was
 
   // Waits (bounded) until `done` holds under the lock.
   bool WaitFor(const std::function<bool()>& done) {
@@ -124,10 +127,13 @@ struct Seen {
 };
 
 struct FakeCoordinatorOptions {
-  bool serve_global = true;           // else the global weights' URL answers 404
-  bool failure_route = true;          // else /api/v1/worker/failure is unknown (404), as on older coordinators
-  bool abandon_on_heartbeat = false;  // heartbeats say the task's round moved on
-  bool token_revoked = false;         // progress, heartbeat, failure and result calls answer 401 (a revoked token)
+  bool serve_global = true;                // else the global weights' URL answers 404
+  bool failure_route = true;               // else /api/v1/worker/failure is unknown (404), as on older coordinators
+  bool abandon_on_heartbeat = false;       // heartbeats say the task's round moved on
+  bool token_revoked = false;              // progress, heartbeat, failure and result calls answer 401 (a revoked token)
+  int64_t heartbeat_interval_ms = 60'000;  // asked in the hello answer
+  int task_on_poll = 1;                    // the poll that answers the task; the others are held poll_hold
+  milliseconds poll_hold{50};
 };
 
 // A 401, as the coordinator answers a revoked token.
@@ -149,7 +155,7 @@ http::Router FakeCoordinator(Seen& seen, std::function<json()> task, FakeCoordin
   };
   EXPECT_TRUE(router
                   .Add(http::Method::kPost, "/api/v1/worker/hello",
-                       [&seen, note_api](http::Request& req) -> http::Awaitable<http::Response> {
+                       [&seen, note_api, options](http::Request& req) -> http::Awaitable<http::Response> {
                          note_api(req);
                          {
                            std::lock_guard lock(seen.mu);
@@ -158,13 +164,13 @@ http::Router FakeCoordinator(Seen& seen, std::function<json()> task, FakeCoordin
                          seen.changed.notify_all();
                          co_return http::Response::Json(200, {{"session_id", "s1"},
                                                               {"worker_id", 41},
-                                                              {"heartbeat_interval_ms", 60'000},
+                                                              {"heartbeat_interval_ms", options.heartbeat_interval_ms},
                                                               {"max_poll_wait_ms", 100}});
                        })
                   .ok());
   EXPECT_TRUE(router
                   .Add(http::Method::kGet, "/api/v1/worker/tasks/next",
-                       [&seen, task, note_api](http::Request& req) -> http::Awaitable<http::Response> {
+                       [&seen, task, note_api, options](http::Request& req) -> http::Awaitable<http::Response> {
                          note_api(req);
                          int polls;
                          {
@@ -172,9 +178,17 @@ http::Router FakeCoordinator(Seen& seen, std::function<json()> task, FakeCoordin
                            polls = ++seen.polls;
                          }
                          seen.changed.notify_all();
-                         if (polls == 1) co_return http::Response::Json(200, task());
+                         if (polls == options.task_on_poll) co_return http::Response::Json(200, task());
+                         {
+                           std::lock_guard lock(seen.mu);
+                           seen.polls_open++;
+                         }
                          http::Signal idle(co_await net::this_coro::executor);  // a short long-poll
-                         co_await idle.Wait(milliseconds(50));
+                         co_await idle.Wait(options.poll_hold);
+                         {
+                           std::lock_guard lock(seen.mu);
+                           seen.polls_open--;
+                         }
                          co_return http::Response::NoContent();
                        })
                   .ok());
@@ -183,6 +197,11 @@ http::Router FakeCoordinator(Seen& seen, std::function<json()> task, FakeCoordin
                        [&seen, note_api, options](http::Request& req) -> http::Awaitable<http::Response> {
                          note_api(req);
                          if (options.token_revoked) co_return Refused(seen);
+                         {
+                           std::lock_guard lock(seen.mu);
+                           (seen.polls_open > 0 ? seen.heartbeats_during_poll : seen.heartbeats_between_polls)++;
+                         }
+                         seen.changed.notify_all();
                          json abandon = json::array();
                          if (options.abandon_on_heartbeat)
                            abandon.push_back({{"job_id", 7}, {"round", 2}, {"attempt", 1}});
@@ -433,6 +452,36 @@ TEST_F(AgentTest, OwnDataIsAnnouncedAndItsAbsenceFailsSuchTasks) {
   EXPECT_EQ(seen.failures[0]["reason"],
             "job 7 trains on the workers' own data (data.source \"workers\"), but this worker was started without "
             "--data");
+}
+
+// One connection per idle worker: an open long-poll is the worker's presence, so the heartbeat thread sends nothing
+// while one is held; it heartbeats while the worker has a task.
+TEST_F(AgentTest, HeartbeatsGoOnlyWhileNoPollIsOpen) {
+  net::io_context io;
+  Seen seen;
+  std::string url;
+  http::testing::TestServer server(
+      io, FakeCoordinator(seen, [&] { return TrainTask(url); },
+                          {.heartbeat_interval_ms = 10, .task_on_poll = 4, .poll_hold = milliseconds(300)}));
+  url = server.url();
+  RunsUntilTerminated trainer;
+  RunningAgent agent(Options(url), trainer);
+  // Three polls held 300 ms each (30 heartbeat intervals apiece), then a task whose trainer runs until stopped.
+  ASSERT_TRUE(seen.WaitFor([&] { return seen.polls >= 4; }));
+  // The task's global is being fetched; then the trainer starts.
+  for (int i = 0; i < 4000 && trainer.starts == 0; ++i) std::this_thread::sleep_for(milliseconds(5));
+  ASSERT_GT(trainer.starts.load(), 0);
+  int before_task;
+  {
+    std::lock_guard lock(seen.mu);
+    before_task = seen.heartbeats_between_polls;
+  }
+  ASSERT_TRUE(seen.WaitFor([&] { return seen.heartbeats_between_polls >= before_task + 3; }));
+  EXPECT_TRUE(agent.Stop().ok());
+  std::lock_guard lock(seen.mu);
+  EXPECT_GE(seen.polls, 4);
+  EXPECT_EQ(seen.heartbeats_during_poll, 0);
+  EXPECT_GE(agent.counters().heartbeats.load(), 3);
 }
 
 TEST_F(AgentTest, TaskWhoseRoundMovedOnIsNotReported) {

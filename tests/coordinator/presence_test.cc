@@ -1,7 +1,14 @@
 // Worker presence at scale: heartbeats are kept in memory and reach the store in batches (N heartbeats cost O(1)
-// commits, not N), and presence is rebuilt after a restart from the workers' new hellos. The coordinator runs in this
+// commits, not N), presence is rebuilt after a restart from the workers' new hellos, and an idle worker's open
+// long-poll is its presence (no heartbeats needed: one connection per idle worker). The coordinator runs in this
 // process (a real Service, HTTP server and SQLite store) so that the test can count the store's commits.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -46,6 +53,9 @@ class InProcessCoordinator {
   int64_t commits() {
     auto& timed = dynamic_cast<storage::TimedMetadataStore&>(service_->store());
     return dynamic_cast<storage::SqliteMetadataStore&>(timed.inner()).commits();
+  }
+  uint16_t port() const {
+    return static_cast<uint16_t>(std::stoi(server_->url().substr(server_->url().rfind(':') + 1)));
   }
   void FlushPresence() { boost::asio::co_spawn(io_, service_->FlushPresence(), boost::asio::use_future).get(); }
   std::unique_ptr<http::Client> Client(const std::string& token) {
@@ -146,6 +156,76 @@ TEST(PresenceTest, HeartbeatsAreStoredInBatchesAndPresenceIsRebuiltAfterARestart
   SessionOf(*first);
   EXPECT_EQ(WorkerRecord(*admin, ids[0])["status"], "online");
   EXPECT_EQ(WorkerRecord(*admin, ids[1])["status"], "offline");
+}
+
+// A task poll sent on a raw loopback socket, so that the test can drop the connection mid-poll: the descriptor.
+int SendPollOnRawSocket(uint16_t port, const std::string& token, const std::string& session, int wait_ms) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string request = "GET /api/v1/worker/tasks/next?session_id=" + session +
+                              "&wait_ms=" + std::to_string(wait_ms) +
+                              " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + token + "\r\n\r\n";
+  EXPECT_EQ(::write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  return fd;
+}
+
+// An idle worker sends no heartbeats while its long-poll is open (one connection per worker): it stays online however
+// long the polls last past the heartbeat timeout, and a heartbeat on a second connection (an older worker) is still
+// taken. A worker whose connection is gone mid-poll goes offline once that poll would have ended plus the timeout.
+TEST(PresenceTest, AnOpenPollKeepsAnIdleWorkerOnlineAndAVanishedOneGoesOffline) {
+  TempDir dir;
+  coordinator::ServiceOptions options;
+  options.data_dir = dir.path() / "data";
+  options.heartbeat_timeout = std::chrono::milliseconds(1000);
+  options.max_poll_wait = std::chrono::milliseconds(2000);
+  InProcessCoordinator coordinator(options);
+  ASSERT_TRUE(coordinator.ok());
+  auto admin = coordinator.Client(*coordinator.service().new_admin_key());
+  std::vector<int64_t> ids;
+  std::vector<std::string> tokens;
+  for (const char* name : {"polling", "vanishing"}) {
+    auto created = admin->PostJson("/api/v1/workers", {{"name", name}, {"kind", "own"}});
+    ASSERT_TRUE(created.ok() && created->status == 201);
+    ids.push_back((*created->Json())["id"]);
+    tokens.push_back((*created->Json())["token"]);
+  }
+  auto polling = coordinator.Client(tokens[0]);
+  auto polling_heartbeats = coordinator.Client(tokens[0]);  // a second connection, as an older worker holds
+  auto vanishing = coordinator.Client(tokens[1]);
+  const std::string polling_session = SessionOf(*polling);
+  const std::string vanishing_session = SessionOf(*vanishing);
+
+  // The vanishing worker opens a poll and drops its connection.
+  const int fd = SendPollOnRawSocket(coordinator.port(), tokens[1], vanishing_session, 2000);
+  ::close(fd);
+
+  // Two polls of 2 s each (the server's longest), no heartbeat in between: each lasts twice the heartbeat timeout,
+  // and the session survives both (a poll of an ended session answers 409, not 204).
+  const std::string next = "/api/v1/worker/tasks/next?session_id=" + polling_session + "&wait_ms=2000";
+  for (int poll = 0; poll < 2; ++poll) {
+    auto answer = std::async(std::launch::async, [&] { return polling->Get(next); });
+    if (poll == 1) {
+      // An older worker's heartbeat on its other connection, during the poll, is still answered.
+      auto beat = polling_heartbeats->PostJson("/api/v1/worker/heartbeat", {{"session_id", polling_session}});
+      EXPECT_TRUE(beat.ok() && beat->status == 200) << (beat.ok() ? beat->body : beat.status().ToString());
+      EXPECT_EQ(WorkerRecord(*admin, ids[0])["status"], "online");
+    }
+    StatusOr<http::ClientResponse> got = answer.get();
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(got->status, 204);
+  }
+
+  // Its poll ended (or never started) 2 s after it was sent at the latest, and nothing came since: offline.
+  std::string vanished_status;
+  for (int i = 0; i < 300 && vanished_status != "offline"; ++i) {
+    vanished_status = WorkerRecord(*admin, ids[1])["status"];
+    if (vanished_status != "offline") std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(vanished_status, "offline");
 }
 
 }  // namespace

@@ -1,15 +1,20 @@
 // Simulated workers for scale tests and bench/control_plane: N workers in ONE thread of this process, each speaking
-// the real worker protocol over loopback HTTP/1.1 (Boost.Beast, C++20 coroutines): hello, heartbeats every
-// heartbeat_interval on a connection of their own, long-polls for tasks, and for each train task a PUT of a prepared
-// update to the task's signed URL and a result; for an evaluation task a result alone. Nothing trains: what is
-// exercised is the coordinator. Two connections per worker (as a real worker holds), so N workers need 2N descriptors
-// here and as many on the server: raise RLIMIT_NOFILE first (base/fd_limit.h).
+// the real worker protocol over loopback HTTP/1.1 (Boost.Beast, C++20 coroutines) on ONE connection, as a real worker
+// does (worker/agent.h): hello, long-polls for tasks (an open poll is the worker's presence: no heartbeats while
+// idle), and for each train task a "training" time (train_time, 0 by default) during which it heartbeats every
+// heartbeat_interval on that connection, then a PUT of a prepared update to the task's signed URL and a result; for
+// an evaluation task a result alone. Nothing trains: what is exercised is the coordinator. N workers need N
+// descriptors here and as many on the server: raise RLIMIT_NOFILE first (base/fd_limit.h).
+//
+// ProbeHeartbeats sends heartbeats for idle workers on a few extra connections (as a worker of the older
+// two-connection protocol would), to time heartbeats while the fleet holds its polls.
 //
 // Every call is timed; the latencies (heartbeats, polls that brought a task) and errors are kept for the caller.
 #pragma once
 
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -38,8 +43,12 @@ struct SimWorkersOptions {
   std::vector<std::string> tokens;  // one worker per token
   std::string update;               // the body PUT for each train task (the job's update layout)
   std::string update_sha256;
-  bool heartbeats = true;
+  bool heartbeats = true;  // while training (train_time): a real worker's heartbeats during a task
   std::chrono::milliseconds poll_wait{290'000};  // wait_ms of each long-poll (at most the server's max_poll_wait)
+  // Each train task "trains" for a time drawn from [train_time, 2 * train_time] before its upload, heartbeating every
+  // heartbeat_interval (0: the hello's) from a random phase, as the agent's heartbeat thread does during a task.
+  std::chrono::milliseconds train_time{0};
+  std::chrono::milliseconds heartbeat_interval{0};
 };
 
 class SimWorkers {
@@ -63,6 +72,7 @@ class SimWorkers {
 
   // Starts every worker (hello first) on a thread of its own.
   void Start() {
+    sessions_.resize(options_.tokens.size());
     for (size_t i = 0; i < options_.tokens.size(); ++i) {
       boost::asio::co_spawn(io_, RunWorker(i), boost::asio::detached);
     }
@@ -73,6 +83,16 @@ class SimWorkers {
     if (!thread_.joinable()) return;
     io_.stop();
     thread_.join();
+  }
+
+  // Sends `count` heartbeats, spread evenly over `over`, each for another worker that said hello, on `connections`
+  // connections of their own (not the workers'): timed with the rest (heartbeats()). Call after Start.
+  void ProbeHeartbeats(int count, std::chrono::milliseconds over, int connections = 8) {
+    connections = std::max(1, std::min(connections, count));
+    const auto spacing = over / std::max(1, count);
+    for (int c = 0; c < connections; ++c) {
+      boost::asio::co_spawn(io_, Probe(c, connections, count, spacing), boost::asio::detached);
+    }
   }
 
   int hellos() const { return hellos_.load(); }
@@ -161,55 +181,76 @@ class SimWorkers {
     return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
   }
 
-  Awaitable<void> Heartbeats(std::shared_ptr<Connection> conn, std::string token, std::string session,
-                             std::chrono::milliseconds interval, size_t index) {
+  Awaitable<void> Heartbeat(Connection& conn, const std::string& token, const std::string& session) {
     namespace bhttp = boost::beast::http;
-    boost::asio::steady_timer timer(io_);
-    // Spread over the interval, as real workers' hellos are.
-    std::minstd_rand spread(static_cast<uint32_t>(index) + 1);
-    timer.expires_after(std::chrono::milliseconds(spread() % std::max<int64_t>(1, interval.count())));
-    co_await timer.async_wait(boost::asio::use_awaitable);
-    const std::string body = SessionBody(session);
-    while (true) {
-      const Clock::time_point sent = Clock::now();
-      try {
-        Response res =
-            co_await Call(*conn, bhttp::verb::post, "/api/v1/worker/heartbeat", token, body, "application/json");
-        if (res.result_int() != 200) NoteError("heartbeat: " + std::to_string(res.result_int()) + " " + res.body());
-        std::lock_guard lock(mu_);
-        heartbeats_.push_back({.at = sent, .ms = MsSince(sent)});
-      } catch (const std::exception& e) {
-        NoteError(std::string("heartbeat: ") + e.what());
-      }
-      timer.expires_at(sent + interval);
-      co_await timer.async_wait(boost::asio::use_awaitable);
+    const Clock::time_point sent = Clock::now();
+    try {
+      Response res = co_await Call(conn, bhttp::verb::post, "/api/v1/worker/heartbeat", token, SessionBody(session),
+                                   "application/json");
+      if (res.result_int() != 200) NoteError("heartbeat: " + std::to_string(res.result_int()) + " " + res.body());
+      std::lock_guard lock(mu_);
+      heartbeats_.push_back({.at = sent, .ms = MsSince(sent)});
+    } catch (const std::exception& e) {
+      NoteError(std::string("heartbeat: ") + e.what());
     }
+  }
+
+  // A train task's "training": heartbeats on the worker's connection (free while it holds a task) every `interval`,
+  // the first after a random share of it, until the training time is over.
+  Awaitable<void> Train(Connection& conn, const std::string& token, const std::string& session,
+                        std::chrono::milliseconds interval, std::minstd_rand& rng) {
+    if (options_.train_time.count() <= 0) co_return;
+    const Clock::time_point done =
+        Clock::now() + options_.train_time + std::chrono::milliseconds(rng() % (options_.train_time.count() + 1));
+    Clock::time_point next = Clock::now() + std::chrono::milliseconds(rng() % std::max<int64_t>(1, interval.count()));
+    boost::asio::steady_timer timer(io_);
+    while (options_.heartbeats && next < done) {
+      timer.expires_at(next);
+      co_await timer.async_wait(boost::asio::use_awaitable);
+      co_await Heartbeat(conn, token, session);
+      next += interval;
+    }
+    timer.expires_at(done);
+    co_await timer.async_wait(boost::asio::use_awaitable);
+  }
+
+  Awaitable<void> Probe(int lane, int lanes, int count, Clock::duration spacing) {
+    Connection conn(io_);
+    boost::asio::steady_timer timer(io_);
+    const Clock::time_point start = Clock::now();
+    const size_t n = sessions_.size();
+    for (int i = lane; i < count && n > 0; i += lanes) {
+      timer.expires_at(start + spacing * i);
+      co_await timer.async_wait(boost::asio::use_awaitable);
+      const size_t worker = static_cast<size_t>(i) * 7919 % n;  // spread over the fleet
+      if (sessions_[worker].empty()) continue;                  // no hello yet
+      co_await Heartbeat(conn, options_.tokens[worker], sessions_[worker]);
+    }
+    Close(conn);
   }
 
   Awaitable<void> RunWorker(size_t index) {
     namespace bhttp = boost::beast::http;
     using nlohmann::json;
     const std::string& token = options_.tokens[index];
-    auto control = std::make_shared<Connection>(io_);
-    Connection poll(io_);
+    Connection poll(io_);  // the worker's one connection: hello, polls, heartbeats while training, upload, result
     std::string session;
+    std::chrono::milliseconds heartbeat_interval = options_.heartbeat_interval;
+    std::minstd_rand rng(static_cast<uint32_t>(index) + 1);
     try {
       Response hello =
-          co_await Call(*control, bhttp::verb::post, "/api/v1/worker/hello", token, HelloBody(), "application/json");
+          co_await Call(poll, bhttp::verb::post, "/api/v1/worker/hello", token, HelloBody(), "application/json");
       if (hello.result_int() != 200) {
         NoteError("hello: " + std::to_string(hello.result_int()) + " " + hello.body());
         co_return;
       }
       const json answer = json::parse(hello.body());
       session = answer["session_id"];
-      hellos_++;
-      if (options_.heartbeats) {
-        boost::asio::co_spawn(
-            io_,
-            Heartbeats(control, token, session,
-                       std::chrono::milliseconds(answer["heartbeat_interval_ms"].get<int64_t>()), index),
-            boost::asio::detached);
+      sessions_[index] = session;
+      if (heartbeat_interval.count() <= 0) {
+        heartbeat_interval = std::chrono::milliseconds(answer["heartbeat_interval_ms"].get<int64_t>());
       }
+      hellos_++;
     } catch (const std::exception& e) {
       NoteError(std::string("hello: ") + e.what());
       co_return;
@@ -237,6 +278,7 @@ class SimWorkers {
         }
         json result = ResultFor(task, session);
         if (kind == "train") {
+          co_await Train(poll, token, session, heartbeat_interval, rng);
           // The signed URL names this server: its path and query are the target.
           const std::string url = task["update_upload"]["url"];
           const size_t path_at = url.find('/', url.find("//") + 2);
@@ -281,6 +323,7 @@ class SimWorkers {
   std::vector<std::string> errors_;
   std::vector<Sample> heartbeats_;
   std::vector<TaskSeen> tasks_;
+  std::vector<std::string> sessions_;  // per worker, once its hello is answered; touched on the fleet's thread only
 };
 
 }  // namespace parsyn::test_support
