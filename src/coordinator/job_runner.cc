@@ -306,6 +306,9 @@ http::Awaitable<void> JobRunner::WorkerAvailable(int64_t worker_id, std::functio
   if (ended_) co_return;
   auto handled = Handle([&]() -> StatusOr<Actions> {  // kCoAwaitTemporaries
     if (still_available && !still_available()) return Actions{};
+    // Its task of this job is on its way (waiting for its batch): the offer is stale, as if the task had been
+    // delivered already.
+    if (undelivered_tasks_.contains(worker_id)) return Actions{};
     return engine_->WorkerAvailable(worker_id);
   });
   Status s = co_await std::move(handled);
