@@ -8,8 +8,7 @@
 
 namespace parsyn::coordinator {
 
-WriteQueue::WriteQueue(boost::asio::any_io_executor loop, boost::asio::thread_pool& pool,
-                       storage::MetadataStore& store)
+WriteQueue::WriteQueue(boost::asio::any_io_executor loop, boost::asio::thread_pool& pool, storage::MetadataStore& store)
     : loop_(std::move(loop)), pool_(pool), store_(store) {}
 
 WriteQueue::TicketPtr WriteQueue::Queue(std::vector<storage::BatchWrite> writes,
