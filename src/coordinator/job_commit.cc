@@ -204,6 +204,7 @@ http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, 
   for (const Action& next : work) {
     if (const auto* f = std::get_if<JobFailed>(&next)) failure.fail_job_reason = f->reason;
   }
+  undelivered_tasks_.clear();  // the attempt's tasks still waiting for their batch never go out
   Status failed = co_await Offload(host_.pool(), [&] { return host_.store().FailRound(failure); });
   if (!failed.ok()) co_return failed;
   Metrics().rounds.WithLabels({"failed"}).Inc();
@@ -282,6 +283,7 @@ http::Awaitable<Status> JobRunner::WriteFinalArtifacts() {
 
 http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string_view reason_view) {
   const std::string reason(reason_view);
+  undelivered_tasks_.clear();  // tasks still waiting for their batch never go out
   Status artifacts = Status::Ok();
   if (status == JobStatus::kSucceeded || status == JobStatus::kStopped) artifacts = co_await WriteFinalArtifacts();
   const int64_t now = host_.clock().UnixMillis();

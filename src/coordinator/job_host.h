@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "coordinator/write_queue.h"
 #include "http/server.h"
 #include "storage/blob_store.h"
 #include "storage/blob_urls.h"
@@ -56,9 +57,19 @@ class JobHost {
   // Scratch files (shards being written).
   virtual std::filesystem::path tmp_dir() const = 0;
 
-  // Appends a job event to the store and wakes the job's event streams. Errors are logged, not returned: events
-  // describe changes already stored.
+  // Appends a job event to the store (through the write queue below, waiting for its batch) and wakes the job's event
+  // streams. Errors are logged, not returned: events describe changes already stored.
   virtual http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, nlohmann::json payload) = 0;
+  // Group commit (write_queue.h): queues the job's `records`, then its `events` (stamped with the host's clock), for
+  // the host's next batch, one commit shared with whatever else is queued, and returns the ticket that says when they
+  // are durable (WriteQueue::Wait). Events wake the job's streams once their batch is done. AppendEvent goes through
+  // the same queue, so a job's writes land in the order they were made.
+  struct QueuedEvent {
+    std::string type;
+    nlohmann::json payload;
+  };
+  virtual WriteQueue::TicketPtr QueueJobWrites(int64_t job_id, std::vector<storage::BatchWrite> records,
+                                               std::vector<QueuedEvent> events) = 0;
   // Queues a task for a worker and wakes its long-poll. False when the worker has no session (it went away).
   virtual bool DeliverTask(int64_t worker_id, int64_t job_id, nlohmann::json task) = 0;
   // Tells a worker to drop a task (straggler, job ended): removed if not yet delivered, else reported in its next

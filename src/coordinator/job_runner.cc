@@ -5,6 +5,7 @@
 
 #include "base/log.h"
 #include "coordinator/job_runner_internal.h"
+#include "coordinator/server_metrics.h"
 #include "strategy/dp_fed_avg.h"
 #include "strategy/make_strategy.h"
 
@@ -106,10 +107,49 @@ http::Awaitable<void> JobRunner::AwaitLaunched() {
 }
 
 http::Awaitable<Status> JobRunner::Handle(std::function<StatusOr<Actions>()> event) {
-  co_await mutex_.Lock();
-  LoopLock lock(mutex_);
+  Status s;
+  // Pass 0 handles the event; pass 1, only when a batch with this job's writes failed meanwhile, resyncs at once (as
+  // a failed single write did within its event) rather than at the next event or tick.
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<int64_t> deliver;
+    WriteQueue::TicketPtr written;
+    {
+      co_await mutex_.Lock();
+      LoopLock lock(mutex_);
+      auto handled = HandleLocked(pass == 0 ? std::move(event) : [] { return StatusOr<Actions>(Actions{}); });
+      Status h = co_await std::move(handled);  // kCoAwaitTemporaries: created above
+      if (pass == 0) s = h;
+      deliver.swap(tasks_to_deliver_);
+      if (!outstanding_writes_.empty()) written = outstanding_writes_.back();
+    }
+    // The job's mutex is free again: while this event's writes wait for their batch, the next events run and queue
+    // theirs, which share a commit (group commit). The answer (and a task) goes out only once they are durable.
+    if (written) {
+      auto applied = WriteQueue::Wait(written);  // kCoAwaitTemporaries
+      co_await std::move(applied);
+    }
+    CollectWriteErrors();
+    const Status failed = !write_error_.ok() ? write_error_ : (written ? written->status : Status::Ok());
+    if (failed.ok()) {
+      for (int64_t worker : deliver) DeliverQueuedTask(worker);
+      break;
+    }
+    // The tasks of this pass never go out; the answer is the error.
+    if (s.ok()) s = failed;
+  }
+  co_return s;
+}
+
+http::Awaitable<Status> JobRunner::HandleLocked(std::function<StatusOr<Actions>()> event) {
   if (engine_ == nullptr)
     co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " is not running yet");
+  CollectWriteErrors();
+  if (!write_error_.ok() && !resync_needed_) {
+    // A batch with this job's writes failed after its event was answered: the engine is ahead of the store.
+    resync_needed_ = true;
+    resync_reason_ = write_error_.message();
+    resync_after_ = {};
+  }
   if (resync_needed_) {
     if (host_.clock().Now() < resync_after_) {
       co_return UnavailableError("training job " + std::to_string(job_.id) +
@@ -132,10 +172,53 @@ http::Awaitable<Status> JobRunner::Handle(std::function<StatusOr<Actions>()> eve
   co_return s;
 }
 
+void JobRunner::QueueWrites(std::vector<storage::BatchWrite> records, std::vector<JobHost::QueuedEvent> events) {
+  outstanding_writes_.push_back(host_.QueueJobWrites(job_.id, std::move(records), std::move(events)));
+}
+
+void JobRunner::CollectWriteErrors() {
+  while (!outstanding_writes_.empty() && outstanding_writes_.front()->done) {
+    const Status& s = outstanding_writes_.front()->status;
+    if (!s.ok() && write_error_.ok()) write_error_ = s;
+    outstanding_writes_.pop_front();
+  }
+}
+
+http::Awaitable<Status> JobRunner::DrainWrites() {
+  if (!outstanding_writes_.empty()) {
+    // Batches are applied in queue order: once the last ticket is done, so are all before it.
+    auto applied = WriteQueue::Wait(outstanding_writes_.back());  // kCoAwaitTemporaries
+    co_await std::move(applied);
+  }
+  CollectWriteErrors();
+  co_return write_error_;
+}
+
+void JobRunner::DeliverQueuedTask(int64_t worker_id) {
+  auto it = undelivered_tasks_.find(worker_id);
+  if (it == undelivered_tasks_.end()) return;  // dropped, or its attempt ended, meanwhile
+  QueuedTask queued = std::move(it->second);
+  undelivered_tasks_.erase(it);
+  if (ended_ || engine_ == nullptr || engine_->round() != queued.round || engine_->attempt() != queued.attempt) return;
+  ObservePhase("task_store", MillisSince(queued.queued_at));  // until its records were durable
+  if (!host_.DeliverTask(worker_id, job_.id, std::move(queued.task))) {
+    // The worker left between becoming idle and getting the task: tell the engine.
+    boost::asio::co_spawn(host_.executor(), WorkerDisconnected(worker_id), boost::asio::detached);
+  }
+}
+
 http::Awaitable<Status> JobRunner::Resync() {
-  // The workers drop the tasks of the abandoned attempt (undelivered ones are removed).
+  // The workers drop the tasks of the abandoned attempt (undelivered ones are removed, queued ones never go out).
   for (const ParticipantView& p : engine_->participants()) {
     host_.AbandonTask(p.worker, job_.id, engine_->round(), engine_->attempt());
+  }
+  undelivered_tasks_.clear();
+  tasks_to_deliver_.clear();
+  {
+    // The reload reads what the store holds: the writes still queued land first (their errors are why we are here).
+    auto drained = DrainWrites();  // kCoAwaitTemporaries
+    co_await std::move(drained);
+    write_error_ = Status::Ok();
   }
   pending_global_.reset();
   auto loading = LoadCheckpoint("a store error during the attempt: " + resync_reason_);  // kCoAwaitTemporaries
@@ -195,6 +278,14 @@ http::Awaitable<Status> JobRunner::Execute(Actions actions) {  // by value: see 
 }
 
 http::Awaitable<Status> JobRunner::Do(const Action& action, std::deque<Action>& work) {
+  // Order: a write the runner makes directly (a round's start, commit or failure, a loss, the job's end) comes after
+  // the job's queued writes (tasks, updates): it waits for them, and does not happen if one of them failed.
+  if (!std::holds_alternative<AssignTask>(action) && !std::holds_alternative<ValidateUpdate>(action) &&
+      !std::holds_alternative<DropWorker>(action) && !std::holds_alternative<AggregateRound>(action)) {
+    auto drained = DrainWrites();  // kCoAwaitTemporaries
+    Status s = co_await std::move(drained);
+    if (!s.ok()) co_return s;
+  }
   if (const auto* a = std::get_if<coordinator::StartRound>(&action)) co_return co_await OnStartRound(*a, work);
   if (const auto* a = std::get_if<AssignTask>(&action)) co_return co_await OnAssignTask(*a);
   if (const auto* a = std::get_if<ValidateUpdate>(&action)) co_return co_await OnValidateUpdate(*a, work);
@@ -215,6 +306,9 @@ http::Awaitable<void> JobRunner::WorkerAvailable(int64_t worker_id, std::functio
   if (ended_) co_return;
   auto handled = Handle([&]() -> StatusOr<Actions> {  // kCoAwaitTemporaries
     if (still_available && !still_available()) return Actions{};
+    // Its task of this job is on its way (waiting for its batch): the offer is stale, as if the task had been
+    // delivered already.
+    if (undelivered_tasks_.contains(worker_id)) return Actions{};
     return engine_->WorkerAvailable(worker_id);
   });
   Status s = co_await std::move(handled);
@@ -245,6 +339,7 @@ http::Awaitable<Status> JobRunner::TaskFailed(int64_t worker_id, int round, int 
 bool JobRunner::TickDue() const {
   if (ended_ || engine_ == nullptr) return false;
   if (resync_needed_) return resync_after_ <= host_.clock().Now();
+  if (!write_error_.ok()) return true;  // a batch failed after its event was answered: resync now
   std::optional<Clock::TimePoint> deadline = engine_->next_deadline();
   return deadline && *deadline <= host_.clock().Now();
 }

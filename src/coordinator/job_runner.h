@@ -165,6 +165,18 @@ class JobRunner {
   // Runs one engine event under the job's mutex and carries out its actions. Callers create the awaitable before
   // co_awaiting it, so the std::function is never a temporary inside a co_await (kCoAwaitTemporaries).
   http::Awaitable<Status> Handle(std::function<StatusOr<Actions>()> event);
+  // Handle's part under the job's mutex: the event, its actions, and a resync when one is due.
+  http::Awaitable<Status> HandleLocked(std::function<StatusOr<Actions>()> event);
+  // Group commit: queues the job's records and events (host_.QueueJobWrites) and keeps the ticket; Handle waits for
+  // it once the mutex is released.
+  void QueueWrites(std::vector<storage::BatchWrite> records, std::vector<JobHost::QueuedEvent> events);
+  // Waits until every write this runner queued is durable: the first error among them since the last resync (a
+  // write the runner makes directly — StartRound, CommitRound, FailRound, the job's status — comes after them).
+  http::Awaitable<Status> DrainWrites();
+  // Takes the finished tickets off outstanding_writes_, keeping the first error in write_error_.
+  void CollectWriteErrors();
+  // Delivers a task whose writes are durable, unless it went stale meanwhile (dropped, another attempt, job ended).
+  void DeliverQueuedTask(int64_t worker_id);
   http::Awaitable<Status> Execute(Actions actions);
   http::Awaitable<Status> Do(const Action& action, std::deque<Action>& work);
   http::Awaitable<Status> OnStartRound(const coordinator::StartRound& a, const std::deque<Action>& work);
@@ -221,6 +233,20 @@ class JobRunner {
   bool ended_ = false;
   static constexpr Clock::Duration kResyncRetryInterval = std::chrono::seconds(1);
   bool resync_needed_ = false;  // an action failed: the engine is ahead of the store (see Store errors above)
+  // Group commit: this runner's queued writes not yet known durable (in queue order), and the first error of a batch
+  // among them since the last resync (it makes the job resync as a failed single write does).
+  std::deque<WriteQueue::TicketPtr> outstanding_writes_;
+  Status write_error_;
+  // Tasks built and waiting for their writes (shard assignment, participant, event) to be durable, by worker; and the
+  // workers whose tasks the event being handled queued (Handle delivers them after its writes' batch).
+  struct QueuedTask {
+    int round = 0;
+    int attempt = 0;
+    nlohmann::json task;
+    std::chrono::steady_clock::time_point queued_at{};  // parsyn_round_phase_duration_seconds{phase="task_store"}
+  };
+  std::map<int64_t, QueuedTask> undelivered_tasks_;
+  std::vector<int64_t> tasks_to_deliver_;
   std::string resync_reason_;
   Clock::TimePoint resync_after_{};
 

@@ -10,7 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -76,7 +78,13 @@ class FakeHost final : public JobHost {
 
   FakeHost(boost::asio::io_context& io, storage::MetadataStore& store, storage::BlobStore& blobs, const Clock& clock,
            std::filesystem::path dir)
-      : io_(io), store_(store), blobs_(blobs), clock_(clock), dir_(std::move(dir)), pool_(2) {}
+      : io_(io),
+        store_(store),
+        blobs_(blobs),
+        clock_(clock),
+        dir_(std::move(dir)),
+        pool_(2),
+        writes_(io.get_executor(), pool_, store) {}
   ~FakeHost() override { pool_.join(); }
 
   storage::MetadataStore& store() override { return store_; }
@@ -96,10 +104,19 @@ class FakeHost final : public JobHost {
   std::filesystem::path tmp_dir() const override { return dir_ / "tmp"; }
 
   http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, json payload) override {
-    storage::JobEvent event{
-        .job_id = job_id, .type = type, .payload_json = payload.dump(), .time_ms = clock_.UnixMillis()};
-    StatusOr<int64_t> id = co_await Offload(pool_, [&] { return store_.AppendJobEvent(event); });
-    if (!id.ok()) PARSYN_LOG_WARN("event {} not stored: {}", type, id.status().ToString());
+    std::vector<QueuedEvent> events;
+    events.push_back({type, std::move(payload)});
+    auto applied = WriteQueue::Wait(QueueJobWrites(job_id, {}, std::move(events)));  // kCoAwaitTemporaries
+    Status s = co_await std::move(applied);
+    if (!s.ok()) PARSYN_LOG_WARN("event {} not stored: {}", type, s.ToString());
+  }
+  WriteQueue::TicketPtr QueueJobWrites(int64_t job_id, std::vector<storage::BatchWrite> records,
+                                       std::vector<QueuedEvent> events) override {
+    for (QueuedEvent& e : events) {
+      records.push_back(storage::JobEvent{
+          .job_id = job_id, .type = e.type, .payload_json = e.payload.dump(), .time_ms = clock_.UnixMillis()});
+    }
+    return writes_.Queue(std::move(records));
   }
   bool DeliverTask(int64_t worker_id, int64_t, json task) override {
     Session& s = sessions_[worker_id];
@@ -137,6 +154,7 @@ class FakeHost final : public JobHost {
   std::filesystem::path dir_;
   boost::asio::thread_pool pool_;
   MemoryBlobUrls urls_;
+  WriteQueue writes_;
 };
 
 std::vector<std::byte> WeightsBytes(const std::vector<float>& values) {
@@ -163,8 +181,10 @@ class JobFixture {
   // `distributed` entries override the job's (e.g. num_rounds, early_stopping); own_data: a job whose data.source is
   // "workers" (no dataset; the workers report their own sample counts).
   // directory_blobs: the blobs live in a DirectoryBlobStore (files a test can change on disk) instead of memory.
-  explicit JobFixture(json distributed = json::object(), bool own_data = false, bool directory_blobs = false)
-      : distributed_(std::move(distributed)), own_data_(own_data) {
+  // workers: how many workers the job lists (its min_workers and max_workers stay 2 unless `distributed` says).
+  explicit JobFixture(json distributed = json::object(), bool own_data = false, bool directory_blobs = false,
+                      int workers = 2)
+      : distributed_(std::move(distributed)), own_data_(own_data), num_workers_(workers) {
     if (directory_blobs) {
       auto store = storage::DirectoryBlobStore::Open(dir_.path() / "blobs");
       EXPECT_TRUE(store.ok()) << store.status().ToString();
@@ -207,7 +227,7 @@ class JobFixture {
                                       .size_bytes = static_cast<int64_t>(global.size_bytes)});
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     std::vector<int64_t> workers;
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < num_workers_; ++i) {
       auto w = store_->CreateWorker({.name = "w" + std::to_string(i), .token_sha256 = "token" + std::to_string(i)});
       ASSERT_TRUE(w.ok()) << w.status().ToString();
       workers.push_back(w->id);
@@ -403,6 +423,7 @@ class JobFixture {
   std::unique_ptr<JobRunner> runner_;
   int64_t job_id_ = 0;
   bool own_data_ = false;
+  int num_workers_ = 2;
 };
 
 // The final global of an uninterrupted run of the job, and how many store writes it made after its start.
@@ -587,6 +608,87 @@ TEST(JobRunnerTest, StoreErrorAtEachWriteIsRetried) {
     EXPECT_EQ(f.CommittedGlobal(), reference.global);
     if (::testing::Test::HasFailure()) return;
   }
+}
+
+// Reports one worker's result and keeps the answer.
+http::Awaitable<void> ReportResult(JobRunner& runner, int64_t worker, ResultReport report,
+                                   std::map<int64_t, StatusOr<json>>& answers) {
+  auto result = runner.Result(worker, std::move(report));  // kCoAwaitTemporaries
+  StatusOr<json> answer = co_await std::move(result);
+  answers.emplace(worker, std::move(answer));
+}
+
+// Group commit: `reporting` workers' results arrive together while the store holds its writes (a slow commit): the
+// first result's batch waits in the store, the others queue behind it. `while_held` runs then; the answers are
+// collected once the store lets the writes through.
+std::map<int64_t, StatusOr<json>> ResultsTogether(JobFixture& f, size_t reporting,
+                                                  const std::function<void()>& while_held) {
+  f.Step();  // every worker picks up its task
+  std::vector<std::pair<int64_t, ResultReport>> reports;
+  for (auto& [worker, session] : f.host_->sessions_) {
+    EXPECT_TRUE(session.current.has_value()) << "worker " << worker << " has no task";
+    if (session.current && reports.size() < reporting) reports.emplace_back(worker, f.Work(*session.current));
+  }
+  std::map<int64_t, StatusOr<json>> answers;
+  f.store_->HoldWrites();
+  for (auto& [worker, report] : reports) {
+    boost::asio::co_spawn(f.io_, ReportResult(*f.runner_, worker, report, answers), boost::asio::detached);
+  }
+  f.Settle();
+  EXPECT_EQ(f.store_->writes_held(), 1) << "one batch at a time";
+  EXPECT_TRUE(answers.empty()) << "a result is answered only once its record is durable";
+  while_held();
+  f.store_->ReleaseWrites();
+  while (answers.size() < reports.size()) f.io_.run_one_for(std::chrono::milliseconds(10));
+  f.Settle();
+  return answers;
+}
+
+// N results arriving together are recorded (update and event each) in fewer commits than N, not 2 per result.
+TEST(JobRunnerTest, ResultsArrivingTogetherShareCommits) {
+  constexpr size_t kReporting = 8;
+  // One worker more than report, and all needed: the round stays open, so only the results' commits are counted.
+  JobFixture f({{"min_workers", kReporting + 1}, {"max_workers", kReporting + 1}}, false, false, kReporting + 1);
+  ASSERT_TRUE(f.StartRunner().ok());
+  auto& sqlite = dynamic_cast<storage::SqliteMetadataStore&>(f.store_->inner());
+  const int64_t commits_before = sqlite.commits();
+  std::map<int64_t, StatusOr<json>> answers = ResultsTogether(f, kReporting, [] {});
+  const int64_t commits = sqlite.commits() - commits_before;
+  ASSERT_EQ(answers.size(), kReporting);
+  for (const auto& [worker, answer] : answers) {
+    ASSERT_TRUE(answer.ok()) << "worker " << worker << ": " << answer.status().ToString();
+    EXPECT_EQ((*answer)["status"], "accepted") << answer->dump();
+  }
+  StatusOr<std::vector<storage::RoundUpdate>> updates = f.store_->ListUpdates(f.job_id_, 1, 1);
+  ASSERT_TRUE(updates.ok());
+  EXPECT_EQ(updates->size(), kReporting);
+  StatusOr<std::vector<storage::JobEvent>> events = f.store_->ListJobEvents(f.job_id_, 0);
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(std::count_if(events->begin(), events->end(),
+                          [](const storage::JobEvent& e) { return e.type == "update_accepted"; }),
+            static_cast<std::ptrdiff_t>(kReporting));
+  EXPECT_LT(commits, static_cast<int64_t>(kReporting)) << kReporting << " results in " << commits << " commits";
+}
+
+// A batch of results that the store refuses is handled as a refused single write: those results are answered with
+// the error, and the job resyncs and retries the round (a new attempt), then finishes.
+TEST(JobRunnerTest, RefusedBatchOfResultsRetriesTheRound) {
+  constexpr size_t kWorkers = 4;
+  JobFixture f({{"min_workers", kWorkers}, {"max_workers", kWorkers}}, false, false, kWorkers);
+  ASSERT_TRUE(f.StartRunner().ok());
+  // The held write (the first result's batch) passes; the next, every other result's, fails.
+  std::map<int64_t, StatusOr<json>> answers = ResultsTogether(
+      f, kWorkers, [&] { f.store_->FailNthWrite(2, UnavailableError("injected store error in a batch")); });
+  int refused = 0;
+  for (const auto& [worker, answer] : answers) refused += answer.ok() ? 0 : 1;
+  EXPECT_EQ(refused, static_cast<int>(kWorkers) - 1);
+  ASSERT_TRUE(f.Drive()) << "the job is wedged after the failed batch";
+  EXPECT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
+  EXPECT_EQ(f.StoredJob().committed_round, kRounds);
+  StatusOr<storage::Round> first = f.store_->GetRound(f.job_id_, 1, 1);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->status, storage::RoundStatus::kFailed);
+  EXPECT_NE(first->failure_reason.find("injected store error in a batch"), std::string::npos) << first->failure_reason;
 }
 
 // A store outage (a run of failing writes) in the middle of a round: events are refused meanwhile, the retry on the

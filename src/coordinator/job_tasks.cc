@@ -38,6 +38,7 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
   }
   attempt_started_ = std::chrono::steady_clock::now();
   results_.clear();
+  undelivered_tasks_.clear();  // of an earlier attempt: stale
   recorded_updates_.clear();
   stored_participants_ = std::set<int64_t>(round.participants.begin(), round.participants.end());
   verified_update_bytes_.clear();
@@ -213,31 +214,29 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
   }
   storage::Shard& shard = shards_[static_cast<size_t>(a.shard)];
   const auto assign_start = std::chrono::steady_clock::now();
+  // Group commit: the task's records and event go into the next batch; Handle delivers the task once that batch is
+  // durable (the worker keeps its shard for the whole job: stored before the task goes out). Memory is updated now;
+  // if the batch fails, the job resyncs from the store (which reloads both).
+  std::vector<storage::BatchWrite> records;
   if (shard.worker_id != a.worker) {
-    // The worker keeps this shard for the whole job: stored before the task goes out.
-    Status assigned =
-        co_await Offload(host_.pool(), [&] { return host_.store().AssignShard(job_.id, a.shard, a.worker); });
-    if (!assigned.ok()) co_return assigned;
+    records.push_back(storage::ShardAssignment{.job_id = job_.id, .shard_index = a.shard, .worker_id = a.worker});
     shard.worker_id = a.worker;
   }
   if (a.kind == TaskKind::kTrain && !stored_participants_.contains(a.worker)) {
     // A late joiner (its task goes out after the attempt started): the attempt's participants list it too. (The
     // final evaluation is no round of the store.)
-    Status joined = co_await Offload(
-        host_.pool(), [&] { return host_.store().AddRoundParticipant(job_.id, a.round, a.attempt, a.worker); });
-    if (!joined.ok()) co_return joined;
+    records.push_back(
+        storage::RoundParticipant{.job_id = job_.id, .round = a.round, .attempt = a.attempt, .worker_id = a.worker});
     stored_participants_.insert(a.worker);
   }
-  {
-    auto event_appended = host_.AppendEvent(job_.id, "task_assigned",
-                                            {{"worker_id", a.worker},
-                                             {"round", a.round},
-                                             {"attempt", a.attempt},
-                                             {"shard", a.shard},
-                                             {"kind", a.kind == TaskKind::kTrain ? "train" : "evaluate"}});
-    co_await std::move(event_appended);
-  }
-  const double stored_ms = MillisSince(assign_start);
+  std::vector<JobHost::QueuedEvent> events;
+  events.push_back({"task_assigned",
+                    {{"worker_id", a.worker},
+                     {"round", a.round},
+                     {"attempt", a.attempt},
+                     {"shard", a.shard},
+                     {"kind", a.kind == TaskKind::kTrain ? "train" : "evaluate"}}});
+  QueueWrites(std::move(records), std::move(events));
   Status started = Status::Ok();
   if (a.kind == TaskKind::kTrain) {
     // kCoAwaitTemporaries: the awaitable is created before the co_await.
@@ -258,15 +257,10 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
         boost::asio::detached);
     co_return Status::Ok();
   }
-  const bool delivered = host_.DeliverTask(a.worker, job_.id, std::move(*task));
-  PARSYN_LOG_DEBUG("training job {}: round {} task for worker {}: stored {:.1f} ms, delivered {:.1f} ms", job_.id,
-                   a.round, a.worker, stored_ms, MillisSince(assign_start));
-  ObservePhase("task_store", stored_ms);
+  undelivered_tasks_[a.worker] =
+      QueuedTask{.round = a.round, .attempt = a.attempt, .task = std::move(*task), .queued_at = assign_start};
+  tasks_to_deliver_.push_back(a.worker);
   ObservePhase("task_assign", MillisSince(assign_start));
-  if (!delivered) {
-    // The worker left between becoming idle and getting the task: tell the engine once this event is done.
-    boost::asio::co_spawn(host_.executor(), WorkerDisconnected(a.worker), boost::asio::detached);
-  }
   co_return Status::Ok();
 }
 

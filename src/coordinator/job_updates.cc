@@ -119,25 +119,24 @@ http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, in
     // Directory store: counted when the worker PUT it through /blobs. S3: it went straight to the store.
     if (direct_to_store) bytes_moved_ += update.size_bytes;
   }
-  Status stored = co_await Offload(host_.pool(), [&] {  // one trip to the pool: the size, then the record
-    if (ask_store) {
-      StatusOr<storage::BlobInfo> info = host_.blobs().Head(r.blob_key);
-      if (info.ok()) update.size_bytes = static_cast<int64_t>(info->size_bytes);
-    }
-    return host_.store().RecordUpdate(update);
-  });
-  if (!stored.ok() && stored.code() != StatusCode::kAlreadyExists) co_return stored;
+  if (ask_store) {
+    StatusOr<storage::BlobInfo> info = co_await Offload(host_.pool(), [&] { return host_.blobs().Head(r.blob_key); });
+    if (info.ok()) update.size_bytes = static_cast<int64_t>(info->size_bytes);
+  }
+  // Group commit: the record and its event go into the next batch; the worker's answer waits for it (Handle), and
+  // the round's commit comes after it (DrainWrites). A failed batch makes the job resync, as a failed write did.
   recorded_updates_.insert(worker_id);
   last_verdicts_[worker_id] = verdict.ok() ? "" : verdict.message();
-  {
-    auto event_appended = host_.AppendEvent(job_.id, verdict.ok() ? "update_accepted" : "update_rejected",
-                                            {{"worker_id", worker_id},
-                                             {"round", round},
-                                             {"attempt", attempt},
-                                             {"sample_count", r.sample_count},
-                                             {"reason", verdict.ok() ? "" : verdict.message()}});
-    co_await std::move(event_appended);
-  }
+  std::vector<JobHost::QueuedEvent> events;
+  events.push_back({verdict.ok() ? "update_accepted" : "update_rejected",
+                    {{"worker_id", worker_id},
+                     {"round", round},
+                     {"attempt", attempt},
+                     {"sample_count", r.sample_count},
+                     {"reason", verdict.ok() ? "" : verdict.message()}}});
+  std::vector<storage::BatchWrite> records;
+  records.push_back(std::move(update));
+  QueueWrites(std::move(records), std::move(events));
   if (verdict.ok() && engine_config_.workers_hold_data) {
     auto warned = WarnOfUnevenLocalData(worker_id, r.sample_count);  // kCoAwaitTemporaries
     co_await std::move(warned);
@@ -247,6 +246,7 @@ http::Awaitable<Status> JobRunner::OnDropWorker(const DropWorker& a) {
     if (!recorded.ok()) co_return recorded;
     Metrics().updates_rejected.WithLabels({"report"}).Inc();
   }
+  undelivered_tasks_.erase(a.worker);  // a task still waiting for its batch never goes out
   if (a.cause == DropCause::kStraggler || a.cause == DropCause::kJobEnded) {
     host_.AbandonTask(a.worker, job_.id, a.round, a.attempt);
   }

@@ -76,6 +76,7 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
   // Every store call is timed for /metrics (parsyn_store_operation_duration_seconds).
   service->store_ =
       std::make_unique<storage::TimedMetadataStore>(std::move(store), Metrics().store_duration, Metrics().store_errors);
+  service->writes_ = std::make_unique<WriteQueue>(io.get_executor(), service->pool_, *service->store_);
   PARSYN_RETURN_IF_ERROR(service->OpenBlobs());
   if (!service->options_.admin_key_file.empty()) {
     PARSYN_RETURN_IF_ERROR(UseAdminKeyFile(*service->store_, service->options_.admin_key_file));
@@ -316,12 +317,30 @@ http::Signal& Service::EventSignal(int64_t job_id) {
 }
 
 http::Awaitable<void> Service::AppendEvent(int64_t job_id, std::string type, json payload) {
-  storage::JobEvent event{
-      .job_id = job_id, .type = type, .payload_json = payload.dump(), .time_ms = clock_.UnixMillis()};
-  StatusOr<int64_t> id = co_await Offload(pool_, [&] { return store_->AppendJobEvent(event); });
-  if (!id.ok()) PARSYN_LOG_ERROR("training job {}: event {} not stored: {}", job_id, type, id.status().ToString());
-  EventSignal(job_id).Notify();
-  ForwardToFeed(job_id, type, payload);
+  std::vector<QueuedEvent> events;
+  events.push_back(QueuedEvent{std::move(type), std::move(payload)});
+  WriteQueue::TicketPtr ticket = QueueJobWrites(job_id, {}, std::move(events));
+  auto applied = WriteQueue::Wait(ticket);  // kCoAwaitTemporaries
+  co_await std::move(applied);
+}
+
+WriteQueue::TicketPtr Service::QueueJobWrites(int64_t job_id, std::vector<storage::BatchWrite> records,
+                                              std::vector<QueuedEvent> events) {
+  const int64_t now = clock_.UnixMillis();
+  for (const QueuedEvent& e : events) {
+    records.push_back(
+        storage::JobEvent{.job_id = job_id, .type = e.type, .payload_json = e.payload.dump(), .time_ms = now});
+  }
+  auto on_applied = [this, job_id, events = std::move(events)](const WriteQueue::Ticket& t) {
+    if (events.empty()) return;
+    if (!t.status.ok()) {
+      PARSYN_LOG_ERROR("training job {}: {} event(s) ({}, ...) not stored: {}", job_id, events.size(),
+                       events.front().type, t.status.ToString());
+    }
+    EventSignal(job_id).Notify();
+    for (const QueuedEvent& e : events) ForwardToFeed(job_id, e.type, e.payload);
+  };
+  return writes_->Queue(std::move(records), std::move(on_applied));
 }
 
 void Service::PublishFeedEvent(std::string type, json data) {

@@ -166,9 +166,11 @@ class Service final : public JobHost {
   // Temporary local copies of blobs from stores without local files (LocalBlobCopy).
   std::filesystem::path spool_dir() const override { return options_.data_dir / "spool"; }
   std::filesystem::path tmp_dir() const override { return options_.data_dir / "tmp"; }
-  // Appends a job event to the store and wakes the job's event streams. Errors are logged, not returned: events
-  // describe changes already stored.
+  // Appends a job event to the store (one write of the next batch) and wakes the job's event streams. Errors are
+  // logged, not returned: events describe changes already stored.
   http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, nlohmann::json payload) override;
+  WriteQueue::TicketPtr QueueJobWrites(int64_t job_id, std::vector<storage::BatchWrite> records,
+                                       std::vector<QueuedEvent> events) override;
   http::Signal& EventSignal(int64_t job_id);
   // The dashboard's stream across jobs (GET /api/v1/events). PublishFeedEvent adds "time_ms" to `data`.
   EventFeed& event_feed() { return feed_; }
@@ -270,6 +272,7 @@ class Service final : public JobHost {
   // Streamed uploads only (the routes' RouteContext): its threads block on the network as much as on the disk.
   boost::asio::thread_pool upload_pool_;
   std::unique_ptr<storage::MetadataStore> store_;
+  std::unique_ptr<WriteQueue> writes_;  // group commit of job writes and events (made once store_ is open)
   std::unique_ptr<storage::BlobStore> blobs_;
   std::string admin_key_hash_;
   std::string worker_bootstrap_key_hash_;  // empty: bootstrap registration is off

@@ -84,7 +84,8 @@ class SimulationHost final : public coordinator::JobHost {
         blobs_(blobs),
         work_dir_(std::move(work_dir)),
         pool_(2),
-        trainers_(static_cast<size_t>(std::max(1, options.parallel))) {}
+        trainers_(static_cast<size_t>(std::max(1, options.parallel))),
+        writes_(io_.get_executor(), pool_, store) {}
   ~SimulationHost() override {
     trainers_.join();
     pool_.join();
@@ -118,6 +119,15 @@ class SimulationHost final : public coordinator::JobHost {
         .job_id = job_id, .type = type, .payload_json = payload.dump(), .time_ms = clock_.UnixMillis()};
     StatusOr<int64_t> id = co_await coordinator::Offload(pool_, [&] { return store_.AppendJobEvent(event); });
     if (!id.ok()) PARSYN_LOG_ERROR("training job {}: event {} not stored: {}", job_id, type, id.status().ToString());
+  }
+  // Group commit as the server does it (coordinator/write_queue.h).
+  coordinator::WriteQueue::TicketPtr QueueJobWrites(int64_t job_id, std::vector<storage::BatchWrite> records,
+                                                    std::vector<QueuedEvent> events) override {
+    for (QueuedEvent& e : events) {
+      records.push_back(storage::JobEvent{
+          .job_id = job_id, .type = e.type, .payload_json = e.payload.dump(), .time_ms = clock_.UnixMillis()});
+    }
+    return writes_.Queue(std::move(records));
   }
 
   // The task starts at once on the trainer pool (a real worker would pick it up with its pending long-poll).
@@ -429,6 +439,7 @@ class SimulationHost final : public coordinator::JobHost {
   boost::asio::io_context io_;
   boost::asio::thread_pool pool_;
   boost::asio::thread_pool trainers_;
+  coordinator::WriteQueue writes_;
   coordinator::JobRunner* runner_ = nullptr;
   bool launch_failed_ = false;
   std::map<int64_t, VirtualWorker> workers_;  // loop thread only

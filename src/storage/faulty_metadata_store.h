@@ -5,6 +5,7 @@
 // wrapped store keeps its prior state. Safe to call from several threads if the wrapped store is.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 
@@ -30,6 +31,23 @@ class FaultyMetadataStore final : public MetadataStore {
     std::lock_guard lock(mu_);
     writes_failing_ = count;
     error_ = std::move(error);
+  }
+  // Writes from now on wait (on their caller's thread) until ReleaseWrites: a test sees what queues up behind a slow
+  // commit. writes_held(): how many are waiting.
+  void HoldWrites() {
+    std::lock_guard lock(mu_);
+    held_ = true;
+  }
+  void ReleaseWrites() {
+    {
+      std::lock_guard lock(mu_);
+      held_ = false;
+    }
+    released_.notify_all();
+  }
+  int writes_held() const {
+    std::lock_guard lock(mu_);
+    return writes_held_;
   }
   // Writes that reached the wrapped store so far.
   int writes_passed() const {
@@ -147,13 +165,20 @@ class FaultyMetadataStore final : public MetadataStore {
   StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit = 1000) override {
     return inner_.ListJobEvents(job_id, after_id, limit);
   }
+  // A batch is one write: it fails (or passes) whole.
+  StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) override {
+    return Write([&] { return inner_.ApplyBatch(writes); });
+  }
 
  private:
   // Runs `write` unless this is the write chosen to fail.
   template <typename F>
   auto Write(F&& write) -> decltype(write()) {
     {
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
+      writes_held_++;
+      released_.wait(lock, [&] { return !held_; });
+      writes_held_--;
       if (writes_failing_ > 0) {
         --writes_failing_;
         return error_;
@@ -169,6 +194,9 @@ class FaultyMetadataStore final : public MetadataStore {
   std::unique_ptr<MetadataStore> owned_;
   MetadataStore& inner_;
   mutable std::mutex mu_;
+  std::condition_variable released_;
+  bool held_ = false;
+  int writes_held_ = 0;
   int writes_until_failure_ = 0;  // 0: no failure pending
   int writes_failing_ = 0;        // writes still to fail in an outage
   int writes_passed_ = 0;

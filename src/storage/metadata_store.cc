@@ -7,6 +7,10 @@
 #include "storage/sqlite_store.h"
 
 namespace parsyn::storage {
+
+std::string BatchWriteName(size_t index, size_t count) {
+  return "write " + std::to_string(index + 1) + " of " + std::to_string(count) + " in a batch";
+}
 namespace {
 
 template <typename E, size_t N>

@@ -24,6 +24,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "base/status.h"
@@ -276,6 +277,28 @@ struct JobEvent {
   friend bool operator==(const JobEvent&, const JobEvent&) = default;
 };
 
+// Writes of ApplyBatch, each as its single call would make it (AssignShard, AddRoundParticipant).
+struct ShardAssignment {
+  int64_t job_id = 0;
+  int32_t shard_index = 0;
+  int64_t worker_id = 0;
+
+  friend bool operator==(const ShardAssignment&, const ShardAssignment&) = default;
+};
+struct RoundParticipant {
+  int64_t job_id = 0;
+  int32_t round = 0;
+  int32_t attempt = 0;
+  int64_t worker_id = 0;
+
+  friend bool operator==(const RoundParticipant&, const RoundParticipant&) = default;
+};
+// One write of a batch: an event (AppendJobEvent; its id is ignored), an update (RecordUpdate), a shard assignment
+// (AssignShard) or a late round participant (AddRoundParticipant).
+using BatchWrite = std::variant<JobEvent, RoundUpdate, ShardAssignment, RoundParticipant>;
+// "write 3 of 8 in a batch" (index 2 of 8): the context of a batch write's error.
+std::string BatchWriteName(size_t index, size_t count);
+
 // The coordinator lease (failover, docs/operations.md "Failover"): which of the coordinators sharing one store is the
 // leader, and its fencing epoch.
 struct LeaderLease {
@@ -394,6 +417,13 @@ class MetadataStore {
   // oldest first, at most `limit`.
   virtual StatusOr<int64_t> AppendJobEvent(const JobEvent& event) = 0;
   virtual StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit = 1000) = 0;
+
+  // Applies `writes` in order in ONE transaction (one commit, one fsync): all of them or, when one fails, none, with
+  // that write's error (the single call's, e.g. AlreadyExists for a second update of a worker) prefixed by its
+  // position ("write 3 of 8: ..."). Returns the ids of the batch's events, in the order they were given. Each write
+  // checks what its single call checks (and, on a fenced store, the batch checks the lease once in its
+  // transaction). The coordinator uses it for group commit: the writes of many workers share one commit.
+  virtual StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) = 0;
 
   // Leader election among coordinators sharing the store. Only a store that several coordinators can share
   // (PostgreSQL) says true; the defaults (SQLite: one server, always the leader) grant every call the lease at epoch 1

@@ -5,6 +5,11 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "storage/faulty_metadata_store.h"
+#include "storage/postgres_store.h"
+#include "storage/sqlite_store.h"
+#include "storage/timed_metadata_store.h"
+
 namespace parsyn::storage {
 namespace {
 
@@ -14,6 +19,15 @@ using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
 constexpr int64_t kT0 = 1'700'000'000'000;
+
+// Transactions the store under the wrappers has committed so far.
+int64_t CommitsOf(MetadataStore& store) {
+  if (auto* faulty = dynamic_cast<FaultyMetadataStore*>(&store)) return CommitsOf(faulty->inner());
+  if (auto* timed = dynamic_cast<TimedMetadataStore*>(&store)) return CommitsOf(timed->inner());
+  if (auto* sqlite = dynamic_cast<SqliteMetadataStore*>(&store)) return sqlite->commits();
+  if (auto* postgres = dynamic_cast<PostgresMetadataStore*>(&store)) return postgres->commits();
+  throw std::runtime_error("no commit count for this store");
+}
 
 #define ASSERT_OK(expr)                                                  \
   do {                                                                   \
@@ -747,6 +761,93 @@ TEST_P(MetadataStoreContractTest, EventsReplayAfterAnIdPerJob) {
   EXPECT_THAT(Must(store().ListJobEvents(a.id, 0, 1)), SizeIs(1));
   EXPECT_THAT(Must(store().ListJobEvents(a.id, ids[4])), IsEmpty());
   EXPECT_EQ(store().AppendJobEvent({0, 999, "x", "{}", kT0}).status().code(), StatusCode::kNotFound);
+}
+
+// ---- batches
+
+TEST_P(MetadataStoreContractTest, BatchAppliesEveryKindOfWriteInOrderInOneCommit) {
+  TrainingJob job = AddRunningJob(AddDataset(), AddModel());
+  std::vector<Worker> workers;
+  for (int i = 0; i < 3; ++i) workers.push_back(AddWorker("w" + std::to_string(i)));
+  std::vector<Shard> shards(3);
+  for (int i = 0; i < 3; ++i) {
+    shards[i].shard_index = i;
+    shards[i].blob_key = "jobs/1/shards/" + std::to_string(i);
+    shards[i].sha256 = std::string(64, 'c');
+  }
+  ASSERT_OK(store().CreateShards(job.id, shards));
+  ASSERT_OK(store().StartRound(NewRound(job.id, 1, 1, {workers[0].id})));
+
+  std::vector<BatchWrite> writes;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t w = workers[i].id;
+    writes.push_back(ShardAssignment{job.id, i, w});
+    if (i > 0) writes.push_back(RoundParticipant{job.id, 1, 1, w});
+    writes.push_back(JobEvent{0, job.id, "task_assigned", R"({"worker_id":)" + std::to_string(w) + "}", kT0 + i});
+    RoundUpdate u;
+    u.job_id = job.id;
+    u.round = u.attempt = 1;
+    u.worker_id = w;
+    u.blob_key = "jobs/1/rounds/1/w" + std::to_string(w);
+    u.sha256 = std::string(64, 'd');
+    u.metrics_json = "{}";
+    u.received_at_ms = kT0 + 10 + i;
+    writes.push_back(u);
+    writes.push_back(JobEvent{0, job.id, "update_accepted", "{}", kT0 + 10 + i});
+  }
+  const int64_t commits_before = CommitsOf(store());
+  std::vector<int64_t> ids = Must(store().ApplyBatch(writes));
+  EXPECT_EQ(CommitsOf(store()) - commits_before, 1) << "a batch of " << writes.size() << " writes is one commit";
+
+  std::vector<JobEvent> events = Must(store().ListJobEvents(job.id, 0));
+  ASSERT_THAT(events, SizeIs(6));
+  ASSERT_THAT(ids, SizeIs(6));
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], events[i].id) << "event " << i;
+  EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+  EXPECT_EQ(events[0].type, "task_assigned");
+  EXPECT_EQ(events[1].type, "update_accepted");
+  std::vector<Shard> stored = Must(store().ListShards(job.id));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(stored[i].worker_id, workers[i].id);
+  EXPECT_THAT(Must(store().GetRound(job.id, 1, 1)).participants,
+              ElementsAre(workers[0].id, workers[1].id, workers[2].id));
+  EXPECT_THAT(Must(store().ListUpdates(job.id, 1, 1)), SizeIs(3));
+  EXPECT_THAT(Must(store().ApplyBatch({})), IsEmpty());
+}
+
+TEST_P(MetadataStoreContractTest, FailingWriteInABatchLeavesNothingOfIt) {
+  TrainingJob job = AddRunningJob(AddDataset(), AddModel());
+  Worker w1 = AddWorker("w1");
+  Worker w2 = AddWorker("w2");
+  ASSERT_OK(store().StartRound(NewRound(job.id, 1, 1, {w1.id, w2.id})));
+  RoundUpdate u;
+  u.job_id = job.id;
+  u.round = u.attempt = 1;
+  u.worker_id = w1.id;
+  u.blob_key = "jobs/1/rounds/1/w1";
+  u.sha256 = std::string(64, 'd');
+  u.metrics_json = "{}";
+  ASSERT_OK(store().RecordUpdate(u));
+
+  RoundUpdate fresh = u;
+  fresh.worker_id = w2.id;
+  std::vector<BatchWrite> writes{JobEvent{0, job.id, "update_accepted", "{}", kT0}, fresh,
+                                 u,  // a second update of w1: AlreadyExists, in the middle of the batch
+                                 JobEvent{0, job.id, "update_accepted", "{}", kT0 + 1}};
+  StatusOr<std::vector<int64_t>> applied = store().ApplyBatch(writes);
+  EXPECT_EQ(applied.status().code(), StatusCode::kAlreadyExists);
+  EXPECT_THAT(applied.status().message(), HasSubstr("write 3 of 4 in a batch"));
+  EXPECT_THAT(applied.status().message(), HasSubstr("worker " + std::to_string(w1.id) + " already has an update"));
+  EXPECT_THAT(Must(store().ListJobEvents(job.id, 0)), IsEmpty());
+  EXPECT_THAT(Must(store().ListUpdates(job.id, 1, 1)), ElementsAre(u));
+
+  // Other errors are the single calls' too: an unknown shard, a participant of an attempt that does not exist.
+  EXPECT_EQ(store().ApplyBatch(std::vector<BatchWrite>{fresh, ShardAssignment{job.id, 7, w2.id}}).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(store().ApplyBatch(std::vector<BatchWrite>{fresh, RoundParticipant{job.id, 1, 9, w2.id}}).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_THAT(Must(store().ListUpdates(job.id, 1, 1)), ElementsAre(u));
+  ASSERT_OK(store().ApplyBatch(std::vector<BatchWrite>{fresh}).status());
+  EXPECT_THAT(Must(store().ListUpdates(job.id, 1, 1)), SizeIs(2));
 }
 
 // ---- persistence

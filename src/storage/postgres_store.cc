@@ -3,6 +3,7 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -325,6 +326,10 @@ class PostgresConnection {
     return Status::Ok();
   }
 
+  // Explicit transactions committed (Transaction::Commit) since the connection object was made.
+  int64_t commits() const { return commits_.load(std::memory_order_relaxed); }
+  void CountCommit() { commits_.fetch_add(1, std::memory_order_relaxed); }
+
   // Reconnects when the server dropped the connection (restart, failover, idle timeout), and rolls back what a
   // previous call left open. Called at the start of every public method.
   Status EnsureReady() {
@@ -392,6 +397,7 @@ class PostgresConnection {
   Target target_;
   ConnPtr conn_;
   std::map<std::string, std::string, std::less<>> statements_;
+  std::atomic<int64_t> commits_{0};
 };
 
 namespace {
@@ -549,6 +555,7 @@ class Transaction {
   Status Commit() {
     Status s = db_->Exec("COMMIT", "committing");
     open_ = false;  // a failed COMMIT has rolled back
+    if (s.ok()) db_->CountCommit();
     return s;
   }
 
@@ -763,6 +770,8 @@ StatusOr<std::unique_ptr<PostgresMetadataStore>> PostgresMetadataStore::Open(std
 PostgresMetadataStore::PostgresMetadataStore(std::unique_ptr<PostgresConnection> db) : db_(std::move(db)) {}
 
 PostgresMetadataStore::~PostgresMetadataStore() = default;
+
+int64_t PostgresMetadataStore::commits() const { return db_->commits(); }
 
 StatusOr<int> PostgresMetadataStore::SchemaVersion() {
   PARSYN_LOCK_AND_CONNECT();
@@ -1261,11 +1270,17 @@ StatusOr<std::vector<Shard>> PostgresMetadataStore::ListShards(int64_t job_id) {
 }
 
 Status PostgresMetadataStore::AssignShard(int64_t job_id, int32_t shard_index, int64_t worker_id) {
-  const std::string shard_name = "shard " + std::to_string(shard_index) + " of " + JobName(job_id);
   PARSYN_LOCK_AND_CONNECT();
   Transaction txn(db_.get());
   PARSYN_RETURN_IF_ERROR(txn.Begin());
   PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
+  PARSYN_RETURN_IF_ERROR(AssignShardLocked(ShardAssignment{job_id, shard_index, worker_id}));
+  return txn.Commit();
+}
+
+Status PostgresMetadataStore::AssignShardLocked(const ShardAssignment& a) {
+  const auto [job_id, shard_index, worker_id] = a;
+  const std::string shard_name = "shard " + std::to_string(shard_index) + " of " + JobName(job_id);
   {
     // The job's row first: two assignments to one job queue here instead of both seeing the shard free.
     PARSYN_PREPARE(q, "SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE");
@@ -1297,9 +1312,8 @@ Status PostgresMetadataStore::AssignShard(int64_t job_id, int32_t shard_index, i
     if (q->sqlstate() == kForeignKeyViolation) {
       return NotFoundError("worker " + std::to_string(worker_id) + " not found");
     }
-    PARSYN_RETURN_IF_ERROR(s);
+    return s;
   }
-  return txn.Commit();
 }
 
 // ---- rounds
@@ -1541,6 +1555,12 @@ Status PostgresMetadataStore::AddRoundParticipant(int64_t job_id, int32_t round,
     PARSYN_RETURN_IF_ERROR(txn.Begin());
     PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
   }
+  PARSYN_RETURN_IF_ERROR(AddRoundParticipantLocked(RoundParticipant{job_id, round, attempt, worker_id}));
+  return txn.open() ? txn.Commit() : Status::Ok();
+}
+
+Status PostgresMetadataStore::AddRoundParticipantLocked(const RoundParticipant& p) {
+  const auto [job_id, round, attempt, worker_id] = p;
   PARSYN_RETURN_IF_ERROR(LoadRoundLocked(job_id, round, attempt).status());
   PARSYN_PREPARE(q,
                  "INSERT INTO round_participants (job_id, round, attempt, worker_id) "
@@ -1551,8 +1571,7 @@ Status PostgresMetadataStore::AddRoundParticipant(int64_t job_id, int32_t round,
     return NotFoundError(RoundName(job_id, round, attempt) + ": participant worker " + std::to_string(worker_id) +
                          " not found");
   }
-  PARSYN_RETURN_IF_ERROR(s);
-  return txn.open() ? txn.Commit() : Status::Ok();
+  return s;
 }
 
 StatusOr<Round> PostgresMetadataStore::GetRound(int64_t job_id, int32_t round, int32_t attempt) {
@@ -1590,7 +1609,6 @@ StatusOr<std::vector<Round>> PostgresMetadataStore::ListRounds(int64_t job_id) {
 // ---- updates
 
 Status PostgresMetadataStore::RecordUpdate(const RoundUpdate& update) {
-  const std::string name = RoundName(update.job_id, update.round, update.attempt);
   PARSYN_LOCK_AND_CONNECT();
   // A job write: checked against the lease in the same transaction when fenced (see AcquireLeaderLease).
   Transaction txn(db_.get());
@@ -1598,6 +1616,12 @@ Status PostgresMetadataStore::RecordUpdate(const RoundUpdate& update) {
     PARSYN_RETURN_IF_ERROR(txn.Begin());
     PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
   }
+  PARSYN_RETURN_IF_ERROR(RecordUpdateLocked(update));
+  return txn.open() ? txn.Commit() : Status::Ok();
+}
+
+Status PostgresMetadataStore::RecordUpdateLocked(const RoundUpdate& update) {
+  const std::string name = RoundName(update.job_id, update.round, update.attempt);
   PARSYN_RETURN_IF_ERROR(LoadRoundLocked(update.job_id, update.round, update.attempt).status());
   PARSYN_PREPARE(q, std::string("INSERT INTO round_updates (") + kUpdateColumns +
                         ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)");
@@ -1611,8 +1635,7 @@ Status PostgresMetadataStore::RecordUpdate(const RoundUpdate& update) {
   if (s.code() == StatusCode::kAlreadyExists) {
     return AlreadyExistsError("worker " + std::to_string(update.worker_id) + " already has an update for " + name);
   }
-  PARSYN_RETURN_IF_ERROR(s);
-  return txn.open() ? txn.Commit() : Status::Ok();
+  return s;
 }
 
 StatusOr<std::vector<RoundUpdate>> PostgresMetadataStore::ListUpdates(int64_t job_id, int32_t round, int32_t attempt) {
@@ -1698,6 +1721,10 @@ StatusOr<int64_t> PostgresMetadataStore::CountMetrics(int64_t job_id, int64_t wo
 
 StatusOr<int64_t> PostgresMetadataStore::AppendJobEvent(const JobEvent& event) {
   PARSYN_LOCK_AND_CONNECT();
+  return AppendJobEventLocked(event);
+}
+
+StatusOr<int64_t> PostgresMetadataStore::AppendJobEventLocked(const JobEvent& event) {
   PARSYN_PREPARE(q,
                  "INSERT INTO job_events (job_id, type, payload_json, time_ms) VALUES ($1, $2, $3, $4) RETURNING id");
   q->Bind(event.job_id, event.type, event.payload_json, event.time_ms);
@@ -1722,6 +1749,40 @@ StatusOr<std::vector<JobEvent>> PostgresMetadataStore::ListJobEvents(int64_t job
     if (!row) return out;
     out.push_back(JobEvent{q->Int(0), q->Int(1), q->Text(2), q->Text(3), q->Int(4)});
   }
+}
+
+// ---- batches
+
+StatusOr<std::vector<int64_t>> PostgresMetadataStore::ApplyBatch(std::span<const BatchWrite> writes) {
+  std::vector<int64_t> event_ids;
+  if (writes.empty()) return event_ids;
+  PARSYN_LOCK_AND_CONNECT();
+  Transaction txn(db_.get());
+  PARSYN_RETURN_IF_ERROR(txn.Begin());
+  // The batch's job writes are checked against the lease in their (the batch's) transaction, as single ones are.
+  PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
+  for (size_t i = 0; i < writes.size(); ++i) {
+    Status s = std::visit(
+        [&](const auto& w) -> Status {
+          using W = std::decay_t<decltype(w)>;
+          if constexpr (std::is_same_v<W, JobEvent>) {
+            StatusOr<int64_t> id = AppendJobEventLocked(w);
+            if (id.ok()) event_ids.push_back(*id);
+            return id.status();
+          } else if constexpr (std::is_same_v<W, RoundUpdate>) {
+            return RecordUpdateLocked(w);
+          } else if constexpr (std::is_same_v<W, ShardAssignment>) {
+            return AssignShardLocked(w);
+          } else {
+            return AddRoundParticipantLocked(w);
+          }
+        },
+        writes[i]);
+    // The transaction rolls back on return: nothing of the batch is kept.
+    if (!s.ok()) return s.WithContext(BatchWriteName(i, writes.size()));
+  }
+  PARSYN_RETURN_IF_ERROR(txn.Commit());
+  return event_ids;
 }
 
 #undef PARSYN_PREPARE

@@ -59,6 +59,8 @@ class PostgresMetadataStore final : public MetadataStore {
 
   // The number of migrations applied to the database.
   StatusOr<int> SchemaVersion();
+  // Transactions this store committed (BEGIN ... COMMIT) since Open: tests check that a batch is one.
+  int64_t commits() const;
 
   StatusOr<Dataset> CreateDataset(const Dataset& dataset) override;
   StatusOr<Dataset> GetDataset(int64_t id) override;
@@ -113,6 +115,8 @@ class PostgresMetadataStore final : public MetadataStore {
   StatusOr<int64_t> AppendJobEvent(const JobEvent& event) override;
   StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit = 1000) override;
 
+  StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) override;
+
   // The lease is the row of `coordinator_lease` (schema version 3), with its expiry by the database's clock.
   bool SharedByCoordinators() const override { return true; }
   StatusOr<LeaderLease> AcquireLeaderLease(std::string_view holder, std::string_view holder_url,
@@ -128,6 +132,12 @@ class PostgresMetadataStore final : public MetadataStore {
   Status SetRoundValidationLossLocked(const TrainingJob& job, int32_t round, double loss);
   Status LoadParticipantsLocked(std::vector<Round>& rounds);
   Status DeleteUnlessUsedLocked(const char* sql, std::string_view what, int64_t id);
+  // The writes ApplyBatch takes, as their single calls make them, inside the caller's transaction (if any; the
+  // caller checks the fence).
+  Status AssignShardLocked(const ShardAssignment& assignment);
+  Status AddRoundParticipantLocked(const RoundParticipant& participant);
+  Status RecordUpdateLocked(const RoundUpdate& update);
+  StatusOr<int64_t> AppendJobEventLocked(const JobEvent& event);
   // In a job write's transaction: OK unless this store took part in leader election (fencing_epoch_ != 0) and the
   // lease's epoch is no longer the one it acquired (FailedPrecondition "fenced: ...").
   Status CheckFenceLocked();

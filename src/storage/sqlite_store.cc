@@ -1049,10 +1049,16 @@ StatusOr<std::vector<Shard>> SqliteMetadataStore::ListShards(int64_t job_id) {
 }
 
 Status SqliteMetadataStore::AssignShard(int64_t job_id, int32_t shard_index, int64_t worker_id) {
-  const std::string shard_name = "shard " + std::to_string(shard_index) + " of " + JobName(job_id);
   std::lock_guard lock(mu_);
   Transaction txn(db_.get());
   PARSYN_RETURN_IF_ERROR(txn.Begin());
+  PARSYN_RETURN_IF_ERROR(AssignShardLocked(ShardAssignment{job_id, shard_index, worker_id}));
+  return txn.Commit();
+}
+
+Status SqliteMetadataStore::AssignShardLocked(const ShardAssignment& a) {
+  const auto [job_id, shard_index, worker_id] = a;
+  const std::string shard_name = "shard " + std::to_string(shard_index) + " of " + JobName(job_id);
   {
     PARSYN_PREPARE(q, "SELECT worker_id FROM shards WHERE job_id = ?1 AND shard_index = ?2");
     q->Bind(job_id, shard_index);
@@ -1078,9 +1084,8 @@ Status SqliteMetadataStore::AssignShard(int64_t job_id, int32_t shard_index, int
     if (q->error_code() == SQLITE_CONSTRAINT_FOREIGNKEY) {
       return NotFoundError("worker " + std::to_string(worker_id) + " not found");
     }
-    PARSYN_RETURN_IF_ERROR(s);
+    return s;
   }
-  return txn.Commit();
 }
 
 // ---- rounds
@@ -1297,6 +1302,11 @@ Status SqliteMetadataStore::RecordFinalValidationLoss(int64_t job_id, int32_t ro
 
 Status SqliteMetadataStore::AddRoundParticipant(int64_t job_id, int32_t round, int32_t attempt, int64_t worker_id) {
   std::lock_guard lock(mu_);
+  return AddRoundParticipantLocked(RoundParticipant{job_id, round, attempt, worker_id});
+}
+
+Status SqliteMetadataStore::AddRoundParticipantLocked(const RoundParticipant& p) {
+  const auto [job_id, round, attempt, worker_id] = p;
   PARSYN_RETURN_IF_ERROR(LoadRoundLocked(job_id, round, attempt).status());
   PARSYN_PREPARE(q,
                  "INSERT OR IGNORE INTO round_participants (job_id, round, attempt, worker_id) "
@@ -1345,8 +1355,12 @@ StatusOr<std::vector<Round>> SqliteMetadataStore::ListRounds(int64_t job_id) {
 // ---- updates
 
 Status SqliteMetadataStore::RecordUpdate(const RoundUpdate& update) {
-  const std::string name = RoundName(update.job_id, update.round, update.attempt);
   std::lock_guard lock(mu_);
+  return RecordUpdateLocked(update);
+}
+
+Status SqliteMetadataStore::RecordUpdateLocked(const RoundUpdate& update) {
+  const std::string name = RoundName(update.job_id, update.round, update.attempt);
   PARSYN_RETURN_IF_ERROR(LoadRoundLocked(update.job_id, update.round, update.attempt).status());
   PARSYN_PREPARE(q, std::string("INSERT INTO round_updates (") + kUpdateColumns +
                         ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
@@ -1446,6 +1460,10 @@ StatusOr<int64_t> SqliteMetadataStore::CountMetrics(int64_t job_id, int64_t work
 
 StatusOr<int64_t> SqliteMetadataStore::AppendJobEvent(const JobEvent& event) {
   std::lock_guard lock(mu_);
+  return AppendJobEventLocked(event);
+}
+
+StatusOr<int64_t> SqliteMetadataStore::AppendJobEventLocked(const JobEvent& event) {
   PARSYN_PREPARE(q, "INSERT INTO job_events (job_id, type, payload_json, time_ms) VALUES (?1, ?2, ?3, ?4)");
   q->Bind(event.job_id, event.type, event.payload_json, event.time_ms);
   Status s = q->Run();
@@ -1466,6 +1484,38 @@ StatusOr<std::vector<JobEvent>> SqliteMetadataStore::ListJobEvents(int64_t job_i
     if (!row) return out;
     out.push_back(JobEvent{q->Int(0), q->Int(1), q->Text(2), q->Text(3), q->Int(4)});
   }
+}
+
+// ---- batches
+
+StatusOr<std::vector<int64_t>> SqliteMetadataStore::ApplyBatch(std::span<const BatchWrite> writes) {
+  std::vector<int64_t> event_ids;
+  if (writes.empty()) return event_ids;
+  std::lock_guard lock(mu_);
+  Transaction txn(db_.get());
+  PARSYN_RETURN_IF_ERROR(txn.Begin());
+  for (size_t i = 0; i < writes.size(); ++i) {
+    Status s = std::visit(
+        [&](const auto& w) -> Status {
+          using W = std::decay_t<decltype(w)>;
+          if constexpr (std::is_same_v<W, JobEvent>) {
+            StatusOr<int64_t> id = AppendJobEventLocked(w);
+            if (id.ok()) event_ids.push_back(*id);
+            return id.status();
+          } else if constexpr (std::is_same_v<W, RoundUpdate>) {
+            return RecordUpdateLocked(w);
+          } else if constexpr (std::is_same_v<W, ShardAssignment>) {
+            return AssignShardLocked(w);
+          } else {
+            return AddRoundParticipantLocked(w);
+          }
+        },
+        writes[i]);
+    // The transaction rolls back on return: nothing of the batch is kept.
+    if (!s.ok()) return s.WithContext(BatchWriteName(i, writes.size()));
+  }
+  PARSYN_RETURN_IF_ERROR(txn.Commit());
+  return event_ids;
 }
 
 #undef PARSYN_PREPARE

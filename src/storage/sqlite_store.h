@@ -94,6 +94,8 @@ class SqliteMetadataStore final : public MetadataStore {
   StatusOr<int64_t> AppendJobEvent(const JobEvent& event) override;
   StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit = 1000) override;
 
+  StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) override;
+
   // The raw connection, for tests that install triggers or functions to inject faults. Not for production code.
   sqlite3* handle_for_testing() { return db_.get(); }
 
@@ -112,6 +114,11 @@ class SqliteMetadataStore final : public MetadataStore {
   // (FailedPrecondition if the round has no committed attempt).
   Status SetRoundValidationLossLocked(const TrainingJob& job, int32_t round, double loss);
   Status LoadParticipantsLocked(std::vector<Round>& rounds);
+  // The writes ApplyBatch takes, as their single calls make them, inside the caller's transaction (if any).
+  Status AssignShardLocked(const ShardAssignment& assignment);
+  Status AddRoundParticipantLocked(const RoundParticipant& participant);
+  Status RecordUpdateLocked(const RoundUpdate& update);
+  StatusOr<int64_t> AppendJobEventLocked(const JobEvent& event);
   // Runs `sql` (a DELETE of row `id`): FailedPrecondition naming `what` while a training job refers to the row,
   // NotFound when there is none.
   Status DeleteUnlessUsedLocked(const char* sql, std::string_view what, int64_t id);

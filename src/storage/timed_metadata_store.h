@@ -144,6 +144,9 @@ class TimedMetadataStore final : public MetadataStore {
   StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit) override {
     return Timed("list_job_events", [&] { return inner_.ListJobEvents(job_id, after_id, limit); });
   }
+  StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) override {
+    return Timed("apply_batch", [&] { return inner_.ApplyBatch(writes); });
+  }
 
   bool SharedByCoordinators() const override { return inner_.SharedByCoordinators(); }
   StatusOr<LeaderLease> AcquireLeaderLease(std::string_view holder, std::string_view holder_url,

@@ -313,7 +313,8 @@ void ScriptedWorker::Run(std::stop_token stop) {
     auto res = client->Get(
         "/api/v1/worker/tasks/next?wait_ms=" + std::to_string(poll_wait_ms_.load()) + "&session_id=" + session, call);
     if (!res.ok()) {
-      session.clear();
+      // A poll cut short by Stop() keeps the session, so the worker still says goodbye below.
+      if (!stop.stop_requested()) session.clear();
       continue;
     }
     if (res->status == 204) continue;
