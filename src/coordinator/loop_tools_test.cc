@@ -72,7 +72,8 @@ TEST(LoopMutexTest, AWaiterDestroyedWhileQueuedLeavesTheQueue) {
           co_await forever.async_wait(net::use_awaitable);
         },
         net::detached);
-    net::co_spawn(io, [&]() -> http::Awaitable<void> { co_await mutex->Lock(); }, net::detached);
+    net::co_spawn(
+        io, [&]() -> http::Awaitable<void> { co_await mutex->Lock(); }, net::detached);
     io.run_for(std::chrono::milliseconds(50));
     // `io` goes with both coroutines in it: the queued one leaves the queue as its frame is destroyed.
   }

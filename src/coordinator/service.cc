@@ -474,6 +474,12 @@ http::Awaitable<void> Service::SetWorkerStatus(int64_t worker_id, storage::Worke
       change["current_job_id"] = session->queued.front().job_id;
   }
   NoteWorkerChange(worker_id, change);
+  if (Session* session = FindSession(worker_id)) {
+    session->status = status;
+    // Busy <-> online of a connected worker whose session the store already shows: memory only (Session::status).
+    const bool stored_connected = session->stored_status && *session->stored_status != storage::WorkerStatus::kOffline;
+    if (stored_connected && status != storage::WorkerStatus::kOffline && device.empty()) co_return;
+  }
   Status s = co_await Offload(pool_, [&]() -> Status {
     PARSYN_ASSIGN_OR_RETURN(storage::Worker w, store_->GetWorker(worker_id));
     w.status = status;

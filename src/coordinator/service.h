@@ -213,6 +213,10 @@ class Service final : public JobHost {
     // What the store last got for this session: a heartbeat that changes no status is kept in memory (last_seen)
     // and reaches the store with the next presence flush (FlushPresence), in one commit for all workers.
     std::optional<storage::WorkerStatus> stored_status;
+    // online or busy now. Once the hello's "online" is stored, busy/online changes (two per task) stay here: they
+    // are presence, which a restart rebuilds (every worker starts offline), so they cost no commit; GET /workers
+    // and the event stream show this.
+    storage::WorkerStatus status = storage::WorkerStatus::kOnline;
     Clock::TimePoint presence_stored_at{};  // the last_seen the store holds
     std::shared_ptr<http::Signal> wake;     // a task was queued (shared: a long-poll may outlive the session)
     // What the hello said of the worker's own data file (its format and rows; nothing of it leaves the worker).

@@ -100,6 +100,7 @@ class WorkerAdminRoutes {
     if (const Service::Session* s = service_.FindSession(w.id)) {
       // Presence is kept in memory and reaches the store in batches: a connected worker's last heartbeat is this.
       j["last_heartbeat_at_ms"] = context_.clock.UnixMillis() - (context_.clock.Now() - s->last_seen).count();
+      j["status"] = storage::ToString(s->status);  // busy/online live in the session (Session::status)
       if (s->current_job)
         j["current_job_id"] = *s->current_job;
       else if (!s->queued.empty())

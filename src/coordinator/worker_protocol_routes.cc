@@ -99,9 +99,9 @@ class WorkerProtocolRoutes {
     const protocol::HeartbeatAnswer answer{.abandon = std::exchange(s->abandon, {})};
     const storage::WorkerStatus status =
         s->current_job || !s->queued.empty() ? storage::WorkerStatus::kBusy : storage::WorkerStatus::kOnline;
-    // Liveness is judged from last_seen in memory; the store gets status changes now and last_seen in the next
-    // presence flush (one commit for all workers).
-    if (s->stored_status != status) co_await service_.SetWorkerStatus(worker_id, status);
+    // Liveness is judged from last_seen in memory, which reaches the store in the next presence flush (one commit
+    // for all workers); busy/online is kept in the session (Session::status).
+    if (s->status != status) co_await service_.SetWorkerStatus(worker_id, status);
     co_return Response::Json(200, protocol::HeartbeatAnswerToJson(answer));
   }
 
