@@ -159,7 +159,23 @@ TEST_F(ManagedWorkersTest, MixedJobUsesOwnAndManagedWorkersAndTheServerRestartsA
   const double restart_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   EXPECT_NE(ServerLog().find("managed worker managed-1 exited with 137; restarting"), std::string::npos);
 
-  // Back online under the same identity: a managed-only job runs on it.
+  // Back online under the same identity once the new process has said hello (until then the killed one's session,
+  // whose last long-poll the server has not yet seen fail, would be offered the task and then replaced).
+  auto hellos = [&] {
+    const std::string log = ServerLog();
+    size_t count = 0;
+    for (size_t at = log.find("worker managed-1: online"); at != std::string::npos;
+         at = log.find("worker managed-1: online", at + 1)) {
+      ++count;
+    }
+    return count;
+  };
+  const auto hello_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (hellos() < 2 && std::chrono::steady_clock::now() < hello_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(hellos(), 2u) << "the restarted managed worker did not say hello";
+  // A managed-only job runs on it.
   const int64_t managed_job = CreateJob(*admin_, MlpSpec("managed", {}, {managed_id}, 1));
   ASSERT_GT(managed_job, 0);
   job = WaitForJobEnd(*admin_, managed_job, std::chrono::seconds(120));
