@@ -442,6 +442,15 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& 
   admin_options.timeout = std::chrono::minutes(2);
   admin_options.max_attempts = 1;
   http::Client admin(admin_options);
+  // On PostgreSQL the server first wins the leader lease (a standby answers 503): wait for /readyz to say leader.
+  for (const auto until = Clock::now() + std::chrono::seconds(60);;) {
+    StatusOr<http::ClientResponse> ready = admin.Get("/readyz");
+    if (ready.ok() && ready->status == 200 && ready->Json().ok() && (*ready->Json()).value("role", "") == "leader") {
+      break;
+    }
+    if (Clock::now() > until) Die("the server did not become the leader within 60 s; see its log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 
   std::string rows;
   const int num_rows = std::max(64, 4 * k);
