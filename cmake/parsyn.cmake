@@ -27,11 +27,22 @@ function(parsyn_test)
     set(filter TEST_FILTER "-${group_filter}")
     add_test(NAME ${T_NAME}.${group_name} COMMAND ${T_NAME} --gtest_filter=${group_filter}
       WORKING_DIRECTORY "${CMAKE_SOURCE_DIR}")
-    set_tests_properties(${T_NAME}.${group_name} PROPERTIES LABELS "${group_labels}" TIMEOUT ${T_TIMEOUT})
+    set(group_serial FALSE)
+    if("slow" IN_LIST group_labels)
+      set(group_serial TRUE)
+    endif()
+    set_tests_properties(${T_NAME}.${group_name} PROPERTIES LABELS "${group_labels}" TIMEOUT ${T_TIMEOUT}
+      RUN_SERIAL ${group_serial})
+  endif()
+  # `./dev test` runs two tests at a time; a `slow` test (real servers, workers and trainers that want both cores)
+  # runs alone.
+  set(serial FALSE)
+  if("slow" IN_LIST T_LABELS)
+    set(serial TRUE)
   endif()
   gtest_discover_tests(${T_NAME}
     ${filter}
-    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} RUN_SERIAL ${serial}
     DISCOVERY_TIMEOUT 60
     WORKING_DIRECTORY "${CMAKE_SOURCE_DIR}")
 endfunction()
