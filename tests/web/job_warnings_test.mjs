@@ -164,6 +164,8 @@ async function strategiesAndPartition(page, call, base, dataset, model) {
     page.waitForRequest((r) => r.method() === 'POST' && r.url().endsWith('/api/v1/training-jobs')),
     page.click('#job-form button[type=submit]'),
   ]);
+  // The form opens the new job's page once its POST is answered: wait for that, or it would land after the next goto.
+  await page.waitForURL(/#\/jobs\/\d+$/);
   const sent = request.postDataJSON();
   assert.equal(sent.distributed.strategy, 'fedprox');
   assert.deepEqual(sent.distributed.strategy_options, { mu: 0.1 });
