@@ -54,8 +54,6 @@ class JobHost {
   virtual const Clock& clock() const = 0;
   // Temporary local copies of blobs from stores without local files (LocalBlobCopy).
   virtual std::filesystem::path spool_dir() const = 0;
-  // Scratch files (shards being written).
-  virtual std::filesystem::path tmp_dir() const = 0;
 
   // Appends a job event to the store (through the write queue below, waiting for its batch) and wakes the job's event
   // streams. Errors are logged, not returned: events describe changes already stored.

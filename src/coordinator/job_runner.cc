@@ -61,10 +61,7 @@ JobRunner::~JobRunner() = default;
 bool JobRunner::finished() const { return ended_; }
 
 bool JobRunner::IsEligible(int64_t worker_id) const {
-  if (ended_ || engine_ == nullptr) return false;
-  if (engine_config_.eligible_workers.empty()) return true;
-  return std::find(engine_config_.eligible_workers.begin(), engine_config_.eligible_workers.end(), worker_id) !=
-         engine_config_.eligible_workers.end();
+  return !ended_ && engine_ != nullptr && engine_->IsEligible(worker_id);
 }
 
 std::optional<uint64_t> JobRunner::UpdateSizeCap(std::string_view blob_key) const {

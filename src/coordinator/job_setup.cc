@@ -143,7 +143,6 @@ http::Awaitable<Status> JobRunner::Setup() {
   storage::BlobStore& blobs = host_.blobs();
   const int64_t job_id = job_.id;
   const JobSpec& spec = spec_;
-  const std::filesystem::path tmp_dir = host_.tmp_dir();
   const std::filesystem::path spool_dir = host_.spool_dir();
 
   // Shards and the initial global, written once per job; a setup interrupted by a crash redoes what is missing.
@@ -153,7 +152,10 @@ http::Awaitable<Status> JobRunner::Setup() {
     std::vector<storage::Shard> shards;
     std::vector<std::string> validation_sha256;
     std::string global_key;
+    // Where setup's time went (logged: a job over thousands of shards must not sit long in `queued`).
+    double split_ms = 0, blobs_ms = 0, records_ms = 0, checksums_ms = 0;
   };
+  const auto setup_start = std::chrono::steady_clock::now();
   const RoundEngineConfig& config = engine_config_;
   StatusOr<Prepared> prepared = co_await Offload(host_.pool(), [&]() -> StatusOr<Prepared> {
     Prepared p;
@@ -176,11 +178,10 @@ http::Awaitable<Status> JobRunner::Setup() {
       PARSYN_ASSIGN_OR_RETURN(p.dataset, store.GetDataset(spec.dataset_id));
     }
     if (p.shards.empty()) {
+      const auto split_start = std::chrono::steady_clock::now();
       PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy dataset_copy,
                               storage::LocalBlobCopy::Open(blobs, p.dataset.blob_key, spool_dir));
       const std::filesystem::path& source = dataset_copy.path();
-      std::error_code ec;
-      std::filesystem::create_directories(tmp_dir, ec);
       const data::DatasetFormat format =
           p.dataset.format == storage::DatasetFormat::kCsv ? data::DatasetFormat::kCsv : data::DatasetFormat::kJsonl;
       data::TabularOptions tabular;
@@ -207,26 +208,16 @@ http::Awaitable<Status> JobRunner::Setup() {
       }
       const std::vector<std::vector<int64_t>> histograms =
           labels ? LabelHistograms(split, *labels) : std::vector<std::vector<int64_t>>{};
-      // Every shard's train and validation files in one pass over the dataset (per batch of files), then into the
-      // blob store without a flush each and one flush for all: setup is linear in the dataset and costs one sync,
-      // not shards x (dataset + fsyncs). The shard records come after that flush, so a crash before it leaves no
-      // record; the redone setup replaces any blob a crash left behind.
+      // Every shard's train and validation bytes from one pass over the dataset (per budget of memory), straight
+      // into the blob store without a flush each and one flush for all: setup is linear in the dataset and costs one
+      // sync, not shards x (dataset + fsyncs). The shard records come after that flush, so a crash before it leaves
+      // no record; the redone setup replaces any blob a crash left behind.
       constexpr std::array<const char*, 2> kParts = {"train", "validation"};
-      std::vector<data::Subset> subsets;
-      for (size_t i = 0; i < split.size(); ++i) {
-        for (const char* part : kParts) {
-          const auto& rows = std::string_view(part) == "train" ? split[i].train_rows : split[i].validation_rows;
-          subsets.push_back({.rows = rows, .destination = tmp_dir / fmt::format("job{}-shard{}-{}", job_id, i, part)});
-        }
+      std::vector<std::span<const int64_t>> subsets;  // shard i's train rows at 2i, its validation rows at 2i + 1
+      for (const Shard& shard : split) {
+        subsets.push_back(shard.train_rows);
+        subsets.push_back(shard.validation_rows);
       }
-      struct RemoveFiles {
-        const std::vector<data::Subset>& subsets;
-        ~RemoveFiles() {
-          std::error_code ec;
-          for (const data::Subset& subset : subsets) std::filesystem::remove(subset.destination, ec);
-        }
-      } remove_files{subsets};
-      PARSYN_RETURN_IF_ERROR(data::WriteSubsetFiles(source, format, subsets, tabular));
       const bool fixed_owners = config.num_shards == static_cast<int>(config.eligible_workers.size());
       const storage::PutOptions scratch{
           .max_size_bytes = std::nullopt, .expected_sha256 = std::nullopt, .durable = false};
@@ -237,32 +228,41 @@ http::Awaitable<Status> JobRunner::Setup() {
         shard.train_rows = static_cast<int64_t>(split[i].train_rows.size());
         shard.validation_rows = static_cast<int64_t>(split[i].validation_rows.size());
         if (labels) shard.label_histogram_json = LabelHistogramJson(histograms[i], labels->class_names);
-        for (size_t k = 0; k < kParts.size(); ++k) {
-          const std::string key =
-              fmt::format("jobs/{}/shards/{:03}/{}.{}", job_id, i, kParts[k], DatasetExtension(p.dataset.format));
-          const std::filesystem::path& file = subsets[2 * i + k].destination;
-          PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> in, storage::OpenFileSource(file));
-          StatusOr<storage::BlobInfo> info = blobs.Put(key, *in, scratch);
-          if (!info.ok() && info.status().code() == StatusCode::kAlreadyExists) {
-            // Left by a setup a crash interrupted (no shard record names it): its bytes may be torn, so replace it.
-            PARSYN_RETURN_IF_ERROR(blobs.Delete(key));
-            PARSYN_ASSIGN_OR_RETURN(in, storage::OpenFileSource(file));
-            info = blobs.Put(key, *in, scratch);
-          }
-          if (!info.ok()) return info.status();
-          if (k == 0) {
-            shard.blob_key = key;
-            shard.sha256 = info->sha256;
-          }
-        }
         p.shards.push_back(std::move(shard));
       }
+      p.split_ms = MillisSince(split_start);
+      auto phase_start = std::chrono::steady_clock::now();
+      auto put_subset = [&](size_t subset, std::string&& bytes) -> Status {
+        const size_t i = subset / 2, k = subset % 2;
+        const std::string key =
+            fmt::format("jobs/{}/shards/{:03}/{}.{}", job_id, i, kParts[k], DatasetExtension(p.dataset.format));
+        storage::StringByteSource in(bytes);
+        StatusOr<storage::BlobInfo> info = blobs.Put(key, in, scratch);
+        if (!info.ok() && info.status().code() == StatusCode::kAlreadyExists) {
+          // Left by a setup a crash interrupted (no shard record names it): its bytes may be torn, so replace it.
+          PARSYN_RETURN_IF_ERROR(blobs.Delete(key));
+          storage::StringByteSource again(bytes);
+          info = blobs.Put(key, again, scratch);
+        }
+        if (!info.ok()) return info.status();
+        if (k == 0) {
+          p.shards[i].blob_key = key;
+          p.shards[i].sha256 = info->sha256;
+        }
+        return Status::Ok();
+      };
+      PARSYN_RETURN_IF_ERROR(data::SplitIntoSubsets(source, format, subsets, put_subset, tabular));
       PARSYN_RETURN_IF_ERROR(blobs.SyncAll());
+      p.blobs_ms = MillisSince(phase_start);
+      phase_start = std::chrono::steady_clock::now();
       PARSYN_RETURN_IF_ERROR(store.CreateShards(job_id, p.shards));
       PARSYN_ASSIGN_OR_RETURN(p.shards, store.ListShards(job_id));
+      p.records_ms = MillisSince(phase_start);
     }
     if (!config.workers_hold_data) {
+      const auto phase_start = std::chrono::steady_clock::now();
       PARSYN_ASSIGN_OR_RETURN(p.validation_sha256, ValidationChecksums(blobs, p.shards, p.dataset.format));
+      p.checksums_ms = MillisSince(phase_start);
     }
     if (spec.config.use_peft) {
       p.global_key = fmt::format("jobs/{}/rounds/{:06}/global.safetensors", job_id, 0);
@@ -281,6 +281,11 @@ http::Awaitable<Status> JobRunner::Setup() {
     return p;
   });
   if (!prepared.ok()) co_return prepared.status();
+  PARSYN_LOG_INFO(
+      "training job {}: {} shards prepared in {:.0f} ms (split {:.0f} ms, shard files into the blob store {:.0f} ms, "
+      "records {:.0f} ms, validation checksums {:.0f} ms)",
+      job_id, prepared->shards.size(), MillisSince(setup_start), prepared->split_ms, prepared->blobs_ms,
+      prepared->records_ms, prepared->checksums_ms);
   model_ = std::move(prepared->model);
   dataset_ = std::move(prepared->dataset);
   shards_ = std::move(prepared->shards);
@@ -318,8 +323,11 @@ http::Awaitable<Status> JobRunner::Setup() {
   }
   engine_ = std::make_unique<RoundEngine>(engine_config_, *strategy_, host_.clock());
   const std::vector<int64_t> idle = host_.IdleWorkers();
+  const auto start_start = std::chrono::steady_clock::now();
   auto handled = Handle([&] { return engine_->Start(idle); });  // kCoAwaitTemporaries
   Status started = co_await std::move(handled);
+  PARSYN_LOG_INFO("training job {}: started over {} idle workers in {:.0f} ms (set up in {:.0f} ms in all)", job_id,
+                  idle.size(), MillisSince(start_start), MillisSince(setup_start));
   co_return StartedOrRecovering(started);
 }
 

@@ -23,7 +23,43 @@ std::string Str(T v) {
 }  // namespace
 
 RoundEngine::RoundEngine(RoundEngineConfig config, const strategy::Strategy& strategy, const Clock& clock)
-    : config_(std::move(config)), strategy_(strategy), clock_(clock) {}
+    : config_(std::move(config)), strategy_(strategy), clock_(clock) {
+  for (size_t i = 0; i < config_.eligible_workers.size(); ++i) {
+    eligible_position_.emplace(config_.eligible_workers[i], static_cast<int>(i));
+  }
+  RecountFromCheckpoint();
+}
+
+void RoundEngine::RecountFromCheckpoint() {
+  slot_taken_.assign(static_cast<size_t>(std::max(0, config_.num_shards)), 0);
+  for (const auto& [worker, shard] : checkpoint_.shards) {
+    if (shard >= 0 && shard < config_.num_shards) slot_taken_[static_cast<size_t>(shard)] = 1;
+  }
+  first_free_slot_ = 0;
+  idle_bound_workers_ = 0;
+  busy_bound_workers_ = 0;
+  for (const auto& [worker, presence] : presence_) CountPresence(worker, presence, +1);
+}
+
+void RoundEngine::CountPresence(WorkerId worker, Presence presence, int delta) {
+  if (presence == Presence::kOffline || checkpoint_.shards.count(worker) == 0) return;
+  (presence == Presence::kIdle ? idle_bound_workers_ : busy_bound_workers_) += delta;
+}
+
+void RoundEngine::SetPresence(WorkerId worker, Presence presence) {
+  auto [it, inserted] = presence_.try_emplace(worker, Presence::kOffline);
+  CountPresence(worker, it->second, -1);
+  it->second = presence;
+  CountPresence(worker, presence, +1);
+}
+
+void RoundEngine::SetState(Participant& p, ParticipantState state) {
+  auto open = [](ParticipantState s) { return s == ParticipantState::kTraining || s == ParticipantState::kValidating; };
+  open_participants_ += static_cast<int>(open(state)) - static_cast<int>(open(p.state));
+  training_participants_ +=
+      static_cast<int>(state == ParticipantState::kTraining) - static_cast<int>(p.state == ParticipantState::kTraining);
+  p.state = state;
+}
 
 Status RoundEngine::CheckConfig() const {
   const RoundEngineConfig& c = config_;
@@ -89,10 +125,15 @@ StatusOr<Actions> RoundEngine::Restore(const EngineCheckpoint& checkpoint, std::
     }
   }
   checkpoint_ = cp;
+  RecountFromCheckpoint();
   for (WorkerId w : idle_workers) {
     if (!CanTakePart(w)) continue;
-    presence_[w] = Presence::kIdle;
+    SetPresence(w, Presence::kIdle);
     ShardOf(w);  // binds a slot in arrival order
+  }
+  // Workers that said they were available before the start follow, by id (the checkpoint replaced their bindings).
+  for (const auto& [w, presence] : presence_) {
+    if (presence == Presence::kIdle) ShardOf(w);
   }
   Actions out;
   BeginAttempt(out);
@@ -100,8 +141,7 @@ StatusOr<Actions> RoundEngine::Restore(const EngineCheckpoint& checkpoint, std::
 }
 
 bool RoundEngine::IsEligible(WorkerId worker) const {
-  return config_.eligible_workers.empty() || std::find(config_.eligible_workers.begin(), config_.eligible_workers.end(),
-                                                       worker) != config_.eligible_workers.end();
+  return config_.eligible_workers.empty() || eligible_position_.count(worker) > 0;
 }
 
 bool RoundEngine::CanTakePart(WorkerId worker) const {
@@ -114,29 +154,24 @@ std::optional<int> RoundEngine::ShardOf(WorkerId worker) {
   int shard = -1;
   if (static_cast<int>(config_.eligible_workers.size()) == config_.num_shards) {
     // One shard per listed worker, by position: the same worker trains the same rows however workers arrive.
-    shard = static_cast<int>(std::find(config_.eligible_workers.begin(), config_.eligible_workers.end(), worker) -
-                             config_.eligible_workers.begin());
+    shard = eligible_position_.at(worker);
   } else {
     // Slots, first come first served; a worker keeps its slot for the job (also while it is offline).
-    std::set<int> taken;
-    for (const auto& [w, s] : checkpoint_.shards) taken.insert(s);
-    for (int s = 0; s < config_.num_shards; ++s) {
-      if (taken.count(s) == 0) {
-        shard = s;
-        break;
-      }
+    while (first_free_slot_ < config_.num_shards && slot_taken_[static_cast<size_t>(first_free_slot_)]) {
+      ++first_free_slot_;
     }
-    if (shard < 0) return std::nullopt;
+    if (first_free_slot_ >= config_.num_shards) return std::nullopt;
+    shard = first_free_slot_;
   }
+  if (shard < static_cast<int>(slot_taken_.size())) slot_taken_[static_cast<size_t>(shard)] = 1;
   checkpoint_.shards[worker] = shard;
+  if (auto it = presence_.find(worker); it != presence_.end()) CountPresence(worker, it->second, +1);
   return shard;
 }
 
 RoundEngine::Participant* RoundEngine::FindParticipant(WorkerId worker) {
-  for (Participant& p : participants_) {
-    if (p.worker == worker) return &p;
-  }
-  return nullptr;
+  auto it = participant_index_.find(worker);
+  return it == participant_index_.end() ? nullptr : &participants_[it->second];
 }
 
 std::string RoundEngine::AttemptName() const {
@@ -149,6 +184,9 @@ void RoundEngine::BeginAttempt(Actions& out) {
   round_ = EarlyStopReached(checkpoint_, config_) ? config_.num_rounds + 1 : checkpoint_.last_committed_round + 1;
   attempt_ = ++checkpoint_.attempts_of_next_round;
   participants_.clear();
+  participant_index_.clear();
+  open_participants_ = 0;
+  training_participants_ = 0;
   join_deadline_.reset();
   deadline_ = clock_.Now() + config_.aggregation_timeout;
   if (round_ > config_.num_rounds) {
@@ -164,14 +202,15 @@ void RoundEngine::TryAssign(Actions& out) {
   const bool evaluating = phase_ == JobPhase::kEvaluating;
   if (!(phase_ == JobPhase::kWaitingForWorkers || (evaluating && participants_.empty()))) return;
 
-  std::vector<strategy::Candidate> candidates;
+  // The final evaluation waits for the workers as a round does (its loss is then measured on the same validation
+  // slices as the globals before it), but is best effort: one worker will do. Decided from the counts first: this
+  // runs on every worker's arrival, and only the last arrival pays for listing the candidates.
+  if (!ReadyToAssign(idle_bound_workers_, evaluating ? 1 : config_.min_workers)) return;
+  std::vector<strategy::Candidate> candidates;  // by worker id, as presence_ is ordered
   for (const auto& [worker, presence] : presence_) {
     if (presence != Presence::kIdle) continue;
     if (std::optional<int> shard = ShardOf(worker)) candidates.push_back({.worker_id = worker, .shard = *shard});
   }
-  // The final evaluation waits for the workers as a round does (its loss is then measured on the same validation
-  // slices as the globals before it), but is best effort: one worker will do.
-  if (!ReadyToAssign(static_cast<int>(candidates.size()), evaluating ? 1 : config_.min_workers)) return;
   const strategy::RoundContext ctx{.job_seed = config_.job_seed,
                                    .round = round_,
                                    .min_workers = evaluating ? 1 : config_.min_workers,
@@ -181,14 +220,18 @@ void RoundEngine::TryAssign(Actions& out) {
   if (chosen.empty()) return;
 
   for (const strategy::ParticipantConfig& c : chosen) {
-    const bool is_candidate = std::any_of(candidates.begin(), candidates.end(), [&](const strategy::Candidate& k) {
-      return k.worker_id == c.worker_id && k.shard == c.shard;
-    });
+    auto k = std::lower_bound(
+        candidates.begin(), candidates.end(), c.worker_id,
+        [](const strategy::Candidate& candidate, WorkerId worker) { return candidate.worker_id < worker; });
+    const bool is_candidate = k != candidates.end() && k->worker_id == c.worker_id && k->shard == c.shard;
     if (!is_candidate || FindParticipant(c.worker_id) != nullptr) continue;  // a strategy bug; never assign twice
+    participant_index_.emplace(c.worker_id, participants_.size());
     Participant& p = participants_.emplace_back();
     p.worker = c.worker_id;
     p.shard = c.shard;
-    presence_[c.worker_id] = Presence::kBusy;
+    ++open_participants_;  // a new participant is kTraining
+    ++training_participants_;
+    SetPresence(c.worker_id, Presence::kBusy);
     out.push_back(AssignTask{.worker = c.worker_id,
                              .round = round_,
                              .attempt = attempt_,
@@ -205,18 +248,14 @@ bool RoundEngine::ReadyToAssign(int idle_candidates, int needed) {
   if (idle_candidates >= config_.max_workers) return true;
   // Selected workers that are online but busy: they hold a shard and have not said they are idle (the last
   // reporters of the previous round, typically, a moment before they poll again).
-  int busy = 0;
-  for (const auto& [worker, presence] : presence_) {
-    if (presence == Presence::kBusy && checkpoint_.shards.count(worker) > 0) ++busy;
-  }
-  if (busy == 0) return true;
+  if (busy_bound_workers_ == 0) return true;
   const Clock::TimePoint now = clock_.Now();
   if (!join_deadline_) join_deadline_ = now + config_.join_window;
   return now >= *join_deadline_;
 }
 
 void RoundEngine::Drop(Participant& p, DropCause cause, std::string reason, Actions& out) {
-  p.state = cause == DropCause::kRejected ? ParticipantState::kRejected : ParticipantState::kDropped;
+  SetState(p, cause == DropCause::kRejected ? ParticipantState::kRejected : ParticipantState::kDropped);
   p.reason = reason;
   out.push_back(DropWorker{
       .worker = p.worker, .round = round_, .attempt = attempt_, .cause = cause, .reason = std::move(reason)});
@@ -224,9 +263,9 @@ void RoundEngine::Drop(Participant& p, DropCause cause, std::string reason, Acti
 
 void RoundEngine::CheckRoundComplete(Actions& out) {
   if (phase_ != JobPhase::kTraining && !(phase_ == JobPhase::kEvaluating && !participants_.empty())) return;
+  if (open_participants_ > 0) return;
   int accepted = 0;
   for (const Participant& p : participants_) {
-    if (p.state == ParticipantState::kTraining || p.state == ParticipantState::kValidating) return;
     if (p.state == ParticipantState::kAccepted) ++accepted;
   }
   if (phase_ == JobPhase::kEvaluating) {
@@ -375,10 +414,10 @@ Actions RoundEngine::WorkerAvailable(WorkerId worker) {
   if (IsTerminal(phase_) || !CanTakePart(worker)) return out;
   if (Participant* p = FindParticipant(worker); p != nullptr && p->state == ParticipantState::kTraining) {
     Drop(*p, DropCause::kAbandoned, "the worker asked for a new task before reporting " + AttemptName(), out);
-    presence_[worker] = Presence::kIdle;
+    SetPresence(worker, Presence::kIdle);
     CheckRoundComplete(out);
   } else {
-    presence_[worker] = Presence::kIdle;
+    SetPresence(worker, Presence::kIdle);
   }
   ShardOf(worker);  // binds a slot in arrival order (slot mode), even when it cannot take part yet
   if (phase_ != JobPhase::kNotStarted) TryAssign(out);
@@ -388,7 +427,7 @@ Actions RoundEngine::WorkerAvailable(WorkerId worker) {
 Actions RoundEngine::WorkerDisconnected(WorkerId worker) {
   Actions out;
   if (IsTerminal(phase_) || !IsEligible(worker)) return out;
-  presence_[worker] = Presence::kOffline;
+  SetPresence(worker, Presence::kOffline);
   // An uploaded update (being validated, or accepted) still counts: only a result not yet received is lost.
   if (Participant* p = FindParticipant(worker); p != nullptr && p->state == ParticipantState::kTraining) {
     Drop(*p, DropCause::kDisconnected, "the worker disconnected during " + AttemptName(), out);
@@ -443,7 +482,7 @@ StatusOr<Actions> RoundEngine::ResultUploaded(const WorkerResult& r) {
   p->validation_samples = r.validation_samples > 0 && std::isfinite(r.validation_loss) ? r.validation_samples : 0;
   p->validation_loss = p->validation_samples > 0 ? r.validation_loss : 0.0;
   if (phase_ == JobPhase::kEvaluating) {
-    p->state = ParticipantState::kAccepted;
+    SetState(*p, ParticipantState::kAccepted);
     CheckRoundComplete(out);
     return out;
   }
@@ -466,7 +505,7 @@ StatusOr<Actions> RoundEngine::ResultUploaded(const WorkerResult& r) {
     CheckRoundComplete(out);
     return out;
   }
-  p->state = ParticipantState::kValidating;
+  SetState(*p, ParticipantState::kValidating);
   p->sample_count = r.sample_count;
   p->train_loss = r.train_loss;
   out.push_back(ValidateUpdate{
@@ -483,7 +522,7 @@ StatusOr<Actions> RoundEngine::UpdateValidated(WorkerId worker, int round, int a
   }
   Actions out;
   if (verdict.ok()) {
-    p->state = ParticipantState::kAccepted;
+    SetState(*p, ParticipantState::kAccepted);
   } else {
     Drop(*p, DropCause::kRejected, "update rejected: " + verdict.message(), out);
   }
@@ -565,9 +604,7 @@ std::optional<Clock::TimePoint> RoundEngine::next_deadline() const {
     case JobPhase::kTraining:
     case JobPhase::kEvaluating: {
       if (participants_.empty()) return join_deadline_ ? std::min(deadline_, *join_deadline_) : deadline_;
-      const bool training = std::any_of(participants_.begin(), participants_.end(),
-                                        [](const Participant& p) { return p.state == ParticipantState::kTraining; });
-      if (training) return deadline_;
+      if (training_participants_ > 0) return deadline_;
       return std::nullopt;
     }
     default: return std::nullopt;

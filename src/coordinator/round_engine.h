@@ -65,6 +65,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -328,6 +329,8 @@ class RoundEngine {
   std::optional<Clock::TimePoint> next_deadline() const;
   const EngineCheckpoint& checkpoint() const { return checkpoint_; }
   std::vector<ParticipantView> participants() const;
+  // Whether the config lets the worker take part (any worker when eligible_workers is empty).
+  bool IsEligible(WorkerId worker) const;
 
  private:
   struct Participant {
@@ -343,8 +346,15 @@ class RoundEngine {
   enum class Presence { kOffline, kIdle, kBusy };
 
   Status CheckConfig() const;
+  // The shard bound to the worker, binding one now if the worker is eligible and one is free (see num_shards).
   std::optional<int> ShardOf(WorkerId worker);
-  bool IsEligible(WorkerId worker) const;
+  // Rebuilds what is derived from checkpoint_.shards and presence_ (after Restore replaced the checkpoint).
+  void RecountFromCheckpoint();
+  void SetPresence(WorkerId worker, Presence presence);
+  // Adds delta to the count of bound workers in `presence` (workers without a shard are not counted).
+  void CountPresence(WorkerId worker, Presence presence, int delta);
+  // Every participant state change goes through here: it keeps the open and training counts.
+  void SetState(Participant& p, ParticipantState state);
   // Whether an available worker can take part: eligible and, for workers_hold_data, holding data.
   bool CanTakePart(WorkerId worker) const;
   Participant* FindParticipant(WorkerId worker);
@@ -377,7 +387,17 @@ class RoundEngine {
   // When a waiting attempt stops waiting for busy selected workers (set once min_workers are idle).
   std::optional<Clock::TimePoint> join_deadline_;
   std::vector<Participant> participants_;
+  // Indexes and counts kept beside the state they summarise, so that one worker's event costs O(log N), not a scan
+  // of every worker (a job may have 10,000 of them: scans per event made rounds quadratic).
+  std::unordered_map<WorkerId, size_t> participant_index_;  // worker -> position in participants_
+  int open_participants_ = 0;                               // kTraining or kValidating
+  int training_participants_ = 0;
   std::map<WorkerId, Presence> presence_;
+  int idle_bound_workers_ = 0;  // idle, with a shard bound: the candidates of the next assignment
+  int busy_bound_workers_ = 0;  // busy, with a shard bound: selected workers the join window may wait for
+  std::unordered_map<WorkerId, int> eligible_position_;  // config_.eligible_workers, inverted
+  std::vector<char> slot_taken_;                         // slot mode: shard -> bound to some worker
+  int first_free_slot_ = 0;                              // no slot below it is free (slots are never released)
   EngineCheckpoint checkpoint_;
 };
 

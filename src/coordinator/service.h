@@ -165,7 +165,6 @@ class Service final : public JobHost {
   bool WorkerRevoked(int64_t worker_id) const;
   // Temporary local copies of blobs from stores without local files (LocalBlobCopy).
   std::filesystem::path spool_dir() const override { return options_.data_dir / "spool"; }
-  std::filesystem::path tmp_dir() const override { return options_.data_dir / "tmp"; }
   // Appends a job event to the store (one write of the next batch) and wakes the job's event streams. Errors are
   // logged, not returned: events describe changes already stored.
   http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, nlohmann::json payload) override;

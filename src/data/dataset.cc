@@ -763,17 +763,17 @@ StatusOr<TabularDataset> LoadTabularFile(const std::filesystem::path& path, cons
 namespace {
 
 // Which subset each listed row belongs to (-1: none), checked: no negative row, none listed twice.
-StatusOr<std::vector<int32_t>> RowOwners(std::span<const Subset> subsets) {
+StatusOr<std::vector<int32_t>> RowOwners(std::span<const std::span<const int64_t>> subsets) {
   int64_t max_row = -1;
-  for (const Subset& subset : subsets) {
-    for (int64_t row : subset.rows) {
+  for (std::span<const int64_t> rows : subsets) {
+    for (int64_t row : rows) {
       if (row < 0) return InvalidArgumentError("row index " + std::to_string(row) + " is negative");
       max_row = std::max(max_row, row);
     }
   }
   std::vector<int32_t> owners(static_cast<size_t>(max_row + 1), -1);
   for (size_t i = 0; i < subsets.size(); ++i) {
-    for (int64_t row : subsets[i].rows) {
+    for (int64_t row : subsets[i]) {
       int32_t& owner = owners[static_cast<size_t>(row)];
       if (owner >= 0) return InvalidArgumentError("row index " + std::to_string(row) + " is listed twice");
       owner = static_cast<int32_t>(i);
@@ -782,28 +782,15 @@ StatusOr<std::vector<int32_t>> RowOwners(std::span<const Subset> subsets) {
   return owners;
 }
 
-// One pass over `source` writing subsets [begin, end): each row is copied byte for byte into its owner's file.
-Status WriteSubsetPass(const std::filesystem::path& source, DatasetFormat format, std::span<const Subset> subsets,
-                       const std::vector<int32_t>& owners, size_t begin, size_t end, bool durable,
-                       const TabularOptions& options, const Limits& limits) {
-  constexpr size_t kBufferBytes = 64 * 1024;
+// One pass over `source` for subsets [begin, end): each row is copied byte for byte (with "\n") to its owner, through
+// `append(k, bytes)` for k = owner - begin (CSV: the header first, to every subset). Checks that every listed row
+// exists.
+Status SubsetPass(const std::filesystem::path& source, DatasetFormat format, const std::vector<int32_t>& owners,
+                  size_t begin, size_t end, const TabularOptions& options, const Limits& limits,
+                  const std::function<Status(size_t, std::string_view)>& append) {
   Status status;
   auto file = OpenFile(source, status);
   if (!status.ok()) return status;
-  std::vector<AtomicFileWriter> writers;
-  std::vector<std::string> buffers(end - begin);
-  for (size_t i = begin; i < end; ++i) {
-    PARSYN_ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Open(subsets[i].destination));
-    writers.push_back(std::move(writer));
-  }
-  auto append = [&](size_t k, std::string_view bytes) -> Status {
-    buffers[k].append(bytes);
-    buffers[k].push_back('\n');
-    if (buffers[k].size() < kBufferBytes) return Status::Ok();
-    Status s = writers[k].Append(buffers[k]);
-    buffers[k].clear();
-    return s;
-  };
   int64_t num_rows = 0;
   auto copy_if_wanted = [&](int64_t row, std::string_view raw) -> Status {
     num_rows = row + 1;
@@ -823,7 +810,7 @@ Status WriteSubsetPass(const std::filesystem::path& source, DatasetFormat format
     PARSYN_RETURN_IF_ERROR(ScanTabular(
         *file, options, limits, size_bytes,
         [&](const CsvLayout&, const CsvRecord& header) {
-          for (size_t k = 0; k < writers.size(); ++k) PARSYN_RETURN_IF_ERROR(append(k, header.raw));
+          for (size_t k = 0; k < end - begin; ++k) PARSYN_RETURN_IF_ERROR(append(k, header.raw));
           return Status::Ok();
         },
         [&](int64_t row, const CsvRecord& record, const std::vector<double>&, const std::string& label) {
@@ -837,10 +824,6 @@ Status WriteSubsetPass(const std::filesystem::path& source, DatasetFormat format
                                   source.filename().string() + " has " + std::to_string(num_rows) + " rows");
     }
   }
-  for (size_t k = 0; k < writers.size(); ++k) {
-    PARSYN_RETURN_IF_ERROR(writers[k].Append(buffers[k]));
-    PARSYN_RETURN_IF_ERROR(writers[k].Commit(durable));
-  }
   return Status::Ok();
 }
 
@@ -848,18 +831,49 @@ Status WriteSubsetPass(const std::filesystem::path& source, DatasetFormat format
 
 Status WriteSubsetFile(const std::filesystem::path& source, DatasetFormat format, std::span<const int64_t> row_indices,
                        const std::filesystem::path& destination, const TabularOptions& options, const Limits& limits) {
-  const Subset subset{.rows = row_indices, .destination = destination};
-  PARSYN_ASSIGN_OR_RETURN(std::vector<int32_t> owners, RowOwners(std::span(&subset, 1)));
-  return WriteSubsetPass(source, format, std::span(&subset, 1), owners, 0, 1, /*durable=*/true, options, limits);
+  PARSYN_ASSIGN_OR_RETURN(std::vector<int32_t> owners, RowOwners(std::span(&row_indices, 1)));
+  PARSYN_ASSIGN_OR_RETURN(AtomicFileWriter writer, AtomicFileWriter::Open(destination));
+  constexpr size_t kBufferBytes = 64 * 1024;
+  std::string buffer;
+  PARSYN_RETURN_IF_ERROR(SubsetPass(source, format, owners, 0, 1, options, limits, [&](size_t, std::string_view raw) {
+    buffer.append(raw);
+    buffer.push_back('\n');
+    if (buffer.size() < kBufferBytes) return Status::Ok();
+    Status s = writer.Append(buffer);
+    buffer.clear();
+    return s;
+  }));
+  PARSYN_RETURN_IF_ERROR(writer.Append(buffer));
+  return writer.Commit(/*durable=*/true);
 }
 
-Status WriteSubsetFiles(const std::filesystem::path& source, DatasetFormat format, std::span<const Subset> subsets,
-                        const TabularOptions& options, const Limits& limits) {
+Status SplitIntoSubsets(const std::filesystem::path& source, DatasetFormat format,
+                        std::span<const std::span<const int64_t>> subsets,
+                        const std::function<Status(size_t subset, std::string&& bytes)>& take,
+                        const TabularOptions& options, const Limits& limits, uint64_t budget_bytes) {
   PARSYN_ASSIGN_OR_RETURN(std::vector<int32_t> owners, RowOwners(subsets));
-  for (size_t begin = 0; begin < subsets.size(); begin += kSubsetFilesPerPass) {
-    const size_t end = std::min(subsets.size(), begin + kSubsetFilesPerPass);
+  PARSYN_RETURN_IF_ERROR(internal::CheckReadable(source));
+  std::error_code ec;
+  const uint64_t file_bytes = std::filesystem::file_size(source, ec);
+  if (ec) return UnavailableError("cannot read the size of " + source.string() + ": " + ec.message());
+  // Groups of subsets by their estimated bytes (rows x the mean row size; the CSV header repeats in each).
+  const double row_bytes = static_cast<double>(file_bytes) / static_cast<double>(std::max<size_t>(1, owners.size()));
+  for (size_t begin = 0; begin < subsets.size();) {
+    size_t end = begin;
+    double group_bytes = 0;
+    while (end < subsets.size() && (end == begin || group_bytes < static_cast<double>(budget_bytes))) {
+      group_bytes += static_cast<double>(subsets[end].size()) * row_bytes;
+      ++end;
+    }
+    std::vector<std::string> buffers(end - begin);
     PARSYN_RETURN_IF_ERROR(
-        WriteSubsetPass(source, format, subsets, owners, begin, end, /*durable=*/false, options, limits));
+        SubsetPass(source, format, owners, begin, end, options, limits, [&](size_t k, std::string_view raw) {
+          buffers[k].append(raw);
+          buffers[k].push_back('\n');
+          return Status::Ok();
+        }));
+    for (size_t k = 0; k < buffers.size(); ++k) PARSYN_RETURN_IF_ERROR(take(begin + k, std::move(buffers[k])));
+    begin = end;
   }
   return Status::Ok();
 }

@@ -224,40 +224,55 @@ TEST(TextDatasetTest, SubsetRejectsBadIndicesAndLeavesNoFile) {
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1) << "temporary file left behind";
 }
 
-// A job's shards: many disjoint subsets written in passes of kSubsetFilesPerPass files, each file exactly what
-// WriteSubsetFile writes for its rows; a row in two subsets, or past the end, is refused.
-TEST(TabularDatasetTest, ManySubsetsAreWrittenInBoundedPasses) {
+// A job's shards: many disjoint subsets split in memory, each exactly what WriteSubsetFile writes for its rows, in
+// one pass when the dataset fits the budget and in several groups when it does not (same bytes either way); a row in
+// two subsets, or past the end, is refused before any subset is handed over.
+TEST(TabularDatasetTest, ManySubsetsAreSplitInBudgetedPasses) {
   TempDir dir;
-  const int kSubsets = static_cast<int>(kSubsetFilesPerPass) + 44;  // two passes
+  const int kSubsets = 300;
   std::string csv = "x,label\n";
   for (int r = 0; r < 3 * kSubsets; ++r) csv += std::to_string(r) + "," + (r % 3 == 0 ? "a" : "b") + "\n";
   auto source = dir.Write("d.csv", csv);
   std::vector<std::vector<int64_t>> rows(static_cast<size_t>(kSubsets));
   for (int r = 0; r < 3 * kSubsets; ++r) rows[static_cast<size_t>((r * 7) % kSubsets)].push_back(r);
-  std::vector<Subset> subsets;
-  for (int i = 0; i < kSubsets; ++i) {
-    std::reverse(rows[static_cast<size_t>(i)].begin(), rows[static_cast<size_t>(i)].end());  // any order
-    subsets.push_back({.rows = rows[static_cast<size_t>(i)], .destination = dir.path() / ("s" + std::to_string(i))});
+  std::vector<std::span<const int64_t>> subsets;
+  for (std::vector<int64_t>& r : rows) {
+    std::reverse(r.begin(), r.end());  // any order
+    subsets.push_back(r);
   }
-  ASSERT_TRUE(WriteSubsetFiles(source, DatasetFormat::kCsv, subsets).ok());
-  for (int i : {0, 1, static_cast<int>(kSubsetFilesPerPass), kSubsets - 1}) {
-    const std::filesystem::path one = dir.path() / ("one" + std::to_string(i));
-    ASSERT_TRUE(WriteSubsetFile(source, DatasetFormat::kCsv, rows[static_cast<size_t>(i)], one).ok());
-    EXPECT_EQ(ReadAll(dir.path() / ("s" + std::to_string(i))), ReadAll(one)) << "subset " << i;
+  for (uint64_t budget : {kSubsetSplitBudgetBytes, uint64_t{100}}) {  // one pass; a pass per few subsets
+    std::vector<std::string> got;
+    auto take = [&](size_t i, std::string&& bytes) {
+      EXPECT_EQ(i, got.size()) << "subsets come in index order";
+      got.push_back(std::move(bytes));
+      return Status::Ok();
+    };
+    ASSERT_TRUE(SplitIntoSubsets(source, DatasetFormat::kCsv, subsets, take, {}, {}, budget).ok());
+    ASSERT_EQ(got.size(), rows.size());
+    for (int i : {0, 1, 256, kSubsets - 1}) {
+      const std::filesystem::path one = dir.path() / ("one" + std::to_string(i));
+      ASSERT_TRUE(WriteSubsetFile(source, DatasetFormat::kCsv, rows[static_cast<size_t>(i)], one).ok());
+      EXPECT_EQ(got[static_cast<size_t>(i)], ReadAll(one)) << "subset " << i << ", budget " << budget;
+    }
+    EXPECT_EQ(got[0].substr(0, 8), "x,label\n");
   }
-  EXPECT_EQ(ReadAll(dir.path() / "s0").substr(0, 8), "x,label\n");
 
+  int taken = 0;
+  auto count = [&](size_t, std::string&&) {
+    ++taken;
+    return Status::Ok();
+  };
   const std::vector<int64_t> first = {0, 1}, second = {1, 2}, past = {2, 3 * kSubsets};
-  std::vector<Subset> overlapping = {{.rows = first, .destination = dir.path() / "o1"},
-                                     {.rows = second, .destination = dir.path() / "o2"}};
-  Status s = WriteSubsetFiles(source, DatasetFormat::kCsv, overlapping);
+  const std::vector<std::span<const int64_t>> overlapping = {first, second};
+  Status s = SplitIntoSubsets(source, DatasetFormat::kCsv, overlapping, count);
   EXPECT_EQ(s.message(), "row index 1 is listed twice");
-  std::vector<Subset> out_of_range = {{.rows = past, .destination = dir.path() / "p"}};
-  s = WriteSubsetFiles(source, DatasetFormat::kCsv, out_of_range);
+  const std::vector<std::span<const int64_t>> out_of_range = {first, past};
+  s = SplitIntoSubsets(source, DatasetFormat::kCsv, out_of_range, count);
   EXPECT_EQ(s.message(), "row index " + std::to_string(3 * kSubsets) + " is out of range: d.csv has " +
                              std::to_string(3 * kSubsets) + " rows");
-  EXPECT_FALSE(std::filesystem::exists(dir.path() / "o1"));
-  EXPECT_FALSE(std::filesystem::exists(dir.path() / "p"));
+  EXPECT_EQ(taken, 0);
+  auto refuse = [](size_t i, std::string&&) { return i == 1 ? UnavailableError("disk full") : Status::Ok(); };
+  EXPECT_EQ(SplitIntoSubsets(source, DatasetFormat::kCsv, subsets, refuse).message(), "disk full");
 }
 
 // ---------------------------------------------------------------------------------------------------------------
