@@ -253,7 +253,14 @@ http::Awaitable<Status> JobRunner::Resync() {
 http::Awaitable<Status> JobRunner::Execute(Actions actions) {  // by value: see kCoAwaitTemporaries
   std::deque<Action> work(actions.begin(), actions.end());
   Status first_error;
+  // The job's mutex stays held across the yields; only other jobs' and workers' requests run meanwhile.
+  constexpr auto kLoopSlice = std::chrono::milliseconds(5);
+  auto slice_start = std::chrono::steady_clock::now();
   while (!work.empty()) {
+    if (std::chrono::steady_clock::now() - slice_start > kLoopSlice) {
+      co_await YieldToLoop();
+      slice_start = std::chrono::steady_clock::now();
+    }
     Action action = std::move(work.front());
     work.pop_front();
     Status s = co_await Do(action, work);

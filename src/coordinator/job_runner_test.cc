@@ -675,12 +675,18 @@ TEST(JobRunnerTest, RefusedBatchOfResultsRetriesTheRound) {
   constexpr size_t kWorkers = 4;
   JobFixture f({{"min_workers", kWorkers}, {"max_workers", kWorkers}}, false, false, kWorkers);
   ASSERT_TRUE(f.StartRunner().ok());
-  // The held write (the first result's batch) passes; the next, every other result's, fails.
+  // The held write fails: the batch with the first result (and with whichever others joined it before the store took
+  // it: small updates are accepted without leaving the loop, so often all of them).
   std::map<int64_t, StatusOr<json>> answers = ResultsTogether(
-      f, kWorkers, [&] { f.store_->FailNthWrite(2, UnavailableError("injected store error in a batch")); });
+      f, kWorkers, [&] { f.store_->FailNthWrite(1, UnavailableError("injected store error in a batch")); });
   int refused = 0;
-  for (const auto& [worker, answer] : answers) refused += answer.ok() ? 0 : 1;
-  EXPECT_EQ(refused, static_cast<int>(kWorkers) - 1);
+  for (const auto& [worker, answer] : answers) {
+    if (answer.ok()) continue;
+    ++refused;
+    EXPECT_NE(answer.status().message().find("injected store error in a batch"), std::string::npos)
+        << "worker " << worker << ": " << answer.status().ToString();
+  }
+  EXPECT_GE(refused, 1);
   ASSERT_TRUE(f.Drive()) << "the job is wedged after the failed batch";
   EXPECT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
   EXPECT_EQ(f.StoredJob().committed_round, kRounds);

@@ -5,6 +5,12 @@
 
 namespace parsyn::coordinator {
 
+http::Awaitable<void> YieldToLoop() {
+  auto executor = co_await boost::asio::this_coro::executor;
+  auto posted = boost::asio::post(executor, boost::asio::use_awaitable);  // kCoAwaitTemporaries
+  co_await std::move(posted);
+}
+
 StatusOr<size_t> BodyPipe::Read(std::span<std::byte> buffer) {
   bool was_full = false;
   size_t copied = 0;

@@ -61,6 +61,10 @@ http::Awaitable<std::invoke_result_t<Fn>> Offload(boost::asio::thread_pool& pool
   co_return std::move(**result);
 }
 
+// Lets the loop run what else is ready (heartbeats, polls) before the awaiting coroutine goes on. Work that can run
+// long on the loop without waiting for anything (a round start's 10,000 tasks) calls it every few milliseconds.
+http::Awaitable<void> YieldToLoop();
+
 // Only for coroutines of one loop thread. Lock() waits while another coroutine holds it; waiters get the lock in the
 // order they asked, and Unlock() hands it to the first of them only (waking every waiter on each unlock would cost
 // O(N^2) wake-ups when N results and polls queue on one job's mutex).
