@@ -554,6 +554,66 @@ TEST(ServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   EXPECT_NE(received.find("\"id\":\"2\""), std::string::npos) << received;
 }
 
+// GET /wait?timeout_ms=N: a long-poll that waits only for its client to close the connection. Each wait's end is
+// reported to `ended` (whether the client was gone); `started` hears of each wait's start.
+struct ClientWatchLog {
+  std::promise<void> started;
+  std::promise<bool> ended;
+};
+
+Router ClientWatchRouter(ClientWatchLog& log) {
+  Router router;
+  EXPECT_TRUE(router
+                  .Add(Method::kGet, "/wait",
+                       [&log](Request& req) -> Awaitable<Response> {
+                         Signal& closed = req.connection->WatchForClientClose();
+                         log.started.set_value();
+                         co_await closed.Wait(milliseconds(std::stoi(req.query.at("timeout_ms"))));
+                         log.ended.set_value(req.connection->client_gone());
+                         co_return Response::Text(200, req.connection->client_gone() ? "gone" : "stayed");
+                       })
+                  .ok());
+  EXPECT_TRUE(router.Add(Method::kGet, "/after", Named("served after the wait")).ok());
+  return router;
+}
+
+// The server learns of a closed connection only when it writes; a long-poll that watches its connection hears of the
+// client's close at once (a killed worker must not look present until its poll ends).
+TEST(ServerTest, WaitingHandlerHearsItsClientCloseTheConnection) {
+  net::io_context io;
+  ClientWatchLog log;
+  TestServer ts(io, ClientWatchRouter(log));
+  int fd = ConnectRaw(ts.server().port());
+  const std::string request = "GET /wait?timeout_ms=60000 HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  log.started.get_future().wait();
+  ::close(fd);
+  auto ended = log.ended.get_future();
+  // The wait is 60 s: only the watch can end it this soon.
+  ASSERT_EQ(ended.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_TRUE(ended.get());
+}
+
+// A request the client pipelines while the handler waits is the client still there: the watch ends without reading
+// it, and the connection serves it after the wait's answer.
+TEST(ServerTest, APipelinedRequestEndsTheWatchUnreadAndIsServedNext) {
+  net::io_context io;
+  ClientWatchLog log;
+  TestServer ts(io, ClientWatchRouter(log));
+  int fd = ConnectRaw(ts.server().port());
+  const std::string first = "GET /wait?timeout_ms=300 HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::send(fd, first.data(), first.size(), 0), static_cast<ssize_t>(first.size()));
+  log.started.get_future().wait();
+  const std::string second = "GET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(fd, second.data(), second.size(), 0), static_cast<ssize_t>(second.size()));
+  std::string received = test_support::ReadUntilClosed(fd);
+  ::close(fd);
+  EXPECT_FALSE(log.ended.get_future().get());
+  const size_t stayed = received.find("stayed");
+  EXPECT_NE(stayed, std::string::npos) << received;
+  EXPECT_NE(received.find("served after the wait", stayed), std::string::npos) << received;
+}
+
 TEST(ServerTest, StalledUploadFailsWithDeadlineExceededAndCloses) {
   std::promise<Status> seen;
   Router router;
