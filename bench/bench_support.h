@@ -2,20 +2,28 @@
 // server as a child process on a free loopback port. Header-only: each bench is one program.
 #pragma once
 
+#include <arpa/inet.h>
 #include <errno.h>  // program_invocation_short_name
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/status.h"
@@ -54,6 +62,55 @@ inline std::vector<int> ParseInts(const std::string& csv) {
   std::stringstream ss(csv);
   for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
   return out;
+}
+
+// The time to move `count` copies of `bytes` over loopback TCP on min(`lanes`, `count`) connections, each carrying
+// its share back to back: a minimal sender/receiver pair, no HTTP, the receiver reading into a reused buffer. One
+// reader thread per lane, not per copy (a copy per connection started 10,000 threads at N=10,000). This, one sha256
+// pass and one plain read of a round's bytes are the floor the benchmarks compare a round with. Seconds.
+inline double TimeLoopbackTransfer(std::span<const char> bytes, int count, int lanes) {
+  lanes = std::clamp(lanes, 1, std::max(count, 1));
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(listener, 128) != 0 || ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    Die(std::string("loopback listener: ") + std::strerror(errno));
+  }
+  std::atomic<uint64_t> received{0};
+  const auto start = Clock::now();
+  {
+    std::vector<std::jthread> threads;
+    for (int lane = 0; lane < lanes; ++lane) {
+      threads.emplace_back([&] {
+        const int fd = ::accept(listener, nullptr, nullptr);
+        if (fd < 0) Die(std::string("loopback accept: ") + std::strerror(errno));
+        std::vector<char> buf(size_t{1} << 20);
+        for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) > 0;) received += static_cast<uint64_t>(n);
+        ::close(fd);
+      });
+      threads.emplace_back([&, lane] {
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+          Die(std::string("loopback connect: ") + std::strerror(errno));
+        }
+        for (int i = lane; i < count; i += lanes) {
+          for (size_t sent = 0; sent < bytes.size();) {
+            const ssize_t n = ::write(fd, bytes.data() + sent, bytes.size() - sent);
+            if (n <= 0) Die(std::string("loopback write: ") + std::strerror(errno));
+            sent += static_cast<size_t>(n);
+          }
+        }
+        ::close(fd);
+      });
+    }
+  }
+  const double seconds = Seconds(Clock::now() - start);
+  ::close(listener);
+  if (received != bytes.size() * static_cast<uint64_t>(count)) Die("loopback transfer lost bytes");
+  return seconds;
 }
 
 // `binary server --data-dir DIR --listen 127.0.0.1:0 --log-level LEVEL EXTRA...` as a child process whose stderr goes

@@ -66,6 +66,7 @@ using parsyn::bench::ParseInts;
 using parsyn::bench::ReadText;
 using parsyn::bench::Seconds;
 using parsyn::bench::ServerProcess;
+using parsyn::bench::TimeLoopbackTransfer;
 namespace fs = std::filesystem;
 namespace http = parsyn::http;
 using parsyn::test_support::SimWorkers;
@@ -144,52 +145,6 @@ int LoopbackPorts() {
   int low = 0, high = 0;
   if (!(range >> low >> high) || high < low) return 28'232;  // Linux's default 32768-60999
   return high - low + 1;
-}
-
-// Moves `count` copies of `bytes` over loopback TCP on `lanes` connections: a minimal sender/receiver pair, no HTTP,
-// the receiver reading into a reused buffer. Seconds.
-double TimeLoopbackTransfer(const std::string& bytes, int count, int lanes) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(listener, 128) != 0 || ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    Die(std::string("loopback listener: ") + std::strerror(errno));
-  }
-  std::atomic<uint64_t> received{0};
-  const auto start = Clock::now();
-  {
-    std::vector<std::jthread> threads;
-    for (int lane = 0; lane < lanes; ++lane) {
-      threads.emplace_back([&] {
-        const int fd = ::accept(listener, nullptr, nullptr);
-        if (fd < 0) Die(std::string("loopback accept: ") + std::strerror(errno));
-        std::vector<char> buf(size_t{1} << 20);
-        for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) > 0;) received += static_cast<uint64_t>(n);
-        ::close(fd);
-      });
-      threads.emplace_back([&, lane] {
-        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-          Die(std::string("loopback connect: ") + std::strerror(errno));
-        }
-        for (int i = lane; i < count; i += lanes) {
-          for (size_t sent = 0; sent < bytes.size();) {
-            const ssize_t n = ::write(fd, bytes.data() + sent, bytes.size() - sent);
-            if (n <= 0) Die(std::string("loopback write: ") + std::strerror(errno));
-            sent += static_cast<size_t>(n);
-          }
-        }
-        ::close(fd);
-      });
-    }
-  }
-  const double seconds = Seconds(Clock::now() - start);
-  ::close(listener);
-  if (received != bytes.size() * static_cast<uint64_t>(count)) Die("loopback transfer lost bytes");
-  return seconds;
 }
 
 // The least a round of `count` updates could cost here: move their bytes, hash them once, read them once. Seconds.

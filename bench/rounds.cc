@@ -305,60 +305,6 @@ ReadTimes TimeReads(const fs::path& dir) {
   return t;
 }
 
-// The time to move `k` copies of `bytes` over loopback TCP, at most `concurrency` connections at once (the same cap
-// as the scripted workers' uploads): a minimal sender/receiver pair, no HTTP, receiver reading into a reused buffer.
-// This, one sha256 pass and one plain read of the round's bytes are the floor a round is compared with.
-double TimeLoopbackTransfer(const std::vector<char>& bytes, int k, int concurrency) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(listener, 1024) != 0 || ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    Die(std::string("loopback listener: ") + std::strerror(errno));
-  }
-  std::atomic<uint64_t> received{0};
-  const auto start = Clock::now();
-  std::jthread receiver([&] {
-    std::vector<std::jthread> readers;
-    for (int i = 0; i < k; ++i) {
-      const int fd = ::accept(listener, nullptr, nullptr);
-      if (fd < 0) Die(std::string("loopback accept: ") + std::strerror(errno));
-      readers.emplace_back([fd, &received] {
-        std::vector<char> buf(size_t{1} << 20);
-        for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) > 0;) received += static_cast<uint64_t>(n);
-        ::close(fd);
-      });
-    }
-  });
-  std::counting_semaphore<> slots(std::max(concurrency, 1));
-  {
-    std::vector<std::jthread> senders;
-    for (int i = 0; i < k; ++i) {
-      slots.acquire();
-      senders.emplace_back([&] {
-        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-          Die(std::string("loopback connect: ") + std::strerror(errno));
-        }
-        for (size_t sent = 0; sent < bytes.size();) {
-          const ssize_t n = ::write(fd, bytes.data() + sent, bytes.size() - sent);
-          if (n <= 0) Die(std::string("loopback write: ") + std::strerror(errno));
-          sent += static_cast<size_t>(n);
-        }
-        ::close(fd);
-        slots.release();
-      });
-    }
-  }
-  receiver.join();
-  const double seconds = Seconds(Clock::now() - start);
-  ::close(listener);
-  if (received != bytes.size() * static_cast<uint64_t>(k)) Die("loopback transfer lost bytes");
-  return seconds;
-}
-
 // Bytes per second of write + fsync of copies of (up to) `sample` files of `dir`, written into `scratch`.
 double DurableWriteRate(const fs::path& dir, const fs::path& scratch, int sample) {
   std::vector<char> buf(size_t{1} << 20);
@@ -601,7 +547,7 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& 
   }
   server.reset();
   // Measured after the server is gone, so the floor has the machine to itself as the round had.
-  fig.transfer_s = TimeLoopbackTransfer(ReadBytes(update.file), k, upload_concurrency);
+  fig.transfer_s = parsyn::bench::TimeLoopbackTransfer(ReadBytes(update.file), k, upload_concurrency);
   std::error_code ec;
   fs::remove_all(data_dir, ec);
   if (server_choice.log_level == "warn") {

@@ -1,6 +1,7 @@
 // The worker protocol (/api/v1/worker/...): hello, heartbeat, long-poll for the next task, progress, result,
 // failure, goodbye. The worker's identity always comes from its token, never from the body.
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <map>
 #include <optional>
@@ -116,26 +117,44 @@ class WorkerProtocolRoutes {
     if (!wait.ok()) co_return Response::Error(wait.status());
     const std::string session_id = s->session_id;
     std::shared_ptr<http::Signal> wake = s->wake;
+    // A worker that is killed leaves its poll open until the server writes to it; the poll's connection is watched
+    // instead (one wait on its socket), so that its close ends the poll, and the session, at once.
+    http::Signal* client_left = req.connection != nullptr ? &req.connection->WatchForClientClose() : nullptr;
+    auto client_gone = [&req] { return req.connection != nullptr && req.connection->client_gone(); };
     s->last_seen = context_.clock.Now();
     // Polling while holding an unreported task means the worker dropped it; the job's engine hears so below.
     s->current_job.reset();
     s->current_task = json();
     s->polls_in_flight++;
-    if (s->queued.empty()) co_await service_.OfferWorker(worker_id);
+    if (s->queued.empty() && !client_gone()) co_await service_.OfferWorker(worker_id);
     const auto deadline = std::chrono::steady_clock::now() + *wait;
     while (true) {
       s = service_.FindSession(worker_id);
       if (s == nullptr || s->session_id != session_id || !s->queued.empty() || service_.shutting_down_) break;
+      if (client_gone()) break;
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
-      // Only the session's own signal: BeginShutdown and EndSession notify it. Waiting on the shared shutdown_ too
-      // registered every open poll there, and each poll's end erased itself from that list of all polls: O(N) per
-      // poll, O(N^2) when a round wakes N polls (16% of the coordinator's CPU in a 2,000-worker round).
-      if (!co_await wake->Wait(left)) break;
+      // Only the session's own signal and the poll's connection: BeginShutdown and EndSession notify the first.
+      // Waiting on the shared shutdown_ too registered every open poll there, and each poll's end erased itself from
+      // that list of all polls: O(N) per poll, O(N^2) when a round wakes N polls (16% of the coordinator's CPU in a
+      // 2,000-worker round).
+      if (client_left != nullptr) {
+        std::array<http::Signal*, 2> signals{wake.get(), client_left};
+        if (co_await http::WaitAny(signals, left) < 0) break;
+      } else if (!co_await wake->Wait(left)) {
+        break;
+      }
     }
     s = service_.FindSession(worker_id);
     if (s == nullptr || s->session_id != session_id) co_return Response::Error(NoSession(worker_id));
     s->polls_in_flight--;
+    if (client_gone() && !service_.shutting_down_) {
+      // The worker is gone: it may not stay idle and online until the heartbeat timeout, taking tasks it never
+      // receives. Its session ends (a task queued for it meanwhile goes back to its job, which drops the worker from
+      // the round) unless another poll of the session is still open (the worker polled again on a new connection).
+      if (s->polls_in_flight == 0) co_await service_.EndSession(worker_id, "its task poll's connection was closed");
+      co_return Response::NoContent();  // nobody reads it
+    }
     s->last_seen = context_.clock.Now();
     if (s->queued.empty()) co_return Response::NoContent();
     Session::QueuedTask task = std::move(s->queued.front());
@@ -243,7 +262,14 @@ class WorkerProtocolRoutes {
     co_return Response::Json(200, {{"status", "recorded"}});
   }
 
+  // A worker with no session left has nothing to end: a stopping worker cancels its poll first, and that closed
+  // connection already ended its session. A goodbye naming another session than the worker's is refused (409): it
+  // must not end a newer one.
   Awaitable<Response> Goodbye(Request& req, int64_t worker_id) {
+    if (service_.FindSession(worker_id) == nullptr) {
+      StatusOr<protocol::Heartbeat> body = protocol::ParseHeartbeat(req.body);
+      co_return body.ok() ? Response::NoContent() : Response::Error(body.status());
+    }
     StatusOr<Session*> found = SessionNamedInBody(req.body, worker_id);
     if (!found.ok()) co_return Response::Error(found.status());
     co_await service_.EndSession(worker_id, "goodbye");

@@ -325,7 +325,9 @@ class ConnectionSlot {
 // One client connection: reads requests in a loop (keep-alive), dispatches them, writes responses.
 // Stream is beast::tcp_stream or beast::ssl_stream<beast::tcp_stream>.
 template <class Stream>
-class Connection final : public ConnectionBase, public std::enable_shared_from_this<Connection<Stream>> {
+class Connection final : public ConnectionBase,
+                         public ClientConnection,
+                         public std::enable_shared_from_this<Connection<Stream>> {
  public:
   static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
 
@@ -358,6 +360,17 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     CloseSocket();
     closing_.Notify();
   }
+
+  Signal& WatchForClientClose() override {
+    const bool body_read = request_parser_ != nullptr && request_parser_->is_done() && !direct_reading_;
+    if (!client_watched_ && body_read && !closed_ && !peer_gone_) {
+      client_watched_ = true;
+      net::co_spawn(stream_.get_executor(), WatchClient(this->shared_from_this(), ++client_watch_generation_),
+                    net::detached);
+    }
+    return closing_;
+  }
+  bool client_gone() const override { return peer_gone_; }
 
  private:
   class Body;
@@ -458,7 +471,8 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
       PARSYN_LOG_DEBUG("http: {} {} {} -> {} in {} ms", remote_, MethodName(req.method), req.path, res.status,
                        std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count());
     }
-    bool keep_alive = parser.keep_alive() && (parser.is_done() || body_complete_) && !state_->is_stopping && !closed_;
+    bool keep_alive =
+        parser.keep_alive() && (parser.is_done() || body_complete_) && !state_->is_stopping && !closed_ && !peer_gone_;
     bool head = req.method == Method::kHead;
     co_return co_await Write(std::move(res), header.version(), keep_alive, head);
   }
@@ -513,6 +527,7 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
     }
 
     Body body(*this, parser, cap, route.options.stream_body ? route.options.min_body_rate : BodyRate{});
+    req.connection = this;
     if (route.options.stream_body) {
       req.body_stream = &body;
     } else {
@@ -524,13 +539,46 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
       }
     }
 
+    request_parser_ = &parser;  // for WatchForClientClose, until the handler returns
+    std::optional<Response> res;
     try {
-      co_return co_await route.handler(req);
+      res = co_await route.handler(req);
     } catch (const std::exception& e) {
       PARSYN_LOG_ERROR("http: handler for {} {} threw: {}", MethodName(req.method), req.path, e.what());
     }
+    EndClientWatch();
+    if (res) co_return std::move(*res);
     co_return Response::Error(
         InternalError("internal error while handling " + std::string(MethodName(req.method)) + " " + req.path));
+  }
+
+  // The handler returned: its watch for the client's close ends before the connection reads or writes again.
+  void EndClientWatch() {
+    request_parser_ = nullptr;
+    if (!client_watched_) return;
+    client_watched_ = false;
+    ++client_watch_generation_;
+    beast::error_code ec;
+    Lowest().socket().cancel(ec);  // the watch's wait is the only operation pending on the socket now
+  }
+
+  // Waits for the socket to turn readable without reading from it (a pipelined request stays for the next header
+  // read), then peeks: nothing to read means the client closed its side; an error, that it reset the connection.
+  static net::awaitable<void> WatchClient(std::shared_ptr<Connection> self, uint64_t generation) {
+    tcp::socket& socket = self->Lowest().socket();
+    while (true) {
+      beast::error_code ec;
+      co_await socket.async_wait(tcp::socket::wait_read, redirect_error(use_awaitable, ec));
+      if (generation != self->client_watch_generation_ || self->closed_) co_return;  // the handler returned
+      if (ec) break;
+      char byte = 0;
+      const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n > 0) co_return;  // the client sent more: it is there
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+      break;
+    }
+    self->peer_gone_ = true;
+    self->closing_.Notify();
   }
 
   template <class Message>
@@ -664,10 +712,15 @@ class Connection final : public ConnectionBase, public std::enable_shared_from_t
   beast::flat_buffer buffer_;
   std::string remote_;
   std::optional<std::string> client_identity_;  // of the TLS handshake (Request::client_identity)
-  Signal closing_;  // notified when the connection is closed from outside or the SSE client leaves
+  Signal closing_;  // notified when the connection is closed from outside or the client leaves (SSE, WatchClient)
   bool idle_ = true;
   bool closed_ = false;
   bool peer_gone_ = false;
+  // The request being handled (null between requests), and whether its handler asked to watch for the client's
+  // close (WatchForClientClose); the generation tells a watch of an earlier request that it is over.
+  RequestParser* request_parser_ = nullptr;
+  bool client_watched_ = false;
+  uint64_t client_watch_generation_ = 0;
   uint64_t body_bytes_ = 0;  // of the request being served (ServerOptions::on_request)
   // A DirectBody reads this request's body on another thread: the body is complete without the parser knowing it
   // (body_complete_), and closing waits for the reader (close_after_direct_).

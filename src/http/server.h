@@ -63,6 +63,23 @@ class BodyReader {
   virtual std::shared_ptr<DirectBody> TakeDirect() { return nullptr; }
 };
 
+// The client's connection as a handler that waits (a long-poll) sees it: whether the client has gone away. The server
+// otherwise learns of a closed connection only when it writes the answer.
+class ClientConnection {
+ public:
+  virtual ~ClientConnection() = default;
+  // Starts watching for the client closing the connection (end of stream or reset: a killed client's kernel closes its
+  // socket) and returns the signal notified then (also when the server closes the connection). The watch is one wait
+  // for readability on the socket (no thread, no timer), and ends when the handler returns. Bytes the client sends
+  // meanwhile (a pipelined request; over TLS, also a close_notify sent before closing) end the watch unread: the
+  // client is there. A client that shuts down only its sending side counts as gone. Only a request whose body was read
+  // whole is watched (never one whose body is still arriving or read by a DirectBody: the signal then fires only when
+  // the server closes the connection). On the loop.
+  virtual Signal& WatchForClientClose() = 0;
+  // True once the watch saw the client close the connection.
+  virtual bool client_gone() const = 0;
+};
+
 struct Request {
   Method method = Method::kGet;
   std::string target;                 // as sent: "/api/v1/training-jobs?limit=5"
@@ -80,6 +97,8 @@ struct Request {
   // handshake). Unset otherwise (no certificate, plain HTTP): the server serves clients without a certificate, and
   // routes that need one refuse the request themselves.
   std::optional<std::string> client_identity;
+  // Set by the server: a long-poll watches it for the client leaving (ClientConnection).
+  ClientConnection* connection = nullptr;
 
   // A header's value by case-insensitive name, or "" when absent.
   std::string_view Header(std::string_view name) const;

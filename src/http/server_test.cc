@@ -554,39 +554,64 @@ TEST(ServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   EXPECT_NE(received.find("\"id\":\"2\""), std::string::npos) << received;
 }
 
-TEST(ServerTest, StalledUploadFailsWithDeadlineExceededAndCloses) {
-  std::promise<Status> seen;
+// GET /wait?timeout_ms=N: a long-poll that waits only for its client to close the connection. Each wait's end is
+// reported to `ended` (whether the client was gone); `started` hears of each wait's start.
+struct ClientWatchLog {
+  std::promise<void> started;
+  std::promise<bool> ended;
+};
+
+Router ClientWatchRouter(ClientWatchLog& log) {
   Router router;
-  ASSERT_TRUE(router
-                  .Add(
-                      Method::kPut, "/blobs/{key...}",
-                      [&seen](Request& req) -> Awaitable<Response> {
-                        while (true) {
-                          StatusOr<std::string_view> chunk = co_await req.body_stream->Next();
-                          if (!chunk.ok()) {
-                            seen.set_value(chunk.status());
-                            co_return Response::Error(chunk.status());
-                          }
-                          if (chunk->empty()) co_return Response::NoContent();
-                        }
-                      },
-                      RouteOptions{.stream_body = true})
+  EXPECT_TRUE(router
+                  .Add(Method::kGet, "/wait",
+                       [&log](Request& req) -> Awaitable<Response> {
+                         Signal& closed = req.connection->WatchForClientClose();
+                         log.started.set_value();
+                         co_await closed.Wait(milliseconds(std::stoi(req.query.at("timeout_ms"))));
+                         log.ended.set_value(req.connection->client_gone());
+                         co_return Response::Text(200, req.connection->client_gone() ? "gone" : "stayed");
+                       })
                   .ok());
+  EXPECT_TRUE(router.Add(Method::kGet, "/after", Named("served after the wait")).ok());
+  return router;
+}
+
+// The server learns of a closed connection only when it writes; a long-poll that watches its connection hears of the
+// client's close at once (a killed worker must not look present until its poll ends).
+TEST(ServerTest, WaitingHandlerHearsItsClientCloseTheConnection) {
   net::io_context io;
-  ServerOptions options;
-  options.body_timeout = milliseconds(200);
-  TestServer ts(io, std::move(router), options);
+  ClientWatchLog log;
+  TestServer ts(io, ClientWatchRouter(log));
   int fd = ConnectRaw(ts.server().port());
-  std::string partial = "PUT /blobs/a HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly ten b";
-  ASSERT_EQ(::send(fd, partial.data(), partial.size(), 0), static_cast<ssize_t>(partial.size()));
-  // A stalled client cannot be trusted to read an answer either: the connection is simply closed.
-  EXPECT_TRUE(PeerClosesWithin(fd, milliseconds(5000)));
+  const std::string request = "GET /wait?timeout_ms=60000 HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  log.started.get_future().wait();
   ::close(fd);
-  auto status = seen.get_future();
-  ASSERT_EQ(status.wait_for(std::chrono::seconds(5)), std::future_status::ready);
-  Status s = status.get();
-  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(s.message(), "request body stalled for more than 200 ms");
+  auto ended = log.ended.get_future();
+  // The wait is 60 s: only the watch can end it this soon.
+  ASSERT_EQ(ended.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_TRUE(ended.get());
+}
+
+// A request the client pipelines while the handler waits is the client still there: the watch ends without reading
+// it, and the connection serves it after the wait's answer.
+TEST(ServerTest, APipelinedRequestEndsTheWatchUnreadAndIsServedNext) {
+  net::io_context io;
+  ClientWatchLog log;
+  TestServer ts(io, ClientWatchRouter(log));
+  int fd = ConnectRaw(ts.server().port());
+  const std::string first = "GET /wait?timeout_ms=300 HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::send(fd, first.data(), first.size(), 0), static_cast<ssize_t>(first.size()));
+  log.started.get_future().wait();
+  const std::string second = "GET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(fd, second.data(), second.size(), 0), static_cast<ssize_t>(second.size()));
+  std::string received = test_support::ReadUntilClosed(fd);
+  ::close(fd);
+  EXPECT_FALSE(log.ended.get_future().get());
+  const size_t stayed = received.find("stayed");
+  EXPECT_NE(stayed, std::string::npos) << received;
+  EXPECT_NE(received.find("served after the wait", stayed), std::string::npos) << received;
 }
 
 TEST(ServerTest, HeadGetsHeadersWithoutBody) {
@@ -833,61 +858,6 @@ TEST(ServerLimitsTest, OutOfFileDescriptorsRefusesWith503LogsOnceAndRecovers) {
   EXPECT_EQ(Client(FastClient(ts.url())).Get("/api/v1/training-jobs/4")->status, 200);
 }
 
-TEST(ServerLimitsTest, StreamedBodyBelowTheMinimumRateIsCutWithAClearError) {
-  std::promise<Status> seen;
-  std::atomic<bool> reported{false};
-  Router router;
-  ASSERT_TRUE(router
-                  .Add(
-                      Method::kPut, "/blobs/{key...}",
-                      [&](Request& req) -> Awaitable<Response> {
-                        uint64_t total = 0;
-                        while (true) {
-                          StatusOr<std::string_view> chunk = co_await req.body_stream->Next();
-                          if (!chunk.ok()) {
-                            if (!reported.exchange(true)) seen.set_value(chunk.status());
-                            co_return Response::Error(chunk.status());
-                          }
-                          if (chunk->empty()) co_return Response::Json(201, {{"size", total}});
-                          total += chunk->size();
-                        }
-                      },
-                      RouteOptions{.stream_body = true,
-                                   .min_body_rate = {.bytes_per_second = 100'000,
-                                                     .window = milliseconds(300),
-                                                     .grace = milliseconds(1000)}})
-                  .ok());
-  net::io_context io;
-  TestServer ts(io, std::move(router));
-  const std::string header = "PUT /blobs/a HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n";
-
-  // A fast body passes.
-  std::string fast = "PUT /blobs/a HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\nConnection: close\r\n\r\n" +
-                     std::string(200'000, 'x');
-  std::string answer = Exchange(ts.server().port(), "127.0.0.1", fast);
-  EXPECT_TRUE(answer.starts_with("HTTP/1.1 201")) << answer;
-  EXPECT_NE(answer.find("\"size\":200000"), std::string::npos) << answer;
-
-  // 100 bytes every 20 ms (~5 KB/s) is far under 100 KB/s: cut after the grace and a window, with an answer.
-  int fd = ConnectRaw(ts.server().port());
-  ASSERT_GT(::send(fd, header.data(), header.size(), MSG_NOSIGNAL), 0);
-  bool answered = false;
-  const auto give_up = std::chrono::steady_clock::now() + milliseconds(15'000);
-  while (!answered && std::chrono::steady_clock::now() < give_up) {
-    ::send(fd, std::string(100, 'x').data(), 100, MSG_NOSIGNAL);
-    pollfd p{fd, POLLIN, 0};
-    answered = ::poll(&p, 1, 20) > 0;
-  }
-  ASSERT_TRUE(answered) << "a body at 5 KB/s was not cut within 15 s";
-  std::string cut = test_support::ReadUntilClosed(fd);
-  ::close(fd);
-  EXPECT_TRUE(cut.starts_with("HTTP/1.1 504")) << cut;
-  EXPECT_NE(cut.find("below the minimum of 100000 bytes/s"), std::string::npos) << cut;
-  auto status = seen.get_future();
-  ASSERT_EQ(status.wait_for(std::chrono::seconds(5)), std::future_status::ready);
-  EXPECT_EQ(status.get().code(), StatusCode::kDeadlineExceeded);
-}
-
 TEST(ServerTest, GracefulShutdownFinishesInFlightRequestAndClosesStreams) {
   net::io_context io;
   Feed feed(io);
@@ -1059,57 +1029,6 @@ TEST(ServerDirectBodyTest, ChunkedBodiesAndBodiesAlreadyBeingReadAreNotDirect) {
   EXPECT_NE(answer.find("\"direct\":false"), std::string::npos) << answer;
 }
 
-TEST(ServerDirectBodyTest, StalledDirectBodyFailsWithDeadlineExceededAndCloses) {
-  std::promise<Status> seen;
-  ServerOptions options;
-  options.body_timeout = milliseconds(200);
-  net::io_context io;
-  TestServer ts(io, DirectRouter(&seen), options);
-  int fd = ConnectRaw(ts.server().port());
-  std::string partial = "PUT /direct/a HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly ten b";
-  ASSERT_EQ(::send(fd, partial.data(), partial.size(), 0), static_cast<ssize_t>(partial.size()));
-  EXPECT_TRUE(PeerClosesWithin(fd, milliseconds(5000)));
-  ::close(fd);
-  auto status = seen.get_future();
-  ASSERT_EQ(status.wait_for(std::chrono::seconds(5)), std::future_status::ready);
-  Status s = status.get();
-  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
-  EXPECT_EQ(s.message(), "request body stalled for more than 200 ms");
-}
-
-TEST(ServerDirectBodyTest, DirectBodyBelowTheMinimumRateIsCutWithAClearError) {
-  std::promise<Status> seen;
-  net::io_context io;
-  TestServer ts(io, DirectRouter(&seen, RouteOptions{.stream_body = true,
-                                                     .min_body_rate = {.bytes_per_second = 100'000,
-                                                                       .window = milliseconds(300),
-                                                                       .grace = milliseconds(1000)}}));
-  // A fast body passes.
-  std::string fast = "PUT /direct/a HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\nConnection: close\r\n\r\n" +
-                     std::string(200'000, 'x');
-  std::string answer = Exchange(ts.server().port(), "127.0.0.1", fast);
-  EXPECT_TRUE(answer.starts_with("HTTP/1.1 201")) << answer;
-
-  const std::string header = "PUT /direct/a HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n";
-  int fd = ConnectRaw(ts.server().port());
-  ASSERT_GT(::send(fd, header.data(), header.size(), MSG_NOSIGNAL), 0);
-  bool answered = false;
-  const auto give_up = std::chrono::steady_clock::now() + milliseconds(15'000);
-  while (!answered && std::chrono::steady_clock::now() < give_up) {
-    ::send(fd, std::string(100, 'x').data(), 100, MSG_NOSIGNAL);
-    pollfd p{fd, POLLIN, 0};
-    answered = ::poll(&p, 1, 20) > 0;
-  }
-  ASSERT_TRUE(answered) << "a direct body at 5 KB/s was not cut within 15 s";
-  std::string cut = test_support::ReadUntilClosed(fd);
-  ::close(fd);
-  EXPECT_TRUE(cut.starts_with("HTTP/1.1 504")) << cut;
-  EXPECT_NE(cut.find("below the minimum of 100000 bytes/s"), std::string::npos) << cut;
-  auto status = seen.get_future();
-  ASSERT_EQ(status.wait_for(std::chrono::seconds(5)), std::future_status::ready);
-  EXPECT_EQ(status.get().code(), StatusCode::kDeadlineExceeded);
-}
-
 TEST(ServerDirectBodyTest, ShutdownWakesAReaderWaitingForTheBody) {
   std::promise<Status> seen;
   ServerOptions options;
@@ -1128,6 +1047,110 @@ TEST(ServerDirectBodyTest, ShutdownWakesAReaderWaitingForTheBody) {
   ASSERT_EQ(status.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   EXPECT_EQ(status.get().code(), StatusCode::kUnavailable);
   ::close(fd);
+}
+
+// --- Streamed bodies, read with Next() on the loop or with TakeDirect() on another thread: the same limits ---
+
+enum class BodyReading { kNext, kDirect };
+
+std::string BodyReadingName(const ::testing::TestParamInfo<BodyReading>& info) {
+  return info.param == BodyReading::kNext ? "Next" : "TakeDirect";
+}
+
+// PUT /blobs/{key...}: reads the body the parameter's way and answers 201 {"size": bytes}, or the read's error, which
+// also goes to `error_seen` (once).
+Router StreamedBodyRouter(BodyReading reading, std::promise<Status>& error_seen, BodyRate rate = {}) {
+  auto reported = std::make_shared<std::atomic<bool>>(false);
+  Router router;
+  EXPECT_TRUE(router
+                  .Add(
+                      Method::kPut, "/blobs/{key...}",
+                      [reading, &error_seen, reported](Request& req) -> Awaitable<Response> {
+                        Status error;
+                        uint64_t total = 0;
+                        if (reading == BodyReading::kDirect) {
+                          std::shared_ptr<DirectBody> direct = req.body_stream->TakeDirect();
+                          EXPECT_NE(direct, nullptr) << "a Content-Length body on plain TCP is handed out direct";
+                          if (!direct) co_return Response::Error(InternalError("not direct"));
+                          DirectRead read = co_await ReadDirectOnThread(direct);
+                          error = read.error;
+                          total = read.bytes;
+                        } else {
+                          while (true) {
+                            StatusOr<std::string_view> chunk = co_await req.body_stream->Next();
+                            if (!chunk.ok()) error = chunk.status();
+                            if (!chunk.ok() || chunk->empty()) break;
+                            total += chunk->size();
+                          }
+                        }
+                        if (!error.ok()) {
+                          if (!reported->exchange(true)) error_seen.set_value(error);
+                          co_return Response::Error(error);
+                        }
+                        co_return Response::Json(201, {{"size", total}});
+                      },
+                      RouteOptions{.stream_body = true, .min_body_rate = rate})
+                  .ok());
+  return router;
+}
+
+class StreamedBodyTest : public ::testing::TestWithParam<BodyReading> {};
+
+INSTANTIATE_TEST_SUITE_P(ReadOnTheLoopOrDirect, StreamedBodyTest,
+                         ::testing::Values(BodyReading::kNext, BodyReading::kDirect), BodyReadingName);
+
+TEST_P(StreamedBodyTest, StalledBodyFailsWithDeadlineExceededAndCloses) {
+  std::promise<Status> seen;
+  net::io_context io;
+  ServerOptions options;
+  options.body_timeout = milliseconds(200);
+  TestServer ts(io, StreamedBodyRouter(GetParam(), seen), options);
+  int fd = ConnectRaw(ts.server().port());
+  std::string partial = "PUT /blobs/a HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly ten b";
+  ASSERT_EQ(::send(fd, partial.data(), partial.size(), 0), static_cast<ssize_t>(partial.size()));
+  // A stalled client cannot be trusted to read an answer either: the connection is simply closed.
+  EXPECT_TRUE(PeerClosesWithin(fd, milliseconds(5000)));
+  ::close(fd);
+  auto status = seen.get_future();
+  ASSERT_EQ(status.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  Status s = status.get();
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.message(), "request body stalled for more than 200 ms");
+}
+
+TEST_P(StreamedBodyTest, BodyBelowTheMinimumRateIsCutWithAClearError) {
+  std::promise<Status> seen;
+  net::io_context io;
+  TestServer ts(
+      io, StreamedBodyRouter(GetParam(), seen,
+                             {.bytes_per_second = 100'000, .window = milliseconds(300), .grace = milliseconds(1000)}));
+
+  // A fast body passes.
+  std::string fast = "PUT /blobs/a HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\nConnection: close\r\n\r\n" +
+                     std::string(200'000, 'x');
+  std::string answer = Exchange(ts.server().port(), "127.0.0.1", fast);
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 201")) << answer;
+  EXPECT_NE(answer.find("\"size\":200000"), std::string::npos) << answer;
+
+  // 100 bytes every 20 ms (~5 KB/s) is far under 100 KB/s: cut after the grace and a window, with an answer.
+  const std::string header = "PUT /blobs/a HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n";
+  int fd = ConnectRaw(ts.server().port());
+  ASSERT_GT(::send(fd, header.data(), header.size(), MSG_NOSIGNAL), 0);
+  bool answered = false;
+  const auto give_up = std::chrono::steady_clock::now() + milliseconds(15'000);
+  while (!answered && std::chrono::steady_clock::now() < give_up) {
+    ::send(fd, std::string(100, 'x').data(), 100, MSG_NOSIGNAL);
+    pollfd p{fd, POLLIN, 0};
+    answered = ::poll(&p, 1, 20) > 0;
+  }
+  ASSERT_TRUE(answered) << "a body at 5 KB/s was not cut within 15 s";
+  std::string cut = test_support::ReadUntilClosed(fd);
+  ::close(fd);
+  EXPECT_TRUE(cut.starts_with("HTTP/1.1 504")) << cut;
+  EXPECT_NE(cut.find("below the minimum of 100000 bytes/s"), std::string::npos) << cut;
+  auto status = seen.get_future();
+  ASSERT_EQ(status.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(status.get().code(), StatusCode::kDeadlineExceeded);
 }
 
 TEST(ServerTest, RejectsBadListenAddressAndTlsFiles) {

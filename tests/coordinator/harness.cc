@@ -313,7 +313,7 @@ void ScriptedWorker::Run(std::stop_token stop) {
     auto res = client->Get(
         "/api/v1/worker/tasks/next?wait_ms=" + std::to_string(poll_wait_ms_.load()) + "&session_id=" + session, call);
     if (!res.ok()) {
-      // A poll cut short by Stop() keeps the session, so the worker still says goodbye below.
+      // A poll cut short by Stop() ends the session (its connection closed); the goodbye below is still answered.
       if (!stop.stop_requested()) session.clear();
       continue;
     }

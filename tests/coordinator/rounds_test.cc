@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "base/testing/raw_socket.h"
 #include "harness.h"
 #include "net/transport.h"
 #include "protocol/training_config.h"
@@ -320,6 +321,59 @@ TEST_F(RoundsTest, WorkerGoneMidRoundLeavesAndTheOthersCommit) {
       },
       std::chrono::seconds(5));
   EXPECT_TRUE(dropped);
+}
+
+// A worker killed while its task poll is open leaves that poll looking open until the server writes to it: its
+// session stayed idle and online, and a job starting meanwhile gave it a task it never received (the round lost it
+// until aggregation_timeout). The poll's connection is watched now: the worker is offline as soon as its kernel
+// closes the socket, whatever the heartbeat timeout and poll wait (two minutes each here), and the job's task goes to
+// the live worker only.
+TEST_F(RoundsTest, AWorkerWhosePollConnectionClosesIsOfflineAtOnceAndGetsNoTask) {
+  StartServer({"--heartbeat-timeout-ms", "120000", "--max-poll-wait-ms", "120000"});
+  Fixture f = MakeFixture(*admin_, 30, 2);
+  auto workers = StartWorkers(f, {Behaviour::kHonest});
+  auto killed = ClientWithToken(*server_, f.worker_tokens[1]);
+  auto hello = killed->PostJson("/api/v1/worker/hello", json::object());
+  ASSERT_TRUE(hello.ok()) << hello.status().ToString();
+  const std::string session = (*hello->Json())["session_id"];
+  ASSERT_TRUE(WaitForWorkersOnline(*admin_, {f.worker_ids[1]}, std::chrono::seconds(10)));
+  // Its poll, on a raw socket closed right after the request, as the kernel of a SIGKILLed worker does.
+  const uint16_t port = static_cast<uint16_t>(std::stoi(server_->url().substr(server_->url().rfind(':') + 1)));
+  const int fd = test_support::ConnectLoopback(port);
+  ASSERT_GE(fd, 0);
+  const std::string poll = "GET /api/v1/worker/tasks/next?session_id=" + session +
+                           "&wait_ms=120000 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
+                           f.worker_tokens[1] + "\r\n\r\n";
+  ASSERT_EQ(::send(fd, poll.data(), poll.size(), MSG_NOSIGNAL), static_cast<ssize_t>(poll.size()));
+  ::close(fd);
+
+  std::string status;
+  for (int i = 0; i < 200 && status != "offline"; ++i) {
+    auto record = admin_->Get("/api/v1/workers/" + std::to_string(f.worker_ids[1]));
+    ASSERT_TRUE(record.ok()) << record.status().ToString();
+    status = (*record->Json())["status"];
+    if (status != "offline") std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(status, "offline") << "a worker whose poll connection closed is still " << status;
+
+  const int64_t job_id = CreateJob(DistributedSpec(f, 1, 1, 60));
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(40));
+  for (auto& w : workers) w->Stop();
+  ASSERT_EQ(job["status"], "succeeded") << job.dump();
+  json rounds = Rounds(job_id);
+  ASSERT_EQ(rounds.size(), 1u);
+  ASSERT_EQ(rounds[0]["updates"].size(), 1u) << rounds[0].dump();
+  EXPECT_EQ(rounds[0]["updates"][0]["worker_id"], f.worker_ids[0]) << rounds[0].dump();
+  EXPECT_EQ(rounds[0]["participants"], json::array({f.worker_ids[0]})) << rounds[0].dump();
+  std::string assigned_to_killed;
+  WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& t, const json& d) {
+        if (t == "task_assigned" && d["worker_id"] == f.worker_ids[1]) assigned_to_killed = d.dump();
+        return !assigned_to_killed.empty();
+      },
+      std::chrono::seconds(2));
+  EXPECT_EQ(assigned_to_killed, "") << "the killed worker's session was given a task";
 }
 
 TEST_F(RoundsTest, AWorkerReportingItsTaskFailedLeavesAtOnceWithTheReason) {
