@@ -52,12 +52,16 @@ struct PutOptions {
   // missing, or present with other bytes than were put: use it only for blobs nothing reads after a restart (the
   // coordinator's round updates: an attempt in flight at a restart is failed, and its updates are never read).
   bool durable = true;
-  // Called with each chunk of the blob's bytes, in order, once it is hashed and before it is written, so it sees
+  // Called with each chunk of the blob's bytes, in order, once it is read and before it is written, so it sees
   // exactly the bytes the returned sha256 is of (the coordinator checks an update's values as they stream in:
   // weights/safetensors_stream_check.h). An error it returns fails the Put with that error, nothing stored. Called
   // on the Put's thread. Stores whose bytes do not pass through this process (S3) may ignore it: a caller that
   // counts the bytes it saw knows when it was not called.
   std::function<Status(std::span<const std::byte>)> observe_chunk;
+  // true: the store may hash on a second thread while it writes (the directory store does), so a Put costs about the
+  // longer of hashing and writing instead of their sum. For a caller with a core to spare, waiting on one large Put
+  // (the coordinator's new global of a round); not for uploads that already run many at once.
+  bool hash_in_parallel = false;
 };
 
 class BlobUrlIssuer;

@@ -150,6 +150,36 @@ TEST(DirectoryBlobStoreTest, NonDurablePutIsStillCompleteAndCreateOnly) {
   }
 }
 
+// A durable Put makes each directory entry on its path durable once: the parents of directories this store already
+// synced are not fsynced again, but a directory a non-durable Put created (a round's, by its updates) is, and so is
+// one Put creates.
+TEST(DirectoryBlobStoreTest, DurablePutSyncsEachDirectoryEntryOnTheKeysPathOnce) {
+  TempDirForTest dir;
+  auto store = DirectoryBlobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok());
+  PutOptions not_durable;
+  not_durable.durable = false;
+  auto put = [&](const std::string& key, const PutOptions& options) {
+    StringByteSource source(key);
+    ASSERT_TRUE((*store)->Put(key, source, options).ok()) << key;
+  };
+  put("jobs/1/rounds/000001-a1/updates/w1.safetensors", not_durable);
+  EXPECT_EQ((*store)->path_entry_syncs(), 0u);
+  put("jobs/1/rounds/000001-a1/global.safetensors", {});  // jobs, 1, rounds, 000001-a1: all made by the update
+  EXPECT_EQ((*store)->path_entry_syncs(), 4u);
+  put("jobs/1/rounds/000002-a1/updates/w1.safetensors", not_durable);
+  put("jobs/1/rounds/000002-a1/global.safetensors", {});  // only the new round's directory
+  EXPECT_EQ((*store)->path_entry_syncs(), 5u);
+  put("jobs/1/rounds/000002-a1/server_state.safetensors", {});
+  EXPECT_EQ((*store)->path_entry_syncs(), 5u);
+  put("jobs/1/rounds/000003-a1/global.safetensors", {});  // created by this Put
+  EXPECT_EQ((*store)->path_entry_syncs(), 6u);
+  // A directory removed behind the store's back and made again is a new entry: synced again.
+  fs::remove_all(dir.path() / "jobs/1/rounds/000003-a1");
+  put("jobs/1/rounds/000003-a1/global.safetensors", {});
+  EXPECT_EQ((*store)->path_entry_syncs(), 7u);
+}
+
 TEST(DirectoryBlobStoreTest, MissingOrDamagedSidecarIsRecomputed) {
   TempDirForTest dir;
   auto store = DirectoryBlobStore::Open(dir.path());

@@ -4,8 +4,10 @@
 // recomputed when missing) and, only while a Put is in flight, "c#tmp-<unique>". '#' cannot appear in a key, so these
 // never collide with blobs. Put writes and fsyncs the temp file, hard-links it to the final name (atomic and
 // create-only: link() fails if the name is taken), then fsyncs the directory; readers therefore see either no blob or
-// the whole blob. A Put with PutOptions::durable false skips the fsyncs of the file, its sidecar and the directory
-// (new directories are still fsynced: a later durable blob may live in them). Temp files left by a crash are removed
+// the whole blob. The sidecar is never fsynced (after a crash it may be empty; Head then hashes the blob again). A
+// durable Put makes every directory entry on its path durable: each directory's parent is fsynced once per store
+// (remembered here), and again whenever Put creates the directory. A Put with PutOptions::durable false skips the
+// fsyncs of the file, of the directory and of the directories on its path. Temp files left by a crash are removed
 // when the store is opened.
 // Unlike object stores, a key cannot also be a directory of another key: with blob "a/b" stored, Put("a/b/c") is
 // FailedPrecondition, and Put("a") is AlreadyExists. Coordinator keys never nest that way.
@@ -13,8 +15,13 @@
 // so only one process should have a given root open at a time.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
 
 #include "storage/blob_store.h"
 
@@ -34,10 +41,20 @@ class DirectoryBlobStore final : public BlobStore {
   Status SyncAll() override;
 
   const std::filesystem::path& root() const { return root_; }
+  // How many directory entries on keys' paths durable Puts have fsynced so far (their parents' fsyncs; for tests).
+  uint64_t path_entry_syncs() const { return path_entry_syncs_.load(); }
 
  private:
   explicit DirectoryBlobStore(std::filesystem::path root) : root_(std::move(root)) {}
+  // Creates the directories of `relative` (a key's parent) under the root; `durable`: and makes their entries durable.
+  Status EnsureKeyDirs(const std::filesystem::path& relative, bool durable);
+
   std::filesystem::path root_;
+  // Directories under root_ whose entry in their parent this store has fsynced: a durable Put into them need not
+  // fsync their parents again (a round's directory is synced by its global's Put; its job's, once).
+  std::mutex synced_dirs_mu_;
+  std::unordered_set<std::string> synced_dirs_;
+  std::atomic<uint64_t> path_entry_syncs_{0};
 };
 
 }  // namespace parsyn::storage

@@ -164,6 +164,60 @@ __attribute__((target("avx512f,avx512dq"))) size_t AccumulateExactF32Avx512(__in
   }
   return i;
 }
+
+// The kExact means of sums[0, count) into out, for count rounded down to a multiple of 8; returns that count.
+// out[i] = float(ToLongDouble(sums[i]) / exact_total), the same bits as the 80-bit divide, mostly without it:
+// q = double(|sum|) * (1 / double(total)) is within 6 double rounding errors (< 2^-50 relative) of the exact
+// quotient, and the long double quotient within 2^-62 of it. Unless q lies within 2^-43 (relative) of the midpoint
+// between two floats, all three round to the same float, so q's rounding is the answer; lanes near a midpoint
+// (~4 in a million for arbitrary values), zero sums and results outside the normal float range take the 80-bit
+// divide. q's low 29 mantissa bits are what float rounding drops: the midpoint is 2^28 there, and 1024 of those
+// units are at least 2^-43 of q.
+__attribute__((target("avx512f,avx512dq"))) size_t ExactMeansAvx512(const __int128* __restrict sums,
+                                                                    float* __restrict out, size_t count,
+                                                                    long double exact_total) {
+  const __m512d inverse_total = _mm512_set1_pd(1.0 / static_cast<double>(exact_total));
+  const __m512d two64 = _mm512_set1_pd(0x1p64);
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512i one = _mm512_set1_epi64(1);
+  const __m512i lows = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+  const __m512i highs = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
+  const __m512i dropped_mask = _mm512_set1_epi64((int64_t{1} << 29) - 1);
+  const __m512i near_midpoint_low = _mm512_set1_epi64((int64_t{1} << 28) - 1024);
+  const __m512i near_midpoint_span = _mm512_set1_epi64(2048);
+  const __m512i exponent_min = _mm512_set1_epi64(1023 - 126);  // 2^-126: the smallest normal float
+  const __m512i exponent_span = _mm512_set1_epi64(126 + 127);  // below 2^128
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m512i a = _mm512_loadu_si512(sums + i);
+    const __m512i b = _mm512_loadu_si512(sums + i + 4);
+    __m512i low = _mm512_permutex2var_epi64(a, lows, b);
+    __m512i high = _mm512_permutex2var_epi64(a, highs, b);
+    // |sum| as (high, low): negate where negative (two's complement over 128 bits).
+    const __mmask8 negative = _mm512_cmplt_epi64_mask(high, zero);
+    const __mmask8 borrow = _mm512_mask_cmpneq_epi64_mask(negative, low, zero);
+    high = _mm512_mask_sub_epi64(high, negative, zero, high);
+    high = _mm512_mask_sub_epi64(high, borrow, high, one);
+    low = _mm512_mask_sub_epi64(low, negative, zero, low);
+    const __mmask8 nonzero = _mm512_test_epi64_mask(_mm512_or_si512(high, low), _mm512_or_si512(high, low));
+    const __m512d magnitude = _mm512_add_pd(_mm512_mul_pd(_mm512_cvtepi64_pd(high), two64), _mm512_cvtepu64_pd(low));
+    const __m512d q = _mm512_mul_pd(magnitude, inverse_total);
+    const __m512i bits = _mm512_castpd_si512(q);
+    const __m512i exponent = _mm512_sub_epi64(_mm512_srli_epi64(bits, 52), exponent_min);
+    const __m512i dropped = _mm512_sub_epi64(_mm512_and_si512(bits, dropped_mask), near_midpoint_low);
+    const __mmask8 in_range = _mm512_cmple_epu64_mask(exponent, exponent_span);
+    const __mmask8 clear_of_midpoint = _mm512_cmpgt_epu64_mask(dropped, near_midpoint_span);
+    const __mmask8 slow = nonzero & ~(in_range & clear_of_midpoint);
+    // Rounding is symmetric, so the sign goes back on before it; to nearest even (the default mode). A zero sum is +0.
+    const __m512d signed_q = _mm512_mask_sub_pd(q, negative, _mm512_setzero_pd(), q);
+    _mm256_storeu_ps(out + i, _mm512_cvtpd_ps(signed_q));
+    for (unsigned m = slow; m != 0; m &= m - 1) {
+      const size_t at = i + static_cast<size_t>(std::countr_zero(m));
+      out[at] = static_cast<float>(ToLongDouble(sums[at]) / exact_total);
+    }
+  }
+  return i;
+}
 #pragma GCC diagnostic pop
 
 bool HasAvx512Dq() {
@@ -629,7 +683,11 @@ void WeightedMean::Impl::WriteMeans(size_t c, const std::byte* sums_bytes, std::
       break;
     case Accumulation::kExact: {
       const __int128* sums = reinterpret_cast<const __int128*>(sums_bytes);
-      for (size_t i = 0; i < count; ++i) means[i] = static_cast<float>(ToLongDouble(sums[i]) / exact_total);
+      size_t i = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+      if (HasAvx512Dq()) i = ExactMeansAvx512(sums, means.data(), count, exact_total);
+#endif
+      for (; i < count; ++i) means[i] = static_cast<float>(ToLongDouble(sums[i]) / exact_total);
       break;
     }
   }

@@ -311,6 +311,46 @@ TEST(WeightedMeanTest, ExactMatchesItsFixedPointDefinitionBitForBit) {
   }
 }
 
+// kExact's quotient near the midpoint between two floats, where a double quotient (53 bits) cannot tell which way
+// the 80-bit one rounds: weights 1, 1 and 2^-30 put element i at 1 + 2^-24 (a float midpoint) plus or minus about
+// 2^-55 times a small integer, and at the same far from any midpoint, and negated; all must match the definition.
+TEST(WeightedMeanTest, ExactRoundsQuotientsNearAFloatMidpointAsItsDefinition) {
+  const float one = 1.0f, above = std::nextafter(1.0f, 2.0f), below = std::nextafter(1.0f, 0.0f);
+  const float third[] = {one, above, std::nextafter(above, 2.0f), below, 1.5f, 0.75f, 3.0f, 0.0f};
+  const size_t size = 64;  // several 8-element vectors
+  std::vector<float> w1(size), w2(size), w3(size);
+  for (size_t i = 0; i < size; ++i) {
+    const float sign = i >= size / 2 ? -1.0f : 1.0f;
+    w1[i] = sign * one;
+    w2[i] = sign * above;
+    w3[i] = sign * third[i % std::size(third)];
+  }
+  const double counts[] = {1, 1, 0x1p-30};
+  std::vector<WeightSet> updates;
+  for (const std::vector<float>* values : {&w1, &w2, &w3}) {
+    WeightSet set;
+    auto bytes = set.AddZeros("w", DType::kF32, {static_cast<int64_t>(size)});
+    ASSERT_TRUE(bytes.ok());
+    std::memcpy(bytes->data(), values->data(), size * 4);
+    updates.push_back(std::move(set));
+  }
+  WeightedMean mean(updates[0], {.accumulation = Accumulation::kExact, .num_threads = 1});
+  for (size_t k = 0; k < updates.size(); ++k) ASSERT_TRUE(mean.Accept(updates[k], counts[k]).ok());
+  auto result = std::move(mean).Finish();
+  ASSERT_TRUE(result.ok());
+  auto fixed = [](double x) { return static_cast<__int128>(std::nearbyintl(static_cast<long double>(x) * 0x1p64L)); };
+  __int128 total = 0;
+  for (double n : counts) total += fixed(n);
+  int rounded_up = 0;
+  for (size_t i = 0; i < size; ++i) {
+    const __int128 sum = fixed(counts[0] * w1[i]) + fixed(counts[1] * w2[i]) + fixed(counts[2] * w3[i]);
+    const float want = static_cast<float>(static_cast<long double>(sum) / static_cast<long double>(total));
+    rounded_up += std::fabs(want) == above;
+    ASSERT_EQ(std::bit_cast<uint32_t>((*result)[0].as<float>()[i]), std::bit_cast<uint32_t>(want)) << "element " << i;
+  }
+  EXPECT_GT(rounded_up, 0);  // the cases are really on both sides of the midpoint
+}
+
 // Builds a one-tensor-per-spec set in `dtype` filled with `value`.
 WeightSet Filled(DType dtype, float value, const std::vector<Spec>& specs) {
   WeightSet set;
