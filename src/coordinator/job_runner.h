@@ -137,7 +137,10 @@ class JobRunner {
     bool ready = false;  // false while the check runs (a repeated result meanwhile checks under the mutex)
     StatusOr<weights::WeightSet> update = UnavailableError("not checked yet");
   };
-  static constexpr size_t kMaxEarlyCheckedUpdates = 8;
+  // Updates checked early and held at once: at least 8, more while their largest possible size fits 256 MiB (64 KiB
+  // LoRA updates: thousands, so that a round's 10,000 results are checked in parallel, not one by one under the mutex).
+  static constexpr size_t kMinEarlyCheckedUpdates = 8;
+  static constexpr uint64_t kEarlyCheckedBudgetBytes = uint64_t{256} << 20;
   struct PendingGlobal {
     std::string key;
     std::string sha256;
