@@ -128,7 +128,11 @@ http::Awaitable<Status> JobRunner::Handle(std::function<StatusOr<Actions>()> eve
     CollectWriteErrors();
     const Status failed = !write_error_.ok() ? write_error_ : (written ? written->status : Status::Ok());
     if (failed.ok()) {
-      for (int64_t worker : deliver) DeliverQueuedTask(worker);
+      LoopSlice slice;  // a round start delivers 10,000 tasks here
+      for (int64_t worker : deliver) {
+        if (slice.Over()) co_await YieldToLoop();
+        DeliverQueuedTask(worker);
+      }
       break;
     }
     // The tasks of this pass never go out; the answer is the error.
@@ -254,13 +258,9 @@ http::Awaitable<Status> JobRunner::Execute(Actions actions) {  // by value: see 
   std::deque<Action> work(actions.begin(), actions.end());
   Status first_error;
   // The job's mutex stays held across the yields; only other jobs' and workers' requests run meanwhile.
-  constexpr auto kLoopSlice = std::chrono::milliseconds(5);
-  auto slice_start = std::chrono::steady_clock::now();
+  LoopSlice slice;
   while (!work.empty()) {
-    if (std::chrono::steady_clock::now() - slice_start > kLoopSlice) {
-      co_await YieldToLoop();
-      slice_start = std::chrono::steady_clock::now();
-    }
+    if (slice.Over()) co_await YieldToLoop();
     Action action = std::move(work.front());
     work.pop_front();
     Status s = co_await Do(action, work);

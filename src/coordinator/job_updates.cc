@@ -284,8 +284,8 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
   // Reading and checking an update is the slow part of a result: done here, before waiting for the job's mutex, so
   // results check in parallel on the pool; only the accumulation is serial. Bounded, since a checked update is held
   // in memory until its turn; beyond the bound the check runs under the mutex as before.
-  const size_t max_early_checked =
-      std::max<size_t>(kMinEarlyCheckedUpdates, kEarlyCheckedBudgetBytes / std::max<uint64_t>(1, MaxUpdateUploadBytes()));
+  const size_t max_early_checked = std::max<size_t>(
+      kMinEarlyCheckedUpdates, kEarlyCheckedBudgetBytes / std::max<uint64_t>(1, MaxUpdateUploadBytes()));
   const bool check_early = round <= engine_config_.num_rounds && !report.blob_key.empty() && global_ != nullptr &&
                            checked_updates_.size() < max_early_checked && checked_updates_.count(worker_id) == 0;
   if (check_early) {

@@ -62,8 +62,24 @@ http::Awaitable<std::invoke_result_t<Fn>> Offload(boost::asio::thread_pool& pool
 }
 
 // Lets the loop run what else is ready (heartbeats, polls) before the awaiting coroutine goes on. Work that can run
-// long on the loop without waiting for anything (a round start's 10,000 tasks) calls it every few milliseconds.
+// long on the loop without waiting for anything (a round start's 10,000 tasks) yields every few milliseconds:
+//   LoopSlice slice;
+//   for (...) { if (slice.Over()) co_await YieldToLoop(); ... }
 http::Awaitable<void> YieldToLoop();
+class LoopSlice {
+ public:
+  static constexpr std::chrono::milliseconds kLength{5};
+  // True once this slice has run kLength (and a new slice starts now): time to yield.
+  bool Over() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - start_ < kLength) return false;
+    start_ = now;
+    return true;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
 
 // Only for coroutines of one loop thread. Lock() waits while another coroutine holds it; waiters get the lock in the
 // order they asked, and Unlock() hands it to the first of them only (waking every waiter on each unlock would cost

@@ -8,6 +8,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace parsyn::coordinator {
@@ -15,10 +16,22 @@ namespace {
 
 namespace net = boost::asio;
 
-// Gives the loop to everything else queued, as an await on the pool would.
-http::Awaitable<void> YieldToLoop() {
-  net::steady_timer timer(co_await net::this_coro::executor, std::chrono::milliseconds(0));
-  co_await timer.async_wait(net::use_awaitable);
+// YieldToLoop lets what is queued on the loop run before the yielding coroutine goes on (a heartbeat between a
+// round start's tasks).
+TEST(YieldToLoopTest, WhatIsQueuedRunsBeforeTheYielderGoesOn) {
+  net::io_context io;
+  std::vector<std::string> order;
+  net::co_spawn(
+      io,
+      [&]() -> http::Awaitable<void> {
+        order.push_back("long work, first slice");
+        co_await YieldToLoop();
+        order.push_back("long work, second slice");
+      },
+      net::detached);
+  net::post(io, [&] { order.push_back("heartbeat"); });
+  io.run();
+  EXPECT_EQ(order, (std::vector<std::string>{"long work, first slice", "heartbeat", "long work, second slice"}));
 }
 
 TEST(LoopMutexTest, OneHolderAtATimeInTheOrderTheyAsked) {

@@ -1,6 +1,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -112,24 +113,32 @@ std::string ReadFile(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-TEST(DirectoryBlobStoreTest, LaysBlobsOutUnderTheRootWithASha256Sidecar) {
+// A blob's sha256 as the directory store keeps it with the file (an extended attribute); "" if it has none.
+std::string Sha256Attribute(const fs::path& path) {
+  char value[128];
+  const ssize_t n = ::getxattr(path.c_str(), "user.parsyn.sha256", value, sizeof value);
+  return n < 0 ? "" : std::string(value, static_cast<size_t>(n));
+}
+
+TEST(DirectoryBlobStoreTest, LaysBlobsOutUnderTheRootWithTheirSha256) {
   TempDirForTest dir;
   auto store = DirectoryBlobStore::Open(dir.path());
   ASSERT_TRUE(store.ok());
   StringByteSource source("abc");
   ASSERT_TRUE((*store)->Put("jobs/1/global.safetensors", source).ok());
   EXPECT_EQ(ReadFile(dir.path() / "jobs/1/global.safetensors"), "abc");
-  EXPECT_EQ(ReadFile(dir.path() / "jobs/1/global.safetensors#sha256"),
+  EXPECT_EQ(Sha256Attribute(dir.path() / "jobs/1/global.safetensors"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_FALSE(fs::exists(dir.path() / "jobs/1/global.safetensors#sha256")) << "no sidecar where attributes work";
   EXPECT_EQ(*(*store)->LocalPath("jobs/1/global.safetensors"), dir.path() / "jobs/1/global.safetensors");
-  // Only the blob is listed, not its sidecar; no temp files are left behind.
+  // Only the blob is listed; no temp files are left behind.
   EXPECT_THAT(*(*store)->List(""), ElementsAre("jobs/1/global.safetensors"));
   for (const auto& entry : fs::recursive_directory_iterator(dir.path())) {
     EXPECT_EQ(entry.path().string().find("#tmp-"), std::string::npos) << entry.path();
   }
 }
 
-// durable = false only waives the fsyncs: the blob is still whole, hashed, sidecarred and create-only.
+// durable = false only waives the fsyncs: the blob is still whole, hashed (its sha256 kept) and create-only.
 TEST(DirectoryBlobStoreTest, NonDurablePutIsStillCompleteAndCreateOnly) {
   TempDirForTest dir;
   auto store = DirectoryBlobStore::Open(dir.path());
@@ -141,7 +150,7 @@ TEST(DirectoryBlobStoreTest, NonDurablePutIsStillCompleteAndCreateOnly) {
   ASSERT_TRUE(put.ok()) << put.status().ToString();
   EXPECT_EQ(put->sha256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_EQ(ReadFile(dir.path() / "jobs/1/rounds/000001-a1/updates/w1.safetensors"), "abc");
-  EXPECT_EQ(ReadFile(dir.path() / "jobs/1/rounds/000001-a1/updates/w1.safetensors#sha256"), put->sha256);
+  EXPECT_EQ(Sha256Attribute(dir.path() / "jobs/1/rounds/000001-a1/updates/w1.safetensors"), put->sha256);
   StringByteSource again("xyz");
   EXPECT_EQ((*store)->Put("jobs/1/rounds/000001-a1/updates/w1.safetensors", again, not_durable).status().code(),
             StatusCode::kAlreadyExists);
@@ -180,20 +189,30 @@ TEST(DirectoryBlobStoreTest, DurablePutSyncsEachDirectoryEntryOnTheKeysPathOnce)
   EXPECT_EQ((*store)->path_entry_syncs(), 7u);
 }
 
-TEST(DirectoryBlobStoreTest, MissingOrDamagedSidecarIsRecomputed) {
+// The kept sha256 is a cache: missing or damaged, Head hashes the blob again and keeps the result. A blob of a store
+// written where attributes did not work has a sidecar file instead, which Head reads.
+TEST(DirectoryBlobStoreTest, MissingOrDamagedSha256IsRecomputed) {
   TempDirForTest dir;
   auto store = DirectoryBlobStore::Open(dir.path());
   ASSERT_TRUE(store.ok());
   StringByteSource source("abc");
   ASSERT_TRUE((*store)->Put("k", source).ok());
   const std::string abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+  const fs::path k = dir.path() / "k";
 
-  fs::remove(dir.path() / "k#sha256");
+  ASSERT_EQ(::removexattr(k.c_str(), "user.parsyn.sha256"), 0);
   EXPECT_EQ((*store)->Head("k")->sha256, abc);
-  EXPECT_EQ(ReadFile(dir.path() / "k#sha256"), abc);  // written back
+  EXPECT_EQ(Sha256Attribute(k), abc);  // written back
 
-  std::ofstream(dir.path() / "k#sha256", std::ios::trunc) << "garbage";
+  const std::string garbage(64, 'z');
+  ASSERT_EQ(::setxattr(k.c_str(), "user.parsyn.sha256", garbage.data(), garbage.size(), 0), 0);
   EXPECT_EQ((*store)->Head("k")->sha256, abc);
+
+  std::ofstream(dir.path() / "old") << "abc";
+  const std::string cached(64, '0');  // not abc's: proves the sidecar is what Head read
+  std::ofstream(dir.path() / "old#sha256") << cached;
+  EXPECT_EQ((*store)->Head("old")->sha256, cached);
+  EXPECT_THAT(*(*store)->List(""), ElementsAre("k", "old"));
 }
 
 TEST(DirectoryBlobStoreTest, OpenSweepsStaleTempFilesAndKeepsBlobs) {

@@ -1,10 +1,12 @@
 // DirectoryBlobStore: blobs as files under a root directory (the default store; `file://` URIs).
 //
-// Layout: the blob for key "a/b/c" is the file <root>/a/b/c. Beside it live "c#sha256" (its sha256, a cache that is
-// recomputed when missing) and, only while a Put is in flight, "c#tmp-<unique>". '#' cannot appear in a key, so these
+// Layout: the blob for key "a/b/c" is the file <root>/a/b/c, its sha256 in the file's extended attribute
+// "user.parsyn.sha256" (set before the file gets its name; a cache, recomputed when missing or damaged). Where the
+// file system has no user extended attributes, a sidecar file "c#sha256" beside it holds the sha256 instead. Only
+// while a Put is in flight, "c#tmp-<unique>" exists. '#' cannot appear in a key, so these
 // never collide with blobs. Put writes and fsyncs the temp file, hard-links it to the final name (atomic and
 // create-only: link() fails if the name is taken), then fsyncs the directory; readers therefore see either no blob or
-// the whole blob. The sidecar is never fsynced (after a crash it may be empty; Head then hashes the blob again). A
+// the whole blob. A sidecar is never fsynced (after a crash it may be empty; Head then hashes the blob again). A
 // durable Put makes every directory entry on its path durable: each directory's parent is fsynced once per store
 // (remembered here), and again whenever Put creates the directory. A Put with PutOptions::durable false skips the
 // fsyncs of the file, of the directory and of the directories on its path. Temp files left by a crash are removed
