@@ -487,17 +487,17 @@ class JobRoutes {
       auto events = co_await Offload(context_.pool, [&] { return context_.store.ListJobEvents(job_id, last); });
       if (!events.ok()) co_return;
       bool ended = false;
+      std::vector<http::EventStream::Frame> frames;  // the page in one write
       for (const storage::JobEvent& e : *events) {
         json data = json::parse(e.payload_json, nullptr, false);
         if (data.is_discarded()) data = json::object();
         data["job_id"] = e.job_id;
         data["time_ms"] = e.time_ms;
-        const std::string payload = data.dump();
-        const std::string event_id = std::to_string(e.id);
-        if (!co_await stream.Send(e.type, payload, event_id)) co_return;
+        frames.push_back({.event = e.type, .data = data.dump(), .id = std::to_string(e.id)});
         last = e.id;
         if (EndsStream(e, data)) ended = true;
       }
+      if (!co_await stream.SendAll(frames)) co_return;
       if (ended) co_return;
       if (!events->empty()) continue;  // there may be more than one page
       if (!co_await stream.Wait(signal)) co_return;

@@ -880,6 +880,13 @@ class Connection<Stream>::Events final : public EventStream {
     co_return co_await WriteChunk(FormatEvent(event, data, id));
   }
 
+  net::awaitable<bool> SendAll(std::span<const Frame> frames) override {
+    if (frames.empty()) co_return open();
+    std::string all;
+    for (const Frame& f : frames) all += FormatEvent(f.event, f.data, f.id);
+    co_return co_await WriteChunk(std::move(all));
+  }
+
   net::awaitable<bool> Comment(std::string_view text) override {
     co_return co_await WriteChunk(": " + std::string(text) + "\n\n");
   }

@@ -114,6 +114,14 @@ class EventStream {
   // Writes one frame: "id: ...\nevent: ...\ndata: ...\n\n" (multi-line data becomes several data: lines;
   // empty `event`/`id` are left out).
   virtual Awaitable<bool> Send(std::string_view event, std::string_view data, std::string_view id = {}) = 0;
+  // Several frames in one write (a page of a job's stored events: 20,000 a round at 10,000 workers), each as Send
+  // writes it.
+  struct Frame {
+    std::string event;
+    std::string data;
+    std::string id;
+  };
+  virtual Awaitable<bool> SendAll(std::span<const Frame> frames) = 0;
   // Writes ": text\n\n", which clients ignore.
   virtual Awaitable<bool> Comment(std::string_view text) = 0;
   // Waits until `signal` is notified (true) or the stream closes (false: client gone, server stopping), writing a
