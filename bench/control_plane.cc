@@ -365,9 +365,9 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
         if (e.event == "round_committed") {
           // When the server committed (its clock is this machine's), not when the event got here: the stream can lag
           // a busy round by seconds.
-          const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     std::chrono::system_clock::now().time_since_epoch())
-                                     .count();
+          const int64_t now_ms =
+              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+                  .count();
           const auto lag = std::chrono::milliseconds(std::max<int64_t>(0, now_ms - d.value("time_ms", now_ms)));
           committed[d["round"].get<int>()] = Clock::now() - lag;
         }
