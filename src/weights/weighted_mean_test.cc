@@ -11,6 +11,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "weights/safetensors.h"
@@ -268,9 +269,22 @@ TEST(WeightedMeanTest, ResetStartsOverAndLeavesEarlierResultsAlone) {
   }
 }
 
-// kExact against its definition, bit for bit: each n * w (in double) rounded to nearest even on a 2^-64 grid,
-// summed as integers, divided in long double. Values span 2^-70..2^20 times sample counts of 1..10^6, so terms below,
-// near and far above 2^63 on the grid (one int64 to several limbs) and exact ties on the grid are all covered.
+// kExact's definition for element i of one-tensor f32 updates: each n * w (in double) rounded to nearest even on a
+// 2^-64 grid, summed as integers, divided in long double.
+float ExactMeanByDefinition(const std::vector<WeightSet>& updates, std::span<const double> counts, size_t i) {
+  auto fixed = [](double x) { return static_cast<__int128>(std::nearbyintl(static_cast<long double>(x) * 0x1p64L)); };
+  __int128 total = 0;
+  __int128 sum = 0;
+  for (size_t k = 0; k < updates.size(); ++k) {
+    total += fixed(counts[k]);
+    sum += fixed(counts[k] * static_cast<double>(updates[k][0].as<float>()[i]));
+  }
+  return static_cast<float>(static_cast<long double>(sum) / static_cast<long double>(total));
+}
+
+// kExact against its definition (ExactMeanByDefinition), bit for bit. Values span 2^-70..2^20 times sample counts
+// of 1..10^6, so terms below, near and far above 2^63 on the grid (one int64 to several limbs) and exact ties on the
+// grid are all covered.
 TEST(WeightedMeanTest, ExactMatchesItsFixedPointDefinitionBitForBit) {
   std::mt19937_64 rng(21);
   std::vector<float> values;
@@ -298,15 +312,8 @@ TEST(WeightedMeanTest, ExactMatchesItsFixedPointDefinitionBitForBit) {
   for (size_t k = 0; k < updates.size(); ++k) ASSERT_TRUE(mean.Accept(updates[k], counts[k]).ok());
   auto result = std::move(mean).Finish();
   ASSERT_TRUE(result.ok());
-  auto fixed = [](double x) { return static_cast<__int128>(std::nearbyintl(static_cast<long double>(x) * 0x1p64L)); };
-  __int128 total = 0;
-  for (double n : counts) total += fixed(n);
   for (size_t i = 0; i < values.size(); ++i) {
-    __int128 sum = 0;
-    for (size_t k = 0; k < updates.size(); ++k) {
-      sum += fixed(counts[k] * static_cast<double>(updates[k][0].as<float>()[i]));
-    }
-    const float want = static_cast<float>(static_cast<long double>(sum) / static_cast<long double>(total));
+    const float want = ExactMeanByDefinition(updates, counts, i);
     ASSERT_EQ(std::bit_cast<uint32_t>((*result)[0].as<float>()[i]), std::bit_cast<uint32_t>(want)) << "element " << i;
   }
 }
@@ -338,13 +345,9 @@ TEST(WeightedMeanTest, ExactRoundsQuotientsNearAFloatMidpointAsItsDefinition) {
   for (size_t k = 0; k < updates.size(); ++k) ASSERT_TRUE(mean.Accept(updates[k], counts[k]).ok());
   auto result = std::move(mean).Finish();
   ASSERT_TRUE(result.ok());
-  auto fixed = [](double x) { return static_cast<__int128>(std::nearbyintl(static_cast<long double>(x) * 0x1p64L)); };
-  __int128 total = 0;
-  for (double n : counts) total += fixed(n);
   int rounded_up = 0;
   for (size_t i = 0; i < size; ++i) {
-    const __int128 sum = fixed(counts[0] * w1[i]) + fixed(counts[1] * w2[i]) + fixed(counts[2] * w3[i]);
-    const float want = static_cast<float>(static_cast<long double>(sum) / static_cast<long double>(total));
+    const float want = ExactMeanByDefinition(updates, counts, i);
     rounded_up += std::fabs(want) == above;
     ASSERT_EQ(std::bit_cast<uint32_t>((*result)[0].as<float>()[i]), std::bit_cast<uint32_t>(want)) << "element " << i;
   }
