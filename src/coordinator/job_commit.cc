@@ -44,10 +44,7 @@ StatusOr<storage::BlobInfo> PutWeightSet(storage::BlobStore& blobs, const std::s
   const std::string header = weights::SafetensorsHeaderBytes(set);
   source.parts.push_back(std::as_bytes(std::span(header.data(), header.size())));
   for (const weights::Tensor& t : set.tensors()) source.parts.push_back(t.data);
-  // Nothing else runs while the round waits for its global: hashing beside the write is that much sooner.
-  storage::PutOptions options;
-  options.hash_in_parallel = true;
-  StatusOr<storage::BlobInfo> stored = blobs.Put(key, source, options);
+  StatusOr<storage::BlobInfo> stored = blobs.Put(key, source);
   if (!stored.ok() && stored.status().code() == StatusCode::kAlreadyExists) stored = blobs.Head(key);
   return stored;
 }

@@ -58,10 +58,6 @@ struct PutOptions {
   // on the Put's thread. Stores whose bytes do not pass through this process (S3) may ignore it: a caller that
   // counts the bytes it saw knows when it was not called.
   std::function<Status(std::span<const std::byte>)> observe_chunk;
-  // true: the store may hash on a second thread while it writes (the directory store does), so a Put costs about the
-  // longer of hashing and writing instead of their sum. For a caller with a core to spare, waiting on one large Put
-  // (the coordinator's new global of a round); not for uploads that already run many at once.
-  bool hash_in_parallel = false;
 };
 
 class BlobUrlIssuer;

@@ -97,26 +97,6 @@ TEST_P(BlobStoreContractTest, MultiChunkBlobRoundTrips) {
   EXPECT_TRUE(GetString(store(), "big.bin") == bytes);
 }
 
-// PutOptions::hash_in_parallel changes only where the hashing runs: the same blob and sha256, and a refused upload
-// (over its size cap, partway through) leaves nothing.
-TEST_P(BlobStoreContractTest, HashInParallelGivesTheSameBlob) {
-  std::string bytes(3 * 1024 * 1024 + 12345, '\0');
-  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 11);
-  PutOptions options;
-  options.hash_in_parallel = true;
-  StatusOr<BlobInfo> put = PutString(store(), "parallel.bin", bytes, options);
-  ASSERT_TRUE(put.ok()) << put.status().ToString();
-  EXPECT_EQ(put->size_bytes, bytes.size());
-  EXPECT_EQ(put->sha256, weights::Sha256Hex(std::string_view(bytes)));
-  EXPECT_EQ(store().Head("parallel.bin")->sha256, put->sha256);
-  EXPECT_TRUE(GetString(store(), "parallel.bin") == bytes);
-
-  options.max_size_bytes = 2 * 1024 * 1024 + 1;
-  StatusOr<BlobInfo> refused = PutString(store(), "parallel-too-big.bin", bytes, options);
-  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(store().Head("parallel-too-big.bin").status().code(), StatusCode::kNotFound);
-}
-
 TEST_P(BlobStoreContractTest, PutIsCreateOnly) {
   ASSERT_TRUE(PutString(store(), "a/b", "first").ok());
   StatusOr<BlobInfo> again = PutString(store(), "a/b", "second");

@@ -9,16 +9,12 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <span>
-#include <stop_token>
 #include <system_error>
-#include <thread>
 
 #include "base/log.h"
 #include "storage/disk_full.h"
@@ -147,46 +143,6 @@ bool IsHexSha256(std::string_view s) {
 
 fs::path SidecarPath(const fs::path& blob) { return fs::path(blob.string() + std::string(kSidecarSuffix)); }
 
-// Hashes chunks on its own thread, one at a time, in the order given: Hash() returns at once, and the chunk's bytes
-// must stay unchanged until the next Wait() returns.
-class BackgroundHasher {
- public:
-  BackgroundHasher()
-      : thread_([this](std::stop_token stop) {
-          std::unique_lock lock(mu_);
-          while (cv_.wait(lock, stop, [this] { return !pending_.empty(); })) {
-            const std::span<const std::byte> chunk = pending_;
-            lock.unlock();
-            hasher_.Update(chunk);
-            lock.lock();
-            pending_ = {};
-            cv_.notify_all();
-          }
-        }) {}
-  // Waits for the chunk being hashed, if any.
-  void Wait() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [this] { return pending_.empty(); });
-  }
-  void Hash(std::span<const std::byte> chunk) {
-    Wait();
-    std::lock_guard lock(mu_);
-    pending_ = chunk;
-    cv_.notify_all();
-  }
-  std::string HexDigest() {
-    Wait();
-    return hasher_.HexDigest();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable_any cv_;
-  std::span<const std::byte> pending_;  // guarded by mu_; empty when idle
-  weights::Sha256 hasher_;              // used by thread_ only until Wait() returns
-  std::jthread thread_;                 // last: stopped and joined first
-};
-
 }  // namespace
 
 StatusOr<std::unique_ptr<DirectoryBlobStore>> DirectoryBlobStore::Open(const fs::path& root) {
@@ -233,15 +189,9 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
   weights::Sha256 hasher;
   uint64_t size_bytes = 0;
   // Not zero-filled: a job's setup puts thousands of small shard files, and clearing 1 MiB for each was most of it.
-  const std::unique_ptr<std::byte[]> buffers[2] = {
-      std::make_unique_for_overwrite<std::byte[]>(kChunkBytes),
-      options.hash_in_parallel ? std::make_unique_for_overwrite<std::byte[]>(kChunkBytes) : nullptr};
-  // hash_in_parallel: chunk k is hashed on the helper's thread while it is written here and chunk k+1 is read into
-  // the other buffer. Declared after the buffers, so on an early return it stops before they go.
-  std::optional<BackgroundHasher> background;
-  if (options.hash_in_parallel) background.emplace();
-  for (int turn = 0;; turn ^= background ? 1 : 0) {
-    const std::span<std::byte> chunk(buffers[turn].get(), kChunkBytes);
+  const std::unique_ptr<std::byte[]> buffer = std::make_unique_for_overwrite<std::byte[]>(kChunkBytes);
+  const std::span<std::byte> chunk(buffer.get(), kChunkBytes);
+  while (true) {
     PARSYN_ASSIGN_OR_RETURN(size_t n, data.Read(chunk));
     if (n == 0) break;
     size_bytes += n;
@@ -249,11 +199,7 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
       return ResourceExhaustedError("blob '" + std::string(key) + "' is larger than the limit of " +
                                     std::to_string(*options.max_size_bytes) + " bytes");
     }
-    if (background) {
-      background->Hash(std::span<const std::byte>(chunk.data(), n));
-    } else {
-      hasher.Update(std::span<const std::byte>(chunk.data(), n));
-    }
+    hasher.Update(std::span<const std::byte>(chunk.data(), n));
     if (options.observe_chunk)
       PARSYN_RETURN_IF_ERROR(options.observe_chunk(std::span<const std::byte>(chunk.data(), n)));
     size_t done = 0;
@@ -270,7 +216,7 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
     }
   }
   const auto written = std::chrono::steady_clock::now();
-  BlobInfo info{std::string(key), size_bytes, background ? background->HexDigest() : hasher.HexDigest()};
+  BlobInfo info{std::string(key), size_bytes, hasher.HexDigest()};
   if (options.expected_sha256 && *options.expected_sha256 != info.sha256) {
     return DataLossError("blob '" + std::string(key) + "' has sha256 " + info.sha256 + ", expected " +
                          *options.expected_sha256);
