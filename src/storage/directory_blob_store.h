@@ -2,19 +2,18 @@
 //
 // Layout: the blob for key "a/b/c" is the file <root>/a/b/c, its sha256 in the file's extended attribute
 // "user.parsyn.sha256" (set before the file gets its name; a cache, recomputed when missing or damaged). Where the
-// file system has no user extended attributes, a sidecar file "c#sha256" beside it holds the sha256 instead. Only
-// while a Put is in flight, "c#tmp-<unique>" exists. '#' cannot appear in a key, so these
-// never collide with blobs. Put writes and fsyncs the temp file, hard-links it to the final name (atomic and
-// create-only: link() fails if the name is taken), then fsyncs the directory; readers therefore see either no blob or
-// the whole blob. A sidecar is never fsynced (after a crash it may be empty; Head then hashes the blob again). A
-// durable Put makes every directory entry on its path durable: each directory's parent is fsynced once per store
-// (remembered here), and again whenever Put creates the directory. A Put with PutOptions::durable false skips the
-// fsyncs of the file, of the directory and of the directories on its path. Temp files left by a crash are removed
-// when the store is opened.
-// Unlike object stores, a key cannot also be a directory of another key: with blob "a/b" stored, Put("a/b/c") is
-// FailedPrecondition, and Put("a") is AlreadyExists. Coordinator keys never nest that way.
-// Safe to call from several threads at once; all coordination is through the file system. Open() sweeps temp files,
-// so only one process should have a given root open at a time.
+// file system has no user extended attributes, a sidecar file "c#sha256" beside it holds the sha256 instead. Put
+// writes and fsyncs an unnamed file (O_TMPFILE; where the file system has none, a temp file "c#tmp-<unique>" that
+// exists only while the Put is in flight), hard-links it to the final name (atomic and create-only: linkat() fails if
+// the name is taken), then fsyncs the directory; readers therefore see either no blob or the whole blob. '#' cannot
+// appear in a key, so sidecars and temp names never collide with blobs. A sidecar is never fsynced (after a crash it
+// may be empty; Head then hashes the blob again). A durable Put makes every directory entry on its path durable: each
+// directory's parent is fsynced once per store (remembered here), and again whenever Put creates the directory. A Put
+// with PutOptions::durable false skips the fsyncs of the file, of the directory and of the directories on its path.
+// Temp files left by a crash are removed when the store is opened. Unlike object stores, a key cannot also be a
+// directory of another key: with blob "a/b" stored, Put("a/b/c") is FailedPrecondition, and Put("a") is AlreadyExists.
+// Coordinator keys never nest that way. Safe to call from several threads at once; all coordination is through the file
+// system. Open() sweeps temp files, so only one process should have a given root open at a time.
 #pragma once
 
 #include <atomic>
