@@ -165,6 +165,33 @@ bool DigestsEqual(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+void WorkerTokens::Reset(std::span<const storage::Worker> workers) {
+  worker_by_token_sha256_.clear();
+  by_worker_.clear();
+  for (const storage::Worker& w : workers) Add(w);
+}
+
+void WorkerTokens::Add(const storage::Worker& worker) {
+  worker_by_token_sha256_[worker.token_sha256] = worker.id;
+  by_worker_[worker.id] = Entry{.worker_id = worker.id, .revoked = worker.revoked};
+}
+
+void WorkerTokens::Revoke(int64_t worker_id) {
+  if (auto it = by_worker_.find(worker_id); it != by_worker_.end()) it->second.revoked = true;
+}
+
+const WorkerTokens::Entry* WorkerTokens::Find(std::string_view token_sha256) const {
+  auto token = worker_by_token_sha256_.find(std::string(token_sha256));
+  if (token == worker_by_token_sha256_.end()) return nullptr;
+  auto it = by_worker_.find(token->second);
+  return it == by_worker_.end() ? nullptr : &it->second;
+}
+
+bool WorkerTokens::Revoked(int64_t worker_id) const {
+  auto it = by_worker_.find(worker_id);
+  return it == by_worker_.end() || it->second.revoked;
+}
+
 std::string WorkerCertificateIdentity(int64_t worker_id) { return "worker-" + std::to_string(worker_id); }
 
 Status CheckWorkerCertificate(const std::optional<std::string>& client_identity, int64_t worker_id) {

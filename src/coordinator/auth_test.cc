@@ -11,6 +11,7 @@
 #include <ctime>
 #include <fstream>
 #include <memory>
+#include <vector>
 
 #include "base/testing/temp_dir.h"
 
@@ -30,6 +31,42 @@ std::string CommonName(X509* cert) {
   char cn[256] = {};
   X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof(cn));
   return cn;
+}
+
+storage::Worker WorkerWithToken(int64_t id, std::string_view token, bool revoked = false) {
+  storage::Worker w;
+  w.id = id;
+  w.token_sha256 = HashSecret(token);
+  w.revoked = revoked;
+  return w;
+}
+
+TEST(WorkerTokensTest, FindsWorkersByTokenAndRevocationsByWorker) {
+  WorkerTokens tokens;
+  tokens.Reset(std::vector{WorkerWithToken(1, "pwt_one"), WorkerWithToken(2, "pwt_two", /*revoked=*/true)});
+  tokens.Add(WorkerWithToken(3, "pwt_three"));
+
+  const WorkerTokens::Entry* one = tokens.Find(HashSecret("pwt_one"));
+  ASSERT_NE(one, nullptr);
+  EXPECT_EQ(one->worker_id, 1);
+  EXPECT_FALSE(one->revoked);
+  EXPECT_EQ(tokens.Find(HashSecret("pwt_three"))->worker_id, 3);
+  EXPECT_EQ(tokens.Find(HashSecret("pwt_unknown")), nullptr);
+  EXPECT_FALSE(tokens.Revoked(1));
+  EXPECT_TRUE(tokens.Revoked(2));
+  EXPECT_FALSE(tokens.Revoked(3));
+  EXPECT_TRUE(tokens.Revoked(99)) << "an id no token belongs to counts as revoked";
+
+  tokens.Revoke(3);
+  EXPECT_TRUE(tokens.Revoked(3));
+  EXPECT_TRUE(tokens.Find(HashSecret("pwt_three"))->revoked) << "the token stops authenticating too";
+  EXPECT_FALSE(tokens.Revoked(1));
+  tokens.Revoke(99);  // unknown: nothing to change
+  EXPECT_EQ(tokens.Find(HashSecret("pwt_unknown")), nullptr);
+
+  tokens.Reset(std::vector{WorkerWithToken(1, "pwt_one")});
+  EXPECT_EQ(tokens.Find(HashSecret("pwt_three")), nullptr) << "Reset drops what the store no longer has";
+  EXPECT_TRUE(tokens.Revoked(3));
 }
 
 TEST(WorkerCertificateTest, CheckWantsTheTokensOwnWorker) {

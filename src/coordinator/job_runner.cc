@@ -377,15 +377,26 @@ void JobRunner::RecordProgress(int64_t worker_id, const json& progress) { progre
 
 json JobRunner::LiveView() const {
   if (engine_ == nullptr) return json::object();
-  json view = {{"phase", JobPhaseName(engine_->phase())},
-               {"round", engine_->round()},
-               {"attempt", engine_->attempt()},
-               {"committed_round", job_.committed_round},  // as stored (the engine may be ahead until Resync)
-               {"total_rounds", engine_config_.num_rounds},
-               {"workers", ParticipantsJson(engine_->participants(), progress_)}};
+  json view = LivePhase();
+  view["committed_round"] = job_.committed_round;  // as stored (the engine may be ahead until Resync)
+  view["total_rounds"] = engine_config_.num_rounds;
+  view["workers"] = ParticipantsJson(engine_->participants(), progress_);
   // A store write failed (a full disk, say): until the retry gets through, nothing can be recorded, so the live
   // view is where the reason shows ("disk full: <path>, free space and the job resumes").
   if (resync_needed_) view["store_error"] = resync_reason_;
+  return view;
+}
+
+json JobRunner::LiveSummary() const {
+  if (engine_ == nullptr) return json::object();
+  json summary = LivePhase();
+  summary.erase("attempt");
+  summary["active_workers"] = engine_->ParticipantsNotDropped();
+  return summary;
+}
+
+json JobRunner::LivePhase() const {
+  json view = {{"phase", JobPhaseName(engine_->phase())}, {"round", engine_->round()}, {"attempt", engine_->attempt()}};
   // The engine runs the final evaluation as "round" num_rounds + 1; it belongs to the job's end, not to its rounds,
   // so the view names it and shows no round number above total_rounds (nor while the job's end is being recorded).
   if (engine_->round() > engine_config_.num_rounds) {

@@ -115,6 +115,9 @@ class JobRunner {
 
   // In-memory progress for GET /training-jobs/{id}: phase, round, attempt, per-worker state and progress.
   nlohmann::json LiveView() const;
+  // LiveView's phase and round (when it shows one) with the count of participants not dropped, "active_workers":
+  // the event feed's job_live, published every batch interval, without building every worker's entry.
+  nlohmann::json LiveSummary() const;
   // A worker's progress report within the current attempt (for LiveView).
   void RecordProgress(int64_t worker_id, const nlohmann::json& progress);
   // Largest accepted update upload for a key of this job (the global's size plus header room); nullopt if the key
@@ -129,6 +132,8 @@ class JobRunner {
   void RememberCheckedUpload(const std::string& blob_key, const std::string& sha256);
 
  private:
+  // The phase, round and attempt LiveView and LiveSummary show. Needs engine_.
+  nlohmann::json LivePhase() const;
   // An update Result() read and checked before taking the job's mutex (see CheckUpdateFile in job_updates.cc).
   struct CheckedUpdate {
     int round = 0;

@@ -619,4 +619,9 @@ std::vector<ParticipantView> RoundEngine::participants() const {
   return out;
 }
 
+int RoundEngine::ParticipantsNotDropped() const {
+  return static_cast<int>(std::count_if(participants_.begin(), participants_.end(),
+                                        [](const Participant& p) { return p.state != ParticipantState::kDropped; }));
+}
+
 }  // namespace parsyn::coordinator

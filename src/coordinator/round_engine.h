@@ -329,6 +329,8 @@ class RoundEngine {
   std::optional<Clock::TimePoint> next_deadline() const;
   const EngineCheckpoint& checkpoint() const { return checkpoint_; }
   std::vector<ParticipantView> participants() const;
+  // How many of participants() are not dropped (without copying them).
+  int ParticipantsNotDropped() const;
   // Whether the config lets the worker take part (any worker when eligible_workers is empty).
   bool IsEligible(WorkerId worker) const;
 

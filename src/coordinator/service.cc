@@ -109,9 +109,7 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
   PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Worker> workers, service->store_->SharedByCoordinators()
                                                                     ? service->store_->ListWorkers()
                                                                     : ResetWorkerSessions(*service->store_));
-  for (const storage::Worker& w : workers) {
-    service->worker_tokens_[w.token_sha256] = WorkerAuth{.worker_id = w.id, .revoked = w.revoked};
-  }
+  service->worker_tokens_.Reset(workers);
   return service;
 }
 
@@ -164,12 +162,7 @@ StatusOr<storage::UrlGrant> Service::BlobPutGrant(std::string_view key, std::chr
   return blob_urls_->PutGrant(key, ttl);
 }
 
-bool Service::WorkerRevoked(int64_t worker_id) const {
-  for (const auto& [token_sha256, auth] : worker_tokens_) {
-    if (auth.worker_id == worker_id) return auth.revoked;
-  }
-  return true;
-}
+bool Service::WorkerRevoked(int64_t worker_id) const { return worker_tokens_.Revoked(worker_id); }
 
 StatusOr<http::Router> Service::BuildRouter() {
   http::Router router;
@@ -293,15 +286,14 @@ Status Service::CheckAdmin(const http::Request& req) const {
 
 StatusOr<int64_t> Service::AuthenticateWorker(const http::Request& req) const {
   PARSYN_ASSIGN_OR_RETURN(std::string token, BearerToken(req.Header("authorization")));
-  auto it = worker_tokens_.find(HashSecret(token));
-  if (it == worker_tokens_.end()) return UnauthenticatedError("invalid worker token");
-  if (it->second.revoked) {
-    return PermissionDeniedError("worker " + std::to_string(it->second.worker_id) + " has been revoked");
-  }
+  const WorkerTokens::Entry* worker = worker_tokens_.Find(HashSecret(token));
+  if (worker == nullptr) return UnauthenticatedError("invalid worker token");
+  if (worker->revoked)
+    return PermissionDeniedError("worker " + std::to_string(worker->worker_id) + " has been revoked");
   if (options_.require_worker_certificates) {
-    PARSYN_RETURN_IF_ERROR(CheckWorkerCertificate(req.client_identity, it->second.worker_id));
+    PARSYN_RETURN_IF_ERROR(CheckWorkerCertificate(req.client_identity, worker->worker_id));
   }
-  return it->second.worker_id;
+  return worker->worker_id;
 }
 
 std::string Service::SignedBlobUrl(std::string_view method, std::string_view key, std::chrono::seconds ttl,
@@ -392,12 +384,9 @@ void Service::PublishBatches() {
   for (int64_t job_id : jobs) {
     JobRunner* runner = FindRunner(job_id);
     if (runner == nullptr || runner->finished()) continue;  // its terminal job_status says it all
-    const json live = runner->LiveView();
-    if (!live.contains("phase")) continue;
-    int64_t active = 0;
-    for (const json& w : live.value("workers", json::array())) active += w.value("state", "") != "dropped";
-    json data = {{"job_id", job_id}, {"phase", live["phase"]}, {"active_workers", active}};
-    if (live.contains("round")) data["round"] = live["round"];
+    json data = runner->LiveSummary();
+    if (!data.contains("phase")) continue;
+    data["job_id"] = job_id;
     PublishFeedEvent("job_live", std::move(data));
   }
 }
@@ -410,7 +399,9 @@ Service::Session* Service::FindSession(int64_t worker_id) {
 bool Service::DeliverTask(int64_t worker_id, int64_t job_id, json task) {
   Session* s = FindSession(worker_id);
   if (s == nullptr) return false;
-  s->queued.push_back({.job_id = job_id, .task = std::move(task)});
+  const int round = task.value("round", 0);
+  const int attempt = task.value("attempt", 0);
+  s->queued.push_back({.job_id = job_id, .round = round, .attempt = attempt, .task = std::move(task)});
   s->tasks_assigned++;
   s->wake->Notify();
   boost::asio::co_spawn(io_, SetWorkerStatus(worker_id, storage::WorkerStatus::kBusy), boost::asio::detached);
@@ -421,12 +412,11 @@ void Service::AbandonTask(int64_t worker_id, int64_t job_id, int round, int atte
   Session* s = FindSession(worker_id);
   if (s == nullptr) return;
   std::erase_if(s->queued, [&](const Session::QueuedTask& t) {
-    return t.job_id == job_id && t.task["round"] == round && t.task["attempt"] == attempt;
+    return t.job_id == job_id && t.round == round && t.attempt == attempt;
   });
-  if (s->current_job == job_id && s->current_task["round"] == round && s->current_task["attempt"] == attempt) {
+  if (s->current_job == job_id && s->current_round == round && s->current_attempt == attempt) {
     s->abandon.push_back({.job_id = job_id, .round = round, .attempt = attempt});
     s->current_job.reset();
-    s->current_task = json();
   }
 }
 
@@ -434,7 +424,6 @@ void Service::TaskFinished(int64_t worker_id, int64_t job_id) {
   Session* s = FindSession(worker_id);
   if (s == nullptr || s->current_job != job_id) return;
   s->current_job.reset();
-  s->current_task = json();
   if (s->queued.empty()) {
     boost::asio::co_spawn(io_, SetWorkerStatus(worker_id, storage::WorkerStatus::kOnline), boost::asio::detached);
   }
@@ -651,10 +640,7 @@ http::Awaitable<void> Service::BecomeLeader() {
   if (!workers.ok()) {
     PARSYN_LOG_ERROR("reloading the workers as the new leader: {}", workers.status().ToString());
   } else {
-    worker_tokens_.clear();
-    for (const storage::Worker& w : *workers) {
-      worker_tokens_[w.token_sha256] = WorkerAuth{.worker_id = w.id, .revoked = w.revoked};
-    }
+    worker_tokens_.Reset(*workers);
   }
   leader_ = true;
   leader_url_ = options_.public_url;

@@ -54,7 +54,7 @@ class WorkerAdminRoutes {
                            .created_at_ms = context_.clock.UnixMillis()};
     auto created = co_await Offload(context_.pool, [&] { return context_.store.CreateWorker(worker); });
     if (!created.ok()) co_return Response::Error(created.status());
-    service_.worker_tokens_[created->token_sha256] = Service::WorkerAuth{.worker_id = created->id, .revoked = false};
+    service_.worker_tokens_.Add(*created);
     service_.NoteWorkerChange(created->id, WorkerView(*created));  // the dashboard's stream
     json body = WorkerJson(*created);
     body["token"] = *token;  // shown once; only its hash is kept
@@ -86,7 +86,7 @@ class WorkerAdminRoutes {
       return w;
     });
     if (!revoked.ok()) co_return Response::Error(revoked.status());
-    service_.worker_tokens_[revoked->token_sha256].revoked = true;
+    service_.worker_tokens_.Revoke(*id);
     co_await service_.EndSession(*id, "revoked");
     json view = WorkerView(*revoked);
     service_.NoteWorkerChange(*id, view);  // the dashboard's stream

@@ -124,7 +124,6 @@ class WorkerProtocolRoutes {
     s->last_seen = context_.clock.Now();
     // Polling while holding an unreported task means the worker dropped it; the job's engine hears so below.
     s->current_job.reset();
-    s->current_task = json();
     s->polls_in_flight++;
     if (s->queued.empty() && !client_gone()) co_await service_.OfferWorker(worker_id);
     const auto deadline = std::chrono::steady_clock::now() + *wait;
@@ -160,7 +159,8 @@ class WorkerProtocolRoutes {
     Session::QueuedTask task = std::move(s->queued.front());
     s->queued.pop_front();
     s->current_job = task.job_id;
-    s->current_task = task.task;
+    s->current_round = task.round;
+    s->current_attempt = task.attempt;
     co_return Response::Json(200, task.task);
   }
 
@@ -291,9 +291,8 @@ class WorkerProtocolRoutes {
   // last given and has not yet reported. FailedPrecondition otherwise.
   Status HoldsTask(int64_t worker_id, const protocol::Progress& progress) {
     const Session* s = service_.FindSession(worker_id);
-    const bool holds = s != nullptr && s->current_job == progress.job_id && s->current_task.is_object() &&
-                       s->current_task.value("round", -1) == progress.round &&
-                       (!progress.attempt || s->current_task.value("attempt", -1) == *progress.attempt);
+    const bool holds = s != nullptr && s->current_job == progress.job_id && s->current_round == progress.round &&
+                       (!progress.attempt || s->current_attempt == *progress.attempt);
     if (holds) return Status::Ok();
     return FailedPreconditionError("worker " + std::to_string(worker_id) + " has no task in job " +
                                    std::to_string(progress.job_id) + " round " + std::to_string(progress.round) +
