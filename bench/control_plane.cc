@@ -22,7 +22,10 @@
 // printed as skipped, with the reason.
 //
 // Usage: bench_control_plane [--workers 1000,5000,10000,50000] [--idle-s 10] [--train-ms 1000] [--server-bin PATH]
-//                            [--server-log-level warn]
+//                            [--server-log-level warn] [--details-dir DIR]
+// --details-dir keeps, per N, the server's /metrics after the job (metrics-N.txt: its round-phase histograms) and
+// the job's timeline as this process saw it (timeline-N.csv: ms since the job was created, what, round), for
+// profiling a slow round.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -240,7 +243,8 @@ struct Figures {
 };
 
 Figures RunOne(int n, const fs::path& root, const Update& update, const std::string& binary,
-               const std::string& log_level, int idle_s, std::chrono::milliseconds train_time) {
+               const std::string& log_level, int idle_s, std::chrono::milliseconds train_time,
+               const fs::path& details_dir) {
   Figures fig;
   fig.n = n;
   const fs::path data_dir = root / ("n" + std::to_string(n));
@@ -384,8 +388,14 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
   if (!read.ok()) fig.outcome = "events: " + read.ToString();
   const auto job_end = Clock::now();
   fig.hb_round_server_p99 = BucketP99Ms(heartbeats_before, HeartbeatBuckets(admin));
+  if (!details_dir.empty()) {
+    auto metrics = admin.Send(http::Method::kGet, "/metrics", "", "");
+    std::ofstream(details_dir / ("metrics-" + std::to_string(n) + ".txt")) << (metrics.ok() ? metrics->body : "");
+  }
   const std::vector<SimWorkers::TaskSeen> tasks = workers.tasks();
   const std::vector<SimWorkers::Sample> beats = workers.heartbeats();
+  const std::vector<SimWorkers::Sample> uploads = workers.uploads();
+  const std::vector<SimWorkers::Sample> results = workers.accepted_results();
   fig.errors = workers.error_count();
   for (const std::string& e : workers.errors()) std::fprintf(stderr, "  N=%d worker error: %s\n", n, e.c_str());
   workers.Stop();
@@ -409,9 +419,24 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
     if (s.at >= job_start && s.at < job_end) round_beats.push_back(s.ms);
   }
   fig.hb_round_count = round_beats.size();
+  if (!details_dir.empty()) {
+    std::ofstream timeline(details_dir / ("timeline-" + std::to_string(n) + ".csv"));
+    auto ms = [&](Clock::time_point t) { return std::chrono::duration<double, std::milli>(t - job_start).count(); };
+    timeline << "ms,what,round\n";
+    for (const SimWorkers::TaskSeen& t : tasks) timeline << ms(t.at) << ",task_" << t.kind << "," << t.round << "\n";
+    for (const auto& [round, at] : committed) timeline << ms(at) << ",committed," << round << "\n";
+    // An upload's or result's round is not kept: sent and answered times tell the rounds apart.
+    for (const SimWorkers::Sample& u : uploads)
+      timeline << ms(u.at) << ",upload_sent,\n" << ms(u.at) + u.ms << ",upload_stored,\n";
+    for (const SimWorkers::Sample& r : results)
+      timeline << ms(r.at) << ",result_sent,\n" << ms(r.at) + r.ms << ",result_accepted,\n";
+  }
   fig.hb_round_p99 = Percentile(round_beats, 0.99);
+  // The data dir stays until the last N is done (main removes the root): this machine's ext4 has no journal, and
+  // there each new inode skips every inode freed in the last 60-360 s (the kernel's recently_deleted check, one
+  // buffer-cache lookup each), so deleting one run's ~30,000 files made the next run's setup and uploads slower
+  // (setup 4.2 s -> 11.1 s, 3.4% of all samples in recently_deleted).
   std::error_code ec;
-  fs::remove_all(data_dir, ec);
   if (log_level == "warn") fs::remove(server.log(), ec);
   return fig;
 }
@@ -424,6 +449,7 @@ int main(int argc, char** argv) {
   std::chrono::milliseconds train_time{1000};
   std::string binary = PARSYN_BIN;
   std::string log_level = "warn";
+  fs::path details_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--workers") {
@@ -436,6 +462,9 @@ int main(int argc, char** argv) {
       binary = value;
     } else if (flag == "--server-log-level") {
       log_level = value;
+    } else if (flag == "--details-dir") {
+      details_dir = value;
+      fs::create_directories(details_dir);
     } else {
       Die("unknown flag " + flag + " (see the header of bench/control_plane.cc)");
     }
@@ -472,7 +501,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       continue;
     }
-    Figures f = RunOne(n, root, update, binary, log_level, idle_s, train_time);
+    Figures f = RunOne(n, root, update, binary, log_level, idle_s, train_time, details_dir);
     // Measured after the server is gone, so the floor has the machine to itself as the round had.
     f.floor_s = RoundFloorSeconds(update.bytes, n, root);
     if (f.round2_s > 0) f.round2_ratio = std::max(0.0, f.round2_s - 2 * Seconds(train_time)) / f.floor_s;

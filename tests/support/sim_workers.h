@@ -9,7 +9,8 @@
 // ProbeHeartbeats sends heartbeats for idle workers on a few extra connections (as a worker of the older
 // two-connection protocol would), to time heartbeats while the fleet holds its polls.
 //
-// Every call is timed; the latencies (heartbeats, polls that brought a task) and errors are kept for the caller.
+// Every call is timed; the latencies (heartbeats, polls that brought a task, uploads, accepted results) and errors are
+// kept for the caller.
 #pragma once
 
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
@@ -109,6 +110,14 @@ class SimWorkers {
   std::vector<TaskSeen> tasks() const {
     std::lock_guard lock(mu_);
     return tasks_;
+  }
+  std::vector<Sample> uploads() const {  // update PUTs answered 201
+    std::lock_guard lock(mu_);
+    return uploads_;
+  }
+  std::vector<Sample> accepted_results() const {  // results answered 200
+    std::lock_guard lock(mu_);
+    return accepted_results_;
   }
 
  private:
@@ -282,23 +291,31 @@ class SimWorkers {
           // The signed URL names this server: its path and query are the target.
           const std::string url = task["update_upload"]["url"];
           const size_t path_at = url.find('/', url.find("//") + 2);
+          const Clock::time_point put_sent = Clock::now();
           Response put = co_await Call(poll, bhttp::verb::put, url.substr(path_at), "", options_.update,
                                        "application/octet-stream");
           if (put.result_int() != 201) {
             NoteError("upload: " + std::to_string(put.result_int()) + " " + put.body());
             continue;
           }
+          {
+            std::lock_guard lock(mu_);
+            uploads_.push_back({.at = put_sent, .ms = MsSince(put_sent)});
+          }
           result["blob_key"] = task["update_upload"]["blob_key"];
           result["sha256"] = options_.update_sha256;
           result["sample_count"] = data.value("train_rows", 0);
           result["train_loss"] = 1.0;
         }
+        const Clock::time_point result_sent = Clock::now();
         Response answer =
             co_await Call(poll, bhttp::verb::post, "/api/v1/worker/result", token, result.dump(), "application/json");
         if (answer.result_int() != 200) {
           NoteError("result: " + std::to_string(answer.result_int()) + " " + answer.body());
         } else {
           results_++;
+          std::lock_guard lock(mu_);
+          accepted_results_.push_back({.at = result_sent, .ms = MsSince(result_sent)});
         }
       } catch (const std::exception& e) {
         NoteError(std::string("poll: ") + e.what());
@@ -323,6 +340,8 @@ class SimWorkers {
   std::vector<std::string> errors_;
   std::vector<Sample> heartbeats_;
   std::vector<TaskSeen> tasks_;
+  std::vector<Sample> uploads_;
+  std::vector<Sample> accepted_results_;
   std::vector<std::string> sessions_;  // per worker, once its hello is answered; touched on the fleet's thread only
 };
 
