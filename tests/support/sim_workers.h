@@ -7,7 +7,9 @@
 // descriptors here and as many on the server: raise RLIMIT_NOFILE first (base/fd_limit.h).
 //
 // ProbeHeartbeats sends heartbeats for idle workers on a few extra connections (as a worker of the older
-// two-connection protocol would), to time heartbeats while the fleet holds its polls.
+// two-connection protocol would), to time heartbeats while the fleet holds its polls. StartProbing does the same from
+// a thread of its own, so that its timings are the server's, not this fleet's thread's queue (which, busy with 10,000
+// workers' uploads, added seconds).
 //
 // Every call is timed; the latencies (heartbeats, polls that brought a task, uploads, accepted results) and errors are
 // kept for the caller.
@@ -67,7 +69,10 @@ class SimWorkers {
   };
 
   explicit SimWorkers(SimWorkersOptions options) : options_(std::move(options)) {}
-  ~SimWorkers() { Stop(); }
+  ~SimWorkers() {
+    StopProbing();
+    Stop();
+  }
   SimWorkers(const SimWorkers&) = delete;
   SimWorkers& operator=(const SimWorkers&) = delete;
 
@@ -94,6 +99,43 @@ class SimWorkers {
     for (int c = 0; c < connections; ++c) {
       boost::asio::co_spawn(io_, Probe(c, connections, count, spacing), boost::asio::detached);
     }
+  }
+
+  // Heartbeats at `per_second` for workers that said hello, spread over the fleet, on `connections` connections of
+  // their own driven by a thread of their own, until StopProbing; timed into probe_heartbeats(). Call once every
+  // worker has said hello (hellos() == the fleet's size): the probes read the sessions the hellos wrote.
+  void StartProbing(int per_second, int connections = 8) {
+    if (probe_thread_.joinable()) return;
+    probe_sessions_ = sessions_;
+    const auto spacing = std::chrono::microseconds(1'000'000 * connections / std::max(1, per_second));
+    for (int c = 0; c < connections; ++c) {
+      boost::asio::co_spawn(probe_io_, ProbeUntilStopped(c, spacing), boost::asio::detached);
+    }
+    probe_thread_ = std::thread([this] { probe_io_.run(); });
+  }
+  void StopProbing() {
+    if (!probe_thread_.joinable()) return;
+    probe_io_.stop();
+    probe_thread_.join();
+  }
+  std::vector<Sample> probe_heartbeats() const {
+    std::lock_guard lock(mu_);
+    return probe_heartbeats_;
+  }
+
+  // Sends `count` heartbeats back to back on `connections` connections of their own (for workers that said hello,
+  // spread over the fleet), driven by the calling thread, and returns the seconds they took: what `count` of the
+  // cheapest authenticated worker calls cost this server and this client. Call once every worker has said hello.
+  double HeartbeatBurstSeconds(int count, int connections) {
+    boost::asio::io_context io{1};
+    std::vector<Sample> timings;  // touched on this thread only (through Heartbeat, under mu_)
+    const std::vector<std::string> sessions = sessions_;
+    const Clock::time_point start = Clock::now();
+    for (int c = 0; c < connections; ++c) {
+      boost::asio::co_spawn(io, Burst(io, sessions, c, connections, count, timings), boost::asio::detached);
+    }
+    io.run();
+    return std::chrono::duration<double>(Clock::now() - start).count();
   }
 
   int hellos() const { return hellos_.load(); }
@@ -190,7 +232,8 @@ class SimWorkers {
     return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
   }
 
-  Awaitable<void> Heartbeat(Connection& conn, const std::string& token, const std::string& session) {
+  Awaitable<void> Heartbeat(Connection& conn, const std::string& token, const std::string& session,
+                            std::vector<Sample>* timings = nullptr) {
     namespace bhttp = boost::beast::http;
     const Clock::time_point sent = Clock::now();
     try {
@@ -198,7 +241,7 @@ class SimWorkers {
                                    "application/json");
       if (res.result_int() != 200) NoteError("heartbeat: " + std::to_string(res.result_int()) + " " + res.body());
       std::lock_guard lock(mu_);
-      heartbeats_.push_back({.at = sent, .ms = MsSince(sent)});
+      (timings != nullptr ? *timings : heartbeats_).push_back({.at = sent, .ms = MsSince(sent)});
     } catch (const std::exception& e) {
       NoteError(std::string("heartbeat: ") + e.what());
     }
@@ -234,6 +277,34 @@ class SimWorkers {
       const size_t worker = static_cast<size_t>(i) * 7919 % n;  // spread over the fleet
       if (sessions_[worker].empty()) continue;                  // no hello yet
       co_await Heartbeat(conn, options_.tokens[worker], sessions_[worker]);
+    }
+    Close(conn);
+  }
+
+  // One probing connection (on probe_io_): a heartbeat every `spacing`, for workers `lane` apart, until stopped.
+  Awaitable<void> ProbeUntilStopped(int lane, std::chrono::microseconds spacing) {
+    Connection conn(probe_io_);
+    boost::asio::steady_timer timer(probe_io_);
+    Clock::time_point next = Clock::now();
+    const size_t n = probe_sessions_.size();
+    for (size_t i = static_cast<size_t>(lane); n > 0; i += 7919) {  // a prime stride spreads the lanes' workers
+      next += spacing;
+      timer.expires_at(next);
+      co_await timer.async_wait(boost::asio::use_awaitable);
+      const size_t worker = i % n;
+      if (probe_sessions_[worker].empty()) continue;
+      co_await Heartbeat(conn, options_.tokens[worker], probe_sessions_[worker], &probe_heartbeats_);
+    }
+  }
+
+  // One connection of HeartbeatBurstSeconds: heartbeats `lane`, `lane` + `lanes`, ... of `count`, back to back.
+  Awaitable<void> Burst(boost::asio::io_context& io, const std::vector<std::string>& sessions, int lane, int lanes,
+                        int count, std::vector<Sample>& timings) {
+    Connection conn(io);
+    for (int i = lane; i < count && !sessions.empty(); i += lanes) {
+      const size_t worker = static_cast<size_t>(i) * 7919 % sessions.size();
+      if (sessions[worker].empty()) continue;
+      co_await Heartbeat(conn, options_.tokens[worker], sessions[worker], &timings);
     }
     Close(conn);
   }
@@ -343,6 +414,10 @@ class SimWorkers {
   std::vector<Sample> uploads_;
   std::vector<Sample> accepted_results_;
   std::vector<std::string> sessions_;  // per worker, once its hello is answered; touched on the fleet's thread only
+  boost::asio::io_context probe_io_{1};
+  std::thread probe_thread_;
+  std::vector<std::string> probe_sessions_;  // sessions_ when probing started; read on probe_thread_ only
+  std::vector<Sample> probe_heartbeats_;
 };
 
 }  // namespace parsyn::test_support
