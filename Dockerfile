@@ -12,7 +12,7 @@ RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq 
       cmake ninja-build g++ git ca-certificates \
       libssl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev \
       libsqlite3-dev libpq-dev libcurl4-openssl-dev libboost1.74-dev libzstd-dev \
-      libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev libopenblas0-pthread \
+      libgtest-dev libgmock-dev libbenchmark-dev libtorch-dev libopenblas0-pthread libjemalloc-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
