@@ -181,7 +181,7 @@ void WorkerTokens::Revoke(int64_t worker_id) {
 }
 
 const WorkerTokens::Entry* WorkerTokens::Find(std::string_view token_sha256) const {
-  auto token = worker_by_token_sha256_.find(std::string(token_sha256));
+  auto token = worker_by_token_sha256_.find(token_sha256);
   if (token == worker_by_token_sha256_.end()) return nullptr;
   auto it = by_worker_.find(token->second);
   return it == by_worker_.end() ? nullptr : &it->second;

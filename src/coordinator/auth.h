@@ -76,8 +76,13 @@ class WorkerTokens {
   bool Revoked(int64_t worker_id) const;
 
  private:
-  // Hashed, not ordered: a lookup in 10,000 tokens by an ordered map compared ~14 64-character digests.
-  std::unordered_map<std::string, int64_t> worker_by_token_sha256_;
+  // Hashed, not ordered: a lookup in 10,000 tokens by an ordered map compared ~14 64-character digests. Looked up
+  // by string_view without a copy of the digest (a transparent hash).
+  struct DigestHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view digest) const { return std::hash<std::string_view>{}(digest); }
+  };
+  std::unordered_map<std::string, int64_t, DigestHash, std::equal_to<>> worker_by_token_sha256_;
   std::unordered_map<int64_t, Entry> by_worker_;
 };
 

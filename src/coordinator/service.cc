@@ -404,7 +404,7 @@ bool Service::DeliverTask(int64_t worker_id, int64_t job_id, json task) {
   s->queued.push_back({.job_id = job_id, .round = round, .attempt = attempt, .task = std::move(task)});
   s->tasks_assigned++;
   s->wake->Notify();
-  boost::asio::co_spawn(io_, SetWorkerStatus(worker_id, storage::WorkerStatus::kBusy), boost::asio::detached);
+  UpdateWorkerStatus(worker_id, storage::WorkerStatus::kBusy);
   return true;
 }
 
@@ -425,7 +425,7 @@ void Service::TaskFinished(int64_t worker_id, int64_t job_id) {
   if (s == nullptr || s->current_job != job_id) return;
   s->current_job.reset();
   if (s->queued.empty()) {
-    boost::asio::co_spawn(io_, SetWorkerStatus(worker_id, storage::WorkerStatus::kOnline), boost::asio::detached);
+    UpdateWorkerStatus(worker_id, storage::WorkerStatus::kOnline);
   }
 }
 
@@ -447,40 +447,58 @@ JobRunner* Service::FindRunner(int64_t job_id) {
   return it == runners_.end() ? nullptr : it->second.get();
 }
 
-http::Awaitable<void> Service::SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status,
-                                               std::string_view device_view) {
-  const std::string device(device_view);
-  const int64_t now = clock_.UnixMillis();
-  const Clock::TimePoint stored_at = clock_.Now();
-  // Noted for the dashboard's stream now, in the loop's order of changes (the store writes below may finish out of
-  // order), with the job as GET /workers shows it: that of the delivered, else first queued, task.
-  json change = {{"status", storage::ToString(status)}, {"last_heartbeat_at_ms", now}, {"current_job_id", nullptr}};
+bool Service::NoteWorkerStatus(int64_t worker_id, storage::WorkerStatus status, const std::string& device,
+                               int64_t now_ms) {
+  // Noted for the dashboard's stream now, in the loop's order of changes (the store writes may finish out of order),
+  // with the job as GET /workers shows it: that of the delivered, else first queued, task.
+  json change = {{"status", storage::ToString(status)}, {"last_heartbeat_at_ms", now_ms}, {"current_job_id", nullptr}};
   if (!device.empty()) change["device"] = device;
-  if (const Session* session = FindSession(worker_id)) {
+  Session* session = FindSession(worker_id);
+  if (session != nullptr) {
     if (session->current_job)
       change["current_job_id"] = *session->current_job;
     else if (!session->queued.empty())
       change["current_job_id"] = session->queued.front().job_id;
   }
   NoteWorkerChange(worker_id, change);
-  if (Session* session = FindSession(worker_id)) {
-    session->status = status;
-    // Busy <-> online of a connected worker whose session the store already shows: memory only (Session::status).
-    const bool stored_connected = session->stored_status && *session->stored_status != storage::WorkerStatus::kOffline;
-    if (stored_connected && status != storage::WorkerStatus::kOffline && device.empty()) co_return;
-  }
+  if (session == nullptr) return false;
+  session->status = status;
+  // Busy <-> online of a connected worker whose session the store already shows: memory only (Session::status).
+  const bool stored_connected = session->stored_status && *session->stored_status != storage::WorkerStatus::kOffline;
+  return stored_connected && status != storage::WorkerStatus::kOffline && device.empty();
+}
+
+http::Awaitable<void> Service::SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status,
+                                               std::string_view device_view) {
+  const std::string device(device_view);
+  const int64_t now = clock_.UnixMillis();
+  const Clock::TimePoint as_of = clock_.Now();
+  if (NoteWorkerStatus(worker_id, status, device, now)) co_return;
+  co_await StoreWorkerStatus(worker_id, status, device, now, as_of);
+}
+
+void Service::UpdateWorkerStatus(int64_t worker_id, storage::WorkerStatus status) {
+  // Two of these per task (busy, online): no coroutine unless the store is written.
+  const int64_t now = clock_.UnixMillis();
+  const Clock::TimePoint as_of = clock_.Now();
+  if (NoteWorkerStatus(worker_id, status, "", now)) return;
+  boost::asio::co_spawn(io_, StoreWorkerStatus(worker_id, status, "", now, as_of), boost::asio::detached);
+}
+
+http::Awaitable<void> Service::StoreWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string device,
+                                                 int64_t now_ms, Clock::TimePoint as_of) {
   Status s = co_await Offload(pool_, [&]() -> Status {
     PARSYN_ASSIGN_OR_RETURN(storage::Worker w, store_->GetWorker(worker_id));
     w.status = status;
     if (!device.empty()) w.device = device;
-    w.last_heartbeat_at_ms = now;
+    w.last_heartbeat_at_ms = now_ms;
     return store_->UpdateWorker(w);
   });
   if (!s.ok()) {
     PARSYN_LOG_WARN("worker {}: status not stored: {}", worker_id, s.ToString());
   } else if (Session* session = FindSession(worker_id)) {
     session->stored_status = status;
-    session->presence_stored_at = std::max(session->presence_stored_at, stored_at);
+    session->presence_stored_at = std::max(session->presence_stored_at, as_of);
   }
 }
 

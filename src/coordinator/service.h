@@ -247,7 +247,16 @@ class Service final : public JobHost {
   Session* FindSession(int64_t worker_id);
   // Ends a worker's session (goodbye, missed heartbeats, a new hello) and tells every job.
   http::Awaitable<void> EndSession(int64_t worker_id, std::string_view why);
+  // A worker's status (and device, from a hello) for the dashboard, its session and, when the store does not show
+  // the session yet or it ends, the store.
   http::Awaitable<void> SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string_view device = {});
+  // The same without waiting for a store write (task delivery and completion).
+  void UpdateWorkerStatus(int64_t worker_id, storage::WorkerStatus status);
+  // Notes the change for the dashboard and in the session; true when that is all it takes (busy <-> online of a
+  // connected worker whose session the store already shows), false when the store must be written.
+  bool NoteWorkerStatus(int64_t worker_id, storage::WorkerStatus status, const std::string& device, int64_t now_ms);
+  http::Awaitable<void> StoreWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string device,
+                                          int64_t now_ms, Clock::TimePoint as_of);
   http::Awaitable<void> OfferWorker(int64_t worker_id);
   http::Awaitable<void> TimerLoop();
   // On a shared store: takes and renews the leader lease until shutdown (then gives it up); becoming the leader
