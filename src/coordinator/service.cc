@@ -288,8 +288,9 @@ StatusOr<int64_t> Service::AuthenticateWorker(const http::Request& req) const {
   PARSYN_ASSIGN_OR_RETURN(std::string token, BearerToken(req.Header("authorization")));
   const WorkerTokens::Entry* worker = worker_tokens_.Find(HashSecret(token));
   if (worker == nullptr) return UnauthenticatedError("invalid worker token");
-  if (worker->revoked)
+  if (worker->revoked) {
     return PermissionDeniedError("worker " + std::to_string(worker->worker_id) + " has been revoked");
+  }
   if (options_.require_worker_certificates) {
     PARSYN_RETURN_IF_ERROR(CheckWorkerCertificate(req.client_identity, worker->worker_id));
   }

@@ -30,7 +30,7 @@ const EVP_MD* Sha256Algorithm() {
   return EVP_sha256();
 }
 
-// The digest of a buffer in one call: no hasher object for the short texts hashed per request.
+// The digest of a buffer in one call: no hasher object (the texts hashed per request are short).
 std::string OneShotSha256Hex(const void* data, size_t size) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
