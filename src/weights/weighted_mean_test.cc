@@ -1,7 +1,6 @@
 #include "weights/weighted_mean.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -14,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "base/testing/temp_dir.h"
 #include "weights/safetensors.h"
 
 namespace parsyn::weights {
@@ -427,8 +427,8 @@ TEST(WeightedMeanTest, RejectsNonFiniteValuesBeforeAddingAnything) {
 
 TEST(WeightedMeanTest, AggregatesMemoryMappedUpdatesLikeInMemoryOnes) {
   // The coordinator's path: updates arrive as safetensors files and are averaged straight from the mapping.
-  const auto dir = std::filesystem::temp_directory_path() / ("parsyn_wm_test_" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
+  const test_support::TempDir temp("parsyn-wm-test");  // removed also when an assertion returns early
+  const std::filesystem::path& dir = temp.path();
   WeightedMean from_files(RandomUpdate(DType::kBF16, 1));
   WeightedMean in_memory(RandomUpdate(DType::kBF16, 1));
   for (uint32_t k = 0; k < 3; ++k) {
@@ -441,7 +441,6 @@ TEST(WeightedMeanTest, AggregatesMemoryMappedUpdatesLikeInMemoryOnes) {
     ASSERT_TRUE(from_files.Accept(*mapped, 10.0 + k).ok());
     ASSERT_TRUE(in_memory.Accept(update, 10.0 + k).ok());
   }
-  std::filesystem::remove_all(dir);
   auto a = std::move(from_files).Finish();
   auto b = std::move(in_memory).Finish();
   ASSERT_TRUE(a.ok() && b.ok());
@@ -455,8 +454,8 @@ TEST(WeightedMeanTest, AggregatesMemoryMappedUpdatesLikeInMemoryOnes) {
 // those of the streaming sums: for kExact whatever the arrival order (10 orders), and after a restart that reads the
 // stored updates again; for the float accumulations in the same order.
 TEST(WeightedMeanTest, WaitingOnDiskGivesTheStreamingBitsInAnyOrderAndAfterARestart) {
-  const auto dir = std::filesystem::temp_directory_path() / ("parsyn_wm_disk_" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
+  const test_support::TempDir temp("parsyn-wm-disk");  // removed also when an assertion returns early
+  const std::filesystem::path& dir = temp.path();
   constexpr int K = 6;
   const double weights[K] = {0.1, 1234.5678, 3e-3, 77.7, 0.3, 1e5 / 3};
   auto bytes_of = [](const WeightSet& set) {
@@ -540,7 +539,6 @@ TEST(WeightedMeanTest, WaitingOnDiskGivesTheStreamingBitsInAnyOrderAndAfterARest
       EXPECT_EQ(bytes_of(*got), bytes_of(*want_f32)) << DTypeName(dtype) << " fp32 sums";
     }
   }
-  std::filesystem::remove_all(dir);
 }
 
 // A mean waiting on disk that is reset and reused (the next round) waits on disk again.

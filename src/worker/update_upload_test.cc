@@ -12,6 +12,7 @@
 #include <fstream>
 #include <mutex>
 
+#include "base/testing/temp_dir.h"
 #include "http/test_server.h"
 #include "storage/byte_source.h"
 #include "storage/s3_blob_store.h"
@@ -50,8 +51,10 @@ std::string Bytes(size_t size, int seed) {
   return bytes;
 }
 
+// The files live in one directory per test process, removed at exit.
 fs::path WriteFile(const std::string& name, const std::string& bytes) {
-  fs::path path = fs::path(::testing::TempDir()) / (std::to_string(::getpid()) + "-" + name);
+  static const test_support::TempDir dir("parsyn-upload-test");
+  fs::path path = dir.path() / name;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
   return path;
