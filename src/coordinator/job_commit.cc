@@ -44,7 +44,8 @@ StatusOr<storage::BlobInfo> PutWeightSet(storage::BlobStore& blobs, const std::s
   const std::string header = weights::SafetensorsHeaderBytes(set);
   source.parts.push_back(std::as_bytes(std::span(header.data(), header.size())));
   for (const weights::Tensor& t : set.tensors()) source.parts.push_back(t.data);
-  StatusOr<storage::BlobInfo> stored = blobs.Put(key, source);
+  // Nothing else of the round is left to run: the store may hash on a second core while it writes.
+  StatusOr<storage::BlobInfo> stored = blobs.Put(key, source, {.hash_on_second_thread = true});
   if (!stored.ok() && stored.status().code() == StatusCode::kAlreadyExists) stored = blobs.Head(key);
   return stored;
 }

@@ -58,6 +58,10 @@ struct PutOptions {
   // on the Put's thread. Stores whose bytes do not pass through this process (S3) may ignore it: a caller that
   // counts the bytes it saw knows when it was not called.
   std::function<Status(std::span<const std::byte>)> observe_chunk;
+  // The caller waits on this Put with a core to spare (a round's new global, once its updates are in): a store that
+  // hashes the bytes itself does so on a second thread while it reads and writes them (the directory store's Put of
+  // a 20 MiB global: 24 ms on one thread). Uploads leave it off: many at once already keep every core busy.
+  bool hash_on_second_thread = false;
 };
 
 class BlobUrlIssuer;

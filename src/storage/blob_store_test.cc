@@ -300,7 +300,8 @@ TEST(DirectoryBlobStoreTest, KeysThatWouldNestInsideABlobAreRefused) {
   EXPECT_THAT(*(*store)->List(""), ElementsAre("a/b"));
 }
 
-// PutOptions::observe_chunk sees every byte of the blob in order, and its error fails the Put with nothing stored.
+// PutOptions::observe_chunk sees every byte of the blob in order, and its error fails the Put with nothing stored;
+// the same with the hashing on a second thread (hash_on_second_thread), which stores the same blob and sha256.
 TEST(BlobStoreObserverTest, SeesEveryByteInOrderAndItsErrorFailsThePut) {
   TempDirForTest dir;
   auto directory = DirectoryBlobStore::Open(dir.path() / "blobs");
@@ -309,23 +310,38 @@ TEST(BlobStoreObserverTest, SeesEveryByteInOrderAndItsErrorFailsThePut) {
   std::string bytes(3 * (1 << 20) + 12345, '\0');  // several of either store's chunks, the last one partial
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7 + i / 4096);
   for (BlobStore* store : {static_cast<BlobStore*>(directory->get()), static_cast<BlobStore*>(&memory)}) {
-    std::string seen;
-    PutOptions options;
-    options.observe_chunk = [&](std::span<const std::byte> chunk) {
-      seen.append(reinterpret_cast<const char*>(chunk.data()), chunk.size());
-      return Status::Ok();
-    };
-    StringByteSource source(bytes);
-    StatusOr<BlobInfo> put = store->Put("observed", source, options);
-    ASSERT_TRUE(put.ok()) << put.status().ToString();
-    EXPECT_TRUE(seen == bytes) << "observer saw " << seen.size() << " of " << bytes.size() << " bytes";
+    for (bool second_thread : {false, true}) {
+      SCOPED_TRACE(second_thread ? "hashing on a second thread" : "hashing on the Put's thread");
+      const std::string suffix = second_thread ? "-2" : "-1";
+      std::string seen;
+      PutOptions options;
+      options.hash_on_second_thread = second_thread;
+      options.observe_chunk = [&](std::span<const std::byte> chunk) {
+        seen.append(reinterpret_cast<const char*>(chunk.data()), chunk.size());
+        return Status::Ok();
+      };
+      StringByteSource source(bytes);
+      StatusOr<BlobInfo> put = store->Put("observed" + suffix, source, options);
+      ASSERT_TRUE(put.ok()) << put.status().ToString();
+      EXPECT_TRUE(seen == bytes) << "observer saw " << seen.size() << " of " << bytes.size() << " bytes";
+      EXPECT_EQ(put->sha256, weights::Sha256Hex(std::string_view(bytes)));
+      StatusOr<std::unique_ptr<ByteSource>> got = store->Get("observed" + suffix);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      StatusOr<std::string> stored = ReadAll(**got);
+      ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+      EXPECT_TRUE(*stored == bytes);
 
-    options.observe_chunk = [](std::span<const std::byte>) { return InvalidArgumentError("not what we wanted"); };
-    StringByteSource refused_source(bytes);
-    StatusOr<BlobInfo> refused = store->Put("refused", refused_source, options);
-    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_THAT(refused.status().message(), HasSubstr("not what we wanted"));
-    EXPECT_EQ(store->Head("refused").status().code(), StatusCode::kNotFound);
+      // Refused after the first chunk: the chunk in hand is hashed while the Put returns.
+      int chunks_seen = 0;
+      options.observe_chunk = [&](std::span<const std::byte>) {
+        return ++chunks_seen < 2 ? Status::Ok() : InvalidArgumentError("not what we wanted");
+      };
+      StringByteSource refused_source(bytes);
+      StatusOr<BlobInfo> refused = store->Put("refused" + suffix, refused_source, options);
+      EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_THAT(refused.status().message(), HasSubstr("not what we wanted"));
+      EXPECT_EQ(store->Head("refused" + suffix).status().code(), StatusCode::kNotFound);
+    }
   }
 }
 

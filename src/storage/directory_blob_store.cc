@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <system_error>
 
@@ -204,12 +205,21 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
   if (fd.get() < 0) return WriteError("creating", final_path);
 
   const auto start = std::chrono::steady_clock::now();
-  weights::Sha256 hasher;
-  uint64_t size_bytes = 0;
+  // Hashing on a second thread needs a second buffer: the next chunk is read while the last one is hashed.
   // Not zero-filled: a job's setup puts thousands of small shard files, and clearing 1 MiB for each was most of it.
-  const std::unique_ptr<std::byte[]> buffer = std::make_unique_for_overwrite<std::byte[]>(kChunkBytes);
-  const std::span<std::byte> chunk(buffer.get(), kChunkBytes);
-  while (true) {
+  const size_t num_buffers = options.hash_on_second_thread ? 2 : 1;
+  const std::unique_ptr<std::byte[]> buffer = std::make_unique_for_overwrite<std::byte[]>(num_buffers * kChunkBytes);
+  // Declared after the buffer, so that on an early return the hashing thread is done with it before it is freed.
+  std::optional<weights::Sha256> hasher;
+  std::optional<weights::BackgroundSha256> background_hasher;
+  if (options.hash_on_second_thread) {
+    background_hasher.emplace();
+  } else {
+    hasher.emplace();
+  }
+  uint64_t size_bytes = 0;
+  for (size_t turn = 0;; ++turn) {
+    const std::span<std::byte> chunk(buffer.get() + (turn % num_buffers) * kChunkBytes, kChunkBytes);
     PARSYN_ASSIGN_OR_RETURN(size_t n, data.Read(chunk));
     if (n == 0) break;
     size_bytes += n;
@@ -217,7 +227,11 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
       return ResourceExhaustedError("blob '" + std::string(key) + "' is larger than the limit of " +
                                     std::to_string(*options.max_size_bytes) + " bytes");
     }
-    hasher.Update(std::span<const std::byte>(chunk.data(), n));
+    if (background_hasher) {
+      background_hasher->Update(std::span<const std::byte>(chunk.data(), n));
+    } else {
+      hasher->Update(std::span<const std::byte>(chunk.data(), n));
+    }
     if (options.observe_chunk)
       PARSYN_RETURN_IF_ERROR(options.observe_chunk(std::span<const std::byte>(chunk.data(), n)));
     size_t done = 0;
@@ -234,7 +248,7 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
     }
   }
   const auto written = std::chrono::steady_clock::now();
-  BlobInfo info{std::string(key), size_bytes, hasher.HexDigest()};
+  BlobInfo info{std::string(key), size_bytes, background_hasher ? background_hasher->HexDigest() : hasher->HexDigest()};
   if (options.expected_sha256 && *options.expected_sha256 != info.sha256) {
     return DataLossError("blob '" + std::string(key) + "' has sha256 " + info.sha256 + ", expected " +
                          *options.expected_sha256);

@@ -4,10 +4,13 @@
 #include <openssl/hmac.h>
 
 #include <array>
+#include <condition_variable>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "base/strings.h"
@@ -69,6 +72,64 @@ std::string Sha256::HexDigest() {
   unsigned int length = 0;
   EVP_DigestFinal_ex(impl_->ctx.get(), digest, &length);
   return HexEncode(std::span<const unsigned char>(digest, length));
+}
+
+struct BackgroundSha256::Impl {
+  Sha256 hasher;
+  std::mutex mu;
+  std::condition_variable changed;
+  std::span<const std::byte> in_hand;  // the chunk being hashed; empty when the thread is free
+  bool stopping = false;
+  std::thread thread;
+
+  void Run() {
+    std::unique_lock lock(mu);
+    while (true) {
+      changed.wait(lock, [&] { return !in_hand.empty() || stopping; });
+      if (in_hand.empty()) return;  // stopping, nothing left to hash
+      const std::span<const std::byte> chunk = in_hand;
+      lock.unlock();
+      hasher.Update(chunk);
+      lock.lock();
+      in_hand = {};
+      changed.notify_all();
+    }
+  }
+  // Returns with the lock held and the thread free.
+  std::unique_lock<std::mutex> WaitUntilFree() {
+    std::unique_lock lock(mu);
+    changed.wait(lock, [&] { return in_hand.empty(); });
+    return lock;
+  }
+  void Stop() {
+    if (!thread.joinable()) return;
+    {
+      std::unique_lock lock = WaitUntilFree();
+      stopping = true;
+    }
+    changed.notify_all();
+    thread.join();
+  }
+};
+
+BackgroundSha256::BackgroundSha256() : impl_(std::make_unique<Impl>()) {
+  impl_->thread = std::thread([impl = impl_.get()] { impl->Run(); });
+}
+
+BackgroundSha256::~BackgroundSha256() { impl_->Stop(); }
+
+void BackgroundSha256::Update(std::span<const std::byte> bytes) {
+  if (bytes.empty()) return;
+  {
+    std::unique_lock lock = impl_->WaitUntilFree();
+    impl_->in_hand = bytes;
+  }
+  impl_->changed.notify_all();
+}
+
+std::string BackgroundSha256::HexDigest() {
+  impl_->Stop();
+  return impl_->hasher.HexDigest();
 }
 
 std::string Sha256Hex(std::span<const std::byte> bytes) { return OneShotSha256Hex(bytes.data(), bytes.size()); }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -27,6 +28,27 @@ TEST(Sha256Test, StreamingEqualsOneShot) {
   hasher.Update(std::as_bytes(std::span<const char>("bc", 2)));
   Sha256 moved = std::move(hasher);
   EXPECT_EQ(moved.HexDigest(), kAbc);
+}
+
+// The way a blob store uses it: two buffers taking turns, each refilled once Update() of the other returned.
+TEST(Sha256Test, BackgroundHashOfChunksInTwoBuffersEqualsOneShot) {
+  std::string content(5 << 20, '\0');
+  for (size_t i = 0; i < content.size(); ++i) content[i] = static_cast<char>((i * 131) % 251);
+  constexpr size_t kChunk = 300'000;  // not a divisor: the last chunk is short
+  std::string buffers[2] = {std::string(kChunk, '\0'), std::string(kChunk, '\0')};
+  BackgroundSha256 hasher;
+  for (size_t at = 0, i = 0; at < content.size(); at += kChunk, ++i) {
+    std::string& buffer = buffers[i % 2];
+    const size_t n = std::min(kChunk, content.size() - at);
+    std::memcpy(buffer.data(), content.data() + at, n);  // overwrites what was hashed two chunks ago
+    hasher.Update(std::as_bytes(std::span<const char>(buffer.data(), n)));
+  }
+  EXPECT_EQ(hasher.HexDigest(), Sha256Hex(std::string_view(content)));
+
+  BackgroundSha256 nothing;
+  EXPECT_EQ(nothing.HexDigest(), kEmpty);
+  BackgroundSha256 abandoned;  // destroyed with a chunk in hand: waits for it
+  abandoned.Update(std::as_bytes(std::span<const char>(content.data(), content.size())));
 }
 
 TEST(Sha256Test, FileMatchesBytesAndMissingFileIsNotFound) {
