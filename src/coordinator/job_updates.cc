@@ -245,9 +245,8 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   // (being checked or waiting for the job), it adds them now, while the job is idle, unless the round aggregates
   // next: Finish adds them in its own pass, chunk by chunk while each chunk of the sums is in cache (at K = 5 x 20 MiB
   // the separate pass was ~20 ms of the round's tail).
-  const bool aggregates_next = std::any_of(next->begin(), next->end(), [](const Action& action) {
-    return std::holds_alternative<AggregateRound>(action);
-  });
+  const bool aggregates_next = std::any_of(
+      next->begin(), next->end(), [](const Action& action) { return std::holds_alternative<AggregateRound>(action); });
   if (verdict.ok() && checked_updates_.empty() && !aggregates_next) {
     if (small_update) {
       strategy_->AddKeptUpdates();

@@ -4,8 +4,8 @@
 #include <openssl/hmac.h>
 
 #include <array>
-#include <condition_variable>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <mutex>
