@@ -192,6 +192,7 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
     auto aborted = AbortIncompleteUploads(AttemptPrefix(a.round, a.attempt) + "/");  // kCoAwaitTemporaries
     co_await std::move(aborted);
   }
+  DeleteUpdatesInBackground(AttemptPrefix(a.round, a.attempt) + "/updates/");
   co_return Status::Ok();
 }
 
@@ -214,6 +215,7 @@ http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, 
     auto aborted = AbortIncompleteUploads(AttemptPrefix(a.round, a.attempt) + "/");  // kCoAwaitTemporaries
     co_await std::move(aborted);
   }
+  DeleteUpdatesInBackground(AttemptPrefix(a.round, a.attempt) + "/updates/");
   {
     auto event_appended = host_.AppendEvent(job_.id, "round_failed",
                                             {{"round", a.round},

@@ -215,6 +215,10 @@ class JobRunner {
   // completed. When the store cannot be reached, the next call sweeps all of RoundsPrefix() instead, so an outage
   // leaves no parts behind once the store is back (the job's end sweeps it anyway).
   http::Awaitable<void> AbortIncompleteUploads(std::string prefix);
+  // Deletes the updates under `prefix` (an ended attempt's "<attempt>/updates/") on the pool, without waiting: once
+  // an attempt is committed or failed nothing reads them again (a restart fails an attempt in flight and never reads
+  // its updates), and deleting them before they are written back keeps a round's bytes off the disk.
+  void DeleteUpdatesInBackground(std::string prefix);
   std::string RoundsPrefix() const;  // "jobs/<id>/rounds/"
   // TaskFailed for a task the coordinator could not send, run detached (logs instead of returning).
   http::Awaitable<void> TaskFailedDetached(int64_t worker_id, int round, int attempt, std::string reason);

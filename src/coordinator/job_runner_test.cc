@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/clock.h"
@@ -444,6 +445,26 @@ const Reference& UninterruptedRun() {
   return reference;
 }
 
+// True once no update of the attempt is left in the blob store: the runner deletes them on its pool, in the
+// background, when the attempt ends (committed or failed). Waits up to 10 s. Fails if the attempt recorded no update,
+// or one under another prefix (then an empty prefix would prove nothing).
+bool UpdatesDeleted(JobFixture& f, int round, int attempt) {
+  const std::string prefix = "jobs/" + std::to_string(f.job_id_) + "/rounds/" +
+                             std::string(6 - std::to_string(round).size(), '0') + std::to_string(round) + "-a" +
+                             std::to_string(attempt) + "/updates/";
+  StatusOr<std::vector<storage::RoundUpdate>> recorded = f.store_->ListUpdates(f.job_id_, round, attempt);
+  if (!recorded.ok() || recorded->empty()) return false;
+  for (const storage::RoundUpdate& u : *recorded) {
+    if (!u.blob_key.starts_with(prefix)) return false;
+  }
+  for (int i = 0; i < 1000; ++i) {
+    StatusOr<std::vector<std::string>> left = f.blob_store_->List(prefix);
+    if (left.ok() && left->empty()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 TEST(JobRunnerTest, RoundsCommitTheFedAvgOfTheUpdates) {
   JobFixture f;
   ASSERT_TRUE(f.StartRunner().ok());
@@ -498,6 +519,8 @@ TEST(JobRunnerTest, RoundsCommitTheFedAvgOfTheUpdates) {
     StatusOr<std::vector<storage::RoundUpdate>> updates = f.store_->ListUpdates(f.job_id_, r.round, r.attempt);
     ASSERT_TRUE(updates.ok());
     EXPECT_EQ(updates->size(), 2u);
+    // Their records stay; their bytes go once the round is committed.
+    EXPECT_TRUE(UpdatesDeleted(f, r.round, r.attempt)) << "round " << r.round;
   }
   EXPECT_EQ(committed, kRounds);
   EXPECT_EQ(f.CommittedGlobal(), UninterruptedRun().global);
@@ -694,6 +717,7 @@ TEST(JobRunnerTest, RefusedBatchOfResultsRetriesTheRound) {
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(first->status, storage::RoundStatus::kFailed);
   EXPECT_NE(first->failure_reason.find("injected store error in a batch"), std::string::npos) << first->failure_reason;
+  EXPECT_TRUE(UpdatesDeleted(f, 1, 1)) << "the failed attempt's updates are left";
 }
 
 // A store outage (a run of failing writes) in the middle of a round: events are refused meanwhile, the retry on the

@@ -367,6 +367,7 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
                                     .counts_toward_fault_tolerance = false};
       PARSYN_RETURN_IF_ERROR(store.FailRound(failure));
       r.status = storage::RoundStatus::kFailed;
+      DeleteUpdatesInBackground(AttemptPrefix(r.round, r.attempt) + "/updates/");
     }
     PARSYN_ASSIGN_OR_RETURN(l.job, store.GetJob(job_id));
     // The warning about uneven local datasets is appended once per job, also across restarts.

@@ -4,6 +4,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 
 #include "base/log.h"
 #include "base/strings.h"
@@ -306,6 +307,20 @@ http::Awaitable<void> JobRunner::AbortIncompleteUploads(std::string prefix) {
   if (*aborted > 0) {
     PARSYN_LOG_INFO("training job {}: aborted {} incomplete upload(s) under {}", job_.id, *aborted, prefix);
   }
+}
+
+void JobRunner::DeleteUpdatesInBackground(std::string prefix) {
+  boost::asio::post(host_.pool(), [&blobs = host_.blobs(), prefix = std::move(prefix), job_id = job_.id] {
+    StatusOr<std::vector<std::string>> keys = blobs.List(prefix);
+    Status deleted = keys.status();
+    for (size_t i = 0; deleted.ok() && keys.ok() && i < keys->size(); ++i) {
+      deleted = blobs.Delete((*keys)[i]);
+      if (deleted.code() == StatusCode::kNotFound) deleted = Status::Ok();
+    }
+    // Only space: a leftover is never read.
+    if (!deleted.ok())
+      PARSYN_LOG_WARN("training job {}: deleting the updates under {}: {}", job_id, prefix, deleted.ToString());
+  });
 }
 
 std::string JobRunner::RoundsPrefix() const { return fmt::format("jobs/{}/rounds/", job_.id); }
