@@ -48,6 +48,7 @@ struct ServerFlags {
   int64_t max_poll_wait_ms = 30'000;
   int64_t progress_interval_ms = 500;
   int64_t max_progress_points = 10'000;
+  bool keep_updates = false;
   int threads = 4;
   // Limits (docs/operations.md "Limits"); defaults are ServerOptions' and ServiceOptions'.
   uint32_t max_connections = http::ServerOptions{}.max_connections;
@@ -159,6 +160,7 @@ int RunServer(const ServerFlags& f) {
   options.max_poll_wait = std::chrono::milliseconds(f.max_poll_wait_ms);
   options.min_progress_interval = std::chrono::milliseconds(f.progress_interval_ms);
   options.max_progress_points = f.max_progress_points;
+  options.keep_updates = f.keep_updates;
   options.blob_url_ttl = std::chrono::seconds(f.blob_url_ttl_s);
   options.pool_threads = f.threads;
   options.max_json_bytes = f.max_json_bytes;
@@ -319,6 +321,9 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
                   "progress points stored per job and worker; later reports are shown live, not stored")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_flag("--keep-updates", flags->keep_updates,
+                "keep every round's updates in the blob store (for audit or debugging); by default a round's updates "
+                "are deleted once it is committed or fails");
   cmd->add_option("--blob-url-ttl", flags->blob_url_ttl_s,
                   "seconds the blob URLs in a task stay valid (default 0: the job's aggregation_timeout + 5 min)")
       ->check(CLI::NonNegativeNumber);

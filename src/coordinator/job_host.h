@@ -54,6 +54,9 @@ class JobHost {
   virtual const Clock& clock() const = 0;
   // Temporary local copies of blobs from stores without local files (LocalBlobCopy).
   virtual std::filesystem::path spool_dir() const = 0;
+  // True when a round's updates stay in the blob store after it ends (`parsyn server --keep-updates`); else the job
+  // deletes them once the round is committed or fails.
+  virtual bool keep_updates() const = 0;
 
   // Appends a job event to the store (through the write queue below, waiting for its batch) and wakes the job's event
   // streams. Errors are logged, not returned: events describe changes already stored.

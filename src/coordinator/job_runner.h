@@ -217,7 +217,8 @@ class JobRunner {
   http::Awaitable<void> AbortIncompleteUploads(std::string prefix);
   // Deletes the updates under `prefix` (an ended attempt's "<attempt>/updates/") on the pool, without waiting: once
   // an attempt is committed or failed nothing reads them again (a restart fails an attempt in flight and never reads
-  // its updates), and deleting them before they are written back keeps a round's bytes off the disk.
+  // its updates), and deleting them before they are written back keeps a round's bytes off the disk. Nothing when
+  // the host keeps updates (`parsyn server --keep-updates`).
   void DeleteUpdatesInBackground(std::string prefix);
   std::string RoundsPrefix() const;  // "jobs/<id>/rounds/"
   // TaskFailed for a task the coordinator could not send, run detached (logs instead of returning).

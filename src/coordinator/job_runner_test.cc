@@ -102,6 +102,7 @@ class FakeHost final : public JobHost {
   boost::asio::any_io_executor executor() override { return io_.get_executor(); }
   const Clock& clock() const override { return clock_; }
   std::filesystem::path spool_dir() const override { return dir_ / "spool"; }
+  bool keep_updates() const override { return false; }
 
   http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, json payload) override {
     std::vector<QueuedEvent> events;

@@ -310,6 +310,7 @@ http::Awaitable<void> JobRunner::AbortIncompleteUploads(std::string prefix) {
 }
 
 void JobRunner::DeleteUpdatesInBackground(std::string prefix) {
+  if (host_.keep_updates()) return;
   boost::asio::post(host_.pool(), [&blobs = host_.blobs(), prefix = std::move(prefix), job_id = job_.id] {
     StatusOr<std::vector<std::string>> keys = blobs.List(prefix);
     Status deleted = keys.status();

@@ -92,6 +92,9 @@ struct ServiceOptions {
   bool require_worker_certificates = false;
   // GET /metrics needs the admin key (`parsyn server --metrics-auth admin`); by default it is open, like /healthz.
   bool metrics_require_admin = false;
+  // `parsyn server --keep-updates`: a round's updates stay in the blob store after it ends (for audit or debugging);
+  // by default they are deleted once the round is committed or fails (JobHost::keep_updates).
+  bool keep_updates = false;
   // `parsyn server --admin-key-file`: the admin key is this file's (auth.h UseAdminKeyFile) instead of one created
   // on the first start. Empty: created on the first start.
   std::filesystem::path admin_key_file;
@@ -166,6 +169,7 @@ class Service final : public JobHost {
   bool WorkerRevoked(int64_t worker_id) const;
   // Temporary local copies of blobs from stores without local files (LocalBlobCopy).
   std::filesystem::path spool_dir() const override { return options_.data_dir / "spool"; }
+  bool keep_updates() const override { return options_.keep_updates; }
   // Appends a job event to the store (one write of the next batch) and wakes the job's event streams. Errors are
   // logged, not returned: events describe changes already stored.
   http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, nlohmann::json payload) override;

@@ -112,6 +112,7 @@ class SimulationHost final : public coordinator::JobHost {
   boost::asio::any_io_executor executor() override { return io_.get_executor(); }
   const Clock& clock() const override { return clock_; }
   fs::path spool_dir() const override { return work_dir_ / "spool"; }
+  bool keep_updates() const override { return false; }  // a simulation's blobs go with its work dir anyway
 
   http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, json payload) override {
     storage::JobEvent event{

@@ -192,6 +192,25 @@ TEST_F(RoundsTest, NormalRoundsCommitTheFedAvgOfTheUploads) {
   auto metrics = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/metrics");
   ASSERT_TRUE(metrics.ok());
   EXPECT_EQ((*metrics->Json())["workers"].size(), 2u);
+
+  // Each committed round's updates were uploaded into its updates/ directory and are deleted once it is committed
+  // (in the background: waited for, bounded); the records above are all that stays.
+  const std::filesystem::path rounds_dir = dir_.path() / "data" / "blobs" / "jobs" / std::to_string(job_id) / "rounds";
+  int update_dirs = 0, files_left = 0;
+  for (int i = 0; i < 500; ++i) {
+    update_dirs = files_left = 0;
+    for (const auto& attempt : std::filesystem::directory_iterator(rounds_dir)) {
+      if (!std::filesystem::is_directory(attempt.path() / "updates")) continue;
+      ++update_dirs;
+      for (const auto& f : std::filesystem::directory_iterator(attempt.path() / "updates")) {
+        files_left += f.is_regular_file() ? 1 : 0;
+      }
+    }
+    if (files_left == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(update_dirs, 3);
+  EXPECT_EQ(files_left, 0) << "update files left under " << rounds_dir;
 }
 
 json ProgressReport(int64_t job_id, int round, int attempt, int64_t step) {

@@ -29,7 +29,8 @@ class FailoverTest : public LlamaJobTest {
     metadata_url_ = *url;
     fs::create_directories(blobs_dir());
     // A short lease keeps the test quick; the takeover logic is the same at the default 10 s.
-    server_flags_ = {"--metadata", metadata_url_, "--blobs", blobs_dir().string(), "--leader-lease-ms", "1500"};
+    server_flags_.insert(server_flags_.end(),
+                         {"--metadata", metadata_url_, "--blobs", blobs_dir().string(), "--leader-lease-ms", "1500"});
     ASSERT_NO_FATAL_FAILURE(InitTabularMlp(400, "16"));
     // The first server takes the lease before the second starts, so which one leads is known.
     port_ = FreePort();

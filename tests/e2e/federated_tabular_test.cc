@@ -66,7 +66,7 @@ class PostgresTabularJobTest : public TabularJobTest {
     StatusOr<std::string> url = (*server)->NewDatabase();
     ASSERT_TRUE(url.ok()) << url.status().ToString();
     metadata_url_ = *url;
-    server_flags_ = {"--metadata", metadata_url_};
+    server_flags_.insert(server_flags_.end(), {"--metadata", metadata_url_});
     TabularJobTest::SetUp();
   }
 

@@ -178,7 +178,9 @@ class LlamaJobTest : public ::testing::Test {
   }
 
   TempDir tmp_;
-  std::vector<std::string> server_flags_;  // more `parsyn server` flags, set before SetUp
+  // More `parsyn server` flags, set before SetUp (add to them). --keep-updates: ExpectGlobalsAreFedAvg recomputes each
+  // round's global from its updates, which the server otherwise deletes once the round is committed.
+  std::vector<std::string> server_flags_ = {"--keep-updates"};
   int port_ = 0;
   std::unique_ptr<Server> server_;
   std::unique_ptr<http::Client> admin_;

@@ -52,7 +52,7 @@ class ManagedWorkersTest : public LlamaJobTest {
  protected:
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(InitTabularMlp(300, "8"));
-    server_flags_ = {"--managed-workers", "1"};
+    server_flags_.insert(server_flags_.end(), {"--managed-workers", "1"});
     StartServerWith("points-mlp", "points.csv");
     ASSERT_GT(model_id_, 0);
     ASSERT_GT(dataset_id_, 0);

@@ -89,7 +89,9 @@ class NetworkFaultsTest : public LlamaJobTest {
     ASSERT_NO_FATAL_FAILURE(InitTabularMlp(400, hidden_sizes));
     port_ = FreePort();
     proxy_ = std::make_unique<TcpProxy>(port_);
-    server_ = std::make_unique<Server>(data_dir, port_, std::vector<std::string>{"--public-url", proxy_->url()});
+    // --keep-updates: the tests look for a round's update files after it ended.
+    server_ = std::make_unique<Server>(data_dir, port_,
+                                       std::vector<std::string>{"--public-url", proxy_->url(), "--keep-updates"});
     server_->Start();
     admin_ = server_->Admin();
     model_id_ = UploadModel(*admin_, tmp_.path() / "model", "points-mlp");

@@ -37,8 +37,8 @@ class S3LlamaJobTest : public LlamaJobTest {
     // The server (a child process) takes its credentials from the environment, as in production.
     ::setenv("AWS_ACCESS_KEY_ID", "parsyn-e2e-key", 1);
     ::setenv("AWS_SECRET_ACCESS_KEY", "parsyn-e2e-secret", 1);
-    server_flags_ = {"--blobs", std::string("s3://") + kBucket + "/" + kPrefix + BlobsQuery(), "--s3-endpoint",
-                     "http://127.0.0.1:" + std::to_string(proxy_->port())};
+    server_flags_.insert(server_flags_.end(), {"--blobs", std::string("s3://") + kBucket + "/" + kPrefix + BlobsQuery(),
+                                               "--s3-endpoint", "http://127.0.0.1:" + std::to_string(proxy_->port())});
     // What the test itself reads goes straight to moto, so it still sees the store while the proxy is down.
     storage::S3BlobStoreOptions options;
     options.bucket = kBucket;
