@@ -12,8 +12,9 @@
 // stopped: the time to move the same K updates over plain loopback TCP (a minimal sender/receiver pair, no HTTP, as
 // many connections at once as the uploads; the median of three). The copies are the bench's own: the server deletes a
 // round's updates once it is committed (the count left is printed, 0 when its deletes are done). floor = transfer +
-// sha256 + read, and ratio = round wall / floor is the figure the target (1.50, issue 17) is stated in; the last line
-// names the worst ratio over the Ks. Per K: the server's VmHWM (peak RSS) from /proc/PID/status.
+// sha256 + read, and ratio = round wall / floor is the figure the targets (issue 17: 1.50 for 20 MiB updates, 2.00
+// for K = 1000) are stated in; the last line names the run furthest above its target. Per K: the server's VmHWM (peak
+// RSS) from /proc/PID/status.
 //
 // Also shown, for scale: a durable write of the round's bytes (write + fsync, rate sampled on a few of the copies).
 // The server writes updates without fsync (they are never read after a crash) and deletes them once their round is
@@ -686,9 +687,13 @@ int main(int argc, char** argv) {
   std::printf(
       "\nSummary (floor = loopback TCP transfer + one sha256 pass + one plain read of the round's bytes, measured in\n"
       "this run at the same K; ratio = round wall time / floor; median round by ratio)\n");
-  std::printf("  %-6s %-8s %6s %8s %12s %12s %10s %10s %12s %15s %15s %7s\n", "K", "store", "MiB", "rounds", "round ms",
-              "transfer ms", "sha ms", "read ms", "floor ms", "write+fsync ms", "server HWM MiB", "ratio");
-  double worst_ratio = 0;
+  std::printf("  %-6s %-8s %6s %8s %12s %12s %10s %10s %12s %15s %15s %7s %7s\n", "K", "store", "MiB", "rounds",
+              "round ms", "transfer ms", "sha ms", "read ms", "floor ms", "write+fsync ms", "server HWM MiB", "ratio",
+              "target");
+  // The last line names the row furthest above its target (ratio over target): 1.50 for 20 MiB updates (K = 5 and
+  // 100), 2.00 for K >= 1000; the 2 MiB K = 5 run, there as K = 1000's memory baseline, has none.
+  auto target_of = [](const KFigures& f) -> double { return f.k >= 1000 ? 2.0 : f.update_mib >= 20 ? 1.5 : 0.0; };
+  double worst_ratio = 0, worst_target = 0;
   int worst_k = 0;
   for (const KFigures& f : all) {
     std::vector<RoundFigures> rs = f.per_round;
@@ -699,17 +704,24 @@ int main(int argc, char** argv) {
     const RoundFigures mid = rs[rs.size() / 2];
     const double floor_s = FloorSeconds(f, mid);
     const double ratio = mid.wall_s / floor_s;
-    if (ratio > worst_ratio) {
+    const double target = target_of(f);
+    if (target > 0 && (worst_target == 0 || ratio / target > worst_ratio / worst_target)) {
       worst_ratio = ratio;
+      worst_target = target;
       worst_k = f.k;
     }
     const double write_ms =
         f.write_bytes_per_s > 0 ? static_cast<double>(mid.read.bytes) / f.write_bytes_per_s * 1e3 : 0.0;
-    std::printf("  %-6d %-8s %6d %8zu %12.1f %12.1f %10.1f %10.1f %12.1f %15.1f %15.1f %7.2f\n", f.k, f.store.c_str(),
-                f.update_mib, f.per_round.size(), mid.wall_s * 1e3, f.transfer_s * 1e3, mid.read.sha256_s * 1e3,
-                mid.read.plain_s * 1e3, floor_s * 1e3, write_ms, static_cast<double>(f.hwm_kib) / 1024, ratio);
+    std::printf("  %-6d %-8s %6d %8zu %12.1f %12.1f %10.1f %10.1f %12.1f %15.1f %15.1f %7.2f %7s\n", f.k,
+                f.store.c_str(), f.update_mib, f.per_round.size(), mid.wall_s * 1e3, f.transfer_s * 1e3,
+                mid.read.sha256_s * 1e3, mid.read.plain_s * 1e3, floor_s * 1e3, write_ms,
+                static_cast<double>(f.hwm_kib) / 1024, ratio, target > 0 ? (target == 1.5 ? "1.50" : "2.00") : "-");
   }
-  std::printf("bench_rounds: worst ratio %.2f at K=%d (target 1.50)\n", worst_ratio, worst_k);
+  if (worst_target > 0) {
+    std::printf("bench_rounds: worst ratio %.2f at K=%d (target %.2f)\n", worst_ratio, worst_k, worst_target);
+  } else {
+    std::printf("bench_rounds: no run with a target (20 MiB updates, or K >= 1000)\n");
+  }
 
   // PostgreSQL vs SQLite, same run, same K (issue 16's target: per-round overhead within 1.5x of SQLite's).
   std::printf(
