@@ -319,8 +319,9 @@ void JobRunner::DeleteUpdatesInBackground(std::string prefix) {
       if (deleted.code() == StatusCode::kNotFound) deleted = Status::Ok();
     }
     // Only space: a leftover is never read.
-    if (!deleted.ok())
+    if (!deleted.ok()) {
       PARSYN_LOG_WARN("training job {}: deleting the updates under {}: {}", job_id, prefix, deleted.ToString());
+    }
   });
 }
 
