@@ -35,6 +35,9 @@ class SafetensorsStreamChecker {
   // The header's layout once it has been read and found valid; nullptr before, or if it was invalid.
   const SafetensorsLayout* layout() const { return layout_ ? &*layout_ : nullptr; }
   uint64_t bytes_seen() const { return bytes_seen_; }
+  // The largest |value| among the F32/BF16/F16/F64 tensors' values seen (0 when none): once Finish is OK, the
+  // update's magnitude bound, so an aggregation need not read the values again for it (WeightedMean::AcceptOwned).
+  double max_magnitude() const { return max_magnitude_; }
 
  private:
   void TakeHeaderBytes(std::span<const std::byte>& bytes);
@@ -52,6 +55,7 @@ class SafetensorsStreamChecker {
   uint64_t data_pos_ = 0;               // bytes of the data section seen
   std::array<std::byte, 8> partial_{};  // the start of an element split across chunks
   size_t partial_bytes_ = 0;
+  double max_magnitude_ = 0;
 };
 
 }  // namespace parsyn::weights

@@ -49,6 +49,33 @@ TEST(SafetensorsStreamCheckTest, ValidImageInChunksOfEverySize) {
   EXPECT_EQ(checker.layout()->tensors.size(), 5u);
 }
 
+// The largest |value| over the float tensors, whichever tensor and sign it has and however the bytes are split: the
+// magnitude bound the aggregation would otherwise take in a pass of its own (WeightedMean::AcceptOwned).
+TEST(SafetensorsStreamCheckTest, MaxMagnitudeOfTheValuesSeenInChunksOfEverySize) {
+  const std::vector<std::byte> mixed = SerializeSafetensors(MixedSet());
+  WeightSet no_f64;
+  ASSERT_TRUE(no_f64.AddZeros("f32", DType::kF32, {9}).ok());
+  ASSERT_TRUE(no_f64.AddZeros("bf16", DType::kBF16, {4}).ok());
+  ASSERT_TRUE(no_f64.AddZeros("f16", DType::kF16, {3}).ok());
+  for (size_t i = 0; i < 9; ++i) no_f64[0].as<float>()[i] = 0.25f * static_cast<float>(i) - 1.0f;  // up to 1.0
+  no_f64[1].as<uint16_t>()[2] = FloatToBf16(-3.5f);  // the largest, negative, inside the middle tensor
+  no_f64[2].as<uint16_t>()[0] = FloatToF16(2.0f);
+  const std::vector<std::byte> floats_only = SerializeSafetensors(no_f64);
+  struct Case {
+    const std::vector<std::byte>* image;
+    double expected;
+  };
+  for (const Case& c : {Case{&mixed, 1e300}, Case{&floats_only, 3.5}}) {
+    for (size_t chunk = 1; chunk <= c.image->size(); ++chunk) {
+      SafetensorsStreamChecker checker;
+      for (size_t at = 0; at < c.image->size(); at += chunk)
+        checker.Update(std::span<const std::byte>(*c.image).subspan(at, std::min(chunk, c.image->size() - at)));
+      ASSERT_TRUE(checker.Finish().ok());
+      ASSERT_EQ(checker.max_magnitude(), c.expected) << "chunk " << chunk;
+    }
+  }
+}
+
 // A NaN or Inf in the last element of each float tensor is found whatever the chunking, with CheckFinite's words.
 TEST(SafetensorsStreamCheckTest, NonFiniteInTheLastByteOfATensorInChunksOfEverySize) {
   struct Case {

@@ -233,6 +233,13 @@ void WeightSet::ReleasePages() const {
   for (std::span<const std::byte> mapping : read_only_mappings_) ReleasePages(mapping);
 }
 
+void WeightSet::PopulatePages() const {
+  for (std::span<const std::byte> mapping : read_only_mappings_) {
+    // The mapping starts on a page boundary (mmap's); the length need not be a multiple of the page size.
+    ::madvise(const_cast<std::byte*>(mapping.data()), mapping.size(), MADV_POPULATE_READ);
+  }
+}
+
 WeightSet WeightSet::Clone() const {
   WeightSet copy;
   copy.metadata_ = metadata_;

@@ -99,6 +99,10 @@ class WeightSet {
   void ReleasePages(std::span<const std::byte> bytes) const;
   // ReleasePages over every read-only mapping of the set.
   void ReleasePages() const;
+  // Maps every read-only mapping's pages now, one call per mapping (madvise MADV_POPULATE_READ), for a reader about
+  // to read all of them: it then takes no page faults (one per 64 KiB otherwise). Best effort: the pages come from
+  // the page cache (read from the file where they are not cached); on failure the reader faults them in as before.
+  void PopulatePages() const;
 
   // OK iff `other` has the same names in the same order with equal dtypes and shapes. Otherwise InvalidArgument
   // whose message names the first difference, e.g. "tensor 'x.lora_A.weight' has shape [8, 16], expected [16, 16]".

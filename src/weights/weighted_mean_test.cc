@@ -7,14 +7,18 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/testing/temp_dir.h"
 #include "weights/safetensors.h"
+#include "weights/safetensors_stream_check.h"
 
 namespace parsyn::weights {
 namespace {
@@ -448,6 +452,47 @@ TEST(WeightedMeanTest, AggregatesMemoryMappedUpdatesLikeInMemoryOnes) {
     ASSERT_EQ((*a)[t].data.size(), (*b)[t].data.size());
     EXPECT_EQ(std::memcmp((*a)[t].data.data(), (*b)[t].data.data(), (*a)[t].data.size()), 0) << (*a)[t].name;
   }
+}
+
+// The coordinator's path for an update whose values were checked as it was uploaded: read-only mapped, with the
+// magnitude the stream check found. The bits are those of AcceptOwned finding the bound itself, and the verdict is
+// taken on the given bound (here one the values alone would pass).
+TEST(WeightedMeanTest, AcceptOwnedWithAKnownMagnitudeGivesTheSameBitsAndJudgesByIt) {
+  const test_support::TempDir temp("parsyn-wm-test");
+  const uint64_t update_bytes = RandomUpdate(DType::kF32, 1).total_bytes();
+  const WeightedMeanOptions options{
+      .accumulation = Accumulation::kExact, .num_threads = 2, .max_deferred_bytes = update_bytes * 5 / 2};
+  WeightedMean scanned(RandomUpdate(DType::kF32, 1), options);
+  WeightedMean told(RandomUpdate(DType::kF32, 1), options);
+  for (uint32_t k = 0; k < 7; ++k) {
+    const auto path = temp.path() / ("update_" + std::to_string(k) + ".safetensors");
+    ASSERT_TRUE(WriteSafetensorsFile(RandomUpdate(DType::kF32, 40 + k), path).ok());
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    SafetensorsStreamChecker checker;
+    checker.Update(std::as_bytes(std::span<const char>(bytes)));
+    ASSERT_TRUE(checker.Finish().ok());
+    auto for_scanned = MapSafetensorsFileReadOnly(path);
+    auto for_told = MapSafetensorsFileReadOnly(path);
+    ASSERT_TRUE(for_scanned.ok() && for_told.ok());
+    ASSERT_TRUE(scanned.AcceptOwned(std::move(*for_scanned), 3.0 + k).ok());
+    ASSERT_TRUE(told.AcceptOwned(std::move(*for_told), 3.0 + k, checker.max_magnitude()).ok());
+  }
+  auto want = std::move(scanned).Finish();
+  auto got = std::move(told).Finish();
+  ASSERT_TRUE(want.ok() && got.ok());
+  for (size_t t = 0; t < want->size(); ++t) {
+    ASSERT_EQ((*got)[t].data.size(), (*want)[t].data.size());
+    EXPECT_EQ(std::memcmp((*got)[t].data.data(), (*want)[t].data.data(), (*want)[t].data.size()), 0) << t;
+  }
+
+  const std::vector<Spec> specs = {{"w", {4}}};
+  WeightedMean exact(Filled(DType::kF32, 0, specs), {.accumulation = Accumulation::kExact});
+  Status s = exact.AcceptOwned(Filled(DType::kF32, 1.0f, specs), 1, /*max_magnitude=*/1e20);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("too large for exact accumulation"), std::string::npos) << s.message();
+  EXPECT_EQ(exact.num_accepted(), 0);
+  EXPECT_TRUE(exact.AcceptOwned(Filled(DType::kF32, 1.0f, specs), 1, /*max_magnitude=*/1.0).ok());
 }
 
 // Large sums are not kept: read-only mapped updates wait on disk and Finish sums them chunk by chunk. The bits must be
