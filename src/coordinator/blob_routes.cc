@@ -110,7 +110,9 @@ class BlobRoutes {
     if (!stored.ok()) co_return Response::Error(stored.status());
     // Only a passing verdict on exactly the stored bytes is remembered; anything else is checked at the result.
     if (checker && checker->bytes_seen() == stored->size_bytes && checker->Finish().ok()) {
-      if (JobRunner* r = service_.FindRunner(*JobOfKey(key))) r->RememberCheckedUpload(key, stored->sha256);
+      if (JobRunner* r = service_.FindRunner(*JobOfKey(key))) {
+        r->RememberCheckedUpload(key, {.sha256 = stored->sha256, .max_magnitude = checker->max_magnitude()});
+      }
     }
     CountBytesMoved(key, stored->size_bytes);
     co_return Response::Json(201, {{"blob_key", key}, {"size_bytes", stored->size_bytes}, {"sha256", stored->sha256}});

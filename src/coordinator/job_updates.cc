@@ -23,17 +23,18 @@ namespace {
 // whatever the store's metadata says). The sha256 is of the wire bytes; a compressed update (the job's
 // distributed.compression) is then decoded, streamed and bounded, into the ordinary form (the global's layout and
 // dtypes) that the strategy accumulates as any other. Sets *size_bytes (wire bytes) once the size is known.
-// `values_checked_sha256`: the sha256 of bytes whose values were found finite as they were uploaded (NewUploadChecker);
-// when the stored blob has exactly that sha256, its values are not read again here (the strategy's pass is then the
-// only read of them); everything else is still checked, from the header. A rejected upload is never remembered, so
-// every rejection comes from the checks below, in their words.
+// `values_checked`: what the check of bytes whose values were found finite as they were uploaded saw
+// (NewUploadChecker); when the stored blob has exactly their sha256, its values are not read again here, and
+// *max_magnitude is set to their largest |value| (so the strategy's adding pass is the only read of them); everything
+// else is still checked, from the header. A rejected upload is never remembered, so every rejection comes from the
+// checks below, in their words.
 // InvalidArgument names what is wrong; other codes are store errors. Blocking (a pool thread).
 StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const ResultReport& report,
                                              const std::string& expected_key, uint64_t max_bytes,
                                              const weights::WeightSet& global, const weights::WireEncoding& encoding,
                                              const std::filesystem::path& spool_dir,
-                                             const std::optional<std::string>& values_checked_sha256,
-                                             uint64_t* size_bytes) {
+                                             const std::optional<JobRunner::StreamChecked>& values_checked,
+                                             uint64_t* size_bytes, std::optional<double>* max_magnitude) {
   if (report.blob_key != expected_key) {
     return InvalidArgumentError("update blob key '" + report.blob_key + "' is not this task's '" + expected_key + "'");
   }
@@ -64,8 +65,14 @@ StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const Re
   }
   if (!update.ok()) return InvalidArgumentError("update is not a valid safetensors file: " + update.status().message());
   PARSYN_RETURN_IF_ERROR(global.CheckSameLayout(*update).WithContext("update layout differs from the global"));
-  const bool values_checked = encoding.plain() && values_checked_sha256 && *values_checked_sha256 == copy->sha256();
-  if (!values_checked) PARSYN_RETURN_IF_ERROR(weights::CheckFinite(*update));  // hands back each tensor's pages
+  if (encoding.plain() && values_checked && values_checked->sha256 == copy->sha256()) {
+    *max_magnitude = values_checked->max_magnitude;
+    // Reading the header mapped its first pages (and the kernel's fault-around, 64 KiB): an update waiting for its
+    // turn holds none (a thousand of them held 180 MB of mapped pages at K = 1000 x 2 MiB).
+    update->ReleasePages();
+  } else {
+    PARSYN_RETURN_IF_ERROR(weights::CheckFinite(*update));  // hands back each tensor's pages
+  }
   return update;
 }
 
@@ -77,17 +84,17 @@ std::shared_ptr<weights::SafetensorsStreamChecker> JobRunner::NewUploadChecker(s
   return std::make_shared<weights::SafetensorsStreamChecker>();
 }
 
-void JobRunner::RememberCheckedUpload(const std::string& blob_key, const std::string& sha256) {
+void JobRunner::RememberCheckedUpload(const std::string& blob_key, StreamChecked checked) {
   if (checked_uploads_.size() >= kMaxCheckedUploads) checked_uploads_.erase(checked_uploads_.begin());
-  checked_uploads_[blob_key] = sha256;
+  checked_uploads_[blob_key] = std::move(checked);
 }
 
-std::optional<std::string> JobRunner::TakeCheckedUpload(const std::string& blob_key) {
+std::optional<JobRunner::StreamChecked> JobRunner::TakeCheckedUpload(const std::string& blob_key) {
   auto it = checked_uploads_.find(blob_key);
   if (it == checked_uploads_.end()) return std::nullopt;
-  std::string sha256 = std::move(it->second);
+  StreamChecked checked = std::move(it->second);
   checked_uploads_.erase(it);
-  return sha256;
+  return checked;
 }
 
 http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, int attempt, const Status& verdict) {
@@ -172,17 +179,18 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   std::shared_ptr<weights::WeightSet> global = global_;
   // An update checked early by Result() (outside the job mutex) only needs accumulating here.
   std::optional<StatusOr<weights::WeightSet>> checked;
+  std::optional<double> max_magnitude;
   if (auto c = checked_updates_.find(a.worker); c != checked_updates_.end() && c->second.ready &&
                                                 c->second.round == a.round && c->second.attempt == a.attempt &&
                                                 c->second.blob_key == report.blob_key) {
     checked = std::move(c->second.update);
+    max_magnitude = c->second.max_magnitude;
     checked_updates_.erase(c);
   }
   // Validation and accumulation run on the pool; the strategy is touched by nobody else meanwhile (job mutex).
   const bool checked_early = checked.has_value();
   bool small_update = false;
-  const std::optional<std::string> values_checked_sha256 =
-      checked_early ? std::nullopt : TakeCheckedUpload(report.blob_key);
+  const std::optional<StreamChecked> values_checked = checked_early ? std::nullopt : TakeCheckedUpload(report.blob_key);
   double check_ms = 0, accept_ms = 0;
   bool checked_failed = false;
   uint64_t update_bytes = 0;
@@ -190,7 +198,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
     const auto check_start = std::chrono::steady_clock::now();
     if (!checked) {
       checked = CheckUpdateFile(host_.blobs(), report, expected_key, max_bytes, *global, encoding, host_.spool_dir(),
-                                values_checked_sha256, &update_bytes);
+                                values_checked, &update_bytes, &max_magnitude);
     }
     check_ms = MillisSince(check_start);
     if (!checked->ok()) {
@@ -199,7 +207,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
     }
     const auto accept_start = std::chrono::steady_clock::now();
     // Taken over so that the strategy may add several updates in one pass over its sums (it still judges now).
-    Status accepted = strategy_->AcceptOwned(std::move(**checked), a.sample_count);
+    Status accepted = strategy_->AcceptOwned(std::move(**checked), a.sample_count, max_magnitude);
     accept_ms = MillisSince(accept_start);
     return accepted;
   };
@@ -242,12 +250,14 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   StatusOr<Actions> next = engine_->UpdateValidated(a.worker, a.round, a.attempt, verdict);
   if (!next.ok()) co_return next.status();
   // The strategy keeps accepted updates to add several in one pass over its sums. With no other result on its way in
-  // (being checked or waiting for the job), it adds them now, while the job is idle, unless the round aggregates
-  // next: Finish adds them in its own pass, chunk by chunk while each chunk of the sums is in cache (at K = 5 x 20 MiB
-  // the separate pass was ~20 ms of the round's tail).
+  // (being checked or waiting for the job: at K = 1000 x 2 MiB, hundreds wait at the end of the uploads, and one pass
+  // over the sums each was a third of that tail), it adds them now, while the job is idle, unless the round
+  // aggregates next: Finish adds them in its own pass, chunk by chunk while each chunk of the sums is in cache (at
+  // K = 5 x 20 MiB the separate pass was ~20 ms of the round's tail).
   const bool aggregates_next = std::any_of(
       next->begin(), next->end(), [](const Action& action) { return std::holds_alternative<AggregateRound>(action); });
-  if (verdict.ok() && checked_updates_.empty() && !aggregates_next) {
+  const bool other_results_coming = results_in_progress_ > 1;  // this update's own result is one
+  if (verdict.ok() && !other_results_coming && !aggregates_next) {
     if (small_update) {
       strategy_->AddKeptUpdates();
     } else {
@@ -292,6 +302,11 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
                                       std::string(storage::ToString(job_.status)) + "); result refused");
   }
   const int round = report.round, attempt = report.attempt;
+  ++results_in_progress_;
+  struct Done {
+    int& count;
+    ~Done() { --count; }
+  } done{results_in_progress_};
   if (!report.blob_key.empty()) {
     auto completed = CompleteMultipartUpload(worker_id, report.blob_key);  // kCoAwaitTemporaries
     co_await std::move(completed);
@@ -299,8 +314,11 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
   // Reading and checking an update is the slow part of a result: done here, before waiting for the job's mutex, so
   // results check in parallel on the pool; only the accumulation is serial. Bounded, since a checked update is held
   // in memory until its turn; beyond the bound the check runs under the mutex as before.
-  const size_t max_early_checked = std::max<size_t>(
-      kMinEarlyCheckedUpdates, kEarlyCheckedBudgetBytes / std::max<uint64_t>(1, MaxUpdateUploadBytes()));
+  const size_t max_early_checked =
+      UpdateEncoding().plain()
+          ? kMaxEarlyCheckedMapped
+          : std::max<size_t>(kMinEarlyCheckedUpdates,
+                             kEarlyCheckedBudgetBytes / std::max<uint64_t>(1, MaxUpdateUploadBytes()));
   const bool check_early = round <= engine_config_.num_rounds && !report.blob_key.empty() && global_ != nullptr &&
                            checked_updates_.size() < max_early_checked && checked_updates_.count(worker_id) == 0;
   if (check_early) {
@@ -309,19 +327,21 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
     const uint64_t max_bytes = MaxUpdateUploadBytes();
     const weights::WireEncoding encoding = UpdateEncoding();
     std::shared_ptr<weights::WeightSet> global = global_;
-    const std::optional<std::string> values_checked_sha256 = TakeCheckedUpload(report.blob_key);
+    const std::optional<StreamChecked> values_checked = TakeCheckedUpload(report.blob_key);
     const auto check_start = std::chrono::steady_clock::now();
     uint64_t update_bytes = 0;
+    std::optional<double> max_magnitude;
     StatusOr<weights::WeightSet> update = co_await Offload(host_.pool(), [&] {
       return CheckUpdateFile(host_.blobs(), report, expected_key, max_bytes, *global, encoding, host_.spool_dir(),
-                             values_checked_sha256, &update_bytes);
+                             values_checked, &update_bytes, &max_magnitude);
     });
     if (update_bytes > 0) verified_update_bytes_[report.blob_key] = update_bytes;
     PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} checked early in {:.1f} ms{}", job_.id, round,
-                     worker_id, MillisSince(check_start), values_checked_sha256 ? " (values checked on upload)" : "");
+                     worker_id, MillisSince(check_start), max_magnitude ? " (values checked on upload)" : "");
     ObservePhase("update_check", MillisSince(check_start));
     if (auto c = checked_updates_.find(worker_id); c != checked_updates_.end()) {
       c->second.update = std::move(update);
+      c->second.max_magnitude = max_magnitude;
       c->second.ready = true;
     }
   }

@@ -44,12 +44,12 @@ Status FedAvg::Accept(const weights::WeightSet& update, int64_t sample_count) {
       .WithContext("round " + std::to_string(round_) + " update");
 }
 
-Status FedAvg::AcceptOwned(weights::WeightSet update, int64_t sample_count) {
+Status FedAvg::AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude) {
   if (!begun_) return FailedPreconditionError("FedAvg::Accept before Begin");
   if (sample_count <= 0) {
     return InvalidArgumentError("sample count must be positive, got " + std::to_string(sample_count));
   }
-  return mean_->AcceptOwned(std::move(update), static_cast<double>(sample_count))
+  return mean_->AcceptOwned(std::move(update), static_cast<double>(sample_count), max_magnitude)
       .WithContext("round " + std::to_string(round_) + " update");
 }
 

@@ -100,12 +100,14 @@ TEST(FedAvgTest, WeightsBySampleCountNotByUpdate) {
 TEST(FedAvgTest, AcceptOwnedJudgesNowAndAveragesLikeAccept) {
   FedAvg fed_avg;
   ASSERT_TRUE(fed_avg.Begin(1, Global()).ok());
-  ASSERT_TRUE(fed_avg.AcceptOwned(MakeSet(std::vector<float>(6, 1.0f), std::vector<float>(4, 1.0f)), 3).ok());
-  EXPECT_EQ(fed_avg.AcceptOwned(MakeSet(std::vector<float>(6, 1.0f), std::vector<float>(4, 1.0f)), 0).code(),
-            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(
+      fed_avg.AcceptOwned(MakeSet(std::vector<float>(6, 1.0f), std::vector<float>(4, 1.0f)), 3, std::nullopt).ok());
+  EXPECT_EQ(
+      fed_avg.AcceptOwned(MakeSet(std::vector<float>(6, 1.0f), std::vector<float>(4, 1.0f)), 0, std::nullopt).code(),
+      StatusCode::kInvalidArgument);
   std::vector<float> with_nan(6, 1.0f);
   with_nan[2] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_EQ(fed_avg.AcceptOwned(MakeSet(with_nan, std::vector<float>(4, 1.0f)), 10).code(),
+  EXPECT_EQ(fed_avg.AcceptOwned(MakeSet(with_nan, std::vector<float>(4, 1.0f)), 10, std::nullopt).code(),
             StatusCode::kInvalidArgument);
   fed_avg.AddKeptUpdates();
   ASSERT_TRUE(fed_avg.Accept(MakeSet(std::vector<float>(6, 5.0f), std::vector<float>(4, -3.0f)), 1).ok());
@@ -121,13 +123,15 @@ TEST(FedAvgTest, AcceptOwnedJudgesNowAndAveragesLikeAccept) {
 TEST(FedAvgTest, EachRoundStartsFromNothing) {
   FedAvg fed_avg;
   ASSERT_TRUE(fed_avg.Begin(1, Global()).ok());
-  ASSERT_TRUE(fed_avg.AcceptOwned(MakeSet(std::vector<float>(6, 7.0f), std::vector<float>(4, 7.0f)), 5).ok());
+  ASSERT_TRUE(
+      fed_avg.AcceptOwned(MakeSet(std::vector<float>(6, 7.0f), std::vector<float>(4, 7.0f)), 5, std::nullopt).ok());
   ASSERT_TRUE(fed_avg.Finish().ok());
   EXPECT_EQ(fed_avg.Accept(Global(), 1).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(fed_avg.num_accepted(), 0);
   ASSERT_TRUE(fed_avg.Begin(2, Global()).ok());
   EXPECT_EQ(fed_avg.num_accepted(), 0);
-  ASSERT_TRUE(fed_avg.AcceptOwned(MakeSet(std::vector<float>(6, 1.0f), std::vector<float>(4, 2.0f)), 1).ok());
+  ASSERT_TRUE(
+      fed_avg.AcceptOwned(MakeSet(std::vector<float>(6, 1.0f), std::vector<float>(4, 2.0f)), 1, std::nullopt).ok());
   StatusOr<WeightSet> result = fed_avg.Finish();
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   std::vector<float> got = Flat(*result);

@@ -150,7 +150,7 @@ Status RobustAggregation::Accept(const WeightSet& update, int64_t sample_count) 
   return Status::Ok();
 }
 
-Status RobustAggregation::AcceptOwned(WeightSet update, int64_t sample_count) {
+Status RobustAggregation::AcceptOwned(WeightSet update, int64_t sample_count, std::optional<double> /*max_magnitude*/) {
   if (Status valid = Validate(update, sample_count); !valid.ok()) return valid;
   kept_.push_back({std::move(update), sample_count});
   return Status::Ok();

@@ -55,7 +55,7 @@ class RobustAggregation : public Strategy {
   // Validates, then keeps a copy.
   Status Accept(const weights::WeightSet& update, int64_t sample_count) override;
   // Validates, then keeps the update as given (no copy).
-  Status AcceptOwned(weights::WeightSet update, int64_t sample_count) override;
+  Status AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude) override;
   int num_accepted() const override;
   // FailedPrecondition if Begin was not called, nothing was accepted, or the rule needs more updates than came
   // (Krum: n >= 2f + 3); then the kept updates stay until the next Begin. On success the kept updates are released.

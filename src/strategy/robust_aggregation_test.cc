@@ -186,7 +186,7 @@ TEST(RobustAggregationTest, MatchesNumpyReference) {
     for (const std::string& path : run.updates) {
       StatusOr<WeightSet> update = weights::ReadSafetensorsFile(path);  // memory-mapped, kept as is
       ASSERT_TRUE(update.ok()) << update.status().ToString();
-      ASSERT_TRUE(strategy->AcceptOwned(std::move(*update), samples(rng)).ok());
+      ASSERT_TRUE(strategy->AcceptOwned(std::move(*update), samples(rng), std::nullopt).ok());
     }
     StatusOr<WeightSet> ours = strategy->Finish();
     ASSERT_TRUE(ours.ok()) << ours.status().ToString();
@@ -344,7 +344,7 @@ TEST(RobustAggregationTest, BadUpdatesAreRejectedAndDoNotCount) {
     std::unique_ptr<RobustAggregation> s = Make(c);
     ASSERT_TRUE(s->Begin(4, Zeros()).ok());
     EXPECT_EQ(s->Accept(RandomSet(rng), 0).code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(s->AcceptOwned(RandomSet(rng), -5).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s->AcceptOwned(RandomSet(rng), -5, std::nullopt).code(), StatusCode::kInvalidArgument);
 
     WeightSet short_set = MakeSet({TestLayout().begin(), TestLayout().end() - 1}, [](size_t, size_t) { return 1.0f; });
     Status missing = s->Accept(short_set, 10);
@@ -353,7 +353,7 @@ TEST(RobustAggregationTest, BadUpdatesAreRejectedAndDoNotCount) {
 
     std::vector<Entry> reshaped = TestLayout();
     reshaped[0].shape = {5, 3};
-    Status shape = s->AcceptOwned(MakeSet(reshaped, [](size_t, size_t) { return 1.0f; }), 10);
+    Status shape = s->AcceptOwned(MakeSet(reshaped, [](size_t, size_t) { return 1.0f; }), 10, std::nullopt);
     EXPECT_NE(shape.message().find("tensor 'a' has shape [5, 3], expected [3, 5]"), std::string::npos)
         << shape.ToString();
 

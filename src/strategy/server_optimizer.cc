@@ -71,8 +71,9 @@ Status ServerOptimizer::Accept(const weights::WeightSet& update, int64_t sample_
   return fed_avg_.Accept(update, sample_count);
 }
 
-Status ServerOptimizer::AcceptOwned(weights::WeightSet update, int64_t sample_count) {
-  return fed_avg_.AcceptOwned(std::move(update), sample_count);
+Status ServerOptimizer::AcceptOwned(weights::WeightSet update, int64_t sample_count,
+                                    std::optional<double> max_magnitude) {
+  return fed_avg_.AcceptOwned(std::move(update), sample_count, max_magnitude);
 }
 
 void ServerOptimizer::AddKeptUpdates() { fed_avg_.AddKeptUpdates(); }

@@ -38,7 +38,7 @@ class ServerOptimizer final : public Strategy {
   // Also InvalidArgument when a restored state does not fit the global's layout.
   Status Begin(int round, const weights::WeightSet& global) override;
   Status Accept(const weights::WeightSet& update, int64_t sample_count) override;
-  Status AcceptOwned(weights::WeightSet update, int64_t sample_count) override;
+  Status AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude) override;
   void AddKeptUpdates() override;
   int num_accepted() const override;
   StatusOr<weights::WeightSet> Finish() override;

@@ -146,7 +146,7 @@ TEST(ServerOptimizerTest, MatchesIndependentNumpyReferenceOverThreeRounds) {
                                t.shape, t.data)
                           .ok());
         }
-        ASSERT_TRUE(optimizer.AcceptOwned(std::move(update), kSamples[r - 1][i]).ok());
+        ASSERT_TRUE(optimizer.AcceptOwned(std::move(update), kSamples[r - 1][i], std::nullopt).ok());
         samples += (i ? "," : "") + std::to_string(kSamples[r - 1][i]);
       }
       input.metadata()["samples" + std::to_string(r)] = samples;

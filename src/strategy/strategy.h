@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -68,8 +69,12 @@ class Strategy {
   virtual Status Accept(const weights::WeightSet& update, int64_t sample_count) = 0;
 
   // As Accept, same verdict, but takes the update over, so a strategy may keep it and add several together later
-  // (before Finish returns). By default: Accept(update, sample_count).
-  virtual Status AcceptOwned(weights::WeightSet update, int64_t sample_count) { return Accept(update, sample_count); }
+  // (before Finish returns). `max_magnitude`: the update's largest |value| when a check that read every value (and
+  // found them finite) already knows it, so a strategy that needs the bound need not read the values for it (else
+  // nullopt). By default: Accept(update, sample_count).
+  virtual Status AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude) {
+    return Accept(update, sample_count);
+  }
   // Adds the updates AcceptOwned kept, now (the caller is idle and expects no other update soon). By default none are
   // kept: a no-op.
   virtual void AddKeptUpdates() {}
