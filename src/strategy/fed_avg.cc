@@ -53,6 +53,10 @@ Status FedAvg::AcceptOwned(weights::WeightSet update, int64_t sample_count, std:
       .WithContext("round " + std::to_string(round_) + " update");
 }
 
+bool FedAvg::AcceptOwnedOnlyKeeps(const weights::WeightSet& update) const {
+  return !begun_ || mean_->AcceptOwnedOnlyKeeps(update);
+}
+
 void FedAvg::AddKeptUpdates() {
   if (begun_) mean_->AddKept();
 }

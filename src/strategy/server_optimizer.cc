@@ -76,6 +76,10 @@ Status ServerOptimizer::AcceptOwned(weights::WeightSet update, int64_t sample_co
   return fed_avg_.AcceptOwned(std::move(update), sample_count, max_magnitude);
 }
 
+bool ServerOptimizer::AcceptOwnedOnlyKeeps(const weights::WeightSet& update) const {
+  return fed_avg_.AcceptOwnedOnlyKeeps(update);
+}
+
 void ServerOptimizer::AddKeptUpdates() { fed_avg_.AddKeptUpdates(); }
 
 int ServerOptimizer::num_accepted() const { return fed_avg_.num_accepted(); }

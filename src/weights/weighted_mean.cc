@@ -611,6 +611,13 @@ Status WeightedMean::AcceptOwned(WeightSet update, double n, std::optional<doubl
   return Status::Ok();
 }
 
+bool WeightedMean::AcceptOwnedOnlyKeeps(const WeightSet& update) const {
+  const Impl& impl = *impl_;
+  if (impl.finished) return true;  // refused at once
+  const uint64_t kept = impl.WaitingOnDisk() ? update.pinned_bytes() : update.total_bytes();
+  return impl.deferred_bytes + kept <= impl.options.max_deferred_bytes;  // AcceptOwned adds once they pass it
+}
+
 int WeightedMean::num_accepted() const { return impl_->num_accepted; }
 
 void WeightedMean::AddKept() {

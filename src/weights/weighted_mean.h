@@ -76,6 +76,11 @@ class WeightedMean {
   // they are added (the same verdict, one pass fewer).
   Status AcceptOwned(WeightSet update, double n, std::optional<double> max_magnitude = std::nullopt);
 
+  // True when AcceptOwned(update, n, max_magnitude) with a known magnitude would only judge and keep the update: no
+  // pass over its values, and the kept updates stay under max_deferred_bytes (so none are added now). Microseconds:
+  // a caller may accept such an update where a pass over it would be too long (the coordinator's event loop).
+  bool AcceptOwnedOnlyKeeps(const WeightSet& update) const;
+
   // Adds the updates AcceptOwned kept, now, in one pass (nothing if none are kept): for a caller that is idle now
   // and would rather not leave that work to Finish. Nothing either while updates wait on disk (sums over
   // max_whole_sums_bytes, not allocated): adding them would allocate the sums.
