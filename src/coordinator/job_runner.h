@@ -149,7 +149,8 @@ class JobRunner {
   };
   // Updates checked early and held at once: at least 8, more while their largest possible size fits 256 MiB (64 KiB
   // LoRA updates: thousands, so that a round's 10,000 results are checked in parallel, not one by one under the mutex).
-  // Plain updates are held as read-only mappings of their files, which cost a header page each until they are added:
+  // Plain updates in the directory store are held as read-only mappings of its files, which cost a header page each
+  // until they are added (S3 updates are downloaded copies in the spool: those keep the budget):
   // up to kMaxEarlyCheckedMapped of them whatever their size (at K = 1000 x 2 MiB, the 256 MiB budget let 127 wait
   // checked; the other results of the round waited for the mutex unchecked and were checked one by one after the
   // uploads, 0.3 ms each plus a trip to the pool).

@@ -316,8 +316,11 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
   // Reading and checking an update is the slow part of a result: done here, before waiting for the job's mutex, so
   // results check in parallel on the pool; only the accumulation is serial. Bounded, since a checked update is held
   // in memory until its turn; beyond the bound the check runs under the mutex as before.
+  // Plain updates in the coordinator's own store are mappings of its files; with S3 (transfers bypass the
+  // coordinator) each checked update is a downloaded copy in the spool, so the budget bounds that disk space.
+  const bool held_as_store_mappings = UpdateEncoding().plain() && !host_.blob_urls().transfers_bypass_coordinator();
   const size_t max_early_checked =
-      UpdateEncoding().plain()
+      held_as_store_mappings
           ? kMaxEarlyCheckedMapped
           : std::max<size_t>(kMinEarlyCheckedUpdates,
                              kEarlyCheckedBudgetBytes / std::max<uint64_t>(1, MaxUpdateUploadBytes()));
