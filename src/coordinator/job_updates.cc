@@ -217,8 +217,9 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   // job take 30-60 results a second while 250 a second arrived.
   constexpr uint64_t kInlineAcceptBytes = 256 * 1024;
   Status verdict;
-  const bool small_update = checked_early && checked->ok() && (*checked)->total_bytes() <= kInlineAcceptBytes;
-  if (small_update || (checked_early && checked->ok() && max_magnitude && strategy_->AcceptOwnedOnlyKeeps(**checked))) {
+  const bool ready = checked_early && checked->ok();
+  const bool small_update = ready && (*checked)->total_bytes() <= kInlineAcceptBytes;
+  if (small_update || (ready && max_magnitude && strategy_->AcceptOwnedOnlyKeeps(**checked))) {
     verdict = validate();
   } else {
     verdict = co_await Offload(host_.pool(), validate);

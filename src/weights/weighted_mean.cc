@@ -370,6 +370,11 @@ struct WeightedMean::Impl {
   // Sums larger than options.max_whole_sums_bytes are not allocated unless an update cannot wait on disk.
   bool SumsTooLarge() const { return total_elements * acc_element_bytes > options.max_whole_sums_bytes; }
   bool WaitingOnDisk() const { return !acc_storage && !finished; }
+  // What keeping `update` adds to deferred_bytes: waiting on disk, only its pinned bytes (none when read-only mapped:
+  // its pages go back as soon as they are checked).
+  uint64_t KeptBytes(const WeightSet& update) const {
+    return WaitingOnDisk() ? update.pinned_bytes() : update.total_bytes();
+  }
   void AllocateSums() {
     if (!acc_storage) acc_storage = internal::AllocateZeroedBuffer(total_elements * acc_element_bytes);
   }
@@ -601,11 +606,8 @@ Status WeightedMean::Accept(const WeightSet& update, double n) {
 
 Status WeightedMean::AcceptOwned(WeightSet update, double n, std::optional<double> max_magnitude) {
   Impl& impl = *impl_;
-  // Waiting on disk, an update costs only its pinned bytes (none when read-only mapped): its pages go back as soon
-  // as they are checked.
-  const bool waits_on_disk = impl.WaitingOnDisk();
-  PARSYN_RETURN_IF_ERROR(impl.Count(update, n, /*release_pages=*/waits_on_disk, max_magnitude));
-  impl.deferred_bytes += waits_on_disk ? update.pinned_bytes() : update.total_bytes();
+  PARSYN_RETURN_IF_ERROR(impl.Count(update, n, /*release_pages=*/impl.WaitingOnDisk(), max_magnitude));
+  impl.deferred_bytes += impl.KeptBytes(update);
   impl.deferred.push_back({std::move(update), n});
   if (impl.deferred_bytes > impl.options.max_deferred_bytes) impl.AddDeferred();
   return Status::Ok();
@@ -613,9 +615,8 @@ Status WeightedMean::AcceptOwned(WeightSet update, double n, std::optional<doubl
 
 bool WeightedMean::AcceptOwnedOnlyKeeps(const WeightSet& update) const {
   const Impl& impl = *impl_;
-  if (impl.finished) return true;  // refused at once
-  const uint64_t kept = impl.WaitingOnDisk() ? update.pinned_bytes() : update.total_bytes();
-  return impl.deferred_bytes + kept <= impl.options.max_deferred_bytes;  // AcceptOwned adds once they pass it
+  if (impl.finished) return true;                                                          // refused at once
+  return impl.deferred_bytes + impl.KeptBytes(update) <= impl.options.max_deferred_bytes;  // else AcceptOwned adds
 }
 
 int WeightedMean::num_accepted() const { return impl_->num_accepted; }
