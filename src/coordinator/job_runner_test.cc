@@ -449,21 +449,31 @@ const Reference& UninterruptedRun() {
 // True once no update of the attempt is left in the blob store: the runner deletes them on its pool, in the
 // background, when the attempt ends (committed or failed). Waits up to 10 s. Fails if the attempt recorded no update,
 // or one under another prefix (then an empty prefix would prove nothing).
-bool UpdatesDeleted(JobFixture& f, int round, int attempt) {
-  const std::string prefix = "jobs/" + std::to_string(f.job_id_) + "/rounds/" +
-                             std::string(6 - std::to_string(round).size(), '0') + std::to_string(round) + "-a" +
-                             std::to_string(attempt) + "/updates/";
-  StatusOr<std::vector<storage::RoundUpdate>> recorded = f.store_->ListUpdates(f.job_id_, round, attempt);
-  if (!recorded.ok() || recorded->empty()) return false;
-  for (const storage::RoundUpdate& u : *recorded) {
-    if (!u.blob_key.starts_with(prefix)) return false;
-  }
+// Where the coordinator asks the workers of one round's attempt to upload their updates.
+std::string UpdatesPrefix(const JobFixture& f, int round, int attempt) {
+  return "jobs/" + std::to_string(f.job_id_) + "/rounds/" + std::string(6 - std::to_string(round).size(), '0') +
+         std::to_string(round) + "-a" + std::to_string(attempt) + "/updates/";
+}
+
+// Waits (up to 10 s: deletes run off the loop) until no blob is left under prefix.
+bool BlobsGoneUnder(JobFixture& f, const std::string& prefix) {
   for (int i = 0; i < 1000; ++i) {
     StatusOr<std::vector<std::string>> left = f.blob_store_->List(prefix);
     if (left.ok() && left->empty()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
+}
+
+// The attempt's updates were recorded under its prefix, and their blobs are gone now.
+bool UpdatesDeleted(JobFixture& f, int round, int attempt) {
+  const std::string prefix = UpdatesPrefix(f, round, attempt);
+  StatusOr<std::vector<storage::RoundUpdate>> recorded = f.store_->ListUpdates(f.job_id_, round, attempt);
+  if (!recorded.ok() || recorded->empty()) return false;
+  for (const storage::RoundUpdate& u : *recorded) {
+    if (!u.blob_key.starts_with(prefix)) return false;
+  }
+  return BlobsGoneUnder(f, prefix);
 }
 
 TEST(JobRunnerTest, RoundsCommitTheFedAvgOfTheUpdates) {
@@ -492,7 +502,9 @@ TEST(JobRunnerTest, RoundsCommitTheFedAvgOfTheUpdates) {
   bool saw_final_evaluation = false;
   ASSERT_TRUE(f.Drive([&] {
     const json live = f.runner_->LiveView();
-    if (live.contains("round")) EXPECT_LE(live["round"].get<int>(), kRounds) << live.dump();
+    if (live.contains("round")) {
+      EXPECT_LE(live["round"].get<int>(), kRounds) << live.dump();
+    }
     if (live.value("phase", "") == "final_evaluation") {
       saw_final_evaluation = true;
       EXPECT_FALSE(live.contains("round")) << live.dump();
@@ -550,7 +562,9 @@ TEST(JobRunnerTest, CompressedUpdatesAreDecodedAndMalformedOnesRejected) {
       EXPECT_EQ(weights::Sha256Hex(copy), task["global_weights"]["zstd"]["sha256"]);
       StatusOr<std::vector<std::byte>> plain = weights::ZstdDecompress(copy, task["global_weights"]["size_bytes"]);
       EXPECT_TRUE(plain.ok()) << plain.status().ToString();
-      if (plain.ok()) EXPECT_EQ(WeightsValues(*plain), global_values);
+      if (plain.ok()) {
+        EXPECT_EQ(WeightsValues(*plain), global_values);
+      }
     }
     StatusOr<weights::WeightSet> global = weights::ParseSafetensors(WeightsBytes(global_values));
     StatusOr<weights::WeightSet> update = weights::ParseSafetensors(WeightsBytes(values));
@@ -701,8 +715,14 @@ TEST(JobRunnerTest, RefusedBatchOfResultsRetriesTheRound) {
   ASSERT_TRUE(f.StartRunner().ok());
   // The held write fails: the batch with the first result (and with whichever others joined it before the store took
   // it: small updates are accepted without leaving the loop, so often all of them).
-  std::map<int64_t, StatusOr<json>> answers = ResultsTogether(
-      f, kWorkers, [&] { f.store_->FailNthWrite(1, UnavailableError("injected store error in a batch")); });
+  // When every result joined the failed batch none of them is recorded: the uploads are counted while it is held.
+  size_t uploaded = 0;
+  std::map<int64_t, StatusOr<json>> answers = ResultsTogether(f, kWorkers, [&] {
+    StatusOr<std::vector<std::string>> blobs = f.blob_store_->List(UpdatesPrefix(f, 1, 1));
+    if (blobs.ok()) uploaded = blobs->size();
+    f.store_->FailNthWrite(1, UnavailableError("injected store error in a batch"));
+  });
+  EXPECT_EQ(uploaded, kWorkers);
   int refused = 0;
   for (const auto& [worker, answer] : answers) {
     if (answer.ok()) continue;
@@ -718,7 +738,7 @@ TEST(JobRunnerTest, RefusedBatchOfResultsRetriesTheRound) {
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(first->status, storage::RoundStatus::kFailed);
   EXPECT_NE(first->failure_reason.find("injected store error in a batch"), std::string::npos) << first->failure_reason;
-  EXPECT_TRUE(UpdatesDeleted(f, 1, 1)) << "the failed attempt's updates are left";
+  EXPECT_TRUE(BlobsGoneUnder(f, UpdatesPrefix(f, 1, 1))) << "the failed attempt's updates are left";
 }
 
 // A store outage (a run of failing writes) in the middle of a round: events are refused meanwhile, the retry on the
