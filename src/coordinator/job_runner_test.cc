@@ -294,7 +294,7 @@ class JobFixture {
   }
   // Handlers still due (detached follow-ups, their offloads) run until the loop has been idle for a while.
   void Settle() {
-    for (int idle = 0; idle < 3;) idle = io_.run_one_for(std::chrono::milliseconds(20)) == 0 ? idle + 1 : 0;
+    for (int idle = 0; idle < 2;) idle = io_.run_one_for(std::chrono::milliseconds(5)) == 0 ? idle + 1 : 0;
   }
 
   // A runner for the job as the store has it now (queued: set up; running: resumed), launched.
@@ -446,9 +446,6 @@ const Reference& UninterruptedRun() {
   return reference;
 }
 
-// True once no update of the attempt is left in the blob store: the runner deletes them on its pool, in the
-// background, when the attempt ends (committed or failed). Waits up to 10 s. Fails if the attempt recorded no update,
-// or one under another prefix (then an empty prefix would prove nothing).
 // Where the coordinator asks the workers of one round's attempt to upload their updates.
 std::string UpdatesPrefix(const JobFixture& f, int round, int attempt) {
   return "jobs/" + std::to_string(f.job_id_) + "/rounds/" + std::string(6 - std::to_string(round).size(), '0') +
@@ -465,7 +462,9 @@ bool BlobsGoneUnder(JobFixture& f, const std::string& prefix) {
   return false;
 }
 
-// The attempt's updates were recorded under its prefix, and their blobs are gone now.
+// True once no update of the attempt is left in the blob store: the runner deletes them on its pool, in the
+// background, when the attempt ends (committed or failed). Fails if the attempt recorded no update, or one under
+// another prefix (then an empty prefix would prove nothing).
 bool UpdatesDeleted(JobFixture& f, int round, int attempt) {
   const std::string prefix = UpdatesPrefix(f, round, attempt);
   StatusOr<std::vector<storage::RoundUpdate>> recorded = f.store_->ListUpdates(f.job_id_, round, attempt);
