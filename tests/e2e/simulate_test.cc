@@ -1,5 +1,5 @@
-// `parsyn simulate` end to end: the real parsyn and parsyn-trainer programs, no server. 20 virtual workers train the
-// MLP of WriteSeparableCsv over a Dirichlet(0.5) split for 2 rounds with FedAvg, and 8 with FedAdam (a stateful server
+// `parsyn simulate` end to end: the real parsyn and parsyn-trainer programs, no server. 6 virtual workers train the
+// MLP of WriteSeparableCsv over a Dirichlet(0.5) split for 2 rounds with FedAvg, and 4 with FedAdam (a stateful server
 // optimizer) and median (a robust aggregation). Checked: the job succeeds; rounds.csv and rounds.json hold exactly the
 // rounds the job's own store (OUT/parsyn.db, read here with the storage layer's SQLite store) recorded, losses to the
 // bit; loss.svg is a plot; global.safetensors is the last committed global; and the same seeded job run twice ends
@@ -16,8 +16,8 @@
 namespace parsyn::e2e {
 namespace {
 
-constexpr int kWorkers = 12;    // the FedAvg runs'
-constexpr int kFewWorkers = 8;  // the other strategies' (each virtual worker's task is a trainer process)
+constexpr int kWorkers = 6;     // the FedAvg runs'
+constexpr int kFewWorkers = 4;  // the other strategies' (each virtual worker's task is a trainer process)
 constexpr int kRounds = 2;
 
 std::string ReadFile(const fs::path& path) {
