@@ -194,9 +194,10 @@ TEST_F(NetworkFaultsTest, DroppedThrottledAndCutLinksLeaveTheRoundToTheOthers) {
   ASSERT_NO_FATAL_FAILURE(StartServer("50000", tmp_.path() / "server"));
   std::vector<int64_t> ids = StartLinkedWorkers(5);
   const pid_t dropped = workers_[2]->pid(), throttled = workers_[3]->pid(), cut = workers_[4]->pid();
-  const int64_t job_id = CreateJob(*admin_, MlpSpec(ids, 3, 2, 20, 2));
+  const int64_t job_id = CreateJob(*admin_, MlpSpec(ids, 3, 2, 12, 2));
   ASSERT_GT(job_id, 0);
-  // Dropped mid-upload for 8 s: long past the heartbeat timeout (3 s), so the coordinator gives up on it first.
+  // Dropped mid-upload for 8 s: long past the heartbeat timeout (3 s), so the coordinator gives up on it first, and
+  // short of the round's 12 s timeout.
   proxy_->PauseMidRequest(dropped, UpdatePrefix(job_id, 1, 1), 128 * 1024, seconds(8));
   proxy_->Throttle(throttled, 32 * 1024);
   ASSERT_TRUE(WaitForEvent(
