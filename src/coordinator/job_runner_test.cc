@@ -292,9 +292,19 @@ class JobFixture {
     while (!done) io_.run_one_for(std::chrono::milliseconds(10));
     Settle();
   }
-  // Handlers still due (detached follow-ups, their offloads) run until the loop has been idle for a while.
-  void Settle() {
-    for (int idle = 0; idle < 2;) idle = io_.run_one_for(std::chrono::milliseconds(5)) == 0 ? idle + 1 : 0;
+  // Handlers still due (detached follow-ups, their offloads) run until the loop has been idle for `polls` polls of
+  // `poll` each. Short by default: it follows every step, and a follow-up it misses runs in the next one.
+  void Settle(int polls = 2, std::chrono::milliseconds poll = std::chrono::milliseconds(5)) {
+    for (int idle = 0; idle < polls;) idle = io_.run_one_for(poll) == 0 ? idle + 1 : 0;
+  }
+  // Runs the loop until `done` (true) or 30 s have passed (false).
+  bool RunUntil(const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      io_.run_one_for(std::chrono::milliseconds(5));
+    }
+    return true;
   }
 
   // A runner for the job as the store has it now (queued: set up; running: resumed), launched.
@@ -670,7 +680,10 @@ std::map<int64_t, StatusOr<json>> ResultsTogether(JobFixture& f, size_t reportin
   for (auto& [worker, report] : reports) {
     boost::asio::co_spawn(f.io_, ReportResult(*f.runner_, worker, report, answers), boost::asio::detached);
   }
-  f.Settle();
+  // The first result's batch reaches the store (its check and accumulation run on the pool first); the others then
+  // have time to queue behind it.
+  EXPECT_TRUE(f.RunUntil([&] { return f.store_->writes_held() > 0; })) << "no batch reached the store";
+  f.Settle(3, std::chrono::milliseconds(20));
   EXPECT_EQ(f.store_->writes_held(), 1) << "one batch at a time";
   EXPECT_TRUE(answers.empty()) << "a result is answered only once its record is durable";
   while_held();

@@ -212,14 +212,15 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   };
   // A small update checked early is accepted here: that costs less than the trip to the pool and back, which the job
   // waits for with its mutex held (at 10,000 results a round, those trips one after another were the round's wall).
-  // So is one of any size that the strategy only keeps (its magnitude known from the upload's check, and no batch
-  // to add yet): at K = 1000 x 2 MiB the trips, queued behind the pool's early checks during the uploads, let the
-  // job take 30-60 results a second while 250 a second arrived.
+  // So is one of any size that the strategy accepts at once (its magnitude known from the upload's check; a batch it
+  // fills is added on a thread of the strategy's own, and none is still being added): at K = 1000 x 2 MiB the trips,
+  // queued behind the pool's early checks during the uploads, let the job take 30-60 results a second while 250 a
+  // second arrived.
   constexpr uint64_t kInlineAcceptBytes = 256 * 1024;
   Status verdict;
   const bool ready = checked_early && checked->ok();
   const bool small_update = ready && (*checked)->total_bytes() <= kInlineAcceptBytes;
-  if (small_update || (ready && max_magnitude && strategy_->AcceptOwnedOnlyKeeps(**checked))) {
+  if (small_update || (ready && max_magnitude && strategy_->AcceptOwnedIsQuick(**checked))) {
     verdict = validate();
   } else {
     verdict = co_await Offload(host_.pool(), validate);

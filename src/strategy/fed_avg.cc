@@ -53,8 +53,8 @@ Status FedAvg::AcceptOwned(weights::WeightSet update, int64_t sample_count, std:
       .WithContext("round " + std::to_string(round_) + " update");
 }
 
-bool FedAvg::AcceptOwnedOnlyKeeps(const weights::WeightSet& update) const {
-  return !begun_ || mean_->AcceptOwnedOnlyKeeps(update);
+bool FedAvg::AcceptOwnedIsQuick(const weights::WeightSet& update) const {
+  return !begun_ || mean_->AcceptOwnedIsQuick(update);
 }
 
 void FedAvg::AddKeptUpdates() {

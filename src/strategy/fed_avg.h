@@ -37,7 +37,7 @@ class FedAvg final : public Strategy {
   Status Accept(const weights::WeightSet& update, int64_t sample_count) override;
   // Validated now; added in batches (WeightedMean::AcceptOwned), so the sums are traversed once per batch.
   Status AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude) override;
-  bool AcceptOwnedOnlyKeeps(const weights::WeightSet& update) const override;
+  bool AcceptOwnedIsQuick(const weights::WeightSet& update) const override;
   void AddKeptUpdates() override;
   int num_accepted() const override;
   StatusOr<weights::WeightSet> Finish() override;

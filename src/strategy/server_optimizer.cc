@@ -76,8 +76,8 @@ Status ServerOptimizer::AcceptOwned(weights::WeightSet update, int64_t sample_co
   return fed_avg_.AcceptOwned(std::move(update), sample_count, max_magnitude);
 }
 
-bool ServerOptimizer::AcceptOwnedOnlyKeeps(const weights::WeightSet& update) const {
-  return fed_avg_.AcceptOwnedOnlyKeeps(update);
+bool ServerOptimizer::AcceptOwnedIsQuick(const weights::WeightSet& update) const {
+  return fed_avg_.AcceptOwnedIsQuick(update);
 }
 
 void ServerOptimizer::AddKeptUpdates() { fed_avg_.AddKeptUpdates(); }

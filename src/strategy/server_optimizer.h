@@ -39,7 +39,7 @@ class ServerOptimizer final : public Strategy {
   Status Begin(int round, const weights::WeightSet& global) override;
   Status Accept(const weights::WeightSet& update, int64_t sample_count) override;
   Status AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude) override;
-  bool AcceptOwnedOnlyKeeps(const weights::WeightSet& update) const override;
+  bool AcceptOwnedIsQuick(const weights::WeightSet& update) const override;
   void AddKeptUpdates() override;
   int num_accepted() const override;
   StatusOr<weights::WeightSet> Finish() override;

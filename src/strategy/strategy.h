@@ -75,10 +75,10 @@ class Strategy {
   virtual Status AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude) {
     return Accept(update, sample_count);
   }
-  // True when AcceptOwned(update, ..., max_magnitude) with a known max_magnitude would only judge and keep the update
-  // (no pass over its values, no adding of kept updates): cheap enough for a caller that must not block long (the
-  // coordinator's event loop). By default false.
-  virtual bool AcceptOwnedOnlyKeeps(const weights::WeightSet& update) const { return false; }
+  // True when AcceptOwned(update, ..., max_magnitude) with a known max_magnitude would return in microseconds (it
+  // judges and keeps the update, with no pass over its values and no wait for kept updates being added): cheap
+  // enough for a caller that must not block long (the coordinator's event loop). By default false.
+  virtual bool AcceptOwnedIsQuick(const weights::WeightSet& update) const { return false; }
   // Adds the updates AcceptOwned kept, now (the caller is idle and expects no other update soon). By default none are
   // kept: a no-op.
   virtual void AddKeptUpdates() {}

@@ -355,6 +355,20 @@ struct WeightedMean::Impl {
   std::vector<Deferred> deferred;
   uint64_t deferred_bytes = 0;
   bool sums_written = false;  // false until the first update is added: it writes the sums instead of adding
+  // A full batch of kept updates being added on `adder`, a thread of its own, while AcceptOwned judges and keeps the
+  // next ones: the owner's thread (the coordinator's event loop) does not wait for the pass. Meanwhile only the
+  // adder touches the sums and `adding`; everything else that reads or adds to the sums waits for it (WaitForAdd).
+  std::vector<Deferred> adding;
+  std::atomic<bool> add_done{true};
+  std::jthread adder;
+
+  ~Impl() { WaitForAdd(); }
+  void WaitForAdd() {
+    if (adder.joinable()) adder.join();
+    adding.clear();  // the added updates' memory goes now
+  }
+  // True while the batch on `adder` is still being added.
+  bool AddInFlight() const { return !add_done.load(std::memory_order_acquire); }
 
   Status CheckLayout(const WeightSet& update) const;
   // OK and the largest |w| in the update, or why it cannot be added (nothing has been added yet). With
@@ -402,10 +416,14 @@ struct WeightedMean::Impl {
   std::vector<Term> Batch(const WeightSet* extra = nullptr, double extra_n = 0) const;
   // Adds the batch's part of chunk c; the first term writes the sums instead if none was added before the batch.
   void AddBatchChunk(size_t c, const std::vector<Term>& batch, bool first_writes);
-  // Adds every deferred update, then `extra` if given, in one pass over the sums: each chunk of the sums takes the
-  // updates in acceptance order while it is in cache, so the sums are read and written once per batch instead of
-  // once per update, and every element sees the same additions in the same order as one Accept at a time would do.
+  // Adds the batch in one pass over the sums: each chunk of the sums takes the updates in acceptance order while it
+  // is in cache, so the sums are read and written once per batch instead of once per update, and every element sees
+  // the same additions in the same order as one Accept at a time would do.
+  void AddTerms(const std::vector<Term>& batch, bool first_writes);
+  // Adds every deferred update, then `extra` if given, in one pass (after the batch on `adder`, if any).
   void AddDeferred(const WeightSet* extra = nullptr, double extra_n = 0);
+  // Moves the deferred updates to `adding` and adds them on `adder` (after the batch before them).
+  void StartAddingDeferred();
 };
 
 WeightedMean::WeightedMean(const WeightSet& layout, WeightedMeanOptions options) : impl_(std::make_unique<Impl>()) {
@@ -569,19 +587,41 @@ void WeightedMean::Impl::AddBatchChunk(size_t c, const std::vector<Term>& batch,
   }
 }
 
-void WeightedMean::Impl::AddDeferred(const WeightSet* extra, double extra_n) {
-  const std::vector<Term> batch = Batch(extra, extra_n);
-  if (batch.empty()) return;
-  AllocateSums();  // from here on the mean streams
+void WeightedMean::Impl::AddTerms(const std::vector<Term>& batch, bool first_writes) {
   // One call per update maps its pages, instead of a fault per 64 KiB in the adding threads (a batch of 64 x 2 MiB
   // read-only mapped updates: 45-60 ms instead of 65-85 ms on the 2-core VM).
   for (const Term& term : batch) term.update->PopulatePages();
-  const bool first_writes = !sums_written;
   ParallelFor(chunks.size(), options.num_threads, total_elements,
               [&](size_t c) { AddBatchChunk(c, batch, first_writes); });
+}
+
+void WeightedMean::Impl::AddDeferred(const WeightSet* extra, double extra_n) {
+  WaitForAdd();
+  const std::vector<Term> batch = Batch(extra, extra_n);
+  if (batch.empty()) return;
+  AllocateSums();  // from here on the mean streams
+  AddTerms(batch, !sums_written);
   sums_written = true;
   deferred.clear();
   deferred_bytes = 0;
+}
+
+void WeightedMean::Impl::StartAddingDeferred() {
+  WaitForAdd();
+  if (deferred.empty()) return;
+  AllocateSums();
+  adding = std::move(deferred);
+  deferred.clear();
+  deferred_bytes = 0;
+  const bool first_writes = !sums_written;
+  sums_written = true;  // by the time anything reads the sums, it has waited for this batch
+  add_done.store(false, std::memory_order_release);
+  adder = std::jthread([this, first_writes] {
+    std::vector<Term> batch;
+    for (const Deferred& d : adding) batch.push_back({&d.update, d.n});
+    AddTerms(batch, first_writes);
+    add_done.store(true, std::memory_order_release);
+  });
 }
 
 Status WeightedMean::Impl::Count(const WeightSet& update, double n, bool release_pages,
@@ -609,14 +649,15 @@ Status WeightedMean::AcceptOwned(WeightSet update, double n, std::optional<doubl
   PARSYN_RETURN_IF_ERROR(impl.Count(update, n, /*release_pages=*/impl.WaitingOnDisk(), max_magnitude));
   impl.deferred_bytes += impl.KeptBytes(update);
   impl.deferred.push_back({std::move(update), n});
-  if (impl.deferred_bytes > impl.options.max_deferred_bytes) impl.AddDeferred();
+  if (impl.deferred_bytes > impl.options.max_deferred_bytes) impl.StartAddingDeferred();
   return Status::Ok();
 }
 
-bool WeightedMean::AcceptOwnedOnlyKeeps(const WeightSet& update) const {
+bool WeightedMean::AcceptOwnedIsQuick(const WeightSet& update) const {
   const Impl& impl = *impl_;
-  if (impl.finished) return true;                                                          // refused at once
-  return impl.deferred_bytes + impl.KeptBytes(update) <= impl.options.max_deferred_bytes;  // else AcceptOwned adds
+  if (impl.finished) return true;  // refused at once
+  if (impl.deferred_bytes + impl.KeptBytes(update) <= impl.options.max_deferred_bytes) return true;  // kept
+  return !impl.AddInFlight();  // a full batch starts adding on its own thread; it would wait for the one before
 }
 
 int WeightedMean::num_accepted() const { return impl_->num_accepted; }
@@ -631,6 +672,7 @@ Status WeightedMean::CheckLayout(const WeightSet& layout) const { return impl_->
 
 void WeightedMean::Reset() {
   Impl& impl = *impl_;
+  impl.WaitForAdd();
   impl.num_accepted = 0;
   impl.total_weight = 0;
   impl.exact_total_weight = 0;
@@ -651,6 +693,7 @@ double WeightedMean::total_weight() const { return impl_->total_weight; }
 StatusOr<WeightSet> WeightedMean::Finish() && {
   Impl& impl = *impl_;
   if (impl.num_accepted == 0) return FailedPreconditionError("weighted mean of zero updates: nothing was accepted");
+  impl.WaitForAdd();
   if (!impl.acc_storage) return impl.FinishByChunk();
   impl.finished = true;
   // Updates still deferred are added chunk by chunk in the dividing pass below, so each chunk of the sums is

@@ -2,7 +2,8 @@
 //
 // Built from the global's layout; updates are accepted one at a time as they arrive, so memory is O(parameters)
 // whatever the number of updates. Not thread-safe: one owner calls Accept/Finish (internally the work is spread over
-// a few threads by chunk).
+// a few threads by chunk, and AcceptOwned adds a full batch of kept updates on a thread of its own, which every later
+// call that needs the sums waits for).
 //
 // Two ways to sum, chosen by the size of the sums (one accumulator per parameter: 4, 8 or 16 bytes by accumulation):
 // - Streaming (sums up to options.max_whole_sums_bytes): the sums are kept whole and each update is added as it
@@ -65,21 +66,24 @@ class WeightedMean {
   Status Accept(const WeightSet& update, double n);
 
   // As Accept (same checks, same verdict, now), but the update is kept and added later, together with others, in
-  // one pass over the sums: once the kept updates pass options.max_deferred_bytes, or at the next Accept, or at
-  // Finish. Adding K updates in one pass reads and writes the sums (16 bytes per parameter for kExact) once instead
-  // of K times. The result is bit-identical to accepting the same updates one by one with Accept, in the same order.
-  // Memory: up to max_deferred_bytes of updates (plus one) stay alive, as owned by `update` (memory-mapped files stay
-  // mapped). With sums over max_whole_sums_bytes, an update's read-only mapped bytes do not count toward
-  // max_deferred_bytes: their pages are handed back after validation and the update waits for Finish.
+  // one pass over the sums: once the kept updates pass options.max_deferred_bytes (that batch is added on a thread
+  // of its own while the next one fills; AcceptOwned waits only if the batch before is still being added), or at the
+  // next Accept, AddKept or Finish. Adding K updates in one pass reads and writes the sums (16 bytes per parameter
+  // for kExact) once instead of K times. The result is bit-identical to accepting the same updates one by one with
+  // Accept, in the same order. Memory: up to two batches of max_deferred_bytes of updates (plus one) stay alive, as
+  // owned by `update` (memory-mapped files stay mapped). With sums over max_whole_sums_bytes, an update's read-only
+  // mapped bytes do not count toward max_deferred_bytes: their pages are handed back after validation and the update
+  // waits for Finish.
   // `max_magnitude`: the largest |value| of the update, when a check that read every value and found them finite
   // (SafetensorsStreamChecker, as it was received) already knows it; the update's values are then not read until
   // they are added (the same verdict, one pass fewer).
   Status AcceptOwned(WeightSet update, double n, std::optional<double> max_magnitude = std::nullopt);
 
-  // True when AcceptOwned(update, n, max_magnitude) with a known magnitude would only judge and keep the update: no
-  // pass over its values, and the kept updates stay under max_deferred_bytes (so none are added now). Microseconds:
-  // a caller may accept such an update where a pass over it would be too long (the coordinator's event loop).
-  bool AcceptOwnedOnlyKeeps(const WeightSet& update) const;
+  // True when AcceptOwned(update, n, max_magnitude) with a known magnitude would return in microseconds: no pass
+  // over its values, and no wait for a batch being added (it only keeps the update, or starts adding the batch it
+  // fills on a thread of its own). A caller may accept such an update where a pass over it would be too long (the
+  // coordinator's event loop).
+  bool AcceptOwnedIsQuick(const WeightSet& update) const;
 
   // Adds the updates AcceptOwned kept, now, in one pass (nothing if none are kept): for a caller that is idle now
   // and would rather not leave that work to Finish. Nothing either while updates wait on disk (sums over
