@@ -656,8 +656,8 @@ Status WeightedMean::AcceptOwned(WeightSet update, double n, std::optional<doubl
 bool WeightedMean::AcceptOwnedIsQuick(const WeightSet& update) const {
   const Impl& impl = *impl_;
   if (impl.finished) return true;  // refused at once
-  if (impl.deferred_bytes + impl.KeptBytes(update) <= impl.options.max_deferred_bytes) return true;  // kept
-  return !impl.AddInFlight();  // a full batch starts adding on its own thread; it would wait for the one before
+  // Kept; or a full batch that starts adding on its own thread, unless it would wait for the batch before.
+  return impl.deferred_bytes + impl.KeptBytes(update) <= impl.options.max_deferred_bytes || !impl.AddInFlight();
 }
 
 int WeightedMean::num_accepted() const { return impl_->num_accepted; }
