@@ -313,11 +313,7 @@ void JobRunner::DeleteUpdatesInBackground(std::string prefix) {
   if (host_.keep_updates()) return;
   boost::asio::post(host_.pool(), [&blobs = host_.blobs(), prefix = std::move(prefix), job_id = job_.id] {
     StatusOr<std::vector<std::string>> keys = blobs.List(prefix);
-    Status deleted = keys.status();
-    for (size_t i = 0; deleted.ok() && keys.ok() && i < keys->size(); ++i) {
-      deleted = blobs.Delete((*keys)[i]);
-      if (deleted.code() == StatusCode::kNotFound) deleted = Status::Ok();
-    }
+    const Status deleted = keys.ok() ? blobs.DeleteAll(*keys) : keys.status();
     // Only space: a leftover is never read.
     if (!deleted.ok()) {
       PARSYN_LOG_WARN("training job {}: deleting the updates under {}: {}", job_id, prefix, deleted.ToString());

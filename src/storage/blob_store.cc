@@ -82,6 +82,15 @@ Status ValidateBlobKeyPrefix(std::string_view prefix) {
   return Status::Ok();
 }
 
+Status BlobStore::DeleteAll(std::span<const std::string> keys) {
+  for (const std::string& key : keys) PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  for (const std::string& key : keys) {
+    Status deleted = Delete(key);
+    if (!deleted.ok() && deleted.code() != StatusCode::kNotFound) return deleted;
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<BlobStore>> OpenBlobStore(std::string_view uri) {
   constexpr std::string_view kSupported =
       "supported: file:///absolute/dir, a plain directory path, or s3://bucket/prefix?options (docs/s3.md)";

@@ -124,6 +124,20 @@ TEST_P(BlobStoreContractTest, DeleteRemovesAndFreesTheKey) {
   EXPECT_EQ(store().Head("k")->sha256, weights::Sha256Hex(std::string_view("new!")));
 }
 
+TEST_P(BlobStoreContractTest, DeleteAllRemovesThoseThatExistAndSkipsTheMissing) {
+  for (const char* key : {"r/1/u/a", "r/1/u/b", "r/1/keep", "r/2/u/c"}) ASSERT_TRUE(PutString(store(), key, key).ok());
+  const std::vector<std::string> keys = {"r/1/u/a", "r/1/u/missing", "r/1/u/b", "r/2/u/c"};
+  ASSERT_TRUE(store().DeleteAll(keys).ok());
+  for (const std::string& key : keys) EXPECT_EQ(store().Head(key).status().code(), StatusCode::kNotFound) << key;
+  EXPECT_EQ(GetString(store(), "r/1/keep"), "r/1/keep");
+  EXPECT_TRUE(store().DeleteAll(keys).ok()) << "all missing: nothing to do";
+  ASSERT_TRUE(PutString(store(), "r/1/u/a", "again").ok());
+  // A bad key refuses the whole call before anything is removed.
+  const std::vector<std::string> with_bad = {"r/1/u/a", "../escape"};
+  EXPECT_EQ(store().DeleteAll(with_bad).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(GetString(store(), "r/1/u/a"), "again");
+}
+
 TEST_P(BlobStoreContractTest, AnOpenStreamSurvivesDelete) {
   ASSERT_TRUE(PutString(store(), "k", "still here").ok());
   StatusOr<std::unique_ptr<ByteSource>> source = store().Get("k");

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <system_error>
 
@@ -152,6 +153,18 @@ bool IsHexSha256(std::string_view s) {
 }
 
 fs::path SidecarPath(const fs::path& blob) { return fs::path(blob.string() + std::string(kSidecarSuffix)); }
+
+// Unlinks the blob's file (and its sidecar): false if there is none. Its directory is not synced.
+StatusOr<bool> UnlinkBlob(const fs::path& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  if (::unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return false;
+    return UnavailableError(Errno("removing", path));
+  }
+  ::unlink(SidecarPath(path).c_str());  // may be missing; a stale sidecar would only be a wrong cache for a re-Put
+  return true;
+}
 
 }  // namespace
 
@@ -380,16 +393,21 @@ StatusOr<fs::path> DirectoryBlobStore::LocalPath(std::string_view key) {
 Status DirectoryBlobStore::Delete(std::string_view key) {
   PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
   const fs::path path = root_ / fs::path(key);
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return NotFoundError("blob '" + std::string(key) + "' not found");
-  }
-  if (::unlink(path.c_str()) != 0) {
-    if (errno == ENOENT) return NotFoundError("blob '" + std::string(key) + "' not found");
-    return UnavailableError(Errno("removing", path));
-  }
-  ::unlink(SidecarPath(path).c_str());  // may be missing; a stale sidecar would only be a wrong cache for a re-Put
+  PARSYN_ASSIGN_OR_RETURN(bool removed, UnlinkBlob(path));
+  if (!removed) return NotFoundError("blob '" + std::string(key) + "' not found");
   return FsyncDir(path.parent_path());
+}
+
+Status DirectoryBlobStore::DeleteAll(std::span<const std::string> keys) {
+  for (const std::string& key : keys) PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  std::set<fs::path> dirs;  // each synced once, after its blobs are gone
+  for (const std::string& key : keys) {
+    const fs::path path = root_ / fs::path(key);
+    PARSYN_ASSIGN_OR_RETURN(bool removed, UnlinkBlob(path));
+    if (removed) dirs.insert(path.parent_path());
+  }
+  for (const fs::path& dir : dirs) PARSYN_RETURN_IF_ERROR(FsyncDir(dir));
+  return Status::Ok();
 }
 
 StatusOr<std::vector<std::string>> DirectoryBlobStore::List(std::string_view prefix) {

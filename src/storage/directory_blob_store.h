@@ -38,6 +38,7 @@ class DirectoryBlobStore final : public BlobStore {
   StatusOr<BlobInfo> Head(std::string_view key) override;
   StatusOr<std::filesystem::path> LocalPath(std::string_view key) override;
   Status Delete(std::string_view key) override;
+  Status DeleteAll(std::span<const std::string> keys) override;
   StatusOr<std::vector<std::string>> List(std::string_view prefix) override;
   Status SyncAll() override;
 
