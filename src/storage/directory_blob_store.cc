@@ -193,7 +193,11 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
   PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
   const fs::path final_path = root_ / fs::path(key);
   const fs::path dir = final_path.parent_path();
-  PARSYN_RETURN_IF_ERROR(EnsureKeyDirs(fs::path(key).parent_path(), options.durable));
+  // A non-durable Put into a directory that exists (a round's updates, after the first) needs no mkdir of each
+  // level: one check instead of five calls per update.
+  if (options.durable || ::access(dir.c_str(), F_OK) != 0) {
+    PARSYN_RETURN_IF_ERROR(EnsureKeyDirs(fs::path(key).parent_path(), options.durable));
+  }
   if (::access(final_path.c_str(), F_OK) == 0) {
     return AlreadyExistsError("blob '" + std::string(key) + "' already exists");
   }
