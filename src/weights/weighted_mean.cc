@@ -708,8 +708,7 @@ StatusOr<WeightSet> WeightedMean::Finish() && {
   // and no extra pass. Other combinations write into new buffers.
   const bool in_place_f32 = impl.options.accumulation == Accumulation::kFloat32;
   WeightSet result;
-  PARSYN_ASSIGN_OR_RETURN(const std::vector<std::span<std::byte>> outputs,
-                          impl.AddResultTensors(result, in_place_f32));
+  PARSYN_ASSIGN_OR_RETURN(const std::vector<std::span<std::byte>> outputs, impl.AddResultTensors(result, in_place_f32));
   // kExact divides the exact integer sums in 80-bit long double: the quotient is a function of the two integers
   // only, so the result stays order-independent. The float paths multiply by 1/N in double (vectorised, and within
   // a double ulp of dividing, far below the float result's rounding).
@@ -776,7 +775,7 @@ void WeightedMean::Impl::WriteMeans(size_t c, const std::byte* sums_bytes, std::
 }
 
 StatusOr<std::vector<std::span<std::byte>>> WeightedMean::Impl::AddResultTensors(WeightSet& result,
-                                                                                  bool in_place_f32) const {
+                                                                                 bool in_place_f32) const {
   auto is_view = [&](const Slot& slot) { return in_place_f32 && slot.dtype == DType::kF32; };
   constexpr size_t kAlignment = 64;
   std::vector<size_t> offsets;
