@@ -153,15 +153,25 @@ void Server::Start() {
   http::Client probe(http::ClientOptions{
       .base_url = url(), .connect_timeout = std::chrono::milliseconds(500), .max_attempts = 1, .ca_file = ca_file_});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
+  bool answered = false;
+  while (!answered && std::chrono::steady_clock::now() < deadline) {
     StatusOr<http::ClientResponse> r = probe.Get("/healthz");
-    if (r.ok() ||
-        (r.status().code() != StatusCode::kUnavailable && r.status().code() != StatusCode::kDeadlineExceeded)) {
-      return;
-    }
+    answered =
+        r.ok() || (r.status().code() != StatusCode::kUnavailable && r.status().code() != StatusCode::kDeadlineExceeded);
+    if (!answered) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!answered) {
+    ADD_FAILURE() << "parsyn server did not start; its log:\n" << ReadFile(log);
+    return;
+  }
+  // On PostgreSQL a server answers before its first try for the leader lease is done: a standby that knows no leader
+  // yet refuses every API call (503). Wait for that try (a standby that names a leader is a test's own standby).
+  while (std::chrono::steady_clock::now() < deadline) {
+    StatusOr<http::ClientResponse> r = probe.Get("/readyz");
+    StatusOr<nlohmann::json> body = r.ok() ? r->Json() : StatusOr<nlohmann::json>(r.status());
+    if (!body.ok() || body->value("role", "") != "standby" || body->contains("leader_url")) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  ADD_FAILURE() << "parsyn server did not start; its log:\n" << ReadFile(log);
 }
 
 void Server::Kill() {
