@@ -735,14 +735,20 @@ TEST(JobRunnerTest, RefusedBatchOfResultsRetriesTheRound) {
     f.store_->FailNthWrite(1, UnavailableError("injected store error in a batch"));
   });
   EXPECT_EQ(uploaded, kWorkers);
-  int refused = 0;
+  // A refused result says why: the failed batch, or (one that reached the job only after the retry began, on a
+  // loaded machine) the attempt it was for is over.
+  int refused_by_the_batch = 0;
   for (const auto& [worker, answer] : answers) {
     if (answer.ok()) continue;
-    ++refused;
-    EXPECT_NE(answer.status().message().find("injected store error in a batch"), std::string::npos)
-        << "worker " << worker << ": " << answer.status().ToString();
+    const std::string& message = answer.status().message();
+    if (message.find("injected store error in a batch") != std::string::npos) {
+      ++refused_by_the_batch;
+    } else {
+      EXPECT_NE(message.find("the job is at round 1 attempt 2"), std::string::npos)
+          << "worker " << worker << ": " << answer.status().ToString();
+    }
   }
-  EXPECT_GE(refused, 1);
+  EXPECT_GE(refused_by_the_batch, 1);
   ASSERT_TRUE(f.Drive()) << "the job is wedged after the failed batch";
   EXPECT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
   EXPECT_EQ(f.StoredJob().committed_round, kRounds);
