@@ -66,7 +66,9 @@ class PostgresTabularJobTest : public TabularJobTest {
     StatusOr<std::string> url = (*server)->NewDatabase();
     ASSERT_TRUE(url.ok()) << url.status().ToString();
     metadata_url_ = *url;
-    server_flags_.insert(server_flags_.end(), {"--metadata", metadata_url_});
+    // A short lease: the restarted server waits, as a standby, for its killed predecessor's lease to expire (the
+    // default 10 s would be most of the test).
+    server_flags_.insert(server_flags_.end(), {"--metadata", metadata_url_, "--leader-lease-ms", "2000"});
     TabularJobTest::SetUp();
   }
 

@@ -1,5 +1,5 @@
-// `parsyn simulate` end to end: the real parsyn and parsyn-trainer programs, no server. 6 virtual workers train the
-// MLP of WriteSeparableCsv over a Dirichlet(0.5) split for 2 rounds with FedAvg, and 4 with FedAdam (a stateful server
+// `parsyn simulate` end to end: the real parsyn and parsyn-trainer programs, no server. 4 virtual workers train the
+// MLP of WriteSeparableCsv over a Dirichlet(0.5) split for 2 rounds with FedAvg, FedAdam (a stateful server
 // optimizer) and median (a robust aggregation). Checked: the job succeeds; rounds.csv and rounds.json hold exactly the
 // rounds the job's own store (OUT/parsyn.db, read here with the storage layer's SQLite store) recorded, losses to the
 // bit; loss.svg is a plot; global.safetensors is the last committed global; and the same seeded job run twice ends
@@ -16,8 +16,7 @@
 namespace parsyn::e2e {
 namespace {
 
-constexpr int kWorkers = 6;     // the FedAvg runs'
-constexpr int kFewWorkers = 4;  // the other strategies' (each virtual worker's task is a trainer process)
+constexpr int kWorkers = 4;  // each virtual worker's task is a trainer process
 constexpr int kRounds = 2;
 
 std::string ReadFile(const fs::path& path) {
@@ -52,11 +51,11 @@ class SimulateTest : public ::testing::Test {
     ASSERT_EQ(init.exit_code, 0) << init.output;
   }
 
-  static json Job(const std::string& strategy, json options, int workers = kWorkers) {
+  static json Job(const std::string& strategy, json options) {
     json distributed = {{"enabled", true},
                         {"num_rounds", kRounds},
                         {"steps_per_round", 3},
-                        {"min_workers", workers},
+                        {"min_workers", kWorkers},
                         {"aggregation_timeout", 300},
                         {"fault_tolerance", 1},
                         {"strategy", strategy},
@@ -74,17 +73,17 @@ class SimulateTest : public ::testing::Test {
   }
 
   // Runs `parsyn simulate` on `job` into tmp/<out>; returns its result.
-  CommandResult Simulate(const json& job, const std::string& out, int parallel = 2, int workers = kWorkers) {
+  CommandResult Simulate(const json& job, const std::string& out, int parallel = 2) {
     const fs::path job_file = tmp_.path() / (out + ".json");
     std::ofstream(job_file) << job.dump();
     return RunParsyn({"simulate", "--job", job_file.string(), "--data", (tmp_.path() / "points.csv").string(),
-                      "--model", (tmp_.path() / "model").string(), "--workers", std::to_string(workers), "--out",
+                      "--model", (tmp_.path() / "model").string(), "--workers", std::to_string(kWorkers), "--out",
                       (tmp_.path() / out).string(), "--parallel", std::to_string(parallel)},
                      std::chrono::seconds(600));
   }
 
   // The job's rounds as its store holds them, against rounds.csv, rounds.json and global.safetensors.
-  void ExpectFilesMatchStore(const fs::path& out, int workers = kWorkers) {
+  void ExpectFilesMatchStore(const fs::path& out) {
     StatusOr<std::unique_ptr<storage::SqliteMetadataStore>> store =
         storage::SqliteMetadataStore::Open((out / "parsyn.db").string());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -99,7 +98,7 @@ class SimulateTest : public ::testing::Test {
     ASSERT_EQ(rounds->size(), static_cast<size_t>(kRounds));  // no failed attempt
     StatusOr<std::vector<storage::Worker>> listed = (*store)->ListWorkers();
     ASSERT_TRUE(listed.ok());
-    EXPECT_EQ(listed->size(), static_cast<size_t>(workers));
+    EXPECT_EQ(listed->size(), static_cast<size_t>(kWorkers));
 
     const auto csv = CsvRows(ReadFile(out / "rounds.csv"));
     ASSERT_EQ(csv.size(), rounds->size() + 1) << ReadFile(out / "rounds.csv");
@@ -119,7 +118,7 @@ class SimulateTest : public ::testing::Test {
       EXPECT_EQ(row[1], std::to_string(r.attempt));
       EXPECT_EQ(row[2], "committed");
       EXPECT_EQ(row[3], std::to_string(r.participants.size()));
-      EXPECT_EQ(r.participants.size(), static_cast<size_t>(workers));
+      EXPECT_EQ(r.participants.size(), static_cast<size_t>(kWorkers));
       StatusOr<std::vector<storage::RoundUpdate>> updates = (*store)->ListUpdates(job.id, r.round, r.attempt);
       ASSERT_TRUE(updates.ok());
       EXPECT_EQ(row[4], std::to_string(updates->size()));
@@ -146,7 +145,7 @@ class SimulateTest : public ::testing::Test {
     // The job's progress points, one per task, as workers report them.
     StatusOr<std::vector<storage::MetricPoint>> points = (*store)->ListMetrics(job.id);
     ASSERT_TRUE(points.ok());
-    EXPECT_GE(points->size(), static_cast<size_t>(workers * kRounds));
+    EXPECT_GE(points->size(), static_cast<size_t>(kWorkers * kRounds));
   }
 
   TempDir tmp_;
@@ -178,19 +177,19 @@ TEST_F(SimulateTest, ServerOptimizerAndRobustStrategiesRunTheRealRounds) {
   for (const auto& [strategy, options] :
        std::vector<std::pair<std::string, json>>{{"fedadam", {{"server_learning_rate", 0.05}}}, {"median", nullptr}}) {
     SCOPED_TRACE(strategy);
-    json job = Job(strategy, options, kFewWorkers);
+    json job = Job(strategy, options);
     // The median run's workers send int8 deltas in zstd (distributed.compression): with min_workers = all of them,
     // one update the coordinator could not decode would fail the round, and so the job.
     if (strategy == "median") {
       job["distributed"]["compression"] = {{"update", "int8"}, {"delta", true}, {"zstd_level", 3}};
     }
-    CommandResult run = Simulate(job, strategy, 2, kFewWorkers);
+    CommandResult run = Simulate(job, strategy);
     ASSERT_EQ(run.exit_code, 0) << run.output;
-    ASSERT_NO_FATAL_FAILURE(ExpectFilesMatchStore(tmp_.path() / strategy, kFewWorkers));
+    ASSERT_NO_FATAL_FAILURE(ExpectFilesMatchStore(tmp_.path() / strategy));
     EXPECT_EQ(json::parse(ReadFile(tmp_.path() / strategy / "rounds.json"))["strategy"], strategy);
   }
   // A fedavg-only option is refused before anything runs, naming the field, as the API's 400 does.
-  CommandResult bad = Simulate(Job("median", {{"server_learning_rate", 0.05}}, kFewWorkers), "bad", 2, kFewWorkers);
+  CommandResult bad = Simulate(Job("median", {{"server_learning_rate", 0.05}}), "bad");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("strategy_options.server_learning_rate"), std::string::npos) << bad.output;
 }
