@@ -12,4 +12,11 @@ namespace parsyn::weights::internal {
 // memory is exhausted, as operator new does.
 std::shared_ptr<std::byte> AllocateZeroedBuffer(size_t size_bytes);
 
+// The alignment of AllocateZeroedBuffer, and `size_bytes` rounded up to it (so tensors laid out one after another in
+// one buffer each start aligned).
+inline constexpr size_t kBufferAlignment = 64;
+constexpr size_t AlignedSize(size_t size_bytes) {
+  return (size_bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+}
+
 }  // namespace parsyn::weights::internal

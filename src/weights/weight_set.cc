@@ -16,7 +16,6 @@ namespace parsyn::weights {
 
 std::shared_ptr<std::byte> internal::AllocateZeroedBuffer(size_t size_bytes) {
   constexpr size_t kMapThreshold = size_t{1} << 20;
-  constexpr size_t kAlignment = 64;
   if (size_bytes >= kMapThreshold) {
     void* mapped =
         ::mmap(nullptr, size_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -24,10 +23,11 @@ std::shared_ptr<std::byte> internal::AllocateZeroedBuffer(size_t size_bytes) {
     return std::shared_ptr<std::byte>(static_cast<std::byte*>(mapped),
                                       [size_bytes](std::byte* p) { ::munmap(p, size_bytes); });
   }
-  const size_t rounded = std::max(kAlignment, (size_bytes + kAlignment - 1) / kAlignment * kAlignment);
-  auto* raw = static_cast<std::byte*>(::operator new (rounded, std::align_val_t{kAlignment}));
+  const size_t rounded = std::max(kBufferAlignment, AlignedSize(size_bytes));
+  auto* raw = static_cast<std::byte*>(::operator new (rounded, std::align_val_t{kBufferAlignment}));
   std::memset(raw, 0, rounded);
-  return std::shared_ptr<std::byte>(raw, [](std::byte* p) { ::operator delete (p, std::align_val_t{kAlignment}); });
+  return std::shared_ptr<std::byte>(raw,
+                                    [](std::byte* p) { ::operator delete (p, std::align_val_t{kBufferAlignment}); });
 }
 
 namespace {

@@ -777,12 +777,11 @@ void WeightedMean::Impl::WriteMeans(size_t c, const std::byte* sums_bytes, std::
 StatusOr<std::vector<std::span<std::byte>>> WeightedMean::Impl::AddResultTensors(WeightSet& result,
                                                                                  bool in_place_f32) const {
   auto is_view = [&](const Slot& slot) { return in_place_f32 && slot.dtype == DType::kF32; };
-  constexpr size_t kAlignment = 64;
   std::vector<size_t> offsets;
   size_t total_bytes = 0;
   for (const Slot& slot : slots) {
     offsets.push_back(total_bytes);
-    if (!is_view(slot)) total_bytes += (slot.numel * DTypeSize(slot.dtype) + kAlignment - 1) / kAlignment * kAlignment;
+    if (!is_view(slot)) total_bytes += internal::AlignedSize(slot.numel * DTypeSize(slot.dtype));
   }
   const std::shared_ptr<std::byte> buffer = internal::AllocateZeroedBuffer(total_bytes);
   std::vector<std::span<std::byte>> outputs;
