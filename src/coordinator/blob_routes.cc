@@ -99,6 +99,7 @@ class BlobRoutes {
     std::shared_ptr<weights::SafetensorsStreamChecker> checker;
     if (JobRunner* r = service_.FindRunner(*JobOfKey(key))) checker = r->NewUploadChecker(key);
     storage::PutOptions put_options{.max_size_bytes = *cap, .expected_sha256 = std::nullopt, .durable = false};
+    put_options.size_hint = req.body_stream->content_length();
     if (checker) {
       put_options.observe_chunk = [checker](std::span<const std::byte> chunk) {
         checker->Update(chunk);  // its verdict is read below; the upload itself is never refused here

@@ -313,7 +313,8 @@ void JobRunner::DeleteUpdatesInBackground(std::string prefix) {
   if (host_.keep_updates()) return;
   boost::asio::post(host_.pool(), [&blobs = host_.blobs(), prefix = std::move(prefix), job_id = job_.id] {
     StatusOr<std::vector<std::string>> keys = blobs.List(prefix);
-    const Status deleted = keys.ok() ? blobs.DeleteAll(*keys) : keys.status();
+    // Recycled: nothing reads a finished attempt's updates, and the next round's uploads reuse their pages.
+    const Status deleted = keys.ok() ? blobs.Recycle(*keys) : keys.status();
     // Only space: a leftover is never read.
     if (!deleted.ok()) {
       PARSYN_LOG_WARN("training job {}: deleting the updates under {}: {}", job_id, prefix, deleted.ToString());

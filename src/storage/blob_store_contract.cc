@@ -138,6 +138,28 @@ TEST_P(BlobStoreContractTest, DeleteAllRemovesThoseThatExistAndSkipsTheMissing) 
   EXPECT_EQ(GetString(store(), "r/1/u/a"), "again");
 }
 
+// Recycle removes as DeleteAll does; whatever space a store keeps is invisible to its keys.
+TEST_P(BlobStoreContractTest, RecycleRemovesLikeDeleteAllAndLaterPutsAreWhole) {
+  PutOptions not_durable;
+  not_durable.durable = false;
+  for (const char* key : {"r/1/u/a", "r/1/u/b", "r/1/keep"}) {
+    StringByteSource source(std::string(4096, key[6]));
+    ASSERT_TRUE(store().Put(key, source, not_durable).ok());
+  }
+  const std::vector<std::string> keys = {"r/1/u/a", "r/1/u/missing", "r/1/u/b"};
+  ASSERT_TRUE(store().Recycle(keys).ok());
+  for (const std::string& key : keys) EXPECT_EQ(store().Head(key).status().code(), StatusCode::kNotFound) << key;
+  EXPECT_THAT(*store().List("r/"), ElementsAre("r/1/keep"));
+  not_durable.size_hint = 5000;
+  StringByteSource longer(std::string(5000, 'z'));
+  ASSERT_TRUE(store().Put("r/2/u/a", longer, not_durable).ok());
+  EXPECT_EQ(GetString(store(), "r/2/u/a"), std::string(5000, 'z'));
+  EXPECT_EQ(store().Head("r/2/u/a")->sha256, weights::Sha256Hex(std::string_view(std::string(5000, 'z'))));
+  const std::vector<std::string> with_bad = {"r/1/keep", "../escape"};
+  EXPECT_EQ(store().Recycle(with_bad).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store().Head("r/1/keep")->size_bytes, 4096u);
+}
+
 TEST_P(BlobStoreContractTest, AnOpenStreamSurvivesDelete) {
   ASSERT_TRUE(PutString(store(), "k", "still here").ok());
   StatusOr<std::unique_ptr<ByteSource>> source = store().Get("k");

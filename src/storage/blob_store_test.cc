@@ -1,11 +1,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "storage/blob_store.h"
 #include "storage/blob_store_contract.h"
@@ -156,6 +159,122 @@ TEST(DirectoryBlobStoreTest, NonDurablePutIsStillCompleteAndCreateOnly) {
             StatusCode::kAlreadyExists);
   for (const auto& entry : fs::recursive_directory_iterator(dir.path())) {
     EXPECT_EQ(entry.path().string().find("#tmp-"), std::string::npos) << entry.path();
+  }
+}
+
+ino_t InodeOf(const fs::path& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_ino;
+}
+
+int TempFilesUnder(const fs::path& root) {
+  int n = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    n += entry.path().filename().string().find("#tmp-") != std::string::npos ? 1 : 0;
+  }
+  return n;
+}
+
+// Recycle keeps a blob's file as a spare; the next non-durable Put whose announced size is no smaller writes over it
+// (the same inode, its pages in memory), and is exactly its own bytes: longer than the spare, its hash, no tail.
+TEST(DirectoryBlobStoreTest, RecycledFilesAreWrittenOverByLaterNonDurablePutsOfNoSmallerSize) {
+  TempDirForTest dir;
+  auto store = DirectoryBlobStore::Open(dir.path());
+  ASSERT_TRUE(store.ok());
+  DirectoryBlobStore& blobs = **store;
+  PutOptions not_durable;
+  not_durable.durable = false;
+  StringByteSource first(std::string(100'000, 'a'));
+  ASSERT_TRUE(blobs.Put("jobs/1/rounds/000001-a1/updates/w1", first, not_durable).ok());
+  const ino_t inode = InodeOf(dir.path() / "jobs/1/rounds/000001-a1/updates/w1");
+  const std::vector<std::string> round1 = {"jobs/1/rounds/000001-a1/updates/w1"};
+  ASSERT_TRUE(blobs.Recycle(round1).ok());
+  EXPECT_EQ(blobs.Head(round1[0]).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(blobs.spares(), 1u);
+  EXPECT_THAT(*blobs.List(""), IsEmpty()) << "a spare is no blob";
+
+  // Not over the spare: a durable Put, one with no announced size, one announced smaller than the spare.
+  StringByteSource global("global");
+  ASSERT_TRUE(blobs.Put("jobs/1/global", global).ok());
+  StringByteSource unknown("unknown size");
+  ASSERT_TRUE(blobs.Put("jobs/1/rounds/000002-a1/updates/w0", unknown, not_durable).ok());
+  PutOptions smaller = not_durable;
+  smaller.size_hint = 99'999;
+  StringByteSource small(std::string(99'999, 's'));
+  ASSERT_TRUE(blobs.Put("jobs/1/rounds/000002-a1/updates/w2", small, smaller).ok());
+  EXPECT_EQ(blobs.spares_reused(), 0u);
+  EXPECT_EQ(blobs.spares(), 1u);
+
+  PutOptions larger = not_durable;
+  larger.size_hint = 100'001;
+  const std::string bytes = std::string(100'000, 'b') + "c";
+  StringByteSource second(bytes);
+  StatusOr<BlobInfo> put = blobs.Put("jobs/1/rounds/000002-a1/updates/w1", second, larger);
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  EXPECT_EQ(blobs.spares_reused(), 1u);
+  EXPECT_EQ(blobs.spares(), 0u);
+  const fs::path path = dir.path() / "jobs/1/rounds/000002-a1/updates/w1";
+  EXPECT_EQ(InodeOf(path), inode);
+  EXPECT_EQ(ReadFile(path), bytes);
+  EXPECT_EQ(put->sha256, weights::Sha256Hex(std::string_view(bytes)));
+  EXPECT_EQ(blobs.Head("jobs/1/rounds/000002-a1/updates/w1")->sha256, put->sha256);
+  EXPECT_EQ(TempFilesUnder(dir.path()), 0);
+
+  // A Put over a spare whose bytes end short of the spare is refused: nothing stored, the spare gone.
+  const std::vector<std::string> round2 = {"jobs/1/rounds/000002-a1/updates/w1"};
+  ASSERT_TRUE(blobs.Recycle(round2).ok());
+  PutOptions lying = not_durable;
+  lying.size_hint = 200'000;
+  StringByteSource short_body(std::string(10, 'x'));
+  EXPECT_EQ(blobs.Put("jobs/1/rounds/000003-a1/updates/w1", short_body, lying).status().code(),
+            StatusCode::kUnavailable);
+  EXPECT_EQ(blobs.Head("jobs/1/rounds/000003-a1/updates/w1").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(blobs.spares(), 0u);
+  EXPECT_EQ(TempFilesUnder(dir.path()), 0);
+}
+
+// Spares are unlinked once their file is older than spare_max_age (never reused after), past max_spare_bytes, and
+// when the store closes.
+TEST(DirectoryBlobStoreTest, SparesExpireStayUnderTheirBudgetAndGoWithTheStore) {
+  TempDirForTest dir;
+  PutOptions not_durable;
+  not_durable.durable = false;
+  auto put_two = [&](DirectoryBlobStore& blobs, const std::string& round) {
+    std::vector<std::string> keys;
+    for (const char* worker : {"w1", "w2"}) {
+      keys.push_back("jobs/1/rounds/" + round + "/updates/" + worker);
+      StringByteSource source(std::string(1000, 'u'));
+      EXPECT_TRUE(blobs.Put(keys.back(), source, not_durable).ok());
+    }
+    return keys;
+  };
+  {
+    auto store = DirectoryBlobStore::Open(dir.path(), {.spare_max_age = std::chrono::milliseconds(0)});
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->Recycle(put_two(**store, "000001-a1")).ok());
+    EXPECT_EQ((*store)->spares(), 0u) << "too old to keep";
+    EXPECT_EQ(TempFilesUnder(dir.path()), 0);
+  }
+  {
+    auto store = DirectoryBlobStore::Open(dir.path(), {.max_spare_bytes = 1500});
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->Recycle(put_two(**store, "000002-a1")).ok());
+    EXPECT_EQ((*store)->spares(), 1u) << "the second would pass the budget";
+    EXPECT_EQ(TempFilesUnder(dir.path()), 1);
+  }
+  EXPECT_EQ(TempFilesUnder(dir.path()), 0) << "closing the store removes its spares";
+  {
+    auto store = DirectoryBlobStore::Open(dir.path(), {.spare_max_age = std::chrono::milliseconds(300)});
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->Recycle(put_two(**store, "000003-a1")).ok());
+    EXPECT_EQ((*store)->spares(), 2u);
+    // The store's sweeper unlinks them as they expire, with no Put to notice.
+    for (int i = 0; i < 100 && TempFilesUnder(dir.path()) > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(TempFilesUnder(dir.path()), 0);
+    EXPECT_EQ((*store)->spares(), 0u);
   }
 }
 

@@ -169,6 +169,10 @@ StatusOr<bool> UnlinkBlob(const fs::path& path) {
 }  // namespace
 
 StatusOr<std::unique_ptr<DirectoryBlobStore>> DirectoryBlobStore::Open(const fs::path& root) {
+  return Open(root, Options{});
+}
+
+StatusOr<std::unique_ptr<DirectoryBlobStore>> DirectoryBlobStore::Open(const fs::path& root, Options options) {
   std::error_code ec;
   fs::path absolute = fs::absolute(root, ec);
   if (ec) return UnavailableError("resolving blob directory " + root.string() + ": " + ec.message());
@@ -186,7 +190,15 @@ StatusOr<std::unique_ptr<DirectoryBlobStore>> DirectoryBlobStore::Open(const fs:
   }
   if (ec) return UnavailableError("scanning blob directory " + absolute.string() + ": " + ec.message());
   if (swept > 0) PARSYN_LOG_INFO("blob store {}: removed {} stale temp file(s)", absolute.string(), swept);
-  return std::unique_ptr<DirectoryBlobStore>(new DirectoryBlobStore(absolute));
+  return std::unique_ptr<DirectoryBlobStore>(new DirectoryBlobStore(absolute, std::move(options)));
+}
+
+DirectoryBlobStore::~DirectoryBlobStore() {
+  if (sweeper_.joinable()) {
+    sweeper_.request_stop();
+    sweeper_.join();
+  }
+  for (const auto& [expires, spare] : spares_) ::unlink(spare.path.c_str());
 }
 
 StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& data, const PutOptions& options) {
@@ -203,13 +215,26 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
   }
 
   const std::string suffix = UniqueTempSuffix();
+  // A non-durable Put writes over a spare, whose pages are in memory, when there is one. It is then published like
+  // a named temp file (link, and the spare's name unlinked on return), after it is cut to the new size.
+  std::optional<Spare> spare = options.durable ? std::nullopt : TakeSpare(options.size_hint);
   // The bytes go into an unnamed file (O_TMPFILE) that linkat() names once it is whole: one change to the directory
   // per Put, not three (create, link and unlink a temp name). Those took the directory's lock, which 16 upload
   // threads contended on (spinning) when 10,000 updates of a round went into one directory. File systems without
   // O_TMPFILE get a named temp file instead.
   fs::path temp_path;
-  int raw_fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
-  if (raw_fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+  int raw_fd = -1;
+  if (spare) {
+    raw_fd = ::open(spare->path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (raw_fd >= 0) {
+      temp_path = spare->path;
+      ++spares_reused_;
+    } else {
+      ::unlink(spare->path.c_str());
+    }
+  }
+  if (raw_fd < 0) raw_fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  if (raw_fd < 0 && temp_path.empty() && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
     temp_path = fs::path(final_path.string() + suffix);
     raw_fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   }
@@ -264,6 +289,15 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
       ::sync_file_range(fd.get(), static_cast<off_t>(size_bytes - n), static_cast<off_t>(n), SYNC_FILE_RANGE_WRITE);
     }
   }
+  // A spare was no larger than the hint; a blob shorter than the spare would cut the file under a reader that may
+  // still map the spare's old blob (SIGBUS there), so it is not stored.
+  if (spare && !temp_path.empty()) {
+    if (size_bytes < spare->size_bytes) {
+      return UnavailableError("blob '" + std::string(key) + "' ended at " + std::to_string(size_bytes) +
+                              " bytes, short of the " + std::to_string(*options.size_hint) + " announced");
+    }
+    if (::ftruncate(fd.get(), static_cast<off_t>(size_bytes)) != 0) return WriteError("truncating", final_path);
+  }
   const auto written = std::chrono::steady_clock::now();
   BlobInfo info{std::string(key), size_bytes, background_hasher ? background_hasher->HexDigest() : hasher->HexDigest()};
   if (options.expected_sha256 && *options.expected_sha256 != info.sha256) {
@@ -295,6 +329,10 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
       temp_path.empty() ? LinkUnnamedFile(fd.get(), final_path) : ::link(temp_path.c_str(), final_path.c_str());
   if (linked != 0) {
     if (errno == EEXIST) return AlreadyExistsError("blob '" + std::string(key) + "' already exists");
+    if (errno == ENOTDIR) {  // a spare is opened by its own name, so a blob on the key's path shows only here
+      return FailedPreconditionError("blob '" + std::string(key) +
+                                     "' cannot be stored: a blob exists where one of its directories would be");
+    }
     return WriteError("linking", final_path);
   }
   if (temp_path.empty() && fd.Close() != 0) {
@@ -412,6 +450,93 @@ Status DirectoryBlobStore::DeleteAll(std::span<const std::string> keys) {
   }
   for (const fs::path& dir : dirs) PARSYN_RETURN_IF_ERROR(FsyncDir(dir));
   return Status::Ok();
+}
+
+Status DirectoryBlobStore::Recycle(std::span<const std::string> keys) {
+  for (const std::string& key : keys) PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
+  std::set<fs::path> dirs;  // each synced once, after its blobs are gone
+  for (const std::string& key : keys) {
+    const fs::path path = root_ / fs::path(key);
+    struct statx st;
+    if (::statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW, STATX_TYPE | STATX_SIZE | STATX_BTIME, &st) != 0 ||
+        !S_ISREG(st.stx_mode)) {
+      continue;  // missing: skipped, as DeleteAll does
+    }
+    // The file's age is how long its first pages may have been dirty; without a birth time it is not kept.
+    std::optional<Clock::time_point> expires;
+    if ((st.stx_mask & STATX_BTIME) != 0) {
+      const auto born = std::chrono::system_clock::time_point(std::chrono::seconds(st.stx_btime.tv_sec) +
+                                                              std::chrono::nanoseconds(st.stx_btime.tv_nsec));
+      const auto age = std::max(std::chrono::system_clock::now() - born, std::chrono::system_clock::duration(0));
+      if (age < options_.spare_max_age) {
+        expires = Clock::now() + std::chrono::duration_cast<Clock::duration>(options_.spare_max_age - age);
+      }
+    }
+    bool kept = false;
+    if (expires) {
+      const fs::path spare_path = root_ / ("spare" + UniqueTempSuffix());  // a temp name: Open sweeps it
+      if (::rename(path.c_str(), spare_path.c_str()) == 0) {
+        std::lock_guard lock(spares_mu_);
+        if (spare_bytes_ + st.stx_size <= options_.max_spare_bytes) {
+          spares_.emplace(*expires, Spare{spare_path, st.stx_size});
+          spare_bytes_ += st.stx_size;
+          if (!sweeper_.joinable()) sweeper_ = std::jthread([this](std::stop_token stop) { SweepSpares(stop); });
+          spares_changed_.notify_all();
+        } else {
+          ::unlink(spare_path.c_str());
+        }
+        kept = true;
+      }
+    }
+    if (!kept && ::unlink(path.c_str()) != 0 && errno != ENOENT) return UnavailableError(Errno("removing", path));
+    ::unlink(SidecarPath(path).c_str());
+    dirs.insert(path.parent_path());
+  }
+  for (const fs::path& dir : dirs) PARSYN_RETURN_IF_ERROR(FsyncDir(dir));
+  return Status::Ok();
+}
+
+size_t DirectoryBlobStore::spares() const {
+  std::lock_guard lock(spares_mu_);
+  return spares_.size();
+}
+
+std::optional<DirectoryBlobStore::Spare> DirectoryBlobStore::TakeSpare(std::optional<uint64_t> size_hint) {
+  if (!size_hint) return std::nullopt;
+  std::lock_guard lock(spares_mu_);
+  DropExpiredSpares(Clock::now());
+  // A round's updates are all one size, so the youngest fits; a few more are looked at, not the whole list.
+  constexpr int kCandidates = 8;
+  int looked = 0;
+  for (auto it = spares_.rbegin(); it != spares_.rend() && looked < kCandidates; ++it, ++looked) {
+    if (it->second.size_bytes > *size_hint) continue;
+    Spare spare = std::move(it->second);
+    spares_.erase(std::next(it).base());
+    spare_bytes_ -= spare.size_bytes;
+    return spare;
+  }
+  return std::nullopt;
+}
+
+void DirectoryBlobStore::DropExpiredSpares(Clock::time_point now) {
+  while (!spares_.empty() && spares_.begin()->first <= now) {
+    ::unlink(spares_.begin()->second.path.c_str());
+    spare_bytes_ -= spares_.begin()->second.size_bytes;
+    spares_.erase(spares_.begin());
+  }
+}
+
+void DirectoryBlobStore::SweepSpares(std::stop_token stop) {
+  std::unique_lock lock(spares_mu_);
+  while (!stop.stop_requested()) {
+    DropExpiredSpares(Clock::now());
+    if (spares_.empty()) {
+      spares_changed_.wait(lock, stop, [this] { return !spares_.empty(); });
+    } else {
+      const Clock::time_point next = spares_.begin()->first;  // a copy: the entry may go while this waits
+      spares_changed_.wait_until(lock, stop, next, [] { return false; });
+    }
+  }
 }
 
 StatusOr<std::vector<std::string>> DirectoryBlobStore::List(std::string_view prefix) {

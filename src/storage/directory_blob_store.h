@@ -14,14 +14,26 @@
 // directory of another key: with blob "a/b" stored, Put("a/b/c") is FailedPrecondition, and Put("a") is AlreadyExists.
 // Coordinator keys never nest that way. Safe to call from several threads at once; all coordination is through the file
 // system. Open() sweeps temp files, so only one process should have a given root open at a time.
+//
+// Spares: Recycle() renames the blobs' files to temp names in the root ("#tmp-spare-...") instead of unlinking them,
+// and a Put with durable = false writes over a spare (then truncates it to its size) instead of a new file: its pages
+// are in memory already. A spare is unlinked once its file is older than Options::spare_max_age (it is never kept
+// dirty long enough for the kernel's 30 s writeback to write it to disk), when the spares would pass
+// Options::max_spare_bytes, and when the store closes; one left by a crash is swept by Open() as a temp file.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <stop_token>
 #include <string>
+#include <thread>
 #include <unordered_set>
 
 #include "storage/blob_store.h"
@@ -30,8 +42,18 @@ namespace parsyn::storage {
 
 class DirectoryBlobStore final : public BlobStore {
  public:
+  struct Options {
+    // A spare is reused only while its file is younger than this (its first bytes were written then), so no page of
+    // it stays dirty for the 30 s after which the kernel writes dirty pages back.
+    std::chrono::milliseconds spare_max_age{20'000};
+    // The bytes all spares may hold (page cache, dirty): one round of 1,000 x 2 MiB or 100 x 20 MiB updates.
+    uint64_t max_spare_bytes = uint64_t{2} << 30;
+  };
+
   // Creates `root` if missing and sweeps stale temp files under it. Unavailable if it cannot be created or read.
   static StatusOr<std::unique_ptr<DirectoryBlobStore>> Open(const std::filesystem::path& root);
+  static StatusOr<std::unique_ptr<DirectoryBlobStore>> Open(const std::filesystem::path& root, Options options);
+  ~DirectoryBlobStore() override;
 
   StatusOr<BlobInfo> Put(std::string_view key, ByteSource& data, const PutOptions& options = {}) override;
   StatusOr<std::unique_ptr<ByteSource>> Get(std::string_view key) override;
@@ -39,15 +61,33 @@ class DirectoryBlobStore final : public BlobStore {
   StatusOr<std::filesystem::path> LocalPath(std::string_view key) override;
   Status Delete(std::string_view key) override;
   Status DeleteAll(std::span<const std::string> keys) override;
+  Status Recycle(std::span<const std::string> keys) override;
   StatusOr<std::vector<std::string>> List(std::string_view prefix) override;
   Status SyncAll() override;
 
   const std::filesystem::path& root() const { return root_; }
   // How many directory entries on keys' paths durable Puts have fsynced so far (their parents' fsyncs; for tests).
   uint64_t path_entry_syncs() const { return path_entry_syncs_.load(); }
+  // Spares kept now, and Puts that wrote over one so far (for tests).
+  size_t spares() const;
+  uint64_t spares_reused() const { return spares_reused_.load(); }
 
  private:
-  explicit DirectoryBlobStore(std::filesystem::path root) : root_(std::move(root)) {}
+  using Clock = std::chrono::steady_clock;
+  struct Spare {
+    std::filesystem::path path;
+    uint64_t size_bytes;
+  };
+
+  DirectoryBlobStore(std::filesystem::path root, Options options)
+      : root_(std::move(root)), options_(std::move(options)) {}
+  // The youngest of the few youngest spares that is no larger than `size_hint` bytes, taken out of the list (nullopt:
+  // none, or no hint).
+  std::optional<Spare> TakeSpare(std::optional<uint64_t> size_hint);
+  // Unlinks the spares that have expired; spares_mu_ held.
+  void DropExpiredSpares(Clock::time_point now);
+  // Unlinks spares as they expire, while there are any (started by the first Recycle).
+  void SweepSpares(std::stop_token stop);
   // Creates the directories of `relative` (a key's parent) under the root; `durable`: and makes their entries durable.
   Status EnsureKeyDirs(const std::filesystem::path& relative, bool durable);
 
@@ -57,6 +97,14 @@ class DirectoryBlobStore final : public BlobStore {
   std::mutex synced_dirs_mu_;
   std::unordered_set<std::string> synced_dirs_;
   std::atomic<uint64_t> path_entry_syncs_{0};
+
+  const Options options_;
+  mutable std::mutex spares_mu_;
+  std::condition_variable_any spares_changed_;
+  std::multimap<Clock::time_point, Spare> spares_;  // by when each expires: its file's birth + spare_max_age
+  uint64_t spare_bytes_ = 0;
+  std::atomic<uint64_t> spares_reused_{0};
+  std::jthread sweeper_;  // last: stopped and joined before the spares it sweeps are gone
 };
 
 }  // namespace parsyn::storage
