@@ -8,10 +8,12 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <new>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "weights/buffer.h"
@@ -409,9 +411,17 @@ struct WeightedMean::Impl {
   // Finish for updates that waited on disk: sums and divides chunk by chunk, no whole sums.
   StatusOr<WeightSet> FinishByChunk();
   // Adds the result's tensors to `result` and returns each slot's bytes: F32 slots as views of the accumulator when
-  // `in_place_f32`, the others in one new zeroed buffer (one mapping, its pages populated in one call: a buffer per
-  // tensor was a memset and page faults each, ~27 ms a round for the 80 tensors of a 20 MiB LoRA update).
-  StatusOr<std::vector<std::span<std::byte>>> AddResultTensors(WeightSet& result, bool in_place_f32) const;
+  // `in_place_f32`, the others in one buffer (one mapping, its pages populated in one call: a buffer per tensor was a
+  // memset and page faults each, ~27 ms a round for the 80 tensors of a 20 MiB LoRA update), an earlier result's
+  // when nobody holds that any more (ReusedOrNewBuffer). Every element is written before anyone reads it.
+  StatusOr<std::vector<std::span<std::byte>>> AddResultTensors(WeightSet& result, bool in_place_f32);
+  // Buffers of results handed out by earlier Finishes, newest last, kept by a mean whose sums are whole in memory.
+  // One that nobody else holds any more (the global before last) is written again instead of a new mapping, whose
+  // first write faults every page in (a 20 MiB LoRA mean: ~24 ms of a K = 5 round's Finish on the PVM guest). Two
+  // are kept, the global in use and the one before, so one global's worth stays mapped between rounds. A mean over
+  // sums too large for memory keeps none: its bound counts one result.
+  std::vector<std::pair<std::shared_ptr<std::byte>, size_t>> handed_out;
+  std::shared_ptr<std::byte> ReusedOrNewBuffer(size_t size_bytes);
   // The deferred updates, then `extra` if given, in acceptance order.
   struct Term {
     const WeightSet* update;
@@ -688,6 +698,7 @@ void WeightedMean::Reset() {
   impl.sums_written = false;
   if (impl.SumsTooLarge()) {
     impl.acc_storage.reset();  // the next round's updates can wait on disk; AllocateSums brings the sums back if not
+    impl.handed_out.clear();
   } else if (impl.acc_storage.use_count() > 1) {
     impl.acc_storage = internal::AllocateZeroedBuffer(impl.total_elements * impl.acc_element_bytes);
   }
@@ -774,8 +785,22 @@ void WeightedMean::Impl::WriteMeans(size_t c, const std::byte* sums_bytes, std::
   }
 }
 
-StatusOr<std::vector<std::span<std::byte>>> WeightedMean::Impl::AddResultTensors(WeightSet& result,
-                                                                                 bool in_place_f32) const {
+std::shared_ptr<std::byte> WeightedMean::Impl::ReusedOrNewBuffer(size_t size_bytes) {
+  for (auto it = handed_out.begin(); it != handed_out.end(); ++it) {
+    if (it->second != size_bytes || it->first.use_count() != 1) continue;
+    // Pairs with the release by which its last other holder let go: that holder's reads come before these writes.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    std::rotate(it, std::next(it), handed_out.end());  // now the newest
+    return handed_out.back().first;
+  }
+  std::shared_ptr<std::byte> buffer = internal::AllocateZeroedBuffer(size_bytes);
+  constexpr size_t kKept = 2;
+  if (handed_out.size() == kKept) handed_out.erase(handed_out.begin());
+  handed_out.emplace_back(buffer, size_bytes);
+  return buffer;
+}
+
+StatusOr<std::vector<std::span<std::byte>>> WeightedMean::Impl::AddResultTensors(WeightSet& result, bool in_place_f32) {
   auto is_view = [&](const Slot& slot) { return in_place_f32 && slot.dtype == DType::kF32; };
   std::vector<size_t> offsets;
   size_t total_bytes = 0;
@@ -783,7 +808,8 @@ StatusOr<std::vector<std::span<std::byte>>> WeightedMean::Impl::AddResultTensors
     offsets.push_back(total_bytes);
     if (!is_view(slot)) total_bytes += internal::AlignedSize(slot.numel * DTypeSize(slot.dtype));
   }
-  const std::shared_ptr<std::byte> buffer = internal::AllocateZeroedBuffer(total_bytes);
+  const std::shared_ptr<std::byte> buffer =
+      acc_storage ? ReusedOrNewBuffer(total_bytes) : internal::AllocateZeroedBuffer(total_bytes);
   std::vector<std::span<std::byte>> outputs;
   for (size_t i = 0; i < slots.size(); ++i) {
     const Slot& slot = slots[i];

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -296,6 +297,40 @@ TEST(WeightedMeanTest, ResetStartsOverAndLeavesEarlierResultsAlone) {
     EXPECT_EQ(ReadAsDouble((*first)[0]), first_values);
     EXPECT_TRUE(reused.CheckLayout(RandomUpdate(DType::kF32, 5)).ok());
     EXPECT_EQ(reused.CheckLayout(RandomUpdate(DType::kBF16, 5)).code(), StatusCode::kInvalidArgument);
+  }
+}
+
+// A result's buffer that nobody holds any more is written again by a later Finish (its pages stay mapped), with a
+// fresh mean's bits; one still held is never written over.
+TEST(WeightedMeanTest, AResultNobodyHoldsIsWrittenAgainAndAHeldOneIsLeftAlone) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const WeightedMeanOptions options{.accumulation = Accumulation::kExact, .num_threads = 2};
+    WeightedMean reused(RandomUpdate(dtype, 1), options);
+    auto round = [&](WeightedMean& mean, uint32_t seed) {
+      mean.Reset();
+      for (uint32_t k = 0; k < 3; ++k) EXPECT_TRUE(mean.AcceptOwned(RandomUpdate(dtype, seed + k), 1.0 + k).ok());
+      StatusOr<WeightSet> result = std::move(mean).Finish();
+      EXPECT_TRUE(result.ok());
+      return *std::move(result);
+    };
+    auto expect_fresh_bits = [&](const WeightSet& got, uint32_t seed) {
+      WeightedMean fresh(RandomUpdate(dtype, 1), options);
+      const WeightSet want = round(fresh, seed);
+      for (size_t t = 0; t < want.size(); ++t) {
+        EXPECT_EQ(std::memcmp(got[t].data.data(), want[t].data.data(), want[t].data.size()), 0) << "tensor " << t;
+      }
+    };
+    std::optional<WeightSet> first = round(reused, 10);
+    const std::byte* first_bytes = (*first)[0].data.data();
+    const std::vector<double> first_values = ReadAsDouble((*first)[0]);
+    const WeightSet second = round(reused, 20);
+    EXPECT_NE(second[0].data.data(), first_bytes) << "the first result is still held";
+    EXPECT_EQ(ReadAsDouble((*first)[0]), first_values);
+    first.reset();
+    const WeightSet third = round(reused, 30);
+    EXPECT_EQ(third[0].data.data(), first_bytes) << "the first result's buffer, free again";
+    expect_fresh_bits(second, 20);
+    expect_fresh_bits(third, 30);
   }
 }
 
