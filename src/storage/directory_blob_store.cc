@@ -308,6 +308,8 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
   // file, so a Put allocates one inode, not two (a job's setup puts 20,000 shard files; a round, 10,000 updates).
   const bool sha256_in_xattr =
       ::fsetxattr(fd.get(), kSha256Xattr, info.sha256.data(), info.sha256.size(), /*flags=*/0) == 0;
+  // A spare's file still carries its old blob's sha256: gone, so Head never trusts it.
+  if (!sha256_in_xattr && spare && !temp_path.empty()) ::fremovexattr(fd.get(), kSha256Xattr);
   if (options.durable && ::fsync(fd.get()) != 0) return WriteError("fsync of", final_path);
   // A named temp file is closed before it is published, so a failing close() is reported before anyone sees the
   // blob; an unnamed one is closed after linkat(), which needs its descriptor.
@@ -533,8 +535,9 @@ void DirectoryBlobStore::SweepSpares(std::stop_token stop) {
     if (spares_.empty()) {
       spares_changed_.wait(lock, stop, [this] { return !spares_.empty(); });
     } else {
-      const Clock::time_point next = spares_.begin()->first;  // a copy: the entry may go while this waits
-      spares_changed_.wait_until(lock, stop, next, [] { return false; });
+      // Until the earliest expires, or a spare that expires sooner comes (a copy: the entry may go meanwhile).
+      const Clock::time_point next = spares_.begin()->first;
+      spares_changed_.wait_until(lock, stop, next, [&] { return !spares_.empty() && spares_.begin()->first < next; });
     }
   }
 }
