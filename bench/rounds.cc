@@ -20,8 +20,9 @@
 // and "land": the time to write the K copies the floor reads (write(2) into new files, no fsync, as the server lands
 // uploads), with wall / (floor + land). On these VMs the first write into fresh page-cache pages is slow (freed memory
 // goes back to the host within seconds), and a round lands all its bytes so.
-// The server writes updates without fsync (they are never read after a crash) and deletes them once their round is
-// committed, before most of their bytes reach the disk; each round's new global is written durably.
+// The server writes updates without fsync (they are never read after a crash) and recycles them once their round is
+// committed (their files become spares the next round's uploads write over), before most of their bytes reach the
+// disk; each round's new global is written durably.
 //
 // Choices: uploads from this process are capped at --upload-concurrency at once (the server streams each upload on
 // one of its pool threads; thousands at once would only queue); heartbeats are not sent (the server is started with a

@@ -15,7 +15,7 @@
 // Coordinator keys never nest that way. Safe to call from several threads at once; all coordination is through the file
 // system. Open() sweeps temp files, so only one process should have a given root open at a time.
 //
-// Spares: Recycle() renames the blobs' files to temp names in the root ("#tmp-spare-...") instead of unlinking them,
+// Spares: Recycle() renames the blobs' files to temp names in the root ("spare#tmp-<pid>-<n>") instead of unlinking them,
 // and a Put with durable = false writes over a spare (then truncates it to its size) instead of a new file: its pages
 // are in memory already. A spare is unlinked once its file is older than Options::spare_max_age (it is never kept
 // dirty long enough for the kernel's 30 s writeback to write it to disk), when the spares would pass
@@ -86,7 +86,8 @@ class DirectoryBlobStore final : public BlobStore {
   std::optional<Spare> TakeSpare(std::optional<uint64_t> size_hint);
   // Unlinks the spares that have expired; spares_mu_ held.
   void DropExpiredSpares(Clock::time_point now);
-  // Unlinks spares as they expire, while there are any (started by the first Recycle).
+  // Unlinks spares as they expire; sleeps while there are none (started by the first Recycle, stopped by the
+  // destructor).
   void SweepSpares(std::stop_token stop);
   // Creates the directories of `relative` (a key's parent) under the root; `durable`: and makes their entries durable.
   Status EnsureKeyDirs(const std::filesystem::path& relative, bool durable);
