@@ -15,9 +15,9 @@
 // Coordinator keys never nest that way. Safe to call from several threads at once; all coordination is through the file
 // system. Open() sweeps temp files, so only one process should have a given root open at a time.
 //
-// Spares: Recycle() renames the blobs' files to temp names in the root ("spare#tmp-<pid>-<n>") instead of unlinking them,
-// and a Put with durable = false writes over a spare (then truncates it to its size) instead of a new file: its pages
-// are in memory already. A spare is unlinked once its file is older than Options::spare_max_age (it is never kept
+// Spares: Recycle() renames the blobs' files to temp names in the root ("spare#tmp-<pid>-<n>") instead of unlinking
+// them, and a Put with durable = false writes over a spare (then truncates it to its size) instead of a new file: its
+// pages are in memory already. A spare is unlinked once its file is older than Options::spare_max_age (it is never kept
 // dirty long enough for the kernel's 30 s writeback to write it to disk), when the spares would pass
 // Options::max_spare_bytes, and when the store closes; one left by a crash is swept by Open() as a temp file.
 #pragma once
