@@ -29,8 +29,9 @@
 // Usage: bench_control_plane [--workers 1000,5000,10000,50000] [--idle-s 10] [--train-ms 1000] [--server-bin PATH]
 //                            [--server-log-level warn] [--details-dir DIR]
 // --details-dir keeps, per N, the server's /metrics after the job (metrics-N.txt: its round-phase histograms) and
-// the job's timeline as this process saw it (timeline-N.csv: ms since the job was created, what, round), for
-// profiling a slow round.
+// the job's timeline as this process saw it (timeline-N.csv: ms since the job was created, what, round; for a probe
+// heartbeat, its answer time in ms instead of a round), for profiling a slow round, and the server's log
+// (server-N.log) unless --server-log-level is warn.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -442,6 +443,10 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
       timeline << ms(u.at) << ",upload_sent,\n" << ms(u.at) + u.ms << ",upload_stored,\n";
     for (const SimWorkers::Sample& r : results)
       timeline << ms(r.at) << ",result_sent,\n" << ms(r.at) + r.ms << ",result_accepted,\n";
+    // A probe heartbeat's answer time, in the round column: when and how slow the loop answered.
+    for (const SimWorkers::Sample& b : beats) {
+      if (b.at >= job_start && b.at < job_end) timeline << ms(b.at) << ",probe_heartbeat," << b.ms << "\n";
+    }
   }
   fig.hb_round_p99 = Percentile(round_beats, 0.99);
   // The data dir stays until the last N is done (main removes the root): this machine's ext4 has no journal, and
@@ -449,7 +454,12 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
   // buffer-cache lookup each), so deleting one run's ~30,000 files made the next run's setup and uploads slower
   // (setup 4.2 s -> 11.1 s, 3.4% of all samples in recently_deleted).
   std::error_code ec;
-  if (log_level == "warn") fs::remove(server.log(), ec);
+  if (log_level == "warn") {
+    fs::remove(server.log(), ec);
+  } else if (!details_dir.empty()) {
+    fs::copy_file(server.log(), details_dir / ("server-" + std::to_string(n) + ".log"),
+                  fs::copy_options::overwrite_existing, ec);
+  }
   return fig;
 }
 

@@ -187,8 +187,8 @@ class JobRunner {
   // Handle's part under the job's mutex: the event, its actions, and a resync when one is due.
   http::Awaitable<Status> HandleLocked(std::function<StatusOr<Actions>()> event);
   // Group commit: queues the job's records and events (host_.QueueJobWrites) and keeps the ticket; Handle waits for
-  // it once the mutex is released.
-  void QueueWrites(std::vector<storage::BatchWrite> records, std::vector<JobHost::QueuedEvent> events);
+  // it once the mutex is released. Returns the ticket.
+  WriteQueue::TicketPtr QueueWrites(std::vector<storage::BatchWrite> records, std::vector<JobHost::QueuedEvent> events);
   // Waits until every write this runner queued is durable: the first error among them since the last resync (a
   // write the runner makes directly — StartRound, CommitRound, FailRound, the job's status — comes after them).
   http::Awaitable<Status> DrainWrites();
@@ -196,6 +196,9 @@ class JobRunner {
   void CollectWriteErrors();
   // Delivers a task whose writes are durable, unless it went stale meanwhile (dropped, another attempt, job ended).
   void DeliverQueuedTask(int64_t worker_id);
+  // Delivers, in order, the queued tasks whose batches are already applied, while Execute is still building later
+  // ones (called between its slices): a round start's first workers need not wait for its last task.
+  void DeliverDurableTasks();
   http::Awaitable<Status> Execute(Actions actions);
   http::Awaitable<Status> Do(const Action& action, std::deque<Action>& work);
   http::Awaitable<Status> OnStartRound(const coordinator::StartRound& a, const std::deque<Action>& work);
@@ -268,6 +271,7 @@ class JobRunner {
     int attempt = 0;
     nlohmann::json task;
     std::chrono::steady_clock::time_point queued_at{};  // parsyn_round_phase_duration_seconds{phase="task_store"}
+    WriteQueue::TicketPtr written;                      // the batch holding its records: it goes out once applied
   };
   std::map<int64_t, QueuedTask> undelivered_tasks_;
   std::vector<int64_t> tasks_to_deliver_;

@@ -92,6 +92,7 @@ class FakeHost final : public JobHost {
   storage::BlobStore& blobs() override { return blobs_; }
   storage::BlobUrlIssuer& blob_urls() override { return urls_; }
   std::string BlobGetUrl(std::string_view key, std::chrono::seconds ttl, int64_t) const override {
+    get_urls_issued_++;
     return *urls_.GetUrl(key, ttl);
   }
   StatusOr<storage::UrlGrant> BlobPutGrant(std::string_view key, std::chrono::seconds ttl, int64_t) const override {
@@ -122,6 +123,7 @@ class FakeHost final : public JobHost {
   bool DeliverTask(int64_t worker_id, int64_t, json task) override {
     Session& s = sessions_[worker_id];
     if (!s.online) return false;
+    get_urls_at_delivery_.push_back(get_urls_issued_);
     s.queued.push_back(std::move(task));
     return true;
   }
@@ -145,7 +147,10 @@ class FakeHost final : public JobHost {
   bool WorkerHasLocalData(int64_t worker_id) const override { return local_rows_.count(worker_id) > 0; }
 
   std::map<int64_t, Session> sessions_;
-  std::map<int64_t, int64_t> local_rows_;  // workers whose hello announced data of their own: its training rows
+  std::map<int64_t, int64_t> local_rows_;
+  // GET URLs issued so far (each task being built asks for several), and that count at each task delivered.
+  mutable int64_t get_urls_issued_ = 0;
+  std::vector<int64_t> get_urls_at_delivery_;  // workers whose hello announced data of their own: its training rows
 
  private:
   boost::asio::io_context& io_;
@@ -205,12 +210,12 @@ class JobFixture {
     host_ = std::make_unique<FakeHost>(io_, *store_, *blob_store_, clock_, dir_.path());
 
     std::string csv = "x,label\n";
-    for (int i = 0; i < kRows; ++i) csv += std::to_string(i) + "," + std::to_string(i % 2) + "\n";
+    for (int i = 0; i < rows(); ++i) csv += std::to_string(i) + "," + std::to_string(i % 2) + "\n";
     storage::BlobInfo data = Put("datasets/1/data.csv", csv);
     auto dataset = store_->CreateDataset({.name = "rows.csv",
                                           .format = storage::DatasetFormat::kCsv,
                                           .kind = storage::DatasetKind::kTabular,
-                                          .row_count = kRows,
+                                          .row_count = rows(),
                                           .size_bytes = static_cast<int64_t>(data.size_bytes),
                                           .sha256 = data.sha256,
                                           .blob_key = data.key});
@@ -265,6 +270,9 @@ class JobFixture {
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     job_id_ = job->id;
   }
+
+  // The dataset's rows: kRows, or two per worker for jobs over more than kRows / 2 workers.
+  int rows() const { return std::max(kRows, 2 * num_workers_); }
 
   storage::BlobInfo Put(const std::string& key, std::string bytes) {
     storage::StringByteSource source(std::move(bytes));
@@ -717,6 +725,26 @@ TEST(JobRunnerTest, ResultsArrivingTogetherShareCommits) {
                           [](const storage::JobEvent& e) { return e.type == "update_accepted"; }),
             static_cast<std::ptrdiff_t>(kReporting));
   EXPECT_LT(commits, static_cast<int64_t>(kReporting)) << kReporting << " results in " << commits << " commits";
+}
+
+// A round start's tasks go out as their records become durable, not once the last of them is built: 3,000 tasks are
+// built in slices, and the batches of the first are applied between them.
+TEST(JobRunnerTest, ARoundStartsFirstTasksGoOutBeforeItsLastIsBuilt) {
+  constexpr int kWorkers = 3000;
+  JobFixture f({{"min_workers", kWorkers}, {"max_workers", kWorkers}}, false, false, kWorkers);
+  ASSERT_TRUE(f.StartRunner().ok());
+  const std::vector<int64_t>& at_delivery = f.host_->get_urls_at_delivery_;
+  ASSERT_EQ(at_delivery.size(), static_cast<size_t>(kWorkers));
+  const int64_t all_built = f.host_->get_urls_issued_;
+  EXPECT_LT(at_delivery.front(), all_built / 2)
+      << "the first task went out after " << at_delivery.front() << " of " << all_built << " GET URLs were issued";
+  // Every worker got its task once, and the store holds every task's event.
+  for (const auto& [worker, session] : f.host_->sessions_) EXPECT_EQ(session.queued.size(), 1u) << worker;
+  StatusOr<std::vector<storage::JobEvent>> events = f.store_->ListJobEvents(f.job_id_, 0, 4 * kWorkers);
+  ASSERT_TRUE(events.ok()) << events.status().ToString();
+  EXPECT_EQ(std::count_if(events->begin(), events->end(),
+                          [](const storage::JobEvent& e) { return e.type == "task_assigned"; }),
+            kWorkers);
 }
 
 // A batch of results that the store refuses is handled as a refused single write: those results are answered with

@@ -215,9 +215,9 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
   }
   storage::Shard& shard = shards_[static_cast<size_t>(a.shard)];
   const auto assign_start = std::chrono::steady_clock::now();
-  // Group commit: the task's records and event go into the next batch; Handle delivers the task once that batch is
-  // durable (the worker keeps its shard for the whole job: stored before the task goes out). Memory is updated now;
-  // if the batch fails, the job resyncs from the store (which reloads both).
+  // Group commit: the task's records and event go into the next batch; the task is delivered once that batch is
+  // durable (by Execute between its slices, or by Handle) (the worker keeps its shard for the whole job: stored before
+  // the task goes out). Memory is updated now; if the batch fails, the job resyncs from the store (which reloads both).
   std::vector<storage::BatchWrite> records;
   if (shard.worker_id != a.worker) {
     records.push_back(storage::ShardAssignment{.job_id = job_.id, .shard_index = a.shard, .worker_id = a.worker});
@@ -237,7 +237,7 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
                      {"attempt", a.attempt},
                      {"shard", a.shard},
                      {"kind", a.kind == TaskKind::kTrain ? "train" : "evaluate"}}});
-  QueueWrites(std::move(records), std::move(events));
+  WriteQueue::TicketPtr written = QueueWrites(std::move(records), std::move(events));
   Status started = Status::Ok();
   if (a.kind == TaskKind::kTrain) {
     // kCoAwaitTemporaries: the awaitable is created before the co_await.
@@ -258,8 +258,11 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
         boost::asio::detached);
     co_return Status::Ok();
   }
-  undelivered_tasks_[a.worker] =
-      QueuedTask{.round = a.round, .attempt = a.attempt, .task = std::move(*task), .queued_at = assign_start};
+  undelivered_tasks_[a.worker] = QueuedTask{.round = a.round,
+                                            .attempt = a.attempt,
+                                            .task = std::move(*task),
+                                            .queued_at = assign_start,
+                                            .written = std::move(written)};
   tasks_to_deliver_.push_back(a.worker);
   ObservePhase("task_assign", MillisSince(assign_start));
   co_return Status::Ok();
