@@ -56,8 +56,10 @@ struct ServiceOptions {
   // Base of the signed URLs handed to workers ("http://10.0.0.5:8080"); empty: set later with SetPublicUrl.
   std::string public_url;
   std::chrono::milliseconds heartbeat_interval{5'000};  // asked of workers in hello
-  std::chrono::milliseconds heartbeat_timeout{20'000};  // a worker silent this long is disconnected
-  std::chrono::milliseconds max_poll_wait{30'000};      // the longest a task long-poll is held open
+  // A worker silent this long is disconnected: found by a scan every tenth of it (tick_interval to 1 s), so up to that
+  // much later.
+  std::chrono::milliseconds heartbeat_timeout{20'000};
+  std::chrono::milliseconds max_poll_wait{30'000};  // the longest a task long-poll is held open
   // A worker's progress is stored at most once per min_progress_interval (sooner reports are answered 429), and at
   // most max_progress_points per job and worker (later reports are shown live but not stored).
   std::chrono::milliseconds min_progress_interval{500};
@@ -78,7 +80,7 @@ struct ServiceOptions {
   uint64_t upload_min_rate = 64 << 10;
   std::chrono::milliseconds upload_rate_window{30'000};
   std::chrono::milliseconds upload_rate_grace{10'000};
-  std::chrono::milliseconds tick_interval{100};  // timer resolution of timeouts (aggregation, heartbeats)
+  std::chrono::milliseconds tick_interval{100};  // timer resolution of timeouts (aggregation; heartbeats: above)
   // Presence (when each worker was last seen) lives in memory; every presence_flush_interval the workers seen since
   // the last flush get their last_heartbeat_at_ms in ONE store commit (and once more at shutdown), so heartbeats
   // cost O(1) commits, not one each. Status changes (online, busy, offline) are stored when they happen.

@@ -1,12 +1,16 @@
 #include "weights/sha256.h"
 
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include <unistd.h>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "base/strings.h"
 
 namespace parsyn::weights {
 namespace {
@@ -20,6 +24,28 @@ TEST(Sha256Test, KnownVectors) {
   EXPECT_EQ(Sha256Hex(std::string_view("abc")), kAbc);
   EXPECT_EQ(Sha256Hex(std::string_view("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")),
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+// RFC 4231 test cases 1, 2 and 6 (a key longer than the block is hashed first), then OpenSSL's own HMAC() for keys
+// of every length around the block size.
+TEST(Sha256Test, HmacMatchesRfc4231AndOpenSsl) {
+  auto hex = [](std::string_view key, std::string_view message) { return HexEncode(HmacSha256(key, message)); };
+  EXPECT_EQ(hex(std::string(20, '\x0b'), "Hi There"),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  EXPECT_EQ(hex("Jefe", "what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  EXPECT_EQ(hex(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First"),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  const std::string message = "GET\njobs/1/rounds/000001-a1/global.safetensors\n1767225600";
+  for (size_t length = 0; length <= 130; ++length) {
+    std::string key(length, '\0');
+    for (size_t i = 0; i < length; ++i) key[i] = static_cast<char>(i * 7 + 1);
+    unsigned char expected[EVP_MAX_MD_SIZE];
+    unsigned int size = 0;
+    HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(message.data()),
+         message.size(), expected, &size);
+    EXPECT_EQ(HmacSha256(key, message), std::string(reinterpret_cast<const char*>(expected), size)) << length;
+  }
 }
 
 TEST(Sha256Test, StreamingEqualsOneShot) {
