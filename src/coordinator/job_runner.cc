@@ -217,8 +217,9 @@ void JobRunner::DeliverDurableTasks() {
   size_t ready = 0;
   for (; ready < tasks_to_deliver_.size(); ++ready) {
     auto it = undelivered_tasks_.find(tasks_to_deliver_[ready]);
+    if (it == undelivered_tasks_.end() || !it->second.written) continue;  // dropped meanwhile, or nothing to wait for
     // Batches apply in queue order: the first task still waiting ends the run of durable ones.
-    if (it != undelivered_tasks_.end() && !(it->second.written->done && it->second.written->status.ok())) break;
+    if (!it->second.written->done || !it->second.written->status.ok()) break;
   }
   for (size_t i = 0; i < ready; ++i) DeliverQueuedTask(tasks_to_deliver_[i]);
   tasks_to_deliver_.erase(tasks_to_deliver_.begin(), tasks_to_deliver_.begin() + static_cast<std::ptrdiff_t>(ready));

@@ -215,8 +215,8 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
   }
   storage::Shard& shard = shards_[static_cast<size_t>(a.shard)];
   const auto assign_start = std::chrono::steady_clock::now();
-  // Group commit: the task's records and event go into the next batch; the task is delivered once that batch is
-  // durable (by Execute between its slices, or by Handle) (the worker keeps its shard for the whole job: stored before
+  // Group commit: the task's records and event go into the next batch, and the task is delivered once that batch is
+  // durable, by Execute between its slices or by Handle (the worker keeps its shard for the whole job: stored before
   // the task goes out). Memory is updated now; if the batch fails, the job resyncs from the store (which reloads both).
   std::vector<storage::BatchWrite> records;
   if (shard.worker_id != a.worker) {
