@@ -727,10 +727,10 @@ TEST(JobRunnerTest, ResultsArrivingTogetherShareCommits) {
   EXPECT_LT(commits, static_cast<int64_t>(kReporting)) << kReporting << " results in " << commits << " commits";
 }
 
-// A round start's tasks go out as their records become durable, not once the last of them is built: 3,000 tasks are
+// A round start's tasks go out as their records become durable, not once the last of them is built: 6,000 tasks are
 // built in slices, and the batches of the first are applied between them.
 TEST(JobRunnerTest, ARoundStartsFirstTasksGoOutBeforeItsLastIsBuilt) {
-  constexpr int kWorkers = 3000;
+  constexpr int kWorkers = 6000;
   JobFixture f({{"min_workers", kWorkers}, {"max_workers", kWorkers}}, false, false, kWorkers);
   ASSERT_TRUE(f.StartRunner().ok());
   const std::vector<int64_t>& at_delivery = f.host_->get_urls_at_delivery_;
