@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <future>
+#include <thread>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -99,6 +100,8 @@ TEST(PresenceTest, HeartbeatsAreStoredInBatchesAndPresenceIsRebuiltAfterARestart
   std::vector<std::string> tokens;
   std::string admin_key;
   int64_t seen_after_ms = 0;
+  std::vector<int64_t> flushed_ms;  // each worker's last heartbeat as the explicit flush stored it
+  constexpr std::chrono::milliseconds kGap(100);
   {
     InProcessCoordinator coordinator(options);
     ASSERT_TRUE(coordinator.ok());
@@ -114,8 +117,10 @@ TEST(PresenceTest, HeartbeatsAreStoredInBatchesAndPresenceIsRebuiltAfterARestart
       workers.push_back(coordinator.Client(tokens.back()));
       sessions.push_back(SessionOf(*workers.back()));
     }
-    // Less 1 ms: the coordinator dates a heartbeat from its steady clock (unix_now - age), truncated to the ms.
-    seen_after_ms = SystemClock::Get().UnixMillis() - 1;
+    // The coordinator dates a heartbeat from two clocks (unix_now - steady age), so the wall clock's steps show in
+    // it (a CI run saw 5 ms): the heartbeats come kGap after the hellos, and are dated within half of it.
+    std::this_thread::sleep_for(kGap);
+    seen_after_ms = SystemClock::Get().UnixMillis() - kGap.count() / 2;
     const int64_t before = coordinator.commits();
     for (int beat = 0; beat < kBeats; ++beat) {
       for (int i = 0; i < kWorkers; ++i) {
@@ -135,10 +140,12 @@ TEST(PresenceTest, HeartbeatsAreStoredInBatchesAndPresenceIsRebuiltAfterARestart
       ASSERT_TRUE(stored.ok());
       EXPECT_GE(stored->last_heartbeat_at_ms.value_or(0), seen_after_ms);
       EXPECT_EQ(stored->status, storage::WorkerStatus::kOnline);
+      flushed_ms.push_back(stored->last_heartbeat_at_ms.value_or(0));
     }
     coordinator.FlushPresence();  // nobody seen since: nothing to write
     EXPECT_EQ(coordinator.commits() - before, 1);
-    seen_after_ms = SystemClock::Get().UnixMillis() - 1;
+    // The last heartbeats come kGap after the flushed ones: the shutdown's write shows despite a step.
+    std::this_thread::sleep_for(kGap);
     for (int i = 0; i < kWorkers; ++i) {
       ASSERT_TRUE(workers[i]->PostJson("/api/v1/worker/heartbeat", {{"session_id", sessions[i]}}).ok());
     }
@@ -149,10 +156,10 @@ TEST(PresenceTest, HeartbeatsAreStoredInBatchesAndPresenceIsRebuiltAfterARestart
   InProcessCoordinator restarted(options);
   ASSERT_TRUE(restarted.ok());
   auto admin = restarted.Client(admin_key);
-  for (int64_t id : ids) {
-    json record = WorkerRecord(*admin, id);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    json record = WorkerRecord(*admin, ids[i]);
     EXPECT_EQ(record["status"], "offline");
-    EXPECT_GE(record["last_heartbeat_at_ms"].get<int64_t>(), seen_after_ms);
+    EXPECT_GE(record["last_heartbeat_at_ms"].get<int64_t>(), flushed_ms[i] + kGap.count() / 2) << "worker " << i;
   }
   auto first = restarted.Client(tokens[0]);
   auto stale = first->PostJson("/api/v1/worker/heartbeat", {{"session_id", "pss_from_before_the_restart"}});
