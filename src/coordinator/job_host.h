@@ -30,6 +30,14 @@ namespace parsyn::coordinator {
 // Added to a task's attempt timeout for its URLs' lifetime: a worker that finishes just in time can still upload.
 inline constexpr std::chrono::minutes kTaskUrlMargin{5};
 
+// A task on its way to its worker: the JSON text the worker's poll is answered with (protocol::TaskJsonText, written
+// once when the task is built) and the fields the coordinator reads back.
+struct TaskMessage {
+  int round = 0;
+  int attempt = 0;
+  std::string json;
+};
+
 class JobHost {
  public:
   virtual ~JobHost() = default;
@@ -72,7 +80,7 @@ class JobHost {
   virtual WriteQueue::TicketPtr QueueJobWrites(int64_t job_id, std::vector<storage::BatchWrite> records,
                                                std::vector<QueuedEvent> events) = 0;
   // Queues a task for a worker and wakes its long-poll. False when the worker has no session (it went away).
-  virtual bool DeliverTask(int64_t worker_id, int64_t job_id, nlohmann::json task) = 0;
+  virtual bool DeliverTask(int64_t worker_id, int64_t job_id, TaskMessage task) = 0;
   // Tells a worker to drop a task (straggler, job ended): removed if not yet delivered, else reported in its next
   // heartbeat's "abandon" list.
   virtual void AbandonTask(int64_t worker_id, int64_t job_id, int round, int attempt) = 0;

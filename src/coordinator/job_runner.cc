@@ -37,6 +37,7 @@ JobRunner::JobRunner(JobHost& host, storage::TrainingJob job, JobSpec spec)
       job_(std::move(job)),
       spec_(std::move(spec)),
       engine_config_(EngineConfigFor(spec_)),
+      task_config_json_(protocol::TrainingConfigToJson(spec_.config).dump()),
       mutex_(host.executor()),
       launched_(host.executor()) {
   StatusOr<std::unique_ptr<strategy::Strategy>> made =
@@ -201,7 +202,9 @@ void JobRunner::DeliverQueuedTask(int64_t worker_id) {
   if (it == undelivered_tasks_.end()) return;  // dropped, or its attempt ended, meanwhile
   QueuedTask queued = std::move(it->second);
   undelivered_tasks_.erase(it);
-  if (ended_ || engine_ == nullptr || engine_->round() != queued.round || engine_->attempt() != queued.attempt) return;
+  if (ended_ || engine_ == nullptr || engine_->round() != queued.task.round ||
+      engine_->attempt() != queued.task.attempt)
+    return;
   ObservePhase("task_store", MillisSince(queued.queued_at));  // until its records were durable
   if (!host_.DeliverTask(worker_id, job_.id, std::move(queued.task))) {
     // The worker left between becoming idle and getting the task: tell the engine.

@@ -216,7 +216,7 @@ class JobRunner {
   // data.source "workers": after an accepted update, the job's one "warning" event when the workers' local datasets
   // (their reported sample counts) are more than kLocalSizeSpread times apart.
   http::Awaitable<void> WarnOfUnevenLocalData(int64_t worker_id, int64_t sample_count);
-  StatusOr<nlohmann::json> BuildTask(const AssignTask& a) const;
+  StatusOr<TaskMessage> BuildTask(const AssignTask& a) const;
   // The task's "update_upload": the host's blob_urls() create-only PUT (the coordinator's signed /blobs URL, or an S3
   // presigned PUT with the headers the worker must send), or part URLs when a multipart upload was started for it.
   StatusOr<protocol::UpdateUpload> UpdateUploadGrant(int64_t worker_id, const std::string& key) const;
@@ -252,6 +252,7 @@ class JobRunner {
   storage::TrainingJob job_;
   JobSpec spec_;
   RoundEngineConfig engine_config_;
+  const std::string task_config_json_;            // spec_.config as every task carries it, dumped once
   std::unique_ptr<strategy::Strategy> strategy_;  // null when the spec's strategy cannot be made (Launch fails)
   Status strategy_error_;
   std::unique_ptr<RoundEngine> engine_;
@@ -267,9 +268,7 @@ class JobRunner {
   // Tasks built and waiting for their writes (shard assignment, participant, event) to be durable, by worker; and the
   // workers whose tasks the event being handled queued (Handle delivers them after its writes' batch).
   struct QueuedTask {
-    int round = 0;
-    int attempt = 0;
-    nlohmann::json task;
+    TaskMessage task;
     std::chrono::steady_clock::time_point queued_at{};  // parsyn_round_phase_duration_seconds{phase="task_store"}
     WriteQueue::TicketPtr written;                      // the batch holding its records: it goes out once applied
   };

@@ -120,11 +120,14 @@ class FakeHost final : public JobHost {
     }
     return writes_.Queue(std::move(records));
   }
-  bool DeliverTask(int64_t worker_id, int64_t, json task) override {
+  bool DeliverTask(int64_t worker_id, int64_t, TaskMessage task) override {
     Session& s = sessions_[worker_id];
     if (!s.online) return false;
     get_urls_at_delivery_.push_back(get_urls_issued_);
-    s.queued.push_back(std::move(task));
+    json parsed = json::parse(task.json);  // what the worker's poll is answered with
+    EXPECT_EQ(parsed["round"], task.round);
+    EXPECT_EQ(parsed["attempt"], task.attempt);
+    s.queued.push_back(std::move(parsed));
     return true;
   }
   void AbandonTask(int64_t worker_id, int64_t job_id, int round, int attempt) override {

@@ -123,7 +123,7 @@ http::Awaitable<void> JobRunner::WriteGlobalZstdCopy(int round, int attempt) {
   global_zstd_ = std::move(*copy);
 }
 
-StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
+StatusOr<TaskMessage> JobRunner::BuildTask(const AssignTask& a) const {
   const storage::Shard& shard = shards_.at(static_cast<size_t>(a.shard));
   protocol::Task task;
   task.task_id = fmt::format("{}-{}-{}-w{}", job_.id, a.round, a.attempt, a.worker);
@@ -176,7 +176,7 @@ StatusOr<json> JobRunner::BuildTask(const AssignTask& a) const {
     task.compression = spec_.distributed.compression;  // how the worker encodes its update
     PARSYN_ASSIGN_OR_RETURN(task.update_upload, UpdateUploadGrant(a.worker, UpdateKey(a.round, a.attempt, a.worker)));
   }
-  return protocol::TaskToJson(task);
+  return TaskMessage{.round = a.round, .attempt = a.attempt, .json = protocol::TaskJsonText(task, task_config_json_)};
 }
 
 StatusOr<protocol::UpdateUpload> JobRunner::UpdateUploadGrant(int64_t worker_id, const std::string& key) const {
@@ -244,7 +244,7 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
     auto multipart = StartMultipartUploadIfLarge(a.worker, UpdateKey(a.round, a.attempt, a.worker));
     started = co_await std::move(multipart);
   }
-  StatusOr<json> task = started.ok() ? BuildTask(a) : StatusOr<json>(started);
+  StatusOr<TaskMessage> task = started.ok() ? BuildTask(a) : StatusOr<TaskMessage>(started);
   if (!task.ok()) {
     // Nothing went out: the worker leaves this attempt with the reason (a store outage shows up here) and is
     // offered the next one. Reported once this event is done (the job's mutex is held). The reason is shown on the
@@ -258,11 +258,8 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
         boost::asio::detached);
     co_return Status::Ok();
   }
-  undelivered_tasks_[a.worker] = QueuedTask{.round = a.round,
-                                            .attempt = a.attempt,
-                                            .task = std::move(*task),
-                                            .queued_at = assign_start,
-                                            .written = std::move(written)};
+  undelivered_tasks_[a.worker] =
+      QueuedTask{.task = std::move(*task), .queued_at = assign_start, .written = std::move(written)};
   tasks_to_deliver_.push_back(a.worker);
   ObservePhase("task_assign", MillisSince(assign_start));
   co_return Status::Ok();

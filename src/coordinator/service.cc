@@ -397,12 +397,10 @@ Service::Session* Service::FindSession(int64_t worker_id) {
   return it == sessions_.end() ? nullptr : &it->second;
 }
 
-bool Service::DeliverTask(int64_t worker_id, int64_t job_id, json task) {
+bool Service::DeliverTask(int64_t worker_id, int64_t job_id, TaskMessage task) {
   Session* s = FindSession(worker_id);
   if (s == nullptr) return false;
-  const int round = task.value("round", 0);
-  const int attempt = task.value("attempt", 0);
-  s->queued.push_back({.job_id = job_id, .round = round, .attempt = attempt, .task = std::move(task)});
+  s->queued.push_back({.job_id = job_id, .task = std::move(task)});
   s->tasks_assigned++;
   s->wake->Notify();
   UpdateWorkerStatus(worker_id, storage::WorkerStatus::kBusy);
@@ -413,7 +411,7 @@ void Service::AbandonTask(int64_t worker_id, int64_t job_id, int round, int atte
   Session* s = FindSession(worker_id);
   if (s == nullptr) return;
   std::erase_if(s->queued, [&](const Session::QueuedTask& t) {
-    return t.job_id == job_id && t.round == round && t.attempt == attempt;
+    return t.job_id == job_id && t.task.round == round && t.task.attempt == attempt;
   });
   if (s->current_job == job_id && s->current_round == round && s->current_attempt == attempt) {
     s->abandon.push_back({.job_id = job_id, .round = round, .attempt = attempt});

@@ -185,7 +185,7 @@ class Service final : public JobHost {
   // "workers" event (sent every event_batch_interval).
   void NoteWorkerChange(int64_t worker_id, const nlohmann::json& fields);
   // Queues a task for a worker and wakes its long-poll. False when the worker has no session (it went away).
-  bool DeliverTask(int64_t worker_id, int64_t job_id, nlohmann::json task) override;
+  bool DeliverTask(int64_t worker_id, int64_t job_id, TaskMessage task) override;
   // Tells a worker to drop a task (straggler, job ended): removed if not yet delivered, else reported in its next
   // heartbeat's "abandon" list.
   void AbandonTask(int64_t worker_id, int64_t job_id, int round, int attempt) override;
@@ -209,9 +209,7 @@ class Service final : public JobHost {
     int polls_in_flight = 0;
     struct QueuedTask {
       int64_t job_id = 0;
-      int round = 0;
-      int attempt = 0;
-      nlohmann::json task;
+      TaskMessage task;
     };
     std::deque<QueuedTask> queued;       // assigned, not yet delivered
     uint64_t tasks_assigned = 0;         // DeliverTask calls: tells a stale availability offer (OfferWorker)

@@ -159,9 +159,9 @@ class WorkerProtocolRoutes {
     Session::QueuedTask task = std::move(s->queued.front());
     s->queued.pop_front();
     s->current_job = task.job_id;
-    s->current_round = task.round;
-    s->current_attempt = task.attempt;
-    co_return Response::Json(200, task.task);
+    s->current_round = task.task.round;
+    s->current_attempt = task.task.attempt;
+    co_return Response::Text(200, std::move(task.task.json), "application/json");
   }
 
   // Stored as a metric point and shown live (the job's view and a worker_progress event). Only the task the worker

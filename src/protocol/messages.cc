@@ -7,6 +7,7 @@
 
 #include "protocol/field_reader.h"
 #include "protocol/json_fields.h"
+#include "protocol/json_text.h"
 
 namespace parsyn::protocol {
 namespace {
@@ -374,77 +375,99 @@ StatusOr<Task> ParseTask(const json& body) {
   return t;
 }
 
-json UpdateUploadToJson(const UpdateUpload& u) {
-  json out = {{"blob_key", u.blob_key}, {"max_size_bytes", u.max_size_bytes}};
-  if (!u.url.empty()) out["url"] = u.url;
-  if (u.headers) out["headers"] = *u.headers;
-  if (u.multipart) {
-    json parts = json::array();
-    for (const UploadPart& p : u.multipart->parts) {
-      parts.push_back({{"part_number", p.part_number}, {"url", p.url}, {"headers", p.headers}});
-    }
-    out["multipart"] = {{"part_size_bytes", u.multipart->part_size_bytes}, {"parts", std::move(parts)}};
-  }
-  return out;
-}
-
-json TaskModelFilesToJson(const std::vector<TaskModelFile>& files) {
-  json out = json::array();
-  for (const TaskModelFile& f : files) {
-    out.push_back({{"path", f.path}, {"url", f.url}, {"sha256", f.sha256}, {"size_bytes", f.size_bytes}});
-  }
-  return out;
-}
-
 json UpdateCompressionToJson(const UpdateCompression& c) {
   return {{"update", c.update}, {"delta", c.delta}, {"zstd_level", c.zstd_level}, {"error_feedback", c.error_feedback}};
 }
 
-json TaskToJson(const Task& t) {
-  json out = {
-      {"task_id", t.task_id},
-      {"job_id", t.job_id},
-      {"kind", TaskKindName(t.kind)},
-      {"round", t.round},
-      {"attempt", t.attempt},
-      {"total_rounds", t.total_rounds},
-      {"shard", t.shard},
-      {"seed", t.seed},
-      {"steps_per_round", t.steps_per_round},
-      {"config", TrainingConfigToJson(t.config)},
-      {"deadline_unix_ms", t.deadline_unix_ms},
-      {"global_weights",
-       {{"url", t.global_weights.url},
-        {"sha256", t.global_weights.sha256},
-        {"size_bytes", t.global_weights.size_bytes},
-        {"round", t.global_weights.round}}},
-      {"data_source", DataSourceName(t.data_source)},
-      {"data", {{"kind", t.data.kind}, {"train_rows", t.data.train_rows}, {"validation_rows", t.data.validation_rows}}},
-      {"model",
-       {{"id", t.model.id},
-        {"name", t.model.name},
-        {"model_type", t.model.model_type},
-        {"files", TaskModelFilesToJson(t.model.files)}}},
+namespace {
+
+void WriteUpdateUpload(JsonTextWriter& w, const UpdateUpload& u) {
+  w.BeginObject().Field("blob_key", u.blob_key).Field("max_size_bytes", u.max_size_bytes);
+  if (!u.url.empty()) w.Field("url", u.url);
+  auto write_headers = [](JsonTextWriter& out, const HttpHeaders& headers) {
+    out.BeginObject();
+    for (const auto& [name, value] : headers) out.Field(name, value);
+    out.EndObject();
   };
-  // Absent rather than empty: the reader refuses empty strings there.
-  json& data = out["data"];
-  for (const auto& [name, value] : {std::pair<const char*, const std::string&>{"format", t.data.format},
-                                    {"train_url", t.data.train_url},
-                                    {"train_sha256", t.data.train_sha256},
-                                    {"validation_url", t.data.validation_url},
-                                    {"validation_sha256", t.data.validation_sha256}}) {
-    if (!value.empty()) data[name] = value;
+  if (u.headers) write_headers(w.Key("headers"), *u.headers);
+  if (u.multipart) {
+    w.Key("multipart").BeginObject().Field("part_size_bytes", u.multipart->part_size_bytes).Key("parts").BeginArray();
+    for (const UploadPart& p : u.multipart->parts) {
+      w.BeginObject().Field("part_number", p.part_number).Field("url", p.url);
+      write_headers(w.Key("headers"), p.headers);
+      w.EndObject();
+    }
+    w.EndArray().EndObject();
   }
-  if (t.data_source == DataSource::kWorkers) out["data"] = json::object();  // the worker's own file: no URLs
-  if (t.update_upload) out["update_upload"] = UpdateUploadToJson(*t.update_upload);
-  if (t.proximal_mu != 0) out["proximal_mu"] = t.proximal_mu;  // absent for FedAvg: older workers read the same task
-  if (t.global_weights.zstd) {
-    out["global_weights"]["zstd"] = {{"url", t.global_weights.zstd->url},
-                                     {"sha256", t.global_weights.zstd->sha256},
-                                     {"size_bytes", t.global_weights.zstd->size_bytes}};
+  w.EndObject();
+}
+
+}  // namespace
+
+std::string TaskJsonText(const Task& t, std::string_view config_json) {
+  JsonTextWriter w;
+  w.Reserve(4096);
+  w.BeginObject()
+      .Field("task_id", t.task_id)
+      .Field("job_id", t.job_id)
+      .Field("kind", TaskKindName(t.kind))
+      .Field("round", t.round)
+      .Field("attempt", t.attempt)
+      .Field("total_rounds", t.total_rounds)
+      .Field("shard", t.shard)
+      .Field("seed", t.seed)
+      .Field("steps_per_round", t.steps_per_round);
+  w.Key("config");
+  if (config_json.empty()) {
+    w.Raw(TrainingConfigToJson(t.config).dump());
+  } else {
+    w.Raw(config_json);
   }
-  if (t.compression != UpdateCompression{}) out["compression"] = UpdateCompressionToJson(t.compression);
-  return out;
+  w.Field("deadline_unix_ms", t.deadline_unix_ms);
+  w.Key("global_weights")
+      .BeginObject()
+      .Field("url", t.global_weights.url)
+      .Field("sha256", t.global_weights.sha256)
+      .Field("size_bytes", t.global_weights.size_bytes)
+      .Field("round", t.global_weights.round);
+  if (const std::optional<TaskZstdCopy>& zstd = t.global_weights.zstd) {
+    w.Key("zstd").BeginObject().Field("url", zstd->url).Field("sha256", zstd->sha256);
+    w.Field("size_bytes", zstd->size_bytes).EndObject();
+  }
+  w.EndObject();
+  w.Field("data_source", DataSourceName(t.data_source));
+  w.Key("data").BeginObject();
+  if (t.data_source != DataSource::kWorkers) {  // the worker's own file: no URLs, nothing else
+    w.Field("kind", t.data.kind).Field("train_rows", t.data.train_rows);
+    w.Field("validation_rows", t.data.validation_rows);
+    // Absent rather than empty: the reader refuses empty strings there.
+    for (const auto& [name, value] : {std::pair<const char*, const std::string&>{"format", t.data.format},
+                                      {"train_url", t.data.train_url},
+                                      {"train_sha256", t.data.train_sha256},
+                                      {"validation_url", t.data.validation_url},
+                                      {"validation_sha256", t.data.validation_sha256}}) {
+      if (!value.empty()) w.Field(name, value);
+    }
+  }
+  w.EndObject();
+  w.Key("model")
+      .BeginObject()
+      .Field("id", t.model.id)
+      .Field("name", t.model.name)
+      .Field("model_type", t.model.model_type)
+      .Key("files")
+      .BeginArray();
+  for (const TaskModelFile& f : t.model.files) {
+    w.BeginObject().Field("path", f.path).Field("url", f.url).Field("sha256", f.sha256);
+    w.Field("size_bytes", f.size_bytes).EndObject();
+  }
+  w.EndArray().EndObject();
+  if (t.update_upload) WriteUpdateUpload(w.Key("update_upload"), *t.update_upload);
+  // Absent for FedAvg: older workers read the same task.
+  if (t.proximal_mu != 0) w.Key("proximal_mu").Double(t.proximal_mu);
+  if (t.compression != UpdateCompression{}) w.Key("compression").Raw(UpdateCompressionToJson(t.compression).dump());
+  w.EndObject();
+  return w.Take();
 }
 
 // --- progress, result, failure -------------------------------------------------------------------------------------

@@ -213,9 +213,10 @@ struct Task {
   friend bool operator==(const Task&, const Task&) = default;
 };
 StatusOr<Task> ParseTask(const nlohmann::json& body);
-nlohmann::json TaskToJson(const Task& task);
-nlohmann::json UpdateUploadToJson(const UpdateUpload& upload);
-nlohmann::json TaskModelFilesToJson(const std::vector<TaskModelFile>& files);
+// The task's JSON text, written directly (JsonTextWriter): one task per worker per round. `config_json` is
+// TrainingConfigToJson(task.config) already dumped, when the caller has it (the same for every task of a job);
+// empty: dumped here.
+std::string TaskJsonText(const Task& task, std::string_view config_json = {});
 
 // --- progress, result, failure -------------------------------------------------------------------------------------
 

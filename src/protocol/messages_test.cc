@@ -15,6 +15,9 @@ using ::testing::HasSubstr;
 
 const std::string kShaA(64, 'a'), kShaB(64, 'b'), kShaC(64, 'c'), kShaD(64, 'd');
 
+// What TaskJsonText wrote, read back as a JSON document (compared as documents: the key order is the writer's).
+json Written(const Task& task) { return json::parse(TaskJsonText(task)); }
+
 // A train task as coordinator/job_runner.cc builds it (S3 multipart grant), field for field.
 json CoordinatorTask() {
   json config = TrainingConfigToJson(TrainingConfig{});
@@ -69,18 +72,30 @@ TEST(TaskMessageTest, ReadsTheCoordinatorsTaskAndWritesItBackByteForByte) {
   EXPECT_EQ(task->model.files.at(0).path, "config.json");
   ASSERT_TRUE(task->update_upload && task->update_upload->multipart);
   EXPECT_EQ(task->update_upload->multipart->parts.at(1).headers.at("x-amz-checksum"), "x");
-  EXPECT_EQ(TaskToJson(*task).dump(), wire.dump());
+  EXPECT_EQ(Written(*task).dump(), wire.dump());
 
   // The directory store's grant (one signed PUT) and S3's single PUT with its headers.
   json single = wire;
   single["update_upload"] = {{"blob_key", "k"}, {"max_size_bytes", 9}, {"url", "http://c/blobs/k?sig=5"}};
-  EXPECT_EQ(TaskToJson(*ParseTask(single)).dump(), single.dump());
+  EXPECT_EQ(Written(*ParseTask(single)).dump(), single.dump());
   single["update_upload"]["headers"] = {{"If-None-Match", "*"}};
-  EXPECT_EQ(TaskToJson(*ParseTask(single)).dump(), single.dump());
+  EXPECT_EQ(Written(*ParseTask(single)).dump(), single.dump());
   json evaluate = wire;
   evaluate["kind"] = "evaluate";
   evaluate.erase("update_upload");
-  EXPECT_EQ(TaskToJson(*ParseTask(evaluate)).dump(), evaluate.dump());
+  EXPECT_EQ(Written(*ParseTask(evaluate)).dump(), evaluate.dump());
+}
+
+// The coordinator dumps the job's config once and hands it to every task: the same text as the task's own config.
+TEST(TaskMessageTest, ATaskWrittenWithItsConfigAlreadyDumpedIsTheSame) {
+  auto task = ParseTask(CoordinatorTask());
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  const std::string config_json = TrainingConfigToJson(task->config).dump();
+  EXPECT_EQ(TaskJsonText(*task, config_json), TaskJsonText(*task));
+  task->model.name = "a \"quoted\" name with a \\ and \xc3\xa9";
+  StatusOr<Task> read = ParseTask(Written(*task));
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(*read, *task);
 }
 
 // FedProx's mu rides on the task: absent (0, plain FedAvg) on the wire unless set, so FedAvg tasks keep their bytes.
@@ -88,15 +103,15 @@ TEST(TaskMessageTest, CarriesProximalMuOnlyWhenSet) {
   const json wire = CoordinatorTask();
   EXPECT_FALSE(wire.contains("proximal_mu"));
   EXPECT_EQ(ParseTask(wire)->proximal_mu, 0);
-  EXPECT_FALSE(TaskToJson(*ParseTask(wire)).contains("proximal_mu"));
+  EXPECT_FALSE(Written(*ParseTask(wire)).contains("proximal_mu"));
 
   json fedprox = wire;
   fedprox["proximal_mu"] = 0.01;
   auto task = ParseTask(fedprox);
   ASSERT_TRUE(task.ok()) << task.status().ToString();
   EXPECT_DOUBLE_EQ(task->proximal_mu, 0.01);
-  EXPECT_EQ(TaskToJson(*task).dump(), fedprox.dump());
-  EXPECT_EQ(*ParseTask(TaskToJson(*task)), *task);
+  EXPECT_EQ(Written(*task).dump(), fedprox.dump());
+  EXPECT_EQ(*ParseTask(Written(*task)), *task);
   fedprox["proximal_mu"] = kMaxProximalMu;  // the bound itself is allowed
   EXPECT_TRUE(ParseTask(fedprox).ok());
   fedprox["proximal_mu"] = 0;  // an explicit 0 is FedAvg too
@@ -123,7 +138,7 @@ TEST(TaskMessageTest, CarriesCompressionAndTheGlobalsZstdCopyOnlyWhenOn) {
   const json wire = CoordinatorTask();
   EXPECT_EQ(ParseTask(wire)->compression, UpdateCompression{});
   EXPECT_FALSE(ParseTask(wire)->global_weights.zstd.has_value());
-  EXPECT_FALSE(TaskToJson(*ParseTask(wire)).contains("compression"));
+  EXPECT_FALSE(Written(*ParseTask(wire)).contains("compression"));
 
   json compressed = wire;
   compressed["compression"] = {{"update", "int8"}, {"delta", true}, {"zstd_level", 3}, {"error_feedback", false}};
@@ -135,8 +150,8 @@ TEST(TaskMessageTest, CarriesCompressionAndTheGlobalsZstdCopyOnlyWhenOn) {
   EXPECT_EQ(task->compression.zstd_level, 3);
   ASSERT_TRUE(task->global_weights.zstd.has_value());
   EXPECT_EQ(task->global_weights.zstd->size_bytes, 99u);
-  EXPECT_EQ(TaskToJson(*task), compressed);
-  EXPECT_EQ(*ParseTask(TaskToJson(*task)), *task);
+  EXPECT_EQ(Written(*task), compressed);
+  EXPECT_EQ(*ParseTask(Written(*task)), *task);
 
   const std::pair<std::function<void(json&)>, std::string> bad[] = {
       {[](json& t) { t["compression"]["update"] = "int2"; },
@@ -215,14 +230,14 @@ TEST(TaskMessageTest, SaysWhereItsDataComesFrom) {
   auto workers = ParseTask(task);
   ASSERT_TRUE(workers.ok()) << workers.status().ToString();
   EXPECT_EQ(workers->data_source, DataSource::kWorkers);
-  EXPECT_EQ(TaskToJson(*workers).dump(), task.dump());
+  EXPECT_EQ(Written(*workers).dump(), task.dump());
   // Its writer leaves `data` empty, so its reader keeps nothing of it either: what is read is what is written back
   // (fuzz_worker_task's invariant).
   task["data"] = {{"format", "csv"}, {"train_rows", 5}};
   workers = ParseTask(task);
   ASSERT_TRUE(workers.ok()) << workers.status().ToString();
   EXPECT_EQ(workers->data, TaskData{});
-  EXPECT_EQ(*ParseTask(TaskToJson(*workers)), *workers);
+  EXPECT_EQ(*ParseTask(Written(*workers)), *workers);
   task["data"] = json::object();
   // A coordinator from before data sources sends none: the platform's shard.
   task.erase("data_source");

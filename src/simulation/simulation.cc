@@ -131,14 +131,14 @@ class SimulationHost final : public coordinator::JobHost {
   }
 
   // The task starts at once on the trainer pool (a real worker would pick it up with its pending long-poll).
-  bool DeliverTask(int64_t worker_id, int64_t, json task) override {
+  bool DeliverTask(int64_t worker_id, int64_t, coordinator::TaskMessage task) override {
     auto it = workers_.find(worker_id);
     if (it == workers_.end()) return false;
     VirtualWorker& w = it->second;
     w.busy = true;
     w.tasks_assigned++;
-    w.round = task.value("round", 0);
-    w.attempt = task.value("attempt", 0);
+    w.round = task.round;
+    w.attempt = task.attempt;
     w.control = std::make_shared<TaskControl>();
     if (w.round != progress_round_) {
       progress_round_ = w.round;
@@ -147,9 +147,10 @@ class SimulationHost final : public coordinator::JobHost {
     tasks_started_++;
     in_flight_++;
     boost::asio::post(trainers_, [this, worker_id, task = std::move(task), control = w.control]() mutable {
-      auto outcome = std::make_shared<TaskOutcome>(RunTask(worker_id, task, *control));
-      boost::asio::co_spawn(io_, Reported(worker_id, task.value("round", 0), task.value("attempt", 0), outcome),
-                            boost::asio::detached);
+      // Read on the trainer's thread, as a worker reads its poll's answer (unreadable: ParseTask says so).
+      auto outcome =
+          std::make_shared<TaskOutcome>(RunTask(worker_id, json::parse(task.json, nullptr, false), *control));
+      boost::asio::co_spawn(io_, Reported(worker_id, task.round, task.attempt, outcome), boost::asio::detached);
     });
     return true;
   }

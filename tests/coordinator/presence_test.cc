@@ -187,7 +187,8 @@ TEST(PresenceTest, BusyAndOnlineOfAConnectedWorkerCostNoCommit) {
   EXPECT_EQ(WorkerRecord(*admin, id)["status"], "online");
   const int64_t before = coordinator.commits();
   for (int task = 0; task < 3; ++task) {
-    coordinator.RunOnLoop([&] { EXPECT_TRUE(coordinator.service().DeliverTask(id, 7, json{{"round", task}})); });
+    coordinator.RunOnLoop(
+        [&] { EXPECT_TRUE(coordinator.service().DeliverTask(id, 7, {.round = task, .json = "{}"})); });
     EXPECT_EQ(WorkerRecord(*admin, id)["status"], "busy");
     EXPECT_EQ(WorkerRecord(*admin, id)["current_job_id"], 7);
     auto polled = worker->Get("/api/v1/worker/tasks/next?session_id=" + session + "&wait_ms=0");
