@@ -17,14 +17,19 @@ TEST(JsonTextWriterTest, NestsObjectsAndArraysWithCommasWhereTheyBelong) {
   w.Int(-2).UInt(std::numeric_limits<uint64_t>::max()).BeginObject().Field("x", true).EndObject();
   w.BeginArray().EndArray().Raw(R"({"raw":[1,2]})").EndArray().Field("s", "t").Field("f", false).EndObject();
   const std::string text = w.Take();
-  EXPECT_EQ(text, R"({"a":1,"empty":{},"list":[-2,18446744073709551615,{"x":true},[],{"raw":[1,2]}],"s":"t","f":false})");
+  EXPECT_EQ(text,
+            R"({"a":1,"empty":{},"list":[-2,18446744073709551615,{"x":true},[],{"raw":[1,2]}],"s":"t","f":false})");
   EXPECT_EQ(json::parse(text)["list"][1].get<uint64_t>(), std::numeric_limits<uint64_t>::max());
 }
 
 TEST(JsonTextWriterTest, EscapesWhatJsonRequiresAndKeepsUtf8) {
   std::string every_control;
   for (char c = 1; c < 0x20; ++c) every_control.push_back(c);
-  const std::string values[] = {"", "plain", "quote \" backslash \\ slash /", every_control, "\xc3\xa9t\xc3\xa9 \xe2\x82\xac",
+  const std::string values[] = {"",
+                                "plain",
+                                "quote \" backslash \\ slash /",
+                                every_control,
+                                "\xc3\xa9t\xc3\xa9 \xe2\x82\xac",
                                 std::string("nul \0 inside", 12)};
   for (const std::string& value : values) {
     JsonTextWriter w;
