@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "base/testing/raw_socket.h"
 #include "http/client.h"
@@ -552,6 +553,42 @@ TEST(ServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   ::close(fd);
   EXPECT_NE(received.find("\"id\":\"1\""), std::string::npos) << received;
   EXPECT_NE(received.find("\"id\":\"2\""), std::string::npos) << received;
+}
+
+// Small bodies arrive with their header, often with the next request behind them: they are parsed from what was
+// already read (no read of the socket, no pass of the loop's queue), and each request keeps exactly its own bytes.
+TEST(ServerTest, BodiesThatArriveWithTheirHeaderOrAfterItAreReadWhole) {
+  net::io_context io;
+  TestServer ts(io, ApiRouter());
+  int fd = ConnectRaw(ts.server().port());
+  auto post = [](const std::string& body, const std::string& extra = "") {
+    return "POST /api/v1/echo HTTP/1.1\r\nHost: x\r\n" + extra + "Content-Length: " + std::to_string(body.size()) +
+           "\r\n\r\n" + body;
+  };
+  // Three pipelined in one write (two with a Content-Length, one chunked), then one whose body comes later in
+  // two pieces.
+  const std::string pipelined = post(R"({"n":1})") + post(R"({"n":2,"s":"two"})") +
+                                "POST /api/v1/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                "4\r\n{\"n\"\r\n3\r\n:3}\r\n0\r\n\r\n";
+  ASSERT_EQ(::send(fd, pipelined.data(), pipelined.size(), 0), static_cast<ssize_t>(pipelined.size()));
+  const std::string last = post(R"({"n":4,"tail":"after the header"})", "Connection: close\r\n");
+  const size_t split = last.find("\r\n\r\n") + 4 + 6;  // the header and 6 bytes of the body
+  ASSERT_EQ(::send(fd, last.data(), split, 0), static_cast<ssize_t>(split));
+  std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_EQ(::send(fd, last.data() + split, 10, 0), 10);
+  std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_EQ(::send(fd, last.data() + split + 10, last.size() - split - 10, 0),
+            static_cast<ssize_t>(last.size() - split - 10));
+  std::string received = test_support::ReadUntilClosed(fd);
+  ::close(fd);
+  size_t at = 0;
+  for (const char* echoed :
+       {R"({"n":1})", R"({"n":2,"s":"two"})", R"({"n":3})", R"({"n":4,"tail":"after the header"})"}) {
+    const size_t found = received.find(std::string("HTTP/1.1 201 Created"), at);
+    ASSERT_NE(found, std::string::npos) << received;
+    at = received.find(echoed, found);
+    ASSERT_NE(at, std::string::npos) << echoed << " in " << received;
+  }
 }
 
 // GET /wait?timeout_ms=N: a long-poll that waits only for its client to close the connection. Each wait's end is
