@@ -433,6 +433,7 @@ std::vector<int64_t> Service::IdleWorkers() const {
   for (const auto& [id, s] : sessions_) {
     if (s.polls_in_flight > 0 && s.queued.empty() && !s.current_job) idle.push_back(id);
   }
+  std::sort(idle.begin(), idle.end());
   return idle;
 }
 
@@ -714,6 +715,7 @@ http::Awaitable<void> Service::TimerLoop() {
       for (const auto& [id, s] : sessions_) {
         if (s.polls_in_flight == 0 && now - s.last_seen > options_.heartbeat_timeout) silent.push_back(id);
       }
+      std::sort(silent.begin(), silent.end());
       for (int64_t id : silent) co_await EndSession(id, "no heartbeat within the heartbeat timeout");
     }
     std::vector<JobRunner*> due;

@@ -733,7 +733,7 @@ template <class Stream>
 class Connection<Stream>::Body final : public BodyReader {
  public:
   Body(Connection& conn, RequestParser& parser, uint64_t cap, BodyRate rate)
-      : conn_(conn), parser_(parser), cap_(cap), rate_(rate), rate_timer_(conn.stream_.get_executor()) {}
+      : conn_(conn), parser_(parser), cap_(cap), rate_(rate) {}
   ~Body() override {
     if (direct_) conn_.EndDirect(*direct_);
   }
@@ -758,7 +758,7 @@ class Connection<Stream>::Body final : public BodyReader {
         ArmRateTimer();
         co_await bhttp::async_read(conn_.stream_, conn_.buffer_, parser_, redirect_error(use_awaitable, ec));
         ++read_generation_;  // a rate timer firing from now on belongs to a finished read
-        rate_timer_.cancel();
+        if (rate_timer_) rate_timer_->cancel();
       }
       if (ec == bhttp::error::need_buffer) ec = {};
       if (too_slow_) co_return DeadlineExceededError(too_slow_message_);
@@ -847,8 +847,12 @@ class Connection<Stream>::Body final : public BodyReader {
   // new window starts, or the read is cancelled and the body cut.
   void ArmRateTimer() {
     if (rate_.bytes_per_second == 0) return;
-    rate_timer_.expires_at(window_end_);
-    rate_timer_.async_wait(
+    if (!rate_timer_) {
+      rate_timer_.emplace(conn_.stream_.get_executor());
+      alive_ = std::make_shared<int>(0);
+    }
+    rate_timer_->expires_at(window_end_);
+    rate_timer_->async_wait(
         [this, alive = std::weak_ptr<int>(alive_), generation = read_generation_](const beast::error_code& ec) {
           if (ec || alive.expired() || generation != read_generation_) return;
           const uint64_t received = received_ + (chunk_bytes_ - parser_.get().body().size);
@@ -875,7 +879,7 @@ class Connection<Stream>::Body final : public BodyReader {
   std::unique_ptr<char[]> chunk_;  // allocated by the first Next(): most requests never read a body through it
   size_t chunk_bytes_ = 0;
   BodyRate rate_;
-  net::steady_timer rate_timer_;
+  std::optional<net::steady_timer> rate_timer_;  // routes with a minimum rate only: not one per request
   bool rate_started_ = false;
   TimePoint window_end_{};
   TimePoint last_return_{};
@@ -884,7 +888,7 @@ class Connection<Stream>::Body final : public BodyReader {
   uint64_t read_generation_ = 0;
   bool too_slow_ = false;
   std::string too_slow_message_;
-  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // lets a late timer handler see the body is gone
+  std::shared_ptr<int> alive_;  // with rate_timer_: lets a late timer handler see the body is gone
   bool next_called_ = false;
   std::shared_ptr<DirectSocketBody> direct_;  // set by TakeDirect
 };
