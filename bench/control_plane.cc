@@ -22,7 +22,9 @@
 //     connections, no HTTP) + one sha256 pass over them + reading N 64 KiB files, measured after the server is gone.
 //     Beside it, the request floor: 3N heartbeats (the cheapest authenticated worker call; a round's worker makes 3
 //     calls, upload, result and poll) sent back to back on 256 connections after the job, and the round's ratio to
-//     both floors together.
+//     both floors together. And round 2's CPU, in cores (CPU seconds over wall seconds between the two commits'
+//     events): the server's, its event loop thread's, this process's and the machine's, to tell a round bound by
+//     the loop from one bound by the machine (the simulated workers share it).
 // N beyond what the descriptors or the loopback port range (one server address: ip_local_port_range) allow is
 // printed as skipped, with the reason.
 //
@@ -112,9 +114,10 @@ long RssKib(pid_t pid) {
   return -1;
 }
 
-// utime + stime of `pid`, in clock ticks (fields 14 and 15 of /proc/PID/stat).
-long CpuTicks(pid_t pid) {
-  std::string stat = ReadText("/proc/" + std::to_string(pid) + "/stat");
+// utime + stime of a process or thread, in clock ticks (fields 14 and 15 of its stat file: /proc/PID/stat,
+// /proc/PID/task/TID/stat).
+long CpuTicks(const std::string& stat_path) {
+  std::string stat = ReadText(stat_path);
   const size_t close = stat.rfind(')');
   if (close == std::string::npos) return 0;
   std::istringstream rest(stat.substr(close + 2));
@@ -125,6 +128,26 @@ long CpuTicks(pid_t pid) {
     if (i == 15) stime = std::stol(field);
   }
   return utime + stime;
+}
+long CpuTicks(pid_t pid) { return CpuTicks("/proc/" + std::to_string(pid) + "/stat"); }
+
+// CPU time, in clock ticks, of what shares this machine during a round: the server (all its threads), its event
+// loop (the main thread: `parsyn server` runs the io_context there), this process (the simulated workers), and the
+// machine (busy and all, from /proc/stat's first line).
+struct CpuUse {
+  long server = 0, loop = 0, bench = 0, machine_busy = 0, machine_all = 0;
+};
+CpuUse SampleCpu(pid_t server) {
+  CpuUse use{.server = CpuTicks(server),
+             .loop = CpuTicks("/proc/" + std::to_string(server) + "/task/" + std::to_string(server) + "/stat"),
+             .bench = CpuTicks("/proc/self/stat")};
+  std::istringstream machine(ReadText("/proc/stat"));
+  std::string cpu;
+  long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  machine >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  use.machine_busy = user + nice + system + irq + softirq + steal;
+  use.machine_all = use.machine_busy + idle + iowait;
+  return use;
 }
 
 // The server's flags besides data dir, listen address and log level. A simulated worker uploads on its one
@@ -248,6 +271,8 @@ struct Figures {
   double hb_round_p99 = 0;       // probe heartbeats during the job
   size_t hb_round_count = 0;
   double hb_round_server_p99 = 0;  // the server's own answer time (its /metrics histogram): a bucket's upper bound
+  // Round 2's CPU, in cores (CPU seconds / wall seconds): the server, its event loop, this process, the machine.
+  double round2_server_cores = 0, round2_loop_cores = 0, round2_bench_cores = 0, round2_machine_cores = 0;
   std::string outcome;
   int errors = 0;
 };
@@ -369,6 +394,7 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
   const int64_t job_id = (*job.Json())["id"];
 
   std::map<int, Clock::time_point> committed;
+  std::map<int, CpuUse> cpu_at_commit;  // when the commit's event arrived
   http::CallOptions events_call;
   events_call.timeout = std::chrono::minutes(60);
   http::Client events(admin_options);
@@ -385,6 +411,7 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
                   .count();
           const auto lag = std::chrono::milliseconds(std::max<int64_t>(0, now_ms - d.value("time_ms", now_ms)));
           committed[d["round"].get<int>()] = Clock::now() - lag;
+          cpu_at_commit[d["round"].get<int>()] = SampleCpu(server.pid());
         }
         if (e.event == "job_status") {
           const std::string s = d.value("status", "");
@@ -427,6 +454,19 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
   fig.assign_p99 = Percentile(assign_ms, 0.99);
   if (committed.contains(1)) fig.round1_s = Seconds(committed[1] - first_task);
   if (committed.contains(1) && committed.contains(2)) fig.round2_s = Seconds(committed[2] - committed[1]);
+  if (cpu_at_commit.contains(1) && cpu_at_commit.contains(2)) {
+    const CpuUse& a = cpu_at_commit[1];
+    const CpuUse& b = cpu_at_commit[2];
+    // Ticks over the same span between the two samples: the machine's all-CPU ticks are cores x wall.
+    const double cores = static_cast<double>(std::thread::hardware_concurrency());
+    const double span = static_cast<double>(b.machine_all - a.machine_all) / cores;
+    if (span > 0) {
+      fig.round2_server_cores = static_cast<double>(b.server - a.server) / span;
+      fig.round2_loop_cores = static_cast<double>(b.loop - a.loop) / span;
+      fig.round2_bench_cores = static_cast<double>(b.bench - a.bench) / span;
+      fig.round2_machine_cores = static_cast<double>(b.machine_busy - a.machine_busy) / span;
+    }
+  }
   std::vector<double> round_beats;
   for (const SimWorkers::Sample& s : beats) {
     if (s.at >= job_start && s.at < job_end) round_beats.push_back(s.ms);
@@ -538,6 +578,10 @@ int main(int argc, char** argv) {
         f.n, f.hello_s, f.idle_cores, f.idle_rss_mb, f.rss_per_worker_kb * 1024, f.hb_idle_p50, f.hb_idle_p99,
         f.setup_s, f.assign_p50, f.assign_p99, f.round1_s, f.round2_s, f.floor_s, f.round2_ratio, f.request_floor_s,
         f.round2_ratio_both, f.hb_round_p99, f.hb_round_count, f.hb_round_server_p99, f.outcome.c_str(), f.errors);
+    std::printf(
+        "%7d round 2 CPU, cores: server %.2f (its event loop %.2f), simulated workers %.2f, machine %.2f busy of %u\n",
+        f.n, f.round2_server_cores, f.round2_loop_cores, f.round2_bench_cores, f.round2_machine_cores,
+        std::thread::hardware_concurrency());
     std::fflush(stdout);
     done.push_back(f);
   }
@@ -546,7 +590,9 @@ int main(int argc, char** argv) {
       "at 200/s during the job from a thread of their own, ms (count); server hb p99: every heartbeat's answer time "
       "in the server during the job (the upper bound of its /metrics bucket); ratio: (round 2 wall - %lld ms of "
       "simulated training) / floor, floor = loopback transfer + sha256 + read of N updates; req floor: 3N heartbeats "
-      "back to back on 256 connections; ratio both: the same work / (floor + req floor))\n",
+      "back to back on 256 connections; ratio both: the same work / (floor + req floor); round 2 CPU: CPU seconds / "
+      "wall seconds between the two commits' events, of the server, its event loop thread, this process and the "
+      "whole machine)\n",
       static_cast<long long>(2 * train_time.count()));
   for (const Figures& f : done) {
     if (f.n < 10'000) continue;
