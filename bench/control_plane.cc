@@ -24,7 +24,9 @@
 //     calls, upload, result and poll) sent back to back on 256 connections after the job, and the round's ratio to
 //     both floors together. And round 2's CPU, in cores (CPU seconds over wall seconds between the two commits'
 //     events): the server's, its event loop thread's, this process's and the machine's, to tell a round bound by
-//     the loop from one bound by the machine (the simulated workers share it).
+//     the loop from one bound by the machine (the simulated workers share it). And the p99, during the job, of the
+//     server's event-loop queue wait and of its timer tick's lateness (parsyn_event_loop_lag_seconds and
+//     parsyn_timer_tick_lateness_seconds, bucket upper bounds), beside the probes' heartbeat p99.
 // N beyond what the descriptors or the loopback port range (one server address: ip_local_port_range) allow is
 // printed as skipped, with the reason.
 //
@@ -224,14 +226,21 @@ constexpr int kJobProbesPerSecond = 200;
 constexpr int kRequestFloorConnections = 256;
 
 // The cumulative counts of the server's heartbeat answer times, by bucket bound in seconds (from /metrics).
-std::map<double, double> HeartbeatBuckets(http::Client& admin) {
-  std::map<double, double> buckets;
+// The server's /metrics text ("" when it cannot be read).
+std::string MetricsText(http::Client& admin) {
   auto got = admin.Send(http::Method::kGet, "/metrics", "", "");
-  if (!got.ok() || got->status != 200) return buckets;
-  std::istringstream lines(got->body);
-  const std::string prefix = "parsyn_http_request_duration_seconds_bucket{";
+  return got.ok() && got->status == 200 ? got->body : "";
+}
+
+// The cumulative buckets (upper bound in seconds -> count) of histogram `family` in a /metrics text, over its
+// series whose labels contain `labels` ("" for all).
+std::map<double, double> HistogramBuckets(const std::string& metrics_text, const std::string& family,
+                                          std::string_view labels) {
+  std::map<double, double> buckets;
+  std::istringstream lines(metrics_text);
+  const std::string prefix = family + "_bucket{";
   for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(prefix, 0) != 0 || line.find("route=\"/api/v1/worker/heartbeat\"") == std::string::npos) continue;
+    if (line.rfind(prefix, 0) != 0 || line.find(labels) == std::string::npos) continue;
     const size_t le = line.find("le=\"");
     const size_t close = line.find("\"}", le);
     if (le == std::string::npos || close == std::string::npos) continue;
@@ -241,7 +250,20 @@ std::map<double, double> HeartbeatBuckets(http::Client& admin) {
   return buckets;
 }
 
-// p99 of the heartbeats answered between two HeartbeatBuckets readings, as the upper bound of its bucket (ms).
+// Heartbeats' answer times in the server: its request-duration histogram for that route.
+std::map<double, double> HeartbeatBuckets(const std::string& metrics_text) {
+  return HistogramBuckets(metrics_text, "parsyn_http_request_duration_seconds", "route=\"/api/v1/worker/heartbeat\"");
+}
+// A handler's wait in the server's event-loop queue (parsyn_event_loop_lag_seconds), and how late its 100 ms timer
+// tick ran (parsyn_timer_tick_lateness_seconds).
+std::map<double, double> LoopLagBuckets(const std::string& metrics_text) {
+  return HistogramBuckets(metrics_text, "parsyn_event_loop_lag_seconds", "");
+}
+std::map<double, double> TickLatenessBuckets(const std::string& metrics_text) {
+  return HistogramBuckets(metrics_text, "parsyn_timer_tick_lateness_seconds", "");
+}
+
+// p99 of what was observed between two readings of a histogram's buckets, as the upper bound of its bucket (ms).
 double BucketP99Ms(const std::map<double, double>& before, const std::map<double, double>& after) {
   if (after.empty()) return 0;
   const double total = after.rbegin()->second - (before.empty() ? 0 : before.rbegin()->second);
@@ -271,6 +293,8 @@ struct Figures {
   double hb_round_p99 = 0;       // probe heartbeats during the job
   size_t hb_round_count = 0;
   double hb_round_server_p99 = 0;  // the server's own answer time (its /metrics histogram): a bucket's upper bound
+  double loop_lag_p99 = 0;         // the server's event-loop lag during the job (its /metrics histogram), the same way
+  double tick_lateness_p99 = 0;    // and its timer tick's lateness
   // Round 2's CPU, in cores (CPU seconds / wall seconds): the server, its event loop, this process, the machine.
   double round2_server_cores = 0, round2_loop_cores = 0, round2_bench_cores = 0, round2_machine_cores = 0;
   std::string outcome;
@@ -386,7 +410,7 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
                  {"aggregation_timeout", 3600},
                  {"fault_tolerance", 1}}},
                {"worker_selection", {{"mode", "own"}, {"worker_ids", ids}}}};
-  const std::map<double, double> heartbeats_before = HeartbeatBuckets(admin);
+  const std::string metrics_before = MetricsText(admin);
   workers.StartProbing(kJobProbesPerSecond);
   const auto job_start = Clock::now();
   auto job = Must(admin.PostJson("/api/v1/training-jobs", spec), "job create");
@@ -425,10 +449,12 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
       events_call);
   if (!read.ok()) fig.outcome = "events: " + read.ToString();
   const auto job_end = Clock::now();
-  fig.hb_round_server_p99 = BucketP99Ms(heartbeats_before, HeartbeatBuckets(admin));
+  const std::string metrics_after = MetricsText(admin);
+  fig.hb_round_server_p99 = BucketP99Ms(HeartbeatBuckets(metrics_before), HeartbeatBuckets(metrics_after));
+  fig.loop_lag_p99 = BucketP99Ms(LoopLagBuckets(metrics_before), LoopLagBuckets(metrics_after));
+  fig.tick_lateness_p99 = BucketP99Ms(TickLatenessBuckets(metrics_before), TickLatenessBuckets(metrics_after));
   if (!details_dir.empty()) {
-    auto metrics = admin.Send(http::Method::kGet, "/metrics", "", "");
-    std::ofstream(details_dir / ("metrics-" + std::to_string(n) + ".txt")) << (metrics.ok() ? metrics->body : "");
+    std::ofstream(details_dir / ("metrics-" + std::to_string(n) + ".txt")) << metrics_after;
   }
   const std::vector<SimWorkers::TaskSeen> tasks = workers.tasks();
   workers.StopProbing();
@@ -579,9 +605,11 @@ int main(int argc, char** argv) {
         f.setup_s, f.assign_p50, f.assign_p99, f.round1_s, f.round2_s, f.floor_s, f.round2_ratio, f.request_floor_s,
         f.round2_ratio_both, f.hb_round_p99, f.hb_round_count, f.hb_round_server_p99, f.outcome.c_str(), f.errors);
     std::printf(
-        "%7d round 2 CPU, cores: server %.2f (its event loop %.2f), simulated workers %.2f, machine %.2f busy of %u\n",
-        f.n, f.round2_server_cores, f.round2_loop_cores, f.round2_bench_cores, f.round2_machine_cores,
-        std::thread::hardware_concurrency());
+        "%7d in the job, p99: event loop queue wait <= %.0f ms, timer tick late by <= %.0f ms; round 2 CPU, cores: "
+        "server %.2f (its event loop %.2f), "
+        "simulated workers %.2f, machine %.2f busy of %u\n",
+        f.n, f.loop_lag_p99, f.tick_lateness_p99, f.round2_server_cores, f.round2_loop_cores, f.round2_bench_cores,
+        f.round2_machine_cores, std::thread::hardware_concurrency());
     std::fflush(stdout);
     done.push_back(f);
   }

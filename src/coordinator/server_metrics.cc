@@ -49,6 +49,12 @@ ServerMetrics* MakeMetrics() {
                                     "Latency of metadata store operations, by operation.", {"operation"}),
       .store_errors = r.Counter("parsyn_store_operation_errors_total",
                                 "Metadata store operations that returned an error, by operation.", {"operation"}),
+      .loop_lag = r.Histogram("parsyn_event_loop_lag_seconds",
+                              "How long a handler posted to the event loop waits behind the work already queued "
+                              "there (measured every 100 ms): the wait a request read then also has."),
+      .tick_lateness = r.Histogram("parsyn_timer_tick_lateness_seconds",
+                                   "How late the event loop's 100 ms timer tick ran, which timeouts (aggregation, "
+                                   "heartbeat, long-poll) share."),
   };
 }
 

@@ -27,6 +27,8 @@ struct ServerMetrics {
   metrics::HistogramFamily& http_duration;     // parsyn_http_request_duration_seconds{method,route}
   metrics::HistogramFamily& store_duration;    // parsyn_store_operation_duration_seconds{operation}
   metrics::CounterFamily& store_errors;        // parsyn_store_operation_errors_total{operation}
+  metrics::HistogramFamily& loop_lag;          // parsyn_event_loop_lag_seconds
+  metrics::HistogramFamily& tick_lateness;     // parsyn_timer_tick_lateness_seconds
 };
 
 // The families, registered in the default registry at first use.

@@ -696,8 +696,16 @@ http::Awaitable<void> Service::TimerLoop() {
       options_.heartbeat_timeout / 10, options_.tick_interval, std::chrono::seconds(1));
   Clock::TimePoint next_silent_scan = clock_.Now();
   while (!shutting_down_) {
+    const auto waited_from = std::chrono::steady_clock::now();
     co_await shutdown_.Wait(options_.tick_interval);
     if (shutting_down_) break;
+    const auto ticked = std::chrono::steady_clock::now();
+    const std::chrono::duration<double> late = ticked - waited_from - options_.tick_interval;
+    Metrics().tick_lateness.WithLabels({}).Observe(std::max(0.0, late.count()));
+    // The loop's queue now: what a request read now waits before its handler runs.
+    co_await YieldToLoop();
+    Metrics().loop_lag.WithLabels({}).Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - ticked).count());
     const Clock::TimePoint now = clock_.Now();
     if (now >= next_presence_flush) {
       co_await FlushPresence();
