@@ -125,6 +125,18 @@ TEST_F(ApiTest, MetricsCountRequestsByRoutePatternAndStoreOperations) {
   EXPECT_NE(text.find("parsyn_jobs{status=\"running\"} 0\n"), std::string::npos);
   EXPECT_NE(text.find("\nprocess_open_fds "), std::string::npos);
   EXPECT_NE(text.find("\nprocess_resident_memory_bytes "), std::string::npos);
+  // The loop's own latency, sampled on its 100 ms tick: both histograms count samples once it has ticked.
+  const auto sampled_count = [](const std::string& metrics, const std::string& name) -> double {
+    const size_t at = metrics.find("\n" + name + "_count ");
+    return at == std::string::npos ? 0 : std::stod(metrics.substr(at + name.size() + 8));
+  };
+  std::string sampled = text;
+  for (int i = 0; i < 200 && sampled_count(sampled, "parsyn_timer_tick_lateness_seconds") < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    sampled = RawGet(server_->url() + "/metrics").body;
+  }
+  EXPECT_GE(sampled_count(sampled, "parsyn_event_loop_lag_seconds"), 1) << sampled;
+  EXPECT_GE(sampled_count(sampled, "parsyn_timer_tick_lateness_seconds"), 2) << sampled;
 
   // The access log: one info line per request with the route pattern, status and who; no key, no raw path.
   const std::string log = ReadFile(dir_.path() / "data.log");
