@@ -225,7 +225,6 @@ constexpr size_t kDatasetBytes = 2'400'000;
 constexpr int kJobProbesPerSecond = 200;
 constexpr int kRequestFloorConnections = 256;
 
-// The cumulative counts of the server's heartbeat answer times, by bucket bound in seconds (from /metrics).
 // The server's /metrics text ("" when it cannot be read).
 std::string MetricsText(http::Client& admin) {
   auto got = admin.Send(http::Method::kGet, "/metrics", "", "");
@@ -606,8 +605,7 @@ int main(int argc, char** argv) {
         f.round2_ratio_both, f.hb_round_p99, f.hb_round_count, f.hb_round_server_p99, f.outcome.c_str(), f.errors);
     std::printf(
         "%7d in the job, p99: event loop queue wait <= %.0f ms, timer tick late by <= %.0f ms; round 2 CPU, cores: "
-        "server %.2f (its event loop %.2f), "
-        "simulated workers %.2f, machine %.2f busy of %u\n",
+        "server %.2f (its event loop %.2f), simulated workers %.2f, machine %.2f busy of %u\n",
         f.n, f.loop_lag_p99, f.tick_lateness_p99, f.round2_server_cores, f.round2_loop_cores, f.round2_bench_cores,
         f.round2_machine_cores, std::thread::hardware_concurrency());
     std::fflush(stdout);
