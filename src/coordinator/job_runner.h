@@ -8,8 +8,10 @@
 // from validation and aggregation, before the next one starts.
 //
 // Blob keys of a job (generated here, never from user input):
-//   jobs/<id>/shards/<nnn>/{train,validation}.<jsonl|csv>   written once per job (none when data.source is
-//                                                            "workers": its shards are slots without data)
+//   jobs/<id>/shards/<nnnnn>.{train,validation}.<jsonl|csv> written once per job (none when data.source is
+//                                                            "workers": its shards are slots without data); one
+//                                                            directory for all: 10,000 directories more made
+//                                                            setup twice as slow on ext4
 //   jobs/<id>/rounds/000000/global.safetensors              round 1's LoRA adapters (full fine-tuning: the model's
 //                                                            model.safetensors blob serves as the initial global)
 //   jobs/<id>/rounds/<rrrrrr>-a<a>/global.safetensors       the global committed by round r (attempt a)

@@ -21,9 +21,12 @@ inline std::string_view DatasetExtension(storage::DatasetFormat format) {
   return format == storage::DatasetFormat::kCsv ? "csv" : "jsonl";
 }
 
-// The key of a shard's validation file, beside its training file (job_setup.cc writes both).
+// The key of a shard's validation file, beside its training file (job_setup.cc writes both): the training file's key
+// with "validation" for its last "train" ("jobs/7/shards/00042.train.csv"; jobs set up before the flat layout have
+// "jobs/7/shards/042/train.csv").
 inline std::string ValidationKey(const storage::Shard& shard, storage::DatasetFormat format) {
-  return shard.blob_key.substr(0, shard.blob_key.rfind('/')) + "/validation." + std::string(DatasetExtension(format));
+  return shard.blob_key.substr(0, shard.blob_key.rfind("train.")) + "validation." +
+         std::string(DatasetExtension(format));
 }
 
 inline StatusOr<storage::BlobInfo> PutBytes(storage::BlobStore& blobs, const std::string& key, std::string bytes) {

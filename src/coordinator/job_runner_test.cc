@@ -8,6 +8,7 @@
 // checkpoint (a new runner on the same stores finishes with the same final global).
 #include "coordinator/job_runner.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +35,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/testing/temp_dir.h"
+#include "coordinator/job_runner_internal.h"
 #include "coordinator/loop_tools.h"
 #include "storage/byte_source.h"
 #include "storage/directory_blob_store.h"
@@ -898,6 +901,31 @@ TEST(JobRunnerTest, EarlyStoppingEndsTheJobAndKeepsTheBestGlobal) {
     EXPECT_EQ(sha_by_name["model.safetensors"], committed_sha[5]);
     EXPECT_NE(committed_sha[4], committed_sha[5]);
   }
+}
+
+// Setup puts every shard's two files into one directory (10,000 directories, one per shard, made a 10,000-worker
+// job's setup twice as slow), and a job set up with the older layout (a directory per shard) still finds its
+// validation files after an upgrade.
+TEST(JobRunnerTest, ShardFilesShareOneDirectoryAndOlderKeysStillResolve) {
+  JobFixture f;
+  ASSERT_TRUE(f.StartRunner().ok());
+  StatusOr<std::vector<storage::Shard>> shards = f.store_->ListShards(f.job_id_);
+  ASSERT_TRUE(shards.ok());
+  ASSERT_FALSE(shards->empty());
+  const std::string dir = "jobs/" + std::to_string(f.job_id_) + "/shards/";
+  StatusOr<std::vector<std::string>> listed = f.blob_store_->List(dir);
+  ASSERT_TRUE(listed.ok());
+  const std::set<std::string> keys(listed->begin(), listed->end());
+  EXPECT_EQ(keys.size(), 2 * shards->size());
+  for (const storage::Shard& s : *shards) {
+    EXPECT_EQ(s.blob_key, fmt::format("{}{:05}.train.csv", dir, s.shard_index));
+    EXPECT_EQ(ValidationKey(s, storage::DatasetFormat::kCsv),
+              fmt::format("{}{:05}.validation.csv", dir, s.shard_index));
+    EXPECT_TRUE(keys.contains(ValidationKey(s, storage::DatasetFormat::kCsv)));
+  }
+  storage::Shard older;
+  older.blob_key = "jobs/7/shards/042/train.jsonl";
+  EXPECT_EQ(ValidationKey(older, storage::DatasetFormat::kJsonl), "jobs/7/shards/042/validation.jsonl");
 }
 
 // data.source "workers": setup writes no shard data, the tasks send the workers to their own files, each update

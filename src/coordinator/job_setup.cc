@@ -235,7 +235,7 @@ http::Awaitable<Status> JobRunner::Setup() {
       auto put_subset = [&](size_t subset, std::string&& bytes) -> Status {
         const size_t i = subset / 2, k = subset % 2;
         const std::string key =
-            fmt::format("jobs/{}/shards/{:03}/{}.{}", job_id, i, kParts[k], DatasetExtension(p.dataset.format));
+            fmt::format("jobs/{}/shards/{:05}.{}.{}", job_id, i, kParts[k], DatasetExtension(p.dataset.format));
         storage::StringByteSource in(bytes);
         StatusOr<storage::BlobInfo> info = blobs.Put(key, in, scratch);
         if (!info.ok() && info.status().code() == StatusCode::kAlreadyExists) {
