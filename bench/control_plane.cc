@@ -24,7 +24,8 @@
 //     calls, upload, result and poll) sent back to back on 256 connections after the job, and the round's ratio to
 //     both floors together. And round 2's CPU, in cores (CPU seconds over wall seconds between the two commits'
 //     events): the server's, its event loop thread's, this process's and the machine's, to tell a round bound by
-//     the loop from one bound by the machine (the simulated workers share it). And the p99, during the job, of the
+//     the loop from one bound by the machine (the simulated workers share it), and the fraction of the round the
+//     loop was runnable but waiting for a core (its /proc/PID/task/TID/schedstat). And the p99, during the job, of the
 //     server's event-loop queue wait and of its timer tick's lateness (parsyn_event_loop_lag_seconds and
 //     parsyn_timer_tick_lateness_seconds, bucket upper bounds), beside the probes' heartbeat p99.
 // N beyond what the descriptors or the loopback port range (one server address: ip_local_port_range) allow is
@@ -133,16 +134,27 @@ long CpuTicks(const std::string& stat_path) {
 }
 long CpuTicks(pid_t pid) { return CpuTicks("/proc/" + std::to_string(pid) + "/stat"); }
 
+// The nanoseconds a thread has spent runnable but waiting for a core (the second field of
+// /proc/PID/task/TID/schedstat); -1 where the kernel does not keep it.
+long long RunQueueWaitNs(pid_t pid, pid_t tid) {
+  std::istringstream in(ReadText("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/schedstat"));
+  long long on_cpu = 0, waiting = -1;
+  in >> on_cpu >> waiting;
+  return in ? waiting : -1;
+}
+
 // CPU time, in clock ticks, of what shares this machine during a round: the server (all its threads), its event
 // loop (the main thread: `parsyn server` runs the io_context there), this process (the simulated workers), and the
-// machine (busy and all, from /proc/stat's first line).
+// machine (busy and all, from /proc/stat's first line); and how long the loop waited for a core.
 struct CpuUse {
   long server = 0, loop = 0, bench = 0, machine_busy = 0, machine_all = 0;
+  long long loop_wait_ns = -1;
 };
 CpuUse SampleCpu(pid_t server) {
   CpuUse use{.server = CpuTicks(server),
              .loop = CpuTicks("/proc/" + std::to_string(server) + "/task/" + std::to_string(server) + "/stat"),
-             .bench = CpuTicks("/proc/self/stat")};
+             .bench = CpuTicks("/proc/self/stat"),
+             .loop_wait_ns = RunQueueWaitNs(server, server)};
   std::istringstream machine(ReadText("/proc/stat"));
   std::string cpu;
   long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
@@ -296,6 +308,7 @@ struct Figures {
   double tick_lateness_p99 = 0;    // and its timer tick's lateness
   // Round 2's CPU, in cores (CPU seconds / wall seconds): the server, its event loop, this process, the machine.
   double round2_server_cores = 0, round2_loop_cores = 0, round2_bench_cores = 0, round2_machine_cores = 0;
+  double round2_loop_waiting = -1;  // the fraction of round 2 its event loop was runnable but had no core; -1: unknown
   std::string outcome;
   int errors = 0;
 };
@@ -490,6 +503,10 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
       fig.round2_loop_cores = static_cast<double>(b.loop - a.loop) / span;
       fig.round2_bench_cores = static_cast<double>(b.bench - a.bench) / span;
       fig.round2_machine_cores = static_cast<double>(b.machine_busy - a.machine_busy) / span;
+      if (a.loop_wait_ns >= 0 && b.loop_wait_ns >= 0) {
+        const double wall_s = span / static_cast<double>(::sysconf(_SC_CLK_TCK));
+        fig.round2_loop_waiting = static_cast<double>(b.loop_wait_ns - a.loop_wait_ns) / 1e9 / wall_s;
+      }
     }
   }
   std::vector<double> round_beats;
@@ -605,9 +622,10 @@ int main(int argc, char** argv) {
         f.round2_ratio_both, f.hb_round_p99, f.hb_round_count, f.hb_round_server_p99, f.outcome.c_str(), f.errors);
     std::printf(
         "%7d in the job, p99: event loop queue wait <= %.0f ms, timer tick late by <= %.0f ms; round 2 CPU, cores: "
-        "server %.2f (its event loop %.2f), simulated workers %.2f, machine %.2f busy of %u\n",
-        f.n, f.loop_lag_p99, f.tick_lateness_p99, f.round2_server_cores, f.round2_loop_cores, f.round2_bench_cores,
-        f.round2_machine_cores, std::thread::hardware_concurrency());
+        "server %.2f (its event loop %.2f, and waiting for a core %.2f of the time), simulated workers %.2f, machine "
+        "%.2f busy of %u\n",
+        f.n, f.loop_lag_p99, f.tick_lateness_p99, f.round2_server_cores, f.round2_loop_cores, f.round2_loop_waiting,
+        f.round2_bench_cores, f.round2_machine_cores, std::thread::hardware_concurrency());
     std::fflush(stdout);
     done.push_back(f);
   }
@@ -618,7 +636,7 @@ int main(int argc, char** argv) {
       "simulated training) / floor, floor = loopback transfer + sha256 + read of N updates; req floor: 3N heartbeats "
       "back to back on 256 connections; ratio both: the same work / (floor + req floor); round 2 CPU: CPU seconds / "
       "wall seconds between the two commits' events, of the server, its event loop thread, this process and the "
-      "whole machine)\n",
+      "whole machine; waiting for a core: the loop's run-queue wait / wall seconds)\n",
       static_cast<long long>(2 * train_time.count()));
   for (const Figures& f : done) {
     if (f.n < 10'000) continue;
