@@ -2,13 +2,18 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace parsyn::coordinator {
@@ -32,6 +37,46 @@ TEST(YieldToLoopTest, WhatIsQueuedRunsBeforeTheYielderGoesOn) {
   net::post(io, [&] { order.push_back("heartbeat"); });
   io.run();
   EXPECT_EQ(order, (std::vector<std::string>{"long work, first slice", "heartbeat", "long work, second slice"}));
+}
+
+// The ticker's ticks run on the loop, due on a grid `interval` apart; a loop busy for many intervals gets one tick
+// when it is free again, not one per interval it missed.
+TEST(LoopTickerTest, TicksRunOnTheLoopAndDoNotPileUpWhileItIsBusy) {
+  net::io_context io;
+  const std::chrono::milliseconds interval{20};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<LoopTicker::TimePoint> dues;
+  bool off_the_loop = false;
+  const std::thread::id loop_thread = std::this_thread::get_id();
+  LoopTicker ticker(io.get_executor(), interval, [&](LoopTicker::TimePoint due) {
+    off_the_loop |= std::this_thread::get_id() != loop_thread;
+    dues.push_back(due);
+  });
+  const auto busy_until = start + 10 * interval;
+  net::post(io, [&] { std::this_thread::sleep_until(busy_until); });
+  auto keep_running = net::make_work_guard(io);  // posted ticks are not work of the io_context's
+  io.run_for(20 * interval);
+  EXPECT_FALSE(off_the_loop);
+  ASSERT_GE(dues.size(), 2u) << "ticks after the loop was free again";
+  EXPECT_LE(std::count_if(dues.begin(), dues.end(), [&](auto due) { return due < busy_until; }), 1)
+      << "the ticks the busy loop missed were queued one by one";
+  for (size_t i = 1; i < dues.size(); ++i) {
+    EXPECT_GT(dues[i], dues[i - 1]);
+    EXPECT_EQ((dues[i] - dues[0]) % interval, std::chrono::steady_clock::duration::zero()) << "off the grid";
+  }
+}
+
+// A tick still in the loop's queue when the ticker is destroyed does nothing (its owner may be gone).
+TEST(LoopTickerTest, ATickQueuedBeforeDestructionDoesNothing) {
+  net::io_context io;
+  int ticks = 0;
+  auto ticker = std::make_unique<LoopTicker>(io.get_executor(), std::chrono::milliseconds(5), [&](auto) { ++ticks; });
+  net::post(io, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the ticker posts a tick meanwhile
+    ticker.reset();
+  });
+  io.run();
+  EXPECT_EQ(ticks, 0);
 }
 
 TEST(LoopMutexTest, OneHolderAtATimeInTheOrderTheyAsked) {

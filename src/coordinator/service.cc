@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -51,9 +52,11 @@ Service::Service(boost::asio::io_context& io, ServiceOptions options)
       pool_(static_cast<size_t>(std::max(1, options_.pool_threads))),
       upload_pool_(static_cast<size_t>(std::max(1, options_.upload_threads))),
       feed_(io.get_executor(), NewFeedEpoch(), options_.event_buffer_events, options_.event_buffer_bytes),
-      shutdown_(io.get_executor()) {}
+      shutdown_(io.get_executor()),
+      tick_(io.get_executor()) {}
 
 Service::~Service() {
+  ticker_.reset();
   upload_pool_.join();
   pool_.join();
   // The presence seen since the last flush (a crash loses it: workers say hello again after a restart anyway).
@@ -678,6 +681,10 @@ http::Awaitable<void> Service::ResumeJobs() {
       }
     }
   }
+  ticker_ = std::make_unique<LoopTicker>(io_.get_executor(), options_.tick_interval, [this](LoopTicker::TimePoint due) {
+    tick_due_ = due;
+    tick_.Notify();
+  });
   boost::asio::co_spawn(io_, TimerLoop(), boost::asio::detached);
 }
 
@@ -696,12 +703,16 @@ http::Awaitable<void> Service::TimerLoop() {
       options_.heartbeat_timeout / 10, options_.tick_interval, std::chrono::seconds(1));
   Clock::TimePoint next_silent_scan = clock_.Now();
   while (!shutting_down_) {
-    const auto waited_from = std::chrono::steady_clock::now();
-    co_await shutdown_.Wait(options_.tick_interval);
+    // Woken by the ticker (tick_interval) or the shutdown; the timeout only guards against a ticker gone quiet.
+    std::array<http::Signal*, 2> wakers{&tick_, &shutdown_};
+    auto woken = http::WaitAny(wakers, 10 * options_.tick_interval);  // kCoAwaitTemporaries
+    const int by = co_await std::move(woken);
     if (shutting_down_) break;
     const auto ticked = std::chrono::steady_clock::now();
-    const std::chrono::duration<double> late = ticked - waited_from - options_.tick_interval;
-    Metrics().tick_lateness.WithLabels({}).Observe(std::max(0.0, late.count()));
+    if (by == 0) {
+      const std::chrono::duration<double> late = ticked - tick_due_;
+      Metrics().tick_lateness.WithLabels({}).Observe(std::max(0.0, late.count()));
+    }
     // The loop's queue now: what a request read now waits before its handler runs.
     co_await YieldToLoop();
     Metrics().loop_lag.WithLabels({}).Observe(

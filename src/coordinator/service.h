@@ -34,6 +34,7 @@
 #include "coordinator/auth.h"
 #include "coordinator/event_feed.h"
 #include "coordinator/job_host.h"
+#include "coordinator/loop_tools.h"
 #include "coordinator/signed_blob_urls.h"
 #include "http/server.h"
 #include "http/signal.h"
@@ -316,6 +317,11 @@ class Service final : public JobHost {
   int progress_in_window_ = 0;
   http::Signal shutdown_;
   bool shutting_down_ = false;
+  // The timer's tick (TimerLoop), posted by a thread of its own rather than an Asio timer (LoopTicker: a timer's
+  // expiry came seconds late on a busy loop). Made when the jobs resume; stopped first on destruction.
+  http::Signal tick_;
+  LoopTicker::TimePoint tick_due_{};
+  std::unique_ptr<LoopTicker> ticker_;
   std::string coordinator_id_;
   bool leader_ = false;
   std::string leader_url_;  // the leader's URL as the lease names it ("" while unknown)
