@@ -54,7 +54,7 @@ TEST(LoopTickerTest, TicksRunOnTheLoopAndDoNotPileUpWhileItIsBusy) {
   });
   const auto busy_until = start + 10 * interval;
   net::post(io, [&] { std::this_thread::sleep_until(busy_until); });
-  auto keep_running = net::make_work_guard(io);  // posted ticks are not work of the io_context's
+  auto keep_running = net::make_work_guard(io);  // between ticks the io_context has nothing of its own to run
   io.run_for(20 * interval);
   EXPECT_FALSE(off_the_loop);
   ASSERT_GE(dues.size(), 2u) << "ticks after the loop was free again";
