@@ -18,6 +18,8 @@ void AddAdapterCommands(CLI::App& app, int& exit_code);
 void AddWorkerCommand(CLI::App& app, int& exit_code);
 // parsyn simulate: a federated job with N virtual workers on this machine, no server (simulate_command.cc).
 void AddSimulateCommand(CLI::App& app, int& exit_code);
+// parsyn trainer check: a trainer against the trainer contract's conformance probes (trainer_command.cc).
+void AddTrainerCommands(CLI::App& app, int& exit_code);
 // parsyn demo: server, workers and a federated job on this machine (demo_command.cc).
 void AddDemoCommand(CLI::App& app, int& exit_code);
 // parsyn completion bash|zsh: a completion script generated from `app`'s commands (completion_command.cc). Register

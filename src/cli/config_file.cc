@@ -160,7 +160,8 @@ StatusOr<CliConfig> ParseCliConfig(std::string_view text, const fs::path& path) 
   CliConfig config;
   config.path = path;
   const fs::path folder = path.parent_path();
-  std::map<std::string, int, std::less<>> seen;  // key -> the line it was set on
+  std::map<std::string, int, std::less<>> seen;  // key -> the line it was set on ("trainers.NAME" in [trainers])
+  bool in_trainers = false;                      // after the [trainers] line
   int line_number = 0;
   while (!text.empty()) {
     ++line_number;
@@ -173,8 +174,15 @@ StatusOr<CliConfig> ParseCliConfig(std::string_view text, const fs::path& path) 
     line = Trim(line);
     if (line.empty() || line.front() == '#') continue;
     if (line.front() == '[') {
-      return error("sections ([...]) are not supported; write the keys at the top level (" +
-                   std::string("server, key_file, ca_file, data_dir)"));
+      const std::string_view header = Trim(line.substr(0, line.find('#')));
+      if (header != "[trainers]") {
+        return error(
+            "the only section is [trainers] (the worker's trainers, NAME = \"COMMAND\"); write the other "
+            "keys at the top level (server, key_file, ca_file, data_dir)");
+      }
+      if (in_trainers) return error("[trainers] appears twice");
+      in_trainers = true;
+      continue;
     }
     size_t key_end = 0;
     while (key_end < line.size() && IsBareKeyChar(line[key_end])) ++key_end;
@@ -183,13 +191,14 @@ StatusOr<CliConfig> ParseCliConfig(std::string_view text, const fs::path& path) 
     if (key.empty() || !rest.starts_with('=')) {
       return error("expected `key = value`, got '" + std::string(line) + "'");
     }
-    if (!kKeys.contains(key)) {
-      return error("unknown key '" + key + "' (known: server, key_file, ca_file, data_dir)");
+    if (!in_trainers && !kKeys.contains(key)) {
+      return error("unknown key '" + key + "' (known: server, key_file, ca_file, data_dir, and [trainers])");
     }
-    if (auto before = seen.find(key); before != seen.end()) {
+    const std::string seen_key = in_trainers ? "trainers." + key : key;
+    if (auto before = seen.find(seen_key); before != seen.end()) {
       return error("'" + key + "' is set twice (first on line " + std::to_string(before->second) + ")");
     }
-    seen[key] = line_number;
+    seen[seen_key] = line_number;
     rest = Trim(rest.substr(1));
     StatusOr<Value> value = ParseValue(rest);
     if (!value.ok()) return error(key + ": " + std::string(value.status().message()));
@@ -201,7 +210,9 @@ StatusOr<CliConfig> ParseCliConfig(std::string_view text, const fs::path& path) 
       return error(key + " must be a string (in quotes), got " + TypeName(value->type) + " (" + value->text + ")");
     }
     if (value->text.empty()) return error(key + " must not be empty");
-    if (key == "server") {
+    if (in_trainers) {
+      config.trainers.emplace_back(key, value->text);  // the worker checks the name and the command
+    } else if (key == "server") {
       config.server = value->text;
     } else {
       // Paths relative to the file's folder, so the file means the same from any working directory.

@@ -10,14 +10,19 @@
 //   key_file = "/var/lib/parsyn/admin-key"      # a file holding the admin API key
 //   ca_file = "ca.pem"                          # extra CAs to trust (relative paths: to the config file's folder)
 //   data_dir = "/var/lib/parsyn"                # the local server's data directory
+//   [trainers]                                  # `parsyn worker`'s trainers (its --trainer NAME=COMMAND), last:
+//   tabular = "python3 /opt/trainers/tabular.py"  # NAME = "COMMAND"
 // Values are TOML strings ("basic" with \" \\ \n \t \uXXXX escapes, or 'literal'); integers, floats and booleans are
-// parsed but every key above takes a string. An unknown key, a key given twice, a [section], a value of the wrong
-// type or anything else malformed is an error "FILE:LINE: ..." that names it.
+// parsed but every key above takes a string. An unknown key, a key given twice, a section other than [trainers]
+// (whose keys are trainer names), a value of the wrong type or anything else malformed is an error "FILE:LINE: ..."
+// that names it.
 #pragma once
 
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "base/status.h"
 
@@ -29,6 +34,8 @@ struct CliConfig {
   std::filesystem::path key_file;  // absolute (relative values are taken from the file's folder)
   std::filesystem::path ca_file;
   std::filesystem::path data_dir;
+  // [trainers]: (name, command line) in the file's order.
+  std::vector<std::pair<std::string, std::string>> trainers;
 };
 
 // Parses `text` as the config file `path` (used in messages and to resolve relative paths).

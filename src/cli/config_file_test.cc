@@ -29,13 +29,25 @@ data_dir="/var/lib/parsyn\u00e9"
   EXPECT_TRUE(ParseCliConfig("", "c.toml").ok());
 }
 
+TEST(CliConfigTest, TrainersSectionListsNamedCommands) {
+  StatusOr<CliConfig> config = ParseCliConfig(
+      "server = \"http://a\"\n[trainers]  # the worker's\ntabular = \"python3 train.py --fast\"\nbuiltin = 'hf.py'\n",
+      "/etc/c.toml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->server, "http://a");
+  const std::vector<std::pair<std::string, std::string>> want = {{"tabular", "python3 train.py --fast"},
+                                                                 {"builtin", "hf.py"}};
+  EXPECT_EQ(config->trainers, want);
+}
+
 TEST(CliConfigTest, ErrorsNameTheFileLineAndWhat) {
   const std::pair<const char*, const char*> cases[] = {
       {"server = \"a\"\nsevrer = \"b\"\n",
-       "c.toml:2: unknown key 'sevrer' (known: server, key_file, ca_file, data_dir)"},
+       "c.toml:2: unknown key 'sevrer' (known: server, key_file, ca_file, data_dir, and [trainers])"},
       {"server = https://x\n", "c.toml:1: server: 'https://x' is not a value: write a \"quoted string\""},
       {"\n\nserver = \"a\"\nserver = \"b\"\n", "c.toml:4: 'server' is set twice (first on line 3)"},
-      {"[remote]\nserver = \"a\"\n", "c.toml:1: sections ([...]) are not supported"},
+      {"[remote]\nserver = \"a\"\n", "c.toml:1: the only section is [trainers]"},
+      {"[trainers]\ntab = \"a\"\ntab = \"b\"\n", "c.toml:3: 'tab' is set twice (first on line 2)"},
       {"server = 8443\n", "c.toml:1: server must be a string (in quotes), got an integer (8443)"},
       {"key_file = true\n", "c.toml:1: key_file must be a string (in quotes), got a boolean (true)"},
       {"server = \"a\" extra\n", "c.toml:1: unexpected 'extra' after the value of 'server'"},

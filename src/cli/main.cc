@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   parsyn::cli::AddWorkerCommand(app, exit_code);
   parsyn::cli::AddDemoCommand(app, exit_code);
   parsyn::cli::AddSimulateCommand(app, exit_code);
+  parsyn::cli::AddTrainerCommands(app, exit_code);
   parsyn::cli::AddCompletionCommand(app, exit_code);
   try {
     app.parse(argc, argv);

@@ -98,7 +98,7 @@ void ProgressReporter::OnEvent(const json& event) {
   const std::string kind = event.value("event", "");
   if (kind == "start") {
     out_ << "training " << event.value("kind", "") << " on " << event.value("device", "cpu") << ": "
-         << event.value("samples_used", 0) << " training examples, " << event.value("num_validation", 0)
+         << event.value("num_samples", 0) << " training examples, " << event.value("num_validation", 0)
          << " for validation, " << event.value("total_steps", 0) << " steps, " << event.value("trainable_parameters", 0)
          << " trainable parameters\n";
   } else if (kind == "eval") {
@@ -108,11 +108,9 @@ void ProgressReporter::OnEvent(const json& event) {
     const int64_t step = event.value("step", 0);
     const int64_t total = event.value("total_steps", 0);
     const double eta = pace_.EtaSeconds(step, total, std::chrono::steady_clock::now());
-    const double tokens = event.value("tokens_per_s", 0.0);
-    const bool by_tokens = tokens > 0;
-    const std::string line = FormatProgressLine(step, total, event.value("loss", 0.0), event.value("lr", 0.0),
-                                                by_tokens ? tokens : event.value("samples_per_s", 0.0),
-                                                by_tokens ? "tokens/s" : "samples/s", step == total ? 0 : eta);
+    const std::string line = FormatProgressLine(
+        step, total, event.value("loss", 0.0), event.value("lr", 0.0), event.value("throughput", 0.0),
+        event.value("throughput_unit", std::string("samples/s")), step == total ? 0 : eta);
     if (interactive_) {
       out_ << "\r" << line << "\033[K";
       bar_open_ = true;

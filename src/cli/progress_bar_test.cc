@@ -54,7 +54,7 @@ TEST(ProgressBarTest, NonInteractiveOutputPrintsAboutEveryTenthStep) {
   ProgressReporter reporter(out, /*interactive=*/false);
   reporter.OnEvent({{"event", "start"},
                     {"kind", "tabular"},
-                    {"samples_used", 80},
+                    {"num_samples", 80},
                     {"num_validation", 20},
                     {"total_steps", 100},
                     {"trainable_parameters", 10},
@@ -65,8 +65,8 @@ TEST(ProgressBarTest, NonInteractiveOutputPrintsAboutEveryTenthStep) {
                       {"total_steps", 100},
                       {"loss", 1.0},
                       {"lr", 1e-3},
-                      {"samples_per_s", 100.0},
-                      {"tokens_per_s", 0.0}});
+                      {"throughput", 100.0},
+                      {"throughput_unit", "samples/s"}});
   }
   reporter.OnEvent({{"event", "eval"},
                     {"phase", "after"},
@@ -91,7 +91,8 @@ TEST(ProgressBarTest, InteractiveOutputRedrawsOneLine) {
                       {"total_steps", 3},
                       {"loss", 1.0},
                       {"lr", 1e-3},
-                      {"tokens_per_s", 500.0}});
+                      {"throughput", 500.0},
+                      {"throughput_unit", "tokens/s"}});
   }
   reporter.Finish();
   const std::string text = out.str();

@@ -1,5 +1,6 @@
 // parsyn simulate --job job.json --data FILE --model DIR --workers N --out DIR [--parallel P] [--threads T]
-//                 [--label-column C] [--device D] [--force] [--log-level L] [--output text|json]
+//                 [--label-column C] [--device D] [--trainer COMMAND] [--force] [--log-level L]
+//                 [--output text|json]
 // One federated job with N virtual workers on this machine, through the real round engine, strategy and trainer,
 // without a server (src/simulation/simulation.h; docs/simulate.md). A round bar on stderr; at the end a summary
 // (text) or the rounds.json document (json) on stdout. Exit 0 when the job succeeded (or stopped early), 1 otherwise,
@@ -15,9 +16,9 @@
 #include <thread>
 
 #include "base/log.h"
-#include "cli/child_trainer.h"
 #include "cli/commands.h"
 #include "cli/progress_bar.h"
+#include "cli/trainer_runner.h"
 #include "simulation/simulation.h"
 
 namespace parsyn::cli {
@@ -35,6 +36,7 @@ struct SimulateFlags {
   std::string device = "cpu";
   std::string log_level;
   std::string output = "text";
+  std::string trainer;  // a command line; empty: parsyn-trainer
   int workers = 10;
   int parallel = 0;  // 0: one trainer per core
   int threads = 1;
@@ -122,9 +124,18 @@ int RunSimulate(const SimulateFlags& f) {
       .trainer_threads = f.threads,
       .device = f.device,
       .out = f.out};
+  if (f.trainer.empty()) {
+    StatusOr<fs::path> builtin = FindTrainer();
+    if (!builtin.ok()) return Fail(builtin.status().message());
+    options.trainer = {.name = "builtin", .argv = {builtin->string()}};
+  } else {
+    StatusOr<worker::TrainerCommand> trainer = worker::ParseTrainerCommand("simulated=" + f.trainer);
+    if (!trainer.ok()) return Fail("--trainer: " + trainer.status().message(), 2);
+    options.trainer = std::move(*trainer);
+  }
   RoundBar bar(isatty(STDERR_FILENO) != 0);
   options.on_progress = [&bar](const simulation::SimulationProgress& p) { bar.Update(p); };
-  ChildTrainerLauncher launcher;
+  worker::ProcessTrainerLauncher launcher;
   StatusOr<simulation::SimulationResult> result = simulation::RunSimulation(options, launcher);
   bar.Finish();
   if (!result.ok()) {
@@ -177,6 +188,8 @@ void AddSimulateCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--label-column", flags->label_column, "CSV: the column holding each row's class")
       ->capture_default_str();
   cmd->add_option("--device", flags->device, "cpu, cuda or cuda:N (every trainer)")->capture_default_str();
+  cmd->add_option("--trainer", flags->trainer,
+                  "the trainer command every virtual worker runs (docs/trainer-contract.md; default: parsyn-trainer)");
   cmd->add_flag("--force", flags->force, "Replace an earlier simulation's files in --out");
   cmd->add_option("--log-level", flags->log_level, "debug, info, warn or error (default: warn)");
   cmd->add_option("--output", flags->output, "text (a summary) or json (rounds.json) on stdout")

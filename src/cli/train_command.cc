@@ -124,8 +124,11 @@ int RunTrain(const TrainFlags& f) {
               << "\n";
     return 0;
   }
-  std::cout << "trained " << done.value("steps", 0) << " steps on " << done.value("samples_used", 0) << " examples";
-  if (done["mean_train_loss"].is_number()) std::cout << ", mean loss " << RoundedNumber(done["mean_train_loss"]);
+  const json metrics = done.value("metrics", json::object());
+  std::cout << "trained " << metrics.value("steps", 0) << " steps on " << done.value("num_samples", 0) << " examples";
+  if (done.contains("train_loss") && done["train_loss"].is_number()) {
+    std::cout << ", mean loss " << RoundedNumber(done["train_loss"]);
+  }
   std::cout << "\n";
   if (done.value("kind", "") == "tabular") {
     std::cout << "wrote tabular model to " << out.string() << " (tabular_model.json, model.safetensors)\n";

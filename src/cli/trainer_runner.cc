@@ -62,7 +62,7 @@ std::string TrainerFailureMessage(const TrainerOutcome& outcome) {
   if (outcome.error.is_object() && outcome.error.contains("message")) {
     return outcome.error["message"].get<std::string>();
   }
-  if (outcome.exit_code == kTrainerStopped) return "stopped";
+  if (outcome.exit_code == protocol::kTrainerExitStopped) return "stopped";
   if (outcome.exit_code >= 128) return "parsyn-trainer was killed by signal " + std::to_string(outcome.exit_code - 128);
   return "parsyn-trainer exited with status " + std::to_string(outcome.exit_code);
 }

@@ -10,12 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "protocol/trainer_events.h"
 
 namespace parsyn::cli {
-
-// parsyn-trainer's exit codes (src/trainer/trainer_main.cc).
-inline constexpr int kTrainerStopped = 3;
-inline constexpr int kTrainerOutOfMemory = 4;
 
 struct TrainerOutcome {
   int exit_code = 0;

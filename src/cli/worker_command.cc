@@ -1,6 +1,9 @@
 // parsyn worker --server URL --token TOKEN [--name N] [--device cpu|cuda:N] [--data PATH] [--cache-dir DIR]
-//               [--ca-file CA.pem] [--cert worker.pem --key worker.key]
-// Runs the worker agent (src/worker/agent.h) until SIGTERM or SIGINT; parsyn-trainer runs as its child process.
+//               [--ca-file CA.pem] [--cert worker.pem --key worker.key] [--trainer NAME=COMMAND ...] [--config FILE]
+// Runs the worker agent (src/worker/agent.h) until SIGTERM or SIGINT; trainers run as its child processes.
+// --trainer (repeatable; also the config file's [trainers] section, which the flags override name by name) offers a
+// trainer of the trainer contract (docs/trainer-contract.md) under NAME; "builtin" is parsyn-trainer unless mapped to
+// another command. Every trainer's --describe runs at start: one that is missing or fails stops the worker.
 // --ca-file trusts a coordinator's private CA (besides the system's); --cert/--key are this worker's client
 // certificate for a coordinator with mutual TLS (`parsyn server --client-ca`; issued by `parsyn worker register
 // --ca-cert --ca-key`), whose identity must be this token's worker ("worker-<id>").
@@ -26,8 +29,8 @@
 #include "base/log.h"
 #include "base/subprocess.h"
 #include "base/text_file.h"
-#include "cli/child_trainer.h"
 #include "cli/commands.h"
+#include "cli/config_file.h"
 #include "cli/trainer_runner.h"
 #include "http/client.h"
 #include "worker/agent.h"
@@ -62,6 +65,8 @@ struct AgentFlags {
   std::string cert;
   std::string key;
   std::string bootstrap_key_file;
+  std::vector<std::string> trainers;  // NAME=COMMAND
+  std::string config;                 // --config: the config file whose [trainers] section applies
   int threads = 0;
   bool exit_with_parent = false;
 };
@@ -98,6 +103,36 @@ StatusOr<std::string> BootstrapToken(const AgentFlags& f, const std::string& ser
                     res.status().ToString());
     for (int i = 0; i < 30 && !g_stop_signal; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+}
+
+// The trainers the worker offers: parsyn-trainer as "builtin", then the config file's [trainers], then --trainer, a
+// later entry of a name replacing an earlier one; each described (its --describe run). The first problem, named.
+StatusOr<std::vector<worker::DescribedTrainer>> OfferedTrainers(const AgentFlags& f,
+                                                                worker::TrainerLauncher& launcher) {
+  std::vector<worker::TrainerCommand> commands;
+  auto offer = [&commands](worker::TrainerCommand command) {
+    for (worker::TrainerCommand& c : commands) {
+      if (c.name == command.name) {
+        c = std::move(command);
+        return;
+      }
+    }
+    commands.push_back(std::move(command));
+  };
+  PARSYN_ASSIGN_OR_RETURN(const fs::path builtin, FindTrainer());
+  offer({.name = "builtin", .argv = {builtin.string()}});
+  PARSYN_ASSIGN_OR_RETURN(const CliConfig config, LoadCliConfig(f.config));
+  for (const auto& [name, command] : config.trainers) {
+    StatusOr<worker::TrainerCommand> trainer = worker::ParseTrainerCommand(name + "=" + command);
+    if (!trainer.ok()) return trainer.status().WithContext(config.path.string() + " [trainers]");
+    offer(std::move(*trainer));
+  }
+  for (const std::string& spec : f.trainers) {
+    PARSYN_ASSIGN_OR_RETURN(worker::TrainerCommand trainer, worker::ParseTrainerCommand(spec));
+    offer(std::move(trainer));
+  }
+  worker::TrainerSupervisor supervisor(launcher);
+  return worker::DescribeTrainers(supervisor, commands);
 }
 
 int RunAgent(const AgentFlags& f) {
@@ -159,7 +194,10 @@ int RunAgent(const AgentFlags& f) {
   }
   options.cache_dir = fs::absolute(f.cache_dir.empty() ? DefaultCacheDir() : fs::path(f.cache_dir), ec);
   if (Status created = worker::CreateCacheRoot(options.cache_dir); !created.ok()) return fail(created.message());
-  if (StatusOr<fs::path> trainer = FindTrainer(); !trainer.ok()) return fail(trainer.status().message());
+  worker::ProcessTrainerLauncher launcher;
+  StatusOr<std::vector<worker::DescribedTrainer>> trainers = OfferedTrainers(f, launcher);
+  if (!trainers.ok()) return fail(trainers.status().message());
+  options.trainers = std::move(*trainers);
 
   // A handler (not SIG_IGN, not a blocked mask) so that the trainer child, after exec, still stops on SIGTERM.
   struct sigaction action {};
@@ -186,10 +224,13 @@ int RunAgent(const AgentFlags& f) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
-  PARSYN_LOG_INFO("worker {}: server {}, device {}, cache {}{}", options.name, options.server_url, options.device,
-                  options.cache_dir.string(),
-                  options.local_data.empty() ? "" : ", local data " + options.local_data.string());
-  ChildTrainerLauncher launcher;
+  std::string offered;
+  for (const worker::DescribedTrainer& t : options.trainers) {
+    offered += (offered.empty() ? "" : ", ") + t.command.name + " (" + t.command.CommandLine() + ")";
+  }
+  PARSYN_LOG_INFO("worker {}: server {}, device {}, cache {}{}, trainers: {}", options.name, options.server_url,
+                  options.device, options.cache_dir.string(),
+                  options.local_data.empty() ? "" : ", local data " + options.local_data.string(), offered);
   worker::Agent agent(options, launcher);
   Status s = agent.Run(stop.get_token());
   watcher.request_stop();
@@ -231,8 +272,14 @@ void AddWorkerCommand(CLI::App& app, int& exit_code) {
   group->add_option("--cert", flags->cert,
                     "this worker's client certificate (PEM), for a coordinator with mutual TLS (--client-ca)");
   group->add_option("--key", flags->key, "the private key (PEM) of --cert");
-  group->add_option("--threads", flags->threads, "parsyn-trainer's intra-op threads (0: libtorch's default)")
+  group->add_option("--threads", flags->threads, "the trainers' intra-op threads (0: the framework's default)")
       ->capture_default_str();
+  group->add_option("--trainer", flags->trainers,
+                    "NAME=COMMAND: offer a trainer of the trainer contract (docs/trainer-contract.md) under NAME, for "
+                    "jobs whose config.trainer is NAME (repeatable; builtin=COMMAND replaces parsyn-trainer)");
+  group->add_option("--config", flags->config,
+                    "config file whose [trainers] section adds trainers (default: PARSYN_CONFIG, then "
+                    "~/.config/parsyn/config.toml)");
   group->add_flag("--exit-with-parent", flags->exit_with_parent,
                   "stop when the parent process dies (used by parsyn server --managed-workers)");
   group->callback([group, flags, &exit_code] {

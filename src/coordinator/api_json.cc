@@ -123,12 +123,22 @@ json ModelJson(const storage::Model& m) {
           {"created_at_ms", m.created_at_ms}};
 }
 
+json WorkerTrainersJson(std::string_view trainers_json) {
+  json list = json::array();
+  if (trainers_json.empty()) return list;  // never said hello: nothing announced yet
+  for (const protocol::OfferedTrainer& t : protocol::OfferedTrainersFromJsonText(trainers_json)) {
+    list.push_back({{"name", t.name}, {"describe", protocol::TrainerDescriptionToJson(t.description)}});
+  }
+  return list;
+}
+
 json WorkerJson(const storage::Worker& w) {
   return {{"id", w.id},
           {"name", w.name},
           {"kind", storage::ToString(w.kind)},
           {"status", w.revoked ? "revoked" : std::string(storage::ToString(w.status))},
           {"device", w.device},
+          {"trainers", WorkerTrainersJson(w.trainers_json)},
           {"last_heartbeat_at_ms", w.last_heartbeat_at_ms ? json(*w.last_heartbeat_at_ms) : json()},
           {"revoked", w.revoked},
           {"created_at_ms", w.created_at_ms}};

@@ -15,6 +15,7 @@
 #include "coordinator/job_spec.h"
 #include "http/server.h"
 #include "protocol/json_fields.h"
+#include "protocol/messages.h"
 #include "storage/metadata_store.h"
 #include "strategy/dp_fed_avg.h"
 
@@ -48,6 +49,9 @@ StatusOr<WorkerRegistration> ParseWorkerRegistration(std::string_view body);
 nlohmann::json DatasetJson(const storage::Dataset& d);
 nlohmann::json ModelJson(const storage::Model& m);
 nlohmann::json WorkerJson(const storage::Worker& w);  // never includes the token hash
+// A worker record's trainers (storage::Worker::trainers_json) as the API shows them: [{"name", "describe"}], [] before
+// the worker's first hello.
+nlohmann::json WorkerTrainersJson(std::string_view trainers_json);
 nlohmann::json JobJson(const storage::TrainingJob& job);
 // `privacy`: the round's dp_fedavg report (RoundPrivacyJson, from its round_committed event), added as "privacy" when
 // not null. `plain_update_bytes`: the size of an update in its plain form (the global's safetensors size), which

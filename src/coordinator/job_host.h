@@ -91,6 +91,9 @@ class JobHost {
   // Whether the worker's current session announced a data file of its own (hello's local_data): the workers that
   // may take part in a job whose data.source is "workers".
   virtual bool WorkerHasLocalData(int64_t worker_id) const = 0;
+  // Whether the worker's current session offers the trainer `name` for models of `model_kind` (hello's trainers; a
+  // hello without them offers the built-in trainer for any kind).
+  virtual bool WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view model_kind) const = 0;
 };
 
 }  // namespace parsyn::coordinator

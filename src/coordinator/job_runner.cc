@@ -55,6 +55,10 @@ JobRunner::JobRunner(JobHost& host, storage::TrainingJob job, JobSpec spec)
   if (engine_config_.workers_hold_data) {
     engine_config_.worker_has_data = [&host](WorkerId w) { return host.WorkerHasLocalData(w); };
   }
+  // Only workers offering the job's trainer for its model take part (the model's kind is known once Setup read it).
+  engine_config_.worker_offers_trainer = [this](WorkerId w) {
+    return host_.WorkerOffersTrainer(w, spec_.config.trainer, model_.model_type);
+  };
 }
 
 JobRunner::~JobRunner() = default;

@@ -151,9 +151,15 @@ class FakeHost final : public JobHost {
     return idle;
   }
   bool WorkerHasLocalData(int64_t worker_id) const override { return local_rows_.count(worker_id) > 0; }
+  bool WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view) const override {
+    return name == protocol::kBuiltinTrainer || trainers_.count({worker_id, std::string(name)}) > 0;
+  }
+  // The worker offers a trainer of another name besides the built-in one.
+  void OfferTrainer(int64_t worker_id, std::string name) { trainers_.insert({worker_id, std::move(name)}); }
 
   std::map<int64_t, Session> sessions_;
   std::map<int64_t, int64_t> local_rows_;
+  std::set<std::pair<int64_t, std::string>> trainers_;  // (worker, trainer) offered besides "builtin"
   // GET URLs issued so far (each task being built asks for several), and that count at each task delivered.
   mutable int64_t get_urls_issued_ = 0;
   std::vector<int64_t> get_urls_at_delivery_;  // workers whose hello announced data of their own: its training rows

@@ -86,7 +86,7 @@ TEST(JobSpecTest, NormalisedJsonHasEveryDefault) {
       "lora_r": 16, "lora_alpha": 32.0, "lora_dropout": 0.05, "lora_target_modules": ["q_proj", "v_proj"],
       "max_seq_len": 512, "weight_decay": 0.0, "warmup_steps": 0, "lr_scheduler": "linear",
       "gradient_accumulation_steps": 1, "max_grad_norm": 1.0, "seed": 42, "validation_fraction": 0.1,
-      "label_column": "", "hidden_sizes": []
+      "label_column": "", "hidden_sizes": [], "trainer": "builtin"
     },
     "distributed": {
       "enabled": false, "strategy": "federated_averaging", "num_rounds": 1, "steps_per_round": 0,

@@ -1,7 +1,8 @@
 // REST API v1 for models: model files are staged as uploads (POST /api/v1/uploads), then a model names them
 // (POST /api/v1/models), which checks them as the trainer will read them (config.json by the Llama config's rules,
-// tabular_model.json by the tabular model's, every weights file by the strict safetensors reader, a sharded
-// checkpoint's index against its shards) and answers 400 naming the file before anything is stored; list, get, delete.
+// tabular_model.json by the tabular model's, a custom model's parsyn_model.json by the manifest's, every weights file
+// by the strict safetensors reader, a sharded checkpoint's index against its shards) and answers 400 naming the file
+// before anything is stored; list, get, delete.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -13,6 +14,8 @@
 #include "coordinator/service_routes.h"
 #include "data/llama_config.h"
 #include "data/tabular_model_file.h"
+#include "protocol/model_manifest.h"
+#include "protocol/trainer_events.h"
 #include "weights/safetensors.h"
 
 namespace parsyn::coordinator {
@@ -38,9 +41,47 @@ Status ConfigFileError(const Status& problem) {
 
 }  // namespace
 
-// Fills in the files' sizes and hashes from the blob store, and the model's type and config from config.json or
-// tabular_model.json. InvalidArgument naming the file for a missing upload or a bad config. Blocking.
+namespace {
+
+// A custom model (parsyn_model.json): the manifest's files are among the model's, and every tensor of its
+// model.safetensors is floating point (the workers train them all and the coordinator averages them).
+Status CheckCustomModel(storage::BlobStore& blobs, const storage::Model& model, const protocol::ModelManifest& m) {
+  std::set<std::string> paths;
+  for (const storage::ModelFile& f : model.files) paths.insert(f.path);
+  for (const std::string& name : m.files) {
+    if (!paths.contains(name)) {
+      return InvalidArgumentError("parsyn_model.json names the file '" + name +
+                                  "', which is not among the model's files; upload it with the others");
+    }
+  }
+  for (const storage::ModelFile& f : model.files) {
+    if (f.path != "model.safetensors") continue;
+    PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> source, blobs.Get(f.blob_key));
+    StatusOr<weights::SafetensorsLayout> layout = weights::ReadSafetensorsLayout(
+        static_cast<uint64_t>(f.size_bytes), [&](std::span<std::byte> buffer) { return source->Read(buffer); });
+    if (!layout.ok()) return InvalidArgumentError("model.safetensors: " + layout.status().message());
+    for (const weights::SafetensorsEntry& t : layout->tensors) {
+      if (!weights::IsFloat(t.dtype)) {
+        return InvalidArgumentError(
+            "model.safetensors: tensor '" + t.name + "' is " + std::string(weights::DTypeName(t.dtype)) +
+            ": a custom model's weights are what the workers train and the coordinator averages, so each must be "
+            "floating point (F32, BF16, F16 or F64); keep other state in another file of the folder");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// Fills in the files' sizes and hashes from the blob store, and the model's type and config from parsyn_model.json
+// (a custom model: nothing else of the folder is read), else config.json or tabular_model.json. InvalidArgument
+// naming the file for a missing upload or a bad config. Blocking.
 Status DescribeModelFiles(storage::BlobStore& blobs, storage::Model& model) {
+  const storage::ModelFile* manifest = nullptr;
+  for (const storage::ModelFile& f : model.files) {
+    if (f.path == protocol::kModelManifestFile) manifest = &f;
+  }
   for (storage::ModelFile& f : model.files) {
     StatusOr<storage::BlobInfo> info = blobs.Head(f.blob_key);
     if (!info.ok() && info.status().code() == StatusCode::kNotFound) {
@@ -50,6 +91,7 @@ Status DescribeModelFiles(storage::BlobStore& blobs, storage::Model& model) {
     f.size_bytes = static_cast<int64_t>(info->size_bytes);
     f.sha256 = info->sha256;
     model.size_bytes += f.size_bytes;
+    if (manifest != nullptr) continue;  // a custom model: its trainer reads the other files
     if (f.path == "config.json") {
       // Read by the trainer's own rules (Llama family), so a model that registers is one the trainer can build.
       PARSYN_ASSIGN_OR_RETURN(std::string text, ReadModelJsonFile(blobs, f));
@@ -67,6 +109,12 @@ Status DescribeModelFiles(storage::BlobStore& blobs, storage::Model& model) {
       model.model_type = "tabular-" + tabular->model_type;
     }
   }
+  if (manifest == nullptr) return Status::Ok();
+  PARSYN_ASSIGN_OR_RETURN(std::string text, ReadModelJsonFile(blobs, *manifest));
+  PARSYN_ASSIGN_OR_RETURN(const protocol::ModelManifest parsed, protocol::ParseModelManifest(text));
+  PARSYN_RETURN_IF_ERROR(CheckCustomModel(blobs, model, parsed));
+  model.config_json = text;
+  model.model_type = std::string(protocol::kCustomModelKind);
   return Status::Ok();
 }
 

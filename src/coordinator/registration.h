@@ -23,10 +23,12 @@ Status DescribeModelFiles(storage::BlobStore& blobs, storage::Model& model);
 // among the files and tensors each of them holds. InvalidArgument naming the file.
 Status CheckModelWeights(storage::BlobStore& blobs, const storage::Model& model);
 
-// Checks what a job spec refers to (dataset, model, workers, the partition's label, model and data kinds), appending
-// each problem to `problems` with the field named first, as the spec's own validation does. When every reference is
-// good, appends the warnings that need the dataset or the model to `warnings`. Errors: the store's.
-Status CheckReferences(storage::MetadataStore& store, const JobSpec& spec, const nlohmann::json& body,
+// Checks what a job spec refers to (dataset, model, workers, the partition's label, model and data kinds, the trainer
+// the selected workers offer), appending each problem to `problems` with the field named first, as the spec's own
+// validation does. A job on a custom model whose body names no config.trainer gets the model's (parsyn_model.json):
+// the one change made to `spec`. When every reference is good, appends the warnings that need the dataset or the
+// model to `warnings`. Errors: the store's.
+Status CheckReferences(storage::MetadataStore& store, JobSpec& spec, const nlohmann::json& body,
                        std::vector<std::string>& warnings, std::vector<std::string>& problems);
 
 }  // namespace parsyn::coordinator

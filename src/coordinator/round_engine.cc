@@ -145,7 +145,8 @@ bool RoundEngine::IsEligible(WorkerId worker) const {
 }
 
 bool RoundEngine::CanTakePart(WorkerId worker) const {
-  return IsEligible(worker) && (!config_.workers_hold_data || config_.worker_has_data(worker));
+  return IsEligible(worker) && (!config_.workers_hold_data || config_.worker_has_data(worker)) &&
+         (!config_.worker_offers_trainer || config_.worker_offers_trainer(worker));
 }
 
 std::optional<int> RoundEngine::ShardOf(WorkerId worker) {

@@ -98,6 +98,9 @@ struct RoundEngineConfig {
   // must be at most max_samples_per_worker.
   bool workers_hold_data = false;
   std::function<bool(WorkerId)> worker_has_data;
+  // Whether the worker offers the job's trainer (config.trainer) for the job's model kind (its hello's trainers,
+  // docs/trainer-contract.md): a worker takes part only while it holds, asked as worker_has_data is. nullptr: all do.
+  std::function<bool(WorkerId)> worker_offers_trainer;
   int64_t max_samples_per_worker = 0;  // 0: no bound beyond shard_train_rows
   // How long an attempt waits, once min_workers are idle, for selected workers that are online but still busy
   // before it starts without them. 0: start as soon as min_workers are idle.

@@ -11,6 +11,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "base/log.h"
+#include "coordinator/api_json.h"
 #include "coordinator/auth.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/loop_tools.h"
@@ -445,6 +446,17 @@ bool Service::WorkerHasLocalData(int64_t worker_id) const {
   return it != sessions_.end() && it->second.local_data.has_value();
 }
 
+bool Service::WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view model_kind) const {
+  auto it = sessions_.find(worker_id);
+  if (it == sessions_.end()) return false;
+  for (const protocol::OfferedTrainer& t : it->second.trainers) {
+    if (t.name != name) continue;
+    // A trainer of unknown kinds (an older worker's built-in one) is asked to try; the contract's checks stand.
+    return t.description.model_kinds.empty() || t.description.TrainsModelKind(model_kind);
+  }
+  return false;
+}
+
 JobRunner* Service::FindRunner(int64_t job_id) {
   auto it = runners_.find(job_id);
   return it == runners_.end() ? nullptr : it->second.get();
@@ -462,6 +474,8 @@ bool Service::NoteWorkerStatus(int64_t worker_id, storage::WorkerStatus status, 
       change["current_job_id"] = *session->current_job;
     else if (!session->queued.empty())
       change["current_job_id"] = session->queued.front().job_id;
+    // A hello (the one status change with a device): the trainers it announced.
+    if (!device.empty()) change["trainers"] = WorkerTrainersJson(session->trainers_json);
   }
   NoteWorkerChange(worker_id, change);
   if (session == nullptr) return false;
@@ -490,10 +504,14 @@ void Service::UpdateWorkerStatus(int64_t worker_id, storage::WorkerStatus status
 
 http::Awaitable<void> Service::StoreWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string device,
                                                  int64_t now_ms, Clock::TimePoint as_of) {
+  // The session's trainers go with every write of the row, so that no write of an older read drops them.
+  const Session* session_now = FindSession(worker_id);
+  const std::string trainers_json = session_now != nullptr ? session_now->trainers_json : "";
   Status s = co_await Offload(pool_, [&]() -> Status {
     PARSYN_ASSIGN_OR_RETURN(storage::Worker w, store_->GetWorker(worker_id));
     w.status = status;
     if (!device.empty()) w.device = device;
+    if (!trainers_json.empty()) w.trainers_json = trainers_json;
     w.last_heartbeat_at_ms = now_ms;
     return store_->UpdateWorker(w);
   });

@@ -196,6 +196,7 @@ class Service final : public JobHost {
   // Workers online with nothing to do: the engine's idle set when a job starts or resumes.
   std::vector<int64_t> IdleWorkers() const override;
   bool WorkerHasLocalData(int64_t worker_id) const override;
+  bool WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view model_kind) const override;
   JobRunner* FindRunner(int64_t job_id);
   // Writes the last_seen of every worker seen since its last store write, in one commit (the timer does so every
   // presence_flush_interval, and the destructor once more). On the loop.
@@ -232,6 +233,10 @@ class Service final : public JobHost {
     std::shared_ptr<http::Signal> wake;     // a task was queued (shared: a long-poll may outlive the session)
     // What the hello said of the worker's own data file (its format and rows; nothing of it leaves the worker).
     std::optional<protocol::LocalData> local_data;
+    // The trainers the hello announced (the built-in one, any model kind, when it named none), and the same as the
+    // worker record keeps them (storage::Worker::trainers_json), written with the hello's status.
+    std::vector<protocol::OfferedTrainer> trainers;
+    std::string trainers_json;
   };
   // The route handlers that open, end and read worker sessions and register or revoke worker tokens.
   friend class WorkerAdminRoutes;     // worker_admin_routes.cc

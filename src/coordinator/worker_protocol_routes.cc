@@ -77,6 +77,9 @@ class WorkerProtocolRoutes {
     s.last_seen = context_.clock.Now();
     s.wake = std::make_shared<http::Signal>(service_.executor());
     s.local_data = hello->local_data;
+    s.trainers = hello->trainers;
+    if (s.trainers.empty()) s.trainers.push_back({.name = std::string(protocol::kBuiltinTrainer), .description = {}});
+    s.trainers_json = protocol::OfferedTrainersToJsonText(s.trainers);
     co_await service_.SetWorkerStatus(worker_id, storage::WorkerStatus::kOnline, hello->device);
     // The registered name, so that the worker logs under it (a store error only leaves it unsaid).
     StatusOr<storage::Worker> registered =
@@ -227,6 +230,8 @@ class WorkerProtocolRoutes {
     if (!body->throughput_unit.empty()) progress["throughput_unit"] = body->throughput_unit;
     if (body->utilization) progress["utilization"] = *body->utilization;
     if (!body->utilization_device.empty()) progress["utilization_device"] = body->utilization_device;
+    if (body->device_memory_used_bytes) progress["device_memory_used_bytes"] = *body->device_memory_used_bytes;
+    if (body->device_memory_total_bytes) progress["device_memory_total_bytes"] = *body->device_memory_total_bytes;
     runner->RecordProgress(worker_id, progress);
     progress["worker_id"] = worker_id;
     {

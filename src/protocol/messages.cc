@@ -155,9 +155,38 @@ bool IsSha256Hex(std::string_view text) {
 
 // --- hello ---------------------------------------------------------------------------------------------------------
 
+namespace {
+
+// One entry of "trainers": {"name": a trainer name, "describe": the trainer's description}.
+StatusOr<OfferedTrainer> ParseOfferedTrainer(const json& item) {
+  if (!item.is_object() || !item.contains("name") || !item["name"].is_string() || !item.contains("describe")) {
+    return InvalidArgumentError("each of 'trainers' must be {\"name\", \"describe\"}");
+  }
+  OfferedTrainer trainer{.name = item["name"].get<std::string>(), .description = {}};
+  if (!IsTrainerName(trainer.name)) {
+    return InvalidArgumentError("'trainers' holds an invalid trainer name '" + trainer.name.substr(0, 64) + "'");
+  }
+  StatusOr<TrainerDescription> description = ParseTrainerDescription(item["describe"]);
+  if (!description.ok()) {
+    return InvalidArgumentError("trainer '" + trainer.name + "': " + description.status().message());
+  }
+  trainer.description = std::move(*description);
+  return trainer;
+}
+
+json OfferedTrainersJson(const std::vector<OfferedTrainer>& trainers) {
+  json list = json::array();
+  for (const OfferedTrainer& t : trainers) {
+    list.push_back({{"name", t.name}, {"describe", TrainerDescriptionToJson(t.description)}});
+  }
+  return list;
+}
+
+}  // namespace
+
 StatusOr<Hello> ParseHello(std::string_view body) {
-  PARSYN_ASSIGN_OR_RETURN(JsonFields f,
-                          JsonFields::Parse(body.empty() ? "{}" : body, {"device", "version", "local_data"}));
+  PARSYN_ASSIGN_OR_RETURN(
+      JsonFields f, JsonFields::Parse(body.empty() ? "{}" : body, {"device", "version", "local_data", "trainers"}));
   Hello hello;
   hello.device = f.String("device", false).value_or("");
   hello.version = f.String("version", false).value_or("");
@@ -179,6 +208,19 @@ StatusOr<Hello> ParseHello(std::string_view body) {
       hello.local_data = local;
     }
   }
+  if (std::optional<json> trainers = f.Array("trainers", false, kMaxOfferedTrainers)) {
+    for (const json& item : *trainers) {
+      StatusOr<OfferedTrainer> trainer = ParseOfferedTrainer(item);
+      if (!trainer.ok()) {
+        f.AddProblem(trainer.status().message());
+        break;
+      }
+      for (const OfferedTrainer& earlier : hello.trainers) {
+        if (earlier.name == trainer->name) f.AddProblem("'trainers' names '" + trainer->name + "' twice");
+      }
+      hello.trainers.push_back(std::move(*trainer));
+    }
+  }
   PARSYN_RETURN_IF_ERROR(f.status());
   return hello;
 }
@@ -188,7 +230,26 @@ json HelloToJson(const Hello& hello) {
   if (!hello.device.empty()) out["device"] = hello.device;
   if (!hello.version.empty()) out["version"] = hello.version;
   if (hello.local_data) out["local_data"] = {{"format", hello.local_data->format}, {"rows", hello.local_data->rows}};
+  if (!hello.trainers.empty()) out["trainers"] = OfferedTrainersJson(hello.trainers);
   return out;
+}
+
+std::string OfferedTrainersToJsonText(const std::vector<OfferedTrainer>& trainers) {
+  return OfferedTrainersJson(trainers).dump();
+}
+
+std::vector<OfferedTrainer> OfferedTrainersFromJsonText(std::string_view text) {
+  const json list = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  std::vector<OfferedTrainer> trainers;
+  if (list.is_array()) {
+    for (const json& item : list) {
+      if (StatusOr<OfferedTrainer> trainer = ParseOfferedTrainer(item); trainer.ok()) {
+        trainers.push_back(std::move(*trainer));
+      }
+    }
+  }
+  if (trainers.empty()) trainers.push_back({.name = std::string(kBuiltinTrainer), .description = {}});
+  return trainers;
 }
 
 StatusOr<HelloAnswer> ParseHelloAnswer(const json& body) {
@@ -475,7 +536,8 @@ std::string TaskJsonText(const Task& t, std::string_view config_json) {
 StatusOr<Progress> ParseProgress(std::string_view body) {
   PARSYN_ASSIGN_OR_RETURN(
       JsonFields f, JsonFields::Parse(body, {"session_id", "job_id", "round", "attempt", "step", "total_steps", "loss",
-                                             "throughput", "throughput_unit", "utilization", "utilization_device"}));
+                                             "throughput", "throughput_unit", "utilization", "utilization_device",
+                                             "device_memory_used_bytes", "device_memory_total_bytes"}));
   Progress p;
   p.session_id = f.String("session_id", false).value_or("");
   p.job_id = f.Int("job_id", true, 1, kMaxInt).value_or(0);
@@ -496,6 +558,8 @@ StatusOr<Progress> ParseProgress(std::string_view body) {
       p.utilization_device != kUtilizationHostCpu) {
     f.AddProblem("'utilization_device' must be \"gpu\" or \"host_cpu\", got \"" + p.utilization_device + "\"");
   }
+  p.device_memory_used_bytes = f.Int("device_memory_used_bytes", false, 0, kMaxInt);
+  p.device_memory_total_bytes = f.Int("device_memory_total_bytes", false, 1, kMaxInt);
   PARSYN_RETURN_IF_ERROR(f.status());
   return p;
 }
@@ -510,6 +574,8 @@ json ProgressToJson(const Progress& p) {
   if (!p.throughput_unit.empty()) out["throughput_unit"] = p.throughput_unit;
   if (p.utilization) out["utilization"] = *p.utilization;
   if (!p.utilization_device.empty()) out["utilization_device"] = p.utilization_device;
+  if (p.device_memory_used_bytes) out["device_memory_used_bytes"] = *p.device_memory_used_bytes;
+  if (p.device_memory_total_bytes) out["device_memory_total_bytes"] = *p.device_memory_total_bytes;
   return out;
 }
 

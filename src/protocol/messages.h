@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "protocol/trainer_events.h"
 #include "protocol/training_config.h"
 
 namespace parsyn::protocol {
@@ -51,14 +52,30 @@ struct LocalData {
   friend bool operator==(const LocalData&, const LocalData&) = default;
 };
 
+// A trainer the worker offers (docs/trainer-contract.md): the name jobs choose it by (config.trainer) and its
+// `--describe` answer.
+struct OfferedTrainer {
+  std::string name;
+  TrainerDescription description;
+  friend bool operator==(const OfferedTrainer&, const OfferedTrainer&) = default;
+};
+inline constexpr size_t kMaxOfferedTrainers = 32;
+
 struct Hello {
   std::string device;                   // "cpu", "cuda:0", ...; empty: not said
   std::string version;                  // "parsyn-worker 0.1.0"; empty: not said
   std::optional<LocalData> local_data;  // absent: the worker trains only on platform shards
+  // JSON "trainers": [{"name", "describe"}], distinct names. Absent (a worker older than the trainer contract): the
+  // worker offers the built-in trainer alone (OfferedTrainers).
+  std::vector<OfferedTrainer> trainers;
   friend bool operator==(const Hello&, const Hello&) = default;
 };
 StatusOr<Hello> ParseHello(std::string_view body);  // an empty body is {}
 nlohmann::json HelloToJson(const Hello& hello);
+// The trainers as JSON text ([{"name", "describe"}]), as the worker record keeps them, and back. Text that is not
+// such a list (an older record's "") reads as the built-in trainer alone, its description unknown (empty).
+std::string OfferedTrainersToJsonText(const std::vector<OfferedTrainer>& trainers);
+std::vector<OfferedTrainer> OfferedTrainersFromJsonText(std::string_view text);
 
 struct HelloAnswer {
   int64_t worker_id = 0;
@@ -234,6 +251,9 @@ struct Progress {
   // What `utilization` measures: "gpu" (the task's GPU) or "host_cpu" (the worker machine's whole CPU, every
   // process on it); empty: not said.
   std::string utilization_device;
+  // The GPU's memory in use and in all (NVML), with utilization_device "gpu"; absent otherwise.
+  std::optional<int64_t> device_memory_used_bytes;
+  std::optional<int64_t> device_memory_total_bytes;
   friend bool operator==(const Progress&, const Progress&) = default;
 };
 StatusOr<Progress> ParseProgress(std::string_view body);

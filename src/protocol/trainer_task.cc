@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "protocol/field_reader.h"
+#include "protocol/trainer_events.h"
 
 namespace parsyn::protocol {
 namespace {
@@ -19,6 +20,8 @@ constexpr std::pair<std::string_view, TabularModelType> kTabularModelTypes[] = {
 enum class DataFormat { kJsonl, kCsv };
 constexpr std::pair<std::string_view, DataFormat> kDataFormats[] = {{"jsonl", DataFormat::kJsonl},
                                                                     {"csv", DataFormat::kCsv}};
+constexpr std::pair<std::string_view, TaskKind> kTaskKinds[] = {{"train", TaskKind::kTrain},
+                                                                {"evaluate", TaskKind::kEvaluate}};
 
 void ReadTrainerConfig(const json& object, TrainerConfig& config, std::vector<std::string>& errors) {
   FieldReader r(object, "config.", errors);
@@ -53,15 +56,30 @@ json TrainerConfigToJson(const TrainerConfig& config) {
   return out;
 }
 
+Status CheckTrainerContractVersion(const json& object) {
+  if (!object.is_object()) return Status::Ok();  // ParseTrainerTask says what is wrong
+  auto it = object.find("contract_version");
+  if (it == object.end() || *it == kTrainerContractVersion) return Status::Ok();
+  return InvalidArgumentError("task.contract_version " + it->dump().substr(0, 40) +
+                              " is not supported: this trainer reads version " +
+                              std::to_string(kTrainerContractVersion));
+}
+
 StatusOr<TrainerTask> ParseTrainerTask(const json& object) {
   if (!object.is_object())
     return InvalidArgumentError(std::string("task must be an object, got ") + object.type_name());
+  PARSYN_RETURN_IF_ERROR(CheckTrainerContractVersion(object));
   std::vector<std::string> errors;
   TrainerTask t;
   FieldReader r(object, "task.", errors);
+  r.Get("contract_version");  // checked above
+  const bool kind_given = r.Get("kind") != nullptr;
+  r.Choice("kind", t.kind, kTaskKinds);
+  r.String("model_kind", t.model_kind, 1, 64);
   Path(r, "model_dir", t.model_dir, false);
   Path(r, "initial_weights", t.initial_weights, false);
   Path(r, "data", t.data, true);
+  Path(r, "validation_data", t.validation_data, false);
   DataFormat format = DataFormat::kJsonl;
   if (r.Get("data_format") != nullptr && r.Choice("data_format", format, kDataFormats)) {
     t.data_format = format == DataFormat::kCsv ? "csv" : "jsonl";
@@ -105,12 +123,18 @@ StatusOr<TrainerTask> ParseTrainerTask(const json& object) {
     }
   }
   r.RejectUnknown();
+  if (!kind_given && t.steps == 0) t.kind = TaskKind::kEvaluate;
+  if (t.kind == TaskKind::kEvaluate && t.steps.value_or(0) != 0) {
+    errors.push_back("task.steps must be 0 (or absent) for an evaluate task, got " + std::to_string(*t.steps));
+  }
   PARSYN_RETURN_IF_ERROR(ErrorsToStatus(errors));
   return t;
 }
 
 json TrainerTaskToJson(const TrainerTask& t) {
   json out = {
+      {"contract_version", kTrainerContractVersion},
+      {"kind", TaskKindName(t.kind)},
       {"data", t.data},
       {"config", TrainerConfigToJson(t.config)},
       {"seed", t.seed},
@@ -119,7 +143,9 @@ json TrainerTaskToJson(const TrainerTask& t) {
       {"threads", t.threads},
       {"output", {{"weights", t.output_weights}, {"result", t.output_result}}},
   };
+  if (!t.model_kind.empty()) out["model_kind"] = t.model_kind;
   if (!t.model_dir.empty()) out["model_dir"] = t.model_dir;
+  if (!t.validation_data.empty()) out["validation_data"] = t.validation_data;
   if (!t.initial_weights.empty()) out["initial_weights"] = t.initial_weights;
   if (!t.data_format.empty()) out["data_format"] = t.data_format;
   if (t.validation_fraction) out["validation_fraction"] = *t.validation_fraction;

@@ -1,11 +1,16 @@
-// The trainer's task file: what the worker (or `parsyn train`) writes and `parsyn-trainer run TASK.json` reads.
+// The trainer's task file: what the worker (or `parsyn train`) writes and a trainer reads (`parsyn-trainer run
+// TASK.json`, or any trainer of the trainer contract: docs/trainer-contract.md, which documents every field).
 //
 //   {
+//     "contract_version": 1,                 // the trainer contract's version (trainer_events.h); absent reads as 1
+//     "kind": "train",                       // "train" | "evaluate"; absent: "evaluate" when steps is 0, else "train"
+//     "model_kind": "llama",                 // optional: "llama", "qwen2", "tabular-mlp", "custom", ... (the job's)
 //     "model_dir": "models/tiny",            // optional. Language model: Hugging Face-style folder (config.json,
 //                                            //   weights, tokenizer.json); tabular: a folder with tabular_model.json,
 //                                            //   or absent to create a new model from the data and config
 //     "initial_weights": "global.safetensors",  // optional: trainable weights to start from
 //     "data": "shard.jsonl",                 // .jsonl → language model; .csv → tabular ("data_format" overrides)
+//     "validation_data": "validation.jsonl", // optional: the validation rows; absent: validation_fraction of data
 //     "data_format": "jsonl",                // optional: "jsonl" | "csv"
 //     "config": {...},                       // the job's config (training_config.h), plus the trainer-only key
 //                                            //   model_type; its seed is not used (the task's seed is)
@@ -40,6 +45,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "base/status.h"
+#include "protocol/messages.h"
 #include "protocol/training_config.h"
 
 namespace parsyn::protocol {
@@ -74,10 +80,14 @@ struct TrainerSchedule {
 };
 
 struct TrainerTask {
+  int contract_version = 1;  // always kTrainerContractVersion once parsed
+  TaskKind kind = TaskKind::kTrain;
+  std::string model_kind;       // empty: not said
   std::string model_dir;        // empty: none
   std::string initial_weights;  // empty: none
   std::string data;
-  std::string data_format;  // "jsonl" | "csv"; empty: by the data file's extension
+  std::string validation_data;  // empty: held out of `data` (validation_fraction, split_seed)
+  std::string data_format;      // "jsonl" | "csv"; empty: by the data file's extension
   TrainerConfig config;
   std::optional<double> validation_fraction;
   std::optional<int64_t> steps;
@@ -96,6 +106,11 @@ struct TrainerTask {
 
   friend bool operator==(const TrainerTask&, const TrainerTask&) = default;
 };
+
+// OK when the task object's contract_version is absent or kTrainerContractVersion; else InvalidArgument
+// "task.contract_version 999 is not supported: this trainer reads version 1" (a trainer answers it with the error
+// code kUnsupportedContractVersion). Checked by ParseTrainerTask too.
+Status CheckTrainerContractVersion(const nlohmann::json& object);
 
 // InvalidArgument listing every problem, each with its path ("task.output.result is required").
 StatusOr<TrainerTask> ParseTrainerTask(const nlohmann::json& object);

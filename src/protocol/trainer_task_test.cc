@@ -26,9 +26,11 @@ TEST(TrainerConfigTest, ModelTypeFollowsHiddenSizesUnlessGiven) {
 
 TEST(TrainerTaskTest, RoundTripsEveryField) {
   TrainerTask t;
+  t.model_kind = "tabular-mlp";
   t.model_dir = "models/m";
   t.initial_weights = "global.safetensors";
   t.data = "shard.csv";
+  t.validation_data = "validation.csv";
   t.data_format = "csv";
   t.config.training.batch_size = 2;
   t.config.model_type = TabularModelType::kMlp;
@@ -50,6 +52,36 @@ TEST(TrainerTaskTest, RoundTripsEveryField) {
   EXPECT_DOUBLE_EQ(back->ValidationFraction(), 0.75);
   EXPECT_EQ(j["schedule"], (json{{"start_step", 10}, {"total_steps", 40}}));
   EXPECT_EQ(j["proximal_mu"], 0.5);
+  EXPECT_EQ(j["contract_version"], 1);
+  EXPECT_EQ(j["kind"], "train");
+}
+
+TEST(TrainerTaskTest, KindFollowsStepsUnlessGiven) {
+  const json output = {{"weights", "w"}, {"result", "r"}};
+  auto evaluate = ParseTrainerTask(json{{"data", "d.csv"}, {"steps", 0}, {"output", output}});
+  ASSERT_TRUE(evaluate.ok()) << evaluate.status().ToString();
+  EXPECT_EQ(evaluate->kind, TaskKind::kEvaluate);
+  auto zero_steps = ParseTrainerTask(json{{"data", "d.csv"}, {"kind", "train"}, {"steps", 0}, {"output", output}});
+  ASSERT_TRUE(zero_steps.ok()) << zero_steps.status().ToString();
+  EXPECT_EQ(zero_steps->kind, TaskKind::kTrain);
+  EXPECT_EQ(ParseTrainerTask(json{{"data", "d.csv"}, {"kind", "evaluate"}, {"steps", 5}, {"output", output}})
+                .status()
+                .message(),
+            "task.steps must be 0 (or absent) for an evaluate task, got 5");
+  EXPECT_THAT(ParseTrainerTask(json{{"data", "d.csv"}, {"kind", "infer"}, {"output", output}}).status().message(),
+              ::testing::HasSubstr("task.kind must be one of \"train\", \"evaluate\""));
+}
+
+TEST(TrainerTaskTest, OtherContractVersionsAreRefused) {
+  const json output = {{"weights", "w"}, {"result", "r"}};
+  json task = {{"contract_version", 1}, {"data", "d.csv"}, {"output", output}};
+  EXPECT_TRUE(ParseTrainerTask(task).ok());
+  task["contract_version"] = 999;
+  EXPECT_EQ(CheckTrainerContractVersion(task).message(),
+            "task.contract_version 999 is not supported: this trainer reads version 1");
+  EXPECT_EQ(ParseTrainerTask(task).status().code(), StatusCode::kInvalidArgument);
+  task.erase("contract_version");
+  EXPECT_TRUE(CheckTrainerContractVersion(task).ok());
 }
 
 TEST(TrainerTaskTest, OptionalFieldsDefault) {

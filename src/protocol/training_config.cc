@@ -1,6 +1,7 @@
 #include "protocol/training_config.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include <nlohmann/json.hpp>
 
@@ -62,6 +63,13 @@ void ReadTargetModules(FieldReader& r, std::vector<std::string>& out) {
 std::string_view MixedPrecisionName(MixedPrecision v) { return NameOf(v, kMixedPrecisions); }
 std::string_view LrSchedulerName(LrScheduler v) { return NameOf(v, kLrSchedulers); }
 
+bool IsTrainerName(std::string_view name) {
+  if (name.empty() || name.size() > 64 || !std::isalnum(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.' || ch == '-';
+  });
+}
+
 void ReadTrainingConfigFields(FieldReader& r, TrainingConfig& c) {
   r.Integer("epochs", c.epochs, 1, 1000);
   r.Integer("batch_size", c.batch_size, 1, 65536);
@@ -82,6 +90,16 @@ void ReadTrainingConfigFields(FieldReader& r, TrainingConfig& c) {
   r.Number("validation_fraction", c.validation_fraction, 0, 0.5);
   r.String("label_column", c.label_column, 0, 128);
   if (auto sizes = r.IntegerList("hidden_sizes", 16, 1, 65536)) c.hidden_sizes.assign(sizes->begin(), sizes->end());
+  if (const json* trainer = r.Get("trainer")) {
+    if (trainer->is_string() && IsTrainerName(trainer->get_ref<const std::string&>())) {
+      c.trainer = trainer->get<std::string>();
+    } else {
+      r.Error(r.Path("trainer") +
+              " must be a trainer name (1..64 letters, digits, '_', '.' or '-', starting with a letter or digit) "
+              "that the job's workers offer (parsyn worker --trainer NAME=COMMAND), got " +
+              trainer->dump().substr(0, 80));
+    }
+  }
 }
 
 StatusOr<TrainingConfig> ParseTrainingConfig(const json& object) {
@@ -117,6 +135,7 @@ json TrainingConfigToJson(const TrainingConfig& c) {
       {"validation_fraction", c.validation_fraction},
       {"label_column", c.label_column},
       {"hidden_sizes", c.hidden_sizes},
+      {"trainer", c.trainer},
   };
 }
 

@@ -23,6 +23,8 @@
 //   validation_fraction          number            0.1                  0..0.5
 //   label_column                 string            "" (: "label")       0..128 bytes; tabular CSV: the class column
 //   hidden_sizes                 array of integer  [] (: logistic)      0..16 layers of 1..65536 (tabular MLP)
+//   trainer                      string            "builtin"            a trainer name (IsTrainerName) the workers
+//                                                                        offer (docs/trainer-contract.md)
 //
 // Errors name the field path and the reason, every problem at once, separated by "; ":
 //   "config.lora_r (0) must be between 1 and 1024; unknown field config.lerning_rate".
@@ -52,6 +54,11 @@ std::string_view LrSchedulerName(LrScheduler v);
 // What an empty label_column means: the CSV column named "label".
 inline constexpr std::string_view kDefaultLabelColumn = "label";
 
+// The trainer every worker offers (parsyn-trainer, unless the worker maps the name to a command of its own).
+inline constexpr std::string_view kBuiltinTrainer = "builtin";
+// A trainer's name: 1..64 bytes of [A-Za-z0-9_.-], starting with a letter or digit.
+bool IsTrainerName(std::string_view name);
+
 // FedProx's proximal coefficient mu (Li et al., MLSys 2020): a task's and a trainer task's `proximal_mu`, in
 // 0..kMaxProximalMu; 0 is plain FedAvg training. The bound keeps a typo (1e9) from freezing the weights silently.
 inline constexpr double kMaxProximalMu = 1e6;
@@ -76,6 +83,7 @@ struct TrainingConfig {
   double validation_fraction = 0.1;
   std::string label_column;       // empty: kDefaultLabelColumn
   std::vector<int> hidden_sizes;  // empty: no hidden layer (logistic regression)
+  std::string trainer = std::string(kBuiltinTrainer);
 
   // The CSV column holding the class: label_column, or kDefaultLabelColumn when empty.
   std::string LabelColumn() const { return label_column.empty() ? std::string(kDefaultLabelColumn) : label_column; }

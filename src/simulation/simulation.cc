@@ -68,9 +68,7 @@ struct TaskOutcome {
 
 // Stops a task's trainer when the runner abandons the task (a straggler, the job's end).
 struct TaskControl {
-  std::mutex mutex;
-  bool abandoned = false;
-  worker::TrainerRun* trainer = nullptr;
+  std::stop_source abandoned;
 };
 
 // The JobHost of a simulation: the stores of the output folder, the loop, and the virtual workers.
@@ -79,7 +77,7 @@ class SimulationHost final : public coordinator::JobHost {
   SimulationHost(const SimulationOptions& options, worker::TrainerLauncher& launcher, storage::MetadataStore& store,
                  storage::BlobStore& blobs, fs::path work_dir)
       : options_(options),
-        launcher_(launcher),
+        supervisor_(launcher),
         store_(store),
         blobs_(blobs),
         work_dir_(std::move(work_dir)),
@@ -160,10 +158,7 @@ class SimulationHost final : public coordinator::JobHost {
     if (it == workers_.end() || !it->second.control || it->second.round != round || it->second.attempt != attempt) {
       return;
     }
-    TaskControl& control = *it->second.control;
-    std::lock_guard lock(control.mutex);
-    control.abandoned = true;
-    if (control.trainer != nullptr) control.trainer->Terminate();
+    it->second.control->abandoned.request_stop();  // the supervisor stops the trainer
   }
 
   void TaskFinished(int64_t, int64_t) override {}
@@ -176,6 +171,8 @@ class SimulationHost final : public coordinator::JobHost {
     return idle;
   }
   bool WorkerHasLocalData(int64_t) const override { return false; }
+  // Every virtual worker runs the simulation's one trainer, whatever the job names.
+  bool WorkerOffersTrainer(int64_t, std::string_view, std::string_view) const override { return true; }
 
   // Offers every idle worker to the job (after its launch, and as workers report).
   http::Awaitable<void> OfferIdle() {
@@ -226,7 +223,7 @@ class SimulationHost final : public coordinator::JobHost {
   http::Awaitable<void> Reported(int64_t worker_id, int round, int attempt, std::shared_ptr<TaskOutcome> outcome) {
     in_flight_--;
     VirtualWorker& w = workers_[worker_id];
-    const bool abandoned = w.control == nullptr || w.control->abandoned;
+    const bool abandoned = w.control == nullptr || w.control->abandoned.stop_requested();
     if (!abandoned) {
       runner_->AddBytesMoved(outcome->bytes_moved);
       if (outcome->result.ok()) {
@@ -310,9 +307,8 @@ class SimulationHost final : public coordinator::JobHost {
     PARSYN_ASSIGN_OR_RETURN(std::string global_key, KeyOfUrl(task.global_weights.url));
     PARSYN_ASSIGN_OR_RETURN(files.global_weights, blobs_.LocalPath(global_key));
     bytes_moved += task.global_weights.size_bytes;
-    PARSYN_ASSIGN_OR_RETURN(files.data, ShardFile(task.data));
+    PARSYN_ASSIGN_OR_RETURN(std::tie(files.data, files.validation_data), ShardFiles(task.data));
     files.data_format = task.data.format;
-    files.validation_fraction = worker::ShardValidationFraction(task.data);
 
     const protocol::TrainerTask trainer_task =
         worker::BuildTrainerTask(task, files, options_.device, options_.trainer_threads);
@@ -322,35 +318,15 @@ class SimulationHost final : public coordinator::JobHost {
       out << protocol::TrainerTaskToJson(trainer_task).dump(2);
       if (!out.flush()) return InternalError("cannot write " + task_file.string());
     }
-    PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<worker::TrainerRun> trainer, launcher_.Start(task_file));
-    {
-      std::lock_guard lock(control.mutex);
-      control.trainer = trainer.get();
-      if (control.abandoned) trainer->Terminate();
-    }
-    json done, error, last_progress;
-    while (std::optional<std::string> line = trainer->ReadLine()) {
-      json event = json::parse(*line, nullptr, /*allow_exceptions=*/false);
-      if (!event.is_object()) continue;  // not an event (the trainer's libraries may print)
-      const std::string kind = event.value("event", "");
-      if (kind == "done") done = event;
-      if (kind == "error") error = event;
-      if (kind == "progress") last_progress = event;
-    }
-    const int code = trainer->Wait();
-    {
-      std::lock_guard lock(control.mutex);
-      control.trainer = nullptr;
-      if (control.abandoned) return CancelledError("trainer stopped: the task was abandoned");
-    }
-    if (code != 0 || !done.is_object()) {
-      std::string reason = error.is_object() ? error.value("message", "") : "";
-      if (reason.empty()) reason = "no error message";
-      return InternalError("parsyn-trainer exited with status " + std::to_string(code) + ": " + reason);
-    }
-    // The task's last progress point, stored as the progress route stores a worker's report.
     std::optional<protocol::Progress> progress;
-    if (last_progress.is_object()) progress = worker::BuildProgress(task, "", last_progress, std::nullopt);
+    const worker::TrainerRunOptions run{.stop = control.abandoned.get_token(),
+                                        .on_progress = [&](const protocol::TrainerProgress& p) {
+                                          progress = worker::BuildProgress(task, "", p, std::nullopt);
+                                        }};
+    StatusOr<worker::TrainerOutput> output = supervisor_.Run(options_.trainer, task_file, trainer_task, run);
+    if (control.abandoned.stop_requested()) return CancelledError("trainer stopped: the task was abandoned");
+    if (!output.ok()) return output.status();
+    // The task's last progress point, stored as the progress route stores a worker's report.
     if (const std::optional<protocol::Progress>& p = progress) {
       storage::MetricPoint point{.job_id = task.job_id,
                                  .round = static_cast<int32_t>(p->round),
@@ -370,8 +346,7 @@ class SimulationHost final : public coordinator::JobHost {
       // The job's distributed.compression, as a worker applies it (error feedback's residuals per virtual worker).
       PARSYN_ASSIGN_OR_RETURN(
           worker::WireUpdate wire,
-          worker::EncodeUpdateForJob(task, files.output_dir / "update.safetensors", done.value("weights_sha256", ""),
-                                     files.global_weights,
+          worker::EncodeUpdateForJob(task, output->update, output->update_sha256, files.global_weights,
                                      work_dir_ / "state" / ("w" + std::to_string(WorkerOfTask(task)))));
       sha256 = wire.sha256;
       PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> update, storage::OpenFileSource(wire.file));
@@ -379,7 +354,7 @@ class SimulationHost final : public coordinator::JobHost {
       PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo stored, blobs_.Put(blob_key, *update, put));
       bytes_moved += stored.size_bytes;
     }
-    return worker::BuildResult(task, "", done, blob_key, sha256);
+    return worker::BuildResult(task, "", output->result, blob_key, sha256);
   }
 
   // The worker id in the task's id "<job>-<round>-<attempt>-w<worker>".
@@ -409,29 +384,20 @@ class SimulationHost final : public coordinator::JobHost {
     return dir;
   }
 
-  // The shard's training and validation files joined as a real worker joins them (worker::JoinShardFiles), once per
-  // shard: cached by the two files' checksums.
-  StatusOr<fs::path> ShardFile(const protocol::TaskData& data) {
+  // The shard's training and validation files, read where the blob store keeps them.
+  StatusOr<std::pair<fs::path, fs::path>> ShardFiles(const protocol::TaskData& data) {
     if (data.format.empty() || data.train_url.empty() || data.validation_url.empty()) {
       return InvalidArgumentError("task: its data needs a format, a train_url and a validation_url");
     }
-    const bool csv = data.format == "csv";
-    const fs::path joined =
-        work_dir_ / "shards" /
-        (weights::Sha256Hex(data.train_sha256 + "\n" + data.validation_sha256) + (csv ? ".csv" : ".jsonl"));
-    if (fs::exists(joined)) return joined;
-    std::error_code ec;
-    fs::create_directories(joined.parent_path(), ec);
     PARSYN_ASSIGN_OR_RETURN(std::string train_key, KeyOfUrl(data.train_url));
     PARSYN_ASSIGN_OR_RETURN(std::string validation_key, KeyOfUrl(data.validation_url));
     PARSYN_ASSIGN_OR_RETURN(fs::path train, blobs_.LocalPath(train_key));
     PARSYN_ASSIGN_OR_RETURN(fs::path validation, blobs_.LocalPath(validation_key));
-    PARSYN_RETURN_IF_ERROR(worker::JoinShardFiles(train, validation, csv, joined));
-    return joined;
+    return std::make_pair(std::move(train), std::move(validation));
   }
 
   const SimulationOptions& options_;
-  worker::TrainerLauncher& launcher_;
+  worker::TrainerSupervisor supervisor_;
   storage::MetadataStore& store_;
   storage::BlobStore& blobs_;
   fs::path work_dir_;

@@ -10,8 +10,9 @@
 //   OUT/global.safetensors  the last committed global
 //
 // Virtual workers: each is a worker record (kind "own", named sim-<i>) the job lists; a task the runner delivers to
-// one runs on a pool of `parallel` threads, each running parsyn-trainer as a child process through the launcher
-// (as `parsyn worker` does: worker/trainer_task.h builds the trainer's task), reading the round's global, its shard
+// one runs on a pool of `parallel` threads, each running the trainer (parsyn-trainer, or any trainer of the trainer
+// contract: docs/trainer-contract.md) as a child process through worker::TrainerSupervisor, as `parsyn worker` does
+// (worker/trainer_task.h builds the trainer's task), reading the round's global, its shard
 // and the model straight from the blob store and writing its update there, then reporting the result to the runner
 // as the worker protocol's routes do (coordinator::ToResultReport, JobRunner::Result / TaskFailed). A worker is
 // offered to the job again once it has reported, as after a real worker's next poll.
@@ -32,6 +33,7 @@
 #include "simulation/round_report.h"
 #include "storage/metadata_store.h"
 #include "worker/trainer_launcher.h"
+#include "worker/trainer_supervisor.h"
 
 namespace parsyn::simulation {
 
@@ -58,6 +60,7 @@ struct SimulationOptions {
   std::filesystem::path model_dir;     // a model folder (`parsyn model init`, or a Hugging Face folder)
   int workers = 10;                    // virtual workers, 1..kMaxVirtualWorkers
   int parallel = 1;                    // trainers run at once, >= 1
+  worker::TrainerCommand trainer;      // runs every virtual worker's tasks (the job's config.trainer is not read)
   int trainer_threads = 1;             // each trainer's intra-op threads
   std::string device = "cpu";
   std::filesystem::path out;  // created if missing; must hold no earlier simulation (see the CLI's --force)

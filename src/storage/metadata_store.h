@@ -100,6 +100,8 @@ struct Worker {
   WorkerKind kind = WorkerKind::kOwn;
   std::string token_sha256;  // hash of the worker's token; the token itself is never stored. Unique.
   std::string device;        // as the worker last reported it, e.g. "cuda:0 NVIDIA H200"; empty before hello
+  // The trainers its last hello announced, as protocol::OfferedTrainersToJsonText writes them; empty before hello.
+  std::string trainers_json;
   WorkerStatus status = WorkerStatus::kOffline;
   std::optional<int64_t> last_heartbeat_at_ms;
   bool revoked = false;
@@ -333,8 +335,8 @@ class MetadataStore {
   virtual Status DeleteModel(int64_t id) = 0;
 
   // Workers. CreateWorker: AlreadyExists if the token hash is taken. UpdateWorker replaces name, device, status,
-  // last_heartbeat_at_ms and revoked (kind, token hash and created_at stay). FindWorkerByTokenHash: NotFound if no
-  // worker has it (revoked workers are returned: the caller checks `revoked`).
+  // last_heartbeat_at_ms, revoked and trainers_json (kind, token hash and created_at stay). FindWorkerByTokenHash:
+  // NotFound if no worker has it (revoked workers are returned: the caller checks `revoked`).
   virtual StatusOr<Worker> CreateWorker(const Worker& worker) = 0;
   virtual StatusOr<Worker> GetWorker(int64_t id) = 0;
   virtual StatusOr<Worker> FindWorkerByTokenHash(std::string_view token_sha256) = 0;

@@ -225,6 +225,7 @@ TEST_P(MetadataStoreContractTest, WorkersAreFoundByTokenHashAndUpdated) {
   changed.status = WorkerStatus::kBusy;
   changed.last_heartbeat_at_ms = kT0 + 99;
   changed.revoked = true;
+  changed.trainers_json = R"([{"name":"builtin","describe":{}}])";
   changed.kind = WorkerKind::kManaged;  // not updatable
   changed.token_sha256 = "another";     // not updatable
   ASSERT_OK(store().UpdateWorker(changed));
@@ -234,6 +235,7 @@ TEST_P(MetadataStoreContractTest, WorkersAreFoundByTokenHashAndUpdated) {
   EXPECT_EQ(got.status, WorkerStatus::kBusy);
   EXPECT_EQ(got.last_heartbeat_at_ms, kT0 + 99);
   EXPECT_TRUE(got.revoked);
+  EXPECT_EQ(got.trainers_json, changed.trainers_json);
   EXPECT_EQ(got.kind, WorkerKind::kOwn);
   EXPECT_EQ(got.token_sha256, a.token_sha256);
   EXPECT_THAT(Must(store().ListWorkers()), ElementsAre(got, b));

@@ -187,7 +187,12 @@ CREATE TABLE coordinator_lease (
 );
 )sql";
 
-constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}};
+// Version 4: the trainers each worker last announced (its hello's "trainers", JSON text); '' before any.
+constexpr std::string_view kSchemaV4 = R"sql(
+ALTER TABLE workers ADD COLUMN trainers_json TEXT NOT NULL DEFAULT '';
+)sql";
+
+constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}};
 
 // Serialises migrations of one database across processes (pg_advisory_xact_lock's key: "parsyn" in ASCII).
 constexpr int64_t kMigrationLockKey = 0x70617273796e;
@@ -580,7 +585,7 @@ constexpr const char* kDatasetColumns =
     "id, name, format, kind, row_count, size_bytes, sha256, blob_key, created_at_ms";
 constexpr const char* kModelColumns = "id, name, model_type, config_json, size_bytes, created_at_ms";
 constexpr const char* kWorkerColumns =
-    "id, name, kind, token_sha256, device, status, last_heartbeat_at_ms, revoked, created_at_ms";
+    "id, name, kind, token_sha256, device, status, last_heartbeat_at_ms, revoked, created_at_ms, trainers_json";
 constexpr const char* kJobColumns =
     "id, name, dataset_id, model_id, spec_json, status, failure_reason, current_round, committed_round, "
     "consecutive_failed_rounds, created_at_ms, started_at_ms, finished_at_ms, status_reason, "
@@ -628,6 +633,7 @@ StatusOr<Worker> ReadWorker(const Query& q) {
   w.last_heartbeat_at_ms = q.OptInt(6);
   w.revoked = q.Bool(7);
   w.created_at_ms = q.Int(8);
+  w.trainers_json = q.Text(9);
   return w;
 }
 
@@ -925,9 +931,9 @@ StatusOr<Worker> PostgresMetadataStore::CreateWorker(const Worker& worker) {
   PARSYN_LOCK_AND_CONNECT();
   PARSYN_PREPARE(q,
                  "INSERT INTO workers (name, kind, token_sha256, device, status, last_heartbeat_at_ms, revoked, "
-                 "created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id");
+                 "created_at_ms, trainers_json) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id");
   q->Bind(worker.name, ToString(worker.kind), worker.token_sha256, worker.device, ToString(worker.status),
-          worker.last_heartbeat_at_ms, worker.revoked, worker.created_at_ms);
+          worker.last_heartbeat_at_ms, worker.revoked, worker.created_at_ms, worker.trainers_json);
   StatusOr<bool> row = q->Step();
   if (row.status().code() == StatusCode::kAlreadyExists) {
     return AlreadyExistsError("a worker with this token already exists");
@@ -975,8 +981,9 @@ Status PostgresMetadataStore::UpdateWorker(const Worker& worker) {
   PARSYN_LOCK_AND_CONNECT();
   PARSYN_PREPARE(q,
                  "UPDATE workers SET name = $2, device = $3, status = $4, last_heartbeat_at_ms = $5, "
-                 "revoked = $6 WHERE id = $1");
-  q->Bind(worker.id, worker.name, worker.device, ToString(worker.status), worker.last_heartbeat_at_ms, worker.revoked);
+                 "revoked = $6, trainers_json = $7 WHERE id = $1");
+  q->Bind(worker.id, worker.name, worker.device, ToString(worker.status), worker.last_heartbeat_at_ms, worker.revoked,
+          worker.trainers_json);
   PARSYN_RETURN_IF_ERROR(q->Run());
   if (q->changes() == 0) return NotFoundError("worker " + std::to_string(worker.id) + " not found");
   return Status::Ok();

@@ -228,7 +228,12 @@ constexpr std::string_view kSchemaV4 = R"sql(
 ALTER TABLE shards ADD COLUMN label_histogram TEXT NOT NULL DEFAULT '';
 )sql";
 
-constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}};
+// Version 5: the trainers each worker last announced (its hello's "trainers", JSON text); '' before any.
+constexpr std::string_view kSchemaV5 = R"sql(
+ALTER TABLE workers ADD COLUMN trainers_json TEXT NOT NULL DEFAULT '';
+)sql";
+
+constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5}};
 
 struct StmtFinalizer {
   void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
@@ -385,7 +390,7 @@ constexpr const char* kDatasetColumns =
     "id, name, format, kind, row_count, size_bytes, sha256, blob_key, created_at_ms";
 constexpr const char* kModelColumns = "id, name, model_type, config_json, size_bytes, created_at_ms";
 constexpr const char* kWorkerColumns =
-    "id, name, kind, token_sha256, device, status, last_heartbeat_at_ms, revoked, created_at_ms";
+    "id, name, kind, token_sha256, device, status, last_heartbeat_at_ms, revoked, created_at_ms, trainers_json";
 constexpr const char* kJobColumns =
     "id, name, dataset_id, model_id, spec_json, status, failure_reason, current_round, committed_round, "
     "consecutive_failed_rounds, created_at_ms, started_at_ms, finished_at_ms, status_reason, "
@@ -433,6 +438,7 @@ StatusOr<Worker> ReadWorker(const Query& q) {
   w.last_heartbeat_at_ms = q.OptInt(6);
   w.revoked = q.Int(7) != 0;
   w.created_at_ms = q.Int(8);
+  w.trainers_json = q.Text(9);
   return w;
 }
 
@@ -783,9 +789,9 @@ StatusOr<Worker> SqliteMetadataStore::CreateWorker(const Worker& worker) {
   std::lock_guard lock(mu_);
   PARSYN_PREPARE(q,
                  "INSERT INTO workers (name, kind, token_sha256, device, status, last_heartbeat_at_ms, revoked, "
-                 "created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+                 "created_at_ms, trainers_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
   q->Bind(worker.name, ToString(worker.kind), worker.token_sha256, worker.device, ToString(worker.status),
-          worker.last_heartbeat_at_ms, worker.revoked, worker.created_at_ms);
+          worker.last_heartbeat_at_ms, worker.revoked, worker.created_at_ms, worker.trainers_json);
   Status s = q->Run();
   if (s.code() == StatusCode::kAlreadyExists) return AlreadyExistsError("a worker with this token already exists");
   PARSYN_RETURN_IF_ERROR(s);
@@ -829,8 +835,9 @@ Status SqliteMetadataStore::UpdateWorker(const Worker& worker) {
   std::lock_guard lock(mu_);
   PARSYN_PREPARE(q,
                  "UPDATE workers SET name = ?2, device = ?3, status = ?4, last_heartbeat_at_ms = ?5, "
-                 "revoked = ?6 WHERE id = ?1");
-  q->Bind(worker.id, worker.name, worker.device, ToString(worker.status), worker.last_heartbeat_at_ms, worker.revoked);
+                 "revoked = ?6, trainers_json = ?7 WHERE id = ?1");
+  q->Bind(worker.id, worker.name, worker.device, ToString(worker.status), worker.last_heartbeat_at_ms, worker.revoked,
+          worker.trainers_json);
   PARSYN_RETURN_IF_ERROR(q->Run());
   if (sqlite3_changes(db_.get()) == 0) return NotFoundError("worker " + std::to_string(worker.id) + " not found");
   return Status::Ok();

@@ -2,12 +2,14 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
 #include "base/atomic_file.h"
 #include "base/strings.h"
 #include "data/dataset.h"
+#include "protocol/trainer_events.h"
 #include "trainer/tabular_model.h"
 #include "trainer/task_models.h"
 #include "trainer/train_loop.h"
@@ -63,6 +65,20 @@ struct Prepared {
   std::function<Status(const std::filesystem::path&)> save_model_dir;
 };
 
+// Every row index of a file of `n` rows.
+std::vector<int64_t> AllRows(int64_t n) {
+  std::vector<int64_t> rows(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) rows[static_cast<size_t>(i)] = i;
+  return rows;
+}
+
+// The rows of `data` the task trains and validates on: with a validation file, all of them train (in the split
+// seed's order); else validation_fraction of them are held out by the split seed.
+StatusOr<data::TrainValidationSplit> SplitRows(const TrainTask& task, int64_t n) {
+  const double fraction = task.validation_data.empty() ? task.config.validation_fraction : 0.0;
+  return data::SplitTrainValidation(n, fraction, task.split_seed);
+}
+
 StatusOr<Prepared> PrepareTabular(const TrainTask& task, torch::Device device) {
   Prepared prepared;
   prepared.kind = "tabular";
@@ -76,18 +92,23 @@ StatusOr<Prepared> PrepareTabular(const TrainTask& task, torch::Device device) {
   }
   auto dataset = data::LoadTabularFile(task.data, options);
   if (!dataset.ok()) return dataset.status().WithContext(task.data.string());
-  PARSYN_ASSIGN_OR_RETURN(
-      const data::TrainValidationSplit split,
-      data::SplitTrainValidation(dataset->num_rows(), task.config.validation_fraction, task.split_seed));
+  PARSYN_ASSIGN_OR_RETURN(const data::TrainValidationSplit split, SplitRows(task, dataset->num_rows()));
   if (!existing) {
     PARSYN_ASSIGN_OR_RETURN(TabularModelSpec spec, TabularSpecFor(task.config, *dataset, split.train));
     PARSYN_ASSIGN_OR_RETURN(existing, TabularModel::Create(std::move(spec), task.seed, device));
   }
   PARSYN_ASSIGN_OR_RETURN(TabularExamples train, TabularExamples::Create(*dataset, split.train, existing->spec()));
-  PARSYN_ASSIGN_OR_RETURN(TabularExamples validation,
-                          TabularExamples::Create(*dataset, split.validation, existing->spec()));
+  StatusOr<TabularExamples> validation = TabularExamples::Create(*dataset, split.validation, existing->spec());
+  if (!task.validation_data.empty()) {
+    options.label_column = existing->spec().label_column;
+    options.class_names = existing->spec().class_names;
+    auto rows = data::LoadTabularFile(task.validation_data, options);
+    if (!rows.ok()) return rows.status().WithContext(task.validation_data.string());
+    validation = TabularExamples::Create(*rows, AllRows(rows->num_rows()), existing->spec());
+  }
+  if (!validation.ok()) return validation.status();
   prepared.train = std::make_unique<TabularExamples>(std::move(train));
-  prepared.validation = std::make_unique<TabularExamples>(std::move(validation));
+  prepared.validation = std::make_unique<TabularExamples>(std::move(validation).value());
   TabularModel* model = existing.get();
   prepared.save_model_dir = [model](const std::filesystem::path& dir) { return model->Save(dir); };
   prepared.model = std::move(existing);
@@ -99,18 +120,24 @@ StatusOr<Prepared> PrepareLanguageModel(const TrainTask& task, torch::Device dev
   auto dataset = data::LoadTextFile(task.data);
   if (!dataset.ok()) return dataset.status().WithContext(task.data.string());
   PARSYN_ASSIGN_OR_RETURN(const data::TrainValidationSplit split,
-                          data::SplitTrainValidation(static_cast<int64_t>(dataset->rows.size()),
-                                                     task.config.validation_fraction, task.split_seed));
+                          SplitRows(task, static_cast<int64_t>(dataset->rows.size())));
   PARSYN_ASSIGN_OR_RETURN(LanguageModelBundle bundle,
                           LoadLanguageModel(task.model_dir, task.config, task.seed, device));
   PARSYN_ASSIGN_OR_RETURN(LmExamples train,
                           LmExamples::Create(*dataset, split.train, *bundle.tokenizer, bundle.tokenization));
-  PARSYN_ASSIGN_OR_RETURN(LmExamples validation,
-                          LmExamples::Create(*dataset, split.validation, *bundle.tokenizer, bundle.tokenization));
+  StatusOr<LmExamples> validation =
+      LmExamples::Create(*dataset, split.validation, *bundle.tokenizer, bundle.tokenization);
+  if (!task.validation_data.empty()) {
+    auto rows = data::LoadTextFile(task.validation_data);
+    if (!rows.ok()) return rows.status().WithContext(task.validation_data.string());
+    validation = LmExamples::Create(*rows, AllRows(static_cast<int64_t>(rows->rows.size())), *bundle.tokenizer,
+                                    bundle.tokenization);
+  }
+  if (!validation.ok()) return validation.status();
   Prepared prepared;
   prepared.kind = "language_model";
   prepared.train = std::make_unique<LmExamples>(std::move(train));
-  prepared.validation = std::make_unique<LmExamples>(std::move(validation));
+  prepared.validation = std::make_unique<LmExamples>(std::move(validation).value());
   prepared.save_model_dir = std::move(bundle.save_model_dir);
   prepared.autocast = !bundle.model_handles_precision;
   prepared.model = std::move(bundle.model);
@@ -129,11 +156,13 @@ StatusOr<TrainTask> ParseTrainTask(const json& j, const std::filesystem::path& b
   TrainTask task;
   task.model_dir = Resolve(base_dir, t.model_dir);
   task.initial_weights = Resolve(base_dir, t.initial_weights);
+  task.kind = t.kind;
   task.data = Resolve(base_dir, t.data);
+  task.validation_data = Resolve(base_dir, t.validation_data);
   task.data_format = t.data_format;
   task.config = TrainConfig(t.config);
   task.config.validation_fraction = t.ValidationFraction();
-  task.steps = t.steps;
+  task.steps = t.kind == protocol::TaskKind::kEvaluate ? std::optional<int64_t>(0) : t.steps;
   task.seed = t.seed;
   task.split_seed = t.split_seed;
   if (t.schedule) {
@@ -201,7 +230,7 @@ StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink&
   for (const auto& p : model.TrainableParameters()) trainable_parameters += p.numel();
   emit(json{{"event", "start"},
             {"kind", prepared.kind},
-            {"samples_used", num_train},
+            {"num_samples", num_train},
             {"num_validation", prepared.validation->size()},
             {"total_steps", plan.total_steps},
             {"trainable_parameters", trainable_parameters},
@@ -238,16 +267,16 @@ StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink&
     options.autocast = prepared.autocast;
     options.stop = stop;
     options.on_step = [&](const StepProgress& p) {
-      emit(json{{"event", "progress"},
-                {"step", p.step},
-                {"total_steps", p.total_steps},
-                {"epoch", p.epoch},
-                {"loss", p.loss},
-                {"lr", p.learning_rate},
-                {"grad_norm", p.grad_norm},
-                {"tokens_per_s", p.tokens_per_s},
-                {"samples_per_s", p.samples_per_s},
-                {"skipped", p.skipped}});
+      protocol::TrainerProgress progress{.step = p.step, .total_steps = p.total_steps};
+      if (std::isfinite(p.loss)) progress.loss = p.loss;
+      progress.throughput = language_model ? p.tokens_per_s : p.samples_per_s;
+      progress.throughput_unit = language_model ? protocol::kTokensPerSecond : protocol::kSamplesPerSecond;
+      json event = protocol::TrainerProgressToJson(progress);
+      event["epoch"] = p.epoch;
+      event["lr"] = p.learning_rate;
+      event["grad_norm"] = std::isfinite(p.grad_norm) ? json(p.grad_norm) : json(nullptr);
+      event["skipped"] = p.skipped;
+      emit(event);
     };
     PARSYN_ASSIGN_OR_RETURN(summary, Train(model, *prepared.train, options));
   }
@@ -273,19 +302,20 @@ StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink&
     }
   }
 
-  json result{{"status", "ok"},
-              {"kind", prepared.kind},
-              {"samples_used", num_train},
-              {"num_validation", prepared.validation->size()},
-              {"steps", summary.steps},
-              {"examples_seen", summary.examples_seen},
-              {"tokens_seen", summary.tokens_seen},
-              {"mean_train_loss", summary.steps > 0 ? json(summary.mean_loss) : json(nullptr)},
-              {"wall_s", summary.wall_seconds},
-              {"validation_before", validation_before},
-              {"validation_after", validation_after},
-              {"weights", task.output_weights.string()},
-              {"weights_sha256", Sha256OfFile(task.output_weights)}};
+  protocol::TrainerResult contract_result{.num_samples = num_train,
+                                          .num_validation = prepared.validation->size(),
+                                          .validation_before = validation_before,
+                                          .validation_after = validation_after,
+                                          .metrics = json{{"steps", summary.steps},
+                                                          {"examples_seen", summary.examples_seen},
+                                                          {"tokens_seen", summary.tokens_seen},
+                                                          {"wall_s", summary.wall_seconds}}};
+  if (summary.steps > 0) contract_result.train_loss = summary.mean_loss;
+  // The contract's keys, then this trainer's own (ignored by readers of the contract).
+  json result = protocol::TrainerResultToJson(contract_result);
+  result["kind"] = prepared.kind;
+  result["weights"] = task.output_weights.string();
+  result["weights_sha256"] = Sha256OfFile(task.output_weights);
   if (!task.output_model_dir.empty()) result["model_dir"] = task.output_model_dir.string();
   PARSYN_RETURN_IF_ERROR(WriteJsonFile(result, task.output_result));
   return result;

@@ -2,10 +2,10 @@
 // reader and writer are protocol::TrainerTask (src/protocol/trainer_task.h); its config is the job's (one schema,
 // src/protocol/training_config.h) plus the trainer-only model_type.
 //
-// Result JSON (written only on success): {"status": "ok", "kind": "language_model"|"tabular", "samples_used": N
-// (training examples in the data, after the validation slice), "num_validation": M, "steps", "examples_seen",
-// "tokens_seen", "mean_train_loss", "wall_s", "validation_before": {metrics} | null, "validation_after": {metrics}
-// | null, "weights": path, "weights_sha256": hex}. Metrics: num_examples, loss, perplexity, accuracy, exact_match.
+// Result JSON (written only on success): the trainer contract's result (protocol::TrainerResult: num_samples,
+// num_validation, train_loss, validation_before, validation_after, metrics {steps, examples_seen, tokens_seen,
+// wall_s}), plus this trainer's own keys "kind": "language_model"|"tabular", "weights": path, "weights_sha256": hex.
+// Validation metrics: num_examples, num_counted, loss, perplexity, accuracy, exact_match.
 //
 // Used from one thread; `stop` may be requested from any thread.
 #pragma once
@@ -20,15 +20,18 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "protocol/messages.h"
 #include "trainer/train_config.h"
 
 namespace parsyn::trainer {
 
 struct TrainTask {
-  std::filesystem::path model_dir;  // empty: none given
+  protocol::TaskKind kind = protocol::TaskKind::kTrain;  // evaluate: steps is 0
+  std::filesystem::path model_dir;                       // empty: none given
   std::filesystem::path initial_weights;
   std::filesystem::path data;
-  std::string data_format;  // "jsonl" or "csv"
+  std::filesystem::path validation_data;  // empty: validation_fraction of data is held out by split_seed
+  std::string data_format;                // "jsonl" or "csv"
   TrainConfig config;
   std::optional<int64_t> steps;
   uint64_t seed = 0;
@@ -49,8 +52,9 @@ struct TrainTask {
 StatusOr<TrainTask> ParseTrainTask(const nlohmann::json& json, const std::filesystem::path& base_dir);
 StatusOr<TrainTask> ReadTrainTaskFile(const std::filesystem::path& path);
 
-// Receives each event as one JSON object: {"event": "progress", "step", "total_steps", "epoch", "loss", "lr",
-// "grad_norm", "tokens_per_s", "samples_per_s"}, {"event": "eval", "phase": "before"|"after", metrics...},
+// Receives each event as one JSON object: {"event": "progress", "step", "total_steps", "loss", "throughput",
+// "throughput_unit" (protocol::TrainerProgress), and "epoch", "lr", "grad_norm", "skipped"}, {"event": "eval", "phase":
+// "before"|"after", metrics...},
 // {"event": "start", "kind", "samples_used", "num_validation", "total_steps", "trainable_parameters"}.
 using TaskEventSink = std::function<void(const nlohmann::json& event)>;
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "protocol/trainer_events.h"
 #include "trainer/model_init.h"
 #include "trainer/tabular_test_data.h"
 #include "trainer/task.h"
@@ -205,7 +206,7 @@ TEST_F(TaskTest, TabularTaskReportsProgressAndWritesOutputs) {
   ASSERT_EQ(RunTask(TabularTask(200), &events), 0) << Stderr();
   ASSERT_GE(events.size(), 4u);
   EXPECT_EQ(events.front()["event"], "start");
-  EXPECT_EQ(events.front()["samples_used"], 160);
+  EXPECT_EQ(events.front()["num_samples"], 160);
   EXPECT_EQ(events[1]["event"], "eval");
   EXPECT_EQ(events[1]["phase"], "before");
   int progress = 0;
@@ -213,17 +214,19 @@ TEST_F(TaskTest, TabularTaskReportsProgressAndWritesOutputs) {
     if (e["event"] != "progress") continue;
     ++progress;
     EXPECT_EQ(e["step"], progress);
-    EXPECT_TRUE(e.contains("loss") && e.contains("lr") && e.contains("samples_per_s"));
+    EXPECT_TRUE(e.contains("loss") && e.contains("lr") && e.contains("throughput"));
+    EXPECT_EQ(e["throughput_unit"], "samples/s");
   }
   EXPECT_EQ(progress, 4 * 10);  // 160 examples / 16 per step, 4 epochs
   EXPECT_EQ(events.back()["event"], "done");
 
   const json result = json::parse(ReadFile(dir_ / "out/result.json"));
-  EXPECT_EQ(result["status"], "ok");
+  ASSERT_TRUE(protocol::ParseTrainerResult(result).ok()) << result.dump();  // the trainer contract's result
   EXPECT_EQ(result["kind"], "tabular");
-  EXPECT_EQ(result["samples_used"], 160);
+  EXPECT_EQ(result["num_samples"], 160);
   EXPECT_EQ(result["num_validation"], 40);
-  EXPECT_EQ(result["steps"], 40);
+  EXPECT_EQ(result["metrics"]["steps"], 40);
+  EXPECT_TRUE(result["train_loss"].is_number());
   EXPECT_GE(result["validation_after"]["accuracy"].get<double>(), 0.95);
   EXPECT_LT(result["validation_after"]["loss"].get<double>(), result["validation_before"]["loss"].get<double>());
   EXPECT_EQ(result["weights_sha256"].get<std::string>().size(), 64u);
@@ -247,7 +250,8 @@ TEST_F(TaskTest, EvaluationOnlyWithReceivedWeights) {
   for (const json& e : events) EXPECT_NE(e["event"], "progress");
   const json first = json::parse(ReadFile(dir_ / "out/result.json"));
   const json result = json::parse(ReadFile(dir_ / "eval/result.json"));
-  EXPECT_EQ(result["steps"], 0);
+  EXPECT_EQ(result["metrics"]["steps"], 0);
+  EXPECT_TRUE(result["train_loss"].is_null());
   EXPECT_EQ(result["validation_before"], result["validation_after"]);
   EXPECT_NEAR(result["validation_before"]["loss"].get<double>(), first["validation_after"]["loss"].get<double>(), 1e-6);
   EXPECT_EQ(result["weights_sha256"], first["weights_sha256"]);
@@ -281,6 +285,40 @@ TEST_F(TaskTest, UnknownTaskKeyIsRejected) {
   task["stepz"] = 3;
   EXPECT_EQ(RunTask(task), 1);
   EXPECT_NE(Stderr().find("unknown field task.stepz"), std::string::npos) << Stderr();
+}
+
+TEST_F(TaskTest, OtherContractVersionIsRefusedByItsCode) {
+  json task = TabularTask(30);
+  task["contract_version"] = 2;
+  std::vector<json> events;
+  EXPECT_EQ(RunTask(task, &events), 1);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["code"], "unsupported_contract_version");
+  EXPECT_EQ(events[0]["message"], "task.contract_version 2 is not supported: this trainer reads version 1");
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+}
+
+TEST_F(TaskTest, DescribeSaysWhatItTrains) {
+  TrainerProcess process({"--describe"}, dir_ / "stderr.txt");
+  const json described = process.NextEvent();
+  EXPECT_EQ(process.Wait(), 0);
+  StatusOr<protocol::TrainerDescription> d = protocol::ParseTrainerDescription(described);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(d->TrainsModelKind("llama") && d->TrainsModelKind("tabular-mlp"));
+  EXPECT_FALSE(d->TrainsModelKind("custom"));
+}
+
+// With validation_data, every row of data trains and exactly that file's rows validate.
+TEST_F(TaskTest, ValidationFileHoldsTheValidationRows) {
+  json task = TabularTask(100);
+  WriteFile(dir_ / "validation.csv", testing::SeparableCsv(30, 4));
+  task["validation_data"] = "validation.csv";
+  task["config"]["epochs"] = 1;
+  ASSERT_EQ(RunTask(task), 0) << Stderr();
+  const json result = json::parse(ReadFile(dir_ / "out/result.json"));
+  EXPECT_EQ(result["num_samples"], 100);
+  EXPECT_EQ(result["num_validation"], 30);
+  EXPECT_EQ(result["validation_before"]["num_examples"], 30);
 }
 
 TEST_F(TaskTest, SigtermStopsPromptly) {
@@ -403,14 +441,15 @@ TEST_F(TaskTest, LoraTaskWritesPeftAdapter) {
   for (const json& e : events) {
     if (e["event"] == "progress") {
       ++progress;
-      EXPECT_GT(e["tokens_per_s"].get<double>(), 0);
+      EXPECT_GT(e["throughput"].get<double>(), 0);
+      EXPECT_EQ(e["throughput_unit"], "tokens/s");
     }
   }
   EXPECT_EQ(progress, 3);
   const json result = json::parse(ReadFile(dir_ / "out/result.json"));
   EXPECT_EQ(result["kind"], "language_model");
-  EXPECT_EQ(result["samples_used"], 9);
-  EXPECT_GT(result["tokens_seen"].get<int64_t>(), 0);
+  EXPECT_EQ(result["num_samples"], 9);
+  EXPECT_GT(result["metrics"]["tokens_seen"].get<int64_t>(), 0);
   EXPECT_FALSE(result["validation_before"].is_null());
   auto weights = weights::ReadSafetensorsFile(dir_ / "out/adapter_update.safetensors");
   ASSERT_TRUE(weights.ok());

@@ -1,9 +1,13 @@
 // parsyn-trainer: the program that does all torch work, run as a child process by the worker and by `parsyn`.
 //
+//   parsyn-trainer --describe
+//       Prints what it trains under the trainer contract (docs/trainer-contract.md): the built-in trainer of every
+//       worker (the name "builtin").
 //   parsyn-trainer run TASK.json
-//       Runs one training task (task.h). Progress goes to stdout as JSON lines; on success the last line is
-//       {"event": "done", ...result}. On failure: {"event": "error", "code", "message"} on stdout and one line
-//       "parsyn-trainer: <Code>: <reason>" on stderr.
+//       Runs one training task (task.h; the contract's task file). Progress goes to stdout as JSON lines; on success
+//       the last line is {"event": "done", ...result}. On failure: {"event": "error", "code", "message"} on stdout
+//       and one line "parsyn-trainer: <Code>: <reason>" on stderr; a task file of another contract version gets the
+//       code "unsupported_contract_version".
 //   parsyn-trainer model-init DIR OPTIONS_JSON
 //       Writes a new random model folder (model_init.h); OPTIONS_JSON holds ModelInitOptions' fields by name
 //       (architecture, hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size,
@@ -38,6 +42,8 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/subprocess.h"
+#include "protocol/trainer_events.h"
+#include "protocol/trainer_task.h"
 #include "trainer/model_init.h"
 #include "trainer/peft_io.h"
 #include "trainer/tabular_model.h"
@@ -49,10 +55,15 @@ using nlohmann::json;
 using parsyn::Status;
 using parsyn::StatusCode;
 
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitStopped = 3;
-constexpr int kExitOutOfMemory = 4;
+// What the built-in trainer trains (TrainerDescription): Llama-family folders and tabular models.
+json Description() {
+  return parsyn::protocol::TrainerDescriptionToJson(
+      {.contract_versions = {parsyn::protocol::kTrainerContractVersion},
+       .task_kinds = {"train", "evaluate"},
+       .model_kinds = {"llama", "qwen2", "mistral", "tabular-mlp", "tabular-logreg"},
+       .name = "parsyn-trainer",
+       .version = "0.1.0"});
+}
 
 void EmitLine(const json& event) {
   // One write per line, flushed, so a reader on a pipe sees whole lines as they happen.
@@ -61,27 +72,28 @@ void EmitLine(const json& event) {
   std::fflush(stdout);
 }
 
-int Fail(const Status& status) {
-  EmitLine(json{
-      {"event", "error"}, {"code", std::string(parsyn::StatusCodeSlug(status.code()))}, {"message", status.message()}});
+int Fail(const Status& status, std::string_view code = {}) {
+  if (code.empty()) code = parsyn::StatusCodeSlug(status.code());
+  EmitLine(parsyn::protocol::TrainerErrorToJson({.code = std::string(code), .message = status.message()}));
   std::string line = status.ToString();
   for (char& c : line) {
     if (c == '\n') c = ' ';
   }
   std::cerr << "parsyn-trainer: " << line << std::endl;
   switch (status.code()) {
-    case StatusCode::kCancelled: return kExitStopped;
-    case StatusCode::kResourceExhausted: return kExitOutOfMemory;
-    default: return kExitFailure;
+    case StatusCode::kCancelled: return parsyn::protocol::kTrainerExitStopped;
+    case StatusCode::kResourceExhausted: return parsyn::protocol::kTrainerExitOutOfMemory;
+    default: return parsyn::protocol::kTrainerExitFailed;
   }
 }
 
 int Usage() {
-  std::cerr << "usage: parsyn-trainer run TASK.json\n"
+  std::cerr << "usage: parsyn-trainer --describe\n"
+               "       parsyn-trainer run TASK.json\n"
                "       parsyn-trainer model-init DIR OPTIONS_JSON\n"
                "       parsyn-trainer tabular-init DIR OPTIONS_JSON\n"
                "       parsyn-trainer merge-adapter MODEL_DIR ADAPTER_DIR OUT_DIR\n";
-  return kExitUsage;
+  return parsyn::protocol::kTrainerExitUsage;
 }
 
 // SIGTERM/SIGINT become a stop request. The handler only writes a byte to a pipe (async-signal-safe, and it works
@@ -111,6 +123,11 @@ void StartSignalWatcher(std::stop_source stop) {
 }
 
 int RunTask(const std::string& task_path, std::stop_token stop) {
+  // The version first, so that a task file of another version is refused as such, whatever else it holds.
+  const json task_json = json::parse(std::ifstream(task_path), nullptr, /*allow_exceptions=*/false);
+  if (parsyn::Status version = parsyn::protocol::CheckTrainerContractVersion(task_json); !version.ok()) {
+    return Fail(version, parsyn::protocol::kUnsupportedContractVersion);
+  }
   auto task = parsyn::trainer::ReadTrainTaskFile(task_path);
   if (!task.ok()) return Fail(task.status());
   auto result = parsyn::trainer::RunTrainTask(*task, EmitLine, stop);
@@ -239,6 +256,10 @@ int main(int argc, char** argv) {
   parsyn::log::Init();
   if (argc < 2) return Usage();
   const std::string command = argv[1];
+  if (command == "--describe" && argc == 2) {
+    EmitLine(Description());
+    return 0;
+  }
   if (command == "run" && argc == 3) return RunTask(argv[2], stop.get_token());
   if (command == "model-init" && argc == 4) return ModelInit(argv[2], argv[3]);
   if (command == "tabular-init" && argc == 4) return TabularInit(argv[2], argv[3]);

@@ -116,19 +116,23 @@ class WeightSet {
   std::vector<std::span<const std::byte>> read_only_mappings_;
 };
 
-// CheckSameLayout's rules and messages with `want` as any layout: a vector of entries with name, dtype and shape
-// (WeightSet's tensors, the weighted mean's layout kept without bytes).
-template <typename Entry>
-Status CheckLayoutMatches(const std::vector<Entry>& want, const WeightSet& got) {
+// CheckSameLayout's rules and messages with `want` and `got` as any layouts: vectors of entries with name, dtype and
+// shape (WeightSet's tensors, the weighted mean's layout kept without bytes, a safetensors header's entries).
+template <typename Want, typename Got>
+Status CheckLayoutMatches(const std::vector<Want>& want, const std::vector<Got>& got) {
+  auto holds = [](const auto& entries, const std::string& name) {
+    for (const auto& e : entries) {
+      if (e.name == name) return true;
+    }
+    return false;
+  };
   const size_t common = std::min(want.size(), got.size());
   for (size_t i = 0; i < common; ++i) {
-    const Entry& w = want[i];
-    const Tensor& g = got[i];
+    const Want& w = want[i];
+    const Got& g = got[i];
     if (w.name != g.name) {
-      bool known = false;
-      for (const Entry& e : want) known = known || e.name == g.name;
-      if (!known) return InvalidArgumentError("unexpected tensor '" + g.name + "'");
-      if (!got.Find(w.name)) return InvalidArgumentError("missing tensor '" + w.name + "'");
+      if (!holds(want, g.name)) return InvalidArgumentError("unexpected tensor '" + g.name + "'");
+      if (!holds(got, w.name)) return InvalidArgumentError("missing tensor '" + w.name + "'");
       return InvalidArgumentError("tensor #" + std::to_string(i) + " is '" + g.name + "', expected '" + w.name +
                                   "' (tensors are in a different order)");
     }
@@ -148,6 +152,10 @@ Status CheckLayoutMatches(const std::vector<Entry>& want, const WeightSet& got) 
                                 " tensors, expected " + std::to_string(want.size()) + ")");
   }
   return Status::Ok();
+}
+template <typename Want>
+Status CheckLayoutMatches(const std::vector<Want>& want, const WeightSet& got) {
+  return CheckLayoutMatches(want, got.tensors());
 }
 
 // OK when every float tensor (F32, F16, BF16, F64) holds only finite values. Otherwise InvalidArgument naming the

@@ -99,27 +99,6 @@ StatusOr<int64_t> CountRows(const fs::path& path, bool has_header) {
 
 }  // namespace
 
-Status JoinShardFiles(const fs::path& train, const fs::path& validation, bool csv, const fs::path& dest) {
-  const fs::path temp = UniqueTempPath(dest);
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    std::ifstream a(train, std::ios::binary), b(validation, std::ios::binary);
-    if (!out || !a || !b) return InternalError("cannot combine the shard files into " + dest.string());
-    std::string line;
-    while (std::getline(a, line)) out << line << '\n';
-    bool first = true;
-    while (std::getline(b, line)) {
-      if (!(csv && first)) out << line << '\n';
-      first = false;
-    }
-    if (!out.flush()) return InternalError("cannot write " + temp.string());
-  }
-  std::error_code ec;
-  fs::rename(temp, dest, ec);
-  if (ec) return InternalError("cannot move " + temp.string() + " to " + dest.string() + ": " + ec.message());
-  return Status::Ok();
-}
-
 std::vector<std::string> SplitServerUrls(std::string_view urls) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -137,7 +116,7 @@ std::vector<std::string> SplitServerUrls(std::string_view urls) {
 
 Agent::Agent(AgentOptions options, TrainerLauncher& launcher)
     : options_(std::move(options)),
-      launcher_(launcher),
+      supervisor_(launcher),
       urls_(SplitServerUrls(options_.server_url)),
       cache_(options_.cache_dir) {
   if (urls_.empty()) urls_.push_back(options_.server_url);
@@ -215,6 +194,9 @@ StatusOr<Agent::Session> Agent::HelloTo(size_t url_index, std::stop_token stop) 
   // not retried here: the next URL is tried instead.
   call.retry = urls_.size() == 1;
   protocol::Hello hello{.device = options_.device, .version = kVersion};
+  for (const DescribedTrainer& t : options_.trainers) {
+    hello.trainers.push_back({.name = t.command.name, .description = t.description});
+  }
   if (!options_.local_data.empty()) {
     // Only the file's shape is announced (jobs over the workers' own data take only workers that have some).
     const bool csv = options_.local_data.extension() == ".csv";
@@ -353,8 +335,7 @@ void Agent::AbandonCurrent(int64_t job_id, int round, int attempt, const std::st
     current_->abandoned = true;
     current_->why = why;
   }
-  if (current_->trainer != nullptr) current_->trainer->Terminate();
-  current_->stop.request_stop();
+  current_->stop.request_stop();  // the supervisor stops the trainer
 }
 
 void Agent::NoteTokenRefused(const Status& status) {
@@ -499,10 +480,11 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
   const std::string extension = ExtensionFor(files.data_format);
   // The shard is cached by its files' checksums, never by job and shard index: a coordinator reset to a new job
   // with the same id and index sends other checksums, so files cached for the old one are not used. Fetched once and
-  // kept across rounds; its parts are downloaded into the task folder, checked, and joined.
-  files.data =
-      cache_.root() / "shards" / (weights::Sha256Hex(data.train_sha256 + "\n" + data.validation_sha256) + extension);
-  if (!fs::exists(files.data)) {
+  // kept across rounds; each part is downloaded into the task folder, checked, and moved into the cache.
+  const std::string cached = weights::Sha256Hex(data.train_sha256 + "\n" + data.validation_sha256);
+  files.data = cache_.root() / "shards" / (cached + ".train" + extension);
+  files.validation_data = cache_.root() / "shards" / (cached + ".validation" + extension);
+  if (!fs::exists(files.data) || !fs::exists(files.validation_data)) {
     const std::string shard = "shard " + std::to_string(task.shard) + "'s ";
     const fs::path train = task_dir / ("train" + extension);
     const fs::path validation = task_dir / ("validation" + extension);
@@ -517,12 +499,24 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
     }
     std::error_code ec;
     fs::create_directories(files.data.parent_path(), ec);
-    if (ec) return InternalError("cannot create " + files.data.parent_path().string() + ": " + ec.message());
-    PARSYN_RETURN_IF_ERROR(JoinShardFiles(train, validation, csv, files.data));
+    // The validation file first: the training file's presence is what a later task checks.
+    if (!ec) fs::rename(validation, files.validation_data, ec);
+    if (!ec) fs::rename(train, files.data, ec);
+    if (ec)
+      return InternalError("cannot move the shard into " + files.data.parent_path().string() + ": " + ec.message());
   }
-  // The trainer splits off the last-named share again; with the platform's own fraction it holds out as many rows.
-  files.validation_fraction = ShardValidationFraction(data);
   return files;
+}
+
+StatusOr<const DescribedTrainer*> Agent::TrainerFor(const protocol::Task& task) const {
+  std::string offered;
+  for (const DescribedTrainer& t : options_.trainers) {
+    if (t.command.name == task.config.trainer) return &t;
+    offered += (offered.empty() ? "" : ", ") + t.command.name;
+  }
+  return FailedPreconditionError("job " + std::to_string(task.job_id) + " trains with the trainer '" +
+                                 task.config.trainer + "', which this worker does not offer (it offers: " + offered +
+                                 "); start it with --trainer " + task.config.trainer + "=COMMAND");
 }
 
 Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, std::stop_token stop) {
@@ -544,6 +538,7 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
     }
   } cleanup{task_dir};
 
+  PARSYN_ASSIGN_OR_RETURN(const DescribedTrainer* trainer, TrainerFor(task));
   PARSYN_ASSIGN_OR_RETURN(TaskFiles files, FetchInputs(task, task_dir, stop));
   const protocol::TrainerTask trainer_task = BuildTrainerTask(task, files, options_.device, options_.trainer_threads);
   const fs::path task_file = task_dir / "task.json";
@@ -552,7 +547,8 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
     out << protocol::TrainerTaskToJson(trainer_task).dump(2);
     if (!out.flush()) return InternalError("cannot write " + task_file.string());
   }
-  PARSYN_ASSIGN_OR_RETURN(json done, RunTrainer(session, task, task_file, stop));
+  PARSYN_ASSIGN_OR_RETURN(TrainerOutput output,
+                          RunTrainer(session, task, trainer->command, task_file, trainer_task, stop));
 
   std::string blob_key, sha256;
   if (task.kind == protocol::TaskKind::kTrain) {
@@ -566,16 +562,15 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
     }
     const protocol::UpdateUpload& upload = *task.update_upload;  // ParseTask: every train task has one
     blob_key = upload.blob_key;
-    sha256 = done.value("weights_sha256", "");
-    PARSYN_ASSIGN_OR_RETURN(
-        WireUpdate wire, EncodeUpdateForJob(task, files.output_dir / "update.safetensors", sha256, files.global_weights,
-                                            WorkerStateDir(cache_.root(), session.worker_id)));
+    PARSYN_ASSIGN_OR_RETURN(WireUpdate wire,
+                            EncodeUpdateForJob(task, output.update, output.update_sha256, files.global_weights,
+                                               WorkerStateDir(cache_.root(), session.worker_id)));
     sha256 = wire.sha256;
     const fs::path update_file = wire.file;
     PARSYN_RETURN_IF_ERROR(
         UploadUpdate(*blob_client_, upload, update_file, sha256, stop).WithContext("uploading the update"));
   }
-  PARSYN_ASSIGN_OR_RETURN(protocol::Result report, BuildResult(task, session.id, done, blob_key, sha256));
+  const protocol::Result report = BuildResult(task, session.id, output.result, blob_key, sha256);
   http::CallOptions call;
   call.stop = stop;
   call.retry = true;  // the coordinator treats a repeated result for the same task as a duplicate
@@ -597,20 +592,11 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
   return Status::Ok();
 }
 
-StatusOr<json> Agent::RunTrainer(const Session& session, const protocol::Task& task, const fs::path& task_file,
-                                 std::stop_token stop) {
-  PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<TrainerRun> trainer, launcher_.Start(task_file));
-  {
-    std::lock_guard lock(mutex_);
-    if (current_) {
-      current_->trainer = trainer.get();
-      if (current_->abandoned) trainer->Terminate();
-    }
-  }
-  std::stop_callback on_stop(stop, [&] { trainer->Terminate(); });
+StatusOr<TrainerOutput> Agent::RunTrainer(const Session& session, const protocol::Task& task,
+                                          const TrainerCommand& trainer, const fs::path& task_file,
+                                          const protocol::TrainerTask& trainer_task, std::stop_token stop) {
   UtilizationSampler utilization(options_.device);
   utilization.Sample();  // the first CPU sample only sets the baseline
-  json done, error;
   Clock::time_point last_sent{};
   std::optional<protocol::Progress> pending;
   auto send = [&](const protocol::Progress& report) {
@@ -618,42 +604,38 @@ StatusOr<json> Agent::RunTrainer(const Session& session, const protocol::Task& t
     call.timeout = std::chrono::seconds(5);
     call.retry = false;
     Status s = client_->PostJson("/api/v1/worker/progress", protocol::ProgressToJson(report), call).status();
-    NoteTokenRefused(s);  // stops the trainer: this loop then ends
+    NoteTokenRefused(s);  // stops the trainer: the supervisor then returns
     if (!s.ok()) PARSYN_LOG_DEBUG("worker {}: progress not delivered: {}", options_.name, s.message());
     last_sent = Clock::now();
     pending.reset();
   };
-  while (std::optional<std::string> line = trainer->ReadLine()) {
-    json event = json::parse(*line, nullptr, /*allow_exceptions=*/false);
-    if (!event.is_object()) continue;  // not an event (the trainer's libraries may print)
-    const std::string kind = event.value("event", "");
-    if (kind == "done") done = event;
-    if (kind == "error") error = event;
-    if (kind != "progress") continue;
-    pending = BuildProgress(task, session.id, event, std::nullopt);
-    if (pending && Clock::now() - last_sent >= options_.progress_interval) {
-      if (std::optional<double> u = utilization.Sample()) {
-        pending->utilization = std::clamp(*u, 0.0, 1.0);
-        pending->utilization_device = utilization.device_kind();
-      }
-      send(*pending);
-    }
+  TrainerRunOptions run{.stop = stop, .on_progress = [&](const protocol::TrainerProgress& event) {
+                          pending = BuildProgress(task, session.id, event, std::nullopt);
+                          if (Clock::now() - last_sent < options_.progress_interval) return;
+                          if (std::optional<double> u = utilization.Sample()) {
+                            pending->utilization = std::clamp(*u, 0.0, 1.0);
+                            pending->utilization_device = utilization.device_kind();
+                          }
+                          if (std::optional<UtilizationSampler::DeviceMemory> m = utilization.Memory()) {
+                            pending->device_memory_used_bytes = static_cast<int64_t>(m->used_bytes);
+                            pending->device_memory_total_bytes = static_cast<int64_t>(m->total_bytes);
+                          }
+                          send(*pending);
+                        }};
+  if (task.deadline_unix_ms > 0) {
+    // The coordinator's deadline for the task, on this machine's steady clock: a trainer still running then is
+    // stopped (the contract's `timeout` rule), and the worker takes its next task.
+    const auto left =
+        std::chrono::milliseconds(task.deadline_unix_ms) -
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch());
+    run.deadline = Clock::now() + std::max(left, std::chrono::milliseconds(0));
   }
+  StatusOr<TrainerOutput> output = supervisor_.Run(trainer, task_file, trainer_task, run);
   if (pending) send(*pending);  // the final step
-  const int code = trainer->Wait();
-  {
-    std::lock_guard lock(mutex_);
-    if (current_) current_->trainer = nullptr;
-  }
   std::string why;
   if (CurrentAbandoned(&why)) return CancelledError("trainer stopped: " + why);
   if (stop.stop_requested()) return CancelledError("trainer stopped: the worker is shutting down");
-  if (code != 0 || !done.is_object()) {
-    std::string reason = error.is_object() ? error.value("message", "") : "";
-    if (reason.empty()) reason = "no error message";
-    return InternalError("parsyn-trainer exited with status " + std::to_string(code) + ": " + reason);
-  }
-  return done;
+  return output;
 }
 
 }  // namespace parsyn::worker

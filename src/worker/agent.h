@@ -1,6 +1,9 @@
 // The worker agent behind `parsyn worker` (docs/architecture.md §4): one session with the coordinator at a time (hello,
-// long-polls for tasks, a heartbeat thread, goodbye) and one task at a time, trained by parsyn-trainer in a child
-// process so that a crash there never takes the agent down.
+// long-polls for tasks, a heartbeat thread, goodbye) and one task at a time, trained by the trainer the task's job
+// names (config.trainer) among those the worker offers, in a child process under the trainer contract
+// (docs/trainer-contract.md, TrainerSupervisor), so that a crash there never takes the agent down. The hello announces
+// the offered trainers with their `--describe` answers; the coordinator sends a job's tasks only to workers offering
+// its trainer, and a task naming one this worker lacks fails with the reason.
 //
 // Per task: the base model comes from the checksum cache (fetched once across rounds and jobs), the round's global
 // weights and the worker's shard through the task's signed URLs, all verified by sha256 where the task gives one
@@ -54,6 +57,7 @@
 #include "protocol/messages.h"
 #include "worker/blob_cache.h"
 #include "worker/trainer_launcher.h"
+#include "worker/trainer_supervisor.h"
 #include "worker/trainer_task.h"
 
 namespace parsyn::worker {
@@ -69,7 +73,10 @@ struct AgentOptions {
   std::string device = "cpu";
   std::filesystem::path local_data;  // .csv or .jsonl for jobs whose data.source is "workers"; empty: none
   std::filesystem::path cache_dir;   // models, shards, task folders
-  int trainer_threads = 0;           // parsyn-trainer's intra-op threads (0: libtorch's default)
+  // The trainers this worker offers, by name (distinct), described; "builtin" among them (`parsyn worker` adds
+  // parsyn-trainer under that name unless --trainer maps it to another command).
+  std::vector<DescribedTrainer> trainers;
+  int trainer_threads = 0;  // the trainers' intra-op threads (the task file's "threads"; 0: the framework's default)
   // TLS: extra trusted CAs for the coordinator's certificate, and this worker's client certificate and key for a
   // coordinator that requires them (mutual TLS); both clients (API and blobs) use them.
   std::filesystem::path ca_file;
@@ -92,12 +99,6 @@ struct AgentCounters {
 
 // "URL1,URL2,..." as a list: spaces around the commas and trailing slashes dropped, empty items skipped.
 std::vector<std::string> SplitServerUrls(std::string_view urls);
-
-// Writes a platform shard's `train` file followed by its `validation` file into `dest` (the validation file's CSV
-// header dropped), under a temporary name first: the one data file the trainer reads (see ShardValidationFraction).
-// Also used by `parsyn simulate`'s virtual workers.
-Status JoinShardFiles(const std::filesystem::path& train, const std::filesystem::path& validation, bool csv,
-                      const std::filesystem::path& dest);
 
 class Agent {
  public:
@@ -122,9 +123,8 @@ class Agent {
     int attempt = 0;
     bool abandoned = false;  // the coordinator dropped it, or the session ended
     std::string why;
-    TrainerRun* trainer = nullptr;  // while the trainer runs
-    bool result_posted = false;     // the coordinator accepted the result call (even if it rejected the update)
-    std::stop_source stop;          // requested on abandon: downloads, training and the upload stop at once
+    bool result_posted = false;  // the coordinator accepted the result call (even if it rejected the update)
+    std::stop_source stop;       // requested on abandon: downloads, training (SIGTERM) and the upload stop at once
   };
 
   StatusOr<Session> Hello(std::stop_token stop);
@@ -147,16 +147,19 @@ class Agent {
   Status ExecuteTask(const Session& session, const protocol::Task& task, std::stop_token stop);
   StatusOr<TaskFiles> FetchInputs(const protocol::Task& task, const std::filesystem::path& task_dir,
                                   std::stop_token stop);
-  // Runs the trainer on the task file; returns its "done" event.
-  StatusOr<nlohmann::json> RunTrainer(const Session& session, const protocol::Task& task,
-                                      const std::filesystem::path& task_file, std::stop_token stop);
+  // Runs `trainer` on the task file through the supervisor, reporting its progress; returns its checked output.
+  StatusOr<TrainerOutput> RunTrainer(const Session& session, const protocol::Task& task, const TrainerCommand& trainer,
+                                     const std::filesystem::path& task_file, const protocol::TrainerTask& trainer_task,
+                                     std::stop_token stop);
+  // The offered trainer the task's job names; FailedPrecondition naming the ones offered when there is none.
+  StatusOr<const DescribedTrainer*> TrainerFor(const protocol::Task& task) const;
   bool CurrentAbandoned(std::string* why);
   // On 401/403 from the coordinator (the token was revoked or is wrong): logs it once, stops the current task's
   // trainer, and makes the session and Run end; nothing more is trained or uploaded with that token.
   void NoteTokenRefused(const Status& status);
 
   AgentOptions options_;
-  TrainerLauncher& launcher_;
+  TrainerSupervisor supervisor_;
   std::vector<std::string> urls_;  // options_.server_url, split
   size_t url_index_ = 0;           // the coordinator of the current session (the leader, with several)
   // Made for urls_[url_index_] by HelloTo, between sessions, when no other thread of this agent uses them.

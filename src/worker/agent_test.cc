@@ -18,6 +18,7 @@
 
 #include "http/test_server.h"
 #include "protocol/trainer_task.h"
+#include "weights/safetensors.h"
 #include "weights/sha256.h"
 
 namespace parsyn::worker {
@@ -30,14 +31,36 @@ using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 
 constexpr char kToken[] = "worker-token-1";
-const std::string kGlobalBytes = "global weights";
 
-// A trainer that prints `lines` and exits with `exit_code`.
+// The global the fake coordinator serves: a safetensors image of one tensor.
+std::string GlobalImage() {
+  weights::WeightSet set;
+  const float values[2] = {1.0f, 2.0f};
+  EXPECT_TRUE(set.Add("w", weights::DType::kF32, {2}, std::as_bytes(std::span(values))).ok());
+  const std::vector<std::byte> image = weights::SerializeSafetensors(set);
+  return std::string(reinterpret_cast<const char*>(image.data()), image.size());
+}
+const std::string kGlobalBytes = GlobalImage();
+
+// The trainer every test's agent offers, under the name jobs use by default.
+DescribedTrainer BuiltinTrainer() {
+  return {.command = {.name = "builtin", .argv = {"parsyn-trainer"}},
+          .description = {.contract_versions = {1}, .task_kinds = {"train", "evaluate"}, .model_kinds = {"*"}}};
+}
+
+// A trainer that prints `lines` and exits with `exit_code`; with `write_outputs`, it first writes what a successful
+// train task writes (the result, and the initial weights as the update).
 class ScriptedTrainer : public TrainerLauncher {
  public:
-  ScriptedTrainer(std::vector<std::string> lines, int exit_code) : lines_(std::move(lines)), exit_code_(exit_code) {}
-  StatusOr<std::unique_ptr<TrainerRun>> Start(const fs::path&) override {
+  ScriptedTrainer(std::vector<std::string> lines, int exit_code, bool write_outputs = false)
+      : lines_(std::move(lines)), exit_code_(exit_code), write_outputs_(write_outputs) {}
+  StatusOr<std::unique_ptr<TrainerRun>> Start(const std::vector<std::string>& argv) override {
     starts++;
+    if (write_outputs_) {
+      const json task = json::parse(std::ifstream(argv.back()));
+      std::ofstream(task["output"]["result"].get<std::string>()) << R"({"num_samples": 1})";
+      fs::copy_file(task["initial_weights"].get<std::string>(), task["output"]["weights"].get<std::string>());
+    }
     return std::unique_ptr<TrainerRun>(new Run(lines_, exit_code_));
   }
   std::atomic<int> starts = 0;
@@ -61,12 +84,13 @@ class ScriptedTrainer : public TrainerLauncher {
   };
   std::vector<std::string> lines_;
   int exit_code_;
+  bool write_outputs_;
 };
 
 // A trainer that prints one progress event, then runs until terminated (as a long round does).
 class RunsUntilTerminated : public TrainerLauncher {
  public:
-  StatusOr<std::unique_ptr<TrainerRun>> Start(const fs::path&) override {
+  StatusOr<std::unique_ptr<TrainerRun>> Start(const std::vector<std::string>&) override {
     starts++;
     return std::unique_ptr<TrainerRun>(new Run(*this));
   }
@@ -304,10 +328,11 @@ json PlatformTask(const std::string& base_url, const std::string& train, const s
   return task;
 }
 
-// A trainer that keeps the task file and the data file each run was given, then fails.
+// A trainer that keeps the task file and the data files each run was given, then fails.
 class DataRecordingTrainer : public TrainerLauncher {
  public:
-  StatusOr<std::unique_ptr<TrainerRun>> Start(const fs::path& task_file) override {
+  StatusOr<std::unique_ptr<TrainerRun>> Start(const std::vector<std::string>& argv) override {
+    const fs::path task_file = argv.back();
     json task = json::parse(std::ifstream(task_file));
     task_files.push_back(task_file);
     tasks_seen.push_back(task);
@@ -315,15 +340,18 @@ class DataRecordingTrainer : public TrainerLauncher {
     globals_seen.emplace_back(std::istreambuf_iterator<char>(global), std::istreambuf_iterator<char>());
     std::ifstream data(task["data"].get<std::string>());
     data_seen.emplace_back(std::istreambuf_iterator<char>(data), std::istreambuf_iterator<char>());
-    return failing_.Start(task_file);
+    std::ifstream validation(task.value("validation_data", ""));
+    validation_seen.emplace_back(std::istreambuf_iterator<char>(validation), std::istreambuf_iterator<char>());
+    return failing_.Start(argv);
   }
   std::vector<std::string> data_seen;
+  std::vector<std::string> validation_seen;
   std::vector<json> tasks_seen;
   std::vector<fs::path> task_files;
   std::vector<std::string> globals_seen;  // the initial_weights file's bytes
 
  private:
-  ScriptedTrainer failing_{{R"({"event": "error", "message": "recorded"})"}, 1};
+  ScriptedTrainer failing_{{R"({"event": "error", "code": "internal", "message": "recorded"})"}, 1};
 };
 
 class AgentTest : public ::testing::Test {
@@ -344,6 +372,7 @@ class AgentTest : public ::testing::Test {
                         .name = "w1",
                         .local_data = local_data_,
                         .cache_dir = root_ / "cache",
+                        .trainers = {BuiltinTrainer()},
                         .backoff_initial = milliseconds(20),
                         .backoff_max = milliseconds(50)};
   }
@@ -410,15 +439,42 @@ TEST_F(AgentTest, TrainerCrashIsReportedWithItsMessage) {
   net::io_context io;
   http::testing::TestServer coordinator(io, FakeCoordinator(seen, [&] { return TrainTask(url); }, {}));
   url = coordinator.url();
-  ScriptedTrainer trainer({R"({"event": "error", "message": "CUDA out of memory"})"}, 1);
+  ScriptedTrainer trainer({R"({"event": "error", "code": "out_of_memory", "message": "CUDA out of memory"})"}, 4);
   RunningAgent agent(Options(url), trainer);
   ASSERT_TRUE(seen.WaitFor([&] { return !seen.failures.empty(); }));
   ASSERT_TRUE(agent.Stop().ok());
 
   std::lock_guard lock(seen.mu);
   ASSERT_EQ(seen.failures.size(), 1u);
-  EXPECT_EQ(seen.failures[0]["reason"], "parsyn-trainer exited with status 1: CUDA out of memory");
+  EXPECT_EQ(seen.failures[0]["reason"], "trainer 'builtin' exited with status 4: out_of_memory: CUDA out of memory");
   EXPECT_EQ(trainer.starts.load(), 1);
+}
+
+// The hello announces the offered trainers with their descriptions; a task whose job names another trainer fails,
+// saying which this worker offers, and the trainer is never started.
+TEST_F(AgentTest, TrainersAreAnnouncedAndATaskNamingAnotherFails) {
+  Seen seen;
+  std::string url;
+  net::io_context io;
+  http::testing::TestServer coordinator(io, FakeCoordinator(seen,
+                                                            [&] {
+                                                              json task = TrainTask(url);
+                                                              task["config"]["trainer"] = "tabular";
+                                                              return task;
+                                                            },
+                                                            {}));
+  url = coordinator.url();
+  ScriptedTrainer trainer({}, 0);
+  RunningAgent agent(Options(url), trainer);
+  ASSERT_TRUE(seen.WaitFor([&] { return !seen.failures.empty(); }));
+  ASSERT_TRUE(agent.Stop().ok());
+  std::lock_guard lock(seen.mu);
+  EXPECT_EQ(seen.hellos.at(0)["trainers"], json::parse(R"([{"name": "builtin", "describe": {"contract_versions": [1],
+                            "task_kinds": ["train", "evaluate"], "model_kinds": ["*"]}}])"));
+  EXPECT_EQ(seen.failures.at(0)["reason"],
+            "job 7 trains with the trainer 'tabular', which this worker does not offer (it offers: builtin); start it "
+            "with --trainer tabular=COMMAND");
+  EXPECT_EQ(trainer.starts.load(), 0);
 }
 
 // A worker with --data says so in its hello (format and rows only). One without it that gets a task of a job over
@@ -491,7 +547,7 @@ TEST_F(AgentTest, TaskWhoseRoundMovedOnIsNotReported) {
   http::testing::TestServer coordinator(
       io, FakeCoordinator(seen, [&] { return TrainTask(url); }, {.abandon_on_heartbeat = true}));
   url = coordinator.url();
-  ScriptedTrainer trainer({R"({"event": "done", "weights_sha256": "00"})"}, 0);
+  ScriptedTrainer trainer({R"({"event": "done", "num_samples": 1})"}, 0, /*write_outputs=*/true);
   RunningAgent agent(Options(url), trainer);
   // The heartbeat before the upload learns the round moved on; the agent then polls again.
   ASSERT_TRUE(seen.WaitFor([&] { return seen.polls >= 3; }));
@@ -558,12 +614,13 @@ TEST_F(AgentTest, ShardCacheIsKeyedByContentNotByJobAndShard) {
   }
   run_one_task();
   ASSERT_EQ(trainer.data_seen.size(), 3u);
-  EXPECT_EQ(trainer.data_seen[0], "x,y\n1,2\n3,4\n");
-  EXPECT_EQ(trainer.data_seen[1], "x,y\n5,6\n3,4\n");
-  EXPECT_EQ(trainer.data_seen[2], "x,y\n5,6\n3,4\n");
+  EXPECT_EQ(trainer.data_seen[0], "x,y\n1,2\n");
+  EXPECT_EQ(trainer.data_seen[1], "x,y\n5,6\n");
+  EXPECT_EQ(trainer.data_seen[2], "x,y\n5,6\n");
+  for (const std::string& v : trainer.validation_seen) EXPECT_EQ(v, validation);
   std::lock_guard lock(seen.mu);
   EXPECT_EQ(seen.blob_authorizations.size(), gets_before + 1) << "only the global is downloaded again";
-  EXPECT_EQ(seen.failures.at(0)["reason"], "parsyn-trainer exited with status 1: recorded");
+  EXPECT_EQ(seen.failures.at(0)["reason"], "trainer 'builtin' exited with status 1: internal: recorded");
 }
 
 // A shard file whose bytes differ from the task's sha256 (a tampered store, a man in the middle) is never used: the

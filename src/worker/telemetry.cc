@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -37,14 +38,23 @@ struct UtilizationSampler::Nvml {
   using ShutdownFn = int (*)();
   using HandleFn = int (*)(unsigned int, void**);
   using UtilFn = int (*)(void*, Rates*);
+  struct Memory {  // nvmlMemory_t
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+  };
+  using MemoryFn = int (*)(void*, Memory*);
 
   void* lib = nullptr;
   ShutdownFn shutdown = nullptr;
   UtilFn utilization = nullptr;
+  MemoryFn memory = nullptr;  // optional
   void* device = nullptr;
 
   static std::unique_ptr<Nvml> Load(unsigned int index) {
-    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    // PARSYN_NVML_LIBRARY: another library in NVML's place (a test's stand-in, or a driver outside the loader's path).
+    const char* named = std::getenv("PARSYN_NVML_LIBRARY");
+    void* lib = dlopen(named != nullptr && *named != '\0' ? named : "libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) return nullptr;
     auto nvml = std::make_unique<Nvml>();
     nvml->lib = lib;
@@ -52,6 +62,7 @@ struct UtilizationSampler::Nvml {
     nvml->shutdown = reinterpret_cast<ShutdownFn>(dlsym(lib, "nvmlShutdown"));
     auto handle = reinterpret_cast<HandleFn>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
     nvml->utilization = reinterpret_cast<UtilFn>(dlsym(lib, "nvmlDeviceGetUtilizationRates"));
+    nvml->memory = reinterpret_cast<MemoryFn>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
     if (init == nullptr || nvml->shutdown == nullptr || handle == nullptr || nvml->utilization == nullptr ||
         init() != 0) {
       nvml->shutdown = nullptr;
@@ -83,6 +94,13 @@ const char* UtilizationSampler::source() const { return nvml_ ? "nvml" : "cpu"; 
 
 std::string_view UtilizationSampler::device_kind() const {
   return nvml_ ? protocol::kUtilizationGpu : protocol::kUtilizationHostCpu;
+}
+
+std::optional<UtilizationSampler::DeviceMemory> UtilizationSampler::Memory() {
+  if (!nvml_ || nvml_->memory == nullptr) return std::nullopt;
+  Nvml::Memory m{};
+  if (nvml_->memory(nvml_->device, &m) != 0 || m.total == 0) return std::nullopt;
+  return DeviceMemory{.used_bytes = m.used, .total_bytes = m.total};
 }
 
 std::optional<double> UtilizationSampler::Sample() {

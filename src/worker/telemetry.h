@@ -1,6 +1,7 @@
 // Utilisation for the worker's progress reports: the GPU's (NVML, loaded at run time with
-// dlopen("libnvidia-ml.so.1"), so the agent builds and runs on machines without NVIDIA drivers) when the task runs
-// on CUDA and NVML answers, else the whole machine's CPU busy fraction from /proc/stat between two samples.
+// dlopen("libnvidia-ml.so.1"), or the library $PARSYN_NVML_LIBRARY names, so the agent builds and runs on machines
+// without NVIDIA drivers) when the task runs on CUDA and NVML answers, else the whole machine's CPU busy fraction from
+// /proc/stat between two samples. With NVML, also the GPU's memory in use and in all.
 //
 // Threads: one UtilizationSampler is used from one thread.
 #pragma once
@@ -31,6 +32,12 @@ class UtilizationSampler {
   // The utilisation in 0..1 since the previous call (CPU) or over NVML's last sample period (GPU); nullopt when
   // nothing is measurable yet (the first CPU sample) or at all.
   std::optional<double> Sample();
+  // The GPU's memory (NVML): bytes in use and in all; nullopt without NVML or when it does not answer.
+  struct DeviceMemory {
+    uint64_t used_bytes = 0;
+    uint64_t total_bytes = 0;
+  };
+  std::optional<DeviceMemory> Memory();
   // "nvml" or "cpu": what Sample() measures.
   const char* source() const;
   // The same as the worker protocol names it (Progress::utilization_device): "gpu" or "host_cpu" (the whole

@@ -35,6 +35,28 @@ TEST(UtilizationSamplerTest, CpuSamplesAreFractionsAfterTheFirst) {
   EXPECT_LE(*u, 1.0);
 }
 
+// The stand-in NVML (testing/stand_in_nvml.c) in the real library's place: the sampler reports the GPU's utilisation
+// and memory as the library answers them, for the device the task runs on.
+TEST(UtilizationSamplerTest, GpuTasksAreMeasuredThroughNvml) {
+  setenv("PARSYN_NVML_LIBRARY", PARSYN_STAND_IN_NVML, 1);
+  setenv("PARSYN_STAND_IN_NVML_UTILIZATION", "73", 1);
+  setenv("PARSYN_STAND_IN_NVML_MEMORY_USED", "12884901888", 1);
+  setenv("PARSYN_STAND_IN_NVML_MEMORY_TOTAL", "85899345920", 1);
+  setenv("PARSYN_STAND_IN_NVML_DEVICES", "2", 1);
+  UtilizationSampler gpu("cuda:1");
+  EXPECT_STREQ(gpu.source(), "nvml");
+  EXPECT_EQ(gpu.device_kind(), "gpu");
+  EXPECT_EQ(gpu.Sample(), 0.73);
+  ASSERT_TRUE(gpu.Memory().has_value());
+  EXPECT_EQ(gpu.Memory()->used_bytes, 12884901888u);
+  EXPECT_EQ(gpu.Memory()->total_bytes, 85899345920u);
+  UtilizationSampler missing("cuda:2");  // no such device: the CPU is measured
+  EXPECT_STREQ(missing.source(), "cpu");
+  UtilizationSampler cpu("cpu");  // a CPU task never asks NVML
+  EXPECT_FALSE(cpu.Memory().has_value());
+  unsetenv("PARSYN_NVML_LIBRARY");
+}
+
 TEST(UtilizationSamplerTest, CudaWithoutNvmlFallsBackToCpu) {
   UtilizationSampler sampler("cuda:0");
   // On machines without the NVIDIA driver, dlopen fails and the sampler measures the CPU.

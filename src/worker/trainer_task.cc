@@ -10,38 +10,17 @@ namespace parsyn::worker {
 
 using nlohmann::json;
 
-namespace {
-
-std::optional<double> NumberOrNull(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number()) return std::nullopt;
-  return it->get<double>();
-}
-
-StatusOr<int64_t> RequiredInteger(const json& done, const char* key) {
-  auto it = done.find(key);
-  if (it == done.end() || !it->is_number_integer()) {
-    return InvalidArgumentError(std::string("the trainer's result lacks the integer '") + key + "'");
-  }
-  return it->get<int64_t>();
-}
-
-}  // namespace
-
-std::optional<double> ShardValidationFraction(const protocol::TaskData& data) {
-  if (data.train_rows + data.validation_rows <= 0) return std::nullopt;
-  return static_cast<double>(data.validation_rows) / static_cast<double>(data.train_rows + data.validation_rows);
-}
-
 protocol::TrainerTask BuildTrainerTask(const protocol::Task& task, const TaskFiles& files, const std::string& device,
                                        int threads) {
   const bool train = task.kind == protocol::TaskKind::kTrain;
   protocol::TrainerTask out;
+  out.kind = task.kind;
+  out.model_kind = task.model.model_type;
   out.initial_weights = files.global_weights.string();
   out.data = files.data.string();
+  out.validation_data = files.validation_data.string();
   out.data_format = files.data_format;
   out.config.training = task.config;
-  out.validation_fraction = files.validation_fraction;
   // steps_per_round 0 means "a round trains config.epochs passes over the shard": no step budget then.
   if (!train) {
     out.steps = 0;  // evaluate only
@@ -50,8 +29,7 @@ protocol::TrainerTask BuildTrainerTask(const protocol::Task& task, const TaskFil
   }
   // The trainer reads seeds as non-negative int64: keep the coordinator's 64-bit seed's low 63 bits.
   out.seed = task.seed & 0x7fff'ffff'ffff'ffffULL;
-  // A platform shard's validation slice is fixed by the coordinator (split_seed 0 re-finds it); a worker's own file
-  // is split by the job's seed, the same in every round.
+  // A worker's own file is split by the job's seed, the same rows in every round (a shard has its validation file).
   out.split_seed = task.data_source == protocol::DataSource::kWorkers ? task.config.seed : 0;
   out.device = device;
   out.threads = threads;
@@ -68,49 +46,41 @@ protocol::TrainerTask BuildTrainerTask(const protocol::Task& task, const TaskFil
   return out;
 }
 
-StatusOr<protocol::Result> BuildResult(const protocol::Task& task, const std::string& session_id, const json& done,
-                                       const std::string& blob_key, const std::string& sha256) {
+protocol::Result BuildResult(const protocol::Task& task, const std::string& session_id,
+                             const protocol::TrainerResult& result, const std::string& blob_key,
+                             const std::string& sha256) {
   protocol::Result report;
-  PARSYN_ASSIGN_OR_RETURN(report.sample_count, RequiredInteger(done, "samples_used"));
-  PARSYN_ASSIGN_OR_RETURN(report.validation_samples, RequiredInteger(done, "num_validation"));
+  report.sample_count = result.num_samples;
+  report.validation_samples = result.num_validation;
   report.session_id = session_id;
   report.job_id = task.job_id;
   report.round = task.round;
   report.attempt = task.attempt;
-  report.train_loss = NumberOrNull(done, "mean_train_loss");
+  report.train_loss = result.train_loss;
   // The coordinator records the validation loss of the global this task received: the trainer's "before".
-  const json before = done.value("validation_before", json());
-  if (before.is_object()) report.validation_loss = NumberOrNull(before, "loss");
-  for (const char* key : {"validation_before", "validation_after", "steps", "examples_seen", "tokens_seen", "wall_s"}) {
-    if (done.contains(key)) report.metrics[key] = done[key];
+  report.validation_loss = result.ValidationLossBefore();
+  report.metrics["validation_before"] = result.validation_before;
+  report.metrics["validation_after"] = result.validation_after;
+  for (const auto& [key, value] : result.metrics.items()) {
+    if (key != "validation_before" && key != "validation_after") report.metrics[key] = value;
   }
   report.blob_key = blob_key;
   report.sha256 = blob_key.empty() ? "" : sha256;
   return report;
 }
 
-std::optional<protocol::Progress> BuildProgress(const protocol::Task& task, const std::string& session_id,
-                                                const json& event, std::optional<double> utilization) {
-  if (event.value("event", "") != "progress" || !event.contains("step") || !event["step"].is_number_integer()) {
-    return std::nullopt;
-  }
+protocol::Progress BuildProgress(const protocol::Task& task, const std::string& session_id,
+                                 const protocol::TrainerProgress& event, std::optional<double> utilization) {
   protocol::Progress report{.session_id = session_id,
                             .job_id = task.job_id,
                             .round = task.round,
                             .attempt = task.attempt,
-                            .step = event["step"].get<int64_t>()};
-  if (event.contains("total_steps") && event["total_steps"].is_number_integer()) {
-    report.total_steps = event["total_steps"].get<int64_t>();
-  }
-  report.loss = NumberOrNull(event, "loss");
-  std::optional<double> tokens = NumberOrNull(event, "tokens_per_s");
-  std::optional<double> samples = NumberOrNull(event, "samples_per_s");
-  if (tokens && *tokens > 0) {
-    report.throughput = *tokens;
-    report.throughput_unit = protocol::kTokensPerSecond;
-  } else if (samples) {
-    report.throughput = *samples;
-    report.throughput_unit = protocol::kSamplesPerSecond;
+                            .step = event.step};
+  if (event.total_steps > 0) report.total_steps = event.total_steps;
+  report.loss = event.loss;
+  if (event.throughput) {
+    report.throughput = *event.throughput;
+    report.throughput_unit = event.throughput_unit;
   }
   if (utilization) report.utilization = std::clamp(*utilization, 0.0, 1.0);
   return report;

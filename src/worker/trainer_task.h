@@ -1,6 +1,6 @@
-// Pure translations between the coordinator's task (protocol::Task, GET /api/v1/worker/tasks/next) and
-// parsyn-trainer's task file (protocol::TrainerTask), and from the trainer's events to the worker's reports
-// (protocol::Result, protocol::Progress). No I/O.
+// Pure translations between the coordinator's task (protocol::Task, GET /api/v1/worker/tasks/next) and a trainer's
+// task file (protocol::TrainerTask, docs/trainer-contract.md), and from the trainer's result and progress events to the
+// worker's reports (protocol::Result, protocol::Progress). No I/O.
 #pragma once
 
 #include <cstdint>
@@ -11,38 +11,34 @@
 
 #include "base/status.h"
 #include "protocol/messages.h"
+#include "protocol/trainer_events.h"
 #include "protocol/trainer_task.h"
 
 namespace parsyn::worker {
 
 // Where the fetched inputs of a task lie on this machine.
 struct TaskFiles {
-  std::filesystem::path model_dir;       // empty: none (a tabular model created from the data)
-  std::filesystem::path global_weights;  // the round's global trainable weights
-  std::filesystem::path data;            // training data with the validation rows in it (see validation_fraction)
-  std::string data_format;               // "jsonl" | "csv"
-  // Replaces the config's validation_fraction: the share of `data` the platform held out for validation.
-  std::optional<double> validation_fraction;
-  std::filesystem::path output_dir;  // update.safetensors and result.json go here
+  std::filesystem::path model_dir;        // empty: none (a tabular model created from the data)
+  std::filesystem::path global_weights;   // the round's global trainable weights
+  std::filesystem::path data;             // the training rows (a platform shard's), or the worker's own file
+  std::filesystem::path validation_data;  // a platform shard's validation rows; empty: held out of `data`
+  std::string data_format;                // "jsonl" | "csv"
+  std::filesystem::path output_dir;       // update.safetensors and result.json go here
 };
 
-// The share of a platform shard's joined file (JoinShardFiles, agent.h) that is its validation rows: the trainer
-// splits off the last such share, so it holds out exactly the platform's validation slice. nullopt for an empty shard.
-std::optional<double> ShardValidationFraction(const protocol::TaskData& data);
-
-// parsyn-trainer's task: the job's config as the coordinator sent it, the task's seed, steps_per_round steps (0 for
-// an evaluate task) on one learning-rate schedule that runs across all rounds, the validation slice fixed for the job
-// (split_seed 0 for a platform shard; the job's config.seed for the worker's own file, data_source "workers"). A job of
-// steps_per_round 0 trains config.epochs passes per round, without a step budget. A train task's proximal_mu (FedProx)
-// goes with it.
+// The trainer's task: its kind and the job's model kind, the job's config as the coordinator sent it, the task's seed,
+// steps_per_round steps (none for an evaluate task) on one learning-rate schedule that runs across all rounds, the
+// shard's validation file, or for the worker's own file (data_source "workers") the config's validation fraction held
+// out by the job's config.seed, the same rows every round. A job of steps_per_round 0 trains config.epochs passes per
+// round, without a step budget. A train task's proximal_mu (FedProx) goes with it.
 protocol::TrainerTask BuildTrainerTask(const protocol::Task& task, const TaskFiles& files, const std::string& device,
                                        int threads);
 
-// The POST /api/v1/worker/result body from the trainer's result (its "done" event). `blob_key` and `sha256`
-// describe the uploaded update; empty for an evaluate task. InvalidArgument when `done` lacks a field.
-StatusOr<protocol::Result> BuildResult(const protocol::Task& task, const std::string& session_id,
-                                       const nlohmann::json& done, const std::string& blob_key,
-                                       const std::string& sha256);
+// The POST /api/v1/worker/result body from the trainer's checked result. `blob_key` and `sha256` describe the
+// uploaded update; empty for an evaluate task.
+protocol::Result BuildResult(const protocol::Task& task, const std::string& session_id,
+                             const protocol::TrainerResult& result, const std::string& blob_key,
+                             const std::string& sha256);
 
 // A train task's update as it travels: the job's distributed.compression applied to the trainer's update file
 // (docs/compression.md, "In jobs"), written beside it as update.wire; a job without compression keeps the file as it
@@ -55,9 +51,8 @@ StatusOr<WireUpdate> EncodeUpdateForJob(const protocol::Task& task, const std::f
                                         const std::string& update_sha256, const std::filesystem::path& global_file,
                                         const std::filesystem::path& state_dir);
 
-// The POST /api/v1/worker/progress body from a trainer "progress" event; nullopt for other events.
-// throughput: tokens per second for language models, else samples per second, named in throughput_unit.
-std::optional<protocol::Progress> BuildProgress(const protocol::Task& task, const std::string& session_id,
-                                                const nlohmann::json& event, std::optional<double> utilization);
+// The POST /api/v1/worker/progress body from a trainer's progress event.
+protocol::Progress BuildProgress(const protocol::Task& task, const std::string& session_id,
+                                 const protocol::TrainerProgress& event, std::optional<double> utilization);
 
 }  // namespace parsyn::worker

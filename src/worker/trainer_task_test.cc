@@ -32,11 +32,12 @@ protocol::Task TrainTask() {
 
 TEST(BuildTrainerTaskTest, TrainTaskContinuesOneScheduleAcrossRounds) {
   protocol::Task task = TrainTask();
+  task.model.model_type = "llama";
   TaskFiles files{.model_dir = "/c/models/m",
                   .global_weights = "/c/t/global.safetensors",
-                  .data = "/c/d.jsonl",
+                  .data = "/c/d.train.jsonl",
+                  .validation_data = "/c/d.validation.jsonl",
                   .data_format = "jsonl",
-                  .validation_fraction = 0.25,
                   .output_dir = "/c/t/out"};
   const protocol::TrainerTask out = BuildTrainerTask(task, files, "cpu", 1);
   EXPECT_EQ(out.steps, 10);
@@ -44,9 +45,13 @@ TEST(BuildTrainerTaskTest, TrainTaskContinuesOneScheduleAcrossRounds) {
   task.seed = 0xffff'ffff'ffff'fff0ULL;  // the coordinator's seeds use all 64 bits
   EXPECT_EQ(BuildTrainerTask(task, files, "cpu", 1).seed, 0x7fff'ffff'ffff'fff0ULL);
   EXPECT_EQ(out.schedule, (protocol::TrainerSchedule{.start_step = 10, .total_steps = 40}));
-  // The platform's held-out share travels beside the config, which goes to the trainer as the job has it: the
-  // trainer and the job share one schema and one set of defaults, so nothing is patched on the way.
-  EXPECT_EQ(out.validation_fraction, 0.25);
+  // The platform's validation rows travel as their own file, and the config goes to the trainer as the job has it:
+  // the trainer and the job share one schema and one set of defaults, so nothing is patched on the way.
+  EXPECT_EQ(out.kind, protocol::TaskKind::kTrain);
+  EXPECT_EQ(out.model_kind, "llama");
+  EXPECT_EQ(out.data, "/c/d.train.jsonl");
+  EXPECT_EQ(out.validation_data, "/c/d.validation.jsonl");
+  EXPECT_FALSE(out.validation_fraction.has_value());
   EXPECT_EQ(out.config.training, task.config);
   EXPECT_EQ(out.config.training.batch_size, 2);
   EXPECT_FALSE(out.config.model_type.has_value());
@@ -82,6 +87,7 @@ TEST(BuildTrainerTaskTest, EvaluateTaskRunsNoStepsAndTabularHasNoModelDir) {
   task.update_upload.reset();
   TaskFiles files{.global_weights = "g", .data = "d.csv", .data_format = "csv", .output_dir = "o"};
   const protocol::TrainerTask out = BuildTrainerTask(task, files, "cuda:1", 0);
+  EXPECT_EQ(out.kind, protocol::TaskKind::kEvaluate);
   EXPECT_EQ(out.steps, 0);
   EXPECT_FALSE(out.schedule.has_value());
   EXPECT_TRUE(out.model_dir.empty());
@@ -120,17 +126,13 @@ TEST(BuildTrainerTaskTest, OwnDataIsSplitByTheJobsSeedWithTheConfigsFraction) {
 
 TEST(BuildResultTest, ReportsSamplesLossesAndTheReceivedGlobalsValidation) {
   const protocol::Task task = TrainTask();
-  json done = {{"event", "done"},
-               {"samples_used", 120},
-               {"num_validation", 30},
-               {"mean_train_loss", 2.5},
-               {"validation_before", {{"loss", 3.0}, {"accuracy", 0.1}}},
-               {"validation_after", {{"loss", 2.4}}},
-               {"steps", 10},
-               {"weights_sha256", "ab"}};
-  StatusOr<protocol::Result> r = BuildResult(task, "pss_x", done, "jobs/3/u", "ab");
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  const json body = protocol::ResultToJson(*r);
+  const protocol::TrainerResult result{.num_samples = 120,
+                                       .num_validation = 30,
+                                       .train_loss = 2.5,
+                                       .validation_before = {{"loss", 3.0}, {"accuracy", 0.1}},
+                                       .validation_after = {{"loss", 2.4}},
+                                       .metrics = {{"steps", 10}}};
+  const json body = protocol::ResultToJson(BuildResult(task, "pss_x", result, "jobs/3/u", "ab"));
   EXPECT_EQ(body["session_id"], "pss_x");
   EXPECT_EQ(body["sample_count"], 120);
   EXPECT_EQ(body["validation_samples"], 30);
@@ -142,21 +144,17 @@ TEST(BuildResultTest, ReportsSamplesLossesAndTheReceivedGlobalsValidation) {
   EXPECT_EQ(body["attempt"], 1);
   EXPECT_EQ(body["metrics"]["validation_after"]["loss"], 2.4);
   EXPECT_EQ(body["metrics"]["steps"], 10);
-  EXPECT_EQ(BuildResult(task, "s", json{{"num_validation", 1}}, "", "").status().message(),
-            "the trainer's result lacks the integer 'samples_used'");
   // An evaluate task uploads nothing.
-  const json evaluated = protocol::ResultToJson(*BuildResult(task, "s", done, "", "ab"));
+  const json evaluated = protocol::ResultToJson(BuildResult(task, "s", result, "", "ab"));
   EXPECT_FALSE(evaluated.contains("blob_key"));
   EXPECT_FALSE(evaluated.contains("sha256"));
 }
 
-TEST(BuildProgressTest, PrefersTokensPerSecondAndIgnoresOtherEvents) {
+TEST(BuildProgressTest, CarriesTheTrainersThroughputAndTheUtilization) {
   const protocol::Task task = TrainTask();
-  json lm = {{"event", "progress"},  {"step", 4}, {"total_steps", 10}, {"loss", 1.5}, {"tokens_per_s", 800.0},
-             {"samples_per_s", 12.0}};
-  std::optional<protocol::Progress> r = BuildProgress(task, "s", lm, 0.5);
-  ASSERT_TRUE(r.has_value());
-  const json body = protocol::ProgressToJson(*r);
+  const protocol::TrainerProgress lm{
+      .step = 4, .total_steps = 10, .loss = 1.5, .throughput = 800.0, .throughput_unit = "tokens/s"};
+  const json body = protocol::ProgressToJson(BuildProgress(task, "s", lm, 0.5));
   EXPECT_EQ(body["throughput"], 800.0);
   EXPECT_EQ(body["throughput_unit"], "tokens/s");
   EXPECT_EQ(body["utilization"], 0.5);
@@ -164,10 +162,9 @@ TEST(BuildProgressTest, PrefersTokensPerSecondAndIgnoresOtherEvents) {
   EXPECT_EQ(body["total_steps"], 10);
   EXPECT_EQ(body["job_id"], 3);
   EXPECT_EQ(body["attempt"], 1);
-  json tabular = {{"event", "progress"}, {"step", 4}, {"tokens_per_s", 0.0}, {"samples_per_s", 12.0}};
-  EXPECT_EQ(BuildProgress(task, "s", tabular, std::nullopt)->throughput, 12.0);
-  EXPECT_EQ(BuildProgress(task, "s", tabular, std::nullopt)->throughput_unit, "samples/s");
-  EXPECT_FALSE(BuildProgress(task, "s", json{{"event", "eval"}, {"step", 1}}, std::nullopt).has_value());
+  const protocol::Progress plain = BuildProgress(task, "s", {.step = 4, .total_steps = 0}, std::nullopt);
+  EXPECT_FALSE(plain.throughput.has_value());
+  EXPECT_FALSE(plain.total_steps.has_value());
 }
 
 }  // namespace

@@ -170,15 +170,16 @@ namespace parsyn::e2e {
 namespace {
 
 TEST_F(LlamaJobTest, TrainerCrashFailsTheTaskAndTheWorkerStaysOnline) {
-  // A trainer that dies at once, as a crash or out-of-memory would, for the second worker only.
+  // A trainer that dies at once, as a crash or out-of-memory would, for the second worker only (its built-in trainer,
+  // as the worker's owner maps it).
   const fs::path crashing = tmp_.path() / "crashing-trainer.sh";
-  std::ofstream(crashing) << "#!/bin/sh\necho '{\"event\": \"error\", \"code\": \"internal\", \"message\": "
+  std::ofstream(crashing) << "#!/bin/sh\nif [ \"$1\" = --describe ]; then echo '{\"contract_versions\": [1], "
+                             "\"task_kinds\": [\"train\", \"evaluate\"], \"model_kinds\": [\"*\"]}'; exit 0; fi\n"
+                             "echo '{\"event\": \"error\", \"code\": \"internal\", \"message\": "
                              "\"simulated crash\"}'\nkill -SEGV $$\n";
   fs::permissions(crashing, fs::perms::owner_all);
   std::vector<int64_t> ids = StartWorkers(1);
-  ::setenv("PARSYN_TRAINER", crashing.c_str(), 1);
-  std::vector<int64_t> crash_ids = StartWorkers(1);
-  ::unsetenv("PARSYN_TRAINER");
+  std::vector<int64_t> crash_ids = StartWorkers(1, {"--trainer", "builtin=" + crashing.string()});
   ids.push_back(crash_ids[0]);
   const int64_t job_id = CreateJob(*admin_, LoraSpec(ids, 2, 4, 1, 60));
   json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(240));

@@ -92,10 +92,13 @@ async function main() {
   // worker's disk), for a worker whose every task must fail. A worker's own --data file would not do: in a job over
   // the platform's dataset it trains on its shard.
   const refusal = path.join(tmp, 'refusal.jsonl');
-  fs.writeFileSync(refusal, `${JSON.stringify({
-    event: 'error', message: `${path.join(tmp, 'cache-gamma', 'broken.jsonl')}: line 1: "text" is empty` })}\n`);
+  fs.writeFileSync(refusal, `${JSON.stringify({ event: 'error', code: 'invalid_argument',
+    message: `${path.join(tmp, 'cache-gamma', 'broken.jsonl')}: line 1: "text" is empty` })}\n`);
+  const described = JSON.stringify({ contract_versions: [1], task_kinds: ['train', 'evaluate'], model_kinds: ['*'] });
   const refusingTrainer = path.join(tmp, 'refusing-trainer.sh');
-  fs.writeFileSync(refusingTrainer, `#!/bin/sh\ncat '${refusal}'\nexit 1\n`, { mode: 0o755 });
+  fs.writeFileSync(refusingTrainer,
+    `#!/bin/sh\nif [ "$1" = --describe ]; then echo '${described}'; exit 0; fi\ncat '${refusal}'\nexit 1\n`,
+    { mode: 0o755 });
 
   const dataDir = path.join(tmp, 'server');
   const server = start('server', ['server', '--data-dir', dataDir, '--listen', '127.0.0.1:0',
@@ -358,7 +361,7 @@ async function main() {
     // ---- a job whose third worker always fails its task: every attempt lists who took part and who was dropped ----
     const gammaWorker = await call('POST', '/workers', JSON.stringify({ name: 'gamma', kind: 'own' }));
     start('worker-gamma', ['worker', '--server', base, '--token', gammaWorker.token, '--name', 'gamma',
-      '--cache-dir', path.join(tmp, 'cache-gamma'), '--threads', '1'], { PARSYN_TRAINER: refusingTrainer });
+      '--cache-dir', path.join(tmp, 'cache-gamma'), '--threads', '1', '--trainer', `builtin=${refusingTrainer}`]);
     await waitFor('gamma online', async () => {
       const { workers: list } = await call('GET', '/workers');
       return list.filter((w) => w.status === 'online' && [...workers, gammaWorker].some((o) => o.id === w.id)).length === 3;

@@ -52,6 +52,7 @@ export function render(container, [idText]) {
   const roundText = h('strong', { id: 'round-counter' }, '—');
   const roundBar = h('div', { id: 'round-bar' });
   const reasonText = h('p', { class: 'muted', id: 'job-reason' });
+  const trainerText = h('p', { class: 'muted', id: 'job-trainer' });
   const warningsBox = h('section', { class: 'notice', id: 'job-warnings', role: 'note', 'aria-labelledby': 'warnings-h',
                                      hidden: true });
   const lossSummary = h('p', { id: 'loss-summary' });
@@ -76,7 +77,7 @@ export function render(container, [idText]) {
     warningsBox,
     h('section', { class: 'card', 'aria-labelledby': 'progress-h' },
       h('h2', { id: 'progress-h' }, 'Progress'),
-      h('p', { class: 'round-line' }, 'Round ', roundText), roundBar, reasonText,
+      h('p', { class: 'round-line' }, 'Round ', roundText), roundBar, reasonText, trainerText,
       h('div', { class: 'state-lists' },
         h('div', {}, h('h3', {}, 'Training'), lists.training),
         h('div', {}, h('h3', {}, 'Reported'), lists.reported),
@@ -157,6 +158,9 @@ export function render(container, [idText]) {
   }
   function applyJob(job) {
     state.job = job;
+    // The trainer the job names (docs/trainer-contract.md): only workers offering it take its tasks.
+    const trainer = job.spec?.config?.trainer;
+    trainerText.textContent = trainer ? `Trainer: ${trainer}` : '';
     state.totalRounds = job.total_rounds ?? state.totalRounds;
     state.committed = job.committed_round;
     if (job.live?.phase === 'final_evaluation') state.finalEvaluation = true;
@@ -322,6 +326,7 @@ export function render(container, [idText]) {
     if (!state.workers.has(id)) {
       state.workers.set(id, { id, state: 'idle', reason: '', round: 0, kind: 'train', step: 0, totalSteps: null,
                               loss: null, throughput: null, throughputUnit: null, utilization: null,
+                              memoryUsed: null, memoryTotal: null,
                               utilizationDevice: null, xs: [], losses: [] });
       if (!state.names.has(id)) loadWorkers();
     }
@@ -384,6 +389,8 @@ export function render(container, [idText]) {
           w.utilization = e.utilization;
           w.utilizationDevice = e.utilization_device ?? null;
         }
+        w.memoryUsed = isNumber(e.device_memory_used_bytes) ? e.device_memory_used_bytes : null;
+        w.memoryTotal = isNumber(e.device_memory_total_bytes) ? e.device_memory_total_bytes : null;
         // Loss curves are of training steps; the final evaluation's progress moves the card's counter only.
         if (isNumber(e.loss) && !isFinalEvaluationRound(e.round)) {
           w.loss = e.loss;
@@ -522,6 +529,16 @@ export function render(container, [idText]) {
     return { badge: info.status, text: info.status === 'offline' ? 'offline' : info.status, of: 0, showProgress: false };
   }
 
+  // The worker's trainer of the job's name, as its hello described it: "builtin (pytorch-tabular 0.1)".
+  function trainerOf(workerId) {
+    const name = state.job?.spec?.config?.trainer;
+    const offered = state.workerInfo.get(workerId)?.trainers ?? [];
+    const t = offered.find((x) => x.name === name);
+    if (!name || !t) return '—';
+    const described = [t.describe?.name, t.describe?.version].filter(Boolean).join(' ');
+    return described ? `${name} (${described})` : name;
+  }
+
   function utilizationLabel(device) {
     if (device === 'gpu') return 'GPU utilisation';
     if (device === 'host_cpu') return 'Host CPU (whole machine)';
@@ -535,6 +552,7 @@ export function render(container, [idText]) {
         state: h('span'), progress: h('div'), task: h('p', { class: 'worker-task' }), device: h('span'),
         loss: h('span'), throughput: h('span', { class: 'stat-throughput' }), utilization: h('span', { class: 'stat-utilization' }),
         utilizationLabel: h('dt', { class: 'stat-utilization-label' }, 'Utilisation'),
+        memory: h('span', { class: 'stat-memory' }), trainer: h('span', { class: 'stat-trainer' }),
       };
       const chartBox = h('div', { class: 'worker-chart', dataset: { workerId: w.id } });
       const root = h('article', { class: 'card worker-card', dataset: { workerId: w.id } },
@@ -542,9 +560,11 @@ export function render(container, [idText]) {
         fields.task, fields.progress,
         h('dl', { class: 'stats' },
           h('dt', {}, 'Device'), h('dd', {}, fields.device),
+          h('dt', {}, 'Trainer'), h('dd', {}, fields.trainer),
           h('dt', {}, 'Loss'), h('dd', {}, fields.loss),
           h('dt', {}, 'Throughput'), h('dd', {}, fields.throughput),
-          fields.utilizationLabel, h('dd', {}, fields.utilization)),
+          fields.utilizationLabel, h('dd', {}, fields.utilization),
+          h('dt', {}, 'GPU memory'), h('dd', {}, fields.memory)),
         chartBox);
       workerCards.append(root);
       const chart = new LineChart(chartBox, { xLabel: 'step', yLabel: 'loss', height: 160,
@@ -567,6 +587,9 @@ export function render(container, [idText]) {
       : `${fmtNumber(w.throughput, 3)} ${w.throughputUnit ?? 'per second (unit not reported)'}`;
     card.fields.utilizationLabel.textContent = utilizationLabel(w.utilizationDevice);
     card.fields.utilization.textContent = w.utilization === null ? '—' : `${Math.round(w.utilization * 100)} %`;
+    card.fields.memory.textContent = w.memoryTotal === null ? '—'
+      : `${(w.memoryUsed / 2 ** 30).toFixed(1)} / ${(w.memoryTotal / 2 ** 30).toFixed(1)} GiB`;
+    card.fields.trainer.textContent = trainerOf(w.id);
     if (card.drawnPoints !== w.losses.length) {
       card.chart.setData(w.xs.slice(), [w.losses.slice()]);
       card.drawnPoints = w.losses.length;

@@ -27,6 +27,7 @@ const CONFIG_KEYS = [
   ['validation_fraction', 'Validation fraction', 'number'],
   ['label_column', 'Label column (CSV)', 'text'],
   ['hidden_sizes', 'Hidden layer sizes (tabular)', 'intlist'],
+  ['trainer', 'Trainer (a name its workers offer)', 'text'],
 ];
 
 // What an empty default means, where the bare value would not say it.

@@ -1,4 +1,5 @@
-// Workers page: every registered worker with kind, online/offline, device, current job and last heartbeat. The list
+// Workers page: every registered worker with kind, online/offline, device, the trainers it offers (its hello's, with
+// the model kinds each trains as their title), current job and last heartbeat. The list
 // is read once (and again when the events stream says to: a "reset"), then patched from GET /api/v1/events'
 // "workers" events (the changed fields of each worker, sent in batches about once a second; heartbeat times come
 // with the server's presence flush); while the stream is down it is re-read every 3 s.
@@ -7,6 +8,12 @@ import { h, replaceKeepingFocus, fmtAgo, statusBadge } from './dom.js';
 
 const FALLBACK_REFRESH_MS = 3000;
 const AGO_REDRAW_MS = 5000;  // "12 s ago" ages in place, without a request
+
+// One chip per offered trainer: its name, with what it trains as the title.
+function trainerChips(trainers) {
+  if (!Array.isArray(trainers) || trainers.length === 0) return ['—'];
+  return trainers.map((t) => h('span', { class: 'chip', title: (t.describe?.model_kinds ?? []).join(', ') }, t.name));
+}
 
 export function render(container) {
   const body = h('tbody');
@@ -20,6 +27,7 @@ export function render(container) {
         h('thead', {}, h('tr', {},
           h('th', { scope: 'col' }, 'Worker'), h('th', { scope: 'col' }, 'Kind'),
           h('th', { scope: 'col' }, 'Status'), h('th', { scope: 'col' }, 'Device'),
+          h('th', { scope: 'col' }, 'Trainers'),
           h('th', { scope: 'col' }, 'Current job'), h('th', { scope: 'col' }, 'Last heartbeat'))),
         body)),
     status,
@@ -37,6 +45,7 @@ export function render(container) {
       h('td', {}, w.kind === 'managed' ? 'managed' : 'own'),
       h('td', {}, statusBadge(w.status)),
       h('td', {}, w.device || '—'),
+      h('td', { class: 'worker-trainers' }, ...trainerChips(w.trainers)),
       h('td', {}, w.current_job_id ? h('a', { href: `#/jobs/${w.current_job_id}` }, `#${w.current_job_id}`) : '—'),
       h('td', {}, fmtAgo(w.last_heartbeat_at_ms)))));
     status.textContent = list.length ? '' : 'No workers registered yet.';

@@ -1,26 +1,20 @@
-// ChildTrainerLauncher: parsyn-trainer as a child process of this program (child_trainer.h).
-#include "cli/child_trainer.h"
+// ProcessTrainerLauncher: a trainer as a child process of this program (trainer_launcher.h).
+#include "worker/trainer_launcher.h"
 
-#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
 #include "base/subprocess.h"
-#include "cli/trainer_runner.h"
 
-namespace parsyn::cli {
+namespace parsyn::worker {
 namespace {
 
-namespace fs = std::filesystem;
-
-// How long a trainer asked to stop (SIGTERM) may take before it is killed.
-constexpr std::chrono::seconds kTrainerStopGrace{10};
-
-// A parsyn-trainer child: Terminate sends SIGTERM, then SIGKILL after the grace period if it has not exited.
-class ChildTrainerRun : public worker::TrainerRun {
+// A trainer child: Terminate sends SIGTERM, then SIGKILL after the grace period if it has not exited.
+class ChildTrainerRun : public TrainerRun {
  public:
-  explicit ChildTrainerRun(Subprocess child) : child_(std::move(child)) {}
+  ChildTrainerRun(Subprocess child, std::chrono::milliseconds stop_grace)
+      : child_(std::move(child)), stop_grace_(stop_grace) {}
   ~ChildTrainerRun() override {
     {
       std::lock_guard lock(mutex_);
@@ -39,7 +33,7 @@ class ChildTrainerRun : public worker::TrainerRun {
     child_.Terminate();
     killer_ = std::thread([this] {
       std::unique_lock lock(mutex_);
-      if (!exited_cv_.wait_for(lock, kTrainerStopGrace, [this] { return exited_; })) child_.Kill();
+      if (!exited_cv_.wait_for(lock, stop_grace_, [this] { return exited_; })) child_.Kill();
     });
   }
 
@@ -55,6 +49,7 @@ class ChildTrainerRun : public worker::TrainerRun {
 
  private:
   Subprocess child_;
+  std::chrono::milliseconds stop_grace_;
   std::mutex mutex_;
   std::condition_variable exited_cv_;
   bool exited_ = false;
@@ -64,13 +59,14 @@ class ChildTrainerRun : public worker::TrainerRun {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<worker::TrainerRun>> ChildTrainerLauncher::Start(const fs::path& task_file) {
-  PARSYN_ASSIGN_OR_RETURN(const fs::path trainer, FindTrainer());
+StatusOr<std::unique_ptr<TrainerRun>> ProcessTrainerLauncher::Start(const std::vector<std::string>& argv) {
+  if (argv.empty()) return InvalidArgumentError("a trainer command needs a program");
   // The trainer dies with this process, even a SIGKILLed one (SubprocessOptions::die_with_parent).
   SubprocessOptions spawn;
   spawn.die_with_parent = true;
-  PARSYN_ASSIGN_OR_RETURN(Subprocess child, Subprocess::Start(trainer, {"run", task_file.string()}, spawn));
-  return std::unique_ptr<worker::TrainerRun>(std::make_unique<ChildTrainerRun>(std::move(child)));
+  const std::vector<std::string> args(argv.begin() + 1, argv.end());
+  PARSYN_ASSIGN_OR_RETURN(Subprocess child, Subprocess::Start(argv[0], args, spawn));
+  return std::unique_ptr<TrainerRun>(std::make_unique<ChildTrainerRun>(std::move(child), stop_grace_));
 }
 
-}  // namespace parsyn::cli
+}  // namespace parsyn::worker
