@@ -211,6 +211,11 @@ class Step:
     def num_examples(self) -> int:
         return sum(len(b) for b in self.micro_batches)
 
+    @property
+    def rows(self) -> np.ndarray:
+        """All of the step's rows, its micro-batches joined (for a loop without gradient accumulation)."""
+        return np.concatenate(self.micro_batches)
+
 
 def optimizer_steps(task: Task, num_examples: int) -> Iterator[Step]:
     """The task's optimizer steps over `num_examples` training rows, in the built-in trainer's order (module
