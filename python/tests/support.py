@@ -9,7 +9,6 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path

@@ -5,20 +5,18 @@ The binary is $PARSYN_BIN, else build/src/cli/parsyn under the repository root. 
 how to build it; PARSYN_ALLOW_MISSING_SERVER=1 turns that into a skip (for machines that build no C++)."""
 
 import contextlib
-import json
 import os
 import re
 import subprocess
 import tempfile
 import threading
-import time
 import unittest
 from pathlib import Path
 
 import numpy as np
 
 from parsyn import safetensors
-from parsyn.client import Client, Event, ParsynApiError
+from parsyn.client import Client, ParsynApiError
 from tests import support
 
 PARSYN_BIN = Path(os.environ.get("PARSYN_BIN") or support.REPO / "build" / "src" / "cli" / "parsyn")

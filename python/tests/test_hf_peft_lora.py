@@ -8,6 +8,7 @@ HfPeftLoraWithoutHuggingFace always runs: the script's own code (row encoding an
 the layout check, training, metrics, the update's dtypes) with a PEFT-shaped torch model and a character tokenizer
 standing in for transformers."""
 
+import importlib
 import importlib.util
 import json
 import sys
@@ -25,10 +26,8 @@ from tests import support
 
 SCRIPT = support.EXAMPLES / "hf_peft_lora.py"
 try:
-    import peft  # noqa: F401
-    import tokenizers  # noqa: F401
-    import transformers  # noqa: F401
-
+    for library in ("transformers", "peft", "tokenizers"):
+        importlib.import_module(library)
     MISSING = None
 except ImportError as e:
     MISSING = f"transformers, peft and tokenizers are needed ({e}); pip install transformers peft"

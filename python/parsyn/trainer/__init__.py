@@ -16,8 +16,10 @@ See python/README.md for a complete example.
 from .data import Table, load_data, read_csv, read_jsonl, read_rows, split_indices
 from .devices import torch_device
 from .errors import NonFiniteLoss, Stopped, TaskError, UnsupportedContractVersion
-from .runner import (check_layout, check_result, current_task, done, fail, load_initial_weights,
-                     load_initial_weights_torch, main, report_progress, run_task, save_update, stop_requested)
+from .outputs import (check_layout, check_result, load_initial_weights, load_initial_weights_torch,
+                      save_update)
+from .runner import done, fail, main, report_progress, run_task
+from .state import current_task, stop_requested
 from .task import (CONTRACT_VERSION, DEFAULT_CONFIG, Output, Schedule, SplitMix64, Step, Task, epoch_seed,
                    learning_rate_at, optimizer_steps, shuffled_indices)
 

@@ -174,7 +174,7 @@ class Task:
     def should_stop(self) -> bool:
         """True once SIGTERM or SIGINT arrived (parsyn.trainer.main installs the handler). Leave the training loop and
         raise parsyn.trainer.Stopped (report_progress does this for you)."""
-        from .runner import stop_requested
+        from .state import stop_requested
 
         return stop_requested()
 
