@@ -70,8 +70,9 @@ class Event:
 class Client:
     """The coordinator's REST API. Raises ParsynApiError from every call; ValueError when no server is given."""
 
-    def __init__(self, server_url: str | None = None, api_key: str | None = None, key_file: str | os.PathLike | None = None,
-                 ca_file: str | os.PathLike | None = None, timeout_s: float = 60.0):
+    def __init__(self, server_url: str | None = None, api_key: str | None = None,
+                 key_file: str | os.PathLike | None = None, ca_file: str | os.PathLike | None = None,
+                 timeout_s: float = 60.0):
         server_url = server_url or os.environ.get("PARSYN_SERVER")
         if not server_url:
             raise ValueError("no Parsyn server: pass server_url (http://HOST:PORT or https://...) or set PARSYN_SERVER")
@@ -220,8 +221,15 @@ class Client:
         return destination
 
     def download_artifacts(self, job_id: int, folder: str | os.PathLike) -> list[Path]:
-        """Downloads every artifact of the job under `folder`, keeping their names' folders (best/, rounds/...)."""
-        return [self.download_artifact(job_id, a["name"], Path(folder) / a["name"]) for a in self.list_artifacts(job_id)]
+        """Downloads every artifact of the job under `folder`, keeping their names' folders (best/, rounds/...).
+        An artifact name that would land outside `folder` (absolute, or with a `..` segment) raises ParsynApiError
+        (code invalid_response) before anything is written."""
+        names = [a["name"] for a in self.list_artifacts(job_id)]
+        for name in names:
+            if Path(name).is_absolute() or ".." in Path(name).parts:
+                raise ParsynApiError(None, "invalid_response", f"job {job_id} lists an artifact named {name!r}, "
+                                                               "which would be written outside the folder")
+        return [self.download_artifact(job_id, name, Path(folder) / name) for name in names]
 
     def watch(self, job_id: int, last_event_id: str | None = None, max_reconnects: int = 5,
               idle_timeout_s: float = 60.0) -> Iterator[Event]:
