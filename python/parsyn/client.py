@@ -106,8 +106,10 @@ class Client:
     def upload_dataset(self, path: str | os.PathLike, name: str | None = None, format: str | None = None,
                        label_column: str | None = None) -> dict:
         """Uploads a .jsonl or .csv file (streamed) as a dataset named `name` (default: the file's name); `format`
-        defaults to the extension on the server. Returns the Dataset."""
+        ("jsonl" or "csv") defaults to the file's extension. Returns the Dataset."""
         path = Path(path)
+        if format is None and path.suffix.lower() in (".csv", ".jsonl"):
+            format = path.suffix.lower()[1:]
         query = {"name": name or path.name, "format": format, "label_column": label_column}
         with open(path, "rb") as body:
             return self._json("POST", "/api/v1/datasets", query=query, body=body, size=os.fstat(body.fileno()).st_size)
@@ -344,8 +346,9 @@ class _Response:
         self.status = response.status
         self.headers = response.headers
 
-    def read(self, size: int = -1) -> bytes:
-        return self.response.read(size)
+    def read(self, size: int | None = None) -> bytes:
+        # None, not -1: HTTPResponse.read(-1) reads to the end of the connection, which keep-alive holds open.
+        return self.response.read(size if size is not None and size >= 0 else None)
 
     def readline(self) -> bytes:
         return self.response.readline()

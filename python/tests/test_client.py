@@ -10,6 +10,7 @@ import re
 import subprocess
 import tempfile
 import threading
+import time
 import unittest
 from pathlib import Path
 
@@ -57,7 +58,8 @@ class Server:
         threading.Thread(target=self.process.stdout.read, daemon=True).start()  # keep the pipe drained
 
     def server_log(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return (self.data_dir.parent / "server.log").read_text()
 
     def close(self) -> None:
@@ -225,7 +227,13 @@ class ClientTest(unittest.TestCase):
             job = self.client.create_job(self.job_spec(dataset, model, [worker["id"]], rounds=2, steps=10))
             # The first connection drops after 3 events: watch reconnects with Last-Event-ID, losing and repeating
             # nothing.
-            events = list(_dropping_first_stream(self.client, after_events=3).watch(job["id"]))
+            events = []
+            deadline = time.monotonic() + JOB_TIMEOUT_S
+            dropping = _dropping_first_stream(self.client, after_events=3)
+            for event in dropping.watch(job["id"], idle_timeout_s=20):
+                events.append(event)
+                self.assertLess(time.monotonic(), deadline, f"the job did not end within {JOB_TIMEOUT_S} s")
+        self.assertEqual(dropping.streams_opened, 2)  # the dropped one and the resumed one
         names = [e.event for e in events]
         self.assertEqual((names[-1], events[-1].data["status"]), ("job_status", "succeeded"),
                          self.server.server_log()[-3000:])
@@ -298,14 +306,14 @@ def _dropping_first_stream(client: Client, after_events: int) -> Client:
     """A copy of `client` whose first event stream breaks (ConnectionResetError) after `after_events` events."""
     copy = Client(client.server_url, api_key=client._api_key, timeout_s=client.timeout_s)
     original_open = copy._open
-    state = {"first": True}
+    copy.streams_opened = 0
 
     def open_(method, path, **kwargs):
         response = original_open(method, path, **kwargs)
-        if not path.endswith("/events") or not state["first"]:
+        if not path.endswith("/events"):
             return response
-        state["first"] = False
-        return _Breaking(response, after_events)
+        copy.streams_opened += 1
+        return _Breaking(response, after_events) if copy.streams_opened == 1 else response
 
     copy._open = open_
     return copy
