@@ -134,14 +134,15 @@ def fit(task: trainer.Task, model: nn.Module, x: torch.Tensor, y: torch.Tensor) 
         for batch in step.micro_batches:
             rows = torch.from_numpy(batch).to(x.device)
             loss = F.cross_entropy(model(x[rows]), y[rows])
-            (loss * (len(batch) / step.num_examples)).backward()
-            loss_sum += loss.item() * len(batch)
+            # As the built-in trainer: the step's loss (and gradient) is the mean of its micro-batches' means.
+            (loss / len(step.micro_batches)).backward()
+            loss_sum += loss.item()
         if anchors is not None:  # FedProx: mu/2 * ||w - w_global||^2, not part of the reported loss
             (task.proximal_mu / 2 * sum(((p - a) ** 2).sum() for p, a in zip(params, anchors))).backward()
         if float(config["max_grad_norm"]) > 0:
             torch.nn.utils.clip_grad_norm_(params, float(config["max_grad_norm"]))
         optimizer.step()
-        losses.append(loss_sum / step.num_examples)
+        losses.append(loss_sum / len(step.micro_batches))
         trainer.report_progress(step.index + 1, step.total, loss=losses[-1],
                                 throughput=step.num_examples / max(time.perf_counter() - started, 1e-9))
     return (sum(losses) / len(losses) if losses else None), len(losses)

@@ -240,13 +240,12 @@ def fit(task: trainer.Task, model, params: dict, data: Tokenized, pad_id: int, d
         for group in optimizer.param_groups:
             group["lr"] = step.learning_rate
         optimizer.zero_grad()
-        step_tokens = sum(max(len(data.ids[r]) - max(data.prompt_lengths[r], 1), 0) for b in step.micro_batches
-                          for r in b)
         loss_sum = 0.0
         for rows in step.micro_batches:
-            loss, _, _ = token_losses(model, data.batch(rows, pad_id, device), autocast)
-            scaled = loss / max(step_tokens, 1)  # the step's gradient is its tokens' mean
-            (scaler.scale(scaled) if scaler else scaled).backward()
+            summed, _, counted = token_losses(model, data.batch(rows, pad_id, device), autocast)
+            # As the built-in trainer: each micro-batch's mean over its labelled tokens, averaged over the step.
+            loss = summed / max(int(counted.sum()), 1) / len(step.micro_batches)
+            (scaler.scale(loss) if scaler else loss).backward()
             loss_sum += loss.item()
         if anchors is not None:  # FedProx: mu/2 * ||w - w_global||^2 over the adapters, in fp32
             proximal = task.proximal_mu / 2 * sum(((p - anchors[n]) ** 2).sum() for n, p in params.items())
@@ -262,7 +261,7 @@ def fit(task: trainer.Task, model, params: dict, data: Tokenized, pad_id: int, d
             optimizer.step()
         step_seen = data.num_tokens(r for b in step.micro_batches for r in b)
         tokens_seen += step_seen
-        losses.append(loss_sum / max(step_tokens, 1))
+        losses.append(loss_sum)
         trainer.report_progress(step.index + 1, step.total, loss=losses[-1],
                                 throughput=step_seen / max(time.perf_counter() - started, 1e-9),
                                 throughput_unit="tokens/s")

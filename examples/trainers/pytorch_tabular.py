@@ -13,7 +13,8 @@ Rows: features standardised with the stored mean/std (std 0 counts as 1), the la
 the CSV) mapped to its index in class_names, cross-entropy. AdamW (config learning_rate, weight_decay on weights but
 not biases, the job's warmup/lr_scheduler), batch_size, gradient_accumulation_steps, max_grad_norm (0: no clipping),
 `steps` optimizer steps (or config epochs passes) in the built-in trainer's seeded order, FedProx's proximal_mu.
-Evaluation: loss and accuracy on the validation rows.
+Evaluation: loss and accuracy on the validation rows. On one task file it gives parsyn-trainer's losses and
+metrics (python/tests/test_example_probes.py checks it to 1e-5): the same hold-out, step order and arithmetic.
 
 Run it:
   python3 examples/trainers/pytorch_tabular.py --describe
@@ -160,14 +161,15 @@ def fit(task: trainer.Task, model: nn.Module, x: torch.Tensor, y: torch.Tensor) 
         for batch in step.micro_batches:
             rows = torch.from_numpy(batch).to(x.device)
             loss = F.cross_entropy(model(x[rows]), y[rows])
-            (loss * (len(batch) / step.num_examples)).backward()  # the step's gradient is its examples' mean
-            loss_sum += loss.item() * len(batch)
+            # As the built-in trainer: the step's loss (and gradient) is the mean of its micro-batches' means.
+            (loss / len(step.micro_batches)).backward()
+            loss_sum += loss.item()
         if anchors is not None:  # FedProx: mu/2 * ||w - w_global||^2, not part of the reported loss
             (task.proximal_mu / 2 * sum(((p - a) ** 2).sum() for p, a in zip(params, anchors))).backward()
         if float(config["max_grad_norm"]) > 0:
             torch.nn.utils.clip_grad_norm_(params, float(config["max_grad_norm"]))
         optimizer.step()
-        losses.append(loss_sum / step.num_examples)
+        losses.append(loss_sum / len(step.micro_batches))
         trainer.report_progress(step.index + 1, step.total, loss=losses[-1],
                                 throughput=step.num_examples / max(time.perf_counter() - started, 1e-9))
     return (sum(losses) / len(losses) if losses else None), len(losses)

@@ -357,6 +357,7 @@ class _Response:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.response.close()
         self.connection.close()
 
 
@@ -367,6 +368,7 @@ def _api_error(response: http.client.HTTPResponse, method: str, path: str,
     except (OSError, http.client.HTTPException):
         text = b""
     finally:
+        response.close()
         connection.close()
     try:
         error = json.loads(text)["error"]

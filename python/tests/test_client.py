@@ -55,7 +55,8 @@ class Server:
             if match:
                 found.append(match.group(1))
                 break
-        threading.Thread(target=self.process.stdout.read, daemon=True).start()  # keep the pipe drained
+        self.drain = threading.Thread(target=self.process.stdout.read, daemon=True)  # keep the pipe drained
+        self.drain.start()
 
     def server_log(self) -> str:
         if not self.log.closed:
@@ -70,6 +71,9 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if getattr(self, "drain", None) is not None:
+            self.drain.join(timeout=5)
+        self.process.stdout.close()
         self.log.close()
 
 
