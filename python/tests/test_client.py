@@ -8,6 +8,7 @@ import contextlib
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -266,6 +267,25 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(caught.exception.status, 404)
         self.assertFalse((self.work / "x").exists())
 
+    def test_a_job_trained_by_the_python_example_trainer_in_a_real_worker(self):
+        if "--trainer" not in subprocess.run([str(PARSYN_BIN), "worker", "--help"], capture_output=True,
+                                             text=True).stdout:
+            self.skipTest(f"{PARSYN_BIN} is a worker without --trainer (trainer contract); rebuild with ./dev build")
+        dataset, model = self.tabular_inputs(rows=300)
+        worker = self.client.register_worker("python-trainer")
+        trainer = f"pytorch-tabular={sys.executable} {support.EXAMPLES / 'pytorch_tabular.py'}"
+        with self.running_worker(worker, "--trainer", trainer):
+            spec = self.job_spec(dataset, model, [worker["id"]], name="python-trainer", rounds=2, steps=10)
+            spec["config"]["trainer"] = "pytorch-tabular"
+            job = self.client.create_job(spec)
+            events = list(self.client.watch(job["id"], idle_timeout_s=20))
+        self.assertEqual(events[-1].data["status"], "succeeded", (self.work / "worker.log").read_text()[-3000:])
+        progress = [e.data for e in events if e.event == "worker_progress"]
+        self.assertTrue(progress)
+        self.assertEqual(progress[-1]["throughput_unit"], "samples/s")
+        self.assertEqual([r["outcome"] for r in self.client.job_rounds(job["id"])], ["committed", "committed"])
+        self.assertIn("pytorch-tabular", (self.work / "worker.log").read_text())
+
     def job_spec(self, dataset: dict, model: dict, worker_ids: list[int], name: str = "points", rounds: int = 2,
                  steps: int = 10) -> dict:
         return {"name": name, "dataset_id": dataset["id"], "model_id": model["id"],
@@ -275,11 +295,12 @@ class ClientTest(unittest.TestCase):
                 "worker_selection": {"mode": "own", "worker_ids": worker_ids}}
 
     @contextlib.contextmanager
-    def running_worker(self, worker: dict):
+    def running_worker(self, worker: dict, *args: str):
         log = open(self.work / "worker.log", "w")
         process = subprocess.Popen([str(PARSYN_BIN), "worker", "--server", self.server.url, "--token",
-                                    worker["token"], "--cache-dir", str(self.work / "cache"), "--threads", "1"],
-                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                    worker["token"], "--cache-dir", str(self.work / "cache"), "--threads", "1", *args],
+                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env=support.env_with_package())
         try:
             yield process
         finally:
