@@ -252,7 +252,7 @@ class HfPeftLoraWithoutHuggingFace(unittest.TestCase):
                          support.tensor_bytes(initial))
         wrong = write_adapters(self.folder / "r8.safetensors", lora_names(1, {"q_proj": (16, 16), "v_proj": (16, 8)},
                                                                             r=8))
-        with self.assertRaisesRegex(trainer.TaskError, "lora_A.weight' has shape \\[8, 16\\]"):
+        with self.assertRaisesRegex(trainer.TaskError, "lora_A.weight' of initial_weights has shape \\[8, 16\\]"):
             self.run_script(wrong)
 
     def test_jobs_it_cannot_train_are_refused(self):

@@ -266,13 +266,13 @@ class ResultAndUpdateTest(unittest.TestCase):
     def test_save_update_checks_layout_dtype_and_finiteness(self):
         cases = [({"w": np.ones((2, 3), np.float32)}, "invalid_argument", "the update lacks tensor 'h'"),
                  ({"w": np.ones((3, 2), np.float32), "h": np.ones(4, np.float32)}, "invalid_argument",
-                  "the update's tensor 'w' has shape [3, 2], initial_weights has [2, 3]"),
+                  "tensor 'w' of the update has shape [3, 2], initial_weights has [2, 3]"),
                  ({"w": np.ones((2, 3), np.float64), "h": np.ones(4, np.float32)}, "invalid_argument",
-                  "the update's tensor 'w' is F64, initial_weights has F32"),
+                  "tensor 'w' of the update is F64, initial_weights has F32"),
                  ({"w": torch.ones(2, 3), "h": torch.ones(4)}, "invalid_argument",
-                  "the update's tensor 'h' is F32, initial_weights has BF16"),
+                  "tensor 'h' of the update is F32, initial_weights has BF16"),
                  ({"w": np.full((2, 3), np.nan, np.float32), "h": np.ones(4, np.float32)}, "non_finite_weights",
-                  "'w' holds NaN"),
+                  "tensor 'w' of the update holds NaN"),
                  ({"w": np.ones((2, 3), np.float32), "h": np.ones(4, np.float32), "x": np.ones(1, np.float32)},
                   "invalid_argument", "has tensor 'x', which initial_weights lacks")]
         for tensors, code, message in cases:

@@ -125,10 +125,10 @@ def check_layout(expected: Layout, actual: Layout, what: str = "the update",
     for name, (dtype, shape) in expected.items():
         got_dtype, got_shape = actual[name]
         if tuple(got_shape) != tuple(shape):
-            raise TaskError("invalid_argument", f"{what}'s tensor {name!r} has shape {list(got_shape)}, {reference} "
+            raise TaskError("invalid_argument", f"tensor {name!r} of {what} has shape {list(got_shape)}, {reference} "
                                                 f"has {list(shape)}")
         if got_dtype != dtype:
-            raise TaskError("invalid_argument", f"{what}'s tensor {name!r} is {got_dtype}, {reference} has {dtype}")
+            raise TaskError("invalid_argument", f"tensor {name!r} of {what} is {got_dtype}, {reference} has {dtype}")
 
 
 def save_update(task: Task, tensors: Mapping[str, Any]) -> None:
@@ -149,7 +149,7 @@ def save_update(task: Task, tensors: Mapping[str, Any]) -> None:
     ordered = {name: tensors[name] for name in reference}
     for name, value in ordered.items():
         if not _all_finite(value):
-            raise TaskError("non_finite_weights", f"the update's tensor {name!r} holds NaN or infinite values: "
+            raise TaskError("non_finite_weights", f"tensor {name!r} of the update holds NaN or infinite values: "
                                                   "training diverged (lower learning_rate or check the data)")
     if run.stop.is_set():
         raise Stopped()

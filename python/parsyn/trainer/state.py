@@ -30,7 +30,7 @@ class Run:
     def remove_outputs(self) -> None:
         """Removes the update and result this run wrote and any temporary file of theirs left by an interrupted
         write."""
-        targets = {p for p in self.written}
+        targets = set(self.written)
         targets.update(p for p in (self.task.output.weights, self.task.output.result) if p is not None)
         for path in targets:
             if path in self.written:
