@@ -55,7 +55,9 @@ StatusOr<storage::Model> ParseModelBody(std::string_view body) {
   std::optional<json> files = fields.Object("files", true);
   storage::Model model{.name = name.value_or("")};
   if (files) {
-    if (files->empty()) fields.AddProblem("'files' must name at least config.json or tabular_model.json");
+    if (files->empty()) {
+      fields.AddProblem("'files' must name at least config.json, tabular_model.json or parsyn_model.json");
+    }
     for (const auto& [path, upload] : files->items()) {
       Status path_ok = ValidateModelFilePath(path);
       if (!path_ok.ok()) {
@@ -74,9 +76,13 @@ StatusOr<storage::Model> ParseModelBody(std::string_view body) {
       model.files.push_back({.path = path, .blob_key = UploadKey(upload.get<std::string>())});
     }
     // A language model is described by config.json; a tabular model (trainer/tabular_model.h) by
-    // tabular_model.json, whose standardisation and class mapping every worker of a job then shares.
-    if (!files->contains("config.json") && !files->contains("tabular_model.json")) {
-      fields.AddProblem("files must include config.json (language model) or tabular_model.json (tabular model)");
+    // tabular_model.json, whose standardisation and class mapping every worker of a job then shares; a custom model
+    // by parsyn_model.json (protocol/model_manifest.h).
+    if (!files->contains("config.json") && !files->contains("tabular_model.json") &&
+        !files->contains(protocol::kModelManifestFile)) {
+      fields.AddProblem(
+          "files must include config.json (language model), tabular_model.json (tabular model) or parsyn_model.json "
+          "(a custom model: docs/trainer-contract.md)");
     }
   }
   PARSYN_RETURN_IF_ERROR(fields.status());

@@ -16,6 +16,7 @@
 #include "http/server.h"
 #include "protocol/json_fields.h"
 #include "protocol/messages.h"
+#include "protocol/model_manifest.h"
 #include "storage/metadata_store.h"
 #include "strategy/dp_fed_avg.h"
 

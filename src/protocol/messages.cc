@@ -94,6 +94,16 @@ json ReadResultMetrics(JsonFields& f) {
   return out;
 }
 
+// `metrics` cut to the names in `known` whose values are numbers or null.
+json KnownNumbers(const json& metrics, std::span<const std::string_view> known) {
+  if (!metrics.is_object()) return nullptr;
+  json out = json::object();
+  for (const auto& [key, value] : metrics.items()) {
+    if (Contains(known, key) && IsNumberOrNull(value)) out[key] = value;
+  }
+  return out;
+}
+
 // A task id names files and log lines on workers: never a path.
 bool IsTaskName(std::string_view id) {
   if (id.empty() || id.size() > 64) return false;
@@ -576,6 +586,13 @@ json ProgressToJson(const Progress& p) {
   if (!p.utilization_device.empty()) out["utilization_device"] = p.utilization_device;
   if (p.device_memory_used_bytes) out["device_memory_used_bytes"] = *p.device_memory_used_bytes;
   if (p.device_memory_total_bytes) out["device_memory_total_bytes"] = *p.device_memory_total_bytes;
+  return out;
+}
+
+json ResultMetricsFrom(const TrainerResult& result) {
+  json out = KnownNumbers(result.metrics, kResultCounters);
+  out["validation_before"] = KnownNumbers(result.validation_before, kValidationMetrics);
+  out["validation_after"] = KnownNumbers(result.validation_after, kValidationMetrics);
   return out;
 }
 

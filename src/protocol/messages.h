@@ -274,6 +274,9 @@ struct Result {
   friend bool operator==(const Result&, const Result&) = default;
 };
 StatusOr<Result> ParseResult(std::string_view body);
+// A result's `metrics` from a trainer's result (docs/trainer-contract.md): its validation metrics before and after,
+// and its counters, keeping only the names ParseResult accepts (the trainer's others stay on the worker).
+nlohmann::json ResultMetricsFrom(const TrainerResult& result);
 nlohmann::json ResultToJson(const Result& result);
 
 struct Failure {

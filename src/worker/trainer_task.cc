@@ -59,11 +59,7 @@ protocol::Result BuildResult(const protocol::Task& task, const std::string& sess
   report.train_loss = result.train_loss;
   // The coordinator records the validation loss of the global this task received: the trainer's "before".
   report.validation_loss = result.ValidationLossBefore();
-  report.metrics["validation_before"] = result.validation_before;
-  report.metrics["validation_after"] = result.validation_after;
-  for (const auto& [key, value] : result.metrics.items()) {
-    if (key != "validation_before" && key != "validation_after") report.metrics[key] = value;
-  }
+  report.metrics = protocol::ResultMetricsFrom(result);
   report.blob_key = blob_key;
   report.sha256 = blob_key.empty() ? "" : sha256;
   return report;

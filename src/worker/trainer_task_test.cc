@@ -131,7 +131,7 @@ TEST(BuildResultTest, ReportsSamplesLossesAndTheReceivedGlobalsValidation) {
                                        .train_loss = 2.5,
                                        .validation_before = {{"loss", 3.0}, {"accuracy", 0.1}},
                                        .validation_after = {{"loss", 2.4}},
-                                       .metrics = {{"steps", 10}}};
+                                       .metrics = {{"steps", 10}, {"f1", 0.5}}};
   const json body = protocol::ResultToJson(BuildResult(task, "pss_x", result, "jobs/3/u", "ab"));
   EXPECT_EQ(body["session_id"], "pss_x");
   EXPECT_EQ(body["sample_count"], 120);
@@ -144,6 +144,8 @@ TEST(BuildResultTest, ReportsSamplesLossesAndTheReceivedGlobalsValidation) {
   EXPECT_EQ(body["attempt"], 1);
   EXPECT_EQ(body["metrics"]["validation_after"]["loss"], 2.4);
   EXPECT_EQ(body["metrics"]["steps"], 10);
+  EXPECT_FALSE(body["metrics"].contains("f1"));  // a name the coordinator does not keep stays on the worker
+  EXPECT_TRUE(protocol::ParseResult(body.dump()).ok());
   // An evaluate task uploads nothing.
   const json evaluated = protocol::ResultToJson(BuildResult(task, "s", result, "", "ab"));
   EXPECT_FALSE(evaluated.contains("blob_key"));
