@@ -48,8 +48,13 @@
 // --server-log-level debug keeps each server's log (its path is printed): the coordinator logs per-phase timings of
 // every round at debug level (task assignment, update checks, accumulation, aggregation, commit).
 //
+// Trainers (rounds_trainers.h), first: --trainer-workers real `parsyn worker`s train one step a round with the
+// built-in parsyn-trainer, then with an external trainer of the trainer contract that writes its update at once; the
+// ratio of their median rounds is printed against its 1.20 target (--trainer-rounds 0 skips it).
+//
 // Usage: bench_rounds [--ks 5,100,5,1000] [--rounds 4,3,2,3] [--update-mib 20,20,2,2] [--upload-concurrency 16]
-//                     [--postgres-ks 5,100|none] [--server-log-level warn]
+//                     [--postgres-ks 5,100|none] [--server-log-level warn] [--trainer-workers 4]
+//                     [--trainer-rounds 4]
 //                     [--server-bin PATH (default: the parsyn built beside this bench)]
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -82,6 +87,7 @@
 #include "base/temp_file.h"
 #include "bench_support.h"
 #include "http/client.h"
+#include "rounds_trainers.h"
 #include "storage/postgres_for_test.h"
 #include "weights/lora_layout.h"
 #include "weights/safetensors.h"
@@ -678,6 +684,8 @@ int main(int argc, char** argv) {
   std::vector<int> update_mib = {20, 20, 2, 2};
   int upload_concurrency = 16;
   std::vector<int> postgres_ks = {5, 100};
+  int trainer_workers = 4;
+  int trainer_rounds = 4;  // 0: no trainer run
   ServerChoice server_choice;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -693,6 +701,10 @@ int main(int argc, char** argv) {
       server_choice.log_level = value;
     } else if (flag == "--postgres-ks") {
       postgres_ks = value == "none" ? std::vector<int>{} : ParseInts(value);
+    } else if (flag == "--trainer-workers") {
+      trainer_workers = std::stoi(value);
+    } else if (flag == "--trainer-rounds") {
+      trainer_rounds = std::stoi(value);
     } else if (flag == "--server-bin") {
       server_choice.binary = value;
     } else {
@@ -717,6 +729,9 @@ int main(int argc, char** argv) {
       "once; RLIMIT_NOFILE %lu (the server inherits it)\n",
       kLoraR, upload_concurrency, static_cast<unsigned long>(nofile.rlim_cur));
   std::fflush(stdout);
+
+  // First the trainers' run (rounds_trainers.h), so that the last line stays the scripted runs' worst ratio.
+  if (trainer_rounds >= 2) parsyn::bench::RunTrainerRounds(server_choice.binary, root, trainer_workers, trainer_rounds);
 
   // PostgreSQL for the --postgres-ks runs: one throwaway server, a database per run.
   std::unique_ptr<parsyn::storage::PostgresForTest> postgres;
