@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "protocol/field_reader.h"
 #include "protocol/model_manifest.h"
 #include "protocol/trainer_events.h"
 #include "protocol/trainer_task.h"

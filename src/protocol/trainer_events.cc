@@ -198,7 +198,9 @@ StatusOr<TrainerEvent> ParseTrainerEvent(const json& object) {
         p.throughput_unit = unit->get<std::string>();
       }
     }
+    // A unit goes with a throughput: samples/s when not said, and nothing without one.
     if (p.throughput && p.throughput_unit.empty()) p.throughput_unit = std::string(kSamplesPerSecond);
+    if (!p.throughput) p.throughput_unit.clear();
     event = p;
   } else if (name == "done") {
     TrainerDone d;
