@@ -198,7 +198,7 @@ TEST_F(TrainCommandTest, TabularTrainingWritesAModel) {
   ASSERT_FALSE(result.is_discarded()) << json_run.output;
   EXPECT_EQ(result["wrote"], "tabular_model");
   EXPECT_EQ(result["out"], Path("tab2"));
-  EXPECT_GT(result["summary"].value("steps", 0), 0);
+  EXPECT_GT(result["summary"]["metrics"].value("steps", 0), 0);
 }
 
 TEST_F(TrainCommandTest, BadInputsGiveClearErrors) {

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <memory>
 
+#include "base/secure_random.h"
 #include "base/strings.h"
 #include "base/text_file.h"
 #include "weights/sha256.h"
@@ -84,15 +85,8 @@ Status AddExtension(X509* cert, X509V3_CTX* ctx, int nid, const char* value) {
 }  // namespace
 
 StatusOr<std::string> NewSecret(std::string_view prefix) {
-  unsigned char bytes[32];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return UnavailableError(std::string("getrandom failed: ") + std::strerror(errno));
-    got += static_cast<size_t>(n);
-  }
-  return std::string(prefix) + HexEncode(std::span<const unsigned char>(bytes, sizeof(bytes)));
+  PARSYN_ASSIGN_OR_RETURN(std::string hex, SecureRandomHex(32));
+  return std::string(prefix) + hex;
 }
 
 std::string HashSecret(std::string_view secret) { return weights::Sha256Hex(secret); }

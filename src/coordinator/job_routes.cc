@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "base/log.h"
+#include "base/secure_random.h"
 #include "coordinator/api_json.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/job_runner_internal.h"
@@ -49,7 +50,7 @@ json StoredRoundPrivacy(storage::BlobStore& blobs, const storage::Round& round,
   if (!bytes.ok()) return nullptr;
   StatusOr<weights::WeightSet> state = weights::ParseSafetensors(std::as_bytes(std::span(*bytes)));
   if (!state.ok()) return nullptr;
-  strategy::DpFedAvg reader(options, 0);
+  strategy::DpFedAvg reader(options, weights::SecretKey{});  // reads the accounting state only: draws nothing
   if (!reader.RestoreState(&*state).ok() || !reader.last_round()) return nullptr;
   return RoundPrivacyJson(*reader.last_round(), options);
 }
@@ -145,11 +146,13 @@ class JobRoutes {
     StatusOr<storage::TrainingJob> created = co_await Offload(context_.pool, [&]() -> StatusOr<storage::TrainingJob> {
       PARSYN_RETURN_IF_ERROR(CheckReferences(context_.store, *spec, *body, warnings, reference_problems));
       if (!reference_problems.empty()) return InvalidArgumentError("answered with reference_problems");
+      PARSYN_ASSIGN_OR_RETURN(std::string private_seed, SecureRandomHex(32));
       storage::TrainingJob job{.name = spec->name,
                                .dataset_id = spec->dataset_id,
                                .model_id = spec->model_id,
                                .spec_json = JobSpecToJsonString(*spec),
-                               .created_at_ms = now};
+                               .created_at_ms = now,
+                               .private_seed = std::move(private_seed)};
       return context_.store.CreateJob(job);
     });
     if (!reference_problems.empty()) co_return ProblemsResponse(FieldProblems(reference_problems));

@@ -40,8 +40,17 @@ JobRunner::JobRunner(JobHost& host, storage::TrainingJob job, JobSpec spec)
       task_config_json_(protocol::TrainingConfigToJson(spec_.config).dump()),
       mutex_(host.executor()),
       launched_(host.executor()) {
+  // The job's private seed keys what must stay secret (dp_fedavg's noise and sample): storage::TrainingJob.
+  StatusOr<weights::SecretKey> private_key = weights::ParseSecretKey(job_.private_seed);
+  if (!private_key.ok() && spec_.distributed.strategy == strategy::StrategyKind::kDpFedAvg) {
+    private_key = FailedPreconditionError("job " + std::to_string(job_.id) +
+                                          " has no private seed, which dp_fedavg draws its noise under");
+  }
   StatusOr<std::unique_ptr<strategy::Strategy>> made =
-      strategy::MakeStrategy(spec_.distributed.strategy, spec_.distributed.strategy_options, engine_config_.job_seed);
+      private_key.ok() || spec_.distributed.strategy != strategy::StrategyKind::kDpFedAvg
+          ? strategy::MakeStrategy(spec_.distributed.strategy, spec_.distributed.strategy_options,
+                                   private_key.ok() ? *private_key : weights::SecretKey{})
+          : StatusOr<std::unique_ptr<strategy::Strategy>>(private_key.status());
   if (made.ok()) {
     strategy_ = std::move(*made);
     // dp_fedavg's sampling rate q = K / eligible: the eligible workers are the job's shards (one per worker that

@@ -278,7 +278,8 @@ class JobFixture {
     auto job = store_->CreateJob({.name = "in-process",
                                   .dataset_id = own_data_ ? 0 : dataset->id,
                                   .model_id = model->id,
-                                  .spec_json = JobSpecToJsonString(*spec)});
+                                  .spec_json = JobSpecToJsonString(*spec),
+                                  .private_seed = std::string(64, 'c')});
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     job_id_ = job->id;
   }

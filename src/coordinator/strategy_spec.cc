@@ -103,7 +103,7 @@ void CheckStrategyRules(StrategyKind kind, const StrategyOptions& o, bool distri
                         std::vector<std::string>& errors) {
   const std::string kind_name(strategy::StrategyKindName(kind));
   // The parser already checked each option's range; this catches a rule of the strategy class it does not know.
-  if (auto made = strategy::MakeStrategy(kind, o, 0); !made.ok() && errors.empty()) {
+  if (auto made = strategy::MakeStrategy(kind, o, weights::SecretKey{}); !made.ok() && errors.empty()) {
     errors.push_back("distributed.strategy_options: " + kind_name + ": " + std::string(made.status().message()));
   }
   if (!distributed) return;  // one worker, one round: the round-size rules do not apply

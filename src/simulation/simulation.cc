@@ -16,6 +16,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/secure_random.h"
 #include "coordinator/dataset_import.h"
 #include "coordinator/job_host.h"
 #include "coordinator/job_runner.h"
@@ -544,11 +545,13 @@ StatusOr<Prepared> Prepare(const SimulationOptions& options) {
   std::vector<std::string> problems;
   PARSYN_RETURN_IF_ERROR(coordinator::CheckReferences(*p.store, *spec, body, p.warnings, problems));
   if (!problems.empty()) return InvalidArgumentError("--job: " + JoinProblems(problems));
+  PARSYN_ASSIGN_OR_RETURN(std::string private_seed, SecureRandomHex(32));
   p.job = storage::TrainingJob{.name = spec->name,
                                .dataset_id = spec->dataset_id,
                                .model_id = spec->model_id,
                                .spec_json = coordinator::JobSpecToJsonString(*spec),
-                               .created_at_ms = now};
+                               .created_at_ms = now,
+                               .private_seed = std::move(private_seed)};
   PARSYN_ASSIGN_OR_RETURN(p.job, p.store->CreateJob(p.job));
   auto append = [&](const std::string& type, const json& payload) {
     p.store->AppendJobEvent({.job_id = p.job.id, .type = type, .payload_json = payload.dump(), .time_ms = now})

@@ -131,6 +131,11 @@ struct TrainingJob {
   int64_t created_at_ms = 0;
   std::optional<int64_t> started_at_ms;
   std::optional<int64_t> finished_at_ms;
+  // 64 hex digits (256 bits from getrandom) drawn when the job is created, kept here alone: never in the API, the
+  // spec, logs, events or artifacts. dp_fedavg draws its noise and client sample under it (strategy/dp_fed_avg.h),
+  // so a released global's noise cannot be regenerated from anything a user can read, and a resumed job draws the
+  // same. Set by the caller of CreateJob; the store keeps it as given.
+  std::string private_seed;
   // Validation losses, each of one set of weights: the starting weights (measured by round 1's workers), the global
   // of the last committed round (measured by the final evaluation), and the committed round whose global had the
   // lowest loss so far (the earliest on a tie). Kept by CommitRound and RecordFinalValidationLoss; null until known.

@@ -192,7 +192,13 @@ constexpr std::string_view kSchemaV4 = R"sql(
 ALTER TABLE workers ADD COLUMN trainers_json TEXT NOT NULL DEFAULT '';
 )sql";
 
-constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}};
+// Version 5: each job's private seed (storage::TrainingJob::private_seed), drawn for the jobs already stored.
+constexpr std::string_view kSchemaV5 = R"sql(
+ALTER TABLE jobs ADD COLUMN private_seed TEXT NOT NULL DEFAULT '';
+UPDATE jobs SET private_seed = encode(sha256((gen_random_uuid()::text || gen_random_uuid()::text)::bytea), 'hex');
+)sql";
+
+constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5}};
 
 // Serialises migrations of one database across processes (pg_advisory_xact_lock's key: "parsyn" in ASCII).
 constexpr int64_t kMigrationLockKey = 0x70617273796e;
@@ -589,7 +595,7 @@ constexpr const char* kWorkerColumns =
 constexpr const char* kJobColumns =
     "id, name, dataset_id, model_id, spec_json, status, failure_reason, current_round, committed_round, "
     "consecutive_failed_rounds, created_at_ms, started_at_ms, finished_at_ms, status_reason, "
-    "initial_validation_loss, final_validation_loss, best_round, best_validation_loss";
+    "initial_validation_loss, final_validation_loss, best_round, best_validation_loss, private_seed";
 constexpr const char* kRoundColumns =
     "job_id, round, attempt, status, started_at_ms, ended_at_ms, train_loss, validation_loss, bytes_moved, "
     "global_blob_key, global_sha256, failure_reason";
@@ -657,6 +663,7 @@ StatusOr<TrainingJob> ReadJob(const Query& q) {
   j.final_validation_loss = q.OptReal(15);
   if (std::optional<int64_t> best = q.OptInt(16)) j.best_round = static_cast<int32_t>(*best);
   j.best_validation_loss = q.OptReal(17);
+  j.private_seed = q.Text(18);
   return j;
 }
 
@@ -1060,10 +1067,10 @@ StatusOr<TrainingJob> PostgresMetadataStore::CreateJob(const TrainingJob& job) {
   {
     PARSYN_PREPARE(q,
                    "INSERT INTO jobs (name, dataset_id, model_id, spec_json, status, failure_reason, "
-                   "current_round, committed_round, consecutive_failed_rounds, created_at_ms) "
-                   "VALUES ($1, $2, $3, $4, 'queued', '', 0, 0, 0, $5) RETURNING id");
+                   "current_round, committed_round, consecutive_failed_rounds, created_at_ms, private_seed) "
+                   "VALUES ($1, $2, $3, $4, 'queued', '', 0, 0, 0, $5, $6) RETURNING id");
     q->Bind(job.name, job.dataset_id == 0 ? std::optional<int64_t>() : std::optional(job.dataset_id), job.model_id,
-            job.spec_json, job.created_at_ms);
+            job.spec_json, job.created_at_ms, job.private_seed);
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
     if (!row) return InternalError("INSERT ... RETURNING id returned no row");
     stored.id = q->Int(0);

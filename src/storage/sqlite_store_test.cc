@@ -207,11 +207,14 @@ TEST(SqliteStoreTest, JobsWithoutADatasetAfterMigratingAVersion2Database) {
     d.blob_key = "datasets/1";
     d = *store->CreateDataset(d);
     Model m = *store->CreateModel(Model{});
-    TrainingJob j;
-    j.name = "old";
-    j.dataset_id = d.id;
-    j.model_id = m.id;
-    old_job = store->CreateJob(j)->id;
+    // Jobs as version 2's code wrote them (today's code writes later versions' columns too).
+    const std::string insert_job =
+        "INSERT INTO jobs (name, dataset_id, model_id, spec_json, status, failure_reason, current_round, "
+        "committed_round, consecutive_failed_rounds, created_at_ms) VALUES ('old', ";
+    EXPECT_EQ(QueryText(*store, insert_job + std::to_string(d.id) + ", " + std::to_string(m.id) +
+                                    ", '{}', 'running', '', 0, 0, 0, 1)"),
+              "<no row>");
+    old_job = std::stoll(QueryText(*store, "SELECT max(id) FROM jobs"));
     // Version 2's shards table, written as that version's code wrote it (today's code also writes version 4's
     // label_histogram).
     EXPECT_EQ(QueryText(*store,
@@ -219,17 +222,25 @@ TEST(SqliteStoreTest, JobsWithoutADatasetAfterMigratingAVersion2Database) {
                         "validation_rows) VALUES (" +
                             std::to_string(old_job) + ", 0, NULL, '', '', 0, 0)"),
               "<no row>");
-    ASSERT_TRUE(store->SetJobStatus(old_job, JobStatus::kRunning, 1).ok());
-    ASSERT_TRUE(store->StartRound(Round{.job_id = old_job, .round = 1, .attempt = 1}).ok());
-    TrainingJob no_dataset = j;
-    no_dataset.dataset_id = 0;
-    EXPECT_FALSE(store->CreateJob(no_dataset).ok());  // version 1 requires one
+    EXPECT_EQ(QueryText(*store,
+                        "INSERT INTO rounds (job_id, round, attempt, status, started_at_ms, bytes_moved, "
+                        "global_blob_key, global_sha256, failure_reason) VALUES (" +
+                            std::to_string(old_job) + ", 1, 1, 'running', 1, 0, '', '', '')"),
+              "<no row>");
+    // Version 1 requires a dataset: the row is refused.
+    QueryText(*store, insert_job + "NULL, " + std::to_string(m.id) + ", '{}', 'queued', '', 0, 0, 0, 1)");
+    EXPECT_EQ(QueryText(*store, "SELECT count(*) FROM jobs WHERE dataset_id IS NULL"), "0");
   }
   auto store = MustOpen(db);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(*store->SchemaVersion(), static_cast<int>(SqliteMigrations().size()));
   EXPECT_EQ(QueryText(*store, "PRAGMA foreign_keys"), "1");
   EXPECT_EQ(store->GetJob(old_job)->name, "old");
+  // Version 6 drew a private seed for the job already stored: 64 hex digits, not a constant.
+  const std::string seed = store->GetJob(old_job)->private_seed;
+  EXPECT_EQ(seed.size(), 64u) << seed;
+  EXPECT_EQ(seed.find_first_not_of("0123456789abcdef"), std::string::npos) << seed;
+  EXPECT_NE(seed, std::string(64, '0'));
   ASSERT_EQ(store->ListShards(old_job)->size(), 1u);
   EXPECT_EQ(store->ListShards(old_job)->at(0).label_histogram_json, "");  // version 4's default for older shards
   EXPECT_EQ(store->ListRounds(old_job)->size(), 1u);

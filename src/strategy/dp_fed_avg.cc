@@ -8,6 +8,7 @@
 #include <numbers>
 #include <string>
 
+#include "strategy/sampling.h"
 #include "strategy/seed.h"
 
 namespace parsyn::strategy {
@@ -43,18 +44,18 @@ void Store(const Tensor& t, int64_t i, double v) {
   }
 }
 
-// Standard normals by Box–Muller over the SplitMix64 stream of `seed` (the derivation documented in dp_fed_avg.h).
+// Standard normals by Box–Muller over the job private key's noise stream of a round (documented in dp_fed_avg.h).
 class GaussianStream {
  public:
-  explicit GaussianStream(uint64_t seed) : seed_(seed) {}
+  GaussianStream(const weights::SecretKey& key, int round) : words_(key, DpFedAvg::kDpNoiseDomain, round) {}
 
   double Next() {
     if (has_spare_) {
       has_spare_ = false;
       return spare_;
     }
-    const uint64_t w1 = Word();
-    const uint64_t w2 = Word();
+    const uint64_t w1 = words_.Next();
+    const uint64_t w2 = words_.Next();
     const double u1 = static_cast<double>((w1 >> 11) + 1) * 0x1p-53;  // (0, 1]: log(u1) is finite
     const double u2 = static_cast<double>(w2 >> 11) * 0x1p-53;        // [0, 1)
     const double r = std::sqrt(-2 * std::log(u1));
@@ -65,12 +66,7 @@ class GaussianStream {
   }
 
  private:
-  static constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
-  // The k-th output of SplitMix64 seeded with seed_.
-  uint64_t Word() { return Mix64(seed_ + (counter_++) * kGolden); }
-
-  uint64_t seed_;
-  uint64_t counter_ = 0;
+  weights::KeyedStream words_;
   bool has_spare_ = false;
   double spare_ = 0;
 };
@@ -117,13 +113,17 @@ Status ValidateDpFedAvgOptions(const DpFedAvgOptions& options) {
   return Status::Ok();
 }
 
-DpFedAvg::DpFedAvg(DpFedAvgOptions options, uint64_t job_seed) : options_(options), job_seed_(job_seed) {
+DpFedAvg::DpFedAvg(DpFedAvgOptions options, const weights::SecretKey& private_key)
+    : options_(options), private_key_(private_key) {
   assert(ValidateDpFedAvgOptions(options_).ok());
 }
 
 std::vector<ParticipantConfig> DpFedAvg::ConfigureRound(const RoundContext& ctx,
                                                         std::span<const Candidate> available) const {
-  return selection_.ConfigureRound(ctx, available);
+  return ChooseParticipants(ctx, available, [this](int64_t round, int64_t shard) {
+    return weights::KeyedRank(private_key_, kDpSampleDomain, static_cast<uint64_t>(round),
+                              static_cast<uint64_t>(shard));
+  });
 }
 
 Status DpFedAvg::Begin(int round, const WeightSet& global) {
@@ -214,7 +214,7 @@ StatusOr<WeightSet> DpFedAvg::Finish() {
   if (!mean_delta.ok()) return mean_delta.status();
 
   const double stddev = options_.noise_multiplier * options_.clip_norm / participants;
-  GaussianStream noise(DpNoiseSeed(job_seed_, round_));
+  GaussianStream noise(private_key_, round_);
   WeightSet next;
   for (size_t k = 0; k < global_.size(); ++k) {
     const Tensor& g = global_[k];

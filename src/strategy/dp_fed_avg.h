@@ -10,13 +10,20 @@
 // sum by at most C in L2, so each round is the Gaussian mechanism with noise multiplier σ, sampled with rate
 // q = K / eligible workers; RdpAccountant composes the rounds and gives ε at `delta` (ε reported by epsilon_spent()).
 //
-// Noise: standard normals from Box–Muller over the SplitMix64 stream seeded with DpNoiseSeed(job_seed, round)
-// (strategy/seed.h). Coordinate n of the model (tensors in order, flattened row-major) takes pair p = n / 2 from
-// stream words 2p and 2p+1 (word k = Mix64(seed + k·0x9e3779b97f4a7c15)): u1 = ((w_2p >> 11) + 1) · 2^-53 in (0, 1],
-// u2 = (w_2p+1 >> 11) · 2^-53, z = sqrt(-2 ln u1) · (cos 2πu2 if n is even, else sin 2πu2). No
-// std::normal_distribution: its algorithm differs between standard libraries. The sums use exact (order-independent)
-// accumulation, so the same job, resumed or rerun, gives the same global bits on the same platform (ln, cos and sin
-// come from the C library; another libm may differ in their last bit).
+// Secrecy: the noise and the client sample are drawn under the job's private key (256 bits from getrandom, kept only
+// in the coordinator's metadata store: storage::TrainingJob::private_seed), never from anything in the job spec. A
+// released global minus noise regenerated from the spec's seed is no closer to the noise-free average (the test
+// dp_fed_avg_test.cc "NoiseCannotBeRegeneratedFromTheJobSpec"), and the sample cannot be predicted, so the sampling
+// amplification the accountant claims holds. The guarantee holds against everyone without access to the
+// coordinator's store (docs/training.md, "Differential privacy").
+//
+// Noise: standard normals from Box–Muller over ChaCha20's keystream under that key with the nonce (kDpNoiseDomain,
+// round) (weights/keyed_stream.h). Coordinate n of the model (tensors in order, flattened row-major) takes pair
+// p = n / 2 from stream words 2p and 2p+1: u1 = ((w_2p >> 11) + 1) · 2^-53 in (0, 1], u2 = (w_2p+1 >> 11) · 2^-53,
+// z = sqrt(-2 ln u1) · (cos 2πu2 if n is even, else sin 2πu2). No std::normal_distribution: its algorithm differs
+// between standard libraries. The sample: the shards ranked by KeyedRank(key, kDpSampleDomain, round, shard). The sums
+// use exact (order-independent) accumulation, so the same job, resumed or rerun, gives the same global bits on the
+// same platform (ln, cos and sin come from the C library; another libm may differ in their last bit).
 //
 // Memory: O(model) whatever the number of workers: a copy of the global, one float32 delta buffer, and the exact sums
 // of weights::WeightedMean (16 bytes per parameter). Each update is read twice (its norm, then the scaled add).
@@ -30,6 +37,7 @@
 #include "strategy/fed_avg.h"
 #include "strategy/rdp_accountant.h"
 #include "strategy/strategy.h"
+#include "weights/keyed_stream.h"
 #include "weights/weighted_mean.h"
 
 namespace parsyn::strategy {
@@ -55,12 +63,17 @@ struct DpRoundReport {
 
 class DpFedAvg final : public Strategy {
  public:
-  // `options` must pass ValidateDpFedAvgOptions (asserted). `job_seed` seeds the noise (DpNoiseSeed).
-  DpFedAvg(DpFedAvgOptions options, uint64_t job_seed);
+  // `options` must pass ValidateDpFedAvgOptions (asserted). `private_key`: the job's private seed (above).
+  DpFedAvg(DpFedAvgOptions options, const weights::SecretKey& private_key);
+
+  // The domains of the key's draws (weights::KeyedStream, KeyedRank).
+  static constexpr uint32_t kDpNoiseDomain = 1;
+  static constexpr uint32_t kDpSampleDomain = 2;
 
   std::string_view name() const override { return "dp_fedavg"; }
 
-  // As FedAvg: all available workers when they fit in max_workers, else a window that rotates by round.
+  // As FedAvg: all available workers when they fit in max_workers, else a window that rotates by round; with
+  // sampling, the shards ranked under the private key.
   std::vector<ParticipantConfig> ConfigureRound(const RoundContext& ctx,
                                                 std::span<const Candidate> available) const override;
 
@@ -111,8 +124,7 @@ class DpFedAvg final : public Strategy {
   double SamplingRate(int64_t participants, int64_t eligible_workers) const;
 
   DpFedAvgOptions options_;
-  uint64_t job_seed_;
-  FedAvg selection_;  // only its ConfigureRound is used
+  weights::SecretKey private_key_;
   int round_ = 0;
   bool begun_ = false;
   weights::WeightSet global_;                  // the round's global (a copy)

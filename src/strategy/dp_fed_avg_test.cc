@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <numbers>
 #include <random>
 #include <sstream>
 #include <string>
@@ -16,6 +17,8 @@
 
 #include "base/testing/temp_dir.h"
 #include "strategy/rdp_accountant.h"
+#include "strategy/sampling.h"
+#include "strategy/seed.h"
 #include "weights/safetensors.h"
 
 namespace parsyn::strategy {
@@ -52,6 +55,13 @@ std::vector<float> RandomValues(size_t n, uint32_t seed, float scale) {
   return out;
 }
 
+// A job's private key, as the coordinator keeps it: here 32 bytes of `fill`.
+weights::SecretKey Key(unsigned char fill) {
+  weights::SecretKey key;
+  key.fill(fill);
+  return key;
+}
+
 double Norm(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x * x;
@@ -85,7 +95,7 @@ TEST(DpFedAvgTest, ClipsTheWholeUpdateToClipNormAndLeavesSmallerOnesAlone) {
   std::vector<float> u(11);
   for (int i = 0; i < 11; ++i) u[i] = static_cast<float>(g[i] + d[i]);
 
-  DpFedAvg dp(options, 7);
+  DpFedAvg dp(options, Key(7));
   StatusOr<WeightSet> result = OneRound(dp, 1, MakeSet(g), MakeSet(u));
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   std::vector<float> got = Flat(*result);
@@ -109,7 +119,7 @@ TEST(DpFedAvgTest, ClipsTheWholeUpdateToClipNormAndLeavesSmallerOnesAlone) {
 }
 
 TEST(DpFedAvgTest, AveragesUnweightedWhateverTheSampleCounts) {
-  DpFedAvg dp({.clip_norm = 100, .noise_multiplier = 0, .delta = 1e-5}, 1);
+  DpFedAvg dp({.clip_norm = 100, .noise_multiplier = 0, .delta = 1e-5}, Key(1));
   const std::vector<float> zero(11, 0.0f);
   ASSERT_TRUE(dp.Begin(1, MakeSet(zero)).ok());
   ASSERT_TRUE(dp.Accept(MakeSet(std::vector<float>(11, 1.0f)), 1000).ok());
@@ -124,7 +134,7 @@ TEST(DpFedAvgTest, NoiseHasZeroMeanAndTheExpectedStandardDeviation) {
   constexpr int64_t kN = int64_t{1} << 20;
   WeightSet global;
   ASSERT_TRUE(global.AddZeros("w", DType::kF32, {kN}).ok());
-  DpFedAvg dp({.clip_norm = 0.5, .noise_multiplier = 2.0, .delta = 1e-5}, 42);
+  DpFedAvg dp({.clip_norm = 0.5, .noise_multiplier = 2.0, .delta = 1e-5}, Key(42));
   ASSERT_TRUE(dp.Begin(1, global).ok());
   ASSERT_TRUE(dp.Accept(global, 1).ok());
   ASSERT_TRUE(dp.Accept(global, 1).ok());
@@ -151,14 +161,14 @@ TEST(DpFedAvgTest, NoiseHasZeroMeanAndTheExpectedStandardDeviation) {
   EXPECT_NEAR(static_cast<double>(within_2) / kN, 0.9544997361, 5 * 2.1e-4);
 }
 
-TEST(DpFedAvgTest, SameSeedAndRoundGiveIdenticalBitsWhateverTheArrivalOrder) {
+TEST(DpFedAvgTest, SameKeyAndRoundGiveIdenticalBitsWhateverTheArrivalOrder) {
   const DpFedAvgOptions options{.clip_norm = 1.0, .noise_multiplier = 1.1, .delta = 1e-5};
   const WeightSet global = MakeSet(RandomValues(11, 3, 1.0f));
   std::vector<WeightSet> updates, reversed;
   for (uint32_t i = 0; i < 5; ++i) updates.push_back(MakeSet(RandomValues(11, 10 + i, 2.0f)));
   for (int i = 4; i >= 0; --i) reversed.push_back(updates[i].Clone());
 
-  DpFedAvg first(options, 99), resumed(options, 99), other_job(options, 100);
+  DpFedAvg first(options, Key(99)), resumed(options, Key(99)), other_job(options, Key(100));
   StatusOr<WeightSet> a = OneRound(first, 4, global, updates);
   StatusOr<WeightSet> b = OneRound(resumed, 4, global, reversed);  // a fresh strategy, as after a restart
   StatusOr<WeightSet> next_round = OneRound(first, 5, global, updates);
@@ -167,12 +177,80 @@ TEST(DpFedAvgTest, SameSeedAndRoundGiveIdenticalBitsWhateverTheArrivalOrder) {
   for (size_t k = 0; k < a->size(); ++k) {
     ASSERT_EQ(std::memcmp((*a)[k].data.data(), (*b)[k].data.data(), (*a)[k].data.size()), 0) << (*a)[k].name;
   }
-  // Another round or another job seed draws other noise: every coordinate differs.
+  // Another round or another job's key draws other noise: every coordinate differs.
   const std::vector<float> fa = Flat(*a), fn = Flat(*next_round), fc = Flat(*c);
   for (size_t i = 0; i < fa.size(); ++i) {
     EXPECT_NE(fa[i], fn[i]) << i;
     EXPECT_NE(fa[i], fc[i]) << i;
   }
+}
+
+// The attack the private key defeats: whoever reads a job's spec knows its config.seed (42 by default). Were the noise
+// drawn from that seed (as it once was: SplitMix64 seeded with Mix64(Mix64(seed ^ "dp_noise") + round), Box-Muller),
+// the attacker would regenerate it exactly and subtract it from the released global, leaving the noise-free average
+// and voiding every ε. Drawn under the private key, the regenerated noise is unrelated: what is left after
+// subtracting it is no closer to the average than the release itself.
+TEST(DpFedAvgTest, NoiseCannotBeRegeneratedFromTheJobSpec) {
+  constexpr uint64_t kSpecSeed = 42;  // config.seed, in the job spec for every admin to read
+  constexpr int kRound = 1;
+  constexpr int64_t kN = 4096;
+  const DpFedAvgOptions options{.clip_norm = 1.0, .noise_multiplier = 1.0, .delta = 1e-5};
+  WeightSet global;
+  ASSERT_TRUE(global.AddZeros("w", DType::kF32, {kN}).ok());
+  DpFedAvg dp(options, Key(0x5a));
+  ASSERT_TRUE(dp.Begin(kRound, global).ok());
+  ASSERT_TRUE(dp.Accept(global, 1).ok());  // a zero delta: the noise-free average is exactly the global (0)
+  StatusOr<WeightSet> released = dp.Finish();
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+
+  // The attacker's regeneration from the spec.
+  auto word = [seed = Mix64(Mix64(kSpecSeed ^ 0x64705f6e6f697365ULL) + kRound)](uint64_t k) {
+    return Mix64(seed + k * 0x9e3779b97f4a7c15ULL);
+  };
+  const double stddev = options.noise_multiplier * options.clip_norm;  // K = 1
+  double residual = 0, release = 0;
+  const std::span<const float> values = (*released)[0].as<float>();
+  for (int64_t i = 0; i < kN; ++i) {
+    const uint64_t p = static_cast<uint64_t>(i / 2);
+    const double u1 = static_cast<double>((word(2 * p) >> 11) + 1) * 0x1p-53;
+    const double u2 = static_cast<double>(word(2 * p + 1) >> 11) * 0x1p-53;
+    const double angle = 2 * std::numbers::pi * u2;
+    const double z = std::sqrt(-2 * std::log(u1)) * (i % 2 == 0 ? std::cos(angle) : std::sin(angle));
+    const double cleaned = values[i] - stddev * z;
+    residual += cleaned * cleaned;
+    release += static_cast<double>(values[i]) * values[i];
+  }
+  // With the seed's noise the residual would be ~0 (float rounding); independent noise doubles its energy instead.
+  EXPECT_GT(std::sqrt(residual / kN), 0.5 * stddev);
+  EXPECT_GT(residual, release);
+}
+
+// The client sample is drawn under the key too: ranking the shards by the spec's seed (what sampling without DP does)
+// does not predict which workers a dp_fedavg round takes, so the accountant's amplification by sampling (q < 1) holds.
+TEST(DpFedAvgTest, SampleCannotBePredictedFromTheJobSpec) {
+  std::vector<Candidate> available;
+  for (int64_t w = 1; w <= 20; ++w) available.push_back({.worker_id = w, .shard = static_cast<int>(w - 1)});
+  DpFedAvg dp({.clip_norm = 1.0, .noise_multiplier = 1.0, .delta = 1e-5}, Key(0x33));
+  DpFedAvg same_key({.clip_norm = 1.0, .noise_multiplier = 1.0, .delta = 1e-5}, Key(0x33));
+  int differing_rounds = 0;
+  for (int round = 1; round <= 10; ++round) {
+    RoundContext ctx;
+    ctx.round = round;
+    ctx.job_seed = 42;
+    ctx.min_workers = 1;
+    ctx.max_workers = 20;
+    ctx.sampling.count = 5;
+    auto ids = [](const std::vector<ParticipantConfig>& ps) {
+      std::vector<int64_t> out;
+      for (const ParticipantConfig& p : ps) out.push_back(p.worker_id);
+      return out;
+    };
+    const std::vector<int64_t> drawn = ids(dp.ConfigureRound(ctx, available));
+    EXPECT_EQ(drawn.size(), 5u);
+    EXPECT_EQ(drawn, ids(same_key.ConfigureRound(ctx, available)));  // a resumed job draws the same sample
+    differing_rounds += drawn != ids(ChooseParticipants(ctx, available));
+  }
+  EXPECT_GE(differing_rounds, 8);  // with 5 of 20, two independent draws agree with probability 1 / C(20, 5)
 }
 
 TEST(DpFedAvgTest, KeepsTheGlobalsDtypeAndRejectsBadInput) {
@@ -182,7 +260,7 @@ TEST(DpFedAvgTest, KeepsTheGlobalsDtypeAndRejectsBadInput) {
   ASSERT_TRUE(bf16.Add("w", DType::kBF16, {4}, std::as_bytes(std::span(values))).ok());
   WeightSet bf16_update = bf16.Clone();
   for (uint16_t& v : bf16_update[0].as<uint16_t>()) v = weights::FloatToBf16(1.25f);
-  DpFedAvg dp({.clip_norm = 10, .noise_multiplier = 0, .delta = 1e-5}, 1);
+  DpFedAvg dp({.clip_norm = 10, .noise_multiplier = 0, .delta = 1e-5}, Key(1));
   EXPECT_EQ(dp.Accept(bf16_update, 1).code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(dp.Begin(1, bf16).ok());
   EXPECT_EQ(dp.Accept(bf16_update, 0).code(), StatusCode::kInvalidArgument);
@@ -220,7 +298,7 @@ TEST(DpFedAvgTest, ReportsEpsilonSpentAfterEachRound) {
   const WeightSet global = MakeSet(std::vector<float>(11, 0.0f));
   std::vector<WeightSet> updates;
   for (uint32_t i = 0; i < 4; ++i) updates.push_back(MakeSet(RandomValues(11, 20 + i, 1.0f)));
-  DpFedAvg dp(options, 5);
+  DpFedAvg dp(options, Key(5));
   EXPECT_EQ(dp.epsilon_spent(), 0.0);
   dp.set_eligible_workers(40);
   ASSERT_TRUE(OneRound(dp, 1, global, updates).ok());
@@ -234,16 +312,16 @@ TEST(DpFedAvgTest, ReportsEpsilonSpentAfterEachRound) {
   EXPECT_EQ(dp.last_round()->epsilon, after_three);
   EXPECT_EQ(dp.accountant().rounds(), 3);
 
-  DpFedAvg restarted(options, 5);
+  DpFedAvg restarted(options, Key(5));
   for (int r = 0; r < 3; ++r) restarted.RecordPastRound(4, 40);
   EXPECT_EQ(restarted.epsilon_spent(), after_three);
 
   // Unknown eligible count: q = 1, the plain Gaussian mechanism. No noise: no privacy.
-  DpFedAvg unknown(options, 5);
+  DpFedAvg unknown(options, Key(5));
   ASSERT_TRUE(OneRound(unknown, 1, global, updates).ok());
   EXPECT_EQ(unknown.last_round()->sampling_rate, 1.0);
   EXPECT_EQ(unknown.epsilon_spent(), EpsilonAfter(1, 1.0, 1.0, 1e-5));
-  DpFedAvg no_noise({.clip_norm = 1.0, .noise_multiplier = 0, .delta = 1e-5}, 5);
+  DpFedAvg no_noise({.clip_norm = 1.0, .noise_multiplier = 0, .delta = 1e-5}, Key(5));
   ASSERT_TRUE(OneRound(no_noise, 1, global, updates).ok());
   EXPECT_EQ(no_noise.epsilon_spent(), kInf);
 }
@@ -255,7 +333,7 @@ TEST(DpFedAvgTest, AccountsOnlyCommittedRoundsAndRestoresTheStateExactly) {
   const WeightSet global = MakeSet(std::vector<float>(11, 0.0f));
   std::vector<WeightSet> updates;
   for (uint32_t i = 0; i < 3; ++i) updates.push_back(MakeSet(RandomValues(11, 40 + i, 1.0f)));
-  DpFedAvg dp(options, 9);
+  DpFedAvg dp(options, Key(9));
   dp.set_eligible_workers(30);
   ASSERT_TRUE(dp.has_state());
   EXPECT_EQ(dp.PendingState(), nullptr);
@@ -289,7 +367,7 @@ TEST(DpFedAvgTest, AccountsOnlyCommittedRoundsAndRestoresTheStateExactly) {
   dp.CommitState();
   StatusOr<WeightSet> parsed = weights::ParseSafetensors(stored);
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  DpFedAvg restarted(options, 9);
+  DpFedAvg restarted(options, Key(9));
   ASSERT_TRUE(restarted.RestoreState(&*parsed).ok());
   EXPECT_EQ(restarted.accountant().rdp(), dp.accountant().rdp());
   EXPECT_EQ(restarted.accountant().rounds(), 3);
@@ -374,7 +452,8 @@ TEST(DpFedAvgTest, MatchesIndependentNumpyReference) {
       {0.3, 0.5, 20, 1e-3},
       {0.001, 1.0, 100000, 1e-5},
   };
-  const uint64_t job_seed = 0xdeadbeefcafef00dULL;
+  const weights::SecretKey key =
+      *weights::ParseSecretKey("00112233445566778899aabbccddeeff0123456789abcdeffedcba9876543210");
   const DpFedAvgOptions options{.clip_norm = 1.5, .noise_multiplier = 0.7, .delta = 1e-5};
   const std::vector<float> global = RandomValues(11, 30, 0.3f);
   std::vector<std::vector<float>> updates;
@@ -390,7 +469,8 @@ TEST(DpFedAvgTest, MatchesIndependentNumpyReference) {
     for (double a : DefaultRdpOrders()) in << " " << a;
     in << "\n";
     for (const Case& c : cases) in << "case " << c.q << " " << c.sigma << " " << c.rounds << " " << c.delta << "\n";
-    in << "aggregate " << job_seed << " 3 " << options.clip_norm << " " << options.noise_multiplier << "\nglobal";
+    in << "aggregate 00112233445566778899aabbccddeeff0123456789abcdeffedcba9876543210 3 " << options.clip_norm << " "
+       << options.noise_multiplier << "\nglobal";
     for (float v : global) in << " " << v;
     for (const auto& u : updates) {
       in << "\nupdate";
@@ -436,7 +516,7 @@ TEST(DpFedAvgTest, MatchesIndependentNumpyReference) {
   std::vector<double> reference(11);
   for (double& v : reference) fields >> v;
   ASSERT_TRUE(fields) << line;
-  DpFedAvg dp(options, job_seed);
+  DpFedAvg dp(options, key);
   std::vector<WeightSet> update_sets;
   for (const auto& u : updates) update_sets.push_back(MakeSet(u));
   StatusOr<WeightSet> result = OneRound(dp, 3, MakeSet(global), update_sets);

@@ -8,8 +8,8 @@
 
 namespace parsyn::strategy {
 
-StatusOr<std::unique_ptr<Strategy>> MakeStrategy(StrategyKind kind, const StrategyOptions& options, uint64_t job_seed,
-                                                 FedAvgOptions fed_avg) {
+StatusOr<std::unique_ptr<Strategy>> MakeStrategy(StrategyKind kind, const StrategyOptions& options,
+                                                 const weights::SecretKey& private_key, FedAvgOptions fed_avg) {
   switch (kind) {
     case StrategyKind::kFederatedAveraging:
     case StrategyKind::kFedProx: return std::unique_ptr<Strategy>(std::make_unique<FedAvg>(fed_avg));
@@ -38,7 +38,7 @@ StatusOr<std::unique_ptr<Strategy>> MakeStrategy(StrategyKind kind, const Strate
       const DpFedAvgOptions o{
           .clip_norm = options.clip_norm, .noise_multiplier = options.noise_multiplier, .delta = options.delta};
       PARSYN_RETURN_IF_ERROR(ValidateDpFedAvgOptions(o));
-      return std::unique_ptr<Strategy>(std::make_unique<DpFedAvg>(o, job_seed));
+      return std::unique_ptr<Strategy>(std::make_unique<DpFedAvg>(o, private_key));
     }
   }
   return InvalidArgumentError("unknown strategy kind " + std::to_string(static_cast<int>(kind)));

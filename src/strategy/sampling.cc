@@ -14,7 +14,8 @@ uint64_t SampleRank(uint64_t job_seed, int64_t round, int64_t shard) {
   return Mix64(Mix64(Mix64(job_seed ^ kSampleDomain) + static_cast<uint64_t>(round)) + static_cast<uint64_t>(shard));
 }
 
-std::vector<ParticipantConfig> ChooseParticipants(const RoundContext& ctx, std::span<const Candidate> available) {
+std::vector<ParticipantConfig> ChooseParticipants(const RoundContext& ctx, std::span<const Candidate> available,
+                                                  const SampleRankFn& rank) {
   const size_t min_workers = static_cast<size_t>(std::max(ctx.min_workers, 1));
   const size_t max_workers = std::max(static_cast<size_t>(std::max(ctx.max_workers, 1)), min_workers);
   if (available.size() < min_workers) return {};
@@ -32,7 +33,9 @@ std::vector<ParticipantConfig> ChooseParticipants(const RoundContext& ctx, std::
     k = std::min(std::clamp(k, min_workers, max_workers), n);
     std::vector<std::pair<uint64_t, Candidate>> ranked;
     ranked.reserve(n);
-    for (const Candidate& c : by_shard) ranked.push_back({SampleRank(ctx.job_seed, ctx.round, c.shard), c});
+    for (const Candidate& c : by_shard) {
+      ranked.push_back({rank ? rank(ctx.round, c.shard) : SampleRank(ctx.job_seed, ctx.round, c.shard), c});
+    }
     std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (size_t i = 0; i < k; ++i) chosen.push_back(ranked[i].second);
   } else if (n <= max_workers) {

@@ -2,6 +2,8 @@
 // Pure and deterministic; safe from any thread.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -17,7 +19,11 @@ namespace parsyn::strategy {
 //     available count; the k available workers whose shards rank first by SampleRank(job_seed, round, shard). A
 //     shard's rank depends only on the job seed, the round and the shard, so the same job picks the same workers
 //     (given the same available ones), and an extra available worker displaces only workers that rank after it.
-std::vector<ParticipantConfig> ChooseParticipants(const RoundContext& ctx, std::span<const Candidate> available);
+// `rank` replaces SampleRank (dp_fedavg ranks under the job's private key, so that no one with the job spec can
+// predict a round's sample).
+using SampleRankFn = std::function<uint64_t(int64_t round, int64_t shard)>;
+std::vector<ParticipantConfig> ChooseParticipants(const RoundContext& ctx, std::span<const Candidate> available,
+                                                  const SampleRankFn& rank = nullptr);
 
 // The sampling rank of `shard` in `round`: Mix64(Mix64(Mix64(job_seed ^ kSampleDomain) + round) + shard); lower
 // ranks are chosen first.

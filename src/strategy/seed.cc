@@ -3,9 +3,8 @@
 namespace parsyn::strategy {
 namespace {
 // Arbitrary odd constants that separate the seed domains.
-constexpr uint64_t kTaskDomain = 0x7461736b5f736565ULL;     // "task_see"
-constexpr uint64_t kSplitDomain = 0x73706c69745f7364ULL;    // "split_sd"
-constexpr uint64_t kDpNoiseDomain = 0x64705f6e6f697365ULL;  // "dp_noise"
+constexpr uint64_t kTaskDomain = 0x7461736b5f736565ULL;   // "task_see"
+constexpr uint64_t kSplitDomain = 0x73706c69745f7364ULL;  // "split_sd"
 }  // namespace
 
 uint64_t Mix64(uint64_t x) {
@@ -22,9 +21,5 @@ uint64_t TaskSeed(uint64_t job_seed, int64_t round, int64_t shard) {
 }
 
 uint64_t SplitSeed(uint64_t job_seed) { return Mix64(job_seed ^ kSplitDomain); }
-
-uint64_t DpNoiseSeed(uint64_t job_seed, int64_t round) {
-  return Mix64(Mix64(job_seed ^ kDpNoiseDomain) + static_cast<uint64_t>(round));
-}
 
 }  // namespace parsyn::strategy

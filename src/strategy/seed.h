@@ -20,10 +20,7 @@ uint64_t TaskSeed(uint64_t job_seed, int64_t round, int64_t shard);
 // The seed of the job's data split (sharding); a separate domain from TaskSeed so the two never coincide.
 uint64_t SplitSeed(uint64_t job_seed);
 
-// The seed of the Gaussian noise dp_fedavg adds to round `round`'s aggregate (1-based):
-//   Mix64(Mix64(job_seed ^ kDpNoiseDomain) + round)
-// It does not depend on the participants or their updates, so a resumed job draws the same noise for the same
-// round. A retried round draws it again: only the committed attempt's global is ever released.
-uint64_t DpNoiseSeed(uint64_t job_seed, int64_t round);
+// dp_fedavg's noise and sample are not derived from the job seed, which the job spec shows: they are drawn under the
+// job's private key (strategy/dp_fed_avg.h).
 
 }  // namespace parsyn::strategy

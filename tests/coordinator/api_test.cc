@@ -434,7 +434,7 @@ TEST_F(ApiTest, BadRequestsGetTheRightStatusAndMessage) {
        "32 hex digits"},
       {"model without config", http::Method::kPost, "/api/v1/models",
        R"({"name": "m", "files": {"model.safetensors": "0123456789abcdef0123456789abcdef"}})", "admin", 400,
-       "invalid_argument", "config.json (language model) or tabular_model.json (tabular model)"},
+       "invalid_argument", "config.json (language model), tabular_model.json (tabular model) or parsyn_model.json"},
       {"artifact traversal", http::Method::kGet, "/api/v1/training-jobs/1/artifacts/..%2F..%2Fmetadata.db", "", "admin",
        404, "not_found", ""},
       {"blob without signature", http::Method::kGet, "/blobs/datasets/x/data.jsonl", "", "none", 401, "unauthenticated",

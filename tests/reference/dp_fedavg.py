@@ -4,7 +4,7 @@
 Usage: dp_fedavg.py INPUT OUTPUT. INPUT is text, one record per line:
   orders A1 A2 ...                      RDP orders for the following cases
   case Q SIGMA ROUNDS DELTA             -> "case RDP_1 ... RDP_n EPS_CLASSIC EPS_IMPROVED"
-  aggregate JOB_SEED ROUND CLIP SIGMA   starts an aggregate; followed by
+  aggregate KEY_HEX ROUND CLIP SIGMA    starts an aggregate (KEY_HEX: the job's private key); followed by
   global V1 V2 ...                      the global (flattened) and
   update V1 V2 ...                      one line per update, then
   end                                   -> "aggregate V1 V2 ..." (the new global, float64, %.17g)
@@ -16,32 +16,69 @@ the integrand's width); q = 1 gives a / (2 s^2). Conversions: classic eps = rdp 
 eps = rdp + log(1 - 1/a) - (log(delta) + log(a)) / (a - 1); both minimised over the orders, clamped at 0.
 
 The aggregate follows the documented rule in float64: clip each delta to CLIP, average unweighted, add the noise
-drawn by the documented generator (SplitMix64 from the job seed and round, Box-Muller).
+drawn by the documented generator: Box-Muller over ChaCha20's keystream (RFC 8439, written out here from the RFC,
+checked against its test vector) under the job's private key with the nonce (1, round).
 """
 import math
 import sys
 
 import numpy as np
 
-MASK = (1 << 64) - 1
-GOLDEN = 0x9E3779B97F4A7C15
+MASK32 = 0xFFFFFFFF
+NOISE_DOMAIN = 1  # DpFedAvg::kDpNoiseDomain
 
 
-def mix64(x):
-    x = (x + GOLDEN) & MASK
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
-    return x ^ (x >> 31)
+def _rotl(x, n):
+    return ((x << n) & MASK32) | (x >> (32 - n))
 
 
-def dp_noise_seed(job_seed, round_):
-    return mix64((mix64(job_seed ^ 0x64705F6E6F697365) + round_) & MASK)
+def _quarter(s, a, b, c, d):
+    s[a] = (s[a] + s[b]) & MASK32
+    s[d] = _rotl(s[d] ^ s[a], 16)
+    s[c] = (s[c] + s[d]) & MASK32
+    s[b] = _rotl(s[b] ^ s[c], 12)
+    s[a] = (s[a] + s[b]) & MASK32
+    s[d] = _rotl(s[d] ^ s[a], 8)
+    s[c] = (s[c] + s[d]) & MASK32
+    s[b] = _rotl(s[b] ^ s[c], 7)
 
 
-def standard_normals(seed, count):
+def chacha20_block(key, counter, nonce):
+    """RFC 8439 section 2.3: 64 bytes of keystream for a 32-byte key, a 32-bit counter and a 12-byte nonce."""
+    constants = [0x61707865, 0x3320646E, 0x79622D32, 0x6B206574]
+    words = lambda b: [int.from_bytes(b[i:i + 4], "little") for i in range(0, len(b), 4)]
+    state = constants + words(key) + [counter] + words(nonce)
+    s = list(state)
+    for _ in range(10):
+        _quarter(s, 0, 4, 8, 12)
+        _quarter(s, 1, 5, 9, 13)
+        _quarter(s, 2, 6, 10, 14)
+        _quarter(s, 3, 7, 11, 15)
+        _quarter(s, 0, 5, 10, 15)
+        _quarter(s, 1, 6, 11, 12)
+        _quarter(s, 2, 7, 8, 13)
+        _quarter(s, 3, 4, 9, 14)
+    return b"".join(((a + b) & MASK32).to_bytes(4, "little") for a, b in zip(s, state))
+
+
+# RFC 8439 appendix A.1, test vector 1: the all-zero key and nonce, block 0.
+assert chacha20_block(bytes(32), 0, bytes(12))[:16].hex() == "76b8e0ada0f13d90405d6ae55386bd28"
+
+
+def noise_words(key, round_, count):
+    """`count` 64-bit little-endian words of the keystream under `key`, nonce (NOISE_DOMAIN, round), from block 0."""
+    nonce = NOISE_DOMAIN.to_bytes(4, "little") + round_.to_bytes(8, "little")
+    stream = b""
+    block = 0
+    while len(stream) < 8 * count:
+        stream += chacha20_block(key, block, nonce)
+        block += 1
+    return [int.from_bytes(stream[8 * i:8 * i + 8], "little") for i in range(count)]
+
+
+def standard_normals(key, round_, count):
     pairs = (count + 1) // 2
-    words = [mix64((seed + k * GOLDEN) & MASK) for k in range(2 * pairs)]
-    w = np.array(words, dtype=np.uint64)
+    w = np.array(noise_words(key, round_, 2 * pairs), dtype=np.uint64)
     u1 = ((w[0::2] >> np.uint64(11)) + np.uint64(1)).astype(np.float64) * 2.0**-53
     u2 = (w[1::2] >> np.uint64(11)).astype(np.float64) * 2.0**-53
     r = np.sqrt(-2.0 * np.log(u1))
@@ -89,7 +126,7 @@ def epsilon(orders, rdp, delta, improved):
     return max(best, 0.0)
 
 
-def aggregate(job_seed, round_, clip, sigma, global_, updates):
+def aggregate(key, round_, clip, sigma, global_, updates):
     g = np.array(global_, dtype=np.float64)
     total = np.zeros_like(g)
     for u in updates:
@@ -97,7 +134,7 @@ def aggregate(job_seed, round_, clip, sigma, global_, updates):
         norm = math.sqrt(float(np.sum(d * d)))
         total += d * (clip / norm if norm > clip else 1.0)
     k = len(updates)
-    return g + total / k + sigma * clip / k * standard_normals(dp_noise_seed(job_seed, round_), g.size)
+    return g + total / k + sigma * clip / k * standard_normals(key, round_, g.size)
 
 
 def main():
@@ -119,7 +156,7 @@ def main():
             values = step + [epsilon(orders, total, delta, False), epsilon(orders, total, delta, True)]
             out.append("case " + " ".join("%.17g" % v for v in values))
         elif f[0] == "aggregate":
-            job_seed, round_, clip, sigma = int(f[1]), int(f[2]), float(f[3]), float(f[4])
+            key, round_, clip, sigma = bytes.fromhex(f[1]), int(f[2]), float(f[3]), float(f[4])
             global_, updates = None, []
             while lines[i].split()[0] != "end":
                 g = lines[i].split()
@@ -129,7 +166,7 @@ def main():
                 else:
                     updates.append([float(x) for x in g[1:]])
             i += 1
-            result = aggregate(job_seed, round_, clip, sigma, global_, updates)
+            result = aggregate(key, round_, clip, sigma, global_, updates)
             out.append("aggregate " + " ".join("%.17g" % v for v in result))
         else:
             raise SystemExit("unknown record: " + f[0])

@@ -1,0 +1,14 @@
+// Secrets from the kernel's random source (getrandom): tokens, keys, a job's private seed. Safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "base/status.h"
+
+namespace parsyn {
+
+// `bytes` random bytes from getrandom() as lowercase hex. Unavailable if the kernel has no randomness to give.
+StatusOr<std::string> SecureRandomHex(size_t bytes);
+
+}  // namespace parsyn

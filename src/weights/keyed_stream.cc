@@ -1,0 +1,91 @@
+#include "weights/keyed_stream.h"
+
+#include <openssl/evp.h>
+
+#include <cassert>
+#include <cstring>
+
+#include "weights/sha256.h"
+
+namespace parsyn::weights {
+namespace {
+
+constexpr size_t kWordsPerRefill = 512;  // 4 KiB of keystream per cipher call
+
+void PutLe(unsigned char* out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+StatusOr<SecretKey> ParseSecretKey(std::string_view hex) {
+  SecretKey key{};
+  if (hex.size() != 2 * key.size()) return InvalidArgumentError("a secret key is 64 hex digits");
+  for (size_t i = 0; i < key.size(); ++i) {
+    const int hi = HexDigit(hex[2 * i]), lo = HexDigit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return InvalidArgumentError("a secret key is 64 hex digits");
+    key[i] = static_cast<unsigned char>(hi * 16 + lo);
+  }
+  return key;
+}
+
+struct KeyedStream::Cipher {
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  ~Cipher() { EVP_CIPHER_CTX_free(ctx); }
+};
+
+KeyedStream::KeyedStream(const SecretKey& key, uint32_t domain, uint64_t round)
+    : cipher_(std::make_unique<Cipher>()), words_(kWordsPerRefill) {
+  // OpenSSL's ChaCha20 IV: a 32-bit block counter (0) then the 96-bit nonce, all little-endian.
+  unsigned char iv[16] = {};
+  PutLe(iv + 4, domain, 4);
+  PutLe(iv + 8, round, 8);
+  const int ok = EVP_EncryptInit_ex(cipher_->ctx, EVP_chacha20(), nullptr, key.data(), iv);
+  assert(ok == 1);  // only fails on allocation
+  (void)ok;
+  next_ = words_.size();
+}
+
+KeyedStream::~KeyedStream() = default;
+
+void KeyedStream::Refill() {
+  // The keystream is the encryption of zeros.
+  std::vector<unsigned char> zeros(words_.size() * sizeof(uint64_t), 0);
+  std::vector<unsigned char> out(zeros.size());
+  int written = 0;
+  const int ok = EVP_EncryptUpdate(cipher_->ctx, out.data(), &written, zeros.data(), static_cast<int>(zeros.size()));
+  assert(ok == 1 && written == static_cast<int>(out.size()));
+  (void)ok;
+  for (size_t i = 0; i < words_.size(); ++i) {
+    uint64_t w = 0;
+    for (int b = 7; b >= 0; --b) w = (w << 8) | out[i * 8 + static_cast<size_t>(b)];
+    words_[i] = w;
+  }
+  next_ = 0;
+}
+
+uint64_t KeyedStream::Next() {
+  if (next_ == words_.size()) Refill();
+  return words_[next_++];
+}
+
+uint64_t KeyedRank(const SecretKey& key, uint32_t domain, uint64_t round, uint64_t item) {
+  unsigned char message[20];
+  PutLe(message, domain, 4);
+  PutLe(message + 4, round, 8);
+  PutLe(message + 12, item, 8);
+  const std::string mac = HmacSha256(std::string_view(reinterpret_cast<const char*>(key.data()), key.size()),
+                                     std::string_view(reinterpret_cast<const char*>(message), sizeof message));
+  uint64_t rank = 0;
+  for (int b = 7; b >= 0; --b) rank = (rank << 8) | static_cast<unsigned char>(mac[static_cast<size_t>(b)]);
+  return rank;
+}
+
+}  // namespace parsyn::weights
