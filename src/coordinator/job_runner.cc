@@ -368,8 +368,8 @@ http::Awaitable<Status> JobRunner::TaskFailed(int64_t worker_id, int round, int 
     co_return FailedPreconditionError("training job " + std::to_string(job_.id) + " has ended (" +
                                       std::string(storage::ToString(job_.status)) + ")");
   }
-  PARSYN_LOG_WARN("training job {}: worker {} reports its task of round {} attempt {} failed: {}", job_.id, worker_id,
-                  round, attempt, reason);
+  PARSYN_LOG_WARN("training job {}: worker {} reports its task of {} (attempt {}) failed: {}", job_.id, worker_id,
+                  protocol::RoundLabel(round, engine_config_.num_rounds), attempt, reason);
   auto handled = Handle([&] { return engine_->TaskFailed(worker_id, round, attempt, reason); });  // kCoAwaitTemporaries
   Status s = co_await std::move(handled);
   if (s.ok()) host_.TaskFinished(worker_id, job_.id);

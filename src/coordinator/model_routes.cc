@@ -176,6 +176,40 @@ Status CheckModelWeights(storage::BlobStore& blobs, const storage::Model& model)
 
 namespace {
 
+// An upload is one model's file: InvalidArgument naming the file when a registered model already has it (deleting that
+// model would delete the blob under the other). Blocking.
+Status CheckUploadsUnused(storage::MetadataStore& store, const storage::Model& model) {
+  PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Model> models, store.ListModels());
+  for (const storage::ModelFile& f : model.files) {
+    for (const storage::Model& m : models) {
+      for (const storage::ModelFile& theirs : m.files) {
+        if (theirs.blob_key != f.blob_key) continue;
+        return InvalidArgumentError("files['" + f.path + "']: upload " + f.blob_key.substr(8) + " is already model " +
+                                    std::to_string(m.id) + "'s " + theirs.path +
+                                    "; upload the file again (POST /api/v1/uploads) for another model");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// The blob keys of `deleted`'s files that no other model names (servers before CheckUploadsUnused let two models share
+// an upload), to delete with it. Blocking.
+std::vector<std::string> UnsharedKeys(storage::MetadataStore& store, const storage::Model& deleted) {
+  std::set<std::string> in_use;
+  StatusOr<std::vector<storage::Model>> models = store.ListModels();
+  if (!models.ok()) return {};  // cannot tell which are shared: keep them all (a leftover is only space)
+  for (const storage::Model& m : *models) {
+    if (m.id == deleted.id) continue;
+    for (const storage::ModelFile& f : m.files) in_use.insert(f.blob_key);
+  }
+  std::vector<std::string> keys;
+  for (const storage::ModelFile& f : deleted.files) {
+    if (!in_use.contains(f.blob_key)) keys.push_back(f.blob_key);
+  }
+  return keys;
+}
+
 // Removes the staged uploads a refused registration named, unless a registered model uses one. Best effort.
 void DiscardUploads(const RouteContext& context, const storage::Model& refused) {
   StatusOr<std::vector<storage::Model>> models = context.store.ListModels();
@@ -208,7 +242,8 @@ class ModelRoutes {
     if (!model.ok()) co_return Response::Error(model.status());
     const int64_t now = context_.clock.UnixMillis();
     StatusOr<storage::Model> created = co_await Offload(context_.pool, [&]() -> StatusOr<storage::Model> {
-      Status checked = DescribeModelFiles(context_.blobs, *model);
+      Status checked = CheckUploadsUnused(context_.store, *model);
+      if (checked.ok()) checked = DescribeModelFiles(context_.blobs, *model);
       if (checked.ok()) checked = CheckModelWeights(context_.blobs, *model);
       if (checked.code() == StatusCode::kInvalidArgument) DiscardUploads(context_, *model);
       PARSYN_RETURN_IF_ERROR(checked);
@@ -233,11 +268,7 @@ class ModelRoutes {
     return DeleteRecordById(
         context_, req, "model", [](storage::MetadataStore& s, int64_t id) { return s.GetModel(id); },
         [](storage::MetadataStore& s, int64_t id) { return s.DeleteModel(id); },
-        [](const storage::Model& m) {
-          std::vector<std::string> keys;
-          for (const storage::ModelFile& f : m.files) keys.push_back(f.blob_key);
-          return keys;
-        });
+        [this](const storage::Model& m) { return UnsharedKeys(context_.store, m); });
   }
 
  private:

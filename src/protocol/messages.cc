@@ -331,6 +331,11 @@ std::string_view TaskKindName(TaskKind kind) { return kind == TaskKind::kEvaluat
 
 std::string_view DataSourceName(DataSource source) { return source == DataSource::kWorkers ? "workers" : "platform"; }
 
+std::string RoundLabel(int round, int total_rounds) {
+  if (total_rounds > 0 && round > total_rounds) return "the final evaluation";
+  return "round " + std::to_string(round) + (total_rounds > 0 ? "/" + std::to_string(total_rounds) : "");
+}
+
 StatusOr<Task> ParseTask(const json& body) {
   PARSYN_RETURN_IF_ERROR(CheckObject(body, "a task"));
   JsonFields f = JsonFields::Lenient(body);

@@ -230,6 +230,9 @@ struct Task {
   friend bool operator==(const Task&, const Task&) = default;
 };
 StatusOr<Task> ParseTask(const nlohmann::json& body);
+// What a task's round is called in logs and messages: "round 2/4", or "the final evaluation" for the evaluation the
+// engine runs after the last round (its round number is total_rounds + 1, which is no round of the job).
+std::string RoundLabel(int round, int total_rounds);
 // The task's JSON text, written directly (JsonTextWriter): one task per worker per round. `config_json` is
 // TrainingConfigToJson(task.config) already dumped, when the caller has it (the same for every task of a job);
 // empty: dumped here.

@@ -62,6 +62,14 @@ json CoordinatorTask() {
   };
 }
 
+// The final evaluation runs as round total_rounds + 1; logs call it that, never "round 5/4".
+TEST(TaskMessageTest, RoundsAreLabelledAndTheFinalEvaluationByName) {
+  EXPECT_EQ(RoundLabel(2, 4), "round 2/4");
+  EXPECT_EQ(RoundLabel(4, 4), "round 4/4");
+  EXPECT_EQ(RoundLabel(5, 4), "the final evaluation");
+  EXPECT_EQ(RoundLabel(3, 0), "round 3");  // total not known
+}
+
 TEST(TaskMessageTest, ReadsTheCoordinatorsTaskAndWritesItBackByteForByte) {
   const json wire = CoordinatorTask();
   auto task = ParseTask(wire);

@@ -33,6 +33,9 @@ bool IsModuleName(const std::string& s) {
   });
 }
 
+// PEFT's name for every linear projection, which weights/lora_layout.h expands (alone in the list).
+constexpr std::string_view kAllLinear = "all-linear";
+
 void ReadTargetModules(FieldReader& r, std::vector<std::string>& out) {
   const json* v = r.Get("lora_target_modules");
   if (v == nullptr) return;
@@ -47,7 +50,7 @@ void ReadTargetModules(FieldReader& r, std::vector<std::string>& out) {
     const std::string item = path + "[" + std::to_string(i) + "]";
     if (!m.is_string()) {
       r.Error(item + " must be a string, got " + m.type_name());
-    } else if (!IsModuleName(m.get<std::string>())) {
+    } else if (!IsModuleName(m.get<std::string>()) && m.get<std::string>() != kAllLinear) {
       r.Error(item + " (" + FieldReader::Quoted(m.get<std::string>()) + ") must be 1..128 characters of [A-Za-z0-9_.]");
     } else if (std::find(modules.begin(), modules.end(), m.get<std::string>()) != modules.end()) {
       r.Error(path + " lists " + FieldReader::Quoted(m.get<std::string>()) + " twice");

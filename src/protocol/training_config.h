@@ -12,7 +12,8 @@
 //   lora_r                       integer           16                   1..1024
 //   lora_alpha                   number            32                   > 0, <= 65536
 //   lora_dropout                 number            0.05                 >= 0, < 1
-//   lora_target_modules          array of string   ["q_proj","v_proj"]  1..64 distinct names of [A-Za-z0-9_.]
+//   lora_target_modules          array of string   ["q_proj","v_proj"]  1..64 distinct names of [A-Za-z0-9_.], or
+//                                                                        "all-linear" (every projection)
 //   max_seq_len                  integer           512                  8..131072
 //   weight_decay                 number            0                    0..10
 //   warmup_steps                 integer           0                    0..10^9

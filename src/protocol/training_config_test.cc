@@ -59,6 +59,15 @@ TEST(TrainingConfigTest, TheJobsDefaults) {
   EXPECT_EQ(c.LabelColumn(), "label");
 }
 
+// PEFT's "all-linear" (every projection, weights/lora_layout.h) is a target list of its own, though it is no module
+// name; other names with a '-' stay refused.
+TEST(TrainingConfigTest, AllLinearIsATargetList) {
+  auto all = ParseTrainingConfig(json{{"lora_target_modules", {"all-linear"}}});
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(all->lora_target_modules, std::vector<std::string>{"all-linear"});
+  EXPECT_FALSE(ParseTrainingConfig(json{{"lora_target_modules", {"q-proj"}}}).ok());
+}
+
 TEST(TrainingConfigTest, ReadsOverTheDefaultsAndRoundTrips) {
   auto c = ParseTrainingConfig(json{{"epochs", 3},
                                     {"mixed_precision", "bf16"},

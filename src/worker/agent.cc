@@ -369,8 +369,9 @@ void Agent::RunTask(const Session& session, const json& task_json, std::stop_tok
     std::lock_guard lock(mutex_);
     current_ = CurrentTask{.job_id = task->job_id, .round = task->round, .attempt = task->attempt, .stop = task_stop};
   }
-  PARSYN_LOG_INFO("worker {}: task {} ({} job {} round {}/{} attempt {})", options_.name, task->task_id,
-                  protocol::TaskKindName(task->kind), task->job_id, task->round, task->total_rounds, task->attempt);
+  PARSYN_LOG_INFO("worker {}: task {} ({} job {} {} attempt {})", options_.name, task->task_id,
+                  protocol::TaskKindName(task->kind), task->job_id,
+                  protocol::RoundLabel(task->round, task->total_rounds), task->attempt);
   const Clock::time_point started = Clock::now();
   Status done = ExecuteTask(session, *task, task_stop.get_token());
   bool abandoned = false;
@@ -416,8 +417,8 @@ void Agent::ReportFailure(const protocol::Task& task, const Status& failure) {
     return;
   }
   // Best effort: a coordinator without the route (404) or out of reach still drops the task at the next long-poll.
-  PARSYN_LOG_WARN("worker {}: could not report the failure of job {} round {}: {}", options_.name, task.job_id,
-                  task.round, sent.message());
+  PARSYN_LOG_WARN("worker {}: could not report the failure of job {} {}: {}", options_.name, task.job_id,
+                  protocol::RoundLabel(task.round, task.total_rounds), sent.message());
 }
 
 StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::path& task_dir, std::stop_token stop) {
@@ -587,8 +588,9 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
     return FailedPreconditionError("the coordinator rejected the update: " + verdict->value("reason", ""));
   }
   auto shown = [](const std::optional<double>& loss) { return loss ? std::to_string(*loss) : std::string("null"); };
-  PARSYN_LOG_INFO("worker {}: round {} reported: {} samples, train loss {}, validation loss {}", options_.name,
-                  task.round, report.sample_count, shown(report.train_loss), shown(report.validation_loss));
+  PARSYN_LOG_INFO("worker {}: {} reported: {} samples, train loss {}, validation loss {}", options_.name,
+                  protocol::RoundLabel(task.round, task.total_rounds), report.sample_count, shown(report.train_loss),
+                  shown(report.validation_loss));
   return Status::Ok();
 }
 

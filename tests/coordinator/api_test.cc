@@ -922,6 +922,34 @@ TEST_F(ApiTest, ModelRegistrationChecksConfigAndEveryWeightsFile) {
   }
 }
 
+// An upload is one model's file: a second model naming it is refused (deleting the first would have deleted the blob
+// under the second, and that model's jobs would fail), and the first model keeps it.
+TEST_F(ApiTest, TwoModelsNeverShareAnUpload) {
+  json files = json::object();
+  for (const auto& [path, contents] :
+       std::vector<std::pair<std::string, std::string>>{{"config.json", TinyLlamaConfig()}}) {
+    auto up = admin_->Send(http::Method::kPost, "/api/v1/uploads", contents, "application/octet-stream");
+    ASSERT_TRUE(up.ok()) << up.status().ToString();
+    files[path] = (*up->Json())["upload_id"];
+  }
+  auto first = admin_->PostJson("/api/v1/models", {{"name", "first"}, {"files", files}});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const int64_t first_id = (*first->Json())["id"].get<int64_t>();
+  auto second = admin_->PostJson("/api/v1/models", {{"name", "second"}, {"files", files}});
+  ASSERT_EQ(second.status().code(), StatusCode::kInvalidArgument) << second.status().ToString();
+  EXPECT_NE(second.status().message().find("files['config.json']: upload " + files["config.json"].get<std::string>() +
+                                           " is already model " + std::to_string(first_id) + "'s config.json"),
+            std::string::npos)
+      << second.status().message();
+  // The refusal removed nothing of the first model's.
+  auto got = admin_->Get("/api/v1/models/" + std::to_string(first_id));
+  ASSERT_TRUE(got.ok());
+  const std::filesystem::path blob =
+      dir_.path() / "data" / "blobs" / "uploads" / files["config.json"].get<std::string>();
+  EXPECT_TRUE(std::filesystem::exists(blob)) << blob;
+  EXPECT_EQ((*admin_->Get("/api/v1/models")->Json())["models"].size(), 1u);
+}
+
 // A task's blob URLs live as long as its attempt (aggregation_timeout + 5 min), name the worker they were given to,
 // and stop working once that worker is revoked. Blobs download as attachments that browsers do not sniff.
 TEST_F(ApiTest, TaskBlobUrlsFollowTheAttemptAndDieWithTheirWorker) {
