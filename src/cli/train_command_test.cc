@@ -212,9 +212,19 @@ TEST_F(TrainCommandTest, BadInputsGiveClearErrors) {
   CommandRun bad_config =
       RunParsyn("train --data " + Path("data.csv") + " --out " + Path("o") + " --mixed-precision fp8");
   EXPECT_EQ(bad_config.exit_code, 1);
-  EXPECT_NE(bad_config.output.find("config.mixed_precision must be one of \"bf16\", \"fp16\", \"no\", got \"fp8\""),
-            std::string::npos)
-      << bad_config.output;
+  const std::string reason = "config.mixed_precision must be one of \"bf16\", \"fp16\", \"no\", got \"fp8\"";
+  const size_t first = bad_config.output.find(reason);
+  EXPECT_NE(first, std::string::npos) << bad_config.output;
+  EXPECT_EQ(bad_config.output.find(reason, first + 1), std::string::npos) << "printed twice:\n" << bad_config.output;
+
+  // A reason from the trainer (its error event) is shown once, not again as parsyn-trainer's own stderr line.
+  std::ofstream(dir_ / "bad.csv") << "x,label\n1,a\n2,b\noops,a\n4,b\n";
+  CommandRun bad_row = RunParsyn("train --data " + Path("bad.csv") + " --out " + Path("o4"));
+  EXPECT_EQ(bad_row.exit_code, 1) << bad_row.output;
+  const std::string row_reason = "line 4: column 1 (\"x\"): \"oops\" is not a finite number";
+  const size_t at = bad_row.output.find(row_reason);
+  EXPECT_NE(at, std::string::npos) << bad_row.output;
+  EXPECT_EQ(bad_row.output.find(row_reason, at + 1), std::string::npos) << "printed twice:\n" << bad_row.output;
 
   CommandRun no_model = RunParsyn("train --data " + Path("x.jsonl") + " --out " + Path("o2"));
   EXPECT_NE(no_model.exit_code, 0);

@@ -35,7 +35,10 @@ StatusOr<TrainerOutcome> RunTrainer(const std::vector<std::string>& args,
                                     const std::function<void(const nlohmann::json&)>& on_event) {
   PARSYN_ASSIGN_OR_RETURN(const std::filesystem::path trainer, FindTrainer());
   InterruptShield shield;
-  PARSYN_ASSIGN_OR_RETURN(Subprocess child, Subprocess::Start(trainer, args));
+  // The trainer's error reaches the user once: from its error event, through TrainerFailureMessage.
+  SubprocessOptions options;
+  options.environment.emplace_back(protocol::kTrainerEventsOnlyEnv, "1");
+  PARSYN_ASSIGN_OR_RETURN(Subprocess child, Subprocess::Start(trainer, args, options));
   TrainerOutcome outcome;
   while (std::optional<std::string> line = child.ReadLine()) {
     nlohmann::json event = nlohmann::json::parse(*line, nullptr, /*allow_exceptions=*/false);

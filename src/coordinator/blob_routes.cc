@@ -14,6 +14,8 @@
 #include <map>
 #include <set>
 
+#include "base/log.h"
+#include "base/strings.h"
 #include "coordinator/auth.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/loop_tools.h"
@@ -43,6 +45,13 @@ std::optional<int64_t> JobOfKey(std::string_view key) {
   return id;
 }
 
+// A store's error as a worker (or any holder of a signed URL) is answered it: without the server's file paths ("disk
+// full: /var/lib/parsyn/blobs/..." reads "disk full: ..."); the server's log keeps them whole.
+Response ErrorForWorker(const Status& status) {
+  PARSYN_LOG_WARN("blob transfer failed: {}", status.ToString());
+  return Response::Error(Status(status.code(), WithoutLocalPaths(status.message())));
+}
+
 class BlobRoutes {
  public:
   BlobRoutes(const RouteContext& context, Service& service, std::string signing_secret)
@@ -54,7 +63,7 @@ class BlobRoutes {
     if (!allowed.ok()) co_return Response::Error(allowed.status());
     auto copy = co_await Offload(context_.pool,
                                  [&] { return storage::LocalBlobCopy::Open(context_.blobs, key, context_.spool_dir); });
-    if (!copy.ok()) co_return Response::Error(copy.status());
+    if (!copy.ok()) co_return ErrorForWorker(copy.status());
     CountBytesMoved(key, copy->size_bytes());
     co_return DownloadResponse(std::move(*copy), key);
   }
@@ -108,7 +117,7 @@ class BlobRoutes {
     }
     auto upload = StreamBodyToBlob(context_, *req.body_stream, key, put_options);  // kCoAwaitTemporaries
     StatusOr<storage::BlobInfo> stored = co_await std::move(upload);
-    if (!stored.ok()) co_return Response::Error(stored.status());
+    if (!stored.ok()) co_return ErrorForWorker(stored.status());
     // Only a passing verdict on exactly the stored bytes is remembered; anything else is checked at the result.
     if (checker && checker->bytes_seen() == stored->size_bytes && checker->Finish().ok()) {
       if (JobRunner* r = service_.FindRunner(*JobOfKey(key))) {

@@ -4,6 +4,7 @@
 #include <boost/asio/detached.hpp>
 
 #include "base/log.h"
+#include "base/strings.h"
 #include "coordinator/job_runner_internal.h"
 #include "coordinator/server_metrics.h"
 #include "strategy/dp_fed_avg.h"
@@ -97,7 +98,8 @@ http::Awaitable<Status> JobRunner::Launch() {
   }
   if (!status.ok()) {
     PARSYN_LOG_ERROR("training job {}: {}", job_.id, status.ToString());
-    const std::string reason = "could not start: " + status.message();
+    // The reason is shown to users (the API, the dashboard): the server's file paths stay in its log.
+    const std::string reason = "could not start: " + WithoutLocalPaths(status.message());
     const int64_t now = host_.clock().UnixMillis();
     StatusOr<storage::TrainingJob> failed = co_await Offload(
         host_.pool(), [&] { return host_.store().SetJobStatus(job_.id, JobStatus::kFailed, now, reason); });

@@ -24,6 +24,9 @@ inline constexpr int kTrainerExitFailed = 1;
 inline constexpr int kTrainerExitUsage = 2;
 inline constexpr int kTrainerExitStopped = 3;  // SIGTERM or SIGINT
 inline constexpr int kTrainerExitOutOfMemory = 4;
+// Set to "1" in parsyn-trainer's environment by a parent that shows its error events itself (`parsyn train`): the
+// trainer then writes no second copy of the reason on stderr.
+inline constexpr char kTrainerEventsOnlyEnv[] = "PARSYN_TRAINER_EVENTS_ONLY";
 // The error code of a trainer refusing a task file of another version.
 inline constexpr std::string_view kUnsupportedContractVersion = "unsupported_contract_version";
 // The model kind a custom model folder (parsyn_model.json) has, and the wildcard of a trainer that trains any.

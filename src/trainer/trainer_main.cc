@@ -31,6 +31,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -75,11 +76,16 @@ void EmitLine(const json& event) {
 int Fail(const Status& status, std::string_view code = {}) {
   if (code.empty()) code = parsyn::StatusCodeSlug(status.code());
   EmitLine(parsyn::protocol::TrainerErrorToJson({.code = std::string(code), .message = status.message()}));
-  std::string line = status.ToString();
-  for (char& c : line) {
-    if (c == '\n') c = ' ';
+  // The line on stderr is for a person running the trainer by hand; `parsyn train` prints the event's message itself
+  // and asks for none (kEventsOnlyEnv), so the reason is shown once.
+  if (const char* events_only = std::getenv(parsyn::protocol::kTrainerEventsOnlyEnv);
+      events_only == nullptr || std::string_view(events_only) != "1") {
+    std::string line = status.ToString();
+    for (char& c : line) {
+      if (c == '\n') c = ' ';
+    }
+    std::cerr << "parsyn-trainer: " << line << std::endl;
   }
-  std::cerr << "parsyn-trainer: " << line << std::endl;
   switch (status.code()) {
     case StatusCode::kCancelled: return parsyn::protocol::kTrainerExitStopped;
     case StatusCode::kResourceExhausted: return parsyn::protocol::kTrainerExitOutOfMemory;
