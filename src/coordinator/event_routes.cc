@@ -48,6 +48,13 @@ Awaitable<void> StreamFeed(EventFeed& feed, EventFeed::Resume resume, bool had_i
 Status AddEventRoutes(RouteTable& routes, Service& service) {
   return routes.Admin(Method::kGet, "/api/v1/events", [&service](Request& req) -> Awaitable<Response> {
     EventFeed& feed = service.event_feed();
+    // The stream takes no query (a ?cursor= or ?after= here is a client that means another route): refused, not
+    // ignored, so such a client learns it at once.
+    if (!req.query.empty()) {
+      co_return Response::Error(InvalidArgumentError(
+          "GET /api/v1/events takes no query parameters, got '" + req.query.begin()->first.substr(0, 64) +
+          "': it streams from now on; resume with the Last-Event-ID header"));
+    }
     std::string_view last_id = req.Header("last-event-id");
     StatusOr<EventFeed::Resume> resume = feed.ResumeFrom(last_id);
     if (!resume.ok()) co_return Response::Error(resume.status());
