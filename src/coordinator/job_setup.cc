@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <optional>
@@ -62,6 +63,36 @@ StatusOr<std::string> InitialAdapterImage(const storage::Model& model, const Job
   PARSYN_ASSIGN_OR_RETURN(weights::WeightSet adapters,
                           weights::InitialLoraAdapters(model.config_json, lora, spec.config.seed));
   std::vector<std::byte> image = weights::SerializeSafetensors(adapters);
+  return std::string(reinterpret_cast<const char*>(image.data()), image.size());
+}
+
+// A sharded checkpoint's tensors as one safetensors image, the global of a full-weight job on a sharded model (a custom
+// model's): the shards in their names' order as the index names them, each shard's tensors in its data order, so a
+// setup interrupted and redone writes the same bytes. The whole model is held in memory while it is joined. Blocking.
+StatusOr<std::string> JoinedShardsImage(storage::BlobStore& blobs, const storage::Model& model,
+                                        const std::filesystem::path& spool_dir) {
+  const storage::ModelFile* index = nullptr;
+  for (const storage::ModelFile& f : model.files) {
+    if (f.path == weights::kShardIndexFile) index = &f;
+  }
+  if (index == nullptr) return FailedPreconditionError("model " + std::to_string(model.id) + " has no shard index");
+  PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> source, blobs.Get(index->blob_key));
+  PARSYN_ASSIGN_OR_RETURN(std::string text, storage::ReadAll(*source, size_t{16} << 20));
+  PARSYN_ASSIGN_OR_RETURN(auto shards, weights::ParseSafetensorsIndex(text));
+  weights::WeightSet joined;
+  for (const auto& [shard, names] : shards) {
+    const auto file = std::find_if(model.files.begin(), model.files.end(),
+                                   [&shard](const storage::ModelFile& f) { return f.path == shard; });
+    if (file == model.files.end())
+      return DataLossError(std::string(weights::kShardIndexFile) + " names a missing " + shard);
+    PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy copy,
+                            storage::LocalBlobCopy::Open(blobs, file->blob_key, spool_dir));
+    PARSYN_ASSIGN_OR_RETURN(weights::WeightSet part, weights::ReadSafetensorsFile(copy.path()));
+    for (const weights::Tensor& t : part.tensors()) {
+      PARSYN_RETURN_IF_ERROR(joined.Add(t.name, t.dtype, t.shape, t.data).WithContext(shard));
+    }
+  }
+  std::vector<std::byte> image = weights::SerializeSafetensors(joined);
   return std::string(reinterpret_cast<const char*>(image.data()), image.size());
 }
 
@@ -135,6 +166,9 @@ std::string JobRunner::InitialGlobalSha256(std::string* key) const {
       return f.sha256;
     }
   }
+  // A sharded checkpoint's joined global (JoinedShardsImage): its bytes are written by setup from the model's
+  // checked files; joining them again to check it would read the whole model on every resume.
+  *key = fmt::format("jobs/{}/rounds/{:06}/global.safetensors", job_.id, 0);
   return "";
 }
 
@@ -269,9 +303,16 @@ http::Awaitable<Status> JobRunner::Setup() {
       PARSYN_ASSIGN_OR_RETURN(std::string image, InitialAdapterImage(p.model, spec));
       PARSYN_RETURN_IF_ERROR(PutBytes(blobs, p.global_key, std::move(image)).status());
     } else {
-      // Full fine-tuning starts from the model's own weights.
+      // Full fine-tuning starts from the model's own weights: model.safetensors, or a sharded checkpoint joined.
+      bool sharded = false;
       for (const storage::ModelFile& f : p.model.files) {
         if (f.path == "model.safetensors") p.global_key = f.blob_key;
+        sharded = sharded || f.path == weights::kShardIndexFile;
+      }
+      if (p.global_key.empty() && sharded) {
+        p.global_key = fmt::format("jobs/{}/rounds/{:06}/global.safetensors", job_id, 0);
+        PARSYN_ASSIGN_OR_RETURN(std::string image, JoinedShardsImage(blobs, p.model, spool_dir));
+        PARSYN_RETURN_IF_ERROR(PutBytes(blobs, p.global_key, std::move(image)).status());
       }
       if (p.global_key.empty()) {
         return FailedPreconditionError("model " + std::to_string(p.model.id) +

@@ -22,9 +22,6 @@ namespace parsyn::coordinator {
 
 namespace {
 
-// A sharded checkpoint's index: tensor name -> shard file (the Hugging Face layout).
-constexpr char kShardIndexFile[] = "model.safetensors.index.json";
-
 // The text of a model's small JSON file (at most 1 MiB); InvalidArgument naming the file when it is larger.
 StatusOr<std::string> ReadModelJsonFile(storage::BlobStore& blobs, const storage::ModelFile& file) {
   PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> src, blobs.Get(file.blob_key));
@@ -43,8 +40,8 @@ Status ConfigFileError(const Status& problem) {
 
 namespace {
 
-// A custom model (parsyn_model.json): the manifest's files are among the model's, and every tensor of its
-// model.safetensors is floating point (the workers train them all and the coordinator averages them).
+// A custom model (parsyn_model.json): the manifest's files are among the model's, and every tensor of its weights
+// files is floating point (the workers train them all and the coordinator averages them).
 Status CheckCustomModel(storage::BlobStore& blobs, const storage::Model& model, const protocol::ModelManifest& m) {
   std::set<std::string> paths;
   for (const storage::ModelFile& f : model.files) paths.insert(f.path);
@@ -55,15 +52,15 @@ Status CheckCustomModel(storage::BlobStore& blobs, const storage::Model& model, 
     }
   }
   for (const storage::ModelFile& f : model.files) {
-    if (f.path != "model.safetensors") continue;
+    if (!f.path.ends_with(".safetensors")) continue;  // the weights, or a sharded checkpoint's shards
     PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> source, blobs.Get(f.blob_key));
     StatusOr<weights::SafetensorsLayout> layout = weights::ReadSafetensorsLayout(
         static_cast<uint64_t>(f.size_bytes), [&](std::span<std::byte> buffer) { return source->Read(buffer); });
-    if (!layout.ok()) return InvalidArgumentError("model.safetensors: " + layout.status().message());
+    if (!layout.ok()) return InvalidArgumentError(f.path + ": " + layout.status().message());
     for (const weights::SafetensorsEntry& t : layout->tensors) {
       if (!weights::IsFloat(t.dtype)) {
         return InvalidArgumentError(
-            "model.safetensors: tensor '" + t.name + "' is " + std::string(weights::DTypeName(t.dtype)) +
+            f.path + ": tensor '" + t.name + "' is " + std::string(weights::DTypeName(t.dtype)) +
             ": a custom model's weights are what the workers train and the coordinator averages, so each must be "
             "floating point (F32, BF16, F16 or F64); keep other state in another file of the folder");
       }
@@ -148,7 +145,7 @@ Status CheckModelWeights(storage::BlobStore& blobs, const storage::Model& model)
   std::map<std::string, std::set<std::string>> tensors_by_file;
   const storage::ModelFile* index = nullptr;
   for (const storage::ModelFile& f : model.files) {
-    if (f.path == kShardIndexFile) index = &f;
+    if (f.path == weights::kShardIndexFile) index = &f;
     if (!f.path.ends_with(".safetensors")) continue;
     PARSYN_ASSIGN_OR_RETURN(weights::SafetensorsLayout layout, CheckWeightsFile(blobs, f));
     std::set<std::string>& names = tensors_by_file[f.path];
@@ -157,17 +154,17 @@ Status CheckModelWeights(storage::BlobStore& blobs, const storage::Model& model)
   if (index == nullptr) return Status::Ok();
   PARSYN_ASSIGN_OR_RETURN(std::string text, ReadModelJsonFile(blobs, *index));
   auto shards = weights::ParseSafetensorsIndex(text);
-  if (!shards.ok()) return shards.status().WithContext(kShardIndexFile);
+  if (!shards.ok()) return shards.status().WithContext(weights::kShardIndexFile);
   for (const auto& [shard, names] : *shards) {
     auto held = tensors_by_file.find(shard);
     if (held == tensors_by_file.end()) {
-      return InvalidArgumentError(std::string(kShardIndexFile) + " places tensors in " + shard +
+      return InvalidArgumentError(std::string(weights::kShardIndexFile) + " places tensors in " + shard +
                                   ", which is not among the model's files; upload it with the others");
     }
     for (const std::string& name : names) {
       if (!held->second.contains(name)) {
-        return InvalidArgumentError(std::string(kShardIndexFile) + " places tensor '" + name + "' in " + shard +
-                                    ", which does not contain it");
+        return InvalidArgumentError(std::string(weights::kShardIndexFile) + " places tensor '" + name + "' in " +
+                                    shard + ", which does not contain it");
       }
     }
   }

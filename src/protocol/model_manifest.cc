@@ -63,8 +63,13 @@ StatusOr<ModelManifest> ParseModelManifest(std::string_view text) {
         }
         m.files.push_back(f.get<std::string>());
       }
-      if (errors.empty() && std::find(m.files.begin(), m.files.end(), "model.safetensors") == m.files.end()) {
-        r.Error("files must name model.safetensors (the weights the workers train)");
+      auto names = [&m](std::string_view file) {
+        return std::find(m.files.begin(), m.files.end(), file) != m.files.end();
+      };
+      if (errors.empty() && !names("model.safetensors") && !names("model.safetensors.index.json")) {
+        r.Error(
+            "files must name model.safetensors, or model.safetensors.index.json for a sharded checkpoint (the "
+            "weights the workers train)");
       }
     }
   }

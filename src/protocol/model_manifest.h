@@ -2,8 +2,9 @@
 // of the trainer contract (docs/trainer-contract.md):
 //   {"kind": "custom", "trainer": "digits-cnn", "files": ["model.safetensors", "parsyn_model.json", "model.py"]}
 // kind: "custom" (the only kind); trainer: the trainer name jobs on the model use by default (config.trainer);
-// files: every file of the folder the trainer reads, model.safetensors among them. The folder's weights are
-// model.safetensors: every tensor the workers train and the coordinator averages.
+// files: every file of the folder the trainer reads, model.safetensors (or a sharded checkpoint's
+// model.safetensors.index.json and its shards) among them. The folder's weights are every tensor the workers train and
+// the coordinator averages.
 // Plain values and pure functions; safe from any thread.
 #pragma once
 
@@ -25,7 +26,7 @@ struct ModelManifest {
 };
 
 // InvalidArgument naming the field: not JSON, an unknown kind, a trainer that is not a trainer name, files that are
-// not a non-empty list of relative paths or do not name model.safetensors.
+// not a non-empty list of relative paths or name neither model.safetensors nor model.safetensors.index.json.
 StatusOr<ModelManifest> ParseModelManifest(std::string_view text);
 
 }  // namespace parsyn::protocol

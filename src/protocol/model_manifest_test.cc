@@ -22,7 +22,8 @@ TEST(ModelManifestTest, EachProblemIsNamed) {
       {R"({"kind": "custom", "trainer": "t", "files": ["../etc/passwd"]})",
        "parsyn_model.json: files holds \"../etc/passwd\", not a path within the folder"},
       {R"({"kind": "custom", "trainer": "t", "files": ["cnn.py"]})",
-       "parsyn_model.json: files must name model.safetensors (the weights the workers train)"},
+       "parsyn_model.json: files must name model.safetensors, or model.safetensors.index.json for a sharded "
+       "checkpoint (the weights the workers train)"},
       {R"({"kind": "custom", "files": ["model.safetensors"], "extra": 1})",
        "parsyn_model.json: trainer is required; unknown field extra"},
   };

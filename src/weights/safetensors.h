@@ -64,6 +64,9 @@ StatusOr<SafetensorsLayout> ReadSafetensorsLayout(uint64_t file_size, const Read
 // overlaps; it ends where the last tensor does). The caller reads the tensors and checks the stream ends there.
 StatusOr<SafetensorsLayout> ReadSafetensorsHeader(const ReadBytes& read, const SafetensorsLimits& limits = {});
 
+// A sharded checkpoint's index, beside its shards in a model folder (the Hugging Face layout).
+inline constexpr char kShardIndexFile[] = "model.safetensors.index.json";
+
 // The shards of a sharded checkpoint from its model.safetensors.index.json: shard file name -> the tensors the
 // index's "weight_map" places in it. InvalidArgument naming the entry for malformed JSON, a missing or empty
 // "weight_map" object, a non-string file, or a shard name that is not a plain file name.

@@ -7,6 +7,7 @@
 // one.
 #include <cstdlib>
 #include <fstream>
+#include <map>
 
 #include "llama_fixture.h"
 
@@ -223,6 +224,63 @@ TEST(DigitsCnnTest, FiveWorkersOnADirichletSplitReachNinetyFivePercent) {
   std::printf("[figures] digits CNN, 5 workers, Dirichlet(0.5), 12 rounds x 40 steps: held-out accuracy %.4f\n",
               accuracy);
   EXPECT_GE(accuracy, 0.95) << result.dump(2) << "\n" << sim.output;
+}
+
+// A custom model whose weights are a sharded checkpoint (model.safetensors.index.json and its shards): the job's
+// starting global is the shards joined, the workers train it, and the last global holds every tensor of every shard.
+TEST(DigitsCnnTest, ShardedCustomModelTrainsFromItsJoinedShards) {
+  TempDir tmp;
+  const std::string digits = PythonTrainer("digits_cnn.py");
+  const fs::path model = tmp.path() / "model";
+  ASSERT_EQ(std::system((digits + " init " + model.string() + " --seed 2").c_str()), 0);
+  // The weights split in two shards with an index, as Hugging Face saves a large model.
+  std::map<std::string, std::vector<double>> whole = ReadTensors(model / "model.safetensors");
+  ASSERT_GE(whole.size(), 2u);
+  const std::string split = R"PY(
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from parsyn import safetensors
+folder = sys.argv[1]
+tensors = safetensors.load(folder + "/model.safetensors")
+names = list(tensors)
+half = len(names) // 2
+index = {"metadata": {}, "weight_map": {}}
+for i, part in enumerate((names[:half], names[half:])):
+    shard = "model-%05d-of-00002.safetensors" % (i + 1)
+    safetensors.save(folder + "/" + shard, {n: tensors[n] for n in part})
+    index["weight_map"].update({n: shard for n in part})
+json.dump(index, open(folder + "/model.safetensors.index.json", "w"))
+json.dump({"kind": "custom", "trainer": "digits-cnn", "files": ["model.safetensors.index.json",
+           "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "parsyn_model.json"]},
+          open(folder + "/parsyn_model.json", "w"))
+)PY";
+  std::ofstream(tmp.path() / "split.py") << split;
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + (tmp.path() / "split.py").string() + " " + model.string() + " " +
+                         (fs::path(PARSYN_SOURCE_DIR) / "python").string())
+                            .c_str()),
+            0);
+  fs::remove(model / "model.safetensors");
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + (fs::path(PARSYN_SOURCE_DIR) / "bench" / "digits_csv.py").string() +
+                         " " + (tmp.path() / "digits.csv").string())
+                            .c_str()),
+            0);
+  const json job = {
+      {"name", "sharded"},
+      {"config", {{"use_peft", false}, {"batch_size", 32}, {"learning_rate", 0.003}}},
+      {"distributed", {{"enabled", true}, {"num_rounds", 1}, {"steps_per_round", 5}, {"min_workers", 2}}}};
+  std::ofstream(tmp.path() / "job.json") << job.dump();
+  const CommandResult sim =
+      RunParsyn({"simulate", "--job", (tmp.path() / "job.json").string(), "--data",
+                 (tmp.path() / "digits.csv").string(), "--model", model.string(), "--workers", "2", "--parallel", "2",
+                 "--out", (tmp.path() / "sim").string(), "--trainer", digits},
+                std::chrono::seconds(300));
+  ASSERT_EQ(sim.exit_code, 0) << sim.output;
+  const std::map<std::string, std::vector<double>> last = ReadTensors(tmp.path() / "sim" / "global.safetensors");
+  ASSERT_EQ(last.size(), whole.size());
+  for (const auto& [name, values] : whole) {
+    ASSERT_TRUE(last.contains(name)) << name;
+    EXPECT_EQ(last.at(name).size(), values.size()) << name;
+  }
 }
 
 // `parsyn trainer check` passes for the built-in trainer (the examples' checks are
