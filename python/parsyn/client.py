@@ -27,14 +27,14 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import shutil
 import ssl
-import tempfile
 import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Mapping
+
+from . import safetensors
 
 __all__ = ["Client", "ParsynApiError", "Event", "TERMINAL_JOB_STATUSES"]
 
@@ -444,15 +444,5 @@ def _id(value: int) -> int:
 
 
 def _write_atomically(destination: Path, response: _Response) -> None:
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp", dir=destination.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            shutil.copyfileobj(response, out, _CHUNK_BYTES)
-        os.replace(temp, destination)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
+    # The one atomic writer of the package (temporary file, fsync, rename), fed the body in chunks.
+    safetensors.atomic_write(destination, iter(lambda: response.read(_CHUNK_BYTES), b""))

@@ -10,67 +10,22 @@
 //
 // Exit status: 0 passed, 1 failed, 77 skipped (tests/web/node_modules absent: run ./dev setup).
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-if (!fs.existsSync(path.join(here, 'node_modules', 'playwright-core'))) {
-  console.log('SKIP: tests/web/node_modules is absent (./dev setup installs it)');
-  process.exit(77);
-}
-const { chromium } = await import('playwright-core');
+import { arg, Children, launchChromium, log, playwrightOrSkip, startServer, uploadModel, waitFor } from './harness.mjs';
 
-function arg(name, fallback) {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : fallback;
-}
+const { chromium } = await playwrightOrSkip();
 const PARSYN = path.resolve(arg('parsyn', 'build/src/cli/parsyn'));
 const OUT = path.resolve(arg('out', 'web-screenshots'));
-const CHROMIUM = '/usr/bin/chromium';
 fs.mkdirSync(OUT, { recursive: true });
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'parsyn-web-'));
-const children = [];
+const children = new Children(PARSYN, tmp);
+const start = (name, args, env) => children.start(name, args, env);
 let failed = false;
-
-function log(message) {
-  console.log(`[${new Date().toISOString().slice(11, 19)}] ${message}`);
-}
-
-// Starts a process of ours in its own process group (so its trainer child ends with it); output goes to a log file.
-function start(name, args, env = {}) {
-  const logFile = path.join(tmp, `${name}.log`);
-  const out = fs.openSync(logFile, 'w');
-  const child = spawn(PARSYN, args, { stdio: ['ignore', out, out], detached: true, env: { ...process.env, ...env } });
-  children.push({ name, child, logFile });
-  return { child, logFile };
-}
-
-function stopChildren() {
-  for (const { child } of children) {
-    if (child.exitCode === null && child.signalCode === null) {
-      try {
-        process.kill(-child.pid, 'SIGTERM');
-      } catch {
-        // Already gone.
-      }
-    }
-  }
-}
-
-// Polls `condition` (sync or async) until it returns a truthy value; fails after `ms` with `what`.
-async function waitFor(what, condition, ms = 60_000, every = 100) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await condition();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, every));
-  }
-}
 
 function writeLearnableText(file, rows) {
   const names = ['alice', 'bob', 'carol', 'dave'];
@@ -101,14 +56,8 @@ async function main() {
     { mode: 0o755 });
 
   const dataDir = path.join(tmp, 'server');
-  const server = start('server', ['server', '--data-dir', dataDir, '--listen', '127.0.0.1:0',
-    '--heartbeat-interval-ms', '300', '--heartbeat-timeout-ms', '3000', '--max-poll-wait-ms', '2000']);
-  const base = await waitFor('the server to listen', () => {
-    const m = /parsyn server listening on (http:\/\/\S+)/.exec(fs.readFileSync(server.logFile, 'utf8'));
-    if (!m && server.child.exitCode !== null) throw new Error(`server exited: ${fs.readFileSync(server.logFile, 'utf8')}`);
-    return m && m[1];
-  }, 30_000);
-  const key = fs.readFileSync(path.join(dataDir, 'admin-key'), 'utf8').trim();
+  const { base, key, call } = await startServer(children, dataDir,
+    ['--heartbeat-interval-ms', '300', '--heartbeat-timeout-ms', '3000', '--max-poll-wait-ms', '2000']);
   log(`server at ${base}`);
 
   // The page and its files are open routes with their content types; unknown files are 404; the API needs the key.
@@ -126,19 +75,7 @@ async function main() {
   assert.equal((await missing.json()).error.code, 'not_found');
   assert.equal((await fetch(`${base}/api/v1/workers`)).status, 401);
 
-  const call = async (method, route, body, contentType = 'application/json') => {
-    const r = await fetch(`${base}/api/v1${route}`, {
-      method, body, headers: { Authorization: `Bearer ${key}`, ...(body ? { 'Content-Type': contentType } : {}) } });
-    const text = await r.text();
-    assert.ok(r.ok, `${method} ${route}: ${r.status} ${text}`);
-    return text ? JSON.parse(text) : null;
-  };
-  const files = {};
-  for (const name of fs.readdirSync(path.join(tmp, 'model'))) {
-    const up = await call('POST', '/uploads', fs.readFileSync(path.join(tmp, 'model', name)), 'application/octet-stream');
-    files[name] = up.upload_id;
-  }
-  const model = await call('POST', '/models', JSON.stringify({ name: 'tiny-llama', files }));
+  const model = await uploadModel(call, path.join(tmp, 'model'), 'tiny-llama');
   const dataset = await call('POST', '/datasets?name=train.jsonl', fs.readFileSync(path.join(tmp, 'train.jsonl')),
     'application/octet-stream');
   const workers = [];
@@ -156,14 +93,7 @@ async function main() {
   log('model, dataset and workers ready');
 
   // ---- the browser ----
-  const userDataDir = fs.mkdtempSync(path.join(tmp, 'chromium-'));
-  const context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    viewport: { width: 1280, height: 800 },
-  });
+  const context = await launchChromium(chromium, tmp);
   try {
     const page = context.pages()[0] ?? await context.newPage();
     const pageErrors = [];
@@ -539,22 +469,9 @@ try {
 } catch (error) {
   failed = true;
   console.error(`FAIL: ${error.stack ?? error}`);
-  for (const { name, logFile } of children) {
-    const text = fs.existsSync(logFile) ? fs.readFileSync(logFile, 'utf8') : '';
-    console.error(`---- ${name} (last 3000 chars) ----\n${text.slice(-3000)}`);
-  }
+  children.dumpLogs();
 } finally {
-  stopChildren();
-  await waitFor('our processes to exit', () => children.every(({ child }) => child.exitCode !== null || child.signalCode !== null), 15_000)
-    .catch(() => {
-      for (const { child } of children) {
-        try {
-          process.kill(-child.pid, 'SIGKILL');
-        } catch {
-          // Already gone.
-        }
-      }
-    });
+  await children.stopAll();
   if (!failed && !process.env.PARSYN_KEEP_WEB_TEST) fs.rmSync(tmp, { recursive: true, force: true });
 }
 process.exit(failed ? 1 : 0);

@@ -9,23 +9,18 @@
 //
 // Exit status: 0 passed, 1 failed, 77 skipped (tests/web/node_modules absent: run ./dev setup).
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-if (!fs.existsSync(path.join(here, 'node_modules', 'playwright-core'))) {
-  console.log('SKIP: tests/web/node_modules is absent (./dev setup installs it)');
-  process.exit(77);
-}
-const { chromium } = await import('playwright-core');
+import {
+  arg, Children, launchChromium, log, playwrightOrSkip, signIn, startServer, uploadModel, waitFor,
+} from './harness.mjs';
 
-function arg(name, fallback) {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : fallback;
-}
+const { chromium } = await playwrightOrSkip();
+const here = path.dirname(fileURLToPath(import.meta.url));
 const PARSYN = path.resolve(arg('parsyn', 'build/src/cli/parsyn'));
 const NVML = path.resolve(arg('nvml', 'build/src/worker/libnvidia-ml-stand-in.so'));
 const EXAMPLES = path.resolve(arg('examples', path.join(here, '..', '..', 'examples', 'trainers')));
@@ -33,31 +28,8 @@ const OUT = path.resolve(arg('out', 'web-screenshots'));
 fs.mkdirSync(OUT, { recursive: true });
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'parsyn-gpu-'));
-const children = [];
-let failed = false;
+const children = new Children(PARSYN, tmp);
 const GIB = 2 ** 30;
-
-function log(message) {
-  console.log(`[${new Date().toISOString().slice(11, 19)}] ${message}`);
-}
-
-function start(name, args, env = {}) {
-  const logFile = path.join(tmp, `${name}.log`);
-  const out = fs.openSync(logFile, 'w');
-  const child = spawn(PARSYN, args, { stdio: ['ignore', out, out], detached: true, env: { ...process.env, ...env } });
-  children.push({ name, child, logFile });
-  return { child, logFile };
-}
-
-async function waitFor(what, condition, ms = 60_000, every = 100) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await condition();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, every));
-  }
-}
 
 // x1,x2 in [-1, 1) and label x1 + x2 > 0: rows a small MLP separates.
 function writeSeparableCsv(file, rows) {
@@ -92,31 +64,13 @@ async function main() {
   writeSeparableCsv(path.join(tmp, 'points.csv'), 400);
   execFileSync(PARSYN, ['model', 'init', '--architecture', 'mlp', '--data', path.join(tmp, 'points.csv'),
     '--hidden-sizes', '8', '--out', path.join(tmp, 'model'), '--seed', '3'], { stdio: 'pipe' });
-  const dataDir = path.join(tmp, 'server');
-  const server = start('server', ['server', '--data-dir', dataDir, '--listen', '127.0.0.1:0',
-    '--heartbeat-interval-ms', '300', '--heartbeat-timeout-ms', '3000', '--max-poll-wait-ms', '2000']);
-  const base = await waitFor('the server to listen', () => {
-    const m = /parsyn server listening on (http:\/\/\S+)/.exec(fs.readFileSync(server.logFile, 'utf8'));
-    return m && m[1];
-  }, 30_000);
-  const key = fs.readFileSync(path.join(dataDir, 'admin-key'), 'utf8').trim();
-  const call = async (method, route, body, contentType = 'application/json') => {
-    const r = await fetch(`${base}/api/v1${route}`, {
-      method, body, headers: { Authorization: `Bearer ${key}`, ...(body ? { 'Content-Type': contentType } : {}) } });
-    const text = await r.text();
-    assert.ok(r.ok, `${method} ${route}: ${r.status} ${text}`);
-    return text ? JSON.parse(text) : null;
-  };
-  const files = {};
-  for (const name of fs.readdirSync(path.join(tmp, 'model'))) {
-    const up = await call('POST', '/uploads', fs.readFileSync(path.join(tmp, 'model', name)), 'application/octet-stream');
-    files[name] = up.upload_id;
-  }
-  const model = await call('POST', '/models', JSON.stringify({ name: 'points-mlp', files }));
+  const { base, key, call } = await startServer(children, path.join(tmp, 'server'),
+    ['--heartbeat-interval-ms', '300', '--heartbeat-timeout-ms', '3000', '--max-poll-wait-ms', '2000']);
+  const model = await uploadModel(call, path.join(tmp, 'model'), 'points-mlp');
   const dataset = await call('POST', '/datasets?name=points.csv', fs.readFileSync(path.join(tmp, 'points.csv')),
     'application/octet-stream');
   const worker = await call('POST', '/workers', JSON.stringify({ name: 'gpu-box', kind: 'own' }));
-  start('worker', ['worker', '--server', base, '--token', worker.token, '--name', 'gpu-box', '--device', 'cuda:0',
+  children.start('worker', ['worker', '--server', base, '--token', worker.token, '--name', 'gpu-box', '--device', 'cuda:0',
     '--cache-dir', path.join(tmp, 'cache'), '--trainer',
     `builtin=/usr/bin/python3 ${path.join(EXAMPLES, 'pytorch_tabular.py')}`], {
     PARSYN_NVML_LIBRARY: NVML,
@@ -154,16 +108,10 @@ async function main() {
   assert.deepEqual(shown.trainers[0].describe.model_kinds, ['tabular-mlp', 'tabular-logreg']);
 
   // To the dashboard: the worker's card labels the figure as the GPU's and shows its memory; the job says its trainer.
-  const context = await chromium.launchPersistentContext(fs.mkdtempSync(path.join(tmp, 'chromium-')), {
-    executablePath: '/usr/bin/chromium', headless: true, viewport: { width: 1280, height: 900 },
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
-  });
+  const context = await launchChromium(chromium, tmp, { width: 1280, height: 900 });
   try {
     const page = context.pages()[0] ?? await context.newPage();
-    await page.goto(base);
-    await page.fill('#api-key', key);
-    await page.keyboard.press('Enter');
-    await page.locator('h1', { hasText: 'Training' }).waitFor();
+    await signIn(page, base, key);
     await page.goto(`${base}/#/jobs/${job.id}`);
     const card = page.locator('.worker-card').first();
     await card.waitFor();
@@ -184,26 +132,16 @@ async function main() {
   }
 }
 
+let failed = false;
 try {
   await main();
   log('PASS');
 } catch (error) {
   failed = true;
   console.error(`FAIL: ${error.stack ?? error}`);
-  for (const { name, logFile } of children) {
-    const text = fs.existsSync(logFile) ? fs.readFileSync(logFile, 'utf8') : '';
-    console.error(`---- ${name} (last 3000 chars) ----\n${text.slice(-3000)}`);
-  }
+  children.dumpLogs();
 } finally {
-  for (const { child } of children) {
-    try {
-      process.kill(-child.pid, 'SIGTERM');
-    } catch {
-      // Already gone.
-    }
-  }
-  await waitFor('our processes to exit', () => children.every(({ child }) => child.exitCode !== null ||
-    child.signalCode !== null), 15_000).catch(() => {});
+  await children.stopAll();
   if (!failed) fs.rmSync(tmp, { recursive: true, force: true });
 }
 process.exit(failed ? 1 : 0);

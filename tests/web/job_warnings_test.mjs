@@ -9,33 +9,17 @@
 //
 // Exit status: 0 passed, 1 failed, 77 skipped (tests/web/node_modules absent: run ./dev setup).
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-if (!fs.existsSync(path.join(here, 'node_modules', 'playwright-core'))) {
-  console.log('SKIP: tests/web/node_modules is absent (./dev setup installs it)');
-  process.exit(77);
-}
-const { chromium } = await import('playwright-core');
+import { arg, Children, launchChromium, playwrightOrSkip, signIn, startServer, uploadModel, waitFor } from './harness.mjs';
 
-const i = process.argv.indexOf('--parsyn');
-const PARSYN = path.resolve(i >= 0 ? process.argv[i + 1] : 'build/src/cli/parsyn');
+const { chromium } = await playwrightOrSkip();
+const PARSYN = path.resolve(arg('parsyn', 'build/src/cli/parsyn'));
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'parsyn-web-warnings-'));
-let server = null;
-
-async function waitFor(what, condition, ms = 30_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await condition();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
+const children = new Children(PARSYN, tmp);
 
 async function main() {
   execFileSync(PARSYN, ['model', 'init', '--out', path.join(tmp, 'model'), '--hidden-size', '32', '--layers', '1',
@@ -45,47 +29,17 @@ async function main() {
     topic: k % 3 === 0 ? 'sports' : 'news' }));
   fs.writeFileSync(path.join(tmp, 'train.jsonl'), `${rows.join('\n')}\n`);
 
-  const dataDir = path.join(tmp, 'server');
-  const logFile = path.join(tmp, 'server.log');
-  const out = fs.openSync(logFile, 'w');
-  server = spawn(PARSYN, ['server', '--data-dir', dataDir, '--listen', '127.0.0.1:0'],
-    { stdio: ['ignore', out, out], detached: true });
-  const base = await waitFor('the server to listen', () => {
-    const m = /parsyn server listening on (http:\/\/\S+)/.exec(fs.readFileSync(logFile, 'utf8'));
-    if (!m && server.exitCode !== null) throw new Error(`server exited: ${fs.readFileSync(logFile, 'utf8')}`);
-    return m && m[1];
-  });
-  const key = fs.readFileSync(path.join(dataDir, 'admin-key'), 'utf8').trim();
-  const call = async (method, route, body, contentType = 'application/json') => {
-    const r = await fetch(`${base}/api/v1${route}`, {
-      method, body, headers: { Authorization: `Bearer ${key}`, ...(body ? { 'Content-Type': contentType } : {}) } });
-    const text = await r.text();
-    assert.ok(r.ok, `${method} ${route}: ${r.status} ${text}`);
-    return text ? JSON.parse(text) : null;
-  };
-  const files = {};
-  for (const name of fs.readdirSync(path.join(tmp, 'model'))) {
-    const up = await call('POST', '/uploads', fs.readFileSync(path.join(tmp, 'model', name)), 'application/octet-stream');
-    files[name] = up.upload_id;
-  }
-  const model = await call('POST', '/models', JSON.stringify({ name: 'tiny-llama', files }));
+  const { base, key, call } = await startServer(children, path.join(tmp, 'server'));
+  const model = await uploadModel(call, path.join(tmp, 'model'), 'tiny-llama');
   const dataset = await call('POST', '/datasets?name=train.jsonl', fs.readFileSync(path.join(tmp, 'train.jsonl')),
     'application/octet-stream');
 
-  const context = await chromium.launchPersistentContext(fs.mkdtempSync(path.join(tmp, 'chromium-')), {
-    executablePath: '/usr/bin/chromium',
-    headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  const context = await launchChromium(chromium, tmp);
   try {
     const page = context.pages()[0] ?? await context.newPage();
     const pageErrors = [];
     page.on('pageerror', (e) => pageErrors.push(String(e)));
-    await page.goto(base);
-    await page.fill('#api-key', key);
-    await page.keyboard.press('Enter');
-    await page.locator('h1', { hasText: 'Training' }).waitFor();
+    await signIn(page, base, key);
 
     await page.goto(`${base}/#/jobs/new`);
     await page.locator(`#f-model_id option[value="${model.id}"]`).waitFor({ state: 'attached' });
@@ -280,15 +234,9 @@ try {
 } catch (err) {
   failed = true;
   console.error(err);
-  if (fs.existsSync(path.join(tmp, 'server.log'))) console.error(fs.readFileSync(path.join(tmp, 'server.log'), 'utf8'));
+  children.dumpLogs();
 } finally {
-  if (server && server.exitCode === null) {
-    try {
-      process.kill(-server.pid, 'SIGTERM');
-    } catch {
-      // Already gone.
-    }
-  }
+  await children.stopAll();
   if (!failed) fs.rmSync(tmp, { recursive: true, force: true });
 }
 process.exit(failed ? 1 : 0);
