@@ -46,10 +46,14 @@ void OnInterrupt(int) { g_interrupted = true; }
 // A background process whose output goes to a log file; SIGTERM then reaped on destruction.
 class Background {
  public:
-  Background(const fs::path& program, const std::vector<std::string>& args, const fs::path& log) {
+  // `environment`: variables set for the child on top of this process's (a worker's token goes there, not on its
+  // command line, which every user of the machine can read in /proc).
+  Background(const fs::path& program, const std::vector<std::string>& args, const fs::path& log,
+             std::vector<std::pair<std::string, std::string>> environment = {}) {
     SubprocessOptions options;
     options.output = SubprocessOptions::Output::kFile;
     options.output_file = log;
+    options.environment = std::move(environment);
     if (StatusOr<Subprocess> started = Subprocess::Start(program, args, options); started.ok()) {
       child_.emplace(std::move(*started));
     }
@@ -210,10 +214,10 @@ int RunDemo(const DemoFlags& f) {
     worker_ids.push_back(body["id"]);
     workers.push_back(std::make_unique<Background>(
         *self,
-        std::vector<std::string>{"worker", "--server", url, "--token", body["token"].get<std::string>(), "--name",
-                                 "demo-" + std::to_string(i + 1), "--cache-dir",
+        std::vector<std::string>{"worker", "--server", url, "--name", "demo-" + std::to_string(i + 1), "--cache-dir",
                                  (work / ("worker-" + std::to_string(i + 1))).string(), "--threads", "1"},
-        work / ("worker-" + std::to_string(i + 1) + ".log")));
+        work / ("worker-" + std::to_string(i + 1) + ".log"),
+        std::vector<std::pair<std::string, std::string>>{{"PARSYN_WORKER_TOKEN", body["token"].get<std::string>()}}));
   }
 
   StatusOr<json> before = Evaluate(work, model, data, {});

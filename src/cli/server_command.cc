@@ -7,11 +7,13 @@
 // --tls-cert/--tls-key for HTTPS; --client-ca for mutual TLS on the worker and blob routes (docs/operations.md).
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
 
+#include <unistd.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -234,8 +236,14 @@ int RunServer(const ServerFlags& f) {
     info << info_json.dump() << "\n";
   }
   if (const auto& key = (*service)->new_admin_key()) {
-    std::cout << "admin API key (shown once; also in " << (options.data_dir / "admin-key").string() << "): " << *key
-              << "\n";
+    // Shown only to a person at a terminal: a pipe or file (a container's log, a service manager's journal) would keep
+    // the key wherever those logs go.
+    const std::string file = (options.data_dir / "admin-key").string();
+    if (::isatty(STDOUT_FILENO) != 0) {
+      std::cout << "admin API key (shown once; also in " << file << "): " << *key << "\n";
+    } else {
+      std::cout << "admin API key written to " << file << " (mode 0600; not printed: stdout is not a terminal)\n";
+    }
   }
   std::cout << "parsyn server listening on " << base << std::endl;
 

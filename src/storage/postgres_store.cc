@@ -246,24 +246,38 @@ std::string Scrub(std::string text, const std::string& secret) {
   return text;
 }
 
-// Where the password of scheme://USER:PASSWORD@HOST... is (offset, length), as written (still percent-encoded);
-// length 0 when there is none.
-std::pair<size_t, size_t> PasswordSpan(std::string_view uri) {
+// Where the URL's passwords are (offset, length each), as written (still percent-encoded): the one of
+// scheme://USER:PASSWORD@HOST... and any ?password=... or &password=... query value.
+std::vector<std::pair<size_t, size_t>> PasswordSpans(std::string_view uri) {
+  std::vector<std::pair<size_t, size_t>> spans;
   size_t scheme = uri.find("://");
-  if (scheme == std::string_view::npos) return {0, 0};
+  if (scheme == std::string_view::npos) return spans;
   size_t authority = scheme + 3;
   size_t end = uri.find_first_of("/?", authority);
   if (end == std::string_view::npos) end = uri.size();
   size_t at = uri.rfind('@', end);
-  if (at == std::string_view::npos || at < authority) return {0, 0};
   size_t colon = uri.find(':', authority);
-  if (colon == std::string_view::npos || colon > at) return {0, 0};
-  return {colon + 1, at - colon - 1};
+  if (at != std::string_view::npos && at >= authority && colon != std::string_view::npos && colon < at) {
+    spans.emplace_back(colon + 1, at - colon - 1);
+  }
+  for (size_t query = uri.find('?', authority); query != std::string_view::npos; query = uri.find('&', query + 1)) {
+    constexpr std::string_view kKey = "password=";
+    if (uri.substr(query + 1, kKey.size()) != kKey) continue;
+    size_t value = query + 1 + kKey.size();
+    size_t value_end = uri.find('&', value);
+    if (value_end == std::string_view::npos) value_end = uri.size();
+    spans.emplace_back(value, value_end - value);
+  }
+  return spans;
 }
 
-std::string PasswordIn(std::string_view uri) {
-  auto [offset, length] = PasswordSpan(uri);
-  return std::string(uri.substr(offset, length));
+// `text` with every password of `uri`, as written there, replaced by *** (libpq quotes a URL it cannot parse as
+// written; the connection's own messages are scrubbed of the decoded password it connected with).
+std::string ScrubPasswords(std::string text, std::string_view uri) {
+  for (auto [offset, length] : PasswordSpans(uri)) {
+    if (length != 0) text = Scrub(std::move(text), std::string(uri.substr(offset, length)));
+  }
+  return text;
 }
 
 StatusOr<Target> ParseTarget(std::string_view uri) {
@@ -272,7 +286,7 @@ StatusOr<Target> ParseTarget(std::string_view uri) {
   PQconninfoOption* options = PQconninfoParse(text.c_str(), &error);
   if (options == nullptr) {
     // libpq quotes the URL it could not parse: its password goes, whatever the parse got to.
-    std::string why = Scrub(error ? Trimmed(error) : "out of memory", PasswordIn(uri));
+    std::string why = ScrubPasswords(error ? Trimmed(error) : "out of memory", uri);
     PQfreemem(error);
     return InvalidArgumentError("metadata store URL " + RedactPostgresUri(uri) + " is not a valid PostgreSQL URL (" +
                                 why + "); expected postgres://USER:PASSWORD@HOST:PORT/DATABASE");
@@ -308,9 +322,14 @@ std::string DoubleText(double v) {
 bool IsPostgresUri(std::string_view uri) { return uri.starts_with("postgres://") || uri.starts_with("postgresql://"); }
 
 std::string RedactPostgresUri(std::string_view uri) {
-  auto [offset, length] = PasswordSpan(uri);
-  if (length == 0) return std::string(uri);
-  return std::string(uri.substr(0, offset)) + "***" + std::string(uri.substr(offset + length));
+  std::string redacted;
+  size_t copied = 0;
+  for (auto [offset, length] : PasswordSpans(uri)) {
+    if (length == 0) continue;
+    redacted += std::string(uri.substr(copied, offset - copied)) + "***";
+    copied = offset + length;
+  }
+  return redacted + std::string(uri.substr(copied));
 }
 
 std::span<const Migration> PostgresMigrations() { return kMigrations; }

@@ -44,7 +44,8 @@ std::span<const Migration> PostgresMigrations();
 // Whether `uri` names a PostgreSQL database (postgres:// or postgresql://).
 bool IsPostgresUri(std::string_view uri);
 
-// `uri` with its password, if any, replaced by "***": safe for logs and messages.
+// `uri` with its passwords, if any (USER:PASSWORD@ and password= query values), replaced by "***": safe for logs
+// and messages.
 std::string RedactPostgresUri(std::string_view uri);
 
 class PostgresMetadataStore final : public MetadataStore {

@@ -248,6 +248,13 @@ TEST(PostgresStoreTest, MalformedUrlsAreInvalidArgumentWithoutThePassword) {
   }
   EXPECT_EQ(RedactPostgresUri("postgres://u:pw@h:1/db"), "postgres://u:***@h:1/db");
   EXPECT_EQ(RedactPostgresUri("postgres://u@h/db"), "postgres://u@h/db");
+  // libpq also takes the password as a query parameter: that one is redacted too, wherever it stands.
+  EXPECT_EQ(RedactPostgresUri("postgres://u@h/db?password=pw"), "postgres://u@h/db?password=***");
+  EXPECT_EQ(RedactPostgresUri("postgres://u:a@h/db?sslmode=disable&password=b&x=1"),
+            "postgres://u:***@h/db?sslmode=disable&password=***&x=1");
+  auto queried = OpenMetadataStore("postgres://u@localhost:5432/db?password=s3cret-pw&no_such_option=1");
+  EXPECT_EQ(queried.status().code(), StatusCode::kInvalidArgument) << queried.status().ToString();
+  EXPECT_THAT(queried.status().message(), Not(HasSubstr("s3cret-pw")));
   EXPECT_TRUE(IsPostgresUri("postgresql://h/db"));
   EXPECT_FALSE(IsPostgresUri("sqlite:///x.db"));
 }

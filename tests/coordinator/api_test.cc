@@ -49,6 +49,10 @@ TEST_F(ApiTest, AdminKeyIsWrittenOnceWithMode0600AndStoredHashed) {
             std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   const std::string key = server_->admin_key();
   EXPECT_TRUE(key.starts_with("psk_"));
+  // Stdout is a pipe (as a container's log is, which keeps it): the key is not printed there, only where it is.
+  EXPECT_EQ(server_->startup_output().find(key), std::string::npos) << server_->startup_output();
+  EXPECT_NE(server_->startup_output().find("admin API key written to " + key_file.string()), std::string::npos)
+      << server_->startup_output();
   server_->Terminate();
   server_->Restart();  // a second start keeps the key
   EXPECT_EQ(server_->admin_key(), key);

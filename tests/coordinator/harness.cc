@@ -111,6 +111,7 @@ void ServerProcess::Launch() {
     if (eol != std::string::npos) url_ = buffered.substr(at + 13, eol - at - 13);
   }
   ::close(out[0]);  // the server's later stdout writes go nowhere; it prints nothing else
+  startup_output_ = buffered;
   ASSERT_FALSE(url_.empty()) << "parsyn server did not start; see " << log << ":\n" << ReadFile(log);
 }
 

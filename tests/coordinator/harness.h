@@ -42,6 +42,8 @@ class ServerProcess {
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
   const std::string& url() const { return url_; }
+  // What the server printed on stdout (a pipe, as a container's log is) until it listened.
+  const std::string& startup_output() const { return startup_output_; }
   std::string admin_key() const;
   std::string signing_secret() const;
   // SIGKILL, then reap.
@@ -56,6 +58,7 @@ class ServerProcess {
   std::filesystem::path data_dir_;
   std::vector<std::string> extra_;
   pid_t pid_ = -1;
+  std::string startup_output_;
   std::string url_;
 };
 
