@@ -1,5 +1,5 @@
 // parsyn server: runs the coordinator (src/coordinator/service.h) on one event-loop thread until SIGINT/SIGTERM,
-// then shuts down gracefully. On the first start it prints the admin API key once (it is also in
+// then shuts down gracefully. On the first start it prints the admin API key once to a terminal (it is always in
 // <data-dir>/admin-key, mode 0600); it writes <data-dir>/server.json with its URL so the local CLI finds it.
 // With --managed-workers N it also runs N local managed workers (cli/managed_workers.h): stopped first on shutdown,
 // so they say goodbye while the server still answers.
