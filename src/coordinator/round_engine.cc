@@ -27,6 +27,7 @@ RoundEngine::RoundEngine(RoundEngineConfig config, const strategy::Strategy& str
   for (size_t i = 0; i < config_.eligible_workers.size(); ++i) {
     eligible_position_.emplace(config_.eligible_workers[i], static_cast<int>(i));
   }
+  unseen_selected_workers_ = static_cast<int>(eligible_position_.size());
   RecountFromCheckpoint();
 }
 
@@ -48,6 +49,7 @@ void RoundEngine::CountPresence(WorkerId worker, Presence presence, int delta) {
 
 void RoundEngine::SetPresence(WorkerId worker, Presence presence) {
   auto [it, inserted] = presence_.try_emplace(worker, Presence::kOffline);
+  if (inserted && eligible_position_.count(worker) > 0) --unseen_selected_workers_;
   CountPresence(worker, it->second, -1);
   it->second = presence;
   CountPresence(worker, presence, +1);
@@ -248,8 +250,9 @@ bool RoundEngine::ReadyToAssign(int idle_candidates, int needed) {
   if (idle_candidates < needed) return false;
   if (idle_candidates >= config_.max_workers) return true;
   // Selected workers that are online but busy: they hold a shard and have not said they are idle (the last
-  // reporters of the previous round, typically, a moment before they poll again).
-  if (busy_bound_workers_ == 0) return true;
+  // reporters of the previous round, typically, a moment before they poll again); and listed workers this engine has
+  // not heard from yet (one saying hello a moment after the job was created, or after a coordinator restart).
+  if (busy_bound_workers_ == 0 && unseen_selected_workers_ == 0) return true;
   const Clock::TimePoint now = clock_.Now();
   if (!join_deadline_) join_deadline_ = now + config_.join_window;
   return now >= *join_deadline_;

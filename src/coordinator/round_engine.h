@@ -7,8 +7,10 @@
 //   - An attempt of round r starts (StartRound) and waits for workers: participants are the strategy's choice among
 //     the eligible workers that are online, idle and hold a shard, at most max_workers. Tasks go out when every
 //     such worker that is online is idle (or max_workers are), or, while some are still busy (e.g. reporting the
-//     previous round), once min_workers are idle and join_window has passed since they were: min_workers is about
-//     how many must complete, so a worker is never left out only because it reported last. With fewer than
+//     previous round) or a listed worker (worker_selection) has not been heard from yet (it says hello a moment
+//     after the job was created, or after a coordinator restart), once min_workers are idle and join_window has
+//     passed since they were: min_workers is about how many must complete, so a worker is never left out only
+//     because it reported last or came online late. With fewer than
 //     min_workers available it keeps waiting, until aggregation_timeout after the attempt started, when it fails.
 //   - Each participant gets an AssignTask (its shard, its seed TaskSeed(job seed, r, shard)). The attempt's deadline
 //     is aggregation_timeout after the attempt started (StartRound), whenever its tasks went out.
@@ -102,8 +104,8 @@ struct RoundEngineConfig {
   // docs/trainer-contract.md): a worker takes part only while it holds, asked as worker_has_data is. nullptr: all do.
   std::function<bool(WorkerId)> worker_offers_trainer;
   int64_t max_samples_per_worker = 0;  // 0: no bound beyond shard_train_rows
-  // How long an attempt waits, once min_workers are idle, for selected workers that are online but still busy
-  // before it starts without them. 0: start as soon as min_workers are idle.
+  // How long an attempt waits, once min_workers are idle, for selected workers that are online but still busy, or
+  // listed ones not heard from yet, before it starts without them. 0: start as soon as min_workers are idle.
   Clock::Duration join_window{0};
   // The pause before a failed round's next attempt: retry_backoff * 2^(k-1) after the k-th consecutive failure,
   // at most aggregation_timeout. 0: retry at once.
@@ -398,8 +400,9 @@ class RoundEngine {
   int open_participants_ = 0;                               // kTraining or kValidating
   int training_participants_ = 0;
   std::map<WorkerId, Presence> presence_;
-  int idle_bound_workers_ = 0;  // idle, with a shard bound: the candidates of the next assignment
-  int busy_bound_workers_ = 0;  // busy, with a shard bound: selected workers the join window may wait for
+  int idle_bound_workers_ = 0;       // idle, with a shard bound: the candidates of the next assignment
+  int busy_bound_workers_ = 0;       // busy, with a shard bound: selected workers the join window may wait for
+  int unseen_selected_workers_ = 0;  // listed in eligible_workers, never heard from: the join window waits for them too
   std::unordered_map<WorkerId, int> eligible_position_;  // config_.eligible_workers, inverted
   std::vector<char> slot_taken_;                         // slot mode: shard -> bound to some worker
   int first_free_slot_ = 0;                              // no slot below it is free (slots are never released)

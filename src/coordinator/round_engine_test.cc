@@ -238,6 +238,34 @@ TEST_F(RoundEngineTest, JoinWindowEndsTheWaitForABusyWorker) {
       });
 }
 
+// The product spec's example job, its third selected worker saying hello a moment after the job was created: the
+// first round waits the join window for it, and starts without it only once the window has passed.
+TEST_F(RoundEngineTest, JoinWindowWaitsForASelectedWorkerNotOnlineYet) {
+  RoundEngine inside(SpecExample(), fed_avg_, clock_);
+  EXPECT_THAT(StartWith(inside, {1, 2}), ElementsAre("start r1a1"));  // min_workers idle: the window begins
+  Run(inside, {
+                  After(4),
+                  Available(3, {"assign w1 r1a1 s0", "assign w2 r1a1 s1", "assign w3 r1a1 s2"}),
+              });
+
+  RoundEngine outside(SpecExample(), fed_avg_, clock_);
+  EXPECT_THAT(StartWith(outside, {1, 2}), ElementsAre("start r1a1"));
+  Run(outside, {
+                   After(4),
+                   After(1, {"assign w1 r1a1 s0", "assign w2 r1a1 s1"}),
+                   Available(3),  // too late for round 1: it joins round 2
+                   Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
+                   Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
+                   Valid(1, 1, 1),
+                   Available(1),
+                   Valid(2, 1, 1, {"aggregate r1a1 [w1:100 w2:100] loss 1"}),
+                   Available(2),
+                   Aggregated(1, 1,
+                              {"evaluated g0 2 n20", "commit r1a1", "start r2a1", "assign w1 r2a1 s0",
+                               "assign w2 r2a1 s1", "assign w3 r2a1 s2"}),
+               });
+}
+
 TEST_F(RoundEngineTest, RestoreResumesAfterTheLastCommittedRound) {
   EngineCheckpoint saved;
   {
@@ -377,7 +405,9 @@ TEST_F(RoundEngineTest, DistributedSpecMapsToOneShardPerListedWorker) {
   EXPECT_EQ(config.aggregation_timeout, seconds(90));
   EXPECT_EQ(config.eligible_workers, (std::vector<WorkerId>{1, 3, 5}));
   RoundEngine engine(config, fed_avg_, clock_);
-  EXPECT_THAT(StartWith(engine, {5, 1}), ElementsAre("start r1a1", "assign w1 r1a1 s0", "assign w5 r1a1 s2"));
+  // Worker 3 has not said hello: the round waits the join window (5 s by default) for it, then starts without it.
+  EXPECT_THAT(StartWith(engine, {5, 1}), ElementsAre("start r1a1"));
+  Run(engine, {After(5, {"assign w1 r1a1 s0", "assign w5 r1a1 s2"})});
 }
 
 // ---- early stopping. One worker (w1) trains each round; it reports validation loss `v` of the global it received.

@@ -23,9 +23,9 @@ std::string ReadFile(const fs::path& path) {
 TEST(DemoTest, TheDemoTrainsAndLeavesNoSecretInItsLogs) {
   TempDir tmp;
   const fs::path data_dir = tmp.path() / "data";
-  CommandResult demo = RunParsyn(
-      {"demo", "--data-dir", data_dir.string(), "--listen", "127.0.0.1:" + std::to_string(FreePort())},
-      std::chrono::seconds(600));
+  CommandResult demo =
+      RunParsyn({"demo", "--data-dir", data_dir.string(), "--listen", "127.0.0.1:" + std::to_string(FreePort())},
+                std::chrono::seconds(600));
   ASSERT_EQ(demo.exit_code, 0) << demo.output;
 
   std::smatch accuracy;
