@@ -207,6 +207,7 @@ class JobFixture {
       auto store = storage::DirectoryBlobStore::Open(dir_.path() / "blobs");
       EXPECT_TRUE(store.ok()) << store.status().ToString();
       if (store.ok()) blob_store_ = std::move(*store);
+      memory_blobs_ = nullptr;
     }
     Init();
   }
@@ -450,6 +451,7 @@ class JobFixture {
   test_support::TempDir dir_{"parsyn-job-runner"};
   FakeClock clock_;
   std::unique_ptr<storage::BlobStore> blob_store_ = std::make_unique<storage::MemoryBlobStore>();
+  storage::MemoryBlobStore* memory_blobs_ = static_cast<storage::MemoryBlobStore*>(blob_store_.get());  // or null
   std::unique_ptr<storage::FaultyMetadataStore> store_;
   std::unique_ptr<FakeHost> host_;
   std::unique_ptr<JobRunner> runner_;
@@ -567,6 +569,41 @@ TEST(JobRunnerTest, RoundsCommitTheFedAvgOfTheUpdates) {
   }
   EXPECT_EQ(committed, kRounds);
   EXPECT_EQ(f.CommittedGlobal(), UninterruptedRun().global);
+}
+
+// The engine is asked before an update is read: a repeated result, or one for a round the job is not at, is answered
+// without a read of its update (a few workers repeating results must not hold the pool with downloads and checks).
+TEST(JobRunnerTest, RepeatedAndLateResultsReadNoUpdate) {
+  JobFixture f;
+  ASSERT_TRUE(f.StartRunner().ok());
+  auto both_working = [&] {
+    return std::all_of(f.host_->sessions_.begin(), f.host_->sessions_.end(),
+                       [](const auto& s) { return s.second.current.has_value(); });
+  };
+  ASSERT_TRUE(f.Drive(both_working));
+  ASSERT_NE(f.memory_blobs_, nullptr);
+  auto first = f.host_->sessions_.begin();
+  const int64_t worker = first->first;
+  ASSERT_EQ((*first->second.current)["round"], 1);
+  const ResultReport report = f.Work(*first->second.current);
+  StatusOr<json> answer = f.Run(f.runner_->Result(worker, report));
+  ASSERT_TRUE(answer.ok()) << answer.status().ToString();
+  const int64_t reads = f.memory_blobs_->gets(report.blob_key);
+  EXPECT_GE(reads, 1);  // the update was checked
+  StatusOr<json> repeated = f.Run(f.runner_->Result(worker, report));
+  ASSERT_TRUE(repeated.ok()) << repeated.status().ToString();
+  EXPECT_EQ((*repeated)["status"], "duplicate") << repeated->dump();
+  EXPECT_EQ(f.memory_blobs_->gets(report.blob_key), reads) << "a repeated result read its update again";
+
+  // The other worker reports for round 2, which has not started: refused, its (existing) upload never read.
+  const int64_t other = std::next(first)->first;
+  ResultReport late = f.Work(*std::next(first)->second.current);
+  late.round = 2;
+  late.blob_key = UpdatesPrefix(f, 2, 1) + "w" + std::to_string(other) + ".safetensors";
+  late.sha256 = f.Put(late.blob_key, "not read").sha256;
+  StatusOr<json> refused = f.Run(f.runner_->Result(other, late));
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status().ToString();
+  EXPECT_EQ(f.memory_blobs_->gets(late.blob_key), 0) << "a result for another round read its update";
 }
 
 // distributed.compression int8 + delta + zstd: the tasks say how to encode and offer a zstd copy of the global; the

@@ -306,12 +306,20 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
                                       std::string(storage::ToString(job_.status)) + "); result refused");
   }
   const int round = report.round, attempt = report.attempt;
+  // Asked before anything is read: a late, unexpected or repeated result costs no download or check of its update
+  // (workers repeating results must not hold the pool). The engine decides again under the job's mutex below.
+  bool repeat = false;
+  if (engine_ != nullptr && !resync_needed_) {
+    StatusOr<bool> expected = engine_->ExpectsResult(worker_id, round, attempt);
+    if (!expected.ok()) co_return expected.status();
+    repeat = !*expected;
+  }
   ++results_in_progress_;
   struct Done {
     int& count;
     ~Done() { --count; }
   } done{results_in_progress_};
-  if (!report.blob_key.empty()) {
+  if (!report.blob_key.empty() && !repeat) {
     auto completed = CompleteMultipartUpload(worker_id, report.blob_key);  // kCoAwaitTemporaries
     co_await std::move(completed);
   }
@@ -326,8 +334,9 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
           ? kMaxEarlyCheckedMapped
           : std::max<size_t>(kMinEarlyCheckedUpdates,
                              kEarlyCheckedBudgetBytes / std::max<uint64_t>(1, MaxUpdateUploadBytes()));
-  const bool check_early = round <= engine_config_.num_rounds && !report.blob_key.empty() && global_ != nullptr &&
-                           checked_updates_.size() < max_early_checked && checked_updates_.count(worker_id) == 0;
+  const bool check_early = !repeat && round <= engine_config_.num_rounds && !report.blob_key.empty() &&
+                           global_ != nullptr && checked_updates_.size() < max_early_checked &&
+                           checked_updates_.count(worker_id) == 0;
   if (check_early) {
     checked_updates_[worker_id] = CheckedUpdate{.round = round, .attempt = attempt, .blob_key = report.blob_key};
     const std::string expected_key = UpdateKey(round, attempt, worker_id);

@@ -173,6 +173,10 @@ std::optional<int> RoundEngine::ShardOf(WorkerId worker) {
 }
 
 RoundEngine::Participant* RoundEngine::FindParticipant(WorkerId worker) {
+  return const_cast<Participant*>(std::as_const(*this).FindParticipant(worker));
+}
+
+const RoundEngine::Participant* RoundEngine::FindParticipant(WorkerId worker) const {
   auto it = participant_index_.find(worker);
   return it == participant_index_.end() ? nullptr : &participants_[it->second];
 }
@@ -456,31 +460,36 @@ StatusOr<Actions> RoundEngine::TaskFailed(WorkerId worker, int round, int attemp
   return out;
 }
 
-StatusOr<Actions> RoundEngine::ResultUploaded(const WorkerResult& r) {
+StatusOr<bool> RoundEngine::ExpectsResult(WorkerId worker, int round, int attempt) const {
   if (phase_ == JobPhase::kNotStarted || IsTerminal(phase_)) {
     return FailedPreconditionError("the job is " + std::string(JobPhaseName(phase_)) + "; result for round " +
-                                   Str(r.round) + " attempt " + Str(r.attempt) + " refused");
+                                   Str(round) + " attempt " + Str(attempt) + " refused");
   }
-  if (r.round != round_ || r.attempt != attempt_) {
-    return FailedPreconditionError("result for round " + Str(r.round) + " attempt " + Str(r.attempt) +
+  if (round != round_ || attempt != attempt_) {
+    return FailedPreconditionError("result for round " + Str(round) + " attempt " + Str(attempt) +
                                    " refused: the job is at " + AttemptName());
   }
   if (phase_ == JobPhase::kWaitingToRetry) {
     return FailedPreconditionError("result for " + AttemptName() + " refused: that attempt failed");
   }
-  Participant* p = FindParticipant(r.worker);
-  if (p == nullptr) {
-    return FailedPreconditionError("worker " + Str(r.worker) + " has no task in " + AttemptName());
-  }
+  const Participant* p = FindParticipant(worker);
+  if (p == nullptr) return FailedPreconditionError("worker " + Str(worker) + " has no task in " + AttemptName());
   switch (p->state) {
     case ParticipantState::kDropped:
-      return FailedPreconditionError("worker " + Str(r.worker) + " was dropped from " + AttemptName() + ": " +
-                                     p->reason);
+      return FailedPreconditionError("worker " + Str(worker) + " was dropped from " + AttemptName() + ": " + p->reason);
     case ParticipantState::kValidating:
     case ParticipantState::kAccepted:
-    case ParticipantState::kRejected: return Actions{};  // a repeat (e.g. a retried request): the first report stands
+    case ParticipantState::kRejected: return false;  // a repeat (e.g. a retried request): the first report stands
     case ParticipantState::kTraining: break;
   }
+  return true;
+}
+
+StatusOr<Actions> RoundEngine::ResultUploaded(const WorkerResult& r) {
+  StatusOr<bool> expected = ExpectsResult(r.worker, r.round, r.attempt);
+  if (!expected.ok()) return expected.status();
+  if (!*expected) return Actions{};
+  Participant* p = FindParticipant(r.worker);
 
   Actions out;
   p->validation_samples = r.validation_samples > 0 && std::isfinite(r.validation_loss) ? r.validation_samples : 0;

@@ -308,6 +308,10 @@ class RoundEngine {
   // otherwise. FailedPrecondition for a result of another round or attempt, from a worker without that task or
   // dropped from it, or after the job ended.
   StatusOr<Actions> ResultUploaded(const WorkerResult& result);
+  // What ResultUploaded would say, without changing anything: true when the worker's result for (round, attempt) is
+  // expected now, false for a repeat of one already received, and its FailedPrecondition otherwise. Lets the caller
+  // skip reading a report's update when the engine would refuse or ignore it.
+  StatusOr<bool> ExpectsResult(WorkerId worker, int round, int attempt) const;
   // The task failed before a result came (the worker's download, trainer or upload; or the coordinator could not
   // prepare it): the worker is dropped from the attempt with `reason` as given (and stays online). FailedPrecondition,
   // changing nothing, for another round or attempt, a worker without that task, or one that already reported or was
@@ -365,6 +369,7 @@ class RoundEngine {
   // Whether an available worker can take part: eligible and, for workers_hold_data, holding data.
   bool CanTakePart(WorkerId worker) const;
   Participant* FindParticipant(WorkerId worker);
+  const Participant* FindParticipant(WorkerId worker) const;
   void BeginAttempt(Actions& out);
   void TryAssign(Actions& out);
   void CheckRoundComplete(Actions& out);

@@ -66,9 +66,16 @@ StatusOr<BlobInfo> MemoryBlobStore::Put(std::string_view key, ByteSource& data, 
 StatusOr<std::unique_ptr<ByteSource>> MemoryBlobStore::Get(std::string_view key) {
   PARSYN_RETURN_IF_ERROR(ValidateBlobKey(key));
   std::lock_guard lock(mu_);
+  ++gets_[std::string(key)];
   auto it = blobs_.find(key);
   if (it == blobs_.end()) return NotFound(key);
   return std::unique_ptr<ByteSource>(std::make_unique<SharedStringSource>(it->second.bytes));
+}
+
+int64_t MemoryBlobStore::gets(std::string_view key) {
+  std::lock_guard lock(mu_);
+  auto it = gets_.find(key);
+  return it == gets_.end() ? 0 : it->second;
 }
 
 StatusOr<BlobInfo> MemoryBlobStore::Head(std::string_view key) {

@@ -4,6 +4,7 @@
 // check what happens when a round's global cannot be stored. Safe to call from several threads at once.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,8 @@ class MemoryBlobStore final : public BlobStore {
 
   // The next `count` Put() calls (with a valid key) return `error` and store nothing.
   void FailNextPuts(int count, Status error);
+  // How many times Get() was called for `key` (found or not): lets a test see what was read.
+  int64_t gets(std::string_view key);
 
  private:
   struct Blob {
@@ -33,6 +36,7 @@ class MemoryBlobStore final : public BlobStore {
   };
   std::mutex mu_;
   std::map<std::string, Blob, std::less<>> blobs_;
+  std::map<std::string, int64_t, std::less<>> gets_;
   int puts_to_fail_ = 0;
   Status put_error_;
 };
