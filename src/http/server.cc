@@ -512,6 +512,12 @@ class Connection final : public ConnectionBase,
       if (Status allowed = route.options.authorize(req); !allowed.ok()) co_return Response::Error(allowed);
     }
 
+    // GET and HEAD take no body: one is refused unread, so no client can hold a connection on an open route (health,
+    // metrics, blobs, the dashboard) by trickling a body no handler wants.
+    if ((*method == Method::kGet || *method == Method::kHead) && !parser.is_done()) {
+      co_return Response::Error(InvalidArgumentError(std::string(MethodName(*method)) + " " + req.path +
+                                                     " takes no request body; send the request without one"));
+    }
     uint64_t cap = route.options.max_body_bytes ? route.options.max_body_bytes : opts_.max_body_bytes;
     if (parser.content_length() && *parser.content_length() > cap) {
       co_return Response::Error(ResourceExhaustedError("request body of " + std::to_string(*parser.content_length()) +
@@ -531,6 +537,7 @@ class Connection final : public ConnectionBase,
     if (route.options.stream_body) {
       req.body_stream = &body;
     } else {
+      body.SetDeadline(std::chrono::steady_clock::now() + opts_.buffered_body_deadline);
       while (true) {
         StatusOr<std::string_view> chunk = co_await body.Next();
         if (!chunk.ok()) co_return Response::Error(chunk.status());
@@ -756,9 +763,11 @@ class Connection<Stream>::Body final : public BodyReader {
       if (!ParseBuffered(ec)) {
         conn_.Lowest().expires_after(conn_.opts_.body_timeout);
         ArmRateTimer();
+        ArmDeadlineTimer();
         co_await bhttp::async_read(conn_.stream_, conn_.buffer_, parser_, redirect_error(use_awaitable, ec));
-        ++read_generation_;  // a rate timer firing from now on belongs to a finished read
+        ++read_generation_;  // a rate or deadline timer firing from now on belongs to a finished read
         if (rate_timer_) rate_timer_->cancel();
+        if (deadline_timer_) deadline_timer_->cancel();
       }
       if (ec == bhttp::error::need_buffer) ec = {};
       if (too_slow_) co_return DeadlineExceededError(too_slow_message_);
@@ -782,6 +791,9 @@ class Connection<Stream>::Body final : public BodyReader {
     }
     co_return std::string_view();
   }
+
+  // The whole body must have arrived by `deadline` (buffered bodies: ServerOptions::buffered_body_deadline).
+  void SetDeadline(std::chrono::steady_clock::time_point deadline) { deadline_ = deadline; }
 
   std::optional<uint64_t> content_length() const override {
     auto length = parser_.content_length();
@@ -843,13 +855,34 @@ class Connection<Stream>::Body final : public BodyReader {
       window_end_ += now - last_return_;  // the handler's time between chunks does not count against the client
     }
   }
+  // At the body's deadline (SetDeadline), a read still waiting is cancelled and the body cut, as for the rate: the
+  // answer still goes out (a socket timeout would close the connection before it).
+  void ArmDeadlineTimer() {
+    if (!deadline_) return;
+    if (!deadline_timer_) {
+      deadline_timer_.emplace(conn_.stream_.get_executor());
+      if (!alive_) alive_ = std::make_shared<int>(0);
+    }
+    deadline_timer_->expires_at(*deadline_);
+    deadline_timer_->async_wait(
+        [this, alive = std::weak_ptr<int>(alive_), generation = read_generation_](const beast::error_code& ec) {
+          if (ec || alive.expired() || generation != read_generation_) return;
+          too_slow_ = true;
+          too_slow_message_ = "request body not complete within " +
+                              std::to_string(conn_.opts_.buffered_body_deadline.count()) + " ms (" +
+                              std::to_string(received_ + (chunk_bytes_ - parser_.get().body().size)) +
+                              " bytes received); send the whole body at once";
+          beast::error_code ignored;
+          conn_.Lowest().socket().cancel(ignored);
+        });
+  }
   // At the window's end, what arrived (including the part of the chunk being read) is compared with the quota: a
   // new window starts, or the read is cancelled and the body cut.
   void ArmRateTimer() {
     if (rate_.bytes_per_second == 0) return;
     if (!rate_timer_) {
       rate_timer_.emplace(conn_.stream_.get_executor());
-      alive_ = std::make_shared<int>(0);
+      if (!alive_) alive_ = std::make_shared<int>(0);
     }
     rate_timer_->expires_at(window_end_);
     rate_timer_->async_wait(
@@ -875,6 +908,8 @@ class Connection<Stream>::Body final : public BodyReader {
   Connection& conn_;
   RequestParser& parser_;
   uint64_t cap_;
+  std::optional<TimePoint> deadline_;
+  std::optional<net::steady_timer> deadline_timer_;  // with deadline_, armed by the first read that waits
   uint64_t received_ = 0;
   std::unique_ptr<char[]> chunk_;  // allocated by the first Next(): most requests never read a body through it
   size_t chunk_bytes_ = 0;
@@ -888,7 +923,7 @@ class Connection<Stream>::Body final : public BodyReader {
   uint64_t read_generation_ = 0;
   bool too_slow_ = false;
   std::string too_slow_message_;
-  std::shared_ptr<int> alive_;  // with rate_timer_: lets a late timer handler see the body is gone
+  std::shared_ptr<int> alive_;  // with a timer: lets a late timer handler see the body is gone
   bool next_called_ = false;
   std::shared_ptr<DirectSocketBody> direct_;  // set by TakeDirect
 };

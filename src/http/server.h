@@ -229,8 +229,12 @@ struct ServerOptions {
   // idleness and a header trickled byte by byte alike (no byte received extends it).
   std::chrono::milliseconds header_timeout{30'000};  // a deadline for the whole request header
   std::chrono::milliseconds body_timeout{60'000};    // the longest gap while receiving a body
-  std::chrono::milliseconds write_timeout{60'000};   // the longest gap while sending a response
-  std::chrono::milliseconds sse_keepalive{15'000};   // comment interval on idle event streams
+  // The whole of a buffered body (a route without stream_body: JSON, at most max_body_bytes or the route's cap) must
+  // arrive within this, however it trickles; past it the request gets deadline_exceeded (504, as a stalled body does)
+  // and the connection closes.
+  std::chrono::milliseconds buffered_body_deadline{120'000};
+  std::chrono::milliseconds write_timeout{60'000};  // the longest gap while sending a response
+  std::chrono::milliseconds sse_keepalive{15'000};  // comment interval on idle event streams
   // Connection caps. A connection beyond max_connections open at once is answered 503 unavailable, one beyond
   // max_connections_per_address from one peer IP address 429 resource_exhausted; both with Retry-After:
   // overload_retry_after and a JSON error body, then closed. Accepting never stops; refusals in progress are bounded

@@ -784,6 +784,57 @@ TEST(ServerLimitsTest, HeaderTrickledByteByByteIsClosedAtTheHeaderDeadline) {
   EXPECT_TRUE(closed) << "a header trickled for 15 s was not cut at the 500 ms deadline";
 }
 
+// Waits up to `limit` for an answer on fd, then reads it to the close ("" when none came in time).
+std::string AnswerWithin(int fd, milliseconds limit) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(limit.count())) != 1) return "";
+  return test_support::ReadUntilClosed(fd);
+}
+
+// A GET with a body is refused unread: a client trickling a body to an open route cannot hold the
+// connection for the body timeout.
+TEST(ServerLimitsTest, GetWithABodyIsRefusedWithoutReadingIt) {
+  net::io_context io;
+  ServerOptions options;
+  options.body_timeout = milliseconds(5000);  // reading the body would wait this long for it
+  TestServer ts(io, ApiRouter(), options);
+  for (std::string_view framing : {"Content-Length: 1000\r\n", "Transfer-Encoding: chunked\r\n"}) {
+    int fd = ConnectRaw(ts.server().port());
+    const std::string request = "GET /api/v1/training-jobs/1 HTTP/1.1\r\nHost: x\r\n" + std::string(framing) + "\r\n";
+    ASSERT_GT(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), 0);
+    const std::string answer = AnswerWithin(fd, milliseconds(3000));
+    ::close(fd);
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 400")) << framing << ": " << answer;
+    EXPECT_NE(answer.find("takes no request body"), std::string::npos) << answer;
+  }
+  // Without a body the same request is served.
+  Client client(FastClient(ts.url()));
+  auto served = client.Get("/api/v1/training-jobs/1");
+  ASSERT_TRUE(served.ok()) << served.status().ToString();
+  EXPECT_EQ(served->status, 200);
+}
+
+// A buffered body trickled a byte at a time, each within the body timeout, is cut at the buffered-body deadline.
+TEST(ServerLimitsTest, BufferedBodyTrickledIsCutAtItsDeadline) {
+  net::io_context io;
+  ServerOptions options;
+  options.body_timeout = milliseconds(5000);
+  options.buffered_body_deadline = milliseconds(500);
+  TestServer ts(io, ApiRouter(), options);
+  int fd = ConnectRaw(ts.server().port());
+  const std::string header = "POST /api/v1/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n";
+  ASSERT_GT(::send(fd, header.data(), header.size(), MSG_NOSIGNAL), 0);
+  std::string answer;
+  const auto give_up = std::chrono::steady_clock::now() + milliseconds(4000);
+  while (answer.empty() && std::chrono::steady_clock::now() < give_up) {
+    ::send(fd, " ", 1, MSG_NOSIGNAL);  // 20 bytes a second: every gap far inside body_timeout
+    answer = AnswerWithin(fd, milliseconds(50));
+  }
+  ::close(fd);
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 504")) << "a body trickled for 4 s was not cut at 500 ms: " << answer;
+  EXPECT_NE(answer.find("not complete within 500 ms"), std::string::npos) << answer;
+}
+
 TEST(ServerLimitsTest, FailedAuthorizeIsAnsweredBeforeTheBodyIsRead) {
   std::atomic<int> handled{0};
   std::atomic<size_t> body_size{0};
