@@ -3,6 +3,7 @@
 //     result, so the loop never blocks.
 //   - LoopMutex: an async mutex for coroutines of the one loop thread (a job's events are handled one at a time
 //     while their actions await the pool).
+//   - SharedForAWhile: a value computed at most once per max_age, shared by the callers meanwhile.
 //   - BodyPipe: a ByteSource a pool thread reads (BlobStore::Put) while a loop coroutine feeds it an HTTP request
 //     body chunk by chunk, so uploads stream into the blob store with bounded memory.
 #pragma once
@@ -29,6 +30,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "http/server.h"
 #include "http/signal.h"
@@ -177,6 +179,34 @@ class LoopLock {
 
  private:
   LoopMutex* mutex_;
+};
+
+// A value computed on the pool at most once per `max_age` and shared by every caller meanwhile: open routes that
+// would otherwise cost store requests on every call (/readyz's probes, /metrics' gauges). A caller that arrives while
+// it is being computed waits for that computation rather than starting another. On the loop only.
+template <typename T>
+class SharedForAWhile {
+ public:
+  SharedForAWhile(boost::asio::any_io_executor executor, std::chrono::milliseconds max_age)
+      : mutex_(std::move(executor)), max_age_(max_age) {}
+  // `compute` (T(), run on `pool`) when the value is older than max_age or there is none yet.
+  template <typename Fn>
+  http::Awaitable<T> Get(boost::asio::thread_pool& pool, const Clock& clock, Fn compute) {
+    co_await mutex_.Lock();
+    LoopLock lock(mutex_);
+    if (!value_ || clock.Now() - computed_at_ >= max_age_) {
+      auto computed = Offload(pool, std::move(compute));  // kCoAwaitTemporaries
+      value_ = co_await std::move(computed);
+      computed_at_ = clock.Now();
+    }
+    co_return *value_;
+  }
+
+ private:
+  LoopMutex mutex_;
+  const std::chrono::milliseconds max_age_;
+  std::optional<T> value_;
+  Clock::TimePoint computed_at_{};
 };
 
 // A bounded single-producer (loop) single-consumer (pool thread) byte channel. Thread-safe.

@@ -31,6 +31,10 @@ using nlohmann::json;
 
 namespace {
 
+// How long /readyz's store probes and /metrics' stored gauges are shared by every caller (both routes are open).
+constexpr std::chrono::milliseconds kReadinessMaxAge{1000};
+constexpr std::chrono::milliseconds kStoredGaugesMaxAge{5000};
+
 // Sessions do not survive a restart or a change of leader: every worker says hello again, so all are offline until
 // then. Returns every worker.
 StatusOr<std::vector<storage::Worker>> ResetWorkerSessions(storage::MetadataStore& store) {
@@ -54,7 +58,9 @@ Service::Service(boost::asio::io_context& io, ServiceOptions options)
       upload_pool_(static_cast<size_t>(std::max(1, options_.upload_threads))),
       feed_(io.get_executor(), NewFeedEpoch(), options_.event_buffer_events, options_.event_buffer_bytes),
       shutdown_(io.get_executor()),
-      tick_(io.get_executor()) {}
+      tick_(io.get_executor()),
+      readiness_(io.get_executor(), kReadinessMaxAge),
+      stored_gauges_(io.get_executor(), kStoredGaugesMaxAge) {}
 
 Service::~Service() {
   ticker_.reset();
@@ -217,51 +223,56 @@ StatusOr<http::Router> Service::BuildRouter() {
 
 http::Awaitable<http::Response> Service::Readiness() {
   // Real calls, each cheap: a read of the metadata store, and a small blob written and deleted (a store that lists
-  // or stats fine may still refuse writes, which every round needs).
-  json problems = json::object();
-  Status metadata = co_await Offload(pool_, [this] { return store_->GetAdminKeyHash().status(); });
-  if (!metadata.ok()) problems["metadata_store"] = metadata.ToString();
-  Status blob = co_await Offload(pool_, [this]() -> Status {
+  // or stats fine may still refuse writes, which every round needs). The answer names which store failed and its
+  // error's kind only: the route is open, and the details (hosts, paths, SQL) stay in the log.
+  auto probed = readiness_.Get(pool_, clock_, [this] {  // kCoAwaitTemporaries
+    json problems = json::object();
+    auto note = [&](std::string_view store, const Status& s) {
+      if (s.ok()) return;
+      PARSYN_LOG_WARN("readyz: the {} does not answer: {}", store, s.ToString());
+      problems[std::string(store)] = std::string(StatusCodeSlug(s.code())) + "; see the coordinator's log";
+    };
+    note("metadata_store", store_->GetAdminKeyHash().status());
     constexpr std::string_view kProbeKey = "readyz/probe";
     storage::StringByteSource probe("ready");
     // AlreadyExists: another probe's blob, or one left by a probe that stopped halfway; the store answered.
-    Status put = blobs_->Put(kProbeKey, probe).status();
-    if (!put.ok() && put.code() != StatusCode::kAlreadyExists) return put;
-    Status deleted = blobs_->Delete(kProbeKey);
-    if (!deleted.ok() && deleted.code() != StatusCode::kNotFound) return deleted;
-    return Status::Ok();
+    Status blob = blobs_->Put(kProbeKey, probe).status();
+    if (blob.code() == StatusCode::kAlreadyExists) blob = Status::Ok();
+    if (blob.ok()) {
+      blob = blobs_->Delete(kProbeKey);
+      if (blob.code() == StatusCode::kNotFound) blob = Status::Ok();
+    }
+    note("blob_store", blob);
+    return problems;
   });
-  if (!blob.ok()) problems["blob_store"] = blob.ToString();
+  const json problems = co_await std::move(probed);
   // A standby is ready too (it serves /healthz and /readyz, and takes over when the leader goes); its role says so.
   json body = {{"status", problems.empty() ? "ready" : "not_ready"}, {"role", leader_ ? "leader" : "standby"}};
   if (!leader_url_.empty()) body["leader_url"] = leader_url_;
-  if (!problems.empty()) {
-    body["not_ready"] = problems;
-    PARSYN_LOG_WARN("readyz: not ready: {}", problems.dump());
-  }
+  if (!problems.empty()) body["not_ready"] = problems;
   co_return http::Response::Json(problems.empty() ? 200 : 503, body);
 }
 
 http::Awaitable<http::Response> Service::MetricsResponse() {
   ServerMetrics& m = Metrics();
-  // Gauges of state are computed now, from the store (jobs, worker kinds) and the sessions (on the loop).
-  auto listed = co_await Offload(
-      pool_, [this]() -> StatusOr<std::pair<std::vector<storage::TrainingJob>, std::vector<storage::Worker>>> {
-        PARSYN_ASSIGN_OR_RETURN(auto jobs, store_->ListJobs());
-        PARSYN_ASSIGN_OR_RETURN(auto workers, store_->ListWorkers());
-        return std::make_pair(std::move(jobs), std::move(workers));
-      });
-  if (!listed.ok()) co_return http::Response::Error(listed.status().WithContext("reading the metadata store"));
-  const auto& [jobs, workers] = *listed;
+  auto read = stored_gauges_.Get(pool_, clock_, [this]() -> StatusOr<StoredGauges> {  // kCoAwaitTemporaries
+    StoredGauges gauges;
+    PARSYN_ASSIGN_OR_RETURN(auto jobs, store_->ListJobs());
+    for (const storage::TrainingJob& job : jobs) ++gauges.jobs[job.status];
+    PARSYN_ASSIGN_OR_RETURN(auto workers, store_->ListWorkers());
+    for (const storage::Worker& w : workers) gauges.worker_kinds[w.id] = w.kind;
+    return gauges;
+  });
+  const StatusOr<StoredGauges> stored = co_await std::move(read);
+  if (!stored.ok()) co_return http::Response::Error(stored.status().WithContext("reading the metadata store"));
   m.jobs.Clear();
   for (storage::JobStatus status :
        {storage::JobStatus::kQueued, storage::JobStatus::kRunning, storage::JobStatus::kSucceeded,
         storage::JobStatus::kFailed, storage::JobStatus::kStopped, storage::JobStatus::kCancelled}) {
-    m.jobs.WithLabels({storage::ToString(status)}).Set(0);  // every status present, so rate() and alerts see zeros
+    auto counted = stored->jobs.find(status);  // every status present, so rate() and alerts see zeros
+    m.jobs.WithLabels({storage::ToString(status)}).Set(counted == stored->jobs.end() ? 0 : counted->second);
   }
-  for (const storage::TrainingJob& job : jobs) m.jobs.WithLabels({storage::ToString(job.status)}).Add(1);
-  std::map<int64_t, storage::WorkerKind> kinds;
-  for (const storage::Worker& w : workers) kinds[w.id] = w.kind;
+  const std::map<int64_t, storage::WorkerKind>& kinds = stored->worker_kinds;
   m.workers_connected.Clear();
   for (storage::WorkerKind kind : {storage::WorkerKind::kOwn, storage::WorkerKind::kManaged}) {
     for (std::string_view status : {"online", "busy"})

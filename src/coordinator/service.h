@@ -247,9 +247,12 @@ class Service final : public JobHost {
   // Opens the blob store named by options_.blobs_uri (checking that a store issuing its own URLs, S3, answers).
   Status OpenBlobs();
 
-  // GET /readyz: whether the metadata and blob stores answer (200), or which does not (503).
+  // GET /readyz: whether the metadata and blob stores answer (200), or which does not (503, with a short reason;
+  // the details go to the log). The stores are probed at most once a second (kReadinessMaxAge): the route is open,
+  // and each probe is a store read and a blob write and delete (billed requests on S3).
   http::Awaitable<http::Response> Readiness();
-  // GET /metrics: the Prometheus exposition, with the state gauges (jobs, workers) computed now.
+  // GET /metrics: the Prometheus exposition. The gauges of stored state (jobs by status, workers' kinds) are read
+  // from the store at most once every 5 s (kStoredGaugesMaxAge); the sessions' gauges are computed now.
   http::Awaitable<http::Response> MetricsResponse();
 
   // Authentication of user and worker requests.
@@ -330,6 +333,14 @@ class Service final : public JobHost {
   std::string coordinator_id_;
   bool leader_ = false;
   std::string leader_url_;  // the leader's URL as the lease names it ("" while unknown)
+  // What the stores answered /readyz's probes: each problem's short reason ({} when ready).
+  SharedForAWhile<nlohmann::json> readiness_;
+  // The stored state behind /metrics' gauges: jobs per status, and each worker's kind.
+  struct StoredGauges {
+    std::map<storage::JobStatus, int64_t> jobs;
+    std::map<int64_t, storage::WorkerKind> worker_kinds;
+  };
+  SharedForAWhile<StatusOr<StoredGauges>> stored_gauges_;
 };
 
 // The exit status of a `parsyn server` that lost the leader lease (EX_TEMPFAIL: restart it).

@@ -84,8 +84,27 @@ std::string ReadFile(const std::filesystem::path& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// /readyz's status, polled (up to 10 s: probes are shared for a second) until it is `want`; the last answer.
+net::Response ReadyzUntil(const std::string& url, int want) {
+  net::Response res;
+  for (int i = 0; i < 200; ++i) {
+    res = RawGet(url + "/readyz");
+    if (res.status == want) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return res;
+}
+
+// A store operation's count in /metrics' text (0 when absent).
+double StoreOperations(const std::string& metrics, const std::string& operation) {
+  const std::string name = "parsyn_store_operation_duration_seconds_count{operation=\"" + operation + "\"} ";
+  const size_t at = metrics.find(name);
+  return at == std::string::npos ? 0 : std::stod(metrics.substr(at + name.size()));
+}
+
 // Ready while both stores answer; with the blob directory replaced by a file (which refuses writes even to root),
-// 503 naming the blob store, and ready again once it is back.
+// 503 naming the blob store with a short reason (the details, a server path among them, only in the log), and ready
+// again once it is back.
 TEST_F(ApiTest, ReadyzChecksTheMetadataAndBlobStores) {
   net::Response ready = RawGet(server_->url() + "/readyz");
   ASSERT_EQ(ready.status, 200) << ready.body;
@@ -96,18 +115,34 @@ TEST_F(ApiTest, ReadyzChecksTheMetadataAndBlobStores) {
   const auto blobs = dir_.path() / "data" / "blobs";
   std::filesystem::rename(blobs, dir_.path() / "blobs-away");
   { std::ofstream(blobs) << "not a directory"; }
-  net::Response broken = RawGet(server_->url() + "/readyz");
+  net::Response broken = ReadyzUntil(server_->url(), 503);
   EXPECT_EQ(broken.status, 503) << broken.body;
   body = json::parse(broken.body, nullptr, false);
   EXPECT_EQ(body["status"], "not_ready") << broken.body;
   EXPECT_TRUE(body["not_ready"].contains("blob_store")) << broken.body;
   EXPECT_FALSE(body["not_ready"].contains("metadata_store")) << broken.body;
+  EXPECT_EQ(broken.body.find(dir_.path().string()), std::string::npos) << "a server path in an open answer";
+  EXPECT_NE(ReadFile(dir_.path() / "data.log").find("readyz: the blob_store does not answer"), std::string::npos);
   // /healthz says the process is up; it does not depend on the stores.
   EXPECT_EQ(RawGet(server_->url() + "/healthz").status, 200);
 
   std::filesystem::remove(blobs);
   std::filesystem::rename(dir_.path() / "blobs-away", blobs);
-  EXPECT_EQ(RawGet(server_->url() + "/readyz").status, 200);
+  EXPECT_EQ(ReadyzUntil(server_->url(), 200).status, 200);
+}
+
+// The open routes cost the stores nothing per call: /readyz's probes are shared for about a second and /metrics'
+// stored gauges for about 5 s, however often they are called.
+TEST_F(ApiTest, ReadyzAndMetricsShareTheirStoreReads) {
+  const std::string before = RawGet(server_->url() + "/metrics").body;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(RawGet(server_->url() + "/readyz").status, 200);
+    ASSERT_EQ(RawGet(server_->url() + "/metrics").status, 200);
+  }
+  const std::string after = RawGet(server_->url() + "/metrics").body;
+  // 20 calls in well under the cache's age (a second probe or read at most, where the calls crossed its edge).
+  EXPECT_LE(StoreOperations(after, "get_admin_key_hash") - StoreOperations(before, "get_admin_key_hash"), 3) << after;
+  EXPECT_LE(StoreOperations(after, "list_jobs") - StoreOperations(before, "list_jobs"), 2) << after;
 }
 
 // /metrics is open by default, in the text format, and labels HTTP requests with the route pattern, never the path.
