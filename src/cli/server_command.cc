@@ -72,6 +72,7 @@ struct ServerFlags {
   std::string admin_key_file;
   std::string worker_bootstrap_key_file;
   int64_t leader_lease_ms = coordinator::ServiceOptions{}.leader_lease_ttl.count();
+  int64_t admin_key_refresh_ms = coordinator::ServiceOptions{}.admin_key_refresh_interval.count();
 };
 
 // The blob store URI from --blobs and the --s3-* flags (folded into the s3:// URI's query, docs/s3.md).
@@ -180,6 +181,7 @@ int RunServer(const ServerFlags& f) {
   options.admin_key_file = f.admin_key_file;
   options.worker_bootstrap_key_file = f.worker_bootstrap_key_file;
   options.leader_lease_ttl = std::chrono::milliseconds(f.leader_lease_ms);
+  options.admin_key_refresh_interval = std::chrono::milliseconds(f.admin_key_refresh_ms);
   // Before the coordinator opens the store, so it loads the managed workers' tokens.
   std::vector<ManagedWorkerIdentity> managed;
   if (f.managed_workers > 0) {
@@ -394,6 +396,11 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
                   "a key (at least 32 characters) with which workers register themselves as managed workers "
                   "(`parsyn worker --bootstrap-key-file`; POST /api/v1/workers/bootstrap)")
       ->envname("PARSYN_WORKER_BOOTSTRAP_KEY_FILE");
+  cmd->add_option("--admin-key-refresh-ms", flags->admin_key_refresh_ms,
+                  "how often the leader re-reads the admin key (--admin-key-file, else the store), as it does at every "
+                  "takeover: a rotated key is in force within this, without a restart")
+      ->check(CLI::Range(int64_t{100}, int64_t{3'600'000}))
+      ->capture_default_str();
   cmd->add_option("--leader-lease-ms", flags->leader_lease_ms,
                   "failover, with a PostgreSQL --metadata shared by several servers: the leader lease's lifetime; a "
                   "standby takes over within about 1.1 x this after the leader dies (docs/operations.md, \"Failover\")")

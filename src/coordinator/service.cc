@@ -29,15 +29,7 @@ namespace parsyn::coordinator {
 
 using nlohmann::json;
 
-namespace {
-
-// How long /readyz's store probes and /metrics' stored gauges are shared by every caller (both routes are open).
-constexpr std::chrono::milliseconds kReadinessMaxAge{1000};
-constexpr std::chrono::milliseconds kStoredGaugesMaxAge{5000};
-
-// Sessions do not survive a restart or a change of leader: every worker says hello again, so all are offline until
-// then. Returns every worker.
-StatusOr<std::vector<storage::Worker>> ResetWorkerSessions(storage::MetadataStore& store) {
+StatusOr<std::vector<storage::Worker>> Service::ResetWorkerSessions(storage::MetadataStore& store) {
   PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Worker> workers, store.ListWorkers());
   for (storage::Worker& w : workers) {
     if (w.status != storage::WorkerStatus::kOffline) {
@@ -47,6 +39,12 @@ StatusOr<std::vector<storage::Worker>> ResetWorkerSessions(storage::MetadataStor
   }
   return workers;
 }
+
+namespace {
+
+// How long /readyz's store probes and /metrics' stored gauges are shared by every caller (both routes are open).
+constexpr std::chrono::milliseconds kReadinessMaxAge{1000};
+constexpr std::chrono::milliseconds kStoredGaugesMaxAge{5000};
 
 }  // namespace
 
@@ -626,78 +624,6 @@ http::Awaitable<void> Service::Start() {
   co_await ResumeJobs();
 }
 
-Status Service::LeaderStatus() const {
-  if (leader_) return Status::Ok();
-  if (leader_url_.empty()) {
-    return UnavailableError("this coordinator is a standby and no leader is known yet: retry in a few seconds");
-  }
-  return UnavailableError("this coordinator is a standby; the leader is " + leader_url_ + ": send the call there");
-}
-
-http::Awaitable<void> Service::ElectionLoop() {
-  const std::chrono::milliseconds ttl = options_.leader_lease_ttl;
-  Clock::TimePoint held_until{};  // the latest the lease we hold can last: from the start of the call that renewed it
-  while (!shutting_down_) {
-    const Clock::TimePoint asked_at = clock_.Now();
-    // Named, not a temporary of the co_await: the lambda holds strings (kCoAwaitTemporaries, loop_tools.h).
-    auto acquire = Offload(pool_, [this, ttl, id = coordinator_id_, url = options_.public_url] {
-      return store_->AcquireLeaderLease(id, url, ttl);
-    });
-    StatusOr<storage::LeaderLease> lease = co_await std::move(acquire);
-    if (shutting_down_) break;
-    if (lease.ok() && lease->held) {
-      held_until = asked_at + ttl;
-      if (!leader_) {
-        PARSYN_LOG_INFO("coordinator {}: now the leader (lease epoch {}); resuming the running jobs", coordinator_id_,
-                        lease->epoch);
-        co_await BecomeLeader();
-      }
-    } else if (lease.ok()) {
-      if (leader_)
-        LeadershipLost("the lease was taken by " + lease->holder + " at epoch " + std::to_string(lease->epoch));
-      if (lease->holder_url != leader_url_) {
-        PARSYN_LOG_INFO("coordinator {}: standby; the leader is {} ({})", coordinator_id_, lease->holder,
-                        lease->holder_url);
-      }
-      leader_url_ = lease->holder_url;
-    } else {
-      PARSYN_LOG_WARN("coordinator {}: the leader lease could not be {}: {}", coordinator_id_,
-                      leader_ ? "renewed" : "asked for", lease.status().ToString());
-      if (leader_ && clock_.Now() >= held_until) {
-        LeadershipLost("the lease expired before it could be renewed: " + lease.status().ToString());
-      }
-    }
-    co_await shutdown_.Wait(leader_ ? ttl / 3 : ttl / 10);
-  }
-  if (leader_) {
-    // A standby takes over at once instead of waiting for the lease to expire.
-    Status released = co_await Offload(pool_, [this] { return store_->ReleaseLeaderLease(coordinator_id_); });
-    if (!released.ok()) PARSYN_LOG_WARN("the leader lease was not released: {}", released.ToString());
-  }
-}
-
-void Service::LeadershipLost(const std::string& why) {
-  PARSYN_LOG_ERROR("coordinator {}: no longer the leader ({}); exiting (status {}) so that it restarts as a standby",
-                   coordinator_id_, why, kExitLeadershipLost);
-  spdlog::shutdown();  // flushes the log
-  std::_Exit(kExitLeadershipLost);
-}
-
-http::Awaitable<void> Service::BecomeLeader() {
-  // Before any worker call is let in: a hello must not be followed by this reset.
-  StatusOr<std::vector<storage::Worker>> workers =
-      co_await Offload(pool_, [this] { return ResetWorkerSessions(*store_); });
-  if (!workers.ok()) {
-    PARSYN_LOG_ERROR("reloading the workers as the new leader: {}", workers.status().ToString());
-  } else {
-    worker_tokens_.Reset(*workers);
-  }
-  leader_ = true;
-  leader_url_ = options_.public_url;
-  // Spawned: the lease renewals go on while the jobs resume.
-  boost::asio::co_spawn(io_, ResumeJobs(), boost::asio::detached);
-}
-
 http::Awaitable<void> Service::ResumeJobs() {
   StatusOr<std::vector<storage::TrainingJob>> jobs = co_await Offload(pool_, [&] { return store_->ListJobs(); });
   if (!jobs.ok()) {
@@ -725,6 +651,7 @@ void Service::BeginShutdown() {
 
 http::Awaitable<void> Service::TimerLoop() {
   Clock::TimePoint next_presence_flush = clock_.Now() + options_.presence_flush_interval;
+  Clock::TimePoint next_admin_key_read = clock_.Now() + options_.admin_key_refresh_interval;
   Clock::TimePoint next_worker_changes = clock_.Now() + options_.event_batch_interval;
   // A silent worker is found within a tenth of the heartbeat timeout, and at most a second late: a scan of 10,000
   // sessions on every tick was ~3% of the loop during a round.
@@ -750,6 +677,13 @@ http::Awaitable<void> Service::TimerLoop() {
     if (now >= next_presence_flush) {
       co_await FlushPresence();
       next_presence_flush = now + options_.presence_flush_interval;
+    }
+    if (now >= next_admin_key_read) {
+      auto key_read = RefreshAdminKey(/*as_leader=*/true);  // kCoAwaitTemporaries
+      if (Status read = co_await std::move(key_read); !read.ok()) {
+        PARSYN_LOG_WARN("re-reading the admin key: {} (the current key stays in use)", read.ToString());
+      }
+      next_admin_key_read = clock_.Now() + options_.admin_key_refresh_interval;
     }
     if (now >= next_worker_changes) {
       PublishBatches();

@@ -109,6 +109,9 @@ struct ServiceOptions {
   // lease lasts this long; the leader renews it every third of it, a standby tries to take it every tenth, so a
   // standby takes over within about 1.1 x this after the leader stopped (`parsyn server --leader-lease-ms`).
   std::chrono::milliseconds leader_lease_ttl{10'000};
+  // The leader re-reads the admin key (--admin-key-file, else the store) this often, and at every takeover, so a
+  // rotated key reaches every coordinator without a restart (`parsyn server --admin-key-refresh-ms`).
+  std::chrono::milliseconds admin_key_refresh_interval{30'000};
   // GET /api/v1/events (EventFeed): the ring keeps at most this many events and bytes of event data; worker changes
   // are sent as one "workers" event per event_batch_interval (never one per heartbeat); worker progress is a sample,
   // at most one per worker per progress_sample_interval and progress_samples_per_second in all.
@@ -276,9 +279,15 @@ class Service final : public JobHost {
   // On a shared store: takes and renews the leader lease until shutdown (then gives it up); becoming the leader
   // resumes the jobs (BecomeLeader); losing the lease ends the process (LeadershipLost).
   http::Awaitable<void> ElectionLoop();
-  // Reloads the worker tokens (the old leader may have registered some), marks every worker offline, then lets calls
-  // in and resumes the jobs.
+  // Reloads the worker tokens (the old leader may have registered or revoked some) and the admin key (it may have
+  // been rotated), marks every worker offline, then lets calls in and resumes the jobs. When the store fails that
+  // three times, gives the lease back and stays a standby (the election loop tries again later).
   http::Awaitable<void> BecomeLeader();
+  // Re-reads the admin key: from --admin-key-file when set (as_leader: storing its hash when it changed), else from
+  // the store; a changed key replaces admin_key_hash_ at once. At takeover and every admin_key_refresh_interval.
+  http::Awaitable<Status> RefreshAdminKey(bool as_leader);
+  // Sessions do not survive a restart or a change of leader: marks every worker offline. Returns every worker.
+  static StatusOr<std::vector<storage::Worker>> ResetWorkerSessions(storage::MetadataStore& store);
   // Every queued or running job gets a runner (running ones resume at their last committed round); starts the timer.
   http::Awaitable<void> ResumeJobs();
   // Exits the process at once (status kExitLeadershipLost): a deposed leader must stop acting, and whatever it still

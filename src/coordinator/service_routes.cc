@@ -40,6 +40,24 @@ Status RouteTable::Admin(Method method, std::string_view pattern, http::Handler 
       options);
 }
 
+Status RouteTable::OwnKey(Method method, std::string_view pattern, http::Handler handler, AdminCheck check,
+                          http::RouteOptions options) {
+  options.authorize = [leader = check_leader_, check](const Request& req) {
+    if (leader) PARSYN_RETURN_IF_ERROR(leader());
+    return check(req);
+  };
+  return Open(
+      method, pattern,
+      [leader = check_leader_, check, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
+        if (leader) {
+          if (Status s = leader(); !s.ok()) co_return Response::Error(s);
+        }
+        if (Status auth = check(req); !auth.ok()) co_return Response::Error(auth);
+        co_return co_await handler(req);
+      },
+      options);
+}
+
 Status RouteTable::Worker(Method method, std::string_view pattern, WorkerHandler handler, http::RouteOptions options) {
   options.authorize = [leader = check_leader_, check = check_worker_](const Request& req) {
     if (leader) PARSYN_RETURN_IF_ERROR(leader());

@@ -68,7 +68,7 @@ class RouteTable {
         check_worker_(std::move(check_worker)),
         max_json_bytes_(max_json_bytes) {}
 
-  // Admin and worker routes answer this check's error (a standby's 503) before anything else, when set.
+  // Admin, worker and own-key routes answer this check's error (a standby's 503) before anything else, when set.
   using LeaderCheck = std::function<Status()>;
   void RequireLeader(LeaderCheck check) { check_leader_ = std::move(check); }
 
@@ -80,6 +80,11 @@ class RouteTable {
   // Needs "Authorization: Bearer <worker token>", checked like Admin's; the handler gets the worker's id from the
   // token.
   Status Worker(http::Method method, std::string_view pattern, WorkerHandler handler, http::RouteOptions options = {});
+  // A route with a credential of its own (`check`, e.g. the worker bootstrap key) that writes, so only the leader
+  // serves it: the leader check, then `check`, from the header before the body is read, and again when the handler
+  // runs.
+  Status OwnKey(http::Method method, std::string_view pattern, http::Handler handler, AdminCheck check,
+                http::RouteOptions options = {});
 
  private:
   http::Router& router_;

@@ -24,7 +24,6 @@ class WorkerAdminRoutes {
   // POST /api/v1/workers/bootstrap {"name"} with "Authorization: Bearer <bootstrap key>": a managed worker, answered
   // like POST /api/v1/workers. The key can do nothing else (it is no admin key).
   Awaitable<Response> Bootstrap(Request& req) {
-    if (Status allowed = CheckBootstrapKey(req); !allowed.ok()) co_return Response::Error(allowed);
     StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"name"});
     if (!fields.ok()) co_return Response::Error(fields.status());
     WorkerRegistration registration{.name = fields->String("name", true).value_or(""),
@@ -33,7 +32,7 @@ class WorkerAdminRoutes {
     co_return co_await Create(registration);
   }
 
-  // Checked from the headers, before the body is read (RouteOptions::authorize), and again in the handler.
+  // Checked from the headers, before the body is read, and again before the handler runs (RouteTable::OwnKey).
   Status CheckBootstrapKey(const Request& req) const {
     if (service_.worker_bootstrap_key_hash_.empty()) {
       return NotFoundError("worker bootstrap registration is off: start the server with --worker-bootstrap-key-file");
@@ -117,10 +116,9 @@ class WorkerAdminRoutes {
 Status AddWorkerAdminRoutes(RouteTable& routes, const RouteContext& context, Service& service) {
   auto h = std::make_shared<WorkerAdminRoutes>(context, service);
   PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/workers", Bind(h, &WorkerAdminRoutes::Register)));
-  http::RouteOptions bootstrap;
-  bootstrap.authorize = [h](const Request& req) { return h->CheckBootstrapKey(req); };
-  PARSYN_RETURN_IF_ERROR(
-      routes.Open(Method::kPost, "/api/v1/workers/bootstrap", Bind(h, &WorkerAdminRoutes::Bootstrap), bootstrap));
+  PARSYN_RETURN_IF_ERROR(routes.OwnKey(Method::kPost, "/api/v1/workers/bootstrap",
+                                       Bind(h, &WorkerAdminRoutes::Bootstrap),
+                                       [h](const Request& req) { return h->CheckBootstrapKey(req); }));
   PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/workers", Bind(h, &WorkerAdminRoutes::List)));
   PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/workers/{id}", Bind(h, &WorkerAdminRoutes::Get)));
   return routes.Admin(Method::kDelete, "/api/v1/workers/{id}", Bind(h, &WorkerAdminRoutes::Revoke));

@@ -438,10 +438,11 @@ class MetadataStore {
   virtual bool SharedByCoordinators() const { return false; }
   // Takes the lease for `holder` (unique per process run) for `ttl` if nobody holds it, it expired, or `holder` already
   // holds it (a renewal, same epoch); otherwise returns the current holder with held = false. Expiry is by the
-  // database's clock, so coordinators' clocks do not matter. From the first call on, this store's job writes
-  // (SetJobStatus, CreateShards, AssignShard, StartRound, CommitRound, FailRound, RecordFinalValidationLoss,
-  // AddRoundParticipant, RecordUpdate, AddJobArtifact) check in their own transaction that the lease's epoch is the
-  // one this store last acquired, and fail with FailedPrecondition ("fenced: ...") once another coordinator took over.
+  // database's clock, so coordinators' clocks do not matter. From the first call on, every write of this store (jobs,
+  // rounds, updates, artifacts, datasets, models, workers, metrics, events, the admin key hash) checks in its own
+  // transaction that the lease's epoch is the one this store last acquired, and fails with FailedPrecondition
+  // ("fenced: ...") on a standby or once another coordinator took over. Writes before the first call (a
+  // coordinator's start-up: the admin key on first start) are not fenced.
   virtual StatusOr<LeaderLease> AcquireLeaderLease(std::string_view holder, std::string_view holder_url,
                                                    std::chrono::milliseconds ttl);
   // Ends the lease now if `holder` holds it (a graceful shutdown: a standby takes over without waiting for expiry).

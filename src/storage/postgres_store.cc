@@ -786,6 +786,19 @@ Status Migrate(PostgresConnection* db, std::span<const Migration> migrations) {
   std::lock_guard lock(mu_);      \
   PARSYN_RETURN_IF_ERROR(db_->EnsureReady())
 
+// A write only the leader makes (every write but the lease's own): when this store takes part in leader election, in a
+// transaction `txn` that first checks the lease (see AcquireLeaderLease); end it with CommitIfBegun(txn).
+#define PARSYN_BEGIN_FENCED_WRITE(txn)          \
+  Transaction txn(db_.get());                   \
+  if (fencing_epoch_ != 0) {                    \
+    PARSYN_RETURN_IF_ERROR(txn.Begin());        \
+    PARSYN_RETURN_IF_ERROR(CheckFenceLocked()); \
+  }
+
+namespace {
+Status CommitIfBegun(Transaction& txn) { return txn.open() ? txn.Commit() : Status::Ok(); }
+}  // namespace
+
 StatusOr<std::unique_ptr<PostgresMetadataStore>> PostgresMetadataStore::Open(std::string_view uri,
                                                                              std::span<const Migration> migrations) {
   if (!IsPostgresUri(uri)) {
@@ -814,6 +827,7 @@ StatusOr<int> PostgresMetadataStore::SchemaVersion() {
 
 StatusOr<Dataset> PostgresMetadataStore::CreateDataset(const Dataset& dataset) {
   PARSYN_LOCK_AND_CONNECT();
+  PARSYN_BEGIN_FENCED_WRITE(txn);
   PARSYN_PREPARE(q,
                  "INSERT INTO datasets (name, format, kind, row_count, size_bytes, sha256, blob_key, "
                  "created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id");
@@ -828,6 +842,7 @@ StatusOr<Dataset> PostgresMetadataStore::CreateDataset(const Dataset& dataset) {
   Dataset stored = dataset;
   stored.id = q->Int(0);
   PARSYN_RETURN_IF_ERROR(q->Run());
+  PARSYN_RETURN_IF_ERROR(CommitIfBegun(txn));
   return stored;
 }
 
@@ -854,7 +869,9 @@ StatusOr<std::vector<Dataset>> PostgresMetadataStore::ListDatasets() {
 
 Status PostgresMetadataStore::DeleteDataset(int64_t id) {
   PARSYN_LOCK_AND_CONNECT();
-  return DeleteUnlessUsedLocked("DELETE FROM datasets WHERE id = $1", "dataset", id);
+  PARSYN_BEGIN_FENCED_WRITE(txn);
+  PARSYN_RETURN_IF_ERROR(DeleteUnlessUsedLocked("DELETE FROM datasets WHERE id = $1", "dataset", id));
+  return CommitIfBegun(txn);
 }
 
 Status PostgresMetadataStore::DeleteUnlessUsedLocked(const char* sql, std::string_view what, int64_t id) {
@@ -881,6 +898,7 @@ StatusOr<Model> PostgresMetadataStore::CreateModel(const Model& model) {
   PARSYN_LOCK_AND_CONNECT();
   Transaction txn(db_.get());
   PARSYN_RETURN_IF_ERROR(txn.Begin());
+  PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
   Model stored = model;
   {
     PARSYN_PREPARE(q,
@@ -948,13 +966,16 @@ StatusOr<std::vector<Model>> PostgresMetadataStore::ListModels() {
 
 Status PostgresMetadataStore::DeleteModel(int64_t id) {
   PARSYN_LOCK_AND_CONNECT();
-  return DeleteUnlessUsedLocked("DELETE FROM models WHERE id = $1", "model", id);
+  PARSYN_BEGIN_FENCED_WRITE(txn);
+  PARSYN_RETURN_IF_ERROR(DeleteUnlessUsedLocked("DELETE FROM models WHERE id = $1", "model", id));
+  return CommitIfBegun(txn);
 }
 
 // ---- workers
 
 StatusOr<Worker> PostgresMetadataStore::CreateWorker(const Worker& worker) {
   PARSYN_LOCK_AND_CONNECT();
+  PARSYN_BEGIN_FENCED_WRITE(txn);
   PARSYN_PREPARE(q,
                  "INSERT INTO workers (name, kind, token_sha256, device, status, last_heartbeat_at_ms, revoked, "
                  "created_at_ms, trainers_json) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id");
@@ -969,6 +990,7 @@ StatusOr<Worker> PostgresMetadataStore::CreateWorker(const Worker& worker) {
   Worker stored = worker;
   stored.id = q->Int(0);
   PARSYN_RETURN_IF_ERROR(q->Run());
+  PARSYN_RETURN_IF_ERROR(CommitIfBegun(txn));
   return stored;
 }
 
@@ -1005,6 +1027,7 @@ StatusOr<std::vector<Worker>> PostgresMetadataStore::ListWorkers() {
 
 Status PostgresMetadataStore::UpdateWorker(const Worker& worker) {
   PARSYN_LOCK_AND_CONNECT();
+  PARSYN_BEGIN_FENCED_WRITE(txn);
   PARSYN_PREPARE(q,
                  "UPDATE workers SET name = $2, device = $3, status = $4, last_heartbeat_at_ms = $5, "
                  "revoked = $6, trainers_json = $7 WHERE id = $1");
@@ -1012,7 +1035,7 @@ Status PostgresMetadataStore::UpdateWorker(const Worker& worker) {
           worker.trainers_json);
   PARSYN_RETURN_IF_ERROR(q->Run());
   if (q->changes() == 0) return NotFoundError("worker " + std::to_string(worker.id) + " not found");
-  return Status::Ok();
+  return CommitIfBegun(txn);
 }
 
 Status PostgresMetadataStore::RecordWorkersSeen(std::span<const WorkerSeen> seen) {
@@ -1020,6 +1043,7 @@ Status PostgresMetadataStore::RecordWorkersSeen(std::span<const WorkerSeen> seen
   PARSYN_LOCK_AND_CONNECT();
   Transaction txn(db_.get());
   PARSYN_RETURN_IF_ERROR(txn.Begin());
+  PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
   for (const WorkerSeen& w : seen) {
     PARSYN_PREPARE(q, "UPDATE workers SET last_heartbeat_at_ms = $2 WHERE id = $1");
     q->Bind(w.worker_id, w.last_heartbeat_at_ms);
@@ -1032,11 +1056,13 @@ Status PostgresMetadataStore::RecordWorkersSeen(std::span<const WorkerSeen> seen
 
 Status PostgresMetadataStore::SetAdminKeyHash(std::string_view key_sha256) {
   PARSYN_LOCK_AND_CONNECT();
+  PARSYN_BEGIN_FENCED_WRITE(txn);
   PARSYN_PREPARE(q,
                  "INSERT INTO settings (name, value) VALUES ('admin_key_sha256', $1) "
                  "ON CONFLICT (name) DO UPDATE SET value = excluded.value");
   q->Bind(key_sha256);
-  return q->Run();
+  PARSYN_RETURN_IF_ERROR(q->Run());
+  return CommitIfBegun(txn);
 }
 
 StatusOr<std::string> PostgresMetadataStore::GetAdminKeyHash() {
@@ -1064,6 +1090,7 @@ StatusOr<TrainingJob> PostgresMetadataStore::CreateJob(const TrainingJob& job) {
   PARSYN_LOCK_AND_CONNECT();
   Transaction txn(db_.get());
   PARSYN_RETURN_IF_ERROR(txn.Begin());
+  PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
   // Checked here rather than left to the foreign keys so the error names what is missing; FOR SHARE keeps the row
   // from being deleted before the commit.
   for (auto [table, what, id] :
@@ -1209,12 +1236,7 @@ Status PostgresMetadataStore::CheckFenceLocked() {
 
 Status PostgresMetadataStore::AddJobArtifact(const JobArtifact& artifact) {
   PARSYN_LOCK_AND_CONNECT();
-  // A job write: checked against the lease in the same transaction when fenced (see AcquireLeaderLease).
-  Transaction txn(db_.get());
-  if (fencing_epoch_ != 0) {
-    PARSYN_RETURN_IF_ERROR(txn.Begin());
-    PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
-  }
+  PARSYN_BEGIN_FENCED_WRITE(txn);
   PARSYN_PREPARE(q,
                  "INSERT INTO job_artifacts (job_id, name, blob_key, size_bytes, sha256, created_at_ms) "
                  "VALUES ($1, $2, $3, $4, $5, $6)");
@@ -1226,7 +1248,7 @@ Status PostgresMetadataStore::AddJobArtifact(const JobArtifact& artifact) {
     return AlreadyExistsError(JobName(artifact.job_id) + " already has an artifact named '" + artifact.name + "'");
   }
   PARSYN_RETURN_IF_ERROR(s);
-  return txn.open() ? txn.Commit() : Status::Ok();
+  return CommitIfBegun(txn);
 }
 
 StatusOr<std::vector<JobArtifact>> PostgresMetadataStore::ListJobArtifacts(int64_t job_id) {
@@ -1582,14 +1604,9 @@ Status PostgresMetadataStore::RecordFinalValidationLoss(int64_t job_id, int32_t 
 
 Status PostgresMetadataStore::AddRoundParticipant(int64_t job_id, int32_t round, int32_t attempt, int64_t worker_id) {
   PARSYN_LOCK_AND_CONNECT();
-  // A job write: checked against the lease in the same transaction when fenced (see AcquireLeaderLease).
-  Transaction txn(db_.get());
-  if (fencing_epoch_ != 0) {
-    PARSYN_RETURN_IF_ERROR(txn.Begin());
-    PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
-  }
+  PARSYN_BEGIN_FENCED_WRITE(txn);
   PARSYN_RETURN_IF_ERROR(AddRoundParticipantLocked(RoundParticipant{job_id, round, attempt, worker_id}));
-  return txn.open() ? txn.Commit() : Status::Ok();
+  return CommitIfBegun(txn);
 }
 
 Status PostgresMetadataStore::AddRoundParticipantLocked(const RoundParticipant& p) {
@@ -1643,14 +1660,9 @@ StatusOr<std::vector<Round>> PostgresMetadataStore::ListRounds(int64_t job_id) {
 
 Status PostgresMetadataStore::RecordUpdate(const RoundUpdate& update) {
   PARSYN_LOCK_AND_CONNECT();
-  // A job write: checked against the lease in the same transaction when fenced (see AcquireLeaderLease).
-  Transaction txn(db_.get());
-  if (fencing_epoch_ != 0) {
-    PARSYN_RETURN_IF_ERROR(txn.Begin());
-    PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
-  }
+  PARSYN_BEGIN_FENCED_WRITE(txn);
   PARSYN_RETURN_IF_ERROR(RecordUpdateLocked(update));
-  return txn.open() ? txn.Commit() : Status::Ok();
+  return CommitIfBegun(txn);
 }
 
 Status PostgresMetadataStore::RecordUpdateLocked(const RoundUpdate& update) {
@@ -1693,6 +1705,7 @@ Status PostgresMetadataStore::AppendMetrics(std::span<const MetricPoint> points)
   // One transaction per batch: one WAL flush for the lot instead of one per point.
   Transaction txn(db_.get());
   PARSYN_RETURN_IF_ERROR(txn.Begin());
+  PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
   for (const MetricPoint& p : points) {
     PARSYN_PREPARE(q,
                    "INSERT INTO metric_points (job_id, round, worker_id, step, loss, throughput, utilization, "
@@ -1754,7 +1767,10 @@ StatusOr<int64_t> PostgresMetadataStore::CountMetrics(int64_t job_id, int64_t wo
 
 StatusOr<int64_t> PostgresMetadataStore::AppendJobEvent(const JobEvent& event) {
   PARSYN_LOCK_AND_CONNECT();
-  return AppendJobEventLocked(event);
+  PARSYN_BEGIN_FENCED_WRITE(txn);
+  PARSYN_ASSIGN_OR_RETURN(const int64_t id, AppendJobEventLocked(event));
+  PARSYN_RETURN_IF_ERROR(CommitIfBegun(txn));
+  return id;
 }
 
 StatusOr<int64_t> PostgresMetadataStore::AppendJobEventLocked(const JobEvent& event) {

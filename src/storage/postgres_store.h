@@ -139,7 +139,7 @@ class PostgresMetadataStore final : public MetadataStore {
   Status AddRoundParticipantLocked(const RoundParticipant& participant);
   Status RecordUpdateLocked(const RoundUpdate& update);
   StatusOr<int64_t> AppendJobEventLocked(const JobEvent& event);
-  // In a job write's transaction: OK unless this store took part in leader election (fencing_epoch_ != 0) and the
+  // In a write's transaction: OK unless this store took part in leader election (fencing_epoch_ != 0) and the
   // lease's epoch is no longer the one it acquired (FailedPrecondition "fenced: ...").
   Status CheckFenceLocked();
 

@@ -306,6 +306,35 @@ TEST(PostgresStoreTest, OneLeaderAtATimeAndADeposedLeadersWritesAreRefused) {
   EXPECT_EQ(standby_write.code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(standby_write.message(), HasSubstr("fenced: this coordinator is not the leader"));
 
+  // Nor any other write: each refused, none kept.
+  const int64_t worker_id = a->CreateWorker(Worker{.name = "w", .token_sha256 = "t0"})->id;
+  std::vector<std::pair<std::string, Status>> standby_writes = {
+      {"CreateJob", b->CreateJob(TrainingJob{.name = "j2", .model_id = model_id, .spec_json = "{}"}).status()},
+      {"CreateWorker", b->CreateWorker(Worker{.name = "orphan", .token_sha256 = "t1"}).status()},
+      {"UpdateWorker", b->UpdateWorker(Worker{.id = worker_id, .name = "w", .revoked = true})},
+      {"RecordWorkersSeen", b->RecordWorkersSeen(std::vector<WorkerSeen>{{worker_id, 99}})},
+      {"SetAdminKeyHash", b->SetAdminKeyHash(std::string(64, 'b'))},
+      {"AppendMetrics", b->AppendMetrics(std::vector<MetricPoint>{{.job_id = job_id, .worker_id = worker_id}})},
+      {"AppendJobEvent", b->AppendJobEvent(JobEvent{.job_id = job_id, .type = "x", .payload_json = "{}"}).status()},
+      {"CreateDataset", b->CreateDataset(Dataset{.name = "d", .blob_key = "datasets/x"}).status()},
+      {"CreateModel", b->CreateModel(Model{.name = "m2", .model_type = "llama", .config_json = "{}"}).status()},
+      {"DeleteModel", b->DeleteModel(model_id)},
+  };
+  for (const auto& [call, status] : standby_writes) {
+    EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << call << ": " << status.ToString();
+    EXPECT_THAT(status.message(), HasSubstr("fenced")) << call;
+  }
+  EXPECT_EQ(a->ListJobs()->size(), 1u);
+  EXPECT_EQ(a->ListWorkers()->size(), 1u);
+  EXPECT_FALSE(a->GetWorker(worker_id)->revoked);
+  EXPECT_EQ(a->GetWorker(worker_id)->last_heartbeat_at_ms, std::nullopt);
+  EXPECT_EQ(a->GetAdminKeyHash().status().code(), StatusCode::kNotFound);  // never set
+  EXPECT_TRUE(a->ListMetrics(job_id)->empty());
+  EXPECT_TRUE(a->ListJobEvents(job_id, 0)->empty());
+  EXPECT_TRUE(a->ListDatasets()->empty());
+  EXPECT_EQ(a->ListModels()->size(), 1u);
+  // The leader's own writes go through.
+  ASSERT_TRUE(a->UpdateWorker(Worker{.id = worker_id, .name = "w", .revoked = true}).ok());
   ASSERT_TRUE(a->SetJobStatus(job_id, JobStatus::kRunning, 1).ok());
   ASSERT_TRUE(a->StartRound(Round{.job_id = job_id, .round = 1, .attempt = 1, .started_at_ms = 2}).ok());
   // A renewal keeps the epoch; this one lasts a millisecond, then b takes over (polled: the expiry is the database's).

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <thread>
@@ -72,6 +73,100 @@ class FailoverTest : public LlamaJobTest {
   std::string metadata_url_;
   std::unique_ptr<Server> standby_;
 };
+
+// Both coordinators take their admin key from one operator's file (a mounted Secret), re-read every 300 ms, and
+// accept worker bootstraps.
+class KeyedFailoverTest : public FailoverTest {
+ protected:
+  void SetUp() override {
+    // The fixture's clients read each server's <data-dir>/admin-key: the same key goes there and in the shared file.
+    for (const char* dir : {"server-a", "server-b"}) {
+      fs::create_directories(tmp_.path() / dir);
+      WriteKey(tmp_.path() / dir / "admin-key", kFirstKey);
+    }
+    WriteKey(admin_key_file(), kFirstKey);
+    WriteKey(bootstrap_key_file(), kBootstrapKey);
+    server_flags_ = {"--admin-key-file",
+                     admin_key_file().string(),
+                     "--worker-bootstrap-key-file",
+                     bootstrap_key_file().string(),
+                     "--admin-key-refresh-ms",
+                     "300"};
+    FailoverTest::SetUp();
+  }
+  static void WriteKey(const fs::path& path, std::string_view key) {
+    std::ofstream(path) << key << "\n";
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+  }
+  fs::path admin_key_file() const { return tmp_.path() / "admin-key-secret"; }
+  fs::path bootstrap_key_file() const { return tmp_.path() / "bootstrap-key-secret"; }
+  // The status of GET /api/v1/workers at `url` with `key`, polled (up to 10 s) until it is `want`.
+  int ListWorkersStatus(const std::string& url, const std::string& key, int want) {
+    http::Client client(http::ClientOptions{.base_url = url, .bearer_token = key, .max_attempts = 1});
+    int status = 0;
+    for (int i = 0; i < 100; ++i) {
+      StatusOr<http::ClientResponse> res = client.Get("/api/v1/workers");
+      status = res.ok() ? res->status : HttpStatusFor(res.status().code());
+      if (status == want) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return status;
+  }
+
+  static constexpr std::string_view kFirstKey = "first-admin-key-0123456789abcdef0123456789abcdef";
+  static constexpr std::string_view kRotatedKey = "rotated-admin-key-0123456789abcdef0123456789abcdef";
+  static constexpr std::string_view kBootstrapKey = "bootstrap-key-0123456789abcdef0123456789abcdef";
+};
+
+// A standby refuses a worker pod's bootstrap (503 naming the leader: the pod retries there) and so writes no worker;
+// a rotated admin key file is in force on the leader without a restart, and on the standby from its takeover on; a
+// standby that cannot load the key at takeover gives the lease back rather than lead with a stale one.
+TEST_F(KeyedFailoverTest, TheStandbyRefusesBootstrapsAndARotatedAdminKeyReachesEveryLeader) {
+  http::Client standby_pod(
+      http::ClientOptions{.base_url = standby_->url(), .bearer_token = std::string(kBootstrapKey), .max_attempts = 1});
+  StatusOr<http::ClientResponse> refused = standby_pod.PostJson("/api/v1/workers/bootstrap", {{"name", "pod-0"}});
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().ToString();
+  EXPECT_THAT(refused.status().message(), HasSubstr("standby; the leader is " + server_->url()));
+  http::Client leader_pod(
+      http::ClientOptions{.base_url = server_->url(), .bearer_token = std::string(kBootstrapKey), .max_attempts = 1});
+  StatusOr<http::ClientResponse> registered = leader_pod.PostJson("/api/v1/workers/bootstrap", {{"name", "pod-0"}});
+  ASSERT_TRUE(registered.ok()) << registered.status().ToString();
+  StatusOr<http::ClientResponse> listing = admin_->Get("/api/v1/workers");
+  StatusOr<json> workers = listing.ok() ? listing->Json() : StatusOr<json>(listing.status());
+  ASSERT_TRUE(workers.ok()) << workers.status().ToString();
+  EXPECT_EQ((*workers)["workers"].size(), 1u) << workers->dump() << ": the standby wrote a worker";
+
+  // The Secret is rotated: the leader takes the new key within its refresh interval and refuses the old one.
+  WriteKey(admin_key_file(), kRotatedKey);
+  EXPECT_EQ(ListWorkersStatus(server_->url(), std::string(kRotatedKey), 200), 200);
+  EXPECT_EQ(ListWorkersStatus(server_->url(), std::string(kFirstKey), 401), 401);
+
+  // The leader dies while the key file cannot be read (a Secret mount gone): the standby cannot load the admin key,
+  // so it does not lead with a stale one; it gives the lease back and stays a standby until the file is back.
+  fs::rename(admin_key_file(), tmp_.path() / "admin-key-away");
+  server_->Kill();
+  http::Client probe(http::ClientOptions{.base_url = standby_->url(), .max_attempts = 1});
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(std::chrono::milliseconds(100))) {
+    StatusOr<http::ClientResponse> ready = probe.Get("/readyz");
+    StatusOr<json> body = ready.ok() ? ready->Json() : StatusOr<json>(ready.status());
+    ASSERT_TRUE(body.ok()) << body.status().ToString();
+    ASSERT_EQ(body->value("role", ""), "standby") << "took over without being able to read the admin key";
+  }
+  fs::rename(tmp_.path() / "admin-key-away", admin_key_file());
+  // The standby started with the first key; once it leads, only the rotated one works there.
+  ASSERT_EQ(WaitForRole(standby_->url(), "leader"), "leader");
+  http::Client old_key(
+      http::ClientOptions{.base_url = standby_->url(), .bearer_token = std::string(kFirstKey), .max_attempts = 1});
+  StatusOr<http::ClientResponse> stale = old_key.Get("/api/v1/workers");
+  EXPECT_EQ(stale.status().code(), StatusCode::kUnauthenticated) << stale.status().ToString();
+  http::Client new_key(
+      http::ClientOptions{.base_url = standby_->url(), .bearer_token = std::string(kRotatedKey), .max_attempts = 1});
+  StatusOr<http::ClientResponse> answer = new_key.Get("/api/v1/workers");
+  StatusOr<json> listed = answer.ok() ? answer->Json() : StatusOr<json>(answer.status());
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ((*listed)["workers"].size(), 1u) << listed->dump();
+}
 
 TEST_F(FailoverTest, LeaderKilledMidRoundTheStandbyFinishesTheJobWithTheUninterruptedWeights) {
   // Workers given both coordinators (`parsyn worker --server A,B`).
