@@ -241,7 +241,7 @@ class Client:
         When the connection drops, or nothing arrives for `idle_timeout_s`, it reconnects with Last-Event-ID, so no
         event is lost or repeated; after `max_reconnects` attempts in a row without an event it raises
         ParsynApiError (code unavailable). HTTP errors (404 for an unknown job) raise at once."""
-        path = f"/api/v1/training-jobs/{_id(job_id)}/events"
+        path = f"/api/v1/training-jobs/{_id(job_id)}/events?after=0"  # from the first (a reconnect's header wins)
         failures = 0
         while True:
             headers = {"Accept": "text/event-stream"}

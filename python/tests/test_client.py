@@ -335,7 +335,7 @@ def _dropping_first_stream(client: Client, after_events: int) -> Client:
 
     def open_(method, path, **kwargs):
         response = original_open(method, path, **kwargs)
-        if not path.endswith("/events"):
+        if not path.split("?")[0].endswith("/events"):
             return response
         copy.streams_opened += 1
         return _Breaking(response, after_events) if copy.streams_opened == 1 else response

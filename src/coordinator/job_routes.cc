@@ -72,12 +72,14 @@ json ShardsJson(const std::vector<storage::Shard>& shards) {
   return out;
 }
 
-// The messages of the job's "warning" events, oldest first.
+// The messages of the job's "warning" events, oldest first (read through the store's index by type: the job's other
+// events, worker progress among them, are not read).
 StatusOr<std::vector<std::string>> ListWarnings(storage::MetadataStore& store, int64_t job_id) {
   std::vector<std::string> warnings;
   int64_t after = 0;
   while (true) {
-    PARSYN_ASSIGN_OR_RETURN(std::vector<storage::JobEvent> page, store.ListJobEvents(job_id, after));
+    PARSYN_ASSIGN_OR_RETURN(std::vector<storage::JobEvent> page,
+                            store.ListJobEvents(job_id, after, 1000, {.type = "warning"}));
     if (page.empty()) return warnings;
     for (const storage::JobEvent& e : page) {
       if (e.type != "warning") continue;
@@ -94,11 +96,12 @@ StatusOr<std::vector<std::string>> ListWarnings(storage::MetadataStore& store, i
 
 namespace {
 
-StatusOr<int64_t> LastEventId(const Request& req) {
+// The id a client resumes after (Last-Event-ID, else ?after=); nullopt when it gave neither.
+StatusOr<std::optional<int64_t>> LastEventId(const Request& req) {
   std::string_view text = req.Header("last-event-id");
   if (text.empty()) {
     auto it = req.query.find("after");
-    if (it == req.query.end()) return int64_t{0};
+    if (it == req.query.end()) return std::optional<int64_t>();
     text = it->second;
   }
   int64_t id = 0;
@@ -107,7 +110,7 @@ StatusOr<int64_t> LastEventId(const Request& req) {
     return InvalidArgumentError("Last-Event-ID must be a non-negative integer, got '" +
                                 std::string(text.substr(0, 64)) + "'");
   }
-  return id;
+  return std::optional<int64_t>(id);
 }
 
 // The metrics page size: asked with ?limit=, kMetricsDefaultLimit when absent, at most kMetricsMaxLimit.
@@ -294,16 +297,24 @@ class JobRoutes {
   }
 
   // GET /api/v1/training-jobs/{id}/events: every stored event after Last-Event-ID (or ?after=), then new ones as
-  // they happen (SSE); the stream ends after the job's terminal status event.
+  // they happen (SSE); the stream ends after the job's terminal status event. Without either, the job's history
+  // comes without its worker_progress events (there may be millions: the metrics route has the curve), then every
+  // new event.
   Awaitable<Response> Events(Request& req) {
     StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
     if (!id.ok()) co_return Response::Error(id.status());
-    StatusOr<int64_t> after = LastEventId(req);
+    StatusOr<std::optional<int64_t>> after = LastEventId(req);
     if (!after.ok()) co_return Response::Error(after.status());
-    auto job = co_await Offload(context_.pool, [&] { return context_.store.GetJob(*id); });
+    auto job = co_await Offload(context_.pool, [&]() -> StatusOr<int64_t> {
+      PARSYN_RETURN_IF_ERROR(context_.store.GetJob(*id).status());
+      return context_.store.LastJobEventId(*id);
+    });
     if (!job.ok()) co_return Response::Error(job.status());
-    co_return Response::Events([this, job_id = *id, start_after = *after](http::EventStream& stream) {
-      return StreamEvents(job_id, start_after, stream);
+    // Replayed without progress up to the tail as it is now, unless the client asked where to resume.
+    const int64_t start_after = after->value_or(0);
+    const int64_t history_end = after->has_value() ? 0 : *job;
+    co_return Response::Events([this, job_id = *id, start_after, history_end](http::EventStream& stream) {
+      return StreamEvents(job_id, start_after, history_end, stream);
     });
   }
 
@@ -341,12 +352,26 @@ class JobRoutes {
   }
 
  private:
-  Awaitable<void> StreamEvents(int64_t job_id, int64_t start_after, http::EventStream& stream) {
+  // Events after start_after; those up to history_end (0: none) without worker_progress.
+  Awaitable<void> StreamEvents(int64_t job_id, int64_t start_after, int64_t history_end, http::EventStream& stream) {
     int64_t last = start_after;
     http::Signal& signal = service_.EventSignal(job_id);
     while (stream.open()) {
-      auto events = co_await Offload(context_.pool, [&] { return context_.store.ListJobEvents(job_id, last); });
+      const bool in_history = last < history_end;
+      const storage::JobEventFilter filter =
+          in_history ? storage::JobEventFilter{.type = "worker_progress", .exclude_type = true}
+                     : storage::JobEventFilter{};
+      auto events =
+          co_await Offload(context_.pool, [&] { return context_.store.ListJobEvents(job_id, last, 1000, filter); });
       if (!events.ok()) co_return;
+      if (in_history) {
+        // The history ends at history_end: later events come unfiltered, from there on.
+        std::erase_if(*events, [&](const storage::JobEvent& e) { return e.id > history_end; });
+        if (events->empty()) {
+          last = history_end;
+          continue;
+        }
+      }
       bool ended = false;
       std::vector<http::EventStream::Frame> frames;  // the page in one write
       for (const storage::JobEvent& e : *events) {

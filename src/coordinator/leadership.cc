@@ -94,9 +94,10 @@ http::Awaitable<void> Service::BecomeLeader() {
     if (shutting_down_) break;
   }
   if (!failed.ok()) {
-    PARSYN_LOG_ERROR("coordinator {}: cannot take over without the store's workers and admin key ({}); giving the "
-                     "lease back and staying a standby",
-                     coordinator_id_, failed.ToString());
+    PARSYN_LOG_ERROR(
+        "coordinator {}: cannot take over without the store's workers and admin key ({}); giving the "
+        "lease back and staying a standby",
+        coordinator_id_, failed.ToString());
     Status released = co_await Offload(pool_, [this] { return store_->ReleaseLeaderLease(coordinator_id_); });
     if (!released.ok()) PARSYN_LOG_WARN("the leader lease was not released: {}", released.ToString());
     co_return;
@@ -119,8 +120,8 @@ http::Awaitable<Status> Service::RefreshAdminKey(bool as_leader) {
   StatusOr<std::string> hash = co_await std::move(read);
   if (!hash.ok()) co_return hash.status();
   if (*hash != admin_key_hash_) {
-    PARSYN_LOG_INFO("coordinator {}: the admin key changed{}; the previous key is refused from now on",
-                    coordinator_id_, options_.admin_key_file.empty() ? " in the store" : " in --admin-key-file");
+    PARSYN_LOG_INFO("coordinator {}: the admin key changed{}; the previous key is refused from now on", coordinator_id_,
+                    options_.admin_key_file.empty() ? " in the store" : " in --admin-key-file");
     admin_key_hash_ = *hash;
   }
   co_return Status::Ok();

@@ -170,7 +170,7 @@ class WorkerProtocolRoutes {
   // Stored as a metric point and shown live (the job's view and a worker_progress event). Only the task the worker
   // holds may report (409 otherwise, nothing written); a worker's reports are stored at most once per
   // min_progress_interval (sooner ones get 429 and a Retry-After) and at most max_progress_points per job and worker
-  // (later ones are still shown live, but store no point).
+  // (later ones are still shown live, but store neither a point nor an event).
   Awaitable<Response> Progress(Request& req, int64_t worker_id) {
     StatusOr<protocol::Progress> body = protocol::ParseProgress(req.body);
     if (!body.ok()) co_return Response::Error(body.status());
@@ -206,7 +206,8 @@ class WorkerProtocolRoutes {
       budget.job_id = job_id;
       budget.stored_points = *stored_points;
     }
-    if (budget.stored_points < options.max_progress_points) {
+    const bool store_point = budget.stored_points < options.max_progress_points;
+    if (store_point) {
       storage::MetricPoint point{.job_id = body->job_id,
                                  .round = static_cast<int32_t>(body->round),
                                  .worker_id = worker_id,
@@ -234,6 +235,12 @@ class WorkerProtocolRoutes {
     if (body->device_memory_total_bytes) progress["device_memory_total_bytes"] = *body->device_memory_total_bytes;
     runner->RecordProgress(worker_id, progress);
     progress["worker_id"] = worker_id;
+    if (!store_point) {
+      // Past the cap nothing is stored, not even the event (1,000 workers reporting for 8 h were 58M rows): the
+      // job's live view has it, and the dashboard's stream a sample.
+      service_.ForwardToFeed(body->job_id, "worker_progress", progress);
+      co_return Response::NoContent();
+    }
     {
       auto event_appended = service_.AppendEvent(body->job_id, "worker_progress", progress);
       co_await std::move(event_appended);

@@ -162,9 +162,11 @@ class FaultyMetadataStore final : public MetadataStore {
   StatusOr<int64_t> AppendJobEvent(const JobEvent& e) override {
     return Write([&] { return inner_.AppendJobEvent(e); });
   }
-  StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit = 1000) override {
-    return inner_.ListJobEvents(job_id, after_id, limit);
+  StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit = 1000,
+                                                const JobEventFilter& filter = {}) override {
+    return inner_.ListJobEvents(job_id, after_id, limit, filter);
   }
+  StatusOr<int64_t> LastJobEventId(int64_t job_id) override { return inner_.LastJobEventId(job_id); }
   // A batch is one write: it fails (or passes) whole.
   StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) override {
     return Write([&] { return inner_.ApplyBatch(writes); });

@@ -252,6 +252,12 @@ struct RoundUpdate {
 };
 
 // One progress report from a worker (append-heavy: written in batches).
+// Which of a job's events ListJobEvents returns: all (type empty), those of `type`, or (exclude_type) all others.
+struct JobEventFilter {
+  std::string type;
+  bool exclude_type = false;
+};
+
 struct MetricPoint {
   int64_t job_id = 0;
   int32_t round = 0;
@@ -420,10 +426,14 @@ class MetadataStore {
   // How many points the job holds from one worker.
   virtual StatusOr<int64_t> CountMetrics(int64_t job_id, int64_t worker_id) = 0;
 
-  // Events for the SSE stream. Append returns the new event's id. List returns the job's events with id > after_id,
-  // oldest first, at most `limit`.
+  // Events for the SSE stream. Append returns the new event's id. List returns the job's events with id > after_id
+  // that `filter` lets through, oldest first, at most `limit`. An index on (job, type, id) makes reading one type
+  // (the warnings) direct, however many events of other types the job has.
   virtual StatusOr<int64_t> AppendJobEvent(const JobEvent& event) = 0;
-  virtual StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit = 1000) = 0;
+  virtual StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit = 1000,
+                                                        const JobEventFilter& filter = {}) = 0;
+  // The id of the job's latest event; 0 when it has none.
+  virtual StatusOr<int64_t> LastJobEventId(int64_t job_id) = 0;
 
   // Applies `writes` in order in ONE transaction (one commit, one fsync): all of them or, when one fails, none, with
   // that write's error (the single call's, e.g. AlreadyExists for a second update of a worker) prefixed by its

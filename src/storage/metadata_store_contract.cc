@@ -14,6 +14,7 @@ namespace parsyn::storage {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::Field;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
@@ -763,6 +764,19 @@ TEST_P(MetadataStoreContractTest, EventsReplayAfterAnIdPerJob) {
   EXPECT_THAT(Must(store().ListJobEvents(a.id, 0, 1)), SizeIs(1));
   EXPECT_THAT(Must(store().ListJobEvents(a.id, ids[4])), IsEmpty());
   EXPECT_EQ(store().AppendJobEvent({0, 999, "x", "{}", kT0}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Must(store().LastJobEventId(a.id)), ids[4]);
+  EXPECT_EQ(Must(store().LastJobEventId(b.id)), ids[3]);
+  EXPECT_EQ(Must(store().LastJobEventId(999)), 0);
+
+  // Filtered by type: only one type, or every other.
+  const int64_t warning = Must(store().AppendJobEvent({0, a.id, "warning", R"({"message":"w"})", kT0 + 9}));
+  std::vector<JobEvent> warnings = Must(store().ListJobEvents(a.id, 0, 1000, {.type = "warning"}));
+  ASSERT_THAT(warnings, SizeIs(1));
+  EXPECT_EQ(warnings[0].id, warning);
+  EXPECT_THAT(Must(store().ListJobEvents(a.id, 0, 1000, {.type = "round_started", .exclude_type = true})),
+              ElementsAre(Field(&JobEvent::id, warning)));
+  EXPECT_THAT(Must(store().ListJobEvents(a.id, 0, 1000, {.type = "round_started"})), SizeIs(3));
+  EXPECT_THAT(Must(store().ListJobEvents(a.id, warning, 1000, {.type = "warning"})), IsEmpty());
 }
 
 // ---- batches

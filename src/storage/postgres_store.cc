@@ -198,7 +198,13 @@ ALTER TABLE jobs ADD COLUMN private_seed TEXT NOT NULL DEFAULT '';
 UPDATE jobs SET private_seed = encode(sha256((gen_random_uuid()::text || gen_random_uuid()::text)::bytea), 'hex');
 )sql";
 
-constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5}};
+// Version 6: a job's events of one type (its warnings) are read through an index, whatever else the job holds.
+constexpr std::string_view kSchemaV6 = R"sql(
+CREATE INDEX job_events_by_type ON job_events(job_id, type, id);
+)sql";
+
+constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3},
+                                     {4, kSchemaV4}, {5, kSchemaV5}, {6, kSchemaV6}};
 
 // Serialises migrations of one database across processes (pg_advisory_xact_lock's key: "parsyn" in ASCII).
 constexpr int64_t kMigrationLockKey = 0x70617273796e;
@@ -1786,18 +1792,28 @@ StatusOr<int64_t> PostgresMetadataStore::AppendJobEventLocked(const JobEvent& ev
   return id;
 }
 
-StatusOr<std::vector<JobEvent>> PostgresMetadataStore::ListJobEvents(int64_t job_id, int64_t after_id, int limit) {
+StatusOr<std::vector<JobEvent>> PostgresMetadataStore::ListJobEvents(int64_t job_id, int64_t after_id, int limit,
+                                                                     const JobEventFilter& filter) {
   PARSYN_LOCK_AND_CONNECT();
   PARSYN_PREPARE(q,
                  "SELECT id, job_id, type, payload_json, time_ms FROM job_events WHERE job_id = $1 AND id > $2 "
-                 "ORDER BY id LIMIT $3");
-  q->Bind(job_id, after_id, static_cast<int64_t>(std::max(limit, 0)));
+                 "AND ($4 = '' OR (type = $4) <> $5) ORDER BY id LIMIT $3");
+  q->Bind(job_id, after_id, static_cast<int64_t>(std::max(limit, 0)), filter.type, filter.exclude_type);
   std::vector<JobEvent> out;
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
     if (!row) return out;
     out.push_back(JobEvent{q->Int(0), q->Int(1), q->Text(2), q->Text(3), q->Int(4)});
   }
+}
+
+StatusOr<int64_t> PostgresMetadataStore::LastJobEventId(int64_t job_id) {
+  PARSYN_LOCK_AND_CONNECT();
+  PARSYN_PREPARE(q, "SELECT COALESCE(MAX(id), 0) FROM job_events WHERE job_id = $1");
+  q->Bind(job_id);
+  PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
+  if (!row) return InternalError("MAX(id) returned no row");
+  return q->Int(0);
 }
 
 // ---- batches

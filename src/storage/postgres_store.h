@@ -114,7 +114,9 @@ class PostgresMetadataStore final : public MetadataStore {
   StatusOr<int64_t> CountMetrics(int64_t job_id, int64_t worker_id) override;
 
   StatusOr<int64_t> AppendJobEvent(const JobEvent& event) override;
-  StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit = 1000) override;
+  StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit = 1000,
+                                                const JobEventFilter& filter = {}) override;
+  StatusOr<int64_t> LastJobEventId(int64_t job_id) override;
 
   StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) override;
 

@@ -239,8 +239,13 @@ ALTER TABLE jobs ADD COLUMN private_seed TEXT NOT NULL DEFAULT '';
 UPDATE jobs SET private_seed = lower(hex(randomblob(32)));
 )sql";
 
-constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3},
-                                     {4, kSchemaV4}, {5, kSchemaV5}, {6, kSchemaV6}};
+// Version 7: a job's events of one type (its warnings) are read through an index, whatever else the job holds.
+constexpr std::string_view kSchemaV7 = R"sql(
+CREATE INDEX job_events_by_type ON job_events(job_id, type, id);
+)sql";
+
+constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4},
+                                     {5, kSchemaV5}, {6, kSchemaV6}, {7, kSchemaV7}};
 
 struct StmtFinalizer {
   void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
@@ -1487,18 +1492,28 @@ StatusOr<int64_t> SqliteMetadataStore::AppendJobEventLocked(const JobEvent& even
   return sqlite3_last_insert_rowid(db_.get());
 }
 
-StatusOr<std::vector<JobEvent>> SqliteMetadataStore::ListJobEvents(int64_t job_id, int64_t after_id, int limit) {
+StatusOr<std::vector<JobEvent>> SqliteMetadataStore::ListJobEvents(int64_t job_id, int64_t after_id, int limit,
+                                                                   const JobEventFilter& filter) {
   std::lock_guard lock(mu_);
   PARSYN_PREPARE(q,
                  "SELECT id, job_id, type, payload_json, time_ms FROM job_events WHERE job_id = ?1 AND id > ?2 "
-                 "ORDER BY id LIMIT ?3");
-  q->Bind(job_id, after_id, limit);
+                 "AND (?4 = '' OR (type = ?4) <> ?5) ORDER BY id LIMIT ?3");
+  q->Bind(job_id, after_id, limit, filter.type, filter.exclude_type);
   std::vector<JobEvent> out;
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
     if (!row) return out;
     out.push_back(JobEvent{q->Int(0), q->Int(1), q->Text(2), q->Text(3), q->Int(4)});
   }
+}
+
+StatusOr<int64_t> SqliteMetadataStore::LastJobEventId(int64_t job_id) {
+  std::lock_guard lock(mu_);
+  PARSYN_PREPARE(q, "SELECT COALESCE(MAX(id), 0) FROM job_events WHERE job_id = ?1");
+  q->Bind(job_id);
+  PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
+  if (!row) return InternalError("MAX(id) returned no row");
+  return q->Int(0);
 }
 
 // ---- batches

@@ -141,8 +141,12 @@ class TimedMetadataStore final : public MetadataStore {
   StatusOr<int64_t> AppendJobEvent(const JobEvent& event) override {
     return Timed("append_job_event", [&] { return inner_.AppendJobEvent(event); });
   }
-  StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit) override {
-    return Timed("list_job_events", [&] { return inner_.ListJobEvents(job_id, after_id, limit); });
+  StatusOr<std::vector<JobEvent>> ListJobEvents(int64_t job_id, int64_t after_id, int limit,
+                                                const JobEventFilter& filter) override {
+    return Timed("list_job_events", [&] { return inner_.ListJobEvents(job_id, after_id, limit, filter); });
+  }
+  StatusOr<int64_t> LastJobEventId(int64_t job_id) override {
+    return Timed("last_job_event_id", [&] { return inner_.LastJobEventId(job_id); });
   }
   StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) override {
     return Timed("apply_batch", [&] { return inner_.ApplyBatch(writes); });

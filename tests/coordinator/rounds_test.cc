@@ -289,6 +289,25 @@ TEST_F(RoundsTest, ProgressPointsAreCappedAndTheMetricsArePaged) {
     ASSERT_TRUE(answer.ok()) << answer.status().ToString();
     EXPECT_EQ(answer->status, 204);
   }
+  // Nor is an event stored past the cap: the full replay (?after=0) has three progress events. A stream that does not
+  // say where to resume starts at the tail: the history without progress, then what comes.
+  auto count_progress = [&](const std::string& query) {
+    int progress = 0, others = 0;
+    http::CallOptions call;
+    call.timeout = std::chrono::seconds(2);
+    admin_->ReadEvents(
+        "/api/v1/training-jobs/" + std::to_string(job_id) + "/events" + query,
+        [&](const http::SseEvent& e) {
+          (e.event == "worker_progress" ? progress : others)++;
+          return true;
+        },
+        call);
+    return std::pair(progress, others);
+  };
+  EXPECT_EQ(count_progress("?after=0").first, 3);
+  const auto [tail_progress, tail_others] = count_progress("");
+  EXPECT_EQ(tail_progress, 0);
+  EXPECT_GT(tail_others, 0);  // the job's status and round events
   const json all = Metrics(job_id);
   EXPECT_EQ(all["next"], nullptr);
   ASSERT_EQ(all["workers"].size(), 1u) << all.dump();

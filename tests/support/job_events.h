@@ -1,5 +1,6 @@
 // Test support for the multi-process tests (tests/coordinator, tests/e2e): waiting on a training job's event stream,
-// GET /api/v1/training-jobs/<id>/events, which replays the job's events from the start and then follows it.
+// GET /api/v1/training-jobs/<id>/events?after=0, which replays every one of the job's events (worker progress
+// included) from the start and then follows it.
 //
 // Contract: every wait ends by `timeout` at the latest and returns what it saw; none fails the test by itself. What
 // happens when the stream ends (the job is over, the server went away) before the awaited event is the caller's
@@ -32,7 +33,7 @@ inline bool WaitForJobEvent(http::Client& admin, int64_t job_id, const JobEventP
     http::CallOptions call;
     call.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     Status read = admin.ReadEvents(
-        "/api/v1/training-jobs/" + std::to_string(job_id) + "/events",
+        "/api/v1/training-jobs/" + std::to_string(job_id) + "/events?after=0",
         [&](const http::SseEvent& e) {
           if (pred(e.event, nlohmann::json::parse(e.data, nullptr, false))) found = true;
           return !found;

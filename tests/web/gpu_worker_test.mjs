@@ -49,7 +49,7 @@ function writeSeparableCsv(file, rows) {
 
 // The job's events from its SSE stream, read to the stream's end (the job's terminal status).
 async function jobEvents(base, key, jobId) {
-  const r = await fetch(`${base}/api/v1/training-jobs/${jobId}/events`, { headers: { Authorization: `Bearer ${key}` } });
+  const r = await fetch(`${base}/api/v1/training-jobs/${jobId}/events?after=0`, { headers: { Authorization: `Bearer ${key}` } });
   assert.equal(r.status, 200);
   const events = [];
   for (const block of (await r.text()).split('\n\n')) {

@@ -126,7 +126,8 @@ function parseEventBlock(block) {
 // Last-Event-ID after a dropped connection. onEvent(type, data) runs for each; `isDone()` is asked after each event
 // and when the server ends the stream (it ends after the job's terminal status). Returns a function that stops it.
 export function followJobEvents(jobId, onEvent, { isDone, onConnection = () => {} } = {}) {
-  return followStream(`/training-jobs/${jobId}/events`, onEvent, { isDone, onConnection });
+  // ?after=0: the whole history, worker progress included (the loss curves); a reconnect's Last-Event-ID wins.
+  return followStream(`/training-jobs/${jobId}/events?after=0`, onEvent, { isDone, onConnection });
 }
 
 // Follows GET /api/v1/events, the stream of job, round and worker changes across all jobs (docs/architecture.md,
