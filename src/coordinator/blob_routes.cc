@@ -85,9 +85,20 @@ class BlobRoutes {
       co_return Response::Error(ResourceExhaustedError("upload of " + std::to_string(*length) + " bytes exceeds the " +
                                                        std::to_string(*cap) + " allowed for " + key));
     }
-    if (uploads_in_flight_.contains(key)) {
-      co_return Response::Error(FailedPreconditionError(
-          "an upload to " + key + " is already in progress: only one at a time per key; retry once it has ended"));
+    if (auto earlier = uploads_in_flight_.find(key); earlier != uploads_in_flight_.end()) {
+      // A retry while the server still holds the worker's earlier PUT (its connection half-open, say): the newer one
+      // wins. The earlier one's connection is closed, and this one goes on once that upload has ended.
+      PARSYN_LOG_INFO("blob upload to {}: a newer PUT supersedes the one in progress", key);
+      std::shared_ptr<http::Signal> ended = earlier->second.ended;
+      if (earlier->second.connection != nullptr) earlier->second.connection->Close();
+      const auto give_up = std::chrono::steady_clock::now() + kSupersedeWait;
+      while (uploads_in_flight_.contains(key) && std::chrono::steady_clock::now() < give_up) {
+        co_await ended->Wait(std::chrono::milliseconds(100));
+      }
+      if (uploads_in_flight_.contains(key)) {
+        co_return Response::Error(
+            FailedPreconditionError("an upload to " + key + " is still in progress and did not stop; retry shortly"));
+      }
     }
     const int64_t uploader = worker->value_or(-1);  // -1: URLs bound to no worker share one budget
     const int max_per_worker = service_.options().max_uploads_per_worker;
@@ -100,7 +111,7 @@ class BlobRoutes {
       busy.WithHeader("Retry-After", "5");
       co_return busy;
     }
-    InFlight in_flight(*this, key, uploader);
+    InFlight in_flight(*this, key, uploader, req.connection);
     // Updates need not be durable: after a coordinator restart the attempt in flight is failed and retried
     // (JobRunner::Resume), so an update is never read after a crash, and the new global built from them is written
     // durably before its commit.
@@ -129,18 +140,31 @@ class BlobRoutes {
   }
 
  private:
+  // An upload streaming now: its connection (to close when a newer PUT to its key supersedes it), and the signal
+  // notified when it ends.
+  struct ActiveUpload {
+    http::ClientConnection* connection = nullptr;
+    std::shared_ptr<http::Signal> ended;
+  };
+  // How long a superseding PUT waits for the upload it supersedes to end (its reader sees the closed connection).
+  static constexpr std::chrono::seconds kSupersedeWait{10};
+
   // Registers an upload in flight (per key and per worker) for as long as it lives.
   class InFlight {
    public:
-    InFlight(BlobRoutes& routes, std::string key, int64_t worker)
+    InFlight(BlobRoutes& routes, std::string key, int64_t worker, http::ClientConnection* connection)
         : routes_(routes), key_(std::move(key)), worker_(worker) {
-      routes_.uploads_in_flight_.insert(key_);
+      routes_.uploads_in_flight_[key_] =
+          ActiveUpload{.connection = connection, .ended = std::make_shared<http::Signal>(routes_.service_.executor())};
       ++routes_.uploads_per_worker_[worker_];
     }
     InFlight(const InFlight&) = delete;
     InFlight& operator=(const InFlight&) = delete;
     ~InFlight() {
-      routes_.uploads_in_flight_.erase(key_);
+      if (auto it = routes_.uploads_in_flight_.find(key_); it != routes_.uploads_in_flight_.end()) {
+        it->second.ended->Notify();
+        routes_.uploads_in_flight_.erase(it);
+      }
       if (--routes_.uploads_per_worker_[worker_] <= 0) routes_.uploads_per_worker_.erase(worker_);
     }
 
@@ -196,8 +220,8 @@ class BlobRoutes {
   const RouteContext context_;
   Service& service_;
   const std::string signing_secret_;
-  std::set<std::string, std::less<>> uploads_in_flight_;  // keys of the PUTs streaming now
-  std::map<int64_t, int> uploads_per_worker_;             // worker id (-1: unbound URLs) -> PUTs streaming now
+  std::map<std::string, ActiveUpload, std::less<>> uploads_in_flight_;  // the PUTs streaming now, by key
+  std::map<int64_t, int> uploads_per_worker_;  // worker id (-1: unbound URLs) -> PUTs streaming now
 };
 
 }  // namespace

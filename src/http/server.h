@@ -78,6 +78,9 @@ class ClientConnection {
   virtual Signal& WatchForClientClose() = 0;
   // True once the watch saw the client close the connection.
   virtual bool client_gone() const = 0;
+  // Closes the connection now: a body still arriving ends in an error (a DirectBody reader sees the end), and the
+  // handler's answer goes nowhere. For a request that a newer one supersedes. On the loop.
+  virtual void Close() = 0;
 };
 
 struct Request {
