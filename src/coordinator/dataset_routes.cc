@@ -24,7 +24,8 @@ class DatasetRoutes {
 
   Awaitable<Response> List(Request& req) {
     return ListRecords(
-        context_, req, "datasets", [](storage::MetadataStore& s) { return s.ListDatasets(); }, DatasetJson);
+        context_, req, "datasets",
+        [](storage::MetadataStore& s, const storage::IdPage& p) { return s.ListDatasets(p); }, DatasetJson);
   }
 
   Awaitable<Response> Get(Request& req) {

@@ -253,7 +253,8 @@ class ModelRoutes {
 
   Awaitable<Response> List(Request& req) {
     return ListRecords(
-        context_, req, "models", [](storage::MetadataStore& s) { return s.ListModels(); }, ModelJson);
+        context_, req, "models", [](storage::MetadataStore& s, const storage::IdPage& p) { return s.ListModels(p); },
+        ModelJson);
   }
 
   Awaitable<Response> Get(Request& req) {

@@ -191,14 +191,20 @@ nlohmann::json PageJson(std::string_view field, const std::vector<Record>& recor
   return {{std::string(field), std::move(items)}, {"next_cursor", std::move(next)}};
 }
 
-// GET of a resource's list: list(store) read on the pool, answered one page at a time (PageJson). One body for
-// datasets, models and workers.
+// What the store reads for `page`: its records, and one more, which tells PageJson whether another page follows (a
+// keyset query: the store reads no record of the other pages).
+inline storage::IdPage PageQuery(const PageRequest& page) {
+  return storage::IdPage{.after_id = page.after_id, .limit = page.limit + 1};
+}
+
+// GET of a resource's list: list(store, PageQuery(page)) read on the pool, answered one page at a time (PageJson).
+// One body for datasets, models and workers.
 template <typename List, typename View>
 http::Awaitable<http::Response> ListRecords(const RouteContext& context, http::Request& req, std::string field,
                                             List list, View view) {
   StatusOr<PageRequest> page = ParsePageRequest(req);
   if (!page.ok()) co_return http::Response::Error(page.status());
-  auto records = co_await Offload(context.pool, [&] { return list(context.store); });
+  auto records = co_await Offload(context.pool, [&] { return list(context.store, PageQuery(*page)); });
   if (!records.ok()) co_return http::Response::Error(records.status());
   co_return http::Response::Json(200, PageJson(field, *records, *page, view));
 }

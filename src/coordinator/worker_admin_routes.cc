@@ -62,7 +62,7 @@ class WorkerAdminRoutes {
 
   Awaitable<Response> List(Request& req) {
     return ListRecords(
-        context_, req, "workers", [](storage::MetadataStore& s) { return s.ListWorkers(); },
+        context_, req, "workers", [](storage::MetadataStore& s, const storage::IdPage& p) { return s.ListWorkers(p); },
         [this](const storage::Worker& w) { return WorkerView(w); });
   }
 

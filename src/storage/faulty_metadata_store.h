@@ -59,7 +59,7 @@ class FaultyMetadataStore final : public MetadataStore {
     return Write([&] { return inner_.CreateDataset(d); });
   }
   StatusOr<Dataset> GetDataset(int64_t id) override { return inner_.GetDataset(id); }
-  StatusOr<std::vector<Dataset>> ListDatasets() override { return inner_.ListDatasets(); }
+  StatusOr<std::vector<Dataset>> ListDatasets(const IdPage& page = {}) override { return inner_.ListDatasets(page); }
   Status DeleteDataset(int64_t id) override {
     return Write([&] { return inner_.DeleteDataset(id); });
   }
@@ -68,7 +68,7 @@ class FaultyMetadataStore final : public MetadataStore {
     return Write([&] { return inner_.CreateModel(m); });
   }
   StatusOr<Model> GetModel(int64_t id) override { return inner_.GetModel(id); }
-  StatusOr<std::vector<Model>> ListModels() override { return inner_.ListModels(); }
+  StatusOr<std::vector<Model>> ListModels(const IdPage& page = {}) override { return inner_.ListModels(page); }
   Status DeleteModel(int64_t id) override {
     return Write([&] { return inner_.DeleteModel(id); });
   }
@@ -78,7 +78,7 @@ class FaultyMetadataStore final : public MetadataStore {
   }
   StatusOr<Worker> GetWorker(int64_t id) override { return inner_.GetWorker(id); }
   StatusOr<Worker> FindWorkerByTokenHash(std::string_view h) override { return inner_.FindWorkerByTokenHash(h); }
-  StatusOr<std::vector<Worker>> ListWorkers() override { return inner_.ListWorkers(); }
+  StatusOr<std::vector<Worker>> ListWorkers(const IdPage& page = {}) override { return inner_.ListWorkers(page); }
   Status UpdateWorker(const Worker& w) override {
     return Write([&] { return inner_.UpdateWorker(w); });
   }
@@ -95,8 +95,9 @@ class FaultyMetadataStore final : public MetadataStore {
     return Write([&] { return inner_.CreateJob(j); });
   }
   StatusOr<TrainingJob> GetJob(int64_t id) override { return inner_.GetJob(id); }
-  StatusOr<std::vector<TrainingJob>> ListJobs(std::optional<JobStatus> status = std::nullopt) override {
-    return inner_.ListJobs(status);
+  StatusOr<std::vector<TrainingJob>> ListJobs(std::optional<JobStatus> status = std::nullopt,
+                                              const IdPage& page = {}) override {
+    return inner_.ListJobs(status, page);
   }
   StatusOr<TrainingJob> SetJobStatus(int64_t job_id, JobStatus status, int64_t time_ms,
                                      std::string_view reason = {}) override {

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -252,6 +253,13 @@ struct RoundUpdate {
 };
 
 // One progress report from a worker (append-heavy: written in batches).
+// One page of a list, by id (keyset): the records with an id above after_id, at most limit of them, in id order. The
+// default is the whole list.
+struct IdPage {
+  int64_t after_id = 0;
+  int64_t limit = std::numeric_limits<int64_t>::max();
+};
+
 // Which of a job's events ListJobEvents returns: all (type empty), those of `type`, or (exclude_type) all others.
 struct JobEventFilter {
   std::string type;
@@ -336,13 +344,13 @@ class MetadataStore {
   // refers to it.
   virtual StatusOr<Dataset> CreateDataset(const Dataset& dataset) = 0;
   virtual StatusOr<Dataset> GetDataset(int64_t id) = 0;
-  virtual StatusOr<std::vector<Dataset>> ListDatasets() = 0;  // by id
+  virtual StatusOr<std::vector<Dataset>> ListDatasets(const IdPage& page = {}) = 0;  // by id
   virtual Status DeleteDataset(int64_t id) = 0;
 
   // Models, with their files. DeleteModel: FailedPrecondition while a job refers to it.
   virtual StatusOr<Model> CreateModel(const Model& model) = 0;
   virtual StatusOr<Model> GetModel(int64_t id) = 0;
-  virtual StatusOr<std::vector<Model>> ListModels() = 0;  // by id
+  virtual StatusOr<std::vector<Model>> ListModels(const IdPage& page = {}) = 0;  // by id
   virtual Status DeleteModel(int64_t id) = 0;
 
   // Workers. CreateWorker: AlreadyExists if the token hash is taken. UpdateWorker replaces name, device, status,
@@ -351,7 +359,7 @@ class MetadataStore {
   virtual StatusOr<Worker> CreateWorker(const Worker& worker) = 0;
   virtual StatusOr<Worker> GetWorker(int64_t id) = 0;
   virtual StatusOr<Worker> FindWorkerByTokenHash(std::string_view token_sha256) = 0;
-  virtual StatusOr<std::vector<Worker>> ListWorkers() = 0;  // by id
+  virtual StatusOr<std::vector<Worker>> ListWorkers(const IdPage& page = {}) = 0;  // by id
   virtual Status UpdateWorker(const Worker& worker) = 0;
   // Sets last_heartbeat_at_ms of many workers in one commit (ids not found are skipped). The coordinator keeps
   // presence in memory and writes it in such batches: N heartbeats cost one commit, not N. The default runs one
@@ -367,7 +375,8 @@ class MetadataStore {
   virtual StatusOr<TrainingJob> CreateJob(const TrainingJob& job) = 0;
   virtual StatusOr<TrainingJob> GetJob(int64_t id) = 0;
   // All jobs by id, or only those with `status` (e.g. kRunning, to resume after a restart).
-  virtual StatusOr<std::vector<TrainingJob>> ListJobs(std::optional<JobStatus> status = std::nullopt) = 0;
+  virtual StatusOr<std::vector<TrainingJob>> ListJobs(std::optional<JobStatus> status = std::nullopt,
+                                                      const IdPage& page = {}) = 0;
   // Moves a job to `status` and returns it. Entering kRunning sets started_at_ms (first time only); entering a
   // terminal status sets finished_at_ms and status_reason = `reason` (and, for kFailed, failure_reason = `reason`).
   // FailedPrecondition if the job is already terminal ("training job 7 is already cancelled") or `status` is kQueued.

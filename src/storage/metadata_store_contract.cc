@@ -342,6 +342,34 @@ TEST_P(MetadataStoreContractTest, ListJobsFiltersByStatus) {
   EXPECT_THAT(Must(store().ListJobs(JobStatus::kQueued)), IsEmpty());
 }
 
+// Lists page by id in the store (keyset): a page holds only its records, and a model its own files.
+TEST_P(MetadataStoreContractTest, ListsReadOnePageById) {
+  std::vector<Dataset> datasets;
+  for (int i = 0; i < 5; ++i) datasets.push_back(AddDataset("datasets/" + std::to_string(i)));
+  EXPECT_THAT(Must(store().ListDatasets({.after_id = datasets[1].id, .limit = 2})),
+              ElementsAre(datasets[2], datasets[3]));
+  EXPECT_THAT(Must(store().ListDatasets({.after_id = datasets[3].id, .limit = 2})), ElementsAre(datasets[4]));
+  EXPECT_THAT(Must(store().ListDatasets({.after_id = datasets[4].id})), IsEmpty());
+
+  std::vector<Model> models;
+  for (int i = 0; i < 3; ++i) models.push_back(AddModel());
+  EXPECT_THAT(Must(store().ListModels({.after_id = models[0].id, .limit = 1})), ElementsAre(models[1]));
+  EXPECT_THAT(Must(store().ListModels({.after_id = models[1].id, .limit = 5})), ElementsAre(models[2]));
+
+  std::vector<Worker> workers;
+  for (int i = 0; i < 4; ++i) workers.push_back(AddWorker("w" + std::to_string(i)));
+  EXPECT_THAT(Must(store().ListWorkers({.after_id = workers[0].id, .limit = 2})), ElementsAre(workers[1], workers[2]));
+
+  TrainingJob a = AddRunningJob(datasets[0], models[0]);
+  TrainingJob b = AddRunningJob(datasets[0], models[0]);
+  b = Must(store().SetJobStatus(b.id, JobStatus::kStopped, kT0 + 9));
+  TrainingJob c = AddRunningJob(datasets[0], models[0]);
+  TrainingJob d = AddRunningJob(datasets[0], models[0]);
+  EXPECT_THAT(Must(store().ListJobs(std::nullopt, {.after_id = a.id, .limit = 2})), ElementsAre(b, c));
+  EXPECT_THAT(Must(store().ListJobs(JobStatus::kRunning, {.after_id = a.id, .limit = 1})), ElementsAre(c));
+  EXPECT_THAT(Must(store().ListJobs(JobStatus::kRunning, {.after_id = c.id, .limit = 5})), ElementsAre(d));
+}
+
 TEST_P(MetadataStoreContractTest, ArtifactsAreUniquePerJobName) {
   TrainingJob job = AddRunningJob(AddDataset(), AddModel());
   JobArtifact a{job.id, "adapter_model.safetensors", "jobs/1/adapter_model.safetensors", 10, "s1", kT0};

@@ -861,9 +861,10 @@ StatusOr<Dataset> PostgresMetadataStore::GetDataset(int64_t id) {
   return ReadDataset(*q);
 }
 
-StatusOr<std::vector<Dataset>> PostgresMetadataStore::ListDatasets() {
+StatusOr<std::vector<Dataset>> PostgresMetadataStore::ListDatasets(const IdPage& page) {
   PARSYN_LOCK_AND_CONNECT();
-  PARSYN_PREPARE(q, std::string("SELECT ") + kDatasetColumns + " FROM datasets ORDER BY id");
+  PARSYN_PREPARE(q, std::string("SELECT ") + kDatasetColumns + " FROM datasets WHERE id > $1 ORDER BY id LIMIT $2");
+  q->Bind(page.after_id, page.limit);
   std::vector<Dataset> out;
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
@@ -946,12 +947,13 @@ StatusOr<Model> PostgresMetadataStore::GetModel(int64_t id) {
   }
 }
 
-StatusOr<std::vector<Model>> PostgresMetadataStore::ListModels() {
+StatusOr<std::vector<Model>> PostgresMetadataStore::ListModels(const IdPage& page) {
   PARSYN_LOCK_AND_CONNECT();
   std::vector<Model> out;
   std::map<int64_t, size_t> index_of;
   {
-    PARSYN_PREPARE(q, std::string("SELECT ") + kModelColumns + " FROM models ORDER BY id");
+    PARSYN_PREPARE(q, std::string("SELECT ") + kModelColumns + " FROM models WHERE id > $1 ORDER BY id LIMIT $2");
+    q->Bind(page.after_id, page.limit);
     while (true) {
       PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
       if (!row) break;
@@ -959,7 +961,11 @@ StatusOr<std::vector<Model>> PostgresMetadataStore::ListModels() {
       out.push_back(ReadModel(*q));
     }
   }
-  PARSYN_PREPARE(q, "SELECT model_id, path, blob_key, size_bytes, sha256 FROM model_files ORDER BY model_id, path");
+  if (out.empty()) return out;
+  PARSYN_PREPARE(q,
+                 "SELECT model_id, path, blob_key, size_bytes, sha256 FROM model_files "
+                 "WHERE model_id > $1 AND model_id <= $2 ORDER BY model_id, path");
+  q->Bind(page.after_id, out.back().id);
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
     if (!row) return out;
@@ -1019,9 +1025,10 @@ StatusOr<Worker> PostgresMetadataStore::FindWorkerByTokenHash(std::string_view t
   return ReadWorker(*q);
 }
 
-StatusOr<std::vector<Worker>> PostgresMetadataStore::ListWorkers() {
+StatusOr<std::vector<Worker>> PostgresMetadataStore::ListWorkers(const IdPage& page) {
   PARSYN_LOCK_AND_CONNECT();
-  PARSYN_PREPARE(q, std::string("SELECT ") + kWorkerColumns + " FROM workers ORDER BY id");
+  PARSYN_PREPARE(q, std::string("SELECT ") + kWorkerColumns + " FROM workers WHERE id > $1 ORDER BY id LIMIT $2");
+  q->Bind(page.after_id, page.limit);
   std::vector<Worker> out;
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
@@ -1137,11 +1144,12 @@ StatusOr<TrainingJob> PostgresMetadataStore::GetJob(int64_t id) {
   return LoadJobLocked(id);
 }
 
-StatusOr<std::vector<TrainingJob>> PostgresMetadataStore::ListJobs(std::optional<JobStatus> status) {
+StatusOr<std::vector<TrainingJob>> PostgresMetadataStore::ListJobs(std::optional<JobStatus> status,
+                                                                   const IdPage& page) {
   PARSYN_LOCK_AND_CONNECT();
-  PARSYN_PREPARE(
-      q, std::string("SELECT ") + kJobColumns + " FROM jobs WHERE $1::text IS NULL OR status = $1::text ORDER BY id");
-  q->Bind(status ? std::optional<std::string_view>(ToString(*status)) : std::nullopt);
+  PARSYN_PREPARE(q, std::string("SELECT ") + kJobColumns +
+                        " FROM jobs WHERE ($1::text IS NULL OR status = $1::text) AND id > $2 ORDER BY id LIMIT $3");
+  q->Bind(status ? std::optional<std::string_view>(ToString(*status)) : std::nullopt, page.after_id, page.limit);
   std::vector<TrainingJob> out;
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());

@@ -65,18 +65,18 @@ class PostgresMetadataStore final : public MetadataStore {
 
   StatusOr<Dataset> CreateDataset(const Dataset& dataset) override;
   StatusOr<Dataset> GetDataset(int64_t id) override;
-  StatusOr<std::vector<Dataset>> ListDatasets() override;
+  StatusOr<std::vector<Dataset>> ListDatasets(const IdPage& page = {}) override;
   Status DeleteDataset(int64_t id) override;
 
   StatusOr<Model> CreateModel(const Model& model) override;
   StatusOr<Model> GetModel(int64_t id) override;
-  StatusOr<std::vector<Model>> ListModels() override;
+  StatusOr<std::vector<Model>> ListModels(const IdPage& page = {}) override;
   Status DeleteModel(int64_t id) override;
 
   StatusOr<Worker> CreateWorker(const Worker& worker) override;
   StatusOr<Worker> GetWorker(int64_t id) override;
   StatusOr<Worker> FindWorkerByTokenHash(std::string_view token_sha256) override;
-  StatusOr<std::vector<Worker>> ListWorkers() override;
+  StatusOr<std::vector<Worker>> ListWorkers(const IdPage& page = {}) override;
   Status UpdateWorker(const Worker& worker) override;
   Status RecordWorkersSeen(std::span<const WorkerSeen> seen) override;
 
@@ -85,7 +85,8 @@ class PostgresMetadataStore final : public MetadataStore {
 
   StatusOr<TrainingJob> CreateJob(const TrainingJob& job) override;
   StatusOr<TrainingJob> GetJob(int64_t id) override;
-  StatusOr<std::vector<TrainingJob>> ListJobs(std::optional<JobStatus> status = std::nullopt) override;
+  StatusOr<std::vector<TrainingJob>> ListJobs(std::optional<JobStatus> status = std::nullopt,
+                                              const IdPage& page = {}) override;
   StatusOr<TrainingJob> SetJobStatus(int64_t job_id, JobStatus status, int64_t time_ms,
                                      std::string_view reason = {}) override;
 

@@ -686,9 +686,10 @@ StatusOr<Dataset> SqliteMetadataStore::GetDataset(int64_t id) {
   return ReadDataset(*q);
 }
 
-StatusOr<std::vector<Dataset>> SqliteMetadataStore::ListDatasets() {
+StatusOr<std::vector<Dataset>> SqliteMetadataStore::ListDatasets(const IdPage& page) {
   std::lock_guard lock(mu_);
-  PARSYN_PREPARE(q, std::string("SELECT ") + kDatasetColumns + " FROM datasets ORDER BY id");
+  PARSYN_PREPARE(q, std::string("SELECT ") + kDatasetColumns + " FROM datasets WHERE id > ?1 ORDER BY id LIMIT ?2");
+  q->Bind(page.after_id, page.limit);
   std::vector<Dataset> out;
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
@@ -767,12 +768,13 @@ StatusOr<Model> SqliteMetadataStore::GetModel(int64_t id) {
   }
 }
 
-StatusOr<std::vector<Model>> SqliteMetadataStore::ListModels() {
+StatusOr<std::vector<Model>> SqliteMetadataStore::ListModels(const IdPage& page) {
   std::lock_guard lock(mu_);
   std::vector<Model> out;
   std::map<int64_t, size_t> index_of;
   {
-    PARSYN_PREPARE(q, std::string("SELECT ") + kModelColumns + " FROM models ORDER BY id");
+    PARSYN_PREPARE(q, std::string("SELECT ") + kModelColumns + " FROM models WHERE id > ?1 ORDER BY id LIMIT ?2");
+    q->Bind(page.after_id, page.limit);
     while (true) {
       PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
       if (!row) break;
@@ -780,7 +782,11 @@ StatusOr<std::vector<Model>> SqliteMetadataStore::ListModels() {
       out.push_back(ReadModel(*q));
     }
   }
-  PARSYN_PREPARE(q, "SELECT model_id, path, blob_key, size_bytes, sha256 FROM model_files ORDER BY model_id, path");
+  if (out.empty()) return out;
+  PARSYN_PREPARE(q,
+                 "SELECT model_id, path, blob_key, size_bytes, sha256 FROM model_files "
+                 "WHERE model_id > ?1 AND model_id <= ?2 ORDER BY model_id, path");
+  q->Bind(page.after_id, out.back().id);
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
     if (!row) return out;
@@ -832,9 +838,10 @@ StatusOr<Worker> SqliteMetadataStore::FindWorkerByTokenHash(std::string_view tok
   return ReadWorker(*q);
 }
 
-StatusOr<std::vector<Worker>> SqliteMetadataStore::ListWorkers() {
+StatusOr<std::vector<Worker>> SqliteMetadataStore::ListWorkers(const IdPage& page) {
   std::lock_guard lock(mu_);
-  PARSYN_PREPARE(q, std::string("SELECT ") + kWorkerColumns + " FROM workers ORDER BY id");
+  PARSYN_PREPARE(q, std::string("SELECT ") + kWorkerColumns + " FROM workers WHERE id > ?1 ORDER BY id LIMIT ?2");
+  q->Bind(page.after_id, page.limit);
   std::vector<Worker> out;
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
@@ -939,10 +946,11 @@ StatusOr<TrainingJob> SqliteMetadataStore::GetJob(int64_t id) {
   return LoadJobLocked(id);
 }
 
-StatusOr<std::vector<TrainingJob>> SqliteMetadataStore::ListJobs(std::optional<JobStatus> status) {
+StatusOr<std::vector<TrainingJob>> SqliteMetadataStore::ListJobs(std::optional<JobStatus> status, const IdPage& page) {
   std::lock_guard lock(mu_);
-  PARSYN_PREPARE(q, std::string("SELECT ") + kJobColumns + " FROM jobs WHERE ?1 IS NULL OR status = ?1 ORDER BY id");
-  q->Bind(status ? std::optional<std::string_view>(ToString(*status)) : std::nullopt);
+  PARSYN_PREPARE(q, std::string("SELECT ") + kJobColumns +
+                        " FROM jobs WHERE (?1 IS NULL OR status = ?1) AND id > ?2 ORDER BY id LIMIT ?3");
+  q->Bind(status ? std::optional<std::string_view>(ToString(*status)) : std::nullopt, page.after_id, page.limit);
   std::vector<TrainingJob> out;
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());

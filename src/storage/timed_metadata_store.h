@@ -27,8 +27,8 @@ class TimedMetadataStore final : public MetadataStore {
   StatusOr<Dataset> GetDataset(int64_t id) override {
     return Timed("get_dataset", [&] { return inner_.GetDataset(id); });
   }
-  StatusOr<std::vector<Dataset>> ListDatasets() override {
-    return Timed("list_datasets", [&] { return inner_.ListDatasets(); });
+  StatusOr<std::vector<Dataset>> ListDatasets(const IdPage& page) override {
+    return Timed("list_datasets", [&] { return inner_.ListDatasets(page); });
   }
   Status DeleteDataset(int64_t id) override {
     return Timed("delete_dataset", [&] { return inner_.DeleteDataset(id); });
@@ -39,8 +39,8 @@ class TimedMetadataStore final : public MetadataStore {
   StatusOr<Model> GetModel(int64_t id) override {
     return Timed("get_model", [&] { return inner_.GetModel(id); });
   }
-  StatusOr<std::vector<Model>> ListModels() override {
-    return Timed("list_models", [&] { return inner_.ListModels(); });
+  StatusOr<std::vector<Model>> ListModels(const IdPage& page) override {
+    return Timed("list_models", [&] { return inner_.ListModels(page); });
   }
   Status DeleteModel(int64_t id) override {
     return Timed("delete_model", [&] { return inner_.DeleteModel(id); });
@@ -54,8 +54,8 @@ class TimedMetadataStore final : public MetadataStore {
   StatusOr<Worker> FindWorkerByTokenHash(std::string_view token_sha256) override {
     return Timed("find_worker_by_token_hash", [&] { return inner_.FindWorkerByTokenHash(token_sha256); });
   }
-  StatusOr<std::vector<Worker>> ListWorkers() override {
-    return Timed("list_workers", [&] { return inner_.ListWorkers(); });
+  StatusOr<std::vector<Worker>> ListWorkers(const IdPage& page) override {
+    return Timed("list_workers", [&] { return inner_.ListWorkers(page); });
   }
   Status UpdateWorker(const Worker& worker) override {
     return Timed("update_worker", [&] { return inner_.UpdateWorker(worker); });
@@ -75,8 +75,8 @@ class TimedMetadataStore final : public MetadataStore {
   StatusOr<TrainingJob> GetJob(int64_t id) override {
     return Timed("get_job", [&] { return inner_.GetJob(id); });
   }
-  StatusOr<std::vector<TrainingJob>> ListJobs(std::optional<JobStatus> status) override {
-    return Timed("list_jobs", [&] { return inner_.ListJobs(status); });
+  StatusOr<std::vector<TrainingJob>> ListJobs(std::optional<JobStatus> status, const IdPage& page) override {
+    return Timed("list_jobs", [&] { return inner_.ListJobs(status, page); });
   }
   StatusOr<TrainingJob> SetJobStatus(int64_t job_id, JobStatus status, int64_t time_ms,
                                      std::string_view reason) override {
