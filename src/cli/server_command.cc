@@ -57,6 +57,9 @@ struct ServerFlags {
   uint32_t max_connections_per_address = http::ServerOptions{}.max_connections_per_address;
   uint64_t max_json_bytes = coordinator::ServiceOptions{}.max_json_bytes;
   int max_uploads_per_worker = coordinator::ServiceOptions{}.max_uploads_per_worker;
+  int bootstrap_rate = coordinator::ServiceOptions{}.bootstrap_rate_per_minute;
+  int max_managed_workers = coordinator::ServiceOptions{}.max_managed_workers;
+  int64_t managed_worker_absence_s = 0;
   uint64_t upload_min_rate = coordinator::ServiceOptions{}.upload_min_rate;
   int64_t upload_rate_window_ms = coordinator::ServiceOptions{}.upload_rate_window.count();
   int64_t upload_rate_grace_ms = coordinator::ServiceOptions{}.upload_rate_grace.count();
@@ -168,6 +171,9 @@ int RunServer(const ServerFlags& f) {
   options.pool_threads = f.threads;
   options.max_json_bytes = f.max_json_bytes;
   options.max_uploads_per_worker = f.max_uploads_per_worker;
+  options.bootstrap_rate_per_minute = f.bootstrap_rate;
+  options.max_managed_workers = f.max_managed_workers;
+  options.managed_worker_absence = std::chrono::seconds(f.managed_worker_absence_s);
   options.upload_min_rate = f.upload_min_rate;
   options.upload_rate_window = std::chrono::milliseconds(f.upload_rate_window_ms);
   options.upload_rate_grace = std::chrono::milliseconds(f.upload_rate_grace_ms);
@@ -347,6 +353,19 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--max-json-bytes", flags->max_json_bytes, "largest JSON request body; larger ones get 413")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--bootstrap-rate", flags->bootstrap_rate,
+                  "worker bootstraps (POST /api/v1/workers/bootstrap) allowed a minute, in a burst of as many; more "
+                  "get 429 (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-managed-workers", flags->max_managed_workers,
+                  "managed workers (not revoked) a bootstrap may bring the total to; more get 429 (0: no cap)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--managed-worker-absence-s", flags->managed_worker_absence_s,
+                  "revoke managed workers not heard from for this long, e.g. 86400 for departed worker pods (0: never)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--max-uploads-per-worker", flags->max_uploads_per_worker,
                   "round-update uploads one worker may stream at once; more get 429 (0: no cap)")

@@ -652,6 +652,7 @@ void Service::BeginShutdown() {
 http::Awaitable<void> Service::TimerLoop() {
   Clock::TimePoint next_presence_flush = clock_.Now() + options_.presence_flush_interval;
   Clock::TimePoint next_admin_key_read = clock_.Now() + options_.admin_key_refresh_interval;
+  Clock::TimePoint next_absence_scan = clock_.Now();
   Clock::TimePoint next_worker_changes = clock_.Now() + options_.event_batch_interval;
   // A silent worker is found within a tenth of the heartbeat timeout, and at most a second late: a scan of 10,000
   // sessions on every tick was ~3% of the loop during a round.
@@ -684,6 +685,14 @@ http::Awaitable<void> Service::TimerLoop() {
         PARSYN_LOG_WARN("re-reading the admin key: {} (the current key stays in use)", read.ToString());
       }
       next_admin_key_read = clock_.Now() + options_.admin_key_refresh_interval;
+    }
+    if (now >= next_absence_scan) {
+      auto scan = RevokeAbsentManagedWorkers();  // kCoAwaitTemporaries
+      co_await std::move(scan);
+      // A quarter of the absence allowed, between a second and a minute.
+      next_absence_scan =
+          clock_.Now() + std::clamp<std::chrono::milliseconds>(options_.managed_worker_absence / 4,
+                                                               std::chrono::seconds(1), std::chrono::minutes(1));
     }
     if (now >= next_worker_changes) {
       PublishBatches();

@@ -79,6 +79,13 @@ struct ServiceOptions {
   // a body slower than upload_min_rate bytes/s averaged over upload_rate_window, after upload_rate_grace, is cut off
   // and its partial blob discarded (http::BodyRate; 0: no minimum).
   int max_uploads_per_worker = 2;
+  // Worker pods registering themselves (POST /api/v1/workers/bootstrap): at most bootstrap_rate_per_minute
+  // registrations a minute (a burst of as many; 429 beyond), and at most max_managed_workers managed workers not
+  // revoked (429 beyond). A pod registering again under its name revokes its earlier record. Managed workers not heard
+  // from for managed_worker_absence are revoked (0: never), so departed pods do not pile up.
+  int bootstrap_rate_per_minute = 60;
+  int max_managed_workers = 1000;
+  std::chrono::seconds managed_worker_absence{0};
   uint64_t upload_min_rate = 64 << 10;
   std::chrono::milliseconds upload_rate_window{30'000};
   std::chrono::milliseconds upload_rate_grace{10'000};
@@ -286,6 +293,11 @@ class Service final : public JobHost {
   // Re-reads the admin key: from --admin-key-file when set (as_leader: storing its hash when it changed), else from
   // the store; a changed key replaces admin_key_hash_ at once. At takeover and every admin_key_refresh_interval.
   http::Awaitable<Status> RefreshAdminKey(bool as_leader);
+  // Revokes worker `id`: its record is kept (jobs and rounds refer to it), its token refused from now on, its session
+  // ended with `why`. Returns the revoked record.
+  http::Awaitable<StatusOr<storage::Worker>> RevokeWorker(int64_t id, std::string why);
+  // Revokes the managed workers not heard from for ServiceOptions::managed_worker_absence (the leader's timer).
+  http::Awaitable<void> RevokeAbsentManagedWorkers();
   // Sessions do not survive a restart or a change of leader: marks every worker offline. Returns every worker.
   static StatusOr<std::vector<storage::Worker>> ResetWorkerSessions(storage::MetadataStore& store);
   // Every queued or running job gets a runner (running ones resume at their last committed round); starts the timer.

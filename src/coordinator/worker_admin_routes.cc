@@ -1,6 +1,10 @@
 // REST API v1 for workers: register (the token is shown once), list, get, revoke. A worker's view adds the job it
 // is working on from its live session. Bootstrap: a worker that registers itself as a managed worker with the
 // operator's bootstrap key (`parsyn server --worker-bootstrap-key-file`; `parsyn worker --bootstrap-key-file`).
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
 #include "coordinator/api_json.h"
 #include "coordinator/auth.h"
 #include "coordinator/loop_tools.h"
@@ -23,13 +27,75 @@ class WorkerAdminRoutes {
 
   // POST /api/v1/workers/bootstrap {"name"} with "Authorization: Bearer <bootstrap key>": a managed worker, answered
   // like POST /api/v1/workers. The key can do nothing else (it is no admin key).
+  // At most --bootstrap-rate a minute and --max-managed-workers live managed workers (429 beyond, saying which); a pod
+  // registering again under its name revokes its earlier record (that pod restarted, or another took its name).
   Awaitable<Response> Bootstrap(Request& req) {
     StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"name"});
     if (!fields.ok()) co_return Response::Error(fields.status());
     WorkerRegistration registration{.name = fields->String("name", true).value_or(""),
                                     .kind = storage::WorkerKind::kManaged};
     if (!fields->status().ok()) co_return Response::Error(fields->status());
+    if (std::optional<Response> busy = TakeBootstrapToken()) co_return std::move(*busy);
+    const int max_managed = service_.options().max_managed_workers;
+    auto listed = Offload(context_.pool, [&]() -> StatusOr<std::pair<int, std::vector<int64_t>>> {
+      PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Worker> workers, context_.store.ListWorkers());
+      int live = 0;
+      std::vector<int64_t> same_name;
+      for (const storage::Worker& w : workers) {
+        if (w.kind != storage::WorkerKind::kManaged || w.revoked) continue;
+        if (w.name == registration.name) {
+          same_name.push_back(w.id);
+        } else {
+          ++live;
+        }
+      }
+      return std::make_pair(live, std::move(same_name));
+    });
+    StatusOr<std::pair<int, std::vector<int64_t>>> managed = co_await std::move(listed);  // kCoAwaitTemporaries
+    if (!managed.ok()) co_return Response::Error(managed.status());
+    if (max_managed > 0 && managed->first >= max_managed) {
+      co_return TooMany("there are " + std::to_string(managed->first) + " managed workers, the most allowed (" +
+                            std::to_string(max_managed) +
+                            ", --max-managed-workers); revoke departed ones (DELETE /api/v1/workers/{id}) or raise it",
+                        60);
+    }
+    for (int64_t earlier : managed->second) {
+      auto revoke = service_.RevokeWorker(
+          earlier, "worker pod '" + registration.name + "' registered again");  // kCoAwaitTemporaries
+      StatusOr<storage::Worker> revoked = co_await std::move(revoke);
+      if (!revoked.ok()) co_return Response::Error(revoked.status());
+    }
     co_return co_await Create(registration);
+  }
+
+  // A 429 saying `why`, with Retry-After.
+  static Response TooMany(const std::string& why, int retry_after_s) {
+    Response busy = Response::Error(ResourceExhaustedError(why));
+    busy.status = 429;
+    busy.WithHeader("Retry-After", std::to_string(retry_after_s));
+    return busy;
+  }
+
+  // The bootstrap rate (a token bucket of --bootstrap-rate tokens, refilled at that many a minute): nullopt when a
+  // registration may go ahead (its token taken), else the 429 to answer.
+  std::optional<Response> TakeBootstrapToken() {
+    const int per_minute = service_.options().bootstrap_rate_per_minute;
+    if (per_minute <= 0) return std::nullopt;
+    const Clock::TimePoint now = context_.clock.Now();
+    if (bootstrap_refilled_at_ == Clock::TimePoint{}) bootstrap_tokens_ = per_minute;
+    const double minutes = std::chrono::duration<double>(now - bootstrap_refilled_at_).count() / 60.0;
+    if (bootstrap_refilled_at_ != Clock::TimePoint{}) {
+      bootstrap_tokens_ = std::min<double>(per_minute, bootstrap_tokens_ + minutes * per_minute);
+    }
+    bootstrap_refilled_at_ = now;
+    if (bootstrap_tokens_ >= 1) {
+      bootstrap_tokens_ -= 1;
+      return std::nullopt;
+    }
+    const int wait_s = static_cast<int>(std::ceil((1 - bootstrap_tokens_) * 60.0 / per_minute));
+    return TooMany("worker bootstraps are limited to " + std::to_string(per_minute) +
+                       " a minute (--bootstrap-rate); retry in " + std::to_string(wait_s) + " s",
+                   std::max(1, wait_s));
   }
 
   // Checked from the headers, before the body is read, and again before the handler runs (RouteTable::OwnKey).
@@ -77,19 +143,10 @@ class WorkerAdminRoutes {
   Awaitable<Response> Revoke(Request& req) {
     StatusOr<int64_t> id = ParseId(req.params["id"], "worker");
     if (!id.ok()) co_return Response::Error(id.status());
-    auto revoked = co_await Offload(context_.pool, [&]() -> StatusOr<storage::Worker> {
-      PARSYN_ASSIGN_OR_RETURN(storage::Worker w, context_.store.GetWorker(*id));
-      w.revoked = true;
-      w.status = storage::WorkerStatus::kOffline;
-      PARSYN_RETURN_IF_ERROR(context_.store.UpdateWorker(w));
-      return w;
-    });
+    auto revoke = service_.RevokeWorker(*id, "revoked");  // kCoAwaitTemporaries
+    StatusOr<storage::Worker> revoked = co_await std::move(revoke);
     if (!revoked.ok()) co_return Response::Error(revoked.status());
-    service_.worker_tokens_.Revoke(*id);
-    co_await service_.EndSession(*id, "revoked");
-    json view = WorkerView(*revoked);
-    service_.NoteWorkerChange(*id, view);  // the dashboard's stream
-    co_return Response::Json(200, view);
+    co_return Response::Json(200, WorkerView(*revoked));
   }
 
  private:
@@ -111,6 +168,8 @@ class WorkerAdminRoutes {
 
   const RouteContext context_;
   Service& service_;
+  double bootstrap_tokens_ = 0;               // TakeBootstrapToken's bucket
+  Clock::TimePoint bootstrap_refilled_at_{};  // when it was last refilled (never: full)
 };
 
 Status AddWorkerAdminRoutes(RouteTable& routes, const RouteContext& context, Service& service) {

@@ -271,6 +271,61 @@ TEST(WorkerBootstrapTest, BootstrapKeyRegistersManagedWorkersOnlyAndTheAdminKeyF
   EXPECT_NE(off.status().message().find("--worker-bootstrap-key-file"), std::string::npos) << off.status().message();
 }
 
+// The bootstrap key cannot mint unlimited workers: bootstraps are rate-limited (--bootstrap-rate) and capped by the
+// managed workers not revoked (--max-managed-workers); a pod registering again under its name revokes its earlier
+// record; managed workers not heard from for --managed-worker-absence-s are revoked.
+TEST(WorkerBootstrapTest, BootstrapsAreRateLimitedCappedAndDepartedPodsRevoked) {
+  TempDir dir;
+  const std::filesystem::path admin_file = dir.path() / "admin-key", bootstrap_file = dir.path() / "bootstrap-key";
+  const std::string admin_key(40, 'a'), bootstrap_key(40, 'b');
+  std::ofstream(admin_file) << admin_key << "\n";
+  std::ofstream(bootstrap_file) << bootstrap_key << "\n";
+  ServerProcess server(dir.path() / "data",
+                       {"--admin-key-file", admin_file.string(), "--worker-bootstrap-key-file", bootstrap_file.string(),
+                        "--bootstrap-rate", "4", "--max-managed-workers", "2", "--managed-worker-absence-s", "3"});
+  auto admin = ClientWithToken(server, admin_key);
+  auto bootstrap = ClientWithToken(server, bootstrap_key);
+  auto register_pod = [&](const std::string& name) {
+    return bootstrap->PostJson("/api/v1/workers/bootstrap", {{"name", name}});
+  };
+  auto worker = [&](int64_t id) {
+    auto got = admin->Get("/api/v1/workers/" + std::to_string(id));
+    return got.ok() ? *got->Json() : json();
+  };
+  auto first = register_pod("pod-0");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const int64_t first_id = (*first->Json())["id"];
+  // The same pod again (restarted): a new record, the earlier one revoked (its token no longer works).
+  auto again = register_pod("pod-0");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  const int64_t again_id = (*again->Json())["id"];
+  EXPECT_NE(again_id, first_id);
+  EXPECT_EQ(worker(first_id)["revoked"], true);
+  EXPECT_EQ(worker(again_id)["revoked"], false);
+  auto stale = ClientWithToken(server, (*first->Json())["token"])->PostJson("/api/v1/worker/hello", json::object());
+  EXPECT_EQ(stale.status().code(), StatusCode::kPermissionDenied) << stale.status().ToString();
+  ASSERT_TRUE(register_pod("pod-1").ok());
+  // Two managed workers live: a third is refused, saying which flag.
+  auto capped = register_pod("pod-2");
+  EXPECT_EQ(capped.status().code(), StatusCode::kResourceExhausted) << capped.status().ToString();
+  EXPECT_NE(capped.status().message().find("--max-managed-workers"), std::string::npos) << capped.status().message();
+  // Four bootstraps this minute: the fifth waits.
+  auto limited = register_pod("pod-3");
+  EXPECT_EQ(limited.status().code(), StatusCode::kResourceExhausted) << limited.status().ToString();
+  EXPECT_NE(limited.status().message().find("--bootstrap-rate"), std::string::npos) << limited.status().message();
+
+  // Nobody says hello for longer than the absence allowed: both live records are revoked.
+  bool revoked = false;
+  for (int i = 0; i < 100 && !revoked; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    revoked = worker(again_id)["revoked"] == true;
+  }
+  EXPECT_TRUE(revoked) << worker(again_id).dump();
+  auto listed = admin->Get("/api/v1/workers");
+  ASSERT_TRUE(listed.ok());
+  for (const json& w : (*listed->Json())["workers"]) EXPECT_EQ(w["revoked"], true) << w.dump();
+}
+
 TEST_F(ApiTest, HappyPathsForDatasetsModelsWorkersAndJobs) {
   Fixture f = MakeFixture(*admin_, 20, 2);
   ASSERT_GT(f.dataset_id, 0);
