@@ -11,6 +11,7 @@ const models = {
   "v1/PersistentVolumeClaim": ["kubernetes-models/v1/PersistentVolumeClaim", "PersistentVolumeClaim"],
   "apps/v1/Deployment": ["kubernetes-models/apps/v1/Deployment", "Deployment"],
   "policy/v1/PodDisruptionBudget": ["kubernetes-models/policy/v1/PodDisruptionBudget", "PodDisruptionBudget"],
+  "networking.k8s.io/v1/NetworkPolicy": ["kubernetes-models/networking.k8s.io/v1/NetworkPolicy", "NetworkPolicy"],
 };
 
 const manifests = await loadManifests(root);
@@ -44,6 +45,29 @@ function find(kind, name, fileEnd) {
 function container(deployment) {
   return deployment.spec.template.spec.containers[0];
 }
+const coordinatorFiles = ["coordinator-postgres.yaml", "coordinator-sqlite.yaml"];
+// The value of --flag=VALUE in the container's command line (undefined when absent).
+function flag(c, name) {
+  const arg = [...(c.command ?? []), ...(c.args ?? [])].find((a) => a.startsWith(`${name}=`));
+  return arg?.slice(name.length + 1);
+}
+// The Secret mounted at the folder holding `file` in the deployment's pod (undefined when none is).
+function secretOf(deployment, file) {
+  const spec = deployment.spec.template.spec;
+  const mount = container(deployment).volumeMounts.find((m) => file.startsWith(`${m.mountPath}/`));
+  return spec.volumes.find((v) => v.name === mount?.name)?.secret?.secretName;
+}
+// Whether a podSelector (a NetworkPolicy's, or a peer's) selects the pods of `deployment` (matchLabels only).
+function selects(podSelector, deployment) {
+  const labels = deployment.spec.template.metadata.labels;
+  const want = podSelector?.matchLabels ?? {};
+  return Object.keys(want).length > 0 && Object.entries(want).every(([k, v]) => labels[k] === v);
+}
+// The container port named `name` (or numbered) of the deployment's container.
+function portNumber(deployment, port) {
+  if (typeof port === "number") return port;
+  return container(deployment).ports.find((p) => p.name === port)?.containerPort;
+}
 const checks = [
   ["the PostgreSQL coordinator has 2 replicas, rolls one at a time", () => {
     const d = find("Deployment", "parsyn-coordinator", "coordinator-postgres.yaml");
@@ -57,17 +81,80 @@ const checks = [
     assert.ok(d.spec.template.spec.volumes.some((v) => v.persistentVolumeClaim?.claimName === "parsyn-data"));
     find("PersistentVolumeClaim", "parsyn-data", "coordinator-sqlite.yaml");
   }],
-  ["coordinators probe /healthz (liveness) and /readyz (readiness), request resources, run as non-root", () => {
-    for (const f of ["coordinator-postgres.yaml", "coordinator-sqlite.yaml"]) {
+  ["coordinators probe /healthz and /readyz over HTTPS, request resources, run as non-root, are scraped", () => {
+    for (const f of coordinatorFiles) {
       const d = find("Deployment", "parsyn-coordinator", f);
       const c = container(d);
       assert.equal(c.livenessProbe.httpGet.path, "/healthz", f);
       assert.equal(c.readinessProbe.httpGet.path, "/readyz", f);
+      assert.equal(c.livenessProbe.httpGet.scheme, "HTTPS", f);
+      assert.equal(c.readinessProbe.httpGet.scheme, "HTTPS", f);
       assert.ok(c.resources.requests.cpu && c.resources.requests.memory, f);
       assert.equal(d.spec.template.spec.securityContext.runAsNonRoot, true, f);
       assert.equal(d.spec.template.metadata.annotations["prometheus.io/scrape"], "true", f);
       assert.equal(d.spec.template.metadata.annotations["prometheus.io/path"], "/metrics", f);
+      assert.equal(d.spec.template.metadata.annotations["prometheus.io/scheme"], "https", f);
     }
+  }],
+  ["coordinators serve HTTPS with the certificate of the parsyn-tls Secret, never --insecure", () => {
+    for (const f of coordinatorFiles) {
+      const d = find("Deployment", "parsyn-coordinator", f);
+      const c = container(d);
+      const cert = flag(c, "--tls-cert"), key = flag(c, "--tls-key");
+      assert.ok(cert && key, `${f}: --tls-cert= and --tls-key=`);
+      assert.equal(secretOf(d, cert), "parsyn-tls", `${f}: --tls-cert from the parsyn-tls Secret`);
+      assert.equal(secretOf(d, key), "parsyn-tls", `${f}: --tls-key from the parsyn-tls Secret`);
+      const publicUrl = flag(c, "--public-url");
+      if (publicUrl !== undefined) assert.ok(publicUrl.startsWith("https://"), `${f}: --public-url ${publicUrl}`);
+    }
+    for (const { file, doc } of manifests) {
+      for (const c of doc.spec?.template?.spec?.containers ?? []) {
+        const argv = [...(c.command ?? []), ...(c.args ?? [])];
+        assert.ok(!argv.some((a) => a === "--insecure" || a.startsWith("--insecure=")), `${file}: --insecure`);
+      }
+    }
+  }],
+  ["workers reach the coordinator over https and trust its CA from the parsyn-ca Secret", () => {
+    const d = find("Deployment", "parsyn-worker", "workers.yaml");
+    const c = container(d);
+    const server = flag(c, "--server");
+    assert.ok(server?.startsWith("https://parsyn-coordinator:"), `--server=${server}`);
+    const ca = flag(c, "--ca-file");
+    assert.ok(ca, "--ca-file=");
+    assert.equal(secretOf(d, ca), "parsyn-ca", "--ca-file from the parsyn-ca Secret");
+  }],
+  ["NetworkPolicies: coordinators take only their API port, workers nothing; egress to DNS, the coordinator", () => {
+    const coordinatorPolicy = find("NetworkPolicy", "parsyn-coordinator", "networkpolicy.yaml");
+    const workerPolicy = find("NetworkPolicy", "parsyn-worker", "networkpolicy.yaml");
+    const worker = find("Deployment", "parsyn-worker", "workers.yaml");
+    for (const p of [coordinatorPolicy, workerPolicy]) {
+      assert.deepEqual([...p.spec.policyTypes].sort(), ["Egress", "Ingress"], p.metadata.name);
+      const dns = p.spec.egress.some((r) => !r.to && r.ports?.some((q) => q.port === 53 && q.protocol === "UDP"));
+      assert.ok(dns, `${p.metadata.name}: DNS egress`);
+    }
+    for (const f of coordinatorFiles) {
+      const d = find("Deployment", "parsyn-coordinator", f);
+      assert.ok(selects(coordinatorPolicy.spec.podSelector, d), `parsyn-coordinator selects the pods of ${f}`);
+      assert.ok(!selects(workerPolicy.spec.podSelector, d), `parsyn-worker does not select the pods of ${f}`);
+      const api = portNumber(d, container(d).readinessProbe.httpGet.port);
+      assert.ok(coordinatorPolicy.spec.ingress.length > 0, "coordinator ingress rules");
+      for (const rule of coordinatorPolicy.spec.ingress) {
+        assert.deepEqual(rule.ports.map((q) => portNumber(d, q.port)), [api], `${f}: ingress only on port ${api}`);
+      }
+      assert.ok(
+        coordinatorPolicy.spec.ingress.some((r) => r.from.some((peer) => selects(peer.podSelector, worker))),
+        "coordinators accept the worker pods",
+      );
+      assert.ok(
+        workerPolicy.spec.egress.some(
+          (r) => r.to?.some((peer) => selects(peer.podSelector, d)) && r.ports.some((q) => q.port === api),
+        ),
+        `workers may reach the coordinator pods of ${f} on port ${api}`,
+      );
+    }
+    assert.ok(selects(workerPolicy.spec.podSelector, worker), "parsyn-worker selects the worker pods");
+    assert.ok(!selects(coordinatorPolicy.spec.podSelector, worker), "parsyn-coordinator selects no worker pods");
+    assert.deepEqual(workerPolicy.spec.ingress ?? [], [], "workers accept no ingress");
   }],
   ["the PostgreSQL coordinator takes its store and S3 credentials from Secrets", () => {
     const env = container(find("Deployment", "parsyn-coordinator", "coordinator-postgres.yaml")).env;
@@ -86,8 +173,9 @@ const checks = [
   }],
   ["the Service names its port for a ServiceMonitor and carries the scrape annotations", () => {
     const s = find("Service", "parsyn-coordinator", "coordinator-service.yaml");
-    assert.equal(s.spec.ports[0].name, "http");
+    assert.equal(s.spec.ports[0].name, "https");
     assert.equal(s.metadata.annotations["prometheus.io/scrape"], "true");
+    assert.equal(s.metadata.annotations["prometheus.io/scheme"], "https");
   }],
   ["PodDisruptionBudgets keep a coordinator and drain workers one at a time", () => {
     assert.equal(find("PodDisruptionBudget", "parsyn-coordinator", "pdb.yaml").spec.minAvailable, 1);
