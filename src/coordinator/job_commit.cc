@@ -180,7 +180,8 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
                            {"num_updates", a.num_updates},
                            {"num_samples", a.num_samples},
                            {"global_sha256", global_sha256_}};
-    // dp_fedavg: the round's privacy report; GET .../rounds reads it back from this event (RoundPrivacyJson).
+    // dp_fedavg: the round's privacy report; GET .../rounds reads it back from this event (RoundPrivacyJson), stored
+    // in the commit's batch.
     if (const auto* dp = dynamic_cast<const strategy::DpFedAvg*>(strategy_.get()); dp && dp->last_round()) {
       committed_data["privacy"] = RoundPrivacyJson(*dp->last_round(), dp->options());
     }

@@ -7,6 +7,7 @@
 #include <boost/asio/detached.hpp>
 #include <charconv>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include "base/log.h"
@@ -38,8 +39,28 @@ using nlohmann::json;
 
 namespace {
 
-// A committed dp_fedavg round's privacy report (RoundPrivacyJson), read from the accounting state stored beside the
-// round's global (durable before the round commits, so every committed round has one). Null when it cannot be read.
+// The privacy reports (RoundPrivacyJson) of a dp_fedavg job's committed rounds, by round: from the job's
+// round_committed events, stored in the commit's own batch and read through the store's index by type (one query for
+// every round, no blob read).
+StatusOr<std::map<int, json>> RoundPrivacyFromEvents(storage::MetadataStore& store, int64_t job_id) {
+  std::map<int, json> by_round;
+  for (int64_t after = 0;;) {
+    PARSYN_ASSIGN_OR_RETURN(std::vector<storage::JobEvent> page,
+                            store.ListJobEvents(job_id, after, 1000, {.type = "round_committed"}));
+    if (page.empty()) return by_round;
+    for (const storage::JobEvent& e : page) {
+      json data = json::parse(e.payload_json, nullptr, false);
+      if (data.is_object() && data.contains("privacy") && data["privacy"].is_object() &&
+          data.value("round", json()).is_number_integer()) {
+        by_round[data["round"].get<int>()] = std::move(data["privacy"]);
+      }
+    }
+    after = page.back().id;
+  }
+}
+
+// A committed dp_fedavg round's privacy report read from the accounting state stored beside the round's global (durable
+// before the round commits): for a round whose event lacks it. Null when it cannot be read.
 json StoredRoundPrivacy(storage::BlobStore& blobs, const storage::Round& round,
                         const strategy::DpFedAvgOptions& options) {
   const std::string key =
@@ -217,7 +238,7 @@ class JobRoutes {
     auto rounds = co_await Offload(context_.pool, [&]() -> StatusOr<json> {
       PARSYN_ASSIGN_OR_RETURN(storage::TrainingJob job, context_.store.GetJob(*id));
       PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Round> list, context_.store.ListRounds(*id));
-      // dp_fedavg: each committed round's ε and report, from its stored accounting state.
+      // dp_fedavg: each committed round's ε and report, from its round_committed event.
       std::optional<strategy::DpFedAvgOptions> dp;
       if (StatusOr<JobSpec> spec = ParseJobSpec(job.spec_json);
           spec.ok() && spec->distributed.strategy == strategy::StrategyKind::kDpFedAvg) {
@@ -235,13 +256,20 @@ class JobRoutes {
         }
         break;
       }
+      std::map<int, json> privacy;
+      if (dp) {
+        PARSYN_ASSIGN_OR_RETURN(privacy, RoundPrivacyFromEvents(context_.store, *id));
+      }
       json items = json::array();
       for (const storage::Round& r : list) {
         PARSYN_ASSIGN_OR_RETURN(auto updates, context_.store.ListUpdates(*id, r.round, r.attempt));
         const bool committed = r.status == storage::RoundStatus::kCommitted && !r.global_blob_key.empty();
-        items.push_back(RoundJson(r, updates,
-                                  dp && committed ? StoredRoundPrivacy(context_.blobs, r, *dp) : json(nullptr),
-                                  plain_update_bytes));
+        json report = nullptr;
+        if (dp && committed) {
+          auto it = privacy.find(r.round);
+          report = it != privacy.end() ? it->second : StoredRoundPrivacy(context_.blobs, r, *dp);
+        }
+        items.push_back(RoundJson(r, updates, report, plain_update_bytes));
       }
       return items;
     });

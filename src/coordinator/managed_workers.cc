@@ -31,7 +31,8 @@ http::Awaitable<StatusOr<storage::Worker>> Service::RevokeWorker(int64_t id, std
 http::Awaitable<void> Service::RevokeAbsentManagedWorkers() {
   const std::chrono::seconds absence = options_.managed_worker_absence;
   if (absence.count() <= 0) co_return;
-  const int64_t cutoff_ms = clock_.UnixMillis() - std::chrono::duration_cast<std::chrono::milliseconds>(absence).count();
+  const int64_t cutoff_ms =
+      clock_.UnixMillis() - std::chrono::duration_cast<std::chrono::milliseconds>(absence).count();
   auto list = Offload(pool_, [this] { return store_->ListWorkers(); });  // kCoAwaitTemporaries
   StatusOr<std::vector<storage::Worker>> workers = co_await std::move(list);
   if (!workers.ok()) {

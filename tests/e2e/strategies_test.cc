@@ -276,6 +276,20 @@ TEST_F(StrategyJobTest, DpFedAvgJobReportsItsPrivacySpentPerRound) {
                d["privacy"]["epsilon"] == epsilons.back();
       },
       std::chrono::seconds(10)));
+  // The rounds query reads each report from the job's stored round_committed events, not from a blob per round: with
+  // the rounds' accounting state gone from the blob store, every report is still there.
+  int removed = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(server_->data_dir() / "blobs" / "jobs")) {
+    if (entry.path().filename() == "server_state.safetensors") removed += fs::remove(entry.path()) ? 1 : 0;
+  }
+  EXPECT_GE(removed, kRounds);
+  std::vector<double> reread;
+  for (const json& r : Rounds(*admin_, job_id)) {
+    if (r["outcome"] == "committed" && r["round"].get<int>() >= 1 && r.contains("privacy")) {
+      reread.push_back(r["privacy"]["epsilon"].get<double>());
+    }
+  }
+  EXPECT_EQ(reread, epsilons);
   std::printf("[figures] dp_fedavg tabular: epsilon after rounds 1..%d: %.3f %.3f %.3f (delta 1e-5)\n", kRounds,
               epsilons[0], epsilons[1], epsilons[2]);
   for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
