@@ -76,6 +76,11 @@ StatusOr<fs::path> EnsureManagedWorkerCertificates(const fs::path& data_dir,
   const fs::path ca_cert = dir / "ca.pem";
   const fs::path ca_key = dir / "ca.key";
   std::error_code ec;
+  if (!fs::exists(dir, ec)) {  // bootstrap alone: no managed workers of the server's own made it
+    fs::create_directories(dir, ec);
+    if (ec) return UnavailableError("cannot create " + dir.string() + ": " + ec.message());
+    fs::permissions(dir, fs::perms::owner_all, ec);
+  }
   if (!fs::exists(ca_cert, ec) || !fs::exists(ca_key, ec)) {
     PARSYN_ASSIGN_OR_RETURN(coordinator::IssuedCertificate ca,
                             coordinator::CreateCertificateAuthority("parsyn managed workers CA"));

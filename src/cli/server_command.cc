@@ -198,10 +198,15 @@ int RunServer(const ServerFlags& f) {
   }
   // Managed workers under mutual TLS get certificates from their own CA, which the server trusts besides --client-ca
   // (one bundle file, since the server takes one).
+  // Worker pods bootstrapping under mutual TLS get theirs from the same CA, for the key of the request they send.
   std::filesystem::path tls_client_ca = f.client_ca;
-  if (!managed.empty() && !f.client_ca.empty()) {
+  if ((!managed.empty() || !f.worker_bootstrap_key_file.empty()) && !f.client_ca.empty()) {
     StatusOr<std::filesystem::path> managed_ca = EnsureManagedWorkerCertificates(options.data_dir, managed);
     if (!managed_ca.ok()) return Fail("server", managed_ca.status());
+    if (!f.worker_bootstrap_key_file.empty()) {
+      options.managed_ca_cert_file = *managed_ca;
+      options.managed_ca_key_file = managed_ca->parent_path() / "ca.key";
+    }
     StatusOr<std::string> bundle = ConcatenateFiles({f.client_ca, *managed_ca});
     if (!bundle.ok()) return Fail("server", bundle.status());
     tls_client_ca = options.data_dir / "client-ca-bundle.pem";

@@ -26,12 +26,14 @@
 #include <regex>
 #include <thread>
 
+#include "base/atomic_file.h"
 #include "base/log.h"
 #include "base/subprocess.h"
 #include "base/text_file.h"
 #include "cli/commands.h"
 #include "cli/config_file.h"
 #include "cli/trainer_runner.h"
+#include "coordinator/auth.h"
 #include "http/client.h"
 #include "worker/agent.h"
 
@@ -71,10 +73,19 @@ struct AgentFlags {
   bool exit_with_parent = false;
 };
 
+// What a bootstrap registration gives: the worker's token and, from a coordinator with mutual TLS, its client
+// certificate (PEM) for the key of the request the worker sent.
+struct BootstrapIdentity {
+  std::string token;
+  std::string certificate_pem;
+  std::string private_key_pem;
+};
+
 // Registers this worker as a managed worker with the bootstrap key in `f.bootstrap_key_file` (see the top of the
-// file) and returns its token. Retries, every few seconds, while the coordinator cannot be reached or answers 5xx (it
-// may be starting, or a standby); fails at once on any other answer (a wrong key: 401).
-StatusOr<std::string> BootstrapToken(const AgentFlags& f, const std::string& server_url, const std::string& name) {
+// file). Over https without --cert, it sends a certificate signing request for a new key, so that a coordinator with
+// mutual TLS can answer a certificate. Retries, every few seconds, while the coordinator cannot be reached or answers
+// 5xx (it may be starting, or a standby); fails at once on any other answer (a wrong key: 401).
+StatusOr<BootstrapIdentity> Bootstrap(const AgentFlags& f, const std::string& server_url, const std::string& name) {
   StatusOr<std::string> key = ReadTrimmedTextFile(f.bootstrap_key_file);
   if (!key.ok()) return InvalidArgumentError("--bootstrap-key-file: " + key.status().message());
   http::ClientOptions options;
@@ -85,14 +96,27 @@ StatusOr<std::string> BootstrapToken(const AgentFlags& f, const std::string& ser
   options.client_key_file = f.key;
   options.max_attempts = 1;
   http::Client client(options);
+  nlohmann::json body = {{"name", name}};
+  std::optional<coordinator::KeyAndCertificateRequest> request;
+  if (f.cert.empty() && server_url.starts_with("https://")) {
+    StatusOr<coordinator::KeyAndCertificateRequest> made = coordinator::NewKeyAndCertificateRequest(name);
+    if (!made.ok()) return made.status();
+    request = std::move(*made);
+    body["csr"] = request->request_pem;
+  }
   for (int attempt = 1;; ++attempt) {
     // Non-2xx answers come back as errors: 5xx and unreachable are worth waiting out, the rest are not.
-    StatusOr<http::ClientResponse> res = client.PostJson("/api/v1/workers/bootstrap", {{"name", name}});
+    StatusOr<http::ClientResponse> res = client.PostJson("/api/v1/workers/bootstrap", body);
     if (res.ok()) {
       StatusOr<nlohmann::json> worker = res->Json();
       if (!worker.ok() || !worker->contains("token")) return InternalError("the bootstrap answer has no token");
       PARSYN_LOG_INFO("worker: registered as managed worker {} '{}'", (*worker)["id"].dump(), name);
-      return (*worker)["token"].get<std::string>();
+      BootstrapIdentity identity{.token = (*worker)["token"].get<std::string>()};
+      if (request && worker->value("certificate", nlohmann::json()).is_string()) {
+        identity.certificate_pem = (*worker)["certificate"].get<std::string>();
+        identity.private_key_pem = request->private_key_pem;
+      }
+      return identity;
     }
     const StatusCode code = res.status().code();
     if (code != StatusCode::kUnavailable && code != StatusCode::kInternal && code != StatusCode::kDeadlineExceeded) {
@@ -208,9 +232,21 @@ int RunAgent(const AgentFlags& f) {
   signal(SIGPIPE, SIG_IGN);
 
   if (bootstrap) {
-    StatusOr<std::string> token = BootstrapToken(f, options.server_url, options.name);
-    if (!token.ok()) return fail(token.status().message());
-    options.token = *token;
+    StatusOr<BootstrapIdentity> identity = Bootstrap(f, options.server_url, options.name);
+    if (!identity.ok()) return fail(identity.status().message());
+    options.token = identity->token;
+    if (!identity->certificate_pem.empty()) {
+      // The coordinator wants mutual TLS: this run's certificate and key, kept beside the cache (the key 0600).
+      options.client_cert_file = options.cache_dir / "bootstrap-client.pem";
+      options.client_key_file = options.cache_dir / "bootstrap-client.key";
+      for (const auto& [file, pem, mode] : {std::tuple{options.client_key_file, identity->private_key_pem, 0600},
+                                            std::tuple{options.client_cert_file, identity->certificate_pem, 0644}}) {
+        if (Status written = WriteFileAtomically(file, pem, static_cast<mode_t>(mode)); !written.ok()) {
+          return fail(written.message());
+        }
+      }
+      PARSYN_LOG_INFO("worker: the coordinator issued this worker's client certificate (mutual TLS)");
+    }
   }
 
   std::stop_source stop;

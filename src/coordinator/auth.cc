@@ -55,6 +55,7 @@ struct OpenSslDeleter {
 using X509Ptr = std::unique_ptr<X509, OpenSslDeleter<X509, X509_free>>;
 using KeyPtr = std::unique_ptr<EVP_PKEY, OpenSslDeleter<EVP_PKEY, EVP_PKEY_free>>;
 using BioPtr = std::unique_ptr<BIO, OpenSslDeleter<BIO, BIO_free_all>>;
+using RequestPtr = std::unique_ptr<X509_REQ, OpenSslDeleter<X509_REQ, X509_REQ_free>>;
 using ExtensionPtr = std::unique_ptr<X509_EXTENSION, OpenSslDeleter<X509_EXTENSION, X509_EXTENSION_free>>;
 
 // OpenSSL's most recent error as text (and clears its queue), for messages.
@@ -206,14 +207,19 @@ Status CheckWorkerCertificate(const std::optional<std::string>& client_identity,
 
 namespace {
 
-// A new P-256 key and a certificate for it with subject "O=parsyn, CN=<common_name>", valid from a few minutes ago
-// (a peer whose clock is slightly behind accepts it at once) for `validity`. Signed by `issuer`/`issuer_key`, or
-// self-signed when `issuer` is null. `ca`: a CA certificate (keyCertSign) rather than a client certificate.
+// A certificate with subject "O=parsyn, CN=<common_name>" for `subject_key`, or for a new P-256 key when it is null
+// (then returned in private_key_pem), valid from a few minutes ago (a peer whose clock is slightly behind accepts it
+// at once) for `validity`. Signed by `issuer`/`issuer_key`, or self-signed when `issuer` is null. `ca`: a CA
+// certificate (keyCertSign) rather than a client certificate.
 StatusOr<IssuedCertificate> MakeCertificate(const std::string& common_name, X509* issuer, EVP_PKEY* issuer_key, bool ca,
-                                            std::chrono::hours validity) {
-  KeyPtr key(EVP_EC_gen("P-256"));
-  if (!key) return InternalError("cannot generate a P-256 key: " + OpenSslError());
-  if (issuer_key == nullptr) issuer_key = key.get();
+                                            std::chrono::hours validity, EVP_PKEY* subject_key = nullptr) {
+  KeyPtr generated;
+  if (subject_key == nullptr) {
+    generated.reset(EVP_EC_gen("P-256"));
+    if (!generated) return InternalError("cannot generate a P-256 key: " + OpenSslError());
+    subject_key = generated.get();
+  }
+  if (issuer_key == nullptr) issuer_key = subject_key;
 
   X509Ptr cert(X509_new());
   if (!cert) return InternalError("cannot allocate a certificate: " + OpenSslError());
@@ -234,7 +240,7 @@ StatusOr<IssuedCertificate> MakeCertificate(const std::string& common_name, X509
   X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(common_name.c_str()),
                              -1, -1, 0);
   X509_set_issuer_name(cert.get(), issuer != nullptr ? X509_get_subject_name(issuer) : subject);
-  X509_set_pubkey(cert.get(), key.get());
+  X509_set_pubkey(cert.get(), subject_key);
 
   X509V3_CTX ctx;
   X509V3_set_ctx_nodb(&ctx);
@@ -262,19 +268,25 @@ StatusOr<IssuedCertificate> MakeCertificate(const std::string& common_name, X509
   BioPtr cert_out(BIO_new(BIO_s_mem()));
   BioPtr key_out(BIO_new(BIO_s_mem()));
   if (!cert_out || !key_out || PEM_write_bio_X509(cert_out.get(), cert.get()) != 1 ||
-      PEM_write_bio_PrivateKey(key_out.get(), key.get(), nullptr, nullptr, 0, nullptr, nullptr) != 1) {
+      (generated &&
+       PEM_write_bio_PrivateKey(key_out.get(), generated.get(), nullptr, nullptr, 0, nullptr, nullptr) != 1)) {
     return InternalError("cannot write the certificate as PEM: " + OpenSslError());
   }
   PARSYN_ASSIGN_OR_RETURN(issued.certificate_pem, BioContents(cert_out.get()));
-  PARSYN_ASSIGN_OR_RETURN(issued.private_key_pem, BioContents(key_out.get()));
+  if (generated) {
+    PARSYN_ASSIGN_OR_RETURN(issued.private_key_pem, BioContents(key_out.get()));
+  }
   return issued;
 }
 
-}  // namespace
+struct CertificateAuthority {
+  X509Ptr certificate;
+  KeyPtr key;
+};
 
-StatusOr<IssuedCertificate> IssueWorkerCertificate(const std::filesystem::path& ca_cert_file,
-                                                   const std::filesystem::path& ca_key_file, int64_t worker_id,
-                                                   std::chrono::hours validity) {
+// The CA in ca_cert_file (PEM) and ca_key_file (unencrypted PEM), checked to be a CA and its key.
+StatusOr<CertificateAuthority> LoadCertificateAuthority(const std::filesystem::path& ca_cert_file,
+                                                        const std::filesystem::path& ca_key_file) {
   ERR_clear_error();
   BioPtr cert_in(BIO_new_file(ca_cert_file.c_str(), "r"));
   if (!cert_in) return InvalidArgumentError("CA certificate " + ca_cert_file.string() + ": cannot open it");
@@ -298,7 +310,61 @@ StatusOr<IssuedCertificate> IssueWorkerCertificate(const std::filesystem::path& 
     ERR_clear_error();
     return InvalidArgumentError("CA key " + ca_key_file.string() + " does not belong to " + ca_cert_file.string());
   }
-  return MakeCertificate(WorkerCertificateIdentity(worker_id), ca.get(), ca_key.get(), false, validity);
+  return CertificateAuthority{.certificate = std::move(ca), .key = std::move(ca_key)};
+}
+
+}  // namespace
+
+StatusOr<IssuedCertificate> IssueWorkerCertificate(const std::filesystem::path& ca_cert_file,
+                                                   const std::filesystem::path& ca_key_file, int64_t worker_id,
+                                                   std::chrono::hours validity) {
+  PARSYN_ASSIGN_OR_RETURN(CertificateAuthority ca, LoadCertificateAuthority(ca_cert_file, ca_key_file));
+  return MakeCertificate(WorkerCertificateIdentity(worker_id), ca.certificate.get(), ca.key.get(), false, validity);
+}
+
+StatusOr<IssuedCertificate> SignWorkerCertificateRequest(const std::filesystem::path& ca_cert_file,
+                                                         const std::filesystem::path& ca_key_file,
+                                                         std::string_view request_pem, int64_t worker_id,
+                                                         std::chrono::hours validity) {
+  ERR_clear_error();
+  BioPtr in(BIO_new_mem_buf(request_pem.data(), static_cast<int>(request_pem.size())));
+  RequestPtr request(in ? PEM_read_bio_X509_REQ(in.get(), nullptr, nullptr, nullptr) : nullptr);
+  if (!request) {
+    ERR_clear_error();
+    return InvalidArgumentError("csr is not a PEM certificate signing request (-----BEGIN CERTIFICATE REQUEST-----)");
+  }
+  EVP_PKEY* public_key = X509_REQ_get0_pubkey(request.get());
+  if (public_key == nullptr || X509_REQ_verify(request.get(), public_key) != 1) {
+    ERR_clear_error();
+    return InvalidArgumentError("csr's signature does not verify with its own public key");
+  }
+  PARSYN_ASSIGN_OR_RETURN(CertificateAuthority ca, LoadCertificateAuthority(ca_cert_file, ca_key_file));
+  return MakeCertificate(WorkerCertificateIdentity(worker_id), ca.certificate.get(), ca.key.get(), false, validity,
+                         public_key);
+}
+
+StatusOr<KeyAndCertificateRequest> NewKeyAndCertificateRequest(const std::string& common_name) {
+  ERR_clear_error();
+  KeyPtr key(EVP_EC_gen("P-256"));
+  RequestPtr request(X509_REQ_new());
+  if (!key || !request) return InternalError("cannot make a key and a certificate request: " + OpenSslError());
+  X509_NAME* subject = X509_REQ_get_subject_name(request.get());
+  X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(common_name.c_str()),
+                             -1, -1, 0);
+  if (X509_REQ_set_pubkey(request.get(), key.get()) != 1 ||
+      X509_REQ_sign(request.get(), key.get(), EVP_sha256()) <= 0) {
+    return InternalError("cannot sign the certificate request: " + OpenSslError());
+  }
+  BioPtr request_out(BIO_new(BIO_s_mem()));
+  BioPtr key_out(BIO_new(BIO_s_mem()));
+  if (!request_out || !key_out || PEM_write_bio_X509_REQ(request_out.get(), request.get()) != 1 ||
+      PEM_write_bio_PrivateKey(key_out.get(), key.get(), nullptr, nullptr, 0, nullptr, nullptr) != 1) {
+    return InternalError("cannot write the certificate request as PEM: " + OpenSslError());
+  }
+  KeyAndCertificateRequest out;
+  PARSYN_ASSIGN_OR_RETURN(out.request_pem, BioContents(request_out.get()));
+  PARSYN_ASSIGN_OR_RETURN(out.private_key_pem, BioContents(key_out.get()));
+  return out;
 }
 
 StatusOr<IssuedCertificate> CreateCertificateAuthority(const std::string& common_name, std::chrono::hours validity) {

@@ -105,6 +105,19 @@ struct IssuedCertificate {
 StatusOr<IssuedCertificate> IssueWorkerCertificate(const std::filesystem::path& ca_cert_file,
                                                    const std::filesystem::path& ca_key_file, int64_t worker_id,
                                                    std::chrono::hours validity = std::chrono::hours(24 * 365));
+// A certificate as IssueWorkerCertificate's for the public key of `request_pem` (a PEM certificate signing request
+// whose signature must verify; its subject is ignored): a worker pod's bootstrap under mutual TLS. private_key_pem is
+// empty (the key stays with the worker). InvalidArgument naming what is wrong with the request or the CA.
+StatusOr<IssuedCertificate> SignWorkerCertificateRequest(const std::filesystem::path& ca_cert_file,
+                                                         const std::filesystem::path& ca_key_file,
+                                                         std::string_view request_pem, int64_t worker_id,
+                                                         std::chrono::hours validity = std::chrono::hours(24 * 365));
+// A new P-256 key and a certificate signing request for it (subject CN `common_name`), both PEM.
+struct KeyAndCertificateRequest {
+  std::string private_key_pem;
+  std::string request_pem;
+};
+StatusOr<KeyAndCertificateRequest> NewKeyAndCertificateRequest(const std::string& common_name);
 // A new self-signed CA (ECDSA P-256 key, CN `common_name`, keyCertSign): the managed workers' own CA
 // (cli/managed_workers.h). `identity` is the CN.
 StatusOr<IssuedCertificate> CreateCertificateAuthority(const std::string& common_name,

@@ -112,6 +112,10 @@ struct ServiceOptions {
   // `parsyn server --worker-bootstrap-key-file`: who presents this file's key may register managed workers
   // (POST /api/v1/workers/bootstrap: worker pods that register themselves). Empty: that route answers 404.
   std::filesystem::path worker_bootstrap_key_file;
+  // Under mutual TLS with bootstrap on: the managed workers' CA (PEM certificate and key), which signs the certificate
+  // signing request ("csr") a worker pod sends with its bootstrap. Empty: bootstraps get no certificate.
+  std::filesystem::path managed_ca_cert_file;
+  std::filesystem::path managed_ca_key_file;
   // Failover, on a store that several coordinators share (PostgreSQL; docs/operations.md "Failover"): the leader
   // lease lasts this long; the leader renews it every third of it, a standby tries to take it every tenth, so a
   // standby takes over within about 1.1 x this after the leader stopped (`parsyn server --leader-lease-ms`).

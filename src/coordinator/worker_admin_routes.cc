@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 
+#include "base/log.h"
 #include "coordinator/api_json.h"
 #include "coordinator/auth.h"
 #include "coordinator/loop_tools.h"
@@ -30,11 +31,19 @@ class WorkerAdminRoutes {
   // At most --bootstrap-rate a minute and --max-managed-workers live managed workers (429 beyond, saying which); a pod
   // registering again under its name revokes its earlier record (that pod restarted, or another took its name).
   Awaitable<Response> Bootstrap(Request& req) {
-    StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"name"});
+    StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"name", "csr"});
     if (!fields.ok()) co_return Response::Error(fields.status());
     WorkerRegistration registration{.name = fields->String("name", true).value_or(""),
                                     .kind = storage::WorkerKind::kManaged};
+    constexpr size_t kMaxCsrBytes = 16 << 10;  // a P-256 request is about 500 bytes; RSA-4096 about 1,700
+    const std::string csr = fields->Lines("csr", false, kMaxCsrBytes).value_or("");
     if (!fields->status().ok()) co_return Response::Error(fields->status());
+    const bool signs = !service_.options().managed_ca_cert_file.empty();
+    if (signs && csr.empty()) {
+      co_return Response::Error(InvalidArgumentError(
+          "csr: this coordinator requires mutual TLS (--client-ca): send a PEM certificate signing request for the "
+          "worker's key (`parsyn worker --bootstrap-key-file` does)"));
+    }
     if (std::optional<Response> busy = TakeBootstrapToken()) co_return std::move(*busy);
     const int max_managed = service_.options().max_managed_workers;
     auto listed = Offload(context_.pool, [&]() -> StatusOr<std::pair<int, std::vector<int64_t>>> {
@@ -65,7 +74,7 @@ class WorkerAdminRoutes {
       StatusOr<storage::Worker> revoked = co_await std::move(revoke);
       if (!revoked.ok()) co_return Response::Error(revoked.status());
     }
-    co_return co_await Create(registration);
+    co_return co_await Create(registration, signs ? csr : std::string());
   }
 
   // A 429 saying `why`, with Retry-After.
@@ -110,7 +119,9 @@ class WorkerAdminRoutes {
     return Status::Ok();
   }
 
-  Awaitable<Response> Create(const WorkerRegistration& registration) {
+  // `csr` (bootstrap under mutual TLS): the answer also carries "certificate", the managed CA's for the request's key
+  // and CN worker-<id>; a request that cannot be signed leaves no worker behind (it is revoked) and gets a 400.
+  Awaitable<Response> Create(const WorkerRegistration& registration, std::string csr = {}) {
     StatusOr<std::string> token = NewSecret("pwt_");
     if (!token.ok()) co_return Response::Error(token.status());
     storage::Worker worker{.name = registration.name,
@@ -123,6 +134,20 @@ class WorkerAdminRoutes {
     service_.NoteWorkerChange(created->id, WorkerView(*created));  // the dashboard's stream
     json body = WorkerJson(*created);
     body["token"] = *token;  // shown once; only its hash is kept
+    if (!csr.empty()) {
+      const ServiceOptions& o = service_.options();
+      auto sign = Offload(context_.pool, [&] {  // kCoAwaitTemporaries
+        return SignWorkerCertificateRequest(o.managed_ca_cert_file, o.managed_ca_key_file, csr, created->id);
+      });
+      StatusOr<IssuedCertificate> issued = co_await std::move(sign);
+      if (!issued.ok()) {
+        auto revoke = service_.RevokeWorker(created->id, "its certificate request could not be signed");
+        StatusOr<storage::Worker> revoked = co_await std::move(revoke);  // kCoAwaitTemporaries
+        if (!revoked.ok()) PARSYN_LOG_WARN("revoking worker {}: {}", created->id, revoked.status().ToString());
+        co_return Response::Error(issued.status());
+      }
+      body["certificate"] = issued->certificate_pem;
+    }
     co_return Created("/api/v1/workers", created->id, body);
   }
 

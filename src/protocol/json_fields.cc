@@ -52,6 +52,15 @@ const json* JsonFields::Find(std::string_view name, bool required) {
 
 std::optional<std::string> JsonFields::String(std::string_view name, bool required, size_t max_bytes,
                                               bool allow_empty) {
+  return Text(name, required, max_bytes, allow_empty, /*line_breaks=*/false);
+}
+
+std::optional<std::string> JsonFields::Lines(std::string_view name, bool required, size_t max_bytes) {
+  return Text(name, required, max_bytes, /*allow_empty=*/false, /*line_breaks=*/true);
+}
+
+std::optional<std::string> JsonFields::Text(std::string_view name, bool required, size_t max_bytes, bool allow_empty,
+                                            bool line_breaks) {
   const json* v = Find(name, required);
   if (v == nullptr) return std::nullopt;
   if (!v->is_string()) {
@@ -65,8 +74,9 @@ std::optional<std::string> JsonFields::String(std::string_view name, bool requir
     return std::nullopt;
   }
   for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) {
-      problems_.push_back(Quoted(name) + " must not contain control characters");
+    if ((c < 0x20 || c == 0x7f) && !(line_breaks && (c == '\n' || c == '\r'))) {
+      problems_.push_back(Quoted(name) + (line_breaks ? " must not contain control characters other than line breaks"
+                                                      : " must not contain control characters"));
       return std::nullopt;
     }
   }

@@ -34,6 +34,8 @@ class JsonFields {
   // A string of 1..max_bytes bytes without control characters (0..max_bytes when allow_empty).
   std::optional<std::string> String(std::string_view name, bool required, size_t max_bytes = 256,
                                     bool allow_empty = false);
+  // The same for multi-line text (PEM): line breaks (\n, \r) are its only control characters.
+  std::optional<std::string> Lines(std::string_view name, bool required, size_t max_bytes);
   std::optional<int64_t> Int(std::string_view name, bool required, int64_t min, int64_t max);
   // Any unsigned 64-bit integer (seeds).
   std::optional<uint64_t> Uint64(std::string_view name, bool required);
@@ -55,6 +57,8 @@ class JsonFields {
   Status status() const;
 
  private:
+  std::optional<std::string> Text(std::string_view name, bool required, size_t max_bytes, bool allow_empty,
+                                  bool line_breaks);
   JsonFields(nlohmann::json object, std::string prefix) : object_(std::move(object)), prefix_(std::move(prefix)) {}
   const nlohmann::json* Find(std::string_view name, bool required);
 

@@ -272,6 +272,38 @@ TEST_F(TlsTest, ManagedWorkersComeOnlineUnderMutualTls) {
   EXPECT_TRUE(online) << ReadText(server_->data_dir().string() + ".log");
 }
 
+// Worker pods bootstrapping under mutual TLS (`parsyn worker --bootstrap-key-file`): the pod sends a certificate
+// request with its registration, the coordinator answers a certificate from its managed workers' CA for that key, and
+// the pod comes online with it. A registration without a request is refused, saying what to send, and leaves no worker.
+TEST_F(TlsTest, BootstrappedWorkerPodsGetTheirCertificateAndComeOnline) {
+  const fs::path key_file = tmp_.path() / "bootstrap-key";
+  const std::string bootstrap_key(40, 'k');
+  std::ofstream(key_file) << bootstrap_key << "\n";
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--worker-bootstrap-key-file", key_file.string()}));
+  http::ClientOptions options{.base_url = server_->url(), .bearer_token = bootstrap_key, .max_attempts = 1};
+  options.ca_file = pki_ / "ca.pem";
+  http::Client pod(options);
+  StatusOr<http::ClientResponse> bare = pod.PostJson("/api/v1/workers/bootstrap", {{"name", "bare"}});
+  EXPECT_EQ(bare.status().code(), StatusCode::kInvalidArgument) << bare.status().ToString();
+  EXPECT_TRUE(Contains(bare.status().message(), "csr")) << bare.status().message();
+  EXPECT_TRUE(WorkerStatuses().empty());
+
+  workers_.push_back(std::make_unique<Worker>(
+      server_->url(), "", "pod-0", tmp_.path() / "cache-pod-0",
+      std::vector<std::string>{"--bootstrap-key-file", key_file.string(), "--ca-file", Pki("ca.pem")}));
+  workers_.back()->Start();
+  const auto deadline = std::chrono::steady_clock::now() + seconds(60);
+  std::map<int64_t, std::string> statuses;
+  while (std::chrono::steady_clock::now() < deadline) {
+    statuses = WorkerStatuses();
+    if (statuses.size() == 1 && statuses.begin()->second != "offline") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(statuses.size(), 1u);
+  EXPECT_NE(statuses.begin()->second, "offline") << workers_.back()->log();
+  EXPECT_TRUE(Contains(workers_.back()->log(), "issued this worker's client certificate")) << workers_.back()->log();
+}
+
 // Plain HTTP on an address other machines reach needs --insecure, which the server then reports.
 TEST_F(TlsTest, PlainHttpBeyondLoopbackNeedsInsecure) {
   const fs::path data_dir = tmp_.path() / "plain";
