@@ -11,7 +11,8 @@
 // --bootstrap-key-file (instead of --token): the worker registers itself as a managed worker first (POST
 // /api/v1/workers/bootstrap with the operator's bootstrap key; `parsyn server --worker-bootstrap-key-file`) under
 // --name, else the host name (a Kubernetes pod's name), waiting for a coordinator that does not answer yet. Each
-// start registers a new worker: a pod that goes away is a worker that left (deploy/kubernetes/workers.yaml).
+// start registers a new worker and revokes the earlier record of that name (deploy/kubernetes/workers.yaml). Over
+// https it sends a certificate request for a new key, so a coordinator with mutual TLS answers its certificate.
 // Shares the `worker` group with `parsyn worker register|list` (worker_commands.cc): without a subcommand, the group
 // itself runs the agent.
 #include <signal.h>

@@ -74,7 +74,8 @@ class WorkerAdminRoutes {
       StatusOr<storage::Worker> revoked = co_await std::move(revoke);
       if (!revoked.ok()) co_return Response::Error(revoked.status());
     }
-    co_return co_await Create(registration, signs ? csr : std::string());
+    auto created = Create(registration, signs ? csr : std::string());  // kCoAwaitTemporaries (loop_tools.h)
+    co_return co_await std::move(created);
   }
 
   // A 429 saying `why`, with Retry-After.
