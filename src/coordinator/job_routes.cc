@@ -44,19 +44,15 @@ namespace {
 // every round, no blob read).
 StatusOr<std::map<int, json>> RoundPrivacyFromEvents(storage::MetadataStore& store, int64_t job_id) {
   std::map<int, json> by_round;
-  for (int64_t after = 0;;) {
-    PARSYN_ASSIGN_OR_RETURN(std::vector<storage::JobEvent> page,
-                            store.ListJobEvents(job_id, after, 1000, {.type = "round_committed"}));
-    if (page.empty()) return by_round;
-    for (const storage::JobEvent& e : page) {
-      json data = json::parse(e.payload_json, nullptr, false);
-      if (data.is_object() && data.contains("privacy") && data["privacy"].is_object() &&
-          data.value("round", json()).is_number_integer()) {
-        by_round[data["round"].get<int>()] = std::move(data["privacy"]);
-      }
-    }
-    after = page.back().id;
-  }
+  PARSYN_RETURN_IF_ERROR(
+      storage::ForEachJobEventOfType(store, job_id, "round_committed", [&](const storage::JobEvent& e) {
+        json data = json::parse(e.payload_json, nullptr, false);
+        if (data.is_object() && data.contains("privacy") && data["privacy"].is_object() &&
+            data.value("round", json()).is_number_integer()) {
+          by_round[data["round"].get<int>()] = std::move(data["privacy"]);
+        }
+      }));
+  return by_round;
 }
 
 // A committed dp_fedavg round's privacy report read from the accounting state stored beside the round's global (durable
@@ -97,20 +93,13 @@ json ShardsJson(const std::vector<storage::Shard>& shards) {
 // events, worker progress among them, are not read).
 StatusOr<std::vector<std::string>> ListWarnings(storage::MetadataStore& store, int64_t job_id) {
   std::vector<std::string> warnings;
-  int64_t after = 0;
-  while (true) {
-    PARSYN_ASSIGN_OR_RETURN(std::vector<storage::JobEvent> page,
-                            store.ListJobEvents(job_id, after, 1000, {.type = "warning"}));
-    if (page.empty()) return warnings;
-    for (const storage::JobEvent& e : page) {
-      if (e.type != "warning") continue;
-      json data = json::parse(e.payload_json, nullptr, false);
-      if (data.is_object() && data.contains("message") && data["message"].is_string()) {
-        warnings.push_back(data["message"].get<std::string>());
-      }
+  PARSYN_RETURN_IF_ERROR(storage::ForEachJobEventOfType(store, job_id, "warning", [&](const storage::JobEvent& e) {
+    json data = json::parse(e.payload_json, nullptr, false);
+    if (data.is_object() && data.contains("message") && data["message"].is_string()) {
+      warnings.push_back(data["message"].get<std::string>());
     }
-    after = page.back().id;
-  }
+  }));
+  return warnings;
 }
 
 }  // namespace

@@ -412,16 +412,10 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
     }
     PARSYN_ASSIGN_OR_RETURN(l.job, store.GetJob(job_id));
     // The warning about uneven local datasets is appended once per job, also across restarts.
-    for (int64_t after = 0; engine_config_.workers_hold_data && !l.local_sizes_warned;) {
-      PARSYN_ASSIGN_OR_RETURN(std::vector<storage::JobEvent> events,
-                              store.ListJobEvents(job_id, after, 1000, {.type = "warning"}));
-      if (events.empty()) break;
-      for (const storage::JobEvent& e : events) {
-        if (e.type == "warning" && e.payload_json.find(kUnevenLocalDataWarning) != std::string::npos) {
-          l.local_sizes_warned = true;
-        }
-      }
-      after = events.back().id;
+    if (engine_config_.workers_hold_data) {
+      PARSYN_RETURN_IF_ERROR(storage::ForEachJobEventOfType(store, job_id, "warning", [&](const storage::JobEvent& e) {
+        if (e.payload_json.find(kUnevenLocalDataWarning) != std::string::npos) l.local_sizes_warned = true;
+      }));
     }
     return l;
   });

@@ -114,4 +114,15 @@ StatusOr<LeaderLease> MetadataStore::AcquireLeaderLease(std::string_view holder,
 
 Status MetadataStore::ReleaseLeaderLease(std::string_view) { return Status::Ok(); }
 
+Status ForEachJobEventOfType(MetadataStore& store, int64_t job_id, std::string_view type,
+                             const std::function<void(const JobEvent&)>& visit) {
+  for (int64_t after = 0;;) {
+    PARSYN_ASSIGN_OR_RETURN(std::vector<JobEvent> page,
+                            store.ListJobEvents(job_id, after, 1000, {.type = std::string(type)}));
+    if (page.empty()) return Status::Ok();
+    for (const JobEvent& e : page) visit(e);
+    after = page.back().id;
+  }
+}
+
 }  // namespace parsyn::storage

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -467,6 +468,11 @@ class MetadataStore {
   // Ends the lease now if `holder` holds it (a graceful shutdown: a standby takes over without waiting for expiry).
   virtual Status ReleaseLeaderLease(std::string_view holder);
 };
+
+// Calls `visit` with each of the job's events of type `type`, oldest first, page by page (through the store's index by
+// type). The store's first error.
+Status ForEachJobEventOfType(MetadataStore& store, int64_t job_id, std::string_view type,
+                             const std::function<void(const JobEvent&)>& visit);
 
 // Opens a store by URI: "sqlite:///abs/path.db", "sqlite://rel/path.db", a plain path, or ":memory:" opens a SQLite
 // store (creating the file and applying migrations); "postgres://USER:PASSWORD@HOST:PORT/DATABASE" (or postgresql://)
