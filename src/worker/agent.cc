@@ -601,7 +601,16 @@ StatusOr<TrainerOutput> Agent::RunTrainer(const Session& session, const protocol
   utilization.Sample();  // the first CPU sample only sets the baseline
   Clock::time_point last_sent{};
   std::optional<protocol::Progress> pending;
-  auto send = [&](const protocol::Progress& report) {
+  // Every report carries a device sample, the final step's included.
+  auto send = [&](protocol::Progress& report) {
+    if (std::optional<double> u = utilization.Sample()) {
+      report.utilization = std::clamp(*u, 0.0, 1.0);
+      report.utilization_device = utilization.device_kind();
+    }
+    if (std::optional<UtilizationSampler::DeviceMemory> m = utilization.Memory()) {
+      report.device_memory_used_bytes = static_cast<int64_t>(m->used_bytes);
+      report.device_memory_total_bytes = static_cast<int64_t>(m->total_bytes);
+    }
     http::CallOptions call;
     call.timeout = std::chrono::seconds(5);
     call.retry = false;
@@ -614,14 +623,6 @@ StatusOr<TrainerOutput> Agent::RunTrainer(const Session& session, const protocol
   TrainerRunOptions run{.stop = stop, .on_progress = [&](const protocol::TrainerProgress& event) {
                           pending = BuildProgress(task, session.id, event, std::nullopt);
                           if (Clock::now() - last_sent < options_.progress_interval) return;
-                          if (std::optional<double> u = utilization.Sample()) {
-                            pending->utilization = std::clamp(*u, 0.0, 1.0);
-                            pending->utilization_device = utilization.device_kind();
-                          }
-                          if (std::optional<UtilizationSampler::DeviceMemory> m = utilization.Memory()) {
-                            pending->device_memory_used_bytes = static_cast<int64_t>(m->used_bytes);
-                            pending->device_memory_total_bytes = static_cast<int64_t>(m->total_bytes);
-                          }
                           send(*pending);
                         }};
   if (task.deadline_unix_ms > 0) {

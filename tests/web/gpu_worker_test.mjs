@@ -97,6 +97,9 @@ async function main() {
   const progress = (await jobEvents(base, key, job.id)).filter((e) => e.type === 'worker_progress').map((e) => e.data);
   const gpu = progress.filter((p) => p.utilization_device === 'gpu');
   assert.ok(gpu.length > 0, `no worker_progress event says gpu: ${JSON.stringify(progress.slice(0, 3))}`);
+  // Every report carries the device's sample, the final step's too (the dashboard shows the latest).
+  assert.equal(gpu.length, progress.length, `reports without the GPU: ${JSON.stringify(progress.filter(
+    (p) => p.utilization_device !== 'gpu'))}`);
   assert.equal(gpu[0].utilization, 0.73);
   assert.equal(gpu[0].device_memory_used_bytes, 12 * GIB);
   assert.equal(gpu[0].device_memory_total_bytes, 80 * GIB);

@@ -389,8 +389,11 @@ export function render(container, [idText]) {
           w.utilization = e.utilization;
           w.utilizationDevice = e.utilization_device ?? null;
         }
-        w.memoryUsed = isNumber(e.device_memory_used_bytes) ? e.device_memory_used_bytes : null;
-        w.memoryTotal = isNumber(e.device_memory_total_bytes) ? e.device_memory_total_bytes : null;
+        // A report without a device sample (the worker samples on its own clock) keeps the last one shown.
+        if (isNumber(e.device_memory_total_bytes)) {
+          w.memoryUsed = isNumber(e.device_memory_used_bytes) ? e.device_memory_used_bytes : null;
+          w.memoryTotal = e.device_memory_total_bytes;
+        }
         // Loss curves are of training steps; the final evaluation's progress moves the card's counter only.
         if (isNumber(e.loss) && !isFinalEvaluationRound(e.round)) {
           w.loss = e.loss;
