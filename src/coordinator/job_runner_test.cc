@@ -1084,6 +1084,22 @@ TEST(JobRunnerTest, RestartRefusesACommittedGlobalChangedOnDisk) {
   for (const auto& [worker, session] : f.host_->sessions_) EXPECT_TRUE(session.queued.empty());
 }
 
+// A job that cannot start says why to its users without the server's file paths (the log keeps them whole).
+TEST(JobRunnerTest, ACouldNotStartReasonNamesNoServerPath) {
+  JobFixture f;
+  ASSERT_NE(f.memory_blobs_, nullptr);
+  f.memory_blobs_->FailNextPuts(
+      1, storage::DiskFullError("/srv/parsyn/blobs/jobs/1/rounds/000000/global.safetensors", "writing: No space left"));
+  const Status started = f.StartRunner();
+  EXPECT_FALSE(started.ok());
+  EXPECT_NE(started.message().find("/srv/parsyn/blobs/"), std::string::npos) << started.ToString();
+  const storage::TrainingJob job = f.StoredJob();
+  EXPECT_EQ(job.status, storage::JobStatus::kFailed);
+  EXPECT_EQ(job.failure_reason,
+            "could not start: disk full: global.safetensors (writing: No space left), free space and the job resumes");
+  EXPECT_EQ(job.failure_reason.find("/srv/"), std::string::npos) << job.failure_reason;
+}
+
 // A server optimizer's moments (fedadam) persist across rounds and coordinator restarts: a restart after each round,
 // and a store error at each write, finish with the uninterrupted run's global, bit for bit (which is not FedAvg's).
 TEST(JobRunnerTest, ServerOptimizerStateSurvivesRestartsAndStoreErrors) {

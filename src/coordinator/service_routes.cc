@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "base/log.h"
+#include "base/strings.h"
 #include "coordinator/auth.h"
 #include "coordinator/loop_tools.h"
 #include "coordinator/service.h"
@@ -12,6 +14,23 @@ using http::Awaitable;
 using http::Method;
 using http::Request;
 using http::Response;
+
+namespace {
+
+// A server-side failure (5xx) answered to a worker or a bootstrapping pod, neither of which is trusted: its message
+// without the server's file paths ("disk full: /var/lib/parsyn/metadata.db (...)" reads "disk full: metadata.db
+// (...)"); the server's log keeps it whole.
+Response WithoutServerPaths(Response response, std::string_view pattern) {
+  if (response.status < 500 || response.body.empty()) return response;
+  std::string scrubbed = WithoutLocalPaths(response.body);
+  if (scrubbed != response.body) {
+    PARSYN_LOG_WARN("{} answered {}: {}", pattern, response.status, response.body);
+    response.body = std::move(scrubbed);
+  }
+  return response;
+}
+
+}  // namespace
 
 Status RouteTable::Open(Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options) {
   if (!options.stream_body && options.max_body_bytes == 0) options.max_body_bytes = max_json_bytes_;
@@ -53,7 +72,8 @@ Status RouteTable::OwnKey(Method method, std::string_view pattern, http::Handler
           if (Status s = leader(); !s.ok()) co_return Response::Error(s);
         }
         if (Status auth = check(req); !auth.ok()) co_return Response::Error(auth);
-        co_return co_await handler(req);
+        Response answer = co_await handler(req);
+        co_return WithoutServerPaths(std::move(answer), req.route);
       },
       options);
 }
@@ -73,7 +93,8 @@ Status RouteTable::Worker(Method method, std::string_view pattern, WorkerHandler
         StatusOr<int64_t> worker = check(req);
         if (!worker.ok()) co_return Response::Error(worker.status());
         req.principal = "worker " + std::to_string(*worker);
-        co_return co_await handler(req, *worker);
+        Response answer = co_await handler(req, *worker);
+        co_return WithoutServerPaths(std::move(answer), req.route);
       },
       options);
 }

@@ -78,11 +78,11 @@ class RouteTable {
   // body is read, and again when the handler runs.
   Status Admin(http::Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options = {});
   // Needs "Authorization: Bearer <worker token>", checked like Admin's; the handler gets the worker's id from the
-  // token.
+  // token. Its server-side failures (5xx) are answered without the server's file paths (the log keeps them).
   Status Worker(http::Method method, std::string_view pattern, WorkerHandler handler, http::RouteOptions options = {});
   // A route with a credential of its own (`check`, e.g. the worker bootstrap key) that writes, so only the leader
   // serves it: the leader check, then `check`, from the header before the body is read, and again when the handler
-  // runs.
+  // runs. Its 5xx answers carry no server file paths, as Worker's.
   Status OwnKey(http::Method method, std::string_view pattern, http::Handler handler, AdminCheck check,
                 http::RouteOptions options = {});
 

@@ -404,6 +404,14 @@ TEST_F(NetworkFaultsTest, DiskFullFailsTheRoundSayingSoAndTheJobResumesOnceSpace
   ExpectCleanRounds(job_id, 3);
   for (auto& w : workers_) w->Terminate();
   server_->Terminate();
+  // The uploads the full disk refused were answered "disk full", without the server's paths (its log keeps them).
+  bool told = false;
+  for (auto& w : workers_) {
+    const std::string log = w->log();
+    told = told || log.find("disk full") != std::string::npos;
+    EXPECT_EQ(log.find(data_dir.string()), std::string::npos) << w->name() << " was told a server path:\n" << log;
+  }
+  EXPECT_TRUE(told) << "no worker was told its upload met a full disk";
 }
 
 }  // namespace
