@@ -87,6 +87,14 @@ StatusOr<Subprocess> Subprocess::Start(const std::filesystem::path& program, con
     env_strings = ChildEnvironment(environment);
     envp = NullTerminated(env_strings);
   }
+  // The child gets stdin, stdout and stderr only. Sockets are opened without close-on-exec (Boost.Asio's, the
+  // coordinator's listening one and its connections among them): a managed worker holding them would keep a
+  // connection its coordinator closed (or that died with it) open to its client, which then waits on it in vain.
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
+#else
+#error "Subprocess needs posix_spawn_file_actions_addclosefrom_np (glibc 2.34 or later)"
+#endif
   pid_t pid = -1;
   const int rc =
       posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), envp.empty() ? environ : envp.data());

@@ -1,6 +1,7 @@
 // Subprocess: the one way the platform starts a child program (posix_spawn): the CLI's trainer runs, its managed
 // workers, the worker's parsyn-trainer, the demo's background processes. POSIX only.
 //
+// Descriptors: the child gets stdin, stdout and stderr, nothing else of this process.
 // Output: the child's stdout is a pipe the parent reads line by line (default), or inherited, or a file that takes
 // stdout and stderr both. stderr is otherwise inherited.
 // Threads: ReadLine and Wait are called from one thread. Signal/Terminate/Kill may be called from any thread at any

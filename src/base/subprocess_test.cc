@@ -1,7 +1,11 @@
 #include "base/subprocess.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -126,6 +130,41 @@ TEST(SubprocessTest, DestructionKillsAChildNotWaitedFor) {
     pid = child->pid();
   }
   EXPECT_NE(::kill(pid, 0), 0);  // gone and reaped
+}
+
+// A child holds none of its parent's descriptors beyond stdin, stdout and stderr, though sockets (Boost.Asio's, as
+// the coordinator's) are opened without close-on-exec. Otherwise a managed worker holds its coordinator's listening
+// socket and connections: a connection the coordinator closes (or that died with it) stays open to its client, whose
+// next request on it waits for an answer that never comes.
+TEST(SubprocessTest, AChildHoldsNoneOfItsParentsSockets) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);  // no SOCK_CLOEXEC, as Asio opens them
+  ASSERT_GE(listener, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  const int served = ::accept(listener, nullptr, nullptr);  // no close-on-exec either
+  ASSERT_GE(served, 0);
+
+  StatusOr<Subprocess> child = Subprocess::Start("/bin/sleep", {"30"});
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  ::close(served);  // the server ends the connection: its client must see that at once
+  pollfd ready{.fd = client, .events = POLLIN, .revents = 0};
+  ASSERT_EQ(::poll(&ready, 1, 5000), 1) << "the client saw no end of the connection: the child holds it";
+  char byte;
+  EXPECT_EQ(::recv(client, &byte, 1, 0), 0);
+  // Nor does the child hold the listening socket: once the parent closes it, the port refuses connections.
+  ::close(listener);
+  const int late = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_NE(::connect(late, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0)
+      << "a connection was queued on a listening socket the child kept";
+  ::close(late);
+  ::close(client);
 }
 
 }  // namespace
