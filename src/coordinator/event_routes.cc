@@ -16,8 +16,9 @@ constexpr size_t kEventsPerRead = 256;
 // applies the events that follow (`reason`: "new" without a Last-Event-ID, "unknown_id" for an id of another
 // coordinator process or one the ring no longer holds, "behind" for a client too slow to keep up).
 Awaitable<bool> SendReset(EventFeed& feed, http::EventStream& stream, std::string_view reason) {
-  const json data = {{"reason", reason}, {"epoch", feed.epoch()}};
-  co_return co_await stream.Send("reset", data.dump(), feed.Id(feed.head()));
+  const std::string data = json{{"reason", reason}, {"epoch", feed.epoch()}}.dump();
+  const std::string id = feed.Id(feed.head());
+  co_return co_await stream.Send("reset", data, id);  // named first: kCoAwaitTemporaries
 }
 
 Awaitable<void> StreamFeed(EventFeed& feed, EventFeed::Resume resume, bool had_id, http::EventStream& stream) {

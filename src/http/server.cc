@@ -420,12 +420,14 @@ class Connection final : public ConnectionBase,
       idle_ = false;
       if (ec) {
         // end_of_stream, timeout and closed sockets end the connection quietly; malformed requests get a 400.
+        // The answers are named before the co_await (kCoAwaitTemporaries).
         if (ec == bhttp::error::header_limit) {
-          co_await Write(ErrorBody(431, "invalid_argument",
-                                   "request header exceeds " + std::to_string(opts_.max_header_bytes) + " bytes"),
-                         11, false);
+          Response too_large = ErrorBody(431, "invalid_argument",
+                                         "request header exceeds " + std::to_string(opts_.max_header_bytes) + " bytes");
+          co_await Write(std::move(too_large), 11, false);
         } else if (IsHttpParseError(ec)) {
-          co_await Write(ErrorBody(400, "invalid_argument", "malformed HTTP request: " + ec.message()), 11, false);
+          Response malformed = ErrorBody(400, "invalid_argument", "malformed HTTP request: " + ec.message());
+          co_await Write(std::move(malformed), 11, false);
         }
         co_return;
       }
@@ -945,7 +947,8 @@ class Connection<Stream>::Events final : public EventStream {
   }
 
   net::awaitable<bool> Comment(std::string_view text) override {
-    co_return co_await WriteChunk(": " + std::string(text) + "\n\n");
+    std::string frame = ": " + std::string(text) + "\n\n";  // named first: kCoAwaitTemporaries
+    co_return co_await WriteChunk(std::move(frame));
   }
 
   net::awaitable<bool> Wait(Signal& signal) override {

@@ -405,7 +405,8 @@ Router FeedRouter(Feed& feed) {
                            size_t sent = 0;
                            while (true) {
                              for (; sent < feed.items.size(); ++sent) {
-                               if (!co_await stream.Send("item", feed.items[sent], std::to_string(sent))) break;
+                               const std::string id = std::to_string(sent);  // kCoAwaitTemporaries
+                               if (!co_await stream.Send("item", feed.items[sent], id)) break;
                              }
                              if (feed.closed || !stream.open()) break;
                              if (!co_await stream.Wait(feed.changed)) break;

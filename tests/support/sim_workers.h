@@ -237,8 +237,9 @@ class SimWorkers {
     namespace bhttp = boost::beast::http;
     const Clock::time_point sent = Clock::now();
     try {
-      Response res = co_await Call(conn, bhttp::verb::post, "/api/v1/worker/heartbeat", token, SessionBody(session),
-                                   "application/json");
+      // Every argument is named before the co_await (kCoAwaitTemporaries), here and below.
+      const std::string target = "/api/v1/worker/heartbeat", body = SessionBody(session);
+      Response res = co_await Call(conn, bhttp::verb::post, target, token, body, "application/json");
       if (res.result_int() != 200) NoteError("heartbeat: " + std::to_string(res.result_int()) + " " + res.body());
       std::lock_guard lock(mu_);
       (timings != nullptr ? *timings : heartbeats_).push_back({.at = sent, .ms = MsSince(sent)});
@@ -318,8 +319,8 @@ class SimWorkers {
     std::chrono::milliseconds heartbeat_interval = options_.heartbeat_interval;
     std::minstd_rand rng(static_cast<uint32_t>(index) + 1);
     try {
-      Response hello =
-          co_await Call(poll, bhttp::verb::post, "/api/v1/worker/hello", token, HelloBody(), "application/json");
+      const std::string hello_target = "/api/v1/worker/hello", hello_body = HelloBody();
+      Response hello = co_await Call(poll, bhttp::verb::post, hello_target, token, hello_body, "application/json");
       if (hello.result_int() != 200) {
         NoteError("hello: " + std::to_string(hello.result_int()) + " " + hello.body());
         co_return;
@@ -337,10 +338,11 @@ class SimWorkers {
     }
     const std::string next =
         "/api/v1/worker/tasks/next?wait_ms=" + std::to_string(options_.poll_wait.count()) + "&session_id=" + session;
+    const std::string no_body;
     bool failed = false;
     while (true) {
       try {
-        Response res = co_await Call(poll, bhttp::verb::get, next, token, "", nullptr);
+        Response res = co_await Call(poll, bhttp::verb::get, next, token, no_body, nullptr);
         if (res.result_int() == 204) continue;
         if (res.result_int() != 200) {
           NoteError("poll: " + std::to_string(res.result_int()) + " " + res.body());
@@ -363,8 +365,9 @@ class SimWorkers {
           const std::string url = task["update_upload"]["url"];
           const size_t path_at = url.find('/', url.find("//") + 2);
           const Clock::time_point put_sent = Clock::now();
-          Response put = co_await Call(poll, bhttp::verb::put, url.substr(path_at), "", options_.update,
-                                       "application/octet-stream");
+          const std::string put_target = url.substr(path_at), no_token;
+          Response put =
+              co_await Call(poll, bhttp::verb::put, put_target, no_token, options_.update, "application/octet-stream");
           if (put.result_int() != 201) {
             NoteError("upload: " + std::to_string(put.result_int()) + " " + put.body());
             continue;
@@ -379,8 +382,8 @@ class SimWorkers {
           result["train_loss"] = 1.0;
         }
         const Clock::time_point result_sent = Clock::now();
-        Response answer =
-            co_await Call(poll, bhttp::verb::post, "/api/v1/worker/result", token, result.dump(), "application/json");
+        const std::string result_target = "/api/v1/worker/result", result_body = result.dump();
+        Response answer = co_await Call(poll, bhttp::verb::post, result_target, token, result_body, "application/json");
         if (answer.result_int() != 200) {
           NoteError("result: " + std::to_string(answer.result_int()) + " " + answer.body());
         } else {
