@@ -380,7 +380,12 @@ class JobRoutes {
                      : storage::JobEventFilter{};
       auto events =
           co_await Offload(context_.pool, [&] { return context_.store.ListJobEvents(job_id, last, 1000, filter); });
-      if (!events.ok()) co_return;
+      if (!events.ok()) {
+        // The stream ends (its client reconnects with Last-Event-ID); the log says why it ended early.
+        PARSYN_LOG_WARN("training job {}: its event stream ended after event {}: {}", job_id, last,
+                        events.status().ToString());
+        co_return;
+      }
       if (in_history) {
         // The history ends at history_end: later events come unfiltered, from there on.
         std::erase_if(*events, [&](const storage::JobEvent& e) { return e.id > history_end; });

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -39,7 +40,11 @@ inline bool WaitForJobEvent(http::Client& admin, int64_t job_id, const JobEventP
           return !found;
         },
         call);
-    if (found || on_end == OnStreamEnd::kGiveUp) break;
+    if (found) break;
+    // Said, so a test that then fails shows whether the stream ended cleanly or was cut (and how).
+    std::fprintf(stderr, "[job events] job %lld: the stream ended before the awaited event: %s\n",
+                 static_cast<long long>(job_id), read.ok() ? "cleanly" : read.ToString().c_str());
+    if (on_end == OnStreamEnd::kGiveUp) break;
     // The server is away (restarting, say): no stream to wait on until it is back.
     if (!read.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   } while (std::chrono::steady_clock::now() < deadline);
