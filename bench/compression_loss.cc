@@ -48,7 +48,7 @@ struct Variant {
   bool delta;
   bool zstd;
   bool error_feedback;
-  // The targets (0: none for this row).
+  // The targets (0: none for this row).
   double max_ratio;
   double max_loss_change;
   // Added to every training seed: the reference row, uncompressed with other seeds, shows how far the final loss

@@ -1,4 +1,4 @@
-// bench_control_plane: the coordinator's control plane at scale (issue 17, item 3).
+// bench_control_plane: the coordinator's control plane at scale.
 //
 // For each N it starts `parsyn server` as a child process (fresh temp data dir, 127.0.0.1, connection caps off) and
 // N simulated workers in ONE thread of this process (tests/support/sim_workers.h: an asynchronous client speaking the

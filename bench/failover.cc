@@ -1,4 +1,4 @@
-// bench_failover: coordinator failover time (issue 16, "Targets"): from the leader's SIGKILL to the first task the
+// bench_failover: coordinator failover time: from the leader's SIGKILL to the first task the
 // new leader sends, over --kills kills (default 5).
 //
 // It starts a throwaway PostgreSQL (storage/postgres_for_test.h; as root it runs as the `parsyn-pg` user that

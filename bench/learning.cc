@@ -1,4 +1,4 @@
-// bench_learning: what the strategies learn, side by side in one run, with the issue's targets as PASS/MISS lines.
+// bench_learning: what the strategies learn, side by side in one run, with the targets as PASS/MISS lines.
 // Everything is the project's: participants from each strategy's ConfigureRound (client sampling), aggregation through
 // strategy::MakeStrategy, non-IID shards from coordinator::SplitRowsByLabel, and local training by the trainer's own
 // loop (trainer::Train on a TabularModel, FedProx's proximal term as TrainOptions::proximal_mu) — in this process, with
@@ -661,7 +661,7 @@ void DigitsDp(const Digits& d, bool quick) {
   }
   bool monotone = true;
   for (size_t i = 2; i < final_accuracy.size(); ++i) monotone = monotone && final_accuracy[i] <= final_accuracy[i - 1];
-  std::printf("(no target in the issue; for reading: accuracy %s as the noise multiplier grows and epsilon falls)\n",
+  std::printf("(no target; for reading: accuracy %s as the noise multiplier grows and epsilon falls)\n",
               monotone ? "falls" : "does not fall monotonically");
 }
 

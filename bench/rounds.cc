@@ -1,4 +1,4 @@
-// bench_rounds: per-round coordinator overhead and peak RSS of a real `parsyn server` (issue 4, item 9).
+// bench_rounds: per-round coordinator overhead and peak RSS of a real `parsyn server`.
 //
 // For each K it starts `parsyn server` as a child process (fresh temp data dir, 127.0.0.1, a free port), uploads a
 // dataset and a model config through the API, registers K workers and runs K scripted workers on threads of this
@@ -12,7 +12,7 @@
 // stopped: the time to move the same K updates over plain loopback TCP (a minimal sender/receiver pair, no HTTP, as
 // many connections at once as the uploads; the median of three). The copies are the bench's own: the server deletes a
 // round's updates once it is committed (the count left is printed, 0 when its deletes are done). floor = transfer +
-// sha256 + read, and ratio = round wall / floor is the figure the targets (issue 17: 1.50 for 20 MiB updates, 2.00
+// sha256 + read, and ratio = round wall / floor is the figure the targets (1.50 for 20 MiB updates, 2.00
 // for K = 1000) are stated in; the last line names the run furthest above its target. Per K: the server's VmHWM (peak
 // RSS) from /proc/PID/status, and its peak RssAnon (sampled): VmHWM counts the mapped update files (page cache),
 // RssAnon is the server's own memory, what "flat in K beyond per-connection bookkeeping" is about.
@@ -38,7 +38,7 @@
 // uploads in fresh memory, later ones write over the spares of the round before (storage/directory_blob_store.h).
 // Every round is printed.
 //
-// Metadata store: every K runs on SQLite (the default store); the Ks of --postgres-ks (default 5,100, the issue 16
+// Metadata store: every K runs on SQLite (the default store); the Ks of --postgres-ks (default 5,100, the
 // target's) run again, right after, on PostgreSQL (`parsyn server --metadata postgres://...`, a throwaway server
 // started by storage/postgres_for_test.h, a fresh database per run). The last table compares the two: per-round
 // overhead (round wall - read, the median round) on PostgreSQL / on SQLite, PASS when within 1.50 (the target); the
@@ -830,7 +830,7 @@ int main(int argc, char** argv) {
     std::printf("bench_rounds: no run with a target (20 MiB updates, or K >= 1000)\n");
   }
 
-  // PostgreSQL vs SQLite, same run, same K (issue 16's target: per-round overhead within 1.5x of SQLite's).
+  // PostgreSQL vs SQLite, same run, same K (target: per-round overhead within 1.5x of SQLite's).
   std::printf(
       "\nPostgreSQL vs SQLite (overhead = round wall - read of the round's files, median round; excess = round wall -\n"
       "floor, the coordinator's own share; target: PostgreSQL's overhead within 1.50x of SQLite's)\n");

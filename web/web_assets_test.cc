@@ -1,4 +1,5 @@
 #include "web/web_assets.h"
+#include "base/testing/missing_dependency.h"
 
 #include <gtest/gtest.h>
 
@@ -51,7 +52,7 @@ TEST(WebAssetsTest, UnknownPathsAreAbsent) {
 
 TEST(WebAssetsTest, EmbedsUplotWhenNodeModulesWereInstalled) {
   const std::string source = ReadSource("web/node_modules/uplot/dist/uPlot.esm.js");
-  if (source.empty()) GTEST_SKIP() << "web/node_modules is absent (./dev setup installs it)";
+  if (source.empty()) PARSYN_SKIP_FOR_MISSING_DEPENDENCY("web/node_modules is absent (./dev setup installs it)");
   const WebAsset* uplot = FindWebAsset("vendor/uPlot.esm.js");
   ASSERT_NE(uplot, nullptr);
   EXPECT_EQ(uplot->bytes, source);

@@ -16,6 +16,7 @@
 
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "base/testing/missing_dependency.h"
 #include "weights/safetensors.h"
 
 namespace parsyn::cli {
@@ -49,7 +50,7 @@ class TrainCommandTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(fs::path(PARSYN_CLI_PATH).parent_path() / "parsyn-trainer")) {
-      GTEST_SKIP() << "built without the trainer (PARSYN_WITH_TORCH=OFF)";
+      PARSYN_SKIP_FOR_MISSING_DEPENDENCY("built without the trainer (PARSYN_WITH_TORCH=OFF)");
     }
     dir_ = fs::path(::testing::TempDir()) /
            ("cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));

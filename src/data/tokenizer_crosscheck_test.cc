@@ -1,4 +1,4 @@
-// Cross-check (issue 3, item 4): our token ids equal those of a JavaScript tokenizer from npm (@lenml/tokenizers, a
+// Cross-check: our token ids equal those of a JavaScript tokenizer from npm (@lenml/tokenizers, a
 // fork of transformers.js' tokenizers) loading the same real tokenizer.json files, which npm packages ship:
 // Llama-2 (SentencePiece-style BPE, byte fallback), Llama-3 and Qwen3 (byte-level BPE, regex pre-tokenizer; Qwen's
 // NFC normalizer). The corpus is tests/js/corpus.json. The packages come from `npm ci` in tests/js (`./dev setup`);
@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/testing/missing_dependency.h"
 #include "data/tokenizer.h"
 
 namespace parsyn::data {
@@ -80,8 +81,9 @@ class TokenizerCrossCheckTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(kJsDir / "node_modules")) {
-      GTEST_SKIP() << "tests/js/node_modules is missing, so the JavaScript cross-check cannot run; `./dev setup` "
-                      "installs it (npm ci in tests/js)";
+      PARSYN_SKIP_FOR_MISSING_DEPENDENCY(
+          "tests/js/node_modules is missing, so the JavaScript cross-check cannot run; `./dev setup` installs it (npm "
+          "ci in tests/js)");
     }
     tokenizer_json_ = kJsDir / "node_modules" / "@lenml" / GetParam() / "models" / "tokenizer.json";
     ASSERT_TRUE(std::filesystem::exists(tokenizer_json_)) << tokenizer_json_ << " is missing: run npm ci in tests/js";
@@ -134,8 +136,9 @@ class WrittenTokenizerCrossCheckTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(kJsDir / "node_modules")) {
-      GTEST_SKIP() << "tests/js/node_modules is missing, so the JavaScript cross-check cannot run; `./dev setup` "
-                      "installs it (npm ci in tests/js)";
+      PARSYN_SKIP_FOR_MISSING_DEPENDENCY(
+          "tests/js/node_modules is missing, so the JavaScript cross-check cannot run; `./dev setup` installs it (npm "
+          "ci in tests/js)");
     }
     dir_ = std::filesystem::temp_directory_path() / ("parsyn_crosscheck_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);

@@ -1,4 +1,5 @@
 #include "storage/metadata_store_contract.h"
+#include "base/testing/missing_dependency.h"
 
 #include <gmock/gmock.h>
 
@@ -87,7 +88,9 @@ std::string MetadataStoreBackendName(const ::testing::TestParamInfo<MetadataStor
 
 void MetadataStoreContractTest::SetUp() {
   if (GetParam().unavailable) {
-    if (std::optional<std::string> why = GetParam().unavailable()) GTEST_SKIP() << GetParam().name << ": " << *why;
+    if (std::optional<std::string> why = GetParam().unavailable()) {
+      PARSYN_SKIP_FOR_MISSING_DEPENDENCY(GetParam().name + ": " + *why);
+    }
   }
   StatusOr<std::unique_ptr<MetadataStore>> store = GetParam().open(scratch_.path());
   ASSERT_TRUE(store.ok()) << store.status().ToString();

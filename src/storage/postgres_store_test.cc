@@ -1,4 +1,5 @@
 #include "storage/postgres_store.h"
+#include "base/testing/missing_dependency.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -44,15 +45,15 @@ INSTANTIATE_TEST_SUITE_P(Postgres, MetadataStoreContractTest,
                          MetadataStoreBackendName);
 
 // Skips the test, saying why, where no PostgreSQL can be started; else the URL of a fresh database.
-#define PARSYN_NEW_DATABASE_OR_SKIP(url)                                                    \
-  std::string url;                                                                          \
-  do {                                                                                      \
-    if (std::optional<std::string> why = PostgresUnavailableReason()) GTEST_SKIP() << *why; \
-    StatusOr<PostgresForTest*> server = SharedPostgres();                                   \
-    ASSERT_TRUE(server.ok()) << server.status().ToString();                                 \
-    StatusOr<std::string> created = (*server)->NewDatabase();                               \
-    ASSERT_TRUE(created.ok()) << created.status().ToString();                               \
-    url = *created;                                                                         \
+#define PARSYN_NEW_DATABASE_OR_SKIP(url)                                                                        \
+  std::string url;                                                                                              \
+  do {                                                                                                          \
+    if (std::optional<std::string> why = PostgresUnavailableReason()) PARSYN_SKIP_FOR_MISSING_DEPENDENCY(*why); \
+    StatusOr<PostgresForTest*> server = SharedPostgres();                                                       \
+    ASSERT_TRUE(server.ok()) << server.status().ToString();                                                     \
+    StatusOr<std::string> created = (*server)->NewDatabase();                                                   \
+    ASSERT_TRUE(created.ok()) << created.status().ToString();                                                   \
+    url = *created;                                                                                             \
   } while (0)
 
 // Runs SQL on a separate connection (as an operator or another process would); returns the error, "" on success.

@@ -1,6 +1,7 @@
 // S3BlobStore: URI and credential parsing (no server), then the blob-store contract, presigned URLs, multipart
 // uploads and an outage against a real moto_server on loopback (started per test process, on a free port).
 #include "storage/s3_blob_store.h"
+#include "base/testing/missing_dependency.h"
 
 #include <curl/curl.h>
 #include <gmock/gmock.h>
@@ -231,7 +232,7 @@ INSTANTIATE_TEST_SUITE_P(S3, BlobStoreContractTest, ::testing::ValuesIn(S3Backen
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BlobStoreContractTest);
 
 TEST(S3BlobStoreTest, MotoServerIsInstalled) {
-  if (!FindMotoServer()) GTEST_SKIP() << kMotoMissing;
+  if (!FindMotoServer()) PARSYN_SKIP_FOR_MISSING_DEPENDENCY(kMotoMissing);
   StatusOr<MotoServer*> server = SharedMotoServer();
   ASSERT_TRUE(server.ok()) << "moto_server is installed but did not start: " << server.status().ToString();
 }
@@ -239,7 +240,7 @@ TEST(S3BlobStoreTest, MotoServerIsInstalled) {
 class S3MotoTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!FindMotoServer()) GTEST_SKIP() << kMotoMissing;
+    if (!FindMotoServer()) PARSYN_SKIP_FOR_MISSING_DEPENDENCY(kMotoMissing);
     StatusOr<MotoServer*> server = SharedMotoServer();
     ASSERT_TRUE(server.ok()) << "moto_server is installed but did not start: " << server.status().ToString();
     server_ = *server;
@@ -536,7 +537,7 @@ TEST_F(S3MotoTest, OpenBlobStoreOpensS3UrisWithEnvironmentCredentials) {
 
 // The store goes away mid-way through a round: every call is Unavailable, naming the endpoint and what failed.
 TEST(S3OutageTest, KilledServerGivesUnavailableWithAClearMessage) {
-  if (!FindMotoServer()) GTEST_SKIP() << kMotoMissing;
+  if (!FindMotoServer()) PARSYN_SKIP_FOR_MISSING_DEPENDENCY(kMotoMissing);
   StatusOr<std::unique_ptr<MotoServer>> server = MotoServer::Start();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   std::string bucket = FreshBucket(**server);

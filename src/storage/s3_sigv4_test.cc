@@ -1,6 +1,7 @@
 // SigV4 signing and presigning, checked against references no one here wrote: the AWS documentation's published
 // examples, and boto3/botocore (run as tests/s3/sigv4_reference.py) over a table of cases.
 #include "storage/s3_sigv4.h"
+#include "base/testing/missing_dependency.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -290,7 +291,7 @@ std::vector<SigCase> CrossCheckCases() {
 
 TEST(S3SigV4Test, MatchesBoto3ByteForByte) {
   std::optional<std::filesystem::path> python = FindS3ReferencePython();
-  if (!python) GTEST_SKIP() << "moto_server (and the Python with boto3 beside it) is not installed";
+  if (!python) PARSYN_SKIP_FOR_MISSING_DEPENDENCY("moto_server (and the Python with boto3 beside it) is not installed");
   std::vector<SigCase> cases = CrossCheckCases();
   TempDirForTest dir;
   std::filesystem::path cases_file = dir.path() / "cases.json";

@@ -2,6 +2,7 @@
 // presigned URLs made by the storage layer's S3BlobStore, and against fake coordinator routes for the /blobs form.
 // A recording proxy in front of moto shows what goes on the wire and fails chosen requests once.
 #include "worker/update_upload.h"
+#include "base/testing/missing_dependency.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -169,7 +170,7 @@ class RecordingProxy {
 class UploadUpdateS3Test : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!storage::FindMotoServer()) GTEST_SKIP() << kMotoMissing;
+    if (!storage::FindMotoServer()) PARSYN_SKIP_FOR_MISSING_DEPENDENCY(kMotoMissing);
     StatusOr<MotoServer*> moto = SharedMoto();
     ASSERT_TRUE(moto.ok()) << "moto_server is installed but did not start: " << moto.status().ToString();
     moto_ = *moto;

@@ -1146,7 +1146,7 @@ TEST_F(ApiTest, SignedUrlsRejectTamperingAndExpiry) {
             StatusCode::kUnauthenticated);
 }
 
-// --- Limits (issue 13, items 4 and 5) ---
+// --- Limits ---
 
 // A raw connection to the server, for requests a client library would not send (a header alone, a trickled body).
 int ConnectTo(const ServerProcess& server) {

@@ -1,4 +1,4 @@
-// The deployment files run for real (issue 16, item 5): every container command line of deploy/kubernetes/*.yaml and
+// The deployment files run for real: every container command line of deploy/kubernetes/*.yaml and
 // the Dockerfile's ENTRYPOINT + CMD, as tests/deploy/commands.mjs extracts them, is started against the built
 // binaries, so a renamed or removed flag breaks a test. This machine stands in for the cluster: the image's paths
 // (/usr/local/bin, /var/lib/parsyn, Secret mounts) are folders of a temporary directory, Secret values are written
@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "base/subprocess.h"
+#include "base/testing/missing_dependency.h"
 #include "e2e_harness.h"
 #include "storage/postgres_for_test.h"
 #include "storage/s3_moto_for_test.h"
@@ -310,10 +311,10 @@ Cluster MakeCluster(const fs::path& root, const json& commands) {
   return cluster;
 }
 
-#define PARSYN_COMMANDS_OR_SKIP(commands) \
-  std::string why;                        \
-  const json commands = Commands(&why);   \
-  if (!why.empty()) GTEST_SKIP() << why;  \
+#define PARSYN_COMMANDS_OR_SKIP(commands)                    \
+  std::string why;                                           \
+  const json commands = Commands(&why);                      \
+  if (!why.empty()) PARSYN_SKIP_FOR_MISSING_DEPENDENCY(why); \
   ASSERT_TRUE(commands.is_object()) << "commands.mjs failed"
 
 // The SQLite coordinator (coordinator-sqlite.yaml) serves HTTPS with the parsyn-tls Secret and reaches /readyz with
@@ -348,8 +349,11 @@ TEST(DeployTest, SqliteCoordinatorAndWorkerPodsFromTheManifests) {
 // reaches /readyz, and a worker pod registers with it over https.
 TEST(DeployTest, PostgresCoordinatorFromTheManifestOnPostgresAndS3) {
   PARSYN_COMMANDS_OR_SKIP(commands);
-  if (std::optional<std::string> missing = storage::PostgresUnavailableReason()) GTEST_SKIP() << *missing;
-  if (!storage::FindMotoServer()) GTEST_SKIP() << "moto_server is not installed (./dev setup installs it)";
+  if (std::optional<std::string> missing = storage::PostgresUnavailableReason()) {
+    PARSYN_SKIP_FOR_MISSING_DEPENDENCY(*missing);
+  }
+  if (!storage::FindMotoServer())
+    PARSYN_SKIP_FOR_MISSING_DEPENDENCY("moto_server is not installed (./dev setup installs it)");
   StatusOr<storage::PostgresForTest*> postgres = storage::SharedPostgres();
   ASSERT_TRUE(postgres.ok()) << postgres.status().ToString();
   StatusOr<std::string> database = (*postgres)->NewDatabase();

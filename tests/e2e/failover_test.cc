@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "base/testing/missing_dependency.h"
 #include "llama_fixture.h"
 #include "storage/postgres_for_test.h"
 #include "storage/postgres_store.h"
@@ -22,7 +23,7 @@ using ::testing::HasSubstr;
 class FailoverTest : public LlamaJobTest {
  protected:
   void SetUp() override {
-    if (std::optional<std::string> why = storage::PostgresUnavailableReason()) GTEST_SKIP() << *why;
+    if (std::optional<std::string> why = storage::PostgresUnavailableReason()) PARSYN_SKIP_FOR_MISSING_DEPENDENCY(*why);
     StatusOr<storage::PostgresForTest*> pg = storage::SharedPostgres();
     ASSERT_TRUE(pg.ok()) << pg.status().ToString();
     StatusOr<std::string> url = (*pg)->NewDatabase();

@@ -16,6 +16,7 @@
 #include <libpq-fe.h>
 
 #include "base/subprocess.h"
+#include "base/testing/missing_dependency.h"
 #include "llama_fixture.h"
 #include "storage/postgres_for_test.h"
 #include "weights/sha256.h"
@@ -60,7 +61,7 @@ class TabularJobTest : public LlamaJobTest {
 class PostgresTabularJobTest : public TabularJobTest {
  protected:
   void SetUp() override {
-    if (std::optional<std::string> why = storage::PostgresUnavailableReason()) GTEST_SKIP() << *why;
+    if (std::optional<std::string> why = storage::PostgresUnavailableReason()) PARSYN_SKIP_FOR_MISSING_DEPENDENCY(*why);
     StatusOr<storage::PostgresForTest*> server = storage::SharedPostgres();
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     StatusOr<std::string> url = (*server)->NewDatabase();
@@ -245,7 +246,8 @@ std::string FileText(const fs::path& path) {
 TEST_F(TabularJobTest, PrometheusScrapesTheRoundCounter) {
   const std::string promtool = FindProgram("promtool"), prometheus = FindProgram("prometheus");
   if (promtool.empty() || prometheus.empty()) {
-    GTEST_SKIP() << "promtool or prometheus is not installed (Debian package prometheus; ./dev setup installs it)";
+    PARSYN_SKIP_FOR_MISSING_DEPENDENCY(
+        "promtool or prometheus is not installed (Debian package prometheus; ./dev setup installs it)");
   }
   std::vector<int64_t> ids = StartWorkers(2);
   const int kRounds = 2;

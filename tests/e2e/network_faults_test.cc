@@ -5,10 +5,10 @@
 // | fault                                                   | expected behaviour                                    |
 // | ------------------------------------------------------- | ----------------------------------------------------- |
 // | link drops (paused, nothing reset) mid-upload of an     | the worker leaves the round (missed heartbeats); its  |
-// |   update for 8 s (the 30 s, scaled to these     |   late upload and result count for nothing; it takes  |
+// |   update for 8 s (a 30 s outage, scaled to these        |   late upload and result count for nothing; it takes  |
 // |   tests' 3 s heartbeat timeout and 20 s round timeout)  |   part in a later round                               |
 // | link throttled (uploads at 32 KB/s, a ~1 MB update:     | cut at the round's aggregation_timeout (straggler):   |
-// |   the 1 MB/s scaled likewise)                   |   it stops uploading to the round that is over;       |
+// |   a 1 MB/s link scaled likewise)                        |   it stops uploading to the round that is over;       |
 // |                                                         |   nothing of it counted; rejoins once the link is fast|
 // | link cut for good                                       | left out; the round commits with the others           |
 // |   (the three above at once, min_workers 2 of 5)         |   (the 2 healthy workers' updates, no others)         |

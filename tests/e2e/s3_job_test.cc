@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "base/testing/missing_dependency.h"
 #include "llama_fixture.h"
 #include "storage/s3_blob_store.h"
 #include "storage/s3_moto_for_test.h"
@@ -28,7 +29,8 @@ constexpr char kPrefix[] = "run-1";
 class S3LlamaJobTest : public LlamaJobTest {
  protected:
   void SetUp() override {
-    if (!storage::FindMotoServer()) GTEST_SKIP() << "moto_server is not installed (./dev setup installs it)";
+    if (!storage::FindMotoServer())
+      PARSYN_SKIP_FOR_MISSING_DEPENDENCY("moto_server is not installed (./dev setup installs it)");
     StatusOr<std::unique_ptr<storage::MotoServer>> moto = storage::MotoServer::Start();
     ASSERT_TRUE(moto.ok()) << moto.status().ToString();
     moto_ = std::move(*moto);

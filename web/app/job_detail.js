@@ -2,7 +2,7 @@
 // page is built by the same code path whether the job ended long ago or is running now. The round history table is
 // re-read from /rounds when a round ends; everything else follows the events.
 //
-// Truthfulness rules (issue 12 §8):
+// Truthfulness rules:
 //   - The coordinator runs the final evaluation as "round" total_rounds + 1: it is shown as the job's final
 //     evaluation, never as a round above total_rounds.
 //   - A worker card shows the worker's part in this job while the job runs; once the job has ended (or the worker has
@@ -206,8 +206,8 @@ export function render(container, [idText]) {
             h('td', { class: 'histogram-cell' }, bar));
         })))));
   }
-  // Whether the server reports the loss of each round's committed global (the fields of issue 12 §5); older servers
-  // report, per round, the loss of the global it started from, so the events' numbers are used instead.
+  // Whether the server reports the loss of each round's committed global (initial_validation_loss, validation_loss);
+  // older servers report, per round, the loss of the global it started from, so the events' numbers are used instead.
   function hasLossFields() {
     return state.job !== null && Object.hasOwn(state.job, 'initial_validation_loss');
   }
