@@ -30,6 +30,7 @@
 
 #include "base/log.h"
 #include "base/strings.h"
+#include "http/body_rate_window.h"
 #include "http/internal.h"
 
 namespace parsyn::http {
@@ -150,11 +151,11 @@ class DirectSocketBody final : public DirectBody {
   using TimePoint = std::chrono::steady_clock::time_point;
 
   DirectSocketBody(int fd, std::string prefix, uint64_t length, std::chrono::milliseconds stall_timeout, BodyRate rate)
-      : fd_(fd), prefix_(std::move(prefix)), length_(length), stall_timeout_(stall_timeout), rate_(rate) {}
+      : fd_(fd), prefix_(std::move(prefix)), length_(length), stall_timeout_(stall_timeout), window_(rate) {}
 
   StatusOr<size_t> Read(std::span<char> out) override {
     TimePoint now = std::chrono::steady_clock::now();
-    StartRateClock(now);
+    window_.ReadStarts(now);
     const uint64_t got = received_.load(std::memory_order_relaxed);
     if (got == length_ || out.empty()) return 0;
     const size_t want = static_cast<size_t>(std::min<uint64_t>(out.size(), length_ - got));
@@ -179,12 +180,12 @@ class DirectSocketBody final : public DirectBody {
                                      " ms");
       }
       TimePoint wake = stall_deadline;
-      if (rate_.bytes_per_second > 0) {
-        if (now >= window_end_) {
-          PARSYN_RETURN_IF_ERROR(CheckWindow());
+      if (window_.enabled()) {
+        if (now >= window_.end()) {
+          PARSYN_RETURN_IF_ERROR(window_.CheckAtEnd(received_.load(std::memory_order_relaxed), now));
           continue;
         }
-        wake = std::min(wake, window_end_);
+        wake = std::min(wake, window_.end());
       }
       pollfd waiting{.fd = fd_, .events = POLLIN, .revents = 0};
       const auto wait_ms = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
@@ -200,40 +201,8 @@ class DirectSocketBody final : public DirectBody {
  private:
   StatusOr<size_t> Received(size_t n, TimePoint now) {
     const uint64_t total = received_.fetch_add(n, std::memory_order_acq_rel) + n;
-    if (rate_.bytes_per_second > 0 && total - window_mark_ >= Quota()) StartWindow(total, now);
-    last_return_ = now;
+    window_.ReadReturns(total, now);
     return n;
-  }
-  // As Body's: the bytes each window must bring; the first window is longer by the grace; time between Reads (the
-  // caller hashing and writing) does not count against the client.
-  uint64_t Quota() const {
-    return rate_.bytes_per_second * static_cast<uint64_t>(std::max<int64_t>(1, rate_.window.count())) / 1000;
-  }
-  void StartWindow(uint64_t received, TimePoint now) {
-    first_window_ = false;
-    window_mark_ = received;
-    window_end_ = now + rate_.window;
-  }
-  void StartRateClock(TimePoint now) {
-    if (rate_.bytes_per_second == 0) return;
-    if (!rate_started_) {
-      rate_started_ = true;
-      window_end_ = now + rate_.grace + rate_.window;
-    } else {
-      window_end_ += now - last_return_;
-    }
-  }
-  Status CheckWindow() {
-    const uint64_t received = received_.load(std::memory_order_relaxed);
-    if (received - window_mark_ >= Quota()) {
-      StartWindow(received, std::chrono::steady_clock::now());
-      return Status::Ok();
-    }
-    const auto span = rate_.window.count() + (first_window_ ? rate_.grace.count() : 0);
-    return DeadlineExceededError("request body too slow: " + std::to_string(received - window_mark_) + " bytes in " +
-                                 std::to_string(span) + " ms, below the minimum of " +
-                                 std::to_string(rate_.bytes_per_second) + " bytes/s (averaged over " +
-                                 std::to_string(rate_.window.count()) + " ms); the body was cut off");
   }
 
   const int fd_;
@@ -241,13 +210,8 @@ class DirectSocketBody final : public DirectBody {
   size_t prefix_used_ = 0;
   const uint64_t length_;
   const std::chrono::milliseconds stall_timeout_;
-  const BodyRate rate_;
+  BodyRateWindow window_;
   std::atomic<uint64_t> received_{0};
-  bool rate_started_ = false;
-  TimePoint window_end_{};
-  TimePoint last_return_{};
-  uint64_t window_mark_ = 0;
-  bool first_window_ = true;
 };
 
 }  // namespace
@@ -742,7 +706,7 @@ template <class Stream>
 class Connection<Stream>::Body final : public BodyReader {
  public:
   Body(Connection& conn, RequestParser& parser, uint64_t cap, BodyRate rate)
-      : conn_(conn), parser_(parser), cap_(cap), rate_(rate) {}
+      : conn_(conn), parser_(parser), cap_(cap), window_(rate) {}
   ~Body() override {
     if (direct_) conn_.EndDirect(*direct_);
   }
@@ -750,7 +714,7 @@ class Connection<Stream>::Body final : public BodyReader {
   net::awaitable<StatusOr<std::string_view>> Next() override {
     if (direct_) co_return InternalError("the body was handed to a direct reader (TakeDirect)");
     next_called_ = true;
-    StartRateClock();
+    window_.ReadStarts(std::chrono::steady_clock::now());
     if (!chunk_ && !parser_.is_done()) {
       // A small body's own size: most requests (heartbeats, results) carry a few hundred bytes, and 64 KiB each was
       // an allocation of jemalloc's large class per request.
@@ -785,11 +749,8 @@ class Connection<Stream>::Body final : public BodyReader {
       if (received_ > cap_) {
         co_return ResourceExhaustedError("request body exceeds the limit of " + std::to_string(cap_) + " bytes");
       }
-      if (rate_.bytes_per_second > 0 && received_ - window_mark_ >= Quota()) StartWindow(received_);
-      if (n > 0) {
-        last_return_ = std::chrono::steady_clock::now();
-        co_return std::string_view(chunk_.get(), n);
-      }
+      window_.ReadReturns(received_, std::chrono::steady_clock::now());
+      if (n > 0) co_return std::string_view(chunk_.get(), n);
     }
     co_return std::string_view();
   }
@@ -816,7 +777,7 @@ class Connection<Stream>::Body final : public BodyReader {
       conn_.buffer_.consume(take);
       conn_.Lowest().expires_never();  // no Beast operation runs until the reader is done
       direct_ = std::make_shared<DirectSocketBody>(conn_.Lowest().socket().native_handle(), std::move(prefix), length,
-                                                   conn_.opts_.body_timeout, rate_);
+                                                   conn_.opts_.body_timeout, window_.rate());
       conn_.direct_reading_ = true;
       return direct_;
     }
@@ -839,24 +800,6 @@ class Connection<Stream>::Body final : public BodyReader {
   }
 
   // BodyRate: the bytes each window must bring; the first window (from the first Next) is longer by the grace.
-  uint64_t Quota() const {
-    return rate_.bytes_per_second * static_cast<uint64_t>(std::max<int64_t>(1, rate_.window.count())) / 1000;
-  }
-  void StartWindow(uint64_t received) {
-    first_window_ = false;
-    window_mark_ = received;
-    window_end_ = std::chrono::steady_clock::now() + rate_.window;
-  }
-  void StartRateClock() {
-    if (rate_.bytes_per_second == 0) return;
-    const TimePoint now = std::chrono::steady_clock::now();
-    if (!rate_started_) {
-      rate_started_ = true;
-      window_end_ = now + rate_.grace + rate_.window;
-    } else {
-      window_end_ += now - last_return_;  // the handler's time between chunks does not count against the client
-    }
-  }
   // At the body's deadline (SetDeadline), a read still waiting is cancelled and the body cut, as for the rate: the
   // answer still goes out (a socket timeout would close the connection before it).
   void ArmDeadlineTimer() {
@@ -881,27 +824,23 @@ class Connection<Stream>::Body final : public BodyReader {
   // At the window's end, what arrived (including the part of the chunk being read) is compared with the quota: a
   // new window starts, or the read is cancelled and the body cut.
   void ArmRateTimer() {
-    if (rate_.bytes_per_second == 0) return;
+    if (!window_.enabled()) return;
     if (!rate_timer_) {
       rate_timer_.emplace(conn_.stream_.get_executor());
       if (!alive_) alive_ = std::make_shared<int>(0);
     }
-    rate_timer_->expires_at(window_end_);
+    rate_timer_->expires_at(window_.end());
     rate_timer_->async_wait(
         [this, alive = std::weak_ptr<int>(alive_), generation = read_generation_](const beast::error_code& ec) {
           if (ec || alive.expired() || generation != read_generation_) return;
           const uint64_t received = received_ + (chunk_bytes_ - parser_.get().body().size);
-          if (received - window_mark_ >= Quota()) {
-            StartWindow(received);
+          Status checked = window_.CheckAtEnd(received, std::chrono::steady_clock::now());
+          if (checked.ok()) {
             ArmRateTimer();
             return;
           }
-          const auto span = rate_.window.count() + (first_window_ ? rate_.grace.count() : 0);
           too_slow_ = true;
-          too_slow_message_ = "request body too slow: " + std::to_string(received - window_mark_) + " bytes in " +
-                              std::to_string(span) + " ms, below the minimum of " +
-                              std::to_string(rate_.bytes_per_second) + " bytes/s (averaged over " +
-                              std::to_string(rate_.window.count()) + " ms); the body was cut off";
+          too_slow_message_ = checked.message();
           beast::error_code ignored;
           conn_.Lowest().socket().cancel(ignored);
         });
@@ -915,13 +854,8 @@ class Connection<Stream>::Body final : public BodyReader {
   uint64_t received_ = 0;
   std::unique_ptr<char[]> chunk_;  // allocated by the first Next(): most requests never read a body through it
   size_t chunk_bytes_ = 0;
-  BodyRate rate_;
+  BodyRateWindow window_;
   std::optional<net::steady_timer> rate_timer_;  // routes with a minimum rate only: not one per request
-  bool rate_started_ = false;
-  TimePoint window_end_{};
-  TimePoint last_return_{};
-  uint64_t window_mark_ = 0;  // received_ when the current window began
-  bool first_window_ = true;  // the first window is longer by the grace
   uint64_t read_generation_ = 0;
   bool too_slow_ = false;
   std::string too_slow_message_;

@@ -22,11 +22,11 @@ inline bool RequireAllDependencies() {
 
 }  // namespace parsyn::test_support
 
-#define PARSYN_SKIP_FOR_MISSING_DEPENDENCY(why)                                                            \
-  do {                                                                                                     \
-    const std::string parsyn_missing_why = (why);                                                          \
-    if (::parsyn::test_support::RequireAllDependencies()) {                                                \
+#define PARSYN_SKIP_FOR_MISSING_DEPENDENCY(why)                                                             \
+  do {                                                                                                      \
+    const std::string parsyn_missing_why = (why);                                                           \
+    if (::parsyn::test_support::RequireAllDependencies()) {                                                 \
       GTEST_FAIL() << parsyn_missing_why << " (PARSYN_REQUIRE_ALL=1: a missing dependency fails the test)"; \
-    }                                                                                                      \
-    GTEST_SKIP() << parsyn_missing_why;                                                                    \
+    }                                                                                                       \
+    GTEST_SKIP() << parsyn_missing_why;                                                                     \
   } while (0)
