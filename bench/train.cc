@@ -157,8 +157,7 @@ std::vector<nlohmann::json> PythonSteps(const Shape& s, int threads, int steps) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads =
-      1;  // docs/architecture.md §7: on this machine one thread beats two for bf16; both sides use the same count
+  int threads = 1;  // measured: on this machine one thread beats two for bf16; both sides use the same count
   int steps = 2;
   Shape shape;
   for (int i = 1; i < argc; ++i) {

@@ -1,5 +1,5 @@
 // GET /api/v1/events: the dashboard's one event stream (SSE) of job, round and worker changes across all jobs, from
-// the service's EventFeed (event_feed.h; the event types are in docs/architecture.md, "Event streams").
+// the service's EventFeed (event_feed.h; the event types are in docs/openapi.yaml, GET /events).
 #include <nlohmann/json.hpp>
 
 #include "coordinator/event_feed.h"

@@ -1,4 +1,4 @@
-// WriteQueue: group commit of the coordinator's per-worker records (docs/architecture.md, "Round engine and store").
+// WriteQueue: group commit of the coordinator's per-worker records (docs/architecture.md §3, "Group commit").
 //
 // Callers on the event loop queue writes (a task's shard assignment and event, a result's update record and event,
 // a progress event, ...) and get a ticket; one flusher turns everything queued into ONE MetadataStore::ApplyBatch on

@@ -72,8 +72,8 @@ class BodyRateWindow {
 
   const BodyRate rate_;
   bool started_ = false;
-  bool first_ = true;      // the first window is longer by the grace
-  uint64_t mark_ = 0;      // the bytes received when the current window began
+  bool first_ = true;  // the first window is longer by the grace
+  uint64_t mark_ = 0;  // the bytes received when the current window began
   TimePoint end_{};
   TimePoint last_return_{};
 };
