@@ -1,7 +1,7 @@
 // Status and StatusOr<T>: errors as values across layers.
 //
 // Every layer returns Status/StatusOr instead of throwing. Libraries that throw (libtorch, nlohmann::json) are caught
-// at the edge of the layer that uses them. HttpStatusFor() is the one place codes map to HTTP.
+// at the edge of the layer that uses them. The mapping to HTTP statuses is http/status_codes.h.
 // Status and StatusOr are plain values: safe to copy and move between threads.
 #pragma once
 
@@ -35,7 +35,6 @@ std::string_view StatusCodeName(StatusCode code);
 // "invalid_argument", "not_found", ... : the `code` field of the API's error body.
 std::string_view StatusCodeSlug(StatusCode code);
 // The single mapping from codes to HTTP statuses (400, 404, 409, 409, 503, 504, 500, 500, 401, 403, 413, 499).
-int HttpStatusFor(StatusCode code);
 
 class [[nodiscard]] Status {
  public:

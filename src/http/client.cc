@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/json_nesting.h"
+#include "http/status_codes.h"
 #include "net/transport.h"
 
 namespace parsyn::http {
@@ -18,24 +19,6 @@ using File = std::unique_ptr<std::FILE, FileCloser>;
 
 bool IsIdempotent(Method m) {
   return m == Method::kGet || m == Method::kHead || m == Method::kPut || m == Method::kDelete || m == Method::kOptions;
-}
-
-StatusCode CodeForHttpStatus(int status) {
-  switch (status) {
-    case 400: return StatusCode::kInvalidArgument;
-    case 401: return StatusCode::kUnauthenticated;
-    case 403: return StatusCode::kPermissionDenied;
-    case 404: return StatusCode::kNotFound;
-    case 409: return StatusCode::kFailedPrecondition;
-    case 412: return StatusCode::kFailedPrecondition;  // a conditional header (If-None-Match, If-Match) did not hold
-    case 413: return StatusCode::kResourceExhausted;
-    case 429: return StatusCode::kResourceExhausted;
-    case 499: return StatusCode::kCancelled;
-    case 502:
-    case 503: return StatusCode::kUnavailable;
-    case 504: return StatusCode::kDeadlineExceeded;
-    default: return status >= 500 ? StatusCode::kInternal : StatusCode::kInvalidArgument;
-  }
 }
 
 std::optional<StatusCode> CodeForSlug(std::string_view slug) {

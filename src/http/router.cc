@@ -5,6 +5,7 @@
 #include "base/strings.h"
 #include "http/internal.h"
 #include "http/server.h"
+#include "http/status_codes.h"
 
 namespace parsyn::http {
 

@@ -23,6 +23,7 @@
 #include "coordinator/signed_blob_urls.h"
 #include "harness.h"
 #include "http/signed_url.h"
+#include "http/status_codes.h"
 #include "net/transport.h"
 #include "weights/safetensors.h"
 #include "weights/sha256.h"
@@ -548,7 +549,7 @@ TEST_F(ApiTest, BadRequestsGetTheRightStatusAndMessage) {
     http::Client client(o);
     auto res = client.Send(c.method, c.path, c.body, c.body.empty() ? "" : "application/json");
     ASSERT_FALSE(res.ok());
-    EXPECT_EQ(HttpStatusFor(res.status().code()), c.status) << res.status().ToString();
+    EXPECT_EQ(http::HttpStatusFor(res.status().code()), c.status) << res.status().ToString();
     EXPECT_EQ(StatusCodeSlug(res.status().code()), c.code) << res.status().ToString();
     EXPECT_NE(res.status().message().find(c.message_part), std::string::npos) << res.status().message();
   }
@@ -1003,7 +1004,7 @@ TEST_F(ApiTest, ModelRegistrationChecksConfigAndEveryWeightsFile) {
       registered_files += c.files.size();
     } else {
       ASSERT_FALSE(res.ok());
-      EXPECT_EQ(HttpStatusFor(res.status().code()), 400) << res.status().ToString();
+      EXPECT_EQ(http::HttpStatusFor(res.status().code()), 400) << res.status().ToString();
       EXPECT_NE(res.status().message().find(c.message_part), std::string::npos) << res.status().message();
     }
     // Nothing of a refused model stays: no record, and its staged uploads are removed.

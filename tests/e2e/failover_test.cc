@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/testing/missing_dependency.h"
+#include "http/status_codes.h"
 #include "llama_fixture.h"
 #include "storage/postgres_for_test.h"
 #include "storage/postgres_store.h"
@@ -107,7 +108,7 @@ class KeyedFailoverTest : public FailoverTest {
     int status = 0;
     for (int i = 0; i < 100; ++i) {
       StatusOr<http::ClientResponse> res = client.Get("/api/v1/workers");
-      status = res.ok() ? res->status : HttpStatusFor(res.status().code());
+      status = res.ok() ? res->status : http::HttpStatusFor(res.status().code());
       if (status == want) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
