@@ -33,9 +33,9 @@
 // rebuilds the engine checkpoint from the store (committed round, attempts, failures, shard owners) and resumes at
 // the last committed round + 1, so no committed round is lost, skipped or repeated.
 //
-// Files: job_runner.cc (events in, actions out: Handle/Execute/Do), job_setup.cc (Setup, Resume, LoadGlobal),
-// job_tasks.cc (round start, tasks and their upload grants), job_updates.cc (results, update checks and records),
-// job_commit.cc (aggregation, commit, failed rounds, the job's end and artifacts).
+// Files: job_runner.cc (events in, actions out: Handle/Execute/Do), job_runner_setup.cc (Setup, Resume, LoadGlobal),
+// job_runner_tasks.cc (round start, tasks and their upload grants), job_runner_updates.cc (results, update checks and
+// records), job_runner_commit.cc (aggregation, commit, failed rounds, the job's end and artifacts).
 //
 // Threads: loop thread only.
 #pragma once
@@ -140,7 +140,7 @@ class JobRunner {
  private:
   // The phase, round and attempt LiveView and LiveSummary show. Needs engine_.
   nlohmann::json LivePhase() const;
-  // An update Result() read and checked before taking the job's mutex (see CheckUpdateFile in job_updates.cc).
+  // An update Result() read and checked before taking the job's mutex (see CheckUpdateFile in job_runner_updates.cc).
   struct CheckedUpdate {
     int round = 0;
     int attempt = 0;

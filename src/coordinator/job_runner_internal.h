@@ -1,5 +1,5 @@
-// Helpers shared by the files of JobRunner (job_runner.cc, job_setup.cc, job_tasks.cc, job_updates.cc,
-// job_commit.cc). Not for other users.
+// Helpers shared by the files of JobRunner (job_runner.cc, job_runner_setup.cc, job_runner_tasks.cc,
+// job_runner_updates.cc, job_runner_commit.cc). Not for other users.
 #pragma once
 
 #include <chrono>
@@ -21,8 +21,8 @@ inline std::string_view DatasetExtension(storage::DatasetFormat format) {
   return format == storage::DatasetFormat::kCsv ? "csv" : "jsonl";
 }
 
-// The key of a shard's validation file, beside its training file (job_setup.cc writes both): the training file's key
-// with "validation" for its last "train" ("jobs/7/shards/00042.train.csv"; jobs set up before the flat layout have
+// The key of a shard's validation file, beside its training file (job_runner_setup.cc writes both): the training file's
+// key with "validation" for its last "train" ("jobs/7/shards/00042.train.csv"; jobs set up before the flat layout have
 // "jobs/7/shards/042/train.csv").
 inline std::string ValidationKey(const storage::Shard& shard, storage::DatasetFormat format) {
   return shard.blob_key.substr(0, shard.blob_key.rfind("train.")) + "validation." +
@@ -37,7 +37,7 @@ inline StatusOr<storage::BlobInfo> PutBytes(storage::BlobStore& blobs, const std
   return info;
 }
 
-// The start of the job's "warning" event about local datasets of very different sizes (job_updates.cc), by which
+// The start of the job's "warning" event about local datasets of very different sizes (job_runner_updates.cc), by which
 // a resumed job knows it was already given.
 // The global's safetensors metadata key that holds the sha256 of the server state stored beside it
 // (server_state.safetensors in the same attempt folder); absent for stateless strategies.

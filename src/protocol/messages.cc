@@ -35,8 +35,8 @@ std::optional<JsonFields> Nested(JsonFields& outer, std::string_view name, bool 
   return JsonFields::Lenient(std::move(*object), prefix + std::string(name) + ".");
 }
 
-// A result's metrics (worker/trainer_task.cc BuildResult): the trainer's counters, and its validation metrics before
-// and after training as flat objects (null: not measured); every value a finite number or null. Anything else is
+// A result's metrics (worker/task_translation.cc BuildResult): the trainer's counters, and its validation metrics
+// before and after training as flat objects (null: not measured); every value a finite number or null. Anything else is
 // refused, so what the coordinator stores and serves back is small and flat.
 constexpr std::string_view kResultCounters[] = {"steps", "examples_seen", "tokens_seen", "wall_s"};
 constexpr std::string_view kValidationMetrics[] = {"num_examples", "num_counted", "loss",

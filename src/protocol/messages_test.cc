@@ -390,7 +390,7 @@ TEST(ResultTest, RoundTripsAndRejectsUnknownFields) {
   EXPECT_THAT(std::string(ParseResult("{").status().message()), HasSubstr("request body is not valid JSON: "));
 }
 
-// The trainer's metrics as worker/trainer_task.cc sends them pass; anything else in `metrics` is refused by name.
+// The trainer's metrics as worker/task_translation.cc sends them pass; anything else in `metrics` is refused by name.
 TEST(ResultTest, MetricsHaveASchema) {
   const json validation = {{"num_examples", 30}, {"num_counted", 30}, {"loss", 0.7},
                            {"perplexity", 2.01}, {"accuracy", 0.8},   {"exact_match", nullptr}};

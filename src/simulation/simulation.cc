@@ -30,7 +30,7 @@
 #include "storage/sqlite_store.h"
 #include "weights/sha256.h"
 #include "worker/agent.h"
-#include "worker/trainer_task.h"
+#include "worker/task_translation.h"
 
 namespace parsyn::simulation {
 namespace {

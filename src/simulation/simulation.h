@@ -12,7 +12,7 @@
 // Virtual workers: each is a worker record (kind "own", named sim-<i>) the job lists; a task the runner delivers to
 // one runs on a pool of `parallel` threads, each running the trainer (parsyn-trainer, or any trainer of the trainer
 // contract: docs/trainer-contract.md) as a child process through worker::TrainerSupervisor, as `parsyn worker` does
-// (worker/trainer_task.h builds the trainer's task), reading the round's global, its shard
+// (worker/task_translation.h builds the trainer's task), reading the round's global, its shard
 // and the model straight from the blob store and writing its update there, then reporting the result to the runner
 // as the worker protocol's routes do (coordinator::ToResultReport, JobRunner::Result / TaskFailed). A worker is
 // offered to the job again once it has reported, as after a real worker's next poll.

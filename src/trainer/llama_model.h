@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "trainer/llama_config.h"
+#include "trainer/model_folder.h"
 #include "weights/weight_set.h"
 
 namespace parsyn::trainer {

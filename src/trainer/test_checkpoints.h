@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <string>
 
-#include "trainer/llama_config.h"
+#include "trainer/model_folder.h"
 #include "weights/weight_set.h"
 
 namespace parsyn::trainer::testing {

@@ -451,7 +451,7 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
   }
   if (task.data_source == protocol::DataSource::kWorkers) {
     // The job trains on the workers' own files. Local data never leaves: the trainer holds out its validation slice
-    // (the config's fraction, split by the job's seed: trainer_task.h).
+    // (the config's fraction, split by the job's seed: task_translation.h).
     if (options_.local_data.empty()) {
       return FailedPreconditionError("job " + std::to_string(task.job_id) +
                                      " trains on the workers' own data (data.source \"workers\"), but this worker "

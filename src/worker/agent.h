@@ -56,9 +56,9 @@
 #include "http/client.h"
 #include "protocol/messages.h"
 #include "worker/blob_cache.h"
+#include "worker/task_translation.h"
 #include "worker/trainer_launcher.h"
 #include "worker/trainer_supervisor.h"
-#include "worker/trainer_task.h"
 
 namespace parsyn::worker {
 

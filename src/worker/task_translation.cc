@@ -1,4 +1,4 @@
-#include "worker/trainer_task.h"
+#include "worker/task_translation.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "trainer/llama_config.h"
+#include "trainer/model_folder.h"
 
 #include <fstream>
 #include <sstream>
