@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "base/sha256.h"
 #include "storage/directory_blob_store.h"
 #include "storage/s3_blob_store.h"
 #include "storage/s3_moto_for_test.h"
 #include "storage/temp_dir_for_test.h"
-#include "weights/sha256.h"
 
 namespace {
 
@@ -83,7 +83,7 @@ Throughput Measure(BlobStore& store, const std::string& key, uint64_t size) {
   StatusOr<std::unique_ptr<ByteSource>> get = store.Get(key);
   if (!get.ok()) Die("get " + key, get.status());
   std::vector<std::byte> buffer(size_t{1} << 20);
-  parsyn::weights::Sha256 hasher;
+  parsyn::Sha256 hasher;
   uint64_t total = 0;
   while (true) {
     StatusOr<size_t> n = (*get)->Read(buffer);

@@ -61,13 +61,13 @@
 #include <vector>
 
 #include "base/fd_limit.h"
+#include "base/sha256.h"
 #include "base/temp_file.h"
 #include "bench_support.h"
 #include "http/client.h"
 #include "support/sim_workers.h"
 #include "weights/lora_layout.h"
 #include "weights/safetensors.h"
-#include "weights/sha256.h"
 
 namespace {
 
@@ -182,7 +182,7 @@ Update PrepareUpdate() {
   parsyn::weights::WeightSet adapters = Must(parsyn::weights::InitialLoraAdapters(ModelConfig(), lora, 99), "adapters");
   const std::vector<std::byte> image = parsyn::weights::SerializeSafetensors(adapters);
   return {.bytes = std::string(reinterpret_cast<const char*>(image.data()), image.size()),
-          .sha256 = parsyn::weights::Sha256Hex(std::span<const std::byte>(image))};
+          .sha256 = parsyn::Sha256Hex(std::span<const std::byte>(image))};
 }
 
 // The loopback ports one client address can use to reach one server address (net.ipv4.ip_local_port_range).
@@ -197,7 +197,7 @@ int LoopbackPorts() {
 double RoundFloorSeconds(const std::string& update, int count, const fs::path& scratch) {
   const double transfer_s = TimeLoopbackTransfer(update, count, 16);
   const auto sha_start = Clock::now();
-  for (int i = 0; i < count; ++i) (void)parsyn::weights::Sha256Hex(update);
+  for (int i = 0; i < count; ++i) (void)parsyn::Sha256Hex(update);
   const double sha_s = Seconds(Clock::now() - sha_start);
   const fs::path file = scratch / "update.safetensors";
   {

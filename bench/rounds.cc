@@ -84,6 +84,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/sha256.h"
 #include "base/temp_file.h"
 #include "bench_support.h"
 #include "http/client.h"
@@ -91,7 +92,6 @@
 #include "storage/postgres_for_test.h"
 #include "weights/lora_layout.h"
 #include "weights/safetensors.h"
-#include "weights/sha256.h"
 
 namespace {
 
@@ -232,7 +232,7 @@ PreparedUpdate PrepareUpdate(const fs::path& dir, int mib) {
   u.file = dir / "update.safetensors";
   std::ofstream out(u.file, std::ios::binary);
   out.write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
-  u.sha256 = parsyn::weights::Sha256Hex(std::span<const std::byte>(image));
+  u.sha256 = parsyn::Sha256Hex(std::span<const std::byte>(image));
   u.size_bytes = image.size();
   u.tensors = adapters.tensors().size();
   return u;
@@ -372,7 +372,7 @@ ReadTimes TimeReads(const fs::path& dir) {
   }
   t.plain_s = Seconds(Clock::now() - plain_start);
   const auto sha_start = Clock::now();
-  for (const fs::path& f : files) (void)parsyn::weights::Sha256File(f);
+  for (const fs::path& f : files) (void)parsyn::Sha256File(f);
   t.sha256_s = Seconds(Clock::now() - sha_start);
   return t;
 }

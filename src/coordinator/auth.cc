@@ -17,9 +17,9 @@
 #include <memory>
 
 #include "base/secure_random.h"
+#include "base/sha256.h"
 #include "base/strings.h"
 #include "base/text_file.h"
-#include "weights/sha256.h"
 
 namespace parsyn::coordinator {
 
@@ -90,7 +90,7 @@ StatusOr<std::string> NewSecret(std::string_view prefix) {
   return std::string(prefix) + hex;
 }
 
-std::string HashSecret(std::string_view secret) { return weights::Sha256Hex(secret); }
+std::string HashSecret(std::string_view secret) { return Sha256Hex(secret); }
 
 StatusOr<AdminKeySetup> EnsureAdminKey(storage::MetadataStore& store, const std::filesystem::path& data_dir) {
   AdminKeySetup setup;

@@ -18,11 +18,11 @@
 #include "base/strings.h"
 #include "coordinator/auth.h"
 #include "coordinator/job_runner.h"
-#include "coordinator/loop_tools.h"
 #include "coordinator/service.h"
 #include "coordinator/service_routes.h"
 #include "coordinator/signed_blob_urls.h"
 #include "http/signed_url.h"
+#include "loop/loop_tools.h"
 #include "storage/local_blob_copy.h"
 
 namespace parsyn::coordinator {
@@ -61,8 +61,8 @@ class BlobRoutes {
     const std::string key = req.params["key"];
     auto allowed = Verify(req, "GET", key);
     if (!allowed.ok()) co_return Response::Error(allowed.status());
-    auto copy = co_await Offload(context_.pool,
-                                 [&] { return storage::LocalBlobCopy::Open(context_.blobs, key, context_.spool_dir); });
+    auto copy = co_await loop::Offload(
+        context_.pool, [&] { return storage::LocalBlobCopy::Open(context_.blobs, key, context_.spool_dir); });
     if (!copy.ok()) co_return ErrorForWorker(copy.status());
     CountBytesMoved(key, copy->size_bytes());
     co_return DownloadResponse(std::move(*copy), key);
@@ -89,7 +89,7 @@ class BlobRoutes {
       // A retry while the server still holds the worker's earlier PUT (its connection half-open, say): the newer one
       // wins. The earlier one's connection is closed, and this one goes on once that upload has ended.
       PARSYN_LOG_INFO("blob upload to {}: a newer PUT supersedes the one in progress", key);
-      std::shared_ptr<http::Signal> ended = earlier->second.ended;
+      std::shared_ptr<loop::Signal> ended = earlier->second.ended;
       if (earlier->second.connection != nullptr) earlier->second.connection->Close();
       const auto give_up = std::chrono::steady_clock::now() + kSupersedeWait;
       while (uploads_in_flight_.contains(key) && std::chrono::steady_clock::now() < give_up) {
@@ -144,7 +144,7 @@ class BlobRoutes {
   // notified when it ends.
   struct ActiveUpload {
     http::ClientConnection* connection = nullptr;
-    std::shared_ptr<http::Signal> ended;
+    std::shared_ptr<loop::Signal> ended;
   };
   // How long a superseding PUT waits for the upload it supersedes to end (its reader sees the closed connection).
   static constexpr std::chrono::seconds kSupersedeWait{10};
@@ -155,7 +155,7 @@ class BlobRoutes {
     InFlight(BlobRoutes& routes, std::string key, int64_t worker, http::ClientConnection* connection)
         : routes_(routes), key_(std::move(key)), worker_(worker) {
       routes_.uploads_in_flight_[key_] =
-          ActiveUpload{.connection = connection, .ended = std::make_shared<http::Signal>(routes_.service_.executor())};
+          ActiveUpload{.connection = connection, .ended = std::make_shared<loop::Signal>(routes_.service_.executor())};
       ++routes_.uploads_per_worker_[worker_];
     }
     InFlight(const InFlight&) = delete;

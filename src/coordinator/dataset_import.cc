@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "coordinator/loop_tools.h"
 #include "data/dataset.h"
+#include "loop/loop_tools.h"
 #include "storage/local_blob_copy.h"
 
 namespace parsyn::coordinator {
@@ -79,7 +79,7 @@ http::Awaitable<StatusOr<storage::Dataset>> ImportDataset(const RouteContext& co
   StatusOr<storage::BlobInfo> stored = co_await std::move(upload);
   if (!stored.ok()) co_return stored.status();
   const int64_t now_ms = context.clock.UnixMillis();
-  co_return co_await Offload(context.pool, [&] { return RecordDataset(context, import, key, *stored, now_ms); });
+  co_return co_await loop::Offload(context.pool, [&] { return RecordDataset(context, import, key, *stored, now_ms); });
 }
 
 }  // namespace parsyn::coordinator

@@ -1,8 +1,8 @@
 // REST API v1 for datasets: import (dataset_import.h), list, get, delete.
 #include "coordinator/api_json.h"
 #include "coordinator/dataset_import.h"
-#include "coordinator/loop_tools.h"
 #include "coordinator/service_routes.h"
+#include "loop/loop_tools.h"
 
 namespace parsyn::coordinator {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "http/signal.h"
+#include "loop/signal.h"
 
 namespace parsyn::coordinator {
 
@@ -52,7 +52,7 @@ class EventFeed {
   std::string Id(uint64_t seq) const { return epoch_ + "-" + std::to_string(seq); }
   uint64_t head() const { return head_; }  // the newest seq (0: none yet)
   const std::string& epoch() const { return epoch_; }
-  http::Signal& signal() { return signal_; }
+  loop::Signal& signal() { return signal_; }
   size_t size() const { return events_.size(); }
   size_t bytes() const { return bytes_; }
 
@@ -64,7 +64,7 @@ class EventFeed {
   size_t bytes_ = 0;
   uint64_t head_ = 0;
   uint64_t dropped_through_ = 0;  // the newest seq no longer kept
-  http::Signal signal_;
+  loop::Signal signal_;
 };
 
 // A random epoch for a new feed: 16 hex digits.

@@ -3,7 +3,7 @@
 // sessions (task delivery, abandon, finish, who is idle). `Service` implements it; a unit test can implement it on
 // MemoryBlobStore, FaultyMetadataStore and FakeClock (job_runner_test.cc).
 //
-// Threads: called on the event loop only (the stores themselves are called from the pool, through Offload).
+// Threads: called on the event loop only (the stores themselves are called from the pool, through loop::Offload).
 #pragma once
 
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
@@ -55,7 +55,7 @@ class JobHost {
   // How long the URLs in a task stay valid: the server's --blob-url-ttl when set, else the attempt's timeout plus a
   // margin (kTaskUrlMargin), at most what the blob store presigns.
   virtual std::chrono::seconds TaskUrlTtl(std::chrono::milliseconds attempt_timeout) const = 0;
-  // For blocking work (store calls, blob I/O, validation, aggregation), through Offload.
+  // For blocking work (store calls, blob I/O, validation, aggregation), through loop::Offload.
   virtual boost::asio::thread_pool& pool() = 0;
   // The event loop's.
   virtual boost::asio::any_io_executor executor() = 0;

@@ -15,11 +15,11 @@
 #include "coordinator/api_json.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/job_runner_internal.h"
-#include "coordinator/loop_tools.h"
 #include "coordinator/registration.h"
 #include "coordinator/service.h"
 #include "coordinator/service_routes.h"
 #include "coordinator/sharding.h"
+#include "loop/loop_tools.h"
 #include "protocol/field_reader.h"
 #include "protocol/model_manifest.h"
 #include "protocol/trainer_events.h"
@@ -156,18 +156,19 @@ class JobRoutes {
     std::vector<std::string> warnings = JobSpecWarnings(*body, *spec);
     const int64_t now = context_.clock.UnixMillis();
     std::vector<std::string> reference_problems;
-    StatusOr<storage::TrainingJob> created = co_await Offload(context_.pool, [&]() -> StatusOr<storage::TrainingJob> {
-      PARSYN_RETURN_IF_ERROR(CheckReferences(context_.store, *spec, *body, warnings, reference_problems));
-      if (!reference_problems.empty()) return InvalidArgumentError("answered with reference_problems");
-      PARSYN_ASSIGN_OR_RETURN(std::string private_seed, SecureRandomHex(32));
-      storage::TrainingJob job{.name = spec->name,
-                               .dataset_id = spec->dataset_id,
-                               .model_id = spec->model_id,
-                               .spec_json = JobSpecToJsonString(*spec),
-                               .created_at_ms = now,
-                               .private_seed = std::move(private_seed)};
-      return context_.store.CreateJob(job);
-    });
+    StatusOr<storage::TrainingJob> created =
+        co_await loop::Offload(context_.pool, [&]() -> StatusOr<storage::TrainingJob> {
+          PARSYN_RETURN_IF_ERROR(CheckReferences(context_.store, *spec, *body, warnings, reference_problems));
+          if (!reference_problems.empty()) return InvalidArgumentError("answered with reference_problems");
+          PARSYN_ASSIGN_OR_RETURN(std::string private_seed, SecureRandomHex(32));
+          storage::TrainingJob job{.name = spec->name,
+                                   .dataset_id = spec->dataset_id,
+                                   .model_id = spec->model_id,
+                                   .spec_json = JobSpecToJsonString(*spec),
+                                   .created_at_ms = now,
+                                   .private_seed = std::move(private_seed)};
+          return context_.store.CreateJob(job);
+        });
     if (!reference_problems.empty()) co_return ProblemsResponse(FieldProblems(reference_problems));
     if (!created.ok()) co_return Response::Error(created.status());
     // The dashboard's stream: the new job as GET /training-jobs/{id} shows it, then its queued status.
@@ -200,7 +201,8 @@ class JobRoutes {
     }
     StatusOr<PageRequest> page = ParsePageRequest(req);
     if (!page.ok()) co_return Response::Error(page.status());
-    auto list = co_await Offload(context_.pool, [&] { return context_.store.ListJobs(filter, PageQuery(*page)); });
+    auto list =
+        co_await loop::Offload(context_.pool, [&] { return context_.store.ListJobs(filter, PageQuery(*page)); });
     if (!list.ok()) co_return Response::Error(list.status());
     co_return Response::Json(200, PageJson("training_jobs", *list, *page, JobSummaryJson));
   }
@@ -208,11 +210,11 @@ class JobRoutes {
   Awaitable<Response> Get(Request& req) {
     StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
     if (!id.ok()) co_return Response::Error(id.status());
-    auto job = co_await Offload(context_.pool, [&] { return context_.store.GetJob(*id); });
+    auto job = co_await loop::Offload(context_.pool, [&] { return context_.store.GetJob(*id); });
     if (!job.ok()) co_return Response::Error(job.status());
-    auto warnings = co_await Offload(context_.pool, [&] { return ListWarnings(context_.store, *id); });
+    auto warnings = co_await loop::Offload(context_.pool, [&] { return ListWarnings(context_.store, *id); });
     if (!warnings.ok()) co_return Response::Error(warnings.status());
-    auto shards = co_await Offload(context_.pool, [&] { return context_.store.ListShards(*id); });
+    auto shards = co_await loop::Offload(context_.pool, [&] { return context_.store.ListShards(*id); });
     if (!shards.ok()) co_return Response::Error(shards.status());
     json view = JobJson(*job);
     view["warnings"] = *warnings;
@@ -224,7 +226,7 @@ class JobRoutes {
   Awaitable<Response> Rounds(Request& req) {
     StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
     if (!id.ok()) co_return Response::Error(id.status());
-    auto rounds = co_await Offload(context_.pool, [&]() -> StatusOr<json> {
+    auto rounds = co_await loop::Offload(context_.pool, [&]() -> StatusOr<json> {
       PARSYN_ASSIGN_OR_RETURN(storage::TrainingJob job, context_.store.GetJob(*id));
       PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Round> list, context_.store.ListRounds(*id));
       // dp_fedavg: each committed round's ε and report, from its round_committed event.
@@ -280,7 +282,7 @@ class JobRoutes {
     }
     StatusOr<int64_t> after = IntQuery(req, "after", paging->after_id, 0, std::numeric_limits<int64_t>::max());
     if (!after.ok()) co_return Response::Error(after.status());
-    auto page = co_await Offload(context_.pool, [&]() -> StatusOr<json> {
+    auto page = co_await loop::Offload(context_.pool, [&]() -> StatusOr<json> {
       PARSYN_RETURN_IF_ERROR(context_.store.GetJob(*id).status());
       // One more than asked tells whether another page follows.
       PARSYN_ASSIGN_OR_RETURN(std::vector<storage::StoredMetricPoint> points,
@@ -322,7 +324,7 @@ class JobRoutes {
     if (!id.ok()) co_return Response::Error(id.status());
     StatusOr<std::optional<int64_t>> after = LastEventId(req);
     if (!after.ok()) co_return Response::Error(after.status());
-    auto job = co_await Offload(context_.pool, [&]() -> StatusOr<int64_t> {
+    auto job = co_await loop::Offload(context_.pool, [&]() -> StatusOr<int64_t> {
       PARSYN_RETURN_IF_ERROR(context_.store.GetJob(*id).status());
       return context_.store.LastJobEventId(*id);
     });
@@ -341,7 +343,7 @@ class JobRoutes {
   Awaitable<Response> Artifacts(Request& req) {
     StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
     if (!id.ok()) co_return Response::Error(id.status());
-    auto list = co_await Offload(context_.pool, [&]() -> StatusOr<std::vector<storage::JobArtifact>> {
+    auto list = co_await loop::Offload(context_.pool, [&]() -> StatusOr<std::vector<storage::JobArtifact>> {
       PARSYN_RETURN_IF_ERROR(context_.store.GetJob(*id).status());
       return context_.store.ListJobArtifacts(*id);
     });
@@ -354,7 +356,7 @@ class JobRoutes {
     StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
     if (!id.ok()) co_return Response::Error(id.status());
     const std::string name = req.params["name"];
-    auto copy = co_await Offload(context_.pool, [&]() -> StatusOr<storage::LocalBlobCopy> {
+    auto copy = co_await loop::Offload(context_.pool, [&]() -> StatusOr<storage::LocalBlobCopy> {
       PARSYN_RETURN_IF_ERROR(context_.store.GetJob(*id).status());
       PARSYN_ASSIGN_OR_RETURN(std::vector<storage::JobArtifact> list, context_.store.ListJobArtifacts(*id));
       for (const storage::JobArtifact& a : list) {
@@ -372,14 +374,14 @@ class JobRoutes {
   // Events after start_after; those up to history_end (0: none) without worker_progress.
   Awaitable<void> StreamEvents(int64_t job_id, int64_t start_after, int64_t history_end, http::EventStream& stream) {
     int64_t last = start_after;
-    http::Signal& signal = service_.EventSignal(job_id);
+    loop::Signal& signal = service_.EventSignal(job_id);
     while (stream.open()) {
       const bool in_history = last < history_end;
       const storage::JobEventFilter filter =
           in_history ? storage::JobEventFilter{.type = "worker_progress", .exclude_type = true}
                      : storage::JobEventFilter{};
-      auto events =
-          co_await Offload(context_.pool, [&] { return context_.store.ListJobEvents(job_id, last, 1000, filter); });
+      auto events = co_await loop::Offload(context_.pool,
+                                           [&] { return context_.store.ListJobEvents(job_id, last, 1000, filter); });
       if (!events.ok()) {
         // The stream ends (its client reconnects with Last-Event-ID); the log says why it ended early.
         PARSYN_LOG_WARN("training job {}: its event stream ended after event {}: {}", job_id, last,
@@ -416,7 +418,7 @@ class JobRoutes {
   Awaitable<Response> Control(Request& req, bool stop) {
     StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
     if (!id.ok()) co_return Response::Error(id.status());
-    auto job = co_await Offload(context_.pool, [&] { return context_.store.GetJob(*id); });
+    auto job = co_await loop::Offload(context_.pool, [&] { return context_.store.GetJob(*id); });
     if (!job.ok()) co_return Response::Error(job.status());
     if (storage::IsTerminal(job->status)) {
       co_return Response::Error(FailedPreconditionError("training job " + std::to_string(*id) + " is already " +
@@ -432,7 +434,7 @@ class JobRoutes {
       s = co_await runner->Cancel();
     }
     if (!s.ok()) co_return Response::Error(s);
-    auto after = co_await Offload(context_.pool, [&] { return context_.store.GetJob(*id); });
+    auto after = co_await loop::Offload(context_.pool, [&] { return context_.store.GetJob(*id); });
     if (!after.ok()) co_return Response::Error(after.status());
     json view = JobJson(*after);
     if (!runner->finished()) view["live"] = runner->LiveView();

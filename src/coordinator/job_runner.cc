@@ -101,7 +101,7 @@ http::Awaitable<Status> JobRunner::Launch() {
     // The reason is shown to users (the API, the dashboard): the server's file paths stay in its log.
     const std::string reason = "could not start: " + WithoutLocalPaths(status.message());
     const int64_t now = host_.clock().UnixMillis();
-    StatusOr<storage::TrainingJob> failed = co_await Offload(
+    StatusOr<storage::TrainingJob> failed = co_await loop::Offload(
         host_.pool(), [&] { return host_.store().SetJobStatus(job_.id, JobStatus::kFailed, now, reason); });
     if (failed.ok()) job_ = *failed;
     ended_ = true;
@@ -128,7 +128,7 @@ http::Awaitable<Status> JobRunner::Handle(std::function<StatusOr<Actions>()> eve
     WriteQueue::TicketPtr written;
     {
       co_await mutex_.Lock();
-      LoopLock lock(mutex_);
+      loop::LoopLock lock(mutex_);
       auto handled = HandleLocked(pass == 0 ? std::move(event) : [] { return StatusOr<Actions>(Actions{}); });
       Status h = co_await std::move(handled);  // kCoAwaitTemporaries: created above
       if (pass == 0) s = h;
@@ -144,9 +144,9 @@ http::Awaitable<Status> JobRunner::Handle(std::function<StatusOr<Actions>()> eve
     CollectWriteErrors();
     const Status failed = !write_error_.ok() ? write_error_ : (written ? written->status : Status::Ok());
     if (failed.ok()) {
-      LoopSlice slice;  // a round start delivers 10,000 tasks here
+      loop::LoopSlice slice;  // a round start delivers 10,000 tasks here
       for (int64_t worker : deliver) {
-        if (slice.Over()) co_await YieldToLoop();
+        if (slice.Over()) co_await loop::YieldToLoop();
         DeliverQueuedTask(worker);
       }
       break;
@@ -293,11 +293,11 @@ http::Awaitable<Status> JobRunner::Execute(Actions actions) {  // by value: see 
   std::deque<Action> work(actions.begin(), actions.end());
   Status first_error;
   // The job's mutex stays held across the yields; only other jobs' and workers' requests run meanwhile.
-  LoopSlice slice;
+  loop::LoopSlice slice;
   while (!work.empty()) {
     if (slice.Over()) {
       DeliverDurableTasks();
-      co_await YieldToLoop();
+      co_await loop::YieldToLoop();
     }
     Action action = std::move(work.front());
     work.pop_front();

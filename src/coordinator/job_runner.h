@@ -4,8 +4,8 @@
 // store (and an event appended) before the request that caused it is answered; validating and accumulating an update,
 // and writing the new global, run on the host's thread pool.
 //
-// Events for a job are handled one at a time (a LoopMutex), each with all of its actions, including the follow-ups
-// from validation and aggregation, before the next one starts.
+// Events for a job are handled one at a time (a loop::LoopMutex), each with all of its actions, including the
+// follow-ups from validation and aggregation, before the next one starts.
 //
 // Blob keys of a job (generated here, never from user input):
 //   jobs/<id>/shards/<nnnnn>.{train,validation}.<jsonl|csv> written once per job (none when data.source is
@@ -54,9 +54,9 @@
 
 #include "coordinator/job_host.h"
 #include "coordinator/job_spec.h"
-#include "coordinator/loop_tools.h"
 #include "coordinator/round_engine.h"
-#include "http/signal.h"
+#include "loop/loop_tools.h"
+#include "loop/signal.h"
 #include "protocol/messages.h"
 #include "storage/metadata_store.h"
 #include "strategy/strategy.h"
@@ -258,8 +258,8 @@ class JobRunner {
   std::unique_ptr<strategy::Strategy> strategy_;  // null when the spec's strategy cannot be made (Launch fails)
   Status strategy_error_;
   std::unique_ptr<RoundEngine> engine_;
-  LoopMutex mutex_;
-  http::Signal launched_;  // notified when Launch has finished (the engine exists, or the job ended)
+  loop::LoopMutex mutex_;
+  loop::Signal launched_;  // notified when Launch has finished (the engine exists, or the job ended)
   bool ended_ = false;
   static constexpr Clock::Duration kResyncRetryInterval = std::chrono::seconds(1);
   bool resync_needed_ = false;  // an action failed: the engine is ahead of the store (see Store errors above)

@@ -60,7 +60,7 @@ http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std
   };
   // The new global is a durable blob before the engine hears that aggregation finished (and so before commit).
   double finish_ms = 0, serialize_ms = 0, put_ms = 0;
-  StatusOr<Aggregated> aggregated = co_await Offload(host_.pool(), [&]() -> StatusOr<Aggregated> {
+  StatusOr<Aggregated> aggregated = co_await loop::Offload(host_.pool(), [&]() -> StatusOr<Aggregated> {
     auto phase_start = std::chrono::steady_clock::now();
     PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, strategy_->Finish());
     finish_ms = MillisSince(phase_start);
@@ -110,7 +110,7 @@ http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std
 
 http::Awaitable<Status> JobRunner::OnGlobalEvaluated(const GlobalEvaluated& a) {
   if (a.final) {
-    Status recorded = co_await Offload(host_.pool(), [&] {
+    Status recorded = co_await loop::Offload(host_.pool(), [&] {
       return host_.store().RecordFinalValidationLoss(job_.id, a.global_round, a.validation_loss);
     });
     if (!recorded.ok()) co_return recorded;
@@ -142,9 +142,9 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
   const std::string artifact_name = fmt::format("rounds/{:06}/global.safetensors", a.round);
   const auto commit_start = std::chrono::steady_clock::now();
   StatusOr<storage::BlobInfo> info =
-      co_await Offload(host_.pool(), [&] { return host_.blobs().Head(pending_global_->key); });
+      co_await loop::Offload(host_.pool(), [&] { return host_.blobs().Head(pending_global_->key); });
   if (!info.ok()) co_return info.status();
-  Status committed = co_await Offload(host_.pool(), [&]() -> Status {
+  Status committed = co_await loop::Offload(host_.pool(), [&]() -> Status {
     PARSYN_RETURN_IF_ERROR(host_.store().CommitRound(commit));
     // Every committed global stays downloadable as an artifact of the job.
     Status added = host_.store().AddJobArtifact({.job_id = job_.id,
@@ -208,7 +208,7 @@ http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, 
     if (const auto* f = std::get_if<JobFailed>(&next)) failure.fail_job_reason = f->reason;
   }
   undelivered_tasks_.clear();  // the attempt's tasks still waiting for their batch never go out
-  Status failed = co_await Offload(host_.pool(), [&] { return host_.store().FailRound(failure); });
+  Status failed = co_await loop::Offload(host_.pool(), [&] { return host_.store().FailRound(failure); });
   if (!failed.ok()) co_return failed;
   Metrics().rounds.WithLabels({"failed"}).Inc();
   pending_global_.reset();
@@ -250,7 +250,7 @@ http::Awaitable<Status> JobRunner::WriteFinalArtifacts() {
   }
   const bool peft = spec_.config.use_peft;
   const std::string prefix = peft ? "adapter_model" : "model";
-  Status written = co_await Offload(host_.pool(), [&]() -> Status {
+  Status written = co_await loop::Offload(host_.pool(), [&]() -> Status {
     auto add = [&](std::string name, std::string key, int64_t size, std::string sha) -> Status {
       Status s = host_.store().AddJobArtifact({.job_id = job_.id,
                                                .name = std::move(name),
@@ -291,7 +291,7 @@ http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string_view
   Status artifacts = Status::Ok();
   if (status == JobStatus::kSucceeded || status == JobStatus::kStopped) artifacts = co_await WriteFinalArtifacts();
   const int64_t now = host_.clock().UnixMillis();
-  StatusOr<storage::TrainingJob> ended = co_await Offload(host_.pool(), [&]() -> StatusOr<storage::TrainingJob> {
+  StatusOr<storage::TrainingJob> ended = co_await loop::Offload(host_.pool(), [&]() -> StatusOr<storage::TrainingJob> {
     PARSYN_ASSIGN_OR_RETURN(storage::TrainingJob current, host_.store().GetJob(job_.id));
     if (current.status != status) {  // else FailRound already failed it in the same transaction
       PARSYN_ASSIGN_OR_RETURN(current, host_.store().SetJobStatus(job_.id, status, now, reason));

@@ -3,20 +3,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <filesystem>
 #include <optional>
 
 #include "base/log.h"
+#include "base/sha256.h"
+#include "coordinator/job_preparation.h"
 #include "coordinator/job_runner_internal.h"
-#include "coordinator/partition.h"
 #include "coordinator/sharding.h"
-#include "data/dataset.h"
-#include "storage/byte_source.h"
 #include "storage/local_blob_copy.h"
-#include "weights/lora_layout.h"
 #include "weights/safetensors.h"
-#include "weights/sha256.h"
 
 namespace parsyn::coordinator {
 
@@ -42,7 +38,7 @@ StatusOr<ReadGlobal> ReadVerifiedGlobal(storage::BlobStore& blobs, const std::st
   PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy copy, storage::LocalBlobCopy::Open(blobs, key, spool_dir));
   ReadGlobal global{.weights = {}, .sha256 = copy.sha256(), .size_bytes = copy.size_bytes()};
   if (!copy.downloaded()) {
-    PARSYN_ASSIGN_OR_RETURN(global.sha256, weights::Sha256File(copy.path()));
+    PARSYN_ASSIGN_OR_RETURN(global.sha256, Sha256File(copy.path()));
   }
   if (!expected_sha256.empty() && global.sha256 != expected_sha256) {
     const bool weights = what == "the global weights";
@@ -54,72 +50,12 @@ StatusOr<ReadGlobal> ReadVerifiedGlobal(storage::BlobStore& blobs, const std::st
   return global;
 }
 
-// A PEFT job's starting adapters: deterministic (model config, LoRA options, seed), so a restart can check the
-// stored blob against them.
-StatusOr<std::string> InitialAdapterImage(const storage::Model& model, const JobSpec& spec) {
-  weights::LoraLayoutOptions lora;
-  lora.r = spec.config.lora_r;
-  lora.target_modules = spec.config.lora_target_modules;
-  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet adapters,
-                          weights::InitialLoraAdapters(model.config_json, lora, spec.config.seed));
-  std::vector<std::byte> image = weights::SerializeSafetensors(adapters);
-  return std::string(reinterpret_cast<const char*>(image.data()), image.size());
-}
-
-// A sharded checkpoint's tensors as one safetensors image, the global of a full-weight job on a sharded model (a custom
-// model's): the shards in their names' order as the index names them, each shard's tensors in its data order, so a
-// setup interrupted and redone writes the same bytes. The whole model is held in memory while it is joined. Blocking.
-StatusOr<std::string> JoinedShardsImage(storage::BlobStore& blobs, const storage::Model& model,
-                                        const std::filesystem::path& spool_dir) {
-  const storage::ModelFile* index = nullptr;
-  for (const storage::ModelFile& f : model.files) {
-    if (f.path == weights::kShardIndexFile) index = &f;
-  }
-  if (index == nullptr) return FailedPreconditionError("model " + std::to_string(model.id) + " has no shard index");
-  PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> source, blobs.Get(index->blob_key));
-  PARSYN_ASSIGN_OR_RETURN(std::string text, storage::ReadAll(*source, size_t{16} << 20));
-  PARSYN_ASSIGN_OR_RETURN(auto shards, weights::ParseSafetensorsIndex(text));
-  weights::WeightSet joined;
-  for (const auto& [shard, names] : shards) {
-    const auto file = std::find_if(model.files.begin(), model.files.end(),
-                                   [&shard](const storage::ModelFile& f) { return f.path == shard; });
-    if (file == model.files.end())
-      return DataLossError(std::string(weights::kShardIndexFile) + " names a missing " + shard);
-    PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy copy,
-                            storage::LocalBlobCopy::Open(blobs, file->blob_key, spool_dir));
-    PARSYN_ASSIGN_OR_RETURN(weights::WeightSet part, weights::ReadSafetensorsFile(copy.path()));
-    for (const weights::Tensor& t : part.tensors()) {
-      PARSYN_RETURN_IF_ERROR(joined.Add(t.name, t.dtype, t.shape, t.data).WithContext(shard));
-    }
-  }
-  std::vector<std::byte> image = weights::SerializeSafetensors(joined);
-  return std::string(reinterpret_cast<const char*>(image.data()), image.size());
-}
-
-// The sha256 of each shard's validation file, by shard index. The metadata store records the training file's only;
-// the validation file's is the blob store's record of it, made when setup wrote it. Workers check their downloads
-// against both.
-StatusOr<std::vector<std::string>> ValidationChecksums(storage::BlobStore& blobs,
-                                                       const std::vector<storage::Shard>& shards,
-                                                       storage::DatasetFormat format) {
-  std::vector<std::string> checksums;
-  for (const storage::Shard& shard : shards) {
-    if (shard.blob_key.empty()) {  // a slot of a job over the workers' own data
-      checksums.emplace_back();
-      continue;
-    }
-    PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo info, blobs.Head(ValidationKey(shard, format)));
-    checksums.push_back(info.sha256);
-  }
-  return checksums;
-}
-
 }  // namespace
 
 http::Awaitable<Status> JobRunner::LoadGlobal(std::string_view key_view, std::string_view sha256_view) {
   const std::string key(key_view), sha256(sha256_view);
-  StatusOr<ReadGlobal> global =
-      co_await Offload(host_.pool(), [&] { return ReadVerifiedGlobal(host_.blobs(), key, sha256, host_.spool_dir()); });
+  StatusOr<ReadGlobal> global = co_await loop::Offload(
+      host_.pool(), [&] { return ReadVerifiedGlobal(host_.blobs(), key, sha256, host_.spool_dir()); });
   if (!global.ok()) {
     if (global.status().code() == StatusCode::kDataLoss) co_return global.status();  // it names the blob already
     co_return global.status().WithContext("reading the global weights " + key);
@@ -142,7 +78,7 @@ http::Awaitable<Status> JobRunner::LoadServerState() {
   }
   const std::string key = global_key_.substr(0, global_key_.rfind('/') + 1) + kServerStateFile;
   const std::string sha256 = recorded->second;
-  StatusOr<ReadGlobal> state = co_await Offload(host_.pool(), [&] {
+  StatusOr<ReadGlobal> state = co_await loop::Offload(host_.pool(), [&] {
     return ReadVerifiedGlobal(host_.blobs(), key, sha256, host_.spool_dir(), "the server state");
   });
   if (!state.ok()) {
@@ -158,7 +94,7 @@ std::string JobRunner::InitialGlobalSha256(std::string* key) const {
   if (spec_.config.use_peft) {
     *key = fmt::format("jobs/{}/rounds/{:06}/global.safetensors", job_.id, 0);
     StatusOr<std::string> image = InitialAdapterImage(model_, spec_);
-    return image.ok() ? weights::Sha256Hex(*image) : "";  // an error here shows when the blob is parsed
+    return image.ok() ? Sha256Hex(*image) : "";  // an error here shows when the blob is parsed
   }
   for (const storage::ModelFile& f : model_.files) {
     if (f.path == "model.safetensors") {
@@ -174,153 +110,16 @@ std::string JobRunner::InitialGlobalSha256(std::string* key) const {
 
 http::Awaitable<Status> JobRunner::Setup() {
   storage::MetadataStore& store = host_.store();
-  storage::BlobStore& blobs = host_.blobs();
   const int64_t job_id = job_.id;
   const JobSpec& spec = spec_;
-  const std::filesystem::path spool_dir = host_.spool_dir();
-
-  // Shards and the initial global, written once per job; a setup interrupted by a crash redoes what is missing.
-  struct Prepared {
-    storage::Model model;
-    storage::Dataset dataset;
-    std::vector<storage::Shard> shards;
-    std::vector<std::string> validation_sha256;
-    std::string global_key;
-    // Where setup's time went (logged: a job over thousands of shards must not sit long in `queued`).
-    double split_ms = 0, blobs_ms = 0, records_ms = 0, checksums_ms = 0;
-  };
   const auto setup_start = std::chrono::steady_clock::now();
-  const RoundEngineConfig& config = engine_config_;
-  StatusOr<Prepared> prepared = co_await Offload(host_.pool(), [&]() -> StatusOr<Prepared> {
-    Prepared p;
-    PARSYN_ASSIGN_OR_RETURN(p.model, store.GetModel(spec.model_id));
-    PARSYN_ASSIGN_OR_RETURN(p.shards, store.ListShards(job_id));
-    if (p.shards.empty() && config.workers_hold_data) {
-      // The workers' own data: nothing to split or upload. The shards are slots without rows, stored so that a
-      // worker keeps its slot (and so its seeds) across a restart.
-      const bool fixed_owners = config.num_shards == static_cast<int>(config.eligible_workers.size());
-      for (int i = 0; i < config.num_shards; ++i) {
-        storage::Shard slot;
-        slot.shard_index = i;
-        if (fixed_owners) slot.worker_id = config.eligible_workers[static_cast<size_t>(i)];
-        p.shards.push_back(std::move(slot));
-      }
-      PARSYN_RETURN_IF_ERROR(store.CreateShards(job_id, p.shards));
-      PARSYN_ASSIGN_OR_RETURN(p.shards, store.ListShards(job_id));
-    }
-    if (!config.workers_hold_data) {
-      PARSYN_ASSIGN_OR_RETURN(p.dataset, store.GetDataset(spec.dataset_id));
-    }
-    if (p.shards.empty()) {
-      const auto split_start = std::chrono::steady_clock::now();
-      PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy dataset_copy,
-                              storage::LocalBlobCopy::Open(blobs, p.dataset.blob_key, spool_dir));
-      const std::filesystem::path& source = dataset_copy.path();
-      const data::DatasetFormat format =
-          p.dataset.format == storage::DatasetFormat::kCsv ? data::DatasetFormat::kCsv : data::DatasetFormat::kJsonl;
-      data::TabularOptions tabular;
-      if (!spec.config.label_column.empty()) tabular.label_column = spec.config.label_column;
-      // distributed.partition (an ordinary job's one shard is the whole dataset: iid). The labels are read when there
-      // is one to read: a CSV's label column, or a JSONL field the partition names; each shard's histogram is stored.
-      DataPartition partition = spec.distributed.enabled ? spec.distributed.partition : DataPartition{};
-      if (!spec.distributed.enabled) partition.label = spec.distributed.partition.label;
-      if (partition.label.empty() && format == data::DatasetFormat::kCsv) partition.label = tabular.label_column;
-      std::optional<data::RowLabels> labels;
-      std::vector<Shard> split;
-      if (!partition.label.empty()) {
-        StatusOr<data::RowLabels> read = data::ReadRowLabels(source, format, partition.label);
-        if (!read.ok()) {
-          return read.status().WithContext("distributed.partition.label \"" + partition.label + "\" of dataset " +
-                                           std::to_string(p.dataset.id));
-        }
-        labels = std::move(*read);
-        PARSYN_ASSIGN_OR_RETURN(split, SplitRowsByLabel(*labels, config.num_shards, spec.config.validation_fraction,
-                                                        partition, spec.config.seed));
-      } else {
-        PARSYN_ASSIGN_OR_RETURN(split, SplitRows(p.dataset.row_count, config.num_shards,
-                                                 spec.config.validation_fraction, spec.config.seed));
-      }
-      const std::vector<std::vector<int64_t>> histograms =
-          labels ? LabelHistograms(split, *labels) : std::vector<std::vector<int64_t>>{};
-      // Every shard's train and validation bytes from one pass over the dataset (per budget of memory), straight
-      // into the blob store without a flush each and one flush for all: setup is linear in the dataset and costs one
-      // sync, not shards x (dataset + fsyncs). The shard records come after that flush, so a crash before it leaves
-      // no record; the redone setup replaces any blob a crash left behind.
-      constexpr std::array<const char*, 2> kParts = {"train", "validation"};
-      std::vector<std::span<const int64_t>> subsets;  // shard i's train rows at 2i, its validation rows at 2i + 1
-      for (const Shard& shard : split) {
-        subsets.push_back(shard.train_rows);
-        subsets.push_back(shard.validation_rows);
-      }
-      const bool fixed_owners = config.num_shards == static_cast<int>(config.eligible_workers.size());
-      const storage::PutOptions scratch{
-          .max_size_bytes = std::nullopt, .expected_sha256 = std::nullopt, .durable = false};
-      for (size_t i = 0; i < split.size(); ++i) {
-        storage::Shard shard;
-        shard.shard_index = static_cast<int32_t>(i);
-        if (fixed_owners) shard.worker_id = config.eligible_workers[i];
-        shard.train_rows = static_cast<int64_t>(split[i].train_rows.size());
-        shard.validation_rows = static_cast<int64_t>(split[i].validation_rows.size());
-        if (labels) shard.label_histogram_json = LabelHistogramJson(histograms[i], labels->class_names);
-        p.shards.push_back(std::move(shard));
-      }
-      p.split_ms = MillisSince(split_start);
-      auto phase_start = std::chrono::steady_clock::now();
-      auto put_subset = [&](size_t subset, std::string&& bytes) -> Status {
-        const size_t i = subset / 2, k = subset % 2;
-        const std::string key =
-            fmt::format("jobs/{}/shards/{:05}.{}.{}", job_id, i, kParts[k], DatasetExtension(p.dataset.format));
-        storage::StringByteSource in(bytes);
-        StatusOr<storage::BlobInfo> info = blobs.Put(key, in, scratch);
-        if (!info.ok() && info.status().code() == StatusCode::kAlreadyExists) {
-          // Left by a setup a crash interrupted (no shard record names it): its bytes may be torn, so replace it.
-          PARSYN_RETURN_IF_ERROR(blobs.Delete(key));
-          storage::StringByteSource again(bytes);
-          info = blobs.Put(key, again, scratch);
-        }
-        if (!info.ok()) return info.status();
-        if (k == 0) {
-          p.shards[i].blob_key = key;
-          p.shards[i].sha256 = info->sha256;
-        }
-        return Status::Ok();
-      };
-      PARSYN_RETURN_IF_ERROR(data::SplitIntoSubsets(source, format, subsets, put_subset, tabular));
-      PARSYN_RETURN_IF_ERROR(blobs.SyncAll());
-      p.blobs_ms = MillisSince(phase_start);
-      phase_start = std::chrono::steady_clock::now();
-      PARSYN_RETURN_IF_ERROR(store.CreateShards(job_id, p.shards));
-      PARSYN_ASSIGN_OR_RETURN(p.shards, store.ListShards(job_id));
-      p.records_ms = MillisSince(phase_start);
-    }
-    if (!config.workers_hold_data) {
-      const auto phase_start = std::chrono::steady_clock::now();
-      PARSYN_ASSIGN_OR_RETURN(p.validation_sha256, ValidationChecksums(blobs, p.shards, p.dataset.format));
-      p.checksums_ms = MillisSince(phase_start);
-    }
-    if (spec.config.use_peft) {
-      p.global_key = fmt::format("jobs/{}/rounds/{:06}/global.safetensors", job_id, 0);
-      PARSYN_ASSIGN_OR_RETURN(std::string image, InitialAdapterImage(p.model, spec));
-      PARSYN_RETURN_IF_ERROR(PutBytes(blobs, p.global_key, std::move(image)).status());
-    } else {
-      // Full fine-tuning starts from the model's own weights: model.safetensors, or a sharded checkpoint joined.
-      bool sharded = false;
-      for (const storage::ModelFile& f : p.model.files) {
-        if (f.path == "model.safetensors") p.global_key = f.blob_key;
-        sharded = sharded || f.path == weights::kShardIndexFile;
-      }
-      if (p.global_key.empty() && sharded) {
-        p.global_key = fmt::format("jobs/{}/rounds/{:06}/global.safetensors", job_id, 0);
-        PARSYN_ASSIGN_OR_RETURN(std::string image, JoinedShardsImage(blobs, p.model, spool_dir));
-        PARSYN_RETURN_IF_ERROR(PutBytes(blobs, p.global_key, std::move(image)).status());
-      }
-      if (p.global_key.empty()) {
-        return FailedPreconditionError("model " + std::to_string(p.model.id) +
-                                       " has no model.safetensors to fine-tune (use_peft is false)");
-      }
-    }
-    return p;
-  });
+  const JobPreparationInputs inputs{.store = host_.store(),
+                                    .blobs = host_.blobs(),
+                                    .spec = spec_,
+                                    .config = engine_config_,
+                                    .job_id = job_id,
+                                    .spool_dir = host_.spool_dir()};
+  StatusOr<PreparedJob> prepared = co_await loop::Offload(host_.pool(), [&] { return PrepareJob(inputs); });
   if (!prepared.ok()) co_return prepared.status();
   PARSYN_LOG_INFO(
       "training job {}: {} shards prepared in {:.0f} ms (split {:.0f} ms, shard files into the blob store {:.0f} ms, "
@@ -351,7 +150,7 @@ http::Awaitable<Status> JobRunner::Setup() {
 
   const int64_t now = host_.clock().UnixMillis();
   StatusOr<storage::TrainingJob> running =
-      co_await Offload(host_.pool(), [&] { return store.SetJobStatus(job_id, JobStatus::kRunning, now); });
+      co_await loop::Offload(host_.pool(), [&] { return store.SetJobStatus(job_id, JobStatus::kRunning, now); });
   if (!running.ok()) co_return running.status();
   job_ = *running;
   {
@@ -385,7 +184,7 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
     storage::TrainingJob job;
     bool local_sizes_warned = false;
   };
-  StatusOr<Loaded> loaded = co_await Offload(host_.pool(), [&]() -> StatusOr<Loaded> {
+  StatusOr<Loaded> loaded = co_await loop::Offload(host_.pool(), [&]() -> StatusOr<Loaded> {
     Loaded l;
     PARSYN_ASSIGN_OR_RETURN(l.model, store.GetModel(job_.model_id));
     if (!engine_config_.workers_hold_data) {

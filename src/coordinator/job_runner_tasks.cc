@@ -7,13 +7,13 @@
 #include <boost/asio/post.hpp>
 
 #include "base/log.h"
+#include "base/sha256.h"
 #include "base/strings.h"
 #include "coordinator/job_runner_internal.h"
 #include "coordinator/server_metrics.h"
 #include "protocol/messages.h"
 #include "storage/byte_source.h"
 #include "storage/local_blob_copy.h"
-#include "weights/sha256.h"
 
 namespace parsyn::coordinator {
 
@@ -49,9 +49,9 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
   bytes_moved_ = 0;
   pending_global_.reset();
   pending_validation_loss_.reset();
-  Status started = co_await Offload(host_.pool(), [&] { return host_.store().StartRound(round); });
+  Status started = co_await loop::Offload(host_.pool(), [&] { return host_.store().StartRound(round); });
   if (!started.ok()) co_return started;
-  Status begun = co_await Offload(host_.pool(), [&] { return strategy_->Begin(a.round, *global_); });
+  Status begun = co_await loop::Offload(host_.pool(), [&] { return strategy_->Begin(a.round, *global_); });
   if (!begun.ok()) co_return begun;
   global_zstd_.reset();
   if (spec_.distributed.compression.zstd_level > 0) {
@@ -89,7 +89,7 @@ http::Awaitable<void> JobRunner::WriteGlobalZstdCopy(int round, int attempt) {
   const std::filesystem::path spool =
       host_.spool_dir() / fmt::format("global-{}-{}-a{}.safetensors.zst", job_.id, round, attempt);
   const auto start = std::chrono::steady_clock::now();
-  StatusOr<ZstdCopy> copy = co_await Offload(host_.pool(), [&]() -> StatusOr<ZstdCopy> {
+  StatusOr<ZstdCopy> copy = co_await loop::Offload(host_.pool(), [&]() -> StatusOr<ZstdCopy> {
     PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy plain,
                             storage::LocalBlobCopy::Open(host_.blobs(), global_key, host_.spool_dir()));
     struct RemoveSpool {
@@ -100,7 +100,7 @@ http::Awaitable<void> JobRunner::WriteGlobalZstdCopy(int round, int attempt) {
       }
     } remove_spool{spool};
     PARSYN_ASSIGN_OR_RETURN(uint64_t size, weights::ZstdCompressFile(plain.path(), spool, level));
-    PARSYN_ASSIGN_OR_RETURN(std::string sha256, weights::Sha256File(spool));
+    PARSYN_ASSIGN_OR_RETURN(std::string sha256, Sha256File(spool));
     PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> source, storage::OpenFileSource(spool));
     // Not durable: an attempt in flight at a restart is retried as a new attempt, which writes its own copy.
     StatusOr<storage::BlobInfo> put = host_.blobs().Put(key, *source, {.expected_sha256 = sha256, .durable = false});
@@ -270,7 +270,7 @@ http::Awaitable<Status> JobRunner::StartMultipartUploadIfLarge(int64_t worker_id
   if (multipart == nullptr || MaxUpdateUploadBytes() <= multipart->multipart_threshold_bytes()) {
     co_return Status::Ok();
   }
-  StatusOr<std::string> upload_id = co_await Offload(host_.pool(), [&] { return multipart->StartUpload(key); });
+  StatusOr<std::string> upload_id = co_await loop::Offload(host_.pool(), [&] { return multipart->StartUpload(key); });
   if (!upload_id.ok()) co_return upload_id.status().WithContext("starting the multipart upload of " + key);
   multipart_uploads_[worker_id] = MultipartUpload{.key = key, .upload_id = *upload_id};
   co_return Status::Ok();
@@ -283,7 +283,7 @@ http::Awaitable<void> JobRunner::CompleteMultipartUpload(int64_t worker_id, std:
   multipart_uploads_.erase(it);  // a repeated result finds the object complete, or nothing to complete
   storage::MultipartUrlIssuer* multipart = host_.blob_urls().multipart();  // non-null: it started the upload
   StatusOr<storage::BlobInfo> done =
-      co_await Offload(host_.pool(), [&] { return multipart->CompleteUpload(upload.key, upload.upload_id); });
+      co_await loop::Offload(host_.pool(), [&] { return multipart->CompleteUpload(upload.key, upload.upload_id); });
   // On failure (parts missing or too small, store down) the check that follows finds no update and says so.
   if (!done.ok()) {
     PARSYN_LOG_WARN("training job {}: completing worker {}'s multipart upload of {}: {}", job_.id, worker_id,
@@ -296,7 +296,7 @@ http::Awaitable<void> JobRunner::AbortIncompleteUploads(std::string prefix) {
   storage::MultipartUrlIssuer* multipart = host_.blob_urls().multipart();
   if (multipart == nullptr) co_return;
   if (abort_sweep_pending_) prefix = RoundsPrefix();  // an earlier abort failed: sweep every round of the job
-  StatusOr<int> aborted = co_await Offload(host_.pool(), [&] { return multipart->AbortUploadsUnder(prefix); });
+  StatusOr<int> aborted = co_await loop::Offload(host_.pool(), [&] { return multipart->AbortUploadsUnder(prefix); });
   if (!aborted.ok()) {
     abort_sweep_pending_ = true;
     PARSYN_LOG_WARN("training job {}: aborting incomplete uploads under {} (retried when the next attempt ends): {}",

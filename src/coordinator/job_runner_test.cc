@@ -34,9 +34,10 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/sha256.h"
 #include "base/testing/temp_dir.h"
 #include "coordinator/job_runner_internal.h"
-#include "coordinator/loop_tools.h"
+#include "loop/loop_tools.h"
 #include "storage/byte_source.h"
 #include "storage/directory_blob_store.h"
 #include "storage/disk_full.h"
@@ -45,7 +46,6 @@
 #include "storage/sqlite_store.h"
 #include "strategy/rdp_accountant.h"
 #include "weights/safetensors.h"
-#include "weights/sha256.h"
 #include "weights/update_codec.h"
 #include "weights/zstd_stream.h"
 
@@ -626,7 +626,7 @@ TEST(JobRunnerTest, CompressedUpdatesAreDecodedAndMalformedOnesRejected) {
     if (task["global_weights"].contains("zstd")) {
       const std::vector<std::byte> copy =
           f.ReadBlob(task["global_weights"]["zstd"]["url"].get<std::string>().substr(kUrlScheme.size()));
-      EXPECT_EQ(weights::Sha256Hex(copy), task["global_weights"]["zstd"]["sha256"]);
+      EXPECT_EQ(Sha256Hex(copy), task["global_weights"]["zstd"]["sha256"]);
       StatusOr<std::vector<std::byte>> plain = weights::ZstdDecompress(copy, task["global_weights"]["size_bytes"]);
       EXPECT_TRUE(plain.ok()) << plain.status().ToString();
       if (plain.ok()) {
@@ -1069,7 +1069,7 @@ TEST(JobRunnerTest, RestartRefusesACommittedGlobalChangedOnDisk) {
   std::filesystem::permissions(*file, std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
   std::ofstream(*file, std::ios::binary | std::ios::trunc)
       .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  const std::string actual = weights::Sha256Hex(std::span<const std::byte>(bytes));
+  const std::string actual = Sha256Hex(std::span<const std::byte>(bytes));
   ASSERT_EQ(f.blob_store_->Head(key)->sha256, recorded) << "the store's own record still says the old checksum";
 
   const Status restarted = f.StartRunner();

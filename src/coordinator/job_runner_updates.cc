@@ -127,7 +127,8 @@ http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, in
     if (direct_to_store) bytes_moved_ += update.size_bytes;
   }
   if (ask_store) {
-    StatusOr<storage::BlobInfo> info = co_await Offload(host_.pool(), [&] { return host_.blobs().Head(r.blob_key); });
+    StatusOr<storage::BlobInfo> info =
+        co_await loop::Offload(host_.pool(), [&] { return host_.blobs().Head(r.blob_key); });
     if (info.ok()) update.size_bytes = static_cast<int64_t>(info->size_bytes);
   }
   // Group commit: the record and its event go into the next batch; the worker's answer waits for it (Handle), and
@@ -223,7 +224,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   if (small_update || (ready && max_magnitude && strategy_->AcceptOwnedIsQuick(**checked))) {
     verdict = validate();
   } else {
-    verdict = co_await Offload(host_.pool(), validate);
+    verdict = co_await loop::Offload(host_.pool(), validate);
   }
   checked.reset();
   if (update_bytes > 0) verified_update_bytes_[report.blob_key] = update_bytes;
@@ -265,7 +266,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
     if (small_update) {
       strategy_->AddKeptUpdates();
     } else {
-      auto added = Offload(host_.pool(), [&] {  // kCoAwaitTemporaries
+      auto added = loop::Offload(host_.pool(), [&] {  // kCoAwaitTemporaries
         strategy_->AddKeptUpdates();
         return true;
       });
@@ -347,7 +348,7 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
     const auto check_start = std::chrono::steady_clock::now();
     uint64_t update_bytes = 0;
     std::optional<double> max_magnitude;
-    StatusOr<weights::WeightSet> update = co_await Offload(host_.pool(), [&] {
+    StatusOr<weights::WeightSet> update = co_await loop::Offload(host_.pool(), [&] {
       return CheckUpdateFile(host_.blobs(), report, expected_key, max_bytes, *global, encoding, host_.spool_dir(),
                              values_checked, &update_bytes, &max_magnitude);
     });

@@ -9,7 +9,7 @@
 
 #include "base/log.h"
 #include "coordinator/auth.h"
-#include "coordinator/loop_tools.h"
+#include "loop/loop_tools.h"
 
 namespace parsyn::coordinator {
 
@@ -27,7 +27,7 @@ http::Awaitable<void> Service::ElectionLoop() {
   while (!shutting_down_) {
     const Clock::TimePoint asked_at = clock_.Now();
     // Named, not a temporary of the co_await: the lambda holds strings (kCoAwaitTemporaries, loop_tools.h).
-    auto acquire = Offload(pool_, [this, ttl, id = coordinator_id_, url = options_.public_url] {
+    auto acquire = loop::Offload(pool_, [this, ttl, id = coordinator_id_, url = options_.public_url] {
       return store_->AcquireLeaderLease(id, url, ttl);
     });
     StatusOr<storage::LeaderLease> lease = co_await std::move(acquire);
@@ -58,7 +58,7 @@ http::Awaitable<void> Service::ElectionLoop() {
   }
   if (leader_) {
     // A standby takes over at once instead of waiting for the lease to expire.
-    Status released = co_await Offload(pool_, [this] { return store_->ReleaseLeaderLease(coordinator_id_); });
+    Status released = co_await loop::Offload(pool_, [this] { return store_->ReleaseLeaderLease(coordinator_id_); });
     if (!released.ok()) PARSYN_LOG_WARN("the leader lease was not released: {}", released.ToString());
   }
 }
@@ -78,7 +78,7 @@ http::Awaitable<void> Service::BecomeLeader() {
   Status failed;
   for (int attempt = 1; attempt <= kTries; ++attempt) {
     StatusOr<std::vector<storage::Worker>> workers =
-        co_await Offload(pool_, [this] { return ResetWorkerSessions(*store_); });
+        co_await loop::Offload(pool_, [this] { return ResetWorkerSessions(*store_); });
     failed = workers.status();
     if (workers.ok()) {
       auto key_read = RefreshAdminKey(/*as_leader=*/true);  // kCoAwaitTemporaries
@@ -98,7 +98,7 @@ http::Awaitable<void> Service::BecomeLeader() {
         "coordinator {}: cannot take over without the store's workers and admin key ({}); giving the "
         "lease back and staying a standby",
         coordinator_id_, failed.ToString());
-    Status released = co_await Offload(pool_, [this] { return store_->ReleaseLeaderLease(coordinator_id_); });
+    Status released = co_await loop::Offload(pool_, [this] { return store_->ReleaseLeaderLease(coordinator_id_); });
     if (!released.ok()) PARSYN_LOG_WARN("the leader lease was not released: {}", released.ToString());
     co_return;
   }
@@ -111,7 +111,7 @@ http::Awaitable<void> Service::BecomeLeader() {
 http::Awaitable<Status> Service::RefreshAdminKey(bool as_leader) {
   // With --admin-key-file the file is the key (a rotated Secret is picked up here); the leader also stores its hash,
   // for coordinators started without the file. Without it, the store holds the key.
-  auto read = Offload(pool_, [this, as_leader, file = options_.admin_key_file]() -> StatusOr<std::string> {
+  auto read = loop::Offload(pool_, [this, as_leader, file = options_.admin_key_file]() -> StatusOr<std::string> {
     if (file.empty()) return store_->GetAdminKeyHash();
     if (as_leader) PARSYN_RETURN_IF_ERROR(UseAdminKeyFile(*store_, file));
     PARSYN_ASSIGN_OR_RETURN(const std::string key, ReadOperatorKeyFile(file, "--admin-key-file"));

@@ -6,12 +6,12 @@
 
 #include "base/log.h"
 #include "coordinator/api_json.h"
-#include "coordinator/loop_tools.h"
+#include "loop/loop_tools.h"
 
 namespace parsyn::coordinator {
 
 http::Awaitable<StatusOr<storage::Worker>> Service::RevokeWorker(int64_t id, std::string why) {
-  auto revoke = Offload(pool_, [this, id]() -> StatusOr<storage::Worker> {  // kCoAwaitTemporaries
+  auto revoke = loop::Offload(pool_, [this, id]() -> StatusOr<storage::Worker> {  // kCoAwaitTemporaries
     PARSYN_ASSIGN_OR_RETURN(storage::Worker w, store_->GetWorker(id));
     w.revoked = true;
     w.status = storage::WorkerStatus::kOffline;
@@ -33,7 +33,7 @@ http::Awaitable<void> Service::RevokeAbsentManagedWorkers() {
   if (absence.count() <= 0) co_return;
   const int64_t cutoff_ms =
       clock_.UnixMillis() - std::chrono::duration_cast<std::chrono::milliseconds>(absence).count();
-  auto list = Offload(pool_, [this] { return store_->ListWorkers(); });  // kCoAwaitTemporaries
+  auto list = loop::Offload(pool_, [this] { return store_->ListWorkers(); });  // kCoAwaitTemporaries
   StatusOr<std::vector<storage::Worker>> workers = co_await std::move(list);
   if (!workers.ok()) {
     PARSYN_LOG_WARN("looking for absent managed workers: {}", workers.status().ToString());

@@ -9,11 +9,11 @@
 #include <span>
 
 #include "coordinator/api_json.h"
-#include "coordinator/loop_tools.h"
 #include "coordinator/registration.h"
 #include "coordinator/service_routes.h"
 #include "data/llama_config.h"
 #include "data/tabular_model_file.h"
+#include "loop/loop_tools.h"
 #include "protocol/model_manifest.h"
 #include "protocol/trainer_events.h"
 #include "weights/safetensors.h"
@@ -238,7 +238,7 @@ class ModelRoutes {
     StatusOr<storage::Model> model = ParseModelBody(req.body);
     if (!model.ok()) co_return Response::Error(model.status());
     const int64_t now = context_.clock.UnixMillis();
-    StatusOr<storage::Model> created = co_await Offload(context_.pool, [&]() -> StatusOr<storage::Model> {
+    StatusOr<storage::Model> created = co_await loop::Offload(context_.pool, [&]() -> StatusOr<storage::Model> {
       Status checked = CheckUploadsUnused(context_.store, *model);
       if (checked.ok()) checked = DescribeModelFiles(context_.blobs, *model);
       if (checked.ok()) checked = CheckModelWeights(context_.blobs, *model);

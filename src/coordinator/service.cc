@@ -14,12 +14,12 @@
 #include "coordinator/api_json.h"
 #include "coordinator/auth.h"
 #include "coordinator/job_runner.h"
-#include "coordinator/loop_tools.h"
 #include "coordinator/server_metrics.h"
 #include "coordinator/service_routes.h"
 #include "coordinator/signed_blob_urls.h"
 #include "coordinator/static_routes.h"
 #include "http/signed_url.h"
+#include "loop/loop_tools.h"
 #include "storage/byte_source.h"
 #include "storage/directory_blob_store.h"
 #include "storage/metadata_store.h"
@@ -355,7 +355,7 @@ http::Awaitable<void> Service::StoreWorkerStatus(int64_t worker_id, storage::Wor
   // The session's trainers go with every write of the row, so that no write of an older read drops them.
   const Session* session_now = FindSession(worker_id);
   const std::string trainers_json = session_now != nullptr ? session_now->trainers_json : "";
-  Status s = co_await Offload(pool_, [&]() -> Status {
+  Status s = co_await loop::Offload(pool_, [&]() -> Status {
     PARSYN_ASSIGN_OR_RETURN(storage::Worker w, store_->GetWorker(worker_id));
     w.status = status;
     if (!device.empty()) w.device = device;
@@ -392,7 +392,7 @@ http::Awaitable<void> Service::FlushPresence() {
   const Clock::TimePoint as_of = clock_.Now();
   std::vector<storage::WorkerSeen> seen = UnstoredPresence();
   if (seen.empty()) co_return;
-  Status s = co_await Offload(pool_, [&] { return store_->RecordWorkersSeen(seen); });
+  Status s = co_await loop::Offload(pool_, [&] { return store_->RecordWorkersSeen(seen); });
   if (!s.ok()) {
     PARSYN_LOG_WARN("presence of {} worker(s) not stored (kept in memory, retried): {}", seen.size(), s.ToString());
     co_return;
@@ -464,7 +464,7 @@ http::Awaitable<void> Service::Start() {
 }
 
 http::Awaitable<void> Service::ResumeJobs() {
-  StatusOr<std::vector<storage::TrainingJob>> jobs = co_await Offload(pool_, [&] { return store_->ListJobs(); });
+  StatusOr<std::vector<storage::TrainingJob>> jobs = co_await loop::Offload(pool_, [&] { return store_->ListJobs(); });
   if (!jobs.ok()) {
     PARSYN_LOG_ERROR("cannot list training jobs to resume: {}", jobs.status().ToString());
   } else {
@@ -475,10 +475,11 @@ http::Awaitable<void> Service::ResumeJobs() {
       }
     }
   }
-  ticker_ = std::make_unique<LoopTicker>(io_.get_executor(), options_.tick_interval, [this](LoopTicker::TimePoint due) {
-    tick_due_ = due;
-    tick_.Notify();
-  });
+  ticker_ = std::make_unique<loop::LoopTicker>(io_.get_executor(), options_.tick_interval,
+                                               [this](loop::LoopTicker::TimePoint due) {
+                                                 tick_due_ = due;
+                                                 tick_.Notify();
+                                               });
   boost::asio::co_spawn(io_, TimerLoop(), boost::asio::detached);
 }
 
@@ -500,8 +501,8 @@ http::Awaitable<void> Service::TimerLoop() {
   Clock::TimePoint next_silent_scan = clock_.Now();
   while (!shutting_down_) {
     // Woken by the ticker (tick_interval) or the shutdown; the timeout only guards against a ticker gone quiet.
-    std::array<http::Signal*, 2> wakers{&tick_, &shutdown_};
-    auto woken = http::WaitAny(wakers, 10 * options_.tick_interval);  // kCoAwaitTemporaries
+    std::array<loop::Signal*, 2> wakers{&tick_, &shutdown_};
+    auto woken = loop::WaitAny(wakers, 10 * options_.tick_interval);  // kCoAwaitTemporaries
     const int by = co_await std::move(woken);
     if (shutting_down_) break;
     const auto ticked = std::chrono::steady_clock::now();
@@ -510,7 +511,7 @@ http::Awaitable<void> Service::TimerLoop() {
       Metrics().tick_lateness.WithLabels({}).Observe(std::max(0.0, late.count()));
     }
     // The loop's queue now: what a request read now waits before its handler runs.
-    co_await YieldToLoop();
+    co_await loop::YieldToLoop();
     Metrics().loop_lag.WithLabels({}).Observe(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - ticked).count());
     const Clock::TimePoint now = clock_.Now();

@@ -4,7 +4,7 @@
 //
 // Threads: all of the service's state lives on the ONE thread that runs the io_context given to Open (the event
 // loop); route handlers and job runners are coroutines there and take no locks. Blocking work (store calls, blob
-// I/O, validating and accumulating updates, sharding) runs on the service's small thread pool through Offload()
+// I/O, validating and accumulating updates, sharding) runs on the service's small thread pool through loop::Offload()
 // and resumes on the loop; uploads stream on a separate pool. Open() itself blocks (it opens the stores) and may
 // run before the loop starts.
 //
@@ -34,10 +34,10 @@
 #include "coordinator/auth.h"
 #include "coordinator/event_feed.h"
 #include "coordinator/job_host.h"
-#include "coordinator/loop_tools.h"
 #include "coordinator/signed_blob_urls.h"
 #include "http/server.h"
-#include "http/signal.h"
+#include "loop/loop_tools.h"
+#include "loop/signal.h"
 #include "protocol/messages.h"
 #include "storage/blob_store.h"
 #include "storage/blob_urls.h"
@@ -193,7 +193,7 @@ class Service final : public JobHost {
   http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, nlohmann::json payload) override;
   WriteQueue::TicketPtr QueueJobWrites(int64_t job_id, std::vector<storage::BatchWrite> records,
                                        std::vector<QueuedEvent> events) override;
-  http::Signal& EventSignal(int64_t job_id);
+  loop::Signal& EventSignal(int64_t job_id);
   // The dashboard's stream across jobs (GET /api/v1/events). PublishFeedEvent adds "time_ms" to `data`.
   EventFeed& event_feed() { return feed_; }
   void PublishFeedEvent(std::string type, nlohmann::json data);
@@ -244,7 +244,7 @@ class Service final : public JobHost {
     // and the event stream show this.
     storage::WorkerStatus status = storage::WorkerStatus::kOnline;
     Clock::TimePoint presence_stored_at{};  // the last_seen the store holds
-    std::shared_ptr<http::Signal> wake;     // a task was queued (shared: a long-poll may outlive the session)
+    std::shared_ptr<loop::Signal> wake;     // a task was queued (shared: a long-poll may outlive the session)
     // What the hello said of the worker's own data file (its format and rows; nothing of it leaves the worker).
     std::optional<protocol::LocalData> local_data;
     // The trainers the hello announced (the built-in one, any model kind, when it named none), and the same as the
@@ -341,31 +341,31 @@ class Service final : public JobHost {
   // idle worker gets which shard) the ids are sorted.
   std::unordered_map<int64_t, Session> sessions_;
   std::map<int64_t, std::unique_ptr<JobRunner>> runners_;
-  std::map<int64_t, std::unique_ptr<http::Signal>> event_signals_;
+  std::map<int64_t, std::unique_ptr<loop::Signal>> event_signals_;
   EventFeed feed_;
   std::map<int64_t, nlohmann::json> worker_changes_;  // worker id -> fields changed since the last "workers" event
   std::set<int64_t> jobs_live_changed_;               // jobs with events since the last "job_live" events
   std::map<int64_t, Clock::TimePoint> progress_sampled_at_;  // per worker: its last progress sent to the feed
   Clock::TimePoint progress_window_start_{};
   int progress_in_window_ = 0;
-  http::Signal shutdown_;
+  loop::Signal shutdown_;
   bool shutting_down_ = false;
-  // The timer's tick (TimerLoop), posted by a thread of its own rather than an Asio timer (LoopTicker: a timer's
+  // The timer's tick (TimerLoop), posted by a thread of its own rather than an Asio timer (loop::LoopTicker: a timer's
   // expiry came seconds late on a busy loop). Made when the jobs resume; stopped first on destruction.
-  http::Signal tick_;
-  LoopTicker::TimePoint tick_due_{};
-  std::unique_ptr<LoopTicker> ticker_;
+  loop::Signal tick_;
+  loop::LoopTicker::TimePoint tick_due_{};
+  std::unique_ptr<loop::LoopTicker> ticker_;
   std::string coordinator_id_;
   bool leader_ = false;
   std::string leader_url_;  // the leader's URL as the lease names it ("" while unknown)
   // What the stores answered /readyz's probes: each problem's short reason ({} when ready).
-  SharedForAWhile<nlohmann::json> readiness_;
+  loop::SharedForAWhile<nlohmann::json> readiness_;
   // The stored state behind /metrics' gauges: jobs per status, and each worker's kind.
   struct StoredGauges {
     std::map<storage::JobStatus, int64_t> jobs;
     std::map<int64_t, storage::WorkerKind> worker_kinds;
   };
-  SharedForAWhile<StatusOr<StoredGauges>> stored_gauges_;
+  loop::SharedForAWhile<StatusOr<StoredGauges>> stored_gauges_;
 };
 
 // The exit status of a `parsyn server` that lost the leader lease (EX_TEMPFAIL: restart it).

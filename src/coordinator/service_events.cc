@@ -11,9 +11,9 @@ namespace parsyn::coordinator {
 
 using nlohmann::json;
 
-http::Signal& Service::EventSignal(int64_t job_id) {
-  std::unique_ptr<http::Signal>& s = event_signals_[job_id];
-  if (!s) s = std::make_unique<http::Signal>(io_.get_executor());
+loop::Signal& Service::EventSignal(int64_t job_id) {
+  std::unique_ptr<loop::Signal>& s = event_signals_[job_id];
+  if (!s) s = std::make_unique<loop::Signal>(io_.get_executor());
   return *s;
 }
 

@@ -1,5 +1,5 @@
 // GET /readyz and GET /metrics on the service: the store probes and stored gauges, each shared by the callers of a
-// short while (SharedForAWhile), because both routes are open.
+// short while (loop::SharedForAWhile), because both routes are open.
 #include "coordinator/service.h"
 
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
@@ -8,8 +8,8 @@
 #include <map>
 
 #include "base/log.h"
-#include "coordinator/loop_tools.h"
 #include "coordinator/server_metrics.h"
+#include "loop/loop_tools.h"
 #include "storage/byte_source.h"
 
 namespace parsyn::coordinator {

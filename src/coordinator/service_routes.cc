@@ -5,8 +5,9 @@
 #include "base/log.h"
 #include "base/strings.h"
 #include "coordinator/auth.h"
-#include "coordinator/loop_tools.h"
+#include "coordinator/body_stream.h"
 #include "coordinator/service.h"
+#include "loop/loop_tools.h"
 
 namespace parsyn::coordinator {
 

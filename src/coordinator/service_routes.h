@@ -19,8 +19,8 @@
 #include "base/clock.h"
 #include "base/status.h"
 #include "coordinator/api_json.h"
-#include "coordinator/loop_tools.h"
 #include "http/server.h"
+#include "loop/loop_tools.h"
 #include "storage/blob_store.h"
 #include "storage/local_blob_copy.h"
 #include "storage/metadata_store.h"
@@ -41,7 +41,7 @@ using nlohmann::json;
 struct RouteContext {
   storage::MetadataStore& store;
   storage::BlobStore& blobs;
-  boost::asio::thread_pool& pool;         // store calls, blob reads, validation (Offload)
+  boost::asio::thread_pool& pool;         // store calls, blob reads, validation (loop::Offload)
   boost::asio::thread_pool& upload_pool;  // streamed uploads only: their threads block on the network
   const Clock& clock;
   std::filesystem::path spool_dir;  // temporary local copies of blobs (LocalBlobCopy)
@@ -204,7 +204,7 @@ http::Awaitable<http::Response> ListRecords(const RouteContext& context, http::R
                                             List list, View view) {
   StatusOr<PageRequest> page = ParsePageRequest(req);
   if (!page.ok()) co_return http::Response::Error(page.status());
-  auto records = co_await Offload(context.pool, [&] { return list(context.store, PageQuery(*page)); });
+  auto records = co_await loop::Offload(context.pool, [&] { return list(context.store, PageQuery(*page)); });
   if (!records.ok()) co_return http::Response::Error(records.status());
   co_return http::Response::Json(200, PageJson(field, *records, *page, view));
 }
@@ -224,7 +224,7 @@ http::Awaitable<http::Response> DeleteRecordById(const RouteContext& context, ht
                                                  Get get, Remove remove, BlobKeys blob_keys) {
   StatusOr<int64_t> id = ParseId(req.params["id"], what);
   if (!id.ok()) co_return http::Response::Error(id.status());
-  Status deleted = co_await Offload(context.pool, [&]() -> Status {
+  Status deleted = co_await loop::Offload(context.pool, [&]() -> Status {
     auto record = get(context.store, *id);
     if (!record.ok()) return record.status();
     PARSYN_RETURN_IF_ERROR(remove(context.store, *id));
@@ -242,7 +242,7 @@ http::Awaitable<http::Response> GetRecordById(const RouteContext& context, http:
                                               Get get, View view) {
   StatusOr<int64_t> id = ParseId(req.params["id"], what);
   if (!id.ok()) co_return http::Response::Error(id.status());
-  auto record = co_await Offload(context.pool, [&] { return get(context.store, *id); });
+  auto record = co_await loop::Offload(context.pool, [&] { return get(context.store, *id); });
   if (!record.ok()) co_return http::Response::Error(record.status());
   co_return http::Response::Json(200, view(*record));
 }

@@ -8,9 +8,9 @@
 #include "base/log.h"
 #include "coordinator/api_json.h"
 #include "coordinator/auth.h"
-#include "coordinator/loop_tools.h"
 #include "coordinator/service.h"
 #include "coordinator/service_routes.h"
+#include "loop/loop_tools.h"
 
 namespace parsyn::coordinator {
 
@@ -46,7 +46,7 @@ class WorkerAdminRoutes {
     }
     if (std::optional<Response> busy = TakeBootstrapToken()) co_return std::move(*busy);
     const int max_managed = service_.options().max_managed_workers;
-    auto listed = Offload(context_.pool, [&]() -> StatusOr<std::pair<int, std::vector<int64_t>>> {
+    auto listed = loop::Offload(context_.pool, [&]() -> StatusOr<std::pair<int, std::vector<int64_t>>> {
       PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Worker> workers, context_.store.ListWorkers());
       int live = 0;
       std::vector<int64_t> same_name;
@@ -129,7 +129,7 @@ class WorkerAdminRoutes {
                            .kind = registration.kind,
                            .token_sha256 = HashSecret(*token),
                            .created_at_ms = context_.clock.UnixMillis()};
-    auto created = co_await Offload(context_.pool, [&] { return context_.store.CreateWorker(worker); });
+    auto created = co_await loop::Offload(context_.pool, [&] { return context_.store.CreateWorker(worker); });
     if (!created.ok()) co_return Response::Error(created.status());
     service_.worker_tokens_.Add(*created);
     service_.NoteWorkerChange(created->id, WorkerView(*created));  // the dashboard's stream
@@ -137,7 +137,7 @@ class WorkerAdminRoutes {
     body["token"] = *token;  // shown once; only its hash is kept
     if (!csr.empty()) {
       const ServiceOptions& o = service_.options();
-      auto sign = Offload(context_.pool, [&] {  // kCoAwaitTemporaries
+      auto sign = loop::Offload(context_.pool, [&] {  // kCoAwaitTemporaries
         return SignWorkerCertificateRequest(o.managed_ca_cert_file, o.managed_ca_key_file, csr, created->id);
       });
       StatusOr<IssuedCertificate> issued = co_await std::move(sign);

@@ -10,9 +10,9 @@
 #include "coordinator/api_json.h"
 #include "coordinator/auth.h"
 #include "coordinator/job_runner.h"
-#include "coordinator/loop_tools.h"
 #include "coordinator/service.h"
 #include "coordinator/service_routes.h"
+#include "loop/loop_tools.h"
 #include "protocol/messages.h"
 
 namespace parsyn::coordinator {
@@ -75,7 +75,7 @@ class WorkerProtocolRoutes {
     s.worker_id = worker_id;
     s.session_id = *session_id;
     s.last_seen = context_.clock.Now();
-    s.wake = std::make_shared<http::Signal>(service_.executor());
+    s.wake = std::make_shared<loop::Signal>(service_.executor());
     s.local_data = hello->local_data;
     s.trainers = hello->trainers;
     if (s.trainers.empty()) s.trainers.push_back({.name = std::string(protocol::kBuiltinTrainer), .description = {}});
@@ -83,7 +83,7 @@ class WorkerProtocolRoutes {
     co_await service_.SetWorkerStatus(worker_id, storage::WorkerStatus::kOnline, hello->device);
     // The registered name, so that the worker logs under it (a store error only leaves it unsaid).
     StatusOr<storage::Worker> registered =
-        co_await Offload(context_.pool, [&] { return context_.store.GetWorker(worker_id); });
+        co_await loop::Offload(context_.pool, [&] { return context_.store.GetWorker(worker_id); });
     const ServiceOptions& options = service_.options();
     co_return Response::Json(200,
                              protocol::HelloAnswerToJson({.worker_id = worker_id,
@@ -119,10 +119,10 @@ class WorkerProtocolRoutes {
     StatusOr<std::chrono::milliseconds> wait = PollWait(req, service_.options().max_poll_wait);
     if (!wait.ok()) co_return Response::Error(wait.status());
     const std::string session_id = s->session_id;
-    std::shared_ptr<http::Signal> wake = s->wake;
+    std::shared_ptr<loop::Signal> wake = s->wake;
     // A worker that is killed leaves its poll open until the server writes to it; the poll's connection is watched
     // instead (one wait on its socket), so that its close ends the poll, and the session, at once.
-    http::Signal* client_left = req.connection != nullptr ? &req.connection->WatchForClientClose() : nullptr;
+    loop::Signal* client_left = req.connection != nullptr ? &req.connection->WatchForClientClose() : nullptr;
     auto client_gone = [&req] { return req.connection != nullptr && req.connection->client_gone(); };
     s->last_seen = context_.clock.Now();
     // Polling while holding an unreported task means the worker dropped it; the job's engine hears so below.
@@ -141,8 +141,8 @@ class WorkerProtocolRoutes {
       // that list of all polls: O(N) per poll, O(N^2) when a round wakes N polls (16% of the coordinator's CPU in a
       // 2,000-worker round).
       if (client_left != nullptr) {
-        std::array<http::Signal*, 2> signals{wake.get(), client_left};
-        if (co_await http::WaitAny(signals, left) < 0) break;
+        std::array<loop::Signal*, 2> signals{wake.get(), client_left};
+        if (co_await loop::WaitAny(signals, left) < 0) break;
       } else if (!co_await wake->Wait(left)) {
         break;
       }
@@ -201,7 +201,7 @@ class WorkerProtocolRoutes {
       // comes from the store, so a restart does not reset the cap.
       const int64_t job_id = body->job_id;
       StatusOr<int64_t> stored_points =
-          co_await Offload(context_.pool, [&] { return context_.store.CountMetrics(job_id, worker_id); });
+          co_await loop::Offload(context_.pool, [&] { return context_.store.CountMetrics(job_id, worker_id); });
       if (!stored_points.ok()) co_return Response::Error(stored_points.status());
       budget.job_id = job_id;
       budget.stored_points = *stored_points;
@@ -217,7 +217,7 @@ class WorkerProtocolRoutes {
                                  .utilization = body->utilization,
                                  .time_ms = context_.clock.UnixMillis()};
       budget.stored_points++;  // counted before the write completes: concurrent reports cannot overshoot the cap
-      Status stored = co_await Offload(context_.pool, [&] {
+      Status stored = co_await loop::Offload(context_.pool, [&] {
         return context_.store.AppendMetrics(std::span<const storage::MetricPoint>(&point, 1));
       });
       if (!stored.ok()) co_return Response::Error(stored);

@@ -4,7 +4,7 @@
 #include <boost/asio/detached.hpp>
 #include <chrono>
 
-#include "coordinator/loop_tools.h"
+#include "loop/loop_tools.h"
 
 namespace parsyn::coordinator {
 
@@ -37,7 +37,7 @@ http::Awaitable<void> WriteQueue::Flush() {
     for (Entry& e : batch) {
       for (storage::BatchWrite& w : e.writes) writes.push_back(std::move(w));
     }
-    StatusOr<std::vector<int64_t>> applied = co_await Offload(pool_, [&] { return store_.ApplyBatch(writes); });
+    StatusOr<std::vector<int64_t>> applied = co_await loop::Offload(pool_, [&] { return store_.ApplyBatch(writes); });
     batches_++;
     writes_ += static_cast<int64_t>(writes.size());
     size_t next_event = 0;

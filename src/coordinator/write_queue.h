@@ -23,7 +23,7 @@
 
 #include "base/status.h"
 #include "http/server.h"
-#include "http/signal.h"
+#include "loop/signal.h"
 #include "storage/metadata_store.h"
 
 namespace parsyn::coordinator {
@@ -36,7 +36,7 @@ class WriteQueue {
     bool done = false;
     Status status;
     std::vector<int64_t> event_ids;  // of the writes' events, in order (when OK)
-    http::Signal applied;
+    loop::Signal applied;
   };
   using TicketPtr = std::shared_ptr<Ticket>;
 

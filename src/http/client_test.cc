@@ -49,7 +49,7 @@ Router SlowRouter(const std::string& path, milliseconds delay) {
   EXPECT_TRUE(router
                   .Add(Method::kGet, path,
                        [delay](Request&) -> Awaitable<Response> {
-                         Signal never(co_await net::this_coro::executor);
+                         loop::Signal never(co_await net::this_coro::executor);
                          co_await never.Wait(delay);
                          co_return Response::NoContent();
                        })

@@ -237,8 +237,8 @@ struct Server::State {
   Router router;
   std::optional<net::ssl::context> ssl;
   tcp::acceptor acceptor;
-  Signal stopping;
-  Signal connections_changed;
+  loop::Signal stopping;
+  loop::Signal connections_changed;
   bool is_stopping = false;
   std::set<ConnectionBase*> connections;
   uint16_t port = 0;
@@ -325,7 +325,7 @@ class Connection final : public ConnectionBase,
     closing_.Notify();
   }
 
-  Signal& WatchForClientClose() override {
+  loop::Signal& WatchForClientClose() override {
     const bool body_read = request_parser_ != nullptr && request_parser_->is_done() && !direct_reading_;
     if (!client_watched_ && body_read && !closed_ && !peer_gone_) {
       client_watched_ = true;
@@ -685,7 +685,7 @@ class Connection final : public ConnectionBase,
   beast::flat_buffer buffer_;
   std::string remote_;
   std::optional<std::string> client_identity_;  // of the TLS handshake (Request::client_identity)
-  Signal closing_;  // notified when the connection is closed from outside or the client leaves (SSE, WatchClient)
+  loop::Signal closing_;  // notified when the connection is closed from outside or the client leaves (SSE, WatchClient)
   bool idle_ = true;
   bool closed_ = false;
   bool peer_gone_ = false;
@@ -885,10 +885,10 @@ class Connection<Stream>::Events final : public EventStream {
     co_return co_await WriteChunk(std::move(frame));
   }
 
-  net::awaitable<bool> Wait(Signal& signal) override {
+  net::awaitable<bool> Wait(loop::Signal& signal) override {
     while (open()) {
-      std::array<Signal*, 3> signals{&signal, &conn_.closing_, &conn_.state_->stopping};
-      int woken = co_await WaitAny(signals, conn_.opts_.sse_keepalive);
+      std::array<loop::Signal*, 3> signals{&signal, &conn_.closing_, &conn_.state_->stopping};
+      int woken = co_await loop::WaitAny(signals, conn_.opts_.sse_keepalive);
       if (woken == 0) co_return true;
       if (woken > 0) co_return false;
       if (!co_await Comment("keep-alive")) co_return false;
@@ -1194,7 +1194,7 @@ bool Server::tls() const { return state_->ssl.has_value(); }
 bool Server::verifies_client_certificates() const { return !state_->options.tls_client_ca.empty(); }
 bool Server::stopping() const { return state_->is_stopping; }
 AcceptFailures Server::accept_failures() const { return state_->accept_failures; }
-Signal& Server::stopping_signal() { return state_->stopping; }
+loop::Signal& Server::stopping_signal() { return state_->stopping; }
 
 net::awaitable<void> Server::Shutdown(std::chrono::milliseconds grace) {
   std::shared_ptr<State> state = state_;  // the coroutine may outlive a caller that drops the Server meanwhile

@@ -3,7 +3,7 @@
 //
 // Threads: the server runs on the io_context the caller passes in, which must be run by exactly ONE thread. Handlers
 // are coroutines on that thread, so they may touch the caller's event-loop state without locks, and must never block
-// it (wait with Signal, not sleep). Handlers never throw; an escaping exception becomes a 500 and is logged.
+// it (wait with a loop::Signal, not sleep). Handlers never throw; an escaping exception becomes a 500 and is logged.
 // Beast stays out of this header: handlers see only Request, Response, BodyReader and EventStream.
 #pragma once
 
@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "base/status.h"
-#include "http/signal.h"
 #include "http/types.h"
+#include "loop/signal.h"
 
 namespace parsyn::http {
 
@@ -75,7 +75,7 @@ class ClientConnection {
   // client is there. A client that shuts down only its sending side counts as gone. Only a request whose body was read
   // whole is watched (never one whose body is still arriving or read by a DirectBody: the signal then fires only when
   // the server closes the connection). On the loop.
-  virtual Signal& WatchForClientClose() = 0;
+  virtual loop::Signal& WatchForClientClose() = 0;
   // True once the watch saw the client close the connection.
   virtual bool client_gone() const = 0;
   // Closes the connection now: a body still arriving ends in an error (a DirectBody reader sees the end), and the
@@ -129,7 +129,7 @@ class EventStream {
   virtual Awaitable<bool> Comment(std::string_view text) = 0;
   // Waits until `signal` is notified (true) or the stream closes (false: client gone, server stopping), writing a
   // keep-alive comment every ServerOptions::sse_keepalive meanwhile.
-  virtual Awaitable<bool> Wait(Signal& signal) = 0;
+  virtual Awaitable<bool> Wait(loop::Signal& signal) = 0;
   virtual bool open() const = 0;
 };
 
@@ -280,8 +280,8 @@ class Server {
   // requests finish until `grace` has passed, then closes what is left. Completes when every connection is gone.
   Awaitable<void> Shutdown(std::chrono::milliseconds grace);
   // Notified when Shutdown begins, so long-poll handlers can return early:
-  //   std::array<Signal*, 2> wake{&work, &server.stopping_signal()};  co_await WaitAny(wake, timeout);
-  Signal& stopping_signal();
+  //   std::array<loop::Signal*, 2> wake{&work, &server.stopping_signal()};  co_await loop::WaitAny(wake, timeout);
+  loop::Signal& stopping_signal();
 
   struct State;
 

@@ -389,7 +389,7 @@ TEST(ServerTest, StreamedUploadOverTheRouteCapIs413) {
 // Shared state of the event-stream and long-poll routes; touched only on the loop thread.
 struct Feed {
   explicit Feed(net::io_context& io) : changed(io.get_executor()) {}
-  Signal changed;
+  loop::Signal changed;
   std::vector<std::string> items;
   bool closed = false;
   std::promise<void> producer_done;
@@ -604,7 +604,7 @@ Router ClientWatchRouter(ClientWatchLog& log) {
   EXPECT_TRUE(router
                   .Add(Method::kGet, "/wait",
                        [&log](Request& req) -> Awaitable<Response> {
-                         Signal& closed = req.connection->WatchForClientClose();
+                         loop::Signal& closed = req.connection->WatchForClientClose();
                          log.started.set_value();
                          co_await closed.Wait(milliseconds(std::stoi(req.query.at("timeout_ms"))));
                          log.ended.set_value(req.connection->client_gone());

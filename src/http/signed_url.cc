@@ -4,7 +4,7 @@
 
 #include <charconv>
 
-#include "weights/sha256.h"
+#include "base/sha256.h"
 
 namespace parsyn::http {
 
@@ -37,7 +37,7 @@ std::string Base64Url(const unsigned char* data, size_t size) {
 std::string Sign(std::string_view secret, std::string_view method, std::string_view blob_key, int64_t expires) {
   std::string message;
   message.append(method).append("\n").append(blob_key).append("\n").append(std::to_string(expires));
-  const std::string mac = weights::HmacSha256(secret, message);
+  const std::string mac = HmacSha256(secret, message);
   return Base64Url(reinterpret_cast<const unsigned char*>(mac.data()), mac.size());
 }
 

@@ -17,18 +17,18 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/secure_random.h"
+#include "base/sha256.h"
 #include "coordinator/dataset_import.h"
 #include "coordinator/job_host.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/job_spec.h"
-#include "coordinator/loop_tools.h"
 #include "coordinator/registration.h"
+#include "loop/loop_tools.h"
 #include "protocol/messages.h"
 #include "protocol/trainer_task.h"
 #include "storage/byte_source.h"
 #include "storage/directory_blob_store.h"
 #include "storage/sqlite_store.h"
-#include "weights/sha256.h"
 #include "worker/agent.h"
 #include "worker/task_translation.h"
 
@@ -116,7 +116,7 @@ class SimulationHost final : public coordinator::JobHost {
   http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, json payload) override {
     storage::JobEvent event{
         .job_id = job_id, .type = type, .payload_json = payload.dump(), .time_ms = clock_.UnixMillis()};
-    StatusOr<int64_t> id = co_await coordinator::Offload(pool_, [&] { return store_.AppendJobEvent(event); });
+    StatusOr<int64_t> id = co_await loop::Offload(pool_, [&] { return store_.AppendJobEvent(event); });
     if (!id.ok()) PARSYN_LOG_ERROR("training job {}: event {} not stored: {}", job_id, type, id.status().ToString());
   }
   // Group commit as the server does it (coordinator/write_queue.h).
@@ -515,7 +515,7 @@ StatusOr<Prepared> Prepare(const SimulationOptions& options) {
   for (int i = 1; i <= options.workers; ++i) {
     storage::Worker w{.name = fmt::format("sim-{}", i),
                       .kind = storage::WorkerKind::kOwn,
-                      .token_sha256 = weights::Sha256Hex(fmt::format("parsyn simulate worker {}", i)),
+                      .token_sha256 = Sha256Hex(fmt::format("parsyn simulate worker {}", i)),
                       .device = options.device,
                       .status = storage::WorkerStatus::kOnline,
                       .created_at_ms = now};

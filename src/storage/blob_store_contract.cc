@@ -7,7 +7,7 @@
 #include <latch>
 #include <thread>
 
-#include "weights/sha256.h"
+#include "base/sha256.h"
 
 namespace parsyn::storage {
 namespace {
@@ -93,7 +93,7 @@ TEST_P(BlobStoreContractTest, MultiChunkBlobRoundTrips) {
   StatusOr<BlobInfo> put = PutString(store(), "big.bin", bytes);
   ASSERT_TRUE(put.ok()) << put.status().ToString();
   EXPECT_EQ(put->size_bytes, bytes.size());
-  EXPECT_EQ(put->sha256, weights::Sha256Hex(std::string_view(bytes)));
+  EXPECT_EQ(put->sha256, Sha256Hex(std::string_view(bytes)));
   EXPECT_TRUE(GetString(store(), "big.bin") == bytes);
 }
 
@@ -103,7 +103,7 @@ TEST_P(BlobStoreContractTest, PutIsCreateOnly) {
   EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
   EXPECT_THAT(again.status().message(), HasSubstr("'a/b'"));
   EXPECT_EQ(GetString(store(), "a/b"), "first");
-  EXPECT_EQ(store().Head("a/b")->sha256, weights::Sha256Hex(std::string_view("first")));
+  EXPECT_EQ(store().Head("a/b")->sha256, Sha256Hex(std::string_view("first")));
 }
 
 TEST_P(BlobStoreContractTest, MissingKeysAreNotFoundNamingTheKey) {
@@ -121,7 +121,7 @@ TEST_P(BlobStoreContractTest, DeleteRemovesAndFreesTheKey) {
   EXPECT_EQ(store().Delete("k").code(), StatusCode::kNotFound);
   ASSERT_TRUE(PutString(store(), "k", "new!").ok());
   EXPECT_EQ(GetString(store(), "k"), "new!");
-  EXPECT_EQ(store().Head("k")->sha256, weights::Sha256Hex(std::string_view("new!")));
+  EXPECT_EQ(store().Head("k")->sha256, Sha256Hex(std::string_view("new!")));
 }
 
 TEST_P(BlobStoreContractTest, DeleteAllRemovesThoseThatExistAndSkipsTheMissing) {
@@ -154,7 +154,7 @@ TEST_P(BlobStoreContractTest, RecycleRemovesLikeDeleteAllAndLaterPutsAreWhole) {
   StringByteSource longer(std::string(5000, 'z'));
   ASSERT_TRUE(store().Put("r/2/u/a", longer, not_durable).ok());
   EXPECT_EQ(GetString(store(), "r/2/u/a"), std::string(5000, 'z'));
-  EXPECT_EQ(store().Head("r/2/u/a")->sha256, weights::Sha256Hex(std::string_view(std::string(5000, 'z'))));
+  EXPECT_EQ(store().Head("r/2/u/a")->sha256, Sha256Hex(std::string_view(std::string(5000, 'z'))));
   const std::vector<std::string> with_bad = {"r/1/keep", "../escape"};
   EXPECT_EQ(store().Recycle(with_bad).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(store().Head("r/1/keep")->size_bytes, 4096u);

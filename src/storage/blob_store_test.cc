@@ -10,13 +10,13 @@
 #include <fstream>
 #include <thread>
 
+#include "base/sha256.h"
 #include "storage/blob_store.h"
 #include "storage/blob_store_contract.h"
 #include "storage/directory_blob_store.h"
 #include "storage/local_blob_copy.h"
 #include "storage/memory_blob_store.h"
 #include "storage/temp_dir_for_test.h"
-#include "weights/sha256.h"
 
 namespace parsyn::storage {
 namespace {
@@ -217,7 +217,7 @@ TEST(DirectoryBlobStoreTest, RecycledFilesAreWrittenOverByLaterNonDurablePutsOfN
   const fs::path path = dir.path() / "jobs/1/rounds/000002-a1/updates/w1";
   EXPECT_EQ(InodeOf(path), inode);
   EXPECT_EQ(ReadFile(path), bytes);
-  EXPECT_EQ(put->sha256, weights::Sha256Hex(std::string_view(bytes)));
+  EXPECT_EQ(put->sha256, Sha256Hex(std::string_view(bytes)));
   EXPECT_EQ(blobs.Head("jobs/1/rounds/000002-a1/updates/w1")->sha256, put->sha256);
   EXPECT_EQ(TempFilesUnder(dir.path()), 0);
 
@@ -443,7 +443,7 @@ TEST(BlobStoreObserverTest, SeesEveryByteInOrderAndItsErrorFailsThePut) {
       StatusOr<BlobInfo> put = store->Put("observed" + suffix, source, options);
       ASSERT_TRUE(put.ok()) << put.status().ToString();
       EXPECT_TRUE(seen == bytes) << "observer saw " << seen.size() << " of " << bytes.size() << " bytes";
-      EXPECT_EQ(put->sha256, weights::Sha256Hex(std::string_view(bytes)));
+      EXPECT_EQ(put->sha256, Sha256Hex(std::string_view(bytes)));
       StatusOr<std::unique_ptr<ByteSource>> got = store->Get("observed" + suffix);
       ASSERT_TRUE(got.ok()) << got.status().ToString();
       StatusOr<std::string> stored = ReadAll(**got);
@@ -514,7 +514,7 @@ TEST(LocalBlobCopyTest, DirectoryStoreGivesItsOwnFileWithTheRecordedHash) {
   EXPECT_FALSE(copy->downloaded());
   EXPECT_EQ(copy->path(), *(*store)->LocalPath("a/b"));
   EXPECT_EQ(copy->size_bytes(), 15u);
-  EXPECT_EQ(copy->sha256(), weights::Sha256Hex(std::string_view("directory bytes")));
+  EXPECT_EQ(copy->sha256(), Sha256Hex(std::string_view("directory bytes")));
   EXPECT_EQ(FilesIn(dir.path() / "spool"), 0u);
 }
 
@@ -531,7 +531,7 @@ TEST(LocalBlobCopyTest, StoreWithoutFilesIsDownloadedHashedAndRemovedAfterwards)
     EXPECT_TRUE(copy->downloaded());
     path = copy->path();
     EXPECT_EQ(copy->size_bytes(), payload.size());
-    EXPECT_EQ(copy->sha256(), weights::Sha256Hex(payload));
+    EXPECT_EQ(copy->sha256(), Sha256Hex(payload));
     EXPECT_EQ(std::filesystem::file_size(path), payload.size());
     LocalBlobCopy moved = std::move(*copy);  // the moved-from copy must not remove the file
     EXPECT_TRUE(std::filesystem::exists(path));

@@ -19,8 +19,8 @@
 #include <system_error>
 
 #include "base/log.h"
+#include "base/sha256.h"
 #include "storage/disk_full.h"
-#include "weights/sha256.h"
 
 namespace parsyn::storage {
 namespace fs = std::filesystem;
@@ -252,8 +252,8 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
   const size_t num_buffers = options.hash_on_second_thread ? 2 : 1;
   const std::unique_ptr<std::byte[]> buffer = std::make_unique_for_overwrite<std::byte[]>(num_buffers * kChunkBytes);
   // Declared after the buffer, so that on an early return the hashing thread is done with it before it is freed.
-  std::optional<weights::Sha256> hasher;
-  std::optional<weights::BackgroundSha256> background_hasher;
+  std::optional<Sha256> hasher;
+  std::optional<BackgroundSha256> background_hasher;
   if (options.hash_on_second_thread) {
     background_hasher.emplace();
   } else {
@@ -418,7 +418,7 @@ StatusOr<BlobInfo> DirectoryBlobStore::Head(std::string_view key) {
     }
   }
   // No usable sidecar (a crash between link and rename, or a damaged file): the blob is immutable, so hash it again.
-  PARSYN_ASSIGN_OR_RETURN(info.sha256, weights::Sha256File(path));
+  PARSYN_ASSIGN_OR_RETURN(info.sha256, Sha256File(path));
   if (::setxattr(path.c_str(), kSha256Xattr, info.sha256.data(), info.sha256.size(), /*flags=*/0) == 0) return info;
   const fs::path sidecar_temp = fs::path(SidecarPath(path).string() + UniqueTempSuffix());
   if (WriteSmallFile(sidecar_temp, info.sha256).ok()) {

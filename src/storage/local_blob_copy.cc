@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/sha256.h"
 #include "base/temp_file.h"
-#include "weights/sha256.h"
 
 namespace parsyn::storage {
 
@@ -40,7 +40,7 @@ StatusOr<LocalBlobCopy> LocalBlobCopy::Open(BlobStore& blobs, std::string_view k
   const int fd = spool.fd;
   copy.path_ = spool.path;
   copy.remove_on_destroy_ = true;  // from here on, every return removes the file
-  weights::Sha256 hash;
+  Sha256 hash;
   std::vector<std::byte> buffer(size_t{1} << 20);
   Status failure = Status::Ok();
   while (failure.ok()) {

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "weights/sha256.h"
+#include "base/sha256.h"
 
 namespace parsyn::storage {
 namespace {
@@ -39,7 +39,7 @@ StatusOr<BlobInfo> MemoryBlobStore::Put(std::string_view key, ByteSource& data, 
   }
   // Read outside the lock: the source may be slow (a network body).
   auto bytes = std::make_shared<std::string>();
-  weights::Sha256 hasher;
+  Sha256 hasher;
   std::byte chunk[64 * 1024];
   while (true) {
     PARSYN_ASSIGN_OR_RETURN(size_t n, data.Read(chunk));

@@ -12,10 +12,10 @@
 #include <map>
 #include <mutex>
 
+#include "base/sha256.h"
 #include "base/strings.h"
 #include "base/temp_file.h"
 #include "net/transport.h"
-#include "weights/sha256.h"
 
 namespace parsyn::storage {
 namespace {
@@ -131,7 +131,7 @@ class Spool {
   // Reads `source` to its end; on any error nothing has been sent anywhere.
   Status Fill(ByteSource& source, std::string_view key, const PutOptions& options, size_t memory_limit,
               const fs::path& dir) {
-    weights::Sha256 hasher;
+    Sha256 hasher;
     std::vector<std::byte> buffer(kReadChunkBytes);
     while (true) {
       PARSYN_ASSIGN_OR_RETURN(size_t n, source.Read(buffer));
@@ -171,7 +171,7 @@ class Spool {
 
   // sha256 of bytes [offset, offset + length).
   StatusOr<std::string> Sha256Of(uint64_t offset, uint64_t length) const {
-    weights::Sha256 hasher;
+    Sha256 hasher;
     std::vector<char> buffer(kReadChunkBytes);
     uint64_t end = offset + length;
     while (offset < end) {
@@ -639,7 +639,7 @@ StatusOr<BlobInfo> S3BlobStore::Head(std::string_view key) {
   if (info.sha256.empty()) {
     // Written without our metadata (another tool, or a presigned PUT that did not declare it): hash the bytes.
     PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, Get(key));
-    weights::Sha256 hasher;
+    Sha256 hasher;
     std::vector<std::byte> buffer(kReadChunkBytes);
     uint64_t size = 0;
     while (true) {

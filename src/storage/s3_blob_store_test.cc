@@ -12,10 +12,10 @@
 #include <fstream>
 #include <map>
 
+#include "base/sha256.h"
 #include "storage/blob_store_contract.h"
 #include "storage/s3_moto_for_test.h"
 #include "storage/temp_dir_for_test.h"
-#include "weights/sha256.h"
 
 namespace parsyn::storage {
 namespace {
@@ -375,7 +375,7 @@ TEST_F(S3MotoTest, PresignedGetAndCreateOnlyPutWorkWithoutCredentials) {
   EXPECT_EQ(got.body, "global weights");
 
   const std::string update = "update from worker 3";
-  const std::string sha = weights::Sha256Hex(std::string_view(update));
+  const std::string sha = Sha256Hex(std::string_view(update));
   StatusOr<PresignedRequest> put = store_->PresignPut("jobs/1/updates/w3", 300s, sha);
   ASSERT_TRUE(put.ok());
   HttpResult sent = Send(*put, update);
@@ -411,7 +411,7 @@ TEST_F(S3MotoTest, LargePutUsesMultipartAndLeavesNoUploadBehind) {
   StatusOr<BlobInfo> put = PutString(*store, "big/update.bin", bytes);
   ASSERT_TRUE(put.ok()) << put.status().ToString();
   EXPECT_EQ(put->size_bytes, bytes.size());
-  EXPECT_EQ(put->sha256, weights::Sha256Hex(std::string_view(bytes)));
+  EXPECT_EQ(put->sha256, Sha256Hex(std::string_view(bytes)));
   StatusOr<BlobInfo> head = store->Head("big/update.bin");
   ASSERT_TRUE(head.ok()) << head.status().ToString();
   EXPECT_EQ(head->size_bytes, bytes.size());
@@ -429,7 +429,7 @@ TEST_F(S3MotoTest, LargePutUsesMultipartAndLeavesNoUploadBehind) {
 TEST_F(S3MotoTest, InterruptedMultipartUploadIsRetriedPartByPartAndCompleted) {
   const uint64_t part = 5 << 20;
   const std::string bytes = Bytes(2 * part + 1000, 3);
-  const std::string sha = weights::Sha256Hex(std::string_view(bytes));
+  const std::string sha = Sha256Hex(std::string_view(bytes));
   StatusOr<std::string> upload = store_->StartMultipartUpload("jobs/1/updates/w7", sha);
   ASSERT_TRUE(upload.ok()) << upload.status().ToString();
   auto part_bytes = [&](int number) { return std::string_view(bytes).substr((number - 1) * part, part); };
@@ -459,7 +459,7 @@ TEST_F(S3MotoTest, InterruptedMultipartUploadIsRetriedPartByPartAndCompleted) {
   ASSERT_TRUE(stored.ok());
   StatusOr<std::string> stored_bytes = ReadAll(**stored);
   ASSERT_TRUE(stored_bytes.ok());
-  EXPECT_EQ(weights::Sha256Hex(std::string_view(*stored_bytes)), sha);
+  EXPECT_EQ(Sha256Hex(std::string_view(*stored_bytes)), sha);
   EXPECT_THAT(*store_->ListIncompleteUploads("jobs/"), IsEmpty());
 }
 
@@ -474,7 +474,7 @@ TEST_F(S3MotoTest, CompletingAnUndeclaredUploadReadsNothingBackAndHeadHashesIt) 
   EXPECT_EQ(done->sha256, "");  // not declared, and not downloaded just to say it
   StatusOr<BlobInfo> head = store_->Head("jobs/1/updates/w8");
   ASSERT_TRUE(head.ok());
-  EXPECT_EQ(head->sha256, weights::Sha256Hex(std::string_view(bytes)));
+  EXPECT_EQ(head->sha256, Sha256Hex(std::string_view(bytes)));
   // No local file, without reading the object to find that out.
   EXPECT_EQ(store_->LocalPath("jobs/1/updates/w8").status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store_->LocalPath("jobs/1/updates/none").status().code(), StatusCode::kNotFound);
@@ -509,7 +509,7 @@ TEST_F(S3MotoTest, GetStreamsLargeBlobsInBoundedChunks) {
   StatusOr<std::unique_ptr<ByteSource>> source = store_->Get("big");
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   std::vector<std::byte> buffer(64 << 10);
-  weights::Sha256 hasher;
+  Sha256 hasher;
   uint64_t total = 0;
   while (true) {
     StatusOr<size_t> n = (*source)->Read(buffer);
@@ -519,7 +519,7 @@ TEST_F(S3MotoTest, GetStreamsLargeBlobsInBoundedChunks) {
     total += *n;
   }
   EXPECT_EQ(total, bytes.size());
-  EXPECT_EQ(hasher.HexDigest(), weights::Sha256Hex(std::string_view(bytes)));
+  EXPECT_EQ(hasher.HexDigest(), Sha256Hex(std::string_view(bytes)));
 }
 
 TEST_F(S3MotoTest, OpenBlobStoreOpensS3UrisWithEnvironmentCredentials) {

@@ -4,8 +4,8 @@
 #include <ctime>
 #include <map>
 
+#include "base/sha256.h"
 #include "base/strings.h"
-#include "weights/sha256.h"
 
 namespace parsyn::storage {
 namespace {
@@ -81,10 +81,10 @@ std::string Signature(const AwsCredentials& credentials, const S3Endpoint& endpo
   std::string date(timestamp.substr(0, 8));
   std::string string_to_sign = std::string(kAlgorithm) + "\n" + std::string(timestamp) + "\n" + Scope(date, endpoint) +
                                "\n" + Sha256HexOf(canonical_request);
-  std::string key = weights::HmacSha256("AWS4" + credentials.secret_access_key, date);
-  key = weights::HmacSha256(key, endpoint.region);
-  key = weights::HmacSha256(key, "s3");
-  key = weights::HmacSha256(key, "aws4_request");
+  std::string key = HmacSha256("AWS4" + credentials.secret_access_key, date);
+  key = HmacSha256(key, endpoint.region);
+  key = HmacSha256(key, "s3");
+  key = HmacSha256(key, "aws4_request");
   return HmacSha256Hex(key, string_to_sign);
 }
 
@@ -187,9 +187,9 @@ std::string PresignS3Url(const S3Endpoint& endpoint, const AwsCredentials& crede
 }
 
 std::string HmacSha256Hex(std::string_view key, std::string_view message) {
-  return HexEncode(weights::HmacSha256(key, message));
+  return HexEncode(HmacSha256(key, message));
 }
 
-std::string Sha256HexOf(std::string_view bytes) { return weights::Sha256Hex(bytes); }
+std::string Sha256HexOf(std::string_view bytes) { return Sha256Hex(bytes); }
 
 }  // namespace parsyn::storage

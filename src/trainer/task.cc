@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/atomic_file.h"
+#include "base/sha256.h"
 #include "base/strings.h"
 #include "data/dataset.h"
 #include "protocol/trainer_events.h"
@@ -14,7 +15,6 @@
 #include "trainer/task_models.h"
 #include "trainer/train_loop.h"
 #include "weights/safetensors.h"
-#include "weights/sha256.h"
 
 namespace parsyn::trainer {
 namespace {
@@ -39,7 +39,7 @@ json MetricsJson(const EvalMetrics& m) {
 
 std::string Sha256OfFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  weights::Sha256 hash;
+  Sha256 hash;
   std::vector<char> buffer(1 << 16);
   while (in) {
     in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));

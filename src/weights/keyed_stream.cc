@@ -5,7 +5,7 @@
 #include <cassert>
 #include <cstring>
 
-#include "weights/sha256.h"
+#include "base/sha256.h"
 
 namespace parsyn::weights {
 namespace {

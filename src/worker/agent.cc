@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "base/log.h"
+#include "base/sha256.h"
 #include "base/strings.h"
 #include "weights/safetensors.h"
-#include "weights/sha256.h"
 #include "weights/update_wire.h"
 #include "worker/telemetry.h"
 #include "worker/update_upload.h"
@@ -440,7 +440,7 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
                                .WithContext("decompressing " + global_name));
     std::error_code ignored;
     fs::remove(compressed, ignored);
-    PARSYN_ASSIGN_OR_RETURN(std::string got, weights::Sha256File(files.global_weights));
+    PARSYN_ASSIGN_OR_RETURN(std::string got, Sha256File(files.global_weights));
     if (got != task.global_weights.sha256) {
       fs::remove(files.global_weights, ignored);
       return DataLossError(global_name + " decompressed to sha256 " + got + ", expected " + task.global_weights.sha256);
@@ -482,7 +482,7 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
   // The shard is cached by its files' checksums, never by job and shard index: a coordinator reset to a new job
   // with the same id and index sends other checksums, so files cached for the old one are not used. Fetched once and
   // kept across rounds; each part is downloaded into the task folder, checked, and moved into the cache.
-  const std::string cached = weights::Sha256Hex(data.train_sha256 + "\n" + data.validation_sha256);
+  const std::string cached = Sha256Hex(data.train_sha256 + "\n" + data.validation_sha256);
   files.data = cache_.root() / "shards" / (cached + ".train" + extension);
   files.validation_data = cache_.root() / "shards" / (cached + ".validation" + extension);
   if (!fs::exists(files.data) || !fs::exists(files.validation_data)) {

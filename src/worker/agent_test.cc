@@ -16,10 +16,10 @@
 #include <mutex>
 #include <thread>
 
+#include "base/sha256.h"
 #include "http/test_server.h"
 #include "protocol/trainer_task.h"
 #include "weights/safetensors.h"
-#include "weights/sha256.h"
 
 namespace parsyn::worker {
 namespace {
@@ -207,7 +207,7 @@ http::Router FakeCoordinator(Seen& seen, std::function<json()> task, FakeCoordin
                            std::lock_guard lock(seen.mu);
                            seen.polls_open++;
                          }
-                         http::Signal idle(co_await net::this_coro::executor);  // a short long-poll
+                         loop::Signal idle(co_await net::this_coro::executor);  // a short long-poll
                          co_await idle.Wait(options.poll_hold);
                          {
                            std::lock_guard lock(seen.mu);
@@ -304,7 +304,7 @@ json TrainTask(const std::string& base_url) {
           {"config", json::object()},
           {"global_weights",
            {{"url", base_url + "/blobs/jobs/7/global?sig=abc"},
-            {"sha256", weights::Sha256Hex(std::string_view(kGlobalBytes))},
+            {"sha256", Sha256Hex(std::string_view(kGlobalBytes))},
             {"size_bytes", kGlobalBytes.size()}}},
           {"data_source", "workers"},  // the agent trains on its --data file
           {"data", {{"format", "csv"}}},
@@ -320,10 +320,10 @@ json PlatformTask(const std::string& base_url, const std::string& train, const s
   task["data"] = {{"format", "csv"},
                   {"kind", "tabular"},
                   {"train_url", base_url + "/blobs/jobs/7/shards/000/train.csv?sig=t"},
-                  {"train_sha256", weights::Sha256Hex(std::string_view(train))},
+                  {"train_sha256", Sha256Hex(std::string_view(train))},
                   {"train_rows", 1},
                   {"validation_url", base_url + "/blobs/jobs/7/shards/000/validation.csv?sig=v"},
-                  {"validation_sha256", weights::Sha256Hex(std::string_view(validation))},
+                  {"validation_sha256", Sha256Hex(std::string_view(validation))},
                   {"validation_rows", 1}};
   return task;
 }
@@ -641,10 +641,9 @@ TEST_F(AgentTest, ShardThatDiffersFromItsChecksumFailsTheTaskAndIsRemoved) {
   ASSERT_TRUE(agent.Stop().ok());
   EXPECT_TRUE(trainer.data_seen.empty());
   std::lock_guard lock(seen.mu);
-  EXPECT_EQ(seen.failures.at(0)["reason"], "shard 0's training file (train.csv) arrived with sha256 " +
-                                               weights::Sha256Hex(std::string_view(served)) + ", expected " +
-                                               weights::Sha256Hex(std::string_view(train)) +
-                                               " (the task's); the download was removed");
+  EXPECT_EQ(seen.failures.at(0)["reason"],
+            "shard 0's training file (train.csv) arrived with sha256 " + Sha256Hex(std::string_view(served)) +
+                ", expected " + Sha256Hex(std::string_view(train)) + " (the task's); the download was removed");
   const fs::path cache = root_ / "cache";
   EXPECT_FALSE(fs::exists(cache / "shards") && !fs::is_empty(cache / "shards"));
   EXPECT_TRUE(!fs::exists(cache / "tasks") || fs::is_empty(cache / "tasks"));
@@ -665,8 +664,8 @@ TEST_F(AgentTest, GlobalThatDiffersFromItsChecksumFailsTheTask) {
   EXPECT_TRUE(trainer.data_seen.empty());
   std::lock_guard lock(seen.mu);
   EXPECT_EQ(seen.failures.at(0)["reason"], "the global weights of round 0 (global.safetensors) arrived with sha256 " +
-                                               weights::Sha256Hex(std::string_view("tampered weights")) +
-                                               ", expected " + weights::Sha256Hex(std::string_view(kGlobalBytes)) +
+                                               Sha256Hex(std::string_view("tampered weights")) + ", expected " +
+                                               Sha256Hex(std::string_view(kGlobalBytes)) +
                                                " (the task's); the download was removed");
 }
 
@@ -784,7 +783,7 @@ struct Standby {
                     .Add(http::Method::kGet, "/api/v1/worker/tasks/next",
                          [this](http::Request&) -> http::Awaitable<http::Response> {
                            polls++;
-                           http::Signal idle(co_await net::this_coro::executor);
+                           loop::Signal idle(co_await net::this_coro::executor);
                            co_await idle.Wait(milliseconds(50));
                            co_return http::Response::NoContent();
                          })

@@ -6,7 +6,7 @@
 #include <system_error>
 #include <thread>
 
-#include "weights/sha256.h"
+#include "base/sha256.h"
 
 namespace parsyn::worker {
 
@@ -64,7 +64,7 @@ Status DownloadVerified(http::Client& client, const std::string& url, const fs::
   if (!bytes.ok()) return bytes.status();
   std::error_code ec;
   if (!sha256.empty()) {
-    StatusOr<std::string> actual = weights::Sha256File(temp);
+    StatusOr<std::string> actual = Sha256File(temp);
     if (!actual.ok() || *actual != sha256) {
       fs::remove(temp, ec);
       if (!actual.ok()) return actual.status();
@@ -101,7 +101,7 @@ StatusOr<fs::path> BlobCache::FetchModel(http::Client& client, const std::vector
     }
     key_text += f.path + "\n" + f.sha256 + "\n";
   }
-  const fs::path dir = root_ / "models" / weights::Sha256Hex(key_text);
+  const fs::path dir = root_ / "models" / Sha256Hex(key_text);
   if (fs::exists(dir)) return dir;
   const fs::path temp = UniqueTempPath(dir);
   std::error_code ec;

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "base/sha256.h"
 #include "weights/safetensors.h"
-#include "weights/sha256.h"
 #include "weights/update_wire.h"
 
 namespace parsyn::worker {
@@ -97,7 +97,7 @@ StatusOr<WireUpdate> EncodeUpdateForJob(const protocol::Task& task, const std::f
                              update_file, global, encoding,
                              state_dir / ("job-" + std::to_string(task.job_id) + "-residual.safetensors"), wire_file)
                              .WithContext("compressing the update"));
-  PARSYN_ASSIGN_OR_RETURN(std::string sha256, weights::Sha256File(wire_file));
+  PARSYN_ASSIGN_OR_RETURN(std::string sha256, Sha256File(wire_file));
   return WireUpdate{.file = wire_file, .sha256 = std::move(sha256)};
 }
 

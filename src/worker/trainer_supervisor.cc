@@ -9,10 +9,10 @@
 #include <mutex>
 #include <thread>
 
+#include "base/sha256.h"
 #include "protocol/field_reader.h"
 #include "weights/safetensors.h"
 #include "weights/safetensors_stream_check.h"
-#include "weights/sha256.h"
 
 namespace parsyn::worker {
 
@@ -146,7 +146,7 @@ StatusOr<std::string> CheckUpdateFile(std::string_view trainer, const fs::path& 
   in.clear();
   in.seekg(0);
   weights::SafetensorsStreamChecker checker;
-  weights::Sha256 hash;
+  Sha256 hash;
   std::vector<std::byte> buffer(1 << 20);
   while (in) {
     in.read(reinterpret_cast<char*>(buffer.data()), static_cast<std::streamsize>(buffer.size()));

@@ -9,9 +9,9 @@
 #include <cmath>
 #include <fstream>
 
+#include "base/sha256.h"
 #include "protocol/trainer_task.h"
 #include "weights/safetensors.h"
-#include "weights/sha256.h"
 
 namespace parsyn::worker {
 namespace {
@@ -107,7 +107,7 @@ TEST_F(TrainerSupervisorTest, TaskThatKeepsTheRulesGivesItsCheckedOutput) {
   EXPECT_EQ(out->result.num_samples, 5);
   EXPECT_EQ(out->result.train_loss, 0.4);
   EXPECT_EQ(out->update, dir_ / "out/update.safetensors");
-  EXPECT_EQ(out->update_sha256, *weights::Sha256File(dir_ / "global.safetensors"));
+  EXPECT_EQ(out->update_sha256, *Sha256File(dir_ / "global.safetensors"));
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2}));
 }
 

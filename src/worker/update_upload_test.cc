@@ -13,12 +13,12 @@
 #include <fstream>
 #include <mutex>
 
+#include "base/sha256.h"
 #include "base/testing/temp_dir.h"
 #include "http/test_server.h"
 #include "storage/byte_source.h"
 #include "storage/s3_blob_store.h"
 #include "storage/s3_moto_for_test.h"
-#include "weights/sha256.h"
 
 namespace parsyn::worker {
 namespace {
@@ -216,7 +216,7 @@ class UploadUpdateS3Test : public ::testing::Test {
 
 TEST_F(UploadUpdateS3Test, SinglePresignedPutSendsItsSignedHeadersAndNoAuthorization) {
   const std::string update = Bytes(10'000, 1);
-  const std::string sha = weights::Sha256Hex(std::string_view(update));
+  const std::string sha = Sha256Hex(std::string_view(update));
   StatusOr<PresignedRequest> put = store_->PresignPut("jobs/1/updates/w3", 600s, sha);
   ASSERT_TRUE(put.ok()) << put.status().ToString();
   RecordingProxy proxy(moto_->endpoint(), "never", 0);
@@ -239,7 +239,7 @@ TEST_F(UploadUpdateS3Test, SinglePresignedPutSendsItsSignedHeadersAndNoAuthoriza
 
 TEST_F(UploadUpdateS3Test, RepeatedCreateOnlyPutCountsAsAlreadyStored) {
   const std::string update = Bytes(5'000, 2);
-  const std::string sha = weights::Sha256Hex(std::string_view(update));
+  const std::string sha = Sha256Hex(std::string_view(update));
   StatusOr<PresignedRequest> put = store_->PresignPut("jobs/1/updates/w4", 600s, sha);
   ASSERT_TRUE(put.ok()) << put.status().ToString();
   const protocol::UpdateUpload task = SinglePut("jobs/1/updates/w4", put->url, Headers(*put));
@@ -253,7 +253,7 @@ TEST_F(UploadUpdateS3Test, RepeatedCreateOnlyPutCountsAsAlreadyStored) {
 
 TEST_F(UploadUpdateS3Test, MultipartUploadSendsConsecutivePartsThatComplete) {
   const std::string update = Bytes(2 * kPartBytes + 1'000, 4);  // three parts, the last one short
-  const std::string sha = weights::Sha256Hex(std::string_view(update));
+  const std::string sha = Sha256Hex(std::string_view(update));
   StatusOr<std::string> upload = store_->StartMultipartUpload("jobs/1/updates/w5", sha);
   ASSERT_TRUE(upload.ok()) << upload.status().ToString();
   const protocol::UpdateUpload task =
@@ -275,7 +275,7 @@ TEST_F(UploadUpdateS3Test, MultipartUploadSendsConsecutivePartsThatComplete) {
 
 TEST_F(UploadUpdateS3Test, InterruptedPartIsRetriedAloneAndTheUploadCompletes) {
   const std::string update = Bytes(2 * kPartBytes + 500, 5);
-  const std::string sha = weights::Sha256Hex(std::string_view(update));
+  const std::string sha = Sha256Hex(std::string_view(update));
   StatusOr<std::string> upload = store_->StartMultipartUpload("jobs/1/updates/w6", sha);
   ASSERT_TRUE(upload.ok()) << upload.status().ToString();
   RecordingProxy proxy(moto_->endpoint(), "partNumber=2", 1);
@@ -369,7 +369,7 @@ TEST(UploadUpdateTest, CoordinatorBlobAnswersAreCheckedAndARepeatCountsAsStored)
   http::testing::TestServer ts(io, std::move(router));
   http::Client blobs(BlobClientOptions());
   const std::string update = Bytes(300, 9);
-  const std::string sha = weights::Sha256Hex(std::string_view(update));
+  const std::string sha = Sha256Hex(std::string_view(update));
   const fs::path file = WriteFile("coordinator.bin", update);
 
   stored_sha = sha;

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/sha256.h"
 #include "base/testing/raw_socket.h"
 #include "cli/remote.h"
 #include "coordinator/signed_blob_urls.h"
@@ -26,7 +27,6 @@
 #include "http/status_codes.h"
 #include "net/transport.h"
 #include "weights/safetensors.h"
-#include "weights/sha256.h"
 
 namespace parsyn::testing {
 namespace {
@@ -1342,7 +1342,7 @@ TEST_F(UploadLimitsTest, ASlowUploadIsCutWhileOthersSucceedAndARetrySupersedesAH
   const std::string superseded = AnswerWithin(slow, std::chrono::milliseconds(5000));
   EXPECT_FALSE(superseded.starts_with("HTTP/1.1 2")) << superseded;
   ::close(slow);
-  EXPECT_EQ((*retry->Json())["sha256"], weights::Sha256Hex(update));
+  EXPECT_EQ((*retry->Json())["sha256"], Sha256Hex(update));
 }
 
 // The soft and hard open-files limits of process `pid`, from /proc/PID/limits.

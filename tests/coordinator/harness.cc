@@ -15,8 +15,8 @@
 #include <random>
 #include <sstream>
 
+#include "base/sha256.h"
 #include "weights/safetensors.h"
-#include "weights/sha256.h"
 
 namespace parsyn::testing {
 
@@ -371,7 +371,7 @@ Status ScriptedWorker::HandleTask(const json& task) {
   if (task["kind"] == "train") {
     auto global = blobs.Get(task["global_weights"]["url"].get<std::string>());
     if (!global.ok()) return global.status();
-    if (weights::Sha256Hex(global->body) != task["global_weights"]["sha256"]) {
+    if (Sha256Hex(global->body) != task["global_weights"]["sha256"]) {
       return DataLossError("global weights sha256 mismatch");
     }
     auto tensors = DecodeF32(global->body);
@@ -408,7 +408,7 @@ Status ScriptedWorker::HandleTask(const json& task) {
                           "application/octet-stream");
     if (!put.ok() && b != Behaviour::kOversize) return put.status();
     result["blob_key"] = task["update_upload"]["blob_key"];
-    result["sha256"] = b == Behaviour::kBadSha ? std::string(64, '0') : weights::Sha256Hex(bytes);
+    result["sha256"] = b == Behaviour::kBadSha ? std::string(64, '0') : Sha256Hex(bytes);
     result["sample_count"] = task["data"]["train_rows"];
     result["train_loss"] = 1.0 / round;
     if (b == Behaviour::kHonest) {

@@ -6,12 +6,12 @@
 #include <cmath>
 #include <map>
 
+#include "base/sha256.h"
 #include "base/testing/raw_socket.h"
 #include "harness.h"
 #include "net/transport.h"
 #include "protocol/training_config.h"
 #include "weights/peft_config.h"
-#include "weights/sha256.h"
 
 namespace parsyn::testing {
 namespace {
@@ -598,7 +598,7 @@ TEST_F(RoundsTest, RepeatedResultsAreIdempotentAndLateOnesRefused) {
                  {"round", task["round"]},
                  {"attempt", task["attempt"]},
                  {"blob_key", task["update_upload"]["blob_key"]},
-                 {"sha256", weights::Sha256Hex(global->body)},
+                 {"sha256", Sha256Hex(global->body)},
                  {"sample_count", task["data"]["train_rows"]},
                  {"train_loss", 1.5},
                  {"session_id", session}};
@@ -702,7 +702,7 @@ TEST_F(RoundsTest, KilledMidRoundAndRestartedGivesTheSameWeightsAsUninterrupted)
     if (r["outcome"] == "committed") committed.push_back(r["round"]);
   }
   EXPECT_EQ(committed, (std::vector<int>{1, 2, 3}));
-  EXPECT_EQ(weights::Sha256Hex(Artifact(job_id, "adapter_model.safetensors")), weights::Sha256Hex(reference));
+  EXPECT_EQ(Sha256Hex(Artifact(job_id, "adapter_model.safetensors")), Sha256Hex(reference));
 }
 
 }  // namespace

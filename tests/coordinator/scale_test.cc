@@ -7,11 +7,11 @@
 #include <cstdlib>
 
 #include "base/fd_limit.h"
+#include "base/sha256.h"
 #include "harness.h"
 #include "support/sim_workers.h"
 #include "weights/lora_layout.h"
 #include "weights/safetensors.h"
-#include "weights/sha256.h"
 
 namespace parsyn::testing {
 namespace {
@@ -48,7 +48,7 @@ TEST(ScaleTest, AJobOverThousandsOfSimulatedWorkersRunsToCompletion) {
   test_support::SimWorkers workers({.port = port,
                                     .tokens = f.worker_tokens,
                                     .update = std::string(reinterpret_cast<const char*>(image.data()), image.size()),
-                                    .update_sha256 = weights::Sha256Hex(std::span<const std::byte>(image)),
+                                    .update_sha256 = Sha256Hex(std::span<const std::byte>(image)),
                                     // 100-200 ms of "training" per task, heartbeating every 100 ms meanwhile (1-2 each)
                                     .train_time = std::chrono::milliseconds(100),
                                     .heartbeat_interval = std::chrono::milliseconds(100)});

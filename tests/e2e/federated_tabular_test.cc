@@ -15,11 +15,11 @@
 
 #include <libpq-fe.h>
 
+#include "base/sha256.h"
 #include "base/subprocess.h"
 #include "base/testing/missing_dependency.h"
 #include "llama_fixture.h"
 #include "storage/postgres_for_test.h"
-#include "weights/sha256.h"
 
 namespace parsyn::e2e {
 namespace {
@@ -525,7 +525,7 @@ TEST_F(TabularJobTest, EarlyStoppingEndsTheJobAndKeepsTheBestGlobal) {
   StatusOr<http::ClientResponse> best =
       admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/artifacts/best/model.safetensors");
   ASSERT_TRUE(best.ok()) << best.status().ToString();
-  EXPECT_EQ(weights::Sha256Hex(best->body), best_sha);
+  EXPECT_EQ(Sha256Hex(best->body), best_sha);
   std::printf("[figures] early stopping: %s\n", job["status_reason"].get<std::string>().c_str());
   for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
 }

@@ -8,12 +8,12 @@
 #include <set>
 #include <thread>
 
+#include "base/sha256.h"
 #include "base/testing/missing_dependency.h"
 #include "llama_fixture.h"
 #include "storage/s3_blob_store.h"
 #include "storage/s3_moto_for_test.h"
 #include "tcp_proxy.h"
-#include "weights/sha256.h"
 
 namespace parsyn::e2e {
 namespace {
@@ -21,7 +21,7 @@ namespace {
 constexpr char kBucket[] = "parsyn-e2e";
 
 std::string Sha256Of(const fs::path& file) {
-  StatusOr<std::string> sha = weights::Sha256File(file);
+  StatusOr<std::string> sha = Sha256File(file);
   return sha.ok() ? *sha : "(" + sha.status().ToString() + ")";
 }
 constexpr char kPrefix[] = "run-1";

@@ -9,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/sha256.h"
 #include "e2e_harness.h"
 #include "storage/sqlite_store.h"
-#include "weights/sha256.h"
 
 namespace parsyn::e2e {
 namespace {
@@ -136,7 +136,7 @@ class SimulateTest : public ::testing::Test {
       EXPECT_EQ(item["global_sha256"], r.global_sha256);
     }
     EXPECT_EQ(doc["final_global_sha256"], rounds->back().global_sha256);
-    StatusOr<std::string> final_sha = weights::Sha256File(out / "global.safetensors");
+    StatusOr<std::string> final_sha = Sha256File(out / "global.safetensors");
     ASSERT_TRUE(final_sha.ok());
     EXPECT_EQ(*final_sha, rounds->back().global_sha256);
     const std::string svg = ReadFile(out / "loss.svg");
@@ -160,8 +160,8 @@ TEST_F(SimulateTest, FedAvgRoundsMatchTheStoreAndASeededRunRepeatsBitForBit) {
 
   CommandResult second = Simulate(job, "fedavg-2", /*parallel=*/1);  // other timing, the same bits
   ASSERT_EQ(second.exit_code, 0) << second.output;
-  StatusOr<std::string> a = weights::Sha256File(tmp_.path() / "fedavg-1" / "global.safetensors");
-  StatusOr<std::string> b = weights::Sha256File(tmp_.path() / "fedavg-2" / "global.safetensors");
+  StatusOr<std::string> a = Sha256File(tmp_.path() / "fedavg-1" / "global.safetensors");
+  StatusOr<std::string> b = Sha256File(tmp_.path() / "fedavg-2" / "global.safetensors");
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(*a, *b);
   EXPECT_EQ(json::parse(ReadFile(tmp_.path() / "fedavg-1" / "rounds.json"))["rounds"][1]["train_loss"],

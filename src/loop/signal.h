@@ -16,7 +16,7 @@
 #include <span>
 #include <vector>
 
-namespace parsyn::http {
+namespace parsyn::loop {
 
 class Signal {
  public:
@@ -43,4 +43,4 @@ class Signal {
 // Pass a named std::array: g++ 12 miscompiles braced initializer lists inside co_await expressions.
 boost::asio::awaitable<int> WaitAny(std::span<Signal* const> signals, std::chrono::milliseconds timeout);
 
-}  // namespace parsyn::http
+}  // namespace parsyn::loop

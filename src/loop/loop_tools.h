@@ -1,11 +1,11 @@
-// Tools for code on the coordinator's event loop (one io_context thread, docs/architecture.md §3):
+// Tools for code on an event loop (one io_context thread: the coordinator's, docs/architecture.md §3):
 //   - Offload: run a blocking call (store, hashing, aggregation) on the worker pool and resume on the loop with its
 //     result, so the loop never blocks.
 //   - LoopMutex: an async mutex for coroutines of the one loop thread (a job's events are handled one at a time
 //     while their actions await the pool).
 //   - SharedForAWhile: a value computed at most once per max_age, shared by the callers meanwhile.
-//   - BodyPipe: a ByteSource a pool thread reads (BlobStore::Put) while a loop coroutine feeds it an HTTP request
-//     body chunk by chunk, so uploads stream into the blob store with bounded memory.
+//   - YieldToLoop / LoopSlice: long work on the loop lets what else is ready run.
+//   - LoopTicker: a periodic tick posted from a thread of its own.
 #pragma once
 
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
@@ -19,7 +19,6 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <list>
 #include <memory>
@@ -32,11 +31,12 @@
 
 #include "base/clock.h"
 #include "base/status.h"
-#include "http/server.h"
-#include "http/signal.h"
-#include "storage/byte_source.h"
+#include "loop/signal.h"
 
-namespace parsyn::coordinator {
+namespace parsyn::loop {
+
+template <typename T>
+using Awaitable = boost::asio::awaitable<T>;
 
 // kCoAwaitTemporaries: g++ 12 destroys some temporaries of a co_await expression twice (double frees seen with
 // std::function, std::string and lambdas holding shared_ptrs). Code here therefore never puts a temporary with a
@@ -46,7 +46,7 @@ namespace parsyn::coordinator {
 // Runs `fn` on `pool` and resumes the awaiting coroutine on its own executor (the loop) with fn's result.
 // `fn` must not touch loop state; it may capture references that outlive the co_await.
 template <typename Fn>
-http::Awaitable<std::invoke_result_t<Fn>> Offload(boost::asio::thread_pool& pool, Fn fn) {
+Awaitable<std::invoke_result_t<Fn>> Offload(boost::asio::thread_pool& pool, Fn fn) {
   using R = std::invoke_result_t<Fn>;
   // The result travels in a shared optional: awaitable handlers want a default-constructible-free path.
   auto result = std::make_shared<std::optional<R>>();
@@ -68,7 +68,7 @@ http::Awaitable<std::invoke_result_t<Fn>> Offload(boost::asio::thread_pool& pool
 // long on the loop without waiting for anything (a round start's 10,000 tasks) yields every few milliseconds:
 //   LoopSlice slice;
 //   for (...) { if (slice.Over()) co_await YieldToLoop(); ... }
-http::Awaitable<void> YieldToLoop();
+Awaitable<void> YieldToLoop();
 class LoopSlice {
  public:
   static constexpr std::chrono::milliseconds kLength{5};
@@ -119,7 +119,7 @@ class LoopTicker {
 class LoopMutex {
  public:
   explicit LoopMutex(boost::asio::any_io_executor executor) : executor_(std::move(executor)) {}
-  http::Awaitable<void> Lock() {
+  Awaitable<void> Lock() {
     if (!locked_) {
       locked_ = true;
       co_return;
@@ -158,7 +158,7 @@ class LoopMutex {
  private:
   struct Turn {
     explicit Turn(const boost::asio::any_io_executor& executor) : granted_signal(executor) {}
-    http::Signal granted_signal;
+    Signal granted_signal;
     bool granted = false;
     std::list<Turn*>::iterator position;
   };
@@ -191,7 +191,7 @@ class SharedForAWhile {
       : mutex_(std::move(executor)), max_age_(max_age) {}
   // `compute` (T(), run on `pool`) when the value is older than max_age or there is none yet.
   template <typename Fn>
-  http::Awaitable<T> Get(boost::asio::thread_pool& pool, const Clock& clock, Fn compute) {
+  Awaitable<T> Get(boost::asio::thread_pool& pool, const Clock& clock, Fn compute) {
     co_await mutex_.Lock();
     LoopLock lock(mutex_);
     if (!value_ || clock.Now() - computed_at_ >= max_age_) {
@@ -209,105 +209,4 @@ class SharedForAWhile {
   Clock::TimePoint computed_at_{};
 };
 
-// A bounded single-producer (loop) single-consumer (pool thread) byte channel. Thread-safe.
-class BodyPipe final : public storage::ByteSource {
- public:
-  // `on_drained` is called on the consumer's thread whenever a read makes a full pipe no longer full.
-  explicit BodyPipe(std::function<void()> on_drained, size_t max_buffered_bytes = 4 << 20)
-      : on_drained_(std::move(on_drained)), max_buffered_bytes_(max_buffered_bytes) {}
-
-  // Consumer side (pool thread): blocks until bytes, the end, or an error.
-  StatusOr<size_t> Read(std::span<std::byte> buffer) override;
-
-  // Producer side. Push returns false once the consumer has gone (Abandon()).
-  bool Push(std::string_view chunk);
-  void Close();             // the body is complete
-  void Fail(Status error);  // the body broke; the consumer's Read returns `error`
-  void Abandon();           // the consumer stopped reading; pushes are dropped
-  bool Full() const;        // the producer should wait (for on_drained) before pushing more
-
- private:
-  const std::function<void()> on_drained_;
-  const size_t max_buffered_bytes_;
-  mutable std::mutex mu_;
-  std::condition_variable ready_;
-  std::deque<std::string> chunks_;
-  size_t offset_in_front_ = 0;
-  size_t buffered_bytes_ = 0;
-  bool closed_ = false;
-  bool abandoned_ = false;
-  Status error_;
-};
-
-// A ByteSource over a body that a pool thread receives straight from the socket (http::BodyReader::TakeDirect).
-class DirectBodySource final : public storage::ByteSource {
- public:
-  explicit DirectBodySource(std::shared_ptr<http::DirectBody> body) : body_(std::move(body)) {}
-  StatusOr<size_t> Read(std::span<std::byte> buffer) override {
-    return body_->Read(std::span<char>(reinterpret_cast<char*>(buffer.data()), buffer.size()));
-  }
-
- private:
-  std::shared_ptr<http::DirectBody> body_;
-};
-
-// Streams `body` into `put` (a blocking call that reads it, run on `pool`) and returns put's result. Where the server
-// allows (plain TCP, a Content-Length body), `put` receives from the socket itself on its pool thread: the bytes are
-// hashed and written as they arrive, with no parsing or copy on the loop, and uploads are received by as many threads
-// as the pool has. Otherwise (TLS, chunked) the loop reads the body and feeds `put` through a pipe. Body errors (size
-// cap, stalled or vanished client) come back as put's error either way.
-template <typename R>
-http::Awaitable<R> StreamBodyInto(boost::asio::thread_pool& pool, http::BodyReader& body,
-                                  std::function<R(storage::ByteSource&)> put) {
-  if (std::shared_ptr<http::DirectBody> direct = body.TakeDirect()) {
-    auto source = std::make_shared<DirectBodySource>(std::move(direct));
-    // The handler waits for the reader (TakeDirect's rule): Offload resumes only once `put` has returned.
-    auto received = Offload(pool, [source, put = std::move(put)] { return put(*source); });
-    co_return co_await std::move(received);
-  }
-  struct Shared {
-    explicit Shared(const boost::asio::any_io_executor& ex) : done(ex), drained(ex) {}
-    http::Signal done;     // notified on the loop once `result` is set
-    http::Signal drained;  // notified on the loop when the pipe has room again
-    std::optional<R> result;
-    std::atomic<bool> finished{false};
-  };
-  auto executor = co_await boost::asio::this_coro::executor;
-  auto shared = std::make_shared<Shared>(executor);
-  auto pipe = std::make_shared<BodyPipe>([executor, weak = std::weak_ptr<Shared>(shared)] {
-    boost::asio::post(executor, [weak] {
-      if (auto s = weak.lock()) s->drained.Notify();
-    });
-  });
-  boost::asio::post(pool, [pipe, shared, put = std::move(put), executor]() {
-    shared->result.emplace(put(*pipe));
-    pipe->Abandon();
-    shared->finished.store(true, std::memory_order_release);
-    boost::asio::post(executor, [shared] { shared->done.Notify(); });
-  });
-  // If this coroutine is destroyed mid-upload (server shutdown), the reader on the pool must not block forever.
-  struct FailOnExit {
-    BodyPipe* pipe;
-    ~FailOnExit() { pipe->Fail(CancelledError("the upload was abandoned")); }
-  } fail_on_exit{pipe.get()};
-  while (true) {
-    StatusOr<std::string_view> chunk = co_await body.Next();
-    if (!chunk.ok()) {
-      pipe->Fail(chunk.status());
-      break;
-    }
-    if (chunk->empty()) {
-      pipe->Close();
-      break;
-    }
-    if (!pipe->Push(*chunk)) break;  // the consumer failed early; its error is the answer
-    // The timeout only guards against a lost wake-up between Full() and Wait(); on_drained normally ends the wait.
-    while (pipe->Full() && !shared->finished.load(std::memory_order_acquire)) {
-      co_await shared->drained.Wait(std::chrono::milliseconds(100));
-    }
-  }
-  while (!shared->finished.load(std::memory_order_acquire)) co_await shared->done.Wait(std::chrono::milliseconds(100));
-  co_return std::move(*shared->result);
-}
-
-}  // namespace parsyn::coordinator
+}  // namespace parsyn::loop

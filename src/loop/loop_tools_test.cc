@@ -1,4 +1,4 @@
-#include "coordinator/loop_tools.h"
+#include "loop/loop_tools.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-namespace parsyn::coordinator {
+namespace parsyn::loop {
 namespace {
 
 namespace net = boost::asio;
@@ -28,7 +28,7 @@ TEST(YieldToLoopTest, WhatIsQueuedRunsBeforeTheYielderGoesOn) {
   std::vector<std::string> order;
   net::co_spawn(
       io,
-      [&]() -> http::Awaitable<void> {
+      [&]() -> Awaitable<void> {
         order.push_back("long work, first slice");
         co_await YieldToLoop();
         order.push_back("long work, second slice");
@@ -85,7 +85,7 @@ TEST(LoopMutexTest, OneHolderAtATimeInTheOrderTheyAsked) {
   std::vector<int> order;
   int holders = 0;
   int most_holders = 0;
-  auto contender = [&](int id) -> http::Awaitable<void> {
+  auto contender = [&](int id) -> Awaitable<void> {
     co_await mutex.Lock();
     LoopLock lock(mutex);
     ++holders;
@@ -107,7 +107,7 @@ TEST(LoopMutexTest, OneHolderAtATimeInTheOrderTheyAsked) {
   io.restart();
   net::co_spawn(
       io,
-      [&]() -> http::Awaitable<void> {
+      [&]() -> Awaitable<void> {
         co_await mutex.Lock();
         took = true;
         mutex.Unlock();
@@ -124,14 +124,14 @@ TEST(LoopMutexTest, AWaiterDestroyedWhileQueuedLeavesTheQueue) {
     mutex.emplace(io.get_executor());
     net::co_spawn(
         io,
-        [&]() -> http::Awaitable<void> {
+        [&]() -> Awaitable<void> {
           co_await mutex->Lock();  // held for good
           net::steady_timer forever(co_await net::this_coro::executor, std::chrono::hours(1));
           co_await forever.async_wait(net::use_awaitable);
         },
         net::detached);
     net::co_spawn(
-        io, [&]() -> http::Awaitable<void> { co_await mutex->Lock(); }, net::detached);
+        io, [&]() -> Awaitable<void> { co_await mutex->Lock(); }, net::detached);
     io.run_for(std::chrono::milliseconds(50));
     // `io` goes with both coroutines in it: the queued one leaves the queue as its frame is destroyed.
   }
@@ -141,7 +141,7 @@ TEST(LoopMutexTest, AWaiterDestroyedWhileQueuedLeavesTheQueue) {
   LoopMutex& m = *mutex;
   net::co_spawn(
       io,
-      [&]() -> http::Awaitable<void> {
+      [&]() -> Awaitable<void> {
         co_await m.Lock();
         took = true;
       },
@@ -151,4 +151,4 @@ TEST(LoopMutexTest, AWaiterDestroyedWhileQueuedLeavesTheQueue) {
 }
 
 }  // namespace
-}  // namespace parsyn::coordinator
+}  // namespace parsyn::loop

@@ -1,4 +1,4 @@
-#include "weights/sha256.h"
+#include "base/sha256.h"
 
 #include <openssl/evp.h>
 
@@ -14,7 +14,7 @@
 
 #include "base/strings.h"
 
-namespace parsyn::weights {
+namespace parsyn {
 namespace {
 
 struct EvpContextDeleter {
@@ -186,4 +186,4 @@ std::string HmacSha256(std::string_view key, std::string_view message) {
   return std::string(reinterpret_cast<const char*>(mac), size);
 }
 
-}  // namespace parsyn::weights
+}  // namespace parsyn

@@ -1,4 +1,4 @@
-#include "weights/sha256.h"
+#include "base/sha256.h"
 
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
@@ -12,7 +12,7 @@
 
 #include "base/strings.h"
 
-namespace parsyn::weights {
+namespace parsyn {
 namespace {
 
 // FIPS 180-2 test vectors.
@@ -94,4 +94,4 @@ TEST(Sha256Test, FileMatchesBytesAndMissingFileIsNotFound) {
 }
 
 }  // namespace
-}  // namespace parsyn::weights
+}  // namespace parsyn

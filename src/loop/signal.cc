@@ -1,4 +1,4 @@
-#include "http/signal.h"
+#include "loop/signal.h"
 
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <array>
 
-namespace parsyn::http {
+namespace parsyn::loop {
 
 namespace net = boost::asio;
 
@@ -57,4 +57,4 @@ net::awaitable<int> WaitAny(std::span<Signal* const> signals, std::chrono::milli
   co_return waiter.fired;
 }
 
-}  // namespace parsyn::http
+}  // namespace parsyn::loop

@@ -11,7 +11,7 @@
 
 #include "base/status.h"
 
-namespace parsyn::weights {
+namespace parsyn {
 
 class Sha256 {
  public:
@@ -58,4 +58,4 @@ StatusOr<std::string> Sha256File(const std::filesystem::path& path);
 // HMAC-SHA256 of `message` under `key`: the 32 raw bytes (HexEncode or base64 them to print).
 std::string HmacSha256(std::string_view key, std::string_view message);
 
-}  // namespace parsyn::weights
+}  // namespace parsyn

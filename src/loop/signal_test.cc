@@ -1,4 +1,4 @@
-#include "http/signal.h"
+#include "loop/signal.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
-namespace parsyn::http {
+namespace parsyn::loop {
 namespace {
 
 namespace net = boost::asio;
@@ -92,4 +92,4 @@ TEST(SignalTest, WaitersThatTimedOutAreGoneAndTheRestAreWoken) {
 }
 
 }  // namespace
-}  // namespace parsyn::http
+}  // namespace parsyn::loop
