@@ -130,68 +130,77 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-int RunDemo(const DemoFlags& f) {
-  const auto started = SteadyClock::now();
-  struct sigaction action {};
-  action.sa_handler = OnInterrupt;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+// The server the demo starts, and an API client with its admin key.
+struct DemoServer {
+  std::unique_ptr<Background> process;
+  std::string url;
+  std::unique_ptr<http::Client> api;
+};
 
-  StatusOr<fs::path> self = SelfExecutablePath();
-  if (!self.ok()) return Fail(self.status().message());
-  if (f.workers < 2) return Fail("--workers must be at least 2 (one managed by the server, the rest own workers)");
-  const fs::path data_dir = fs::absolute(f.data_dir);
-  const fs::path work = data_dir / "demo";
-  std::error_code ec;
-  fs::remove_all(work, ec);
-  fs::create_directories(work, ec);
-  if (ec) return Fail("cannot create " + work.string() + ": " + ec.message());
-
+StatusOr<DemoServer> StartServer(const fs::path& self, const DemoFlags& f, const fs::path& data_dir,
+                                 const fs::path& work) {
   std::cout << "==> starting parsyn server (" << data_dir.string() << ")\n";
+  std::error_code ec;
   fs::remove(data_dir / "server.json", ec);
   // One of the demo's workers is managed: the server starts and supervises it, as `--managed-workers` does in
   // production.
-  Background server(*self, {"server", "--data-dir", data_dir.string(), "--listen", f.listen, "--managed-workers", "1"},
-                    work / "server.log");
-  if (!server.started()) return Fail("cannot start parsyn server");
+  DemoServer server;
+  server.process =
+      std::make_unique<Background>(self,
+                                   std::vector<std::string>{"server", "--data-dir", data_dir.string(), "--listen",
+                                                            f.listen, "--managed-workers", "1"},
+                                   work / "server.log");
+  if (!server.process->started()) return InternalError("cannot start parsyn server");
   for (int i = 0; i < 300 && !fs::exists(data_dir / "server.json"); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server writes it once it listens
   }
-  std::string url;
   try {
-    url = json::parse(std::ifstream(data_dir / "server.json")).at("url").get<std::string>();
+    server.url = json::parse(std::ifstream(data_dir / "server.json")).at("url").get<std::string>();
   } catch (const std::exception&) {
-    return Fail("parsyn server did not start; see " + (work / "server.log").string());
+    return UnavailableError("parsyn server did not start; see " + (work / "server.log").string());
   }
   StatusOr<std::string> admin_key = ReadTrimmedTextFile(data_dir / "admin-key");
-  http::Client api(http::ClientOptions{.base_url = url, .bearer_token = admin_key.ok() ? *admin_key : ""});
+  server.api = std::make_unique<http::Client>(
+      http::ClientOptions{.base_url = server.url, .bearer_token = admin_key.ok() ? *admin_key : ""});
+  return server;
+}
 
+// The demo's model and dataset, written here and registered with the server.
+struct DemoInputs {
+  fs::path model;  // the model folder
+  fs::path data;   // the instructions file
+  int64_t model_id = 0;
+  json dataset_id;
+};
+
+StatusOr<DemoInputs> RegisterModelAndData(http::Client& api, const fs::path& work) {
   std::cout << "==> writing a small Llama model and a synthetic instruction dataset\n";
-  const fs::path model = work / "model";
+  DemoInputs inputs{.model = work / "model", .data = work / "instructions.jsonl"};
   json init = {
       {"architecture", "llama"},        {"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
       {"max_position_embeddings", 128}, {"seed", 5},         {"dtype", "F32"}};
-  StatusOr<TrainerOutcome> made = RunTrainer({"model-init", model.string(), init.dump()}, nullptr);
-  if (!made.ok() || made->exit_code != 0) return Fail("model init failed");
-  const fs::path data = work / "instructions.jsonl";
-  WriteInstructions(data);
+  StatusOr<TrainerOutcome> made = RunTrainer({"model-init", inputs.model.string(), init.dump()}, nullptr);
+  if (!made.ok() || made->exit_code != 0) return InternalError("model init failed");
+  WriteInstructions(inputs.data);
 
   json files = json::object();
-  for (const auto& entry : fs::directory_iterator(model)) {
-    StatusOr<json> id = UploadFile(api, "/api/v1/uploads", entry.path(), "upload_id");
-    if (!id.ok()) return Fail(id.status().message());
-    files[entry.path().filename().string()] = *id;
+  for (const auto& entry : fs::directory_iterator(inputs.model)) {
+    PARSYN_ASSIGN_OR_RETURN(json id, UploadFile(api, "/api/v1/uploads", entry.path(), "upload_id"));
+    files[entry.path().filename().string()] = id;
   }
-  auto model_res = api.PostJson("/api/v1/models", {{"name", "demo-llama"}, {"files", files}});
-  if (!model_res.ok()) return Fail(model_res.status().message());
-  const int64_t model_id = (*model_res->Json())["id"];
-  StatusOr<json> dataset_id = UploadFile(api, "/api/v1/datasets?name=demo-instructions.jsonl", data, "id");
-  if (!dataset_id.ok()) return Fail(dataset_id.status().message());
+  PARSYN_ASSIGN_OR_RETURN(http::ClientResponse model_res,
+                          api.PostJson("/api/v1/models", {{"name", "demo-llama"}, {"files", files}}));
+  PARSYN_ASSIGN_OR_RETURN(json model_body, model_res.Json());
+  inputs.model_id = model_body["id"];
+  PARSYN_ASSIGN_OR_RETURN(inputs.dataset_id,
+                          UploadFile(api, "/api/v1/datasets?name=demo-instructions.jsonl", inputs.data, "id"));
+  return inputs;
+}
 
-  std::cout << "==> starting " << f.workers - 1 << " own workers beside the server's managed one\n";
+// The id of the managed worker the server registers as it starts (waits up to 30 s for it).
+StatusOr<json> ManagedWorkerIds(http::Client& api, const fs::path& work) {
   json managed_ids = json::array();
-  for (int i = 0; i < 300 && managed_ids.empty(); ++i) {  // the server registers managed-1 as it starts
+  for (int i = 0; i < 300 && managed_ids.empty(); ++i) {
     auto listed = api.Get("/api/v1/workers");
     StatusOr<json> body = listed.ok() ? listed->Json() : StatusOr<json>(listed.status());
     if (body.ok()) {
@@ -201,59 +210,84 @@ int RunDemo(const DemoFlags& f) {
     }
     if (managed_ids.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  if (managed_ids.empty())
-    return Fail("the server did not register its managed worker; see " + (work / "server.log").string());
-  std::vector<std::unique_ptr<Background>> workers;
-  json worker_ids = json::array();
-  for (int i = 0; i + 1 < f.workers; ++i) {
-    auto w =
-        api.PostJson("/api/v1/workers",
-                     {{"name", "demo-" + std::to_string(i + 1) + "-" + std::to_string(getpid())}, {"kind", "own"}});
-    if (!w.ok()) return Fail(w.status().message());
-    json body = *w->Json();
+  if (managed_ids.empty()) {
+    return UnavailableError("the server did not register its managed worker; see " + (work / "server.log").string());
+  }
+  return managed_ids;
+}
+
+// Registers `count` own workers and starts a `parsyn worker` process for each; their ids go to `worker_ids`.
+Status StartOwnWorkers(http::Client& api, const fs::path& self, const std::string& url, const fs::path& work, int count,
+                       std::vector<std::unique_ptr<Background>>& workers, json& worker_ids) {
+  for (int i = 0; i < count; ++i) {
+    const std::string name = "demo-" + std::to_string(i + 1);
+    PARSYN_ASSIGN_OR_RETURN(
+        http::ClientResponse registered,
+        api.PostJson("/api/v1/workers", {{"name", name + "-" + std::to_string(getpid())}, {"kind", "own"}}));
+    PARSYN_ASSIGN_OR_RETURN(json body, registered.Json());
     worker_ids.push_back(body["id"]);
     workers.push_back(std::make_unique<Background>(
-        *self,
-        std::vector<std::string>{"worker", "--server", url, "--name", "demo-" + std::to_string(i + 1), "--cache-dir",
+        self,
+        std::vector<std::string>{"worker", "--server", url, "--name", name, "--cache-dir",
                                  (work / ("worker-" + std::to_string(i + 1))).string(), "--threads", "1"},
         work / ("worker-" + std::to_string(i + 1) + ".log"),
         std::vector<std::pair<std::string, std::string>>{{"PARSYN_WORKER_TOKEN", body["token"].get<std::string>()}}));
   }
+  return Status::Ok();
+}
 
-  StatusOr<json> before = Evaluate(work, model, data, {});
-  json spec = {
-      {"name", "demo-federated-lora"},
-      {"dataset_id", *dataset_id},
-      {"model_id", model_id},
-      {"config",
-       {{"batch_size", 16},
-        {"learning_rate", 1e-2},
-        {"mixed_precision", "bf16"},
-        {"use_peft", true},
-        {"lora_r", 8},
-        {"lora_alpha", 16},
-        {"lora_dropout", 0.0},
-        {"max_seq_len", 32},
-        {"lora_target_modules", kTargets},
-        {"lr_scheduler", "constant"},
-        {"validation_fraction", 0.1},
-        {"seed", 1}}},
-      {"distributed",
-       {{"enabled", true},
-        {"num_rounds", f.rounds},
-        {"steps_per_round", f.steps},
-        {"min_workers", f.workers},
-        {"max_workers", f.workers},
-        {"aggregation_timeout", 300},
-        {"fault_tolerance", 2}}},
-      {"worker_selection", {{"mode", "mixed"}, {"worker_ids", worker_ids}, {"parsyn_worker_ids", managed_ids}}}};
-  auto job_res = api.PostJson("/api/v1/training-jobs", spec);
-  if (!job_res.ok()) return Fail(job_res.status().message());
-  const int64_t job_id = (*job_res->Json())["id"];
-  std::cout << "==> federated LoRA job " << job_id << ": " << f.rounds << " rounds x " << f.steps << " steps, "
-            << f.workers << " workers, bf16 (dashboard: " << url << "/)\n";
+json DemoJobSpec(const DemoFlags& f, const DemoInputs& inputs, const json& worker_ids, const json& managed_ids) {
+  return {{"name", "demo-federated-lora"},
+          {"dataset_id", inputs.dataset_id},
+          {"model_id", inputs.model_id},
+          {"config",
+           {{"batch_size", 16},
+            {"learning_rate", 1e-2},
+            {"mixed_precision", "bf16"},
+            {"use_peft", true},
+            {"lora_r", 8},
+            {"lora_alpha", 16},
+            {"lora_dropout", 0.0},
+            {"max_seq_len", 32},
+            {"lora_target_modules", kTargets},
+            {"lr_scheduler", "constant"},
+            {"validation_fraction", 0.1},
+            {"seed", 1}}},
+          {"distributed",
+           {{"enabled", true},
+            {"num_rounds", f.rounds},
+            {"steps_per_round", f.steps},
+            {"min_workers", f.workers},
+            {"max_workers", f.workers},
+            {"aggregation_timeout", 300},
+            {"fault_tolerance", 2}}},
+          {"worker_selection", {{"mode", "mixed"}, {"worker_ids", worker_ids}, {"parsyn_worker_ids", managed_ids}}}};
+}
 
-  // Live progress from the job's event stream.
+// Prints one event of the job's stream; false once the job has ended (its status goes to `final_status`).
+bool PrintJobEvent(const http::SseEvent& e, std::string& final_status) {
+  json d = json::parse(e.data, nullptr, false);
+  if (e.event == "worker_progress") {
+    std::printf("\r  round %d  worker %lld  step %lld/%lld  loss %.4f   ", d.value("round", 0),
+                static_cast<long long>(d.value("worker_id", int64_t{0})),
+                static_cast<long long>(d.value("step", int64_t{0})),
+                static_cast<long long>(d["total_steps"].is_number() ? d["total_steps"].get<int64_t>() : 0),
+                d["loss"].is_number() ? d["loss"].get<double>() : 0.0);
+    std::fflush(stdout);
+  } else if (e.event == "round_committed") {
+    std::printf("\r  round %d/%d committed: train loss %.4f%s\n", d.value("round", 0), d.value("total_rounds", 0),
+                d["train_loss"].is_number() ? d["train_loss"].get<double>() : 0.0, "                    ");
+  } else if (e.event == "round_failed") {
+    std::printf("\n  round %d failed: %s\n", d.value("round", 0), d.value("reason", "").c_str());
+  } else if (e.event == "job_status") {
+    final_status = d.value("status", "");
+    if (final_status != "queued" && final_status != "running") return false;
+  }
+  return true;
+}
+
+// Follows the job's event stream with live progress until it ends (or Ctrl-C); returns its final status.
+StatusOr<std::string> FollowJob(http::Client& api, int64_t job_id) {
   std::string final_status;
   http::CallOptions follow;
   follow.timeout = std::chrono::minutes(10);
@@ -265,46 +299,17 @@ int RunDemo(const DemoFlags& f) {
   });
   Status followed = api.ReadEvents(
       "/api/v1/training-jobs/" + std::to_string(job_id) + "/events",
-      [&](const http::SseEvent& e) {
-        json d = json::parse(e.data, nullptr, false);
-        if (e.event == "worker_progress") {
-          std::printf("\r  round %d  worker %lld  step %lld/%lld  loss %.4f   ", d.value("round", 0),
-                      static_cast<long long>(d.value("worker_id", int64_t{0})),
-                      static_cast<long long>(d.value("step", int64_t{0})),
-                      static_cast<long long>(d["total_steps"].is_number() ? d["total_steps"].get<int64_t>() : 0),
-                      d["loss"].is_number() ? d["loss"].get<double>() : 0.0);
-          std::fflush(stdout);
-        } else if (e.event == "round_committed") {
-          std::printf("\r  round %d/%d committed: train loss %.4f%s\n", d.value("round", 0), d.value("total_rounds", 0),
-                      d["train_loss"].is_number() ? d["train_loss"].get<double>() : 0.0, "                    ");
-        } else if (e.event == "round_failed") {
-          std::printf("\n  round %d failed: %s\n", d.value("round", 0), d.value("reason", "").c_str());
-        } else if (e.event == "job_status") {
-          final_status = d.value("status", "");
-          if (final_status != "queued" && final_status != "running") return false;
-        }
-        return true;
-      },
-      follow);
+      [&](const http::SseEvent& e) { return PrintJobEvent(e, final_status); }, follow);
   interrupt_watch.request_stop();
-  if (g_interrupted) return Fail("interrupted; stopping the workers and the server");
-  if (!followed.ok()) return Fail(followed.message());
-  if (final_status != "succeeded") return Fail("the job ended " + final_status + "; logs in " + work.string());
+  if (g_interrupted) return CancelledError("interrupted; stopping the workers and the server");
+  PARSYN_RETURN_IF_ERROR(followed);
+  return final_status;
+}
 
-  const fs::path adapter = work / "adapter";
-  fs::create_directories(adapter, ec);
-  for (const char* name : {"adapter_model.safetensors", "adapter_config.json"}) {
-    auto got =
-        api.DownloadToFile("/api/v1/training-jobs/" + std::to_string(job_id) + "/artifacts/" + name, adapter / name);
-    if (!got.ok()) return Fail(got.status().message());
-  }
-  StatusOr<json> after = Evaluate(work, model, data, adapter / "adapter_model.safetensors");
-  auto rounds = api.Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/rounds");
-  auto job_view = api.Get("/api/v1/training-jobs/" + std::to_string(job_id));
-  for (auto& w : workers) w->Stop();
-
-  // Each validation loss is printed with the weights it measured: a round's is that of the global it committed.
-  StatusOr<json> job_body = job_view.ok() ? job_view->Json() : StatusOr<json>(job_view.status());
+// The summary: the starting and per-round validation losses (each printed with the weights it measured: a round's is
+// that of the global it committed), the best round, and exact-match accuracy before and after.
+void PrintSummary(const StatusOr<json>& job_body, const StatusOr<json>& rounds_body, const StatusOr<json>& before,
+                  const StatusOr<json>& after) {
   auto loss_text = [](const json& v) { return v.is_number() ? std::to_string(v.get<double>()) : std::string("-"); };
   std::cout << "\n==> summary\n";
   if (job_body.ok()) {
@@ -312,7 +317,6 @@ int RunDemo(const DemoFlags& f) {
               << loss_text(job_body->value("initial_validation_loss", json())) << "\n";
   }
   std::printf("  %-6s %-12s %-28s %s\n", "round", "train loss", "validation loss after round", "bytes moved");
-  StatusOr<json> rounds_body = rounds.ok() ? rounds->Json() : StatusOr<json>(rounds.status());
   if (!rounds_body.ok()) std::cout << "  (rounds unavailable: " << rounds_body.status().message() << ")\n";
   if (rounds_body.ok()) {
     for (const json& r : (*rounds_body)["rounds"]) {
@@ -333,8 +337,70 @@ int RunDemo(const DemoFlags& f) {
     return std::string(buf);
   };
   std::cout << "  exact-match accuracy: before " << accuracy(before) << ", after " << accuracy(after) << "\n";
+}
+
+StatusOr<json> GetJson(http::Client& api, const std::string& path) {
+  PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res, api.Get(path));
+  return res.Json();
+}
+
+int RunDemo(const DemoFlags& f) {
+  const auto started = SteadyClock::now();
+  struct sigaction action {};
+  action.sa_handler = OnInterrupt;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  StatusOr<fs::path> self = SelfExecutablePath();
+  if (!self.ok()) return Fail(self.status().message());
+  if (f.workers < 2) return Fail("--workers must be at least 2 (one managed by the server, the rest own workers)");
+  const fs::path data_dir = fs::absolute(f.data_dir);
+  const fs::path work = data_dir / "demo";
+  std::error_code ec;
+  fs::remove_all(work, ec);
+  fs::create_directories(work, ec);
+  if (ec) return Fail("cannot create " + work.string() + ": " + ec.message());
+
+  StatusOr<DemoServer> server = StartServer(*self, f, data_dir, work);
+  if (!server.ok()) return Fail(server.status().message());
+  http::Client& api = *server->api;
+  StatusOr<DemoInputs> inputs = RegisterModelAndData(api, work);
+  if (!inputs.ok()) return Fail(inputs.status().message());
+
+  std::cout << "==> starting " << f.workers - 1 << " own workers beside the server's managed one\n";
+  StatusOr<json> managed_ids = ManagedWorkerIds(api, work);
+  if (!managed_ids.ok()) return Fail(managed_ids.status().message());
+  std::vector<std::unique_ptr<Background>> workers;
+  json worker_ids = json::array();
+  Status started_workers = StartOwnWorkers(api, *self, server->url, work, f.workers - 1, workers, worker_ids);
+  if (!started_workers.ok()) return Fail(started_workers.message());
+
+  StatusOr<json> before = Evaluate(work, inputs->model, inputs->data, {});
+  auto job_res = api.PostJson("/api/v1/training-jobs", DemoJobSpec(f, *inputs, worker_ids, *managed_ids));
+  if (!job_res.ok()) return Fail(job_res.status().message());
+  const int64_t job_id = (*job_res->Json())["id"];
+  std::cout << "==> federated LoRA job " << job_id << ": " << f.rounds << " rounds x " << f.steps << " steps, "
+            << f.workers << " workers, bf16 (dashboard: " << server->url << "/)\n";
+  StatusOr<std::string> final_status = FollowJob(api, job_id);
+  if (!final_status.ok()) return Fail(final_status.status().message());
+  if (*final_status != "succeeded") return Fail("the job ended " + *final_status + "; logs in " + work.string());
+
+  const fs::path adapter = work / "adapter";
+  fs::create_directories(adapter, ec);
+  const std::string job_path = "/api/v1/training-jobs/" + std::to_string(job_id);
+  for (const char* name : {"adapter_model.safetensors", "adapter_config.json"}) {
+    auto got = api.DownloadToFile(job_path + "/artifacts/" + name, adapter / name);
+    if (!got.ok()) return Fail(got.status().message());
+  }
+  StatusOr<json> after = Evaluate(work, inputs->model, inputs->data, adapter / "adapter_model.safetensors");
+  StatusOr<json> rounds = GetJson(api, job_path + "/rounds");
+  StatusOr<json> job_view = GetJson(api, job_path);
+  for (auto& w : workers) w->Stop();
+
+  PrintSummary(job_view, rounds, before, after);
   std::printf("  wall time: %.0f s\n", std::chrono::duration<double>(SteadyClock::now() - started).count());
-  std::cout << "  adapter: " << adapter.string() << "\n  dashboard: " << url << "/ (while a server runs on "
+  std::cout << "  adapter: " << adapter.string() << "\n  dashboard: " << server->url << "/ (while a server runs on "
             << data_dir.string() << ")\n  logs: " << work.string() << "\n";
   return 0;
 }

@@ -141,23 +141,8 @@ std::string CheckTransportFlags(const ServerFlags& f) {
   return "";
 }
 
-int RunServer(const ServerFlags& f) {
-  if (!f.log_level.empty()) log::Init(f.log_level);
-  log::SetFormat(f.log_format);  // checked by the flag's parser
-  if (std::string problem = CheckTransportFlags(f); !problem.empty()) {
-    std::cerr << "parsyn server: " << problem << "\n";
-    return 2;
-  }
-  const bool tls = !f.tls_cert.empty();
-  // Plain HTTP that other machines reach: only with --insecure (checked above), and then said loudly.
-  const StatusOr<bool> loopback = http::IsLoopbackListenAddress(f.listen);
-  const bool insecure = !tls && !(loopback.ok() && *loopback);
-  if (insecure) {
-    std::cerr << "parsyn server: WARNING: --insecure: serving plain HTTP on " << f.listen
-              << "; API keys, worker tokens, weights and data cross the network unencrypted\n";
-    PARSYN_LOG_WARN("serving plain HTTP on {} (--insecure): credentials and data are not encrypted", f.listen);
-  }
-  boost::asio::io_context io;
+// The service's options from the flags (`tls`, `insecure`: as RunServer decided them).
+StatusOr<coordinator::ServiceOptions> ServiceOptionsFrom(const ServerFlags& f, bool tls, bool insecure) {
   coordinator::ServiceOptions options;
   options.data_dir = f.data_dir.empty() ? DefaultDataDir() : f.data_dir;
   options.metadata_uri = f.metadata;
@@ -177,9 +162,7 @@ int RunServer(const ServerFlags& f) {
   options.upload_min_rate = f.upload_min_rate;
   options.upload_rate_window = std::chrono::milliseconds(f.upload_rate_window_ms);
   options.upload_rate_grace = std::chrono::milliseconds(f.upload_rate_grace_ms);
-  StatusOr<std::string> blobs_uri = BlobsUri(f);
-  if (!blobs_uri.ok()) return Fail("server", blobs_uri.status());
-  options.blobs_uri = *blobs_uri;
+  PARSYN_ASSIGN_OR_RETURN(options.blobs_uri, BlobsUri(f));
   options.tls = tls;
   options.insecure = insecure;
   options.require_worker_certificates = !f.client_ca.empty();
@@ -188,32 +171,32 @@ int RunServer(const ServerFlags& f) {
   options.worker_bootstrap_key_file = f.worker_bootstrap_key_file;
   options.leader_lease_ttl = std::chrono::milliseconds(f.leader_lease_ms);
   options.admin_key_refresh_interval = std::chrono::milliseconds(f.admin_key_refresh_ms);
-  // Before the coordinator opens the store, so it loads the managed workers' tokens.
-  std::vector<ManagedWorkerIdentity> managed;
-  if (f.managed_workers > 0) {
-    StatusOr<std::vector<ManagedWorkerIdentity>> ensured =
-        EnsureManagedWorkers(options.data_dir, f.managed_workers, options.metadata_uri);
-    if (!ensured.ok()) return Fail("server", ensured.status());
-    managed = std::move(*ensured);
+  return options;
+}
+
+// The CA file the server checks client certificates against. Managed workers under mutual TLS get certificates from
+// their own CA, which the server trusts besides --client-ca (one bundle file, since the server takes one). Worker pods
+// bootstrapping under mutual TLS get theirs from the same CA, for the key of the request they send. Gives each of
+// `managed` its certificate.
+StatusOr<std::filesystem::path> ClientCaFile(const ServerFlags& f, std::vector<ManagedWorkerIdentity>& managed,
+                                             coordinator::ServiceOptions& options) {
+  if ((managed.empty() && f.worker_bootstrap_key_file.empty()) || f.client_ca.empty()) {
+    return std::filesystem::path(f.client_ca);
   }
-  // Managed workers under mutual TLS get certificates from their own CA, which the server trusts besides --client-ca
-  // (one bundle file, since the server takes one).
-  // Worker pods bootstrapping under mutual TLS get theirs from the same CA, for the key of the request they send.
-  std::filesystem::path tls_client_ca = f.client_ca;
-  if ((!managed.empty() || !f.worker_bootstrap_key_file.empty()) && !f.client_ca.empty()) {
-    StatusOr<std::filesystem::path> managed_ca = EnsureManagedWorkerCertificates(options.data_dir, managed);
-    if (!managed_ca.ok()) return Fail("server", managed_ca.status());
-    if (!f.worker_bootstrap_key_file.empty()) {
-      options.managed_ca_cert_file = *managed_ca;
-      options.managed_ca_key_file = managed_ca->parent_path() / "ca.key";
-    }
-    StatusOr<std::string> bundle = ConcatenateFiles({f.client_ca, *managed_ca});
-    if (!bundle.ok()) return Fail("server", bundle.status());
-    tls_client_ca = options.data_dir / "client-ca-bundle.pem";
-    if (Status s = WriteFileAtomically(tls_client_ca, *bundle, 0644); !s.ok()) return Fail("server", s);
+  PARSYN_ASSIGN_OR_RETURN(std::filesystem::path managed_ca, EnsureManagedWorkerCertificates(options.data_dir, managed));
+  if (!f.worker_bootstrap_key_file.empty()) {
+    options.managed_ca_cert_file = managed_ca;
+    options.managed_ca_key_file = managed_ca.parent_path() / "ca.key";
   }
-  // About two descriptors per connected worker: the default soft limit (often 1024) would cap the server far below
-  // what the system allows.
+  PARSYN_ASSIGN_OR_RETURN(std::string bundle, ConcatenateFiles({f.client_ca, managed_ca}));
+  std::filesystem::path bundle_file = options.data_dir / "client-ca-bundle.pem";
+  PARSYN_RETURN_IF_ERROR(WriteFileAtomically(bundle_file, bundle, 0644));
+  return bundle_file;
+}
+
+// About two descriptors per connected worker: the default soft limit (often 1024) would cap the server far below
+// what the system allows.
+void RaiseAndLogOpenFilesLimit() {
   if (StatusOr<OpenFilesLimit> fds = RaiseOpenFilesLimit(); !fds.ok()) {
     PARSYN_LOG_WARN("{}", fds.status().ToString());
   } else if (fds->after != fds->before) {
@@ -221,75 +204,64 @@ int RunServer(const ServerFlags& f) {
   } else {
     PARSYN_LOG_INFO("open-files limit {} (hard {})", fds->after, fds->hard);
   }
-  StatusOr<std::unique_ptr<coordinator::Service>> service = coordinator::Service::Open(io, options);
-  if (!service.ok()) return Fail("server", service.status());
-  StatusOr<http::Router> router = (*service)->BuildRouter();
-  if (!router.ok()) return Fail("server", router.status());
+}
 
-  http::ServerOptions server_options;
-  server_options.listen = f.listen;
-  server_options.tls_cert_file = f.tls_cert;
-  server_options.tls_key_file = f.tls_key;
-  server_options.max_connections = f.max_connections;
-  server_options.max_connections_per_address = f.max_connections_per_address;
-  server_options.tls_client_ca = tls_client_ca;
-  server_options.on_request = coordinator::RecordRequest;  // access log and HTTP metrics
-  StatusOr<std::unique_ptr<http::Server>> server = http::Server::Start(io, server_options, std::move(*router));
-  if (!server.ok()) return Fail("server", server.status());
-  const std::string url = (*server)->tls() ? "https://" : "http://";
-  const std::string base = url + HostOf(f.listen) + ":" + std::to_string((*server)->port());
-  (*service)->SetPublicUrl(f.public_url.empty() ? base : f.public_url);
-  (*service)->SetHttpServer(server->get());
+// Writes server.json (where the local CLI finds the server) and says where a new admin key is.
+void AnnounceServer(const ServerFlags& f, const std::filesystem::path& data_dir, const std::string& base,
+                    const std::optional<std::string>& new_admin_key) {
+  const bool tls = !f.tls_cert.empty();
   {
     // Over TLS the local CLI reaches the server at the name its certificate is for (--public-url, when set), and
     // trusts the certificate file (ca_file), like the managed workers.
     nlohmann::json info_json{{"url", tls && !f.public_url.empty() ? f.public_url : base}};
     if (tls) info_json["ca_file"] = std::filesystem::absolute(f.tls_cert).string();
-    std::ofstream info(options.data_dir / "server.json", std::ios::trunc);
+    std::ofstream info(data_dir / "server.json", std::ios::trunc);
     info << info_json.dump() << "\n";
   }
-  if (const auto& key = (*service)->new_admin_key()) {
+  if (new_admin_key) {
     // Shown only to a person at a terminal: a pipe or file (a container's log, a service manager's journal) would keep
     // the key wherever those logs go.
-    const std::string file = (options.data_dir / "admin-key").string();
+    const std::string file = (data_dir / "admin-key").string();
     if (::isatty(STDOUT_FILENO) != 0) {
-      std::cout << "admin API key (shown once; also in " << file << "): " << *key << "\n";
+      std::cout << "admin API key (shown once; also in " << file << "): " << *new_admin_key << "\n";
     } else {
       std::cout << "admin API key written to " << file << " (mode 0600; not printed: stdout is not a terminal)\n";
     }
   }
   std::cout << "parsyn server listening on " << base << std::endl;
+}
 
-  std::unique_ptr<ManagedWorkerSupervisor> supervisor;
-  if (!managed.empty()) {
-    StatusOr<std::filesystem::path> self = SelfExecutablePath();
-    if (!self.ok()) return Fail("server", self.status());
-    // Workers on this machine reach the server at the address it listens on, whatever --public-url says; over TLS
-    // at the public URL when there is one, the name the certificate is for (managed_workers.h).
-    SupervisorOptions supervision{.program = *self, .server_url = base, .device = f.managed_worker_device};
-    if (tls) {
-      if (!f.public_url.empty()) supervision.server_url = f.public_url;
-      supervision.ca_file = std::filesystem::absolute(f.tls_cert);
-    }
-    supervisor = std::make_unique<ManagedWorkerSupervisor>(supervision, std::move(managed));
-    supervisor->Start();
+// Starts the managed workers' supervisor (none when `managed` is empty).
+StatusOr<std::unique_ptr<ManagedWorkerSupervisor>> SuperviseManagedWorkers(const ServerFlags& f,
+                                                                           const std::string& base,
+                                                                           std::vector<ManagedWorkerIdentity> managed) {
+  if (managed.empty()) return std::unique_ptr<ManagedWorkerSupervisor>();
+  PARSYN_ASSIGN_OR_RETURN(std::filesystem::path self, SelfExecutablePath());
+  // Workers on this machine reach the server at the address it listens on, whatever --public-url says; over TLS
+  // at the public URL when there is one, the name the certificate is for (managed_workers.h).
+  SupervisorOptions supervision{.program = self, .server_url = base, .device = f.managed_worker_device};
+  if (!f.tls_cert.empty()) {
+    if (!f.public_url.empty()) supervision.server_url = f.public_url;
+    supervision.ca_file = std::filesystem::absolute(f.tls_cert);
   }
+  auto supervisor = std::make_unique<ManagedWorkerSupervisor>(supervision, std::move(managed));
+  supervisor->Start();
+  return supervisor;
+}
 
-  coordinator::Service* svc = service->get();
-  http::Server* srv = server->get();
-  boost::asio::co_spawn(io, svc->Start(), boost::asio::detached);
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  ManagedWorkerSupervisor* workers = supervisor.get();
-  signals.async_wait([&](const boost::system::error_code& ec, int) {
+// On SIGINT or SIGTERM: managed workers stop first (bounded), while the server still answers their goodbye; then the
+// service and the server shut down. No io.stop(): once the server has closed its connections and the service its
+// timer and long-polls, the loop runs out of work and run() returns with every coroutine finished, so nothing
+// outlives what it uses.
+void ShutDownOnSignal(boost::asio::signal_set& signals, coordinator::Service* svc, http::Server* srv,
+                      ManagedWorkerSupervisor* workers) {
+  signals.async_wait([loop = signals.get_executor(), svc, srv, workers](const boost::system::error_code& ec, int) {
     if (ec) return;
     PARSYN_LOG_INFO("shutting down");
     boost::asio::co_spawn(
-        io,
-        // No io.stop(): once the server has closed its connections and the service its timer and long-polls, the
-        // loop runs out of work and run() returns with every coroutine finished, so nothing outlives what it uses.
+        loop,
         [svc, srv, workers]() -> http::Awaitable<void> {
           if (workers != nullptr) {
-            // Managed workers first (bounded), while the server still answers their goodbye.
             workers->RequestStop();
             boost::asio::steady_timer timer(co_await boost::asio::this_coro::executor);
             const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -303,8 +275,66 @@ int RunServer(const ServerFlags& f) {
         },
         boost::asio::detached);
   });
+}
+
+int RunServer(const ServerFlags& f) {
+  if (!f.log_level.empty()) log::Init(f.log_level);
+  log::SetFormat(f.log_format);  // checked by the flag's parser
+  if (std::string problem = CheckTransportFlags(f); !problem.empty()) {
+    std::cerr << "parsyn server: " << problem << "\n";
+    return 2;
+  }
+  const bool tls = !f.tls_cert.empty();
+  // Plain HTTP that other machines reach: only with --insecure (checked above), and then said loudly.
+  const StatusOr<bool> loopback = http::IsLoopbackListenAddress(f.listen);
+  const bool insecure = !tls && !(loopback.ok() && *loopback);
+  if (insecure) {
+    std::cerr << "parsyn server: WARNING: --insecure: serving plain HTTP on " << f.listen
+              << "; API keys, worker tokens, weights and data cross the network unencrypted\n";
+    PARSYN_LOG_WARN("serving plain HTTP on {} (--insecure): credentials and data are not encrypted", f.listen);
+  }
+  boost::asio::io_context io;
+  StatusOr<coordinator::ServiceOptions> options = ServiceOptionsFrom(f, tls, insecure);
+  if (!options.ok()) return Fail("server", options.status());
+  // Before the coordinator opens the store, so it loads the managed workers' tokens.
+  std::vector<ManagedWorkerIdentity> managed;
+  if (f.managed_workers > 0) {
+    StatusOr<std::vector<ManagedWorkerIdentity>> ensured =
+        EnsureManagedWorkers(options->data_dir, f.managed_workers, options->metadata_uri);
+    if (!ensured.ok()) return Fail("server", ensured.status());
+    managed = std::move(*ensured);
+  }
+  StatusOr<std::filesystem::path> tls_client_ca = ClientCaFile(f, managed, *options);
+  if (!tls_client_ca.ok()) return Fail("server", tls_client_ca.status());
+  RaiseAndLogOpenFilesLimit();
+  StatusOr<std::unique_ptr<coordinator::Service>> service = coordinator::Service::Open(io, *options);
+  if (!service.ok()) return Fail("server", service.status());
+  StatusOr<http::Router> router = (*service)->BuildRouter();
+  if (!router.ok()) return Fail("server", router.status());
+
+  http::ServerOptions server_options;
+  server_options.listen = f.listen;
+  server_options.tls_cert_file = f.tls_cert;
+  server_options.tls_key_file = f.tls_key;
+  server_options.max_connections = f.max_connections;
+  server_options.max_connections_per_address = f.max_connections_per_address;
+  server_options.tls_client_ca = *tls_client_ca;
+  server_options.on_request = coordinator::RecordRequest;  // access log and HTTP metrics
+  StatusOr<std::unique_ptr<http::Server>> server = http::Server::Start(io, server_options, std::move(*router));
+  if (!server.ok()) return Fail("server", server.status());
+  const std::string url = (*server)->tls() ? "https://" : "http://";
+  const std::string base = url + HostOf(f.listen) + ":" + std::to_string((*server)->port());
+  (*service)->SetPublicUrl(f.public_url.empty() ? base : f.public_url);
+  (*service)->SetHttpServer(server->get());
+  AnnounceServer(f, options->data_dir, base, (*service)->new_admin_key());
+
+  StatusOr<std::unique_ptr<ManagedWorkerSupervisor>> supervisor = SuperviseManagedWorkers(f, base, std::move(managed));
+  if (!supervisor.ok()) return Fail("server", supervisor.status());
+  boost::asio::co_spawn(io, (*service)->Start(), boost::asio::detached);
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  ShutDownOnSignal(signals, service->get(), server->get(), supervisor->get());
   io.run();
-  if (supervisor) supervisor->Stop(std::chrono::seconds(1));  // joins; kills a worker that outlived the wait above
+  if (*supervisor) (*supervisor)->Stop(std::chrono::seconds(1));  // joins; kills a worker that outlived the wait above
   return 0;
 }
 
