@@ -133,8 +133,8 @@ export function followJobEvents(jobId, onEvent, { isDone, onConnection = () => {
 // Follows GET /api/v1/events, the stream of job, round and worker changes across all jobs (docs/architecture.md,
 // "Event streams"). It starts with a "reset" event (and sends one again when it cannot resume where this client
 // left off, e.g. after a coordinator restart): re-read the lists then, and patch them from the events that follow.
-// onConnection(false) when the stream drops (the caller re-reads meanwhile) or is refused (with the error: an older
-// server without the route answers 404, so the caller falls back to re-reading on a timer).
+// onConnection(false) when the stream drops (the caller re-reads meanwhile) or is refused (with the error, e.g. a
+// coordinator that is not the leader answers 503), so the caller falls back to re-reading on a timer.
 export function followAllEvents(onEvent, { onConnection = () => {} } = {}) {
   return followStream('/events', onEvent, { onConnection });
 }
@@ -187,7 +187,7 @@ export function followListLive({ load, apply, fallbackMs, onUnavailable = () => 
         stopFallback();
         return;
       }
-      // Dropped (it reconnects by itself and resumes) or refused (an older server): re-read meanwhile.
+      // Dropped (it reconnects by itself and resumes) or refused: re-read meanwhile.
       reload();
       if (fallbackTimer === null && !stopped) fallbackTimer = setInterval(reload, fallbackMs);
       if (error) onUnavailable(error);

@@ -164,11 +164,9 @@ export function render(container, [idText]) {
     state.totalRounds = job.total_rounds ?? state.totalRounds;
     state.committed = job.committed_round;
     if (job.live?.phase === 'final_evaluation') state.finalEvaluation = true;
-    if (hasLossFields()) {
-      if (isNumber(job.initial_validation_loss)) state.validation.set(0, job.initial_validation_loss);
-      if (isNumber(job.final_validation_loss) && state.committed > 0) {
-        state.validation.set(state.committed, job.final_validation_loss);
-      }
+    if (isNumber(job.initial_validation_loss)) state.validation.set(0, job.initial_validation_loss);
+    if (isNumber(job.final_validation_loss) && state.committed > 0) {
+      state.validation.set(state.committed, job.final_validation_loss);
     }
     const warnings = Array.isArray(job.warnings) ? job.warnings : [];
     warningsBox.hidden = warnings.length === 0;
@@ -206,11 +204,6 @@ export function render(container, [idText]) {
             h('td', { class: 'histogram-cell' }, bar));
         })))));
   }
-  // Whether the server reports the loss of each round's committed global (initial_validation_loss, validation_loss);
-  // older servers report, per round, the loss of the global it started from, so the events' numbers are used instead.
-  function hasLossFields() {
-    return state.job !== null && Object.hasOwn(state.job, 'initial_validation_loss');
-  }
   let roundsTimer = null;
   function refreshRoundsSoon() {
     clearTimeout(roundsTimer);
@@ -221,10 +214,8 @@ export function render(container, [idText]) {
       const { rounds } = await api('GET', `/training-jobs/${jobId}/rounds`);
       if (stopped) return;
       state.rounds = rounds;
-      if (hasLossFields()) {
-        for (const r of rounds) {
-          if (r.outcome === 'committed' && isNumber(r.validation_loss)) state.validation.set(r.round, r.validation_loss);
-        }
+      for (const r of rounds) {
+        if (r.outcome === 'committed' && isNumber(r.validation_loss)) state.validation.set(r.round, r.validation_loss);
       }
       drawRounds();
       schedule();
