@@ -229,5 +229,4 @@ StatusOr<std::vector<std::string>> ValidationChecksums(storage::BlobStore& blobs
   return checksums;
 }
 
-
 }  // namespace parsyn::coordinator

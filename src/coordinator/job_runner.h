@@ -179,6 +179,21 @@ class JobRunner {
   // Reloads the job from the store (model, dataset, shards, job, global of the last committed round), failing the
   // attempt still running there with the reason given, and returns the engine checkpoint to resume from.
   http::Awaitable<StatusOr<EngineCheckpoint>> LoadCheckpoint(std::string running_attempt_failure);
+  // LoadCheckpoint's parts: the job's records as stored, with the attempt that was running failed with
+  // `running_attempt_failure` (blocking: on the pool); and the engine's checkpoint they give (the committed global's
+  // key and sha256 into `global_key` and `global_sha`, when there is one), which also sets the shards' row counts.
+  struct StoredJob {
+    storage::Model model;
+    storage::Dataset dataset;
+    std::vector<storage::Shard> shards;
+    std::vector<std::string> validation_sha256;
+    std::vector<storage::Round> rounds;
+    storage::TrainingJob job;
+    bool local_sizes_warned = false;
+  };
+  StatusOr<StoredJob> ReadStoredJob(const std::string& running_attempt_failure, int64_t now);
+  EngineCheckpoint CheckpointFrom(const std::vector<storage::Round>& rounds, std::string& global_key,
+                                  std::string& global_sha);
   // After a failed action (resync_needed_): LoadCheckpoint and a new engine restored from it. Under the job's mutex.
   http::Awaitable<Status> Resync();
   // The outcome of Setup's or Resume's start: OK when the engine started, even if an action failed (Resync retries).

@@ -171,66 +171,49 @@ http::Awaitable<Status> JobRunner::Setup() {
   co_return StartedOrRecovering(started);
 }
 
-http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::string running_attempt_failure) {
+StatusOr<JobRunner::StoredJob> JobRunner::ReadStoredJob(const std::string& running_attempt_failure, int64_t now) {
   storage::MetadataStore& store = host_.store();
   const int64_t job_id = job_.id;
-  const int64_t now = host_.clock().UnixMillis();
-  struct Loaded {
-    storage::Model model;
-    storage::Dataset dataset;
-    std::vector<storage::Shard> shards;
-    std::vector<std::string> validation_sha256;
-    std::vector<storage::Round> rounds;
-    storage::TrainingJob job;
-    bool local_sizes_warned = false;
-  };
-  StatusOr<Loaded> loaded = co_await loop::Offload(host_.pool(), [&]() -> StatusOr<Loaded> {
-    Loaded l;
-    PARSYN_ASSIGN_OR_RETURN(l.model, store.GetModel(job_.model_id));
-    if (!engine_config_.workers_hold_data) {
-      PARSYN_ASSIGN_OR_RETURN(l.dataset, store.GetDataset(job_.dataset_id));
-    }
-    PARSYN_ASSIGN_OR_RETURN(l.shards, store.ListShards(job_id));
-    if (!engine_config_.workers_hold_data) {
-      PARSYN_ASSIGN_OR_RETURN(l.validation_sha256, ValidationChecksums(host_.blobs(), l.shards, l.dataset.format));
-    }
-    PARSYN_ASSIGN_OR_RETURN(l.rounds, store.ListRounds(job_id));
-    // The attempt in flight when the coordinator stopped cannot finish: its tasks and partial sums are gone.
-    for (storage::Round& r : l.rounds) {
-      if (r.status != storage::RoundStatus::kRunning) continue;
-      storage::RoundFailure failure{.job_id = job_id,
-                                    .round = r.round,
-                                    .attempt = r.attempt,
-                                    .reason = running_attempt_failure,
-                                    .ended_at_ms = now,
-                                    .bytes_moved = r.bytes_moved,
-                                    .counts_toward_fault_tolerance = false};
-      PARSYN_RETURN_IF_ERROR(store.FailRound(failure));
-      r.status = storage::RoundStatus::kFailed;
-      DeleteUpdatesInBackground(AttemptPrefix(r.round, r.attempt) + "/updates/");
-    }
-    PARSYN_ASSIGN_OR_RETURN(l.job, store.GetJob(job_id));
-    // The warning about uneven local datasets is appended once per job, also across restarts.
-    if (engine_config_.workers_hold_data) {
-      PARSYN_RETURN_IF_ERROR(storage::ForEachJobEventOfType(store, job_id, "warning", [&](const storage::JobEvent& e) {
-        if (e.payload_json.find(kUnevenLocalDataWarning) != std::string::npos) l.local_sizes_warned = true;
-      }));
-    }
-    return l;
-  });
-  if (!loaded.ok()) co_return loaded.status();
-  model_ = std::move(loaded->model);
-  dataset_ = std::move(loaded->dataset);
-  shards_ = std::move(loaded->shards);
-  validation_sha256_ = std::move(loaded->validation_sha256);
-  job_ = loaded->job;
-  local_sizes_warned_ = local_sizes_warned_ || loaded->local_sizes_warned;
+  StoredJob l;
+  PARSYN_ASSIGN_OR_RETURN(l.model, store.GetModel(job_.model_id));
+  if (!engine_config_.workers_hold_data) {
+    PARSYN_ASSIGN_OR_RETURN(l.dataset, store.GetDataset(job_.dataset_id));
+  }
+  PARSYN_ASSIGN_OR_RETURN(l.shards, store.ListShards(job_id));
+  if (!engine_config_.workers_hold_data) {
+    PARSYN_ASSIGN_OR_RETURN(l.validation_sha256, ValidationChecksums(host_.blobs(), l.shards, l.dataset.format));
+  }
+  PARSYN_ASSIGN_OR_RETURN(l.rounds, store.ListRounds(job_id));
+  // The attempt in flight when the coordinator stopped cannot finish: its tasks and partial sums are gone.
+  for (storage::Round& r : l.rounds) {
+    if (r.status != storage::RoundStatus::kRunning) continue;
+    storage::RoundFailure failure{.job_id = job_id,
+                                  .round = r.round,
+                                  .attempt = r.attempt,
+                                  .reason = running_attempt_failure,
+                                  .ended_at_ms = now,
+                                  .bytes_moved = r.bytes_moved,
+                                  .counts_toward_fault_tolerance = false};
+    PARSYN_RETURN_IF_ERROR(store.FailRound(failure));
+    r.status = storage::RoundStatus::kFailed;
+    DeleteUpdatesInBackground(AttemptPrefix(r.round, r.attempt) + "/updates/");
+  }
+  PARSYN_ASSIGN_OR_RETURN(l.job, store.GetJob(job_id));
+  // The warning about uneven local datasets is appended once per job, also across restarts.
+  if (engine_config_.workers_hold_data) {
+    PARSYN_RETURN_IF_ERROR(storage::ForEachJobEventOfType(store, job_id, "warning", [&](const storage::JobEvent& e) {
+      if (e.payload_json.find(kUnevenLocalDataWarning) != std::string::npos) l.local_sizes_warned = true;
+    }));
+  }
+  return l;
+}
 
+EngineCheckpoint JobRunner::CheckpointFrom(const std::vector<storage::Round>& rounds, std::string& global_key,
+                                           std::string& global_sha) {
   EngineCheckpoint checkpoint;
   checkpoint.last_committed_round = job_.committed_round;
   checkpoint.consecutive_failed_rounds = job_.consecutive_failed_rounds;
-  std::string global_key, global_sha;
-  for (const storage::Round& r : loaded->rounds) {
+  for (const storage::Round& r : rounds) {
     if (r.round == job_.committed_round + 1)
       checkpoint.attempts_of_next_round = std::max(checkpoint.attempts_of_next_round, r.attempt);
     if (r.round == job_.committed_round && r.status == storage::RoundStatus::kCommitted) {
@@ -242,7 +225,7 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
   // those of globals 1..committed_round-1 (the last global's loss, if stored, is the final evaluation's: the job had
   // already decided to end, and the replay reaches that decision again).
   if (job_.initial_validation_loss) RecordEvaluation(checkpoint, engine_config_, 0, *job_.initial_validation_loss);
-  for (const storage::Round& r : loaded->rounds) {
+  for (const storage::Round& r : rounds) {
     if (r.status == storage::RoundStatus::kCommitted && r.round < job_.committed_round && r.validation_loss) {
       RecordEvaluation(checkpoint, engine_config_, r.round, *r.validation_loss);
     }
@@ -252,6 +235,23 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
     if (s.worker_id) checkpoint.shards[*s.worker_id] = s.shard_index;
     if (!engine_config_.workers_hold_data) engine_config_.shard_train_rows.push_back(s.train_rows);
   }
+  return checkpoint;
+}
+
+http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::string running_attempt_failure) {
+  const int64_t now = host_.clock().UnixMillis();
+  StatusOr<StoredJob> loaded =
+      co_await loop::Offload(host_.pool(), [&] { return ReadStoredJob(running_attempt_failure, now); });
+  if (!loaded.ok()) co_return loaded.status();
+  model_ = std::move(loaded->model);
+  dataset_ = std::move(loaded->dataset);
+  shards_ = std::move(loaded->shards);
+  validation_sha256_ = std::move(loaded->validation_sha256);
+  job_ = loaded->job;
+  local_sizes_warned_ = local_sizes_warned_ || loaded->local_sizes_warned;
+
+  std::string global_key, global_sha;
+  const EngineCheckpoint checkpoint = CheckpointFrom(loaded->rounds, global_key, global_sha);
   // The global is checked against the metadata store's record of it (the committed round's, or before the first
   // commit the starting weights'), and the job fails, naming the blob, rather than train on other bytes.
   if (global_key.empty()) global_sha = InitialGlobalSha256(&global_key);
