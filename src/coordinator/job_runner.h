@@ -159,6 +159,12 @@ class JobRunner {
   static constexpr size_t kMinEarlyCheckedUpdates = 8;
   static constexpr size_t kMaxEarlyCheckedMapped = 10'000;
   static constexpr uint64_t kEarlyCheckedBudgetBytes = uint64_t{256} << 20;
+  size_t MaxEarlyCheckedUpdates() const;
+  // Result's early check: reading and checking an update is the slow part of a result, so it is done before waiting
+  // for the job's mutex and results check in parallel on the pool; only the accumulation is serial. Bounded (by
+  // MaxEarlyCheckedUpdates), since a checked update is held in memory until its turn; beyond the bound the check
+  // runs under the mutex, in OnValidateUpdate.
+  http::Awaitable<void> CheckUpdateEarly(int64_t worker_id, const ResultReport& report);
   struct PendingGlobal {
     std::string key;
     std::string sha256;
@@ -221,6 +227,10 @@ class JobRunner {
   http::Awaitable<Status> OnStartRound(const coordinator::StartRound& a, const std::deque<Action>& work);
   http::Awaitable<Status> OnAssignTask(const AssignTask& a);
   http::Awaitable<Status> OnValidateUpdate(const ValidateUpdate& a, std::deque<Action>& work);
+  // OnValidateUpdate's parts: the accepted/rejected counters, and adding the strategy's kept updates while the job is
+  // idle (`next`: the engine's actions after the verdict).
+  void CountUpdateVerdict(const Status& verdict, bool file_failed);
+  http::Awaitable<void> AddKeptUpdatesWhileIdle(const Actions& next, bool small_update);
   http::Awaitable<Status> OnDropWorker(const DropWorker& a);
   http::Awaitable<Status> OnAggregateRound(const AggregateRound& a, std::deque<Action>& work);
   // Global r-1's loss is kept for round r's commit; the final evaluation's is recorded at once.

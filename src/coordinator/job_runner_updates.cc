@@ -170,6 +170,76 @@ http::Awaitable<void> JobRunner::WarnOfUnevenLocalData(int64_t worker_id, int64_
   co_await std::move(event_appended);
 }
 
+size_t JobRunner::MaxEarlyCheckedUpdates() const {
+  // Plain updates in the coordinator's own store are mappings of its files; with S3 (transfers bypass the
+  // coordinator) each checked update is a downloaded copy in the spool, so the budget bounds that disk space.
+  const bool held_as_store_mappings = UpdateEncoding().plain() && !host_.blob_urls().transfers_bypass_coordinator();
+  if (held_as_store_mappings) return kMaxEarlyCheckedMapped;
+  return std::max<size_t>(kMinEarlyCheckedUpdates,
+                          kEarlyCheckedBudgetBytes / std::max<uint64_t>(1, MaxUpdateUploadBytes()));
+}
+
+http::Awaitable<void> JobRunner::CheckUpdateEarly(int64_t worker_id, const ResultReport& report) {
+  const int round = report.round, attempt = report.attempt;
+  checked_updates_[worker_id] = CheckedUpdate{.round = round, .attempt = attempt, .blob_key = report.blob_key};
+  const std::string expected_key = UpdateKey(round, attempt, worker_id);
+  const uint64_t max_bytes = MaxUpdateUploadBytes();
+  const weights::WireEncoding encoding = UpdateEncoding();
+  std::shared_ptr<weights::WeightSet> global = global_;
+  const std::optional<StreamChecked> values_checked = TakeCheckedUpload(report.blob_key);
+  const auto check_start = std::chrono::steady_clock::now();
+  uint64_t update_bytes = 0;
+  std::optional<double> max_magnitude;
+  StatusOr<weights::WeightSet> update = co_await loop::Offload(host_.pool(), [&] {
+    return CheckUpdateFile(host_.blobs(), report, expected_key, max_bytes, *global, encoding, host_.spool_dir(),
+                           values_checked, &update_bytes, &max_magnitude);
+  });
+  if (update_bytes > 0) verified_update_bytes_[report.blob_key] = update_bytes;
+  PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} checked early in {:.1f} ms{}", job_.id, round,
+                   worker_id, MillisSince(check_start), max_magnitude ? " (values checked on upload)" : "");
+  ObservePhase("update_check", MillisSince(check_start));
+  if (auto c = checked_updates_.find(worker_id); c != checked_updates_.end()) {
+    c->second.update = std::move(update);
+    c->second.max_magnitude = max_magnitude;
+    c->second.ready = true;
+  }
+}
+
+void JobRunner::CountUpdateVerdict(const Status& verdict, bool file_failed) {
+  if (verdict.ok()) {
+    Metrics().updates_accepted.WithLabels({}).Inc();
+    return;
+  }
+  // Bounded categories; the full reason is in the round's updates and events.
+  Metrics()
+      .updates_rejected
+      .WithLabels({verdict.code() != StatusCode::kInvalidArgument ? "error"
+                   : file_failed                                  ? "invalid_file"
+                                                                  : "strategy"})
+      .Inc();
+}
+
+http::Awaitable<void> JobRunner::AddKeptUpdatesWhileIdle(const Actions& next, bool small_update) {
+  // The strategy keeps accepted updates to add several in one pass over its sums. With no other result on its way in
+  // (being checked or waiting for the job: at K = 1000 x 2 MiB, hundreds wait at the end of the uploads, and one pass
+  // over the sums each was a third of that tail), it adds them now, while the job is idle, unless the round
+  // aggregates next: Finish adds them in its own pass, chunk by chunk while each chunk of the sums is in cache (at
+  // K = 5 x 20 MiB the separate pass was ~20 ms of the round's tail).
+  const bool aggregates_next = std::any_of(
+      next.begin(), next.end(), [](const Action& action) { return std::holds_alternative<AggregateRound>(action); });
+  const bool other_results_coming = results_in_progress_ > 1;  // this update's own result is one
+  if (other_results_coming || aggregates_next) co_return;
+  if (small_update) {
+    strategy_->AddKeptUpdates();
+    co_return;
+  }
+  auto added = loop::Offload(host_.pool(), [&] {  // kCoAwaitTemporaries
+    strategy_->AddKeptUpdates();
+    return true;
+  });
+  co_await std::move(added);
+}
+
 http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std::deque<Action>& work) {
   auto it = results_.find(a.worker);
   if (it == results_.end()) co_return InternalError("no result recorded for worker " + std::to_string(a.worker));
@@ -240,38 +310,12 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} recorded in {:.1f} ms", job_.id, a.round, a.worker,
                    MillisSince(record_start));
   ObservePhase("update_record", MillisSince(record_start));
-  if (verdict.ok()) {
-    Metrics().updates_accepted.WithLabels({}).Inc();
-  } else {
-    // Bounded categories; the full reason is in the round's updates and events.
-    const bool file_failed = checked_failed;
-    Metrics()
-        .updates_rejected
-        .WithLabels({verdict.code() != StatusCode::kInvalidArgument ? "error"
-                     : file_failed                                  ? "invalid_file"
-                                                                    : "strategy"})
-        .Inc();
-  }
+  CountUpdateVerdict(verdict, checked_failed);
   StatusOr<Actions> next = engine_->UpdateValidated(a.worker, a.round, a.attempt, verdict);
   if (!next.ok()) co_return next.status();
-  // The strategy keeps accepted updates to add several in one pass over its sums. With no other result on its way in
-  // (being checked or waiting for the job: at K = 1000 x 2 MiB, hundreds wait at the end of the uploads, and one pass
-  // over the sums each was a third of that tail), it adds them now, while the job is idle, unless the round
-  // aggregates next: Finish adds them in its own pass, chunk by chunk while each chunk of the sums is in cache (at
-  // K = 5 x 20 MiB the separate pass was ~20 ms of the round's tail).
-  const bool aggregates_next = std::any_of(
-      next->begin(), next->end(), [](const Action& action) { return std::holds_alternative<AggregateRound>(action); });
-  const bool other_results_coming = results_in_progress_ > 1;  // this update's own result is one
-  if (verdict.ok() && !other_results_coming && !aggregates_next) {
-    if (small_update) {
-      strategy_->AddKeptUpdates();
-    } else {
-      auto added = loop::Offload(host_.pool(), [&] {  // kCoAwaitTemporaries
-        strategy_->AddKeptUpdates();
-        return true;
-      });
-      co_await std::move(added);
-    }
+  if (verdict.ok()) {
+    auto adding = AddKeptUpdatesWhileIdle(*next, small_update);  // kCoAwaitTemporaries
+    co_await std::move(adding);
   }
   work.insert(work.begin(), next->begin(), next->end());
   co_return recorded;
@@ -324,43 +368,12 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
     auto completed = CompleteMultipartUpload(worker_id, report.blob_key);  // kCoAwaitTemporaries
     co_await std::move(completed);
   }
-  // Reading and checking an update is the slow part of a result: done here, before waiting for the job's mutex, so
-  // results check in parallel on the pool; only the accumulation is serial. Bounded, since a checked update is held
-  // in memory until its turn; beyond the bound the check runs under the mutex as before.
-  // Plain updates in the coordinator's own store are mappings of its files; with S3 (transfers bypass the
-  // coordinator) each checked update is a downloaded copy in the spool, so the budget bounds that disk space.
-  const bool held_as_store_mappings = UpdateEncoding().plain() && !host_.blob_urls().transfers_bypass_coordinator();
-  const size_t max_early_checked =
-      held_as_store_mappings
-          ? kMaxEarlyCheckedMapped
-          : std::max<size_t>(kMinEarlyCheckedUpdates,
-                             kEarlyCheckedBudgetBytes / std::max<uint64_t>(1, MaxUpdateUploadBytes()));
   const bool check_early = !repeat && round <= engine_config_.num_rounds && !report.blob_key.empty() &&
-                           global_ != nullptr && checked_updates_.size() < max_early_checked &&
+                           global_ != nullptr && checked_updates_.size() < MaxEarlyCheckedUpdates() &&
                            checked_updates_.count(worker_id) == 0;
   if (check_early) {
-    checked_updates_[worker_id] = CheckedUpdate{.round = round, .attempt = attempt, .blob_key = report.blob_key};
-    const std::string expected_key = UpdateKey(round, attempt, worker_id);
-    const uint64_t max_bytes = MaxUpdateUploadBytes();
-    const weights::WireEncoding encoding = UpdateEncoding();
-    std::shared_ptr<weights::WeightSet> global = global_;
-    const std::optional<StreamChecked> values_checked = TakeCheckedUpload(report.blob_key);
-    const auto check_start = std::chrono::steady_clock::now();
-    uint64_t update_bytes = 0;
-    std::optional<double> max_magnitude;
-    StatusOr<weights::WeightSet> update = co_await loop::Offload(host_.pool(), [&] {
-      return CheckUpdateFile(host_.blobs(), report, expected_key, max_bytes, *global, encoding, host_.spool_dir(),
-                             values_checked, &update_bytes, &max_magnitude);
-    });
-    if (update_bytes > 0) verified_update_bytes_[report.blob_key] = update_bytes;
-    PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} checked early in {:.1f} ms{}", job_.id, round,
-                     worker_id, MillisSince(check_start), max_magnitude ? " (values checked on upload)" : "");
-    ObservePhase("update_check", MillisSince(check_start));
-    if (auto c = checked_updates_.find(worker_id); c != checked_updates_.end()) {
-      c->second.update = std::move(update);
-      c->second.max_magnitude = max_magnitude;
-      c->second.ready = true;
-    }
+    auto checking = CheckUpdateEarly(worker_id, report);  // kCoAwaitTemporaries
+    co_await std::move(checking);
   }
   bool duplicate = false;
   Status refused;

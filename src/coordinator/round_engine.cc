@@ -7,20 +7,6 @@
 #include <utility>
 
 namespace parsyn::coordinator {
-namespace {
-
-std::string Seconds(Clock::Duration d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(d.count()) / 1000.0);
-  return buf;
-}
-
-template <typename T>
-std::string Str(T v) {
-  return std::to_string(v);
-}
-
-}  // namespace
 
 RoundEngine::RoundEngine(RoundEngineConfig config, const strategy::Strategy& strategy, const Clock& clock)
     : config_(std::move(config)), strategy_(strategy), clock_(clock) {
@@ -65,22 +51,24 @@ void RoundEngine::SetState(Participant& p, ParticipantState state) {
 
 Status RoundEngine::CheckConfig() const {
   const RoundEngineConfig& c = config_;
-  if (c.num_rounds < 1) return InvalidArgumentError("num_rounds must be >= 1, got " + Str(c.num_rounds));
+  if (c.num_rounds < 1) return InvalidArgumentError("num_rounds must be >= 1, got " + std::to_string(c.num_rounds));
   if (c.min_workers < 1 || c.min_workers > c.max_workers) {
-    return InvalidArgumentError("need 1 <= min_workers <= max_workers, got " + Str(c.min_workers) + " and " +
-                                Str(c.max_workers));
+    return InvalidArgumentError("need 1 <= min_workers <= max_workers, got " + std::to_string(c.min_workers) + " and " +
+                                std::to_string(c.max_workers));
   }
   if (c.aggregation_timeout.count() <= 0) return InvalidArgumentError("aggregation_timeout must be positive");
   if (c.join_window.count() < 0 || c.retry_backoff.count() < 0) {
     return InvalidArgumentError("join_window and retry_backoff must not be negative");
   }
-  if (c.fault_tolerance < 1) return InvalidArgumentError("fault_tolerance must be >= 1, got " + Str(c.fault_tolerance));
+  if (c.fault_tolerance < 1)
+    return InvalidArgumentError("fault_tolerance must be >= 1, got " + std::to_string(c.fault_tolerance));
   if (c.num_shards < c.min_workers) {
-    return InvalidArgumentError("min_workers (" + Str(c.min_workers) + ") exceeds the number of shards (" +
-                                Str(c.num_shards) + ")");
+    return InvalidArgumentError("min_workers (" + std::to_string(c.min_workers) + ") exceeds the number of shards (" +
+                                std::to_string(c.num_shards) + ")");
   }
   if (!c.eligible_workers.empty() && c.num_shards > static_cast<int>(c.eligible_workers.size())) {
-    return InvalidArgumentError("the " + Str(c.num_shards) + " shards exceed the " + Str(c.eligible_workers.size()) +
+    return InvalidArgumentError("the " + std::to_string(c.num_shards) + " shards exceed the " +
+                                std::to_string(c.eligible_workers.size()) +
                                 " eligible workers: some data would never be trained");
   }
   if (std::set<WorkerId>(c.eligible_workers.begin(), c.eligible_workers.end()).size() != c.eligible_workers.size()) {
@@ -91,8 +79,8 @@ Status RoundEngine::CheckConfig() const {
         "workers_hold_data needs worker_has_data, max_samples_per_worker >= 1 and no shard_train_rows");
   }
   if (!c.shard_train_rows.empty() && c.shard_train_rows.size() != static_cast<size_t>(c.num_shards)) {
-    return InvalidArgumentError("shard_train_rows has " + Str(c.shard_train_rows.size()) + " entries for " +
-                                Str(c.num_shards) + " shards");
+    return InvalidArgumentError("shard_train_rows has " + std::to_string(c.shard_train_rows.size()) + " entries for " +
+                                std::to_string(c.num_shards) + " shards");
   }
   return Status::Ok();
 }
@@ -106,8 +94,8 @@ StatusOr<Actions> RoundEngine::Restore(const EngineCheckpoint& checkpoint, std::
   PARSYN_RETURN_IF_ERROR(CheckConfig());
   const EngineCheckpoint& cp = checkpoint;
   if (cp.last_committed_round < 0 || cp.last_committed_round > config_.num_rounds) {
-    return InvalidArgumentError("checkpoint's last committed round " + Str(cp.last_committed_round) +
-                                " is outside 0.." + Str(config_.num_rounds));
+    return InvalidArgumentError("checkpoint's last committed round " + std::to_string(cp.last_committed_round) +
+                                " is outside 0.." + std::to_string(config_.num_rounds));
   }
   if (cp.attempts_of_next_round < 0) return InvalidArgumentError("checkpoint's attempt count is negative");
   if (cp.evaluations_without_improvement < 0 || cp.best_global_round < 0 ||
@@ -115,15 +103,15 @@ StatusOr<Actions> RoundEngine::Restore(const EngineCheckpoint& checkpoint, std::
     return InvalidArgumentError("checkpoint's early-stopping state does not fit its committed rounds");
   }
   if (cp.consecutive_failed_rounds < 0 || cp.consecutive_failed_rounds >= config_.fault_tolerance) {
-    return InvalidArgumentError("checkpoint's " + Str(cp.consecutive_failed_rounds) +
+    return InvalidArgumentError("checkpoint's " + std::to_string(cp.consecutive_failed_rounds) +
                                 " consecutive failed rounds do not fit fault_tolerance " +
-                                Str(config_.fault_tolerance) + " of a running job");
+                                std::to_string(config_.fault_tolerance) + " of a running job");
   }
   std::set<int> bound;
   for (const auto& [worker, shard] : cp.shards) {
     if (shard < 0 || shard >= config_.num_shards || !bound.insert(shard).second || !IsEligible(worker)) {
-      return InvalidArgumentError("checkpoint binds worker " + Str(worker) + " to shard " + Str(shard) +
-                                  ", which the job's configuration does not allow");
+      return InvalidArgumentError("checkpoint binds worker " + std::to_string(worker) + " to shard " +
+                                  std::to_string(shard) + ", which the job's configuration does not allow");
     }
   }
   checkpoint_ = cp;
@@ -182,8 +170,8 @@ const RoundEngine::Participant* RoundEngine::FindParticipant(WorkerId worker) co
 }
 
 std::string RoundEngine::AttemptName() const {
-  if (round_ > config_.num_rounds) return "the final evaluation (attempt " + Str(attempt_) + ")";
-  return "round " + Str(round_) + " attempt " + Str(attempt_);
+  if (round_ > config_.num_rounds) return "the final evaluation (attempt " + std::to_string(attempt_) + ")";
+  return "round " + std::to_string(round_) + " attempt " + std::to_string(attempt_);
 }
 
 void RoundEngine::BeginAttempt(Actions& out) {
@@ -300,11 +288,11 @@ void RoundEngine::CheckRoundComplete(Actions& out) {
     out.push_back(std::move(aggregate));
     return;
   }
-  std::string reason = AttemptName() + ": " + Str(accepted) + " of " + Str(participants_.size()) +
+  std::string reason = AttemptName() + ": " + std::to_string(accepted) + " of " + std::to_string(participants_.size()) +
                        " participants returned an accepted update, fewer than min_workers (" +
-                       Str(config_.min_workers) + ")";
+                       std::to_string(config_.min_workers) + ")";
   for (const Participant& p : participants_) {
-    if (p.state != ParticipantState::kAccepted) reason += "; worker " + Str(p.worker) + ": " + p.reason;
+    if (p.state != ParticipantState::kAccepted) reason += "; worker " + std::to_string(p.worker) + ": " + p.reason;
   }
   FailAttempt(std::move(reason), out);
 }
@@ -317,8 +305,8 @@ void RoundEngine::FailAttempt(std::string reason, Actions& out) {
   } else if (failures >= config_.fault_tolerance) {
     EndJob(JobPhase::kFailed, out);
     out.push_back(JobFailed{.last_committed_round = checkpoint_.last_committed_round,
-                            .reason = "round " + Str(round_) + " failed " + Str(failures) +
-                                      " time(s) in a row (fault_tolerance " + Str(config_.fault_tolerance) +
+                            .reason = "round " + std::to_string(round_) + " failed " + std::to_string(failures) +
+                                      " time(s) in a row (fault_tolerance " + std::to_string(config_.fault_tolerance) +
                                       "); last failure: " + reason});
   } else if (const Clock::Duration backoff = RetryBackoff(config_, failures); backoff.count() > 0) {
     phase_ = JobPhase::kWaitingToRetry;  // Tick begins the next attempt at deadline_
@@ -391,9 +379,10 @@ std::string RoundEngine::EarlyStopReason() const {
   }
   char min_delta[32];
   std::snprintf(min_delta, sizeof min_delta, "%g", config_.early_stopping->min_delta);
-  return "stopped early after round " + Str(cp.last_committed_round) + " of " + Str(config_.num_rounds) +
-         ": the validation loss did not improve by more than min_delta " + min_delta + " for " +
-         Str(config_.early_stopping->patience) + " evaluated global(s) in a row (patience)" + best;
+  return "stopped early after round " + std::to_string(cp.last_committed_round) + " of " +
+         std::to_string(config_.num_rounds) + ": the validation loss did not improve by more than min_delta " +
+         min_delta + " for " + std::to_string(config_.early_stopping->patience) +
+         " evaluated global(s) in a row (patience)" + best;
 }
 
 void RoundEngine::EndJob(JobPhase terminal, Actions& out, std::string success_reason) {
@@ -415,226 +404,6 @@ void RoundEngine::EndJob(JobPhase terminal, Actions& out, std::string success_re
     case JobPhase::kCancelled: out.push_back(JobCancelled{.last_committed_round = last}); break;
     default: break;  // kFailed: the caller of EndJob adds JobFailed with its reason
   }
-}
-
-Actions RoundEngine::WorkerAvailable(WorkerId worker) {
-  Actions out;
-  if (IsTerminal(phase_) || !CanTakePart(worker)) return out;
-  if (Participant* p = FindParticipant(worker); p != nullptr && p->state == ParticipantState::kTraining) {
-    Drop(*p, DropCause::kAbandoned, "the worker asked for a new task before reporting " + AttemptName(), out);
-    SetPresence(worker, Presence::kIdle);
-    CheckRoundComplete(out);
-  } else {
-    SetPresence(worker, Presence::kIdle);
-  }
-  ShardOf(worker);  // binds a slot in arrival order (slot mode), even when it cannot take part yet
-  if (phase_ != JobPhase::kNotStarted) TryAssign(out);
-  return out;
-}
-
-Actions RoundEngine::WorkerDisconnected(WorkerId worker) {
-  Actions out;
-  if (IsTerminal(phase_) || !IsEligible(worker)) return out;
-  SetPresence(worker, Presence::kOffline);
-  // An uploaded update (being validated, or accepted) still counts: only a result not yet received is lost.
-  if (Participant* p = FindParticipant(worker); p != nullptr && p->state == ParticipantState::kTraining) {
-    Drop(*p, DropCause::kDisconnected, "the worker disconnected during " + AttemptName(), out);
-    CheckRoundComplete(out);
-  }
-  return out;
-}
-
-StatusOr<Actions> RoundEngine::TaskFailed(WorkerId worker, int round, int attempt, std::string_view reason) {
-  if (phase_ == JobPhase::kNotStarted || IsTerminal(phase_) || phase_ == JobPhase::kWaitingToRetry || round != round_ ||
-      attempt != attempt_) {
-    return FailedPreconditionError("failure report for round " + Str(round) + " attempt " + Str(attempt) +
-                                   " ignored: the job is at " + AttemptName());
-  }
-  Participant* p = FindParticipant(worker);
-  if (p == nullptr || p->state != ParticipantState::kTraining) {
-    return FailedPreconditionError("worker " + Str(worker) + " has no task in training in " + AttemptName());
-  }
-  Actions out;
-  Drop(*p, DropCause::kTaskFailed, std::string(reason), out);
-  CheckRoundComplete(out);
-  return out;
-}
-
-StatusOr<bool> RoundEngine::ExpectsResult(WorkerId worker, int round, int attempt) const {
-  if (phase_ == JobPhase::kNotStarted || IsTerminal(phase_)) {
-    return FailedPreconditionError("the job is " + std::string(JobPhaseName(phase_)) + "; result for round " +
-                                   Str(round) + " attempt " + Str(attempt) + " refused");
-  }
-  if (round != round_ || attempt != attempt_) {
-    return FailedPreconditionError("result for round " + Str(round) + " attempt " + Str(attempt) +
-                                   " refused: the job is at " + AttemptName());
-  }
-  if (phase_ == JobPhase::kWaitingToRetry) {
-    return FailedPreconditionError("result for " + AttemptName() + " refused: that attempt failed");
-  }
-  const Participant* p = FindParticipant(worker);
-  if (p == nullptr) return FailedPreconditionError("worker " + Str(worker) + " has no task in " + AttemptName());
-  switch (p->state) {
-    case ParticipantState::kDropped:
-      return FailedPreconditionError("worker " + Str(worker) + " was dropped from " + AttemptName() + ": " + p->reason);
-    case ParticipantState::kValidating:
-    case ParticipantState::kAccepted:
-    case ParticipantState::kRejected: return false;  // a repeat (e.g. a retried request): the first report stands
-    case ParticipantState::kTraining: break;
-  }
-  return true;
-}
-
-StatusOr<Actions> RoundEngine::ResultUploaded(const WorkerResult& r) {
-  StatusOr<bool> expected = ExpectsResult(r.worker, r.round, r.attempt);
-  if (!expected.ok()) return expected.status();
-  if (!*expected) return Actions{};
-  Participant* p = FindParticipant(r.worker);
-
-  Actions out;
-  p->validation_samples = r.validation_samples > 0 && std::isfinite(r.validation_loss) ? r.validation_samples : 0;
-  p->validation_loss = p->validation_samples > 0 ? r.validation_loss : 0.0;
-  if (phase_ == JobPhase::kEvaluating) {
-    SetState(*p, ParticipantState::kAccepted);
-    CheckRoundComplete(out);
-    return out;
-  }
-
-  std::string problem;
-  const size_t shard = static_cast<size_t>(p->shard);
-  if (r.sample_count <= 0) {
-    problem = "sample count " + Str(r.sample_count) + " is not positive";
-  } else if (shard < config_.shard_train_rows.size() && r.sample_count > config_.shard_train_rows[shard]) {
-    problem = "sample count " + Str(r.sample_count) + " exceeds the " + Str(config_.shard_train_rows[shard]) +
-              " training rows of shard " + Str(p->shard);
-  } else if (config_.max_samples_per_worker > 0 && r.sample_count > config_.max_samples_per_worker) {
-    problem = "sample count " + Str(r.sample_count) + " exceeds the job's data.max_samples_per_worker (" +
-              Str(config_.max_samples_per_worker) + ")";
-  } else if (!std::isfinite(r.train_loss)) {
-    problem = "training loss is not finite";
-  }
-  if (!problem.empty()) {
-    Drop(*p, DropCause::kRejected, "result rejected: " + problem, out);
-    CheckRoundComplete(out);
-    return out;
-  }
-  SetState(*p, ParticipantState::kValidating);
-  p->sample_count = r.sample_count;
-  p->train_loss = r.train_loss;
-  out.push_back(ValidateUpdate{
-      .worker = r.worker, .round = round_, .attempt = attempt_, .shard = p->shard, .sample_count = r.sample_count});
-  return out;
-}
-
-StatusOr<Actions> RoundEngine::UpdateValidated(WorkerId worker, int round, int attempt, const Status& verdict) {
-  Participant* p =
-      (phase_ == JobPhase::kTraining && round == round_ && attempt == attempt_) ? FindParticipant(worker) : nullptr;
-  if (p == nullptr || p->state != ParticipantState::kValidating) {
-    return FailedPreconditionError("no validation is pending for worker " + Str(worker) + " in round " + Str(round) +
-                                   " attempt " + Str(attempt));
-  }
-  Actions out;
-  if (verdict.ok()) {
-    SetState(*p, ParticipantState::kAccepted);
-  } else {
-    Drop(*p, DropCause::kRejected, "update rejected: " + verdict.message(), out);
-  }
-  CheckRoundComplete(out);
-  return out;
-}
-
-StatusOr<Actions> RoundEngine::AggregationFinished(int round, int attempt, const Status& outcome) {
-  if (phase_ != JobPhase::kAggregating || round != round_ || attempt != attempt_) {
-    return FailedPreconditionError("no aggregation is pending for round " + Str(round) + " attempt " + Str(attempt));
-  }
-  Actions out;
-  if (outcome.ok()) {
-    Commit(out);
-  } else {
-    FailAttempt(AttemptName() + ": aggregation failed: " + outcome.message(), out);
-  }
-  return out;
-}
-
-Actions RoundEngine::Tick() {
-  Actions out;
-  const std::optional<Clock::TimePoint> due = next_deadline();
-  if (!due || clock_.Now() < *due) return out;
-  if (phase_ == JobPhase::kWaitingToRetry) {
-    BeginAttempt(out);
-    return out;
-  }
-  if (phase_ == JobPhase::kWaitingForWorkers && clock_.Now() < deadline_) {
-    TryAssign(out);  // the join window passed: start with the idle workers
-    return out;
-  }
-  if (phase_ == JobPhase::kWaitingForWorkers) {
-    FailAttempt(AttemptName() + ": fewer than min_workers (" + Str(config_.min_workers) +
-                    ") eligible workers were available within aggregation_timeout (" +
-                    Seconds(config_.aggregation_timeout) + ")",
-                out);
-    return out;
-  }
-  if (phase_ == JobPhase::kEvaluating && participants_.empty() && clock_.Now() < deadline_) {
-    TryAssign(out);  // the join window passed: evaluate with the idle workers
-    return out;
-  }
-  if (phase_ == JobPhase::kEvaluating && participants_.empty()) {
-    FinishEvaluation(out);  // no worker came to evaluate: the job's rounds are all committed regardless
-    return out;
-  }
-  for (Participant& p : participants_) {
-    if (p.state == ParticipantState::kTraining) {
-      Drop(p, DropCause::kStraggler,
-           "no result within aggregation_timeout (" + Seconds(config_.aggregation_timeout) + ")", out);
-    }
-  }
-  CheckRoundComplete(out);
-  return out;
-}
-
-Actions RoundEngine::Stop() {
-  Actions out;
-  if (IsTerminal(phase_)) return out;
-  if (phase_ == JobPhase::kAggregating) {
-    stop_requested_ = true;  // commit the round being aggregated, then stop
-    return out;
-  }
-  EndJob(JobPhase::kStopped, out);
-  return out;
-}
-
-Actions RoundEngine::Cancel() {
-  Actions out;
-  if (!IsTerminal(phase_)) EndJob(JobPhase::kCancelled, out);
-  return out;
-}
-
-std::optional<Clock::TimePoint> RoundEngine::next_deadline() const {
-  switch (phase_) {
-    case JobPhase::kWaitingForWorkers: return join_deadline_ ? std::min(deadline_, *join_deadline_) : deadline_;
-    case JobPhase::kWaitingToRetry: return deadline_;
-    case JobPhase::kTraining:
-    case JobPhase::kEvaluating: {
-      if (participants_.empty()) return join_deadline_ ? std::min(deadline_, *join_deadline_) : deadline_;
-      if (training_participants_ > 0) return deadline_;
-      return std::nullopt;
-    }
-    default: return std::nullopt;
-  }
-}
-
-std::vector<ParticipantView> RoundEngine::participants() const {
-  std::vector<ParticipantView> out;
-  for (const Participant& p : participants_) {
-    out.push_back({.worker = p.worker, .shard = p.shard, .state = p.state, .reason = p.reason});
-  }
-  return out;
-}
-
-int RoundEngine::ParticipantsNotDropped() const {
-  return static_cast<int>(std::count_if(participants_.begin(), participants_.end(),
-                                        [](const Participant& p) { return p.state != ParticipantState::kDropped; }));
 }
 
 }  // namespace parsyn::coordinator
