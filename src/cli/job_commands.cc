@@ -188,7 +188,7 @@ int Watch(const JobFlags& f) {
   if (!client.ok()) return Fail("job watch", client.status());
   // Under --output json the lines for people go to stderr and stdout gets the job's JSON once it ends.
   const bool json_output = JsonOutput(f.remote);
-  std::ostream& out = json_output ? std::cerr : out;
+  std::ostream& out = json_output ? std::cerr : std::cout;
   const bool interactive = isatty(json_output ? STDERR_FILENO : STDOUT_FILENO) != 0;
   std::string final_status;
   std::string last_event_id;
