@@ -160,6 +160,84 @@ StatusOr<std::vector<worker::DescribedTrainer>> OfferedTrainers(const AgentFlags
   return worker::DescribeTrainers(supervisor, commands);
 }
 
+// The agent's options from the flags, each checked (InvalidArgument saying which flag and why); creates the cache.
+// `bootstrap`: the worker registers itself with a bootstrap key (no token).
+StatusOr<worker::AgentOptions> AgentOptionsFrom(const AgentFlags& f, bool bootstrap) {
+  if (!std::regex_match(f.device, std::regex("cpu|cuda(:[0-9]+)?"))) {
+    return InvalidArgumentError("--device must be cpu, cuda or cuda:N, not '" + f.device + "'");
+  }
+  worker::AgentOptions options;
+  options.server_url = f.server;
+  while (!options.server_url.empty() && options.server_url.back() == '/') options.server_url.pop_back();
+  options.token = f.token;
+  // Without --name, the worker logs under the name it was registered with, once the coordinator's hello answer says it.
+  options.name = f.name.empty() ? "worker-" + std::to_string(getpid()) : f.name;
+  options.name_from_coordinator = f.name.empty();
+  if (bootstrap && f.name.empty()) {
+    char host[256] = {};
+    options.name = ::gethostname(host, sizeof(host) - 1) == 0 && host[0] != '\0' ? host : options.name;
+    options.name_from_coordinator = false;
+  }
+  options.device = f.device;
+  options.trainer_threads = f.threads;
+  if (f.cert.empty() != f.key.empty()) {
+    return InvalidArgumentError("--cert and --key go together (a client certificate and its key)");
+  }
+  for (const auto& [flag, file] : {std::pair{"--ca-file", &f.ca_file}, {"--cert", &f.cert}, {"--key", &f.key}}) {
+    if (!file->empty() && !fs::is_regular_file(*file)) {
+      return InvalidArgumentError(std::string(flag) + " " + *file + " is not a file");
+    }
+  }
+  for (const std::string& url : worker::SplitServerUrls(options.server_url)) {
+    if (!f.cert.empty() && !url.starts_with("https://")) {
+      return InvalidArgumentError(
+          "--cert and --key need an https:// --server (client certificates exist only over TLS), not " + url);
+    }
+  }
+  options.ca_file = f.ca_file;
+  options.client_cert_file = f.cert;
+  options.client_key_file = f.key;
+  std::error_code ec;
+  if (!f.data.empty()) {
+    options.local_data = fs::absolute(f.data, ec);
+    if (!fs::is_regular_file(options.local_data)) {
+      return InvalidArgumentError("--data " + f.data + " is not a readable file");
+    }
+    const std::string ext = options.local_data.extension().string();
+    if (ext != ".jsonl" && ext != ".csv")
+      return InvalidArgumentError("--data must be a .jsonl or .csv file, not " + f.data);
+  }
+  options.cache_dir = fs::absolute(f.cache_dir.empty() ? DefaultCacheDir() : fs::path(f.cache_dir), ec);
+  PARSYN_RETURN_IF_ERROR(worker::CreateCacheRoot(options.cache_dir));
+  return options;
+}
+
+// Registers this worker with the bootstrap key and takes the identity the coordinator answers: its token, and under
+// mutual TLS this run's certificate and key, kept beside the cache (the key 0600).
+Status TakeBootstrapIdentity(const AgentFlags& f, worker::AgentOptions& options) {
+  PARSYN_ASSIGN_OR_RETURN(BootstrapIdentity identity, Bootstrap(f, options.server_url, options.name));
+  options.token = identity.token;
+  if (identity.certificate_pem.empty()) return Status::Ok();
+  options.client_cert_file = options.cache_dir / "bootstrap-client.pem";
+  options.client_key_file = options.cache_dir / "bootstrap-client.key";
+  for (const auto& [file, pem, mode] : {std::tuple{options.client_key_file, identity.private_key_pem, 0600},
+                                        std::tuple{options.client_cert_file, identity.certificate_pem, 0644}}) {
+    PARSYN_RETURN_IF_ERROR(WriteFileAtomically(file, pem, static_cast<mode_t>(mode)));
+  }
+  PARSYN_LOG_INFO("worker: the coordinator issued this worker's client certificate (mutual TLS)");
+  return Status::Ok();
+}
+
+void LogWorkerStart(const worker::AgentOptions& options) {
+  std::string offered;
+  for (const worker::DescribedTrainer& t : options.trainers) {
+    offered += (offered.empty() ? "" : ", ") + t.command.name + " (" + t.command.CommandLine() + ")";
+  }
+  PARSYN_LOG_INFO("worker {}: server {}, device {}, cache {}{}, trainers: {}", options.name, options.server_url,
+                  options.device, options.cache_dir.string(),
+                  options.local_data.empty() ? "" : ", local data " + options.local_data.string(), offered);
+}
+
 int RunAgent(const AgentFlags& f) {
   auto fail = [](const std::string& message) {
     std::cerr << "parsyn worker: " << message << "\n";
@@ -181,48 +259,12 @@ int RunAgent(const AgentFlags& f) {
         "--bootstrap-key-file FILE to register as a managed worker");
   }
   ::unsetenv("PARSYN_WORKER_TOKEN");  // read: the trainer children need not inherit it
-  if (!std::regex_match(f.device, std::regex("cpu|cuda(:[0-9]+)?"))) {
-    return fail("--device must be cpu, cuda or cuda:N, not '" + f.device + "'");
-  }
-  worker::AgentOptions options;
-  options.server_url = f.server;
-  while (!options.server_url.empty() && options.server_url.back() == '/') options.server_url.pop_back();
-  options.token = f.token;
-  // Without --name, the worker logs under the name it was registered with, once the coordinator's hello answer says it.
-  options.name = f.name.empty() ? "worker-" + std::to_string(getpid()) : f.name;
-  options.name_from_coordinator = f.name.empty();
-  if (bootstrap && f.name.empty()) {
-    char host[256] = {};
-    options.name = ::gethostname(host, sizeof(host) - 1) == 0 && host[0] != '\0' ? host : options.name;
-    options.name_from_coordinator = false;
-  }
-  options.device = f.device;
-  options.trainer_threads = f.threads;
-  if (f.cert.empty() != f.key.empty()) return fail("--cert and --key go together (a client certificate and its key)");
-  for (const auto& [flag, file] : {std::pair{"--ca-file", &f.ca_file}, {"--cert", &f.cert}, {"--key", &f.key}}) {
-    if (!file->empty() && !fs::is_regular_file(*file)) return fail(std::string(flag) + " " + *file + " is not a file");
-  }
-  for (const std::string& url : worker::SplitServerUrls(options.server_url)) {
-    if (!f.cert.empty() && !url.starts_with("https://")) {
-      return fail("--cert and --key need an https:// --server (client certificates exist only over TLS), not " + url);
-    }
-  }
-  options.ca_file = f.ca_file;
-  options.client_cert_file = f.cert;
-  options.client_key_file = f.key;
-  std::error_code ec;
-  if (!f.data.empty()) {
-    options.local_data = fs::absolute(f.data, ec);
-    if (!fs::is_regular_file(options.local_data)) return fail("--data " + f.data + " is not a readable file");
-    const std::string ext = options.local_data.extension().string();
-    if (ext != ".jsonl" && ext != ".csv") return fail("--data must be a .jsonl or .csv file, not " + f.data);
-  }
-  options.cache_dir = fs::absolute(f.cache_dir.empty() ? DefaultCacheDir() : fs::path(f.cache_dir), ec);
-  if (Status created = worker::CreateCacheRoot(options.cache_dir); !created.ok()) return fail(created.message());
+  StatusOr<worker::AgentOptions> options = AgentOptionsFrom(f, bootstrap);
+  if (!options.ok()) return fail(options.status().message());
   worker::ProcessTrainerLauncher launcher;
   StatusOr<std::vector<worker::DescribedTrainer>> trainers = OfferedTrainers(f, launcher);
   if (!trainers.ok()) return fail(trainers.status().message());
-  options.trainers = std::move(*trainers);
+  options->trainers = std::move(*trainers);
 
   // A handler (not SIG_IGN, not a blocked mask) so that the trainer child, after exec, still stops on SIGTERM.
   struct sigaction action {};
@@ -233,21 +275,7 @@ int RunAgent(const AgentFlags& f) {
   signal(SIGPIPE, SIG_IGN);
 
   if (bootstrap) {
-    StatusOr<BootstrapIdentity> identity = Bootstrap(f, options.server_url, options.name);
-    if (!identity.ok()) return fail(identity.status().message());
-    options.token = identity->token;
-    if (!identity->certificate_pem.empty()) {
-      // The coordinator wants mutual TLS: this run's certificate and key, kept beside the cache (the key 0600).
-      options.client_cert_file = options.cache_dir / "bootstrap-client.pem";
-      options.client_key_file = options.cache_dir / "bootstrap-client.key";
-      for (const auto& [file, pem, mode] : {std::tuple{options.client_key_file, identity->private_key_pem, 0600},
-                                            std::tuple{options.client_cert_file, identity->certificate_pem, 0644}}) {
-        if (Status written = WriteFileAtomically(file, pem, static_cast<mode_t>(mode)); !written.ok()) {
-          return fail(written.message());
-        }
-      }
-      PARSYN_LOG_INFO("worker: the coordinator issued this worker's client certificate (mutual TLS)");
-    }
+    if (Status taken = TakeBootstrapIdentity(f, *options); !taken.ok()) return fail(taken.message());
   }
 
   std::stop_source stop;
@@ -261,14 +289,8 @@ int RunAgent(const AgentFlags& f) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
-  std::string offered;
-  for (const worker::DescribedTrainer& t : options.trainers) {
-    offered += (offered.empty() ? "" : ", ") + t.command.name + " (" + t.command.CommandLine() + ")";
-  }
-  PARSYN_LOG_INFO("worker {}: server {}, device {}, cache {}{}, trainers: {}", options.name, options.server_url,
-                  options.device, options.cache_dir.string(),
-                  options.local_data.empty() ? "" : ", local data " + options.local_data.string(), offered);
-  worker::Agent agent(options, launcher);
+  LogWorkerStart(*options);
+  worker::Agent agent(*options, launcher);
   Status s = agent.Run(stop.get_token());
   watcher.request_stop();
   if (!s.ok()) return fail(s.message());
