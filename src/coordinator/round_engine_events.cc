@@ -49,8 +49,8 @@ Actions RoundEngine::WorkerDisconnected(WorkerId worker) {
 StatusOr<Actions> RoundEngine::TaskFailed(WorkerId worker, int round, int attempt, std::string_view reason) {
   if (phase_ == JobPhase::kNotStarted || IsTerminal(phase_) || phase_ == JobPhase::kWaitingToRetry || round != round_ ||
       attempt != attempt_) {
-    return FailedPreconditionError("failure report for round " + std::to_string(round) + " attempt " + std::to_string(attempt) +
-                                   " ignored: the job is at " + AttemptName());
+    return FailedPreconditionError("failure report for round " + std::to_string(round) + " attempt " +
+                                   std::to_string(attempt) + " ignored: the job is at " + AttemptName());
   }
   Participant* p = FindParticipant(worker);
   if (p == nullptr || p->state != ParticipantState::kTraining) {
@@ -75,10 +75,12 @@ StatusOr<bool> RoundEngine::ExpectsResult(WorkerId worker, int round, int attemp
     return FailedPreconditionError("result for " + AttemptName() + " refused: that attempt failed");
   }
   const Participant* p = FindParticipant(worker);
-  if (p == nullptr) return FailedPreconditionError("worker " + std::to_string(worker) + " has no task in " + AttemptName());
+  if (p == nullptr)
+    return FailedPreconditionError("worker " + std::to_string(worker) + " has no task in " + AttemptName());
   switch (p->state) {
     case ParticipantState::kDropped:
-      return FailedPreconditionError("worker " + std::to_string(worker) + " was dropped from " + AttemptName() + ": " + p->reason);
+      return FailedPreconditionError("worker " + std::to_string(worker) + " was dropped from " + AttemptName() + ": " +
+                                     p->reason);
     case ParticipantState::kValidating:
     case ParticipantState::kAccepted:
     case ParticipantState::kRejected: return false;  // a repeat (e.g. a retried request): the first report stands
@@ -107,8 +109,8 @@ StatusOr<Actions> RoundEngine::ResultUploaded(const WorkerResult& r) {
   if (r.sample_count <= 0) {
     problem = "sample count " + std::to_string(r.sample_count) + " is not positive";
   } else if (shard < config_.shard_train_rows.size() && r.sample_count > config_.shard_train_rows[shard]) {
-    problem = "sample count " + std::to_string(r.sample_count) + " exceeds the " + std::to_string(config_.shard_train_rows[shard]) +
-              " training rows of shard " + std::to_string(p->shard);
+    problem = "sample count " + std::to_string(r.sample_count) + " exceeds the " +
+              std::to_string(config_.shard_train_rows[shard]) + " training rows of shard " + std::to_string(p->shard);
   } else if (config_.max_samples_per_worker > 0 && r.sample_count > config_.max_samples_per_worker) {
     problem = "sample count " + std::to_string(r.sample_count) + " exceeds the job's data.max_samples_per_worker (" +
               std::to_string(config_.max_samples_per_worker) + ")";
@@ -132,8 +134,8 @@ StatusOr<Actions> RoundEngine::UpdateValidated(WorkerId worker, int round, int a
   Participant* p =
       (phase_ == JobPhase::kTraining && round == round_ && attempt == attempt_) ? FindParticipant(worker) : nullptr;
   if (p == nullptr || p->state != ParticipantState::kValidating) {
-    return FailedPreconditionError("no validation is pending for worker " + std::to_string(worker) + " in round " + std::to_string(round) +
-                                   " attempt " + std::to_string(attempt));
+    return FailedPreconditionError("no validation is pending for worker " + std::to_string(worker) + " in round " +
+                                   std::to_string(round) + " attempt " + std::to_string(attempt));
   }
   Actions out;
   if (verdict.ok()) {
@@ -147,7 +149,8 @@ StatusOr<Actions> RoundEngine::UpdateValidated(WorkerId worker, int round, int a
 
 StatusOr<Actions> RoundEngine::AggregationFinished(int round, int attempt, const Status& outcome) {
   if (phase_ != JobPhase::kAggregating || round != round_ || attempt != attempt_) {
-    return FailedPreconditionError("no aggregation is pending for round " + std::to_string(round) + " attempt " + std::to_string(attempt));
+    return FailedPreconditionError("no aggregation is pending for round " + std::to_string(round) + " attempt " +
+                                   std::to_string(attempt));
   }
   Actions out;
   if (outcome.ok()) {
