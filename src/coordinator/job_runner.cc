@@ -7,6 +7,7 @@
 #include "base/strings.h"
 #include "coordinator/job_runner_internal.h"
 #include "coordinator/server_metrics.h"
+#include "storage/disk_full.h"
 #include "strategy/dp_fed_avg.h"
 #include "strategy/make_strategy.h"
 
@@ -99,7 +100,12 @@ http::Awaitable<Status> JobRunner::Launch() {
   if (!status.ok()) {
     PARSYN_LOG_ERROR("training job {}: {}", job_.id, status.ToString());
     // The reason is shown to users (the API, the dashboard): the server's file paths stay in its log.
-    const std::string reason = "could not start: " + WithoutLocalPaths(status.message());
+    std::string reason = "could not start: " + WithoutLocalPaths(status.message());
+    // A job that could not start has failed for good: a full disk's advice is to create it again, not to wait.
+    if (reason.ends_with(storage::kDiskFullAdvice)) {
+      reason.resize(reason.size() - storage::kDiskFullAdvice.size());
+      reason += ", free space and create the job again";
+    }
     const int64_t now = host_.clock().UnixMillis();
     StatusOr<storage::TrainingJob> failed = co_await loop::Offload(
         host_.pool(), [&] { return host_.store().SetJobStatus(job_.id, JobStatus::kFailed, now, reason); });

@@ -1084,7 +1084,8 @@ TEST(JobRunnerTest, RestartRefusesACommittedGlobalChangedOnDisk) {
   for (const auto& [worker, session] : f.host_->sessions_) EXPECT_TRUE(session.queued.empty());
 }
 
-// A job that cannot start says why to its users without the server's file paths (the log keeps them whole).
+// A job that cannot start says why to its users without the server's file paths (the log keeps them whole), and
+// what to do: it has failed for good, so a full disk's advice is to create it again.
 TEST(JobRunnerTest, ACouldNotStartReasonNamesNoServerPath) {
   JobFixture f;
   ASSERT_NE(f.memory_blobs_, nullptr);
@@ -1096,7 +1097,8 @@ TEST(JobRunnerTest, ACouldNotStartReasonNamesNoServerPath) {
   const storage::TrainingJob job = f.StoredJob();
   EXPECT_EQ(job.status, storage::JobStatus::kFailed);
   EXPECT_EQ(job.failure_reason,
-            "could not start: disk full: global.safetensors (writing: No space left), free space and the job resumes");
+            "could not start: disk full: global.safetensors (writing: No space left), free space and create the job "
+            "again");  // a job that could not start does not resume
   EXPECT_EQ(job.failure_reason.find("/srv/"), std::string::npos) << job.failure_reason;
 }
 

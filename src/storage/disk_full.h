@@ -12,11 +12,14 @@ namespace parsyn::storage {
 
 inline bool IsDiskFullErrno(int err) { return err == ENOSPC || err == EDQUOT; }
 
+// What a disk-full error advises: true of a running job's failed round, which is retried.
+inline constexpr std::string_view kDiskFullAdvice = ", free space and the job resumes";
+
 // Unavailable (transient: a failed round is retried, and succeeds once there is space again):
 // "disk full: <path> (<detail>), free space and the job resumes".
 inline Status DiskFullError(std::string_view path, std::string_view detail) {
-  return UnavailableError("disk full: " + std::string(path) + " (" + std::string(detail) +
-                          "), free space and the job resumes");
+  return UnavailableError("disk full: " + std::string(path) + " (" + std::string(detail) + ")" +
+                          std::string(kDiskFullAdvice));
 }
 
 }  // namespace parsyn::storage
