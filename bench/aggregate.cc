@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/testing/build_paths.h"
 #include "weights/safetensors.h"
 #include "weights/weight_set.h"
 #include "weights/weighted_mean.h"
@@ -151,7 +152,8 @@ class StreamLoop {
 
 // Runs the numpy (Flower-style) baseline; returns its seconds, or a negative value if it could not run.
 double NumpySeconds(const char* dtype, size_t tensor_elements) {
-  const std::string command = std::string("/usr/bin/python3 ") + PARSYN_NUMPY_BASELINE + " --dtype " + dtype +
+  const std::string command = std::string("/usr/bin/python3 ") +
+                              parsyn::test_support::SourcePath("bench/aggregate_numpy.py") + " --dtype " + dtype +
                               " --tensors " + std::to_string(kTensors) + " --tensor-elements " +
                               std::to_string(tensor_elements) + " --k " + std::to_string(kK);
   FILE* pipe = ::popen(command.c_str(), "r");

@@ -63,6 +63,7 @@
 #include "base/fd_limit.h"
 #include "base/sha256.h"
 #include "base/temp_file.h"
+#include "base/testing/build_paths.h"
 #include "bench_support.h"
 #include "http/client.h"
 #include "support/sim_workers.h"
@@ -551,7 +552,7 @@ int main(int argc, char** argv) {
   std::vector<int> ns = {1000, 5000, 10000, 50000};
   int idle_s = 10;
   std::chrono::milliseconds train_time{1000};
-  std::string binary = PARSYN_BIN;
+  std::string binary = parsyn::test_support::BuildPath("parsyn");
   std::string log_level = "warn";
   fs::path details_dir;
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/testing/build_paths.h"
 #include "bench_support.h"
 #include "http/client.h"
 #include "storage/postgres_for_test.h"
@@ -111,7 +112,7 @@ void ReceiveTask(const std::vector<std::string>& urls, const std::string& token,
 int main(int argc, char** argv) {
   int kills = 5;
   int64_t lease_ms = 10'000;
-  std::string binary = PARSYN_BIN;
+  std::string binary = parsyn::test_support::BuildPath("parsyn");
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--kills") {

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "base/testing/build_paths.h"
 #include "bench_support.h"
 #include "coordinator/partition.h"
 #include "data/dataset.h"
@@ -446,7 +447,8 @@ Digits LoadDigits() {
       std::filesystem::temp_directory_path() / ("bench_learning." + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::filesystem::path csv = dir / "digits.csv";
-  const std::string command = std::string("/usr/bin/python3 ") + PARSYN_DIGITS_PY + " " + csv.string();
+  const std::string command =
+      std::string("/usr/bin/python3 ") + parsyn::test_support::SourcePath("bench/digits_csv.py") + " " + csv.string();
   if (std::system(command.c_str()) != 0) {
     std::fflush(stdout);
     Die("`" + command + "` failed: it needs Debian's python3-sklearn (./dev setup installs it)");

@@ -86,6 +86,7 @@
 
 #include "base/sha256.h"
 #include "base/temp_file.h"
+#include "base/testing/build_paths.h"
 #include "bench_support.h"
 #include "http/client.h"
 #include "rounds_trainers.h"
@@ -461,7 +462,7 @@ double FloorSeconds(const KFigures& f, const RoundFigures& r) {
 }
 
 struct ServerChoice {
-  std::string binary = PARSYN_BIN;
+  std::string binary = parsyn::test_support::BuildPath("parsyn");
   std::string log_level = "warn";
 };
 

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "base/testing/build_paths.h"
 #include "trainer/causal_lm.h"
 #include "trainer/lm_batches.h"
 #include "trainer/train_loop.h"
@@ -137,11 +138,12 @@ Result OurStep(const Shape& s, torch::Dtype compute, int steps) {
 // Runs the Python baseline; returns its JSON lines (empty when it could not run).
 std::vector<nlohmann::json> PythonSteps(const Shape& s, int threads, int steps) {
   const std::string command =
-      std::string("/usr/bin/python3 ") + PARSYN_TRAIN_STEP_PY + " --hidden " + std::to_string(s.hidden) + " --layers " +
-      std::to_string(s.layers) + " --heads " + std::to_string(s.heads) + " --kv-heads " + std::to_string(s.kv_heads) +
-      " --intermediate " + std::to_string(s.intermediate) + " --vocab " + std::to_string(s.vocab) + " --seq " +
-      std::to_string(s.seq) + " --batch " + std::to_string(s.batch) + " --lora-r " + std::to_string(s.lora_r) +
-      " --steps " + std::to_string(steps) + " --threads " + std::to_string(threads) + " --dtypes fp32,bf16";
+      std::string("/usr/bin/python3 ") + parsyn::test_support::SourcePath("tests/reference/train_step.py") +
+      " --hidden " + std::to_string(s.hidden) + " --layers " + std::to_string(s.layers) + " --heads " +
+      std::to_string(s.heads) + " --kv-heads " + std::to_string(s.kv_heads) + " --intermediate " +
+      std::to_string(s.intermediate) + " --vocab " + std::to_string(s.vocab) + " --seq " + std::to_string(s.seq) +
+      " --batch " + std::to_string(s.batch) + " --lora-r " + std::to_string(s.lora_r) + " --steps " +
+      std::to_string(steps) + " --threads " + std::to_string(threads) + " --dtypes fp32,bf16";
   std::vector<nlohmann::json> lines;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return lines;

@@ -16,6 +16,7 @@
 
 #include "base/strings.h"
 #include "base/subprocess.h"
+#include "base/testing/build_paths.h"
 #include "base/testing/missing_dependency.h"
 #include "weights/safetensors.h"
 
@@ -43,13 +44,13 @@ CommandRun RunShell(const std::string& command) {
 
 // Runs `parsyn ARGS`; its stdout, and its stderr too unless `with_stderr` is false (then stderr is dropped).
 CommandRun RunParsyn(const std::string& args, bool with_stderr = true) {
-  return RunShell(std::string(PARSYN_CLI_PATH) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null"));
+  return RunShell(test_support::BuildPath("parsyn") + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 class TrainCommandTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(fs::path(PARSYN_CLI_PATH).parent_path() / "parsyn-trainer")) {
+    if (!fs::exists(fs::path(test_support::BuildPath("parsyn")).parent_path() / "parsyn-trainer")) {
       PARSYN_SKIP_FOR_MISSING_DEPENDENCY("built without the trainer (PARSYN_WITH_TORCH=OFF)");
     }
     dir_ = fs::path(::testing::TempDir()) /
@@ -63,8 +64,9 @@ class TrainCommandTest : public ::testing::Test {
     SubprocessOptions server_options;
     server_options.output = SubprocessOptions::Output::kFile;
     server_options.output_file = dir_ / "server.log";
-    StatusOr<Subprocess> server = Subprocess::Start(
-        PARSYN_CLI_PATH, {"server", "--data-dir", data_dir, "--listen", "127.0.0.1:0"}, server_options);
+    StatusOr<Subprocess> server =
+        Subprocess::Start(test_support::BuildPath("parsyn"),
+                          {"server", "--data-dir", data_dir, "--listen", "127.0.0.1:0"}, server_options);
     ASSERT_TRUE(server.ok()) << server.status().message();
     for (int i = 0; i < 600 && !fs::exists(fs::path(data_dir) / "server.json") && !server->HasExited(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -314,8 +316,9 @@ TEST_F(TrainCommandTest, JobCreateOverridesRunTheShippedExampleOnANewServer) {
   worker_options.output_file = dir_ / "worker.log";
   worker_options.environment = {{"PARSYN_WORKER_TOKEN", first_token}};
   const std::string url = nlohmann::json::parse(std::ifstream(dir_ / "server" / "server.json"))["url"];
-  StatusOr<Subprocess> worker = Subprocess::Start(
-      PARSYN_CLI_PATH, {"worker", "--server", url, "--cache-dir", Path("worker-cache")}, worker_options);
+  StatusOr<Subprocess> worker =
+      Subprocess::Start(test_support::BuildPath("parsyn"),
+                        {"worker", "--server", url, "--cache-dir", Path("worker-cache")}, worker_options);
   ASSERT_TRUE(worker.ok()) << worker.status().message();
   auto worker_log = [&] {
     std::ifstream in(dir_ / "worker.log");
@@ -328,7 +331,7 @@ TEST_F(TrainCommandTest, JobCreateOverridesRunTheShippedExampleOnANewServer) {
   worker->Terminate();
   worker->Wait();
 
-  const std::string example = std::string(PARSYN_EXAMPLES_DIR) + "/distributed-llama-finetune.json";
+  const std::string example = test_support::SourcePath("examples/distributed-llama-finetune.json");
   CommandRun as_shipped = RunParsyn("job create -f " + example + remote);
   EXPECT_EQ(as_shipped.exit_code, 1) << as_shipped.output;
   EXPECT_NE(as_shipped.output.find("dataset 42 does not exist"), std::string::npos) << as_shipped.output;
@@ -376,7 +379,7 @@ TEST_F(TrainCommandTest, ConfigFileEnvironmentAndFlagsResolveInThatOrder) {
   // Run from a folder without ./parsyn-data, so that only what the test sets can name the server.
   const std::string cd = "cd " + Path("xdg") + " && ";
   auto list = [&](const std::string& flags) {
-    return RunShell(cd + PARSYN_CLI_PATH + " worker list " + flags + " 2>&1");
+    return RunShell(cd + test_support::BuildPath("parsyn") + " worker list " + flags + " 2>&1");
   };
 
   EXPECT_NE(list("").output.find("no server"), std::string::npos);
@@ -452,7 +455,7 @@ TEST_F(TrainCommandTest, OutputJsonPrintsOnlyJsonOnStdout) {
   EXPECT_EQ(worker["name"], "w1");
   EXPECT_TRUE(worker["token"].is_string());
   json_of("worker register --name w2");
-  const nlohmann::json job = json_of("job create -f " + std::string(PARSYN_EXAMPLES_DIR) +
+  const nlohmann::json job = json_of("job create -f " + test_support::SourcePath("examples") +
                                      "/distributed-llama-finetune.json --dataset 1 --model 1 --workers 1,2 "
                                      "--managed-workers 0");
   EXPECT_EQ(job["id"], 1);
@@ -479,7 +482,7 @@ TEST_F(TrainCommandTest, OutputJsonPrintsOnlyJsonOnStdout) {
   EXPECT_NE(text.output.find("ID    NAME"), std::string::npos) << text.output;
   EXPECT_EQ(RunParsyn("dataset list --data-dir " + data_dir + " --output yaml").exit_code, 2);
   // In text mode stop/cancel say what happened in a line, not the job's JSON.
-  EXPECT_EQ(json_of("job create -f " + std::string(PARSYN_EXAMPLES_DIR) +
+  EXPECT_EQ(json_of("job create -f " + test_support::SourcePath("examples") +
                     "/distributed-llama-finetune.json --dataset 1 --model 1 --workers 1,2 --managed-workers 0")["id"],
             2);
   CommandRun cancelled = RunParsyn("job cancel 2 --data-dir " + data_dir, /*with_stderr=*/false);
@@ -490,12 +493,12 @@ TEST_F(TrainCommandTest, OutputJsonPrintsOnlyJsonOnStdout) {
   CommandRun quiet = RunParsyn("dataset upload " + Path("train.jsonl") + " --name quiet --data-dir " + data_dir);
   EXPECT_EQ(quiet.exit_code, 0) << quiet.output;
   EXPECT_EQ(quiet.output.find("[#"), std::string::npos) << quiet.output;
-  CommandRun forced = RunShell(std::string(PARSYN_CLI_PATH) + " dataset upload " + Path("train.jsonl") +
+  CommandRun forced = RunShell(test_support::BuildPath("parsyn") + " dataset upload " + Path("train.jsonl") +
                                " --name forced --progress --data-dir " + data_dir + " 2>&1 >/dev/null");
   EXPECT_EQ(forced.exit_code, 0) << forced.output;
   EXPECT_NE(forced.output.find("[########################]"), std::string::npos) << forced.output;
   EXPECT_NE(forced.output.find("forced"), std::string::npos) << forced.output;
-  CommandRun model_bars = RunShell(std::string(PARSYN_CLI_PATH) + " model upload " + Path("model") +
+  CommandRun model_bars = RunShell(test_support::BuildPath("parsyn") + " model upload " + Path("model") +
                                    " --name again --progress --data-dir " + data_dir + " 2>&1 >/dev/null");
   EXPECT_NE(model_bars.output.find("  config.json"), std::string::npos) << model_bars.output;
   EXPECT_NE(model_bars.output.find("  model.safetensors"), std::string::npos) << model_bars.output;
@@ -504,7 +507,7 @@ TEST_F(TrainCommandTest, OutputJsonPrintsOnlyJsonOnStdout) {
 // parsyn completion bash|zsh: generated from the app, so it completes the commands and options this build has.
 TEST(CliCompletionTest, BashScriptCompletesCommandsAndOptions) {
   const fs::path script = fs::path(::testing::TempDir()) / "parsyn-completion.bash";
-  ASSERT_EQ(RunShell(std::string(PARSYN_CLI_PATH) + " completion bash > " + script.string()).exit_code, 0);
+  ASSERT_EQ(RunShell(test_support::BuildPath("parsyn") + " completion bash > " + script.string()).exit_code, 0);
   CommandRun syntax = RunShell("bash -n " + script.string() + " 2>&1");
   EXPECT_EQ(syntax.exit_code, 0) << syntax.output;
   // What bash offers for the words typed so far (the last one being completed), as `complete -F` would call it.

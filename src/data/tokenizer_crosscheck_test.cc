@@ -13,13 +13,14 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/testing/build_paths.h"
 #include "base/testing/missing_dependency.h"
 #include "data/tokenizer.h"
 
 namespace parsyn::data {
 namespace {
 
-const std::filesystem::path kSourceDir = PARSYN_SOURCE_DIR;
+const std::filesystem::path kSourceDir = test_support::BuildPath("source_dir");
 const std::filesystem::path kJsDir = kSourceDir / "tests" / "js";
 
 std::string ReadAll(const std::filesystem::path& path) {

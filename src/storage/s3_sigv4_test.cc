@@ -1,6 +1,7 @@
 // SigV4 signing and presigning, checked against references no one here wrote: the AWS documentation's published
 // examples, and boto3/botocore (run as tests/s3/sigv4_reference.py) over a table of cases.
 #include "storage/s3_sigv4.h"
+#include "base/testing/build_paths.h"
 #include "base/testing/missing_dependency.h"
 
 #include <gmock/gmock.h>
@@ -297,7 +298,7 @@ TEST(S3SigV4Test, MatchesBoto3ByteForByte) {
   std::filesystem::path cases_file = dir.path() / "cases.json";
   std::ofstream(cases_file) << ToJson(cases);
   StatusOr<std::string> output =
-      RunAndCapture({python->string(), PARSYN_SOURCE_DIR "/tests/s3/sigv4_reference.py", cases_file.string()});
+      RunAndCapture({python->string(), test_support::SourcePath("tests/s3/sigv4_reference.py"), cases_file.string()});
   ASSERT_TRUE(output.ok()) << output.status().ToString();
   std::map<std::string, Reference> references = ParseReference(*output);
   ASSERT_EQ(references.size(), cases.size()) << *output;

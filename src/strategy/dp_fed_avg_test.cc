@@ -1,6 +1,7 @@
 // dp_fedavg: clipping, noise, determinism and privacy accounting (strategy/dp_fed_avg.h, strategy/rdp_accountant.h),
 // checked against tests/reference/dp_fedavg.py (NumPy, computed from the definitions).
 #include "strategy/dp_fed_avg.h"
+#include "base/testing/build_paths.h"
 
 #include <gtest/gtest.h>
 
@@ -478,8 +479,8 @@ TEST(DpFedAvgTest, MatchesIndependentNumpyReference) {
     }
     in << "\nend\n";
   }
-  const std::string command = "/usr/bin/python3 " PARSYN_SOURCE_DIR "/tests/reference/dp_fedavg.py " + input.string() +
-                              " " + output.string() + " 2>&1";
+  const std::string command = "/usr/bin/python3 " + test_support::SourcePath("tests/reference/dp_fedavg.py") + " " +
+                              input.string() + " " + output.string() + " 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   std::ifstream out(output);
   std::string line;

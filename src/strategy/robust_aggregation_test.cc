@@ -1,4 +1,5 @@
 #include "strategy/robust_aggregation.h"
+#include "base/testing/build_paths.h"
 
 #include <gtest/gtest.h>
 
@@ -172,7 +173,7 @@ TEST(RobustAggregationTest, MatchesNumpyReference) {
   }
   std::ofstream(dir.path() / "cases.json") << cases.dump();
   const std::filesystem::path script =
-      std::filesystem::path(PARSYN_SOURCE_DIR) / "tests/reference/robust_aggregation.py";
+      std::filesystem::path(test_support::SourcePath("tests/reference/robust_aggregation.py"));
   const std::string command = "/usr/bin/python3 " + script.string() + " " + (dir.path() / "cases.json").string() +
                               " > " + (dir.path() / "python.log").string() + " 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0)

@@ -1,6 +1,7 @@
 // The strategy framework: the server optimizers against an independent NumPy reference
 // (tests/reference/server_optimizers.py), their state across rounds and restarts, client sampling and MakeStrategy.
 #include "strategy/server_optimizer.h"
+#include "base/testing/build_paths.h"
 
 #include <gtest/gtest.h>
 
@@ -101,7 +102,8 @@ TEST(ServerOptimizerTest, MatchesIndependentNumpyReferenceOverThreeRounds) {
   }
 
   test_support::TempDir dir("server-optimizers");
-  std::string command = std::string("/usr/bin/python3 ") + PARSYN_SERVER_OPTIMIZERS_PY;
+  std::string command =
+      std::string("/usr/bin/python3 ") + test_support::SourcePath("tests/reference/server_optimizers.py");
   std::map<std::string, std::vector<WeightSet>> ours;  // by case: the global after each round, then the state
   std::map<std::string, std::vector<WeightSet>> our_states;
   for (size_t c = 0; c < cases.size(); ++c) {

@@ -1,4 +1,5 @@
 #include "trainer/llama_model.h"
+#include "base/testing/build_paths.h"
 
 #include <gtest/gtest.h>
 
@@ -32,7 +33,7 @@ std::pair<torch::Tensor, torch::Tensor> PaddedBatch(int64_t vocab) {
 }
 
 std::filesystem::path ReferenceScript() {
-  return std::filesystem::path(PARSYN_SOURCE_DIR) / "tests" / "reference" / "llama_forward.py";
+  return std::filesystem::path(test_support::SourcePath("tests/reference/llama_forward.py"));
 }
 
 struct ForwardCase {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/testing/build_paths.h"
 #include "protocol/trainer_events.h"
 #include "trainer/model_init.h"
 #include "trainer/tabular_test_data.h"
@@ -42,12 +43,13 @@ class TrainerProcess {
     posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&actions, fds[0]);
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<std::string> full = {PARSYN_TRAINER_PATH};
+    const std::string trainer = test_support::BuildPath("parsyn-trainer");
+    std::vector<std::string> full = {trainer};
     full.insert(full.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : full) argv.push_back(a.data());
     argv.push_back(nullptr);
-    EXPECT_EQ(posix_spawn(&pid_, PARSYN_TRAINER_PATH, &actions, nullptr, argv.data(), environ), 0);
+    EXPECT_EQ(posix_spawn(&pid_, trainer.c_str(), &actions, nullptr, argv.data(), environ), 0);
     posix_spawn_file_actions_destroy(&actions);
     close(fds[1]);
     out_ = fdopen(fds[0], "r");

@@ -1,4 +1,5 @@
 #include "worker/telemetry.h"
+#include "base/testing/build_paths.h"
 
 #include <gtest/gtest.h>
 
@@ -38,7 +39,7 @@ TEST(UtilizationSamplerTest, CpuSamplesAreFractionsAfterTheFirst) {
 // The stand-in NVML (testing/stand_in_nvml.c) in the real library's place: the sampler reports the GPU's utilisation
 // and memory as the library answers them, for the device the task runs on.
 TEST(UtilizationSamplerTest, GpuTasksAreMeasuredThroughNvml) {
-  setenv("PARSYN_NVML_LIBRARY", PARSYN_STAND_IN_NVML, 1);
+  setenv("PARSYN_NVML_LIBRARY", test_support::BuildPath("stand-in-nvml").c_str(), 1);
   setenv("PARSYN_STAND_IN_NVML_UTILIZATION", "73", 1);
   setenv("PARSYN_STAND_IN_NVML_MEMORY_USED", "12884901888", 1);
   setenv("PARSYN_STAND_IN_NVML_MEMORY_TOTAL", "85899345920", 1);

@@ -1,4 +1,5 @@
 #include "harness.h"
+#include "base/testing/build_paths.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -58,7 +59,7 @@ ServerProcess::~ServerProcess() {
 void ServerProcess::Launch() {
   int out[2];
   ASSERT_EQ(::pipe(out), 0);
-  std::vector<std::string> args = {PARSYN_BIN,
+  std::vector<std::string> args = {test_support::BuildPath("parsyn"),
                                    "server",
                                    "--data-dir",
                                    data_dir_.string(),

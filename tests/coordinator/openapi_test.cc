@@ -8,6 +8,7 @@
 #include <regex>
 #include <set>
 
+#include "base/testing/build_paths.h"
 #include "coordinator/service.h"
 #include "harness.h"
 
@@ -59,7 +60,7 @@ TEST(OpenApiTest, DocumentedRoutesMatchTheServersRoutes) {
     registered.insert(Lower(http::MethodName(r.method)) + " " + pattern);
   }
   const std::set<std::string> documented =
-      OpenApiOperations(std::filesystem::path(PARSYN_SOURCE_DIR) / "docs" / "openapi.yaml");
+      OpenApiOperations(std::filesystem::path(test_support::SourcePath("docs/openapi.yaml")));
   ASSERT_FALSE(documented.empty());
   for (const std::string& op : registered) EXPECT_TRUE(documented.count(op)) << "not in openapi.yaml: " << op;
   for (const std::string& op : documented) EXPECT_TRUE(registered.count(op)) << "not served: " << op;
@@ -102,7 +103,7 @@ TEST(OpenApiTest, MalformedIdsGetTheDocumented400) {
   http::Client admin({.base_url = server.url(), .bearer_token = server.admin_key(), .max_attempts = 1});
   int checked = 0;
   for (const auto& [op, statuses] :
-       OpenApiResponses(std::filesystem::path(PARSYN_SOURCE_DIR) / "docs" / "openapi.yaml")) {
+       OpenApiResponses(std::filesystem::path(test_support::SourcePath("docs/openapi.yaml")))) {
     const size_t space = op.find(' ');
     std::string path = op.substr(space + 1);
     if (path.find("{id}") == std::string::npos || !path.starts_with("/api/v1/")) continue;

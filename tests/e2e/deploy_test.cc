@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "base/subprocess.h"
+#include "base/testing/build_paths.h"
 #include "base/testing/missing_dependency.h"
 #include "e2e_harness.h"
 #include "storage/postgres_for_test.h"
@@ -34,7 +35,8 @@ constexpr std::string_view kContainerListen = "0.0.0.0:8080";
 
 // The output of tests/deploy/commands.mjs; null when node or its packages are missing (then `why` says so).
 json Commands(std::string* why) {
-  const std::string command = "node '" PARSYN_SOURCE_DIR "/tests/deploy/commands.mjs' '" PARSYN_SOURCE_DIR "' 2>&1";
+  const std::string command = "node '" + test_support::SourcePath("tests/deploy/commands.mjs") + "' '" +
+                              test_support::BuildPath("source_dir") + "' 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) {
     *why = "cannot run node";
@@ -149,7 +151,7 @@ class Pod {
     }
     EXPECT_EQ(argv.at(0), "/usr/local/bin/parsyn") << "the image installs parsyn there";
     // The image's /usr/local/bin/parsyn (parsyn-trainer beside it) is the build's.
-    argv[0] = PARSYN_BIN;
+    argv[0] = test_support::BuildPath("parsyn");
     args_ = argv;
     // A coordinator pod's address: HTTPS when its command line has --tls-cert.
     const bool tls = std::any_of(argv.begin(), argv.end(), [](const std::string& a) {
@@ -423,7 +425,8 @@ TEST(DeployTest, DockerImageBuilds) {
     GTEST_SKIP() << "the image build is not exercised here: it needs a Docker daemon and PARSYN_TEST_DOCKER_BUILD=1 "
                     "(the Dockerfile's command line is run by DockerfileCommandStartsACoordinator)";
   }
-  const int built = std::system("docker build -t parsyn:test '" PARSYN_SOURCE_DIR "'");
+  const int built =
+      std::system(("docker build -t parsyn:test '" + test_support::BuildPath("source_dir") + "'").c_str());
   EXPECT_EQ(built, 0);
 }
 

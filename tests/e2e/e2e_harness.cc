@@ -1,4 +1,5 @@
 #include "e2e_harness.h"
+#include "base/testing/build_paths.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -107,13 +108,13 @@ CommandResult RunProgram(const std::vector<std::string>& args, std::chrono::seco
 }  // namespace
 
 CommandResult RunParsyn(const std::vector<std::string>& args, std::chrono::seconds timeout) {
-  std::vector<std::string> argv = {PARSYN_BIN};
+  std::vector<std::string> argv = {test_support::BuildPath("parsyn")};
   argv.insert(argv.end(), args.begin(), args.end());
   return RunProgram(argv, timeout);
 }
 
 CommandResult RunTrainer(const std::vector<std::string>& args, std::chrono::seconds timeout) {
-  std::vector<std::string> argv = {(fs::path(PARSYN_BIN).parent_path() / "parsyn-trainer").string()};
+  std::vector<std::string> argv = {test_support::BuildPath("parsyn-trainer")};
   argv.insert(argv.end(), args.begin(), args.end());
   return RunProgram(argv, timeout);
 }
@@ -134,7 +135,7 @@ Server::~Server() {
 void Server::Start() {
   const fs::path log = data_dir_.string() + ".log";
   int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  std::vector<std::string> args = {PARSYN_BIN,
+  std::vector<std::string> args = {test_support::BuildPath("parsyn"),
                                    "server",
                                    "--data-dir",
                                    data_dir_.string(),
@@ -210,8 +211,18 @@ Worker::~Worker() {
 
 void Worker::Start() {
   int out = ::open((cache_dir_.string() + ".log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  std::vector<std::string> args = {PARSYN_BIN, "worker", "--server",    server_url_,         "--token",   token_,
-                                   "--name",   name_,    "--cache-dir", cache_dir_.string(), "--threads", "1"};
+  std::vector<std::string> args = {test_support::BuildPath("parsyn"),
+                                   "worker",
+                                   "--server",
+                                   server_url_,
+                                   "--token",
+                                   token_,
+                                   "--name",
+                                   name_,
+                                   "--cache-dir",
+                                   cache_dir_.string(),
+                                   "--threads",
+                                   "1"};
   args.insert(args.end(), extra_.begin(), extra_.end());
   pid_ = Spawn(args, out);
   ::close(out);

@@ -17,6 +17,7 @@
 
 #include "base/sha256.h"
 #include "base/subprocess.h"
+#include "base/testing/build_paths.h"
 #include "base/testing/missing_dependency.h"
 #include "llama_fixture.h"
 #include "storage/postgres_for_test.h"
@@ -454,7 +455,7 @@ TEST_F(TabularJobTest, OneWorkerJobsTrainConfigEpochsPasses) {
       // `parsyn job watch` of the ended job replays its events as lines for people, on stdout (stderr is inherited
       // here, so only stdout is read); --output json is what moves them to stderr.
       StatusOr<Subprocess> watch = Subprocess::Start(
-          PARSYN_BIN,
+          test_support::BuildPath("parsyn"),
           {"job", "watch", std::to_string(job_id), "--server", server_->url(), "--api-key", server_->admin_key()}, {});
       ASSERT_TRUE(watch.ok()) << watch.status().ToString();
       std::string watched;

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "base/subprocess.h"
+#include "base/testing/build_paths.h"
 #include "e2e_harness.h"
 #include "http/signed_url.h"
 
@@ -323,12 +324,13 @@ TEST_F(TlsTest, PlainHttpBeyondLoopbackNeedsInsecure) {
   const std::string listen = "0.0.0.0:" + std::to_string(port);
   const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   ASSERT_GE(out, 0);
+  const std::string parsyn = test_support::BuildPath("parsyn");
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(out, STDOUT_FILENO);
     ::dup2(out, STDERR_FILENO);
-    ::execl(PARSYN_BIN, PARSYN_BIN, "server", "--data-dir", data_dir.c_str(), "--listen", listen.c_str(), "--insecure",
-            static_cast<char*>(nullptr));
+    ::execl(parsyn.c_str(), parsyn.c_str(), "server", "--data-dir", data_dir.c_str(), "--listen", listen.c_str(),
+            "--insecure", static_cast<char*>(nullptr));
     ::_exit(127);
   }
   ::close(out);
@@ -367,7 +369,7 @@ TEST_F(TlsTest, PlainHttpBeyondLoopbackNeedsInsecure) {
 // The certificates (ca.pem/ca.key, server.pem/server.key for 127.0.0.1), train.jsonl and ./my-model are made first in
 // the folder the recipe runs in; HOME is a folder of the test, where step 2 writes the config file.
 TEST_F(TlsTest, ReadmeMultiMachineRecipeRunsVerbatim) {
-  const std::string readme = ReadText(fs::path(PARSYN_SOURCE_DIR) / "README.md");
+  const std::string readme = ReadText(fs::path(test_support::BuildPath("source_dir")) / "README.md");
   const size_t section = readme.find("## Running a job across several machines");
   ASSERT_NE(section, std::string::npos) << "README.md has no multi-machine recipe";
   const size_t open = readme.find("```sh\n", section);
@@ -403,14 +405,15 @@ TEST_F(TlsTest, ReadmeMultiMachineRecipeRunsVerbatim) {
   const fs::path work = pki_;
   WriteLearnableText(work / "train.jsonl", 64);
   ASSERT_NO_FATAL_FAILURE(InitTinyLlama(work / "my-model"));
-  fs::create_directory_symlink(fs::path(PARSYN_SOURCE_DIR) / "examples", work / "examples");
+  fs::create_directory_symlink(fs::path(test_support::BuildPath("source_dir")) / "examples", work / "examples");
   const fs::path bin = tmp_.path() / "bin";
   const fs::path state = tmp_.path() / "recipe-state";
   fs::create_directories(bin);
   fs::create_directories(state);
   fs::create_directories(tmp_.path() / "home");
   std::ofstream(bin / "parsyn") << "#!/usr/bin/env bash\n"
-                                << "real='" << PARSYN_BIN << "'\nstate='" << state.string() << "'\n"
+                                << "real='" << test_support::BuildPath("parsyn") << "'\nstate='" << state.string()
+                                << "'\n"
                                 << R"sh(if [[ "$1" == server ]]; then
   "$real" "$@" >>"$state/server.log" 2>&1 &
   echo $! >>"$state/pids"

@@ -9,12 +9,13 @@
 #include <fstream>
 #include <map>
 
+#include "base/testing/build_paths.h"
 #include "llama_fixture.h"
 
 namespace parsyn::e2e {
 namespace {
 
-const fs::path kExamples = fs::path(PARSYN_SOURCE_DIR) / "examples" / "trainers";
+const fs::path kExamples = fs::path(test_support::BuildPath("source_dir")) / "examples" / "trainers";
 
 // Debian's python3, with its numpy and torch (a python3 earlier on PATH may lack them).
 std::string PythonTrainer(const std::string& script) { return "/usr/bin/python3 " + (kExamples / script).string(); }
@@ -165,8 +166,9 @@ TEST_F(TrainerContractTest, CustomModelFolderRegistersByItsManifest) {
 TEST(DigitsCnnTest, FiveWorkersOnADirichletSplitReachNinetyFivePercent) {
   TempDir tmp;
   const fs::path all = tmp.path() / "digits.csv";
-  const std::string make_csv =
-      "/usr/bin/python3 " + (fs::path(PARSYN_SOURCE_DIR) / "bench" / "digits_csv.py").string() + " " + all.string();
+  const std::string make_csv = "/usr/bin/python3 " +
+                               (fs::path(test_support::BuildPath("source_dir")) / "bench" / "digits_csv.py").string() +
+                               " " + all.string();
   ASSERT_EQ(std::system(make_csv.c_str()), 0);
   // Every fifth row is held out for the test; the rest is the federated dataset.
   {
@@ -256,12 +258,13 @@ json.dump({"kind": "custom", "trainer": "digits-cnn", "files": ["model.safetenso
 )PY";
   std::ofstream(tmp.path() / "split.py") << split;
   ASSERT_EQ(std::system(("/usr/bin/python3 " + (tmp.path() / "split.py").string() + " " + model.string() + " " +
-                         (fs::path(PARSYN_SOURCE_DIR) / "python").string())
+                         (fs::path(test_support::BuildPath("source_dir")) / "python").string())
                             .c_str()),
             0);
   fs::remove(model / "model.safetensors");
-  ASSERT_EQ(std::system(("/usr/bin/python3 " + (fs::path(PARSYN_SOURCE_DIR) / "bench" / "digits_csv.py").string() +
-                         " " + (tmp.path() / "digits.csv").string())
+  ASSERT_EQ(std::system(("/usr/bin/python3 " +
+                         (fs::path(test_support::BuildPath("source_dir")) / "bench" / "digits_csv.py").string() + " " +
+                         (tmp.path() / "digits.csv").string())
                             .c_str()),
             0);
   const json job = {
