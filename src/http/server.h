@@ -30,8 +30,7 @@
 
 namespace parsyn::http {
 
-template <typename T>
-using Awaitable = boost::asio::awaitable<T>;
+using loop::Awaitable;  // loop/signal.h
 
 // A request body read by a blocking reader on another thread (BodyReader::TakeDirect): each Read() receives straight
 // from the socket into the caller's buffer, so a large upload is neither parsed nor copied on the event loop, and

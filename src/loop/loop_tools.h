@@ -35,9 +35,6 @@
 
 namespace parsyn::loop {
 
-template <typename T>
-using Awaitable = boost::asio::awaitable<T>;
-
 // kCoAwaitTemporaries: g++ 12 destroys some temporaries of a co_await expression twice (double frees seen with
 // std::function, std::string and lambdas holding shared_ptrs). Code here therefore never puts a temporary with a
 // destructor inside a co_await: it creates the awaitable first, `auto op = f(args); co_await std::move(op);`, so

@@ -18,6 +18,10 @@
 
 namespace parsyn::loop {
 
+// The coroutine type of the event loop, for every layer from here up (http:: names it too).
+template <typename T>
+using Awaitable = boost::asio::awaitable<T>;
+
 class Signal {
  public:
   explicit Signal(boost::asio::any_io_executor executor) : executor_(std::move(executor)) {}
