@@ -193,8 +193,8 @@ TEST(DigitsCnnTest, FiveWorkersOnADirichletSplitReachNinetyFivePercent) {
                       {"seed", 3}}},
                     {"distributed",
                      {{"enabled", true},
-                      {"num_rounds", 12},
-                      {"steps_per_round", 40},
+                      {"num_rounds", 6},
+                      {"steps_per_round", 80},
                       {"min_workers", 5},
                       {"max_workers", 5},
                       {"partition", {{"method", "dirichlet"}, {"alpha", 0.5}}}}}};
@@ -223,7 +223,7 @@ TEST(DigitsCnnTest, FiveWorkersOnADirichletSplitReachNinetyFivePercent) {
   ASSERT_EQ(std::system((digits + " run " + (tmp.path() / "eval-task.json").string() + " > /dev/null").c_str()), 0);
   const json result = json::parse(std::ifstream(tmp.path() / "eval.json"));
   const double accuracy = result["validation_before"].value("accuracy", 0.0);
-  std::printf("[figures] digits CNN, 5 workers, Dirichlet(0.5), 12 rounds x 40 steps: held-out accuracy %.4f\n",
+  std::printf("[figures] digits CNN, 5 workers, Dirichlet(0.5), 6 rounds x 80 steps: held-out accuracy %.4f\n",
               accuracy);
   EXPECT_GE(accuracy, 0.95) << result.dump(2) << "\n" << sim.output;
 }
