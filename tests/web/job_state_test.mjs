@@ -213,6 +213,10 @@ test('the job answer: warnings, trainer, totals and losses', () => {
   assert.equal(s.finalEvaluation, true);
   assert.deepEqual([...s.validation], [[0, 3], [3, 2]]);
   assert.deepEqual(lossSummary(s), { initial: 3, result: 2, best: 2, bestLoss: 1.9 });
+  // The best round is the server's: none while it names none, whatever losses the events measured.
+  const measured = reduceJob(reduceJob(s, { type: 'job', job: job({ committed_round: 2, best_round: null }) }),
+    event('global_evaluated', { global_round: 1, validation_loss: 0.5 }));
+  assert.equal(lossSummary(measured).best, null);
   assert.equal(trainerOf(s, 1), 'builtin (pytorch-tabular 0.1)');
   assert.equal(trainerOf(s, 2), '—');
   assert.equal(workerName(s, 1), 'alpha');

@@ -76,7 +76,6 @@ import { TERMINAL } from './dom.js';
  * @property {string} [failure_reason]
  * @property {PrivacyReport} [privacy]
  * @property {number | null} compression_ratio
- * @property {{worker_id: number, reason?: string}[]} [dropped]
  */
 /**
  * A job event's data (docs/openapi.yaml, the job's events): each type carries its own fields of these.
@@ -422,18 +421,12 @@ export function jobWarnings(state) {
 }
 
 /**
- * The best round: the server's (best_round) when it reports one, else the committed round whose global had the
- * lowest validation loss measured so far.
+ * The best round: the server's best_round (GET job always carries it; null until a global was measured), which the
+ * view re-reads when the job starts and ends.
  * @param {JobState} state @returns {number | null}
  */
 export function bestRound(state) {
-  if (state.job && Object.hasOwn(state.job, 'best_round')) return state.job.best_round ?? null;
-  /** @type {number | null} */
-  let best = null;
-  for (const [r, loss] of state.validation) {
-    if (r >= 1 && r <= state.committed && isNumber(loss) && (best === null || loss < (state.validation.get(best) ?? Infinity))) best = r;
-  }
-  return best;
+  return state.job?.best_round ?? null;
 }
 
 /**
@@ -467,7 +460,6 @@ export function roundRows(state) {
     const participants = new Set([...(r.participants ?? []), ...(r.updates ?? []).map((u) => u.worker_id),
       ...(fromEvents?.participants ?? [])]);
     const dropped = new Map(fromEvents?.dropped ?? []);
-    for (const d of r.dropped ?? []) dropped.set(d.worker_id, d.reason ?? '');
     for (const u of r.updates ?? []) if (u.status === 'rejected') dropped.set(u.worker_id, `update rejected: ${u.reason ?? ''}`);
     for (const id of dropped.keys()) participants.add(id);
     // The final evaluation's attempt is closed when the job ends; it measured the last global if that loss is known.
