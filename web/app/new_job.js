@@ -46,44 +46,45 @@ export function configFields(defaults) {
   });
 }
 
-// distributed.strategy's names and, per strategy, the distributed.strategy_options it takes with their defaults
-// (shown as placeholders; docs/training.md "Strategies"). Every strategy also takes sample_fraction or sample_count.
-export const STRATEGIES = ['federated_averaging', 'fedprox', 'fedavgm', 'fedadam', 'fedyogi', 'fedadagrad', 'median',
-  'trimmed_mean', 'krum', 'multi_krum', 'dp_fedavg'];
-export const STRATEGY_OPTIONS = {
-  federated_averaging: {},
-  fedprox: { mu: '0.01' },
-  fedavgm: { server_learning_rate: '1', server_momentum: '0.9' },
-  fedadam: { server_learning_rate: '0.1', beta1: '0.9', beta2: '0.99', tau: '1e-9' },
-  fedyogi: { server_learning_rate: '0.01', beta1: '0.9', beta2: '0.99', tau: '1e-3' },
-  fedadagrad: { server_learning_rate: '0.1', beta1: '0', tau: '1e-9' },
-  median: {},
-  trimmed_mean: { beta: '0.1' },
-  krum: { f: '0' },
-  multi_krum: { f: '0', m: 'n − f' },
-  dp_fedavg: { clip_norm: 'required', noise_multiplier: '1', delta: '1e-5' },
+// distributed.strategy_options' labels and kinds: [label, kind]. Which strategies take which option, and each
+// option's default, come from the C++ strategy registry (STRATEGIES in training_defaults.js, generated with the config's
+// defaults; docs/training.md "Strategies"); every strategy also takes sample_fraction or sample_count.
+/** @type {Record<string, [string, string]>} */
+const OPTION_LABELS = {
+  mu: ['μ (proximal term)', 'number'],
+  server_learning_rate: ['Server learning rate', 'number'],
+  server_momentum: ['Server momentum', 'number'],
+  beta1: ['β1', 'number'],
+  beta2: ['β2', 'number'],
+  tau: ['τ (adaptivity)', 'number'],
+  beta: ['β (trimmed fraction per side)', 'number'],
+  f: ['f (Byzantine workers tolerated)', 'int'],
+  m: ['m (updates averaged)', 'int'],
+  clip_norm: ['Clip norm (L2)', 'number'],
+  noise_multiplier: ['Noise multiplier', 'number'],
+  delta: ['δ (privacy)', 'number'],
 };
-// [option, label, kind]; shown only for the strategies that take it (any strategy for the sampling pair).
-const OPTION_FIELDS = [
-  ['mu', 'μ (proximal term)', 'number'],
-  ['server_learning_rate', 'Server learning rate', 'number'],
-  ['server_momentum', 'Server momentum', 'number'],
-  ['beta1', 'β1', 'number'],
-  ['beta2', 'β2', 'number'],
-  ['tau', 'τ (adaptivity)', 'number'],
-  ['beta', 'β (trimmed fraction per side)', 'number'],
-  ['f', 'f (Byzantine workers tolerated)', 'int'],
-  ['m', 'm (updates averaged)', 'int'],
-  ['clip_norm', 'Clip norm (L2)', 'number'],
-  ['noise_multiplier', 'Noise multiplier', 'number'],
-  ['delta', 'δ (privacy)', 'number'],
+const SAMPLING_FIELDS = [
   ['sample_fraction', 'Sample fraction of workers per round', 'number'],
   ['sample_count', 'Sample count of workers per round', 'int'],
 ];
-const SAMPLING_OPTIONS = new Set(['sample_fraction', 'sample_count']);
-// Which options a strategy takes.
-export function strategyTakes(strategy, option) {
-  return SAMPLING_OPTIONS.has(option) || Object.hasOwn(STRATEGY_OPTIONS[strategy] ?? {}, option);
+const SAMPLING_OPTIONS = new Set(SAMPLING_FIELDS.map(([option]) => option));
+// What an option without a default (null) becomes, where "required" would not say it.
+const NULL_DEFAULT_SHOWN = { m: 'n − f' };
+
+// A default as the form shows it: 1e-9 rather than 0.000000001.
+const shownNumber = (v) => (v !== 0 && Math.abs(v) < 1e-3 ? v.toExponential() : String(v));
+
+// From the generated catalog ([{name, options: [{name, default, required}]}]): the strategies' names in order, the
+// options each takes with the placeholder its default gives ({fedadam: {server_learning_rate: '0.1', ...}}), and
+// every option's field [option, label, kind] (in the order the strategies first name them, then the sampling pair).
+export function strategyChoices(catalog) {
+  const names = catalog.map((s) => s.name);
+  const options = Object.fromEntries(catalog.map((s) => [s.name, Object.fromEntries(s.options.map((o) => [o.name,
+    o.required ? 'required' : o.default === null ? NULL_DEFAULT_SHOWN[o.name] ?? '' : shownNumber(o.default)]))]));
+  const optionNames = [...new Set(catalog.flatMap((s) => s.options.map((o) => o.name)))];
+  const fields = [...optionNames.map((o) => [o, ...(OPTION_LABELS[o] ?? [o, 'number'])]), ...SAMPLING_FIELDS];
+  return { names, options, fields };
 }
 
 // distributed.partition (docs/training.md "Data partition"): [path, label, kind, placeholder, options, help, methods].
@@ -97,9 +98,9 @@ const PARTITION_FIELDS = [
     'JSONL: the record field holding the class (required unless iid)'],
 ];
 
-const DISTRIBUTED_FIELDS = [
+const distributedFields = (strategies) => [
   ['distributed.enabled', 'Distributed training', 'bool', false],
-  ['distributed.strategy', 'Strategy', 'select', 'federated_averaging', STRATEGIES],
+  ['distributed.strategy', 'Strategy', 'select', 'federated_averaging', strategies],
   ['distributed.num_rounds', 'Rounds', 'int', '10'],
   ['distributed.steps_per_round', 'Steps per round', 'int', '500', null, '0: a round trains the epochs over the shard'],
   ['distributed.min_workers', 'Min workers', 'int', '2'],
@@ -174,8 +175,8 @@ export function render(container) {
   let stopped = false;
   let cleanup = null;
   import('./training_defaults.js')
-    .then(({ TRAINING_DEFAULTS }) => {
-      if (!stopped) cleanup = renderForm(container, configFields(TRAINING_DEFAULTS));
+    .then(({ TRAINING_DEFAULTS, STRATEGIES }) => {
+      if (!stopped) cleanup = renderForm(container, configFields(TRAINING_DEFAULTS), strategyChoices(STRATEGIES));
     })
     .catch((err) => {
       if (!stopped) container.append(h('p', { class: 'form-error', role: 'alert' }, `Could not load the form: ${err.message}`));
@@ -186,8 +187,9 @@ export function render(container) {
   };
 }
 
-function renderForm(container, configRows) {
-  const optionRows = OPTION_FIELDS.map(([option, label, kind]) => [`distributed.strategy_options.${option}`, label, kind, '']);
+function renderForm(container, configRows, strategies) {
+  const DISTRIBUTED_FIELDS = distributedFields(strategies.names);
+  const optionRows = strategies.fields.map(([option, label, kind]) => [`distributed.strategy_options.${option}`, label, kind, '']);
   const form = h('form', { id: 'job-form', class: 'card form', novalidate: true });
   const formError = h('div', { class: 'form-error', role: 'alert', id: 'form-error' });
   const listsError = h('p', { class: 'field-error', role: 'status' });
@@ -239,13 +241,14 @@ function renderForm(container, configRows) {
   const methodSelect = form.querySelector(`#${fieldId('distributed.partition.method')}`);
   function showChosen() {
     const strategy = strategySelect.value;
-    for (const [option] of OPTION_FIELDS) {
+    const takes = strategies.options[strategy] ?? {};
+    for (const [option] of strategies.fields) {
       const field = fieldOf(`distributed.strategy_options.${option}`);
-      field.hidden = !strategyTakes(strategy, option);
+      field.hidden = !SAMPLING_OPTIONS.has(option) && !Object.hasOwn(takes, option);
       const control = field.querySelector('input');
-      control.placeholder = STRATEGY_OPTIONS[strategy]?.[option] ?? '';
+      control.placeholder = takes[option] ?? '';
     }
-    form.querySelector('#strategy-options-none').hidden = Object.keys(STRATEGY_OPTIONS[strategy] ?? {}).length > 0;
+    form.querySelector('#strategy-options-none').hidden = Object.keys(takes).length > 0;
     for (const row of PARTITION_FIELDS) {
       if (row[6]) fieldOf(row[0]).hidden = !row[6].includes(methodSelect.value);
     }
