@@ -8,15 +8,22 @@
 import { api, download, followJobEvents, listAll } from './api.js';
 import { h, fmtDuration, fmtBytes, statusBadge, progressBar, TERMINAL } from './dom.js';
 import { LineChart, fmtNumber } from './charts.js';
+/**
+ * @typedef {import('./job_state.js').JobAction} JobAction
+ * @typedef {import('./job_state.js').WorkerView} WorkerView
+ * @typedef {import('./job_state.js').Round} Round
+ * @typedef {import('./job_state.js').Shard} Shard
+ */
 import {
   initialJobState, reduceJob, reloadsFor, workerName as nameOf, isDpJob, roundRows, roundCounter, workerGroups,
   lossSeries, lossSummary as lossNumbers, workerStatus, trainerOf, jobWarnings, isNumber,
 } from './job_state.js';
 
+/** @param {HTMLElement} container @param {string[]} params the job's id */
 export function render(container, [idText]) {
   const jobId = Number(idText);
   let state = initialJobState(jobId);
-  const workerName = (id) => nameOf(state, id);
+  const workerName = (/** @type {number} */ id) => nameOf(state, id);
 
   // ---- static layout ----
   const title = h('h1', {}, `Training job #${jobId}`);
@@ -78,16 +85,21 @@ export function render(container, [idText]) {
     xLabel: 'round', yLabel: 'loss', height: 220,
     series: [{ label: 'training loss (aggregated)', colorIndex: 0 }, { label: 'validation loss after round', colorIndex: 1 }],
   });
-  const cards = new Map();  // worker id -> {root, chart, fields}
+  /**
+   * Worker id -> its card: the element, its loss chart, the fields drawn into, and how many loss points the chart has.
+   * @type {Map<number, {root: HTMLElement, chart: LineChart, fields: Record<string, HTMLElement>, drawnPoints: number}>}
+   */
+  const cards = new Map();
 
   // ---- controls ----
+  /** @param {'stop' | 'cancel'} action */
   async function control(action) {
     actionMessage.textContent = '';
     stopButton.disabled = cancelButton.disabled = true;
     try {
       await api('POST', `/training-jobs/${jobId}/${action}`);
     } catch (err) {
-      actionMessage.textContent = `Could not ${action} the job: ${err.message}`;
+      actionMessage.textContent = `Could not ${action} the job: ${/** @type {Error} */ (err).message}`;
       updateButtons();
     }
   }
@@ -104,6 +116,7 @@ export function render(container, [idText]) {
   // ---- data loading ----
   let stopped = false;
   // The new state after `action`, drawn on the next frame; what it calls for is re-read.
+  /** @param {JobAction} action */
   function dispatch(action) {
     const reloads = reloadsFor(state, action);
     state = reduceJob(state, action);
@@ -116,7 +129,8 @@ export function render(container, [idText]) {
   }
   // The workers' names and real states (online, busy and with which job, offline), re-read every 3 s.
   const WORKERS_REFRESH_MS = 3000;
-  let workersTimer = null;
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
+  let workersTimer = undefined;
   async function loadWorkers() {
     clearTimeout(workersTimer);
     try {
@@ -140,7 +154,7 @@ export function render(container, [idText]) {
   }
   // What the job's own fields show: its trainer, warnings and shards.
   function applyJob() {
-    const { job } = state;
+    const job = /** @type {import('./job_state.js').Job} */ (state.job);
     // The trainer the job names (docs/trainer-contract.md): only workers offering it take its tasks.
     const trainer = job.spec?.config?.trainer;
     trainerText.textContent = trainer ? `Trainer: ${trainer}` : '';
@@ -151,13 +165,14 @@ export function render(container, [idText]) {
     renderShards(Array.isArray(job.shards) ? job.shards : []);
   }
   // The data partition: each shard's training samples per label, as numbers and as a stacked bar.
+  /** @param {Shard[]} shards */
   function renderShards(shards) {
     shardsBox.hidden = shards.length === 0;
     if (shards.length === 0) return;
     const labels = [...new Set(shards.flatMap((s) => Object.keys(s.label_histogram ?? {})))];
     const numeric = labels.every((l) => /^-?\d+$/.test(l));
     labels.sort((a, b) => (numeric ? Number(a) - Number(b) : a < b ? -1 : a > b ? 1 : 0));
-    const colour = (i) => `hsl(${Math.round((i * 360) / Math.max(labels.length, 1))} 60% 55%)`;
+    const colour = (/** @type {number} */ i) => `hsl(${Math.round((i * 360) / Math.max(labels.length, 1))} 60% 55%)`;
     const partition = state.job?.spec?.distributed?.partition ?? { method: 'iid' };
     const settings = Object.entries(partition).filter(([k]) => k !== 'method').map(([k, v]) => `${k} ${v}`).join(', ');
     shardsBox.replaceChildren(h('h2', { id: 'shards-h' }, 'Data partition'),
@@ -180,7 +195,8 @@ export function render(container, [idText]) {
             h('td', { class: 'histogram-cell' }, bar));
         })))));
   }
-  let roundsTimer = null;
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
+  let roundsTimer = undefined;
   function refreshRoundsSoon() {
     clearTimeout(roundsTimer);
     roundsTimer = setTimeout(loadRounds, 200);
@@ -200,10 +216,10 @@ export function render(container, [idText]) {
     try {
       const { artifacts } = await api('GET', `/training-jobs/${jobId}/artifacts`);
       if (stopped || !artifacts.length) return;
-      artifactsBox.replaceChildren(h('ul', { class: 'artifacts' }, ...artifacts.map((a) => h('li', {},
+      artifactsBox.replaceChildren(h('ul', { class: 'artifacts' }, ...artifacts.map((/** @type {{name: string, size_bytes: number}} */ a) => h('li', {},
         h('button', { type: 'button', class: 'primary', dataset: { artifact: a.name },
                       onclick: () => download(`/training-jobs/${jobId}/artifacts/${encodeURIComponent(a.name)}`, a.name)
-                        .catch((err) => { actionMessage.textContent = `Download failed: ${err.message}`; }) },
+                        .catch((/** @type {Error} */ err) => { actionMessage.textContent = `Download failed: ${err.message}`; }) },
           `Download ${a.name}`),
         h('span', { class: 'muted' }, ` ${fmtBytes(a.size_bytes)}`)))));
     } catch {
@@ -211,6 +227,7 @@ export function render(container, [idText]) {
     }
   }
 
+  /** @param {Round} r */
   function privacyCell(r) {
     const p = r.privacy;
     if (!p) return h('td', { class: 'privacy-epsilon' }, '—');
@@ -224,6 +241,7 @@ export function render(container, [idText]) {
     const privacy = isDpJob(state);
     roundsHead.replaceChildren(...[...ROUND_COLUMNS, ...(privacy ? ['Privacy ε'] : [])].map((t) => h('th', { scope: 'col' }, t)));
     roundsBody.replaceChildren(...roundRows(state).map(({ round: r, label, finalEvaluation, outcome, participants, dropped, validation, isBest }) => {
+      /** @type {Record<string, string | number>} */
       const dataset = { round: r.round, attempt: r.attempt, outcome: finalEvaluation ? 'final_evaluation' : r.outcome };
       if (isBest) dataset.best = 'true';
       return h('tr', { dataset, class: isBest ? 'best-round' : null },
@@ -249,6 +267,7 @@ export function render(container, [idText]) {
   }
 
   // ---- events ----
+  /** @param {string} type @param {import('./job_state.js').JobEvent} e */
   function onEvent(type, e) {
     dispatch({ type: 'event', name: type, data: e });
   }
@@ -279,7 +298,7 @@ export function render(container, [idText]) {
     updateButtons();
 
     for (const [group, members] of Object.entries(workerGroups(state))) {
-      lists[group].replaceChildren(...(members.length
+      lists[/** @type {keyof typeof lists} */ (group)].replaceChildren(...(members.length
         ? members.map((w) => h('li', { dataset: { workerId: w.id }, title: w.reason || null },
           workerName(w.id), w.reason ? h('span', { class: 'muted' }, ` (${w.reason})`) : null))
         : [h('li', { class: 'muted empty' }, 'none')]));
@@ -302,15 +321,17 @@ export function render(container, [idText]) {
     if (isNumber(result)) parts.push(`after round ${state.committed} (the result) ${fmtNumber(result)}`);
     if (best !== null) parts.push(`best after round ${best} ${fmtNumber(bestLoss)}`);
     lossSummary.textContent = parts.length ? `Validation loss: ${parts.join('; ')}.` : '';
-    lossSummary.dataset.bestRound = best ?? '';
+    lossSummary.dataset.bestRound = String(best ?? '');
   }
 
+  /** @param {string | null} device */
   function utilizationLabel(device) {
     if (device === 'gpu') return 'GPU utilisation';
     if (device === 'host_cpu') return 'Host CPU (whole machine)';
     return 'Utilisation (device not reported)';
   }
 
+  /** @param {WorkerView} w @param {number} index its place among the cards (its chart's colour) */
   function drawWorker(w, index) {
     let card = cards.get(w.id);
     if (!card) {
@@ -338,7 +359,7 @@ export function render(container, [idText]) {
       card = { root, chart, fields, drawnPoints: -1 };
       cards.set(w.id, card);
     }
-    card.root.querySelector('.worker-name').textContent = workerName(w.id);
+    /** @type {HTMLElement} */ (card.root.querySelector('.worker-name')).textContent = workerName(w.id);
     const shown = workerStatus(state, w);
     card.root.dataset.state = shown.badge;
     card.fields.state.replaceChildren(statusBadge(shown.badge));
@@ -354,7 +375,7 @@ export function render(container, [idText]) {
     card.fields.utilizationLabel.textContent = utilizationLabel(w.utilizationDevice);
     card.fields.utilization.textContent = w.utilization === null ? '—' : `${Math.round(w.utilization * 100)} %`;
     card.fields.memory.textContent = w.memoryTotal === null ? '—'
-      : `${(w.memoryUsed / 2 ** 30).toFixed(1)} / ${(w.memoryTotal / 2 ** 30).toFixed(1)} GiB`;
+      : `${(Number(w.memoryUsed) / 2 ** 30).toFixed(1)} / ${(w.memoryTotal / 2 ** 30).toFixed(1)} GiB`;
     card.fields.trainer.textContent = trainerOf(state, w.id);
     if (card.drawnPoints !== w.losses.length) {
       card.chart.setData(w.xs.slice(), [w.losses.slice()]);
@@ -374,7 +395,7 @@ export function render(container, [idText]) {
       title.append(h('span', { class: 'muted' }, ` #${job.id}`));
       document.title = `${job.name} · Parsyn`;
     } catch (err) {
-      actionMessage.textContent = `Could not load training job ${jobId}: ${err.message}`;
+      actionMessage.textContent = `Could not load training job ${jobId}: ${/** @type {Error} */ (err).message}`;
       liveSlot.textContent = '';
       return;
     }
