@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "coordinator/strategy_spec.h"
 #include "protocol/training_config.h"
 
 namespace parsyn::web {
@@ -41,6 +42,14 @@ TEST(WebAssetsTest, EmbedsTheJobFormsDefaultsGeneratedFromTheSchema) {
   EXPECT_EQ(defaults->content_type, "text/javascript; charset=utf-8");
   const std::string expected = "export const TRAINING_DEFAULTS = Object.freeze(" +
                                protocol::TrainingConfigToJson(protocol::TrainingConfig{}).dump() + ");\n";
+  EXPECT_NE(std::string(defaults->bytes).find(expected), std::string::npos) << defaults->bytes;
+}
+
+TEST(WebAssetsTest, EmbedsTheJobFormsStrategiesGeneratedFromTheRegistry) {
+  const WebAsset* defaults = FindWebAsset("training_defaults.js");
+  ASSERT_NE(defaults, nullptr);
+  const std::string expected =
+      "export const STRATEGIES = Object.freeze(" + coordinator::StrategyCatalogJson().dump() + ");\n";
   EXPECT_NE(std::string(defaults->bytes).find(expected), std::string::npos) << defaults->bytes;
 }
 

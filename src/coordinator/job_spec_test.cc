@@ -1,4 +1,5 @@
 #include "coordinator/job_spec.h"
+#include "coordinator/strategy_spec.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -660,6 +661,41 @@ TEST(JobSpecTest, StrategyOptionsAreNormalisedWithTheirDefaults) {
     StatusOr<JobSpec> again = ParseJobSpec(normalised.dump());
     ASSERT_TRUE(again.ok()) << again.status().ToString();
     EXPECT_EQ(*again, *spec);
+  }
+}
+
+// The catalog the dashboard's job form offers: every strategy in the documented order, its options in theirs, each
+// with the default a spec without it gets (null: none).
+TEST(JobSpecTest, StrategyCatalogListsEveryStrategyWithItsOptionsDefaults) {
+  const json catalog = StrategyCatalogJson();
+  std::vector<std::string> names;
+  for (const json& s : catalog) names.push_back(s["name"]);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"federated_averaging", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad",
+                                      "median", "trimmed_mean", "krum", "multi_krum", "dp_fedavg"}));
+  auto option = [](const std::string& name, const json& value, bool required = false) {
+    return json{{"name", name}, {"default", value}, {"required", required}};
+  };
+  EXPECT_EQ(catalog[0]["options"], json::array());
+  EXPECT_EQ(catalog[3]["options"], json::array({option("server_learning_rate", 0.1), option("beta1", 0.9),
+                                                option("beta2", 0.99), option("tau", 1e-9)}));
+  EXPECT_EQ(catalog[9]["options"], json::array({option("f", 0), option("m", nullptr)}));
+  EXPECT_EQ(catalog[10]["options"],
+            json::array({option("clip_norm", nullptr, true), option("noise_multiplier", 1.0), option("delta", 1e-5)}));
+  // Each default is what a spec that leaves the option out is normalised with.
+  for (const json& s : catalog) {
+    SCOPED_TRACE(s["name"].get<std::string>());
+    json body = SpecExample();
+    body["distributed"]["strategy"] = s["name"];
+    body["distributed"]["min_workers"] = 3;  // krum's 2f + 3
+    if (s["name"] == "dp_fedavg") body["distributed"]["strategy_options"] = {{"clip_norm", 1.0}};
+    StatusOr<JobSpec> spec = ParseJobSpecJson(body);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    const json normalised = JobSpecToJson(*spec)["distributed"]["strategy_options"];
+    for (const json& o : s["options"]) {
+      if (o["required"]) continue;
+      EXPECT_EQ(normalised[o["name"].get<std::string>()], o["default"]) << o;
+    }
   }
 }
 

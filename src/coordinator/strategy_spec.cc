@@ -45,7 +45,7 @@ std::string TakenList(StrategyKind kind) {
 void ParseStrategyOptions(const json* object, StrategyKind kind, StrategyOptions& o, std::vector<std::string>& errors) {
   o = strategy::DefaultStrategyOptions(kind);
   const bool has_clip_norm = object != nullptr && object->contains("clip_norm") && !(*object)["clip_norm"].is_null();
-  if (kind == StrategyKind::kDpFedAvg && !has_clip_norm) {
+  if (strategy::StrategyOptionRequired(kind, "clip_norm") && !has_clip_norm) {
     errors.push_back(
         "distributed.strategy_options.clip_norm is required for dp_fedavg: the L2 bound each update is clipped to "
         "(the noise is noise_multiplier * clip_norm), e.g. 1.0");
@@ -145,6 +145,21 @@ json StrategyOptionsToJson(StrategyKind kind, const StrategyOptions& o) {
   if (o.sampling.fraction) out["sample_fraction"] = *o.sampling.fraction;
   if (o.sampling.count) out["sample_count"] = *o.sampling.count;
   return out;
+}
+
+json StrategyCatalogJson() {
+  json catalog = json::array();
+  for (const strategy::StrategyKindSpelling& k : strategy::StrategyKinds()) {
+    const json defaults = StrategyOptionsToJson(k.kind, strategy::DefaultStrategyOptions(k.kind));
+    json options = json::array();
+    for (std::string_view option : strategy::StrategyOptionNames(k.kind)) {
+      const std::string key(option);
+      const bool required = strategy::StrategyOptionRequired(k.kind, option);
+      options.push_back({{"name", key}, {"default", required ? json() : defaults.at(key)}, {"required", required}});
+    }
+    catalog.push_back({{"name", std::string(k.name)}, {"options", std::move(options)}});
+  }
+  return catalog;
 }
 
 }  // namespace parsyn::coordinator

@@ -30,4 +30,11 @@ void CheckStrategyRules(strategy::StrategyKind kind, const strategy::StrategyOpt
 // sample_fraction or sample_count when given.
 nlohmann::json StrategyOptionsToJson(strategy::StrategyKind kind, const strategy::StrategyOptions& options);
 
+// Every strategy in the documented order (strategy::StrategyKinds) with the options it takes, in theirs, and each
+// option's default as StrategyOptionsToJson writes it (null: none, as multi_krum's m, n - f when unset, or a required
+// option's):
+//   [{"name": "fedprox", "options": [{"name": "mu", "default": 0.01, "required": false}]}, ...]
+// The dashboard's job form offers these (training_defaults_js.cc writes them into its training_defaults.js).
+nlohmann::json StrategyCatalogJson();
+
 }  // namespace parsyn::coordinator

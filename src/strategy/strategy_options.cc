@@ -94,4 +94,8 @@ StrategyOptions DefaultStrategyOptions(StrategyKind kind) {
   return o;
 }
 
+bool StrategyOptionRequired(StrategyKind kind, std::string_view option) {
+  return kind == StrategyKind::kDpFedAvg && option == "clip_norm";
+}
+
 }  // namespace parsyn::strategy

@@ -73,5 +73,7 @@ std::span<const std::string_view> StrategyOptionNames(StrategyKind kind);
 // The kind's defaults (docs/training.md): fedadam {server_learning_rate 0.1, beta1 0.9, beta2 0.99, tau 1e-9}, ...
 // dp_fedavg's clip_norm has no default (0 here: the job spec requires it).
 StrategyOptions DefaultStrategyOptions(StrategyKind kind);
+// Whether the job spec must give `option` for `kind`: it has no default (dp_fedavg's clip_norm).
+bool StrategyOptionRequired(StrategyKind kind, std::string_view option);
 
 }  // namespace parsyn::strategy

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ./dev setup on a machine that lacks some Debian packages: it must ask apt-get to install exactly the missing ones
 # and exit 0; on a machine that has them all it must not call apt-get; when apt-get fails it must say so; every npm
-# package folder of the repository gets `npm ci` once. dpkg-query, apt-get, sudo and npm are shims; the real ones are
-# never called. Usage: dev_setup_test.sh PATH/TO/dev
+# package folder of the repository gets `npm ci` once, and again after its lockfile changes. dpkg-query, apt-get,
+# sudo and npm are shims; the real ones are never called. Usage: dev_setup_test.sh PATH/TO/dev
 set -uo pipefail
 DEV_SRC=$1
 work=$(mktemp -d)
@@ -67,7 +67,8 @@ APT_FAIL=1 run_setup cmake
 grep -q 'installing Debian packages failed' "$work/out" || fail "no message naming the failed step: $(cat "$work/out")"
 
 # 4. A fresh checkout: every npm package folder of the repository (each tracked package.json beside its lockfile)
-#    gets `npm ci` from ./dev setup, and a second setup, with node_modules present, installs nothing. npm is a shim.
+#    gets `npm ci` from ./dev setup, and a second setup, with node_modules present, installs nothing. npm is a shim
+#    (it writes node_modules/.package-lock.json, as npm does).
 repo_root=$(cd "$(dirname "$DEV_SRC")" && pwd)
 mapfile -t npm_dirs < <(git -C "$repo_root" ls-files '*package.json' | grep -v node_modules | xargs -r -n1 dirname | sort)
 [ ${#npm_dirs[@]} -gt 0 ] || fail "no package.json is tracked in $repo_root"
@@ -79,6 +80,7 @@ cat >"$work/bin/npm" <<'SHIM'
 #!/usr/bin/env bash
 echo "$PWD $*" >>"$NPM_LOG"
 mkdir -p node_modules
+touch node_modules/.package-lock.json
 SHIM
 chmod +x "$work/bin/npm"
 : >"$work/npm.log"
@@ -91,5 +93,14 @@ done
 NPM_LOG="$work/npm.log" run_setup
 [ ! -s "$work/npm.log" ] || fail "npm ran again although node_modules were present: $(cat "$work/npm.log")"
 
-if [ "$failures" -eq 0 ]; then echo "dev setup: 4 scenarios passed"; fi
+# 5. A lockfile changed after the install (a pull that pins a new package): that folder, and only it, installs again.
+changed=${npm_dirs[0]}
+touch -d '+1 minute' "$work/repo/$changed/package-lock.json"
+: >"$work/npm.log"
+NPM_LOG="$work/npm.log" run_setup
+[ "$rc" -eq 0 ] || fail "setup after a lockfile change exited $rc: $(cat "$work/out")"
+grep -q "^$work/repo/$changed ci " "$work/npm.log" || fail "npm ci did not run again in $changed: $(cat "$work/npm.log")"
+[ "$(wc -l <"$work/npm.log")" -eq 1 ] || fail "npm ran in folders whose lockfile did not change: $(cat "$work/npm.log")"
+
+if [ "$failures" -eq 0 ]; then echo "dev setup: 5 scenarios passed"; fi
 exit $((failures > 0))

@@ -8,6 +8,7 @@ export function apiKey() {
   return sessionStorage.getItem(KEY_NAME);
 }
 
+/** @param {string | null} key */
 export function setApiKey(key) {
   if (key) sessionStorage.setItem(KEY_NAME, key);
   else sessionStorage.removeItem(KEY_NAME);
@@ -16,6 +17,10 @@ export function setApiKey(key) {
 // An error answer of the API: {"error": {"code", "message", "errors"?}} with its HTTP status. `errors` holds the
 // request's problems one by one as {field, message} where the server lists them (job creation), else [].
 export class ApiError extends Error {
+  /**
+   * @param {number} status @param {string} code @param {string} message
+   * @param {{field: string | null, message: string}[]} [errors]
+   */
   constructor(status, code, message, errors = []) {
     super(message);
     this.status = status;
@@ -25,15 +30,19 @@ export class ApiError extends Error {
 }
 
 // Called with the ApiError when the server refuses the key (401), so the app can ask for it again.
+/** @type {(error: ApiError) => void} */
 let onUnauthenticated = () => {};
+/** @param {(error: ApiError) => void} handler */
 export function setUnauthenticatedHandler(handler) {
   onUnauthenticated = handler;
 }
 
+/** @param {Record<string, string>} [extra] @returns {Record<string, string>} */
 function authHeaders(extra = {}) {
   return { Authorization: `Bearer ${apiKey() ?? ''}`, ...extra };
 }
 
+/** @param {Response} response @returns {Promise<ApiError>} */
 async function errorFrom(response) {
   const text = await response.text();
   let code = `http_${response.status}`;
@@ -53,7 +62,9 @@ async function errorFrom(response) {
 }
 
 // JSON request to /api/v1`path`; resolves to the parsed body (null for 204), rejects with ApiError.
+/** @param {string} method @param {string} path @param {unknown} [body] @returns {Promise<any>} */
 export async function api(method, path, body) {
+  /** @type {{method: string, headers: Record<string, string>, body?: string}} */
   const init = { method, headers: authHeaders() };
   if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
@@ -71,8 +82,11 @@ export async function api(method, path, body) {
 
 // Every item of the list at /api/v1`path` (answers {"<field>": [...], "next_cursor"}), following next_cursor page by
 // page (docs/openapi.yaml, "Pagination"); resolves to {"<field>": [all items]}.
+/** @param {string} path @param {string} field @returns {Promise<Record<string, any[]>>} */
 export async function listAll(path, field) {
+  /** @type {any[]} */
   const items = [];
+  /** @type {string | null} */
   let cursor = null;
   do {
     const separator = path.includes('?') ? '&' : '?';
@@ -84,6 +98,7 @@ export async function listAll(path, field) {
 }
 
 // Downloads /api/v1`path` with the key and hands it to the browser as a file named `filename`.
+/** @param {string} path @param {string} filename */
 export async function download(path, filename) {
   const response = await fetch(`/api/v1${path}`, { headers: authHeaders() });
   if (!response.ok) throw await errorFrom(response);
@@ -98,9 +113,12 @@ export async function download(path, filename) {
 }
 
 // Parses one SSE block ("event: x\ndata: ...\nid: n") into {type, data, id}; null for comments only.
+/** @param {string} block @returns {{type: string, data: any, id: string | null} | null} */
 function parseEventBlock(block) {
   let type = 'message';
+  /** @type {string | null} */
   let id = null;
+  /** @type {string[]} */
   const data = [];
   for (const line of block.split(/\r?\n/)) {
     if (line === '' || line.startsWith(':')) continue;
@@ -125,6 +143,15 @@ function parseEventBlock(block) {
 // Follows a job's events stream: every stored event from the start, then live ones, reconnecting with
 // Last-Event-ID after a dropped connection. onEvent(type, data) runs for each; `isDone()` is asked after each event
 // and when the server ends the stream (it ends after the job's terminal status). Returns a function that stops it.
+/**
+ * @typedef {(type: string, data: any) => void} EventHandler
+ * @typedef {(open: boolean, error?: ApiError) => void} ConnectionHandler
+ */
+/**
+ * @param {number} jobId @param {EventHandler} onEvent
+ * @param {{isDone?: () => boolean, onConnection?: ConnectionHandler}} [options]
+ * @returns {() => void}
+ */
 export function followJobEvents(jobId, onEvent, { isDone, onConnection = () => {} } = {}) {
   // ?after=0: the whole history, worker progress included (the loss curves); a reconnect's Last-Event-ID wins.
   return followStream(`/training-jobs/${jobId}/events?after=0`, onEvent, { isDone, onConnection });
@@ -135,6 +162,7 @@ export function followJobEvents(jobId, onEvent, { isDone, onConnection = () => {
 // left off, e.g. after a coordinator restart): re-read the lists then, and patch them from the events that follow.
 // onConnection(false) when the stream drops (the caller re-reads meanwhile) or is refused (with the error, e.g. a
 // coordinator that is not the leader answers 503), so the caller falls back to re-reading on a timer.
+/** @param {EventHandler} onEvent @param {{onConnection?: ConnectionHandler}} [options] @returns {() => void} */
 export function followAllEvents(onEvent, { onConnection = () => {} } = {}) {
   return followStream('/events', onEvent, { onConnection });
 }
@@ -144,12 +172,21 @@ export function followAllEvents(onEvent, { onConnection = () => {} } = {}) {
 // something it has not seen. The stream's `reset` (sent first, and after a restart) reloads; events that arrive during
 // a load are applied after it. While the stream is down the list is re-read every `fallbackMs` (and at once), and
 // `onUnavailable(error)` is told when the server refused the stream. Returns a function that stops it all.
+/**
+ * @param {{load: () => Promise<void>, apply: (type: string, data: any, reload: () => Promise<void>) => void,
+ *   fallbackMs: number, onUnavailable?: (error: ApiError) => void}} options
+ * @returns {() => void}
+ */
 export function followListLive({ load, apply, fallbackMs, onUnavailable = () => {} }) {
   let stopped = false;
+  /** @type {Promise<void> | null} */
   let loading = null;   // the running load, if any
+  /** @type {[string, any][]} */
   let queued = [];      // events that came during it
-  let fallbackTimer = null;
+  /** @type {ReturnType<typeof setInterval> | undefined} */
+  let fallbackTimer = undefined;
 
+  /** @returns {Promise<void>} */
   function reload() {
     if (loading) return loading;
     loading = (async () => {
@@ -165,6 +202,7 @@ export function followListLive({ load, apply, fallbackMs, onUnavailable = () => 
     })();
     return loading;
   }
+  /** @type {EventHandler} */
   function handle(type, data) {
     if (stopped) return;
     if (type === 'reset') {
@@ -179,7 +217,7 @@ export function followListLive({ load, apply, fallbackMs, onUnavailable = () => 
   }
   function stopFallback() {
     clearInterval(fallbackTimer);
-    fallbackTimer = null;
+    fallbackTimer = undefined;
   }
   const unfollow = followAllEvents(handle, {
     onConnection(up, error) {
@@ -189,7 +227,7 @@ export function followListLive({ load, apply, fallbackMs, onUnavailable = () => 
       }
       // Dropped (it reconnects by itself and resumes) or refused: re-read meanwhile.
       reload();
-      if (fallbackTimer === null && !stopped) fallbackTimer = setInterval(reload, fallbackMs);
+      if (fallbackTimer === undefined && !stopped) fallbackTimer = setInterval(reload, fallbackMs);
       if (error) onUnavailable(error);
     },
   });
@@ -200,8 +238,14 @@ export function followListLive({ load, apply, fallbackMs, onUnavailable = () => 
   };
 }
 
+/**
+ * @param {string} path @param {EventHandler} onEvent
+ * @param {{isDone?: () => boolean, onConnection?: ConnectionHandler}} [options]
+ * @returns {() => void}
+ */
 function followStream(path, onEvent, { isDone, onConnection = () => {} } = {}) {
   const controller = new AbortController();
+  /** @type {string | null} */
   let lastId = null;
   let stopped = false;
 
@@ -215,7 +259,7 @@ function followStream(path, onEvent, { isDone, onConnection = () => {} } = {}) {
       throw error;
     }
     onConnection(true);
-    const reader = response.body.getReader();
+    const reader = /** @type {ReadableStream<Uint8Array>} */ (response.body).getReader();
     const decoder = new TextDecoder();
     let buffer = '';
     for (;;) {
@@ -241,7 +285,7 @@ function followStream(path, onEvent, { isDone, onConnection = () => {} } = {}) {
         await readOnce();
         delay = 500;
       } catch (error) {
-        if (stopped || error.name === 'AbortError') return;
+        if (stopped || /** @type {Error} */ (error).name === 'AbortError') return;
         if (error instanceof ApiError && error.status < 500) {
           onConnection(false, error);
           return;  // not found, bad key: retrying will not help

@@ -7,11 +7,17 @@ import * as newJob from './new_job.js';
 import * as jobDetail from './job_detail.js';
 import * as workers from './workers.js';
 
-const main = document.getElementById('main');
-const nav = document.getElementById('nav');
+// index.html has both.
+const main = /** @type {HTMLElement} */ (document.getElementById('main'));
+const nav = /** @type {HTMLElement} */ (document.getElementById('nav'));
+/** @type {(() => void) | null} */
 let cleanup = null;
 let signingIn = false;  // a 401 while trying a key is the form's answer, not a lost session
 
+/**
+ * @typedef {{render: (container: HTMLElement, params: string[]) => (() => void) | undefined}} Page
+ * @type {{pattern: RegExp, page: Page, title: string, nav: string}[]}
+ */
 const ROUTES = [
   { pattern: /^#\/training$/, page: training, title: 'Training', nav: 'training' },
   { pattern: /^#\/jobs\/new$/, page: newJob, title: 'New training job', nav: 'new' },
@@ -19,6 +25,7 @@ const ROUTES = [
   { pattern: /^#\/workers$/, page: workers, title: 'Workers', nav: 'workers' },
 ];
 
+/** @param {string} [message] */
 function showSignIn(message) {
   if (cleanup) cleanup();
   cleanup = null;
@@ -59,7 +66,7 @@ function showSignIn(message) {
       signingIn = false;
       setApiKey(null);
       error.textContent = err instanceof ApiError && err.status === 401
-        ? 'That key was not accepted.' : `Could not reach the server: ${err.message}`;
+        ? 'That key was not accepted.' : `Could not reach the server: ${/** @type {Error} */ (err).message}`;
       button.disabled = false;
       input.focus();
     }
@@ -80,14 +87,14 @@ function route(moveFocus = false) {
   }
   if (cleanup) cleanup();
   nav.hidden = false;
-  for (const link of nav.querySelectorAll('a[data-nav]')) {
+  for (const link of /** @type {NodeListOf<HTMLElement>} */ (nav.querySelectorAll('a[data-nav]'))) {
     if (link.dataset.nav === match.r.nav) link.setAttribute('aria-current', 'page');
     else link.removeAttribute('aria-current');
   }
   document.title = `${match.r.title} · Parsyn`;
   const container = h('div', { class: 'page' });
   main.replaceChildren(container);
-  cleanup = match.r.page.render(container, match.m.slice(1)) ?? null;
+  cleanup = match.r.page.render(container, /** @type {RegExpExecArray} */ (match.m).slice(1)) ?? null;
   // After a navigation the keyboard continues from the new page's content (the first load keeps the natural order).
   if (moveFocus) main.focus({ preventScroll: true });
 }
@@ -98,7 +105,7 @@ setUnauthenticatedHandler(() => {
   showSignIn('The server no longer accepts the key: sign in again.');
 });
 
-document.getElementById('sign-out').addEventListener('click', () => {
+/** @type {HTMLElement} */ (document.getElementById('sign-out')).addEventListener('click', () => {
   setApiKey(null);
   showSignIn('Signed out.');
 });

@@ -1,6 +1,8 @@
 // Line charts over uPlot (embedded from web/node_modules at build, served at /ui/vendor/). Each chart's container
 // carries data-points (the number of finite points drawn) so tests and people can tell a curve grew.
 
+/** @typedef {import('./vendor/uPlot.esm.js').default} UPlot */
+/** @type {typeof import('./vendor/uPlot.esm.js').default | null} */
 let uPlotModule = null;
 const uPlotReady = import('./vendor/uPlot.esm.js')
   .then((m) => {
@@ -10,6 +12,7 @@ const uPlotReady = import('./vendor/uPlot.esm.js')
     uPlotModule = null;  // built without web/node_modules: charts show as tables of numbers instead
   });
 
+/** @param {string} name */
 function cssVar(name) {
   return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
 }
@@ -24,6 +27,7 @@ matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => {
 });
 
 const PALETTE = ['--series-1', '--series-2', '--series-3', '--series-4', '--series-5', '--series-6'];
+/** @param {number} index */
 export function seriesColor(index) {
   return cssVar(PALETTE[index % PALETTE.length]) || '#3366cc';
 }
@@ -32,13 +36,20 @@ export function seriesColor(index) {
 //   new LineChart(container, {xLabel, yLabel, series: [{label, colorIndex}], height})
 //   chart.setData(xs, [ys0, ys1, ...])  (null for a missing y)
 export class LineChart {
+  /**
+   * @param {HTMLElement} container
+   * @param {{xLabel: string, yLabel: string, series: {label: string, colorIndex?: number}[], height?: number}} options
+   */
   constructor(container, { xLabel, yLabel, series, height = 180 }) {
     this.container = container;
     this.options = { xLabel, yLabel, series, height };
+    /** @type {[number[], ...(number | null)[][]]} */
     this.data = [[], ...series.map(() => [])];
+    /** @type {UPlot | null} */
     this.plot = null;
     this.container.classList.add('chart');
     this.container.dataset.points = '0';
+    /** @type {HTMLElement | null} */
     this.fallback = null;
     uPlotReady.then(() => this.render());
     this.resizeObserver = new ResizeObserver(() => this.resize());
@@ -52,6 +63,7 @@ export class LineChart {
     this.render();
   }
 
+  /** @param {number[]} xs @param {(number | null)[][]} ys  one list per series, null where it has no point */
   setData(xs, ys) {
     this.data = [xs, ...ys];
     let points = 0;
@@ -125,6 +137,7 @@ export class LineChart {
   }
 }
 
+/** @param {number | null | undefined} v @param {number} [digits] */
 export function fmtNumber(v, digits = 4) {
   if (v === null || v === undefined || !Number.isFinite(v)) return '—';
   if (Math.abs(v) >= 1000) return v.toFixed(0);

@@ -1,6 +1,19 @@
 // Small DOM helpers shared by the pages. Text always goes in as text nodes, never as HTML.
 
+/**
+ * What h() and append() take as children: nodes, text (numbers as text), nothing, or lists of them.
+ * @typedef {Node | string | number | null | undefined | false | ChildList} Child
+ * @typedef {Child[]} ChildList
+ */
+
 // h('div', {class: 'x', onclick: f}, child, 'text', [more]) -> Element
+/**
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {Record<string, any> | null} [attrs]  attributes; on* functions become listeners, `dataset` entries data-*
+ * @param {...Child} children
+ * @returns {HTMLElementTagNameMap[K]}
+ */
 export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs ?? {})) {
@@ -15,6 +28,7 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+/** @param {Element} el @param {Child[]} children */
 function append(el, children) {
   for (const child of children) {
     if (child === null || child === undefined || child === false) continue;
@@ -23,13 +37,15 @@ function append(el, children) {
   }
 }
 
+/** @param {number | null | undefined} ms */
 export function fmtTime(ms) {
   if (ms === null || ms === undefined) return '—';
   const d = new Date(ms);
-  const pad = (n) => String(n).padStart(2, '0');
+  const pad = (/** @type {number} */ n) => String(n).padStart(2, '0');
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
 }
 
+/** @param {number | null | undefined} ms */
 export function fmtDuration(ms) {
   if (ms === null || ms === undefined) return '—';
   if (ms < 1000) return `${ms} ms`;
@@ -38,6 +54,7 @@ export function fmtDuration(ms) {
   return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
 }
 
+/** @param {number | null | undefined} n */
 export function fmtBytes(n) {
   if (n === null || n === undefined) return '—';
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -50,6 +67,7 @@ export function fmtBytes(n) {
   return `${i === 0 ? v : v.toFixed(1)} ${units[i]}`;
 }
 
+/** @param {number | null | undefined} ms */
 export function fmtAgo(ms) {
   if (ms === null || ms === undefined) return 'never';
   const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
@@ -59,11 +77,13 @@ export function fmtAgo(ms) {
 }
 
 // A status pill: <span class="status status-running">running</span>
+/** @param {string} status */
 export function statusBadge(status) {
   return h('span', { class: `status status-${status}` }, status);
 }
 
 // A labelled progress bar (role=progressbar) showing value of max.
+/** @param {number} value @param {number} max @param {string} label */
 export function progressBar(value, max, label) {
   const pct = max > 0 ? Math.min(100, Math.round((100 * value) / max)) : 0;
   return h(
@@ -78,6 +98,7 @@ export const TERMINAL = new Set(['succeeded', 'failed', 'stopped', 'cancelled'])
 
 // Replaces parent's children; a link or button inside that had the keyboard focus gets it back in the new content
 // (matched by href or id), so periodic refreshes do not throw a keyboard user back to the top.
+/** @param {Element} parent @param {(Node | string)[]} children */
 export function replaceKeepingFocus(parent, children) {
   const focused = parent.contains(document.activeElement) ? document.activeElement : null;
   const href = focused?.getAttribute('href');
@@ -85,5 +106,5 @@ export function replaceKeepingFocus(parent, children) {
   parent.replaceChildren(...children);
   if (!focused) return;
   const again = (href && parent.querySelector(`[href="${CSS.escape(href)}"]`)) || (id && document.getElementById(id));
-  if (again) again.focus();
+  if (again) /** @type {HTMLElement} */ (again).focus();
 }

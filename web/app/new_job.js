@@ -4,9 +4,17 @@
 import { api, ApiError, listAll } from './api.js';
 import { h } from './dom.js';
 
+/**
+ * A form field: [path, label, kind, placeholder (a bool's: its state), select options, help, partition methods it
+ * shows for].
+ * @typedef {[string, string, string, string | boolean, (string[] | null)?, (string | null)?, string[]?]} FieldRow
+ * @typedef {import('./training_defaults.js').Strategy} Strategy
+ */
+
 // The config fields: [key, label, kind, options]. kind: int | number | text | list | intlist | bool | select. Their
 // defaults come from the server's schema (src/protocol/training_config.h), generated at build time into
 // training_defaults.js and embedded with the app; the form holds no copy of its own.
+/** @type {[string, string, string, string[]?][]} */
 const CONFIG_KEYS = [
   ['epochs', 'Epochs', 'int'],
   ['batch_size', 'Batch size', 'int'],
@@ -31,9 +39,11 @@ const CONFIG_KEYS = [
 ];
 
 // What an empty default means, where the bare value would not say it.
+/** @type {Record<string, string>} */
 const EMPTY_DEFAULT_SHOWN = { label_column: 'label', hidden_sizes: 'none: logistic' };
 
 // The rows fieldControl takes: [path, label, kind, default shown as placeholder (a bool's is its state), options].
+/** @param {Readonly<Record<string, unknown>>} defaults @returns {FieldRow[]} */
 export function configFields(defaults) {
   return CONFIG_KEYS.map(([key, label, kind, options]) => {
     const value = defaults[key];
@@ -46,48 +56,58 @@ export function configFields(defaults) {
   });
 }
 
-// distributed.strategy's names and, per strategy, the distributed.strategy_options it takes with their defaults
-// (shown as placeholders; docs/training.md "Strategies"). Every strategy also takes sample_fraction or sample_count.
-export const STRATEGIES = ['federated_averaging', 'fedprox', 'fedavgm', 'fedadam', 'fedyogi', 'fedadagrad', 'median',
-  'trimmed_mean', 'krum', 'multi_krum', 'dp_fedavg'];
-export const STRATEGY_OPTIONS = {
-  federated_averaging: {},
-  fedprox: { mu: '0.01' },
-  fedavgm: { server_learning_rate: '1', server_momentum: '0.9' },
-  fedadam: { server_learning_rate: '0.1', beta1: '0.9', beta2: '0.99', tau: '1e-9' },
-  fedyogi: { server_learning_rate: '0.01', beta1: '0.9', beta2: '0.99', tau: '1e-3' },
-  fedadagrad: { server_learning_rate: '0.1', beta1: '0', tau: '1e-9' },
-  median: {},
-  trimmed_mean: { beta: '0.1' },
-  krum: { f: '0' },
-  multi_krum: { f: '0', m: 'n − f' },
-  dp_fedavg: { clip_norm: 'required', noise_multiplier: '1', delta: '1e-5' },
+// distributed.strategy_options' labels and kinds: [label, kind]. Which strategies take which option, and each
+// option's default, come from the C++ strategy registry (STRATEGIES in training_defaults.js, generated with the config's
+// defaults; docs/training.md "Strategies"); every strategy also takes sample_fraction or sample_count.
+/** @type {Record<string, [string, string]>} */
+const OPTION_LABELS = {
+  mu: ['μ (proximal term)', 'number'],
+  server_learning_rate: ['Server learning rate', 'number'],
+  server_momentum: ['Server momentum', 'number'],
+  beta1: ['β1', 'number'],
+  beta2: ['β2', 'number'],
+  tau: ['τ (adaptivity)', 'number'],
+  beta: ['β (trimmed fraction per side)', 'number'],
+  f: ['f (Byzantine workers tolerated)', 'int'],
+  m: ['m (updates averaged)', 'int'],
+  clip_norm: ['Clip norm (L2)', 'number'],
+  noise_multiplier: ['Noise multiplier', 'number'],
+  delta: ['δ (privacy)', 'number'],
 };
-// [option, label, kind]; shown only for the strategies that take it (any strategy for the sampling pair).
-const OPTION_FIELDS = [
-  ['mu', 'μ (proximal term)', 'number'],
-  ['server_learning_rate', 'Server learning rate', 'number'],
-  ['server_momentum', 'Server momentum', 'number'],
-  ['beta1', 'β1', 'number'],
-  ['beta2', 'β2', 'number'],
-  ['tau', 'τ (adaptivity)', 'number'],
-  ['beta', 'β (trimmed fraction per side)', 'number'],
-  ['f', 'f (Byzantine workers tolerated)', 'int'],
-  ['m', 'm (updates averaged)', 'int'],
-  ['clip_norm', 'Clip norm (L2)', 'number'],
-  ['noise_multiplier', 'Noise multiplier', 'number'],
-  ['delta', 'δ (privacy)', 'number'],
+/** @type {[string, string, string][]} */
+const SAMPLING_FIELDS = [
   ['sample_fraction', 'Sample fraction of workers per round', 'number'],
   ['sample_count', 'Sample count of workers per round', 'int'],
 ];
-const SAMPLING_OPTIONS = new Set(['sample_fraction', 'sample_count']);
-// Which options a strategy takes.
-export function strategyTakes(strategy, option) {
-  return SAMPLING_OPTIONS.has(option) || Object.hasOwn(STRATEGY_OPTIONS[strategy] ?? {}, option);
+const SAMPLING_OPTIONS = new Set(SAMPLING_FIELDS.map(([option]) => option));
+// What an option without a default (null) becomes, where "required" would not say it.
+/** @type {Record<string, string>} */
+const NULL_DEFAULT_SHOWN = { m: 'n − f' };
+
+// A default as the form shows it: 1e-9 rather than 0.000000001.
+const shownNumber = (/** @type {number} */ v) => (v !== 0 && Math.abs(v) < 1e-3 ? v.toExponential() : String(v));
+
+// From the generated catalog ([{name, options: [{name, default, required}]}]): the strategies' names in order, the
+// options each takes with the placeholder its default gives ({fedadam: {server_learning_rate: '0.1', ...}}), and
+// every option's field [option, label, kind] (in the order the strategies first name them, then the sampling pair).
+/**
+ * @param {readonly Strategy[]} catalog
+ * @returns {{names: string[], options: Record<string, Record<string, string>>, fields: [string, string, string][]}}
+ */
+export function strategyChoices(catalog) {
+  const names = catalog.map((s) => s.name);
+  const options = Object.fromEntries(catalog.map((s) => [s.name, Object.fromEntries(s.options.map((o) => [o.name,
+    o.required ? 'required' : o.default === null ? NULL_DEFAULT_SHOWN[o.name] ?? '' : shownNumber(o.default)]))]));
+  const optionNames = [...new Set(catalog.flatMap((s) => s.options.map((o) => o.name)))];
+  /** @type {[string, string, string][]} */
+  const fields = [...optionNames.map((o) => /** @type {[string, string, string]} */ ([o, ...(OPTION_LABELS[o] ?? [o, 'number'])])),
+    ...SAMPLING_FIELDS];
+  return { names, options, fields };
 }
 
 // distributed.partition (docs/training.md "Data partition"): [path, label, kind, placeholder, options, help, methods].
 export const PARTITION_METHODS = ['iid', 'dirichlet', 'shards_per_worker'];
+/** @type {FieldRow[]} */
 const PARTITION_FIELDS = [
   ['distributed.partition.method', 'Data partition', 'select', 'iid', PARTITION_METHODS,
     'how the dataset is split over the workers'],
@@ -97,9 +117,10 @@ const PARTITION_FIELDS = [
     'JSONL: the record field holding the class (required unless iid)'],
 ];
 
-const DISTRIBUTED_FIELDS = [
+/** @type {(strategies: string[]) => FieldRow[]} */
+const distributedFields = (strategies) => [
   ['distributed.enabled', 'Distributed training', 'bool', false],
-  ['distributed.strategy', 'Strategy', 'select', 'federated_averaging', STRATEGIES],
+  ['distributed.strategy', 'Strategy', 'select', 'federated_averaging', strategies],
   ['distributed.num_rounds', 'Rounds', 'int', '10'],
   ['distributed.steps_per_round', 'Steps per round', 'int', '500', null, '0: a round trains the epochs over the shard'],
   ['distributed.min_workers', 'Min workers', 'int', '2'],
@@ -109,16 +130,17 @@ const DISTRIBUTED_FIELDS = [
   ['distributed.join_window', 'Join window (s)', 'number', '5', null, 'how long a round waits for workers still reporting'],
 ];
 
-const fieldId = (path) => `f-${path.replaceAll('.', '-')}`;
-const errorId = (path) => `err-${path.replaceAll('.', '-')}`;
+const fieldId = (/** @type {string} */ path) => `f-${path.replaceAll('.', '-')}`;
+const errorId = (/** @type {string} */ path) => `err-${path.replaceAll('.', '-')}`;
 
+/** @param {FieldRow} row */
 function fieldControl([path, label, kind, placeholder, options, help]) {
   let control;
   if (kind === 'bool') {
     control = h('input', { type: 'checkbox', id: fieldId(path), name: path, checked: placeholder === true });
   } else if (kind === 'select') {
     control = h('select', { id: fieldId(path), name: path },
-      ...options.map((o) => h('option', { value: o, selected: o === placeholder }, o)));
+      .../** @type {string[]} */ (options).map((o) => h('option', { value: o, selected: o === placeholder }, o)));
   } else {
     control = h('input', {
       id: fieldId(path), name: path, placeholder,
@@ -136,9 +158,10 @@ function fieldControl([path, label, kind, placeholder, options, help]) {
 }
 
 // The value to send for a control, or undefined to leave the field out (server default).
+/** @param {HTMLInputElement | HTMLSelectElement} control */
 function readControl(control) {
   const kind = control.dataset.kind;
-  if (kind === 'bool') return control.checked;
+  if (kind === 'bool') return /** @type {HTMLInputElement} */ (control).checked;
   const text = control.value.trim();
   if (kind === 'select') return text;
   if (text === '') return undefined;
@@ -151,16 +174,21 @@ function readControl(control) {
   return text;
 }
 
+/** @param {Record<string, any>} object @param {string} path @param {unknown} value */
 function setPath(object, path, value) {
   const parts = path.split('.');
   let at = object;
   for (const p of parts.slice(0, -1)) at = at[p] ??= {};
-  at[parts.at(-1)] = value;
+  at[/** @type {string} */ (parts.at(-1))] = value;
 }
 
 // The form field of each problem the server listed ({field, message}; field null when it is about no one field):
 // its field path with an array index dropped ("config.lora_target_modules[1]" goes to config.lora_target_modules)
 // when the form has that field, else null (shown with the form). Returns [{path | null, message}].
+/**
+ * @param {{field: string | null, message: string}[]} problems @param {Set<string>} knownPaths
+ * @returns {{path: string | null, message: string}[]}
+ */
 export function problemsByField(problems, knownPaths) {
   return problems.map(({ field, message }) => {
     const path = typeof field === 'string' ? field.replace(/(\[\d+\])+$/, '') : null;
@@ -170,12 +198,14 @@ export function problemsByField(problems, knownPaths) {
 
 // training_defaults.js exists only among the embedded assets (generated at build time), so it is imported when the
 // form is first shown rather than with this module, which tests/web imports from the source tree.
+/** @param {HTMLElement} container */
 export function render(container) {
   let stopped = false;
+  /** @type {(() => void) | null} */
   let cleanup = null;
   import('./training_defaults.js')
-    .then(({ TRAINING_DEFAULTS }) => {
-      if (!stopped) cleanup = renderForm(container, configFields(TRAINING_DEFAULTS));
+    .then(({ TRAINING_DEFAULTS, STRATEGIES }) => {
+      if (!stopped) cleanup = renderForm(container, configFields(TRAINING_DEFAULTS), strategyChoices(STRATEGIES));
     })
     .catch((err) => {
       if (!stopped) container.append(h('p', { class: 'form-error', role: 'alert' }, `Could not load the form: ${err.message}`));
@@ -186,8 +216,14 @@ export function render(container) {
   };
 }
 
-function renderForm(container, configRows) {
-  const optionRows = OPTION_FIELDS.map(([option, label, kind]) => [`distributed.strategy_options.${option}`, label, kind, '']);
+/**
+ * @param {HTMLElement} container @param {FieldRow[]} configRows
+ * @param {ReturnType<typeof strategyChoices>} strategies
+ */
+function renderForm(container, configRows, strategies) {
+  const DISTRIBUTED_FIELDS = distributedFields(strategies.names);
+  /** @type {FieldRow[]} */
+  const optionRows = strategies.fields.map(([option, label, kind]) => [`distributed.strategy_options.${option}`, label, kind, '']);
   const form = h('form', { id: 'job-form', class: 'card form', novalidate: true });
   const formError = h('div', { class: 'form-error', role: 'alert', id: 'form-error' });
   const listsError = h('p', { class: 'field-error', role: 'status' });
@@ -234,18 +270,21 @@ function renderForm(container, configRows) {
     ...optionRows.map((f) => f[0]), ...PARTITION_FIELDS.map((f) => f[0])]);
 
   // Only the chosen strategy's options and the chosen partition method's settings are shown (and sent).
-  const fieldOf = (path) => form.querySelector(`#${fieldId(path)}`)?.closest('.field');
-  const strategySelect = form.querySelector(`#${fieldId('distributed.strategy')}`);
-  const methodSelect = form.querySelector(`#${fieldId('distributed.partition.method')}`);
+  // Every path named here has its field (fieldControl made them above).
+  const fieldOf = (/** @type {string} */ path) =>
+    /** @type {HTMLElement} */ (form.querySelector(`#${fieldId(path)}`)?.closest('.field'));
+  const strategySelect = /** @type {HTMLSelectElement} */ (form.querySelector(`#${fieldId('distributed.strategy')}`));
+  const methodSelect = /** @type {HTMLSelectElement} */ (form.querySelector(`#${fieldId('distributed.partition.method')}`));
   function showChosen() {
     const strategy = strategySelect.value;
-    for (const [option] of OPTION_FIELDS) {
+    const takes = strategies.options[strategy] ?? {};
+    for (const [option] of strategies.fields) {
       const field = fieldOf(`distributed.strategy_options.${option}`);
-      field.hidden = !strategyTakes(strategy, option);
-      const control = field.querySelector('input');
-      control.placeholder = STRATEGY_OPTIONS[strategy]?.[option] ?? '';
+      field.hidden = !SAMPLING_OPTIONS.has(option) && !Object.hasOwn(takes, option);
+      const control = /** @type {HTMLInputElement} */ (field.querySelector('input'));
+      control.placeholder = takes[option] ?? '';
     }
-    form.querySelector('#strategy-options-none').hidden = Object.keys(STRATEGY_OPTIONS[strategy] ?? {}).length > 0;
+    /** @type {HTMLElement} */ (form.querySelector('#strategy-options-none')).hidden = Object.keys(takes).length > 0;
     for (const row of PARTITION_FIELDS) {
       if (row[6]) fieldOf(row[0]).hidden = !row[6].includes(methodSelect.value);
     }
@@ -255,12 +294,14 @@ function renderForm(container, configRows) {
   showChosen();
 
   // Live lists, re-read every 3 s (keeping what is chosen and ticked).
-  let timer = null;
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
+  let timer = undefined;
   let stopped = false;
   async function loadLists() {
     try {
       const [{ datasets }, { models }] = await Promise.all([listAll('/datasets', 'datasets'), listAll('/models', 'models')]);
       // Rebuilt only when the list changed, so an open dropdown or the keyboard focus is not disturbed.
+      /** @param {HTMLSelectElement} select @param {{id: number}[]} items @param {(item: any) => string} describe */
       const fill = (select, items, describe) => {
         const signature = JSON.stringify(items.map((it) => [it.id, describe(it)]));
         if (select.dataset.signature === signature) return;
@@ -275,7 +316,7 @@ function renderForm(container, configRows) {
       fill(modelSelect, models, (m) => `${m.name} (#${m.id}${m.model_type ? `, ${m.model_type}` : ''})`);
       listsError.textContent = '';
     } catch (err) {
-      listsError.textContent = `Could not load datasets and models: ${err.message}`;
+      listsError.textContent = `Could not load datasets and models: ${/** @type {Error} */ (err).message}`;
     }
   }
   async function loadWorkers() {
@@ -283,11 +324,13 @@ function renderForm(container, configRows) {
     try {
       const { workers } = await listAll('/workers', 'workers');
       if (stopped) return;
+      /** @param {HTMLElement} list @param {string} kind */
       const fill = (list, kind) => {
         const signature = JSON.stringify(workers.filter((w) => w.kind === kind).map((w) => [w.id, w.name, w.status, w.revoked]));
         if (list.dataset.signature === signature) return;
         list.dataset.signature = signature;
-        const ticked = new Set([...list.querySelectorAll('input:checked')].map((i) => i.value));
+        const ticked = new Set([.../** @type {NodeListOf<HTMLInputElement>} */ (list.querySelectorAll('input:checked'))]
+          .map((i) => i.value));
         const mine = workers.filter((w) => w.kind === kind && !w.revoked);
         list.replaceChildren(...(mine.length ? mine.map((w) => h('label', { class: 'pick' },
           h('input', { type: 'checkbox', value: w.id, checked: ticked.has(String(w.id)), dataset: { workerName: w.name } }),
@@ -308,6 +351,7 @@ function renderForm(container, configRows) {
     for (const c of form.querySelectorAll('[aria-invalid]')) c.removeAttribute('aria-invalid');
   }
 
+  /** @param {{field: string | null, message: string}[]} problems */
   function showProblems(problems) {
     const unplaced = [];
     let first = null;
@@ -330,21 +374,24 @@ function renderForm(container, configRows) {
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     clearErrors();
+    /** @type {Record<string, any>} */
     const body = {};
-    const name = form.querySelector(`#${fieldId('name')}`).value.trim();
+    const name = /** @type {HTMLInputElement} */ (form.querySelector(`#${fieldId('name')}`)).value.trim();
     if (name) body.name = name;
     if (datasetSelect.value) body.dataset_id = Number(datasetSelect.value);
     if (modelSelect.value) body.model_id = Number(modelSelect.value);
-    for (const control of form.querySelectorAll('[data-kind]')) {
-      if (control.closest('.field')?.hidden) continue;  // another strategy's option, another method's setting
+    for (const control of /** @type {NodeListOf<HTMLInputElement | HTMLSelectElement>} */ (form.querySelectorAll('[data-kind]'))) {
+      if (/** @type {HTMLElement | null} */ (control.closest('.field'))?.hidden) continue;  // another strategy's option, another method's setting
       const value = readControl(control);
       if (value !== undefined) setPath(body, control.name, value);
     }
     // The default partition (iid, no label) is left out, so jobs that do not split a dataset get no warning about it.
     const partition = body.distributed?.partition;
     if (partition && partition.method === 'iid' && Object.keys(partition).length === 1) delete body.distributed.partition;
-    const own = [...ownList.querySelectorAll('input:checked')].map((i) => Number(i.value));
-    const managed = [...managedList.querySelectorAll('input:checked')].map((i) => Number(i.value));
+    const checked = (/** @type {HTMLElement} */ list) =>
+      [.../** @type {NodeListOf<HTMLInputElement>} */ (list.querySelectorAll('input:checked'))].map((i) => Number(i.value));
+    const own = checked(ownList);
+    const managed = checked(managedList);
     if (own.length) setPath(body, 'worker_selection.worker_ids', own);
     if (managed.length) setPath(body, 'worker_selection.parsyn_worker_ids', managed);
     // "auto" with workers ticked would be refused; the ticks say which mode was meant.
@@ -360,7 +407,7 @@ function renderForm(container, configRows) {
       if (err instanceof ApiError && err.code === 'invalid_argument') {
         showProblems(err.errors.length ? err.errors : [{ field: null, message: err.message }]);
       } else {
-        formError.append(h('p', {}, `Could not create the job: ${err.message}`));
+        formError.append(h('p', {}, `Could not create the job: ${/** @type {Error} */ (err).message}`));
       }
       submit.disabled = false;
     }

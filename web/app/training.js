@@ -7,6 +7,17 @@ import { h, replaceKeepingFocus, fmtTime, statusBadge, progressBar, TERMINAL } f
 
 const FALLBACK_REFRESH_MS = 2000;
 
+/**
+ * A job as the list (and job_created) gives it; only the fields this page reads.
+ * @typedef {{id: number, name: string, status: string, total_rounds?: number | null, current_round: number,
+ *   committed_round: number, created_at_ms: number, started_at_ms?: number | null, finished_at_ms?: number | null}} JobSummary
+ * What the page knows besides: the job's spec (its worker range) and, while it runs, its live phase and the count of
+ * workers in the round.
+ * @typedef {{spec?: {distributed?: {min_workers: number, max_workers: number}} | null, phase?: string,
+ *   active?: number}} JobDetail
+ */
+
+/** @param {HTMLElement} container */
 export function render(container) {
   const body = h('tbody');
   const status = h('p', { class: 'muted', role: 'status' }, 'Loading…');
@@ -26,13 +37,16 @@ export function render(container) {
 
   // Job id -> its summary (the list's), and -> {spec, phase, active} (the spec's worker range; the live phase and
   // the count of workers in the round while it runs). Terminal jobs' details are read once.
+  /** @type {Map<number, JobSummary>} */
   const jobs = new Map();
+  /** @type {Map<number, JobDetail>} */
   const details = new Map();
   let stopped = false;
-  let drawTimer = null;
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
+  let drawTimer = undefined;
 
   function draw() {
-    drawTimer = null;
+    drawTimer = undefined;
     if (stopped) return;
     const list = [...jobs.values()].sort((a, b) => b.id - a.id);
     replaceKeepingFocus(body, list.map((job) => row(job, details.get(job.id))));
@@ -40,15 +54,16 @@ export function render(container) {
   }
   // Many events may come at once (a burst of rounds): one redraw for them.
   function scheduleDraw() {
-    if (drawTimer === null) drawTimer = setTimeout(draw, 50);
+    if (drawTimer === undefined) drawTimer = setTimeout(draw, 50);
   }
 
+  /** @param {number} id */
   async function readDetail(id) {
     try {
       const view = await api('GET', `/training-jobs/${id}`);
       const live = view.live?.workers;
       details.set(id, { spec: view.spec, phase: view.live?.phase,
-        active: live ? live.filter((w) => w.state !== 'dropped').length : undefined });
+        active: live ? live.filter((/** @type {{state: string}} */ w) => w.state !== 'dropped').length : undefined });
     } catch {
       // Shown without its workers.
     }
@@ -66,10 +81,11 @@ export function render(container) {
       for (const job of list) jobs.set(job.id, job);
       draw();
     } catch (err) {
-      status.textContent = `Could not load jobs: ${err.message}`;
+      status.textContent = `Could not load jobs: ${/** @type {Error} */ (err).message}`;
     }
   }
 
+  /** @param {string} type @param {any} data an event of GET /events @param {() => Promise<void>} reload */
   function apply(type, data, reload) {
     if (!('job_id' in data)) return;
     const id = data.job_id;
@@ -126,6 +142,7 @@ export function render(container) {
   };
 }
 
+/** @param {JobSummary} job @param {JobDetail | undefined} detail */
 function row(job, detail) {
   const total = job.total_rounds ?? 0;
   // The round being worked on while active; the last committed one when over. The final evaluation (which the

@@ -10,11 +10,20 @@ const FALLBACK_REFRESH_MS = 3000;
 const AGO_REDRAW_MS = 5000;  // "12 s ago" ages in place, without a request
 
 // One chip per offered trainer: its name, with what it trains as the title.
+/**
+ * A worker as GET /workers lists it; only the fields this page reads.
+ * @typedef {{id: number, name: string, kind: string, status: string, device?: string, trainers?: Trainer[],
+ *   current_job_id: number | null, last_heartbeat_at_ms: number | null}} WorkerSummary
+ * @typedef {{name: string, describe?: {model_kinds?: string[]}}} Trainer
+ */
+
+/** @param {Trainer[] | undefined} trainers @returns {(HTMLElement | string)[]} */
 function trainerChips(trainers) {
   if (!Array.isArray(trainers) || trainers.length === 0) return ['—'];
   return trainers.map((t) => h('span', { class: 'chip', title: (t.describe?.model_kinds ?? []).join(', ') }, t.name));
 }
 
+/** @param {HTMLElement} container */
 export function render(container) {
   const body = h('tbody');
   const status = h('p', { class: 'muted', role: 'status' }, 'Loading…');
@@ -32,12 +41,14 @@ export function render(container) {
         body)),
     status,
   );
+  /** @type {Map<number, WorkerSummary>} */
   const workers = new Map();  // id -> the worker as GET /workers shows it
   let stopped = false;
-  let drawTimer = null;
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
+  let drawTimer = undefined;
 
   function draw() {
-    drawTimer = null;
+    drawTimer = undefined;
     if (stopped) return;
     const list = [...workers.values()].sort((a, b) => a.id - b.id);
     replaceKeepingFocus(body, list.map((w) => h('tr', { dataset: { workerId: w.id, status: w.status } },
@@ -51,7 +62,7 @@ export function render(container) {
     status.textContent = list.length ? '' : 'No workers registered yet.';
   }
   function scheduleDraw() {
-    if (drawTimer === null) drawTimer = setTimeout(draw, 50);
+    if (drawTimer === undefined) drawTimer = setTimeout(draw, 50);
   }
   const agoTimer = setInterval(scheduleDraw, AGO_REDRAW_MS);
 
@@ -62,10 +73,11 @@ export function render(container) {
       for (const w of list) workers.set(w.id, w);
       draw();
     } catch (err) {
-      status.textContent = `Could not load workers: ${err.message}`;
+      status.textContent = `Could not load workers: ${/** @type {Error} */ (err).message}`;
     }
   }
 
+  /** @param {string} type @param {any} data an event of GET /events @param {() => Promise<void>} reload */
   function apply(type, data, reload) {
     if (type !== 'workers') return;
     for (const change of data.workers) {
