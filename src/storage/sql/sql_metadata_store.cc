@@ -63,13 +63,7 @@ StatusOr<std::vector<Dataset>> SqlMetadataStore::ListDatasets(const IdPage& page
   PARSYN_LOCK_AND_CONNECT();
   PARSYN_PREPARE(q, std::string("SELECT ") + kDatasetColumns + " FROM datasets WHERE id > $1 ORDER BY id LIMIT $2");
   q->Bind(page.after_id, page.limit);
-  std::vector<Dataset> out;
-  while (true) {
-    PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
-    if (!row) return out;
-    PARSYN_ASSIGN_OR_RETURN(Dataset d, ReadDataset(*q));
-    out.push_back(std::move(d));
-  }
+  return ReadAll<Dataset>(*q, ReadDataset);
 }
 
 Status SqlMetadataStore::DeleteDataset(int64_t id) {
@@ -139,11 +133,10 @@ StatusOr<Model> SqlMetadataStore::GetModel(int64_t id) {
   }
   PARSYN_PREPARE(q, "SELECT path, blob_key, size_bytes, sha256 FROM model_files WHERE model_id = $1 ORDER BY path");
   q->Bind(id);
-  while (true) {
-    PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
-    if (!row) return m;
-    m.files.push_back(ModelFile{q->Text(0), q->Text(1), q->Int(2), q->Text(3)});
-  }
+  PARSYN_ASSIGN_OR_RETURN(m.files, ReadAll<ModelFile>(*q, [](const SqlStatement& row) {
+                            return ModelFile{row.Text(0), row.Text(1), row.Int(2), row.Text(3)};
+                          }));
+  return m;
 }
 
 StatusOr<std::vector<Model>> SqlMetadataStore::ListModels(const IdPage& page) {
@@ -230,13 +223,7 @@ StatusOr<std::vector<Worker>> SqlMetadataStore::ListWorkers(const IdPage& page) 
   PARSYN_LOCK_AND_CONNECT();
   PARSYN_PREPARE(q, std::string("SELECT ") + kWorkerColumns + " FROM workers WHERE id > $1 ORDER BY id LIMIT $2");
   q->Bind(page.after_id, page.limit);
-  std::vector<Worker> out;
-  while (true) {
-    PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
-    if (!row) return out;
-    PARSYN_ASSIGN_OR_RETURN(Worker w, ReadWorker(*q));
-    out.push_back(std::move(w));
-  }
+  return ReadAll<Worker>(*q, ReadWorker);
 }
 
 Status SqlMetadataStore::UpdateWorker(const Worker& worker) {
@@ -354,13 +341,7 @@ StatusOr<std::vector<TrainingJob>> SqlMetadataStore::ListJobs(std::optional<JobS
       std::string("SELECT ") + kJobColumns +
           " FROM jobs WHERE (CAST($1 AS TEXT) IS NULL OR status = CAST($1 AS TEXT)) AND id > $2 ORDER BY id LIMIT $3");
   q->Bind(status ? std::optional<std::string_view>(ToString(*status)) : std::nullopt, page.after_id, page.limit);
-  std::vector<TrainingJob> out;
-  while (true) {
-    PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
-    if (!row) return out;
-    PARSYN_ASSIGN_OR_RETURN(TrainingJob j, ReadJob(*q));
-    out.push_back(std::move(j));
-  }
+  return ReadAll<TrainingJob>(*q, ReadJob);
 }
 
 StatusOr<TrainingJob> SqlMetadataStore::SetJobStatus(int64_t job_id, JobStatus status, int64_t time_ms,
@@ -436,12 +417,9 @@ StatusOr<std::vector<JobArtifact>> SqlMetadataStore::ListJobArtifacts(int64_t jo
                  "WHERE job_id = $1 ORDER BY name" +
                      std::string(db_->ByteOrder()));
   q->Bind(job_id);
-  std::vector<JobArtifact> out;
-  while (true) {
-    PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
-    if (!row) return out;
-    out.push_back(JobArtifact{q->Int(0), q->Text(1), q->Text(2), q->Int(3), q->Text(4), q->Int(5)});
-  }
+  return ReadAll<JobArtifact>(*q, [](const SqlStatement& row) {
+    return JobArtifact{row.Int(0), row.Text(1), row.Text(2), row.Int(3), row.Text(4), row.Int(5)};
+  });
 }
 
 // ---- shards
@@ -493,13 +471,11 @@ StatusOr<std::vector<Shard>> SqlMetadataStore::ListShards(int64_t job_id) {
                  "SELECT job_id, shard_index, worker_id, blob_key, sha256, train_rows, validation_rows, "
                  "label_histogram FROM shards WHERE job_id = $1 ORDER BY shard_index");
   q->Bind(job_id);
-  std::vector<Shard> out;
-  while (true) {
-    PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
-    if (!row) return out;
-    out.push_back(Shard{q->Int(0), static_cast<int32_t>(q->Int(1)), q->OptInt(2), q->Text(3), q->Text(4), q->Int(5),
-                        q->Int(6), q->Text(7)});
-  }
+  return ReadAll<Shard>(*q, [](const SqlStatement& row) {
+    return Shard{
+        row.Int(0), static_cast<int32_t>(row.Int(1)), row.OptInt(2), row.Text(3), row.Text(4), row.Int(5), row.Int(6),
+        row.Text(7)};
+  });
 }
 
 Status SqlMetadataStore::AssignShard(int64_t job_id, int32_t shard_index, int64_t worker_id) {

@@ -274,11 +274,8 @@ StatusOr<Round> SqlMetadataStore::GetRound(int64_t job_id, int32_t round, int32_
                  "SELECT worker_id FROM round_participants WHERE job_id = $1 AND round = $2 AND attempt = $3 "
                  "ORDER BY worker_id");
   q->Bind(job_id, round, attempt);
-  while (true) {
-    PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
-    if (!row) return r;
-    r.participants.push_back(q->Int(0));
-  }
+  PARSYN_ASSIGN_OR_RETURN(r.participants, ReadAll<int64_t>(*q, [](const SqlStatement& row) { return row.Int(0); }));
+  return r;
 }
 
 StatusOr<std::vector<Round>> SqlMetadataStore::ListRounds(int64_t job_id) {
@@ -288,12 +285,7 @@ StatusOr<std::vector<Round>> SqlMetadataStore::ListRounds(int64_t job_id) {
     PARSYN_PREPARE(q,
                    std::string("SELECT ") + kRoundColumns + " FROM rounds WHERE job_id = $1 ORDER BY round, attempt");
     q->Bind(job_id);
-    while (true) {
-      PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
-      if (!row) break;
-      PARSYN_ASSIGN_OR_RETURN(Round r, ReadRound(*q));
-      out.push_back(std::move(r));
-    }
+    PARSYN_ASSIGN_OR_RETURN(out, ReadAll<Round>(*q, ReadRound));
   }
   PARSYN_RETURN_IF_ERROR(LoadParticipantsLocked(out));
   return out;
@@ -332,13 +324,7 @@ StatusOr<std::vector<RoundUpdate>> SqlMetadataStore::ListUpdates(int64_t job_id,
   PARSYN_PREPARE(q, std::string("SELECT ") + kUpdateColumns +
                         " FROM round_updates WHERE job_id = $1 AND round = $2 AND attempt = $3 ORDER BY worker_id");
   q->Bind(job_id, round, attempt);
-  std::vector<RoundUpdate> out;
-  while (true) {
-    PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
-    if (!row) return out;
-    PARSYN_ASSIGN_OR_RETURN(RoundUpdate u, ReadUpdate(*q));
-    out.push_back(std::move(u));
-  }
+  return ReadAll<RoundUpdate>(*q, ReadUpdate);
 }
 
 // ---- metrics
@@ -373,13 +359,12 @@ StatusOr<std::vector<MetricPoint>> SqlMetadataStore::ListMetrics(int64_t job_id,
       "FROM metric_points WHERE job_id = $1 AND (CAST($2 AS BIGINT) IS NULL OR worker_id = CAST($2 AS BIGINT)) "
       "ORDER BY time_ms, worker_id, step, id");
   q->Bind(job_id, worker_id);
-  std::vector<MetricPoint> out;
-  while (true) {
-    PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
-    if (!row) return out;
-    out.push_back(MetricPoint{q->Int(0), static_cast<int32_t>(q->Int(1)), q->Int(2), q->Int(3), q->OptReal(4),
-                              q->OptReal(5), q->OptReal(6), q->Int(7)});
-  }
+  return ReadAll<MetricPoint>(*q, [](const SqlStatement& row) {
+    return MetricPoint{row.Int(0),     static_cast<int32_t>(row.Int(1)),
+                       row.Int(2),     row.Int(3),
+                       row.OptReal(4), row.OptReal(5),
+                       row.OptReal(6), row.Int(7)};
+  });
 }
 
 StatusOr<std::vector<StoredMetricPoint>> SqlMetadataStore::ListMetricsPage(int64_t job_id, int64_t after_id,
@@ -389,13 +374,11 @@ StatusOr<std::vector<StoredMetricPoint>> SqlMetadataStore::ListMetricsPage(int64
                  "SELECT id, job_id, round, worker_id, step, loss, throughput, utilization, time_ms "
                  "FROM metric_points WHERE job_id = $1 AND id > $2 ORDER BY id LIMIT $3");
   q->Bind(job_id, after_id, static_cast<int64_t>(std::max(limit, 0)));
-  std::vector<StoredMetricPoint> out;
-  while (true) {
-    PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
-    if (!row) return out;
-    out.push_back({q->Int(0), MetricPoint{q->Int(1), static_cast<int32_t>(q->Int(2)), q->Int(3), q->Int(4),
-                                          q->OptReal(5), q->OptReal(6), q->OptReal(7), q->Int(8)}});
-  }
+  return ReadAll<StoredMetricPoint>(*q, [](const SqlStatement& row) {
+    return StoredMetricPoint{
+        row.Int(0), MetricPoint{row.Int(1), static_cast<int32_t>(row.Int(2)), row.Int(3), row.Int(4), row.OptReal(5),
+                                row.OptReal(6), row.OptReal(7), row.Int(8)}};
+  });
 }
 
 StatusOr<int64_t> SqlMetadataStore::CountMetrics(int64_t job_id, int64_t worker_id) {
@@ -438,12 +421,9 @@ StatusOr<std::vector<JobEvent>> SqlMetadataStore::ListJobEvents(int64_t job_id, 
                  "SELECT id, job_id, type, payload_json, time_ms FROM job_events WHERE job_id = $1 AND id > $2 "
                  "AND ($4 = '' OR (type = $4) <> $5) ORDER BY id LIMIT $3");
   q->Bind(job_id, after_id, static_cast<int64_t>(std::max(limit, 0)), filter.type, filter.exclude_type);
-  std::vector<JobEvent> out;
-  while (true) {
-    PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
-    if (!row) return out;
-    out.push_back(JobEvent{q->Int(0), q->Int(1), q->Text(2), q->Text(3), q->Int(4)});
-  }
+  return ReadAll<JobEvent>(*q, [](const SqlStatement& row) {
+    return JobEvent{row.Int(0), row.Int(1), row.Text(2), row.Text(3), row.Int(4)};
+  });
 }
 
 StatusOr<int64_t> SqlMetadataStore::LastJobEventId(int64_t job_id) {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <vector>
 
 #include "storage/metadata_store.h"
 #include "storage/sql/sql_connection.h"
@@ -19,6 +21,22 @@ namespace parsyn::storage::sql_internal {
 #define PARSYN_LOCK_AND_CONNECT() \
   std::lock_guard lock(mu_);      \
   PARSYN_RETURN_IF_ERROR(db_->EnsureReady())
+
+// Every remaining row of `q`, each mapped to a T by `read` (which returns T, or StatusOr<T> when a row can be bad).
+template <typename T, typename Read>
+StatusOr<std::vector<T>> ReadAll(SqlStatement& q, Read read) {
+  std::vector<T> out;
+  while (true) {
+    PARSYN_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return out;
+    if constexpr (std::is_same_v<std::invoke_result_t<Read, const SqlStatement&>, T>) {
+      out.push_back(read(q));
+    } else {
+      PARSYN_ASSIGN_OR_RETURN(T value, read(q));
+      out.push_back(std::move(value));
+    }
+  }
+}
 
 std::string JobName(int64_t id);
 std::string RoundName(int64_t job_id, int32_t round, int32_t attempt);
