@@ -21,7 +21,6 @@
 #include <string>
 
 #include "base/status.h"
-#include "base/testing/missing_dependency.h"
 
 namespace parsyn::storage {
 
@@ -56,17 +55,5 @@ class PostgresForTest {
 // One server for the whole test process: started by the first call, stopped at exit. A failed start is remembered:
 // every call returns its error.
 StatusOr<PostgresForTest*> SharedPostgres();
-
-// Skips the test, saying why, where no PostgreSQL can be started; else the URL of a fresh database.
-#define PARSYN_NEW_DATABASE_OR_SKIP(url)                                                                        \
-  std::string url;                                                                                              \
-  do {                                                                                                          \
-    if (std::optional<std::string> why = PostgresUnavailableReason()) PARSYN_SKIP_FOR_MISSING_DEPENDENCY(*why); \
-    StatusOr<PostgresForTest*> server = SharedPostgres();                                                       \
-    ASSERT_TRUE(server.ok()) << server.status().ToString();                                                     \
-    StatusOr<std::string> created = (*server)->NewDatabase();                                                   \
-    ASSERT_TRUE(created.ok()) << created.status().ToString();                                                   \
-    url = *created;                                                                                             \
-  } while (0)
 
 }  // namespace parsyn::storage

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "storage/legacy_schema_for_test.h"
+#include "storage/postgres_database_for_test.h"
 #include "storage/postgres_for_test.h"
 #include "storage/postgres_store.h"
 #include "storage/sql/postgres_connection.h"

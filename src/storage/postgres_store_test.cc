@@ -12,6 +12,7 @@
 
 #include "base/testing/free_port.h"
 #include "storage/metadata_store_contract.h"
+#include "storage/postgres_database_for_test.h"
 #include "storage/postgres_for_test.h"
 
 namespace parsyn::storage {

@@ -1,6 +1,6 @@
 // What the two source files of SqlMetadataStore (sql_metadata_store.cc, sql_metadata_store_rounds.cc) share: each
-// table's column list and the reader that maps one of its rows to a record, names for messages, and shorthands.
-// Not for use outside src/storage/sql.
+// table's column list and the reader that maps one of its rows to a record, names for messages, and shorthands (also
+// for PostgresMetadataStore's lease). Not for use outside the SQL stores.
 #pragma once
 
 #include <cstdint>
