@@ -48,6 +48,14 @@ class SqlStatement {
       if (!row) return Status::Ok();
     }
   }
+  // Runs an INSERT ... RETURNING id to its end and returns the new row's id.
+  StatusOr<int64_t> RunReturningId() {
+    PARSYN_ASSIGN_OR_RETURN(bool row, Step());
+    if (!row) return InternalError("INSERT ... RETURNING id returned no row");
+    const int64_t id = Int(0);
+    PARSYN_RETURN_IF_ERROR(Run());
+    return id;
+  }
   // The constraint the last failed Step() violated, if any.
   virtual SqlConstraint violated() const = 0;
   // Rows the statement (an INSERT, UPDATE or DELETE run to its end) changed.

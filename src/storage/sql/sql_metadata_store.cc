@@ -37,15 +37,13 @@ StatusOr<Dataset> SqlMetadataStore::CreateDataset(const Dataset& dataset) {
                  "created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id");
   q->Bind(dataset.name, ToString(dataset.format), ToString(dataset.kind), dataset.row_count, dataset.size_bytes,
           dataset.sha256, dataset.blob_key, dataset.created_at_ms);
-  StatusOr<bool> row = q->Step();
-  if (row.status().code() == StatusCode::kAlreadyExists) {
+  StatusOr<int64_t> id = q->RunReturningId();
+  if (id.status().code() == StatusCode::kAlreadyExists) {
     return AlreadyExistsError("a dataset with blob key '" + dataset.blob_key + "' already exists");
   }
-  PARSYN_RETURN_IF_ERROR(row.status());
-  if (!*row) return InternalError("INSERT ... RETURNING id returned no row");
+  PARSYN_RETURN_IF_ERROR(id.status());
   Dataset stored = dataset;
-  stored.id = q->Int(0);
-  PARSYN_RETURN_IF_ERROR(q->Run());
+  stored.id = *id;
   PARSYN_RETURN_IF_ERROR(txn.CommitIfBegun());
   return stored;
 }
@@ -105,10 +103,7 @@ StatusOr<Model> SqlMetadataStore::CreateModel(const Model& model) {
                    "INSERT INTO models (name, model_type, config_json, size_bytes, created_at_ms) "
                    "VALUES ($1, $2, $3, $4, $5) RETURNING id");
     q->Bind(model.name, model.model_type, model.config_json, model.size_bytes, model.created_at_ms);
-    PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
-    if (!row) return InternalError("INSERT ... RETURNING id returned no row");
-    stored.id = q->Int(0);
-    PARSYN_RETURN_IF_ERROR(q->Run());
+    PARSYN_ASSIGN_OR_RETURN(stored.id, q->RunReturningId());
   }
   for (const ModelFile& f : model.files) {
     PARSYN_PREPARE(q,
@@ -187,15 +182,12 @@ StatusOr<Worker> SqlMetadataStore::CreateWorker(const Worker& worker) {
                  "created_at_ms, trainers_json) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id");
   q->Bind(worker.name, ToString(worker.kind), worker.token_sha256, worker.device, ToString(worker.status),
           worker.last_heartbeat_at_ms, worker.revoked, worker.created_at_ms, worker.trainers_json);
-  StatusOr<bool> row = q->Step();
-  if (row.status().code() == StatusCode::kAlreadyExists) {
+  StatusOr<int64_t> id = q->RunReturningId();
+  if (id.status().code() == StatusCode::kAlreadyExists)
     return AlreadyExistsError("a worker with this token already exists");
-  }
-  PARSYN_RETURN_IF_ERROR(row.status());
-  if (!*row) return InternalError("INSERT ... RETURNING id returned no row");
+  PARSYN_RETURN_IF_ERROR(id.status());
   Worker stored = worker;
-  stored.id = q->Int(0);
-  PARSYN_RETURN_IF_ERROR(q->Run());
+  stored.id = *id;
   PARSYN_RETURN_IF_ERROR(txn.CommitIfBegun());
   return stored;
 }
@@ -320,10 +312,7 @@ StatusOr<TrainingJob> SqlMetadataStore::CreateJob(const TrainingJob& job) {
                    "VALUES ($1, $2, $3, $4, 'queued', '', 0, 0, 0, $5, $6) RETURNING id");
     q->Bind(job.name, job.dataset_id == 0 ? std::optional<int64_t>() : std::optional(job.dataset_id), job.model_id,
             job.spec_json, job.created_at_ms, job.private_seed);
-    PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
-    if (!row) return InternalError("INSERT ... RETURNING id returned no row");
-    stored.id = q->Int(0);
-    PARSYN_RETURN_IF_ERROR(q->Run());
+    PARSYN_ASSIGN_OR_RETURN(stored.id, q->RunReturningId());
   }
   PARSYN_RETURN_IF_ERROR(txn.Commit());
   return stored;

@@ -405,12 +405,8 @@ StatusOr<int64_t> SqlMetadataStore::AppendJobEventLocked(const JobEvent& event) 
   PARSYN_PREPARE(q,
                  "INSERT INTO job_events (job_id, type, payload_json, time_ms) VALUES ($1, $2, $3, $4) RETURNING id");
   q->Bind(event.job_id, event.type, event.payload_json, event.time_ms);
-  StatusOr<bool> row = q->Step();
+  StatusOr<int64_t> id = q->RunReturningId();
   if (q->violated() == SqlConstraint::kForeignKey) return NotFoundError(JobName(event.job_id) + " not found");
-  PARSYN_RETURN_IF_ERROR(row.status());
-  if (!*row) return InternalError("INSERT ... RETURNING id returned no row");
-  int64_t id = q->Int(0);
-  PARSYN_RETURN_IF_ERROR(q->Run());
   return id;
 }
 
