@@ -1,8 +1,8 @@
 // MetadataStore: the coordinator's durable records (datasets, models, workers, jobs, shards, rounds, updates,
 // metrics, events), as typed structs.
 //
-// Implementations: SQLite (sqlite_store.h, the default); PostgreSQL (postgres_store.h). Every implementation passes the
-// contract suite in metadata_store_contract.h.
+// Implementations: SQLite (sqlite_store.h, the default); PostgreSQL (postgres_store.h), both one SQL implementation
+// (sql/sql_metadata_store.h). Every implementation passes the contract suite in metadata_store_contract.h.
 //
 // Contract for every call:
 // - A call that returns OK has made its change durable (it survives kill -9 and power loss); a call that fails has

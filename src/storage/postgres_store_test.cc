@@ -12,6 +12,7 @@
 
 #include "base/testing/free_port.h"
 #include "storage/metadata_store_contract.h"
+#include "storage/postgres_database_for_test.h"
 #include "storage/postgres_for_test.h"
 
 namespace parsyn::storage {
@@ -43,18 +44,6 @@ INSTANTIATE_TEST_SUITE_P(Postgres, MetadataStoreContractTest,
                          ::testing::Values(MetadataStoreBackend{"server", OpenForScratchDir, true,
                                                                 PostgresUnavailableReason}),
                          MetadataStoreBackendName);
-
-// Skips the test, saying why, where no PostgreSQL can be started; else the URL of a fresh database.
-#define PARSYN_NEW_DATABASE_OR_SKIP(url)                                                                        \
-  std::string url;                                                                                              \
-  do {                                                                                                          \
-    if (std::optional<std::string> why = PostgresUnavailableReason()) PARSYN_SKIP_FOR_MISSING_DEPENDENCY(*why); \
-    StatusOr<PostgresForTest*> server = SharedPostgres();                                                       \
-    ASSERT_TRUE(server.ok()) << server.status().ToString();                                                     \
-    StatusOr<std::string> created = (*server)->NewDatabase();                                                   \
-    ASSERT_TRUE(created.ok()) << created.status().ToString();                                                   \
-    url = *created;                                                                                             \
-  } while (0)
 
 // Runs SQL on a separate connection (as an operator or another process would); returns the error, "" on success.
 std::string ExecSql(const std::string& url, const std::string& sql) {
@@ -111,8 +100,9 @@ TEST(PostgresStoreTest, AFailedMigrationKeepsNothingAndNamesItsVersion) {
   // Version 1 stayed; version 2's table did not.
   EXPECT_EQ(ExecSql(url, "SELECT x FROM a"), "");
   EXPECT_THAT(ExecSql(url, "SELECT x FROM b"), HasSubstr("does not exist"));
-  EXPECT_EQ(ExecSql(url, "DO $$ BEGIN IF (SELECT version FROM schema_version) <> 1 THEN RAISE 'v'; END IF; END $$"),
-            "");
+  EXPECT_EQ(
+      ExecSql(url, "DO $$ BEGIN IF (SELECT version FROM parsyn_schema_version) <> 1 THEN RAISE 'v'; END IF; END $$"),
+      "");
   const Migration gap[] = {{1, "SELECT 1;"}, {3, "SELECT 1;"}};
   EXPECT_EQ(PostgresMetadataStore::Open(url, gap).status().code(), StatusCode::kInternal);
 }

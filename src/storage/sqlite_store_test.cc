@@ -127,44 +127,6 @@ TEST(SqliteStoreTest, MigrationsApplyOnceInOrderAndKeepData) {
   }
 }
 
-// A database written before version 2 kept on each round the loss of the global it started from, and the final
-// evaluation's loss only as an event: after the migration each loss is on the round whose global it measured.
-TEST(SqliteStoreTest, Version2MovesEachValidationLossToTheGlobalItMeasured) {
-  TempDirForTest dir;
-  const fs::path db = dir.path() / "meta.db";
-  {
-    auto v1 = MustOpen(db, SqliteMigrations().first(1));
-    ASSERT_NE(v1, nullptr);
-    Exec(*v1,
-         "INSERT INTO datasets VALUES (1, 'd', 'jsonl', 'text', 1, 1, 's', 'k', 0);"
-         "INSERT INTO models VALUES (1, 'm', 'llama', '{}', 1, 0);"
-         "INSERT INTO jobs VALUES (1, 'old', 1, 1, '{}', 'succeeded', '', 3, 3, 0, 0, 1, 2);"
-         "INSERT INTO jobs VALUES (2, 'broke', 1, 1, '{}', 'failed', 'no workers', 1, 0, 1, 0, 1, 2);"
-         "INSERT INTO rounds VALUES (1, 1, 1, 'committed', 0, 1, 2.0, 3.0, 0, 'g1', 's1', '');"
-         "INSERT INTO rounds VALUES (1, 2, 1, 'failed', 0, 1, NULL, NULL, 0, '', '', 'lost');"
-         "INSERT INTO rounds VALUES (1, 2, 2, 'committed', 0, 1, 1.5, 2.0, 0, 'g2', 's2', '');"
-         "INSERT INTO rounds VALUES (1, 3, 1, 'committed', 0, 1, 1.2, 2.5, 0, 'g3', 's3', '');"
-         "INSERT INTO job_events (job_id, type, payload_json, time_ms) VALUES (1, 'global_evaluated', "
-         "'{\"global_round\": 3, \"validation_loss\": 1.75, \"validation_samples\": 4}', 5);");
-  }
-  auto store = MustOpen(db);
-  ASSERT_NE(store, nullptr);
-  EXPECT_EQ(*store->SchemaVersion(), static_cast<int>(SqliteMigrations().size()));
-  StatusOr<std::vector<Round>> rounds = store->ListRounds(1);
-  ASSERT_TRUE(rounds.ok()) << rounds.status().ToString();
-  std::vector<std::optional<double>> losses;
-  for (const Round& r : *rounds) losses.push_back(r.validation_loss);
-  EXPECT_THAT(losses, ::testing::ElementsAre(2.0, std::nullopt, 2.5, 1.75));
-  TrainingJob job = *store->GetJob(1);
-  EXPECT_EQ(job.initial_validation_loss, 3.0);
-  EXPECT_EQ(job.final_validation_loss, 1.75);
-  EXPECT_EQ(job.best_round, 3);
-  EXPECT_EQ(job.best_validation_loss, 1.75);
-  TrainingJob failed = *store->GetJob(2);
-  EXPECT_EQ(failed.status_reason, "no workers");
-  EXPECT_EQ(failed.best_round, std::nullopt);
-}
-
 TEST(SqliteStoreTest, DatabaseFromANewerBuildIsRefused) {
   TempDirForTest dir;
   const fs::path db = dir.path() / "meta.db";
@@ -191,68 +153,6 @@ TEST(SqliteStoreTest, FailedMigrationKeepsNothingOfItself) {
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(*store->SchemaVersion(), 1);
   EXPECT_EQ(QueryText(*store, "SELECT count(*) FROM sqlite_master WHERE name = 'half_done'"), "0");
-}
-
-// Version 3 rebuilds the jobs table so that a job over the workers' own data needs no dataset: a version-2 database
-// keeps its jobs (and version 2's columns) and everything that refers to them, and foreign keys still hold afterwards.
-// (The store's code reads version 2's columns, so the old database is made at version 2.)
-TEST(SqliteStoreTest, JobsWithoutADatasetAfterMigratingAVersion2Database) {
-  TempDirForTest dir;
-  const fs::path db = dir.path() / "meta.db";
-  int64_t old_job = 0;
-  {
-    auto store = MustOpen(db, SqliteMigrations().subspan(0, 2));
-    ASSERT_NE(store, nullptr);
-    Dataset d;
-    d.blob_key = "datasets/1";
-    d = *store->CreateDataset(d);
-    Model m = *store->CreateModel(Model{});
-    // Jobs as version 2's code wrote them (today's code writes later versions' columns too).
-    const std::string insert_job =
-        "INSERT INTO jobs (name, dataset_id, model_id, spec_json, status, failure_reason, current_round, "
-        "committed_round, consecutive_failed_rounds, created_at_ms) VALUES ('old', ";
-    EXPECT_EQ(QueryText(*store, insert_job + std::to_string(d.id) + ", " + std::to_string(m.id) +
-                                    ", '{}', 'running', '', 0, 0, 0, 1)"),
-              "<no row>");
-    old_job = std::stoll(QueryText(*store, "SELECT max(id) FROM jobs"));
-    // Version 2's shards table, written as that version's code wrote it (today's code also writes version 4's
-    // label_histogram).
-    EXPECT_EQ(QueryText(*store,
-                        "INSERT INTO shards (job_id, shard_index, worker_id, blob_key, sha256, train_rows, "
-                        "validation_rows) VALUES (" +
-                            std::to_string(old_job) + ", 0, NULL, '', '', 0, 0)"),
-              "<no row>");
-    EXPECT_EQ(QueryText(*store,
-                        "INSERT INTO rounds (job_id, round, attempt, status, started_at_ms, bytes_moved, "
-                        "global_blob_key, global_sha256, failure_reason) VALUES (" +
-                            std::to_string(old_job) + ", 1, 1, 'running', 1, 0, '', '', '')"),
-              "<no row>");
-    // Version 1 requires a dataset: the row is refused.
-    QueryText(*store, insert_job + "NULL, " + std::to_string(m.id) + ", '{}', 'queued', '', 0, 0, 0, 1)");
-    EXPECT_EQ(QueryText(*store, "SELECT count(*) FROM jobs WHERE dataset_id IS NULL"), "0");
-  }
-  auto store = MustOpen(db);
-  ASSERT_NE(store, nullptr);
-  EXPECT_EQ(*store->SchemaVersion(), static_cast<int>(SqliteMigrations().size()));
-  EXPECT_EQ(QueryText(*store, "PRAGMA foreign_keys"), "1");
-  EXPECT_EQ(store->GetJob(old_job)->name, "old");
-  // Version 6 drew a private seed for the job already stored: 64 hex digits, not a constant.
-  const std::string seed = store->GetJob(old_job)->private_seed;
-  EXPECT_EQ(seed.size(), 64u) << seed;
-  EXPECT_EQ(seed.find_first_not_of("0123456789abcdef"), std::string::npos) << seed;
-  EXPECT_NE(seed, std::string(64, '0'));
-  ASSERT_EQ(store->ListShards(old_job)->size(), 1u);
-  EXPECT_EQ(store->ListShards(old_job)->at(0).label_histogram_json, "");  // version 4's default for older shards
-  EXPECT_EQ(store->ListRounds(old_job)->size(), 1u);
-  TrainingJob local;
-  local.name = "local data";
-  local.model_id = store->GetJob(old_job)->model_id;
-  StatusOr<TrainingJob> created = store->CreateJob(local);
-  ASSERT_TRUE(created.ok()) << created.status().ToString();
-  EXPECT_EQ(store->GetJob(created->id)->dataset_id, 0);
-  EXPECT_EQ(QueryText(*store, "SELECT count(*) FROM jobs WHERE dataset_id IS NULL"), "1");
-  local.dataset_id = 999;
-  EXPECT_EQ(store->CreateJob(local).status().message(), "dataset 999 not found");
 }
 
 TEST(SqliteStoreTest, MisnumberedMigrationListIsInternal) {
