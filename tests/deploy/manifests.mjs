@@ -2,14 +2,14 @@
 // deploy/kubernetes/*.yaml, and the Dockerfile's ENTRYPOINT, CMD and ENV.
 import fs from "node:fs";
 import path from "node:path";
+import { skipForMissingDependency } from "../missing_dependency.mjs";
 
 // Exits 77 (CTest's skip) when the npm packages are not installed, saying how to get them.
 export async function importOrSkip(name) {
   try {
     return await import(name);
   } catch (e) {
-    console.error(`SKIPPED: npm package '${name}' is not installed in tests/deploy (run ./dev setup): ${e.message}`);
-    process.exit(77);
+    skipForMissingDependency(`npm package '${name}' is not installed in tests/deploy (run ./dev setup): ${e.message}`);
   }
 }
 

@@ -9,12 +9,12 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import test from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { skipForMissingDependency } from '../missing_dependency.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const modules = join(here, 'node_modules');
 if (!existsSync(join(modules, 'openapi-typescript')) || !existsSync(join(modules, 'typescript'))) {
-  console.log('tests/openapi/node_modules is missing (run ./dev setup): skipped');
-  process.exit(77);
+  skipForMissingDependency('tests/openapi/node_modules is missing (run ./dev setup)');
 }
 const { default: openapiTS, astToString } = await import('openapi-typescript');
 const documentPath = resolve(process.argv[2] ?? join(here, '..', '..', 'docs', 'openapi.yaml'));

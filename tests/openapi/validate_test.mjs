@@ -7,11 +7,11 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import test from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { skipForMissingDependency } from '../missing_dependency.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 if (!existsSync(join(here, 'node_modules', '@apidevtools', 'swagger-parser'))) {
-  console.log('tests/openapi/node_modules is missing (run ./dev setup): skipped');
-  process.exit(77);
+  skipForMissingDependency('tests/openapi/node_modules is missing (run ./dev setup)');
 }
 const { default: SwaggerParser } = await import('@apidevtools/swagger-parser');
 const documentPath = process.argv[2] ?? join(here, '..', '..', 'docs', 'openapi.yaml');

@@ -6,14 +6,14 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { skipForMissingDependency } from '../missing_dependency.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
 // playwright-core, or exit 77 (CTest's skip) when tests/web/node_modules is absent.
 export async function playwrightOrSkip() {
   if (!fs.existsSync(path.join(here, 'node_modules', 'playwright-core'))) {
-    console.log('SKIP: tests/web/node_modules is absent (./dev setup installs it)');
-    process.exit(77);
+    skipForMissingDependency('tests/web/node_modules is absent (./dev setup installs it)');
   }
   return import('playwright-core');
 }

@@ -6,14 +6,14 @@ import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { skipForMissingDependency } from '../missing_dependency.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const tsc = join(here, 'node_modules', 'typescript', 'bin', 'tsc');
 // charts.js is checked against uPlot's own declarations (types/vendor/uPlot.esm.d.ts), from web/node_modules.
 const uplot = join(here, '..', '..', 'web', 'node_modules', 'uplot', 'dist', 'uPlot.d.ts');
 if (!existsSync(tsc) || !existsSync(uplot)) {
-  console.log('SKIP: tests/web/node_modules or web/node_modules is absent (./dev setup installs them)');
-  process.exit(77);
+  skipForMissingDependency('tests/web/node_modules or web/node_modules is absent (./dev setup installs them)');
 }
 const run = spawnSync(process.execPath, [tsc, '-p', join(here, 'tsconfig.json')], { stdio: 'inherit' });
 process.exit(run.status ?? 1);

@@ -4,7 +4,7 @@
 // (CI's .ci/run sets it) it fails the test instead, since there a missing dependency means a missing install step.
 // Use it only for what ./dev installs (PostgreSQL, moto_server, prometheus, npm packages, the trainer), not for what
 // a machine may lawfully lack (a Docker daemon, the right to mount, a GPU). Like GTEST_SKIP, it returns from the
-// function it is in.
+// function it is in. The node tests have the same in tests/missing_dependency.mjs.
 #pragma once
 
 #include <gtest/gtest.h>
