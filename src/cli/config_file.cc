@@ -56,69 +56,66 @@ void AppendUtf8(std::string& out, uint32_t cp) {
   }
 }
 
-// Parses the value at the start of `rest`; on success `rest` is left with what follows it. Errors are the reason
-// only (the caller adds FILE:LINE).
-StatusOr<Value> ParseValue(std::string_view& rest) {
+// Appends the code point of the \uXXXX or \UXXXXXXXX escape whose 'u' or 'U' is at rest[i] to `out`; returns the
+// index of its last hex digit.
+StatusOr<size_t> AppendUnicodeEscape(std::string_view rest, size_t i, std::string& out) {
+  const size_t digits = rest[i] == 'u' ? 4 : 8;
+  if (i + digits >= rest.size()) return InvalidArgumentError("a \\u escape needs hex digits");
+  uint32_t cp = 0;
+  for (size_t k = 1; k <= digits; ++k) {
+    const char h = rest[i + k];
+    const int d = h >= '0' && h <= '9'   ? h - '0'
+                  : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                  : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                         : -1;
+    if (d < 0) return InvalidArgumentError("a \\u escape needs hex digits");
+    cp = cp * 16 + static_cast<uint32_t>(d);
+  }
+  if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+    return InvalidArgumentError("a \\u escape that is not a Unicode scalar value");
+  }
+  AppendUtf8(out, cp);
+  return i + digits;
+}
+
+// Parses the basic string ("...", with escapes) at the start of `rest`, as ParseValue.
+StatusOr<Value> ParseBasicString(std::string_view& rest) {
   Value value;
-  if (rest.starts_with("\"\"\"") || rest.starts_with("'''")) {
-    return InvalidArgumentError("multi-line strings are not supported; write the value on one line");
-  }
-  if (rest.starts_with('\'')) {  // a literal string: no escapes
-    const size_t end = rest.find('\'', 1);
-    if (end == std::string_view::npos) return InvalidArgumentError("the string has no closing '");
-    value.text = std::string(rest.substr(1, end - 1));
-    rest.remove_prefix(end + 1);
-    return value;
-  }
-  if (rest.starts_with('"')) {
-    size_t i = 1;
-    for (; i < rest.size() && rest[i] != '"'; ++i) {
-      const char c = rest[i];
-      if (static_cast<unsigned char>(c) < 0x20 && c != '\t') {
-        return InvalidArgumentError("a control character in a string (escape it)");
-      }
-      if (c != '\\') {
-        value.text += c;
-        continue;
-      }
-      if (++i >= rest.size()) break;
-      switch (rest[i]) {
-        case '"': value.text += '"'; break;
-        case '\\': value.text += '\\'; break;
-        case 'b': value.text += '\b'; break;
-        case 't': value.text += '\t'; break;
-        case 'n': value.text += '\n'; break;
-        case 'f': value.text += '\f'; break;
-        case 'r': value.text += '\r'; break;
-        case 'u':
-        case 'U': {
-          const size_t digits = rest[i] == 'u' ? 4 : 8;
-          if (i + digits >= rest.size()) return InvalidArgumentError("a \\u escape needs hex digits");
-          uint32_t cp = 0;
-          for (size_t k = 1; k <= digits; ++k) {
-            const char h = rest[i + k];
-            const int d = h >= '0' && h <= '9'   ? h - '0'
-                          : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                          : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                                 : -1;
-            if (d < 0) return InvalidArgumentError("a \\u escape needs hex digits");
-            cp = cp * 16 + static_cast<uint32_t>(d);
-          }
-          if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-            return InvalidArgumentError("a \\u escape that is not a Unicode scalar value");
-          }
-          AppendUtf8(value.text, cp);
-          i += digits;
-          break;
-        }
-        default: return InvalidArgumentError(std::string("unknown escape \\") + rest[i] + " in a string");
-      }
+  size_t i = 1;
+  for (; i < rest.size() && rest[i] != '"'; ++i) {
+    const char c = rest[i];
+    if (static_cast<unsigned char>(c) < 0x20 && c != '\t') {
+      return InvalidArgumentError("a control character in a string (escape it)");
     }
-    if (i >= rest.size()) return InvalidArgumentError("the string has no closing \"");
-    rest.remove_prefix(i + 1);
-    return value;
+    if (c != '\\') {
+      value.text += c;
+      continue;
+    }
+    if (++i >= rest.size()) break;
+    switch (rest[i]) {
+      case '"': value.text += '"'; break;
+      case '\\': value.text += '\\'; break;
+      case 'b': value.text += '\b'; break;
+      case 't': value.text += '\t'; break;
+      case 'n': value.text += '\n'; break;
+      case 'f': value.text += '\f'; break;
+      case 'r': value.text += '\r'; break;
+      case 'u':
+      case 'U': {
+        PARSYN_ASSIGN_OR_RETURN(i, AppendUnicodeEscape(rest, i, value.text));
+        break;
+      }
+      default: return InvalidArgumentError(std::string("unknown escape \\") + rest[i] + " in a string");
+    }
   }
-  // A bare token: a boolean or a number.
+  if (i >= rest.size()) return InvalidArgumentError("the string has no closing \"");
+  rest.remove_prefix(i + 1);
+  return value;
+}
+
+// Parses the bare token (a boolean or a number) at the start of `rest`, as ParseValue.
+StatusOr<Value> ParseBareValue(std::string_view& rest) {
+  Value value;
   size_t end = 0;
   while (end < rest.size() && rest[end] != ' ' && rest[end] != '\t' && rest[end] != '#') ++end;
   const std::string token(rest.substr(0, end));
@@ -150,6 +147,24 @@ StatusOr<Value> ParseValue(std::string_view& rest) {
   return InvalidArgumentError("'" + token +
                               "' is not a value: write a \"quoted string\", a number, true or false (strings need "
                               "quotes in TOML)");
+}
+
+// Parses the value at the start of `rest`; on success `rest` is left with what follows it. Errors are the reason
+// only (the caller adds FILE:LINE).
+StatusOr<Value> ParseValue(std::string_view& rest) {
+  if (rest.starts_with("\"\"\"") || rest.starts_with("'''")) {
+    return InvalidArgumentError("multi-line strings are not supported; write the value on one line");
+  }
+  if (rest.starts_with('\'')) {  // a literal string: no escapes
+    const size_t end = rest.find('\'', 1);
+    if (end == std::string_view::npos) return InvalidArgumentError("the string has no closing '");
+    Value value;
+    value.text = std::string(rest.substr(1, end - 1));
+    rest.remove_prefix(end + 1);
+    return value;
+  }
+  if (rest.starts_with('"')) return ParseBasicString(rest);
+  return ParseBareValue(rest);
 }
 
 const std::set<std::string, std::less<>> kKeys = {"server", "key_file", "ca_file", "data_dir"};

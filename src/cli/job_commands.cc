@@ -182,23 +182,120 @@ int Get(const JobFlags& f) {
   return 0;
 }
 
+// What `job watch` shows and remembers between events.
+struct WatchScreen {
+  WatchScreen(std::ostream& out, bool interactive) : out(out), interactive(interactive) {}
+
+  std::ostream& out;
+  bool interactive;                     // `out` is a terminal: progress bars are redrawn in place
+  std::map<int64_t, std::string> bars;  // worker -> its latest progress line
+  int64_t total_rounds = 0;             // from round events; a round above it is the final evaluation
+  std::map<int64_t, StepPace> paces;    // worker -> the pace of its current task (its ETA)
+  std::string final_status;             // the job's status once it has ended
+
+  void RedrawBars() {
+    for (const auto& [worker, line] : bars) out << "  worker " << worker << "  " << line << "\n";
+    if (interactive && !bars.empty()) out << "\033[" << bars.size() << "A" << std::flush;
+  }
+};
+
+// A worker_progress event: the worker's bar, printed at once where bars are not redrawn.
+void ShowWorkerProgress(const json& d, WatchScreen& screen) {
+  const int64_t total = d.value("total_steps", json()).is_number() ? d["total_steps"].get<int64_t>() : 0;
+  const double loss = d["loss"].is_number() ? d["loss"].get<double>() : 0.0;
+  // The protocol carries no learning rate; throughput is tokens/s or samples/s, whichever the trainer counts
+  // (named in throughput_unit by workers that say it).
+  const double rate = d.value("throughput", json()).is_number() ? d["throughput"].get<double>() : std::nan("");
+  // A worker that does not name the unit (older ones) gets no rate shown rather than a guessed one.
+  const json unit = d.value("throughput_unit", json());
+  const std::string per_second = unit.is_string() ? unit.get<std::string>() : "";
+  const int64_t worker = d["worker_id"].get<int64_t>();
+  const int64_t step = d["step"].get<int64_t>();
+  const double eta = screen.paces[worker].EtaSeconds(step, total, std::chrono::steady_clock::now());
+  screen.bars[worker] = FormatProgressLine(step, total, loss, std::nan(""), rate, per_second, eta);
+  if (!screen.interactive) {
+    screen.out << "  worker " << d["worker_id"] << "  " << screen.bars[d["worker_id"].get<int64_t>()] << "\n";
+  }
+}
+
+// A round_committed event's line: its updates, train loss and (dp_fedavg) the privacy spent so far.
+void ShowRoundCommitted(const json& d, std::ostream& out) {
+  out << "round " << d["round"] << "/" << d["total_rounds"] << " committed: " << d["num_updates"]
+      << " updates, train loss " << RoundedNumber(d["train_loss"]);
+  // dp_fedavg: the privacy spent so far (ε for the job's δ), as GET .../rounds reports it.
+  if (const json privacy = d.value("privacy", json()); privacy.is_object()) {
+    out << ", privacy " << (privacy["epsilon"].is_number() ? "ε " + RoundedNumber(privacy["epsilon"]) : "unbounded")
+        << " at δ " << privacy["delta"].dump();
+  }
+  out << "\n";
+}
+
+// A job_status event: the status, its reason and best round; an ended job's status is kept as the final one.
+void ShowJobStatus(const json& d, WatchScreen& screen) {
+  std::ostream& out = screen.out;
+  const std::string status = d["status"].get<std::string>();
+  out << "job " << status;
+  if (d.contains("reason")) out << ": " << d["reason"].get<std::string>();
+  out << "\n";
+  if (d.contains("best_round")) {
+    out << "best: round " << d["best_round"] << " (validation loss after round " << d["best_round"] << ": "
+        << RoundedNumber(d["best_validation_loss"]) << ")\n";
+  }
+  if (status != "queued" && status != "running") screen.final_status = status;
+}
+
+// Shows one of the job's events (its name and its data).
+void ShowJobEvent(const std::string& event, const json& d, WatchScreen& screen) {
+  std::ostream& out = screen.out;
+  if (d.value("total_rounds", json()).is_number_integer()) screen.total_rounds = d["total_rounds"].get<int64_t>();
+  if (event == "worker_progress") {
+    ShowWorkerProgress(d, screen);
+  } else if (event == "round_started") {
+    screen.bars.clear();
+    screen.paces.clear();
+    out << "round " << d["round"] << "/" << d["total_rounds"] << " (attempt " << d["attempt"] << ") started\n";
+  } else if (event == "round_committed") {
+    ShowRoundCommitted(d, out);
+  } else if (event == "round_failed") {
+    out << "round " << d["round"] << " attempt " << d["attempt"] << " failed (" << d["consecutive_failures"] << "/"
+        << d["fault_tolerance"] << "): " << d["reason"].get<std::string>() << "\n";
+  } else if (event == "worker_dropped") {
+    const bool final_evaluation = screen.total_rounds > 0 && d["round"].get<int64_t>() > screen.total_rounds;
+    out << "worker " << d["worker_id"] << " left "
+        << (final_evaluation ? std::string("the final evaluation") : "round " + d["round"].dump()) << ": "
+        << d["reason"].get<std::string>() << "\n";
+  } else if (event == "update_rejected") {
+    out << "update of worker " << d["worker_id"] << " rejected: " << d["reason"].get<std::string>() << "\n";
+  } else if (event == "task_assigned") {
+    // An evaluate task is the job's final evaluation (its round number is total_rounds + 1: not shown).
+    const bool evaluate = d.value("kind", "") == "evaluate";
+    screen.paces.erase(d["worker_id"].get<int64_t>());
+    screen.bars[d["worker_id"].get<int64_t>()] =
+        (evaluate ? "final evaluation on shard " : "assigned shard ") + std::to_string(d["shard"].get<int>());
+  } else if (event == "global_evaluated") {
+    // Each loss names the weights it measured; the final evaluation belongs to the job's end.
+    const int64_t global_round = d["global_round"].get<int64_t>();
+    out << (d.value("final", false) ? "final evaluation: " : "") << "validation loss "
+        << (global_round == 0 ? "of the starting weights" : "after round " + std::to_string(global_round)) << ": "
+        << RoundedNumber(d["validation_loss"]) << "\n";
+  } else if (event == "warning") {
+    out << "warning: " << d.value("message", "") << "\n";
+  } else if (event == "job_status") {
+    ShowJobStatus(d, screen);
+  }
+}
+
 // Prints the job's events as they happen: round starts and commits, per-worker progress bars, drops, the end.
 int Watch(const JobFlags& f) {
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("job watch", client.status());
   // Under --output json the lines for people go to stderr and stdout gets the job's JSON once it ends.
   const bool json_output = JsonOutput(f.remote);
-  std::ostream& out = json_output ? std::cerr : std::cout;
-  const bool interactive = isatty(json_output ? STDERR_FILENO : STDOUT_FILENO) != 0;
-  std::string final_status;
+  WatchScreen screen(json_output ? std::cerr : std::cout, isatty(json_output ? STDERR_FILENO : STDOUT_FILENO) != 0);
+  std::ostream& out = screen.out;
+  const bool interactive = screen.interactive;
+  const std::string& final_status = screen.final_status;
   std::string last_event_id;
-  std::map<int64_t, std::string> bars;  // worker -> its latest progress line
-  int64_t total_rounds = 0;             // from round events; a round above it is the final evaluation
-  std::map<int64_t, StepPace> paces;    // worker -> the pace of its current task (its ETA)
-  auto redraw_bars = [&] {
-    for (const auto& [worker, line] : bars) out << "  worker " << worker << "  " << line << "\n";
-    if (interactive && !bars.empty()) out << "\033[" << bars.size() << "A" << std::flush;
-  };
   for (int attempt = 0; attempt < 5 && final_status.empty(); ++attempt) {
     http::CallOptions call;
     call.timeout = std::chrono::milliseconds(0);
@@ -209,75 +306,9 @@ int Watch(const JobFlags& f) {
           if (!e.id.empty()) last_event_id = e.id;
           json d = json::parse(e.data, nullptr, false);
           if (d.is_discarded()) return true;
-          if (interactive && !bars.empty()) out << "\033[J";
-          if (d.value("total_rounds", json()).is_number_integer()) total_rounds = d["total_rounds"].get<int64_t>();
-          if (e.event == "worker_progress") {
-            const int64_t total = d.value("total_steps", json()).is_number() ? d["total_steps"].get<int64_t>() : 0;
-            const double loss = d["loss"].is_number() ? d["loss"].get<double>() : 0.0;
-            // The protocol carries no learning rate; throughput is tokens/s or samples/s, whichever the trainer counts
-            // (named in throughput_unit by workers that say it).
-            const double rate =
-                d.value("throughput", json()).is_number() ? d["throughput"].get<double>() : std::nan("");
-            // A worker that does not name the unit (older ones) gets no rate shown rather than a guessed one.
-            const json unit = d.value("throughput_unit", json());
-            const std::string per_second = unit.is_string() ? unit.get<std::string>() : "";
-            const int64_t worker = d["worker_id"].get<int64_t>();
-            const int64_t step = d["step"].get<int64_t>();
-            const double eta = paces[worker].EtaSeconds(step, total, std::chrono::steady_clock::now());
-            bars[worker] = FormatProgressLine(step, total, loss, std::nan(""), rate, per_second, eta);
-            if (!interactive) {
-              out << "  worker " << d["worker_id"] << "  " << bars[d["worker_id"].get<int64_t>()] << "\n";
-            }
-          } else if (e.event == "round_started") {
-            bars.clear();
-            paces.clear();
-            out << "round " << d["round"] << "/" << d["total_rounds"] << " (attempt " << d["attempt"] << ") started\n";
-          } else if (e.event == "round_committed") {
-            out << "round " << d["round"] << "/" << d["total_rounds"] << " committed: " << d["num_updates"]
-                << " updates, train loss " << RoundedNumber(d["train_loss"]);
-            // dp_fedavg: the privacy spent so far (ε for the job's δ), as GET .../rounds reports it.
-            if (const json privacy = d.value("privacy", json()); privacy.is_object()) {
-              out << ", privacy "
-                  << (privacy["epsilon"].is_number() ? "ε " + RoundedNumber(privacy["epsilon"]) : "unbounded")
-                  << " at δ " << privacy["delta"].dump();
-            }
-            out << "\n";
-          } else if (e.event == "round_failed") {
-            out << "round " << d["round"] << " attempt " << d["attempt"] << " failed (" << d["consecutive_failures"]
-                << "/" << d["fault_tolerance"] << "): " << d["reason"].get<std::string>() << "\n";
-          } else if (e.event == "worker_dropped") {
-            const bool final_evaluation = total_rounds > 0 && d["round"].get<int64_t>() > total_rounds;
-            out << "worker " << d["worker_id"] << " left "
-                << (final_evaluation ? std::string("the final evaluation") : "round " + d["round"].dump()) << ": "
-                << d["reason"].get<std::string>() << "\n";
-          } else if (e.event == "update_rejected") {
-            out << "update of worker " << d["worker_id"] << " rejected: " << d["reason"].get<std::string>() << "\n";
-          } else if (e.event == "task_assigned") {
-            // An evaluate task is the job's final evaluation (its round number is total_rounds + 1: not shown).
-            const bool evaluate = d.value("kind", "") == "evaluate";
-            paces.erase(d["worker_id"].get<int64_t>());
-            bars[d["worker_id"].get<int64_t>()] =
-                (evaluate ? "final evaluation on shard " : "assigned shard ") + std::to_string(d["shard"].get<int>());
-          } else if (e.event == "global_evaluated") {
-            // Each loss names the weights it measured; the final evaluation belongs to the job's end.
-            const int64_t global_round = d["global_round"].get<int64_t>();
-            out << (d.value("final", false) ? "final evaluation: " : "") << "validation loss "
-                << (global_round == 0 ? "of the starting weights" : "after round " + std::to_string(global_round))
-                << ": " << RoundedNumber(d["validation_loss"]) << "\n";
-          } else if (e.event == "warning") {
-            out << "warning: " << d.value("message", "") << "\n";
-          } else if (e.event == "job_status") {
-            const std::string status = d["status"].get<std::string>();
-            out << "job " << status;
-            if (d.contains("reason")) out << ": " << d["reason"].get<std::string>();
-            out << "\n";
-            if (d.contains("best_round")) {
-              out << "best: round " << d["best_round"] << " (validation loss after round " << d["best_round"] << ": "
-                  << RoundedNumber(d["best_validation_loss"]) << ")\n";
-            }
-            if (status != "queued" && status != "running") final_status = status;
-          }
-          if (interactive) redraw_bars();
+          if (interactive && !screen.bars.empty()) out << "\033[J";
+          ShowJobEvent(e.event, d, screen);
+          if (interactive) screen.RedrawBars();
           out << std::flush;
           return final_status.empty();
         },
@@ -287,7 +318,7 @@ int Watch(const JobFlags& f) {
       std::cerr << "parsyn job watch: " << s.message() << " (reconnecting)\n";
     }
   }
-  if (interactive && !bars.empty()) out << "\033[J";
+  if (interactive && !screen.bars.empty()) out << "\033[J";
   if (json_output && !final_status.empty()) {
     auto res = (*client)->Get(JobPath(f.id, ""));
     if (!res.ok()) return Fail("job watch", res.status());

@@ -338,85 +338,99 @@ int RunServer(const ServerFlags& f) {
   return 0;
 }
 
+// The flags of where the metadata lives and where and how the server listens.
+void AddMetadataAndListenFlags(CLI::App* cmd, ServerFlags& f) {
+  cmd->add_option("--data-dir", f.data_dir,
+                  "where the metadata database and blobs live "
+                  "(default: $PARSYN_DATA_DIR or ./parsyn-data)");
+  cmd->add_option("--metadata", f.metadata,
+                  "the metadata store: a SQLite file (a path or sqlite:///path.db) or PostgreSQL "
+                  "(postgres://USER:PASSWORD@HOST:PORT/DATABASE; docs/operations.md). Default: <data-dir>/metadata.db")
+      ->envname("PARSYN_METADATA");
+  cmd->add_option("--listen", f.listen, "host:port to listen on (port 0 picks a free one)")->capture_default_str();
+  cmd->add_option("--tls-cert", f.tls_cert, "PEM certificate chain: serve HTTPS only");
+  cmd->add_option("--tls-key", f.tls_key, "PEM private key for --tls-cert");
+  cmd->add_option("--client-ca", f.client_ca,
+                  "PEM CA certificate(s): workers must present a client certificate signed by it, naming their own "
+                  "worker (CN worker-<id>), on the worker and blob routes (mutual TLS; needs --tls-cert)");
+  cmd->add_flag("--insecure", f.insecure,
+                "allow plain HTTP on a non-loopback --listen address (credentials travel unencrypted)");
+  cmd->add_option("--public-url", f.public_url, "base URL workers reach this server at (signed blob URLs)");
+}
+
+// The flags of what the server asks of workers (heartbeats, polls, progress reports) and keeps of rounds.
+void AddWorkerProtocolFlags(CLI::App* cmd, ServerFlags& f) {
+  cmd->add_option("--heartbeat-interval-ms", f.heartbeat_interval_ms, "heartbeat period asked of workers")
+      ->capture_default_str();
+  cmd->add_option("--heartbeat-timeout-ms", f.heartbeat_timeout_ms, "a worker silent this long is disconnected")
+      ->capture_default_str();
+  cmd->add_option("--max-poll-wait-ms", f.max_poll_wait_ms, "longest task long-poll")->capture_default_str();
+  cmd->add_option("--progress-interval-ms", f.progress_interval_ms,
+                  "a worker's progress is stored at most once per this (sooner reports get 429)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-progress-points", f.max_progress_points,
+                  "progress points stored per job and worker; later reports are shown live, not stored")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_flag("--keep-updates", f.keep_updates,
+                "keep every round's updates in the blob store (for audit or debugging); by default a round's updates "
+                "are deleted once it is committed or fails");
+  cmd->add_option("--blob-url-ttl", f.blob_url_ttl_s,
+                  "seconds the blob URLs in a task stay valid (default 0: the job's aggregation_timeout + 5 min)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+// The flags that bound the server's load: threads, connections, request sizes, bootstraps and uploads.
+void AddLimitFlags(CLI::App* cmd, ServerFlags& f) {
+  cmd->add_option("--threads", f.threads, "worker-pool threads for storage and aggregation")->capture_default_str();
+  cmd->add_option("--max-connections", f.max_connections,
+                  "connections open at once; more are answered 503 with Retry-After (0: no cap)")
+      ->capture_default_str();
+  cmd->add_option("--max-connections-per-address", f.max_connections_per_address,
+                  "connections open at once from one peer IP address; more are answered 429 (0: no cap)")
+      ->capture_default_str();
+  cmd->add_option("--max-json-bytes", f.max_json_bytes, "largest JSON request body; larger ones get 413")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--bootstrap-rate", f.bootstrap_rate,
+                  "worker bootstraps (POST /api/v1/workers/bootstrap) allowed a minute, in a burst of as many; more "
+                  "get 429 (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-managed-workers", f.max_managed_workers,
+                  "managed workers (not revoked) a bootstrap may bring the total to; more get 429 (0: no cap)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--managed-worker-absence-s", f.managed_worker_absence_s,
+                  "revoke managed workers not heard from for this long, e.g. 86400 for departed worker pods (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-uploads-per-worker", f.max_uploads_per_worker,
+                  "round-update uploads one worker may stream at once; more get 429 (0: no cap)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--upload-min-rate", f.upload_min_rate,
+                  "bytes/s a round-update upload must keep up, averaged over --upload-rate-window-ms after "
+                  "--upload-rate-grace-ms; slower ones are cut off (0: no minimum)")
+      ->capture_default_str();
+  cmd->add_option("--upload-rate-window-ms", f.upload_rate_window_ms, "window of --upload-min-rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--upload-rate-grace-ms", f.upload_rate_grace_ms,
+                  "time an upload has before --upload-min-rate applies")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
+
 }  // namespace
 
 void AddServerCommand(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<ServerFlags>();
   CLI::App* cmd = app.add_subcommand("server", "run the coordinator (REST API, worker protocol, rounds)");
-  cmd->add_option("--data-dir", flags->data_dir,
-                  "where the metadata database and blobs live "
-                  "(default: $PARSYN_DATA_DIR or ./parsyn-data)");
-  cmd->add_option("--metadata", flags->metadata,
-                  "the metadata store: a SQLite file (a path or sqlite:///path.db) or PostgreSQL "
-                  "(postgres://USER:PASSWORD@HOST:PORT/DATABASE; docs/operations.md). Default: <data-dir>/metadata.db")
-      ->envname("PARSYN_METADATA");
-  cmd->add_option("--listen", flags->listen, "host:port to listen on (port 0 picks a free one)")->capture_default_str();
-  cmd->add_option("--tls-cert", flags->tls_cert, "PEM certificate chain: serve HTTPS only");
-  cmd->add_option("--tls-key", flags->tls_key, "PEM private key for --tls-cert");
-  cmd->add_option("--client-ca", flags->client_ca,
-                  "PEM CA certificate(s): workers must present a client certificate signed by it, naming their own "
-                  "worker (CN worker-<id>), on the worker and blob routes (mutual TLS; needs --tls-cert)");
-  cmd->add_flag("--insecure", flags->insecure,
-                "allow plain HTTP on a non-loopback --listen address (credentials travel unencrypted)");
-  cmd->add_option("--public-url", flags->public_url, "base URL workers reach this server at (signed blob URLs)");
-  cmd->add_option("--heartbeat-interval-ms", flags->heartbeat_interval_ms, "heartbeat period asked of workers")
-      ->capture_default_str();
-  cmd->add_option("--heartbeat-timeout-ms", flags->heartbeat_timeout_ms, "a worker silent this long is disconnected")
-      ->capture_default_str();
-  cmd->add_option("--max-poll-wait-ms", flags->max_poll_wait_ms, "longest task long-poll")->capture_default_str();
-  cmd->add_option("--progress-interval-ms", flags->progress_interval_ms,
-                  "a worker's progress is stored at most once per this (sooner reports get 429)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--max-progress-points", flags->max_progress_points,
-                  "progress points stored per job and worker; later reports are shown live, not stored")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_flag("--keep-updates", flags->keep_updates,
-                "keep every round's updates in the blob store (for audit or debugging); by default a round's updates "
-                "are deleted once it is committed or fails");
-  cmd->add_option("--blob-url-ttl", flags->blob_url_ttl_s,
-                  "seconds the blob URLs in a task stay valid (default 0: the job's aggregation_timeout + 5 min)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--threads", flags->threads, "worker-pool threads for storage and aggregation")
-      ->capture_default_str();
-  cmd->add_option("--max-connections", flags->max_connections,
-                  "connections open at once; more are answered 503 with Retry-After (0: no cap)")
-      ->capture_default_str();
-  cmd->add_option("--max-connections-per-address", flags->max_connections_per_address,
-                  "connections open at once from one peer IP address; more are answered 429 (0: no cap)")
-      ->capture_default_str();
-  cmd->add_option("--max-json-bytes", flags->max_json_bytes, "largest JSON request body; larger ones get 413")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--bootstrap-rate", flags->bootstrap_rate,
-                  "worker bootstraps (POST /api/v1/workers/bootstrap) allowed a minute, in a burst of as many; more "
-                  "get 429 (0: no limit)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--max-managed-workers", flags->max_managed_workers,
-                  "managed workers (not revoked) a bootstrap may bring the total to; more get 429 (0: no cap)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--managed-worker-absence-s", flags->managed_worker_absence_s,
-                  "revoke managed workers not heard from for this long, e.g. 86400 for departed worker pods (0: never)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--max-uploads-per-worker", flags->max_uploads_per_worker,
-                  "round-update uploads one worker may stream at once; more get 429 (0: no cap)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--upload-min-rate", flags->upload_min_rate,
-                  "bytes/s a round-update upload must keep up, averaged over --upload-rate-window-ms after "
-                  "--upload-rate-grace-ms; slower ones are cut off (0: no minimum)")
-      ->capture_default_str();
-  cmd->add_option("--upload-rate-window-ms", flags->upload_rate_window_ms, "window of --upload-min-rate")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--upload-rate-grace-ms", flags->upload_rate_grace_ms,
-                  "time an upload has before --upload-min-rate applies")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  AddMetadataAndListenFlags(cmd, *flags);
+  AddWorkerProtocolFlags(cmd, *flags);
+  AddLimitFlags(cmd, *flags);
   cmd->add_option("--log-level", flags->log_level, "debug, info, warn or error");
   cmd->add_option("--log-format", flags->log_format, "text, or json: one JSON object a line (UTC times)")
       ->check(CLI::IsMember({"text", "json"}))

@@ -193,32 +193,27 @@ std::string CausalLmArchitecture(std::string_view model_type) {
   return "LlamaForCausalLM";
 }
 
-StatusOr<LlamaConfig> ParseJson(const Json& j) {
-  if (!j.is_object()) return InvalidArgumentError("config.json is not a JSON object");
-  LlamaConfig c;
-  auto type = j.find("model_type");
-  if (type == j.end() || !type->is_string()) return InvalidArgumentError("config.json lacks a string 'model_type'");
-  c.model_type = type->get<std::string>();
-  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral") {
-    return InvalidArgumentError("model_type '" + c.model_type + "' is not supported (llama, qwen2, mistral)");
-  }
+// Checks config.json's "architectures" (absent, null, or only the class transformers uses for `model_type`).
+Status CheckArchitectures(const Json& j, const std::string& model_type) {
   // Absent or empty: transformers picks the class from model_type, as we do.
   if (auto architectures = j.find("architectures"); architectures != j.end() && !architectures->is_null()) {
     if (!architectures->is_array()) {
       return InvalidArgumentError("config.json's 'architectures' must be a list of class names, got " +
                                   architectures->dump());
     }
-    const std::string expected = CausalLmArchitecture(c.model_type);
+    const std::string expected = CausalLmArchitecture(model_type);
     for (const Json& name : *architectures) {
       if (name != expected) {
         return InvalidArgumentError("config.json's 'architectures' entry " + name.dump() +
-                                    " is not supported for model_type '" + c.model_type + "' (" + expected + ")");
+                                    " is not supported for model_type '" + model_type + "' (" + expected + ")");
       }
     }
   }
-  if (auto act = j.find("hidden_act"); act != j.end() && *act != "silu") {
-    return InvalidArgumentError("hidden_act " + act->dump() + " is not supported (silu)");
-  }
+  return Status::Ok();
+}
+
+// Reads the model's sizes: vocabulary, hidden and MLP widths, layers, attention and key/value heads, head_dim.
+Status ReadShape(const Json& j, LlamaConfig& c) {
   PARSYN_ASSIGN_OR_RETURN(c.vocab_size, GetInt(j, "vocab_size", std::nullopt));
   PARSYN_ASSIGN_OR_RETURN(c.hidden_size, GetInt(j, "hidden_size", std::nullopt));
   PARSYN_ASSIGN_OR_RETURN(c.intermediate_size, GetInt(j, "intermediate_size", std::nullopt));
@@ -237,11 +232,12 @@ StatusOr<LlamaConfig> ParseJson(const Json& j) {
   if (c.head_dim % 2 != 0) {
     return InvalidArgumentError("head_dim " + std::to_string(c.head_dim) + " must be even for rotary embeddings");
   }
-  PARSYN_ASSIGN_OR_RETURN(c.max_position_embeddings, GetInt(j, "max_position_embeddings", 2048));
-  PARSYN_ASSIGN_OR_RETURN(c.rms_norm_eps, GetDouble(j, "rms_norm_eps", 1e-6));
-  if (c.rms_norm_eps <= 0) return InvalidArgumentError("config.json's rms_norm_eps must be positive");
-  PARSYN_RETURN_IF_ERROR(ReadRope(j, c));
-  c.tie_word_embeddings = j.value("tie_word_embeddings", false);  // transformers' default for all three
+  return Status::Ok();
+}
+
+// Reads what sets each model_type's layers apart: q/k/v and output biases (an MLP bias is refused), the sliding
+// window, and transformers 5's per-layer attention types (which must all be ours).
+Status ReadAttentionVariant(const Json& j, LlamaConfig& c) {
   if (c.model_type == "qwen2") {
     c.qkv_bias = true;
     if (j.value("use_sliding_window", false)) {
@@ -271,6 +267,29 @@ StatusOr<LlamaConfig> ParseJson(const Json& j) {
       }
     }
   }
+  return Status::Ok();
+}
+
+StatusOr<LlamaConfig> ParseJson(const Json& j) {
+  if (!j.is_object()) return InvalidArgumentError("config.json is not a JSON object");
+  LlamaConfig c;
+  auto type = j.find("model_type");
+  if (type == j.end() || !type->is_string()) return InvalidArgumentError("config.json lacks a string 'model_type'");
+  c.model_type = type->get<std::string>();
+  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral") {
+    return InvalidArgumentError("model_type '" + c.model_type + "' is not supported (llama, qwen2, mistral)");
+  }
+  PARSYN_RETURN_IF_ERROR(CheckArchitectures(j, c.model_type));
+  if (auto act = j.find("hidden_act"); act != j.end() && *act != "silu") {
+    return InvalidArgumentError("hidden_act " + act->dump() + " is not supported (silu)");
+  }
+  PARSYN_RETURN_IF_ERROR(ReadShape(j, c));
+  PARSYN_ASSIGN_OR_RETURN(c.max_position_embeddings, GetInt(j, "max_position_embeddings", 2048));
+  PARSYN_ASSIGN_OR_RETURN(c.rms_norm_eps, GetDouble(j, "rms_norm_eps", 1e-6));
+  if (c.rms_norm_eps <= 0) return InvalidArgumentError("config.json's rms_norm_eps must be positive");
+  PARSYN_RETURN_IF_ERROR(ReadRope(j, c));
+  c.tie_word_embeddings = j.value("tie_word_embeddings", false);  // transformers' default for all three
+  PARSYN_RETURN_IF_ERROR(ReadAttentionVariant(j, c));
   PARSYN_RETURN_IF_ERROR(ReadDtype(j, c));
   PARSYN_ASSIGN_OR_RETURN(const std::vector<int64_t> bos, GetTokenIds(j, "bos_token_id"));
   PARSYN_ASSIGN_OR_RETURN(c.eos_token_ids, GetTokenIds(j, "eos_token_id"));

@@ -327,6 +327,29 @@ Status ParseDecoder(const json& node, std::string_view path, std::vector<Decoder
   return Status::Ok();
 }
 
+// The two tokens of model.merges[rank]: "left right" (older files) or ["left", "right"].
+StatusOr<std::pair<std::string, std::string>> MergePair(const json& entry, size_t rank) {
+  std::string left, right;
+  if (entry.is_string()) {
+    // Older files: "left right". Tokens hold no plain spaces (they are Ġ or ▁), so one space separates them.
+    std::string s = entry.get<std::string>();
+    size_t space = s.find(' ');
+    if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
+      return InvalidArgumentError("tokenizer.json model.merges[" + std::to_string(rank) + "]: " + json(s).dump() +
+                                  " is not two tokens separated by one space");
+    }
+    left = s.substr(0, space);
+    right = s.substr(space + 1);
+  } else if (entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_string()) {
+    left = entry[0].get<std::string>();
+    right = entry[1].get<std::string>();
+  } else {
+    return InvalidArgumentError("tokenizer.json model.merges[" + std::to_string(rank) +
+                                "]: expected \"a b\" or [\"a\", \"b\"]");
+  }
+  return std::pair{std::move(left), std::move(right)};
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -354,6 +377,10 @@ struct Tokenizer::Impl {
   std::optional<int32_t> bos, eos, pad;
 
   Status ParseModel(const json& model);
+  // The model's "vocab" (token -> id) into vocab and id_to_token.
+  Status ParseVocab(const json& model);
+  // The model's "merges", ranked by their order, into merges (the vocab parsed first).
+  Status ParseMerges(const json& model);
   Status ParseAddedTokens(const json& list);
   Status ParsePostProcessor(const json& node, std::string_view path);
   void GuessSpecialTokens();
@@ -385,27 +412,7 @@ Status Tokenizer::Impl::ParseModel(const json& model) {
   fuse_unk = GetBool(model, "fuse_unk", false);
   ignore_merges = GetBool(model, "ignore_merges", false);
 
-  auto vocab_it = model.find("vocab");
-  if (vocab_it == model.end() || !vocab_it->is_object()) {
-    return InvalidArgumentError("tokenizer.json model: \"vocab\" must be an object of token -> id");
-  }
-  int32_t max_id = -1;
-  for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 0) {
-      return InvalidArgumentError("tokenizer.json model.vocab: id of " + json(it.key()).dump() +
-                                  " must be a non-negative integer");
-    }
-    if (it->get<int64_t>() >= static_cast<int64_t>(vocab_it->size()) + kMaxIdGap) {
-      return InvalidArgumentError("tokenizer.json model.vocab: id " + std::to_string(it->get<int64_t>()) + " of " +
-                                  json(it.key()).dump() + " is far beyond the vocabulary's " +
-                                  std::to_string(vocab_it->size()) + " tokens");
-    }
-    int32_t id = it->get<int32_t>();
-    vocab.emplace(it.key(), id);
-    max_id = std::max(max_id, id);
-  }
-  id_to_token.assign(static_cast<size_t>(max_id + 1), std::string());
-  for (const auto& [token, id] : vocab) id_to_token[static_cast<size_t>(id)] = token;
+  PARSYN_RETURN_IF_ERROR(ParseVocab(model));
 
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
     std::string unk = model["unk_token"].get<std::string>();
@@ -427,6 +434,35 @@ Status Tokenizer::Impl::ParseModel(const json& model) {
     }
   }
 
+  return ParseMerges(model);
+}
+
+Status Tokenizer::Impl::ParseVocab(const json& model) {
+  auto vocab_it = model.find("vocab");
+  if (vocab_it == model.end() || !vocab_it->is_object()) {
+    return InvalidArgumentError("tokenizer.json model: \"vocab\" must be an object of token -> id");
+  }
+  int32_t max_id = -1;
+  for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+      return InvalidArgumentError("tokenizer.json model.vocab: id of " + json(it.key()).dump() +
+                                  " must be a non-negative integer");
+    }
+    if (it->get<int64_t>() >= static_cast<int64_t>(vocab_it->size()) + kMaxIdGap) {
+      return InvalidArgumentError("tokenizer.json model.vocab: id " + std::to_string(it->get<int64_t>()) + " of " +
+                                  json(it.key()).dump() + " is far beyond the vocabulary's " +
+                                  std::to_string(vocab_it->size()) + " tokens");
+    }
+    int32_t id = it->get<int32_t>();
+    vocab.emplace(it.key(), id);
+    max_id = std::max(max_id, id);
+  }
+  id_to_token.assign(static_cast<size_t>(max_id + 1), std::string());
+  for (const auto& [token, id] : vocab) id_to_token[static_cast<size_t>(id)] = token;
+  return Status::Ok();
+}
+
+Status Tokenizer::Impl::ParseMerges(const json& model) {
   auto merges_it = model.find("merges");
   if (merges_it == model.end() || !merges_it->is_array()) {
     return InvalidArgumentError("tokenizer.json model: \"merges\" must be an array");
@@ -434,24 +470,8 @@ Status Tokenizer::Impl::ParseModel(const json& model) {
   merges.reserve(merges_it->size());
   for (size_t rank = 0; rank < merges_it->size(); ++rank) {
     const json& entry = (*merges_it)[rank];
-    std::string left, right;
-    if (entry.is_string()) {
-      // Older files: "left right". Tokens hold no plain spaces (they are Ġ or ▁), so one space separates them.
-      std::string s = entry.get<std::string>();
-      size_t space = s.find(' ');
-      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-        return InvalidArgumentError("tokenizer.json model.merges[" + std::to_string(rank) + "]: " + json(s).dump() +
-                                    " is not two tokens separated by one space");
-      }
-      left = s.substr(0, space);
-      right = s.substr(space + 1);
-    } else if (entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_string()) {
-      left = entry[0].get<std::string>();
-      right = entry[1].get<std::string>();
-    } else {
-      return InvalidArgumentError("tokenizer.json model.merges[" + std::to_string(rank) +
-                                  "]: expected \"a b\" or [\"a\", \"b\"]");
-    }
+    PARSYN_ASSIGN_OR_RETURN(const auto pair, MergePair(entry, rank));
+    const auto& [left, right] = pair;
     auto a = vocab.find(left), b = vocab.find(right), ab = vocab.find(left + right);
     if (a == vocab.end() || b == vocab.end() || ab == vocab.end()) {
       return InvalidArgumentError("tokenizer.json model.merges[" + std::to_string(rank) +

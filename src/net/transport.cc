@@ -416,6 +416,53 @@ class PulledResponse final : public ResponseStream {
   std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
 };
 
+// Sets an attempt's time limits and the callbacks that feed `a` (body, headers, progress) on `curl`.
+void SetAttemptCallbacks(CURL* curl, const TransportOptions& options, const Request& request, Attempt& a) {
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(request.timeout.count()));
+  if (options.stall_timeout.count() > 0) {
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
+                     static_cast<long>(std::max<int64_t>(1, options.stall_timeout.count() / 1000)));
+  }
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Attempt::OnWrite);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &a);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &Attempt::OnHeader);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &a);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, &Attempt::OnProgress);
+  curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &a);
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+}
+
+// Sets the request's verb on `curl`, and with a body, the upload that streams it from `a`.
+void SetMethod(CURL* curl, const Request& request, Attempt& a) {
+  if (request.body) {
+    // UPLOAD streams the body through OnRead; CUSTOMREQUEST sets the verb (curl would say PUT).
+    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+    curl_easy_setopt(curl, CURLOPT_READFUNCTION, &Attempt::OnRead);
+    curl_easy_setopt(curl, CURLOPT_READDATA, &a);
+    curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(request.body->size()));
+  } else if (request.method == "GET") {
+    curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+  } else if (request.method == "HEAD") {
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  } else if (request.method == "POST") {
+    curl_easy_setopt(curl, CURLOPT_POST, 1L);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, 0L);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, "");
+  } else {
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+  }
+}
+
+// Waits `pause` before a retry; false, at once, if `stop` is requested before or during the wait.
+bool SleepUnlessStopped(std::chrono::milliseconds pause, std::stop_token stop) {
+  std::mutex mu;
+  std::condition_variable_any cv;
+  std::unique_lock lock(mu);
+  return !(cv.wait_for(lock, stop, pause, [] { return false; }) || stop.stop_requested());
+}
+
 }  // namespace
 
 std::string WithoutQuery(std::string_view url) {
@@ -498,38 +545,8 @@ StatusOr<Response> Transport::Perform(const Request& request) {
 
     char error_buffer[CURL_ERROR_SIZE];
     SetCommonOptions(curl, options_, request.url, headers.get(), error_buffer);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(request.timeout.count()));
-    if (options_.stall_timeout.count() > 0) {
-      curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-      curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
-                       static_cast<long>(std::max<int64_t>(1, options_.stall_timeout.count() / 1000)));
-    }
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Attempt::OnWrite);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &a);
-    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &Attempt::OnHeader);
-    curl_easy_setopt(curl, CURLOPT_HEADERDATA, &a);
-    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, &Attempt::OnProgress);
-    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &a);
-    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
-
-    if (request.body) {
-      // UPLOAD streams the body through OnRead; CUSTOMREQUEST sets the verb (curl would say PUT).
-      curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
-      curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
-      curl_easy_setopt(curl, CURLOPT_READFUNCTION, &Attempt::OnRead);
-      curl_easy_setopt(curl, CURLOPT_READDATA, &a);
-      curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(request.body->size()));
-    } else if (request.method == "GET") {
-      curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
-    } else if (request.method == "HEAD") {
-      curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
-    } else if (request.method == "POST") {
-      curl_easy_setopt(curl, CURLOPT_POST, 1L);
-      curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, 0L);
-      curl_easy_setopt(curl, CURLOPT_POSTFIELDS, "");
-    } else {
-      curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
-    }
+    SetAttemptCallbacks(curl, options_, request, a);
+    SetMethod(curl, request, a);
 
     const CURLcode rc = curl_easy_perform(curl);
     long status = 0;
@@ -567,12 +584,7 @@ StatusOr<Response> Transport::Perform(const Request& request) {
     std::uniform_int_distribution<int64_t> wait(backoff.count() / 2, backoff.count());
     std::chrono::milliseconds pause(wait(jitter));
     PARSYN_LOG_DEBUG("{} (attempt {} of {}); retrying in {} ms", failure.message(), attempt, attempts, pause.count());
-    std::mutex mu;
-    std::condition_variable_any cv;
-    std::unique_lock lock(mu);
-    if (cv.wait_for(lock, request.stop, pause, [] { return false; }) || request.stop.stop_requested()) {
-      return CancelledError(what + ": cancelled");
-    }
+    if (!SleepUnlessStopped(pause, request.stop)) return CancelledError(what + ": cancelled");
     backoff = std::min(backoff * 2, options_.backoff_max);
   }
 }

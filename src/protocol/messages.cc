@@ -336,6 +336,78 @@ std::string RoundLabel(int round, int total_rounds) {
   return "round " + std::to_string(round) + (total_rounds > 0 ? "/" + std::to_string(total_rounds) : "");
 }
 
+namespace {
+
+// A task's "global_weights" object (its fields in `g`).
+TaskGlobalWeights ReadGlobalWeights(JsonFields& g) {
+  TaskGlobalWeights weights;
+  weights.url = g.String("url", true, kMaxUrlBytes).value_or("");
+  weights.sha256 = Sha256Field(g, "sha256", true);
+  weights.size_bytes = g.Uint64("size_bytes", false).value_or(0);
+  weights.round = static_cast<int>(g.Int("round", false, 0, kMaxRound).value_or(0));
+  if (std::optional<JsonFields> z = Nested(g, "zstd", false, "global_weights.")) {
+    TaskZstdCopy copy;
+    copy.url = z->String("url", true, kMaxUrlBytes).value_or("");
+    copy.sha256 = Sha256Field(*z, "sha256", true);
+    copy.size_bytes = z->Uint64("size_bytes", false).value_or(0);
+    weights.zstd = std::move(copy);
+    g.Absorb(*z);
+  }
+  return weights;
+}
+
+// A task's "data" object: its shard's files (their fields in `d`).
+TaskData ReadTaskData(JsonFields& d) {
+  TaskData data;
+  data.format = d.String("format", false, 16).value_or("");
+  data.kind = d.String("kind", false, 64, /*allow_empty=*/true).value_or("");
+  data.train_url = d.String("train_url", false, kMaxUrlBytes).value_or("");
+  data.train_sha256 = Sha256Field(d, "train_sha256", !data.train_url.empty());
+  data.train_rows = d.Int("train_rows", false, 0, kMaxInt).value_or(0);
+  data.validation_url = d.String("validation_url", false, kMaxUrlBytes).value_or("");
+  data.validation_sha256 = Sha256Field(d, "validation_sha256", !data.validation_url.empty());
+  data.validation_rows = d.Int("validation_rows", false, 0, kMaxInt).value_or(0);
+  return data;
+}
+
+// A task's "model" object: the model's id, name and files (its fields in `m`).
+TaskModel ReadTaskModel(JsonFields& m) {
+  TaskModel model;
+  model.id = m.Int("id", false, 0, kMaxInt).value_or(0);
+  model.name = m.String("name", false, 256, /*allow_empty=*/true).value_or("");
+  model.model_type = m.String("model_type", false, 64, /*allow_empty=*/true).value_or("");
+  const json files = m.Array("files", false, kMaxModelFiles).value_or(json::array());
+  for (size_t i = 0; i < files.size(); ++i) {
+    JsonFields file = JsonFields::Lenient(files[i], "model.files[" + std::to_string(i) + "].");
+    TaskModelFile mf;
+    mf.path = file.String("path", true, 1024).value_or("");
+    mf.url = file.String("url", true, kMaxUrlBytes).value_or("");
+    mf.sha256 = Sha256Field(file, "sha256", true);
+    mf.size_bytes = file.Uint64("size_bytes", false).value_or(0);
+    m.Absorb(file);
+    model.files.push_back(std::move(mf));
+  }
+  return model;
+}
+
+// A task's "compression" object: how the worker encodes its update (its fields in `c`).
+UpdateCompression ReadUpdateCompression(JsonFields& c) {
+  UpdateCompression compression;
+  if (std::optional<std::string> update = c.String("update", false, 16)) {
+    if (*update == "none" || *update == "bf16" || *update == "int8" || *update == "int4") {
+      compression.update = *update;
+    } else {
+      c.AddProblem("'compression.update' must be one of none, bf16, int8, int4, got '" + *update + "'");
+    }
+  }
+  compression.delta = c.Bool("delta", false).value_or(false);
+  compression.zstd_level = static_cast<int>(c.Int("zstd_level", false, 0, kMaxCompressionZstdLevel).value_or(0));
+  compression.error_feedback = c.Bool("error_feedback", false).value_or(false);
+  return compression;
+}
+
+}  // namespace
+
 StatusOr<Task> ParseTask(const json& body) {
   PARSYN_RETURN_IF_ERROR(CheckObject(body, "a task"));
   JsonFields f = JsonFields::Lenient(body);
@@ -379,18 +451,7 @@ StatusOr<Task> ParseTask(const json& body) {
   }
   t.deadline_unix_ms = f.Int("deadline_unix_ms", false, 0, kMaxInt).value_or(0);
   if (std::optional<JsonFields> g = Nested(f, "global_weights", true)) {
-    t.global_weights.url = g->String("url", true, kMaxUrlBytes).value_or("");
-    t.global_weights.sha256 = Sha256Field(*g, "sha256", true);
-    t.global_weights.size_bytes = g->Uint64("size_bytes", false).value_or(0);
-    t.global_weights.round = static_cast<int>(g->Int("round", false, 0, kMaxRound).value_or(0));
-    if (std::optional<JsonFields> z = Nested(*g, "zstd", false, "global_weights.")) {
-      TaskZstdCopy copy;
-      copy.url = z->String("url", true, kMaxUrlBytes).value_or("");
-      copy.sha256 = Sha256Field(*z, "sha256", true);
-      copy.size_bytes = z->Uint64("size_bytes", false).value_or(0);
-      t.global_weights.zstd = std::move(copy);
-      g->Absorb(*z);
-    }
+    t.global_weights = ReadGlobalWeights(*g);
     f.Absorb(*g);
   }
   if (std::optional<std::string> source = f.String("data_source", false, 32)) {
@@ -401,46 +462,17 @@ StatusOr<Task> ParseTask(const json& body) {
     }
   }
   if (std::optional<JsonFields> d = Nested(f, "data", true)) {
-    t.data.format = d->String("format", false, 16).value_or("");
-    t.data.kind = d->String("kind", false, 64, /*allow_empty=*/true).value_or("");
-    t.data.train_url = d->String("train_url", false, kMaxUrlBytes).value_or("");
-    t.data.train_sha256 = Sha256Field(*d, "train_sha256", !t.data.train_url.empty());
-    t.data.train_rows = d->Int("train_rows", false, 0, kMaxInt).value_or(0);
-    t.data.validation_url = d->String("validation_url", false, kMaxUrlBytes).value_or("");
-    t.data.validation_sha256 = Sha256Field(*d, "validation_sha256", !t.data.validation_url.empty());
-    t.data.validation_rows = d->Int("validation_rows", false, 0, kMaxInt).value_or(0);
+    t.data = ReadTaskData(*d);
     f.Absorb(*d);
   }
   // A task over the workers' own data has no shard: whatever `data` holds is not read (and not written back).
   if (t.data_source == DataSource::kWorkers) t.data = TaskData{};
   if (std::optional<JsonFields> m = Nested(f, "model", true)) {
-    t.model.id = m->Int("id", false, 0, kMaxInt).value_or(0);
-    t.model.name = m->String("name", false, 256, /*allow_empty=*/true).value_or("");
-    t.model.model_type = m->String("model_type", false, 64, /*allow_empty=*/true).value_or("");
-    const json files = m->Array("files", false, kMaxModelFiles).value_or(json::array());
-    for (size_t i = 0; i < files.size(); ++i) {
-      JsonFields file = JsonFields::Lenient(files[i], "model.files[" + std::to_string(i) + "].");
-      TaskModelFile mf;
-      mf.path = file.String("path", true, 1024).value_or("");
-      mf.url = file.String("url", true, kMaxUrlBytes).value_or("");
-      mf.sha256 = Sha256Field(file, "sha256", true);
-      mf.size_bytes = file.Uint64("size_bytes", false).value_or(0);
-      m->Absorb(file);
-      t.model.files.push_back(std::move(mf));
-    }
+    t.model = ReadTaskModel(*m);
     f.Absorb(*m);
   }
   if (std::optional<JsonFields> c = Nested(f, "compression", false)) {
-    if (std::optional<std::string> update = c->String("update", false, 16)) {
-      if (*update == "none" || *update == "bf16" || *update == "int8" || *update == "int4") {
-        t.compression.update = *update;
-      } else {
-        c->AddProblem("'compression.update' must be one of none, bf16, int8, int4, got '" + *update + "'");
-      }
-    }
-    t.compression.delta = c->Bool("delta", false).value_or(false);
-    t.compression.zstd_level = static_cast<int>(c->Int("zstd_level", false, 0, kMaxCompressionZstdLevel).value_or(0));
-    t.compression.error_feedback = c->Bool("error_feedback", false).value_or(false);
+    t.compression = ReadUpdateCompression(*c);
     f.Absorb(*c);
   }
   t.update_upload = ReadUpdateUpload(f);

@@ -166,6 +166,91 @@ StatusOr<bool> UnlinkBlob(const fs::path& path) {
   return true;
 }
 
+// Put's error for a key one of whose directories is a blob.
+Status BlobInTheWayError(std::string_view key) {
+  return FailedPreconditionError("blob '" + std::string(key) +
+                                 "' cannot be stored: a blob exists where one of its directories would be");
+}
+
+// The error of Put's failed link() to the blob's final name (errno set).
+Status LinkError(std::string_view key, const fs::path& final_path) {
+  if (errno == EEXIST) return AlreadyExistsError("blob '" + std::string(key) + "' already exists");
+  // A spare is opened by its own name, so a blob on the key's path shows only here.
+  if (errno == ENOTDIR) return BlobInTheWayError(key);
+  return WriteError("linking", final_path);
+}
+
+// Writes all of `chunk` to `fd`, at most kMaxWriteBytes at a time.
+Status WriteChunk(int fd, std::span<const std::byte> chunk, const fs::path& path) {
+  size_t done = 0;
+  while (done < chunk.size()) {
+    ssize_t w = ::write(fd, chunk.data() + done, std::min(chunk.size() - done, kMaxWriteBytes));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return WriteError("writing", path);
+    done += static_cast<size_t>(w);
+  }
+  return Status::Ok();
+}
+
+// A blob's bytes as Put received them: how many, and their sha256 (hex).
+struct ReceivedBlob {
+  uint64_t size_bytes;
+  std::string sha256;
+};
+
+// Reads `data` to its end into the file open as `fd`, hashing it on the way; ResourceExhausted past
+// options.max_size_bytes.
+StatusOr<ReceivedBlob> ReceiveInto(int fd, ByteSource& data, std::string_view key, const fs::path& final_path,
+                                   const PutOptions& options) {
+  // Hashing on a second thread needs a second buffer: the next chunk is read while the last one is hashed.
+  // Not zero-filled: a job's setup puts thousands of small shard files, and clearing 1 MiB for each was most of it.
+  const size_t num_buffers = options.hash_on_second_thread ? 2 : 1;
+  const std::unique_ptr<std::byte[]> buffer = std::make_unique_for_overwrite<std::byte[]>(num_buffers * kChunkBytes);
+  // Declared after the buffer, so that on an early return the hashing thread is done with it before it is freed.
+  std::optional<Sha256> hasher;
+  std::optional<BackgroundSha256> background_hasher;
+  if (options.hash_on_second_thread) {
+    background_hasher.emplace();
+  } else {
+    hasher.emplace();
+  }
+  uint64_t size_bytes = 0;
+  for (size_t turn = 0;; ++turn) {
+    const std::span<std::byte> chunk(buffer.get() + (turn % num_buffers) * kChunkBytes, kChunkBytes);
+    PARSYN_ASSIGN_OR_RETURN(size_t n, data.Read(chunk));
+    if (n == 0) break;
+    size_bytes += n;
+    if (options.max_size_bytes && size_bytes > *options.max_size_bytes) {
+      return ResourceExhaustedError("blob '" + std::string(key) + "' is larger than the limit of " +
+                                    std::to_string(*options.max_size_bytes) + " bytes");
+    }
+    const std::span<const std::byte> received(chunk.data(), n);
+    if (background_hasher) {
+      background_hasher->Update(received);
+    } else {
+      hasher->Update(received);
+    }
+    if (options.observe_chunk) PARSYN_RETURN_IF_ERROR(options.observe_chunk(received));
+    PARSYN_RETURN_IF_ERROR(WriteChunk(fd, received, final_path));
+    // A durable blob's pages start going to disk now, while the next chunks are read and hashed, so the fsync
+    // below waits only for the last of them. Asynchronous and advisory: the fsync is what makes the blob durable.
+    if (options.durable) {
+      ::sync_file_range(fd, static_cast<off_t>(size_bytes - n), static_cast<off_t>(n), SYNC_FILE_RANGE_WRITE);
+    }
+  }
+  return ReceivedBlob{size_bytes, background_hasher ? background_hasher->HexDigest() : hasher->HexDigest()};
+}
+
+// Gives the sidecar written under `sidecar_temp` the blob's sidecar name; where it cannot, removes any sidecar of an
+// earlier blob there (Head then hashes the blob again).
+void PublishSidecar(const fs::path& sidecar_temp, const fs::path& final_path, RemoveOnExit& remove_sidecar_temp) {
+  if (::rename(sidecar_temp.c_str(), SidecarPath(final_path).c_str()) == 0) {
+    remove_sidecar_temp.Release();
+  } else {
+    ::unlink(SidecarPath(final_path).c_str());  // never leave a sidecar of an earlier blob: Head rehashes instead
+  }
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<DirectoryBlobStore>> DirectoryBlobStore::Open(const fs::path& root) {
@@ -218,77 +303,15 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
   // A non-durable Put writes over a spare, whose pages are in memory, when there is one. It is then published like
   // a named temp file (link, and the spare's name unlinked on return), after it is cut to the new size.
   std::optional<Spare> spare = options.durable ? std::nullopt : TakeSpare(options.size_hint);
-  // The bytes go into an unnamed file (O_TMPFILE) that linkat() names once it is whole: one change to the directory
-  // per Put, not three (create, link and unlink a temp name). Those took the directory's lock, which 16 upload
-  // threads contended on (spinning) when 10,000 updates of a round went into one directory. File systems without
-  // O_TMPFILE get a named temp file instead.
-  fs::path temp_path;
-  int raw_fd = -1;
-  if (spare) {
-    raw_fd = ::open(spare->path.c_str(), O_WRONLY | O_CLOEXEC);
-    if (raw_fd >= 0) {
-      temp_path = spare->path;
-      ++spares_reused_;
-    } else {
-      ::unlink(spare->path.c_str());
-    }
-  }
-  if (raw_fd < 0) raw_fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
-  if (raw_fd < 0 && temp_path.empty() && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-    temp_path = fs::path(final_path.string() + suffix);
-    raw_fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  }
+  const auto [raw_fd, temp_path] = OpenBlobFile(spare, final_path, suffix);
   RemoveOnExit remove_temp(temp_path);  // an empty path: nothing to remove
   Fd fd(raw_fd);
-  if (fd.get() < 0 && errno == ENOTDIR) {
-    return FailedPreconditionError("blob '" + std::string(key) +
-                                   "' cannot be stored: a blob exists where one of its directories would be");
-  }
+  if (fd.get() < 0 && errno == ENOTDIR) return BlobInTheWayError(key);
   if (fd.get() < 0) return WriteError("creating", final_path);
 
   const auto start = std::chrono::steady_clock::now();
-  // Hashing on a second thread needs a second buffer: the next chunk is read while the last one is hashed.
-  // Not zero-filled: a job's setup puts thousands of small shard files, and clearing 1 MiB for each was most of it.
-  const size_t num_buffers = options.hash_on_second_thread ? 2 : 1;
-  const std::unique_ptr<std::byte[]> buffer = std::make_unique_for_overwrite<std::byte[]>(num_buffers * kChunkBytes);
-  // Declared after the buffer, so that on an early return the hashing thread is done with it before it is freed.
-  std::optional<Sha256> hasher;
-  std::optional<BackgroundSha256> background_hasher;
-  if (options.hash_on_second_thread) {
-    background_hasher.emplace();
-  } else {
-    hasher.emplace();
-  }
-  uint64_t size_bytes = 0;
-  for (size_t turn = 0;; ++turn) {
-    const std::span<std::byte> chunk(buffer.get() + (turn % num_buffers) * kChunkBytes, kChunkBytes);
-    PARSYN_ASSIGN_OR_RETURN(size_t n, data.Read(chunk));
-    if (n == 0) break;
-    size_bytes += n;
-    if (options.max_size_bytes && size_bytes > *options.max_size_bytes) {
-      return ResourceExhaustedError("blob '" + std::string(key) + "' is larger than the limit of " +
-                                    std::to_string(*options.max_size_bytes) + " bytes");
-    }
-    if (background_hasher) {
-      background_hasher->Update(std::span<const std::byte>(chunk.data(), n));
-    } else {
-      hasher->Update(std::span<const std::byte>(chunk.data(), n));
-    }
-    if (options.observe_chunk)
-      PARSYN_RETURN_IF_ERROR(options.observe_chunk(std::span<const std::byte>(chunk.data(), n)));
-    size_t done = 0;
-    while (done < n) {
-      ssize_t w = ::write(fd.get(), chunk.data() + done, std::min(n - done, kMaxWriteBytes));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return WriteError("writing", final_path);
-      done += static_cast<size_t>(w);
-    }
-    // A durable blob's pages start going to disk now, while the next chunks are read and hashed, so the fsync
-    // below waits only for the last of them. Asynchronous and advisory: the fsync is what makes the blob durable.
-    if (options.durable) {
-      ::sync_file_range(fd.get(), static_cast<off_t>(size_bytes - n), static_cast<off_t>(n), SYNC_FILE_RANGE_WRITE);
-    }
-  }
+  PARSYN_ASSIGN_OR_RETURN(const ReceivedBlob received, ReceiveInto(fd.get(), data, key, final_path, options));
+  const uint64_t size_bytes = received.size_bytes;
   // A spare was no larger than the hint; a blob shorter than the spare would cut the file under a reader that may
   // still map the spare's old blob (SIGBUS there), so it is not stored.
   if (spare && !temp_path.empty()) {
@@ -299,7 +322,7 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
     if (::ftruncate(fd.get(), static_cast<off_t>(size_bytes)) != 0) return WriteError("truncating", final_path);
   }
   const auto written = std::chrono::steady_clock::now();
-  BlobInfo info{std::string(key), size_bytes, background_hasher ? background_hasher->HexDigest() : hasher->HexDigest()};
+  BlobInfo info{std::string(key), size_bytes, received.sha256};
   if (options.expected_sha256 && *options.expected_sha256 != info.sha256) {
     return DataLossError("blob '" + std::string(key) + "' has sha256 " + info.sha256 + ", expected " +
                          *options.expected_sha256);
@@ -319,36 +342,19 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
   // its own temp name) so a blob is rarely seen without it; it is only a cache, so it is not fsynced (one journal
   // commit less per durable Put): after a crash its name may hold no bytes, and Head then hashes the blob again.
   const fs::path sidecar_temp = fs::path(SidecarPath(final_path).string() + suffix);
-  RemoveOnExit remove_sidecar_temp(sidecar_temp);
-  if (sha256_in_xattr) {
-    remove_sidecar_temp.Release();
-  } else {
-    PARSYN_RETURN_IF_ERROR(WriteSmallFile(sidecar_temp, info.sha256, /*durable=*/false));
-  }
+  RemoveOnExit remove_sidecar_temp(sha256_in_xattr ? fs::path() : sidecar_temp);
+  if (!sha256_in_xattr) PARSYN_RETURN_IF_ERROR(WriteSmallFile(sidecar_temp, info.sha256, /*durable=*/false));
 
   // link() is atomic and fails if the name exists: the blob appears whole, and exactly one racing Put wins.
   const int linked =
       temp_path.empty() ? LinkUnnamedFile(fd.get(), final_path) : ::link(temp_path.c_str(), final_path.c_str());
-  if (linked != 0) {
-    if (errno == EEXIST) return AlreadyExistsError("blob '" + std::string(key) + "' already exists");
-    if (errno == ENOTDIR) {  // a spare is opened by its own name, so a blob on the key's path shows only here
-      return FailedPreconditionError("blob '" + std::string(key) +
-                                     "' cannot be stored: a blob exists where one of its directories would be");
-    }
-    return WriteError("linking", final_path);
-  }
+  if (linked != 0) return LinkError(key, final_path);
   if (temp_path.empty() && fd.Close() != 0) {
     const Status closing = WriteError("closing", final_path);
     ::unlink(final_path.c_str());  // not published after all (close() fails on local file systems all but never)
     return closing;
   }
-  if (!sha256_in_xattr) {
-    if (::rename(sidecar_temp.c_str(), SidecarPath(final_path).c_str()) == 0) {
-      remove_sidecar_temp.Release();
-    } else {
-      ::unlink(SidecarPath(final_path).c_str());  // never leave a sidecar of an earlier blob: Head rehashes instead
-    }
-  }
+  if (!sha256_in_xattr) PublishSidecar(sidecar_temp, final_path, remove_sidecar_temp);
   // remove_temp unlinks the temp name on return; the blob keeps its data through the final name.
   if (options.durable) PARSYN_RETURN_IF_ERROR(FsyncDir(dir));
   using Millis = std::chrono::duration<double, std::milli>;
@@ -356,6 +362,31 @@ StatusOr<BlobInfo> DirectoryBlobStore::Put(std::string_view key, ByteSource& dat
                    key, size_bytes, Millis(written - start).count(), Millis(synced - written).count(),
                    Millis(std::chrono::steady_clock::now() - synced).count());
   return info;
+}
+
+std::pair<int, fs::path> DirectoryBlobStore::OpenBlobFile(const std::optional<Spare>& spare, const fs::path& final_path,
+                                                          const std::string& temp_suffix) {
+  // The bytes go into an unnamed file (O_TMPFILE) that linkat() names once it is whole: one change to the directory
+  // per Put, not three (create, link and unlink a temp name). Those took the directory's lock, which 16 upload
+  // threads contended on (spinning) when 10,000 updates of a round went into one directory. File systems without
+  // O_TMPFILE get a named temp file instead.
+  fs::path temp_path;
+  int raw_fd = -1;
+  if (spare) {
+    raw_fd = ::open(spare->path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (raw_fd >= 0) {
+      temp_path = spare->path;
+      ++spares_reused_;
+    } else {
+      ::unlink(spare->path.c_str());
+    }
+  }
+  if (raw_fd < 0) raw_fd = ::open(final_path.parent_path().c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  if (raw_fd < 0 && temp_path.empty() && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    temp_path = fs::path(final_path.string() + temp_suffix);
+    raw_fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  }
+  return {raw_fd, std::move(temp_path)};
 }
 
 Status DirectoryBlobStore::EnsureKeyDirs(const fs::path& relative, bool durable) {

@@ -35,6 +35,7 @@
 #include <string>
 #include <thread>
 #include <unordered_set>
+#include <utility>
 
 #include "storage/blob_store.h"
 
@@ -89,6 +90,12 @@ class DirectoryBlobStore final : public BlobStore {
   // Unlinks spares as they expire; sleeps while there are none (started by the first Recycle, stopped by the
   // destructor).
   void SweepSpares(std::stop_token stop);
+  // Opens the file a Put of `final_path` writes into: `spare` if there is one and it opens, else an unnamed file in
+  // its directory (O_TMPFILE), else (no O_TMPFILE there) a named temp file. Returns the descriptor (-1 with errno
+  // set) and the file's name (empty: unnamed).
+  std::pair<int, std::filesystem::path> OpenBlobFile(const std::optional<Spare>& spare,
+                                                     const std::filesystem::path& final_path,
+                                                     const std::string& temp_suffix);
   // Creates the directories of `relative` (a key's parent) under the root; `durable`: and makes their entries durable.
   Status EnsureKeyDirs(const std::filesystem::path& relative, bool durable);
 

@@ -463,11 +463,60 @@ StatusOr<AwsCredentials> LoadAwsCredentials(const EnvLookup& env, std::string_vi
   return AwsCredentials{values["aws_access_key_id"], values["aws_secret_access_key"], values["aws_session_token"]};
 }
 
+namespace {
+
+// An s3:// URI's error: InvalidArgument saying `why` and what such a URI looks like.
+Status BadS3Uri(std::string_view uri, const std::string& why) {
+  return InvalidArgumentError("blob store URI '" + std::string(uri) + "': " + why +
+                              "; expected s3://BUCKET[/PREFIX][?endpoint=URL&region=R&path_style=0|1&profile=P]");
+}
+
+// The options of an s3:// URI's query that ParseS3BlobStoreUri resolves further (defaults from the environment, the
+// endpoint checked against the bucket); the part sizes go into the store's options directly.
+struct S3UriQuery {
+  std::optional<std::string> endpoint, region, path_style, profile;
+};
+
+// Parses the query of s3:// URI `uri` (the text after '?'): "name=value" pairs joined by '&', values
+// percent-encoded.
+StatusOr<S3UriQuery> ParseS3UriQuery(std::string_view uri, std::string_view query, S3BlobStoreOptions& options) {
+  S3UriQuery q;
+  while (!query.empty()) {
+    size_t amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    size_t eq = pair.find('=');
+    std::string name(pair.substr(0, eq));
+    std::string value = eq == std::string_view::npos ? "" : PercentDecode(pair.substr(eq + 1));
+    if (name == "endpoint")
+      q.endpoint = value;
+    else if (name == "region")
+      q.region = value;
+    else if (name == "path_style")
+      q.path_style = value;
+    else if (name == "profile")
+      q.profile = value;
+    else if (name == "multipart_threshold_mib" || name == "part_size_mib") {
+      uint64_t mib = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), mib);
+      const uint64_t least = name == "part_size_mib" ? 5 : 0;  // S3's smallest part but the last is 5 MiB
+      if (ec != std::errc() || end != value.data() + value.size() || mib < least || mib > 5 * 1024) {
+        return BadS3Uri(uri, name + " must be a whole number of MiB from " + std::to_string(least) + " to 5120");
+      }
+      (name == "part_size_mib" ? options.part_size_bytes : options.multipart_threshold_bytes) = mib << 20;
+    } else {
+      return BadS3Uri(uri,
+                      "unknown option '" + name +
+                          "' (known: endpoint, region, path_style, profile, multipart_threshold_mib, part_size_mib)");
+    }
+  }
+  return q;
+}
+
+}  // namespace
+
 StatusOr<S3BlobStoreOptions> ParseS3BlobStoreUri(std::string_view uri, const EnvLookup& env) {
-  auto bad = [&](const std::string& why) {
-    return InvalidArgumentError("blob store URI '" + std::string(uri) + "': " + why +
-                                "; expected s3://BUCKET[/PREFIX][?endpoint=URL&region=R&path_style=0|1&profile=P]");
-  };
+  auto bad = [&](const std::string& why) { return BadS3Uri(uri, why); };
   if (!uri.starts_with("s3://")) return bad("it does not start with s3://");
   std::string_view rest = uri.substr(5);
   std::string_view query;
@@ -490,35 +539,8 @@ StatusOr<S3BlobStoreOptions> ParseS3BlobStoreUri(std::string_view uri, const Env
     }
   }
 
-  std::optional<std::string> endpoint, region, path_style, profile;
-  while (!query.empty()) {
-    size_t amp = query.find('&');
-    std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    size_t eq = pair.find('=');
-    std::string name(pair.substr(0, eq));
-    std::string value = eq == std::string_view::npos ? "" : PercentDecode(pair.substr(eq + 1));
-    if (name == "endpoint")
-      endpoint = value;
-    else if (name == "region")
-      region = value;
-    else if (name == "path_style")
-      path_style = value;
-    else if (name == "profile")
-      profile = value;
-    else if (name == "multipart_threshold_mib" || name == "part_size_mib") {
-      uint64_t mib = 0;
-      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), mib);
-      const uint64_t least = name == "part_size_mib" ? 5 : 0;  // S3's smallest part but the last is 5 MiB
-      if (ec != std::errc() || end != value.data() + value.size() || mib < least || mib > 5 * 1024) {
-        return bad(name + " must be a whole number of MiB from " + std::to_string(least) + " to 5120");
-      }
-      (name == "part_size_mib" ? options.part_size_bytes : options.multipart_threshold_bytes) = mib << 20;
-    } else {
-      return bad("unknown option '" + name +
-                 "' (known: endpoint, region, path_style, profile, multipart_threshold_mib, part_size_mib)");
-    }
-  }
+  PARSYN_ASSIGN_OR_RETURN(S3UriQuery query_options, ParseS3UriQuery(uri, query, options));
+  auto& [endpoint, region, path_style, profile] = query_options;
 
   if (!region || region->empty()) region = env("AWS_REGION");
   if (!region || region->empty()) region = env("AWS_DEFAULT_REGION");

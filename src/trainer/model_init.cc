@@ -57,7 +57,10 @@ Status WriteModelFolder(const LlamaModel& model, const std::filesystem::path& di
   return Status::Ok();
 }
 
-StatusOr<LlamaConfig> InitModelFolder(const std::filesystem::path& dir, const ModelInitOptions& options) {
+namespace {
+
+// InvalidArgument for an architecture other than llama and qwen2, or a size or constant out of its range.
+Status CheckModelInitOptions(const ModelInitOptions& options) {
   if (options.architecture != "llama" && options.architecture != "qwen2") {
     return InvalidArgumentError("architecture '" + options.architecture + "' is not supported (llama, qwen2)");
   }
@@ -75,6 +78,13 @@ StatusOr<LlamaConfig> InitModelFolder(const std::filesystem::path& dir, const Mo
   if (!(options.rope_theta > 0) || !(options.rms_norm_eps > 0)) {
     return InvalidArgumentError("rope_theta and rms_norm_eps must be positive");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<LlamaConfig> InitModelFolder(const std::filesystem::path& dir, const ModelInitOptions& options) {
+  PARSYN_RETURN_IF_ERROR(CheckModelInitOptions(options));
   std::error_code ec;
   if (std::filesystem::exists(dir / "config.json", ec)) {
     return AlreadyExistsError(dir.string() + " already holds a model (config.json)");

@@ -196,6 +196,82 @@ StatusOr<TrainTask> ReadTrainTaskFile(const std::filesystem::path& path) {
 
 namespace {
 
+// Loads the task's initial weights (finite, the model's trainable layout) into `model`.
+Status LoadInitialWeights(const std::filesystem::path& path, TrainableModel& model) {
+  auto initial = weights::ReadSafetensorsFile(path);
+  if (!initial.ok()) return initial.status().WithContext("initial weights " + path.string());
+  if (Status s = weights::CheckFinite(*initial); !s.ok()) return s.WithContext("initial weights " + path.string());
+  if (Status s = model.ImportTrainable(*initial); !s.ok()) return s.WithContext("initial weights " + path.string());
+  return Status::Ok();
+}
+
+// The training loop's options for the task; each step is reported to `on_event` as a progress event.
+TrainOptions TrainOptionsFor(const TrainTask& task, bool language_model, bool autocast, const TaskEventSink& on_event,
+                             std::stop_token stop) {
+  TrainOptions options;
+  options.config = task.config;
+  options.max_steps = task.steps;
+  options.seed = task.seed;
+  options.schedule_start_step = task.schedule_start_step;
+  options.schedule_total_steps = task.schedule_total_steps;
+  options.proximal_mu = task.proximal_mu;
+  options.language_model = language_model;
+  options.autocast = autocast;
+  options.stop = stop;
+  options.on_step = [&on_event, language_model](const StepProgress& p) {
+    protocol::TrainerProgress progress{.step = p.step, .total_steps = p.total_steps};
+    if (std::isfinite(p.loss)) progress.loss = p.loss;
+    progress.throughput = language_model ? p.tokens_per_s : p.samples_per_s;
+    progress.throughput_unit = language_model ? protocol::kTokensPerSecond : protocol::kSamplesPerSecond;
+    json event = protocol::TrainerProgressToJson(progress);
+    event["epoch"] = p.epoch;
+    event["lr"] = p.learning_rate;
+    event["grad_norm"] = std::isfinite(p.grad_norm) ? json(p.grad_norm) : json(nullptr);
+    event["skipped"] = p.skipped;
+    if (on_event) on_event(event);
+  };
+  return options;
+}
+
+// Writes the trained weights (checked finite) to the task's output_weights and, if asked, the loadable model folder.
+Status WriteTrainedWeights(const TrainTask& task, const Prepared& prepared) {
+  TrainableModel& model = *prepared.model;
+  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet trained, model.ExportTrainable());
+  if (Status s = weights::CheckFinite(trained); !s.ok()) return s.WithContext("trained weights");
+  {
+    std::error_code ec;
+    if (task.output_weights.has_parent_path())
+      std::filesystem::create_directories(task.output_weights.parent_path(), ec);
+  }
+  PARSYN_RETURN_IF_ERROR(weights::WriteSafetensorsFile(trained, task.output_weights));
+  if (!task.output_model_dir.empty()) {
+    if (Status s = prepared.save_model_dir(task.output_model_dir); !s.ok()) {
+      return s.WithContext("writing " + task.output_model_dir.string());
+    }
+  }
+  return Status::Ok();
+}
+
+// The task's result (result.json): the contract's keys, then this trainer's own (ignored by readers of the contract).
+json ResultJson(const TrainTask& task, const Prepared& prepared, const TrainSummary& summary,
+                const json& validation_before, const json& validation_after) {
+  protocol::TrainerResult contract_result{.num_samples = prepared.train->size(),
+                                          .num_validation = prepared.validation->size(),
+                                          .validation_before = validation_before,
+                                          .validation_after = validation_after,
+                                          .metrics = json{{"steps", summary.steps},
+                                                          {"examples_seen", summary.examples_seen},
+                                                          {"tokens_seen", summary.tokens_seen},
+                                                          {"wall_s", summary.wall_seconds}}};
+  if (summary.steps > 0) contract_result.train_loss = summary.mean_loss;
+  json result = protocol::TrainerResultToJson(contract_result);
+  result["kind"] = prepared.kind;
+  result["weights"] = task.output_weights.string();
+  result["weights_sha256"] = Sha256OfFile(task.output_weights);
+  if (!task.output_model_dir.empty()) result["model_dir"] = task.output_model_dir.string();
+  return result;
+}
+
 StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink& on_event, std::stop_token stop) {
   PARSYN_ASSIGN_OR_RETURN(const torch::Device device, ParseDevice(task.device));
   if (task.config.mixed_precision == MixedPrecision::kFp16 && !device.is_cuda()) {
@@ -212,16 +288,7 @@ StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink&
   Prepared prepared = std::move(prepared_or).value();
   TrainableModel& model = *prepared.model;
 
-  if (!task.initial_weights.empty()) {
-    auto initial = weights::ReadSafetensorsFile(task.initial_weights);
-    if (!initial.ok()) return initial.status().WithContext("initial weights " + task.initial_weights.string());
-    if (Status s = weights::CheckFinite(*initial); !s.ok()) {
-      return s.WithContext("initial weights " + task.initial_weights.string());
-    }
-    if (Status s = model.ImportTrainable(*initial); !s.ok()) {
-      return s.WithContext("initial weights " + task.initial_weights.string());
-    }
-  }
+  if (!task.initial_weights.empty()) PARSYN_RETURN_IF_ERROR(LoadInitialWeights(task.initial_weights, model));
 
   const bool language_model = prepared.kind == "language_model";
   const int64_t num_train = prepared.train->size();
@@ -256,28 +323,7 @@ StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink&
 
   TrainSummary summary;
   if (plan.total_steps > 0) {
-    TrainOptions options;
-    options.config = task.config;
-    options.max_steps = task.steps;
-    options.seed = task.seed;
-    options.schedule_start_step = task.schedule_start_step;
-    options.schedule_total_steps = task.schedule_total_steps;
-    options.proximal_mu = task.proximal_mu;
-    options.language_model = language_model;
-    options.autocast = prepared.autocast;
-    options.stop = stop;
-    options.on_step = [&](const StepProgress& p) {
-      protocol::TrainerProgress progress{.step = p.step, .total_steps = p.total_steps};
-      if (std::isfinite(p.loss)) progress.loss = p.loss;
-      progress.throughput = language_model ? p.tokens_per_s : p.samples_per_s;
-      progress.throughput_unit = language_model ? protocol::kTokensPerSecond : protocol::kSamplesPerSecond;
-      json event = protocol::TrainerProgressToJson(progress);
-      event["epoch"] = p.epoch;
-      event["lr"] = p.learning_rate;
-      event["grad_norm"] = std::isfinite(p.grad_norm) ? json(p.grad_norm) : json(nullptr);
-      event["skipped"] = p.skipped;
-      emit(event);
-    };
+    const TrainOptions options = TrainOptionsFor(task, language_model, prepared.autocast, on_event, stop);
     PARSYN_ASSIGN_OR_RETURN(summary, Train(model, *prepared.train, options));
   }
 
@@ -288,35 +334,9 @@ StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink&
     validation_after = validation_before;  // evaluation only: the weights did not change
   }
 
-  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet trained, model.ExportTrainable());
-  if (Status s = weights::CheckFinite(trained); !s.ok()) return s.WithContext("trained weights");
-  {
-    std::error_code ec;
-    if (task.output_weights.has_parent_path())
-      std::filesystem::create_directories(task.output_weights.parent_path(), ec);
-  }
-  PARSYN_RETURN_IF_ERROR(weights::WriteSafetensorsFile(trained, task.output_weights));
-  if (!task.output_model_dir.empty()) {
-    if (Status s = prepared.save_model_dir(task.output_model_dir); !s.ok()) {
-      return s.WithContext("writing " + task.output_model_dir.string());
-    }
-  }
+  PARSYN_RETURN_IF_ERROR(WriteTrainedWeights(task, prepared));
 
-  protocol::TrainerResult contract_result{.num_samples = num_train,
-                                          .num_validation = prepared.validation->size(),
-                                          .validation_before = validation_before,
-                                          .validation_after = validation_after,
-                                          .metrics = json{{"steps", summary.steps},
-                                                          {"examples_seen", summary.examples_seen},
-                                                          {"tokens_seen", summary.tokens_seen},
-                                                          {"wall_s", summary.wall_seconds}}};
-  if (summary.steps > 0) contract_result.train_loss = summary.mean_loss;
-  // The contract's keys, then this trainer's own (ignored by readers of the contract).
-  json result = protocol::TrainerResultToJson(contract_result);
-  result["kind"] = prepared.kind;
-  result["weights"] = task.output_weights.string();
-  result["weights_sha256"] = Sha256OfFile(task.output_weights);
-  if (!task.output_model_dir.empty()) result["model_dir"] = task.output_model_dir.string();
+  const json result = ResultJson(task, prepared, summary, validation_before, validation_after);
   PARSYN_RETURN_IF_ERROR(WriteJsonFile(result, task.output_result));
   return result;
 }

@@ -182,6 +182,115 @@ torch::Tensor ProximalTerm(const std::vector<torch::Tensor>& params, const std::
   return squared_distance * (mu / 2);
 }
 
+namespace {
+
+// AdamW's parameter groups: the parameters the model decays with config.weight_decay, and the others with none.
+std::vector<torch::optim::OptimizerParamGroup> ParamGroups(TrainableModel& model,
+                                                           const std::vector<torch::Tensor>& params,
+                                                           const std::vector<std::string>& names,
+                                                           const TrainConfig& config) {
+  std::vector<torch::Tensor> decayed;
+  std::vector<torch::Tensor> not_decayed;
+  for (size_t i = 0; i < params.size(); ++i) {
+    (model.UsesWeightDecay(names[i]) ? decayed : not_decayed).push_back(params[i]);
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!decayed.empty()) {
+    groups.emplace_back(decayed,
+                        std::make_unique<torch::optim::AdamWOptions>(
+                            torch::optim::AdamWOptions(config.learning_rate).weight_decay(config.weight_decay)));
+  }
+  if (!not_decayed.empty()) {
+    groups.emplace_back(not_decayed, std::make_unique<torch::optim::AdamWOptions>(
+                                         torch::optim::AdamWOptions(config.learning_rate).weight_decay(0.0)));
+  }
+  return groups;
+}
+
+// Frozen fp32 copies of the parameters, on their device: FedProx's anchor, the weights a run starts from.
+std::vector<torch::Tensor> FrozenCopies(const std::vector<torch::Tensor>& params) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> anchors;
+  for (const auto& p : params) anchors.push_back(p.detach().to(torch::kFloat32, false, /*copy=*/true));
+  return anchors;
+}
+
+// What one optimizer step's micro-batches came to.
+struct StepTotals {
+  double loss = 0;  // the mean of the micro-batches' losses
+  int64_t tokens = 0;
+  int64_t examples = 0;
+};
+
+// Runs forward and backward over one optimizer step's micro-batches, accumulating their gradients: each loss scaled
+// by `scaler` and averaged, plus FedProx's proximal term against `anchors` (if any) once. `step` is 0-based.
+StatusOr<StepTotals> AccumulateGradients(TrainableModel& model, const ExampleSet& examples,
+                                         const std::vector<std::span<const int64_t>>& micro_batches,
+                                         const TrainOptions& options, const LossScaler& scaler,
+                                         const std::vector<torch::Tensor>& params,
+                                         const std::vector<torch::Tensor>& anchors, int64_t step) {
+  const TrainConfig& config = options.config;
+  const torch::Device device = model.device();
+  StepTotals totals;
+  for (const auto& indices : micro_batches) {
+    if (options.stop.stop_requested())
+      return CancelledError("training stopped on request at step " + std::to_string(step + 1));
+    const Batch batch = examples.MakeBatch(indices, device);
+    StepOutput out;
+    {
+      AutocastScope autocast(options.autocast ? config.mixed_precision : MixedPrecision::kNo, device);
+      out = model.Forward(batch);
+    }
+    const double loss_value = out.loss.item<double>();
+    if (!std::isfinite(loss_value) && config.mixed_precision != MixedPrecision::kFp16) {
+      return InvalidArgumentError("the training loss became " + std::to_string(loss_value) + " at step " +
+                                  std::to_string(step + 1) + " (learning rate too high, or bad input values?)");
+    }
+    torch::Tensor objective = out.loss * (scaler.scale() / static_cast<double>(micro_batches.size()));
+    // The proximal term once per optimizer step (weights do not change between its micro-batches), in fp32.
+    if (!anchors.empty() && &indices == &micro_batches.front()) {
+      objective = objective + ProximalTerm(params, anchors, options.proximal_mu) * scaler.scale();
+    }
+    objective.backward();
+    totals.loss += loss_value / static_cast<double>(micro_batches.size());
+    totals.tokens += out.num_tokens;
+    totals.examples += static_cast<int64_t>(indices.size());
+  }
+  return totals;
+}
+
+// One optimizer step's micro-batches of the epoch's `order`, from `position` on: up to gradient_accumulation_steps
+// of them, never past the epoch's end. Advances `position` past them.
+std::vector<std::span<const int64_t>> TakeMicroBatches(const std::vector<int64_t>& order, int64_t& position,
+                                                       const TrainConfig& config) {
+  const int64_t n = static_cast<int64_t>(order.size());
+  std::vector<std::span<const int64_t>> micro_batches;
+  for (int64_t m = 0; m < config.gradient_accumulation_steps && position < n; ++m) {
+    const int64_t count = std::min(config.batch_size, n - position);
+    micro_batches.emplace_back(order.data() + position, static_cast<size_t>(count));
+    position += count;
+  }
+  return micro_batches;
+}
+
+// The progress report of optimizer step `step` (0-based) that took `seconds`; `applied`: false when it was skipped.
+StepProgress ProgressOf(int64_t step, int64_t total_steps, int64_t epoch, double lr, double grad_norm,
+                        const StepTotals& totals, double seconds, bool language_model, bool applied) {
+  StepProgress progress;
+  progress.step = step + 1;
+  progress.total_steps = total_steps;
+  progress.epoch = epoch;
+  progress.loss = totals.loss;
+  progress.learning_rate = lr;
+  progress.grad_norm = grad_norm;
+  progress.tokens_per_s = language_model && seconds > 0 ? totals.tokens / seconds : 0;
+  progress.samples_per_s = seconds > 0 ? totals.examples / seconds : 0;
+  progress.skipped = !applied;
+  return progress;
+}
+
+}  // namespace
+
 StatusOr<TrainSummary> Train(TrainableModel& model, const ExampleSet& examples, const TrainOptions& options) {
   const TrainConfig& config = options.config;
   const torch::Device device = model.device();
@@ -208,28 +317,10 @@ StatusOr<TrainSummary> Train(TrainableModel& model, const ExampleSet& examples, 
                            std::to_string(names.size()) + " names");
     }
     if (params.empty()) return InvalidArgumentError("the model has no trainable parameters");
-    std::vector<torch::Tensor> decayed;
-    std::vector<torch::Tensor> not_decayed;
-    for (size_t i = 0; i < params.size(); ++i) {
-      (model.UsesWeightDecay(names[i]) ? decayed : not_decayed).push_back(params[i]);
-    }
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    if (!decayed.empty()) {
-      groups.emplace_back(decayed,
-                          std::make_unique<torch::optim::AdamWOptions>(
-                              torch::optim::AdamWOptions(config.learning_rate).weight_decay(config.weight_decay)));
-    }
-    if (!not_decayed.empty()) {
-      groups.emplace_back(not_decayed, std::make_unique<torch::optim::AdamWOptions>(
-                                           torch::optim::AdamWOptions(config.learning_rate).weight_decay(0.0)));
-    }
-    torch::optim::AdamW optimizer(std::move(groups), torch::optim::AdamWOptions(config.learning_rate));
+    torch::optim::AdamW optimizer(ParamGroups(model, params, names, config),
+                                  torch::optim::AdamWOptions(config.learning_rate));
     // FedProx's anchor: the weights this run starts from, frozen (fp32, on the model's device).
-    std::vector<torch::Tensor> anchors;
-    if (mu > 0) {
-      torch::NoGradGuard no_grad;
-      for (const auto& p : params) anchors.push_back(p.detach().to(torch::kFloat32, false, /*copy=*/true));
-    }
+    const std::vector<torch::Tensor> anchors = mu > 0 ? FrozenCopies(params) : std::vector<torch::Tensor>();
     LossScaler scaler(config.mixed_precision == MixedPrecision::kFp16);
 
     model.Train(true);
@@ -252,40 +343,9 @@ StatusOr<TrainSummary> Train(TrainableModel& model, const ExampleSet& examples, 
       }
       optimizer.zero_grad();
 
-      // This step's micro-batches: up to gradient_accumulation_steps of them, never past the epoch's end.
-      std::vector<std::span<const int64_t>> micro_batches;
-      for (int64_t m = 0; m < config.gradient_accumulation_steps && position < n; ++m) {
-        const int64_t count = std::min(config.batch_size, n - position);
-        micro_batches.emplace_back(order.data() + position, static_cast<size_t>(count));
-        position += count;
-      }
-      double step_loss = 0;
-      int64_t step_tokens = 0;
-      int64_t step_examples = 0;
-      for (const auto& indices : micro_batches) {
-        if (options.stop.stop_requested())
-          return CancelledError("training stopped on request at step " + std::to_string(step + 1));
-        const Batch batch = examples.MakeBatch(indices, device);
-        StepOutput out;
-        {
-          AutocastScope autocast(options.autocast ? config.mixed_precision : MixedPrecision::kNo, device);
-          out = model.Forward(batch);
-        }
-        const double loss_value = out.loss.item<double>();
-        if (!std::isfinite(loss_value) && config.mixed_precision != MixedPrecision::kFp16) {
-          return InvalidArgumentError("the training loss became " + std::to_string(loss_value) + " at step " +
-                                      std::to_string(step + 1) + " (learning rate too high, or bad input values?)");
-        }
-        torch::Tensor objective = out.loss * (scaler.scale() / static_cast<double>(micro_batches.size()));
-        // The proximal term once per optimizer step (weights do not change between its micro-batches), in fp32.
-        if (!anchors.empty() && &indices == &micro_batches.front()) {
-          objective = objective + ProximalTerm(params, anchors, mu) * scaler.scale();
-        }
-        objective.backward();
-        step_loss += loss_value / static_cast<double>(micro_batches.size());
-        step_tokens += out.num_tokens;
-        step_examples += static_cast<int64_t>(indices.size());
-      }
+      const std::vector<std::span<const int64_t>> micro_batches = TakeMicroBatches(order, position, config);
+      PARSYN_ASSIGN_OR_RETURN(const StepTotals totals, AccumulateGradients(model, examples, micro_batches, options,
+                                                                           scaler, params, anchors, step));
 
       scaler.Unscale(params);
       const double max_norm = config.max_grad_norm > 0 ? config.max_grad_norm : std::numeric_limits<double>::infinity();
@@ -295,21 +355,12 @@ StatusOr<TrainSummary> Train(TrainableModel& model, const ExampleSet& examples, 
 
       const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
       summary.steps = step + 1;
-      summary.examples_seen += step_examples;
-      summary.tokens_seen += step_tokens;
-      loss_sum += step_loss;
+      summary.examples_seen += totals.examples;
+      summary.tokens_seen += totals.tokens;
+      loss_sum += totals.loss;
       if (options.on_step) {
-        StepProgress progress;
-        progress.step = step + 1;
-        progress.total_steps = plan.total_steps;
-        progress.epoch = epoch;
-        progress.loss = step_loss;
-        progress.learning_rate = lr;
-        progress.grad_norm = grad_norm;
-        progress.tokens_per_s = options.language_model && seconds > 0 ? step_tokens / seconds : 0;
-        progress.samples_per_s = seconds > 0 ? step_examples / seconds : 0;
-        progress.skipped = !apply;
-        options.on_step(progress);
+        options.on_step(
+            ProgressOf(step, plan.total_steps, epoch, lr, grad_norm, totals, seconds, options.language_model, apply));
       }
     }
     summary.mean_loss = summary.steps > 0 ? loss_sum / static_cast<double>(summary.steps) : 0;

@@ -764,6 +764,54 @@ Status DecodeInto(const ReadBytes& compressed, const WeightSet& layout, const Fo
   return reader.ExpectEnd();
 }
 
+// InvalidArgument unless the carried residual has the update's tensors (names and shapes), each F32.
+Status CheckCarriedResidual(const WeightSet& carried, const WeightSet& update) {
+  if (carried.size() != update.size()) {
+    return InvalidArgumentError("the carried residual has " + std::to_string(carried.size()) + " tensors, the update " +
+                                std::to_string(update.size()));
+  }
+  for (size_t i = 0; i < update.size(); ++i) {
+    if (carried[i].name != update[i].name || carried[i].shape != update[i].shape || carried[i].dtype != DType::kF32) {
+      return InvalidArgumentError("carried residual tensor " + Quoted(carried[i].name) +
+                                  " does not match the update's " + Quoted(update[i].name) + " (F32, same shape)");
+    }
+  }
+  return Status::Ok();
+}
+
+// Whether `compressed` (not empty) holds exactly the parts the plans encode into, in order: names, dtypes, shapes.
+bool HasThePartsOf(const WeightSet& compressed, const std::vector<TensorPlan>& plans) {
+  bool same = compressed.size() > 0;
+  size_t k = 0;
+  for (const TensorPlan& plan : plans) {
+    for (const Part& part : plan.parts) {
+      same = same && k < compressed.size() && compressed[k].name == part.name && compressed[k].dtype == part.dtype &&
+             compressed[k].shape == part.shape;
+      ++k;
+    }
+  }
+  return same && k == compressed.size();
+}
+
+// Whether `residual` can hold the update's residual: the update's names and shapes, each F32.
+bool IsResidualOf(const WeightSet& residual, const WeightSet& update) {
+  return residual.size() == update.size() &&
+         std::equal(update.tensors().begin(), update.tensors().end(), residual.tensors().begin(),
+                    [](const Tensor& u, const Tensor& r) {
+                      return u.name == r.name && u.shape == r.shape && r.dtype == DType::kF32;
+                    });
+}
+
+// Replaces `compressed`'s metadata with the format's: codec, version, delta and (quantised) scheme.
+void SetFormatMetadata(const Format& format, WeightSet& compressed) {
+  auto& metadata = compressed.metadata();
+  metadata.clear();
+  metadata[std::string(kCodecKey)] = std::string(UpdateCodecName(format.codec));
+  metadata[std::string(kVersionKey)] = std::string(kVersion);
+  metadata[std::string(kDeltaKey)] = format.delta ? "true" : "false";
+  if (format.quantised()) metadata[std::string(kSchemeKey)] = std::string(QuantSchemeName(format.scheme));
+}
+
 }  // namespace
 
 std::string_view UpdateCodecName(UpdateCodec codec) {
@@ -792,57 +840,25 @@ Status EncodeUpdateInto(const WeightSet& update, const EncodeOptions& options, E
   if (options.delta_from) {
     PARSYN_RETURN_IF_ERROR(options.delta_from->CheckSameLayout(update).WithContext("update against the global"));
   }
-  if (options.carried_residual) {
-    const WeightSet& carried = *options.carried_residual;
-    if (carried.size() != update.size()) {
-      return InvalidArgumentError("the carried residual has " + std::to_string(carried.size()) +
-                                  " tensors, the update " + std::to_string(update.size()));
-    }
-    for (size_t i = 0; i < update.size(); ++i) {
-      if (carried[i].name != update[i].name || carried[i].shape != update[i].shape || carried[i].dtype != DType::kF32) {
-        return InvalidArgumentError("carried residual tensor " + Quoted(carried[i].name) +
-                                    " does not match the update's " + Quoted(update[i].name) + " (F32, same shape)");
-      }
-    }
-  }
+  if (options.carried_residual) PARSYN_RETURN_IF_ERROR(CheckCarriedResidual(*options.carried_residual, update));
   // Finiteness is checked on the values encoded (a non-finite input makes them non-finite), in the same pass.
   Format format{.codec = options.codec, .scheme = options.scheme, .delta = options.delta_from != nullptr};
   PARSYN_ASSIGN_OR_RETURN(std::vector<TensorPlan> plans, Plan(update, format));
 
   // Reuse `out`'s buffers when they already have the layout this encoding needs (fresh pages cost more than the
   // encoding itself); otherwise start over.
-  bool reuse = out.compressed.size() > 0;
-  {
-    size_t k = 0;
-    for (const TensorPlan& plan : plans) {
-      for (const Part& part : plan.parts) {
-        reuse = reuse && k < out.compressed.size() && out.compressed[k].name == part.name &&
-                out.compressed[k].dtype == part.dtype && out.compressed[k].shape == part.shape;
-        ++k;
-      }
-    }
-    reuse = reuse && k == out.compressed.size();
-  }
+  const bool reuse = HasThePartsOf(out.compressed, plans);
   if (!reuse) out.compressed = WeightSet();
   // The residual is reused when it matches the update (F32, same names and shapes), also when it is the carried
   // residual itself: every chunk is read before its residual is written.
-  const bool reuse_residual = options.want_residual && out.residual.size() == update.size() &&
-                              std::equal(update.tensors().begin(), update.tensors().end(),
-                                         out.residual.tensors().begin(), [](const Tensor& u, const Tensor& r) {
-                                           return u.name == r.name && u.shape == r.shape && r.dtype == DType::kF32;
-                                         });
+  const bool reuse_residual = options.want_residual && IsResidualOf(out.residual, update);
   if (!reuse_residual) {
     if (options.carried_residual == &out.residual && options.want_residual) {
       return InvalidArgumentError("the carried residual is the output's and does not match the update");
     }
     out.residual = WeightSet();
   }
-  auto& metadata = out.compressed.metadata();
-  metadata.clear();
-  metadata[std::string(kCodecKey)] = std::string(UpdateCodecName(format.codec));
-  metadata[std::string(kVersionKey)] = std::string(kVersion);
-  metadata[std::string(kDeltaKey)] = format.delta ? "true" : "false";
-  if (format.quantised()) metadata[std::string(kSchemeKey)] = std::string(QuantSchemeName(format.scheme));
+  SetFormatMetadata(format, out.compressed);
 
   size_t next_part = 0;
   for (size_t i = 0; i < plans.size(); ++i) {

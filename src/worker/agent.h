@@ -147,6 +147,10 @@ class Agent {
   Status ExecuteTask(const Session& session, const protocol::Task& task, std::stop_token stop);
   StatusOr<TaskFiles> FetchInputs(const protocol::Task& task, const std::filesystem::path& task_dir,
                                   std::stop_token stop);
+  // Downloads the round's global weights to `global_weights` (through their zstd copy when the task offers one) and
+  // checks their sha256.
+  Status FetchGlobalWeights(const protocol::Task& task, const std::filesystem::path& task_dir,
+                            const std::filesystem::path& global_weights, std::stop_token stop);
   // Runs `trainer` on the task file through the supervisor, reporting its progress; returns its checked output.
   StatusOr<TrainerOutput> RunTrainer(const Session& session, const protocol::Task& task, const TrainerCommand& trainer,
                                      const std::filesystem::path& task_file, const protocol::TrainerTask& trainer_task,

@@ -36,6 +36,28 @@ std::string JsonSafePrefix(std::string_view text, size_t max_bytes) {
 
 std::string ExtensionFor(const std::string& format) { return format == "csv" ? ".csv" : ".jsonl"; }
 
+// Points a "workers" job's task at the worker's own file (--data), which must be of the kind the job's model reads.
+Status UseLocalData(const protocol::Task& task, const fs::path& local_data, TaskFiles& files) {
+  // The job trains on the workers' own files. Local data never leaves: the trainer holds out its validation slice
+  // (the config's fraction, split by the job's seed: task_translation.h).
+  if (local_data.empty()) {
+    return FailedPreconditionError("job " + std::to_string(task.job_id) +
+                                   " trains on the workers' own data (data.source \"workers\"), but this worker "
+                                   "was started without --data");
+  }
+  files.data = local_data;
+  files.data_format = local_data.extension() == ".csv" ? "csv" : "jsonl";
+  const std::string& type = task.model.model_type;
+  const bool tabular_model = type.starts_with("tabular-");
+  if (!type.empty() && tabular_model != (files.data_format == "csv")) {
+    return FailedPreconditionError("job " + std::to_string(task.job_id) + "'s model is " +
+                                   (tabular_model ? "tabular (" + type + "): it needs a .csv file"
+                                                  : "a language model (" + type + "): it needs a .jsonl file") +
+                                   ", but --data is " + local_data.filename().string());
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 void Agent::RunTask(const Session& session, const json& task_json, std::stop_token stop) {
@@ -112,45 +134,9 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
     PARSYN_ASSIGN_OR_RETURN(files.model_dir, cache_.FetchModel(*blob_client_, task.model.files, stop));
   }
   files.global_weights = task_dir / "global.safetensors";
-  const std::string global_name =
-      "the global weights of round " + std::to_string(task.global_weights.round) + " (global.safetensors)";
-  if (const std::optional<protocol::TaskZstdCopy>& zstd = task.global_weights.zstd;
-      zstd && task.global_weights.size_bytes > 0) {
-    // The zstd copy: its own bytes checked, decompressed bounded by the global's size, then the global's checked.
-    const fs::path compressed = task_dir / "global.safetensors.zst";
-    PARSYN_RETURN_IF_ERROR(
-        DownloadVerified(*blob_client_, zstd->url, compressed, zstd->sha256, stop, global_name + ", zstd"));
-    PARSYN_RETURN_IF_ERROR(weights::ZstdDecompressFile(compressed, files.global_weights, task.global_weights.size_bytes)
-                               .WithContext("decompressing " + global_name));
-    std::error_code ignored;
-    fs::remove(compressed, ignored);
-    PARSYN_ASSIGN_OR_RETURN(std::string got, Sha256File(files.global_weights));
-    if (got != task.global_weights.sha256) {
-      fs::remove(files.global_weights, ignored);
-      return DataLossError(global_name + " decompressed to sha256 " + got + ", expected " + task.global_weights.sha256);
-    }
-  } else {
-    PARSYN_RETURN_IF_ERROR(DownloadVerified(*blob_client_, task.global_weights.url, files.global_weights,
-                                            task.global_weights.sha256, stop, global_name));
-  }
+  PARSYN_RETURN_IF_ERROR(FetchGlobalWeights(task, task_dir, files.global_weights, stop));
   if (task.data_source == protocol::DataSource::kWorkers) {
-    // The job trains on the workers' own files. Local data never leaves: the trainer holds out its validation slice
-    // (the config's fraction, split by the job's seed: task_translation.h).
-    if (options_.local_data.empty()) {
-      return FailedPreconditionError("job " + std::to_string(task.job_id) +
-                                     " trains on the workers' own data (data.source \"workers\"), but this worker "
-                                     "was started without --data");
-    }
-    files.data = options_.local_data;
-    files.data_format = options_.local_data.extension() == ".csv" ? "csv" : "jsonl";
-    const std::string& type = task.model.model_type;
-    const bool tabular_model = type.starts_with("tabular-");
-    if (!type.empty() && tabular_model != (files.data_format == "csv")) {
-      return FailedPreconditionError("job " + std::to_string(task.job_id) + "'s model is " +
-                                     (tabular_model ? "tabular (" + type + "): it needs a .csv file"
-                                                    : "a language model (" + type + "): it needs a .jsonl file") +
-                                     ", but --data is " + options_.local_data.filename().string());
-    }
+    PARSYN_RETURN_IF_ERROR(UseLocalData(task, options_.local_data, files));
     return files;
   }
   // A platform job trains on its shard, also on a worker started with --data (that file is for "workers" jobs).
@@ -191,6 +177,32 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
       return InternalError("cannot move the shard into " + files.data.parent_path().string() + ": " + ec.message());
   }
   return files;
+}
+
+Status Agent::FetchGlobalWeights(const protocol::Task& task, const fs::path& task_dir, const fs::path& global_weights,
+                                 std::stop_token stop) {
+  const std::string global_name =
+      "the global weights of round " + std::to_string(task.global_weights.round) + " (global.safetensors)";
+  if (const std::optional<protocol::TaskZstdCopy>& zstd = task.global_weights.zstd;
+      zstd && task.global_weights.size_bytes > 0) {
+    // The zstd copy: its own bytes checked, decompressed bounded by the global's size, then the global's checked.
+    const fs::path compressed = task_dir / "global.safetensors.zst";
+    PARSYN_RETURN_IF_ERROR(
+        DownloadVerified(*blob_client_, zstd->url, compressed, zstd->sha256, stop, global_name + ", zstd"));
+    PARSYN_RETURN_IF_ERROR(weights::ZstdDecompressFile(compressed, global_weights, task.global_weights.size_bytes)
+                               .WithContext("decompressing " + global_name));
+    std::error_code ignored;
+    fs::remove(compressed, ignored);
+    PARSYN_ASSIGN_OR_RETURN(std::string got, Sha256File(global_weights));
+    if (got != task.global_weights.sha256) {
+      fs::remove(global_weights, ignored);
+      return DataLossError(global_name + " decompressed to sha256 " + got + ", expected " + task.global_weights.sha256);
+    }
+  } else {
+    PARSYN_RETURN_IF_ERROR(DownloadVerified(*blob_client_, task.global_weights.url, global_weights,
+                                            task.global_weights.sha256, stop, global_name));
+  }
+  return Status::Ok();
 }
 
 StatusOr<const DescribedTrainer*> Agent::TrainerFor(const protocol::Task& task) const {
