@@ -3,7 +3,7 @@
 # parsyn_test(NAME <binary> SOURCES <files...> LIBS <targets...> [LABELS <labels...>] [TIMEOUT <s>]
 #             [ONE_PROCESS <name> <gtest filter> <labels>])
 # One GoogleTest binary per layer (keeps link time and test binaries few); each TEST becomes a CTest test carrying
-# the labels (`unit` by default; `integration`, `slow` as the layer says). ONE_PROCESS: the tests matching the filter
+# the labels (`unit` by default; `integration`, `slow` or `serial` as the layer says: one label each). ONE_PROCESS: the tests matching the filter
 # share a fixture too costly to start once per test (CTest runs each test in its own process), e.g. a PostgreSQL
 # server: they run together as the one CTest test <binary>.<name>, with its own labels.
 function(parsyn_test)
@@ -28,16 +28,16 @@ function(parsyn_test)
     add_test(NAME ${T_NAME}.${group_name} COMMAND ${T_NAME} --gtest_filter=${group_filter}
       WORKING_DIRECTORY "${CMAKE_SOURCE_DIR}")
     set(group_serial FALSE)
-    if("slow" IN_LIST group_labels)
+    if("serial" IN_LIST group_labels)
       set(group_serial TRUE)
     endif()
     set_tests_properties(${T_NAME}.${group_name} PROPERTIES LABELS "${group_labels}" TIMEOUT ${T_TIMEOUT}
       RUN_SERIAL ${group_serial})
   endif()
-  # `./dev test` runs two tests at a time; a `slow` test (real servers, workers and trainers that want both cores)
-  # runs alone.
+  # `./dev test` runs two tests at a time, `slow` ones (real servers, workers and trainers) too: they spend much of
+  # their time waiting on timeouts and processes. A `serial` test (one that measures timing or scale) runs alone.
   set(serial FALSE)
-  if("slow" IN_LIST T_LABELS)
+  if("serial" IN_LIST T_LABELS)
     set(serial TRUE)
   endif()
   gtest_discover_tests(${T_NAME}
