@@ -73,6 +73,10 @@ struct S3BlobStoreOptions {
 // to 1 with an explicit endpoint, 0 for AWS. InvalidArgument naming the part of the URI that is wrong.
 StatusOr<S3BlobStoreOptions> ParseS3BlobStoreUri(std::string_view uri, const EnvLookup& env);
 
+// S3's bucket naming rules: 3 to 63 of a-z, 0-9, '-' and '.', starting and ending with a letter or digit.
+// ParseS3BlobStoreUri and S3BlobStore::Create refuse other names.
+bool IsValidS3BucketName(std::string_view bucket);
+
 // What a holder of a presigned URL sends: exactly this method, URL and headers, before `expires_at`.
 struct PresignedRequest {
   std::string method;
