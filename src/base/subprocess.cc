@@ -76,6 +76,7 @@ StatusOr<Subprocess> Subprocess::Start(const std::filesystem::path& program, con
       break;
     case SubprocessOptions::Output::kInherit: break;
   }
+  if (options.stdin_fd >= 0) posix_spawn_file_actions_adddup2(&actions, options.stdin_fd, STDIN_FILENO);
   std::vector<std::string> argv_strings = {program.string()};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv = NullTerminated(argv_strings);
@@ -136,8 +137,9 @@ Subprocess::~Subprocess() {
   }
 }
 
-std::optional<std::string> Subprocess::ReadLine() {
-  std::FILE* out = state_->out;
+std::optional<std::string> Subprocess::ReadLine() { return ReadOutputLine(state_->out); }
+
+std::optional<std::string> ReadOutputLine(std::FILE* out) {
   if (!out) return std::nullopt;
   char* line = nullptr;
   size_t capacity = 0;

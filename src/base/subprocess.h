@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -32,6 +33,8 @@ struct SubprocessOptions {
   // threads) is what posix_spawn exists to avoid; so the child does it itself: it gets kDieWithParentEnv=<this pid>
   // and must call DieWithParentIfAsked() first thing in main (parsyn-trainer does).
   bool die_with_parent = false;
+  // >= 0: the child's stdin is this descriptor (ForkServer's control channel); else this process's stdin.
+  int stdin_fd = -1;
 };
 
 // The environment variable behind SubprocessOptions::die_with_parent: the pid of the parent to die with.
@@ -72,6 +75,10 @@ class Subprocess {
   explicit Subprocess(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
+
+// The next line of a child's output (`out`, a pipe) without its newline, nullopt at its end. Reads on through
+// interruptions by signals.
+std::optional<std::string> ReadOutputLine(std::FILE* out);
 
 // The path of the running executable (/proc/self/exe), for finding programs installed beside it.
 StatusOr<std::filesystem::path> SelfExecutablePath();

@@ -1,5 +1,6 @@
 #include "base/subprocess.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -101,6 +102,20 @@ TEST(SubprocessTest, EnvironmentIsAddedToOurs) {
       Subprocess::Start("/bin/sh", {"-c", "echo $PARSYN_SUBPROCESS_TEST $HOME ${PATH:+path}"}, options);
   ASSERT_TRUE(child.ok()) << child.status().ToString();
   EXPECT_EQ(child->ReadLine(), "set /nowhere path");
+  EXPECT_EQ(child->Wait(), 0);
+}
+
+TEST(SubprocessTest, StdinFdBecomesTheChildsStdin) {
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  SubprocessOptions options;
+  options.stdin_fd = fds[0];
+  StatusOr<Subprocess> child = Subprocess::Start("/bin/sh", {"-c", "read line; echo got $line"}, options);
+  ::close(fds[0]);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  ASSERT_EQ(::write(fds[1], "hello\n", 6), 6);
+  ::close(fds[1]);
+  EXPECT_EQ(child->ReadLine(), "got hello");
   EXPECT_EQ(child->Wait(), 0);
 }
 

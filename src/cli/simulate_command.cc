@@ -136,6 +136,7 @@ int RunSimulate(const SimulateFlags& f) {
   RoundBar bar(isatty(STDERR_FILENO) != 0);
   options.on_progress = [&bar](const simulation::SimulationProgress& p) { bar.Update(p); };
   worker::ProcessTrainerLauncher launcher;
+  if (f.trainer.empty()) launcher.ForkRunsOf(options.trainer.argv[0]);  // parsyn-trainer: one start for every run
   StatusOr<simulation::SimulationResult> result = simulation::RunSimulation(options, launcher);
   bar.Finish();
   if (!result.ok()) {

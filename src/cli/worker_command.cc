@@ -132,8 +132,9 @@ StatusOr<BootstrapIdentity> Bootstrap(const AgentFlags& f, const std::string& se
 
 // The trainers the worker offers: parsyn-trainer as "builtin", then the config file's [trainers], then --trainer, a
 // later entry of a name replacing an earlier one; each described (its --describe run). The first problem, named.
+// When parsyn-trainer itself is offered, `launcher` forks its runs from one started copy (ForkRunsOf).
 StatusOr<std::vector<worker::DescribedTrainer>> OfferedTrainers(const AgentFlags& f,
-                                                                worker::TrainerLauncher& launcher) {
+                                                                worker::ProcessTrainerLauncher& launcher) {
   std::vector<worker::TrainerCommand> commands;
   auto offer = [&commands](worker::TrainerCommand command) {
     for (worker::TrainerCommand& c : commands) {
@@ -155,6 +156,9 @@ StatusOr<std::vector<worker::DescribedTrainer>> OfferedTrainers(const AgentFlags
   for (const std::string& spec : f.trainers) {
     PARSYN_ASSIGN_OR_RETURN(worker::TrainerCommand trainer, worker::ParseTrainerCommand(spec));
     offer(std::move(trainer));
+  }
+  for (const worker::TrainerCommand& command : commands) {
+    if (command.argv == std::vector<std::string>{builtin.string()}) launcher.ForkRunsOf(builtin);
   }
   worker::TrainerSupervisor supervisor(launcher);
   return worker::DescribeTrainers(supervisor, commands);

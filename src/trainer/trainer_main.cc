@@ -18,6 +18,10 @@
 //       "seed": N, "config": {train_config.h keys: model_type, hidden_sizes, label_column}}. Feature standardisation
 //       and the class list come from every row of the file, so a federated job's workers, given this folder, all
 //       scale features and number classes alike. Prints {"event": "done", "dir", "spec": tabular_model.json}.
+//   parsyn-trainer --fork-server
+//       The worker's way to start this program once per worker instead of once per task (base/fork_server.h): with
+//       its stdin a fork server's control channel, it forks a copy of itself for each run the worker asks for, which
+//       then acts as `parsyn-trainer ARGS...` would. Loading libtorch is most of this program's start.
 //   parsyn-trainer merge-adapter MODEL_DIR ADAPTER_DIR OUT_DIR
 //       `parsyn adapter merge`: writes MODEL_DIR with the PEFT adapter in ADAPTER_DIR merged into its weights, as a
 //       model folder in OUT_DIR (peft_io.h, MergeAdapterFolder). Prints {"event": "done", "dir", "dtype",
@@ -39,7 +43,9 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "base/fork_server.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/subprocess.h"
@@ -252,16 +258,14 @@ int MergeAdapter(const std::string& model_dir, const std::string& adapter_dir, c
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Started by a worker with die_with_parent: never train on for a worker that was killed.
-  parsyn::DieWithParentIfAsked();
+// One run of the program: `argv` as main gets it.
+int RunCommand(const std::vector<std::string>& argv) {
   std::stop_source stop;
   StartSignalWatcher(stop);
   parsyn::log::Init();
+  const size_t argc = argv.size();
   if (argc < 2) return Usage();
-  const std::string command = argv[1];
+  const std::string& command = argv[1];
   if (command == "--describe" && argc == 2) {
     EmitLine(Description());
     return 0;
@@ -271,4 +275,19 @@ int main(int argc, char** argv) {
   if (command == "tabular-init" && argc == 4) return TabularInit(argv[2], argv[3]);
   if (command == "merge-adapter" && argc == 5) return MergeAdapter(argv[2], argv[3], argv[4]);
   return Usage();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Started by a worker with die_with_parent: never train on for a worker that was killed.
+  parsyn::DieWithParentIfAsked();
+  const std::vector<std::string> args(argv, argv + argc);
+  // Before anything starts a thread: each run is a fork of this process as it is now.
+  if (argc == 2 && args[1] == "--fork-server") return parsyn::ServeForks(STDIN_FILENO, RunCommand);
+  const int code = RunCommand(args);
+  // Without exit handlers, as a forked run ends (base/fork_server.h): libtorch's static destructors unregister every
+  // operator, a cost each run would pay for nothing.
+  std::fflush(nullptr);
+  std::_Exit(code);
 }
