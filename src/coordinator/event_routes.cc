@@ -48,7 +48,7 @@ Awaitable<void> StreamFeed(EventFeed& feed, EventFeed::Resume resume, bool had_i
 
 Status AddEventRoutes(RouteTable& routes, Service& service) {
   return routes.Admin(Method::kGet, "/api/v1/events", [&service](Request& req) -> Awaitable<Response> {
-    EventFeed& feed = service.event_feed();
+    EventFeed& feed = service.feed_publisher().feed();
     // The stream takes no query (a ?cursor= or ?after= here is a client that means another route): refused, not
     // ignored, so such a client learns it at once.
     if (!req.query.empty()) {

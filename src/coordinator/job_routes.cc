@@ -174,7 +174,7 @@ class JobRoutes {
     // The dashboard's stream: the new job as GET /training-jobs/{id} shows it, then its queued status.
     json created_view = JobJson(*created);
     created_view["job_id"] = created->id;
-    service_.PublishFeedEvent("job_created", std::move(created_view));
+    service_.feed_publisher().Publish("job_created", std::move(created_view));
     {
       auto event_appended = service_.AppendEvent(created->id, "job_status", {{"status", "queued"}});
       co_await std::move(event_appended);

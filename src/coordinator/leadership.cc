@@ -1,5 +1,6 @@
-// The failover part of Service: the leader lease (ElectionLoop), taking over (BecomeLeader), and the admin key
-// that a takeover and the leader's timer re-read (RefreshAdminKey). docs/operations.md, "Failover".
+// The failover part of Service: its LeaderElection (the lease; leader_election.h), what taking over takes of the
+// service (PrepareTakeOver, then ResumeJobs), and the admin key that a takeover and the leader's timer re-read
+// (RefreshAdminKey). docs/operations.md, "Failover".
 #include "coordinator/service.h"
 
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
@@ -13,64 +14,22 @@
 
 namespace parsyn::coordinator {
 
-Status Service::LeaderStatus() const {
-  if (leader_) return Status::Ok();
-  if (leader_url_.empty()) {
-    return UnavailableError("this coordinator is a standby and no leader is known yet: retry in a few seconds");
-  }
-  return UnavailableError("this coordinator is a standby; the leader is " + leader_url_ + ": send the call there");
+std::unique_ptr<LeaderElection> Service::NewLeaderElection(std::string coordinator_id) {
+  storage::MetadataStore& store = *store_;
+  LeaderElection::LeaseStore lease{
+      .acquire = [&store](const std::string& holder, const std::string& holder_url,
+                          std::chrono::milliseconds ttl) { return store.AcquireLeaderLease(holder, holder_url, ttl); },
+      .release = [&store](const std::string& holder) { return store.ReleaseLeaderLease(holder); }};
+  LeaderElection::TakeOver take_over{
+      .prepare = [this] { return PrepareTakeOver(); },
+      // Spawned: the lease renewals go on while the jobs resume.
+      .resume = [this] { boost::asio::co_spawn(io_, ResumeJobs(), boost::asio::detached); }};
+  return std::make_unique<LeaderElection>(
+      io_.get_executor(), clock_, pool_, std::move(coordinator_id), options_.leader_lease_ttl,
+      [this] { return options_.public_url; }, std::move(lease), std::move(take_over));
 }
 
-http::Awaitable<void> Service::ElectionLoop() {
-  const std::chrono::milliseconds ttl = options_.leader_lease_ttl;
-  Clock::TimePoint held_until{};  // the latest the lease we hold can last: from the start of the call that renewed it
-  while (!shutting_down_) {
-    const Clock::TimePoint asked_at = clock_.Now();
-    // Named, not a temporary of the co_await: the lambda holds strings (kCoAwaitTemporaries, loop_tools.h).
-    auto acquire = loop::Offload(pool_, [this, ttl, id = coordinator_id_, url = options_.public_url] {
-      return store_->AcquireLeaderLease(id, url, ttl);
-    });
-    StatusOr<storage::LeaderLease> lease = co_await std::move(acquire);
-    if (shutting_down_) break;
-    if (lease.ok() && lease->held) {
-      held_until = asked_at + ttl;
-      if (!leader_) {
-        PARSYN_LOG_INFO("coordinator {}: now the leader (lease epoch {}); resuming the running jobs", coordinator_id_,
-                        lease->epoch);
-        co_await BecomeLeader();
-      }
-    } else if (lease.ok()) {
-      if (leader_)
-        LeadershipLost("the lease was taken by " + lease->holder + " at epoch " + std::to_string(lease->epoch));
-      if (lease->holder_url != leader_url_) {
-        PARSYN_LOG_INFO("coordinator {}: standby; the leader is {} ({})", coordinator_id_, lease->holder,
-                        lease->holder_url);
-      }
-      leader_url_ = lease->holder_url;
-    } else {
-      PARSYN_LOG_WARN("coordinator {}: the leader lease could not be {}: {}", coordinator_id_,
-                      leader_ ? "renewed" : "asked for", lease.status().ToString());
-      if (leader_ && clock_.Now() >= held_until) {
-        LeadershipLost("the lease expired before it could be renewed: " + lease.status().ToString());
-      }
-    }
-    co_await shutdown_.Wait(leader_ ? ttl / 3 : ttl / 10);
-  }
-  if (leader_) {
-    // A standby takes over at once instead of waiting for the lease to expire.
-    Status released = co_await loop::Offload(pool_, [this] { return store_->ReleaseLeaderLease(coordinator_id_); });
-    if (!released.ok()) PARSYN_LOG_WARN("the leader lease was not released: {}", released.ToString());
-  }
-}
-
-void Service::LeadershipLost(const std::string& why) {
-  PARSYN_LOG_ERROR("coordinator {}: no longer the leader ({}); exiting (status {}) so that it restarts as a standby",
-                   coordinator_id_, why, kExitLeadershipLost);
-  spdlog::shutdown();  // flushes the log
-  std::_Exit(kExitLeadershipLost);
-}
-
-http::Awaitable<void> Service::BecomeLeader() {
+http::Awaitable<Status> Service::PrepareTakeOver() {
   // Before any call is let in: a hello must not be followed by this reset, and neither a worker revoked since this
   // process started nor an admin key rotated meanwhile may be accepted. Retried a few times; if the store still
   // fails, the lease goes back, so that this coordinator (or another) takes over later with what the store holds.
@@ -89,23 +48,11 @@ http::Awaitable<void> Service::BecomeLeader() {
       break;
     }
     PARSYN_LOG_WARN("coordinator {}: reloading the workers and the admin key as the new leader (try {} of {}): {}",
-                    coordinator_id_, attempt, kTries, failed.ToString());
+                    coordinator_id(), attempt, kTries, failed.ToString());
     if (attempt < kTries) co_await shutdown_.Wait(std::chrono::seconds(1));
     if (shutting_down_) break;
   }
-  if (!failed.ok()) {
-    PARSYN_LOG_ERROR(
-        "coordinator {}: cannot take over without the store's workers and admin key ({}); giving the "
-        "lease back and staying a standby",
-        coordinator_id_, failed.ToString());
-    Status released = co_await loop::Offload(pool_, [this] { return store_->ReleaseLeaderLease(coordinator_id_); });
-    if (!released.ok()) PARSYN_LOG_WARN("the leader lease was not released: {}", released.ToString());
-    co_return;
-  }
-  leader_ = true;
-  leader_url_ = options_.public_url;
-  // Spawned: the lease renewals go on while the jobs resume.
-  boost::asio::co_spawn(io_, ResumeJobs(), boost::asio::detached);
+  co_return failed;
 }
 
 http::Awaitable<Status> Service::RefreshAdminKey(bool as_leader) {
@@ -120,8 +67,8 @@ http::Awaitable<Status> Service::RefreshAdminKey(bool as_leader) {
   StatusOr<std::string> hash = co_await std::move(read);
   if (!hash.ok()) co_return hash.status();
   if (*hash != admin_key_hash_) {
-    PARSYN_LOG_INFO("coordinator {}: the admin key changed{}; the previous key is refused from now on", coordinator_id_,
-                    options_.admin_key_file.empty() ? " in the store" : " in --admin-key-file");
+    PARSYN_LOG_INFO("coordinator {}: the admin key changed{}; the previous key is refused from now on",
+                    coordinator_id(), options_.admin_key_file.empty() ? " in the store" : " in --admin-key-file");
     admin_key_hash_ = *hash;
   }
   co_return Status::Ok();

@@ -23,7 +23,7 @@ http::Awaitable<StatusOr<storage::Worker>> Service::RevokeWorker(int64_t id, std
   worker_tokens_.Revoke(id);
   auto ended = EndSession(id, why);  // kCoAwaitTemporaries
   co_await std::move(ended);
-  NoteWorkerChange(id, WorkerJson(*revoked));  // the dashboard's stream
+  feed_.NoteWorkerChange(id, WorkerJson(*revoked));  // the dashboard's stream
   PARSYN_LOG_INFO("worker {} ({}) revoked: {}", id, revoked->name, why);
   co_return revoked;
 }
@@ -40,7 +40,7 @@ http::Awaitable<void> Service::RevokeAbsentManagedWorkers() {
     co_return;
   }
   for (const storage::Worker& w : *workers) {
-    if (w.kind != storage::WorkerKind::kManaged || w.revoked || FindSession(w.id) != nullptr) continue;
+    if (w.kind != storage::WorkerKind::kManaged || w.revoked || sessions_->Find(w.id) != nullptr) continue;
     const int64_t last_seen_ms = w.last_heartbeat_at_ms.value_or(w.created_at_ms);
     if (last_seen_ms > cutoff_ms) continue;
     auto revoke = RevokeWorker(w.id, "not heard from for more than " + std::to_string(absence.count()) +

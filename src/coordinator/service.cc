@@ -1,7 +1,5 @@
 #include "coordinator/service.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <boost/asio/co_spawn.hpp>
@@ -46,6 +44,13 @@ namespace {
 constexpr std::chrono::milliseconds kReadinessMaxAge{1000};
 constexpr std::chrono::milliseconds kStoredGaugesMaxAge{5000};
 
+FeedPublisher::Options FeedOptions(const ServiceOptions& options) {
+  return {.buffer_events = options.event_buffer_events,
+          .buffer_bytes = options.event_buffer_bytes,
+          .progress_sample_interval = options.progress_sample_interval,
+          .progress_samples_per_second = options.progress_samples_per_second};
+}
+
 }  // namespace
 
 Service::Service(boost::asio::io_context& io, ServiceOptions options)
@@ -54,7 +59,7 @@ Service::Service(boost::asio::io_context& io, ServiceOptions options)
       clock_(SystemClock::Get()),
       pool_(static_cast<size_t>(std::max(1, options_.pool_threads))),
       upload_pool_(static_cast<size_t>(std::max(1, options_.upload_threads))),
-      feed_(io.get_executor(), NewFeedEpoch(), options_.event_buffer_events, options_.event_buffer_bytes),
+      feed_(io.get_executor(), clock_, FeedOptions(options_)),
       shutdown_(io.get_executor()),
       tick_(io.get_executor()),
       readiness_(io.get_executor(), kReadinessMaxAge),
@@ -65,8 +70,8 @@ Service::~Service() {
   upload_pool_.join();
   pool_.join();
   // The presence seen since the last flush (a crash loses it: workers say hello again after a restart anyway).
-  if (store_ == nullptr) return;
-  const std::vector<storage::WorkerSeen> seen = UnstoredPresence();
+  if (store_ == nullptr || sessions_ == nullptr) return;
+  const std::vector<storage::WorkerSeen> seen = sessions_->UnstoredPresence();
   Status stored = store_->RecordWorkersSeen(seen);
   if (!stored.ok()) PARSYN_LOG_WARN("worker presence not stored at shutdown: {}", stored.ToString());
 }
@@ -85,6 +90,10 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
   service->store_ =
       std::make_unique<storage::TimedMetadataStore>(std::move(store), Metrics().store_duration, Metrics().store_errors);
   service->writes_ = std::make_unique<WriteQueue>(io.get_executor(), service->pool_, *service->store_);
+  FeedPublisher& feed = service->feed_;
+  service->sessions_ = std::make_unique<WorkerSessions>(
+      io.get_executor(), service->clock_, *service->store_, service->pool_,
+      [&feed](int64_t worker_id, const json& fields) { feed.NoteWorkerChange(worker_id, fields); });
   PARSYN_RETURN_IF_ERROR(service->OpenBlobs());
   if (!service->options_.admin_key_file.empty()) {
     PARSYN_RETURN_IF_ERROR(UseAdminKeyFile(*service->store_, service->options_.admin_key_file));
@@ -105,14 +114,10 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
         service->signing_secret_, [self] { return self->options_.public_url; }, service->clock_);
     service->blob_urls_ = service->signed_blob_urls_.get();
   }
-  {
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    PARSYN_ASSIGN_OR_RETURN(std::string suffix, NewSecret(""));
-    service->coordinator_id_ = std::string(host) + "-" + std::to_string(getpid()) + "-" + suffix.substr(0, 8);
-  }
+  PARSYN_ASSIGN_OR_RETURN(std::string coordinator_id, LeaderElection::NewCoordinatorId());
+  service->election_ = service->NewLeaderElection(std::move(coordinator_id));
   // A store no other coordinator shares: this one leads from the start (Start resumes the jobs).
-  service->leader_ = !service->store_->SharedByCoordinators();
+  if (!service->store_->SharedByCoordinators()) service->election_->LeadAlone();
   // On a shared store the leader's workers are not this process's to reset: BecomeLeader does it on takeover.
   PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Worker> workers, service->store_->SharedByCoordinators()
                                                                     ? service->store_->ListWorkers()
@@ -238,71 +243,39 @@ StatusOr<int64_t> Service::AuthenticateWorker(const http::Request& req) const {
   return worker->worker_id;
 }
 
+Status Service::CheckWorkerBootstrapKey(const http::Request& req) const {
+  if (worker_bootstrap_key_hash_.empty()) {
+    return NotFoundError("worker bootstrap registration is off: start the server with --worker-bootstrap-key-file");
+  }
+  PARSYN_ASSIGN_OR_RETURN(const std::string key, BearerToken(req.Header("authorization")));
+  if (!DigestsEqual(HashSecret(key), worker_bootstrap_key_hash_)) {
+    return UnauthenticatedError("invalid worker bootstrap key");
+  }
+  return Status::Ok();
+}
+
 std::string Service::SignedBlobUrl(std::string_view method, std::string_view key, std::chrono::seconds ttl,
                                    int64_t worker_id) const {
   const int64_t expires = clock_.UnixMillis() / 1000 + ttl.count();
   return coordinator::SignedBlobUrl(signing_secret_, options_.public_url, method, key, expires, worker_id);
 }
 
-Service::Session* Service::FindSession(int64_t worker_id) {
-  auto it = sessions_.find(worker_id);
-  return it == sessions_.end() ? nullptr : &it->second;
-}
-
 bool Service::DeliverTask(int64_t worker_id, int64_t job_id, TaskMessage task) {
-  Session* s = FindSession(worker_id);
-  if (s == nullptr) return false;
-  s->queued.push_back({.job_id = job_id, .task = std::move(task)});
-  s->tasks_assigned++;
-  s->wake->Notify();
-  UpdateWorkerStatus(worker_id, storage::WorkerStatus::kBusy);
-  return true;
+  return sessions_->DeliverTask(worker_id, job_id, std::move(task));
 }
 
 void Service::AbandonTask(int64_t worker_id, int64_t job_id, int round, int attempt) {
-  Session* s = FindSession(worker_id);
-  if (s == nullptr) return;
-  std::erase_if(s->queued, [&](const Session::QueuedTask& t) {
-    return t.job_id == job_id && t.task.round == round && t.task.attempt == attempt;
-  });
-  if (s->current_job == job_id && s->current_round == round && s->current_attempt == attempt) {
-    s->abandon.push_back({.job_id = job_id, .round = round, .attempt = attempt});
-    s->current_job.reset();
-  }
+  sessions_->AbandonTask(worker_id, job_id, round, attempt);
 }
 
-void Service::TaskFinished(int64_t worker_id, int64_t job_id) {
-  Session* s = FindSession(worker_id);
-  if (s == nullptr || s->current_job != job_id) return;
-  s->current_job.reset();
-  if (s->queued.empty()) {
-    UpdateWorkerStatus(worker_id, storage::WorkerStatus::kOnline);
-  }
-}
+void Service::TaskFinished(int64_t worker_id, int64_t job_id) { sessions_->TaskFinished(worker_id, job_id); }
 
-std::vector<int64_t> Service::IdleWorkers() const {
-  std::vector<int64_t> idle;
-  for (const auto& [id, s] : sessions_) {
-    if (s.polls_in_flight > 0 && s.queued.empty() && !s.current_job) idle.push_back(id);
-  }
-  std::sort(idle.begin(), idle.end());
-  return idle;
-}
+std::vector<int64_t> Service::IdleWorkers() const { return sessions_->IdleWorkers(); }
 
-bool Service::WorkerHasLocalData(int64_t worker_id) const {
-  auto it = sessions_.find(worker_id);
-  return it != sessions_.end() && it->second.local_data.has_value();
-}
+bool Service::WorkerHasLocalData(int64_t worker_id) const { return sessions_->WorkerHasLocalData(worker_id); }
 
 bool Service::WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view model_kind) const {
-  auto it = sessions_.find(worker_id);
-  if (it == sessions_.end()) return false;
-  for (const protocol::OfferedTrainer& t : it->second.trainers) {
-    if (t.name != name) continue;
-    // A trainer of unknown kinds (an older worker's built-in one) is asked to try; the contract's checks stand.
-    return t.description.model_kinds.empty() || t.description.TrainsModelKind(model_kind);
-  }
-  return false;
+  return sessions_->WorkerOffersTrainer(worker_id, name, model_kind);
 }
 
 JobRunner* Service::FindRunner(int64_t job_id) {
@@ -310,110 +283,16 @@ JobRunner* Service::FindRunner(int64_t job_id) {
   return it == runners_.end() ? nullptr : it->second.get();
 }
 
-bool Service::NoteWorkerStatus(int64_t worker_id, storage::WorkerStatus status, const std::string& device,
-                               int64_t now_ms) {
-  // Noted for the dashboard's stream now, in the loop's order of changes (the store writes may finish out of order),
-  // with the job as GET /workers shows it: that of the delivered, else first queued, task.
-  json change = {{"status", storage::ToString(status)}, {"last_heartbeat_at_ms", now_ms}, {"current_job_id", nullptr}};
-  if (!device.empty()) change["device"] = device;
-  Session* session = FindSession(worker_id);
-  if (session != nullptr) {
-    if (session->current_job)
-      change["current_job_id"] = *session->current_job;
-    else if (!session->queued.empty())
-      change["current_job_id"] = session->queued.front().job_id;
-    // A hello (the one status change with a device): the trainers it announced.
-    if (!device.empty()) change["trainers"] = WorkerTrainersJson(session->trainers_json);
-  }
-  NoteWorkerChange(worker_id, change);
-  if (session == nullptr) return false;
-  session->status = status;
-  // Busy <-> online of a connected worker whose session the store already shows: memory only (Session::status).
-  const bool stored_connected = session->stored_status && *session->stored_status != storage::WorkerStatus::kOffline;
-  return stored_connected && status != storage::WorkerStatus::kOffline && device.empty();
-}
-
-http::Awaitable<void> Service::SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status,
-                                               std::string_view device_view) {
-  const std::string device(device_view);
-  const int64_t now = clock_.UnixMillis();
-  const Clock::TimePoint as_of = clock_.Now();
-  if (NoteWorkerStatus(worker_id, status, device, now)) co_return;
-  co_await StoreWorkerStatus(worker_id, status, device, now, as_of);
-}
-
-void Service::UpdateWorkerStatus(int64_t worker_id, storage::WorkerStatus status) {
-  // Two of these per task (busy, online): no coroutine unless the store is written.
-  const int64_t now = clock_.UnixMillis();
-  const Clock::TimePoint as_of = clock_.Now();
-  if (NoteWorkerStatus(worker_id, status, "", now)) return;
-  boost::asio::co_spawn(io_, StoreWorkerStatus(worker_id, status, "", now, as_of), boost::asio::detached);
-}
-
-http::Awaitable<void> Service::StoreWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string device,
-                                                 int64_t now_ms, Clock::TimePoint as_of) {
-  // The session's trainers go with every write of the row, so that no write of an older read drops them.
-  const Session* session_now = FindSession(worker_id);
-  const std::string trainers_json = session_now != nullptr ? session_now->trainers_json : "";
-  Status s = co_await loop::Offload(pool_, [&]() -> Status {
-    PARSYN_ASSIGN_OR_RETURN(storage::Worker w, store_->GetWorker(worker_id));
-    w.status = status;
-    if (!device.empty()) w.device = device;
-    if (!trainers_json.empty()) w.trainers_json = trainers_json;
-    w.last_heartbeat_at_ms = now_ms;
-    return store_->UpdateWorker(w);
-  });
-  if (!s.ok()) {
-    PARSYN_LOG_WARN("worker {}: status not stored: {}", worker_id, s.ToString());
-  } else if (Session* session = FindSession(worker_id)) {
-    session->stored_status = status;
-    session->presence_stored_at = std::max(session->presence_stored_at, as_of);
-  }
-}
-
-std::vector<storage::WorkerSeen> Service::UnstoredPresence() const {
-  const Clock::TimePoint now = clock_.Now();
-  const int64_t unix_now = clock_.UnixMillis();
-  std::vector<storage::WorkerSeen> seen;
-  for (const auto& [id, s] : sessions_) {
-    if (s.last_seen <= s.presence_stored_at) continue;
-    seen.push_back({.worker_id = id, .last_heartbeat_at_ms = unix_now - (now - s.last_seen).count()});
-  }
-  return seen;
-}
-
-void Service::MarkPresenceStored(std::span<const storage::WorkerSeen> seen, Clock::TimePoint as_of) {
-  for (const storage::WorkerSeen& w : seen) {
-    if (Session* s = FindSession(w.worker_id)) s->presence_stored_at = std::max(s->presence_stored_at, as_of);
-  }
-}
-
-http::Awaitable<void> Service::FlushPresence() {
-  const Clock::TimePoint as_of = clock_.Now();
-  std::vector<storage::WorkerSeen> seen = UnstoredPresence();
-  if (seen.empty()) co_return;
-  Status s = co_await loop::Offload(pool_, [&] { return store_->RecordWorkersSeen(seen); });
-  if (!s.ok()) {
-    PARSYN_LOG_WARN("presence of {} worker(s) not stored (kept in memory, retried): {}", seen.size(), s.ToString());
-    co_return;
-  }
-  MarkPresenceStored(seen, as_of);
-  for (const storage::WorkerSeen& w : seen)
-    NoteWorkerChange(w.worker_id, {{"last_heartbeat_at_ms", w.last_heartbeat_at_ms}});
-}
-
 http::Awaitable<void> Service::EndSession(int64_t worker_id, std::string_view why) {
-  auto it = sessions_.find(worker_id);
-  if (it == sessions_.end()) co_return;
-  PARSYN_LOG_INFO("worker {}: session ended ({})", worker_id, why);
-  it->second.wake->Notify();  // a long-poll of the old session returns
-  sessions_.erase(it);
+  if (!sessions_->Close(worker_id, why)) co_return;
   std::vector<JobRunner*> runners;
   for (auto& [id, r] : runners_) {
     if (!r->finished()) runners.push_back(r.get());
   }
   for (JobRunner* r : runners) co_await r->WorkerDisconnected(worker_id);
-  if (FindSession(worker_id) == nullptr) co_await SetWorkerStatus(worker_id, storage::WorkerStatus::kOffline);
+  if (sessions_->Find(worker_id) == nullptr) {
+    co_await sessions_->SetWorkerStatus(worker_id, storage::WorkerStatus::kOffline);
+  }
 }
 
 http::Awaitable<void> Service::OfferWorker(int64_t worker_id) {
@@ -422,14 +301,14 @@ http::Awaitable<void> Service::OfferWorker(int64_t worker_id) {
     if (r->IsEligible(worker_id)) runners.push_back(r.get());
   }
   for (JobRunner* r : runners) {
-    Session* s = FindSession(worker_id);
+    const WorkerSessions::Session* s = sessions_->Find(worker_id);
     // One task at a time: stop offering once a job gave the worker something to do.
     if (s == nullptr || !s->queued.empty() || s->current_job) break;
     // The runner may wait for its job's mutex, and an event holding it may give this worker a task meanwhile: the
     // offer is then stale, and passing it on would make the engine drop the worker for "asking for a new task
     // before reporting". The check runs under the job's mutex, right before the engine hears of the offer.
     auto still_idle = [this, worker_id, session_id = s->session_id, assigned = s->tasks_assigned] {
-      const Session* now = FindSession(worker_id);
+      const WorkerSessions::Session* now = sessions_->Find(worker_id);
       return now != nullptr && now->session_id == session_id && now->tasks_assigned == assigned;
     };
     auto available = r->WorkerAvailable(worker_id, std::move(still_idle));  // kCoAwaitTemporaries
@@ -456,10 +335,10 @@ http::Awaitable<void> Service::LaunchJob(storage::TrainingJob job) {
 
 http::Awaitable<void> Service::Start() {
   if (store_->SharedByCoordinators()) {
-    boost::asio::co_spawn(io_, ElectionLoop(), boost::asio::detached);
+    boost::asio::co_spawn(io_, election_->Run(), boost::asio::detached);
     co_return;
   }
-  leader_ = true;
+  election_->LeadAlone();
   co_await ResumeJobs();
 }
 
@@ -486,7 +365,8 @@ http::Awaitable<void> Service::ResumeJobs() {
 void Service::BeginShutdown() {
   shutting_down_ = true;
   shutdown_.Notify();
-  for (auto& [id, s] : sessions_) s.wake->Notify();
+  election_->Stop();
+  sessions_->WakeAll();
 }
 
 http::Awaitable<void> Service::TimerLoop() {
@@ -516,7 +396,7 @@ http::Awaitable<void> Service::TimerLoop() {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - ticked).count());
     const Clock::TimePoint now = clock_.Now();
     if (now >= next_presence_flush) {
-      co_await FlushPresence();
+      co_await sessions_->FlushPresence();
       next_presence_flush = now + options_.presence_flush_interval;
     }
     if (now >= next_admin_key_read) {
@@ -542,11 +422,7 @@ http::Awaitable<void> Service::TimerLoop() {
     }
     if (now >= next_silent_scan) {
       next_silent_scan = now + silent_scan_interval;
-      std::vector<int64_t> silent;
-      for (const auto& [id, s] : sessions_) {
-        if (s.polls_in_flight == 0 && now - s.last_seen > options_.heartbeat_timeout) silent.push_back(id);
-      }
-      std::sort(silent.begin(), silent.end());
+      const std::vector<int64_t> silent = sessions_->Silent(now, options_.heartbeat_timeout);
       for (int64_t id : silent) co_await EndSession(id, "no heartbeat within the heartbeat timeout");
     }
     std::vector<JobRunner*> due;

@@ -1,6 +1,7 @@
 // Service: the coordinator behind `parsyn server` (docs/architecture.md §3). It owns the metadata and blob stores under
-// the data directory, the worker sessions, one JobRunner per active job, and the HTTP routes (REST API v1, the worker
-// protocol, signed blob URLs).
+// the data directory, one JobRunner per active job, and the HTTP routes (REST API v1, the worker protocol, signed blob
+// URLs), and composes the parts of its own concern: the worker sessions (WorkerSessions: presence, task delivery),
+// the dashboard's stream (FeedPublisher) and the leader lease (LeaderElection).
 //
 // Threads: all of the service's state lives on the ONE thread that runs the io_context given to Open (the event
 // loop); route handlers and job runners are coroutines there and take no locks. Blocking work (store calls, blob
@@ -17,28 +18,25 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
-#include <deque>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
-#include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "base/clock.h"
 #include "base/status.h"
 #include "coordinator/auth.h"
-#include "coordinator/event_feed.h"
+#include "coordinator/feed_publisher.h"
 #include "coordinator/job_host.h"
+#include "coordinator/leader_election.h"
 #include "coordinator/signed_blob_urls.h"
+#include "coordinator/worker_sessions.h"
 #include "http/server.h"
 #include "loop/loop_tools.h"
 #include "loop/signal.h"
-#include "protocol/messages.h"
 #include "storage/blob_store.h"
 #include "storage/blob_urls.h"
 #include "storage/metadata_store.h"
@@ -160,11 +158,13 @@ class Service final : public JobHost {
   void BeginShutdown();
   // Whether this coordinator is the leader (always, on a store that is not shared); a standby answers API and worker
   // calls 503 naming the leader (LeaderStatus). Loop thread.
-  bool leader() const { return leader_; }
+  bool leader() const { return election_->leader(); }
   // OK on the leader; Unavailable saying this is a standby and which URL the leader has, when known.
-  Status LeaderStatus() const;
+  Status LeaderStatus() const { return election_->LeaderStatus(); }
   // This process's id in the leader lease: host, pid and a random suffix.
-  const std::string& coordinator_id() const { return coordinator_id_; }
+  const std::string& coordinator_id() const { return election_->coordinator_id(); }
+  // Set by BeginShutdown: long-polls and loops end.
+  bool shutting_down() const { return shutting_down_; }
 
   // ---- For the coordinator's own routes and job runners (loop thread only). ----
   const ServiceOptions& options() const { return options_; }
@@ -194,68 +194,34 @@ class Service final : public JobHost {
   WriteQueue::TicketPtr QueueJobWrites(int64_t job_id, std::vector<storage::BatchWrite> records,
                                        std::vector<QueuedEvent> events) override;
   loop::Signal& EventSignal(int64_t job_id);
-  // The dashboard's stream across jobs (GET /api/v1/events). PublishFeedEvent adds "time_ms" to `data`.
-  EventFeed& event_feed() { return feed_; }
-  void PublishFeedEvent(std::string type, nlohmann::json data);
-  // Merges `fields` (a worker's view, or the fields of it that changed) into the worker's entry of the next
-  // "workers" event (sent every event_batch_interval).
-  void NoteWorkerChange(int64_t worker_id, const nlohmann::json& fields);
-  // Queues a task for a worker and wakes its long-poll. False when the worker has no session (it went away).
+  // The dashboard's stream across jobs (GET /api/v1/events): events, worker changes, job summaries.
+  FeedPublisher& feed_publisher() { return feed_; }
+  // The worker sessions (the worker protocol's routes open, refresh and read them).
+  WorkerSessions& sessions() { return *sessions_; }
+  // The task delivery of the job runners (JobHost), by the worker sessions (WorkerSessions says what each does).
   bool DeliverTask(int64_t worker_id, int64_t job_id, TaskMessage task) override;
-  // Tells a worker to drop a task (straggler, job ended): removed if not yet delivered, else reported in its next
-  // heartbeat's "abandon" list.
   void AbandonTask(int64_t worker_id, int64_t job_id, int round, int attempt) override;
-  // The worker's delivered task of this job is over (reported, refused or the job ended).
   void TaskFinished(int64_t worker_id, int64_t job_id) override;
-  // Workers online with nothing to do: the engine's idle set when a job starts or resumes.
   std::vector<int64_t> IdleWorkers() const override;
   bool WorkerHasLocalData(int64_t worker_id) const override;
   bool WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view model_kind) const override;
   JobRunner* FindRunner(int64_t job_id);
-  // Writes the last_seen of every worker seen since its last store write, in one commit (the timer does so every
-  // presence_flush_interval, and the destructor once more). On the loop.
-  http::Awaitable<void> FlushPresence();
   // Starts a runner for a stored job (queued: set up and start round 1; running: resume). On the loop.
   http::Awaitable<void> LaunchJob(storage::TrainingJob job);
+  // Ends a worker's session (goodbye, missed heartbeats, a new hello) and tells every job.
+  http::Awaitable<void> EndSession(int64_t worker_id, std::string_view why);
+  // Offers an idle worker to the jobs it is eligible for, until one gives it a task.
+  http::Awaitable<void> OfferWorker(int64_t worker_id);
+  // Revokes worker `id`: its record is kept (jobs and rounds refer to it), its token refused from now on, its session
+  // ended with `why`. Returns the revoked record.
+  http::Awaitable<StatusOr<storage::Worker>> RevokeWorker(int64_t id, std::string why);
+  // A newly registered worker's token is accepted from now on.
+  void AddWorkerToken(const storage::Worker& worker) { worker_tokens_.Add(worker); }
+  // The operator's worker bootstrap key (POST /api/v1/workers/bootstrap): NotFound when bootstrap registration is
+  // off, Unauthenticated for another key.
+  Status CheckWorkerBootstrapKey(const http::Request& req) const;
 
  private:
-  struct Session {
-    int64_t worker_id = 0;
-    std::string session_id;
-    Clock::TimePoint last_seen{};
-    int polls_in_flight = 0;
-    struct QueuedTask {
-      int64_t job_id = 0;
-      TaskMessage task;
-    };
-    std::deque<QueuedTask> queued;       // assigned, not yet delivered
-    uint64_t tasks_assigned = 0;         // DeliverTask calls: tells a stale availability offer (OfferWorker)
-    std::optional<int64_t> current_job;  // delivered, not yet reported
-    // The round and attempt of the task of current_job (not a copy of the task: 10,000 of those a round were a
-    // measurable share of the loop's time in copies and frees).
-    int current_round = 0;
-    int current_attempt = 0;
-    std::vector<protocol::AbandonedTask> abandon;  // tasks to drop, sent with the next heartbeat
-    // What the store last got for this session: a heartbeat that changes no status is kept in memory (last_seen)
-    // and reaches the store with the next presence flush (FlushPresence), in one commit for all workers.
-    std::optional<storage::WorkerStatus> stored_status;
-    // online or busy now. Once the hello's "online" is stored, busy/online changes (two per task) stay here: they
-    // are presence, which a restart rebuilds (every worker starts offline), so they cost no commit; GET /workers
-    // and the event stream show this.
-    storage::WorkerStatus status = storage::WorkerStatus::kOnline;
-    Clock::TimePoint presence_stored_at{};  // the last_seen the store holds
-    std::shared_ptr<loop::Signal> wake;     // a task was queued (shared: a long-poll may outlive the session)
-    // What the hello said of the worker's own data file (its format and rows; nothing of it leaves the worker).
-    std::optional<protocol::LocalData> local_data;
-    // The trainers the hello announced (the built-in one, any model kind, when it named none), and the same as the
-    // worker record keeps them (storage::Worker::trainers_json), written with the hello's status.
-    std::vector<protocol::OfferedTrainer> trainers;
-    std::string trainers_json;
-  };
-  // The route handlers that open, end and read worker sessions and register or revoke worker tokens.
-  friend class WorkerAdminRoutes;     // worker_admin_routes.cc
-  friend class WorkerProtocolRoutes;  // worker_protocol_routes.cc
-
   Service(boost::asio::io_context& io, ServiceOptions options);
 
   // Opens the blob store named by options_.blobs_uri (checking that a store issuing its own URLs, S3, answers).
@@ -272,51 +238,25 @@ class Service final : public JobHost {
   // Authentication of user and worker requests.
   Status CheckAdmin(const http::Request& req) const;
   StatusOr<int64_t> AuthenticateWorker(const http::Request& req) const;
-  Session* FindSession(int64_t worker_id);
-  // Ends a worker's session (goodbye, missed heartbeats, a new hello) and tells every job.
-  http::Awaitable<void> EndSession(int64_t worker_id, std::string_view why);
-  // A worker's status (and device, from a hello) for the dashboard, its session and, when the store does not show
-  // the session yet or it ends, the store.
-  http::Awaitable<void> SetWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string_view device = {});
-  // The same without waiting for a store write (task delivery and completion).
-  void UpdateWorkerStatus(int64_t worker_id, storage::WorkerStatus status);
-  // Notes the change for the dashboard and in the session; true when that is all it takes (busy <-> online of a
-  // connected worker whose session the store already shows), false when the store must be written.
-  bool NoteWorkerStatus(int64_t worker_id, storage::WorkerStatus status, const std::string& device, int64_t now_ms);
-  http::Awaitable<void> StoreWorkerStatus(int64_t worker_id, storage::WorkerStatus status, std::string device,
-                                          int64_t now_ms, Clock::TimePoint as_of);
-  http::Awaitable<void> OfferWorker(int64_t worker_id);
   http::Awaitable<void> TimerLoop();
-  // On a shared store: takes and renews the leader lease until shutdown (then gives it up); becoming the leader
-  // resumes the jobs (BecomeLeader); losing the lease ends the process (LeadershipLost).
-  http::Awaitable<void> ElectionLoop();
-  // Reloads the worker tokens (the old leader may have registered or revoked some) and the admin key (it may have
-  // been rotated), marks every worker offline, then lets calls in and resumes the jobs. When the store fails that
-  // three times, gives the lease back and stays a standby (the election loop tries again later).
-  http::Awaitable<void> BecomeLeader();
+  // The leader election on this service's store, pool and options; takeover as below. Made by Open.
+  std::unique_ptr<LeaderElection> NewLeaderElection(std::string coordinator_id);
+  // Taking over as the leader (LeaderElection::TakeOver's prepare): reloads the worker tokens (the old leader may have
+  // registered or revoked some) and the admin key (it may have been rotated) and marks every worker offline, before
+  // calls are let in and the jobs resume. Retried; the store's error after three tries (the election then gives the
+  // lease back and stays a standby, and tries again later).
+  http::Awaitable<Status> PrepareTakeOver();
   // Re-reads the admin key: from --admin-key-file when set (as_leader: storing its hash when it changed), else from
   // the store; a changed key replaces admin_key_hash_ at once. At takeover and every admin_key_refresh_interval.
   http::Awaitable<Status> RefreshAdminKey(bool as_leader);
-  // Revokes worker `id`: its record is kept (jobs and rounds refer to it), its token refused from now on, its session
-  // ended with `why`. Returns the revoked record.
-  http::Awaitable<StatusOr<storage::Worker>> RevokeWorker(int64_t id, std::string why);
   // Revokes the managed workers not heard from for ServiceOptions::managed_worker_absence (the leader's timer).
   http::Awaitable<void> RevokeAbsentManagedWorkers();
   // Sessions do not survive a restart or a change of leader: marks every worker offline. Returns every worker.
   static StatusOr<std::vector<storage::Worker>> ResetWorkerSessions(storage::MetadataStore& store);
   // Every queued or running job gets a runner (running ones resume at their last committed round); starts the timer.
   http::Awaitable<void> ResumeJobs();
-  // Exits the process at once (status kExitLeadershipLost): a deposed leader must stop acting, and whatever it still
-  // tries to write is refused by the store (fencing). Its supervisor restarts it, as a standby.
-  [[noreturn]] void LeadershipLost(const std::string& why);
-  // Sends the worker changes noted since the last call as one "workers" event, and a "job_live" event for each job
-  // with events since the last call (every event_batch_interval).
+  // Sends the dashboard's batches (FeedPublisher::PublishBatches) with the live summaries of the running jobs.
   void PublishBatches();
-  // A job event of the ones the dashboard's stream carries goes there too (worker progress as a sample).
-  void ForwardToFeed(int64_t job_id, const std::string& type, const nlohmann::json& payload);
-  // The last_seen of sessions seen since their last store write: what FlushPresence writes, in one commit.
-  std::vector<storage::WorkerSeen> UnstoredPresence() const;
-  void MarkPresenceStored(std::span<const storage::WorkerSeen> seen, Clock::TimePoint as_of);
 
   boost::asio::io_context& io_;
   ServiceOptions options_;
@@ -336,18 +276,10 @@ class Service final : public JobHost {
   const http::Server* http_server_ = nullptr;
   std::vector<RouteInfo> routes_;
   WorkerTokens worker_tokens_;
-  // A hash map: looking a session up in a tree of 10,000 was 2% of the loop in a round (a cache miss per level).
-  // Node-based like std::map, so a Session& stays valid while others come and go; where the order matters (which
-  // idle worker gets which shard) the ids are sorted.
-  std::unordered_map<int64_t, Session> sessions_;
+  FeedPublisher feed_;
+  std::unique_ptr<WorkerSessions> sessions_;  // made by Open, once store_ is open
   std::map<int64_t, std::unique_ptr<JobRunner>> runners_;
   std::map<int64_t, std::unique_ptr<loop::Signal>> event_signals_;
-  EventFeed feed_;
-  std::map<int64_t, nlohmann::json> worker_changes_;  // worker id -> fields changed since the last "workers" event
-  std::set<int64_t> jobs_live_changed_;               // jobs with events since the last "job_live" events
-  std::map<int64_t, Clock::TimePoint> progress_sampled_at_;  // per worker: its last progress sent to the feed
-  Clock::TimePoint progress_window_start_{};
-  int progress_in_window_ = 0;
   loop::Signal shutdown_;
   bool shutting_down_ = false;
   // The timer's tick (TimerLoop), posted by a thread of its own rather than an Asio timer (loop::LoopTicker: a timer's
@@ -355,9 +287,7 @@ class Service final : public JobHost {
   loop::Signal tick_;
   loop::LoopTicker::TimePoint tick_due_{};
   std::unique_ptr<loop::LoopTicker> ticker_;
-  std::string coordinator_id_;
-  bool leader_ = false;
-  std::string leader_url_;  // the leader's URL as the lease names it ("" while unknown)
+  std::unique_ptr<LeaderElection> election_;  // made by Open, once store_ is open
   // What the stores answered /readyz's probes: each problem's short reason ({} when ready).
   loop::SharedForAWhile<nlohmann::json> readiness_;
   // The stored state behind /metrics' gauges: jobs per status, and each worker's kind.
@@ -367,8 +297,5 @@ class Service final : public JobHost {
   };
   loop::SharedForAWhile<StatusOr<StoredGauges>> stored_gauges_;
 };
-
-// The exit status of a `parsyn server` that lost the leader lease (EX_TEMPFAIL: restart it).
-inline constexpr int kExitLeadershipLost = 75;
 
 }  // namespace parsyn::coordinator

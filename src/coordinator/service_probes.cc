@@ -42,8 +42,8 @@ http::Awaitable<http::Response> Service::Readiness() {
   });
   const json problems = co_await std::move(probed);
   // A standby is ready too (it serves /healthz and /readyz, and takes over when the leader goes); its role says so.
-  json body = {{"status", problems.empty() ? "ready" : "not_ready"}, {"role", leader_ ? "leader" : "standby"}};
-  if (!leader_url_.empty()) body["leader_url"] = leader_url_;
+  json body = {{"status", problems.empty() ? "ready" : "not_ready"}, {"role", leader() ? "leader" : "standby"}};
+  if (!election_->leader_url().empty()) body["leader_url"] = election_->leader_url();
   if (!problems.empty()) body["not_ready"] = problems;
   co_return http::Response::Json(problems.empty() ? 200 : 503, body);
 }
@@ -75,7 +75,7 @@ http::Awaitable<http::Response> Service::MetricsResponse() {
   }
   std::vector<double> ages;
   const Clock::TimePoint now = clock_.Now();
-  for (const auto& [worker_id, session] : sessions_) {
+  for (const auto& [worker_id, session] : sessions_->all()) {
     auto kind = kinds.find(worker_id);
     if (kind == kinds.end()) continue;
     const bool busy = session.current_job.has_value() || !session.queued.empty();

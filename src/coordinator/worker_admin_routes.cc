@@ -14,10 +14,12 @@
 
 namespace parsyn::coordinator {
 
-// A friend of Service: registering and revoking change its token table, and a worker's view reads its session.
+// Registering and revoking change the service's token table (Service::AddWorkerToken, RevokeWorker), a worker's
+// view reads its session (WorkerSessions), and both go to the dashboard's stream (FeedPublisher).
 class WorkerAdminRoutes {
  public:
-  WorkerAdminRoutes(const RouteContext& context, Service& service) : context_(context), service_(service) {}
+  WorkerAdminRoutes(const RouteContext& context, Service& service, const WorkerSessions& sessions, FeedPublisher& feed)
+      : context_(context), service_(service), sessions_(sessions), feed_(feed) {}
 
   // POST /api/v1/workers {"name", "kind": own|managed}.
   Awaitable<Response> Register(Request& req) {
@@ -108,18 +110,6 @@ class WorkerAdminRoutes {
                    std::max(1, wait_s));
   }
 
-  // Checked from the headers, before the body is read, and again before the handler runs (RouteTable::OwnKey).
-  Status CheckBootstrapKey(const Request& req) const {
-    if (service_.worker_bootstrap_key_hash_.empty()) {
-      return NotFoundError("worker bootstrap registration is off: start the server with --worker-bootstrap-key-file");
-    }
-    PARSYN_ASSIGN_OR_RETURN(const std::string key, BearerToken(req.Header("authorization")));
-    if (!DigestsEqual(HashSecret(key), service_.worker_bootstrap_key_hash_)) {
-      return UnauthenticatedError("invalid worker bootstrap key");
-    }
-    return Status::Ok();
-  }
-
   // `csr` (bootstrap under mutual TLS): the answer also carries "certificate", the managed CA's for the request's key
   // and CN worker-<id>; a request that cannot be signed leaves no worker behind (it is revoked) and gets a 400.
   Awaitable<Response> Create(const WorkerRegistration& registration, std::string csr = {}) {
@@ -131,8 +121,8 @@ class WorkerAdminRoutes {
                            .created_at_ms = context_.clock.UnixMillis()};
     auto created = co_await loop::Offload(context_.pool, [&] { return context_.store.CreateWorker(worker); });
     if (!created.ok()) co_return Response::Error(created.status());
-    service_.worker_tokens_.Add(*created);
-    service_.NoteWorkerChange(created->id, WorkerView(*created));  // the dashboard's stream
+    service_.AddWorkerToken(*created);
+    feed_.NoteWorkerChange(created->id, WorkerView(*created));  // the dashboard's stream
     json body = WorkerJson(*created);
     body["token"] = *token;  // shown once; only its hash is kept
     if (!csr.empty()) {
@@ -179,7 +169,7 @@ class WorkerAdminRoutes {
   // The stored worker with "current_job_id": the job of its delivered (else first queued) task, or null.
   json WorkerView(const storage::Worker& w) {
     json j = WorkerJson(w);
-    if (const Service::Session* s = service_.FindSession(w.id)) {
+    if (const WorkerSessions::Session* s = sessions_.Find(w.id)) {
       // Presence is kept in memory and reaches the store in batches: a connected worker's last heartbeat is this.
       j["last_heartbeat_at_ms"] = context_.clock.UnixMillis() - (context_.clock.Now() - s->last_seen).count();
       j["status"] = storage::ToString(s->status);  // busy/online live in the session (Session::status)
@@ -194,16 +184,20 @@ class WorkerAdminRoutes {
 
   const RouteContext context_;
   Service& service_;
+  const WorkerSessions& sessions_;
+  FeedPublisher& feed_;
   double bootstrap_tokens_ = 0;               // TakeBootstrapToken's bucket
   Clock::TimePoint bootstrap_refilled_at_{};  // when it was last refilled (never: full)
 };
 
 Status AddWorkerAdminRoutes(RouteTable& routes, const RouteContext& context, Service& service) {
-  auto h = std::make_shared<WorkerAdminRoutes>(context, service);
+  auto h = std::make_shared<WorkerAdminRoutes>(context, service, service.sessions(), service.feed_publisher());
   PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/workers", Bind(h, &WorkerAdminRoutes::Register)));
-  PARSYN_RETURN_IF_ERROR(routes.OwnKey(Method::kPost, "/api/v1/workers/bootstrap",
-                                       Bind(h, &WorkerAdminRoutes::Bootstrap),
-                                       [h](const Request& req) { return h->CheckBootstrapKey(req); }));
+  // The bootstrap key is checked from the headers, before the body is read, and again before the handler runs
+  // (RouteTable::OwnKey).
+  PARSYN_RETURN_IF_ERROR(
+      routes.OwnKey(Method::kPost, "/api/v1/workers/bootstrap", Bind(h, &WorkerAdminRoutes::Bootstrap),
+                    [&service](const Request& req) { return service.CheckWorkerBootstrapKey(req); }));
   PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/workers", Bind(h, &WorkerAdminRoutes::List)));
   PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/workers/{id}", Bind(h, &WorkerAdminRoutes::Get)));
   return routes.Admin(Method::kDelete, "/api/v1/workers/{id}", Bind(h, &WorkerAdminRoutes::Revoke));

@@ -56,31 +56,24 @@ ResultReport ToResultReport(protocol::Result result) {
                       .metrics = std::move(result.metrics)};
 }
 
-// A friend of Service: the protocol opens, refreshes and ends the worker sessions it holds.
+// The protocol opens, refreshes and ends the worker sessions (WorkerSessions; Service::EndSession tells the jobs too).
 class WorkerProtocolRoutes {
  public:
-  using Session = Service::Session;
+  using Session = WorkerSessions::Session;
 
-  WorkerProtocolRoutes(const RouteContext& context, Service& service) : context_(context), service_(service) {}
+  WorkerProtocolRoutes(const RouteContext& context, Service& service, WorkerSessions& sessions, FeedPublisher& feed)
+      : context_(context), service_(service), sessions_(sessions), feed_(feed) {}
 
   // A new hello replaces an old session: its task (if any) is abandoned, as after a disconnect. The session keeps
   // what the hello says of the worker's own data (local_data): jobs over the workers' data take only such workers.
   Awaitable<Response> Hello(Request& req, int64_t worker_id) {
     StatusOr<protocol::Hello> hello = protocol::ParseHello(req.body);
     if (!hello.ok()) co_return Response::Error(hello.status());
-    if (service_.FindSession(worker_id) != nullptr) co_await service_.EndSession(worker_id, "replaced by a new hello");
+    if (sessions_.Find(worker_id) != nullptr) co_await service_.EndSession(worker_id, "replaced by a new hello");
     StatusOr<std::string> session_id = NewSecret("pss_");
     if (!session_id.ok()) co_return Response::Error(session_id.status());
-    Session& s = service_.sessions_[worker_id];
-    s.worker_id = worker_id;
-    s.session_id = *session_id;
-    s.last_seen = context_.clock.Now();
-    s.wake = std::make_shared<loop::Signal>(service_.executor());
-    s.local_data = hello->local_data;
-    s.trainers = hello->trainers;
-    if (s.trainers.empty()) s.trainers.push_back({.name = std::string(protocol::kBuiltinTrainer), .description = {}});
-    s.trainers_json = protocol::OfferedTrainersToJsonText(s.trainers);
-    co_await service_.SetWorkerStatus(worker_id, storage::WorkerStatus::kOnline, hello->device);
+    sessions_.Open(worker_id, *session_id, *hello);
+    co_await sessions_.SetWorkerStatus(worker_id, storage::WorkerStatus::kOnline, hello->device);
     // The registered name, so that the worker logs under it (a store error only leaves it unsaid).
     StatusOr<storage::Worker> registered =
         co_await loop::Offload(context_.pool, [&] { return context_.store.GetWorker(worker_id); });
@@ -105,14 +98,14 @@ class WorkerProtocolRoutes {
         s->current_job || !s->queued.empty() ? storage::WorkerStatus::kBusy : storage::WorkerStatus::kOnline;
     // Liveness is judged from last_seen in memory, which reaches the store in the next presence flush (one commit
     // for all workers); busy/online is kept in the session (Session::status).
-    if (s->status != status) co_await service_.SetWorkerStatus(worker_id, status);
+    if (s->status != status) co_await sessions_.SetWorkerStatus(worker_id, status);
     co_return Response::Json(200, protocol::HeartbeatAnswerToJson(answer));
   }
 
   // Long-poll: answers 200 with a task as soon as one is assigned, or 204 after wait_ms (at most max_poll_wait).
   Awaitable<Response> NextTask(Request& req, int64_t worker_id) {
     auto sid = req.query.find("session_id");
-    Session* s = service_.FindSession(worker_id);
+    Session* s = sessions_.Find(worker_id);
     if (sid == req.query.end() || s == nullptr || s->session_id != sid->second) {
       co_return Response::Error(NoSession(worker_id));
     }
@@ -131,8 +124,8 @@ class WorkerProtocolRoutes {
     if (s->queued.empty() && !client_gone()) co_await service_.OfferWorker(worker_id);
     const auto deadline = std::chrono::steady_clock::now() + *wait;
     while (true) {
-      s = service_.FindSession(worker_id);
-      if (s == nullptr || s->session_id != session_id || !s->queued.empty() || service_.shutting_down_) break;
+      s = sessions_.Find(worker_id);
+      if (s == nullptr || s->session_id != session_id || !s->queued.empty() || service_.shutting_down()) break;
       if (client_gone()) break;
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
@@ -147,10 +140,10 @@ class WorkerProtocolRoutes {
         break;
       }
     }
-    s = service_.FindSession(worker_id);
+    s = sessions_.Find(worker_id);
     if (s == nullptr || s->session_id != session_id) co_return Response::Error(NoSession(worker_id));
     s->polls_in_flight--;
-    if (client_gone() && !service_.shutting_down_) {
+    if (client_gone() && !service_.shutting_down()) {
       // The worker is gone: it may not stay idle and online until the heartbeat timeout, taking tasks it never
       // receives. Its session ends (a task queued for it meanwhile goes back to its job, which drops the worker from
       // the round) unless another poll of the session is still open (the worker polled again on a new connection).
@@ -238,7 +231,7 @@ class WorkerProtocolRoutes {
     if (!store_point) {
       // Past the cap nothing is stored, not even the event (1,000 workers reporting for 8 h were 58M rows): the
       // job's live view has it, and the dashboard's stream a sample.
-      service_.ForwardToFeed(body->job_id, "worker_progress", progress);
+      feed_.ForwardJobEvent(body->job_id, "worker_progress", progress);
       co_return Response::NoContent();
     }
     {
@@ -278,7 +271,7 @@ class WorkerProtocolRoutes {
   // connection already ended its session. A goodbye naming another session than the worker's is refused (409): it
   // must not end a newer one.
   Awaitable<Response> Goodbye(Request& req, int64_t worker_id) {
-    if (service_.FindSession(worker_id) == nullptr) {
+    if (sessions_.Find(worker_id) == nullptr) {
       StatusOr<protocol::Heartbeat> body = protocol::ParseHeartbeat(req.body);
       co_return body.ok() ? Response::NoContent() : Response::Error(body.status());
     }
@@ -294,7 +287,7 @@ class WorkerProtocolRoutes {
   StatusOr<Session*> SessionNamedInBody(std::string_view body, int64_t worker_id) {
     PARSYN_ASSIGN_OR_RETURN(protocol::Heartbeat heartbeat, protocol::ParseHeartbeat(body));
     const std::string& session_id = heartbeat.session_id;
-    Session* s = service_.FindSession(worker_id);
+    Session* s = sessions_.Find(worker_id);
     if (s == nullptr || s->session_id != session_id) return NoSession(worker_id);
     return s;
   }
@@ -302,7 +295,7 @@ class WorkerProtocolRoutes {
   // OK when the worker holds the task the progress names: the job, round and attempt (when sent) of the task it was
   // last given and has not yet reported. FailedPrecondition otherwise.
   Status HoldsTask(int64_t worker_id, const protocol::Progress& progress) {
-    const Session* s = service_.FindSession(worker_id);
+    const Session* s = sessions_.Find(worker_id);
     const bool holds = s != nullptr && s->current_job == progress.job_id && s->current_round == progress.round &&
                        (!progress.attempt || s->current_attempt == *progress.attempt);
     if (holds) return Status::Ok();
@@ -313,7 +306,7 @@ class WorkerProtocolRoutes {
 
   // A report shows the worker alive.
   void Touch(int64_t worker_id) {
-    if (Session* s = service_.FindSession(worker_id)) s->last_seen = context_.clock.Now();
+    if (Session* s = sessions_.Find(worker_id)) s->last_seen = context_.clock.Now();
   }
 
   // Per worker: when its last progress was accepted, and how many points it has stored for its current job.
@@ -325,11 +318,13 @@ class WorkerProtocolRoutes {
 
   const RouteContext context_;
   Service& service_;
+  WorkerSessions& sessions_;
+  FeedPublisher& feed_;
   std::map<int64_t, ProgressBudget> progress_budgets_;  // one per worker that reported; touched on the loop only
 };
 
 Status AddWorkerProtocolRoutes(RouteTable& routes, const RouteContext& context, Service& service) {
-  auto h = std::make_shared<WorkerProtocolRoutes>(context, service);
+  auto h = std::make_shared<WorkerProtocolRoutes>(context, service, service.sessions(), service.feed_publisher());
   using R = WorkerProtocolRoutes;
   PARSYN_RETURN_IF_ERROR(routes.Worker(Method::kPost, "/api/v1/worker/hello", Bind(h, &R::Hello)));
   PARSYN_RETURN_IF_ERROR(routes.Worker(Method::kPost, "/api/v1/worker/heartbeat", Bind(h, &R::Heartbeat)));

@@ -58,7 +58,9 @@ class InProcessCoordinator {
   uint16_t port() const {
     return static_cast<uint16_t>(std::stoi(server_->url().substr(server_->url().rfind(':') + 1)));
   }
-  void FlushPresence() { boost::asio::co_spawn(io_, service_->FlushPresence(), boost::asio::use_future).get(); }
+  void FlushPresence() {
+    boost::asio::co_spawn(io_, service_->sessions().FlushPresence(), boost::asio::use_future).get();
+  }
   template <typename Fn>
   void RunOnLoop(Fn fn) {
     server_->RunOnLoop(std::move(fn));
