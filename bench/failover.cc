@@ -99,7 +99,7 @@ Options ParseOptions(int argc, char** argv) {
   CLI::App app{
       "bench_failover: seconds from the leader's SIGKILL to the first task from the new leader, two `parsyn "
       "server`s on a throwaway PostgreSQL (see the header of bench/failover.cc)"};
-  app.add_option("--kills", o.kills, "kills of the leader")->capture_default_str();
+  app.add_option("--kills", o.kills, "kills of the leader")->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--lease-ms", o.lease_ms, "the servers' --leader-lease-ms")->capture_default_str();
   app.add_option("--server-bin", o.binary, "the parsyn binary to run (default: the one built beside this bench)");
   ParseFlags(app, argc, argv);
