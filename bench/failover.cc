@@ -132,7 +132,9 @@ void StartCluster(Cluster& c, const Options& o, const std::string& metadata) {
 
 // A one-worker job of 2 rounds on a tiny model: its worker's token.
 std::string StartJob(const Cluster& c) {
-  const http::ClientOptions admin_options{.base_url = c.servers[0]->url(), .bearer_token = c.servers[0]->admin_key()};
+  http::ClientOptions admin_options;
+  admin_options.base_url = c.servers[0]->url();
+  admin_options.bearer_token = c.servers[0]->admin_key();
   http::Client admin(admin_options);
   const int64_t dataset_id = UploadDataset(admin, TextRows(64));
   const int64_t model_id = CreateModel(

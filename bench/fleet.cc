@@ -95,10 +95,12 @@ std::string ServerProcess::admin_key() const { return ReadText(data_dir_ / "admi
 void ServerProcess::Kill() const { ::kill(pid_, SIGKILL); }
 
 std::string Role(const std::string& url) {
-  http::Client probe(http::ClientOptions{.base_url = url,
-                                         .connect_timeout = std::chrono::milliseconds(500),
-                                         .timeout = std::chrono::seconds(2),
-                                         .max_attempts = 1});
+  http::ClientOptions options;
+  options.base_url = url;
+  options.connect_timeout = std::chrono::milliseconds(500);
+  options.timeout = std::chrono::seconds(2);
+  options.max_attempts = 1;
+  http::Client probe(options);
   StatusOr<http::ClientResponse> res = probe.Get("/readyz");
   if (!res.ok()) return "";
   StatusOr<json> body = res->Json();
