@@ -1,15 +1,11 @@
-// What the benchmarks that drive a real `parsyn server` share: failing loudly, small file and flag helpers, and the
-// server as a child process on a free loopback port. Header-only: each bench is one program.
+// What the benchmarks share: failing loudly, small file and flag helpers, and the loopback transfer floor. Header-only;
+// the fleet that drives a real `parsyn server` is fleet.h.
 #pragma once
 
 #include <arpa/inet.h>
 #include <errno.h>  // program_invocation_short_name
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -112,69 +108,5 @@ inline double TimeLoopbackTransfer(std::span<const char> bytes, int count, int l
   if (received != bytes.size() * static_cast<uint64_t>(count)) Die("loopback transfer lost bytes");
   return seconds;
 }
-
-// `binary server --data-dir DIR --listen 127.0.0.1:0 --log-level LEVEL EXTRA...` as a child process whose stderr goes
-// to DIR.log; the constructor returns once the server said where it listens (Die after 60 s). SIGTERM on destruction.
-class ServerProcess {
- public:
-  ServerProcess(std::filesystem::path data_dir, const std::string& binary, const std::string& log_level,
-                const std::vector<std::string>& extra_args)
-      : data_dir_(std::move(data_dir)), log_(data_dir_.string() + ".log") {
-    int out[2];
-    if (::pipe(out) != 0) Die("pipe failed");
-    std::vector<std::string> args = {binary,     "server",      "--data-dir",  data_dir_.string(),
-                                     "--listen", "127.0.0.1:0", "--log-level", log_level};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    pid_ = ::fork();
-    if (pid_ < 0) Die("fork failed");
-    if (pid_ == 0) {
-      ::dup2(out[1], STDOUT_FILENO);
-      int err = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (err >= 0) ::dup2(err, STDERR_FILENO);
-      ::close(out[0]);
-      ::close(out[1]);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    std::string buffered;
-    const auto deadline = Clock::now() + std::chrono::seconds(60);
-    while (url_.empty() && Clock::now() < deadline) {
-      pollfd p{.fd = out[0], .events = POLLIN, .revents = 0};
-      if (::poll(&p, 1, 500) <= 0) continue;
-      char buf[512];
-      ssize_t n = ::read(out[0], buf, sizeof(buf));
-      if (n <= 0) break;
-      buffered.append(buf, static_cast<size_t>(n));
-      size_t at = buffered.find("listening on ");
-      size_t eol = at == std::string::npos ? at : buffered.find('\n', at);
-      if (eol != std::string::npos) url_ = buffered.substr(at + 13, eol - at - 13);
-    }
-    ::close(out[0]);
-    if (url_.empty()) Die("parsyn server did not start; see " + log_ + ":\n" + ReadText(log_));
-  }
-  ~ServerProcess() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-  }
-  ServerProcess(const ServerProcess&) = delete;
-  ServerProcess& operator=(const ServerProcess&) = delete;
-
-  const std::string& url() const { return url_; }
-  uint16_t port() const { return static_cast<uint16_t>(std::stoi(url_.substr(url_.rfind(':') + 1))); }
-  pid_t pid() const { return pid_; }
-  const std::string& log() const { return log_; }
-  std::string admin_key() const { return ReadText(data_dir_ / "admin-key"); }
-
- private:
-  std::filesystem::path data_dir_;
-  std::string log_;
-  pid_t pid_ = -1;
-  std::string url_;
-};
 
 }  // namespace parsyn::bench

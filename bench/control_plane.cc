@@ -37,20 +37,12 @@
 // the job's timeline as this process saw it (timeline-N.csv: ms since the job was created, what, round; for a probe
 // heartbeat, its answer time in ms instead of a round), for profiling a slow round, and the server's log
 // (server-N.log) unless --server-log-level is warn.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -64,11 +56,9 @@
 #include "base/sha256.h"
 #include "base/temp_file.h"
 #include "base/testing/build_paths.h"
-#include "bench_support.h"
+#include "fleet.h"
 #include "http/client.h"
 #include "support/sim_workers.h"
-#include "weights/lora_layout.h"
-#include "weights/safetensors.h"
 
 namespace {
 
@@ -77,13 +67,14 @@ using parsyn::StatusOr;
 using parsyn::bench::Clock;
 using parsyn::bench::Die;
 using parsyn::bench::Must;
-using parsyn::bench::ParseInts;
+using parsyn::bench::ProcProbe;
 using parsyn::bench::ReadText;
 using parsyn::bench::Seconds;
 using parsyn::bench::ServerProcess;
 using parsyn::bench::TimeLoopbackTransfer;
 namespace fs = std::filesystem;
 namespace http = parsyn::http;
+namespace bench = parsyn::bench;
 using parsyn::test_support::SimWorkers;
 
 double Percentile(std::vector<double> v, double p) {
@@ -95,54 +86,8 @@ double Percentile(std::vector<double> v, double p) {
 
 // A model whose default LoRA adapters (q_proj and v_proj, r = 16) are 64 KiB of fp32: A (16, 256) and B (256, 16)
 // for each of the two, one layer.
-std::string ModelConfig() {
-  return json{{"model_type", "llama"},
-              {"architectures", {"LlamaForCausalLM"}},
-              {"hidden_size", 256},
-              {"intermediate_size", 688},
-              {"num_hidden_layers", 1},
-              {"num_attention_heads", 4},
-              {"num_key_value_heads", 4},
-              {"vocab_size", 32000},
-              {"max_position_embeddings", 2048},
-              {"rms_norm_eps", 1e-5}}
-      .dump();
-}
+std::string ModelConfig() { return bench::LlamaConfig({.hidden = 256, .intermediate = 688, .layers = 1, .heads = 4}); }
 constexpr int kLoraR = 16;
-
-long RssKib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
-
-// utime + stime of a process or thread, in clock ticks (fields 14 and 15 of its stat file: /proc/PID/stat,
-// /proc/PID/task/TID/stat).
-long CpuTicks(const std::string& stat_path) {
-  std::string stat = ReadText(stat_path);
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(stat.substr(close + 2));
-  std::string field;
-  long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14) utime = std::stol(field);
-    if (i == 15) stime = std::stol(field);
-  }
-  return utime + stime;
-}
-long CpuTicks(pid_t pid) { return CpuTicks("/proc/" + std::to_string(pid) + "/stat"); }
-
-// The nanoseconds a thread has spent runnable but waiting for a core (the second field of
-// /proc/PID/task/TID/schedstat); -1 where the kernel does not keep it.
-long long RunQueueWaitNs(pid_t pid, pid_t tid) {
-  std::istringstream in(ReadText("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/schedstat"));
-  long long on_cpu = 0, waiting = -1;
-  in >> on_cpu >> waiting;
-  return in ? waiting : -1;
-}
 
 // CPU time, in clock ticks, of what shares this machine during a round: the server (all its threads), its event
 // loop (the main thread: `parsyn server` runs the io_context there), this process (the simulated workers), and the
@@ -152,17 +97,14 @@ struct CpuUse {
   long long loop_wait_ns = -1;
 };
 CpuUse SampleCpu(pid_t server) {
-  CpuUse use{.server = CpuTicks(server),
-             .loop = CpuTicks("/proc/" + std::to_string(server) + "/task/" + std::to_string(server) + "/stat"),
-             .bench = CpuTicks("/proc/self/stat"),
-             .loop_wait_ns = RunQueueWaitNs(server, server)};
-  std::istringstream machine(ReadText("/proc/stat"));
-  std::string cpu;
-  long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  machine >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
-  use.machine_busy = user + nice + system + irq + softirq + steal;
-  use.machine_all = use.machine_busy + idle + iowait;
-  return use;
+  const ProcProbe probe(server);
+  const bench::MachineTicks machine = bench::ReadMachineTicks();
+  return {.server = probe.CpuTicks(),
+          .loop = probe.ThreadCpuTicks(server),
+          .bench = bench::CpuTicksOf("/proc/self/stat"),
+          .machine_busy = machine.busy,
+          .machine_all = machine.all,
+          .loop_wait_ns = probe.RunQueueWaitNs(server)};
 }
 
 // The server's flags besides data dir, listen address and log level. A simulated worker uploads on its one
@@ -178,12 +120,9 @@ struct Update {
 };
 
 Update PrepareUpdate() {
-  parsyn::weights::LoraLayoutOptions lora;
-  lora.r = kLoraR;
-  parsyn::weights::WeightSet adapters = Must(parsyn::weights::InitialLoraAdapters(ModelConfig(), lora, 99), "adapters");
-  const std::vector<std::byte> image = parsyn::weights::SerializeSafetensors(adapters);
-  return {.bytes = std::string(reinterpret_cast<const char*>(image.data()), image.size()),
-          .sha256 = parsyn::Sha256Hex(std::span<const std::byte>(image))};
+  const bench::LoraUpdate update = bench::MakeLoraUpdate(ModelConfig(), kLoraR);
+  return {.bytes = std::string(reinterpret_cast<const char*>(update.image.data()), update.image.size()),
+          .sha256 = update.sha256};
 }
 
 // The loopback ports one client address can use to reach one server address (net.ipv4.ip_local_port_range).
@@ -314,59 +253,36 @@ struct Figures {
   int errors = 0;
 };
 
-Figures RunOne(int n, const fs::path& root, const Update& update, const std::string& binary,
-               const std::string& log_level, int idle_s, std::chrono::milliseconds train_time,
-               const fs::path& details_dir) {
-  Figures fig;
-  fig.n = n;
-  const fs::path data_dir = root / ("n" + std::to_string(n));
-  fs::create_directories(data_dir);
-  ServerProcess server(data_dir, binary, log_level, kServerFlags);
-  http::ClientOptions admin_options;
-  admin_options.base_url = server.url();
-  admin_options.bearer_token = server.admin_key();
-  admin_options.timeout = std::chrono::minutes(10);
-  admin_options.max_attempts = 1;
-  http::Client admin(admin_options);
+// The dataset (kDatasetBytes), the model and N registered workers on `server`, through its admin API.
+struct Platform {
+  http::ClientOptions admin;
+  int64_t dataset_id = 0;
+  int64_t model_id = 0;
+  std::vector<int64_t> ids;
+  std::vector<std::string> tokens;
+};
 
-  const std::string rows = Dataset(n, kDatasetBytes);
-  auto ds = Must(admin.Send(http::Method::kPost, "/api/v1/datasets?name=rows.jsonl", rows, "application/octet-stream"),
-                 "dataset upload");
-  if (ds.status != 201) Die("dataset upload answered " + std::to_string(ds.status) + ": " + ds.body);
-  const int64_t dataset_id = (*ds.Json())["id"];
-  auto config_up =
-      Must(admin.Send(http::Method::kPost, "/api/v1/uploads", ModelConfig(), "application/octet-stream"), "config");
-  auto model = Must(admin.PostJson("/api/v1/models", {{"name", "bench-llama"},
-                                                      {"files", {{"config.json", (*config_up.Json())["upload_id"]}}}}),
-                    "model create");
-  if (model.status != 201) Die("model create answered " + std::to_string(model.status) + ": " + model.body);
-  const int64_t model_id = (*model.Json())["id"];
-
-  std::vector<int64_t> ids(static_cast<size_t>(n));
-  std::vector<std::string> tokens(static_cast<size_t>(n));
-  {
-    std::vector<std::jthread> registrars;
-    const int threads = std::min(n, 8);
-    for (int t = 0; t < threads; ++t) {
-      registrars.emplace_back([&, t] {
-        http::Client c(admin_options);
-        for (int i = t; i < n; i += threads) {
-          auto w = Must(c.PostJson("/api/v1/workers", {{"name", "w" + std::to_string(i)}, {"kind", "own"}}),
-                        "worker register");
-          if (w.status != 201) Die("worker register answered " + std::to_string(w.status) + ": " + w.body);
-          ids[static_cast<size_t>(i)] = (*w.Json())["id"];
-          tokens[static_cast<size_t>(i)] = (*w.Json())["token"];
-        }
-      });
-    }
+Platform SetUpPlatform(const ServerProcess& server, int n) {
+  Platform p;
+  p.admin.base_url = server.url();
+  p.admin.bearer_token = server.admin_key();
+  p.admin.timeout = std::chrono::minutes(10);
+  p.admin.max_attempts = 1;
+  http::Client admin(p.admin);
+  p.dataset_id = bench::UploadDataset(admin, Dataset(n, kDatasetBytes));
+  p.model_id = bench::CreateModel(admin, ModelConfig());
+  for (const bench::RegisteredWorker& w : bench::RegisterWorkers(p.admin, n)) {
+    p.ids.push_back(w.id);
+    p.tokens.push_back(w.token);
   }
+  return p;
+}
 
-  const long rss_before_kib = RssKib(server.pid());
-  SimWorkers workers({.port = server.port(),
-                      .tokens = tokens,
-                      .update = update.bytes,
-                      .update_sha256 = update.sha256,
-                      .train_time = train_time});
+// Starts the simulated workers and waits for every hello (Die after 10 minutes); then, while each holds its poll, the
+// server's CPU over the idle window, its RSS, and heartbeat latency of probes on connections of their own.
+void MeasureIdle(Figures& fig, SimWorkers& workers, const ProcProbe& server, int idle_s) {
+  const int n = fig.n;
+  const long rss_before_kib = server.StatusKib("VmRSS");
   const auto hello_start = Clock::now();
   workers.Start();
   const auto hello_deadline = Clock::now() + std::chrono::minutes(10);
@@ -380,88 +296,62 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
   // A moment for the last hellos' polls to open, then the idle window: every worker holds its poll, and nothing
   // else goes on (idle workers send no heartbeats).
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  const long ticks0 = CpuTicks(server.pid());
+  const long ticks0 = server.CpuTicks();
   const auto idle_start = Clock::now();
   std::this_thread::sleep_for(std::chrono::seconds(idle_s));
-  const long ticks1 = CpuTicks(server.pid());
+  const long ticks1 = server.CpuTicks();
   const auto idle_end = Clock::now();
   fig.idle_cores = static_cast<double>(ticks1 - ticks0) / static_cast<double>(::sysconf(_SC_CLK_TCK)) /
                    Seconds(idle_end - idle_start);
-  const long rss_idle_kib = RssKib(server.pid());
+  const long rss_idle_kib = server.StatusKib("VmRSS");
   fig.idle_rss_mb = static_cast<double>(rss_idle_kib) / 1024.0;
   fig.rss_per_worker_kb = static_cast<double>(rss_idle_kib - rss_before_kib) / n;
-  {
-    // Heartbeats while the fleet holds its polls: probes for idle workers on connections of their own.
-    constexpr int kProbes = 1000;
-    const auto probe_start = Clock::now();
-    workers.ProbeHeartbeats(kProbes, std::chrono::seconds(5));
-    while (workers.heartbeats().size() < kProbes && Clock::now() < probe_start + std::chrono::seconds(60)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    std::vector<double> ms;
-    for (const SimWorkers::Sample& s : workers.heartbeats()) ms.push_back(s.ms);
-    fig.hb_idle_count = ms.size();
-    fig.hb_idle_p50 = Percentile(ms, 0.50);
-    fig.hb_idle_p99 = Percentile(ms, 0.99);
+  // Heartbeats while the fleet holds its polls: probes for idle workers on connections of their own.
+  constexpr int kProbes = 1000;
+  const auto probe_start = Clock::now();
+  workers.ProbeHeartbeats(kProbes, std::chrono::seconds(5));
+  while (workers.heartbeats().size() < kProbes && Clock::now() < probe_start + std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  // Printed now too: a job that never ends (the bench waits for it) leaves these figures standing.
-  std::printf("%7d idle: hello %.1f s, %.3f core, RSS %.1f MB (%.0f B/worker), probe heartbeats p50/p99 %.2f/%.2f ms\n",
-              n, fig.hello_s, fig.idle_cores, fig.idle_rss_mb, fig.rss_per_worker_kb * 1024, fig.hb_idle_p50,
-              fig.hb_idle_p99);
-  std::fflush(stdout);
+  std::vector<double> ms;
+  for (const SimWorkers::Sample& s : workers.heartbeats()) ms.push_back(s.ms);
+  fig.hb_idle_count = ms.size();
+  fig.hb_idle_p50 = Percentile(ms, 0.50);
+  fig.hb_idle_p99 = Percentile(ms, 0.99);
+}
 
-  json spec = {{"name", "bench-n" + std::to_string(n)},
-               {"dataset_id", dataset_id},
-               {"model_id", model_id},
-               {"config", {{"use_peft", true}, {"lora_r", kLoraR}, {"seed", 7}}},
-               {"distributed",
-                {{"enabled", true},
-                 {"num_rounds", 2},
-                 {"steps_per_round", 1},
-                 {"min_workers", n},
-                 {"max_workers", n},
-                 {"aggregation_timeout", 3600},
-                 {"fault_tolerance", 1}}},
-               {"worker_selection", {{"mode", "own"}, {"worker_ids", ids}}}};
+// What the job left to compute figures from.
+struct JobRun {
+  int64_t job_id = 0;
+  Clock::time_point start, end;
+  std::map<int, Clock::time_point> committed;  // when the server committed each round
+  std::map<int, CpuUse> cpu_at_commit;         // when the commit's event arrived
+  std::vector<SimWorkers::TaskSeen> tasks;
+  std::vector<SimWorkers::Sample> beats, uploads, results;
+};
+
+// The job over all N workers, with probe heartbeats on a thread of their own, until it ends; then the request floor
+// and what the workers saw. Fills the figures read from the server's /metrics and the outcome.
+JobRun RunJob(Figures& fig, const Platform& p, SimWorkers& workers, pid_t server, const fs::path& details_dir) {
+  const int n = fig.n;
+  http::Client admin(p.admin);
+  const json spec = bench::JobSpec("bench-n" + std::to_string(n), p.dataset_id, p.model_id, kLoraR, 2, p.ids);
   const std::string metrics_before = MetricsText(admin);
   workers.StartProbing(kJobProbesPerSecond);
-  const auto job_start = Clock::now();
-  auto job = Must(admin.PostJson("/api/v1/training-jobs", spec), "job create");
-  if (job.status != 201) Die("job create answered " + std::to_string(job.status) + ": " + job.body);
-  const int64_t job_id = (*job.Json())["id"];
-
-  std::map<int, Clock::time_point> committed;
-  std::map<int, CpuUse> cpu_at_commit;  // when the commit's event arrived
-  http::CallOptions events_call;
-  events_call.timeout = std::chrono::minutes(60);
-  http::Client events(admin_options);
-  parsyn::Status read = events.ReadEvents(
-      "/api/v1/training-jobs/" + std::to_string(job_id) + "/events",
-      [&](const http::SseEvent& e) {
-        json d = json::parse(e.data, nullptr, false);
-        if (d.is_discarded()) return true;
-        if (e.event == "round_committed") {
-          // When the server committed (its clock is this machine's), not when the event got here: the stream can lag
-          // a busy round by seconds.
-          const int64_t now_ms =
-              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-                  .count();
-          const auto lag = std::chrono::milliseconds(std::max<int64_t>(0, now_ms - d.value("time_ms", now_ms)));
-          committed[d["round"].get<int>()] = Clock::now() - lag;
-          cpu_at_commit[d["round"].get<int>()] = SampleCpu(server.pid());
-        }
-        if (e.event == "job_status") {
-          const std::string s = d.value("status", "");
-          if (s != "queued" && s != "running") {
-            fig.outcome = s;
-            return false;
-          }
-        }
-        return true;
-      },
-      events_call);
-  if (!read.ok()) fig.outcome = "events: " + read.ToString();
-  const auto job_end = Clock::now();
+  JobRun job;
+  job.start = Clock::now();
+  job.job_id = bench::CreateJob(admin, spec);
+  fig.outcome = bench::FollowJob(p.admin, job.job_id, std::chrono::minutes(60), [&](const json& d) {
+    // When the server committed (its clock is this machine's), not when the event got here: the stream can lag a
+    // busy round by seconds.
+    const int64_t now_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    const auto lag = std::chrono::milliseconds(std::max<int64_t>(0, now_ms - d.value("time_ms", now_ms)));
+    job.committed[d["round"].get<int>()] = Clock::now() - lag;
+    job.cpu_at_commit[d["round"].get<int>()] = SampleCpu(server);
+  });
+  job.end = Clock::now();
   const std::string metrics_after = MetricsText(admin);
   fig.hb_round_server_p99 = BucketP99Ms(HeartbeatBuckets(metrics_before), HeartbeatBuckets(metrics_after));
   fig.loop_lag_p99 = BucketP99Ms(LoopLagBuckets(metrics_before), LoopLagBuckets(metrics_after));
@@ -469,68 +359,99 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
   if (!details_dir.empty()) {
     std::ofstream(details_dir / ("metrics-" + std::to_string(n) + ".txt")) << metrics_after;
   }
-  const std::vector<SimWorkers::TaskSeen> tasks = workers.tasks();
+  job.tasks = workers.tasks();
   workers.StopProbing();
-  const std::vector<SimWorkers::Sample> beats = workers.probe_heartbeats();
+  job.beats = workers.probe_heartbeats();
   fig.request_floor_s = workers.HeartbeatBurstSeconds(3 * n, kRequestFloorConnections);
-  const std::vector<SimWorkers::Sample> uploads = workers.uploads();
-  const std::vector<SimWorkers::Sample> results = workers.accepted_results();
+  job.uploads = workers.uploads();
+  job.results = workers.accepted_results();
   fig.errors = workers.error_count();
   for (const std::string& e : workers.errors()) std::fprintf(stderr, "  N=%d worker error: %s\n", n, e.c_str());
   workers.Stop();
+  return job;
+}
 
-  Clock::time_point first_task = job_end;
+// Setup, task assignment of round 2, the rounds' wall times, and round 2's CPU.
+void AddJobFigures(Figures& fig, const JobRun& job) {
+  Clock::time_point first_task = job.end;
   std::vector<double> assign_ms;
-  for (const SimWorkers::TaskSeen& t : tasks) {
-    if (t.job_id != job_id || t.kind != "train") continue;
+  const auto commit = [&](int round) { return job.committed.at(round); };
+  for (const SimWorkers::TaskSeen& t : job.tasks) {
+    if (t.job_id != job.job_id || t.kind != "train") continue;
     if (t.round == 1) first_task = std::min(first_task, t.at);
-    if (t.round == 2 && committed.contains(1)) {
-      assign_ms.push_back(std::chrono::duration<double, std::milli>(t.at - committed[1]).count());
+    if (t.round == 2 && job.committed.contains(1)) {
+      assign_ms.push_back(std::chrono::duration<double, std::milli>(t.at - commit(1)).count());
     }
   }
-  fig.setup_s = Seconds(first_task - job_start);
+  fig.setup_s = Seconds(first_task - job.start);
   fig.assign_p50 = Percentile(assign_ms, 0.50);
   fig.assign_p99 = Percentile(assign_ms, 0.99);
-  if (committed.contains(1)) fig.round1_s = Seconds(committed[1] - first_task);
-  if (committed.contains(1) && committed.contains(2)) fig.round2_s = Seconds(committed[2] - committed[1]);
-  if (cpu_at_commit.contains(1) && cpu_at_commit.contains(2)) {
-    const CpuUse& a = cpu_at_commit[1];
-    const CpuUse& b = cpu_at_commit[2];
-    // Ticks over the same span between the two samples: the machine's all-CPU ticks are cores x wall.
-    const double cores = static_cast<double>(std::thread::hardware_concurrency());
-    const double span = static_cast<double>(b.machine_all - a.machine_all) / cores;
-    if (span > 0) {
-      fig.round2_server_cores = static_cast<double>(b.server - a.server) / span;
-      fig.round2_loop_cores = static_cast<double>(b.loop - a.loop) / span;
-      fig.round2_bench_cores = static_cast<double>(b.bench - a.bench) / span;
-      fig.round2_machine_cores = static_cast<double>(b.machine_busy - a.machine_busy) / span;
-      if (a.loop_wait_ns >= 0 && b.loop_wait_ns >= 0) {
-        const double wall_s = span / static_cast<double>(::sysconf(_SC_CLK_TCK));
-        fig.round2_loop_waiting = static_cast<double>(b.loop_wait_ns - a.loop_wait_ns) / 1e9 / wall_s;
-      }
-    }
+  if (job.committed.contains(1)) fig.round1_s = Seconds(commit(1) - first_task);
+  if (job.committed.contains(1) && job.committed.contains(2)) fig.round2_s = Seconds(commit(2) - commit(1));
+  if (!job.cpu_at_commit.contains(1) || !job.cpu_at_commit.contains(2)) return;
+  const CpuUse& a = job.cpu_at_commit.at(1);
+  const CpuUse& b = job.cpu_at_commit.at(2);
+  // Ticks over the same span between the two samples: the machine's all-CPU ticks are cores x wall.
+  const double cores = static_cast<double>(std::thread::hardware_concurrency());
+  const double span = static_cast<double>(b.machine_all - a.machine_all) / cores;
+  if (span <= 0) return;
+  fig.round2_server_cores = static_cast<double>(b.server - a.server) / span;
+  fig.round2_loop_cores = static_cast<double>(b.loop - a.loop) / span;
+  fig.round2_bench_cores = static_cast<double>(b.bench - a.bench) / span;
+  fig.round2_machine_cores = static_cast<double>(b.machine_busy - a.machine_busy) / span;
+  if (a.loop_wait_ns >= 0 && b.loop_wait_ns >= 0) {
+    const double wall_s = span / static_cast<double>(::sysconf(_SC_CLK_TCK));
+    fig.round2_loop_waiting = static_cast<double>(b.loop_wait_ns - a.loop_wait_ns) / 1e9 / wall_s;
   }
+}
+
+// timeline-N.csv: ms since the job was created, what, round (for a probe heartbeat, its answer time in ms).
+void WriteTimeline(const fs::path& file, const JobRun& job) {
+  std::ofstream timeline(file);
+  auto ms = [&](Clock::time_point t) { return std::chrono::duration<double, std::milli>(t - job.start).count(); };
+  timeline << "ms,what,round\n";
+  for (const SimWorkers::TaskSeen& t : job.tasks) timeline << ms(t.at) << ",task_" << t.kind << "," << t.round << "\n";
+  for (const auto& [round, at] : job.committed) timeline << ms(at) << ",committed," << round << "\n";
+  // An upload's or result's round is not kept: sent and answered times tell the rounds apart.
+  for (const SimWorkers::Sample& u : job.uploads)
+    timeline << ms(u.at) << ",upload_sent,\n" << ms(u.at) + u.ms << ",upload_stored,\n";
+  for (const SimWorkers::Sample& r : job.results)
+    timeline << ms(r.at) << ",result_sent,\n" << ms(r.at) + r.ms << ",result_accepted,\n";
+  // A probe heartbeat's answer time, in the round column: when and how slow the loop answered.
+  for (const SimWorkers::Sample& b : job.beats) {
+    if (b.at >= job.start && b.at < job.end) timeline << ms(b.at) << ",probe_heartbeat," << b.ms << "\n";
+  }
+}
+
+Figures RunOne(int n, const fs::path& root, const Update& update, const std::string& binary,
+               const std::string& log_level, int idle_s, std::chrono::milliseconds train_time,
+               const fs::path& details_dir) {
+  Figures fig;
+  fig.n = n;
+  const fs::path data_dir = root / ("n" + std::to_string(n));
+  fs::create_directories(data_dir);
+  ServerProcess server(data_dir, binary, log_level, kServerFlags);
+  const Platform platform = SetUpPlatform(server, n);
+  SimWorkers workers({.port = server.port(),
+                      .tokens = platform.tokens,
+                      .update = update.bytes,
+                      .update_sha256 = update.sha256,
+                      .train_time = train_time});
+  MeasureIdle(fig, workers, ProcProbe(server.pid()), idle_s);
+  // Printed now too: a job that never ends (the bench waits for it) leaves these figures standing.
+  std::printf("%7d idle: hello %.1f s, %.3f core, RSS %.1f MB (%.0f B/worker), probe heartbeats p50/p99 %.2f/%.2f ms\n",
+              n, fig.hello_s, fig.idle_cores, fig.idle_rss_mb, fig.rss_per_worker_kb * 1024, fig.hb_idle_p50,
+              fig.hb_idle_p99);
+  std::fflush(stdout);
+
+  const JobRun job = RunJob(fig, platform, workers, server.pid(), details_dir);
+  AddJobFigures(fig, job);
   std::vector<double> round_beats;
-  for (const SimWorkers::Sample& s : beats) {
-    if (s.at >= job_start && s.at < job_end) round_beats.push_back(s.ms);
+  for (const SimWorkers::Sample& s : job.beats) {
+    if (s.at >= job.start && s.at < job.end) round_beats.push_back(s.ms);
   }
   fig.hb_round_count = round_beats.size();
-  if (!details_dir.empty()) {
-    std::ofstream timeline(details_dir / ("timeline-" + std::to_string(n) + ".csv"));
-    auto ms = [&](Clock::time_point t) { return std::chrono::duration<double, std::milli>(t - job_start).count(); };
-    timeline << "ms,what,round\n";
-    for (const SimWorkers::TaskSeen& t : tasks) timeline << ms(t.at) << ",task_" << t.kind << "," << t.round << "\n";
-    for (const auto& [round, at] : committed) timeline << ms(at) << ",committed," << round << "\n";
-    // An upload's or result's round is not kept: sent and answered times tell the rounds apart.
-    for (const SimWorkers::Sample& u : uploads)
-      timeline << ms(u.at) << ",upload_sent,\n" << ms(u.at) + u.ms << ",upload_stored,\n";
-    for (const SimWorkers::Sample& r : results)
-      timeline << ms(r.at) << ",result_sent,\n" << ms(r.at) + r.ms << ",result_accepted,\n";
-    // A probe heartbeat's answer time, in the round column: when and how slow the loop answered.
-    for (const SimWorkers::Sample& b : beats) {
-      if (b.at >= job_start && b.at < job_end) timeline << ms(b.at) << ",probe_heartbeat," << b.ms << "\n";
-    }
-  }
+  if (!details_dir.empty()) WriteTimeline(details_dir / ("timeline-" + std::to_string(n) + ".csv"), job);
   fig.hb_round_p99 = Percentile(round_beats, 0.99);
   // The data dir stays until the last N is done (main removes the root): this machine's ext4 has no journal, and
   // there each new inode skips every inode freed in the last 60-360 s (the kernel's recently_deleted check, one
@@ -548,88 +469,85 @@ Figures RunOne(int n, const fs::path& root, const Update& update, const std::str
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+struct Options {
   std::vector<int> ns = {1000, 5000, 10000, 50000};
   int idle_s = 10;
-  std::chrono::milliseconds train_time{1000};
+  int train_ms = 1000;
   std::string binary = parsyn::test_support::BuildPath("parsyn");
   std::string log_level = "warn";
   fs::path details_dir;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--workers") {
-      ns = ParseInts(value);
-    } else if (flag == "--idle-s") {
-      idle_s = std::stoi(value);
-    } else if (flag == "--train-ms") {
-      train_time = std::chrono::milliseconds(std::stoi(value));
-    } else if (flag == "--server-bin") {
-      binary = value;
-    } else if (flag == "--server-log-level") {
-      log_level = value;
-    } else if (flag == "--details-dir") {
-      details_dir = value;
-      fs::create_directories(details_dir);
-    } else {
-      Die("unknown flag " + flag + " (see the header of bench/control_plane.cc)");
-    }
+};
+
+Options ParseOptions(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "bench_control_plane: the coordinator's control plane with N simulated workers on a real `parsyn "
+      "server` (see the header of bench/control_plane.cc)"};
+  app.add_option("--workers", o.ns, "comma-separated N: simulated workers per run")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--idle-s", o.idle_s, "seconds of the idle window")->capture_default_str();
+  app.add_option("--train-ms", o.train_ms, "simulated training per task: train-ms to twice that")
+      ->capture_default_str();
+  app.add_option("--server-bin", o.binary, "the parsyn binary to run (default: the one built beside this bench)");
+  app.add_option("--server-log-level", o.log_level, "the server's log level (kept in --details-dir unless warn)")
+      ->capture_default_str();
+  app.add_option("--details-dir", o.details_dir,
+                 "keep per N the server's /metrics after the job, the job's timeline and the server's log here");
+  bench::ParseFlags(app, argc, argv);
+  if (!o.details_dir.empty()) fs::create_directories(o.details_dir);
+  return o;
+}
+
+// Why N workers cannot run here ("" when they can): one connection per worker in each process (server and this
+// one), plus the probes, admin calls and a margin; and one loopback port per connection to one server address.
+std::string SkipReason(int n, const parsyn::OpenFilesLimit& fds, int ports) {
+  const uint64_t need = static_cast<uint64_t>(n) + 128;
+  std::string why;
+  if (need > fds.after) {
+    why = "needs ~" + std::to_string(need) + " file descriptors in each process, RLIMIT_NOFILE is " +
+          std::to_string(fds.after) + " (the hard limit; raising it needs CAP_SYS_RESOURCE)";
   }
-  const parsyn::OpenFilesLimit fds = Must(parsyn::RaiseOpenFilesLimit(), "raising RLIMIT_NOFILE");
-  const int ports = LoopbackPorts();
-  const fs::path root = Must(parsyn::CreateTempDir(fs::temp_directory_path(), "parsyn-bench-cp"), "temp dir");
-  const Update update = PrepareUpdate();
+  if (n > ports) {
+    why += (why.empty() ? "" : "; ") + std::string("needs ") + std::to_string(n) +
+           " loopback connections to one server address, the ephemeral port range has " + std::to_string(ports);
+  }
+  return why;
+}
+
+void PrintHeader(const Update& update, const parsyn::OpenFilesLimit& fds, int ports, const Options& o) {
   std::printf(
       "bench_control_plane: %zu-byte updates (LoRA r=%d), %.1f MB dataset, one connection per worker, RLIMIT_NOFILE "
       "%lu (hard %lu), %d loopback ports, idle window %d s, training %lld-%lld ms per task\n",
       update.bytes.size(), kLoraR, static_cast<double>(kDatasetBytes) / 1e6, static_cast<unsigned long>(fds.after),
-      static_cast<unsigned long>(fds.hard), ports, idle_s, static_cast<long long>(train_time.count()),
-      static_cast<long long>(2 * train_time.count()));
+      static_cast<unsigned long>(fds.hard), ports, o.idle_s, static_cast<long long>(o.train_ms),
+      static_cast<long long>(2 * o.train_ms));
   std::printf("%7s %8s %10s %9s %10s %16s %8s %18s %9s %9s %8s %6s %11s %10s %18s %10s %s\n", "N", "hello s",
               "idle core", "RSS MB", "B/worker", "hb p50/p99 ms", "setup s", "assign p50/p99 ms", "round1 s",
               "round2 s", "floor s", "ratio", "req floor s", "ratio both", "probe hb p99 (job)", "server hb p99",
               "job (errors)");
   std::fflush(stdout);
-  std::vector<Figures> done;
-  for (int n : ns) {
-    // One connection per worker in each process (server and this one), plus the probes, admin calls and a margin.
-    const uint64_t need = static_cast<uint64_t>(n) + 128;
-    if (need > fds.after || n > ports) {
-      std::string why;
-      if (need > fds.after) {
-        why = "needs ~" + std::to_string(need) + " file descriptors in each process, RLIMIT_NOFILE is " +
-              std::to_string(fds.after) + " (the hard limit; raising it needs CAP_SYS_RESOURCE)";
-      }
-      if (n > ports) {
-        why += (why.empty() ? "" : "; ") + std::string("needs ") + std::to_string(n) +
-               " loopback connections to one server address, the ephemeral port range has " + std::to_string(ports);
-      }
-      std::printf("%7d skipped: %s\n", n, why.c_str());
-      std::fflush(stdout);
-      continue;
-    }
-    Figures f = RunOne(n, root, update, binary, log_level, idle_s, train_time, details_dir);
-    // Measured after the server is gone, so the floor has the machine to itself as the round had.
-    f.floor_s = RoundFloorSeconds(update.bytes, n, root);
-    if (f.round2_s > 0) {
-      const double work_s = std::max(0.0, f.round2_s - 2 * Seconds(train_time));
-      f.round2_ratio = work_s / f.floor_s;
-      f.round2_ratio_both = work_s / (f.floor_s + f.request_floor_s);
-    }
-    std::printf(
-        "%7d %8.1f %10.3f %9.1f %10.0f %7.2f/%-8.2f %8.1f %8.0f/%-9.0f %9.2f %9.2f %8.3f %6.2f %11.2f %10.2f %10.2f "
-        "(%5zu) %10.0f %s (%d)\n",
-        f.n, f.hello_s, f.idle_cores, f.idle_rss_mb, f.rss_per_worker_kb * 1024, f.hb_idle_p50, f.hb_idle_p99,
-        f.setup_s, f.assign_p50, f.assign_p99, f.round1_s, f.round2_s, f.floor_s, f.round2_ratio, f.request_floor_s,
-        f.round2_ratio_both, f.hb_round_p99, f.hb_round_count, f.hb_round_server_p99, f.outcome.c_str(), f.errors);
-    std::printf(
-        "%7d in the job, p99: event loop queue wait <= %.0f ms, timer tick late by <= %.0f ms; round 2 CPU, cores: "
-        "server %.2f (its event loop %.2f, and waiting for a core %.2f of the time), simulated workers %.2f, machine "
-        "%.2f busy of %u\n",
-        f.n, f.loop_lag_p99, f.tick_lateness_p99, f.round2_server_cores, f.round2_loop_cores, f.round2_loop_waiting,
-        f.round2_bench_cores, f.round2_machine_cores, std::thread::hardware_concurrency());
-    std::fflush(stdout);
-    done.push_back(f);
-  }
+}
+
+void PrintRow(const Figures& f) {
+  std::printf(
+      "%7d %8.1f %10.3f %9.1f %10.0f %7.2f/%-8.2f %8.1f %8.0f/%-9.0f %9.2f %9.2f %8.3f %6.2f %11.2f %10.2f %10.2f "
+      "(%5zu) %10.0f %s (%d)\n",
+      f.n, f.hello_s, f.idle_cores, f.idle_rss_mb, f.rss_per_worker_kb * 1024, f.hb_idle_p50, f.hb_idle_p99, f.setup_s,
+      f.assign_p50, f.assign_p99, f.round1_s, f.round2_s, f.floor_s, f.round2_ratio, f.request_floor_s,
+      f.round2_ratio_both, f.hb_round_p99, f.hb_round_count, f.hb_round_server_p99, f.outcome.c_str(), f.errors);
+  std::printf(
+      "%7d in the job, p99: event loop queue wait <= %.0f ms, timer tick late by <= %.0f ms; round 2 CPU, cores: "
+      "server %.2f (its event loop %.2f, and waiting for a core %.2f of the time), simulated workers %.2f, machine "
+      "%.2f busy of %u\n",
+      f.n, f.loop_lag_p99, f.tick_lateness_p99, f.round2_server_cores, f.round2_loop_cores, f.round2_loop_waiting,
+      f.round2_bench_cores, f.round2_machine_cores, std::thread::hardware_concurrency());
+  std::fflush(stdout);
+}
+
+void PrintFooter(const std::vector<Figures>& done, std::chrono::milliseconds train_time) {
   std::printf(
       "\n(hb p50/p99: 1,000 probe heartbeats while every worker holds its poll; probe hb p99 (job): heartbeats sent "
       "at 200/s during the job from a thread of their own, ms (count); server hb p99: every heartbeat's answer time "
@@ -646,6 +564,37 @@ int main(int argc, char** argv) {
         "request floors together), heartbeat p99 in the job %.1f ms (probes), <= %.0f ms in the server (target 50)\n",
         f.n, f.setup_s, f.round2_ratio, f.round2_ratio_both, f.hb_round_p99, f.hb_round_server_p99);
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = ParseOptions(argc, argv);
+  const std::chrono::milliseconds train_time{o.train_ms};
+  const parsyn::OpenFilesLimit fds = Must(parsyn::RaiseOpenFilesLimit(), "raising RLIMIT_NOFILE");
+  const int ports = LoopbackPorts();
+  const fs::path root = Must(parsyn::CreateTempDir(fs::temp_directory_path(), "parsyn-bench-cp"), "temp dir");
+  const Update update = PrepareUpdate();
+  PrintHeader(update, fds, ports, o);
+  std::vector<Figures> done;
+  for (int n : o.ns) {
+    if (const std::string why = SkipReason(n, fds, ports); !why.empty()) {
+      std::printf("%7d skipped: %s\n", n, why.c_str());
+      std::fflush(stdout);
+      continue;
+    }
+    Figures f = RunOne(n, root, update, o.binary, o.log_level, o.idle_s, train_time, o.details_dir);
+    // Measured after the server is gone, so the floor has the machine to itself as the round had.
+    f.floor_s = RoundFloorSeconds(update.bytes, n, root);
+    if (f.round2_s > 0) {
+      const double work_s = std::max(0.0, f.round2_s - 2 * Seconds(train_time));
+      f.round2_ratio = work_s / f.floor_s;
+      f.round2_ratio_both = work_s / (f.floor_s + f.request_floor_s);
+    }
+    PrintRow(f);
+    done.push_back(f);
+  }
+  PrintFooter(done, train_time);
   std::error_code ec;
   fs::remove_all(root, ec);
   return 0;

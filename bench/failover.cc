@@ -13,26 +13,20 @@
 // 1.1 x the lease, plus the job's resumption).
 //
 // Usage: bench_failover [--kills 5] [--lease-ms 10000] [--server-bin PATH (default: the parsyn beside this bench)]
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/testing/build_paths.h"
-#include "bench_support.h"
+#include "fleet.h"
 #include "http/client.h"
 #include "storage/postgres_for_test.h"
 
@@ -57,17 +51,6 @@ struct Cluster {
   std::vector<std::string> Urls() const { return {servers[0]->url(), servers[1]->url()}; }
 };
 
-std::string Role(const std::string& url) {
-  http::Client probe(http::ClientOptions{.base_url = url,
-                                         .connect_timeout = std::chrono::milliseconds(500),
-                                         .timeout = std::chrono::seconds(2),
-                                         .max_attempts = 1});
-  StatusOr<http::ClientResponse> res = probe.Get("/readyz");
-  if (!res.ok()) return "";
-  StatusOr<json> body = res->Json();
-  return body.ok() ? body->value("role", "") : "";
-}
-
 // Index of the server whose /readyz says leader, waiting up to `limit`; -1 if none.
 int WaitForLeader(const Cluster& c, std::chrono::seconds limit) {
   const auto deadline = Clock::now() + limit;
@@ -91,15 +74,13 @@ void ReceiveTask(const std::vector<std::string>& urls, const std::string& token,
                                          .connect_timeout = std::chrono::milliseconds(500),
                                          .timeout = std::chrono::seconds(10),
                                          .max_attempts = 1});
-    StatusOr<http::ClientResponse> hello = api.PostJson("/api/v1/worker/hello", {{"device", "cpu (bench_failover)"}});
-    if (!hello.ok()) {
+    StatusOr<std::string> session = Hello(api, "cpu (bench_failover)");
+    if (!session.ok()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
     }
-    const std::string session = (*hello->Json())["session_id"];
     while (Clock::now() < deadline) {
-      StatusOr<http::ClientResponse> res =
-          api.Get("/api/v1/worker/tasks/next?wait_ms=1000&session_id=" + session, http::CallOptions{});
+      StatusOr<http::ClientResponse> res = PollTask(api, *session, 1000);
       if (!res.ok()) break;
       if (res->status == 200) return;
     }
@@ -107,32 +88,29 @@ void ReceiveTask(const std::vector<std::string>& urls, const std::string& token,
   Die("no task within " + std::to_string(limit.count()) + " s");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Options {
   int kills = 5;
   int64_t lease_ms = 10'000;
   std::string binary = parsyn::test_support::BuildPath("parsyn");
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--kills") {
-      kills = std::stoi(argv[i + 1]);
-    } else if (flag == "--lease-ms") {
-      lease_ms = std::stoll(argv[i + 1]);
-    } else if (flag == "--server-bin") {
-      binary = argv[i + 1];
-    } else {
-      Die("unknown flag " + flag + "; usage: bench_failover [--kills N] [--lease-ms MS] [--server-bin PATH]");
-    }
-  }
-  if (std::optional<std::string> why = storage::PostgresUnavailableReason()) Die("no PostgreSQL: " + *why);
-  storage::PostgresForTest* pg = Must(storage::SharedPostgres(), "starting PostgreSQL");
-  const std::string metadata = Must(pg->NewDatabase(), "creating the database");
+};
 
+Options ParseOptions(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "bench_failover: seconds from the leader's SIGKILL to the first task from the new leader, two `parsyn "
+      "server`s on a throwaway PostgreSQL (see the header of bench/failover.cc)"};
+  app.add_option("--kills", o.kills, "kills of the leader")->check(CLI::Range(1, 1000))->capture_default_str();
+  app.add_option("--lease-ms", o.lease_ms, "the servers' --leader-lease-ms")->capture_default_str();
+  app.add_option("--server-bin", o.binary, "the parsyn binary to run (default: the one built beside this bench)");
+  ParseFlags(app, argc, argv);
+  return o;
+}
+
+// Two servers on a fresh PostgreSQL database with a shared blob directory; the first one started leads.
+void StartCluster(Cluster& c, const Options& o, const std::string& metadata) {
   char dir_template[] = "/tmp/bench-failover-XXXXXX";
   if (::mkdtemp(dir_template) == nullptr) Die("mkdtemp failed");
-  Cluster c;
-  c.binary = binary;
+  c.binary = o.binary;
   c.dir = dir_template;
   fs::create_directories(c.dir / "blobs");
   // The scripted worker sends no heartbeats: a long heartbeat timeout keeps its session while it holds a task.
@@ -141,74 +119,42 @@ int main(int argc, char** argv) {
              "--blobs",
              (c.dir / "blobs").string(),
              "--leader-lease-ms",
-             std::to_string(lease_ms),
+             std::to_string(o.lease_ms),
              "--heartbeat-timeout-ms",
              "600000"};
   // One server first, so it leads; its admin key is the platform's.
   c.Start(0);
-  for (const auto until = Clock::now() + std::chrono::seconds(60);
-       Role(c.servers[0]->url()) != "leader" && Clock::now() < until;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  WaitForRole(c.servers[0]->url(), "leader", std::chrono::seconds(60));
   c.Start(1);
   const int first = WaitForLeader(c, std::chrono::seconds(60));
   if (first != 0) Die("the first server did not become the leader");
-  const std::string admin_key = ReadText(c.dir / "server-0" / "admin-key");
+}
 
-  http::Client admin(http::ClientOptions{.base_url = c.servers[0]->url(), .bearer_token = admin_key});
-  std::string rows;
-  for (int i = 0; i < 64; ++i) rows += "{\"text\": \"row " + std::to_string(i) + "\"}\n";
-  auto ds = Must(admin.Send(http::Method::kPost, "/api/v1/datasets?name=rows.jsonl", rows, "application/octet-stream"),
-                 "dataset upload");
-  if (ds.status != 201) Die("dataset upload answered " + std::to_string(ds.status) + ": " + ds.body);
-  const json config = {{"model_type", "llama"},
-                       {"architectures", {"LlamaForCausalLM"}},
-                       {"hidden_size", 64},
-                       {"intermediate_size", 128},
-                       {"num_hidden_layers", 1},
-                       {"num_attention_heads", 4},
-                       {"num_key_value_heads", 4},
-                       {"vocab_size", 256},
-                       {"max_position_embeddings", 64},
-                       {"rms_norm_eps", 1e-5}};
-  auto upload = Must(admin.Send(http::Method::kPost, "/api/v1/uploads", config.dump(), "application/octet-stream"),
-                     "config upload");
-  auto model = Must(admin.PostJson("/api/v1/models", {{"name", "bench-llama"},
-                                                      {"files", {{"config.json", (*upload.Json())["upload_id"]}}}}),
-                    "model create");
-  if (model.status != 201) Die("model create answered " + std::to_string(model.status) + ": " + model.body);
-  auto worker = Must(admin.PostJson("/api/v1/workers", {{"name", "bench-worker"}, {"kind", "own"}}), "worker");
-  if (worker.status != 201) Die("worker register answered " + std::to_string(worker.status) + ": " + worker.body);
-  const std::string token = (*worker.Json())["token"];
-  const int64_t worker_id = (*worker.Json())["id"];
-  const json spec = {{"name", "bench-failover"},
-                     {"dataset_id", (*ds.Json())["id"]},
-                     {"model_id", (*model.Json())["id"]},
-                     {"config", {{"use_peft", true}, {"lora_r", 4}, {"seed", 7}}},
-                     {"distributed",
-                      {{"enabled", true},
-                       {"num_rounds", 2},
-                       {"steps_per_round", 1},
-                       {"min_workers", 1},
-                       {"max_workers", 1},
-                       {"aggregation_timeout", 3600},
-                       {"fault_tolerance", 1}}},
-                     {"worker_selection", {{"mode", "own"}, {"worker_ids", {worker_id}}}}};
-  auto job = Must(admin.PostJson("/api/v1/training-jobs", spec), "job create");
-  if (job.status != 201) Die("job create answered " + std::to_string(job.status) + ": " + job.body);
-  ReceiveTask(c.Urls(), token, std::chrono::seconds(120));  // round 1's first task, from the first leader
+// A one-worker job of 2 rounds on a tiny model: its worker's token.
+std::string StartJob(const Cluster& c) {
+  http::ClientOptions admin_options;
+  admin_options.base_url = c.servers[0]->url();
+  admin_options.bearer_token = c.servers[0]->admin_key();
+  http::Client admin(admin_options);
+  const int64_t dataset_id = UploadDataset(admin, TextRows(64));
+  const int64_t model_id = CreateModel(
+      admin,
+      LlamaConfig({.hidden = 64, .intermediate = 128, .layers = 1, .heads = 4, .vocab = 256, .max_positions = 64}));
+  const RegisteredWorker worker = RegisterWorkers(admin_options, 1).front();
+  CreateJob(admin, JobSpec("bench-failover", dataset_id, model_id, 4, 2, {worker.id}));
+  return worker.token;
+}
 
+// Kills the leader `kills` times, each time timing how long until the new leader's task reaches the worker, and
+// starting the killed server again as the standby. The seconds of each kill, in order.
+std::vector<double> KillLeaders(Cluster& c, const std::string& token, const Options& o) {
   std::vector<double> seconds;
   int leader = 0;
-  std::printf(
-      "bench_failover: lease %.1f s; %d kills of the leader mid-round (SIGKILL -> first task from the new "
-      "leader)\n",
-      static_cast<double>(lease_ms) / 1000.0, kills);
-  for (int k = 0; k < kills; ++k) {
+  for (int k = 0; k < o.kills; ++k) {
     const std::vector<std::string> urls = c.Urls();
     const auto killed_at = Clock::now();
-    ::kill(c.servers[leader]->pid(), SIGKILL);
-    ReceiveTask(urls, token, std::chrono::seconds(std::max<int64_t>(120, lease_ms / 1000 * 5)));
+    c.servers[leader]->Kill();
+    ReceiveTask(urls, token, std::chrono::seconds(std::max<int64_t>(120, o.lease_ms / 1000 * 5)));
     const double s = Seconds(Clock::now() - killed_at);
     seconds.push_back(s);
     std::printf("  kill %d: %6.2f s\n", k + 1, s);
@@ -216,23 +162,39 @@ int main(int argc, char** argv) {
     c.Start(leader);  // back, as the standby (the reaped process's destructor ran in reset)
     const int now_leader = WaitForLeader(c, std::chrono::seconds(10));
     if (now_leader != 1 - leader) Die("after kill " + std::to_string(k + 1) + " the leader is not the other server");
-    if (Role(c.servers[leader]->url()) != "standby") {
-      // Restarted servers need a moment to ask for the lease and learn they are the standby.
-      const auto until = Clock::now() + std::chrono::seconds(30);
-      while (Role(c.servers[leader]->url()) != "standby" && Clock::now() < until) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-    }
+    // Restarted servers need a moment to ask for the lease and learn they are the standby.
+    WaitForRole(c.servers[leader]->url(), "standby", std::chrono::seconds(30));
     leader = now_leader;
   }
+  return seconds;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = ParseOptions(argc, argv);
+  if (std::optional<std::string> why = storage::PostgresUnavailableReason()) Die("no PostgreSQL: " + *why);
+  storage::PostgresForTest* pg = Must(storage::SharedPostgres(), "starting PostgreSQL");
+  const std::string metadata = Must(pg->NewDatabase(), "creating the database");
+
+  Cluster c;
+  StartCluster(c, o, metadata);
+  const std::string token = StartJob(c);
+  ReceiveTask(c.Urls(), token, std::chrono::seconds(120));  // round 1's first task, from the first leader
+
+  std::printf(
+      "bench_failover: lease %.1f s; %d kills of the leader mid-round (SIGKILL -> first task from the new "
+      "leader)\n",
+      static_cast<double>(o.lease_ms) / 1000.0, o.kills);
+  std::vector<double> seconds = KillLeaders(c, token, o);
   std::sort(seconds.begin(), seconds.end());
   double sum = 0;
   for (double s : seconds) sum += s;
   std::printf(
       "failover: min %.2f s, mean %.2f s, max %.2f s over %d kills (lease %.1f s; documented bound: "
       "1.1 x lease + resumption, <= 15 s at the default 10 s lease)\n",
-      seconds.front(), sum / static_cast<double>(seconds.size()), seconds.back(), kills,
-      static_cast<double>(lease_ms) / 1000.0);
+      seconds.front(), sum / static_cast<double>(seconds.size()), seconds.back(), o.kills,
+      static_cast<double>(o.lease_ms) / 1000.0);
   c.servers[0].reset();
   c.servers[1].reset();
   std::error_code ec;

@@ -56,30 +56,23 @@
 //                     [--postgres-ks 5,100|none] [--server-log-level warn] [--trainer-workers 4]
 //                     [--trainer-rounds 4]
 //                     [--server-bin PATH (default: the parsyn built beside this bench)]
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -87,26 +80,26 @@
 #include "base/sha256.h"
 #include "base/temp_file.h"
 #include "base/testing/build_paths.h"
-#include "bench_support.h"
+#include "fleet.h"
 #include "http/client.h"
 #include "rounds_trainers.h"
 #include "storage/postgres_for_test.h"
-#include "weights/lora_layout.h"
-#include "weights/safetensors.h"
 
 namespace {
 
 using nlohmann::json;
 using parsyn::StatusOr;
+using parsyn::bench::AnonRssPeak;
 using parsyn::bench::Clock;
 using parsyn::bench::Die;
 using parsyn::bench::Must;
-using parsyn::bench::ParseInts;
+using parsyn::bench::ProcProbe;
 using parsyn::bench::ReadText;
 using parsyn::bench::Seconds;
 using parsyn::bench::ServerProcess;
 namespace fs = std::filesystem;
 namespace http = parsyn::http;
+namespace bench = parsyn::bench;
 
 std::vector<char> ReadBytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -116,53 +109,9 @@ std::vector<char> ReadBytes(const fs::path& p) {
 // A model config whose default LoRA adapters (q_proj and v_proj, r = 16) are `mib` MiB of fp32: per layer
 // q and v each have A (r, hidden) and B (hidden, r), i.e. 4 * r * hidden floats = 1 MiB at hidden 4096.
 std::string ModelConfig(int mib) {
-  return json{{"model_type", "llama"},
-              {"architectures", {"LlamaForCausalLM"}},
-              {"hidden_size", 4096},
-              {"intermediate_size", 11008},
-              {"num_hidden_layers", mib},
-              {"num_attention_heads", 32},
-              {"num_key_value_heads", 32},
-              {"vocab_size", 32000},
-              {"max_position_embeddings", 2048},
-              {"rms_norm_eps", 1e-5}}
-      .dump();
+  return bench::LlamaConfig({.hidden = 4096, .intermediate = 11008, .layers = mib, .heads = 32});
 }
 constexpr int kLoraR = 16;
-
-// The server's memory high-water mark and current RSS in KiB (VmHWM / VmRSS of /proc/PID/status).
-std::pair<long, long> ServerMemoryKib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  long hwm = -1, rss = -1;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmHWM:", 0) == 0) hwm = std::stol(line.substr(6));
-    if (line.rfind("VmRSS:", 0) == 0) rss = std::stol(line.substr(6));
-  }
-  return {hwm, rss};
-}
-
-// The server's largest anonymous RSS (RssAnon of /proc/PID/status: its heap and stacks, not the file pages it maps)
-// while it lives, sampled every 10 ms on a thread of its own. VmHWM also counts mapped file pages: the updates a
-// round adds are mapped page cache (docs/architecture.md), which the kernel can drop and which is not the server's
-// memory.
-class AnonRssPeak {
- public:
-  explicit AnonRssPeak(pid_t pid)
-      : sampler_([this, pid](std::stop_token stop) {
-          while (!stop.stop_requested()) {
-            std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-            for (std::string line; std::getline(in, line);) {
-              if (line.rfind("RssAnon:", 0) == 0) peak_kib_ = std::max(peak_kib_.load(), std::stol(line.substr(8)));
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-          }
-        }) {}
-  long kib() const { return peak_kib_; }
-
- private:
-  std::atomic<long> peak_kib_{0};
-  std::jthread sampler_;  // last: stopped and joined before peak_kib_ goes
-};
 
 // The server's flags besides data dir, listen address and log level. Every simulated worker connects from
 // 127.0.0.1, so the per-address connection cap is off (K = 1000 holds more than its default).
@@ -226,16 +175,13 @@ PreparedUpdate PrepareUpdate(const fs::path& dir, int mib) {
   const std::string config = ModelConfig(mib);
   u.config_file = dir / "config.json";
   std::ofstream(u.config_file) << config;
-  parsyn::weights::LoraLayoutOptions lora;
-  lora.r = kLoraR;
-  parsyn::weights::WeightSet adapters = Must(parsyn::weights::InitialLoraAdapters(config, lora, 99), "adapters");
-  const std::vector<std::byte> image = parsyn::weights::SerializeSafetensors(adapters);
+  const bench::LoraUpdate update = bench::MakeLoraUpdate(config, kLoraR);
   u.file = dir / "update.safetensors";
   std::ofstream out(u.file, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
-  u.sha256 = parsyn::Sha256Hex(std::span<const std::byte>(image));
-  u.size_bytes = image.size();
-  u.tensors = adapters.tensors().size();
+  out.write(reinterpret_cast<const char*>(update.image.data()), static_cast<std::streamsize>(update.image.size()));
+  u.sha256 = update.sha256;
+  u.size_bytes = update.image.size();
+  u.tensors = update.tensors;
   return u;
 }
 
@@ -273,6 +219,27 @@ struct WorkerSetup {
   Observations* seen;
 };
 
+// Answers a train task of `round` with the prepared update: PUT to the task's signed URL, then the update's fields
+// in `result`. False when the upload failed (noted in w.seen).
+bool UploadUpdate(const WorkerSetup& w, http::Client& blobs, const json& task, int round, json& result) {
+  w.seen->NoteTask(round);
+  w.upload_slots->Acquire();
+  const auto put_start = Clock::now();
+  auto put = blobs.UploadFile(http::Method::kPut, task["update_upload"]["url"].get<std::string>(), w.update_file);
+  w.upload_slots->Release();
+  if (!put.ok() || put->status != 201) {
+    w.seen->NoteError("upload: " +
+                      (put.ok() ? std::to_string(put->status) + " " + put->body : put.status().ToString()));
+    return false;
+  }
+  w.seen->NoteUpload(round, put_start);
+  result["blob_key"] = task["update_upload"]["blob_key"];
+  result["sha256"] = w.update_sha256;
+  result["sample_count"] = task["data"]["train_rows"];
+  result["train_loss"] = 1.0;
+  return true;
+}
+
 // One scripted worker: hello, then long-poll; every train task is answered with the prepared update at once.
 void RunWorker(const WorkerSetup& w, std::stop_token stop) {
   http::ClientOptions options;
@@ -287,12 +254,12 @@ void RunWorker(const WorkerSetup& w, std::stop_token stop) {
   blob_options.bearer_token.clear();  // signed URLs carry their own credential
   http::Client blobs(blob_options);
 
-  auto hello = api.PostJson("/api/v1/worker/hello", {{"device", "cpu (bench_rounds)"}});
+  StatusOr<std::string> hello = bench::Hello(api, "cpu (bench_rounds)");
   if (!hello.ok()) {
     w.seen->NoteError("hello: " + hello.status().ToString());
     return;
   }
-  const std::string session = (*hello->Json())["session_id"];
+  const std::string session = *hello;
   // The blob client's libcurl handle is made now, not at the round's first upload: curl_easy_init takes a global
   // spin lock, and 1,000 threads making handles mid-round spun on it for ~6% of the machine (perf).
   auto warm = blobs.Get(w.url + "/healthz");
@@ -305,7 +272,7 @@ void RunWorker(const WorkerSetup& w, std::stop_token stop) {
   poll_call.stop = stop;
   poll_call.timeout = std::chrono::seconds(320);
   while (!stop.stop_requested()) {
-    auto res = api.Get("/api/v1/worker/tasks/next?wait_ms=290000&session_id=" + session, poll_call);
+    auto res = bench::PollTask(api, session, 290000, poll_call);
     if (!res.ok()) {
       if (!stop.stop_requested()) w.seen->NoteError("poll: " + res.status().ToString());
       break;
@@ -320,24 +287,7 @@ void RunWorker(const WorkerSetup& w, std::stop_token stop) {
     json result = {{"session_id", session},  {"job_id", (*task)["job_id"]},
                    {"round", round},         {"attempt", (*task)["attempt"]},
                    {"validation_loss", 1.0}, {"validation_samples", (*task)["data"]["validation_rows"]}};
-    if ((*task)["kind"] == "train") {
-      w.seen->NoteTask(round);
-      w.upload_slots->Acquire();
-      const auto put_start = Clock::now();
-      auto put =
-          blobs.UploadFile(http::Method::kPut, (*task)["update_upload"]["url"].get<std::string>(), w.update_file);
-      w.upload_slots->Release();
-      if (!put.ok() || put->status != 201) {
-        w.seen->NoteError("upload: " +
-                          (put.ok() ? std::to_string(put->status) + " " + put->body : put.status().ToString()));
-        continue;
-      }
-      w.seen->NoteUpload(round, put_start);
-      result["blob_key"] = (*task)["update_upload"]["blob_key"];
-      result["sha256"] = w.update_sha256;
-      result["sample_count"] = (*task)["data"]["train_rows"];
-      result["train_loss"] = 1.0;
-    }
+    if ((*task)["kind"] == "train" && !UploadUpdate(w, blobs, *task, round, result)) continue;
     auto answer = api.PostJson("/api/v1/worker/result", result);
     if (!answer.ok()) w.seen->NoteError("result: " + answer.status().ToString());
     if ((*task)["kind"] == "train") w.seen->NoteResult(round);
@@ -465,90 +415,44 @@ struct ServerChoice {
   std::string binary = parsyn::test_support::BuildPath("parsyn");
   std::string log_level = "warn";
 };
+// A K run's server, set up through its API: the dataset, the model (the update's config) and K registered workers.
+struct Platform {
+  std::unique_ptr<ServerProcess> server;
+  http::ClientOptions admin;
+  int64_t dataset_id = 0;
+  int64_t model_id = 0;
+  std::vector<bench::RegisteredWorker> workers;
+};
 
 // `metadata_uri`: "" for SQLite in the data dir, else a postgres:// URL.
-KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& update, int upload_concurrency,
-                 const ServerChoice& server_choice, const std::string& metadata_uri = "") {
-  KFigures fig;
-  fig.store = metadata_uri.empty() ? "sqlite" : "postgres";
-  fig.k = k;
-  fig.rounds = rounds;
-  fig.update_mib = update.mib;
-  const fs::path data_dir = root / ("k" + std::to_string(k) + "-" + fig.store);
-  fs::create_directories(data_dir);
-  const auto setup_start = Clock::now();
+Platform SetUpPlatform(const fs::path& data_dir, int k, const PreparedUpdate& update, const ServerChoice& server_choice,
+                       const std::string& metadata_uri) {
   std::vector<std::string> server_flags = kServerFlags;
   if (!metadata_uri.empty()) server_flags.insert(server_flags.end(), {"--metadata", metadata_uri});
-  auto server = std::make_unique<ServerProcess>(data_dir, server_choice.binary, server_choice.log_level, server_flags);
-
-  http::ClientOptions admin_options;
-  admin_options.base_url = server->url();
-  admin_options.bearer_token = server->admin_key();
-  admin_options.timeout = std::chrono::minutes(2);
-  admin_options.max_attempts = 1;
-  http::Client admin(admin_options);
+  Platform p;
+  p.server = std::make_unique<ServerProcess>(data_dir, server_choice.binary, server_choice.log_level, server_flags);
+  p.admin.base_url = p.server->url();
+  p.admin.bearer_token = p.server->admin_key();
+  p.admin.timeout = std::chrono::minutes(2);
+  p.admin.max_attempts = 1;
   // On PostgreSQL the server first wins the leader lease (a standby answers 503): wait for /readyz to say leader.
-  for (const auto until = Clock::now() + std::chrono::seconds(60);;) {
-    StatusOr<http::ClientResponse> ready = admin.Get("/readyz");
-    if (ready.ok() && ready->status == 200 && ready->Json().ok() && (*ready->Json()).value("role", "") == "leader") {
-      break;
-    }
-    if (Clock::now() > until) Die("the server did not become the leader within 60 s; see its log");
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (!bench::WaitForRole(p.server->url(), "leader", std::chrono::seconds(60), std::chrono::milliseconds(100))) {
+    Die("the server did not become the leader within 60 s; see its log");
   }
+  http::Client admin(p.admin);
+  p.dataset_id = bench::UploadDataset(admin, bench::TextRows(std::max(64, 4 * k)));
+  p.model_id = bench::CreateModel(admin, ReadText(update.config_file));
+  p.workers = bench::RegisterWorkers(p.admin, k);  // a few threads, each with its own connection
+  return p;
+}
 
-  std::string rows;
-  const int num_rows = std::max(64, 4 * k);
-  for (int i = 0; i < num_rows; ++i) rows += "{\"text\": \"row " + std::to_string(i) + "\"}\n";
-  auto ds = Must(admin.Send(http::Method::kPost, "/api/v1/datasets?name=rows.jsonl", rows, "application/octet-stream"),
-                 "dataset upload");
-  if (ds.status != 201) Die("dataset upload answered " + std::to_string(ds.status) + ": " + ds.body);
-  const int64_t dataset_id = (*ds.Json())["id"];
-  // The model is its config.json alone: the job's LoRA layout (and so the update's) follows from it.
-  auto config_up =
-      Must(admin.Send(http::Method::kPost, "/api/v1/uploads", ReadText(update.config_file), "application/octet-stream"),
-           "config upload");
-  auto model = Must(admin.PostJson("/api/v1/models", {{"name", "bench-llama"},
-                                                      {"files", {{"config.json", (*config_up.Json())["upload_id"]}}}}),
-                    "model create");
-  if (model.status != 201) Die("model create answered " + std::to_string(model.status) + ": " + model.body);
-  const int64_t model_id = (*model.Json())["id"];
-
-  // Registration: a few threads, each with its own connection.
-  std::vector<int64_t> ids(static_cast<size_t>(k));
-  std::vector<std::string> tokens(static_cast<size_t>(k));
-  {
-    std::vector<std::jthread> registrars;
-    const int n = std::min(k, 8);
-    for (int t = 0; t < n; ++t) {
-      registrars.emplace_back([&, t] {
-        http::Client c(admin_options);
-        for (int i = t; i < k; i += n) {
-          auto w = Must(c.PostJson("/api/v1/workers", {{"name", "w" + std::to_string(i)}, {"kind", "own"}}),
-                        "worker register");
-          if (w.status != 201) Die("worker register answered " + std::to_string(w.status) + ": " + w.body);
-          ids[static_cast<size_t>(i)] = (*w.Json())["id"];
-          tokens[static_cast<size_t>(i)] = (*w.Json())["token"];
-        }
-      });
-    }
-  }
-
-  Observations seen;
-  UploadSlots upload_slots(upload_concurrency);
-  std::vector<WorkerSetup> setups;
-  for (int i = 0; i < k; ++i) {
-    setups.push_back({.url = server->url(),
-                      .token = tokens[static_cast<size_t>(i)],
-                      .update_file = update.file,
-                      .update_sha256 = update.sha256,
-                      .upload_slots = &upload_slots,
-                      .seen = &seen});
-  }
+// Starts a scripted worker per setup on a thread of its own; returns once each said hello (Die after 2 minutes).
+std::vector<std::jthread> StartWorkers(const std::vector<WorkerSetup>& setups, Observations& seen) {
+  const int k = static_cast<int>(setups.size());
   std::vector<std::jthread> workers;
-  workers.reserve(static_cast<size_t>(k));
-  for (int i = 0; i < k; ++i) {
-    workers.emplace_back([&setups, i](std::stop_token stop) { RunWorker(setups[static_cast<size_t>(i)], stop); });
+  workers.reserve(setups.size());
+  for (const WorkerSetup& setup : setups) {
+    workers.emplace_back([&setup](std::stop_token stop) { RunWorker(setup, stop); });
   }
   const auto hello_deadline = Clock::now() + std::chrono::minutes(2);
   while (seen.hellos < k && Clock::now() < hello_deadline) {
@@ -560,62 +464,11 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& 
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (seen.hellos < k) Die("only " + std::to_string(seen.hellos.load()) + " of " + std::to_string(k) + " said hello");
-  fig.idle_rss_kib = ServerMemoryKib(server->pid()).second;
+  return workers;
+}
 
-  json spec = {{"name", "bench-k" + std::to_string(k)},
-               {"dataset_id", dataset_id},
-               {"model_id", model_id},
-               {"config", {{"use_peft", true}, {"lora_r", kLoraR}, {"seed", 7}}},
-               {"distributed",
-                {{"enabled", true},
-                 {"num_rounds", rounds},
-                 {"steps_per_round", 1},
-                 {"min_workers", k},
-                 {"max_workers", k},
-                 {"aggregation_timeout", 3600},
-                 {"fault_tolerance", 1}}},
-               {"worker_selection", {{"mode", "own"}, {"worker_ids", ids}}}};
-  auto job = Must(admin.PostJson("/api/v1/training-jobs", spec), "job create");
-  if (job.status != 201) Die("job create answered " + std::to_string(job.status) + ": " + job.body);
-  const int64_t job_id = (*job.Json())["id"];
-  fig.setup_s = Seconds(Clock::now() - setup_start);
-  const AnonRssPeak anon_peak(server->pid());
-
-  // The job's events: round commits (timed here) until a terminal status.
-  std::map<int, Clock::time_point> committed;
-  std::map<int, int> committed_attempt;
-  http::CallOptions events_call;
-  events_call.timeout = std::chrono::minutes(10);
-  http::Client events(admin_options);
-  parsyn::Status read = events.ReadEvents(
-      "/api/v1/training-jobs/" + std::to_string(job_id) + "/events",
-      [&](const http::SseEvent& e) {
-        json d = json::parse(e.data, nullptr, false);
-        if (d.is_discarded()) return true;
-        if (e.event == "round_committed") {
-          committed[d["round"].get<int>()] = Clock::now();
-          committed_attempt[d["round"].get<int>()] = d["attempt"].get<int>();
-        }
-        if (e.event == "job_status") {
-          const std::string s = d.value("status", "");
-          if (s != "queued" && s != "running") {
-            fig.outcome = s;
-            return false;
-          }
-        }
-        return true;
-      },
-      events_call);
-  if (!read.ok()) fig.outcome = "events: " + read.ToString();
-  fig.hwm_kib = ServerMemoryKib(server->pid()).first;
-  fig.peak_anon_kib = anon_peak.kib();
-  for (auto& w : workers) w.request_stop();
-  workers.clear();  // joins; each worker says goodbye
-
-  {
-    std::lock_guard lock(seen.mu);
-    for (const std::string& e : seen.errors) std::fprintf(stderr, "  K=%d worker error: %s\n", k, e.c_str());
-  }
+// Each committed round's wall time (from the commit of the round before, or round 1's first task) and its phases.
+void AddRoundTimes(KFigures& fig, const std::map<int, Clock::time_point>& committed, Observations& seen) {
   for (const auto& [round, end] : committed) {
     Clock::time_point start;
     Observations::RoundTimes phases;
@@ -641,31 +494,97 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& 
     r.upload_max_s = phases.upload_s_max;
     fig.per_round.push_back(r);
   }
-  // The server deletes a round's updates once it is committed: count what is left (nothing, once its background
-  // deletes are done).
+}
+
+// The server deletes a round's updates once it is committed: count what is left (nothing, once its background
+// deletes are done).
+int UpdateFilesLeft(const fs::path& data_dir, int64_t job_id, const std::map<int, int>& committed_attempt) {
+  int left = 0;
   for (const auto& [round, attempt] : committed_attempt) {
     char prefix[64];
     std::snprintf(prefix, sizeof(prefix), "%06d-a%d", round, attempt);
     const fs::path updates = data_dir / "blobs" / "jobs" / std::to_string(job_id) / "rounds" / prefix / "updates";
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(updates, ec)) fig.update_files_left += e.is_regular_file() ? 1 : 0;
+    for (const auto& e : fs::directory_iterator(updates, ec)) left += e.is_regular_file() ? 1 : 0;
   }
-  server.reset();
-  // Measured after the server is gone, so the floor has the machine to itself as the round had: the transfer, then
-  // per round a plain read and a sha256 pass over K fresh copies of the update (in the page cache, as the server's
-  // were when it read them).
+  return left;
+}
+
+// Measured after the server is gone, so the floor has the machine to itself as the round had: the transfer, then
+// per round a plain read and a sha256 pass over K fresh copies of the update (in the page cache, as the server's
+// were when it read them).
+void MeasureFloor(KFigures& fig, const PreparedUpdate& update, int upload_concurrency, const fs::path& data_dir,
+                  const fs::path& root) {
   // The transfer is the median of three (one run of it, alone, was sometimes 3x the others).
   const auto update_bytes = ReadBytes(update.file);
   std::vector<double> transfers;
   for (int i = 0; i < 3; ++i) {
-    transfers.push_back(parsyn::bench::TimeLoopbackTransfer(update_bytes, k, upload_concurrency));
+    transfers.push_back(parsyn::bench::TimeLoopbackTransfer(update_bytes, fig.k, upload_concurrency));
   }
   std::sort(transfers.begin(), transfers.end());
   fig.transfer_s = transfers[1];
   const fs::path copies = data_dir / "floor-copies";
-  fig.land_s = LandCopies(update_bytes, k, copies);
+  fig.land_s = LandCopies(update_bytes, fig.k, copies);
   for (RoundFigures& r : fig.per_round) r.read = TimeReads(copies);
   fig.write_bytes_per_s = DurableWriteRate(copies, root / "write-sample", 4);
+}
+
+// `metadata_uri`: "" for SQLite in the data dir, else a postgres:// URL.
+KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& update, int upload_concurrency,
+                 const ServerChoice& server_choice, const std::string& metadata_uri = "") {
+  KFigures fig;
+  fig.store = metadata_uri.empty() ? "sqlite" : "postgres";
+  fig.k = k;
+  fig.rounds = rounds;
+  fig.update_mib = update.mib;
+  const fs::path data_dir = root / ("k" + std::to_string(k) + "-" + fig.store);
+  fs::create_directories(data_dir);
+  const auto setup_start = Clock::now();
+  Platform platform = SetUpPlatform(data_dir, k, update, server_choice, metadata_uri);
+  const ProcProbe probe(platform.server->pid());
+
+  Observations seen;
+  UploadSlots upload_slots(upload_concurrency);
+  std::vector<WorkerSetup> setups;
+  std::vector<int64_t> ids;
+  for (const bench::RegisteredWorker& w : platform.workers) {
+    ids.push_back(w.id);
+    setups.push_back({.url = platform.server->url(),
+                      .token = w.token,
+                      .update_file = update.file,
+                      .update_sha256 = update.sha256,
+                      .upload_slots = &upload_slots,
+                      .seen = &seen});
+  }
+  std::vector<std::jthread> workers = StartWorkers(setups, seen);
+  fig.idle_rss_kib = probe.StatusKib("VmRSS");
+
+  http::Client admin(platform.admin);
+  const int64_t job_id = bench::CreateJob(admin, bench::JobSpec("bench-k" + std::to_string(k), platform.dataset_id,
+                                                                platform.model_id, kLoraR, rounds, ids));
+  fig.setup_s = Seconds(Clock::now() - setup_start);
+  const AnonRssPeak anon_peak(platform.server->pid());
+
+  // The job's events: round commits (timed here) until a terminal status.
+  std::map<int, Clock::time_point> committed;
+  std::map<int, int> committed_attempt;
+  fig.outcome = bench::FollowJob(platform.admin, job_id, std::chrono::minutes(10), [&](const json& d) {
+    committed[d["round"].get<int>()] = Clock::now();
+    committed_attempt[d["round"].get<int>()] = d["attempt"].get<int>();
+  });
+  fig.hwm_kib = probe.StatusKib("VmHWM");
+  fig.peak_anon_kib = anon_peak.kib();
+  for (auto& w : workers) w.request_stop();
+  workers.clear();  // joins; each worker says goodbye
+
+  {
+    std::lock_guard lock(seen.mu);
+    for (const std::string& e : seen.errors) std::fprintf(stderr, "  K=%d worker error: %s\n", k, e.c_str());
+  }
+  AddRoundTimes(fig, committed, seen);
+  fig.update_files_left = UpdateFilesLeft(data_dir, job_id, committed_attempt);
+  platform.server.reset();
+  MeasureFloor(fig, update, upload_concurrency, data_dir, root);
   std::error_code ec;
   fs::remove_all(data_dir, ec);
   if (server_choice.log_level == "warn") {
@@ -678,7 +597,9 @@ KFigures RunOneK(int k, int rounds, const fs::path& root, const PreparedUpdate& 
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+struct Options {
   // K=5 runs twice: at 20 MiB (the target's size) and at 2 MiB, the baseline K=1000's RSS growth is measured from.
   std::vector<int> ks = {5, 100, 5, 1000};
   std::vector<int> rounds = {4, 3, 2, 3};
@@ -688,106 +609,91 @@ int main(int argc, char** argv) {
   int trainer_workers = 4;
   int trainer_rounds = 4;  // 0: no trainer run
   ServerChoice server_choice;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--ks") {
-      ks = ParseInts(value);
-    } else if (flag == "--rounds") {
-      rounds = ParseInts(value);
-    } else if (flag == "--update-mib") {
-      update_mib = ParseInts(value);
-    } else if (flag == "--upload-concurrency") {
-      upload_concurrency = std::stoi(value);
-    } else if (flag == "--server-log-level") {
-      server_choice.log_level = value;
-    } else if (flag == "--postgres-ks") {
-      postgres_ks = value == "none" ? std::vector<int>{} : ParseInts(value);
-    } else if (flag == "--trainer-workers") {
-      trainer_workers = std::stoi(value);
-    } else if (flag == "--trainer-rounds") {
-      trainer_rounds = std::stoi(value);
-    } else if (flag == "--server-bin") {
-      server_choice.binary = value;
-    } else {
-      Die("unknown flag " + flag + " (see the header of bench/rounds.cc)");
-    }
+};
+
+Options ParseOptions(int argc, char** argv) {
+  Options o;
+  std::string postgres_ks = "5,100";
+  CLI::App app{
+      "bench_rounds: per-round coordinator overhead and peak RSS of a real `parsyn server` with K scripted "
+      "workers (see the header of bench/rounds.cc)"};
+  app.add_option("--ks", o.ks, "comma-separated K: scripted workers per run")->delimiter(',')->capture_default_str();
+  app.add_option("--rounds", o.rounds, "rounds per K (the last repeats for the Ks beyond the list)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--update-mib", o.update_mib, "update MiB per K (the last repeats for the Ks beyond the list)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--upload-concurrency", o.upload_concurrency, "uploads from this process at once")
+      ->capture_default_str();
+  app.add_option("--postgres-ks", postgres_ks, "the Ks run again on PostgreSQL, or none")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            if (v == "none") return std::string();
+            for (size_t at = 0; at <= v.size();) {
+              const size_t comma = std::min(v.find(',', at), v.size());
+              if (comma == at || v.find_first_not_of("0123456789", at) < comma) return "not 'none' or K,K,...: " + v;
+              at = comma + 1;
+            }
+            return std::string();
+          },
+          "K,K,...|none"))
+      ->capture_default_str();
+  app.add_option("--server-log-level", o.server_choice.log_level,
+                 "the servers' log level; other than warn, their logs are kept (debug: per-phase round timings)")
+      ->capture_default_str();
+  app.add_option("--trainer-workers", o.trainer_workers, "real `parsyn worker`s in the trainer run")
+      ->capture_default_str();
+  app.add_option("--trainer-rounds", o.trainer_rounds, "rounds of the trainer run (0: none)")->capture_default_str();
+  app.add_option("--server-bin", o.server_choice.binary,
+                 "the parsyn binary to run (default: the one built beside "
+                 "this bench)");
+  bench::ParseFlags(app, argc, argv);
+  o.postgres_ks = postgres_ks == "none" ? std::vector<int>{} : bench::ParseInts(postgres_ks);
+  if (o.rounds.size() < o.ks.size()) o.rounds.resize(o.ks.size(), o.rounds.empty() ? 1 : o.rounds.back());
+  if (o.update_mib.size() < o.ks.size()) {
+    o.update_mib.resize(o.ks.size(), o.update_mib.empty() ? 20 : o.update_mib.back());
   }
-  if (rounds.size() < ks.size()) rounds.resize(ks.size(), rounds.empty() ? 1 : rounds.back());
-  if (update_mib.size() < ks.size()) update_mib.resize(ks.size(), update_mib.empty() ? 20 : update_mib.back());
+  return o;
+}
 
-  // Two connections per worker in this process, one per worker (plus files) in the server, which inherits this limit.
-  rlimit nofile{};
-  ::getrlimit(RLIMIT_NOFILE, &nofile);
-  nofile.rlim_cur = nofile.rlim_max;
-  ::setrlimit(RLIMIT_NOFILE, &nofile);
-
-  StatusOr<fs::path> made = parsyn::CreateTempDir(fs::temp_directory_path(), "parsyn-bench-rounds");
-  if (!made.ok()) Die(made.status().ToString());
-  const fs::path root = *made;
-
+void PrintKRun(const KFigures& f, const PreparedUpdate& update, double total_s, int upload_concurrency) {
   std::printf(
-      "bench_rounds: LoRA r=%d on q_proj/v_proj, fp32 updates; uploads from this process capped at %d at "
-      "once; RLIMIT_NOFILE %lu (the server inherits it)\n",
-      kLoraR, upload_concurrency, static_cast<unsigned long>(nofile.rlim_cur));
+      "\nK=%d on %s: update %.2f MiB (%zu tensors), %d rounds, job %s, setup %.1f s, total %.1f s; durable write "
+      "%.0f MB/s; update files left on the server %d\n",
+      f.k, f.store.c_str(), static_cast<double>(update.size_bytes) / (1 << 20), update.tensors, f.rounds,
+      f.outcome.c_str(), f.setup_s, total_s, f.write_bytes_per_s / 1e6, f.update_files_left);
+  if (!f.kept_log.empty()) std::printf("  server log: %s\n", f.kept_log.c_str());
+  std::printf("  loopback TCP transfer of the round's bytes (no HTTP, %d at once): %.1f ms\n",
+              std::min(f.k, upload_concurrency), f.transfer_s * 1e3);
+  std::printf("  landing the round's bytes in new files (write, no fsync; not in the floor): %.1f ms\n",
+              f.land_s * 1e3);
+  std::printf("  %-6s %10s %12s %10s %12s %14s %16s %10s %7s   %s\n", "round", "wall ms", "read ms", "sha ms",
+              "read GiB/s", "overhead ms", "write+fsync ms", "floor ms", "ratio",
+              "from first task: all tasks in / uploaded / results answered; slowest PUT");
+  for (const RoundFigures& r : f.per_round) {
+    const double write_ms =
+        f.write_bytes_per_s > 0 ? static_cast<double>(r.read.bytes) / f.write_bytes_per_s * 1e3 : 0.0;
+    const double floor_s = FloorSeconds(f, r);
+    std::printf("  %-6d %10.1f %12.1f %10.1f %12.2f %14.1f %16.1f %10.1f %7.2f   %.0f / %.0f / %.0f; %.0f ms\n",
+                r.round, r.wall_s * 1e3, r.read.plain_s * 1e3, r.read.sha256_s * 1e3,
+                r.read.plain_s > 0 ? static_cast<double>(r.read.bytes) / (1 << 30) / r.read.plain_s : 0.0,
+                (r.wall_s - r.read.plain_s) * 1e3, write_ms, floor_s * 1e3, r.wall_s / floor_s, r.tasks_s * 1e3,
+                r.uploaded_s * 1e3, r.results_s * 1e3, r.upload_max_s * 1e3);
+  }
   std::fflush(stdout);
+}
 
-  // First the trainers' run (rounds_trainers.h), so that the last line stays the scripted runs' worst ratio.
-  if (trainer_rounds >= 2) parsyn::bench::RunTrainerRounds(server_choice.binary, root, trainer_workers, trainer_rounds);
+// The median round of a run by ratio (round wall / floor).
+RoundFigures MedianRound(const KFigures& f) {
+  std::vector<RoundFigures> rs = f.per_round;
+  std::sort(rs.begin(), rs.end(), [&f](const RoundFigures& a, const RoundFigures& b) {
+    return a.wall_s / FloorSeconds(f, a) < b.wall_s / FloorSeconds(f, b);
+  });
+  return rs[rs.size() / 2];
+}
 
-  // PostgreSQL for the --postgres-ks runs: one throwaway server, a database per run.
-  std::unique_ptr<parsyn::storage::PostgresForTest> postgres;
-  std::string postgres_missing;
-  if (!postgres_ks.empty()) {
-    StatusOr<std::unique_ptr<parsyn::storage::PostgresForTest>> started = parsyn::storage::PostgresForTest::Start();
-    if (started.ok()) {
-      postgres = std::move(*started);
-    } else {
-      postgres_missing = started.status().ToString();
-      std::printf("PostgreSQL runs left out: %s\n", postgres_missing.c_str());
-    }
-  }
-
-  std::vector<KFigures> all;
-  // SQLite figures, and the PostgreSQL runs beside them (same K, rounds and update, right after).
-  std::vector<std::pair<size_t, size_t>> store_pairs;
-  for (size_t i = 0; i < ks.size(); ++i) {
-    const PreparedUpdate update = PrepareUpdate(root / ("update-" + std::to_string(update_mib[i])), update_mib[i]);
-    std::vector<std::string> metadata_uris = {""};
-    const bool on_postgres =
-        postgres != nullptr && std::find(postgres_ks.begin(), postgres_ks.end(), ks[i]) != postgres_ks.end();
-    if (on_postgres) metadata_uris.push_back(Must(postgres->NewDatabase(), "PostgreSQL database"));
-    for (const std::string& metadata_uri : metadata_uris) {
-      const auto start = Clock::now();
-      all.push_back(RunOneK(ks[i], rounds[i], root, update, upload_concurrency, server_choice, metadata_uri));
-      if (!metadata_uri.empty()) store_pairs.emplace_back(all.size() - 2, all.size() - 1);
-      const KFigures& f = all.back();
-      std::printf(
-          "\nK=%d on %s: update %.2f MiB (%zu tensors), %d rounds, job %s, setup %.1f s, total %.1f s; durable write "
-          "%.0f MB/s; update files left on the server %d\n",
-          f.k, f.store.c_str(), static_cast<double>(update.size_bytes) / (1 << 20), update.tensors, f.rounds,
-          f.outcome.c_str(), f.setup_s, Seconds(Clock::now() - start), f.write_bytes_per_s / 1e6, f.update_files_left);
-      if (!f.kept_log.empty()) std::printf("  server log: %s\n", f.kept_log.c_str());
-      std::printf("  loopback TCP transfer of the round's bytes (no HTTP, %d at once): %.1f ms\n",
-                  std::min(f.k, upload_concurrency), f.transfer_s * 1e3);
-      std::printf("  landing the round's bytes in new files (write, no fsync; not in the floor): %.1f ms\n",
-                  f.land_s * 1e3);
-      std::printf("  %-6s %10s %12s %10s %12s %14s %16s %10s %7s   %s\n", "round", "wall ms", "read ms", "sha ms",
-                  "read GiB/s", "overhead ms", "write+fsync ms", "floor ms", "ratio",
-                  "from first task: all tasks in / uploaded / results answered; slowest PUT");
-      for (const RoundFigures& r : f.per_round) {
-        const double write_ms =
-            f.write_bytes_per_s > 0 ? static_cast<double>(r.read.bytes) / f.write_bytes_per_s * 1e3 : 0.0;
-        const double floor_s = FloorSeconds(f, r);
-        std::printf("  %-6d %10.1f %12.1f %10.1f %12.2f %14.1f %16.1f %10.1f %7.2f   %.0f / %.0f / %.0f; %.0f ms\n",
-                    r.round, r.wall_s * 1e3, r.read.plain_s * 1e3, r.read.sha256_s * 1e3,
-                    r.read.plain_s > 0 ? static_cast<double>(r.read.bytes) / (1 << 30) / r.read.plain_s : 0.0,
-                    (r.wall_s - r.read.plain_s) * 1e3, write_ms, floor_s * 1e3, r.wall_s / floor_s, r.tasks_s * 1e3,
-                    r.uploaded_s * 1e3, r.results_s * 1e3, r.upload_max_s * 1e3);
-      }
-      std::fflush(stdout);
-    }
-  }
-
+void PrintSummary(const std::vector<KFigures>& all) {
   std::printf(
       "\nSummary (floor = loopback TCP transfer + one sha256 pass + one plain read of the round's bytes, measured in\n"
       "this run at the same K; ratio = round wall time / floor; median round by ratio; land = writing the round's\n"
@@ -802,12 +708,8 @@ int main(int argc, char** argv) {
   double worst_ratio = 0, worst_target = 0;
   int worst_k = 0;
   for (const KFigures& f : all) {
-    std::vector<RoundFigures> rs = f.per_round;
-    if (rs.empty()) continue;
-    std::sort(rs.begin(), rs.end(), [&f](const RoundFigures& a, const RoundFigures& b) {
-      return a.wall_s / FloorSeconds(f, a) < b.wall_s / FloorSeconds(f, b);
-    });
-    const RoundFigures mid = rs[rs.size() / 2];
+    if (f.per_round.empty()) continue;
+    const RoundFigures mid = MedianRound(f);
     const double floor_s = FloorSeconds(f, mid);
     const double ratio = mid.wall_s / floor_s;
     const double target = target_of(f);
@@ -830,8 +732,29 @@ int main(int argc, char** argv) {
   } else {
     std::printf("bench_rounds: no run with a target (20 MiB updates, or K >= 1000)\n");
   }
+}
 
-  // PostgreSQL vs SQLite, same run, same K (target: per-round overhead within 1.5x of SQLite's).
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Per-round overhead (round wall - read) and excess (round wall - floor) of a run's median round.
+double MedianOverhead(const KFigures& f) {
+  std::vector<double> v;
+  for (const RoundFigures& r : f.per_round) v.push_back(r.wall_s - r.read.plain_s);
+  return Median(v);
+}
+double MedianExcess(const KFigures& f) {
+  std::vector<double> v;
+  for (const RoundFigures& r : f.per_round) v.push_back(r.wall_s - FloorSeconds(f, r));
+  return Median(v);
+}
+
+// PostgreSQL vs SQLite, same run, same K (target: per-round overhead within 1.5x of SQLite's).
+void PrintStoreComparison(const std::vector<KFigures>& all, const std::vector<std::pair<size_t, size_t>>& store_pairs,
+                          const std::string& postgres_missing) {
   std::printf(
       "\nPostgreSQL vs SQLite (overhead = round wall - read of the round's files, median round; excess = round wall -\n"
       "floor, the coordinator's own share; target: PostgreSQL's overhead within 1.50x of SQLite's)\n");
@@ -841,25 +764,10 @@ int main(int argc, char** argv) {
     std::printf("  %-6s %6s %18s %18s %7s %16s %16s %7s  %s\n", "K", "MiB", "sqlite overhead ms",
                 "postgres overhead ms", "ratio", "sqlite excess ms", "postgres excess ms", "ratio", "verdict");
   }
-  auto median = [](std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   for (const auto& [sqlite_at, postgres_at] : store_pairs) {
     const KFigures& s = all[sqlite_at];
     const KFigures& p = all[postgres_at];
-    auto overhead = [&](const KFigures& f) {
-      std::vector<double> v;
-      for (const RoundFigures& r : f.per_round) v.push_back(r.wall_s - r.read.plain_s);
-      return median(v);
-    };
-    auto excess = [&](const KFigures& f) {
-      std::vector<double> v;
-      for (const RoundFigures& r : f.per_round) v.push_back(r.wall_s - FloorSeconds(f, r));
-      return median(v);
-    };
-    const double so = overhead(s), po = overhead(p), se = excess(s), pe = excess(p);
+    const double so = MedianOverhead(s), po = MedianOverhead(p), se = MedianExcess(s), pe = MedianExcess(p);
     const double ratio = so > 0 ? po / so : 0.0;
     const bool complete = !s.per_round.empty() && !p.per_round.empty() && p.outcome == "succeeded";
     std::printf("  %-6d %6d %18.1f %18.1f %7.2f %16.1f %16.1f %7.2f  %s\n", s.k, s.update_mib, so * 1e3, po * 1e3,
@@ -868,6 +776,9 @@ int main(int argc, char** argv) {
                 : ratio <= 1.5 ? "PASS"
                                : "MISS");
   }
+}
+
+void PrintRssTable(const std::vector<KFigures>& all) {
   std::printf(
       "\nPeak RSS vs K (target: no growth beyond per-connection bookkeeping; growth is measured against the\n"
       "smallest K run with the same update size and store; HWM counts the update files the server maps, page cache;\n"
@@ -891,8 +802,78 @@ int main(int argc, char** argv) {
                 static_cast<double>(f.idle_rss_kib) / 1024, static_cast<double>(f.hwm_kib) / 1024, growth.c_str(),
                 static_cast<double>(f.peak_anon_kib) / 1024, anon_growth.c_str());
   }
+}
+
+// PostgreSQL for the --postgres-ks runs: one throwaway server, a database per run; null (and why, printed) when it
+// cannot start.
+std::unique_ptr<parsyn::storage::PostgresForTest> StartPostgres(const std::vector<int>& postgres_ks,
+                                                                std::string& missing) {
+  if (postgres_ks.empty()) return nullptr;
+  StatusOr<std::unique_ptr<parsyn::storage::PostgresForTest>> started = parsyn::storage::PostgresForTest::Start();
+  if (started.ok()) return std::move(*started);
+  missing = started.status().ToString();
+  std::printf("PostgreSQL runs left out: %s\n", missing.c_str());
+  return nullptr;
+}
+
+// Every K of the options on SQLite, each of --postgres-ks again right after on PostgreSQL; the figures, and the
+// (SQLite, PostgreSQL) pairs among them.
+std::vector<KFigures> RunAllKs(const Options& o, const fs::path& root, parsyn::storage::PostgresForTest* postgres,
+                               std::vector<std::pair<size_t, size_t>>& store_pairs) {
+  std::vector<KFigures> all;
+  for (size_t i = 0; i < o.ks.size(); ++i) {
+    const PreparedUpdate update = PrepareUpdate(root / ("update-" + std::to_string(o.update_mib[i])), o.update_mib[i]);
+    std::vector<std::string> metadata_uris = {""};
+    const bool on_postgres =
+        postgres != nullptr && std::find(o.postgres_ks.begin(), o.postgres_ks.end(), o.ks[i]) != o.postgres_ks.end();
+    if (on_postgres) metadata_uris.push_back(Must(postgres->NewDatabase(), "PostgreSQL database"));
+    for (const std::string& metadata_uri : metadata_uris) {
+      const auto start = Clock::now();
+      all.push_back(RunOneK(o.ks[i], o.rounds[i], root, update, o.upload_concurrency, o.server_choice, metadata_uri));
+      if (!metadata_uri.empty()) store_pairs.emplace_back(all.size() - 2, all.size() - 1);
+      PrintKRun(all.back(), update, Seconds(Clock::now() - start), o.upload_concurrency);
+    }
+  }
+  return all;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = ParseOptions(argc, argv);
+
+  // Two connections per worker in this process, one per worker (plus files) in the server, which inherits this limit.
+  rlimit nofile{};
+  ::getrlimit(RLIMIT_NOFILE, &nofile);
+  nofile.rlim_cur = nofile.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &nofile);
+
+  StatusOr<fs::path> made = parsyn::CreateTempDir(fs::temp_directory_path(), "parsyn-bench-rounds");
+  if (!made.ok()) Die(made.status().ToString());
+  const fs::path root = *made;
+
+  std::printf(
+      "bench_rounds: LoRA r=%d on q_proj/v_proj, fp32 updates; uploads from this process capped at %d at "
+      "once; RLIMIT_NOFILE %lu (the server inherits it)\n",
+      kLoraR, o.upload_concurrency, static_cast<unsigned long>(nofile.rlim_cur));
+  std::fflush(stdout);
+
+  // First the trainers' run (rounds_trainers.h), so that the last line stays the scripted runs' worst ratio.
+  if (o.trainer_rounds >= 2) {
+    parsyn::bench::RunTrainerRounds(o.server_choice.binary, root, o.trainer_workers, o.trainer_rounds);
+  }
+
+  std::string postgres_missing;
+  const std::unique_ptr<parsyn::storage::PostgresForTest> postgres = StartPostgres(o.postgres_ks, postgres_missing);
+  // SQLite figures, and the PostgreSQL runs beside them (same K, rounds and update, right after).
+  std::vector<std::pair<size_t, size_t>> store_pairs;
+  const std::vector<KFigures> all = RunAllKs(o, root, postgres.get(), store_pairs);
+
+  PrintSummary(all);
+  PrintStoreComparison(all, store_pairs, postgres_missing);
+  PrintRssTable(all);
   std::error_code ec;
-  if (server_choice.log_level == "warn") {
+  if (o.server_choice.log_level == "warn") {
     fs::remove_all(root, ec);
   } else {
     for (const KFigures& f : all) {

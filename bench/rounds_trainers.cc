@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/subprocess.h"
-#include "bench_support.h"
+#include "fleet.h"
 #include "http/client.h"
 
 namespace parsyn::bench {
