@@ -8,7 +8,6 @@
 #include "coordinator/job_runner_internal.h"
 #include "coordinator/server_metrics.h"
 #include "storage/disk_full.h"
-#include "strategy/dp_fed_avg.h"
 #include "strategy/make_strategy.h"
 
 namespace parsyn::coordinator {
@@ -57,8 +56,7 @@ JobRunner::JobRunner(JobHost& host, storage::TrainingJob job, JobSpec spec)
     strategy_ = std::move(*made);
     // dp_fedavg's sampling rate q = K / eligible: the eligible workers are the job's shards (one per worker that
     // may take part; docs/training.md, "Differential privacy").
-    if (auto* dp = dynamic_cast<strategy::DpFedAvg*>(strategy_.get()))
-      dp->set_eligible_workers(engine_config_.num_shards);
+    strategy_->set_eligible_workers(engine_config_.num_shards);
   } else {
     strategy_error_ = made.status();
   }

@@ -8,7 +8,6 @@
 #include "coordinator/server_metrics.h"
 #include "data/llama_config.h"
 #include "storage/byte_source.h"
-#include "strategy/dp_fed_avg.h"
 #include "weights/lora_layout.h"
 #include "weights/peft_config.h"
 #include "weights/safetensors.h"
@@ -182,8 +181,8 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
                            {"global_sha256", global_sha256_}};
     // dp_fedavg: the round's privacy report; GET .../rounds reads it back from this event (RoundPrivacyJson), stored
     // in the commit's batch.
-    if (const auto* dp = dynamic_cast<const strategy::DpFedAvg*>(strategy_.get()); dp && dp->last_round()) {
-      committed_data["privacy"] = RoundPrivacyJson(*dp->last_round(), dp->options());
+    if (std::optional<strategy::RoundPrivacy> privacy = strategy_->CommittedRoundPrivacy()) {
+      committed_data["privacy"] = RoundPrivacyJson(privacy->round, privacy->options);
     }
     auto event_appended = host_.AppendEvent(job_.id, "round_committed", std::move(committed_data));
     co_await std::move(event_appended);
