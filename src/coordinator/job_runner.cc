@@ -415,14 +415,16 @@ http::Awaitable<Status> JobRunner::Cancel() {
   co_return co_await std::move(handled);
 }
 
-void JobRunner::RecordProgress(int64_t worker_id, const json& progress) { progress_[worker_id] = progress; }
+void JobRunner::RecordProgress(int64_t worker_id, const json& progress) {
+  attempt_.RecordProgress(worker_id, progress);
+}
 
 json JobRunner::LiveView() const {
   if (engine_ == nullptr) return json::object();
   json view = LivePhase();
   view["committed_round"] = job_.committed_round;  // as stored (the engine may be ahead until Resync)
   view["total_rounds"] = engine_config_.num_rounds;
-  view["workers"] = ParticipantsJson(engine_->participants(), progress_);
+  view["workers"] = ParticipantsJson(engine_->participants(), attempt_.progress());
   // A store write failed (a full disk, say): until the retry gets through, nothing can be recorded, so the live
   // view is where the reason shows ("disk full: <path>, free space and the job resumes").
   if (resync_needed_) view["store_error"] = resync_reason_;

@@ -97,7 +97,7 @@ http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std
   Status outcome = aggregated.status();
   if (aggregated.ok()) {
     pending_global_ = PendingGlobal{.key = key, .sha256 = aggregated->info.sha256, .weights = aggregated->weights};
-    bytes_moved_ += static_cast<int64_t>(aggregated->info.size_bytes);
+    attempt_.AddBytesMoved(static_cast<int64_t>(aggregated->info.size_bytes));
   } else {
     PARSYN_LOG_ERROR("training job {}: aggregating round {}: {}", job_.id, a.round, outcome.ToString());
   }
@@ -137,7 +137,7 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
                               .ended_at_ms = host_.clock().UnixMillis(),
                               .train_loss = a.num_updates > 0 ? std::optional<double>(a.train_loss) : std::nullopt,
                               .previous_global_validation_loss = pending_validation_loss_,
-                              .bytes_moved = bytes_moved_};
+                              .bytes_moved = attempt_.bytes_moved()};
   const std::string artifact_name = fmt::format("rounds/{:06}/global.safetensors", a.round);
   const auto commit_start = std::chrono::steady_clock::now();
   StatusOr<storage::BlobInfo> info =
@@ -160,9 +160,9 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
                    MillisSince(commit_start));
   ObservePhase("commit", MillisSince(commit_start));
   Metrics().rounds.WithLabels({"committed"}).Inc();
-  if (attempt_started_ != std::chrono::steady_clock::time_point{}) {
+  if (attempt_.started() != std::chrono::steady_clock::time_point{}) {
     Metrics().round_duration.WithLabels({}).Observe(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - attempt_started_).count());
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - attempt_.started()).count());
   }
   job_.committed_round = a.round;
   strategy_->CommitState();  // the next round steps from this round's server state
@@ -202,7 +202,7 @@ http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, 
                                 .attempt = a.attempt,
                                 .reason = a.reason,
                                 .ended_at_ms = host_.clock().UnixMillis(),
-                                .bytes_moved = bytes_moved_};
+                                .bytes_moved = attempt_.bytes_moved()};
   for (const Action& next : work) {
     if (const auto* f = std::get_if<JobFailed>(&next)) failure.fail_job_reason = f->reason;
   }
@@ -305,7 +305,7 @@ http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string_view
                                    .attempt = r.attempt,
                                    .reason = "the job ended (" + std::string(storage::ToString(status)) + ")",
                                    .ended_at_ms = now,
-                                   .bytes_moved = bytes_moved_,
+                                   .bytes_moved = attempt_.bytes_moved(),
                                    .counts_toward_fault_tolerance = false}));
     }
     return current;
