@@ -260,7 +260,7 @@ http::Awaitable<Status> JobRunner::Resync() {
     co_await std::move(drained);
     write_error_ = Status::Ok();
   }
-  pending_global_.reset();
+  global_.DropPending();
   auto loading = LoadCheckpoint("a store error during the attempt: " + resync_reason_);  // kCoAwaitTemporaries
   StatusOr<EngineCheckpoint> checkpoint = co_await std::move(loading);
   if (!checkpoint.ok() && checkpoint.status().code() == StatusCode::kDataLoss) {

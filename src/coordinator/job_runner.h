@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "coordinator/attempt_state.h"
+#include "coordinator/global_weights.h"
 #include "coordinator/job_host.h"
 #include "coordinator/job_spec.h"
 #include "coordinator/round_engine.h"
@@ -134,11 +135,6 @@ class JobRunner {
   // MaxEarlyCheckedUpdates), since a checked update is held in memory until its turn; beyond the bound the check
   // runs under the mutex, in OnValidateUpdate.
   http::Awaitable<void> CheckUpdateEarly(int64_t worker_id, const ResultReport& report);
-  struct PendingGlobal {
-    std::string key;
-    std::string sha256;
-    std::shared_ptr<weights::WeightSet> weights;
-  };
 
   http::Awaitable<Status> Setup();
   http::Awaitable<Status> Resume();
@@ -240,7 +236,8 @@ class JobRunner {
   weights::WireEncoding UpdateEncoding() const;
   // Largest accepted update upload: the global's size plus header room, plus zstd's worst-case framing with zstd.
   uint64_t MaxUpdateUploadBytes() const;
-  // zstd_level > 0: writes the attempt's zstd copy of the global (global_zstd_), which its tasks offer the workers.
+  // zstd_level > 0: writes the attempt's zstd copy of the global (global_.zstd_copy()), which its tasks offer the
+  // workers.
   // On failure the tasks offer the plain global only (logged).
   http::Awaitable<void> WriteGlobalZstdCopy(int round, int attempt);
 
@@ -277,21 +274,9 @@ class JobRunner {
   storage::Dataset dataset_;
   std::vector<storage::Shard> shards_;
   std::vector<std::string> validation_sha256_;  // by shard index: each shard's validation file's (tasks carry it)
-  // The latest committed global (round committed_round; 0: the initial weights).
-  std::string global_key_;
-  std::string global_sha256_;
-  uint64_t global_size_bytes_ = 0;
-  std::shared_ptr<weights::WeightSet> global_;
-  // The attempt's zstd copy of global_key_ (distributed.compression.zstd_level > 0), as tasks offer it.
-  struct ZstdCopy {
-    std::string of_global;  // the global_key_ it is a copy of: offered only while that is the global
-    std::string key;
-    std::string sha256;
-    uint64_t size_bytes = 0;
-  };
-  std::optional<ZstdCopy> global_zstd_;
-  std::optional<PendingGlobal> pending_global_;    // aggregated, not yet committed
-  std::optional<double> pending_validation_loss_;  // of the global the attempt started from, stored on commit
+  // The latest committed global, the attempt's zstd copy of it, the attempt's aggregated global not yet committed, and
+  // the validation loss stored with the commit.
+  GlobalWeights global_;
   // The attempt in progress: results, progress, recorded updates and verdicts, updates checked early, multipart
   // uploads, bytes moved; and the uploads checked as they streamed in.
   AttemptState attempt_;

@@ -96,7 +96,7 @@ http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std
   ObservePhase("aggregate_put", put_ms);
   Status outcome = aggregated.status();
   if (aggregated.ok()) {
-    pending_global_ = PendingGlobal{.key = key, .sha256 = aggregated->info.sha256, .weights = aggregated->weights};
+    global_.SetPending({.key = key, .sha256 = aggregated->info.sha256, .weights = aggregated->weights});
     attempt_.AddBytesMoved(static_cast<int64_t>(aggregated->info.size_bytes));
   } else {
     PARSYN_LOG_ERROR("training job {}: aggregating round {}: {}", job_.id, a.round, outcome.ToString());
@@ -114,7 +114,7 @@ http::Awaitable<Status> JobRunner::OnGlobalEvaluated(const GlobalEvaluated& a) {
     });
     if (!recorded.ok()) co_return recorded;
   } else {
-    pending_validation_loss_ = a.validation_loss;  // stored by the commit that follows, in its transaction
+    global_.set_pending_validation_loss(a.validation_loss);  // stored by the commit that follows, in its transaction
   }
   {
     auto event_appended = host_.AppendEvent(job_.id, "global_evaluated",
@@ -128,20 +128,20 @@ http::Awaitable<Status> JobRunner::OnGlobalEvaluated(const GlobalEvaluated& a) {
 }
 
 http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound& a) {
-  if (!pending_global_) co_return InternalError("round " + std::to_string(a.round) + " commits without a global");
+  if (!global_.pending()) co_return InternalError("round " + std::to_string(a.round) + " commits without a global");
   storage::RoundCommit commit{.job_id = job_.id,
                               .round = a.round,
                               .attempt = a.attempt,
-                              .global_blob_key = pending_global_->key,
-                              .global_sha256 = pending_global_->sha256,
+                              .global_blob_key = global_.pending()->key,
+                              .global_sha256 = global_.pending()->sha256,
                               .ended_at_ms = host_.clock().UnixMillis(),
                               .train_loss = a.num_updates > 0 ? std::optional<double>(a.train_loss) : std::nullopt,
-                              .previous_global_validation_loss = pending_validation_loss_,
+                              .previous_global_validation_loss = global_.pending_validation_loss(),
                               .bytes_moved = attempt_.bytes_moved()};
   const std::string artifact_name = fmt::format("rounds/{:06}/global.safetensors", a.round);
   const auto commit_start = std::chrono::steady_clock::now();
   StatusOr<storage::BlobInfo> info =
-      co_await loop::Offload(host_.pool(), [&] { return host_.blobs().Head(pending_global_->key); });
+      co_await loop::Offload(host_.pool(), [&] { return host_.blobs().Head(global_.pending()->key); });
   if (!info.ok()) co_return info.status();
   Status committed = co_await loop::Offload(host_.pool(), [&]() -> Status {
     PARSYN_RETURN_IF_ERROR(host_.store().CommitRound(commit));
@@ -166,11 +166,7 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
   }
   job_.committed_round = a.round;
   strategy_->CommitState();  // the next round steps from this round's server state
-  global_ = pending_global_->weights;
-  global_key_ = pending_global_->key;
-  global_sha256_ = pending_global_->sha256;
-  global_size_bytes_ = info->size_bytes;
-  pending_global_.reset();
+  global_.CommitPending(info->size_bytes);
   {
     json committed_data = {{"round", a.round},
                            {"attempt", a.attempt},
@@ -178,7 +174,7 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
                            {"train_loss", a.train_loss},
                            {"num_updates", a.num_updates},
                            {"num_samples", a.num_samples},
-                           {"global_sha256", global_sha256_}};
+                           {"global_sha256", global_.sha256()}};
     // dp_fedavg: the round's privacy report; GET .../rounds reads it back from this event (RoundPrivacyJson), stored
     // in the commit's batch.
     if (std::optional<strategy::RoundPrivacy> privacy = strategy_->CommittedRoundPrivacy()) {
@@ -187,7 +183,7 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
     auto event_appended = host_.AppendEvent(job_.id, "round_committed", std::move(committed_data));
     co_await std::move(event_appended);
   }
-  pending_validation_loss_.reset();
+  global_.DropPendingValidationLoss();
   {
     auto aborted = AbortIncompleteUploads(AttemptPrefix(a.round, a.attempt) + "/");  // kCoAwaitTemporaries
     co_await std::move(aborted);
@@ -210,7 +206,7 @@ http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, 
   Status failed = co_await loop::Offload(host_.pool(), [&] { return host_.store().FailRound(failure); });
   if (!failed.ok()) co_return failed;
   Metrics().rounds.WithLabels({"failed"}).Inc();
-  pending_global_.reset();
+  global_.DropPending();
   {
     auto aborted = AbortIncompleteUploads(AttemptPrefix(a.round, a.attempt) + "/");  // kCoAwaitTemporaries
     co_await std::move(aborted);
@@ -232,9 +228,9 @@ http::Awaitable<Status> JobRunner::WriteFinalArtifacts() {
   if (job_.committed_round == 0) co_return Status::Ok();  // nothing trained: no result to publish
   const std::string adapter_config_key = fmt::format("jobs/{}/artifacts/adapter_config.json", job_.id);
   const int64_t now = host_.clock().UnixMillis();
-  const std::string global_key = global_key_;
-  const std::string global_sha = global_sha256_;
-  const int64_t global_size = static_cast<int64_t>(global_size_bytes_);
+  const std::string global_key = global_.key();
+  const std::string global_sha = global_.sha256();
+  const int64_t global_size = static_cast<int64_t>(global_.size_bytes());
   std::string adapter_config;
   if (spec_.config.use_peft) {
     // The one adapter_config.json writer (weights/peft_config.h), as `parsyn train` writes it; the base model named
@@ -329,7 +325,7 @@ http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string_view
     auto event_appended = host_.AppendEvent(job_.id, "job_status", payload);
     co_await std::move(event_appended);
   }
-  global_.reset();  // the weights are in the blob store; an ended job holds no memory
+  global_.ReleaseWeights();  // the weights are in the blob store; an ended job holds no memory
   if (!artifacts.ok()) co_return artifacts;
   co_return ended.status();
 }

@@ -60,23 +60,21 @@ http::Awaitable<Status> JobRunner::LoadGlobal(std::string_view key_view, std::st
     if (global.status().code() == StatusCode::kDataLoss) co_return global.status();  // it names the blob already
     co_return global.status().WithContext("reading the global weights " + key);
   }
-  global_ = std::make_shared<weights::WeightSet>(std::move(global->weights));
-  global_key_ = key;
-  global_sha256_ = global->sha256;
-  global_size_bytes_ = global->size_bytes;
+  global_.Set(key, global->sha256, global->size_bytes,
+              std::make_shared<weights::WeightSet>(std::move(global->weights)));
   co_return Status::Ok();
 }
 
 http::Awaitable<Status> JobRunner::LoadServerState() {
   if (!strategy_->has_state()) co_return Status::Ok();
   if (job_.committed_round == 0) co_return strategy_->RestoreState(nullptr);
-  auto recorded = global_->metadata().find(kServerStateShaKey);
-  if (recorded == global_->metadata().end()) {
-    co_return DataLossError("the global weights " + global_key_ + " of round " + std::to_string(job_.committed_round) +
-                            " name no " + std::string(strategy_->name()) +
+  auto recorded = global_.weights()->metadata().find(kServerStateShaKey);
+  if (recorded == global_.weights()->metadata().end()) {
+    co_return DataLossError("the global weights " + global_.key() + " of round " +
+                            std::to_string(job_.committed_round) + " name no " + std::string(strategy_->name()) +
                             " server state: the job cannot resume its server optimizer");
   }
-  const std::string key = global_key_.substr(0, global_key_.rfind('/') + 1) + kServerStateFile;
+  const std::string key = global_.key().substr(0, global_.key().rfind('/') + 1) + kServerStateFile;
   const std::string sha256 = recorded->second;
   StatusOr<ReadGlobal> state = co_await loop::Offload(host_.pool(), [&] {
     return ReadVerifiedGlobal(host_.blobs(), key, sha256, host_.spool_dir(), "the server state");

@@ -39,13 +39,13 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
   }
   attempt_.Begin(round.participants);
   undelivered_tasks_.clear();  // of an earlier attempt: stale
-  pending_global_.reset();
-  pending_validation_loss_.reset();
+  global_.DropPending();
+  global_.DropPendingValidationLoss();
   Status started = co_await loop::Offload(host_.pool(), [&] { return host_.store().StartRound(round); });
   if (!started.ok()) co_return started;
-  Status begun = co_await loop::Offload(host_.pool(), [&] { return strategy_->Begin(a.round, *global_); });
+  Status begun = co_await loop::Offload(host_.pool(), [&] { return strategy_->Begin(a.round, *global_.weights()); });
   if (!begun.ok()) co_return begun;
-  global_zstd_.reset();
+  global_.ForgetZstdCopy();
   if (spec_.distributed.compression.zstd_level > 0) {
     auto written = WriteGlobalZstdCopy(a.round, a.attempt);  // kCoAwaitTemporaries
     co_await std::move(written);
@@ -70,13 +70,14 @@ weights::WireEncoding JobRunner::UpdateEncoding() const {
 
 uint64_t JobRunner::MaxUpdateUploadBytes() const {
   // zstd's worst case on incompressible bytes is the input plus ~1/256 of it (ZSTD_compressBound); 1/128 is ample.
-  const uint64_t zstd_framing = spec_.distributed.compression.zstd_level > 0 ? global_size_bytes_ / 128 : 0;
-  return global_size_bytes_ + kUpdateHeaderSlackBytes + zstd_framing;
+  const uint64_t zstd_framing = spec_.distributed.compression.zstd_level > 0 ? global_.size_bytes() / 128 : 0;
+  return global_.size_bytes() + kUpdateHeaderSlackBytes + zstd_framing;
 }
 
 http::Awaitable<void> JobRunner::WriteGlobalZstdCopy(int round, int attempt) {
+  using ZstdCopy = GlobalWeights::ZstdCopy;
   const std::string key = AttemptPrefix(round, attempt) + "/global.safetensors.zst";
-  const std::string global_key = global_key_;
+  const std::string global_key = global_.key();
   const int level = spec_.distributed.compression.zstd_level;
   const std::filesystem::path spool =
       host_.spool_dir() / fmt::format("global-{}-{}-a{}.safetensors.zst", job_.id, round, attempt);
@@ -111,8 +112,8 @@ http::Awaitable<void> JobRunner::WriteGlobalZstdCopy(int round, int attempt) {
     co_return;
   }
   PARSYN_LOG_DEBUG("training job {}: round {} global compressed with zstd-{}: {} -> {} bytes in {:.1f} ms", job_.id,
-                   round, level, global_size_bytes_, copy->size_bytes, MillisSince(start));
-  global_zstd_ = std::move(*copy);
+                   round, level, global_.size_bytes(), copy->size_bytes, MillisSince(start));
+  global_.SetZstdCopy(std::move(*copy));
 }
 
 StatusOr<TaskMessage> JobRunner::BuildTask(const AssignTask& a) const {
@@ -134,14 +135,13 @@ StatusOr<TaskMessage> JobRunner::BuildTask(const AssignTask& a) const {
   task.deadline_unix_ms = host_.clock().UnixMillis() + engine_config_.aggregation_timeout.count();
   // The task's URLs last as long as its attempt (plus a margin), not beyond, and name the worker they were given to.
   const std::chrono::seconds url_ttl = host_.TaskUrlTtl(engine_config_.aggregation_timeout);
-  task.global_weights = {.url = host_.BlobGetUrl(global_key_, url_ttl, a.worker),
-                         .sha256 = global_sha256_,
-                         .size_bytes = global_size_bytes_,
+  task.global_weights = {.url = host_.BlobGetUrl(global_.key(), url_ttl, a.worker),
+                         .sha256 = global_.sha256(),
+                         .size_bytes = global_.size_bytes(),
                          .round = engine_->last_committed_round()};
-  if (global_zstd_ && global_zstd_->of_global == global_key_) {  // not a previous global's (the final evaluation)
-    task.global_weights.zstd = protocol::TaskZstdCopy{.url = host_.BlobGetUrl(global_zstd_->key, url_ttl, a.worker),
-                                                      .sha256 = global_zstd_->sha256,
-                                                      .size_bytes = global_zstd_->size_bytes};
+  if (const GlobalWeights::ZstdCopy* zstd = global_.zstd_copy()) {  // not a previous global's (the final evaluation)
+    task.global_weights.zstd = protocol::TaskZstdCopy{
+        .url = host_.BlobGetUrl(zstd->key, url_ttl, a.worker), .sha256 = zstd->sha256, .size_bytes = zstd->size_bytes};
   }
   if (engine_config_.workers_hold_data) {
     // The worker trains and evaluates on its own file (split with the job's seed); `data` stays empty.

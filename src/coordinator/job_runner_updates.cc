@@ -80,7 +80,7 @@ StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const Re
 
 std::shared_ptr<weights::SafetensorsStreamChecker> JobRunner::NewUploadChecker(std::string_view blob_key) const {
   // Compressed updates are decoded (and checked) from the stored file; a key outside this attempt is refused anyway.
-  if (global_ == nullptr || !UpdateEncoding().plain() || !UpdateSizeCap(blob_key)) return nullptr;
+  if (global_.weights() == nullptr || !UpdateEncoding().plain() || !UpdateSizeCap(blob_key)) return nullptr;
   return std::make_shared<weights::SafetensorsStreamChecker>();
 }
 
@@ -168,7 +168,7 @@ http::Awaitable<void> JobRunner::CheckUpdateEarly(int64_t worker_id, const Resul
   const std::string expected_key = UpdateKey(round, attempt, worker_id);
   const uint64_t max_bytes = MaxUpdateUploadBytes();
   const weights::WireEncoding encoding = UpdateEncoding();
-  std::shared_ptr<weights::WeightSet> global = global_;
+  std::shared_ptr<weights::WeightSet> global = global_.weights();
   const std::optional<StreamChecked> values_checked = attempt_.TakeCheckedUpload(report.blob_key);
   const auto check_start = std::chrono::steady_clock::now();
   uint64_t update_bytes = 0;
@@ -226,7 +226,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   const std::string expected_key = UpdateKey(a.round, a.attempt, a.worker);
   const uint64_t max_bytes = MaxUpdateUploadBytes();
   const weights::WireEncoding encoding = UpdateEncoding();
-  std::shared_ptr<weights::WeightSet> global = global_;
+  std::shared_ptr<weights::WeightSet> global = global_.weights();
   // An update checked early by Result() (outside the job mutex) only needs accumulating here.
   std::optional<StatusOr<weights::WeightSet>> checked;
   std::optional<double> max_magnitude;
@@ -342,7 +342,7 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
     co_await std::move(completed);
   }
   const bool check_early = !repeat && round <= engine_config_.num_rounds && !report.blob_key.empty() &&
-                           global_ != nullptr && attempt_.MayCheckEarly(worker_id, MaxEarlyCheckedUpdates());
+                           global_.weights() != nullptr && attempt_.MayCheckEarly(worker_id, MaxEarlyCheckedUpdates());
   if (check_early) {
     auto checking = CheckUpdateEarly(worker_id, report);  // kCoAwaitTemporaries
     co_await std::move(checking);
