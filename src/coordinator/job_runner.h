@@ -35,7 +35,8 @@
 //
 // Files: job_runner.cc (events in, actions out: Handle/Execute/Do), job_runner_setup.cc (Setup, Resume, LoadGlobal),
 // job_runner_tasks.cc (round start, tasks and their upload grants), job_runner_updates.cc (results, update checks and
-// records), job_runner_commit.cc (aggregation, commit, failed rounds, the job's end and artifacts).
+// records), job_runner_commit.cc (aggregation, commit, failed rounds, the job's end and artifacts). Its state of the
+// attempt in progress is an AttemptState (attempt_state.h), its global model a GlobalWeights (global_weights.h).
 //
 // Threads: loop thread only.
 #pragma once
