@@ -1,8 +1,8 @@
 // JobRunner: one active training job on the coordinator's event loop, on a JobHost (job_host.h: the service, or a
-// test's fake). It owns the job's RoundEngine and strategy (strategy::MakeStrategy from the spec's
-// distributed.strategy) and carries out the engine's actions in order: every transition is written to the metadata
-// store (and an event appended) before the request that caused it is answered; validating and accumulating an update,
-// and writing the new global, run on the host's thread pool.
+// test's fake). It owns the job's RoundEngine and Aggregator (aggregator.h: the strategy, strategy::MakeStrategy from
+// the spec's distributed.strategy) and carries out the engine's actions in order: every transition is written to the
+// metadata store (and an event appended) before the request that caused it is answered; validating and accumulating an
+// update, and writing the new global, run on the host's thread pool.
 //
 // Events for a job are handled one at a time (a loop::LoopMutex), each with all of its actions, including the
 // follow-ups from validation and aggregation, before the next one starts.
@@ -53,6 +53,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/aggregator.h"
 #include "coordinator/attempt_state.h"
 #include "coordinator/global_weights.h"
 #include "coordinator/job_host.h"
@@ -246,9 +247,8 @@ class JobRunner {
   storage::TrainingJob job_;
   JobSpec spec_;
   RoundEngineConfig engine_config_;
-  const std::string task_config_json_;            // spec_.config as every task carries it, dumped once
-  std::unique_ptr<strategy::Strategy> strategy_;  // null when the spec's strategy cannot be made (Launch fails)
-  Status strategy_error_;
+  const std::string task_config_json_;  // spec_.config as every task carries it, dumped once
+  Aggregator aggregator_;               // the job's strategy and the work of aggregating with it
   std::unique_ptr<RoundEngine> engine_;
   loop::LoopMutex mutex_;
   loop::Signal launched_;  // notified when Launch has finished (the engine exists, or the job ended)

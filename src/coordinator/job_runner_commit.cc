@@ -17,83 +17,18 @@ namespace parsyn::coordinator {
 using nlohmann::json;
 using storage::JobStatus;
 
-namespace {
-
-// Stores `set` as a safetensors blob streamed from its header and its tensors' own bytes: no serialised copy of the
-// model in memory (at 1 GiB and more, that copy doubled the coordinator's peak). As PutBytes: a blob already under
-// `key` (left by a run that crashed before its commit) holds the same deterministic bytes and is taken as it is.
-StatusOr<storage::BlobInfo> PutWeightSet(storage::BlobStore& blobs, const std::string& key,
-                                         const weights::WeightSet& set) {
-  struct SetSource final : storage::ByteSource {
-    std::vector<std::span<const std::byte>> parts;  // the header, then each tensor
-    size_t part = 0;
-    StatusOr<size_t> Read(std::span<std::byte> buffer) override {
-      size_t n = 0;
-      while (n < buffer.size() && part < parts.size()) {
-        std::span<const std::byte>& rest = parts[part];
-        const size_t take = std::min(buffer.size() - n, rest.size());
-        std::copy_n(rest.begin(), take, buffer.begin() + static_cast<std::ptrdiff_t>(n));
-        rest = rest.subspan(take);
-        n += take;
-        if (rest.empty()) ++part;
-      }
-      return n;
-    }
-  } source;
-  const std::string header = weights::SafetensorsHeaderBytes(set);
-  source.parts.push_back(std::as_bytes(std::span(header.data(), header.size())));
-  for (const weights::Tensor& t : set.tensors()) source.parts.push_back(t.data);
-  // Nothing else of the round is left to run: the store may hash on a second core while it writes.
-  StatusOr<storage::BlobInfo> stored = blobs.Put(key, source, {.hash_on_second_thread = true});
-  if (!stored.ok() && stored.status().code() == StatusCode::kAlreadyExists) stored = blobs.Head(key);
-  return stored;
-}
-
-}  // namespace
-
 http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std::deque<Action>& work) {
   const std::string key = AttemptPrefix(a.round, a.attempt) + "/global.safetensors";
-  struct Aggregated {
-    std::shared_ptr<weights::WeightSet> weights;
-    storage::BlobInfo info;
-  };
+  const std::string state_key = AttemptPrefix(a.round, a.attempt) + "/" + kServerStateFile;
   // The new global is a durable blob before the engine hears that aggregation finished (and so before commit).
-  double finish_ms = 0, serialize_ms = 0, put_ms = 0;
-  StatusOr<Aggregated> aggregated = co_await loop::Offload(host_.pool(), [&]() -> StatusOr<Aggregated> {
-    auto phase_start = std::chrono::steady_clock::now();
-    PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, strategy_->Finish());
-    finish_ms = MillisSince(phase_start);
-    phase_start = std::chrono::steady_clock::now();
-    mean.metadata()["format"] = "pt";
-    // A server optimizer's state is durable before the global that names it: a restart resumes from the pair.
-    if (const weights::WeightSet* state = strategy_->PendingState()) {
-      PARSYN_ASSIGN_OR_RETURN(
-          storage::BlobInfo state_info,
-          PutWeightSet(host_.blobs(), AttemptPrefix(a.round, a.attempt) + "/" + kServerStateFile, *state));
-      mean.metadata()[kServerStateShaKey] = state_info.sha256;
-    }
-    serialize_ms = MillisSince(phase_start);
-    phase_start = std::chrono::steady_clock::now();
-    Aggregated out;
-    PARSYN_ASSIGN_OR_RETURN(out.info, PutWeightSet(host_.blobs(), key, mean));
-    put_ms = MillisSince(phase_start);
-    // The job keeps the stored global read-only mapped where the store has local files: until a strategy reads it
-    // again (FedAvg reads only its layout), it is page cache, so the next round's aggregation is the only copy of the
-    // model in this process's memory. Else (memory, S3) it keeps the result in memory.
-    if (StatusOr<std::filesystem::path> path = host_.blobs().LocalPath(key); path.ok()) {
-      if (StatusOr<weights::WeightSet> mapped = weights::MapSafetensorsFileReadOnly(*path); mapped.ok()) {
-        out.weights = std::make_shared<weights::WeightSet>(std::move(*mapped));
-        return out;
-      }
-    }
-    out.weights = std::make_shared<weights::WeightSet>(std::move(mean));
-    return out;
-  });
+  Aggregator::FinishTimings timings;
+  StatusOr<Aggregator::Aggregated> aggregated = co_await loop::Offload(
+      host_.pool(), [&] { return aggregator_.FinishRound(host_.blobs(), key, state_key, &timings); });
   PARSYN_LOG_DEBUG("training job {}: round {} aggregated: finish {:.1f} ms, serialize {:.1f} ms, durable put {:.1f} ms",
-                   job_.id, a.round, finish_ms, serialize_ms, put_ms);
-  ObservePhase("aggregate_finish", finish_ms);
-  ObservePhase("aggregate_serialize", serialize_ms);
-  ObservePhase("aggregate_put", put_ms);
+                   job_.id, a.round, timings.finish_ms, timings.serialize_ms, timings.put_ms);
+  ObservePhase("aggregate_finish", timings.finish_ms);
+  ObservePhase("aggregate_serialize", timings.serialize_ms);
+  ObservePhase("aggregate_put", timings.put_ms);
   Status outcome = aggregated.status();
   if (aggregated.ok()) {
     global_.SetPending({.key = key, .sha256 = aggregated->info.sha256, .weights = aggregated->weights});
@@ -165,7 +100,7 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
         std::chrono::duration<double>(std::chrono::steady_clock::now() - attempt_.started()).count());
   }
   job_.committed_round = a.round;
-  strategy_->CommitState();  // the next round steps from this round's server state
+  aggregator_.strategy()->CommitState();  // the next round steps from this round's server state
   global_.CommitPending(info->size_bytes);
   {
     json committed_data = {{"round", a.round},
@@ -177,7 +112,7 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
                            {"global_sha256", global_.sha256()}};
     // dp_fedavg: the round's privacy report; GET .../rounds reads it back from this event (RoundPrivacyJson), stored
     // in the commit's batch.
-    if (std::optional<strategy::RoundPrivacy> privacy = strategy_->CommittedRoundPrivacy()) {
+    if (std::optional<strategy::RoundPrivacy> privacy = aggregator_.strategy()->CommittedRoundPrivacy()) {
       committed_data["privacy"] = RoundPrivacyJson(privacy->round, privacy->options);
     }
     auto event_appended = host_.AppendEvent(job_.id, "round_committed", std::move(committed_data));

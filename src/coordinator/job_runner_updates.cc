@@ -208,14 +208,7 @@ http::Awaitable<void> JobRunner::AddKeptUpdatesWhileIdle(const Actions& next, bo
       next.begin(), next.end(), [](const Action& action) { return std::holds_alternative<AggregateRound>(action); });
   const bool other_results_coming = attempt_.results_in_progress() > 1;  // this update's own result is one
   if (other_results_coming || aggregates_next) co_return;
-  if (small_update) {
-    strategy_->AddKeptUpdates();
-    co_return;
-  }
-  auto added = loop::Offload(host_.pool(), [&] {  // kCoAwaitTemporaries
-    strategy_->AddKeptUpdates();
-    return true;
-  });
+  auto added = aggregator_.AddKeptUpdates(host_.pool(), small_update);  // kCoAwaitTemporaries
   co_await std::move(added);
 }
 
@@ -254,7 +247,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
     }
     const auto accept_start = std::chrono::steady_clock::now();
     // Taken over so that the strategy may add several updates in one pass over its sums (it still judges now).
-    Status accepted = strategy_->AcceptOwned(std::move(**checked), a.sample_count, max_magnitude);
+    Status accepted = aggregator_.strategy()->AcceptOwned(std::move(**checked), a.sample_count, max_magnitude);
     accept_ms = MillisSince(accept_start);
     return accepted;
   };
@@ -268,7 +261,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   Status verdict;
   const bool ready = checked_early && checked->ok();
   const bool small_update = ready && (*checked)->total_bytes() <= kInlineAcceptBytes;
-  if (small_update || (ready && max_magnitude && strategy_->AcceptOwnedIsQuick(**checked))) {
+  if (small_update || (ready && max_magnitude && aggregator_.strategy()->AcceptOwnedIsQuick(**checked))) {
     verdict = validate();
   } else {
     verdict = co_await loop::Offload(host_.pool(), validate);
