@@ -8,8 +8,6 @@
 #include "coordinator/job_runner_internal.h"
 #include "coordinator/server_metrics.h"
 #include "storage/disk_full.h"
-#include "strategy/dp_fed_avg.h"
-#include "strategy/make_strategy.h"
 
 namespace parsyn::coordinator {
 
@@ -40,28 +38,9 @@ JobRunner::JobRunner(JobHost& host, storage::TrainingJob job, JobSpec spec)
       spec_(std::move(spec)),
       engine_config_(EngineConfigFor(spec_)),
       task_config_json_(protocol::TrainingConfigToJson(spec_.config).dump()),
+      aggregator_(job_, spec_, engine_config_.num_shards),
       mutex_(host.executor()),
       launched_(host.executor()) {
-  // The job's private seed keys what must stay secret (dp_fedavg's noise and sample): storage::TrainingJob.
-  StatusOr<weights::SecretKey> private_key = weights::ParseSecretKey(job_.private_seed);
-  if (!private_key.ok() && spec_.distributed.strategy == strategy::StrategyKind::kDpFedAvg) {
-    private_key = FailedPreconditionError("job " + std::to_string(job_.id) +
-                                          " has no private seed, which dp_fedavg draws its noise under");
-  }
-  StatusOr<std::unique_ptr<strategy::Strategy>> made =
-      private_key.ok() || spec_.distributed.strategy != strategy::StrategyKind::kDpFedAvg
-          ? strategy::MakeStrategy(spec_.distributed.strategy, spec_.distributed.strategy_options,
-                                   private_key.ok() ? *private_key : weights::SecretKey{})
-          : StatusOr<std::unique_ptr<strategy::Strategy>>(private_key.status());
-  if (made.ok()) {
-    strategy_ = std::move(*made);
-    // dp_fedavg's sampling rate q = K / eligible: the eligible workers are the job's shards (one per worker that
-    // may take part; docs/training.md, "Differential privacy").
-    if (auto* dp = dynamic_cast<strategy::DpFedAvg*>(strategy_.get()))
-      dp->set_eligible_workers(engine_config_.num_shards);
-  } else {
-    strategy_error_ = made.status();
-  }
   // data.source "workers": only workers whose session announced a data file of their own take part.
   if (engine_config_.workers_hold_data) {
     engine_config_.worker_has_data = [&host](WorkerId w) { return host.WorkerHasLocalData(w); };
@@ -90,8 +69,8 @@ std::optional<uint64_t> JobRunner::UpdateSizeCap(std::string_view blob_key) cons
 http::Awaitable<Status> JobRunner::Launch() {
   // No co_await inside ?: (g++ 12 mishandles the temporaries of conditional co_awaits).
   Status status;
-  if (strategy_ == nullptr) {
-    status = strategy_error_;
+  if (aggregator_.strategy() == nullptr) {
+    status = aggregator_.error();
   } else if (job_.status == JobStatus::kQueued) {
     status = co_await Setup();
   } else {
@@ -262,7 +241,7 @@ http::Awaitable<Status> JobRunner::Resync() {
     co_await std::move(drained);
     write_error_ = Status::Ok();
   }
-  pending_global_.reset();
+  global_.DropPending();
   auto loading = LoadCheckpoint("a store error during the attempt: " + resync_reason_);  // kCoAwaitTemporaries
   StatusOr<EngineCheckpoint> checkpoint = co_await std::move(loading);
   if (!checkpoint.ok() && checkpoint.status().code() == StatusCode::kDataLoss) {
@@ -286,7 +265,7 @@ http::Awaitable<Status> JobRunner::Resync() {
         job_.id, "job_resumed", {{"committed_round", checkpoint->last_committed_round}, {"reason", resync_reason_}});
     co_await std::move(event_appended);
   }
-  engine_ = std::make_unique<RoundEngine>(engine_config_, *strategy_, host_.clock());
+  engine_ = std::make_unique<RoundEngine>(engine_config_, *aggregator_.strategy(), host_.clock());
   StatusOr<Actions> actions = engine_->Restore(*checkpoint, host_.IdleWorkers());
   if (!actions.ok()) co_return actions.status();
   auto execution = Execute(std::move(*actions));
@@ -417,14 +396,16 @@ http::Awaitable<Status> JobRunner::Cancel() {
   co_return co_await std::move(handled);
 }
 
-void JobRunner::RecordProgress(int64_t worker_id, const json& progress) { progress_[worker_id] = progress; }
+void JobRunner::RecordProgress(int64_t worker_id, const json& progress) {
+  attempt_.RecordProgress(worker_id, progress);
+}
 
 json JobRunner::LiveView() const {
   if (engine_ == nullptr) return json::object();
   json view = LivePhase();
   view["committed_round"] = job_.committed_round;  // as stored (the engine may be ahead until Resync)
   view["total_rounds"] = engine_config_.num_rounds;
-  view["workers"] = ParticipantsJson(engine_->participants(), progress_);
+  view["workers"] = ParticipantsJson(engine_->participants(), attempt_.progress());
   // A store write failed (a full disk, say): until the retry gets through, nothing can be recorded, so the live
   // view is where the reason shows ("disk full: <path>, free space and the job resumes").
   if (resync_needed_) view["store_error"] = resync_reason_;

@@ -1,8 +1,8 @@
 // JobRunner: one active training job on the coordinator's event loop, on a JobHost (job_host.h: the service, or a
-// test's fake). It owns the job's RoundEngine and strategy (strategy::MakeStrategy from the spec's
-// distributed.strategy) and carries out the engine's actions in order: every transition is written to the metadata
-// store (and an event appended) before the request that caused it is answered; validating and accumulating an update,
-// and writing the new global, run on the host's thread pool.
+// test's fake). It owns the job's RoundEngine and Aggregator (aggregator.h: the strategy, strategy::MakeStrategy from
+// the spec's distributed.strategy) and carries out the engine's actions in order: every transition is written to the
+// metadata store (and an event appended) before the request that caused it is answered; validating and accumulating an
+// update, and writing the new global, run on the host's thread pool.
 //
 // Events for a job are handled one at a time (a loop::LoopMutex), each with all of its actions, including the
 // follow-ups from validation and aggregation, before the next one starts.
@@ -35,7 +35,8 @@
 //
 // Files: job_runner.cc (events in, actions out: Handle/Execute/Do), job_runner_setup.cc (Setup, Resume, LoadGlobal),
 // job_runner_tasks.cc (round start, tasks and their upload grants), job_runner_updates.cc (results, update checks and
-// records), job_runner_commit.cc (aggregation, commit, failed rounds, the job's end and artifacts).
+// records), job_runner_commit.cc (aggregation, commit, failed rounds, the job's end and artifacts). Its state of the
+// attempt in progress is an AttemptState (attempt_state.h), its global model a GlobalWeights (global_weights.h).
 //
 // Threads: loop thread only.
 #pragma once
@@ -52,6 +53,9 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/aggregator.h"
+#include "coordinator/attempt_state.h"
+#include "coordinator/global_weights.h"
 #include "coordinator/job_host.h"
 #include "coordinator/job_spec.h"
 #include "coordinator/round_engine.h"
@@ -65,19 +69,6 @@
 #include "weights/weight_set.h"
 
 namespace parsyn::coordinator {
-
-// What a worker sends with POST /api/v1/worker/result.
-struct ResultReport {
-  int round = 0;
-  int attempt = 0;
-  std::string blob_key;  // the update (train tasks)
-  std::string sha256;
-  int64_t sample_count = 0;
-  double train_loss = 0;
-  int64_t validation_samples = 0;
-  double validation_loss = 0;
-  nlohmann::json metrics = nlohmann::json::object();
-};
 
 // A worker's POST /api/v1/worker/result body as the runner takes it (the protocol routes and `parsyn simulate`'s
 // virtual workers): a loss the worker did not send counts as 0.
@@ -125,51 +116,27 @@ class JobRunner {
   // Largest accepted update upload for a key of this job (the global's size plus header room); nullopt if the key
   // is not an update key of the current attempt.
   std::optional<uint64_t> UpdateSizeCap(std::string_view blob_key) const;
-  void AddBytesMoved(uint64_t bytes) { bytes_moved_ += static_cast<int64_t>(bytes); }
+  void AddBytesMoved(uint64_t bytes) { attempt_.AddBytesMoved(static_cast<int64_t>(bytes)); }
 
   // Updates checked as they stream in (PUT /blobs, blob_routes.cc), so CheckUpdateFile need not read their values
   // again: a checker for an upload to `blob_key` (nullptr where this job's updates are not checked that way:
-  // compressed updates, no global yet), and, once its verdict is OK, what it found about the bytes it saw.
+  // compressed updates, no global yet), and, once its verdict is OK, what it found about the bytes it saw
+  // (StreamChecked, attempt_state.h).
   std::shared_ptr<weights::SafetensorsStreamChecker> NewUploadChecker(std::string_view blob_key) const;
-  struct StreamChecked {
-    std::string sha256;        // of the bytes the checker saw
-    double max_magnitude = 0;  // their largest |value| (the strategy's bound, without reading them again)
-  };
-  void RememberCheckedUpload(const std::string& blob_key, StreamChecked checked);
+  void RememberCheckedUpload(const std::string& blob_key, StreamChecked checked) {
+    attempt_.RememberCheckedUpload(blob_key, std::move(checked));
+  }
 
  private:
   // The phase, round and attempt LiveView and LiveSummary show. Needs engine_.
   nlohmann::json LivePhase() const;
-  // An update Result() read and checked before taking the job's mutex (see CheckUpdateFile in job_runner_updates.cc).
-  struct CheckedUpdate {
-    int round = 0;
-    int attempt = 0;
-    std::string blob_key;
-    bool ready = false;  // false while the check runs (a repeated result meanwhile checks under the mutex)
-    StatusOr<weights::WeightSet> update = UnavailableError("not checked yet");
-    std::optional<double> max_magnitude;  // known when its values were checked as they were uploaded
-  };
-  // Updates checked early and held at once: at least 8, more while their largest possible size fits 256 MiB (64 KiB
-  // LoRA updates: thousands, so that a round's 10,000 results are checked in parallel, not one by one under the mutex).
-  // Plain updates in the directory store are held as read-only mappings of its files, which cost a header page each
-  // until they are added (S3 updates are downloaded copies in the spool: those keep the budget):
-  // up to kMaxEarlyCheckedMapped of them whatever their size (at K = 1000 x 2 MiB, the 256 MiB budget let 127 wait
-  // checked; the other results of the round waited for the mutex unchecked and were checked one by one after the
-  // uploads, 0.3 ms each plus a trip to the pool).
-  static constexpr size_t kMinEarlyCheckedUpdates = 8;
-  static constexpr size_t kMaxEarlyCheckedMapped = 10'000;
-  static constexpr uint64_t kEarlyCheckedBudgetBytes = uint64_t{256} << 20;
+  // Updates checked early and held at once (AttemptState::MaxEarlyCheckedUpdates), for this job's updates.
   size_t MaxEarlyCheckedUpdates() const;
   // Result's early check: reading and checking an update is the slow part of a result, so it is done before waiting
   // for the job's mutex and results check in parallel on the pool; only the accumulation is serial. Bounded (by
   // MaxEarlyCheckedUpdates), since a checked update is held in memory until its turn; beyond the bound the check
   // runs under the mutex, in OnValidateUpdate.
   http::Awaitable<void> CheckUpdateEarly(int64_t worker_id, const ResultReport& report);
-  struct PendingGlobal {
-    std::string key;
-    std::string sha256;
-    std::shared_ptr<weights::WeightSet> weights;
-  };
 
   http::Awaitable<Status> Setup();
   http::Awaitable<Status> Resume();
@@ -271,7 +238,8 @@ class JobRunner {
   weights::WireEncoding UpdateEncoding() const;
   // Largest accepted update upload: the global's size plus header room, plus zstd's worst-case framing with zstd.
   uint64_t MaxUpdateUploadBytes() const;
-  // zstd_level > 0: writes the attempt's zstd copy of the global (global_zstd_), which its tasks offer the workers.
+  // zstd_level > 0: writes the attempt's zstd copy of the global (global_.zstd_copy()), which its tasks offer the
+  // workers.
   // On failure the tasks offer the plain global only (logged).
   http::Awaitable<void> WriteGlobalZstdCopy(int round, int attempt);
 
@@ -279,9 +247,8 @@ class JobRunner {
   storage::TrainingJob job_;
   JobSpec spec_;
   RoundEngineConfig engine_config_;
-  const std::string task_config_json_;            // spec_.config as every task carries it, dumped once
-  std::unique_ptr<strategy::Strategy> strategy_;  // null when the spec's strategy cannot be made (Launch fails)
-  Status strategy_error_;
+  const std::string task_config_json_;  // spec_.config as every task carries it, dumped once
+  Aggregator aggregator_;               // the job's strategy and the work of aggregating with it
   std::unique_ptr<RoundEngine> engine_;
   loop::LoopMutex mutex_;
   loop::Signal launched_;  // notified when Launch has finished (the engine exists, or the job ended)
@@ -308,49 +275,17 @@ class JobRunner {
   storage::Dataset dataset_;
   std::vector<storage::Shard> shards_;
   std::vector<std::string> validation_sha256_;  // by shard index: each shard's validation file's (tasks carry it)
-  // The latest committed global (round committed_round; 0: the initial weights).
-  std::string global_key_;
-  std::string global_sha256_;
-  uint64_t global_size_bytes_ = 0;
-  std::shared_ptr<weights::WeightSet> global_;
-  // The attempt's zstd copy of global_key_ (distributed.compression.zstd_level > 0), as tasks offer it.
-  struct ZstdCopy {
-    std::string of_global;  // the global_key_ it is a copy of: offered only while that is the global
-    std::string key;
-    std::string sha256;
-    uint64_t size_bytes = 0;
-  };
-  std::optional<ZstdCopy> global_zstd_;
-  std::optional<PendingGlobal> pending_global_;            // aggregated, not yet committed
-  std::optional<double> pending_validation_loss_;          // of the global the attempt started from, stored on commit
-  int64_t bytes_moved_ = 0;                                // of the attempt in progress
-  std::map<int64_t, ResultReport> results_;                // of the attempt in progress, by worker
-  std::set<int64_t> recorded_updates_;                     // workers whose update of this attempt is in the store
-  std::set<int64_t> stored_participants_;                  // this attempt's participants as the store lists them
-  std::map<int64_t, nlohmann::json> progress_;             // latest progress report per worker, this attempt
-  std::map<int64_t, std::string> last_verdicts_;           // "" accepted, else the rejection reason
-  std::map<int64_t, CheckedUpdate> checked_updates_;       // by worker: checked early, waiting for the job's mutex
-  int results_in_progress_ = 0;                            // Result calls not yet answered (being checked or waiting)
-  std::map<std::string, uint64_t> verified_update_bytes_;  // by blob key: sizes of updates read by a check
-  // When the attempt in progress started (parsyn_round_duration_seconds).
-  std::chrono::steady_clock::time_point attempt_started_{};
-  // Multipart uploads handed to workers in this attempt, by worker (completed when the worker reports).
-  struct MultipartUpload {
-    std::string key;
-    std::string upload_id;
-  };
-  std::map<int64_t, MultipartUpload> multipart_uploads_;
+  // The latest committed global, the attempt's zstd copy of it, the attempt's aggregated global not yet committed, and
+  // the validation loss stored with the commit.
+  GlobalWeights global_;
+  // The attempt in progress: results, progress, recorded updates and verdicts, updates checked early, multipart
+  // uploads, bytes moved; and the uploads checked as they streamed in.
+  AttemptState attempt_;
   bool abort_sweep_pending_ = false;  // an abort of incomplete uploads failed (store down): sweep the whole job next
   // data.source "workers": the latest accepted sample count of each worker, and whether the job's "warning" event
   // about local datasets of very different sizes was appended (once per job: a resumed job finds it in the store).
   std::map<int64_t, int64_t> local_sample_counts_;
   bool local_sizes_warned_ = false;
-
-  // Uploads whose values checked out as they streamed in (NewUploadChecker), by blob key. Taken by the update's
-  // check; bounded, oldest keys (lowest rounds) dropped first.
-  static constexpr size_t kMaxCheckedUploads = 20'000;
-  std::map<std::string, StreamChecked> checked_uploads_;
-  std::optional<StreamChecked> TakeCheckedUpload(const std::string& blob_key);
 };
 
 }  // namespace parsyn::coordinator

@@ -8,7 +8,6 @@
 #include "coordinator/server_metrics.h"
 #include "data/llama_config.h"
 #include "storage/byte_source.h"
-#include "strategy/dp_fed_avg.h"
 #include "weights/lora_layout.h"
 #include "weights/peft_config.h"
 #include "weights/safetensors.h"
@@ -18,87 +17,22 @@ namespace parsyn::coordinator {
 using nlohmann::json;
 using storage::JobStatus;
 
-namespace {
-
-// Stores `set` as a safetensors blob streamed from its header and its tensors' own bytes: no serialised copy of the
-// model in memory (at 1 GiB and more, that copy doubled the coordinator's peak). As PutBytes: a blob already under
-// `key` (left by a run that crashed before its commit) holds the same deterministic bytes and is taken as it is.
-StatusOr<storage::BlobInfo> PutWeightSet(storage::BlobStore& blobs, const std::string& key,
-                                         const weights::WeightSet& set) {
-  struct SetSource final : storage::ByteSource {
-    std::vector<std::span<const std::byte>> parts;  // the header, then each tensor
-    size_t part = 0;
-    StatusOr<size_t> Read(std::span<std::byte> buffer) override {
-      size_t n = 0;
-      while (n < buffer.size() && part < parts.size()) {
-        std::span<const std::byte>& rest = parts[part];
-        const size_t take = std::min(buffer.size() - n, rest.size());
-        std::copy_n(rest.begin(), take, buffer.begin() + static_cast<std::ptrdiff_t>(n));
-        rest = rest.subspan(take);
-        n += take;
-        if (rest.empty()) ++part;
-      }
-      return n;
-    }
-  } source;
-  const std::string header = weights::SafetensorsHeaderBytes(set);
-  source.parts.push_back(std::as_bytes(std::span(header.data(), header.size())));
-  for (const weights::Tensor& t : set.tensors()) source.parts.push_back(t.data);
-  // Nothing else of the round is left to run: the store may hash on a second core while it writes.
-  StatusOr<storage::BlobInfo> stored = blobs.Put(key, source, {.hash_on_second_thread = true});
-  if (!stored.ok() && stored.status().code() == StatusCode::kAlreadyExists) stored = blobs.Head(key);
-  return stored;
-}
-
-}  // namespace
-
 http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std::deque<Action>& work) {
   const std::string key = AttemptPrefix(a.round, a.attempt) + "/global.safetensors";
-  struct Aggregated {
-    std::shared_ptr<weights::WeightSet> weights;
-    storage::BlobInfo info;
-  };
+  const std::string state_key = AttemptPrefix(a.round, a.attempt) + "/" + kServerStateFile;
   // The new global is a durable blob before the engine hears that aggregation finished (and so before commit).
-  double finish_ms = 0, serialize_ms = 0, put_ms = 0;
-  StatusOr<Aggregated> aggregated = co_await loop::Offload(host_.pool(), [&]() -> StatusOr<Aggregated> {
-    auto phase_start = std::chrono::steady_clock::now();
-    PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, strategy_->Finish());
-    finish_ms = MillisSince(phase_start);
-    phase_start = std::chrono::steady_clock::now();
-    mean.metadata()["format"] = "pt";
-    // A server optimizer's state is durable before the global that names it: a restart resumes from the pair.
-    if (const weights::WeightSet* state = strategy_->PendingState()) {
-      PARSYN_ASSIGN_OR_RETURN(
-          storage::BlobInfo state_info,
-          PutWeightSet(host_.blobs(), AttemptPrefix(a.round, a.attempt) + "/" + kServerStateFile, *state));
-      mean.metadata()[kServerStateShaKey] = state_info.sha256;
-    }
-    serialize_ms = MillisSince(phase_start);
-    phase_start = std::chrono::steady_clock::now();
-    Aggregated out;
-    PARSYN_ASSIGN_OR_RETURN(out.info, PutWeightSet(host_.blobs(), key, mean));
-    put_ms = MillisSince(phase_start);
-    // The job keeps the stored global read-only mapped where the store has local files: until a strategy reads it
-    // again (FedAvg reads only its layout), it is page cache, so the next round's aggregation is the only copy of the
-    // model in this process's memory. Else (memory, S3) it keeps the result in memory.
-    if (StatusOr<std::filesystem::path> path = host_.blobs().LocalPath(key); path.ok()) {
-      if (StatusOr<weights::WeightSet> mapped = weights::MapSafetensorsFileReadOnly(*path); mapped.ok()) {
-        out.weights = std::make_shared<weights::WeightSet>(std::move(*mapped));
-        return out;
-      }
-    }
-    out.weights = std::make_shared<weights::WeightSet>(std::move(mean));
-    return out;
-  });
+  Aggregator::FinishTimings timings;
+  StatusOr<Aggregator::Aggregated> aggregated = co_await loop::Offload(
+      host_.pool(), [&] { return aggregator_.FinishRound(host_.blobs(), key, state_key, &timings); });
   PARSYN_LOG_DEBUG("training job {}: round {} aggregated: finish {:.1f} ms, serialize {:.1f} ms, durable put {:.1f} ms",
-                   job_.id, a.round, finish_ms, serialize_ms, put_ms);
-  ObservePhase("aggregate_finish", finish_ms);
-  ObservePhase("aggregate_serialize", serialize_ms);
-  ObservePhase("aggregate_put", put_ms);
+                   job_.id, a.round, timings.finish_ms, timings.serialize_ms, timings.put_ms);
+  ObservePhase("aggregate_finish", timings.finish_ms);
+  ObservePhase("aggregate_serialize", timings.serialize_ms);
+  ObservePhase("aggregate_put", timings.put_ms);
   Status outcome = aggregated.status();
   if (aggregated.ok()) {
-    pending_global_ = PendingGlobal{.key = key, .sha256 = aggregated->info.sha256, .weights = aggregated->weights};
-    bytes_moved_ += static_cast<int64_t>(aggregated->info.size_bytes);
+    global_.SetPending({.key = key, .sha256 = aggregated->info.sha256, .weights = aggregated->weights});
+    attempt_.AddBytesMoved(static_cast<int64_t>(aggregated->info.size_bytes));
   } else {
     PARSYN_LOG_ERROR("training job {}: aggregating round {}: {}", job_.id, a.round, outcome.ToString());
   }
@@ -115,7 +49,7 @@ http::Awaitable<Status> JobRunner::OnGlobalEvaluated(const GlobalEvaluated& a) {
     });
     if (!recorded.ok()) co_return recorded;
   } else {
-    pending_validation_loss_ = a.validation_loss;  // stored by the commit that follows, in its transaction
+    global_.set_pending_validation_loss(a.validation_loss);  // stored by the commit that follows, in its transaction
   }
   {
     auto event_appended = host_.AppendEvent(job_.id, "global_evaluated",
@@ -129,20 +63,20 @@ http::Awaitable<Status> JobRunner::OnGlobalEvaluated(const GlobalEvaluated& a) {
 }
 
 http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound& a) {
-  if (!pending_global_) co_return InternalError("round " + std::to_string(a.round) + " commits without a global");
+  if (!global_.pending()) co_return InternalError("round " + std::to_string(a.round) + " commits without a global");
   storage::RoundCommit commit{.job_id = job_.id,
                               .round = a.round,
                               .attempt = a.attempt,
-                              .global_blob_key = pending_global_->key,
-                              .global_sha256 = pending_global_->sha256,
+                              .global_blob_key = global_.pending()->key,
+                              .global_sha256 = global_.pending()->sha256,
                               .ended_at_ms = host_.clock().UnixMillis(),
                               .train_loss = a.num_updates > 0 ? std::optional<double>(a.train_loss) : std::nullopt,
-                              .previous_global_validation_loss = pending_validation_loss_,
-                              .bytes_moved = bytes_moved_};
+                              .previous_global_validation_loss = global_.pending_validation_loss(),
+                              .bytes_moved = attempt_.bytes_moved()};
   const std::string artifact_name = fmt::format("rounds/{:06}/global.safetensors", a.round);
   const auto commit_start = std::chrono::steady_clock::now();
   StatusOr<storage::BlobInfo> info =
-      co_await loop::Offload(host_.pool(), [&] { return host_.blobs().Head(pending_global_->key); });
+      co_await loop::Offload(host_.pool(), [&] { return host_.blobs().Head(global_.pending()->key); });
   if (!info.ok()) co_return info.status();
   Status committed = co_await loop::Offload(host_.pool(), [&]() -> Status {
     PARSYN_RETURN_IF_ERROR(host_.store().CommitRound(commit));
@@ -161,17 +95,13 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
                    MillisSince(commit_start));
   ObservePhase("commit", MillisSince(commit_start));
   Metrics().rounds.WithLabels({"committed"}).Inc();
-  if (attempt_started_ != std::chrono::steady_clock::time_point{}) {
+  if (attempt_.started() != std::chrono::steady_clock::time_point{}) {
     Metrics().round_duration.WithLabels({}).Observe(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - attempt_started_).count());
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - attempt_.started()).count());
   }
   job_.committed_round = a.round;
-  strategy_->CommitState();  // the next round steps from this round's server state
-  global_ = pending_global_->weights;
-  global_key_ = pending_global_->key;
-  global_sha256_ = pending_global_->sha256;
-  global_size_bytes_ = info->size_bytes;
-  pending_global_.reset();
+  aggregator_.strategy()->CommitState();  // the next round steps from this round's server state
+  global_.CommitPending(info->size_bytes);
   {
     json committed_data = {{"round", a.round},
                            {"attempt", a.attempt},
@@ -179,16 +109,16 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
                            {"train_loss", a.train_loss},
                            {"num_updates", a.num_updates},
                            {"num_samples", a.num_samples},
-                           {"global_sha256", global_sha256_}};
+                           {"global_sha256", global_.sha256()}};
     // dp_fedavg: the round's privacy report; GET .../rounds reads it back from this event (RoundPrivacyJson), stored
     // in the commit's batch.
-    if (const auto* dp = dynamic_cast<const strategy::DpFedAvg*>(strategy_.get()); dp && dp->last_round()) {
-      committed_data["privacy"] = RoundPrivacyJson(*dp->last_round(), dp->options());
+    if (std::optional<strategy::RoundPrivacy> privacy = aggregator_.strategy()->CommittedRoundPrivacy()) {
+      committed_data["privacy"] = RoundPrivacyJson(privacy->round, privacy->options);
     }
     auto event_appended = host_.AppendEvent(job_.id, "round_committed", std::move(committed_data));
     co_await std::move(event_appended);
   }
-  pending_validation_loss_.reset();
+  global_.DropPendingValidationLoss();
   {
     auto aborted = AbortIncompleteUploads(AttemptPrefix(a.round, a.attempt) + "/");  // kCoAwaitTemporaries
     co_await std::move(aborted);
@@ -203,7 +133,7 @@ http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, 
                                 .attempt = a.attempt,
                                 .reason = a.reason,
                                 .ended_at_ms = host_.clock().UnixMillis(),
-                                .bytes_moved = bytes_moved_};
+                                .bytes_moved = attempt_.bytes_moved()};
   for (const Action& next : work) {
     if (const auto* f = std::get_if<JobFailed>(&next)) failure.fail_job_reason = f->reason;
   }
@@ -211,7 +141,7 @@ http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, 
   Status failed = co_await loop::Offload(host_.pool(), [&] { return host_.store().FailRound(failure); });
   if (!failed.ok()) co_return failed;
   Metrics().rounds.WithLabels({"failed"}).Inc();
-  pending_global_.reset();
+  global_.DropPending();
   {
     auto aborted = AbortIncompleteUploads(AttemptPrefix(a.round, a.attempt) + "/");  // kCoAwaitTemporaries
     co_await std::move(aborted);
@@ -233,9 +163,9 @@ http::Awaitable<Status> JobRunner::WriteFinalArtifacts() {
   if (job_.committed_round == 0) co_return Status::Ok();  // nothing trained: no result to publish
   const std::string adapter_config_key = fmt::format("jobs/{}/artifacts/adapter_config.json", job_.id);
   const int64_t now = host_.clock().UnixMillis();
-  const std::string global_key = global_key_;
-  const std::string global_sha = global_sha256_;
-  const int64_t global_size = static_cast<int64_t>(global_size_bytes_);
+  const std::string global_key = global_.key();
+  const std::string global_sha = global_.sha256();
+  const int64_t global_size = static_cast<int64_t>(global_.size_bytes());
   std::string adapter_config;
   if (spec_.config.use_peft) {
     // The one adapter_config.json writer (weights/peft_config.h), as `parsyn train` writes it; the base model named
@@ -306,7 +236,7 @@ http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string_view
                                    .attempt = r.attempt,
                                    .reason = "the job ended (" + std::string(storage::ToString(status)) + ")",
                                    .ended_at_ms = now,
-                                   .bytes_moved = bytes_moved_,
+                                   .bytes_moved = attempt_.bytes_moved(),
                                    .counts_toward_fault_tolerance = false}));
     }
     return current;
@@ -330,7 +260,7 @@ http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string_view
     auto event_appended = host_.AppendEvent(job_.id, "job_status", payload);
     co_await std::move(event_appended);
   }
-  global_.reset();  // the weights are in the blob store; an ended job holds no memory
+  global_.ReleaseWeights();  // the weights are in the blob store; an ended job holds no memory
   if (!artifacts.ok()) co_return artifacts;
   co_return ended.status();
 }

@@ -1,5 +1,5 @@
 // Helpers shared by the files of JobRunner (job_runner.cc, job_runner_setup.cc, job_runner_tasks.cc,
-// job_runner_updates.cc, job_runner_commit.cc). Not for other users.
+// job_runner_updates.cc, job_runner_commit.cc) and its Aggregator (aggregator.cc). Not for other users.
 #pragma once
 
 #include <chrono>

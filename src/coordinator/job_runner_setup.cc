@@ -60,23 +60,21 @@ http::Awaitable<Status> JobRunner::LoadGlobal(std::string_view key_view, std::st
     if (global.status().code() == StatusCode::kDataLoss) co_return global.status();  // it names the blob already
     co_return global.status().WithContext("reading the global weights " + key);
   }
-  global_ = std::make_shared<weights::WeightSet>(std::move(global->weights));
-  global_key_ = key;
-  global_sha256_ = global->sha256;
-  global_size_bytes_ = global->size_bytes;
+  global_.Set(key, global->sha256, global->size_bytes,
+              std::make_shared<weights::WeightSet>(std::move(global->weights)));
   co_return Status::Ok();
 }
 
 http::Awaitable<Status> JobRunner::LoadServerState() {
-  if (!strategy_->has_state()) co_return Status::Ok();
-  if (job_.committed_round == 0) co_return strategy_->RestoreState(nullptr);
-  auto recorded = global_->metadata().find(kServerStateShaKey);
-  if (recorded == global_->metadata().end()) {
-    co_return DataLossError("the global weights " + global_key_ + " of round " + std::to_string(job_.committed_round) +
-                            " name no " + std::string(strategy_->name()) +
-                            " server state: the job cannot resume its server optimizer");
+  if (!aggregator_.strategy()->has_state()) co_return Status::Ok();
+  if (job_.committed_round == 0) co_return aggregator_.strategy()->RestoreState(nullptr);
+  auto recorded = global_.weights()->metadata().find(kServerStateShaKey);
+  if (recorded == global_.weights()->metadata().end()) {
+    co_return DataLossError(
+        "the global weights " + global_.key() + " of round " + std::to_string(job_.committed_round) + " name no " +
+        std::string(aggregator_.strategy()->name()) + " server state: the job cannot resume its server optimizer");
   }
-  const std::string key = global_key_.substr(0, global_key_.rfind('/') + 1) + kServerStateFile;
+  const std::string key = global_.key().substr(0, global_.key().rfind('/') + 1) + kServerStateFile;
   const std::string sha256 = recorded->second;
   StatusOr<ReadGlobal> state = co_await loop::Offload(host_.pool(), [&] {
     return ReadVerifiedGlobal(host_.blobs(), key, sha256, host_.spool_dir(), "the server state");
@@ -85,7 +83,7 @@ http::Awaitable<Status> JobRunner::LoadServerState() {
     if (state.status().code() == StatusCode::kDataLoss) co_return state.status();
     co_return DataLossError("reading the server state " + key + ": " + state.status().message());
   }
-  Status restored = strategy_->RestoreState(&state->weights);
+  Status restored = aggregator_.strategy()->RestoreState(&state->weights);
   if (!restored.ok()) co_return DataLossError("the server state " + key + ": " + restored.message());
   co_return Status::Ok();
 }
@@ -161,7 +159,7 @@ http::Awaitable<Status> JobRunner::Setup() {
   if (!engine_config_.workers_hold_data) {
     for (const storage::Shard& s : shards_) engine_config_.shard_train_rows.push_back(s.train_rows);
   }
-  engine_ = std::make_unique<RoundEngine>(engine_config_, *strategy_, host_.clock());
+  engine_ = std::make_unique<RoundEngine>(engine_config_, *aggregator_.strategy(), host_.clock());
   const std::vector<int64_t> idle = host_.IdleWorkers();
   const auto start_start = std::chrono::steady_clock::now();
   auto handled = Handle([&] { return engine_->Start(idle); });  // kCoAwaitTemporaries
@@ -282,7 +280,7 @@ http::Awaitable<Status> JobRunner::Resume() {
         host_.AppendEvent(job_id, "job_resumed", {{"committed_round", checkpoint.last_committed_round}});
     co_await std::move(event_appended);
   }
-  engine_ = std::make_unique<RoundEngine>(engine_config_, *strategy_, host_.clock());
+  engine_ = std::make_unique<RoundEngine>(engine_config_, *aggregator_.strategy(), host_.clock());
   const std::vector<int64_t> idle = host_.IdleWorkers();
   auto handled = Handle([&] { return engine_->Restore(checkpoint, idle); });  // kCoAwaitTemporaries
   Status restored = co_await std::move(handled);

@@ -37,23 +37,16 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
       round.participants.push_back(t->worker);
     }
   }
-  attempt_started_ = std::chrono::steady_clock::now();
-  results_.clear();
+  attempt_.Begin(round.participants);
   undelivered_tasks_.clear();  // of an earlier attempt: stale
-  recorded_updates_.clear();
-  stored_participants_ = std::set<int64_t>(round.participants.begin(), round.participants.end());
-  verified_update_bytes_.clear();
-  multipart_uploads_.clear();
-  progress_.clear();
-  last_verdicts_.clear();
-  bytes_moved_ = 0;
-  pending_global_.reset();
-  pending_validation_loss_.reset();
+  global_.DropPending();
+  global_.DropPendingValidationLoss();
   Status started = co_await loop::Offload(host_.pool(), [&] { return host_.store().StartRound(round); });
   if (!started.ok()) co_return started;
-  Status begun = co_await loop::Offload(host_.pool(), [&] { return strategy_->Begin(a.round, *global_); });
+  Status begun =
+      co_await loop::Offload(host_.pool(), [&] { return aggregator_.strategy()->Begin(a.round, *global_.weights()); });
   if (!begun.ok()) co_return begun;
-  global_zstd_.reset();
+  global_.ForgetZstdCopy();
   if (spec_.distributed.compression.zstd_level > 0) {
     auto written = WriteGlobalZstdCopy(a.round, a.attempt);  // kCoAwaitTemporaries
     co_await std::move(written);
@@ -78,13 +71,14 @@ weights::WireEncoding JobRunner::UpdateEncoding() const {
 
 uint64_t JobRunner::MaxUpdateUploadBytes() const {
   // zstd's worst case on incompressible bytes is the input plus ~1/256 of it (ZSTD_compressBound); 1/128 is ample.
-  const uint64_t zstd_framing = spec_.distributed.compression.zstd_level > 0 ? global_size_bytes_ / 128 : 0;
-  return global_size_bytes_ + kUpdateHeaderSlackBytes + zstd_framing;
+  const uint64_t zstd_framing = spec_.distributed.compression.zstd_level > 0 ? global_.size_bytes() / 128 : 0;
+  return global_.size_bytes() + kUpdateHeaderSlackBytes + zstd_framing;
 }
 
 http::Awaitable<void> JobRunner::WriteGlobalZstdCopy(int round, int attempt) {
+  using ZstdCopy = GlobalWeights::ZstdCopy;
   const std::string key = AttemptPrefix(round, attempt) + "/global.safetensors.zst";
-  const std::string global_key = global_key_;
+  const std::string global_key = global_.key();
   const int level = spec_.distributed.compression.zstd_level;
   const std::filesystem::path spool =
       host_.spool_dir() / fmt::format("global-{}-{}-a{}.safetensors.zst", job_.id, round, attempt);
@@ -119,8 +113,8 @@ http::Awaitable<void> JobRunner::WriteGlobalZstdCopy(int round, int attempt) {
     co_return;
   }
   PARSYN_LOG_DEBUG("training job {}: round {} global compressed with zstd-{}: {} -> {} bytes in {:.1f} ms", job_.id,
-                   round, level, global_size_bytes_, copy->size_bytes, MillisSince(start));
-  global_zstd_ = std::move(*copy);
+                   round, level, global_.size_bytes(), copy->size_bytes, MillisSince(start));
+  global_.SetZstdCopy(std::move(*copy));
 }
 
 StatusOr<TaskMessage> JobRunner::BuildTask(const AssignTask& a) const {
@@ -142,14 +136,13 @@ StatusOr<TaskMessage> JobRunner::BuildTask(const AssignTask& a) const {
   task.deadline_unix_ms = host_.clock().UnixMillis() + engine_config_.aggregation_timeout.count();
   // The task's URLs last as long as its attempt (plus a margin), not beyond, and name the worker they were given to.
   const std::chrono::seconds url_ttl = host_.TaskUrlTtl(engine_config_.aggregation_timeout);
-  task.global_weights = {.url = host_.BlobGetUrl(global_key_, url_ttl, a.worker),
-                         .sha256 = global_sha256_,
-                         .size_bytes = global_size_bytes_,
+  task.global_weights = {.url = host_.BlobGetUrl(global_.key(), url_ttl, a.worker),
+                         .sha256 = global_.sha256(),
+                         .size_bytes = global_.size_bytes(),
                          .round = engine_->last_committed_round()};
-  if (global_zstd_ && global_zstd_->of_global == global_key_) {  // not a previous global's (the final evaluation)
-    task.global_weights.zstd = protocol::TaskZstdCopy{.url = host_.BlobGetUrl(global_zstd_->key, url_ttl, a.worker),
-                                                      .sha256 = global_zstd_->sha256,
-                                                      .size_bytes = global_zstd_->size_bytes};
+  if (const GlobalWeights::ZstdCopy* zstd = global_.zstd_copy()) {  // not a previous global's (the final evaluation)
+    task.global_weights.zstd = protocol::TaskZstdCopy{
+        .url = host_.BlobGetUrl(zstd->key, url_ttl, a.worker), .sha256 = zstd->sha256, .size_bytes = zstd->size_bytes};
   }
   if (engine_config_.workers_hold_data) {
     // The worker trains and evaluates on its own file (split with the job's seed); `data` stays empty.
@@ -186,8 +179,8 @@ StatusOr<protocol::UpdateUpload> JobRunner::UpdateUploadGrant(int64_t worker_id,
   auto headers_of = [](const std::vector<std::pair<std::string, std::string>>& headers) {
     return protocol::HttpHeaders(headers.begin(), headers.end());
   };
-  auto multipart = multipart_uploads_.find(worker_id);
-  if (multipart == multipart_uploads_.end() || multipart->second.key != key) {
+  const MultipartUpload* multipart = attempt_.multipart_upload(worker_id);
+  if (multipart == nullptr || multipart->key != key) {
     PARSYN_ASSIGN_OR_RETURN(storage::UrlGrant put, host_.BlobPutGrant(key, ttl, worker_id));
     grant.url = put.url;
     if (!put.headers.empty()) grant.headers = headers_of(put.headers);
@@ -200,7 +193,7 @@ StatusOr<protocol::UpdateUpload> JobRunner::UpdateUploadGrant(int64_t worker_id,
   const uint64_t count = (grant.max_size_bytes + parts.part_size_bytes - 1) / parts.part_size_bytes;
   for (uint64_t n = 1; n <= count; ++n) {
     PARSYN_ASSIGN_OR_RETURN(storage::UrlGrant part,
-                            parts_issuer.PartGrant(key, multipart->second.upload_id, static_cast<int>(n), ttl));
+                            parts_issuer.PartGrant(key, multipart->upload_id, static_cast<int>(n), ttl));
     parts.parts.push_back(
         {.part_number = static_cast<int64_t>(n), .url = part.url, .headers = headers_of(part.headers)});
   }
@@ -223,12 +216,11 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
     records.push_back(storage::ShardAssignment{.job_id = job_.id, .shard_index = a.shard, .worker_id = a.worker});
     shard.worker_id = a.worker;
   }
-  if (a.kind == TaskKind::kTrain && !stored_participants_.contains(a.worker)) {
+  if (a.kind == TaskKind::kTrain && attempt_.AddStoredParticipant(a.worker)) {
     // A late joiner (its task goes out after the attempt started): the attempt's participants list it too. (The
     // final evaluation is no round of the store.)
     records.push_back(
         storage::RoundParticipant{.job_id = job_.id, .round = a.round, .attempt = a.attempt, .worker_id = a.worker});
-    stored_participants_.insert(a.worker);
   }
   std::vector<JobHost::QueuedEvent> events;
   events.push_back({"task_assigned",
@@ -272,27 +264,26 @@ http::Awaitable<Status> JobRunner::StartMultipartUploadIfLarge(int64_t worker_id
   }
   StatusOr<std::string> upload_id = co_await loop::Offload(host_.pool(), [&] { return multipart->StartUpload(key); });
   if (!upload_id.ok()) co_return upload_id.status().WithContext("starting the multipart upload of " + key);
-  multipart_uploads_[worker_id] = MultipartUpload{.key = key, .upload_id = *upload_id};
+  attempt_.AddMultipartUpload(worker_id, MultipartUpload{.key = key, .upload_id = *upload_id});
   co_return Status::Ok();
 }
 
 http::Awaitable<void> JobRunner::CompleteMultipartUpload(int64_t worker_id, std::string key) {
-  auto it = multipart_uploads_.find(worker_id);
-  if (it == multipart_uploads_.end() || it->second.key != key) co_return;
-  const MultipartUpload upload = it->second;
-  multipart_uploads_.erase(it);  // a repeated result finds the object complete, or nothing to complete
+  // Taken: a repeated result finds the object complete, or nothing to complete.
+  const std::optional<MultipartUpload> upload = attempt_.TakeMultipartUpload(worker_id, key);
+  if (!upload) co_return;
   storage::MultipartUrlIssuer* multipart = host_.blob_urls().multipart();  // non-null: it started the upload
   StatusOr<storage::BlobInfo> done =
-      co_await loop::Offload(host_.pool(), [&] { return multipart->CompleteUpload(upload.key, upload.upload_id); });
+      co_await loop::Offload(host_.pool(), [&] { return multipart->CompleteUpload(upload->key, upload->upload_id); });
   // On failure (parts missing or too small, store down) the check that follows finds no update and says so.
   if (!done.ok()) {
     PARSYN_LOG_WARN("training job {}: completing worker {}'s multipart upload of {}: {}", job_.id, worker_id,
-                    upload.key, done.status().ToString());
+                    upload->key, done.status().ToString());
   }
 }
 
 http::Awaitable<void> JobRunner::AbortIncompleteUploads(std::string prefix) {
-  multipart_uploads_.clear();
+  attempt_.ForgetMultipartUploads();
   storage::MultipartUrlIssuer* multipart = host_.blob_urls().multipart();
   if (multipart == nullptr) co_return;
   if (abort_sweep_pending_) prefix = RoundsPrefix();  // an earlier abort failed: sweep every round of the job

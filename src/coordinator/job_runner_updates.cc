@@ -33,8 +33,8 @@ StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const Re
                                              const std::string& expected_key, uint64_t max_bytes,
                                              const weights::WeightSet& global, const weights::WireEncoding& encoding,
                                              const std::filesystem::path& spool_dir,
-                                             const std::optional<JobRunner::StreamChecked>& values_checked,
-                                             uint64_t* size_bytes, std::optional<double>* max_magnitude) {
+                                             const std::optional<StreamChecked>& values_checked, uint64_t* size_bytes,
+                                             std::optional<double>* max_magnitude) {
   if (report.blob_key != expected_key) {
     return InvalidArgumentError("update blob key '" + report.blob_key + "' is not this task's '" + expected_key + "'");
   }
@@ -80,28 +80,15 @@ StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const Re
 
 std::shared_ptr<weights::SafetensorsStreamChecker> JobRunner::NewUploadChecker(std::string_view blob_key) const {
   // Compressed updates are decoded (and checked) from the stored file; a key outside this attempt is refused anyway.
-  if (global_ == nullptr || !UpdateEncoding().plain() || !UpdateSizeCap(blob_key)) return nullptr;
+  if (global_.weights() == nullptr || !UpdateEncoding().plain() || !UpdateSizeCap(blob_key)) return nullptr;
   return std::make_shared<weights::SafetensorsStreamChecker>();
 }
 
-void JobRunner::RememberCheckedUpload(const std::string& blob_key, StreamChecked checked) {
-  if (checked_uploads_.size() >= kMaxCheckedUploads) checked_uploads_.erase(checked_uploads_.begin());
-  checked_uploads_[blob_key] = std::move(checked);
-}
-
-std::optional<JobRunner::StreamChecked> JobRunner::TakeCheckedUpload(const std::string& blob_key) {
-  auto it = checked_uploads_.find(blob_key);
-  if (it == checked_uploads_.end()) return std::nullopt;
-  StreamChecked checked = std::move(it->second);
-  checked_uploads_.erase(it);
-  return checked;
-}
-
 http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, int attempt, const Status& verdict) {
-  if (recorded_updates_.count(worker_id) != 0) co_return Status::Ok();
-  auto it = results_.find(worker_id);
-  if (it == results_.end()) co_return Status::Ok();
-  const ResultReport& r = it->second;
+  if (attempt_.update_recorded(worker_id)) co_return Status::Ok();
+  const ResultReport* result = attempt_.result(worker_id);
+  if (result == nullptr) co_return Status::Ok();
+  const ResultReport& r = *result;
   storage::RoundUpdate update{
       .job_id = job_.id,
       .round = round,
@@ -117,14 +104,13 @@ http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, in
       .received_at_ms = host_.clock().UnixMillis()};
   // The size as checked; else (a rejected update) as the store says, except on S3, where a Head of an object the
   // worker wrote without our sha256 metadata would download it again just for a number.
-  std::optional<uint64_t> verified_bytes;
-  if (auto v = verified_update_bytes_.find(r.blob_key); v != verified_update_bytes_.end()) verified_bytes = v->second;
+  const std::optional<uint64_t> verified_bytes = attempt_.verified_bytes(r.blob_key);
   const bool direct_to_store = host_.blob_urls().transfers_bypass_coordinator();
   const bool ask_store = !verified_bytes && !direct_to_store;
   if (verified_bytes) {
     update.size_bytes = static_cast<int64_t>(*verified_bytes);
     // Directory store: counted when the worker PUT it through /blobs. S3: it went straight to the store.
-    if (direct_to_store) bytes_moved_ += update.size_bytes;
+    if (direct_to_store) attempt_.AddBytesMoved(update.size_bytes);
   }
   if (ask_store) {
     StatusOr<storage::BlobInfo> info =
@@ -133,8 +119,7 @@ http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, in
   }
   // Group commit: the record and its event go into the next batch; the worker's answer waits for it (Handle), and
   // the round's commit comes after it (DrainWrites). A failed batch makes the job resync, as a failed write did.
-  recorded_updates_.insert(worker_id);
-  last_verdicts_[worker_id] = verdict.ok() ? "" : verdict.message();
+  attempt_.RecordVerdict(worker_id, verdict);
   std::vector<JobHost::QueuedEvent> events;
   events.push_back({verdict.ok() ? "update_accepted" : "update_rejected",
                     {{"worker_id", worker_id},
@@ -174,19 +159,17 @@ size_t JobRunner::MaxEarlyCheckedUpdates() const {
   // Plain updates in the coordinator's own store are mappings of its files; with S3 (transfers bypass the
   // coordinator) each checked update is a downloaded copy in the spool, so the budget bounds that disk space.
   const bool held_as_store_mappings = UpdateEncoding().plain() && !host_.blob_urls().transfers_bypass_coordinator();
-  if (held_as_store_mappings) return kMaxEarlyCheckedMapped;
-  return std::max<size_t>(kMinEarlyCheckedUpdates,
-                          kEarlyCheckedBudgetBytes / std::max<uint64_t>(1, MaxUpdateUploadBytes()));
+  return AttemptState::MaxEarlyCheckedUpdates(held_as_store_mappings, MaxUpdateUploadBytes());
 }
 
 http::Awaitable<void> JobRunner::CheckUpdateEarly(int64_t worker_id, const ResultReport& report) {
   const int round = report.round, attempt = report.attempt;
-  checked_updates_[worker_id] = CheckedUpdate{.round = round, .attempt = attempt, .blob_key = report.blob_key};
+  attempt_.StartEarlyCheck(worker_id, round, attempt, report.blob_key);
   const std::string expected_key = UpdateKey(round, attempt, worker_id);
   const uint64_t max_bytes = MaxUpdateUploadBytes();
   const weights::WireEncoding encoding = UpdateEncoding();
-  std::shared_ptr<weights::WeightSet> global = global_;
-  const std::optional<StreamChecked> values_checked = TakeCheckedUpload(report.blob_key);
+  std::shared_ptr<weights::WeightSet> global = global_.weights();
+  const std::optional<StreamChecked> values_checked = attempt_.TakeCheckedUpload(report.blob_key);
   const auto check_start = std::chrono::steady_clock::now();
   uint64_t update_bytes = 0;
   std::optional<double> max_magnitude;
@@ -194,15 +177,11 @@ http::Awaitable<void> JobRunner::CheckUpdateEarly(int64_t worker_id, const Resul
     return CheckUpdateFile(host_.blobs(), report, expected_key, max_bytes, *global, encoding, host_.spool_dir(),
                            values_checked, &update_bytes, &max_magnitude);
   });
-  if (update_bytes > 0) verified_update_bytes_[report.blob_key] = update_bytes;
+  attempt_.RecordVerifiedBytes(report.blob_key, update_bytes);
   PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} checked early in {:.1f} ms{}", job_.id, round,
                    worker_id, MillisSince(check_start), max_magnitude ? " (values checked on upload)" : "");
   ObservePhase("update_check", MillisSince(check_start));
-  if (auto c = checked_updates_.find(worker_id); c != checked_updates_.end()) {
-    c->second.update = std::move(update);
-    c->second.max_magnitude = max_magnitude;
-    c->second.ready = true;
-  }
+  attempt_.FinishEarlyCheck(worker_id, std::move(update), max_magnitude);
 }
 
 void JobRunner::CountUpdateVerdict(const Status& verdict, bool file_failed) {
@@ -227,40 +206,31 @@ http::Awaitable<void> JobRunner::AddKeptUpdatesWhileIdle(const Actions& next, bo
   // K = 5 x 20 MiB the separate pass was ~20 ms of the round's tail).
   const bool aggregates_next = std::any_of(
       next.begin(), next.end(), [](const Action& action) { return std::holds_alternative<AggregateRound>(action); });
-  const bool other_results_coming = results_in_progress_ > 1;  // this update's own result is one
+  const bool other_results_coming = attempt_.results_in_progress() > 1;  // this update's own result is one
   if (other_results_coming || aggregates_next) co_return;
-  if (small_update) {
-    strategy_->AddKeptUpdates();
-    co_return;
-  }
-  auto added = loop::Offload(host_.pool(), [&] {  // kCoAwaitTemporaries
-    strategy_->AddKeptUpdates();
-    return true;
-  });
+  auto added = aggregator_.AddKeptUpdates(host_.pool(), small_update);  // kCoAwaitTemporaries
   co_await std::move(added);
 }
 
 http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std::deque<Action>& work) {
-  auto it = results_.find(a.worker);
-  if (it == results_.end()) co_return InternalError("no result recorded for worker " + std::to_string(a.worker));
-  const ResultReport report = it->second;
+  const ResultReport* result = attempt_.result(a.worker);
+  if (result == nullptr) co_return InternalError("no result recorded for worker " + std::to_string(a.worker));
+  const ResultReport report = *result;
   const std::string expected_key = UpdateKey(a.round, a.attempt, a.worker);
   const uint64_t max_bytes = MaxUpdateUploadBytes();
   const weights::WireEncoding encoding = UpdateEncoding();
-  std::shared_ptr<weights::WeightSet> global = global_;
+  std::shared_ptr<weights::WeightSet> global = global_.weights();
   // An update checked early by Result() (outside the job mutex) only needs accumulating here.
   std::optional<StatusOr<weights::WeightSet>> checked;
   std::optional<double> max_magnitude;
-  if (auto c = checked_updates_.find(a.worker); c != checked_updates_.end() && c->second.ready &&
-                                                c->second.round == a.round && c->second.attempt == a.attempt &&
-                                                c->second.blob_key == report.blob_key) {
-    checked = std::move(c->second.update);
-    max_magnitude = c->second.max_magnitude;
-    checked_updates_.erase(c);
+  if (std::optional<CheckedUpdate> c = attempt_.TakeEarlyChecked(a.worker, a.round, a.attempt, report.blob_key)) {
+    checked = std::move(c->update);
+    max_magnitude = c->max_magnitude;
   }
   // Validation and accumulation run on the pool; the strategy is touched by nobody else meanwhile (job mutex).
   const bool checked_early = checked.has_value();
-  const std::optional<StreamChecked> values_checked = checked_early ? std::nullopt : TakeCheckedUpload(report.blob_key);
+  const std::optional<StreamChecked> values_checked =
+      checked_early ? std::nullopt : attempt_.TakeCheckedUpload(report.blob_key);
   double check_ms = 0, accept_ms = 0;
   bool checked_failed = false;
   uint64_t update_bytes = 0;
@@ -277,7 +247,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
     }
     const auto accept_start = std::chrono::steady_clock::now();
     // Taken over so that the strategy may add several updates in one pass over its sums (it still judges now).
-    Status accepted = strategy_->AcceptOwned(std::move(**checked), a.sample_count, max_magnitude);
+    Status accepted = aggregator_.strategy()->AcceptOwned(std::move(**checked), a.sample_count, max_magnitude);
     accept_ms = MillisSince(accept_start);
     return accepted;
   };
@@ -291,13 +261,13 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   Status verdict;
   const bool ready = checked_early && checked->ok();
   const bool small_update = ready && (*checked)->total_bytes() <= kInlineAcceptBytes;
-  if (small_update || (ready && max_magnitude && strategy_->AcceptOwnedIsQuick(**checked))) {
+  if (small_update || (ready && max_magnitude && aggregator_.strategy()->AcceptOwnedIsQuick(**checked))) {
     verdict = validate();
   } else {
     verdict = co_await loop::Offload(host_.pool(), validate);
   }
   checked.reset();
-  if (update_bytes > 0) verified_update_bytes_[report.blob_key] = update_bytes;
+  attempt_.RecordVerifiedBytes(report.blob_key, update_bytes);
   PARSYN_LOG_DEBUG("training job {}: round {} update of worker {}: check {:.1f} ms{}, accumulate {:.1f} ms", job_.id,
                    a.round, a.worker, check_ms, checked_early ? " (checked early)" : "", accept_ms);
   if (!checked_early) ObservePhase("update_check", check_ms);
@@ -359,18 +329,13 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
     if (!expected.ok()) co_return expected.status();
     repeat = !*expected;
   }
-  ++results_in_progress_;
-  struct Done {
-    int& count;
-    ~Done() { --count; }
-  } done{results_in_progress_};
+  const AttemptState::ResultInProgress in_progress(attempt_);
   if (!report.blob_key.empty() && !repeat) {
     auto completed = CompleteMultipartUpload(worker_id, report.blob_key);  // kCoAwaitTemporaries
     co_await std::move(completed);
   }
   const bool check_early = !repeat && round <= engine_config_.num_rounds && !report.blob_key.empty() &&
-                           global_ != nullptr && checked_updates_.size() < MaxEarlyCheckedUpdates() &&
-                           checked_updates_.count(worker_id) == 0;
+                           global_.weights() != nullptr && attempt_.MayCheckEarly(worker_id, MaxEarlyCheckedUpdates());
   if (check_early) {
     auto checking = CheckUpdateEarly(worker_id, report);  // kCoAwaitTemporaries
     co_await std::move(checking);
@@ -391,21 +356,21 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
     } else if (actions->empty()) {
       duplicate = true;
     } else {
-      results_[worker_id] = report;
+      attempt_.RecordResult(worker_id, report);
     }
     return actions;
   });
-  Status s = co_await std::move(handled);              // created above, not inside the co_await: kCoAwaitTemporaries
-  if (check_early) checked_updates_.erase(worker_id);  // not consumed: the result was refused or a duplicate
-  if (!refused.ok()) co_return refused;                // late, unexpected or from a dropped worker: nothing changed
+  Status s = co_await std::move(handled);               // created above, not inside the co_await: kCoAwaitTemporaries
+  if (check_early) attempt_.DropEarlyCheck(worker_id);  // not consumed: the result was refused or a duplicate
+  if (!refused.ok()) co_return refused;                 // late, unexpected or from a dropped worker: nothing changed
   host_.TaskFinished(worker_id, job_.id);
   if (!s.ok()) co_return s;
   json out = {{"job_id", job_.id}, {"round", round}, {"attempt", attempt}};
   if (round > engine_config_.num_rounds) {
     out["status"] = "evaluated";
-  } else if (auto it = last_verdicts_.find(worker_id); it != last_verdicts_.end()) {
-    out["status"] = duplicate ? "duplicate" : (it->second.empty() ? "accepted" : "rejected");
-    if (!it->second.empty()) out["reason"] = it->second;
+  } else if (const std::string* verdict = attempt_.last_verdict(worker_id)) {
+    out["status"] = duplicate ? "duplicate" : (verdict->empty() ? "accepted" : "rejected");
+    if (!verdict->empty()) out["reason"] = *verdict;
   } else {
     out["status"] = duplicate ? "duplicate" : "received";
   }

@@ -35,6 +35,7 @@
 
 #include "base/status.h"
 #include "strategy/fed_avg.h"
+#include "strategy/privacy_accounting.h"
 #include "strategy/rdp_accountant.h"
 #include "strategy/strategy.h"
 #include "weights/keyed_stream.h"
@@ -42,24 +43,8 @@
 
 namespace parsyn::strategy {
 
-struct DpFedAvgOptions {
-  double clip_norm = 1.0;         // C: the L2 bound of each update's delta; finite, > 0
-  double noise_multiplier = 1.0;  // σ: noise standard deviation / C; finite, >= 0 (0: clipping only, ε = +∞)
-  double delta = 1e-5;            // δ of the reported (ε, δ); in (0, 1), ideally below 1 / eligible workers
-};
-
 // OK, or InvalidArgument naming the option and the rule, e.g. "clip_norm must be a finite number > 0, got 0".
 Status ValidateDpFedAvgOptions(const DpFedAvgOptions& options);
-
-// What the last finished round did (for the round's record and the API).
-struct DpRoundReport {
-  int round = 0;
-  int participants = 0;      // K, updates in the aggregate
-  int clipped = 0;           // of them, how many had ‖Δ‖ > clip_norm
-  double noise_stddev = 0;   // per coordinate of the average: σ·C/K
-  double sampling_rate = 1;  // q = K / eligible workers (1 when the eligible count is unknown)
-  double epsilon = 0;        // ε at options.delta after this round (all rounds so far)
-};
 
 class DpFedAvg final : public Strategy {
  public:
@@ -90,7 +75,7 @@ class DpFedAvg final : public Strategy {
   // The number of workers this round's participants were drawn from, for q = K / n (the job runner sets the job's
   // shard count: one shard per worker that may take part). Sticky: applies to every later Finish until set again.
   // 0 (the default): unknown, q = 1 (no amplification by sampling is claimed). Values below K count as K.
-  void set_eligible_workers(int64_t eligible_workers) { eligible_workers_ = eligible_workers; }
+  void set_eligible_workers(int64_t eligible_workers) override { eligible_workers_ = eligible_workers; }
 
   // Privacy accounting as server state: the accountant advances only when a round commits, and a resumed job
   // restores it bit for bit. The state WeightSet (metadata "strategy": "dp_fedavg") holds F64 tensors "orders" and
@@ -107,6 +92,11 @@ class DpFedAvg final : public Strategy {
   double epsilon_spent() const { return epsilon_spent_; }
   // The last committed round; nullopt before the first.
   const std::optional<DpRoundReport>& last_round() const { return last_round_; }
+  // last_round() with the options it was accounted under.
+  std::optional<RoundPrivacy> CommittedRoundPrivacy() const override {
+    return last_round_ ? std::optional<RoundPrivacy>(RoundPrivacy{.round = *last_round_, .options = options_})
+                       : std::nullopt;
+  }
   // The round Finish computed that has not committed yet; nullopt when none (after Begin or CommitState).
   std::optional<DpRoundReport> pending_round() const {
     return pending_ ? std::optional<DpRoundReport>(pending_->report) : std::nullopt;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "strategy/privacy_accounting.h"
 #include "strategy/strategy_options.h"
 #include "weights/weight_set.h"
 
@@ -104,6 +105,15 @@ class Strategy {
   virtual Status RestoreState(const weights::WeightSet* state) {
     return state == nullptr ? Status::Ok() : InvalidArgumentError(std::string(name()) + " keeps no server state");
   }
+
+  // The number of workers a round's participants are drawn from (the job runner sets the job's shard count: one shard
+  // per worker that may take part), for a strategy whose accounting depends on the sampling rate q = K / n
+  // (dp_fedavg). Sticky. By default ignored.
+  virtual void set_eligible_workers(int64_t eligible_workers) {}
+  // A differentially private strategy's accounting of its last committed round (after CommitState or RestoreState),
+  // which the job runner records with the round's commit; nullopt before the first committed round, and for every
+  // strategy that accounts no privacy (the default).
+  virtual std::optional<RoundPrivacy> CommittedRoundPrivacy() const { return std::nullopt; }
 };
 
 }  // namespace parsyn::strategy

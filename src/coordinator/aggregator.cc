@@ -1,0 +1,115 @@
+#include "coordinator/aggregator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <span>
+#include <vector>
+
+#include "coordinator/job_runner_internal.h"
+#include "storage/byte_source.h"
+#include "strategy/make_strategy.h"
+#include "weights/keyed_stream.h"
+#include "weights/safetensors.h"
+
+namespace parsyn::coordinator {
+
+namespace {
+
+// Stores `set` as a safetensors blob streamed from its header and its tensors' own bytes: no serialised copy of the
+// model in memory (at 1 GiB and more, that copy doubled the coordinator's peak). As PutBytes: a blob already under
+// `key` (left by a run that crashed before its commit) holds the same deterministic bytes and is taken as it is.
+StatusOr<storage::BlobInfo> PutWeightSet(storage::BlobStore& blobs, const std::string& key,
+                                         const weights::WeightSet& set) {
+  struct SetSource final : storage::ByteSource {
+    std::vector<std::span<const std::byte>> parts;  // the header, then each tensor
+    size_t part = 0;
+    StatusOr<size_t> Read(std::span<std::byte> buffer) override {
+      size_t n = 0;
+      while (n < buffer.size() && part < parts.size()) {
+        std::span<const std::byte>& rest = parts[part];
+        const size_t take = std::min(buffer.size() - n, rest.size());
+        std::copy_n(rest.begin(), take, buffer.begin() + static_cast<std::ptrdiff_t>(n));
+        rest = rest.subspan(take);
+        n += take;
+        if (rest.empty()) ++part;
+      }
+      return n;
+    }
+  } source;
+  const std::string header = weights::SafetensorsHeaderBytes(set);
+  source.parts.push_back(std::as_bytes(std::span(header.data(), header.size())));
+  for (const weights::Tensor& t : set.tensors()) source.parts.push_back(t.data);
+  // Nothing else of the round is left to run: the store may hash on a second core while it writes.
+  StatusOr<storage::BlobInfo> stored = blobs.Put(key, source, {.hash_on_second_thread = true});
+  if (!stored.ok() && stored.status().code() == StatusCode::kAlreadyExists) stored = blobs.Head(key);
+  return stored;
+}
+
+}  // namespace
+
+Aggregator::Aggregator(const storage::TrainingJob& job, const JobSpec& spec, int num_shards) {
+  // The job's private seed keys what must stay secret (dp_fedavg's noise and sample): storage::TrainingJob.
+  StatusOr<weights::SecretKey> private_key = weights::ParseSecretKey(job.private_seed);
+  if (!private_key.ok() && spec.distributed.strategy == strategy::StrategyKind::kDpFedAvg) {
+    private_key = FailedPreconditionError("job " + std::to_string(job.id) +
+                                          " has no private seed, which dp_fedavg draws its noise under");
+  }
+  StatusOr<std::unique_ptr<strategy::Strategy>> made =
+      private_key.ok() || spec.distributed.strategy != strategy::StrategyKind::kDpFedAvg
+          ? strategy::MakeStrategy(spec.distributed.strategy, spec.distributed.strategy_options,
+                                   private_key.ok() ? *private_key : weights::SecretKey{})
+          : StatusOr<std::unique_ptr<strategy::Strategy>>(private_key.status());
+  if (made.ok()) {
+    strategy_ = std::move(*made);
+    // dp_fedavg's sampling rate q = K / eligible: the eligible workers are the job's shards (one per worker that
+    // may take part; docs/training.md, "Differential privacy").
+    strategy_->set_eligible_workers(num_shards);
+  } else {
+    error_ = made.status();
+  }
+}
+
+loop::Awaitable<void> Aggregator::AddKeptUpdates(boost::asio::thread_pool& pool, bool small_update) {
+  if (small_update) {
+    strategy_->AddKeptUpdates();
+    co_return;
+  }
+  auto added = loop::Offload(pool, [&] {  // kCoAwaitTemporaries
+    strategy_->AddKeptUpdates();
+    return true;
+  });
+  co_await std::move(added);
+}
+
+StatusOr<Aggregator::Aggregated> Aggregator::FinishRound(storage::BlobStore& blobs, const std::string& key,
+                                                         const std::string& state_key, FinishTimings* timings) {
+  auto phase_start = std::chrono::steady_clock::now();
+  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, strategy_->Finish());
+  timings->finish_ms = MillisSince(phase_start);
+  phase_start = std::chrono::steady_clock::now();
+  mean.metadata()["format"] = "pt";
+  // A server optimizer's state is durable before the global that names it: a restart resumes from the pair.
+  if (const weights::WeightSet* state = strategy_->PendingState()) {
+    PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo state_info, PutWeightSet(blobs, state_key, *state));
+    mean.metadata()[kServerStateShaKey] = state_info.sha256;
+  }
+  timings->serialize_ms = MillisSince(phase_start);
+  phase_start = std::chrono::steady_clock::now();
+  Aggregated out;
+  PARSYN_ASSIGN_OR_RETURN(out.info, PutWeightSet(blobs, key, mean));
+  timings->put_ms = MillisSince(phase_start);
+  // The job keeps the stored global read-only mapped where the store has local files: until a strategy reads it
+  // again (FedAvg reads only its layout), it is page cache, so the next round's aggregation is the only copy of the
+  // model in this process's memory. Else (memory, S3) it keeps the result in memory.
+  if (StatusOr<std::filesystem::path> path = blobs.LocalPath(key); path.ok()) {
+    if (StatusOr<weights::WeightSet> mapped = weights::MapSafetensorsFileReadOnly(*path); mapped.ok()) {
+      out.weights = std::make_shared<weights::WeightSet>(std::move(*mapped));
+      return out;
+    }
+  }
+  out.weights = std::make_shared<weights::WeightSet>(std::move(mean));
+  return out;
+}
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,60 @@
+// Aggregator: a job's aggregation as its JobRunner (job_runner.h) owns it: the strategy (strategy::MakeStrategy from
+// the spec's distributed.strategy, its secret draws under the job's private seed) and the work of aggregating with it
+// off the event loop: adding the updates the strategy kept, and finishing a round into durable blobs (the new global,
+// and a stateful strategy's server state beside it). Neither it nor the runner names a concrete strategy: what a
+// strategy needs from the job or reports about a round goes through Strategy's own hooks (set_eligible_workers,
+// CommittedRoundPrivacy).
+//
+// Threads: loop thread only, except FinishRound (blocking: a pool thread, while the job's mutex is held).
+#pragma once
+
+#include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
+
+#include <boost/asio/thread_pool.hpp>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "coordinator/job_spec.h"
+#include "loop/loop_tools.h"
+#include "storage/blob_store.h"
+#include "storage/metadata_store.h"
+#include "strategy/strategy.h"
+#include "weights/weight_set.h"
+
+namespace parsyn::coordinator {
+
+class Aggregator {
+ public:
+  // Makes the job's strategy; `num_shards`: the workers its rounds draw from (one shard per worker that may take part).
+  Aggregator(const storage::TrainingJob& job, const JobSpec& spec, int num_shards);
+
+  // The job's strategy; nullptr when the spec's strategy cannot be made (error() says why, and Launch fails with it).
+  strategy::Strategy* strategy() const { return strategy_.get(); }
+  const Status& error() const { return error_; }
+
+  // Adds the updates the strategy kept (Strategy::AddKeptUpdates): on the loop after a small update, else on `pool`.
+  loop::Awaitable<void> AddKeptUpdates(boost::asio::thread_pool& pool, bool small_update);
+
+  // A round's new global, durable in the blob store.
+  struct Aggregated {
+    std::shared_ptr<weights::WeightSet> weights;
+    storage::BlobInfo info;
+  };
+  // How long FinishRound's phases took, in milliseconds (the debug log and parsyn_round_phase_duration_seconds).
+  struct FinishTimings {
+    double finish_ms = 0;
+    double serialize_ms = 0;
+    double put_ms = 0;
+  };
+  // Finishes the round (Strategy::Finish) and stores the new global under `key`, a stateful strategy's pending state
+  // first under `state_key`. Blocking (a pool thread); *timings is filled as the phases end.
+  StatusOr<Aggregated> FinishRound(storage::BlobStore& blobs, const std::string& key, const std::string& state_key,
+                                   FinishTimings* timings);
+
+ private:
+  std::unique_ptr<strategy::Strategy> strategy_;  // null when the spec's strategy cannot be made (Launch fails)
+  Status error_;
+};
+
+}  // namespace parsyn::coordinator

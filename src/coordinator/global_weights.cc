@@ -1,0 +1,21 @@
+#include "coordinator/global_weights.h"
+
+#include <cassert>
+
+namespace parsyn::coordinator {
+
+void GlobalWeights::Set(std::string key, std::string sha256, uint64_t size_bytes,
+                        std::shared_ptr<weights::WeightSet> weights) {
+  weights_ = std::move(weights);
+  key_ = std::move(key);
+  sha256_ = std::move(sha256);
+  size_bytes_ = size_bytes;
+}
+
+void GlobalWeights::CommitPending(uint64_t size_bytes) {
+  assert(pending_.has_value());
+  Set(std::move(pending_->key), std::move(pending_->sha256), size_bytes, std::move(pending_->weights));
+  pending_.reset();
+}
+
+}  // namespace parsyn::coordinator
