@@ -35,6 +35,7 @@
 #include "bench_support.h"
 #include "coordinator/partition.h"
 #include "data/dataset.h"
+#include "protocol/trainer_task.h"
 #include "strategy/dp_fed_avg.h"
 #include "strategy/make_strategy.h"
 #include "strategy/strategy.h"
@@ -47,6 +48,7 @@ namespace {
 namespace bench = parsyn::bench;
 namespace coordinator = parsyn::coordinator;
 namespace data = parsyn::data;
+namespace protocol = parsyn::protocol;
 namespace strategy = parsyn::strategy;
 namespace trainer = parsyn::trainer;
 namespace weights = parsyn::weights;
@@ -188,7 +190,7 @@ Eval Evaluate(trainer::TabularModel& model, const weights::WeightSet& global, co
 // mu > 0), `steps` optimizer steps, or config.epochs epochs when unset. Returns the trained weights and the steps run.
 std::pair<weights::WeightSet, int64_t> TrainLocal(trainer::TabularModel& model, const weights::WeightSet& global,
                                                   const trainer::ExampleSet& examples,
-                                                  const trainer::TrainConfig& config, std::optional<int64_t> steps,
+                                                  const protocol::TrainingConfig& config, std::optional<int64_t> steps,
                                                   double mu, uint64_t seed) {
   Check(model.ImportTrainable(global), "importing the global");
   trainer::TrainOptions options;
@@ -213,7 +215,7 @@ struct RunSpec {
   StrategyKind kind = StrategyKind::kFederatedAveraging;
   strategy::StrategyOptions options;
   int rounds = 1;
-  trainer::TrainConfig config;
+  protocol::TrainingConfig config;     // the job's training keys
   std::optional<int64_t> local_steps;  // unset: config.epochs epochs per round
   // The round's work of a participant (0-based position in the round, worker): its step budget, or nullopt to drop
   // it (a straggler FedAvg does not wait for). Unset: everyone runs local_steps.
@@ -325,7 +327,7 @@ SyntheticTask MakeSynthetic(double alpha, double beta, uint64_t seed) {
   task.num_test = static_cast<int64_t>(all_test.size());
   // The features as generated (no standardisation): the model sees the paper's problem.
   trainer::TabularModelSpec& spec = task.fed.spec;
-  spec.model_type = trainer::TabularModelType::kLogreg;
+  spec.model_type = protocol::TabularModelType::kLogreg;
   spec.feature_names = ds.feature_names;
   spec.class_names = ds.class_names;
   spec.standardizer.mean.assign(kDim, 0.0f);
@@ -345,24 +347,24 @@ void SyntheticBenchmark(bool quick) {
   const int per_round = 10;
   const int64_t local_steps = 20;
   const int tail = std::min(rounds, 20);
-  trainer::TrainConfig config;
-  config.model_type = trainer::TabularModelType::kLogreg;
-  config.hidden_sizes = {};
-  config.batch_size = 10;
-  config.learning_rate = 0.01;
-  config.lr_scheduler = trainer::LrScheduler::kConstant;
-  config.warmup_steps = 0;
-  config.weight_decay = 0;
-  config.max_grad_norm = 0;
-  config.validation_fraction = 0;
+  protocol::TrainerConfig config;
+  config.model_type = protocol::TabularModelType::kLogreg;
+  config.training.hidden_sizes = {};
+  config.training.batch_size = 10;
+  config.training.learning_rate = 0.01;
+  config.training.lr_scheduler = protocol::LrScheduler::kConstant;
+  config.training.warmup_steps = 0;
+  config.training.weight_decay = 0;
+  config.training.max_grad_norm = 0;
+  config.training.validation_fraction = 0;
 
   std::printf("\n== 2. FedProx's Synthetic(alpha, beta): 30 devices, multinomial logistic regression (60 -> 10) ==\n");
   std::printf(
       "%d rounds, %d devices per round (seeded client sampling), %lld local steps of batch %lld, AdamW lr %g "
       "(the trainer's loop); stragglers: 90%% of a round's devices run a uniform 1..%lld steps; FedAvg drops "
       "them, FedProx (mu = 1) takes their partial work\n",
-      rounds, per_round, static_cast<long long>(local_steps), static_cast<long long>(config.batch_size),
-      config.learning_rate, static_cast<long long>(local_steps - 1));
+      rounds, per_round, static_cast<long long>(local_steps), static_cast<long long>(config.training.batch_size),
+      config.training.learning_rate, static_cast<long long>(local_steps - 1));
   std::printf(
       "loss: training loss over all devices' training rows after the last round; sd / worst: standard "
       "deviation / maximum of it over the last %d rounds (stability)\n",
@@ -386,7 +388,7 @@ void SyntheticBenchmark(bool quick) {
         if (prox) run.options.mu = 1.0;
         run.options.sampling.count = per_round;
         run.rounds = rounds;
-        run.config = config;
+        run.config = config.training;
         run.local_steps = local_steps;
         if (straggling) {
           // The same stragglers and budgets for both methods: drawn from (round, position) alone.
@@ -467,7 +469,7 @@ Digits LoadDigits() {
 
 // The train pool split over `workers` by the project's partitioner; the model standardised on the train pool.
 Federation DigitsFederation(const Digits& d, int workers, const coordinator::DataPartition& partition,
-                            const trainer::TrainConfig& config) {
+                            const protocol::TrainerConfig& config) {
   Federation fed;
   fed.dataset = d.dataset;
   fed.spec = Must(trainer::TabularSpecFor(config, fed.dataset, d.train_pool), "model spec");
@@ -486,25 +488,25 @@ Federation DigitsFederation(const Digits& d, int workers, const coordinator::Dat
   return fed;
 }
 
-trainer::TrainConfig DigitsConfig() {
-  trainer::TrainConfig config;
-  config.model_type = trainer::TabularModelType::kMlp;
-  config.hidden_sizes = {32};
-  config.batch_size = 16;
-  config.learning_rate = 3e-3;
-  config.lr_scheduler = trainer::LrScheduler::kConstant;
-  config.warmup_steps = 0;
-  config.weight_decay = 0;
-  config.max_grad_norm = 1.0;
-  config.validation_fraction = 0;
-  config.label_column = "label";
+protocol::TrainerConfig DigitsConfig() {
+  protocol::TrainerConfig config;
+  config.model_type = protocol::TabularModelType::kMlp;
+  config.training.hidden_sizes = {32};
+  config.training.batch_size = 16;
+  config.training.learning_rate = 3e-3;
+  config.training.lr_scheduler = protocol::LrScheduler::kConstant;
+  config.training.warmup_steps = 0;
+  config.training.weight_decay = 0;
+  config.training.max_grad_norm = 1.0;
+  config.training.validation_fraction = 0;
+  config.training.label_column = "label";
   return config;
 }
 
 void DigitsNonIid(const Digits& d, bool quick) {
   const int rounds = quick ? 3 : 40;
-  trainer::TrainConfig config = DigitsConfig();
-  config.epochs = 1;
+  protocol::TrainerConfig config = DigitsConfig();
+  config.training.epochs = 1;
   const coordinator::DataPartition partition{
       .method = coordinator::PartitionMethod::kDirichlet, .alpha = 0.3, .classes_per_worker = 2, .label = ""};
   Federation fed = DigitsFederation(d, 10, partition, config);
@@ -517,7 +519,8 @@ void DigitsNonIid(const Digits& d, bool quick) {
   std::printf(
       "MLP 64 -> 32 -> 10; %d rounds, every worker every round, %lld local epoch of batch %lld, AdamW lr %g; "
       "centralised: the same model and loop over the whole train pool for the federated runs' total steps\n",
-      rounds, static_cast<long long>(config.epochs), static_cast<long long>(config.batch_size), config.learning_rate);
+      rounds, static_cast<long long>(config.training.epochs), static_cast<long long>(config.training.batch_size),
+      config.training.learning_rate);
   std::printf("worker sizes:");
   for (int64_t n : fed.worker_sizes) std::printf(" %lld", static_cast<long long>(n));
   std::printf("\n%-34s %14s %10s\n", "method", "optimizer steps", "test acc");
@@ -542,7 +545,7 @@ void DigitsNonIid(const Digits& d, bool quick) {
     run.options = Options(m.kind);
     if (m.tune) m.tune(run.options);
     run.rounds = rounds;
-    run.config = config;
+    run.config = config.training;
     RunResult r = RunFederated(fed, *model, initial, run);
     const double accuracy = Evaluate(*model, r.global, *fed.test).accuracy;
     best = std::max(best, accuracy);
@@ -550,7 +553,7 @@ void DigitsNonIid(const Digits& d, bool quick) {
     std::printf("%-34s %14lld %9.2f%%\n", m.label, static_cast<long long>(r.optimizer_steps), 100 * accuracy);
     std::fflush(stdout);
   }
-  auto [central, ran] = TrainLocal(*model, initial, *fed.train_all, config, steps, 0, kSeed);
+  auto [central, ran] = TrainLocal(*model, initial, *fed.train_all, config.training, steps, 0, kSeed);
   const double central_accuracy = Evaluate(*model, central, *fed.test).accuracy;
   std::printf("%-34s %14lld %9.2f%%\n", "centralised", static_cast<long long>(ran), 100 * central_accuracy);
   std::printf("%s  the best strategy (%.2f%%) is within 2 points of centralised training (%.2f%%) at equal steps\n",
@@ -559,8 +562,8 @@ void DigitsNonIid(const Digits& d, bool quick) {
 
 void DigitsRobustness(const Digits& d, bool quick) {
   const int rounds = quick ? 3 : 30;
-  trainer::TrainConfig config = DigitsConfig();
-  config.epochs = 1;
+  protocol::TrainerConfig config = DigitsConfig();
+  config.training.epochs = 1;
   Federation fed = DigitsFederation(d, 10, coordinator::DataPartition{}, config);  // iid
   auto model = Must(trainer::TabularModel::Create(fed.spec, kSeed, torch::kCPU), "model");
   const weights::WeightSet initial = Must(model->ExportTrainable(), "export");
@@ -577,7 +580,7 @@ void DigitsRobustness(const Digits& d, bool quick) {
     if (kind == StrategyKind::kTrimmedMean) run.options.beta = 0.2;
     if (kind == StrategyKind::kKrum) run.options.f = 2;
     run.rounds = rounds;
-    run.config = config;
+    run.config = config.training;
     if (factor != 1.0f) {
       run.tamper = [factor](int worker, weights::WeightSet& update, const weights::WeightSet& global) {
         if (worker < 2) ScaleUpdate(update, global, factor);
@@ -612,11 +615,11 @@ void DigitsDp(const Digits& d, bool quick) {
   const int workers = 100, per_round = 20;
   const int rounds = quick ? 5 : 60;
   const std::vector<int> report_at = quick ? std::vector<int>{5} : std::vector<int>{10, 30, 60};
-  trainer::TrainConfig config = DigitsConfig();
-  config.model_type = trainer::TabularModelType::kLogreg;
-  config.hidden_sizes = {};
-  config.epochs = 3;
-  config.learning_rate = 0.01;
+  protocol::TrainerConfig config = DigitsConfig();
+  config.model_type = protocol::TabularModelType::kLogreg;
+  config.training.hidden_sizes = {};
+  config.training.epochs = 3;
+  config.training.learning_rate = 0.01;
   Federation fed = DigitsFederation(d, workers, coordinator::DataPartition{}, config);
   auto model = Must(trainer::TabularModel::Create(fed.spec, kSeed, torch::kCPU), "model");
   const weights::WeightSet initial = Must(model->ExportTrainable(), "export");
@@ -627,7 +630,7 @@ void DigitsDp(const Digits& d, bool quick) {
   std::printf(
       "clip_norm %g, delta %g; epsilon from the strategy's RDP accountant after the round; %lld local epochs, "
       "AdamW lr %g\n",
-      clip, delta, static_cast<long long>(config.epochs), config.learning_rate);
+      clip, delta, static_cast<long long>(config.training.epochs), config.training.learning_rate);
   std::printf("%-18s", "noise multiplier");
   for (int r : report_at) {
     char header[32];
@@ -646,7 +649,7 @@ void DigitsDp(const Digits& d, bool quick) {
     run.options.sampling.count = per_round;
     run.eligible_workers = workers;
     run.rounds = rounds;
-    run.config = config;
+    run.config = config.training;
     std::string line;
     run.after_round = [&](int round, const weights::WeightSet& global, strategy::Strategy& s) {
       if (std::find(report_at.begin(), report_at.end(), round) == report_at.end()) return;

@@ -24,6 +24,50 @@ TEST(TrainerConfigTest, ModelTypeFollowsHiddenSizesUnlessGiven) {
             "config.model_type must be one of \"mlp\", \"logreg\", got \"tree\"");
 }
 
+// An empty object and null values read as the job's defaults (training_config.h), with no model_type.
+TEST(TrainerConfigTest, EmptyAndNullMeanTheJobsDefaults) {
+  auto empty = ParseTrainerConfig(json::object());
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_EQ(*empty, TrainerConfig{});
+  EXPECT_EQ(empty->training.LabelColumn(), "label");
+  auto nulls = ParseTrainerConfig(json::parse(R"({"epochs": null, "batch_size": 4, "mixed_precision": null})"));
+  ASSERT_TRUE(nulls.ok()) << nulls.status().ToString();
+  EXPECT_EQ(nulls->training.epochs, 1);
+  EXPECT_EQ(nulls->training.batch_size, 4);
+  EXPECT_EQ(nulls->training.mixed_precision, MixedPrecision::kNo);
+}
+
+// What the trainer tells of a bad config key (parsyn-trainer run, tabular-init): the key and the reason.
+TEST(TrainerConfigTest, RejectsBadValuesNamingTheKey) {
+  struct Case {
+    const char* json;
+    const char* message;
+  };
+  const Case cases[] = {
+      {R"({"epoch": 3})", "unknown field config.epoch"},
+      {R"({"batch_size": 0})", "config.batch_size (0) must be between 1 and 65536"},
+      {R"({"batch_size": 2.5})", "config.batch_size must be an integer, got 2.5"},
+      {R"({"learning_rate": "fast"})", "config.learning_rate must be a number, got string"},
+      {R"({"learning_rate": 0})", "config.learning_rate (0) must be > 0 and <= 10"},
+      {R"({"mixed_precision": "fp8"})",
+       "config.mixed_precision must be one of \"bf16\", \"fp16\", \"no\", got \"fp8\""},
+      {R"({"lr_scheduler": "step"})",
+       "config.lr_scheduler must be one of \"constant\", \"linear\", \"cosine\", got \"step\""},
+      {R"({"validation_fraction": 1})", "config.validation_fraction (1) must be >= 0 and <= 0.5"},
+      {R"({"lora_target_modules": []})", "config.lora_target_modules must be an array of 1..64 module names"},
+      {R"({"use_peft": "yes"})", "config.use_peft must be a boolean, got string"},
+      {R"({"hidden_sizes": [16, 0]})", "config.hidden_sizes[1] (0) must be between 1 and 65536"},
+      {R"({"model_type": "tree"})", "config.model_type must be one of \"mlp\", \"logreg\", got \"tree\""},
+      {R"([1, 2])", "config must be an object, got array"},
+  };
+  for (const Case& c : cases) {
+    auto config = ParseTrainerConfig(json::parse(c.json));
+    ASSERT_FALSE(config.ok()) << c.json;
+    EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument) << c.json;
+    EXPECT_THAT(config.status().message(), ::testing::HasSubstr(c.message)) << c.json;
+  }
+}
+
 TEST(TrainerTaskTest, RoundTripsEveryField) {
   TrainerTask t;
   t.model_kind = "tabular-mlp";

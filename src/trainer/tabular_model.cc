@@ -33,12 +33,14 @@ Status CheckSpec(const TabularModelSpec& spec) {
 
 }  // namespace
 
-StatusOr<TabularModelSpec> TabularSpecFor(const TrainConfig& config, const data::TabularDataset& dataset,
+StatusOr<TabularModelSpec> TabularSpecFor(const protocol::TrainerConfig& config, const data::TabularDataset& dataset,
                                           std::span<const int64_t> train_rows) {
   TabularModelSpec spec;
   spec.model_type = config.TabularType();
-  if (spec.model_type == TabularModelType::kMlp) spec.hidden_sizes = config.hidden_sizes;
-  spec.label_column = config.label_column;
+  if (spec.model_type == TabularModelType::kMlp) {
+    spec.hidden_sizes.assign(config.training.hidden_sizes.begin(), config.training.hidden_sizes.end());
+  }
+  spec.label_column = config.training.LabelColumn();
   spec.feature_names = dataset.feature_names;
   spec.class_names = dataset.class_names;
   spec.standardizer = data::Standardizer::Fit(dataset, train_rows);

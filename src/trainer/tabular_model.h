@@ -24,11 +24,14 @@
 
 #include "base/status.h"
 #include "data/dataset.h"
-#include "trainer/train_config.h"
+#include "protocol/trainer_task.h"
 #include "trainer/train_loop.h"
 #include "trainer/trainable_model.h"
 
 namespace parsyn::trainer {
+
+using protocol::TabularModelType;
+using protocol::TabularModelTypeName;
 
 inline constexpr char kTabularModelFile[] = "tabular_model.json";
 inline constexpr char kTabularWeightsFile[] = "model.safetensors";
@@ -44,7 +47,7 @@ struct TabularModelSpec {
 
 // The spec a new model for `dataset` gets from `config`: feature and class names from the data, standardisation fitted
 // on `train_rows`. InvalidArgument when the data has fewer than 2 classes or no features.
-StatusOr<TabularModelSpec> TabularSpecFor(const TrainConfig& config, const data::TabularDataset& dataset,
+StatusOr<TabularModelSpec> TabularSpecFor(const protocol::TrainerConfig& config, const data::TabularDataset& dataset,
                                           std::span<const int64_t> train_rows);
 
 class TabularModel final : public TrainableModel {

@@ -17,7 +17,7 @@ struct Prepared {
   std::unique_ptr<TabularExamples> validation;
 };
 
-Prepared Prepare(const TrainConfig& config, int64_t rows, uint64_t seed) {
+Prepared Prepare(const protocol::TrainerConfig& config, int64_t rows, uint64_t seed) {
   auto dataset = data::ParseTabular(testing::SeparableCsv(rows, seed));
   EXPECT_TRUE(dataset.ok()) << dataset.status().ToString();
   auto split = data::SplitTrainValidation(dataset->num_rows(), 0.25, seed);
@@ -33,10 +33,10 @@ Prepared Prepare(const TrainConfig& config, int64_t rows, uint64_t seed) {
           std::make_unique<TabularExamples>(std::move(validation).value())};
 }
 
-double TrainAndScore(TrainConfig config) {
+double TrainAndScore(protocol::TrainerConfig config) {
   Prepared p = Prepare(config, 300, 11);
   TrainOptions options;
-  options.config = config;
+  options.config = config.training;
   options.seed = 5;
   auto summary = Train(*p.model, *p.train, options);
   EXPECT_TRUE(summary.ok()) << summary.status().ToString();
@@ -47,38 +47,38 @@ double TrainAndScore(TrainConfig config) {
 }
 
 TEST(TabularModelTest, MlpLearnsSeparableClasses) {
-  TrainConfig config;
+  protocol::TrainerConfig config;
   config.model_type = TabularModelType::kMlp;
-  config.hidden_sizes = {32, 16};
-  config.learning_rate = 1e-2;
-  config.epochs = 10;
-  config.batch_size = 16;
+  config.training.hidden_sizes = {32, 16};
+  config.training.learning_rate = 1e-2;
+  config.training.epochs = 10;
+  config.training.batch_size = 16;
   EXPECT_GE(TrainAndScore(config), 0.95);
 }
 
 TEST(TabularModelTest, LogregLearnsSeparableClasses) {
-  TrainConfig config;
+  protocol::TrainerConfig config;
   config.model_type = TabularModelType::kLogreg;
-  config.hidden_sizes = {};
-  config.learning_rate = 5e-2;
-  config.epochs = 10;
-  config.batch_size = 16;
+  config.training.hidden_sizes = {};
+  config.training.learning_rate = 5e-2;
+  config.training.epochs = 10;
+  config.training.batch_size = 16;
   EXPECT_GE(TrainAndScore(config), 0.95);
 }
 
 TEST(TabularModelTest, MlpLearnsUnderBf16Autocast) {
-  TrainConfig config;
-  config.hidden_sizes = {32};
-  config.learning_rate = 1e-2;
-  config.epochs = 10;
-  config.batch_size = 16;
-  config.mixed_precision = MixedPrecision::kBf16;
+  protocol::TrainerConfig config;
+  config.training.hidden_sizes = {32};
+  config.training.learning_rate = 1e-2;
+  config.training.epochs = 10;
+  config.training.batch_size = 16;
+  config.training.mixed_precision = MixedPrecision::kBf16;
   EXPECT_GE(TrainAndScore(config), 0.95);
 }
 
 TEST(TabularModelTest, SaveAndLoadRoundTrip) {
-  TrainConfig config;
-  config.hidden_sizes = {8};
+  protocol::TrainerConfig config;
+  config.training.hidden_sizes = {8};
   Prepared p = Prepare(config, 30, 3);
   const auto dir = std::filesystem::path(::testing::TempDir()) / "tabular_roundtrip";
   std::filesystem::remove_all(dir);
@@ -99,8 +99,8 @@ TEST(TabularModelTest, SaveAndLoadRoundTrip) {
 }
 
 TEST(TabularModelTest, ExportNamesAndShapes) {
-  TrainConfig config;
-  config.hidden_sizes = {8};
+  protocol::TrainerConfig config;
+  config.training.hidden_sizes = {8};
   Prepared p = Prepare(config, 30, 3);
   auto set = p.model->ExportTrainable();
   ASSERT_TRUE(set.ok());
@@ -114,10 +114,10 @@ TEST(TabularModelTest, ExportNamesAndShapes) {
 }
 
 TEST(TabularModelTest, ImportRejectsAnotherLayout) {
-  TrainConfig config;
-  config.hidden_sizes = {8};
+  protocol::TrainerConfig config;
+  config.training.hidden_sizes = {8};
   Prepared small = Prepare(config, 30, 3);
-  config.hidden_sizes = {16};
+  config.training.hidden_sizes = {16};
   Prepared large = Prepare(config, 30, 3);
   auto set = large.model->ExportTrainable();
   ASSERT_TRUE(set.ok());
@@ -127,7 +127,7 @@ TEST(TabularModelTest, ImportRejectsAnotherLayout) {
 }
 
 TEST(TabularModelTest, ExamplesRejectOtherFeatures) {
-  TrainConfig config;
+  protocol::TrainerConfig config;
   Prepared p = Prepare(config, 30, 3);
   auto other = data::ParseTabular("x0,x1,label\n1,2,north\n3,4,south_east\n");
   ASSERT_TRUE(other.ok());
@@ -148,7 +148,7 @@ TEST(TabularModelTest, LoadMissingFolderIsNotFound) {
 TEST(TabularModelTest, SpecNeedsTwoClasses) {
   auto dataset = data::ParseTabular("x,label\n1,a\n2,a\n");
   ASSERT_TRUE(dataset.ok());
-  auto spec = TabularSpecFor(TrainConfig{}, *dataset, std::vector<int64_t>{0, 1});
+  auto spec = TabularSpecFor(protocol::TrainerConfig{}, *dataset, std::vector<int64_t>{0, 1});
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(spec.status().message().find("at least 2 classes"), std::string::npos);

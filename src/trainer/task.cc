@@ -75,7 +75,7 @@ std::vector<int64_t> AllRows(int64_t n) {
 // The rows of `data` the task trains and validates on: with a validation file, all of them train (in the split
 // seed's order); else validation_fraction of them are held out by the split seed.
 StatusOr<data::TrainValidationSplit> SplitRows(const TrainTask& task, int64_t n) {
-  const double fraction = task.validation_data.empty() ? task.config.validation_fraction : 0.0;
+  const double fraction = task.validation_data.empty() ? task.config.training.validation_fraction : 0.0;
   return data::SplitTrainValidation(n, fraction, task.split_seed);
 }
 
@@ -84,7 +84,7 @@ StatusOr<Prepared> PrepareTabular(const TrainTask& task, torch::Device device) {
   prepared.kind = "tabular";
   std::unique_ptr<TabularModel> existing;
   data::TabularOptions options;
-  options.label_column = task.config.label_column;
+  options.label_column = task.config.training.LabelColumn();
   if (!task.model_dir.empty()) {
     PARSYN_ASSIGN_OR_RETURN(existing, TabularModel::Load(task.model_dir, device));
     options.label_column = existing->spec().label_column;
@@ -122,7 +122,7 @@ StatusOr<Prepared> PrepareLanguageModel(const TrainTask& task, torch::Device dev
   PARSYN_ASSIGN_OR_RETURN(const data::TrainValidationSplit split,
                           SplitRows(task, static_cast<int64_t>(dataset->rows.size())));
   PARSYN_ASSIGN_OR_RETURN(LanguageModelBundle bundle,
-                          LoadLanguageModel(task.model_dir, task.config, task.seed, device));
+                          LoadLanguageModel(task.model_dir, task.config.training, task.seed, device));
   PARSYN_ASSIGN_OR_RETURN(LmExamples train,
                           LmExamples::Create(*dataset, split.train, *bundle.tokenizer, bundle.tokenization));
   StatusOr<LmExamples> validation =
@@ -160,8 +160,8 @@ StatusOr<TrainTask> ParseTrainTask(const json& j, const std::filesystem::path& b
   task.data = Resolve(base_dir, t.data);
   task.validation_data = Resolve(base_dir, t.validation_data);
   task.data_format = t.data_format;
-  task.config = TrainConfig(t.config);
-  task.config.validation_fraction = t.ValidationFraction();
+  task.config = t.config;
+  task.config.training.validation_fraction = t.ValidationFraction();
   task.steps = t.kind == protocol::TaskKind::kEvaluate ? std::optional<int64_t>(0) : t.steps;
   task.seed = t.seed;
   task.split_seed = t.split_seed;
@@ -209,7 +209,7 @@ Status LoadInitialWeights(const std::filesystem::path& path, TrainableModel& mod
 TrainOptions TrainOptionsFor(const TrainTask& task, bool language_model, bool autocast, const TaskEventSink& on_event,
                              std::stop_token stop) {
   TrainOptions options;
-  options.config = task.config;
+  options.config = task.config.training;
   options.max_steps = task.steps;
   options.seed = task.seed;
   options.schedule_start_step = task.schedule_start_step;
@@ -274,7 +274,7 @@ json ResultJson(const TrainTask& task, const Prepared& prepared, const TrainSumm
 
 StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink& on_event, std::stop_token stop) {
   PARSYN_ASSIGN_OR_RETURN(const torch::Device device, ParseDevice(task.device));
-  if (task.config.mixed_precision == MixedPrecision::kFp16 && !device.is_cuda()) {
+  if (task.config.training.mixed_precision == MixedPrecision::kFp16 && !device.is_cuda()) {
     return InvalidArgumentError("config.mixed_precision: fp16 needs a CUDA device (this task runs on " + device.str() +
                                 "); use \"bf16\" or \"no\" on CPU");
   }
@@ -292,7 +292,7 @@ StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink&
 
   const bool language_model = prepared.kind == "language_model";
   const int64_t num_train = prepared.train->size();
-  PARSYN_ASSIGN_OR_RETURN(const StepPlan plan, PlanSteps(task.config, num_train, task.steps));
+  PARSYN_ASSIGN_OR_RETURN(const StepPlan plan, PlanSteps(task.config.training, num_train, task.steps));
   int64_t trainable_parameters = 0;
   for (const auto& p : model.TrainableParameters()) trainable_parameters += p.numel();
   emit(json{{"event", "start"},
@@ -303,11 +303,11 @@ StatusOr<json> RunTrainTaskUnguarded(const TrainTask& task, const TaskEventSink&
             {"trainable_parameters", trainable_parameters},
             {"device", device.str()}});
 
-  const MixedPrecision eval_precision = prepared.autocast ? task.config.mixed_precision : MixedPrecision::kNo;
+  const MixedPrecision eval_precision = prepared.autocast ? task.config.training.mixed_precision : MixedPrecision::kNo;
   // Evaluates on the validation split, emits the metrics as an "eval" event of `phase`, and returns them.
   auto evaluate_validation = [&](std::string_view phase) -> StatusOr<json> {
-    PARSYN_ASSIGN_OR_RETURN(const EvalMetrics metrics,
-                            Evaluate(model, *prepared.validation, task.config.batch_size, eval_precision, stop));
+    PARSYN_ASSIGN_OR_RETURN(const EvalMetrics metrics, Evaluate(model, *prepared.validation,
+                                                                task.config.training.batch_size, eval_precision, stop));
     json result = MetricsJson(metrics);
     json event = result;
     event["event"] = "eval";

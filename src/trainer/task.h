@@ -21,7 +21,7 @@
 
 #include "base/status.h"
 #include "protocol/messages.h"
-#include "trainer/train_config.h"
+#include "protocol/trainer_task.h"
 
 namespace parsyn::trainer {
 
@@ -32,7 +32,7 @@ struct TrainTask {
   std::filesystem::path data;
   std::filesystem::path validation_data;  // empty: validation_fraction of data is held out by split_seed
   std::string data_format;                // "jsonl" or "csv"
-  TrainConfig config;
+  protocol::TrainerConfig config;         // training.validation_fraction: the task's when it gives one
   std::optional<int64_t> steps;
   uint64_t seed = 0;
   uint64_t split_seed = 0;

@@ -7,14 +7,15 @@
 
 namespace parsyn::trainer {
 
-StatusOr<LanguageModelBundle> LoadLanguageModel(const std::filesystem::path& model_dir, const TrainConfig& config,
-                                                uint64_t seed, torch::Device device) {
+StatusOr<LanguageModelBundle> LoadLanguageModel(const std::filesystem::path& model_dir,
+                                                const protocol::TrainingConfig& config, uint64_t seed,
+                                                torch::Device device) {
   CausalLmOptions options;
   options.model.device = device;
   switch (config.mixed_precision) {
-    case MixedPrecision::kNo: options.model.compute_dtype = torch::kFloat32; break;
-    case MixedPrecision::kBf16: options.model.compute_dtype = torch::kBFloat16; break;
-    case MixedPrecision::kFp16: options.model.compute_dtype = torch::kHalf; break;
+    case protocol::MixedPrecision::kNo: options.model.compute_dtype = torch::kFloat32; break;
+    case protocol::MixedPrecision::kBf16: options.model.compute_dtype = torch::kBFloat16; break;
+    case protocol::MixedPrecision::kFp16: options.model.compute_dtype = torch::kHalf; break;
   }
   if (config.use_peft) {
     LoraSettings lora;

@@ -11,8 +11,8 @@
 
 #include "base/status.h"
 #include "data/tokenizer.h"
+#include "protocol/training_config.h"
 #include "trainer/lm_batches.h"
-#include "trainer/train_config.h"
 #include "trainer/trainable_model.h"
 
 namespace parsyn::trainer {
@@ -31,7 +31,8 @@ struct LanguageModelBundle {
 
 // Errors: those of CausalLm::Load (NotFound for a missing folder or file, InvalidArgument for a bad config or
 // checkpoint) and of data::Tokenizer::FromFile for model_dir/tokenizer.json.
-StatusOr<LanguageModelBundle> LoadLanguageModel(const std::filesystem::path& model_dir, const TrainConfig& config,
-                                                uint64_t seed, torch::Device device);
+StatusOr<LanguageModelBundle> LoadLanguageModel(const std::filesystem::path& model_dir,
+                                                const protocol::TrainingConfig& config, uint64_t seed,
+                                                torch::Device device);
 
 }  // namespace parsyn::trainer

@@ -155,8 +155,8 @@ TEST(ParseTrainTaskTest, ResolvesPathsAndReadsOptionalFields) {
   EXPECT_EQ(task->split_seed, 0u);
   EXPECT_EQ(task->schedule_start_step, 10);
   EXPECT_EQ(task->schedule_total_steps, 100);
-  EXPECT_TRUE(task->config.use_peft);
-  EXPECT_DOUBLE_EQ(task->config.validation_fraction, 0.1);
+  EXPECT_TRUE(task->config.training.use_peft);
+  EXPECT_DOUBLE_EQ(task->config.training.validation_fraction, 0.1);
   EXPECT_EQ(task->output_weights, fs::path("/base/out/w.safetensors"));
   EXPECT_TRUE(task->output_model_dir.empty());
   EXPECT_EQ(task->proximal_mu, 0);  // absent: plain training
@@ -172,7 +172,7 @@ TEST(ParseTrainTaskTest, ResolvesPathsAndReadsOptionalFields) {
   held_out["validation_fraction"] = 2.0 / 3.0;
   auto with_share = ParseTrainTask(held_out, "/base");
   ASSERT_TRUE(with_share.ok()) << with_share.status().ToString();
-  EXPECT_DOUBLE_EQ(with_share->config.validation_fraction, 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(with_share->config.training.validation_fraction, 2.0 / 3.0);
 }
 
 TEST(ParseTrainTaskTest, RejectsMissingOrMalformedFields) {

@@ -125,7 +125,8 @@ class LossScaler {
 
 }  // namespace
 
-StatusOr<StepPlan> PlanSteps(const TrainConfig& config, int64_t num_examples, std::optional<int64_t> max_steps) {
+StatusOr<StepPlan> PlanSteps(const protocol::TrainingConfig& config, int64_t num_examples,
+                             std::optional<int64_t> max_steps) {
   if (num_examples < 1) return InvalidArgumentError("no training examples (is the validation fraction too large?)");
   if (max_steps && *max_steps < 0) return InvalidArgumentError("steps must be >= 0, got " + std::to_string(*max_steps));
   StepPlan plan;
@@ -135,7 +136,7 @@ StatusOr<StepPlan> PlanSteps(const TrainConfig& config, int64_t num_examples, st
   return plan;
 }
 
-double LearningRateAt(const TrainConfig& config, int64_t step, int64_t total_steps) {
+double LearningRateAt(const protocol::TrainingConfig& config, int64_t step, int64_t total_steps) {
   const double peak = config.learning_rate;
   if (step < config.warmup_steps)
     return peak * static_cast<double>(step + 1) / static_cast<double>(config.warmup_steps);
@@ -188,7 +189,7 @@ namespace {
 std::vector<torch::optim::OptimizerParamGroup> ParamGroups(TrainableModel& model,
                                                            const std::vector<torch::Tensor>& params,
                                                            const std::vector<std::string>& names,
-                                                           const TrainConfig& config) {
+                                                           const protocol::TrainingConfig& config) {
   std::vector<torch::Tensor> decayed;
   std::vector<torch::Tensor> not_decayed;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -229,7 +230,7 @@ StatusOr<StepTotals> AccumulateGradients(TrainableModel& model, const ExampleSet
                                          const TrainOptions& options, const LossScaler& scaler,
                                          const std::vector<torch::Tensor>& params,
                                          const std::vector<torch::Tensor>& anchors, int64_t step) {
-  const TrainConfig& config = options.config;
+  const protocol::TrainingConfig& config = options.config;
   const torch::Device device = model.device();
   StepTotals totals;
   for (const auto& indices : micro_batches) {
@@ -262,11 +263,11 @@ StatusOr<StepTotals> AccumulateGradients(TrainableModel& model, const ExampleSet
 // One optimizer step's micro-batches of the epoch's `order`, from `position` on: up to gradient_accumulation_steps
 // of them, never past the epoch's end. Advances `position` past them.
 std::vector<std::span<const int64_t>> TakeMicroBatches(const std::vector<int64_t>& order, int64_t& position,
-                                                       const TrainConfig& config) {
+                                                       const protocol::TrainingConfig& config) {
   const int64_t n = static_cast<int64_t>(order.size());
   std::vector<std::span<const int64_t>> micro_batches;
   for (int64_t m = 0; m < config.gradient_accumulation_steps && position < n; ++m) {
-    const int64_t count = std::min(config.batch_size, n - position);
+    const int64_t count = std::min<int64_t>(config.batch_size, n - position);
     micro_batches.emplace_back(order.data() + position, static_cast<size_t>(count));
     position += count;
   }
@@ -292,7 +293,7 @@ StepProgress ProgressOf(int64_t step, int64_t total_steps, int64_t epoch, double
 }  // namespace
 
 StatusOr<TrainSummary> Train(TrainableModel& model, const ExampleSet& examples, const TrainOptions& options) {
-  const TrainConfig& config = options.config;
+  const protocol::TrainingConfig& config = options.config;
   const torch::Device device = model.device();
   PARSYN_RETURN_IF_ERROR(CheckPrecision(config.mixed_precision, device));
   const double mu = options.proximal_mu;

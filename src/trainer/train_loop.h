@@ -40,10 +40,13 @@
 #include <stop_token>
 
 #include "base/status.h"
-#include "trainer/train_config.h"
+#include "protocol/training_config.h"
 #include "trainer/trainable_model.h"
 
 namespace parsyn::trainer {
+
+using protocol::LrScheduler;
+using protocol::MixedPrecision;
 
 // A fixed set of examples the loop draws batches from (tokenized text, standardised tabular rows).
 // Used from one thread.
@@ -60,10 +63,11 @@ struct StepPlan {
   int64_t total_steps = 0;
 };
 // InvalidArgument when num_examples < 1 or max_steps < 0.
-StatusOr<StepPlan> PlanSteps(const TrainConfig& config, int64_t num_examples, std::optional<int64_t> max_steps);
+StatusOr<StepPlan> PlanSteps(const protocol::TrainingConfig& config, int64_t num_examples,
+                             std::optional<int64_t> max_steps);
 
 // Learning rate of 0-based optimizer step `step` in a schedule of `total_steps` steps.
-double LearningRateAt(const TrainConfig& config, int64_t step, int64_t total_steps);
+double LearningRateAt(const protocol::TrainingConfig& config, int64_t step, int64_t total_steps);
 
 // "cpu", "cuda", "cuda:N". InvalidArgument for other spellings; FailedPrecondition for CUDA when libtorch has none
 // ("this libtorch was built without CUDA") or N is out of range.
@@ -82,7 +86,7 @@ struct StepProgress {
 };
 
 struct TrainOptions {
-  TrainConfig config;
+  protocol::TrainingConfig config;   // the job's training keys (training_config.h)
   std::optional<int64_t> max_steps;  // the step budget; see above
   uint64_t seed = 0;
   int64_t schedule_start_step = 0;

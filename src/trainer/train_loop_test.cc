@@ -29,7 +29,7 @@ TEST(PlanStepsTest, EpochsAndBudgetCombine) {
       {100, 10, 1, 3, 0, 10, 0},              // 0 steps: evaluation only
   };
   for (const Case& c : cases) {
-    TrainConfig config;
+    protocol::TrainingConfig config;
     config.batch_size = c.batch;
     config.gradient_accumulation_steps = c.accumulation;
     config.epochs = c.epochs;
@@ -38,11 +38,11 @@ TEST(PlanStepsTest, EpochsAndBudgetCombine) {
     EXPECT_EQ(plan->steps_per_epoch, c.steps_per_epoch) << c.examples << "/" << c.batch;
     EXPECT_EQ(plan->total_steps, c.total) << c.examples << "/" << c.batch;
   }
-  EXPECT_EQ(PlanSteps(TrainConfig{}, 0, std::nullopt).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanSteps(protocol::TrainingConfig{}, 0, std::nullopt).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(LearningRateTest, WarmupThenSchedules) {
-  TrainConfig config;
+  protocol::TrainingConfig config;
   config.learning_rate = 1.0;
   config.warmup_steps = 4;
   config.lr_scheduler = LrScheduler::kLinear;
@@ -84,7 +84,7 @@ class TrainLoopTest : public ::testing::Test {
     config_.batch_size = 8;
     config_.learning_rate = 1e-2;
     config_.lr_scheduler = LrScheduler::kConstant;
-    auto spec = TabularSpecFor(config_, dataset_, rows_);
+    auto spec = TabularSpecFor({.training = config_, .model_type = std::nullopt}, dataset_, rows_);
     ASSERT_TRUE(spec.ok());
     spec_ = *spec;
     auto examples = TabularExamples::Create(dataset_, rows_, spec_);
@@ -109,7 +109,7 @@ class TrainLoopTest : public ::testing::Test {
 
   data::TabularDataset dataset_;
   std::vector<int64_t> rows_;
-  TrainConfig config_;
+  protocol::TrainingConfig config_;
   TabularModelSpec spec_;
   std::unique_ptr<TabularExamples> examples_;
 };

@@ -15,9 +15,10 @@
 //       dtype "F32"|"BF16"|"F16"). Prints {"event": "done", "config": {...}}.
 //   parsyn-trainer tabular-init DIR OPTIONS_JSON
 //       Writes a new tabular model folder (tabular_model.h) for a whole CSV dataset: OPTIONS_JSON is {"data": CSV,
-//       "seed": N, "config": {train_config.h keys: model_type, hidden_sizes, label_column}}. Feature standardisation
-//       and the class list come from every row of the file, so a federated job's workers, given this folder, all
-//       scale features and number classes alike. Prints {"event": "done", "dir", "spec": tabular_model.json}.
+//       "seed": N, "config": {the trainer config's keys (protocol/trainer_task.h): model_type, hidden_sizes,
+//       label_column}}. Feature standardisation and the class list come from every row of the file, so a federated
+//       job's workers, given this folder, all scale features and number classes alike. Prints {"event": "done", "dir",
+//       "spec": tabular_model.json}.
 //   parsyn-trainer --fork-server
 //       The worker's way to start this program once per worker instead of once per task (base/fork_server.h): with
 //       its stdin a fork server's control channel, it forks a copy of itself for each run the worker asks for, which
@@ -228,9 +229,10 @@ parsyn::Status InitTabularFolder(const std::string& dir, const std::string& opti
   if (std::filesystem::exists(std::filesystem::path(dir) / parsyn::trainer::kTabularModelFile)) {
     return parsyn::AlreadyExistsError(dir + " already holds a " + parsyn::trainer::kTabularModelFile);
   }
-  PARSYN_ASSIGN_OR_RETURN(const parsyn::trainer::TrainConfig config, parsyn::trainer::ParseTrainConfig(config_json));
+  PARSYN_ASSIGN_OR_RETURN(const parsyn::protocol::TrainerConfig config,
+                          parsyn::protocol::ParseTrainerConfig(config_json));
   parsyn::data::TabularOptions options;
-  options.label_column = config.label_column;
+  options.label_column = config.training.LabelColumn();
   auto dataset = parsyn::data::LoadTabularFile(data, options);
   if (!dataset.ok()) return dataset.status().WithContext(data.string());
   // No row list: the standardizer is fitted on every row of the file.
