@@ -366,7 +366,7 @@ void AddWorkerProtocolFlags(CLI::App* cmd, ServerFlags& f) {
       ->capture_default_str();
   cmd->add_option("--max-poll-wait-ms", f.max_poll_wait_ms, "longest task long-poll")->capture_default_str();
   cmd->add_option("--progress-interval-ms", f.progress_interval_ms,
-                  "a worker's progress is stored at most once per this (sooner reports get 429)")
+                  "a worker's progress in a job is stored at most once per this (sooner reports get 429)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--max-progress-points", f.max_progress_points,

@@ -60,8 +60,8 @@ struct ServiceOptions {
   // much later.
   std::chrono::milliseconds heartbeat_timeout{20'000};
   std::chrono::milliseconds max_poll_wait{30'000};  // the longest a task long-poll is held open
-  // A worker's progress is stored at most once per min_progress_interval (sooner reports are answered 429), and at
-  // most max_progress_points per job and worker (later reports are shown live but not stored).
+  // A worker's progress in a job is stored at most once per min_progress_interval (sooner reports are answered 429),
+  // and at most max_progress_points per job and worker (later reports are shown live but not stored).
   std::chrono::milliseconds min_progress_interval{500};
   int64_t max_progress_points = 10'000;
   // Lifetime of the blob URLs in a task (`parsyn server --blob-url-ttl`); 0: the job's aggregation_timeout plus

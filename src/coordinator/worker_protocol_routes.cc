@@ -161,7 +161,7 @@ class WorkerProtocolRoutes {
   }
 
   // Stored as a metric point and shown live (the job's view and a worker_progress event). Only the task the worker
-  // holds may report (409 otherwise, nothing written); a worker's reports are stored at most once per
+  // holds may report (409 otherwise, nothing written); a worker's reports in one job are stored at most once per
   // min_progress_interval (sooner ones get 429 and a Retry-After) and at most max_progress_points per job and worker
   // (later ones are still shown live, but store neither a point nor an event).
   Awaitable<Response> Progress(Request& req, int64_t worker_id) {
@@ -177,7 +177,10 @@ class WorkerProtocolRoutes {
     const ServiceOptions& options = service_.options();
     const Clock::TimePoint now = context_.clock.Now();
     ProgressBudget& budget = progress_budgets_[worker_id];  // std::map: the reference outlives other insertions
-    if (budget.last_accepted && now - *budget.last_accepted < options.min_progress_interval) {
+    // The interval is between reports of one job: a worker's first report in a job is never refused for one it made
+    // in the job before (a task shorter than the interval would then store no progress at all).
+    if (budget.last_accepted && budget.last_accepted_job == body->job_id &&
+        now - *budget.last_accepted < options.min_progress_interval) {
       const auto wait = options.min_progress_interval - (now - *budget.last_accepted);
       const int64_t retry_after_s = std::max<int64_t>(1, (wait.count() + 999) / 1000);
       Response busy = Response::Error(ResourceExhaustedError(
@@ -189,6 +192,7 @@ class WorkerProtocolRoutes {
       co_return busy;
     }
     budget.last_accepted = now;  // before any co_await: a report arriving meanwhile is held to the interval too
+    budget.last_accepted_job = body->job_id;
     if (budget.job_id != body->job_id) {
       // The first report for this job since the coordinator started (or since the worker's previous job): the count
       // comes from the store, so a restart does not reset the cap.
@@ -312,7 +316,8 @@ class WorkerProtocolRoutes {
   // Per worker: when its last progress was accepted, and how many points it has stored for its current job.
   struct ProgressBudget {
     std::optional<Clock::TimePoint> last_accepted;
-    int64_t job_id = 0;  // 0: none yet (job ids start at 1)
+    int64_t last_accepted_job = 0;  // the job of the report accepted at last_accepted
+    int64_t job_id = 0;             // whose stored_points these are; 0: none yet (job ids start at 1)
     int64_t stored_points = 0;
   };
 

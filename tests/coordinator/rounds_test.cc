@@ -274,6 +274,38 @@ TEST_F(RoundsTest, ProgressComesOnlyFromTheTaskHolderAtABoundedRate) {
   EXPECT_EQ(metrics["workers"][0]["points"][0]["step"], 1);
 }
 
+// The interval was per worker across jobs: a worker whose task in one job ended within it (a fast trainer) had its
+// first report in the next job refused, and a task that short stored no progress for that job at all.
+TEST_F(RoundsTest, AReportInANewJobIsNotHeldToTheIntervalOfTheJobBefore) {
+  StartServer({"--progress-interval-ms", "3600000"});
+  Fixture f = MakeFixture(*admin_, 40, 2);
+  std::unique_ptr<http::Client> holder;
+  const json first_task = HoldOneTask(f, holder);
+  ASSERT_TRUE(first_task.is_object());
+  const int64_t first_job = first_task["job_id"];
+  auto first = holder->PostJson("/api/v1/worker/progress",
+                                ProgressReport(first_job, first_task["round"], first_task["attempt"], 1));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto cancelled = admin_->PostJson("/api/v1/training-jobs/" + std::to_string(first_job) + "/cancel", json::object());
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+  const json second_task = HoldOneTask(f, holder);  // a new session, a second job, its task
+  ASSERT_TRUE(second_task.is_object());
+  const int64_t second_job = second_task["job_id"];
+  ASSERT_NE(second_job, first_job);
+  auto second = holder->PostJson("/api/v1/worker/progress",
+                                 ProgressReport(second_job, second_task["round"], second_task["attempt"], 1));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->status, 204);
+  // Within the job, the interval holds.
+  auto again = holder->PostJson("/api/v1/worker/progress",
+                                ProgressReport(second_job, second_task["round"], second_task["attempt"], 2));
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kResourceExhausted) << again.status().ToString();
+  const json metrics = Metrics(second_job);
+  ASSERT_EQ(metrics["workers"].size(), 1u) << metrics.dump();
+  EXPECT_EQ(metrics["workers"][0]["points"].size(), 1u) << metrics.dump();
+}
+
 // The stored series was unbounded and read whole. Now at most --max-progress-points per job and worker are stored
 // (later reports are taken, not stored), and GET .../metrics answers pages of ?limit= points after ?after=.
 TEST_F(RoundsTest, ProgressPointsAreCappedAndTheMetricsArePaged) {
