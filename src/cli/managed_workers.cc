@@ -173,6 +173,8 @@ void ManagedWorkerSupervisor::Supervise(Slot& slot) {
       if (stopping_) return;
       SubprocessOptions spawn;
       spawn.environment = {{"PARSYN_WORKER_TOKEN", id.token}};
+      // Names this process to the worker's --exit-with-parent, which asks for SIGTERM (a clean leave) when it dies.
+      spawn.die_with_parent = true;
       StatusOr<Subprocess> started = Subprocess::Start(options_.program, args, spawn);
       if (started.ok()) {
         child.emplace(std::move(*started));

@@ -250,8 +250,11 @@ int RunAgent(const AgentFlags& f) {
   if (f.exit_with_parent) {
     // A supervised worker (parsyn server --managed-workers) must not outlive a server that was SIGKILLed: the kernel
     // sends SIGTERM, which the agent handles as a clean leave. The check after prctl closes the race with an
-    // already-dead parent.
-    const pid_t parent = getppid();
+    // already-dead parent. The parent to check is the one that started this process (SubprocessOptions::
+    // die_with_parent names it): read here, getppid() may already be the process that inherited the orphan.
+    const char* named = std::getenv(kDieWithParentEnv);
+    const pid_t parent = named != nullptr ? static_cast<pid_t>(std::strtol(named, nullptr, 10)) : getppid();
+    ::unsetenv(kDieWithParentEnv);
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) return fail("the supervising process is gone");
   }
   if (f.server.empty()) return fail("--server URL is required (or PARSYN_SERVER)");
@@ -344,7 +347,8 @@ void AddWorkerCommand(CLI::App& app, int& exit_code) {
                     "config file whose [trainers] section adds trainers (default: PARSYN_CONFIG, then "
                     "~/.config/parsyn/config.toml)");
   group->add_flag("--exit-with-parent", flags->exit_with_parent,
-                  "stop when the parent process dies (used by parsyn server --managed-workers)");
+                  "stop when the parent process dies (used by parsyn server --managed-workers, which names itself in "
+                  "PARSYN_DIE_WITH_PARENT)");
   group->callback([group, flags, &exit_code] {
     if (!group->get_subcommands().empty()) return;  // `parsyn worker register|list`
     exit_code = RunAgent(*flags);

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/subprocess.h"
 #include "llama_fixture.h"
 
 namespace parsyn::e2e {
@@ -220,6 +221,19 @@ TEST_F(ManagedWorkersTest, ManagedWorkersLeaveWhenTheServerIsKilled) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_TRUE(ManagedWorkerPids("managed-1", managed_dir).empty()) << "a managed worker outlived its SIGKILLed server";
+}
+
+// A managed worker read its parent with getppid() after it started: a server killed before then left the worker
+// adopted by another process, which it took for its parent, and it ran on as an orphan. The parent is now the one
+// the server names (PARSYN_DIE_WITH_PARENT); a worker whose named parent is not its parent leaves at once.
+TEST(ManagedWorkerStartTest, AWorkerWhoseServerDiedBeforeItStartedLeavesAtOnce) {
+  ::setenv(kDieWithParentEnv, "1", 1);  // not this worker's parent (the test is)
+  const CommandResult run = RunParsyn(
+      {"worker", "--server", "http://127.0.0.1:1", "--token", "pwt_unused", "--name", "orphan", "--exit-with-parent"},
+      std::chrono::seconds(30));
+  ::unsetenv(kDieWithParentEnv);
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("the supervising process is gone"), std::string::npos) << run.output;
 }
 
 }  // namespace
