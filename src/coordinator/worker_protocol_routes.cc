@@ -117,10 +117,8 @@ class WorkerProtocolRoutes {
     // instead (one wait on its socket), so that its close ends the poll, and the session, at once.
     loop::Signal* client_left = req.connection != nullptr ? &req.connection->WatchForClientClose() : nullptr;
     auto client_gone = [&req] { return req.connection != nullptr && req.connection->client_gone(); };
-    s->last_seen = context_.clock.Now();
     // Polling while holding an unreported task means the worker dropped it; the job's engine hears so below.
-    s->current_job.reset();
-    s->polls_in_flight++;
+    sessions_.PollStarted(*s);
     if (s->queued.empty() && !client_gone()) co_await service_.OfferWorker(worker_id);
     const auto deadline = std::chrono::steady_clock::now() + *wait;
     while (true) {
@@ -142,7 +140,7 @@ class WorkerProtocolRoutes {
     }
     s = sessions_.Find(worker_id);
     if (s == nullptr || s->session_id != session_id) co_return Response::Error(NoSession(worker_id));
-    s->polls_in_flight--;
+    sessions_.PollEnded(*s);
     if (client_gone() && !service_.shutting_down()) {
       // The worker is gone: it may not stay idle and online until the heartbeat timeout, taking tasks it never
       // receives. Its session ends (a task queued for it meanwhile goes back to its job, which drops the worker from
@@ -150,14 +148,9 @@ class WorkerProtocolRoutes {
       if (s->polls_in_flight == 0) co_await service_.EndSession(worker_id, "its task poll's connection was closed");
       co_return Response::NoContent();  // nobody reads it
     }
-    s->last_seen = context_.clock.Now();
-    if (s->queued.empty()) co_return Response::NoContent();
-    Session::QueuedTask task = std::move(s->queued.front());
-    s->queued.pop_front();
-    s->current_job = task.job_id;
-    s->current_round = task.task.round;
-    s->current_attempt = task.task.attempt;
-    co_return Response::Text(200, std::move(task.task.json), "application/json");
+    std::optional<std::string> task = sessions_.HandOverQueuedTask(*s);
+    if (!task) co_return Response::NoContent();
+    co_return Response::Text(200, std::move(*task), "application/json");
   }
 
   // Stored as a metric point and shown live (the job's view and a worker_progress event). Only the task the worker

@@ -96,6 +96,23 @@ void WorkerSessions::TaskFinished(int64_t worker_id, int64_t job_id) {
   }
 }
 
+void WorkerSessions::PollStarted(Session& s) {
+  s.last_seen = clock_.Now();
+  s.current_job.reset();
+  s.polls_in_flight++;
+}
+
+std::optional<std::string> WorkerSessions::HandOverQueuedTask(Session& s) {
+  s.last_seen = clock_.Now();
+  if (s.queued.empty()) return std::nullopt;
+  Session::QueuedTask task = std::move(s.queued.front());
+  s.queued.pop_front();
+  s.current_job = task.job_id;
+  s.current_round = task.task.round;
+  s.current_attempt = task.task.attempt;
+  return std::move(task.task.json);
+}
+
 std::vector<int64_t> WorkerSessions::IdleWorkers() const {
   std::vector<int64_t> idle;
   for (const auto& [id, s] : sessions_) {

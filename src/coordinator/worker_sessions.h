@@ -100,6 +100,14 @@ class WorkerSessions {
   void AbandonTask(int64_t worker_id, int64_t job_id, int round, int attempt);
   // The worker's delivered task of this job is over (reported, refused or the job ended).
   void TaskFinished(int64_t worker_id, int64_t job_id);
+  // A task poll of the session starts: the worker is seen now, holds no task any more (polling while holding one
+  // means it dropped it) and has one more poll open (IdleWorkers counts it idle while one is).
+  void PollStarted(Session& s);
+  // The poll's wait is over: one poll fewer open.
+  void PollEnded(Session& s) { s.polls_in_flight--; }
+  // Hands the first queued task to the worker, now seen: it becomes the task the worker holds (current_job, and its
+  // round and attempt). The task's JSON; nullopt when none is queued.
+  std::optional<std::string> HandOverQueuedTask(Session& s);
   // Workers online with nothing to do: the engine's idle set when a job starts or resumes. In id order.
   std::vector<int64_t> IdleWorkers() const;
   bool WorkerHasLocalData(int64_t worker_id) const;

@@ -10,6 +10,8 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "storage/sqlite_store.h"
@@ -94,12 +96,9 @@ TEST_F(WorkerSessionsTest, QueuedTaskIsDeliveredAndADeliveredOneAbandonedInTheNe
   EXPECT_TRUE(s.queued.empty());
   EXPECT_TRUE(s.abandon.empty());
 
-  // Delivered (the poll took it, as the worker protocol's NextTask does): the next heartbeat's "abandon" names it.
+  // Delivered (a poll took it): the next heartbeat's "abandon" names it.
   ASSERT_TRUE(sessions_->DeliverTask(w, 7, Task(1, 2)));
-  s.current_job = s.queued.front().job_id;
-  s.current_round = s.queued.front().task.round;
-  s.current_attempt = s.queued.front().task.attempt;
-  s.queued.pop_front();
+  ASSERT_TRUE(sessions_->HandOverQueuedTask(s).has_value());
   sessions_->AbandonTask(w, 7, 1, 1);  // another attempt: not the one it holds
   EXPECT_TRUE(s.abandon.empty());
   sessions_->AbandonTask(w, 7, 1, 2);
@@ -108,6 +107,38 @@ TEST_F(WorkerSessionsTest, QueuedTaskIsDeliveredAndADeliveredOneAbandonedInTheNe
   EXPECT_EQ(s.abandon[0].round, 1);
   EXPECT_EQ(s.abandon[0].attempt, 2);
   EXPECT_FALSE(s.current_job.has_value());
+}
+
+TEST_F(WorkerSessionsTest, APollTakesTheQueuedTasksInOrderAndAPollWhileHoldingOneDropsIt) {
+  const int64_t w = ids_[0];
+  WorkerSessions::Session& s = Hello(w);
+  clock_.Advance(std::chrono::seconds(5));
+  sessions_->PollStarted(s);
+  EXPECT_EQ(s.polls_in_flight, 1);
+  EXPECT_EQ(s.last_seen, clock_.Now());
+  EXPECT_EQ(sessions_->IdleWorkers(), std::vector<int64_t>{w});
+  EXPECT_FALSE(sessions_->HandOverQueuedTask(s).has_value());  // nothing queued: the poll answers 204
+
+  ASSERT_TRUE(sessions_->DeliverTask(w, 7, Task(3, 1)));
+  ASSERT_TRUE(sessions_->DeliverTask(w, 8, Task(1, 2)));
+  std::optional<std::string> first = sessions_->HandOverQueuedTask(s);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(*first, Task(3, 1).json);
+  EXPECT_EQ(s.current_job, 7);
+  EXPECT_EQ(s.current_round, 3);
+  EXPECT_EQ(s.current_attempt, 1);
+  sessions_->PollEnded(s);
+  EXPECT_EQ(s.polls_in_flight, 0);
+
+  // Polling again while holding job 7's task: the worker dropped it, and the next poll hands over job 8's.
+  sessions_->PollStarted(s);
+  EXPECT_FALSE(s.current_job.has_value());
+  std::optional<std::string> second = sessions_->HandOverQueuedTask(s);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(*second, Task(1, 2).json);
+  EXPECT_EQ(s.current_job, 8);
+  EXPECT_EQ(s.current_attempt, 2);
+  EXPECT_TRUE(s.queued.empty());
 }
 
 TEST_F(WorkerSessionsTest, FinishedTaskMakesTheWorkerIdleAgain) {
