@@ -113,14 +113,12 @@ void ParseCompression(const json* object, protocol::UpdateCompression& c, std::v
   }
 }
 
+// A JSON number of seconds for a duration in milliseconds: an integer when it is whole.
+json Seconds(int64_t ms) { return ms % 1000 == 0 ? json(ms / 1000) : json(static_cast<double>(ms) / 1000.0); }
+
 void ParseDistributed(const json* object, DistributedConfig& d, std::vector<std::string>& errors) {
   // The defaults of a distributed job; an ordinary job is normalised after validation.
-  d.num_rounds = 10;
-  d.steps_per_round = 500;
-  d.min_workers = 2;
-  d.max_workers = 0;  // 0 until given or defaulted from min_workers and the listed workers
-  d.aggregation_timeout_ms = 600'000;
-  d.fault_tolerance = 3;
+  d = DistributedJobDefaults();
   if (object == nullptr) return;
   FieldReader r(*object, "distributed.", errors);
   r.Boolean("enabled", d.enabled);
@@ -133,11 +131,11 @@ void ParseDistributed(const json* object, DistributedConfig& d, std::vector<std:
   r.Integer("steps_per_round", d.steps_per_round, 0, 10'000'000);
   r.Integer("min_workers", d.min_workers, 1, kMaxJobWorkers);
   r.Integer("max_workers", d.max_workers, 1, kMaxJobWorkers);
-  double timeout_s = 600;
+  double timeout_s = static_cast<double>(d.aggregation_timeout_ms) / 1000.0;
   r.Number("aggregation_timeout", timeout_s, 1, 604800);
   d.aggregation_timeout_ms = std::llround(timeout_s * 1000.0);
   r.Integer("fault_tolerance", d.fault_tolerance, 1, 1000);
-  double join_window_s = 5;
+  double join_window_s = static_cast<double>(d.join_window_ms) / 1000.0;
   r.Number("join_window", join_window_s, 0, 3600);
   d.join_window_ms = std::llround(join_window_s * 1000.0);
   if (const json* early = r.Object("early_stopping")) {
@@ -403,10 +401,38 @@ std::vector<std::string> JobSpecWarnings(const json& body, const JobSpec& spec) 
   return warnings;
 }
 
+DistributedConfig DistributedJobDefaults() {
+  DistributedConfig d;
+  d.num_rounds = 10;
+  d.steps_per_round = 500;
+  d.min_workers = 2;
+  d.max_workers = 0;  // 0 until given or defaulted from min_workers and the listed workers
+  d.aggregation_timeout_ms = 600'000;
+  d.fault_tolerance = 3;
+  d.join_window_ms = 5'000;
+  return d;
+}
+
+json DistributedDefaultsJson() {
+  const DistributedConfig d = DistributedJobDefaults();
+  return {
+      {"strategy", AggregationStrategyName(d.strategy)},
+      {"num_rounds", d.num_rounds},
+      {"steps_per_round", d.steps_per_round},
+      {"min_workers", d.min_workers},
+      {"aggregation_timeout", Seconds(d.aggregation_timeout_ms)},
+      {"fault_tolerance", d.fault_tolerance},
+      {"join_window", Seconds(d.join_window_ms)},
+      {"partition",
+       {{"method", PartitionMethodName(d.partition.method)},
+        {"alpha", d.partition.alpha},
+        {"classes_per_worker", d.partition.classes_per_worker}}},
+  };
+}
+
 json JobSpecToJson(const JobSpec& spec) {
   const DistributedConfig& d = spec.distributed;
   const WorkerSelection& w = spec.worker_selection;
-  auto seconds = [](int64_t ms) { return ms % 1000 == 0 ? json(ms / 1000) : json(static_cast<double>(ms) / 1000.0); };
   json out{
       {"name", spec.name},
       {"dataset_id", spec.data.source == DataSource::kWorkers ? json(nullptr) : json(spec.dataset_id)},
@@ -422,9 +448,9 @@ json JobSpecToJson(const JobSpec& spec) {
            {"steps_per_round", d.steps_per_round},
            {"min_workers", d.min_workers},
            {"max_workers", d.max_workers},
-           {"aggregation_timeout", seconds(d.aggregation_timeout_ms)},
+           {"aggregation_timeout", Seconds(d.aggregation_timeout_ms)},
            {"fault_tolerance", d.fault_tolerance},
-           {"join_window", seconds(d.join_window_ms)},
+           {"join_window", Seconds(d.join_window_ms)},
        }},
       {"worker_selection",
        {

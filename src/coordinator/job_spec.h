@@ -191,6 +191,14 @@ struct JobSpec {
   friend bool operator==(const JobSpec&, const JobSpec&) = default;
 };
 
+// A distributed job's section before the request's fields apply: the defaults of the table above (num_rounds 10,
+// steps_per_round 500, min_workers 2, ...; max_workers 0 until derived). ParseJobSpec starts from it.
+DistributedConfig DistributedJobDefaults();
+// The same as the job form shows them (the dashboard's training_defaults.js, DISTRIBUTED_DEFAULTS): strategy,
+// num_rounds, steps_per_round, min_workers, aggregation_timeout and join_window in seconds, fault_tolerance, and
+// partition {method, alpha, classes_per_worker}.
+nlohmann::json DistributedDefaultsJson();
+
 // Parses and validates a request body. InvalidArgument for malformed JSON (with the parser's position) or any
 // invalid field (see above).
 StatusOr<JobSpec> ParseJobSpec(std::string_view body);

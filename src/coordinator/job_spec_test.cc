@@ -100,6 +100,36 @@ TEST(JobSpecTest, NormalisedJsonHasEveryDefault) {
   EXPECT_EQ(JobSpecToJson(*spec), expected) << JobSpecToJson(*spec).dump(2);
 }
 
+// The job form shows DistributedDefaultsJson as its placeholders (training_defaults.js): each is what a distributed
+// job that leaves the field out gets.
+TEST(JobSpecTest, TheFormsDistributedDefaultsAreWhatADistributedJobLeavingThemOutGets) {
+  StatusOr<JobSpec> spec = ParseJobSpec(
+      R"({"name": "n", "dataset_id": 1, "model_id": 2, "distributed": {"enabled": true, "partition": {"method": "iid"}}})");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const json normalised = JobSpecToJson(*spec)["distributed"];
+  const json shown = DistributedDefaultsJson();
+  EXPECT_EQ(shown, json::parse(R"({
+    "strategy": "federated_averaging", "num_rounds": 10, "steps_per_round": 500, "min_workers": 2,
+    "aggregation_timeout": 600, "fault_tolerance": 3, "join_window": 5,
+    "partition": {"method": "iid", "alpha": 0.5, "classes_per_worker": 2}
+  })"))
+      << shown.dump(2);
+  for (const char* key : {"strategy", "num_rounds", "steps_per_round", "min_workers", "aggregation_timeout",
+                          "fault_tolerance", "join_window"}) {
+    EXPECT_EQ(shown[key], normalised[key]) << key;
+  }
+  EXPECT_EQ(shown["partition"]["method"], PartitionMethodName(spec->distributed.partition.method));
+  for (const char* method : {"dirichlet", "shards_per_worker"}) {
+    StatusOr<JobSpec> partitioned = ParseJobSpec(R"({"name": "n", "dataset_id": 1, "model_id": 2, "distributed": )"
+                                                 R"({"enabled": true, "partition": {"method": ")" +
+                                                 std::string(method) + R"(", "label": "y"}}})");
+    ASSERT_TRUE(partitioned.ok()) << partitioned.status().ToString();
+    const json given = JobSpecToJson(*partitioned)["distributed"]["partition"];
+    const char* setting = std::string_view(method) == "dirichlet" ? "alpha" : "classes_per_worker";
+    EXPECT_EQ(shown["partition"][setting], given[setting]) << method;
+  }
+}
+
 struct GoodCase {
   std::string label;
   std::function<void(json&)> edit;

@@ -6,7 +6,7 @@ import path from 'node:path';
 import test from 'node:test';
 import { pathToFileURL } from 'node:url';
 
-import { strategyChoices } from '../../web/app/new_job.js';
+import { distributedFields, partitionFields, strategyChoices } from '../../web/app/new_job.js';
 
 const generated = process.env.PARSYN_TRAINING_DEFAULTS_JS;
 
@@ -43,4 +43,26 @@ test('a strategy the form has no label for still shows, its options by name', ()
   assert.deepEqual(names, ['fedavg_plus']);
   assert.deepEqual(options, { fedavg_plus: { mu: '0.5', gamma: 'required' } });
   assert.deepEqual(fields.slice(0, 2), [['mu', 'μ (proximal term)', 'number'], ['gamma', 'gamma', 'number']]);
+});
+
+test('the distributed and partition fields show the generated defaults of a distributed job', { skip: !generated && 'PARSYN_TRAINING_DEFAULTS_JS is not set' }, async () => {
+  const { DISTRIBUTED_DEFAULTS } = await import(pathToFileURL(path.resolve(generated)).href);
+  const shown = (/** @type {any[]} */ rows) => Object.fromEntries(rows.map(([field, , , placeholder]) => [field, placeholder]));
+  assert.deepEqual(shown(distributedFields(['federated_averaging', 'fedprox'], DISTRIBUTED_DEFAULTS)), {
+    'distributed.enabled': false,
+    'distributed.strategy': 'federated_averaging',
+    'distributed.num_rounds': '10',
+    'distributed.steps_per_round': '500',
+    'distributed.min_workers': '2',
+    'distributed.max_workers': 'min workers',
+    'distributed.aggregation_timeout': '600',
+    'distributed.fault_tolerance': '3',
+    'distributed.join_window': '5',
+  });
+  assert.deepEqual(shown(partitionFields(DISTRIBUTED_DEFAULTS)), {
+    'distributed.partition.method': 'iid',
+    'distributed.partition.alpha': '0.5',
+    'distributed.partition.classes_per_worker': '2',
+    'distributed.partition.label': 'CSV: the label column',
+  });
 });

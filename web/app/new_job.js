@@ -9,6 +9,7 @@ import { h } from './dom.js';
  * shows for].
  * @typedef {[string, string, string, string | boolean, (string[] | null)?, (string | null)?, string[]?]} FieldRow
  * @typedef {import('./training_defaults.js').Strategy} Strategy
+ * @typedef {import('./training_defaults.js').DistributedDefaults} DistributedDefaults
  */
 
 // The config fields: [key, label, kind, options]. kind: int | number | text | list | intlist | bool | select. Their
@@ -106,28 +107,33 @@ export function strategyChoices(catalog) {
 }
 
 // distributed.partition (docs/training.md "Data partition"): [path, label, kind, placeholder, options, help, methods].
+// The defaults shown are a distributed job's, generated from C++ (DISTRIBUTED_DEFAULTS in training_defaults.js).
 export const PARTITION_METHODS = ['iid', 'dirichlet', 'shards_per_worker'];
-/** @type {FieldRow[]} */
-const PARTITION_FIELDS = [
-  ['distributed.partition.method', 'Data partition', 'select', 'iid', PARTITION_METHODS,
+/** @param {DistributedDefaults} defaults @returns {FieldRow[]} */
+export const partitionFields = (defaults) => [
+  ['distributed.partition.method', 'Data partition', 'select', defaults.partition.method, PARTITION_METHODS,
     'how the dataset is split over the workers'],
-  ['distributed.partition.alpha', 'Dirichlet α', 'number', '0.5', null, 'smaller: more label skew', ['dirichlet']],
-  ['distributed.partition.classes_per_worker', 'Classes per worker', 'int', '2', null, null, ['shards_per_worker']],
+  ['distributed.partition.alpha', 'Dirichlet α', 'number', String(defaults.partition.alpha), null, 'smaller: more label skew',
+    ['dirichlet']],
+  ['distributed.partition.classes_per_worker', 'Classes per worker', 'int', String(defaults.partition.classes_per_worker),
+    null, null, ['shards_per_worker']],
   ['distributed.partition.label', 'Label', 'text', 'CSV: the label column', null,
     'JSONL: the record field holding the class (required unless iid)'],
 ];
 
-/** @type {(strategies: string[]) => FieldRow[]} */
-const distributedFields = (strategies) => [
+/** @param {string[]} strategies @param {DistributedDefaults} defaults @returns {FieldRow[]} */
+export const distributedFields = (strategies, defaults) => [
   ['distributed.enabled', 'Distributed training', 'bool', false],
-  ['distributed.strategy', 'Strategy', 'select', 'federated_averaging', strategies],
-  ['distributed.num_rounds', 'Rounds', 'int', '10'],
-  ['distributed.steps_per_round', 'Steps per round', 'int', '500', null, '0: a round trains the epochs over the shard'],
-  ['distributed.min_workers', 'Min workers', 'int', '2'],
+  ['distributed.strategy', 'Strategy', 'select', defaults.strategy, strategies],
+  ['distributed.num_rounds', 'Rounds', 'int', String(defaults.num_rounds)],
+  ['distributed.steps_per_round', 'Steps per round', 'int', String(defaults.steps_per_round), null,
+    '0: a round trains the epochs over the shard'],
+  ['distributed.min_workers', 'Min workers', 'int', String(defaults.min_workers)],
   ['distributed.max_workers', 'Max workers', 'int', 'min workers'],
-  ['distributed.aggregation_timeout', 'Aggregation timeout (s)', 'number', '600'],
-  ['distributed.fault_tolerance', 'Fault tolerance (failed rounds)', 'int', '3'],
-  ['distributed.join_window', 'Join window (s)', 'number', '5', null, 'how long a round waits for workers still reporting'],
+  ['distributed.aggregation_timeout', 'Aggregation timeout (s)', 'number', String(defaults.aggregation_timeout)],
+  ['distributed.fault_tolerance', 'Fault tolerance (failed rounds)', 'int', String(defaults.fault_tolerance)],
+  ['distributed.join_window', 'Join window (s)', 'number', String(defaults.join_window), null,
+    'how long a round waits for workers still reporting'],
 ];
 
 const fieldId = (/** @type {string} */ path) => `f-${path.replaceAll('.', '-')}`;
@@ -204,8 +210,10 @@ export function render(container) {
   /** @type {(() => void) | null} */
   let cleanup = null;
   import('./training_defaults.js')
-    .then(({ TRAINING_DEFAULTS, STRATEGIES }) => {
-      if (!stopped) cleanup = renderForm(container, configFields(TRAINING_DEFAULTS), strategyChoices(STRATEGIES));
+    .then(({ TRAINING_DEFAULTS, STRATEGIES, DISTRIBUTED_DEFAULTS }) => {
+      if (!stopped) {
+        cleanup = renderForm(container, configFields(TRAINING_DEFAULTS), strategyChoices(STRATEGIES), DISTRIBUTED_DEFAULTS);
+      }
     })
     .catch((err) => {
       if (!stopped) container.append(h('p', { class: 'form-error', role: 'alert' }, `Could not load the form: ${err.message}`));
@@ -218,10 +226,11 @@ export function render(container) {
 
 /**
  * @param {HTMLElement} container @param {FieldRow[]} configRows
- * @param {ReturnType<typeof strategyChoices>} strategies
+ * @param {ReturnType<typeof strategyChoices>} strategies @param {DistributedDefaults} distributedDefaults
  */
-function renderForm(container, configRows, strategies) {
-  const DISTRIBUTED_FIELDS = distributedFields(strategies.names);
+function renderForm(container, configRows, strategies, distributedDefaults) {
+  const DISTRIBUTED_FIELDS = distributedFields(strategies.names, distributedDefaults);
+  const PARTITION_FIELDS = partitionFields(distributedDefaults);
   /** @type {FieldRow[]} */
   const optionRows = strategies.fields.map(([option, label, kind]) => [`distributed.strategy_options.${option}`, label, kind, '']);
   const form = h('form', { id: 'job-form', class: 'card form', novalidate: true });

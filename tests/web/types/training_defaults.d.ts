@@ -15,3 +15,16 @@ export interface Strategy {
   options: StrategyOption[];
 }
 export declare const STRATEGIES: readonly Strategy[];
+
+// A distributed job's defaults (coordinator::DistributedDefaultsJson): durations in seconds.
+export interface DistributedDefaults {
+  strategy: string;
+  num_rounds: number;
+  steps_per_round: number;
+  min_workers: number;
+  aggregation_timeout: number;
+  fault_tolerance: number;
+  join_window: number;
+  partition: { method: string; alpha: number; classes_per_worker: number };
+}
+export declare const DISTRIBUTED_DEFAULTS: Readonly<DistributedDefaults>;
