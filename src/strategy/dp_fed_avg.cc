@@ -252,27 +252,20 @@ void DpFedAvg::CommitState() {
   pending_.reset();
 }
 
-Status DpFedAvg::RestoreState(const WeightSet* state) {
-  pending_.reset();
-  if (state == nullptr) {
-    accountant_ = RdpAccountant();
-    epsilon_spent_ = 0;
-    last_round_.reset();
-    return Status::Ok();
-  }
-  auto label = state->metadata().find("strategy");
-  if (label == state->metadata().end() || label->second != name()) {
+StatusOr<DpAccountingState> ReadDpFedAvgState(const WeightSet& state) {
+  auto label = state.metadata().find("strategy");
+  if (label == state.metadata().end() || label->second != "dp_fedavg") {
     return InvalidArgumentError("the server state is " +
-                                (label == state->metadata().end() ? std::string("unlabelled") : "of " + label->second) +
+                                (label == state.metadata().end() ? std::string("unlabelled") : "of " + label->second) +
                                 ", not of dp_fedavg");
   }
-  RdpAccountant restored;
-  const size_t n = restored.orders().size();
-  const Tensor* orders = state->Find("orders");
-  const Tensor* rdp = state->Find("rdp");
-  const Tensor* rounds = state->Find("rounds");
-  const Tensor* epsilon = state->Find("epsilon");
-  const Tensor* last = state->Find("last_round");
+  DpAccountingState read;
+  const size_t n = read.accountant.orders().size();
+  const Tensor* orders = state.Find("orders");
+  const Tensor* rdp = state.Find("rdp");
+  const Tensor* rounds = state.Find("rounds");
+  const Tensor* epsilon = state.Find("epsilon");
+  const Tensor* last = state.Find("last_round");
   auto is = [](const Tensor* t, DType dtype, int64_t numel) {
     return t != nullptr && t->dtype == dtype && t->shape.size() == 1 && t->numel() == numel;
   };
@@ -282,25 +275,37 @@ Status DpFedAvg::RestoreState(const WeightSet* state) {
                                 "], I64 rounds [1], F64 epsilon [1] and F64 last_round [6]");
   }
   const std::span<const double> stored_orders = orders->as<double>();
-  if (!std::equal(stored_orders.begin(), stored_orders.end(), restored.orders().begin())) {
+  if (!std::equal(stored_orders.begin(), stored_orders.end(), read.accountant.orders().begin())) {
     return InvalidArgumentError("the dp_fedavg state was accounted over other RDP orders");
   }
-  if (!restored.Restore(rdp->as<double>(), rounds->as<int64_t>()[0])) {
+  if (!read.accountant.Restore(rdp->as<double>(), rounds->as<int64_t>()[0])) {
     return InvalidArgumentError("the dp_fedavg state's round count is negative");
   }
-  accountant_ = std::move(restored);
-  epsilon_spent_ = epsilon->as<double>()[0];
+  read.epsilon = epsilon->as<double>()[0];
   const std::span<const double> r = last->as<double>();
-  if (accountant_.rounds() == 0) {
-    last_round_.reset();
-  } else {
-    last_round_ = DpRoundReport{.round = static_cast<int>(r[0]),
-                                .participants = static_cast<int>(r[1]),
-                                .clipped = static_cast<int>(r[2]),
-                                .noise_stddev = r[3],
-                                .sampling_rate = r[4],
-                                .epsilon = r[5]};
+  if (read.accountant.rounds() > 0) {
+    read.last_round = DpRoundReport{.round = static_cast<int>(r[0]),
+                                    .participants = static_cast<int>(r[1]),
+                                    .clipped = static_cast<int>(r[2]),
+                                    .noise_stddev = r[3],
+                                    .sampling_rate = r[4],
+                                    .epsilon = r[5]};
   }
+  return read;
+}
+
+Status DpFedAvg::RestoreState(const WeightSet* state) {
+  pending_.reset();
+  if (state == nullptr) {
+    accountant_ = RdpAccountant();
+    epsilon_spent_ = 0;
+    last_round_.reset();
+    return Status::Ok();
+  }
+  PARSYN_ASSIGN_OR_RETURN(DpAccountingState read, ReadDpFedAvgState(*state));
+  accountant_ = std::move(read.accountant);
+  epsilon_spent_ = read.epsilon;
+  last_round_ = read.last_round;
   return Status::Ok();
 }
 

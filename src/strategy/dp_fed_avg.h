@@ -46,6 +46,17 @@ namespace parsyn::strategy {
 // OK, or InvalidArgument naming the option and the rule, e.g. "clip_norm must be a finite number > 0, got 0".
 Status ValidateDpFedAvgOptions(const DpFedAvgOptions& options);
 
+// The privacy accounting a dp_fedavg server state holds (the state's format: DpFedAvg's state hooks below).
+struct DpAccountingState {
+  RdpAccountant accountant;                 // the committed rounds'
+  double epsilon = 0;                       // ε at delta after the last committed round
+  std::optional<DpRoundReport> last_round;  // nullopt when no round was accounted
+};
+// Reads a stored dp_fedavg state (as PendingState gave it) without a strategy: what RestoreState restores, and what
+// the job API reports of a stored round. InvalidArgument if `state` is not a dp_fedavg state with RdpAccountant's
+// orders.
+StatusOr<DpAccountingState> ReadDpFedAvgState(const weights::WeightSet& state);
+
 class DpFedAvg final : public Strategy {
  public:
   // `options` must pass ValidateDpFedAvgOptions (asserted). `private_key`: the job's private seed (above).
