@@ -247,7 +247,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
     }
     const auto accept_start = std::chrono::steady_clock::now();
     // Taken over so that the strategy may add several updates in one pass over its sums (it still judges now).
-    Status accepted = aggregator_.strategy()->AcceptOwned(std::move(**checked), a.sample_count, max_magnitude);
+    Status accepted = aggregator_.AcceptOwned(std::move(**checked), a.sample_count, max_magnitude);
     accept_ms = MillisSince(accept_start);
     return accepted;
   };
@@ -261,7 +261,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   Status verdict;
   const bool ready = checked_early && checked->ok();
   const bool small_update = ready && (*checked)->total_bytes() <= kInlineAcceptBytes;
-  if (small_update || (ready && max_magnitude && aggregator_.strategy()->AcceptOwnedIsQuick(**checked))) {
+  if (small_update || (ready && max_magnitude && aggregator_.AcceptOwnedIsQuick(**checked))) {
     verdict = validate();
   } else {
     verdict = co_await loop::Offload(host_.pool(), validate);
