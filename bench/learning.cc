@@ -36,8 +36,8 @@
 #include "coordinator/partition.h"
 #include "data/dataset.h"
 #include "protocol/trainer_task.h"
-#include "strategy/dp_fed_avg.h"
 #include "strategy/make_strategy.h"
+#include "strategy/round_aggregation.h"
 #include "strategy/strategy.h"
 #include "trainer/tabular_model.h"
 #include "trainer/train_loop.h"
@@ -107,14 +107,15 @@ int AggregationChild(StrategyKind kind, int k) {
   make(global);
   fill(global, 0.5f);
   auto s = Must(strategy::MakeStrategy(kind, strategy::DefaultStrategyOptions(kind), BenchKey()), "MakeStrategy");
-  Check(s->Begin(1, global), "Begin");
+  strategy::RoundAggregation aggregation(*s);
+  Check(aggregation.Begin(1, global), "Begin");
   for (int i = 0; i < k; ++i) {
     weights::WeightSet update;  // as the coordinator: one update in memory at a time, dropped once accepted
     make(update);
     fill(update, 0.5f + 0.01f * static_cast<float>(i));
-    Check(s->Accept(update, 100 + i), "Accept");
+    Check(aggregation.Accept(update, 100 + i), "Accept");
   }
-  weights::WeightSet next = Must(s->Finish(), "Finish");
+  weights::WeightSet next = Must(aggregation.Finish(), "Finish");
   s->CommitState();
   return next.size() == global.size() ? 0 : 1;
 }
@@ -236,9 +237,8 @@ struct RunResult {
 RunResult RunFederated(Federation& fed, trainer::TabularModel& model, const weights::WeightSet& initial,
                        const RunSpec& run) {
   auto s = Must(strategy::MakeStrategy(run.kind, run.options, BenchKey()), "MakeStrategy");
-  if (run.eligible_workers > 0) {
-    if (auto* dp = dynamic_cast<strategy::DpFedAvg*>(s.get())) dp->set_eligible_workers(run.eligible_workers);
-  }
+  if (run.eligible_workers > 0) s->set_eligible_workers(run.eligible_workers);  // dp_fedavg's q = K / n
+  strategy::RoundAggregation aggregation(*s);
   const int n = static_cast<int>(fed.workers.size());
   std::vector<strategy::Candidate> candidates;
   for (int w = 0; w < n; ++w) candidates.push_back({.worker_id = w + 1, .shard = w});
@@ -247,7 +247,7 @@ RunResult RunFederated(Federation& fed, trainer::TabularModel& model, const weig
     strategy::RoundContext ctx{
         .job_seed = kSeed, .round = round, .min_workers = 1, .max_workers = n, .sampling = run.options.sampling};
     const std::vector<strategy::ParticipantConfig> participants = s->ConfigureRound(ctx, candidates);
-    Check(s->Begin(round, result.global), "Begin");
+    Check(aggregation.Begin(round, result.global), "Begin");
     for (size_t position = 0; position < participants.size(); ++position) {
       const strategy::ParticipantConfig& p = participants[position];
       std::optional<int64_t> steps = run.local_steps;
@@ -260,10 +260,10 @@ RunResult RunFederated(Federation& fed, trainer::TabularModel& model, const weig
           TrainLocal(model, result.global, fed.workers[p.shard], run.config, steps, run.options.mu, p.seed);
       result.optimizer_steps += ran;
       if (run.tamper) run.tamper(p.shard, update, result.global);
-      Check(s->Accept(update, fed.worker_sizes[p.shard]), "Accept");
+      Check(aggregation.Accept(update, fed.worker_sizes[p.shard]), "Accept");
     }
-    if (s->num_accepted() > 0) {
-      result.global = Must(s->Finish(), "Finish");
+    if (aggregation.num_accepted() > 0) {
+      result.global = Must(aggregation.Finish(), "Finish");
       s->CommitState();
     }
     if (run.after_round) run.after_round(round, result.global, *s);
@@ -653,7 +653,8 @@ void DigitsDp(const Digits& d, bool quick) {
     std::string line;
     run.after_round = [&](int round, const weights::WeightSet& global, strategy::Strategy& s) {
       if (std::find(report_at.begin(), report_at.end(), round) == report_at.end()) return;
-      const double eps = dynamic_cast<strategy::DpFedAvg&>(s).epsilon_spent();
+      const std::optional<strategy::RoundPrivacy> privacy = s.CommittedRoundPrivacy();
+      const double eps = privacy ? privacy->round.epsilon : 0.0;  // the ε spent after the last committed round
       const double acc = Evaluate(*model, global, *fed.test).accuracy;
       char cell[64];
       std::snprintf(cell, sizeof cell, "   %10.2f / %6.2f%%", eps, 100 * acc);

@@ -65,6 +65,7 @@ Aggregator::Aggregator(const storage::TrainingJob& job, const JobSpec& spec, int
     // dp_fedavg's sampling rate q = K / eligible: the eligible workers are the job's shards (one per worker that
     // may take part; docs/training.md, "Differential privacy").
     strategy_->set_eligible_workers(num_shards);
+    round_.emplace(*strategy_);
   } else {
     error_ = made.status();
   }
@@ -72,11 +73,11 @@ Aggregator::Aggregator(const storage::TrainingJob& job, const JobSpec& spec, int
 
 loop::Awaitable<void> Aggregator::AddKeptUpdates(boost::asio::thread_pool& pool, bool small_update) {
   if (small_update) {
-    strategy_->AddKeptUpdates();
+    round_->AddKeptUpdates();
     co_return;
   }
   auto added = loop::Offload(pool, [&] {  // kCoAwaitTemporaries
-    strategy_->AddKeptUpdates();
+    round_->AddKeptUpdates();
     return true;
   });
   co_await std::move(added);
@@ -85,7 +86,7 @@ loop::Awaitable<void> Aggregator::AddKeptUpdates(boost::asio::thread_pool& pool,
 StatusOr<Aggregator::Aggregated> Aggregator::FinishRound(storage::BlobStore& blobs, const std::string& key,
                                                          const std::string& state_key, FinishTimings* timings) {
   auto phase_start = std::chrono::steady_clock::now();
-  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, strategy_->Finish());
+  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, round_->Finish());
   timings->finish_ms = MillisSince(phase_start);
   phase_start = std::chrono::steady_clock::now();
   mean.metadata()["format"] = "pt";

@@ -1,17 +1,20 @@
 // Aggregator: a job's aggregation as its JobRunner (job_runner.h) owns it: the strategy (strategy::MakeStrategy from
-// the spec's distributed.strategy, its secret draws under the job's private seed) and the work of aggregating with it
-// off the event loop: adding the updates the strategy kept, and finishing a round into durable blobs (the new global,
-// and a stateful strategy's server state beside it). Neither it nor the runner names a concrete strategy: what a
-// strategy needs from the job or reports about a round goes through Strategy's own hooks (set_eligible_workers,
-// CommittedRoundPrivacy).
+// the spec's distributed.strategy, its secret draws under the job's private seed), the round's
+// strategy::RoundAggregation beside it (the kernel that validates and holds the round's updates, as the strategy plans
+// each round), and the work of aggregating off the event loop: adding the updates the kernel kept, and finishing a
+// round into durable blobs (the new global, and a stateful strategy's server state beside it). Neither it nor the
+// runner names a concrete strategy: what a strategy needs from the job or reports about a round goes through Strategy's
+// own hooks (set_eligible_workers, CommittedRoundPrivacy).
 //
-// Threads: loop thread only, except FinishRound (blocking: a pool thread, while the job's mutex is held).
+// Threads: loop thread only, except Begin, AcceptOwned and FinishRound (blocking: a pool thread, while the job's
+// mutex is held).
 #pragma once
 
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
 
 #include <boost/asio/thread_pool.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -19,6 +22,7 @@
 #include "loop/loop_tools.h"
 #include "storage/blob_store.h"
 #include "storage/metadata_store.h"
+#include "strategy/round_aggregation.h"
 #include "strategy/strategy.h"
 #include "weights/weight_set.h"
 
@@ -33,7 +37,16 @@ class Aggregator {
   strategy::Strategy* strategy() const { return strategy_.get(); }
   const Status& error() const { return error_; }
 
-  // Adds the updates the strategy kept (Strategy::AddKeptUpdates): on the loop after a small update, else on `pool`.
+  // The round's aggregation (strategy::RoundAggregation); only once strategy() is made. Begin is blocking (a pool
+  // thread: a strategy may copy the global); AcceptOwned is, unless AcceptOwnedIsQuick says it returns at once.
+  Status Begin(int round, const weights::WeightSet& global) { return round_->Begin(round, global); }
+  Status AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude) {
+    return round_->AcceptOwned(std::move(update), sample_count, max_magnitude);
+  }
+  bool AcceptOwnedIsQuick(const weights::WeightSet& update) const { return round_->AcceptOwnedIsQuick(update); }
+
+  // Adds the updates the round's aggregation kept (RoundAggregation::AddKeptUpdates): on the loop after a small
+  // update, else on `pool`.
   loop::Awaitable<void> AddKeptUpdates(boost::asio::thread_pool& pool, bool small_update);
 
   // A round's new global, durable in the blob store.
@@ -47,13 +60,14 @@ class Aggregator {
     double serialize_ms = 0;
     double put_ms = 0;
   };
-  // Finishes the round (Strategy::Finish) and stores the new global under `key`, a stateful strategy's pending state
-  // first under `state_key`. Blocking (a pool thread); *timings is filled as the phases end.
+  // Finishes the round (RoundAggregation::Finish) and stores the new global under `key`, a stateful strategy's pending
+  // state first under `state_key`. Blocking (a pool thread); *timings is filled as the phases end.
   StatusOr<Aggregated> FinishRound(storage::BlobStore& blobs, const std::string& key, const std::string& state_key,
                                    FinishTimings* timings);
 
  private:
-  std::unique_ptr<strategy::Strategy> strategy_;  // null when the spec's strategy cannot be made (Launch fails)
+  std::unique_ptr<strategy::Strategy> strategy_;     // null when the spec's strategy cannot be made (Launch fails)
+  std::optional<strategy::RoundAggregation> round_;  // over *strategy_, when made
   Status error_;
 };
 

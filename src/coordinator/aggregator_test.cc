@@ -65,10 +65,9 @@ TEST(AggregatorTest, MakesTheSpecsStrategyOrSaysWhyNot) {
 
 TEST(AggregatorTest, FinishRoundStoresTheMeanAsTheNewGlobal) {
   Aggregator aggregator(JobWithId(1), SpecOf(strategy::StrategyKind::kFederatedAveraging), 2);
-  strategy::Strategy& strategy = *aggregator.strategy();
-  ASSERT_TRUE(strategy.Begin(1, OneValue(0)).ok());
-  ASSERT_TRUE(strategy.Accept(OneValue(1), 1).ok());
-  ASSERT_TRUE(strategy.Accept(OneValue(3), 3).ok());
+  ASSERT_TRUE(aggregator.Begin(1, OneValue(0)).ok());
+  ASSERT_TRUE(aggregator.AcceptOwned(OneValue(1), 1, std::nullopt).ok());
+  ASSERT_TRUE(aggregator.AcceptOwned(OneValue(3), 3, std::nullopt).ok());
   storage::MemoryBlobStore blobs;
   Aggregator::FinishTimings timings;
   StatusOr<Aggregator::Aggregated> aggregated = aggregator.FinishRound(blobs, kGlobalKey, kStateKey, &timings);
@@ -84,7 +83,7 @@ TEST(AggregatorTest, FinishRoundStoresTheMeanAsTheNewGlobal) {
   EXPECT_GE(timings.put_ms, 0);
 
   // Nothing accepted since Begin: no global, nothing stored.
-  ASSERT_TRUE(strategy.Begin(2, OneValue(0)).ok());
+  ASSERT_TRUE(aggregator.Begin(2, OneValue(0)).ok());
   storage::MemoryBlobStore empty;
   EXPECT_EQ(aggregator.FinishRound(empty, kGlobalKey, kStateKey, &timings).status().code(),
             StatusCode::kFailedPrecondition);
@@ -94,8 +93,8 @@ TEST(AggregatorTest, FinishRoundStoresTheMeanAsTheNewGlobal) {
 TEST(AggregatorTest, AStatefulStrategysStateIsStoredAndNamedByTheGlobal) {
   Aggregator aggregator(JobWithId(1), SpecOf(strategy::StrategyKind::kFedAdam), 2);
   ASSERT_TRUE(aggregator.strategy()->has_state());
-  ASSERT_TRUE(aggregator.strategy()->Begin(1, OneValue(0)).ok());
-  ASSERT_TRUE(aggregator.strategy()->Accept(OneValue(1), 1).ok());
+  ASSERT_TRUE(aggregator.Begin(1, OneValue(0)).ok());
+  ASSERT_TRUE(aggregator.AcceptOwned(OneValue(1), 1, std::nullopt).ok());
   storage::MemoryBlobStore blobs;
   Aggregator::FinishTimings timings;
   StatusOr<Aggregator::Aggregated> aggregated = aggregator.FinishRound(blobs, kGlobalKey, kStateKey, &timings);

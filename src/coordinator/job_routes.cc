@@ -67,9 +67,9 @@ json StoredRoundPrivacy(storage::BlobStore& blobs, const storage::Round& round,
   if (!bytes.ok()) return nullptr;
   StatusOr<weights::WeightSet> state = weights::ParseSafetensors(std::as_bytes(std::span(*bytes)));
   if (!state.ok()) return nullptr;
-  strategy::DpFedAvg reader(options, weights::SecretKey{});  // reads the accounting state only: draws nothing
-  if (!reader.RestoreState(&*state).ok() || !reader.last_round()) return nullptr;
-  return RoundPrivacyJson(*reader.last_round(), options);
+  StatusOr<strategy::DpAccountingState> accounting = strategy::ReadDpFedAvgState(*state);
+  if (!accounting.ok() || !accounting->last_round) return nullptr;
+  return RoundPrivacyJson(*accounting->last_round, options);
 }
 
 // GET job's `shards`: each platform shard's sizes and label histogram (null when the data has no label to count).

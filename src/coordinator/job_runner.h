@@ -194,8 +194,8 @@ class JobRunner {
   http::Awaitable<Status> OnStartRound(const coordinator::StartRound& a, const std::deque<Action>& work);
   http::Awaitable<Status> OnAssignTask(const AssignTask& a);
   http::Awaitable<Status> OnValidateUpdate(const ValidateUpdate& a, std::deque<Action>& work);
-  // OnValidateUpdate's parts: the accepted/rejected counters, and adding the strategy's kept updates while the job is
-  // idle (`next`: the engine's actions after the verdict).
+  // OnValidateUpdate's parts: the accepted/rejected counters, and adding the aggregation's kept updates while the job
+  // is idle (`next`: the engine's actions after the verdict).
   void CountUpdateVerdict(const Status& verdict, bool file_failed);
   http::Awaitable<void> AddKeptUpdatesWhileIdle(const Actions& next, bool small_update);
   http::Awaitable<Status> OnDropWorker(const DropWorker& a);
@@ -248,7 +248,7 @@ class JobRunner {
   JobSpec spec_;
   RoundEngineConfig engine_config_;
   const std::string task_config_json_;  // spec_.config as every task carries it, dumped once
-  Aggregator aggregator_;               // the job's strategy and the work of aggregating with it
+  Aggregator aggregator_;               // the job's strategy, its round aggregation and the work of aggregating
   std::unique_ptr<RoundEngine> engine_;
   loop::LoopMutex mutex_;
   loop::Signal launched_;  // notified when Launch has finished (the engine exists, or the job ended)

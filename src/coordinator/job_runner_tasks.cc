@@ -43,8 +43,7 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
   global_.DropPendingValidationLoss();
   Status started = co_await loop::Offload(host_.pool(), [&] { return host_.store().StartRound(round); });
   if (!started.ok()) co_return started;
-  Status begun =
-      co_await loop::Offload(host_.pool(), [&] { return aggregator_.strategy()->Begin(a.round, *global_.weights()); });
+  Status begun = co_await loop::Offload(host_.pool(), [&] { return aggregator_.Begin(a.round, *global_.weights()); });
   if (!begun.ok()) co_return begun;
   global_.ForgetZstdCopy();
   if (spec_.distributed.compression.zstd_level > 0) {

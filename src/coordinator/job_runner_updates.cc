@@ -199,9 +199,9 @@ void JobRunner::CountUpdateVerdict(const Status& verdict, bool file_failed) {
 }
 
 http::Awaitable<void> JobRunner::AddKeptUpdatesWhileIdle(const Actions& next, bool small_update) {
-  // The strategy keeps accepted updates to add several in one pass over its sums. With no other result on its way in
-  // (being checked or waiting for the job: at K = 1000 x 2 MiB, hundreds wait at the end of the uploads, and one pass
-  // over the sums each was a third of that tail), it adds them now, while the job is idle, unless the round
+  // The round's aggregation keeps accepted updates to add several in one pass over its sums. With no other result on
+  // its way in (being checked or waiting for the job: at K = 1000 x 2 MiB, hundreds wait at the end of the uploads, and
+  // one pass over the sums each was a third of that tail), it adds them now, while the job is idle, unless the round
   // aggregates next: Finish adds them in its own pass, chunk by chunk while each chunk of the sums is in cache (at
   // K = 5 x 20 MiB the separate pass was ~20 ms of the round's tail).
   const bool aggregates_next = std::any_of(
@@ -227,7 +227,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
     checked = std::move(c->update);
     max_magnitude = c->max_magnitude;
   }
-  // Validation and accumulation run on the pool; the strategy is touched by nobody else meanwhile (job mutex).
+  // Validation and accumulation run on the pool; the aggregation is touched by nobody else meanwhile (job mutex).
   const bool checked_early = checked.has_value();
   const std::optional<StreamChecked> values_checked =
       checked_early ? std::nullopt : attempt_.TakeCheckedUpload(report.blob_key);
@@ -246,22 +246,22 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
       return checked->status();
     }
     const auto accept_start = std::chrono::steady_clock::now();
-    // Taken over so that the strategy may add several updates in one pass over its sums (it still judges now).
-    Status accepted = aggregator_.strategy()->AcceptOwned(std::move(**checked), a.sample_count, max_magnitude);
+    // Taken over so that the aggregation may add several updates in one pass over its sums (it still judges now).
+    Status accepted = aggregator_.AcceptOwned(std::move(**checked), a.sample_count, max_magnitude);
     accept_ms = MillisSince(accept_start);
     return accepted;
   };
   // A small update checked early is accepted here: that costs less than the trip to the pool and back, which the job
   // waits for with its mutex held (at 10,000 results a round, those trips one after another were the round's wall).
-  // So is one of any size that the strategy accepts at once (its magnitude known from the upload's check; a batch it
-  // fills is added on a thread of the strategy's own, and none is still being added): at K = 1000 x 2 MiB the trips,
+  // So is one of any size that the aggregation accepts at once (its magnitude known from the upload's check; a batch it
+  // fills is added on a thread of the aggregation's own, and none is still being added): at K = 1000 x 2 MiB the trips,
   // queued behind the pool's early checks during the uploads, let the job take 30-60 results a second while 250 a
   // second arrived.
   constexpr uint64_t kInlineAcceptBytes = 256 * 1024;
   Status verdict;
   const bool ready = checked_early && checked->ok();
   const bool small_update = ready && (*checked)->total_bytes() <= kInlineAcceptBytes;
-  if (small_update || (ready && max_magnitude && aggregator_.strategy()->AcceptOwnedIsQuick(**checked))) {
+  if (small_update || (ready && max_magnitude && aggregator_.AcceptOwnedIsQuick(**checked))) {
     verdict = validate();
   } else {
     verdict = co_await loop::Offload(host_.pool(), validate);

@@ -50,9 +50,10 @@
 // checkpoint resumes at round last_committed_round + 1 with a new attempt number, so no round number is skipped or
 // repeated and results of attempts started before the restart are refused as late.
 //
-// The caller's part, per action: StartRound -> strategy.Begin(round, latest committed global); AssignTask -> send the
-// task (signed URLs of that global and of the worker's shard, the seed); ValidateUpdate -> check the upload (size,
-// sha256), strategy.Accept(update, sample_count), answer UpdateValidated; AggregateRound -> strategy.Finish(), store
+// The caller's part, per action: StartRound -> Begin(round, latest committed global) of the round's aggregation
+// (strategy::RoundAggregation, in the caller's Aggregator); AssignTask -> send the task (signed URLs of that global and
+// of the worker's shard, the seed); ValidateUpdate -> check the upload (size, sha256), accept it there (update,
+// sample_count), answer UpdateValidated; AggregateRound -> Finish() there, store
 // the new global durably, answer AggregationFinished; CommitRound / FailRound / GlobalEvaluated / DropWorker / Job*
 // -> record them (and, for DropWorker with kStraggler or kJobEnded, cancel the worker's task). Persist checkpoint()
 // together with the records, before anything leaves the process.

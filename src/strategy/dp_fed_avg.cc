@@ -126,7 +126,7 @@ std::vector<ParticipantConfig> DpFedAvg::ConfigureRound(const RoundContext& ctx,
   });
 }
 
-Status DpFedAvg::Begin(int round, const WeightSet& global) {
+StatusOr<RoundPlan> DpFedAvg::BeginRound(int round, const WeightSet& global) {
   for (const Tensor& t : global.tensors()) {
     if (!weights::IsFloat(t.dtype)) {
       return InvalidArgumentError("global tensor '" + t.name + "' has dtype " +
@@ -143,31 +143,21 @@ Status DpFedAvg::Begin(int round, const WeightSet& global) {
   for (size_t i = 0; same_layout && i < global.size(); ++i) {
     same_layout = delta_[i].name == global[i].name && delta_[i].shape == global[i].shape;
   }
-  if (!same_layout || !mean_) {
+  if (!same_layout) {
     delta_ = WeightSet();
     for (const Tensor& t : global.tensors()) {
       auto zeros = delta_.AddZeros(t.name, DType::kF32, t.shape);
       if (!zeros.ok()) return zeros.status();
     }
-    mean_.reset();
-    mean_.emplace(delta_, weights::WeightedMeanOptions{.accumulation = weights::Accumulation::kExact});
-  } else {
-    mean_->Reset();
   }
   clipped_ = 0;
-  begun_ = true;
-  return Status::Ok();
+  return RoundPlan{.combination = Combination::kWeightedMean,
+                   .weighted_by_sample_count = false,
+                   .mean_options = {.accumulation = weights::Accumulation::kExact},
+                   .transformed_layout = &delta_};
 }
 
-Status DpFedAvg::Accept(const WeightSet& update, int64_t sample_count) {
-  if (!begun_) return FailedPreconditionError("DpFedAvg::Accept before Begin");
-  const std::string context = "round " + std::to_string(round_) + " update";
-  if (sample_count <= 0) {
-    return InvalidArgumentError("sample count must be positive, got " + std::to_string(sample_count));
-  }
-  if (Status s = global_.CheckSameLayout(update); !s.ok()) return s.WithContext(context);
-  if (Status s = weights::CheckFinite(update); !s.ok()) return s.WithContext(context);
-
+Status DpFedAvg::TransformUpdate(const WeightSet& update, const std::function<Status(const WeightSet&)>& add) {
   // Pass 1: the delta's norm over the whole update.
   double squared_norm = 0;
   for (size_t k = 0; k < update.size(); ++k) {
@@ -179,7 +169,7 @@ Status DpFedAvg::Accept(const WeightSet& update, int64_t sample_count) {
     }
   }
   if (!std::isfinite(squared_norm)) {
-    return InvalidArgumentError("the update's distance from the global overflows a double").WithContext(context);
+    return InvalidArgumentError("the update's distance from the global overflows a double");
   }
   const double norm = std::sqrt(squared_norm);
   const double scale = norm > options_.clip_norm ? options_.clip_norm / norm : 1.0;
@@ -191,27 +181,17 @@ Status DpFedAvg::Accept(const WeightSet& update, int64_t sample_count) {
     const std::span<float> out = delta_[k].as<float>();
     for (int64_t i = 0, n = u.numel(); i < n; ++i) out[i] = static_cast<float>(scale * (Load(u, i) - Load(g, i)));
   }
-  if (Status s = mean_->Accept(delta_, 1.0); !s.ok()) return s.WithContext(context);
+  PARSYN_RETURN_IF_ERROR(add(delta_));
   if (scale < 1.0) ++clipped_;
   return Status::Ok();
 }
-
-int DpFedAvg::num_accepted() const { return begun_ ? mean_->num_accepted() : 0; }
 
 double DpFedAvg::SamplingRate(int64_t participants, int64_t eligible_workers) const {
   if (eligible_workers <= 0 || eligible_workers <= participants) return 1.0;
   return static_cast<double>(participants) / static_cast<double>(eligible_workers);
 }
 
-StatusOr<WeightSet> DpFedAvg::Finish() {
-  if (!begun_) return FailedPreconditionError("DpFedAvg::Finish before Begin");
-  const int participants = mean_->num_accepted();
-  if (participants == 0) {
-    return FailedPreconditionError("round " + std::to_string(round_) + " has no accepted update to average");
-  }
-  begun_ = false;
-  StatusOr<WeightSet> mean_delta = std::move(*mean_).Finish();  // Σ clip(Δ_i) / K, float32
-  if (!mean_delta.ok()) return mean_delta.status();
+StatusOr<WeightSet> DpFedAvg::FinishFromMean(WeightSet mean_delta, int participants) {  // Σ clip(Δ_i) / K, float32
 
   const double stddev = options_.noise_multiplier * options_.clip_norm / participants;
   GaussianStream noise(private_key_, round_);
@@ -221,7 +201,7 @@ StatusOr<WeightSet> DpFedAvg::Finish() {
     auto bytes = next.AddZeros(g.name, g.dtype, g.shape);
     if (!bytes.ok()) return bytes.status();
     const Tensor& out = next[k];
-    const std::span<const float> mean = (*mean_delta)[k].as<float>();
+    const std::span<const float> mean = mean_delta[k].as<float>();
     for (int64_t i = 0, n = g.numel(); i < n; ++i) {
       Store(out, i, Load(g, i) + static_cast<double>(mean[i]) + stddev * noise.Next());
     }
@@ -252,27 +232,20 @@ void DpFedAvg::CommitState() {
   pending_.reset();
 }
 
-Status DpFedAvg::RestoreState(const WeightSet* state) {
-  pending_.reset();
-  if (state == nullptr) {
-    accountant_ = RdpAccountant();
-    epsilon_spent_ = 0;
-    last_round_.reset();
-    return Status::Ok();
-  }
-  auto label = state->metadata().find("strategy");
-  if (label == state->metadata().end() || label->second != name()) {
+StatusOr<DpAccountingState> ReadDpFedAvgState(const WeightSet& state) {
+  auto label = state.metadata().find("strategy");
+  if (label == state.metadata().end() || label->second != "dp_fedavg") {
     return InvalidArgumentError("the server state is " +
-                                (label == state->metadata().end() ? std::string("unlabelled") : "of " + label->second) +
+                                (label == state.metadata().end() ? std::string("unlabelled") : "of " + label->second) +
                                 ", not of dp_fedavg");
   }
-  RdpAccountant restored;
-  const size_t n = restored.orders().size();
-  const Tensor* orders = state->Find("orders");
-  const Tensor* rdp = state->Find("rdp");
-  const Tensor* rounds = state->Find("rounds");
-  const Tensor* epsilon = state->Find("epsilon");
-  const Tensor* last = state->Find("last_round");
+  DpAccountingState read;
+  const size_t n = read.accountant.orders().size();
+  const Tensor* orders = state.Find("orders");
+  const Tensor* rdp = state.Find("rdp");
+  const Tensor* rounds = state.Find("rounds");
+  const Tensor* epsilon = state.Find("epsilon");
+  const Tensor* last = state.Find("last_round");
   auto is = [](const Tensor* t, DType dtype, int64_t numel) {
     return t != nullptr && t->dtype == dtype && t->shape.size() == 1 && t->numel() == numel;
   };
@@ -282,25 +255,37 @@ Status DpFedAvg::RestoreState(const WeightSet* state) {
                                 "], I64 rounds [1], F64 epsilon [1] and F64 last_round [6]");
   }
   const std::span<const double> stored_orders = orders->as<double>();
-  if (!std::equal(stored_orders.begin(), stored_orders.end(), restored.orders().begin())) {
+  if (!std::equal(stored_orders.begin(), stored_orders.end(), read.accountant.orders().begin())) {
     return InvalidArgumentError("the dp_fedavg state was accounted over other RDP orders");
   }
-  if (!restored.Restore(rdp->as<double>(), rounds->as<int64_t>()[0])) {
+  if (!read.accountant.Restore(rdp->as<double>(), rounds->as<int64_t>()[0])) {
     return InvalidArgumentError("the dp_fedavg state's round count is negative");
   }
-  accountant_ = std::move(restored);
-  epsilon_spent_ = epsilon->as<double>()[0];
+  read.epsilon = epsilon->as<double>()[0];
   const std::span<const double> r = last->as<double>();
-  if (accountant_.rounds() == 0) {
-    last_round_.reset();
-  } else {
-    last_round_ = DpRoundReport{.round = static_cast<int>(r[0]),
-                                .participants = static_cast<int>(r[1]),
-                                .clipped = static_cast<int>(r[2]),
-                                .noise_stddev = r[3],
-                                .sampling_rate = r[4],
-                                .epsilon = r[5]};
+  if (read.accountant.rounds() > 0) {
+    read.last_round = DpRoundReport{.round = static_cast<int>(r[0]),
+                                    .participants = static_cast<int>(r[1]),
+                                    .clipped = static_cast<int>(r[2]),
+                                    .noise_stddev = r[3],
+                                    .sampling_rate = r[4],
+                                    .epsilon = r[5]};
   }
+  return read;
+}
+
+Status DpFedAvg::RestoreState(const WeightSet* state) {
+  pending_.reset();
+  if (state == nullptr) {
+    accountant_ = RdpAccountant();
+    epsilon_spent_ = 0;
+    last_round_.reset();
+    return Status::Ok();
+  }
+  PARSYN_ASSIGN_OR_RETURN(DpAccountingState read, ReadDpFedAvgState(*state));
+  accountant_ = std::move(read.accountant);
+  epsilon_spent_ = read.epsilon;
+  last_round_ = read.last_round;
   return Status::Ok();
 }
 

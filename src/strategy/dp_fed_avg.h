@@ -26,7 +26,8 @@
 // same platform (ln, cos and sin come from the C library; another libm may differ in their last bit).
 //
 // Memory: O(model) whatever the number of workers: a copy of the global, one float32 delta buffer, and the exact sums
-// of weights::WeightedMean (16 bytes per parameter). Each update is read twice (its norm, then the scaled add).
+// of the round's weights::WeightedMean (16 bytes per parameter; RoundAggregation holds them). Each update is read
+// twice (its norm, then the scaled add).
 // Threads: see Strategy.
 #pragma once
 
@@ -34,19 +35,28 @@
 #include <optional>
 
 #include "base/status.h"
-#include "strategy/fed_avg.h"
 #include "strategy/privacy_accounting.h"
 #include "strategy/rdp_accountant.h"
 #include "strategy/strategy.h"
 #include "weights/keyed_stream.h"
-#include "weights/weighted_mean.h"
 
 namespace parsyn::strategy {
 
 // OK, or InvalidArgument naming the option and the rule, e.g. "clip_norm must be a finite number > 0, got 0".
 Status ValidateDpFedAvgOptions(const DpFedAvgOptions& options);
 
-class DpFedAvg final : public Strategy {
+// The privacy accounting a dp_fedavg server state holds (the state's format: DpFedAvg's state hooks below).
+struct DpAccountingState {
+  RdpAccountant accountant;                 // the committed rounds'
+  double epsilon = 0;                       // ε at delta after the last committed round
+  std::optional<DpRoundReport> last_round;  // nullopt when no round was accounted
+};
+// Reads a stored dp_fedavg state (as PendingState gave it) without a strategy: what RestoreState restores, and what
+// the job API reports of a stored round. InvalidArgument if `state` is not a dp_fedavg state with RdpAccountant's
+// orders.
+StatusOr<DpAccountingState> ReadDpFedAvgState(const weights::WeightSet& state);
+
+class DpFedAvg : public Strategy {
  public:
   // `options` must pass ValidateDpFedAvgOptions (asserted). `private_key`: the job's private seed (above).
   DpFedAvg(DpFedAvgOptions options, const weights::SecretKey& private_key);
@@ -62,15 +72,18 @@ class DpFedAvg final : public Strategy {
   std::vector<ParticipantConfig> ConfigureRound(const RoundContext& ctx,
                                                 std::span<const Candidate> available) const override;
 
-  // InvalidArgument if a tensor of `global` is not a float (F32, F16, BF16, F64). Keeps a copy of `global`.
-  Status Begin(int round, const weights::WeightSet& global) override;
-  // InvalidArgument (and the update does not count) on a layout differing from the global's, a non-finite value,
-  // sample_count <= 0, or a delta whose norm overflows. The sample count is not used (unweighted mean, see above).
-  Status Accept(const weights::WeightSet& update, int64_t sample_count) override;
-  int num_accepted() const override;
-  // The noisy new global in the global's dtypes. The round is accounted in the pending state (PendingState,
-  // pending_round()); it counts in epsilon_spent() once CommitState says the round committed.
-  StatusOr<weights::WeightSet> Finish() override;
+  // Its plan: an unweighted mean (sample counts are checked, not used: see above) of the updates transformed into
+  // their clipped deltas, float32, with exact sums. InvalidArgument if a tensor of `global` is not a float (F32, F16,
+  // BF16, F64). Keeps a copy of `global`.
+  StatusOr<RoundPlan> BeginRound(int round, const weights::WeightSet& global) override;
+  // The update's delta from the global, clipped, handed to `add`. InvalidArgument (the update does not count) on a
+  // delta whose norm overflows.
+  Status TransformUpdate(const weights::WeightSet& update,
+                         const std::function<Status(const weights::WeightSet&)>& add) override;
+  // global + (the clipped deltas' mean + noise): the noisy new global in the global's dtypes. The round is accounted
+  // in the pending state (PendingState, pending_round()); it counts in epsilon_spent() once CommitState says the
+  // round committed.
+  StatusOr<weights::WeightSet> FinishFromMean(weights::WeightSet mean_delta, int participants) override;
 
   // The number of workers this round's participants were drawn from, for q = K / n (the job runner sets the job's
   // shard count: one shard per worker that may take part). Sticky: applies to every later Finish until set again.
@@ -116,11 +129,9 @@ class DpFedAvg final : public Strategy {
   DpFedAvgOptions options_;
   weights::SecretKey private_key_;
   int round_ = 0;
-  bool begun_ = false;
-  weights::WeightSet global_;                  // the round's global (a copy)
-  weights::WeightSet delta_;                   // float32 scratch: the clipped delta of the update being added
-  std::optional<weights::WeightedMean> mean_;  // exact sum of the clipped deltas; reused across rounds
-  int clipped_ = 0;
+  weights::WeightSet global_;  // the round's global (a copy)
+  weights::WeightSet delta_;   // float32 scratch: the clipped delta of the update being added; the mean's layout
+  int clipped_ = 0;            // updates of the round whose delta was clipped
   int64_t eligible_workers_ = 0;
   RdpAccountant accountant_;  // committed rounds only
   double epsilon_spent_ = 0;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/testing/temp_dir.h"
+#include "strategy/aggregating_strategy_for_test.h"
 #include "strategy/rdp_accountant.h"
 #include "strategy/sampling.h"
 #include "strategy/seed.h"
@@ -69,7 +70,8 @@ double Norm(const std::vector<double>& v) {
   return std::sqrt(s);
 }
 
-StatusOr<WeightSet> OneRound(DpFedAvg& dp, int round, const WeightSet& global, const std::vector<WeightSet>& updates) {
+StatusOr<WeightSet> OneRound(AggregatingStrategy<DpFedAvg>& dp, int round, const WeightSet& global,
+                             const std::vector<WeightSet>& updates) {
   if (Status s = dp.Begin(round, global); !s.ok()) return s;
   for (const WeightSet& u : updates) {
     if (Status s = dp.Accept(u, 10); !s.ok()) return s;
@@ -79,7 +81,8 @@ StatusOr<WeightSet> OneRound(DpFedAvg& dp, int round, const WeightSet& global, c
   return next;
 }
 
-StatusOr<WeightSet> OneRound(DpFedAvg& dp, int round, const WeightSet& global, const WeightSet& update) {
+StatusOr<WeightSet> OneRound(AggregatingStrategy<DpFedAvg>& dp, int round, const WeightSet& global,
+                             const WeightSet& update) {
   std::vector<WeightSet> updates;
   updates.push_back(update.Clone());
   return OneRound(dp, round, global, updates);
@@ -96,7 +99,7 @@ TEST(DpFedAvgTest, ClipsTheWholeUpdateToClipNormAndLeavesSmallerOnesAlone) {
   std::vector<float> u(11);
   for (int i = 0; i < 11; ++i) u[i] = static_cast<float>(g[i] + d[i]);
 
-  DpFedAvg dp(options, Key(7));
+  AggregatingStrategy<DpFedAvg> dp(options, Key(7));
   StatusOr<WeightSet> result = OneRound(dp, 1, MakeSet(g), MakeSet(u));
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   std::vector<float> got = Flat(*result);
@@ -120,7 +123,7 @@ TEST(DpFedAvgTest, ClipsTheWholeUpdateToClipNormAndLeavesSmallerOnesAlone) {
 }
 
 TEST(DpFedAvgTest, AveragesUnweightedWhateverTheSampleCounts) {
-  DpFedAvg dp({.clip_norm = 100, .noise_multiplier = 0, .delta = 1e-5}, Key(1));
+  AggregatingStrategy<DpFedAvg> dp(DpFedAvgOptions{.clip_norm = 100, .noise_multiplier = 0, .delta = 1e-5}, Key(1));
   const std::vector<float> zero(11, 0.0f);
   ASSERT_TRUE(dp.Begin(1, MakeSet(zero)).ok());
   ASSERT_TRUE(dp.Accept(MakeSet(std::vector<float>(11, 1.0f)), 1000).ok());
@@ -135,7 +138,7 @@ TEST(DpFedAvgTest, NoiseHasZeroMeanAndTheExpectedStandardDeviation) {
   constexpr int64_t kN = int64_t{1} << 20;
   WeightSet global;
   ASSERT_TRUE(global.AddZeros("w", DType::kF32, {kN}).ok());
-  DpFedAvg dp({.clip_norm = 0.5, .noise_multiplier = 2.0, .delta = 1e-5}, Key(42));
+  AggregatingStrategy<DpFedAvg> dp(DpFedAvgOptions{.clip_norm = 0.5, .noise_multiplier = 2.0, .delta = 1e-5}, Key(42));
   ASSERT_TRUE(dp.Begin(1, global).ok());
   ASSERT_TRUE(dp.Accept(global, 1).ok());
   ASSERT_TRUE(dp.Accept(global, 1).ok());
@@ -169,7 +172,7 @@ TEST(DpFedAvgTest, SameKeyAndRoundGiveIdenticalBitsWhateverTheArrivalOrder) {
   for (uint32_t i = 0; i < 5; ++i) updates.push_back(MakeSet(RandomValues(11, 10 + i, 2.0f)));
   for (int i = 4; i >= 0; --i) reversed.push_back(updates[i].Clone());
 
-  DpFedAvg first(options, Key(99)), resumed(options, Key(99)), other_job(options, Key(100));
+  AggregatingStrategy<DpFedAvg> first(options, Key(99)), resumed(options, Key(99)), other_job(options, Key(100));
   StatusOr<WeightSet> a = OneRound(first, 4, global, updates);
   StatusOr<WeightSet> b = OneRound(resumed, 4, global, reversed);  // a fresh strategy, as after a restart
   StatusOr<WeightSet> next_round = OneRound(first, 5, global, updates);
@@ -198,7 +201,7 @@ TEST(DpFedAvgTest, NoiseCannotBeRegeneratedFromTheJobSpec) {
   const DpFedAvgOptions options{.clip_norm = 1.0, .noise_multiplier = 1.0, .delta = 1e-5};
   WeightSet global;
   ASSERT_TRUE(global.AddZeros("w", DType::kF32, {kN}).ok());
-  DpFedAvg dp(options, Key(0x5a));
+  AggregatingStrategy<DpFedAvg> dp(options, Key(0x5a));
   ASSERT_TRUE(dp.Begin(kRound, global).ok());
   ASSERT_TRUE(dp.Accept(global, 1).ok());  // a zero delta: the noise-free average is exactly the global (0)
   StatusOr<WeightSet> released = dp.Finish();
@@ -231,8 +234,10 @@ TEST(DpFedAvgTest, NoiseCannotBeRegeneratedFromTheJobSpec) {
 TEST(DpFedAvgTest, SampleCannotBePredictedFromTheJobSpec) {
   std::vector<Candidate> available;
   for (int64_t w = 1; w <= 20; ++w) available.push_back({.worker_id = w, .shard = static_cast<int>(w - 1)});
-  DpFedAvg dp({.clip_norm = 1.0, .noise_multiplier = 1.0, .delta = 1e-5}, Key(0x33));
-  DpFedAvg same_key({.clip_norm = 1.0, .noise_multiplier = 1.0, .delta = 1e-5}, Key(0x33));
+  AggregatingStrategy<DpFedAvg> dp(DpFedAvgOptions{.clip_norm = 1.0, .noise_multiplier = 1.0, .delta = 1e-5},
+                                   Key(0x33));
+  AggregatingStrategy<DpFedAvg> same_key(DpFedAvgOptions{.clip_norm = 1.0, .noise_multiplier = 1.0, .delta = 1e-5},
+                                         Key(0x33));
   int differing_rounds = 0;
   for (int round = 1; round <= 10; ++round) {
     RoundContext ctx;
@@ -261,7 +266,7 @@ TEST(DpFedAvgTest, KeepsTheGlobalsDtypeAndRejectsBadInput) {
   ASSERT_TRUE(bf16.Add("w", DType::kBF16, {4}, std::as_bytes(std::span(values))).ok());
   WeightSet bf16_update = bf16.Clone();
   for (uint16_t& v : bf16_update[0].as<uint16_t>()) v = weights::FloatToBf16(1.25f);
-  DpFedAvg dp({.clip_norm = 10, .noise_multiplier = 0, .delta = 1e-5}, Key(1));
+  AggregatingStrategy<DpFedAvg> dp(DpFedAvgOptions{.clip_norm = 10, .noise_multiplier = 0, .delta = 1e-5}, Key(1));
   EXPECT_EQ(dp.Accept(bf16_update, 1).code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(dp.Begin(1, bf16).ok());
   EXPECT_EQ(dp.Accept(bf16_update, 0).code(), StatusCode::kInvalidArgument);
@@ -283,13 +288,13 @@ TEST(DpFedAvgTest, KeepsTheGlobalsDtypeAndRejectsBadInput) {
   EXPECT_EQ(dp.Begin(2, ints).code(), StatusCode::kInvalidArgument);
 
   EXPECT_TRUE(ValidateDpFedAvgOptions({}).ok());
-  const Status no_clip = ValidateDpFedAvgOptions({.clip_norm = 0});
+  const Status no_clip = ValidateDpFedAvgOptions(DpFedAvgOptions{.clip_norm = 0});
   EXPECT_NE(no_clip.ToString().find("clip_norm"), std::string::npos) << no_clip.ToString();
   const Status negative_noise = ValidateDpFedAvgOptions({.noise_multiplier = -1});
   EXPECT_NE(negative_noise.ToString().find("noise_multiplier"), std::string::npos) << negative_noise.ToString();
   const Status bad_delta = ValidateDpFedAvgOptions({.delta = 1});
   EXPECT_NE(bad_delta.ToString().find("delta"), std::string::npos) << bad_delta.ToString();
-  EXPECT_FALSE(ValidateDpFedAvgOptions({.clip_norm = std::numeric_limits<double>::infinity()}).ok());
+  EXPECT_FALSE(ValidateDpFedAvgOptions(DpFedAvgOptions{.clip_norm = std::numeric_limits<double>::infinity()}).ok());
 }
 
 // ε after each round is the accountant's for the rounds so far, with q = K / eligible; a restarted strategy that
@@ -299,7 +304,7 @@ TEST(DpFedAvgTest, ReportsEpsilonSpentAfterEachRound) {
   const WeightSet global = MakeSet(std::vector<float>(11, 0.0f));
   std::vector<WeightSet> updates;
   for (uint32_t i = 0; i < 4; ++i) updates.push_back(MakeSet(RandomValues(11, 20 + i, 1.0f)));
-  DpFedAvg dp(options, Key(5));
+  AggregatingStrategy<DpFedAvg> dp(options, Key(5));
   EXPECT_EQ(dp.epsilon_spent(), 0.0);
   dp.set_eligible_workers(40);
   ASSERT_TRUE(OneRound(dp, 1, global, updates).ok());
@@ -313,16 +318,17 @@ TEST(DpFedAvgTest, ReportsEpsilonSpentAfterEachRound) {
   EXPECT_EQ(dp.last_round()->epsilon, after_three);
   EXPECT_EQ(dp.accountant().rounds(), 3);
 
-  DpFedAvg restarted(options, Key(5));
+  AggregatingStrategy<DpFedAvg> restarted(options, Key(5));
   for (int r = 0; r < 3; ++r) restarted.RecordPastRound(4, 40);
   EXPECT_EQ(restarted.epsilon_spent(), after_three);
 
   // Unknown eligible count: q = 1, the plain Gaussian mechanism. No noise: no privacy.
-  DpFedAvg unknown(options, Key(5));
+  AggregatingStrategy<DpFedAvg> unknown(options, Key(5));
   ASSERT_TRUE(OneRound(unknown, 1, global, updates).ok());
   EXPECT_EQ(unknown.last_round()->sampling_rate, 1.0);
   EXPECT_EQ(unknown.epsilon_spent(), EpsilonAfter(1, 1.0, 1.0, 1e-5));
-  DpFedAvg no_noise({.clip_norm = 1.0, .noise_multiplier = 0, .delta = 1e-5}, Key(5));
+  AggregatingStrategy<DpFedAvg> no_noise(DpFedAvgOptions{.clip_norm = 1.0, .noise_multiplier = 0, .delta = 1e-5},
+                                         Key(5));
   ASSERT_TRUE(OneRound(no_noise, 1, global, updates).ok());
   EXPECT_EQ(no_noise.epsilon_spent(), kInf);
 }
@@ -334,7 +340,7 @@ TEST(DpFedAvgTest, AccountsOnlyCommittedRoundsAndRestoresTheStateExactly) {
   const WeightSet global = MakeSet(std::vector<float>(11, 0.0f));
   std::vector<WeightSet> updates;
   for (uint32_t i = 0; i < 3; ++i) updates.push_back(MakeSet(RandomValues(11, 40 + i, 1.0f)));
-  DpFedAvg dp(options, Key(9));
+  AggregatingStrategy<DpFedAvg> dp(options, Key(9));
   dp.set_eligible_workers(30);
   ASSERT_TRUE(dp.has_state());
   EXPECT_EQ(dp.PendingState(), nullptr);
@@ -368,7 +374,7 @@ TEST(DpFedAvgTest, AccountsOnlyCommittedRoundsAndRestoresTheStateExactly) {
   dp.CommitState();
   StatusOr<WeightSet> parsed = weights::ParseSafetensors(stored);
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  DpFedAvg restarted(options, Key(9));
+  AggregatingStrategy<DpFedAvg> restarted(options, Key(9));
   ASSERT_TRUE(restarted.RestoreState(&*parsed).ok());
   EXPECT_EQ(restarted.accountant().rdp(), dp.accountant().rdp());
   EXPECT_EQ(restarted.accountant().rounds(), 3);
@@ -517,7 +523,7 @@ TEST(DpFedAvgTest, MatchesIndependentNumpyReference) {
   std::vector<double> reference(11);
   for (double& v : reference) fields >> v;
   ASSERT_TRUE(fields) << line;
-  DpFedAvg dp(options, key);
+  AggregatingStrategy<DpFedAvg> dp(options, key);
   std::vector<WeightSet> update_sets;
   for (const auto& u : updates) update_sets.push_back(MakeSet(u));
   StatusOr<WeightSet> result = OneRound(dp, 3, MakeSet(global), update_sets);

@@ -1,13 +1,11 @@
 // FedAvg (McMahan et al. 2017): the new global is the sample-weighted mean of the round's updates,
 //   global = sum(n_i * w_i) / sum(n_i),  n_i = the worker's sample count (training examples), not the steps it ran.
-// Summed by weights::WeightedMean: as updates arrive for models whose exact sums fit its budget, else chunk by chunk
-// over the updates waiting in their files when the round aggregates; memory is O(parameters) whatever the number of
-// workers (docs/training.md, "Coordinator memory per parameter").
+// Its plan: a weighted mean (Combination::kWeightedMean) weighted by sample count, and the mean is the new global.
+// RoundAggregation sums it in a weights::WeightedMean: as updates arrive for models whose exact sums fit its budget,
+// else chunk by chunk over the updates waiting in their files when the round aggregates; memory is O(parameters)
+// whatever the number of workers (docs/training.md, "Coordinator memory per parameter").
 // Threads: see Strategy.
 #pragma once
-
-#include <memory>
-#include <optional>
 
 #include "strategy/strategy.h"
 #include "weights/weighted_mean.h"
@@ -22,7 +20,7 @@ struct FedAvgOptions {
   int num_threads = 0;  // passed to WeightedMean; 0: its default
 };
 
-class FedAvg final : public Strategy {
+class FedAvg : public Strategy {
  public:
   explicit FedAvg(FedAvgOptions options = {});
 
@@ -33,20 +31,12 @@ class FedAvg final : public Strategy {
   std::vector<ParticipantConfig> ConfigureRound(const RoundContext& ctx,
                                                 std::span<const Candidate> available) const override;
 
-  Status Begin(int round, const weights::WeightSet& global) override;
-  Status Accept(const weights::WeightSet& update, int64_t sample_count) override;
-  // Validated now; added in batches (WeightedMean::AcceptOwned), so the sums are traversed once per batch.
-  Status AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude) override;
-  bool AcceptOwnedIsQuick(const weights::WeightSet& update) const override;
-  void AddKeptUpdates() override;
-  int num_accepted() const override;
-  StatusOr<weights::WeightSet> Finish() override;
+  // The sample-weighted mean of the updates as given, with `options`' accumulation. InvalidArgument if a tensor of
+  // `global` is not a float (F32, F16, BF16, F64).
+  StatusOr<RoundPlan> BeginRound(int round, const weights::WeightSet& global) override;
 
  private:
   FedAvgOptions options_;
-  int round_ = 0;
-  bool begun_ = false;                         // between Begin and Finish
-  std::optional<weights::WeightedMean> mean_;  // the round's mean while begun_; kept after Finish for reuse
 };
 
 }  // namespace parsyn::strategy

@@ -11,6 +11,7 @@
 #include <set>
 #include <vector>
 
+#include "strategy/aggregating_strategy_for_test.h"
 #include "strategy/seed.h"
 
 namespace parsyn::strategy {
@@ -59,7 +60,7 @@ WeightSet Global() { return MakeSet(std::vector<float>(6, 0.0f), std::vector<flo
 
 TEST(FedAvgTest, EqualsIndependentFloat64WeightedMean) {
   std::vector<Update> updates = RandomUpdates(7, 1);
-  FedAvg fed_avg;
+  AggregatingStrategy<FedAvg> fed_avg;
   ASSERT_TRUE(fed_avg.Begin(3, Global()).ok());
   for (const Update& u : updates) ASSERT_TRUE(fed_avg.Accept(u.weights, u.samples).ok());
   EXPECT_EQ(fed_avg.num_accepted(), 7);
@@ -85,7 +86,7 @@ TEST(FedAvgTest, EqualsIndependentFloat64WeightedMean) {
 }
 
 TEST(FedAvgTest, WeightsBySampleCountNotByUpdate) {
-  FedAvg fed_avg;
+  AggregatingStrategy<FedAvg> fed_avg;
   ASSERT_TRUE(fed_avg.Begin(1, Global()).ok());
   ASSERT_TRUE(fed_avg.Accept(MakeSet(std::vector<float>(6, 1.0f), std::vector<float>(4, 1.0f)), 3).ok());
   ASSERT_TRUE(fed_avg.Accept(MakeSet(std::vector<float>(6, 5.0f), std::vector<float>(4, -3.0f)), 1).ok());
@@ -98,7 +99,7 @@ TEST(FedAvgTest, WeightsBySampleCountNotByUpdate) {
 
 // Owned updates may be added later in a batch, but are judged at once and count exactly like Accept's.
 TEST(FedAvgTest, AcceptOwnedJudgesNowAndAveragesLikeAccept) {
-  FedAvg fed_avg;
+  AggregatingStrategy<FedAvg> fed_avg;
   ASSERT_TRUE(fed_avg.Begin(1, Global()).ok());
   ASSERT_TRUE(
       fed_avg.AcceptOwned(MakeSet(std::vector<float>(6, 1.0f), std::vector<float>(4, 1.0f)), 3, std::nullopt).ok());
@@ -121,7 +122,7 @@ TEST(FedAvgTest, AcceptOwnedJudgesNowAndAveragesLikeAccept) {
 
 // Begin after Finish reuses the sums' memory; nothing of the previous round may leak into the next.
 TEST(FedAvgTest, EachRoundStartsFromNothing) {
-  FedAvg fed_avg;
+  AggregatingStrategy<FedAvg> fed_avg;
   ASSERT_TRUE(fed_avg.Begin(1, Global()).ok());
   ASSERT_TRUE(
       fed_avg.AcceptOwned(MakeSet(std::vector<float>(6, 7.0f), std::vector<float>(4, 7.0f)), 5, std::nullopt).ok());
@@ -145,7 +146,7 @@ TEST(FedAvgTest, ArrivalOrderDoesNotChangeBits) {
   std::iota(order.begin(), order.end(), 0);
 
   auto aggregate = [&](const std::vector<size_t>& in_order) {
-    FedAvg fed_avg;
+    AggregatingStrategy<FedAvg> fed_avg;
     EXPECT_TRUE(fed_avg.Begin(1, Global()).ok());
     for (size_t i : in_order) EXPECT_TRUE(fed_avg.Accept(updates[i].weights, updates[i].samples).ok());
     StatusOr<WeightSet> result = fed_avg.Finish();
@@ -166,12 +167,12 @@ TEST(FedAvgTest, ArrivalOrderDoesNotChangeBits) {
 TEST(FedAvgTest, BadUpdatesAreRejectedAndDoNotCount) {
   std::vector<Update> good = RandomUpdates(3, 3);
 
-  FedAvg reference;
+  AggregatingStrategy<FedAvg> reference;
   ASSERT_TRUE(reference.Begin(1, Global()).ok());
   for (const Update& u : good) ASSERT_TRUE(reference.Accept(u.weights, u.samples).ok());
   std::vector<float> expected = Flat(*reference.Finish());
 
-  FedAvg fed_avg;
+  AggregatingStrategy<FedAvg> fed_avg;
   ASSERT_TRUE(fed_avg.Begin(1, Global()).ok());
   ASSERT_TRUE(fed_avg.Accept(good[0].weights, good[0].samples).ok());
 
@@ -218,7 +219,7 @@ TEST(FedAvgTest, BadUpdatesAreRejectedAndDoNotCount) {
 }
 
 TEST(FedAvgTest, LifecycleErrors) {
-  FedAvg fed_avg;
+  AggregatingStrategy<FedAvg> fed_avg;
   WeightSet update = Global();
   EXPECT_EQ(fed_avg.Accept(update, 1).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(fed_avg.Finish().status().code(), StatusCode::kFailedPrecondition);
@@ -245,7 +246,7 @@ TEST(FedAvgTest, BeginRejectsNonFloatGlobal) {
   WeightSet global;
   std::vector<int64_t> ids(3, 0);
   ASSERT_TRUE(global.Add("position_ids", DType::kI64, {3}, std::as_bytes(std::span(ids))).ok());
-  FedAvg fed_avg;
+  AggregatingStrategy<FedAvg> fed_avg;
   Status s = fed_avg.Begin(1, global);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "global tensor 'position_ids' has dtype I64; FedAvg averages float tensors only");
@@ -258,7 +259,7 @@ std::vector<Candidate> Candidates(std::vector<std::pair<int64_t, int>> worker_sh
 }
 
 TEST(FedAvgTest, ConfigureRoundWaitsBelowMinWorkers) {
-  FedAvg fed_avg;
+  AggregatingStrategy<FedAvg> fed_avg;
   auto available = Candidates({{10, 0}});
   EXPECT_TRUE(
       fed_avg.ConfigureRound({.job_seed = 1, .round = 1, .min_workers = 2, .max_workers = 3}, available).empty());
@@ -266,7 +267,7 @@ TEST(FedAvgTest, ConfigureRoundWaitsBelowMinWorkers) {
 }
 
 TEST(FedAvgTest, ConfigureRoundTakesAllThatFitSortedByShardWithTaskSeeds) {
-  FedAvg fed_avg;
+  AggregatingStrategy<FedAvg> fed_avg;
   auto available = Candidates({{30, 2}, {10, 0}, {20, 1}});
   std::vector<ParticipantConfig> got =
       fed_avg.ConfigureRound({.job_seed = 99, .round = 4, .min_workers = 2, .max_workers = 5}, available);
@@ -279,7 +280,7 @@ TEST(FedAvgTest, ConfigureRoundTakesAllThatFitSortedByShardWithTaskSeeds) {
 }
 
 TEST(FedAvgTest, ConfigureRoundRotatesWhenMoreAvailableThanMax) {
-  FedAvg fed_avg;
+  AggregatingStrategy<FedAvg> fed_avg;
   auto available = Candidates({{10, 0}, {11, 1}, {12, 2}, {13, 3}, {14, 4}});
   auto shards_of = [&](int round) {
     std::vector<int> shards;

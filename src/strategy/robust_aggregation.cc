@@ -64,15 +64,15 @@ void LoadAndRelease(const WeightSet& update, size_t t, size_t begin, size_t coun
 // each update (update i at column[i], widened to float), and stores fn's float result in the output tensor. The
 // updates are staged chunk by chunk: K x kChunkElements floats at a time.
 template <typename ColumnFn>
-StatusOr<WeightSet> MapCoordinates(const std::vector<const WeightSet*>& updates,
-                                   const std::vector<RobustAggregation::LayoutEntry>& layout, ColumnFn&& fn) {
+StatusOr<WeightSet> MapCoordinates(const std::vector<const WeightSet*>& updates, const std::vector<LayoutEntry>& layout,
+                                   ColumnFn&& fn) {
   const size_t k = updates.size();
   const size_t chunk = RobustAggregation::kChunkElements;
   std::vector<float> staged(k * chunk);
   std::vector<float> column(k);
   WeightSet result;
   for (size_t t = 0; t < layout.size(); ++t) {
-    const RobustAggregation::LayoutEntry& entry = layout[t];
+    const LayoutEntry& entry = layout[t];
     StatusOr<std::span<std::byte>> out = result.AddZeros(entry.name, entry.dtype, entry.shape);
     if (!out.ok()) return out.status();
     const size_t numel = out->size() / weights::DTypeSize(entry.dtype);
@@ -88,7 +88,7 @@ StatusOr<WeightSet> MapCoordinates(const std::vector<const WeightSet*>& updates,
   return result;
 }
 
-std::vector<const WeightSet*> Pointers(const std::vector<RobustAggregation::KeptUpdate>& updates) {
+std::vector<const WeightSet*> Pointers(const std::vector<KeptUpdate>& updates) {
   std::vector<const WeightSet*> pointers;
   pointers.reserve(updates.size());
   for (const auto& u : updates) pointers.push_back(&u.weights);
@@ -97,7 +97,7 @@ std::vector<const WeightSet*> Pointers(const std::vector<RobustAggregation::Kept
 
 // Canonical order of updates: by their bytes (memcmp order, tensor by tensor), then by sample count. Updates equal
 // in both are interchangeable, so any order among them gives the same result.
-bool CanonicalLess(const RobustAggregation::KeptUpdate& a, const RobustAggregation::KeptUpdate& b) {
+bool CanonicalLess(const KeptUpdate& a, const KeptUpdate& b) {
   for (size_t t = 0; t < a.weights.size(); ++t) {
     const auto& da = a.weights[t].data;
     const auto& db = b.weights[t].data;
@@ -116,7 +116,7 @@ std::vector<ParticipantConfig> RobustAggregation::ConfigureRound(const RoundCont
   return FedAvg().ConfigureRound(ctx, available);
 }
 
-Status RobustAggregation::Begin(int round, const WeightSet& global) {
+StatusOr<RoundPlan> RobustAggregation::BeginRound(int /*round*/, const WeightSet& global) {
   if (Status options = ValidateOptions(); !options.ok()) return options;
   for (const Tensor& t : global.tensors()) {
     if (!IsAggregatedDtype(t.dtype)) {
@@ -125,53 +125,14 @@ Status RobustAggregation::Begin(int round, const WeightSet& global) {
                                   " aggregates F32, BF16 and F16 tensors only");
     }
   }
-  layout_.clear();
-  for (const Tensor& t : global.tensors()) layout_.push_back({t.name, t.dtype, t.shape});
-  kept_.clear();
-  round_ = round;
-  begun_ = true;
-  return Status::Ok();
+  return RoundPlan{.combination = Combination::kKeepAll};
 }
 
-Status RobustAggregation::Validate(const WeightSet& update, int64_t sample_count) const {
-  if (!begun_) return FailedPreconditionError(std::string(name()) + ": Accept before Begin");
-  const std::string context = "round " + std::to_string(round_) + " update";
-  if (sample_count <= 0) {
-    return InvalidArgumentError("sample count must be positive, got " + std::to_string(sample_count));
-  }
-  if (Status layout = weights::CheckLayoutMatches(layout_, update); !layout.ok()) return layout.WithContext(context);
-  if (Status finite = weights::CheckFinite(update); !finite.ok()) return finite.WithContext(context);
-  return Status::Ok();
-}
-
-Status RobustAggregation::Accept(const WeightSet& update, int64_t sample_count) {
-  if (Status valid = Validate(update, sample_count); !valid.ok()) return valid;
-  kept_.push_back({update.Clone(), sample_count});
-  return Status::Ok();
-}
-
-Status RobustAggregation::AcceptOwned(WeightSet update, int64_t sample_count, std::optional<double> /*max_magnitude*/) {
-  if (Status valid = Validate(update, sample_count); !valid.ok()) return valid;
-  kept_.push_back({std::move(update), sample_count});
-  return Status::Ok();
-}
-
-int RobustAggregation::num_accepted() const { return begun_ ? static_cast<int>(kept_.size()) : 0; }
-
-StatusOr<WeightSet> RobustAggregation::Finish() {
-  if (!begun_) return FailedPreconditionError(std::string(name()) + "::Finish before Begin");
-  if (kept_.empty()) {
-    return FailedPreconditionError("round " + std::to_string(round_) + " has no accepted update to aggregate");
-  }
-  if (Status enough = CheckUpdateCount(static_cast<int>(kept_.size())); !enough.ok()) {
-    return enough.WithContext("round " + std::to_string(round_));
-  }
-  std::stable_sort(kept_.begin(), kept_.end(), CanonicalLess);
-  StatusOr<WeightSet> result = Aggregate(kept_, layout_);
-  if (!result.ok()) return result.status();
-  kept_.clear();  // releases copies and mappings now, not at the next Begin
-  begun_ = false;
-  return result;
+StatusOr<WeightSet> RobustAggregation::FinishFromKept(std::vector<KeptUpdate>& updates,
+                                                      const std::vector<LayoutEntry>& layout) {
+  PARSYN_RETURN_IF_ERROR(CheckUpdateCount(static_cast<int>(updates.size())));
+  std::stable_sort(updates.begin(), updates.end(), CanonicalLess);
+  return Aggregate(updates, layout);
 }
 
 // --- Median ---

@@ -4,18 +4,18 @@
 //
 // Shared rules (RobustAggregation):
 // - Participants: exactly FedAvg's ConfigureRound (the same call, not a copy).
-// - Validation as FedAvg: the update's layout equals the global's, every value is finite, sample_count > 0.
+// - Validation as every strategy's (RoundAggregation): the layout equals the global's, values finite, sample_count > 0.
 // - Sample counts are validated but not used: a Byzantine worker can claim any count, so every accepted update
 //   weighs the same (as in the papers; Flower weights Multi-Krum's final average by sample count, we do not).
 // - The result has the global's dtypes: computed in float/double, rounded to nearest even for BF16/F16.
 // - Deterministic whatever the arrival order: median and trimmed mean sort the values of each coordinate; Krum
 //   orders the updates canonically first (by their bytes, tensor by tensor, then by sample count), so distances,
 //   ties and the final sum never depend on arrival.
-// - Memory: these rules need every update at Finish, so the updates are kept as given. AcceptOwned keeps the
-//   update without copying (the coordinator hands memory-mapped files: the page cache holds them, not the heap);
-//   Accept copies it (K x model bytes). Finish walks the model tensor by tensor and each tensor in chunks of
-//   kChunkElements, so its extra memory is O(K x chunk) (K x 64 KiB of fp32 staging, plus a K x K double matrix
-//   for Krum) besides the output (one model in the global's dtypes), never O(K x model).
+// - Memory: these rules need every update at Finish, so their plan keeps the updates as given (Combination::kKeepAll,
+//   in RoundAggregation): AcceptOwned keeps the update without copying (the coordinator hands memory-mapped files: the
+//   page cache holds them, not the heap); Accept copies it (K x model bytes). Finish walks the model tensor by tensor
+//   and each tensor in chunks of kChunkElements, so its extra memory is O(K x chunk) (K x 64 KiB of fp32 staging, plus
+//   a K x K double matrix for Krum) besides the output (one model in the global's dtypes), never O(K x model).
 //
 // Threads: see Strategy. Finish runs on the caller's thread.
 #pragma once
@@ -34,32 +34,17 @@ class RobustAggregation : public Strategy {
   // Elements of one tensor processed at a time by Finish.
   static constexpr size_t kChunkElements = size_t{1} << 14;
 
-  // What Finish works on (public for the implementation's helpers).
-  struct KeptUpdate {
-    weights::WeightSet weights;
-    int64_t sample_count = 0;
-  };
-  struct LayoutEntry {
-    std::string name;
-    weights::DType dtype = weights::DType::kF32;
-    std::vector<int64_t> shape;
-  };
-
   // FedAvg's selection: all available when they fit in max_workers, else a window rotating by round.
   std::vector<ParticipantConfig> ConfigureRound(const RoundContext& ctx,
                                                 std::span<const Candidate> available) const override;
 
-  // InvalidArgument if the options are out of range (see the subclass' Validate) or a global tensor is not F32,
-  // BF16 or F16.
-  Status Begin(int round, const weights::WeightSet& global) override;
-  // Validates, then keeps a copy.
-  Status Accept(const weights::WeightSet& update, int64_t sample_count) override;
-  // Validates, then keeps the update as given (no copy).
-  Status AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude) override;
-  int num_accepted() const override;
-  // FailedPrecondition if Begin was not called, nothing was accepted, or the rule needs more updates than came
-  // (Krum: n >= 2f + 3); then the kept updates stay until the next Begin. On success the kept updates are released.
-  StatusOr<weights::WeightSet> Finish() override;
+  // Every update kept. InvalidArgument if the options are out of range (see the subclass' Validate) or a global
+  // tensor is not F32, BF16 or F16.
+  StatusOr<RoundPlan> BeginRound(int round, const weights::WeightSet& global) override;
+  // The rule over `updates` (reordered canonically, see above). FailedPrecondition if the rule needs more updates
+  // than came (Krum: n >= 2f + 3).
+  StatusOr<weights::WeightSet> FinishFromKept(std::vector<KeptUpdate>& updates,
+                                              const std::vector<LayoutEntry>& layout) override;
 
  protected:
   // Options out of range -> InvalidArgument naming the option.
@@ -69,20 +54,12 @@ class RobustAggregation : public Strategy {
   // The new global from `updates` (at least one, in canonical order, see above) with layout `layout`.
   virtual StatusOr<weights::WeightSet> Aggregate(const std::vector<KeptUpdate>& updates,
                                                  const std::vector<LayoutEntry>& layout) = 0;
-
- private:
-  Status Validate(const weights::WeightSet& update, int64_t sample_count) const;
-
-  int round_ = 0;
-  bool begun_ = false;
-  std::vector<LayoutEntry> layout_;
-  std::vector<KeptUpdate> kept_;  // in arrival order
 };
 
 // Coordinate-wise median (Yin et al. 2018): result[j] = median_i(w_i[j]). For an even count, the mean of the two
 // middle values, computed in double and rounded once to float: float((double(a) + double(b)) / 2). For an odd count
 // it is one of the values, unchanged. No options.
-class Median final : public RobustAggregation {
+class Median : public RobustAggregation {
  public:
   std::string_view name() const override { return "median"; }
 
@@ -100,7 +77,7 @@ struct TrimmedMeanOptions {
 
 // Coordinate-wise trimmed mean (Yin et al. 2018): result[j] = mean of w_(k+1)[j] .. w_(n-k)[j], the values of
 // coordinate j sorted ascending; summed in double in that order, divided by n - 2k, rounded once to float.
-class TrimmedMean final : public RobustAggregation {
+class TrimmedMean : public RobustAggregation {
  public:
   explicit TrimmedMean(TrimmedMeanOptions options = {});
   // InvalidArgument naming `beta` when out of [0, 0.5).
@@ -143,7 +120,7 @@ class KrumBase : public RobustAggregation {
   int m_;  // 0: n - f
 };
 
-class Krum final : public KrumBase {
+class Krum : public KrumBase {
  public:
   explicit Krum(KrumOptions options = {});
   // InvalidArgument naming `f` when negative.
@@ -155,7 +132,7 @@ class Krum final : public KrumBase {
   Status ValidateOptions() const override { return Validate(KrumOptions{.f = f_}); }
 };
 
-class MultiKrum final : public KrumBase {
+class MultiKrum : public KrumBase {
  public:
   explicit MultiKrum(MultiKrumOptions options = {});
   // InvalidArgument naming `f` when negative, `m` when negative.

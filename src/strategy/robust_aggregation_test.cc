@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/testing/temp_dir.h"
+#include "strategy/aggregating_strategy_for_test.h"
 #include "strategy/fed_avg.h"
 #include "weights/safetensors.h"
 
@@ -120,11 +121,13 @@ struct Case {
   int m = 0;
 };
 
-std::unique_ptr<RobustAggregation> Make(const Case& c) {
-  if (c.strategy == "median") return std::make_unique<Median>();
-  if (c.strategy == "trimmed_mean") return std::make_unique<TrimmedMean>(TrimmedMeanOptions{.beta = c.beta});
-  if (c.strategy == "krum") return std::make_unique<Krum>(KrumOptions{.f = c.f});
-  return std::make_unique<MultiKrum>(MultiKrumOptions{.f = c.f, .m = c.m});
+std::shared_ptr<RoundAggregation> Make(const Case& c) {
+  if (c.strategy == "median") return std::make_shared<AggregatingStrategy<Median>>();
+  if (c.strategy == "trimmed_mean") {
+    return std::make_shared<AggregatingStrategy<TrimmedMean>>(TrimmedMeanOptions{.beta = c.beta});
+  }
+  if (c.strategy == "krum") return std::make_shared<AggregatingStrategy<Krum>>(KrumOptions{.f = c.f});
+  return std::make_shared<AggregatingStrategy<MultiKrum>>(MultiKrumOptions{.f = c.f, .m = c.m});
 }
 
 std::string Describe(const Case& c, int k) {
@@ -182,7 +185,7 @@ TEST(RobustAggregationTest, MatchesNumpyReference) {
 
   for (const Run& run : runs) {
     SCOPED_TRACE(Describe(run.c, run.k));
-    std::unique_ptr<RobustAggregation> strategy = Make(run.c);
+    std::shared_ptr<RoundAggregation> strategy = Make(run.c);
     ASSERT_TRUE(strategy->Begin(1, Zeros()).ok());
     for (const std::string& path : run.updates) {
       StatusOr<WeightSet> update = weights::ReadSafetensorsFile(path);  // memory-mapped, kept as is
@@ -213,7 +216,7 @@ TEST(RobustAggregationTest, MatchesNumpyReference) {
 TEST(RobustAggregationTest, SmallTablesByHand) {
   const std::vector<Entry> layout = {{"w", DType::kF32, {4}}};
   auto set = [&](std::vector<float> v) { return MakeSet(layout, [v](size_t, size_t j) { return v[j]; }); };
-  auto run = [&](Strategy& s, const std::vector<std::vector<float>>& updates) {
+  auto run = [&](RoundAggregation& s, const std::vector<std::vector<float>>& updates) {
     EXPECT_TRUE(s.Begin(1, Zeros(layout)).ok());
     for (const auto& u : updates) EXPECT_TRUE(s.Accept(set(u), 1).ok());
     StatusOr<WeightSet> result = s.Finish();
@@ -221,23 +224,23 @@ TEST(RobustAggregationTest, SmallTablesByHand) {
     return result.ok() ? Flat(*result) : std::vector<double>{};
   };
   const std::vector<std::vector<float>> four = {{1, -1, 0.5f, 7}, {5, -2, 0.25f, 7}, {2, -3, 1, 7}, {4, -100, 2, 7}};
-  Median median;
+  AggregatingStrategy<Median> median;
   EXPECT_EQ(run(median, four), (std::vector<double>{3, -2.5, 0.75, 7}));
   EXPECT_EQ(run(median, {four[0], four[1], four[3]}), (std::vector<double>{4, -2, 0.5, 7}));
-  TrimmedMean trimmed(TrimmedMeanOptions{.beta = 0.25});  // k = floor(0.25 * 4) = 1 from each end
+  AggregatingStrategy<TrimmedMean> trimmed(TrimmedMeanOptions{.beta = 0.25});  // k = floor(0.25 * 4) = 1 from each end
   EXPECT_EQ(run(trimmed, four), (std::vector<double>{3, -2.5, 0.75, 7}));
-  TrimmedMean untrimmed(TrimmedMeanOptions{.beta = 0.2});  // k = floor(0.8) = 0: the plain mean
+  AggregatingStrategy<TrimmedMean> untrimmed(TrimmedMeanOptions{.beta = 0.2});  // k = floor(0.8) = 0: the plain mean
   EXPECT_EQ(run(untrimmed, four), (std::vector<double>{3, -26.5, 0.9375, 7}));
 
   // Five points on a line: 0, 1, 2, 3 and 100. f = 1: each scores its n - f - 2 = 2 nearest squared distances.
   // 0: 1 + 4 = 5; 1: 1 + 1 = 2; 2: 1 + 1 = 2; 3: 1 + 4 = 5; 100: 97^2 + 98^2. 1 and 2 tie: the first in canonical
   // order wins, memcmp of the stored (little-endian) bytes: 2.0f is 00 00 00 40, before 1.0f's 00 00 80 3f.
   const std::vector<std::vector<float>> line = {{100, 0, 0, 0}, {3, 0, 0, 0}, {2, 0, 0, 0}, {0, 0, 0, 0}, {1, 0, 0, 0}};
-  Krum krum(KrumOptions{.f = 1});
+  AggregatingStrategy<Krum> krum(KrumOptions{.f = 1});
   EXPECT_EQ(run(krum, line), (std::vector<double>{2, 0, 0, 0}));
-  MultiKrum multi(MultiKrumOptions{.f = 1, .m = 0});  // m = n - f = 4: all but 100
+  AggregatingStrategy<MultiKrum> multi(MultiKrumOptions{.f = 1, .m = 0});  // m = n - f = 4: all but 100
   EXPECT_EQ(run(multi, line), (std::vector<double>{1.5, 0, 0, 0}));
-  MultiKrum two(MultiKrumOptions{.f = 1, .m = 2});
+  AggregatingStrategy<MultiKrum> two(MultiKrumOptions{.f = 1, .m = 2});
   EXPECT_EQ(run(two, line), (std::vector<double>{1.5, 0, 0, 0}));
 }
 
@@ -258,7 +261,7 @@ TEST(RobustAggregationTest, ArrivalOrderDoesNotChangeBits) {
     std::iota(order.begin(), order.end(), size_t{0});
     std::optional<WeightSet> first;
     for (int permutation = 0; permutation < 6; ++permutation) {
-      std::unique_ptr<RobustAggregation> strategy = Make(c);
+      std::shared_ptr<RoundAggregation> strategy = Make(c);
       ASSERT_TRUE(strategy->Begin(2, Zeros()).ok());
       for (size_t i : order) ASSERT_TRUE(strategy->Accept(updates[i], 10 + static_cast<int64_t>(i)).ok());
       StatusOr<WeightSet> result = strategy->Finish();
@@ -313,7 +316,7 @@ TEST(RobustAggregationTest, TwoOfTenAttackersMoveFedAvgButNotRobustRules) {
       const std::vector<double> base = Flat(honest[i]);
       attackers.push_back(MakeSet(layout, [&](size_t t, size_t j) { return scale * float(base[offset(t, j)]); }));
     }
-    auto aggregate = [&](Strategy& s) {
+    auto aggregate = [&](RoundAggregation& s) {
       EXPECT_TRUE(s.Begin(1, Zeros(layout)).ok());
       for (const WeightSet& u : honest) EXPECT_TRUE(s.Accept(u, 100).ok());
       for (const WeightSet& u : attackers) EXPECT_TRUE(s.Accept(u, 100).ok());
@@ -321,18 +324,18 @@ TEST(RobustAggregationTest, TwoOfTenAttackersMoveFedAvgButNotRobustRules) {
       EXPECT_TRUE(result.ok()) << result.status().ToString();
       return relative_error(*result);
     };
-    FedAvg fed_avg;
-    Median median;
-    TrimmedMean trimmed(TrimmedMeanOptions{.beta = 0.2});
-    Krum krum(KrumOptions{.f = 2});
-    MultiKrum multi_krum(MultiKrumOptions{.f = 2});
+    AggregatingStrategy<FedAvg> fed_avg;
+    AggregatingStrategy<Median> median;
+    AggregatingStrategy<TrimmedMean> trimmed(TrimmedMeanOptions{.beta = 0.2});
+    AggregatingStrategy<Krum> krum(KrumOptions{.f = 2});
+    AggregatingStrategy<MultiKrum> multi_krum(MultiKrumOptions{.f = 2});
     const double fed_avg_error = aggregate(fed_avg);
     std::printf("[ attack   ] scale %5.1f: |result - honest mean| / |honest mean|: fedavg %.3f", scale, fed_avg_error);
     EXPECT_GT(fed_avg_error, 0.35);  // 0.2 * |scale - 1|: 2.2 and 0.4
-    for (Strategy* s : std::initializer_list<Strategy*>{&median, &trimmed, &krum, &multi_krum}) {
+    for (RoundAggregation* s : std::initializer_list<RoundAggregation*>{&median, &trimmed, &krum, &multi_krum}) {
       const double error = aggregate(*s);
-      std::printf(", %s %.3f", std::string(s->name()).c_str(), error);
-      EXPECT_LT(error, 0.1) << s->name();
+      std::printf(", %s %.3f", std::string(s->strategy().name()).c_str(), error);
+      EXPECT_LT(error, 0.1) << s->strategy().name();
     }
     std::printf("\n");
   }
@@ -342,7 +345,7 @@ TEST(RobustAggregationTest, BadUpdatesAreRejectedAndDoNotCount) {
   std::mt19937 rng(3);
   for (const Case& c : std::vector<Case>{{"median"}, {"trimmed_mean", 0.1}, {"krum", 0, 0}, {"multi_krum", 0, 0, 2}}) {
     SCOPED_TRACE(c.strategy);
-    std::unique_ptr<RobustAggregation> s = Make(c);
+    std::shared_ptr<RoundAggregation> s = Make(c);
     ASSERT_TRUE(s->Begin(4, Zeros()).ok());
     EXPECT_EQ(s->Accept(RandomSet(rng), 0).code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(s->AcceptOwned(RandomSet(rng), -5, std::nullopt).code(), StatusCode::kInvalidArgument);
@@ -374,7 +377,7 @@ TEST(RobustAggregationTest, BadUpdatesAreRejectedAndDoNotCount) {
 
 TEST(RobustAggregationTest, LifecycleAndCountErrors) {
   std::mt19937 rng(5);
-  Median median;
+  AggregatingStrategy<Median> median;
   EXPECT_EQ(median.Accept(RandomSet(rng), 1).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(median.Finish().status().code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(median.Begin(1, Zeros()).ok());
@@ -382,7 +385,7 @@ TEST(RobustAggregationTest, LifecycleAndCountErrors) {
 
   // Krum with f = 2 needs 7 updates: 6 fail with a message that says what to change; the updates stay, a seventh
   // makes Finish succeed.
-  Krum krum(KrumOptions{.f = 2});
+  AggregatingStrategy<Krum> krum(KrumOptions{.f = 2});
   ASSERT_TRUE(krum.Begin(9, Zeros()).ok());
   for (int i = 0; i < 6; ++i) ASSERT_TRUE(krum.Accept(RandomSet(rng), 1).ok());
   StatusOr<WeightSet> few = krum.Finish();
@@ -393,7 +396,7 @@ TEST(RobustAggregationTest, LifecycleAndCountErrors) {
   ASSERT_TRUE(krum.Accept(RandomSet(rng), 1).ok());
   EXPECT_TRUE(krum.Finish().ok());
 
-  MultiKrum many(MultiKrumOptions{.f = 0, .m = 5});
+  AggregatingStrategy<MultiKrum> many(MultiKrumOptions{.f = 0, .m = 5});
   ASSERT_TRUE(many.Begin(1, Zeros()).ok());
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(many.Accept(RandomSet(rng), 1).ok());
   EXPECT_NE(many.Finish().status().message().find("multi_krum with m = 5 needs at least 5 updates, got 4"),
@@ -427,7 +430,7 @@ TEST(RobustAggregationTest, OptionsAreValidatedNamingTheOption) {
   EXPECT_EQ(MultiKrum::Validate({.f = -1, .m = 2}).message().rfind("f ", 0), 0u);
 
   // A strategy built with bad options refuses to begin, with the same message.
-  TrimmedMean bad(TrimmedMeanOptions{.beta = 0.5});
+  AggregatingStrategy<TrimmedMean> bad(TrimmedMeanOptions{.beta = 0.5});
   Status begin = bad.Begin(1, Zeros());
   EXPECT_EQ(begin.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(begin.message().rfind("beta must be", 0), 0u) << begin.ToString();

@@ -41,7 +41,7 @@ std::vector<ParticipantConfig> ServerOptimizer::ConfigureRound(const RoundContex
   return ChooseParticipants(ctx, available);
 }
 
-Status ServerOptimizer::Begin(int round, const weights::WeightSet& global) {
+StatusOr<RoundPlan> ServerOptimizer::BeginRound(int round, const weights::WeightSet& global) {
   pending_.reset();  // a round that was not committed leaves no trace
   if (state_) {
     // The restored state must be this global's: one fp32 tensor per moment and parameter, same shapes.
@@ -61,31 +61,13 @@ Status ServerOptimizer::Begin(int round, const weights::WeightSet& global) {
       }
     }
   }
-  PARSYN_RETURN_IF_ERROR(fed_avg_.Begin(round, global));  // also refuses non-float tensors
+  PARSYN_ASSIGN_OR_RETURN(RoundPlan plan, fed_avg_.BeginRound(round, global));  // also refuses non-float tensors
   global_ = global.Clone();
   global.ReleasePages();  // the coordinator's global is a read-only mapping: only the copy stays resident
-  return Status::Ok();
+  return plan;
 }
 
-Status ServerOptimizer::Accept(const weights::WeightSet& update, int64_t sample_count) {
-  return fed_avg_.Accept(update, sample_count);
-}
-
-Status ServerOptimizer::AcceptOwned(weights::WeightSet update, int64_t sample_count,
-                                    std::optional<double> max_magnitude) {
-  return fed_avg_.AcceptOwned(std::move(update), sample_count, max_magnitude);
-}
-
-bool ServerOptimizer::AcceptOwnedIsQuick(const weights::WeightSet& update) const {
-  return fed_avg_.AcceptOwnedIsQuick(update);
-}
-
-void ServerOptimizer::AddKeptUpdates() { fed_avg_.AddKeptUpdates(); }
-
-int ServerOptimizer::num_accepted() const { return fed_avg_.num_accepted(); }
-
-StatusOr<weights::WeightSet> ServerOptimizer::Finish() {
-  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, fed_avg_.Finish());
+StatusOr<weights::WeightSet> ServerOptimizer::FinishFromMean(weights::WeightSet mean, int /*count*/) {
   const weights::WeightSet& global = *global_;
   weights::WeightSet next;
   next.metadata()["strategy"] = std::string(name());

@@ -1,6 +1,6 @@
 // ServerOptimizer: FedAvgM (Hsu et al. 2019) and FedAdam, FedYogi, FedAdagrad (Reddi et al. 2021, "Adaptive
-// Federated Optimization", Algorithm 2). The round's FedAvg mean (streamed, strategy::FedAvg) gives the
-// pseudo-gradient, and a server optimizer steps the global along it:
+// Federated Optimization", Algorithm 2). The round's FedAvg mean (FedAvg's plan, streamed by RoundAggregation) gives
+// the pseudo-gradient, and a server optimizer steps the global along it (its finish step):
 //   delta = mean - global
 //   fedavgm:     v = momentum * v + delta;                      w = global + lr * v
 //   fedadam:     m = b1 * m + (1 - b1) * delta;  v = b2 * v + (1 - b2) * delta^2
@@ -27,7 +27,7 @@
 
 namespace parsyn::strategy {
 
-class ServerOptimizer final : public Strategy {
+class ServerOptimizer : public Strategy {
  public:
   // kind: kFedAvgM, kFedAdam, kFedYogi or kFedAdagrad; options as DefaultStrategyOptions(kind) fills them.
   ServerOptimizer(StrategyKind kind, const StrategyOptions& options, FedAvgOptions fed_avg = {});
@@ -35,14 +35,11 @@ class ServerOptimizer final : public Strategy {
   std::string_view name() const override { return StrategyKindName(kind_); }
   std::vector<ParticipantConfig> ConfigureRound(const RoundContext& ctx,
                                                 std::span<const Candidate> available) const override;
-  // Also InvalidArgument when a restored state does not fit the global's layout.
-  Status Begin(int round, const weights::WeightSet& global) override;
-  Status Accept(const weights::WeightSet& update, int64_t sample_count) override;
-  Status AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude) override;
-  bool AcceptOwnedIsQuick(const weights::WeightSet& update) const override;
-  void AddKeptUpdates() override;
-  int num_accepted() const override;
-  StatusOr<weights::WeightSet> Finish() override;
+  // FedAvg's plan (the sample-weighted mean; InvalidArgument on a non-float tensor); also InvalidArgument when a
+  // restored state does not fit the global's layout. Keeps a copy of `global`.
+  StatusOr<RoundPlan> BeginRound(int round, const weights::WeightSet& global) override;
+  // The optimizer's step from `mean`, whose bytes become the new global's; the next state becomes pending.
+  StatusOr<weights::WeightSet> FinishFromMean(weights::WeightSet mean, int count) override;
 
   bool has_state() const override { return true; }
   const weights::WeightSet* PendingState() const override { return pending_ ? &*pending_ : nullptr; }
@@ -54,7 +51,7 @@ class ServerOptimizer final : public Strategy {
 
   StrategyKind kind_;
   StrategyOptions options_;
-  FedAvg fed_avg_;
+  FedAvg fed_avg_;                             // the plan of the round's mean
   std::optional<weights::WeightSet> global_;   // the round's starting global, copied at Begin
   std::optional<weights::WeightSet> state_;    // committed; empty: zeros (no round committed yet)
   std::optional<weights::WeightSet> pending_;  // from the last Finish, until CommitState or the next Begin

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/testing/temp_dir.h"
+#include "strategy/aggregating_strategy_for_test.h"
 #include "strategy/dp_fed_avg.h"
 #include "strategy/make_strategy.h"
 #include "strategy/robust_aggregation.h"
@@ -136,7 +137,7 @@ TEST(ServerOptimizerTest, MatchesIndependentNumpyReferenceOverThreeRounds) {
       input.metadata()["tau"] = tau.str();
       parsed.tau = o.tau;
     }
-    ServerOptimizer optimizer(k.kind, parsed);
+    AggregatingStrategy<ServerOptimizer> optimizer(k.kind, parsed);
     for (int r = 1; r <= kRounds; ++r) {
       ASSERT_TRUE(optimizer.Begin(r, global).ok());
       std::string samples;
@@ -224,7 +225,7 @@ TEST(ServerOptimizerTest, StateOnlyAdvancesOnCommitAndRestoresBitIdentically) {
     updates.emplace_back();
     for (int i = 0; i < 3; ++i) updates.back().push_back(RandomSet(rng, false));
   }
-  auto run_round = [&](Strategy& s, int r, const WeightSet& global) {
+  auto run_round = [&](RoundAggregation& s, int r, const WeightSet& global) {
     EXPECT_TRUE(s.Begin(r + 1, global).ok());
     for (int i = 0; i < 3; ++i) EXPECT_TRUE(s.Accept(updates[r][i], 10 + i).ok());
     StatusOr<WeightSet> next = s.Finish();
@@ -237,15 +238,16 @@ TEST(ServerOptimizerTest, StateOnlyAdvancesOnCommitAndRestoresBitIdentically) {
       MakeStrategy(StrategyKind::kFedAdam, DefaultStrategyOptions(StrategyKind::kFedAdam), weights::SecretKey{});
   ASSERT_TRUE(made.ok());
   Strategy& straight = **made;
+  RoundAggregation straight_rounds(straight);
   ASSERT_TRUE(straight.has_state());
-  WeightSet g1 = run_round(straight, 0, start);
+  WeightSet g1 = run_round(straight_rounds, 0, start);
   straight.CommitState();
-  WeightSet g2 = run_round(straight, 1, g1);
+  WeightSet g2 = run_round(straight_rounds, 1, g1);
   straight.CommitState();
-  WeightSet g3 = run_round(straight, 2, g2);
+  WeightSet g3 = run_round(straight_rounds, 2, g2);
 
   // Round 2 fails once after Finish (e.g. its global could not be stored), then is retried.
-  ServerOptimizer retried(StrategyKind::kFedAdam, DefaultStrategyOptions(StrategyKind::kFedAdam));
+  AggregatingStrategy<ServerOptimizer> retried(StrategyKind::kFedAdam, DefaultStrategyOptions(StrategyKind::kFedAdam));
   WeightSet r1 = run_round(retried, 0, start);
   retried.CommitState();
   WeightSet failed = run_round(retried, 1, r1);  // not committed
@@ -255,12 +257,12 @@ TEST(ServerOptimizerTest, StateOnlyAdvancesOnCommitAndRestoresBitIdentically) {
   EXPECT_EQ(bytes(run_round(retried, 2, r2)), bytes(g3));
 
   // A new optimizer restored from round 1's state (as stored and read back) continues as the first.
-  ServerOptimizer first(StrategyKind::kFedAdam, DefaultStrategyOptions(StrategyKind::kFedAdam));
+  AggregatingStrategy<ServerOptimizer> first(StrategyKind::kFedAdam, DefaultStrategyOptions(StrategyKind::kFedAdam));
   WeightSet f1 = run_round(first, 0, start);
   const std::vector<std::byte> image = bytes(*first.PendingState());
   StatusOr<WeightSet> stored = weights::ParseSafetensors(image);
   ASSERT_TRUE(stored.ok()) << stored.status().ToString();
-  ServerOptimizer resumed(StrategyKind::kFedAdam, DefaultStrategyOptions(StrategyKind::kFedAdam));
+  AggregatingStrategy<ServerOptimizer> resumed(StrategyKind::kFedAdam, DefaultStrategyOptions(StrategyKind::kFedAdam));
   ASSERT_TRUE(resumed.RestoreState(&*stored).ok());
   WeightSet s2 = run_round(resumed, 1, f1);
   resumed.CommitState();
@@ -268,7 +270,8 @@ TEST(ServerOptimizerTest, StateOnlyAdvancesOnCommitAndRestoresBitIdentically) {
   EXPECT_EQ(bytes(run_round(resumed, 2, s2)), bytes(g3));
 
   // Without the state (restored as "none"), the resumed job would differ: the check above can fail.
-  ServerOptimizer forgetful(StrategyKind::kFedAdam, DefaultStrategyOptions(StrategyKind::kFedAdam));
+  AggregatingStrategy<ServerOptimizer> forgetful(StrategyKind::kFedAdam,
+                                                 DefaultStrategyOptions(StrategyKind::kFedAdam));
   ASSERT_TRUE(forgetful.RestoreState(nullptr).ok());
   EXPECT_NE(bytes(run_round(forgetful, 1, f1)), bytes(g2));
 }
@@ -276,7 +279,7 @@ TEST(ServerOptimizerTest, StateOnlyAdvancesOnCommitAndRestoresBitIdentically) {
 TEST(ServerOptimizerTest, RefusesAStateThatIsNotItsOwn) {
   std::mt19937 rng(3);
   WeightSet global = RandomSet(rng, false);
-  ServerOptimizer momentum(StrategyKind::kFedAvgM, DefaultStrategyOptions(StrategyKind::kFedAvgM));
+  AggregatingStrategy<ServerOptimizer> momentum(StrategyKind::kFedAvgM, DefaultStrategyOptions(StrategyKind::kFedAvgM));
   ASSERT_TRUE(momentum.Begin(1, global).ok());
   ASSERT_TRUE(momentum.Accept(RandomSet(rng, false), 5).ok());
   ASSERT_TRUE(momentum.Finish().ok());
@@ -284,13 +287,13 @@ TEST(ServerOptimizerTest, RefusesAStateThatIsNotItsOwn) {
   ASSERT_NE(state, nullptr);
   EXPECT_EQ(state->size(), kLayout.size());  // fedavgm keeps one moment per parameter
 
-  ServerOptimizer adam(StrategyKind::kFedAdam, DefaultStrategyOptions(StrategyKind::kFedAdam));
+  AggregatingStrategy<ServerOptimizer> adam(StrategyKind::kFedAdam, DefaultStrategyOptions(StrategyKind::kFedAdam));
   Status refused = adam.RestoreState(state);
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.message().find("fedavgm"), std::string::npos) << refused.message();
 
   // The right strategy, but another model's layout: Begin says which tensor is missing.
-  ServerOptimizer other(StrategyKind::kFedAvgM, DefaultStrategyOptions(StrategyKind::kFedAvgM));
+  AggregatingStrategy<ServerOptimizer> other(StrategyKind::kFedAvgM, DefaultStrategyOptions(StrategyKind::kFedAvgM));
   ASSERT_TRUE(other.RestoreState(state).ok());
   WeightSet bigger;
   std::vector<float> values(7, 0.5f);
@@ -342,11 +345,12 @@ TEST(MakeStrategyTest, BuildsEveryKindAndHandsItsOptionsToTheClass) {
   WeightSet global;
   std::vector<float> zeros(3, 0.0f);
   ASSERT_TRUE(global.Add("w", DType::kF32, {3}, std::as_bytes(std::span(zeros))).ok());
-  ASSERT_TRUE((*made_krum)->Begin(1, global).ok());
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE((*made_krum)->Accept(global, 1).ok());
-  EXPECT_EQ((*made_krum)->Finish().status().code(), StatusCode::kFailedPrecondition);
-  ASSERT_TRUE((*made_krum)->Accept(global, 1).ok());
-  EXPECT_TRUE((*made_krum)->Finish().ok());
+  RoundAggregation krum_rounds(**made_krum);
+  ASSERT_TRUE(krum_rounds.Begin(1, global).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(krum_rounds.Accept(global, 1).ok());
+  EXPECT_EQ(krum_rounds.Finish().status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(krum_rounds.Accept(global, 1).ok());
+  EXPECT_TRUE(krum_rounds.Finish().ok());
 
   // Out-of-range options are refused, naming the option.
   StrategyOptions bad_beta = trimmed;

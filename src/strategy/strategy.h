@@ -1,12 +1,15 @@
 // Strategy: the aggregation policy of a federated job, after Flower's `Strategy` — pure policy, with no I/O, no
-// threads and no clock. The round engine asks it whom to train and with which seed; the coordinator feeds it each
-// validated update as it arrives and takes the new global when the round closes.
+// threads and no clock. The round engine asks it whom to train and with which seed; RoundAggregation
+// (strategy/round_aggregation.h), which owns the round's sums or kept updates, asks it how the round's updates combine
+// (RoundPlan) and what the new global is from that combination (FinishFromMean, FinishFromKept).
 //
-// Threads: a Strategy is owned by one job on the coordinator's event loop and is called only from there; it needs
-// no locks. ConfigureRound is const and may be called at any time, also between Begin and Finish.
+// Threads: a Strategy is owned by one job and called from one thread at a time (the coordinator's event loop, or a
+// pool thread while the job's mutex is held); it needs no locks. ConfigureRound is const and may be called at any
+// time, also while a round aggregates.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -18,6 +21,7 @@
 #include "strategy/privacy_accounting.h"
 #include "strategy/strategy_options.h"
 #include "weights/weight_set.h"
+#include "weights/weighted_mean.h"
 
 namespace parsyn::strategy {
 
@@ -45,6 +49,40 @@ struct ParticipantConfig {
   friend bool operator==(const ParticipantConfig&, const ParticipantConfig&) = default;
 };
 
+// One tensor of the round's global without its bytes: the layout every update must have.
+struct LayoutEntry {
+  std::string name;
+  weights::DType dtype = weights::DType::kF32;
+  std::vector<int64_t> shape;
+};
+
+// An update kept whole for the finish step (Combination::kKeepAll), as the worker sent it.
+struct KeptUpdate {
+  weights::WeightSet weights;
+  int64_t sample_count = 0;
+};
+
+// How a round's accepted updates combine before the strategy's finish step.
+enum class Combination {
+  // Summed into a weights::WeightedMean as they arrive (owned ones in batches): O(model) memory whatever their number.
+  kWeightedMean,
+  // Kept as given (no copy when handed over), for a rule that needs them all at once (robust aggregation).
+  kKeepAll,
+};
+
+// What a strategy answers when a round begins (BeginRound).
+struct RoundPlan {
+  Combination combination = Combination::kWeightedMean;
+  // kWeightedMean: an update weighs its sample count (FedAvg), else 1 (sample counts checked, not used).
+  bool weighted_by_sample_count = false;
+  // kWeightedMean: the mean's accumulation and threads. Fixed for a strategy: the sums are reused from round to round.
+  weights::WeightedMeanOptions mean_options;
+  // kWeightedMean: null, the updates are averaged as given (in the global's layout); else each update goes through
+  // TransformUpdate, and the mean is over this layout (read while the round begins only; DpFedAvg: the clipped
+  // deltas, float32).
+  const weights::WeightSet* transformed_layout = nullptr;
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -59,46 +97,43 @@ class Strategy {
   virtual std::vector<ParticipantConfig> ConfigureRound(const RoundContext& ctx,
                                                         std::span<const Candidate> available) const = 0;
 
-  // Starts aggregating `round` on top of `global` (the latest committed global: its names, dtypes and shapes are
-  // what every update must have). Discards any aggregation in progress (a failed round that is retried).
-  // InvalidArgument if `global` cannot be aggregated (e.g. a non-float tensor).
-  virtual Status Begin(int round, const weights::WeightSet& global) = 0;
+  // --- A round's aggregation: the policy that RoundAggregation (round_aggregation.h) follows. ---
 
-  // Adds one worker's update, weighted by `sample_count` (the training examples behind it). InvalidArgument, and
-  // the update does not count, if its layout differs from the global's, a value is not finite, or sample_count is
-  // not positive. FailedPrecondition if Begin was not called.
-  virtual Status Accept(const weights::WeightSet& update, int64_t sample_count) = 0;
+  // A round begins on top of `global` (the latest committed global; RoundAggregation checks every update against its
+  // layout): the strategy checks that it can aggregate `global`, keeps what its finish step needs (e.g. a copy of the
+  // global) and forgets any round in progress, and says how the round's updates combine. InvalidArgument if it
+  // cannot aggregate `global` (e.g. a non-float tensor) or its options are out of range.
+  virtual StatusOr<RoundPlan> BeginRound(int round, const weights::WeightSet& global) = 0;
 
-  // As Accept, same verdict, but takes the update over, so a strategy may keep it and add several together later
-  // (before Finish returns). `max_magnitude`: the update's largest |value| when a check that read every value (and
-  // found them finite) already knows it, so a strategy that needs the bound need not read the values for it (else
-  // nullopt). By default: Accept(update, sample_count).
-  virtual Status AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude) {
-    return Accept(update, sample_count);
+  // RoundPlan::transformed_layout only: hands `add` (which adds to the mean, and may refuse) what stands for
+  // `update` in the mean, in the transformed layout. `update` has the global's layout and finite values. An error
+  // (InvalidArgument) rejects the update: it does not count. By default: add(update).
+  virtual Status TransformUpdate(const weights::WeightSet& update,
+                                 const std::function<Status(const weights::WeightSet&)>& add) {
+    return add(update);
   }
-  // True when AcceptOwned(update, ..., max_magnitude) with a known max_magnitude would return in microseconds (it
-  // judges and keeps the update, with no pass over its values and no wait for kept updates being added): cheap
-  // enough for a caller that must not block long (the coordinator's event loop). By default false.
-  virtual bool AcceptOwnedIsQuick(const weights::WeightSet& update) const { return false; }
-  // Adds the updates AcceptOwned kept, now (the caller is idle and expects no other update soon). By default none are
-  // kept: a no-op.
-  virtual void AddKeptUpdates() {}
 
-  // Updates that counted since Begin.
-  virtual int num_accepted() const = 0;
+  // Combination::kWeightedMean: the new global from `mean`, the weighted mean of the round's `count` (> 0) accepted
+  // updates (transformed ones, with RoundPlan::transformed_layout), in the layout the mean was over. By default the
+  // mean itself (FedAvg).
+  virtual StatusOr<weights::WeightSet> FinishFromMean(weights::WeightSet mean, int count) { return mean; }
 
-  // The new global from the updates accepted since Begin; afterwards Begin must be called again.
-  // FailedPrecondition if Begin was not called or nothing was accepted.
-  virtual StatusOr<weights::WeightSet> Finish() = 0;
+  // Combination::kKeepAll: the new global from every update accepted since BeginRound (at least one, in arrival
+  // order; the strategy may reorder them), `layout` the global's. An error leaves the updates kept: more may be
+  // accepted and the round finished again. By default Internal (a strategy that keeps updates overrides it).
+  virtual StatusOr<weights::WeightSet> FinishFromKept(std::vector<KeptUpdate>& updates,
+                                                      const std::vector<LayoutEntry>& layout) {
+    return InternalError(std::string(name()) + " keeps no updates");
+  }
 
   // Server state carried from round to round (a server optimizer's moments), which the job runner stores beside each
   // committed global and restores when a job resumes. Stateless strategies (the defaults) have none.
   virtual bool has_state() const { return false; }
-  // The state Finish computed, to be stored with the round's global; nullptr when there is none (stateless, or no
-  // Finish since the last Begin).
+  // The state the finish step computed, to be stored with the round's global; nullptr when there is none (stateless,
+  // or no finish step since the last BeginRound).
   virtual const weights::WeightSet* PendingState() const { return nullptr; }
-  // The round whose Finish computed PendingState was committed: the next round starts from that state. Without it
-  // (a failed or retried round), Begin starts again from the state committed before.
+  // The round whose finish step computed PendingState was committed: the next round starts from that state. Without
+  // it (a failed or retried round), BeginRound starts again from the state committed before.
   virtual void CommitState() {}
   // Replaces the committed state (a resumed job): `state` as PendingState gave it for the last committed round, or
   // nullptr for the initial state (no round committed yet). InvalidArgument if it is not this strategy's.
