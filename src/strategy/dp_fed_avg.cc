@@ -24,26 +24,6 @@ std::string Number(double v) {
   return buf;
 }
 
-double Load(const Tensor& t, int64_t i) {
-  switch (t.dtype) {
-    case DType::kF32: return t.as<float>()[i];
-    case DType::kF64: return t.as<double>()[i];
-    case DType::kBF16: return weights::Bf16ToFloat(t.as<uint16_t>()[i]);
-    case DType::kF16: return weights::F16ToFloat(t.as<uint16_t>()[i]);
-    default: assert(false && "not a float tensor"); return 0;
-  }
-}
-
-void Store(const Tensor& t, int64_t i, double v) {
-  switch (t.dtype) {
-    case DType::kF32: t.as<float>()[i] = static_cast<float>(v); break;
-    case DType::kF64: t.as<double>()[i] = v; break;
-    case DType::kBF16: t.as<uint16_t>()[i] = weights::FloatToBf16(static_cast<float>(v)); break;
-    case DType::kF16: t.as<uint16_t>()[i] = weights::FloatToF16(static_cast<float>(v)); break;
-    default: assert(false && "not a float tensor");
-  }
-}
-
 // Standard normals by Box–Muller over the job private key's noise stream of a round (documented in dp_fed_avg.h).
 class GaussianStream {
  public:
@@ -164,7 +144,7 @@ Status DpFedAvg::TransformUpdate(const WeightSet& update, const std::function<St
     const Tensor& u = update[k];
     const Tensor& g = global_[k];
     for (int64_t i = 0, n = u.numel(); i < n; ++i) {
-      const double d = Load(u, i) - Load(g, i);
+      const double d = weights::LoadElement(u, i) - weights::LoadElement(g, i);
       squared_norm += d * d;
     }
   }
@@ -179,7 +159,8 @@ Status DpFedAvg::TransformUpdate(const WeightSet& update, const std::function<St
     const Tensor& u = update[k];
     const Tensor& g = global_[k];
     const std::span<float> out = delta_[k].as<float>();
-    for (int64_t i = 0, n = u.numel(); i < n; ++i) out[i] = static_cast<float>(scale * (Load(u, i) - Load(g, i)));
+    for (int64_t i = 0, n = u.numel(); i < n; ++i)
+      out[i] = static_cast<float>(scale * (weights::LoadElement(u, i) - weights::LoadElement(g, i)));
   }
   PARSYN_RETURN_IF_ERROR(add(delta_));
   if (scale < 1.0) ++clipped_;
@@ -203,7 +184,7 @@ StatusOr<WeightSet> DpFedAvg::FinishFromMean(WeightSet mean_delta, int participa
     const Tensor& out = next[k];
     const std::span<const float> mean = mean_delta[k].as<float>();
     for (int64_t i = 0, n = g.numel(); i < n; ++i) {
-      Store(out, i, Load(g, i) + static_cast<double>(mean[i]) + stddev * noise.Next());
+      weights::StoreElement(out, i, weights::LoadElement(g, i) + static_cast<double>(mean[i]) + stddev * noise.Next());
     }
   }
   global_ = WeightSet();

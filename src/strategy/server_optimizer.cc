@@ -8,26 +8,8 @@
 namespace parsyn::strategy {
 namespace {
 
-// Element i of a float tensor, widened to fp32 (F64 narrowed: the server optimizers compute in fp32).
-float Load(const weights::Tensor& t, int64_t i) {
-  switch (t.dtype) {
-    case weights::DType::kF32: return t.as<float>()[i];
-    case weights::DType::kF64: return static_cast<float>(t.as<double>()[i]);
-    case weights::DType::kBF16: return weights::Bf16ToFloat(t.as<uint16_t>()[i]);
-    case weights::DType::kF16: return weights::F16ToFloat(t.as<uint16_t>()[i]);
-    default: return 0;  // Begin admits float tensors only
-  }
-}
-
-void Store(const weights::Tensor& t, int64_t i, float value) {
-  switch (t.dtype) {
-    case weights::DType::kF32: t.as<float>()[i] = value; break;
-    case weights::DType::kF64: t.as<double>()[i] = value; break;
-    case weights::DType::kBF16: t.as<uint16_t>()[i] = weights::FloatToBf16(value); break;
-    case weights::DType::kF16: t.as<uint16_t>()[i] = weights::FloatToF16(value); break;
-    default: break;
-  }
-}
+// Element i of a float tensor in fp32 (F64 narrowed: the server optimizers compute in fp32).
+float Load(const weights::Tensor& t, int64_t i) { return static_cast<float>(weights::LoadElement(t, i)); }
 
 float Sign(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : 0.0f); }  // as np.sign
 
@@ -116,7 +98,7 @@ StatusOr<weights::WeightSet> ServerOptimizer::FinishFromMean(weights::WeightSet 
         }
         step = lr * m[i] / (std::sqrt(v[i]) + tau);
       }
-      Store(out, i, w + step);
+      weights::StoreElement(out, i, w + step);
     }
   }
   PARSYN_RETURN_IF_ERROR(weights::CheckFinite(mean).WithContext(std::string(name()) + " step"));

@@ -169,4 +169,28 @@ uint16_t FloatToBf16(float f);  // round to nearest even; NaN stays NaN
 float F16ToFloat(uint16_t v);
 uint16_t FloatToF16(float f);  // round to nearest even
 
+// Element i (flat, row-major) of a float tensor (F32, F64, BF16, F16), widened to double; 0 for any other dtype.
+// Inline, as StoreElement: kernels call them per element.
+inline double LoadElement(const Tensor& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::kF32: return t.as<float>()[i];
+    case DType::kF64: return t.as<double>()[i];
+    case DType::kBF16: return Bf16ToFloat(t.as<uint16_t>()[i]);
+    case DType::kF16: return F16ToFloat(t.as<uint16_t>()[i]);
+    default: return 0;
+  }
+}
+
+// Stores `value` as element i of a float tensor, rounded to its dtype (nearest even through fp32 for BF16 and F16);
+// nothing for any other dtype.
+inline void StoreElement(const Tensor& t, int64_t i, double value) {
+  switch (t.dtype) {
+    case DType::kF32: t.as<float>()[i] = static_cast<float>(value); break;
+    case DType::kF64: t.as<double>()[i] = value; break;
+    case DType::kBF16: t.as<uint16_t>()[i] = FloatToBf16(static_cast<float>(value)); break;
+    case DType::kF16: t.as<uint16_t>()[i] = FloatToF16(static_cast<float>(value)); break;
+    default: break;
+  }
+}
+
 }  // namespace parsyn::weights
