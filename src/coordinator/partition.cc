@@ -15,11 +15,6 @@ namespace {
 // Separates the partition's draws from SplitRows' permutation (both start from strategy::SplitSeed).
 constexpr uint64_t kPartitionDomain = 0x706172745f736464ULL;  // "part_sdd"
 
-// SplitRows' rule: round(size * fraction) validation rows, always leaving one training row.
-int64_t ValidationRowsOf(int64_t size, double validation_fraction) {
-  return std::min(static_cast<int64_t>(std::llround(static_cast<double>(size) * validation_fraction)), size - 1);
-}
-
 // Cuts each worker's pooled rows into a validation slice (a random sample) and training rows, both ascending.
 std::vector<Shard> ShardsOf(std::vector<std::vector<int64_t>> pools, double validation_fraction,
                             PartitionRandom& random) {

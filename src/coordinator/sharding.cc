@@ -8,14 +8,9 @@
 
 namespace parsyn::coordinator {
 
-namespace {
-
-// The validation slice SplitRows holds out of a shard of `size` rows: always leaving one training row.
 int64_t ValidationRowsOf(int64_t size, double validation_fraction) {
   return std::min(static_cast<int64_t>(std::llround(static_cast<double>(size) * validation_fraction)), size - 1);
 }
-
-}  // namespace
 
 std::vector<int64_t> ShardTrainRowCounts(int64_t num_rows, int num_shards, double validation_fraction) {
   if (num_shards < 1 || num_rows < num_shards || !(validation_fraction >= 0.0 && validation_fraction <= 0.5)) return {};

@@ -38,6 +38,10 @@ struct Shard {
 // in [0, 0.5].
 StatusOr<std::vector<Shard>> SplitRows(int64_t num_rows, int num_shards, double validation_fraction, uint64_t job_seed);
 
+// The validation slice SplitRows holds out of a shard of `size` rows: round(size * validation_fraction), always
+// leaving one training row. Partitions (partition.h) cut their shards by the same rule.
+int64_t ValidationRowsOf(int64_t size, double validation_fraction);
+
 // The training rows of each shard SplitRows(num_rows, num_shards, validation_fraction, any seed) makes, without
 // drawing the permutation: the sizes depend on the counts only. Empty when SplitRows would refuse.
 std::vector<int64_t> ShardTrainRowCounts(int64_t num_rows, int num_shards, double validation_fraction);
