@@ -5,8 +5,16 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <iostream>
+#include <string_view>
 
 namespace parsyn::cli {
+
+// Prints "parsyn <command>: <message>" to stderr and returns `code`, the exit code a command's callback stores.
+inline int Fail(std::string_view command, std::string_view message, int code = 1) {
+  std::cerr << "parsyn " << command << ": " << message << "\n";
+  return code;
+}
 
 // parsyn train: local single-machine training (train_command.cc).
 void AddTrainCommand(CLI::App& app, int& exit_code);

@@ -125,11 +125,6 @@ StatusOr<json> Evaluate(const fs::path& work, const fs::path& model, const fs::p
   return outcome.done.value("validation_before", json::object());
 }
 
-int Fail(const std::string& message) {
-  std::cerr << "parsyn demo: " << message << "\n";
-  return 1;
-}
-
 // The server the demo starts, and an API client with its admin key.
 struct DemoServer {
   std::unique_ptr<Background> process;
@@ -353,45 +348,47 @@ int RunDemo(const DemoFlags& f) {
   sigaction(SIGTERM, &action, nullptr);
 
   StatusOr<fs::path> self = SelfExecutablePath();
-  if (!self.ok()) return Fail(self.status().message());
-  if (f.workers < 2) return Fail("--workers must be at least 2 (one managed by the server, the rest own workers)");
+  if (!self.ok()) return Fail("demo", self.status().message());
+  if (f.workers < 2)
+    return Fail("demo", "--workers must be at least 2 (one managed by the server, the rest own workers)");
   const fs::path data_dir = fs::absolute(f.data_dir);
   const fs::path work = data_dir / "demo";
   std::error_code ec;
   fs::remove_all(work, ec);
   fs::create_directories(work, ec);
-  if (ec) return Fail("cannot create " + work.string() + ": " + ec.message());
+  if (ec) return Fail("demo", "cannot create " + work.string() + ": " + ec.message());
 
   StatusOr<DemoServer> server = StartServer(*self, f, data_dir, work);
-  if (!server.ok()) return Fail(server.status().message());
+  if (!server.ok()) return Fail("demo", server.status().message());
   http::Client& api = *server->api;
   StatusOr<DemoInputs> inputs = RegisterModelAndData(api, work);
-  if (!inputs.ok()) return Fail(inputs.status().message());
+  if (!inputs.ok()) return Fail("demo", inputs.status().message());
 
   std::cout << "==> starting " << f.workers - 1 << " own workers beside the server's managed one\n";
   StatusOr<json> managed_ids = ManagedWorkerIds(api, work);
-  if (!managed_ids.ok()) return Fail(managed_ids.status().message());
+  if (!managed_ids.ok()) return Fail("demo", managed_ids.status().message());
   std::vector<std::unique_ptr<Background>> workers;
   json worker_ids = json::array();
   Status started_workers = StartOwnWorkers(api, *self, server->url, work, f.workers - 1, workers, worker_ids);
-  if (!started_workers.ok()) return Fail(started_workers.message());
+  if (!started_workers.ok()) return Fail("demo", started_workers.message());
 
   StatusOr<json> before = Evaluate(work, inputs->model, inputs->data, {});
   auto job_res = api.PostJson("/api/v1/training-jobs", DemoJobSpec(f, *inputs, worker_ids, *managed_ids));
-  if (!job_res.ok()) return Fail(job_res.status().message());
+  if (!job_res.ok()) return Fail("demo", job_res.status().message());
   const int64_t job_id = (*job_res->Json())["id"];
   std::cout << "==> federated LoRA job " << job_id << ": " << f.rounds << " rounds x " << f.steps << " steps, "
             << f.workers << " workers, bf16 (dashboard: " << server->url << "/)\n";
   StatusOr<std::string> final_status = FollowJob(api, job_id);
-  if (!final_status.ok()) return Fail(final_status.status().message());
-  if (*final_status != "succeeded") return Fail("the job ended " + *final_status + "; logs in " + work.string());
+  if (!final_status.ok()) return Fail("demo", final_status.status().message());
+  if (*final_status != "succeeded")
+    return Fail("demo", "the job ended " + *final_status + "; logs in " + work.string());
 
   const fs::path adapter = work / "adapter";
   fs::create_directories(adapter, ec);
   const std::string job_path = "/api/v1/training-jobs/" + std::to_string(job_id);
   for (const char* name : {"adapter_model.safetensors", "adapter_config.json"}) {
     auto got = api.DownloadToFile(job_path + "/artifacts/" + name, adapter / name);
-    if (!got.ok()) return Fail(got.status().message());
+    if (!got.ok()) return Fail("demo", got.status().message());
   }
   StatusOr<json> after = Evaluate(work, inputs->model, inputs->data, adapter / "adapter_model.safetensors");
   StatusOr<json> rounds = GetJson(api, job_path + "/rounds");

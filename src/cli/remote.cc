@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "base/text_file.h"
+#include "cli/commands.h"
 #include "cli/config_file.h"
 
 namespace parsyn::cli {
@@ -172,10 +173,7 @@ CLI::App* SubcommandGroup(CLI::App& app, const std::string& name, const std::str
   return app.add_subcommand(name, description);
 }
 
-int Fail(const std::string& command, const Status& status) {
-  std::cerr << "parsyn " << command << ": " << status.message() << "\n";
-  return 1;
-}
+int Fail(const std::string& command, const Status& status) { return Fail(command, status.message()); }
 
 void PrintJson(const nlohmann::json& value) { std::cout << value.dump(2) << "\n"; }
 

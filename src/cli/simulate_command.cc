@@ -43,11 +43,6 @@ struct SimulateFlags {
   bool force = false;
 };
 
-int Fail(const std::string& message, int code = 1) {
-  std::cerr << "parsyn simulate: " << message << "\n";
-  return code;
-}
-
 // The files an earlier simulation left in --out (removed by --force; nothing else there is touched).
 constexpr const char* kOutputs[] = {"parsyn.db",   "parsyn.db-wal", "parsyn.db-shm",     "blobs", "work", "rounds.csv",
                                     "rounds.json", "loss.svg",      "global.safetensors"};
@@ -106,11 +101,11 @@ int RunSimulate(const SimulateFlags& f) {
     log::Init("warn");  // the runner's per-round lines would break the bar; the files hold every round
   }
   StatusOr<json> job = ReadJobFile(f.job_file);
-  if (!job.ok()) return Fail(job.status().message(), 2);
+  if (!job.ok()) return Fail("simulate", job.status().message(), 2);
   std::error_code ec;
   if (fs::exists(f.out / fs::path("parsyn.db"))) {
     if (!f.force) {
-      return Fail("--out " + f.out + " already holds a simulation (use --force to replace it)", 2);
+      return Fail("simulate", "--out " + f.out + " already holds a simulation (use --force to replace it)", 2);
     }
     for (const char* name : kOutputs) fs::remove_all(fs::path(f.out) / name, ec);
   }
@@ -126,11 +121,11 @@ int RunSimulate(const SimulateFlags& f) {
       .out = f.out};
   if (f.trainer.empty()) {
     StatusOr<fs::path> builtin = FindTrainer();
-    if (!builtin.ok()) return Fail(builtin.status().message());
+    if (!builtin.ok()) return Fail("simulate", builtin.status().message());
     options.trainer = {.name = "builtin", .argv = {builtin->string()}};
   } else {
     StatusOr<worker::TrainerCommand> trainer = worker::ParseTrainerCommand("simulated=" + f.trainer);
-    if (!trainer.ok()) return Fail("--trainer: " + trainer.status().message(), 2);
+    if (!trainer.ok()) return Fail("simulate", "--trainer: " + trainer.status().message(), 2);
     options.trainer = std::move(*trainer);
   }
   RoundBar bar(isatty(STDERR_FILENO) != 0);
@@ -140,7 +135,7 @@ int RunSimulate(const SimulateFlags& f) {
   StatusOr<simulation::SimulationResult> result = simulation::RunSimulation(options, launcher);
   bar.Finish();
   if (!result.ok()) {
-    return Fail(result.status().message(), result.status().code() == StatusCode::kInvalidArgument ? 2 : 1);
+    return Fail("simulate", result.status().message(), result.status().code() == StatusCode::kInvalidArgument ? 2 : 1);
   }
   for (const std::string& w : result->warnings) std::cerr << "parsyn simulate: warning: " << w << "\n";
   const simulation::RoundReport& report = result->report;

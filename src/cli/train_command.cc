@@ -68,17 +68,13 @@ Status CheckInputs(const TrainFlags& f) {
   return Status::Ok();
 }
 
-int Fail(const std::string& message, int code = 1) {
-  std::cerr << "parsyn train: " << message << "\n";
-  return code;
-}
-
 int RunTrain(const TrainFlags& f) {
-  if (Status s = CheckInputs(f); !s.ok()) return Fail(s.message(), s.code() == StatusCode::kInvalidArgument ? 2 : 1);
+  if (Status s = CheckInputs(f); !s.ok())
+    return Fail("train", s.message(), s.code() == StatusCode::kInvalidArgument ? 2 : 1);
   json config = json::object();
   if (!f.config_file.empty()) {
     auto file = ReadConfigFile(f.config_file);
-    if (!file.ok()) return Fail(file.status().message());
+    if (!file.ok()) return Fail("train", file.status().message());
     config = *file;
   }
   config.update(f.config_overrides);
@@ -87,7 +83,7 @@ int RunTrain(const TrainFlags& f) {
   const fs::path work = out / ".parsyn-train";  // the task and the raw weights file; removed on success
   std::error_code ec;
   fs::create_directories(work, ec);
-  if (ec) return Fail("cannot create " + work.string() + ": " + ec.message());
+  if (ec) return Fail("train", "cannot create " + work.string() + ": " + ec.message());
 
   json task = {{"data", fs::absolute(f.data).string()},
                {"config", config},
@@ -107,8 +103,8 @@ int RunTrain(const TrainFlags& f) {
   ProgressReporter progress(std::cerr, isatty(STDERR_FILENO) != 0);
   auto outcome = RunTrainer({"run", task_path.string()}, [&](const json& event) { progress.OnEvent(event); });
   progress.Finish();
-  if (!outcome.ok()) return Fail(outcome.status().message());
-  if (outcome->exit_code != 0) return Fail(TrainerFailureMessage(*outcome), outcome->exit_code);
+  if (!outcome.ok()) return Fail("train", outcome.status().message());
+  if (outcome->exit_code != 0) return Fail("train", TrainerFailureMessage(*outcome), outcome->exit_code);
 
   fs::remove_all(work, ec);  // best effort: a leftover work folder is harmless
   const json& done = outcome->done;
