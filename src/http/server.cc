@@ -37,10 +37,10 @@ namespace parsyn::http {
 
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
-namespace net = boost::asio;
-using tcp = net::ip::tcp;
-using net::redirect_error;
-using net::use_awaitable;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using asio::redirect_error;
+using asio::use_awaitable;
 using RequestParser = bhttp::request_parser<bhttp::buffer_body>;
 
 namespace {
@@ -224,7 +224,7 @@ class ConnectionBase {
 };
 
 struct Server::State {
-  State(net::io_context& io, ServerOptions options, Router router)
+  State(asio::io_context& io, ServerOptions options, Router router)
       : io(io),
         options(std::move(options)),
         router(std::move(router)),
@@ -232,10 +232,10 @@ struct Server::State {
         stopping(io.get_executor()),
         connections_changed(io.get_executor()) {}
 
-  net::io_context& io;
+  asio::io_context& io;
   ServerOptions options;
   Router router;
-  std::optional<net::ssl::context> ssl;
+  std::optional<asio::ssl::context> ssl;
   tcp::acceptor acceptor;
   loop::Signal stopping;
   loop::Signal connections_changed;
@@ -304,7 +304,7 @@ class Connection final : public ConnectionBase,
   // Normally Run() has unregistered already; this covers a coroutine destroyed with its io_context.
   ~Connection() override { state_->connections.erase(this); }
 
-  static net::awaitable<void> Run(std::shared_ptr<Connection> self) {
+  static asio::awaitable<void> Run(std::shared_ptr<Connection> self) {
     self->state_->connections.insert(self.get());
     try {
       co_await self->Loop();
@@ -329,8 +329,8 @@ class Connection final : public ConnectionBase,
     const bool body_read = request_parser_ != nullptr && request_parser_->is_done() && !direct_reading_;
     if (!client_watched_ && body_read && !closed_ && !peer_gone_) {
       client_watched_ = true;
-      net::co_spawn(stream_.get_executor(), WatchClient(this->shared_from_this(), ++client_watch_generation_),
-                    net::detached);
+      asio::co_spawn(stream_.get_executor(), WatchClient(this->shared_from_this(), ++client_watch_generation_),
+                     asio::detached);
     }
     return closing_;
   }
@@ -363,11 +363,11 @@ class Connection final : public ConnectionBase,
     }
   }
 
-  net::awaitable<void> Loop() {
+  asio::awaitable<void> Loop() {
     beast::error_code ec;
     if constexpr (kTls) {
       Lowest().expires_after(opts_.header_timeout);
-      co_await stream_.async_handshake(net::ssl::stream_base::server, redirect_error(use_awaitable, ec));
+      co_await stream_.async_handshake(asio::ssl::stream_base::server, redirect_error(use_awaitable, ec));
       if (ec) {
         PARSYN_LOG_DEBUG("http: TLS handshake with {} failed: {}", remote_, ec.message());
         co_return;
@@ -404,7 +404,7 @@ class Connection final : public ConnectionBase,
   }
 
   // Handles one request whose header is in `parser`. Returns whether the connection may serve another one.
-  net::awaitable<bool> Serve(RequestParser& parser) {
+  asio::awaitable<bool> Serve(RequestParser& parser) {
     const auto& header = parser.get();
     Request req;
     req.target = std::string(header.target());
@@ -443,7 +443,7 @@ class Connection final : public ConnectionBase,
     co_return co_await Write(std::move(res), header.version(), keep_alive, head);
   }
 
-  net::awaitable<Response> Dispatch(RequestParser& parser, Request& req) {
+  asio::awaitable<Response> Dispatch(RequestParser& parser, Request& req) {
     std::optional<Method> method = ToMethod(parser.get().method());
     if (!method) {
       co_return ErrorBody(501, "not_implemented",
@@ -537,7 +537,7 @@ class Connection final : public ConnectionBase,
 
   // Waits for the socket to turn readable without reading from it (a pipelined request stays for the next header
   // read), then peeks: nothing to read means the client closed its side; an error, that it reset the connection.
-  static net::awaitable<void> WatchClient(std::shared_ptr<Connection> self, uint64_t generation) {
+  static asio::awaitable<void> WatchClient(std::shared_ptr<Connection> self, uint64_t generation) {
     tcp::socket& socket = self->Lowest().socket();
     while (true) {
       beast::error_code ec;
@@ -566,7 +566,7 @@ class Connection final : public ConnectionBase,
   // Writes the serializer's message piece by piece, so write_timeout bounds each gap rather than the whole body.
   // `header_only` answers HEAD: the header (with the body's Content-Length) and no body.
   template <class Serializer>
-  net::awaitable<bool> WriteAll(Serializer& serializer, bool header_only) {
+  asio::awaitable<bool> WriteAll(Serializer& serializer, bool header_only) {
     beast::error_code ec;
     if (header_only) {
       Lowest().expires_after(opts_.write_timeout);
@@ -581,7 +581,7 @@ class Connection final : public ConnectionBase,
     co_return true;
   }
 
-  net::awaitable<bool> Write(Response res, unsigned version, bool keep_alive, bool head = false) {
+  asio::awaitable<bool> Write(Response res, unsigned version, bool keep_alive, bool head = false) {
     if (res.event_producer) {
       co_await RunEvents(std::move(res), version);
       co_return false;
@@ -603,8 +603,8 @@ class Connection final : public ConnectionBase,
   }
 
   // Sends the header, then the file in large chunks (Beast's file_body would write 4 KiB at a time).
-  net::awaitable<bool> WriteFile(const Response& res, beast::file& file, uint64_t size, unsigned version,
-                                 bool keep_alive, bool head) {
+  asio::awaitable<bool> WriteFile(const Response& res, beast::file& file, uint64_t size, unsigned version,
+                                  bool keep_alive, bool head) {
     bhttp::response<bhttp::empty_body> msg{bhttp::status::ok, version};
     SetHeaders(msg, res, keep_alive);
     msg.content_length(size);
@@ -623,7 +623,7 @@ class Connection final : public ConnectionBase,
         co_return false;
       }
       Lowest().expires_after(opts_.write_timeout);
-      co_await net::async_write(stream_, net::buffer(chunk.get(), n), redirect_error(use_awaitable, ec));
+      co_await asio::async_write(stream_, asio::buffer(chunk.get(), n), redirect_error(use_awaitable, ec));
       if (ec) co_return false;
       left -= n;
     }
@@ -631,7 +631,7 @@ class Connection final : public ConnectionBase,
   }
 
   // Sends the SSE header, then lets the producer write chunked frames until it returns or the stream closes.
-  net::awaitable<void> RunEvents(Response res, unsigned version) {
+  asio::awaitable<void> RunEvents(Response res, unsigned version) {
     bhttp::response<bhttp::empty_body> msg{bhttp::status::ok, version};
     SetHeaders(msg, res, false);
     msg.set(bhttp::field::cache_control, "no-cache");
@@ -644,7 +644,7 @@ class Connection final : public ConnectionBase,
     if (ec) co_return;
     Lowest().expires_never();
     // A read that only ends when the client closes its side: how we notice a client leaving an idle stream.
-    net::co_spawn(stream_.get_executor(), WatchForClose(this->shared_from_this()), net::detached);
+    asio::co_spawn(stream_.get_executor(), WatchForClose(this->shared_from_this()), asio::detached);
     Events events(*this);
     try {
       co_await res.event_producer(events);
@@ -653,29 +653,29 @@ class Connection final : public ConnectionBase,
     }
     if (events.writable()) {  // end the chunked body cleanly, also when the server is stopping
       Lowest().expires_after(opts_.write_timeout);
-      co_await net::async_write(stream_, bhttp::make_chunk_last(), redirect_error(use_awaitable, ec));
+      co_await asio::async_write(stream_, bhttp::make_chunk_last(), redirect_error(use_awaitable, ec));
     }
   }
 
-  static net::awaitable<void> WatchForClose(std::shared_ptr<Connection> self) {
+  static asio::awaitable<void> WatchForClose(std::shared_ptr<Connection> self) {
     std::array<char, 512> sink;
     beast::error_code ec;
     while (!ec) {
-      co_await self->stream_.async_read_some(net::buffer(sink), redirect_error(use_awaitable, ec));
+      co_await self->stream_.async_read_some(asio::buffer(sink), redirect_error(use_awaitable, ec));
     }
     self->peer_gone_ = true;
     self->closing_.Notify();
   }
 
   // Reads and drops what is left of a rejected request body for a moment, then the connection closes.
-  net::awaitable<void> Linger() {
+  asio::awaitable<void> Linger() {
     beast::error_code ec;
     Lowest().socket().shutdown(tcp::socket::shutdown_send, ec);
     Lowest().expires_after(kLingerTime);
     std::array<char, 16 << 10> sink;
     uint64_t dropped = 0;
     while (!ec && dropped < kLingerBytes && !closed_) {
-      dropped += co_await stream_.async_read_some(net::buffer(sink), redirect_error(use_awaitable, ec));
+      dropped += co_await stream_.async_read_some(asio::buffer(sink), redirect_error(use_awaitable, ec));
     }
   }
 
@@ -711,7 +711,7 @@ class Connection<Stream>::Body final : public BodyReader {
     if (direct_) conn_.EndDirect(*direct_);
   }
 
-  net::awaitable<StatusOr<std::string_view>> Next() override {
+  asio::awaitable<StatusOr<std::string_view>> Next() override {
     if (direct_) co_return InternalError("the body was handed to a direct reader (TakeDirect)");
     next_called_ = true;
     window_.ReadStarts(std::chrono::steady_clock::now());
@@ -850,12 +850,12 @@ class Connection<Stream>::Body final : public BodyReader {
   RequestParser& parser_;
   uint64_t cap_;
   std::optional<TimePoint> deadline_;
-  std::optional<net::steady_timer> deadline_timer_;  // with deadline_, armed by the first read that waits
+  std::optional<asio::steady_timer> deadline_timer_;  // with deadline_, armed by the first read that waits
   uint64_t received_ = 0;
   std::unique_ptr<char[]> chunk_;  // allocated by the first Next(): most requests never read a body through it
   size_t chunk_bytes_ = 0;
   BodyRateWindow window_;
-  std::optional<net::steady_timer> rate_timer_;  // routes with a minimum rate only: not one per request
+  std::optional<asio::steady_timer> rate_timer_;  // routes with a minimum rate only: not one per request
   uint64_t read_generation_ = 0;
   bool too_slow_ = false;
   std::string too_slow_message_;
@@ -869,23 +869,23 @@ class Connection<Stream>::Events final : public EventStream {
  public:
   explicit Events(Connection& conn) : conn_(conn) {}
 
-  net::awaitable<bool> Send(std::string_view event, std::string_view data, std::string_view id) override {
+  asio::awaitable<bool> Send(std::string_view event, std::string_view data, std::string_view id) override {
     co_return co_await WriteChunk(FormatEvent(event, data, id));
   }
 
-  net::awaitable<bool> SendAll(std::span<const Frame> frames) override {
+  asio::awaitable<bool> SendAll(std::span<const Frame> frames) override {
     if (frames.empty()) co_return open();
     std::string all;
     for (const Frame& f : frames) all += FormatEvent(f.event, f.data, f.id);
     co_return co_await WriteChunk(std::move(all));
   }
 
-  net::awaitable<bool> Comment(std::string_view text) override {
+  asio::awaitable<bool> Comment(std::string_view text) override {
     std::string frame = ": " + std::string(text) + "\n\n";  // named first: kCoAwaitTemporaries
     co_return co_await WriteChunk(std::move(frame));
   }
 
-  net::awaitable<bool> Wait(loop::Signal& signal) override {
+  asio::awaitable<bool> Wait(loop::Signal& signal) override {
     while (open()) {
       std::array<loop::Signal*, 3> signals{&signal, &conn_.closing_, &conn_.state_->stopping};
       int woken = co_await loop::WaitAny(signals, conn_.opts_.sse_keepalive);
@@ -900,11 +900,12 @@ class Connection<Stream>::Events final : public EventStream {
   bool writable() const { return !write_failed_ && !conn_.peer_gone_ && !conn_.closed_; }
 
  private:
-  net::awaitable<bool> WriteChunk(std::string frame) {
+  asio::awaitable<bool> WriteChunk(std::string frame) {
     if (!open()) co_return false;
     beast::error_code ec;
     conn_.Lowest().expires_after(conn_.opts_.write_timeout);
-    co_await net::async_write(conn_.stream_, bhttp::make_chunk(net::buffer(frame)), redirect_error(use_awaitable, ec));
+    co_await asio::async_write(conn_.stream_, bhttp::make_chunk(asio::buffer(frame)),
+                               redirect_error(use_awaitable, ec));
     conn_.Lowest().expires_never();
     if (ec) write_failed_ = true;
     co_return !ec;
@@ -923,7 +924,7 @@ using TlsConnection = Connection<beast::ssl_stream<beast::tcp_stream>>;
 // then the end of our side, a short drain of what the client sent (closing with unread bytes would make the kernel
 // send a reset, which can destroy the answer before the client reads it), and the close.
 template <class Stream>
-net::awaitable<void> Refuse(std::shared_ptr<Server::State> state, Stream stream, Response res) {
+asio::awaitable<void> Refuse(std::shared_ptr<Server::State> state, Stream stream, Response res) {
   ++state->refusals;
   struct Done {
     Server::State& state;
@@ -933,7 +934,7 @@ net::awaitable<void> Refuse(std::shared_ptr<Server::State> state, Stream stream,
   beast::error_code ec;
   lowest.expires_after(kRefusalTime);
   if constexpr (!std::is_same_v<Stream, beast::tcp_stream>) {
-    co_await stream.async_handshake(net::ssl::stream_base::server, redirect_error(use_awaitable, ec));
+    co_await stream.async_handshake(asio::ssl::stream_base::server, redirect_error(use_awaitable, ec));
     if (ec) co_return;
   }
   bhttp::response<bhttp::string_body> msg{static_cast<bhttp::status>(res.status), 11};
@@ -950,7 +951,7 @@ net::awaitable<void> Refuse(std::shared_ptr<Server::State> state, Stream stream,
   std::array<char, 4096> sink;
   uint64_t drained = 0;
   while (!ec && drained < kRefusalDrainBytes) {
-    drained += co_await lowest.async_read_some(net::buffer(sink), redirect_error(use_awaitable, ec));
+    drained += co_await lowest.async_read_some(asio::buffer(sink), redirect_error(use_awaitable, ec));
   }
   lowest.close();
 }
@@ -976,12 +977,12 @@ std::optional<Response> CheckCaps(const Server::State& state, const std::string&
 
 // Keeps an admitted connection's slot in the caps until the connection's coroutine ends.
 template <class Conn>
-net::awaitable<void> RunAdmitted(std::shared_ptr<Conn> conn, std::unique_ptr<ConnectionSlot> slot) {
+asio::awaitable<void> RunAdmitted(std::shared_ptr<Conn> conn, std::unique_ptr<ConnectionSlot> slot) {
   co_await Conn::Run(std::move(conn));
 }
 
 bool IsFdExhaustion(const beast::error_code& ec) {
-  return ec.category() == net::error::get_system_category() && (ec.value() == EMFILE || ec.value() == ENFILE);
+  return ec.category() == asio::error::get_system_category() && (ec.value() == EMFILE || ec.value() == ENFILE);
 }
 
 // Out of file descriptors with a connection queued: gives up the reserve descriptor to accept it, answers it 503
@@ -1027,8 +1028,8 @@ void CountFdExhaustion(Server::State& state, const beast::error_code& ec) {
   state.fd_exhausted_unlogged = 0;
 }
 
-net::awaitable<void> AcceptLoop(std::shared_ptr<Server::State> state) {
-  net::steady_timer backoff(state->io);
+asio::awaitable<void> AcceptLoop(std::shared_ptr<Server::State> state) {
+  asio::steady_timer backoff(state->io);
   auto wait = kAcceptBackoff;
   while (true) {
     beast::error_code ec;
@@ -1066,14 +1067,14 @@ net::awaitable<void> AcceptLoop(std::shared_ptr<Server::State> state) {
       PARSYN_LOG_DEBUG("http: refusing a connection from {}: {}", remote, refusal->body);
       if (state->refusals >= kMaxRefusals) continue;  // the socket closes here: answering costs too
       if (state->ssl) {
-        net::co_spawn(
+        asio::co_spawn(
             state->io,
             Refuse(state, beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *state->ssl),
                    std::move(*refusal)),
-            net::detached);
+            asio::detached);
       } else {
-        net::co_spawn(state->io, Refuse(state, beast::tcp_stream(std::move(socket)), std::move(*refusal)),
-                      net::detached);
+        asio::co_spawn(state->io, Refuse(state, beast::tcp_stream(std::move(socket)), std::move(*refusal)),
+                       asio::detached);
       }
       continue;
     }
@@ -1082,10 +1083,10 @@ net::awaitable<void> AcceptLoop(std::shared_ptr<Server::State> state) {
       auto conn = std::make_shared<TlsConnection>(
           state, beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *state->ssl),
           std::move(remote));
-      net::co_spawn(state->io, RunAdmitted(std::move(conn), std::move(slot)), net::detached);
+      asio::co_spawn(state->io, RunAdmitted(std::move(conn), std::move(slot)), asio::detached);
     } else {
       auto conn = std::make_shared<PlainConnection>(state, beast::tcp_stream(std::move(socket)), std::move(remote));
-      net::co_spawn(state->io, RunAdmitted(std::move(conn), std::move(slot)), net::detached);
+      asio::co_spawn(state->io, RunAdmitted(std::move(conn), std::move(slot)), asio::detached);
     }
   }
 }
@@ -1101,7 +1102,7 @@ StatusOr<tcp::endpoint> ParseListenAddress(std::string_view listen) {
   if (host == "localhost") host = "127.0.0.1";
   if (host.empty()) host = "0.0.0.0";
   beast::error_code ec;
-  net::ip::address address = net::ip::make_address(host, ec);
+  asio::ip::address address = asio::ip::make_address(host, ec);
   if (ec) return InvalidArgumentError("listen address '" + std::string(listen) + "': bad host '" + host + "'");
   unsigned long port = 0;
   try {
@@ -1118,14 +1119,14 @@ StatusOr<tcp::endpoint> ParseListenAddress(std::string_view listen) {
 
 StatusOr<bool> IsLoopbackListenAddress(std::string_view listen) {
   PARSYN_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseListenAddress(listen));
-  const net::ip::address address = endpoint.address();
+  const asio::ip::address address = endpoint.address();
   if (address.is_v6() && address.to_v6().is_v4_mapped()) {
     return address.to_v6().to_v4().is_loopback();  // is_loopback() of a v4-mapped address checks only ::1
   }
   return address.is_loopback();
 }
 
-StatusOr<std::unique_ptr<Server>> Server::Start(net::io_context& io, ServerOptions options, Router router) {
+StatusOr<std::unique_ptr<Server>> Server::Start(asio::io_context& io, ServerOptions options, Router router) {
   PARSYN_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseListenAddress(options.listen));
   auto state = std::make_shared<State>(io, std::move(options), std::move(router));
   const ServerOptions& opts = state->options;
@@ -1134,14 +1135,14 @@ StatusOr<std::unique_ptr<Server>> Server::Start(net::io_context& io, ServerOptio
     return InvalidArgumentError("TLS needs both a certificate file and a key file");
   }
   if (!opts.tls_cert_file.empty()) {
-    state->ssl.emplace(net::ssl::context::tls_server);
-    net::ssl::context& ctx = *state->ssl;
-    ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 | net::ssl::context::no_sslv3 |
-                    net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1);
+    state->ssl.emplace(asio::ssl::context::tls_server);
+    asio::ssl::context& ctx = *state->ssl;
+    ctx.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                    asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
     beast::error_code ec;
     ctx.use_certificate_chain_file(opts.tls_cert_file.string(), ec);
     if (ec) return InvalidArgumentError("TLS certificate '" + opts.tls_cert_file.string() + "': " + ec.message());
-    ctx.use_private_key_file(opts.tls_key_file.string(), net::ssl::context::pem, ec);
+    ctx.use_private_key_file(opts.tls_key_file.string(), asio::ssl::context::pem, ec);
     if (ec) return InvalidArgumentError("TLS key '" + opts.tls_key_file.string() + "': " + ec.message());
     if (!opts.tls_client_ca.empty()) {
       const std::string ca = opts.tls_client_ca.string();
@@ -1149,7 +1150,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(net::io_context& io, ServerOptio
       if (ec) return InvalidArgumentError("client CA '" + ca + "': " + ec.message());
       // Asked for, verified when sent, not required at the handshake: routes refuse requests without one
       // (Request::client_identity), so the dashboard and the admin API still work from a browser.
-      ctx.set_verify_mode(net::ssl::verify_peer, ec);
+      ctx.set_verify_mode(asio::ssl::verify_peer, ec);
       if (ec) return InvalidArgumentError("client CA '" + ca + "': " + ec.message());
       // The CAs named in the certificate request, so a client with several certificates picks the right one.
       if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(ca.c_str()); names != nullptr) {
@@ -1167,13 +1168,13 @@ StatusOr<std::unique_ptr<Server>> Server::Start(net::io_context& io, ServerOptio
   beast::error_code ec;
   std::string where = endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
   state->acceptor.open(endpoint.protocol(), ec);
-  if (!ec) state->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) state->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) state->acceptor.bind(endpoint, ec);
-  if (!ec) state->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (!ec) state->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return UnavailableError("cannot listen on " + where + ": " + ec.message());
   state->port = state->acceptor.local_endpoint().port();
   state->reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  net::co_spawn(io, AcceptLoop(state), net::detached);
+  asio::co_spawn(io, AcceptLoop(state), asio::detached);
   PARSYN_LOG_INFO("http: listening on {}://{}:{}", state->ssl ? "https" : "http", endpoint.address().to_string(),
                   state->port);
   return std::unique_ptr<Server>(new Server(std::move(state)));
@@ -1196,7 +1197,7 @@ bool Server::stopping() const { return state_->is_stopping; }
 AcceptFailures Server::accept_failures() const { return state_->accept_failures; }
 loop::Signal& Server::stopping_signal() { return state_->stopping; }
 
-net::awaitable<void> Server::Shutdown(std::chrono::milliseconds grace) {
+asio::awaitable<void> Server::Shutdown(std::chrono::milliseconds grace) {
   std::shared_ptr<State> state = state_;  // the coroutine may outlive a caller that drops the Server meanwhile
   if (!state->is_stopping) {
     state->is_stopping = true;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
@@ -20,6 +21,9 @@
 #include "base/status.h"
 
 namespace parsyn::protocol {
+
+// An integer field's maximum where only its minimum is checked.
+inline constexpr int64_t kNoUpperBound = std::numeric_limits<int64_t>::max();
 
 class FieldReader {
  public:

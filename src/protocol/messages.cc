@@ -14,7 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 constexpr size_t kMaxModelFiles = 10'000;
 constexpr size_t kMaxUploadParts = 10'000;  // S3's limit
 constexpr size_t kMaxHeaders = 64;
@@ -266,7 +265,7 @@ StatusOr<HelloAnswer> ParseHelloAnswer(const json& body) {
   PARSYN_RETURN_IF_ERROR(CheckObject(body, "the hello answer"));
   JsonFields f = JsonFields::Lenient(body);
   HelloAnswer a;
-  a.worker_id = f.Int("worker_id", false, 1, kMaxInt).value_or(0);
+  a.worker_id = f.Int("worker_id", false, 1, kNoUpperBound).value_or(0);
   a.session_id = f.String("session_id", true, 256).value_or("");
   a.heartbeat_interval_ms = f.Int("heartbeat_interval_ms", false, 1, 86'400'000).value_or(a.heartbeat_interval_ms);
   a.heartbeat_timeout_ms = f.Int("heartbeat_timeout_ms", false, 1, 86'400'000).value_or(0);
@@ -307,7 +306,7 @@ StatusOr<HeartbeatAnswer> ParseHeartbeatAnswer(const json& body) {
   for (size_t i = 0; i < abandon.size(); ++i) {
     JsonFields a = JsonFields::Lenient(abandon[i], "abandon[" + std::to_string(i) + "].");
     AbandonedTask task;
-    task.job_id = a.Int("job_id", true, 1, kMaxInt).value_or(0);
+    task.job_id = a.Int("job_id", true, 1, kNoUpperBound).value_or(0);
     task.round = static_cast<int>(a.Int("round", true, 1, kMaxRound).value_or(0));
     task.attempt = static_cast<int>(a.Int("attempt", true, 1, kMaxRound).value_or(0));
     f.Absorb(a);
@@ -363,17 +362,17 @@ TaskData ReadTaskData(JsonFields& d) {
   data.kind = d.String("kind", false, 64, /*allow_empty=*/true).value_or("");
   data.train_url = d.String("train_url", false, kMaxUrlBytes).value_or("");
   data.train_sha256 = Sha256Field(d, "train_sha256", !data.train_url.empty());
-  data.train_rows = d.Int("train_rows", false, 0, kMaxInt).value_or(0);
+  data.train_rows = d.Int("train_rows", false, 0, kNoUpperBound).value_or(0);
   data.validation_url = d.String("validation_url", false, kMaxUrlBytes).value_or("");
   data.validation_sha256 = Sha256Field(d, "validation_sha256", !data.validation_url.empty());
-  data.validation_rows = d.Int("validation_rows", false, 0, kMaxInt).value_or(0);
+  data.validation_rows = d.Int("validation_rows", false, 0, kNoUpperBound).value_or(0);
   return data;
 }
 
 // A task's "model" object: the model's id, name and files (its fields in `m`).
 TaskModel ReadTaskModel(JsonFields& m) {
   TaskModel model;
-  model.id = m.Int("id", false, 0, kMaxInt).value_or(0);
+  model.id = m.Int("id", false, 0, kNoUpperBound).value_or(0);
   model.name = m.String("name", false, 256, /*allow_empty=*/true).value_or("");
   model.model_type = m.String("model_type", false, 64, /*allow_empty=*/true).value_or("");
   const json files = m.Array("files", false, kMaxModelFiles).value_or(json::array());
@@ -419,7 +418,7 @@ StatusOr<Task> ParseTask(const json& body) {
       f.AddProblem("'task_id' must be 1..64 letters, digits, '-' or '_'");
     }
   }
-  t.job_id = f.Int("job_id", true, 1, kMaxInt).value_or(0);
+  t.job_id = f.Int("job_id", true, 1, kNoUpperBound).value_or(0);
   if (std::optional<std::string> kind = f.String("kind", true, 32)) {
     if (*kind == "train" || *kind == "evaluate") {
       t.kind = *kind == "train" ? TaskKind::kTrain : TaskKind::kEvaluate;
@@ -432,7 +431,7 @@ StatusOr<Task> ParseTask(const json& body) {
   t.total_rounds = static_cast<int>(f.Int("total_rounds", true, 1, kMaxRound).value_or(0));
   t.shard = static_cast<int>(f.Int("shard", true, 0, kMaxRound).value_or(0));
   t.seed = f.Uint64("seed", true).value_or(0);
-  t.steps_per_round = f.Int("steps_per_round", true, 0, kMaxInt).value_or(0);
+  t.steps_per_round = f.Int("steps_per_round", true, 0, kNoUpperBound).value_or(0);
   if (std::optional<json> config = f.Object("config", true)) {
     StatusOr<TrainingConfig> parsed = ParseTrainingConfig(*config);
     if (parsed.ok()) {
@@ -449,7 +448,7 @@ StatusOr<Task> ParseTask(const json& body) {
                    ", got " + FieldReader::FormatNumber(*mu));
     }
   }
-  t.deadline_unix_ms = f.Int("deadline_unix_ms", false, 0, kMaxInt).value_or(0);
+  t.deadline_unix_ms = f.Int("deadline_unix_ms", false, 0, kNoUpperBound).value_or(0);
   if (std::optional<JsonFields> g = Nested(f, "global_weights", true)) {
     t.global_weights = ReadGlobalWeights(*g);
     f.Absorb(*g);
@@ -587,11 +586,11 @@ StatusOr<Progress> ParseProgress(std::string_view body) {
                                              "device_memory_used_bytes", "device_memory_total_bytes"}));
   Progress p;
   p.session_id = f.String("session_id", false).value_or("");
-  p.job_id = f.Int("job_id", true, 1, kMaxInt).value_or(0);
+  p.job_id = f.Int("job_id", true, 1, kNoUpperBound).value_or(0);
   p.round = static_cast<int>(f.Int("round", true, 1, kMaxRound).value_or(0));
   if (auto attempt = f.Int("attempt", false, 1, kMaxRound)) p.attempt = static_cast<int>(*attempt);
-  p.step = f.Int("step", true, 0, kMaxInt).value_or(0);
-  p.total_steps = f.Int("total_steps", false, 0, kMaxInt);
+  p.step = f.Int("step", true, 0, kNoUpperBound).value_or(0);
+  p.total_steps = f.Int("total_steps", false, 0, kNoUpperBound);
   p.loss = f.Number("loss", false);
   p.throughput = f.Number("throughput", false);
   p.throughput_unit = f.String("throughput_unit", false).value_or("");
@@ -605,8 +604,8 @@ StatusOr<Progress> ParseProgress(std::string_view body) {
       p.utilization_device != kUtilizationHostCpu) {
     f.AddProblem("'utilization_device' must be \"gpu\" or \"host_cpu\", got \"" + p.utilization_device + "\"");
   }
-  p.device_memory_used_bytes = f.Int("device_memory_used_bytes", false, 0, kMaxInt);
-  p.device_memory_total_bytes = f.Int("device_memory_total_bytes", false, 1, kMaxInt);
+  p.device_memory_used_bytes = f.Int("device_memory_used_bytes", false, 0, kNoUpperBound);
+  p.device_memory_total_bytes = f.Int("device_memory_total_bytes", false, 1, kNoUpperBound);
   PARSYN_RETURN_IF_ERROR(f.status());
   return p;
 }
@@ -639,15 +638,15 @@ StatusOr<Result> ParseResult(std::string_view body) {
                                                                  "validation_loss", "validation_samples", "metrics"}));
   Result r;
   r.session_id = f.String("session_id", false).value_or("");
-  r.job_id = f.Int("job_id", true, 1, kMaxInt).value_or(0);
+  r.job_id = f.Int("job_id", true, 1, kNoUpperBound).value_or(0);
   r.round = static_cast<int>(f.Int("round", true, 1, kMaxRound).value_or(0));
   r.attempt = static_cast<int>(f.Int("attempt", true, 1, kMaxRound).value_or(0));
   r.blob_key = f.String("blob_key", false, 512).value_or("");
   r.sha256 = f.String("sha256", false, 64).value_or("");
-  r.sample_count = f.Int("sample_count", false, 0, kMaxInt).value_or(0);
+  r.sample_count = f.Int("sample_count", false, 0, kNoUpperBound).value_or(0);
   r.train_loss = f.Number("train_loss", false);
   r.validation_loss = f.Number("validation_loss", false);
-  r.validation_samples = f.Int("validation_samples", false, 0, kMaxInt).value_or(0);
+  r.validation_samples = f.Int("validation_samples", false, 0, kNoUpperBound).value_or(0);
   r.metrics = ReadResultMetrics(f);
   PARSYN_RETURN_IF_ERROR(f.status());
   return r;
@@ -674,7 +673,7 @@ StatusOr<Failure> ParseFailure(std::string_view body) {
                           JsonFields::Parse(body, {"session_id", "job_id", "round", "attempt", "reason"}));
   Failure failure;
   failure.session_id = f.String("session_id", false).value_or("");
-  failure.job_id = f.Int("job_id", true, 1, kMaxInt).value_or(0);
+  failure.job_id = f.Int("job_id", true, 1, kNoUpperBound).value_or(0);
   failure.round = static_cast<int>(f.Int("round", true, 1, kMaxRound).value_or(0));
   failure.attempt = static_cast<int>(f.Int("attempt", true, 1, kMaxRound).value_or(0));
   failure.reason = f.String("reason", true, kMaxReasonBytes).value_or("");

@@ -12,7 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 constexpr size_t kMaxPathBytes = 4096;
 
 constexpr std::pair<std::string_view, TabularModelType> kTabularModelTypes[] = {{"mlp", TabularModelType::kMlp},
@@ -93,18 +92,18 @@ StatusOr<TrainerTask> ParseTrainerTask(const json& object) {
   }
   if (r.Get("steps") != nullptr) {
     int64_t steps = -1;
-    r.Integer("steps", steps, 0, kMaxInt);
+    r.Integer("steps", steps, 0, kNoUpperBound);
     if (steps >= 0) t.steps = steps;
   }
-  r.Integer("seed", t.seed, 0, kMaxInt);
-  r.Integer("split_seed", t.split_seed, 0, kMaxInt);
+  r.Integer("seed", t.seed, 0, kNoUpperBound);
+  r.Integer("split_seed", t.split_seed, 0, kNoUpperBound);
   if (const json* schedule = r.Object("schedule")) {
     FieldReader s(*schedule, "task.schedule.", errors);
     TrainerSchedule parsed;
-    s.Integer("start_step", parsed.start_step, 0, kMaxInt);
+    s.Integer("start_step", parsed.start_step, 0, kNoUpperBound);
     if (s.Get("total_steps") != nullptr) {
       int64_t total = 0;
-      s.Integer("total_steps", total, 1, kMaxInt);
+      s.Integer("total_steps", total, 1, kNoUpperBound);
       if (total >= 1) parsed.total_steps = total;
     }
     s.RejectUnknown();

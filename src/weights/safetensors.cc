@@ -23,7 +23,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr size_t kLengthPrefixBytes = 8;
 // A valid header nests three levels deep (root object -> tensor object -> shape array); anything much deeper is
 // malformed, and bounding it keeps a hostile header from costing memory in the duplicate-key tracker below.
 constexpr int kMaxJsonDepth = 8;
@@ -179,20 +178,21 @@ StatusOr<SafetensorsEntry> ParseSafetensorsEntry(const std::string& name, const 
 }
 
 Status CheckFileHoldsLengthPrefix(uint64_t file_size) {
-  if (file_size >= kLengthPrefixBytes) return Status::Ok();
+  if (file_size >= kSafetensorsLengthPrefixBytes) return Status::Ok();
   return DataLossError("file is " + std::to_string(file_size) + " bytes, too short for the 8-byte header length");
 }
 
 // The header length the 8-byte prefix gives, checked against the cap and the file's size.
-StatusOr<uint64_t> HeaderLength(std::span<const std::byte, kLengthPrefixBytes> prefix, uint64_t file_size,
+StatusOr<uint64_t> HeaderLength(std::span<const std::byte, kSafetensorsLengthPrefixBytes> prefix, uint64_t file_size,
                                 const SafetensorsLimits& limits) {
   uint64_t header_bytes = 0;
-  for (size_t i = 0; i < kLengthPrefixBytes; ++i) header_bytes |= static_cast<uint64_t>(prefix[i]) << (8 * i);
+  for (size_t i = 0; i < kSafetensorsLengthPrefixBytes; ++i)
+    header_bytes |= static_cast<uint64_t>(prefix[i]) << (8 * i);
   if (header_bytes > limits.max_header_bytes) {
     return InvalidArgumentError("header length " + std::to_string(header_bytes) + " exceeds the cap of " +
                                 std::to_string(limits.max_header_bytes) + " bytes");
   }
-  if (header_bytes > file_size - kLengthPrefixBytes) {
+  if (header_bytes > file_size - kSafetensorsLengthPrefixBytes) {
     return DataLossError("header length " + std::to_string(header_bytes) + " runs past the end of the file (" +
                          std::to_string(file_size) + " bytes)");
   }
@@ -208,7 +208,7 @@ StatusOr<SafetensorsLayout> ParseLayout(std::span<const std::byte> header_text, 
   if (!header.is_object()) return InvalidArgumentError("header is not a JSON object");
 
   SafetensorsLayout parsed;
-  parsed.data_start = kLengthPrefixBytes + header_bytes;
+  parsed.data_start = kSafetensorsLengthPrefixBytes + header_bytes;
   const uint64_t data_bytes =
       file_size ? *file_size - parsed.data_start : std::numeric_limits<uint64_t>::max() - parsed.data_start;
   const size_t num_tensors = header.size() - (header.contains("__metadata__") ? 1 : 0);
@@ -273,8 +273,9 @@ StatusOr<SafetensorsLayout> ParseLayout(std::span<const std::byte> header_text, 
 // Validates a whole image held in memory.
 StatusOr<SafetensorsLayout> ParseImageLayout(std::span<const std::byte> image, const SafetensorsLimits& limits) {
   PARSYN_RETURN_IF_ERROR(CheckFileHoldsLengthPrefix(image.size()));
-  PARSYN_ASSIGN_OR_RETURN(uint64_t header_bytes, HeaderLength(image.first<kLengthPrefixBytes>(), image.size(), limits));
-  return ParseLayout(image.subspan(kLengthPrefixBytes, header_bytes), image.size(), limits);
+  PARSYN_ASSIGN_OR_RETURN(uint64_t header_bytes,
+                          HeaderLength(image.first<kSafetensorsLengthPrefixBytes>(), image.size(), limits));
+  return ParseLayout(image.subspan(kSafetensorsLengthPrefixBytes, header_bytes), image.size(), limits);
 }
 
 // The JSON header, padded with spaces to a multiple of 8 bytes so the data section starts aligned.
@@ -293,9 +294,10 @@ std::string BuildHeader(const WeightSet& set) {
   return text;
 }
 
-std::array<std::byte, kLengthPrefixBytes> LengthPrefix(uint64_t header_bytes) {
-  std::array<std::byte, kLengthPrefixBytes> prefix;
-  for (size_t i = 0; i < kLengthPrefixBytes; ++i) prefix[i] = static_cast<std::byte>(header_bytes >> (8 * i));
+std::array<std::byte, kSafetensorsLengthPrefixBytes> LengthPrefix(uint64_t header_bytes) {
+  std::array<std::byte, kSafetensorsLengthPrefixBytes> prefix;
+  for (size_t i = 0; i < kSafetensorsLengthPrefixBytes; ++i)
+    prefix[i] = static_cast<std::byte>(header_bytes >> (8 * i));
   return prefix;
 }
 
@@ -330,7 +332,7 @@ StatusOr<SafetensorsLayout> ReadSafetensorsLayout(uint64_t file_size, const Read
     while (filled < out.size()) {
       PARSYN_ASSIGN_OR_RETURN(size_t n, read(out.subspan(filled)));
       if (n == 0) {
-        return DataLossError("file ends after " + std::to_string(kLengthPrefixBytes + filled) +
+        return DataLossError("file ends after " + std::to_string(kSafetensorsLengthPrefixBytes + filled) +
                              " bytes, before the header does (the file size was given as " + std::to_string(file_size) +
                              ")");
       }
@@ -338,7 +340,7 @@ StatusOr<SafetensorsLayout> ReadSafetensorsLayout(uint64_t file_size, const Read
     }
     return Status::Ok();
   };
-  std::array<std::byte, kLengthPrefixBytes> prefix;
+  std::array<std::byte, kSafetensorsLengthPrefixBytes> prefix;
   PARSYN_RETURN_IF_ERROR(read_exactly(prefix));
   PARSYN_ASSIGN_OR_RETURN(uint64_t header_bytes, HeaderLength(prefix, file_size, limits));
   std::vector<std::byte> header(header_bytes);  // bounded by limits.max_header_bytes
@@ -359,11 +361,11 @@ StatusOr<SafetensorsLayout> ReadSafetensorsHeader(const ReadBytes& read, const S
     }
     return Status::Ok();
   };
-  std::array<std::byte, kLengthPrefixBytes> prefix;
+  std::array<std::byte, kSafetensorsLengthPrefixBytes> prefix;
   PARSYN_RETURN_IF_ERROR(read_exactly(prefix, 0));
   PARSYN_ASSIGN_OR_RETURN(uint64_t header_bytes, HeaderLength(prefix, std::numeric_limits<uint64_t>::max(), limits));
   std::vector<std::byte> header(header_bytes);  // bounded by limits.max_header_bytes
-  PARSYN_RETURN_IF_ERROR(read_exactly(header, kLengthPrefixBytes));
+  PARSYN_RETURN_IF_ERROR(read_exactly(header, kSafetensorsLengthPrefixBytes));
   return ParseLayout(header, std::nullopt, limits);
 }
 
@@ -415,7 +417,7 @@ StatusOr<WeightSet> MapSafetensorsFile(const std::filesystem::path& path, const 
     return InvalidArgumentError(path.string() + " is not a regular file");
   }
   const size_t size = static_cast<size_t>(info.st_size);
-  if (size < kLengthPrefixBytes) {
+  if (size < kSafetensorsLengthPrefixBytes) {
     ::close(fd);
     return DataLossError(path.string() + ": file is " + std::to_string(size) +
                          " bytes, too short for the 8-byte header length");
@@ -468,7 +470,7 @@ std::string SafetensorsHeaderBytes(const WeightSet& set) {
 std::vector<std::byte> SerializeSafetensors(const WeightSet& set) {
   const std::string header = BuildHeader(set);
   std::vector<std::byte> image;
-  image.reserve(kLengthPrefixBytes + header.size() + set.total_bytes());
+  image.reserve(kSafetensorsLengthPrefixBytes + header.size() + set.total_bytes());
   auto prefix = LengthPrefix(header.size());
   image.insert(image.end(), prefix.begin(), prefix.end());
   const auto* header_bytes = reinterpret_cast<const std::byte*>(header.data());

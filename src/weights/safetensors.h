@@ -26,6 +26,9 @@
 
 namespace parsyn::weights {
 
+// A file starts with its header's length in bytes: a little-endian u64.
+inline constexpr size_t kSafetensorsLengthPrefixBytes = 8;
+
 struct SafetensorsLimits {
   uint64_t max_header_bytes = 16ull << 20;  // a header longer than this is rejected before it is read
   uint64_t max_tensors = 1'000'000;

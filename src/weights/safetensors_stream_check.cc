@@ -8,7 +8,6 @@
 namespace parsyn::weights {
 namespace {
 
-constexpr size_t kLengthPrefixBytes = 8;
 // Elements scanned per block before looking at the block's verdict: large enough for the loop to vectorise and run
 // at memory speed, small enough that finding the index of a bad value rescans little.
 constexpr size_t kBlockElements = 4096;
@@ -65,19 +64,20 @@ void SafetensorsStreamChecker::Update(std::span<const std::byte> bytes) {
 
 void SafetensorsStreamChecker::TakeHeaderBytes(std::span<const std::byte>& bytes) {
   if (header_total_ == 0) {
-    const size_t take = std::min(bytes.size(), kLengthPrefixBytes - header_.size());
+    const size_t take = std::min(bytes.size(), kSafetensorsLengthPrefixBytes - header_.size());
     header_.insert(header_.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(take));
     bytes = bytes.subspan(take);
-    if (header_.size() < kLengthPrefixBytes) return;
+    if (header_.size() < kSafetensorsLengthPrefixBytes) return;
     uint64_t header_bytes = 0;
-    for (size_t i = 0; i < kLengthPrefixBytes; ++i) header_bytes |= static_cast<uint64_t>(header_[i]) << (8 * i);
+    for (size_t i = 0; i < kSafetensorsLengthPrefixBytes; ++i)
+      header_bytes |= static_cast<uint64_t>(header_[i]) << (8 * i);
     if (header_bytes > limits_.max_header_bytes) {
       size_t offset = 0;  // the reader refuses the length before it reads any of the header: its own words
       problem_ = ReadSafetensorsHeader(ReaderOver(header_, offset), limits_).status();
       header_ = {};
       return;
     }
-    header_total_ = kLengthPrefixBytes + header_bytes;  // grown as the bytes come, not reserved as claimed
+    header_total_ = kSafetensorsLengthPrefixBytes + header_bytes;  // grown as the bytes come, not reserved as claimed
   }
   const size_t take = std::min<uint64_t>(bytes.size(), header_total_ - header_.size());
   header_.insert(header_.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(take));

@@ -16,7 +16,7 @@ namespace {
 // PostgreSQL's schema_version 2..6, before the shared history (its version 1 is in postgres_store_test.cc, which
 // builds old databases from it). Kept as they shipped: databases at any of those versions are brought forward
 // through them.
-constexpr Migration kLegacyMigrations[] = {
+constexpr Migration kPostgresLegacyMigrations[] = {
     // Version 2: each shard's label histogram (distributed.partition); '' for older jobs' shards.
     {2, "ALTER TABLE shards ADD COLUMN label_histogram TEXT NOT NULL DEFAULT '';"},
     // Version 3: the coordinator lease (failover): one row, the leader's id and URL, its fencing epoch and the
@@ -36,7 +36,7 @@ constexpr Migration kLegacyMigrations[] = {
 };
 
 // PostgreSQL's version 6 is the shared version 1 already (metric points had their id from its version 1 on).
-constexpr std::string_view kLegacyToShared = "SELECT 1;";
+constexpr std::string_view kPostgresLegacyToShared = "SELECT 1;";
 
 // SQLSTATEs the store acts on (PostgreSQL appendix A).
 constexpr std::string_view kUniqueViolation = "23505";
@@ -360,10 +360,10 @@ Status PostgresConnection::LockSchema() {
   return Exec("SELECT pg_advisory_xact_lock(" + std::to_string(kMigrationLockKey) + ")", "locking the schema");
 }
 
-std::span<const Migration> PostgresLegacyMigrations() { return kLegacyMigrations; }
+std::span<const Migration> PostgresLegacyMigrations() { return kPostgresLegacyMigrations; }
 
-std::span<const Migration> PostgresConnection::LegacyMigrations() const { return kLegacyMigrations; }
+std::span<const Migration> PostgresConnection::LegacyMigrations() const { return kPostgresLegacyMigrations; }
 
-std::string_view PostgresConnection::LegacyToSharedSql() const { return kLegacyToShared; }
+std::string_view PostgresConnection::LegacyToSharedSql() const { return kPostgresLegacyToShared; }
 
 }  // namespace parsyn::storage

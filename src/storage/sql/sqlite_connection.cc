@@ -79,7 +79,7 @@ ALTER TABLE jobs_rebuilt RENAME TO jobs;
 CREATE INDEX jobs_by_status ON jobs(status);
 )sql";
 
-constexpr Migration kLegacyMigrations[] = {
+constexpr Migration kSqliteLegacyMigrations[] = {
     {2, kLegacyV2},
     {3, kLegacyV3},
     // Version 4: each shard's label histogram (distributed.partition); '' for the shards of older jobs.
@@ -97,7 +97,7 @@ constexpr Migration kLegacyMigrations[] = {
 // From SQLite's version 7 to the shared version 1, which PostgreSQL had reached by other steps: metric points get
 // an id column (their rowid until now, kept as the id so that pages already handed out stay valid) and its index,
 // and the coordinator lease's table exists (unused: a SQLite file has one coordinator).
-constexpr std::string_view kLegacyToShared = R"sql(
+constexpr std::string_view kSqliteLegacyToShared = R"sql(
 CREATE TABLE metric_points_rebuilt (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   job_id INTEGER NOT NULL REFERENCES jobs(id),
@@ -285,10 +285,10 @@ StatusOr<std::optional<std::string>> SqliteConnection::QueryText(std::string_vie
   return std::optional<std::string>(text ? reinterpret_cast<const char*>(text) : "");
 }
 
-std::span<const Migration> SqliteLegacyMigrations() { return kLegacyMigrations; }
+std::span<const Migration> SqliteLegacyMigrations() { return kSqliteLegacyMigrations; }
 
-std::span<const Migration> SqliteConnection::LegacyMigrations() const { return kLegacyMigrations; }
+std::span<const Migration> SqliteConnection::LegacyMigrations() const { return kSqliteLegacyMigrations; }
 
-std::string_view SqliteConnection::LegacyToSharedSql() const { return kLegacyToShared; }
+std::string_view SqliteConnection::LegacyToSharedSql() const { return kSqliteLegacyToShared; }
 
 }  // namespace parsyn::storage
