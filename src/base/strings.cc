@@ -81,4 +81,11 @@ std::string WithoutLocalPaths(std::string_view message) {
   return out;
 }
 
+std::string SingleQuoted(std::string_view text) {
+  std::string out;  // built by appends: GCC 12 warns falsely (-Wrestrict) on "'" + std::string(text) + "'"
+  out.reserve(text.size() + 2);
+  out.append(1, '\'').append(text).append(1, '\'');
+  return out;
+}
+
 }  // namespace parsyn

@@ -16,6 +16,9 @@ std::string HexEncode(std::span<const unsigned char> bytes);
 std::string HexEncode(std::string_view bytes);
 // `text` safe inside XML or SVG text and attribute values: & < > " as entities.
 std::string XmlEscape(std::string_view text);
+
+// 'text', in single quotes: how error messages name a tensor or a field.
+std::string SingleQuoted(std::string_view text);
 // `message` with every absolute file path in it replaced by the path's last part, for messages that leave the
 // machine (a worker's failure reason shown on the dashboard): "/home/u/.cache/parsyn/tasks/1-1-3-w1/task.json: bad"
 // becomes "task.json: bad". A path starts with '/' at the start or after a space, quote, bracket, '=' or ',', has at

@@ -18,6 +18,8 @@
 #include <tuple>
 #include <utility>
 
+#include "base/strings.h"
+
 namespace parsyn::weights {
 namespace {
 
@@ -26,13 +28,6 @@ using nlohmann::json;
 // A valid header nests three levels deep (root object -> tensor object -> shape array); anything much deeper is
 // malformed, and bounding it keeps a hostile header from costing memory in the duplicate-key tracker below.
 constexpr int kMaxJsonDepth = 8;
-
-std::string Quoted(std::string_view name) {
-  std::string out;  // built by appends: GCC 12 warns falsely (-Wrestrict) on "'" + std::string(name) + "'"
-  out.reserve(name.size() + 2);
-  out.append(1, '\'').append(name).append(1, '\'');
-  return out;
-}
 
 // Index of the first byte that breaks UTF-8 (RFC 3629: no overlongs, no surrogates, <= U+10FFFF), or -1.
 int64_t FirstInvalidUtf8(std::span<const std::byte> text) {
@@ -98,7 +93,7 @@ StatusOr<json> ParseHeaderJson(std::span<const std::byte> header) {
       case json::parse_event_t::key: {
         const std::string& key = parsed.get_ref<const std::string&>();
         if (!open_keys.empty() && !open_keys.back().insert(key).second) {
-          throw HeaderRejected{"header has duplicate key " + Quoted(key)};
+          throw HeaderRejected{"header has duplicate key " + SingleQuoted(key)};
         }
         break;
       }
@@ -124,11 +119,11 @@ StatusOr<uint64_t> ReadUnsigned(const json& value, const std::string& what) {
 
 StatusOr<SafetensorsEntry> ParseSafetensorsEntry(const std::string& name, const json& spec) {
   if (name.empty()) return InvalidArgumentError("tensor name is empty");
-  const std::string tensor = "tensor " + Quoted(name);
+  const std::string tensor = "tensor " + SingleQuoted(name);
   if (!spec.is_object()) return InvalidArgumentError(tensor + ": entry is not an object");
   for (const auto& [field, unused] : spec.items()) {
     if (field != "dtype" && field != "shape" && field != "data_offsets") {
-      return InvalidArgumentError(tensor + ": unknown field " + Quoted(field));
+      return InvalidArgumentError(tensor + ": unknown field " + SingleQuoted(field));
     }
   }
   for (const char* field : {"dtype", "shape", "data_offsets"}) {
@@ -222,7 +217,7 @@ StatusOr<SafetensorsLayout> ParseLayout(std::span<const std::byte> header_text, 
       if (!value.is_object()) return InvalidArgumentError("__metadata__ is not an object");
       for (const auto& [meta_key, meta_value] : value.items()) {
         if (!meta_value.is_string()) {
-          return InvalidArgumentError("__metadata__ value for " + Quoted(meta_key) + " is not a string");
+          return InvalidArgumentError("__metadata__ value for " + SingleQuoted(meta_key) + " is not a string");
         }
         parsed.metadata.emplace(meta_key, meta_value.get<std::string>());
       }
@@ -230,7 +225,7 @@ StatusOr<SafetensorsLayout> ParseLayout(std::span<const std::byte> header_text, 
     }
     PARSYN_ASSIGN_OR_RETURN(SafetensorsEntry entry, ParseSafetensorsEntry(key, value));
     if (entry.end > data_bytes) {
-      return DataLossError("tensor " + Quoted(key) + ": data_offsets [" + std::to_string(entry.begin) + ", " +
+      return DataLossError("tensor " + SingleQuoted(key) + ": data_offsets [" + std::to_string(entry.begin) + ", " +
                            std::to_string(entry.end) + "] run past the end of the data section (" +
                            std::to_string(data_bytes) + " bytes)");
     }
@@ -247,25 +242,25 @@ StatusOr<SafetensorsLayout> ParseLayout(std::span<const std::byte> header_text, 
   for (const SafetensorsEntry& entry : parsed.tensors) {
     const std::string span_text = "[" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) + "]";
     if (entry.begin < cursor) {
-      return InvalidArgumentError("tensor " + Quoted(entry.name) + ": data_offsets " + span_text + " overlap tensor " +
-                                  Quoted(previous->name) + " [" + std::to_string(previous->begin) + ", " +
-                                  std::to_string(previous->end) + "]");
+      return InvalidArgumentError("tensor " + SingleQuoted(entry.name) + ": data_offsets " + span_text +
+                                  " overlap tensor " + SingleQuoted(previous->name) + " [" +
+                                  std::to_string(previous->begin) + ", " + std::to_string(previous->end) + "]");
     }
     if (entry.begin > cursor) {
       if (previous == nullptr) {
-        return InvalidArgumentError("tensor " + Quoted(entry.name) + ": data_offsets " + span_text +
+        return InvalidArgumentError("tensor " + SingleQuoted(entry.name) + ": data_offsets " + span_text +
                                     " leave a gap: the first tensor must start at offset 0");
       }
-      return InvalidArgumentError("tensor " + Quoted(entry.name) + ": data_offsets " + span_text + " leave a gap of " +
-                                  std::to_string(entry.begin - cursor) + " bytes after tensor " +
-                                  Quoted(previous->name));
+      return InvalidArgumentError("tensor " + SingleQuoted(entry.name) + ": data_offsets " + span_text +
+                                  " leave a gap of " + std::to_string(entry.begin - cursor) + " bytes after tensor " +
+                                  SingleQuoted(previous->name));
     }
     cursor = entry.end;
     previous = &entry;
   }
   if (file_size && cursor != data_bytes) {
     return InvalidArgumentError(std::to_string(data_bytes - cursor) + " trailing bytes after the last tensor" +
-                                (previous ? " " + Quoted(previous->name) : std::string()));
+                                (previous ? " " + SingleQuoted(previous->name) : std::string()));
   }
   return parsed;
 }

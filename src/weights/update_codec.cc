@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "base/strings.h"
+
 // Built with -ffp-contract=off (CMakeLists.txt): the encoder's residual and the decoder must compute
 // zero + q * scale with the same two roundings, which a fused multiply-add in one of them would break.
 
@@ -25,13 +27,6 @@ constexpr std::string_view kZeroSuffix = ".__zero";
 constexpr std::string_view kValuesSuffix = ".__q";
 // Values per inner step: the encoder's and decoder's scratch (stack) buffers and the decoder's read size.
 constexpr int64_t kChunk = 4096;
-
-std::string Quoted(std::string_view name) {
-  std::string out;
-  out.reserve(name.size() + 2);
-  out.append(1, '\'').append(name).append(1, '\'');
-  return out;
-}
 
 struct Format {
   UpdateCodec codec = UpdateCodec::kBf16;
@@ -71,7 +66,7 @@ StatusOr<std::vector<TensorPlan>> Plan(const WeightSet& layout, const Format& fo
   std::set<std::string_view> names;
   for (const Tensor& t : layout.tensors()) {
     if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16) {
-      return InvalidArgumentError("tensor " + Quoted(t.name) + " has dtype " + std::string(DTypeName(t.dtype)) +
+      return InvalidArgumentError("tensor " + SingleQuoted(t.name) + " has dtype " + std::string(DTypeName(t.dtype)) +
                                   "; only F32, BF16 and F16 tensors can be compressed");
     }
     TensorPlan plan{.tensor = &t, .numel = t.numel(), .form = TensorPlan::kBf16, .parts = {}};
@@ -103,8 +98,8 @@ StatusOr<std::vector<TensorPlan>> Plan(const WeightSet& layout, const Format& fo
     }
     for (const Part& part : plan.parts) {
       if (!names.insert(part.name).second) {
-        return InvalidArgumentError("tensor " + Quoted(t.name) + ": its compressed part " + Quoted(part.name) +
-                                    " collides with another tensor's name");
+        return InvalidArgumentError("tensor " + SingleQuoted(t.name) + ": its compressed part " +
+                                    SingleQuoted(part.name) + " collides with another tensor's name");
       }
     }
     plans.push_back(std::move(plan));
@@ -284,7 +279,7 @@ class ValueSource {
     for (int64_t i = 0; i < n; ++i) {
       if (NonFinite(x[i])) {
         return InvalidArgumentError(
-            "tensor " + Quoted(update_.name) + ": the value to encode at index " + std::to_string(begin + i) +
+            "tensor " + SingleQuoted(update_.name) + ": the value to encode at index " + std::to_string(begin + i) +
             " is not finite" +
             (global_ || carried_ ? " (a non-finite input, or the delta or residual sum overflowed)" : ""));
       }
@@ -315,7 +310,7 @@ PARSYN_HOT_LOOPS Status EncodeFloats(const TensorPlan& plan, const ValueSource& 
       if (overflow) PARSYN_RETURN_IF_ERROR(source.CheckFinite(begin, n, x));
       for (int64_t i = 0; overflow && i < n; ++i) {
         if ((q[i] & 0x7f80) == 0x7f80) {
-          return InvalidArgumentError("tensor " + Quoted(plan.tensor->name) + ": the value at index " +
+          return InvalidArgumentError("tensor " + SingleQuoted(plan.tensor->name) + ": the value at index " +
                                       std::to_string(begin + i) + " overflows bf16 (" + std::to_string(x[i]) + ")");
         }
       }
@@ -367,7 +362,7 @@ PARSYN_HOT_LOOPS Status EncodeQuantised(const TensorPlan& plan, const Format& fo
     if (affine) {
       const double range = static_cast<double>(hi) - static_cast<double>(lo);
       if (range > std::numeric_limits<float>::max()) {
-        return InvalidArgumentError("tensor " + Quoted(plan.tensor->name) + ": values of scale group " +
+        return InvalidArgumentError("tensor " + SingleQuoted(plan.tensor->name) + ": values of scale group " +
                                     std::to_string(g) + " span [" + std::to_string(lo) + ", " + std::to_string(hi) +
                                     "], wider than fp32 holds; use the symmetric scheme");
       }
@@ -442,7 +437,7 @@ class StreamReader {
     while (filled < out.size()) {
       PARSYN_ASSIGN_OR_RETURN(size_t n, read_(out.subspan(filled)));
       if (n == 0) {
-        return InvalidArgumentError("tensor " + Quoted(tensor) + " is truncated: the update ends after " +
+        return InvalidArgumentError("tensor " + SingleQuoted(tensor) + " is truncated: the update ends after " +
                                     std::to_string(offset + filled) + " of its " + std::to_string(total) + " bytes");
       }
       filled += n;
@@ -464,13 +459,13 @@ class StreamReader {
 StatusOr<Format> ParseFormat(const std::map<std::string, std::string>& metadata, const DecodeExpectations& expect) {
   for (const auto& [key, value] : metadata) {
     if (key != kCodecKey && key != kVersionKey && key != kDeltaKey && key != kSchemeKey) {
-      return InvalidArgumentError("__metadata__ has unknown field " + Quoted(key) + " (docs/compression.md)");
+      return InvalidArgumentError("__metadata__ has unknown field " + SingleQuoted(key) + " (docs/compression.md)");
     }
   }
   auto field = [&](std::string_view key) -> StatusOr<std::string> {
     auto it = metadata.find(std::string(key));
     if (it == metadata.end()) {
-      return InvalidArgumentError("__metadata__ lacks " + Quoted(key) + ": not a compressed update");
+      return InvalidArgumentError("__metadata__ lacks " + SingleQuoted(key) + ": not a compressed update");
     }
     return it->second;
   };
@@ -478,30 +473,32 @@ StatusOr<Format> ParseFormat(const std::map<std::string, std::string>& metadata,
   PARSYN_ASSIGN_OR_RETURN(std::string codec, field(kCodecKey));
   auto parsed = ParseUpdateCodec(codec);
   if (!parsed.ok() || *parsed == UpdateCodec::kNone) {
-    return InvalidArgumentError("__metadata__ codec " + Quoted(codec) + " is unknown; expected bf16, int8 or int4");
+    return InvalidArgumentError("__metadata__ codec " + SingleQuoted(codec) +
+                                " is unknown; expected bf16, int8 or int4");
   }
   format.codec = *parsed;
   PARSYN_ASSIGN_OR_RETURN(std::string version, field(kVersionKey));
   if (version != kVersion) {
-    return InvalidArgumentError("__metadata__ codec_version " + Quoted(version) + " is not supported; expected '1'");
+    return InvalidArgumentError("__metadata__ codec_version " + SingleQuoted(version) +
+                                " is not supported; expected '1'");
   }
   PARSYN_ASSIGN_OR_RETURN(std::string delta, field(kDeltaKey));
   if (delta != "true" && delta != "false") {
-    return InvalidArgumentError("__metadata__ delta " + Quoted(delta) + " is not 'true' or 'false'");
+    return InvalidArgumentError("__metadata__ delta " + SingleQuoted(delta) + " is not 'true' or 'false'");
   }
   format.delta = delta == "true";
   if (format.quantised()) {
     PARSYN_ASSIGN_OR_RETURN(std::string scheme, field(kSchemeKey));
     if (scheme != "symmetric" && scheme != "affine") {
-      return InvalidArgumentError("__metadata__ scheme " + Quoted(scheme) + " is not 'symmetric' or 'affine'");
+      return InvalidArgumentError("__metadata__ scheme " + SingleQuoted(scheme) + " is not 'symmetric' or 'affine'");
     }
     format.scheme = scheme == "affine" ? QuantScheme::kAffine : QuantScheme::kSymmetric;
   } else if (metadata.contains(std::string(kSchemeKey))) {
     return InvalidArgumentError("__metadata__ has 'scheme', which the bf16 codec does not take");
   }
   if (expect.codec && *expect.codec != format.codec) {
-    return InvalidArgumentError("the update uses codec " + Quoted(UpdateCodecName(format.codec)) + ", expected " +
-                                Quoted(UpdateCodecName(*expect.codec)));
+    return InvalidArgumentError("the update uses codec " + SingleQuoted(UpdateCodecName(format.codec)) + ", expected " +
+                                SingleQuoted(UpdateCodecName(*expect.codec)));
   }
   if (expect.delta && *expect.delta != format.delta) {
     return InvalidArgumentError(std::string("the update is ") + (format.delta ? "" : "not ") + "a delta, expected " +
@@ -522,14 +519,14 @@ Status CheckParts(const std::vector<SafetensorsEntry>& got, const std::vector<Te
     const SafetensorsEntry& g = got[i];
     if (w.name != g.name) {
       const bool known = std::any_of(want.begin(), want.end(), [&](const Part* p) { return p->name == g.name; });
-      if (!known) return InvalidArgumentError("unexpected tensor " + Quoted(g.name));
+      if (!known) return InvalidArgumentError("unexpected tensor " + SingleQuoted(g.name));
       const bool present = std::any_of(got.begin(), got.end(), [&](const auto& e) { return e.name == w.name; });
-      if (!present) return InvalidArgumentError("missing tensor " + Quoted(w.name));
-      return InvalidArgumentError("tensor #" + std::to_string(i) + " in data order is " + Quoted(g.name) +
-                                  ", expected " + Quoted(w.name) + " (docs/compression.md gives the order)");
+      if (!present) return InvalidArgumentError("missing tensor " + SingleQuoted(w.name));
+      return InvalidArgumentError("tensor #" + std::to_string(i) + " in data order is " + SingleQuoted(g.name) +
+                                  ", expected " + SingleQuoted(w.name) + " (docs/compression.md gives the order)");
     }
     if (w.dtype != g.dtype) {
-      return InvalidArgumentError("tensor " + Quoted(g.name) + " has dtype " + std::string(DTypeName(g.dtype)) +
+      return InvalidArgumentError("tensor " + SingleQuoted(g.name) + " has dtype " + std::string(DTypeName(g.dtype)) +
                                   ", expected " + std::string(DTypeName(w.dtype)));
     }
     if (w.shape != g.shape) {
@@ -539,14 +536,14 @@ Status CheckParts(const std::vector<SafetensorsEntry>& got, const std::vector<Te
       } else if (g.name.ends_with(kValuesSuffix)) {
         why = " (the packed values of the tensor)";
       }
-      return InvalidArgumentError("tensor " + Quoted(g.name) + " has shape " + ShapeString(g.shape) + ", expected " +
-                                  ShapeString(w.shape) + why);
+      return InvalidArgumentError("tensor " + SingleQuoted(g.name) + " has shape " + ShapeString(g.shape) +
+                                  ", expected " + ShapeString(w.shape) + why);
     }
   }
   if (got.size() != want.size()) {
     const bool fewer = got.size() < want.size();
     return InvalidArgumentError(std::string(fewer ? "missing" : "unexpected") + " tensor " +
-                                Quoted(fewer ? want[common]->name : got[common].name));
+                                SingleQuoted(fewer ? want[common]->name : got[common].name));
   }
   return Status::Ok();
 }
@@ -599,8 +596,8 @@ class Emitter {
     for (int64_t i = begin; i < begin + n; ++i) {
       const float value = out_.dtype == DType::kF32 ? v[i - begin] : LoadFloat(out_, i);
       if (!std::isfinite(value) || !std::isfinite(v[i - begin])) {
-        return InvalidArgumentError("tensor " + Quoted(out_.name) + ": decoded value at index " + std::to_string(i) +
-                                    " is not finite (" +
+        return InvalidArgumentError("tensor " + SingleQuoted(out_.name) + ": decoded value at index " +
+                                    std::to_string(i) + " is not finite (" +
                                     (std::isnan(value) ? "nan"
                                      : value > 0       ? "inf"
                                                        : "-inf") +
@@ -653,22 +650,22 @@ PARSYN_HOT_LOOPS Status DecodeQuantised(const TensorPlan& plan, const Format& fo
     const float scale = scales[g];
     const std::string where = " at index " + std::to_string(g);
     if (!std::isfinite(scale)) {
-      return InvalidArgumentError("tensor " + Quoted(plan.parts[0].name) + " holds a non-finite scale (" +
+      return InvalidArgumentError("tensor " + SingleQuoted(plan.parts[0].name) + " holds a non-finite scale (" +
                                   (std::isnan(scale) ? "nan" : "inf") + ")" + where);
     }
     if (scale < 0) {
-      return InvalidArgumentError("tensor " + Quoted(plan.parts[0].name) + " holds a negative scale (" +
+      return InvalidArgumentError("tensor " + SingleQuoted(plan.parts[0].name) + " holds a negative scale (" +
                                   std::to_string(scale) + ")" + where);
     }
     const float zero = affine ? zeros[g] : 0.0f;
     if (!std::isfinite(zero)) {
-      return InvalidArgumentError("tensor " + Quoted(plan.parts[1].name) + " holds a non-finite value" + where);
+      return InvalidArgumentError("tensor " + SingleQuoted(plan.parts[1].name) + " holds a non-finite value" + where);
     }
     // Dequantising is monotone in the level, so finite end points make every decoded value finite.
     if (!std::isfinite(Dequantise(static_cast<float>(qmax), scale, zero)) ||
         (!affine && !std::isfinite(Dequantise(-static_cast<float>(qmax), scale, zero)))) {
-      return InvalidArgumentError("tensor " + Quoted(plan.parts[0].name) + " holds a scale (" + std::to_string(scale) +
-                                  ")" + where + " whose levels overflow fp32");
+      return InvalidArgumentError("tensor " + SingleQuoted(plan.parts[0].name) + " holds a scale (" +
+                                  std::to_string(scale) + ")" + where + " whose levels overflow fp32");
     }
   }
 
@@ -690,7 +687,7 @@ PARSYN_HOT_LOOPS Status DecodeQuantised(const TensorPlan& plan, const Format& fo
       if (n % 2 != 0) {
         levels[n - 1] = in[n / 2] & 0x0f;
         if ((in[n / 2] >> 4) != 0) {
-          return InvalidArgumentError("tensor " + Quoted(values_part.name) +
+          return InvalidArgumentError("tensor " + SingleQuoted(values_part.name) +
                                       ": the padding nibble after the last value is not zero");
         }
       }
@@ -710,7 +707,7 @@ PARSYN_HOT_LOOPS Status DecodeQuantised(const TensorPlan& plan, const Format& fo
       if (smallest == 0) {
         for (int64_t i = 0; i < n; ++i) {
           if (levels_signed[i] < -qmax) {
-            return InvalidArgumentError("tensor " + Quoted(values_part.name) + ": value " +
+            return InvalidArgumentError("tensor " + SingleQuoted(values_part.name) + ": value " +
                                         std::to_string(levels_signed[i]) + " at index " + std::to_string(begin + i) +
                                         " is outside the symmetric range -" + std::to_string(qmax) + ".." +
                                         std::to_string(qmax));
@@ -772,8 +769,9 @@ Status CheckCarriedResidual(const WeightSet& carried, const WeightSet& update) {
   }
   for (size_t i = 0; i < update.size(); ++i) {
     if (carried[i].name != update[i].name || carried[i].shape != update[i].shape || carried[i].dtype != DType::kF32) {
-      return InvalidArgumentError("carried residual tensor " + Quoted(carried[i].name) +
-                                  " does not match the update's " + Quoted(update[i].name) + " (F32, same shape)");
+      return InvalidArgumentError("carried residual tensor " + SingleQuoted(carried[i].name) +
+                                  " does not match the update's " + SingleQuoted(update[i].name) +
+                                  " (F32, same shape)");
     }
   }
   return Status::Ok();
@@ -828,7 +826,7 @@ StatusOr<UpdateCodec> ParseUpdateCodec(std::string_view name) {
   for (UpdateCodec c : {UpdateCodec::kNone, UpdateCodec::kBf16, UpdateCodec::kInt8, UpdateCodec::kInt4}) {
     if (UpdateCodecName(c) == name) return c;
   }
-  return InvalidArgumentError("unknown update codec " + Quoted(name) + "; expected none, bf16, int8 or int4");
+  return InvalidArgumentError("unknown update codec " + SingleQuoted(name) + "; expected none, bf16, int8 or int4");
 }
 
 std::string_view QuantSchemeName(QuantScheme scheme) { return scheme == QuantScheme::kAffine ? "affine" : "symmetric"; }
