@@ -108,3 +108,26 @@ export function replaceKeepingFocus(parent, children) {
   const again = (href && parent.querySelector(`[href="${CSS.escape(href)}"]`)) || (id && document.getElementById(id));
   if (again) /** @type {HTMLElement} */ (again).focus();
 }
+
+/**
+ * One run of `task` for a burst of requests: the first request starts a `delayMs` timer and the requests that come
+ * before it fires join that run. Unlike a debounce (each request restarting the timer), a steady stream of requests,
+ * such as rounds that end faster than `delayMs`, still runs `task` every `delayMs` instead of never.
+ * @param {() => void} task
+ * @param {number} delayMs
+ * @returns {{ request: () => void, cancel: () => void }}
+ */
+export function coalescedRunner(task, delayMs) {
+  /** @type {ReturnType<typeof setTimeout> | undefined} */
+  let timer = undefined;
+  return {
+    request() {
+      if (timer !== undefined) return;
+      timer = setTimeout(() => { timer = undefined; task(); }, delayMs);
+    },
+    cancel() {
+      clearTimeout(timer);
+      timer = undefined;
+    },
+  };
+}

@@ -6,7 +6,7 @@
 // after round r") are job_state.js's: a pure reducer fed every answer and event. This module reads the API, feeds
 // the reducer, re-reads what reloadsFor() names, and draws the state at most once a frame.
 import { api, download, followJobEvents, listAll } from './api.js';
-import { h, fmtDuration, fmtBytes, statusBadge, progressBar, TERMINAL } from './dom.js';
+import { h, fmtDuration, fmtBytes, statusBadge, progressBar, TERMINAL, coalescedRunner } from './dom.js';
 import { LineChart, fmtNumber } from './charts.js';
 /**
  * @typedef {import('./job_state.js').JobAction} JobAction
@@ -123,7 +123,7 @@ export function render(container, [idText]) {
     if (action.type === 'job') applyJob();
     if (reloads.includes('workers')) loadWorkers();
     if (reloads.includes('job')) loadJob();
-    if (reloads.includes('rounds')) refreshRoundsSoon();
+    if (reloads.includes('rounds')) roundsReload.request();
     if (reloads.includes('artifacts')) loadArtifacts();
     schedule();
   }
@@ -195,12 +195,8 @@ export function render(container, [idText]) {
             h('td', { class: 'histogram-cell' }, bar));
         })))));
   }
-  /** @type {ReturnType<typeof setTimeout> | undefined} */
-  let roundsTimer = undefined;
-  function refreshRoundsSoon() {
-    clearTimeout(roundsTimer);
-    roundsTimer = setTimeout(loadRounds, 200);
-  }
+  // Re-read at most every 200 ms however fast rounds end: one read for a burst of round ends.
+  const roundsReload = coalescedRunner(() => { loadRounds(); }, 200);
   async function loadRounds() {
     try {
       const { rounds } = await api('GET', `/training-jobs/${jobId}/rounds`);
@@ -415,7 +411,7 @@ export function render(container, [idText]) {
   return () => {
     stopped = true;
     stopEvents();
-    clearTimeout(roundsTimer);
+    roundsReload.cancel();
     clearTimeout(workersTimer);
     aggregateChart.destroy();
     for (const card of cards.values()) card.chart.destroy();

@@ -3,7 +3,7 @@
 // round_started, round_committed, and job_live for the phase and the workers in the round); while the stream is
 // down it is re-read every 2 s.
 import { api, listAll, followListLive } from './api.js';
-import { h, replaceKeepingFocus, fmtTime, statusBadge, progressBar, TERMINAL } from './dom.js';
+import { h, replaceKeepingFocus, fmtTime, statusBadge, progressBar, TERMINAL, coalescedRunner } from './dom.js';
 
 const FALLBACK_REFRESH_MS = 2000;
 
@@ -42,20 +42,14 @@ export function render(container) {
   /** @type {Map<number, JobDetail>} */
   const details = new Map();
   let stopped = false;
-  /** @type {ReturnType<typeof setTimeout> | undefined} */
-  let drawTimer = undefined;
-
   function draw() {
-    drawTimer = undefined;
     if (stopped) return;
     const list = [...jobs.values()].sort((a, b) => b.id - a.id);
     replaceKeepingFocus(body, list.map((job) => row(job, details.get(job.id))));
     status.textContent = list.length ? '' : 'No training jobs yet. Start one with “New job”.';
   }
   // Many events may come at once (a burst of rounds): one redraw for them.
-  function scheduleDraw() {
-    if (drawTimer === undefined) drawTimer = setTimeout(draw, 50);
-  }
+  const redraw = coalescedRunner(draw, 50);
 
   /** @param {number} id */
   async function readDetail(id) {
@@ -93,7 +87,7 @@ export function render(container) {
       const { spec, job_id: _, time_ms: __, ...summary } = data;
       jobs.set(id, summary);
       details.set(id, { spec });
-      scheduleDraw();
+      redraw.request();
       return;
     }
     const job = jobs.get(id);
@@ -124,7 +118,7 @@ export function render(container) {
     } else {
       return;
     }
-    scheduleDraw();
+    redraw.request();
   }
 
   const unfollow = followListLive({
@@ -138,7 +132,7 @@ export function render(container) {
   return () => {
     stopped = true;
     unfollow();
-    clearTimeout(drawTimer);
+    redraw.cancel();
   };
 }
 

@@ -4,7 +4,7 @@
 // "workers" events (the changed fields of each worker, sent in batches about once a second; heartbeat times come
 // with the server's presence flush); while the stream is down it is re-read every 3 s.
 import { listAll, followListLive } from './api.js';
-import { h, replaceKeepingFocus, fmtAgo, statusBadge } from './dom.js';
+import { h, replaceKeepingFocus, fmtAgo, statusBadge, coalescedRunner } from './dom.js';
 
 const FALLBACK_REFRESH_MS = 3000;
 const AGO_REDRAW_MS = 5000;  // "12 s ago" ages in place, without a request
@@ -44,11 +44,7 @@ export function render(container) {
   /** @type {Map<number, WorkerSummary>} */
   const workers = new Map();  // id -> the worker as GET /workers shows it
   let stopped = false;
-  /** @type {ReturnType<typeof setTimeout> | undefined} */
-  let drawTimer = undefined;
-
   function draw() {
-    drawTimer = undefined;
     if (stopped) return;
     const list = [...workers.values()].sort((a, b) => a.id - b.id);
     replaceKeepingFocus(body, list.map((w) => h('tr', { dataset: { workerId: w.id, status: w.status } },
@@ -61,10 +57,9 @@ export function render(container) {
       h('td', {}, fmtAgo(w.last_heartbeat_at_ms)))));
     status.textContent = list.length ? '' : 'No workers registered yet.';
   }
-  function scheduleDraw() {
-    if (drawTimer === undefined) drawTimer = setTimeout(draw, 50);
-  }
-  const agoTimer = setInterval(scheduleDraw, AGO_REDRAW_MS);
+  // Many events may come at once (workers coming online together): one redraw for them.
+  const redraw = coalescedRunner(draw, 50);
+  const agoTimer = setInterval(redraw.request, AGO_REDRAW_MS);
 
   async function load() {
     try {
@@ -91,7 +86,7 @@ export function render(container) {
         return;
       }
     }
-    scheduleDraw();
+    redraw.request();
   }
 
   const unfollow = followListLive({
@@ -106,6 +101,6 @@ export function render(container) {
     stopped = true;
     unfollow();
     clearInterval(agoTimer);
-    clearTimeout(drawTimer);
+    redraw.cancel();
   };
 }
