@@ -100,6 +100,11 @@ void WorkerSessions::PollStarted(Session& s) {
   s.last_seen = clock_.Now();
   s.current_job.reset();
   s.polls_in_flight++;
+  // A worker sends no heartbeat while its poll is open: a task that ended without a report (refused, abandoned when
+  // its job ended) would otherwise leave it busy until a task came.
+  if (s.queued.empty() && s.status != storage::WorkerStatus::kOnline) {
+    UpdateWorkerStatus(s.worker_id, storage::WorkerStatus::kOnline);
+  }
 }
 
 std::optional<std::string> WorkerSessions::HandOverQueuedTask(Session& s) {

@@ -101,7 +101,8 @@ class WorkerSessions {
   // The worker's delivered task of this job is over (reported, refused or the job ended).
   void TaskFinished(int64_t worker_id, int64_t job_id);
   // A task poll of the session starts: the worker is seen now, holds no task any more (polling while holding one
-  // means it dropped it) and has one more poll open (IdleWorkers counts it idle while one is).
+  // means it dropped it), is online unless a task is queued for it, and has one more poll open (IdleWorkers counts it
+  // idle while one is).
   void PollStarted(Session& s);
   // The poll's wait is over: one poll fewer open.
   void PollEnded(Session& s) { s.polls_in_flight--; }

@@ -141,6 +141,31 @@ TEST_F(WorkerSessionsTest, APollTakesTheQueuedTasksInOrderAndAPollWhileHoldingOn
   EXPECT_TRUE(s.queued.empty());
 }
 
+// A task that ends without a report (its job stopped: abandoned, the result refused) leaves no TaskFinished, and a
+// worker sends no heartbeat while its poll is open: its next poll makes it online again.
+TEST_F(WorkerSessionsTest, APollAfterAnAbandonedTaskMakesTheWorkerOnlineAgain) {
+  const int64_t w = ids_[0];
+  WorkerSessions::Session& s = Hello(w);
+  ASSERT_TRUE(sessions_->DeliverTask(w, 7, Task(9, 1)));
+  ASSERT_TRUE(sessions_->HandOverQueuedTask(s).has_value());
+  EXPECT_EQ(s.status, WorkerStatus::kBusy);
+  sessions_->AbandonTask(w, 7, 9, 1);
+  EXPECT_EQ(s.status, WorkerStatus::kBusy);  // it may still be running it until its next heartbeat or poll
+  sessions_->PollStarted(s);
+  EXPECT_EQ(s.status, WorkerStatus::kOnline);
+  EXPECT_EQ(changes_.back()["status"], "online");
+  const size_t changes = changes_.size();
+  sessions_->PollEnded(s);
+  sessions_->PollStarted(s);
+  EXPECT_EQ(changes_.size(), changes) << "a poll of an online worker changes nothing for the dashboard";
+
+  // A poll with a task already queued for it keeps it busy.
+  sessions_->PollEnded(s);
+  ASSERT_TRUE(sessions_->DeliverTask(w, 8, Task(1, 1)));
+  sessions_->PollStarted(s);
+  EXPECT_EQ(s.status, WorkerStatus::kBusy);
+}
+
 TEST_F(WorkerSessionsTest, FinishedTaskMakesTheWorkerIdleAgain) {
   const int64_t w = ids_[0];
   WorkerSessions::Session& s = Hello(w);
