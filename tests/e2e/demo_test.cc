@@ -1,7 +1,8 @@
 // `parsyn demo` as the README's first recipe runs it (`./dev demo` calls it): a server, one managed and two own
-// workers, a federated bf16 LoRA job on a tiny Llama, the adapter downloaded and evaluated. Checked: it exits 0, six
-// rounds are committed, exact-match accuracy after training is above that before, and the admin key appears in no
-// output or log the demo leaves (the server's stdout is a file, so it writes the key only to DATA/admin-key).
+// workers, a federated LoRA job on a tiny Llama (bf16 where the CPU computes it, fp32 elsewhere), the adapter
+// downloaded and evaluated. Checked: it exits 0, says which precision it chose and why, six rounds are committed,
+// exact-match accuracy after training is above that before, and the admin key appears in no output or log the demo
+// leaves (the server's stdout is a file, so it writes the key only to DATA/admin-key).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -27,6 +28,9 @@ TEST(DemoTest, TheDemoTrainsAndLeavesNoSecretInItsLogs) {
       RunParsyn({"demo", "--data-dir", data_dir.string(), "--listen", "127.0.0.1:" + std::to_string(FreePort())},
                 std::chrono::seconds(600));
   ASSERT_EQ(demo.exit_code, 0) << demo.output;
+  const std::regex precision_line(
+      R"(3 workers, (bf16 \(this CPU computes it\)|fp32 \(this CPU has no bf16 units; --precision bf16 emulates them))");
+  EXPECT_TRUE(std::regex_search(demo.output, precision_line)) << demo.output;
 
   std::smatch accuracy;
   const std::regex accuracy_line(R"(exact-match accuracy: before ([0-9.]+)%, after ([0-9.]+)%)");
