@@ -151,14 +151,7 @@ StatusOr<std::vector<Shard>> SplitRowsByLabel(const data::RowLabels& rows, int n
   if (partition.method == PartitionMethod::kIid) {
     return SplitRows(num_rows, num_shards, validation_fraction, job_seed);
   }
-  if (num_shards < 1) return InvalidArgumentError("number of shards must be >= 1, got " + std::to_string(num_shards));
-  if (num_rows < num_shards) {
-    return InvalidArgumentError("the dataset has " + std::to_string(num_rows) + " rows, fewer than the " +
-                                std::to_string(num_shards) + " shards it must be split into");
-  }
-  if (!(validation_fraction >= 0.0 && validation_fraction <= 0.5)) {
-    return InvalidArgumentError("validation fraction must be in [0, 0.5], got " + std::to_string(validation_fraction));
-  }
+  PARSYN_RETURN_IF_ERROR(CheckSplit(num_rows, num_shards, validation_fraction));
   const std::vector<std::vector<int64_t>> by_class = RowsByClass(rows);
   const int num_classes = static_cast<int>(rows.class_names.size());
 

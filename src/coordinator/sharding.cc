@@ -13,7 +13,7 @@ int64_t ValidationRowsOf(int64_t size, double validation_fraction) {
 }
 
 std::vector<int64_t> ShardTrainRowCounts(int64_t num_rows, int num_shards, double validation_fraction) {
-  if (num_shards < 1 || num_rows < num_shards || !(validation_fraction >= 0.0 && validation_fraction <= 0.5)) return {};
+  if (!CheckSplit(num_rows, num_shards, validation_fraction).ok()) return {};
   std::vector<int64_t> counts;
   for (int k = 0; k < num_shards; ++k) {
     // data::ShuffledShards' cut: the first num_rows % num_shards pieces get the extra row.
@@ -32,8 +32,7 @@ std::optional<std::string> UnevenShardsWarning(const std::vector<int64_t>& shard
          "): every worker runs the same steps per round, so those on small shards repeat their rows many times";
 }
 
-StatusOr<std::vector<Shard>> SplitRows(int64_t num_rows, int num_shards, double validation_fraction,
-                                       uint64_t job_seed) {
+Status CheckSplit(int64_t num_rows, int num_shards, double validation_fraction) {
   if (num_shards < 1) return InvalidArgumentError("number of shards must be >= 1, got " + std::to_string(num_shards));
   if (num_rows < num_shards) {
     return InvalidArgumentError("the dataset has " + std::to_string(num_rows) + " rows, fewer than the " +
@@ -42,6 +41,12 @@ StatusOr<std::vector<Shard>> SplitRows(int64_t num_rows, int num_shards, double 
   if (!(validation_fraction >= 0.0 && validation_fraction <= 0.5)) {
     return InvalidArgumentError("validation fraction must be in [0, 0.5], got " + std::to_string(validation_fraction));
   }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<Shard>> SplitRows(int64_t num_rows, int num_shards, double validation_fraction,
+                                       uint64_t job_seed) {
+  PARSYN_RETURN_IF_ERROR(CheckSplit(num_rows, num_shards, validation_fraction));
 
   // The same permutation, cut the same way, as this function drew with its own copy of SplitMix64 before the shuffle
   // had one home in src/data, so stored jobs split as before (the bounded draws differ only in which values they

@@ -38,6 +38,10 @@ struct Shard {
 // in [0, 0.5].
 StatusOr<std::vector<Shard>> SplitRows(int64_t num_rows, int num_shards, double validation_fraction, uint64_t job_seed);
 
+// Whether `num_rows` rows can be split into `num_shards` shards holding out `validation_fraction`, as SplitRows and
+// the partitions (partition.h) require: InvalidArgument, saying which, as SplitRows documents; Ok when they can.
+Status CheckSplit(int64_t num_rows, int num_shards, double validation_fraction);
+
 // The validation slice SplitRows holds out of a shard of `size` rows: round(size * validation_fraction), always
 // leaving one training row. Partitions (partition.h) cut their shards by the same rule.
 int64_t ValidationRowsOf(int64_t size, double validation_fraction);
