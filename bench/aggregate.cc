@@ -371,6 +371,69 @@ struct Row {
   const char* numpy_dtype;  // nullptr: no baseline for this row
 };
 
+// The figures the targets line judges: (c) traffic / stream bandwidth and (d) the speed-up over numpy, per dtype.
+struct Targets {
+  double fp32_ratio = 0, fp32_speedup = 0, bf16_ratio = 0, bf16_speedup = 0;
+};
+
+// One row of the table: the aggregation of kK updates of the row's dtype and accumulation, with the stream bandwidth
+// beside it and, for the rows that have one, the numpy baseline.
+void PrintRow(const Row& row, StreamLoop& stream_loop, Targets& targets) {
+  Update update(row.dtype);
+  update.Fill(0);
+  // Bandwidth measured just before and just after this row's aggregation, so load changes on a shared machine
+  // affect both sides of the ratio alike.
+  const double stream_before = stream_loop.BytesPerSecond(4);
+  const double seconds = TimeAggregation(update, row.mode, kK, 1);
+  const double stream = (stream_before + stream_loop.BytesPerSecond(4)) / 2;
+  const double elements = static_cast<double>(kUpdateBytes / DTypeSize(row.dtype));
+  const double acc = elements * AccumulatorBytesPerElement(row.mode);
+  // Bytes moved, by phase. The kernel zero-fills the fresh pages of the accumulator (and of a result that is not
+  // the accumulator itself): traffic the aggregation causes, so it is counted. Validation reads each update once;
+  // accumulation reads it again and reads + writes the sums (the first update only writes them); Finish reads the
+  // sums and writes the result (in place for fp32 sums of F32 tensors).
+  const double U = static_cast<double>(kUpdateBytes);
+  const bool in_place = row.mode == Accumulation::kFloat32 && row.dtype == DType::kF32;
+  const double zero_fill = acc + (in_place ? 0 : U);
+  const double validate = kK * U;
+  const double accumulate = kK * U + acc + (kK - 1) * 2.0 * acc;
+  const double finish = in_place ? 2.0 * acc : acc + U;
+  const double traffic = zero_fill + validate + accumulate + finish;
+  const double consumed = kK * static_cast<double>(kUpdateBytes) / seconds;
+  const double ratio = traffic / seconds / stream;
+  std::printf("%-24s %10.2f %10.2f %10.2f %9.2f", row.label, consumed / kGB, traffic / seconds / kGB, stream / kGB,
+              ratio);
+  if (row.numpy_dtype) {
+    const double numpy = NumpySeconds(row.numpy_dtype, static_cast<size_t>(elements) / kTensors);
+    if (numpy > 0) {
+      const double speedup = numpy / seconds;
+      std::printf(" %12.2f %8.1fx\n", kK * static_cast<double>(kUpdateBytes) / numpy / kGB, speedup);
+      (row.dtype == DType::kF32 ? targets.fp32_speedup : targets.bf16_speedup) = speedup;
+    } else {
+      std::printf(" %12s %9s\n", "failed", "-");
+    }
+    (row.dtype == DType::kF32 ? targets.fp32_ratio : targets.bf16_ratio) = ratio;
+  } else {
+    std::printf(" %12s %9s\n", "-", "-");
+  }
+}
+
+// (e): peak RSS for K = 2, 8, 32 updates, each in a child process. The smallest and the largest.
+std::pair<double, double> PrintPeakRss(const char* self) {
+  std::printf("\n(e) peak RSS, fp32 updates of %zu MiB passed one at a time through one buffer (child processes):\n",
+              kUpdateBytes >> 20);
+  double rss_min = 1e30, rss_max = 0;
+  for (int K : {2, 8, 32}) {
+    const double mib = PeakRssMiB(self, K);
+    std::printf("  K=%-3d %8.0f MiB\n", K, mib);
+    rss_min = std::min(rss_min, mib);
+    rss_max = std::max(rss_max, mib);
+  }
+  std::printf("  (expected: accumulator %zu MiB, which becomes the result, + one update %zu MiB, whatever K)\n\n",
+              kUpdateBytes >> 20, kUpdateBytes >> 20);
+  return {rss_min, rss_max};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -403,66 +466,20 @@ int main(int argc, char** argv) {
   std::printf("%-24s %10s %10s %10s %9s %12s %9s\n", "", "(a) GB/s", "traffic", "(b) stream", "(c) ratio", "(d) numpy",
               "speed-up");
   std::printf("%-24s %10s %10s %10s %9s %12s %9s\n", "", "consumed", "GB/s", "GB/s", "to (b)", "GB/s", "");
-  double fp32_ratio = 0, fp32_speedup = 0, bf16_ratio = 0, bf16_speedup = 0;
+  Targets targets;
   for (const Row& row : rows) {
     if (!row.numpy_dtype && !all_rows) continue;
-    Update update(row.dtype);
-    update.Fill(0);
-    // Bandwidth measured just before and just after this row's aggregation, so load changes on a shared machine
-    // affect both sides of the ratio alike.
-    const double stream_before = stream_loop.BytesPerSecond(4);
-    const double seconds = TimeAggregation(update, row.mode, kK, 1);
-    const double stream = (stream_before + stream_loop.BytesPerSecond(4)) / 2;
-    const double elements = static_cast<double>(kUpdateBytes / DTypeSize(row.dtype));
-    const double acc = elements * AccumulatorBytesPerElement(row.mode);
-    // Bytes moved, by phase. The kernel zero-fills the fresh pages of the accumulator (and of a result that is not
-    // the accumulator itself): traffic the aggregation causes, so it is counted. Validation reads each update once;
-    // accumulation reads it again and reads + writes the sums (the first update only writes them); Finish reads the
-    // sums and writes the result (in place for fp32 sums of F32 tensors).
-    const double U = static_cast<double>(kUpdateBytes);
-    const bool in_place = row.mode == Accumulation::kFloat32 && row.dtype == DType::kF32;
-    const double zero_fill = acc + (in_place ? 0 : U);
-    const double validate = kK * U;
-    const double accumulate = kK * U + acc + (kK - 1) * 2.0 * acc;
-    const double finish = in_place ? 2.0 * acc : acc + U;
-    const double traffic = zero_fill + validate + accumulate + finish;
-    const double consumed = kK * static_cast<double>(kUpdateBytes) / seconds;
-    const double ratio = traffic / seconds / stream;
-    std::printf("%-24s %10.2f %10.2f %10.2f %9.2f", row.label, consumed / kGB, traffic / seconds / kGB, stream / kGB,
-                ratio);
-    if (row.numpy_dtype) {
-      const double numpy = NumpySeconds(row.numpy_dtype, static_cast<size_t>(elements) / kTensors);
-      if (numpy > 0) {
-        const double speedup = numpy / seconds;
-        std::printf(" %12.2f %8.1fx\n", kK * static_cast<double>(kUpdateBytes) / numpy / kGB, speedup);
-        (row.dtype == DType::kF32 ? fp32_speedup : bf16_speedup) = speedup;
-      } else {
-        std::printf(" %12s %9s\n", "failed", "-");
-      }
-      (row.dtype == DType::kF32 ? fp32_ratio : bf16_ratio) = ratio;
-    } else {
-      std::printf(" %12s %9s\n", "-", "-");
-    }
+    PrintRow(row, stream_loop, targets);
     std::fflush(stdout);
   }
-
-  std::printf("\n(e) peak RSS, fp32 updates of %zu MiB passed one at a time through one buffer (child processes):\n",
-              kUpdateBytes >> 20);
-  double rss_min = 1e30, rss_max = 0;
-  for (int K : {2, 8, 32}) {
-    const double mib = PeakRssMiB(self, K);
-    std::printf("  K=%-3d %8.0f MiB\n", K, mib);
-    rss_min = std::min(rss_min, mib);
-    rss_max = std::max(rss_max, mib);
-  }
-  std::printf("  (expected: accumulator %zu MiB, which becomes the result, + one update %zu MiB, whatever K)\n\n",
-              kUpdateBytes >> 20, kUpdateBytes >> 20);
+  const auto [rss_min, rss_max] = PrintPeakRss(self);
 
   std::printf(
       "targets: (c) >= 0.8: fp32 %.2f %s, bf16 %.2f %s | (d) >= 5x: fp32 %.1fx %s, bf16 %.1fx %s | "
       "(e) flat: %.0f..%.0f MiB %s\n",
-      fp32_ratio, fp32_ratio >= 0.8 ? "ok" : "MISSED", bf16_ratio, bf16_ratio >= 0.8 ? "ok" : "MISSED", fp32_speedup,
-      fp32_speedup >= 5 ? "ok" : "MISSED", bf16_speedup, bf16_speedup >= 5 ? "ok" : "MISSED", rss_min, rss_max,
+      targets.fp32_ratio, targets.fp32_ratio >= 0.8 ? "ok" : "MISSED", targets.bf16_ratio,
+      targets.bf16_ratio >= 0.8 ? "ok" : "MISSED", targets.fp32_speedup, targets.fp32_speedup >= 5 ? "ok" : "MISSED",
+      targets.bf16_speedup, targets.bf16_speedup >= 5 ? "ok" : "MISSED", rss_min, rss_max,
       rss_max <= rss_min * 1.05 ? "ok" : "MISSED");
   std::printf("\n");
   return FullWeightSection(self, orders);

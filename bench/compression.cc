@@ -116,6 +116,8 @@ double CopyBytesPerSecond(const WeightSet& set, int reps) {
   return set.total_bytes() / seconds;
 }
 
+constexpr int kReps = 3;  // each figure is the best of this many runs
+
 struct Row {
   std::string label;
   double encode = 0, encode_fresh = 0, decode = 0, decode_fresh = 0;  // bytes of fp32 per second
@@ -154,29 +156,12 @@ int main(int argc, char** argv) {
   return 0;
 }
 
-int ThroughputRows(size_t mib) {
-  const size_t bytes = mib << 20;
-  constexpr int kReps = 3;
-  const WeightSet weights = MakeSet(bytes, 0.02f, 1);
-  const WeightSet global = MakeSet(bytes, 0.02f, 2);
-  WeightSet delta_update = global.Clone();
-  {
-    const WeightSet noise = MakeSet(bytes, 1e-3f, 3);
-    for (size_t k = 0; k < global.size(); ++k) {
-      float* u = delta_update[k].as<float>().data();
-      const float* n = noise[k].as<float>().data();
-      for (int64_t i = 0; i < global[k].numel(); ++i) u[i] += n[i];
-    }
-  }
-  const double fp32 = static_cast<double>(weights.total_bytes());
-  std::printf("bench_compression: an update of %.0f MiB fp32 (%zu tensors), one thread, CPU time; copy = memcpy of\n",
-              fp32 / (1 << 20), weights.size());
-  std::printf(
-      "the same buffer measured now; x copy = throughput / copy bandwidth (target >= 0.5); wire = bytes / fp32.\n\n");
-  const double copy = CopyBytesPerSecond(weights, 5);
-  const double clone = fp32 / Best(kReps, [&] { WeightSet copy = weights.Clone(); });
+namespace {
 
-  std::vector<Row> rows;
+// The update codecs' rows: encode and decode into reused buffers and into fresh ones, and the wire bytes of the
+// weights and of a delta from `global`.
+std::vector<Row> CodecRows(const WeightSet& weights, const WeightSet& global, const WeightSet& delta_update) {
+  const double fp32 = static_cast<double>(weights.total_bytes());
   struct Codec {
     const char* label;
     UpdateCodec codec;
@@ -190,6 +175,7 @@ int ThroughputRows(size_t mib) {
       {"int4 symmetric", UpdateCodec::kInt4, QuantScheme::kSymmetric, false},
       {"int4 + residual", UpdateCodec::kInt4, QuantScheme::kSymmetric, true},
   };
+  std::vector<Row> rows;
   WeightSet reused = weights.Clone();
   for (const Codec& c : codecs) {
     Row row{.label = c.label};
@@ -216,8 +202,12 @@ int ThroughputRows(size_t mib) {
     row.ratio_delta = delta_image.size() / fp32;
     rows.push_back(row);
   }
+  return rows;
+}
 
-  // zstd on serialised images, streamed: the plain fp32 update, and the int8/int4 images.
+// zstd on serialised images, streamed: the plain fp32 update, and the int8/int4 images.
+std::vector<Row> ZstdRows(const WeightSet& weights, const WeightSet& global, const WeightSet& delta_update) {
+  const double fp32 = static_cast<double>(weights.total_bytes());
   auto weights_image = [&](UpdateCodec codec) {
     return SerializeSafetensors(Check(EncodeUpdate(weights, {.codec = codec}), "encode").compressed);
   };
@@ -237,6 +227,7 @@ int ThroughputRows(size_t mib) {
   zstd_cases.push_back({"int8 + zstd-3", weights_image(UpdateCodec::kInt8), delta_image(UpdateCodec::kInt8), 3});
   zstd_cases.push_back({"int4 + zstd-1", weights_image(UpdateCodec::kInt4), delta_image(UpdateCodec::kInt4), 1});
   zstd_cases.push_back({"int4 + zstd-3", weights_image(UpdateCodec::kInt4), delta_image(UpdateCodec::kInt4), 3});
+  std::vector<Row> rows;
   for (const ZstdCase& z : zstd_cases) {
     Row row{.label = z.label};
     std::vector<std::byte> compressed;
@@ -257,8 +248,10 @@ int ThroughputRows(size_t mib) {
     row.ratio_delta = Check(parsyn::weights::ZstdCompress(z.delta_image, z.level), "zstd").size() / fp32;
     rows.push_back(row);
   }
-  const double copy_after = CopyBytesPerSecond(weights, 5);
+  return rows;
+}
 
+void PrintRows(double copy, double clone, const std::vector<Row>& rows) {
   std::printf("%-16s %6s %6s %6s %7s %6s %6s %9s %9s\n", "", "encode", "", "fresh", "decode", "", "fresh", "wire",
               "wire");
   std::printf("%-16s %6s %6s %6s %7s %6s %6s %9s %9s\n", "", "GB/s", "x copy", "x copy", "GB/s", "x copy", "x copy",
@@ -272,6 +265,35 @@ int ThroughputRows(size_t mib) {
                 r.encode / copy, r.encode_fresh / copy, r.decode / kGB, r.decode / copy, r.decode_fresh / copy,
                 r.ratio_weights, r.ratio_delta);
   }
+}
+
+}  // namespace
+
+int ThroughputRows(size_t mib) {
+  const size_t bytes = mib << 20;
+  const WeightSet weights = MakeSet(bytes, 0.02f, 1);
+  const WeightSet global = MakeSet(bytes, 0.02f, 2);
+  WeightSet delta_update = global.Clone();
+  {
+    const WeightSet noise = MakeSet(bytes, 1e-3f, 3);
+    for (size_t k = 0; k < global.size(); ++k) {
+      float* u = delta_update[k].as<float>().data();
+      const float* n = noise[k].as<float>().data();
+      for (int64_t i = 0; i < global[k].numel(); ++i) u[i] += n[i];
+    }
+  }
+  const double fp32 = static_cast<double>(weights.total_bytes());
+  std::printf("bench_compression: an update of %.0f MiB fp32 (%zu tensors), one thread, CPU time; copy = memcpy of\n",
+              fp32 / (1 << 20), weights.size());
+  std::printf(
+      "the same buffer measured now; x copy = throughput / copy bandwidth (target >= 0.5); wire = bytes / fp32.\n\n");
+  const double copy = CopyBytesPerSecond(weights, 5);
+  const double clone = fp32 / Best(kReps, [&] { WeightSet copy = weights.Clone(); });
+  std::vector<Row> rows = CodecRows(weights, global, delta_update);
+  std::vector<Row> zstd_rows = ZstdRows(weights, global, delta_update);
+  rows.insert(rows.end(), zstd_rows.begin(), zstd_rows.end());
+  const double copy_after = CopyBytesPerSecond(weights, 5);
+  PrintRows(copy, clone, rows);
   std::printf("\ncopy bandwidth measured again after the rows: %.2f GB/s (%.0f%% of the first)\n", copy_after / kGB,
               100 * copy_after / copy);
   std::printf("zstd rows: GB/s of the fp32 update's size through compress / decompress of the labelled image.\n");

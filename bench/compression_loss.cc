@@ -261,6 +261,76 @@ void WriteLines(const fs::path& file, const std::vector<std::string>& lines) {
   for (const std::string& line : lines) out << line << "\n";
 }
 
+// (a) The demo's task (src/cli/demo_command.cc): its model, data and LoRA config.
+void DemoLoraTable(const fs::path& work, const LossTableOptions& options) {
+  Setup s;
+  s.title = "(a) demo LoRA task: Llama hidden 64, 2 layers, LoRA r 8 on all projections, bf16 autocast";
+  s.work = work / "lora";
+  s.model_dir = s.work / "model";
+  Must(trainer::InitModelFolder(s.model_dir, {.hidden_size = 64,
+                                              .num_hidden_layers = 2,
+                                              .num_attention_heads = 4,
+                                              .max_position_embeddings = 128,
+                                              .seed = 5}),
+       "model init");
+  const std::pair<const char*, const char*> facts[] = {{"banana", "yellow"}, {"grass", "green"}, {"sky", "blue"},
+                                                       {"snow", "white"},    {"coal", "black"},  {"tomato", "red"},
+                                                       {"carrot", "orange"}, {"plum", "purple"}};
+  std::mt19937 rng(11);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 480; ++i) {
+    const auto& [thing, color] = facts[rng() % std::size(facts)];
+    lines.push_back(
+        json{{"prompt", std::string("what color is ") + thing + "?"}, {"completion", std::string(" ") + color}}.dump());
+  }
+  s.data = s.work / "instructions.jsonl";
+  WriteLines(s.data, lines);
+  s.config = {{"batch_size", 16},
+              {"learning_rate", 1e-2},
+              {"mixed_precision", "bf16"},
+              {"use_peft", true},
+              {"lora_r", 8},
+              {"lora_alpha", 16},
+              {"lora_dropout", 0.0},
+              {"max_seq_len", 32},
+              {"lora_target_modules", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}},
+              {"lr_scheduler", "constant"},
+              {"validation_fraction", 0.1}};
+  s.workers = 3;
+  s.rounds = options.quick ? 2 : 4;
+  s.steps = options.quick ? 2 : 10;
+  PrintTable(s);
+}
+
+// (b) Full fine-tune of a small Llama (every weight trains and travels).
+void FullFineTuneTable(const fs::path& work, const LossTableOptions& options) {
+  Setup s;
+  s.work = work / "full";
+  s.model_dir = s.work / "model";
+  trainer::ModelInitOptions init{
+      .hidden_size = 384, .num_hidden_layers = 12, .num_attention_heads = 6, .max_position_embeddings = 64, .seed = 3};
+  if (options.quick) init = {.hidden_size = 64, .num_hidden_layers = 2, .num_attention_heads = 4, .seed = 3};
+  Must(trainer::InitModelFolder(s.model_dir, init), "model init");
+  std::mt19937 rng(1);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 400; ++i) {
+    const int a = static_cast<int>(rng() % 10), b = static_cast<int>(rng() % 10);
+    lines.push_back(json{{"prompt", "add " + std::to_string(a) + " and " + std::to_string(b) + ":"},
+                         {"completion", " " + std::to_string(a + b)}}
+                        .dump());
+  }
+  s.data = s.work / "arithmetic.jsonl";
+  WriteLines(s.data, lines);
+  s.config = {{"batch_size", 8},   {"learning_rate", 1e-3},      {"mixed_precision", "no"},   {"use_peft", false},
+              {"max_seq_len", 32}, {"lr_scheduler", "constant"}, {"validation_fraction", 0.1}};
+  s.workers = 2;
+  s.rounds = options.quick ? 2 : 3;
+  s.steps = options.quick ? 2 : 6;
+  s.title = "(b) full fine-tune: Llama hidden " + std::to_string(init.hidden_size) + ", " +
+            std::to_string(init.num_hidden_layers) + " layers, byte-level vocabulary, fp32, arithmetic prompts";
+  PrintTable(s);
+}
+
 }  // namespace
 
 int PrintLossTables(const LossTableOptions& options) {
@@ -275,79 +345,8 @@ int PrintLossTables(const LossTableOptions& options) {
       "rounds);\nbytes = the workers' uploads as sent (x fp32: over the plain fp32 safetensors of the same "
       "updates);\nloss = validation loss of the final global; vs none = its change relative to codec none.\n");
 
-  // (a) The demo's task (src/cli/demo_command.cc): its model, data and LoRA config.
-  {
-    Setup s;
-    s.title = "(a) demo LoRA task: Llama hidden 64, 2 layers, LoRA r 8 on all projections, bf16 autocast";
-    s.work = work / "lora";
-    s.model_dir = s.work / "model";
-    Must(trainer::InitModelFolder(s.model_dir, {.hidden_size = 64,
-                                                .num_hidden_layers = 2,
-                                                .num_attention_heads = 4,
-                                                .max_position_embeddings = 128,
-                                                .seed = 5}),
-         "model init");
-    const std::pair<const char*, const char*> facts[] = {{"banana", "yellow"}, {"grass", "green"}, {"sky", "blue"},
-                                                         {"snow", "white"},    {"coal", "black"},  {"tomato", "red"},
-                                                         {"carrot", "orange"}, {"plum", "purple"}};
-    std::mt19937 rng(11);
-    std::vector<std::string> lines;
-    for (int i = 0; i < 480; ++i) {
-      const auto& [thing, color] = facts[rng() % std::size(facts)];
-      lines.push_back(
-          json{{"prompt", std::string("what color is ") + thing + "?"}, {"completion", std::string(" ") + color}}
-              .dump());
-    }
-    s.data = s.work / "instructions.jsonl";
-    WriteLines(s.data, lines);
-    s.config = {{"batch_size", 16},
-                {"learning_rate", 1e-2},
-                {"mixed_precision", "bf16"},
-                {"use_peft", true},
-                {"lora_r", 8},
-                {"lora_alpha", 16},
-                {"lora_dropout", 0.0},
-                {"max_seq_len", 32},
-                {"lora_target_modules", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}},
-                {"lr_scheduler", "constant"},
-                {"validation_fraction", 0.1}};
-    s.workers = 3;
-    s.rounds = options.quick ? 2 : 4;
-    s.steps = options.quick ? 2 : 10;
-    PrintTable(s);
-  }
-
-  // (b) Full fine-tune of a small Llama (every weight trains and travels).
-  {
-    Setup s;
-    s.work = work / "full";
-    s.model_dir = s.work / "model";
-    trainer::ModelInitOptions init{.hidden_size = 384,
-                                   .num_hidden_layers = 12,
-                                   .num_attention_heads = 6,
-                                   .max_position_embeddings = 64,
-                                   .seed = 3};
-    if (options.quick) init = {.hidden_size = 64, .num_hidden_layers = 2, .num_attention_heads = 4, .seed = 3};
-    Must(trainer::InitModelFolder(s.model_dir, init), "model init");
-    std::mt19937 rng(1);
-    std::vector<std::string> lines;
-    for (int i = 0; i < 400; ++i) {
-      const int a = static_cast<int>(rng() % 10), b = static_cast<int>(rng() % 10);
-      lines.push_back(json{{"prompt", "add " + std::to_string(a) + " and " + std::to_string(b) + ":"},
-                           {"completion", " " + std::to_string(a + b)}}
-                          .dump());
-    }
-    s.data = s.work / "arithmetic.jsonl";
-    WriteLines(s.data, lines);
-    s.config = {{"batch_size", 8},   {"learning_rate", 1e-3},      {"mixed_precision", "no"},   {"use_peft", false},
-                {"max_seq_len", 32}, {"lr_scheduler", "constant"}, {"validation_fraction", 0.1}};
-    s.workers = 2;
-    s.rounds = options.quick ? 2 : 3;
-    s.steps = options.quick ? 2 : 6;
-    s.title = "(b) full fine-tune: Llama hidden " + std::to_string(init.hidden_size) + ", " +
-              std::to_string(init.num_hidden_layers) + " layers, byte-level vocabulary, fp32, arithmetic prompts";
-    PrintTable(s);
-  }
+  DemoLoraTable(work, options);
+  FullFineTuneTable(work, options);
   std::error_code ec;
   fs::remove_all(work, ec);
   return 0;

@@ -342,6 +342,43 @@ struct SyntheticOutcome {
   double loss = 0, accuracy = 0, loss_std = 0, worst_loss = 0;
 };
 
+// 90% of a round's devices straggle: FedAvg drops them, FedProx takes their uniform 1..local_steps-1 steps. The same
+// stragglers and budgets for both methods: drawn from (round, position) alone.
+decltype(RunSpec::work) StragglerWork(int per_round, int64_t local_steps, bool prox) {
+  return [=](int round, int position, int) -> std::optional<std::optional<int64_t>> {
+    coordinator::PartitionRandom r(strategy::TaskSeed(kSeed, round, 1000));
+    std::vector<int64_t> order(per_round);
+    for (int i = 0; i < per_round; ++i) order[i] = i;
+    r.Shuffle(order);
+    const int stragglers = per_round * 9 / 10;
+    const auto at = std::find(order.begin(), order.end(), position) - order.begin();
+    if (at >= stragglers) return std::optional<int64_t>(local_steps);
+    if (!prox) return std::nullopt;
+    coordinator::PartitionRandom budget(strategy::TaskSeed(kSeed, round, 2000 + position));
+    return std::optional<int64_t>(1 + static_cast<int64_t>(budget.Below(local_steps - 1)));
+  };
+}
+
+// One method on one Synthetic task: the final training loss and test accuracy, and the standard deviation and worst
+// of the training loss over the last `tail` rounds.
+SyntheticOutcome RunSynthetic(Federation& fed, trainer::TabularModel& model, const weights::WeightSet& initial,
+                              RunSpec run, int tail) {
+  std::vector<double> losses;
+  run.after_round = [&](int round, const weights::WeightSet& global, strategy::Strategy&) {
+    if (round > run.rounds - tail) losses.push_back(Evaluate(model, global, *fed.train_all).loss);
+  };
+  RunResult r = RunFederated(fed, model, initial, run);
+  SyntheticOutcome o;
+  o.loss = Evaluate(model, r.global, *fed.train_all).loss;
+  o.accuracy = Evaluate(model, r.global, *fed.test).accuracy;
+  double mean = 0;
+  for (double l : losses) mean += l / static_cast<double>(losses.size());
+  for (double l : losses) o.loss_std += (l - mean) * (l - mean) / static_cast<double>(losses.size());
+  o.loss_std = std::sqrt(o.loss_std);
+  o.worst_loss = *std::max_element(losses.begin(), losses.end());
+  return o;
+}
+
 void SyntheticBenchmark(bool quick) {
   const int rounds = quick ? 10 : 200;
   const int per_round = 10;
@@ -390,34 +427,9 @@ void SyntheticBenchmark(bool quick) {
         run.rounds = rounds;
         run.config = config.training;
         run.local_steps = local_steps;
-        if (straggling) {
-          // The same stragglers and budgets for both methods: drawn from (round, position) alone.
-          run.work = [&, prox](int round, int position, int) -> std::optional<std::optional<int64_t>> {
-            coordinator::PartitionRandom r(strategy::TaskSeed(kSeed, round, 1000));
-            std::vector<int64_t> order(per_round);
-            for (int i = 0; i < per_round; ++i) order[i] = i;
-            r.Shuffle(order);
-            const int stragglers = per_round * 9 / 10;
-            const auto at = std::find(order.begin(), order.end(), position) - order.begin();
-            if (at >= stragglers) return std::optional<int64_t>(local_steps);
-            if (!prox) return std::nullopt;
-            coordinator::PartitionRandom budget(strategy::TaskSeed(kSeed, round, 2000 + position));
-            return std::optional<int64_t>(1 + static_cast<int64_t>(budget.Below(local_steps - 1)));
-          };
-        }
-        std::vector<double> losses;
-        run.after_round = [&](int round, const weights::WeightSet& global, strategy::Strategy&) {
-          if (round > rounds - tail) losses.push_back(Evaluate(*model, global, *fed.train_all).loss);
-        };
-        RunResult r = RunFederated(fed, *model, initial, run);
+        if (straggling) run.work = StragglerWork(per_round, local_steps, prox);
         SyntheticOutcome& o = outcomes[straggling][prox];
-        o.loss = Evaluate(*model, r.global, *fed.train_all).loss;
-        o.accuracy = Evaluate(*model, r.global, *fed.test).accuracy;
-        double mean = 0;
-        for (double l : losses) mean += l / static_cast<double>(losses.size());
-        for (double l : losses) o.loss_std += (l - mean) * (l - mean) / static_cast<double>(losses.size());
-        o.loss_std = std::sqrt(o.loss_std);
-        o.worst_loss = *std::max_element(losses.begin(), losses.end());
+        o = RunSynthetic(fed, *model, initial, run, tail);
         std::printf("%-16s %-10s %-12s %9.4f %9.4f %9.4f %8.2f%%\n", setting, straggling ? "90%" : "0%",
                     prox ? "FedProx mu=1" : "FedAvg", o.loss, o.loss_std, o.worst_loss, 100 * o.accuracy);
         std::fflush(stdout);

@@ -43,9 +43,10 @@ def main():
     expect("a long coordinator file", {"src/coordinator/big.cc": "// x\n" * 601}, 1,
            "src/coordinator/big.cc: 601 lines")
     expect("long files elsewhere are not checked (yet)", {"src/storage/big.cc": "// x\n" * 601}, 0)
+    expect("81 lines in a benchmark", {"bench/b.cc": function("main", 79)}, 1, "bench/b.cc:1: a function of 81 lines")
     for f in failures:
         print(f, file=sys.stderr)
-    print(f"check_sizes: {8 - len(failures)}/8 cases as expected")
+    print(f"check_sizes: {9 - len(failures)}/9 cases as expected")
     return 1 if failures else 0
 
 
