@@ -198,4 +198,9 @@ Status JsonFields::status() const {
   return InvalidArgumentError(message);
 }
 
+Status RequireObject(const nlohmann::json& body, std::string_view what) {
+  if (body.is_object()) return Status::Ok();
+  return InvalidArgumentError(std::string(what) + " must be a JSON object, got " + body.type_name());
+}
+
 }  // namespace parsyn::protocol

@@ -67,4 +67,8 @@ class JsonFields {
   std::vector<std::string> problems_;
 };
 
+// A message from the coordinator must be an object before its fields can be read: InvalidArgument "`what` must be a
+// JSON object, got array" otherwise.
+Status RequireObject(const nlohmann::json& body, std::string_view what);
+
 }  // namespace parsyn::protocol
