@@ -91,9 +91,7 @@ void WorkerSessions::TaskFinished(int64_t worker_id, int64_t job_id) {
   Session* s = Find(worker_id);
   if (s == nullptr || s->current_job != job_id) return;
   s->current_job.reset();
-  if (s->queued.empty()) {
-    UpdateWorkerStatus(worker_id, storage::WorkerStatus::kOnline);
-  }
+  OnlineWhenIdle(*s);
 }
 
 void WorkerSessions::PollStarted(Session& s) {
@@ -102,7 +100,11 @@ void WorkerSessions::PollStarted(Session& s) {
   s.polls_in_flight++;
   // A worker sends no heartbeat while its poll is open: a task that ended without a report (refused, abandoned when
   // its job ended) would otherwise leave it busy until a task came.
-  if (s.queued.empty() && s.status != storage::WorkerStatus::kOnline) {
+  OnlineWhenIdle(s);
+}
+
+void WorkerSessions::OnlineWhenIdle(Session& s) {
+  if (!s.current_job && s.queued.empty() && s.status != storage::WorkerStatus::kOnline) {
     UpdateWorkerStatus(s.worker_id, storage::WorkerStatus::kOnline);
   }
 }

@@ -128,6 +128,9 @@ class WorkerSessions {
   void MarkPresenceStored(std::span<const storage::WorkerSeen> seen, Clock::TimePoint as_of);
 
  private:
+  // A worker that holds no task and has none queued is online (a task's end and a poll's start call this; a change
+  // of nothing notes nothing).
+  void OnlineWhenIdle(Session& s);
   // Notes the change for the dashboard and in the session; true when that is all it takes (busy <-> online of a
   // connected worker whose session the store already shows), false when the store must be written.
   bool NoteWorkerStatus(int64_t worker_id, storage::WorkerStatus status, const std::string& device, int64_t now_ms);
