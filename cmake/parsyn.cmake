@@ -18,8 +18,6 @@ function(parsyn_test)
     set(T_TIMEOUT 300)
   endif()
   add_executable(${T_NAME} ${T_SOURCES})
-  # Test files compile one by one (their helpers share names across files): no unity batches (cmake/unity.cmake).
-  set_target_properties(${T_NAME} PROPERTIES PARSYN_TEST TRUE)
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
   set(filter "")
   if(T_ONE_PROCESS)

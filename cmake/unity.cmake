@@ -1,14 +1,17 @@
-# Unity builds whose generated sources name the files they include by their path under src/, so that every clone of
-# the tree generates the same bytes and ccache (CCACHE_BASEDIR, CMakeLists.txt) hits across clones. CMake's own
-# UNITY_BUILD (3.25) includes each file by its absolute path, which made every batch a miss in a clone at another path
-# (CI's clean clone): the batches were compiled afresh on every run.
+# Unity builds whose generated sources name the files they include by their path under src/ (or tests/), so that
+# every clone of the tree generates the same bytes and ccache (CCACHE_BASEDIR, CMakeLists.txt) hits across clones.
+# CMake's own UNITY_BUILD (3.25) includes each file by its absolute path, which made every batch a miss in a clone at
+# another path (CI's clean clone): the batches were compiled afresh on every run.
 #
-# parsyn_unity_build(DIRECTORY...) replaces the C++ sources (*.cc under src/) of each library and program defined in
-# those directories, tests excepted (parsyn_test marks them PARSYN_TEST), files with compile flags of their own
-# excepted, by generated batches of at most
-# PARSYN_UNITY_BATCH_SIZE files: <binary dir>/unity/<target>_<n>.cc, each a list of #include "<layer>/<file>.cc"
+# parsyn_unity_build(DIRECTORY...) replaces the C++ sources of each library, program and test binary defined in those
+# directories and the folders below them by generated batches of at most PARSYN_UNITY_BATCH_SIZE files:
+# <binary dir>/unity/<target>_<n>.cc, each a list of #include "<layer>/<file>.cc" (or "../tests/<area>/<file>.cc")
 # resolved through the src/ include directory every target has. A batch is rewritten only when its list changes; an
 # edit to an included file rebuilds its batch through the compiler's dependency file.
+# Compiled alone, as they are: files with compile flags of their own, and files marked SKIP_UNITY_BUILD_INCLUSION
+# (CMake's property for it), which a library uses to compile a slow file beside its batches instead of inside one.
+# A batch is one translation unit: the file-local names (anonymous namespaces, statics) of the files of one target
+# must differ, tests' helpers and fixtures included.
 
 set(PARSYN_UNITY_BATCH_SIZE 8)
 
@@ -20,17 +23,18 @@ function(parsyn_unity_batches target)
   set(included "")
   foreach(source IN LISTS sources)
     get_filename_component(path "${source}" ABSOLUTE BASE_DIR "${source_dir}")
-    file(RELATIVE_PATH under_src "${PROJECT_SOURCE_DIR}/src" "${path}")
+    file(RELATIVE_PATH include_path "${PROJECT_SOURCE_DIR}/src" "${path}")
     # A file with flags of its own (weights' -ffp-contract=off kernels) compiles alone, with them.
     set(own_flags "")
-    foreach(property COMPILE_OPTIONS COMPILE_DEFINITIONS COMPILE_FLAGS INCLUDE_DIRECTORIES)
+    foreach(property COMPILE_OPTIONS COMPILE_DEFINITIONS COMPILE_FLAGS INCLUDE_DIRECTORIES SKIP_UNITY_BUILD_INCLUSION)
       get_source_file_property(value "${path}" DIRECTORY "${source_dir}" ${property})
       if(value)
         set(own_flags TRUE)
       endif()
     endforeach()
-    if(source MATCHES "\\.cc$" AND NOT under_src MATCHES "^\\.\\." AND NOT own_flags)
-      list(APPEND included "${under_src}")
+    if(source MATCHES "\\.cc$" AND NOT own_flags AND (NOT include_path MATCHES "^\\.\\." OR
+                                                       include_path MATCHES "^\\.\\./tests/"))
+      list(APPEND included "${include_path}")
     else()
       list(APPEND kept "${source}")
     endif()
@@ -68,10 +72,13 @@ function(parsyn_unity_build)
     get_property(targets DIRECTORY "${directory}" PROPERTY BUILDSYSTEM_TARGETS)
     foreach(target IN LISTS targets)
       get_target_property(type ${target} TYPE)
-      get_target_property(is_test ${target} PARSYN_TEST)
-      if((type STREQUAL "STATIC_LIBRARY" OR type STREQUAL "EXECUTABLE") AND NOT is_test)
+      if(type STREQUAL "STATIC_LIBRARY" OR type STREQUAL "EXECUTABLE")
         parsyn_unity_batches(${target})
       endif()
     endforeach()
+    get_property(subdirectories DIRECTORY "${directory}" PROPERTY SUBDIRECTORIES)
+    if(subdirectories)
+      parsyn_unity_build(${subdirectories})
+    endif()
   endforeach()
 endfunction()

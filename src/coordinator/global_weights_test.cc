@@ -8,7 +8,7 @@
 namespace parsyn::coordinator {
 namespace {
 
-std::shared_ptr<weights::WeightSet> OneTensor(float value) {
+std::shared_ptr<weights::WeightSet> SharedOneTensor(float value) {
   auto set = std::make_shared<weights::WeightSet>();
   const std::array<float, 1> values{value};
   EXPECT_TRUE(set->Add("w", weights::DType::kF32, {1}, std::as_bytes(std::span(values))).ok());
@@ -19,7 +19,7 @@ TEST(GlobalWeightsTest, SetMakesALoadedGlobalTheCommittedOne) {
   GlobalWeights global;
   EXPECT_EQ(global.weights(), nullptr);
   EXPECT_EQ(global.size_bytes(), 0u);
-  std::shared_ptr<weights::WeightSet> initial = OneTensor(1);
+  std::shared_ptr<weights::WeightSet> initial = SharedOneTensor(1);
   global.Set("jobs/1/rounds/000000/global.safetensors", "aa", 120, initial);
   EXPECT_EQ(global.key(), "jobs/1/rounds/000000/global.safetensors");
   EXPECT_EQ(global.sha256(), "aa");
@@ -32,9 +32,9 @@ TEST(GlobalWeightsTest, SetMakesALoadedGlobalTheCommittedOne) {
 
 TEST(GlobalWeightsTest, APendingGlobalReplacesTheCommittedOneOnlyWhenItCommits) {
   GlobalWeights global;
-  global.Set("g0", "s0", 100, OneTensor(0));
+  global.Set("g0", "s0", 100, SharedOneTensor(0));
   EXPECT_FALSE(global.pending().has_value());
-  std::shared_ptr<weights::WeightSet> aggregated = OneTensor(2);
+  std::shared_ptr<weights::WeightSet> aggregated = SharedOneTensor(2);
   global.SetPending({.key = "g1", .sha256 = "s1", .weights = aggregated});
   ASSERT_TRUE(global.pending().has_value());
   EXPECT_EQ(global.pending()->key, "g1");
@@ -64,14 +64,14 @@ TEST(GlobalWeightsTest, PendingValidationLossWaitsForTheCommit) {
 
 TEST(GlobalWeightsTest, TheZstdCopyIsOfferedOnlyWhileItsGlobalIsTheCommittedOne) {
   GlobalWeights global;
-  global.Set("g1", "s1", 100, OneTensor(1));
+  global.Set("g1", "s1", 100, SharedOneTensor(1));
   EXPECT_EQ(global.zstd_copy(), nullptr);
   global.SetZstdCopy({.of_global = "g1", .key = "g1.zst", .sha256 = "z1", .size_bytes = 40});
   ASSERT_NE(global.zstd_copy(), nullptr);
   EXPECT_EQ(global.zstd_copy()->key, "g1.zst");
   EXPECT_EQ(global.zstd_copy()->size_bytes, 40u);
 
-  global.SetPending({.key = "g2", .sha256 = "s2", .weights = OneTensor(2)});
+  global.SetPending({.key = "g2", .sha256 = "s2", .weights = SharedOneTensor(2)});
   global.CommitPending(100);
   EXPECT_EQ(global.zstd_copy(), nullptr);  // a copy of the previous global
 

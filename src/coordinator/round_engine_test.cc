@@ -146,14 +146,14 @@ TEST_F(RoundEngineTest, TheDeadlineCountsFromTheAttemptsStart) {
 
 // The product spec's example: 3 selected workers, min_workers 2. The last reporter of a round is still busy for a
 // moment when the next round could start; it must not sit that round out.
-RoundEngineConfig SpecExample() {
+RoundEngineConfig SpecExampleRoundConfig() {
   RoundEngineConfig c = ThreeWorkers(/*num_rounds=*/3, /*min_workers=*/2, /*fault_tolerance=*/1);
   c.join_window = seconds(5);
   return c;
 }
 
 TEST_F(RoundEngineTest, EverySelectedWorkerTrainsInEveryRound) {
-  RoundEngine engine(SpecExample(), fed_avg_, clock_);
+  RoundEngine engine(SpecExampleRoundConfig(), fed_avg_, clock_);
   StartWith(engine, {1, 2, 3});
   Run(engine, {
                   Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
@@ -174,7 +174,7 @@ TEST_F(RoundEngineTest, EverySelectedWorkerTrainsInEveryRound) {
 // The final evaluation waits for the job's workers as a round does, so the final global is measured on the same
 // validation slices as the globals before it (one worker alone gave a loss not comparable with the others').
 TEST_F(RoundEngineTest, TheFinalEvaluationWaitsForEveryWorkerOfTheJob) {
-  RoundEngineConfig one_round = SpecExample();
+  RoundEngineConfig one_round = SpecExampleRoundConfig();
   one_round.num_rounds = 1;
   RoundEngine engine(one_round, fed_avg_, clock_);
   StartWith(engine, {1, 2, 3});
@@ -208,7 +208,7 @@ TEST_F(RoundEngineTest, TheFinalEvaluationWaitsForEveryWorkerOfTheJob) {
 }
 
 TEST_F(RoundEngineTest, JoinWindowEndsTheWaitForABusyWorker) {
-  RoundEngine engine(SpecExample(), fed_avg_, clock_);
+  RoundEngine engine(SpecExampleRoundConfig(), fed_avg_, clock_);
   StartWith(engine, {1, 2, 3});
   Run(engine, {
                   Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}), Result(2, 1, 1, 100, 1.0, {"validate w2 r1a1"}),
@@ -222,7 +222,7 @@ TEST_F(RoundEngineTest, JoinWindowEndsTheWaitForABusyWorker) {
                   Available(3),  // too late for round 2: it joins round 3
               });
   // A worker that went offline is not waited for.
-  RoundEngine second(SpecExample(), fed_avg_, clock_);
+  RoundEngine second(SpecExampleRoundConfig(), fed_avg_, clock_);
   StartWith(second, {1, 2, 3});
   Run(second,
       {
@@ -241,14 +241,14 @@ TEST_F(RoundEngineTest, JoinWindowEndsTheWaitForABusyWorker) {
 // The product spec's example job, its third selected worker saying hello a moment after the job was created: the
 // first round waits the join window for it, and starts without it only once the window has passed.
 TEST_F(RoundEngineTest, JoinWindowWaitsForASelectedWorkerNotOnlineYet) {
-  RoundEngine inside(SpecExample(), fed_avg_, clock_);
+  RoundEngine inside(SpecExampleRoundConfig(), fed_avg_, clock_);
   EXPECT_THAT(StartWith(inside, {1, 2}), ElementsAre("start r1a1"));  // min_workers idle: the window begins
   Run(inside, {
                   After(4),
                   Available(3, {"assign w1 r1a1 s0", "assign w2 r1a1 s1", "assign w3 r1a1 s2"}),
               });
 
-  RoundEngine outside(SpecExample(), fed_avg_, clock_);
+  RoundEngine outside(SpecExampleRoundConfig(), fed_avg_, clock_);
   EXPECT_THAT(StartWith(outside, {1, 2}), ElementsAre("start r1a1"));
   Run(outside, {
                    After(4),

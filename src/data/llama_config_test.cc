@@ -353,7 +353,9 @@ TEST(LlamaConfigTest, ReadsPublishedConfigsOfLlama3QwenAndMistral) {
       ASSERT_TRUE(c.ok()) << c.status().ToString();
       EXPECT_EQ(c->rope_theta, m.rope_theta);
       EXPECT_EQ(c->rope_scaling.has_value(), m.llama3_factor.has_value());
-      if (m.llama3_factor) EXPECT_EQ(c->rope_scaling->factor, *m.llama3_factor);
+      if (m.llama3_factor) {
+        EXPECT_EQ(c->rope_scaling->factor, *m.llama3_factor);
+      }
       EXPECT_EQ(c->tie_word_embeddings, m.tied);
       EXPECT_EQ(c->qkv_bias, m.qkv_bias);
       EXPECT_FALSE(c->o_bias);

@@ -187,14 +187,14 @@ void BuildOldFile(const fs::path& path, int version, std::string_view rows_sql) 
   ASSERT_EQ(RawExec(path, sql), "");
 }
 
-std::unique_ptr<SqliteMetadataStore> MustOpen(const fs::path& path) {
+std::unique_ptr<SqliteMetadataStore> OpenOrFail(const fs::path& path) {
   auto store = SqliteMetadataStore::Open(path.string());
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   return store.ok() ? std::move(store).value() : nullptr;
 }
 
 // The first column of the first row of `sql` on the store's connection, as text.
-std::string QueryText(SqliteMetadataStore& store, const std::string& sql) {
+std::string FirstCellText(SqliteMetadataStore& store, const std::string& sql) {
   sqlite3_stmt* stmt = nullptr;
   if (sqlite3_prepare_v2(store.handle_for_testing(), sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) return "<error>";
   std::string out = "<no row>";
@@ -212,14 +212,14 @@ TEST_P(SqliteLegacySchemaTest, OldFileMovesToTheSharedVersionWithEveryRow) {
   const fs::path db = dir.path() / "meta.db";
   BuildOldFile(db, GetParam(), kLegacyRowsSql);
   {
-    auto store = MustOpen(db);
+    auto store = OpenOrFail(db);
     ASSERT_NE(store, nullptr);
     EXPECT_EQ(*store->SchemaVersion(), static_cast<int>(SqliteMigrations().size()));
-    EXPECT_EQ(QueryText(*store, "SELECT version FROM schema_version"), std::to_string(kRetiredLegacySchemaVersion));
-    EXPECT_EQ(QueryText(*store, "PRAGMA foreign_keys"), "1");
+    EXPECT_EQ(FirstCellText(*store, "SELECT version FROM schema_version"), std::to_string(kRetiredLegacySchemaVersion));
+    EXPECT_EQ(FirstCellText(*store, "PRAGMA foreign_keys"), "1");
     ExpectLegacyRowsReadBack(*store);
   }
-  auto reopened = MustOpen(db);
+  auto reopened = OpenOrFail(db);
   ASSERT_NE(reopened, nullptr);
   EXPECT_EQ(reopened->GetJob(2)->name, "new job");
   EXPECT_EQ(reopened->ListMetricsPage(1, 0, 10)->size(), 4u);
@@ -246,7 +246,7 @@ TEST(SqliteOldFileTest, OldVersion2MovesEachValidationLossToTheGlobalItMeasured)
                  "INSERT INTO job_events (job_id, type, payload_json, time_ms) VALUES (1, 'global_evaluated', "
                  "'{\"global_round\": 3, \"validation_loss\": 1.75, \"validation_samples\": 4}', 5);");
   }
-  auto store = MustOpen(db);
+  auto store = OpenOrFail(db);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(*store->SchemaVersion(), static_cast<int>(SqliteMigrations().size()));
   StatusOr<std::vector<Round>> rounds = store->ListRounds(1);
@@ -284,10 +284,10 @@ TEST(SqliteOldFileTest, JobsWithoutADatasetAfterMigratingAnOldVersion2File) {
                       "current_round, committed_round, consecutive_failed_rounds, created_at_ms) "
                       "VALUES ('x', NULL, 1, '{}', 'queued', '', 0, 0, 0, 1)"),
               ::testing::HasSubstr("NOT NULL"));
-  auto store = MustOpen(db);
+  auto store = OpenOrFail(db);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(*store->SchemaVersion(), static_cast<int>(SqliteMigrations().size()));
-  EXPECT_EQ(QueryText(*store, "PRAGMA foreign_keys"), "1");
+  EXPECT_EQ(FirstCellText(*store, "PRAGMA foreign_keys"), "1");
   EXPECT_EQ(store->GetJob(1)->name, "old");
   // Old version 6 drew a private seed for the job already stored: 64 hex digits, not a constant.
   const std::string seed = store->GetJob(1)->private_seed;
@@ -303,7 +303,7 @@ TEST(SqliteOldFileTest, JobsWithoutADatasetAfterMigratingAnOldVersion2File) {
   StatusOr<TrainingJob> created = store->CreateJob(local);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   EXPECT_EQ(store->GetJob(created->id)->dataset_id, 0);
-  EXPECT_EQ(QueryText(*store, "SELECT count(*) FROM jobs WHERE dataset_id IS NULL"), "1");
+  EXPECT_EQ(FirstCellText(*store, "SELECT count(*) FROM jobs WHERE dataset_id IS NULL"), "1");
   local.dataset_id = 999;
   EXPECT_EQ(store->CreateJob(local).status().message(), "dataset 999 not found");
 }

@@ -32,7 +32,7 @@ using weights::WeightSet;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Two f32 tensors: a (2, 3) and b (5), so the model has an odd number of values (11).
-WeightSet MakeSet(const std::vector<float>& flat) {
+WeightSet MakeElevenValueSet(const std::vector<float>& flat) {
   EXPECT_EQ(flat.size(), 11u);
   WeightSet set;
   EXPECT_TRUE(set.Add("a", DType::kF32, {2, 3}, std::as_bytes(std::span(flat).first(6))).ok());
@@ -40,7 +40,7 @@ WeightSet MakeSet(const std::vector<float>& flat) {
   return set;
 }
 
-std::vector<float> Flat(const WeightSet& set) {
+std::vector<float> FlatFloats(const WeightSet& set) {
   std::vector<float> out;
   for (const weights::Tensor& t : set.tensors()) {
     auto values = t.as<float>();
@@ -100,9 +100,9 @@ TEST(DpFedAvgTest, ClipsTheWholeUpdateToClipNormAndLeavesSmallerOnesAlone) {
   for (int i = 0; i < 11; ++i) u[i] = static_cast<float>(g[i] + d[i]);
 
   AggregatingStrategy<DpFedAvg> dp(options, Key(7));
-  StatusOr<WeightSet> result = OneRound(dp, 1, MakeSet(g), MakeSet(u));
+  StatusOr<WeightSet> result = OneRound(dp, 1, MakeElevenValueSet(g), MakeElevenValueSet(u));
   ASSERT_TRUE(result.ok()) << result.status().ToString();
-  std::vector<float> got = Flat(*result);
+  std::vector<float> got = FlatFloats(*result);
   std::vector<double> moved(11);
   for (int i = 0; i < 11; ++i) moved[i] = static_cast<double>(got[i]) - g[i];
   EXPECT_NEAR(Norm(moved), 0.5, 1e-5);  // scaled to C (float32 rounding of w and w + Δ)
@@ -116,21 +116,21 @@ TEST(DpFedAvgTest, ClipsTheWholeUpdateToClipNormAndLeavesSmallerOnesAlone) {
     g2[i] = static_cast<float>(i - 5) / 1024;
     small[i] = g2[i] + static_cast<float>((i % 3) - 1) * 40 / 1024;  // ‖Δ‖ = sqrt(7) · 40/1024 ≈ 0.103
   }
-  result = OneRound(dp, 2, MakeSet(g2), MakeSet(small));
+  result = OneRound(dp, 2, MakeElevenValueSet(g2), MakeElevenValueSet(small));
   ASSERT_TRUE(result.ok()) << result.status().ToString();
-  EXPECT_EQ(Flat(*result), small);
+  EXPECT_EQ(FlatFloats(*result), small);
   EXPECT_EQ(dp.last_round()->clipped, 0);
 }
 
 TEST(DpFedAvgTest, AveragesUnweightedWhateverTheSampleCounts) {
   AggregatingStrategy<DpFedAvg> dp(DpFedAvgOptions{.clip_norm = 100, .noise_multiplier = 0, .delta = 1e-5}, Key(1));
   const std::vector<float> zero(11, 0.0f);
-  ASSERT_TRUE(dp.Begin(1, MakeSet(zero)).ok());
-  ASSERT_TRUE(dp.Accept(MakeSet(std::vector<float>(11, 1.0f)), 1000).ok());
-  ASSERT_TRUE(dp.Accept(MakeSet(std::vector<float>(11, -0.5f)), 1).ok());
+  ASSERT_TRUE(dp.Begin(1, MakeElevenValueSet(zero)).ok());
+  ASSERT_TRUE(dp.Accept(MakeElevenValueSet(std::vector<float>(11, 1.0f)), 1000).ok());
+  ASSERT_TRUE(dp.Accept(MakeElevenValueSet(std::vector<float>(11, -0.5f)), 1).ok());
   StatusOr<WeightSet> result = dp.Finish();
   ASSERT_TRUE(result.ok()) << result.status().ToString();
-  EXPECT_EQ(Flat(*result), std::vector<float>(11, 0.25f));
+  EXPECT_EQ(FlatFloats(*result), std::vector<float>(11, 0.25f));
 }
 
 // Noise alone (every update equals the global): N(0, (σ·C/K)²) per coordinate over 2^20 coordinates.
@@ -167,9 +167,9 @@ TEST(DpFedAvgTest, NoiseHasZeroMeanAndTheExpectedStandardDeviation) {
 
 TEST(DpFedAvgTest, SameKeyAndRoundGiveIdenticalBitsWhateverTheArrivalOrder) {
   const DpFedAvgOptions options{.clip_norm = 1.0, .noise_multiplier = 1.1, .delta = 1e-5};
-  const WeightSet global = MakeSet(RandomValues(11, 3, 1.0f));
+  const WeightSet global = MakeElevenValueSet(RandomValues(11, 3, 1.0f));
   std::vector<WeightSet> updates, reversed;
-  for (uint32_t i = 0; i < 5; ++i) updates.push_back(MakeSet(RandomValues(11, 10 + i, 2.0f)));
+  for (uint32_t i = 0; i < 5; ++i) updates.push_back(MakeElevenValueSet(RandomValues(11, 10 + i, 2.0f)));
   for (int i = 4; i >= 0; --i) reversed.push_back(updates[i].Clone());
 
   AggregatingStrategy<DpFedAvg> first(options, Key(99)), resumed(options, Key(99)), other_job(options, Key(100));
@@ -182,7 +182,7 @@ TEST(DpFedAvgTest, SameKeyAndRoundGiveIdenticalBitsWhateverTheArrivalOrder) {
     ASSERT_EQ(std::memcmp((*a)[k].data.data(), (*b)[k].data.data(), (*a)[k].data.size()), 0) << (*a)[k].name;
   }
   // Another round or another job's key draws other noise: every coordinate differs.
-  const std::vector<float> fa = Flat(*a), fn = Flat(*next_round), fc = Flat(*c);
+  const std::vector<float> fa = FlatFloats(*a), fn = FlatFloats(*next_round), fc = FlatFloats(*c);
   for (size_t i = 0; i < fa.size(); ++i) {
     EXPECT_NE(fa[i], fn[i]) << i;
     EXPECT_NE(fa[i], fc[i]) << i;
@@ -270,7 +270,7 @@ TEST(DpFedAvgTest, KeepsTheGlobalsDtypeAndRejectsBadInput) {
   EXPECT_EQ(dp.Accept(bf16_update, 1).code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(dp.Begin(1, bf16).ok());
   EXPECT_EQ(dp.Accept(bf16_update, 0).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(dp.Accept(MakeSet(std::vector<float>(11, 0.0f)), 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(dp.Accept(MakeElevenValueSet(std::vector<float>(11, 0.0f)), 1).code(), StatusCode::kInvalidArgument);
   WeightSet with_nan = bf16.Clone();
   with_nan[0].as<uint16_t>()[2] = weights::FloatToBf16(std::numeric_limits<float>::quiet_NaN());
   EXPECT_EQ(dp.Accept(with_nan, 1).code(), StatusCode::kInvalidArgument);
@@ -301,9 +301,9 @@ TEST(DpFedAvgTest, KeepsTheGlobalsDtypeAndRejectsBadInput) {
 // replays the recorded rounds reports the same ε bit for bit.
 TEST(DpFedAvgTest, ReportsEpsilonSpentAfterEachRound) {
   const DpFedAvgOptions options{.clip_norm = 1.0, .noise_multiplier = 1.0, .delta = 1e-5};
-  const WeightSet global = MakeSet(std::vector<float>(11, 0.0f));
+  const WeightSet global = MakeElevenValueSet(std::vector<float>(11, 0.0f));
   std::vector<WeightSet> updates;
-  for (uint32_t i = 0; i < 4; ++i) updates.push_back(MakeSet(RandomValues(11, 20 + i, 1.0f)));
+  for (uint32_t i = 0; i < 4; ++i) updates.push_back(MakeElevenValueSet(RandomValues(11, 20 + i, 1.0f)));
   AggregatingStrategy<DpFedAvg> dp(options, Key(5));
   EXPECT_EQ(dp.epsilon_spent(), 0.0);
   dp.set_eligible_workers(40);
@@ -337,9 +337,9 @@ TEST(DpFedAvgTest, ReportsEpsilonSpentAfterEachRound) {
 // counts once; the state stored with a committed round restores the same accountant, ε and report bit for bit.
 TEST(DpFedAvgTest, AccountsOnlyCommittedRoundsAndRestoresTheStateExactly) {
   const DpFedAvgOptions options{.clip_norm = 1.0, .noise_multiplier = 1.1, .delta = 1e-5};
-  const WeightSet global = MakeSet(std::vector<float>(11, 0.0f));
+  const WeightSet global = MakeElevenValueSet(std::vector<float>(11, 0.0f));
   std::vector<WeightSet> updates;
-  for (uint32_t i = 0; i < 3; ++i) updates.push_back(MakeSet(RandomValues(11, 40 + i, 1.0f)));
+  for (uint32_t i = 0; i < 3; ++i) updates.push_back(MakeElevenValueSet(RandomValues(11, 40 + i, 1.0f)));
   AggregatingStrategy<DpFedAvg> dp(options, Key(9));
   dp.set_eligible_workers(30);
   ASSERT_TRUE(dp.has_state());
@@ -525,11 +525,11 @@ TEST(DpFedAvgTest, MatchesIndependentNumpyReference) {
   ASSERT_TRUE(fields) << line;
   AggregatingStrategy<DpFedAvg> dp(options, key);
   std::vector<WeightSet> update_sets;
-  for (const auto& u : updates) update_sets.push_back(MakeSet(u));
-  StatusOr<WeightSet> result = OneRound(dp, 3, MakeSet(global), update_sets);
+  for (const auto& u : updates) update_sets.push_back(MakeElevenValueSet(u));
+  StatusOr<WeightSet> result = OneRound(dp, 3, MakeElevenValueSet(global), update_sets);
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_EQ(dp.last_round()->clipped, 2);
-  const std::vector<float> got = Flat(*result);
+  const std::vector<float> got = FlatFloats(*result);
   // float32 result and float32 clipped deltas against float64: a few float32 ulps of O(1) values.
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], reference[i], 1e-6 * (1 + std::abs(reference[i]))) << i;
 }

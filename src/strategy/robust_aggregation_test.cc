@@ -48,7 +48,7 @@ const std::vector<Entry>& TestLayout() {
 }
 
 // A set with TestLayout's tensors, element j of tensor t = value(t, j) in the tensor's dtype.
-WeightSet MakeSet(const std::vector<Entry>& layout, const std::function<float(size_t, size_t)>& value) {
+WeightSet MakeLayoutSet(const std::vector<Entry>& layout, const std::function<float(size_t, size_t)>& value) {
   WeightSet set;
   for (size_t t = 0; t < layout.size(); ++t) {
     const Entry& e = layout[t];
@@ -66,12 +66,12 @@ WeightSet MakeSet(const std::vector<Entry>& layout, const std::function<float(si
 }
 
 WeightSet Zeros(const std::vector<Entry>& layout = TestLayout()) {
-  return MakeSet(layout, [](size_t, size_t) { return 0.0f; });
+  return MakeLayoutSet(layout, [](size_t, size_t) { return 0.0f; });
 }
 
-WeightSet RandomSet(std::mt19937& rng, float offset = 0.0f) {
+WeightSet RandomLayoutSet(std::mt19937& rng, float offset = 0.0f) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  return MakeSet(TestLayout(), [&](size_t, size_t) { return offset + normal(rng); });
+  return MakeLayoutSet(TestLayout(), [&](size_t, size_t) { return offset + normal(rng); });
 }
 
 float ValueAt(const Tensor& t, size_t j) {
@@ -83,7 +83,7 @@ float ValueAt(const Tensor& t, size_t j) {
   }
 }
 
-std::vector<double> Flat(const WeightSet& set) {
+std::vector<double> FlatDoubles(const WeightSet& set) {
   std::vector<double> out;
   for (const Tensor& t : set.tensors()) {
     for (size_t j = 0; j < static_cast<size_t>(t.numel()); ++j) out.push_back(ValueAt(t, j));
@@ -114,14 +114,14 @@ bool SameBytes(const WeightSet& a, const WeightSet& b) {
   return true;
 }
 
-struct Case {
+struct RobustCase {
   std::string strategy;
   double beta = 0.0;
   int f = 0;
   int m = 0;
 };
 
-std::shared_ptr<RoundAggregation> Make(const Case& c) {
+std::shared_ptr<RoundAggregation> Make(const RobustCase& c) {
   if (c.strategy == "median") return std::make_shared<AggregatingStrategy<Median>>();
   if (c.strategy == "trimmed_mean") {
     return std::make_shared<AggregatingStrategy<TrimmedMean>>(TrimmedMeanOptions{.beta = c.beta});
@@ -130,7 +130,7 @@ std::shared_ptr<RoundAggregation> Make(const Case& c) {
   return std::make_shared<AggregatingStrategy<MultiKrum>>(MultiKrumOptions{.f = c.f, .m = c.m});
 }
 
-std::string Describe(const Case& c, int k) {
+std::string Describe(const RobustCase& c, int k) {
   return c.strategy + " K=" + std::to_string(k) + " beta=" + std::to_string(c.beta) + " f=" + std::to_string(c.f) +
          " m=" + std::to_string(c.m);
 }
@@ -141,7 +141,7 @@ TEST(RobustAggregationTest, MatchesNumpyReference) {
   std::uniform_int_distribution<int64_t> samples(1, 1000);
   nlohmann::json cases = nlohmann::json::array();
   struct Run {
-    Case c;
+    RobustCase c;
     int k;
     std::vector<std::string> updates;
     std::string out;
@@ -153,10 +153,10 @@ TEST(RobustAggregationTest, MatchesNumpyReference) {
       std::string name = "k";  // appended, not concatenated: GCC 12 warns falsely (-Wrestrict) on the short `+` chain
       name.append(std::to_string(k)).append("_u").append(std::to_string(i)).append(".safetensors");
       paths.push_back((dir.path() / name).string());
-      const std::vector<std::byte> image = weights::SerializeSafetensors(RandomSet(rng, 0.1f * i));
+      const std::vector<std::byte> image = weights::SerializeSafetensors(RandomLayoutSet(rng, 0.1f * i));
       std::ofstream(paths.back(), std::ios::binary).write(reinterpret_cast<const char*>(image.data()), image.size());
     }
-    std::vector<Case> list = {{"median"}, {"trimmed_mean", 0.1}, {"trimmed_mean", 0.25}, {"trimmed_mean", 0.4}};
+    std::vector<RobustCase> list = {{"median"}, {"trimmed_mean", 0.1}, {"trimmed_mean", 0.25}, {"trimmed_mean", 0.4}};
     if (k >= 3) {
       const int f = (k - 3) / 2;  // the largest f that k updates allow
       list.push_back({"krum", 0, 0});
@@ -164,7 +164,7 @@ TEST(RobustAggregationTest, MatchesNumpyReference) {
       list.push_back({"multi_krum", 0, f, 0});
       list.push_back({"multi_krum", 0, 0, 2});
     }
-    for (const Case& c : list) {
+    for (const RobustCase& c : list) {
       runs.push_back({c, k, paths, (dir.path() / ("ref" + std::to_string(runs.size()) + ".safetensors")).string()});
       cases.push_back({{"updates", paths},
                        {"strategy", c.strategy},
@@ -215,13 +215,13 @@ TEST(RobustAggregationTest, MatchesNumpyReference) {
 
 TEST(RobustAggregationTest, SmallTablesByHand) {
   const std::vector<Entry> layout = {{"w", DType::kF32, {4}}};
-  auto set = [&](std::vector<float> v) { return MakeSet(layout, [v](size_t, size_t j) { return v[j]; }); };
+  auto set = [&](std::vector<float> v) { return MakeLayoutSet(layout, [v](size_t, size_t j) { return v[j]; }); };
   auto run = [&](RoundAggregation& s, const std::vector<std::vector<float>>& updates) {
     EXPECT_TRUE(s.Begin(1, Zeros(layout)).ok());
     for (const auto& u : updates) EXPECT_TRUE(s.Accept(set(u), 1).ok());
     StatusOr<WeightSet> result = s.Finish();
     EXPECT_TRUE(result.ok()) << result.status().ToString();
-    return result.ok() ? Flat(*result) : std::vector<double>{};
+    return result.ok() ? FlatDoubles(*result) : std::vector<double>{};
   };
   const std::vector<std::vector<float>> four = {{1, -1, 0.5f, 7}, {5, -2, 0.25f, 7}, {2, -3, 1, 7}, {4, -100, 2, 7}};
   AggregatingStrategy<Median> median;
@@ -247,12 +247,12 @@ TEST(RobustAggregationTest, SmallTablesByHand) {
 TEST(RobustAggregationTest, ArrivalOrderDoesNotChangeBits) {
   std::mt19937 rng(7);
   std::vector<WeightSet> updates;
-  for (int i = 0; i < 8; ++i) updates.push_back(RandomSet(rng));
+  for (int i = 0; i < 8; ++i) updates.push_back(RandomLayoutSet(rng));
   // Two identical updates with different sample counts, so ties in Krum's score and equal values appear.
   updates.push_back(updates[3].Clone());
   // Krum over 3 updates with f = 0: each scores its distance to its nearest neighbour, so the two closest always tie
   // and only the canonical order decides.
-  const std::vector<std::pair<Case, size_t>> list = {
+  const std::vector<std::pair<RobustCase, size_t>> list = {
       {{"median"}, 9},     {{"trimmed_mean", 0.2}, 9},   {{"krum", 0, 2}, 9},
       {{"krum", 0, 0}, 3}, {{"multi_krum", 0, 2, 0}, 9}, {{"multi_krum", 0, 1, 3}, 9}};
   for (const auto& [c, count] : list) {
@@ -292,15 +292,15 @@ TEST(RobustAggregationTest, TwoOfTenAttackersMoveFedAvgButNotRobustRules) {
   std::vector<std::vector<double>> honest_flat;
   std::vector<WeightSet> honest;
   for (int i = 0; i < 8; ++i) {
-    honest.push_back(MakeSet(layout, [&](size_t t, size_t j) { return h[offset(t, j)] + 0.05f * normal(rng); }));
-    honest_flat.push_back(Flat(honest.back()));
+    honest.push_back(MakeLayoutSet(layout, [&](size_t t, size_t j) { return h[offset(t, j)] + 0.05f * normal(rng); }));
+    honest_flat.push_back(FlatDoubles(honest.back()));
   }
   std::vector<double> honest_mean(h.size(), 0.0);
   for (const auto& f : honest_flat) {
     for (size_t j = 0; j < h.size(); ++j) honest_mean[j] += f[j] / 8;
   }
   auto relative_error = [&](const WeightSet& result) {
-    const std::vector<double> got = Flat(result);
+    const std::vector<double> got = FlatDoubles(result);
     double diff = 0, norm = 0;
     for (size_t j = 0; j < got.size(); ++j) {
       diff += (got[j] - honest_mean[j]) * (got[j] - honest_mean[j]);
@@ -313,8 +313,8 @@ TEST(RobustAggregationTest, TwoOfTenAttackersMoveFedAvgButNotRobustRules) {
     SCOPED_TRACE("attack scale " + std::to_string(scale));
     std::vector<WeightSet> attackers;
     for (int i = 0; i < 2; ++i) {
-      const std::vector<double> base = Flat(honest[i]);
-      attackers.push_back(MakeSet(layout, [&](size_t t, size_t j) { return scale * float(base[offset(t, j)]); }));
+      const std::vector<double> base = FlatDoubles(honest[i]);
+      attackers.push_back(MakeLayoutSet(layout, [&](size_t t, size_t j) { return scale * float(base[offset(t, j)]); }));
     }
     auto aggregate = [&](RoundAggregation& s) {
       EXPECT_TRUE(s.Begin(1, Zeros(layout)).ok());
@@ -343,32 +343,35 @@ TEST(RobustAggregationTest, TwoOfTenAttackersMoveFedAvgButNotRobustRules) {
 
 TEST(RobustAggregationTest, BadUpdatesAreRejectedAndDoNotCount) {
   std::mt19937 rng(3);
-  for (const Case& c : std::vector<Case>{{"median"}, {"trimmed_mean", 0.1}, {"krum", 0, 0}, {"multi_krum", 0, 0, 2}}) {
+  for (const RobustCase& c :
+       std::vector<RobustCase>{{"median"}, {"trimmed_mean", 0.1}, {"krum", 0, 0}, {"multi_krum", 0, 0, 2}}) {
     SCOPED_TRACE(c.strategy);
     std::shared_ptr<RoundAggregation> s = Make(c);
     ASSERT_TRUE(s->Begin(4, Zeros()).ok());
-    EXPECT_EQ(s->Accept(RandomSet(rng), 0).code(), StatusCode::kInvalidArgument);
-    EXPECT_EQ(s->AcceptOwned(RandomSet(rng), -5, std::nullopt).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s->Accept(RandomLayoutSet(rng), 0).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s->AcceptOwned(RandomLayoutSet(rng), -5, std::nullopt).code(), StatusCode::kInvalidArgument);
 
-    WeightSet short_set = MakeSet({TestLayout().begin(), TestLayout().end() - 1}, [](size_t, size_t) { return 1.0f; });
+    WeightSet short_set =
+        MakeLayoutSet({TestLayout().begin(), TestLayout().end() - 1}, [](size_t, size_t) { return 1.0f; });
     Status missing = s->Accept(short_set, 10);
     EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(missing.message().find("missing tensor 'g'"), std::string::npos) << missing.ToString();
 
     std::vector<Entry> reshaped = TestLayout();
     reshaped[0].shape = {5, 3};
-    Status shape = s->AcceptOwned(MakeSet(reshaped, [](size_t, size_t) { return 1.0f; }), 10, std::nullopt);
+    Status shape = s->AcceptOwned(MakeLayoutSet(reshaped, [](size_t, size_t) { return 1.0f; }), 10, std::nullopt);
     EXPECT_NE(shape.message().find("tensor 'a' has shape [5, 3], expected [3, 5]"), std::string::npos)
         << shape.ToString();
 
-    Status nan = s->Accept(MakeSet(TestLayout(), [](size_t t, size_t j) { return t == 4 && j == 17 ? NAN : 1.0f; }), 3);
+    Status nan =
+        s->Accept(MakeLayoutSet(TestLayout(), [](size_t t, size_t j) { return t == 4 && j == 17 ? NAN : 1.0f; }), 3);
     EXPECT_EQ(nan.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(nan.message().find("tensor 'e' has a non-finite value (nan) at index 17"), std::string::npos)
         << nan.ToString();
     EXPECT_NE(nan.message().find("round 4 update"), std::string::npos) << nan.ToString();
     EXPECT_EQ(s->num_accepted(), 0);
 
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->Accept(RandomSet(rng), 5).ok());
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->Accept(RandomLayoutSet(rng), 5).ok());
     EXPECT_EQ(s->num_accepted(), 3);
     EXPECT_TRUE(s->Finish().ok());
     EXPECT_EQ(s->num_accepted(), 0);
@@ -378,7 +381,7 @@ TEST(RobustAggregationTest, BadUpdatesAreRejectedAndDoNotCount) {
 TEST(RobustAggregationTest, LifecycleAndCountErrors) {
   std::mt19937 rng(5);
   AggregatingStrategy<Median> median;
-  EXPECT_EQ(median.Accept(RandomSet(rng), 1).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(median.Accept(RandomLayoutSet(rng), 1).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(median.Finish().status().code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(median.Begin(1, Zeros()).ok());
   EXPECT_EQ(median.Finish().status().code(), StatusCode::kFailedPrecondition);  // nothing accepted
@@ -387,18 +390,18 @@ TEST(RobustAggregationTest, LifecycleAndCountErrors) {
   // makes Finish succeed.
   AggregatingStrategy<Krum> krum(KrumOptions{.f = 2});
   ASSERT_TRUE(krum.Begin(9, Zeros()).ok());
-  for (int i = 0; i < 6; ++i) ASSERT_TRUE(krum.Accept(RandomSet(rng), 1).ok());
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(krum.Accept(RandomLayoutSet(rng), 1).ok());
   StatusOr<WeightSet> few = krum.Finish();
   EXPECT_EQ(few.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(few.status().message().find("krum with f = 2 needs at least 2f + 3 = 7 updates, got 6"), std::string::npos)
       << few.status().ToString();
   EXPECT_NE(few.status().message().find("round 9"), std::string::npos) << few.status().ToString();
-  ASSERT_TRUE(krum.Accept(RandomSet(rng), 1).ok());
+  ASSERT_TRUE(krum.Accept(RandomLayoutSet(rng), 1).ok());
   EXPECT_TRUE(krum.Finish().ok());
 
   AggregatingStrategy<MultiKrum> many(MultiKrumOptions{.f = 0, .m = 5});
   ASSERT_TRUE(many.Begin(1, Zeros()).ok());
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(many.Accept(RandomSet(rng), 1).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(many.Accept(RandomLayoutSet(rng), 1).ok());
   EXPECT_NE(many.Finish().status().message().find("multi_krum with m = 5 needs at least 5 updates, got 4"),
             std::string::npos);
 

@@ -39,7 +39,7 @@ struct Layout {
 };
 const std::vector<Layout> kLayout = {{"layer.lora_A.weight", {2, 3}, 6}, {"layer.lora_B.weight", {5}, 5}};
 
-WeightSet MakeSet(const std::vector<std::vector<float>>& values) {
+WeightSet MakeLoraPairSet(const std::vector<std::vector<float>>& values) {
   WeightSet set;
   for (size_t i = 0; i < kLayout.size(); ++i) {
     EXPECT_TRUE(set.Add(kLayout[i].name, DType::kF32, kLayout[i].shape, std::as_bytes(std::span(values[i]))).ok());
@@ -48,7 +48,7 @@ WeightSet MakeSet(const std::vector<std::vector<float>>& values) {
 }
 
 // Dyadic values (k/16) keep the FedAvg mean exact in both implementations; otherwise uniform in [-1, 1].
-WeightSet RandomSet(std::mt19937& rng, bool dyadic) {
+WeightSet RandomLoraPairSet(std::mt19937& rng, bool dyadic) {
   std::uniform_int_distribution<int> k(-16, 16);
   std::uniform_real_distribution<float> x(-1.0f, 1.0f);
   std::vector<std::vector<float>> values;
@@ -57,10 +57,10 @@ WeightSet RandomSet(std::mt19937& rng, bool dyadic) {
     for (float& e : v) e = dyadic ? static_cast<float>(k(rng)) / 16.0f : x(rng);
     values.push_back(std::move(v));
   }
-  return MakeSet(values);
+  return MakeLoraPairSet(values);
 }
 
-struct Case {
+struct OptimizerCase {
   std::string label;
   StrategyKind kind;
   StrategyOptions options;
@@ -81,7 +81,7 @@ constexpr int kRounds = 3;
 const std::vector<std::vector<int64_t>> kSamples = {{1, 3}, {2, 1, 1}, {4, 2, 1, 1}};  // dyadic totals
 
 TEST(ServerOptimizerTest, MatchesIndependentNumpyReferenceOverThreeRounds) {
-  std::vector<Case> cases;
+  std::vector<OptimizerCase> cases;
   for (bool dyadic : {true, false}) {
     const std::string suffix = dyadic ? "_dyadic" : "_random";
     cases.push_back(
@@ -108,10 +108,10 @@ TEST(ServerOptimizerTest, MatchesIndependentNumpyReferenceOverThreeRounds) {
   std::map<std::string, std::vector<WeightSet>> ours;  // by case: the global after each round, then the state
   std::map<std::string, std::vector<WeightSet>> our_states;
   for (size_t c = 0; c < cases.size(); ++c) {
-    const Case& k = cases[c];
+    const OptimizerCase& k = cases[c];
     std::mt19937 rng(static_cast<uint32_t>(100 + c));
     WeightSet input;
-    WeightSet global = RandomSet(rng, k.dyadic);
+    WeightSet global = RandomLoraPairSet(rng, k.dyadic);
     for (const weights::Tensor& t : global.tensors()) {
       ASSERT_TRUE(input.Add("global/" + t.name, t.dtype, t.shape, t.data).ok());
     }
@@ -142,7 +142,7 @@ TEST(ServerOptimizerTest, MatchesIndependentNumpyReferenceOverThreeRounds) {
       ASSERT_TRUE(optimizer.Begin(r, global).ok());
       std::string samples;
       for (size_t i = 0; i < kSamples[r - 1].size(); ++i) {
-        WeightSet update = RandomSet(rng, k.dyadic);
+        WeightSet update = RandomLoraPairSet(rng, k.dyadic);
         for (const weights::Tensor& t : update.tensors()) {
           ASSERT_TRUE(input
                           .Add("round" + std::to_string(r) + "/update" + std::to_string(i) + "/" + t.name, t.dtype,
@@ -170,7 +170,7 @@ TEST(ServerOptimizerTest, MatchesIndependentNumpyReferenceOverThreeRounds) {
       << command << "\n"
       << (std::stringstream() << std::ifstream(log).rdbuf()).str();
 
-  for (const Case& k : cases) {
+  for (const OptimizerCase& k : cases) {
     SCOPED_TRACE(k.label);
     StatusOr<WeightSet> reference = weights::ReadSafetensorsFile(dir.path() / (k.label + ".out.safetensors"));
     ASSERT_TRUE(reference.ok()) << reference.status().ToString();
@@ -219,11 +219,11 @@ TEST(ServerOptimizerTest, MatchesIndependentNumpyReferenceOverThreeRounds) {
 // gave continues bit-identically (the coordinator's restart).
 TEST(ServerOptimizerTest, StateOnlyAdvancesOnCommitAndRestoresBitIdentically) {
   std::mt19937 rng(7);
-  WeightSet start = RandomSet(rng, false);
+  WeightSet start = RandomLoraPairSet(rng, false);
   std::vector<std::vector<WeightSet>> updates;
   for (int r = 0; r < 3; ++r) {
     updates.emplace_back();
-    for (int i = 0; i < 3; ++i) updates.back().push_back(RandomSet(rng, false));
+    for (int i = 0; i < 3; ++i) updates.back().push_back(RandomLoraPairSet(rng, false));
   }
   auto run_round = [&](RoundAggregation& s, int r, const WeightSet& global) {
     EXPECT_TRUE(s.Begin(r + 1, global).ok());
@@ -278,10 +278,10 @@ TEST(ServerOptimizerTest, StateOnlyAdvancesOnCommitAndRestoresBitIdentically) {
 
 TEST(ServerOptimizerTest, RefusesAStateThatIsNotItsOwn) {
   std::mt19937 rng(3);
-  WeightSet global = RandomSet(rng, false);
+  WeightSet global = RandomLoraPairSet(rng, false);
   AggregatingStrategy<ServerOptimizer> momentum(StrategyKind::kFedAvgM, DefaultStrategyOptions(StrategyKind::kFedAvgM));
   ASSERT_TRUE(momentum.Begin(1, global).ok());
-  ASSERT_TRUE(momentum.Accept(RandomSet(rng, false), 5).ok());
+  ASSERT_TRUE(momentum.Accept(RandomLoraPairSet(rng, false), 5).ok());
   ASSERT_TRUE(momentum.Finish().ok());
   const WeightSet* state = momentum.PendingState();
   ASSERT_NE(state, nullptr);

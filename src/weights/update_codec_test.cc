@@ -20,18 +20,18 @@ namespace {
 constexpr float kMax = std::numeric_limits<float>::max();
 constexpr float kTiny = std::numeric_limits<float>::denorm_min();
 
-struct Spec {
+struct CodecSpec {
   std::string name;
   std::vector<int64_t> shape;
 };
 
 // Fills a tensor row by row; each row gets its own magnitude from `row_scale`.
-WeightSet MakeSet(const std::vector<Spec>& specs, uint32_t seed, const std::function<float(int64_t)>& row_scale,
+WeightSet MakeSet(const std::vector<CodecSpec>& specs, uint32_t seed, const std::function<float(int64_t)>& row_scale,
                   DType dtype = DType::kF32) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   WeightSet set;
-  for (const Spec& spec : specs) {
+  for (const CodecSpec& spec : specs) {
     auto bytes = set.AddZeros(spec.name, dtype, spec.shape);
     EXPECT_TRUE(bytes.ok());
     const int64_t numel = *NumElements(spec.shape);
@@ -131,8 +131,9 @@ TEST(UpdateCodec, Bf16IsRoundToNearestEvenBitExact) {
 // Shapes with odd row lengths, rows shorter than a scale group, rows longer than the codec's 4096-value chunk (a group
 // encoded in several chunks), an empty tensor and 1-D/0-D tensors; rows with zero, tiny (subnormal), small and huge
 // magnitudes.
-const std::vector<Spec> kShapes = {{"a", {7, 129}}, {"b", {33, 17}}, {"c", {5, 3}},     {"d", {64, 64}}, {"e", {9}},
-                                   {"f", {}},       {"g", {0, 4}},   {"h", {3, 2, 65}}, {"i", {7, 4099}}};
+const std::vector<CodecSpec> kShapes = {{"a", {7, 129}}, {"b", {33, 17}},   {"c", {5, 3}},
+                                        {"d", {64, 64}}, {"e", {9}},        {"f", {}},
+                                        {"g", {0, 4}},   {"h", {3, 2, 65}}, {"i", {7, 4099}}};
 float RowScale(int64_t row) {
   switch (row % 6) {
     case 0: return 0.0f;
@@ -222,7 +223,7 @@ TEST(UpdateCodec, CompressedSizesAreAsTheFormatStates) {
 }
 
 TEST(UpdateCodec, DeltaRoundTripReconstructsOrYieldsTheDelta) {
-  const std::vector<Spec> specs = {{"w", {16, 100}}, {"norm", {100}}};
+  const std::vector<CodecSpec> specs = {{"w", {16, 100}}, {"norm", {100}}};
   const WeightSet global = MakeSet(specs, 1, [](int64_t) { return 1.0f; });
   const WeightSet noise = MakeSet(specs, 2, [](int64_t) { return 1e-3f; });
   WeightSet update = global.Clone();
@@ -262,7 +263,7 @@ TEST(UpdateCodec, DeltaRoundTripReconstructsOrYieldsTheDelta) {
 
 TEST(UpdateCodec, ErrorFeedbackResidualPlusDecodedIsTheEncodedValueExactly) {
   // "wide": groups longer than the codec's 4096-value chunk, read once per pass instead of once per group.
-  const std::vector<Spec> specs = {{"w", {12, 70}}, {"b", {33, 5}}, {"norm", {70}}, {"wide", {3, 4133}}};
+  const std::vector<CodecSpec> specs = {{"w", {12, 70}}, {"b", {33, 5}}, {"norm", {70}}, {"wide", {3, 4133}}};
   const WeightSet global = MakeSet(specs, 5, [](int64_t r) { return r % 3 == 0 ? 0.0f : 0.5f; });
   WeightSet round1 = MakeSet(specs, 6, [](int64_t r) { return 0.5f + 0.01f * r; });
   WeightSet round2 = MakeSet(specs, 7, [](int64_t r) { return 0.5f + 0.02f * r; });
@@ -380,7 +381,7 @@ WeightSet Replace(const WeightSet& set, const std::string& name, DType dtype, st
 }
 
 TEST(UpdateCodec, MalformedCompressedUpdatesAreRefusedNamingTheTensor) {
-  const std::vector<Spec> specs = {{"w", {4, 64}}, {"odd", {3, 33}}, {"bias", {8}}};
+  const std::vector<CodecSpec> specs = {{"w", {4, 64}}, {"odd", {3, 33}}, {"bias", {8}}};
   const WeightSet global = MakeSet(specs, 1, [](int64_t) { return 1.0f; });
   const WeightSet update = MakeSet(specs, 2, [](int64_t) { return 1.0f; });
   auto set_scale = [](float value) {
@@ -422,7 +423,7 @@ TEST(UpdateCodec, MalformedCompressedUpdatesAreRefusedNamingTheTensor) {
       {"unknown metadata field", [](WeightSet& set) { set.metadata()["format"] = "pt"; }, nullptr,
        "__metadata__ has unknown field 'format'"},
       {"no metadata", [](WeightSet& set) { set.metadata().clear(); }, nullptr, "lacks 'codec': not a compressed"},
-      {"future version", [](WeightSet& set) { set.metadata()["codec_version"] = "2"; }, nullptr,
+      {"future version", [](WeightSet& set) { set.metadata()["codec_version"] = std::string("2"); }, nullptr,
        "codec_version '2' is not supported"},
       {"bad delta flag", [](WeightSet& set) { set.metadata()["delta"] = "yes"; }, nullptr,
        "__metadata__ delta 'yes' is not 'true' or 'false'"},
@@ -491,7 +492,7 @@ TEST(UpdateCodec, LayoutAndExpectationMismatchesAreRefused) {
 
 // The wire path: encode, serialise, zstd, then decode straight out of the decompressing stream.
 TEST(UpdateCodec, StreamsThroughZstdAndRefusesATruncatedFrameOrABomb) {
-  const std::vector<Spec> specs = {{"w", {64, 300}}, {"bias", {300}}};
+  const std::vector<CodecSpec> specs = {{"w", {64, 300}}, {"bias", {300}}};
   const WeightSet global = MakeSet(specs, 1, [](int64_t) { return 1.0f; });
   const WeightSet update = MakeSet(specs, 2, [](int64_t) { return 1.0f; });
   auto encoded = EncodeUpdate(update, {.codec = UpdateCodec::kInt4, .delta_from = &global});

@@ -7,7 +7,7 @@ namespace {
 
 using nlohmann::json;
 
-protocol::Task TrainTask() {
+protocol::Task TrainTaskMessage() {
   json config = protocol::TrainingConfigToJson(protocol::TrainingConfig{});
   config["batch_size"] = 2;
   config["use_peft"] = true;
@@ -31,7 +31,7 @@ protocol::Task TrainTask() {
 }
 
 TEST(BuildTrainerTaskTest, TrainTaskContinuesOneScheduleAcrossRounds) {
-  protocol::Task task = TrainTask();
+  protocol::Task task = TrainTaskMessage();
   task.model.model_type = "llama";
   TaskFiles files{.model_dir = "/c/models/m",
                   .global_weights = "/c/t/global.safetensors",
@@ -68,7 +68,7 @@ TEST(BuildTrainerTaskTest, TrainTaskContinuesOneScheduleAcrossRounds) {
 // FedProx: a train task's mu goes to the trainer, anchored by the task's global (its initial_weights); an evaluate
 // task trains nothing, so it carries none.
 TEST(BuildTrainerTaskTest, TrainTaskPassesProximalMu) {
-  protocol::Task task = TrainTask();
+  protocol::Task task = TrainTaskMessage();
   task.proximal_mu = 0.25;
   TaskFiles files{.global_weights = "g", .data = "d.csv", .data_format = "csv", .output_dir = "o"};
   const protocol::TrainerTask out = BuildTrainerTask(task, files, "cpu", 0);
@@ -82,7 +82,7 @@ TEST(BuildTrainerTaskTest, TrainTaskPassesProximalMu) {
 }
 
 TEST(BuildTrainerTaskTest, EvaluateTaskRunsNoStepsAndTabularHasNoModelDir) {
-  protocol::Task task = TrainTask();
+  protocol::Task task = TrainTaskMessage();
   task.kind = protocol::TaskKind::kEvaluate;
   task.update_upload.reset();
   TaskFiles files{.global_weights = "g", .data = "d.csv", .data_format = "csv", .output_dir = "o"};
@@ -101,7 +101,7 @@ TEST(BuildTrainerTaskTest, EvaluateTaskRunsNoStepsAndTabularHasNoModelDir) {
 
 TEST(BuildTrainerTaskTest, EpochRoundsHaveNoStepBudget) {
   // steps_per_round 0: each round trains config.epochs passes over the shard (an ordinary one-worker job).
-  protocol::Task task = TrainTask();
+  protocol::Task task = TrainTaskMessage();
   task.steps_per_round = 0;
   const protocol::TrainerTask out = BuildTrainerTask(task, TaskFiles{.data = "d.csv", .output_dir = "o"}, "cpu", 0);
   EXPECT_FALSE(out.steps.has_value());
@@ -110,7 +110,7 @@ TEST(BuildTrainerTaskTest, EpochRoundsHaveNoStepBudget) {
 }
 
 TEST(BuildTrainerTaskTest, OwnDataIsSplitByTheJobsSeedWithTheConfigsFraction) {
-  protocol::Task task = TrainTask();
+  protocol::Task task = TrainTaskMessage();
   EXPECT_EQ(BuildTrainerTask(task, TaskFiles{.data = "d.csv", .output_dir = "o"}, "cpu", 0).split_seed, 0u);
   task.data_source = protocol::DataSource::kWorkers;
   task.config.seed = 1234;
@@ -125,7 +125,7 @@ TEST(BuildTrainerTaskTest, OwnDataIsSplitByTheJobsSeedWithTheConfigsFraction) {
 }
 
 TEST(BuildResultTest, ReportsSamplesLossesAndTheReceivedGlobalsValidation) {
-  const protocol::Task task = TrainTask();
+  const protocol::Task task = TrainTaskMessage();
   const protocol::TrainerResult result{.num_samples = 120,
                                        .num_validation = 30,
                                        .train_loss = 2.5,
@@ -153,7 +153,7 @@ TEST(BuildResultTest, ReportsSamplesLossesAndTheReceivedGlobalsValidation) {
 }
 
 TEST(BuildProgressTest, CarriesTheTrainersThroughputAndTheUtilization) {
-  const protocol::Task task = TrainTask();
+  const protocol::Task task = TrainTaskMessage();
   const protocol::TrainerProgress lm{
       .step = 4, .total_steps = 10, .loss = 1.5, .throughput = 800.0, .throughput_unit = "tokens/s"};
   const json body = protocol::ProgressToJson(BuildProgress(task, "s", lm, 0.5));

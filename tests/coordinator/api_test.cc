@@ -80,7 +80,7 @@ net::Response RawGet(const std::string& url, const std::string& bearer = "") {
   return res.ok() ? *res : net::Response{};
 }
 
-std::string ReadFile(const std::filesystem::path& path) {
+std::string ReadWholeFile(const std::filesystem::path& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
@@ -123,7 +123,7 @@ TEST_F(ApiTest, ReadyzChecksTheMetadataAndBlobStores) {
   EXPECT_TRUE(body["not_ready"].contains("blob_store")) << broken.body;
   EXPECT_FALSE(body["not_ready"].contains("metadata_store")) << broken.body;
   EXPECT_EQ(broken.body.find(dir_.path().string()), std::string::npos) << "a server path in an open answer";
-  EXPECT_NE(ReadFile(dir_.path() / "data.log").find("readyz: the blob_store does not answer"), std::string::npos);
+  EXPECT_NE(ReadWholeFile(dir_.path() / "data.log").find("readyz: the blob_store does not answer"), std::string::npos);
   // /healthz says the process is up; it does not depend on the stores.
   EXPECT_EQ(RawGet(server_->url() + "/healthz").status, 200);
 
@@ -179,7 +179,7 @@ TEST_F(ApiTest, MetricsCountRequestsByRoutePatternAndStoreOperations) {
   EXPECT_GE(sampled_count(sampled, "parsyn_timer_tick_lateness_seconds"), 2) << sampled;
 
   // The access log: one info line per request with the route pattern, status and who; no key, no raw path.
-  const std::string log = ReadFile(dir_.path() / "data.log");
+  const std::string log = ReadWholeFile(dir_.path() / "data.log");
   EXPECT_NE(log.find("access: "), std::string::npos) << log;
   EXPECT_NE(log.find("GET /api/v1/datasets/{id} status=404 duration_ms="), std::string::npos) << log;
   EXPECT_NE(log.find("by=admin"), std::string::npos) << log;
@@ -195,7 +195,7 @@ TEST(MetricsAuthTest, AdminModeNeedsTheAdminKeyAndJsonLogsAreOneObjectALine) {
   EXPECT_EQ(res.status, 200) << res.body;
   EXPECT_NE(res.body.find("# TYPE parsyn_rounds_total counter"), std::string::npos);
   server.Terminate();
-  std::istringstream log(ReadFile(dir.path() / "data.log"));
+  std::istringstream log(ReadWholeFile(dir.path() / "data.log"));
   int lines = 0, access = 0;
   for (std::string line; std::getline(log, line);) {
     if (line.empty() || line.front() != '{') continue;  // the CLI's own plain messages (the new admin key notice)

@@ -14,7 +14,7 @@
 namespace parsyn::e2e {
 namespace {
 
-std::string ReadFile(const fs::path& path) {
+std::string ReadWholeFile(const fs::path& path) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
@@ -49,7 +49,7 @@ TEST(DemoTest, TheDemoTrainsAndLeavesNoSecretInItsLogs) {
   for (const auto& entry : fs::directory_iterator(data_dir / "demo")) {
     if (entry.path().extension() != ".log") continue;
     ++logs;
-    const std::string log = ReadFile(entry.path());
+    const std::string log = ReadWholeFile(entry.path());
     EXPECT_EQ(log.find(admin_key), std::string::npos) << entry.path();
   }
   EXPECT_GE(logs, 3) << "the server's and two own workers' logs";
