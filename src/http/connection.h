@@ -60,7 +60,6 @@ std::string FormatEvent(std::string_view event, std::string_view data, std::stri
 // sent no certificate, or one that did not verify (the handshake has failed already then, but check anyway).
 std::optional<std::string> VerifiedPeerIdentity(SSL* ssl);
 
-
 // A Content-Length body received on the caller's thread straight from the socket (BodyReader::TakeDirect): first the
 // bytes that came in with the header, then recv() into the caller's buffer, waiting with poll(). The limits are
 // Body's: body_timeout per Read, and the minimum rate with the same windows and messages.

@@ -1,56 +1,32 @@
 #include "http/server.h"
 
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
-#include <openssl/x509v3.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <array>
-#include <atomic>
 #include <cerrno>
-#include <cstring>
-#include <limits>
-#include <set>
 
 #include "base/log.h"
-#include "base/strings.h"
-#include "http/body_rate_window.h"
 #include "http/internal.h"
+#include "http/server_state.h"
 
 namespace parsyn::http {
 
-namespace beast = boost::beast;
-namespace bhttp = boost::beast::http;
-namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
 using asio::redirect_error;
 using asio::use_awaitable;
-using RequestParser = bhttp::request_parser<bhttp::buffer_body>;
+using error_code = boost::system::error_code;
 
 namespace {
 
-constexpr size_t kBodyChunkBytes = 64 << 10;
-constexpr size_t kFileChunkBytes = 256 << 10;
-// After an error response to a request whose body was not read, keep reading (and dropping) it for a moment before
-// closing: closing with unread bytes makes the kernel send RST, and the client may lose the response.
-constexpr auto kLingerTime = std::chrono::milliseconds(1000);
-constexpr uint64_t kLingerBytes = 16 << 20;
 // A failed accept (EMFILE "Too many open files", ENFILE, ENOBUFS) leaves the connection queued and would fail again
 // at once: wait before the next try (kAcceptBackoff, doubling up to kAcceptBackoffMax while failures go on), and log
 // such failures at most once per kAcceptErrorLogInterval (out of file descriptors: kFdExhaustedLogInterval).
@@ -68,893 +44,9 @@ std::string FdExhaustedAnswer() {
          std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
-// Connections beyond the caps get their 503/429 within kRefusalTime (TLS handshake and write), then are drained for
-// at most kLingerTime; at most kMaxRefusals are answered at once, the rest closed without an answer.
-constexpr auto kRefusalTime = std::chrono::milliseconds(2000);
+// At most kMaxRefusals connections beyond the caps are answered at once (connection.h's Refuse), the rest closed
+// without an answer.
 constexpr size_t kMaxRefusals = 64;
-constexpr uint64_t kRefusalDrainBytes = 64 << 10;
-
-std::optional<Method> ToMethod(bhttp::verb verb) {
-  switch (verb) {
-    case bhttp::verb::get: return Method::kGet;
-    case bhttp::verb::head: return Method::kHead;
-    case bhttp::verb::post: return Method::kPost;
-    case bhttp::verb::put: return Method::kPut;
-    case bhttp::verb::delete_: return Method::kDelete;
-    case bhttp::verb::patch: return Method::kPatch;
-    case bhttp::verb::options: return Method::kOptions;
-    default: return std::nullopt;
-  }
-}
-
-std::string_view View(boost::beast::string_view s) { return std::string_view(s.data(), s.size()); }
-
-bool IsHttpParseError(const beast::error_code& ec) {
-  return ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category() &&
-         ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message;
-}
-
-std::string FormatEvent(std::string_view event, std::string_view data, std::string_view id) {
-  std::string frame;
-  if (!id.empty()) frame.append("id: ").append(id).append("\n");
-  if (!event.empty()) frame.append("event: ").append(event).append("\n");
-  while (true) {
-    size_t nl = data.find('\n');
-    frame.append("data: ").append(data.substr(0, nl)).append("\n");
-    if (nl == std::string_view::npos) break;
-    data.remove_prefix(nl + 1);
-  }
-  frame += "\n";
-  return frame;
-}
-
-// Who a verified client certificate names: its subject CN, else its first DNS subjectAltName. Nothing when the client
-// sent no certificate, or one that did not verify (the handshake has failed already then, but check anyway).
-std::optional<std::string> VerifiedPeerIdentity(SSL* ssl) {
-#if OPENSSL_VERSION_NUMBER >= 0x30000000L
-  X509* peer = SSL_get1_peer_certificate(ssl);
-#else
-  X509* peer = SSL_get_peer_certificate(ssl);
-#endif
-  if (peer == nullptr) return std::nullopt;
-  std::unique_ptr<X509, decltype(&X509_free)> cert(peer, X509_free);
-  if (SSL_get_verify_result(ssl) != X509_V_OK) return std::nullopt;
-  auto text_of = [](const ASN1_STRING* value) -> std::optional<std::string> {
-    unsigned char* utf8 = nullptr;
-    const int n = ASN1_STRING_to_UTF8(&utf8, value);
-    if (n < 0) return std::nullopt;
-    std::string text(reinterpret_cast<char*>(utf8), static_cast<size_t>(n));
-    OPENSSL_free(utf8);
-    // An embedded NUL could make "worker-1\0..." pass for "worker-1" in C string comparisons elsewhere.
-    if (text.empty() || text.find('\0') != std::string::npos) return std::nullopt;
-    return text;
-  };
-  X509_NAME* subject = X509_get_subject_name(cert.get());
-  if (int index = X509_NAME_get_index_by_NID(subject, NID_commonName, -1); index >= 0) {
-    return text_of(X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index)));
-  }
-  auto* names = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert.get(), NID_subject_alt_name, nullptr, nullptr));
-  std::optional<std::string> identity;
-  for (int i = 0; names != nullptr && i < sk_GENERAL_NAME_num(names) && !identity; ++i) {
-    const GENERAL_NAME* name = sk_GENERAL_NAME_value(names, i);
-    if (name->type == GEN_DNS) identity = text_of(name->d.dNSName);
-  }
-  GENERAL_NAMES_free(names);
-  return identity;
-}
-
-// A Content-Length body received on the caller's thread straight from the socket (BodyReader::TakeDirect): first the
-// bytes that came in with the header, then recv() into the caller's buffer, waiting with poll(). The limits are
-// Body's: body_timeout per Read, and the minimum rate with the same windows and messages.
-class DirectSocketBody final : public DirectBody {
- public:
-  using TimePoint = std::chrono::steady_clock::time_point;
-
-  DirectSocketBody(int fd, std::string prefix, uint64_t length, std::chrono::milliseconds stall_timeout, BodyRate rate)
-      : fd_(fd), prefix_(std::move(prefix)), length_(length), stall_timeout_(stall_timeout), window_(rate) {}
-
-  StatusOr<size_t> Read(std::span<char> out) override {
-    TimePoint now = std::chrono::steady_clock::now();
-    window_.ReadStarts(now);
-    const uint64_t got = received_.load(std::memory_order_relaxed);
-    if (got == length_ || out.empty()) return 0;
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(out.size(), length_ - got));
-    if (prefix_used_ < prefix_.size()) {
-      const size_t n = std::min(want, prefix_.size() - prefix_used_);
-      std::memcpy(out.data(), prefix_.data() + prefix_used_, n);
-      prefix_used_ += n;
-      return Received(n, now);
-    }
-    const TimePoint stall_deadline = now + stall_timeout_;
-    while (true) {
-      const ssize_t n = ::recv(fd_, out.data(), want, MSG_DONTWAIT);
-      if (n > 0) return Received(static_cast<size_t>(n), std::chrono::steady_clock::now());
-      if (n == 0) return UnavailableError("client went away while sending the body: the connection was closed");
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        return UnavailableError(std::string("client went away while sending the body: ") + std::strerror(errno));
-      }
-      now = std::chrono::steady_clock::now();
-      if (now >= stall_deadline) {
-        return DeadlineExceededError("request body stalled for more than " + std::to_string(stall_timeout_.count()) +
-                                     " ms");
-      }
-      TimePoint wake = stall_deadline;
-      if (window_.enabled()) {
-        if (now >= window_.end()) {
-          PARSYN_RETURN_IF_ERROR(window_.CheckAtEnd(received_.load(std::memory_order_relaxed), now));
-          continue;
-        }
-        wake = std::min(wake, window_.end());
-      }
-      pollfd waiting{.fd = fd_, .events = POLLIN, .revents = 0};
-      const auto wait_ms = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
-      if (::poll(&waiting, 1, static_cast<int>(std::max<int64_t>(1, wait_ms))) < 0 && errno != EINTR) {
-        return UnavailableError(std::string("waiting for the request body failed: ") + std::strerror(errno));
-      }
-    }
-  }
-
-  uint64_t received() const { return received_.load(std::memory_order_acquire); }
-  bool complete() const { return received() == length_; }
-
- private:
-  StatusOr<size_t> Received(size_t n, TimePoint now) {
-    const uint64_t total = received_.fetch_add(n, std::memory_order_acq_rel) + n;
-    window_.ReadReturns(total, now);
-    return n;
-  }
-
-  const int fd_;
-  const std::string prefix_;  // body bytes that arrived with the header
-  size_t prefix_used_ = 0;
-  const uint64_t length_;
-  const std::chrono::milliseconds stall_timeout_;
-  BodyRateWindow window_;
-  std::atomic<uint64_t> received_{0};
-};
-
-}  // namespace
-
-class ConnectionBase {
- public:
-  virtual ~ConnectionBase() = default;
-  virtual void CloseIfIdle() = 0;
-  virtual void Close() = 0;
-};
-
-struct Server::State {
-  State(asio::io_context& io, ServerOptions options, Router router)
-      : io(io),
-        options(std::move(options)),
-        router(std::move(router)),
-        acceptor(io),
-        stopping(io.get_executor()),
-        connections_changed(io.get_executor()) {}
-
-  asio::io_context& io;
-  ServerOptions options;
-  Router router;
-  std::optional<asio::ssl::context> ssl;
-  tcp::acceptor acceptor;
-  loop::Signal stopping;
-  loop::Signal connections_changed;
-  bool is_stopping = false;
-  std::set<ConnectionBase*> connections;
-  uint16_t port = 0;
-  // Connection accounting (ServerOptions caps): counted at accept, released when the connection's slot is destroyed.
-  size_t open_connections = 0;
-  std::map<std::string, size_t, std::less<>> open_per_address;
-  size_t refusals = 0;  // 503/429 answers being sent
-  std::chrono::steady_clock::time_point last_accept_error_log{};
-  uint64_t accept_errors_unlogged = 0;
-  // Out of file descriptors (EMFILE, ENFILE): counted for the API, logged once per kFdExhaustedLogInterval. A
-  // reserve descriptor (/dev/null) is given up to accept and refuse the queued connection with a clear 503, so that
-  // the client hears why instead of waiting in the listen queue.
-  AcceptFailures accept_failures;
-  uint64_t fd_exhausted_unlogged = 0;
-  std::chrono::steady_clock::time_point last_fd_exhausted_log{};
-  int reserve_fd = -1;
-
-  ~State() {
-    if (reserve_fd >= 0) ::close(reserve_fd);
-  }
-};
-
-namespace {
-
-// One admitted connection's place in the caps, given back when the connection ends.
-class ConnectionSlot {
- public:
-  ConnectionSlot(std::shared_ptr<Server::State> state, std::string address)
-      : state_(std::move(state)), address_(std::move(address)) {
-    ++state_->open_connections;
-    ++state_->open_per_address[address_];
-  }
-  ConnectionSlot(const ConnectionSlot&) = delete;
-  ConnectionSlot& operator=(const ConnectionSlot&) = delete;
-  ~ConnectionSlot() {
-    --state_->open_connections;
-    auto it = state_->open_per_address.find(address_);
-    if (it != state_->open_per_address.end() && --it->second == 0) state_->open_per_address.erase(it);
-  }
-
- private:
-  std::shared_ptr<Server::State> state_;
-  std::string address_;
-};
-
-}  // namespace
-
-// One client connection: reads requests in a loop (keep-alive), dispatches them, writes responses.
-// Stream is beast::tcp_stream or beast::ssl_stream<beast::tcp_stream>.
-template <class Stream>
-class Connection final : public ConnectionBase,
-                         public ClientConnection,
-                         public std::enable_shared_from_this<Connection<Stream>> {
- public:
-  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
-
-  Connection(std::shared_ptr<Server::State> state, Stream stream, std::string remote)
-      : state_(std::move(state)),
-        opts_(state_->options),
-        stream_(std::move(stream)),
-        remote_(std::move(remote)),
-        closing_(state_->io.get_executor()) {}
-  // Normally Run() has unregistered already; this covers a coroutine destroyed with its io_context.
-  ~Connection() override { state_->connections.erase(this); }
-
-  static asio::awaitable<void> Run(std::shared_ptr<Connection> self) {
-    self->state_->connections.insert(self.get());
-    try {
-      co_await self->Loop();
-    } catch (const std::exception& e) {
-      PARSYN_LOG_ERROR("http: connection from {} failed: {}", self->remote_, e.what());
-    }
-    self->CloseSocket();
-    self->state_->connections.erase(self.get());
-    self->state_->connections_changed.Notify();
-  }
-
-  void CloseIfIdle() override {
-    if (idle_) Close();
-  }
-  void Close() override {
-    closed_ = true;
-    CloseSocket();
-    closing_.Notify();
-  }
-
-  loop::Signal& WatchForClientClose() override {
-    const bool body_read = request_parser_ != nullptr && request_parser_->is_done() && !direct_reading_;
-    if (!client_watched_ && body_read && !closed_ && !peer_gone_) {
-      client_watched_ = true;
-      asio::co_spawn(stream_.get_executor(), WatchClient(this->shared_from_this(), ++client_watch_generation_),
-                     asio::detached);
-    }
-    return closing_;
-  }
-  bool client_gone() const override { return peer_gone_; }
-
- private:
-  class Body;
-  class Events;
-
-  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
-
-  void CloseSocket() {
-    beast::error_code ec;
-    Lowest().socket().shutdown(tcp::socket::shutdown_both, ec);  // also wakes a DirectBody reader: it sees the end
-    if (direct_reading_) {  // another thread reads the descriptor: closing it now could let a new socket reuse it
-      close_after_direct_ = true;
-      return;
-    }
-    Lowest().close();
-  }
-
-  // The handler is done with the DirectBody it took (on the loop, when the request's Body goes).
-  void EndDirect(const DirectSocketBody& direct) {
-    direct_reading_ = false;
-    body_bytes_ += direct.received();
-    body_complete_ = direct.complete();
-    if (close_after_direct_) {
-      close_after_direct_ = false;
-      Lowest().close();
-    }
-  }
-
-  asio::awaitable<void> Loop() {
-    beast::error_code ec;
-    if constexpr (kTls) {
-      Lowest().expires_after(opts_.header_timeout);
-      co_await stream_.async_handshake(asio::ssl::stream_base::server, redirect_error(use_awaitable, ec));
-      if (ec) {
-        PARSYN_LOG_DEBUG("http: TLS handshake with {} failed: {}", remote_, ec.message());
-        co_return;
-      }
-      if (!opts_.tls_client_ca.empty()) client_identity_ = VerifiedPeerIdentity(stream_.native_handle());
-    }
-    while (!state_->is_stopping && !closed_) {
-      idle_ = true;
-      RequestParser parser;
-      parser.header_limit(opts_.max_header_bytes);
-      parser.body_limit(std::numeric_limits<uint64_t>::max());  // caps are per route, enforced while reading
-      Lowest().expires_after(opts_.header_timeout);
-      co_await bhttp::async_read_header(stream_, buffer_, parser, redirect_error(use_awaitable, ec));
-      idle_ = false;
-      if (ec) {
-        // end_of_stream, timeout and closed sockets end the connection quietly; malformed requests get a 400.
-        // The answers are named before the co_await (kCoAwaitTemporaries).
-        if (ec == bhttp::error::header_limit) {
-          Response too_large = ErrorBody(431, "invalid_argument",
-                                         "request header exceeds " + std::to_string(opts_.max_header_bytes) + " bytes");
-          co_await Write(std::move(too_large), 11, false);
-        } else if (IsHttpParseError(ec)) {
-          Response malformed = ErrorBody(400, "invalid_argument", "malformed HTTP request: " + ec.message());
-          co_await Write(std::move(malformed), 11, false);
-        }
-        co_return;
-      }
-      bool keep_alive = co_await Serve(parser);
-      if (!keep_alive) {
-        if (!parser.is_done() && !body_complete_) co_await Linger();
-        co_return;
-      }
-    }
-  }
-
-  // Handles one request whose header is in `parser`. Returns whether the connection may serve another one.
-  asio::awaitable<bool> Serve(RequestParser& parser) {
-    const auto& header = parser.get();
-    Request req;
-    req.target = std::string(header.target());
-    req.remote_address = remote_;
-    req.client_identity = client_identity_;
-    for (const auto& field : header) {
-      std::string name = ToLower(View(field.name_string()));
-      auto [it, inserted] = req.headers.try_emplace(name, View(field.value()));
-      if (!inserted) it->second.append(", ").append(View(field.value()));
-    }
-    auto start = std::chrono::steady_clock::now();
-    body_bytes_ = 0;
-    body_complete_ = false;
-    Response res = co_await Dispatch(parser, req);
-    const auto elapsed = std::chrono::steady_clock::now() - start;
-    if (opts_.on_request) {
-      uint64_t sent = res.body.size();
-      if (!res.file.empty()) {
-        std::error_code size_error;
-        sent = std::filesystem::file_size(res.file, size_error);
-        if (size_error) sent = 0;
-      }
-      opts_.on_request(RequestRecord{.request = req,
-                                     .status = res.status,
-                                     .duration = elapsed,
-                                     .bytes_received = body_bytes_,
-                                     .bytes_sent = sent});
-    } else {
-      // The path, not the target: query strings carry signatures and session ids, which logs must not keep.
-      PARSYN_LOG_DEBUG("http: {} {} {} -> {} in {} ms", remote_, MethodName(req.method), req.path, res.status,
-                       std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count());
-    }
-    bool keep_alive =
-        parser.keep_alive() && (parser.is_done() || body_complete_) && !state_->is_stopping && !closed_ && !peer_gone_;
-    bool head = req.method == Method::kHead;
-    co_return co_await Write(std::move(res), header.version(), keep_alive, head);
-  }
-
-  asio::awaitable<Response> Dispatch(RequestParser& parser, Request& req) {
-    std::optional<Method> method = ToMethod(parser.get().method());
-    if (!method) {
-      co_return ErrorBody(501, "not_implemented",
-                          "method " + std::string(parser.get().method_string()) + " is not supported");
-    }
-    req.method = *method;
-    std::string_view target = req.target;
-    size_t question = target.find('?');
-    std::string_view raw_path = target.substr(0, question);
-    if (question != std::string_view::npos) {
-      StatusOr<StringMap> query = ParseQuery(target.substr(question + 1));
-      if (!query.ok()) co_return Response::Error(query.status());
-      req.query = std::move(query).value();
-    }
-    StatusOr<std::string> path = PercentDecode(raw_path, false);
-    if (!path.ok()) co_return Response::Error(path.status());
-    req.path = std::move(path).value();
-
-    StatusOr<Router::Match> match = state_->router.Find(*method, raw_path);
-    if (!match.ok()) co_return Response::Error(match.status());
-    if (!match->route) {
-      if (match->allowed.empty()) {
-        co_return Response::Error(NotFoundError("no route for " + std::string(MethodName(*method)) + " " + req.path));
-      }
-      co_return MethodNotAllowed(MethodName(*method), req.path, match->allowed);
-    }
-    const Router::Route& route = *match->route;
-    req.params = std::move(match->params);
-    req.route = route.pattern;
-    // Credentials before the body: a request that fails them is answered without reading (or buffering) any of it.
-    if (route.options.authorize) {
-      if (Status allowed = route.options.authorize(req); !allowed.ok()) co_return Response::Error(allowed);
-    }
-
-    // GET and HEAD take no body: one is refused unread, so no client can hold a connection on an open route (health,
-    // metrics, blobs, the dashboard) by trickling a body no handler wants.
-    if ((*method == Method::kGet || *method == Method::kHead) && !parser.is_done()) {
-      co_return Response::Error(InvalidArgumentError(std::string(MethodName(*method)) + " " + req.path +
-                                                     " takes no request body; send the request without one"));
-    }
-    uint64_t cap = route.options.max_body_bytes ? route.options.max_body_bytes : opts_.max_body_bytes;
-    if (parser.content_length() && *parser.content_length() > cap) {
-      co_return Response::Error(ResourceExhaustedError("request body of " + std::to_string(*parser.content_length()) +
-                                                       " bytes exceeds the limit of " + std::to_string(cap) +
-                                                       " bytes"));
-    }
-    if (!parser.is_done() && beast::iequals(parser.get()[bhttp::field::expect], "100-continue")) {
-      bhttp::response<bhttp::empty_body> cont{bhttp::status::continue_, parser.get().version()};
-      beast::error_code ec;
-      Lowest().expires_after(opts_.write_timeout);
-      co_await bhttp::async_write(stream_, cont, redirect_error(use_awaitable, ec));
-      if (ec) co_return Response::Error(UnavailableError("client went away: " + ec.message()));
-    }
-
-    Body body(*this, parser, cap, route.options.stream_body ? route.options.min_body_rate : BodyRate{});
-    req.connection = this;
-    if (route.options.stream_body) {
-      req.body_stream = &body;
-    } else {
-      body.SetDeadline(std::chrono::steady_clock::now() + opts_.buffered_body_deadline);
-      while (true) {
-        StatusOr<std::string_view> chunk = co_await body.Next();
-        if (!chunk.ok()) co_return Response::Error(chunk.status());
-        if (chunk->empty()) break;
-        req.body.append(*chunk);
-      }
-    }
-
-    request_parser_ = &parser;  // for WatchForClientClose, until the handler returns
-    std::optional<Response> res;
-    try {
-      res = co_await route.handler(req);
-    } catch (const std::exception& e) {
-      PARSYN_LOG_ERROR("http: handler for {} {} threw: {}", MethodName(req.method), req.path, e.what());
-    }
-    EndClientWatch();
-    if (res) co_return std::move(*res);
-    co_return Response::Error(
-        InternalError("internal error while handling " + std::string(MethodName(req.method)) + " " + req.path));
-  }
-
-  // The handler returned: its watch for the client's close ends before the connection reads or writes again.
-  void EndClientWatch() {
-    request_parser_ = nullptr;
-    if (!client_watched_) return;
-    client_watched_ = false;
-    ++client_watch_generation_;
-    beast::error_code ec;
-    Lowest().socket().cancel(ec);  // the watch's wait is the only operation pending on the socket now
-  }
-
-  // Waits for the socket to turn readable without reading from it (a pipelined request stays for the next header
-  // read), then peeks: nothing to read means the client closed its side; an error, that it reset the connection.
-  static asio::awaitable<void> WatchClient(std::shared_ptr<Connection> self, uint64_t generation) {
-    tcp::socket& socket = self->Lowest().socket();
-    while (true) {
-      beast::error_code ec;
-      co_await socket.async_wait(tcp::socket::wait_read, redirect_error(use_awaitable, ec));
-      if (generation != self->client_watch_generation_ || self->closed_) co_return;  // the handler returned
-      if (ec) break;
-      char byte = 0;
-      const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n > 0) co_return;  // the client sent more: it is there
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-      break;
-    }
-    self->peer_gone_ = true;
-    self->closing_.Notify();
-  }
-
-  template <class Message>
-  void SetHeaders(Message& msg, const Response& res, bool keep_alive) {
-    msg.result(static_cast<unsigned>(res.status));
-    msg.set(bhttp::field::server, "parsyn");
-    if (!res.content_type.empty()) msg.set(bhttp::field::content_type, res.content_type);
-    for (const auto& [name, value] : res.headers) msg.insert(name, value);
-    msg.keep_alive(keep_alive);
-  }
-
-  // Writes the serializer's message piece by piece, so write_timeout bounds each gap rather than the whole body.
-  // `header_only` answers HEAD: the header (with the body's Content-Length) and no body.
-  template <class Serializer>
-  asio::awaitable<bool> WriteAll(Serializer& serializer, bool header_only) {
-    beast::error_code ec;
-    if (header_only) {
-      Lowest().expires_after(opts_.write_timeout);
-      co_await bhttp::async_write_header(stream_, serializer, redirect_error(use_awaitable, ec));
-      co_return !ec;
-    }
-    while (!serializer.is_done()) {
-      Lowest().expires_after(opts_.write_timeout);
-      co_await bhttp::async_write_some(stream_, serializer, redirect_error(use_awaitable, ec));
-      if (ec) co_return false;
-    }
-    co_return true;
-  }
-
-  asio::awaitable<bool> Write(Response res, unsigned version, bool keep_alive, bool head = false) {
-    if (res.event_producer) {
-      co_await RunEvents(std::move(res), version);
-      co_return false;
-    }
-    if (!res.file.empty()) {
-      beast::file file;
-      beast::error_code ec;
-      file.open(res.file.c_str(), beast::file_mode::scan, ec);
-      uint64_t size = ec ? 0 : file.size(ec);
-      if (!ec) co_return co_await WriteFile(res, file, size, version, keep_alive, head);
-      res = Response::Error(NotFoundError("cannot open " + res.file.filename().string() + ": " + ec.message()));
-    }
-    bhttp::response<bhttp::string_body> msg{bhttp::status::ok, version};
-    SetHeaders(msg, res, keep_alive);
-    msg.body() = std::move(res.body);
-    msg.prepare_payload();
-    bhttp::response_serializer<bhttp::string_body> serializer{msg};
-    co_return co_await WriteAll(serializer, head) && keep_alive;
-  }
-
-  // Sends the header, then the file in large chunks (Beast's file_body would write 4 KiB at a time).
-  asio::awaitable<bool> WriteFile(const Response& res, beast::file& file, uint64_t size, unsigned version,
-                                  bool keep_alive, bool head) {
-    bhttp::response<bhttp::empty_body> msg{bhttp::status::ok, version};
-    SetHeaders(msg, res, keep_alive);
-    msg.content_length(size);
-    bhttp::response_serializer<bhttp::empty_body> serializer{msg};
-    beast::error_code ec;
-    Lowest().expires_after(opts_.write_timeout);
-    co_await bhttp::async_write_header(stream_, serializer, redirect_error(use_awaitable, ec));
-    if (ec || head) co_return !ec && keep_alive;
-    std::unique_ptr<char[]> chunk(new char[kFileChunkBytes]);
-    for (uint64_t left = size; left > 0;) {
-      size_t n = file.read(chunk.get(), static_cast<size_t>(std::min<uint64_t>(left, kFileChunkBytes)), ec);
-      if (ec || n == 0) {
-        // The header promised `size` bytes; closing is the only honest way to say the body is cut short.
-        PARSYN_LOG_ERROR("http: reading {} failed after {} of {} bytes: {}", res.file.string(), size - left, size,
-                         ec ? ec.message() : "file shrank");
-        co_return false;
-      }
-      Lowest().expires_after(opts_.write_timeout);
-      co_await asio::async_write(stream_, asio::buffer(chunk.get(), n), redirect_error(use_awaitable, ec));
-      if (ec) co_return false;
-      left -= n;
-    }
-    co_return keep_alive;
-  }
-
-  // Sends the SSE header, then lets the producer write chunked frames until it returns or the stream closes.
-  asio::awaitable<void> RunEvents(Response res, unsigned version) {
-    bhttp::response<bhttp::empty_body> msg{bhttp::status::ok, version};
-    SetHeaders(msg, res, false);
-    msg.set(bhttp::field::cache_control, "no-cache");
-    msg.set("X-Accel-Buffering", "no");  // ask reverse proxies not to buffer the stream
-    msg.chunked(true);
-    bhttp::response_serializer<bhttp::empty_body> serializer{msg};
-    beast::error_code ec;
-    Lowest().expires_after(opts_.write_timeout);
-    co_await bhttp::async_write_header(stream_, serializer, redirect_error(use_awaitable, ec));
-    if (ec) co_return;
-    Lowest().expires_never();
-    // A read that only ends when the client closes its side: how we notice a client leaving an idle stream.
-    asio::co_spawn(stream_.get_executor(), WatchForClose(this->shared_from_this()), asio::detached);
-    Events events(*this);
-    try {
-      co_await res.event_producer(events);
-    } catch (const std::exception& e) {
-      PARSYN_LOG_ERROR("http: event producer threw: {}", e.what());
-    }
-    if (events.writable()) {  // end the chunked body cleanly, also when the server is stopping
-      Lowest().expires_after(opts_.write_timeout);
-      co_await asio::async_write(stream_, bhttp::make_chunk_last(), redirect_error(use_awaitable, ec));
-    }
-  }
-
-  static asio::awaitable<void> WatchForClose(std::shared_ptr<Connection> self) {
-    std::array<char, 512> sink;
-    beast::error_code ec;
-    while (!ec) {
-      co_await self->stream_.async_read_some(asio::buffer(sink), redirect_error(use_awaitable, ec));
-    }
-    self->peer_gone_ = true;
-    self->closing_.Notify();
-  }
-
-  // Reads and drops what is left of a rejected request body for a moment, then the connection closes.
-  asio::awaitable<void> Linger() {
-    beast::error_code ec;
-    Lowest().socket().shutdown(tcp::socket::shutdown_send, ec);
-    Lowest().expires_after(kLingerTime);
-    std::array<char, 16 << 10> sink;
-    uint64_t dropped = 0;
-    while (!ec && dropped < kLingerBytes && !closed_) {
-      dropped += co_await stream_.async_read_some(asio::buffer(sink), redirect_error(use_awaitable, ec));
-    }
-  }
-
-  std::shared_ptr<Server::State> state_;
-  const ServerOptions& opts_;
-  Stream stream_;
-  beast::flat_buffer buffer_;
-  std::string remote_;
-  std::optional<std::string> client_identity_;  // of the TLS handshake (Request::client_identity)
-  loop::Signal closing_;  // notified when the connection is closed from outside or the client leaves (SSE, WatchClient)
-  bool idle_ = true;
-  bool closed_ = false;
-  bool peer_gone_ = false;
-  // The request being handled (null between requests), and whether its handler asked to watch for the client's
-  // close (WatchForClientClose); the generation tells a watch of an earlier request that it is over.
-  RequestParser* request_parser_ = nullptr;
-  bool client_watched_ = false;
-  uint64_t client_watch_generation_ = 0;
-  uint64_t body_bytes_ = 0;  // of the request being served (ServerOptions::on_request)
-  // A DirectBody reads this request's body on another thread: the body is complete without the parser knowing it
-  // (body_complete_), and closing waits for the reader (close_after_direct_).
-  bool body_complete_ = false;
-  bool direct_reading_ = false;
-  bool close_after_direct_ = false;
-};
-
-template <class Stream>
-class Connection<Stream>::Body final : public BodyReader {
- public:
-  Body(Connection& conn, RequestParser& parser, uint64_t cap, BodyRate rate)
-      : conn_(conn), parser_(parser), cap_(cap), window_(rate) {}
-  ~Body() override {
-    if (direct_) conn_.EndDirect(*direct_);
-  }
-
-  asio::awaitable<StatusOr<std::string_view>> Next() override {
-    if (direct_) co_return InternalError("the body was handed to a direct reader (TakeDirect)");
-    next_called_ = true;
-    window_.ReadStarts(std::chrono::steady_clock::now());
-    if (!chunk_ && !parser_.is_done()) {
-      // A small body's own size: most requests (heartbeats, results) carry a few hundred bytes, and 64 KiB each was
-      // an allocation of jemalloc's large class per request.
-      const auto length = parser_.content_length();
-      chunk_bytes_ = length && *length > 0 ? std::min<uint64_t>(*length, kBodyChunkBytes) : kBodyChunkBytes;
-      chunk_.reset(new char[chunk_bytes_]);
-    }
-    while (!parser_.is_done()) {
-      parser_.get().body().data = chunk_.get();
-      parser_.get().body().size = chunk_bytes_;
-      beast::error_code ec;
-      if (!ParseBuffered(ec)) {
-        conn_.Lowest().expires_after(conn_.opts_.body_timeout);
-        ArmRateTimer();
-        ArmDeadlineTimer();
-        co_await bhttp::async_read(conn_.stream_, conn_.buffer_, parser_, redirect_error(use_awaitable, ec));
-        ++read_generation_;  // a rate or deadline timer firing from now on belongs to a finished read
-        if (rate_timer_) rate_timer_->cancel();
-        if (deadline_timer_) deadline_timer_->cancel();
-      }
-      if (ec == bhttp::error::need_buffer) ec = {};
-      if (too_slow_) co_return DeadlineExceededError(too_slow_message_);
-      if (ec == beast::error::timeout) {
-        co_return DeadlineExceededError("request body stalled for more than " +
-                                        std::to_string(conn_.opts_.body_timeout.count()) + " ms");
-      }
-      if (IsHttpParseError(ec)) co_return InvalidArgumentError("malformed request body: " + ec.message());
-      if (ec) co_return UnavailableError("client went away while sending the body: " + ec.message());
-      size_t n = chunk_bytes_ - parser_.get().body().size;
-      received_ += n;
-      conn_.body_bytes_ += n;
-      if (received_ > cap_) {
-        co_return ResourceExhaustedError("request body exceeds the limit of " + std::to_string(cap_) + " bytes");
-      }
-      window_.ReadReturns(received_, std::chrono::steady_clock::now());
-      if (n > 0) co_return std::string_view(chunk_.get(), n);
-    }
-    co_return std::string_view();
-  }
-
-  // The whole body must have arrived by `deadline` (buffered bodies: ServerOptions::buffered_body_deadline).
-  void SetDeadline(std::chrono::steady_clock::time_point deadline) { deadline_ = deadline; }
-
-  std::optional<uint64_t> content_length() const override {
-    auto length = parser_.content_length();
-    return length ? std::optional<uint64_t>(*length) : std::nullopt;
-  }
-
-  std::shared_ptr<DirectBody> TakeDirect() override {
-    if constexpr (kTls) {
-      return nullptr;  // TLS records need the stream's state: such bodies go through Next()
-    } else {
-      if (next_called_ || direct_ || parser_.chunked() || !parser_.content_length()) return nullptr;
-      const uint64_t length = *parser_.content_length();
-      if (length > cap_) return nullptr;  // Next() answers it with the cap's error
-      // The body's first bytes may have arrived with the header: they are in the connection's buffer.
-      const auto buffered = conn_.buffer_.data();
-      const size_t take = static_cast<size_t>(std::min<uint64_t>(buffered.size(), length));
-      std::string prefix(static_cast<const char*>(buffered.data()), take);
-      conn_.buffer_.consume(take);
-      conn_.Lowest().expires_never();  // no Beast operation runs until the reader is done
-      direct_ = std::make_shared<DirectSocketBody>(conn_.Lowest().socket().native_handle(), std::move(prefix), length,
-                                                   conn_.opts_.body_timeout, window_.rate());
-      conn_.direct_reading_ = true;
-      return direct_;
-    }
-  }
-
- private:
-  using TimePoint = std::chrono::steady_clock::time_point;
-
-  // Parses body bytes that arrived with the header (or an earlier read) without going to the socket: false when
-  // there are none, or none the parser takes yet (then a read brings more). Beast's async_read posts its completion
-  // when it needs no read, and each post waits a whole pass of the loop's queue: when the loop is saturated (a round
-  // at 10,000 workers) a small request such as a heartbeat waited two passes instead of one.
-  bool ParseBuffered(beast::error_code& ec) {
-    if (conn_.buffer_.size() == 0) return false;
-    parser_.eager(true);  // as async_read sets it: on through the body's structure while bytes remain
-    const size_t used = parser_.put(conn_.buffer_.data(), ec);
-    conn_.buffer_.consume(used);
-    if (ec == bhttp::error::need_more) ec = {};
-    return used > 0 || ec;
-  }
-
-  // BodyRate: the bytes each window must bring; the first window (from the first Next) is longer by the grace.
-  // At the body's deadline (SetDeadline), a read still waiting is cancelled and the body cut, as for the rate: the
-  // answer still goes out (a socket timeout would close the connection before it).
-  void ArmDeadlineTimer() {
-    if (!deadline_) return;
-    if (!deadline_timer_) {
-      deadline_timer_.emplace(conn_.stream_.get_executor());
-      if (!alive_) alive_ = std::make_shared<int>(0);
-    }
-    deadline_timer_->expires_at(*deadline_);
-    deadline_timer_->async_wait(
-        [this, alive = std::weak_ptr<int>(alive_), generation = read_generation_](const beast::error_code& ec) {
-          if (ec || alive.expired() || generation != read_generation_) return;
-          too_slow_ = true;
-          too_slow_message_ = "request body not complete within " +
-                              std::to_string(conn_.opts_.buffered_body_deadline.count()) + " ms (" +
-                              std::to_string(received_ + (chunk_bytes_ - parser_.get().body().size)) +
-                              " bytes received); send the whole body at once";
-          beast::error_code ignored;
-          conn_.Lowest().socket().cancel(ignored);
-        });
-  }
-  // At the window's end, what arrived (including the part of the chunk being read) is compared with the quota: a
-  // new window starts, or the read is cancelled and the body cut.
-  void ArmRateTimer() {
-    if (!window_.enabled()) return;
-    if (!rate_timer_) {
-      rate_timer_.emplace(conn_.stream_.get_executor());
-      if (!alive_) alive_ = std::make_shared<int>(0);
-    }
-    rate_timer_->expires_at(window_.end());
-    rate_timer_->async_wait(
-        [this, alive = std::weak_ptr<int>(alive_), generation = read_generation_](const beast::error_code& ec) {
-          if (ec || alive.expired() || generation != read_generation_) return;
-          const uint64_t received = received_ + (chunk_bytes_ - parser_.get().body().size);
-          Status checked = window_.CheckAtEnd(received, std::chrono::steady_clock::now());
-          if (checked.ok()) {
-            ArmRateTimer();
-            return;
-          }
-          too_slow_ = true;
-          too_slow_message_ = checked.message();
-          beast::error_code ignored;
-          conn_.Lowest().socket().cancel(ignored);
-        });
-  }
-
-  Connection& conn_;
-  RequestParser& parser_;
-  uint64_t cap_;
-  std::optional<TimePoint> deadline_;
-  std::optional<asio::steady_timer> deadline_timer_;  // with deadline_, armed by the first read that waits
-  uint64_t received_ = 0;
-  std::unique_ptr<char[]> chunk_;  // allocated by the first Next(): most requests never read a body through it
-  size_t chunk_bytes_ = 0;
-  BodyRateWindow window_;
-  std::optional<asio::steady_timer> rate_timer_;  // routes with a minimum rate only: not one per request
-  uint64_t read_generation_ = 0;
-  bool too_slow_ = false;
-  std::string too_slow_message_;
-  std::shared_ptr<int> alive_;  // with a timer: lets a late timer handler see the body is gone
-  bool next_called_ = false;
-  std::shared_ptr<DirectSocketBody> direct_;  // set by TakeDirect
-};
-
-template <class Stream>
-class Connection<Stream>::Events final : public EventStream {
- public:
-  explicit Events(Connection& conn) : conn_(conn) {}
-
-  asio::awaitable<bool> Send(std::string_view event, std::string_view data, std::string_view id) override {
-    co_return co_await WriteChunk(FormatEvent(event, data, id));
-  }
-
-  asio::awaitable<bool> SendAll(std::span<const Frame> frames) override {
-    if (frames.empty()) co_return open();
-    std::string all;
-    for (const Frame& f : frames) all += FormatEvent(f.event, f.data, f.id);
-    co_return co_await WriteChunk(std::move(all));
-  }
-
-  asio::awaitable<bool> Comment(std::string_view text) override {
-    std::string frame = ": " + std::string(text) + "\n\n";  // named first: kCoAwaitTemporaries
-    co_return co_await WriteChunk(std::move(frame));
-  }
-
-  asio::awaitable<bool> Wait(loop::Signal& signal) override {
-    while (open()) {
-      std::array<loop::Signal*, 3> signals{&signal, &conn_.closing_, &conn_.state_->stopping};
-      int woken = co_await loop::WaitAny(signals, conn_.opts_.sse_keepalive);
-      if (woken == 0) co_return true;
-      if (woken > 0) co_return false;
-      if (!co_await Comment("keep-alive")) co_return false;
-    }
-    co_return false;
-  }
-
-  bool open() const override { return writable() && !conn_.state_->is_stopping; }
-  bool writable() const { return !write_failed_ && !conn_.peer_gone_ && !conn_.closed_; }
-
- private:
-  asio::awaitable<bool> WriteChunk(std::string frame) {
-    if (!open()) co_return false;
-    beast::error_code ec;
-    conn_.Lowest().expires_after(conn_.opts_.write_timeout);
-    co_await asio::async_write(conn_.stream_, bhttp::make_chunk(asio::buffer(frame)),
-                               redirect_error(use_awaitable, ec));
-    conn_.Lowest().expires_never();
-    if (ec) write_failed_ = true;
-    co_return !ec;
-  }
-
-  Connection& conn_;
-  bool write_failed_ = false;
-};
-
-namespace {
-
-using PlainConnection = Connection<beast::tcp_stream>;
-using TlsConnection = Connection<beast::ssl_stream<beast::tcp_stream>>;
-
-// A connection beyond the caps: within kRefusalTime, the TLS handshake (if any) and `res` (with Connection: close),
-// then the end of our side, a short drain of what the client sent (closing with unread bytes would make the kernel
-// send a reset, which can destroy the answer before the client reads it), and the close.
-template <class Stream>
-asio::awaitable<void> Refuse(std::shared_ptr<Server::State> state, Stream stream, Response res) {
-  ++state->refusals;
-  struct Done {
-    Server::State& state;
-    ~Done() { --state.refusals; }
-  } done{*state};
-  auto& lowest = beast::get_lowest_layer(stream);
-  beast::error_code ec;
-  lowest.expires_after(kRefusalTime);
-  if constexpr (!std::is_same_v<Stream, beast::tcp_stream>) {
-    co_await stream.async_handshake(asio::ssl::stream_base::server, redirect_error(use_awaitable, ec));
-    if (ec) co_return;
-  }
-  bhttp::response<bhttp::string_body> msg{static_cast<bhttp::status>(res.status), 11};
-  msg.set(bhttp::field::server, "parsyn");
-  msg.set(bhttp::field::content_type, res.content_type);
-  for (const auto& [name, value] : res.headers) msg.insert(name, value);
-  msg.keep_alive(false);
-  msg.body() = std::move(res.body);
-  msg.prepare_payload();
-  co_await bhttp::async_write(stream, msg, redirect_error(use_awaitable, ec));
-  if (ec) co_return;
-  lowest.socket().shutdown(tcp::socket::shutdown_send, ec);
-  lowest.expires_after(kLingerTime);
-  std::array<char, 4096> sink;
-  uint64_t drained = 0;
-  while (!ec && drained < kRefusalDrainBytes) {
-    drained += co_await lowest.async_read_some(asio::buffer(sink), redirect_error(use_awaitable, ec));
-  }
-  lowest.close();
-}
 
 // The refusal for a new connection from `address`, or nothing when it is within the caps.
 std::optional<Response> CheckCaps(const Server::State& state, const std::string& address) {
@@ -975,13 +67,7 @@ std::optional<Response> CheckCaps(const Server::State& state, const std::string&
   return res;
 }
 
-// Keeps an admitted connection's slot in the caps until the connection's coroutine ends.
-template <class Conn>
-asio::awaitable<void> RunAdmitted(std::shared_ptr<Conn> conn, std::unique_ptr<ConnectionSlot> slot) {
-  co_await Conn::Run(std::move(conn));
-}
-
-bool IsFdExhaustion(const beast::error_code& ec) {
+bool IsFdExhaustion(const error_code& ec) {
   return ec.category() == asio::error::get_system_category() && (ec.value() == EMFILE || ec.value() == ENFILE);
 }
 
@@ -1007,7 +93,7 @@ bool RefuseOnReserveDescriptor(Server::State& state) {
   return fd >= 0;
 }
 
-void CountFdExhaustion(Server::State& state, const beast::error_code& ec) {
+void CountFdExhaustion(Server::State& state, const error_code& ec) {
   state.accept_failures.fd_exhausted++;
   state.accept_failures.last_fd_exhausted_unix_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -1032,7 +118,7 @@ asio::awaitable<void> AcceptLoop(std::shared_ptr<Server::State> state) {
   asio::steady_timer backoff(state->io);
   auto wait = kAcceptBackoff;
   while (true) {
-    beast::error_code ec;
+    error_code ec;
     tcp::socket socket = co_await state->acceptor.async_accept(redirect_error(use_awaitable, ec));
     if (state->is_stopping || !state->acceptor.is_open()) co_return;
     if (ec) {
@@ -1067,26 +153,17 @@ asio::awaitable<void> AcceptLoop(std::shared_ptr<Server::State> state) {
       PARSYN_LOG_DEBUG("http: refusing a connection from {}: {}", remote, refusal->body);
       if (state->refusals >= kMaxRefusals) continue;  // the socket closes here: answering costs too
       if (state->ssl) {
-        asio::co_spawn(
-            state->io,
-            Refuse(state, beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *state->ssl),
-                   std::move(*refusal)),
-            asio::detached);
+        RefuseTlsConnection(state, std::move(socket), std::move(*refusal));
       } else {
-        asio::co_spawn(state->io, Refuse(state, beast::tcp_stream(std::move(socket)), std::move(*refusal)),
-                       asio::detached);
+        RefusePlainConnection(state, std::move(socket), std::move(*refusal));
       }
       continue;
     }
     auto slot = std::make_unique<ConnectionSlot>(state, address);
     if (state->ssl) {
-      auto conn = std::make_shared<TlsConnection>(
-          state, beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(socket)), *state->ssl),
-          std::move(remote));
-      asio::co_spawn(state->io, RunAdmitted(std::move(conn), std::move(slot)), asio::detached);
+      ServeTlsConnection(state, std::move(socket), std::move(remote), std::move(slot));
     } else {
-      auto conn = std::make_shared<PlainConnection>(state, beast::tcp_stream(std::move(socket)), std::move(remote));
-      asio::co_spawn(state->io, RunAdmitted(std::move(conn), std::move(slot)), asio::detached);
+      ServePlainConnection(state, std::move(socket), std::move(remote), std::move(slot));
     }
   }
 }
@@ -1101,7 +178,7 @@ StatusOr<tcp::endpoint> ParseListenAddress(std::string_view listen) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   if (host == "localhost") host = "127.0.0.1";
   if (host.empty()) host = "0.0.0.0";
-  beast::error_code ec;
+  error_code ec;
   asio::ip::address address = asio::ip::make_address(host, ec);
   if (ec) return InvalidArgumentError("listen address '" + std::string(listen) + "': bad host '" + host + "'");
   unsigned long port = 0;
@@ -1139,7 +216,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(asio::io_context& io, ServerOpti
     asio::ssl::context& ctx = *state->ssl;
     ctx.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
                     asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
-    beast::error_code ec;
+    error_code ec;
     ctx.use_certificate_chain_file(opts.tls_cert_file.string(), ec);
     if (ec) return InvalidArgumentError("TLS certificate '" + opts.tls_cert_file.string() + "': " + ec.message());
     ctx.use_private_key_file(opts.tls_key_file.string(), asio::ssl::context::pem, ec);
@@ -1165,7 +242,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(asio::io_context& io, ServerOpti
                                 ") needs TLS: client certificates exist only over HTTPS; give a certificate and a key");
   }
 
-  beast::error_code ec;
+  error_code ec;
   std::string where = endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
   state->acceptor.open(endpoint.protocol(), ec);
   if (!ec) state->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
@@ -1184,7 +261,7 @@ Server::Server(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
 Server::~Server() {
   state_->is_stopping = true;
-  beast::error_code ec;
+  error_code ec;
   state_->acceptor.close(ec);
   std::vector<ConnectionBase*> connections(state_->connections.begin(), state_->connections.end());
   for (ConnectionBase* c : connections) c->Close();
@@ -1201,7 +278,7 @@ asio::awaitable<void> Server::Shutdown(std::chrono::milliseconds grace) {
   std::shared_ptr<State> state = state_;  // the coroutine may outlive a caller that drops the Server meanwhile
   if (!state->is_stopping) {
     state->is_stopping = true;
-    beast::error_code ec;
+    error_code ec;
     state->acceptor.close(ec);
     state->stopping.Notify();
     std::vector<ConnectionBase*> idle(state->connections.begin(), state->connections.end());
