@@ -41,8 +41,9 @@ class ChunkedSource final : public ByteSource {
   size_t next_ = 0;
 };
 
-StatusOr<BlobInfo> PutString(BlobStore& store, std::string_view key, std::string bytes,
-                             const PutOptions& options = {}) {
+}  // namespace
+
+StatusOr<BlobInfo> PutString(BlobStore& store, std::string_view key, std::string bytes, const PutOptions& options) {
   StringByteSource source(std::move(bytes));
   return store.Put(key, source, options);
 }
@@ -53,8 +54,6 @@ std::string GetString(BlobStore& store, std::string_view key) {
   StatusOr<std::string> bytes = ReadAll(**source);
   return bytes.ok() ? *bytes : "<" + bytes.status().ToString() + ">";
 }
-
-}  // namespace
 
 std::string BlobStoreBackendName(const ::testing::TestParamInfo<BlobStoreBackend>& info) { return info.param.name; }
 

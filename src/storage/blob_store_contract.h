@@ -13,6 +13,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <string_view>
 
 #include "storage/blob_store.h"
 #include "storage/temp_dir_for_test.h"
@@ -31,6 +32,11 @@ struct BlobStoreBackend {
 inline void PrintTo(const BlobStoreBackend& backend, std::ostream* os) { *os << backend.name; }
 
 std::string BlobStoreBackendName(const ::testing::TestParamInfo<BlobStoreBackend>& info);
+
+// Stores `bytes` under `key` (the contract's and the backends' own tests).
+StatusOr<BlobInfo> PutString(BlobStore& store, std::string_view key, std::string bytes, const PutOptions& options = {});
+// The bytes under `key`, or "<status>" when they cannot be read.
+std::string GetString(BlobStore& store, std::string_view key);
 
 class BlobStoreContractTest : public ::testing::TestWithParam<BlobStoreBackend> {
  protected:

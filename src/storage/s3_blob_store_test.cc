@@ -271,18 +271,6 @@ std::string Bytes(size_t size, uint32_t seed) {
   return bytes;
 }
 
-StatusOr<BlobInfo> PutString(BlobStore& store, std::string_view key, std::string bytes) {
-  StringByteSource source(std::move(bytes));
-  return store.Put(key, source);
-}
-
-std::string GetString(BlobStore& store, std::string_view key) {
-  StatusOr<std::unique_ptr<ByteSource>> source = store.Get(key);
-  if (!source.ok()) return "<" + source.status().ToString() + ">";
-  StatusOr<std::string> bytes = ReadAll(**source);
-  return bytes.ok() ? *bytes : "<" + bytes.status().ToString() + ">";
-}
-
 struct HttpResult {
   long status = 0;
   std::string body;

@@ -14,13 +14,6 @@
 namespace parsyn::e2e {
 namespace {
 
-std::string ReadWholeFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 TEST(DemoTest, TheDemoTrainsAndLeavesNoSecretInItsLogs) {
   TempDir tmp;
   const fs::path data_dir = tmp.path() / "data";

@@ -22,13 +22,6 @@ namespace parsyn::e2e {
 
 namespace {
 
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
   return s;
@@ -107,6 +100,13 @@ CommandResult RunProgram(const std::vector<std::string>& args, std::chrono::seco
 
 }  // namespace
 
+std::string ReadWholeFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 CommandResult RunParsyn(const std::vector<std::string>& args, std::chrono::seconds timeout) {
   std::vector<std::string> argv = {test_support::BuildPath("parsyn")};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -162,7 +162,7 @@ void Server::Start() {
     if (!answered) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (!answered) {
-    ADD_FAILURE() << "parsyn server did not start; its log:\n" << ReadFile(log);
+    ADD_FAILURE() << "parsyn server did not start; its log:\n" << ReadWholeFile(log);
     return;
   }
   // On PostgreSQL a server answers before its first try for the leader lease is done: a standby that knows no leader
@@ -190,7 +190,7 @@ int Server::Terminate() {
   return status;
 }
 
-std::string Server::admin_key() const { return Trim(ReadFile(data_dir_ / "admin-key")); }
+std::string Server::admin_key() const { return Trim(ReadWholeFile(data_dir_ / "admin-key")); }
 
 std::unique_ptr<http::Client> Server::Admin() const {
   return std::make_unique<http::Client>(http::ClientOptions{
@@ -253,7 +253,7 @@ bool Worker::Exited() {
   return false;
 }
 
-std::string Worker::log() const { return ReadFile(cache_dir_.string() + ".log"); }
+std::string Worker::log() const { return ReadWholeFile(cache_dir_.string() + ".log"); }
 
 void InitTinyLlama(const fs::path& dir, int hidden_size) {
   CommandResult r = RunParsyn({"model", "init", "--out", dir.string(), "--hidden-size", std::to_string(hidden_size),

@@ -123,6 +123,8 @@ void WriteSeparableCsv(const fs::path& file, int rows);
 
 // The tensors of a safetensors file as float vectors (F32 and BF16 supported).
 std::map<std::string, std::vector<double>> ReadTensors(const fs::path& file);
+// The file's bytes; empty when it cannot be read.
+std::string ReadWholeFile(const fs::path& path);
 // Runs `parsyn-trainer run` on an evaluation-only copy of `task` (steps 0; its output goes to dir/eval-out.safetensors
 // and dir/eval-result.json) and returns the result JSON, whose validation_before holds the metrics. Null JSON, with
 // the test failed, when the trainer exits non-zero.

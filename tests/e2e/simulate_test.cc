@@ -19,13 +19,6 @@ namespace {
 constexpr int kWorkers = 4;  // each virtual worker's task is a trainer process
 constexpr int kRounds = 2;
 
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 std::vector<std::vector<std::string>> CsvRows(const std::string& text) {
   std::vector<std::vector<std::string>> rows;
   std::stringstream lines(text);
@@ -100,10 +93,10 @@ class SimulateTest : public ::testing::Test {
     ASSERT_TRUE(listed.ok());
     EXPECT_EQ(listed->size(), static_cast<size_t>(kWorkers));
 
-    const auto csv = CsvRows(ReadFile(out / "rounds.csv"));
-    ASSERT_EQ(csv.size(), rounds->size() + 1) << ReadFile(out / "rounds.csv");
+    const auto csv = CsvRows(ReadWholeFile(out / "rounds.csv"));
+    ASSERT_EQ(csv.size(), rounds->size() + 1) << ReadWholeFile(out / "rounds.csv");
     EXPECT_EQ(csv[0][0], "round");
-    const json doc = json::parse(ReadFile(out / "rounds.json"));
+    const json doc = json::parse(ReadWholeFile(out / "rounds.json"));
     ASSERT_EQ(doc["rounds"].size(), rounds->size());
     EXPECT_EQ(doc["job_id"], job.id);
     EXPECT_EQ(doc["status"], "succeeded");
@@ -139,7 +132,7 @@ class SimulateTest : public ::testing::Test {
     StatusOr<std::string> final_sha = Sha256File(out / "global.safetensors");
     ASSERT_TRUE(final_sha.ok());
     EXPECT_EQ(*final_sha, rounds->back().global_sha256);
-    const std::string svg = ReadFile(out / "loss.svg");
+    const std::string svg = ReadWholeFile(out / "loss.svg");
     EXPECT_TRUE(svg.starts_with("<svg")) << svg.substr(0, 100);
     EXPECT_NE(svg.find("<polyline"), std::string::npos);
     // The job's progress points, one per task, as workers report them.
@@ -164,8 +157,8 @@ TEST_F(SimulateTest, FedAvgRoundsMatchTheStoreAndASeededRunRepeatsBitForBit) {
   StatusOr<std::string> b = Sha256File(tmp_.path() / "fedavg-2" / "global.safetensors");
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(*a, *b);
-  EXPECT_EQ(json::parse(ReadFile(tmp_.path() / "fedavg-1" / "rounds.json"))["rounds"][1]["train_loss"],
-            json::parse(ReadFile(tmp_.path() / "fedavg-2" / "rounds.json"))["rounds"][1]["train_loss"]);
+  EXPECT_EQ(json::parse(ReadWholeFile(tmp_.path() / "fedavg-1" / "rounds.json"))["rounds"][1]["train_loss"],
+            json::parse(ReadWholeFile(tmp_.path() / "fedavg-2" / "rounds.json"))["rounds"][1]["train_loss"]);
 
   // The same out again: refused without --force, so an earlier simulation is never mixed into a new one.
   CommandResult again = Simulate(job, "fedavg-1");
@@ -186,7 +179,7 @@ TEST_F(SimulateTest, ServerOptimizerAndRobustStrategiesRunTheRealRounds) {
     CommandResult run = Simulate(job, strategy);
     ASSERT_EQ(run.exit_code, 0) << run.output;
     ASSERT_NO_FATAL_FAILURE(ExpectFilesMatchStore(tmp_.path() / strategy));
-    EXPECT_EQ(json::parse(ReadFile(tmp_.path() / strategy / "rounds.json"))["strategy"], strategy);
+    EXPECT_EQ(json::parse(ReadWholeFile(tmp_.path() / strategy / "rounds.json"))["strategy"], strategy);
   }
   // A fedavg-only option is refused before anything runs, naming the field, as the API's 400 does.
   CommandResult bad = Simulate(Job("median", {{"server_learning_rate", 0.05}}), "bad");
