@@ -1,5 +1,8 @@
 #include "base/clock.h"
 
+#include <condition_variable>
+#include <mutex>
+
 namespace parsyn {
 
 Clock::TimePoint SystemClock::Now() const {
@@ -14,6 +17,13 @@ int64_t SystemClock::UnixMillis() const {
 Clock& SystemClock::Get() {
   static SystemClock clock;
   return clock;
+}
+
+bool SleepUnlessStopped(std::chrono::milliseconds pause, std::stop_token stop) {
+  std::mutex mu;
+  std::condition_variable_any cv;
+  std::unique_lock lock(mu);
+  return !(cv.wait_for(lock, stop, pause, [] { return false; }) || stop.stop_requested());
 }
 
 }  // namespace parsyn

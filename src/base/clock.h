@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <stop_token>
 
 namespace parsyn {
 
@@ -42,5 +43,9 @@ class FakeClock final : public Clock {
   std::atomic<int64_t> monotonic_ms_{0};
   std::atomic<int64_t> unix_ms_;
 };
+
+// Sleeps for `pause` on the calling thread (real time, not a Clock's) unless `stop` is requested before or during it,
+// which ends it at once. False when stopped. Thread-safe.
+bool SleepUnlessStopped(std::chrono::milliseconds pause, std::stop_token stop);
 
 }  // namespace parsyn

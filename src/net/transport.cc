@@ -13,6 +13,7 @@
 #include <mutex>
 #include <random>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/strings.h"
 
@@ -453,14 +454,6 @@ void SetMethod(CURL* curl, const Request& request, Attempt& a) {
   } else {
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
   }
-}
-
-// Waits `pause` before a retry; false, at once, if `stop` is requested before or during the wait.
-bool SleepUnlessStopped(std::chrono::milliseconds pause, std::stop_token stop) {
-  std::mutex mu;
-  std::condition_variable_any cv;
-  std::unique_lock lock(mu);
-  return !(cv.wait_for(lock, stop, pause, [] { return false; }) || stop.stop_requested());
 }
 
 }  // namespace

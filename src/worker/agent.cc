@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/sha256.h"
 #include "base/strings.h"
@@ -25,14 +26,6 @@ namespace {
 
 constexpr const char* kVersion = "parsyn-worker 0.1.0";
 
-// Sleeps for `d` unless `stop` is requested first; false when stopped.
-bool SleepFor(std::chrono::milliseconds d, std::stop_token stop) {
-  std::mutex m;
-  std::condition_variable_any cv;
-  std::unique_lock lock(m);
-  return !cv.wait_for(lock, stop, d, [] { return false; }) && !stop.stop_requested();
-}
-
 // Capped exponential backoff with jitter: each wait is drawn from [b/2, b], b doubling up to the cap.
 class Backoff {
  public:
@@ -43,7 +36,7 @@ class Backoff {
     std::uniform_int_distribution<int64_t> pick(next_.count() / 2, next_.count());
     const std::chrono::milliseconds wait(pick(rng_));
     next_ = std::min(max_, next_ * 2);
-    return SleepFor(wait, stop);
+    return SleepUnlessStopped(wait, stop);
   }
 
  private:
@@ -274,7 +267,7 @@ Status Agent::RunSession(const Session& session, std::stop_token stop) {
 }
 
 void Agent::HeartbeatLoop(const Session& session, std::stop_token stop) {
-  while (SleepFor(session.heartbeat_interval, stop)) {
+  while (SleepUnlessStopped(session.heartbeat_interval, stop)) {
     // One connection per idle worker: while a long-poll is open the coordinator counts the worker present (the poll
     // refreshes its session), so a heartbeat then would only hold a second connection open. Heartbeats go while the
     // poll connection is free: during a task (training, uploading) or between polls (backing off).

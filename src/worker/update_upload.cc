@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/log.h"
 
 namespace parsyn::worker {
@@ -56,14 +57,6 @@ bool AlreadyStored(const Status& s, const SignedPut& put) {
   return s.code() == StatusCode::kAlreadyExists || (put.create_only && s.code() == StatusCode::kFailedPrecondition);
 }
 
-// Sleeps for `d` unless `stop` is requested first; false when stopped.
-bool SleepFor(std::chrono::milliseconds d, std::stop_token stop) {
-  std::mutex m;
-  std::condition_variable_any cv;
-  std::unique_lock lock(m);
-  return !cv.wait_for(lock, stop, d, [] { return false; }) && !stop.stop_requested();
-}
-
 Status UploadSingle(http::Client& client, const SignedPut& put, const fs::path& file, const std::string& sha256,
                     std::stop_token stop) {
   http::CallOptions call{.headers = put.headers, .stop = stop};
@@ -97,7 +90,7 @@ Status UploadPart(http::Client& client, const SignedPut& put, int number, const 
     if (!IsTransient(failed) || attempt >= attempts) return failed;
     PARSYN_LOG_WARN("worker: uploading the update: {} (attempt {} of {}); retrying this part", failed.message(),
                     attempt, attempts);
-    if (!SleepFor(backoff, stop)) return CancelledError("uploading the update: cancelled");
+    if (!SleepUnlessStopped(backoff, stop)) return CancelledError("uploading the update: cancelled");
     backoff *= 2;
   }
 }
