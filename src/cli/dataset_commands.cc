@@ -37,7 +37,7 @@ std::string QueryEscape(const std::string& s) {
   return out;
 }
 
-int Upload(const DatasetFlags& f) {
+int UploadDataset(const DatasetFlags& f) {
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("dataset upload", client.status());
   const std::string name = f.name.empty() ? std::filesystem::path(f.file).filename().string() : f.name;
@@ -70,7 +70,7 @@ int Upload(const DatasetFlags& f) {
   return 0;
 }
 
-int List(const DatasetFlags& f) {
+int ListDatasets(const DatasetFlags& f) {
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("dataset list", client.status());
   StatusOr<json> datasets = ListAll(**client, "/api/v1/datasets", "datasets");
@@ -103,10 +103,10 @@ void AddDatasetCommands(CLI::App& app, int& exit_code) {
   upload->add_option("--name", flags->name, "dataset name (default: the file name)");
   upload->add_option("--format", flags->format, "jsonl or csv (default: from the file extension)");
   upload->add_option("--label-column", flags->label_column, "CSV label column (default: label)");
-  upload->callback([flags, &exit_code] { exit_code = Upload(*flags); });
+  upload->callback([flags, &exit_code] { exit_code = UploadDataset(*flags); });
   CLI::App* list = group->add_subcommand("list", "list datasets");
   AddRemoteFlags(*list, flags->remote);
-  list->callback([flags, &exit_code] { exit_code = List(*flags); });
+  list->callback([flags, &exit_code] { exit_code = ListDatasets(*flags); });
   CLI::App* get = group->add_subcommand("get", "show a dataset (its JSON)");
   AddRemoteFlags(*get, flags->remote);
   get->add_option("id", flags->id, "dataset id")->required();

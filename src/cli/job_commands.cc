@@ -111,7 +111,7 @@ int Create(const JobFlags& f) {
   return 0;
 }
 
-int List(const JobFlags& f) {
+int ListJobs(const JobFlags& f) {
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("job list", client.status());
   StatusOr<json> jobs = ListAll(**client, "/api/v1/training-jobs", "training_jobs");
@@ -406,7 +406,7 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
                                                        : "must be a count (0 or more), not '" + value + "'";
           },
           "N"));
-  add("list", "list jobs", false)->callback([flags, &exit_code] { exit_code = List(*flags); });
+  add("list", "list jobs", false)->callback([flags, &exit_code] { exit_code = ListJobs(*flags); });
   add("get", "show a job", true)->callback([flags, &exit_code] { exit_code = Get(*flags); });
   add("watch", "follow a job's rounds and workers live", true)->callback([flags, &exit_code] {
     exit_code = Watch(*flags);

@@ -20,7 +20,7 @@ struct ModelFlags {
   int64_t id = 0;
 };
 
-int Upload(const ModelFlags& f) {
+int UploadModel(const ModelFlags& f) {
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("model upload", client.status());
   const std::filesystem::path root(f.dir);
@@ -61,7 +61,7 @@ int Upload(const ModelFlags& f) {
   return 0;
 }
 
-int List(const ModelFlags& f) {
+int ListModels(const ModelFlags& f) {
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("model list", client.status());
   StatusOr<json> models = ListAll(**client, "/api/v1/models", "models");
@@ -89,10 +89,10 @@ void AddModelRemoteCommands(CLI::App& app, int& exit_code) {
   AddProgressFlag(*upload, flags->remote);
   upload->add_option("dir", flags->dir, "the model folder")->required()->check(CLI::ExistingDirectory);
   upload->add_option("--name", flags->name, "model name (default: the folder name)");
-  upload->callback([flags, &exit_code] { exit_code = Upload(*flags); });
+  upload->callback([flags, &exit_code] { exit_code = UploadModel(*flags); });
   CLI::App* list = group->add_subcommand("list", "list the coordinator's models");
   AddRemoteFlags(*list, flags->remote);
-  list->callback([flags, &exit_code] { exit_code = List(*flags); });
+  list->callback([flags, &exit_code] { exit_code = ListModels(*flags); });
   CLI::App* get = group->add_subcommand("get", "show a coordinator's model (its JSON)");
   AddRemoteFlags(*get, flags->remote);
   get->add_option("id", flags->id, "model id")->required();

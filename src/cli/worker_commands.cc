@@ -87,7 +87,7 @@ int Register(const WorkerFlags& f) {
   return 0;
 }
 
-int List(const WorkerFlags& f) {
+int ListWorkers(const WorkerFlags& f) {
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("worker list", client.status());
   StatusOr<json> workers = ListAll(**client, "/api/v1/workers", "workers");
@@ -125,7 +125,7 @@ void AddWorkerRegisterCommands(CLI::App& app, int& exit_code) {
   reg->callback([flags, &exit_code] { exit_code = Register(*flags); });
   CLI::App* list = group->add_subcommand("list", "list workers");
   AddRemoteFlags(*list, flags->remote);
-  list->callback([flags, &exit_code] { exit_code = List(*flags); });
+  list->callback([flags, &exit_code] { exit_code = ListWorkers(*flags); });
   CLI::App* get = group->add_subcommand("get", "show a worker (its JSON)");
   AddRemoteFlags(*get, flags->remote);
   get->add_option("id", flags->id, "worker id")->required();

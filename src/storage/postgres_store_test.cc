@@ -62,8 +62,8 @@ std::string ExecSql(const std::string& url, const std::string& sql) {
   return error;
 }
 
-std::unique_ptr<PostgresMetadataStore> MustOpen(const std::string& url,
-                                                std::span<const Migration> migrations = PostgresMigrations()) {
+std::unique_ptr<PostgresMetadataStore> MustOpenPostgres(const std::string& url,
+                                                        std::span<const Migration> migrations = PostgresMigrations()) {
   auto store = PostgresMetadataStore::Open(url, migrations);
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   return store.ok() ? std::move(store).value() : nullptr;
@@ -74,13 +74,13 @@ TEST(PostgresStoreTest, MigrationsApplyOnceInOrderAndANewerSchemaIsRefused) {
   const Migration v1[] = {{1, "CREATE TABLE things (id BIGINT PRIMARY KEY, name TEXT NOT NULL);"}};
   const Migration v2[] = {v1[0], {2, "ALTER TABLE things ADD COLUMN colour TEXT NOT NULL DEFAULT 'red';"}};
   {
-    auto store = MustOpen(url, v1);
+    auto store = MustOpenPostgres(url, v1);
     ASSERT_NE(store, nullptr);
     EXPECT_EQ(*store->SchemaVersion(), 1);
   }
   ASSERT_EQ(ExecSql(url, "INSERT INTO things (id, name) VALUES (1, 'kept')"), "");
   {
-    auto store = MustOpen(url, v2);  // applies only v2; v1's CREATE would fail if run again
+    auto store = MustOpenPostgres(url, v2);  // applies only v2; v1's CREATE would fail if run again
     ASSERT_NE(store, nullptr);
     EXPECT_EQ(*store->SchemaVersion(), 2);
   }
@@ -109,11 +109,11 @@ TEST(PostgresStoreTest, AFailedMigrationKeepsNothingAndNamesItsVersion) {
 
 TEST(PostgresStoreTest, TheSchemaIsThisBuildsLatestVersion) {
   PARSYN_NEW_DATABASE_OR_SKIP(url);
-  auto store = MustOpen(url);
+  auto store = MustOpenPostgres(url);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(*store->SchemaVersion(), static_cast<int>(PostgresMigrations().size()));
   // Two stores opening one database (two coordinators) find it migrated and agree.
-  auto second = MustOpen(url);
+  auto second = MustOpenPostgres(url);
   ASSERT_NE(second, nullptr);
   EXPECT_EQ(*second->SchemaVersion(), *store->SchemaVersion());
 }
@@ -121,7 +121,7 @@ TEST(PostgresStoreTest, TheSchemaIsThisBuildsLatestVersion) {
 // A round commit is one transaction: when its last write fails, its first ones are not kept either.
 TEST(PostgresStoreTest, CommitRoundIsOneTransaction) {
   PARSYN_NEW_DATABASE_OR_SKIP(url);
-  auto store = MustOpen(url);
+  auto store = MustOpenPostgres(url);
   ASSERT_NE(store, nullptr);
   Dataset dataset;
   dataset.blob_key = "datasets/d";
@@ -163,7 +163,7 @@ TEST(PostgresStoreTest, CommitRoundIsOneTransaction) {
 // what that one did (here: the same round committed), instead of committing the round a second time.
 TEST(PostgresStoreTest, ACommitWaitsForTheJobsRowAndSeesTheOtherWritersCommit) {
   PARSYN_NEW_DATABASE_OR_SKIP(url);
-  auto store = MustOpen(url);
+  auto store = MustOpenPostgres(url);
   ASSERT_NE(store, nullptr);
   Dataset dataset;
   dataset.blob_key = "datasets/d";
@@ -253,7 +253,7 @@ TEST(PostgresStoreTest, MalformedUrlsAreInvalidArgumentWithoutThePassword) {
 // A connection the server dropped (a restart, a failover, an idle timeout) is replaced at the next call.
 TEST(PostgresStoreTest, ADroppedConnectionIsReestablished) {
   PARSYN_NEW_DATABASE_OR_SKIP(url);
-  auto store = MustOpen(url);
+  auto store = MustOpenPostgres(url);
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->SetAdminKeyHash("h1").ok());
   ASSERT_EQ(ExecSql(url,
@@ -275,8 +275,8 @@ TEST(PostgresStoreTest, ADroppedConnectionIsReestablished) {
 // database, in the write's own transaction, and nothing of them is kept.
 TEST(PostgresStoreTest, OneLeaderAtATimeAndADeposedLeadersWritesAreRefused) {
   PARSYN_NEW_DATABASE_OR_SKIP(url);
-  auto a = MustOpen(url);
-  auto b = MustOpen(url);
+  auto a = MustOpenPostgres(url);
+  auto b = MustOpenPostgres(url);
   ASSERT_TRUE(a != nullptr && b != nullptr);
   EXPECT_TRUE(a->SharedByCoordinators());
   const int64_t model_id = a->CreateModel(Model{.name = "m", .model_type = "llama", .config_json = "{}"})->id;

@@ -24,7 +24,8 @@ Bits MagnitudeBits(const std::byte* p, Bits magnitude_mask) {
 // for IEEE formats: the exponent all ones), or -1. Each block is one max-reduction, which vectorises; `max_bits` is
 // raised to the largest sign-cleared pattern of the blocks found clean (the largest magnitude, for IEEE formats).
 template <typename Bits>
-int64_t FirstNonFinite(const std::byte* p, size_t count, Bits magnitude_mask, Bits non_finite, Bits& max_bits) {
+int64_t FirstNonFiniteAndMaxBits(const std::byte* p, size_t count, Bits magnitude_mask, Bits non_finite,
+                                 Bits& max_bits) {
   for (size_t block = 0; block < count; block += kBlockElements) {
     const size_t end = std::min(count, block + kBlockElements);
     Bits block_max = 0;
@@ -135,28 +136,28 @@ void SafetensorsStreamChecker::CheckElements(std::span<const std::byte> bytes, u
   switch (t.dtype) {
     case DType::kF32: {
       int32_t max_bits = 0;
-      bad = FirstNonFinite<int32_t>(p, count, 0x7fffffff, 0x7f800000, max_bits);
+      bad = FirstNonFiniteAndMaxBits<int32_t>(p, count, 0x7fffffff, 0x7f800000, max_bits);
       if (bad >= 0) nan = MagnitudeBits<int32_t>(p + bad * 4, 0x7fffffff) > 0x7f800000;
       max_magnitude_ = std::max<double>(max_magnitude_, std::bit_cast<float>(max_bits));
       break;
     }
     case DType::kBF16: {
       int16_t max_bits = 0;
-      bad = FirstNonFinite<int16_t>(p, count, 0x7fff, 0x7f80, max_bits);
+      bad = FirstNonFiniteAndMaxBits<int16_t>(p, count, 0x7fff, 0x7f80, max_bits);
       if (bad >= 0) nan = MagnitudeBits<int16_t>(p + bad * 2, 0x7fff) > 0x7f80;
       max_magnitude_ = std::max<double>(max_magnitude_, Bf16ToFloat(static_cast<uint16_t>(max_bits)));
       break;
     }
     case DType::kF16: {
       int16_t max_bits = 0;
-      bad = FirstNonFinite<int16_t>(p, count, 0x7fff, 0x7c00, max_bits);
+      bad = FirstNonFiniteAndMaxBits<int16_t>(p, count, 0x7fff, 0x7c00, max_bits);
       if (bad >= 0) nan = MagnitudeBits<int16_t>(p + bad * 2, 0x7fff) > 0x7c00;
       max_magnitude_ = std::max<double>(max_magnitude_, F16ToFloat(static_cast<uint16_t>(max_bits)));
       break;
     }
     case DType::kF64: {
       int64_t max_bits = 0;
-      bad = FirstNonFinite<int64_t>(p, count, 0x7fffffffffffffff, 0x7ff0000000000000, max_bits);
+      bad = FirstNonFiniteAndMaxBits<int64_t>(p, count, 0x7fffffffffffffff, 0x7ff0000000000000, max_bits);
       if (bad >= 0) nan = MagnitudeBits<int64_t>(p + bad * 8, 0x7fffffffffffffff) > 0x7ff0000000000000;
       max_magnitude_ = std::max(max_magnitude_, std::bit_cast<double>(max_bits));
       break;
