@@ -162,7 +162,7 @@ StatusOr<TaskMessage> JobRunner::BuildTask(const AssignTask& a) const {
     task.model.files.push_back({.path = f.path,
                                 .url = host_.BlobGetUrl(f.blob_key, url_ttl, a.worker),
                                 .sha256 = f.sha256,
-                                .size_bytes = f.size_bytes});
+                                .size_bytes = static_cast<uint64_t>(f.size_bytes)});  // a stored blob's size
   }
   if (a.kind == TaskKind::kTrain) {
     task.compression = spec_.distributed.compression;  // how the worker encodes its update

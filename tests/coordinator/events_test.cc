@@ -31,7 +31,8 @@ class EventReader {
       call.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(kWait);
       call.stop = stop;
       if (!last_event_id.empty()) call.headers.emplace_back("Last-Event-ID", last_event_id);
-      client_->ReadEvents(
+      // The read ends when `done` holds, at the stop or at the timeout: what it saw is what the tests check.
+      [[maybe_unused]] Status ended = client_->ReadEvents(
           "/api/v1/events",
           [&](const http::SseEvent& e) {
             std::lock_guard lock(mu_);
@@ -160,8 +161,12 @@ TEST(EventsTest, JobRoundAndWorkerChangesArriveAndLastEventIdResumesExactly) {
       EXPECT_EQ(e.data["total_rounds"], 2);
       EXPECT_FALSE(e.data.contains("participants"));  // job_live counts them: not 10,000 ids
     }
-    if (e.type == "round_committed") EXPECT_EQ(e.data["total_rounds"], 2);
-    if (e.type == "job_status" && e.data["status"] == "succeeded") EXPECT_EQ(e.data["committed_round"], 2);
+    if (e.type == "round_committed") {
+      EXPECT_EQ(e.data["total_rounds"], 2);
+    }
+    if (e.type == "job_status" && e.data["status"] == "succeeded") {
+      EXPECT_EQ(e.data["committed_round"], 2);
+    }
   }
 
   // Resuming after the job_created event: exactly the events the first stream saw after it, no reset, same ids.
