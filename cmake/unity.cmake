@@ -11,7 +11,7 @@
 # Compiled alone, as they are: files with compile flags of their own, and files marked SKIP_UNITY_BUILD_INCLUSION
 # (CMake's property for it), which a library uses to compile a slow file beside its batches instead of inside one.
 # A batch is one translation unit: the file-local names (anonymous namespaces, statics) of the files of one target
-# must differ, tests' helpers and fixtures included.
+# must differ, tests' helpers and fixtures included; tools/check_unity_names.py (a ctest test) checks it.
 
 set(PARSYN_UNITY_BATCH_SIZE 8)
 
