@@ -24,15 +24,16 @@ function(parsyn_unity_batches target)
   foreach(source IN LISTS sources)
     get_filename_component(path "${source}" ABSOLUTE BASE_DIR "${source_dir}")
     file(RELATIVE_PATH include_path "${PROJECT_SOURCE_DIR}/src" "${path}")
-    # A file with flags of its own (weights' -ffp-contract=off kernels) compiles alone, with them.
-    set(own_flags "")
+    # Alone: a file with flags of its own (weights' -ffp-contract=off kernels), with them; or one marked
+    # SKIP_UNITY_BUILD_INCLUSION.
+    set(compiles_alone "")
     foreach(property COMPILE_OPTIONS COMPILE_DEFINITIONS COMPILE_FLAGS INCLUDE_DIRECTORIES SKIP_UNITY_BUILD_INCLUSION)
       get_source_file_property(value "${path}" DIRECTORY "${source_dir}" ${property})
       if(value)
-        set(own_flags TRUE)
+        set(compiles_alone TRUE)
       endif()
     endforeach()
-    if(source MATCHES "\\.cc$" AND NOT own_flags AND (NOT include_path MATCHES "^\\.\\." OR
+    if(source MATCHES "\\.cc$" AND NOT compiles_alone AND (NOT include_path MATCHES "^\\.\\." OR
                                                        include_path MATCHES "^\\.\\./tests/"))
       list(APPEND included "${include_path}")
     else()
