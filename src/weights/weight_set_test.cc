@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -95,6 +96,23 @@ TEST(WeightSetTest, AddRejectsBadInput) {
   ASSERT_TRUE(zeros.ok());
   EXPECT_EQ(zeros->size(), 12u);
   EXPECT_EQ(set.size(), 2u);
+}
+
+// Zero-filled tensors from 1 MiB up are mappings that start on a 2 MiB boundary (where transparent huge pages can
+// back them); smaller ones are 64-byte aligned. Every byte is zero and writable, the last included.
+TEST(WeightSetTest, AddZerosGivesZeroedAlignedBytesOfEverySize) {
+  WeightSet set;
+  const int64_t sizes[] = {1, 1000, (int64_t{1} << 20) / 4 - 1, (int64_t{1} << 20) / 4, (int64_t{5} << 20) / 4 + 3};
+  for (int64_t numel : sizes) {
+    auto bytes = set.AddZeros("t" + std::to_string(numel), DType::kF32, {numel});
+    ASSERT_TRUE(bytes.ok());
+    ASSERT_EQ(bytes->size(), static_cast<size_t>(numel) * 4);
+    const auto address = reinterpret_cast<uintptr_t>(bytes->data());
+    EXPECT_EQ(address % (bytes->size() >= (size_t{1} << 20) ? size_t{2} << 20 : 64), 0u) << numel << " elements";
+    EXPECT_TRUE(std::all_of(bytes->begin(), bytes->end(), [](std::byte b) { return b == std::byte{0}; }));
+    bytes->back() = std::byte{1};
+    bytes->front() = std::byte{1};
+  }
 }
 
 TEST(WeightSetTest, AddViewKeepsBackingAliveAndChecksAlignment) {

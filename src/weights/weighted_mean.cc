@@ -417,11 +417,15 @@ struct WeightedMean::Impl {
   StatusOr<std::vector<std::span<std::byte>>> AddResultTensors(WeightSet& result, bool in_place_f32);
   // Buffers of results handed out by earlier Finishes, newest last, kept by a mean whose sums are whole in memory.
   // One that nobody else holds any more (the global before last) is written again instead of a new mapping, whose
-  // first write faults every page in (a 20 MiB LoRA mean: ~24 ms of a K = 5 round's Finish on the PVM guest). Two
-  // are kept, the global in use and the one before, so one global's worth stays mapped between rounds. A mean over
-  // sums too large for memory keeps none: its bound counts one result.
+  // first write faults every page in (a 20 MiB LoRA mean: ~24 ms of a K = 5 round's Finish on the PVM guest; 256 MiB
+  // of fp32 sums: ~110 ms on the 2-core VM). Sums that a result views (kFloat32 on F32 tensors) are kept here too, and
+  // Reset takes its new sums from here. Two of each size are kept, the global in use and the one before, so one
+  // global's worth stays mapped between rounds. A mean over sums too large for memory keeps none: its bound counts
+  // one result.
   std::vector<std::pair<std::shared_ptr<std::byte>, size_t>> handed_out;
   std::shared_ptr<std::byte> ReusedOrNewBuffer(size_t size_bytes);
+  // Adds `buffer` to handed_out (nothing if it is there), dropping the oldest of its size beyond two.
+  void KeepHandedOut(const std::shared_ptr<std::byte>& buffer, size_t size_bytes);
   // The deferred updates, then `extra` if given, in acceptance order.
   struct Term {
     const WeightSet* update;
@@ -700,7 +704,11 @@ void WeightedMean::Reset() {
     impl.acc_storage.reset();  // the next round's updates can wait on disk; AllocateSums brings the sums back if not
     impl.handed_out.clear();
   } else if (impl.acc_storage.use_count() > 1) {
-    impl.acc_storage = internal::AllocateZeroedBuffer(impl.total_elements * impl.acc_element_bytes);
+    // A result of Finish views the sums (kFloat32 sums of F32 tensors): the sums become the buffer of a result
+    // nobody holds any more (the global before last), or new ones. The new ones join the results' buffers, as they
+    // will be handed out.
+    impl.acc_storage.reset();
+    impl.acc_storage = impl.ReusedOrNewBuffer(impl.total_elements * impl.acc_element_bytes);
   }
 }
 double WeightedMean::total_weight() const { return impl_->total_weight; }
@@ -794,10 +802,22 @@ std::shared_ptr<std::byte> WeightedMean::Impl::ReusedOrNewBuffer(size_t size_byt
     return handed_out.back().first;
   }
   std::shared_ptr<std::byte> buffer = internal::AllocateZeroedBuffer(size_bytes);
-  constexpr size_t kKept = 2;
-  if (handed_out.size() == kKept) handed_out.erase(handed_out.begin());
-  handed_out.emplace_back(buffer, size_bytes);
+  KeepHandedOut(buffer, size_bytes);
   return buffer;
+}
+
+void WeightedMean::Impl::KeepHandedOut(const std::shared_ptr<std::byte>& buffer, size_t size_bytes) {
+  for (const auto& kept : handed_out) {
+    if (kept.first == buffer) return;
+  }
+  // Two of each size: the global in use and the one before (a result's buffer and the sums its F32 tensors view
+  // differ in size).
+  constexpr size_t kKeptPerSize = 2;
+  const auto same_size = [size_bytes](const auto& kept) { return kept.second == size_bytes; };
+  if (std::count_if(handed_out.begin(), handed_out.end(), same_size) == kKeptPerSize) {
+    handed_out.erase(std::find_if(handed_out.begin(), handed_out.end(), same_size));
+  }
+  handed_out.emplace_back(buffer, size_bytes);
 }
 
 StatusOr<std::vector<std::span<std::byte>>> WeightedMean::Impl::AddResultTensors(WeightSet& result, bool in_place_f32) {
@@ -814,6 +834,7 @@ StatusOr<std::vector<std::span<std::byte>>> WeightedMean::Impl::AddResultTensors
   for (size_t i = 0; i < slots.size(); ++i) {
     const Slot& slot = slots[i];
     if (is_view(slot)) {
+      KeepHandedOut(acc_storage, total_elements * acc_element_bytes);  // Reset may take it back once it is free
       std::span<std::byte> view(acc_storage.get() + slot.offset * sizeof(float), slot.numel * sizeof(float));
       PARSYN_RETURN_IF_ERROR(result.AddView(slot.name, slot.dtype, slot.shape, view, acc_storage));
       outputs.push_back(view);

@@ -101,8 +101,9 @@ class WeightedMean {
 
   // Starts over with the same layout and options, nothing accepted (also after Finish). Reuses the sums' memory
   // (16 bytes per parameter for kExact: allocating and faulting it in anew costs ~50 ms per 20 MiB of fp32) unless
-  // a result of Finish still holds it (kFloat32 results are views of it); then it allocates new sums. Sums over
-  // max_whole_sums_bytes are freed instead (the next round's updates can wait on disk).
+  // a result of Finish still holds it (kFloat32 results are views of it); then the sums take the memory of an
+  // earlier result nobody holds any more (the global before last), or new memory. Sums over max_whole_sums_bytes are
+  // freed instead (the next round's updates can wait on disk).
   void Reset();
 
   // The mean in the layout's dtypes (rounded to nearest even for BF16/F16). FailedPrecondition if nothing was

@@ -300,11 +300,20 @@ TEST(WeightedMeanTest, ResetStartsOverAndLeavesEarlierResultsAlone) {
   }
 }
 
-// A result's buffer that nobody holds any more is written again by a later Finish (its pages stay mapped), with a
-// fresh mean's bits; one still held is never written over.
+// A result's buffer that nobody holds any more is written again by a later round (its pages stay mapped), with a
+// fresh mean's bits; one still held is never written over. kFloat32 results of F32 tensors are views of the sums:
+// there a later round sums into the free buffer.
 TEST(WeightedMeanTest, AResultNobodyHoldsIsWrittenAgainAndAHeldOneIsLeftAlone) {
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
-    const WeightedMeanOptions options{.accumulation = Accumulation::kExact, .num_threads = 2};
+  struct Case {
+    DType dtype;
+    Accumulation accumulation;
+  };
+  for (const Case& c : {Case{DType::kF32, Accumulation::kExact}, Case{DType::kBF16, Accumulation::kExact},
+                        Case{DType::kF32, Accumulation::kFloat32}, Case{DType::kBF16, Accumulation::kFloat32}}) {
+    SCOPED_TRACE("dtype " + std::string(DTypeName(c.dtype)) + ", accumulation " +
+                 std::to_string(static_cast<int>(c.accumulation)));
+    const DType dtype = c.dtype;
+    const WeightedMeanOptions options{.accumulation = c.accumulation, .num_threads = 2};
     WeightedMean reused(RandomUpdate(dtype, 1), options);
     auto round = [&](WeightedMean& mean, uint32_t seed) {
       mean.Reset();
