@@ -330,14 +330,17 @@ void PrintSummary(const StatusOr<json>& job_body, const StatusOr<json>& rounds_b
     std::cout << "  validation loss of the starting weights: "
               << loss_text(job_body->value("initial_validation_loss", json())) << "\n";
   }
-  std::printf("  %-6s %-12s %-28s %s\n", "round", "train loss", "validation loss after round", "bytes moved");
+  std::printf("  %-6s %-12s %-28s %s\n", "round", "train loss", "validation loss after round", "bytes down / up");
   if (!rounds_body.ok()) std::cout << "  (rounds unavailable: " << rounds_body.status().message() << ")\n";
   if (rounds_body.ok()) {
     for (const json& r : (*rounds_body)["rounds"]) {
       if (r["outcome"] != "committed") continue;
-      std::printf("  %-6d %-12.4f %-28s %lld\n", r["round"].get<int>(),
+      const auto bytes = [&](const char* field) {
+        return r.contains(field) && r[field].is_number() ? r[field].get<long long>() : 0LL;
+      };
+      std::printf("  %-6d %-12.4f %-28s %lld / %lld\n", r["round"].get<int>(),
                   r["train_loss"].is_number() ? r["train_loss"].get<double>() : 0.0,
-                  loss_text(r["validation_loss"]).c_str(), static_cast<long long>(r.value("bytes_moved", int64_t{0})));
+                  loss_text(r["validation_loss"]).c_str(), bytes("bytes_down"), bytes("bytes_up"));
     }
   }
   if (job_body.ok() && job_body->value("best_round", json()).is_number()) {

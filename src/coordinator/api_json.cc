@@ -210,7 +210,9 @@ json RoundJson(const storage::Round& r, const std::vector<storage::RoundUpdate>&
               {"validation_loss", r.validation_loss ? json(*r.validation_loss) : json()},
               {"started_at_ms", r.started_at_ms},
               {"duration_ms", r.ended_at_ms ? json(*r.ended_at_ms - r.started_at_ms) : json()},
-              {"bytes_moved", r.bytes_moved}};
+              {"bytes_moved", r.bytes_moved},
+              {"bytes_down", r.bytes_down ? json(*r.bytes_down) : json()},
+              {"bytes_up", r.bytes_up ? json(*r.bytes_up) : json()}};
   if (!r.global_sha256.empty()) out["global_sha256"] = r.global_sha256;
   if (!r.failure_reason.empty()) out["failure_reason"] = r.failure_reason;
   if (!privacy.is_null()) out["privacy"] = privacy;

@@ -13,7 +13,8 @@ void AttemptState::Begin(const std::vector<int64_t>& participants) {
   multipart_uploads_.clear();
   progress_.clear();
   last_verdicts_.clear();
-  bytes_moved_ = 0;
+  bytes_down_ = 0;
+  bytes_up_ = 0;
 }
 
 const ResultReport* AttemptState::result(int64_t worker_id) const {

@@ -66,9 +66,11 @@ class AttemptState {
   // When the attempt in progress started (parsyn_round_duration_seconds); the epoch before the first Begin.
   std::chrono::steady_clock::time_point started() const { return started_; }
 
-  // Bytes moved by the attempt in progress (its round's record).
-  int64_t bytes_moved() const { return bytes_moved_; }
-  void AddBytesMoved(int64_t bytes) { bytes_moved_ += bytes; }
+  // Bytes of the job's blobs the attempt in progress moved down to the workers and up from them (its round's record).
+  int64_t bytes_down() const { return bytes_down_; }
+  int64_t bytes_up() const { return bytes_up_; }
+  void AddBytesDown(int64_t bytes) { bytes_down_ += bytes; }
+  void AddBytesUp(int64_t bytes) { bytes_up_ += bytes; }
 
   // The result a worker reported in this attempt (the engine took it); nullptr when none.
   void RecordResult(int64_t worker_id, const ResultReport& report) { results_[worker_id] = report; }
@@ -141,7 +143,8 @@ class AttemptState {
 
  private:
   std::chrono::steady_clock::time_point started_{};
-  int64_t bytes_moved_ = 0;
+  int64_t bytes_down_ = 0;
+  int64_t bytes_up_ = 0;
   std::map<int64_t, ResultReport> results_;                // by worker
   std::set<int64_t> recorded_updates_;                     // workers whose update of this attempt is in the store
   std::set<int64_t> stored_participants_;                  // this attempt's participants as the store lists them

@@ -27,7 +27,8 @@ TEST(AttemptStateTest, BeginForgetsThePreviousAttempt) {
   state.RecordProgress(1, {{"step", 3}});
   state.RecordVerifiedBytes("k1", 100);
   state.AddMultipartUpload(1, {.key = "k1", .upload_id = "u1"});
-  state.AddBytesMoved(500);
+  state.AddBytesDown(500);
+  state.AddBytesUp(300);
   EXPECT_FALSE(state.AddStoredParticipant(2));  // listed by the start
   EXPECT_TRUE(state.AddStoredParticipant(3));   // a late joiner
   EXPECT_FALSE(state.AddStoredParticipant(3));
@@ -40,7 +41,8 @@ TEST(AttemptStateTest, BeginForgetsThePreviousAttempt) {
   EXPECT_TRUE(state.progress().empty());
   EXPECT_EQ(state.verified_bytes("k1"), std::nullopt);
   EXPECT_EQ(state.multipart_upload(1), nullptr);
-  EXPECT_EQ(state.bytes_moved(), 0);
+  EXPECT_EQ(state.bytes_down(), 0);
+  EXPECT_EQ(state.bytes_up(), 0);
   EXPECT_FALSE(state.AddStoredParticipant(3));
   EXPECT_TRUE(state.AddStoredParticipant(2));
 }
@@ -63,9 +65,11 @@ TEST(AttemptStateTest, ResultsAndVerdicts) {
   ASSERT_NE(state.last_verdict(8), nullptr);
   EXPECT_EQ(*state.last_verdict(8), "sample_count must be positive");
 
-  state.AddBytesMoved(10);
-  state.AddBytesMoved(32);
-  EXPECT_EQ(state.bytes_moved(), 42);
+  state.AddBytesDown(10);
+  state.AddBytesDown(32);
+  state.AddBytesUp(5);
+  EXPECT_EQ(state.bytes_down(), 42);
+  EXPECT_EQ(state.bytes_up(), 5);
   state.RecordProgress(7, {{"step", 1}});
   state.RecordProgress(7, {{"step", 2}});  // the latest counts
   EXPECT_EQ(state.progress().at(7)["step"], 2);

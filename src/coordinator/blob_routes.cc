@@ -64,7 +64,7 @@ class BlobRoutes {
     auto copy = co_await loop::Offload(
         context_.pool, [&] { return storage::LocalBlobCopy::Open(context_.blobs, key, context_.spool_dir); });
     if (!copy.ok()) co_return ErrorForWorker(copy.status());
-    CountBytesMoved(key, copy->size_bytes());
+    CountBytes(key, copy->size_bytes(), &JobRunner::AddBytesDown);
     co_return DownloadResponse(std::move(*copy), key);
   }
 
@@ -135,7 +135,7 @@ class BlobRoutes {
         r->RememberCheckedUpload(key, {.sha256 = stored->sha256, .max_magnitude = checker->max_magnitude()});
       }
     }
-    CountBytesMoved(key, stored->size_bytes);
+    CountBytes(key, stored->size_bytes, &JobRunner::AddBytesUp);
     co_return Response::Json(201, {{"blob_key", key}, {"size_bytes", stored->size_bytes}, {"sha256", stored->sha256}});
   }
 
@@ -210,10 +210,10 @@ class BlobRoutes {
     return worker_id;
   }
 
-  // A job's blob traffic counts towards its round's bytes moved.
-  void CountBytesMoved(std::string_view key, uint64_t bytes) {
+  // A job's blob traffic counts towards its round's bytes down (`add` JobRunner::AddBytesDown) or up (AddBytesUp).
+  void CountBytes(std::string_view key, uint64_t bytes, void (JobRunner::*add)(uint64_t)) {
     if (std::optional<int64_t> job = JobOfKey(key)) {
-      if (JobRunner* r = service_.FindRunner(*job)) r->AddBytesMoved(bytes);
+      if (JobRunner* r = service_.FindRunner(*job)) (r->*add)(bytes);
     }
   }
 

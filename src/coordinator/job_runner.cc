@@ -66,6 +66,16 @@ std::optional<uint64_t> JobRunner::UpdateSizeCap(std::string_view blob_key) cons
   return MaxUpdateUploadBytes();
 }
 
+void JobRunner::AddBytesDown(uint64_t bytes) {
+  attempt_.AddBytesDown(static_cast<int64_t>(bytes));
+  Metrics().job_blob_bytes.WithLabels({"down"}).Inc(static_cast<double>(bytes));
+}
+
+void JobRunner::AddBytesUp(uint64_t bytes) {
+  attempt_.AddBytesUp(static_cast<int64_t>(bytes));
+  Metrics().job_blob_bytes.WithLabels({"up"}).Inc(static_cast<double>(bytes));
+}
+
 http::Awaitable<Status> JobRunner::Launch() {
   // No co_await inside ?: (g++ 12 mishandles the temporaries of conditional co_awaits).
   Status status;

@@ -116,7 +116,10 @@ class JobRunner {
   // Largest accepted update upload for a key of this job (the global's size plus header room); nullopt if the key
   // is not an update key of the current attempt.
   std::optional<uint64_t> UpdateSizeCap(std::string_view blob_key) const;
-  void AddBytesMoved(uint64_t bytes) { attempt_.AddBytesMoved(static_cast<int64_t>(bytes)); }
+  // Bytes of this job's blobs that crossed the wire, down to a worker or up from one: counted in the attempt in
+  // progress (its round's record) and in /metrics (parsyn_job_blob_bytes_total{direction}).
+  void AddBytesDown(uint64_t bytes);
+  void AddBytesUp(uint64_t bytes);
 
   // Updates checked as they stream in (PUT /blobs, blob_routes.cc), so CheckUpdateFile need not read their values
   // again: a checker for an upload to `blob_key` (nullptr where this job's updates are not checked that way:

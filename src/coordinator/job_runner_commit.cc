@@ -32,7 +32,6 @@ http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std
   Status outcome = aggregated.status();
   if (aggregated.ok()) {
     global_.SetPending({.key = key, .sha256 = aggregated->info.sha256, .weights = aggregated->weights});
-    attempt_.AddBytesMoved(static_cast<int64_t>(aggregated->info.size_bytes));
   } else {
     PARSYN_LOG_ERROR("training job {}: aggregating round {}: {}", job_.id, a.round, outcome.ToString());
   }
@@ -72,7 +71,8 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
                               .ended_at_ms = host_.clock().UnixMillis(),
                               .train_loss = a.num_updates > 0 ? std::optional<double>(a.train_loss) : std::nullopt,
                               .previous_global_validation_loss = global_.pending_validation_loss(),
-                              .bytes_moved = attempt_.bytes_moved()};
+                              .bytes_down = attempt_.bytes_down(),
+                              .bytes_up = attempt_.bytes_up()};
   const std::string artifact_name = fmt::format("rounds/{:06}/global.safetensors", a.round);
   const auto commit_start = std::chrono::steady_clock::now();
   StatusOr<storage::BlobInfo> info =
@@ -133,7 +133,8 @@ http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, 
                                 .attempt = a.attempt,
                                 .reason = a.reason,
                                 .ended_at_ms = host_.clock().UnixMillis(),
-                                .bytes_moved = attempt_.bytes_moved()};
+                                .bytes_down = attempt_.bytes_down(),
+                                .bytes_up = attempt_.bytes_up()};
   for (const Action& next : work) {
     if (const auto* f = std::get_if<JobFailed>(&next)) failure.fail_job_reason = f->reason;
   }
@@ -236,7 +237,8 @@ http::Awaitable<Status> JobRunner::OnJobEnded(JobStatus status, std::string_view
                                    .attempt = r.attempt,
                                    .reason = "the job ended (" + std::string(storage::ToString(status)) + ")",
                                    .ended_at_ms = now,
-                                   .bytes_moved = attempt_.bytes_moved(),
+                                   .bytes_down = attempt_.bytes_down(),
+                                   .bytes_up = attempt_.bytes_up(),
                                    .counts_toward_fault_tolerance = false}));
     }
     return current;

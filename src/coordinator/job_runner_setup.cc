@@ -190,7 +190,8 @@ StatusOr<JobRunner::StoredJob> JobRunner::ReadStoredJob(const std::string& runni
                                   .attempt = r.attempt,
                                   .reason = running_attempt_failure,
                                   .ended_at_ms = now,
-                                  .bytes_moved = r.bytes_moved,
+                                  .bytes_down = r.bytes_down.value_or(0),
+                                  .bytes_up = r.bytes_up.value_or(0),
                                   .counts_toward_fault_tolerance = false};
     PARSYN_RETURN_IF_ERROR(store.FailRound(failure));
     r.status = storage::RoundStatus::kFailed;

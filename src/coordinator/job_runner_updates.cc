@@ -110,7 +110,7 @@ http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, in
   if (verified_bytes) {
     update.size_bytes = static_cast<int64_t>(*verified_bytes);
     // Directory store: counted when the worker PUT it through /blobs. S3: it went straight to the store.
-    if (direct_to_store) attempt_.AddBytesMoved(update.size_bytes);
+    if (direct_to_store) AddBytesUp(static_cast<uint64_t>(update.size_bytes));
   }
   if (ask_store) {
     StatusOr<storage::BlobInfo> info =

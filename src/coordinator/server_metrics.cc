@@ -30,6 +30,12 @@ ServerMetrics* MakeMetrics() {
           r.Counter("parsyn_http_request_body_bytes_total", "Request body bytes the HTTP server received."),
       .bytes_sent = r.Counter("parsyn_http_response_body_bytes_total",
                               "Response body bytes the HTTP server sent (event streams not counted)."),
+      .job_blob_bytes = r.Counter("parsyn_job_blob_bytes_total",
+                                  "Bytes of jobs' blobs (globals, their compressed copies, shards, model files, "
+                                  "updates) that crossed the wire through the coordinator, or straight to the blob "
+                                  "store for updates: down to workers, up from them. The sum of the rounds' "
+                                  "bytes_down and bytes_up.",
+                                  {"direction"}),
       .workers_connected = r.Gauge("parsyn_workers_connected",
                                    "Workers with a session (said hello, heartbeating), by kind (own, managed) and "
                                    "status (online: idle; busy: holding a task).",

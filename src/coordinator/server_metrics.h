@@ -20,6 +20,7 @@ struct ServerMetrics {
   metrics::CounterFamily& updates_rejected;    // parsyn_updates_rejected_total{reason}
   metrics::CounterFamily& bytes_received;      // parsyn_http_request_body_bytes_total
   metrics::CounterFamily& bytes_sent;          // parsyn_http_response_body_bytes_total
+  metrics::CounterFamily& job_blob_bytes;      // parsyn_job_blob_bytes_total{direction}
   metrics::GaugeFamily& workers_connected;     // parsyn_workers_connected{kind,status}
   metrics::GaugeFamily& heartbeat_age_max;     // parsyn_worker_heartbeat_age_max_seconds
   metrics::GaugeFamily& heartbeat_age_median;  // parsyn_worker_heartbeat_age_median_seconds

@@ -40,6 +40,8 @@ StatusOr<RoundReport> ReadRoundReport(storage::MetadataStore& store, int64_t job
                  .train_loss = r.train_loss,
                  .validation_loss = r.validation_loss,
                  .bytes_moved = r.bytes_moved,
+                 .bytes_down = r.bytes_down.value_or(0),
+                 .bytes_up = r.bytes_up.value_or(0),
                  .duration_ms = r.ended_at_ms ? *r.ended_at_ms - r.started_at_ms : 0,
                  .global_sha256 = r.global_sha256,
                  .failure_reason = r.failure_reason};
@@ -81,12 +83,12 @@ json Loss(const std::optional<double>& v) { return v ? json(*v) : json(nullptr);
 std::string RoundReportCsv(const RoundReport& report) {
   std::string out =
       "round,attempt,status,participants,accepted_updates,rejected_updates,samples,train_loss,validation_loss,"
-      "bytes_moved,duration_ms,global_sha256,failure_reason\n";
+      "bytes_moved,bytes_down,bytes_up,duration_ms,global_sha256,failure_reason\n";
   for (const RoundRow& r : report.rows) {
-    out +=
-        fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.round, r.attempt, r.status, r.participants,
-                    r.accepted_updates, r.rejected_updates, r.samples, Number(r.train_loss), Number(r.validation_loss),
-                    r.bytes_moved, r.duration_ms, r.global_sha256, CsvField(r.failure_reason));
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.round, r.attempt, r.status, r.participants,
+                       r.accepted_updates, r.rejected_updates, r.samples, Number(r.train_loss),
+                       Number(r.validation_loss), r.bytes_moved, r.bytes_down, r.bytes_up, r.duration_ms,
+                       r.global_sha256, CsvField(r.failure_reason));
   }
   return out;
 }
@@ -104,6 +106,8 @@ json RoundReportJson(const RoundReport& report) {
                       {"train_loss", Loss(r.train_loss)},
                       {"validation_loss", Loss(r.validation_loss)},
                       {"bytes_moved", r.bytes_moved},
+                      {"bytes_down", r.bytes_down},
+                      {"bytes_up", r.bytes_up},
                       {"duration_ms", r.duration_ms},
                       {"global_sha256", r.global_sha256},
                       {"failure_reason", r.failure_reason}});

@@ -26,9 +26,11 @@ struct RoundRow {
   int64_t samples = 0;                    // the accepted updates' sample counts, summed
   std::optional<double> train_loss;       // as stored: sample-weighted mean of the workers' training losses
   std::optional<double> validation_loss;  // of the global this round committed
-  int64_t bytes_moved = 0;
-  int64_t duration_ms = 0;    // ended - started (0 while running)
-  std::string global_sha256;  // committed rounds only
+  int64_t bytes_moved = 0;                // bytes_down + bytes_up
+  int64_t bytes_down = 0;                 // the globals the workers read
+  int64_t bytes_up = 0;                   // the updates they wrote, as encoded
+  int64_t duration_ms = 0;                // ended - started (0 while running)
+  std::string global_sha256;              // committed rounds only
   std::string failure_reason;
 };
 
@@ -49,8 +51,8 @@ struct RoundReport {
 StatusOr<RoundReport> ReadRoundReport(storage::MetadataStore& store, int64_t job_id, int workers);
 
 // round,attempt,status,participants,accepted_updates,rejected_updates,samples,train_loss,validation_loss,
-// bytes_moved,duration_ms,global_sha256,failure_reason — a header line, then one line per row; an unknown loss is an
-// empty field, numbers in full precision (%.17g), text quoted as RFC 4180 says when it needs to be.
+// bytes_moved,bytes_down,bytes_up,duration_ms,global_sha256,failure_reason — a header line, then one line per row; an
+// unknown loss is an empty field, numbers in full precision (%.17g), text quoted as RFC 4180 says when it needs to be.
 std::string RoundReportCsv(const RoundReport& report);
 // {"job_id", "status", "failure_reason", "strategy", "workers", "initial_validation_loss", "final_validation_loss",
 //  "best_round", "final_global_sha256", "rounds": [{the CSV's columns by name; null for an unknown loss}]}

@@ -64,7 +64,8 @@ StatusOr<std::string> KeyOfUrl(const std::string& url) {
 // What a virtual worker's task ended with, back on the loop.
 struct TaskOutcome {
   StatusOr<protocol::Result> result = UnavailableError("not run");
-  uint64_t bytes_moved = 0;
+  // The global the worker read. Its update is counted by the runner, as an update written straight to a blob store.
+  uint64_t bytes_down = 0;
 };
 
 // Stops a task's trainer when the runner abandons the task (a straggler, the job's end).
@@ -226,7 +227,7 @@ class SimulationHost final : public coordinator::JobHost {
     VirtualWorker& w = workers_[worker_id];
     const bool abandoned = w.control == nullptr || w.control->abandoned.stop_requested();
     if (!abandoned) {
-      runner_->AddBytesMoved(outcome->bytes_moved);
+      runner_->AddBytesDown(outcome->bytes_down);
       if (outcome->result.ok()) {
         auto result = runner_->Result(worker_id, coordinator::ToResultReport(std::move(*outcome->result)));
         StatusOr<json> verdict = co_await std::move(result);
@@ -293,13 +294,13 @@ class SimulationHost final : public coordinator::JobHost {
     std::error_code ec;
     fs::remove_all(task_dir, ec);
     fs::create_directories(task_dir / "out", ec);
-    outcome.result = ExecuteTask(*task, task_dir, control, outcome.bytes_moved);
+    outcome.result = ExecuteTask(*task, task_dir, control, outcome.bytes_down);
     fs::remove_all(task_dir, ec);
     return outcome;
   }
 
   StatusOr<protocol::Result> ExecuteTask(const protocol::Task& task, const fs::path& task_dir, TaskControl& control,
-                                         uint64_t& bytes_moved) {
+                                         uint64_t& bytes_down) {
     worker::TaskFiles files;
     files.output_dir = task_dir / "out";
     if (!task.model.files.empty()) {
@@ -307,7 +308,7 @@ class SimulationHost final : public coordinator::JobHost {
     }
     PARSYN_ASSIGN_OR_RETURN(std::string global_key, KeyOfUrl(task.global_weights.url));
     PARSYN_ASSIGN_OR_RETURN(files.global_weights, blobs_.LocalPath(global_key));
-    bytes_moved += task.global_weights.size_bytes;
+    bytes_down += task.global_weights.size_bytes;
     PARSYN_ASSIGN_OR_RETURN(std::tie(files.data, files.validation_data), ShardFiles(task.data));
     files.data_format = task.data.format;
 
@@ -352,8 +353,7 @@ class SimulationHost final : public coordinator::JobHost {
       sha256 = wire.sha256;
       PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> update, storage::OpenFileSource(wire.file));
       storage::PutOptions put{.max_size_bytes = upload.max_size_bytes, .expected_sha256 = sha256};
-      PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo stored, blobs_.Put(blob_key, *update, put));
-      bytes_moved += stored.size_bytes;
+      PARSYN_RETURN_IF_ERROR(blobs_.Put(blob_key, *update, put).status());
     }
     return worker::BuildResult(task, "", output->result, blob_key, sha256);
   }

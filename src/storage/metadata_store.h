@@ -192,7 +192,11 @@ struct Round {
   // workers before they train on it (or by the final evaluation for the last round). Null until then, and on
   // attempts that did not commit.
   std::optional<double> validation_loss;
+  // Bytes of the job's blobs that crossed the wire in this attempt: down to the workers and up from them
+  // (docs/compression.md, "Bytes"), and their sum. The split is null on rows written before it was recorded.
   int64_t bytes_moved = 0;
+  std::optional<int64_t> bytes_down;
+  std::optional<int64_t> bytes_up;
   std::string global_blob_key;  // the committed global; empty unless committed
   std::string global_sha256;
   std::string failure_reason;  // set when failed
@@ -212,7 +216,8 @@ struct RoundCommit {
   // The loss of the global this round started from, as its workers measured it: recorded as round - 1's
   // validation_loss (for round 1: the job's initial_validation_loss), and round - 1 becomes best_round if lower.
   std::optional<double> previous_global_validation_loss;
-  int64_t bytes_moved = 0;
+  int64_t bytes_down = 0;  // stored with their sum as bytes_moved
+  int64_t bytes_up = 0;
 
   friend bool operator==(const RoundCommit&, const RoundCommit&) = default;
 };
@@ -224,7 +229,8 @@ struct RoundFailure {
   int32_t attempt = 0;
   std::string reason;  // required, e.g. "1 of min_workers 2 reported within aggregation_timeout 600 s"
   int64_t ended_at_ms = 0;
-  int64_t bytes_moved = 0;
+  int64_t bytes_down = 0;  // stored with their sum as bytes_moved
+  int64_t bytes_up = 0;
   // False for a round abandoned through no fault of the workers (the coordinator restarted mid-round): the job's
   // consecutive_failed_rounds is left as it is.
   bool counts_toward_fault_tolerance = true;

@@ -65,7 +65,8 @@ RoundCommit NewCommit(int64_t job_id, int32_t round, int32_t attempt) {
   c.ended_at_ms = kT0 + round * 1000 + 500;
   c.train_loss = 2.5 - round * 0.25;
   c.previous_global_validation_loss = 2.75 - round * 0.25;
-  c.bytes_moved = 1000 * round;
+  c.bytes_down = 1000 * round;
+  c.bytes_up = 300 * round;
   return c;
 }
 
@@ -76,7 +77,8 @@ RoundFailure NewFailure(int64_t job_id, int32_t round, int32_t attempt) {
   f.attempt = attempt;
   f.reason = "1 of min_workers 2 reported within aggregation_timeout";
   f.ended_at_ms = kT0 + round * 1000 + 900;
-  f.bytes_moved = 7;
+  f.bytes_down = 7;
+  f.bytes_up = 5;
   return f;
 }
 
@@ -462,7 +464,9 @@ TEST_P(MetadataStoreContractTest, RoundLifecycleStartCommitNext) {
   EXPECT_EQ(committed.validation_loss, std::nullopt);
   EXPECT_EQ(after.initial_validation_loss, commit.previous_global_validation_loss);
   EXPECT_EQ(after.best_round, std::nullopt);
-  EXPECT_EQ(committed.bytes_moved, commit.bytes_moved);
+  EXPECT_EQ(committed.bytes_down, commit.bytes_down);
+  EXPECT_EQ(committed.bytes_up, commit.bytes_up);
+  EXPECT_EQ(committed.bytes_moved, commit.bytes_down + commit.bytes_up);
 
   Status twice = store().CommitRound(commit);
   EXPECT_EQ(twice, FailedPreconditionError("round 1 attempt 1 of training job " + std::to_string(job.id) +
@@ -540,6 +544,12 @@ TEST_P(MetadataStoreContractTest, LateParticipantsJoinTheirAttemptOnly) {
   ASSERT_OK(store().AddRoundParticipant(job.id, 1, 2, w2.id));
   std::vector<Round> rounds = Must(store().ListRounds(job.id));
   ASSERT_THAT(rounds, SizeIs(2));
+  // The failed attempt's bytes as recorded; a running one has moved none yet.
+  EXPECT_EQ(rounds[0].bytes_down, 7);
+  EXPECT_EQ(rounds[0].bytes_up, 5);
+  EXPECT_EQ(rounds[0].bytes_moved, 12);
+  EXPECT_EQ(rounds[1].bytes_down, 0);
+  EXPECT_EQ(rounds[1].bytes_up, 0);
   EXPECT_THAT(rounds[0].participants, ElementsAre(w1.id, w2.id));
   EXPECT_THAT(rounds[1].participants, ElementsAre(w2.id));
   EXPECT_EQ(store().AddRoundParticipant(job.id, 1, 3, w1.id).code(), StatusCode::kNotFound);

@@ -297,6 +297,9 @@ TEST(SqliteOldFileTest, JobsWithoutADatasetAfterMigratingAnOldVersion2File) {
   ASSERT_EQ(store->ListShards(1)->size(), 1u);
   EXPECT_EQ(store->ListShards(1)->at(0).label_histogram_json, "");  // old version 4's default for older shards
   EXPECT_EQ(store->ListRounds(1)->size(), 1u);
+  // Rounds from before the bytes were split keep their total; the split is unknown.
+  EXPECT_EQ(store->ListRounds(1)->at(0).bytes_down, std::nullopt);
+  EXPECT_EQ(store->ListRounds(1)->at(0).bytes_up, std::nullopt);
   TrainingJob local;
   local.name = "local data";
   local.model_id = 1;

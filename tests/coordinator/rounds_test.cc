@@ -140,7 +140,17 @@ TEST_F(RoundsTest, NormalRoundsCommitTheFedAvgOfTheUploads) {
     EXPECT_NEAR(round["train_loss"].get<double>(), 1.0 / r, 1e-12);
     // Round r's validation_loss is that of the global it committed, measured by round r + 1's workers.
     EXPECT_NEAR(round["validation_loss"].get<double>(), 2.0 / (r + 1), 1e-12);
-    EXPECT_GT(round["bytes_moved"].get<int64_t>(), 0);
+    // Up: the two updates as stored. Down: the global each worker fetched through /blobs (round r - 1's; the
+    // scripted workers fetch nothing else). Moved: both.
+    int64_t update_bytes = 0;
+    for (const json& u : round["updates"]) update_bytes += u["size_bytes"].get<int64_t>();
+    EXPECT_EQ(round["bytes_up"], update_bytes);
+    if (r >= 2) {
+      char previous[64];
+      std::snprintf(previous, sizeof(previous), "rounds/%06d/global.safetensors", r - 1);
+      EXPECT_EQ(round["bytes_down"], 2 * static_cast<int64_t>(Artifact(job_id, previous).size()));
+    }
+    EXPECT_EQ(round["bytes_moved"], round["bytes_down"].get<int64_t>() + update_bytes);
 
     // Independent FedAvg in double of exactly what the workers uploaded for this round.
     std::vector<Upload> uploads;

@@ -273,6 +273,25 @@ TEST_F(TabularJobTest, PrometheusScrapesTheRoundCounter) {
       << text;
   EXPECT_NE(text.find("parsyn_workers_connected{kind=\"own\",status=\"online\"} 2\n"), std::string::npos) << text;
   EXPECT_NE(text.find("route=\"/api/v1/worker/tasks/next\""), std::string::npos) << text;
+  // The job's blob bytes each way: every update went up within a round; down, the rounds' downloads and the final
+  // evaluation's global.
+  const auto counter = [&](const std::string& series) {
+    const size_t at = text.find(series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size() + 1));
+  };
+  StatusOr<http::ClientResponse> listed = admin_->Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/rounds");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  StatusOr<json> rounds = listed->Json();
+  ASSERT_TRUE(rounds.ok()) << listed->body;
+  double down = 0, up = 0;
+  for (const json& r : (*rounds)["rounds"]) {
+    down += r["bytes_down"].get<double>();
+    up += r["bytes_up"].get<double>();
+  }
+  EXPECT_GT(up, 0);
+  EXPECT_EQ(counter("parsyn_job_blob_bytes_total{direction=\"up\"}"), up) << text;
+  EXPECT_GE(counter("parsyn_job_blob_bytes_total{direction=\"down\"}"), down) << text;
+  EXPECT_GT(down, 0);
 
   // promtool's exposition and lint checks.
   const fs::path exposition = tmp_.path() / "metrics.txt";

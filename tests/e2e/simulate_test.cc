@@ -106,7 +106,7 @@ class SimulateTest : public ::testing::Test {
       const storage::Round& r = (*rounds)[i];
       const std::vector<std::string>& row = csv[i + 1];
       const json& item = doc["rounds"][i];
-      ASSERT_GE(row.size(), 12u);
+      ASSERT_EQ(row.size(), 15u);
       EXPECT_EQ(row[0], std::to_string(r.round));
       EXPECT_EQ(row[1], std::to_string(r.attempt));
       EXPECT_EQ(row[2], "committed");
@@ -115,14 +115,25 @@ class SimulateTest : public ::testing::Test {
       StatusOr<std::vector<storage::RoundUpdate>> updates = (*store)->ListUpdates(job.id, r.round, r.attempt);
       ASSERT_TRUE(updates.ok());
       EXPECT_EQ(row[4], std::to_string(updates->size()));
-      int64_t samples = 0;
-      for (const storage::RoundUpdate& u : *updates) samples += u.num_samples;
+      int64_t samples = 0, update_bytes = 0;
+      for (const storage::RoundUpdate& u : *updates) {
+        samples += u.num_samples;
+        update_bytes += u.size_bytes;
+      }
       EXPECT_EQ(row[6], std::to_string(samples));
+      // Down: each virtual worker read the global (from round 2 on, an aggregated one, of the final one's size; round
+      // 1 reads the model's initial file); up: the updates as stored, each counted once; moved: both.
+      const auto global_bytes = static_cast<int64_t>(fs::file_size(out / "global.safetensors"));
+      if (r.round >= 2) EXPECT_EQ(row[10], std::to_string(kWorkers * global_bytes));
+      EXPECT_GT(std::stoll(row[10]), 0);
+      EXPECT_EQ(row[11], std::to_string(update_bytes));
+      EXPECT_EQ(std::stoll(row[9]), std::stoll(row[10]) + update_bytes);
+      EXPECT_EQ(item["bytes_up"], update_bytes);
       ASSERT_TRUE(r.train_loss.has_value());
       ASSERT_TRUE(r.validation_loss.has_value());
       EXPECT_EQ(std::stod(row[7]), *r.train_loss);  // %.17g: the stored double exactly
       EXPECT_EQ(std::stod(row[8]), *r.validation_loss);
-      EXPECT_EQ(row[11], r.global_sha256);
+      EXPECT_EQ(row[13], r.global_sha256);
       EXPECT_EQ(item["round"], r.round);
       EXPECT_EQ(item["train_loss"].get<double>(), *r.train_loss);
       EXPECT_EQ(item["validation_loss"].get<double>(), *r.validation_loss);

@@ -240,8 +240,8 @@ async function main() {
     assert.match(utilisation.value, /^\d+ %$/);
     log(`throughput "${throughput}", ${utilisation.label} "${utilisation.value}"`);
     assert.deepEqual(await page.$$eval('#rounds-table thead th', (els) => els.map((e) => e.textContent)),
-      ['Round', 'Outcome', 'Participants', 'Dropped', 'Duration', 'Bytes', 'Compression', 'Train loss',
-        'Validation loss after round']);
+      ['Round', 'Outcome', 'Participants', 'Dropped', 'Duration', 'Bytes down', 'Bytes up', 'Compression',
+        'Train loss', 'Validation loss after round']);
     const lists = {
       training: await page.$$eval('#training-list li[data-worker-id]', (els) => els.map((e) => e.textContent)),
       reported: await page.$$eval('#reported-list li[data-worker-id]', (els) => els.map((e) => e.textContent)),
@@ -255,6 +255,11 @@ async function main() {
     // An uncompressed job's updates are as large as its global: the rounds table shows the ratio as 1.00×.
     assert.match(await page.locator('#rounds-table tbody tr[data-outcome="committed"] .compression-ratio').first().textContent(),
       /^1\.0\d×$|^0\.9\d×$/);
+    // A committed round moved its workers' updates up and the global (and shards) down.
+    for (const cell of ['bytes-down', 'bytes-up']) {
+      assert.match(await page.locator(`#rounds-table tbody tr[data-outcome="committed"] .${cell}`).first().textContent(),
+        /^\d+(\.\d+)? (B|KiB|MiB|GiB)$/, cell);
+    }
     await shot('04-job-detail-live');
 
     // The Training page lists the job as running with its round bar.

@@ -55,13 +55,14 @@ const WHOLE_JOB = [
 // GET rounds once the job ended: the attempts as stored, and the final evaluation's attempt (round 3).
 const ROUNDS = [
   { round: 1, attempt: 1, outcome: 'committed', participants: [1, 2], train_loss: 1.5, validation_loss: 1.25,
-    duration_ms: 1200, bytes_moved: 100, compression_ratio: null,
+    duration_ms: 1200, bytes_moved: 100, bytes_down: 60, bytes_up: 40, compression_ratio: null,
     updates: [{ worker_id: 1, status: 'accepted' }] },
   { round: 2, attempt: 1, outcome: 'committed', participants: [1], train_loss: 1.0, validation_loss: 1.5,
-    duration_ms: 900, bytes_moved: 50, compression_ratio: 1,
+    duration_ms: 900, bytes_moved: 50, bytes_down: null, bytes_up: null, compression_ratio: 1,
     updates: [{ worker_id: 1, status: 'accepted' }] },
   { round: 3, attempt: 1, outcome: 'running', participants: [1], train_loss: null, validation_loss: null,
-    duration_ms: null, bytes_moved: 0, compression_ratio: null, updates: [] },
+    duration_ms: null, bytes_moved: 0, bytes_down: 0, bytes_up: 0, compression_ratio: null,
+    updates: [] },
 ];
 
 // The fields of the rows the table shows, without the /rounds entry each carries.

@@ -48,7 +48,7 @@ export function render(container, [idText]) {
   const aggregateChartBox = h('div', { id: 'aggregate-chart' });
   const roundsBody = h('tbody');
   const shardsBox = h('section', { class: 'card', id: 'job-shards', 'aria-labelledby': 'shards-h', hidden: true });
-  const ROUND_COLUMNS = ['Round', 'Outcome', 'Participants', 'Dropped', 'Duration', 'Bytes', 'Compression',
+  const ROUND_COLUMNS = ['Round', 'Outcome', 'Participants', 'Dropped', 'Duration', 'Bytes down', 'Bytes up', 'Compression',
     'Train loss', 'Validation loss after round'];
   const roundsHead = h('tr', {}, ...ROUND_COLUMNS.map((t) => h('th', { scope: 'col' }, t)));
   const artifactsBox = h('div', { id: 'artifacts' }, h('p', { class: 'muted' }, 'The result can be downloaded once a round has been committed and the job has ended.'));
@@ -250,7 +250,9 @@ export function render(container, [idText]) {
             workerName(id), why ? h('span', { class: 'muted' }, `: ${why}`) : null)))
           : '—'),
         h('td', {}, fmtDuration(r.duration_ms)),
-        h('td', {}, fmtBytes(r.bytes_moved)),
+        // The job's blobs down to the workers and up from them; rounds recorded before the split show their total only.
+        h('td', { class: 'bytes-down', title: `${fmtBytes(r.bytes_moved)} in all` }, fmtBytes(r.bytes_down)),
+        h('td', { class: 'bytes-up', title: `${fmtBytes(r.bytes_moved)} in all` }, fmtBytes(r.bytes_up)),
         // The updates' plain size over their wire size (distributed.compression; 1.00× without).
         h('td', { class: 'compression-ratio' }, typeof r.compression_ratio === 'number' ? `${r.compression_ratio.toFixed(2)}×` : '—'),
         h('td', {}, fmtNumber(r.train_loss)),

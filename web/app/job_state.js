@@ -73,6 +73,8 @@ import { TERMINAL } from './dom.js';
  * @property {number | null} validation_loss
  * @property {number | null} duration_ms
  * @property {number} bytes_moved
+ * @property {number | null} bytes_down
+ * @property {number | null} bytes_up
  * @property {string} [failure_reason]
  * @property {PrivacyReport} [privacy]
  * @property {number | null} compression_ratio

@@ -77,9 +77,9 @@ Status SqlMetadataStore::StartRound(const Round& round) {
   }
   {
     PARSYN_PREPARE(q,
-                   "INSERT INTO rounds (job_id, round, attempt, status, started_at_ms, bytes_moved, "
-                   "global_blob_key, global_sha256, failure_reason) "
-                   "VALUES ($1, $2, $3, 'running', $4, 0, '', '', '')");
+                   "INSERT INTO rounds (job_id, round, attempt, status, started_at_ms, bytes_moved, bytes_down, "
+                   "bytes_up, global_blob_key, global_sha256, failure_reason) "
+                   "VALUES ($1, $2, $3, 'running', $4, 0, 0, 0, '', '', '')");
     q->Bind(round.job_id, round.round, round.attempt, round.started_at_ms);
     PARSYN_RETURN_IF_ERROR(q->Run());
   }
@@ -131,10 +131,11 @@ Status SqlMetadataStore::CommitRound(const RoundCommit& commit) {
   {
     PARSYN_PREPARE(q,
                    "UPDATE rounds SET status = 'committed', ended_at_ms = $4, train_loss = $5, "
-                   "bytes_moved = $6, global_blob_key = $7, global_sha256 = $8 "
+                   "bytes_moved = $6, global_blob_key = $7, global_sha256 = $8, bytes_down = $9, bytes_up = $10 "
                    "WHERE job_id = $1 AND round = $2 AND attempt = $3");
-    q->Bind(commit.job_id, commit.round, commit.attempt, commit.ended_at_ms, commit.train_loss, commit.bytes_moved,
-            commit.global_blob_key, commit.global_sha256);
+    q->Bind(commit.job_id, commit.round, commit.attempt, commit.ended_at_ms, commit.train_loss,
+            commit.bytes_down + commit.bytes_up, commit.global_blob_key, commit.global_sha256, commit.bytes_down,
+            commit.bytes_up);
     PARSYN_RETURN_IF_ERROR(q->Run());
   }
   if (commit.previous_global_validation_loss) {
@@ -178,9 +179,11 @@ Status SqlMetadataStore::FailRound(const RoundFailure& failure) {
   const TrainingJob& job = *locked;
   {
     PARSYN_PREPARE(q,
-                   "UPDATE rounds SET status = 'failed', ended_at_ms = $4, bytes_moved = $5, failure_reason = $6 "
+                   "UPDATE rounds SET status = 'failed', ended_at_ms = $4, bytes_moved = $5, failure_reason = $6, "
+                   "bytes_down = $7, bytes_up = $8 "
                    "WHERE job_id = $1 AND round = $2 AND attempt = $3");
-    q->Bind(failure.job_id, failure.round, failure.attempt, failure.ended_at_ms, failure.bytes_moved, failure.reason);
+    q->Bind(failure.job_id, failure.round, failure.attempt, failure.ended_at_ms, failure.bytes_down + failure.bytes_up,
+            failure.reason, failure.bytes_down, failure.bytes_up);
     PARSYN_RETURN_IF_ERROR(q->Run());
   }
   if (!IsTerminal(job.status)) {

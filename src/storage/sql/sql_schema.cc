@@ -169,7 +169,14 @@ CREATE TABLE coordinator_lease (
 );
 )sql";
 
-constexpr Migration kMigrations[] = {{1, kSchemaV1}};
+// Rounds record their bytes down to the workers and up from them; bytes_moved stays their sum. Rows written before
+// keep NULL: their split is unknown.
+constexpr std::string_view kSchemaV2 = R"sql(
+ALTER TABLE rounds ADD COLUMN bytes_down BIGINT;
+ALTER TABLE rounds ADD COLUMN bytes_up BIGINT;
+)sql";
+
+constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}};
 
 constexpr std::string_view kAutoIdToken = "{auto_id}";
 

@@ -95,6 +95,8 @@ StatusOr<Round> ReadRound(const SqlStatement& q) {
   r.global_blob_key = q.Text(9);
   r.global_sha256 = q.Text(10);
   r.failure_reason = q.Text(11);
+  r.bytes_down = q.OptInt(12);
+  r.bytes_up = q.OptInt(13);
   return r;
 }
 

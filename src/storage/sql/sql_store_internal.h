@@ -52,7 +52,7 @@ inline constexpr const char* kJobColumns =
     "initial_validation_loss, final_validation_loss, best_round, best_validation_loss, private_seed";
 inline constexpr const char* kRoundColumns =
     "job_id, round, attempt, status, started_at_ms, ended_at_ms, train_loss, validation_loss, bytes_moved, "
-    "global_blob_key, global_sha256, failure_reason";
+    "global_blob_key, global_sha256, failure_reason, bytes_down, bytes_up";
 inline constexpr const char* kUpdateColumns =
     "job_id, round, attempt, worker_id, blob_key, sha256, size_bytes, num_samples, train_loss, metrics_json, status, "
     "reject_reason, received_at_ms";
