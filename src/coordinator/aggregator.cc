@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "coordinator/job_runner_internal.h"
+#include "protocol/messages.h"
 #include "storage/byte_source.h"
+#include "storage/local_blob_copy.h"
 #include "strategy/make_strategy.h"
 #include "weights/keyed_stream.h"
 #include "weights/safetensors.h"
@@ -46,6 +48,40 @@ StatusOr<storage::BlobInfo> PutWeightSet(storage::BlobStore& blobs, const std::s
   return stored;
 }
 
+// Stores the file at `path` under `key`, as PutWeightSet does a set.
+StatusOr<storage::BlobInfo> PutFile(storage::BlobStore& blobs, const std::string& key,
+                                    const std::filesystem::path& path) {
+  PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> source, storage::OpenFileSource(path));
+  StatusOr<storage::BlobInfo> stored = blobs.Put(key, *source, {.hash_on_second_thread = true});
+  if (!stored.ok() && stored.status().code() == StatusCode::kAlreadyExists) stored = blobs.Head(key);
+  return stored;
+}
+
+// The downlink's blobs beside a round's global (docs/compression.md, "Downlink"), and the global's metadata key that
+// names the residual's sha256 (so a resumed job carries on from it).
+constexpr char kGlobalDeltaFile[] = "global.delta";
+constexpr char kGlobalResidualFile[] = "global_residual.safetensors";
+constexpr char kGlobalResidualShaKey[] = "parsyn_global_residual_sha256";
+
+// The folder part of a blob key, with its slash ("jobs/1/rounds/000002/a1/").
+std::string KeyFolder(const std::string& key) { return key.substr(0, key.rfind('/') + 1); }
+
+// Spool files of one global's downlink, removed when done.
+struct DownlinkSpool {
+  std::filesystem::path residual, delta, global;
+  DownlinkSpool(const std::filesystem::path& dir, const std::string& key) {
+    std::string stem = key;
+    std::replace(stem.begin(), stem.end(), '/', '-');
+    residual = dir / (stem + ".residual");
+    delta = dir / (stem + ".delta");
+    global = dir / (stem + ".reconstructed");
+  }
+  ~DownlinkSpool() {
+    std::error_code ignored;
+    for (const auto& path : {residual, delta, global}) std::filesystem::remove(path, ignored);
+  }
+};
+
 }  // namespace
 
 Aggregator::Aggregator(const storage::TrainingJob& job, const JobSpec& spec, int num_shards) {
@@ -69,6 +105,12 @@ Aggregator::Aggregator(const storage::TrainingJob& job, const JobSpec& spec, int
   } else {
     error_ = made.status();
   }
+  const protocol::UpdateCompression& compression = spec.distributed.compression;
+  if (StatusOr<weights::UpdateCodec> codec = weights::ParseUpdateCodec(protocol::GlobalDeltaCodec(compression.global));
+      codec.ok() && *codec != weights::UpdateCodec::kNone) {
+    // Error feedback always: each global carries the rounding the one before it left out.
+    downlink_ = {.codec = *codec, .delta = true, .zstd_level = compression.zstd_level, .error_feedback = true};
+  }
 }
 
 loop::Awaitable<void> Aggregator::AddKeptUpdates(boost::asio::thread_pool& pool, bool small_update) {
@@ -83,8 +125,46 @@ loop::Awaitable<void> Aggregator::AddKeptUpdates(boost::asio::thread_pool& pool,
   co_await std::move(added);
 }
 
+StatusOr<GlobalWeights::DeltaCopy> Aggregator::EncodeDelta(storage::BlobStore& blobs, const std::string& key,
+                                                           const Base& base, const std::filesystem::path& spool_dir,
+                                                           weights::WeightSet& mean) const {
+  std::error_code ec;
+  std::filesystem::create_directories(spool_dir, ec);
+  DownlinkSpool spool(spool_dir, key);
+  // The residual the global before left, named by its metadata and stored beside it (none: from zero).
+  if (auto named = base.weights.metadata().find(kGlobalResidualShaKey); named != base.weights.metadata().end()) {
+    PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy carried,
+                            storage::LocalBlobCopy::Open(blobs, KeyFolder(base.key) + kGlobalResidualFile, spool_dir));
+    if (carried.sha256() != named->second) {
+      return DataLossError("the downlink residual beside " + base.key + " has sha256 " + carried.sha256() +
+                           ", the global names " + named->second);
+    }
+    std::filesystem::copy_file(carried.path(), spool.residual, std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) return UnavailableError("copying the downlink residual into " + spool_dir.string() + ": " + ec.message());
+  }
+  PARSYN_RETURN_IF_ERROR(weights::EncodeSetForWire(mean, base.weights, downlink_, spool.residual, spool.delta)
+                             .WithContext("encoding the global as a delta"));
+  PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo residual,
+                          PutFile(blobs, KeyFolder(key) + kGlobalResidualFile, spool.residual));
+  GlobalWeights::DeltaCopy delta{.of_global = key,
+                                 .key = KeyFolder(key) + kGlobalDeltaFile,
+                                 .base_sha256 = base.sha256,
+                                 .metadata = mean.metadata()};
+  delta.metadata[kGlobalResidualShaKey] = residual.sha256;
+  // The global is what the workers reconstruct from the delta: written by the same function, read back.
+  PARSYN_RETURN_IF_ERROR(
+      weights::WriteGlobalFromDelta(spool.delta, base.weights, downlink_, delta.metadata, spool.global));
+  PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo stored_delta, PutFile(blobs, delta.key, spool.delta));
+  delta.sha256 = stored_delta.sha256;
+  delta.size_bytes = stored_delta.size_bytes;
+  PARSYN_ASSIGN_OR_RETURN(mean, weights::ReadSafetensorsFile(spool.global));
+  return delta;
+}
+
 StatusOr<Aggregator::Aggregated> Aggregator::FinishRound(storage::BlobStore& blobs, const std::string& key,
-                                                         const std::string& state_key, FinishTimings* timings) {
+                                                         const std::string& state_key, const Base& base,
+                                                         const std::filesystem::path& spool_dir,
+                                                         FinishTimings* timings) {
   auto phase_start = std::chrono::steady_clock::now();
   PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, round_->Finish());
   timings->finish_ms = MillisSince(phase_start);
@@ -98,6 +178,9 @@ StatusOr<Aggregator::Aggregated> Aggregator::FinishRound(storage::BlobStore& blo
   timings->serialize_ms = MillisSince(phase_start);
   phase_start = std::chrono::steady_clock::now();
   Aggregated out;
+  if (downlink_.codec != weights::UpdateCodec::kNone) {
+    PARSYN_ASSIGN_OR_RETURN(out.delta, EncodeDelta(blobs, key, base, spool_dir, mean));
+  }
   PARSYN_ASSIGN_OR_RETURN(out.info, PutWeightSet(blobs, key, mean));
   timings->put_ms = MillisSince(phase_start);
   // The job keeps the stored global read-only mapped where the store has local files: until a strategy reads it

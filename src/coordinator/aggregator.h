@@ -13,17 +13,20 @@
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
 
 #include <boost/asio/thread_pool.hpp>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "base/status.h"
+#include "coordinator/global_weights.h"
 #include "coordinator/job_spec.h"
 #include "loop/loop_tools.h"
 #include "storage/blob_store.h"
 #include "storage/metadata_store.h"
 #include "strategy/round_aggregation.h"
 #include "strategy/strategy.h"
+#include "weights/update_wire.h"
 #include "weights/weight_set.h"
 
 namespace parsyn::coordinator {
@@ -49,10 +52,19 @@ class Aggregator {
   // update, else on `pool`.
   loop::Awaitable<void> AddKeptUpdates(boost::asio::thread_pool& pool, bool small_update);
 
-  // A round's new global, durable in the blob store.
+  // A round's new global, durable in the blob store, with its delta from the global before it when the job sends
+  // deltas (distributed.compression.global): then the global is what the delta decodes to (docs/compression.md,
+  // "Downlink"), the one every worker reconstructs.
   struct Aggregated {
     std::shared_ptr<weights::WeightSet> weights;
     storage::BlobInfo info;
+    std::optional<GlobalWeights::DeltaCopy> delta;
+  };
+  // The global the round started from (the latest committed one), the base of the new global's delta.
+  struct Base {
+    const std::string& key;
+    const std::string& sha256;
+    const weights::WeightSet& weights;
   };
   // How long FinishRound's phases took, in milliseconds (the debug log and parsyn_round_phase_duration_seconds).
   struct FinishTimings {
@@ -61,11 +73,19 @@ class Aggregator {
     double put_ms = 0;
   };
   // Finishes the round (RoundAggregation::Finish) and stores the new global under `key`, a stateful strategy's pending
-  // state first under `state_key`. Blocking (a pool thread); *timings is filled as the phases end.
+  // state first under `state_key`; with deltas, the delta and the downlink's error-feedback residual beside it
+  // (`spool_dir` holds the files on their way). Blocking (a pool thread); *timings is filled as the phases end.
   StatusOr<Aggregated> FinishRound(storage::BlobStore& blobs, const std::string& key, const std::string& state_key,
-                                   FinishTimings* timings);
+                                   const Base& base, const std::filesystem::path& spool_dir, FinishTimings* timings);
 
  private:
+  // The new global as a delta from `base`: the delta and the residual stored beside `key`, the reconstructed global
+  // in place of `mean` (its metadata naming the residual).
+  StatusOr<GlobalWeights::DeltaCopy> EncodeDelta(storage::BlobStore& blobs, const std::string& key, const Base& base,
+                                                 const std::filesystem::path& spool_dir,
+                                                 weights::WeightSet& mean) const;
+
+  weights::WireEncoding downlink_;                   // codec kNone: the job sends no deltas
   std::unique_ptr<strategy::Strategy> strategy_;     // null when the spec's strategy cannot be made (Launch fails)
   std::optional<strategy::RoundAggregation> round_;  // over *strategy_, when made
   Status error_;

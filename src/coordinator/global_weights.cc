@@ -14,6 +14,7 @@ void GlobalWeights::Set(std::string key, std::string sha256, uint64_t size_bytes
 
 void GlobalWeights::CommitPending(uint64_t size_bytes) {
   assert(pending_.has_value());
+  delta_ = std::move(pending_->delta);
   Set(std::move(pending_->key), std::move(pending_->sha256), size_bytes, std::move(pending_->weights));
   pending_.reset();
 }

@@ -1,11 +1,13 @@
 // GlobalWeights: a job's global model as its JobRunner (job_runner.h) holds it: the latest committed global (its blob
-// key, sha256, size and weights), the attempt's zstd copy of it, the global the attempt aggregated and has not
-// committed yet, and the validation loss of the global the attempt started from, stored with the round's commit.
+// key, sha256, size and weights), the attempt's zstd copy of it, its delta from the global before it, the global the
+// attempt aggregated and has not committed yet, and the validation loss of the global the attempt started from, stored
+// with the round's commit.
 //
 // Threads: loop thread only (the job's runner); the weights are shared read-only with the pool's checks.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,11 +25,22 @@ class GlobalWeights {
     std::string sha256;
     uint64_t size_bytes = 0;
   };
+  // A global as a delta from the global before it (distributed.compression.global), durable in the blob store, as
+  // tasks offer it (protocol::TaskGlobalDelta).
+  struct DeltaCopy {
+    std::string of_global;  // the global's key it stands for: offered only while that is the global
+    std::string key;
+    std::string sha256;
+    uint64_t size_bytes = 0;
+    std::string base_sha256;
+    std::map<std::string, std::string> metadata;  // the global's __metadata__, which the worker gives its file
+  };
   // A global aggregated and durable in the blob store, not yet committed.
   struct Pending {
     std::string key;
     std::string sha256;
     std::shared_ptr<weights::WeightSet> weights;
+    std::optional<DeltaCopy> delta;  // its delta from the committed global, when the job sends deltas
   };
 
   // The latest committed global (round committed_round; 0: the initial weights): its blob key, the sha256 and size of
@@ -45,7 +58,8 @@ class GlobalWeights {
   const std::optional<Pending>& pending() const { return pending_; }
   void SetPending(Pending pending) { pending_ = std::move(pending); }
   void DropPending() { pending_.reset(); }
-  // The pending global (there must be one) becomes the latest committed one, its size `size_bytes` as the store has it.
+  // The pending global (there must be one) becomes the latest committed one, its size `size_bytes` as the store has it,
+  // with its delta copy.
   void CommitPending(uint64_t size_bytes);
 
   // The validation loss of the global the attempt started from, stored by the round's commit.
@@ -59,12 +73,17 @@ class GlobalWeights {
   void SetZstdCopy(ZstdCopy copy) { zstd_ = std::move(copy); }
   void ForgetZstdCopy() { zstd_.reset(); }
 
+  // The latest committed global's delta from the global before it; nullptr when there is none (the initial global, a
+  // job without deltas, a job resumed after a restart) or it is not of the latest committed global.
+  const DeltaCopy* delta_copy() const { return delta_ && delta_->of_global == key_ ? &*delta_ : nullptr; }
+
  private:
   std::string key_;
   std::string sha256_;
   uint64_t size_bytes_ = 0;
   std::shared_ptr<weights::WeightSet> weights_;
   std::optional<ZstdCopy> zstd_;
+  std::optional<DeltaCopy> delta_;
   std::optional<Pending> pending_;                 // aggregated, not yet committed
   std::optional<double> pending_validation_loss_;  // of the global the attempt started from, stored on commit
 };

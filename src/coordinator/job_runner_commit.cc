@@ -22,8 +22,10 @@ http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std
   const std::string state_key = AttemptPrefix(a.round, a.attempt) + "/" + kServerStateFile;
   // The new global is a durable blob before the engine hears that aggregation finished (and so before commit).
   Aggregator::FinishTimings timings;
-  StatusOr<Aggregator::Aggregated> aggregated = co_await loop::Offload(
-      host_.pool(), [&] { return aggregator_.FinishRound(host_.blobs(), key, state_key, &timings); });
+  const Aggregator::Base base{.key = global_.key(), .sha256 = global_.sha256(), .weights = *global_.weights()};
+  StatusOr<Aggregator::Aggregated> aggregated = co_await loop::Offload(host_.pool(), [&] {
+    return aggregator_.FinishRound(host_.blobs(), key, state_key, base, host_.spool_dir(), &timings);
+  });
   PARSYN_LOG_DEBUG("training job {}: round {} aggregated: finish {:.1f} ms, serialize {:.1f} ms, durable put {:.1f} ms",
                    job_.id, a.round, timings.finish_ms, timings.serialize_ms, timings.put_ms);
   ObservePhase("aggregate_finish", timings.finish_ms);
@@ -31,7 +33,10 @@ http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std
   ObservePhase("aggregate_put", timings.put_ms);
   Status outcome = aggregated.status();
   if (aggregated.ok()) {
-    global_.SetPending({.key = key, .sha256 = aggregated->info.sha256, .weights = aggregated->weights});
+    global_.SetPending({.key = key,
+                        .sha256 = aggregated->info.sha256,
+                        .weights = aggregated->weights,
+                        .delta = std::move(aggregated->delta)});
   } else {
     PARSYN_LOG_ERROR("training job {}: aggregating round {}: {}", job_.id, a.round, outcome.ToString());
   }

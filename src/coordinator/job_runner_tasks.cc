@@ -143,6 +143,16 @@ StatusOr<TaskMessage> JobRunner::BuildTask(const AssignTask& a) const {
     task.global_weights.zstd = protocol::TaskZstdCopy{
         .url = host_.BlobGetUrl(zstd->key, url_ttl, a.worker), .sha256 = zstd->sha256, .size_bytes = zstd->size_bytes};
   }
+  if (const GlobalWeights::DeltaCopy* delta = global_.delta_copy()) {
+    task.global_weights.delta = protocol::TaskGlobalDelta{
+        .url = host_.BlobGetUrl(delta->key, url_ttl, a.worker),
+        .sha256 = delta->sha256,
+        .size_bytes = delta->size_bytes,
+        .base_sha256 = delta->base_sha256,
+        .codec = std::string(protocol::GlobalDeltaCodec(spec_.distributed.compression.global)),
+        .zstd = spec_.distributed.compression.zstd_level > 0,
+        .metadata = {delta->metadata.begin(), delta->metadata.end()}};
+  }
   if (engine_config_.workers_hold_data) {
     // The worker trains and evaluates on its own file (split with the job's seed); `data` stays empty.
     task.data_source = protocol::DataSource::kWorkers;

@@ -98,6 +98,11 @@ void ParseCompression(const json* object, protocol::UpdateCompression& c, std::v
   r.Boolean("delta", c.delta);
   r.Integer("zstd_level", c.zstd_level, 0, protocol::kMaxCompressionZstdLevel);
   r.Boolean("error_feedback", c.error_feedback);
+  static constexpr std::pair<std::string_view, std::string_view> kGlobals[] = {
+      {"none", "none"}, {"delta_bf16", "delta_bf16"}, {"delta_int8", "delta_int8"}, {"delta_int4", "delta_int4"}};
+  std::string_view global = c.global;
+  r.Choice("global", global, kGlobals);
+  c.global = std::string(global);
   r.RejectUnknown();
   if (!codec_ok || c.update != "none") return;
   if (c.delta) {

@@ -326,8 +326,20 @@ TEST(JobSpecTest, GoodBodies) {
          EXPECT_EQ(s.distributed.compression.update, "int8");
          EXPECT_TRUE(s.distributed.compression.delta);
          EXPECT_EQ(s.distributed.compression.zstd_level, 3);
-         EXPECT_EQ(JobSpecToJson(s)["distributed"]["compression"],
-                   json({{"update", "int8"}, {"delta", true}, {"zstd_level", 3}, {"error_feedback", false}}));
+         EXPECT_EQ(JobSpecToJson(s)["distributed"]["compression"], json({{"update", "int8"},
+                                                                         {"delta", true},
+                                                                         {"zstd_level", 3},
+                                                                         {"error_feedback", false},
+                                                                         {"global", "none"}}));
+       }},
+      {"the global as int4 deltas, with the update plain",
+       [](json& b) {
+         b["distributed"]["compression"] = {{"global", "delta_int4"}};
+       },
+       [](const JobSpec& s) {
+         EXPECT_EQ(s.distributed.compression.global, "delta_int4");
+         EXPECT_EQ(s.distributed.compression.update, "none");
+         EXPECT_EQ(JobSpecToJson(s)["distributed"]["compression"]["global"], "delta_int4");
        }},
       {"compression int4 + error feedback",
        [](json& b) {
@@ -523,6 +535,11 @@ TEST(JobSpecTest, BadBodiesNameTheFieldAndTheReason) {
          b["distributed"]["compression"] = {{"update", "int2"}};
        },
        "distributed.compression.update must be one of \"none\", \"bf16\", \"int8\", \"int4\", got \"int2\""},
+      {[](json& b) {
+         b["distributed"]["compression"] = {{"global", "int8"}};
+       },
+       "distributed.compression.global must be one of \"none\", \"delta_bf16\", \"delta_int8\", \"delta_int4\", got "
+       "\"int8\""},
       {[](json& b) {
          b["distributed"]["compression"] = {{"update", "int8"}, {"zstd_level", 20}};
        },

@@ -93,7 +93,16 @@ class WorkerProtocolRoutes {
     if (!found.ok()) co_return Response::Error(found.status());
     Session* s = *found;
     s->last_seen = context_.clock.Now();
-    const protocol::HeartbeatAnswer answer{.abandon = std::exchange(s->abandon, {})};
+    protocol::HeartbeatAnswer answer{.abandon = std::exchange(s->abandon, {})};
+    for (auto job = s->jobs_served.begin(); job != s->jobs_served.end();) {
+      const JobRunner* runner = service_.FindRunner(*job);
+      if (runner != nullptr && !runner->finished()) {
+        ++job;
+        continue;
+      }
+      answer.ended_jobs.push_back(*job);
+      job = s->jobs_served.erase(job);
+    }
     const storage::WorkerStatus status =
         s->current_job || !s->queued.empty() ? storage::WorkerStatus::kBusy : storage::WorkerStatus::kOnline;
     // Liveness is judged from last_seen in memory, which reaches the store in the next presence flush (one commit

@@ -115,6 +115,7 @@ std::optional<std::string> WorkerSessions::HandOverQueuedTask(Session& s) {
   Session::QueuedTask task = std::move(s.queued.front());
   s.queued.pop_front();
   s.current_job = task.job_id;
+  s.jobs_served.insert(task.job_id);
   s.current_round = task.task.round;
   s.current_attempt = task.task.attempt;
   return std::move(task.task.json);

@@ -21,6 +21,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,6 +56,7 @@ class WorkerSessions {
     int current_round = 0;
     int current_attempt = 0;
     std::vector<protocol::AbandonedTask> abandon;  // tasks to drop, sent with the next heartbeat
+    std::set<int64_t> jobs_served;  // jobs this session was handed tasks of, until a heartbeat says they ended
     // What the store last got for this session: a heartbeat that changes no status is kept in memory (last_seen)
     // and reaches the store with the next presence flush (FlushPresence), in one commit for all workers.
     std::optional<storage::WorkerStatus> stored_status;

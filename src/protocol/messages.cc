@@ -242,6 +242,14 @@ StatusOr<HeartbeatAnswer> ParseHeartbeatAnswer(const json& body) {
     f.Absorb(a);
     answer.abandon.push_back(task);
   }
+  const json ended = f.Array("ended_jobs", false, kMaxAbandoned).value_or(json::array());
+  for (const json& id : ended) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 1) {
+      f.AddProblem("'ended_jobs' must hold job ids (integers >= 1)");
+      break;
+    }
+    answer.ended_jobs.push_back(id.get<int64_t>());
+  }
   PARSYN_RETURN_IF_ERROR(f.status());
   return answer;
 }
@@ -251,7 +259,9 @@ json HeartbeatAnswerToJson(const HeartbeatAnswer& answer) {
   for (const AbandonedTask& t : answer.abandon) {
     abandon.push_back({{"job_id", t.job_id}, {"round", t.round}, {"attempt", t.attempt}});
   }
-  return {{"abandon", std::move(abandon)}};
+  json out = {{"abandon", std::move(abandon)}};
+  if (!answer.ended_jobs.empty()) out["ended_jobs"] = answer.ended_jobs;
+  return out;
 }
 
 // --- progress, result, failure -------------------------------------------------------------------------------------

@@ -108,6 +108,9 @@ struct AbandonedTask {
 };
 struct HeartbeatAnswer {
   std::vector<AbandonedTask> abandon;
+  // Jobs this session had tasks of that have ended since: the worker drops what it kept for them (its held global,
+  // its error-feedback residual). JSON "ended_jobs", absent when empty.
+  std::vector<int64_t> ended_jobs;
   friend bool operator==(const HeartbeatAnswer&, const HeartbeatAnswer&) = default;
 };
 StatusOr<HeartbeatAnswer> ParseHeartbeatAnswer(const nlohmann::json& body);
@@ -149,12 +152,27 @@ struct TaskZstdCopy {
   uint64_t size_bytes = 0;
   friend bool operator==(const TaskZstdCopy&, const TaskZstdCopy&) = default;
 };
+// The global as a delta from the global before it (distributed.compression.global; docs/compression.md,
+// "Downlink"): a worker that holds the base (by its sha256) downloads this instead, decodes it against the base,
+// gives the result `metadata` as the global's safetensors metadata, and checks the file it writes against the
+// global's sha256.
+struct TaskGlobalDelta {
+  std::string url;  // signed GET
+  std::string sha256;
+  uint64_t size_bytes = 0;
+  std::string base_sha256;  // the global the delta is from
+  std::string codec;        // "bf16" | "int8" | "int4": the update codec's format (weights/update_codec.h)
+  bool zstd = false;        // the encoded image is zstd-compressed
+  std::vector<std::pair<std::string, std::string>> metadata;  // the global's __metadata__
+  friend bool operator==(const TaskGlobalDelta&, const TaskGlobalDelta&) = default;
+};
 struct TaskGlobalWeights {
   std::string url;  // signed GET
   std::string sha256;
   uint64_t size_bytes = 0;
-  int round = 0;                     // the round that produced them (0: the initial global)
-  std::optional<TaskZstdCopy> zstd;  // JSON "zstd"; absent: download `url`
+  int round = 0;                         // the round that produced them (0: the initial global)
+  std::optional<TaskZstdCopy> zstd;      // JSON "zstd"; absent: download `url`
+  std::optional<TaskGlobalDelta> delta;  // JSON "delta"; absent: no delta offered
   friend bool operator==(const TaskGlobalWeights&, const TaskGlobalWeights&) = default;
 };
 // The shard's two files, each with the sha256 the coordinator recorded when it wrote them: the worker caches them by
@@ -201,10 +219,18 @@ struct UpdateCompression {
   bool delta = false;           // send w_local - w_global
   int zstd_level = 0;           // 0: no zstd; 1..19
   bool error_feedback = false;  // carry the quantisation residual to the worker's next update of the job
+  // The downlink: "none" | "delta_bf16" | "delta_int8" | "delta_int4" (kGlobalCodecs). Other than "none", each
+  // round's global is also offered as a delta from the one before, and workers keep the last global they received.
+  std::string global = "none";
   friend bool operator==(const UpdateCompression&, const UpdateCompression&) = default;
 };
 // Every field, always (the job's normalised form and the task's).
 nlohmann::json UpdateCompressionToJson(const UpdateCompression& compression);
+// distributed.compression.global's values, and the update codec each one encodes its delta with ("" for none).
+inline constexpr std::pair<std::string_view, std::string_view> kGlobalCodecs[] = {
+    {"none", ""}, {"delta_bf16", "bf16"}, {"delta_int8", "int8"}, {"delta_int4", "int4"}};
+// The codec of a distributed.compression.global value: "" for "none" and for an unknown value.
+std::string_view GlobalDeltaCodec(std::string_view global);
 
 struct Task {
   std::string task_id;  // "<job>-<round>-<attempt>-w<worker>"

@@ -149,8 +149,16 @@ TEST(TaskMessageTest, CarriesCompressionAndTheGlobalsZstdCopyOnlyWhenOn) {
   EXPECT_FALSE(Written(*ParseTask(wire)).contains("compression"));
 
   json compressed = wire;
-  compressed["compression"] = {{"update", "int8"}, {"delta", true}, {"zstd_level", 3}, {"error_feedback", false}};
+  compressed["compression"] = {
+      {"update", "int8"}, {"delta", true}, {"zstd_level", 3}, {"error_feedback", false}, {"global", "delta_int8"}};
   compressed["global_weights"]["zstd"] = {{"url", "http://c/blobs/g.zst?sig=9"}, {"sha256", kShaD}, {"size_bytes", 99}};
+  compressed["global_weights"]["delta"] = {{"url", "http://c/blobs/g.delta?sig=8"},
+                                           {"sha256", kShaD},
+                                           {"size_bytes", 40},
+                                           {"base_sha256", kShaD},
+                                           {"codec", "int8"},
+                                           {"zstd", true},
+                                           {"metadata", {{"format", "pt"}}}};
   auto task = ParseTask(compressed);
   ASSERT_TRUE(task.ok()) << task.status().ToString();
   EXPECT_EQ(task->compression.update, "int8");
@@ -158,6 +166,10 @@ TEST(TaskMessageTest, CarriesCompressionAndTheGlobalsZstdCopyOnlyWhenOn) {
   EXPECT_EQ(task->compression.zstd_level, 3);
   ASSERT_TRUE(task->global_weights.zstd.has_value());
   EXPECT_EQ(task->global_weights.zstd->size_bytes, 99u);
+  EXPECT_EQ(task->compression.global, "delta_int8");
+  ASSERT_TRUE(task->global_weights.delta.has_value());
+  EXPECT_EQ(task->global_weights.delta->codec, "int8");
+  EXPECT_EQ(task->global_weights.delta->metadata, (std::vector<std::pair<std::string, std::string>>{{"format", "pt"}}));
   EXPECT_EQ(Written(*task), compressed);
   EXPECT_EQ(*ParseTask(Written(*task)), *task);
 
@@ -166,6 +178,12 @@ TEST(TaskMessageTest, CarriesCompressionAndTheGlobalsZstdCopyOnlyWhenOn) {
        "'compression.update' must be one of none, bf16, int8, int4, got 'int2'"},
       {[](json& t) { t["compression"]["zstd_level"] = 20; }, "'compression.zstd_level' must be in 0..19, got 20"},
       {[](json& t) { t["global_weights"]["zstd"].erase("sha256"); }, "missing field 'global_weights.zstd.sha256'"},
+      {[](json& t) { t["compression"]["global"] = "int8"; },
+       "'compression.global' must be one of none, delta_bf16, delta_int8, delta_int4, got 'int8'"},
+      {[](json& t) { t["global_weights"]["delta"]["codec"] = "fp8"; },
+       "'global_weights.delta.codec' must be one of bf16, int8, int4, got 'fp8'"},
+      {[](json& t) { t["global_weights"]["delta"].erase("base_sha256"); },
+       "missing field 'global_weights.delta.base_sha256'"},
   };
   for (const auto& [edit, message] : bad) {
     json task_json = compressed;
@@ -328,6 +346,12 @@ TEST(HeartbeatTest, RoundTripsWithTheAbandonList) {
   EXPECT_EQ(HeartbeatAnswerToJson({}), (json{{"abandon", json::array()}}));
   EXPECT_EQ(ParseHeartbeatAnswer(json{{"abandon", {{{"job_id", 7}}}}}).status().message(),
             "missing field 'abandon[0].round'; missing field 'abandon[0].attempt'");
+  // Jobs that ended: present only when there are some.
+  const HeartbeatAnswer ended{.ended_jobs = {3, 9}};
+  EXPECT_EQ(HeartbeatAnswerToJson(ended), (json{{"abandon", json::array()}, {"ended_jobs", {3, 9}}}));
+  EXPECT_EQ(*ParseHeartbeatAnswer(HeartbeatAnswerToJson(ended)), ended);
+  EXPECT_EQ(ParseHeartbeatAnswer(json{{"ended_jobs", {0}}}).status().message(),
+            "'ended_jobs' must hold job ids (integers >= 1)");
 }
 
 TEST(ProgressTest, RoundTripsAndChecksRanges) {

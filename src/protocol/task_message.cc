@@ -103,6 +103,24 @@ TaskGlobalWeights ReadGlobalWeights(JsonFields& g) {
     weights.zstd = std::move(copy);
     g.Absorb(*z);
   }
+  if (std::optional<JsonFields> d = Nested(g, "delta", false, "global_weights.")) {
+    TaskGlobalDelta delta;
+    delta.url = d->String("url", true, kMaxUrlBytes).value_or("");
+    delta.sha256 = Sha256Field(*d, "sha256", true);
+    delta.size_bytes = d->Uint64("size_bytes", false).value_or(0);
+    delta.base_sha256 = Sha256Field(*d, "base_sha256", true);
+    if (std::optional<std::string> codec = d->String("codec", true, 16)) {
+      if (*codec == "bf16" || *codec == "int8" || *codec == "int4") {
+        delta.codec = *codec;
+      } else {
+        d->AddProblem("'global_weights.delta.codec' must be one of bf16, int8, int4, got '" + *codec + "'");
+      }
+    }
+    delta.zstd = d->Bool("zstd", false).value_or(false);
+    delta.metadata = d->StringMap("metadata", false, 64).value_or(std::vector<std::pair<std::string, std::string>>{});
+    weights.delta = std::move(delta);
+    g.Absorb(*d);
+  }
   return weights;
 }
 
@@ -153,6 +171,14 @@ UpdateCompression ReadUpdateCompression(JsonFields& c) {
   compression.delta = c.Bool("delta", false).value_or(false);
   compression.zstd_level = static_cast<int>(c.Int("zstd_level", false, 0, kMaxCompressionZstdLevel).value_or(0));
   compression.error_feedback = c.Bool("error_feedback", false).value_or(false);
+  if (std::optional<std::string> global = c.String("global", false, 16)) {
+    if (*global == "none" || !GlobalDeltaCodec(*global).empty()) {
+      compression.global = *global;
+    } else {
+      c.AddProblem("'compression.global' must be one of none, delta_bf16, delta_int8, delta_int4, got '" + *global +
+                   "'");
+    }
+  }
   return compression;
 }
 
@@ -233,8 +259,19 @@ StatusOr<Task> ParseTask(const json& body) {
   return t;
 }
 
+std::string_view GlobalDeltaCodec(std::string_view global) {
+  for (const auto& [name, codec] : kGlobalCodecs) {
+    if (name == global) return codec;
+  }
+  return "";
+}
+
 json UpdateCompressionToJson(const UpdateCompression& c) {
-  return {{"update", c.update}, {"delta", c.delta}, {"zstd_level", c.zstd_level}, {"error_feedback", c.error_feedback}};
+  return {{"update", c.update},
+          {"delta", c.delta},
+          {"zstd_level", c.zstd_level},
+          {"error_feedback", c.error_feedback},
+          {"global", c.global}};
 }
 
 namespace {
@@ -291,6 +328,13 @@ std::string TaskJsonText(const Task& t, std::string_view config_json) {
   if (const std::optional<TaskZstdCopy>& zstd = t.global_weights.zstd) {
     w.Key("zstd").BeginObject().Field("url", zstd->url).Field("sha256", zstd->sha256);
     w.Field("size_bytes", zstd->size_bytes).EndObject();
+  }
+  if (const std::optional<TaskGlobalDelta>& delta = t.global_weights.delta) {
+    w.Key("delta").BeginObject().Field("url", delta->url).Field("sha256", delta->sha256);
+    w.Field("size_bytes", delta->size_bytes).Field("base_sha256", delta->base_sha256).Field("codec", delta->codec);
+    w.Field("zstd", delta->zstd).Key("metadata").BeginObject();
+    for (const auto& [key, value] : delta->metadata) w.Field(key, value);
+    w.EndObject().EndObject();
   }
   w.EndObject();
   w.Field("data_source", DataSourceName(t.data_source));

@@ -98,6 +98,12 @@ Status EncodeUpdateFileForWire(const fs::path& update_file, const WeightSet& glo
     return CompressToFile(ReadFromFile(in.get(), update_file), size, encoding.zstd_level, out_file);
   }
   PARSYN_ASSIGN_OR_RETURN(WeightSet update, ReadSafetensorsFile(update_file));
+  return EncodeSetForWire(update, global, encoding, residual_file, out_file);
+}
+
+Status EncodeSetForWire(const WeightSet& update, const WeightSet& global, const WireEncoding& encoding,
+                        const fs::path& residual_file, const fs::path& out_file) {
+  if (encoding.codec == UpdateCodec::kNone) return InvalidArgumentError("EncodeSetForWire needs a codec");
   std::optional<WeightSet> carried;
   if (encoding.error_feedback) carried = LoadCarriedResidual(residual_file, update);
   EncodeOptions options{.codec = encoding.codec,
@@ -142,6 +148,16 @@ StatusOr<WeightSet> DecodeUpdateFileFromWire(const fs::path& wire_file, const We
     if (*n == 0) break;
   }
   return ParseSafetensors(image);
+}
+
+Status WriteGlobalFromDelta(const fs::path& delta_file, const WeightSet& base, const WireEncoding& encoding,
+                            const std::map<std::string, std::string>& metadata, const fs::path& out_file) {
+  if (encoding.codec == UpdateCodec::kNone || !encoding.delta) {
+    return InvalidArgumentError("a global delta needs a codec and delta coding");
+  }
+  PARSYN_ASSIGN_OR_RETURN(WeightSet global, DecodeUpdateFileFromWire(delta_file, base, encoding));
+  global.metadata() = metadata;
+  return WriteSafetensorsFile(global, out_file);
 }
 
 StatusOr<uint64_t> ZstdCompressFile(const fs::path& in_file, const fs::path& out_file, int level) {

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <string>
 
 #include "base/status.h"
 #include "weights/update_codec.h"
@@ -32,12 +34,26 @@ Status EncodeUpdateFileForWire(const std::filesystem::path& update_file, const W
                                const WireEncoding& encoding, const std::filesystem::path& residual_file,
                                const std::filesystem::path& out_file);
 
+// As EncodeUpdateFileForWire for an update in memory, with a codec (InvalidArgument for kNone).
+Status EncodeSetForWire(const WeightSet& update, const WeightSet& global, const WireEncoding& encoding,
+                        const std::filesystem::path& residual_file, const std::filesystem::path& out_file);
+
 // Reads an uploaded update written by EncodeUpdateFileForWire back into its ordinary form (the global's layout and
 // dtypes; a delta is added to `global`). Streamed: zstd is decompressed with the limit MaxEncodedUpdateBytes(global,
 // codec), so a frame declaring more is refused before any of it is expanded, straight into the decoder. Every defect
 // of the bytes is InvalidArgument naming it; I/O errors are Unavailable.
 StatusOr<WeightSet> DecodeUpdateFileFromWire(const std::filesystem::path& wire_file, const WeightSet& global,
                                              const WireEncoding& encoding);
+
+// The downlink (docs/compression.md, "Downlink"): a global sent as a delta from `base`, the global before it. The
+// coordinator encodes the new global with EncodeSetForWire (`base` as the delta's base, its own error-feedback
+// residual), and both it and the worker write the global the delta stands for with this: base + the decoded delta
+// (DecodeUpdateFileFromWire: every value checked finite), given `metadata` as its __metadata__, written with
+// WriteSafetensorsFile. The same code on the same bytes, so the file's sha256 is the one the coordinator stored.
+// InvalidArgument for an encoding without a codec or delta coding, and DecodeUpdateFileFromWire's errors.
+Status WriteGlobalFromDelta(const std::filesystem::path& delta_file, const WeightSet& base,
+                            const WireEncoding& encoding, const std::map<std::string, std::string>& metadata,
+                            const std::filesystem::path& out_file);
 
 // zstd over whole files, streamed (a global a worker downloads). Compress returns the frame's size; the frame
 // declares the content size. Decompress refuses (InvalidArgument) output past max_output_bytes, before expanding it

@@ -13,6 +13,7 @@
 #include "weights/safetensors.h"
 #include "weights/update_wire.h"
 #include "worker/agent_internal.h"
+#include "worker/global_downlink.h"
 #include "worker/telemetry.h"
 #include "worker/update_upload.h"
 
@@ -305,6 +306,7 @@ Status Agent::Heartbeat(const Session& session) {
   for (const protocol::AbandonedTask& a : answer.abandon) {
     AbandonCurrent(a.job_id, a.round, a.attempt, "the coordinator dropped the task (straggler or job ended)");
   }
+  for (int64_t job_id : answer.ended_jobs) ForgetJob(WorkerStateDir(cache_.root(), session.worker_id), job_id);
   return Status::Ok();
 }
 

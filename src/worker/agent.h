@@ -145,11 +145,12 @@ class Agent {
   // POSTs /api/v1/worker/failure once; failures to deliver it are logged and ignored.
   void ReportFailure(const protocol::Task& task, const Status& failure);
   Status ExecuteTask(const Session& session, const protocol::Task& task, std::stop_token stop);
-  StatusOr<TaskFiles> FetchInputs(const protocol::Task& task, const std::filesystem::path& task_dir,
-                                  std::stop_token stop);
-  // Downloads the round's global weights to `global_weights` (through their zstd copy when the task offers one) and
-  // checks their sha256.
-  Status FetchGlobalWeights(const protocol::Task& task, const std::filesystem::path& task_dir,
+  StatusOr<TaskFiles> FetchInputs(const Session& session, const protocol::Task& task,
+                                  const std::filesystem::path& task_dir, std::stop_token stop);
+  // Downloads the round's global weights to `global_weights` and checks their sha256: from their delta when the task
+  // offers one from the global this worker holds for the job (global_downlink.h), else through their zstd copy when
+  // the task offers one, else whole. A job that sends deltas has its global held for the next task.
+  Status FetchGlobalWeights(const Session& session, const protocol::Task& task, const std::filesystem::path& task_dir,
                             const std::filesystem::path& global_weights, std::stop_token stop);
   // Runs `trainer` on the task file through the supervisor, reporting its progress; returns its checked output.
   StatusOr<TrainerOutput> RunTrainer(const Session& session, const protocol::Task& task, const TrainerCommand& trainer,

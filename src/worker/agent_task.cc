@@ -11,6 +11,7 @@
 #include "weights/update_wire.h"
 #include "worker/agent.h"
 #include "worker/agent_internal.h"
+#include "worker/global_downlink.h"
 #include "worker/telemetry.h"
 #include "worker/update_upload.h"
 
@@ -127,14 +128,15 @@ void Agent::ReportFailure(const protocol::Task& task, const Status& failure) {
                   protocol::RoundLabel(task.round, task.total_rounds), sent.message());
 }
 
-StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::path& task_dir, std::stop_token stop) {
+StatusOr<TaskFiles> Agent::FetchInputs(const Session& session, const protocol::Task& task, const fs::path& task_dir,
+                                       std::stop_token stop) {
   TaskFiles files;
   files.output_dir = task_dir / "out";
   if (!task.model.files.empty()) {
     PARSYN_ASSIGN_OR_RETURN(files.model_dir, cache_.FetchModel(*blob_client_, task.model.files, stop));
   }
   files.global_weights = task_dir / "global.safetensors";
-  PARSYN_RETURN_IF_ERROR(FetchGlobalWeights(task, task_dir, files.global_weights, stop));
+  PARSYN_RETURN_IF_ERROR(FetchGlobalWeights(session, task, task_dir, files.global_weights, stop));
   if (task.data_source == protocol::DataSource::kWorkers) {
     PARSYN_RETURN_IF_ERROR(UseLocalData(task, options_.local_data, files));
     return files;
@@ -179,10 +181,32 @@ StatusOr<TaskFiles> Agent::FetchInputs(const protocol::Task& task, const fs::pat
   return files;
 }
 
-Status Agent::FetchGlobalWeights(const protocol::Task& task, const fs::path& task_dir, const fs::path& global_weights,
-                                 std::stop_token stop) {
+Status Agent::FetchGlobalWeights(const Session& session, const protocol::Task& task, const fs::path& task_dir,
+                                 const fs::path& global_weights, std::stop_token stop) {
   const std::string global_name =
       "the global weights of round " + std::to_string(task.global_weights.round) + " (global.safetensors)";
+  const fs::path state_dir = WorkerStateDir(cache_.root(), session.worker_id);
+  const bool job_sends_deltas = task.compression.global != "none" || task.global_weights.delta.has_value();
+  if (const std::optional<protocol::TaskGlobalDelta>& delta = task.global_weights.delta) {
+    // Asked before anything is downloaded: a delta is of use only from the very global it was taken from.
+    const std::string held = HeldGlobalSha256(state_dir, task.job_id);
+    if (held == delta->base_sha256) {
+      const fs::path delta_file = task_dir / "global.delta";
+      PARSYN_RETURN_IF_ERROR(
+          DownloadVerified(*blob_client_, delta->url, delta_file, delta->sha256, stop, global_name + ", delta"));
+      PARSYN_RETURN_IF_ERROR(
+          GlobalFromDelta(*delta, task.global_weights.sha256, state_dir, task.job_id, delta_file, global_weights)
+              .WithContext("rebuilding " + global_name + " from its " + delta->codec + " delta"));
+      PARSYN_LOG_INFO("worker {}: job {}: {} rebuilt from its {} delta ({} bytes instead of {})", options_.name,
+                      task.job_id, global_name, delta->codec, delta->size_bytes, task.global_weights.size_bytes);
+      return HoldGlobal(state_dir, task.job_id, global_weights, task.global_weights.sha256);
+    }
+    PARSYN_LOG_INFO(
+        "worker {}: job {}: {} is offered as a delta from global {}…, which this worker does not hold ({}): "
+        "downloading the whole global",
+        options_.name, task.job_id, global_name, delta->base_sha256.substr(0, 12),
+        held.empty() ? "it holds none for the job" : "it holds " + held.substr(0, 12) + "…");
+  }
   if (const std::optional<protocol::TaskZstdCopy>& zstd = task.global_weights.zstd;
       zstd && task.global_weights.size_bytes > 0) {
     // The zstd copy: its own bytes checked, decompressed bounded by the global's size, then the global's checked.
@@ -202,6 +226,7 @@ Status Agent::FetchGlobalWeights(const protocol::Task& task, const fs::path& tas
     PARSYN_RETURN_IF_ERROR(DownloadVerified(*blob_client_, task.global_weights.url, global_weights,
                                             task.global_weights.sha256, stop, global_name));
   }
+  if (job_sends_deltas) return HoldGlobal(state_dir, task.job_id, global_weights, task.global_weights.sha256);
   return Status::Ok();
 }
 
@@ -236,7 +261,7 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
   } cleanup{task_dir};
 
   PARSYN_ASSIGN_OR_RETURN(const DescribedTrainer* trainer, TrainerFor(task));
-  PARSYN_ASSIGN_OR_RETURN(TaskFiles files, FetchInputs(task, task_dir, stop));
+  PARSYN_ASSIGN_OR_RETURN(TaskFiles files, FetchInputs(session, task, task_dir, stop));
   const protocol::TrainerTask trainer_task = BuildTrainerTask(task, files, options_.device, options_.trainer_threads);
   const fs::path task_file = task_dir / "task.json";
   {
