@@ -31,7 +31,7 @@ ServerMetrics* MakeMetrics() {
       .bytes_sent = r.Counter("parsyn_http_response_body_bytes_total",
                               "Response body bytes the HTTP server sent (event streams not counted)."),
       .job_blob_bytes = r.Counter("parsyn_job_blob_bytes_total",
-                                  "Bytes of jobs' blobs (globals, their compressed copies, shards, model files, "
+                                  "Bytes of jobs' blobs (globals, their zstd copies and deltas, shards, "
                                   "updates) that crossed the wire through the coordinator, or straight to the blob "
                                   "store for updates: down to workers, up from them. The sum of the rounds' "
                                   "bytes_down and bytes_up.",
