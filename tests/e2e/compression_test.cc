@@ -149,6 +149,7 @@ TEST_F(CompressionJobTest, GlobalDeltasRebuildTheStoredGlobalAndARestartedWorker
     std::string global;
     double max_share;  // of the plain job's downloads in rounds 2..
   };
+  std::vector<int64_t> job_ids;
   for (const Case& c : {Case{"delta_bf16", 0.55}, Case{"delta_int8", 0.3}, Case{"delta_int4", 0.17}}) {
     std::vector<size_t> rebuilt_before;
     for (auto& w : workers_) rebuilt_before.push_back(Occurrences(w->log(), "rebuilt from its"));
@@ -164,6 +165,7 @@ TEST_F(CompressionJobTest, GlobalDeltasRebuildTheStoredGlobalAndARestartedWorker
       fs::remove_all(tmp_.path() / "cache-w0");
       workers_[0]->Start();
     });
+    job_ids.push_back(job_id);
     std::vector<std::string> shas;
     int64_t first_round = 0;
     const int64_t bytes = later_downloads(job_id, &shas, &first_round);
@@ -184,6 +186,13 @@ TEST_F(CompressionJobTest, GlobalDeltasRebuildTheStoredGlobalAndARestartedWorker
                 c.global.c_str(), kRounds, static_cast<long long>(bytes),
                 static_cast<double>(bytes) / static_cast<double>(plain_bytes), static_cast<long long>(plain_bytes),
                 restart_allowance);
+  }
+  // Worker 1 heartbeated during the later jobs' tasks: the coordinator named the earlier jobs as ended, and the
+  // worker dropped the global it held for each (the last job's may stay until its next heartbeat).
+  const fs::path state = tmp_.path() / "cache-w1" / "state" / ("w" + std::to_string(workers[1]));
+  EXPECT_TRUE(fs::is_directory(state)) << state;
+  for (size_t j = 0; j + 1 < job_ids.size(); ++j) {
+    EXPECT_FALSE(fs::exists(state / ("job-" + std::to_string(job_ids[j]) + "-global.safetensors"))) << job_ids[j];
   }
 }
 
