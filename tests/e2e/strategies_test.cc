@@ -101,6 +101,33 @@ class StrategyJobTest : public LlamaJobTest {
     return largest;
   }
 
+  // Runs `spec` to its end, then again with the server killed after round 1 and started again: the second job
+  // resumes and its last global is the first's, bit for bit.
+  void ExpectAResumedJobEndsWithTheUninterruptedWeights(const json& spec) {
+    const int rounds = spec["distributed"]["num_rounds"].get<int>();
+    const int64_t reference_id = CreateJob(*admin_, spec);
+    json reference = WaitForJobEnd(*admin_, reference_id, std::chrono::seconds(300));
+    ASSERT_EQ(reference.value("status", ""), "succeeded") << reference.dump(2);
+
+    const int64_t job_id = CreateJob(*admin_, spec);
+    ASSERT_TRUE(WaitForEvent(
+        *admin_, job_id,
+        [&](const std::string& type, const json& d) { return type == "round_committed" && d.value("round", 0) == 1; },
+        std::chrono::seconds(300)));
+    server_->Kill();
+    server_->Start();  // same data directory, same port: the workers reconnect on their own
+    json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+    ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+    EXPECT_TRUE(WaitForEvent(
+        *admin_, job_id,
+        [&](const std::string& type, const json& d) {
+          return type == "job_resumed" && d.value("committed_round", 0) >= 1 && d.value("committed_round", 0) < rounds;
+        },
+        std::chrono::seconds(10)));
+    EXPECT_FALSE(FinalSha(reference_id, rounds).empty());
+    EXPECT_EQ(FinalSha(job_id, rounds), FinalSha(reference_id, rounds));
+  }
+
   std::string FinalSha(int64_t job_id, int round) {
     std::string sha;
     for (const json& r : Rounds(*admin_, job_id)) {
@@ -152,29 +179,17 @@ TEST_F(StrategyJobTest, FedAdamJobStepsTheGlobalStoresItsStateAndTheLossFalls) {
 
 TEST_F(StrategyJobTest, FedAdamServerKilledMidJobFinishesWithTheUninterruptedWeights) {
   std::vector<int64_t> ids = StartWorkers(2);
-  const int kRounds = 3;
-  const json spec = Spec(ids, kRounds, 10, "fedadam", json::object());
-  const int64_t reference_id = CreateJob(*admin_, spec);
-  json reference = WaitForJobEnd(*admin_, reference_id, std::chrono::seconds(300));
-  ASSERT_EQ(reference.value("status", ""), "succeeded") << reference.dump(2);
+  ExpectAResumedJobEndsWithTheUninterruptedWeights(Spec(ids, 3, 10, "fedadam", json::object()));
+  for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+}
 
-  const int64_t job_id = CreateJob(*admin_, spec);
-  ASSERT_TRUE(WaitForEvent(
-      *admin_, job_id,
-      [&](const std::string& type, const json& d) { return type == "round_committed" && d.value("round", 0) == 1; },
-      std::chrono::seconds(300)));
-  server_->Kill();
-  server_->Start();  // same data directory, same port: the workers reconnect on their own
-  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
-  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
-  EXPECT_TRUE(WaitForEvent(
-      *admin_, job_id,
-      [&](const std::string& type, const json& d) {
-        return type == "job_resumed" && d.value("committed_round", 0) >= 1 && d.value("committed_round", 0) < kRounds;
-      },
-      std::chrono::seconds(10)));
-  EXPECT_FALSE(FinalSha(reference_id, kRounds).empty());
-  EXPECT_EQ(FinalSha(job_id, kRounds), FinalSha(reference_id, kRounds));
+// With the globals sent as deltas, the coordinator's downlink residual is stored with each global: the job resumed
+// after the kill goes on from it, and its globals are the uninterrupted job's, bit for bit.
+TEST_F(StrategyJobTest, GlobalDeltasServerKilledMidJobFinishesWithTheUninterruptedWeights) {
+  std::vector<int64_t> ids = StartWorkers(2);
+  json spec = Spec(ids, 3, 10, "federated_averaging", json::object());
+  spec["distributed"]["compression"] = {{"global", "delta_int4"}};
+  ExpectAResumedJobEndsWithTheUninterruptedWeights(spec);
   for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
 }
 
