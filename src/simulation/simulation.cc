@@ -308,7 +308,7 @@ class SimulationHost final : public coordinator::JobHost {
     }
     PARSYN_ASSIGN_OR_RETURN(std::string global_key, KeyOfUrl(task.global_weights.url));
     PARSYN_ASSIGN_OR_RETURN(files.global_weights, blobs_.LocalPath(global_key));
-    bytes_down += task.global_weights.size_bytes;
+    bytes_down += GlobalDownloadBytes(task);
     PARSYN_ASSIGN_OR_RETURN(std::tie(files.data, files.validation_data), ShardFiles(task.data));
     files.data_format = task.data.format;
 
@@ -359,6 +359,18 @@ class SimulationHost final : public coordinator::JobHost {
   }
 
   // The worker id in the task's id "<job>-<round>-<attempt>-w<worker>".
+  // What a real worker would download for the task's global: the delta when the task offers one from the global this
+  // virtual worker read last for the job, else the whole global. (Virtual workers read the global itself: the
+  // coordinator stored what the delta decodes to.)
+  uint64_t GlobalDownloadBytes(const protocol::Task& task) {
+    std::lock_guard lock(held_mutex_);
+    std::string& held = held_globals_[{WorkerOfTask(task), task.job_id}];
+    const std::optional<protocol::TaskGlobalDelta>& delta = task.global_weights.delta;
+    const uint64_t bytes = delta && delta->base_sha256 == held ? delta->size_bytes : task.global_weights.size_bytes;
+    held = task.global_weights.sha256;
+    return bytes;
+  }
+
   static int64_t WorkerOfTask(const protocol::Task& task) {
     const size_t w = task.task_id.rfind("-w");
     return w == std::string::npos ? 0 : std::stoll(task.task_id.substr(w + 2));
@@ -419,6 +431,8 @@ class SimulationHost final : public coordinator::JobHost {
   std::optional<double> last_train_loss_;
   std::mutex model_mutex_;
   bool model_ready_ = false;
+  std::mutex held_mutex_;
+  std::map<std::pair<int64_t, int64_t>, std::string> held_globals_;  // (worker, job) -> the global it read last
 };
 
 // Stores the dataset file as POST /api/v1/datasets does (checked by the same rules) and records it.

@@ -198,5 +198,24 @@ TEST_F(SimulateTest, ServerOptimizerAndRobustStrategiesRunTheRealRounds) {
   EXPECT_NE(bad.output.find("strategy_options.server_learning_rate"), std::string::npos) << bad.output;
 }
 
+// With distributed.compression.global each virtual worker counts, from round 2 on, the delta of the global it read
+// the round before (stored beside the global) instead of the whole global.
+TEST_F(SimulateTest, WithGlobalDeltasAVirtualWorkerCountsTheDeltaItWouldDownload) {
+  json job = Job("federated_averaging", nullptr);
+  job["distributed"]["compression"] = {{"global", "delta_int8"}};
+  CommandResult run = Simulate(job, "deltas");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const json doc = json::parse(ReadWholeFile(tmp_.path() / "deltas" / "rounds.json"));
+  ASSERT_EQ(doc["rounds"].size(), static_cast<size_t>(kRounds));
+  for (int r = 2; r <= kRounds; ++r) {
+    char folder[64];
+    std::snprintf(folder, sizeof folder, "jobs/%lld/rounds/%06d-a1",
+                  static_cast<long long>(doc["job_id"].get<int64_t>()), r - 1);
+    const fs::path delta = tmp_.path() / "deltas" / "blobs" / folder / "global.delta";
+    ASSERT_TRUE(fs::exists(delta)) << delta;
+    EXPECT_EQ(doc["rounds"][r - 1]["bytes_down"], kWorkers * static_cast<int64_t>(fs::file_size(delta))) << r;
+  }
+}
+
 }  // namespace
 }  // namespace parsyn::e2e
