@@ -18,6 +18,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -262,8 +263,9 @@ std::string Kib(uint64_t bytes) {
 }
 
 // One row: the runs' bytes (the first run's; every seed sends the same sizes up to zstd's) and their final losses'
-// mean and spread (max - min), against the plain row's, which comes first and sets none_mean and none_spread.
-void PrintRow(const Variant& v, const std::vector<Outcome>& runs, double& none_mean, double& none_spread) {
+// mean and spread (max - min), against the plain row's runs with the same seeds; the plain row comes first and sets
+// none_losses (one per seed).
+void PrintRow(const Variant& v, const std::vector<Outcome>& runs, std::vector<double>& none_losses) {
   const Outcome& o = runs.front();
   double sum = 0, low = 1e30, high = -1e30, cpu = 0;
   for (const Outcome& r : runs) {
@@ -274,9 +276,15 @@ void PrintRow(const Variant& v, const std::vector<Outcome>& runs, double& none_m
   }
   const double mean = sum / static_cast<double>(runs.size()), spread = high - low;
   if (v.up.codec == UpdateCodec::kNone && v.down == UpdateCodec::kNone) {
-    none_mean = mean;
-    none_spread = spread;
+    none_losses.clear();
+    for (const Outcome& r : runs) none_losses.push_back(r.final_loss);
   }
+  // The plain row over the same seeds: its mean, and its spread over all of its seeds.
+  double none_sum = 0;
+  for (size_t i = 0; i < runs.size() && i < none_losses.size(); ++i) none_sum += none_losses[i];
+  const double none_mean = none_sum / static_cast<double>(std::min(runs.size(), none_losses.size()));
+  const auto [none_low, none_high] = std::minmax_element(none_losses.begin(), none_losses.end());
+  const double none_spread = *none_high - *none_low;
   std::string rounds;
   uint64_t total = 0, fp32 = 0, later = 0, later_fp32 = 0;
   for (size_t r = 0; r < o.round_bytes.size(); ++r) {
@@ -323,11 +331,11 @@ void PrintTable(const Setup& s) {
       first.at("validation_before").at("num_examples").get<long long>(), initial_loss);
   std::printf("%-19s %-26s %6s %6s %6s %19s %8s  %s\n", "codec (up; down)", "KiB down+up per round", "up", "total",
               "2nd..", "final loss (spread)", "vs none", "target");
-  double none_mean = 0, none_spread = 0;
+  std::vector<double> none_losses;
   for (const Variant& v : kVariants) {
     std::vector<Outcome> runs;
     for (int seed = 0; seed < (s.quick ? 1 : v.seeds); ++seed) runs.push_back(RunFedAvg(s, v, initial, 500 * seed));
-    PrintRow(v, runs, none_mean, none_spread);
+    PrintRow(v, runs, none_losses);
   }
 }
 
@@ -422,7 +430,7 @@ int PrintLossTables(const LossTableOptions& options) {
       "training seeds where a row has a target);\nKiB = what the workers downloaded and uploaded per round, as sent; "
       "up, total, 2nd.. = over plain fp32 both ways: the uploads, every round, the rounds after the first\n(whose "
       "global travels whole); loss = validation loss of the final global, mean over the seeds (max - min); vs none = "
-      "the mean's change from codec none's.\n");
+      "the mean's change from codec none's over the same seeds.\n");
 
   DemoLoraTable(work, options);
   FullFineTuneTable(work, options);

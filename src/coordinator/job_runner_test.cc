@@ -619,8 +619,9 @@ TEST(JobRunnerTest, CompressedUpdatesAreDecodedAndMalformedOnesRejected) {
     return z.ok() ? *z : std::vector<std::byte>{};
   };
   f.encode_update_ = [&](const json& task, const std::vector<float>& global_values, const std::vector<float>& values) {
-    EXPECT_EQ(task["compression"],
-              json({{"update", "int8"}, {"delta", true}, {"zstd_level", 3}, {"error_feedback", false}}));
+    EXPECT_EQ(
+        task["compression"],
+        json({{"update", "int8"}, {"delta", true}, {"zstd_level", 3}, {"error_feedback", false}, {"global", "none"}}));
     // The zstd copy of the global decompresses to the global the task names.
     EXPECT_TRUE(task["global_weights"].contains("zstd")) << task["global_weights"].dump();
     if (task["global_weights"].contains("zstd")) {
