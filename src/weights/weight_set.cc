@@ -33,7 +33,7 @@ size_t MappedSize(size_t size_bytes) { return (size_bytes + PageSize() - 1) / Pa
 // A zero-filled anonymous mapping of MappedSize(size_bytes), starting on a 2 MiB boundary and marked for transparent
 // huge pages (MADV_HUGEPAGE: where the kernel's THP setting is "madvise" or "always" it backs the mapping with 2 MiB
 // pages, one fault and one clear per 2 MiB; where it is "never" the advice changes nothing), its pages populated in one
-// call. nullptr when the address space is exhausted.
+// call where memory allows. nullptr when the address space is exhausted.
 std::byte* MapZeroedHugePages(size_t size_bytes) {
   constexpr size_t kHugePage = size_t{2} << 20;
   const size_t reserved = size_bytes + kHugePage;
@@ -49,14 +49,12 @@ std::byte* MapZeroedHugePages(size_t size_bytes) {
   }
   auto* bytes = reinterpret_cast<std::byte*>(aligned);
   ::madvise(bytes, mapped_size, MADV_HUGEPAGE);
-  if (::madvise(bytes, mapped_size, MADV_POPULATE_WRITE) != 0) {
-    if (errno == ENOMEM) {
-      ::munmap(bytes, mapped_size);
-      return nullptr;
-    }
-    // No MADV_POPULATE_WRITE (EINVAL before Linux 5.14): one write per page faults each in.
-    for (size_t at = 0; at < mapped_size; at += PageSize())
+  // Best effort, as MAP_POPULATE is: where populating fails for want of memory, the pages fault in when written.
+  if (::madvise(bytes, mapped_size, MADV_POPULATE_WRITE) != 0 && errno == EINVAL) {
+    // No MADV_POPULATE_WRITE (before Linux 5.14): one write per page faults each in.
+    for (size_t at = 0; at < mapped_size; at += PageSize()) {
       reinterpret_cast<volatile std::byte*>(bytes)[at] = std::byte{0};
+    }
   }
   return bytes;
 }
