@@ -141,37 +141,7 @@ TEST_F(LlamaJobTest, WorkerKilledMidRoundIsLeftOutAndRejoins) {
 
 TEST_F(LlamaJobTest, ServerKilledMidJobFinishesWithTheUninterruptedWeights) {
   std::vector<int64_t> ids = StartWorkers(2);
-  // The reference: the same job, uninterrupted.
-  const int64_t reference_id = CreateJob(*admin_, LoraSpec(ids, 3, 4, 2));
-  json reference = WaitForJobEnd(*admin_, reference_id, std::chrono::seconds(300));
-  ASSERT_EQ(reference.value("status", ""), "succeeded") << reference.dump(2);
-
-  const int64_t job_id = CreateJob(*admin_, LoraSpec(ids, 3, 4, 2));
-  ASSERT_TRUE(WaitForEvent(
-      *admin_, job_id,
-      [&](const std::string& type, const json& d) { return type == "round_committed" && d.value("round", 0) == 1; },
-      std::chrono::seconds(300)));
-  server_->Kill();
-  server_->Start();  // same data directory, same port: the workers reconnect on their own
-  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
-  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
-  // The kill landed mid-job: the restarted server resumed it after its last committed round.
-  EXPECT_TRUE(WaitForEvent(
-      *admin_, job_id,
-      [](const std::string& type, const json& d) {
-        return type == "job_resumed" && d.value("committed_round", 0) >= 1 && d.value("committed_round", 0) < 3;
-      },
-      std::chrono::seconds(10)));
-
-  auto final_sha = [&](int64_t id) {
-    std::string sha;
-    for (const json& r : Rounds(*admin_, id)) {
-      if (r["outcome"] == "committed" && r["round"] == 3) sha = r.value("global_sha256", "");
-    }
-    return sha;
-  };
-  EXPECT_FALSE(final_sha(reference_id).empty());
-  EXPECT_EQ(final_sha(job_id), final_sha(reference_id));
+  ExpectAResumedJobEndsWithTheUninterruptedWeights(LoraSpec(ids, 3, 4, 2));
   for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
 }
 

@@ -64,6 +64,41 @@ class LlamaJobTest : public ::testing::Test {
     return ids;
   }
 
+  // Runs `spec` to its end, then again with the server killed after round 1 and started again: the second job
+  // resumes and its last global is the first's, bit for bit.
+  void ExpectAResumedJobEndsWithTheUninterruptedWeights(const json& spec) {
+    const int rounds = spec["distributed"]["num_rounds"].get<int>();
+    const int64_t reference_id = CreateJob(*admin_, spec);
+    json reference = WaitForJobEnd(*admin_, reference_id, std::chrono::seconds(300));
+    ASSERT_EQ(reference.value("status", ""), "succeeded") << reference.dump(2);
+
+    const int64_t job_id = CreateJob(*admin_, spec);
+    ASSERT_TRUE(WaitForEvent(
+        *admin_, job_id,
+        [&](const std::string& type, const json& d) { return type == "round_committed" && d.value("round", 0) == 1; },
+        std::chrono::seconds(300)));
+    server_->Kill();
+    server_->Start();  // same data directory, same port: the workers reconnect on their own
+    json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+    ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+    EXPECT_TRUE(WaitForEvent(
+        *admin_, job_id,
+        [&](const std::string& type, const json& d) {
+          return type == "job_resumed" && d.value("committed_round", 0) >= 1 && d.value("committed_round", 0) < rounds;
+        },
+        std::chrono::seconds(10)));
+    EXPECT_FALSE(FinalSha(reference_id, rounds).empty());
+    EXPECT_EQ(FinalSha(job_id, rounds), FinalSha(reference_id, rounds));
+  }
+
+  std::string FinalSha(int64_t job_id, int round) {
+    std::string sha;
+    for (const json& r : Rounds(*admin_, job_id)) {
+      if (r["outcome"] == "committed" && r["round"] == round) sha = r.value("global_sha256", "");
+    }
+    return sha;
+  }
+
   // Whether every worker in `ids` has a session (status online or busy), checked until a bounded deadline: a hello
   // happens in another process, with nothing here to wait on but its effect.
   bool WaitOnline(const std::vector<int64_t>& ids) {
