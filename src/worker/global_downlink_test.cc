@@ -28,15 +28,19 @@ weights::WeightSet RandomSet(uint32_t seed) {
   return set;
 }
 
-// A delta of `target` from `base` as the coordinator writes it, the task's description of it, and the sha256 of the
-// global it stands for (written as the coordinator writes it).
+// A delta as the coordinator writes it (in dir/delta), the task's description of it, and the sha256 of the global it
+// stands for (written as the coordinator writes it).
 struct Offer {
   protocol::TaskGlobalDelta delta;
   std::string global_sha256;
 };
-Offer MakeOffer(const fs::path& dir, const weights::WeightSet& base, const weights::WeightSet& target) {
+// Job `job_id`'s held global (a random base, written in `dir`), and the offer of a new global as its delta.
+Offer HoldBaseAndOffer(const fs::path& dir, const fs::path& state, int64_t job_id) {
+  const weights::WeightSet base = RandomSet(1);
+  EXPECT_TRUE(weights::WriteSafetensorsFile(base, dir / "base").ok());
+  EXPECT_TRUE(HoldGlobal(state, job_id, dir / "base", Sha256File(dir / "base").value()).ok());
   const weights::WireEncoding encoding{.codec = weights::UpdateCodec::kInt8, .delta = true, .error_feedback = true};
-  EXPECT_TRUE(weights::EncodeSetForWire(target, base, encoding, dir / "residual", dir / "delta").ok());
+  EXPECT_TRUE(weights::EncodeSetForWire(RandomSet(2), base, encoding, dir / "residual", dir / "delta").ok());
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
   EXPECT_TRUE(weights::WriteGlobalFromDelta(dir / "delta", base, encoding, metadata, dir / "coordinator.st").ok());
   Offer offer;
@@ -64,10 +68,7 @@ TEST(GlobalDownlinkTest, AHeldGlobalIsNamedByItsSha256AndReplacedByTheNext) {
 TEST(GlobalDownlinkTest, TheGlobalRebuiltFromItsDeltaIsTheCoordinatorsByteForByte) {
   test_support::TempDir dir("global-downlink-test");
   const fs::path state = dir.path() / "state";
-  const weights::WeightSet base = RandomSet(1);
-  ASSERT_TRUE(weights::WriteSafetensorsFile(base, dir.path() / "base").ok());
-  ASSERT_TRUE(HoldGlobal(state, 9, dir.path() / "base", Sha256File(dir.path() / "base").value()).ok());
-  const Offer offer = MakeOffer(dir.path(), base, RandomSet(2));
+  const Offer offer = HoldBaseAndOffer(dir.path(), state, 9);
   const fs::path out = dir.path() / "global.safetensors";
   ASSERT_TRUE(GlobalFromDelta(offer.delta, offer.global_sha256, state, 9, dir.path() / "delta", out).ok());
   EXPECT_EQ(Sha256File(out).value(), offer.global_sha256);
@@ -78,10 +79,7 @@ TEST(GlobalDownlinkTest, TheGlobalRebuiltFromItsDeltaIsTheCoordinatorsByteForByt
 TEST(GlobalDownlinkTest, ADeltaThatRebuildsOtherBytesOrDoesNotDecodeFailsAndLeavesNothing) {
   test_support::TempDir dir("global-downlink-test");
   const fs::path state = dir.path() / "state";
-  const weights::WeightSet base = RandomSet(1);
-  ASSERT_TRUE(weights::WriteSafetensorsFile(base, dir.path() / "base").ok());
-  ASSERT_TRUE(HoldGlobal(state, 9, dir.path() / "base", Sha256File(dir.path() / "base").value()).ok());
-  Offer offer = MakeOffer(dir.path(), base, RandomSet(2));
+  const Offer offer = HoldBaseAndOffer(dir.path(), state, 9);
   const fs::path out = dir.path() / "global.safetensors";
 
   protocol::TaskGlobalDelta other_metadata = offer.delta;
