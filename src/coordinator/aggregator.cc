@@ -127,7 +127,7 @@ loop::Awaitable<void> Aggregator::AddKeptUpdates(boost::asio::thread_pool& pool,
 
 StatusOr<GlobalWeights::DeltaCopy> Aggregator::EncodeDelta(storage::BlobStore& blobs, const std::string& key,
                                                            const Base& base, const std::filesystem::path& spool_dir,
-                                                           weights::WeightSet& mean) const {
+                                                           weights::WeightSet& mean, storage::BlobInfo* global) const {
   std::error_code ec;
   std::filesystem::create_directories(spool_dir, ec);
   DownlinkSpool spool(spool_dir, key);
@@ -157,6 +157,7 @@ StatusOr<GlobalWeights::DeltaCopy> Aggregator::EncodeDelta(storage::BlobStore& b
   PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo stored_delta, PutFile(blobs, delta.key, spool.delta));
   delta.sha256 = stored_delta.sha256;
   delta.size_bytes = stored_delta.size_bytes;
+  PARSYN_ASSIGN_OR_RETURN(*global, PutFile(blobs, key, spool.global));  // the file as written: no second serialisation
   PARSYN_ASSIGN_OR_RETURN(mean, weights::ReadSafetensorsFile(spool.global));
   return delta;
 }
@@ -179,9 +180,10 @@ StatusOr<Aggregator::Aggregated> Aggregator::FinishRound(storage::BlobStore& blo
   phase_start = std::chrono::steady_clock::now();
   Aggregated out;
   if (downlink_.codec != weights::UpdateCodec::kNone) {
-    PARSYN_ASSIGN_OR_RETURN(out.delta, EncodeDelta(blobs, key, base, spool_dir, mean));
+    PARSYN_ASSIGN_OR_RETURN(out.delta, EncodeDelta(blobs, key, base, spool_dir, mean, &out.info));
+  } else {
+    PARSYN_ASSIGN_OR_RETURN(out.info, PutWeightSet(blobs, key, mean));
   }
-  PARSYN_ASSIGN_OR_RETURN(out.info, PutWeightSet(blobs, key, mean));
   timings->put_ms = MillisSince(phase_start);
   // The job keeps the stored global read-only mapped where the store has local files: until a strategy reads it
   // again (FedAvg reads only its layout), it is page cache, so the next round's aggregation is the only copy of the

@@ -79,11 +79,11 @@ class Aggregator {
                                    const Base& base, const std::filesystem::path& spool_dir, FinishTimings* timings);
 
  private:
-  // The new global as a delta from `base`: the delta and the residual stored beside `key`, the reconstructed global
-  // in place of `mean` (its metadata naming the residual).
+  // The new global as a delta from `base`: the delta and the residual stored beside `key`, and the reconstructed
+  // global stored under `key` (*global: its blob) and in place of `mean` (its metadata naming the residual).
   StatusOr<GlobalWeights::DeltaCopy> EncodeDelta(storage::BlobStore& blobs, const std::string& key, const Base& base,
-                                                 const std::filesystem::path& spool_dir,
-                                                 weights::WeightSet& mean) const;
+                                                 const std::filesystem::path& spool_dir, weights::WeightSet& mean,
+                                                 storage::BlobInfo* global) const;
 
   weights::WireEncoding downlink_;                   // codec kNone: the job sends no deltas
   std::unique_ptr<strategy::Strategy> strategy_;     // null when the spec's strategy cannot be made (Launch fails)
