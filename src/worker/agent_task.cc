@@ -187,9 +187,13 @@ Status Agent::FetchGlobalWeights(const Session& session, const protocol::Task& t
       "the global weights of round " + std::to_string(task.global_weights.round) + " (global.safetensors)";
   const fs::path state_dir = WorkerStateDir(cache_.root(), session.worker_id);
   const bool job_sends_deltas = task.compression.global != "none" || task.global_weights.delta.has_value();
+  const std::string held = job_sends_deltas ? HeldGlobalSha256(state_dir, task.job_id) : "";
+  if (!held.empty() && held == task.global_weights.sha256) {  // held already: a round retried after a failed attempt
+    PARSYN_LOG_INFO("worker {}: job {}: {} is the one this worker holds", options_.name, task.job_id, global_name);
+    return UseHeldGlobal(state_dir, task.job_id, global_weights);
+  }
   if (const std::optional<protocol::TaskGlobalDelta>& delta = task.global_weights.delta) {
     // Asked before anything is downloaded: a delta is of use only from the very global it was taken from.
-    const std::string held = HeldGlobalSha256(state_dir, task.job_id);
     if (held == delta->base_sha256) {
       const fs::path delta_file = task_dir / "global.delta";
       PARSYN_RETURN_IF_ERROR(

@@ -51,6 +51,18 @@ Status HoldGlobal(const fs::path& state_dir, int64_t job_id, const fs::path& glo
   return Status::Ok();
 }
 
+Status UseHeldGlobal(const fs::path& state_dir, int64_t job_id, const fs::path& out) {
+  std::error_code ec;
+  fs::remove(out, ec);
+  fs::create_hard_link(HeldFile(state_dir, job_id), out, ec);
+  if (ec) {
+    ec.clear();
+    fs::copy_file(HeldFile(state_dir, job_id), out, ec);
+  }
+  if (ec) return UnavailableError("cannot use the job's held global for " + out.string() + ": " + ec.message());
+  return Status::Ok();
+}
+
 Status GlobalFromDelta(const protocol::TaskGlobalDelta& delta, const std::string& global_sha256,
                        const fs::path& state_dir, int64_t job_id, const fs::path& delta_file, const fs::path& out) {
   PARSYN_ASSIGN_OR_RETURN(weights::UpdateCodec codec, weights::ParseUpdateCodec(delta.codec));

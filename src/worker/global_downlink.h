@@ -21,6 +21,10 @@ std::string HeldGlobalSha256(const std::filesystem::path& state_dir, int64_t job
 Status HoldGlobal(const std::filesystem::path& state_dir, int64_t job_id, const std::filesystem::path& global,
                   const std::string& sha256);
 
+// Links (or copies) job `job_id`'s held global to `out`: for a task whose global the worker holds already (a round
+// retried after a failed attempt). Unavailable when that fails.
+Status UseHeldGlobal(const std::filesystem::path& state_dir, int64_t job_id, const std::filesystem::path& out);
+
 // Writes a task's global to `out` from its delta (`delta_file`, downloaded and checked against delta.sha256) and
 // job `job_id`'s held global (its sha256 is delta.base_sha256: the caller checked). InvalidArgument for a delta that
 // does not decode (non-finite values included), DataLoss when the result's sha256 is not `global_sha256`; nothing is

@@ -63,6 +63,9 @@ TEST(GlobalDownlinkTest, AHeldGlobalIsNamedByItsSha256AndReplacedByTheNext) {
   // The task folder's file may go: the held one is a link of its own.
   fs::remove(dir.path() / "g2");
   EXPECT_EQ(HeldGlobalSha256(state, 4), std::string(64, 'b'));
+  // A retried round's task names the held global: it is used as it is.
+  ASSERT_TRUE(UseHeldGlobal(state, 4, dir.path() / "task-global").ok());
+  EXPECT_EQ(Sha256File(dir.path() / "task-global").value(), Sha256File(state / "job-4-global.safetensors").value());
 }
 
 TEST(GlobalDownlinkTest, TheGlobalRebuiltFromItsDeltaIsTheCoordinatorsByteForByte) {
