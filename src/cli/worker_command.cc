@@ -8,6 +8,8 @@
 // certificate for a coordinator with mutual TLS (`parsyn server --client-ca`; issued by `parsyn worker register
 // --ca-cert --ca-key`), whose identity must be this token's worker ("worker-<id>").
 // --data: the worker's own file, trained on by jobs whose data.source is "workers" (it never leaves the machine).
+// --lora-rank and --device-memory: what the hello announces of the worker's capacity, which sizes its LoRA rank in
+// jobs of mixed ranks (docs/training.md "Workers of different ranks").
 // --bootstrap-key-file (instead of --token): the worker registers itself as a managed worker first (POST
 // /api/v1/workers/bootstrap with the operator's bootstrap key; `parsyn server --worker-bootstrap-key-file`) under
 // --name, else the host name (a Kubernetes pod's name), waiting for a coordinator that does not answer yet. Each
@@ -36,6 +38,7 @@
 #include "cli/trainer_runner.h"
 #include "coordinator/auth.h"
 #include "http/client.h"
+#include "protocol/messages.h"
 #include "worker/agent.h"
 
 namespace parsyn::cli {
@@ -71,6 +74,8 @@ struct AgentFlags {
   std::vector<std::string> trainers;  // NAME=COMMAND
   std::string config;                 // --config: the config file whose [trainers] section applies
   int threads = 0;
+  int lora_rank = 0;             // --lora-rank: 0, any
+  double device_memory_gib = 0;  // --device-memory: 0, measured
   bool exit_with_parent = false;
 };
 
@@ -184,6 +189,16 @@ StatusOr<worker::AgentOptions> AgentOptionsFrom(const AgentFlags& f, bool bootst
   }
   options.device = f.device;
   options.trainer_threads = f.threads;
+  if (f.lora_rank < 0 || f.lora_rank > protocol::kMaxLoraRank) {
+    return InvalidArgumentError("--lora-rank must be between 1 and " + std::to_string(protocol::kMaxLoraRank) +
+                                ", not " + std::to_string(f.lora_rank));
+  }
+  options.lora_rank = f.lora_rank;
+  if (!(f.device_memory_gib >= 0) || f.device_memory_gib > 1e6) {
+    return InvalidArgumentError("--device-memory must be a number of GiB between 0 and 1000000, not " +
+                                std::to_string(f.device_memory_gib));
+  }
+  options.device_memory_bytes = static_cast<uint64_t>(f.device_memory_gib * 1024 * 1024 * 1024);
   if (f.cert.empty() != f.key.empty()) {
     return InvalidArgumentError("--cert and --key go together (a client certificate and its key)");
   }
@@ -340,6 +355,12 @@ void AddWorkerCommand(CLI::App& app, int& exit_code) {
   group->add_option("--key", flags->key, "the private key (PEM) of --cert");
   group->add_option("--threads", flags->threads, "the trainers' intra-op threads (0: the framework's default)")
       ->capture_default_str();
+  group->add_option("--lora-rank", flags->lora_rank,
+                    "the highest LoRA rank this worker trains: with config.lora_r \"auto\" it trains at most this, "
+                    "and a task of a higher rank is refused (default: any)");
+  group->add_option("--device-memory", flags->device_memory_gib,
+                    "GiB of memory to announce for training, which config.lora_r \"auto\" sizes the rank by "
+                    "(default: the GPU's, else the machine's)");
   group->add_option("--trainer", flags->trainers,
                     "NAME=COMMAND: offer a trainer of the trainer contract (docs/trainer-contract.md) under NAME, for "
                     "jobs whose config.trainer is NAME (repeatable; builtin=COMMAND replaces parsyn-trainer)");

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,13 @@ struct TaskMessage {
   int round = 0;
   int attempt = 0;
   std::string json;
+};
+
+// What a worker's current session announced of its capacity (its hello), each absent when not said or when the
+// worker has no session: its device's memory, and the highest LoRA rank it trains (`parsyn worker --lora-rank`).
+struct WorkerCapacity {
+  std::optional<int64_t> device_memory_bytes;
+  std::optional<int> lora_rank;
 };
 
 class JobHost {
@@ -94,6 +102,8 @@ class JobHost {
   // Whether the worker's current session offers the trainer `name` for models of `model_kind` (hello's trainers; a
   // hello without them offers the built-in trainer for any kind).
   virtual bool WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view model_kind) const = 0;
+  // What the worker's current session announced of its capacity (LoRA ranks of jobs of mixed ranks).
+  virtual WorkerCapacity AnnouncedCapacity(int64_t worker_id) const = 0;
 };
 
 }  // namespace parsyn::coordinator

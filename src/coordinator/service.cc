@@ -274,6 +274,8 @@ std::vector<int64_t> Service::IdleWorkers() const { return sessions_->IdleWorker
 
 bool Service::WorkerHasLocalData(int64_t worker_id) const { return sessions_->WorkerHasLocalData(worker_id); }
 
+WorkerCapacity Service::AnnouncedCapacity(int64_t worker_id) const { return sessions_->AnnouncedCapacity(worker_id); }
+
 bool Service::WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view model_kind) const {
   return sessions_->WorkerOffersTrainer(worker_id, name, model_kind);
 }

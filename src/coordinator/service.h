@@ -205,6 +205,7 @@ class Service final : public JobHost {
   std::vector<int64_t> IdleWorkers() const override;
   bool WorkerHasLocalData(int64_t worker_id) const override;
   bool WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view model_kind) const override;
+  WorkerCapacity AnnouncedCapacity(int64_t worker_id) const override;
   JobRunner* FindRunner(int64_t job_id);
   // Starts a runner for a stored job (queued: set up and start round 1; running: resume). On the loop.
   http::Awaitable<void> LaunchJob(storage::TrainingJob job);

@@ -40,6 +40,7 @@ WorkerSessions::Session& WorkerSessions::Open(int64_t worker_id, std::string ses
   s.trainers = hello.trainers;
   if (s.trainers.empty()) s.trainers.push_back({.name = std::string(protocol::kBuiltinTrainer), .description = {}});
   s.trainers_json = protocol::OfferedTrainersToJsonText(s.trainers);
+  s.capacity = {.device_memory_bytes = hello.device_memory_bytes, .lora_rank = hello.lora_rank};
   return s;
 }
 
@@ -144,6 +145,11 @@ bool WorkerSessions::WorkerOffersTrainer(int64_t worker_id, std::string_view nam
     return t.description.model_kinds.empty() || t.description.TrainsModelKind(model_kind);
   }
   return false;
+}
+
+WorkerCapacity WorkerSessions::AnnouncedCapacity(int64_t worker_id) const {
+  auto it = sessions_.find(worker_id);
+  return it == sessions_.end() ? WorkerCapacity{} : it->second.capacity;
 }
 
 bool WorkerSessions::NoteWorkerStatus(int64_t worker_id, storage::WorkerStatus status, const std::string& device,

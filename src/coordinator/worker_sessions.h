@@ -72,6 +72,7 @@ class WorkerSessions {
     // worker record keeps them (storage::Worker::trainers_json), written with the hello's status.
     std::vector<protocol::OfferedTrainer> trainers;
     std::string trainers_json;
+    WorkerCapacity capacity;  // the hello's device_memory_bytes and lora_rank
   };
   // Where worker changes go for the dashboard's stream (FeedPublisher::NoteWorkerChange).
   using NoteWorkerChange = std::function<void(int64_t worker_id, const nlohmann::json& fields)>;
@@ -115,6 +116,7 @@ class WorkerSessions {
   std::vector<int64_t> IdleWorkers() const;
   bool WorkerHasLocalData(int64_t worker_id) const;
   bool WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view model_kind) const;
+  WorkerCapacity AnnouncedCapacity(int64_t worker_id) const;
 
   // ---- Status and presence. ----
   // A worker's status (and device, from a hello) for the dashboard, its session and, when the store does not show

@@ -124,8 +124,9 @@ json OfferedTrainersJson(const std::vector<OfferedTrainer>& trainers) {
 }  // namespace
 
 StatusOr<Hello> ParseHello(std::string_view body) {
-  PARSYN_ASSIGN_OR_RETURN(
-      JsonFields f, JsonFields::Parse(body.empty() ? "{}" : body, {"device", "version", "local_data", "trainers"}));
+  PARSYN_ASSIGN_OR_RETURN(JsonFields f,
+                          JsonFields::Parse(body.empty() ? "{}" : body, {"device", "version", "local_data", "trainers",
+                                                                         "device_memory_bytes", "lora_rank"}));
   Hello hello;
   hello.device = f.String("device", false).value_or("");
   hello.version = f.String("version", false).value_or("");
@@ -160,6 +161,9 @@ StatusOr<Hello> ParseHello(std::string_view body) {
       hello.trainers.push_back(std::move(*trainer));
     }
   }
+  hello.device_memory_bytes = f.Int("device_memory_bytes", false, 1, std::numeric_limits<int64_t>::max());
+  if (std::optional<int64_t> rank = f.Int("lora_rank", false, 1, kMaxLoraRank))
+    hello.lora_rank = static_cast<int>(*rank);
   PARSYN_RETURN_IF_ERROR(f.status());
   return hello;
 }
@@ -170,6 +174,8 @@ json HelloToJson(const Hello& hello) {
   if (!hello.version.empty()) out["version"] = hello.version;
   if (hello.local_data) out["local_data"] = {{"format", hello.local_data->format}, {"rows", hello.local_data->rows}};
   if (!hello.trainers.empty()) out["trainers"] = OfferedTrainersJson(hello.trainers);
+  if (hello.device_memory_bytes) out["device_memory_bytes"] = *hello.device_memory_bytes;
+  if (hello.lora_rank) out["lora_rank"] = *hello.lora_rank;
   return out;
 }
 

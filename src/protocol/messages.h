@@ -60,6 +60,8 @@ struct OfferedTrainer {
   friend bool operator==(const OfferedTrainer&, const OfferedTrainer&) = default;
 };
 inline constexpr size_t kMaxOfferedTrainers = 32;
+// A LoRA rank's range, as config.lora_r's.
+inline constexpr int kMaxLoraRank = 1024;
 
 struct Hello {
   std::string device;                   // "cpu", "cuda:0", ...; empty: not said
@@ -68,6 +70,12 @@ struct Hello {
   // JSON "trainers": [{"name", "describe"}], distinct names. Absent (a worker older than the trainer contract): the
   // worker offers the built-in trainer alone (OfferedTrainers).
   std::vector<OfferedTrainer> trainers;
+  // The memory of the device the worker trains on (a GPU's, else the machine's), in bytes: with config.lora_r "auto"
+  // the job's rank for it follows from this and the model's size (docs/training.md "Workers of different ranks").
+  // Absent: not said.
+  std::optional<int64_t> device_memory_bytes;
+  // The highest LoRA rank the worker trains (`parsyn worker --lora-rank`), 1..kMaxLoraRank; absent: any.
+  std::optional<int> lora_rank;
   friend bool operator==(const Hello&, const Hello&) = default;
 };
 StatusOr<Hello> ParseHello(std::string_view body);  // an empty body is {}

@@ -318,6 +318,14 @@ TEST(HelloTest, RoundTripsAndAcceptsAnEmptyBody) {
   EXPECT_EQ(ParseHello(R"({"local_data": {"format": "csv"}})").status().message(), "missing field 'local_data.rows'");
   EXPECT_EQ(ParseHello(R"({"local_data": 5})").status().message(), "'local_data' must be an object, got number");
 
+  // What the worker can train: its device's memory and, when started with --lora-rank, the highest rank it takes.
+  Hello sized{.device = "cuda:0", .device_memory_bytes = 85'899'345'920, .lora_rank = 8};
+  EXPECT_EQ(HelloToJson(sized),
+            (json{{"device", "cuda:0"}, {"device_memory_bytes", 85'899'345'920}, {"lora_rank", 8}}));
+  EXPECT_EQ(*ParseHello(HelloToJson(sized).dump()), sized);
+  EXPECT_EQ(ParseHello(R"({"device_memory_bytes": 0, "lora_rank": 2000})").status().message(),
+            "'device_memory_bytes' must be in 1..9223372036854775807, got 0; 'lora_rank' must be in 1..1024, got 2000");
+
   HelloAnswer answer{.worker_id = 4,
                      .session_id = "pss_1",
                      .heartbeat_interval_ms = 1000,

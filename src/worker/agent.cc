@@ -176,6 +176,10 @@ StatusOr<Agent::Session> Agent::HelloTo(size_t url_index, std::stop_token stop) 
   // not retried here: the next URL is tried instead.
   call.retry = urls_.size() == 1;
   protocol::Hello hello{.device = options_.device, .version = kVersion};
+  const uint64_t memory =
+      options_.device_memory_bytes > 0 ? options_.device_memory_bytes : DeviceMemoryBytes(options_.device);
+  if (memory > 0) hello.device_memory_bytes = static_cast<int64_t>(memory);
+  if (options_.lora_rank > 0) hello.lora_rank = options_.lora_rank;
   for (const DescribedTrainer& t : options_.trainers) {
     hello.trainers.push_back({.name = t.command.name, .description = t.description});
   }

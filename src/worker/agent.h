@@ -71,6 +71,10 @@ struct AgentOptions {
   // The name comes from the coordinator: `name` is used only until the hello answer gives the registered name.
   bool name_from_coordinator = false;
   std::string device = "cpu";
+  // What the hello announces of the worker's capacity (docs/training.md "Workers of different ranks"): the device's
+  // memory (0: measured, DeviceMemoryBytes) and the highest LoRA rank it trains (0: any).
+  uint64_t device_memory_bytes = 0;
+  int lora_rank = 0;
   std::filesystem::path local_data;  // .csv or .jsonl for jobs whose data.source is "workers"; empty: none
   std::filesystem::path cache_dir;   // models, shards, task folders
   // The trainers this worker offers, by name (distinct), described; "builtin" among them (`parsyn worker` adds

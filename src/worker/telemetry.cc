@@ -1,6 +1,7 @@
 #include "worker/telemetry.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <cstdlib>
@@ -120,6 +121,16 @@ std::optional<double> UtilizationSampler::Sample() {
   }
   last_cpu_ = now;
   return result;
+}
+
+uint64_t DeviceMemoryBytes(const std::string& device) {
+  if (device.starts_with("cuda")) {
+    UtilizationSampler sampler(device);
+    if (std::optional<UtilizationSampler::DeviceMemory> m = sampler.Memory()) return m->total_bytes;
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size) : 0;
 }
 
 }  // namespace parsyn::worker

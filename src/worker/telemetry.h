@@ -21,6 +21,10 @@ struct CpuTimes {
 };
 std::optional<CpuTimes> ParseProcStatCpuLine(const std::string& line);
 
+// The memory of the device a worker trains on, in bytes, as its hello announces it: the GPU's total (NVML) for
+// "cuda"/"cuda:N" when NVML answers, else the machine's physical memory (sysconf); 0 when neither is known.
+uint64_t DeviceMemoryBytes(const std::string& device);
+
 class UtilizationSampler {
  public:
   // `device`: "cpu", "cuda" or "cuda:N" (N selects the NVML device index).
