@@ -143,6 +143,16 @@ Status CheckReferences(storage::MetadataStore& store, JobSpec& spec, const json&
       check_workers(spec.worker_selection.worker_ids, storage::WorkerKind::kOwn, "worker_selection.worker_ids"));
   PARSYN_RETURN_IF_ERROR(check_workers(spec.worker_selection.parsyn_worker_ids, storage::WorkerKind::kManaged,
                                        "worker_selection.parsyn_worker_ids"));
+  if (spec.SelectedWorkers().empty()) {  // else the spec's own check: lora_ranks' workers must be listed
+    for (const auto& [id, rank] : spec.lora_ranks.by_worker) {
+      StatusOr<storage::Worker> w = store.GetWorker(id);
+      if (!w.ok() && w.status().code() != StatusCode::kNotFound) return w.status();
+      if (!w.ok()) {
+        problems.push_back("config.lora_ranks names worker " + std::to_string(id) +
+                           ", which does not exist; name a registered worker (parsyn worker list) or \"default\"");
+      }
+    }
+  }
   if (dataset.ok()) {
     const int shards = EngineConfigFor(spec).num_shards;
     if (dataset->row_count < shards) {

@@ -278,7 +278,9 @@ StatusOr<JobSpec> ParseJobSpecCollecting(const json& body, std::vector<std::stri
   }
   if (r.Required("model_id")) r.Integer("model_id", spec.model_id, 1, std::numeric_limits<int64_t>::max());
   if (const json* config = r.Object("config")) {
-    FieldReader config_reader(*config, "config.", errors);
+    json trainer_config = *config;  // without the keys only the coordinator reads (lora_rank_spec.h)
+    TakeLoraRankFields(trainer_config, spec.lora_ranks, errors);
+    FieldReader config_reader(trainer_config, "config.", errors);
     protocol::ReadTrainingConfigFields(config_reader, spec.config);
     config_reader.RejectUnknown();
   }
@@ -299,6 +301,7 @@ StatusOr<JobSpec> ParseJobSpecCollecting(const json& body, std::vector<std::stri
                      ") exceeds the number of workers listed in worker_selection (" + std::to_string(listed) + ")");
   }
   CheckStrategyRules(d.strategy, d.strategy_options, d.enabled, d.min_workers, d.max_workers, errors);
+  FinishLoraRanks(spec.lora_ranks, spec.config, d.strategy, spec.SelectedWorkers(), errors);
   if (!d.enabled && d.early_stopping) {
     errors.push_back(
         "distributed.early_stopping needs distributed.enabled true: an ordinary job trains one round, so there is "
@@ -435,6 +438,16 @@ json DistributedDefaultsJson() {
   };
 }
 
+namespace {
+
+json ConfigJson(const JobSpec& spec) {
+  json config = protocol::TrainingConfigToJson(spec.config);
+  LoraRanksToConfigJson(spec.lora_ranks, config);
+  return config;
+}
+
+}  // namespace
+
 json JobSpecToJson(const JobSpec& spec) {
   const DistributedConfig& d = spec.distributed;
   const WorkerSelection& w = spec.worker_selection;
@@ -443,7 +456,7 @@ json JobSpecToJson(const JobSpec& spec) {
       {"dataset_id", spec.data.source == DataSource::kWorkers ? json(nullptr) : json(spec.dataset_id)},
       {"data", JobDataToJson(spec.data)},
       {"model_id", spec.model_id},
-      {"config", protocol::TrainingConfigToJson(spec.config)},
+      {"config", ConfigJson(spec)},
       {"distributed",
        {
            {"enabled", d.enabled},

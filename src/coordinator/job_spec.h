@@ -16,6 +16,7 @@
 //                                                         data.source platform for data.source "workers"
 //   model_id                            integer           required             >= 1
 //   config.*                            object            see protocol/training_config.h (the job's config schema)
+//   config.lora_r "auto", config.lora_r_max, config.lora_ranks, config.lora_aggregation: lora_rank_spec.h
 //   distributed.enabled                 boolean           false
 //   distributed.strategy                string            "federated_averaging" one of strategy::StrategyKinds()
 //   distributed.strategy_options        object            the strategy's        per strategy: strategy_spec.h,
@@ -88,6 +89,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "base/status.h"
+#include "coordinator/lora_rank_spec.h"
 #include "protocol/messages.h"
 #include "protocol/training_config.h"
 #include "strategy/strategy_options.h"
@@ -184,6 +186,8 @@ struct JobSpec {
   DistributedConfig distributed;
   WorkerSelection worker_selection;
   JobData data;
+  // config.lora_r "auto", lora_r_max, lora_ranks, lora_aggregation (lora_rank_spec.h); config.lora_r holds r_max.
+  LoraRankSpec lora_ranks;
 
   // worker_ids then parsyn_worker_ids, in the order given: the selected workers (empty for mode auto).
   std::vector<int64_t> SelectedWorkers() const;
