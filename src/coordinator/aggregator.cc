@@ -101,7 +101,14 @@ Aggregator::Aggregator(const storage::TrainingJob& job, const JobSpec& spec, int
     // dp_fedavg's sampling rate q = K / eligible: the eligible workers are the job's shards (one per worker that
     // may take part; docs/training.md, "Differential privacy").
     strategy_->set_eligible_workers(num_shards);
-    round_.emplace(*strategy_);
+    // LoRA updates of mixed ranks: averaged exactly in factored form (config.lora_aggregation "svd"), or padded.
+    strategy::LoraRanks lora_ranks = strategy::LoraRanks::kSame;
+    if (spec.config.use_peft && spec.lora_ranks.EffectiveAggregation() == LoraAggregation::kSvd) {
+      lora_ranks = strategy::LoraRanks::kFactored;
+    } else if (spec.config.use_peft && spec.lora_ranks.mixed()) {
+      lora_ranks = strategy::LoraRanks::kZeroPadded;
+    }
+    round_.emplace(*strategy_, lora_ranks);
   } else {
     error_ = made.status();
   }

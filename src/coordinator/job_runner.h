@@ -58,6 +58,7 @@
 #include "coordinator/global_weights.h"
 #include "coordinator/job_host.h"
 #include "coordinator/job_spec.h"
+#include "coordinator/rank_globals.h"
 #include "coordinator/round_engine.h"
 #include "loop/loop_tools.h"
 #include "loop/signal.h"
@@ -214,6 +215,15 @@ class JobRunner {
   // (their reported sample counts) are more than kLocalSizeSpread times apart.
   http::Awaitable<void> WarnOfUnevenLocalData(int64_t worker_id, int64_t sample_count);
   StatusOr<TaskMessage> BuildTask(const AssignTask& a) const;
+  // LoRA ranks (job_runner_ranks.cc): the rank the worker's training task has (lora_rank_spec.h WorkerLoraRank; its
+  // error refuses the task), the global at that rank when it is below the job's (made for the attempt on first use),
+  // what a training task of a lower rank starts from (nullptr: the job's global), and the base a worker's update is
+  // checked and decoded against (the global its task carried).
+  Status ChooseLoraRank(int64_t worker_id);
+  http::Awaitable<Status> MakeRankGlobal(const AssignTask& a);
+  const RankGlobals::Global* LowerRankGlobal(const AssignTask& a) const;
+  std::shared_ptr<weights::WeightSet> UpdateBase(int64_t worker_id) const;
+  int64_t ModelBytes() const;  // the model's files, for config.lora_r "auto"
   // The task's "update_upload": the host's blob_urls() create-only PUT (the coordinator's signed /blobs URL, or an S3
   // presigned PUT with the headers the worker must send), or part URLs when a multipart upload was started for it.
   StatusOr<protocol::UpdateUpload> UpdateUploadGrant(int64_t worker_id, const std::string& key) const;
@@ -281,6 +291,7 @@ class JobRunner {
   // The latest committed global, the attempt's zstd copy of it, the attempt's aggregated global not yet committed, and
   // the validation loss stored with the commit.
   GlobalWeights global_;
+  RankGlobals rank_globals_;  // LoRA: each participant's rank, and the globals at the lower ranks, for the attempt
   // The attempt in progress: results, progress, recorded updates and verdicts, updates checked early, multipart
   // uploads, bytes moved; and the uploads checked as they streamed in.
   AttemptState attempt_;

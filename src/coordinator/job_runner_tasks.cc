@@ -38,6 +38,7 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
     }
   }
   attempt_.Begin(round.participants);
+  rank_globals_.BeginAttempt();
   undelivered_tasks_.clear();  // of an earlier attempt: stale
   global_.DropPending();
   global_.DropPendingValidationLoss();
@@ -139,11 +140,24 @@ StatusOr<TaskMessage> JobRunner::BuildTask(const AssignTask& a) const {
                          .sha256 = global_.sha256(),
                          .size_bytes = global_.size_bytes(),
                          .round = engine_->last_committed_round()};
-  if (const GlobalWeights::ZstdCopy* zstd = global_.zstd_copy()) {  // not a previous global's (the final evaluation)
+  const RankGlobals::Global* lower_rank = LowerRankGlobal(a);
+  if (lower_rank != nullptr) {
+    // A worker of a lower LoRA rank starts from the global at its rank, sent whole (no zstd copy or delta of it),
+    // with lora_alpha scaled as its rank, so that its LoRA scaling alpha / r is the job's (docs/training.md).
+    const int rank = *rank_globals_.RankOf(a.worker);
+    task.global_weights = {.url = host_.BlobGetUrl(lower_rank->key, url_ttl, a.worker),
+                           .sha256 = lower_rank->sha256,
+                           .size_bytes = lower_rank->size_bytes,
+                           .round = engine_->last_committed_round()};
+    task.config.lora_r = rank;
+    task.config.lora_alpha = spec_.config.lora_alpha * rank / spec_.config.lora_r;
+  }
+  const GlobalWeights::ZstdCopy* zstd = lower_rank == nullptr ? global_.zstd_copy() : nullptr;
+  if (zstd != nullptr) {  // not a previous global's (the final evaluation)
     task.global_weights.zstd = protocol::TaskZstdCopy{
         .url = host_.BlobGetUrl(zstd->key, url_ttl, a.worker), .sha256 = zstd->sha256, .size_bytes = zstd->size_bytes};
   }
-  if (const GlobalWeights::DeltaCopy* delta = global_.delta_copy()) {
+  if (const GlobalWeights::DeltaCopy* delta = lower_rank == nullptr ? global_.delta_copy() : nullptr) {
     task.global_weights.delta = protocol::TaskGlobalDelta{
         .url = host_.BlobGetUrl(delta->key, url_ttl, a.worker),
         .sha256 = delta->sha256,
@@ -178,7 +192,9 @@ StatusOr<TaskMessage> JobRunner::BuildTask(const AssignTask& a) const {
     task.compression = spec_.distributed.compression;  // how the worker encodes its update
     PARSYN_ASSIGN_OR_RETURN(task.update_upload, UpdateUploadGrant(a.worker, UpdateKey(a.round, a.attempt, a.worker)));
   }
-  return TaskMessage{.round = a.round, .attempt = a.attempt, .json = protocol::TaskJsonText(task, task_config_json_)};
+  // The job's config, dumped once, unless the task's rank changed it.
+  const std::string_view config_json = lower_rank == nullptr ? std::string_view(task_config_json_) : std::string_view();
+  return TaskMessage{.round = a.round, .attempt = a.attempt, .json = protocol::TaskJsonText(task, config_json)};
 }
 
 StatusOr<protocol::UpdateUpload> JobRunner::UpdateUploadGrant(int64_t worker_id, const std::string& key) const {
@@ -231,19 +247,29 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
     records.push_back(
         storage::RoundParticipant{.job_id = job_.id, .round = a.round, .attempt = a.attempt, .worker_id = a.worker});
   }
+  // LoRA: the rank the worker trains (lora_rank_spec.h); one above what it announced refuses the task.
+  const Status ranked = a.kind == TaskKind::kTrain && spec_.config.use_peft ? ChooseLoraRank(a.worker) : Status::Ok();
+  json assigned = {{"worker_id", a.worker},
+                   {"round", a.round},
+                   {"attempt", a.attempt},
+                   {"shard", a.shard},
+                   {"kind", a.kind == TaskKind::kTrain ? "train" : "evaluate"}};
+  if (std::optional<int> rank = rank_globals_.RankOf(a.worker); ranked.ok() && rank && spec_.lora_ranks.mixed()) {
+    assigned["lora_rank"] = *rank;
+  }
   std::vector<JobHost::QueuedEvent> events;
-  events.push_back({"task_assigned",
-                    {{"worker_id", a.worker},
-                     {"round", a.round},
-                     {"attempt", a.attempt},
-                     {"shard", a.shard},
-                     {"kind", a.kind == TaskKind::kTrain ? "train" : "evaluate"}}});
+  events.push_back({"task_assigned", std::move(assigned)});
   WriteQueue::TicketPtr written = QueueWrites(std::move(records), std::move(events));
   Status started = Status::Ok();
   if (a.kind == TaskKind::kTrain) {
     // kCoAwaitTemporaries: the awaitable is created before the co_await.
     auto multipart = StartMultipartUploadIfLarge(a.worker, UpdateKey(a.round, a.attempt, a.worker));
     started = co_await std::move(multipart);
+    if (started.ok()) started = ranked;
+    if (started.ok() && spec_.config.use_peft) {
+      auto made = MakeRankGlobal(a);  // kCoAwaitTemporaries
+      started = co_await std::move(made);
+    }
   }
   StatusOr<TaskMessage> task = started.ok() ? BuildTask(a) : StatusOr<TaskMessage>(started);
   if (!task.ok()) {

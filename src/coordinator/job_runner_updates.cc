@@ -168,7 +168,7 @@ http::Awaitable<void> JobRunner::CheckUpdateEarly(int64_t worker_id, const Resul
   const std::string expected_key = UpdateKey(round, attempt, worker_id);
   const uint64_t max_bytes = MaxUpdateUploadBytes();
   const weights::WireEncoding encoding = UpdateEncoding();
-  std::shared_ptr<weights::WeightSet> global = global_.weights();
+  std::shared_ptr<weights::WeightSet> global = UpdateBase(worker_id);
   const std::optional<StreamChecked> values_checked = attempt_.TakeCheckedUpload(report.blob_key);
   const auto check_start = std::chrono::steady_clock::now();
   uint64_t update_bytes = 0;
@@ -219,7 +219,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   const std::string expected_key = UpdateKey(a.round, a.attempt, a.worker);
   const uint64_t max_bytes = MaxUpdateUploadBytes();
   const weights::WireEncoding encoding = UpdateEncoding();
-  std::shared_ptr<weights::WeightSet> global = global_.weights();
+  std::shared_ptr<weights::WeightSet> global = UpdateBase(a.worker);
   // An update checked early by Result() (outside the job mutex) only needs accumulating here.
   std::optional<StatusOr<weights::WeightSet>> checked;
   std::optional<double> max_magnitude;

@@ -1,18 +1,34 @@
 #include "strategy/round_aggregation.h"
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 
+#include "weights/lora_rank.h"
+
 namespace parsyn::strategy {
 
-RoundAggregation::RoundAggregation(Strategy& strategy) : strategy_(strategy) {}
+RoundAggregation::RoundAggregation(Strategy& strategy, LoraRanks lora_ranks)
+    : strategy_(strategy), lora_ranks_(lora_ranks) {}
 
 Status RoundAggregation::Begin(int round, const weights::WeightSet& global) {
   PARSYN_ASSIGN_OR_RETURN(const RoundPlan plan, strategy_.BeginRound(round, global));
+  const bool factored = lora_ranks_ == LoraRanks::kFactored;
+  if (factored && (plan.combination != Combination::kWeightedMean || plan.transformed_layout != nullptr)) {
+    return InvalidArgumentError(std::string(strategy_.name()) +
+                                " cannot average LoRA updates of mixed ranks exactly (its new global is not the "
+                                "updates' weighted mean): use zero-padding");
+  }
+  if (lora_ranks_ != LoraRanks::kSame) {
+    PARSYN_ASSIGN_OR_RETURN(lora_base_rank_, weights::LoraRank(global));
+    lora_base_ = global.Clone();
+  }
+  factored_ = factored;
   layout_.clear();
   for (const weights::Tensor& t : global.tensors()) layout_.push_back({t.name, t.dtype, t.shape});
   kept_.clear();
-  if (plan.combination == Combination::kWeightedMean) {
+  if (plan.combination == Combination::kWeightedMean && !factored) {
     const weights::WeightSet& mean_layout = plan.transformed_layout ? *plan.transformed_layout : global;
     // Every round of a job has the same layout: the sums of the last round are reused, not allocated anew.
     if (mean_ && mean_->CheckLayout(mean_layout).ok()) {
@@ -39,6 +55,11 @@ Status RoundAggregation::Validate(const weights::WeightSet& update, int64_t samp
   if (sample_count <= 0) {
     return InvalidArgumentError("sample count must be positive, got " + std::to_string(sample_count));
   }
+  if (factored_) {
+    PARSYN_RETURN_IF_ERROR(weights::CheckLoraLayoutUpToRank(lora_base_, update).status().WithContext(UpdateContext()));
+    if (Status finite = weights::CheckFinite(update); !finite.ok()) return finite.WithContext(UpdateContext());
+    return Status::Ok();
+  }
   // A plain weighted mean checks the layout and the values itself as it takes the update (with a known magnitude,
   // without reading the values): nothing is added before the whole update passed.
   if (combination_ == Combination::kWeightedMean && !transforms_updates_) return Status::Ok();
@@ -61,9 +82,20 @@ Status RoundAggregation::AddTransformed(const weights::WeightSet& update, int64_
       .WithContext(UpdateContext());
 }
 
+StatusOr<weights::WeightSet> RoundAggregation::PadLoraRank(weights::WeightSet update) const {
+  StatusOr<int64_t> rank = weights::CheckLoraLayoutUpToRank(lora_base_, update);
+  if (!rank.ok()) return rank.status().WithContext(UpdateContext());
+  if (*rank == lora_base_rank_) return update;
+  return weights::ZeroPadLoraRank(update, lora_base_rank_);
+}
+
 Status RoundAggregation::Accept(const weights::WeightSet& update, int64_t sample_count) {
+  if (begun_ && lora_ranks_ == LoraRanks::kZeroPadded) {
+    PARSYN_ASSIGN_OR_RETURN(weights::WeightSet padded, PadLoraRank(update.Clone()));
+    return AcceptOwned(std::move(padded), sample_count, std::nullopt);
+  }
   PARSYN_RETURN_IF_ERROR(Validate(update, sample_count));
-  if (combination_ == Combination::kKeepAll) {
+  if (combination_ == Combination::kKeepAll || factored_) {
     kept_.push_back({update.Clone(), sample_count});
     return Status::Ok();
   }
@@ -73,8 +105,11 @@ Status RoundAggregation::Accept(const weights::WeightSet& update, int64_t sample
 
 Status RoundAggregation::AcceptOwned(weights::WeightSet update, int64_t sample_count,
                                      std::optional<double> max_magnitude) {
+  if (begun_ && lora_ranks_ == LoraRanks::kZeroPadded) {
+    PARSYN_ASSIGN_OR_RETURN(update, PadLoraRank(std::move(update)));
+  }
   PARSYN_RETURN_IF_ERROR(Validate(update, sample_count));
-  if (combination_ == Combination::kKeepAll) {
+  if (combination_ == Combination::kKeepAll || factored_) {
     kept_.push_back({std::move(update), sample_count});
     return Status::Ok();
   }
@@ -84,7 +119,8 @@ Status RoundAggregation::AcceptOwned(weights::WeightSet update, int64_t sample_c
 
 bool RoundAggregation::AcceptOwnedIsQuick(const weights::WeightSet& update) const {
   if (!begun_) return true;  // refused at once
-  return combination_ == Combination::kWeightedMean && !transforms_updates_ && mean_->AcceptOwnedIsQuick(update);
+  return combination_ == Combination::kWeightedMean && !transforms_updates_ && lora_ranks_ == LoraRanks::kSame &&
+         mean_->AcceptOwnedIsQuick(update);
 }
 
 void RoundAggregation::AddKeptUpdates() {
@@ -93,7 +129,7 @@ void RoundAggregation::AddKeptUpdates() {
 
 int RoundAggregation::num_accepted() const {
   if (!begun_) return 0;
-  return combination_ == Combination::kKeepAll ? static_cast<int>(kept_.size()) : mean_->num_accepted();
+  return combination_ == Combination::kKeepAll || factored_ ? static_cast<int>(kept_.size()) : mean_->num_accepted();
 }
 
 StatusOr<weights::WeightSet> RoundAggregation::Finish() {
@@ -111,9 +147,39 @@ StatusOr<weights::WeightSet> RoundAggregation::Finish() {
     begun_ = false;
     return result;
   }
+  if (factored_) return FinishFactored(count);
   begun_ = false;
   PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, std::move(*mean_).Finish());  // mean_ stays for the next Begin
   return strategy_.FinishFromMean(std::move(mean), count);
+}
+
+namespace {
+
+// A total order on updates by their contents (sample count, size, then bytes), so that the factored mean, whose
+// rounding depends on the order its factors are stacked in, does not depend on the order updates arrived in.
+bool ComesBefore(const KeptUpdate& a, const KeptUpdate& b) {
+  if (a.sample_count != b.sample_count) return a.sample_count < b.sample_count;
+  if (a.weights.total_bytes() != b.weights.total_bytes()) return a.weights.total_bytes() < b.weights.total_bytes();
+  for (size_t i = 0; i < a.weights.size() && i < b.weights.size(); ++i) {
+    const std::span<std::byte> x = a.weights[i].data, y = b.weights[i].data;
+    if (x.size() != y.size()) return x.size() < y.size();
+    if (const int c = std::memcmp(x.data(), y.data(), x.size()); c != 0) return c < 0;
+  }
+  return false;
+}
+
+}  // namespace
+
+StatusOr<weights::WeightSet> RoundAggregation::FinishFactored(int count) {
+  std::stable_sort(kept_.begin(), kept_.end(), ComesBefore);
+  std::vector<weights::WeightedAdapter> adapters;
+  adapters.reserve(kept_.size());
+  for (const KeptUpdate& u : kept_) adapters.push_back({.adapter = &u.weights, .weight = WeightOf(u.sample_count)});
+  StatusOr<weights::WeightSet> mean = weights::FactoredLoraMean(adapters, lora_base_);
+  if (!mean.ok()) return mean.status().WithContext("round " + std::to_string(round_));
+  kept_.clear();
+  begun_ = false;
+  return strategy_.FinishFromMean(std::move(*mean), count);
 }
 
 }  // namespace parsyn::strategy

@@ -7,6 +7,13 @@
 // Validation (the same for every strategy): Begin before Accept; sample_count > 0; the update's layout equals the
 // global's (names, dtypes, shapes) and every value is finite. A rejected update does not count.
 //
+// LoRA adapters of mixed ranks (LoraRanks other than kSame): an update may have any LoRA rank up to the global's
+// (weights::CheckLoraLayoutUpToRank). kZeroPadded: a lower-rank update is padded with zeros to the global's rank
+// (weights::ZeroPadLoraRank) and then combines as the strategy plans, like any other. kFactored: updates are kept as
+// given, and Finish hands the strategy their exact weighted mean in factored form (weights::FactoredLoraMean: the mean
+// of the products B·A, truncated to the global's rank) as the mean it finishes from; only a strategy that plans a
+// plain weighted mean can aggregate so.
+//
 // Memory: a plain weighted mean streams updates into its sums (AcceptOwned keeps owned updates and adds them in
 // batches, weights/weighted_mean.h), and the sums are reused from round to round; kept updates are held as given
 // (AcceptOwned: no copy; the coordinator's are read-only mappings) and released when Finish succeeds.
@@ -26,10 +33,15 @@
 
 namespace parsyn::strategy {
 
+// LoRA updates whose rank differs from the global's: refused (kSame), padded (kZeroPadded) or averaged exactly in
+// factored form (kFactored); see above.
+enum class LoraRanks { kSame, kZeroPadded, kFactored };
+
 class RoundAggregation {
  public:
-  // Aggregates with `strategy`'s policy; `strategy` must outlive this.
-  explicit RoundAggregation(Strategy& strategy);
+  // Aggregates with `strategy`'s policy; `strategy` must outlive this. `lora_ranks`: how LoRA updates of ranks other
+  // than the global's combine (see above).
+  explicit RoundAggregation(Strategy& strategy, LoraRanks lora_ranks = LoraRanks::kSame);
 
   Strategy& strategy() const { return strategy_; }
 
@@ -74,6 +86,10 @@ class RoundAggregation {
   // Adds `update` through the strategy's TransformUpdate (RoundPlan::transformed_layout).
   Status AddTransformed(const weights::WeightSet& update, int64_t sample_count);
   std::string UpdateContext() const;
+  // lora_ranks_ kZeroPadded: `update` padded to the global's rank when its own is lower (checked against it).
+  StatusOr<weights::WeightSet> PadLoraRank(weights::WeightSet update) const;
+  // Finish for factored_: the kept updates' factored mean, handed to the strategy's FinishFromMean.
+  StatusOr<weights::WeightSet> FinishFactored(int count);
 
   Strategy& strategy_;
   int round_ = 0;
@@ -81,9 +97,13 @@ class RoundAggregation {
   Combination combination_ = Combination::kWeightedMean;
   bool weighted_by_sample_count_ = false;
   bool transforms_updates_ = false;
+  const LoraRanks lora_ranks_;
+  bool factored_ = false;         // lora_ranks_ kFactored: updates kept and averaged in factored form
+  weights::WeightSet lora_base_;  // lora_ranks_ other than kSame: a copy of the round's global (small: adapters)
+  int64_t lora_base_rank_ = 0;
   std::vector<LayoutEntry> layout_;            // the round's global
   std::optional<weights::WeightedMean> mean_;  // kWeightedMean: the round's sums; kept after Finish for reuse
-  std::vector<KeptUpdate> kept_;               // kKeepAll: in arrival order
+  std::vector<KeptUpdate> kept_;               // kKeepAll and factored_: in arrival order
 };
 
 }  // namespace parsyn::strategy

@@ -251,3 +251,17 @@ test('what the view re-reads after each action', () => {
   assert.deepEqual(reloadsFor(s, event('round_failed', { round: 1, attempt: 1 })), ['rounds']);
   assert.deepEqual(reloadsFor(s, { type: 'rounds', rounds: [] }), []);
 });
+
+test('a job of mixed LoRA ranks: each worker card keeps the rank of its last training task', () => {
+  const state = run([
+    event('round_started', { round: 1, attempt: 1, total_rounds: 2, participants: [1, 2] }),
+    event('task_assigned', { round: 1, attempt: 1, worker_id: 1, kind: 'train', lora_rank: 16 }),
+    event('task_assigned', { round: 1, attempt: 1, worker_id: 2, kind: 'train', lora_rank: 4 }),
+    // The final evaluation reads the global at its own rank: no rank in its event, the card keeps the last one.
+    event('task_assigned', { round: 3, attempt: 1, worker_id: 2, kind: 'evaluate' }),
+  ]);
+  assert.equal(state.workers.get(1).loraRank, 16);
+  assert.equal(state.workers.get(2).loraRank, 4);
+  // A job of one rank says none: the card shows no rank.
+  assert.equal(run([event('task_assigned', { round: 1, attempt: 1, worker_id: 3, kind: 'train' })]).workers.get(3).loraRank, null);
+});

@@ -338,6 +338,7 @@ export function render(container, [idText]) {
         loss: h('span'), throughput: h('span', { class: 'stat-throughput' }), utilization: h('span', { class: 'stat-utilization' }),
         utilizationLabel: h('dt', { class: 'stat-utilization-label' }, 'Utilisation'),
         memory: h('span', { class: 'stat-memory' }), trainer: h('span', { class: 'stat-trainer' }),
+        rank: h('span', { class: 'stat-lora-rank' }),
       };
       const chartBox = h('div', { class: 'worker-chart', dataset: { workerId: w.id } });
       const root = h('article', { class: 'card worker-card', dataset: { workerId: w.id } },
@@ -346,6 +347,7 @@ export function render(container, [idText]) {
         h('dl', { class: 'stats' },
           h('dt', {}, 'Device'), h('dd', {}, fields.device),
           h('dt', {}, 'Trainer'), h('dd', {}, fields.trainer),
+          h('dt', {}, 'LoRA rank'), h('dd', {}, fields.rank),
           h('dt', {}, 'Loss'), h('dd', {}, fields.loss),
           h('dt', {}, 'Throughput'), h('dd', {}, fields.throughput),
           fields.utilizationLabel, h('dd', {}, fields.utilization),
@@ -375,6 +377,7 @@ export function render(container, [idText]) {
     card.fields.memory.textContent = w.memoryTotal === null ? '—'
       : `${(Number(w.memoryUsed) / 2 ** 30).toFixed(1)} / ${(w.memoryTotal / 2 ** 30).toFixed(1)} GiB`;
     card.fields.trainer.textContent = trainerOf(state, w.id);
+    card.fields.rank.textContent = w.loraRank === null ? '—' : String(w.loraRank);
     if (card.drawnPoints !== w.losses.length) {
       card.chart.setData(w.xs.slice(), [w.losses.slice()]);
       card.drawnPoints = w.losses.length;

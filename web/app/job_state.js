@@ -100,6 +100,7 @@ import { TERMINAL } from './dom.js';
  * @property {string | null} [utilization_device]
  * @property {number | null} [device_memory_used_bytes]
  * @property {number | null} [device_memory_total_bytes]
+ * @property {number} [lora_rank]
  * @property {number | null} [train_loss]
  * @property {number} global_round
  * @property {number | null} [validation_loss]
@@ -121,6 +122,7 @@ import { TERMINAL } from './dom.js';
  * @property {string | null} utilizationDevice
  * @property {number | null} memoryUsed
  * @property {number | null} memoryTotal
+ * @property {number | null} loraRank  the LoRA rank of its last training task, in a job of mixed ranks
  * @property {readonly number[]} xs  the loss curve's steps (counted across rounds)
  * @property {readonly number[]} losses
  */
@@ -189,7 +191,7 @@ export const isFinalEvaluationRound = (state, round) => state.totalRounds > 0 &&
 function newWorker(id) {
   return { id, state: 'idle', reason: '', round: 0, kind: 'train', step: 0, totalSteps: null, loss: null,
     throughput: null, throughputUnit: null, utilization: null, utilizationDevice: null, memoryUsed: null,
-    memoryTotal: null, xs: [], losses: [] };
+    memoryTotal: null, loraRank: null, xs: [], losses: [] };
 }
 
 /**
@@ -312,6 +314,7 @@ function applyEvent(draft, name, e) {
       draft.attempt(e.round, e.attempt, { participant: e.worker_id });
       draft.worker(e.worker_id, { state: e.kind === 'evaluate' ? 'evaluating' : 'training', kind: e.kind ?? 'train',
         round: e.round, step: 0, totalSteps: null, reason: '' });
+      if (isNumber(e.lora_rank)) draft.worker(e.worker_id, { loraRank: e.lora_rank });
       break;
     }
     case 'worker_progress': workerProgress(draft, e); break;
