@@ -8,6 +8,8 @@
 // at Finish, the result written to a file) in child processes (--full-weight), each in another arrival order:
 // peak RSS (VmHWM) over the global's bytes, target <= 1.25, and the result's bits compared across the orders.
 // `--orders N` sets how many orders (default 3); `--full-weight-only` skips (a)-(e); `--rows-only` runs (a)-(d) alone.
+// Last, (g) LoRA adapters of ranks {4, 4, 8, 8, 16, 16}: peak RSS and time of the exact factored mean against FedAvg
+// of the same adapters zero-padded (aggregate_lora.cc); `--lora-only` runs it alone.
 //
 // Memory traffic we cause is counted by phase in SteadyRoundTraffic (zero-filled fresh pages, validation,
 // accumulation, Finish). The traffic ratio is (those bytes / time) over the bandwidth of a plain streaming loop a[i] +=
@@ -33,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "aggregate_lora.h"
 #include "base/testing/build_paths.h"
 #include "weights/safetensors.h"
 #include "weights/weight_set.h"
@@ -507,17 +510,23 @@ std::pair<double, double> PrintPeakRss(const char* self) {
 int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "--rss") == 0) return RssChild(std::atoi(argv[2]));
   if (argc == 4 && std::strcmp(argv[1], "--full-weight") == 0) return FullWeightChild(argv[2], std::atoi(argv[3]));
+  if (argc == 3 && std::strcmp(argv[1], "--lora") == 0) return parsyn::bench::LoraRanksChild(argv[2]);
 
-  bool all_rows = false, full_weight_only = false, rows_only = false;
+  bool all_rows = false, full_weight_only = false, rows_only = false, lora_only = false;
   int orders = 3;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--all") == 0) all_rows = true;
     if (std::strcmp(argv[i], "--full-weight-only") == 0) full_weight_only = true;
     if (std::strcmp(argv[i], "--rows-only") == 0) rows_only = true;
+    if (std::strcmp(argv[i], "--lora-only") == 0) lora_only = true;
     if (std::strcmp(argv[i], "--orders") == 0 && i + 1 < argc) orders = std::max(1, std::atoi(argv[++i]));
   }
   char self[4096] = {};
   if (::readlink("/proc/self/exe", self, sizeof self - 1) <= 0) return 1;
+  if (lora_only) {
+    parsyn::bench::LoraRanksSection(self);
+    return 0;
+  }
   if (full_weight_only) return FullWeightSection(self, orders);
   const int threads = NumThreads();
   std::printf("bench_aggregate: K=%d updates of %zu MiB (%d tensors each), %d threads\n", kK, kUpdateBytes >> 20,
@@ -560,5 +569,7 @@ int main(int argc, char** argv) {
       targets.bf16_speedup, targets.bf16_speedup >= 5 ? "ok" : "MISSED", rss_min, rss_max,
       rss_max <= rss_min * 1.05 ? "ok" : "MISSED");
   std::printf("\n");
-  return FullWeightSection(self, orders);
+  const int full_weight = FullWeightSection(self, orders);
+  parsyn::bench::LoraRanksSection(self);
+  return full_weight;
 }

@@ -11,8 +11,10 @@
 //      FedProx, FedAdam, FedYogi and centralised training at the same number of optimizer steps.
 //   4. Robustness on digits: 2 of 10 workers send scaled or sign-flipped updates; FedAvg vs median, trimmed mean, Krum.
 //   5. DP-FedAvg on digits: accuracy against epsilon (RDP accountant) for three noise multipliers.
+//   6. Workers of different LoRA ranks (learning_lora_ranks.cc): exact factored aggregation against zero-padding and
+//      against every worker at rank 4, on colour questions over 6 workers, 3 seeds.
 //
-//   bench_learning [--quick] [--only memory|synthetic|noniid|robust|dp]
+//   bench_learning [--quick] [--only memory|synthetic|noniid|robust|dp|ranks]
 //   (--quick: few rounds, to check the harness; the targets then mean little)
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -35,6 +37,7 @@
 #include "bench_support.h"
 #include "coordinator/partition.h"
 #include "data/dataset.h"
+#include "learning_lora_ranks.h"
 #include "protocol/trainer_task.h"
 #include "strategy/make_strategy.h"
 #include "strategy/round_aggregation.h"
@@ -718,6 +721,7 @@ int main(int argc, char** argv) {
   if (wanted("noniid")) timed([&] { DigitsNonIid(digits, quick); });
   if (wanted("robust")) timed([&] { DigitsRobustness(digits, quick); });
   if (wanted("dp")) timed([&] { DigitsDp(digits, quick); });
+  if (wanted("ranks")) timed([&] { parsyn::bench::MixedLoraRanks(quick); });
   std::printf("\nbench_learning: %.0f s\n", bench::Seconds(bench::Clock::now() - start));
   return 0;
 }

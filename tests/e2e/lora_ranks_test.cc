@@ -1,7 +1,8 @@
 // LoRA jobs whose workers train different ranks (docs/training.md "Workers of different ranks"), with real `parsyn
 // worker` processes on a tiny Llama: a job of ranks 1 and 3 under r_max 4, whose every global's B·A is exactly the
 // FedAvg of the workers' B_i·A_i (recomputed here in double from the update blobs), and whose adapter is a PEFT
-// adapter at r_max that `parsyn adapter merge` reads; zero-padding's globals are the FedAvg of the padded factors;
+// adapter at r_max that `parsyn adapter merge` reads; a resumed job ends with the uninterrupted job's adapter;
+// zero-padding's globals are the FedAvg of the padded factors;
 // "auto" ranks follow what each worker announces; bad ranks are refused with both numbers.
 #include <chrono>
 #include <cmath>
@@ -120,6 +121,15 @@ TEST_F(LoraRanksTest, TwoRanksAggregateToTheExactMeanOfTheirProductsAndTheAdapte
                                     adapter.string(), "--out", (tmp_.path() / "merged").string()});
   EXPECT_EQ(merged.exit_code, 0) << merged.output;
   EXPECT_TRUE(fs::exists(tmp_.path() / "merged" / "model.safetensors")) << merged.output;
+}
+
+// The factored mean stacks the updates in an order of their contents, not of their arrival: a job whose server is
+// killed after round 1 ends with the uninterrupted job's adapter, bit for bit.
+TEST_F(LoraRanksTest, AResumedJobOfMixedRanksEndsWithTheUninterruptedAdapter) {
+  std::vector<int64_t> ids = StartWorkers(2);
+  json spec = LoraSpec(ids, 3, 3, 2);
+  spec["config"]["lora_ranks"] = {{std::to_string(ids[0]), 2}, {"default", 4}};
+  ExpectAResumedJobEndsWithTheUninterruptedWeights(spec);
 }
 
 TEST_F(LoraRanksTest, ZeroPaddingAveragesThePaddedFactors) {
