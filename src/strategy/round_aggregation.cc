@@ -22,7 +22,12 @@ Status RoundAggregation::Begin(int round, const weights::WeightSet& global) {
   }
   if (lora_ranks_ != LoraRanks::kSame) {
     PARSYN_ASSIGN_OR_RETURN(lora_base_rank_, weights::LoraRank(global));
-    lora_base_ = global.Clone();
+    // kFactored: the global in its SVD form, whose ranks beyond a worker's fill its update (ExtendLoraRank).
+    if (factored) {
+      PARSYN_ASSIGN_OR_RETURN(lora_base_, weights::TruncateLoraRank(global, lora_base_rank_));
+    } else {
+      lora_base_ = global.Clone();
+    }
   }
   factored_ = factored;
   layout_.clear();
@@ -82,17 +87,18 @@ Status RoundAggregation::AddTransformed(const weights::WeightSet& update, int64_
       .WithContext(UpdateContext());
 }
 
-StatusOr<weights::WeightSet> RoundAggregation::PadLoraRank(weights::WeightSet update) const {
+StatusOr<weights::WeightSet> RoundAggregation::ToGlobalRank(weights::WeightSet update) const {
   StatusOr<int64_t> rank = weights::CheckLoraLayoutUpToRank(lora_base_, update);
   if (!rank.ok()) return rank.status().WithContext(UpdateContext());
   if (*rank == lora_base_rank_) return update;
-  return weights::ZeroPadLoraRank(update, lora_base_rank_);
+  if (lora_ranks_ == LoraRanks::kZeroPadded) return weights::ZeroPadLoraRank(update, lora_base_rank_);
+  return weights::ExtendLoraRank(update, lora_base_);
 }
 
 Status RoundAggregation::Accept(const weights::WeightSet& update, int64_t sample_count) {
-  if (begun_ && lora_ranks_ == LoraRanks::kZeroPadded) {
-    PARSYN_ASSIGN_OR_RETURN(weights::WeightSet padded, PadLoraRank(update.Clone()));
-    return AcceptOwned(std::move(padded), sample_count, std::nullopt);
+  if (begun_ && lora_ranks_ != LoraRanks::kSame) {
+    PARSYN_ASSIGN_OR_RETURN(weights::WeightSet whole, ToGlobalRank(update.Clone()));
+    return AcceptOwned(std::move(whole), sample_count, std::nullopt);
   }
   PARSYN_RETURN_IF_ERROR(Validate(update, sample_count));
   if (combination_ == Combination::kKeepAll || factored_) {
@@ -105,8 +111,8 @@ Status RoundAggregation::Accept(const weights::WeightSet& update, int64_t sample
 
 Status RoundAggregation::AcceptOwned(weights::WeightSet update, int64_t sample_count,
                                      std::optional<double> max_magnitude) {
-  if (begun_ && lora_ranks_ == LoraRanks::kZeroPadded) {
-    PARSYN_ASSIGN_OR_RETURN(update, PadLoraRank(std::move(update)));
+  if (begun_ && lora_ranks_ != LoraRanks::kSame) {
+    PARSYN_ASSIGN_OR_RETURN(update, ToGlobalRank(std::move(update)));
   }
   PARSYN_RETURN_IF_ERROR(Validate(update, sample_count));
   if (combination_ == Combination::kKeepAll || factored_) {

@@ -9,10 +9,12 @@
 //
 // LoRA adapters of mixed ranks (LoraRanks other than kSame): an update may have any LoRA rank up to the global's
 // (weights::CheckLoraLayoutUpToRank). kZeroPadded: a lower-rank update is padded with zeros to the global's rank
-// (weights::ZeroPadLoraRank) and then combines as the strategy plans, like any other. kFactored: updates are kept as
-// given, and Finish hands the strategy their exact weighted mean in factored form (weights::FactoredLoraMean: the mean
-// of the products B·A, truncated to the global's rank) as the mean it finishes from; only a strategy that plans a
-// plain weighted mean can aggregate so.
+// (weights::ZeroPadLoraRank) and then combines as the strategy plans, like any other. kFactored: a lower-rank update
+// (trained from the global's truncated SVD) is completed with the global's own ranks beyond its rank, taken from the
+// global's SVD form (weights::ExtendLoraRank: what the worker did not train stays as the global has it, where zeros
+// would shrink it), updates are kept, and Finish hands the strategy their exact weighted mean in factored form
+// (weights::FactoredLoraMean: the mean of the products B·A, truncated to the global's rank) as the mean it finishes
+// from; only a strategy that plans a plain weighted mean can aggregate so.
 //
 // Memory: a plain weighted mean streams updates into its sums (AcceptOwned keeps owned updates and adds them in
 // batches, weights/weighted_mean.h), and the sums are reused from round to round; kept updates are held as given
@@ -86,8 +88,9 @@ class RoundAggregation {
   // Adds `update` through the strategy's TransformUpdate (RoundPlan::transformed_layout).
   Status AddTransformed(const weights::WeightSet& update, int64_t sample_count);
   std::string UpdateContext() const;
-  // lora_ranks_ kZeroPadded: `update` padded to the global's rank when its own is lower (checked against it).
-  StatusOr<weights::WeightSet> PadLoraRank(weights::WeightSet update) const;
+  // lora_ranks_ other than kSame: `update` at the global's rank when its own is lower (checked against it): padded
+  // with zeros (kZeroPadded), or completed with the global's own ranks beyond it (kFactored: ExtendLoraRank).
+  StatusOr<weights::WeightSet> ToGlobalRank(weights::WeightSet update) const;
   // Finish for factored_: the kept updates' factored mean, handed to the strategy's FinishFromMean.
   StatusOr<weights::WeightSet> FinishFactored(int count);
 
@@ -98,8 +101,9 @@ class RoundAggregation {
   bool weighted_by_sample_count_ = false;
   bool transforms_updates_ = false;
   const LoraRanks lora_ranks_;
-  bool factored_ = false;         // lora_ranks_ kFactored: updates kept and averaged in factored form
-  weights::WeightSet lora_base_;  // lora_ranks_ other than kSame: a copy of the round's global (small: adapters)
+  bool factored_ = false;  // lora_ranks_ kFactored: updates kept and averaged in factored form
+  // lora_ranks_ other than kSame: the round's global (small: adapters), in its SVD form for kFactored.
+  weights::WeightSet lora_base_;
   int64_t lora_base_rank_ = 0;
   std::vector<LayoutEntry> layout_;            // the round's global
   std::optional<weights::WeightedMean> mean_;  // kWeightedMean: the round's sums; kept after Finish for reuse

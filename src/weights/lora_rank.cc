@@ -102,8 +102,10 @@ std::vector<Role> RolesOf(size_t num_tensors, const std::vector<LoraPair>& pairs
   return roles;
 }
 
-// The adapter with each pair's first min(rank, r) ranks copied byte for byte and the rest zero, at rank r.
-StatusOr<WeightSet> CopyAtRank(const WeightSet& adapter, const std::vector<LoraPair>& pairs, int64_t r) {
+// The adapter with each pair's first min(rank, r) ranks copied byte for byte and the rest zero, at rank r; or, with a
+// `donor` (the adapter's layout at a rank >= r, the same dtypes), the rest copied from the donor's same ranks.
+StatusOr<WeightSet> CopyAtRank(const WeightSet& adapter, const std::vector<LoraPair>& pairs, int64_t r,
+                               const WeightSet* donor = nullptr) {
   const std::vector<Role> roles = RolesOf(adapter.size(), pairs);
   WeightSet out;
   for (size_t i = 0; i < adapter.size(); ++i) {
@@ -115,14 +117,23 @@ StatusOr<WeightSet> CopyAtRank(const WeightSet& adapter, const std::vector<LoraP
     const LoraPair& p = pairs[static_cast<size_t>(roles[i].pair)];
     const size_t element = DTypeSize(t.dtype);
     const auto keep = static_cast<size_t>(std::min(p.rank, r));
+    const Tensor* from = donor != nullptr ? donor->Find(t.name) : nullptr;
+    const int64_t donor_rank = from == nullptr ? 0 : from->shape[roles[i].is_a ? 0 : 1];
     if (roles[i].is_a) {  // (rank, in) -> (r, in): the first rows are contiguous
       PARSYN_ASSIGN_OR_RETURN(std::span<std::byte> bytes, out.AddZeros(t.name, t.dtype, {r, p.in}));
-      std::memcpy(bytes.data(), t.data.data(), keep * static_cast<size_t>(p.in) * element);
+      const size_t row = static_cast<size_t>(p.in) * element;
+      std::memcpy(bytes.data(), t.data.data(), keep * row);
+      if (from != nullptr) std::memcpy(bytes.data() + keep * row, from->data.data() + keep * row, (r - keep) * row);
     } else {  // (out, rank) -> (out, r): the first columns of each row
       PARSYN_ASSIGN_OR_RETURN(std::span<std::byte> bytes, out.AddZeros(t.name, t.dtype, {p.out, r}));
       for (int64_t o = 0; o < p.out; ++o) {
-        std::memcpy(bytes.data() + static_cast<size_t>(o * r) * element,
-                    t.data.data() + static_cast<size_t>(o * p.rank) * element, keep * element);
+        std::byte* row = bytes.data() + static_cast<size_t>(o * r) * element;
+        std::memcpy(row, t.data.data() + static_cast<size_t>(o * p.rank) * element, keep * element);
+        if (from != nullptr) {
+          std::memcpy(row + keep * element,
+                      from->data.data() + static_cast<size_t>(o * donor_rank) * element + keep * element,
+                      (r - keep) * element);
+        }
       }
     }
   }
@@ -247,6 +258,14 @@ StatusOr<WeightSet> ZeroPadLoraRank(const WeightSet& adapter, int64_t r) {
                                 std::to_string(pairs[0].rank) + " to the lower rank " + std::to_string(r));
   }
   return CopyAtRank(adapter, pairs, r);
+}
+
+StatusOr<WeightSet> ExtendLoraRank(const WeightSet& adapter, const WeightSet& donor) {
+  PARSYN_ASSIGN_OR_RETURN(const int64_t r, CheckLoraLayoutUpToRank(donor, adapter));
+  (void)r;  // the adapter's rank, <= the donor's
+  PARSYN_ASSIGN_OR_RETURN(std::vector<LoraPair> pairs, FindLoraPairs(adapter));
+  PARSYN_ASSIGN_OR_RETURN(const int64_t donor_rank, LoraRank(donor));
+  return CopyAtRank(adapter, pairs, donor_rank, &donor);
 }
 
 StatusOr<WeightSet> SliceLoraRank(const WeightSet& adapter, int64_t r) {

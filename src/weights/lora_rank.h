@@ -42,6 +42,13 @@ StatusOr<int64_t> CheckLoraLayoutUpToRank(const WeightSet& global, const WeightS
 // dtypes, order and metadata are copied. InvalidArgument for r below the adapter's rank, or LoraRank's errors.
 StatusOr<WeightSet> ZeroPadLoraRank(const WeightSet& adapter, int64_t r);
 
+// The adapter extended to the rank of `donor` (an adapter of the same layout up to rank: CheckLoraLayoutUpToRank's
+// rule), the ranks it lacks taken from the donor's same ranks: A's rows [rank, r) and B's columns [rank, r) are the
+// donor's, byte for byte. When the adapter was trained from the donor's first ranks (a worker of a lower rank, from
+// SliceLoraRank or TruncateLoraRank of the donor), this is the donor with those ranks trained and the others as they
+// were. Other tensors, dtypes, order and metadata are the adapter's. CheckLoraLayoutUpToRank's errors.
+StatusOr<WeightSet> ExtendLoraRank(const WeightSet& adapter, const WeightSet& donor);
+
 // The adapter's first r ranks: A's first r rows and B's first r columns, 1 <= r <= its rank. Other tensors, dtypes,
 // order and metadata are copied. InvalidArgument for r out of range, or LoraRank's errors.
 StatusOr<WeightSet> SliceLoraRank(const WeightSet& adapter, int64_t r);

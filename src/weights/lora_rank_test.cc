@@ -243,6 +243,32 @@ TEST(LoraRankTest, PadAndSlice) {
   ExpectInvalid(TruncateLoraRank(adapter, 4).status(), "of rank 3 to rank 4");
 }
 
+// A lower-rank adapter completed from a donor: its own ranks, then the donor's beyond them; an adapter trained from
+// nothing but the donor's first ranks (its slice) comes back as the donor itself, byte for byte.
+TEST(LoraRankTest, ExtendTakesTheRanksTheAdapterLacksFromTheDonor) {
+  std::mt19937 rng(5);
+  const WeightSet donor = RandomAdapter(rng, SmallModules(), 5, DType::kF32);
+  WeightSet trained = RandomAdapter(rng, SmallModules(), 2, DType::kF32);
+  StatusOr<WeightSet> whole = ExtendLoraRank(*SliceLoraRank(donor, 2), donor);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_TRUE(SameBytes(*whole, donor));
+  StatusOr<WeightSet> extended = ExtendLoraRank(trained, donor);
+  ASSERT_TRUE(extended.ok()) << extended.status().ToString();
+  for (const Module& m : SmallModules()) {
+    const Tensor& a = *extended->Find(AName(m.prefix));
+    const Tensor& b = *extended->Find(BName(m.prefix));
+    ASSERT_EQ(a.shape, (std::vector<int64_t>{5, m.in}));
+    ASSERT_EQ(b.shape, (std::vector<int64_t>{m.out, 5}));
+    for (int64_t l = 0; l < 5; ++l) {
+      const WeightSet& from = l < 2 ? trained : donor;
+      const int64_t rank = l < 2 ? 2 : 5;
+      EXPECT_EQ(LoadElement(a, l * m.in + 1), LoadElement(*from.Find(AName(m.prefix)), l * m.in + 1)) << l;
+      EXPECT_EQ(LoadElement(b, 3 * 5 + l), LoadElement(*from.Find(BName(m.prefix)), 3 * rank + l)) << l;
+    }
+  }
+  ExpectInvalid(ExtendLoraRank(donor, trained).status(), "rank 5");
+}
+
 // Eckart-Young: the squared error of the rank-r truncation is the sum of the discarded squared singular values of
 // B A, here from a Jacobi SVD of the dense product. F64 factors, so only double rounding is in the comparison.
 TEST(LoraRankTest, TruncationErrorIsTheDiscardedSingularValues) {
