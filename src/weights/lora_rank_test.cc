@@ -90,7 +90,7 @@ double MaxAbs(const Matrix& m) {
   return worst;
 }
 
-double MaxAbsDiff(const Matrix& a, const Matrix& b) {
+double MatrixMaxAbsDiff(const Matrix& a, const Matrix& b) {
   double worst = 0;
   for (size_t i = 0; i < a.data.size(); ++i) worst = std::max(worst, std::abs(a.data[i] - b.data[i]));
   return worst;
@@ -224,7 +224,7 @@ TEST(LoraRankTest, PadAndSlice) {
         EXPECT_EQ(LoadElement(b, o * 5 + c), want);
       }
     }
-    EXPECT_EQ(MaxAbsDiff(Product(*padded, m.prefix), Product(adapter, m.prefix)), 0.0);
+    EXPECT_EQ(MatrixMaxAbsDiff(Product(*padded, m.prefix), Product(adapter, m.prefix)), 0.0);
   }
   StatusOr<WeightSet> back = SliceLoraRank(*padded, 3);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -301,7 +301,7 @@ TEST(LoraRankTest, TruncationToFullRankKeepsTheProduct) {
   ASSERT_TRUE(full.ok()) << full.status().ToString();
   for (const Module& m : SmallModules()) {
     const Matrix dense = Product(adapter, m.prefix);
-    EXPECT_LE(MaxAbsDiff(dense, Product(*full, m.prefix)), 1e-6 * MaxAbs(dense)) << m.prefix;
+    EXPECT_LE(MatrixMaxAbsDiff(dense, Product(*full, m.prefix)), 1e-6 * MaxAbs(dense)) << m.prefix;
     EXPECT_LT(OrthonormalityError(*full->Find(AName(m.prefix))), 1e-6);
   }
   EXPECT_EQ(std::memcmp(full->Find("norm.weight")->data.data(), adapter.Find("norm.weight")->data.data(), 64), 0);
@@ -348,10 +348,10 @@ TEST(LoraRankTest, TruncationWithFewerInputsThanTheRank) {
   for (int64_t i = 0; i < 2; ++i) EXPECT_EQ(a(2, i), 0.0);
   for (int64_t o = 0; o < 5; ++o) EXPECT_EQ(b(o, 2), 0.0);
   const Matrix dense = Product(adapter, "narrow");
-  EXPECT_LE(MaxAbsDiff(dense, Product(*truncated, "narrow")), 1e-12 * MaxAbs(dense));
+  EXPECT_LE(MatrixMaxAbsDiff(dense, Product(*truncated, "narrow")), 1e-12 * MaxAbs(dense));
 }
 
-struct MeanCase {
+struct FactoredMeanCase {
   std::string name;
   std::vector<int64_t> ranks;
   int64_t max_rank;
@@ -391,14 +391,14 @@ double RoundingBoundRatio(const WeightSet& ours, const std::string& prefix, cons
   return worst;
 }
 
-void ExpectMatchesReference(const WeightSet& ours, const WeightSet& reference, const MeanCase& mc) {
+void ExpectMatchesReference(const WeightSet& ours, const WeightSet& reference, const FactoredMeanCase& mc) {
   const double u = mc.dtype == DType::kF32 ? 0x1p-24 : 0x1p-8;
   const double tolerance = mc.dtype == DType::kF32 ? 1e-6 : 1e-2;
   int64_t sum_ranks = 0;
   for (int64_t r : mc.ranks) sum_ranks += r;
   for (const Module& m : SmallModules()) {
     const Matrix want = ToMatrix(*reference.Find(m.prefix + ".delta"));
-    const double error = MaxAbsDiff(Product(ours, m.prefix), want) / MaxAbs(want);
+    const double error = MatrixMaxAbsDiff(Product(ours, m.prefix), want) / MaxAbs(want);
     std::printf("%s %s: max |BA - ref| / max |ref| = %.3g (tolerance %g)\n", mc.name.c_str(), m.prefix.c_str(), error,
                 tolerance);
     EXPECT_LE(error, tolerance) << m.prefix;
@@ -419,7 +419,7 @@ TEST(LoraRankTest, FactoredMeanMatchesNumpyReference) {
   if (!HasNumpy()) GTEST_SKIP() << "/usr/bin/python3 with numpy is not installed";
   test_support::TempDir dir("lora_mean");
   std::mt19937 rng(7);
-  const std::vector<MeanCase> cases = {
+  const std::vector<FactoredMeanCase> cases = {
       {"f32_truncated", {2, 4, 4, 8}, 8, DType::kF32, {100, 250, 37, 1000}},
       {"f32_exact", {2, 3}, 8, DType::kF32, {0.25, 3.5}},
       {"bf16_truncated", {2, 4, 4, 8}, 8, DType::kBF16, {1, 2, 3, 4}},
@@ -429,7 +429,7 @@ TEST(LoraRankTest, FactoredMeanMatchesNumpyReference) {
   std::vector<std::vector<WeightSet>> adapters(cases.size());
   std::vector<WeightSet> globals;
   for (size_t c = 0; c < cases.size(); ++c) {
-    const MeanCase& mc = cases[c];
+    const FactoredMeanCase& mc = cases[c];
     globals.push_back(RandomAdapter(rng, SmallModules(), mc.max_rank, mc.dtype));
     std::vector<std::string> paths;
     for (size_t i = 0; i < mc.ranks.size(); ++i) {
@@ -450,7 +450,7 @@ TEST(LoraRankTest, FactoredMeanMatchesNumpyReference) {
       << (std::stringstream() << std::ifstream(dir.path() / "python.log").rdbuf()).str();
 
   for (size_t c = 0; c < cases.size(); ++c) {
-    const MeanCase& mc = cases[c];
+    const FactoredMeanCase& mc = cases[c];
     SCOPED_TRACE(mc.name);
     std::vector<WeightedAdapter> list;
     for (size_t i = 0; i < mc.ranks.size(); ++i) list.push_back({&adapters[c][i], mc.weights[i]});
@@ -503,7 +503,7 @@ TEST(LoraRankTest, FactoredMeanBelowTheMaximumRankKeepsOrthonormalRows) {
     EXPECT_EQ(mean->Find(AName(m.prefix))->shape, (std::vector<int64_t>{8, m.in}));
     EXPECT_LT(OrthonormalityError(*mean->Find(AName(m.prefix))), 1e-12);
     const Matrix want = Product(adapter, m.prefix);
-    EXPECT_LE(MaxAbsDiff(Product(*mean, m.prefix), want), 1e-12 * MaxAbs(want));
+    EXPECT_LE(MatrixMaxAbsDiff(Product(*mean, m.prefix), want), 1e-12 * MaxAbs(want));
   }
   EXPECT_EQ(std::memcmp(mean->Find("norm.weight")->data.data(), adapter.Find("norm.weight")->data.data(), 128), 0);
 }
