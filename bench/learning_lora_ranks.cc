@@ -6,8 +6,9 @@
 //   svd       ranks {4, 4, 8, 8, 16, 16}, exact factored aggregation (strategy::LoraRanks::kFactored),
 //   zero_pad  the same ranks, each worker trains the global's first r ranks, factors padded and averaged,
 //   rank 4    every worker at rank 4, plain FedAvg of the factors.
-// Every worker's scaling alpha / r is 2, as a job gives it. The code paths are the coordinator's: RoundAggregation over
-// strategy::FedAvg weighted by sample count, weights::TruncateLoraRank / SliceLoraRank for what a lower rank trains.
+// Every worker has the same lora_alpha, 32, as a job gives it (PEFT's scaling alpha / r at its rank). The code paths
+// are the coordinator's: RoundAggregation over strategy::FedAvg weighted by sample count, weights::TruncateLoraRank /
+// SliceLoraRank for what a lower rank trains.
 #include "learning_lora_ranks.h"
 
 #include <torch/torch.h>
@@ -38,7 +39,7 @@ void Check(const Status& status, const std::string& what) {
 
 constexpr int kWorkers = 6;
 constexpr int kThingsPerWorker = 8;
-constexpr double kScaling = 2.0;  // alpha / r of every worker
+constexpr double kAlpha = 32;  // every worker's lora_alpha
 const std::vector<std::string> kColors = {" red", " green", " blue", " white", " black", " teal", " pink", " gold"};
 
 // A pronounceable made-up word per thing ("zorp"), distinct, from `rng`.
@@ -93,7 +94,7 @@ trainer::LlamaConfig Hidden256() {
 // A model at `rank` over the seed's base weights (the same base for every rank).
 std::unique_ptr<trainer::CausalLm> ModelAt(int rank, uint64_t seed) {
   auto llama = Must(trainer::LlamaModel::RandomInit(Hidden256(), seed, {}), "the base model");
-  trainer::LoraSettings lora{.r = rank, .alpha = kScaling * rank, .dropout = 0, .target_modules = {"all-linear"}};
+  trainer::LoraSettings lora{.r = rank, .alpha = kAlpha, .dropout = 0, .target_modules = {"all-linear"}};
   Check(llama->AttachLora(lora, seed + 1), "LoRA");
   return std::make_unique<trainer::CausalLm>(std::move(llama), trainer::CausalLmOptions{});
 }

@@ -11,12 +11,16 @@ namespace parsyn::coordinator {
 
 namespace {
 
-// The global at `rank` below its own: its best rank-r approximation (svd) or its first r ranks (zero_pad), stored
-// under `key` for the attempt (not durable: a restarted job's next attempt makes its own). Blocking (a pool thread).
+// The global at `rank` below its own, `max_rank`: its best rank-r approximation (svd) or its first r ranks (zero_pad),
+// B scaled by r / r_max for PEFT's scaling alpha / r (weights::ScaleLoraProducts), stored under `key` for the attempt
+// (not durable: a restarted job's next attempt makes its own). Blocking (a pool thread).
 StatusOr<RankGlobals::Global> StoreRankGlobal(storage::BlobStore& blobs, const std::string& key,
-                                              std::shared_ptr<weights::WeightSet> global, int rank, bool svd) {
-  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet lower,
+                                              std::shared_ptr<weights::WeightSet> global, int rank, int max_rank,
+                                              bool svd) {
+  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet top,
                           svd ? weights::TruncateLoraRank(*global, rank) : weights::SliceLoraRank(*global, rank));
+  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet lower,
+                          weights::ScaleLoraProducts(top, static_cast<double>(rank) / max_rank));
   const std::vector<std::byte> bytes = weights::SerializeSafetensors(lower);
   PARSYN_ASSIGN_OR_RETURN(storage::BlobInfo info,
                           PutBytes(blobs, key, std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size())));
@@ -49,9 +53,9 @@ http::Awaitable<Status> JobRunner::MakeRankGlobal(const AssignTask& a) {
   const std::string key = fmt::format("{}/global-r{}.safetensors", AttemptPrefix(a.round, a.attempt), *rank);
   const bool svd = spec_.lora_ranks.EffectiveAggregation() == LoraAggregation::kSvd;
   std::shared_ptr<weights::WeightSet> global = global_.weights();
-  const int r = *rank;
-  StatusOr<RankGlobals::Global> made =
-      co_await loop::Offload(host_.pool(), [&] { return StoreRankGlobal(host_.blobs(), key, global, r, svd); });
+  const int r = *rank, max_rank = spec_.config.lora_r;
+  StatusOr<RankGlobals::Global> made = co_await loop::Offload(
+      host_.pool(), [&] { return StoreRankGlobal(host_.blobs(), key, global, r, max_rank, svd); });
   if (!made.ok()) co_return made.status().WithContext("the global at LoRA rank " + std::to_string(r));
   rank_globals_.AddGlobal(r, std::move(*made));
   co_return Status::Ok();

@@ -142,15 +142,14 @@ StatusOr<TaskMessage> JobRunner::BuildTask(const AssignTask& a) const {
                          .round = engine_->last_committed_round()};
   const RankGlobals::Global* lower_rank = LowerRankGlobal(a);
   if (lower_rank != nullptr) {
-    // A worker of a lower LoRA rank starts from the global at its rank, sent whole (no zstd copy or delta of it),
-    // with lora_alpha scaled as its rank, so that its LoRA scaling alpha / r is the job's (docs/training.md).
+    // A worker of a lower LoRA rank starts from the global at its rank, sent whole (no zstd copy or delta of it), with
+    // the job's lora_alpha: PEFT's scaling alpha / r for its rank (docs/training.md, "Workers of different ranks").
     const int rank = *rank_globals_.RankOf(a.worker);
     task.global_weights = {.url = host_.BlobGetUrl(lower_rank->key, url_ttl, a.worker),
                            .sha256 = lower_rank->sha256,
                            .size_bytes = lower_rank->size_bytes,
                            .round = engine_->last_committed_round()};
     task.config.lora_r = rank;
-    task.config.lora_alpha = spec_.config.lora_alpha * rank / spec_.config.lora_r;
   }
   const GlobalWeights::ZstdCopy* zstd = lower_rank == nullptr ? global_.zstd_copy() : nullptr;
   if (zstd != nullptr) {  // not a previous global's (the final evaluation)

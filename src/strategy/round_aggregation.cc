@@ -91,8 +91,12 @@ StatusOr<weights::WeightSet> RoundAggregation::ToGlobalRank(weights::WeightSet u
   StatusOr<int64_t> rank = weights::CheckLoraLayoutUpToRank(lora_base_, update);
   if (!rank.ok()) return rank.status().WithContext(UpdateContext());
   if (*rank == lora_base_rank_) return update;
-  if (lora_ranks_ == LoraRanks::kZeroPadded) return weights::ZeroPadLoraRank(update, lora_base_rank_);
-  return weights::ExtendLoraRank(update, lora_base_);
+  // Trained at PEFT's scaling alpha / r: its products in the global's units (alpha / r_max) are r_max / r times its
+  // own.
+  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet scaled,
+                          weights::ScaleLoraProducts(update, static_cast<double>(lora_base_rank_) / *rank));
+  if (lora_ranks_ == LoraRanks::kZeroPadded) return weights::ZeroPadLoraRank(scaled, lora_base_rank_);
+  return weights::ExtendLoraRank(scaled, lora_base_);
 }
 
 Status RoundAggregation::Accept(const weights::WeightSet& update, int64_t sample_count) {

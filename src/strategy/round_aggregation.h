@@ -8,13 +8,14 @@
 // global's (names, dtypes, shapes) and every value is finite. A rejected update does not count.
 //
 // LoRA adapters of mixed ranks (LoraRanks other than kSame): an update may have any LoRA rank up to the global's
-// (weights::CheckLoraLayoutUpToRank). kZeroPadded: a lower-rank update is padded with zeros to the global's rank
-// (weights::ZeroPadLoraRank) and then combines as the strategy plans, like any other. kFactored: a lower-rank update
-// (trained from the global's truncated SVD) is completed with the global's own ranks beyond its rank, taken from the
-// global's SVD form (weights::ExtendLoraRank: what the worker did not train stays as the global has it, where zeros
-// would shrink it), updates are kept, and Finish hands the strategy their exact weighted mean in factored form
-// (weights::FactoredLoraMean: the mean of the products B·A, truncated to the global's rank) as the mean it finishes
-// from; only a strategy that plans a plain weighted mean can aggregate so.
+// (weights::CheckLoraLayoutUpToRank), trained at PEFT's scaling alpha / r of its rank: its products are first scaled by
+// r_max / r into the global's units (weights::ScaleLoraProducts). kZeroPadded: a lower-rank update is then padded with
+// zeros to the global's rank (weights::ZeroPadLoraRank) and then combines as the strategy plans, like any other.
+// kFactored: a lower-rank update (trained from the global's truncated SVD) is completed with the global's own ranks
+// beyond its rank, taken from the global's SVD form (weights::ExtendLoraRank: what the worker did not train stays as
+// the global has it, where zeros would shrink it), updates are kept, and Finish hands the strategy their exact weighted
+// mean in factored form (weights::FactoredLoraMean: the mean of the products B·A, truncated to the global's rank) as
+// the mean it finishes from; only a strategy that plans a plain weighted mean can aggregate so.
 //
 // Memory: a plain weighted mean streams updates into its sums (AcceptOwned keeps owned updates and adds them in
 // batches, weights/weighted_mean.h), and the sums are reused from round to round; kept updates are held as given

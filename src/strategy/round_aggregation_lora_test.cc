@@ -62,7 +62,9 @@ TEST(RoundAggregationLoraTest, AnUntrainedRoundKeepsTheGlobalWithSvdAndShrinksIt
     RoundAggregation round(fed_avg, mode);
     ASSERT_TRUE(round.Begin(1, global).ok());
     const bool svd = mode == LoraRanks::kFactored;
-    WeightSet low = svd ? *weights::TruncateLoraRank(global, 1) : *weights::SliceLoraRank(global, 1);
+    // What a rank-1 worker starts from: the global's top rank, its product scaled by 1 / 4 (PEFT's alpha / r).
+    WeightSet top = svd ? *weights::TruncateLoraRank(global, 1) : *weights::SliceLoraRank(global, 1);
+    WeightSet low = *weights::ScaleLoraProducts(top, 0.25);
     ASSERT_TRUE(round.Accept(low, 10).ok());
     ASSERT_TRUE(round.Accept(global, 10).ok());
     StatusOr<WeightSet> next = round.Finish();
@@ -100,16 +102,19 @@ void ExpectBestApproximation(const std::vector<double>& g, const std::vector<dou
   }
 }
 
-// The factored mean of updates of ranks 1 and 3 under a rank-4 global: each lower-rank update is completed with the
-// global's ranks beyond its own (from the global's SVD), and the result is the best rank-4 approximation of the
-// weighted mean of those completed products; the same bytes whatever the order the updates arrive in.
+// The factored mean of updates of ranks 1 and 3 under a rank-4 global: each lower-rank update, scaled by 4 / r into the
+// global's units, is completed with the global's ranks beyond its own (from the global's SVD), and the result is the
+// best rank-4 approximation of the weighted mean of those completed products; the same bytes whatever the order the
+// updates arrive in.
 TEST(RoundAggregationLoraTest, TheFactoredMeanTruncatesTheMeanOfTheCompletedProductsWhateverTheOrder) {
   const WeightSet global = Adapter(4, 2);
   const WeightSet svd_global = *weights::TruncateLoraRank(global, 4);
   const WeightSet one = Adapter(1, 3), three = Adapter(3, 4);
   std::vector<double> mean(kOut * kIn, 0.0);
   for (const auto& [update, n] : {std::pair{&one, 30.0}, std::pair{&three, 10.0}}) {
-    const std::vector<double> p = Product(*weights::ExtendLoraRank(*update, svd_global));
+    const int64_t rank = update->Find("m.lora_A.weight")->shape[0];
+    const WeightSet scaled = *weights::ScaleLoraProducts(*update, 4.0 / static_cast<double>(rank));
+    const std::vector<double> p = Product(*weights::ExtendLoraRank(scaled, svd_global));
     for (size_t i = 0; i < mean.size(); ++i) mean[i] += n / 40.0 * p[i];
   }
   std::vector<WeightSet> results;
@@ -144,7 +149,7 @@ TEST(RoundAggregationLoraTest, ZeroPaddedUpdatesAverageAsPaddedFactors) {
   ASSERT_TRUE(round.Accept(full, 3).ok());
   StatusOr<WeightSet> next = round.Finish();
   ASSERT_TRUE(next.ok()) << next.status().ToString();
-  const WeightSet padded = *weights::ZeroPadLoraRank(low, 3);
+  const WeightSet padded = *weights::ZeroPadLoraRank(*weights::ScaleLoraProducts(low, 3.0), 3);
   for (size_t t = 0; t < 2; ++t) {
     auto got = next->tensors()[t].as<float>();
     auto p = padded.tensors()[t].as<float>(), f = full.tensors()[t].as<float>();

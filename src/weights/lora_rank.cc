@@ -268,6 +268,19 @@ StatusOr<WeightSet> ExtendLoraRank(const WeightSet& adapter, const WeightSet& do
   return CopyAtRank(adapter, pairs, donor_rank, &donor);
 }
 
+StatusOr<WeightSet> ScaleLoraProducts(const WeightSet& adapter, double factor) {
+  if (!std::isfinite(factor) || factor <= 0) {
+    return InvalidArgumentError("a LoRA product's scale must be finite and > 0, got " + std::to_string(factor));
+  }
+  PARSYN_ASSIGN_OR_RETURN(std::vector<LoraPair> pairs, FindLoraPairs(adapter));
+  WeightSet out = adapter.Clone();
+  for (const LoraPair& p : pairs) {
+    const Tensor& b = out[p.b];
+    for (int64_t i = 0; i < b.numel(); ++i) StoreElement(b, i, factor * LoadElement(b, i));
+  }
+  return out;
+}
+
 StatusOr<WeightSet> SliceLoraRank(const WeightSet& adapter, int64_t r) {
   PARSYN_ASSIGN_OR_RETURN(std::vector<LoraPair> pairs, FindLoraPairs(adapter));
   if (r < 1 || r > pairs[0].rank) {

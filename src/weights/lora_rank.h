@@ -49,6 +49,13 @@ StatusOr<WeightSet> ZeroPadLoraRank(const WeightSet& adapter, int64_t r);
 // were. Other tensors, dtypes, order and metadata are the adapter's. CheckLoraLayoutUpToRank's errors.
 StatusOr<WeightSet> ExtendLoraRank(const WeightSet& adapter, const WeightSet& donor);
 
+// The adapter with every pair's product B·A scaled by `factor` (B's values multiplied, in double, rounded once; A
+// as it was). Between ranks of one lora_alpha, PEFT's scaling alpha / r differs: a rank-r adapter's B·A adds to the
+// model what r_max / r times it adds at rank r_max, so a worker of rank r starts from the global's ranks scaled by
+// r / r_max and its update comes back scaled by r_max / r. InvalidArgument for a factor that is not finite and > 0,
+// or LoraRank's errors. Other tensors, dtypes, order and metadata are copied.
+StatusOr<WeightSet> ScaleLoraProducts(const WeightSet& adapter, double factor);
+
 // The adapter's first r ranks: A's first r rows and B's first r columns, 1 <= r <= its rank. Other tensors, dtypes,
 // order and metadata are copied. InvalidArgument for r out of range, or LoraRank's errors.
 StatusOr<WeightSet> SliceLoraRank(const WeightSet& adapter, int64_t r);

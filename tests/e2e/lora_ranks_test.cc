@@ -101,8 +101,9 @@ TEST_F(LoraRanksTest, TwoRanksAggregateToTheTruncatedMeanOfTheirCompletedProduct
   ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
   EXPECT_EQ(AssignedRanks(job_id), (std::map<int64_t, int>{{ids[0], 1}, {ids[1], 3}}));
 
-  // Each round's global is the best rank-4 approximation of the weighted mean of the workers' products, each
-  // completed with the previous global's ranks beyond the worker's own (round 1's global before it has B = 0).
+  // Each round's global is the best rank-4 approximation of the weighted mean of the workers' products (in rank-4
+  // units), each completed with the previous global's ranks beyond the worker's own (round 1's global before it has
+  // B = 0).
   int checked = 0;
   std::map<std::string, std::vector<double>> previous;  // the previous global's tensors, in its SVD form
   for (const json& round : Rounds(*admin_, job_id)) {
@@ -122,7 +123,9 @@ TEST_F(LoraRanksTest, TwoRanksAggregateToTheTruncatedMeanOfTheirCompletedProduct
         std::vector<double>& m = mean[module];
         m.resize(product.size(), 0.0);
         const std::vector<double>* tail = tails.count(module) ? &tails.at(module) : nullptr;
-        for (size_t i = 0; i < product.size(); ++i) m[i] += n * (product[i] + (tail ? (*tail)[i] : 0.0));
+        // PEFT's scaling alpha / r: a rank-r product adds 4 / r times what it would at rank 4.
+        const double scale = 4.0 / static_cast<double>(rank);
+        for (size_t i = 0; i < product.size(); ++i) m[i] += n * (scale * product[i] + (tail ? (*tail)[i] : 0.0));
       }
     }
     const auto global = ReadTensors(BlobPath(prefix + "/global.safetensors"));
@@ -178,12 +181,13 @@ TEST_F(LoraRanksTest, ZeroPaddingAveragesThePaddedFactors) {
       const double n = u["num_samples"].get<double>();
       total += n;
       for (auto& [name, values] : UpdateTensors(prefix, u)) {
-        // Padded to rank 4: lora_A (r x 32) gains zero rows at its end, lora_B (32 x r) zero columns.
+        // Padded to rank 4: lora_A (r x 32) gains zero rows at its end, lora_B (32 x r) zero columns, after B is
+        // scaled by 4 / r into rank 4's units (PEFT's scaling alpha / r).
         const size_t rank = values.size() / kHidden;
+        const bool a = name.ends_with(".lora_A.weight");
         std::vector<double> padded(4 * kHidden, 0.0);
         for (size_t i = 0; i < values.size(); ++i) {
-          const size_t at = name.ends_with(".lora_A.weight") ? i : (i / rank) * 4 + i % rank;
-          padded[at] = values[i];
+          padded[a ? i : (i / rank) * 4 + i % rank] = a ? values[i] : values[i] * 4.0 / static_cast<double>(rank);
         }
         std::vector<double>& s = sum[name];
         s.resize(padded.size(), 0.0);
