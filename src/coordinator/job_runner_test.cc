@@ -156,13 +156,7 @@ class FakeHost final : public JobHost {
   }
   // The worker offers a trainer of another name besides the built-in one.
   void OfferTrainer(int64_t worker_id, std::string name) { trainers_.insert({worker_id, std::move(name)}); }
-  WorkerCapacity AnnouncedCapacity(int64_t worker_id) const override {
-    auto it = capacities_.find(worker_id);
-    return it == capacities_.end() ? WorkerCapacity{} : it->second;
-  }
-  // The worker's hello announced this capacity.
-  void AnnounceCapacity(int64_t worker_id, WorkerCapacity capacity) { capacities_[worker_id] = capacity; }
-  std::map<int64_t, WorkerCapacity> capacities_;
+  WorkerCapacity AnnouncedCapacity(int64_t) const override { return {}; }  // mixed LoRA ranks: the e2e tests
 
   std::map<int64_t, Session> sessions_;
   std::map<int64_t, int64_t> local_rows_;

@@ -243,6 +243,24 @@ TEST(LoraRankTest, PadAndSlice) {
   ExpectInvalid(TruncateLoraRank(adapter, 4).status(), "of rank 3 to rank 4");
 }
 
+// Scaling the products multiplies B alone; a scale that is not finite and > 0 is refused.
+TEST(LoraRankTest, ScalingTheProductsScalesB) {
+  std::mt19937 rng(6);
+  const WeightSet adapter = RandomAdapter(rng, SmallModules(), 2, DType::kF32);
+  StatusOr<WeightSet> scaled = ScaleLoraProducts(adapter, 0.25);
+  ASSERT_TRUE(scaled.ok()) << scaled.status().ToString();
+  for (const Module& m : SmallModules()) {
+    EXPECT_TRUE(std::equal(scaled->Find(AName(m.prefix))->data.begin(), scaled->Find(AName(m.prefix))->data.end(),
+                           adapter.Find(AName(m.prefix))->data.begin()));
+    const Tensor& b = *scaled->Find(BName(m.prefix));
+    for (int64_t i = 0; i < b.numel(); ++i) {
+      EXPECT_EQ(LoadElement(b, i), 0.25 * LoadElement(*adapter.Find(BName(m.prefix)), i));
+    }
+  }
+  ExpectInvalid(ScaleLoraProducts(adapter, 0).status(), "finite and > 0");
+  ExpectInvalid(ScaleLoraProducts(adapter, std::nan("")).status(), "finite and > 0");
+}
+
 // A lower-rank adapter completed from a donor: its own ranks, then the donor's beyond them; an adapter trained from
 // nothing but the donor's first ranks (its slice) comes back as the donor itself, byte for byte.
 TEST(LoraRankTest, ExtendTakesTheRanksTheAdapterLacksFromTheDonor) {
