@@ -549,26 +549,5 @@ TEST(LoraRankTest, FactoredMeanErrors) {
   EXPECT_TRUE(FactoredLoraMean(fine, global).ok());
 }
 
-// Not a check: prints how long the mean of 6 adapters (ranks 4, 4, 8, 8, 16, 16) over 64 modules of 4096 x 4096
-// takes at r_max 16 in F32. Run with --gtest_also_run_disabled_tests --gtest_filter='*Timing*'.
-TEST(LoraRankTest, DISABLED_FactoredMeanTiming) {
-  std::mt19937 rng(11);
-  std::vector<Module> modules;
-  for (int i = 0; i < 64; ++i) modules.push_back({"layers." + std::to_string(i) + ".proj", 4096, 4096});
-  std::vector<WeightSet> sets;
-  for (int64_t r : {4, 4, 8, 8, 16, 16}) sets.push_back(RandomAdapter(rng, modules, r, DType::kF32));
-  const WeightSet global = RandomAdapter(rng, modules, 16, DType::kF32);
-  std::vector<WeightedAdapter> list;
-  for (const WeightSet& s : sets) list.push_back({&s, 10});
-  for (int threads : {1, 2}) {
-    const auto start = std::chrono::steady_clock::now();
-    StatusOr<WeightSet> mean = FactoredLoraMean(list, global, {.num_threads = threads});
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    ASSERT_TRUE(mean.ok()) << mean.status().ToString();
-    std::printf("FactoredLoraMean, 64 modules 4096x4096, ranks {4,4,8,8,16,16} -> 16, F32, %d thread(s): %.2f s\n",
-                threads, seconds);
-  }
-}
-
 }  // namespace
 }  // namespace parsyn::weights
