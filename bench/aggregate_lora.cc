@@ -2,7 +2,9 @@
 // Six adapters of a Llama-7B-shaped layout (32 layers, q_proj and v_proj, 4096 x 4096) at ranks {4, 4, 8, 8, 16, 16},
 // fp32, r_max 16, aggregated each way in a child process (this program re-executed with --lora MODE):
 //   fedavg  the adapters zero-padded to r_max and averaged by weights::WeightedMean (what "zero_pad" does),
-//   svd     weights::FactoredLoraMean, the exact mean of the products in factored form (what "svd" does).
+//   svd     what "svd" does (strategy::RoundAggregation, LoraRanks::kFactored): each lower-rank adapter scaled by
+//           r_max / r and completed with the global's ranks beyond its own (weights::ExtendLoraRank over the global's
+//           SVD form, weights::TruncateLoraRank), then weights::FactoredLoraMean, the exact mean of the products.
 // Each child prints its peak RSS (VmHWM) and its aggregation's wall time; the section prints them side by side.
 #include "aggregate_lora.h"
 
@@ -58,13 +60,17 @@ weights::WeightSet Adapter(int rank, uint64_t seed) {
 int Child(const std::string& mode) {
   const weights::WeightSet global = Adapter(kMaxRank, 1);
   std::vector<weights::WeightSet> updates;
-  for (size_t i = 0; i < kRanks.size(); ++i) {
-    weights::WeightSet update = Adapter(kRanks[i], 100 + i);
-    // FedAvg averages factors of one layout: the lower ranks padded first, as "zero_pad" does.
-    if (mode == "fedavg") update = weights::ZeroPadLoraRank(update, kMaxRank).value();
-    updates.push_back(std::move(update));
-  }
+  for (size_t i = 0; i < kRanks.size(); ++i) updates.push_back(Adapter(kRanks[i], 100 + i));
   const auto start = std::chrono::steady_clock::now();
+  // Both ways bring the lower ranks to r_max first, as the coordinator does when each update arrives.
+  const weights::WeightSet svd_global =
+      mode == "fedavg" ? weights::WeightSet() : weights::TruncateLoraRank(global, kMaxRank).value();
+  for (size_t i = 0; i < updates.size(); ++i) {
+    if (kRanks[i] == kMaxRank) continue;
+    weights::WeightSet scaled = weights::ScaleLoraProducts(updates[i], double{kMaxRank} / kRanks[i]).value();
+    updates[i] = mode == "fedavg" ? weights::ZeroPadLoraRank(scaled, kMaxRank).value()
+                                  : weights::ExtendLoraRank(scaled, svd_global).value();
+  }
   if (mode == "fedavg") {
     weights::WeightedMean mean(global, {});
     for (size_t i = 0; i < updates.size(); ++i) {
@@ -111,9 +117,9 @@ void LoraRanksSection(const char* self) {
       "(%.0f MiB of updates at their ranks), each in a child process\n",
       kMaxRank, kLayers, static_cast<long long>(kDim), static_cast<long long>(kDim), inputs / (1024.0 * 1024.0));
   const Measured fedavg = Measure(self, "fedavg"), svd = Measure(self, "svd");
-  std::printf("%-44s %14s %12s\n", "", "peak RSS MiB", "aggregate s");
-  std::printf("%-44s %14.0f %12.2f\n", "FedAvg of the adapters zero-padded to r_max", fedavg.peak_mib, fedavg.seconds);
-  std::printf("%-44s %14.0f %12.2f\n", "svd: exact factored mean (FactoredLoraMean)", svd.peak_mib, svd.seconds);
+  std::printf("%-52s %14s %12s\n", "", "peak RSS MiB", "aggregate s");
+  std::printf("%-52s %14.0f %12.2f\n", "FedAvg of the adapters zero-padded to r_max", fedavg.peak_mib, fedavg.seconds);
+  std::printf("%-52s %14.0f %12.2f\n", "svd: completed to r_max, exact factored mean", svd.peak_mib, svd.seconds);
   std::printf(
       "svd / FedAvg peak RSS: %.2f (no out x in matrix is formed: a dense 4096 x 4096 fp64 delta per module "
       "would be 128 MiB each, 8 GiB for the 64 modules)\n",
