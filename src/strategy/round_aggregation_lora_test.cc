@@ -122,9 +122,13 @@ TEST(RoundAggregationLoraTest, TheFactoredMeanTruncatesTheMeanOfTheCompletedProd
     FedAvg fed_avg;
     RoundAggregation round(fed_avg, LoraRanks::kFactored);
     ASSERT_TRUE(round.Begin(1, global).ok());
-    if (one_first) ASSERT_TRUE(round.Accept(one, 30).ok());
+    if (one_first) {
+      ASSERT_TRUE(round.Accept(one, 30).ok());
+    }
     ASSERT_TRUE(round.Accept(three, 10).ok());
-    if (!one_first) ASSERT_TRUE(round.Accept(one, 30).ok());
+    if (!one_first) {
+      ASSERT_TRUE(round.Accept(one, 30).ok());
+    }
     EXPECT_EQ(round.num_accepted(), 2);
     StatusOr<WeightSet> next = round.Finish();
     ASSERT_TRUE(next.ok()) << next.status().ToString();
