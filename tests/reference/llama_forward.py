@@ -14,47 +14,28 @@ query attends to real keys at or before it and a padding query to itself only.
 """
 import json
 import math
-import struct
 import sys
 
 import numpy as np
 import torch
 
+from safetensors_file import read_entries, to_float32, write_entries
+
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    body = data[8 + n:]
+    entries, _ = read_entries(path)
     out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        raw = body[begin:end]
-        if info["dtype"] == "BF16":  # bf16 is the top half of an fp32
-            bits = np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16
-            array = bits.view(np.float32)
-        else:
-            array = np.frombuffer(raw, dtype=DTYPES[info["dtype"]])
-        out[name] = torch.from_numpy(array.copy().reshape(info["shape"]))
+    for name, dtype, shape, raw in entries:
+        array = to_float32(raw, dtype) if dtype == "BF16" else np.frombuffer(raw, dtype=DTYPES[dtype])
+        out[name] = torch.from_numpy(array.copy().reshape(shape))
     return out
 
 
 def write_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        raw = t.contiguous().numpy().astype(np.float32).tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    write_entries(path, [(name, "F32", list(t.shape), t.contiguous().numpy().astype(np.float32).tobytes())
+                         for name, t in tensors.items()])
 
 
 def load_weights(model_dir):

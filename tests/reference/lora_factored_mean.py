@@ -15,47 +15,23 @@ and, for every other tensor of the global, the weighted mean sum_i w_i x_i / sum
 Values are read exactly as stored (F32, F16, BF16, F64) and widened to float64.
 """
 import json
-import struct
 import sys
 
 import numpy as np
 
-NP_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
+from safetensors_file import read_entries, to_float64, write_entries
 
 
 def read_safetensors(path):
     """{name: float64 array of its shape}, and the names in data order."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    body = data[8 + n:]
-    entries = [(k, v) for k, v in header.items() if k != "__metadata__"]
-    entries.sort(key=lambda kv: kv[1]["data_offsets"][0])
-    tensors, order = {}, []
-    for name, info in entries:
-        begin, end = info["data_offsets"]
-        raw = body[begin:end]
-        if info["dtype"] == "BF16":  # bf16 is the top half of a float32
-            values = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
-        else:
-            values = np.frombuffer(raw, dtype=NP_DTYPES[info["dtype"]])
-        tensors[name] = values.astype(np.float64).reshape(info["shape"])
-        order.append(name)
-    return tensors, order
+    entries, _ = read_entries(path)
+    return ({name: to_float64(raw, dtype).reshape(shape) for name, dtype, shape, raw in entries},
+            [name for name, _, _, _ in entries])
 
 
 def write_f64_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, values in tensors:
-        raw = np.ascontiguousarray(values, dtype="<f8").tobytes()
-        header[name] = {"dtype": "F64", "shape": list(values.shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    write_entries(path, [(name, "F64", values.shape, np.ascontiguousarray(values, dtype="<f8").tobytes())
+                         for name, values in tensors])
 
 
 def run_case(case):

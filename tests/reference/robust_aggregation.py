@@ -14,55 +14,22 @@ Krum's squared distances are float64 sums over all tensors, and it returns the w
 Equal Krum scores (with f = 0 and 3 updates the two closest always tie): the update whose bytes come first wins.
 """
 import json
-import struct
 import sys
 
 import numpy as np
 
-NP_DTYPES = {"F32": np.float32, "F16": np.float16}
+from safetensors_file import float32_to_bytes as to_dtype_bytes
+from safetensors_file import read_entries, to_float32, write_entries
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    body = data[8 + n:]
-    tensors = []  # [(name, dtype, shape, float32 values, raw bytes)] in file order
-    entries = [(k, v) for k, v in header.items() if k != "__metadata__"]
-    entries.sort(key=lambda kv: kv[1]["data_offsets"][0])
-    for name, info in entries:
-        begin, end = info["data_offsets"]
-        raw = body[begin:end]
-        if info["dtype"] == "BF16":  # bf16 is the top half of a float32
-            values = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
-        else:
-            values = np.frombuffer(raw, dtype=NP_DTYPES[info["dtype"]]).astype(np.float32)
-        tensors.append((name, info["dtype"], info["shape"], values, raw))
-    return tensors
-
-
-def to_dtype_bytes(values, dtype):
-    values = np.ascontiguousarray(values, dtype=np.float32)
-    if dtype == "F32":
-        return values.tobytes()
-    if dtype == "F16":
-        return values.astype(np.float16).tobytes()
-    bits = values.view(np.uint32).astype(np.uint64)  # BF16: round to nearest even (values are finite)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    return bits.astype(np.uint16).tobytes()
+    """[(name, dtype, shape, float32 values, raw bytes)] in file order."""
+    entries, _ = read_entries(path)
+    return [(name, dtype, shape, to_float32(raw, dtype), raw) for name, dtype, shape, raw in entries]
 
 
 def write_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, dtype, shape, raw in tensors:
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    write_entries(path, tensors)
 
 
 def median(stack):

@@ -10,39 +10,25 @@ IN holds "global/<name>" (float32) and "round<r>/update<i>/<name>" (float32), wi
 beta1, beta2, tau, rounds, and samples<r> ("3,1,4": the sample counts of round r's updates). OUT gets, for each round
 r, "round<r>/global/<name>" and the moments "round<r>/m/<name>", "round<r>/v/<name>".
 """
-import json
-import struct
 import sys
 
 import numpy as np
 
+from safetensors_file import read_entries, to_float32, write_entries
+
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (header_len,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + header_len])
-    body = data[8 + header_len :]
-    metadata = header.pop("__metadata__", {})
+    entries, metadata = read_entries(path)
     tensors = {}
-    for name, info in header.items():
-        assert info["dtype"] == "F32", info
-        begin, end = info["data_offsets"]
-        tensors[name] = np.frombuffer(body[begin:end], dtype=np.float32).reshape(info["shape"]).copy()
+    for name, dtype, shape, raw in entries:
+        assert dtype == "F32", (name, dtype)
+        tensors[name] = to_float32(raw, dtype).reshape(shape).copy()
     return tensors, metadata
 
 
 def write_safetensors(path, tensors):
-    header, offset, chunks = {}, 0, []
-    for name, array in tensors.items():
-        raw = np.ascontiguousarray(array, dtype=np.float32).tobytes()
-        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + len(raw)]}
-        offset += len(raw)
-        chunks.append(raw)
-    text = json.dumps(header).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+    write_entries(path, [(name, "F32", array.shape, np.ascontiguousarray(array, dtype=np.float32).tobytes())
+                         for name, array in tensors.items()])
 
 
 def run_case(in_path, out_path):
