@@ -102,11 +102,8 @@ std::vector<Role> RolesOf(size_t num_tensors, const std::vector<LoraPair>& pairs
   return roles;
 }
 
-// The adapter with each pair's first min(rank, r) ranks copied byte for byte and the rest zero, at rank r; or, with a
-// `donor` (the adapter's layout at a rank >= r, the same dtypes), the rest copied from the donor's same ranks.
-StatusOr<WeightSet> CopyAtRank(const WeightSet& adapter, const std::vector<LoraPair>& pairs, int64_t r,
-                               const WeightSet* donor = nullptr) {
-  const std::vector<Role> roles = RolesOf(adapter.size(), pairs);
+// The adapter's layout at rank r: every LoRA tensor zero at its new shape, the other tensors and the metadata copied.
+StatusOr<WeightSet> ZerosAtRank(const WeightSet& adapter, const std::vector<Role>& roles, int64_t r) {
   WeightSet out;
   for (size_t i = 0; i < adapter.size(); ++i) {
     const Tensor& t = adapter[i];
@@ -114,18 +111,34 @@ StatusOr<WeightSet> CopyAtRank(const WeightSet& adapter, const std::vector<LoraP
       PARSYN_RETURN_IF_ERROR(out.Add(t.name, t.dtype, t.shape, t.data));
       continue;
     }
+    std::vector<int64_t> shape = t.shape;
+    shape[roles[i].is_a ? 0 : 1] = r;
+    PARSYN_RETURN_IF_ERROR(out.AddZeros(t.name, t.dtype, std::move(shape)).status());
+  }
+  out.metadata() = adapter.metadata();
+  return out;
+}
+
+// The adapter with each pair's first min(rank, r) ranks copied byte for byte and the rest zero, at rank r; or, with a
+// `donor` (the adapter's layout at a rank >= r, the same dtypes), the rest copied from the donor's same ranks.
+StatusOr<WeightSet> CopyAtRank(const WeightSet& adapter, const std::vector<LoraPair>& pairs, int64_t r,
+                               const WeightSet* donor = nullptr) {
+  const std::vector<Role> roles = RolesOf(adapter.size(), pairs);
+  PARSYN_ASSIGN_OR_RETURN(WeightSet out, ZerosAtRank(adapter, roles, r));
+  for (size_t i = 0; i < adapter.size(); ++i) {
+    if (roles[i].pair < 0) continue;
+    const Tensor& t = adapter[i];
     const LoraPair& p = pairs[static_cast<size_t>(roles[i].pair)];
     const size_t element = DTypeSize(t.dtype);
     const auto keep = static_cast<size_t>(std::min(p.rank, r));
     const Tensor* from = donor != nullptr ? donor->Find(t.name) : nullptr;
     const int64_t donor_rank = from == nullptr ? 0 : from->shape[roles[i].is_a ? 0 : 1];
+    const std::span<std::byte> bytes = out[i].data;
     if (roles[i].is_a) {  // (rank, in) -> (r, in): the first rows are contiguous
-      PARSYN_ASSIGN_OR_RETURN(std::span<std::byte> bytes, out.AddZeros(t.name, t.dtype, {r, p.in}));
       const size_t row = static_cast<size_t>(p.in) * element;
       std::memcpy(bytes.data(), t.data.data(), keep * row);
       if (from != nullptr) std::memcpy(bytes.data() + keep * row, from->data.data() + keep * row, (r - keep) * row);
     } else {  // (out, rank) -> (out, r): the first columns of each row
-      PARSYN_ASSIGN_OR_RETURN(std::span<std::byte> bytes, out.AddZeros(t.name, t.dtype, {p.out, r}));
       for (int64_t o = 0; o < p.out; ++o) {
         std::byte* row = bytes.data() + static_cast<size_t>(o * r) * element;
         std::memcpy(row, t.data.data() + static_cast<size_t>(o * p.rank) * element, keep * element);
@@ -137,7 +150,6 @@ StatusOr<WeightSet> CopyAtRank(const WeightSet& adapter, const std::vector<LoraP
       }
     }
   }
-  out.metadata() = adapter.metadata();
   return out;
 }
 
@@ -298,19 +310,7 @@ StatusOr<WeightSet> TruncateLoraRank(const WeightSet& adapter, int64_t r, const 
                                 std::to_string(pairs[0].rank) + " to rank " + std::to_string(r) +
                                 " (1 <= r <= the rank)");
   }
-  const std::vector<Role> roles = RolesOf(adapter.size(), pairs);
-  WeightSet out;
-  for (size_t i = 0; i < adapter.size(); ++i) {
-    const Tensor& t = adapter[i];
-    if (roles[i].pair < 0) {
-      PARSYN_RETURN_IF_ERROR(out.Add(t.name, t.dtype, t.shape, t.data));
-      continue;
-    }
-    std::vector<int64_t> shape = t.shape;
-    shape[roles[i].is_a ? 0 : 1] = r;
-    PARSYN_RETURN_IF_ERROR(out.AddZeros(t.name, t.dtype, std::move(shape)).status());
-  }
-  out.metadata() = adapter.metadata();
+  PARSYN_ASSIGN_OR_RETURN(WeightSet out, ZerosAtRank(adapter, RolesOf(adapter.size(), pairs), r));
   ForEachModule(pairs.size(), options.num_threads, [&](size_t m) {
     const LoraPair& p = pairs[m];
     Matrix b_stack(p.out, p.rank);
