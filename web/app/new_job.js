@@ -12,17 +12,18 @@ import { h } from './dom.js';
  * @typedef {import('./training_defaults.js').DistributedDefaults} DistributedDefaults
  */
 
-// The config fields: [key, label, kind, options]. kind: int | number | text | list | intlist | bool | select. Their
+// The config fields: [key, label, kind, options, help]. kind: int | number | text | list | intlist | bool | select. Their
 // defaults come from the server's schema (src/protocol/training_config.h), generated at build time into
 // training_defaults.js and embedded with the app; the form holds no copy of its own.
-/** @type {[string, string, string, string[]?][]} */
+/** @type {[string, string, string, (string[] | null)?, string?][]} */
 const CONFIG_KEYS = [
   ['epochs', 'Epochs', 'int'],
   ['batch_size', 'Batch size', 'int'],
   ['learning_rate', 'Learning rate', 'number'],
   ['mixed_precision', 'Mixed precision', 'select', ['no', 'bf16', 'fp16']],
   ['use_peft', 'LoRA adapters (PEFT)', 'bool'],
-  ['lora_r', 'LoRA rank', 'int'],
+  // An int field passes text that is not a number on as typed: "auto" reaches the server as config.lora_r "auto".
+  ['lora_r', 'LoRA rank', 'int', null, 'a rank, or auto: each worker\'s rank from the memory it announces'],
   ['lora_alpha', 'LoRA alpha', 'number'],
   ['lora_dropout', 'LoRA dropout', 'number'],
   ['lora_target_modules', 'LoRA target modules', 'list'],
@@ -46,14 +47,14 @@ const EMPTY_DEFAULT_SHOWN = { label_column: 'label', hidden_sizes: 'none: logist
 // The rows fieldControl takes: [path, label, kind, default shown as placeholder (a bool's is its state), options].
 /** @param {Readonly<Record<string, unknown>>} defaults @returns {FieldRow[]} */
 export function configFields(defaults) {
-  return CONFIG_KEYS.map(([key, label, kind, options]) => {
+  return CONFIG_KEYS.map(([key, label, kind, options, help]) => {
     const value = defaults[key];
     let shown;
     if (kind === 'bool') shown = value === true;
     else if (Array.isArray(value)) shown = value.length ? value.join(', ') : (EMPTY_DEFAULT_SHOWN[key] ?? '');
     else if (value === '' || value === undefined) shown = EMPTY_DEFAULT_SHOWN[key] ?? '';
     else shown = String(value);
-    return [`config.${key}`, label, kind, shown, options];
+    return [`config.${key}`, label, kind, shown, options, help ?? null];
   });
 }
 
