@@ -9,10 +9,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -25,12 +23,11 @@
 #include "coordinator/registration.h"
 #include "loop/loop_tools.h"
 #include "protocol/messages.h"
-#include "protocol/trainer_task.h"
+#include "simulation/virtual_task.h"
 #include "storage/byte_source.h"
 #include "storage/directory_blob_store.h"
 #include "storage/sqlite_store.h"
 #include "worker/agent.h"
-#include "worker/task_translation.h"
 
 namespace parsyn::simulation {
 namespace {
@@ -38,8 +35,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// Tasks name blobs by key behind this scheme; the virtual workers read and write them in the blob store directly.
-constexpr std::string_view kUrlScheme = "sim:";
 // How often the loop applies the runner's timeouts (Tick) and reports progress.
 constexpr std::chrono::milliseconds kTickInterval{200};
 
@@ -55,31 +50,13 @@ class SimulationBlobUrls final : public storage::BlobUrlIssuer {
   bool transfers_bypass_coordinator() const override { return true; }
 };
 
-// The blob key behind a task's URL. InvalidArgument for another URL (none is ever issued here).
-StatusOr<std::string> KeyOfUrl(const std::string& url) {
-  if (!url.starts_with(kUrlScheme)) return InvalidArgumentError("not a simulation blob URL: " + url);
-  return url.substr(kUrlScheme.size());
-}
-
-// What a virtual worker's task ended with, back on the loop.
-struct TaskOutcome {
-  StatusOr<protocol::Result> result = UnavailableError("not run");
-  // The global the worker read. Its update is counted by the runner, as an update written straight to a blob store.
-  uint64_t bytes_down = 0;
-};
-
-// Stops a task's trainer when the runner abandons the task (a straggler, the job's end).
-struct TaskControl {
-  std::stop_source abandoned;
-};
-
 // The JobHost of a simulation: the stores of the output folder, the loop, and the virtual workers.
 class SimulationHost final : public coordinator::JobHost {
  public:
   SimulationHost(const SimulationOptions& options, worker::TrainerLauncher& launcher, storage::MetadataStore& store,
                  storage::BlobStore& blobs, fs::path work_dir)
       : options_(options),
-        supervisor_(launcher),
+        tasks_(options, launcher, store, blobs, work_dir),
         store_(store),
         blobs_(blobs),
         work_dir_(std::move(work_dir)),
@@ -149,7 +126,7 @@ class SimulationHost final : public coordinator::JobHost {
     boost::asio::post(trainers_, [this, worker_id, task = std::move(task), control = w.control]() mutable {
       // Read on the trainer's thread, as a worker reads its poll's answer (unreadable: ParseTask says so).
       auto outcome =
-          std::make_shared<TaskOutcome>(RunTask(worker_id, json::parse(task.json, nullptr, false), *control));
+          std::make_shared<TaskOutcome>(tasks_.Run(worker_id, json::parse(task.json, nullptr, false), *control));
       boost::asio::co_spawn(io_, Reported(worker_id, task.round, task.attempt, outcome), boost::asio::detached);
     });
     return true;
@@ -281,137 +258,8 @@ class SimulationHost final : public coordinator::JobHost {
     options_.on_progress(p);
   }
 
-  // On a trainer thread: the worker's side of a task (worker::Agent::ExecuteTask without HTTP): the inputs from the
-  // blob store, parsyn-trainer on them, the update into the blob store, and the result to report.
-  TaskOutcome RunTask(int64_t worker_id, const json& task_json, TaskControl& control) {
-    TaskOutcome outcome;
-    StatusOr<protocol::Task> task = protocol::ParseTask(task_json);
-    if (!task.ok()) {
-      outcome.result = task.status();
-      return outcome;
-    }
-    const fs::path task_dir =
-        work_dir_ / "tasks" / fmt::format("w{}-{}-{}-{}", worker_id, task->job_id, task->round, task->attempt);
-    std::error_code ec;
-    fs::remove_all(task_dir, ec);
-    fs::create_directories(task_dir / "out", ec);
-    outcome.result = ExecuteTask(*task, task_dir, control, outcome.bytes_down);
-    fs::remove_all(task_dir, ec);
-    return outcome;
-  }
-
-  StatusOr<protocol::Result> ExecuteTask(const protocol::Task& task, const fs::path& task_dir, TaskControl& control,
-                                         uint64_t& bytes_down) {
-    worker::TaskFiles files;
-    files.output_dir = task_dir / "out";
-    if (!task.model.files.empty()) {
-      PARSYN_ASSIGN_OR_RETURN(files.model_dir, ModelFolder(task.model.files));
-    }
-    PARSYN_ASSIGN_OR_RETURN(std::string global_key, KeyOfUrl(task.global_weights.url));
-    PARSYN_ASSIGN_OR_RETURN(files.global_weights, blobs_.LocalPath(global_key));
-    bytes_down += GlobalDownloadBytes(task);
-    PARSYN_ASSIGN_OR_RETURN(std::tie(files.data, files.validation_data), ShardFiles(task.data));
-    files.data_format = task.data.format;
-
-    const protocol::TrainerTask trainer_task =
-        worker::BuildTrainerTask(task, files, options_.device, options_.trainer_threads);
-    const fs::path task_file = task_dir / "task.json";
-    {
-      std::ofstream out(task_file);
-      out << protocol::TrainerTaskToJson(trainer_task).dump(2);
-      if (!out.flush()) return InternalError("cannot write " + task_file.string());
-    }
-    std::optional<protocol::Progress> progress;
-    const worker::TrainerRunOptions run{.stop = control.abandoned.get_token(),
-                                        .on_progress = [&](const protocol::TrainerProgress& p) {
-                                          progress = worker::BuildProgress(task, "", p, std::nullopt);
-                                        }};
-    StatusOr<worker::TrainerOutput> output = supervisor_.Run(options_.trainer, task_file, trainer_task, run);
-    if (control.abandoned.stop_requested()) return CancelledError("trainer stopped: the task was abandoned");
-    if (!output.ok()) return output.status();
-    // The task's last progress point, stored as the progress route stores a worker's report.
-    if (const std::optional<protocol::Progress>& p = progress) {
-      storage::MetricPoint point{.job_id = task.job_id,
-                                 .round = static_cast<int32_t>(p->round),
-                                 .worker_id = WorkerOfTask(task),
-                                 .step = p->step,
-                                 .loss = p->loss,
-                                 .throughput = p->throughput,
-                                 .utilization = p->utilization,
-                                 .time_ms = clock_.UnixMillis()};
-      Status stored = store_.AppendMetrics(std::span<const storage::MetricPoint>(&point, 1));
-      if (!stored.ok()) PARSYN_LOG_WARN("progress point not stored: {}", stored.message());
-    }
-    std::string blob_key, sha256;
-    if (task.kind == protocol::TaskKind::kTrain) {
-      const protocol::UpdateUpload& upload = *task.update_upload;  // ParseTask: every train task has one
-      blob_key = upload.blob_key;
-      // The job's distributed.compression, as a worker applies it (error feedback's residuals per virtual worker).
-      PARSYN_ASSIGN_OR_RETURN(
-          worker::WireUpdate wire,
-          worker::EncodeUpdateForJob(task, output->update, output->update_sha256, files.global_weights,
-                                     work_dir_ / "state" / ("w" + std::to_string(WorkerOfTask(task)))));
-      sha256 = wire.sha256;
-      PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> update, storage::OpenFileSource(wire.file));
-      storage::PutOptions put{.max_size_bytes = upload.max_size_bytes, .expected_sha256 = sha256};
-      PARSYN_RETURN_IF_ERROR(blobs_.Put(blob_key, *update, put).status());
-    }
-    return worker::BuildResult(task, "", output->result, blob_key, sha256);
-  }
-
-  // The worker id in the task's id "<job>-<round>-<attempt>-w<worker>".
-  // What a real worker would download for the task's global: the delta when the task offers one from the global this
-  // virtual worker read last for the job, else the whole global. (Virtual workers read the global itself: the
-  // coordinator stored what the delta decodes to.)
-  uint64_t GlobalDownloadBytes(const protocol::Task& task) {
-    std::lock_guard lock(held_mutex_);
-    std::string& held = held_globals_[{WorkerOfTask(task), task.job_id}];
-    const std::optional<protocol::TaskGlobalDelta>& delta = task.global_weights.delta;
-    const uint64_t bytes = delta && delta->base_sha256 == held ? delta->size_bytes : task.global_weights.size_bytes;
-    held = task.global_weights.sha256;
-    return bytes;
-  }
-
-  static int64_t WorkerOfTask(const protocol::Task& task) {
-    const size_t w = task.task_id.rfind("-w");
-    return w == std::string::npos ? 0 : std::stoll(task.task_id.substr(w + 2));
-  }
-
-  // The model folder the trainer reads, laid out once from the model's blobs (hard links where the file system
-  // allows, else copies).
-  StatusOr<fs::path> ModelFolder(const std::vector<protocol::TaskModelFile>& model_files) {
-    std::lock_guard lock(model_mutex_);
-    const fs::path dir = work_dir_ / "model";
-    if (model_ready_) return dir;
-    for (const protocol::TaskModelFile& f : model_files) {
-      PARSYN_ASSIGN_OR_RETURN(std::string key, KeyOfUrl(f.url));
-      PARSYN_ASSIGN_OR_RETURN(fs::path source, blobs_.LocalPath(key));
-      const fs::path dest = dir / f.path;
-      std::error_code ec;
-      fs::create_directories(dest.parent_path(), ec);
-      fs::remove(dest, ec);
-      fs::create_hard_link(source, dest, ec);
-      if (ec) fs::copy_file(source, dest, fs::copy_options::overwrite_existing, ec);
-      if (ec) return InternalError("cannot lay out the model file " + dest.string() + ": " + ec.message());
-    }
-    model_ready_ = true;
-    return dir;
-  }
-
-  // The shard's training and validation files, read where the blob store keeps them.
-  StatusOr<std::pair<fs::path, fs::path>> ShardFiles(const protocol::TaskData& data) {
-    if (data.format.empty() || data.train_url.empty() || data.validation_url.empty()) {
-      return InvalidArgumentError("task: its data needs a format, a train_url and a validation_url");
-    }
-    PARSYN_ASSIGN_OR_RETURN(std::string train_key, KeyOfUrl(data.train_url));
-    PARSYN_ASSIGN_OR_RETURN(std::string validation_key, KeyOfUrl(data.validation_url));
-    PARSYN_ASSIGN_OR_RETURN(fs::path train, blobs_.LocalPath(train_key));
-    PARSYN_ASSIGN_OR_RETURN(fs::path validation, blobs_.LocalPath(validation_key));
-    return std::make_pair(std::move(train), std::move(validation));
-  }
-
   const SimulationOptions& options_;
-  worker::TrainerSupervisor supervisor_;
+  VirtualTasks tasks_;  // the worker's side of each task, on the trainer threads
   storage::MetadataStore& store_;
   storage::BlobStore& blobs_;
   fs::path work_dir_;
@@ -430,10 +278,6 @@ class SimulationHost final : public coordinator::JobHost {
   int tasks_done_ = 0;
   int reported_committed_ = -1;
   std::optional<double> last_train_loss_;
-  std::mutex model_mutex_;
-  bool model_ready_ = false;
-  std::mutex held_mutex_;
-  std::map<std::pair<int64_t, int64_t>, std::string> held_globals_;  // (worker, job) -> the global it read last
 };
 
 // Stores the dataset file as POST /api/v1/datasets does (checked by the same rules) and records it.
