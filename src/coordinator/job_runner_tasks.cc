@@ -253,7 +253,8 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
                    {"attempt", a.attempt},
                    {"shard", a.shard},
                    {"kind", a.kind == TaskKind::kTrain ? "train" : "evaluate"}};
-  if (std::optional<int> rank = rank_globals_.RankOf(a.worker); ranked.ok() && rank && spec_.lora_ranks.mixed()) {
+  std::optional<int> rank = a.kind == TaskKind::kTrain ? rank_globals_.RankOf(a.worker) : std::nullopt;
+  if (ranked.ok() && rank && spec_.lora_ranks.mixed()) {
     assigned["lora_rank"] = *rank;
   }
   std::vector<JobHost::QueuedEvent> events;

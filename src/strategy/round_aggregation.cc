@@ -60,14 +60,10 @@ Status RoundAggregation::Validate(const weights::WeightSet& update, int64_t samp
   if (sample_count <= 0) {
     return InvalidArgumentError("sample count must be positive, got " + std::to_string(sample_count));
   }
-  if (factored_) {
-    PARSYN_RETURN_IF_ERROR(weights::CheckLoraLayoutUpToRank(lora_base_, update).status().WithContext(UpdateContext()));
-    if (Status finite = weights::CheckFinite(update); !finite.ok()) return finite.WithContext(UpdateContext());
-    return Status::Ok();
-  }
   // A plain weighted mean checks the layout and the values itself as it takes the update (with a known magnitude,
-  // without reading the values): nothing is added before the whole update passed.
-  if (combination_ == Combination::kWeightedMean && !transforms_updates_) return Status::Ok();
+  // without reading the values): nothing is added before the whole update passed. Kept updates (factored ones too,
+  // at the global's rank by now) are checked here.
+  if (combination_ == Combination::kWeightedMean && !transforms_updates_ && !factored_) return Status::Ok();
   if (Status layout = weights::CheckLayoutMatches(layout_, update); !layout.ok()) {
     return layout.WithContext(UpdateContext());
   }
@@ -100,10 +96,8 @@ StatusOr<weights::WeightSet> RoundAggregation::ToGlobalRank(weights::WeightSet u
 }
 
 Status RoundAggregation::Accept(const weights::WeightSet& update, int64_t sample_count) {
-  if (begun_ && lora_ranks_ != LoraRanks::kSame) {
-    PARSYN_ASSIGN_OR_RETURN(weights::WeightSet whole, ToGlobalRank(update.Clone()));
-    return AcceptOwned(std::move(whole), sample_count, std::nullopt);
-  }
+  // Mixed ranks: a copy, brought to the global's rank by AcceptOwned.
+  if (begun_ && lora_ranks_ != LoraRanks::kSame) return AcceptOwned(update.Clone(), sample_count, std::nullopt);
   PARSYN_RETURN_IF_ERROR(Validate(update, sample_count));
   if (combination_ == Combination::kKeepAll || factored_) {
     kept_.push_back({update.Clone(), sample_count});
