@@ -11,14 +11,17 @@ namespace parsyn::coordinator {
 
 namespace {
 
-// The global at `rank` below its own, `max_rank`: its best rank-r approximation (svd) or its first r ranks (zero_pad),
-// B scaled by r / r_max for PEFT's scaling alpha / r (weights::ScaleLoraProducts), stored under `key` for the attempt
-// (not durable: a restarted job's next attempt makes its own). Blocking (a pool thread).
+// The global at `rank` below its own, `max_rank`: its best rank-r approximation (svd: the first r ranks of the
+// global's SVD form, the very form whose ranks beyond r complete the worker's update in strategy::RoundAggregation) or
+// its first r ranks (zero_pad), B scaled by r / r_max for PEFT's scaling alpha / r (weights::ScaleLoraProducts), stored
+// under `key` for the attempt (not durable: a restarted job's next attempt makes its own). Blocking (a pool thread).
 StatusOr<RankGlobals::Global> StoreRankGlobal(storage::BlobStore& blobs, const std::string& key,
                                               std::shared_ptr<weights::WeightSet> global, int rank, int max_rank,
                                               bool svd) {
-  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet top,
-                          svd ? weights::TruncateLoraRank(*global, rank) : weights::SliceLoraRank(*global, rank));
+  StatusOr<weights::WeightSet> svd_form =
+      svd ? weights::TruncateLoraRank(*global, max_rank) : StatusOr<weights::WeightSet>(weights::WeightSet());
+  PARSYN_RETURN_IF_ERROR(svd_form.status());
+  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet top, weights::SliceLoraRank(svd ? *svd_form : *global, rank));
   PARSYN_ASSIGN_OR_RETURN(weights::WeightSet lower,
                           weights::ScaleLoraProducts(top, static_cast<double>(rank) / max_rank));
   const std::vector<std::byte> bytes = weights::SerializeSafetensors(lower);

@@ -243,6 +243,17 @@ TEST(LoraRankTest, PadAndSlice) {
   ExpectInvalid(TruncateLoraRank(adapter, 4).status(), "of rank 3 to rank 4");
 }
 
+// The rank-r truncation is the first r ranks of the full one, bit for bit: a worker of rank r starts from exactly the
+// ranks that the rest of the global's SVD form completes (strategy::RoundAggregation, the coordinator's rank globals).
+TEST(LoraRankTest, TruncationIsTheFirstRanksOfTheFullTruncation) {
+  std::mt19937 rng(8);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const WeightSet adapter = RandomAdapter(rng, SmallModules(), 5, dtype);
+    const WeightSet full = *TruncateLoraRank(adapter, 5);
+    for (int64_t r = 1; r < 5; ++r) EXPECT_TRUE(SameBytes(*TruncateLoraRank(adapter, r), *SliceLoraRank(full, r))) << r;
+  }
+}
+
 // Scaling the products multiplies B alone; a scale that is not finite and > 0 is refused.
 TEST(LoraRankTest, ScalingTheProductsScalesB) {
   std::mt19937 rng(6);
