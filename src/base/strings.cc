@@ -45,6 +45,23 @@ std::string HexEncode(std::string_view bytes) {
   return HexEncode(std::span(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()));
 }
 
+std::optional<std::string> HexDecode(std::string_view hex) {
+  auto digit = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  if (hex.size() % 2 != 0) return std::nullopt;
+  std::string out(hex.size() / 2, '\0');
+  for (size_t i = 0; i < out.size(); ++i) {
+    const int hi = digit(hex[2 * i]), lo = digit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out[i] = static_cast<char>(hi * 16 + lo);
+  }
+  return out;
+}
+
 std::string WithoutLocalPaths(std::string_view message) {
   auto starts_path_after = [](char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\'' || c == '"' || c == '(' || c == '[' || c == '=' || c == ',';

@@ -1,6 +1,7 @@
 // Small string helpers that several layers need: case, whitespace, hex, paths in messages.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -14,6 +15,8 @@ std::string_view Trim(std::string_view text);
 // Lowercase hex, two digits per byte.
 std::string HexEncode(std::span<const unsigned char> bytes);
 std::string HexEncode(std::string_view bytes);
+// The bytes of hex text (either case, two digits per byte); nullopt for an odd length or a non-hex character.
+std::optional<std::string> HexDecode(std::string_view hex);
 // `text` safe inside XML or SVG text and attribute values: & < > " as entities.
 std::string XmlEscape(std::string_view text);
 

@@ -27,6 +27,14 @@ TEST(StringsTest, HexEncodeIsLowercaseTwoDigitsPerByte) {
   EXPECT_EQ(HexEncode(""), "");
 }
 
+TEST(StringsTest, HexDecodeTakesEitherCaseAndRefusesWhatIsNotHex) {
+  EXPECT_EQ(HexDecode("000fABff"), std::string("\x00\x0f\xab\xff", 4));
+  EXPECT_EQ(HexDecode(""), "");
+  EXPECT_EQ(HexDecode("abc"), std::nullopt);
+  EXPECT_EQ(HexDecode("0g"), std::nullopt);
+  EXPECT_EQ(HexDecode(HexEncode(std::string_view("\x80\x7f", 2))), std::string("\x80\x7f", 2));
+}
+
 TEST(StringsTest, WithoutLocalPathsKeepsOnlyEachPathsLastPart) {
   EXPECT_EQ(WithoutLocalPaths("parsyn-trainer exited with status 1: /srv/parsyn/managed-workers/managed-1/tasks/"
                               "1-1-3-w1/task.json: config.max_seq_len must be >= 8"),

@@ -2,10 +2,12 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 
 #include "base/sha256.h"
+#include "base/strings.h"
 
 namespace parsyn::weights {
 namespace {
@@ -16,23 +18,13 @@ void PutLe(unsigned char* out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
 }
 
-int HexDigit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 }  // namespace
 
 StatusOr<SecretKey> ParseSecretKey(std::string_view hex) {
+  const std::optional<std::string> bytes = HexDecode(hex);
   SecretKey key{};
-  if (hex.size() != 2 * key.size()) return InvalidArgumentError("a secret key is 64 hex digits");
-  for (size_t i = 0; i < key.size(); ++i) {
-    const int hi = HexDigit(hex[2 * i]), lo = HexDigit(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return InvalidArgumentError("a secret key is 64 hex digits");
-    key[i] = static_cast<unsigned char>(hi * 16 + lo);
-  }
+  if (!bytes || bytes->size() != key.size()) return InvalidArgumentError("a secret key is 64 hex digits");
+  std::copy(bytes->begin(), bytes->end(), key.begin());
   return key;
 }
 
@@ -74,6 +66,34 @@ void KeyedStream::Refill() {
 uint64_t KeyedStream::Next() {
   if (next_ == words_.size()) Refill();
   return words_[next_++];
+}
+
+void FillKeystream(const SecretKey& key, uint32_t domain, uint64_t round, uint64_t first_byte,
+                   std::span<unsigned char> out) {
+  constexpr uint64_t kBlockBytes = 64;
+  // OpenSSL's ChaCha20 IV: the 32-bit block counter, then the 96-bit nonce, all little-endian. The counter wraps after
+  // 256 GiB of keystream, far beyond any model's masks.
+  unsigned char iv[16] = {};
+  PutLe(iv, first_byte / kBlockBytes, 4);
+  PutLe(iv + 4, domain, 4);
+  PutLe(iv + 8, round, 8);
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  int ok = ctx != nullptr && EVP_EncryptInit_ex(ctx, EVP_chacha20(), nullptr, key.data(), iv) == 1;
+  assert(ok);  // only fails on allocation
+  // The keystream is the encryption of zeros: the bytes of the first block before first_byte are made and dropped.
+  unsigned char skipped[kBlockBytes] = {};
+  int written = 0;
+  const int skip = static_cast<int>(first_byte % kBlockBytes);
+  if (skip > 0) ok = ok && EVP_EncryptUpdate(ctx, skipped, &written, skipped, skip) == 1;
+  std::memset(out.data(), 0, out.size());
+  constexpr size_t kPiece = size_t{1} << 30;  // EVP takes an int length
+  for (size_t done = 0; ok && done < out.size(); done += kPiece) {
+    const int piece = static_cast<int>(std::min(kPiece, out.size() - done));
+    ok = EVP_EncryptUpdate(ctx, out.data() + done, &written, out.data() + done, piece) == 1;
+  }
+  assert(ok);
+  (void)ok;
+  EVP_CIPHER_CTX_free(ctx);
 }
 
 uint64_t KeyedRank(const SecretKey& key, uint32_t domain, uint64_t round, uint64_t item) {
