@@ -27,7 +27,8 @@ using nlohmann::json;
 }
 
 void CheckRejection(const parsyn::Status& status) {
-  if (status.code() != parsyn::StatusCode::kInvalidArgument) Fail("rejection is not InvalidArgument", status.ToString());
+  if (status.code() != parsyn::StatusCode::kInvalidArgument)
+    Fail("rejection is not InvalidArgument", status.ToString());
   if (status.message().empty()) Fail("rejection without a message");
 }
 
@@ -71,18 +72,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const json parsed = json::parse(body, nullptr, false);
   if (parsed.is_discarded()) return 0;
   switch (data[0] % 5) {
-    case 0:
-      RoundTrip(parsed, [](const json& j) { return ParseRoundSetup(j); });
-      break;
-    case 1:
-      RoundTrip(parsed, [](const json& j) { return ParseAdvertisedKeys(j); });
-      break;
-    case 2:
-      RoundTrip(parsed, [](const json& j) { return ParseSealedShare(j); });
-      break;
-    default:
-      RoundTrip(parsed, [](const json& j) { return ParseRevealedShare(j); });
-      break;
+    case 0: RoundTrip(parsed, [](const json& j) { return ParseRoundSetup(j); }); break;
+    case 1: RoundTrip(parsed, [](const json& j) { return ParseAdvertisedKeys(j); }); break;
+    case 2: RoundTrip(parsed, [](const json& j) { return ParseSealedShare(j); }); break;
+    default: RoundTrip(parsed, [](const json& j) { return ParseRevealedShare(j); }); break;
   }
   return 0;
 }

@@ -46,7 +46,7 @@ StatusOr<Key32> PairMaskSeed(const RoundSetup& setup, const Key32& own_private, 
   return AgreeKey(own_private, peer_public, PairInfo("mask", setup, a, b));
 }
 
-StatusOr<Client> Client::Start(const RoundSetup& setup, uint64_t self, const KeySigner& sign) {
+StatusOr<Client> Client::Start(const RoundSetup& setup, uint64_t self, const KeySigner& signer) {
   PARSYN_RETURN_IF_ERROR(CheckRoundSetup(setup));
   if (!IsParticipant(setup, self)) {
     return InvalidArgumentError("worker " + std::to_string(self) + " is not a participant of " + setup.attempt);
@@ -61,8 +61,9 @@ StatusOr<Client> Client::Start(const RoundSetup& setup, uint64_t self, const Key
   keys.sealing_key = client.sealing_.public_key;
   keys.masking_key = client.masking_.public_key;
   keys.seed_commitment = SeedCommitment(setup.attempt, self, client.seed_);
-  if (sign) {
-    PARSYN_ASSIGN_OR_RETURN(keys.signature, sign(SignedBytes(setup.attempt, keys)));
+  if (signer.sign) {
+    PARSYN_ASSIGN_OR_RETURN(keys.signature, signer.sign(SignedBytes(setup.attempt, keys)));
+    keys.certificate = signer.certificate_pem;
   }
   return client;
 }

@@ -22,8 +22,12 @@
 
 namespace parsyn::secagg {
 
-// Signs the bytes of SignedBytes with the worker's certificate key (mutual TLS); null when workers do not sign.
-using KeySigner = std::function<StatusOr<std::string>(std::string_view bytes)>;
+// Signs the bytes of SignedBytes with the worker's certificate key (mutual TLS), and names the certificate its peers
+// check the signature with. A default KeySigner (no `sign`) leaves keys unsigned: the honest-but-curious model.
+struct KeySigner {
+  std::string certificate_pem;
+  std::function<StatusOr<std::string>(std::string_view bytes)> sign;
+};
 // Checks a peer's advertised keys (its signature against the CA and its worker name); null accepts any keys (the
 // honest-but-curious coordinator model).
 using KeyVerifier = std::function<Status(const std::string& attempt, const AdvertisedKeys& keys)>;
@@ -39,8 +43,8 @@ inline int PairMaskSign(uint64_t worker, uint64_t peer) { return worker < peer ?
 class Client {
  public:
   // Phase 1: checks the setup (CheckRoundSetup; InvalidArgument) and that `self` takes part, makes the keys and the
-  // seed, and signs them with `sign` when given.
-  static StatusOr<Client> Start(const RoundSetup& setup, uint64_t self, const KeySigner& sign);
+  // seed, and signs them with `signer` when it can sign.
+  static StatusOr<Client> Start(const RoundSetup& setup, uint64_t self, const KeySigner& signer);
 
   const AdvertisedKeys& advertised() const { return advertised_; }
 

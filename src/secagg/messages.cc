@@ -14,6 +14,7 @@ using protocol::JsonFields;
 
 constexpr size_t kMaxSealedBytes = 4096;
 constexpr size_t kMaxSignatureBytes = 1024;
+constexpr size_t kMaxCertificateBytes = 16384;
 
 std::string Hex(const Key32& key) { return HexEncode(std::span<const unsigned char>(key.data(), key.size())); }
 
@@ -66,11 +67,13 @@ json ToJson(const RoundSetup& setup) {
 }
 
 json ToJson(const AdvertisedKeys& keys) {
-  return {{"worker", keys.worker},
-          {"sealing_key", Hex(keys.sealing_key)},
-          {"masking_key", Hex(keys.masking_key)},
-          {"seed_commitment", Hex(keys.seed_commitment)},
-          {"signature", HexEncode(keys.signature)}};
+  json out = {{"worker", keys.worker},
+              {"sealing_key", Hex(keys.sealing_key)},
+              {"masking_key", Hex(keys.masking_key)},
+              {"seed_commitment", Hex(keys.seed_commitment)},
+              {"signature", HexEncode(keys.signature)}};
+  if (!keys.certificate.empty()) out["certificate"] = keys.certificate;  // unsigned keys carry none
+  return out;
 }
 
 json ToJson(const SealedShare& share) {
@@ -112,14 +115,16 @@ StatusOr<RoundSetup> ParseRoundSetup(const json& value) {
 }
 
 StatusOr<AdvertisedKeys> ParseAdvertisedKeys(const json& value) {
-  PARSYN_ASSIGN_OR_RETURN(JsonFields fields, JsonFields::Strict(value, {"worker", "sealing_key", "masking_key",
-                                                                        "seed_commitment", "signature"}));
+  PARSYN_ASSIGN_OR_RETURN(JsonFields fields,
+                          JsonFields::Strict(value, {"worker", "sealing_key", "masking_key", "seed_commitment",
+                                                     "signature", "certificate"}));
   AdvertisedKeys keys;
   keys.worker = fields.Uint64("worker", true).value_or(0);
   keys.sealing_key = KeyField(fields, "sealing_key").value_or(Key32{});
   keys.masking_key = KeyField(fields, "masking_key").value_or(Key32{});
   keys.seed_commitment = KeyField(fields, "seed_commitment").value_or(Key32{});
   keys.signature = BytesField(fields, "signature", kMaxSignatureBytes, true).value_or("");
+  keys.certificate = fields.Lines("certificate", false, kMaxCertificateBytes).value_or("");
   PARSYN_RETURN_IF_ERROR(fields.status());
   return keys;
 }

@@ -27,7 +27,8 @@ struct AdvertisedKeys {
   Key32 sealing_key{};
   Key32 masking_key{};
   Key32 seed_commitment{};
-  std::string signature;  // raw bytes
+  std::string signature;    // raw bytes, over SignedBytes
+  std::string certificate;  // the signer's certificate (PEM), for peers to check against the CA
   bool operator==(const AdvertisedKeys&) const = default;
 };
 

@@ -12,7 +12,12 @@ using nlohmann::json;
 TEST(SecAggMessagesTest, EachMessageComesBackFromItsJson) {
   const RoundSetup setup = *MakeRoundSetup("job 4 round 2 attempt 3", {3, 9, 4, 12}, 3, 3, 8, 2.5, 101, *RandomKey());
   EXPECT_EQ(*ParseRoundSetup(ToJson(setup)), setup);
-  const AdvertisedKeys keys{9, *RandomKey(), *RandomKey(), *RandomKey(), std::string("\x01\x00\xff", 3)};
+  const AdvertisedKeys keys{9,
+                            *RandomKey(),
+                            *RandomKey(),
+                            *RandomKey(),
+                            std::string("\x01\x00\xff", 3),
+                            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"};
   EXPECT_EQ(*ParseAdvertisedKeys(json::parse(ToJson(keys).dump())), keys);
   const SealedShare share{9, 4, std::string(60, '\x7f')};
   EXPECT_EQ(*ParseSealedShare(ToJson(share)), share);

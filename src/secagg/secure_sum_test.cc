@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -31,25 +33,35 @@ struct Outcome {
   size_t survivors = 0;
 };
 
+// The value of what must succeed; a failure ends the test binary with its message (a release build has no assert).
+template <typename T>
+T Must(StatusOr<T> value) {
+  if (!value.ok()) {
+    std::fprintf(stderr, "unexpected failure: %s\n", value.status().ToString().c_str());
+    std::abort();
+  }
+  return *std::move(value);
+}
+
 // Every message goes through its JSON form, as it would on the wire.
 template <typename T, typename Parse>
 std::vector<T> OverTheWire(const std::vector<T>& items, Parse parse) {
   std::vector<T> out;
-  for (const T& item : items) out.push_back(*parse(json::parse(ToJson(item).dump())));
+  for (const T& item : items) out.push_back(Must(parse(json::parse(ToJson(item).dump()))));
   return out;
 }
 
 Outcome RunAttempt(const RoundSetup& setup, const std::map<uint64_t, DropAt>& drops, std::mt19937& rng) {
   Outcome outcome;
-  auto server = Server::Start(*ParseRoundSetup(json::parse(ToJson(setup).dump())));
+  auto server = Server::Start(Must(ParseRoundSetup(json::parse(ToJson(setup).dump()))));
   if (!server.ok()) return {server.status()};
   std::map<uint64_t, Client> clients;
   std::map<uint64_t, std::vector<uint32_t>> inputs;
   auto alive_at = [&](uint64_t id, DropAt phase) { return drops.at(id) > phase; };
   for (uint64_t id : setup.participants) {
     if (!alive_at(id, DropAt::kAdvertise)) continue;
-    clients.emplace(id, *Client::Start(setup, id, nullptr));
-    const AdvertisedKeys keys = *ParseAdvertisedKeys(json::parse(ToJson(clients.at(id).advertised()).dump()));
+    clients.emplace(id, Must(Client::Start(setup, id, KeySigner{})));
+    const AdvertisedKeys keys = Must(ParseAdvertisedKeys(json::parse(ToJson(clients.at(id).advertised()).dump())));
     if (Status s = server->AddAdvertisedKeys(id, keys, nullptr); !s.ok()) return {s};
   }
   if (Status s = server->EndAdvertising(); !s.ok()) return {s};
@@ -68,7 +80,8 @@ Outcome RunAttempt(const RoundSetup& setup, const std::map<uint64_t, DropAt>& dr
     for (uint32_t& v : input) v = rng() & ((1u << setup.quantization_bits) - 1);
     auto masked = client.MaskInput(OverTheWire(mine, ParseSealedShare), input);
     if (!masked.ok()) continue;  // it did not share: the coordinator forwards it nothing and it has no place here
-    const std::vector<uint32_t> wire = *UnpackRing(PackRing(*masked, setup.ring_bits), setup.ring_bits, input.size());
+    const std::vector<uint32_t> wire =
+        Must(UnpackRing(PackRing(*masked, setup.ring_bits), setup.ring_bits, input.size()));
     if (Status s = server->AddMaskedInput(id, wire); !s.ok()) return {s};
     AddInto(outcome.expected, input, setup.ring_bits);
   }
