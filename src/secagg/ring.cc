@@ -1,16 +1,49 @@
 #include "secagg/ring.h"
 
+#include <openssl/evp.h>
+
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <thread>
-
-#include "weights/keyed_stream.h"
 
 namespace parsyn::secagg {
 namespace {
 
-constexpr uint32_t kMaskDomain = 0x53414d31;  // "SAM1": the keystream domain of secure aggregation's masks
-constexpr size_t kMaskChunk = 16384;          // elements per keystream piece
+constexpr size_t kMaskChunk = 16384;  // elements per keystream piece
+constexpr uint64_t kAesBlockBytes = 16;
+
+static_assert(std::endian::native == std::endian::little, "masks are read as little-endian words");
+
+struct CipherContextFree {
+  void operator()(EVP_CIPHER_CTX* ctx) const { EVP_CIPHER_CTX_free(ctx); }
+};
+
+// AES-256-CTR, fetched once (an implicit fetch per use costs more than a small piece of keystream).
+const EVP_CIPHER* AesCtr() {
+  static EVP_CIPHER* const cipher = EVP_CIPHER_fetch(nullptr, "AES-256-CTR", nullptr);
+  if (cipher == nullptr) std::abort();  // OpenSSL without AES: nothing here can work
+  return cipher;
+}
+
+// Bytes [first_byte, first_byte + out.size()) of the mask stream of `seed`: AES-256-CTR under the seed, counter
+// from zero, encrypting zeros. Each seed masks one vector, so no counter block is used twice under a key.
+void FillMaskStream(EVP_CIPHER_CTX* ctx, const Key32& seed, uint64_t first_byte, std::span<unsigned char> out) {
+  unsigned char iv[kAesBlockBytes] = {};
+  const uint64_t block = first_byte / kAesBlockBytes;
+  for (int i = 0; i < 8; ++i) iv[15 - i] = static_cast<unsigned char>(block >> (8 * i));  // a big-endian counter
+  int ok = EVP_EncryptInit_ex(ctx, AesCtr(), nullptr, seed.data(), iv);
+  int written = 0;
+  unsigned char skipped[kAesBlockBytes] = {};
+  const int skip = static_cast<int>(first_byte % kAesBlockBytes);
+  if (skip > 0) ok = ok && EVP_EncryptUpdate(ctx, skipped, &written, skipped, skip);
+  std::memset(out.data(), 0, out.size());
+  ok = ok && EVP_EncryptUpdate(ctx, out.data(), &written, out.data(), static_cast<int>(out.size()));
+  if (!ok) std::abort();  // fails only when OpenSSL cannot allocate
+}
 
 }  // namespace
 
@@ -28,22 +61,25 @@ StatusOr<int> RingBits(int quantization_bits, size_t contributors) {
 void ApplyMask(const Key32& seed, int sign, int ring_bits, uint64_t first_element, std::span<uint32_t> values) {
   const size_t width = static_cast<size_t>(ring_bits / 8);
   const uint32_t mask = RingMask(ring_bits);
+  std::unique_ptr<EVP_CIPHER_CTX, CipherContextFree> ctx(EVP_CIPHER_CTX_new());
+  if (!ctx) std::abort();
   std::vector<unsigned char> stream(kMaskChunk * width);
   for (size_t begin = 0; begin < values.size(); begin += kMaskChunk) {
     const size_t count = std::min(kMaskChunk, values.size() - begin);
     const std::span<unsigned char> piece(stream.data(), count * width);
-    weights::FillKeystream(seed, kMaskDomain, 0, (first_element + begin) * width, piece);
+    FillMaskStream(ctx.get(), seed, (first_element + begin) * width, piece);
     uint32_t* out = values.data() + begin;
     if (width == 2) {
       for (size_t i = 0; i < count; ++i) {
-        const uint32_t word = piece[2 * i] | (uint32_t{piece[2 * i + 1]} << 8);
+        uint16_t word;
+        std::memcpy(&word, piece.data() + 2 * i, 2);
         out[i] = (sign > 0 ? out[i] + word : out[i] - word) & mask;
       }
     } else {
       for (size_t i = 0; i < count; ++i) {
-        const uint32_t word = piece[4 * i] | (uint32_t{piece[4 * i + 1]} << 8) | (uint32_t{piece[4 * i + 2]} << 16) |
-                              (uint32_t{piece[4 * i + 3]} << 24);
-        out[i] = (sign > 0 ? out[i] + word : out[i] - word) & mask;
+        uint32_t word;
+        std::memcpy(&word, piece.data() + 4 * i, 4);
+        out[i] = sign > 0 ? out[i] + word : out[i] - word;
       }
     }
   }

@@ -41,6 +41,16 @@ TEST(RingTest, AMaskAndItsNegationCancelAndPiecesAreThePiecesOfTheWhole) {
   }
 }
 
+TEST(RingTest, TheMaskIsTheAes256CtrKeystreamOfTheSeed) {
+  // AES-256 of the zero block under the zero key (FIPS-197 style known answer): dc95c078 a2408989 ad48a214 92842087.
+  std::vector<uint32_t> words(4, 0);
+  ApplyMask(Key32{}, 1, 32, 0, words);
+  EXPECT_EQ(words, (std::vector<uint32_t>{0x78c095dc, 0x898940a2, 0x14a248ad, 0x87208492}));
+  std::vector<uint32_t> halves(2, 0);
+  ApplyMask(Key32{}, 1, 16, 0, halves);
+  EXPECT_EQ(halves, (std::vector<uint32_t>{0x95dc, 0x78c0}));
+}
+
 TEST(RingTest, ApplyMasksIsEachMaskInTurn) {
   std::vector<uint32_t> values(3 << 20, 7), one_by_one = values;  // three threads' ranges
   const std::vector<SignedSeed> masks = {{*RandomKey(), 1}, {*RandomKey(), -1}, {*RandomKey(), 1}};

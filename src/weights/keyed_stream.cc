@@ -68,34 +68,6 @@ uint64_t KeyedStream::Next() {
   return words_[next_++];
 }
 
-void FillKeystream(const SecretKey& key, uint32_t domain, uint64_t round, uint64_t first_byte,
-                   std::span<unsigned char> out) {
-  constexpr uint64_t kBlockBytes = 64;
-  // OpenSSL's ChaCha20 IV: the 32-bit block counter, then the 96-bit nonce, all little-endian. The counter wraps after
-  // 256 GiB of keystream, far beyond any model's masks.
-  unsigned char iv[16] = {};
-  PutLe(iv, first_byte / kBlockBytes, 4);
-  PutLe(iv + 4, domain, 4);
-  PutLe(iv + 8, round, 8);
-  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
-  int ok = ctx != nullptr && EVP_EncryptInit_ex(ctx, EVP_chacha20(), nullptr, key.data(), iv) == 1;
-  assert(ok);  // only fails on allocation
-  // The keystream is the encryption of zeros: the bytes of the first block before first_byte are made and dropped.
-  unsigned char skipped[kBlockBytes] = {};
-  int written = 0;
-  const int skip = static_cast<int>(first_byte % kBlockBytes);
-  if (skip > 0) ok = ok && EVP_EncryptUpdate(ctx, skipped, &written, skipped, skip) == 1;
-  std::memset(out.data(), 0, out.size());
-  constexpr size_t kPiece = size_t{1} << 30;  // EVP takes an int length
-  for (size_t done = 0; ok && done < out.size(); done += kPiece) {
-    const int piece = static_cast<int>(std::min(kPiece, out.size() - done));
-    ok = EVP_EncryptUpdate(ctx, out.data() + done, &written, out.data() + done, piece) == 1;
-  }
-  assert(ok);
-  (void)ok;
-  EVP_CIPHER_CTX_free(ctx);
-}
-
 uint64_t KeyedRank(const SecretKey& key, uint32_t domain, uint64_t round, uint64_t item) {
   unsigned char message[20];
   PutLe(message, domain, 4);

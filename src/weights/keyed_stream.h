@@ -9,7 +9,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <string_view>
 #include <vector>
 
@@ -42,12 +41,6 @@ class KeyedStream {
   std::vector<uint64_t> words_;
   size_t next_ = 0;
 };
-
-// Writes the keystream under `key` with the nonce of (domain, round), from byte `first_byte` on, into `out`: bytes
-// [first_byte, first_byte + out.size()) of the stream KeyedStream(key, domain, round) reads 8 at a time. Any piece of a
-// long stream is made without the bytes before it (secure aggregation's masks, made a chunk at a time). Any thread.
-void FillKeystream(const SecretKey& key, uint32_t domain, uint64_t round, uint64_t first_byte,
-                   std::span<unsigned char> out);
 
 // A 64-bit pseudorandom value of (domain, round, item) under `key`: the first 8 bytes of HMAC-SHA256(key, the three
 // as little-endian integers). For ranking items (client sampling) so that no one without the key can predict them.

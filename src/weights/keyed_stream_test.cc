@@ -2,10 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <utility>
-#include <vector>
-
 namespace parsyn::weights {
 namespace {
 
@@ -29,26 +25,6 @@ TEST(KeyedStreamTest, SameKeyAndNonceRepeatOthersDiffer) {
   SecretKey another = key;
   another[31] ^= 1;
   EXPECT_NE(KeyedStream(key, 1, 7).Next(), KeyedStream(another, 1, 7).Next());
-}
-
-TEST(KeyedStreamTest, FilledPiecesAreThePiecesOfTheStream) {
-  const SecretKey key = *ParseSecretKey(std::string(63, 'c') + "7");
-  KeyedStream stream(key, 3, 11);
-  std::vector<unsigned char> whole(5000);
-  for (size_t i = 0; i < whole.size(); i += 8) {
-    const uint64_t w = stream.Next();
-    for (size_t b = 0; b < 8; ++b) whole[i + b] = static_cast<unsigned char>(w >> (8 * b));
-  }
-  for (const auto& [first, length] :
-       std::vector<std::pair<size_t, size_t>>{{0, 5000}, {64, 100}, {1, 1}, {63, 130}, {4097, 900}}) {
-    std::vector<unsigned char> piece(length);
-    FillKeystream(key, 3, 11, first, piece);
-    EXPECT_TRUE(std::equal(piece.begin(), piece.end(), whole.begin() + static_cast<std::ptrdiff_t>(first)))
-        << "piece from " << first;
-  }
-  std::vector<unsigned char> other(64);
-  FillKeystream(key, 4, 11, 0, other);
-  EXPECT_FALSE(std::equal(other.begin(), other.end(), whole.begin()));
 }
 
 TEST(KeyedStreamTest, RanksDependOnEveryInput) {
