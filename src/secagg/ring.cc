@@ -86,7 +86,8 @@ void ApplyMask(const Key32& seed, int sign, int ring_bits, uint64_t first_elemen
 }
 
 void ApplyMasks(std::span<const SignedSeed> masks, int ring_bits, std::span<uint32_t> values) {
-  constexpr size_t kRangeElements = size_t{1} << 20;
+  // A range (512 KiB of 32-bit words) stays in L2 while every mask is added to it; many ranges keep all threads busy.
+  constexpr size_t kRangeElements = size_t{1} << 17;
   const size_t ranges = (values.size() + kRangeElements - 1) / kRangeElements;
   const size_t threads = std::min<size_t>(ranges, std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<size_t> next_range{0};
