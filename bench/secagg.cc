@@ -193,7 +193,8 @@ SecureRun RunSecure(const Case& c, const std::vector<float>& update) {
 }
 
 // Plain FedAvg of the survivors' same quantized updates, dequantized to fp32 (untimed) and averaged by the
-// coordinator's kernel: AcceptOwned with the bound the upload check knows, then Finish.
+// coordinator's kernel: Accept (which adds at once; AcceptOwned would add on a thread of its own while the untimed
+// dequantizing runs, hiding the work), then Finish.
 double RunPlain(const Case& c, const std::vector<float>& update, const std::vector<uint64_t>& survivors) {
   weights::WeightSet layout;
   Check(layout.AddZeros("w", weights::DType::kF32, {static_cast<int64_t>(c.params)}).status(), "layout");
@@ -207,7 +208,7 @@ double RunPlain(const Case& c, const std::vector<float>& update, const std::vect
     auto* values = reinterpret_cast<float*>(bytes.data());
     const double weight = q.back() / levels;
     for (size_t i = 0; i < c.params; ++i) values[i] = static_cast<float>((q[i] / levels * 2 - 1) / weight);
-    Timed(seconds, [&] { Check(mean.AcceptOwned(std::move(plain), weight, 1.0 / weight), "accept"); });
+    Timed(seconds, [&] { Check(mean.Accept(plain, weight), "accept"); });
   }
   Timed(seconds, [&] { (void)Must(std::move(mean).Finish(), "finish"); });
   return seconds;

@@ -69,8 +69,9 @@ Status CheckRoundSetup(const RoundSetup& setup) {
       std::adjacent_find(setup.participants.begin(), setup.participants.end()) != setup.participants.end()) {
     return InvalidArgumentError("participants must be distinct and ascending");
   }
-  if (setup.min_survivors < 1 || setup.min_survivors > n) {
-    return InvalidArgumentError("threshold must be 1 to " + std::to_string(n) + " (the round's participants), not " +
+  // A sum of one input is that input: at least two must survive for the sum to hide anything.
+  if (setup.min_survivors < 2 || setup.min_survivors > n) {
+    return InvalidArgumentError("threshold must be 2 to " + std::to_string(n) + " (the round's participants), not " +
                                 std::to_string(setup.min_survivors));
   }
   if (setup.neighbors < 1 || setup.neighbors > n - 1 || (setup.neighbors < n - 1 && setup.neighbors % 2 != 0)) {

@@ -37,7 +37,7 @@ size_t DefaultNeighbors(size_t participants);
 // A setup for `participants` (any order; sorted here). The share threshold is the larger of a majority of a
 // secret's holders (so that no coordinator gets both secrets of a worker from honest holders) and min_survivors'
 // share of them, ceil(min_survivors (k + 1) / n). InvalidArgument naming the field for a threshold outside
-// 1..n, fewer than 2 participants, bits other than 8 or 16, or an empty vector.
+// 2..n (a sum of one input is that input), fewer than 2 participants, bits other than 8 or 16, or an empty vector.
 StatusOr<RoundSetup> MakeRoundSetup(std::string attempt, std::vector<uint64_t> participants, size_t min_survivors,
                                     size_t neighbors, int quantization_bits, double clipping_range,
                                     size_t vector_length, const Key32& graph_seed);

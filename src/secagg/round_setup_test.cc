@@ -84,6 +84,7 @@ TEST(RoundSetupTest, ASetupWithLoweredThresholdsIsRefused) {
   EXPECT_EQ(CheckRoundSetup(bad).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(MakeRoundSetup("a", Ids(1), 1, 1, 16, 8.0, 11, Key32{}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(MakeRoundSetup("a", Ids(5), 0, 4, 16, 8.0, 11, Key32{}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeRoundSetup("a", Ids(5), 1, 4, 16, 8.0, 11, Key32{}).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -99,7 +99,7 @@ Outcome RunAttempt(const RoundSetup& setup, const std::map<uint64_t, DropAt>& dr
   return outcome;
 }
 
-std::vector<uint64_t> Ids(size_t n, std::mt19937& rng) {
+std::vector<uint64_t> RandomIds(size_t n, std::mt19937& rng) {
   std::set<uint64_t> ids;
   while (ids.size() < n) ids.insert(1 + rng() % 1000);
   return {ids.begin(), ids.end()};
@@ -110,11 +110,11 @@ TEST(SecureSumTest, TheUnmaskedSumIsThePlainSumOfTheSurvivorsInputsWhateverDrops
   int committed = 0, failed = 0;
   for (int trial = 0; trial < 60; ++trial) {
     const size_t n = 2 + rng() % 49;
-    const size_t threshold = 1 + rng() % n;
+    const size_t threshold = 2 + rng() % (n - 1);
     const size_t neighbors = 1 + rng() % (n - 1);
     const int bits = rng() % 2 ? 8 : 16;
     const size_t length = 1 + rng() % 300;
-    const std::vector<uint64_t> ids = Ids(n, rng);
+    const std::vector<uint64_t> ids = RandomIds(n, rng);
     auto setup = MakeRoundSetup("trial " + std::to_string(trial), ids, threshold, neighbors, bits, 1.0, length + 1,
                                 *RandomKey());
     ASSERT_TRUE(setup.ok()) << setup.status().ToString();
@@ -141,7 +141,7 @@ TEST(SecureSumTest, TheUnmaskedSumIsThePlainSumOfTheSurvivorsInputsWhateverDrops
 TEST(SecureSumTest, EveryPhaseSurvivesADropoutWhileEnoughSurvive) {
   std::mt19937 rng(7);
   for (size_t n : {10u, 30u}) {
-    const std::vector<uint64_t> ids = Ids(n, rng);
+    const std::vector<uint64_t> ids = RandomIds(n, rng);
     // Four drop out, so at most n - 4 can reveal shares: the threshold must allow that many.
     const size_t threshold = std::min(DefaultThreshold(n), n - 4);
     const RoundSetup setup = *MakeRoundSetup("drops", ids, threshold, DefaultNeighbors(n), 16, 1.0, 50, *RandomKey());
