@@ -85,23 +85,62 @@ void ApplyMask(const Key32& seed, int sign, int ring_bits, uint64_t first_elemen
   }
 }
 
-void ApplyMasks(std::span<const SignedSeed> masks, int ring_bits, std::span<uint32_t> values) {
-  // A range (512 KiB of 32-bit words) stays in L2 while every mask is added to it; many ranges keep all threads busy.
-  constexpr size_t kRangeElements = size_t{1} << 17;
-  const size_t ranges = (values.size() + kRangeElements - 1) / kRangeElements;
+namespace {
+
+// Runs work(begin, count) over [0, size) in ranges of `range_elements`, on up to one thread per core.
+template <typename Work>
+void ForEachRange(size_t size, size_t range_elements, const Work& work) {
+  const size_t ranges = (size + range_elements - 1) / range_elements;
   const size_t threads = std::min<size_t>(ranges, std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<size_t> next_range{0};
-  auto work = [&] {
+  auto run = [&] {
     for (size_t r = next_range++; r < ranges; r = next_range++) {
-      const size_t begin = r * kRangeElements;
-      const std::span<uint32_t> range = values.subspan(begin, std::min(kRangeElements, values.size() - begin));
-      for (const SignedSeed& mask : masks) ApplyMask(mask.seed, mask.sign, ring_bits, begin, range);
+      const size_t begin = r * range_elements;
+      work(begin, std::min(range_elements, size - begin));
     }
   };
   std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(run);
+  run();
   for (std::thread& thread : pool) thread.join();
+}
+
+}  // namespace
+
+void ApplyMasks(std::span<const SignedSeed> masks, int ring_bits, std::span<uint32_t> values) {
+  // A range (512 KiB of 32-bit words) stays in L2 while every mask is added to it; many ranges keep all threads busy.
+  ForEachRange(values.size(), size_t{1} << 17, [&](size_t begin, size_t count) {
+    for (const SignedSeed& mask : masks)
+      ApplyMask(mask.seed, mask.sign, ring_bits, begin, values.subspan(begin, count));
+  });
+}
+
+Status AddPacked(std::span<uint32_t> values, std::string_view packed, int ring_bits) {
+  const size_t width = static_cast<size_t>(ring_bits / 8);
+  if (packed.size() != values.size() * width) {
+    return InvalidArgumentError("a vector of " + std::to_string(values.size()) + " elements of " +
+                                std::to_string(ring_bits) + " bits is " + std::to_string(values.size() * width) +
+                                " bytes, not " + std::to_string(packed.size()));
+  }
+  const uint32_t mask = RingMask(ring_bits);
+  ForEachRange(values.size(), size_t{1} << 18, [&](size_t begin, size_t count) {
+    const char* in = packed.data() + begin * width;
+    uint32_t* out = values.data() + begin;
+    if (width == 2) {
+      for (size_t i = 0; i < count; ++i) {
+        uint16_t word;
+        std::memcpy(&word, in + 2 * i, 2);
+        out[i] = (out[i] + word) & mask;
+      }
+    } else {
+      for (size_t i = 0; i < count; ++i) {
+        uint32_t word;
+        std::memcpy(&word, in + 4 * i, 4);
+        out[i] += word;
+      }
+    }
+  });
+  return Status::Ok();
 }
 
 void AddInto(std::span<uint32_t> values, std::span<const uint32_t> other, int ring_bits) {

@@ -34,6 +34,11 @@ struct SignedSeed {
 // ApplyMask for each of `masks`, over the whole of `values` (first element 0), split into ranges across threads.
 void ApplyMasks(std::span<const SignedSeed> masks, int ring_bits, std::span<uint32_t> values);
 
+// values[i] += the i-th element of `packed` (PackRing's form) mod 2^ring_bits, without unpacking it first, across
+// threads: how the coordinator adds a masked input as it arrives. InvalidArgument (nothing added) if `packed` is not
+// values.size() elements of the width.
+Status AddPacked(std::span<uint32_t> values, std::string_view packed, int ring_bits);
+
 // values[i] = (values[i] + other[i]) mod 2^ring_bits. The spans have one length.
 void AddInto(std::span<uint32_t> values, std::span<const uint32_t> other, int ring_bits);
 

@@ -59,6 +59,22 @@ TEST(RingTest, ApplyMasksIsEachMaskInTurn) {
   EXPECT_EQ(values, one_by_one);
 }
 
+TEST(RingTest, APackedVectorAddsAsItsUnpackedValuesWould) {
+  for (int bits : {16, 32}) {
+    std::mt19937 rng(static_cast<unsigned>(bits) + 1);
+    std::vector<uint32_t> sum(600000), other(600000);  // three ranges of threads
+    for (uint32_t& v : sum) v = rng() & RingMask(bits);
+    for (uint32_t& v : other) v = rng() & RingMask(bits);
+    std::vector<uint32_t> expected = sum;
+    AddInto(expected, other, bits);
+    ASSERT_TRUE(AddPacked(sum, PackRing(other, bits), bits).ok());
+    EXPECT_EQ(sum, expected);
+    const std::vector<uint32_t> before = sum;
+    EXPECT_EQ(AddPacked(sum, PackRing(other, bits).substr(1), bits).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(sum, before);  // nothing added
+  }
+}
+
 TEST(RingTest, PackedVectorsTakeTheirWidthAndComeBack) {
   const std::vector<uint32_t> values = {0, 1, 0xffff, 0x1234};
   EXPECT_EQ(PackRing(values, 16).size(), 8u);

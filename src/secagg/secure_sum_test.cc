@@ -80,9 +80,7 @@ Outcome RunAttempt(const RoundSetup& setup, const std::map<uint64_t, DropAt>& dr
     for (uint32_t& v : input) v = rng() & ((1u << setup.quantization_bits) - 1);
     auto masked = client.MaskInput(OverTheWire(mine, ParseSealedShare), input);
     if (!masked.ok()) continue;  // it did not share: the coordinator forwards it nothing and it has no place here
-    const std::vector<uint32_t> wire =
-        Must(UnpackRing(PackRing(*masked, setup.ring_bits), setup.ring_bits, input.size()));
-    if (Status s = server->AddMaskedInput(id, wire); !s.ok()) return {s};
+    if (Status s = server->AddMaskedInput(id, PackRing(*masked, setup.ring_bits)); !s.ok()) return {s};
     AddInto(outcome.expected, input, setup.ring_bits);
   }
   if (Status s = server->EndMasking(); !s.ok()) return {s};

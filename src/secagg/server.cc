@@ -106,21 +106,15 @@ std::vector<SealedShare> Server::SharesFor(uint64_t worker) const {
   return out;
 }
 
-Status Server::AddMaskedInput(uint64_t from, std::span<const uint32_t> masked) {
+Status Server::AddMaskedInput(uint64_t from, std::string_view packed) {
   PARSYN_RETURN_IF_ERROR(InPhase(Phase::kMaskedInput, "a masked input"));
   if (!shared_.count(from) || masked_.count(from)) {
     return PermissionDeniedError(Worker(from) + " may not send masked input (it shared no keys, or it sent one)");
   }
-  if (masked.size() != setup_.vector_length) {
-    return InvalidArgumentError("the masked input of " + Worker(from) + " has " + std::to_string(masked.size()) +
-                                " elements, not " + std::to_string(setup_.vector_length));
-  }
-  const uint32_t ring_mask = RingMask(setup_.ring_bits);
-  if (std::any_of(masked.begin(), masked.end(), [&](uint32_t v) { return v > ring_mask; })) {
-    return InvalidArgumentError("the masked input of " + Worker(from) + " has an element outside the ring");
-  }
   if (sum_.empty()) sum_.assign(setup_.vector_length, 0);
-  AddInto(sum_, masked, setup_.ring_bits);
+  if (Status added = AddPacked(sum_, packed, setup_.ring_bits); !added.ok()) {
+    return InvalidArgumentError("the masked input of " + Worker(from) + ": " + std::string(added.message()));
+  }
   masked_.insert(from);
   return Status::Ok();
 }

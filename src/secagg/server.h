@@ -14,6 +14,7 @@
 #include <map>
 #include <set>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -42,8 +43,8 @@ class Server {
   // What a worker that shared takes into phase 3: the shares sealed for it by its neighbors that shared.
   std::vector<SealedShare> SharesFor(uint64_t worker) const;
 
-  // Phase 3: a worker that shared sends its masked input; it is added into the sum at once.
-  Status AddMaskedInput(uint64_t from, std::span<const uint32_t> masked);
+  // Phase 3: a worker that shared sends its masked input, packed (PackRing); it is added into the sum at once.
+  Status AddMaskedInput(uint64_t from, std::string_view packed);
   Status EndMasking();
   // The workers whose masked inputs are in the sum (phase 4's survivors), ascending.
   const std::vector<uint64_t>& survivors() const { return survivors_; }
