@@ -1,0 +1,64 @@
+#include "secagg/update_vector.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+namespace parsyn::secagg {
+
+size_t UpdateVectorLength(const weights::WeightSet& global) {
+  size_t length = 0;
+  for (const weights::Tensor& t : global.tensors()) {
+    if (weights::IsFloat(t.dtype)) length += static_cast<size_t>(t.numel());
+  }
+  return length;
+}
+
+StatusOr<std::vector<float>> UpdateVector(const weights::WeightSet& global, const weights::WeightSet& trained) {
+  PARSYN_RETURN_IF_ERROR(global.CheckSameLayout(trained));
+  std::vector<float> out;
+  out.reserve(UpdateVectorLength(global));
+  for (size_t k = 0; k < global.tensors().size(); ++k) {
+    const weights::Tensor& g = global[k];
+    const weights::Tensor& t = trained[k];
+    if (!weights::IsFloat(g.dtype)) {
+      if (g.data.size() != t.data.size() || std::memcmp(g.data.data(), t.data.data(), g.data.size()) != 0) {
+        return InvalidArgumentError("tensor '" + g.name + "' is not exchanged (" +
+                                    std::string(weights::DTypeName(g.dtype)) + "), and the update changed it");
+      }
+      continue;
+    }
+    for (int64_t i = 0; i < g.numel(); ++i) {
+      const float change = static_cast<float>(weights::LoadElement(t, i) - weights::LoadElement(g, i));
+      if (!std::isfinite(change)) {
+        return InvalidArgumentError("tensor '" + g.name + "' has a non-finite change at index " + std::to_string(i));
+      }
+      out.push_back(change);
+    }
+  }
+  return out;
+}
+
+StatusOr<weights::WeightSet> ApplyUpdateVector(const weights::WeightSet& global, std::span<const float> change) {
+  if (change.size() != UpdateVectorLength(global)) {
+    return InvalidArgumentError("a change of " + std::to_string(change.size()) + " values for a global of " +
+                                std::to_string(UpdateVectorLength(global)) + " exchanged values");
+  }
+  weights::WeightSet out;
+  size_t at = 0;
+  for (const weights::Tensor& g : global.tensors()) {
+    PARSYN_ASSIGN_OR_RETURN(std::span<std::byte> bytes, out.AddZeros(g.name, g.dtype, g.shape));
+    if (!weights::IsFloat(g.dtype)) {
+      std::memcpy(bytes.data(), g.data.data(), bytes.size());
+      continue;
+    }
+    const weights::Tensor& made = out.tensors().back();
+    for (int64_t i = 0; i < g.numel(); ++i) {
+      weights::StoreElement(made, i, weights::LoadElement(g, i) + static_cast<double>(change[at++]));
+    }
+  }
+  out.metadata() = global.metadata();
+  return out;
+}
+
+}  // namespace parsyn::secagg
