@@ -76,24 +76,27 @@ std::string Client::ShareAssociatedData(uint64_t owner, uint64_t holder) const {
 StatusOr<std::vector<SealedShare>> Client::ShareKeys(std::span<const AdvertisedKeys> neighbor_keys,
                                                      const KeyVerifier& verify) {
   if (phase_ != Phase::kAdvertised) return FailedPreconditionError("keys are shared once, after advertising them");
+  // Every key is checked before any is kept: a refusal leaves this worker as it was.
   std::set<Key32> public_keys = {sealing_.public_key, masking_.public_key};
+  std::map<uint64_t, AdvertisedKeys> accepted;
   for (const AdvertisedKeys& keys : neighbor_keys) {
     const std::string who = "worker " + std::to_string(keys.worker);
-    if (!std::binary_search(neighbors_.begin(), neighbors_.end(), keys.worker) || peer_keys_.count(keys.worker)) {
+    if (!std::binary_search(neighbors_.begin(), neighbors_.end(), keys.worker) || accepted.count(keys.worker)) {
       return PermissionDeniedError("the keys of " + who + " were forwarded, and it is not a neighbor, or twice");
     }
     if (!public_keys.insert(keys.sealing_key).second || !public_keys.insert(keys.masking_key).second) {
       return PermissionDeniedError("the keys of " + who + " repeat a key already seen in this attempt");
     }
     if (verify) PARSYN_RETURN_IF_ERROR(verify(setup_.attempt, keys));
-    peer_keys_[keys.worker] = keys;
+    accepted[keys.worker] = keys;
   }
-  if (peer_keys_.size() + 1 < setup_.share_threshold) {
-    return FailedPreconditionError(std::to_string(peer_keys_.size()) +
+  if (accepted.size() + 1 < setup_.share_threshold) {
+    return FailedPreconditionError(std::to_string(accepted.size()) +
                                    " neighbors advertised keys, and rebuilding a "
                                    "secret takes " +
                                    std::to_string(setup_.share_threshold) + " holders");
   }
+  peer_keys_ = std::move(accepted);
   std::vector<uint32_t> points = {SharePoint(setup_, self_)};
   for (const auto& [id, keys] : peer_keys_) points.push_back(SharePoint(setup_, id));
   PARSYN_ASSIGN_OR_RETURN(std::vector<ShamirShare> seed_shares, SplitSecret(seed_, setup_.share_threshold, points));
@@ -151,13 +154,15 @@ StatusOr<std::vector<uint32_t>> Client::MaskInput(std::span<const SealedShare> r
   for (uint32_t v : input) {
     if (v > ring_mask) return InvalidArgumentError("a quantized value does not fit the ring");
   }
+  std::map<uint64_t, HeldShares> opened;  // kept only once every share opened
   for (const SealedShare& share : received) {
-    if (held_.count(share.from)) {
+    if (opened.count(share.from)) {
       return PermissionDeniedError("two shares from worker " + std::to_string(share.from) + " were forwarded");
     }
     PARSYN_ASSIGN_OR_RETURN(HeldShares held, OpenShare(share));
-    held_.emplace(share.from, std::move(held));
+    opened.emplace(share.from, std::move(held));
   }
+  held_ = std::move(opened);
   std::vector<SignedSeed> masks = {{seed_, 1}};
   for (const auto& [id, held] : held_) {
     PARSYN_ASSIGN_OR_RETURN(const Key32 seed,

@@ -156,6 +156,24 @@ TEST(SecureSumTest, EveryPhaseSurvivesADropoutWhileEnoughSurvive) {
   }
 }
 
+TEST(SecureSumTest, ARefusedForwardLeavesTheWorkerAsItWas) {
+  const RoundSetup setup = *MakeRoundSetup("refused", {1, 2, 3, 4}, 3, 3, 16, 1.0, 8, *RandomKey());
+  Server server = Must(Server::Start(setup));
+  std::map<uint64_t, Client> clients;
+  for (uint64_t id : setup.participants) {
+    clients.emplace(id, Must(Client::Start(setup, id, KeySigner{})));
+    ASSERT_TRUE(server.AddAdvertisedKeys(id, clients.at(id).advertised(), nullptr).ok());
+  }
+  ASSERT_TRUE(server.EndAdvertising().ok());
+  std::vector<AdvertisedKeys> forwarded = server.KeysFor(1);
+  forwarded.push_back(forwarded.front());  // a neighbor's keys twice
+  EXPECT_EQ(clients.at(1).ShareKeys(forwarded, nullptr).status().code(), StatusCode::kPermissionDenied);
+  forwarded.pop_back();
+  auto shares = clients.at(1).ShareKeys(forwarded, nullptr);  // the genuine list is still taken
+  ASSERT_TRUE(shares.ok()) << shares.status().ToString();
+  EXPECT_EQ(shares->size(), 3u);
+}
+
 TEST(SecureSumTest, TooFewSurvivorsFailTheAttemptInTheirPhase) {
   std::mt19937 rng(8);
   const std::vector<uint64_t> ids = {1, 2, 3, 4, 5, 6};
