@@ -10,6 +10,7 @@ namespace parsyn::secagg {
 namespace {
 
 constexpr uint32_t kRoundingDomain = 0x53415231;  // "SAR1"
+constexpr uint32_t kNoiseDomain = 0x53414e31;     // "SAN1"
 
 Status CheckQuantization(const Quantization& q) {
   if (q.bits != 8 && q.bits != 16) return InvalidArgumentError("quantization_bits is 8 or 16");
@@ -49,6 +50,19 @@ StatusOr<std::vector<uint32_t>> QuantizeUpdate(std::span<const float> values, do
   }
   out.back() = RoundStochastically(weight * levels, levels, stream);
   return out;
+}
+
+Status ClipAndAddNoise(std::span<float> change, double clip_norm, double noise_stddev, const Key32& noise_key) {
+  if (!(clip_norm > 0) || !std::isfinite(clip_norm) || !(noise_stddev >= 0) || !std::isfinite(noise_stddev)) {
+    return InvalidArgumentError("the clipping norm must be positive and the noise's standard deviation at least 0");
+  }
+  double norm_sq = 0;
+  for (float v : change) norm_sq += static_cast<double>(v) * v;
+  if (!std::isfinite(norm_sq)) return InvalidArgumentError("the change is not finite");
+  const double scale = std::min(1.0, clip_norm / std::sqrt(norm_sq));
+  weights::GaussianStream noise(noise_key, kNoiseDomain, 0);
+  for (float& v : change) v = static_cast<float>(v * scale + noise_stddev * noise.Next());
+  return Status::Ok();
 }
 
 StatusOr<DequantizedMean> DequantizeMean(std::span<const uint32_t> sum, size_t contributors,

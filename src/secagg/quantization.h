@@ -29,6 +29,15 @@ struct Quantization {
 StatusOr<std::vector<uint32_t>> QuantizeUpdate(std::span<const float> values, double weight,
                                                const Quantization& quantization, const Key32& rounding_key);
 
+// Distributed differential privacy (dp_fedavg under secure aggregation, where the coordinator cannot clip or add
+// noise to what it never sees): scales `change` down to an L2 norm of at most `clip_norm`, then adds to each value a
+// normal draw of standard deviation `noise_stddev` under `noise_key` (a fresh key of the worker's own: no one else may
+// know its noise). With noise_stddev = sigma C / sqrt(K) for a round of K workers, the sum of their noise has the
+// standard deviation sigma C that dp_fedavg adds centrally (if all K are summed; with s survivors it is
+// sigma C sqrt(s / K), which the accountant must be told). InvalidArgument for a norm or stddev that is negative or not
+// finite, or a change that is not finite.
+Status ClipAndAddNoise(std::span<float> change, double clip_norm, double noise_stddev, const Key32& noise_key);
+
 struct DequantizedMean {
   std::vector<float> mean;  // sum(w_i x_i) / sum(w_i), one value per element but the last
   double weight_sum = 0;    // sum(w_i)

@@ -61,6 +61,31 @@ TEST(QuantizationTest, ValuesAreClippedToTheRange) {
   EXPECT_NEAR(mean.mean[2], 0.25f, 2.0 / 65535);
 }
 
+TEST(QuantizationTest, ClipAndAddNoiseBoundsTheNormAndAddsNoiseOfTheGivenSpread) {
+  std::vector<float> change(20000, 0.1f);  // norm 0.1 * sqrt(20000) = 14.1
+  ASSERT_TRUE(ClipAndAddNoise(change, 2.0, 0.0, Key32{}).ok());
+  double norm_sq = 0;
+  for (float v : change) norm_sq += static_cast<double>(v) * v;
+  EXPECT_NEAR(std::sqrt(norm_sq), 2.0, 1e-4);
+  std::vector<float> small(20000, 0.0f), same(20000, 0.0f);
+  small[0] = 0.5f;
+  same[0] = 0.5f;
+  const Key32 key = *RandomKey();
+  ASSERT_TRUE(ClipAndAddNoise(small, 2.0, 0.3, key).ok());  // below the norm: not scaled
+  ASSERT_TRUE(ClipAndAddNoise(same, 2.0, 0.3, key).ok());
+  EXPECT_EQ(small, same);  // the key decides the noise
+  double sum = 0, sum_sq = 0;
+  for (size_t i = 1; i < small.size(); ++i) {
+    sum += small[i];
+    sum_sq += static_cast<double>(small[i]) * small[i];
+  }
+  const double n = static_cast<double>(small.size() - 1);
+  EXPECT_NEAR(sum / n, 0.0, 0.01);
+  EXPECT_NEAR(std::sqrt(sum_sq / n), 0.3, 0.01);
+  EXPECT_EQ(ClipAndAddNoise(small, 0.0, 0.3, key).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ClipAndAddNoise(small, 1.0, -1.0, key).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(QuantizationTest, WhatIsNotAnUpdateOrASumOfUpdatesIsRefused) {
   const Quantization q{8, 1.0};
   const std::vector<float> update = {0.f, 1.f};

@@ -24,33 +24,6 @@ std::string Number(double v) {
   return buf;
 }
 
-// Standard normals by Box–Muller over the job private key's noise stream of a round (documented in dp_fed_avg.h).
-class GaussianStream {
- public:
-  GaussianStream(const weights::SecretKey& key, int round) : words_(key, DpFedAvg::kDpNoiseDomain, round) {}
-
-  double Next() {
-    if (has_spare_) {
-      has_spare_ = false;
-      return spare_;
-    }
-    const uint64_t w1 = words_.Next();
-    const uint64_t w2 = words_.Next();
-    const double u1 = static_cast<double>((w1 >> 11) + 1) * 0x1p-53;  // (0, 1]: log(u1) is finite
-    const double u2 = static_cast<double>(w2 >> 11) * 0x1p-53;        // [0, 1)
-    const double r = std::sqrt(-2 * std::log(u1));
-    const double theta = 2 * std::numbers::pi * u2;
-    spare_ = r * std::sin(theta);
-    has_spare_ = true;
-    return r * std::cos(theta);
-  }
-
- private:
-  weights::KeyedStream words_;
-  bool has_spare_ = false;
-  double spare_ = 0;
-};
-
 StatusOr<WeightSet> StateOf(const RdpAccountant& accountant, double epsilon, const DpRoundReport& report) {
   WeightSet state;
   state.metadata()["strategy"] = "dp_fedavg";
@@ -175,7 +148,7 @@ double DpFedAvg::SamplingRate(int64_t participants, int64_t eligible_workers) co
 StatusOr<WeightSet> DpFedAvg::FinishFromMean(WeightSet mean_delta, int participants) {  // Σ clip(Δ_i) / K, float32
 
   const double stddev = options_.noise_multiplier * options_.clip_norm / participants;
-  GaussianStream noise(private_key_, round_);
+  weights::GaussianStream noise(private_key_, kDpNoiseDomain, static_cast<uint64_t>(round_));
   WeightSet next;
   for (size_t k = 0; k < global_.size(); ++k) {
     const Tensor& g = global_[k];

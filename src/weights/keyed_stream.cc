@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstring>
+#include <numbers>
 
 #include "base/sha256.h"
 #include "base/strings.h"
@@ -66,6 +68,22 @@ void KeyedStream::Refill() {
 uint64_t KeyedStream::Next() {
   if (next_ == words_.size()) Refill();
   return words_[next_++];
+}
+
+double GaussianStream::Next() {
+  if (has_spare_) {
+    has_spare_ = false;
+    return spare_;
+  }
+  const uint64_t w1 = words_.Next();
+  const uint64_t w2 = words_.Next();
+  const double u1 = static_cast<double>((w1 >> 11) + 1) * 0x1p-53;  // (0, 1]: log(u1) is finite
+  const double u2 = static_cast<double>(w2 >> 11) * 0x1p-53;        // [0, 1)
+  const double r = std::sqrt(-2 * std::log(u1));
+  const double theta = 2 * std::numbers::pi * u2;
+  spare_ = r * std::sin(theta);
+  has_spare_ = true;
+  return r * std::cos(theta);
 }
 
 uint64_t KeyedRank(const SecretKey& key, uint32_t domain, uint64_t round, uint64_t item) {

@@ -42,6 +42,20 @@ class KeyedStream {
   size_t next_ = 0;
 };
 
+// Standard normal draws by Box-Muller over KeyedStream(key, domain, round): two words per pair of draws, u1 from the
+// first word's top 53 bits in (0, 1] (so log(u1) is finite), u2 from the second's in [0, 1); r = sqrt(-2 log u1),
+// draws r cos(2 pi u2), then r sin(2 pi u2). The same key and nonce give the same draws on every run.
+class GaussianStream {
+ public:
+  GaussianStream(const SecretKey& key, uint32_t domain, uint64_t round) : words_(key, domain, round) {}
+  double Next();
+
+ private:
+  KeyedStream words_;
+  bool has_spare_ = false;
+  double spare_ = 0;
+};
+
 // A 64-bit pseudorandom value of (domain, round, item) under `key`: the first 8 bytes of HMAC-SHA256(key, the three
 // as little-endian integers). For ranking items (client sampling) so that no one without the key can predict them.
 uint64_t KeyedRank(const SecretKey& key, uint32_t domain, uint64_t round, uint64_t item);
