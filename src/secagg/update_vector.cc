@@ -61,4 +61,34 @@ StatusOr<weights::WeightSet> ApplyUpdateVector(const weights::WeightSet& global,
   return out;
 }
 
+StatusOr<std::vector<uint32_t>> QuantizedUpdate(const weights::WeightSet& global, const weights::WeightSet& trained,
+                                                int64_t samples, int64_t sample_bound, const Quantization& quantization,
+                                                const Key32& rounding_key) {
+  if (sample_bound < 1 || samples < 1 || samples > sample_bound) {
+    return InvalidArgumentError("a sample count of " + std::to_string(samples) + " is outside 1.." +
+                                std::to_string(sample_bound) + ", the round's bound");
+  }
+  PARSYN_ASSIGN_OR_RETURN(const std::vector<float> change, UpdateVector(global, trained));
+  const double weight = static_cast<double>(samples) / static_cast<double>(sample_bound);
+  return QuantizeUpdate(change, weight, quantization, rounding_key);
+}
+
+StatusOr<SecureMean> MeanFromSecureSum(const weights::WeightSet& global, std::span<const uint32_t> sum,
+                                       size_t survivors, int64_t sample_bound, const Quantization& quantization) {
+  if (sum.size() != UpdateVectorLength(global) + 1) {
+    return InvalidArgumentError("a secure sum of " + std::to_string(sum.size()) + " elements for a global of " +
+                                std::to_string(UpdateVectorLength(global)) + " exchanged values (and the weight)");
+  }
+  PARSYN_ASSIGN_OR_RETURN(DequantizedMean mean, DequantizeMean(sum, survivors, quantization));
+  SecureMean out;
+  out.total_samples = mean.weight_sum * static_cast<double>(sample_bound);
+  // Each weight is at most 1 plus a rounding step; the sum of `survivors` weights, at most `survivors` of them.
+  if (mean.weight_sum > static_cast<double>(survivors) * (1 + 1e-6)) {
+    return InvalidArgumentError("the survivors' weights add up to " + std::to_string(mean.weight_sum) + ", above " +
+                                std::to_string(survivors) + " (a sample count above the round's bound)");
+  }
+  PARSYN_ASSIGN_OR_RETURN(out.weights, ApplyUpdateVector(global, mean.mean));
+  return out;
+}
+
 }  // namespace parsyn::secagg

@@ -7,10 +7,13 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
 #include "base/status.h"
+#include "secagg/crypto.h"
+#include "secagg/quantization.h"
 #include "weights/weight_set.h"
 
 namespace parsyn::secagg {
@@ -26,5 +29,23 @@ StatusOr<std::vector<float>> UpdateVector(const weights::WeightSet& global, cons
 // global + change, in the global's dtypes (rounded as StoreElement rounds); other tensors copied. InvalidArgument
 // when `change` is not UpdateVectorLength(global) long.
 StatusOr<weights::WeightSet> ApplyUpdateVector(const weights::WeightSet& global, std::span<const float> change);
+
+// What a worker sends into the secure sum: its change from the global, quantized with the weight samples /
+// sample_bound (the round's declared bound on any worker's sample count). InvalidArgument for a sample count outside
+// 1..sample_bound, or what UpdateVector and QuantizeUpdate refuse. `rounding_key`: a fresh random key.
+StatusOr<std::vector<uint32_t>> QuantizedUpdate(const weights::WeightSet& global, const weights::WeightSet& trained,
+                                                int64_t samples, int64_t sample_bound, const Quantization& quantization,
+                                                const Key32& rounding_key);
+
+struct SecureMean {
+  weights::WeightSet weights;  // the global plus the mean change, in the global's dtypes
+  double total_samples = 0;    // the survivors' samples as the sum's weights give them (up to quantization)
+};
+
+// The round's new weights from the unmasked sum of `survivors` quantized updates: the global plus their mean change
+// weighted by sample count, with DequantizeMean's checks, and the round's sample total, which must not exceed
+// survivors x sample_bound (InvalidArgument otherwise: the weights were not what workers may send).
+StatusOr<SecureMean> MeanFromSecureSum(const weights::WeightSet& global, std::span<const uint32_t> sum,
+                                       size_t survivors, int64_t sample_bound, const Quantization& quantization);
 
 }  // namespace parsyn::secagg

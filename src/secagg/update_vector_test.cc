@@ -49,5 +49,28 @@ TEST(UpdateVectorTest, ChangesToTensorsThatAreNotExchangedAndOtherLayoutsAreRefu
   EXPECT_EQ(ApplyUpdateVector(global, std::vector<float>(9)).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(UpdateVectorTest, TheSecureSumOfQuantizedUpdatesGivesTheSampleWeightedMean) {
+  const WeightSet global = Weights(1.0f);
+  const std::vector<std::pair<float, int64_t>> workers = {{1.5f, 30}, {0.5f, 10}, {2.0f, 60}};  // trained from, samples
+  std::vector<uint32_t> sum(UpdateVectorLength(global) + 1, 0);
+  for (const auto& [from, samples] : workers) {
+    auto q = QuantizedUpdate(global, Weights(from), samples, 60, {16, 2.0}, *RandomKey());
+    ASSERT_TRUE(q.ok()) << q.status().ToString();
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += (*q)[i];
+  }
+  auto mean = MeanFromSecureSum(global, sum, workers.size(), 60, {16, 2.0});
+  ASSERT_TRUE(mean.ok()) << mean.status().ToString();
+  EXPECT_NEAR(mean->total_samples, 100, 0.01);
+  // Every float changes by (30 * 0.5 + 10 * -0.5 + 60 * 1.0) / 100 = 0.7.
+  for (int64_t i = 0; i < 6; ++i) {
+    EXPECT_NEAR(weights::LoadElement(mean->weights[0], i), weights::LoadElement(global[0], i) + 0.7, 1e-3);
+  }
+  EXPECT_EQ(mean->weights[1].as<int64_t>()[0], 7);
+  EXPECT_EQ(QuantizedUpdate(global, Weights(1.5f), 61, 60, {16, 2.0}, Key32{}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(MeanFromSecureSum(global, std::vector<uint32_t>(3), 1, 60, {16, 2.0}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace parsyn::secagg
