@@ -153,6 +153,7 @@ void ParseDistributed(const json* object, DistributedConfig& d, std::vector<std:
   }
   ParsePartition(r.Object("partition"), d.partition, errors);
   ParseCompression(r.Object("compression"), d.compression, errors);
+  ParseSecureAggregation(r.Object("secure_aggregation"), d.secure_aggregation, errors);
   r.RejectUnknown();
 }
 
@@ -302,6 +303,12 @@ StatusOr<JobSpec> ParseJobSpecCollecting(const json& body, std::vector<std::stri
   }
   CheckStrategyRules(d.strategy, d.strategy_options, d.enabled, d.min_workers, d.max_workers, errors);
   FinishLoraRanks(spec.lora_ranks, spec.config, d.strategy, spec.SelectedWorkers(), errors);
+  CheckSecureAggregation(d.secure_aggregation, d.enabled, d.strategy, d.compression, d.min_workers, errors);
+  if (d.secure_aggregation.enabled && spec.lora_ranks.mixed()) {
+    errors.push_back(
+        "distributed.secure_aggregation needs one LoRA rank for every worker (their updates are added element by "
+        "element): remove config.lora_ranks and config.lora_r \"auto\"");
+  }
   if (!d.enabled && d.early_stopping) {
     errors.push_back(
         "distributed.early_stopping needs distributed.enabled true: an ordinary job trains one round, so there is "
@@ -482,6 +489,9 @@ json JobSpecToJson(const JobSpec& spec) {
   // Omitted when off (update "none", no zstd), so older stored specs read back the same.
   if (d.compression != protocol::UpdateCompression{}) {
     out["distributed"]["compression"] = protocol::UpdateCompressionToJson(d.compression);
+  }
+  if (d.secure_aggregation != SecureAggregationSpec{}) {
+    out["distributed"]["secure_aggregation"] = SecureAggregationToJson(d.secure_aggregation);
   }
   if (d.early_stopping) {
     out["distributed"]["early_stopping"] = {{"patience", d.early_stopping->patience},

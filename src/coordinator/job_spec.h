@@ -46,6 +46,8 @@
 //   distributed.compression.delta       boolean           false                bf16/int8/int4 only
 //   distributed.compression.zstd_level  integer           0 (no zstd)          0..19; also zstd on the globals
 //   distributed.compression.error_feedback boolean        false                bf16/int8/int4 only
+//   distributed.secure_aggregation      object            absent (off)         secure_aggregation_spec.h,
+//                                                                              docs/secure-aggregation.md
 //   worker_selection.mode               string            from the lists:      "own" | "managed" | "mixed" | "auto"
 //                                                         own, managed, mixed
 //                                                         or (none) auto
@@ -90,6 +92,7 @@
 
 #include "base/status.h"
 #include "coordinator/lora_rank_spec.h"
+#include "coordinator/secure_aggregation_spec.h"
 #include "protocol/messages.h"
 #include "protocol/training_config.h"
 #include "strategy/strategy_options.h"
@@ -156,6 +159,7 @@ struct DistributedConfig {
   std::optional<EarlyStopping> early_stopping;  // absent: off
   DataPartition partition;                      // JSON: distributed.partition
   protocol::UpdateCompression compression;      // JSON: distributed.compression
+  SecureAggregationSpec secure_aggregation;     // JSON: distributed.secure_aggregation
 
   friend bool operator==(const DistributedConfig&, const DistributedConfig&) = default;
 };

@@ -922,3 +922,45 @@ TEST(JobSpecTest, MalformedJson) {
 
 }  // namespace
 }  // namespace parsyn::coordinator
+
+namespace parsyn::coordinator {
+namespace {
+
+TEST(JobSpecTest, SecureAggregationIsReadCheckedAndNormalised) {
+  json body = SpecExample();
+  body["distributed"]["secure_aggregation"] = {{"enabled", true}, {"threshold", 2}, {"quantization_bits", 8}};
+  StatusOr<JobSpec> spec = ParseJobSpec(body.dump());
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(spec->distributed.secure_aggregation.enabled);
+  EXPECT_EQ(spec->distributed.secure_aggregation.threshold_count, 2);
+  const json normal = JobSpecToJson(*spec);
+  EXPECT_EQ(normal["distributed"]["secure_aggregation"]["clipping_range"], 8.0);
+  StatusOr<JobSpec> again = ParseJobSpec(normal.dump());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(*again, *spec);
+  EXPECT_FALSE(JobSpecToJson(*ParseJobSpec(SpecExample().dump()))["distributed"].contains("secure_aggregation"));
+
+  for (const auto& [edit, words] : std::vector<std::pair<std::function<void(json&)>, std::string>>{
+           {[](json& b) { b["distributed"]["strategy"] = "median"; }, "distributed.strategy \"median\""},
+           {[](json& b) {
+              b["distributed"]["compression"] = {{"update", "int8"}};
+            },
+            "distributed.compression"},
+           {[](json& b) { b["distributed"]["strategy"] = "dp_fedavg"; }, "\"dp_fedavg\""},
+           {[](json& b) {
+              b["config"]["lora_ranks"] = {{"1", 4}};
+            },
+            "config.lora_ranks"},
+           {[](json& b) { b["distributed"]["secure_aggregation"]["threshold"] = 3; }, "distributed.min_workers (2)"},
+           {[](json& b) { b["distributed"]["secure_aggregation"]["neighbors"] = "all"; },
+            "distributed.secure_aggregation.neighbors"}}) {
+    json bad = body;
+    edit(bad);
+    const Status status = ParseJobSpec(bad.dump()).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << bad.dump();
+    EXPECT_NE(status.message().find(words), std::string::npos) << status.ToString();
+  }
+}
+
+}  // namespace
+}  // namespace parsyn::coordinator

@@ -71,15 +71,14 @@ TEST(SecureAggregationSpecTest, BadValuesAreRefusedNamingTheField) {
 
 TEST(SecureAggregationSpecTest, StrategiesThatNeedSingleUpdatesAndUpdateCompressionAreRefused) {
   const SecureAggregationSpec on = ParseSection(json{{"enabled", true}}).spec;
-  for (StrategyKind ok :
-       {StrategyKind::kFederatedAveraging, StrategyKind::kFedProx, StrategyKind::kFedAvgM, StrategyKind::kFedAdam,
-        StrategyKind::kFedYogi, StrategyKind::kFedAdagrad, StrategyKind::kDpFedAvg}) {
+  for (StrategyKind ok : {StrategyKind::kFederatedAveraging, StrategyKind::kFedProx, StrategyKind::kFedAvgM,
+                          StrategyKind::kFedAdam, StrategyKind::kFedYogi, StrategyKind::kFedAdagrad}) {
     std::vector<std::string> errors;
     CheckSecureAggregation(on, true, ok, {}, 3, errors);
     EXPECT_TRUE(errors.empty()) << Joined(errors);
   }
-  for (StrategyKind refused :
-       {StrategyKind::kMedian, StrategyKind::kTrimmedMean, StrategyKind::kKrum, StrategyKind::kMultiKrum}) {
+  for (StrategyKind refused : {StrategyKind::kMedian, StrategyKind::kTrimmedMean, StrategyKind::kKrum,
+                               StrategyKind::kMultiKrum, StrategyKind::kDpFedAvg}) {
     std::vector<std::string> errors;
     CheckSecureAggregation(on, true, refused, {}, 3, errors);
     ASSERT_EQ(errors.size(), 1u);
