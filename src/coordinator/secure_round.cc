@@ -14,21 +14,23 @@ std::string_view SecureRoundPhaseName(Phase phase) {
     case Phase::kShare: return "share";
     case Phase::kMaskedInput: return "masked_input";
     case Phase::kUnmask: return "unmask";
+    case Phase::kRevealed: return "revealed";
     case Phase::kUnmasked: return "unmasked";
     case Phase::kFailed: return "failed";
   }
   return "failed";
 }
 
-StatusOr<SecureRound> SecureRound::Start(secagg::RoundSetup setup, Clock::TimePoint now, Clock::Duration phase_timeout,
+StatusOr<SecureRound> SecureRound::Start(secagg::RoundSetup setup, Clock::TimePoint now,
+                                         Clock::Duration exchange_timeout, Clock::Duration masked_input_timeout,
                                          secagg::KeyVerifier verify) {
   PARSYN_ASSIGN_OR_RETURN(secagg::Server server, secagg::Server::Start(std::move(setup)));
-  return SecureRound(std::move(server), now, phase_timeout, std::move(verify));
+  return SecureRound(std::move(server), now, exchange_timeout, masked_input_timeout, std::move(verify));
 }
 
 std::optional<Clock::TimePoint> SecureRound::deadline() const {
-  if (phase_ == Phase::kUnmasked || phase_ == Phase::kFailed) return std::nullopt;
-  return phase_started_ + timeout_;
+  if (phase_ >= Phase::kRevealed) return std::nullopt;
+  return phase_started_ + (phase_ == Phase::kMaskedInput ? masked_input_timeout_ : exchange_timeout_);
 }
 
 std::set<uint64_t> SecureRound::Expected() const {
@@ -64,13 +66,7 @@ void SecureRound::EndPhase(Clock::TimePoint now) {
     case Phase::kAdvertise: ended = server_.EndAdvertising(); break;
     case Phase::kShare: ended = server_.EndSharing(); break;
     case Phase::kMaskedInput: ended = server_.EndMasking(); break;
-    case Phase::kUnmask: {
-      StatusOr<std::vector<uint32_t>> sum = server_.Unmask();
-      if (!sum.ok()) return Fail(sum.status());
-      sum_ = std::move(*sum);
-      phase_ = Phase::kUnmasked;
-      return;
-    }
+    case Phase::kUnmask: phase_ = Phase::kRevealed; return;  // Unmask does the rest, off the loop
     default: return;
   }
   if (!ended.ok()) return Fail(ended);
@@ -80,7 +76,7 @@ void SecureRound::EndPhase(Clock::TimePoint now) {
 }
 
 void SecureRound::EndPhaseIfComplete(Clock::TimePoint now) {
-  if (phase_ == Phase::kUnmasked || phase_ == Phase::kFailed) return;
+  if (phase_ >= Phase::kRevealed) return;
   const std::set<uint64_t> expected = Expected();
   const std::set<uint64_t>& sent = Sent();
   if (std::includes(sent.begin(), sent.end(), expected.begin(), expected.end())) EndPhase(now);
@@ -138,14 +134,25 @@ void SecureRound::Tick(Clock::TimePoint now) {
   if (const std::optional<Clock::TimePoint> due = deadline(); due && now >= *due) EndPhase(now);
 }
 
-StatusOr<std::vector<uint32_t>> SecureRound::TakeSum() {
-  if (phase_ != Phase::kUnmasked || !sum_) {
-    return FailedPreconditionError("the secure sum of " + setup().attempt + " is not unmasked (phase " +
+void SecureRound::EndMaskedInput(Clock::TimePoint now) {
+  if (phase_ == Phase::kMaskedInput) EndPhase(now);
+}
+
+StatusOr<std::vector<uint32_t>> SecureRound::Unmask() {
+  if (phase_ != Phase::kRevealed) {
+    return FailedPreconditionError("the secure sum of " + setup().attempt + " is not ready to unmask (phase " +
                                    std::string(SecureRoundPhaseName(phase_)) + ")");
   }
-  std::vector<uint32_t> sum = std::move(*sum_);
-  sum_.reset();
-  return sum;
+  return server_.Unmask();
+}
+
+void SecureRound::Unmasked(const Status& outcome) {
+  if (phase_ != Phase::kRevealed) return;
+  if (outcome.ok()) {
+    phase_ = Phase::kUnmasked;
+  } else {
+    Fail(outcome);
+  }
 }
 
 nlohmann::json SecureRound::Participation() const {

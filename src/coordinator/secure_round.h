@@ -2,10 +2,16 @@
 // attempt's secagg::Server, which participants are still live, and when each phase ends.
 //
 // A phase ends as soon as every live worker expected in it has sent its message (phase 1: every participant; each
-// later phase: those that took part in the one before), or at its deadline, `phase_timeout` after it began, with
-// those that did. A worker the round loses (disconnected, its task failed, dropped by the engine) is not waited for.
-// A phase that ends with fewer workers than the threshold, or an unmasking without enough shares, fails the attempt
-// with the reason; the JobRunner then retries the round as a new attempt, with a new SecureRound and fresh keys.
+// later phase: those that took part in the one before), or at its deadline with those that did: `exchange_timeout`
+// after it began for the key exchanges and the revealing of shares, `masked_input_timeout` for the masked inputs
+// (which wait for training). A worker the round loses (disconnected, its task failed, dropped by the engine) is not
+// waited for. A phase that ends with fewer workers than the threshold, or an unmasking without enough shares, fails the
+// attempt with the reason; the JobRunner then retries the round as a new attempt, with a new SecureRound and fresh
+// keys.
+//
+// Once every share is in (kRevealed), Unmask does the heavy part, taking the masks off (seconds for a large model),
+// off the event loop: it touches nothing the other methods read, and they take no message in kRevealed. Unmasked
+// then records its outcome, on the loop.
 //
 // Pure: no I/O and no clock of its own (times are passed in). The JobRunner owns one per secure attempt, on its loop.
 #pragma once
@@ -28,17 +34,17 @@ namespace parsyn::coordinator {
 
 class SecureRound {
  public:
-  enum class Phase { kAdvertise, kShare, kMaskedInput, kUnmask, kUnmasked, kFailed };
+  enum class Phase { kAdvertise, kShare, kMaskedInput, kUnmask, kRevealed, kUnmasked, kFailed };
 
   // `verify` checks advertised keys (mutual TLS), or is null. InvalidArgument for a setup secagg refuses.
-  static StatusOr<SecureRound> Start(secagg::RoundSetup setup, Clock::TimePoint now, Clock::Duration phase_timeout,
-                                     secagg::KeyVerifier verify);
+  static StatusOr<SecureRound> Start(secagg::RoundSetup setup, Clock::TimePoint now, Clock::Duration exchange_timeout,
+                                     Clock::Duration masked_input_timeout, secagg::KeyVerifier verify);
 
   Phase phase() const { return phase_; }
   // Why the attempt failed (phase kFailed); OK otherwise.
   const Status& failure() const { return failure_; }
   const secagg::RoundSetup& setup() const { return server_.setup(); }
-  // When the phase in progress ends at the latest; nullopt once unmasked or failed.
+  // When the phase in progress ends at the latest; nullopt once every share is in, or failed.
   std::optional<Clock::TimePoint> deadline() const;
 
   // A worker's message of the phase in progress: refused with the secagg::Server's error (nothing changes), or taken;
@@ -60,15 +66,26 @@ class SecureRound {
   // Ends the phase in progress if its deadline has passed.
   void Tick(Clock::TimePoint now);
 
-  // The unmasked sum of the survivors' quantized inputs, once (phase kUnmasked); FailedPrecondition before.
-  StatusOr<std::vector<uint32_t>> TakeSum();
+  // Ends the masked-input phase now, with the inputs that came (the round aggregates: no one else is awaited).
+  void EndMaskedInput(Clock::TimePoint now);
+
+  // Phase kRevealed: the unmasked sum of the survivors' quantized inputs (FailedPrecondition in another phase, or
+  // the secagg::Server's error). Blocking; safe off the loop while the loop calls the other methods. Once.
+  StatusOr<std::vector<uint32_t>> Unmask();
+  // Unmask's outcome, on the loop: kUnmasked, or kFailed with its error.
+  void Unmasked(const Status& outcome);
   // Who took part in each phase so far, ascending ids: {"advertised": [...], "shared": [...], "masked": [...],
   // "revealed": [...]}, with "failure" once failed. For the round's record and the dashboard.
   nlohmann::json Participation() const;
 
  private:
-  SecureRound(secagg::Server server, Clock::TimePoint now, Clock::Duration timeout, secagg::KeyVerifier verify)
-      : server_(std::move(server)), timeout_(timeout), phase_started_(now), verify_(std::move(verify)) {}
+  SecureRound(secagg::Server server, Clock::TimePoint now, Clock::Duration exchange_timeout,
+              Clock::Duration masked_input_timeout, secagg::KeyVerifier verify)
+      : server_(std::move(server)),
+        exchange_timeout_(exchange_timeout),
+        masked_input_timeout_(masked_input_timeout),
+        phase_started_(now),
+        verify_(std::move(verify)) {}
   // The workers the phase in progress waits for: those of the phase before (all participants first) not lost.
   std::set<uint64_t> Expected() const;
   std::set<uint64_t>& Sent();
@@ -77,14 +94,14 @@ class SecureRound {
   void Fail(Status why);
 
   secagg::Server server_;
-  Clock::Duration timeout_;
+  Clock::Duration exchange_timeout_;
+  Clock::Duration masked_input_timeout_;
   Clock::TimePoint phase_started_;
   secagg::KeyVerifier verify_;
   Phase phase_ = Phase::kAdvertise;
   Status failure_;
   std::set<uint64_t> lost_;
   std::set<uint64_t> advertised_, shared_, masked_, revealed_;
-  std::optional<std::vector<uint32_t>> sum_;
 };
 
 std::string_view SecureRoundPhaseName(SecureRound::Phase phase);  // "advertise", "share", ..., "failed"

@@ -24,7 +24,7 @@ struct Fixture {
     for (uint64_t id = 1; id <= n; ++id) ids.push_back(id);
     setup = *secagg::MakeRoundSetup("job 1 round 1 attempt 1", ids, threshold ? threshold : secagg::DefaultThreshold(n),
                                     secagg::DefaultNeighbors(n), 16, 1.0, 9, *secagg::RandomKey());
-    round.emplace(*SecureRound::Start(setup, kStart, kPhaseTimeout, nullptr));
+    round.emplace(*SecureRound::Start(setup, kStart, kPhaseTimeout, 2 * kPhaseTimeout, nullptr));
     for (uint64_t id : ids) clients.emplace(id, *Client::Start(setup, id, {}));
   }
   void Advertise(uint64_t id) { ASSERT_TRUE(round->AddKeys(id, clients.at(id).advertised(), kStart).ok()); }
@@ -67,9 +67,14 @@ TEST(SecureRoundTest, EachPhaseEndsWhenEveryWorkerHasSentAndTheSumComesOut) {
   for (uint64_t id = 1; id <= 5; ++id) f.Mask(id);
   EXPECT_EQ(f.round->phase(), Phase::kUnmask);
   for (uint64_t id = 1; id <= 5; ++id) f.Reveal(id);
-  ASSERT_EQ(f.round->phase(), Phase::kUnmasked);
-  EXPECT_EQ(*f.round->TakeSum(), f.expected);
-  EXPECT_EQ(f.round->TakeSum().status().code(), StatusCode::kFailedPrecondition);  // once
+  ASSERT_EQ(f.round->phase(), Phase::kRevealed);
+  EXPECT_FALSE(f.round->deadline().has_value());
+  auto sum = f.round->Unmask();
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  EXPECT_EQ(*sum, f.expected);
+  f.round->Unmasked(Status::Ok());
+  EXPECT_EQ(f.round->phase(), Phase::kUnmasked);
+  EXPECT_EQ(f.round->Unmask().status().code(), StatusCode::kFailedPrecondition);  // once
   const nlohmann::json participation = f.round->Participation();
   EXPECT_EQ(participation["revealed"], nlohmann::json({1, 2, 3, 4, 5}));
   EXPECT_EQ(participation["phase"], "unmasked");
@@ -98,9 +103,11 @@ TEST(SecureRoundTest, AWorkerLostInAnyPhaseIsNotWaitedFor) {
     for (uint64_t id = 1; id <= 6; ++id) {
       if (id != lost) f.Reveal(id);
     }
-    ASSERT_EQ(f.round->phase(), Phase::kUnmasked)
+    ASSERT_EQ(f.round->phase(), Phase::kRevealed)
         << "lost in phase " << lost_in << ": " << f.round->failure().ToString();
-    EXPECT_EQ(*f.round->TakeSum(), f.expected) << "lost in phase " << lost_in;
+    auto sum = f.round->Unmask();
+    ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+    EXPECT_EQ(*sum, f.expected) << "lost in phase " << lost_in;
   }
 }
 
@@ -116,6 +123,32 @@ TEST(SecureRoundTest, ADeadlineEndsAPhaseWithThoseThatSent) {
   EXPECT_EQ(f.round->AddKeys(5, f.clients.at(5).advertised(), kStart + kPhaseTimeout).code(),
             StatusCode::kFailedPrecondition);                   // too late
   EXPECT_EQ(*f.round->deadline(), kStart + 2 * kPhaseTimeout);  // the next phase has its own
+}
+
+TEST(SecureRoundTest, TheMaskedInputPhaseWaitsForTrainingAndEndsWhenTheRoundAggregates) {
+  Fixture f(4, 3);
+  for (uint64_t id = 1; id <= 4; ++id) f.Advertise(id);
+  for (uint64_t id = 1; id <= 4; ++id) f.Share(id);
+  EXPECT_EQ(*f.round->deadline(), kStart + 2 * kPhaseTimeout);  // training's allowance, not an exchange's
+  for (uint64_t id = 1; id <= 3; ++id) f.Mask(id);
+  f.round->EndMaskedInput(kStart);
+  EXPECT_EQ(f.round->phase(), Phase::kUnmask);
+  EXPECT_EQ(*f.round->SurvivorsFor(1), (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_FALSE(f.round->SurvivorsFor(4).has_value());
+  for (uint64_t id = 1; id <= 3; ++id) f.Reveal(id);
+  ASSERT_EQ(f.round->phase(), Phase::kRevealed);
+  EXPECT_EQ(*f.round->Unmask(), f.expected);
+}
+
+TEST(SecureRoundTest, AFailedUnmaskingFailsTheAttempt) {
+  Fixture f(3, 2);
+  for (uint64_t id = 1; id <= 3; ++id) f.Advertise(id);
+  for (uint64_t id = 1; id <= 3; ++id) f.Share(id);
+  for (uint64_t id = 1; id <= 3; ++id) f.Mask(id);
+  for (uint64_t id = 1; id <= 3; ++id) f.Reveal(id);
+  f.round->Unmasked(DataLossError("a share is corrupt"));
+  EXPECT_EQ(f.round->phase(), Phase::kFailed);
+  EXPECT_EQ(f.round->failure().code(), StatusCode::kDataLoss);
 }
 
 TEST(SecureRoundTest, TooFewWorkersFailTheAttemptWithTheReason) {

@@ -261,6 +261,10 @@ struct Task {
   TaskModel model;
   std::optional<UpdateUpload> update_upload;  // train tasks only, and always there
   UpdateCompression compression;              // JSON "compression"; absent: none (the plain update)
+  // The round is securely aggregated (docs/secure-aggregation.md): the worker takes part in the attempt's phases
+  // through /api/v1/worker/secure-aggregation/... and sends its masked input there instead of uploading an update.
+  // JSON "secure_aggregation": true; absent: false.
+  bool secure_aggregation = false;
   friend bool operator==(const Task&, const Task&) = default;
 };
 StatusOr<Task> ParseTask(const nlohmann::json& body);

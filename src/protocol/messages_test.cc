@@ -141,6 +141,20 @@ TEST(TaskMessageTest, CarriesProximalMuOnlyWhenSet) {
   }
 }
 
+TEST(TaskMessageTest, SaysWhenTheRoundIsSecurelyAggregated) {
+  const json wire = CoordinatorTask();
+  EXPECT_FALSE(ParseTask(wire)->secure_aggregation);
+  EXPECT_FALSE(Written(*ParseTask(wire)).contains("secure_aggregation"));
+  json secure = wire;
+  secure["secure_aggregation"] = true;
+  auto task = ParseTask(secure);
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  EXPECT_TRUE(task->secure_aggregation);
+  EXPECT_EQ(*ParseTask(Written(*task)), *task);
+  secure["secure_aggregation"] = "yes";
+  EXPECT_EQ(ParseTask(secure).status().code(), StatusCode::kInvalidArgument);
+}
+
 // distributed.compression: how to encode the update, and the global's zstd copy; both absent when off.
 TEST(TaskMessageTest, CarriesCompressionAndTheGlobalsZstdCopyOnlyWhenOn) {
   const json wire = CoordinatorTask();

@@ -247,6 +247,7 @@ StatusOr<Task> ParseTask(const json& body) {
     t.model = ReadTaskModel(*m);
     f.Absorb(*m);
   }
+  t.secure_aggregation = f.Bool("secure_aggregation", false).value_or(false);
   if (std::optional<JsonFields> c = Nested(f, "compression", false)) {
     t.compression = ReadUpdateCompression(*c);
     f.Absorb(*c);
@@ -368,6 +369,7 @@ std::string TaskJsonText(const Task& t, std::string_view config_json) {
   // Absent for FedAvg: older workers read the same task.
   if (t.proximal_mu != 0) w.Key("proximal_mu").Double(t.proximal_mu);
   if (t.compression != UpdateCompression{}) w.Key("compression").Raw(UpdateCompressionToJson(t.compression).dump());
+  if (t.secure_aggregation) w.Key("secure_aggregation").Bool(true);
   w.EndObject();
   return w.Take();
 }
