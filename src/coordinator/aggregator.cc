@@ -173,10 +173,28 @@ StatusOr<Aggregator::Aggregated> Aggregator::FinishRound(storage::BlobStore& blo
                                                          const std::string& state_key, const Base& base,
                                                          const std::filesystem::path& spool_dir,
                                                          FinishTimings* timings) {
-  auto phase_start = std::chrono::steady_clock::now();
+  const auto finish_start = std::chrono::steady_clock::now();
   PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, round_->Finish());
-  timings->finish_ms = MillisSince(phase_start);
-  phase_start = std::chrono::steady_clock::now();
+  timings->finish_ms = MillisSince(finish_start);
+  return StoreNewGlobal(std::move(mean), blobs, key, state_key, base, spool_dir, timings);
+}
+
+StatusOr<Aggregator::Aggregated> Aggregator::FinishSecureRound(weights::WeightSet mean, int count,
+                                                               storage::BlobStore& blobs, const std::string& key,
+                                                               const std::string& state_key, const Base& base,
+                                                               const std::filesystem::path& spool_dir,
+                                                               FinishTimings* timings) {
+  const auto finish_start = std::chrono::steady_clock::now();
+  PARSYN_ASSIGN_OR_RETURN(weights::WeightSet global, strategy_->FinishFromMean(std::move(mean), count));
+  timings->finish_ms = MillisSince(finish_start);
+  return StoreNewGlobal(std::move(global), blobs, key, state_key, base, spool_dir, timings);
+}
+
+StatusOr<Aggregator::Aggregated> Aggregator::StoreNewGlobal(weights::WeightSet mean, storage::BlobStore& blobs,
+                                                            const std::string& key, const std::string& state_key,
+                                                            const Base& base, const std::filesystem::path& spool_dir,
+                                                            FinishTimings* timings) {
+  auto phase_start = std::chrono::steady_clock::now();
   mean.metadata()["format"] = "pt";
   // A server optimizer's state is durable before the global that names it: a restart resumes from the pair.
   if (const weights::WeightSet* state = strategy_->PendingState()) {

@@ -77,8 +77,18 @@ class Aggregator {
   // (`spool_dir` holds the files on their way). Blocking (a pool thread); *timings is filled as the phases end.
   StatusOr<Aggregated> FinishRound(storage::BlobStore& blobs, const std::string& key, const std::string& state_key,
                                    const Base& base, const std::filesystem::path& spool_dir, FinishTimings* timings);
+  // FinishRound for a securely aggregated round: the strategy's new global from the survivors' mean `mean` (the
+  // coordinator never held their updates: strategy::Strategy::FinishFromMean over `count` of them), stored as
+  // FinishRound stores it. Blocking (a pool thread).
+  StatusOr<Aggregated> FinishSecureRound(weights::WeightSet mean, int count, storage::BlobStore& blobs,
+                                         const std::string& key, const std::string& state_key, const Base& base,
+                                         const std::filesystem::path& spool_dir, FinishTimings* timings);
 
  private:
+  // The new global `mean` (the strategy's), stored under `key` as FinishRound says.
+  StatusOr<Aggregated> StoreNewGlobal(weights::WeightSet mean, storage::BlobStore& blobs, const std::string& key,
+                                      const std::string& state_key, const Base& base,
+                                      const std::filesystem::path& spool_dir, FinishTimings* timings);
   // The new global as a delta from `base`: the delta and the residual stored beside `key`, and the reconstructed
   // global stored under `key` (*global: its blob) and in place of `mean` (its metadata naming the residual).
   StatusOr<GlobalWeights::DeltaCopy> EncodeDelta(storage::BlobStore& blobs, const std::string& key, const Base& base,

@@ -40,7 +40,8 @@ JobRunner::JobRunner(JobHost& host, storage::TrainingJob job, JobSpec spec)
       task_config_json_(protocol::TrainingConfigToJson(spec_.config).dump()),
       aggregator_(job_, spec_, engine_config_.num_shards),
       mutex_(host.executor()),
-      launched_(host.executor()) {
+      launched_(host.executor()),
+      secure_changed_(host.executor()) {
   // data.source "workers": only workers whose session announced a data file of their own take part.
   if (engine_config_.workers_hold_data) {
     engine_config_.worker_has_data = [&host](WorkerId w) { return host.WorkerHasLocalData(w); };
@@ -378,11 +379,16 @@ bool JobRunner::TickDue() const {
   if (resync_needed_) return resync_after_ <= host_.clock().Now();
   if (!write_error_.ok()) return true;  // a batch failed after its event was answered: resync now
   std::optional<Clock::TimePoint> deadline = engine_->next_deadline();
+  if (secure_ && secure_->deadline() && (!deadline || *secure_->deadline() < *deadline)) deadline = secure_->deadline();
   return deadline && *deadline <= host_.clock().Now();
 }
 
 http::Awaitable<void> JobRunner::Tick() {
   if (ended_) co_return;
+  if (secure_) {  // outside the job's mutex: an aggregation waiting for shares holds it
+    secure_->Tick(host_.clock().Now());
+    secure_changed_.Notify();
+  }
   auto handled = Handle([&] { return StatusOr<Actions>(engine_->Tick()); });  // kCoAwaitTemporaries
   Status s = co_await std::move(handled);
   if (!s.ok()) PARSYN_LOG_WARN("training job {}: timer: {}", job_.id, s.ToString());

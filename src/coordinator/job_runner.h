@@ -35,7 +35,8 @@
 //
 // Files: job_runner.cc (events in, actions out: Handle/Execute/Do), job_runner_setup.cc (Setup, Resume, LoadGlobal),
 // job_runner_tasks.cc (round start, tasks and their upload grants), job_runner_updates.cc (results, update checks and
-// records), job_runner_commit.cc (aggregation, commit, failed rounds, the job's end and artifacts). Its state of the
+// records), job_runner_commit.cc (aggregation, commit, failed rounds, the job's end and artifacts),
+// job_runner_secure.cc (secure aggregation's attempts). Its state of the
 // attempt in progress is an AttemptState (attempt_state.h), its global model a GlobalWeights (global_weights.h).
 //
 // Threads: loop thread only.
@@ -60,6 +61,7 @@
 #include "coordinator/job_spec.h"
 #include "coordinator/rank_globals.h"
 #include "coordinator/round_engine.h"
+#include "coordinator/secure_round.h"
 #include "loop/loop_tools.h"
 #include "loop/signal.h"
 #include "protocol/messages.h"
@@ -121,6 +123,15 @@ class JobRunner {
   // progress (its round's record) and in /metrics (parsyn_job_blob_bytes_total{direction}).
   void AddBytesDown(uint64_t bytes);
   void AddBytesUp(uint64_t bytes);
+
+  // Secure aggregation (job_runner_secure.cc, docs/secure-aggregation.md). The secure attempt a worker's message
+  // names, when it is the attempt in progress and the worker takes part in it (FailedPrecondition naming why
+  // otherwise): the worker routes exchange the attempt's messages with it directly on the loop, without the job's
+  // mutex, and call SecureChanged after each, which wakes the aggregation waiting for the shares.
+  StatusOr<SecureRound*> SecureAttempt(int64_t worker_id, int round, int attempt);
+  void SecureChanged() { secure_changed_.Notify(); }
+  // The secure attempt's bound on a worker's sample count: its weight is samples / this.
+  int64_t secure_sample_bound() const { return secure_sample_bound_; }
 
   // Updates checked as they stream in (PUT /blobs, blob_routes.cc), so CheckUpdateFile need not read their values
   // again: a checker for an upload to `blob_key` (nullptr where this job's updates are not checked that way:
@@ -203,6 +214,15 @@ class JobRunner {
   void CountUpdateVerdict(const Status& verdict, bool file_failed);
   http::Awaitable<void> AddKeptUpdatesWhileIdle(const Actions& next, bool small_update);
   http::Awaitable<Status> OnDropWorker(const DropWorker& a);
+  // Secure aggregation (job_runner_secure.cc): a training attempt's SecureRound over the participants that start it
+  // (their tasks follow the StartRound in `work`); a participant's masked input, read from its upload as its update
+  // would be (its verdict); and, when the round aggregates, the new weights from the unmasked sum once every share is
+  // in (waiting for them, at most the exchange timeout).
+  Status BeginSecureAttempt(int round, int attempt, const std::deque<Action>& work);
+  http::Awaitable<Status> ValidateMaskedInput(const ValidateUpdate& a, const ResultReport& report);
+  http::Awaitable<Status> OnValidateMaskedInput(const ValidateUpdate& a, const ResultReport& report,
+                                                std::deque<Action>& work);
+  http::Awaitable<StatusOr<weights::WeightSet>> SecureMean(int round, int attempt);
   http::Awaitable<Status> OnAggregateRound(const AggregateRound& a, std::deque<Action>& work);
   // Global r-1's loss is kept for round r's commit; the final evaluation's is recorded at once.
   http::Awaitable<Status> OnGlobalEvaluated(const GlobalEvaluated& a);
@@ -292,6 +312,11 @@ class JobRunner {
   // the validation loss stored with the commit.
   GlobalWeights global_;
   RankGlobals rank_globals_;  // LoRA: each participant's rank, and the globals at the lower ranks, for the attempt
+  // Secure aggregation: the attempt's SecureRound (none for a job without it, or before the first training attempt),
+  // its bound on sample counts, and the signal its messages notify.
+  std::optional<SecureRound> secure_;
+  int64_t secure_sample_bound_ = 0;
+  loop::Signal secure_changed_;
   // The attempt in progress: results, progress, recorded updates and verdicts, updates checked early, multipart
   // uploads, bytes moved; and the uploads checked as they streamed in.
   AttemptState attempt_;

@@ -23,9 +23,21 @@ http::Awaitable<Status> JobRunner::OnAggregateRound(const AggregateRound& a, std
   // The new global is a durable blob before the engine hears that aggregation finished (and so before commit).
   Aggregator::FinishTimings timings;
   const Aggregator::Base base{.key = global_.key(), .sha256 = global_.sha256(), .weights = *global_.weights()};
-  StatusOr<Aggregator::Aggregated> aggregated = co_await loop::Offload(host_.pool(), [&] {
-    return aggregator_.FinishRound(host_.blobs(), key, state_key, base, host_.spool_dir(), &timings);
-  });
+  // A secure attempt's mean comes from its unmasked sum (waiting for the survivors' shares); others' from the
+  // updates the round's aggregation holds.
+  std::optional<StatusOr<weights::WeightSet>> secure_mean;
+  if (secure_) {
+    auto unmasked = SecureMean(a.round, a.attempt);  // kCoAwaitTemporaries
+    secure_mean = co_await std::move(unmasked);
+  }
+  StatusOr<Aggregator::Aggregated> aggregated =
+      co_await loop::Offload(host_.pool(), [&]() -> StatusOr<Aggregator::Aggregated> {
+        if (!secure_mean)
+          return aggregator_.FinishRound(host_.blobs(), key, state_key, base, host_.spool_dir(), &timings);
+        if (!secure_mean->ok()) return secure_mean->status();
+        return aggregator_.FinishSecureRound(**std::move(secure_mean), static_cast<int>(a.updates.size()),
+                                             host_.blobs(), key, state_key, base, host_.spool_dir(), &timings);
+      });
   PARSYN_LOG_DEBUG("training job {}: round {} aggregated: finish {:.1f} ms, serialize {:.1f} ms, durable put {:.1f} ms",
                    job_.id, a.round, timings.finish_ms, timings.serialize_ms, timings.put_ms);
   ObservePhase("aggregate_finish", timings.finish_ms);

@@ -39,6 +39,7 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
   }
   attempt_.Begin(round.participants);
   rank_globals_.BeginAttempt();
+  if (Status secure = BeginSecureAttempt(a.round, a.attempt, work); !secure.ok()) co_return secure;
   undelivered_tasks_.clear();  // of an earlier attempt: stale
   global_.DropPending();
   global_.DropPendingValidationLoss();
@@ -72,6 +73,10 @@ weights::WireEncoding JobRunner::UpdateEncoding() const {
 uint64_t JobRunner::MaxUpdateUploadBytes() const {
   // zstd's worst case on incompressible bytes is the input plus ~1/256 of it (ZSTD_compressBound); 1/128 is ample.
   const uint64_t zstd_framing = spec_.distributed.compression.zstd_level > 0 ? global_.size_bytes() / 128 : 0;
+  if (secure_) {  // a masked input: ring_bits / 8 bytes per element, whatever the global's dtypes
+    const secagg::RoundSetup& setup = secure_->setup();
+    return static_cast<uint64_t>(setup.ring_bits / 8) * setup.vector_length;
+  }
   return global_.size_bytes() + kUpdateHeaderSlackBytes + zstd_framing;
 }
 
@@ -133,6 +138,7 @@ StatusOr<TaskMessage> JobRunner::BuildTask(const AssignTask& a) const {
   // FedProx: the proximal term's weight (0 for every other strategy: plain local training); the trainer adds
   // mu/2 * ||w - w_global||^2 to its loss. Evaluation tasks train nothing.
   if (a.kind == TaskKind::kTrain) task.proximal_mu = spec_.distributed.strategy_options.mu;
+  task.secure_aggregation = a.kind == TaskKind::kTrain && secure_.has_value();
   task.deadline_unix_ms = host_.clock().UnixMillis() + engine_config_.aggregation_timeout.count();
   // The task's URLs last as long as its attempt (plus a margin), not beyond, and name the worker they were given to.
   const std::chrono::seconds url_ttl = host_.TaskUrlTtl(engine_config_.aggregation_timeout);

@@ -80,7 +80,8 @@ StatusOr<weights::WeightSet> CheckUpdateFile(storage::BlobStore& blobs, const Re
 
 std::shared_ptr<weights::SafetensorsStreamChecker> JobRunner::NewUploadChecker(std::string_view blob_key) const {
   // Compressed updates are decoded (and checked) from the stored file; a key outside this attempt is refused anyway.
-  if (global_.weights() == nullptr || !UpdateEncoding().plain() || !UpdateSizeCap(blob_key)) return nullptr;
+  // A masked input (secure aggregation) is not a safetensors file.
+  if (global_.weights() == nullptr || !UpdateEncoding().plain() || secure_ || !UpdateSizeCap(blob_key)) return nullptr;
   return std::make_shared<weights::SafetensorsStreamChecker>();
 }
 
@@ -216,6 +217,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   const ResultReport* result = attempt_.result(a.worker);
   if (result == nullptr) co_return InternalError("no result recorded for worker " + std::to_string(a.worker));
   const ResultReport report = *result;
+  if (secure_) co_return co_await OnValidateMaskedInput(a, report, work);
   const std::string expected_key = UpdateKey(a.round, a.attempt, a.worker);
   const uint64_t max_bytes = MaxUpdateUploadBytes();
   const weights::WireEncoding encoding = UpdateEncoding();
@@ -300,6 +302,10 @@ http::Awaitable<Status> JobRunner::OnDropWorker(const DropWorker& a) {
     Metrics().updates_rejected.WithLabels({"report"}).Inc();
   }
   undelivered_tasks_.erase(a.worker);  // a task still waiting for its batch never goes out
+  if (secure_) {                       // not waited for in the secure attempt's phases any more
+    secure_->WorkerLost(static_cast<uint64_t>(a.worker), host_.clock().Now());
+    secure_changed_.Notify();
+  }
   if (a.cause == DropCause::kStraggler || a.cause == DropCause::kJobEnded) {
     host_.AbandonTask(a.worker, job_.id, a.round, a.attempt);
   }
@@ -334,7 +340,7 @@ http::Awaitable<StatusOr<json>> JobRunner::Result(int64_t worker_id, ResultRepor
     auto completed = CompleteMultipartUpload(worker_id, report.blob_key);  // kCoAwaitTemporaries
     co_await std::move(completed);
   }
-  const bool check_early = !repeat && round <= engine_config_.num_rounds && !report.blob_key.empty() &&
+  const bool check_early = !repeat && !secure_ && round <= engine_config_.num_rounds && !report.blob_key.empty() &&
                            global_.weights() != nullptr && attempt_.MayCheckEarly(worker_id, MaxEarlyCheckedUpdates());
   if (check_early) {
     auto checking = CheckUpdateEarly(worker_id, report);  // kCoAwaitTemporaries

@@ -44,6 +44,8 @@ class SecureRound {
   // Why the attempt failed (phase kFailed); OK otherwise.
   const Status& failure() const { return failure_; }
   const secagg::RoundSetup& setup() const { return server_.setup(); }
+  // The workers whose masked inputs are in the sum, once the masked-input phase ended (empty before).
+  const std::vector<uint64_t>& survivors() const { return server_.survivors(); }
   // When the phase in progress ends at the latest; nullopt once every share is in, or failed.
   std::optional<Clock::TimePoint> deadline() const;
 

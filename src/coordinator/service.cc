@@ -219,6 +219,7 @@ StatusOr<http::Router> Service::BuildRouter() {
   PARSYN_RETURN_IF_ERROR(AddJobRoutes(routes, context, *this));
   PARSYN_RETURN_IF_ERROR(AddEventRoutes(routes, *this));
   PARSYN_RETURN_IF_ERROR(AddWorkerProtocolRoutes(routes, context, *this));
+  PARSYN_RETURN_IF_ERROR(AddSecureAggregationRoutes(routes, *this));
   PARSYN_RETURN_IF_ERROR(AddBlobRoutes(routes, context, *this, signing_secret_));
   PARSYN_RETURN_IF_ERROR(AddStaticRoutes(router));  // the dashboard; not API routes, so not in routes_
   return router;

@@ -147,6 +147,7 @@ Status AddJobRoutes(RouteTable& routes, const RouteContext& context, Service& se
 Status AddEventRoutes(RouteTable& routes, Service& service);                             // event_routes.cc
 Status AddWorkerProtocolRoutes(RouteTable& routes, const RouteContext& context,          // worker_protocol_routes.cc
                                Service& service);
+Status AddSecureAggregationRoutes(RouteTable& routes, Service& service);  // secure_aggregation_routes.cc
 // `signing_secret` verifies the signed /blobs URLs.
 Status AddBlobRoutes(RouteTable& routes, const RouteContext& context, Service& service,  // blob_routes.cc
                      std::string signing_secret);

@@ -47,6 +47,7 @@ class Client {
   static StatusOr<Client> Start(const RoundSetup& setup, uint64_t self, const KeySigner& signer);
 
   const AdvertisedKeys& advertised() const { return advertised_; }
+  const RoundSetup& setup() const { return setup_; }
 
   // Phase 2: the advertised keys of the neighbors that advertised, as forwarded. Each must be a neighbor's, once,
   // with distinct public keys, and pass `verify` (PermissionDenied naming the worker). FailedPrecondition if too few

@@ -1,0 +1,215 @@
+// The worker routes of secure aggregation (docs/secure-aggregation.md, docs/api.md): a participant of a secure
+// attempt exchanges its keys, shares and revealed shares through them; its masked input goes to its update's upload
+// grant and its result, as an update does. Each names the attempt (job_id, round, attempt); the worker's identity is
+// its token's. A GET whose phase has not ended answers 202 {"phase", "retry_ms"} and the worker asks again; one of an
+// attempt that failed, or where the worker has no place, answers 409 saying why.
+//
+//   GET  /api/v1/worker/secure-aggregation?job_id=&round=&attempt=            {"setup", "sample_bound"}
+//   POST /api/v1/worker/secure-aggregation/keys     {job_id, round, attempt, "keys": advertised keys}
+//   GET  /api/v1/worker/secure-aggregation/keys?...     {"keys": [the neighbors' advertised keys]}
+//   POST /api/v1/worker/secure-aggregation/shares   {job_id, round, attempt, "shares": [sealed shares]}
+//   GET  /api/v1/worker/secure-aggregation/shares?...   {"shares": [the shares sealed for the worker]}
+//   GET  /api/v1/worker/secure-aggregation/survivors?...  {"survivors": [worker ids]}
+//   POST /api/v1/worker/secure-aggregation/reveal   {job_id, round, attempt, "shares": [revealed shares]}
+#include <charconv>
+#include <optional>
+
+#include "coordinator/api_json.h"
+#include "coordinator/job_runner.h"
+#include "coordinator/service.h"
+#include "coordinator/service_routes.h"
+#include "protocol/json_fields.h"
+#include "secagg/messages.h"
+
+namespace parsyn::coordinator {
+namespace {
+
+using nlohmann::json;
+using Phase = SecureRound::Phase;
+
+constexpr int kRetryMs = 250;
+constexpr size_t kMaxMessages = 65535;
+
+struct AttemptRef {
+  int64_t job_id = 0;
+  int round = 0;
+  int attempt = 0;
+};
+
+StatusOr<int64_t> QueryInt(const Request& req, const std::string& name) {
+  auto it = req.query.find(name);
+  if (it == req.query.end()) return InvalidArgumentError("query parameter " + name + " is required");
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), value);
+  if (ec != std::errc() || end != it->second.data() + it->second.size() || value < 0) {
+    return InvalidArgumentError("query parameter " + name + " must be a non-negative integer");
+  }
+  return value;
+}
+
+StatusOr<AttemptRef> AttemptOfQuery(const Request& req) {
+  AttemptRef ref;
+  PARSYN_ASSIGN_OR_RETURN(ref.job_id, QueryInt(req, "job_id"));
+  PARSYN_ASSIGN_OR_RETURN(const int64_t round, QueryInt(req, "round"));
+  PARSYN_ASSIGN_OR_RETURN(const int64_t attempt, QueryInt(req, "attempt"));
+  ref.round = static_cast<int>(std::min<int64_t>(round, 1'000'000));
+  ref.attempt = static_cast<int>(std::min<int64_t>(attempt, 1'000'000));
+  return ref;
+}
+
+// A POST body's attempt and its one payload field (an object or an array, as `payload` names).
+struct Posted {
+  AttemptRef ref;
+  json payload;
+};
+StatusOr<Posted> ParsePosted(std::string_view body, const char* payload, bool array) {
+  PARSYN_ASSIGN_OR_RETURN(protocol::JsonFields fields,
+                          protocol::JsonFields::Parse(body, {"job_id", "round", "attempt", payload}));
+  Posted out;
+  out.ref.job_id = fields.Int("job_id", true, 1, std::numeric_limits<int64_t>::max()).value_or(0);
+  out.ref.round = static_cast<int>(fields.Int("round", true, 1, 1'000'000).value_or(0));
+  out.ref.attempt = static_cast<int>(fields.Int("attempt", true, 1, 1'000'000).value_or(0));
+  std::optional<json> value = array ? fields.Array(payload, true, kMaxMessages) : fields.Object(payload, true, 16);
+  PARSYN_RETURN_IF_ERROR(fields.status());
+  out.payload = std::move(*value);
+  return out;
+}
+
+// The answer to a GET whose data `ready` is not there: 202 while the phase that gives it runs, else 409.
+Response NotReady(const SecureRound& secure, Phase gives, int64_t worker_id) {
+  if (secure.phase() == Phase::kFailed) {
+    return Response::Error(FailedPreconditionError("the secure aggregation of this attempt failed: " +
+                                                   std::string(secure.failure().message())));
+  }
+  if (secure.phase() <= gives) {
+    return Response::Json(202, {{"phase", SecureRoundPhaseName(secure.phase())}, {"retry_ms", kRetryMs}});
+  }
+  return Response::Error(FailedPreconditionError("worker " + std::to_string(worker_id) +
+                                                 " has no place in this phase of the secure aggregation (it did not "
+                                                 "take part in the one before in time)"));
+}
+
+template <typename T, typename Parse>
+StatusOr<std::vector<T>> ParseEach(const json& array, Parse parse) {
+  std::vector<T> out;
+  for (const json& item : array) {
+    PARSYN_ASSIGN_OR_RETURN(T value, parse(item));
+    out.push_back(std::move(value));
+  }
+  return out;
+}
+
+template <typename T>
+json ToJsonArray(const std::vector<T>& items) {
+  json out = json::array();
+  for (const T& item : items) out.push_back(secagg::ToJson(item));
+  return out;
+}
+
+class SecureAggregationRoutes {
+ public:
+  explicit SecureAggregationRoutes(Service& service) : service_(service) {}
+
+  Awaitable<Response> Setup(Request& req, int64_t worker_id) {
+    StatusOr<SecureRound*> secure = Find(req, worker_id);
+    if (!secure.ok()) co_return Response::Error(secure.status());
+    co_return Response::Json(
+        200, {{"setup", secagg::ToJson((*secure)->setup())}, {"sample_bound", runner_of_last_->secure_sample_bound()}});
+  }
+
+  Awaitable<Response> PostKeys(Request& req, int64_t worker_id) {
+    StatusOr<Posted> posted = ParsePosted(req.body, "keys", false);
+    if (!posted.ok()) co_return Response::Error(posted.status());
+    StatusOr<secagg::AdvertisedKeys> keys = secagg::ParseAdvertisedKeys(posted->payload);
+    if (!keys.ok()) co_return Response::Error(keys.status());
+    co_return Answer(posted->ref, worker_id, [&](SecureRound& s, Clock::TimePoint now) {
+      return s.AddKeys(static_cast<uint64_t>(worker_id), *keys, now);
+    });
+  }
+
+  Awaitable<Response> GetKeys(Request& req, int64_t worker_id) {
+    StatusOr<SecureRound*> secure = Find(req, worker_id);
+    if (!secure.ok()) co_return Response::Error(secure.status());
+    auto keys = (*secure)->KeysFor(static_cast<uint64_t>(worker_id));
+    if (!keys) co_return NotReady(**secure, Phase::kAdvertise, worker_id);
+    co_return Response::Json(200, {{"keys", ToJsonArray(*keys)}});
+  }
+
+  Awaitable<Response> PostShares(Request& req, int64_t worker_id) {
+    StatusOr<Posted> posted = ParsePosted(req.body, "shares", true);
+    if (!posted.ok()) co_return Response::Error(posted.status());
+    auto shares = ParseEach<secagg::SealedShare>(posted->payload, secagg::ParseSealedShare);
+    if (!shares.ok()) co_return Response::Error(shares.status());
+    co_return Answer(posted->ref, worker_id, [&](SecureRound& s, Clock::TimePoint now) {
+      return s.AddShares(static_cast<uint64_t>(worker_id), *shares, now);
+    });
+  }
+
+  Awaitable<Response> GetShares(Request& req, int64_t worker_id) {
+    StatusOr<SecureRound*> secure = Find(req, worker_id);
+    if (!secure.ok()) co_return Response::Error(secure.status());
+    auto shares = (*secure)->SharesFor(static_cast<uint64_t>(worker_id));
+    if (!shares) co_return NotReady(**secure, Phase::kShare, worker_id);
+    co_return Response::Json(200, {{"shares", ToJsonArray(*shares)}});
+  }
+
+  Awaitable<Response> GetSurvivors(Request& req, int64_t worker_id) {
+    StatusOr<SecureRound*> secure = Find(req, worker_id);
+    if (!secure.ok()) co_return Response::Error(secure.status());
+    auto survivors = (*secure)->SurvivorsFor(static_cast<uint64_t>(worker_id));
+    if (!survivors) co_return NotReady(**secure, Phase::kMaskedInput, worker_id);
+    co_return Response::Json(200, {{"survivors", *survivors}});
+  }
+
+  Awaitable<Response> PostReveal(Request& req, int64_t worker_id) {
+    StatusOr<Posted> posted = ParsePosted(req.body, "shares", true);
+    if (!posted.ok()) co_return Response::Error(posted.status());
+    auto shares = ParseEach<secagg::RevealedShare>(posted->payload, secagg::ParseRevealedShare);
+    if (!shares.ok()) co_return Response::Error(shares.status());
+    co_return Answer(posted->ref, worker_id, [&](SecureRound& s, Clock::TimePoint now) {
+      return s.AddRevealed(static_cast<uint64_t>(worker_id), *shares, now);
+    });
+  }
+
+ private:
+  StatusOr<SecureRound*> FindAttempt(const AttemptRef& ref, int64_t worker_id) {
+    runner_of_last_ = service_.FindRunner(ref.job_id);
+    if (runner_of_last_ == nullptr) {
+      return NotFoundError("training job " + std::to_string(ref.job_id) + " is not active");
+    }
+    return runner_of_last_->SecureAttempt(worker_id, ref.round, ref.attempt);
+  }
+  StatusOr<SecureRound*> Find(const Request& req, int64_t worker_id) {
+    PARSYN_ASSIGN_OR_RETURN(const AttemptRef ref, AttemptOfQuery(req));
+    return FindAttempt(ref, worker_id);
+  }
+  // A POST's message given to the attempt: 204, or the refusal (nothing changed).
+  template <typename Add>
+  Response Answer(const AttemptRef& ref, int64_t worker_id, Add add) {
+    StatusOr<SecureRound*> secure = FindAttempt(ref, worker_id);
+    if (!secure.ok()) return Response::Error(secure.status());
+    const Status added = add(**secure, service_.clock().Now());
+    runner_of_last_->SecureChanged();
+    return added.ok() ? Response::NoContent() : Response::Error(added);
+  }
+
+  Service& service_;
+  JobRunner* runner_of_last_ = nullptr;  // the runner FindAttempt found, read before any co_await
+};
+
+}  // namespace
+
+Status AddSecureAggregationRoutes(RouteTable& routes, Service& service) {
+  auto h = std::make_shared<SecureAggregationRoutes>(service);
+  using R = SecureAggregationRoutes;
+  const std::string base = "/api/v1/worker/secure-aggregation";
+  PARSYN_RETURN_IF_ERROR(routes.Worker(Method::kGet, base, Bind(h, &R::Setup)));
+  PARSYN_RETURN_IF_ERROR(routes.Worker(Method::kPost, base + "/keys", Bind(h, &R::PostKeys)));
+  PARSYN_RETURN_IF_ERROR(routes.Worker(Method::kGet, base + "/keys", Bind(h, &R::GetKeys)));
+  PARSYN_RETURN_IF_ERROR(routes.Worker(Method::kPost, base + "/shares", Bind(h, &R::PostShares)));
+  PARSYN_RETURN_IF_ERROR(routes.Worker(Method::kGet, base + "/shares", Bind(h, &R::GetShares)));
+  PARSYN_RETURN_IF_ERROR(routes.Worker(Method::kGet, base + "/survivors", Bind(h, &R::GetSurvivors)));
+  return routes.Worker(Method::kPost, base + "/reveal", Bind(h, &R::PostReveal));
+}
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,134 @@
+#include "worker/secure_participation.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "secagg/crypto.h"
+#include "secagg/ring.h"
+#include "secagg/update_vector.h"
+
+namespace parsyn::worker {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kBase[] = "/api/v1/worker/secure-aggregation";
+constexpr std::chrono::milliseconds kMaxRetry{2000};
+
+// Sleeps `wait`, or less when `stop` is requested (then Cancelled).
+Status Pause(std::chrono::milliseconds wait, std::stop_token stop) {
+  std::mutex m;
+  std::condition_variable_any cv;
+  std::unique_lock lock(m);
+  cv.wait_for(lock, stop, wait, [] { return false; });
+  if (stop.stop_requested()) return CancelledError("the task was stopped");
+  return Status::Ok();
+}
+
+// GET `path` until its phase has ended (200): the JSON answer. The coordinator's errors as they come.
+StatusOr<json> AwaitPhase(http::Client& client, const std::string& path, std::stop_token stop) {
+  while (true) {
+    http::CallOptions call;
+    call.stop = stop;
+    PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res, client.Get(path, call));
+    PARSYN_ASSIGN_OR_RETURN(json body, res.Json());
+    if (res.status != 202) return body;
+    const int64_t retry_ms = body.is_object() ? body.value("retry_ms", int64_t{250}) : 250;
+    PARSYN_RETURN_IF_ERROR(
+        Pause(std::min(kMaxRetry, std::chrono::milliseconds(std::max<int64_t>(retry_ms, 10))), stop));
+  }
+}
+
+template <typename T, typename Parse>
+StatusOr<std::vector<T>> ParseList(const json& body, const char* field, Parse parse) {
+  if (!body.is_object() || !body.contains(field) || !body[field].is_array()) {
+    return InvalidArgumentError(std::string("the coordinator's answer has no '") + field + "' list");
+  }
+  std::vector<T> out;
+  for (const json& item : body[field]) {
+    PARSYN_ASSIGN_OR_RETURN(T value, parse(item));
+    out.push_back(std::move(value));
+  }
+  return out;
+}
+
+template <typename T>
+json ToJsonArray(const std::vector<T>& items) {
+  json out = json::array();
+  for (const T& item : items) out.push_back(secagg::ToJson(item));
+  return out;
+}
+
+Status Post(http::Client& client, const std::string& path, const json& body, std::stop_token stop) {
+  http::CallOptions call;
+  call.stop = stop;
+  call.retry = false;  // the coordinator refuses a second copy of a message it took: a lost answer is a dropout
+  return client.PostJson(path, body, call).status();
+}
+
+}  // namespace
+
+std::string SecureParticipation::Query() const {
+  return "?job_id=" + std::to_string(job_id_) + "&round=" + std::to_string(round_) +
+         "&attempt=" + std::to_string(attempt_);
+}
+
+json SecureParticipation::Body(const char* field, json payload) const {
+  return {{"job_id", job_id_}, {"round", round_}, {"attempt", attempt_}, {field, std::move(payload)}};
+}
+
+StatusOr<SecureParticipation> SecureParticipation::Join(http::Client& client, const protocol::Task& task,
+                                                        uint64_t worker_id, std::stop_token stop) {
+  const std::string query = "?job_id=" + std::to_string(task.job_id) + "&round=" + std::to_string(task.round) +
+                            "&attempt=" + std::to_string(task.attempt);
+  http::CallOptions call;
+  call.stop = stop;
+  PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res, client.Get(std::string(kBase) + query, call));
+  PARSYN_ASSIGN_OR_RETURN(json answer, res.Json());
+  if (!answer.is_object() || !answer.contains("setup") || !answer.value("sample_bound", json()).is_number_integer()) {
+    return InvalidArgumentError("the coordinator's secure aggregation setup has no 'setup' and 'sample_bound'");
+  }
+  PARSYN_ASSIGN_OR_RETURN(secagg::RoundSetup setup, secagg::ParseRoundSetup(answer["setup"]));
+  PARSYN_ASSIGN_OR_RETURN(secagg::Client secure, secagg::Client::Start(setup, worker_id, secagg::KeySigner{}));
+  SecureParticipation self(client, task, std::move(secure), answer["sample_bound"].get<int64_t>());
+  PARSYN_RETURN_IF_ERROR(
+      Post(client, std::string(kBase) + "/keys", self.Body("keys", secagg::ToJson(self.secure_.advertised())), stop));
+  PARSYN_ASSIGN_OR_RETURN(json keys_answer, AwaitPhase(client, std::string(kBase) + "/keys" + query, stop));
+  PARSYN_ASSIGN_OR_RETURN(std::vector<secagg::AdvertisedKeys> keys,
+                          ParseList<secagg::AdvertisedKeys>(keys_answer, "keys", secagg::ParseAdvertisedKeys));
+  PARSYN_ASSIGN_OR_RETURN(std::vector<secagg::SealedShare> shares, self.secure_.ShareKeys(keys, nullptr));
+  PARSYN_RETURN_IF_ERROR(Post(client, std::string(kBase) + "/shares", self.Body("shares", ToJsonArray(shares)), stop));
+  PARSYN_ASSIGN_OR_RETURN(json shares_answer, AwaitPhase(client, std::string(kBase) + "/shares" + query, stop));
+  PARSYN_ASSIGN_OR_RETURN(self.received_,
+                          ParseList<secagg::SealedShare>(shares_answer, "shares", secagg::ParseSealedShare));
+  return self;
+}
+
+StatusOr<std::string> SecureParticipation::MaskedInput(const weights::WeightSet& global,
+                                                       const weights::WeightSet& trained, int64_t samples) {
+  const secagg::RoundSetup& setup = secure_.setup();
+  PARSYN_ASSIGN_OR_RETURN(const secagg::Key32 rounding_key, secagg::RandomKey());
+  PARSYN_ASSIGN_OR_RETURN(std::vector<uint32_t> quantized,
+                          secagg::QuantizedUpdate(global, trained, samples, sample_bound_,
+                                                  {setup.quantization_bits, setup.clipping_range}, rounding_key));
+  PARSYN_ASSIGN_OR_RETURN(std::vector<uint32_t> masked, secure_.MaskInput(received_, std::move(quantized)));
+  return secagg::PackRing(masked, setup.ring_bits);
+}
+
+Status SecureParticipation::Reveal(std::stop_token stop) {
+  PARSYN_ASSIGN_OR_RETURN(json answer, AwaitPhase(*client_, std::string(kBase) + "/survivors" + Query(), stop));
+  if (!answer.is_object() || !answer.contains("survivors") || !answer["survivors"].is_array()) {
+    return InvalidArgumentError("the coordinator's answer has no 'survivors' list");
+  }
+  std::vector<uint64_t> survivors;
+  for (const json& id : answer["survivors"]) {
+    if (!id.is_number_unsigned()) return InvalidArgumentError("the survivors must be worker ids");
+    survivors.push_back(id.get<uint64_t>());
+  }
+  PARSYN_ASSIGN_OR_RETURN(std::vector<secagg::RevealedShare> shares, secure_.Unmask(survivors));
+  return Post(*client_, std::string(kBase) + "/reveal", Body("shares", ToJsonArray(shares)), stop);
+}
+
+}  // namespace parsyn::worker

@@ -1,0 +1,122 @@
+// Securely aggregated jobs (docs/secure-aggregation.md) with real `parsyn worker` processes on a tiny Llama: a round's
+// global is the FedAvg of the workers' updates up to quantization (the same job without secure aggregation, whose
+// runs are deterministic, gives the reference), the coordinator stores masked inputs, never updates; a worker lost
+// after sharing its keys (its trainer crashes) is recovered from the survivors' shares and every round commits.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "llama_fixture.h"
+
+namespace parsyn::e2e {
+namespace {
+
+class SecureAggregationTest : public LlamaJobTest {
+ protected:
+  SecureAggregationTest() { server_flags_.push_back("--keep-updates"); }
+
+  static json Secure(json spec, double clipping_range) {
+    spec["distributed"]["secure_aggregation"] = {{"enabled", true}, {"clipping_range", clipping_range}};
+    return spec;
+  }
+
+  // The committed global of round `round` of the job, by tensor.
+  std::map<std::string, std::vector<double>> Global(int64_t job_id, int round) {
+    for (const json& r : Rounds(*admin_, job_id)) {
+      if (r["outcome"] == "committed" && r["round"] == round) {
+        return ReadTensors(BlobPath(AttemptPrefix(job_id, round, r["attempt"]) + "/global.safetensors"));
+      }
+    }
+    ADD_FAILURE() << "job " << job_id << " committed no round " << round;
+    return {};
+  }
+};
+
+TEST_F(SecureAggregationTest, TheGlobalIsTheFedAvgOfTheQuantizedUpdatesAndNoUpdateIsStored) {
+  const std::vector<int64_t> ids = StartWorkers(3);
+  const json plain = LoraSpec(ids, 1, 4, 3);
+  const int64_t plain_id = CreateJob(*admin_, plain);
+  ASSERT_EQ(WaitForJobEnd(*admin_, plain_id, std::chrono::seconds(300)).value("status", ""), "succeeded");
+  const double clipping_range = 1.0;
+  const int64_t secure_id = CreateJob(*admin_, Secure(plain, clipping_range));
+  json job = WaitForJobEnd(*admin_, secure_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+
+  // Round 1 trains the same initial adapters on the same shards with the same seeds in both jobs: the secure global
+  // is the plain one up to the quantization of each worker's change (at most one step, 2c / (2^16 - 1), each).
+  const auto reference = Global(plain_id, 1), secure = Global(secure_id, 1);
+  const auto initial = ReadTensors(BlobPath("jobs/" + std::to_string(plain_id) + "/rounds/000000/global.safetensors"));
+  const double step = 2 * clipping_range / 65535.0;
+  double largest_change = 0, largest_difference = 0;
+  for (const auto& [name, values] : reference) {
+    ASSERT_EQ(secure.at(name).size(), values.size()) << name;
+    for (size_t i = 0; i < values.size(); ++i) {
+      largest_change = std::max(largest_change, std::abs(values[i] - initial.at(name)[i]));
+      largest_difference = std::max(largest_difference, std::abs(values[i] - secure.at(name)[i]));
+    }
+  }
+  EXPECT_LE(largest_difference, 3 * step);
+  EXPECT_GT(largest_change, 30 * step) << "the round must move the weights well beyond the tolerance";
+
+  // What the coordinator stored of each worker: its masked input (4 bytes per exchanged value and one for the
+  // weight), not a safetensors file of its update.
+  size_t exchanged = 0;
+  for (const auto& [name, values] : reference) exchanged += values.size();
+  int masked = 0;
+  for (const json& r : Rounds(*admin_, secure_id)) {
+    if (r["outcome"] != "committed" || r["round"] != 1) continue;
+    for (const json& u : r["updates"]) {
+      EXPECT_EQ(u["status"], "accepted") << u.dump();
+      const fs::path blob = BlobPath(AttemptPrefix(secure_id, 1, r["attempt"]) + "/updates/w" +
+                                     std::to_string(u["worker_id"].get<int64_t>()) + ".safetensors");
+      EXPECT_EQ(fs::file_size(blob), 4 * (exchanged + 1)) << blob;
+      ++masked;
+    }
+  }
+  EXPECT_EQ(masked, 3);
+}
+
+TEST_F(SecureAggregationTest, AWorkerLostAfterSharingItsKeysIsRecoveredFromTheSurvivorsShares) {
+  // The third worker's trainer dies at once: it joins each round's key exchanges, then fails before its masked
+  // input, so the coordinator removes its pair masks from the survivors' sum with its rebuilt masking key.
+  const fs::path crashing = tmp_.path() / "crashing-trainer.sh";
+  std::ofstream(crashing) << "#!/bin/sh\nif [ \"$1\" = --describe ]; then echo '{\"contract_versions\": [1], "
+                             "\"task_kinds\": [\"train\", \"evaluate\"], \"model_kinds\": [\"*\"]}'; exit 0; fi\n"
+                             "echo '{\"event\": \"error\", \"code\": \"internal\", \"message\": "
+                             "\"simulated crash\"}'\nkill -SEGV $$\n";
+  fs::permissions(crashing, fs::perms::owner_all);
+  std::vector<int64_t> ids = StartWorkers(2);
+  const std::vector<int64_t> crash_ids = StartWorkers(1, {"--trainer", "builtin=" + crashing.string()});
+  ids.push_back(crash_ids[0]);
+  const int64_t job_id = CreateJob(*admin_, Secure(LoraSpec(ids, 2, 4, 2, 60), 1.0));
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  int committed = 0;
+  for (const json& r : Rounds(*admin_, job_id)) {
+    if (r["outcome"] != "committed" || r["round"].get<int>() < 1) continue;
+    ++committed;
+    std::vector<int64_t> accepted;
+    for (const json& u : r["updates"]) {
+      if (u["status"] == "accepted") accepted.push_back(u["worker_id"].get<int64_t>());
+    }
+    std::sort(accepted.begin(), accepted.end());
+    EXPECT_EQ(accepted, (std::vector<int64_t>{ids[0], ids[1]})) << r.dump();
+  }
+  EXPECT_EQ(committed, 2);
+  EXPECT_NE(workers_[2]->log().find("simulated crash"), std::string::npos) << workers_[2]->log();
+}
+
+TEST_F(SecureAggregationTest, AStrategyThatNeedsSingleUpdatesIsRefused) {
+  const std::vector<int64_t> ids = StartWorkers(2);
+  json spec = Secure(LoraSpec(ids, 1, 4, 2), 1.0);
+  spec["distributed"]["strategy"] = "median";
+  StatusOr<http::ClientResponse> res = admin_->PostJson("/api/v1/training-jobs", spec);
+  ASSERT_FALSE(res.ok());
+  EXPECT_NE(res.status().message().find("needs each worker's update"), std::string::npos) << res.status().ToString();
+}
+
+}  // namespace
+}  // namespace parsyn::e2e
