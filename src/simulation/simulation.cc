@@ -399,6 +399,12 @@ StatusOr<Prepared> Prepare(const SimulationOptions& options) {
   std::vector<coordinator::FieldProblem> field_problems;
   StatusOr<coordinator::JobSpec> spec = coordinator::ParseJobSpecJson(body, field_problems);
   if (!spec.ok()) return InvalidArgumentError("--job: " + spec.status().message());
+  if (spec->distributed.secure_aggregation.enabled) {
+    return InvalidArgumentError(
+        "distributed.secure_aggregation: parsyn simulate's virtual workers do not take part in secure aggregation; "
+        "remove it to simulate the job's learning (secure aggregation changes only its quantization), or run the job "
+        "on a coordinator with real workers");
+  }
   p.spec = *spec;
   for (std::string& w : coordinator::JobSpecWarnings(body, *spec)) p.warnings.push_back(std::move(w));
   std::vector<std::string> problems;

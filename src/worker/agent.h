@@ -62,6 +62,8 @@
 
 namespace parsyn::worker {
 
+class SecureParticipation;  // secure_participation.h
+
 struct AgentOptions {
   // "http://127.0.0.1:8080", or several coordinators of one platform separated by commas (failover: a standby
   // answers 503, so the agent says hello to each in turn until one, the leader, accepts it; SplitServerUrls).
@@ -149,6 +151,9 @@ class Agent {
   // POSTs /api/v1/worker/failure once; failures to deliver it are logged and ignored.
   void ReportFailure(const protocol::Task& task, const Status& failure);
   Status ExecuteTask(const Session& session, const protocol::Task& task, std::stop_token stop);
+  // POST /api/v1/worker/result, with a secure round's revealing of shares (phase 4) beside it when `secure` is set.
+  StatusOr<http::ClientResponse> PostResult(const protocol::Result& report, SecureParticipation* secure,
+                                            std::stop_token stop);
   StatusOr<TaskFiles> FetchInputs(const Session& session, const protocol::Task& task,
                                   const std::filesystem::path& task_dir, std::stop_token stop);
   // Downloads the round's global weights to `global_weights` and checks their sha256: from their delta when the task

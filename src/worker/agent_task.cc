@@ -65,8 +65,8 @@ Status UseLocalData(const protocol::Task& task, const fs::path& local_data, Task
 
 // Phase 3 of a secure round: the trainer's update as its masked input, written beside it (the file uploaded in the
 // update's place).
-StatusOr<fs::path> WriteMaskedInput(SecureParticipation& secure, const TrainerOutput& output,
-                                    const fs::path& global_file, const fs::path& dir) {
+StatusOr<WireUpdate> WriteMaskedInput(SecureParticipation& secure, const TrainerOutput& output,
+                                      const fs::path& global_file, const fs::path& dir) {
   PARSYN_ASSIGN_OR_RETURN(weights::WeightSet global, weights::ReadSafetensorsFile(global_file));
   PARSYN_ASSIGN_OR_RETURN(weights::WeightSet trained, weights::ReadSafetensorsFile(output.update));
   PARSYN_ASSIGN_OR_RETURN(std::string packed, secure.MaskedInput(global, trained, output.result.num_samples));
@@ -74,7 +74,7 @@ StatusOr<fs::path> WriteMaskedInput(SecureParticipation& secure, const TrainerOu
   std::ofstream out(file, std::ios::binary);
   out.write(packed.data(), static_cast<std::streamsize>(packed.size()));
   if (!out.flush()) return InternalError("cannot write " + file.string());
-  return file;
+  return WireUpdate{.file = file, .sha256 = Sha256Hex(packed)};
 }
 
 }  // namespace
@@ -287,8 +287,7 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
   // A securely aggregated round: its keys and shares are exchanged before training (phases 1 and 2).
   std::optional<SecureParticipation> secure;
   if (task.secure_aggregation && task.kind == protocol::TaskKind::kTrain) {
-    StatusOr<SecureParticipation> joined =
-        SecureParticipation::Join(*client_, task, static_cast<uint64_t>(session.worker_id), stop);
+    StatusOr<SecureParticipation> joined = SecureParticipation::Join(*client_, task, session.worker_id, stop);
     if (!joined.ok()) return joined.status().WithContext("joining the round's secure aggregation");
     secure.emplace(*std::move(joined));
   }
@@ -314,40 +313,17 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
     }
     const protocol::UpdateUpload& upload = *task.update_upload;  // ParseTask: every train task has one
     blob_key = upload.blob_key;
-    fs::path update_file;
-    if (secure) {  // phase 3: the masked input takes the update's place
-      PARSYN_ASSIGN_OR_RETURN(update_file, WriteMaskedInput(*secure, output, files.global_weights, task_dir));
-      PARSYN_ASSIGN_OR_RETURN(sha256, Sha256File(update_file));
-    } else {
-      PARSYN_ASSIGN_OR_RETURN(WireUpdate wire,
-                              EncodeUpdateForJob(task, output.update, output.update_sha256, files.global_weights,
-                                                 WorkerStateDir(cache_.root(), session.worker_id)));
-      sha256 = wire.sha256;
-      update_file = wire.file;
-    }
+    // In a secure round (phase 3) the masked input takes the update's place.
+    PARSYN_ASSIGN_OR_RETURN(const WireUpdate wire,
+                            secure ? WriteMaskedInput(*secure, output, files.global_weights, task_dir)
+                                   : EncodeUpdateForJob(task, output.update, output.update_sha256, files.global_weights,
+                                                        WorkerStateDir(cache_.root(), session.worker_id)));
+    sha256 = wire.sha256;
     PARSYN_RETURN_IF_ERROR(
-        UploadUpdate(*blob_client_, upload, update_file, sha256, stop).WithContext("uploading the update"));
+        UploadUpdate(*blob_client_, upload, wire.file, sha256, stop).WithContext("uploading the update"));
   }
   const protocol::Result report = BuildResult(task, session.id, output.result, blob_key, sha256);
-  // Phase 4 of a secure round runs beside the result: the coordinator answers the last result once the round is
-  // aggregated, which needs every survivor's revealed shares, this worker's too.
-  std::stop_source reveal_stop;
-  std::stop_callback stop_reveal(stop, [&] { reveal_stop.request_stop(); });
-  Status revealed;
-  std::optional<std::jthread> revealing;
-  if (secure) revealing.emplace([&] { revealed = secure->Reveal(reveal_stop.get_token()); });
-  http::CallOptions call;
-  call.stop = stop;
-  call.retry = true;  // the coordinator treats a repeated result for the same task as a duplicate
-  StatusOr<http::ClientResponse> posted =
-      client_->PostJson("/api/v1/worker/result", protocol::ResultToJson(report), call);
-  if (revealing) {
-    if (!posted.ok()) reveal_stop.request_stop();  // no survivor: nothing to reveal
-    revealing->join();
-    if (posted.ok() && !revealed.ok()) {
-      PARSYN_LOG_WARN("worker {}: revealing the secure aggregation's shares: {}", options_.name, revealed.ToString());
-    }
-  }
+  StatusOr<http::ClientResponse> posted = PostResult(report, secure ? &*secure : nullptr, stop);
   NoteTokenRefused(posted.status());
   PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res, std::move(posted));
   {
@@ -363,6 +339,30 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
                   protocol::RoundLabel(task.round, task.total_rounds), report.sample_count, shown(report.train_loss),
                   shown(report.validation_loss));
   return Status::Ok();
+}
+
+StatusOr<http::ClientResponse> Agent::PostResult(const protocol::Result& report, SecureParticipation* secure,
+                                                 std::stop_token stop) {
+  // Phase 4 of a secure round runs beside the result: the coordinator answers the last result once the round is
+  // aggregated, which needs every survivor's revealed shares, this worker's too.
+  std::stop_source reveal_stop;
+  std::stop_callback stop_reveal(stop, [&] { reveal_stop.request_stop(); });
+  Status revealed;
+  std::optional<std::jthread> revealing;
+  if (secure != nullptr) revealing.emplace([&] { revealed = secure->Reveal(reveal_stop.get_token()); });
+  http::CallOptions call;
+  call.stop = stop;
+  call.retry = true;  // the coordinator treats a repeated result for the same task as a duplicate
+  StatusOr<http::ClientResponse> posted =
+      client_->PostJson("/api/v1/worker/result", protocol::ResultToJson(report), call);
+  if (revealing) {
+    if (!posted.ok()) reveal_stop.request_stop();  // no survivor: nothing to reveal
+    revealing->join();
+    if (posted.ok() && !revealed.ok()) {
+      PARSYN_LOG_WARN("worker {}: revealing the secure aggregation's shares: {}", options_.name, revealed.ToString());
+    }
+  }
+  return posted;
 }
 
 StatusOr<TrainerOutput> Agent::RunTrainer(const Session& session, const protocol::Task& task,

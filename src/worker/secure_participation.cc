@@ -80,7 +80,7 @@ json SecureParticipation::Body(const char* field, json payload) const {
 }
 
 StatusOr<SecureParticipation> SecureParticipation::Join(http::Client& client, const protocol::Task& task,
-                                                        uint64_t worker_id, std::stop_token stop) {
+                                                        int64_t worker_id, std::stop_token stop) {
   const std::string query = "?job_id=" + std::to_string(task.job_id) + "&round=" + std::to_string(task.round) +
                             "&attempt=" + std::to_string(task.attempt);
   http::CallOptions call;
@@ -91,7 +91,8 @@ StatusOr<SecureParticipation> SecureParticipation::Join(http::Client& client, co
     return InvalidArgumentError("the coordinator's secure aggregation setup has no 'setup' and 'sample_bound'");
   }
   PARSYN_ASSIGN_OR_RETURN(secagg::RoundSetup setup, secagg::ParseRoundSetup(answer["setup"]));
-  PARSYN_ASSIGN_OR_RETURN(secagg::Client secure, secagg::Client::Start(setup, worker_id, secagg::KeySigner{}));
+  PARSYN_ASSIGN_OR_RETURN(secagg::Client secure,
+                          secagg::Client::Start(setup, static_cast<uint64_t>(worker_id), secagg::KeySigner{}));
   SecureParticipation self(client, task, std::move(secure), answer["sample_bound"].get<int64_t>());
   PARSYN_RETURN_IF_ERROR(
       Post(client, std::string(kBase) + "/keys", self.Body("keys", secagg::ToJson(self.secure_.advertised())), stop));

@@ -24,7 +24,7 @@ class SecureParticipation {
   // Phases 1 and 2: the attempt's setup (checked: secagg::CheckRoundSetup refuses a setup whose thresholds were
   // lowered), then keys and shares, each waiting for its phase to end (the coordinator answers 202 meanwhile). Fails
   // with the coordinator's or the protocol's error; `stop` cuts the waits.
-  static StatusOr<SecureParticipation> Join(http::Client& client, const protocol::Task& task, uint64_t worker_id,
+  static StatusOr<SecureParticipation> Join(http::Client& client, const protocol::Task& task, int64_t worker_id,
                                             std::stop_token stop);
 
   // Phase 3's input: the change trained - global, quantized with the weight samples / the round's bound, masked;

@@ -198,6 +198,16 @@ TEST_F(SimulateTest, ServerOptimizerAndRobustStrategiesRunTheRealRounds) {
   EXPECT_NE(bad.output.find("strategy_options.server_learning_rate"), std::string::npos) << bad.output;
 }
 
+// Virtual workers do not take part in secure aggregation: a job asking for it is refused, saying what to do.
+TEST_F(SimulateTest, ASecurelyAggregatedJobIsRefusedSayingWhy) {
+  json job = Job("federated_averaging", nullptr);
+  job["distributed"]["secure_aggregation"] = {{"enabled", true}};
+  CommandResult run = Simulate(job, "secure");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("distributed.secure_aggregation"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("remove it"), std::string::npos) << run.output;
+}
+
 // With distributed.compression.global each virtual worker counts, from round 2 on, the delta of the global it read
 // the round before (stored beside the global) instead of the whole global.
 TEST_F(SimulateTest, WithGlobalDeltasAVirtualWorkerCountsTheDeltaItWouldDownload) {
