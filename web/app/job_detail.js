@@ -36,6 +36,7 @@ export function render(container, [idText]) {
   const roundBar = h('div', { id: 'round-bar' });
   const reasonText = h('p', { class: 'muted', id: 'job-reason' });
   const trainerText = h('p', { class: 'muted', id: 'job-trainer' });
+  const secureText = h('p', { class: 'muted', id: 'job-secure' });
   const warningsBox = h('section', { class: 'notice', id: 'job-warnings', role: 'note', 'aria-labelledby': 'warnings-h',
                                      hidden: true });
   const lossSummary = h('p', { id: 'loss-summary' });
@@ -60,7 +61,7 @@ export function render(container, [idText]) {
     warningsBox,
     h('section', { class: 'card', 'aria-labelledby': 'progress-h' },
       h('h2', { id: 'progress-h' }, 'Progress'),
-      h('p', { class: 'round-line' }, 'Round ', roundText), roundBar, reasonText, trainerText,
+      h('p', { class: 'round-line' }, 'Round ', roundText), roundBar, reasonText, trainerText, secureText,
       h('div', { class: 'state-lists' },
         h('div', {}, h('h3', {}, 'Training'), lists.training),
         h('div', {}, h('h3', {}, 'Reported'), lists.reported),
@@ -158,6 +159,10 @@ export function render(container, [idText]) {
     // The trainer the job names (docs/trainer-contract.md): only workers offering it take its tasks.
     const trainer = job.spec?.config?.trainer;
     trainerText.textContent = trainer ? `Trainer: ${trainer}` : '';
+    // distributed.secure_aggregation (docs/secure-aggregation.md): the coordinator sees each round's sum only.
+    secureText.textContent = job.spec?.distributed?.secure_aggregation?.enabled
+      ? 'Securely aggregated: the coordinator sees only each round\'s sum of the survivors\' updates (the accepted ones)'
+      : '';
     const warnings = jobWarnings(state);
     warningsBox.hidden = warnings.length === 0;
     warningsBox.replaceChildren(h('h2', { id: 'warnings-h' }, 'Warnings'),

@@ -32,7 +32,7 @@ import { TERMINAL } from './dom.js';
 /**
  * @typedef {object} JobSpec
  * @property {{trainer?: string}} [config]
- * @property {{steps_per_round?: number, strategy?: string, partition?: Record<string, string | number>}} [distributed]
+ * @property {{steps_per_round?: number, strategy?: string, partition?: Record<string, string | number>, secure_aggregation?: {enabled?: boolean}}} [distributed]
  */
 /**
  * @typedef {object} Shard
