@@ -89,23 +89,6 @@ Response NotReady(const SecureRound& secure, Phase gives, int64_t worker_id) {
                                                  "take part in the one before in time)"));
 }
 
-template <typename T, typename Parse>
-StatusOr<std::vector<T>> ParseEach(const json& array, Parse parse) {
-  std::vector<T> out;
-  for (const json& item : array) {
-    PARSYN_ASSIGN_OR_RETURN(T value, parse(item));
-    out.push_back(std::move(value));
-  }
-  return out;
-}
-
-template <typename T>
-json ToJsonArray(const std::vector<T>& items) {
-  json out = json::array();
-  for (const T& item : items) out.push_back(secagg::ToJson(item));
-  return out;
-}
-
 class SecureAggregationRoutes {
  public:
   explicit SecureAggregationRoutes(Service& service) : service_(service) {}
@@ -132,13 +115,13 @@ class SecureAggregationRoutes {
     if (!secure.ok()) co_return Response::Error(secure.status());
     auto keys = (*secure)->KeysFor(static_cast<uint64_t>(worker_id));
     if (!keys) co_return NotReady(**secure, Phase::kAdvertise, worker_id);
-    co_return Response::Json(200, {{"keys", ToJsonArray(*keys)}});
+    co_return Response::Json(200, {{"keys", secagg::ToJson(std::span<const secagg::AdvertisedKeys>(*keys))}});
   }
 
   Awaitable<Response> PostShares(Request& req, int64_t worker_id) {
     StatusOr<Posted> posted = ParsePosted(req.body, "shares", true);
     if (!posted.ok()) co_return Response::Error(posted.status());
-    auto shares = ParseEach<secagg::SealedShare>(posted->payload, secagg::ParseSealedShare);
+    auto shares = secagg::ParseSealedShareList(posted->payload);
     if (!shares.ok()) co_return Response::Error(shares.status());
     co_return Answer(posted->ref, worker_id, [&](SecureRound& s, Clock::TimePoint now) {
       return s.AddShares(static_cast<uint64_t>(worker_id), *shares, now);
@@ -150,7 +133,7 @@ class SecureAggregationRoutes {
     if (!secure.ok()) co_return Response::Error(secure.status());
     auto shares = (*secure)->SharesFor(static_cast<uint64_t>(worker_id));
     if (!shares) co_return NotReady(**secure, Phase::kShare, worker_id);
-    co_return Response::Json(200, {{"shares", ToJsonArray(*shares)}});
+    co_return Response::Json(200, {{"shares", secagg::ToJson(std::span<const secagg::SealedShare>(*shares))}});
   }
 
   Awaitable<Response> GetSurvivors(Request& req, int64_t worker_id) {
@@ -164,7 +147,7 @@ class SecureAggregationRoutes {
   Awaitable<Response> PostReveal(Request& req, int64_t worker_id) {
     StatusOr<Posted> posted = ParsePosted(req.body, "shares", true);
     if (!posted.ok()) co_return Response::Error(posted.status());
-    auto shares = ParseEach<secagg::RevealedShare>(posted->payload, secagg::ParseRevealedShare);
+    auto shares = secagg::ParseRevealedShareList(posted->payload);
     if (!shares.ok()) co_return Response::Error(shares.status());
     co_return Answer(posted->ref, worker_id, [&](SecureRound& s, Clock::TimePoint now) {
       return s.AddRevealed(static_cast<uint64_t>(worker_id), *shares, now);

@@ -163,4 +163,39 @@ StatusOr<RevealedShare> ParseRevealedShare(const json& value) {
   return revealed;
 }
 
+namespace {
+
+template <typename T>
+json ListToJson(std::span<const T> list) {
+  json out = json::array();
+  for (const T& item : list) out.push_back(ToJson(item));
+  return out;
+}
+
+template <typename T, typename Parse>
+StatusOr<std::vector<T>> ParseList(const json& value, Parse parse) {
+  if (!value.is_array()) return InvalidArgumentError(std::string("expected a JSON array, got ") + value.type_name());
+  std::vector<T> out;
+  for (const json& item : value) {
+    PARSYN_ASSIGN_OR_RETURN(T parsed, parse(item));
+    out.push_back(std::move(parsed));
+  }
+  return out;
+}
+
+}  // namespace
+
+json ToJson(std::span<const AdvertisedKeys> list) { return ListToJson(list); }
+json ToJson(std::span<const SealedShare> list) { return ListToJson(list); }
+json ToJson(std::span<const RevealedShare> list) { return ListToJson(list); }
+StatusOr<std::vector<AdvertisedKeys>> ParseAdvertisedKeysList(const json& value) {
+  return ParseList<AdvertisedKeys>(value, ParseAdvertisedKeys);
+}
+StatusOr<std::vector<SealedShare>> ParseSealedShareList(const json& value) {
+  return ParseList<SealedShare>(value, ParseSealedShare);
+}
+StatusOr<std::vector<RevealedShare>> ParseRevealedShareList(const json& value) {
+  return ParseList<RevealedShare>(value, ParseRevealedShare);
+}
+
 }  // namespace parsyn::secagg

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -66,5 +67,14 @@ StatusOr<RoundSetup> ParseRoundSetup(const nlohmann::json& json);  // also Check
 StatusOr<AdvertisedKeys> ParseAdvertisedKeys(const nlohmann::json& json);
 StatusOr<SealedShare> ParseSealedShare(const nlohmann::json& json);
 StatusOr<RevealedShare> ParseRevealedShare(const nlohmann::json& json);
+
+// Lists of messages as JSON arrays (what a route answers or a worker posts), and back: the first element that does not
+// parse gives the error, and anything but an array is InvalidArgument.
+nlohmann::json ToJson(std::span<const AdvertisedKeys> list);
+nlohmann::json ToJson(std::span<const SealedShare> list);
+nlohmann::json ToJson(std::span<const RevealedShare> list);
+StatusOr<std::vector<AdvertisedKeys>> ParseAdvertisedKeysList(const nlohmann::json& json);
+StatusOr<std::vector<SealedShare>> ParseSealedShareList(const nlohmann::json& json);
+StatusOr<std::vector<RevealedShare>> ParseRevealedShareList(const nlohmann::json& json);
 
 }  // namespace parsyn::secagg

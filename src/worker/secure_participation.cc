@@ -41,24 +41,12 @@ StatusOr<json> AwaitPhase(http::Client& client, const std::string& path, std::st
   }
 }
 
-template <typename T, typename Parse>
-StatusOr<std::vector<T>> ParseList(const json& body, const char* field, Parse parse) {
-  if (!body.is_object() || !body.contains(field) || !body[field].is_array()) {
-    return InvalidArgumentError(std::string("the coordinator's answer has no '") + field + "' list");
+// The list `field` of a phase's answer.
+StatusOr<json> Field(const json& body, const char* field) {
+  if (!body.is_object() || !body.contains(field)) {
+    return InvalidArgumentError(std::string("the coordinator's answer has no '") + field + "'");
   }
-  std::vector<T> out;
-  for (const json& item : body[field]) {
-    PARSYN_ASSIGN_OR_RETURN(T value, parse(item));
-    out.push_back(std::move(value));
-  }
-  return out;
-}
-
-template <typename T>
-json ToJsonArray(const std::vector<T>& items) {
-  json out = json::array();
-  for (const T& item : items) out.push_back(secagg::ToJson(item));
-  return out;
+  return body[field];
 }
 
 Status Post(http::Client& client, const std::string& path, const json& body, std::stop_token stop) {
@@ -97,13 +85,14 @@ StatusOr<SecureParticipation> SecureParticipation::Join(http::Client& client, co
   PARSYN_RETURN_IF_ERROR(
       Post(client, std::string(kBase) + "/keys", self.Body("keys", secagg::ToJson(self.secure_.advertised())), stop));
   PARSYN_ASSIGN_OR_RETURN(json keys_answer, AwaitPhase(client, std::string(kBase) + "/keys" + query, stop));
-  PARSYN_ASSIGN_OR_RETURN(std::vector<secagg::AdvertisedKeys> keys,
-                          ParseList<secagg::AdvertisedKeys>(keys_answer, "keys", secagg::ParseAdvertisedKeys));
+  PARSYN_ASSIGN_OR_RETURN(const json keys_list, Field(keys_answer, "keys"));
+  PARSYN_ASSIGN_OR_RETURN(std::vector<secagg::AdvertisedKeys> keys, secagg::ParseAdvertisedKeysList(keys_list));
   PARSYN_ASSIGN_OR_RETURN(std::vector<secagg::SealedShare> shares, self.secure_.ShareKeys(keys, nullptr));
-  PARSYN_RETURN_IF_ERROR(Post(client, std::string(kBase) + "/shares", self.Body("shares", ToJsonArray(shares)), stop));
+  PARSYN_RETURN_IF_ERROR(Post(client, std::string(kBase) + "/shares",
+                              self.Body("shares", secagg::ToJson(std::span<const secagg::SealedShare>(shares))), stop));
   PARSYN_ASSIGN_OR_RETURN(json shares_answer, AwaitPhase(client, std::string(kBase) + "/shares" + query, stop));
-  PARSYN_ASSIGN_OR_RETURN(self.received_,
-                          ParseList<secagg::SealedShare>(shares_answer, "shares", secagg::ParseSealedShare));
+  PARSYN_ASSIGN_OR_RETURN(const json shares_list, Field(shares_answer, "shares"));
+  PARSYN_ASSIGN_OR_RETURN(self.received_, secagg::ParseSealedShareList(shares_list));
   return self;
 }
 
@@ -129,7 +118,8 @@ Status SecureParticipation::Reveal(std::stop_token stop) {
     survivors.push_back(id.get<uint64_t>());
   }
   PARSYN_ASSIGN_OR_RETURN(std::vector<secagg::RevealedShare> shares, secure_.Unmask(survivors));
-  return Post(*client_, std::string(kBase) + "/reveal", Body("shares", ToJsonArray(shares)), stop);
+  return Post(*client_, std::string(kBase) + "/reveal",
+              Body("shares", secagg::ToJson(std::span<const secagg::RevealedShare>(shares))), stop);
 }
 
 }  // namespace parsyn::worker

@@ -154,12 +154,7 @@ namespace {
 TEST_F(LlamaJobTest, TrainerCrashFailsTheTaskAndTheWorkerStaysOnline) {
   // A trainer that dies at once, as a crash or out-of-memory would, for the second worker only (its built-in trainer,
   // as the worker's owner maps it).
-  const fs::path crashing = tmp_.path() / "crashing-trainer.sh";
-  std::ofstream(crashing) << "#!/bin/sh\nif [ \"$1\" = --describe ]; then echo '{\"contract_versions\": [1], "
-                             "\"task_kinds\": [\"train\", \"evaluate\"], \"model_kinds\": [\"*\"]}'; exit 0; fi\n"
-                             "echo '{\"event\": \"error\", \"code\": \"internal\", \"message\": "
-                             "\"simulated crash\"}'\nkill -SEGV $$\n";
-  fs::permissions(crashing, fs::perms::owner_all);
+  const fs::path crashing = WriteCrashingTrainer();
   std::vector<int64_t> ids = StartWorkers(1);
   std::vector<int64_t> crash_ids = StartWorkers(1, {"--trainer", "builtin=" + crashing.string()});
   ids.push_back(crash_ids[0]);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <fstream>
 
 #include <algorithm>
 #include <cstdio>
@@ -62,6 +63,18 @@ class LlamaJobTest : public ::testing::Test {
     }
     EXPECT_TRUE(WaitOnline(ids)) << "workers did not say hello in time";
     return ids;
+  }
+
+  // A trainer of the contract that dies at once (SIGSEGV after an error event), as a crash or out-of-memory would:
+  // for a worker started with {"--trainer", "builtin=" + the path}.
+  fs::path WriteCrashingTrainer() {
+    const fs::path crashing = tmp_.path() / "crashing-trainer.sh";
+    std::ofstream(crashing) << "#!/bin/sh\nif [ \"$1\" = --describe ]; then echo '{\"contract_versions\": [1], "
+                               "\"task_kinds\": [\"train\", \"evaluate\"], \"model_kinds\": [\"*\"]}'; exit 0; fi\n"
+                               "echo '{\"event\": \"error\", \"code\": \"internal\", \"message\": "
+                               "\"simulated crash\"}'\nkill -SEGV $$\n";
+    fs::permissions(crashing, fs::perms::owner_all);
+    return crashing;
   }
 
   // Runs `spec` to its end, then again with the server killed after round 1 and started again: the second job

@@ -82,12 +82,7 @@ TEST_F(SecureAggregationTest, TheGlobalIsTheFedAvgOfTheQuantizedUpdatesAndNoUpda
 TEST_F(SecureAggregationTest, AWorkerLostAfterSharingItsKeysIsRecoveredFromTheSurvivorsShares) {
   // The third worker's trainer dies at once: it joins each round's key exchanges, then fails before its masked
   // input, so the coordinator removes its pair masks from the survivors' sum with its rebuilt masking key.
-  const fs::path crashing = tmp_.path() / "crashing-trainer.sh";
-  std::ofstream(crashing) << "#!/bin/sh\nif [ \"$1\" = --describe ]; then echo '{\"contract_versions\": [1], "
-                             "\"task_kinds\": [\"train\", \"evaluate\"], \"model_kinds\": [\"*\"]}'; exit 0; fi\n"
-                             "echo '{\"event\": \"error\", \"code\": \"internal\", \"message\": "
-                             "\"simulated crash\"}'\nkill -SEGV $$\n";
-  fs::permissions(crashing, fs::perms::owner_all);
+  const fs::path crashing = WriteCrashingTrainer();
   std::vector<int64_t> ids = StartWorkers(2);
   const std::vector<int64_t> crash_ids = StartWorkers(1, {"--trainer", "builtin=" + crashing.string()});
   ids.push_back(crash_ids[0]);
