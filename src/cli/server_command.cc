@@ -306,6 +306,7 @@ int RunServer(const ServerFlags& f) {
   }
   StatusOr<std::filesystem::path> tls_client_ca = ClientCaFile(f, managed, *options);
   if (!tls_client_ca.ok()) return Fail("server", tls_client_ca.status());
+  options->client_ca_file = *tls_client_ca;
   RaiseAndLogOpenFilesLimit();
   StatusOr<std::unique_ptr<coordinator::Service>> service = coordinator::Service::Open(io, *options);
   if (!service.ok()) return Fail("server", service.status());

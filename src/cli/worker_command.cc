@@ -70,6 +70,7 @@ struct AgentFlags {
   std::string ca_file;
   std::string cert;
   std::string key;
+  std::string peer_ca;
   std::string bootstrap_key_file;
   std::vector<std::string> trainers;  // NAME=COMMAND
   std::string config;                 // --config: the config file whose [trainers] section applies
@@ -202,7 +203,8 @@ StatusOr<worker::AgentOptions> AgentOptionsFrom(const AgentFlags& f, bool bootst
   if (f.cert.empty() != f.key.empty()) {
     return InvalidArgumentError("--cert and --key go together (a client certificate and its key)");
   }
-  for (const auto& [flag, file] : {std::pair{"--ca-file", &f.ca_file}, {"--cert", &f.cert}, {"--key", &f.key}}) {
+  for (const auto& [flag, file] :
+       {std::pair{"--ca-file", &f.ca_file}, {"--cert", &f.cert}, {"--key", &f.key}, {"--peer-ca", &f.peer_ca}}) {
     if (!file->empty() && !fs::is_regular_file(*file)) {
       return InvalidArgumentError(std::string(flag) + " " + *file + " is not a file");
     }
@@ -216,6 +218,7 @@ StatusOr<worker::AgentOptions> AgentOptionsFrom(const AgentFlags& f, bool bootst
   options.ca_file = f.ca_file;
   options.client_cert_file = f.cert;
   options.client_key_file = f.key;
+  options.peer_ca_file = f.peer_ca;
   std::error_code ec;
   if (!f.data.empty()) {
     options.local_data = fs::absolute(f.data, ec);
@@ -353,6 +356,9 @@ void AddWorkerCommand(CLI::App& app, int& exit_code) {
   group->add_option("--cert", flags->cert,
                     "this worker's client certificate (PEM), for a coordinator with mutual TLS (--client-ca)");
   group->add_option("--key", flags->key, "the private key (PEM) of --cert");
+  group->add_option("--peer-ca", flags->peer_ca,
+                    "the CA (PEM) of the workers' client certificates: in securely aggregated rounds this worker then "
+                    "checks that each peer's keys are signed by that peer's certificate (docs/secure-aggregation.md)");
   group->add_option("--threads", flags->threads, "the trainers' intra-op threads (0: the framework's default)")
       ->capture_default_str();
   group->add_option("--lora-rank", flags->lora_rank,

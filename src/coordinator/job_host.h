@@ -22,6 +22,7 @@
 #include "base/clock.h"
 #include "coordinator/write_queue.h"
 #include "http/server.h"
+#include "secagg/client.h"
 #include "storage/blob_store.h"
 #include "storage/blob_urls.h"
 #include "storage/metadata_store.h"
@@ -104,6 +105,12 @@ class JobHost {
   virtual bool WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view model_kind) const = 0;
   // What the worker's current session announced of its capacity (LoRA ranks of jobs of mixed ranks).
   virtual WorkerCapacity AnnouncedCapacity(int64_t worker_id) const = 0;
+  // Checks the keys workers advertise in securely aggregated rounds (their signatures under the workers' CA, mutual
+  // TLS); null where workers have no certificates (the honest-but-curious model: docs/secure-aggregation.md).
+  virtual const secagg::KeyVerifier& secure_key_verifier() const {
+    static const secagg::KeyVerifier none;
+    return none;
+  }
 };
 
 }  // namespace parsyn::coordinator

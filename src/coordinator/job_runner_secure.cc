@@ -49,8 +49,9 @@ Status JobRunner::BeginSecureAttempt(int round, int attempt, const std::deque<Ac
       SecureAttemptSetup(spec, job_.id, round, attempt, std::move(participants), vector_length, graph_seed);
   if (!setup.ok()) return setup.status().WithContext("secure aggregation of round " + std::to_string(round));
   const Clock::Duration timeout{engine_config_.aggregation_timeout};
-  StatusOr<SecureRound> secure = SecureRound::Start(*std::move(setup), host_.clock().Now(),
-                                                    std::min(timeout, kMaxExchangeTimeout), timeout, nullptr);
+  StatusOr<SecureRound> secure =
+      SecureRound::Start(*std::move(setup), host_.clock().Now(), std::min(timeout, kMaxExchangeTimeout), timeout,
+                         host_.secure_key_verifier());
   if (!secure.ok()) return secure.status();
   secure_.emplace(*std::move(secure));
   return Status::Ok();

@@ -7,6 +7,8 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <fstream>
+#include <iterator>
 
 #include "base/log.h"
 #include "coordinator/api_json.h"
@@ -18,6 +20,7 @@
 #include "coordinator/static_routes.h"
 #include "http/signed_url.h"
 #include "loop/loop_tools.h"
+#include "secagg/key_signature.h"
 #include "storage/byte_source.h"
 #include "storage/directory_blob_store.h"
 #include "storage/metadata_store.h"
@@ -49,6 +52,15 @@ FeedPublisher::Options FeedOptions(const ServiceOptions& options) {
           .buffer_bytes = options.event_buffer_bytes,
           .progress_sample_interval = options.progress_sample_interval,
           .progress_samples_per_second = options.progress_samples_per_second};
+}
+
+// The checker of secure aggregation's advertised keys under the workers' CA file.
+StatusOr<secagg::KeyVerifier> SecureKeyVerifier(const std::filesystem::path& ca_file) {
+  std::ifstream in(ca_file);
+  const std::string ca((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  StatusOr<secagg::KeyVerifier> verifier = secagg::MakeKeyVerifier(ca);
+  if (!verifier.ok()) return InvalidArgumentError("--client-ca: " + std::string(verifier.status().message()));
+  return verifier;
 }
 
 }  // namespace
@@ -105,6 +117,9 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
     PARSYN_ASSIGN_OR_RETURN(const std::string key, ReadOperatorKeyFile(service->options_.worker_bootstrap_key_file,
                                                                        "--worker-bootstrap-key-file"));
     service->worker_bootstrap_key_hash_ = HashSecret(key);
+  }
+  if (!service->options_.client_ca_file.empty()) {
+    PARSYN_ASSIGN_OR_RETURN(service->secure_key_verifier_, SecureKeyVerifier(service->options_.client_ca_file));
   }
   PARSYN_ASSIGN_OR_RETURN(service->admin_key_hash_, service->store_->GetAdminKeyHash());
   PARSYN_ASSIGN_OR_RETURN(service->signing_secret_, LoadOrCreateSigningSecret(dir));

@@ -99,6 +99,9 @@ struct ServiceOptions {
   // Mutual TLS (`parsyn server --client-ca`): worker routes and worker-bound blob URLs need the worker's own client
   // certificate (auth.h, CheckWorkerCertificate).
   bool require_worker_certificates = false;
+  // The CA file of the workers' client certificates (with require_worker_certificates): securely aggregated rounds
+  // accept only keys signed by their worker's certificate from it (docs/secure-aggregation.md).
+  std::filesystem::path client_ca_file;
   // GET /metrics needs the admin key (`parsyn server --metrics-auth admin`); by default it is open, like /healthz.
   bool metrics_require_admin = false;
   // `parsyn server --keep-updates`: a round's updates stay in the blob store after it ends (for audit or debugging);
@@ -206,6 +209,7 @@ class Service final : public JobHost {
   bool WorkerHasLocalData(int64_t worker_id) const override;
   bool WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view model_kind) const override;
   WorkerCapacity AnnouncedCapacity(int64_t worker_id) const override;
+  const secagg::KeyVerifier& secure_key_verifier() const override { return secure_key_verifier_; }
   JobRunner* FindRunner(int64_t job_id);
   // Starts a runner for a stored job (queued: set up and start round 1; running: resume). On the loop.
   http::Awaitable<void> LaunchJob(storage::TrainingJob job);
@@ -261,6 +265,7 @@ class Service final : public JobHost {
 
   boost::asio::io_context& io_;
   ServiceOptions options_;
+  secagg::KeyVerifier secure_key_verifier_;  // from options_.client_ca_file; null without mutual TLS
   const Clock& clock_;
   boost::asio::thread_pool pool_;
   // Streamed uploads only (the routes' RouteContext): its threads block on the network as much as on the disk.

@@ -88,6 +88,9 @@ struct AgentOptions {
   std::filesystem::path ca_file;
   std::filesystem::path client_cert_file;
   std::filesystem::path client_key_file;
+  // Secure aggregation: the CA of the workers' certificates, to check the keys peers advertise (empty: not checked
+  // here; the coordinator checks them under mutual TLS). With client_cert_file, this worker signs its own keys.
+  std::filesystem::path peer_ca_file;
   std::chrono::milliseconds progress_interval{2'000};
   std::chrono::milliseconds backoff_initial{500};
   std::chrono::milliseconds backoff_max{15'000};
@@ -151,6 +154,9 @@ class Agent {
   // POSTs /api/v1/worker/failure once; failures to deliver it are logged and ignored.
   void ReportFailure(const protocol::Task& task, const Status& failure);
   Status ExecuteTask(const Session& session, const protocol::Task& task, std::stop_token stop);
+  // A secure round's phases 1 and 2, signing with the worker's certificate and checking peers under --peer-ca.
+  StatusOr<SecureParticipation> JoinSecureRound(const Session& session, const protocol::Task& task,
+                                                std::stop_token stop);
   // POST /api/v1/worker/result, with a secure round's revealing of shares (phase 4) beside it when `secure` is set.
   StatusOr<http::ClientResponse> PostResult(const protocol::Result& report, SecureParticipation* secure,
                                             std::stop_token stop);

@@ -287,7 +287,7 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
   // A securely aggregated round: its keys and shares are exchanged before training (phases 1 and 2).
   std::optional<SecureParticipation> secure;
   if (task.secure_aggregation && task.kind == protocol::TaskKind::kTrain) {
-    StatusOr<SecureParticipation> joined = SecureParticipation::Join(*client_, task, session.worker_id, stop);
+    StatusOr<SecureParticipation> joined = JoinSecureRound(session, task, stop);
     if (!joined.ok()) return joined.status().WithContext("joining the round's secure aggregation");
     secure.emplace(*std::move(joined));
   }
@@ -339,6 +339,15 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
                   protocol::RoundLabel(task.round, task.total_rounds), report.sample_count, shown(report.train_loss),
                   shown(report.validation_loss));
   return Status::Ok();
+}
+
+StatusOr<SecureParticipation> Agent::JoinSecureRound(const Session& session, const protocol::Task& task,
+                                                     std::stop_token stop) {
+  PARSYN_ASSIGN_OR_RETURN(const secagg::KeySigner signer,
+                          SecureParticipation::SignerFromFiles(options_.client_cert_file, options_.client_key_file));
+  PARSYN_ASSIGN_OR_RETURN(const secagg::KeyVerifier verify,
+                          SecureParticipation::VerifierFromFile(options_.peer_ca_file));
+  return SecureParticipation::Join(*client_, task, session.worker_id, signer, verify, stop);
 }
 
 StatusOr<http::ClientResponse> Agent::PostResult(const protocol::Result& report, SecureParticipation* secure,

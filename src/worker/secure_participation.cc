@@ -2,10 +2,13 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <thread>
 
 #include "secagg/crypto.h"
+#include "secagg/key_signature.h"
 #include "secagg/ring.h"
 #include "secagg/update_vector.h"
 
@@ -49,6 +52,14 @@ StatusOr<json> Field(const json& body, const char* field) {
   return body[field];
 }
 
+StatusOr<std::string> ReadWholeTextFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) return InvalidArgumentError(path.string() + ": cannot read it");
+  if (text.empty()) return InvalidArgumentError(path.string() + ": empty or missing");
+  return text;
+}
+
 Status Post(http::Client& client, const std::string& path, const json& body, std::stop_token stop) {
   http::CallOptions call;
   call.stop = stop;
@@ -57,6 +68,24 @@ Status Post(http::Client& client, const std::string& path, const json& body, std
 }
 
 }  // namespace
+
+StatusOr<secagg::KeySigner> SecureParticipation::SignerFromFiles(const std::filesystem::path& certificate_file,
+                                                                 const std::filesystem::path& key_file) {
+  if (certificate_file.empty()) return secagg::KeySigner{};
+  PARSYN_ASSIGN_OR_RETURN(const std::string certificate, ReadWholeTextFile(certificate_file));
+  PARSYN_ASSIGN_OR_RETURN(const std::string key, ReadWholeTextFile(key_file));
+  StatusOr<secagg::KeySigner> signer = secagg::MakeKeySigner(certificate, key);
+  if (!signer.ok()) return InvalidArgumentError("--cert/--key: " + std::string(signer.status().message()));
+  return signer;
+}
+
+StatusOr<secagg::KeyVerifier> SecureParticipation::VerifierFromFile(const std::filesystem::path& peer_ca_file) {
+  if (peer_ca_file.empty()) return secagg::KeyVerifier{};
+  PARSYN_ASSIGN_OR_RETURN(const std::string ca, ReadWholeTextFile(peer_ca_file));
+  StatusOr<secagg::KeyVerifier> verifier = secagg::MakeKeyVerifier(ca);
+  if (!verifier.ok()) return InvalidArgumentError("--peer-ca: " + std::string(verifier.status().message()));
+  return verifier;
+}
 
 std::string SecureParticipation::Query() const {
   return "?job_id=" + std::to_string(job_id_) + "&round=" + std::to_string(round_) +
@@ -68,7 +97,8 @@ json SecureParticipation::Body(const char* field, json payload) const {
 }
 
 StatusOr<SecureParticipation> SecureParticipation::Join(http::Client& client, const protocol::Task& task,
-                                                        int64_t worker_id, std::stop_token stop) {
+                                                        int64_t worker_id, const secagg::KeySigner& signer,
+                                                        const secagg::KeyVerifier& verify, std::stop_token stop) {
   const std::string query = "?job_id=" + std::to_string(task.job_id) + "&round=" + std::to_string(task.round) +
                             "&attempt=" + std::to_string(task.attempt);
   http::CallOptions call;
@@ -80,14 +110,14 @@ StatusOr<SecureParticipation> SecureParticipation::Join(http::Client& client, co
   }
   PARSYN_ASSIGN_OR_RETURN(secagg::RoundSetup setup, secagg::ParseRoundSetup(answer["setup"]));
   PARSYN_ASSIGN_OR_RETURN(secagg::Client secure,
-                          secagg::Client::Start(setup, static_cast<uint64_t>(worker_id), secagg::KeySigner{}));
+                          secagg::Client::Start(setup, static_cast<uint64_t>(worker_id), signer));
   SecureParticipation self(client, task, std::move(secure), answer["sample_bound"].get<int64_t>());
   PARSYN_RETURN_IF_ERROR(
       Post(client, std::string(kBase) + "/keys", self.Body("keys", secagg::ToJson(self.secure_.advertised())), stop));
   PARSYN_ASSIGN_OR_RETURN(json keys_answer, AwaitPhase(client, std::string(kBase) + "/keys" + query, stop));
   PARSYN_ASSIGN_OR_RETURN(const json keys_list, Field(keys_answer, "keys"));
   PARSYN_ASSIGN_OR_RETURN(std::vector<secagg::AdvertisedKeys> keys, secagg::ParseAdvertisedKeysList(keys_list));
-  PARSYN_ASSIGN_OR_RETURN(std::vector<secagg::SealedShare> shares, self.secure_.ShareKeys(keys, nullptr));
+  PARSYN_ASSIGN_OR_RETURN(std::vector<secagg::SealedShare> shares, self.secure_.ShareKeys(keys, verify));
   PARSYN_RETURN_IF_ERROR(Post(client, std::string(kBase) + "/shares",
                               self.Body("shares", secagg::ToJson(std::span<const secagg::SealedShare>(shares))), stop));
   PARSYN_ASSIGN_OR_RETURN(json shares_answer, AwaitPhase(client, std::string(kBase) + "/shares" + query, stop));

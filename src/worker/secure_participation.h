@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -24,8 +25,18 @@ class SecureParticipation {
   // Phases 1 and 2: the attempt's setup (checked: secagg::CheckRoundSetup refuses a setup whose thresholds were
   // lowered), then keys and shares, each waiting for its phase to end (the coordinator answers 202 meanwhile). Fails
   // with the coordinator's or the protocol's error; `stop` cuts the waits.
+  // `signer` signs this worker's keys (its client certificate; a default one: unsigned); `verify` checks its peers'
+  // (null: not checked here).
   static StatusOr<SecureParticipation> Join(http::Client& client, const protocol::Task& task, int64_t worker_id,
+                                            const secagg::KeySigner& signer, const secagg::KeyVerifier& verify,
                                             std::stop_token stop);
+
+  // The signer of the worker's client certificate and key (none given: a signer that does not sign), and the
+  // checker of peers' keys under `peer_ca_file` (none: null). InvalidArgument naming the file that does not read or
+  // parse.
+  static StatusOr<secagg::KeySigner> SignerFromFiles(const std::filesystem::path& certificate_file,
+                                                     const std::filesystem::path& key_file);
+  static StatusOr<secagg::KeyVerifier> VerifierFromFile(const std::filesystem::path& peer_ca_file);
 
   // Phase 3's input: the change trained - global, quantized with the weight samples / the round's bound, masked;
   // the bytes to upload (m / 8 per element).

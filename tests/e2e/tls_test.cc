@@ -257,6 +257,54 @@ TEST_F(TlsTest, FederatedJobOverMutualTlsRefusesTokensWithoutTheirWorkersCertifi
   EXPECT_EQ(anonymous_blob.status().code(), StatusCode::kUnauthenticated) << anonymous_blob.status().ToString();
 }
 
+// Secure aggregation under mutual TLS: every worker signs the keys it advertises with its certificate's key, the
+// server accepts only keys signed by their worker's certificate from its --client-ca, and a worker started with
+// --peer-ca checks its peers' too. One whose --peer-ca is another CA refuses every peer's keys (it cannot tell them
+// from keys a coordinator made up) and leaves each round; the others commit every round without it.
+TEST_F(TlsTest, SecureAggregationOverMutualTlsSignsAndChecksEveryKey) {
+  ASSERT_NO_FATAL_FAILURE(StartServer());
+  ASSERT_NO_FATAL_FAILURE(
+      OpenSsl("req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
+              "-subj /CN=other-ca -addext basicConstraints=critical,CA:TRUE "
+              "-addext keyUsage=critical,keyCertSign -keyout " +
+              Pki("other.key") + " -out " + Pki("other.pem")));
+  WriteSeparableCsv(tmp_.path() / "points.csv", 400);
+  CommandResult init =
+      RunParsyn({"model", "init", "--architecture", "mlp", "--data", (tmp_.path() / "points.csv").string(),
+                 "--hidden-sizes", "16", "--out", (tmp_.path() / "model").string(), "--seed", "5"});
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  const int64_t model_id = UploadModel(*admin_, tmp_.path() / "model", "points-mlp");
+  const int64_t dataset_id = UploadDataset(*admin_, tmp_.path() / "points.csv");
+  std::vector<Registered> registered;
+  for (const char* name : {"s0", "s1", "s2"}) registered.push_back(RegisterWithCertificate(name));
+  for (size_t i = 0; i < registered.size(); ++i) {
+    std::vector<std::string> flags = TlsFlags(registered[i].id);
+    flags.insert(flags.end(), {"--peer-ca", i < 2 ? Pki("ca.pem") : Pki("other.pem")});
+    StartWorker(registered[i], "s" + std::to_string(i), flags);
+  }
+  ASSERT_TRUE(WaitOnline({registered[0].id, registered[1].id, registered[2].id}));
+  json spec = TabularJobSpec("e2e-mtls-secure", dataset_id, model_id,
+                             {registered[0].id, registered[1].id, registered[2].id}, 2, 20);
+  spec["distributed"]["min_workers"] = 2;
+  spec["distributed"]["secure_aggregation"] = {{"enabled", true}, {"threshold", 2}, {"clipping_range", 1.0}};
+  const int64_t job_id = CreateJob(*admin_, spec);
+  ASSERT_GT(job_id, 0);
+  json job = WaitForJobEnd(*admin_, job_id, seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  int committed = 0;
+  for (const json& r : Rounds(*admin_, job_id)) {
+    if (r["outcome"] != "committed" || r["round"].get<int>() < 1) continue;
+    committed++;
+    std::set<int64_t> accepted;
+    for (const json& u : r["updates"]) {
+      if (u["status"] == "accepted") accepted.insert(u["worker_id"].get<int64_t>());
+    }
+    EXPECT_EQ(accepted, (std::set<int64_t>{registered[0].id, registered[1].id})) << r.dump();
+  }
+  EXPECT_EQ(committed, 2);
+  EXPECT_TRUE(Contains(workers_[2]->log(), "not signed by a valid certificate of the job's CA")) << workers_[2]->log();
+}
+
 // Managed workers need nothing set up by hand under mutual TLS: the server issues their certificates.
 TEST_F(TlsTest, ManagedWorkersComeOnlineUnderMutualTls) {
   ASSERT_NO_FATAL_FAILURE(StartServer({"--managed-workers", "1"}));
