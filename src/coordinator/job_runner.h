@@ -223,6 +223,8 @@ class JobRunner {
   http::Awaitable<Status> OnValidateMaskedInput(const ValidateUpdate& a, const ResultReport& report,
                                                 std::deque<Action>& work);
   http::Awaitable<StatusOr<weights::WeightSet>> SecureMean(int round, int attempt);
+  // The job's "secure_aggregation" event of the attempt: who took part in each phase, and its outcome.
+  http::Awaitable<void> RecordSecureAttempt(int round, int attempt);
   http::Awaitable<Status> OnAggregateRound(const AggregateRound& a, std::deque<Action>& work);
   // Global r-1's loss is kept for round r's commit; the final evaluation's is recorded at once.
   http::Awaitable<Status> OnGlobalEvaluated(const GlobalEvaluated& a);

@@ -100,6 +100,14 @@ http::Awaitable<Status> JobRunner::ValidateMaskedInput(const ValidateUpdate& a, 
   co_return Status::Ok();
 }
 
+http::Awaitable<void> JobRunner::RecordSecureAttempt(int round, int attempt) {
+  nlohmann::json payload = secure_->Participation();
+  payload["round"] = round;
+  payload["attempt"] = attempt;
+  auto event_appended = host_.AppendEvent(job_.id, "secure_aggregation", std::move(payload));
+  co_await std::move(event_appended);
+}
+
 // OnValidateUpdate for a secure attempt: the masked input's verdict, recorded and told to the engine as an update's.
 http::Awaitable<Status> JobRunner::OnValidateMaskedInput(const ValidateUpdate& a, const ResultReport& report,
                                                          std::deque<Action>& work) {
@@ -129,7 +137,11 @@ http::Awaitable<StatusOr<weights::WeightSet>> JobRunner::SecureMean(int round, i
     std::array<loop::Signal*, 1> signals = {&secure_changed_};
     co_await loop::WaitAny(signals, left);
   }
-  if (secure_->phase() != SecureRound::Phase::kRevealed) co_return secure_->failure();
+  if (secure_->phase() != SecureRound::Phase::kRevealed) {
+    auto recorded = RecordSecureAttempt(round, attempt);  // kCoAwaitTemporaries
+    co_await std::move(recorded);
+    co_return secure_->failure();
+  }
   SecureRound* secure = &*secure_;
   const size_t summed = secure->survivors().size();
   const secagg::Quantization quantization{secure->setup().quantization_bits, secure->setup().clipping_range};
@@ -139,6 +151,10 @@ http::Awaitable<StatusOr<weights::WeightSet>> JobRunner::SecureMean(int round, i
     return secagg::MeanFromSecureSum(*global_.weights(), sum, summed, bound, quantization);
   });
   secure->Unmasked(mean.status());
+  {
+    auto recorded = RecordSecureAttempt(round, attempt);  // kCoAwaitTemporaries
+    co_await std::move(recorded);
+  }
   if (!mean.ok()) co_return mean.status();
   PARSYN_LOG_INFO("training job {}: round {} securely aggregated: {} survivors, {:.0f} samples", job_.id, round, summed,
                   mean->total_samples);

@@ -102,6 +102,21 @@ TEST_F(SecureAggregationTest, AWorkerLostAfterSharingItsKeysIsRecoveredFromTheSu
   }
   EXPECT_EQ(committed, 2);
   EXPECT_NE(workers_[2]->log().find("simulated crash"), std::string::npos) << workers_[2]->log();
+  // Each round's "secure_aggregation" event says who took part in each phase: all three shared their keys, the two
+  // survivors' inputs were summed and their shares revealed.
+  int events = 0;
+  WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& type, const json& d) {
+        if (type != "secure_aggregation") return false;
+        EXPECT_EQ(d["phase"], "unmasked") << d.dump();
+        EXPECT_EQ(d["shared"].size(), 3u) << d.dump();
+        EXPECT_EQ(d["masked"], json({ids[0], ids[1]})) << d.dump();
+        EXPECT_EQ(d["revealed"], json({ids[0], ids[1]})) << d.dump();
+        return ++events == 2;
+      },
+      std::chrono::seconds(10));
+  EXPECT_EQ(events, 2);
 }
 
 TEST_F(SecureAggregationTest, AStrategyThatNeedsSingleUpdatesIsRefused) {
