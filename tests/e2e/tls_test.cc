@@ -96,6 +96,18 @@ class TlsTest : public ::testing::Test {
     admin_ = server_->Admin();
   }
 
+  // A separable points.csv of 400 rows and the MLP `parsyn model init` makes for it, uploaded (over TLS, by an admin
+  // client that has no client certificate).
+  void UploadPointsMlp(int64_t& model_id, int64_t& dataset_id) {
+    WriteSeparableCsv(tmp_.path() / "points.csv", 400);
+    CommandResult init =
+        RunParsyn({"model", "init", "--architecture", "mlp", "--data", (tmp_.path() / "points.csv").string(),
+                   "--hidden-sizes", "16", "--out", (tmp_.path() / "model").string(), "--seed", "5"});
+    ASSERT_EQ(init.exit_code, 0) << init.output;
+    model_id = UploadModel(*admin_, tmp_.path() / "model", "points-mlp");
+    dataset_id = UploadDataset(*admin_, tmp_.path() / "points.csv");
+  }
+
   // Registers a worker with `parsyn worker register`, which also issues its certificate into pki/certs.
   Registered RegisterWithCertificate(const std::string& name) {
     CommandResult r = RunParsyn({"worker", "register", "--server", server_->url(), "--api-key", server_->admin_key(),
@@ -171,13 +183,8 @@ TEST_F(TlsTest, FederatedJobOverMutualTlsRefusesTokensWithoutTheirWorkersCertifi
   EXPECT_EQ((*health->Json())["insecure"], false);
 
   // The model and data, uploaded over TLS by an admin client that has no client certificate.
-  WriteSeparableCsv(tmp_.path() / "points.csv", 400);
-  CommandResult init =
-      RunParsyn({"model", "init", "--architecture", "mlp", "--data", (tmp_.path() / "points.csv").string(),
-                 "--hidden-sizes", "16", "--out", (tmp_.path() / "model").string(), "--seed", "5"});
-  ASSERT_EQ(init.exit_code, 0) << init.output;
-  const int64_t model_id = UploadModel(*admin_, tmp_.path() / "model", "points-mlp");
-  const int64_t dataset_id = UploadDataset(*admin_, tmp_.path() / "points.csv");
+  int64_t model_id = 0, dataset_id = 0;
+  ASSERT_NO_FATAL_FAILURE(UploadPointsMlp(model_id, dataset_id));
   ASSERT_GT(model_id, 0);
   ASSERT_GT(dataset_id, 0);
 
@@ -268,13 +275,8 @@ TEST_F(TlsTest, SecureAggregationOverMutualTlsSignsAndChecksEveryKey) {
               "-subj /CN=other-ca -addext basicConstraints=critical,CA:TRUE "
               "-addext keyUsage=critical,keyCertSign -keyout " +
               Pki("other.key") + " -out " + Pki("other.pem")));
-  WriteSeparableCsv(tmp_.path() / "points.csv", 400);
-  CommandResult init =
-      RunParsyn({"model", "init", "--architecture", "mlp", "--data", (tmp_.path() / "points.csv").string(),
-                 "--hidden-sizes", "16", "--out", (tmp_.path() / "model").string(), "--seed", "5"});
-  ASSERT_EQ(init.exit_code, 0) << init.output;
-  const int64_t model_id = UploadModel(*admin_, tmp_.path() / "model", "points-mlp");
-  const int64_t dataset_id = UploadDataset(*admin_, tmp_.path() / "points.csv");
+  int64_t model_id = 0, dataset_id = 0;
+  ASSERT_NO_FATAL_FAILURE(UploadPointsMlp(model_id, dataset_id));
   std::vector<Registered> registered;
   for (const char* name : {"s0", "s1", "s2"}) registered.push_back(RegisterWithCertificate(name));
   for (size_t i = 0; i < registered.size(); ++i) {
