@@ -5,11 +5,10 @@
 // come in and the unmasked sum becomes the new weights, which the strategy finishes as it would a mean.
 #include <algorithm>
 #include <array>
-#include <fstream>
-#include <iterator>
 
 #include "base/log.h"
 #include "base/strings.h"
+#include "base/text_file.h"
 #include "coordinator/job_runner.h"
 #include "coordinator/job_runner_internal.h"
 #include "secagg/update_vector.h"
@@ -20,12 +19,6 @@ namespace {
 
 // How long a key exchange or the revealing of shares waits for a worker: these take a round trip each, not training.
 constexpr Clock::Duration kMaxExchangeTimeout = std::chrono::seconds(60);
-
-StatusOr<std::string> ReadWholeFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return UnavailableError("cannot read " + path.filename().string());
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 }  // namespace
 

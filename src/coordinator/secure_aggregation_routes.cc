@@ -94,10 +94,10 @@ class SecureAggregationRoutes {
   explicit SecureAggregationRoutes(Service& service) : service_(service) {}
 
   Awaitable<Response> Setup(Request& req, int64_t worker_id) {
-    StatusOr<SecureRound*> secure = Find(req, worker_id);
-    if (!secure.ok()) co_return Response::Error(secure.status());
-    co_return Response::Json(
-        200, {{"setup", secagg::ToJson((*secure)->setup())}, {"sample_bound", runner_of_last_->secure_sample_bound()}});
+    StatusOr<Attempt> found = Find(req, worker_id);
+    if (!found.ok()) co_return Response::Error(found.status());
+    co_return Response::Json(200, {{"setup", secagg::ToJson(found->secure->setup())},
+                                   {"sample_bound", found->runner->secure_sample_bound()}});
   }
 
   Awaitable<Response> PostKeys(Request& req, int64_t worker_id) {
@@ -111,10 +111,11 @@ class SecureAggregationRoutes {
   }
 
   Awaitable<Response> GetKeys(Request& req, int64_t worker_id) {
-    StatusOr<SecureRound*> secure = Find(req, worker_id);
-    if (!secure.ok()) co_return Response::Error(secure.status());
-    auto keys = (*secure)->KeysFor(static_cast<uint64_t>(worker_id));
-    if (!keys) co_return NotReady(**secure, Phase::kAdvertise, worker_id);
+    StatusOr<Attempt> found = Find(req, worker_id);
+    if (!found.ok()) co_return Response::Error(found.status());
+    const SecureRound* secure = found->secure;
+    auto keys = secure->KeysFor(static_cast<uint64_t>(worker_id));
+    if (!keys) co_return NotReady(*secure, Phase::kAdvertise, worker_id);
     co_return Response::Json(200, {{"keys", secagg::ToJson(std::span<const secagg::AdvertisedKeys>(*keys))}});
   }
 
@@ -129,18 +130,20 @@ class SecureAggregationRoutes {
   }
 
   Awaitable<Response> GetShares(Request& req, int64_t worker_id) {
-    StatusOr<SecureRound*> secure = Find(req, worker_id);
-    if (!secure.ok()) co_return Response::Error(secure.status());
-    auto shares = (*secure)->SharesFor(static_cast<uint64_t>(worker_id));
-    if (!shares) co_return NotReady(**secure, Phase::kShare, worker_id);
+    StatusOr<Attempt> found = Find(req, worker_id);
+    if (!found.ok()) co_return Response::Error(found.status());
+    const SecureRound* secure = found->secure;
+    auto shares = secure->SharesFor(static_cast<uint64_t>(worker_id));
+    if (!shares) co_return NotReady(*secure, Phase::kShare, worker_id);
     co_return Response::Json(200, {{"shares", secagg::ToJson(std::span<const secagg::SealedShare>(*shares))}});
   }
 
   Awaitable<Response> GetSurvivors(Request& req, int64_t worker_id) {
-    StatusOr<SecureRound*> secure = Find(req, worker_id);
-    if (!secure.ok()) co_return Response::Error(secure.status());
-    auto survivors = (*secure)->SurvivorsFor(static_cast<uint64_t>(worker_id));
-    if (!survivors) co_return NotReady(**secure, Phase::kMaskedInput, worker_id);
+    StatusOr<Attempt> found = Find(req, worker_id);
+    if (!found.ok()) co_return Response::Error(found.status());
+    const SecureRound* secure = found->secure;
+    auto survivors = secure->SurvivorsFor(static_cast<uint64_t>(worker_id));
+    if (!survivors) co_return NotReady(*secure, Phase::kMaskedInput, worker_id);
     co_return Response::Json(200, {{"survivors", *survivors}});
   }
 
@@ -155,29 +158,32 @@ class SecureAggregationRoutes {
   }
 
  private:
-  StatusOr<SecureRound*> FindAttempt(const AttemptRef& ref, int64_t worker_id) {
-    runner_of_last_ = service_.FindRunner(ref.job_id);
-    if (runner_of_last_ == nullptr) {
-      return NotFoundError("training job " + std::to_string(ref.job_id) + " is not active");
-    }
-    return runner_of_last_->SecureAttempt(worker_id, ref.round, ref.attempt);
+  // The secure attempt a message names, with its job's runner.
+  struct Attempt {
+    JobRunner* runner = nullptr;
+    SecureRound* secure = nullptr;
+  };
+  StatusOr<Attempt> FindAttempt(const AttemptRef& ref, int64_t worker_id) {
+    JobRunner* runner = service_.FindRunner(ref.job_id);
+    if (runner == nullptr) return NotFoundError("training job " + std::to_string(ref.job_id) + " is not active");
+    PARSYN_ASSIGN_OR_RETURN(SecureRound * secure, runner->SecureAttempt(worker_id, ref.round, ref.attempt));
+    return Attempt{runner, secure};
   }
-  StatusOr<SecureRound*> Find(const Request& req, int64_t worker_id) {
+  StatusOr<Attempt> Find(const Request& req, int64_t worker_id) {
     PARSYN_ASSIGN_OR_RETURN(const AttemptRef ref, AttemptOfQuery(req));
     return FindAttempt(ref, worker_id);
   }
   // A POST's message given to the attempt: 204, or the refusal (nothing changed).
   template <typename Add>
   Response Answer(const AttemptRef& ref, int64_t worker_id, Add add) {
-    StatusOr<SecureRound*> secure = FindAttempt(ref, worker_id);
-    if (!secure.ok()) return Response::Error(secure.status());
-    const Status added = add(**secure, service_.clock().Now());
-    runner_of_last_->SecureChanged();
+    StatusOr<Attempt> found = FindAttempt(ref, worker_id);
+    if (!found.ok()) return Response::Error(found.status());
+    const Status added = add(*found->secure, service_.clock().Now());
+    found->runner->SecureChanged();
     return added.ok() ? Response::NoContent() : Response::Error(added);
   }
 
   Service& service_;
-  JobRunner* runner_of_last_ = nullptr;  // the runner FindAttempt found, read before any co_await
 };
 
 }  // namespace

@@ -7,10 +7,9 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <fstream>
-#include <iterator>
 
 #include "base/log.h"
+#include "base/text_file.h"
 #include "coordinator/api_json.h"
 #include "coordinator/auth.h"
 #include "coordinator/job_runner.h"
@@ -56,9 +55,9 @@ FeedPublisher::Options FeedOptions(const ServiceOptions& options) {
 
 // The checker of secure aggregation's advertised keys under the workers' CA file.
 StatusOr<secagg::KeyVerifier> SecureKeyVerifier(const std::filesystem::path& ca_file) {
-  std::ifstream in(ca_file);
-  const std::string ca((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  StatusOr<secagg::KeyVerifier> verifier = secagg::MakeKeyVerifier(ca);
+  StatusOr<std::string> ca = ReadWholeFile(ca_file);
+  if (!ca.ok()) return InvalidArgumentError("--client-ca: " + std::string(ca.status().message()));
+  StatusOr<secagg::KeyVerifier> verifier = secagg::MakeKeyVerifier(*ca);
   if (!verifier.ok()) return InvalidArgumentError("--client-ca: " + std::string(verifier.status().message()));
   return verifier;
 }

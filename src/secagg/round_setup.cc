@@ -95,23 +95,38 @@ Status CheckRoundSetup(const RoundSetup& setup) {
   return Status::Ok();
 }
 
-std::vector<uint64_t> Neighbors(const RoundSetup& setup, uint64_t worker) {
-  if (!IsParticipant(setup, worker)) return {};
-  const size_t n = setup.participants.size();
+namespace {
+
+// The neighbors of the worker at `at` in the graph's order.
+std::vector<uint64_t> NeighborsAt(const RoundSetup& setup, const std::vector<uint64_t>& order, size_t at) {
+  const size_t n = order.size();
   std::vector<uint64_t> out;
   if (setup.neighbors >= n - 1) {
     for (uint64_t id : setup.participants) {
-      if (id != worker) out.push_back(id);
+      if (id != order[at]) out.push_back(id);
     }
     return out;
   }
-  const std::vector<uint64_t> order = RingOrder(setup);
-  const size_t at = static_cast<size_t>(std::find(order.begin(), order.end(), worker) - order.begin());
   for (size_t step = 1; step <= setup.neighbors / 2; ++step) {
     out.push_back(order[(at + step) % n]);
     out.push_back(order[(at + n - step) % n]);
   }
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint64_t> Neighbors(const RoundSetup& setup, uint64_t worker) {
+  if (!IsParticipant(setup, worker)) return {};
+  const std::vector<uint64_t> order = RingOrder(setup);
+  return NeighborsAt(setup, order, static_cast<size_t>(std::find(order.begin(), order.end(), worker) - order.begin()));
+}
+
+std::map<uint64_t, std::vector<uint64_t>> AllNeighbors(const RoundSetup& setup) {
+  const std::vector<uint64_t> order = RingOrder(setup);
+  std::map<uint64_t, std::vector<uint64_t>> out;
+  for (size_t at = 0; at < order.size(); ++at) out[order[at]] = NeighborsAt(setup, order, at);
   return out;
 }
 

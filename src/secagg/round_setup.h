@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ Status CheckRoundSetup(const RoundSetup& setup);
 
 // The worker's neighbors in the masking graph, ascending; empty for a worker not in the setup.
 std::vector<uint64_t> Neighbors(const RoundSetup& setup, uint64_t worker);
+// Every participant's neighbors, from one pass over the graph's order (the coordinator's view; Neighbors for each would
+// draw the order n times).
+std::map<uint64_t, std::vector<uint64_t>> AllNeighbors(const RoundSetup& setup);
 
 // The worker's point for its shares: its place among the participants, from 1.
 uint32_t SharePoint(const RoundSetup& setup, uint64_t worker);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <vector>
 
@@ -41,6 +42,9 @@ TEST(RoundSetupTest, TheMaskingGraphIsRegularAndSymmetric) {
       }
     }
     EXPECT_TRUE(Neighbors(*setup, 11).empty());
+    const std::map<uint64_t, std::vector<uint64_t>> all = AllNeighbors(*setup);
+    EXPECT_EQ(all.size(), n);
+    for (const auto& [id, neighbors] : all) EXPECT_EQ(neighbors, Neighbors(*setup, id)) << id;
   }
 }
 

@@ -21,7 +21,7 @@ Status EnoughLive(size_t live, const RoundSetup& setup, const char* what) {
 StatusOr<Server> Server::Start(RoundSetup setup) {
   PARSYN_RETURN_IF_ERROR(CheckRoundSetup(setup));
   Server server(std::move(setup));
-  for (uint64_t id : server.setup_.participants) server.neighbors_[id] = Neighbors(server.setup_, id);
+  server.neighbors_ = AllNeighbors(server.setup_);
   return server;
 }
 

@@ -2,11 +2,10 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <fstream>
-#include <iterator>
 #include <mutex>
 #include <thread>
 
+#include "base/text_file.h"
 #include "secagg/crypto.h"
 #include "secagg/key_signature.h"
 #include "secagg/ring.h"
@@ -52,14 +51,6 @@ StatusOr<json> Field(const json& body, const char* field) {
   return body[field];
 }
 
-StatusOr<std::string> ReadWholeTextFile(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) return InvalidArgumentError(path.string() + ": cannot read it");
-  if (text.empty()) return InvalidArgumentError(path.string() + ": empty or missing");
-  return text;
-}
-
 Status Post(http::Client& client, const std::string& path, const json& body, std::stop_token stop) {
   http::CallOptions call;
   call.stop = stop;
@@ -72,8 +63,8 @@ Status Post(http::Client& client, const std::string& path, const json& body, std
 StatusOr<secagg::KeySigner> SecureParticipation::SignerFromFiles(const std::filesystem::path& certificate_file,
                                                                  const std::filesystem::path& key_file) {
   if (certificate_file.empty()) return secagg::KeySigner{};
-  PARSYN_ASSIGN_OR_RETURN(const std::string certificate, ReadWholeTextFile(certificate_file));
-  PARSYN_ASSIGN_OR_RETURN(const std::string key, ReadWholeTextFile(key_file));
+  PARSYN_ASSIGN_OR_RETURN(const std::string certificate, ReadWholeFile(certificate_file));
+  PARSYN_ASSIGN_OR_RETURN(const std::string key, ReadWholeFile(key_file));
   StatusOr<secagg::KeySigner> signer = secagg::MakeKeySigner(certificate, key);
   if (!signer.ok()) return InvalidArgumentError("--cert/--key: " + std::string(signer.status().message()));
   return signer;
@@ -81,7 +72,7 @@ StatusOr<secagg::KeySigner> SecureParticipation::SignerFromFiles(const std::file
 
 StatusOr<secagg::KeyVerifier> SecureParticipation::VerifierFromFile(const std::filesystem::path& peer_ca_file) {
   if (peer_ca_file.empty()) return secagg::KeyVerifier{};
-  PARSYN_ASSIGN_OR_RETURN(const std::string ca, ReadWholeTextFile(peer_ca_file));
+  PARSYN_ASSIGN_OR_RETURN(const std::string ca, ReadWholeFile(peer_ca_file));
   StatusOr<secagg::KeyVerifier> verifier = secagg::MakeKeyVerifier(ca);
   if (!verifier.ok()) return InvalidArgumentError("--peer-ca: " + std::string(verifier.status().message()));
   return verifier;
