@@ -1,9 +1,10 @@
 // libFuzzer entry for secure aggregation's messages (src/secagg/messages.h), which both sides read from untrusted
 // peers: the first byte picks 0 a round setup (a worker reads it from the coordinator), 1 advertised keys, 2 a sealed
 // share, 3 a revealed share (the coordinator reads them from workers), 4 a masked input vector (its bytes as they
-// are, 16- or 32-bit elements by the second byte). The text goes through the nesting check and nlohmann's parser,
-// then the reader. Besides the sanitizers' checks it asserts the readers' contract: a rejection is InvalidArgument
-// with a message, and whatever is accepted is written back and read again to the same message.
+// are, 16- or 32-bit elements by the second byte), 5 dp_fedavg's distributed noise (sent with the setup). The text goes
+// through the nesting check and nlohmann's parser, then the reader. Besides the sanitizers' checks it asserts the
+// readers' contract: a rejection is InvalidArgument with a message, and whatever is accepted is written back and read
+// again to the same message.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -64,18 +65,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace parsyn::secagg;
   if (size == 0) return 0;
   const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
-  if (data[0] % 5 == 4) {
+  if (data[0] % 6 == 4) {
     MaskedInput(body);
     return 0;
   }
   if (!parsyn::CheckJsonNesting(body, "message").ok()) return 0;
   const json parsed = json::parse(body, nullptr, false);
   if (parsed.is_discarded()) return 0;
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
     case 0: RoundTrip(parsed, [](const json& j) { return ParseRoundSetup(j); }); break;
     case 1: RoundTrip(parsed, [](const json& j) { return ParseAdvertisedKeys(j); }); break;
     case 2: RoundTrip(parsed, [](const json& j) { return ParseSealedShare(j); }); break;
-    default: RoundTrip(parsed, [](const json& j) { return ParseRevealedShare(j); }); break;
+    case 3: RoundTrip(parsed, [](const json& j) { return ParseRevealedShare(j); }); break;
+    default: RoundTrip(parsed, [](const json& j) { return ParseDistributedNoise(j); }); break;
   }
   return 0;
 }

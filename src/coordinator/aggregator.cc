@@ -82,6 +82,13 @@ struct DownlinkSpool {
   }
 };
 
+// The spec's strategy options; under secure aggregation dp_fedavg's workers add its noise (docs/secure-aggregation.md).
+strategy::StrategyOptions StrategyOptionsOf(const JobSpec& spec) {
+  strategy::StrategyOptions options = spec.distributed.strategy_options;
+  options.noise_from_workers = spec.distributed.secure_aggregation.enabled;
+  return options;
+}
+
 }  // namespace
 
 Aggregator::Aggregator(const storage::TrainingJob& job, const JobSpec& spec, int num_shards) {
@@ -93,7 +100,7 @@ Aggregator::Aggregator(const storage::TrainingJob& job, const JobSpec& spec, int
   }
   StatusOr<std::unique_ptr<strategy::Strategy>> made =
       private_key.ok() || spec.distributed.strategy != strategy::StrategyKind::kDpFedAvg
-          ? strategy::MakeStrategy(spec.distributed.strategy, spec.distributed.strategy_options,
+          ? strategy::MakeStrategy(spec.distributed.strategy, StrategyOptionsOf(spec),
                                    private_key.ok() ? *private_key : weights::SecretKey{})
           : StatusOr<std::unique_ptr<strategy::Strategy>>(private_key.status());
   if (made.ok()) {

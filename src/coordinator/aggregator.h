@@ -47,6 +47,9 @@ class Aggregator {
     return round_->AcceptOwned(std::move(update), sample_count, max_magnitude);
   }
   bool AcceptOwnedIsQuick(const weights::WeightSet& update) const { return round_->AcceptOwnedIsQuick(update); }
+  // Whether the round's strategy finishes from the mean of transformed updates (dp_fedavg's deltas), not of weights:
+  // the form a secure round's mean must take for FinishSecureRound.
+  bool FinishesFromTransformed() const { return round_->finishes_from_transformed(); }
 
   // Adds the updates the round's aggregation kept (RoundAggregation::AddKeptUpdates): on the loop after a small
   // update, else on `pool`.
@@ -77,8 +80,9 @@ class Aggregator {
   // (`spool_dir` holds the files on their way). Blocking (a pool thread); *timings is filled as the phases end.
   StatusOr<Aggregated> FinishRound(storage::BlobStore& blobs, const std::string& key, const std::string& state_key,
                                    const Base& base, const std::filesystem::path& spool_dir, FinishTimings* timings);
-  // FinishRound for a securely aggregated round: the strategy's new global from the survivors' mean `mean` (the
-  // coordinator never held their updates: strategy::Strategy::FinishFromMean over `count` of them), stored as
+  // FinishRound for a securely aggregated round: the strategy's new global from the survivors' mean `mean` (weights,
+  // or deltas as FinishesFromTransformed says; the coordinator never held their updates:
+  // strategy::Strategy::FinishFromMean over `count` of them), stored as
   // FinishRound stores it. Blocking (a pool thread).
   StatusOr<Aggregated> FinishSecureRound(weights::WeightSet mean, int count, storage::BlobStore& blobs,
                                          const std::string& key, const std::string& state_key, const Base& base,

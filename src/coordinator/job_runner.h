@@ -65,6 +65,7 @@
 #include "loop/loop_tools.h"
 #include "loop/signal.h"
 #include "protocol/messages.h"
+#include "secagg/update_vector.h"
 #include "storage/metadata_store.h"
 #include "strategy/strategy.h"
 #include "weights/safetensors_stream_check.h"
@@ -130,8 +131,9 @@ class JobRunner {
   // mutex, and call SecureChanged after each, which wakes the aggregation waiting for the shares.
   StatusOr<SecureRound*> SecureAttempt(int64_t worker_id, int round, int attempt);
   void SecureChanged() { secure_changed_.Notify(); }
-  // The secure attempt's bound on a worker's sample count: its weight is samples / this.
-  int64_t secure_sample_bound() const { return secure_sample_bound_; }
+  // How each worker of the secure attempt makes its input: the bound on its sample count (its weight is samples /
+  // this), and dp_fedavg's distributed noise.
+  const secagg::InputRule& secure_input() const { return secure_input_; }
 
   // Updates checked as they stream in (PUT /blobs, blob_routes.cc), so CheckUpdateFile need not read their values
   // again: a checker for an upload to `blob_key` (nullptr where this job's updates are not checked that way:
@@ -315,9 +317,9 @@ class JobRunner {
   GlobalWeights global_;
   RankGlobals rank_globals_;  // LoRA: each participant's rank, and the globals at the lower ranks, for the attempt
   // Secure aggregation: the attempt's SecureRound (none for a job without it, or before the first training attempt),
-  // its bound on sample counts, and the signal its messages notify.
+  // how its workers make their inputs, and the signal its messages notify.
   std::optional<SecureRound> secure_;
-  int64_t secure_sample_bound_ = 0;
+  secagg::InputRule secure_input_;
   loop::Signal secure_changed_;
   // The attempt in progress: results, progress, recorded updates and verdicts, updates checked early, multipart
   // uploads, bytes moved; and the uploads checked as they streamed in.

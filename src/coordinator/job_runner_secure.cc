@@ -27,13 +27,13 @@ Status JobRunner::BeginSecureAttempt(int round, int attempt, const std::deque<Ac
   const SecureAggregationSpec& spec = spec_.distributed.secure_aggregation;
   if (!spec.enabled || round > engine_config_.num_rounds || global_.weights() == nullptr) return Status::Ok();
   std::vector<uint64_t> participants;
-  secure_sample_bound_ = spec_.data.max_samples_per_worker;  // data.source "workers": the declared bound
+  int64_t sample_bound = spec_.data.max_samples_per_worker;  // data.source "workers": the declared bound
   for (const Action& next : work) {
     const auto* t = std::get_if<AssignTask>(&next);
     if (t == nullptr || t->round != round || t->attempt != attempt) continue;
     participants.push_back(static_cast<uint64_t>(t->worker));
     if (t->shard >= 0 && static_cast<size_t>(t->shard) < shards_.size()) {
-      secure_sample_bound_ = std::max(secure_sample_bound_, shards_[static_cast<size_t>(t->shard)].train_rows);
+      sample_bound = std::max(sample_bound, shards_[static_cast<size_t>(t->shard)].train_rows);
     }
   }
   PARSYN_ASSIGN_OR_RETURN(const secagg::Key32 graph_seed, secagg::RandomKey());
@@ -46,6 +46,16 @@ Status JobRunner::BeginSecureAttempt(int round, int attempt, const std::deque<Ac
       SecureRound::Start(*std::move(setup), host_.clock().Now(), std::min(timeout, kMaxExchangeTimeout), timeout,
                          host_.secure_key_verifier());
   if (!secure.ok()) return secure.status();
+  secure_input_ = {.sample_bound = sample_bound, .noise = std::nullopt};
+  if (spec_.distributed.strategy == strategy::StrategyKind::kDpFedAvg) {
+    // Distributed DP: each worker clips and adds its share of the noise; dp_fedavg's mean is unweighted.
+    const strategy::StrategyOptions& dp = spec_.distributed.strategy_options;
+    secure_input_ = {
+        .sample_bound = 1,
+        .noise = secagg::DistributedNoise{.clip_norm = dp.clip_norm,
+                                          .noise_stddev = secagg::WorkerNoiseStddev(dp.noise_multiplier, dp.clip_norm,
+                                                                                    secure->setup().min_survivors)}};
+  }
   secure_.emplace(*std::move(secure));
   return Status::Ok();
 }
@@ -138,10 +148,12 @@ http::Awaitable<StatusOr<weights::WeightSet>> JobRunner::SecureMean(int round, i
   SecureRound* secure = &*secure_;
   const size_t summed = secure->survivors().size();
   const secagg::Quantization quantization{secure->setup().quantization_bits, secure->setup().clipping_range};
-  const int64_t bound = secure_sample_bound_;
+  const int64_t bound = secure_input_.sample_bound;
+  const secagg::SecureMeanForm form =
+      aggregator_.FinishesFromTransformed() ? secagg::SecureMeanForm::kDelta : secagg::SecureMeanForm::kWeights;
   StatusOr<secagg::SecureMean> mean = co_await loop::Offload(host_.pool(), [&]() -> StatusOr<secagg::SecureMean> {
     PARSYN_ASSIGN_OR_RETURN(std::vector<uint32_t> sum, secure->Unmask());
-    return secagg::MeanFromSecureSum(*global_.weights(), sum, summed, bound, quantization);
+    return secagg::MeanFromSecureSum(*global_.weights(), sum, summed, bound, quantization, form);
   });
   secure->Unmasked(mean.status());
   {

@@ -946,7 +946,6 @@ TEST(JobSpecTest, SecureAggregationIsReadCheckedAndNormalised) {
               b["distributed"]["compression"] = {{"update", "int8"}};
             },
             "distributed.compression"},
-           {[](json& b) { b["distributed"]["strategy"] = "dp_fedavg"; }, "\"dp_fedavg\""},
            {[](json& b) {
               b["config"]["lora_ranks"] = {{"1", 4}};
             },
@@ -960,6 +959,13 @@ TEST(JobSpecTest, SecureAggregationIsReadCheckedAndNormalised) {
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << bad.dump();
     EXPECT_NE(status.message().find(words), std::string::npos) << status.ToString();
   }
+  // dp_fedavg runs with distributed noise: each worker clips and adds its share.
+  json dp = body;
+  dp["distributed"]["strategy"] = "dp_fedavg";
+  dp["distributed"]["strategy_options"] = {{"clip_norm", 0.5}, {"noise_multiplier", 1.1}};
+  const StatusOr<JobSpec> private_sum = ParseJobSpec(dp.dump());
+  ASSERT_TRUE(private_sum.ok()) << private_sum.status().ToString();
+  EXPECT_TRUE(private_sum->distributed.secure_aggregation.enabled);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 // its token's. A GET whose phase has not ended answers 202 {"phase", "retry_ms"} and the worker asks again; one of an
 // attempt that failed, or where the worker has no place, answers 409 saying why.
 //
-//   GET  /api/v1/worker/secure-aggregation?job_id=&round=&attempt=            {"setup", "sample_bound"}
+//   GET  /api/v1/worker/secure-aggregation?job_id=&round=&attempt=   {"setup", "sample_bound", "distributed_noise"?}
 //   POST /api/v1/worker/secure-aggregation/keys     {job_id, round, attempt, "keys": advertised keys}
 //   GET  /api/v1/worker/secure-aggregation/keys?...     {"keys": [the neighbors' advertised keys]}
 //   POST /api/v1/worker/secure-aggregation/shares   {job_id, round, attempt, "shares": [sealed shares]}
@@ -96,8 +96,10 @@ class SecureAggregationRoutes {
   Awaitable<Response> Setup(Request& req, int64_t worker_id) {
     StatusOr<Attempt> found = Find(req, worker_id);
     if (!found.ok()) co_return Response::Error(found.status());
-    co_return Response::Json(200, {{"setup", secagg::ToJson(found->secure->setup())},
-                                   {"sample_bound", found->runner->secure_sample_bound()}});
+    const secagg::InputRule& input = found->runner->secure_input();
+    json answer = {{"setup", secagg::ToJson(found->secure->setup())}, {"sample_bound", input.sample_bound}};
+    if (input.noise) answer["distributed_noise"] = secagg::ToJson(*input.noise);
+    co_return Response::Json(200, std::move(answer));
   }
 
   Awaitable<Response> PostKeys(Request& req, int64_t worker_id) {

@@ -78,12 +78,6 @@ void CheckSecureAggregation(const SecureAggregationSpec& spec, bool distributed,
                      "federated_averaging, fedprox, a server optimizer (fedavgm, fedadam, fedyogi, fedadagrad) or "
                      "dp_fedavg");
   }
-  if (strategy == StrategyKind::kDpFedAvg) {
-    errors.push_back(name +
-                     " cannot run with distributed.strategy \"dp_fedavg\" in this version: dp_fedavg clips "
-                     "each update and adds its noise on the coordinator, which under secure aggregation sees only the "
-                     "sum; use federated_averaging, fedprox or a server optimizer");
-  }
   if (compression.update != "none" || compression.delta || compression.error_feedback || compression.zstd_level > 0) {
     errors.push_back(name +
                      " replaces distributed.compression's update encoding (update, delta, error_feedback, "

@@ -13,9 +13,9 @@
 //   secure_aggregation.quantization_bits    integer           16              8 | 16
 //
 // Cross-field rules: a distributed job only; a strategy whose new global is the updates' weighted mean
-// (federated_averaging, fedprox, the server optimizers fedavgm/fedadam/fedyogi/fedadagrad), never one that needs
-// individual updates (median, trimmed_mean, krum, multi_krum), nor dp_fedavg, whose clipping and noise are the
-// coordinator's (workers' shares of the noise: secagg::ClipAndAddNoise); no update compression (update, delta,
+// (federated_averaging, fedprox, the server optimizers fedavgm/fedadam/fedyogi/fedadagrad) or its unweighted mean with
+// noise (dp_fedavg: each worker clips and adds its share of the noise, secagg::ClipAndAddNoise), never one that needs
+// individual updates (median, trimmed_mean, krum, multi_krum); no update compression (update, delta,
 // error_feedback, zstd_level: quantization_bits is the uplink's compression), the downlink's distributed.compression
 // .global may stay; a threshold count at most distributed.min_workers (a round may start with that many).
 //

@@ -71,14 +71,15 @@ TEST(SecureAggregationSpecTest, BadValuesAreRefusedNamingTheField) {
 
 TEST(SecureAggregationSpecTest, StrategiesThatNeedSingleUpdatesAndUpdateCompressionAreRefused) {
   const SecureAggregationSpec on = ParseSection(json{{"enabled", true}}).spec;
-  for (StrategyKind ok : {StrategyKind::kFederatedAveraging, StrategyKind::kFedProx, StrategyKind::kFedAvgM,
-                          StrategyKind::kFedAdam, StrategyKind::kFedYogi, StrategyKind::kFedAdagrad}) {
+  for (StrategyKind ok :
+       {StrategyKind::kFederatedAveraging, StrategyKind::kFedProx, StrategyKind::kFedAvgM, StrategyKind::kFedAdam,
+        StrategyKind::kFedYogi, StrategyKind::kFedAdagrad, StrategyKind::kDpFedAvg}) {
     std::vector<std::string> errors;
     CheckSecureAggregation(on, true, ok, {}, 3, errors);
     EXPECT_TRUE(errors.empty()) << Joined(errors);
   }
-  for (StrategyKind refused : {StrategyKind::kMedian, StrategyKind::kTrimmedMean, StrategyKind::kKrum,
-                               StrategyKind::kMultiKrum, StrategyKind::kDpFedAvg}) {
+  for (StrategyKind refused :
+       {StrategyKind::kMedian, StrategyKind::kTrimmedMean, StrategyKind::kKrum, StrategyKind::kMultiKrum}) {
     std::vector<std::string> errors;
     CheckSecureAggregation(on, true, refused, {}, 3, errors);
     ASSERT_EQ(errors.size(), 1u);

@@ -1,5 +1,7 @@
 #include "secagg/messages.h"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "base/sha256.h"
@@ -82,6 +84,25 @@ json ToJson(const SealedShare& share) {
 
 json ToJson(const RevealedShare& share) {
   return {{"owner", share.owner}, {"kind", KindName(share.kind)}, {"x", share.share.x}, {"y", share.share.y}};
+}
+
+json ToJson(const DistributedNoise& noise) {
+  return {{"clip_norm", noise.clip_norm}, {"noise_stddev", noise.noise_stddev}};
+}
+
+StatusOr<DistributedNoise> ParseDistributedNoise(const json& value) {
+  PARSYN_ASSIGN_OR_RETURN(JsonFields fields, JsonFields::Strict(value, {"clip_norm", "noise_stddev"}));
+  DistributedNoise noise;
+  noise.clip_norm = fields.Number("clip_norm", true).value_or(0);
+  noise.noise_stddev = fields.Number("noise_stddev", true).value_or(0);
+  PARSYN_RETURN_IF_ERROR(fields.status());
+  if (!(noise.clip_norm > 0) || !std::isfinite(noise.clip_norm)) {
+    return InvalidArgumentError("distributed noise's clip_norm must be a finite number > 0");
+  }
+  if (!(noise.noise_stddev >= 0) || !std::isfinite(noise.noise_stddev)) {
+    return InvalidArgumentError("distributed noise's noise_stddev must be a finite number >= 0");
+  }
+  return noise;
 }
 
 StatusOr<RoundSetup> ParseRoundSetup(const json& value) {

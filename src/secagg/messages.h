@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "secagg/crypto.h"
+#include "secagg/quantization.h"
 #include "secagg/round_setup.h"
 #include "secagg/shamir.h"
 
@@ -67,6 +68,9 @@ StatusOr<RoundSetup> ParseRoundSetup(const nlohmann::json& json);  // also Check
 StatusOr<AdvertisedKeys> ParseAdvertisedKeys(const nlohmann::json& json);
 StatusOr<SealedShare> ParseSealedShare(const nlohmann::json& json);
 StatusOr<RevealedShare> ParseRevealedShare(const nlohmann::json& json);
+// dp_fedavg's noise, sent with the setup: {"clip_norm": > 0, "noise_stddev": >= 0}, both finite.
+nlohmann::json ToJson(const DistributedNoise& noise);
+StatusOr<DistributedNoise> ParseDistributedNoise(const nlohmann::json& json);
 
 // Lists of messages as JSON arrays (what a route answers or a worker posts), and back: the first element that does not
 // parse gives the error, and anything but an array is InvalidArgument.

@@ -23,6 +23,8 @@ TEST(SecAggMessagesTest, EachMessageComesBackFromItsJson) {
   EXPECT_EQ(*ParseSealedShare(ToJson(share)), share);
   const RevealedShare revealed{9, SecretKind::kMaskingKey, {2, {1, 2, 3, 4, kShamirPrime - 1}}};
   EXPECT_EQ(*ParseRevealedShare(ToJson(revealed)), revealed);
+  const DistributedNoise noise{.clip_norm = 0.5, .noise_stddev = 0.125};
+  EXPECT_EQ(*ParseDistributedNoise(json::parse(ToJson(noise).dump())), noise);
 }
 
 TEST(SecAggMessagesTest, MalformedMessagesAreRefusedNamingTheField) {
@@ -50,6 +52,11 @@ TEST(SecAggMessagesTest, MalformedMessagesAreRefusedNamingTheField) {
   setup.erase("share_threshold");
   status = ParseRoundSetup(setup).status();
   EXPECT_NE(status.message().find("secure_aggregation.share_threshold"), std::string::npos) << status.ToString();
+  status = ParseDistributedNoise(json{{"clip_norm", 0.0}, {"noise_stddev", 1.0}}).status();
+  EXPECT_NE(status.message().find("clip_norm"), std::string::npos) << status.ToString();
+  status = ParseDistributedNoise(json{{"clip_norm", 1.0}, {"noise_stddev", -1.0}}).status();
+  EXPECT_NE(status.message().find("noise_stddev"), std::string::npos) << status.ToString();
+  EXPECT_EQ(ParseDistributedNoise(json{{"clip_norm", 1.0}}).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(SecAggMessagesTest, TheSignedBytesBindTheAttemptAndEveryKey) {

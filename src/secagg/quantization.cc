@@ -65,6 +65,10 @@ Status ClipAndAddNoise(std::span<float> change, double clip_norm, double noise_s
   return Status::Ok();
 }
 
+double WorkerNoiseStddev(double noise_multiplier, double clip_norm, size_t min_survivors) {
+  return noise_multiplier * clip_norm / std::sqrt(static_cast<double>(std::max<size_t>(min_survivors, 1)));
+}
+
 StatusOr<DequantizedMean> DequantizeMean(std::span<const uint32_t> sum, size_t contributors,
                                          const Quantization& quantization) {
   PARSYN_RETURN_IF_ERROR(CheckQuantization(quantization));

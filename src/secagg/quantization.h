@@ -38,6 +38,16 @@ StatusOr<std::vector<uint32_t>> QuantizeUpdate(std::span<const float> values, do
 // finite, or a change that is not finite.
 Status ClipAndAddNoise(std::span<float> change, double clip_norm, double noise_stddev, const Key32& noise_key);
 
+// dp_fedavg under secure aggregation: what each worker of an attempt does to its change before quantizing it.
+struct DistributedNoise {
+  double clip_norm = 0;     // C
+  double noise_stddev = 0;  // per value, WorkerNoiseStddev
+  bool operator==(const DistributedNoise&) const = default;
+};
+// sigma C / sqrt(t), t the attempt's least number of survivors: the noise of any s >= t summed workers has the
+// standard deviation sigma C sqrt(s / t) >= sigma C, at least what dp_fedavg adds centrally and its accountant counts.
+double WorkerNoiseStddev(double noise_multiplier, double clip_norm, size_t min_survivors);
+
 struct DequantizedMean {
   std::vector<float> mean;  // sum(w_i x_i) / sum(w_i), one value per element but the last
   double weight_sum = 0;    // sum(w_i)

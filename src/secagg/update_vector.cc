@@ -73,8 +73,42 @@ StatusOr<std::vector<uint32_t>> QuantizedUpdate(const weights::WeightSet& global
   return QuantizeUpdate(change, weight, quantization, rounding_key);
 }
 
+StatusOr<std::vector<uint32_t>> NoisedQuantizedUpdate(const weights::WeightSet& global,
+                                                      const weights::WeightSet& trained, const DistributedNoise& noise,
+                                                      const Quantization& quantization, const Key32& rounding_key,
+                                                      const Key32& noise_key) {
+  PARSYN_ASSIGN_OR_RETURN(std::vector<float> change, UpdateVector(global, trained));
+  PARSYN_RETURN_IF_ERROR(ClipAndAddNoise(change, noise.clip_norm, noise.noise_stddev, noise_key));
+  return QuantizeUpdate(change, 1.0, quantization, rounding_key);
+}
+
+StatusOr<std::vector<uint32_t>> QuantizedInput(const weights::WeightSet& global, const weights::WeightSet& trained,
+                                               int64_t samples, const InputRule& rule, const Quantization& quantization,
+                                               const Key32& rounding_key, const Key32& noise_key) {
+  if (rule.noise) return NoisedQuantizedUpdate(global, trained, *rule.noise, quantization, rounding_key, noise_key);
+  return QuantizedUpdate(global, trained, samples, rule.sample_bound, quantization, rounding_key);
+}
+
+StatusOr<weights::WeightSet> UpdateVectorAsDelta(const weights::WeightSet& global, std::span<const float> change) {
+  if (change.size() != UpdateVectorLength(global)) {
+    return InvalidArgumentError("a change of " + std::to_string(change.size()) + " values for a global of " +
+                                std::to_string(UpdateVectorLength(global)) + " exchanged values");
+  }
+  weights::WeightSet out;
+  size_t at = 0;
+  for (const weights::Tensor& g : global.tensors()) {
+    if (!weights::IsFloat(g.dtype)) continue;
+    PARSYN_ASSIGN_OR_RETURN(std::span<std::byte> bytes, out.AddZeros(g.name, weights::DType::kF32, g.shape));
+    const size_t n = static_cast<size_t>(g.numel());
+    std::memcpy(bytes.data(), change.data() + at, n * sizeof(float));
+    at += n;
+  }
+  return out;
+}
+
 StatusOr<SecureMean> MeanFromSecureSum(const weights::WeightSet& global, std::span<const uint32_t> sum,
-                                       size_t survivors, int64_t sample_bound, const Quantization& quantization) {
+                                       size_t survivors, int64_t sample_bound, const Quantization& quantization,
+                                       SecureMeanForm form) {
   if (sum.size() != UpdateVectorLength(global) + 1) {
     return InvalidArgumentError("a secure sum of " + std::to_string(sum.size()) + " elements for a global of " +
                                 std::to_string(UpdateVectorLength(global)) + " exchanged values (and the weight)");
@@ -87,7 +121,11 @@ StatusOr<SecureMean> MeanFromSecureSum(const weights::WeightSet& global, std::sp
     return InvalidArgumentError("the survivors' weights add up to " + std::to_string(mean.weight_sum) + ", above " +
                                 std::to_string(survivors) + " (a sample count above the round's bound)");
   }
-  PARSYN_ASSIGN_OR_RETURN(out.weights, ApplyUpdateVector(global, mean.mean));
+  if (form == SecureMeanForm::kDelta) {
+    PARSYN_ASSIGN_OR_RETURN(out.weights, UpdateVectorAsDelta(global, mean.mean));
+  } else {
+    PARSYN_ASSIGN_OR_RETURN(out.weights, ApplyUpdateVector(global, mean.mean));
+  }
   return out;
 }
 

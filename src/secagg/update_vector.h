@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -37,15 +38,43 @@ StatusOr<std::vector<uint32_t>> QuantizedUpdate(const weights::WeightSet& global
                                                 int64_t samples, int64_t sample_bound, const Quantization& quantization,
                                                 const Key32& rounding_key);
 
+// What a dp_fedavg worker sends into the secure sum (distributed DP): its change from the global clipped and noised
+// (ClipAndAddNoise under `noise_key`, a fresh random key no one else knows), quantized with weight 1, since dp_fedavg's
+// mean is unweighted. What UpdateVector, ClipAndAddNoise and QuantizeUpdate refuse.
+StatusOr<std::vector<uint32_t>> NoisedQuantizedUpdate(const weights::WeightSet& global,
+                                                      const weights::WeightSet& trained, const DistributedNoise& noise,
+                                                      const Quantization& quantization, const Key32& rounding_key,
+                                                      const Key32& noise_key);
+
+// How every worker of an attempt turns its update into its quantized input (the coordinator sends it with the setup).
+struct InputRule {
+  int64_t sample_bound = 1;               // FedAvg by sample count: the weight is samples / sample_bound
+  std::optional<DistributedNoise> noise;  // dp_fedavg: the change clipped and noised, weight 1 (sample_bound 1)
+};
+// The worker's input under `rule`: NoisedQuantizedUpdate when rule.noise is set, else QuantizedUpdate.
+StatusOr<std::vector<uint32_t>> QuantizedInput(const weights::WeightSet& global, const weights::WeightSet& trained,
+                                               int64_t samples, const InputRule& rule, const Quantization& quantization,
+                                               const Key32& rounding_key, const Key32& noise_key);
+
+// The mean change as float32 tensors named and shaped as the global's float tensors: the mean delta dp_fedavg
+// finishes from (its globals are all floats). InvalidArgument as ApplyUpdateVector.
+StatusOr<weights::WeightSet> UpdateVectorAsDelta(const weights::WeightSet& global, std::span<const float> change);
+
+// What the strategy finishes a secure round from: the new weights (global + the mean change), or the mean change
+// itself (a strategy that transforms updates into deltas: dp_fedavg).
+enum class SecureMeanForm { kWeights, kDelta };
+
 struct SecureMean {
-  weights::WeightSet weights;  // the global plus the mean change, in the global's dtypes
+  weights::WeightSet weights;  // as SecureMeanForm asked, in the global's layout
   double total_samples = 0;    // the survivors' samples as the sum's weights give them (up to quantization)
 };
 
-// The round's new weights from the unmasked sum of `survivors` quantized updates: the global plus their mean change
-// weighted by sample count, with DequantizeMean's checks, and the round's sample total, which must not exceed
-// survivors x sample_bound (InvalidArgument otherwise: the weights were not what workers may send).
+// The round's mean from the unmasked sum of `survivors` quantized updates: their mean change weighted as the workers
+// weighted it, with DequantizeMean's checks, and the round's sample total, which must not exceed survivors x
+// sample_bound (InvalidArgument otherwise: the weights were not what workers may send; for unweighted updates
+// sample_bound is 1 and the total counts the survivors).
 StatusOr<SecureMean> MeanFromSecureSum(const weights::WeightSet& global, std::span<const uint32_t> sum,
-                                       size_t survivors, int64_t sample_bound, const Quantization& quantization);
+                                       size_t survivors, int64_t sample_bound, const Quantization& quantization,
+                                       SecureMeanForm form = SecureMeanForm::kWeights);
 
 }  // namespace parsyn::secagg

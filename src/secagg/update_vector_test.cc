@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -70,6 +72,48 @@ TEST(UpdateVectorTest, TheSecureSumOfQuantizedUpdatesGivesTheSampleWeightedMean)
             StatusCode::kInvalidArgument);
   EXPECT_EQ(MeanFromSecureSum(global, std::vector<uint32_t>(3), 1, 60, {16, 2.0}).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// dp_fedavg under secure aggregation: each worker clips its change and adds its noise; the sum's mean is unweighted and
+// comes back as float32 deltas of the float tensors.
+TEST(UpdateVectorTest, NoisedUpdatesSumToTheUnweightedMeanOfTheClippedChangesAsDeltas) {
+  const WeightSet global = Weights(1.0f);
+  const InputRule rule{.sample_bound = 1, .noise = DistributedNoise{.clip_norm = 1.0, .noise_stddev = 0.0}};
+  const Quantization quantization{16, 2.0};
+  std::vector<uint32_t> sum(UpdateVectorLength(global) + 1, 0);
+  // Changes of about 0.5 and 0.1 in each of 10 values (the bf16 tensor rounds them): norms about 1.58 (clipped to 1)
+  // and 0.316 (kept).
+  std::vector<double> expected(UpdateVectorLength(global), 0.0);
+  for (const float from : {1.5f, 1.1f}) {
+    const std::vector<float> change = *UpdateVector(global, Weights(from));
+    double norm_sq = 0;
+    for (float v : change) norm_sq += double(v) * v;
+    for (size_t i = 0; i < change.size(); ++i) expected[i] += change[i] * std::min(1.0, 1.0 / std::sqrt(norm_sq)) / 2;
+    auto q = QuantizedInput(global, Weights(from), /*samples=*/900, rule, quantization, *RandomKey(), *RandomKey());
+    ASSERT_TRUE(q.ok()) << q.status().ToString();
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += (*q)[i];
+  }
+  auto mean = MeanFromSecureSum(global, sum, 2, rule.sample_bound, quantization, SecureMeanForm::kDelta);
+  ASSERT_TRUE(mean.ok()) << mean.status().ToString();
+  EXPECT_NEAR(mean->total_samples, 2, 1e-3);  // unweighted: the survivors
+  ASSERT_EQ(mean->weights.size(), 2u);        // the float tensors only, as float32
+  EXPECT_EQ(mean->weights[0].name, "a");
+  EXPECT_EQ(mean->weights[1].name, "b");
+  EXPECT_EQ(mean->weights[1].dtype, DType::kF32);
+  EXPECT_GT(expected[0], 0.2);  // 0.5 / sqrt(2.5) and 0.1, averaged: the first is clipped
+  size_t at = 0;
+  for (size_t k = 0; k < 2; ++k) {
+    for (float v : mean->weights[k].as<float>()) EXPECT_NEAR(v, expected[at++], 1e-4) << at;
+  }
+  // Noise: a fresh key gives a different input of the same change; noise of spread 0.2 moves values by about that.
+  const InputRule noisy{.sample_bound = 1, .noise = DistributedNoise{.clip_norm = 1.0, .noise_stddev = 0.2}};
+  auto a = QuantizedInput(global, Weights(1.1f), 1, noisy, quantization, Key32{}, *RandomKey());
+  auto b = QuantizedInput(global, Weights(1.1f), 1, rule, quantization, Key32{}, Key32{});
+  ASSERT_TRUE(a.ok() && b.ok());
+  double moved = 0;
+  for (size_t i = 0; i + 1 < a->size(); ++i) moved += std::abs(double((*a)[i]) - double((*b)[i])) * 4.0 / 65535;
+  EXPECT_GT(moved / 10, 0.05);
+  EXPECT_EQ((*a).back(), (*b).back());  // the weight, 1, is not noised
 }
 
 }  // namespace

@@ -146,8 +146,9 @@ double DpFedAvg::SamplingRate(int64_t participants, int64_t eligible_workers) co
 }
 
 StatusOr<WeightSet> DpFedAvg::FinishFromMean(WeightSet mean_delta, int participants) {  // Σ clip(Δ_i) / K, float32
-
+  // With the noise from the workers, their mean carries it already (at least σ·C/K: secagg::WorkerNoiseStddev).
   const double stddev = options_.noise_multiplier * options_.clip_norm / participants;
+  const double added_here = options_.noise_from_workers ? 0.0 : stddev;
   weights::GaussianStream noise(private_key_, kDpNoiseDomain, static_cast<uint64_t>(round_));
   WeightSet next;
   for (size_t k = 0; k < global_.size(); ++k) {
@@ -157,7 +158,9 @@ StatusOr<WeightSet> DpFedAvg::FinishFromMean(WeightSet mean_delta, int participa
     const Tensor& out = next[k];
     const std::span<const float> mean = mean_delta[k].as<float>();
     for (int64_t i = 0, n = g.numel(); i < n; ++i) {
-      weights::StoreElement(out, i, weights::LoadElement(g, i) + static_cast<double>(mean[i]) + stddev * noise.Next());
+      weights::StoreElement(out, i,
+                            weights::LoadElement(g, i) + static_cast<double>(mean[i]) +
+                                (added_here > 0 ? added_here * noise.Next() : 0.0));
     }
   }
   global_ = WeightSet();

@@ -10,6 +10,11 @@
 // sum by at most C in L2, so each round is the Gaussian mechanism with noise multiplier σ, sampled with rate
 // q = K / eligible workers; RdpAccountant composes the rounds and gives ε at `delta` (ε reported by epsilon_spent()).
 //
+// Distributed DP (DpFedAvgOptions::noise_from_workers, for a securely aggregated job): the coordinator never sees a
+// delta, so each worker clips its own to C and adds normal noise of standard deviation σ·C/√t per coordinate, t the
+// attempt's least number of survivors (secagg::WorkerNoiseStddev); the s ≥ t deltas summed then carry noise of
+// standard deviation σ·C·√(s/t) ≥ σ·C, and the accountant counts σ as above. FinishFromMean adds nothing.
+//
 // Secrecy: the noise and the client sample are drawn under the job's private key (256 bits from getrandom, kept only
 // in the coordinator's metadata store: storage::TrainingJob::private_seed), never from anything in the job spec. A
 // released global minus noise regenerated from the spec's seed is no closer to the noise-free average (the test
@@ -80,7 +85,8 @@ class DpFedAvg : public Strategy {
   // delta whose norm overflows.
   Status TransformUpdate(const weights::WeightSet& update,
                          const std::function<Status(const weights::WeightSet&)>& add) override;
-  // global + (the clipped deltas' mean + noise): the noisy new global in the global's dtypes. The round is accounted
+  // global + (the clipped deltas' mean + noise): the noisy new global in the global's dtypes (noise_from_workers: the
+  // workers' clipped, noisy deltas' mean, and no noise added here). The round is accounted
   // in the pending state (PendingState, pending_round()); it counts in epsilon_spent() once CommitState says the
   // round committed.
   StatusOr<weights::WeightSet> FinishFromMean(weights::WeightSet mean_delta, int participants) override;

@@ -299,6 +299,30 @@ TEST(DpFedAvgTest, KeepsTheGlobalsDtypeAndRejectsBadInput) {
 
 // ε after each round is the accountant's for the rounds so far, with q = K / eligible; a restarted strategy that
 // replays the recorded rounds reports the same ε bit for bit.
+// Distributed DP (secure aggregation): the mean handed to FinishFromMean is the workers' clipped, noisy deltas' mean;
+// the strategy adds nothing to it and accounts the round as if it had added the noise.
+TEST(DpFedAvgTest, WithNoiseFromTheWorkersTheMeanIsTakenAsItIsAndAccountedTheSame) {
+  const DpFedAvgOptions central{.clip_norm = 1.0, .noise_multiplier = 1.0, .delta = 1e-5};
+  DpFedAvgOptions distributed = central;
+  distributed.noise_from_workers = true;
+  const WeightSet global = MakeElevenValueSet(RandomValues(11, 3, 1.0f));
+  const WeightSet mean_delta = MakeElevenValueSet(RandomValues(11, 4, 0.1f));
+  DpFedAvg with_workers_noise(distributed, Key(5)), with_own_noise(central, Key(5));
+  for (DpFedAvg* dp : {&with_workers_noise, &with_own_noise}) {
+    dp->set_eligible_workers(40);
+    ASSERT_TRUE(dp->BeginRound(1, global).ok());
+  }
+  StatusOr<WeightSet> next = with_workers_noise.FinishFromMean(mean_delta.Clone(), 4);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  const std::vector<float> g = FlatFloats(global), d = FlatFloats(mean_delta), n = FlatFloats(*next);
+  for (size_t i = 0; i < n.size(); ++i) EXPECT_EQ(n[i], g[i] + d[i]) << i;
+  StatusOr<WeightSet> noisy = with_own_noise.FinishFromMean(mean_delta.Clone(), 4);
+  ASSERT_TRUE(noisy.ok()) << noisy.status().ToString();
+  EXPECT_NE(FlatFloats(*noisy), n);  // the central strategy adds its noise: the check above bites
+  EXPECT_EQ(with_workers_noise.pending_round()->epsilon, with_own_noise.pending_round()->epsilon);
+  EXPECT_EQ(with_workers_noise.pending_round()->epsilon, EpsilonAfter(1, 0.1, 1.0, 1e-5));
+}
+
 TEST(DpFedAvgTest, ReportsEpsilonSpentAfterEachRound) {
   const DpFedAvgOptions options{.clip_norm = 1.0, .noise_multiplier = 1.0, .delta = 1e-5};
   const WeightSet global = MakeElevenValueSet(std::vector<float>(11, 0.0f));

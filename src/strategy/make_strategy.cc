@@ -35,8 +35,10 @@ StatusOr<std::unique_ptr<Strategy>> MakeStrategy(StrategyKind kind, const Strate
       return std::unique_ptr<Strategy>(std::make_unique<MultiKrum>(o));
     }
     case StrategyKind::kDpFedAvg: {
-      const DpFedAvgOptions o{
-          .clip_norm = options.clip_norm, .noise_multiplier = options.noise_multiplier, .delta = options.delta};
+      const DpFedAvgOptions o{.clip_norm = options.clip_norm,
+                              .noise_multiplier = options.noise_multiplier,
+                              .delta = options.delta,
+                              .noise_from_workers = options.noise_from_workers};
       PARSYN_RETURN_IF_ERROR(ValidateDpFedAvgOptions(o));
       return std::unique_ptr<Strategy>(std::make_unique<DpFedAvg>(o, private_key));
     }

@@ -10,6 +10,10 @@ struct DpFedAvgOptions {
   double clip_norm = 1.0;         // C: the L2 bound of each update's delta; finite, > 0
   double noise_multiplier = 1.0;  // σ: noise standard deviation / C; finite, >= 0 (0: clipping only, ε = +∞)
   double delta = 1e-5;            // δ of the reported (ε, δ); in (0, 1), ideally below 1 / eligible workers
+  // Distributed DP (a securely aggregated job, where the coordinator sees only the sum): each worker clips its own
+  // delta to C and adds its share of the noise (secagg::ClipAndAddNoise), so the mean handed to FinishFromMean is
+  // already clipped and noisy and FinishFromMean adds no noise. The accountant is the same.
+  bool noise_from_workers = false;
 };
 
 // What the last finished round did (for the round's record and the API).

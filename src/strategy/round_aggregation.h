@@ -74,6 +74,10 @@ class RoundAggregation {
   // no-op when none are kept.
   void AddKeptUpdates();
 
+  // Whether the round's plan transforms updates (RoundPlan::transformed_layout): its finish step takes their mean in
+  // that layout (dp_fedavg: float32 deltas), not a mean of weights.
+  bool finishes_from_transformed() const { return transforms_updates_; }
+
   // Updates that counted since Begin; 0 after Finish.
   int num_accepted() const;
 

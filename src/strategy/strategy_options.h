@@ -62,6 +62,9 @@ struct StrategyOptions {
   double clip_norm = 0;
   double noise_multiplier = 0;
   double delta = 0;
+  // dp_fedavg under secure aggregation: the workers clip and add the noise (DpFedAvgOptions::noise_from_workers). Set
+  // by the coordinator for a securely aggregated job, never read from a job spec.
+  bool noise_from_workers = false;
   Sampling sampling;
 
   friend bool operator==(const StrategyOptions&, const StrategyOptions&) = default;

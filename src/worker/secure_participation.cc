@@ -100,9 +100,13 @@ StatusOr<SecureParticipation> SecureParticipation::Join(http::Client& client, co
     return InvalidArgumentError("the coordinator's secure aggregation setup has no 'setup' and 'sample_bound'");
   }
   PARSYN_ASSIGN_OR_RETURN(secagg::RoundSetup setup, secagg::ParseRoundSetup(answer["setup"]));
+  secagg::InputRule rule{.sample_bound = answer["sample_bound"].get<int64_t>()};
+  if (answer.contains("distributed_noise")) {
+    PARSYN_ASSIGN_OR_RETURN(rule.noise, secagg::ParseDistributedNoise(answer["distributed_noise"]));
+  }
   PARSYN_ASSIGN_OR_RETURN(secagg::Client secure,
                           secagg::Client::Start(setup, static_cast<uint64_t>(worker_id), signer));
-  SecureParticipation self(client, task, std::move(secure), answer["sample_bound"].get<int64_t>());
+  SecureParticipation self(client, task, std::move(secure), std::move(rule));
   PARSYN_RETURN_IF_ERROR(
       Post(client, std::string(kBase) + "/keys", self.Body("keys", secagg::ToJson(self.secure_.advertised())), stop));
   PARSYN_ASSIGN_OR_RETURN(json keys_answer, AwaitPhase(client, std::string(kBase) + "/keys" + query, stop));
@@ -121,9 +125,11 @@ StatusOr<std::string> SecureParticipation::MaskedInput(const weights::WeightSet&
                                                        const weights::WeightSet& trained, int64_t samples) {
   const secagg::RoundSetup& setup = secure_.setup();
   PARSYN_ASSIGN_OR_RETURN(const secagg::Key32 rounding_key, secagg::RandomKey());
-  PARSYN_ASSIGN_OR_RETURN(std::vector<uint32_t> quantized,
-                          secagg::QuantizedUpdate(global, trained, samples, sample_bound_,
-                                                  {setup.quantization_bits, setup.clipping_range}, rounding_key));
+  PARSYN_ASSIGN_OR_RETURN(const secagg::Key32 noise_key, secagg::RandomKey());
+  PARSYN_ASSIGN_OR_RETURN(
+      std::vector<uint32_t> quantized,
+      secagg::QuantizedInput(global, trained, samples, input_rule_, {setup.quantization_bits, setup.clipping_range},
+                             rounding_key, noise_key));
   PARSYN_ASSIGN_OR_RETURN(std::vector<uint32_t> masked, secure_.MaskInput(received_, std::move(quantized)));
   return secagg::PackRing(masked, setup.ring_bits);
 }

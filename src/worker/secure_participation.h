@@ -16,6 +16,7 @@
 #include "http/client.h"
 #include "protocol/messages.h"
 #include "secagg/client.h"
+#include "secagg/update_vector.h"
 #include "weights/weight_set.h"
 
 namespace parsyn::worker {
@@ -38,8 +39,8 @@ class SecureParticipation {
                                                      const std::filesystem::path& key_file);
   static StatusOr<secagg::KeyVerifier> VerifierFromFile(const std::filesystem::path& peer_ca_file);
 
-  // Phase 3's input: the change trained - global, quantized with the weight samples / the round's bound, masked;
-  // the bytes to upload (m / 8 per element).
+  // Phase 3's input: the change trained - global, quantized with the weight samples / the round's bound (dp_fedavg:
+  // clipped and noised, weight 1: secagg::QuantizedInput), masked; the bytes to upload (m / 8 per element).
   StatusOr<std::string> MaskedInput(const weights::WeightSet& global, const weights::WeightSet& trained,
                                     int64_t samples);
 
@@ -47,13 +48,13 @@ class SecureParticipation {
   Status Reveal(std::stop_token stop);
 
  private:
-  SecureParticipation(http::Client& client, const protocol::Task& task, secagg::Client secure, int64_t sample_bound)
+  SecureParticipation(http::Client& client, const protocol::Task& task, secagg::Client secure, secagg::InputRule rule)
       : client_(&client),
         job_id_(task.job_id),
         round_(task.round),
         attempt_(task.attempt),
         secure_(std::move(secure)),
-        sample_bound_(sample_bound) {}
+        input_rule_(std::move(rule)) {}
   std::string Query() const;
   nlohmann::json Body(const char* field, nlohmann::json payload) const;
 
@@ -62,7 +63,7 @@ class SecureParticipation {
   int round_ = 0;
   int attempt_ = 0;
   secagg::Client secure_;
-  int64_t sample_bound_ = 0;
+  secagg::InputRule input_rule_;
   std::vector<secagg::SealedShare> received_;
 };
 

@@ -1,7 +1,8 @@
 // Securely aggregated jobs (docs/secure-aggregation.md) with real `parsyn worker` processes on a tiny Llama: a round's
 // global is the FedAvg of the workers' updates up to quantization (the same job without secure aggregation, whose
 // runs are deterministic, gives the reference), the coordinator stores masked inputs, never updates; a worker lost
-// after sharing its keys (its trainer crashes) is recovered from the survivors' shares and every round commits.
+// after sharing its keys (its trainer crashes) is recovered from the survivors' shares and every round commits; a
+// dp_fedavg job's workers clip and add the noise, and its global and epsilon are the plain dp_fedavg job's.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -117,6 +118,47 @@ TEST_F(SecureAggregationTest, AWorkerLostAfterSharingItsKeysIsRecoveredFromTheSu
       },
       std::chrono::seconds(10));
   EXPECT_EQ(events, 2);
+}
+
+// dp_fedavg under secure aggregation: each worker clips its change and adds its share of the noise, the coordinator
+// adds none and accounts the round as central dp_fedavg would. With a clip norm that clips every update and noise too
+// small to matter, the global is the plain dp_fedavg job's (the unweighted mean of the clipped changes) up to
+// quantization, and both jobs report the same epsilon.
+TEST_F(SecureAggregationTest, DpFedAvgClipsAndNoisesOnTheWorkersAndIsAccountedAsCentralDpFedAvg) {
+  const std::vector<int64_t> ids = StartWorkers(3);
+  json plain = LoraSpec(ids, 1, 4, 3);
+  plain["distributed"]["strategy"] = "dp_fedavg";
+  plain["distributed"]["strategy_options"] = {{"clip_norm", 1e-3}, {"noise_multiplier", 1e-6}};
+  const int64_t plain_id = CreateJob(*admin_, plain);
+  ASSERT_EQ(WaitForJobEnd(*admin_, plain_id, std::chrono::seconds(300)).value("status", ""), "succeeded");
+  const double clipping_range = 0.01;
+  const int64_t secure_id = CreateJob(*admin_, Secure(plain, clipping_range));
+  json job = WaitForJobEnd(*admin_, secure_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+
+  const auto reference = Global(plain_id, 1), secure = Global(secure_id, 1);
+  const auto initial = ReadTensors(BlobPath("jobs/" + std::to_string(plain_id) + "/rounds/000000/global.safetensors"));
+  const double step = 2 * clipping_range / 65535.0;
+  double largest_change = 0, largest_difference = 0;
+  for (const auto& [name, values] : reference) {
+    ASSERT_EQ(secure.at(name).size(), values.size()) << name;
+    for (size_t i = 0; i < values.size(); ++i) {
+      largest_change = std::max(largest_change, std::abs(values[i] - initial.at(name)[i]));
+      largest_difference = std::max(largest_difference, std::abs(values[i] - secure.at(name)[i]));
+    }
+  }
+  EXPECT_LE(largest_difference, 3 * step);
+  EXPECT_GT(largest_change, 30 * step) << "the round must move the weights well beyond the tolerance";
+  std::map<std::string, json> privacy;
+  for (const auto& [name, id] : {std::pair<std::string, int64_t>{"plain", plain_id}, {"secure", secure_id}}) {
+    for (const json& r : Rounds(*admin_, id)) {
+      if (r["outcome"] == "committed" && r["round"] == 1) privacy[name] = r.value("privacy", json());
+    }
+  }
+  ASSERT_TRUE(privacy["plain"].is_object() && privacy["secure"].is_object()) << json(privacy).dump();
+  EXPECT_EQ(privacy["plain"]["clipped"], 3) << "every update is clipped, so the clipping is what is compared";
+  EXPECT_EQ(privacy["secure"]["participants"], 3);
+  EXPECT_EQ(privacy["secure"]["epsilon"], privacy["plain"]["epsilon"]);
 }
 
 TEST_F(SecureAggregationTest, AStrategyThatNeedsSingleUpdatesIsRefused) {
