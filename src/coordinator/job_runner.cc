@@ -325,7 +325,7 @@ http::Awaitable<Status> JobRunner::Do(const Action& action, std::deque<Action>& 
     if (!s.ok()) co_return s;
   }
   if (const auto* a = std::get_if<coordinator::StartRound>(&action)) co_return co_await OnStartRound(*a, work);
-  if (const auto* a = std::get_if<AssignTask>(&action)) co_return co_await OnAssignTask(*a);
+  if (const auto* a = std::get_if<AssignTask>(&action)) co_return co_await OnAssignTask(*a, work);
   if (const auto* a = std::get_if<ValidateUpdate>(&action)) co_return co_await OnValidateUpdate(*a, work);
   if (const auto* a = std::get_if<DropWorker>(&action)) co_return co_await OnDropWorker(*a);
   if (const auto* a = std::get_if<AggregateRound>(&action)) co_return co_await OnAggregateRound(*a, work);

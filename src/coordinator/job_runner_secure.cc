@@ -22,20 +22,24 @@ constexpr Clock::Duration kMaxExchangeTimeout = std::chrono::seconds(60);
 
 }  // namespace
 
-Status JobRunner::BeginSecureAttempt(int round, int attempt, const std::deque<Action>& work) {
+Status JobRunner::BeginSecureAttempt(int round, int attempt, const AssignTask* first, const std::deque<Action>& work) {
   secure_.reset();
   const SecureAggregationSpec& spec = spec_.distributed.secure_aggregation;
   if (!spec.enabled || round > engine_config_.num_rounds || global_.weights() == nullptr) return Status::Ok();
   std::vector<uint64_t> participants;
   int64_t sample_bound = spec_.data.max_samples_per_worker;  // data.source "workers": the declared bound
-  for (const Action& next : work) {
-    const auto* t = std::get_if<AssignTask>(&next);
-    if (t == nullptr || t->round != round || t->attempt != attempt) continue;
-    participants.push_back(static_cast<uint64_t>(t->worker));
-    if (t->shard >= 0 && static_cast<size_t>(t->shard) < shards_.size()) {
-      sample_bound = std::max(sample_bound, shards_[static_cast<size_t>(t->shard)].train_rows);
+  auto take_part = [&](const AssignTask& t) {
+    if (t.round != round || t.attempt != attempt || t.kind != TaskKind::kTrain) return;
+    participants.push_back(static_cast<uint64_t>(t.worker));
+    if (t.shard >= 0 && static_cast<size_t>(t.shard) < shards_.size()) {
+      sample_bound = std::max(sample_bound, shards_[static_cast<size_t>(t.shard)].train_rows);
     }
+  };
+  if (first != nullptr) take_part(*first);
+  for (const Action& next : work) {
+    if (const auto* t = std::get_if<AssignTask>(&next)) take_part(*t);
   }
+  if (participants.empty()) return Status::Ok();  // none idle at the start: the first tasks fix the participants
   PARSYN_ASSIGN_OR_RETURN(const secagg::Key32 graph_seed, secagg::RandomKey());
   const size_t vector_length = secagg::UpdateVectorLength(*global_.weights()) + 1;
   StatusOr<secagg::RoundSetup> setup =

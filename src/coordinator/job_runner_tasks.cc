@@ -39,7 +39,7 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
   }
   attempt_.Begin(round.participants);
   rank_globals_.BeginAttempt();
-  if (Status secure = BeginSecureAttempt(a.round, a.attempt, work); !secure.ok()) co_return secure;
+  if (Status secure = BeginSecureAttempt(a.round, a.attempt, nullptr, work); !secure.ok()) co_return secure;
   undelivered_tasks_.clear();  // of an earlier attempt: stale
   global_.DropPending();
   global_.DropPendingValidationLoss();
@@ -231,10 +231,15 @@ StatusOr<protocol::UpdateUpload> JobRunner::UpdateUploadGrant(int64_t worker_id,
   return grant;
 }
 
-http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a) {
+http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a, const std::deque<Action>& work) {
   if (a.shard < 0 || static_cast<size_t>(a.shard) >= shards_.size()) {
     co_return InternalError("the round engine assigned shard " + std::to_string(a.shard) + " of " +
                             std::to_string(shards_.size()));
+  }
+  if (a.kind == TaskKind::kTrain && spec_.distributed.secure_aggregation.enabled &&
+      (!secure_ || secure_->setup().attempt != SecureAttemptName(job_.id, a.round, a.attempt))) {
+    // No participant was idle when the attempt started: these tasks are its first, and fix its participants.
+    if (Status secure = BeginSecureAttempt(a.round, a.attempt, &a, work); !secure.ok()) co_return secure;
   }
   storage::Shard& shard = shards_[static_cast<size_t>(a.shard)];
   const auto assign_start = std::chrono::steady_clock::now();

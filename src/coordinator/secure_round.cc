@@ -79,10 +79,21 @@ void SecureRound::EndPhaseIfComplete(Clock::TimePoint now) {
   if (phase_ >= Phase::kRevealed) return;
   const std::set<uint64_t> expected = Expected();
   const std::set<uint64_t>& sent = Sent();
-  if (std::includes(sent.begin(), sent.end(), expected.begin(), expected.end())) EndPhase(now);
+  // Unmasking needs no more reveals once every secret it rebuilds has its threshold of shares: a survivor that died
+  // before revealing is not waited for.
+  if (std::includes(sent.begin(), sent.end(), expected.begin(), expected.end()) ||
+      (phase_ == Phase::kUnmask && server_.HasSharesToUnmask())) {
+    EndPhase(now);
+  }
+}
+
+Status SecureRound::RefusedOnceRevealed() const {
+  if (phase_ != Phase::kRevealed && phase_ != Phase::kUnmasked) return Status::Ok();
+  return FailedPreconditionError("the secure aggregation of this attempt has every share it needs; it is unmasking");
 }
 
 Status SecureRound::AddKeys(uint64_t worker, const secagg::AdvertisedKeys& keys, Clock::TimePoint now) {
+  PARSYN_RETURN_IF_ERROR(RefusedOnceRevealed());  // the server is Unmask's, off the loop
   PARSYN_RETURN_IF_ERROR(server_.AddAdvertisedKeys(worker, keys, verify_));
   advertised_.insert(worker);
   EndPhaseIfComplete(now);
@@ -90,6 +101,7 @@ Status SecureRound::AddKeys(uint64_t worker, const secagg::AdvertisedKeys& keys,
 }
 
 Status SecureRound::AddShares(uint64_t worker, std::span<const secagg::SealedShare> shares, Clock::TimePoint now) {
+  PARSYN_RETURN_IF_ERROR(RefusedOnceRevealed());  // the server is Unmask's, off the loop
   PARSYN_RETURN_IF_ERROR(server_.AddSealedShares(worker, shares));
   shared_.insert(worker);
   EndPhaseIfComplete(now);
@@ -97,6 +109,7 @@ Status SecureRound::AddShares(uint64_t worker, std::span<const secagg::SealedSha
 }
 
 Status SecureRound::AddMaskedInput(uint64_t worker, std::string_view packed, Clock::TimePoint now) {
+  PARSYN_RETURN_IF_ERROR(RefusedOnceRevealed());  // the server is Unmask's, off the loop
   PARSYN_RETURN_IF_ERROR(server_.AddMaskedInput(worker, packed));
   masked_.insert(worker);
   EndPhaseIfComplete(now);
@@ -104,6 +117,12 @@ Status SecureRound::AddMaskedInput(uint64_t worker, std::string_view packed, Clo
 }
 
 Status SecureRound::AddRevealed(uint64_t worker, std::span<const secagg::RevealedShare> shares, Clock::TimePoint now) {
+  if (!RefusedOnceRevealed().ok()) {
+    // The shares in hand sufficed: a survivor's that come later are not needed, and not an error of its own.
+    const std::vector<uint64_t>& summed = server_.survivors();
+    if (std::find(summed.begin(), summed.end(), worker) != summed.end()) return Status::Ok();
+    return RefusedOnceRevealed();
+  }
   PARSYN_RETURN_IF_ERROR(server_.AddRevealedShares(worker, shares));
   revealed_.insert(worker);
   EndPhaseIfComplete(now);

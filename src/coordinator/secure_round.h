@@ -50,7 +50,9 @@ class SecureRound {
   std::optional<Clock::TimePoint> deadline() const;
 
   // A worker's message of the phase in progress: refused with the secagg::Server's error (nothing changes), or taken;
-  // the message that completes its phase ends it.
+  // the message that completes its phase ends it. Once every share needed is in (kRevealed, kUnmasked), messages are
+  // refused without touching the server (Unmask has it), but a survivor's late reveal is answered OK: its shares
+  // were not needed. The unmasking phase ends as soon as every secret it rebuilds has its threshold of shares.
   Status AddKeys(uint64_t worker, const secagg::AdvertisedKeys& keys, Clock::TimePoint now);
   Status AddShares(uint64_t worker, std::span<const secagg::SealedShare> shares, Clock::TimePoint now);
   Status AddMaskedInput(uint64_t worker, std::string_view packed, Clock::TimePoint now);
@@ -93,6 +95,8 @@ class SecureRound {
   std::set<uint64_t>& Sent();
   void EndPhaseIfComplete(Clock::TimePoint now);
   void EndPhase(Clock::TimePoint now);
+  // FailedPrecondition once every share needed is in (kRevealed, kUnmasked); OK before.
+  Status RefusedOnceRevealed() const;
   void Fail(Status why);
 
   secagg::Server server_;

@@ -189,6 +189,21 @@ StatusOr<Key32> Server::Rebuild(uint64_t owner, SecretKind kind) const {
   return key;
 }
 
+bool Server::HasSharesToUnmask() const {
+  if (phase_ != Phase::kUnmask) return false;
+  auto enough = [&](const std::map<uint64_t, std::vector<ShamirShare>>& by_owner, uint64_t owner) {
+    const auto it = by_owner.find(owner);
+    return it != by_owner.end() && it->second.size() >= setup_.share_threshold;
+  };
+  for (uint64_t id : survivors_) {
+    if (!enough(seed_shares_, id)) return false;
+  }
+  for (uint64_t dropped : shared_) {  // as Unmask: the masking key of each that shared and sent no input
+    if (!masked_.count(dropped) && !enough(key_shares_, dropped)) return false;
+  }
+  return true;
+}
+
 StatusOr<std::vector<uint32_t>> Server::Unmask() {
   PARSYN_RETURN_IF_ERROR(InPhase(Phase::kUnmask, "unmasking"));
   std::vector<SignedSeed> masks;

@@ -52,6 +52,9 @@ class Server {
   // Phase 4: a survivor's revealed shares: one per neighbor that shared (its seed if it survived, else its masking
   // key) and its own seed's.
   Status AddRevealedShares(uint64_t from, std::span<const RevealedShare> shares);
+  // Whether every secret Unmask needs has setup.share_threshold shares (phase 4 only): the shares still to come
+  // are not needed.
+  bool HasSharesToUnmask() const;
   // The unmasked sum of the survivors' inputs, once every secret it needs has setup.share_threshold shares
   // (FailedPrecondition naming the first that has not). DataLoss naming the worker whose rebuilt secret does not
   // match what it advertised (a corrupt share). Called once; the sum is moved out.
