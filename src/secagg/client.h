@@ -45,6 +45,7 @@ class Client {
   // Phase 1: checks the setup (CheckRoundSetup; InvalidArgument) and that `self` takes part, makes the keys and the
   // seed, and signs them with `signer` when it can sign.
   static StatusOr<Client> Start(const RoundSetup& setup, uint64_t self, const KeySigner& signer);
+  uint64_t self() const { return self_; }
 
   const AdvertisedKeys& advertised() const { return advertised_; }
   const RoundSetup& setup() const { return setup_; }

@@ -1,10 +1,14 @@
 #include "worker/secure_participation.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
+#include "base/log.h"
 #include "base/text_file.h"
 #include "secagg/crypto.h"
 #include "secagg/key_signature.h"
@@ -17,6 +21,17 @@ namespace {
 using nlohmann::json;
 
 constexpr char kBase[] = "/api/v1/worker/secure-aggregation";
+
+// Fault injection for the end-to-end tests of dropouts (tests/e2e/tls_test.cc): a worker started with the environment
+// variable PARSYN_WORKER_SIGKILL_AFTER=<phase> sends itself SIGKILL right after that phase of a secure attempt:
+// "keys" (its keys advertised), "shares" (its shares sent), "masked_input" (its masked input summed: the survivors
+// name it; before it reveals). A real SIGKILL: nothing of the worker runs after it, as when a machine dies.
+void SigkillIfAskedAfter(std::string_view phase) {
+  const char* asked = std::getenv("PARSYN_WORKER_SIGKILL_AFTER");
+  if (asked == nullptr || phase != asked) return;
+  PARSYN_LOG_WARN("worker: PARSYN_WORKER_SIGKILL_AFTER={}: killing itself with SIGKILL", phase);
+  std::raise(SIGKILL);
+}
 constexpr std::chrono::milliseconds kMaxRetry{2000};
 
 // Sleeps `wait`, or less when `stop` is requested (then Cancelled).
@@ -109,12 +124,14 @@ StatusOr<SecureParticipation> SecureParticipation::Join(http::Client& client, co
   SecureParticipation self(client, task, std::move(secure), std::move(rule));
   PARSYN_RETURN_IF_ERROR(
       Post(client, std::string(kBase) + "/keys", self.Body("keys", secagg::ToJson(self.secure_.advertised())), stop));
+  SigkillIfAskedAfter("keys");
   PARSYN_ASSIGN_OR_RETURN(json keys_answer, AwaitPhase(client, std::string(kBase) + "/keys" + query, stop));
   PARSYN_ASSIGN_OR_RETURN(const json keys_list, Field(keys_answer, "keys"));
   PARSYN_ASSIGN_OR_RETURN(std::vector<secagg::AdvertisedKeys> keys, secagg::ParseAdvertisedKeysList(keys_list));
   PARSYN_ASSIGN_OR_RETURN(std::vector<secagg::SealedShare> shares, self.secure_.ShareKeys(keys, verify));
   PARSYN_RETURN_IF_ERROR(Post(client, std::string(kBase) + "/shares",
                               self.Body("shares", secagg::ToJson(std::span<const secagg::SealedShare>(shares))), stop));
+  SigkillIfAskedAfter("shares");
   PARSYN_ASSIGN_OR_RETURN(json shares_answer, AwaitPhase(client, std::string(kBase) + "/shares" + query, stop));
   PARSYN_ASSIGN_OR_RETURN(const json shares_list, Field(shares_answer, "shares"));
   PARSYN_ASSIGN_OR_RETURN(self.received_, secagg::ParseSealedShareList(shares_list));
@@ -143,6 +160,9 @@ Status SecureParticipation::Reveal(std::stop_token stop) {
   for (const json& id : answer["survivors"]) {
     if (!id.is_number_unsigned()) return InvalidArgumentError("the survivors must be worker ids");
     survivors.push_back(id.get<uint64_t>());
+  }
+  if (std::find(survivors.begin(), survivors.end(), secure_.self()) != survivors.end()) {
+    SigkillIfAskedAfter("masked_input");
   }
   PARSYN_ASSIGN_OR_RETURN(std::vector<secagg::RevealedShare> shares, secure_.Unmask(survivors));
   return Post(*client_, std::string(kBase) + "/reveal",

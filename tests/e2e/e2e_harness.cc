@@ -28,9 +28,13 @@ std::string Trim(std::string s) {
 }
 
 // Forks and execs argv with stdout and stderr to `out_fd` (-1: /dev/null). Returns the pid.
-pid_t Spawn(const std::vector<std::string>& args, int out_fd) {
+pid_t Spawn(const std::vector<std::string>& args, int out_fd, const std::vector<std::string>& environment = {}) {
   pid_t pid = ::fork();
   if (pid == 0) {
+    for (const std::string& assignment : environment) {
+      const size_t eq = assignment.find('=');
+      ::setenv(assignment.substr(0, eq).c_str(), assignment.substr(eq + 1).c_str(), 1);
+    }
     int target = out_fd >= 0 ? out_fd : ::open("/dev/null", O_WRONLY);
     ::dup2(target, STDOUT_FILENO);
     ::dup2(target, STDERR_FILENO);
@@ -224,7 +228,7 @@ void Worker::Start() {
                                    "--threads",
                                    "1"};
   args.insert(args.end(), extra_.begin(), extra_.end());
-  pid_ = Spawn(args, out);
+  pid_ = Spawn(args, out, environment_);
   ::close(out);
 }
 
@@ -350,6 +354,30 @@ void WriteSeparableCsv(const fs::path& file, int rows) {
     const double x1 = next(), x2 = next();
     out << x1 << "," << x2 << "," << (x1 + x2 > 0 ? 1 : 0) << "\n";
   }
+}
+
+std::map<std::string, std::vector<double>> SampleWeightedMean(const std::vector<std::pair<fs::path, double>>& updates) {
+  std::map<std::string, std::vector<double>> sum;
+  double total = 0;
+  for (const auto& [file, n] : updates) {
+    EXPECT_GT(n, 0) << file;
+    total += n;
+    for (auto& [name, values] : ReadTensors(file)) {
+      std::vector<double>& s = sum[name];
+      s.resize(values.size(), 0.0);
+      for (size_t i = 0; i < values.size(); ++i) s[i] += n * values[i];
+    }
+  }
+  for (auto& [name, values] : sum) {
+    for (double& v : values) v /= total;
+  }
+  return sum;
+}
+
+std::string AttemptPrefix(int64_t job_id, int round, int attempt) {
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "jobs/%lld/rounds/%06d-a%d", static_cast<long long>(job_id), round, attempt);
+  return buf;
 }
 
 std::map<std::string, std::vector<double>> ReadTensors(const fs::path& file) {

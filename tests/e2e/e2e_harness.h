@@ -74,6 +74,8 @@ class Worker {
   Worker(std::string server_url, std::string token, std::string name, fs::path cache_dir,
          std::vector<std::string> extra = {});
   ~Worker();
+  // Variables ("NAME=value") the process gets besides this one's environment. Call before Start().
+  void set_environment(std::vector<std::string> assignments) { environment_ = std::move(assignments); }
   void Start();
   void Kill();      // SIGKILL (its trainer child, if any, dies with it: SubprocessOptions::die_with_parent)
   int Terminate();  // SIGTERM, then wait (bounded): the exit status (-1 if it had to be killed)
@@ -86,6 +88,7 @@ class Worker {
   std::string server_url_, token_, name_;
   fs::path cache_dir_;
   std::vector<std::string> extra_;
+  std::vector<std::string> environment_;
   pid_t pid_ = -1;
 };
 
@@ -123,6 +126,10 @@ void WriteSeparableCsv(const fs::path& file, int rows);
 
 // The tensors of a safetensors file as float vectors (F32 and BF16 supported).
 std::map<std::string, std::vector<double>> ReadTensors(const fs::path& file);
+// Σ n_i w_i / Σ n_i, in double, over update files and their sample counts n_i.
+std::map<std::string, std::vector<double>> SampleWeightedMean(const std::vector<std::pair<fs::path, double>>& updates);
+// The blob key prefix of a round attempt's files: jobs/<job>/rounds/<round, 6 digits>-a<attempt>.
+std::string AttemptPrefix(int64_t job_id, int round, int attempt);
 // The file's bytes; empty when it cannot be read.
 std::string ReadWholeFile(const fs::path& path);
 // Runs `parsyn-trainer run` on an evaluation-only copy of `task` (steps 0; its output goes to dir/eval-out.safetensors

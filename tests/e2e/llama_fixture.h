@@ -162,11 +162,6 @@ class LlamaJobTest : public ::testing::Test {
 
   // A local file with the blob's bytes (the S3 fixture downloads it).
   virtual fs::path BlobPath(const std::string& key) { return server_->data_dir() / "blobs" / key; }
-  std::string AttemptPrefix(int64_t job_id, int round, int attempt) const {
-    char buf[96];
-    std::snprintf(buf, sizeof(buf), "jobs/%lld/rounds/%06d-a%d", static_cast<long long>(job_id), round, attempt);
-    return buf;
-  }
 
   // The tensors of the update a worker sent in a round attempt (`update`: an entry of the round's "updates").
   std::map<std::string, std::vector<double>> UpdateTensors(const std::string& prefix, const json& update) {
@@ -178,23 +173,14 @@ class LlamaJobTest : public ::testing::Test {
   // GET .../rounds).
   std::map<std::string, std::vector<double>> FedAvgOfRound(int64_t job_id, const json& round) {
     const std::string prefix = AttemptPrefix(job_id, round["round"], round["attempt"]);
-    std::map<std::string, std::vector<double>> sum;
-    double total = 0;
+    std::vector<std::pair<fs::path, double>> updates;
     for (const json& u : round["updates"]) {
       if (u["status"] != "accepted") continue;
-      const double n = u["num_samples"].get<double>();
-      EXPECT_GT(n, 0);
-      total += n;
-      for (auto& [name, values] : UpdateTensors(prefix, u)) {
-        std::vector<double>& s = sum[name];
-        s.resize(values.size(), 0.0);
-        for (size_t i = 0; i < values.size(); ++i) s[i] += n * values[i];
-      }
+      updates.emplace_back(
+          BlobPath(prefix + "/updates/w" + std::to_string(u["worker_id"].get<int64_t>()) + ".safetensors"),
+          u["num_samples"].get<double>());
     }
-    for (auto& [name, values] : sum) {
-      for (double& v : values) v /= total;
-    }
-    return sum;
+    return SampleWeightedMean(updates);
   }
 
   // Every committed round's global equals Σ n_i w_i / Σ n_i over its accepted updates, recomputed here in double

@@ -307,6 +307,104 @@ TEST_F(TlsTest, SecureAggregationOverMutualTlsSignsAndChecksEveryKey) {
   EXPECT_TRUE(Contains(workers_[2]->log(), "not signed by a valid certificate of the job's CA")) << workers_[2]->log();
 }
 
+// Secure aggregation under mutual TLS with one of four workers SIGKILLed in each phase (PARSYN_WORKER_SIGKILL_AFTER:
+// the process kills itself right after the phase, as a machine that dies would): every round commits with the
+// survivors, and round 1's global is the sample-weighted FedAvg of the summed workers' updates up to quantization.
+// Killed after advertising or after sharing its keys, the worker's input is not summed (after sharing, its masks are
+// taken off with its masking key rebuilt from the others' shares); killed after its masked input was summed and
+// before revealing, its input counts (its self-mask seed rebuilt from the others' shares). The reference updates are
+// a plain job's with the same four workers on the same shards (shard i is listed worker i's).
+TEST_F(TlsTest, SecureAggregationCommitsWithTheSurvivorsOfAWorkerSigkilledInEachPhase) {
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--keep-updates"}));
+  int64_t model_id = 0, dataset_id = 0;
+  ASSERT_NO_FATAL_FAILURE(UploadPointsMlp(model_id, dataset_id));
+  std::vector<Registered> registered;
+  std::vector<int64_t> ids;
+  for (const char* name : {"k0", "k1", "k2", "k3"}) {
+    registered.push_back(RegisterWithCertificate(name));
+    ids.push_back(registered.back().id);
+  }
+  auto flags = [&](size_t i) {
+    std::vector<std::string> f = TlsFlags(registered[i].id);
+    f.insert(f.end(), {"--peer-ca", Pki("ca.pem")});
+    return f;
+  };
+  for (size_t i = 0; i < 4; ++i) StartWorker(registered[i], "k" + std::to_string(i), flags(i));
+  ASSERT_TRUE(WaitOnline(ids));
+  auto spec_of = [&](bool secure) {
+    json spec = TabularJobSpec("e2e-mtls-sigkill", dataset_id, model_id, ids, 2, 20);
+    spec["distributed"]["min_workers"] = 3;
+    spec["distributed"]["aggregation_timeout"] = 30;
+    if (secure)
+      spec["distributed"]["secure_aggregation"] = {{"enabled", true}, {"threshold", 2}, {"clipping_range", 1.0}};
+    return spec;
+  };
+  auto round_of = [&](int64_t job_id, int round) {
+    for (const json& r : Rounds(*admin_, job_id)) {
+      if (r["outcome"] == "committed" && r["round"] == round) return r;
+    }
+    ADD_FAILURE() << "job " << job_id << " committed no round " << round;
+    return json::object();
+  };
+  auto accepted_of = [](const json& round) {
+    std::vector<int64_t> accepted;
+    for (const json& u : round.value("updates", json::array())) {
+      if (u["status"] == "accepted") accepted.push_back(u["worker_id"].get<int64_t>());
+    }
+    std::sort(accepted.begin(), accepted.end());
+    return accepted;
+  };
+  const fs::path blobs = server_->data_dir() / "blobs";
+  const int64_t plain_id = CreateJob(*admin_, spec_of(false));
+  ASSERT_EQ(WaitForJobEnd(*admin_, plain_id, seconds(300)).value("status", ""), "succeeded");
+  const json plain_round = round_of(plain_id, 1);
+  ASSERT_EQ(accepted_of(plain_round), ids);
+  workers_[3]->Terminate();
+
+  const std::vector<int64_t> healthy(ids.begin(), ids.begin() + 3);
+  const double step = 2 * 1.0 / 65535.0;
+  for (const std::string phase : {"keys", "shares", "masked_input"}) {
+    SCOPED_TRACE("killed after " + phase);
+    workers_.push_back(std::make_unique<Worker>(server_->url(), registered[3].token, "k3-" + phase,
+                                                tmp_.path() / ("cache-k3-" + phase), flags(3)));
+    Worker& doomed = *workers_.back();
+    doomed.set_environment({"PARSYN_WORKER_SIGKILL_AFTER=" + phase});
+    doomed.Start();
+    ASSERT_TRUE(WaitOnline(ids));
+    const int64_t job_id = CreateJob(*admin_, spec_of(true));
+    json job = WaitForJobEnd(*admin_, job_id, seconds(300));
+    ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+    ASSERT_TRUE(WaitExited(doomed, seconds(10)));
+    EXPECT_TRUE(Contains(doomed.log(), "PARSYN_WORKER_SIGKILL_AFTER=" + phase)) << doomed.log();
+    const std::vector<int64_t> summed = phase == "masked_input" ? ids : healthy;
+    const json secure_round = round_of(job_id, 1);
+    EXPECT_EQ(accepted_of(secure_round), summed) << secure_round.dump();
+    EXPECT_EQ(accepted_of(round_of(job_id, 2)), healthy);
+
+    std::vector<std::pair<fs::path, double>> updates;
+    for (const json& u : plain_round["updates"]) {
+      if (std::count(summed.begin(), summed.end(), u["worker_id"].get<int64_t>()) == 0) continue;
+      updates.emplace_back(blobs / (AttemptPrefix(plain_id, 1, plain_round["attempt"]) + "/updates/w" +
+                                    std::to_string(u["worker_id"].get<int64_t>()) + ".safetensors"),
+                           u["num_samples"].get<double>());
+    }
+    const auto reference = SampleWeightedMean(updates);
+    const auto global =
+        ReadTensors(blobs / (AttemptPrefix(job_id, 1, secure_round["attempt"]) + "/global.safetensors"));
+    const auto initial = ReadTensors(tmp_.path() / "model" / "model.safetensors");
+    double largest_difference = 0, largest_change = 0;
+    for (const auto& [name, values] : reference) {
+      ASSERT_EQ(global.at(name).size(), values.size()) << name;
+      for (size_t i = 0; i < values.size(); ++i) {
+        largest_difference = std::max(largest_difference, std::abs(values[i] - global.at(name)[i]));
+        largest_change = std::max(largest_change, std::abs(values[i] - initial.at(name)[i]));
+      }
+    }
+    EXPECT_LE(largest_difference, 3 * step);
+    EXPECT_GT(largest_change, 30 * step) << "the round must move the weights well beyond the tolerance";
+  }
+}
+
 // Managed workers need nothing set up by hand under mutual TLS: the server issues their certificates.
 TEST_F(TlsTest, ManagedWorkersComeOnlineUnderMutualTls) {
   ASSERT_NO_FATAL_FAILURE(StartServer({"--managed-workers", "1"}));
