@@ -55,6 +55,26 @@ StatusOr<std::map<int, json>> RoundPrivacyFromEvents(storage::MetadataStore& sto
   return by_round;
 }
 
+// Each secure attempt's participation (its secure_aggregation event, SecureRound::Participation: who was a
+// participant, advertised, shared, was summed and revealed), by (round, attempt); read through the store's index by
+// type.
+StatusOr<std::map<std::pair<int, int>, json>> SecureParticipationFromEvents(storage::MetadataStore& store,
+                                                                            int64_t job_id) {
+  std::map<std::pair<int, int>, json> by_attempt;
+  PARSYN_RETURN_IF_ERROR(
+      storage::ForEachJobEventOfType(store, job_id, "secure_aggregation", [&](const storage::JobEvent& e) {
+        json data = json::parse(e.payload_json, nullptr, false);
+        if (!data.is_object() || !data.value("round", json()).is_number_integer() ||
+            !data.value("attempt", json()).is_number_integer()) {
+          return;
+        }
+        const std::pair<int, int> attempt{data["round"].get<int>(), data["attempt"].get<int>()};
+        for (const char* field : {"job_id", "time_ms", "round", "attempt"}) data.erase(field);
+        by_attempt[attempt] = std::move(data);
+      }));
+  return by_attempt;
+}
+
 // A committed dp_fedavg round's privacy report read from the accounting state stored beside the round's global (durable
 // before the round commits): for a round whose event lacks it. Null when it cannot be read.
 json StoredRoundPrivacy(storage::BlobStore& blobs, const storage::Round& round,
@@ -231,8 +251,8 @@ class JobRoutes {
       PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Round> list, context_.store.ListRounds(*id));
       // dp_fedavg: each committed round's ε and report, from its round_committed event.
       std::optional<strategy::DpFedAvgOptions> dp;
-      if (StatusOr<JobSpec> spec = ParseJobSpec(job.spec_json);
-          spec.ok() && spec->distributed.strategy == strategy::StrategyKind::kDpFedAvg) {
+      const StatusOr<JobSpec> spec = ParseJobSpec(job.spec_json);
+      if (spec.ok() && spec->distributed.strategy == strategy::StrategyKind::kDpFedAvg) {
         const strategy::StrategyOptions& o = spec->distributed.strategy_options;
         dp = strategy::DpFedAvgOptions{
             .clip_norm = o.clip_norm, .noise_multiplier = o.noise_multiplier, .delta = o.delta};
@@ -251,6 +271,11 @@ class JobRoutes {
       if (dp) {
         PARSYN_ASSIGN_OR_RETURN(privacy, RoundPrivacyFromEvents(context_.store, *id));
       }
+      // Secure aggregation: each attempt's participation in its phases, from its secure_aggregation event.
+      std::map<std::pair<int, int>, json> secure;
+      if (spec.ok() && spec->distributed.secure_aggregation.enabled) {
+        PARSYN_ASSIGN_OR_RETURN(secure, SecureParticipationFromEvents(context_.store, *id));
+      }
       json items = json::array();
       for (const storage::Round& r : list) {
         PARSYN_ASSIGN_OR_RETURN(auto updates, context_.store.ListUpdates(*id, r.round, r.attempt));
@@ -261,6 +286,9 @@ class JobRoutes {
           report = it != privacy.end() ? it->second : StoredRoundPrivacy(context_.blobs, r, *dp);
         }
         items.push_back(RoundJson(r, updates, report, plain_update_bytes));
+        if (auto it = secure.find({r.round, r.attempt}); it != secure.end()) {
+          items.back()["secure_aggregation"] = it->second;
+        }
       }
       return items;
     });

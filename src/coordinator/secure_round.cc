@@ -176,6 +176,7 @@ void SecureRound::Unmasked(const Status& outcome) {
 
 nlohmann::json SecureRound::Participation() const {
   nlohmann::json out = {{"phase", SecureRoundPhaseName(phase_)},
+                        {"participants", setup().participants},
                         {"advertised", advertised_},
                         {"shared", shared_},
                         {"masked", masked_},

@@ -78,8 +78,8 @@ class SecureRound {
   StatusOr<std::vector<uint32_t>> Unmask();
   // Unmask's outcome, on the loop: kUnmasked, or kFailed with its error.
   void Unmasked(const Status& outcome);
-  // Who took part in each phase so far, ascending ids: {"advertised": [...], "shared": [...], "masked": [...],
-  // "revealed": [...]}, with "failure" once failed. For the round's record and the dashboard.
+  // Who took part in each phase so far, ascending ids: {"participants": [...], "advertised": [...], "shared": [...],
+  // "masked": [...], "revealed": [...]}, with "failure" once failed. For the round's record and the dashboard.
   nlohmann::json Participation() const;
 
  private:

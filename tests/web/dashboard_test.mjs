@@ -435,10 +435,12 @@ async function main() {
     assert.equal(await doneRow.locator('.round-text').textContent(), '2 of 2');
     assert.doesNotMatch(await doneRow.textContent(), /in round|evaluating/);
 
-    // A dp_fedavg job: the round history has a "Privacy ε" column with each committed round's ε, as the API reports.
+    // A dp_fedavg job under secure aggregation: the round history has a "Privacy ε" column with each committed round's
+    // ε, as the API reports, and a "Survivors" column with the workers whose masked inputs each attempt summed.
     const private_ = await call('POST', '/training-jobs', specOf('private',
       { num_rounds: 2, steps_per_round: 1, min_workers: 2, max_workers: 2, fault_tolerance: 2, strategy: 'dp_fedavg',
-        strategy_options: { clip_norm: 1.0, noise_multiplier: 1.0, delta: 1e-5 } }, workers.map((w) => w.id)));
+        strategy_options: { clip_norm: 1.0, noise_multiplier: 1.0, delta: 1e-5 },
+        secure_aggregation: { enabled: true, clipping_range: 0.5 } }, workers.map((w) => w.id)));
     await page.goto(`${base}/#/jobs/${private_.id}`);
     await page.locator('#job-status .status', { hasText: 'succeeded' }).waitFor({ timeout: 240_000 });
     await waitFor('both private rounds in the history', async () =>
@@ -451,6 +453,14 @@ async function main() {
     const fmtEpsilon = (v) => (Math.abs(v) >= 1000 ? v.toFixed(0) : Number(v.toPrecision(4)).toString());
     for (const r of privateRounds) assert.equal(epsilonCells[String(r.round)], fmtEpsilon(r.privacy.epsilon), `round ${r.round} ε`);
     assert.ok(privateRounds[1].privacy.epsilon > privateRounds[0].privacy.epsilon, 'ε grows with the rounds');
+    assert.match(await page.textContent('#job-secure'), /Securely aggregated/);
+    assert.equal(privateHead.at(-2), 'Survivors');
+    const survivorCells = await page.$$eval('#rounds-table tbody tr[data-outcome="committed"]', (rows) =>
+      Object.fromEntries(rows.map((r) => [r.dataset.round, r.querySelector('.secure-survivors').dataset.survivors])));
+    for (const r of privateRounds) {
+      assert.deepEqual(r.secure_aggregation.masked, workers.map((w) => w.id).sort((a, b) => a - b), `round ${r.round} summed both`);
+      assert.equal(survivorCells[String(r.round)], r.secure_aggregation.masked.join(','), `round ${r.round} survivors`);
+    }
     log(`dp job ${private_.id}: ε ${privateRounds.map((r) => r.privacy.epsilon).join(', ')}`);
     await shot('12-job-detail-privacy');
     await page.goto(`${base}/#/jobs/${jobId}`);

@@ -15,7 +15,7 @@ import { LineChart, fmtNumber } from './charts.js';
  * @typedef {import('./job_state.js').Shard} Shard
  */
 import {
-  initialJobState, reduceJob, reloadsFor, workerName as nameOf, isDpJob, roundRows, roundCounter, workerGroups,
+  initialJobState, reduceJob, reloadsFor, workerName as nameOf, isDpJob, isSecureJob, roundRows, roundCounter, workerGroups,
   lossSeries, lossSummary as lossNumbers, workerStatus, trainerOf, jobWarnings, isNumber,
 } from './job_state.js';
 
@@ -238,9 +238,22 @@ export function render(container, [idText]) {
     return h('td', { class: 'privacy-epsilon', title }, epsilon);
   }
 
+  /** @param {Round} r */
+  function survivorsCell(r) {
+    const s = r.secure_aggregation;
+    if (!s) return h('td', { class: 'secure-survivors' }, '—');
+    const names = (/** @type {number[]} */ ids) => ids.map((id) => workerName(id)).join(', ') || 'none';
+    const title = `advertised keys: ${names(s.advertised)}; shared them: ${names(s.shared)}; ` +
+      `summed: ${names(s.masked)}; revealed shares: ${names(s.revealed)}` + (s.failure ? `; failed: ${s.failure}` : '');
+    return h('td', { class: 'secure-survivors', title, dataset: { survivors: s.masked.join(',') } },
+      `${s.masked.length} of ${s.participants.length}: ${names(s.masked)}`);
+  }
+
   function drawRounds() {
     const privacy = isDpJob(state);
-    roundsHead.replaceChildren(...[...ROUND_COLUMNS, ...(privacy ? ['Privacy ε'] : [])].map((t) => h('th', { scope: 'col' }, t)));
+    const secure = isSecureJob(state);
+    const extra = [...(secure ? ['Survivors'] : []), ...(privacy ? ['Privacy ε'] : [])];
+    roundsHead.replaceChildren(...[...ROUND_COLUMNS, ...extra].map((t) => h('th', { scope: 'col' }, t)));
     roundsBody.replaceChildren(...roundRows(state).map(({ round: r, label, finalEvaluation, outcome, participants, dropped, validation, isBest }) => {
       /** @type {Record<string, string | number>} */
       const dataset = { round: r.round, attempt: r.attempt, outcome: finalEvaluation ? 'final_evaluation' : r.outcome };
@@ -262,10 +275,11 @@ export function render(container, [idText]) {
         h('td', { class: 'compression-ratio' }, typeof r.compression_ratio === 'number' ? `${r.compression_ratio.toFixed(2)}×` : '—'),
         h('td', {}, fmtNumber(r.train_loss)),
         h('td', { class: 'validation-after' }, finalEvaluation ? '—' : fmtNumber(validation)),
+        secure ? survivorsCell(r) : null,
         privacy ? privacyCell(r) : null);
     }));
     if (!state.rounds.length) {
-      roundsBody.replaceChildren(h('tr', {}, h('td', { colspan: ROUND_COLUMNS.length + (privacy ? 1 : 0), class: 'muted' }, 'No rounds yet.')));
+      roundsBody.replaceChildren(h('tr', {}, h('td', { colspan: ROUND_COLUMNS.length + extra.length, class: 'muted' }, 'No rounds yet.')));
     }
   }
 

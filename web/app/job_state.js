@@ -77,7 +77,19 @@ import { TERMINAL } from './dom.js';
  * @property {number | null} bytes_up
  * @property {string} [failure_reason]
  * @property {PrivacyReport} [privacy]
+ * @property {SecureParticipation} [secure_aggregation]
  * @property {number | null} compression_ratio
+ */
+/**
+ * A securely aggregated attempt's phases (GET .../rounds): the worker ids of each.
+ * @typedef {object} SecureParticipation
+ * @property {string} phase  "unmasked" or "failed"
+ * @property {number[]} participants
+ * @property {number[]} advertised
+ * @property {number[]} shared
+ * @property {number[]} masked  the survivors, whose masked inputs were summed
+ * @property {number[]} revealed
+ * @property {string} [failure]
  */
 /**
  * A job event's data (docs/openapi.yaml, the job's events): each type carries its own fields of these.
@@ -432,6 +444,14 @@ export function jobWarnings(state) {
  */
 export function bestRound(state) {
   return state.job?.best_round ?? null;
+}
+
+/**
+ * Securely aggregated jobs: their rounds table has a survivors column (whose masked inputs each attempt summed).
+ * @param {JobState} state
+ */
+export function isSecureJob(state) {
+  return state.job?.spec?.distributed?.secure_aggregation?.enabled === true || state.rounds.some((r) => r.secure_aggregation);
 }
 
 /**
