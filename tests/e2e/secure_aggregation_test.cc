@@ -161,6 +161,31 @@ TEST_F(SecureAggregationTest, DpFedAvgClipsAndNoisesOnTheWorkersAndIsAccountedAs
   EXPECT_EQ(privacy["secure"]["epsilon"], privacy["plain"]["epsilon"]);
 }
 
+// The coordinator killed (SIGKILL) while a secure attempt runs its phases keeps nothing of it: after the restart the
+// attempt is over, the workers' messages for it are refused, and the round runs again as a new attempt with fresh
+// keys; the job ends with every round committed and summed over all three workers.
+TEST_F(SecureAggregationTest, ACoordinatorKilledDuringASecureAttemptRetriesTheRoundWithFreshKeys) {
+  const std::vector<int64_t> ids = StartWorkers(3);
+  const int64_t job_id = CreateJob(*admin_, Secure(LoraSpec(ids, 2, 4, 3, 60), 1.0));
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& type, const json& d) { return type == "round_started" && d.value("round", 0) == 1; },
+      std::chrono::seconds(120)));
+  server_->Kill();
+  server_->Start();  // same data directory, same port: the workers reconnect on their own
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+  int committed = 0;
+  for (const json& r : Rounds(*admin_, job_id)) {
+    if (r["outcome"] != "committed" || r["round"].get<int>() < 1) continue;
+    ++committed;
+    ASSERT_TRUE(r.contains("secure_aggregation")) << r.dump();
+    EXPECT_EQ(r["secure_aggregation"]["masked"], json(ids)) << r.dump();
+    if (r["round"] == 1) EXPECT_GT(r["attempt"].get<int>(), 1) << "round 1 ran again after the restart: " << r.dump();
+  }
+  EXPECT_EQ(committed, 2);
+}
+
 TEST_F(SecureAggregationTest, AStrategyThatNeedsSingleUpdatesIsRefused) {
   const std::vector<int64_t> ids = StartWorkers(2);
   json spec = Secure(LoraSpec(ids, 1, 4, 2), 1.0);
