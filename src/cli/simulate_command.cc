@@ -1,5 +1,5 @@
 // parsyn simulate --job job.json --data FILE --model DIR --workers N --out DIR [--parallel P] [--threads T]
-//                 [--label-column C] [--device D] [--trainer COMMAND] [--force] [--log-level L]
+//                 [--label-column C] [--device D] [--trainer COMMAND] [--dropout P] [--force] [--log-level L]
 //                 [--output text|json]
 // One federated job with N virtual workers on this machine, through the real round engine, strategy and trainer,
 // without a server (src/simulation/simulation.h; docs/simulate.md). A round bar on stderr; at the end a summary
@@ -38,7 +38,8 @@ struct SimulateFlags {
   std::string output = "text";
   std::string trainer;  // a command line; empty: parsyn-trainer
   int workers = 10;
-  int parallel = 0;  // 0: one trainer per core
+  double dropout = 0;  // securely aggregated jobs: each virtual worker's chance to drop out of each attempt
+  int parallel = 0;    // 0: one trainer per core
   int threads = 1;
   bool force = false;
 };
@@ -118,6 +119,7 @@ int RunSimulate(const SimulateFlags& f) {
       .parallel = f.parallel > 0 ? f.parallel : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
       .trainer_threads = f.threads,
       .device = f.device,
+      .dropout = f.dropout,
       .out = f.out};
   if (f.trainer.empty()) {
     StatusOr<fs::path> builtin = FindTrainer();
@@ -186,6 +188,10 @@ void AddSimulateCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--device", flags->device, "cpu, cuda or cuda:N (every trainer)")->capture_default_str();
   cmd->add_option("--trainer", flags->trainer,
                   "the trainer command every virtual worker runs (docs/trainer-contract.md; default: parsyn-trainer)");
+  cmd->add_option("--dropout", flags->dropout,
+                  "Securely aggregated jobs: each virtual worker's chance (0..1) to drop out of each attempt, in a "
+                  "phase drawn at random (after advertising its keys, after sharing them, or after its masked input)")
+      ->capture_default_str();
   cmd->add_flag("--force", flags->force, "Replace an earlier simulation's files in --out");
   cmd->add_option("--log-level", flags->log_level, "debug, info, warn or error (default: warn)");
   cmd->add_option("--output", flags->output, "text (a summary) or json (rounds.json) on stdout")

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "secagg/ring.h"
+
 namespace parsyn::secagg {
 
 size_t UpdateVectorLength(const weights::WeightSet& global) {
@@ -87,6 +89,19 @@ StatusOr<std::vector<uint32_t>> QuantizedInput(const weights::WeightSet& global,
                                                const Key32& rounding_key, const Key32& noise_key) {
   if (rule.noise) return NoisedQuantizedUpdate(global, trained, *rule.noise, quantization, rounding_key, noise_key);
   return QuantizedUpdate(global, trained, samples, rule.sample_bound, quantization, rounding_key);
+}
+
+StatusOr<std::string> MaskedUpdate(Client& client, std::span<const SealedShare> received,
+                                   const weights::WeightSet& global, const weights::WeightSet& trained, int64_t samples,
+                                   const InputRule& rule) {
+  const RoundSetup& setup = client.setup();
+  PARSYN_ASSIGN_OR_RETURN(const Key32 rounding_key, RandomKey());
+  PARSYN_ASSIGN_OR_RETURN(const Key32 noise_key, RandomKey());
+  PARSYN_ASSIGN_OR_RETURN(std::vector<uint32_t> quantized,
+                          QuantizedInput(global, trained, samples, rule,
+                                         {setup.quantization_bits, setup.clipping_range}, rounding_key, noise_key));
+  PARSYN_ASSIGN_OR_RETURN(std::vector<uint32_t> masked, client.MaskInput(received, std::move(quantized)));
+  return PackRing(masked, setup.ring_bits);
 }
 
 StatusOr<weights::WeightSet> UpdateVectorAsDelta(const weights::WeightSet& global, std::span<const float> change) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "secagg/client.h"
 #include "secagg/crypto.h"
 #include "secagg/quantization.h"
 #include "weights/weight_set.h"
@@ -55,6 +56,12 @@ struct InputRule {
 StatusOr<std::vector<uint32_t>> QuantizedInput(const weights::WeightSet& global, const weights::WeightSet& trained,
                                                int64_t samples, const InputRule& rule, const Quantization& quantization,
                                                const Key32& rounding_key, const Key32& noise_key);
+
+// A worker's phase-3 message: its QuantizedInput under `rule` (fresh rounding and noise keys), masked by `client`
+// with the shares it received (Client::MaskInput), packed at the setup's ring width (PackRing).
+StatusOr<std::string> MaskedUpdate(Client& client, std::span<const SealedShare> received,
+                                   const weights::WeightSet& global, const weights::WeightSet& trained, int64_t samples,
+                                   const InputRule& rule);
 
 // The mean change as float32 tensors named and shaped as the global's float tensors: the mean delta dp_fedavg
 // finishes from (its globals are all floats). InvalidArgument as ApplyUpdateVector.

@@ -23,6 +23,7 @@
 #include "coordinator/registration.h"
 #include "loop/loop_tools.h"
 #include "protocol/messages.h"
+#include "simulation/virtual_secure.h"
 #include "simulation/virtual_task.h"
 #include "storage/byte_source.h"
 #include "storage/directory_blob_store.h"
@@ -37,6 +38,8 @@ using nlohmann::json;
 
 // How often the loop applies the runner's timeouts (Tick) and reports progress.
 constexpr std::chrono::milliseconds kTickInterval{200};
+// How often virtual workers of a secure attempt look for the end of the phase they wait for.
+constexpr std::chrono::milliseconds kSecureStepInterval{10};
 
 class SimulationBlobUrls final : public storage::BlobUrlIssuer {
  public:
@@ -54,8 +57,9 @@ class SimulationBlobUrls final : public storage::BlobUrlIssuer {
 class SimulationHost final : public coordinator::JobHost {
  public:
   SimulationHost(const SimulationOptions& options, worker::TrainerLauncher& launcher, storage::MetadataStore& store,
-                 storage::BlobStore& blobs, fs::path work_dir)
+                 storage::BlobStore& blobs, fs::path work_dir, uint64_t seed)
       : options_(options),
+        secure_(options.dropout, seed),
         tasks_(options, launcher, store, blobs, work_dir),
         store_(store),
         blobs_(blobs),
@@ -123,10 +127,12 @@ class SimulationHost final : public coordinator::JobHost {
     }
     tasks_started_++;
     in_flight_++;
-    boost::asio::post(trainers_, [this, worker_id, task = std::move(task), control = w.control]() mutable {
+    // A securely aggregated task: the worker joins the attempt now, on the loop (it advertises its keys).
+    std::shared_ptr<SecureMasking> masking = JoinSecureAttempt(worker_id, task);
+    boost::asio::post(trainers_, [this, worker_id, task = std::move(task), control = w.control, masking]() mutable {
       // Read on the trainer's thread, as a worker reads its poll's answer (unreadable: ParseTask says so).
-      auto outcome =
-          std::make_shared<TaskOutcome>(tasks_.Run(worker_id, json::parse(task.json, nullptr, false), *control));
+      auto outcome = std::make_shared<TaskOutcome>(
+          tasks_.Run(worker_id, json::parse(task.json, nullptr, false), *control, masking.get()));
       boost::asio::co_spawn(io_, Reported(worker_id, task.round, task.attempt, outcome), boost::asio::detached);
     });
     return true;
@@ -178,6 +184,27 @@ class SimulationHost final : public coordinator::JobHost {
   }
   void set_launch_failed() { launch_failed_ = true; }
 
+  // Moves the virtual workers of a secure attempt through its phases (VirtualSecureAggregation::Step) until the job
+  // ends; a worker that drops out where its task must fail has it failed, as a lost worker's would. Apart from
+  // TickLoop: an aggregation waiting for the survivors' shares holds the runner's Tick.
+  http::Awaitable<void> SecureLoop() {
+    boost::asio::steady_timer timer(io_);
+    while (!((runner_->finished() || launch_failed_) && in_flight_ == 0)) {
+      timer.expires_after(kSecureStepInterval);
+      co_await timer.async_wait(boost::asio::use_awaitable);
+      for (const VirtualSecureAggregation::Dropout& d : secure_.Step(*runner_, clock_.Now())) {
+        auto it = workers_.find(d.worker);
+        if (it != workers_.end() && it->second.control && it->second.round == d.round &&
+            it->second.attempt == d.attempt) {
+          it->second.control->abandoned.request_stop();  // its trainer stops; its outcome is not reported
+        }
+        auto failed = runner_->TaskFailed(d.worker, d.round, d.attempt, d.reason);  // kCoAwaitTemporaries
+        Status recorded = co_await std::move(failed);
+        if (!recorded.ok()) PARSYN_LOG_DEBUG("sim worker {}: dropout not recorded: {}", d.worker, recorded.message());
+      }
+    }
+  }
+
  private:
   struct VirtualWorker {
     bool busy = false;
@@ -186,6 +213,19 @@ class SimulationHost final : public coordinator::JobHost {
     int attempt = 0;
     std::shared_ptr<TaskControl> control;
   };
+
+  // The worker's part in the task's secure attempt (null for another task); a worker that cannot join gets a
+  // SecureMasking that says why, and its task fails with it.
+  std::shared_ptr<SecureMasking> JoinSecureAttempt(int64_t worker_id, const coordinator::TaskMessage& task) {
+    const json parsed = json::parse(task.json, nullptr, false);
+    if (!parsed.is_object() || !parsed.value("secure_aggregation", false)) return nullptr;
+    StatusOr<std::shared_ptr<SecureMasking>> joined =
+        secure_.Join(*runner_, worker_id, task.round, task.attempt, clock_.Now());
+    if (joined.ok()) return *joined;
+    auto refused = std::make_shared<SecureMasking>();
+    refused->Refuse(joined.status().WithContext("joining the round's secure aggregation"));
+    return refused;
+  }
 
   http::Awaitable<void> Offer(int64_t worker_id) {
     auto it = workers_.find(worker_id);
@@ -207,6 +247,7 @@ class SimulationHost final : public coordinator::JobHost {
     if (!abandoned) {
       runner_->AddBytesDown(outcome->bytes_down);
       if (outcome->result.ok()) {
+        secure_.InputSent(worker_id);  // its masked input is in the result: it reveals once the survivors are known
         auto result = runner_->Result(worker_id, coordinator::ToResultReport(std::move(*outcome->result)));
         StatusOr<json> verdict = co_await std::move(result);
         if (!verdict.ok()) {
@@ -259,7 +300,8 @@ class SimulationHost final : public coordinator::JobHost {
   }
 
   const SimulationOptions& options_;
-  VirtualTasks tasks_;  // the worker's side of each task, on the trainer threads
+  VirtualSecureAggregation secure_;  // the workers' part in secure attempts, on the loop
+  VirtualTasks tasks_;               // the worker's side of each task, on the trainer threads
   storage::MetadataStore& store_;
   storage::BlobStore& blobs_;
   fs::path work_dir_;
@@ -342,6 +384,9 @@ Status CheckOptions(const SimulationOptions& o) {
   }
   if (o.parallel < 1) return InvalidArgumentError("--parallel must be at least 1");
   if (o.trainer_threads < 1) return InvalidArgumentError("--threads must be at least 1");
+  if (!(o.dropout >= 0 && o.dropout <= 1)) {
+    return InvalidArgumentError(fmt::format("--dropout must be a probability in [0, 1], got {}", o.dropout));
+  }
   if (!fs::is_regular_file(o.data)) return InvalidArgumentError("--data " + o.data.string() + ": no such file");
   if (!o.job.is_object()) return InvalidArgumentError("--job: expected a JSON object (a training job's body)");
   return Status::Ok();
@@ -399,11 +444,10 @@ StatusOr<Prepared> Prepare(const SimulationOptions& options) {
   std::vector<coordinator::FieldProblem> field_problems;
   StatusOr<coordinator::JobSpec> spec = coordinator::ParseJobSpecJson(body, field_problems);
   if (!spec.ok()) return InvalidArgumentError("--job: " + spec.status().message());
-  if (spec->distributed.secure_aggregation.enabled) {
+  if (options.dropout > 0 && !spec->distributed.secure_aggregation.enabled) {
     return InvalidArgumentError(
-        "distributed.secure_aggregation: parsyn simulate's virtual workers do not take part in secure aggregation; "
-        "remove it to simulate the job's learning (secure aggregation changes only its quantization), or run the job "
-        "on a coordinator with real workers");
+        "--dropout drops virtual workers out of secure aggregation's phases: it needs a job with "
+        "distributed.secure_aggregation.enabled true");
   }
   p.spec = *spec;
   for (std::string& w : coordinator::JobSpecWarnings(body, *spec)) p.warnings.push_back(std::move(w));
@@ -460,7 +504,7 @@ StatusOr<SimulationResult> RunSimulation(const SimulationOptions& given, worker:
   const coordinator::JobSpec* spec = &p.spec;
 
   {
-    SimulationHost host(options, launcher, *store, *blobs, work_dir);
+    SimulationHost host(options, launcher, *store, *blobs, work_dir, spec->config.seed);
     for (int64_t id : worker_ids) host.AddWorker(id);
     coordinator::JobRunner runner(host, job, *spec);
     host.set_runner(&runner);
@@ -474,6 +518,8 @@ StatusOr<SimulationResult> RunSimulation(const SimulationOptions& given, worker:
       co_await host.TickLoop();
     };
     boost::asio::co_spawn(host.io(), main(), boost::asio::detached);
+    if (spec->distributed.secure_aggregation.enabled)
+      boost::asio::co_spawn(host.io(), host.SecureLoop(), boost::asio::detached);
     host.io().run();
   }
 

@@ -63,6 +63,9 @@ struct SimulationOptions {
   worker::TrainerCommand trainer;      // runs every virtual worker's tasks (the job's config.trainer is not read)
   int trainer_threads = 1;             // each trainer's intra-op threads
   std::string device = "cpu";
+  // Securely aggregated jobs only: each virtual worker's chance, in [0, 1], to drop out of each attempt in a phase
+  // drawn at random (simulation/virtual_secure.h).
+  double dropout = 0;
   std::filesystem::path out;  // created if missing; must hold no earlier simulation (see the CLI's --force)
   std::function<void(const SimulationProgress&)> on_progress;  // on the loop thread, after each report and tick
 };

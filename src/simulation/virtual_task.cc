@@ -8,8 +8,10 @@
 #include <span>
 
 #include "base/log.h"
+#include "base/sha256.h"
 #include "protocol/trainer_task.h"
 #include "storage/byte_source.h"
+#include "weights/safetensors.h"
 #include "worker/task_translation.h"
 
 namespace parsyn::simulation {
@@ -32,7 +34,7 @@ StatusOr<std::string> KeyOfUrl(const std::string& url) {
   return url.substr(kUrlScheme.size());
 }
 
-TaskOutcome VirtualTasks::Run(int64_t worker_id, const json& task_json, TaskControl& control) {
+TaskOutcome VirtualTasks::Run(int64_t worker_id, const json& task_json, TaskControl& control, SecureMasking* masking) {
   TaskOutcome outcome;
   StatusOr<protocol::Task> task = protocol::ParseTask(task_json);
   if (!task.ok()) {
@@ -44,13 +46,13 @@ TaskOutcome VirtualTasks::Run(int64_t worker_id, const json& task_json, TaskCont
   std::error_code ec;
   fs::remove_all(task_dir, ec);
   fs::create_directories(task_dir / "out", ec);
-  outcome.result = Execute(*task, task_dir, control, outcome.bytes_down);
+  outcome.result = Execute(*task, task_dir, control, masking, outcome.bytes_down);
   fs::remove_all(task_dir, ec);
   return outcome;
 }
 
 StatusOr<protocol::Result> VirtualTasks::Execute(const protocol::Task& task, const fs::path& task_dir,
-                                                 TaskControl& control, uint64_t& bytes_down) {
+                                                 TaskControl& control, SecureMasking* masking, uint64_t& bytes_down) {
   worker::TaskFiles files;
   files.output_dir = task_dir / "out";
   if (!task.model.files.empty()) {
@@ -81,19 +83,38 @@ StatusOr<protocol::Result> VirtualTasks::Execute(const protocol::Task& task, con
   if (progress) StoreProgress(task, *progress);
   std::string blob_key, sha256;
   if (task.kind == protocol::TaskKind::kTrain) {
-    const protocol::UpdateUpload& upload = *task.update_upload;  // ParseTask: every train task has one
-    blob_key = upload.blob_key;
+    blob_key = task.update_upload->blob_key;  // ParseTask: every train task has an upload
+    PARSYN_ASSIGN_OR_RETURN(sha256, StoreUpdate(task, files, *output, control, masking));
+  }
+  return worker::BuildResult(task, "", output->result, blob_key, sha256);
+}
+
+StatusOr<std::string> VirtualTasks::StoreUpdate(const protocol::Task& task, const worker::TaskFiles& files,
+                                                const worker::TrainerOutput& output, TaskControl& control,
+                                                SecureMasking* masking) {
+  const protocol::UpdateUpload& upload = *task.update_upload;
+  std::unique_ptr<storage::ByteSource> update;
+  std::string sha256;
+  if (masking != nullptr) {
+    // Phase 3, as a worker's: the masked input of its change, once the loop handed its shares over.
+    PARSYN_RETURN_IF_ERROR(masking->Wait(control.abandoned.get_token()));
+    PARSYN_ASSIGN_OR_RETURN(weights::WeightSet global, weights::ReadSafetensorsFile(files.global_weights));
+    PARSYN_ASSIGN_OR_RETURN(weights::WeightSet trained, weights::ReadSafetensorsFile(output.update));
+    PARSYN_ASSIGN_OR_RETURN(std::string packed, masking->MaskedInput(global, trained, output.result.num_samples));
+    sha256 = Sha256Hex(packed);
+    update = std::make_unique<storage::StringByteSource>(std::move(packed));
+  } else {
     // The job's distributed.compression, as a worker applies it (error feedback's residuals per virtual worker).
     PARSYN_ASSIGN_OR_RETURN(
         worker::WireUpdate wire,
-        worker::EncodeUpdateForJob(task, output->update, output->update_sha256, files.global_weights,
+        worker::EncodeUpdateForJob(task, output.update, output.update_sha256, files.global_weights,
                                    work_dir_ / "state" / ("w" + std::to_string(WorkerOfTask(task)))));
     sha256 = wire.sha256;
-    PARSYN_ASSIGN_OR_RETURN(std::unique_ptr<storage::ByteSource> update, storage::OpenFileSource(wire.file));
-    storage::PutOptions put{.max_size_bytes = upload.max_size_bytes, .expected_sha256 = sha256};
-    PARSYN_RETURN_IF_ERROR(blobs_.Put(blob_key, *update, put).status());
+    PARSYN_ASSIGN_OR_RETURN(update, storage::OpenFileSource(wire.file));
   }
-  return worker::BuildResult(task, "", output->result, blob_key, sha256);
+  storage::PutOptions put{.max_size_bytes = upload.max_size_bytes, .expected_sha256 = sha256};
+  PARSYN_RETURN_IF_ERROR(blobs_.Put(upload.blob_key, *update, put).status());
+  return sha256;
 }
 
 void VirtualTasks::StoreProgress(const protocol::Task& task, const protocol::Progress& p) {

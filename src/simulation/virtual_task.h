@@ -22,8 +22,10 @@
 #include "base/status.h"
 #include "protocol/messages.h"
 #include "simulation/simulation.h"
+#include "simulation/virtual_secure.h"
 #include "storage/blob_store.h"
 #include "storage/metadata_store.h"
+#include "worker/task_translation.h"
 #include "worker/trainer_supervisor.h"
 
 namespace parsyn::simulation {
@@ -54,12 +56,17 @@ class VirtualTasks {
       : options_(options), supervisor_(launcher), store_(store), blobs_(blobs), work_dir_(std::move(work_dir)) {}
 
   // Runs the task (its JSON as the worker's poll answers it) of virtual worker `worker_id` until it ends or `control`
-  // says it was abandoned.
-  TaskOutcome Run(int64_t worker_id, const nlohmann::json& task_json, TaskControl& control);
+  // says it was abandoned. `masking`: a securely aggregated task's handover from the loop (virtual_secure.h), whose
+  // masked input takes the update's place; null for another task.
+  TaskOutcome Run(int64_t worker_id, const nlohmann::json& task_json, TaskControl& control, SecureMasking* masking);
 
  private:
   StatusOr<protocol::Result> Execute(const protocol::Task& task, const std::filesystem::path& task_dir,
-                                     TaskControl& control, uint64_t& bytes_down);
+                                     TaskControl& control, SecureMasking* masking, uint64_t& bytes_down);
+  // A train task's update stored under its upload's key as it travels: compressed as the job says, or (`masking`)
+  // as the worker's masked input once its shares are in. Its sha256.
+  StatusOr<std::string> StoreUpdate(const protocol::Task& task, const worker::TaskFiles& files,
+                                    const worker::TrainerOutput& output, TaskControl& control, SecureMasking* masking);
   // The task's last progress point, stored as the progress route stores a worker's report.
   void StoreProgress(const protocol::Task& task, const protocol::Progress& p);
   // What a real worker would download for the task's global: the delta when the task offers one from the global this

@@ -140,15 +140,7 @@ StatusOr<SecureParticipation> SecureParticipation::Join(http::Client& client, co
 
 StatusOr<std::string> SecureParticipation::MaskedInput(const weights::WeightSet& global,
                                                        const weights::WeightSet& trained, int64_t samples) {
-  const secagg::RoundSetup& setup = secure_.setup();
-  PARSYN_ASSIGN_OR_RETURN(const secagg::Key32 rounding_key, secagg::RandomKey());
-  PARSYN_ASSIGN_OR_RETURN(const secagg::Key32 noise_key, secagg::RandomKey());
-  PARSYN_ASSIGN_OR_RETURN(
-      std::vector<uint32_t> quantized,
-      secagg::QuantizedInput(global, trained, samples, input_rule_, {setup.quantization_bits, setup.clipping_range},
-                             rounding_key, noise_key));
-  PARSYN_ASSIGN_OR_RETURN(std::vector<uint32_t> masked, secure_.MaskInput(received_, std::move(quantized)));
-  return secagg::PackRing(masked, setup.ring_bits);
+  return secagg::MaskedUpdate(secure_, received_, global, trained, samples, input_rule_);
 }
 
 Status SecureParticipation::Reveal(std::stop_token stop) {

@@ -66,13 +66,25 @@ class SimulateTest : public ::testing::Test {
   }
 
   // Runs `parsyn simulate` on `job` into tmp/<out>; returns its result.
-  CommandResult Simulate(const json& job, const std::string& out, int parallel = 2) {
+  CommandResult Simulate(const json& job, const std::string& out, int parallel = 2,
+                         const std::vector<std::string>& extra = {}) {
     const fs::path job_file = tmp_.path() / (out + ".json");
     std::ofstream(job_file) << job.dump();
-    return RunParsyn({"simulate", "--job", job_file.string(), "--data", (tmp_.path() / "points.csv").string(),
-                      "--model", (tmp_.path() / "model").string(), "--workers", std::to_string(kWorkers), "--out",
-                      (tmp_.path() / out).string(), "--parallel", std::to_string(parallel)},
-                     std::chrono::seconds(600));
+    std::vector<std::string> args = {"simulate",
+                                     "--job",
+                                     job_file.string(),
+                                     "--data",
+                                     (tmp_.path() / "points.csv").string(),
+                                     "--model",
+                                     (tmp_.path() / "model").string(),
+                                     "--workers",
+                                     std::to_string(kWorkers),
+                                     "--out",
+                                     (tmp_.path() / out).string(),
+                                     "--parallel",
+                                     std::to_string(parallel)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return RunParsyn(args, std::chrono::seconds(600));
   }
 
   // The job's rounds as its store holds them, against rounds.csv, rounds.json and global.safetensors.
@@ -198,14 +210,68 @@ TEST_F(SimulateTest, ServerOptimizerAndRobustStrategiesRunTheRealRounds) {
   EXPECT_NE(bad.output.find("strategy_options.server_learning_rate"), std::string::npos) << bad.output;
 }
 
-// Virtual workers do not take part in secure aggregation: a job asking for it is refused, saying what to do.
-TEST_F(SimulateTest, ASecurelyAggregatedJobIsRefusedSayingWhy) {
-  json job = Job("federated_averaging", nullptr);
-  job["distributed"]["secure_aggregation"] = {{"enabled", true}};
-  CommandResult run = Simulate(job, "secure");
-  EXPECT_EQ(run.exit_code, 2) << run.output;
-  EXPECT_NE(run.output.find("distributed.secure_aggregation"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("remove it"), std::string::npos) << run.output;
+// A securely aggregated job: the virtual workers run the protocol's phases in process (one trainer at a time is
+// enough), and round 1's global is the plain job's up to quantization. With --dropout, virtual workers drop out in
+// random phases: an attempt that keeps enough shares commits with the survivors, one that does not fails and the
+// round runs again; the same seed drops the same workers. --dropout without secure aggregation is refused.
+TEST_F(SimulateTest, ASecurelyAggregatedJobRunsAndItsVirtualWorkersDropOutInRandomPhases) {
+  const json plain = Job("federated_averaging", nullptr);
+  ASSERT_EQ(Simulate(plain, "plain").exit_code, 0);
+  json secure = plain;
+  secure["distributed"]["min_workers"] = 2;
+  secure["distributed"]["aggregation_timeout"] = 5;  // how long an attempt missing shares waits before it fails
+  secure["distributed"]["fault_tolerance"] = 10;
+  secure["distributed"]["secure_aggregation"] = {{"enabled", true}, {"threshold", 2}, {"clipping_range", 1.0}};
+  CommandResult run = Simulate(secure, "secure", 1);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto reference = ReadTensors(tmp_.path() / "plain/blobs" / (AttemptPrefix(1, 1, 1) + "/global.safetensors"));
+  const auto global = ReadTensors(tmp_.path() / "secure/blobs" / (AttemptPrefix(1, 1, 1) + "/global.safetensors"));
+  ASSERT_FALSE(reference.empty());
+  for (const auto& [name, values] : reference) {
+    ASSERT_EQ(global.at(name).size(), values.size()) << name;
+    for (size_t i = 0; i < values.size(); ++i) EXPECT_NEAR(global.at(name)[i], values[i], 3 * 2.0 / 65535) << name;
+  }
+
+  // Who took part in each phase of each attempt, from the job's secure_aggregation events.
+  auto attempts = [&](const std::string& out) {
+    StatusOr<std::unique_ptr<storage::SqliteMetadataStore>> store =
+        storage::SqliteMetadataStore::Open((tmp_.path() / out / "parsyn.db").string());
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    std::vector<json> found;
+    if (!store.ok()) return found;
+    EXPECT_TRUE(storage::ForEachJobEventOfType(**store, 1, "secure_aggregation", [&](const storage::JobEvent& e) {
+                  found.push_back(json::parse(e.payload_json));
+                }).ok());
+    return found;
+  };
+  for (const json& a : attempts("secure")) EXPECT_EQ(a["masked"].size(), static_cast<size_t>(kWorkers)) << a.dump();
+
+  run = Simulate(secure, "dropout", 1, {"--dropout", "0.3"});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  int recovered = 0, failed = 0;
+  for (const json& a : attempts("dropout")) {
+    if (a["phase"] == "failed") ++failed;
+    const bool someone_dropped = a["shared"].size() < a["participants"].size() ||
+                                 a["masked"].size() < a["shared"].size() || a["revealed"].size() < a["masked"].size();
+    if (a["phase"] == "unmasked" && someone_dropped) ++recovered;
+  }
+  EXPECT_GT(recovered, 0) << "an attempt with a dropout committed with the survivors";
+  EXPECT_GT(failed, 0) << "an attempt that lost too many shares failed and ran again";
+  EXPECT_NE(run.output.find("dropped out of the secure aggregation after"), std::string::npos) << run.output;
+  CommandResult again = Simulate(secure, "dropout-again", 1, {"--dropout", "0.3"});
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  // The same attempts with the same outcomes and counts (round, attempt, status, participants, accepted updates); the
+  // weights differ in their stochastic rounding, drawn fresh by each worker.
+  auto outcomes = [&](const std::string& out) {
+    std::vector<std::vector<std::string>> rows = CsvRows(ReadWholeFile(tmp_.path() / out / "rounds.csv"));
+    for (auto& row : rows) row.resize(5);
+    return rows;
+  };
+  EXPECT_EQ(outcomes("dropout"), outcomes("dropout-again"));
+
+  CommandResult refused = Simulate(plain, "refused", 1, {"--dropout", "0.3"});
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("distributed.secure_aggregation"), std::string::npos) << refused.output;
 }
 
 // With distributed.compression.global each virtual worker counts, from round 2 on, the delta of the global it read
