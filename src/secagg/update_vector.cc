@@ -16,6 +16,16 @@ size_t UpdateVectorLength(const weights::WeightSet& global) {
   return length;
 }
 
+namespace {
+
+Status CheckChangeLength(const weights::WeightSet& global, std::span<const float> change) {
+  if (change.size() == UpdateVectorLength(global)) return Status::Ok();
+  return InvalidArgumentError("a change of " + std::to_string(change.size()) + " values for a global of " +
+                              std::to_string(UpdateVectorLength(global)) + " exchanged values");
+}
+
+}  // namespace
+
 StatusOr<std::vector<float>> UpdateVector(const weights::WeightSet& global, const weights::WeightSet& trained) {
   PARSYN_RETURN_IF_ERROR(global.CheckSameLayout(trained));
   std::vector<float> out;
@@ -42,10 +52,7 @@ StatusOr<std::vector<float>> UpdateVector(const weights::WeightSet& global, cons
 }
 
 StatusOr<weights::WeightSet> ApplyUpdateVector(const weights::WeightSet& global, std::span<const float> change) {
-  if (change.size() != UpdateVectorLength(global)) {
-    return InvalidArgumentError("a change of " + std::to_string(change.size()) + " values for a global of " +
-                                std::to_string(UpdateVectorLength(global)) + " exchanged values");
-  }
+  PARSYN_RETURN_IF_ERROR(CheckChangeLength(global, change));
   weights::WeightSet out;
   size_t at = 0;
   for (const weights::Tensor& g : global.tensors()) {
@@ -105,10 +112,7 @@ StatusOr<std::string> MaskedUpdate(Client& client, std::span<const SealedShare> 
 }
 
 StatusOr<weights::WeightSet> UpdateVectorAsDelta(const weights::WeightSet& global, std::span<const float> change) {
-  if (change.size() != UpdateVectorLength(global)) {
-    return InvalidArgumentError("a change of " + std::to_string(change.size()) + " values for a global of " +
-                                std::to_string(UpdateVectorLength(global)) + " exchanged values");
-  }
+  PARSYN_RETURN_IF_ERROR(CheckChangeLength(global, change));
   weights::WeightSet out;
   size_t at = 0;
   for (const weights::Tensor& g : global.tensors()) {

@@ -324,6 +324,14 @@ json TabularJobSpec(const std::string& name, int64_t dataset_id, int64_t model_i
           {"worker_selection", {{"mode", "own"}, {"worker_ids", worker_ids}}}};
 }
 
+std::vector<json> CommittedRounds(http::Client& admin, int64_t job_id) {
+  std::vector<json> committed;
+  for (const json& r : Rounds(admin, job_id)) {
+    if (r["outcome"] == "committed" && r["round"].get<int>() >= 1) committed.push_back(r);
+  }
+  return committed;
+}
+
 json Rounds(http::Client& admin, int64_t job_id) {
   StatusOr<http::ClientResponse> r = admin.Get("/api/v1/training-jobs/" + std::to_string(job_id) + "/rounds");
   EXPECT_TRUE(r.ok()) << r.status().ToString();
@@ -372,6 +380,23 @@ std::map<std::string, std::vector<double>> SampleWeightedMean(const std::vector<
     for (double& v : values) v /= total;
   }
   return sum;
+}
+
+void ExpectEqualUpToQuantization(const std::map<std::string, std::vector<double>>& reference,
+                                 const std::map<std::string, std::vector<double>>& actual,
+                                 const std::map<std::string, std::vector<double>>& initial, double step) {
+  double largest_change = 0, largest_difference = 0;
+  for (const auto& [name, values] : reference) {
+    ASSERT_TRUE(actual.contains(name) && initial.contains(name)) << name;
+    ASSERT_EQ(actual.at(name).size(), values.size()) << name;
+    ASSERT_EQ(initial.at(name).size(), values.size()) << name;
+    for (size_t i = 0; i < values.size(); ++i) {
+      largest_change = std::max(largest_change, std::abs(values[i] - initial.at(name)[i]));
+      largest_difference = std::max(largest_difference, std::abs(values[i] - actual.at(name)[i]));
+    }
+  }
+  EXPECT_LE(largest_difference, 3 * step);
+  EXPECT_GT(largest_change, 30 * step) << "the round must move the weights well beyond the tolerance";
 }
 
 std::string AttemptPrefix(int64_t job_id, int round, int attempt) {

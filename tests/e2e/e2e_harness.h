@@ -118,6 +118,8 @@ inline bool WaitForEvent(http::Client& admin, int64_t job_id, const test_support
   return test_support::WaitForJobEvent(admin, job_id, pred, timeout, test_support::OnStreamEnd::kReconnect);
 }
 json Rounds(http::Client& admin, int64_t job_id);
+// The job's committed training rounds (round >= 1), in order: one entry of Rounds each.
+std::vector<json> CommittedRounds(http::Client& admin, int64_t job_id);
 
 // JSONL rows {"text": ...} with a pattern a tiny model learns within a few dozen steps.
 void WriteLearnableText(const fs::path& file, int rows);
@@ -128,6 +130,12 @@ void WriteSeparableCsv(const fs::path& file, int rows);
 std::map<std::string, std::vector<double>> ReadTensors(const fs::path& file);
 // Σ n_i w_i / Σ n_i, in double, over update files and their sample counts n_i.
 std::map<std::string, std::vector<double>> SampleWeightedMean(const std::vector<std::pair<fs::path, double>>& updates);
+// A securely aggregated global against its plain reference: every value of `actual` within 3 quantization steps
+// (`step`, 2c / (2^bits - 1)) of `reference`'s, and some value of `reference` more than 30 steps from `initial`'s,
+// so that the check bites.
+void ExpectEqualUpToQuantization(const std::map<std::string, std::vector<double>>& reference,
+                                 const std::map<std::string, std::vector<double>>& actual,
+                                 const std::map<std::string, std::vector<double>>& initial, double step);
 // The blob key prefix of a round attempt's files: jobs/<job>/rounds/<round, 6 digits>-a<attempt>.
 std::string AttemptPrefix(int64_t job_id, int round, int attempt);
 // The file's bytes; empty when it cannot be read.

@@ -34,33 +34,28 @@ class SecureAggregationTest : public LlamaJobTest {
     ADD_FAILURE() << "job " << job_id << " committed no round " << round;
     return {};
   }
+
+  // Runs `plain`, then the same job securely aggregated with `clipping_range`: round 1 trains the same initial
+  // weights on the same shards with the same seeds in both, so the secure global is the plain one up to the
+  // quantization of each worker's change (at most one step, 2c / (2^16 - 1), each). The two jobs' ids.
+  std::pair<int64_t, int64_t> ExpectSecureRoundIsPlainUpToQuantization(const json& plain, double clipping_range) {
+    const int64_t plain_id = CreateJob(*admin_, plain);
+    EXPECT_EQ(WaitForJobEnd(*admin_, plain_id, std::chrono::seconds(300)).value("status", ""), "succeeded");
+    const int64_t secure_id = CreateJob(*admin_, Secure(plain, clipping_range));
+    json job = WaitForJobEnd(*admin_, secure_id, std::chrono::seconds(300));
+    EXPECT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+    ExpectEqualUpToQuantization(
+        Global(plain_id, 1), Global(secure_id, 1),
+        ReadTensors(BlobPath("jobs/" + std::to_string(plain_id) + "/rounds/000000/global.safetensors")),
+        2 * clipping_range / 65535.0);
+    return {plain_id, secure_id};
+  }
 };
 
 TEST_F(SecureAggregationTest, TheGlobalIsTheFedAvgOfTheQuantizedUpdatesAndNoUpdateIsStored) {
   const std::vector<int64_t> ids = StartWorkers(3);
-  const json plain = LoraSpec(ids, 1, 4, 3);
-  const int64_t plain_id = CreateJob(*admin_, plain);
-  ASSERT_EQ(WaitForJobEnd(*admin_, plain_id, std::chrono::seconds(300)).value("status", ""), "succeeded");
-  const double clipping_range = 1.0;
-  const int64_t secure_id = CreateJob(*admin_, Secure(plain, clipping_range));
-  json job = WaitForJobEnd(*admin_, secure_id, std::chrono::seconds(300));
-  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
-
-  // Round 1 trains the same initial adapters on the same shards with the same seeds in both jobs: the secure global
-  // is the plain one up to the quantization of each worker's change (at most one step, 2c / (2^16 - 1), each).
-  const auto reference = Global(plain_id, 1), secure = Global(secure_id, 1);
-  const auto initial = ReadTensors(BlobPath("jobs/" + std::to_string(plain_id) + "/rounds/000000/global.safetensors"));
-  const double step = 2 * clipping_range / 65535.0;
-  double largest_change = 0, largest_difference = 0;
-  for (const auto& [name, values] : reference) {
-    ASSERT_EQ(secure.at(name).size(), values.size()) << name;
-    for (size_t i = 0; i < values.size(); ++i) {
-      largest_change = std::max(largest_change, std::abs(values[i] - initial.at(name)[i]));
-      largest_difference = std::max(largest_difference, std::abs(values[i] - secure.at(name)[i]));
-    }
-  }
-  EXPECT_LE(largest_difference, 3 * step);
-  EXPECT_GT(largest_change, 30 * step) << "the round must move the weights well beyond the tolerance";
+  const auto [plain_id, secure_id] = ExpectSecureRoundIsPlainUpToQuantization(LoraSpec(ids, 1, 4, 3), 1.0);
+  const auto reference = Global(plain_id, 1);
 
   // What the coordinator stored of each worker: its masked input (4 bytes per exchanged value and one for the
   // weight), not a safetensors file of its update.
@@ -90,10 +85,8 @@ TEST_F(SecureAggregationTest, AWorkerLostAfterSharingItsKeysIsRecoveredFromTheSu
   const int64_t job_id = CreateJob(*admin_, Secure(LoraSpec(ids, 2, 4, 2, 60), 1.0));
   json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
   ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
-  int committed = 0;
-  for (const json& r : Rounds(*admin_, job_id)) {
-    if (r["outcome"] != "committed" || r["round"].get<int>() < 1) continue;
-    ++committed;
+  const std::vector<json> committed = CommittedRounds(*admin_, job_id);
+  for (const json& r : committed) {
     std::vector<int64_t> accepted;
     for (const json& u : r["updates"]) {
       if (u["status"] == "accepted") accepted.push_back(u["worker_id"].get<int64_t>());
@@ -101,7 +94,7 @@ TEST_F(SecureAggregationTest, AWorkerLostAfterSharingItsKeysIsRecoveredFromTheSu
     std::sort(accepted.begin(), accepted.end());
     EXPECT_EQ(accepted, (std::vector<int64_t>{ids[0], ids[1]})) << r.dump();
   }
-  EXPECT_EQ(committed, 2);
+  EXPECT_EQ(committed.size(), 2u);
   EXPECT_NE(workers_[2]->log().find("simulated crash"), std::string::npos) << workers_[2]->log();
   // Each round's "secure_aggregation" event says who took part in each phase: all three shared their keys, the two
   // survivors' inputs were summed and their shares revealed.
@@ -129,26 +122,7 @@ TEST_F(SecureAggregationTest, DpFedAvgClipsAndNoisesOnTheWorkersAndIsAccountedAs
   json plain = LoraSpec(ids, 1, 4, 3);
   plain["distributed"]["strategy"] = "dp_fedavg";
   plain["distributed"]["strategy_options"] = {{"clip_norm", 1e-3}, {"noise_multiplier", 1e-6}};
-  const int64_t plain_id = CreateJob(*admin_, plain);
-  ASSERT_EQ(WaitForJobEnd(*admin_, plain_id, std::chrono::seconds(300)).value("status", ""), "succeeded");
-  const double clipping_range = 0.01;
-  const int64_t secure_id = CreateJob(*admin_, Secure(plain, clipping_range));
-  json job = WaitForJobEnd(*admin_, secure_id, std::chrono::seconds(300));
-  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
-
-  const auto reference = Global(plain_id, 1), secure = Global(secure_id, 1);
-  const auto initial = ReadTensors(BlobPath("jobs/" + std::to_string(plain_id) + "/rounds/000000/global.safetensors"));
-  const double step = 2 * clipping_range / 65535.0;
-  double largest_change = 0, largest_difference = 0;
-  for (const auto& [name, values] : reference) {
-    ASSERT_EQ(secure.at(name).size(), values.size()) << name;
-    for (size_t i = 0; i < values.size(); ++i) {
-      largest_change = std::max(largest_change, std::abs(values[i] - initial.at(name)[i]));
-      largest_difference = std::max(largest_difference, std::abs(values[i] - secure.at(name)[i]));
-    }
-  }
-  EXPECT_LE(largest_difference, 3 * step);
-  EXPECT_GT(largest_change, 30 * step) << "the round must move the weights well beyond the tolerance";
+  const auto [plain_id, secure_id] = ExpectSecureRoundIsPlainUpToQuantization(plain, 0.01);
   std::map<std::string, json> privacy;
   for (const auto& [name, id] : {std::pair<std::string, int64_t>{"plain", plain_id}, {"secure", secure_id}}) {
     for (const json& r : Rounds(*admin_, id)) {
@@ -175,15 +149,13 @@ TEST_F(SecureAggregationTest, ACoordinatorKilledDuringASecureAttemptRetriesTheRo
   server_->Start();  // same data directory, same port: the workers reconnect on their own
   json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
   ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
-  int committed = 0;
-  for (const json& r : Rounds(*admin_, job_id)) {
-    if (r["outcome"] != "committed" || r["round"].get<int>() < 1) continue;
-    ++committed;
+  const std::vector<json> committed = CommittedRounds(*admin_, job_id);
+  for (const json& r : committed) {
     ASSERT_TRUE(r.contains("secure_aggregation")) << r.dump();
     EXPECT_EQ(r["secure_aggregation"]["masked"], json(ids)) << r.dump();
     if (r["round"] == 1) EXPECT_GT(r["attempt"].get<int>(), 1) << "round 1 ran again after the restart: " << r.dump();
   }
-  EXPECT_EQ(committed, 2);
+  EXPECT_EQ(committed.size(), 2u);
 }
 
 TEST_F(SecureAggregationTest, AStrategyThatNeedsSingleUpdatesIsRefused) {
