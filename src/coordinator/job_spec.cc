@@ -406,6 +406,11 @@ std::vector<std::string> JobSpecWarnings(const json& body, const JobSpec& spec) 
       }
     }
   }
+  if (d.enabled && d.secure_aggregation.enabled) {
+    if (std::optional<std::string> low = SecureThresholdWarning(d.secure_aggregation, d.max_workers)) {
+      warnings.push_back(*std::move(low));
+    }
+  }
   if (!spec.config.use_peft) {
     for (std::string_view key : {"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules"}) {
       if (!JobSpecGives(body, "config", key)) continue;

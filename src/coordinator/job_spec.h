@@ -78,7 +78,8 @@
 //   - not distributed: one worker trains config.epochs passes over all the training data; the distributed fields
 //     other than `enabled` are ignored.
 //
-// JobSpecWarnings lists what the body gave that is accepted but ignored; the job is still created. The coordinator
+// JobSpecWarnings lists what the body gave that is accepted but ignored (or, for a secure aggregation threshold, not
+// what the job can keep to); the job is still created. The coordinator
 // adds the warnings that need the dataset or the model (job_routes.cc) and returns them all in the 201 answer.
 #pragma once
 
@@ -230,7 +231,8 @@ std::vector<FieldProblem> FieldProblems(const std::vector<std::string>& messages
 StatusOr<JobSpec> ParseJobSpecJson(const nlohmann::json& body, std::vector<FieldProblem>& problems);
 
 // Each setting `body` gave explicitly (not null) that the job ignores, one sentence naming the field, why, and how to
-// make it count; in a fixed order. `body` is the request body `spec` was parsed from (ParseJobSpecJson(body) == spec).
+// make it count, and a secure aggregation threshold below what unmasking needs (SecureThresholdWarning); in a fixed
+// order. `body` is the request body `spec` was parsed from (ParseJobSpecJson(body) == spec).
 std::vector<std::string> JobSpecWarnings(const nlohmann::json& body, const JobSpec& spec);
 // Whether `body` gives body[section][key] (present and not null: null means absent, as in ParseJobSpecJson).
 bool JobSpecGives(const nlohmann::json& body, std::string_view section, std::string_view key);

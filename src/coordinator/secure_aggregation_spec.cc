@@ -112,6 +112,21 @@ size_t ThresholdFor(const SecureAggregationSpec& spec, size_t participants) {
   return std::min(participants, std::max<size_t>(threshold, 2));
 }
 
+std::optional<std::string> SecureThresholdWarning(const SecureAggregationSpec& spec, size_t participants) {
+  if (!spec.enabled || participants < 2) return std::nullopt;
+  std::vector<uint64_t> ids(participants);
+  for (size_t i = 0; i < participants; ++i) ids[i] = i + 1;
+  const StatusOr<secagg::RoundSetup> setup = SecureAttemptSetup(spec, 0, 1, 1, std::move(ids), 2, secagg::Key32{});
+  if (!setup.ok() || setup->share_threshold <= setup->min_survivors) return std::nullopt;
+  const std::string needed = std::to_string(setup->share_threshold);
+  return "distributed.secure_aggregation.threshold (" + std::to_string(setup->min_survivors) + " of " +
+         std::to_string(participants) + " workers, distributed.max_workers) is below what unmasking needs: each " +
+         "worker's secrets are rebuilt from " + needed + " of its " + std::to_string(setup->neighbors + 1) +
+         " share holders (itself and its neighbors, a majority), so an attempt with fewer than " + needed +
+         " survivors fails at unmasking and the round runs again; set threshold to " + needed +
+         " or more to say what the job needs";
+}
+
 std::string SecureAttemptName(int64_t job_id, int round, int attempt) {
   return "job " + std::to_string(job_id) + " round " + std::to_string(round) + " attempt " + std::to_string(attempt);
 }

@@ -62,6 +62,12 @@ nlohmann::json SecureAggregationToJson(const SecureAggregationSpec& spec);
 // The threshold for a round of `participants`: the count, ceil(fraction n) or ceil(2n/3), at least 2 and at most n.
 size_t ThresholdFor(const SecureAggregationSpec& spec, size_t participants);
 
+// A threshold below what unmasking needs: in a round of `participants` workers each needed secret is rebuilt from
+// its share threshold of holders (a majority of a worker and its neighbors, secagg::MakeRoundSetup), and when that is
+// above the threshold, an attempt with fewer survivors than it fails at unmasking whatever the threshold says. The
+// warning naming both numbers and what to set; nullopt when the threshold is at least the share threshold.
+std::optional<std::string> SecureThresholdWarning(const SecureAggregationSpec& spec, size_t participants);
+
 // Attempt `attempt` of round `round` of job `job_id`: its name (bound into every key, signature and share, so that
 // nothing of one attempt counts in another) and its setup. `vector_length` is the exchanged parameters plus the weight.
 std::string SecureAttemptName(int64_t job_id, int round, int attempt);

@@ -127,5 +127,20 @@ TEST(SecureAggregationSpecTest, EachAttemptHasItsOwnNameAndAValidSetup) {
   EXPECT_NE(SecureAttemptName(7, 13, 2), SecureAttemptName(71, 3, 2));
 }
 
+// A threshold below a majority of the share holders: unmasking needs more survivors than it says, and the job is
+// warned with both numbers; the defaults never are.
+TEST(SecureAggregationSpecTest, AThresholdBelowWhatUnmaskingNeedsIsWarnedOf) {
+  const SecureAggregationSpec low = ParseSection(json{{"enabled", true}, {"threshold", 2}}).spec;
+  const std::optional<std::string> warning = SecureThresholdWarning(low, 4);
+  ASSERT_TRUE(warning.has_value());
+  EXPECT_NE(warning->find("fewer than 3 survivors fails at unmasking"), std::string::npos) << *warning;
+  EXPECT_NE(warning->find("set threshold to 3"), std::string::npos) << *warning;
+  EXPECT_FALSE(SecureThresholdWarning(low, 3).has_value());  // 2 of 3 is a majority
+  const SecureAggregationSpec defaults = ParseSection(json{{"enabled", true}}).spec;
+  for (size_t n : {2u, 3u, 4u, 5u, 10u, 16u, 17u, 100u, 1000u}) {
+    EXPECT_FALSE(SecureThresholdWarning(defaults, n).has_value()) << n;
+  }
+}
+
 }  // namespace
 }  // namespace parsyn::coordinator
