@@ -1,5 +1,6 @@
 // parsyn simulate --job job.json --data FILE --model DIR --workers N --out DIR [--parallel P] [--threads T]
-//                 [--label-column C] [--device D] [--trainer COMMAND] [--dropout P] [--force] [--log-level L]
+//                 [--label-column C] [--device D] [--trainer COMMAND] [--dropout P] [--speeds S] [--force]
+//                 [--log-level L]
 //                 [--output text|json]
 // One federated job with N virtual workers on this machine, through the real round engine, strategy and trainer,
 // without a server (src/simulation/simulation.h; docs/simulate.md). A round bar on stderr; at the end a summary
@@ -39,6 +40,7 @@ struct SimulateFlags {
   std::string trainer;  // a command line; empty: parsyn-trainer
   int workers = 10;
   double dropout = 0;  // securely aggregated jobs: each virtual worker's chance to drop out of each attempt
+  std::string speeds;  // lognormal:SIGMA or a file of step times: virtual time per round
   int parallel = 0;    // 0: one trainer per core
   int threads = 1;
   bool force = false;
@@ -120,6 +122,7 @@ int RunSimulate(const SimulateFlags& f) {
       .trainer_threads = f.threads,
       .device = f.device,
       .dropout = f.dropout,
+      .speeds = f.speeds,
       .out = f.out};
   if (f.trainer.empty()) {
     StatusOr<fs::path> builtin = FindTrainer();
@@ -192,6 +195,11 @@ void AddSimulateCommand(CLI::App& app, int& exit_code) {
                   "Securely aggregated jobs: each virtual worker's chance (0..1) to drop out of each attempt, in a "
                   "phase drawn at random (after advertising its keys, after sharing them, or after its masked input)")
       ->capture_default_str();
+  cmd->add_option(
+      "--speeds", flags->speeds,
+      "Virtual workers of unequal speeds: lognormal:SIGMA (step times exp(SIGMA z) s, median 1 s) or a file "
+      "with one step time in seconds per worker; rounds.csv's virtual_time_s then says when each attempt "
+      "would have ended");
   cmd->add_flag("--force", flags->force, "Replace an earlier simulation's files in --out");
   cmd->add_option("--log-level", flags->log_level, "debug, info, warn or error (default: warn)");
   cmd->add_option("--output", flags->output, "text (a summary) or json (rounds.json) on stdout")

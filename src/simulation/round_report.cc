@@ -9,13 +9,15 @@
 #include "base/atomic_file.h"
 #include "base/strings.h"
 #include "coordinator/job_spec.h"
+#include "simulation/worker_speeds.h"
 #include "strategy/strategy_options.h"
 
 namespace parsyn::simulation {
 
 using nlohmann::json;
 
-StatusOr<RoundReport> ReadRoundReport(storage::MetadataStore& store, int64_t job_id, int workers) {
+StatusOr<RoundReport> ReadRoundReport(storage::MetadataStore& store, int64_t job_id, int workers,
+                                      const std::map<int64_t, double>& step_seconds) {
   PARSYN_ASSIGN_OR_RETURN(storage::TrainingJob job, store.GetJob(job_id));
   RoundReport report{.job_id = job_id,
                      .job_status = std::string(storage::ToString(job.status)),
@@ -24,8 +26,10 @@ StatusOr<RoundReport> ReadRoundReport(storage::MetadataStore& store, int64_t job
                      .initial_validation_loss = job.initial_validation_loss,
                      .final_validation_loss = job.final_validation_loss};
   if (job.best_round) report.best_round = *job.best_round;
+  int64_t steps_per_round = 0;
   if (StatusOr<coordinator::JobSpec> spec = coordinator::ParseJobSpec(job.spec_json); spec.ok()) {
     report.strategy = std::string(strategy::StrategyKindName(spec->distributed.strategy));
+    steps_per_round = spec->distributed.steps_per_round;
   }
   PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Round> rounds, store.ListRounds(job_id));
   std::sort(rounds.begin(), rounds.end(), [](const storage::Round& a, const storage::Round& b) {
@@ -58,6 +62,12 @@ StatusOr<RoundReport> ReadRoundReport(storage::MetadataStore& store, int64_t job
     }
     report.rows.push_back(std::move(row));
   }
+  if (!step_seconds.empty()) {
+    std::vector<std::vector<int64_t>> attempts;
+    for (const storage::Round& r : rounds) attempts.push_back(r.participants);
+    PARSYN_ASSIGN_OR_RETURN(std::vector<double> ends, VirtualEnds(attempts, step_seconds, steps_per_round));
+    for (size_t i = 0; i < ends.size(); ++i) report.rows[i].virtual_time_s = ends[i];
+  }
   return report;
 }
 
@@ -76,19 +86,19 @@ std::string CsvField(const std::string& text) {
   return out + "\"";
 }
 
-json Loss(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+json Nullable(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
 }  // namespace
 
 std::string RoundReportCsv(const RoundReport& report) {
   std::string out =
       "round,attempt,status,participants,accepted_updates,rejected_updates,samples,train_loss,validation_loss,"
-      "bytes_moved,bytes_down,bytes_up,duration_ms,global_sha256,failure_reason\n";
+      "bytes_moved,bytes_down,bytes_up,duration_ms,global_sha256,failure_reason,virtual_time_s\n";
   for (const RoundRow& r : report.rows) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.round, r.attempt, r.status, r.participants,
-                       r.accepted_updates, r.rejected_updates, r.samples, Number(r.train_loss),
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.round, r.attempt, r.status,
+                       r.participants, r.accepted_updates, r.rejected_updates, r.samples, Number(r.train_loss),
                        Number(r.validation_loss), r.bytes_moved, r.bytes_down, r.bytes_up, r.duration_ms,
-                       r.global_sha256, CsvField(r.failure_reason));
+                       r.global_sha256, CsvField(r.failure_reason), Number(r.virtual_time_s));
   }
   return out;
 }
@@ -103,22 +113,23 @@ json RoundReportJson(const RoundReport& report) {
                       {"accepted_updates", r.accepted_updates},
                       {"rejected_updates", r.rejected_updates},
                       {"samples", r.samples},
-                      {"train_loss", Loss(r.train_loss)},
-                      {"validation_loss", Loss(r.validation_loss)},
+                      {"train_loss", Nullable(r.train_loss)},
+                      {"validation_loss", Nullable(r.validation_loss)},
                       {"bytes_moved", r.bytes_moved},
                       {"bytes_down", r.bytes_down},
                       {"bytes_up", r.bytes_up},
                       {"duration_ms", r.duration_ms},
                       {"global_sha256", r.global_sha256},
-                      {"failure_reason", r.failure_reason}});
+                      {"failure_reason", r.failure_reason},
+                      {"virtual_time_s", Nullable(r.virtual_time_s)}});
   }
   return {{"job_id", report.job_id},
           {"status", report.job_status},
           {"failure_reason", report.failure_reason},
           {"strategy", report.strategy},
           {"workers", report.workers},
-          {"initial_validation_loss", Loss(report.initial_validation_loss)},
-          {"final_validation_loss", Loss(report.final_validation_loss)},
+          {"initial_validation_loss", Nullable(report.initial_validation_loss)},
+          {"final_validation_loss", Nullable(report.final_validation_loss)},
           {"best_round", report.best_round ? json(*report.best_round) : json(nullptr)},
           {"final_global_sha256", report.final_global_sha256},
           {"rounds", std::move(rounds)}};

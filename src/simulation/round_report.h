@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -32,6 +33,7 @@ struct RoundRow {
   int64_t duration_ms = 0;                // ended - started (0 while running)
   std::string global_sha256;              // committed rounds only
   std::string failure_reason;
+  std::optional<double> virtual_time_s;  // --speeds: the attempt's end in virtual time (worker_speeds.h)
 };
 
 struct RoundReport {
@@ -47,12 +49,15 @@ struct RoundReport {
   std::vector<RoundRow> rows;       // by round, then attempt
 };
 
-// Reads the job, its rounds and their updates from the store. Blocking.
-StatusOr<RoundReport> ReadRoundReport(storage::MetadataStore& store, int64_t job_id, int workers);
+// Reads the job, its rounds and their updates from the store. Blocking. `step_seconds` (worker id -> virtual
+// seconds per step; empty: none) gives each attempt's virtual end (VirtualEnds over the job's steps_per_round).
+StatusOr<RoundReport> ReadRoundReport(storage::MetadataStore& store, int64_t job_id, int workers,
+                                      const std::map<int64_t, double>& step_seconds = {});
 
 // round,attempt,status,participants,accepted_updates,rejected_updates,samples,train_loss,validation_loss,
-// bytes_moved,bytes_down,bytes_up,duration_ms,global_sha256,failure_reason — a header line, then one line per row; an
-// unknown loss is an empty field, numbers in full precision (%.17g), text quoted as RFC 4180 says when it needs to be.
+// bytes_moved,bytes_down,bytes_up,duration_ms,global_sha256,failure_reason,virtual_time_s — a header line, then one
+// line per row; an unknown loss or virtual time is an empty field, numbers in full precision (%.17g), text quoted as
+// RFC 4180 says when it needs to be.
 std::string RoundReportCsv(const RoundReport& report);
 // {"job_id", "status", "failure_reason", "strategy", "workers", "initial_validation_loss", "final_validation_loss",
 //  "best_round", "final_global_sha256", "rounds": [{the CSV's columns by name; null for an unknown loss}]}

@@ -23,8 +23,10 @@
 #include "coordinator/registration.h"
 #include "loop/loop_tools.h"
 #include "protocol/messages.h"
+#include "protocol/training_config.h"
 #include "simulation/virtual_secure.h"
 #include "simulation/virtual_task.h"
+#include "simulation/worker_speeds.h"
 #include "storage/byte_source.h"
 #include "storage/directory_blob_store.h"
 #include "storage/sqlite_store.h"
@@ -378,12 +380,21 @@ std::string JoinProblems(const std::vector<std::string>& problems) {
   return text;
 }
 
+// The seed --speeds lognormal draws from: the job's config.seed (its default when not given).
+uint64_t SpeedSeed(const json& job) {
+  const json seed = job.is_object() && job.contains("config") && job["config"].is_object()
+                        ? job["config"].value("seed", json(protocol::TrainingConfig{}.seed))
+                        : json(protocol::TrainingConfig{}.seed);
+  return seed.is_number_unsigned() ? seed.get<uint64_t>() : protocol::TrainingConfig{}.seed;
+}
+
 Status CheckOptions(const SimulationOptions& o) {
   if (o.workers < 1 || o.workers > kMaxVirtualWorkers) {
     return InvalidArgumentError(fmt::format("--workers must be 1..{}, got {}", kMaxVirtualWorkers, o.workers));
   }
   if (o.parallel < 1) return InvalidArgumentError("--parallel must be at least 1");
   if (o.trainer_threads < 1) return InvalidArgumentError("--threads must be at least 1");
+  if (!o.speeds.empty()) PARSYN_RETURN_IF_ERROR(ParseWorkerSpeeds(o.speeds, o.workers, SpeedSeed(o.job)).status());
   if (!(o.dropout >= 0 && o.dropout <= 1)) {
     return InvalidArgumentError(fmt::format("--dropout must be a probability in [0, 1], got {}", o.dropout));
   }
@@ -444,6 +455,11 @@ StatusOr<Prepared> Prepare(const SimulationOptions& options) {
   std::vector<coordinator::FieldProblem> field_problems;
   StatusOr<coordinator::JobSpec> spec = coordinator::ParseJobSpecJson(body, field_problems);
   if (!spec.ok()) return InvalidArgumentError("--job: " + spec.status().message());
+  if (!options.speeds.empty() && spec->distributed.steps_per_round <= 0) {
+    return InvalidArgumentError(
+        "--speeds gives each worker a time per step: it needs a job whose rounds are distributed.steps_per_round steps "
+        "long (not 0)");
+  }
   if (options.dropout > 0 && !spec->distributed.secure_aggregation.enabled) {
     return InvalidArgumentError(
         "--dropout drops virtual workers out of secure aggregation's phases: it needs a job with "
@@ -526,7 +542,13 @@ StatusOr<SimulationResult> RunSimulation(const SimulationOptions& given, worker:
   SimulationResult result;
   result.warnings = warnings;
   PARSYN_ASSIGN_OR_RETURN(result.job, store->GetJob(job.id));
-  PARSYN_ASSIGN_OR_RETURN(result.report, ReadRoundReport(*store, job.id, options.workers));
+  std::map<int64_t, double> step_seconds;  // --speeds: each virtual worker's, by id
+  if (!options.speeds.empty()) {
+    PARSYN_ASSIGN_OR_RETURN(std::vector<double> speeds,
+                            ParseWorkerSpeeds(options.speeds, options.workers, SpeedSeed(options.job)));
+    for (size_t i = 0; i < worker_ids.size() && i < speeds.size(); ++i) step_seconds[worker_ids[i]] = speeds[i];
+  }
+  PARSYN_ASSIGN_OR_RETURN(result.report, ReadRoundReport(*store, job.id, options.workers, step_seconds));
   PARSYN_RETURN_IF_ERROR(WriteRoundReport(result.report, options.out));
   // The last committed global, for users (and scripts) that want the model without reading the store.
   PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Round> rounds, store->ListRounds(job.id));

@@ -66,6 +66,9 @@ struct SimulationOptions {
   // Securely aggregated jobs only: each virtual worker's chance, in [0, 1], to drop out of each attempt in a phase
   // drawn at random (simulation/virtual_secure.h).
   double dropout = 0;
+  // --speeds: "lognormal:SIGMA" or a file of step times (worker_speeds.h); empty: no virtual time. The round report
+  // then gives each attempt's end in virtual time.
+  std::string speeds;
   std::filesystem::path out;  // created if missing; must hold no earlier simulation (see the CLI's --force)
   std::function<void(const SimulationProgress&)> on_progress;  // on the loop thread, after each report and tick
 };

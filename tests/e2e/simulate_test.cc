@@ -118,7 +118,9 @@ class SimulateTest : public ::testing::Test {
       const storage::Round& r = (*rounds)[i];
       const std::vector<std::string>& row = csv[i + 1];
       const json& item = doc["rounds"][i];
-      ASSERT_EQ(row.size(), 15u);
+      ASSERT_EQ(row.size(), 16u);
+      EXPECT_EQ(row[15], "");  // no --speeds: no virtual time
+      EXPECT_TRUE(item["virtual_time_s"].is_null());
       EXPECT_EQ(row[0], std::to_string(r.round));
       EXPECT_EQ(row[1], std::to_string(r.attempt));
       EXPECT_EQ(row[2], "committed");
@@ -274,6 +276,44 @@ TEST_F(SimulateTest, ASecurelyAggregatedJobRunsAndItsVirtualWorkersDropOutInRand
   CommandResult refused = Simulate(plain, "refused", 1, {"--dropout", "0.3"});
   EXPECT_EQ(refused.exit_code, 2) << refused.output;
   EXPECT_NE(refused.output.find("distributed.secure_aggregation"), std::string::npos) << refused.output;
+}
+
+// --speeds gives virtual workers unequal step times: each attempt ends, in virtual time, when its slowest worker would
+// have finished steps_per_round steps (synchronous rounds wait for it), one attempt after the other. lognormal:SIGMA
+// draws the times from the job's seed (lognormal:0: every step 1 s); a file lists them. Bad input exits 2.
+TEST_F(SimulateTest, WithSpeedsEachAttemptEndsWhenItsSlowestWorkerWould) {
+  const json job = Job("federated_averaging", nullptr);
+  const fs::path speeds = tmp_.path() / "speeds.txt";
+  std::ofstream(speeds) << "0.5\n# the slow one\n2\n1\n0.25\n";
+  auto virtual_ends = [&](const std::string& out) {
+    std::vector<double> ends;
+    const std::vector<std::vector<std::string>> rows = CsvRows(ReadWholeFile(tmp_.path() / out / "rounds.csv"));
+    EXPECT_EQ(rows.at(0).back(), "virtual_time_s");
+    for (size_t i = 1; i < rows.size(); ++i) ends.push_back(std::stod(rows[i].back()));
+    return ends;
+  };
+  ASSERT_EQ(Simulate(job, "from-file", 2, {"--speeds", speeds.string()}).exit_code, 0);
+  EXPECT_EQ(virtual_ends("from-file"), (std::vector<double>{3 * 2.0, 2 * 3 * 2.0}));  // 3 steps of the 2 s worker
+  ASSERT_EQ(Simulate(job, "equal", 2, {"--speeds", "lognormal:0"}).exit_code, 0);
+  EXPECT_EQ(virtual_ends("equal"), (std::vector<double>{3.0, 6.0}));
+  ASSERT_EQ(Simulate(job, "lognormal", 2, {"--speeds", "lognormal:1"}).exit_code, 0);
+  ASSERT_EQ(Simulate(job, "lognormal-again", 2, {"--speeds", "lognormal:1"}).exit_code, 0);
+  const std::vector<double> drawn = virtual_ends("lognormal");
+  EXPECT_EQ(drawn, virtual_ends("lognormal-again"));  // the same seed, the same speeds
+  ASSERT_EQ(drawn.size(), 2u);
+  EXPECT_DOUBLE_EQ(drawn[1], 2 * drawn[0]);  // every worker takes part in both rounds
+  EXPECT_NE(drawn[0], 3.0);
+  // Without --speeds the column is there and empty.
+  ASSERT_EQ(Simulate(job, "no-speeds").exit_code, 0);
+  EXPECT_EQ(CsvRows(ReadWholeFile(tmp_.path() / "no-speeds" / "rounds.csv")).at(1).back(), "");
+
+  std::ofstream(tmp_.path() / "short.txt") << "1\n2\n";
+  CommandResult short_file = Simulate(job, "short", 2, {"--speeds", (tmp_.path() / "short.txt").string()});
+  EXPECT_EQ(short_file.exit_code, 2) << short_file.output;
+  EXPECT_NE(short_file.output.find("one per virtual worker (4)"), std::string::npos) << short_file.output;
+  CommandResult bad_sigma = Simulate(job, "bad-sigma", 2, {"--speeds", "lognormal:-1"});
+  EXPECT_EQ(bad_sigma.exit_code, 2) << bad_sigma.output;
+  EXPECT_NE(bad_sigma.output.find("SIGMA must be a number in [0, 10]"), std::string::npos) << bad_sigma.output;
 }
 
 // With distributed.compression.global each virtual worker counts, from round 2 on, the delta of the global it read
