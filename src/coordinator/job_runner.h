@@ -217,13 +217,12 @@ class JobRunner {
   http::Awaitable<void> AddKeptUpdatesWhileIdle(const Actions& next, bool small_update);
   http::Awaitable<Status> OnDropWorker(const DropWorker& a);
   // Secure aggregation (job_runner_secure.cc): a training attempt's SecureRound over the participants whose tasks go
-  // out together: those that start it (their tasks follow the StartRound in `work`; `first` null), or, when none was
-  // idle at the start, the first batch of its tasks (`first` and those that follow it in `work`); none yet: no
-  // SecureRound. A worker whose task goes out later cannot join the attempt (its routes answer 409) and leaves the
-  // round. Then a participant's masked input, read from its upload as its update would be (its verdict); and, when
-  // the round aggregates, the new weights from the unmasked sum once every share is in (waiting for them, at most
-  // the exchange timeout).
-  Status BeginSecureAttempt(int round, int attempt, const AssignTask* first, const std::deque<Action>& work);
+  // out together, its first batch: `first` and the tasks of its attempt that follow it in `work` (with the round's
+  // start, or later when no worker was idle then). A worker whose task goes out later cannot join the attempt (its
+  // routes answer 409) and leaves the round. Then a participant's masked input, read from its upload as its update
+  // would be (its verdict); and, when the round aggregates, the new weights from the unmasked sum once every share is
+  // in (waiting for them, at most the exchange timeout).
+  Status BeginSecureAttempt(const AssignTask& first, const std::deque<Action>& work);
   http::Awaitable<Status> ValidateMaskedInput(const ValidateUpdate& a, const ResultReport& report);
   http::Awaitable<Status> OnValidateMaskedInput(const ValidateUpdate& a, const ResultReport& report,
                                                 std::deque<Action>& work);

@@ -22,8 +22,9 @@ constexpr Clock::Duration kMaxExchangeTimeout = std::chrono::seconds(60);
 
 }  // namespace
 
-Status JobRunner::BeginSecureAttempt(int round, int attempt, const AssignTask* first, const std::deque<Action>& work) {
+Status JobRunner::BeginSecureAttempt(const AssignTask& first, const std::deque<Action>& work) {
   secure_.reset();
+  const int round = first.round, attempt = first.attempt;
   const SecureAggregationSpec& spec = spec_.distributed.secure_aggregation;
   if (!spec.enabled || round > engine_config_.num_rounds || global_.weights() == nullptr) return Status::Ok();
   std::vector<uint64_t> participants;
@@ -35,11 +36,11 @@ Status JobRunner::BeginSecureAttempt(int round, int attempt, const AssignTask* f
       sample_bound = std::max(sample_bound, shards_[static_cast<size_t>(t.shard)].train_rows);
     }
   };
-  if (first != nullptr) take_part(*first);
+  take_part(first);
   for (const Action& next : work) {
     if (const auto* t = std::get_if<AssignTask>(&next)) take_part(*t);
   }
-  if (participants.empty()) return Status::Ok();  // none idle at the start: the first tasks fix the participants
+  if (participants.empty()) return Status::Ok();  // not a training task of the job's rounds
   PARSYN_ASSIGN_OR_RETURN(const secagg::Key32 graph_seed, secagg::RandomKey());
   const size_t vector_length = secagg::UpdateVectorLength(*global_.weights()) + 1;
   StatusOr<secagg::RoundSetup> setup =

@@ -39,7 +39,7 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
   }
   attempt_.Begin(round.participants);
   rank_globals_.BeginAttempt();
-  if (Status secure = BeginSecureAttempt(a.round, a.attempt, nullptr, work); !secure.ok()) co_return secure;
+  secure_.reset();             // the attempt's SecureRound comes with its first tasks (OnAssignTask)
   undelivered_tasks_.clear();  // of an earlier attempt: stale
   global_.DropPending();
   global_.DropPendingValidationLoss();
@@ -238,8 +238,8 @@ http::Awaitable<Status> JobRunner::OnAssignTask(const AssignTask& a, const std::
   }
   if (a.kind == TaskKind::kTrain && spec_.distributed.secure_aggregation.enabled &&
       (!secure_ || secure_->setup().attempt != SecureAttemptName(job_.id, a.round, a.attempt))) {
-    // No participant was idle when the attempt started: these tasks are its first, and fix its participants.
-    if (Status secure = BeginSecureAttempt(a.round, a.attempt, &a, work); !secure.ok()) co_return secure;
+    // The attempt's first tasks (with the round's start, or later when no worker was idle then) fix its participants.
+    if (Status secure = BeginSecureAttempt(a, work); !secure.ok()) co_return secure;
   }
   storage::Shard& shard = shards_[static_cast<size_t>(a.shard)];
   const auto assign_start = std::chrono::steady_clock::now();

@@ -113,12 +113,10 @@ class SecureAggregationRoutes {
   }
 
   Awaitable<Response> GetKeys(Request& req, int64_t worker_id) {
-    StatusOr<Attempt> found = Find(req, worker_id);
-    if (!found.ok()) co_return Response::Error(found.status());
-    const SecureRound* secure = found->secure;
-    auto keys = secure->KeysFor(static_cast<uint64_t>(worker_id));
-    if (!keys) co_return NotReady(*secure, Phase::kAdvertise, worker_id);
-    co_return Response::Json(200, {{"keys", secagg::ToJson(std::span<const secagg::AdvertisedKeys>(*keys))}});
+    co_return Ready(req, worker_id, Phase::kAdvertise, "keys", [](const SecureRound& s, uint64_t worker) {
+      auto keys = s.KeysFor(worker);
+      return keys ? std::optional<json>(secagg::ToJson(std::span<const secagg::AdvertisedKeys>(*keys))) : std::nullopt;
+    });
   }
 
   Awaitable<Response> PostShares(Request& req, int64_t worker_id) {
@@ -132,21 +130,17 @@ class SecureAggregationRoutes {
   }
 
   Awaitable<Response> GetShares(Request& req, int64_t worker_id) {
-    StatusOr<Attempt> found = Find(req, worker_id);
-    if (!found.ok()) co_return Response::Error(found.status());
-    const SecureRound* secure = found->secure;
-    auto shares = secure->SharesFor(static_cast<uint64_t>(worker_id));
-    if (!shares) co_return NotReady(*secure, Phase::kShare, worker_id);
-    co_return Response::Json(200, {{"shares", secagg::ToJson(std::span<const secagg::SealedShare>(*shares))}});
+    co_return Ready(req, worker_id, Phase::kShare, "shares", [](const SecureRound& s, uint64_t worker) {
+      auto shares = s.SharesFor(worker);
+      return shares ? std::optional<json>(secagg::ToJson(std::span<const secagg::SealedShare>(*shares))) : std::nullopt;
+    });
   }
 
   Awaitable<Response> GetSurvivors(Request& req, int64_t worker_id) {
-    StatusOr<Attempt> found = Find(req, worker_id);
-    if (!found.ok()) co_return Response::Error(found.status());
-    const SecureRound* secure = found->secure;
-    auto survivors = secure->SurvivorsFor(static_cast<uint64_t>(worker_id));
-    if (!survivors) co_return NotReady(*secure, Phase::kMaskedInput, worker_id);
-    co_return Response::Json(200, {{"survivors", *survivors}});
+    co_return Ready(req, worker_id, Phase::kMaskedInput, "survivors", [](const SecureRound& s, uint64_t worker) {
+      auto survivors = s.SurvivorsFor(worker);
+      return survivors ? std::optional<json>(*survivors) : std::nullopt;
+    });
   }
 
   Awaitable<Response> PostReveal(Request& req, int64_t worker_id) {
@@ -174,6 +168,15 @@ class SecureAggregationRoutes {
   StatusOr<Attempt> Find(const Request& req, int64_t worker_id) {
     PARSYN_ASSIGN_OR_RETURN(const AttemptRef ref, AttemptOfQuery(req));
     return FindAttempt(ref, worker_id);
+  }
+  // A GET's answer: {field: what `get` gives the worker} once the phase `gives` has ended, else NotReady's.
+  template <typename Get>
+  Response Ready(const Request& req, int64_t worker_id, Phase gives, const char* field, Get get) {
+    StatusOr<Attempt> found = Find(req, worker_id);
+    if (!found.ok()) return Response::Error(found.status());
+    std::optional<json> ready = get(*found->secure, static_cast<uint64_t>(worker_id));
+    if (!ready) return NotReady(*found->secure, gives, worker_id);
+    return Response::Json(200, {{field, *std::move(ready)}});
   }
   // A POST's message given to the attempt: 204, or the refusal (nothing changed).
   template <typename Add>
