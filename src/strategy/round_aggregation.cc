@@ -1,6 +1,7 @@
 #include "strategy/round_aggregation.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -55,10 +56,13 @@ Status RoundAggregation::Begin(int round, const weights::WeightSet& global) {
 
 std::string RoundAggregation::UpdateContext() const { return "round " + std::to_string(round_) + " update"; }
 
-Status RoundAggregation::Validate(const weights::WeightSet& update, int64_t sample_count) const {
+Status RoundAggregation::Validate(const weights::WeightSet& update, int64_t sample_count, double weight_scale) const {
   if (!begun_) return FailedPreconditionError(std::string(strategy_.name()) + ": Accept before Begin");
   if (sample_count <= 0) {
     return InvalidArgumentError("sample count must be positive, got " + std::to_string(sample_count));
+  }
+  if (!(weight_scale > 0) || !std::isfinite(weight_scale)) {
+    return InvalidArgumentError("an update's weight scale must be positive, got " + std::to_string(weight_scale));
   }
   // A plain weighted mean checks the layout and the values itself as it takes the update (with a known magnitude,
   // without reading the values): nothing is added before the whole update passed. Kept updates (factored ones too,
@@ -71,12 +75,11 @@ Status RoundAggregation::Validate(const weights::WeightSet& update, int64_t samp
   return Status::Ok();
 }
 
-double RoundAggregation::WeightOf(int64_t sample_count) const {
-  return weighted_by_sample_count_ ? static_cast<double>(sample_count) : 1.0;
+double RoundAggregation::WeightOf(int64_t sample_count, double weight_scale) const {
+  return (weighted_by_sample_count_ ? static_cast<double>(sample_count) : 1.0) * weight_scale;
 }
 
-Status RoundAggregation::AddTransformed(const weights::WeightSet& update, int64_t sample_count) {
-  const double weight = WeightOf(sample_count);
+Status RoundAggregation::AddTransformed(const weights::WeightSet& update, double weight) {
   return strategy_
       .TransformUpdate(update,
                        [&](const weights::WeightSet& transformed) { return mean_->Accept(transformed, weight); })
@@ -95,30 +98,33 @@ StatusOr<weights::WeightSet> RoundAggregation::ToGlobalRank(weights::WeightSet u
   return weights::ExtendLoraRank(scaled, lora_base_);
 }
 
-Status RoundAggregation::Accept(const weights::WeightSet& update, int64_t sample_count) {
+Status RoundAggregation::Accept(const weights::WeightSet& update, int64_t sample_count, double weight_scale) {
   // Mixed ranks: a copy, brought to the global's rank by AcceptOwned.
-  if (begun_ && lora_ranks_ != LoraRanks::kSame) return AcceptOwned(update.Clone(), sample_count, std::nullopt);
-  PARSYN_RETURN_IF_ERROR(Validate(update, sample_count));
+  if (begun_ && lora_ranks_ != LoraRanks::kSame) {
+    return AcceptOwned(update.Clone(), sample_count, std::nullopt, weight_scale);
+  }
+  PARSYN_RETURN_IF_ERROR(Validate(update, sample_count, weight_scale));
   if (combination_ == Combination::kKeepAll || factored_) {
-    kept_.push_back({update.Clone(), sample_count});
+    kept_.push_back({update.Clone(), sample_count, weight_scale});
     return Status::Ok();
   }
-  if (transforms_updates_) return AddTransformed(update, sample_count);
-  return mean_->Accept(update, WeightOf(sample_count)).WithContext(UpdateContext());
+  if (transforms_updates_) return AddTransformed(update, WeightOf(sample_count, weight_scale));
+  return mean_->Accept(update, WeightOf(sample_count, weight_scale)).WithContext(UpdateContext());
 }
 
 Status RoundAggregation::AcceptOwned(weights::WeightSet update, int64_t sample_count,
-                                     std::optional<double> max_magnitude) {
+                                     std::optional<double> max_magnitude, double weight_scale) {
   if (begun_ && lora_ranks_ != LoraRanks::kSame) {
     PARSYN_ASSIGN_OR_RETURN(update, ToGlobalRank(std::move(update)));
   }
-  PARSYN_RETURN_IF_ERROR(Validate(update, sample_count));
+  PARSYN_RETURN_IF_ERROR(Validate(update, sample_count, weight_scale));
   if (combination_ == Combination::kKeepAll || factored_) {
-    kept_.push_back({std::move(update), sample_count});
+    kept_.push_back({std::move(update), sample_count, weight_scale});
     return Status::Ok();
   }
-  if (transforms_updates_) return AddTransformed(update, sample_count);
-  return mean_->AcceptOwned(std::move(update), WeightOf(sample_count), max_magnitude).WithContext(UpdateContext());
+  const double weight = WeightOf(sample_count, weight_scale);
+  if (transforms_updates_) return AddTransformed(update, weight);
+  return mean_->AcceptOwned(std::move(update), weight, max_magnitude).WithContext(UpdateContext());
 }
 
 bool RoundAggregation::AcceptOwnedIsQuick(const weights::WeightSet& update) const {
@@ -178,7 +184,7 @@ StatusOr<weights::WeightSet> RoundAggregation::FinishFactored(int count) {
   std::stable_sort(kept_.begin(), kept_.end(), ComesBefore);
   std::vector<weights::WeightedAdapter> adapters;
   adapters.reserve(kept_.size());
-  for (const KeptUpdate& u : kept_) adapters.push_back({.adapter = &u.weights, .weight = WeightOf(u.sample_count)});
+  for (const KeptUpdate& u : kept_) adapters.push_back({.adapter = &u.weights, .weight = WeightOf(u.sample_count, u.weight_scale)});
   StatusOr<weights::WeightSet> mean = weights::FactoredLoraMean(adapters, lora_base_);
   if (!mean.ok()) return mean.status().WithContext("round " + std::to_string(round_));
   kept_.clear();

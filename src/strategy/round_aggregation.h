@@ -56,14 +56,16 @@ class RoundAggregation {
   // Adds one worker's update (borrowed: a kept one is copied), with `sample_count` the training examples behind it.
   // InvalidArgument, and the update does not count, if sample_count is not positive, its layout differs from the
   // global's, a value is not finite, or the strategy's transform refuses it. FailedPrecondition if Begin was not
-  // called.
-  Status Accept(const weights::WeightSet& update, int64_t sample_count);
+  // called. `weight_scale` (> 0) multiplies the update's weight (an asynchronous job's staleness weight,
+  // buffered_aggregation.h).
+  Status Accept(const weights::WeightSet& update, int64_t sample_count, double weight_scale = 1.0);
 
   // As Accept, same verdict, now, but takes the update over: a weighted mean may keep it and add several together
   // later (before Finish returns), a kept update is kept without a copy. `max_magnitude`: the update's largest |value|
   // when a check that read every value (and found them finite) already knows it, so the mean need not read the values
   // for it (else nullopt).
-  Status AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude);
+  Status AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude,
+                     double weight_scale = 1.0);
 
   // True when AcceptOwned(update, ..., max_magnitude) with a known max_magnitude would return in microseconds (it
   // judges and keeps the update, with no pass over its values and no wait for kept updates being added): cheap enough
@@ -88,10 +90,10 @@ class RoundAggregation {
 
  private:
   // The checks every update passes before it counts (see above).
-  Status Validate(const weights::WeightSet& update, int64_t sample_count) const;
-  double WeightOf(int64_t sample_count) const;
+  Status Validate(const weights::WeightSet& update, int64_t sample_count, double weight_scale) const;
+  double WeightOf(int64_t sample_count, double weight_scale) const;
   // Adds `update` through the strategy's TransformUpdate (RoundPlan::transformed_layout).
-  Status AddTransformed(const weights::WeightSet& update, int64_t sample_count);
+  Status AddTransformed(const weights::WeightSet& update, double weight);
   std::string UpdateContext() const;
   // lora_ranks_ other than kSame: `update` at the global's rank when its own is lower (checked against it): padded
   // with zeros (kZeroPadded), or completed with the global's own ranks beyond it (kFactored: ExtendLoraRank).

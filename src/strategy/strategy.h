@@ -60,6 +60,7 @@ struct LayoutEntry {
 struct KeptUpdate {
   weights::WeightSet weights;
   int64_t sample_count = 0;
+  double weight_scale = 1.0;  // an asynchronous job's staleness weight (buffered_aggregation.h)
 };
 
 // How a round's accepted updates combine before the strategy's finish step.
