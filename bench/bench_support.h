@@ -42,6 +42,10 @@ T Must(StatusOr<T> v, const std::string& what) {
   return std::move(*v);
 }
 
+inline void Check(const Status& status, const std::string& what) {
+  if (!status.ok()) Die(what + ": " + status.ToString());
+}
+
 // The file's text without trailing newlines and spaces.
 inline std::string ReadText(const std::filesystem::path& p) {
   std::ifstream in(p);

@@ -14,7 +14,10 @@
 //   6. Workers of different LoRA ranks (learning_lora_ranks.cc): exact factored aggregation against zero-padding and
 //      against every worker at rank 4, on colour questions over 6 workers, 3 seeds.
 //
-//   bench_learning [--quick] [--only memory|synthetic|noniid|robust|dp|ranks]
+//   7. Asynchronous buffered aggregation (learning_async.cc): FedBuff vs synchronous FedAvg over 100 workers of
+//      lognormal speeds, in virtual time to 90% test accuracy, and with equal speeds as the honesty check.
+//
+//   bench_learning [--quick] [--only memory|synthetic|noniid|robust|dp|ranks|async]
 //   (--quick: few rounds, to check the harness; the targets then mean little)
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -37,6 +40,8 @@
 #include "bench_support.h"
 #include "coordinator/partition.h"
 #include "data/dataset.h"
+#include "learning_async.h"
+#include "learning_digits.h"
 #include "learning_lora_ranks.h"
 #include "protocol/trainer_task.h"
 #include "strategy/make_strategy.h"
@@ -55,11 +60,19 @@ namespace protocol = parsyn::protocol;
 namespace strategy = parsyn::strategy;
 namespace trainer = parsyn::trainer;
 namespace weights = parsyn::weights;
+using bench::Check;
 using bench::Die;
+using bench::Digits;
+using bench::DigitsConfig;
+using bench::DigitsFederation;
+using bench::Evaluate;
+using bench::Federation;
+using bench::LoadDigits;
 using bench::Must;
+using bench::TrainLocal;
 using strategy::StrategyKind;
 
-constexpr uint64_t kSeed = 20260101;
+constexpr uint64_t kSeed = bench::kLearningSeed;
 
 // The private key dp_fedavg draws its noise and sample under (a job's is random; the bench's is fixed, so that its
 // figures repeat).
@@ -67,10 +80,6 @@ weights::SecretKey BenchKey() {
   weights::SecretKey key;
   key.fill(0x2a);
   return key;
-}
-
-void Check(const parsyn::Status& status, const std::string& what) {
-  if (!status.ok()) Die(what + ": " + status.ToString());
 }
 
 // CPU seconds of this process and of its children waited for (the aggregation children).
@@ -161,51 +170,6 @@ void AggregationMemory() {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// The federation: one dataset, a model spec, each worker's training rows, and evaluation sets.
-
-struct Federation {
-  data::TabularDataset dataset;
-  trainer::TabularModelSpec spec;
-  std::vector<trainer::TabularExamples> workers;  // training examples of each worker
-  std::vector<int64_t> worker_sizes;
-  std::optional<trainer::TabularExamples> train_all;  // every worker's training rows (the training loss)
-  std::optional<trainer::TabularExamples> test;
-};
-
-void AddWorkers(Federation& fed, const std::vector<std::vector<int64_t>>& rows_per_worker) {
-  for (const auto& rows : rows_per_worker) {
-    fed.workers.push_back(Must(trainer::TabularExamples::Create(fed.dataset, rows, fed.spec), "worker examples"));
-    fed.worker_sizes.push_back(static_cast<int64_t>(rows.size()));
-  }
-}
-
-struct Eval {
-  double loss = 0;
-  double accuracy = 0;
-};
-
-Eval Evaluate(trainer::TabularModel& model, const weights::WeightSet& global, const trainer::ExampleSet& examples) {
-  Check(model.ImportTrainable(global), "importing the global");
-  auto m = Must(trainer::Evaluate(model, examples, 4096, trainer::MixedPrecision::kNo), "evaluating");
-  return {m.loss, m.accuracy};
-}
-
-// One worker's local training from `global`: the trainer's loop (AdamW, the config's schedule, FedProx's term when
-// mu > 0), `steps` optimizer steps, or config.epochs epochs when unset. Returns the trained weights and the steps run.
-std::pair<weights::WeightSet, int64_t> TrainLocal(trainer::TabularModel& model, const weights::WeightSet& global,
-                                                  const trainer::ExampleSet& examples,
-                                                  const protocol::TrainingConfig& config, std::optional<int64_t> steps,
-                                                  double mu, uint64_t seed) {
-  Check(model.ImportTrainable(global), "importing the global");
-  trainer::TrainOptions options;
-  options.config = config;
-  options.max_steps = steps;
-  options.proximal_mu = mu;
-  options.seed = seed;
-  const trainer::TrainSummary summary = Must(trainer::Train(model, examples, options), "local training");
-  return {Must(model.ExportTrainable(), "exporting"), summary.steps};
-}
-
 // w <- global + factor * (w - global): an attacker's scaled (factor > 1) or sign-flipped (factor < 0) update.
 void ScaleUpdate(weights::WeightSet& update, const weights::WeightSet& global, float factor) {
   for (size_t t = 0; t < update.size(); ++t) {
@@ -454,70 +418,6 @@ void SyntheticBenchmark(bool quick) {
 // ---------------------------------------------------------------------------------------------------------------
 // Digits (3, 4, 5).
 
-struct Digits {
-  data::TabularDataset dataset;
-  std::vector<int64_t> train_pool, test_rows;  // 80% / 20%, seeded
-};
-
-Digits LoadDigits() {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("bench_learning." + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const std::filesystem::path csv = dir / "digits.csv";
-  const std::string command =
-      std::string("/usr/bin/python3 ") + parsyn::test_support::SourcePath("bench/digits_csv.py") + " " + csv.string();
-  if (std::system(command.c_str()) != 0) {
-    std::fflush(stdout);
-    Die("`" + command + "` failed: it needs Debian's python3-sklearn (./dev setup installs it)");
-  }
-  Digits d;
-  d.dataset = Must(data::LoadTabularFile(csv), "reading " + csv.string());
-  std::filesystem::remove_all(dir);
-  const std::vector<int64_t> order = data::ShuffledIndices(d.dataset.num_rows(), kSeed);
-  const int64_t num_test = d.dataset.num_rows() / 5;
-  d.test_rows.assign(order.begin(), order.begin() + num_test);
-  d.train_pool.assign(order.begin() + num_test, order.end());
-  std::sort(d.test_rows.begin(), d.test_rows.end());
-  std::sort(d.train_pool.begin(), d.train_pool.end());
-  return d;
-}
-
-// The train pool split over `workers` by the project's partitioner; the model standardised on the train pool.
-Federation DigitsFederation(const Digits& d, int workers, const coordinator::DataPartition& partition,
-                            const protocol::TrainerConfig& config) {
-  Federation fed;
-  fed.dataset = d.dataset;
-  fed.spec = Must(trainer::TabularSpecFor(config, fed.dataset, d.train_pool), "model spec");
-  data::RowLabels labels;
-  labels.class_names = fed.dataset.class_names;
-  for (int64_t row : d.train_pool) labels.labels.push_back(static_cast<int32_t>(fed.dataset.labels[row]));
-  const std::vector<coordinator::Shard> shards =
-      Must(coordinator::SplitRowsByLabel(labels, workers, 0.0, partition, kSeed), "partitioning");
-  std::vector<std::vector<int64_t>> rows(shards.size());
-  for (size_t w = 0; w < shards.size(); ++w) {
-    for (int64_t i : shards[w].train_rows) rows[w].push_back(d.train_pool[i]);
-  }
-  AddWorkers(fed, rows);
-  fed.train_all = Must(trainer::TabularExamples::Create(fed.dataset, d.train_pool, fed.spec), "training rows");
-  fed.test = Must(trainer::TabularExamples::Create(fed.dataset, d.test_rows, fed.spec), "test rows");
-  return fed;
-}
-
-protocol::TrainerConfig DigitsConfig() {
-  protocol::TrainerConfig config;
-  config.model_type = protocol::TabularModelType::kMlp;
-  config.training.hidden_sizes = {32};
-  config.training.batch_size = 16;
-  config.training.learning_rate = 3e-3;
-  config.training.lr_scheduler = protocol::LrScheduler::kConstant;
-  config.training.warmup_steps = 0;
-  config.training.weight_decay = 0;
-  config.training.max_grad_norm = 1.0;
-  config.training.validation_fraction = 0;
-  config.training.label_column = "label";
-  return config;
-}
-
 void DigitsNonIid(const Digits& d, bool quick) {
   const int rounds = quick ? 3 : 40;
   protocol::TrainerConfig config = DigitsConfig();
@@ -722,6 +622,7 @@ int main(int argc, char** argv) {
   if (wanted("robust")) timed([&] { DigitsRobustness(digits, quick); });
   if (wanted("dp")) timed([&] { DigitsDp(digits, quick); });
   if (wanted("ranks")) timed([&] { parsyn::bench::MixedLoraRanks(quick); });
+  if (wanted("async")) timed([&] { parsyn::bench::AsyncVersusSync(digits, quick); });
   std::printf("\nbench_learning: %.0f s\n", bench::Seconds(bench::Clock::now() - start));
   return 0;
 }

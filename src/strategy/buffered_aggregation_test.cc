@@ -71,7 +71,7 @@ TEST(BufferedVersionTest, FedAvgAppliesTheStalenessWeightedMeanChangeScaledByThe
   AggregatingStrategy<FedAvg> fedavg;
   ASSERT_TRUE(fedavg.Begin(4, current).ok());
   ASSERT_TRUE(fedavg.Accept(F32({2.0f, 2.0f}), 10, StalenessWeight({}, 0)).ok());  // change (1, 0)
-  WeightSet stale = F32({0.0f, 4.0f});                                              // change (0, 4) from base
+  WeightSet stale = F32({0.0f, 4.0f});                                             // change (0, 4) from base
   ASSERT_TRUE(RebaseUpdate(stale, base_of_stale, current).ok());
   ASSERT_TRUE(fedavg.Accept(stale, 20, StalenessWeight({}, 3)).ok());
   WeightSet next = fedavg.Finish().value();

@@ -184,7 +184,8 @@ StatusOr<weights::WeightSet> RoundAggregation::FinishFactored(int count) {
   std::stable_sort(kept_.begin(), kept_.end(), ComesBefore);
   std::vector<weights::WeightedAdapter> adapters;
   adapters.reserve(kept_.size());
-  for (const KeptUpdate& u : kept_) adapters.push_back({.adapter = &u.weights, .weight = WeightOf(u.sample_count, u.weight_scale)});
+  for (const KeptUpdate& u : kept_)
+    adapters.push_back({.adapter = &u.weights, .weight = WeightOf(u.sample_count, u.weight_scale)});
   StatusOr<weights::WeightSet> mean = weights::FactoredLoraMean(adapters, lora_base_);
   if (!mean.ok()) return mean.status().WithContext("round " + std::to_string(round_));
   kept_.clear();
