@@ -154,6 +154,8 @@ void ParseDistributed(const json* object, DistributedConfig& d, std::vector<std:
   ParsePartition(r.Object("partition"), d.partition, errors);
   ParseCompression(r.Object("compression"), d.compression, errors);
   ParseSecureAggregation(r.Object("secure_aggregation"), d.secure_aggregation, errors);
+  const json* aggregation = r.Get("aggregation");
+  ParseAsyncAggregation(aggregation, r.Object("async"), d.async, errors);
   r.RejectUnknown();
 }
 
@@ -304,6 +306,7 @@ StatusOr<JobSpec> ParseJobSpecCollecting(const json& body, std::vector<std::stri
   CheckStrategyRules(d.strategy, d.strategy_options, d.enabled, d.min_workers, d.max_workers, errors);
   FinishLoraRanks(spec.lora_ranks, spec.config, d.strategy, spec.SelectedWorkers(), errors);
   CheckSecureAggregation(d.secure_aggregation, d.enabled, d.strategy, d.compression, d.min_workers, errors);
+  CheckAsyncAggregation(d.async, d.enabled, d.max_workers, d.secure_aggregation.enabled, errors);
   if (d.secure_aggregation.enabled && spec.lora_ranks.mixed()) {
     errors.push_back(
         "distributed.secure_aggregation needs one LoRA rank for every worker (their updates are added element by "
@@ -497,6 +500,11 @@ json JobSpecToJson(const JobSpec& spec) {
   }
   if (d.secure_aggregation != SecureAggregationSpec{}) {
     out["distributed"]["secure_aggregation"] = SecureAggregationToJson(d.secure_aggregation);
+  }
+  // Omitted for "sync", so older stored specs read back the same.
+  if (d.async.enabled) {
+    out["distributed"]["aggregation"] = "async";
+    out["distributed"]["async"] = AsyncAggregationToJson(d.async);
   }
   if (d.early_stopping) {
     out["distributed"]["early_stopping"] = {{"patience", d.early_stopping->patience},

@@ -92,6 +92,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "base/status.h"
+#include "coordinator/async_aggregation_spec.h"
 #include "coordinator/lora_rank_spec.h"
 #include "coordinator/secure_aggregation_spec.h"
 #include "protocol/messages.h"
@@ -161,6 +162,7 @@ struct DistributedConfig {
   DataPartition partition;                      // JSON: distributed.partition
   protocol::UpdateCompression compression;      // JSON: distributed.compression
   SecureAggregationSpec secure_aggregation;     // JSON: distributed.secure_aggregation
+  AsyncAggregationSpec async;                   // JSON: distributed.aggregation and distributed.async
 
   friend bool operator==(const DistributedConfig&, const DistributedConfig&) = default;
 };
