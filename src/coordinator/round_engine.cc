@@ -78,6 +78,10 @@ Status RoundEngine::CheckConfig() const {
     return InvalidArgumentError(
         "workers_hold_data needs worker_has_data, max_samples_per_worker >= 1 and no shard_train_rows");
   }
+  if (c.async &&
+      (c.async->buffer_size < 1 || c.async->max_concurrency < c.async->buffer_size || c.async->max_staleness < 0)) {
+    return InvalidArgumentError("async needs 1 <= buffer_size <= max_concurrency and max_staleness >= 0");
+  }
   if (!c.shard_train_rows.empty() && c.shard_train_rows.size() != static_cast<size_t>(c.num_shards)) {
     return InvalidArgumentError("shard_train_rows has " + std::to_string(c.shard_train_rows.size()) + " entries for " +
                                 std::to_string(c.num_shards) + " shards");
@@ -178,6 +182,10 @@ void RoundEngine::BeginAttempt(Actions& out) {
   // The final evaluation keeps the number num_rounds + 1 also after an early stop: a task's round says which it is.
   round_ = EarlyStopReached(checkpoint_, config_) ? config_.num_rounds + 1 : checkpoint_.last_committed_round + 1;
   attempt_ = ++checkpoint_.attempts_of_next_round;
+  if (config_.async && round_ <= config_.num_rounds) {
+    BeginVersion(out);
+    return;
+  }
   participants_.clear();
   participant_index_.clear();
   open_participants_ = 0;
@@ -194,6 +202,10 @@ void RoundEngine::BeginAttempt(Actions& out) {
 }
 
 void RoundEngine::TryAssign(Actions& out) {
+  if (config_.async && phase_ == JobPhase::kTraining) {
+    TryAssignAsync(out);
+    return;
+  }
   const bool evaluating = phase_ == JobPhase::kEvaluating;
   if (!(phase_ == JobPhase::kWaitingForWorkers || (evaluating && participants_.empty()))) return;
 
@@ -224,6 +236,8 @@ void RoundEngine::TryAssign(Actions& out) {
     Participant& p = participants_.emplace_back();
     p.worker = c.worker_id;
     p.shard = c.shard;
+    p.task_round = round_;
+    p.task_attempt = attempt_;
     ++open_participants_;  // a new participant is kTraining
     ++training_participants_;
     SetPresence(c.worker_id, Presence::kBusy);
@@ -253,11 +267,41 @@ bool RoundEngine::ReadyToAssign(int idle_candidates, int needed) {
 void RoundEngine::Drop(Participant& p, DropCause cause, std::string reason, Actions& out) {
   SetState(p, cause == DropCause::kRejected ? ParticipantState::kRejected : ParticipantState::kDropped);
   p.reason = reason;
-  out.push_back(DropWorker{
-      .worker = p.worker, .round = round_, .attempt = attempt_, .cause = cause, .reason = std::move(reason)});
+  out.push_back(DropWorker{.worker = p.worker,
+                           .round = round_,
+                           .attempt = attempt_,
+                           .cause = cause,
+                           .reason = std::move(reason),
+                           .task_round = p.task_round,
+                           .task_attempt = p.task_attempt});
+}
+
+void RoundEngine::PushAggregate(const std::vector<const Participant*>& accepted, Actions& out) {
+  AggregateRound aggregate;
+  aggregate.round = round_;
+  aggregate.attempt = attempt_;
+  double loss_sum = 0;
+  int64_t samples = 0;
+  for (const Participant* p : accepted) {
+    aggregate.updates.push_back({.worker = p->worker,
+                                 .shard = p->shard,
+                                 .sample_count = p->sample_count,
+                                 .train_loss = p->train_loss,
+                                 .trained_on_round = p->task_round - 1,
+                                 .staleness = round_ - p->task_round});
+    loss_sum += static_cast<double>(p->sample_count) * p->train_loss;
+    samples += p->sample_count;
+  }
+  aggregate.train_loss = samples > 0 ? loss_sum / static_cast<double>(samples) : 0.0;
+  phase_ = JobPhase::kAggregating;
+  out.push_back(std::move(aggregate));
 }
 
 void RoundEngine::CheckRoundComplete(Actions& out) {
+  if (config_.async && phase_ == JobPhase::kTraining) {
+    CheckBufferFull(out);
+    return;
+  }
   if (phase_ != JobPhase::kTraining && !(phase_ == JobPhase::kEvaluating && !participants_.empty())) return;
   if (open_participants_ > 0) return;
   int accepted = 0;
@@ -269,23 +313,13 @@ void RoundEngine::CheckRoundComplete(Actions& out) {
     return;
   }
   if (accepted >= config_.min_workers) {
-    AggregateRound aggregate;
-    aggregate.round = round_;
-    aggregate.attempt = attempt_;
-    double loss_sum = 0;
-    int64_t samples = 0;
+    std::vector<const Participant*> updates;
     for (const Participant& p : participants_) {
-      if (p.state != ParticipantState::kAccepted) continue;
-      aggregate.updates.push_back(
-          {.worker = p.worker, .shard = p.shard, .sample_count = p.sample_count, .train_loss = p.train_loss});
-      loss_sum += static_cast<double>(p.sample_count) * p.train_loss;
-      samples += p.sample_count;
+      if (p.state == ParticipantState::kAccepted) updates.push_back(&p);
     }
-    std::sort(aggregate.updates.begin(), aggregate.updates.end(),
-              [](const AcceptedUpdate& a, const AcceptedUpdate& b) { return a.shard < b.shard; });
-    aggregate.train_loss = samples > 0 ? loss_sum / static_cast<double>(samples) : 0.0;
-    phase_ = JobPhase::kAggregating;
-    out.push_back(std::move(aggregate));
+    std::sort(updates.begin(), updates.end(),
+              [](const Participant* a, const Participant* b) { return a->shard < b->shard; });
+    PushAggregate(updates, out);
     return;
   }
   std::string reason = AttemptName() + ": " + std::to_string(accepted) + " of " + std::to_string(participants_.size()) +
@@ -308,7 +342,7 @@ void RoundEngine::FailAttempt(std::string reason, Actions& out) {
                             .reason = "round " + std::to_string(round_) + " failed " + std::to_string(failures) +
                                       " time(s) in a row (fault_tolerance " + std::to_string(config_.fault_tolerance) +
                                       "); last failure: " + reason});
-  } else if (const Clock::Duration backoff = RetryBackoff(config_, failures); backoff.count() > 0) {
+  } else if (const Clock::Duration backoff = RetryBackoff(config_, failures); backoff.count() > 0 && !config_.async) {
     phase_ = JobPhase::kWaitingToRetry;  // Tick begins the next attempt at deadline_
     deadline_ = clock_.Now() + backoff;
   } else {
@@ -320,7 +354,9 @@ void RoundEngine::EmitEvaluation(int global_round, bool final, Actions& out) {
   double loss_sum = 0;
   int64_t validation_samples = 0;
   for (const Participant& p : participants_) {
-    if (p.state == ParticipantState::kAccepted && p.validation_samples > 0) {
+    // Only updates that trained on that global measured it (in an asynchronous job, some trained on older ones).
+    if (p.state == ParticipantState::kAccepted && p.validation_samples > 0 &&
+        (final || p.task_round == global_round + 1)) {
       loss_sum += static_cast<double>(p.validation_samples) * p.validation_loss;
       validation_samples += p.validation_samples;
     }
@@ -354,9 +390,17 @@ void RoundEngine::Commit(Actions& out) {
   checkpoint_.consecutive_failed_rounds = 0;
   if (stop_requested_) {
     EndJob(JobPhase::kStopped, out);
-  } else {
-    BeginAttempt(out);  // the final evaluation once every round is committed or early stopping says so
+    return;
   }
+  if (config_.async && (round_ >= config_.num_rounds || EarlyStopReached(checkpoint_, config_))) {
+    // Tasks still training on an earlier version have no version left to join.
+    for (Participant& p : participants_) {
+      if (p.state == ParticipantState::kTraining || p.state == ParticipantState::kValidating) {
+        Drop(p, DropCause::kJobEnded, "the job committed its last version", out);
+      }
+    }
+  }
+  BeginAttempt(out);  // the final evaluation once every round is committed or early stopping says so
 }
 
 void RoundEngine::FinishEvaluation(Actions& out) {

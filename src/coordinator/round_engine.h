@@ -46,6 +46,24 @@
 // task) and before its next task or WorkerDisconnected. A worker that says it is available while it still has an
 // unreported task of this job has abandoned that task.
 //
+// Asynchronous rounds (config.async, distributed.aggregation "async"; FedBuff): round r is version r, built from a
+// buffer instead of a cohort.
+//   - Tasks go out whenever a worker that can take part is idle and fewer than max_concurrency tasks are in
+//     training; each trains the latest committed global (round r's task trains global r - 1). min_workers, the join
+//     window and client sampling do not apply. A worker gives at most one update to a version: one whose update is
+//     accepted into the version in progress gets its next task once that version commits.
+//   - A task keeps its (round, attempt) when versions commit meanwhile; its result is taken while its staleness,
+//     the versions committed since its global (version in progress - its round), is at most max_staleness, and
+//     refused (FailedPrecondition naming the versions) otherwise: the worker takes new work.
+//   - ValidateUpdate names the version in progress (round, attempt), the update's global (trained_on_round) and its
+//     staleness; once buffer_size updates are accepted, AggregateRound lists them in the order they were accepted.
+//   - Each task has its own deadline, aggregation_timeout after it went out: then it is dropped as a straggler.
+//   - A commit keeps the tasks in training; the next version starts at once (StartRound). After the last version,
+//     tasks still in training are dropped (kJobEnded) and the final evaluation runs as in a synchronous job.
+//   - A failed aggregation (FailRound) discards the buffer and the version starts again as a new attempt at once;
+//     tasks in training go on. A version's validation loss (GlobalEvaluated) is that of the updates that trained on it
+//     and were accepted into the next version.
+//
 // Restart: the caller persists checkpoint() after every event whose actions it carries out; Restore() from that
 // checkpoint resumes at round last_committed_round + 1 with a new attempt number, so no round number is skipped or
 // repeated and results of attempts started before the restart are refused as late.
@@ -116,6 +134,13 @@ struct RoundEngineConfig {
   // distributed.strategy_options' sample_fraction / sample_count: passed to the strategy's ConfigureRound for
   // training rounds (the final evaluation takes any one worker).
   strategy::Sampling sampling;
+  // distributed.aggregation "async" (see "Asynchronous rounds" above); absent: synchronous rounds.
+  struct Async {
+    int buffer_size = 1;      // accepted updates that make a version
+    int max_concurrency = 1;  // tasks in training at once
+    int max_staleness = 0;    // versions an update may lag; older ones are refused
+  };
+  std::optional<Async> async;
 };
 
 // The job defaults for the two waits above (docs/training.md): a few seconds for workers still reporting
@@ -165,6 +190,7 @@ struct StartRound {
   int attempt = 0;
 };
 // Send this task to the worker: train (or, for kEvaluate, only evaluate) the latest committed global on its shard.
+// (round, attempt) name the task; its result names them back.
 struct AssignTask {
   WorkerId worker = 0;
   int round = 0;
@@ -177,27 +203,37 @@ struct AssignTask {
 // round's strategy; answer with UpdateValidated.
 struct ValidateUpdate {
   WorkerId worker = 0;
-  int round = 0;
+  int round = 0;  // the round (version) whose aggregation takes the update: the answer names it
   int attempt = 0;
   int shard = 0;
   int64_t sample_count = 0;
+  // The global the update trained from (round - 1 in a synchronous job), and how many versions were committed since
+  // (0 in a synchronous job), and the task that made it.
+  int trained_on_round = 0;
+  int staleness = 0;
+  int task_round = 0;
+  int task_attempt = 0;
 };
 // The worker left the round; `reason` is for people (stored, shown).
 struct DropWorker {
   WorkerId worker = 0;
-  int round = 0;
+  int round = 0;  // the round (version) in progress
   int attempt = 0;
   DropCause cause = DropCause::kDisconnected;
   std::string reason;
+  int task_round = 0;  // the worker's task (differs from round, attempt only in an asynchronous job)
+  int task_attempt = 0;
 };
 struct AcceptedUpdate {
   WorkerId worker = 0;
   int shard = 0;
   int64_t sample_count = 0;
   double train_loss = 0;
+  int trained_on_round = 0;  // the global it trained from
+  int staleness = 0;         // versions committed between that global and its acceptance
 };
-// Finish the round's strategy (exactly these updates were accepted; sorted by shard), make the new global a
-// durable blob, then answer with AggregationFinished.
+// Finish the round's strategy (exactly these updates were accepted; sorted by shard, or in the order they were
+// accepted in an asynchronous job), make the new global a durable blob, then answer with AggregationFinished.
 struct AggregateRound {
   int round = 0;
   int attempt = 0;
@@ -283,6 +319,8 @@ struct ParticipantView {
   int shard = 0;
   ParticipantState state = ParticipantState::kTraining;
   std::string reason;  // why it was rejected or dropped
+  int task_round = 0;  // its task's round and attempt (in an asynchronous job: possibly of an earlier version)
+  int task_attempt = 0;
 };
 
 class RoundEngine {
@@ -343,6 +381,8 @@ class RoundEngine {
   int ParticipantsNotDropped() const;
   // Whether the config lets the worker take part (any worker when eligible_workers is empty).
   bool IsEligible(WorkerId worker) const;
+  // Whether the worker's task (round, attempt) is still in training (not reported, dropped or ended).
+  bool TaskOpen(WorkerId worker, int round, int attempt) const;
 
  private:
   struct Participant {
@@ -354,6 +394,10 @@ class RoundEngine {
     double train_loss = 0;
     int64_t validation_samples = 0;
     double validation_loss = 0;
+    int task_round = 0;  // its task's (round_, attempt_ in a synchronous job)
+    int task_attempt = 0;
+    Clock::TimePoint task_deadline{};  // asynchronous jobs: when the task is dropped as a straggler
+    int64_t accepted_order = 0;        // asynchronous jobs: when its update was accepted (the buffer's order)
   };
   enum class Presence { kOffline, kIdle, kBusy };
 
@@ -374,6 +418,8 @@ class RoundEngine {
   void BeginAttempt(Actions& out);
   void TryAssign(Actions& out);
   void CheckRoundComplete(Actions& out);
+  // AggregateRound of the `accepted` participants' updates, in that order.
+  void PushAggregate(const std::vector<const Participant*>& accepted, Actions& out);
   void Drop(Participant& p, DropCause cause, std::string reason, Actions& out);
   void FailAttempt(std::string reason, Actions& out);
   void Commit(Actions& out);
@@ -387,6 +433,21 @@ class RoundEngine {
   // Whether the waiting attempt may send its tasks now: see the join rule in the header comment.
   // Whether tasks may go out now with `idle_candidates` idle workers, `needed` of them at least (the join window).
   bool ReadyToAssign(int idle_candidates, int needed);
+
+  // Asynchronous rounds (round_engine_async.cc).
+  // A version begins: the accepted, rejected and dropped entries of the last one go, tasks in training stay.
+  void BeginVersion(Actions& out);
+  // Gives tasks to idle workers while fewer than max_concurrency train.
+  void TryAssignAsync(Actions& out);
+  // AggregateRound once buffer_size updates are accepted.
+  void CheckBufferFull(Actions& out);
+  // Versions committed since the participant's task started from its global.
+  int Staleness(const Participant& p) const { return round_ - p.task_round; }
+  // Drops tasks in training past their deadline (stragglers).
+  void DropOverdueTasks(Actions& out);
+  std::optional<Clock::TimePoint> NextTaskDeadline() const;
+  // The async check of a result's (round, attempt) against the worker's task: FailedPrecondition naming why.
+  Status CheckAsyncResult(const Participant* p, WorkerId worker, int round, int attempt) const;
 
   RoundEngineConfig config_;
   const strategy::Strategy& strategy_;
@@ -413,6 +474,7 @@ class RoundEngine {
   std::vector<char> slot_taken_;                         // slot mode: shard -> bound to some worker
   int first_free_slot_ = 0;                              // no slot below it is free (slots are never released)
   EngineCheckpoint checkpoint_;
+  int64_t accepted_updates_ = 0;  // asynchronous jobs: updates accepted so far (their order)
 };
 
 }  // namespace parsyn::coordinator

@@ -64,6 +64,11 @@ RoundEngineConfig EngineConfigFor(const JobSpec& spec) {
   config.retry_backoff = kDefaultRetryBackoff;
   config.early_stopping = d.early_stopping;
   if (d.enabled) config.sampling = d.strategy_options.sampling;
+  if (d.enabled && d.async.enabled) {
+    config.async = RoundEngineConfig::Async{.buffer_size = d.async.buffer_size,
+                                            .max_concurrency = d.async.MaxConcurrency(d.max_workers),
+                                            .max_staleness = d.async.max_staleness};
+  }
   // The caller supplies worker_has_data (from the workers' hellos).
   config.workers_hold_data = spec.data.source == DataSource::kWorkers;
   config.max_samples_per_worker = spec.data.max_samples_per_worker;

@@ -47,6 +47,17 @@ Actions RoundEngine::WorkerDisconnected(WorkerId worker) {
 }
 
 StatusOr<Actions> RoundEngine::TaskFailed(WorkerId worker, int round, int attempt, std::string_view reason) {
+  if (config_.async && phase_ == JobPhase::kTraining) {
+    Participant* p = FindParticipant(worker);
+    if (!TaskOpen(worker, round, attempt)) {
+      return FailedPreconditionError("worker " + std::to_string(worker) + " has no task of round " +
+                                     std::to_string(round) + " attempt " + std::to_string(attempt) + " in training");
+    }
+    Actions out;
+    Drop(*p, DropCause::kTaskFailed, std::string(reason), out);
+    CheckRoundComplete(out);
+    return out;
+  }
   if (phase_ == JobPhase::kNotStarted || IsTerminal(phase_) || phase_ == JobPhase::kWaitingToRetry || round != round_ ||
       attempt != attempt_) {
     return FailedPreconditionError("failure report for round " + std::to_string(round) + " attempt " +
@@ -66,6 +77,15 @@ StatusOr<bool> RoundEngine::ExpectsResult(WorkerId worker, int round, int attemp
   if (phase_ == JobPhase::kNotStarted || IsTerminal(phase_)) {
     return FailedPreconditionError("the job is " + std::string(JobPhaseName(phase_)) + "; result for round " +
                                    std::to_string(round) + " attempt " + std::to_string(attempt) + " refused");
+  }
+  if (config_.async && phase_ != JobPhase::kEvaluating) {
+    const Participant* p = FindParticipant(worker);
+    PARSYN_RETURN_IF_ERROR(CheckAsyncResult(p, worker, round, attempt));
+    if (phase_ != JobPhase::kTraining) {
+      return FailedPreconditionError("result for round " + std::to_string(round) + " refused: the job is " +
+                                     std::string(JobPhaseName(phase_)) + "; report it again");
+    }
+    return p->state == ParticipantState::kTraining;  // otherwise a repeat: the first report stands
   }
   if (round != round_ || attempt != attempt_) {
     return FailedPreconditionError("result for round " + std::to_string(round) + " attempt " + std::to_string(attempt) +
@@ -125,8 +145,15 @@ StatusOr<Actions> RoundEngine::ResultUploaded(const WorkerResult& r) {
   SetState(*p, ParticipantState::kValidating);
   p->sample_count = r.sample_count;
   p->train_loss = r.train_loss;
-  out.push_back(ValidateUpdate{
-      .worker = r.worker, .round = round_, .attempt = attempt_, .shard = p->shard, .sample_count = r.sample_count});
+  out.push_back(ValidateUpdate{.worker = r.worker,
+                               .round = round_,
+                               .attempt = attempt_,
+                               .shard = p->shard,
+                               .sample_count = r.sample_count,
+                               .trained_on_round = p->task_round - 1,
+                               .staleness = round_ - p->task_round,
+                               .task_round = p->task_round,
+                               .task_attempt = p->task_attempt});
   return out;
 }
 
@@ -140,6 +167,7 @@ StatusOr<Actions> RoundEngine::UpdateValidated(WorkerId worker, int round, int a
   Actions out;
   if (verdict.ok()) {
     SetState(*p, ParticipantState::kAccepted);
+    p->accepted_order = ++accepted_updates_;
   } else {
     Drop(*p, DropCause::kRejected, "update rejected: " + verdict.message(), out);
   }
@@ -167,6 +195,11 @@ Actions RoundEngine::Tick() {
   if (!due || clock_.Now() < *due) return out;
   if (phase_ == JobPhase::kWaitingToRetry) {
     BeginAttempt(out);
+    return out;
+  }
+  if (config_.async && phase_ == JobPhase::kTraining) {
+    DropOverdueTasks(out);
+    CheckRoundComplete(out);  // gives the freed slots to idle workers
     return out;
   }
   if (phase_ == JobPhase::kWaitingForWorkers && clock_.Now() < deadline_) {
@@ -220,6 +253,8 @@ std::optional<Clock::TimePoint> RoundEngine::next_deadline() const {
     case JobPhase::kWaitingForWorkers: return join_deadline_ ? std::min(deadline_, *join_deadline_) : deadline_;
     case JobPhase::kWaitingToRetry: return deadline_;
     case JobPhase::kTraining:
+      if (config_.async) return NextTaskDeadline();
+      [[fallthrough]];
     case JobPhase::kEvaluating: {
       if (participants_.empty()) return join_deadline_ ? std::min(deadline_, *join_deadline_) : deadline_;
       if (training_participants_ > 0) return deadline_;
@@ -232,7 +267,12 @@ std::optional<Clock::TimePoint> RoundEngine::next_deadline() const {
 std::vector<ParticipantView> RoundEngine::participants() const {
   std::vector<ParticipantView> out;
   for (const Participant& p : participants_) {
-    out.push_back({.worker = p.worker, .shard = p.shard, .state = p.state, .reason = p.reason});
+    out.push_back({.worker = p.worker,
+                   .shard = p.shard,
+                   .state = p.state,
+                   .reason = p.reason,
+                   .task_round = p.task_round,
+                   .task_attempt = p.task_attempt});
   }
   return out;
 }

@@ -47,11 +47,14 @@ inline std::string Render(const Action& action) {
              std::to_string(a.shard) + (a.kind == TaskKind::kEvaluate ? " eval" : "");
     }
     std::string operator()(const ValidateUpdate& a) {
-      return "validate w" + std::to_string(a.worker) + " " + AttemptTag(a.round, a.attempt);
+      return "validate w" + std::to_string(a.worker) + " " + AttemptTag(a.round, a.attempt) +
+             (a.staleness > 0 ? " stale " + std::to_string(a.staleness) : "");
     }
     std::string operator()(const DropWorker& a) {
+      const bool own_task = a.task_round == a.round && a.task_attempt == a.attempt;
       return "drop w" + std::to_string(a.worker) + " " + AttemptTag(a.round, a.attempt) + " " +
-             std::string(DropCauseName(a.cause));
+             std::string(DropCauseName(a.cause)) +
+             (own_task ? "" : " task " + AttemptTag(a.task_round, a.task_attempt));
     }
     std::string operator()(const AggregateRound& a) {
       std::string s = "aggregate " + AttemptTag(a.round, a.attempt) + " [";
@@ -61,6 +64,7 @@ inline std::string Render(const Action& action) {
         s += std::to_string(a.updates[i].worker);
         s += ':';
         s += std::to_string(a.updates[i].sample_count);
+        if (a.updates[i].staleness > 0) s += "/s" + std::to_string(a.updates[i].staleness);
       }
       return s + "] loss " + Num(a.train_loss);
     }
