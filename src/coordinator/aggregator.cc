@@ -10,6 +10,7 @@
 #include "protocol/messages.h"
 #include "storage/byte_source.h"
 #include "storage/local_blob_copy.h"
+#include "strategy/buffered_aggregation.h"
 #include "strategy/make_strategy.h"
 #include "weights/keyed_stream.h"
 #include "weights/safetensors.h"
@@ -92,6 +93,7 @@ strategy::StrategyOptions StrategyOptionsOf(const JobSpec& spec) {
 }  // namespace
 
 Aggregator::Aggregator(const storage::TrainingJob& job, const JobSpec& spec, int num_shards) {
+  if (spec.distributed.async.enabled) server_learning_rate_ = spec.distributed.async.server_learning_rate;
   // The job's private seed keys what must stay secret (dp_fedavg's noise and sample): storage::TrainingJob.
   StatusOr<weights::SecretKey> private_key = weights::ParseSecretKey(job.private_seed);
   if (!private_key.ok() && spec.distributed.strategy == strategy::StrategyKind::kDpFedAvg) {
@@ -182,6 +184,7 @@ StatusOr<Aggregator::Aggregated> Aggregator::FinishRound(storage::BlobStore& blo
                                                          FinishTimings* timings) {
   const auto finish_start = std::chrono::steady_clock::now();
   PARSYN_ASSIGN_OR_RETURN(weights::WeightSet mean, round_->Finish());
+  PARSYN_RETURN_IF_ERROR(strategy::ApplyServerLearningRate(mean, base.weights, server_learning_rate_));
   timings->finish_ms = MillisSince(finish_start);
   return StoreNewGlobal(std::move(mean), blobs, key, state_key, base, spool_dir, timings);
 }

@@ -43,8 +43,10 @@ class Aggregator {
   // The round's aggregation (strategy::RoundAggregation); only once strategy() is made. Begin is blocking (a pool
   // thread: a strategy may copy the global); AcceptOwned is, unless AcceptOwnedIsQuick says it returns at once.
   Status Begin(int round, const weights::WeightSet& global) { return round_->Begin(round, global); }
-  Status AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude) {
-    return round_->AcceptOwned(std::move(update), sample_count, max_magnitude);
+  // `weight_scale`: an asynchronous job's staleness weight (strategy/buffered_aggregation.h).
+  Status AcceptOwned(weights::WeightSet update, int64_t sample_count, std::optional<double> max_magnitude,
+                     double weight_scale = 1.0) {
+    return round_->AcceptOwned(std::move(update), sample_count, max_magnitude, weight_scale);
   }
   bool AcceptOwnedIsQuick(const weights::WeightSet& update) const { return round_->AcceptOwnedIsQuick(update); }
   // Whether the round's strategy finishes from the mean of transformed updates (dp_fedavg's deltas), not of weights:
@@ -75,8 +77,9 @@ class Aggregator {
     double serialize_ms = 0;
     double put_ms = 0;
   };
-  // Finishes the round (RoundAggregation::Finish) and stores the new global under `key`, a stateful strategy's pending
-  // state first under `state_key`; with deltas, the delta and the downlink's error-feedback residual beside it
+  // Finishes the round (RoundAggregation::Finish; an asynchronous job's server learning rate then applied to the
+  // change from `base`, strategy::ApplyServerLearningRate) and stores the new global under `key`, a stateful strategy's
+  // pending state first under `state_key`; with deltas, the delta and the downlink's error-feedback residual beside it
   // (`spool_dir` holds the files on their way). Blocking (a pool thread); *timings is filled as the phases end.
   StatusOr<Aggregated> FinishRound(storage::BlobStore& blobs, const std::string& key, const std::string& state_key,
                                    const Base& base, const std::filesystem::path& spool_dir, FinishTimings* timings);
@@ -100,6 +103,7 @@ class Aggregator {
                                                  storage::BlobInfo* global) const;
 
   weights::WireEncoding downlink_;                   // codec kNone: the job sends no deltas
+  double server_learning_rate_ = 1.0;                // distributed.async.server_learning_rate (1: none)
   std::unique_ptr<strategy::Strategy> strategy_;     // null when the spec's strategy cannot be made (Launch fails)
   std::optional<strategy::RoundAggregation> round_;  // over *strategy_, when made
   Status error_;

@@ -75,6 +75,7 @@ class AttemptState {
   // The result a worker reported in this attempt (the engine took it); nullptr when none.
   void RecordResult(int64_t worker_id, const ResultReport& report) { results_[worker_id] = report; }
   const ResultReport* result(int64_t worker_id) const;
+  const std::map<int64_t, ResultReport>& results() const { return results_; }
 
   // Whether the worker's update of this attempt is in the store; RecordVerdict notes that it is, with its verdict.
   bool update_recorded(int64_t worker_id) const { return recorded_updates_.contains(worker_id); }

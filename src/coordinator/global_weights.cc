@@ -19,4 +19,13 @@ void GlobalWeights::CommitPending(uint64_t size_bytes) {
   pending_.reset();
 }
 
+std::shared_ptr<weights::WeightSet> GlobalWeights::Earlier(int round) const {
+  auto it = earlier_.find(round);
+  return it == earlier_.end() ? nullptr : it->second;
+}
+
+void GlobalWeights::ForgetEarlierExcept(const std::set<int>& rounds) {
+  std::erase_if(earlier_, [&](const auto& entry) { return !rounds.contains(entry.first); });
+}
+
 }  // namespace parsyn::coordinator

@@ -1,7 +1,7 @@
 // GlobalWeights: a job's global model as its JobRunner (job_runner.h) holds it: the latest committed global (its blob
 // key, sha256, size and weights), the attempt's zstd copy of it, its delta from the global before it, the global the
 // attempt aggregated and has not committed yet, and the validation loss of the global the attempt started from, stored
-// with the round's commit.
+// with the round's commit; and, for an asynchronous job, the earlier globals that tasks still in training started from.
 //
 // Threads: loop thread only (the job's runner); the weights are shared read-only with the pool's checks.
 #pragma once
@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "weights/weight_set.h"
@@ -62,6 +63,13 @@ class GlobalWeights {
   // with its delta copy.
   void CommitPending(uint64_t size_bytes);
 
+  // Asynchronous jobs: the weights of committed global `round` while tasks that trained on it may still report (their
+  // updates are checked against it and rebased from it): KeepEarlier before a commit replaces the latest one, Earlier
+  // finds one (the latest committed global under its own round too), ForgetEarlierExcept drops those no task needs.
+  void KeepEarlier(int round, std::shared_ptr<weights::WeightSet> weights) { earlier_[round] = std::move(weights); }
+  std::shared_ptr<weights::WeightSet> Earlier(int round) const;
+  void ForgetEarlierExcept(const std::set<int>& rounds);
+
   // The validation loss of the global the attempt started from, stored by the round's commit.
   const std::optional<double>& pending_validation_loss() const { return pending_validation_loss_; }
   void set_pending_validation_loss(double loss) { pending_validation_loss_ = loss; }
@@ -86,6 +94,7 @@ class GlobalWeights {
   std::optional<DeltaCopy> delta_;
   std::optional<Pending> pending_;                 // aggregated, not yet committed
   std::optional<double> pending_validation_loss_;  // of the global the attempt started from, stored on commit
+  std::map<int, std::shared_ptr<weights::WeightSet>> earlier_;  // asynchronous jobs: by committed round
 };
 
 }  // namespace parsyn::coordinator

@@ -62,6 +62,16 @@ bool JobRunner::IsEligible(int64_t worker_id) const {
 
 std::optional<uint64_t> JobRunner::UpdateSizeCap(std::string_view blob_key) const {
   if (engine_ == nullptr || ended_) return std::nullopt;
+  if (engine_config_.async) {
+    // A task in training may be of an earlier version than the one in progress.
+    for (const ParticipantView& p : engine_->participants()) {
+      if (p.state == ParticipantState::kTraining &&
+          blob_key.starts_with(AttemptPrefix(p.task_round, p.task_attempt) + "/updates/")) {
+        return MaxUpdateUploadBytes();
+      }
+    }
+    return std::nullopt;
+  }
   const std::string prefix = AttemptPrefix(engine_->round(), engine_->attempt()) + "/updates/";
   if (blob_key.substr(0, prefix.size()) != prefix) return std::nullopt;
   return MaxUpdateUploadBytes();
@@ -213,9 +223,7 @@ void JobRunner::DeliverQueuedTask(int64_t worker_id) {
   if (it == undelivered_tasks_.end()) return;  // dropped, or its attempt ended, meanwhile
   QueuedTask queued = std::move(it->second);
   undelivered_tasks_.erase(it);
-  if (ended_ || engine_ == nullptr || engine_->round() != queued.task.round ||
-      engine_->attempt() != queued.task.attempt)
-    return;
+  if (ended_ || engine_ == nullptr || !engine_->TaskOpen(worker_id, queued.task.round, queued.task.attempt)) return;
   ObservePhase("task_store", MillisSince(queued.queued_at));  // until its records were durable
   if (!host_.DeliverTask(worker_id, job_.id, std::move(queued.task))) {
     // The worker left between becoming idle and getting the task: tell the engine.
@@ -242,7 +250,7 @@ void JobRunner::DeliverDurableTasks() {
 http::Awaitable<Status> JobRunner::Resync() {
   // The workers drop the tasks of the abandoned attempt (undelivered ones are removed, queued ones never go out).
   for (const ParticipantView& p : engine_->participants()) {
-    host_.AbandonTask(p.worker, job_.id, engine_->round(), engine_->attempt());
+    host_.AbandonTask(p.worker, job_.id, p.task_round, p.task_attempt);
   }
   undelivered_tasks_.clear();
   tasks_to_deliver_.clear();

@@ -248,7 +248,15 @@ class JobRunner {
   Status ChooseLoraRank(int64_t worker_id);
   http::Awaitable<Status> MakeRankGlobal(const AssignTask& a);
   const RankGlobals::Global* LowerRankGlobal(const AssignTask& a) const;
-  std::shared_ptr<weights::WeightSet> UpdateBase(int64_t worker_id) const;
+  // The global the worker's update of its task of `task_round` is checked against: the one the task trained (a lower
+  // rank's, an asynchronous job's earlier version); nullptr when it is no longer held.
+  std::shared_ptr<weights::WeightSet> UpdateBase(int64_t worker_id, int task_round) const;
+  // Asynchronous jobs, as a version commits: the latest committed global becomes an earlier one (global_.KeepEarlier),
+  // and those no task in training started from are dropped.
+  void KeepGlobalsForTasksInTraining();
+  // Asynchronous jobs, as a version commits or fails: deletes the updates reported in it (not its folder, which takes
+  // the uploads of its tasks still in training).
+  void DeleteVersionUpdates();
   int64_t ModelBytes() const;  // the model's files, for config.lora_r "auto"
   // The task's "update_upload": the host's blob_urls() create-only PUT (the coordinator's signed /blobs URL, or an S3
   // presigned PUT with the headers the worker must send), or part URLs when a multipart upload was started for it.

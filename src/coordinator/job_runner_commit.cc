@@ -116,6 +116,7 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
     Metrics().round_duration.WithLabels({}).Observe(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - attempt_.started()).count());
   }
+  if (engine_config_.async) KeepGlobalsForTasksInTraining();
   job_.committed_round = a.round;
   aggregator_.strategy()->CommitState();  // the next round steps from this round's server state
   global_.CommitPending(info->size_bytes);
@@ -136,12 +137,34 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
     co_await std::move(event_appended);
   }
   global_.DropPendingValidationLoss();
+  if (engine_config_.async) {
+    DeleteVersionUpdates();  // the version's folder still takes the uploads of its tasks in training
+    co_return Status::Ok();
+  }
   {
     auto aborted = AbortIncompleteUploads(AttemptPrefix(a.round, a.attempt) + "/");  // kCoAwaitTemporaries
     co_await std::move(aborted);
   }
   DeleteUpdatesInBackground(AttemptPrefix(a.round, a.attempt) + "/updates/");
   co_return Status::Ok();
+}
+
+void JobRunner::DeleteVersionUpdates() {
+  for (const auto& [worker, report] : attempt_.results()) {
+    // Only a key the job made for that task: a reported key is the worker's word until checked.
+    if (report.blob_key == UpdateKey(report.round, report.attempt, worker)) DeleteUpdatesInBackground(report.blob_key);
+  }
+}
+
+void JobRunner::KeepGlobalsForTasksInTraining() {
+  global_.KeepEarlier(job_.committed_round, global_.weights());
+  std::set<int> needed;
+  for (const ParticipantView& p : engine_->participants()) {
+    if (p.state == ParticipantState::kTraining || p.state == ParticipantState::kValidating) {
+      needed.insert(p.task_round - 1);
+    }
+  }
+  global_.ForgetEarlierExcept(needed);
 }
 
 http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, const std::deque<Action>& work) {
@@ -155,16 +178,19 @@ http::Awaitable<Status> JobRunner::OnFailRound(const coordinator::FailRound& a, 
   for (const Action& next : work) {
     if (const auto* f = std::get_if<JobFailed>(&next)) failure.fail_job_reason = f->reason;
   }
-  undelivered_tasks_.clear();  // the attempt's tasks still waiting for their batch never go out
+  // The attempt's tasks still waiting for their batch never go out (an asynchronous job's outlive the version).
+  if (!engine_config_.async) undelivered_tasks_.clear();
   Status failed = co_await loop::Offload(host_.pool(), [&] { return host_.store().FailRound(failure); });
   if (!failed.ok()) co_return failed;
   Metrics().rounds.WithLabels({"failed"}).Inc();
   global_.DropPending();
-  {
+  if (engine_config_.async) {
+    DeleteVersionUpdates();  // the version's folder still takes the uploads of its tasks in training
+  } else {
     auto aborted = AbortIncompleteUploads(AttemptPrefix(a.round, a.attempt) + "/");  // kCoAwaitTemporaries
     co_await std::move(aborted);
+    DeleteUpdatesInBackground(AttemptPrefix(a.round, a.attempt) + "/updates/");
   }
-  DeleteUpdatesInBackground(AttemptPrefix(a.round, a.attempt) + "/updates/");
   {
     auto event_appended = host_.AppendEvent(job_.id, "round_failed",
                                             {{"round", a.round},

@@ -71,7 +71,8 @@ const RankGlobals::Global* JobRunner::LowerRankGlobal(const AssignTask& a) const
   return rank_globals_.GlobalAt(*rank);
 }
 
-std::shared_ptr<weights::WeightSet> JobRunner::UpdateBase(int64_t worker_id) const {
+std::shared_ptr<weights::WeightSet> JobRunner::UpdateBase(int64_t worker_id, int task_round) const {
+  if (engine_config_.async && task_round - 1 != job_.committed_round) return global_.Earlier(task_round - 1);
   if (std::optional<int> rank = rank_globals_.RankOf(worker_id); rank && *rank != spec_.config.lora_r) {
     if (const RankGlobals::Global* lower = rank_globals_.GlobalAt(*rank)) return lower->weights;
   }

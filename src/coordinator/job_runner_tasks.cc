@@ -39,8 +39,9 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
   }
   attempt_.Begin(round.participants);
   rank_globals_.BeginAttempt();
-  secure_.reset();             // the attempt's SecureRound comes with its first tasks (OnAssignTask)
-  undelivered_tasks_.clear();  // of an earlier attempt: stale
+  secure_.reset();  // the attempt's SecureRound comes with its first tasks (OnAssignTask)
+  // Of an earlier attempt: stale (an asynchronous job's tasks outlive the version they started on).
+  if (!engine_config_.async) undelivered_tasks_.clear();
   global_.DropPending();
   global_.DropPendingValidationLoss();
   Status started = co_await loop::Offload(host_.pool(), [&] { return host_.store().StartRound(round); });

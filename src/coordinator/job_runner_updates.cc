@@ -9,6 +9,7 @@
 #include "coordinator/job_runner_internal.h"
 #include "coordinator/server_metrics.h"
 #include "storage/local_blob_copy.h"
+#include "strategy/buffered_aggregation.h"
 #include "weights/safetensors.h"
 
 namespace parsyn::coordinator {
@@ -165,11 +166,12 @@ size_t JobRunner::MaxEarlyCheckedUpdates() const {
 
 http::Awaitable<void> JobRunner::CheckUpdateEarly(int64_t worker_id, const ResultReport& report) {
   const int round = report.round, attempt = report.attempt;
+  std::shared_ptr<weights::WeightSet> global = UpdateBase(worker_id, round);
+  if (global == nullptr) co_return;  // an asynchronous task's global is gone: the engine refuses its result
   attempt_.StartEarlyCheck(worker_id, round, attempt, report.blob_key);
   const std::string expected_key = UpdateKey(round, attempt, worker_id);
   const uint64_t max_bytes = MaxUpdateUploadBytes();
   const weights::WireEncoding encoding = UpdateEncoding();
-  std::shared_ptr<weights::WeightSet> global = UpdateBase(worker_id);
   const std::optional<StreamChecked> values_checked = attempt_.TakeCheckedUpload(report.blob_key);
   const auto check_start = std::chrono::steady_clock::now();
   uint64_t update_bytes = 0;
@@ -218,14 +220,22 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   if (result == nullptr) co_return InternalError("no result recorded for worker " + std::to_string(a.worker));
   const ResultReport report = *result;
   if (secure_) co_return co_await OnValidateMaskedInput(a, report, work);
-  const std::string expected_key = UpdateKey(a.round, a.attempt, a.worker);
+  // The task's (an asynchronous job's may be of an earlier version than the one its update joins).
+  const std::string expected_key = UpdateKey(a.task_round, a.task_attempt, a.worker);
   const uint64_t max_bytes = MaxUpdateUploadBytes();
   const weights::WireEncoding encoding = UpdateEncoding();
-  std::shared_ptr<weights::WeightSet> global = UpdateBase(a.worker);
+  std::shared_ptr<weights::WeightSet> global = UpdateBase(a.worker, a.task_round);
+  if (global == nullptr) {
+    co_return InternalError("the global of round " + std::to_string(a.trained_on_round) + " that worker " +
+                            std::to_string(a.worker) + "'s update trained on is not held");
+  }
+  const std::shared_ptr<weights::WeightSet> current = global_.weights();
+  const double weight_scale = strategy::StalenessWeight(spec_.distributed.async.staleness_weighting, a.staleness);
   // An update checked early by Result() (outside the job mutex) only needs accumulating here.
   std::optional<StatusOr<weights::WeightSet>> checked;
   std::optional<double> max_magnitude;
-  if (std::optional<CheckedUpdate> c = attempt_.TakeEarlyChecked(a.worker, a.round, a.attempt, report.blob_key)) {
+  if (std::optional<CheckedUpdate> c =
+          attempt_.TakeEarlyChecked(a.worker, a.task_round, a.task_attempt, report.blob_key)) {
     checked = std::move(c->update);
     max_magnitude = c->max_magnitude;
   }
@@ -248,8 +258,16 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
       return checked->status();
     }
     const auto accept_start = std::chrono::steady_clock::now();
+    if (a.staleness > 0) {
+      // Trained on an earlier version: its change from that global, moved onto the current one, joins the buffer
+      // (strategy/buffered_aggregation.h); the mapped file is read-only, so the sum is a copy.
+      weights::WeightSet rebased = (*checked)->Clone();
+      PARSYN_RETURN_IF_ERROR(strategy::RebaseUpdate(rebased, *global, *current));
+      **checked = std::move(rebased);
+      max_magnitude.reset();
+    }
     // Taken over so that the aggregation may add several updates in one pass over its sums (it still judges now).
-    Status accepted = aggregator_.AcceptOwned(std::move(**checked), a.sample_count, max_magnitude);
+    Status accepted = aggregator_.AcceptOwned(std::move(**checked), a.sample_count, max_magnitude, weight_scale);
     accept_ms = MillisSince(accept_start);
     return accepted;
   };
@@ -262,8 +280,8 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   constexpr uint64_t kInlineAcceptBytes = 256 * 1024;
   Status verdict;
   const bool ready = checked_early && checked->ok();
-  const bool small_update = ready && (*checked)->total_bytes() <= kInlineAcceptBytes;
-  if (small_update || (ready && max_magnitude && aggregator_.AcceptOwnedIsQuick(**checked))) {
+  const bool small_update = ready && a.staleness == 0 && (*checked)->total_bytes() <= kInlineAcceptBytes;
+  if (small_update || (ready && a.staleness == 0 && max_magnitude && aggregator_.AcceptOwnedIsQuick(**checked))) {
     verdict = validate();
   } else {
     verdict = co_await loop::Offload(host_.pool(), validate);
@@ -307,7 +325,7 @@ http::Awaitable<Status> JobRunner::OnDropWorker(const DropWorker& a) {
     secure_changed_.Notify();
   }
   if (a.cause == DropCause::kStraggler || a.cause == DropCause::kJobEnded) {
-    host_.AbandonTask(a.worker, job_.id, a.round, a.attempt);
+    host_.AbandonTask(a.worker, job_.id, a.task_round, a.task_attempt);
   }
   {
     auto event_appended = host_.AppendEvent(job_.id, "worker_dropped",

@@ -33,15 +33,20 @@ void RoundEngine::TryAssignAsync(Actions& out) {
   for (const auto& [worker, presence] : presence_) {
     if (free == 0) break;
     if (presence != Presence::kIdle || !CanTakePart(worker)) continue;
+    // One task and one update per worker per version (the version's folder holds the task's upload, its records the
+    // update's verdict): a worker that had a task of this version, or an update judged in it, takes its next task in
+    // the next version. One whose task of an earlier version was dropped here may train again at once.
     Participant* p = FindParticipant(worker);
-    // One update per worker per version: an accepted or validating one waits for the next version.
-    if (p != nullptr && p->state != ParticipantState::kRejected && p->state != ParticipantState::kDropped) continue;
+    if (p != nullptr &&
+        (p->state != ParticipantState::kDropped || (p->task_round == round_ && p->task_attempt == attempt_))) {
+      continue;
+    }
     const std::optional<int> shard = ShardOf(worker);
     if (!shard) continue;
     if (p == nullptr) {
       participant_index_.emplace(worker, participants_.size());
       p = &participants_.emplace_back();
-      p->state = ParticipantState::kDropped;  // SetState below counts it as it becomes kTraining
+      p->state = ParticipantState::kDropped;  // SetState counts it as it becomes kTraining
     }
     *p = Participant{.worker = worker, .shard = *shard, .state = p->state};
     SetState(*p, ParticipantState::kTraining);
@@ -67,6 +72,19 @@ void RoundEngine::CheckBufferFull(Actions& out) {
   }
   if (static_cast<int>(accepted.size()) < config_.async->buffer_size) {
     TryAssignAsync(out);  // a slot may have come free
+    if (open_participants_ > 0) return;
+    // Nothing trains and no idle worker may take a task of this version: those left gave it an update that was
+    // rejected or a task that failed. A new attempt lets every worker train again (the buffer is lost).
+    for (const Participant& p : participants_) {
+      if (p.state != ParticipantState::kAccepted && presence_.at(p.worker) == Presence::kIdle) {
+        FailAttempt(AttemptName() + ": " + std::to_string(accepted.size()) + " of the buffer's " +
+                        std::to_string(config_.async->buffer_size) +
+                        " updates were accepted, and the idle workers left have had a task of this version already "
+                        "(its update rejected, or the task failed or was dropped); starting the version again",
+                    out);
+        return;
+      }
+    }
     return;
   }
   std::sort(accepted.begin(), accepted.end(),

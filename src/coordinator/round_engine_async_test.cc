@@ -72,7 +72,23 @@ TEST_F(RoundEngineTest, AsyncRunsAtMostMaxConcurrencyTasks) {
                   Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
                   Valid(1, 1, 1, {"assign w3 r1a1 s2"}),  // worker 1 finished training: a slot for worker 3
                   Failed(3, 1, 1, {"drop w3 r1a1 task_failed"}),
-                  Available(3, {"assign w3 r1a1 s2"}),  // a failed task's worker may try again in the version
+                  Available(3),  // one task per worker per version: its next comes with the next version
+              });
+}
+
+TEST_F(RoundEngineTest, AsyncAVersionNoWorkerLeftCanFillStartsAgainAsANewAttempt) {
+  RoundEngineConfig config = AsyncThreeWorkers(3, /*buffer_size=*/2, /*max_concurrency=*/2, 2);
+  config.eligible_workers = {1, 2};
+  config.num_shards = 2;
+  config.shard_train_rows = {100, 100};
+  RoundEngine engine(config, fed_avg_, clock_);
+  StartWith(engine, {1, 2});
+  Run(engine, {
+                  Result(1, 1, 1, 100, 1.0, {"validate w1 r1a1"}),
+                  Valid(1, 1, 1),
+                  Available(1),
+                  Failed(2, 1, 1, {"drop w2 r1a1 task_failed"}),
+                  Available(2, {"fail r1a1 #1", "start r1a2", "assign w1 r1a2 s0", "assign w2 r1a2 s1"}),
               });
 }
 

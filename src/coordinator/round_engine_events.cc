@@ -30,7 +30,11 @@ Actions RoundEngine::WorkerAvailable(WorkerId worker) {
     SetPresence(worker, Presence::kIdle);
   }
   ShardOf(worker);  // binds a slot in arrival order (slot mode), even when it cannot take part yet
-  if (phase_ != JobPhase::kNotStarted) TryAssign(out);
+  if (config_.async && phase_ == JobPhase::kTraining) {
+    CheckRoundComplete(out);  // a task for it, or (all left idle having had one) the version's next attempt
+  } else if (phase_ != JobPhase::kNotStarted) {
+    TryAssign(out);
+  }
   return out;
 }
 

@@ -1,6 +1,8 @@
 // The worker agent's work on one task (worker/agent.h): fetch its inputs (checked), run the trainer the task names
 // through the TrainerSupervisor with progress reports, upload the update, report the result or the failure. The
 // session (hello, polls, heartbeats, reconnects) is agent.cc.
+#include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <stop_token>
@@ -75,6 +77,18 @@ StatusOr<WireUpdate> WriteMaskedInput(SecureParticipation& secure, const Trainer
   out.write(packed.data(), static_cast<std::streamsize>(packed.size()));
   if (!out.flush()) return InternalError("cannot write " + file.string());
   return WireUpdate{.file = file, .sha256 = Sha256Hex(packed)};
+}
+
+// Fault injection for the tests of asynchronous jobs (src/worker/README.md): PARSYN_WORKER_SLOW_S=SECONDS in the
+// environment makes every task of this worker that much slower, as if its trainer had taken that long longer.
+void WaitIfSlowWorker(std::stop_token stop) {
+  const char* asked = std::getenv("PARSYN_WORKER_SLOW_S");
+  if (asked == nullptr) return;
+  const double seconds = std::atof(asked);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!stop.stop_requested() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 }  // namespace
@@ -300,6 +314,7 @@ Status Agent::ExecuteTask(const Session& session, const protocol::Task& task, st
   }
   PARSYN_ASSIGN_OR_RETURN(TrainerOutput output,
                           RunTrainer(session, task, trainer->command, task_file, trainer_task, stop));
+  WaitIfSlowWorker(stop);
 
   std::string blob_key, sha256;
   if (task.kind == protocol::TaskKind::kTrain) {
