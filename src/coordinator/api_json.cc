@@ -199,6 +199,10 @@ json RoundJson(const storage::Round& r, const std::vector<storage::RoundUpdate>&
                               ? json::object()
                               : json::parse(u.metrics_json, nullptr, false)}};
     if (!u.reject_reason.empty()) j["reason"] = u.reject_reason;
+    if (u.trained_on_round) {  // an asynchronous job's: the version it trained on, and how many came since
+      j["trained_on_round"] = *u.trained_on_round;
+      j["staleness"] = r.round - 1 - *u.trained_on_round;
+    }
     ups.push_back(std::move(j));
   }
   json out = {{"round", r.round},

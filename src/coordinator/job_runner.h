@@ -236,7 +236,9 @@ class JobRunner {
   http::Awaitable<Status> OnFailRound(const coordinator::FailRound& a, const std::deque<Action>& work);
   http::Awaitable<Status> OnJobEnded(storage::JobStatus status, std::string_view reason);
   http::Awaitable<Status> WriteFinalArtifacts();
-  http::Awaitable<Status> RecordUpdate(int64_t worker_id, int round, int attempt, const Status& verdict);
+  // `task_round`: the round of the worker's task (an asynchronous job's update records the global it trained on).
+  http::Awaitable<Status> RecordUpdate(int64_t worker_id, int round, int attempt, const Status& verdict,
+                                       int task_round);
   // data.source "workers": after an accepted update, the job's one "warning" event when the workers' local datasets
   // (their reported sample counts) are more than kLocalSizeSpread times apart.
   http::Awaitable<void> WarnOfUnevenLocalData(int64_t worker_id, int64_t sample_count);

@@ -121,7 +121,7 @@ http::Awaitable<Status> JobRunner::OnValidateMaskedInput(const ValidateUpdate& a
                                                          std::deque<Action>& work) {
   auto validated = ValidateMaskedInput(a, report);  // kCoAwaitTemporaries
   const Status verdict = co_await std::move(validated);
-  Status recorded = co_await RecordUpdate(a.worker, a.round, a.attempt, verdict);
+  Status recorded = co_await RecordUpdate(a.worker, a.round, a.attempt, verdict, a.task_round);
   CountUpdateVerdict(verdict, /*file_failed=*/!verdict.ok());
   StatusOr<Actions> next = engine_->UpdateValidated(a.worker, a.round, a.attempt, verdict);
   if (!next.ok()) co_return next.status();

@@ -86,7 +86,8 @@ std::shared_ptr<weights::SafetensorsStreamChecker> JobRunner::NewUploadChecker(s
   return std::make_shared<weights::SafetensorsStreamChecker>();
 }
 
-http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, int attempt, const Status& verdict) {
+http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, int attempt, const Status& verdict,
+                                                int task_round) {
   if (attempt_.update_recorded(worker_id)) co_return Status::Ok();
   const ResultReport* result = attempt_.result(worker_id);
   if (result == nullptr) co_return Status::Ok();
@@ -103,7 +104,8 @@ http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, in
       .metrics_json = r.metrics.dump(),
       .status = verdict.ok() ? storage::UpdateStatus::kAccepted : storage::UpdateStatus::kRejected,
       .reject_reason = verdict.ok() ? "" : verdict.message(),
-      .received_at_ms = host_.clock().UnixMillis()};
+      .received_at_ms = host_.clock().UnixMillis(),
+      .trained_on_round = engine_config_.async ? std::optional<int32_t>(task_round - 1) : std::nullopt};
   // The size as checked; else (a rejected update) as the store says, except on S3, where a Head of an object the
   // worker wrote without our sha256 metadata would download it again just for a number.
   const std::optional<uint64_t> verified_bytes = attempt_.verified_bytes(r.blob_key);
@@ -123,12 +125,16 @@ http::Awaitable<Status> JobRunner::RecordUpdate(int64_t worker_id, int round, in
   // the round's commit comes after it (DrainWrites). A failed batch makes the job resync, as a failed write did.
   attempt_.RecordVerdict(worker_id, verdict);
   std::vector<JobHost::QueuedEvent> events;
-  events.push_back({verdict.ok() ? "update_accepted" : "update_rejected",
-                    {{"worker_id", worker_id},
-                     {"round", round},
-                     {"attempt", attempt},
-                     {"sample_count", r.sample_count},
-                     {"reason", verdict.ok() ? "" : verdict.message()}}});
+  json data = {{"worker_id", worker_id},
+               {"round", round},
+               {"attempt", attempt},
+               {"sample_count", r.sample_count},
+               {"reason", verdict.ok() ? "" : verdict.message()}};
+  if (update.trained_on_round) {
+    data["trained_on_round"] = *update.trained_on_round;
+    data["staleness"] = round - 1 - *update.trained_on_round;
+  }
+  events.push_back({verdict.ok() ? "update_accepted" : "update_rejected", std::move(data)});
   std::vector<storage::BatchWrite> records;
   records.push_back(std::move(update));
   QueueWrites(std::move(records), std::move(events));
@@ -296,7 +302,7 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
     PARSYN_LOG_WARN("training job {}: validating the update of worker {}: {}", job_.id, a.worker, verdict.ToString());
   }
   const auto record_start = std::chrono::steady_clock::now();
-  Status recorded = co_await RecordUpdate(a.worker, a.round, a.attempt, verdict);
+  Status recorded = co_await RecordUpdate(a.worker, a.round, a.attempt, verdict, a.task_round);
   PARSYN_LOG_DEBUG("training job {}: round {} update of worker {} recorded in {:.1f} ms", job_.id, a.round, a.worker,
                    MillisSince(record_start));
   ObservePhase("update_record", MillisSince(record_start));
@@ -315,7 +321,7 @@ http::Awaitable<Status> JobRunner::OnDropWorker(const DropWorker& a) {
   // A result refused before validation (e.g. its sample count) is still recorded, with the reason.
   if (a.cause == DropCause::kRejected) {
     const Status rejection = InvalidArgumentError(a.reason);
-    Status recorded = co_await RecordUpdate(a.worker, a.round, a.attempt, rejection);
+    Status recorded = co_await RecordUpdate(a.worker, a.round, a.attempt, rejection, a.task_round);
     if (!recorded.ok()) co_return recorded;
     Metrics().updates_rejected.WithLabels({"report"}).Inc();
   }

@@ -255,6 +255,9 @@ struct RoundUpdate {
   UpdateStatus status = UpdateStatus::kAccepted;
   std::string reject_reason;  // set when rejected
   int64_t received_at_ms = 0;
+  // An asynchronous job's update: the committed round whose global it trained on (its staleness is round - 1 - this).
+  // Null for a synchronous job's, which trained on round - 1's.
+  std::optional<int32_t> trained_on_round;
 
   friend bool operator==(const RoundUpdate&, const RoundUpdate&) = default;
 };

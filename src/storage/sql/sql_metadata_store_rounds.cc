@@ -308,10 +308,10 @@ Status SqlMetadataStore::RecordUpdateLocked(const RoundUpdate& update) {
   const std::string name = RoundName(update.job_id, update.round, update.attempt);
   PARSYN_RETURN_IF_ERROR(LoadRoundLocked(update.job_id, update.round, update.attempt).status());
   PARSYN_PREPARE(q, std::string("INSERT INTO round_updates (") + kUpdateColumns +
-                        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)");
+                        ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)");
   q->Bind(update.job_id, update.round, update.attempt, update.worker_id, update.blob_key, update.sha256,
           update.size_bytes, update.num_samples, update.train_loss, update.metrics_json, ToString(update.status),
-          update.reject_reason, update.received_at_ms);
+          update.reject_reason, update.received_at_ms, update.trained_on_round);
   Status s = q->Run();
   if (q->violated() == SqlConstraint::kForeignKey) {
     return NotFoundError("worker " + std::to_string(update.worker_id) + " not found");

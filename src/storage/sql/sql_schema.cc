@@ -176,7 +176,13 @@ ALTER TABLE rounds ADD COLUMN bytes_down BIGINT;
 ALTER TABLE rounds ADD COLUMN bytes_up BIGINT;
 )sql";
 
-constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}};
+// An asynchronous job's updates record the committed round whose global each trained on. Rows written before, and a
+// synchronous job's, keep NULL (their round - 1).
+constexpr std::string_view kSchemaV3 = R"sql(
+ALTER TABLE round_updates ADD COLUMN trained_on_round INTEGER;
+)sql";
+
+constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}};
 
 constexpr std::string_view kAutoIdToken = "{auto_id}";
 

@@ -115,6 +115,7 @@ StatusOr<RoundUpdate> ReadUpdate(const SqlStatement& q) {
   PARSYN_ASSIGN_OR_RETURN(u.status, ParseStored(ParseUpdateStatus(q.Text(10)), "round_updates row"));
   u.reject_reason = q.Text(11);
   u.received_at_ms = q.Int(12);
+  if (std::optional<int64_t> trained_on = q.OptInt(13)) u.trained_on_round = static_cast<int32_t>(*trained_on);
   return u;
 }
 

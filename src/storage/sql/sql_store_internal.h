@@ -55,7 +55,7 @@ inline constexpr const char* kRoundColumns =
     "global_blob_key, global_sha256, failure_reason, bytes_down, bytes_up";
 inline constexpr const char* kUpdateColumns =
     "job_id, round, attempt, worker_id, blob_key, sha256, size_bytes, num_samples, train_loss, metrics_json, status, "
-    "reject_reason, received_at_ms";
+    "reject_reason, received_at_ms, trained_on_round";
 
 // Each reads the columns of its list above, in order. DataLoss for a stored enum name that does not parse (the
 // database was edited by hand or damaged).
