@@ -87,10 +87,16 @@ TEST(AsyncAggregationSpecTest, BadInputIsRefusedNamingTheField) {
       {{{"async", {{"buffer_size", 2}}}}, "distributed.async applies only with distributed.aggregation \"async\""},
       {{{"aggregation", "async"}, {"async", {{"buffer_size", 2}}}, {"secure_aggregation", {{"enabled", true}}}},
        "distributed.secure_aggregation cannot run with distributed.aggregation \"async\""},
+      {{{"aggregation", "async"}, {"async", {{"buffer_size", 2}}}, {"config_lora_r", "auto"}},
+       "distributed.aggregation \"async\" needs one LoRA rank for every worker"},
   };
-  for (const auto& [distributed, expected] : cases) {
-    EXPECT_NE(Problems(JobBody(distributed)).find(expected), std::string::npos)
-        << distributed.dump() << " -> " << Problems(JobBody(distributed));
+  for (auto [distributed, expected] : cases) {
+    json body = JobBody(distributed);
+    if (distributed.contains("config_lora_r")) {  // a config key, not a distributed one
+      body["distributed"].erase("config_lora_r");
+      body["config"] = {{"use_peft", true}, {"lora_r", "auto"}};
+    }
+    EXPECT_NE(Problems(body).find(expected), std::string::npos) << distributed.dump() << " -> " << Problems(body);
   }
 }
 

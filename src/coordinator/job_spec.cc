@@ -312,6 +312,12 @@ StatusOr<JobSpec> ParseJobSpecCollecting(const json& body, std::vector<std::stri
         "distributed.secure_aggregation needs one LoRA rank for every worker (their updates are added element by "
         "element): remove config.lora_ranks and config.lora_r \"auto\"");
   }
+  if (d.async.enabled && spec.lora_ranks.mixed()) {
+    errors.push_back(
+        "distributed.aggregation \"async\" needs one LoRA rank for every worker (a stale update is moved onto the "
+        "current global value by value): remove config.lora_ranks and config.lora_r \"auto\", or use aggregation "
+        "\"sync\"");
+  }
   if (!d.enabled && d.early_stopping) {
     errors.push_back(
         "distributed.early_stopping needs distributed.enabled true: an ordinary job trains one round, so there is "

@@ -460,6 +460,12 @@ StatusOr<Prepared> Prepare(const SimulationOptions& options) {
         "--speeds gives each worker a time per step: it needs a job whose rounds are distributed.steps_per_round steps "
         "long (not 0)");
   }
+  if (!options.speeds.empty() && spec->distributed.async.enabled) {
+    return InvalidArgumentError(
+        "--speeds times synchronous rounds, each as long as its slowest participant; an asynchronous job "
+        "(distributed.aggregation \"async\") has no such rounds: drop --speeds, or compare the two schedules in "
+        "virtual time with `bench_learning --only async`");
+  }
   if (options.dropout > 0 && !spec->distributed.secure_aggregation.enabled) {
     return InvalidArgumentError(
         "--dropout drops virtual workers out of secure aggregation's phases: it needs a job with "

@@ -316,6 +316,25 @@ TEST_F(SimulateTest, WithSpeedsEachAttemptEndsWhenItsSlowestWorkerWould) {
   EXPECT_NE(bad_sigma.output.find("SIGMA must be a number in [0, 10]"), std::string::npos) << bad_sigma.output;
 }
 
+// An asynchronous job runs on the virtual workers as on real ones: num_rounds versions of buffer_size updates each.
+// --speeds, which times synchronous rounds, is refused for it.
+TEST_F(SimulateTest, AnAsynchronousJobCommitsVersionsOfBufferSizeUpdates) {
+  json job = Job("federated_averaging", nullptr);
+  job["distributed"]["aggregation"] = "async";
+  job["distributed"]["async"] = {{"buffer_size", 2}, {"max_staleness", 5}};
+  CommandResult run = Simulate(job, "async");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::vector<std::vector<std::string>> rows = CsvRows(ReadWholeFile(tmp_.path() / "async" / "rounds.csv"));
+  ASSERT_EQ(rows.size(), static_cast<size_t>(kRounds + 1));
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i][2], "committed");
+    EXPECT_EQ(rows[i][4], "2");  // accepted_updates: the buffer
+  }
+  CommandResult timed = Simulate(job, "async-speeds", 2, {"--speeds", "lognormal:1"});
+  EXPECT_EQ(timed.exit_code, 2) << timed.output;
+  EXPECT_NE(timed.output.find("--speeds times synchronous rounds"), std::string::npos) << timed.output;
+}
+
 // With distributed.compression.global each virtual worker counts, from round 2 on, the delta of the global it read
 // the round before (stored beside the global) instead of the whole global.
 TEST_F(SimulateTest, WithGlobalDeltasAVirtualWorkerCountsTheDeltaItWouldDownload) {
