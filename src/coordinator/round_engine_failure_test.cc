@@ -302,8 +302,9 @@ TEST_F(RoundEngineTest, FinalEvaluationIsBestEffort) {
 // committed rounds go 1, 2, 3, ... without gaps or repeats; a worker is only assigned after saying it is idle; an
 // attempt has at most max_workers participants; aggregation has at least min_workers updates; nothing happens
 // after the job ends.
-TEST(RoundEngineInvariantsTest, RandomEventSequences) {
-  int total_commits = 0, jobs_ended = 0;
+// Random event sequences for 40 jobs (synchronous, or with `async` asynchronous rounds of buffer 2 and a random
+// max_staleness): the commits and jobs ended they reached.
+void RunRandomEventSequences(bool async, int& total_commits, int& jobs_ended) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed);
     std::mt19937 rng(seed);
@@ -322,6 +323,10 @@ TEST(RoundEngineInvariantsTest, RandomEventSequences) {
       config.join_window = kDefaultJoinWindow;
       config.retry_backoff = kDefaultRetryBackoff;
     }
+    if (async) {
+      config.async =
+          RoundEngineConfig::Async{.buffer_size = 2, .max_concurrency = 3, .max_staleness = static_cast<int>(seed % 4)};
+    }
     RoundEngine engine(config, fed_avg, clock);
 
     std::map<WorkerId, bool> idle;  // what the engine was told
@@ -339,12 +344,19 @@ TEST(RoundEngineInvariantsTest, RandomEventSequences) {
         if (const auto* t = std::get_if<AssignTask>(&a)) {
           ASSERT_TRUE(idle[t->worker]) << "assigned a busy worker: " << Render(a);
           idle[t->worker] = false;
-          ASSERT_LE((++assigned_in_attempt[{t->round, t->attempt}]), config.max_workers);
+          // Asynchronous: one task per worker per version (of the 4 eligible); synchronous: max_workers a round.
+          ASSERT_LE((++assigned_in_attempt[{t->round, t->attempt}]), async ? 4 : config.max_workers);
           open_tasks.push_back({t->worker, *t});
         } else if (const auto* v = std::get_if<ValidateUpdate>(&a)) {
           pending_validations.push_back(*v);
+          if (async) ASSERT_LE(v->staleness, config.async->max_staleness) << Render(a);
         } else if (const auto* g = std::get_if<AggregateRound>(&a)) {
-          ASSERT_GE(static_cast<int>(g->updates.size()), config.min_workers);
+          if (async) {
+            ASSERT_EQ(static_cast<int>(g->updates.size()), config.async->buffer_size) << Render(a);
+            ASSERT_NE(g->updates[0].worker, g->updates[1].worker) << "one update per worker per version";
+          } else {
+            ASSERT_GE(static_cast<int>(g->updates.size()), config.min_workers);
+          }
           pending_aggregation = *g;
         } else if (const auto* c = std::get_if<CommitRound>(&a)) {
           ASSERT_EQ(c->round, last_commit + 1) << "committed rounds must be consecutive";
@@ -405,15 +417,30 @@ TEST(RoundEngineInvariantsTest, RandomEventSequences) {
       }
       check(actions);
       if (::testing::Test::HasFatalFailure()) return;
+      if (async) {
+        int training = 0;
+        for (const ParticipantView& p : engine.participants()) training += p.state == ParticipantState::kTraining;
+        ASSERT_LE(training, config.async->max_concurrency);
+      }
     }
     EXPECT_EQ(engine.last_committed_round(), last_commit);
     total_commits += last_commit;
     jobs_ended += ended ? 1 : 0;
   }
-  // The sequences do reach commits and job ends, so the invariants were exercised.
-  EXPECT_GT(total_commits, 20);
-  EXPECT_GT(jobs_ended, 5);
-  std::printf("random sequences: %d commits, %d jobs ended\n", total_commits, jobs_ended);
+}
+
+TEST(RoundEngineInvariantsTest, RandomEventSequences) {
+  for (const bool async : {false, true}) {
+    SCOPED_TRACE(async ? "asynchronous" : "synchronous");
+    int total_commits = 0, jobs_ended = 0;
+    RunRandomEventSequences(async, total_commits, jobs_ended);
+    if (::testing::Test::HasFatalFailure()) return;
+    // The sequences do reach commits and job ends, so the invariants were exercised.
+    EXPECT_GT(total_commits, 20);
+    EXPECT_GT(jobs_ended, 5);
+    std::printf("random %s sequences: %d commits, %d jobs ended\n", async ? "asynchronous" : "synchronous",
+                total_commits, jobs_ended);
+  }
 }
 
 }  // namespace
