@@ -285,7 +285,7 @@ http::Awaitable<Status> JobRunner::Resync() {
     co_await std::move(event_appended);
   }
   engine_ = std::make_unique<RoundEngine>(engine_config_, *aggregator_.strategy(), host_.clock());
-  StatusOr<Actions> actions = engine_->Restore(*checkpoint, host_.IdleWorkers());
+  StatusOr<Actions> actions = engine_->Restore(*checkpoint, host_.IdleWorkers(), CarriedForEngine());
   if (!actions.ok()) co_return actions.status();
   auto execution = Execute(std::move(*actions));
   Status s = co_await std::move(execution);

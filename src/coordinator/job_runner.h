@@ -180,6 +180,8 @@ class JobRunner {
     std::vector<storage::Round> rounds;
     storage::TrainingJob job;
     bool local_sizes_warned = false;
+    // An asynchronous job: the updates accepted into the version that was running, in the order they were accepted.
+    std::vector<storage::RoundUpdate> carried;
   };
   StatusOr<StoredJob> ReadStoredJob(const std::string& running_attempt_failure, int64_t now);
   EngineCheckpoint CheckpointFrom(const std::vector<storage::Round>& rounds, std::string& global_key,
@@ -341,6 +343,17 @@ class JobRunner {
   // about local datasets of very different sizes was appended (once per job: a resumed job finds it in the store).
   std::map<int64_t, int64_t> local_sample_counts_;
   bool local_sizes_warned_ = false;
+  // An asynchronous job reloaded from the store (LoadCheckpoint): the updates accepted into the version that was
+  // running, carried into its next attempt (RoundEngine::Restore's `carried`; their reports are registered when it
+  // starts, OnStartRound), so that a restart loses no accepted update.
+  std::vector<storage::RoundUpdate> carried_updates_;
+  std::vector<CarriedUpdate> CarriedForEngine() const;
+  // Loads the earlier globals the carried updates trained on (global_.KeepEarlier); one that cannot be read drops
+  // its updates from carried_updates_ (logged). Needs the stored rounds.
+  http::Awaitable<void> LoadGlobalsOfCarriedUpdates(const std::vector<storage::Round>& rounds);
+  // The task (round, attempt) whose update key `key` is for worker `worker_id` (UpdateKey's inverse); nullopt for a
+  // key the job did not make.
+  std::optional<std::pair<int, int>> TaskOfUpdateKey(const std::string& key, int64_t worker_id) const;
 };
 
 }  // namespace parsyn::coordinator

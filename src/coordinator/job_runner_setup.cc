@@ -193,9 +193,18 @@ StatusOr<JobRunner::StoredJob> JobRunner::ReadStoredJob(const std::string& runni
                                   .bytes_down = r.bytes_down.value_or(0),
                                   .bytes_up = r.bytes_up.value_or(0),
                                   .counts_toward_fault_tolerance = false};
+    if (engine_config_.async) {
+      // Its accepted updates are carried into the version's next attempt (its folder keeps their uploads).
+      PARSYN_ASSIGN_OR_RETURN(std::vector<storage::RoundUpdate> updates, store.ListUpdates(job_id, r.round, r.attempt));
+      for (storage::RoundUpdate& u : updates) {
+        if (u.status == storage::UpdateStatus::kAccepted && u.trained_on_round) l.carried.push_back(std::move(u));
+      }
+      std::stable_sort(l.carried.begin(), l.carried.end(),
+                       [](const auto& a, const auto& b) { return a.received_at_ms < b.received_at_ms; });
+    }
     PARSYN_RETURN_IF_ERROR(store.FailRound(failure));
     r.status = storage::RoundStatus::kFailed;
-    DeleteUpdatesInBackground(AttemptPrefix(r.round, r.attempt) + "/updates/");
+    if (!engine_config_.async) DeleteUpdatesInBackground(AttemptPrefix(r.round, r.attempt) + "/updates/");
   }
   PARSYN_ASSIGN_OR_RETURN(l.job, store.GetJob(job_id));
   // The warning about uneven local datasets is appended once per job, also across restarts.
@@ -258,6 +267,11 @@ http::Awaitable<StatusOr<EngineCheckpoint>> JobRunner::LoadCheckpoint(std::strin
   if (!global.ok()) co_return global;
   Status state = co_await LoadServerState();
   if (!state.ok()) co_return state;
+  carried_updates_ = std::move(loaded->carried);
+  {
+    auto loaded_earlier = LoadGlobalsOfCarriedUpdates(loaded->rounds);  // kCoAwaitTemporaries
+    co_await std::move(loaded_earlier);
+  }
   {
     // Uploads of the attempt that was failed above will never complete.
     auto aborted = AbortIncompleteUploads(RoundsPrefix());  // kCoAwaitTemporaries
@@ -283,9 +297,53 @@ http::Awaitable<Status> JobRunner::Resume() {
   }
   engine_ = std::make_unique<RoundEngine>(engine_config_, *aggregator_.strategy(), host_.clock());
   const std::vector<int64_t> idle = host_.IdleWorkers();
-  auto handled = Handle([&] { return engine_->Restore(checkpoint, idle); });  // kCoAwaitTemporaries
+  const std::vector<CarriedUpdate> carried = CarriedForEngine();
+  auto handled = Handle([&] { return engine_->Restore(checkpoint, idle, carried); });  // kCoAwaitTemporaries
   Status restored = co_await std::move(handled);
   co_return StartedOrRecovering(restored);
+}
+
+http::Awaitable<void> JobRunner::LoadGlobalsOfCarriedUpdates(const std::vector<storage::Round>& rounds) {
+  std::vector<storage::RoundUpdate> kept;
+  for (storage::RoundUpdate& u : carried_updates_) {
+    const int base = *u.trained_on_round;
+    if (base != job_.committed_round && global_.Earlier(base) == nullptr) {
+      std::string key, sha256;
+      if (base == 0) sha256 = InitialGlobalSha256(&key);
+      for (const storage::Round& r : rounds) {
+        if (r.round == base && r.status == storage::RoundStatus::kCommitted) {
+          key = r.global_blob_key;
+          sha256 = r.global_sha256;
+        }
+      }
+      StatusOr<ReadGlobal> global = co_await loop::Offload(
+          host_.pool(), [&] { return ReadVerifiedGlobal(host_.blobs(), key, sha256, host_.spool_dir()); });
+      if (!global.ok()) {
+        PARSYN_LOG_WARN(
+            "training job {}: the update of worker {} is not carried over the restart: global {} of round "
+            "{}: {}",
+            job_.id, u.worker_id, key, base, global.status().ToString());
+        continue;
+      }
+      global_.KeepEarlier(base, std::make_shared<weights::WeightSet>(std::move(global->weights)));
+    }
+    kept.push_back(std::move(u));
+  }
+  carried_updates_ = std::move(kept);
+}
+
+std::vector<CarriedUpdate> JobRunner::CarriedForEngine() const {
+  std::vector<CarriedUpdate> out;
+  for (const storage::RoundUpdate& u : carried_updates_) {
+    const std::optional<std::pair<int, int>> task = TaskOfUpdateKey(u.blob_key, u.worker_id);
+    if (!task) continue;
+    out.push_back({.worker = u.worker_id,
+                   .sample_count = u.num_samples,
+                   .train_loss = u.train_loss.value_or(0.0),
+                   .task_round = task->first,
+                   .task_attempt = task->second});
+  }
+  return out;
 }
 
 Status JobRunner::StartedOrRecovering(const Status& started) const {

@@ -28,6 +28,16 @@ std::string JobRunner::UpdateKey(int round, int attempt, int64_t worker_id) cons
   return fmt::format("{}/updates/w{}.safetensors", AttemptPrefix(round, attempt), worker_id);
 }
 
+std::optional<std::pair<int, int>> JobRunner::TaskOfUpdateKey(const std::string& key, int64_t worker_id) const {
+  const std::string rounds = fmt::format("jobs/{}/rounds/", job_.id);
+  int round = 0, attempt = 0;
+  if (!key.starts_with(rounds) || std::sscanf(key.c_str() + rounds.size(), "%d-a%d/", &round, &attempt) != 2 ||
+      UpdateKey(round, attempt, worker_id) != key) {
+    return std::nullopt;
+  }
+  return std::pair(round, attempt);
+}
+
 http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a, const std::deque<Action>& work) {
   storage::Round round{
       .job_id = job_.id, .round = a.round, .attempt = a.attempt, .started_at_ms = host_.clock().UnixMillis()};
@@ -38,6 +48,20 @@ http::Awaitable<Status> JobRunner::OnStartRound(const coordinator::StartRound& a
     }
   }
   attempt_.Begin(round.participants);
+  // An asynchronous job's updates carried over a restart (Restore announces them next): their reports, as stored.
+  for (const storage::RoundUpdate& u : carried_updates_) {
+    if (const std::optional<std::pair<int, int>> task = TaskOfUpdateKey(u.blob_key, u.worker_id)) {
+      json metrics = json::parse(u.metrics_json, nullptr, false);
+      attempt_.RecordResult(u.worker_id, ResultReport{.round = task->first,
+                                                      .attempt = task->second,
+                                                      .blob_key = u.blob_key,
+                                                      .sha256 = u.sha256,
+                                                      .sample_count = u.num_samples,
+                                                      .train_loss = u.train_loss.value_or(0.0),
+                                                      .metrics = metrics.is_object() ? metrics : json::object()});
+    }
+  }
+  carried_updates_.clear();
   rank_globals_.BeginAttempt();
   secure_.reset();  // the attempt's SecureRound comes with its first tasks (OnAssignTask)
   // Of an earlier attempt: stale (an asynchronous job's tasks outlive the version they started on).

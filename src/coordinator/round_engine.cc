@@ -93,7 +93,8 @@ StatusOr<Actions> RoundEngine::Start(std::span<const WorkerId> idle_workers) {
   return Restore(EngineCheckpoint{}, idle_workers);
 }
 
-StatusOr<Actions> RoundEngine::Restore(const EngineCheckpoint& checkpoint, std::span<const WorkerId> idle_workers) {
+StatusOr<Actions> RoundEngine::Restore(const EngineCheckpoint& checkpoint, std::span<const WorkerId> idle_workers,
+                                       std::span<const CarriedUpdate> carried) {
   if (phase_ != JobPhase::kNotStarted) return FailedPreconditionError("the round engine has already started");
   PARSYN_RETURN_IF_ERROR(CheckConfig());
   const EngineCheckpoint& cp = checkpoint;
@@ -118,6 +119,13 @@ StatusOr<Actions> RoundEngine::Restore(const EngineCheckpoint& checkpoint, std::
                                   std::to_string(shard) + ", which the job's configuration does not allow");
     }
   }
+  for (const CarriedUpdate& c : carried) {
+    if (!config_.async || !cp.shards.contains(c.worker) || c.task_round < 1 ||
+        c.task_round > cp.last_committed_round + 1) {
+      return InvalidArgumentError("an update of worker " + std::to_string(c.worker) + " (round " +
+                                  std::to_string(c.task_round) + ") cannot be carried into this job's next version");
+    }
+  }
   checkpoint_ = cp;
   RecountFromCheckpoint();
   for (WorkerId w : idle_workers) {
@@ -130,6 +138,12 @@ StatusOr<Actions> RoundEngine::Restore(const EngineCheckpoint& checkpoint, std::
     if (presence == Presence::kIdle) ShardOf(w);
   }
   Actions out;
+  if (!carried.empty() && !EarlyStopReached(checkpoint_, config_) && cp.last_committed_round < config_.num_rounds) {
+    round_ = checkpoint_.last_committed_round + 1;
+    attempt_ = ++checkpoint_.attempts_of_next_round;
+    BeginVersion(out, carried);
+    return out;
+  }
   BeginAttempt(out);
   return out;
 }

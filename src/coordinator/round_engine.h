@@ -284,6 +284,16 @@ using Action = std::variant<StartRound, AssignTask, ValidateUpdate, DropWorker, 
                             CommitRound, FailRound, JobSucceeded, JobFailed, JobStopped, JobCancelled>;
 using Actions = std::vector<Action>;
 
+// An asynchronous job's update accepted into the version in progress before a restart (its record in the store): a
+// restored engine takes it into the version's next attempt again (ValidateUpdate, in this order).
+struct CarriedUpdate {
+  WorkerId worker = 0;
+  int64_t sample_count = 0;
+  double train_loss = 0;
+  int task_round = 0;  // its task's, which trained on global task_round - 1
+  int task_attempt = 0;
+};
+
 // What a worker reports with its upload.
 struct WorkerResult {
   WorkerId worker = 0;
@@ -333,8 +343,11 @@ class RoundEngine {
   StatusOr<Actions> Start(std::span<const WorkerId> idle_workers = {});
   // Resumes a job from its checkpoint: round last_committed_round + 1, attempt attempts_of_next_round + 1 (or the
   // final evaluation when every round is committed or early stopping's patience is used up). InvalidArgument if the
-  // checkpoint does not fit the config.
-  StatusOr<Actions> Restore(const EngineCheckpoint& checkpoint, std::span<const WorkerId> idle_workers = {});
+  // checkpoint does not fit the config. `carried`: an asynchronous job's updates accepted into that version before
+  // the restart, each announced again (ValidateUpdate) right after the version's StartRound, in this order, so that
+  // no accepted update is lost; InvalidArgument for one of a worker without a shard, or in a synchronous job.
+  StatusOr<Actions> Restore(const EngineCheckpoint& checkpoint, std::span<const WorkerId> idle_workers = {},
+                            std::span<const CarriedUpdate> carried = {});
 
   // The worker is online and idle (polling for a task). Ignored for workers not eligible for this job (including,
   // for workers_hold_data, a worker without data), and in terminal phases.
@@ -436,7 +449,8 @@ class RoundEngine {
 
   // Asynchronous rounds (round_engine_async.cc).
   // A version begins: the accepted, rejected and dropped entries of the last one go, tasks in training stay.
-  void BeginVersion(Actions& out);
+  // `carried` (a restored job's) are announced again right after its StartRound.
+  void BeginVersion(Actions& out, std::span<const CarriedUpdate> carried = {});
   // Gives tasks to idle workers while fewer than max_concurrency train.
   void TryAssignAsync(Actions& out);
   // AggregateRound once buffer_size updates are accepted.

@@ -9,7 +9,7 @@
 
 namespace parsyn::coordinator {
 
-void RoundEngine::BeginVersion(Actions& out) {
+void RoundEngine::BeginVersion(Actions& out, std::span<const CarriedUpdate> carried) {
   // Tasks in training stay (their results may join this version); the rest of the last version's entries go.
   std::vector<Participant> kept;
   for (Participant& p : participants_) {
@@ -22,6 +22,28 @@ void RoundEngine::BeginVersion(Actions& out) {
   join_deadline_.reset();
   phase_ = JobPhase::kTraining;
   out.push_back(StartRound{.round = round_, .attempt = attempt_});
+  for (const CarriedUpdate& c : carried) {
+    if (FindParticipant(c.worker) != nullptr) continue;  // one update per worker per version
+    participant_index_.emplace(c.worker, participants_.size());
+    Participant& p = participants_.emplace_back();
+    p.worker = c.worker;
+    p.shard = checkpoint_.shards.at(c.worker);
+    p.state = ParticipantState::kDropped;
+    SetState(p, ParticipantState::kValidating);
+    p.sample_count = c.sample_count;
+    p.train_loss = c.train_loss;
+    p.task_round = c.task_round;
+    p.task_attempt = c.task_attempt;
+    out.push_back(ValidateUpdate{.worker = c.worker,
+                                 .round = round_,
+                                 .attempt = attempt_,
+                                 .shard = p.shard,
+                                 .sample_count = c.sample_count,
+                                 .trained_on_round = c.task_round - 1,
+                                 .staleness = round_ - c.task_round,
+                                 .task_round = c.task_round,
+                                 .task_attempt = c.task_attempt});
+  }
   TryAssignAsync(out);
 }
 

@@ -130,6 +130,26 @@ TEST_F(RoundEngineTest, AsyncAFailedAggregationStartsTheVersionAgainKeepingTasks
               });
 }
 
+TEST_F(RoundEngineTest, AsyncRestoreAnnouncesTheUpdatesCarriedOverARestartInTheirOrder) {
+  RoundEngine engine(AsyncThreeWorkers(3, /*buffer_size=*/2, /*max_concurrency=*/3, 5), fed_avg_, clock_);
+  EngineCheckpoint checkpoint;
+  checkpoint.last_committed_round = 1;
+  checkpoint.attempts_of_next_round = 1;  // version 2's first attempt ran when the coordinator stopped
+  checkpoint.shards = {{1, 0}, {2, 1}, {3, 2}};
+  const std::vector<CarriedUpdate> carried = {
+      {.worker = 3, .sample_count = 100, .train_loss = 1.0, .task_round = 1, .task_attempt = 1}};
+  StatusOr<Actions> restored = engine.Restore(checkpoint, std::vector<WorkerId>{1, 3}, carried);
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  EXPECT_THAT(Render(*restored), ElementsAre("start r2a2", "validate w3 r2a2 stale 1", "assign w1 r2a2 s0"));
+  Run(engine, {
+                  Valid(3, 2, 2),
+                  Result(1, 2, 2, 50, 2.0, {"validate w1 r2a2"}),
+                  Valid(1, 2, 2, {"aggregate r2a2 [w3:100/s1 w1:50] loss 1.333"}),
+              });
+  RoundEngine sync(ThreeWorkers(), fed_avg_, clock_);
+  EXPECT_EQ(sync.Restore(checkpoint, {}, carried).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(RoundEngineTest, AsyncStopEndsTheTasksInTraining) {
   RoundEngine engine(AsyncThreeWorkers(3, 2, 3, 2), fed_avg_, clock_);
   StartWith(engine, {1, 2});

@@ -6,7 +6,10 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <set>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "llama_fixture.h"
@@ -172,6 +175,65 @@ TEST_F(AsyncJobTest, UpdatesPastMaxStalenessAreRefusedAndTheWorkerTakesNewWork) 
                d.value("round", 0) >= refused_round;
       },
       std::chrono::seconds(10)));
+}
+
+// A coordinator SIGKILLed while a version's buffer holds accepted updates: the job resumes, the updates accepted before
+// the kill are carried into the version's next attempt (none lost, none counted twice), and every version is still
+// the rule over the updates its record lists.
+TEST_F(AsyncJobTest, ACoordinatorKilledWithUpdatesInTheBufferCarriesThemIntoTheVersionsNextAttempt) {
+  // Every version needs all four workers' updates: the three fast ones wait in the buffer for the slow one's.
+  const std::vector<int64_t> ids = StartFastAndSlowWorkers(3.0);
+  const int kVersions = 3;
+  const int64_t job_id = CreateJob(*admin_, AsyncSpec(ids, kVersions, {{"buffer_size", 4}, {"max_staleness", 5}}));
+  ASSERT_GT(job_id, 0);
+  ASSERT_TRUE(WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& type, const json& d) { return type == "update_accepted" && d.value("round", 0) == 2; },
+      std::chrono::seconds(120)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the other fast updates join the buffer
+  server_->Kill();
+  server_->Start();  // same data directory, same port: the workers reconnect on their own
+  json job = WaitForJobEnd(*admin_, job_id, std::chrono::seconds(300));
+  ASSERT_EQ(job.value("status", ""), "succeeded") << job.dump(2);
+
+  const std::vector<json> committed = CommittedRounds(*admin_, job_id);
+  ASSERT_EQ(committed.size(), static_cast<size_t>(kVersions));
+  // The tasks each (round, attempt) gave out, by worker.
+  std::set<std::tuple<int, int, int64_t>> tasks;
+  EXPECT_TRUE(WaitForEvent(
+      *admin_, job_id,
+      [&](const std::string& type, const json& d) {
+        if (type == "task_assigned")
+          tasks.insert({d.value("round", 0), d.value("attempt", 0), d.value("worker_id", 0)});
+        return type == "job_status" && d.value("status", "") == "succeeded";
+      },
+      std::chrono::seconds(10)));
+  int carried = 0;
+  for (const json& attempt : Rounds(*admin_, job_id)) {
+    if (attempt["outcome"] != "failed") continue;
+    const json& next = committed.at(attempt["round"].get<size_t>() - 1);
+    for (const json& u : attempt["updates"]) {
+      if (u["status"] != "accepted") continue;
+      bool found = false;
+      for (const json& v : next["updates"]) {
+        found = found || (v["worker_id"] == u["worker_id"] && v["trained_on_round"] == u["trained_on_round"] &&
+                          v["sha256"] == u["sha256"] && v["status"] == "accepted");
+      }
+      EXPECT_TRUE(found) << "an update accepted before the kill is missing from its version: " << u.dump();
+      // Carried, not trained again: its worker had no task in the attempt that committed.
+      EXPECT_FALSE(
+          tasks.contains({next["round"].get<int>(), next["attempt"].get<int>(), u["worker_id"].get<int64_t>()}))
+          << "worker " << u["worker_id"] << " trained version " << next["round"] << " again";
+      ++carried;
+    }
+  }
+  EXPECT_GE(carried, 1) << "the kill found no accepted update in the buffer";
+  for (int v = 1; v <= kVersions; ++v) {
+    SCOPED_TRACE("version " + std::to_string(v));
+    EXPECT_EQ(committed[static_cast<size_t>(v - 1)]["updates"].size(), 4u);
+    EXPECT_LT(LargestDifference(GlobalOf(job_id, committed, v), VersionByTheRule(job_id, committed, v, 1.0, 0.5)),
+              1e-4);
+  }
 }
 
 }  // namespace
