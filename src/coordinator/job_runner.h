@@ -252,6 +252,10 @@ class JobRunner {
   Status ChooseLoraRank(int64_t worker_id);
   http::Awaitable<Status> MakeRankGlobal(const AssignTask& a);
   const RankGlobals::Global* LowerRankGlobal(const AssignTask& a) const;
+  // Accepts a checked update into the round's aggregation: an asynchronous job's stale one rebased from `base`, the
+  // global its task trained, onto the latest, and weighted by its staleness. Blocking (a pool thread) when rebasing.
+  Status AcceptIntoRound(weights::WeightSet update, const ValidateUpdate& a, const weights::WeightSet& base,
+                         std::optional<double> max_magnitude);
   // The global the worker's update of its task of `task_round` is checked against: the one the task trained (a lower
   // rank's, an asynchronous job's earlier version); nullptr when it is no longer held.
   std::shared_ptr<weights::WeightSet> UpdateBase(int64_t worker_id, int task_round) const;

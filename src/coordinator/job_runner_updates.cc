@@ -221,6 +221,21 @@ http::Awaitable<void> JobRunner::AddKeptUpdatesWhileIdle(const Actions& next, bo
   co_await std::move(added);
 }
 
+Status JobRunner::AcceptIntoRound(weights::WeightSet update, const ValidateUpdate& a, const weights::WeightSet& base,
+                                  std::optional<double> max_magnitude) {
+  if (a.staleness > 0) {
+    // Trained on an earlier version: its change from that global, moved onto the current one, joins the buffer
+    // (strategy/buffered_aggregation.h); the mapped file is read-only, so the sum is a copy.
+    weights::WeightSet rebased = update.Clone();
+    PARSYN_RETURN_IF_ERROR(strategy::RebaseUpdate(rebased, base, *global_.weights()));
+    update = std::move(rebased);
+    max_magnitude.reset();
+  }
+  // Taken over so that the aggregation may add several updates in one pass over its sums (it still judges now).
+  return aggregator_.AcceptOwned(std::move(update), a.sample_count, max_magnitude,
+                                 strategy::StalenessWeight(spec_.distributed.async.staleness_weighting, a.staleness));
+}
+
 http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std::deque<Action>& work) {
   const ResultReport* result = attempt_.result(a.worker);
   if (result == nullptr) co_return InternalError("no result recorded for worker " + std::to_string(a.worker));
@@ -231,12 +246,8 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
   const uint64_t max_bytes = MaxUpdateUploadBytes();
   const weights::WireEncoding encoding = UpdateEncoding();
   std::shared_ptr<weights::WeightSet> global = UpdateBase(a.worker, a.task_round);
-  if (global == nullptr) {
-    co_return InternalError("the global of round " + std::to_string(a.trained_on_round) + " that worker " +
-                            std::to_string(a.worker) + "'s update trained on is not held");
-  }
-  const std::shared_ptr<weights::WeightSet> current = global_.weights();
-  const double weight_scale = strategy::StalenessWeight(spec_.distributed.async.staleness_weighting, a.staleness);
+  if (global == nullptr)
+    co_return InternalError("the global of round " + std::to_string(a.trained_on_round) + " is gone");
   // An update checked early by Result() (outside the job mutex) only needs accumulating here.
   std::optional<StatusOr<weights::WeightSet>> checked;
   std::optional<double> max_magnitude;
@@ -264,25 +275,14 @@ http::Awaitable<Status> JobRunner::OnValidateUpdate(const ValidateUpdate& a, std
       return checked->status();
     }
     const auto accept_start = std::chrono::steady_clock::now();
-    if (a.staleness > 0) {
-      // Trained on an earlier version: its change from that global, moved onto the current one, joins the buffer
-      // (strategy/buffered_aggregation.h); the mapped file is read-only, so the sum is a copy.
-      weights::WeightSet rebased = (*checked)->Clone();
-      PARSYN_RETURN_IF_ERROR(strategy::RebaseUpdate(rebased, *global, *current));
-      **checked = std::move(rebased);
-      max_magnitude.reset();
-    }
-    // Taken over so that the aggregation may add several updates in one pass over its sums (it still judges now).
-    Status accepted = aggregator_.AcceptOwned(std::move(**checked), a.sample_count, max_magnitude, weight_scale);
+    Status accepted = AcceptIntoRound(std::move(**checked), a, *global, max_magnitude);
     accept_ms = MillisSince(accept_start);
     return accepted;
   };
-  // A small update checked early is accepted here: that costs less than the trip to the pool and back, which the job
-  // waits for with its mutex held (at 10,000 results a round, those trips one after another were the round's wall).
-  // So is one of any size that the aggregation accepts at once (its magnitude known from the upload's check; a batch it
-  // fills is added on a thread of the aggregation's own, and none is still being added): at K = 1000 x 2 MiB the trips,
-  // queued behind the pool's early checks during the uploads, let the job take 30-60 results a second while 250 a
-  // second arrived.
+  // A small update checked early is accepted here: cheaper than the trip to the pool and back, which the job waits for
+  // with its mutex held (at 10,000 results a round those trips were the round's wall). So is one the aggregation takes
+  // at once (its magnitude known from the upload's check): at K = 1000 x 2 MiB the trips, queued behind the early
+  // checks, let the job take 30-60 results a second while 250 a second arrived. A stale one is rebased on the pool.
   constexpr uint64_t kInlineAcceptBytes = 256 * 1024;
   Status verdict;
   const bool ready = checked_early && checked->ok();
