@@ -218,10 +218,18 @@ void ShowWorkerProgress(const json& d, WatchScreen& screen) {
   }
 }
 
-// A round_committed event's line: its updates, train loss and (dp_fedavg) the privacy spent so far.
+// A round_committed event's line: its updates, train loss and (dp_fedavg) the privacy spent so far; an asynchronous
+// job's rounds are versions, with their updates' staleness.
 void ShowRoundCommitted(const json& d, std::ostream& out) {
-  out << "round " << d["round"] << "/" << d["total_rounds"] << " committed: " << d["num_updates"]
-      << " updates, train loss " << RoundedNumber(d["train_loss"]);
+  const bool version = d.contains("staleness");
+  out << (version ? "version " : "round ") << d["round"] << "/" << d["total_rounds"]
+      << " committed: " << d["num_updates"] << " updates";
+  if (version) {
+    std::string staleness;
+    for (const json& s : d["staleness"]) staleness += (staleness.empty() ? "" : ", ") + s.dump();
+    out << " (staleness " << staleness << ")";
+  }
+  out << ", train loss " << RoundedNumber(d["train_loss"]);
   // dp_fedavg: the privacy spent so far (ε for the job's δ), as GET .../rounds reports it.
   if (const json privacy = d.value("privacy", json()); privacy.is_object()) {
     out << ", privacy " << (privacy["epsilon"].is_number() ? "ε " + RoundedNumber(privacy["epsilon"]) : "unbounded")

@@ -128,6 +128,7 @@ http::Awaitable<Status> JobRunner::OnCommitRound(const coordinator::CommitRound&
                            {"num_updates", a.num_updates},
                            {"num_samples", a.num_samples},
                            {"global_sha256", global_.sha256()}};
+    if (engine_config_.async) committed_data["staleness"] = a.staleness;  // a version's updates', in their order
     // dp_fedavg: the round's privacy report; GET .../rounds reads it back from this event (RoundPrivacyJson), stored
     // in the commit's batch.
     if (std::optional<strategy::RoundPrivacy> privacy = aggregator_.strategy()->CommittedRoundPrivacy()) {

@@ -388,17 +388,22 @@ void RoundEngine::Commit(Actions& out) {
   double train_loss_sum = 0;
   int64_t samples = 0;
   int updates = 0;
+  std::vector<std::pair<int64_t, int>> staleness;  // (accepted order, staleness)
   for (const Participant& p : participants_) {
     if (p.state != ParticipantState::kAccepted) continue;
     ++updates;
     samples += p.sample_count;
     train_loss_sum += static_cast<double>(p.sample_count) * p.train_loss;
+    if (config_.async) staleness.emplace_back(p.accepted_order, round_ - p.task_round);
   }
-  out.push_back(CommitRound{.round = round_,
-                            .attempt = attempt_,
-                            .train_loss = samples > 0 ? train_loss_sum / static_cast<double>(samples) : 0.0,
-                            .num_updates = updates,
-                            .num_samples = samples});
+  std::sort(staleness.begin(), staleness.end());
+  CommitRound commit{.round = round_,
+                     .attempt = attempt_,
+                     .train_loss = samples > 0 ? train_loss_sum / static_cast<double>(samples) : 0.0,
+                     .num_updates = updates,
+                     .num_samples = samples};
+  for (const auto& [order, s] : staleness) commit.staleness.push_back(s);
+  out.push_back(std::move(commit));
   checkpoint_.last_committed_round = round_;
   checkpoint_.attempts_of_next_round = 0;
   checkpoint_.consecutive_failed_rounds = 0;

@@ -257,6 +257,7 @@ struct CommitRound {
   double train_loss = 0;
   int num_updates = 0;
   int64_t num_samples = 0;
+  std::vector<int> staleness;  // an asynchronous job's: each accepted update's, in the order they were accepted
 };
 // The attempt failed; the previous global stays. consecutive_failures counts this one.
 struct FailRound {

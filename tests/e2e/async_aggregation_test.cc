@@ -12,6 +12,8 @@
 #include <tuple>
 #include <vector>
 
+#include "base/subprocess.h"
+#include "base/testing/build_paths.h"
 #include "llama_fixture.h"
 
 namespace parsyn::e2e {
@@ -21,12 +23,7 @@ using Tensors = std::map<std::string, std::vector<double>>;
 
 class AsyncJobTest : public LlamaJobTest {
  protected:
-  void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(InitTabularMlp(400, "16"));
-    StartServerWith("points-mlp", "points.csv");
-    ASSERT_GT(model_id_, 0);
-    ASSERT_GT(dataset_id_, 0);
-  }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(StartTabularMlpServer()); }
 
   // Three workers and a fourth `slow_seconds` slower per task; their ids, the slow one's last.
   std::vector<int64_t> StartFastAndSlowWorkers(double slow_seconds) {
@@ -134,6 +131,16 @@ TEST_F(AsyncJobTest, VersionsCommitWithoutTheSlowWorkerAndItsStaleUpdatesAreWeig
   }
   EXPECT_GE(slow_updates, 1) << "the slow worker's updates never joined a version";
   EXPECT_GE(largest_staleness, 1) << "the slow worker's updates were never stale";
+
+  // `parsyn job watch` prints the versions as they committed, with their updates' staleness.
+  StatusOr<Subprocess> watch = Subprocess::Start(
+      test_support::BuildPath("parsyn"),
+      {"job", "watch", std::to_string(job_id), "--server", server_->url(), "--api-key", server_->admin_key()}, {});
+  ASSERT_TRUE(watch.ok()) << watch.status().ToString();
+  std::string watched;
+  while (std::optional<std::string> line = watch->ReadLine()) watched += *line + "\n";
+  EXPECT_EQ(watch->Wait(), 0) << watched;
+  EXPECT_NE(watched.find("version 1/60 committed: 2 updates (staleness 0, 0)"), std::string::npos) << watched;
 
   // Every version is the rule's, with its staleness weights: and with them dropped it would not be.
   bool weighting_changes_a_version = false;

@@ -44,12 +44,7 @@ void WriteHeldOutCsv(const fs::path& file, int rows) {
 // The Llama fixture's server, workers and FedAvg check, with a tabular model and CSV dataset instead.
 class TabularJobTest : public LlamaJobTest {
  protected:
-  void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(InitTabularMlp(400, "16"));
-    StartServerWith("points-mlp", "points.csv");
-    ASSERT_GT(model_id_, 0);
-    ASSERT_GT(dataset_id_, 0);
-  }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(StartTabularMlpServer()); }
 
   json MlpSpec(const std::vector<int64_t>& worker_ids, int rounds, int steps) const {
     json spec = TabularJobSpec("e2e-tabular", dataset_id_, model_id_, worker_ids, rounds, steps);

@@ -42,6 +42,14 @@ class LlamaJobTest : public ::testing::Test {
     ASSERT_TRUE(fs::exists(tmp_.path() / "model" / "tabular_model.json")) << init.output;
   }
 
+  // The tabular jobs' server: InitTabularMlp(400, "16"), then the server with that model and points.csv registered.
+  void StartTabularMlpServer() {
+    ASSERT_NO_FATAL_FAILURE(InitTabularMlp(400, "16"));
+    StartServerWith("points-mlp", "points.csv");
+    ASSERT_GT(model_id_, 0);
+    ASSERT_GT(dataset_id_, 0);
+  }
+
   void TearDown() override {
     if (HasFailure()) {
       for (auto& w : workers_) std::fprintf(stderr, "---- %s ----\n%s\n", w->name().c_str(), w->log().c_str());

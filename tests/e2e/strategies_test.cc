@@ -19,12 +19,7 @@ namespace {
 
 class StrategyJobTest : public LlamaJobTest {
  protected:
-  void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(InitTabularMlp(400, "16"));
-    StartServerWith("points-mlp", "points.csv");
-    ASSERT_GT(model_id_, 0);
-    ASSERT_GT(dataset_id_, 0);
-  }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(StartTabularMlpServer()); }
 
   json Spec(const std::vector<int64_t>& worker_ids, int rounds, int steps, const std::string& strategy,
             json options) const {

@@ -463,6 +463,34 @@ async function main() {
     }
     log(`dp job ${private_.id}: ε ${privateRounds.map((r) => r.privacy.epsilon).join(', ')}`);
     await shot('12-job-detail-privacy');
+
+    // An asynchronous job: its history has a "Staleness" column with each version's accepted updates' staleness, as
+    // the API reports, and the page shows their histogram and each worker's accepted updates.
+    const asynchronous = await call('POST', '/training-jobs', specOf('asynchronous',
+      { num_rounds: 3, steps_per_round: 1, min_workers: 1, max_workers: 2, fault_tolerance: 2, aggregation: 'async',
+        async: { buffer_size: 1, max_staleness: 5 } }, workers.map((w) => w.id)));
+    await page.goto(`${base}/#/jobs/${asynchronous.id}`);
+    await page.locator('#job-status .status', { hasText: 'succeeded' }).waitFor({ timeout: 240_000 });
+    await waitFor('the three versions in the history', async () =>
+      (await page.locator('#rounds-table tbody tr[data-outcome="committed"] .update-staleness').count()) === 3, 10_000);
+    const versions = (await call('GET', `/training-jobs/${asynchronous.id}/rounds`)).rounds.filter((r) => r.outcome === 'committed');
+    const stalenessCells = await page.$$eval('#rounds-table tbody tr[data-outcome="committed"]', (rows) =>
+      Object.fromEntries(rows.map((r) => [r.dataset.round, r.querySelector('.update-staleness').dataset.staleness])));
+    const accepted = versions.flatMap((r) => r.updates.filter((u) => u.status === 'accepted'));
+    for (const r of versions) {
+      const own = r.updates.filter((u) => u.status === 'accepted').map((u) => u.staleness);
+      assert.equal(own.length, 1, `version ${r.round} has its buffer of one`);
+      assert.equal(stalenessCells[String(r.round)], own.join(','), `version ${r.round} staleness`);
+    }
+    assert.ok(await page.locator('#job-async').isVisible(), 'the asynchronous section');
+    const histogram = await page.$$eval('#job-async .staleness-histogram li', (items) =>
+      items.map((li) => [Number(li.dataset.staleness), Number(li.dataset.count)]));
+    assert.equal(histogram.reduce((n, [, count]) => n + count, 0), accepted.length, 'every accepted update counted');
+    const perWorker = await page.$$eval('#job-async .updates-per-hour li', (items) =>
+      Object.fromEntries(items.map((li) => [li.dataset.workerId, Number(li.dataset.updates)])));
+    for (const u of accepted) assert.ok(perWorker[String(u.worker_id)] >= 1, `worker ${u.worker_id} listed`);
+    log(`async job ${asynchronous.id}: staleness ${JSON.stringify(histogram)}, updates ${JSON.stringify(perWorker)}`);
+    await shot('13-job-detail-async');
     await page.goto(`${base}/#/jobs/${jobId}`);
     await page.locator('#job-status .status', { hasText: 'stopped' }).waitFor();
 

@@ -6,7 +6,7 @@ import test from 'node:test';
 
 import {
   initialJobState, reduceJob, reloadsFor, roundRows, roundCounter, workerGroups, workerStatus, lossSeries, lossSummary,
-  jobWarnings, isDpJob, trainerOf, workerName,
+  jobWarnings, isAsyncJob, isDpJob, stalenessHistogram, trainerOf, updatesPerHour, workerName,
 } from '../../web/app/job_state.js';
 
 const JOB_ID = 7;
@@ -237,6 +237,28 @@ test('dp_fedavg jobs have the privacy column', () => {
   assert.equal(isDpJob(dp), true);
   const reported = reduceJob(plain, { type: 'rounds', rounds: [{ ...ROUNDS[0], privacy: { epsilon: 1.2 } }] });
   assert.equal(isDpJob(reported), true);
+});
+
+test('asynchronous jobs: the staleness of the versions\' accepted updates and each worker\'s updates per hour', () => {
+  assert.equal(isAsyncJob(run([])), false);
+  const spec = reduceJob(initialJobState(JOB_ID), { type: 'job', first: true,
+    job: job({ spec: { distributed: { aggregation: 'async', async: { buffer_size: 2, max_staleness: 5 } } } }) });
+  assert.equal(isAsyncJob(spec), true);
+  const update = (worker_id, staleness, status = 'accepted') =>
+    ({ worker_id, status, staleness, trained_on_round: 0 });
+  // Two versions of half an hour each; a failed attempt's and a rejected update do not count.
+  const versions = reduceJob(run([]), { type: 'rounds', rounds: [
+    { ...ROUNDS[0], started_at_ms: 0, duration_ms: 1_800_000, updates: [update(1, 0), update(2, 0)] },
+    { ...ROUNDS[1], attempt: 1, outcome: 'failed', started_at_ms: 1_800_000, duration_ms: 10, updates: [update(2, 3)] },
+    { ...ROUNDS[1], attempt: 2, started_at_ms: 1_800_000, duration_ms: 1_800_000,
+      updates: [update(1, 0), update(2, 1), update(3, 1, 'rejected')] },
+  ] });
+  assert.equal(isAsyncJob(versions), true);
+  assert.deepEqual(stalenessHistogram(versions), [[0, 3], [1, 1]]);
+  assert.deepEqual(updatesPerHour(versions), [{ worker: 1, updates: 2, perHour: 2 }, { worker: 2, updates: 2, perHour: 2 }]);
+  // Before any version committed the rates are not known.
+  const running = reduceJob(run([]), { type: 'rounds', rounds: [{ ...ROUNDS[2], started_at_ms: 5 }] });
+  assert.deepEqual(updatesPerHour(running), []);
 });
 
 test('what the view re-reads after each action', () => {

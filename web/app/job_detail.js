@@ -15,7 +15,8 @@ import { LineChart, fmtNumber } from './charts.js';
  * @typedef {import('./job_state.js').Shard} Shard
  */
 import {
-  initialJobState, reduceJob, reloadsFor, workerName as nameOf, isDpJob, isSecureJob, roundRows, roundCounter, workerGroups,
+  initialJobState, reduceJob, reloadsFor, workerName as nameOf, isAsyncJob, isDpJob, isSecureJob, roundRows, roundCounter,
+  stalenessHistogram, updatesPerHour, workerGroups,
   lossSeries, lossSummary as lossNumbers, workerStatus, trainerOf, jobWarnings, isNumber,
 } from './job_state.js';
 
@@ -37,6 +38,8 @@ export function render(container, [idText]) {
   const reasonText = h('p', { class: 'muted', id: 'job-reason' });
   const trainerText = h('p', { class: 'muted', id: 'job-trainer' });
   const secureText = h('p', { class: 'muted', id: 'job-secure' });
+  // Asynchronous jobs: the buffer's staleness histogram and each worker's updates per hour (drawn with the rounds).
+  const asyncBox = h('section', { class: 'card', id: 'job-async', 'aria-labelledby': 'async-h', hidden: true });
   const warningsBox = h('section', { class: 'notice', id: 'job-warnings', role: 'note', 'aria-labelledby': 'warnings-h',
                                      hidden: true });
   const lossSummary = h('p', { id: 'loss-summary' });
@@ -74,6 +77,7 @@ export function render(container, [idText]) {
       aggregateChartBox),
     h('section', { 'aria-labelledby': 'workers-h' }, h('h2', { id: 'workers-h' }, 'Workers'), workerCards),
     shardsBox,
+    asyncBox,
     h('section', { class: 'card', 'aria-labelledby': 'rounds-h' },
       h('h2', { id: 'rounds-h' }, 'Round history'),
       h('div', { class: 'table-wrap' }, h('table', { id: 'rounds-table' },
@@ -249,10 +253,50 @@ export function render(container, [idText]) {
       `${s.masked.length} of ${s.participants.length}: ${names(s.masked)}`);
   }
 
+  /** @param {Round} r */
+  function stalenessCell(r) {
+    const accepted = (r.updates ?? []).filter((u) => u.status === 'accepted' && typeof u.staleness === 'number');
+    if (!accepted.length) return h('td', { class: 'update-staleness' }, '—');
+    const title = accepted.map((u) => `${workerName(u.worker_id)}: trained on version ${u.trained_on_round}`).join('; ');
+    return h('td', { class: 'update-staleness', title, dataset: { staleness: accepted.map((u) => u.staleness).join(',') } },
+      accepted.map((u) => u.staleness).join(', '));
+  }
+
+  // Asynchronous jobs: how stale the buffered updates were, and how often each worker's update counted.
+  function drawAsync() {
+    const spec = state.job?.spec?.distributed?.async;
+    asyncBox.hidden = !isAsyncJob(state);
+    if (asyncBox.hidden) return;
+    const histogram = stalenessHistogram(state);
+    const most = Math.max(1, ...histogram.map(([, n]) => n));
+    asyncBox.replaceChildren(
+      h('h2', { id: 'async-h' }, 'Asynchronous versions'),
+      h('p', { class: 'muted' }, spec
+        ? `Each version is made from ${spec.buffer_size} accepted updates; an update may lag at most ` +
+          `${spec.max_staleness} versions (its staleness: versions committed since the one it trained on).`
+        : 'Each version is made from a buffer of accepted updates.'),
+      h('h3', {}, 'Staleness of the accepted updates'),
+      histogram.length
+        ? h('ul', { class: 'plain staleness-histogram' }, ...histogram.map(([staleness, n]) =>
+          h('li', { dataset: { staleness, count: n } },
+            h('span', {}, `${staleness}`),
+            h('div', { class: 'histogram-bar', role: 'img', 'aria-label': `${n} updates of staleness ${staleness}` },
+              h('span', { style: `width: ${(100 * n) / most}%; background: var(--accent)` })),
+            h('span', { class: 'muted' }, `${n}`))))
+        : h('p', { class: 'muted' }, 'No version committed yet.'),
+      h('h3', {}, 'Updates per worker'),
+      h('ul', { class: 'plain updates-per-hour' }, ...updatesPerHour(state).map(({ worker, updates, perHour }) =>
+        h('li', { dataset: { workerId: worker, updates } }, workerName(worker), h('span', { class: 'muted' },
+          `: ${updates} accepted` + (perHour === null ? '' : `, ${fmtNumber(perHour, 3)} an hour`))))));
+  }
+
   function drawRounds() {
+    drawAsync();
     const privacy = isDpJob(state);
     const secure = isSecureJob(state);
-    const extra = [...(secure ? ['Survivors'] : []), ...(privacy ? ['Privacy ε'] : [])];
+    const asynchronous = isAsyncJob(state);
+    const extra = [...(asynchronous ? ['Staleness'] : []), ...(secure ? ['Survivors'] : []),
+      ...(privacy ? ['Privacy ε'] : [])];
     roundsHead.replaceChildren(...[...ROUND_COLUMNS, ...extra].map((t) => h('th', { scope: 'col' }, t)));
     roundsBody.replaceChildren(...roundRows(state).map(({ round: r, label, finalEvaluation, outcome, participants, dropped, validation, isBest }) => {
       /** @type {Record<string, string | number>} */
@@ -275,6 +319,7 @@ export function render(container, [idText]) {
         h('td', { class: 'compression-ratio' }, typeof r.compression_ratio === 'number' ? `${r.compression_ratio.toFixed(2)}×` : '—'),
         h('td', {}, fmtNumber(r.train_loss)),
         h('td', { class: 'validation-after' }, finalEvaluation ? '—' : fmtNumber(validation)),
+        asynchronous ? stalenessCell(r) : null,
         secure ? survivorsCell(r) : null,
         privacy ? privacyCell(r) : null);
     }));

@@ -32,7 +32,8 @@ import { TERMINAL } from './dom.js';
 /**
  * @typedef {object} JobSpec
  * @property {{trainer?: string}} [config]
- * @property {{steps_per_round?: number, strategy?: string, partition?: Record<string, string | number>, secure_aggregation?: {enabled?: boolean}}} [distributed]
+ * @property {{steps_per_round?: number, strategy?: string, partition?: Record<string, string | number>, secure_aggregation?: {enabled?: boolean},
+ *   aggregation?: string, async?: {buffer_size: number, max_staleness: number}}} [distributed]
  */
 /**
  * @typedef {object} Shard
@@ -68,7 +69,8 @@ import { TERMINAL } from './dom.js';
  * @property {number} attempt
  * @property {string} outcome
  * @property {number[]} participants
- * @property {{worker_id: number, status: string, reason?: string}[]} updates
+ * @property {{worker_id: number, status: string, reason?: string, staleness?: number, trained_on_round?: number}[]} updates
+ * @property {number} [started_at_ms]
  * @property {number | null} train_loss
  * @property {number | null} validation_loss
  * @property {number | null} duration_ms
@@ -452,6 +454,55 @@ export function bestRound(state) {
  */
 export function isSecureJob(state) {
   return state.job?.spec?.distributed?.secure_aggregation?.enabled === true || state.rounds.some((r) => r.secure_aggregation);
+}
+
+/**
+ * Asynchronous jobs (distributed.aggregation "async"): their rounds are versions made from a buffer of updates, each
+ * trained on some earlier version; the page shows each version's updates' staleness, their histogram and each worker's
+ * updates per hour.
+ * @param {JobState} state
+ */
+export function isAsyncJob(state) {
+  return state.job?.spec?.distributed?.aggregation === 'async' ||
+    state.rounds.some((r) => (r.updates ?? []).some((u) => typeof u.staleness === 'number'));
+}
+
+/**
+ * The accepted updates of the committed versions, counted by staleness: [staleness, count] pairs, by staleness.
+ * @param {JobState} state
+ * @returns {[number, number][]}
+ */
+export function stalenessHistogram(state) {
+  /** @type {Map<number, number>} */
+  const counts = new Map();
+  for (const r of state.rounds) {
+    if (r.outcome !== 'committed') continue;
+    for (const u of r.updates ?? []) {
+      if (u.status === 'accepted' && typeof u.staleness === 'number') counts.set(u.staleness, (counts.get(u.staleness) ?? 0) + 1);
+    }
+  }
+  return [...counts.entries()].sort((a, b) => a[0] - b[0]);
+}
+
+/**
+ * Each worker's accepted updates in the committed versions, and per hour over the time they span (from the first
+ * version's start to the end of the last committed one; null while that is not known): by worker id.
+ * @param {JobState} state
+ * @returns {{worker: number, updates: number, perHour: number | null}[]}
+ */
+export function updatesPerHour(state) {
+  /** @type {Map<number, number>} */
+  const counts = new Map();
+  let first = Infinity, last = -Infinity;
+  for (const r of state.rounds) {
+    if (typeof r.started_at_ms === 'number') first = Math.min(first, r.started_at_ms);
+    if (r.outcome !== 'committed') continue;
+    if (typeof r.started_at_ms === 'number' && typeof r.duration_ms === 'number') last = Math.max(last, r.started_at_ms + r.duration_ms);
+    for (const u of r.updates ?? []) if (u.status === 'accepted') counts.set(u.worker_id, (counts.get(u.worker_id) ?? 0) + 1);
+  }
+  const hours = last > first ? (last - first) / 3_600_000 : null;
+  return [...counts.entries()].sort((a, b) => a[0] - b[0])
+    .map(([worker, updates]) => ({ worker, updates, perHour: hours === null ? null : updates / hours }));
 }
 
 /**
