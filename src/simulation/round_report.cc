@@ -17,7 +17,8 @@ namespace parsyn::simulation {
 using nlohmann::json;
 
 StatusOr<RoundReport> ReadRoundReport(storage::MetadataStore& store, int64_t job_id, int workers,
-                                      const std::map<int64_t, double>& step_seconds) {
+                                      const std::map<int64_t, double>& step_seconds,
+                                      const std::map<std::pair<int, int>, double>& measured_ends) {
   PARSYN_ASSIGN_OR_RETURN(storage::TrainingJob job, store.GetJob(job_id));
   RoundReport report{.job_id = job_id,
                      .job_status = std::string(storage::ToString(job.status)),
@@ -49,6 +50,9 @@ StatusOr<RoundReport> ReadRoundReport(storage::MetadataStore& store, int64_t job
                  .duration_ms = r.ended_at_ms ? *r.ended_at_ms - r.started_at_ms : 0,
                  .global_sha256 = r.global_sha256,
                  .failure_reason = r.failure_reason};
+    if (auto measured = measured_ends.find({r.round, r.attempt}); measured != measured_ends.end()) {
+      row.virtual_time_s = measured->second;
+    }
     for (const storage::RoundUpdate& u : updates) {
       if (u.status == storage::UpdateStatus::kAccepted) {
         row.accepted_updates++;

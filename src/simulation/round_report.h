@@ -51,8 +51,11 @@ struct RoundReport {
 
 // Reads the job, its rounds and their updates from the store. Blocking. `step_seconds` (worker id -> virtual
 // seconds per step; empty: none) gives each attempt's virtual end (VirtualEnds over the job's steps_per_round).
+// `measured_ends`: each attempt's virtual end as the simulation measured it, (round, attempt) -> seconds (an
+// asynchronous job's, whose results arrived in virtual-time order); when given it is used instead of step_seconds.
 StatusOr<RoundReport> ReadRoundReport(storage::MetadataStore& store, int64_t job_id, int workers,
-                                      const std::map<int64_t, double>& step_seconds = {});
+                                      const std::map<int64_t, double>& step_seconds = {},
+                                      const std::map<std::pair<int, int>, double>& measured_ends = {});
 
 // round,attempt,status,participants,accepted_updates,rejected_updates,samples,train_loss,validation_loss,
 // bytes_moved,bytes_down,bytes_up,duration_ms,global_sha256,failure_reason,virtual_time_s — a header line, then one

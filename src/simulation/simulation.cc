@@ -75,6 +75,12 @@ class SimulationHost final : public coordinator::JobHost {
   }
 
   void AddWorker(int64_t id) { workers_[id] = VirtualWorker{}; }
+  // An asynchronous job with --speeds: results reach the runner in virtual-time order (VirtualSchedule), and each
+  // attempt's virtual end is measured as it commits or fails (measured_ends).
+  void TimeAsynchronousRounds(std::map<int64_t, double> step_seconds, int64_t steps_per_task) {
+    schedule_.emplace(std::move(step_seconds), steps_per_task);
+  }
+  const std::map<std::pair<int, int>, double>& measured_ends() const { return measured_ends_; }
   void set_runner(coordinator::JobRunner* runner) { runner_ = runner; }
   boost::asio::io_context& io() { return io_; }
 
@@ -98,6 +104,9 @@ class SimulationHost final : public coordinator::JobHost {
   bool keep_updates() const override { return false; }  // a simulation's blobs go with its work dir anyway
 
   http::Awaitable<void> AppendEvent(int64_t job_id, std::string type, json payload) override {
+    if (schedule_ && (type == "round_committed" || type == "round_failed")) {
+      measured_ends_[{payload.value("round", 0), payload.value("attempt", 0)}] = schedule_->now();
+    }
     storage::JobEvent event{
         .job_id = job_id, .type = type, .payload_json = payload.dump(), .time_ms = clock_.UnixMillis()};
     StatusOr<int64_t> id = co_await loop::Offload(pool_, [&] { return store_.AppendJobEvent(event); });
@@ -129,13 +138,14 @@ class SimulationHost final : public coordinator::JobHost {
     }
     tasks_started_++;
     in_flight_++;
+    if (schedule_) schedule_->Start(worker_id);
     // A securely aggregated task: the worker joins the attempt now, on the loop (it advertises its keys).
     std::shared_ptr<SecureMasking> masking = JoinSecureAttempt(worker_id, task);
     boost::asio::post(trainers_, [this, worker_id, task = std::move(task), control = w.control, masking]() mutable {
       // Read on the trainer's thread, as a worker reads its poll's answer (unreadable: ParseTask says so).
       auto outcome = std::make_shared<TaskOutcome>(
           tasks_.Run(worker_id, json::parse(task.json, nullptr, false), *control, masking.get()));
-      boost::asio::co_spawn(io_, Reported(worker_id, task.round, task.attempt, outcome), boost::asio::detached);
+      boost::asio::co_spawn(io_, Finished(worker_id, task.round, task.attempt, outcome), boost::asio::detached);
     });
     return true;
   }
@@ -208,6 +218,11 @@ class SimulationHost final : public coordinator::JobHost {
   }
 
  private:
+  struct HeldReport {
+    int round = 0;
+    int attempt = 0;
+    std::shared_ptr<TaskOutcome> outcome;
+  };
   struct VirtualWorker {
     bool busy = false;
     uint64_t tasks_assigned = 0;  // tells a stale offer (Service::OfferWorker does the same)
@@ -238,6 +253,27 @@ class SimulationHost final : public coordinator::JobHost {
     };
     auto available = runner_->WorkerAvailable(worker_id, std::move(still_idle));  // kCoAwaitTemporaries
     co_await std::move(available);
+  }
+
+  // On the loop: the worker's trainer is done. Its outcome is reported at once, or, in virtual time, once no task still
+  // training would end before it (in the order of their virtual ends).
+  http::Awaitable<void> Finished(int64_t worker_id, int round, int attempt, std::shared_ptr<TaskOutcome> outcome) {
+    if (!schedule_) {
+      auto reported = Reported(worker_id, round, attempt, std::move(outcome));  // kCoAwaitTemporaries
+      co_await std::move(reported);
+      co_return;
+    }
+    held_[worker_id] = HeldReport{.round = round, .attempt = attempt, .outcome = std::move(outcome)};
+    schedule_->Finished(worker_id);
+    if (releasing_) co_return;  // the loop below takes it in its turn
+    releasing_ = true;
+    while (std::optional<int64_t> next = schedule_->Release()) {
+      HeldReport h = std::move(held_.at(*next));
+      held_.erase(*next);
+      auto reported = Reported(*next, h.round, h.attempt, std::move(h.outcome));  // kCoAwaitTemporaries
+      co_await std::move(reported);
+    }
+    releasing_ = false;
   }
 
   // On the loop: the task's result (or failure) goes to the runner as the worker protocol's routes pass it, then the
@@ -317,6 +353,10 @@ class SimulationHost final : public coordinator::JobHost {
   bool launch_failed_ = false;
   std::map<int64_t, VirtualWorker> workers_;  // loop thread only
   int in_flight_ = 0;
+  std::optional<VirtualSchedule> schedule_;  // TimeAsynchronousRounds
+  std::map<int64_t, HeldReport> held_;       // finished in real time, waiting for their virtual turn
+  bool releasing_ = false;
+  std::map<std::pair<int, int>, double> measured_ends_;  // (round, attempt) -> virtual end
   int progress_round_ = 0;
   int tasks_started_ = 0;
   int tasks_done_ = 0;
@@ -460,12 +500,6 @@ StatusOr<Prepared> Prepare(const SimulationOptions& options) {
         "--speeds gives each worker a time per step: it needs a job whose rounds are distributed.steps_per_round steps "
         "long (not 0)");
   }
-  if (!options.speeds.empty() && spec->distributed.async.enabled) {
-    return InvalidArgumentError(
-        "--speeds times synchronous rounds, each as long as its slowest participant; an asynchronous job "
-        "(distributed.aggregation \"async\") has no such rounds: drop --speeds, or compare the two schedules in "
-        "virtual time with `bench_learning --only async`");
-  }
   if (options.dropout > 0 && !spec->distributed.secure_aggregation.enabled) {
     return InvalidArgumentError(
         "--dropout drops virtual workers out of secure aggregation's phases: it needs a job with "
@@ -525,9 +559,18 @@ StatusOr<SimulationResult> RunSimulation(const SimulationOptions& given, worker:
   const std::vector<int64_t>& worker_ids = p.worker_ids;
   const coordinator::JobSpec* spec = &p.spec;
 
+  std::map<int64_t, double> step_seconds;  // --speeds: each virtual worker's, by id
+  if (!options.speeds.empty()) {
+    PARSYN_ASSIGN_OR_RETURN(std::vector<double> speeds,
+                            ParseWorkerSpeeds(options.speeds, options.workers, SpeedSeed(options.job)));
+    for (size_t i = 0; i < worker_ids.size() && i < speeds.size(); ++i) step_seconds[worker_ids[i]] = speeds[i];
+  }
+  const bool async_timed = !step_seconds.empty() && spec->distributed.async.enabled;
+  std::map<std::pair<int, int>, double> measured_ends;  // asynchronous jobs with --speeds
   {
     SimulationHost host(options, launcher, *store, *blobs, work_dir, spec->config.seed);
     for (int64_t id : worker_ids) host.AddWorker(id);
+    if (async_timed) host.TimeAsynchronousRounds(step_seconds, spec->distributed.steps_per_round);
     coordinator::JobRunner runner(host, job, *spec);
     host.set_runner(&runner);
     auto main = [&]() -> http::Awaitable<void> {
@@ -543,18 +586,15 @@ StatusOr<SimulationResult> RunSimulation(const SimulationOptions& given, worker:
     if (spec->distributed.secure_aggregation.enabled)
       boost::asio::co_spawn(host.io(), host.SecureLoop(), boost::asio::detached);
     host.io().run();
+    measured_ends = host.measured_ends();
   }
 
   SimulationResult result;
   result.warnings = warnings;
   PARSYN_ASSIGN_OR_RETURN(result.job, store->GetJob(job.id));
-  std::map<int64_t, double> step_seconds;  // --speeds: each virtual worker's, by id
-  if (!options.speeds.empty()) {
-    PARSYN_ASSIGN_OR_RETURN(std::vector<double> speeds,
-                            ParseWorkerSpeeds(options.speeds, options.workers, SpeedSeed(options.job)));
-    for (size_t i = 0; i < worker_ids.size() && i < speeds.size(); ++i) step_seconds[worker_ids[i]] = speeds[i];
-  }
-  PARSYN_ASSIGN_OR_RETURN(result.report, ReadRoundReport(*store, job.id, options.workers, step_seconds));
+  PARSYN_ASSIGN_OR_RETURN(result.report,
+                          ReadRoundReport(*store, job.id, options.workers,
+                                          async_timed ? std::map<int64_t, double>{} : step_seconds, measured_ends));
   PARSYN_RETURN_IF_ERROR(WriteRoundReport(result.report, options.out));
   // The last committed global, for users (and scripts) that want the model without reading the store.
   PARSYN_ASSIGN_OR_RETURN(std::vector<storage::Round> rounds, store->ListRounds(job.id));

@@ -91,4 +91,29 @@ StatusOr<std::vector<double>> VirtualEnds(const std::vector<std::vector<int64_t>
   return ends;
 }
 
+double VirtualSchedule::Start(int64_t worker) {
+  auto speed = step_seconds_.find(worker);
+  const double end = now_ + static_cast<double>(steps_per_task_) * (speed == step_seconds_.end() ? 0.0 : speed->second);
+  training_[worker] = end;
+  return end;
+}
+
+void VirtualSchedule::Finished(int64_t worker) {
+  auto it = training_.find(worker);
+  if (it == training_.end()) return;
+  held_.insert({it->second, worker});
+  training_.erase(it);
+}
+
+std::optional<int64_t> VirtualSchedule::Release() {
+  if (held_.empty()) return std::nullopt;
+  const auto [end, worker] = *held_.begin();
+  for (const auto& [other, other_end] : training_) {
+    if (other_end < end || (other_end == end && other < worker)) return std::nullopt;  // it reports first
+  }
+  held_.erase(held_.begin());
+  now_ = std::max(now_, end);
+  return worker;
+}
+
 }  // namespace parsyn::simulation

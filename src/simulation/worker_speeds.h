@@ -10,6 +10,8 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,5 +32,32 @@ StatusOr<std::vector<double>> ParseWorkerSpeeds(const std::string& spec, int wor
 // steps_per_round x the slowest participant's step time.
 StatusOr<std::vector<double>> VirtualEnds(const std::vector<std::vector<int64_t>>& attempts,
                                           const std::map<int64_t, double>& step_seconds, int64_t steps_per_round);
+
+// An asynchronous job's virtual time (distributed.aggregation "async"): no round waits, so the order in which results
+// reach the coordinator is what the speeds decide. A task started at virtual time t on a worker of step time s ends at
+// t + steps_per_task * s; its trainer's real-time result is held (Finished) until no task still training would end
+// before it in virtual time, then released in virtual-end order (ties: by worker id), and the virtual clock moves to
+// its end; tasks that start meanwhile start at that time. Deterministic whatever the real trainers' timing.
+class VirtualSchedule {
+ public:
+  VirtualSchedule(std::map<int64_t, double> step_seconds, int64_t steps_per_task)
+      : step_seconds_(std::move(step_seconds)), steps_per_task_(steps_per_task) {}
+
+  // The worker starts a task now; its virtual end. A worker without a step time takes 0 s.
+  double Start(int64_t worker);
+  // The worker's task finished in real time (a result or a failure to report): held until released.
+  void Finished(int64_t worker);
+  // The held worker whose result goes to the coordinator next, once no task still training ends before it (and the
+  // clock at its end); nullopt while there is none.
+  std::optional<int64_t> Release();
+  double now() const { return now_; }
+
+ private:
+  std::map<int64_t, double> step_seconds_;
+  int64_t steps_per_task_ = 0;
+  double now_ = 0;
+  std::map<int64_t, double> training_;         // worker -> virtual end, trainer still running
+  std::set<std::pair<double, int64_t>> held_;  // (virtual end, worker): finished, not released yet
+};
 
 }  // namespace parsyn::simulation

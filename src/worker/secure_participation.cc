@@ -25,7 +25,8 @@ constexpr char kBase[] = "/api/v1/worker/secure-aggregation";
 // Fault injection for the end-to-end tests of dropouts (tests/e2e/tls_test.cc): a worker started with the environment
 // variable PARSYN_WORKER_SIGKILL_AFTER=<phase> sends itself SIGKILL right after that phase of a secure attempt:
 // "keys" (its keys advertised), "shares" (its shares sent), "masked_input" (its masked input summed: the survivors
-// name it; before it reveals). A real SIGKILL: nothing of the worker runs after it, as when a machine dies.
+// name it, or the attempt ended without waiting for its shares; before it reveals). A real SIGKILL: nothing of the
+// worker runs after it, as when a machine dies.
 void SigkillIfAskedAfter(std::string_view phase) {
   const char* asked = std::getenv("PARSYN_WORKER_SIGKILL_AFTER");
   if (asked == nullptr || phase != asked) return;
@@ -144,7 +145,13 @@ StatusOr<std::string> SecureParticipation::MaskedInput(const weights::WeightSet&
 }
 
 Status SecureParticipation::Reveal(std::stop_token stop) {
-  PARSYN_ASSIGN_OR_RETURN(json answer, AwaitPhase(*client_, std::string(kBase) + "/survivors" + Query(), stop));
+  StatusOr<json> asked = AwaitPhase(*client_, std::string(kBase) + "/survivors" + Query(), stop);
+  if (!asked.ok()) {
+    // The attempt ended (409) while the result was on its way: unmasked without this worker's shares, its input in it.
+    if (asked.status().code() == StatusCode::kFailedPrecondition) SigkillIfAskedAfter("masked_input");
+    return asked.status();
+  }
+  const json& answer = *asked;
   if (!answer.is_object() || !answer.contains("survivors") || !answer["survivors"].is_array()) {
     return InvalidArgumentError("the coordinator's answer has no 'survivors' list");
   }

@@ -317,7 +317,8 @@ TEST_F(SimulateTest, WithSpeedsEachAttemptEndsWhenItsSlowestWorkerWould) {
 }
 
 // An asynchronous job runs on the virtual workers as on real ones: num_rounds versions of buffer_size updates each.
-// --speeds, which times synchronous rounds, is refused for it.
+// With --speeds its results reach the runner in virtual-time order, and each version ends when its last update would
+// have arrived: sooner than the synchronous rounds, which wait for the slowest worker.
 TEST_F(SimulateTest, AnAsynchronousJobCommitsVersionsOfBufferSizeUpdates) {
   json job = Job("federated_averaging", nullptr);
   job["distributed"]["aggregation"] = "async";
@@ -330,9 +331,21 @@ TEST_F(SimulateTest, AnAsynchronousJobCommitsVersionsOfBufferSizeUpdates) {
     EXPECT_EQ(rows[i][2], "committed");
     EXPECT_EQ(rows[i][4], "2");  // accepted_updates: the buffer
   }
-  CommandResult timed = Simulate(job, "async-speeds", 2, {"--speeds", "lognormal:1"});
-  EXPECT_EQ(timed.exit_code, 2) << timed.output;
-  EXPECT_NE(timed.output.find("--speeds times synchronous rounds"), std::string::npos) << timed.output;
+
+  // Step times 0.5, 2, 1 and 0.25 s, 3 steps a task: tasks of 1.5, 6, 3 and 0.75 s. Version 1: worker 4's update
+  // (0.75) and worker 1's (1.5). Worker 4, idle since, and worker 1 start version 2's tasks at 1.5, ending at 2.25 and
+  // 3.0; at 3.0 worker 1's comes before worker 3's (started at 0; a tie goes to the lower id): version 2 at 3.0. The
+  // synchronous rounds of the same job take 6 s each (the speeds test above).
+  const fs::path speeds = tmp_.path() / "async-speeds.txt";
+  std::ofstream(speeds) << "0.5\n2\n1\n0.25\n";
+  for (const std::string out : {"async-timed", "async-timed-again"}) {
+    CommandResult timed = Simulate(job, out, 2, {"--speeds", speeds.string()});
+    ASSERT_EQ(timed.exit_code, 0) << timed.output;
+    const std::vector<std::vector<std::string>> timed_rows = CsvRows(ReadWholeFile(tmp_.path() / out / "rounds.csv"));
+    ASSERT_EQ(timed_rows.size(), 3u) << out;
+    EXPECT_EQ(std::stod(timed_rows[1].back()), 1.5) << out;
+    EXPECT_EQ(std::stod(timed_rows[2].back()), 3.0) << out;
+  }
 }
 
 // With distributed.compression.global each virtual worker counts, from round 2 on, the delta of the global it read
