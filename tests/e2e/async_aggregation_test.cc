@@ -12,8 +12,6 @@
 #include <tuple>
 #include <vector>
 
-#include "base/subprocess.h"
-#include "base/testing/build_paths.h"
 #include "llama_fixture.h"
 
 namespace parsyn::e2e {
@@ -133,13 +131,7 @@ TEST_F(AsyncJobTest, VersionsCommitWithoutTheSlowWorkerAndItsStaleUpdatesAreWeig
   EXPECT_GE(largest_staleness, 1) << "the slow worker's updates were never stale";
 
   // `parsyn job watch` prints the versions as they committed, with their updates' staleness.
-  StatusOr<Subprocess> watch = Subprocess::Start(
-      test_support::BuildPath("parsyn"),
-      {"job", "watch", std::to_string(job_id), "--server", server_->url(), "--api-key", server_->admin_key()}, {});
-  ASSERT_TRUE(watch.ok()) << watch.status().ToString();
-  std::string watched;
-  while (std::optional<std::string> line = watch->ReadLine()) watched += *line + "\n";
-  EXPECT_EQ(watch->Wait(), 0) << watched;
+  const std::string watched = WatchEndedJob(job_id);
   EXPECT_NE(watched.find("version 1/60 committed: 2 updates (staleness 0, 0)"), std::string::npos) << watched;
 
   // Every version is the rule's, with its staleness weights: and with them dropped it would not be.

@@ -466,15 +466,8 @@ TEST_F(TabularJobTest, OneWorkerJobsTrainConfigEpochsPasses) {
     // 400 rows, 15% held out: 340 training rows, 22 batches of 16 per pass.
     const auto [initial_loss, final_loss] = ExpectOneWorkerJobTrained(*admin_, job_id, 3 * 22);
     if (distributed_given) {
-      // `parsyn job watch` of the ended job replays its events as lines for people, on stdout (stderr is inherited
-      // here, so only stdout is read); --output json is what moves them to stderr.
-      StatusOr<Subprocess> watch = Subprocess::Start(
-          test_support::BuildPath("parsyn"),
-          {"job", "watch", std::to_string(job_id), "--server", server_->url(), "--api-key", server_->admin_key()}, {});
-      ASSERT_TRUE(watch.ok()) << watch.status().ToString();
-      std::string watched;
-      while (std::optional<std::string> line = watch->ReadLine()) watched += *line + "\n";
-      EXPECT_EQ(watch->Wait(), 0) << watched;
+      // `parsyn job watch` of the ended job replays its events as lines for people.
+      const std::string watched = WatchEndedJob(job_id);
       EXPECT_NE(watched.find("round 1/1 committed"), std::string::npos) << "stdout of job watch: " << watched;
       EXPECT_NE(watched.find("job succeeded"), std::string::npos) << "stdout of job watch: " << watched;
     }

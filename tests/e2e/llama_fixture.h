@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <thread>
 
+#include "base/subprocess.h"
+#include "base/testing/build_paths.h"
 #include "e2e_harness.h"
 
 namespace parsyn::e2e {
@@ -48,6 +50,20 @@ class LlamaJobTest : public ::testing::Test {
     StartServerWith("points-mlp", "points.csv");
     ASSERT_GT(model_id_, 0);
     ASSERT_GT(dataset_id_, 0);
+  }
+
+  // The stdout of `parsyn job watch` of an ended job: its events replayed as lines for people (stderr is inherited
+  // here, so only stdout is read; --output json is what moves them to stderr). Fails the test if it does not exit 0.
+  std::string WatchEndedJob(int64_t job_id) {
+    StatusOr<Subprocess> watch = Subprocess::Start(
+        test_support::BuildPath("parsyn"),
+        {"job", "watch", std::to_string(job_id), "--server", server_->url(), "--api-key", server_->admin_key()}, {});
+    EXPECT_TRUE(watch.ok()) << watch.status().ToString();
+    if (!watch.ok()) return "";
+    std::string watched;
+    while (std::optional<std::string> line = watch->ReadLine()) watched += *line + "\n";
+    EXPECT_EQ(watch->Wait(), 0) << watched;
+    return watched;
   }
 
   void TearDown() override {
