@@ -489,6 +489,8 @@ async function main() {
     const perWorker = await page.$$eval('#job-async .updates-per-hour li', (items) =>
       Object.fromEntries(items.map((li) => [li.dataset.workerId, Number(li.dataset.updates)])));
     for (const u of accepted) assert.ok(perWorker[String(u.worker_id)] >= 1, `worker ${u.worker_id} listed`);
+    await waitFor('the three versions on the timeline', async () =>
+      (await page.getAttribute('#version-timeline', 'data-points')) === '3', 10_000);
     log(`async job ${asynchronous.id}: staleness ${JSON.stringify(histogram)}, updates ${JSON.stringify(perWorker)}`);
     await shot('13-job-detail-async');
     await page.goto(`${base}/#/jobs/${jobId}`);

@@ -6,7 +6,7 @@ import test from 'node:test';
 
 import {
   initialJobState, reduceJob, reloadsFor, roundRows, roundCounter, workerGroups, workerStatus, lossSeries, lossSummary,
-  jobWarnings, isAsyncJob, isDpJob, stalenessHistogram, trainerOf, updatesPerHour, workerName,
+  jobWarnings, isAsyncJob, isDpJob, stalenessHistogram, trainerOf, updatesPerHour, versionTimeline, workerName,
 } from '../../web/app/job_state.js';
 
 const JOB_ID = 7;
@@ -256,6 +256,8 @@ test('asynchronous jobs: the staleness of the versions\' accepted updates and ea
   assert.equal(isAsyncJob(versions), true);
   assert.deepEqual(stalenessHistogram(versions), [[0, 3], [1, 1]]);
   assert.deepEqual(updatesPerHour(versions), [{ worker: 1, updates: 2, perHour: 2 }, { worker: 2, updates: 2, perHour: 2 }]);
+  // The timeline: each committed version at its commit, in seconds since the first version started.
+  assert.deepEqual(versionTimeline(versions), { seconds: [1800, 3600], versions: [1, 2] });
   // Before any version committed the rates are not known.
   const running = reduceJob(run([]), { type: 'rounds', rounds: [{ ...ROUNDS[2], started_at_ms: 5 }] });
   assert.deepEqual(updatesPerHour(running), []);

@@ -16,7 +16,7 @@ import { LineChart, fmtNumber } from './charts.js';
  */
 import {
   initialJobState, reduceJob, reloadsFor, workerName as nameOf, isAsyncJob, isDpJob, isSecureJob, roundRows, roundCounter,
-  stalenessHistogram, updatesPerHour, workerGroups,
+  stalenessHistogram, updatesPerHour, versionTimeline, workerGroups,
   lossSeries, lossSummary as lossNumbers, workerStatus, trainerOf, jobWarnings, isNumber,
 } from './job_state.js';
 
@@ -39,7 +39,13 @@ export function render(container, [idText]) {
   const trainerText = h('p', { class: 'muted', id: 'job-trainer' });
   const secureText = h('p', { class: 'muted', id: 'job-secure' });
   // Asynchronous jobs: the buffer's staleness histogram and each worker's updates per hour (drawn with the rounds).
-  const asyncBox = h('section', { class: 'card', id: 'job-async', 'aria-labelledby': 'async-h', hidden: true });
+  const asyncDetails = h('div');
+  const timelineBox = h('div', { id: 'version-timeline' });
+  const asyncBox = h('section', { class: 'card', id: 'job-async', 'aria-labelledby': 'async-h', hidden: true },
+    h('h2', { id: 'async-h' }, 'Asynchronous versions'), asyncDetails,
+    h('h3', {}, 'Versions over time'), timelineBox);
+  /** @type {LineChart | null} */
+  let timelineChart = null;
   const warningsBox = h('section', { class: 'notice', id: 'job-warnings', role: 'note', 'aria-labelledby': 'warnings-h',
                                      hidden: true });
   const lossSummary = h('p', { id: 'loss-summary' });
@@ -269,8 +275,13 @@ export function render(container, [idText]) {
     if (asyncBox.hidden) return;
     const histogram = stalenessHistogram(state);
     const most = Math.max(1, ...histogram.map(([, n]) => n));
-    asyncBox.replaceChildren(
-      h('h2', { id: 'async-h' }, 'Asynchronous versions'),
+    timelineChart ??= new LineChart(timelineBox, {
+      xLabel: 'seconds since the first version started', yLabel: 'version', height: 160,
+      series: [{ label: 'version committed', colorIndex: 2 }],
+    });
+    const timeline = versionTimeline(state);
+    timelineChart.setData(timeline.seconds, [timeline.versions]);
+    asyncDetails.replaceChildren(
       h('p', { class: 'muted' }, spec
         ? `Each version is made from ${spec.buffer_size} accepted updates; an update may lag at most ` +
           `${spec.max_staleness} versions (its staleness: versions committed since the one it trained on).`

@@ -506,6 +506,24 @@ export function updatesPerHour(state) {
 }
 
 /**
+ * The versions' timeline: each committed version's number at the time it committed, in seconds since the first
+ * version started; by version.
+ * @param {JobState} state
+ * @returns {{seconds: number[], versions: number[]}}
+ */
+export function versionTimeline(state) {
+  const starts = state.rounds.map((r) => r.started_at_ms).filter((t) => typeof t === 'number');
+  const first = starts.length ? Math.min(.../** @type {number[]} */ (starts)) : 0;
+  const committed = state.rounds
+    .filter((r) => r.outcome === 'committed' && typeof r.started_at_ms === 'number' && typeof r.duration_ms === 'number')
+    .sort((a, b) => a.round - b.round);
+  return {
+    seconds: committed.map((r) => ((r.started_at_ms ?? 0) + (r.duration_ms ?? 0) - first) / 1000),
+    versions: committed.map((r) => r.round),
+  };
+}
+
+/**
  * dp_fedavg jobs: their rounds table has a privacy column (ε at the job's δ after each committed round).
  * @param {JobState} state
  */
