@@ -1,6 +1,8 @@
 #include "base/clock.h"
 
 #include <condition_variable>
+#include <cstdio>
+#include <ctime>
 #include <mutex>
 
 namespace parsyn {
@@ -24,6 +26,17 @@ bool SleepUnlessStopped(std::chrono::milliseconds pause, std::stop_token stop) {
   std::condition_variable_any cv;
   std::unique_lock lock(mu);
   return !(cv.wait_for(lock, stop, pause, [] { return false; }) || stop.stop_requested());
+}
+
+std::string Rfc3339Millis(int64_t unix_ms) {
+  const int64_t ms = ((unix_ms % 1000) + 1000) % 1000;
+  const std::time_t seconds = static_cast<std::time_t>((unix_ms - ms) / 1000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[40];
+  std::snprintf(text, sizeof(text), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1,
+                utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(ms));
+  return text;
 }
 
 }  // namespace parsyn

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <stop_token>
+#include <string>
 
 namespace parsyn {
 
@@ -47,5 +48,8 @@ class FakeClock final : public Clock {
 // Sleeps for `pause` on the calling thread (real time, not a Clock's) unless `stop` is requested before or during it,
 // which ends it at once. False when stopped. Thread-safe.
 bool SleepUnlessStopped(std::chrono::milliseconds pause, std::stop_token stop);
+
+// Unix milliseconds as UTC RFC 3339 text with milliseconds: "2026-12-05T17:03:11.123Z".
+std::string Rfc3339Millis(int64_t unix_ms);
 
 }  // namespace parsyn

@@ -4,6 +4,7 @@
 //   parsyn dataset upload|list|get                                  dataset_commands.cc
 //   parsyn model upload|list|get                                    model_commands.cc
 //   parsyn worker register|list|get                                 worker_commands.cc
+//   parsyn audit export|verify|key                                  audit_commands.cc
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -15,5 +16,6 @@ void AddJobCommands(CLI::App& app, int& exit_code);
 void AddDatasetCommands(CLI::App& app, int& exit_code);
 void AddModelRemoteCommands(CLI::App& app, int& exit_code);
 void AddWorkerRegisterCommands(CLI::App& app, int& exit_code);
+void AddAuditCommands(CLI::App& app, int& exit_code);
 
 }  // namespace parsyn::cli

@@ -74,6 +74,8 @@ struct ServerFlags {
   std::string s3_path_style;  // "", "0" or "1"
   std::string admin_key_file;
   std::string worker_bootstrap_key_file;
+  std::string audit_key_file;
+  int64_t audit_checkpoint_every = coordinator::ServiceOptions{}.audit_checkpoint_every;
   int64_t leader_lease_ms = coordinator::ServiceOptions{}.leader_lease_ttl.count();
   int64_t admin_key_refresh_ms = coordinator::ServiceOptions{}.admin_key_refresh_interval.count();
 };
@@ -169,6 +171,8 @@ StatusOr<coordinator::ServiceOptions> ServiceOptionsFrom(const ServerFlags& f, b
   options.metrics_require_admin = f.metrics_auth == "admin";
   options.admin_key_file = f.admin_key_file;
   options.worker_bootstrap_key_file = f.worker_bootstrap_key_file;
+  options.audit_key_file = f.audit_key_file;
+  options.audit_checkpoint_every = f.audit_checkpoint_every;
   options.leader_lease_ttl = std::chrono::milliseconds(f.leader_lease_ms);
   options.admin_key_refresh_interval = std::chrono::milliseconds(f.admin_key_refresh_ms);
   return options;
@@ -270,6 +274,9 @@ void ShutDownOnSignal(boost::asio::signal_set& signals, coordinator::Service* sv
               co_await timer.async_wait(boost::asio::use_awaitable);
             }
           }
+          // While still the leader: the audit log's last records get their signature.
+          auto checkpoint = svc->CheckpointAuditLog();  // kCoAwaitTemporaries
+          co_await std::move(checkpoint);
           svc->BeginShutdown();
           co_await srv->Shutdown(std::chrono::seconds(5));
         },
@@ -465,6 +472,15 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
                   "a key (at least 32 characters) with which workers register themselves as managed workers "
                   "(`parsyn worker --bootstrap-key-file`; POST /api/v1/workers/bootstrap)")
       ->envname("PARSYN_WORKER_BOOTSTRAP_KEY_FILE");
+  cmd->add_option("--audit-key-file", flags->audit_key_file,
+                  "the audit log's checkpoints are signed with this PEM Ed25519 private key (`openssl genpkey "
+                  "-algorithm ed25519`; give every coordinator of a failover group the same one) instead of one made "
+                  "on the first start in the data dir (docs/operations.md, \"Audit log\")")
+      ->envname("PARSYN_AUDIT_KEY_FILE");
+  cmd->add_option("--audit-checkpoint-every", flags->audit_checkpoint_every,
+                  "sign the audit log's head every this many records (and at shutdown)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}))
+      ->capture_default_str();
   cmd->add_option("--admin-key-refresh-ms", flags->admin_key_refresh_ms,
                   "how often the leader re-reads the admin key (--admin-key-file, else the store), as it does at every "
                   "takeover: a rotated key is in force within this, without a restart")

@@ -25,29 +25,6 @@ namespace parsyn::coordinator {
 
 namespace {
 
-// Writes `contents` to a new file with mode 0600; AlreadyExists if it is there.
-Status WriteSecretFile(const std::filesystem::path& path, std::string_view contents) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    if (errno == EEXIST) return AlreadyExistsError(path.string() + " already exists");
-    return UnavailableError("cannot create " + path.string() + ": " + std::strerror(errno));
-  }
-  size_t written = 0;
-  while (written < contents.size()) {
-    ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      ::close(fd);
-      return UnavailableError("cannot write " + path.string() + ": " + std::strerror(errno));
-    }
-    written += static_cast<size_t>(n);
-  }
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return UnavailableError("cannot fsync " + path.string() + ": " + std::strerror(errno));
-  return Status::Ok();
-}
-
 template <typename T, void (*Free)(T*)>
 struct OpenSslDeleter {
   void operator()(T* p) const { Free(p); }
@@ -102,7 +79,7 @@ StatusOr<AdminKeySetup> EnsureAdminKey(storage::MetadataStore& store, const std:
   // A key file without a stored hash is left from a start that crashed in between: replace it.
   std::error_code ec;
   std::filesystem::remove(key_file, ec);
-  PARSYN_RETURN_IF_ERROR(WriteSecretFile(key_file, key + "\n"));
+  PARSYN_RETURN_IF_ERROR(WriteNewSecretFile(key_file, key + "\n"));
   PARSYN_RETURN_IF_ERROR(store.SetAdminKeyHash(HashSecret(key)));
   setup.new_key = key;
   return setup;
@@ -134,7 +111,7 @@ StatusOr<std::string> LoadOrCreateSigningSecret(const std::filesystem::path& dat
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     PARSYN_ASSIGN_OR_RETURN(std::string secret, NewSecret(""));
-    Status written = WriteSecretFile(path, secret + "\n");
+    Status written = WriteNewSecretFile(path, secret + "\n");
     if (!written.ok() && written.code() != StatusCode::kAlreadyExists) return written;
   }
   PARSYN_ASSIGN_OR_RETURN(std::string secret, ReadTrimmedTextFile(path));

@@ -73,6 +73,7 @@ class BlobRoutes {
     const std::string key = req.params["key"];
     StatusOr<std::optional<int64_t>> worker = Verify(req, "PUT", key);
     if (!worker.ok()) co_return Response::Error(worker.status());
+    req.principal = *worker ? "worker " + std::to_string(**worker) : "signed URL";
     std::optional<uint64_t> cap;
     if (std::optional<int64_t> job = JobOfKey(key)) {
       if (JobRunner* r = service_.FindRunner(*job)) cap = r->UpdateSizeCap(key);

@@ -1,6 +1,6 @@
 // The failover part of Service: its LeaderElection (the lease; leader_election.h), what taking over takes of the
 // service (PrepareTakeOver, then ResumeJobs), and the admin key that a takeover and the leader's timer re-read
-// (RefreshAdminKey). docs/operations.md, "Failover".
+// (RefreshAdminKey). docs/operations.md, "Failover". A new leader also reads the audit log's head (AuditLog).
 #include "coordinator/service.h"
 
 #include <utility>  // Boost 1.74's Asio needs this before its headers under g++ 12.
@@ -42,6 +42,11 @@ http::Awaitable<Status> Service::PrepareTakeOver() {
     if (workers.ok()) {
       auto key_read = RefreshAdminKey(/*as_leader=*/true);  // kCoAwaitTemporaries
       failed = co_await std::move(key_read);
+    }
+    if (failed.ok()) {
+      // The chain goes on from the record the previous leader stored last.
+      auto head_read = audit_->ReloadHead();  // kCoAwaitTemporaries
+      failed = co_await std::move(head_read);
     }
     if (failed.ok()) {
       worker_tokens_.Reset(*workers);

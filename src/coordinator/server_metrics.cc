@@ -91,8 +91,8 @@ void RecordRequest(const http::RequestRecord& record) {
   m.bytes_received.WithLabels({}).Inc(static_cast<double>(record.bytes_received));
   m.bytes_sent.WithLabels({}).Inc(static_cast<double>(record.bytes_sent));
   // The route pattern, not the path or target: paths of signed blob URLs and query strings carry signatures.
-  PARSYN_LOG_INFO("access: {} {} {} status={} duration_ms={:.1f}{}{}", req.remote_address, method, route, record.status,
-                  seconds * 1000, req.principal.empty() ? "" : " by=", req.principal);
+  PARSYN_LOG_INFO("access: {} {} {} status={} duration_ms={:.1f} request_id={}{}{}", req.remote_address, method, route,
+                  record.status, seconds * 1000, req.request_id, req.principal.empty() ? "" : " by=", req.principal);
 }
 
 std::string RenderMetrics() { return metrics::DefaultRegistry().Render() + metrics::RenderProcessMetrics(); }

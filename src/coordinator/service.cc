@@ -129,6 +129,12 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
     service->blob_urls_ = service->signed_blob_urls_.get();
   }
   PARSYN_ASSIGN_OR_RETURN(std::string coordinator_id, LeaderElection::NewCoordinatorId());
+  PARSYN_ASSIGN_OR_RETURN(Ed25519PrivateKey audit_key, LoadAuditSigningKey(service->options_.audit_key_file, dir));
+  service->audit_ = std::make_unique<AuditLog>(*service->store_, service->pool_, io.get_executor(), service->clock_,
+                                               std::move(audit_key), "coordinator " + coordinator_id,
+                                               service->options_.audit_checkpoint_every);
+  // A new leader reads it again when it takes over (PrepareTakeOver).
+  PARSYN_RETURN_IF_ERROR(service->audit_->LoadHead());
   service->election_ = service->NewLeaderElection(std::move(coordinator_id));
   // A store no other coordinator shares: this one leads from the start (Start resumes the jobs).
   if (!service->store_->SharedByCoordinators()) service->election_->LeadAlone();
@@ -196,7 +202,7 @@ StatusOr<http::Router> Service::BuildRouter() {
   routes_.clear();
   RouteTable routes(
       router, routes_, [this](const http::Request& req) { return CheckAdmin(req); },
-      [this](const http::Request& req) { return AuthenticateWorker(req); }, options_.max_json_bytes);
+      [this](const http::Request& req) { return AuthenticateWorker(req); }, options_.max_json_bytes, *audit_);
   // A standby answers every admin and worker route 503 naming the leader (clients retry there).
   routes.RequireLeader([this] { return LeaderStatus(); });
   const RouteContext context{.store = *store_,
@@ -234,6 +240,7 @@ StatusOr<http::Router> Service::BuildRouter() {
   PARSYN_RETURN_IF_ERROR(AddEventRoutes(routes, *this));
   PARSYN_RETURN_IF_ERROR(AddWorkerProtocolRoutes(routes, context, *this));
   PARSYN_RETURN_IF_ERROR(AddSecureAggregationRoutes(routes, *this));
+  PARSYN_RETURN_IF_ERROR(AddAuditRoutes(routes, context, *audit_));
   PARSYN_RETURN_IF_ERROR(AddBlobRoutes(routes, context, *this, signing_secret_));
   PARSYN_RETURN_IF_ERROR(AddStaticRoutes(router));  // the dashboard; not API routes, so not in routes_
   return router;
@@ -377,6 +384,12 @@ http::Awaitable<void> Service::ResumeJobs() {
                                                  tick_.Notify();
                                                });
   boost::asio::co_spawn(io_, TimerLoop(), boost::asio::detached);
+}
+
+http::Awaitable<void> Service::CheckpointAuditLog() {
+  if (!leader()) co_return;                // a standby writes nothing
+  auto checkpoint = audit_->Checkpoint();  // kCoAwaitTemporaries
+  co_await std::move(checkpoint);
 }
 
 void Service::BeginShutdown() {

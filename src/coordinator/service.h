@@ -28,6 +28,7 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "coordinator/audit_log.h"
 #include "coordinator/auth.h"
 #include "coordinator/feed_publisher.h"
 #include "coordinator/job_host.h"
@@ -110,6 +111,11 @@ struct ServiceOptions {
   // `parsyn server --admin-key-file`: the admin key is this file's (auth.h UseAdminKeyFile) instead of one created
   // on the first start. Empty: created on the first start.
   std::filesystem::path admin_key_file;
+  // The audit log's signing key (`parsyn server --audit-key-file`): this PEM file's Ed25519 private key. Empty: one
+  // made on the first start at <data_dir>/audit-signing-key.pem. Its checkpoints sign the chain's head every
+  // audit_checkpoint_every records (`--audit-checkpoint-every`) and at shutdown.
+  std::filesystem::path audit_key_file;
+  int64_t audit_checkpoint_every = 100;
   // `parsyn server --worker-bootstrap-key-file`: who presents this file's key may register managed workers
   // (POST /api/v1/workers/bootstrap: worker pods that register themselves). Empty: that route answers 404.
   std::filesystem::path worker_bootstrap_key_file;
@@ -168,6 +174,8 @@ class Service final : public JobHost {
   const std::string& coordinator_id() const { return election_->coordinator_id(); }
   // Set by BeginShutdown: long-polls and loops end.
   bool shutting_down() const { return shutting_down_; }
+  // Signs the audit log's head (AuditLog::Checkpoint): at shutdown, before BeginShutdown gives the lease up.
+  http::Awaitable<void> CheckpointAuditLog();
 
   // ---- For the coordinator's own routes and job runners (loop thread only). ----
   const ServiceOptions& options() const { return options_; }
@@ -272,6 +280,7 @@ class Service final : public JobHost {
   boost::asio::thread_pool upload_pool_;
   std::unique_ptr<storage::MetadataStore> store_;
   std::unique_ptr<WriteQueue> writes_;  // group commit of job writes and events (made once store_ is open)
+  std::unique_ptr<AuditLog> audit_;     // made once store_ is open
   std::unique_ptr<storage::BlobStore> blobs_;
   std::string admin_key_hash_;
   std::string worker_bootstrap_key_hash_;  // empty: bootstrap registration is off

@@ -7,6 +7,7 @@
 #include "coordinator/auth.h"
 #include "coordinator/body_stream.h"
 #include "coordinator/service.h"
+#include "http/status_codes.h"
 #include "loop/loop_tools.h"
 
 namespace parsyn::coordinator {
@@ -33,18 +34,80 @@ Response WithoutServerPaths(Response response, std::string_view pattern) {
 
 }  // namespace
 
+namespace {
+
+bool ChangesState(Method method) {
+  return method == Method::kPost || method == Method::kPut || method == Method::kPatch || method == Method::kDelete;
+}
+
+// Worker liveness and telemetry: they change no stored object and come every few seconds from every worker.
+bool IsTelemetry(std::string_view route) {
+  return route == "/api/v1/worker/heartbeat" || route == "/api/v1/worker/progress";
+}
+
+bool Audited(const Request& req, int status) {
+  return status == 401 || status == 403 || (ChangesState(req.method) && !IsTelemetry(req.route));
+}
+
+AuditEntry EntryOf(const Request& req, int status, std::string detail) {
+  return AuditEntry{.actor = req.principal.empty() ? "anonymous" : req.principal,
+                    .action = std::string(http::MethodName(req.method)) + " " + req.route,
+                    .object = req.path,
+                    .outcome = AuditOutcome(status),
+                    .status = status,
+                    .detail = std::move(detail),
+                    .source = req.remote_address,
+                    .request_id = req.request_id};
+}
+
+}  // namespace
+
+AuditEntry AuditEntryFor(const Request& req, const Response& answer) {
+  std::string detail;
+  if (answer.status >= 400) {
+    const json body = json::parse(answer.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_object() && body.contains("error") && body["error"].is_object()) {
+      detail = body["error"].value("message", "");
+    }
+  }
+  AuditEntry entry = EntryOf(req, answer.status, std::move(detail));
+  for (const auto& [name, value] : answer.headers) {
+    if (name == "Location") entry.object = value;  // the resource created
+  }
+  return entry;
+}
+
+AuditEntry AuditEntryFor(const Request& req, const Status& refusal) {
+  return EntryOf(req, http::HttpStatusFor(refusal.code()), refusal.message());
+}
+
+template <typename Check>
+http::Authorizer RouteTable::Authorizer(Check check) const {
+  return [leader = check_leader_, check = std::move(check), audit = &audit_](const Request& req) -> Status {
+    if (leader) PARSYN_RETURN_IF_ERROR(leader());
+    Status allowed = check(req);
+    if (!allowed.ok()) audit->Post(AuditEntryFor(req, allowed));
+    return allowed;
+  };
+}
+
 Status RouteTable::Open(Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options) {
   if (!options.stream_body && options.max_body_bytes == 0) options.max_body_bytes = max_json_bytes_;
-  PARSYN_RETURN_IF_ERROR(router_.Add(method, pattern, std::move(handler), options));
+  http::Handler audited = [audit = &audit_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
+    Response answer = co_await handler(req);
+    if (Audited(req, answer.status)) {
+      auto append = audit->Append(AuditEntryFor(req, answer));  // kCoAwaitTemporaries
+      co_await std::move(append);
+    }
+    co_return answer;
+  };
+  PARSYN_RETURN_IF_ERROR(router_.Add(method, pattern, std::move(audited), options));
   table_.push_back({method, std::string(pattern)});
   return Status::Ok();
 }
 
 Status RouteTable::Admin(Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options) {
-  options.authorize = [leader = check_leader_, check = check_admin_](const Request& req) {
-    if (leader) PARSYN_RETURN_IF_ERROR(leader());
-    return check(req);
-  };
+  options.authorize = Authorizer(check_admin_);
   return Open(
       method, pattern,
       [leader = check_leader_, check = check_admin_,
@@ -62,10 +125,7 @@ Status RouteTable::Admin(Method method, std::string_view pattern, http::Handler 
 
 Status RouteTable::OwnKey(Method method, std::string_view pattern, http::Handler handler, AdminCheck check,
                           http::RouteOptions options) {
-  options.authorize = [leader = check_leader_, check](const Request& req) {
-    if (leader) PARSYN_RETURN_IF_ERROR(leader());
-    return check(req);
-  };
+  options.authorize = Authorizer(check);
   return Open(
       method, pattern,
       [leader = check_leader_, check, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
@@ -80,10 +140,7 @@ Status RouteTable::OwnKey(Method method, std::string_view pattern, http::Handler
 }
 
 Status RouteTable::Worker(Method method, std::string_view pattern, WorkerHandler handler, http::RouteOptions options) {
-  options.authorize = [leader = check_leader_, check = check_worker_](const Request& req) {
-    if (leader) PARSYN_RETURN_IF_ERROR(leader());
-    return check(req).status();
-  };
+  options.authorize = Authorizer([check = check_worker_](const Request& req) { return check(req).status(); });
   return Open(
       method, pattern,
       [leader = check_leader_, check = check_worker_,

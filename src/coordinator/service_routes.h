@@ -19,6 +19,7 @@
 #include "base/clock.h"
 #include "base/status.h"
 #include "coordinator/api_json.h"
+#include "coordinator/audit_log.h"
 #include "http/server.h"
 #include "loop/loop_tools.h"
 #include "storage/blob_store.h"
@@ -59,14 +60,17 @@ class RouteTable {
   using WorkerCheck = std::function<StatusOr<int64_t>(const http::Request&)>;
 
   // `max_json_bytes` caps the bodies of routes that buffer theirs (JSON; ServiceOptions::max_json_bytes) unless a
-  // route sets its own max_body_bytes.
+  // route sets its own max_body_bytes. Every route's state-changing requests (POST, PUT, PATCH, DELETE; but the
+  // workers' heartbeats and progress reports) and every request refused for its credential (401, 403) are recorded
+  // in `audit` before they are answered (a credential refused before the body is read: right after).
   RouteTable(http::Router& router, std::vector<RouteInfo>& table, AdminCheck check_admin, WorkerCheck check_worker,
-             uint64_t max_json_bytes)
+             uint64_t max_json_bytes, AuditLog& audit)
       : router_(router),
         table_(table),
         check_admin_(std::move(check_admin)),
         check_worker_(std::move(check_worker)),
-        max_json_bytes_(max_json_bytes) {}
+        max_json_bytes_(max_json_bytes),
+        audit_(audit) {}
 
   // Admin, worker and own-key routes answer this check's error (a standby's 503) before anything else, when set.
   using LeaderCheck = std::function<Status()>;
@@ -92,8 +96,18 @@ class RouteTable {
   AdminCheck check_admin_;
   WorkerCheck check_worker_;
   uint64_t max_json_bytes_;
+  AuditLog& audit_;
   LeaderCheck check_leader_;
+
+  // `check` after the leader check, for RouteOptions::authorize: a refused credential is recorded in the audit log.
+  template <typename Check>
+  http::Authorizer Authorizer(Check check) const;
 };
+
+// What the audit log records of a request answered `answer` (AuditLog fills in the time).
+AuditEntry AuditEntryFor(const http::Request& req, const http::Response& answer);
+// The entry of a request refused by its credential check (`refusal`) before its handler ran.
+AuditEntry AuditEntryFor(const http::Request& req, const Status& refusal);
 
 // A route handler that calls `method` on `handlers`, which the router keeps alive.
 template <typename Handlers>
@@ -148,6 +162,8 @@ Status AddEventRoutes(RouteTable& routes, Service& service);                    
 Status AddWorkerProtocolRoutes(RouteTable& routes, const RouteContext& context,          // worker_protocol_routes.cc
                                Service& service);
 Status AddSecureAggregationRoutes(RouteTable& routes, Service& service);  // secure_aggregation_routes.cc
+Status AddAuditRoutes(RouteTable& routes, const RouteContext& context,    // audit_routes.cc
+                      const AuditLog& audit);
 // `signing_secret` verifies the signed /blobs URLs.
 Status AddBlobRoutes(RouteTable& routes, const RouteContext& context, Service& service,  // blob_routes.cc
                      std::string signing_secret);

@@ -33,6 +33,7 @@ class WorkerAdminRoutes {
   // At most --bootstrap-rate a minute and --max-managed-workers live managed workers (429 beyond, saying which); a pod
   // registering again under its name revokes its earlier record (that pod restarted, or another took its name).
   Awaitable<Response> Bootstrap(Request& req) {
+    req.principal = "worker bootstrap key";
     StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"name", "csr"});
     if (!fields.ok()) co_return Response::Error(fields.status());
     WorkerRegistration registration{.name = fields->String("name", true).value_or(""),

@@ -190,10 +190,12 @@ class Connection final : public ConnectionBase,
       auto [it, inserted] = req.headers.try_emplace(name, View(field.value()));
       if (!inserted) it->second.append(", ").append(View(field.value()));
     }
+    req.request_id = RequestIdFor(req.Header("x-request-id"));
     auto start = std::chrono::steady_clock::now();
     body_bytes_ = 0;
     body_complete_ = false;
     Response res = co_await Dispatch(parser, req);
+    res.headers.emplace_back("X-Request-Id", req.request_id);
     const auto elapsed = std::chrono::steady_clock::now() - start;
     if (opts_.on_request) {
       uint64_t sent = res.body.size();

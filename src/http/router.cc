@@ -1,5 +1,8 @@
 // Router, Request and Response helpers: the parts of the server that do not touch sockets.
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <random>
 
 #include "base/json_nesting.h"
 #include "base/strings.h"
@@ -38,6 +41,18 @@ StatusOr<nlohmann::json> Request::JsonBody() const {
     return InvalidArgumentError("request body is not valid JSON: " +
                                 (pos == std::string::npos ? what : what.substr(pos + 2)));
   }
+}
+
+std::string RequestIdFor(std::string_view sent) {
+  const bool usable = !sent.empty() && sent.size() <= 64 && std::all_of(sent.begin(), sent.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' || c == '-';
+  });
+  if (usable) return std::string(sent);
+  // Unique enough to find a request in the logs; not a secret.
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  char id[17];
+  std::snprintf(id, sizeof(id), "%016llx", static_cast<unsigned long long>(random()));
+  return id;
 }
 
 // The one place the API's error body is built.

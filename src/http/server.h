@@ -94,6 +94,9 @@ struct Request {
   std::string body;                   // the whole body, for routes that do not stream it
   BodyReader* body_stream = nullptr;  // the body, for routes with stream_body; null otherwise
   std::string remote_address;         // "127.0.0.1:53122"
+  // Names the request in logs and the audit log, and comes back in the response's X-Request-Id: the client's own
+  // X-Request-Id when it is 1 to 64 of [A-Za-z0-9._:-], else 16 hex digits made here.
+  std::string request_id;
   // With ServerOptions::tls_client_ca: who the client's certificate names, when the client sent one that verified
   // against those CAs (its subject CN, else its first DNS subjectAltName; one that does not verify fails the
   // handshake). Unset otherwise (no certificate, plain HTTP): the server serves clients without a certificate, and

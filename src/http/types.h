@@ -9,6 +9,8 @@ namespace parsyn::http {
 
 enum class Method { kGet, kHead, kPost, kPut, kDelete, kPatch, kOptions };
 std::string_view MethodName(Method method);  // "GET", ...
+// Escapes everything but RFC 3986 unreserved characters ('/' too unless `keep_slash`): a query value, a path segment.
+std::string PercentEncode(std::string_view text, bool keep_slash = false);
 
 // Ordered string map that can be looked up with a string_view.
 using StringMap = std::map<std::string, std::string, std::less<>>;

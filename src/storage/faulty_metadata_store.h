@@ -172,6 +172,12 @@ class FaultyMetadataStore final : public MetadataStore {
   StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) override {
     return Write([&] { return inner_.ApplyBatch(writes); });
   }
+  Status AppendAuditRecords(std::span<const AuditRecord> records) override {
+    return Write([&] { return inner_.AppendAuditRecords(records); });
+  }
+  StatusOr<std::vector<AuditRecord>> ListAuditRecords(const AuditQuery& query) override {
+    return inner_.ListAuditRecords(query);
+  }
 
  private:
   // Runs `write` unless this is the write chosen to fail.

@@ -270,6 +270,31 @@ struct IdPage {
   int64_t limit = std::numeric_limits<int64_t>::max();
 };
 
+// One record of the audit log (coordinator/audit_chain.h): `record_json` is the record whole, as it was hashed and
+// as it is exported; the other fields copy some of its members, for filtering.
+struct AuditRecord {
+  int64_t seq = 0;  // 1, 2, ...: the chain's order
+  int64_t time_ms = 0;
+  std::string actor;
+  std::string action;
+  std::string outcome;
+  std::string record_json;
+};
+
+// Which audit records ListAuditRecords returns: those matching every filter that is set, with after_seq < seq and
+// (when before_seq is set) seq < before_seq, by seq ascending (newest_first: descending), at most `limit`.
+struct AuditQuery {
+  std::string actor;     // "": any
+  std::string action;    // "": any
+  std::string outcome;   // "": any
+  int64_t since_ms = 0;  // time_ms >= since_ms
+  int64_t until_ms = 0;  // 0: no bound; else time_ms < until_ms
+  int64_t after_seq = 0;
+  int64_t before_seq = 0;  // 0: no bound
+  bool newest_first = false;
+  int64_t limit = 100;
+};
+
 // Which of a job's events ListJobEvents returns: all (type empty), those of `type`, or (exclude_type) all others.
 struct JobEventFilter {
   std::string type;
@@ -460,6 +485,11 @@ class MetadataStore {
   // checks what its single call checks (and, on a fenced store, the batch checks the lease once in its
   // transaction). The coordinator uses it for group commit: the writes of many workers share one commit.
   virtual StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) = 0;
+
+  // The audit log. Append stores `records` in one transaction (all or none): AlreadyExists when a seq is taken (a
+  // coordinator whose view of the chain's head is stale), FailedPrecondition ("fenced") on a store that lost the lease.
+  virtual Status AppendAuditRecords(std::span<const AuditRecord> records) = 0;
+  virtual StatusOr<std::vector<AuditRecord>> ListAuditRecords(const AuditQuery& query) = 0;
 
   // Leader election among coordinators sharing the store. Only a store that several coordinators can share
   // (PostgreSQL) says true; the defaults (SQLite: one server, always the leader) grant every call the lease at epoch 1

@@ -222,6 +222,50 @@ TEST_P(MetadataStoreContractTest, AdminKeyHashIsSetAndReplaced) {
   EXPECT_EQ(Must(store().GetAdminKeyHash()), "hash-2");
 }
 
+// ---- audit log
+
+AuditRecord Audit(int64_t seq, int64_t time_ms, std::string actor, std::string action, std::string outcome) {
+  return AuditRecord{seq, time_ms, actor, action, outcome, "{\"seq\":" + std::to_string(seq) + "}"};
+}
+
+TEST_P(MetadataStoreContractTest, AuditRecordsAreListedBySeqWithTheirFilters) {
+  const std::vector<AuditRecord> records = {
+      Audit(1, kT0, "admin", "POST /api/v1/datasets", "success"),
+      Audit(2, kT0 + 10, "anonymous", "GET /api/v1/models", "denied"),
+      Audit(3, kT0 + 20, "worker 4", "POST /api/v1/worker/result", "success"),
+      Audit(4, kT0 + 30, "admin", "POST /api/v1/datasets", "failure"),
+  };
+  ASSERT_OK(store().AppendAuditRecords(records));
+  auto seqs = [&](AuditQuery q) {
+    std::vector<int64_t> out;
+    for (const AuditRecord& r : Must(store().ListAuditRecords(q))) out.push_back(r.seq);
+    return out;
+  };
+  EXPECT_EQ(seqs({}), (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(seqs({.newest_first = true, .limit = 2}), (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(seqs({.before_seq = 3, .newest_first = true}), (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(seqs({.after_seq = 1, .limit = 2}), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(seqs({.actor = "admin"}), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(seqs({.action = "POST /api/v1/datasets", .outcome = "failure"}), (std::vector<int64_t>{4}));
+  EXPECT_EQ(seqs({.outcome = "denied"}), (std::vector<int64_t>{2}));
+  EXPECT_EQ(seqs({.since_ms = kT0 + 10, .until_ms = kT0 + 30}), (std::vector<int64_t>{2, 3}));
+  const AuditRecord got = Must(store().ListAuditRecords({.after_seq = 2, .limit = 1})).at(0);
+  EXPECT_EQ(got.time_ms, kT0 + 20);
+  EXPECT_EQ(got.actor, "worker 4");
+  EXPECT_EQ(got.action, "POST /api/v1/worker/result");
+  EXPECT_EQ(got.outcome, "success");
+  EXPECT_EQ(got.record_json, "{\"seq\":3}");
+}
+
+TEST_P(MetadataStoreContractTest, AnAuditBatchWithATakenSeqStoresNothing) {
+  ASSERT_OK(store().AppendAuditRecords(std::vector<AuditRecord>{Audit(1, kT0, "admin", "a", "success")}));
+  const std::vector<AuditRecord> batch = {Audit(2, kT0, "admin", "b", "success"), Audit(1, kT0, "x", "c", "success")};
+  EXPECT_EQ(store().AppendAuditRecords(batch).code(), StatusCode::kAlreadyExists);
+  const std::vector<AuditRecord> kept = Must(store().ListAuditRecords({}));
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].action, "a");
+}
+
 // ---- jobs
 
 TEST_P(MetadataStoreContractTest, CreateJobStoresAQueuedJobAndChecksReferences) {

@@ -310,6 +310,7 @@ TEST(PostgresStoreTest, OneLeaderAtATimeAndADeposedLeadersWritesAreRefused) {
       {"CreateDataset", b->CreateDataset(Dataset{.name = "d", .blob_key = "datasets/x"}).status()},
       {"CreateModel", b->CreateModel(Model{.name = "m2", .model_type = "llama", .config_json = "{}"}).status()},
       {"DeleteModel", b->DeleteModel(model_id)},
+      {"AppendAuditRecords", b->AppendAuditRecords(std::vector<AuditRecord>{{.seq = 1, .record_json = "{}"}})},
   };
   for (const auto& [call, status] : standby_writes) {
     EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << call << ": " << status.ToString();
@@ -324,6 +325,7 @@ TEST(PostgresStoreTest, OneLeaderAtATimeAndADeposedLeadersWritesAreRefused) {
   EXPECT_TRUE(a->ListJobEvents(job_id, 0)->empty());
   EXPECT_TRUE(a->ListDatasets()->empty());
   EXPECT_EQ(a->ListModels()->size(), 1u);
+  EXPECT_TRUE(a->ListAuditRecords({})->empty());
   // The leader's own writes go through.
   ASSERT_TRUE(a->UpdateWorker(Worker{.id = worker_id, .name = "w", .revoked = true}).ok());
   ASSERT_TRUE(a->SetJobStatus(job_id, JobStatus::kRunning, 1).ok());

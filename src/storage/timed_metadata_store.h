@@ -151,6 +151,12 @@ class TimedMetadataStore final : public MetadataStore {
   StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) override {
     return Timed("apply_batch", [&] { return inner_.ApplyBatch(writes); });
   }
+  Status AppendAuditRecords(std::span<const AuditRecord> records) override {
+    return Timed("append_audit_records", [&] { return inner_.AppendAuditRecords(records); });
+  }
+  StatusOr<std::vector<AuditRecord>> ListAuditRecords(const AuditQuery& query) override {
+    return Timed("list_audit_records", [&] { return inner_.ListAuditRecords(query); });
+  }
 
   bool SharedByCoordinators() const override { return inner_.SharedByCoordinators(); }
   StatusOr<LeaderLease> AcquireLeaderLease(std::string_view holder, std::string_view holder_url,

@@ -1,11 +1,12 @@
 // The dashboard's shell: sign-in with the API key, the navigation, and a hash router (#/training, #/jobs/new,
-// #/jobs/<id>, #/workers). Each page is a module exporting render(container, params) -> cleanup function.
+// #/jobs/<id>, #/workers, #/audit). Each page is a module exporting render(container, params) -> cleanup function.
 import { api, apiKey, setApiKey, setUnauthenticatedHandler, ApiError } from './api.js';
 import { h } from './dom.js';
 import * as training from './training.js';
 import * as newJob from './new_job.js';
 import * as jobDetail from './job_detail.js';
 import * as workers from './workers.js';
+import * as audit from './audit.js';
 
 // index.html has both.
 const main = /** @type {HTMLElement} */ (document.getElementById('main'));
@@ -23,6 +24,7 @@ const ROUTES = [
   { pattern: /^#\/jobs\/new$/, page: newJob, title: 'New training job', nav: 'new' },
   { pattern: /^#\/jobs\/(\d+)$/, page: jobDetail, title: 'Training job', nav: 'training' },
   { pattern: /^#\/workers$/, page: workers, title: 'Workers', nav: 'workers' },
+  { pattern: /^#\/audit$/, page: audit, title: 'Audit log', nav: 'audit' },
 ];
 
 /** @param {string} [message] */

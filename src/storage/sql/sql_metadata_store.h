@@ -93,6 +93,9 @@ class SqlMetadataStore : public MetadataStore {
 
   StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) override;
 
+  Status AppendAuditRecords(std::span<const AuditRecord> records) override;
+  StatusOr<std::vector<AuditRecord>> ListAuditRecords(const AuditQuery& query) override;
+
  protected:
   // `db` has its schema migrated already.
   explicit SqlMetadataStore(std::unique_ptr<SqlConnection> db);

@@ -182,7 +182,21 @@ constexpr std::string_view kSchemaV3 = R"sql(
 ALTER TABLE round_updates ADD COLUMN trained_on_round INTEGER;
 )sql";
 
-constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}};
+// The audit log (coordinator/audit_chain.h): each record whole, in chain order, with the members its filters read.
+constexpr std::string_view kSchemaV4 = R"sql(
+CREATE TABLE audit_records (
+  seq BIGINT PRIMARY KEY,
+  time_ms BIGINT NOT NULL,
+  actor TEXT NOT NULL,
+  action TEXT NOT NULL,
+  outcome TEXT NOT NULL,
+  record_json TEXT NOT NULL
+);
+CREATE INDEX audit_records_by_actor ON audit_records(actor, seq);
+CREATE INDEX audit_records_by_action ON audit_records(action, seq);
+)sql";
+
+constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}};
 
 constexpr std::string_view kAutoIdToken = "{auto_id}";
 

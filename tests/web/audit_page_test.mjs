@@ -1,0 +1,99 @@
+// Browser test of the audit log page (#/audit): a real `parsyn server` (no workers) and Debian's chromium driven
+// headless by playwright-core. Registrations and a refused key fill the log; the page lists the records newest first
+// as GET /api/v1/audit gives them, pages on with "Older records", filters by outcome and actor, and names the key that
+// signs the checkpoints.
+//
+//   node audit_page_test.mjs --parsyn build/src/cli/parsyn [--out SCREENSHOT_DIR]
+//
+// Exit status: 0 passed, 1 failed, 77 skipped (tests/web/node_modules absent: run ./dev setup).
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+import { arg, Children, launchChromium, playwrightOrSkip, signIn, startServer, waitFor } from './harness.mjs';
+
+const { chromium } = await playwrightOrSkip();
+const PARSYN = path.resolve(arg('parsyn', 'build/src/cli/parsyn'));
+const OUT = arg('out', null);
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'parsyn-web-audit-'));
+const children = new Children(PARSYN, tmp);
+
+const seqsOf = (page) => page.locator('#audit-table tbody tr').evaluateAll((rows) => rows.map((r) => Number(r.dataset.seq)));
+
+async function main() {
+  // --audit-checkpoint-every 20: the log holds checkpoints too.
+  const { base, key, call } = await startServer(children, path.join(tmp, 'server'), ['--audit-checkpoint-every', '20']);
+  for (let i = 0; i < 55; ++i) await call('POST', '/workers', JSON.stringify({ name: `w${i}` }));
+  const refused = await fetch(`${base}/api/v1/datasets`, { headers: { Authorization: 'Bearer psk_wrong', 'X-Request-Id': 'wrong-key-1' } });
+  assert.equal(refused.status, 401);
+  const all = await waitFor('the refused key in the log', async () => {
+    const page = await call('GET', '/audit?order=desc&limit=1000');
+    return page.records.some((r) => r.outcome === 'denied') && page.records;
+  });
+  const keyInfo = await call('GET', '/audit/key');
+
+  const context = await launchChromium(chromium, tmp);
+  try {
+    const page = context.pages()[0] ?? await context.newPage();
+    const pageErrors = [];
+    page.on('pageerror', (e) => pageErrors.push(String(e)));
+    await signIn(page, base, key);
+    await page.click('nav a[data-nav="audit"]');
+    await page.locator('h1', { hasText: 'Audit log' }).waitFor();
+    await waitFor('the first page', async () => (await seqsOf(page)).length === 50);
+    // Newest first, as the API gives them; then the older ones.
+    assert.deepEqual(await seqsOf(page), all.slice(0, 50).map((r) => r.seq));
+    await page.click('#audit-more');
+    await waitFor('the second page', async () => (await seqsOf(page)).length === all.length);
+    assert.deepEqual(await seqsOf(page), all.map((r) => r.seq));
+    assert.equal(await page.locator('#audit-more').isHidden(), true);
+    const checkpoints = all.filter((r) => r.action === 'audit.checkpoint');
+    assert.ok(checkpoints.length >= 2, JSON.stringify(checkpoints));
+    const cpRow = page.locator(`#audit-table tr[data-seq="${checkpoints[0].seq}"]`);
+    assert.match(await cpRow.textContent(), new RegExp(`signs record ${checkpoints[0].checkpoint.seq} \\(key ${keyInfo.key_id}\\)`));
+    assert.match(await page.locator('#audit-key').textContent(), new RegExp(keyInfo.key_id));
+    // Each row's time is its record's, shown in local time (not the epoch).
+    const firstTime = await page.locator('#audit-table tbody tr').first().locator('td').nth(1).getAttribute('title');
+    assert.equal(firstTime, all[0].time);
+    assert.ok(Math.abs(Date.parse(all[0].time) - Date.now()) < 3_600_000, all[0].time);
+    if (OUT) {
+      fs.mkdirSync(OUT, { recursive: true });
+      await page.screenshot({ path: path.join(OUT, 'audit.png'), fullPage: true });
+    }
+
+    // Filters: the refused key alone, with its request id; then one worker's registration by the admin.
+    await page.selectOption('#audit-outcome', 'denied');
+    await page.click('.audit-filters button[type=submit]');
+    await waitFor('the denied filter', async () => (await seqsOf(page)).length === 1);
+    const denied = page.locator('#audit-table tbody tr');
+    assert.equal(await denied.getAttribute('data-outcome'), 'denied');
+    const text = await denied.textContent();
+    assert.match(text, /anonymous/);
+    assert.match(text, /GET \/api\/v1\/datasets/);
+    assert.match(text, /wrong-key-1/);
+    await page.selectOption('#audit-outcome', '');
+    await page.fill('#audit-actor', 'admin');
+    await page.fill('#audit-action', 'POST /api/v1/workers');
+    await page.click('.audit-filters button[type=submit]');
+    await waitFor('the admin filter', async () => (await seqsOf(page)).length === 50);
+    assert.deepEqual(await seqsOf(page), all.filter((r) => r.actor === 'admin').slice(0, 50).map((r) => r.seq));
+    assert.deepEqual(pageErrors, []);
+    console.log(`audit page: ${all.length} records in two pages, ${checkpoints.length} checkpoints, filters by outcome and actor`);
+  } finally {
+    await context.close();
+  }
+}
+
+let failed = false;
+try {
+  await main();
+} catch (err) {
+  failed = true;
+  console.error(err);
+  children.dumpLogs();
+} finally {
+  await children.stopAll();
+  if (!failed) fs.rmSync(tmp, { recursive: true, force: true });
+}
+process.exit(failed ? 1 : 0);
