@@ -8,7 +8,10 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
+
+#include "base/ed25519.h"
 
 #include "base/testing/missing_dependency.h"
 #include "http/status_codes.h"
@@ -32,8 +35,9 @@ class FailoverTest : public LlamaJobTest {
     metadata_url_ = *url;
     fs::create_directories(blobs_dir());
     // A short lease keeps the test quick; the takeover logic is the same at the default 10 s.
-    server_flags_.insert(server_flags_.end(),
-                         {"--metadata", metadata_url_, "--blobs", blobs_dir().string(), "--leader-lease-ms", "1500"});
+    // Audit checkpoints every 10 records: both leaders sign some within the test.
+    server_flags_.insert(server_flags_.end(), {"--metadata", metadata_url_, "--blobs", blobs_dir().string(),
+                                               "--leader-lease-ms", "1500", "--audit-checkpoint-every", "10"});
     ASSERT_NO_FATAL_FAILURE(InitTabularMlp(400, "16"));
     // The first server takes the lease before the second starts, so which one leads is known.
     port_ = FreePort();
@@ -70,6 +74,32 @@ class FailoverTest : public LlamaJobTest {
     json spec = TabularJobSpec("e2e-failover", dataset_id_, model_id_, worker_ids, rounds, steps);
     spec["config"]["hidden_sizes"] = {16};
     return spec;
+  }
+
+  // The audit log, exported from the leader of `servers`, is one unbroken chain: the new leader went on from the
+  // record the killed one stored last, and each signed checkpoints with its own key (in its data directory).
+  void ExpectOneAuditChainSignedByBothLeaders(const std::string& servers) {
+    const fs::path exported = tmp_.path() / "audit.jsonl";
+    CommandResult got = RunParsyn(
+        {"audit", "export", "--out", exported.string(), "--server", servers, "--api-key", server_->admin_key()});
+    ASSERT_EQ(got.exit_code, 0) << got.output;
+    std::vector<std::string> verify = {"audit", "verify", exported.string()};
+    for (const char* dir : {"server-a", "server-b"}) {
+      const fs::path pub = tmp_.path() / (std::string(dir) + ".pub");
+      std::ofstream(pub)
+          << Ed25519PrivateKey::FromPem(ReadWholeFile(tmp_.path() / dir / "audit-signing-key.pem")).value().PublicPem();
+      verify.insert(verify.end(), {"--key", pub.string()});
+    }
+    CommandResult verified = RunParsyn(verify);
+    EXPECT_EQ(verified.exit_code, 0) << verified.output;
+    EXPECT_THAT(verified.output, HasSubstr("form one unbroken chain"));
+    std::set<std::string> signers;
+    std::ifstream in(exported);
+    for (std::string line; std::getline(in, line);) {
+      const json record = json::parse(line);
+      if (record["action"] == "audit.checkpoint") signers.insert(record["actor"].get<std::string>());
+    }
+    EXPECT_EQ(signers.size(), 2u) << "checkpoints of both leaders";
   }
 
   std::string metadata_url_;
@@ -262,6 +292,7 @@ TEST_F(FailoverTest, LeaderKilledMidRoundTheStandbyFinishesTheJobWithTheUninterr
   EXPECT_EQ(committed_attempts.size(), static_cast<size_t>(kRounds));
   EXPECT_EQ(ExpectGlobalsAreFedAvg(job_id), kRounds);
   for (auto& w : workers_) EXPECT_EQ(w->Terminate(), 0) << w->log();
+  ExpectOneAuditChainSignedByBothLeaders(both);
 }
 
 }  // namespace
