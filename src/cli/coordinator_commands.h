@@ -5,6 +5,7 @@
 //   parsyn model upload|list|get                                    model_commands.cc
 //   parsyn worker register|list|get                                 worker_commands.cc
 //   parsyn audit export|verify|key                                  audit_commands.cc
+//   parsyn user create|list|get, parsyn key create|list|revoke      user_commands.cc
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -17,5 +18,6 @@ void AddDatasetCommands(CLI::App& app, int& exit_code);
 void AddModelRemoteCommands(CLI::App& app, int& exit_code);
 void AddWorkerRegisterCommands(CLI::App& app, int& exit_code);
 void AddAuditCommands(CLI::App& app, int& exit_code);
+void AddUserCommands(CLI::App& app, int& exit_code);
 
 }  // namespace parsyn::cli

@@ -7,6 +7,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <optional>
 
 #include "base/log.h"
 #include "coordinator/auth.h"
@@ -48,8 +49,17 @@ http::Awaitable<Status> Service::PrepareTakeOver() {
       auto head_read = audit_->ReloadHead();  // kCoAwaitTemporaries
       failed = co_await std::move(head_read);
     }
+    std::optional<StoredUserKeys> user_keys;
+    if (failed.ok()) {
+      // Users and keys made or revoked by the previous leader.
+      auto read = loop::Offload(pool_, [this] { return LoadUserKeys(*store_); });  // kCoAwaitTemporaries
+      StatusOr<StoredUserKeys> loaded = co_await std::move(read);
+      failed = loaded.status();
+      if (loaded.ok()) user_keys = *std::move(loaded);
+    }
     if (failed.ok()) {
       worker_tokens_.Reset(*workers);
+      user_keys_.Reset(user_keys->users, user_keys->keys);
       break;
     }
     PARSYN_LOG_WARN("coordinator {}: reloading the workers and the admin key as the new leader (try {} of {}): {}",

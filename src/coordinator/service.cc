@@ -143,6 +143,8 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
                                                                     ? service->store_->ListWorkers()
                                                                     : ResetWorkerSessions(*service->store_));
   service->worker_tokens_.Reset(workers);
+  PARSYN_ASSIGN_OR_RETURN(StoredUserKeys user_keys, LoadUserKeys(*service->store_));
+  service->user_keys_.Reset(user_keys.users, user_keys.keys);
   return service;
 }
 
@@ -201,7 +203,7 @@ StatusOr<http::Router> Service::BuildRouter() {
   http::Router router;
   routes_.clear();
   RouteTable routes(
-      router, routes_, [this](const http::Request& req) { return CheckAdmin(req); },
+      router, routes_, [this](const http::Request& req) { return AuthenticateUser(req); },
       [this](const http::Request& req) { return AuthenticateWorker(req); }, options_.max_json_bytes, *audit_);
   // A standby answers every admin and worker route 503 naming the leader (clients retry there).
   routes.RequireLeader([this] { return LeaderStatus(); });
@@ -241,15 +243,17 @@ StatusOr<http::Router> Service::BuildRouter() {
   PARSYN_RETURN_IF_ERROR(AddWorkerProtocolRoutes(routes, context, *this));
   PARSYN_RETURN_IF_ERROR(AddSecureAggregationRoutes(routes, *this));
   PARSYN_RETURN_IF_ERROR(AddAuditRoutes(routes, context, *audit_));
+  PARSYN_RETURN_IF_ERROR(AddUserRoutes(routes, context, *this));
   PARSYN_RETURN_IF_ERROR(AddBlobRoutes(routes, context, *this, signing_secret_));
   PARSYN_RETURN_IF_ERROR(AddStaticRoutes(router));  // the dashboard; not API routes, so not in routes_
   return router;
 }
 
-Status Service::CheckAdmin(const http::Request& req) const {
+StatusOr<Caller> Service::AuthenticateUser(const http::Request& req) const {
   PARSYN_ASSIGN_OR_RETURN(std::string key, BearerToken(req.Header("authorization")));
-  if (!DigestsEqual(HashSecret(key), admin_key_hash_)) return UnauthenticatedError("invalid API key");
-  return Status::Ok();
+  const std::string hash = HashSecret(key);
+  if (DigestsEqual(hash, admin_key_hash_)) return Caller{.user_id = 1, .name = "admin", .platform_admin = true};
+  return user_keys_.Authenticate(hash, clock_.UnixMillis());
 }
 
 StatusOr<int64_t> Service::AuthenticateWorker(const http::Request& req) const {

@@ -34,6 +34,7 @@
 #include "coordinator/job_host.h"
 #include "coordinator/leader_election.h"
 #include "coordinator/signed_blob_urls.h"
+#include "coordinator/user_keys.h"
 #include "coordinator/worker_sessions.h"
 #include "http/server.h"
 #include "loop/loop_tools.h"
@@ -230,6 +231,8 @@ class Service final : public JobHost {
   http::Awaitable<StatusOr<storage::Worker>> RevokeWorker(int64_t id, std::string why);
   // A newly registered worker's token is accepted from now on.
   void AddWorkerToken(const storage::Worker& worker) { worker_tokens_.Add(worker); }
+  // The users and keys every request is checked against (user_routes.cc changes them with the store).
+  UserKeys& user_keys() { return user_keys_; }
   // The operator's worker bootstrap key (POST /api/v1/workers/bootstrap): NotFound when bootstrap registration is
   // off, Unauthenticated for another key.
   Status CheckWorkerBootstrapKey(const http::Request& req) const;
@@ -249,7 +252,8 @@ class Service final : public JobHost {
   http::Awaitable<http::Response> MetricsResponse();
 
   // Authentication of user and worker requests.
-  Status CheckAdmin(const http::Request& req) const;
+  // Who the request's key names: the admin key is user 1 ("admin"); else a user's API key (UserKeys).
+  StatusOr<Caller> AuthenticateUser(const http::Request& req) const;
   StatusOr<int64_t> AuthenticateWorker(const http::Request& req) const;
   http::Awaitable<void> TimerLoop();
   // The leader election on this service's store, pool and options; takeover as below. Made by Open.
@@ -291,6 +295,7 @@ class Service final : public JobHost {
   const http::Server* http_server_ = nullptr;
   std::vector<RouteInfo> routes_;
   WorkerTokens worker_tokens_;
+  UserKeys user_keys_;  // loaded by Open and at every takeover; changed by the user routes
   FeedPublisher feed_;
   std::unique_ptr<WorkerSessions> sessions_;  // made by Open, once store_ is open
   std::map<int64_t, std::unique_ptr<JobRunner>> runners_;

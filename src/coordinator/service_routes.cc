@@ -106,24 +106,54 @@ Status RouteTable::Open(Method method, std::string_view pattern, http::Handler h
   return Status::Ok();
 }
 
+namespace {
+
+// A platform_admin's, or PermissionDenied naming the route and the role.
+StatusOr<Caller> RequirePlatformAdmin(StatusOr<Caller> caller, const Request& req) {
+  if (caller.ok() && !caller->platform_admin) {
+    return PermissionDeniedError(std::string(http::MethodName(req.method)) + " " + req.route +
+                                 " needs the platform_admin role, which user " + caller->name +
+                                 " does not have: ask a platform admin");
+  }
+  return caller;
+}
+
+}  // namespace
+
 Status RouteTable::Admin(Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options) {
-  options.authorize = Authorizer(check_admin_);
+  options.authorize =
+      Authorizer([check = check_user_](const Request& req) { return RequirePlatformAdmin(check(req), req).status(); });
   return Open(
       method, pattern,
-      [leader = check_leader_, check = check_admin_,
-       handler = std::move(handler)](Request& req) -> Awaitable<Response> {
+      [leader = check_leader_, check = check_user_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
         if (leader) {
           if (Status s = leader(); !s.ok()) co_return Response::Error(s);
         }
-        Status auth = check(req);
-        if (!auth.ok()) co_return Response::Error(auth);
-        req.principal = "admin";
+        StatusOr<Caller> caller = RequirePlatformAdmin(check(req), req);
+        if (!caller.ok()) co_return Response::Error(caller.status());
+        req.principal = caller->name;
         co_return co_await handler(req);
       },
       options);
 }
 
-Status RouteTable::OwnKey(Method method, std::string_view pattern, http::Handler handler, AdminCheck check,
+Status RouteTable::User(Method method, std::string_view pattern, UserHandler handler, http::RouteOptions options) {
+  options.authorize = Authorizer([check = check_user_](const Request& req) { return check(req).status(); });
+  return Open(
+      method, pattern,
+      [leader = check_leader_, check = check_user_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
+        if (leader) {
+          if (Status s = leader(); !s.ok()) co_return Response::Error(s);
+        }
+        StatusOr<Caller> caller = check(req);
+        if (!caller.ok()) co_return Response::Error(caller.status());
+        req.principal = caller->name;
+        co_return co_await handler(req, *caller);
+      },
+      options);
+}
+
+Status RouteTable::OwnKey(Method method, std::string_view pattern, http::Handler handler, KeyCheck check,
                           http::RouteOptions options) {
   options.authorize = Authorizer(check);
   return Open(

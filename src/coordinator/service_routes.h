@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "coordinator/api_json.h"
 #include "coordinator/audit_log.h"
+#include "coordinator/user_keys.h"
 #include "http/server.h"
 #include "loop/loop_tools.h"
 #include "storage/blob_store.h"
@@ -50,12 +51,16 @@ struct RouteContext {
 };
 
 using WorkerHandler = std::function<http::Awaitable<http::Response>(http::Request&, int64_t worker_id)>;
+using UserHandler = std::function<http::Awaitable<http::Response>(http::Request&, const Caller& caller)>;
 
 // Adds routes to a router behind their credential check and records each in `table` (Service::routes(), which
 // docs/openapi.yaml must describe exactly).
 class RouteTable {
  public:
-  using AdminCheck = std::function<Status(const http::Request&)>;
+  // Who the request's API key (or the admin key) names; Unauthenticated otherwise (user_keys.h).
+  using UserCheck = std::function<StatusOr<Caller>(const http::Request&)>;
+  // A credential of a route's own (the worker bootstrap key).
+  using KeyCheck = std::function<Status(const http::Request&)>;
   // The worker id of the request's token; Unauthenticated or PermissionDenied (revoked) otherwise.
   using WorkerCheck = std::function<StatusOr<int64_t>(const http::Request&)>;
 
@@ -63,11 +68,11 @@ class RouteTable {
   // route sets its own max_body_bytes. Every route's state-changing requests (POST, PUT, PATCH, DELETE; but the
   // workers' heartbeats and progress reports) and every request refused for its credential (401, 403) are recorded
   // in `audit` before they are answered (a credential refused before the body is read: right after).
-  RouteTable(http::Router& router, std::vector<RouteInfo>& table, AdminCheck check_admin, WorkerCheck check_worker,
+  RouteTable(http::Router& router, std::vector<RouteInfo>& table, UserCheck check_user, WorkerCheck check_worker,
              uint64_t max_json_bytes, AuditLog& audit)
       : router_(router),
         table_(table),
-        check_admin_(std::move(check_admin)),
+        check_user_(std::move(check_user)),
         check_worker_(std::move(check_worker)),
         max_json_bytes_(max_json_bytes),
         audit_(audit) {}
@@ -78,22 +83,26 @@ class RouteTable {
 
   // No credentials (/healthz; /blobs, which check their own signature).
   Status Open(http::Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options = {});
-  // Needs "Authorization: Bearer <admin key>". Checked from the header (RouteOptions::authorize) before any of the
-  // body is read, and again when the handler runs.
+  // Needs "Authorization: Bearer <key>" of a platform_admin (the admin key, or a platform admin's API key): others
+  // get 403 naming the role. Checked from the header (RouteOptions::authorize) before any of the body is read, and
+  // again when the handler runs.
   Status Admin(http::Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options = {});
+  // Needs any user's valid key, checked like Admin's; the handler gets the caller (and decides what it may see: its
+  // own keys, say).
+  Status User(http::Method method, std::string_view pattern, UserHandler handler, http::RouteOptions options = {});
   // Needs "Authorization: Bearer <worker token>", checked like Admin's; the handler gets the worker's id from the
   // token. Its server-side failures (5xx) are answered without the server's file paths (the log keeps them).
   Status Worker(http::Method method, std::string_view pattern, WorkerHandler handler, http::RouteOptions options = {});
   // A route with a credential of its own (`check`, e.g. the worker bootstrap key) that writes, so only the leader
   // serves it: the leader check, then `check`, from the header before the body is read, and again when the handler
   // runs. Its 5xx answers carry no server file paths, as Worker's.
-  Status OwnKey(http::Method method, std::string_view pattern, http::Handler handler, AdminCheck check,
+  Status OwnKey(http::Method method, std::string_view pattern, http::Handler handler, KeyCheck check,
                 http::RouteOptions options = {});
 
  private:
   http::Router& router_;
   std::vector<RouteInfo>& table_;
-  AdminCheck check_admin_;
+  UserCheck check_user_;
   WorkerCheck check_worker_;
   uint64_t max_json_bytes_;
   AuditLog& audit_;
@@ -120,6 +129,13 @@ WorkerHandler Bind(std::shared_ptr<Handlers> handlers,
                    http::Awaitable<http::Response> (Handlers::*method)(http::Request&, int64_t worker_id)) {
   return [handlers = std::move(handlers), method](http::Request& req, int64_t worker_id) {
     return ((*handlers).*method)(req, worker_id);
+  };
+}
+template <typename Handlers>
+UserHandler Bind(std::shared_ptr<Handlers> handlers,
+                 http::Awaitable<http::Response> (Handlers::*method)(http::Request&, const Caller& caller)) {
+  return [handlers = std::move(handlers), method](http::Request& req, const Caller& caller) {
+    return ((*handlers).*method)(req, caller);
   };
 }
 
@@ -162,7 +178,8 @@ Status AddEventRoutes(RouteTable& routes, Service& service);                    
 Status AddWorkerProtocolRoutes(RouteTable& routes, const RouteContext& context,          // worker_protocol_routes.cc
                                Service& service);
 Status AddSecureAggregationRoutes(RouteTable& routes, Service& service);  // secure_aggregation_routes.cc
-Status AddAuditRoutes(RouteTable& routes, const RouteContext& context,    // audit_routes.cc
+Status AddUserRoutes(RouteTable& routes, const RouteContext& context, Service& service);  // user_routes.cc
+Status AddAuditRoutes(RouteTable& routes, const RouteContext& context,                    // audit_routes.cc
                       const AuditLog& audit);
 // `signing_secret` verifies the signed /blobs URLs.
 Status AddBlobRoutes(RouteTable& routes, const RouteContext& context, Service& service,  // blob_routes.cc

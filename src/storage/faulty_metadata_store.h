@@ -172,6 +172,21 @@ class FaultyMetadataStore final : public MetadataStore {
   StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) override {
     return Write([&] { return inner_.ApplyBatch(writes); });
   }
+  StatusOr<User> CreateUser(const User& u) override {
+    return Write([&] { return inner_.CreateUser(u); });
+  }
+  StatusOr<User> GetUser(int64_t id) override { return inner_.GetUser(id); }
+  StatusOr<std::vector<User>> ListUsers(const IdPage& page = {}) override { return inner_.ListUsers(page); }
+  StatusOr<ApiKey> CreateApiKey(const ApiKey& k) override {
+    return Write([&] { return inner_.CreateApiKey(k); });
+  }
+  StatusOr<std::vector<ApiKey>> ListApiKeys(std::optional<int64_t> user_id = std::nullopt,
+                                            const IdPage& page = {}) override {
+    return inner_.ListApiKeys(user_id, page);
+  }
+  StatusOr<ApiKey> RevokeApiKey(int64_t key_id, int64_t time_ms) override {
+    return Write([&] { return inner_.RevokeApiKey(key_id, time_ms); });
+  }
   Status AppendAuditRecords(std::span<const AuditRecord> records) override {
     return Write([&] { return inner_.AppendAuditRecords(records); });
   }

@@ -270,6 +270,26 @@ struct IdPage {
   int64_t limit = std::numeric_limits<int64_t>::max();
 };
 
+// A person (or a service account) who signs in with API keys. User 1, "admin", is the installation's first
+// platform_admin: the admin key (GetAdminKeyHash) is its key.
+struct User {
+  int64_t id = 0;
+  std::string name;  // unique
+  bool platform_admin = false;
+  int64_t created_at_ms = 0;
+};
+
+// A user's API key: only its sha256 is stored. Expired (expires_at_ms passed) or revoked keys are refused.
+struct ApiKey {
+  int64_t id = 0;
+  int64_t user_id = 0;
+  std::string name;  // what the user called it ("laptop", "ci")
+  std::string key_sha256;
+  int64_t created_at_ms = 0;
+  std::optional<int64_t> expires_at_ms;
+  std::optional<int64_t> revoked_at_ms;
+};
+
 // One record of the audit log (coordinator/audit_chain.h): `record_json` is the record whole, as it was hashed and
 // as it is exported; the other fields copy some of its members, for filtering.
 struct AuditRecord {
@@ -485,6 +505,17 @@ class MetadataStore {
   // checks what its single call checks (and, on a fenced store, the batch checks the lease once in its
   // transaction). The coordinator uses it for group commit: the writes of many workers share one commit.
   virtual StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) = 0;
+
+  // Users and their API keys. CreateUser: AlreadyExists when the name is taken. CreateApiKey: NotFound for an unknown
+  // user, AlreadyExists for a hash already stored. ListApiKeys: every key, or one user's, by id. RevokeApiKey sets
+  // revoked_at_ms (a key revoked before keeps its time); NotFound for an unknown key.
+  virtual StatusOr<User> CreateUser(const User& user) = 0;
+  virtual StatusOr<User> GetUser(int64_t id) = 0;
+  virtual StatusOr<std::vector<User>> ListUsers(const IdPage& page = {}) = 0;
+  virtual StatusOr<ApiKey> CreateApiKey(const ApiKey& key) = 0;
+  virtual StatusOr<std::vector<ApiKey>> ListApiKeys(std::optional<int64_t> user_id = std::nullopt,
+                                                    const IdPage& page = {}) = 0;
+  virtual StatusOr<ApiKey> RevokeApiKey(int64_t key_id, int64_t time_ms) = 0;
 
   // The audit log. Append stores `records` in one transaction (all or none): AlreadyExists when a seq is taken (a
   // coordinator whose view of the chain's head is stale), FailedPrecondition ("fenced") on a store that lost the lease.

@@ -222,6 +222,45 @@ TEST_P(MetadataStoreContractTest, AdminKeyHashIsSetAndReplaced) {
   EXPECT_EQ(Must(store().GetAdminKeyHash()), "hash-2");
 }
 
+// ---- users and API keys
+
+TEST_P(MetadataStoreContractTest, TheAdminIsTheFirstUserAndNamesAreUnique) {
+  const std::vector<User> users = Must(store().ListUsers());
+  ASSERT_EQ(users.size(), 1u);
+  EXPECT_EQ(users[0].id, 1);
+  EXPECT_EQ(users[0].name, "admin");
+  EXPECT_TRUE(users[0].platform_admin);
+  const User alice = Must(store().CreateUser(User{.name = "alice", .created_at_ms = kT0}));
+  EXPECT_GT(alice.id, 1);
+  EXPECT_FALSE(Must(store().GetUser(alice.id)).platform_admin);
+  EXPECT_EQ(Must(store().GetUser(alice.id)).created_at_ms, kT0);
+  EXPECT_EQ(store().CreateUser(User{.name = "alice"}).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(store().GetUser(999).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Must(store().ListUsers({.after_id = 1})).size(), 1u);
+}
+
+TEST_P(MetadataStoreContractTest, ApiKeysAreStoredByHashListedPerUserAndRevokedOnce) {
+  const User alice = Must(store().CreateUser(User{.name = "alice"}));
+  const ApiKey laptop = Must(store().CreateApiKey(ApiKey{
+      .user_id = alice.id, .name = "laptop", .key_sha256 = "h1", .created_at_ms = kT0, .expires_at_ms = kT0 + 5}));
+  const ApiKey admin_ci = Must(store().CreateApiKey(ApiKey{.user_id = 1, .name = "ci", .key_sha256 = "h2"}));
+  EXPECT_EQ(store().CreateApiKey(ApiKey{.user_id = alice.id, .key_sha256 = "h1"}).status().code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(store().CreateApiKey(ApiKey{.user_id = 999, .key_sha256 = "h3"}).status().code(), StatusCode::kNotFound);
+  const std::vector<ApiKey> mine = Must(store().ListApiKeys(alice.id));
+  ASSERT_EQ(mine.size(), 1u);
+  EXPECT_EQ(mine[0].name, "laptop");
+  EXPECT_EQ(mine[0].key_sha256, "h1");
+  EXPECT_EQ(mine[0].expires_at_ms, kT0 + 5);
+  EXPECT_FALSE(mine[0].revoked_at_ms.has_value());
+  EXPECT_EQ(Must(store().ListApiKeys()).size(), 2u);
+  EXPECT_EQ(Must(store().RevokeApiKey(laptop.id, kT0 + 1)).revoked_at_ms, kT0 + 1);
+  EXPECT_EQ(Must(store().RevokeApiKey(laptop.id, kT0 + 2)).revoked_at_ms, kT0 + 1);  // revoked once
+  EXPECT_FALSE(Must(store().ListApiKeys(1)).at(0).revoked_at_ms.has_value());
+  EXPECT_EQ(Must(store().ListApiKeys(1)).at(0).id, admin_ci.id);
+  EXPECT_EQ(store().RevokeApiKey(999, kT0).status().code(), StatusCode::kNotFound);
+}
+
 // ---- audit log
 
 AuditRecord Audit(int64_t seq, int64_t time_ms, std::string actor, std::string action, std::string outcome) {

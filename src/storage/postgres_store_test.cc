@@ -311,6 +311,9 @@ TEST(PostgresStoreTest, OneLeaderAtATimeAndADeposedLeadersWritesAreRefused) {
       {"CreateModel", b->CreateModel(Model{.name = "m2", .model_type = "llama", .config_json = "{}"}).status()},
       {"DeleteModel", b->DeleteModel(model_id)},
       {"AppendAuditRecords", b->AppendAuditRecords(std::vector<AuditRecord>{{.seq = 1, .record_json = "{}"}})},
+      {"CreateUser", b->CreateUser(User{.name = "mallory"}).status()},
+      {"CreateApiKey", b->CreateApiKey(ApiKey{.user_id = 1, .key_sha256 = "k"}).status()},
+      {"RevokeApiKey", b->RevokeApiKey(1, 1).status()},
   };
   for (const auto& [call, status] : standby_writes) {
     EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << call << ": " << status.ToString();
@@ -326,6 +329,8 @@ TEST(PostgresStoreTest, OneLeaderAtATimeAndADeposedLeadersWritesAreRefused) {
   EXPECT_TRUE(a->ListDatasets()->empty());
   EXPECT_EQ(a->ListModels()->size(), 1u);
   EXPECT_TRUE(a->ListAuditRecords({})->empty());
+  EXPECT_EQ(a->ListUsers()->size(), 1u);
+  EXPECT_TRUE(a->ListApiKeys()->empty());
   // The leader's own writes go through.
   ASSERT_TRUE(a->UpdateWorker(Worker{.id = worker_id, .name = "w", .revoked = true}).ok());
   ASSERT_TRUE(a->SetJobStatus(job_id, JobStatus::kRunning, 1).ok());

@@ -151,6 +151,25 @@ class TimedMetadataStore final : public MetadataStore {
   StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) override {
     return Timed("apply_batch", [&] { return inner_.ApplyBatch(writes); });
   }
+  StatusOr<User> CreateUser(const User& user) override {
+    return Timed("create_user", [&] { return inner_.CreateUser(user); });
+  }
+  StatusOr<User> GetUser(int64_t id) override {
+    return Timed("get_user", [&] { return inner_.GetUser(id); });
+  }
+  StatusOr<std::vector<User>> ListUsers(const IdPage& page = {}) override {
+    return Timed("list_users", [&] { return inner_.ListUsers(page); });
+  }
+  StatusOr<ApiKey> CreateApiKey(const ApiKey& key) override {
+    return Timed("create_api_key", [&] { return inner_.CreateApiKey(key); });
+  }
+  StatusOr<std::vector<ApiKey>> ListApiKeys(std::optional<int64_t> user_id = std::nullopt,
+                                            const IdPage& page = {}) override {
+    return Timed("list_api_keys", [&] { return inner_.ListApiKeys(user_id, page); });
+  }
+  StatusOr<ApiKey> RevokeApiKey(int64_t key_id, int64_t time_ms) override {
+    return Timed("revoke_api_key", [&] { return inner_.RevokeApiKey(key_id, time_ms); });
+  }
   Status AppendAuditRecords(std::span<const AuditRecord> records) override {
     return Timed("append_audit_records", [&] { return inner_.AppendAuditRecords(records); });
   }

@@ -78,11 +78,33 @@ async function main() {
     await page.click('.audit-filters button[type=submit]');
     await waitFor('the admin filter', async () => (await seqsOf(page)).length === 50);
     assert.deepEqual(await seqsOf(page), all.filter((r) => r.actor === 'admin').slice(0, 50).map((r) => r.seq));
+    await userKeysSignIn(context, base, call);
     assert.deepEqual(pageErrors, []);
     console.log(`audit page: ${all.length} records in two pages, ${checkpoints.length} checkpoints, filters by outcome and actor`);
   } finally {
     await context.close();
   }
+}
+
+// A platform_admin's own key signs in as the admin key does; another user's key is refused saying why.
+async function userKeysSignIn(context, base, call) {
+  const alice = await call('POST', '/users', JSON.stringify({ name: 'alice', platform_admin: true }));
+  const bob = await call('POST', '/users', JSON.stringify({ name: 'bob' }));
+  const aliceKey = (await call('POST', '/keys', JSON.stringify({ name: 'browser', user_id: alice.id }))).key;
+  const bobKey = (await call('POST', '/keys', JSON.stringify({ name: 'browser', user_id: bob.id }))).key;
+  const page = await context.newPage();
+  await page.goto(base);
+  await page.fill('#api-key', bobKey);
+  await page.keyboard.press('Enter');
+  await waitFor('the refusal', async () => /platform_admin/.test(await page.locator('#sign-in-error').textContent()));
+  assert.match(await page.locator('#sign-in-error').textContent(), /That key works, but the dashboard needs a platform_admin's: .*user bob/);
+  await page.fill('#api-key', 'puk_not-a-key');
+  await page.keyboard.press('Enter');
+  await waitFor('the wrong key', async () => /not accepted: invalid API key/.test(await page.locator('#sign-in-error').textContent()));
+  await page.fill('#api-key', aliceKey);
+  await page.keyboard.press('Enter');
+  await page.locator('h1', { hasText: 'Training' }).waitFor();
+  await page.close();
 }
 
 let failed = false;

@@ -42,7 +42,8 @@ function showSignIn(message) {
     { class: 'card sign-in', novalidate: true },
     h('h1', {}, 'Parsyn'),
     h('p', { class: 'muted' }, 'Enter the admin API key that `parsyn server` printed on its first start ' +
-      '(also in the file admin-key in its data directory). It is kept for this browser tab only.'),
+      '(also in the file admin-key in its data directory), or a platform admin\'s own key (`parsyn key create`). ' +
+      'It is kept for this browser tab only.'),
     h('label', { for: 'api-key' }, 'API key'),
     input,
     error,
@@ -67,8 +68,10 @@ function showSignIn(message) {
     } catch (err) {
       signingIn = false;
       setApiKey(null);
-      error.textContent = err instanceof ApiError && err.status === 401
-        ? 'That key was not accepted.' : `Could not reach the server: ${/** @type {Error} */ (err).message}`;
+      error.textContent = !(err instanceof ApiError) || err.status >= 500
+        ? `Could not reach the server: ${/** @type {Error} */ (err).message}`
+        : err.status === 403 ? `That key works, but the dashboard needs a platform_admin's: ${err.message}`
+          : `That key was not accepted: ${err.message}`;
       button.disabled = false;
       input.focus();
     }

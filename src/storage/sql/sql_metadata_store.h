@@ -93,6 +93,14 @@ class SqlMetadataStore : public MetadataStore {
 
   StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) override;
 
+  StatusOr<User> CreateUser(const User& user) override;
+  StatusOr<User> GetUser(int64_t id) override;
+  StatusOr<std::vector<User>> ListUsers(const IdPage& page = {}) override;
+  StatusOr<ApiKey> CreateApiKey(const ApiKey& key) override;
+  StatusOr<std::vector<ApiKey>> ListApiKeys(std::optional<int64_t> user_id = std::nullopt,
+                                            const IdPage& page = {}) override;
+  StatusOr<ApiKey> RevokeApiKey(int64_t key_id, int64_t time_ms) override;
+
   Status AppendAuditRecords(std::span<const AuditRecord> records) override;
   StatusOr<std::vector<AuditRecord>> ListAuditRecords(const AuditQuery& query) override;
 

@@ -196,7 +196,29 @@ CREATE INDEX audit_records_by_actor ON audit_records(actor, seq);
 CREATE INDEX audit_records_by_action ON audit_records(action, seq);
 )sql";
 
-constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}};
+// Users and their API keys (only each key's sha256). User 1, "admin", is the first platform_admin: the admin key
+// (settings.admin_key_sha256) is its key.
+constexpr std::string_view kSchemaV5 = R"sql(
+CREATE TABLE users (
+  id {auto_id},
+  name TEXT NOT NULL UNIQUE,
+  platform_admin BOOLEAN NOT NULL,
+  created_at_ms BIGINT NOT NULL
+);
+INSERT INTO users (name, platform_admin, created_at_ms) VALUES ('admin', TRUE, 0);
+CREATE TABLE api_keys (
+  id {auto_id},
+  user_id BIGINT NOT NULL REFERENCES users(id),
+  name TEXT NOT NULL,
+  key_sha256 TEXT NOT NULL UNIQUE,
+  created_at_ms BIGINT NOT NULL,
+  expires_at_ms BIGINT,
+  revoked_at_ms BIGINT
+);
+CREATE INDEX api_keys_by_user ON api_keys(user_id, id);
+)sql";
+
+constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5}};
 
 constexpr std::string_view kAutoIdToken = "{auto_id}";
 

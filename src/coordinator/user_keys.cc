@@ -1,0 +1,69 @@
+#include "coordinator/user_keys.h"
+
+#include <algorithm>
+
+#include "base/clock.h"
+
+namespace parsyn::coordinator {
+
+void UserKeys::Reset(const std::vector<storage::User>& users, const std::vector<storage::ApiKey>& keys) {
+  users_.clear();
+  keys_by_sha256_.clear();
+  for (const storage::User& u : users) AddUser(u);
+  for (const storage::ApiKey& k : keys) AddKey(k);
+}
+
+void UserKeys::AddUser(const storage::User& user) { users_[user.id] = user; }
+
+void UserKeys::AddKey(const storage::ApiKey& key) { keys_by_sha256_[key.key_sha256] = key; }
+
+void UserKeys::RevokeKey(const storage::ApiKey& key) {
+  auto it = keys_by_sha256_.find(key.key_sha256);
+  if (it != keys_by_sha256_.end()) it->second.revoked_at_ms = key.revoked_at_ms;
+}
+
+StatusOr<Caller> UserKeys::Authenticate(std::string_view key_sha256, int64_t now_ms) const {
+  const auto it = keys_by_sha256_.find(key_sha256);
+  if (it == keys_by_sha256_.end()) return UnauthenticatedError("invalid API key");
+  const storage::ApiKey& key = it->second;
+  const storage::User* user = FindUser(key.user_id);
+  if (user == nullptr) return UnauthenticatedError("invalid API key");
+  const std::string which = "API key '" + key.name + "' (" + std::to_string(key.id) + ") of user " + user->name;
+  if (key.revoked_at_ms) {
+    return UnauthenticatedError(which + " was revoked at " + Rfc3339Millis(*key.revoked_at_ms) +
+                                "; use another key, or make one with `parsyn key create`");
+  }
+  if (key.expires_at_ms && *key.expires_at_ms <= now_ms) {
+    return UnauthenticatedError(which + " expired at " + Rfc3339Millis(*key.expires_at_ms) +
+                                "; make a new one with `parsyn key create`");
+  }
+  return Caller{.user_id = user->id, .name = user->name, .platform_admin = user->platform_admin};
+}
+
+const storage::User* UserKeys::FindUser(int64_t id) const {
+  const auto it = users_.find(id);
+  return it == users_.end() ? nullptr : &it->second;
+}
+
+StatusOr<StoredUserKeys> LoadUserKeys(storage::MetadataStore& store) {
+  StoredUserKeys loaded;
+  PARSYN_ASSIGN_OR_RETURN(loaded.users, store.ListUsers());
+  PARSYN_ASSIGN_OR_RETURN(loaded.keys, store.ListApiKeys());
+  return loaded;
+}
+
+Status CheckUserName(std::string_view name) {
+  const bool allowed = !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '@' || c == '-';
+  });
+  if (!allowed) {
+    return InvalidArgumentError(
+        "name must be 1 to 64 of a-z, 0-9, '.', '_', '@' and '-' (e.g. \"alice\" or "
+        "\"ci-bot\"), got '" +
+        std::string(name.substr(0, 64)) + "'");
+  }
+  if (name == "anonymous") return InvalidArgumentError("name 'anonymous' is reserved (refused credentials)");
+  return Status::Ok();
+}
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,64 @@
+// Users and their API keys as the coordinator checks them (docs/operations.md, "Users, projects and roles"): every
+// request's key is looked up here by its sha256, without a store call. Loaded from the store when the coordinator
+// starts and when it becomes the leader (LoadUserKeys), and changed together with the store by the user and key
+// routes (only the leader writes). Loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "storage/metadata_store.h"
+
+namespace parsyn::coordinator {
+
+// Who a request's credential names.
+struct Caller {
+  int64_t user_id = 0;
+  std::string name;  // the user's name: what logs and the audit log call the actor
+  bool platform_admin = false;
+};
+
+// The prefix of user API keys ("puk_" and 64 hex digits); the admin key's is "psk_".
+inline constexpr std::string_view kUserKeyPrefix = "puk_";
+
+class UserKeys {
+ public:
+  // Replaces everything with the store's users and keys.
+  void Reset(const std::vector<storage::User>& users, const std::vector<storage::ApiKey>& keys);
+  void AddUser(const storage::User& user);
+  void AddKey(const storage::ApiKey& key);
+  // The key's revoked_at_ms set (a key it does not know is ignored).
+  void RevokeKey(const storage::ApiKey& key);
+  // The caller a key's sha256 belongs to at `now_ms`. Unauthenticated "invalid API key" for an unknown key, and one
+  // naming the key, its user and what to do for an expired or revoked one.
+  StatusOr<Caller> Authenticate(std::string_view key_sha256, int64_t now_ms) const;
+  // The user with this id; nullptr when none.
+  const storage::User* FindUser(int64_t id) const;
+
+ private:
+  struct DigestHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view digest) const { return std::hash<std::string_view>{}(digest); }
+  };
+  std::unordered_map<std::string, storage::ApiKey, DigestHash, std::equal_to<>> keys_by_sha256_;
+  std::map<int64_t, storage::User> users_;
+};
+
+// The store's users and keys, for UserKeys::Reset. Blocking.
+struct StoredUserKeys {
+  std::vector<storage::User> users;
+  std::vector<storage::ApiKey> keys;
+};
+StatusOr<StoredUserKeys> LoadUserKeys(storage::MetadataStore& store);
+
+// A user name: 1 to 64 of [a-z0-9._@-], not "anonymous" (the audit log's name for a refused credential).
+// InvalidArgument saying what is wrong.
+Status CheckUserName(std::string_view name);
+
+}  // namespace parsyn::coordinator

@@ -1,0 +1,153 @@
+// Users and their API keys (docs/operations.md, "Users, projects and roles"):
+//   POST /api/v1/users, GET /api/v1/users               platform_admin
+//   GET /api/v1/users/{id}                               platform_admin, or the user itself
+//   POST /api/v1/keys, GET /api/v1/keys                  any user, for their own keys (a platform_admin also for
+//   DELETE /api/v1/keys/{id}                             another user's: user_id)
+// A key is "puk_" and 64 random hex digits, shown once in POST /keys' answer; the store keeps its sha256. Every
+// change goes to the store first, then to the service's UserKeys, which checks each request.
+#include <nlohmann/json.hpp>
+
+#include "coordinator/auth.h"
+#include "coordinator/service.h"
+#include "coordinator/service_routes.h"
+#include "protocol/json_fields.h"
+
+namespace parsyn::coordinator {
+namespace {
+
+json UserView(const storage::User& u) {
+  return {{"id", u.id}, {"name", u.name}, {"platform_admin", u.platform_admin}, {"created_at_ms", u.created_at_ms}};
+}
+
+json KeyView(const storage::ApiKey& k, const UserKeys& users) {
+  const storage::User* user = users.FindUser(k.user_id);
+  return {{"id", k.id},
+          {"user_id", k.user_id},
+          {"user", user != nullptr ? json(user->name) : json()},
+          {"name", k.name},
+          {"created_at_ms", k.created_at_ms},
+          {"expires_at_ms", k.expires_at_ms ? json(*k.expires_at_ms) : json()},
+          {"revoked_at_ms", k.revoked_at_ms ? json(*k.revoked_at_ms) : json()}};
+}
+
+// Someone else's user or key looks absent, as an id that does not exist: ids leak nothing.
+Status NotFound(std::string_view what, int64_t id) {
+  return NotFoundError(std::string(what) + " " + std::to_string(id) + " not found");
+}
+
+class UserRoutes {
+ public:
+  UserRoutes(const RouteContext& context, Service& service)
+      : context_(context), service_(service), users_(service.user_keys()) {}
+
+  Awaitable<Response> CreateUser(Request& req) {
+    StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"name", "platform_admin"});
+    if (!fields.ok()) co_return Response::Error(fields.status());
+    storage::User user{.name = fields->String("name", true, 64).value_or(""),
+                       .platform_admin = fields->Bool("platform_admin", false).value_or(false),
+                       .created_at_ms = context_.clock.UnixMillis()};
+    if (!fields->status().ok()) co_return Response::Error(fields->status());
+    if (Status name = CheckUserName(user.name); !name.ok()) co_return Response::Error(name);
+    auto create = loop::Offload(context_.pool, [this, user] { return context_.store.CreateUser(user); });
+    StatusOr<storage::User> created = co_await std::move(create);  // kCoAwaitTemporaries
+    if (!created.ok()) co_return Response::Error(created.status());
+    users_.AddUser(*created);
+    co_return Created("/api/v1/users", created->id, UserView(*created));
+  }
+
+  Awaitable<Response> ListUsers(Request& req) {
+    co_return co_await ListRecords(
+        context_, req, "users",
+        [](storage::MetadataStore& store, const storage::IdPage& page) { return store.ListUsers(page); }, UserView);
+  }
+
+  Awaitable<Response> GetUser(Request& req, const Caller& caller) {
+    StatusOr<int64_t> id = ParseId(req.params["id"], "user id");
+    if (!id.ok()) co_return Response::Error(id.status());
+    const storage::User* user = users_.FindUser(*id);
+    if (user == nullptr || (!caller.platform_admin && *id != caller.user_id)) {
+      co_return Response::Error(NotFound("user", *id));
+    }
+    co_return Response::Json(200, UserView(*user));
+  }
+
+  Awaitable<Response> CreateKey(Request& req, const Caller& caller) {
+    StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"name", "expires_in_days", "user_id"});
+    if (!fields.ok()) co_return Response::Error(fields.status());
+    constexpr int64_t kMaxDays = 3650;
+    const std::string name = fields->String("name", true, 64).value_or("");
+    const std::optional<int64_t> days = fields->Int("expires_in_days", false, 1, kMaxDays);
+    const int64_t user_id = fields->Int("user_id", false, 1, INT64_MAX).value_or(caller.user_id);
+    if (!fields->status().ok()) co_return Response::Error(fields->status());
+    if (user_id != caller.user_id && !caller.platform_admin) {
+      co_return Response::Error(PermissionDeniedError(
+          "only a platform_admin makes keys for another user; leave out user_id to make one of your own"));
+    }
+    if (users_.FindUser(user_id) == nullptr) co_return Response::Error(NotFound("user", user_id));
+    StatusOr<std::string> secret = NewSecret(kUserKeyPrefix);
+    if (!secret.ok()) co_return Response::Error(secret.status());
+    const int64_t now = context_.clock.UnixMillis();
+    storage::ApiKey key{.user_id = user_id,
+                        .name = name,
+                        .key_sha256 = HashSecret(*secret),
+                        .created_at_ms = now,
+                        .expires_at_ms = days ? std::optional(now + *days * 86'400'000) : std::nullopt};
+    auto create = loop::Offload(context_.pool, [this, key] { return context_.store.CreateApiKey(key); });
+    StatusOr<storage::ApiKey> created = co_await std::move(create);  // kCoAwaitTemporaries
+    if (!created.ok()) co_return Response::Error(created.status());
+    users_.AddKey(*created);
+    json view = KeyView(*created, users_);
+    view["key"] = *secret;  // shown this once
+    co_return Created("/api/v1/keys", created->id, view);
+  }
+
+  Awaitable<Response> ListKeys(Request& req, const Caller& caller) {
+    StatusOr<int64_t> user_id = IntQuery(req, "user_id", caller.user_id, 1, INT64_MAX);
+    if (!user_id.ok()) co_return Response::Error(user_id.status());
+    if (*user_id != caller.user_id && !caller.platform_admin) co_return Response::Error(NotFound("user", *user_id));
+    const int64_t owner = *user_id;
+    co_return co_await ListRecords(
+        context_, req, "keys",
+        [owner](storage::MetadataStore& store, const storage::IdPage& page) { return store.ListApiKeys(owner, page); },
+        [this](const storage::ApiKey& k) { return KeyView(k, users_); });
+  }
+
+  Awaitable<Response> RevokeKey(Request& req, const Caller& caller) {
+    StatusOr<int64_t> id = ParseId(req.params["id"], "key id");
+    if (!id.ok()) co_return Response::Error(id.status());
+    const int64_t key_id = *id;
+    const int64_t now = context_.clock.UnixMillis();
+    // Read first: another user's key is not revoked, and answers as if it did not exist.
+    auto revoke = loop::Offload(context_.pool, [this, key_id, now, caller]() -> StatusOr<storage::ApiKey> {
+      PARSYN_ASSIGN_OR_RETURN(std::vector<storage::ApiKey> keys,
+                              context_.store.ListApiKeys(std::nullopt, {.after_id = key_id - 1, .limit = 1}));
+      if (keys.empty() || keys[0].id != key_id || (!caller.platform_admin && keys[0].user_id != caller.user_id)) {
+        return NotFound("API key", key_id);
+      }
+      return context_.store.RevokeApiKey(key_id, now);
+    });
+    StatusOr<storage::ApiKey> revoked = co_await std::move(revoke);  // kCoAwaitTemporaries
+    if (!revoked.ok()) co_return Response::Error(revoked.status());
+    users_.RevokeKey(*revoked);
+    co_return Response::Json(200, KeyView(*revoked, users_));
+  }
+
+ private:
+  const RouteContext context_;
+  Service& service_;
+  UserKeys& users_;
+};
+
+}  // namespace
+
+Status AddUserRoutes(RouteTable& routes, const RouteContext& context, Service& service) {
+  auto h = std::make_shared<UserRoutes>(context, service);
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/users", Bind(h, &UserRoutes::CreateUser)));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/users", Bind(h, &UserRoutes::ListUsers)));
+  PARSYN_RETURN_IF_ERROR(routes.User(Method::kGet, "/api/v1/users/{id}", Bind(h, &UserRoutes::GetUser)));
+  PARSYN_RETURN_IF_ERROR(routes.User(Method::kPost, "/api/v1/keys", Bind(h, &UserRoutes::CreateKey)));
+  PARSYN_RETURN_IF_ERROR(routes.User(Method::kGet, "/api/v1/keys", Bind(h, &UserRoutes::ListKeys)));
+  return routes.User(Method::kDelete, "/api/v1/keys/{id}", Bind(h, &UserRoutes::RevokeKey));
+}
+
+}  // namespace parsyn::coordinator
