@@ -229,14 +229,14 @@ class BlobRoutes {
 
 Status AddBlobRoutes(RouteTable& routes, const RouteContext& context, Service& service, std::string signing_secret) {
   auto h = std::make_shared<BlobRoutes>(context, service, std::move(signing_secret));
-  PARSYN_RETURN_IF_ERROR(routes.Open(Method::kGet, "/blobs/{key...}", Bind(h, &BlobRoutes::Get)));
+  PARSYN_RETURN_IF_ERROR(routes.SignedUrl(Method::kGet, "/blobs/{key...}", Bind(h, &BlobRoutes::Get)));
   const ServiceOptions& options = service.options();
-  return routes.Open(Method::kPut, "/blobs/{key...}", Bind(h, &BlobRoutes::Put),
-                     http::RouteOptions{.stream_body = true,
-                                        .max_body_bytes = context.max_upload_bytes,
-                                        .min_body_rate = {.bytes_per_second = options.upload_min_rate,
-                                                          .window = options.upload_rate_window,
-                                                          .grace = options.upload_rate_grace}});
+  return routes.SignedUrl(Method::kPut, "/blobs/{key...}", Bind(h, &BlobRoutes::Put),
+                          http::RouteOptions{.stream_body = true,
+                                             .max_body_bytes = context.max_upload_bytes,
+                                             .min_body_rate = {.bytes_per_second = options.upload_min_rate,
+                                                               .window = options.upload_rate_window,
+                                                               .grace = options.upload_rate_grace}});
 }
 
 }  // namespace parsyn::coordinator

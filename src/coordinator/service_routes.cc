@@ -92,6 +92,16 @@ http::Authorizer RouteTable::Authorizer(Check check) const {
 }
 
 Status RouteTable::Open(Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options) {
+  return Add(method, pattern, std::move(handler), std::move(options), "open");
+}
+
+Status RouteTable::SignedUrl(Method method, std::string_view pattern, http::Handler handler,
+                             http::RouteOptions options) {
+  return Add(method, pattern, std::move(handler), std::move(options), "signed URL");
+}
+
+Status RouteTable::Add(Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options,
+                       std::string access) {
   if (!options.stream_body && options.max_body_bytes == 0) options.max_body_bytes = max_json_bytes_;
   http::Handler audited = [audit = &audit_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
     Response answer = co_await handler(req);
@@ -102,7 +112,7 @@ Status RouteTable::Open(Method method, std::string_view pattern, http::Handler h
     co_return answer;
   };
   PARSYN_RETURN_IF_ERROR(router_.Add(method, pattern, std::move(audited), options));
-  table_.push_back({method, std::string(pattern)});
+  table_.push_back({method, std::string(pattern), std::move(access)});
   return Status::Ok();
 }
 
@@ -123,7 +133,7 @@ StatusOr<Caller> RequirePlatformAdmin(StatusOr<Caller> caller, const Request& re
 Status RouteTable::Admin(Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options) {
   options.authorize =
       Authorizer([check = check_user_](const Request& req) { return RequirePlatformAdmin(check(req), req).status(); });
-  return Open(
+  return Add(
       method, pattern,
       [leader = check_leader_, check = check_user_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
         if (leader) {
@@ -134,12 +144,12 @@ Status RouteTable::Admin(Method method, std::string_view pattern, http::Handler 
         req.principal = caller->name;
         co_return co_await handler(req);
       },
-      options);
+      options, "platform_admin");
 }
 
 Status RouteTable::User(Method method, std::string_view pattern, UserHandler handler, http::RouteOptions options) {
   options.authorize = Authorizer([check = check_user_](const Request& req) { return check(req).status(); });
-  return Open(
+  return Add(
       method, pattern,
       [leader = check_leader_, check = check_user_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
         if (leader) {
@@ -150,13 +160,13 @@ Status RouteTable::User(Method method, std::string_view pattern, UserHandler han
         req.principal = caller->name;
         co_return co_await handler(req, *caller);
       },
-      options);
+      options, "any user");
 }
 
 Status RouteTable::OwnKey(Method method, std::string_view pattern, http::Handler handler, KeyCheck check,
                           http::RouteOptions options) {
   options.authorize = Authorizer(check);
-  return Open(
+  return Add(
       method, pattern,
       [leader = check_leader_, check, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
         if (leader) {
@@ -166,12 +176,12 @@ Status RouteTable::OwnKey(Method method, std::string_view pattern, http::Handler
         Response answer = co_await handler(req);
         co_return WithoutServerPaths(std::move(answer), req.route);
       },
-      options);
+      options, "worker bootstrap key");
 }
 
 Status RouteTable::Worker(Method method, std::string_view pattern, WorkerHandler handler, http::RouteOptions options) {
   options.authorize = Authorizer([check = check_worker_](const Request& req) { return check(req).status(); });
-  return Open(
+  return Add(
       method, pattern,
       [leader = check_leader_, check = check_worker_,
        handler = std::move(handler)](Request& req) -> Awaitable<Response> {
@@ -184,7 +194,7 @@ Status RouteTable::Worker(Method method, std::string_view pattern, WorkerHandler
         Response answer = co_await handler(req, *worker);
         co_return WithoutServerPaths(std::move(answer), req.route);
       },
-      options);
+      options, "worker token");
 }
 
 Awaitable<StatusOr<storage::BlobInfo>> StreamBodyToBlob(const RouteContext& context, http::BodyReader& body,

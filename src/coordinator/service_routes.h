@@ -81,8 +81,11 @@ class RouteTable {
   using LeaderCheck = std::function<Status()>;
   void RequireLeader(LeaderCheck check) { check_leader_ = std::move(check); }
 
-  // No credentials (/healthz; /blobs, which check their own signature).
+  // No credentials (/healthz).
   Status Open(http::Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options = {});
+  // No credentials but the signed URL the handler checks (/blobs).
+  Status SignedUrl(http::Method method, std::string_view pattern, http::Handler handler,
+                   http::RouteOptions options = {});
   // Needs "Authorization: Bearer <key>" of a platform_admin (the admin key, or a platform admin's API key): others
   // get 403 naming the role. Checked from the header (RouteOptions::authorize) before any of the body is read, and
   // again when the handler runs.
@@ -108,6 +111,9 @@ class RouteTable {
   AuditLog& audit_;
   LeaderCheck check_leader_;
 
+  // Registers the route, audited (see the constructor), as callable by `access` (RouteInfo::access).
+  Status Add(http::Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options,
+             std::string access);
   // `check` after the leader check, for RouteOptions::authorize: a refused credential is recorded in the audit log.
   template <typename Check>
   http::Authorizer Authorizer(Check check) const;
