@@ -84,8 +84,9 @@ TEST(RouteAccessTest, EveryRouteAnswersEveryCredentialAsItsAccessSays) {
   };
   // Which credentials each access lets through; the others get `refused` (or 403 for a user below the role).
   const std::map<std::string, std::set<std::string>> passes = {
-      {"open", {"no credential", "a wrong key", "the admin key", "a platform_admin's key", "a user's key",
-                "a worker token", "the bootstrap key"}},
+      {"open",
+       {"no credential", "a wrong key", "the admin key", "a platform_admin's key", "a user's key", "a worker token",
+        "the bootstrap key"}},
       {"signed URL", {}},
       {"platform_admin", {"the admin key", "a platform_admin's key"}},
       {"any user", {"the admin key", "a platform_admin's key", "a user's key"}},

@@ -1,5 +1,5 @@
 // The dashboard's shell: sign-in with the API key, the navigation, and a hash router (#/training, #/jobs/new,
-// #/jobs/<id>, #/workers, #/audit). Each page is a module exporting render(container, params) -> cleanup function.
+// #/jobs/<id>, #/workers, #/audit, #/keys). Each page is a module exporting render(container, params) -> cleanup function.
 import { api, apiKey, setApiKey, setUnauthenticatedHandler, ApiError } from './api.js';
 import { h } from './dom.js';
 import * as training from './training.js';
@@ -7,6 +7,7 @@ import * as newJob from './new_job.js';
 import * as jobDetail from './job_detail.js';
 import * as workers from './workers.js';
 import * as audit from './audit.js';
+import * as keys from './keys.js';
 
 // index.html has both.
 const main = /** @type {HTMLElement} */ (document.getElementById('main'));
@@ -25,6 +26,7 @@ const ROUTES = [
   { pattern: /^#\/jobs\/(\d+)$/, page: jobDetail, title: 'Training job', nav: 'training' },
   { pattern: /^#\/workers$/, page: workers, title: 'Workers', nav: 'workers' },
   { pattern: /^#\/audit$/, page: audit, title: 'Audit log', nav: 'audit' },
+  { pattern: /^#\/keys$/, page: keys, title: 'API keys', nav: 'keys' },
 ];
 
 /** @param {string} [message] */

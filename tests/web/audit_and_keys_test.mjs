@@ -1,9 +1,11 @@
-// Browser test of the audit log page (#/audit): a real `parsyn server` (no workers) and Debian's chromium driven
-// headless by playwright-core. Registrations and a refused key fill the log; the page lists the records newest first
-// as GET /api/v1/audit gives them, pages on with "Older records", filters by outcome and actor, and names the key that
-// signs the checkpoints.
+// Browser test of the audit log page (#/audit), signing in with users' own keys, and the API keys page (#/keys): a
+// real `parsyn server` (no workers) and Debian's chromium driven headless by playwright-core. Registrations and a
+// refused key fill the log; the page lists the records newest first as GET /api/v1/audit gives them, pages on with
+// "Older records", filters by outcome and actor, and names the key that signs the checkpoints. Then a platform
+// admin's key signs in (another user's is refused saying why), and her keys page makes a key that works, shows it
+// once, and revokes it.
 //
-//   node audit_page_test.mjs --parsyn build/src/cli/parsyn [--out SCREENSHOT_DIR]
+//   node audit_and_keys_test.mjs --parsyn build/src/cli/parsyn [--out SCREENSHOT_DIR]
 //
 // Exit status: 0 passed, 1 failed, 77 skipped (tests/web/node_modules absent: run ./dev setup).
 import assert from 'node:assert/strict';
@@ -104,7 +106,40 @@ async function userKeysSignIn(context, base, call) {
   await page.fill('#api-key', aliceKey);
   await page.keyboard.press('Enter');
   await page.locator('h1', { hasText: 'Training' }).waitFor();
+  await keysPage(page, call, alice);
   await page.close();
+}
+
+// The API keys page: alice's keys as the API lists them; a new key shown once and working; a key revoked refused.
+async function keysPage(page, call, alice) {
+  await page.click('nav a[data-nav="keys"]');
+  await page.locator('h1', { hasText: 'API keys' }).waitFor();
+  const rowIds = () => page.locator('#keys-table tbody tr').evaluateAll((rows) => rows.map((r) => Number(r.dataset.keyId)));
+  await waitFor('her key listed', async () => (await rowIds()).length === 1);
+  await page.fill('#key-name', 'ci');
+  await page.fill('#key-days', '30');
+  await page.click('#key-form button[type=submit]');
+  const made = await page.locator('#new-key-value').textContent();
+  assert.match(made, /^puk_[0-9a-f]{64}$/);
+  await waitFor('both keys listed', async () => (await rowIds()).length === 2);
+  const listed = (await call('GET', `/keys?user_id=${alice.id}`)).keys;
+  assert.deepEqual(await rowIds(), listed.map((k) => k.id));
+  const ci = listed.find((k) => k.name === 'ci');
+  assert.ok(Math.abs(ci.expires_at_ms - ci.created_at_ms - 30 * 86_400_000) < 1000, JSON.stringify(ci));
+  const works = await fetch(new URL('/api/v1/workers', page.url()), { headers: { Authorization: `Bearer ${made}` } });
+  assert.equal(works.status, 200);
+  page.once('dialog', (dialog) => dialog.accept());
+  await page.click(`#keys-table tr[data-key-id="${ci.id}"] button`);
+  await waitFor('the key shown revoked', async () =>
+    (await page.locator(`#keys-table tr[data-key-id="${ci.id}"]`).getAttribute('data-state')) === 'revoked');
+  const refused = await fetch(new URL('/api/v1/workers', page.url()), { headers: { Authorization: `Bearer ${made}` } });
+  assert.equal(refused.status, 401);
+  assert.match(await refused.text(), /was revoked/);
+  // A name the server refuses is said by the form.
+  await page.fill('#key-name', 'x'.repeat(64));
+  await page.fill('#key-days', '5000');
+  await page.click('#key-form button[type=submit]');
+  await waitFor('the refusal', async () => /expires_in_days/.test(await page.locator('#key-error').textContent()));
 }
 
 let failed = false;
