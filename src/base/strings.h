@@ -17,6 +17,11 @@ std::string HexEncode(std::span<const unsigned char> bytes);
 std::string HexEncode(std::string_view bytes);
 // The bytes of hex text (either case, two digits per byte); nullopt for an odd length or a non-hex character.
 std::optional<std::string> HexDecode(std::string_view hex);
+// Base64url without padding (RFC 4648 §5: '-' and '_'), as JWTs and signed URLs use it.
+std::string Base64UrlEncode(std::string_view bytes);
+// The bytes of base64url text (padding '=' accepted at the end); nullopt for another character or a length no
+// encoding has.
+std::optional<std::string> Base64UrlDecode(std::string_view text);
 // `text` safe inside XML or SVG text and attribute values: & < > " as entities.
 std::string XmlEscape(std::string_view text);
 

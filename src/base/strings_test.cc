@@ -17,6 +17,22 @@ TEST(StringsTest, TrimRemovesSpacesTabsAndLineEnds) {
   EXPECT_EQ(Trim(""), "");
 }
 
+TEST(StringsTest, Base64UrlRoundTripsEveryLengthAndRefusesOtherCharacters) {
+  EXPECT_EQ(Base64UrlEncode(""), "");
+  EXPECT_EQ(Base64UrlEncode("f"), "Zg");
+  EXPECT_EQ(Base64UrlEncode("fo"), "Zm8");
+  EXPECT_EQ(Base64UrlEncode("foo"), "Zm9v");
+  EXPECT_EQ(Base64UrlEncode("\xfb\xff"), "-_8");  // the url alphabet, not '+' and '/'
+  std::string bytes;
+  for (int n = 0; n < 40; ++n) {
+    EXPECT_EQ(Base64UrlDecode(Base64UrlEncode(bytes)), bytes) << n;
+    bytes += static_cast<char>(n * 37);
+  }
+  EXPECT_EQ(Base64UrlDecode("Zm8="), "fo");  // padding is accepted
+  EXPECT_FALSE(Base64UrlDecode("Zm+v").has_value());
+  EXPECT_FALSE(Base64UrlDecode("Z").has_value());
+}
+
 TEST(StringsTest, XmlEscapeEscapesMarkupAndQuotes) {
   EXPECT_EQ(XmlEscape(R"(a<b & "c">d)"), "a&lt;b &amp; &quot;c&quot;&gt;d");
   EXPECT_EQ(XmlEscape("plain 'text'"), "plain 'text'");

@@ -6,6 +6,7 @@
 //   parsyn worker register|list|get                                 worker_commands.cc
 //   parsyn audit export|verify|key                                  audit_commands.cc
 //   parsyn user create|list|get, parsyn key create|list|revoke      user_commands.cc
+//   parsyn login                                                    login_command.cc
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -19,5 +20,6 @@ void AddModelRemoteCommands(CLI::App& app, int& exit_code);
 void AddWorkerRegisterCommands(CLI::App& app, int& exit_code);
 void AddAuditCommands(CLI::App& app, int& exit_code);
 void AddUserCommands(CLI::App& app, int& exit_code);
+void AddLoginCommand(CLI::App& app, int& exit_code);
 
 }  // namespace parsyn::cli

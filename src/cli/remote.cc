@@ -96,7 +96,13 @@ std::string DefaultDataDir() {
   return dir.empty() ? "parsyn-data" : dir;
 }
 
-StatusOr<RemoteSettings> ResolveRemote(const RemoteFlags& flags) {
+std::filesystem::path LoginKeyPath() {
+  if (std::string xdg = Env("XDG_CONFIG_HOME"); !xdg.empty())
+    return std::filesystem::path(xdg) / "parsyn" / "login-key";
+  return std::filesystem::path(Env("HOME").empty() ? "." : Env("HOME")) / ".config" / "parsyn" / "login-key";
+}
+
+StatusOr<RemoteSettings> ResolveRemote(const RemoteFlags& flags, bool need_key) {
   PARSYN_ASSIGN_OR_RETURN(CliConfig config, LoadCliConfig(flags.config));
   // The first non-empty of flag, environment, config file (the order at the top of remote.h).
   auto first = [](std::initializer_list<std::string> candidates) {
@@ -141,13 +147,16 @@ StatusOr<RemoteSettings> ResolveRemote(const RemoteFlags& flags) {
     PARSYN_ASSIGN_OR_RETURN(settings.api_key, read_key_file(Env("PARSYN_KEY_FILE"), "PARSYN_KEY_FILE"));
   } else if (!config.key_file.empty()) {
     PARSYN_ASSIGN_OR_RETURN(settings.api_key, read_key_file(config.key_file, "key_file in " + config.path.string()));
+  } else if (std::string login = ReadFileTrimmed(LoginKeyPath().string()); !login.empty()) {
+    settings.api_key = login;
   } else {
     settings.api_key = ReadFileTrimmed(settings.data_dir + "/admin-key");
   }
-  if (settings.api_key.empty()) {
+  if (settings.api_key.empty() && need_key) {
     return InvalidArgumentError(
         "no API key: pass --api-key or --key-file FILE, set PARSYN_API_KEY or PARSYN_KEY_FILE, write key_file = "
-        "\"FILE\" in the config file, or use the data directory of a local server (" +
+        "\"FILE\" in the config file, run `parsyn login` (single sign-on), or use the data directory of a local "
+        "server (" +
         settings.data_dir + "/admin-key)");
   }
   return settings;

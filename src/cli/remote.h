@@ -4,8 +4,10 @@
 //   2. the environment:        PARSYN_SERVER, PARSYN_API_KEY or PARSYN_KEY_FILE, PARSYN_CA_FILE, PARSYN_DATA_DIR
 //   3. the config file:        server, key_file, ca_file, data_dir (config_file.h: --config, PARSYN_CONFIG,
 //                              $XDG_CONFIG_HOME/parsyn/config.toml, ~/.config/parsyn/config.toml)
-//   4. the local data directory that `parsyn server` writes (./parsyn-data unless 1-3 name one): <data_dir>/server.json
+//   4. for the key only: the one `parsyn login` saved (LoginKeyPath())
+//   5. the local data directory that `parsyn server` writes (./parsyn-data unless 1-3 name one): <data_dir>/server.json
 //      holds its URL (and for an HTTPS server its certificate file as "ca_file"), <data_dir>/admin-key the key.
+//      (4 and 5 only when 1-3 name none)
 // The server may be several comma-separated URLs (coordinators in failover): the one whose /readyz says "leader" is
 // used, else the first that answers.
 // Also --output text|json (what the command prints on stdout) and --progress (transfer bars on a non-terminal).
@@ -50,7 +52,10 @@ struct RemoteSettings {
 };
 // InvalidArgument naming every place it looked when the server or key is missing; a config file's errors
 // (FILE:LINE: ...); NotFound for a key file named by a flag, the environment or the config file that cannot be read.
-StatusOr<RemoteSettings> ResolveRemote(const RemoteFlags& flags);
+// `need_key` false: a missing key is no error (`parsyn login`, which comes to get one).
+StatusOr<RemoteSettings> ResolveRemote(const RemoteFlags& flags, bool need_key = true);
+// Where `parsyn login` saves the key it gets: $XDG_CONFIG_HOME/parsyn/login-key, else ~/.config/parsyn/login-key.
+std::filesystem::path LoginKeyPath();
 // A client for ResolveRemote's server and key.
 StatusOr<std::unique_ptr<http::Client>> ConnectToServer(const RemoteFlags& flags);
 // --output json was asked for.

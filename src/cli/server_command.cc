@@ -75,6 +75,12 @@ struct ServerFlags {
   std::string admin_key_file;
   std::string worker_bootstrap_key_file;
   std::string audit_key_file;
+  std::string oidc_issuer;
+  std::string oidc_client_id;
+  std::string oidc_roles_claim = "groups";
+  std::vector<std::string> oidc_admin_groups;
+  std::string oidc_ca_file;
+  int64_t session_hours = 12;
   int64_t audit_checkpoint_every = coordinator::ServiceOptions{}.audit_checkpoint_every;
   int64_t leader_lease_ms = coordinator::ServiceOptions{}.leader_lease_ttl.count();
   int64_t admin_key_refresh_ms = coordinator::ServiceOptions{}.admin_key_refresh_interval.count();
@@ -172,6 +178,19 @@ StatusOr<coordinator::ServiceOptions> ServiceOptionsFrom(const ServerFlags& f, b
   options.admin_key_file = f.admin_key_file;
   options.worker_bootstrap_key_file = f.worker_bootstrap_key_file;
   options.audit_key_file = f.audit_key_file;
+  if (f.oidc_issuer.empty() != f.oidc_client_id.empty()) {
+    return InvalidArgumentError(
+        "--oidc-issuer and --oidc-client-id go together (the provider, and this "
+        "coordinator's client id there)");
+  }
+  if (!f.oidc_issuer.empty()) {
+    options.oidc = coordinator::OidcSettings{.issuer = f.oidc_issuer,
+                                             .client_id = f.oidc_client_id,
+                                             .roles_claim = f.oidc_roles_claim,
+                                             .admin_groups = f.oidc_admin_groups,
+                                             .ca_file = f.oidc_ca_file};
+  }
+  options.session_lifetime = std::chrono::hours(f.session_hours);
   options.audit_checkpoint_every = f.audit_checkpoint_every;
   options.leader_lease_ttl = std::chrono::milliseconds(f.leader_lease_ms);
   options.admin_key_refresh_interval = std::chrono::milliseconds(f.admin_key_refresh_ms);
@@ -477,6 +496,18 @@ void AddServerCommand(CLI::App& app, int& exit_code) {
                   "-algorithm ed25519`; give every coordinator of a failover group the same one) instead of one made "
                   "on the first start in the data dir (docs/operations.md, \"Audit log\")")
       ->envname("PARSYN_AUDIT_KEY_FILE");
+  cmd->add_option("--oidc-issuer", flags->oidc_issuer,
+                  "single sign-on: the OpenID Connect provider's issuer URL (its discovery document is read at start; "
+                  "docs/operations.md, \"Single sign-on\")");
+  cmd->add_option("--oidc-client-id", flags->oidc_client_id, "single sign-on: this coordinator's client id there");
+  cmd->add_option("--oidc-roles-claim", flags->oidc_roles_claim, "the ID-token claim listing the user's groups")
+      ->capture_default_str();
+  cmd->add_option("--oidc-admin-group", flags->oidc_admin_groups,
+                  "a group (in --oidc-roles-claim) whose members are platform_admins; repeat for several");
+  cmd->add_option("--oidc-ca-file", flags->oidc_ca_file, "extra trusted CAs for an https provider with a private CA");
+  cmd->add_option("--session-hours", flags->session_hours, "how long the API key a sign-in makes lasts")
+      ->check(CLI::Range(int64_t{1}, int64_t{24 * 30}))
+      ->capture_default_str();
   cmd->add_option("--audit-checkpoint-every", flags->audit_checkpoint_every,
                   "sign the audit log's head every this many records (and at shutdown)")
       ->check(CLI::Range(int64_t{1}, int64_t{1'000'000}))

@@ -143,6 +143,9 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
                                                                     ? service->store_->ListWorkers()
                                                                     : ResetWorkerSessions(*service->store_));
   service->worker_tokens_.Reset(workers);
+  if (service->options_.oidc) {
+    PARSYN_ASSIGN_OR_RETURN(service->oidc_, OidcVerifier::Discover(*service->options_.oidc));
+  }
   PARSYN_ASSIGN_OR_RETURN(StoredUserKeys user_keys, LoadUserKeys(*service->store_));
   service->user_keys_.Reset(user_keys.users, user_keys.keys);
   return service;

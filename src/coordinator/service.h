@@ -33,6 +33,7 @@
 #include "coordinator/feed_publisher.h"
 #include "coordinator/job_host.h"
 #include "coordinator/leader_election.h"
+#include "coordinator/oidc.h"
 #include "coordinator/signed_blob_urls.h"
 #include "coordinator/user_keys.h"
 #include "coordinator/worker_sessions.h"
@@ -117,6 +118,10 @@ struct ServiceOptions {
   // audit_checkpoint_every records (`--audit-checkpoint-every`) and at shutdown.
   std::filesystem::path audit_key_file;
   int64_t audit_checkpoint_every = 100;
+  // Single sign-on (`parsyn server --oidc-issuer ...`; docs/operations.md "Single sign-on"): unset, it is off.
+  std::optional<OidcSettings> oidc;
+  // How long the API key a sign-in makes lasts (`--session-hours`).
+  std::chrono::hours session_lifetime{12};
   // `parsyn server --worker-bootstrap-key-file`: who presents this file's key may register managed workers
   // (POST /api/v1/workers/bootstrap: worker pods that register themselves). Empty: that route answers 404.
   std::filesystem::path worker_bootstrap_key_file;
@@ -236,6 +241,8 @@ class Service final : public JobHost {
   void AddWorkerToken(const storage::Worker& worker) { worker_tokens_.Add(worker); }
   // The users and keys every request is checked against (user_routes.cc changes them with the store).
   UserKeys& user_keys() { return user_keys_; }
+  // The provider's ID-token checks when single sign-on is on; null otherwise.
+  OidcVerifier* oidc() { return oidc_.get(); }
   // The operator's worker bootstrap key (POST /api/v1/workers/bootstrap): NotFound when bootstrap registration is
   // off, Unauthenticated for another key.
   Status CheckWorkerBootstrapKey(const http::Request& req) const;
@@ -298,7 +305,8 @@ class Service final : public JobHost {
   const http::Server* http_server_ = nullptr;
   std::vector<RouteInfo> routes_;
   WorkerTokens worker_tokens_;
-  UserKeys user_keys_;  // loaded by Open and at every takeover; changed by the user routes
+  std::unique_ptr<OidcVerifier> oidc_;  // ServiceOptions::oidc, discovered by Open
+  UserKeys user_keys_;                  // loaded by Open and at every takeover; changed by the user routes
   FeedPublisher feed_;
   std::unique_ptr<WorkerSessions> sessions_;  // made by Open, once store_ is open
   std::map<int64_t, std::unique_ptr<JobRunner>> runners_;

@@ -3,10 +3,12 @@
 //   GET /api/v1/users/{id}                               platform_admin, or the user itself
 //   POST /api/v1/keys, GET /api/v1/keys                  any user, for their own keys (a platform_admin also for
 //   DELETE /api/v1/keys/{id}                             another user's: user_id)
+//   GET /api/v1/auth/oidc, POST /api/v1/auth/oidc/token  open: single sign-on's settings, and an ID token for a key
 // A key is "puk_" and 64 random hex digits, shown once in POST /keys' answer; the store keeps its sha256. Every
 // change goes to the store first, then to the service's UserKeys, which checks each request.
 #include <nlohmann/json.hpp>
 
+#include "base/strings.h"
 #include "coordinator/auth.h"
 #include "coordinator/service.h"
 #include "coordinator/service_routes.h"
@@ -84,21 +86,96 @@ class UserRoutes {
           "only a platform_admin makes keys for another user; leave out user_id to make one of your own"));
     }
     if (users_.FindUser(user_id) == nullptr) co_return Response::Error(NotFound("user", user_id));
-    StatusOr<std::string> secret = NewSecret(kUserKeyPrefix);
-    if (!secret.ok()) co_return Response::Error(secret.status());
     const int64_t now = context_.clock.UnixMillis();
-    storage::ApiKey key{.user_id = user_id,
-                        .name = name,
-                        .key_sha256 = HashSecret(*secret),
-                        .created_at_ms = now,
-                        .expires_at_ms = days ? std::optional(now + *days * 86'400'000) : std::nullopt};
+    auto make = MakeKey(user_id, name, days ? std::optional(now + *days * 86'400'000) : std::nullopt);
+    StatusOr<json> made = co_await std::move(make);  // kCoAwaitTemporaries
+    if (!made.ok()) co_return Response::Error(made.status());
+    co_return Created("/api/v1/keys", (*made)["id"].get<int64_t>(), *made);
+  }
+
+  // GET /api/v1/auth/oidc: what a client needs to sign in with the provider (`parsyn login`).
+  Awaitable<Response> SignInSettings(Request&) {
+    if (service_.oidc() == nullptr) co_return Response::Error(SsoOff());
+    const OidcVerifier& oidc = *service_.oidc();
+    json answer = {{"issuer", oidc.settings().issuer},
+                   {"client_id", oidc.settings().client_id},
+                   {"scope", "openid profile email " + oidc.settings().roles_claim}};
+    for (const char* endpoint : {"authorization_endpoint", "token_endpoint", "device_authorization_endpoint"}) {
+      answer[endpoint] = oidc.discovery().value(endpoint, json());
+    }
+    co_return Response::Json(200, answer);
+  }
+
+  // POST /api/v1/auth/oidc/token {"id_token", "key_name"?}: the provider's ID token for an API key of its user, made
+  // (with the role the roles claim gives) on the first sign-in, lasting ServiceOptions::session_lifetime.
+  Awaitable<Response> SignIn(Request& req) {
+    if (service_.oidc() == nullptr) co_return Response::Error(SsoOff());
+    StatusOr<JsonFields> fields = JsonFields::Parse(req.body, {"id_token", "key_name"});
+    if (!fields.ok()) co_return Response::Error(fields.status());
+    const std::string token = fields->String("id_token", true, 16 << 10).value_or("");
+    const std::string key_name = fields->String("key_name", false, 64).value_or("sign-in");
+    if (!fields->status().ok()) co_return Response::Error(fields->status());
+    OidcVerifier* oidc = service_.oidc();
+    const int64_t now = context_.clock.UnixMillis();
+    // On the pool: a token naming a new key makes the verifier read the provider's keys again.
+    auto verify = loop::Offload(context_.pool, [oidc, token, now] { return oidc->Verify(token, now / 1000); });
+    StatusOr<IdTokenClaims> claims = co_await std::move(verify);  // kCoAwaitTemporaries
+    if (!claims.ok()) co_return Response::Error(claims.status());
+    const std::string name = ToLower(claims->username);
+    if (Status valid = CheckUserName(name); !valid.ok()) {
+      co_return Response::Error(
+          PermissionDeniedError("the provider's user name cannot be a Parsyn user: " + valid.message()));
+    }
+    req.principal = name;
+    auto user = EnsureUser(name, oidc->IsPlatformAdmin(*claims));
+    StatusOr<storage::User> signed_in = co_await std::move(user);  // kCoAwaitTemporaries
+    if (!signed_in.ok()) co_return Response::Error(signed_in.status());
+    const int64_t lifetime_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(service_.options().session_lifetime).count();
+    auto make = MakeKey(signed_in->id, key_name, now + lifetime_ms);
+    StatusOr<json> made = co_await std::move(make);  // kCoAwaitTemporaries
+    if (!made.ok()) co_return Response::Error(made.status());
+    (*made)["platform_admin"] = signed_in->platform_admin;
+    co_return Response::Json(200, *made);
+  }
+
+  // A new key of `user_id`, stored and in force: its view with "key", the key itself (to be shown once).
+  Awaitable<StatusOr<json>> MakeKey(int64_t user_id, std::string name, std::optional<int64_t> expires_at_ms) {
+    StatusOr<std::string> secret = NewSecret(kUserKeyPrefix);
+    if (!secret.ok()) co_return secret.status();
+    const storage::ApiKey key{.user_id = user_id,
+                              .name = std::move(name),
+                              .key_sha256 = HashSecret(*secret),
+                              .created_at_ms = context_.clock.UnixMillis(),
+                              .expires_at_ms = expires_at_ms};
     auto create = loop::Offload(context_.pool, [this, key] { return context_.store.CreateApiKey(key); });
     StatusOr<storage::ApiKey> created = co_await std::move(create);  // kCoAwaitTemporaries
-    if (!created.ok()) co_return Response::Error(created.status());
+    if (!created.ok()) co_return created.status();
     users_.AddKey(*created);
     json view = KeyView(*created, users_);
-    view["key"] = *secret;  // shown this once
-    co_return Created("/api/v1/keys", created->id, view);
+    view["key"] = *secret;
+    co_return view;
+  }
+
+  // The user `name`, created on its first sign-in; its platform_admin follows the provider's claims.
+  Awaitable<StatusOr<storage::User>> EnsureUser(std::string name, bool platform_admin) {
+    const int64_t now = context_.clock.UnixMillis();
+    auto ensure = loop::Offload(context_.pool, [this, name, platform_admin, now]() -> StatusOr<storage::User> {
+      PARSYN_ASSIGN_OR_RETURN(std::vector<storage::User> users, context_.store.ListUsers());
+      for (const storage::User& u : users) {
+        if (u.name != name) continue;
+        if (u.platform_admin == platform_admin) return u;
+        return context_.store.SetUserPlatformAdmin(u.id, platform_admin);
+      }
+      return context_.store.CreateUser({.name = name, .platform_admin = platform_admin, .created_at_ms = now});
+    });
+    StatusOr<storage::User> user = co_await std::move(ensure);  // kCoAwaitTemporaries
+    if (user.ok()) users_.AddUser(*user);
+    co_return user;
+  }
+
+  static Status SsoOff() {
+    return NotFoundError("single sign-on is off: start the server with --oidc-issuer URL --oidc-client-id ID");
   }
 
   Awaitable<Response> ListKeys(Request& req, const Caller& caller) {
@@ -147,7 +224,10 @@ Status AddUserRoutes(RouteTable& routes, const RouteContext& context, Service& s
   PARSYN_RETURN_IF_ERROR(routes.User(Method::kGet, "/api/v1/users/{id}", Bind(h, &UserRoutes::GetUser)));
   PARSYN_RETURN_IF_ERROR(routes.User(Method::kPost, "/api/v1/keys", Bind(h, &UserRoutes::CreateKey)));
   PARSYN_RETURN_IF_ERROR(routes.User(Method::kGet, "/api/v1/keys", Bind(h, &UserRoutes::ListKeys)));
-  return routes.User(Method::kDelete, "/api/v1/keys/{id}", Bind(h, &UserRoutes::RevokeKey));
+  PARSYN_RETURN_IF_ERROR(routes.User(Method::kDelete, "/api/v1/keys/{id}", Bind(h, &UserRoutes::RevokeKey)));
+  // Open: the ID token is the credential (checked by the handler).
+  PARSYN_RETURN_IF_ERROR(routes.Open(Method::kGet, "/api/v1/auth/oidc", Bind(h, &UserRoutes::SignInSettings)));
+  return routes.Open(Method::kPost, "/api/v1/auth/oidc/token", Bind(h, &UserRoutes::SignIn));
 }
 
 }  // namespace parsyn::coordinator

@@ -5,40 +5,17 @@
 #include <charconv>
 
 #include "base/sha256.h"
+#include "base/strings.h"
 
 namespace parsyn::http {
 
 namespace {
 
-std::string Base64Url(const unsigned char* data, size_t size) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  size_t i = 0;
-  for (; i + 3 <= size; i += 3) {
-    uint32_t v = (data[i] << 16) | (data[i + 1] << 8) | data[i + 2];
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += kAlphabet[v & 63];
-  }
-  if (size - i == 1) {
-    uint32_t v = data[i] << 16;
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-  } else if (size - i == 2) {
-    uint32_t v = (data[i] << 16) | (data[i + 1] << 8);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-  }
-  return out;
-}
-
 std::string Sign(std::string_view secret, std::string_view method, std::string_view blob_key, int64_t expires) {
   std::string message;
   message.append(method).append("\n").append(blob_key).append("\n").append(std::to_string(expires));
   const std::string mac = HmacSha256(secret, message);
-  return Base64Url(reinterpret_cast<const unsigned char*>(mac.data()), mac.size());
+  return Base64UrlEncode(mac);
 }
 
 }  // namespace

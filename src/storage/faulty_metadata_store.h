@@ -175,6 +175,9 @@ class FaultyMetadataStore final : public MetadataStore {
   StatusOr<User> CreateUser(const User& u) override {
     return Write([&] { return inner_.CreateUser(u); });
   }
+  StatusOr<User> SetUserPlatformAdmin(int64_t id, bool platform_admin) override {
+    return Write([&] { return inner_.SetUserPlatformAdmin(id, platform_admin); });
+  }
   StatusOr<User> GetUser(int64_t id) override { return inner_.GetUser(id); }
   StatusOr<std::vector<User>> ListUsers(const IdPage& page = {}) override { return inner_.ListUsers(page); }
   StatusOr<ApiKey> CreateApiKey(const ApiKey& k) override {

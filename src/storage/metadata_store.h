@@ -510,6 +510,8 @@ class MetadataStore {
   // user, AlreadyExists for a hash already stored. ListApiKeys: every key, or one user's, by id. RevokeApiKey sets
   // revoked_at_ms (a key revoked before keeps its time); NotFound for an unknown key.
   virtual StatusOr<User> CreateUser(const User& user) = 0;
+  // Sets a user's platform_admin (single sign-on reads it from the provider's claims at each sign-in). NotFound.
+  virtual StatusOr<User> SetUserPlatformAdmin(int64_t id, bool platform_admin) = 0;
   virtual StatusOr<User> GetUser(int64_t id) = 0;
   virtual StatusOr<std::vector<User>> ListUsers(const IdPage& page = {}) = 0;
   virtual StatusOr<ApiKey> CreateApiKey(const ApiKey& key) = 0;

@@ -237,6 +237,10 @@ TEST_P(MetadataStoreContractTest, TheAdminIsTheFirstUserAndNamesAreUnique) {
   EXPECT_EQ(store().CreateUser(User{.name = "alice"}).status().code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(store().GetUser(999).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(Must(store().ListUsers({.after_id = 1})).size(), 1u);
+  EXPECT_TRUE(Must(store().SetUserPlatformAdmin(alice.id, true)).platform_admin);
+  EXPECT_TRUE(Must(store().GetUser(alice.id)).platform_admin);
+  EXPECT_FALSE(Must(store().SetUserPlatformAdmin(alice.id, false)).platform_admin);
+  EXPECT_EQ(store().SetUserPlatformAdmin(999, true).status().code(), StatusCode::kNotFound);
 }
 
 TEST_P(MetadataStoreContractTest, ApiKeysAreStoredByHashListedPerUserAndRevokedOnce) {

@@ -154,6 +154,9 @@ class TimedMetadataStore final : public MetadataStore {
   StatusOr<User> CreateUser(const User& user) override {
     return Timed("create_user", [&] { return inner_.CreateUser(user); });
   }
+  StatusOr<User> SetUserPlatformAdmin(int64_t id, bool platform_admin) override {
+    return Timed("set_user_platform_admin", [&] { return inner_.SetUserPlatformAdmin(id, platform_admin); });
+  }
   StatusOr<User> GetUser(int64_t id) override {
     return Timed("get_user", [&] { return inner_.GetUser(id); });
   }

@@ -94,6 +94,7 @@ class SqlMetadataStore : public MetadataStore {
   StatusOr<std::vector<int64_t>> ApplyBatch(std::span<const BatchWrite> writes) override;
 
   StatusOr<User> CreateUser(const User& user) override;
+  StatusOr<User> SetUserPlatformAdmin(int64_t id, bool platform_admin) override;
   StatusOr<User> GetUser(int64_t id) override;
   StatusOr<std::vector<User>> ListUsers(const IdPage& page = {}) override;
   StatusOr<ApiKey> CreateApiKey(const ApiKey& key) override;

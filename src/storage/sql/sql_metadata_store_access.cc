@@ -44,6 +44,27 @@ StatusOr<User> SqlMetadataStore::CreateUser(const User& user) {
   return stored;
 }
 
+StatusOr<User> SqlMetadataStore::SetUserPlatformAdmin(int64_t id, bool platform_admin) {
+  PARSYN_LOCK_AND_CONNECT();
+  SqlTransaction txn(*db_);
+  PARSYN_RETURN_IF_ERROR(txn.Begin());
+  PARSYN_RETURN_IF_ERROR(CheckFenceLocked());
+  {
+    PARSYN_PREPARE(q, "UPDATE users SET platform_admin = $2 WHERE id = $1");
+    q->Bind(id, platform_admin);
+    PARSYN_RETURN_IF_ERROR(q->Run());
+    if (q->changes() == 0) return NotFoundError("user " + std::to_string(id) + " not found");
+  }
+  PARSYN_PREPARE(q, "SELECT id, name, platform_admin, created_at_ms FROM users WHERE id = $1");
+  q->Bind(id);
+  PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
+  if (!row) return NotFoundError("user " + std::to_string(id) + " not found");
+  User user = ReadUser(*q);
+  q.reset();
+  PARSYN_RETURN_IF_ERROR(txn.Commit());
+  return user;
+}
+
 StatusOr<User> SqlMetadataStore::GetUser(int64_t id) {
   PARSYN_LOCK_AND_CONNECT();
   PARSYN_PREPARE(q, "SELECT id, name, platform_admin, created_at_ms FROM users WHERE id = $1");
