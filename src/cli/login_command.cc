@@ -102,9 +102,9 @@ int Login(const LoginFlags& f) {
   if (Status saved = WriteFileAtomically(out, key->value("key", "") + "\n", 0600); !saved.ok()) {
     return Fail("login", saved);
   }
-  std::cout << "signed in as " << key->value("user", "") << (key->value("platform_admin", false) ? " (platform_admin)" : "")
-            << " until " << Rfc3339Millis(key->value("expires_at_ms", int64_t{0})) << "; key saved to "
-            << out.string() << "\n";
+  std::cout << "signed in as " << key->value("user", "")
+            << (key->value("platform_admin", false) ? " (platform_admin)" : "") << " until "
+            << Rfc3339Millis(key->value("expires_at_ms", int64_t{0})) << "; key saved to " << out.string() << "\n";
   return 0;
 }
 

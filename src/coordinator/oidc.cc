@@ -24,11 +24,11 @@ struct PkeyFree {
 };
 
 StatusOr<json> GetJson(const OidcSettings& settings, const std::string& url) {
-  http::Client client(http::ClientOptions{.timeout = std::chrono::seconds(10), .max_attempts = 2,
-                                          .ca_file = settings.ca_file});
+  http::Client client(
+      http::ClientOptions{.timeout = std::chrono::seconds(10), .max_attempts = 2, .ca_file = settings.ca_file});
   StatusOr<http::ClientResponse> res = client.Get(url);
-  if (!res.ok()) return UnavailableError("OIDC provider " + settings.issuer + ": GET " + url + ": " +
-                                         res.status().message());
+  if (!res.ok())
+    return UnavailableError("OIDC provider " + settings.issuer + ": GET " + url + ": " + res.status().message());
   StatusOr<json> body = res->Json();
   if (!body.ok() || !body->is_object()) {
     return UnavailableError("OIDC provider " + settings.issuer + ": GET " + url + " answered no JSON object");
@@ -136,7 +136,7 @@ std::shared_ptr<const OidcVerifier::Key> OidcVerifier::FindKeyLocked(const std::
 }
 
 StatusOr<IdTokenClaims> OidcVerifier::Verify(std::string_view id_token, int64_t now_s,
-                                            std::optional<std::string_view> nonce) {
+                                             std::optional<std::string_view> nonce) {
   const size_t first = id_token.find('.');
   const size_t second = first == std::string_view::npos ? first : id_token.find('.', first + 1);
   if (second == std::string_view::npos || id_token.find('.', second + 1) != std::string_view::npos) {

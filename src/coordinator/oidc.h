@@ -1,8 +1,8 @@
 // Single sign-on (docs/operations.md, "Single sign-on"): the ID tokens of an OpenID Connect provider, checked as
 // OpenID Connect Core 1.0 §3.1.3.7 says: an RS256 signature by a key of the provider's JWKS (read again when a token
-// names a key it has not seen, the provider having rotated its keys; at most once every 10 s), the issuer, the audience (this
-// coordinator's client id), the expiry and issue time (60 s of clock skew allowed), and the nonce when one was sent.
-// The provider's endpoints come from its discovery document. Thread-safe: Verify may run on any pool thread.
+// names a key it has not seen, the provider having rotated its keys; at most once every 10 s), the issuer, the audience
+// (this coordinator's client id), the expiry and issue time (60 s of clock skew allowed), and the nonce when one was
+// sent. The provider's endpoints come from its discovery document. Thread-safe: Verify may run on any pool thread.
 #pragma once
 
 #include <chrono>
@@ -22,19 +22,19 @@
 namespace parsyn::coordinator {
 
 struct OidcSettings {
-  std::string issuer;                      // `parsyn server --oidc-issuer`: exactly the tokens' "iss"
-  std::string client_id;                   // --oidc-client-id: the tokens' audience
-  std::string roles_claim = "groups";      // --oidc-roles-claim: a claim holding a list of group names
-  std::vector<std::string> admin_groups;   // --oidc-admin-group: who is in one of these is a platform_admin
-  std::filesystem::path ca_file;           // extra CAs for an https provider with a private CA
+  std::string issuer;                     // `parsyn server --oidc-issuer`: exactly the tokens' "iss"
+  std::string client_id;                  // --oidc-client-id: the tokens' audience
+  std::string roles_claim = "groups";     // --oidc-roles-claim: a claim holding a list of group names
+  std::vector<std::string> admin_groups;  // --oidc-admin-group: who is in one of these is a platform_admin
+  std::filesystem::path ca_file;          // extra CAs for an https provider with a private CA
 };
 
 // What a valid ID token says of its user.
 struct IdTokenClaims {
-  std::string subject;                // "sub"
-  std::string username;               // "preferred_username", else "sub"
+  std::string subject;   // "sub"
+  std::string username;  // "preferred_username", else "sub"
   std::string email;
-  std::vector<std::string> roles;     // the roles claim's values (absent: none)
+  std::vector<std::string> roles;  // the roles claim's values (absent: none)
   int64_t expires_at_s = 0;
 };
 

@@ -253,7 +253,19 @@ StatusOr<http::Router> Service::BuildRouter() {
 }
 
 StatusOr<Caller> Service::AuthenticateUser(const http::Request& req) const {
-  PARSYN_ASSIGN_OR_RETURN(std::string key, BearerToken(req.Header("authorization")));
+  std::optional<std::string> session = req.Cookie(kSessionCookie);
+  if (session && req.Header("authorization").empty()) {
+    const bool changes = req.method != http::Method::kGet && req.method != http::Method::kHead;
+    const std::optional<std::string> csrf = req.Cookie(kCsrfCookie);
+    if (changes && (!csrf || csrf->empty() || !DigestsEqual(*csrf, req.Header(kCsrfHeader)))) {
+      return PermissionDeniedError("a request signed in by the session cookie that changes something needs the " +
+                                   std::string(kCsrfHeader) + " header (the " + std::string(kCsrfCookie) +
+                                   " cookie's value): the dashboard sends it");
+    }
+  }
+  PARSYN_ASSIGN_OR_RETURN(std::string key, session && req.Header("authorization").empty()
+                                               ? StatusOr<std::string>(*session)
+                                               : BearerToken(req.Header("authorization")));
   const std::string hash = HashSecret(key);
   if (DigestsEqual(hash, admin_key_hash_)) return Caller{.user_id = 1, .name = "admin", .platform_admin = true};
   return user_keys_.Authenticate(hash, clock_.UnixMillis());

@@ -27,6 +27,13 @@ struct Caller {
 // The prefix of user API keys ("puk_" and 64 hex digits); the admin key's is "psk_".
 inline constexpr std::string_view kUserKeyPrefix = "puk_";
 
+// A browser signed in with single sign-on holds its session's key in an HttpOnly cookie, and a CSRF token in a cookie
+// its pages can read: a state-changing request authenticated by the cookie must repeat that token in the header
+// (double submit), which another site's page cannot.
+inline constexpr std::string_view kSessionCookie = "parsyn_session";
+inline constexpr std::string_view kCsrfCookie = "parsyn_csrf";
+inline constexpr std::string_view kCsrfHeader = "X-CSRF-Token";
+
 class UserKeys {
  public:
   // Replaces everything with the store's users and keys.

@@ -6,12 +6,17 @@
 //   GET /api/v1/auth/oidc, POST /api/v1/auth/oidc/token  open: single sign-on's settings, and an ID token for a key
 // A key is "puk_" and 64 random hex digits, shown once in POST /keys' answer; the store keeps its sha256. Every
 // change goes to the store first, then to the service's UserKeys, which checks each request.
+#include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
 
+#include "base/secure_random.h"
+#include "base/sha256.h"
 #include "base/strings.h"
 #include "coordinator/auth.h"
 #include "coordinator/service.h"
 #include "coordinator/service_routes.h"
+#include "http/client.h"
 #include "protocol/json_fields.h"
 
 namespace parsyn::coordinator {
@@ -121,22 +126,29 @@ class UserRoutes {
     auto verify = loop::Offload(context_.pool, [oidc, token, now] { return oidc->Verify(token, now / 1000); });
     StatusOr<IdTokenClaims> claims = co_await std::move(verify);  // kCoAwaitTemporaries
     if (!claims.ok()) co_return Response::Error(claims.status());
-    const std::string name = ToLower(claims->username);
+    auto session = StartSession(req, *claims, key_name);
+    StatusOr<json> made = co_await std::move(session);  // kCoAwaitTemporaries
+    if (!made.ok()) co_return Response::Error(made.status());
+    co_return Response::Json(200, *made);
+  }
+
+  // The user of valid ID-token claims (made at the first sign-in, its role from the claims) and a key of it lasting
+  // the session's lifetime: the key's view with "key" and "platform_admin". The request's actor is the user.
+  Awaitable<StatusOr<json>> StartSession(Request& req, IdTokenClaims claims, std::string key_name) {
+    const std::string name = ToLower(claims.username);
     if (Status valid = CheckUserName(name); !valid.ok()) {
-      co_return Response::Error(
-          PermissionDeniedError("the provider's user name cannot be a Parsyn user: " + valid.message()));
+      co_return PermissionDeniedError("the provider's user name cannot be a Parsyn user: " + valid.message());
     }
     req.principal = name;
-    auto user = EnsureUser(name, oidc->IsPlatformAdmin(*claims));
+    auto user = EnsureUser(name, service_.oidc()->IsPlatformAdmin(claims));
     StatusOr<storage::User> signed_in = co_await std::move(user);  // kCoAwaitTemporaries
-    if (!signed_in.ok()) co_return Response::Error(signed_in.status());
+    if (!signed_in.ok()) co_return signed_in.status();
     const int64_t lifetime_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(service_.options().session_lifetime).count();
-    auto make = MakeKey(signed_in->id, key_name, now + lifetime_ms);
+    auto make = MakeKey(signed_in->id, std::move(key_name), context_.clock.UnixMillis() + lifetime_ms);
     StatusOr<json> made = co_await std::move(make);  // kCoAwaitTemporaries
-    if (!made.ok()) co_return Response::Error(made.status());
-    (*made)["platform_admin"] = signed_in->platform_admin;
-    co_return Response::Json(200, *made);
+    if (made.ok()) (*made)["platform_admin"] = signed_in->platform_admin;
+    co_return made;
   }
 
   // A new key of `user_id`, stored and in force: its view with "key", the key itself (to be shown once).
@@ -172,6 +184,113 @@ class UserRoutes {
     StatusOr<storage::User> user = co_await std::move(ensure);  // kCoAwaitTemporaries
     if (user.ok()) users_.AddUser(*user);
     co_return user;
+  }
+
+  // GET /api/v1/auth/oidc/login?return_to=PATH: the browser's sign-in (authorization code with PKCE, S256): a 302 to
+  // the provider's page, with a state, nonce and code challenge this coordinator keeps for 10 minutes.
+  Awaitable<Response> BrowserSignIn(Request& req) {
+    if (service_.oidc() == nullptr) co_return Response::Error(SsoOff());
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(pending_, [now](const auto& p) { return p.second.expires < now; });
+    if (pending_.size() >= kMaxPendingSignIns) {
+      co_return Response::Error(UnavailableError("too many sign-ins in progress: try again in a minute"));
+    }
+    std::string return_to = req.query.contains("return_to") ? req.query["return_to"] : "/";
+    // Only a path of this server: never a redirect elsewhere ("//host", "https://...").
+    if (!return_to.starts_with("/") || return_to.starts_with("//") || return_to.find('\\') != std::string::npos) {
+      return_to = "/";
+    }
+    StatusOr<std::string> state = SecureRandomHex(16);
+    StatusOr<std::string> nonce = SecureRandomHex(16);
+    StatusOr<std::string> verifier = SecureRandomHex(32);
+    if (!state.ok() || !nonce.ok() || !verifier.ok()) co_return Response::Error(UnavailableError("no randomness"));
+    const OidcVerifier& oidc = *service_.oidc();
+    const std::string challenge = Base64UrlEncode(HexDecode(Sha256Hex(*verifier)).value_or(""));
+    const std::string url = oidc.discovery().value("authorization_endpoint", "") + "?" +
+                            Query({{"response_type", "code"},
+                                   {"client_id", oidc.settings().client_id},
+                                   {"redirect_uri", RedirectUri()},
+                                   {"scope", "openid profile email " + oidc.settings().roles_claim},
+                                   {"state", *state},
+                                   {"nonce", *nonce},
+                                   {"code_challenge", challenge},
+                                   {"code_challenge_method", "S256"}});
+    pending_[*state] = PendingSignIn{*nonce, *verifier, return_to, now + std::chrono::minutes(10)};
+    Response res;
+    res.status = 302;
+    res.headers.emplace_back("Location", url);
+    co_return res;
+  }
+
+  // GET /api/v1/auth/oidc/callback?code=&state=: the provider sends the browser back here. The code is exchanged (with
+  // the verifier) for the ID token, which is checked (with the nonce); the session is a key of its user in an HttpOnly
+  // cookie, with the CSRF token beside it; then a 302 to where the sign-in started.
+  Awaitable<Response> BrowserCallback(Request& req) {
+    if (service_.oidc() == nullptr) co_return Response::Error(SsoOff());
+    if (req.query.contains("error")) {
+      co_return Response::Error(UnauthenticatedError("the provider refused the sign-in: " + req.query["error"]));
+    }
+    const auto pending = pending_.find(req.query["state"]);
+    if (pending == pending_.end() || pending->second.expires < std::chrono::steady_clock::now()) {
+      co_return Response::Error(
+          InvalidArgumentError("this sign-in is unknown or expired (10 minutes): start again from the dashboard"));
+    }
+    const PendingSignIn sign_in = pending->second;
+    pending_.erase(pending);
+    OidcVerifier* oidc = service_.oidc();
+    const std::string form = Query({{"grant_type", "authorization_code"},
+                                    {"code", req.query["code"]},
+                                    {"redirect_uri", RedirectUri()},
+                                    {"client_id", oidc->settings().client_id},
+                                    {"code_verifier", sign_in.verifier}});
+    const int64_t now = context_.clock.UnixMillis();
+    auto exchange = loop::Offload(context_.pool, [oidc, form, now, nonce = sign_in.nonce]() -> StatusOr<IdTokenClaims> {
+      http::Client provider(http::ClientOptions{.max_attempts = 1, .ca_file = oidc->settings().ca_file});
+      PARSYN_ASSIGN_OR_RETURN(http::ClientResponse res,
+                              provider.Send(http::Method::kPost, oidc->discovery().value("token_endpoint", ""), form,
+                                            "application/x-www-form-urlencoded", {.headers = {{"Expect", ""}}}));
+      PARSYN_ASSIGN_OR_RETURN(json tokens, res.Json());
+      if (!tokens.contains("id_token") || !tokens["id_token"].is_string()) {
+        return UnauthenticatedError("the provider answered no ID token");
+      }
+      return oidc->Verify(tokens["id_token"].get<std::string>(), now / 1000, nonce);
+    });
+    StatusOr<IdTokenClaims> claims = co_await std::move(exchange);  // kCoAwaitTemporaries
+    if (!claims.ok()) co_return Response::Error(claims.status());
+    auto session = StartSession(req, *claims, "dashboard sign-in");
+    StatusOr<json> key = co_await std::move(session);  // kCoAwaitTemporaries
+    if (!key.ok()) co_return Response::Error(key.status());
+    StatusOr<std::string> csrf = SecureRandomHex(16);
+    if (!csrf.ok()) co_return Response::Error(csrf.status());
+    const int64_t max_age =
+        std::chrono::duration_cast<std::chrono::seconds>(service_.options().session_lifetime).count();
+    Response res;
+    res.status = 302;
+    res.headers.emplace_back("Location", sign_in.return_to);
+    res.headers.emplace_back("Set-Cookie", Cookie(kSessionCookie, (*key)["key"].get<std::string>(), max_age, true));
+    res.headers.emplace_back("Set-Cookie", Cookie(kCsrfCookie, *csrf, max_age, false));
+    co_return res;
+  }
+
+  // POST /api/v1/auth/logout: the session's key is revoked and its cookies cleared.
+  Awaitable<Response> SignOut(Request& req, const Caller& caller) {
+    if (std::optional<std::string> session = req.Cookie(kSessionCookie)) {
+      const std::string hash = HashSecret(*session);
+      auto revoke =
+          loop::Offload(context_.pool, [this, hash, now = context_.clock.UnixMillis()]() -> StatusOr<storage::ApiKey> {
+            PARSYN_ASSIGN_OR_RETURN(std::vector<storage::ApiKey> keys, context_.store.ListApiKeys());
+            for (const storage::ApiKey& k : keys) {
+              if (k.key_sha256 == hash) return context_.store.RevokeApiKey(k.id, now);
+            }
+            return NotFoundError("no such session");
+          });
+      StatusOr<storage::ApiKey> revoked = co_await std::move(revoke);  // kCoAwaitTemporaries
+      if (revoked.ok()) users_.RevokeKey(*revoked);
+    }
+    Response res = Response::Json(200, {{"signed_out", caller.name}});
+    res.headers.emplace_back("Set-Cookie", Cookie(kSessionCookie, "", 0, true));
+    res.headers.emplace_back("Set-Cookie", Cookie(kCsrfCookie, "", 0, false));
+    co_return res;
   }
 
   static Status SsoOff() {
@@ -210,9 +329,37 @@ class UserRoutes {
   }
 
  private:
+  struct PendingSignIn {
+    std::string nonce;
+    std::string verifier;
+    std::string return_to;
+    std::chrono::steady_clock::time_point expires;
+  };
+  static constexpr size_t kMaxPendingSignIns = 10'000;
+
+  // Where the provider sends the browser back: this coordinator's public URL.
+  std::string RedirectUri() const { return service_.options().public_url + "/api/v1/auth/oidc/callback"; }
+  // "name=value; Path=/; Max-Age=N; SameSite=Strict" with HttpOnly when `http_only`, Secure when the server speaks
+  // HTTPS (a browser drops Secure cookies of plain HTTP).
+  std::string Cookie(std::string_view name, std::string_view value, int64_t max_age, bool http_only) const {
+    std::string cookie = std::string(name) + "=" + std::string(value) + "; Path=/; Max-Age=" + std::to_string(max_age) +
+                         "; SameSite=Strict";
+    if (http_only) cookie += "; HttpOnly";
+    if (service_.options().tls) cookie += "; Secure";
+    return cookie;
+  }
+  static std::string Query(std::initializer_list<std::pair<std::string, std::string>> fields) {
+    std::string query;
+    for (const auto& [name, value] : fields) {
+      query += (query.empty() ? "" : "&") + name + "=" + http::PercentEncode(value);
+    }
+    return query;
+  }
+
   const RouteContext context_;
   Service& service_;
   UserKeys& users_;
+  std::map<std::string, PendingSignIn> pending_;  // browser sign-ins under way, by state
 };
 
 }  // namespace
@@ -227,7 +374,11 @@ Status AddUserRoutes(RouteTable& routes, const RouteContext& context, Service& s
   PARSYN_RETURN_IF_ERROR(routes.User(Method::kDelete, "/api/v1/keys/{id}", Bind(h, &UserRoutes::RevokeKey)));
   // Open: the ID token is the credential (checked by the handler).
   PARSYN_RETURN_IF_ERROR(routes.Open(Method::kGet, "/api/v1/auth/oidc", Bind(h, &UserRoutes::SignInSettings)));
-  return routes.Open(Method::kPost, "/api/v1/auth/oidc/token", Bind(h, &UserRoutes::SignIn));
+  PARSYN_RETURN_IF_ERROR(routes.Open(Method::kPost, "/api/v1/auth/oidc/token", Bind(h, &UserRoutes::SignIn)));
+  PARSYN_RETURN_IF_ERROR(routes.Open(Method::kGet, "/api/v1/auth/oidc/login", Bind(h, &UserRoutes::BrowserSignIn)));
+  PARSYN_RETURN_IF_ERROR(
+      routes.Open(Method::kGet, "/api/v1/auth/oidc/callback", Bind(h, &UserRoutes::BrowserCallback)));
+  return routes.User(Method::kPost, "/api/v1/auth/logout", Bind(h, &UserRoutes::SignOut));
 }
 
 }  // namespace parsyn::coordinator

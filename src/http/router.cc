@@ -43,6 +43,18 @@ StatusOr<nlohmann::json> Request::JsonBody() const {
   }
 }
 
+std::optional<std::string> Request::Cookie(std::string_view name) const {
+  std::string_view rest = Header("cookie");
+  while (!rest.empty()) {
+    const size_t end = rest.find(';');
+    std::string_view pair = Trim(rest.substr(0, end));
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    const size_t eq = pair.find('=');
+    if (eq != std::string_view::npos && Trim(pair.substr(0, eq)) == name) return std::string(Trim(pair.substr(eq + 1)));
+  }
+  return std::nullopt;
+}
+
 std::string RequestIdFor(std::string_view sent) {
   const bool usable = !sent.empty() && sent.size() <= 64 && std::all_of(sent.begin(), sent.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' || c == '-';

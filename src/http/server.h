@@ -107,6 +107,8 @@ struct Request {
 
   // A header's value by case-insensitive name, or "" when absent.
   std::string_view Header(std::string_view name) const;
+  // The value of the cookie `name` in the Cookie header; nullopt when it has none.
+  std::optional<std::string> Cookie(std::string_view name) const;
   // Parses `body` as JSON. InvalidArgument (with the parser's position) when it is not valid JSON.
   StatusOr<nlohmann::json> JsonBody() const;
 };

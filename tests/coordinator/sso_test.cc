@@ -6,14 +6,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <regex>
 #include <thread>
 
 #include "base/strings.h"
 #include "base/subprocess.h"
-#include "base/text_file.h"
 #include "base/testing/build_paths.h"
 #include "base/testing/missing_dependency.h"
+#include "base/testing/raw_socket.h"
+#include "base/text_file.h"
 #include "harness.h"
 #include "http/status_codes.h"
 
@@ -33,9 +36,8 @@ class SsoTest : public ::testing::Test {
   void SetUp() override {
     const std::string script = test_support::SourcePath("tests/support/oidc_provider.py");
     StatusOr<Subprocess> provider = Subprocess::Start(
-        "/usr/bin/python3", {script, "--port", "0", "--issuer-host", "127.0.0.1", "--client-id",
-                             "parsyn-cli", "--user", "alice:wonderland:groups=parsyn-admins,team-a", "--user",
-                             "bob:builder:groups=team-a"});
+        "/usr/bin/python3", {script, "--port", "0", "--issuer-host", "127.0.0.1", "--client-id", "parsyn-cli", "--user",
+                             "alice:wonderland:groups=parsyn-admins,team-a", "--user", "bob:builder:groups=team-a"});
     ASSERT_TRUE(provider.ok()) << provider.status().ToString();
     provider_.emplace(std::move(*provider));
     const std::optional<std::string> first = provider_->ReadLine();
@@ -58,11 +60,13 @@ class SsoTest : public ::testing::Test {
   }
   // An ID token of `user` from the provider's device flow, approved as the user would.
   std::string IdToken(const std::string& user, const std::string& password) {
-    StatusOr<json> device =
-        PostForm("/device_authorization", Form({{"client_id", "parsyn-cli"}, {"scope", "openid profile email groups"}}));
+    StatusOr<json> device = PostForm("/device_authorization",
+                                     Form({{"client_id", "parsyn-cli"}, {"scope", "openid profile email groups"}}));
     EXPECT_TRUE(device.ok()) << device.status().ToString();
     if (!device.ok()) return "";
-    EXPECT_TRUE(PostForm("/device", Form({{"user_code", (*device)["user_code"]}, {"username", user}, {"password", password}})).ok());
+    EXPECT_TRUE(
+        PostForm("/device", Form({{"user_code", (*device)["user_code"]}, {"username", user}, {"password", password}}))
+            .ok());
     StatusOr<json> token = PostForm("/token", Form({{"grant_type", "urn:ietf:params:oauth:grant-type:device_code"},
                                                     {"device_code", (*device)["device_code"]},
                                                     {"client_id", "parsyn-cli"}}));
@@ -70,9 +74,7 @@ class SsoTest : public ::testing::Test {
     return token.ok() ? (*token)["id_token"].get<std::string>() : "";
   }
   // The next token the provider issues: expired, for another audience, or signed by a key it does not publish.
-  void NextToken(const json& change) {
-    ASSERT_TRUE(idp_->PostJson("/test/next-token", change).ok());
-  }
+  void NextToken(const json& change) { ASSERT_TRUE(idp_->PostJson("/test/next-token", change).ok()); }
   StatusOr<http::ClientResponse> SignIn(const std::string& id_token) {
     http::Client anyone({.base_url = server_->url(), .max_attempts = 1});
     return anyone.PostJson("/api/v1/auth/oidc/token", {{"id_token", id_token}});
@@ -150,8 +152,8 @@ TEST_F(SsoTest, TamperedExpiredOtherAudienceAndUnknownKeyTokensAreRefusedSayingW
   EXPECT_EQ(SignIn("not.a-token").status().code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(Users(), 1u);  // nothing made: only the admin
   EXPECT_TRUE((*(*admin_->Get("/api/v1/keys?user_id=1")).Json())["keys"].empty());
-  StatusOr<http::ClientResponse> denied = admin_->Get("/api/v1/audit?outcome=denied&action=" +
-                                                      http::PercentEncode("POST /api/v1/auth/oidc/token"));
+  StatusOr<http::ClientResponse> denied =
+      admin_->Get("/api/v1/audit?outcome=denied&action=" + http::PercentEncode("POST /api/v1/auth/oidc/token"));
   ASSERT_TRUE(denied.ok());
   EXPECT_EQ((*denied->Json())["records"].size(), 5u);
 }
@@ -168,11 +170,37 @@ TEST_F(SsoTest, AKeyRotationAtTheProviderIsFollowed) {
   EXPECT_THAT(old.status().message(), HasSubstr("does not publish"));
 }
 
+TEST_F(SsoTest, TheBrowserSignInGoesToTheProviderWithPkceAndRefusesAnUnknownState) {
+  // The redirect as a browser gets it (the HTTP client here does not take a 302 for an answer).
+  const uint16_t port = static_cast<uint16_t>(std::stoi(server_->url().substr(server_->url().rfind(':') + 1)));
+  const int fd = test_support::ConnectLoopback(port);
+  const std::string request =
+      "GET /api/v1/auth/oidc/login?return_to=%2F%2Fevil.example HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: "
+      "close\r\n\r\n";
+  ASSERT_EQ(::write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  const std::string answer = test_support::ReadUntilClosed(fd);
+  ::close(fd);
+  EXPECT_THAT(answer, ::testing::StartsWith("HTTP/1.1 302"));
+  std::smatch found;
+  ASSERT_TRUE(std::regex_search(answer, found, std::regex("\r\n[Ll]ocation: ([^\r]+)\r\n"))) << answer;
+  const std::string location = found[1];
+  http::Client browser({.base_url = server_->url(), .max_attempts = 1});
+  EXPECT_THAT(location, ::testing::StartsWith(issuer_ + "/authorize?response_type=code&client_id=parsyn-cli"));
+  EXPECT_THAT(location, HasSubstr("code_challenge_method=S256"));
+  EXPECT_THAT(location, HasSubstr("&nonce="));
+  EXPECT_THAT(location,
+              HasSubstr("redirect_uri=" + http::PercentEncode(server_->url() + "/api/v1/auth/oidc/callback")));
+  StatusOr<http::ClientResponse> forged = browser.Get("/api/v1/auth/oidc/callback?code=x&state=not-one-we-made");
+  EXPECT_EQ(forged.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(forged.status().message(), HasSubstr("unknown or expired"));
+  EXPECT_EQ(Users(), 1u);
+}
+
 TEST_F(SsoTest, ParsynLoginSignsInWithADeviceCodeAndSavesTheKeyWhereTheCliFindsIt) {
   const std::filesystem::path config = dir_.path() / "config";
-  StatusOr<Subprocess> login = Subprocess::Start(test_support::BuildPath("parsyn"),
-                                                 {"login", "--server", server_->url()},
-                                                 {.environment = {{"XDG_CONFIG_HOME", config.string()}}});
+  StatusOr<Subprocess> login =
+      Subprocess::Start(test_support::BuildPath("parsyn"), {"login", "--server", server_->url()},
+                        {.environment = {{"XDG_CONFIG_HOME", config.string()}}});
   ASSERT_TRUE(login.ok()) << login.status().ToString();
   // "To sign in, open URL and enter the code XXXX-XXXX": the user does so on the provider's page.
   std::optional<std::string> line = login->ReadLine();
@@ -183,7 +211,8 @@ TEST_F(SsoTest, ParsynLoginSignsInWithADeviceCodeAndSavesTheKeyWhereTheCliFindsI
     return m;
   }();
   ASSERT_EQ(code.size(), 2u) << *line;
-  ASSERT_TRUE(PostForm("/device", Form({{"user_code", code[1]}, {"username", "alice"}, {"password", "wonderland"}})).ok());
+  ASSERT_TRUE(
+      PostForm("/device", Form({{"user_code", code[1]}, {"username", "alice"}, {"password", "wonderland"}})).ok());
   std::string output;
   while (std::optional<std::string> more = login->ReadLine()) output += *more + "\n";
   EXPECT_EQ(login->Wait(), 0) << output;

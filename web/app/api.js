@@ -1,8 +1,19 @@
-// The dashboard's only way to the server: the public /api/v1 routes with the admin key from session storage, and the
+// The dashboard's only way to the server: the public /api/v1 routes with the API key from session storage (or the
+// single sign-on session's cookie), and the
 // event streams (each job's, and the one across jobs) read through fetch (EventSource cannot send an Authorization
 // header).
 
 const KEY_NAME = 'parsyn.apiKey';
+// The "key" of a browser signed in with single sign-on: its session's key is in an HttpOnly cookie the page cannot
+// read, sent by the browser itself; requests that change something repeat the CSRF cookie in X-CSRF-Token.
+export const SSO_SESSION = 'sso-session';
+
+// The value of the readable cookie `name` ('' when absent).
+/** @param {string} name */
+export function cookie(name) {
+  const entry = document.cookie.split(';').map((c) => c.trim()).find((c) => c.startsWith(`${name}=`));
+  return entry ? entry.slice(name.length + 1) : '';
+}
 
 export function apiKey() {
   return sessionStorage.getItem(KEY_NAME);
@@ -39,6 +50,7 @@ export function setUnauthenticatedHandler(handler) {
 
 /** @param {Record<string, string>} [extra] @returns {Record<string, string>} */
 function authHeaders(extra = {}) {
+  if (apiKey() === SSO_SESSION) return { 'X-CSRF-Token': cookie('parsyn_csrf'), ...extra };
   return { Authorization: `Bearer ${apiKey() ?? ''}`, ...extra };
 }
 

@@ -1,6 +1,6 @@
 // The dashboard's shell: sign-in with the API key, the navigation, and a hash router (#/training, #/jobs/new,
 // #/jobs/<id>, #/workers, #/audit, #/keys). Each page is a module exporting render(container, params) -> cleanup function.
-import { api, apiKey, setApiKey, setUnauthenticatedHandler, ApiError } from './api.js';
+import { api, apiKey, cookie, setApiKey, setUnauthenticatedHandler, ApiError, SSO_SESSION } from './api.js';
 import { h } from './dom.js';
 import * as training from './training.js';
 import * as newJob from './new_job.js';
@@ -80,6 +80,19 @@ function showSignIn(message) {
   });
   main.replaceChildren(form);
   input.focus();
+  offerSingleSignOn(form);
+}
+
+// When the server has single sign-on, the sign-in form offers it: the provider's page, then back here.
+/** @param {HTMLElement} form */
+async function offerSingleSignOn(form) {
+  const answer = await fetch('/api/v1/auth/oidc').catch(() => null);
+  if (!answer || !answer.ok) return;
+  const { issuer } = await answer.json();
+  const returnTo = `/${location.hash.startsWith('#/') ? location.hash : '#/training'}`;
+  form.append(h('p', { class: 'muted' }, 'or'),
+    h('a', { class: 'button', id: 'sso-sign-in', href: `/api/v1/auth/oidc/login?return_to=${encodeURIComponent(returnTo)}` },
+      `Sign in with single sign-on (${issuer})`));
 }
 
 function route(moveFocus = false) {
@@ -112,10 +125,15 @@ setUnauthenticatedHandler(() => {
   showSignIn('The server no longer accepts the key: sign in again.');
 });
 
-/** @type {HTMLElement} */ (document.getElementById('sign-out')).addEventListener('click', () => {
+/** @type {HTMLElement} */ (document.getElementById('sign-out')).addEventListener('click', async () => {
+  // A single sign-on session ends at the server too: its key is revoked and its cookies cleared.
+  if (apiKey() === SSO_SESSION) await api('POST', '/auth/logout').catch(() => {});
   setApiKey(null);
   showSignIn('Signed out.');
 });
+
+// Back from the provider: the session's cookies are set (the CSRF one is readable).
+if (!apiKey() && cookie('parsyn_csrf')) setApiKey(SSO_SESSION);
 
 window.addEventListener('hashchange', () => route(true));
 route();
