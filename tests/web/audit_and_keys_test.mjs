@@ -13,7 +13,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { arg, Children, launchChromium, playwrightOrSkip, signIn, startServer, waitFor } from './harness.mjs';
+import { arg, Children, runTest, launchChromium, playwrightOrSkip, signIn, startServer, waitFor } from './harness.mjs';
 
 const { chromium } = await playwrightOrSkip();
 const PARSYN = path.resolve(arg('parsyn', 'build/src/cli/parsyn'));
@@ -142,15 +142,4 @@ async function keysPage(page, call, alice) {
   await waitFor('the refusal', async () => /expires_in_days/.test(await page.locator('#key-error').textContent()));
 }
 
-let failed = false;
-try {
-  await main();
-} catch (err) {
-  failed = true;
-  console.error(err);
-  children.dumpLogs();
-} finally {
-  await children.stopAll();
-  if (!failed) fs.rmSync(tmp, { recursive: true, force: true });
-}
-process.exit(failed ? 1 : 0);
+await runTest(main, children, tmp);

@@ -135,3 +135,21 @@ export async function signIn(page, base, key) {
   await page.keyboard.press('Enter');
   await page.locator('h1', { hasText: 'Training' }).waitFor();
 }
+
+// Runs a test's `main`, then ends its processes (`children`, and `stop()` for others) and exits: 0 when it passed
+// (its scratch folder `tmp` removed), 1 when it threw (the error and the end of every log printed, `tmp` kept).
+export async function runTest(main, children, tmp, stop = () => {}) {
+  let failed = false;
+  try {
+    await main();
+  } catch (err) {
+    failed = true;
+    console.error(err);
+    children.dumpLogs();
+  } finally {
+    stop();
+    await children.stopAll();
+    if (!failed) fs.rmSync(tmp, { recursive: true, force: true });
+  }
+  process.exit(failed ? 1 : 0);
+}

@@ -14,7 +14,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { arg, Children, launchChromium, playwrightOrSkip, signIn, startServer, uploadModel, waitFor } from './harness.mjs';
+import { arg, Children, runTest, launchChromium, playwrightOrSkip, signIn, startServer, uploadModel, waitFor } from './harness.mjs';
 
 const { chromium } = await playwrightOrSkip();
 const PARSYN = path.resolve(arg('parsyn', 'build/src/cli/parsyn'));
@@ -228,15 +228,4 @@ async function liveLists(page, call, base, dataset, model) {
   console.log(`live lists: job ${job.id} and worker ${worker.id} changed their rows, each list read once`);
 }
 
-let failed = false;
-try {
-  await main();
-} catch (err) {
-  failed = true;
-  console.error(err);
-  children.dumpLogs();
-} finally {
-  await children.stopAll();
-  if (!failed) fs.rmSync(tmp, { recursive: true, force: true });
-}
-process.exit(failed ? 1 : 0);
+await runTest(main, children, tmp);

@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
 
-import { arg, Children, launchChromium, playwrightOrSkip, startServer, waitFor } from './harness.mjs';
+import { arg, Children, runTest, launchChromium, playwrightOrSkip, startServer, waitFor } from './harness.mjs';
 
 const { chromium } = await playwrightOrSkip();
 const PARSYN = path.resolve(arg('parsyn', 'build/src/cli/parsyn'));
@@ -107,16 +107,4 @@ async function main() {
   }
 }
 
-let failed = false;
-try {
-  await main();
-} catch (err) {
-  failed = true;
-  console.error(err);
-  children.dumpLogs();
-} finally {
-  if (provider) provider.kill('SIGTERM');
-  await children.stopAll();
-  if (!failed) fs.rmSync(tmp, { recursive: true, force: true });
-}
-process.exit(failed ? 1 : 0);
+await runTest(main, children, tmp, () => provider?.kill('SIGTERM'));
