@@ -45,8 +45,11 @@ bool IsTelemetry(std::string_view route) {
   return route == "/api/v1/worker/heartbeat" || route == "/api/v1/worker/progress";
 }
 
+// The browser's return from single sign-on: a GET, but a sign-in (it starts a session).
+bool IsSignIn(std::string_view route) { return route == "/api/v1/auth/oidc/callback"; }
+
 bool Audited(const Request& req, int status) {
-  return status == 401 || status == 403 || (ChangesState(req.method) && !IsTelemetry(req.route));
+  return status == 401 || status == 403 || IsSignIn(req.route) || (ChangesState(req.method) && !IsTelemetry(req.route));
 }
 
 AuditEntry EntryOf(const Request& req, int status, std::string detail) {

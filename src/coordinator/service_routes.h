@@ -66,8 +66,9 @@ class RouteTable {
 
   // `max_json_bytes` caps the bodies of routes that buffer theirs (JSON; ServiceOptions::max_json_bytes) unless a
   // route sets its own max_body_bytes. Every route's state-changing requests (POST, PUT, PATCH, DELETE; but the
-  // workers' heartbeats and progress reports) and every request refused for its credential (401, 403) are recorded
-  // in `audit` before they are answered (a credential refused before the body is read: right after).
+  // workers' heartbeats and progress reports), every sign-in (the single sign-on callback is a GET) and every request
+  // refused for its credential (401, 403) are recorded in `audit` before they are answered (a credential refused
+  // before the body is read: right after).
   RouteTable(http::Router& router, std::vector<RouteInfo>& table, UserCheck check_user, WorkerCheck check_worker,
              uint64_t max_json_bytes, AuditLog& audit)
       : router_(router),

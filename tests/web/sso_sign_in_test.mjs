@@ -91,6 +91,12 @@ async function main() {
     const names = (await call('GET', `/keys?user_id=${alice.id}`)).keys.map((k) => k.name).sort();
     assert.deepEqual(names, ['dashboard sign-in', 'made-in-the-browser']);
 
+    // The sign-in is in the audit log, under her name; the failed password never reached the coordinator.
+    const signIns = (await call('GET', `/audit?action=${encodeURIComponent('GET /api/v1/auth/oidc/callback')}`)).records;
+    assert.equal(signIns.length, 1, JSON.stringify(signIns));
+    assert.equal(signIns[0].actor, 'alice');
+    assert.equal(signIns[0].status, 302);
+    assert.equal(signIns[0].outcome, 'success');
     // Signing out revokes the session's key and clears both cookies.
     await page.click('#sign-out');
     await page.locator('#api-key').waitFor();
