@@ -236,9 +236,18 @@ TEST_F(FailoverTest, LeaderKilledMidRoundTheStandbyFinishesTheJobWithTheUninterr
       *admin_, job_id,
       [](const std::string& type, const json& d) { return type == "round_started" && d.value("round", 0) == 2; },
       std::chrono::seconds(300)));
+  // A user and key made on the leader while the standby runs: the standby learns them when it takes over.
+  StatusOr<http::ClientResponse> user = admin_->PostJson("/api/v1/users", {{"name", "ops"}, {"platform_admin", true}});
+  ASSERT_TRUE(user.ok()) << user.status().ToString();
+  StatusOr<http::ClientResponse> key =
+      admin_->PostJson("/api/v1/keys", {{"name", "pager"}, {"user_id", (*user->Json())["id"]}});
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
   server_->Kill();
 
   ASSERT_EQ(WaitForRole(standby_->url(), "leader"), "leader");
+  http::Client as_ops({.base_url = standby_->url(), .bearer_token = (*key->Json())["key"], .max_attempts = 1});
+  StatusOr<http::ClientResponse> ops_reads = as_ops.Get("/api/v1/workers");
+  EXPECT_TRUE(ops_reads.ok()) << "a key made on the previous leader: " << ops_reads.status().ToString();
   // From here on the fixture's admin client (ExpectGlobalsAreFedAvg's too) talks to the new leader.
   admin_ = std::make_unique<http::Client>(
       http::ClientOptions{.base_url = standby_->url(), .bearer_token = server_->admin_key()});
