@@ -26,23 +26,14 @@ struct LoginFlags {
 // http.server, some proxies) make the client wait a second for.
 const http::CallOptions kNoExpect{.headers = {{"Expect", ""}}};
 
-std::string Form(std::initializer_list<std::pair<std::string, std::string>> fields) {
-  std::string body;
-  for (const auto& [name, value] : fields) {
-    if (!body.empty()) body += '&';
-    body += name + "=" + http::PercentEncode(value);
-  }
-  return body;
-}
-
 // The ID token, once the user approved the code: polls the token endpoint as the provider asks.
 StatusOr<std::string> PollForIdToken(http::Client& provider, const json& settings, const json& device) {
   const std::string token_endpoint = settings.value("token_endpoint", "");
   auto interval = std::chrono::seconds(device.value("interval", 5));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(device.value("expires_in", 600));
-  const std::string body = Form({{"grant_type", "urn:ietf:params:oauth:grant-type:device_code"},
-                                 {"device_code", device.value("device_code", "")},
-                                 {"client_id", settings.value("client_id", "")}});
+  const std::string body = http::FormEncode({{"grant_type", "urn:ietf:params:oauth:grant-type:device_code"},
+                                             {"device_code", device.value("device_code", "")},
+                                             {"client_id", settings.value("client_id", "")}});
   while (std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(interval);
     StatusOr<http::ClientResponse> res =
@@ -78,10 +69,11 @@ int Login(const LoginFlags& f) {
                                                  ") offers no device authorization"));
   }
   http::Client provider(http::ClientOptions{.max_attempts = 1});
-  StatusOr<http::ClientResponse> started = provider.Send(
-      http::Method::kPost, (*settings)["device_authorization_endpoint"].get<std::string>(),
-      Form({{"client_id", settings->value("client_id", "")}, {"scope", settings->value("scope", "openid")}}),
-      "application/x-www-form-urlencoded", kNoExpect);
+  StatusOr<http::ClientResponse> started =
+      provider.Send(http::Method::kPost, (*settings)["device_authorization_endpoint"].get<std::string>(),
+                    http::FormEncode({{"client_id", settings->value("client_id", "")},
+                                      {"scope", settings->value("scope", "openid")}}),
+                    "application/x-www-form-urlencoded", kNoExpect);
   if (!started.ok()) return Fail("login", started.status());
   StatusOr<json> device = started->Json();
   if (!device.ok()) return Fail("login", device.status());

@@ -150,8 +150,8 @@ struct ServiceOptions {
 struct RouteInfo {
   http::Method method;
   std::string pattern;
-  // Who may call it (docs/operations.md, "Who may call each route"): "open", "signed URL", "platform_admin",
-  // "any user" (the caller's own records), "worker token" or "worker bootstrap key".
+  // Who may call it (docs/operations.md, "Who may call each route"): "open", "ID token" (a sign-in), "signed URL",
+  // "platform_admin", "any user" (the caller's own records), "worker token" or "worker bootstrap key".
   std::string access;
 };
 

@@ -45,12 +45,12 @@ bool IsTelemetry(std::string_view route) {
   return route == "/api/v1/worker/heartbeat" || route == "/api/v1/worker/progress";
 }
 
-// The browser's return from single sign-on: a GET, but a sign-in (it starts a session).
-bool IsSignIn(std::string_view route) { return route == "/api/v1/auth/oidc/callback"; }
-
-bool Audited(const Request& req, int status) {
-  return status == 401 || status == 403 || IsSignIn(req.route) || (ChangesState(req.method) && !IsTelemetry(req.route));
+// Whether a request's answer goes into the audit log; a sign-in route's always does (a GET may start a session).
+bool Audited(const Request& req, int status, bool sign_in) {
+  return sign_in || status == 401 || status == 403 || (ChangesState(req.method) && !IsTelemetry(req.route));
 }
+
+constexpr std::string_view kSignInAccess = "ID token";
 
 AuditEntry EntryOf(const Request& req, int status, std::string detail) {
   return AuditEntry{.actor = req.principal.empty() ? "anonymous" : req.principal,
@@ -103,12 +103,18 @@ Status RouteTable::SignedUrl(Method method, std::string_view pattern, http::Hand
   return Add(method, pattern, std::move(handler), std::move(options), "signed URL");
 }
 
+Status RouteTable::SignIn(Method method, std::string_view pattern, http::Handler handler) {
+  return Add(method, pattern, std::move(handler), {}, std::string(kSignInAccess));
+}
+
 Status RouteTable::Add(Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options,
                        std::string access) {
   if (!options.stream_body && options.max_body_bytes == 0) options.max_body_bytes = max_json_bytes_;
-  http::Handler audited = [audit = &audit_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
+  const bool sign_in = access == kSignInAccess;
+  http::Handler audited = [audit = &audit_, sign_in,
+                           handler = std::move(handler)](Request& req) -> Awaitable<Response> {
     Response answer = co_await handler(req);
-    if (Audited(req, answer.status)) {
+    if (Audited(req, answer.status, sign_in)) {
       auto append = audit->Append(AuditEntryFor(req, answer));  // kCoAwaitTemporaries
       co_await std::move(append);
     }

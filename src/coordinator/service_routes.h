@@ -66,7 +66,7 @@ class RouteTable {
 
   // `max_json_bytes` caps the bodies of routes that buffer theirs (JSON; ServiceOptions::max_json_bytes) unless a
   // route sets its own max_body_bytes. Every route's state-changing requests (POST, PUT, PATCH, DELETE; but the
-  // workers' heartbeats and progress reports), every sign-in (the single sign-on callback is a GET) and every request
+  // workers' heartbeats and progress reports), every sign-in (SignIn routes, GETs too) and every request
   // refused for its credential (401, 403) are recorded in `audit` before they are answered (a credential refused
   // before the body is read: right after).
   RouteTable(http::Router& router, std::vector<RouteInfo>& table, UserCheck check_user, WorkerCheck check_worker,
@@ -84,6 +84,9 @@ class RouteTable {
 
   // No credentials (/healthz).
   Status Open(http::Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options = {});
+  // A sign-in: no credential but the provider's ID token (or the sign-in's state) the handler checks; every answer
+  // is recorded in the audit log, a GET's too.
+  Status SignIn(http::Method method, std::string_view pattern, http::Handler handler);
   // No credentials but the signed URL the handler checks (/blobs).
   Status SignedUrl(http::Method method, std::string_view pattern, http::Handler handler,
                    http::RouteOptions options = {});

@@ -40,6 +40,11 @@ StatusOr<Caller> UserKeys::Authenticate(std::string_view key_sha256, int64_t now
   return Caller{.user_id = user->id, .name = user->name, .platform_admin = user->platform_admin};
 }
 
+const storage::ApiKey* UserKeys::FindKey(std::string_view key_sha256) const {
+  const auto it = keys_by_sha256_.find(key_sha256);
+  return it == keys_by_sha256_.end() ? nullptr : &it->second;
+}
+
 const storage::User* UserKeys::FindUser(int64_t id) const {
   const auto it = users_.find(id);
   return it == users_.end() ? nullptr : &it->second;

@@ -45,6 +45,8 @@ class UserKeys {
   // The caller a key's sha256 belongs to at `now_ms`. Unauthenticated "invalid API key" for an unknown key, and one
   // naming the key, its user and what to do for an expired or revoked one.
   StatusOr<Caller> Authenticate(std::string_view key_sha256, int64_t now_ms) const;
+  // The key with this sha256 (revoked and expired ones too); nullptr when none.
+  const storage::ApiKey* FindKey(std::string_view key_sha256) const;
   // The user with this id; nullptr when none.
   const storage::User* FindUser(int64_t id) const;
 

@@ -207,14 +207,14 @@ class UserRoutes {
     const OidcVerifier& oidc = *service_.oidc();
     const std::string challenge = Base64UrlEncode(HexDecode(Sha256Hex(*verifier)).value_or(""));
     const std::string url = oidc.discovery().value("authorization_endpoint", "") + "?" +
-                            Query({{"response_type", "code"},
-                                   {"client_id", oidc.settings().client_id},
-                                   {"redirect_uri", RedirectUri()},
-                                   {"scope", "openid profile email " + oidc.settings().roles_claim},
-                                   {"state", *state},
-                                   {"nonce", *nonce},
-                                   {"code_challenge", challenge},
-                                   {"code_challenge_method", "S256"}});
+                            http::FormEncode({{"response_type", "code"},
+                                              {"client_id", oidc.settings().client_id},
+                                              {"redirect_uri", RedirectUri()},
+                                              {"scope", "openid profile email " + oidc.settings().roles_claim},
+                                              {"state", *state},
+                                              {"nonce", *nonce},
+                                              {"code_challenge", challenge},
+                                              {"code_challenge_method", "S256"}});
     pending_[*state] = PendingSignIn{*nonce, *verifier, return_to, now + std::chrono::minutes(10)};
     Response res;
     res.status = 302;
@@ -238,11 +238,11 @@ class UserRoutes {
     const PendingSignIn sign_in = pending->second;
     pending_.erase(pending);
     OidcVerifier* oidc = service_.oidc();
-    const std::string form = Query({{"grant_type", "authorization_code"},
-                                    {"code", req.query["code"]},
-                                    {"redirect_uri", RedirectUri()},
-                                    {"client_id", oidc->settings().client_id},
-                                    {"code_verifier", sign_in.verifier}});
+    const std::string form = http::FormEncode({{"grant_type", "authorization_code"},
+                                               {"code", req.query["code"]},
+                                               {"redirect_uri", RedirectUri()},
+                                               {"client_id", oidc->settings().client_id},
+                                               {"code_verifier", sign_in.verifier}});
     const int64_t now = context_.clock.UnixMillis();
     auto exchange = loop::Offload(context_.pool, [oidc, form, now, nonce = sign_in.nonce]() -> StatusOr<IdTokenClaims> {
       http::Client provider(http::ClientOptions{.max_attempts = 1, .ca_file = oidc->settings().ca_file});
@@ -274,16 +274,11 @@ class UserRoutes {
 
   // POST /api/v1/auth/logout: the session's key is revoked and its cookies cleared.
   Awaitable<Response> SignOut(Request& req, const Caller& caller) {
-    if (std::optional<std::string> session = req.Cookie(kSessionCookie)) {
-      const std::string hash = HashSecret(*session);
-      auto revoke =
-          loop::Offload(context_.pool, [this, hash, now = context_.clock.UnixMillis()]() -> StatusOr<storage::ApiKey> {
-            PARSYN_ASSIGN_OR_RETURN(std::vector<storage::ApiKey> keys, context_.store.ListApiKeys());
-            for (const storage::ApiKey& k : keys) {
-              if (k.key_sha256 == hash) return context_.store.RevokeApiKey(k.id, now);
-            }
-            return NotFoundError("no such session");
-          });
+    const std::optional<std::string> session = req.Cookie(kSessionCookie);
+    if (const storage::ApiKey* key = session ? users_.FindKey(HashSecret(*session)) : nullptr) {
+      auto revoke = loop::Offload(context_.pool, [this, id = key->id, now = context_.clock.UnixMillis()] {
+        return context_.store.RevokeApiKey(id, now);
+      });
       StatusOr<storage::ApiKey> revoked = co_await std::move(revoke);  // kCoAwaitTemporaries
       if (revoked.ok()) users_.RevokeKey(*revoked);
     }
@@ -348,13 +343,6 @@ class UserRoutes {
     if (service_.options().tls) cookie += "; Secure";
     return cookie;
   }
-  static std::string Query(std::initializer_list<std::pair<std::string, std::string>> fields) {
-    std::string query;
-    for (const auto& [name, value] : fields) {
-      query += (query.empty() ? "" : "&") + name + "=" + http::PercentEncode(value);
-    }
-    return query;
-  }
 
   const RouteContext context_;
   Service& service_;
@@ -372,12 +360,12 @@ Status AddUserRoutes(RouteTable& routes, const RouteContext& context, Service& s
   PARSYN_RETURN_IF_ERROR(routes.User(Method::kPost, "/api/v1/keys", Bind(h, &UserRoutes::CreateKey)));
   PARSYN_RETURN_IF_ERROR(routes.User(Method::kGet, "/api/v1/keys", Bind(h, &UserRoutes::ListKeys)));
   PARSYN_RETURN_IF_ERROR(routes.User(Method::kDelete, "/api/v1/keys/{id}", Bind(h, &UserRoutes::RevokeKey)));
-  // Open: the ID token is the credential (checked by the handler).
   PARSYN_RETURN_IF_ERROR(routes.Open(Method::kGet, "/api/v1/auth/oidc", Bind(h, &UserRoutes::SignInSettings)));
-  PARSYN_RETURN_IF_ERROR(routes.Open(Method::kPost, "/api/v1/auth/oidc/token", Bind(h, &UserRoutes::SignIn)));
   PARSYN_RETURN_IF_ERROR(routes.Open(Method::kGet, "/api/v1/auth/oidc/login", Bind(h, &UserRoutes::BrowserSignIn)));
+  // The credential is the provider's ID token (with the sign-in's state, on the callback), checked by the handler.
+  PARSYN_RETURN_IF_ERROR(routes.SignIn(Method::kPost, "/api/v1/auth/oidc/token", Bind(h, &UserRoutes::SignIn)));
   PARSYN_RETURN_IF_ERROR(
-      routes.Open(Method::kGet, "/api/v1/auth/oidc/callback", Bind(h, &UserRoutes::BrowserCallback)));
+      routes.SignIn(Method::kGet, "/api/v1/auth/oidc/callback", Bind(h, &UserRoutes::BrowserCallback)));
   return routes.User(Method::kPost, "/api/v1/auth/logout", Bind(h, &UserRoutes::SignOut));
 }
 

@@ -85,3 +85,16 @@ TEST(UrlTest, PercentCodingRoundTrips) {
 
 }  // namespace
 }  // namespace parsyn::http
+
+namespace parsyn::http {
+namespace {
+
+TEST(FormEncodeTest, JoinsFieldsWithEachValueEscaped) {
+  EXPECT_EQ(FormEncode({}), "");
+  EXPECT_EQ(FormEncode({{"a", "1"}}), "a=1");
+  EXPECT_EQ(FormEncode({{"scope", "openid email"}, {"uri", "http://h/cb?x=1&y"}}),
+            "scope=openid%20email&uri=http%3A%2F%2Fh%2Fcb%3Fx%3D1%26y");
+}
+
+}  // namespace
+}  // namespace parsyn::http

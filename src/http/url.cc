@@ -33,6 +33,15 @@ StatusOr<std::string> PercentDecode(std::string_view text, bool plus_is_space) {
   return out;
 }
 
+std::string FormEncode(std::initializer_list<std::pair<std::string_view, std::string_view>> fields) {
+  std::string out;
+  for (const auto& [name, value] : fields) {
+    if (!out.empty()) out += '&';
+    out.append(name).append("=").append(PercentEncode(value));
+  }
+  return out;
+}
+
 std::string PercentEncode(std::string_view text, bool keep_slash) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out;

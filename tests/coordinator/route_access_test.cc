@@ -88,6 +88,11 @@ TEST(RouteAccessTest, EveryRouteAnswersEveryCredentialAsItsAccessSays) {
        {"no credential", "a wrong key", "the admin key", "a platform_admin's key", "a user's key", "a worker token",
         "the bootstrap key"}},
       {"signed URL", {}},
+      // A sign-in's credential is the provider's ID token in the request: no header is refused as such (single
+      // sign-on is off here: 404).
+      {"ID token",
+       {"no credential", "a wrong key", "the admin key", "a platform_admin's key", "a user's key", "a worker token",
+        "the bootstrap key"}},
       {"platform_admin", {"the admin key", "a platform_admin's key"}},
       {"any user", {"the admin key", "a platform_admin's key", "a user's key"}},
       {"worker token", {"a worker token"}},

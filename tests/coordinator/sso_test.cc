@@ -25,12 +25,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Form(std::initializer_list<std::pair<std::string, std::string>> fields) {
-  std::string body;
-  for (const auto& [name, value] : fields) body += (body.empty() ? "" : "&") + name + "=" + http::PercentEncode(value);
-  return body;
-}
-
 class SsoTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -60,16 +54,19 @@ class SsoTest : public ::testing::Test {
   }
   // An ID token of `user` from the provider's device flow, approved as the user would.
   std::string IdToken(const std::string& user, const std::string& password) {
-    StatusOr<json> device = PostForm("/device_authorization",
-                                     Form({{"client_id", "parsyn-cli"}, {"scope", "openid profile email groups"}}));
+    StatusOr<json> device =
+        PostForm("/device_authorization",
+                 http::FormEncode({{"client_id", "parsyn-cli"}, {"scope", "openid profile email groups"}}));
     EXPECT_TRUE(device.ok()) << device.status().ToString();
     if (!device.ok()) return "";
-    EXPECT_TRUE(
-        PostForm("/device", Form({{"user_code", (*device)["user_code"]}, {"username", user}, {"password", password}}))
-            .ok());
-    StatusOr<json> token = PostForm("/token", Form({{"grant_type", "urn:ietf:params:oauth:grant-type:device_code"},
-                                                    {"device_code", (*device)["device_code"]},
-                                                    {"client_id", "parsyn-cli"}}));
+    EXPECT_TRUE(PostForm("/device", http::FormEncode({{"user_code", (*device)["user_code"].get<std::string>()},
+                                                      {"username", user},
+                                                      {"password", password}}))
+                    .ok());
+    StatusOr<json> token =
+        PostForm("/token", http::FormEncode({{"grant_type", "urn:ietf:params:oauth:grant-type:device_code"},
+                                             {"device_code", (*device)["device_code"].get<std::string>()},
+                                             {"client_id", "parsyn-cli"}}));
     EXPECT_TRUE(token.ok()) << token.status().ToString();
     return token.ok() ? (*token)["id_token"].get<std::string>() : "";
   }
@@ -212,7 +209,9 @@ TEST_F(SsoTest, ParsynLoginSignsInWithADeviceCodeAndSavesTheKeyWhereTheCliFindsI
   }();
   ASSERT_EQ(code.size(), 2u) << *line;
   ASSERT_TRUE(
-      PostForm("/device", Form({{"user_code", code[1]}, {"username", "alice"}, {"password", "wonderland"}})).ok());
+      PostForm("/device",
+               http::FormEncode({{"user_code", code[1].str()}, {"username", "alice"}, {"password", "wonderland"}}))
+          .ok());
   std::string output;
   while (std::optional<std::string> more = login->ReadLine()) output += *more + "\n";
   EXPECT_EQ(login->Wait(), 0) << output;
