@@ -48,12 +48,14 @@ TEST(LoopTickerTest, TicksRunOnTheLoopAndDoNotPileUpWhileItIsBusy) {
   std::vector<LoopTicker::TimePoint> dues;
   bool off_the_loop = false;
   const std::thread::id loop_thread = std::this_thread::get_id();
+  // The busy handler goes first in the loop's queue, before the ticker's thread can post anything: on a loaded
+  // machine this thread may be descheduled for more than an interval between two statements.
+  const auto busy_until = start + 10 * interval;
+  net::post(io, [&] { std::this_thread::sleep_until(busy_until); });
   LoopTicker ticker(io.get_executor(), interval, [&](LoopTicker::TimePoint due) {
     off_the_loop |= std::this_thread::get_id() != loop_thread;
     dues.push_back(due);
   });
-  const auto busy_until = start + 10 * interval;
-  net::post(io, [&] { std::this_thread::sleep_until(busy_until); });
   auto keep_running = net::make_work_guard(io);  // between ticks the io_context has nothing of its own to run
   io.run_for(20 * interval);
   EXPECT_FALSE(off_the_loop);
