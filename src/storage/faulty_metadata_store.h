@@ -190,6 +190,17 @@ class FaultyMetadataStore final : public MetadataStore {
   StatusOr<ApiKey> RevokeApiKey(int64_t key_id, int64_t time_ms) override {
     return Write([&] { return inner_.RevokeApiKey(key_id, time_ms); });
   }
+  StatusOr<Project> CreateProject(const Project& p) override {
+    return Write([&] { return inner_.CreateProject(p); });
+  }
+  StatusOr<std::vector<Project>> ListProjects() override { return inner_.ListProjects(); }
+  Status SetProjectMember(const ProjectMember& m) override {
+    return Write([&] { return inner_.SetProjectMember(m); });
+  }
+  Status RemoveProjectMember(int64_t project_id, int64_t user_id) override {
+    return Write([&] { return inner_.RemoveProjectMember(project_id, user_id); });
+  }
+  StatusOr<std::vector<ProjectMember>> ListProjectMembers() override { return inner_.ListProjectMembers(); }
   Status AppendAuditRecords(std::span<const AuditRecord> records) override {
     return Write([&] { return inner_.AppendAuditRecords(records); });
   }

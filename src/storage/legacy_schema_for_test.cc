@@ -62,6 +62,11 @@ void ExpectOldRecords(MetadataStore& store) {
   EXPECT_EQ(worker.trainers_json, "");  // a later version's column, with its default
   const TrainingJob job = ValueOrFail(store.GetJob(1));
   EXPECT_EQ(job.name, "old job");
+  // Everything stored before projects existed is the default project's.
+  EXPECT_EQ(job.project_id, kDefaultProjectId);
+  EXPECT_EQ(model.project_id, kDefaultProjectId);
+  EXPECT_EQ(worker.project_id, kDefaultProjectId);
+  EXPECT_THAT(ValueOrFail(store.ListProjects()), ::testing::ElementsAre(Project{kDefaultProjectId, "default", 0}));
   EXPECT_EQ(job.status, JobStatus::kRunning);
   EXPECT_EQ(job.committed_round, 1);
   EXPECT_EQ(job.started_at_ms, 1004);

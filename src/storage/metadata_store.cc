@@ -33,6 +33,8 @@ constexpr Names<RoundStatus, 3> kRoundStatuses{
     {{RoundStatus::kRunning, "running"}, {RoundStatus::kCommitted, "committed"}, {RoundStatus::kFailed, "failed"}}};
 constexpr Names<UpdateStatus, 2> kUpdateStatuses{
     {{UpdateStatus::kAccepted, "accepted"}, {UpdateStatus::kRejected, "rejected"}}};
+constexpr Names<ProjectRole, 3> kProjectRoles{
+    {{ProjectRole::kViewer, "viewer"}, {ProjectRole::kEditor, "editor"}, {ProjectRole::kOwner, "owner"}}};
 
 template <typename E, size_t N>
 std::string_view NameOf(const Names<E, N>& names, E value) {
@@ -62,6 +64,7 @@ std::string_view ToString(WorkerStatus v) { return NameOf(kWorkerStatuses, v); }
 std::string_view ToString(JobStatus v) { return NameOf(kJobStatuses, v); }
 std::string_view ToString(RoundStatus v) { return NameOf(kRoundStatuses, v); }
 std::string_view ToString(UpdateStatus v) { return NameOf(kUpdateStatuses, v); }
+std::string_view ToString(ProjectRole v) { return NameOf(kProjectRoles, v); }
 
 StatusOr<DatasetFormat> ParseDatasetFormat(std::string_view s) { return Parse(kDatasetFormats, "dataset format", s); }
 StatusOr<DatasetKind> ParseDatasetKind(std::string_view s) { return Parse(kDatasetKinds, "dataset kind", s); }
@@ -70,6 +73,7 @@ StatusOr<WorkerStatus> ParseWorkerStatus(std::string_view s) { return Parse(kWor
 StatusOr<JobStatus> ParseJobStatus(std::string_view s) { return Parse(kJobStatuses, "job status", s); }
 StatusOr<RoundStatus> ParseRoundStatus(std::string_view s) { return Parse(kRoundStatuses, "round status", s); }
 StatusOr<UpdateStatus> ParseUpdateStatus(std::string_view s) { return Parse(kUpdateStatuses, "update status", s); }
+StatusOr<ProjectRole> ParseProjectRole(std::string_view s) { return Parse(kProjectRoles, "project role", s); }
 
 bool IsTerminal(JobStatus status) { return status != JobStatus::kQueued && status != JobStatus::kRunning; }
 

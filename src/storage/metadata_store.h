@@ -33,6 +33,9 @@
 
 namespace parsyn::storage {
 
+// The project everything made before projects existed belongs to (schema migration 6), named "default".
+inline constexpr int64_t kDefaultProjectId = 1;
+
 enum class DatasetFormat { kJsonl, kCsv };
 enum class DatasetKind { kText, kPromptCompletion, kTabular };
 enum class WorkerKind { kOwn, kManaged };
@@ -40,6 +43,9 @@ enum class WorkerStatus { kOffline, kOnline, kBusy };
 enum class JobStatus { kQueued, kRunning, kSucceeded, kFailed, kStopped, kCancelled };
 enum class RoundStatus { kRunning, kCommitted, kFailed };
 enum class UpdateStatus { kAccepted, kRejected };
+// A member's role in a project, lowest first: viewer reads, editor also changes datasets, models, workers and jobs,
+// owner also manages the members.
+enum class ProjectRole { kViewer, kEditor, kOwner };
 
 // Lowercase names as the API and the database spell them: "jsonl", "prompt_completion", "own", "busy", "queued",
 // "committed", "rejected", ... Parse* return InvalidArgument naming the unknown value and the accepted ones.
@@ -50,6 +56,7 @@ std::string_view ToString(WorkerStatus v);
 std::string_view ToString(JobStatus v);
 std::string_view ToString(RoundStatus v);
 std::string_view ToString(UpdateStatus v);
+std::string_view ToString(ProjectRole v);
 StatusOr<DatasetFormat> ParseDatasetFormat(std::string_view s);
 StatusOr<DatasetKind> ParseDatasetKind(std::string_view s);
 StatusOr<WorkerKind> ParseWorkerKind(std::string_view s);
@@ -57,6 +64,7 @@ StatusOr<WorkerStatus> ParseWorkerStatus(std::string_view s);
 StatusOr<JobStatus> ParseJobStatus(std::string_view s);
 StatusOr<RoundStatus> ParseRoundStatus(std::string_view s);
 StatusOr<UpdateStatus> ParseUpdateStatus(std::string_view s);
+StatusOr<ProjectRole> ParseProjectRole(std::string_view s);
 // succeeded, failed, stopped, cancelled: no further status change is allowed.
 bool IsTerminal(JobStatus status);
 
@@ -70,6 +78,7 @@ struct Dataset {
   std::string sha256;
   std::string blob_key;
   int64_t created_at_ms = 0;
+  int64_t project_id = kDefaultProjectId;
 
   friend bool operator==(const Dataset&, const Dataset&) = default;
 };
@@ -92,6 +101,7 @@ struct Model {
   std::vector<ModelFile> files;  // paths unique within the model
   int64_t size_bytes = 0;
   int64_t created_at_ms = 0;
+  int64_t project_id = kDefaultProjectId;
 
   friend bool operator==(const Model&, const Model&) = default;
 };
@@ -108,6 +118,7 @@ struct Worker {
   std::optional<int64_t> last_heartbeat_at_ms;
   bool revoked = false;
   int64_t created_at_ms = 0;
+  int64_t project_id = kDefaultProjectId;  // an own worker's project; a managed worker serves every project
 
   friend bool operator==(const Worker&, const Worker&) = default;
 };
@@ -123,7 +134,8 @@ struct TrainingJob {
   std::string name;
   int64_t dataset_id = 0;  // must name an existing dataset; 0: none (the workers train on their own data)
   int64_t model_id = 0;    // must name an existing model
-  std::string spec_json;   // the full request body as validated, defaults filled in
+  int64_t project_id = kDefaultProjectId;  // its dataset and model must be the project's
+  std::string spec_json;                   // the full request body as validated, defaults filled in
   JobStatus status = JobStatus::kQueued;
   std::string failure_reason;   // set with kFailed
   std::string status_reason;    // why the job reached its terminal status, when given (e.g. it stopped early)
@@ -268,6 +280,9 @@ struct RoundUpdate {
 struct IdPage {
   int64_t after_id = 0;
   int64_t limit = std::numeric_limits<int64_t>::max();
+  // Datasets, models and jobs: only this project's; workers: this project's own ones and every managed one. Unset:
+  // all. (Users and keys belong to no project: ignored.)
+  std::optional<int64_t> project_id;
 };
 
 // A person (or a service account) who signs in with API keys. User 1, "admin", is the installation's first
@@ -292,6 +307,24 @@ struct ApiKey {
 
 // One record of the audit log (coordinator/audit_chain.h): `record_json` is the record whole, as it was hashed and
 // as it is exported; the other fields copy some of its members, for filtering.
+// Datasets, models, jobs and own workers belong to a project; project 1, "default", holds everything made before
+// projects existed (and what a request naming no project makes).
+struct Project {
+  int64_t id = 0;
+  std::string name;  // unique
+  int64_t created_at_ms = 0;
+
+  friend bool operator==(const Project&, const Project&) = default;
+};
+
+struct ProjectMember {
+  int64_t project_id = 0;
+  int64_t user_id = 0;
+  ProjectRole role = ProjectRole::kViewer;
+
+  friend bool operator==(const ProjectMember&, const ProjectMember&) = default;
+};
+
 struct AuditRecord {
   int64_t seq = 0;  // 1, 2, ...: the chain's order
   int64_t time_ms = 0;
@@ -299,16 +332,18 @@ struct AuditRecord {
   std::string action;
   std::string outcome;
   std::string record_json;
+  int64_t project_id = 0;  // the project the request acted in; 0: none (users, keys, sign-ins, the managed pool)
 };
 
 // Which audit records ListAuditRecords returns: those matching every filter that is set, with after_seq < seq and
 // (when before_seq is set) seq < before_seq, by seq ascending (newest_first: descending), at most `limit`.
 struct AuditQuery {
-  std::string actor;     // "": any
-  std::string action;    // "": any
-  std::string outcome;   // "": any
-  int64_t since_ms = 0;  // time_ms >= since_ms
-  int64_t until_ms = 0;  // 0: no bound; else time_ms < until_ms
+  std::string actor;       // "": any
+  std::string action;      // "": any
+  std::string outcome;     // "": any
+  int64_t project_id = 0;  // 0: any
+  int64_t since_ms = 0;    // time_ms >= since_ms
+  int64_t until_ms = 0;    // 0: no bound; else time_ms < until_ms
   int64_t after_seq = 0;
   int64_t before_seq = 0;  // 0: no bound
   bool newest_first = false;
@@ -518,6 +553,17 @@ class MetadataStore {
   virtual StatusOr<std::vector<ApiKey>> ListApiKeys(std::optional<int64_t> user_id = std::nullopt,
                                                     const IdPage& page = {}) = 0;
   virtual StatusOr<ApiKey> RevokeApiKey(int64_t key_id, int64_t time_ms) = 0;
+
+  // Projects and their members. CreateProject: AlreadyExists when the name is taken. SetProjectMember adds the user
+  // or changes their role; NotFound for an unknown project or user. SetProjectMember (a lower role) and
+  // RemoveProjectMember refuse with FailedPrecondition to leave a project that has owners without one; Remove:
+  // NotFound when the user is not a member. Checked in the write's transaction, so two concurrent removals cannot
+  // both pass.
+  virtual StatusOr<Project> CreateProject(const Project& project) = 0;
+  virtual StatusOr<std::vector<Project>> ListProjects() = 0;  // by id
+  virtual Status SetProjectMember(const ProjectMember& member) = 0;
+  virtual Status RemoveProjectMember(int64_t project_id, int64_t user_id) = 0;
+  virtual StatusOr<std::vector<ProjectMember>> ListProjectMembers() = 0;  // by project, then user
 
   // The audit log. Append stores `records` in one transaction (all or none): AlreadyExists when a seq is taken (a
   // coordinator whose view of the chain's head is stale), FailedPrecondition ("fenced") on a store that lost the lease.

@@ -265,18 +265,83 @@ TEST_P(MetadataStoreContractTest, ApiKeysAreStoredByHashListedPerUserAndRevokedO
   EXPECT_EQ(store().RevokeApiKey(999, kT0).status().code(), StatusCode::kNotFound);
 }
 
+// ---- projects
+
+TEST_P(MetadataStoreContractTest, EverythingStartsInTheDefaultProjectAndListsFilterByProject) {
+  EXPECT_THAT(Must(store().ListProjects()), ElementsAre(Project{.id = kDefaultProjectId, .name = "default"}));
+  const Project team = Must(store().CreateProject(Project{.name = "team-a", .created_at_ms = kT0}));
+  EXPECT_EQ(store().CreateProject(Project{.name = "team-a"}).status().code(), StatusCode::kAlreadyExists);
+  const Dataset in_default = AddDataset("datasets/default");
+  EXPECT_EQ(in_default.project_id, kDefaultProjectId);
+  Dataset d{.name = "d", .blob_key = "datasets/team", .project_id = team.id};
+  const Dataset in_team = Must(store().CreateDataset(d));
+  EXPECT_EQ(Must(store().GetDataset(in_team.id)).project_id, team.id);
+  EXPECT_THAT(Must(store().ListDatasets({.project_id = team.id})), ElementsAre(in_team));
+  EXPECT_THAT(Must(store().ListDatasets({.project_id = kDefaultProjectId})), ElementsAre(in_default));
+  EXPECT_EQ(Must(store().ListDatasets()).size(), 2u);
+
+  const Model m_default = AddModel();
+  Model m{.name = "m", .model_type = "llama", .config_json = "{}", .project_id = team.id};
+  const Model m_team = Must(store().CreateModel(m));
+  EXPECT_EQ(Must(store().ListModels({.project_id = team.id})).at(0).id, m_team.id);
+  EXPECT_EQ(Must(store().ListModels({.project_id = team.id})).size(), 1u);
+
+  // A job's dataset and model must be its project's: another project's are as unknown as missing ones.
+  TrainingJob j{.name = "j", .dataset_id = in_default.id, .model_id = m_team.id, .project_id = team.id};
+  EXPECT_EQ(store().CreateJob(j).status(), NotFoundError("dataset " + std::to_string(in_default.id) + " not found"));
+  j.dataset_id = in_team.id;
+  j.model_id = m_default.id;
+  EXPECT_EQ(store().CreateJob(j).status(), NotFoundError("model " + std::to_string(m_default.id) + " not found"));
+  j.model_id = m_team.id;
+  const TrainingJob job = Must(store().CreateJob(j));
+  EXPECT_EQ(Must(store().GetJob(job.id)).project_id, team.id);
+  EXPECT_THAT(Must(store().ListJobs(std::nullopt, {.project_id = team.id})), ElementsAre(job));
+  EXPECT_THAT(Must(store().ListJobs(JobStatus::kQueued, {.project_id = kDefaultProjectId})), IsEmpty());
+
+  // Workers: a project lists its own ones and every managed one.
+  const Worker own_default = AddWorker("own-default");
+  const Worker own_team =
+      Must(store().CreateWorker(Worker{.name = "own-team", .token_sha256 = "t1", .project_id = team.id}));
+  const Worker managed =
+      Must(store().CreateWorker(Worker{.name = "pool", .kind = WorkerKind::kManaged, .token_sha256 = "t2"}));
+  EXPECT_THAT(Must(store().ListWorkers({.project_id = team.id})), ElementsAre(own_team, managed));
+  EXPECT_THAT(Must(store().ListWorkers({.project_id = kDefaultProjectId})), ElementsAre(own_default, managed));
+}
+
+TEST_P(MetadataStoreContractTest, ProjectMembersKeepAnOwner) {
+  const Project team = Must(store().CreateProject(Project{.name = "team-a"}));
+  const User alice = Must(store().CreateUser(User{.name = "alice"}));
+  const User bob = Must(store().CreateUser(User{.name = "bob"}));
+  ASSERT_TRUE(store().SetProjectMember({.project_id = team.id, .user_id = alice.id, .role = ProjectRole::kOwner}).ok());
+  ASSERT_TRUE(store().SetProjectMember({.project_id = team.id, .user_id = bob.id, .role = ProjectRole::kViewer}).ok());
+  EXPECT_THAT(Must(store().ListProjectMembers()), ElementsAre(ProjectMember{team.id, alice.id, ProjectRole::kOwner},
+                                                              ProjectMember{team.id, bob.id, ProjectRole::kViewer}));
+  // The last owner can neither leave nor step down; once bob owns it too, alice can.
+  EXPECT_EQ(store().RemoveProjectMember(team.id, alice.id).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store().SetProjectMember({team.id, alice.id, ProjectRole::kEditor}).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Must(store().ListProjectMembers()).at(0).role, ProjectRole::kOwner);  // unchanged
+  ASSERT_TRUE(store().SetProjectMember({team.id, bob.id, ProjectRole::kOwner}).ok());
+  ASSERT_TRUE(store().RemoveProjectMember(team.id, alice.id).ok());
+  EXPECT_THAT(Must(store().ListProjectMembers()), ElementsAre(ProjectMember{team.id, bob.id, ProjectRole::kOwner}));
+  EXPECT_EQ(store().RemoveProjectMember(team.id, alice.id).code(), StatusCode::kNotFound);
+  EXPECT_EQ(store().SetProjectMember({999, bob.id, ProjectRole::kViewer}).code(), StatusCode::kNotFound);
+  EXPECT_EQ(store().SetProjectMember({team.id, 999, ProjectRole::kViewer}).code(), StatusCode::kNotFound);
+}
+
 // ---- audit log
 
-AuditRecord Audit(int64_t seq, int64_t time_ms, std::string actor, std::string action, std::string outcome) {
-  return AuditRecord{seq, time_ms, actor, action, outcome, "{\"seq\":" + std::to_string(seq) + "}"};
+AuditRecord Audit(int64_t seq, int64_t time_ms, std::string actor, std::string action, std::string outcome,
+                  int64_t project_id = 0) {
+  return AuditRecord{seq, time_ms, actor, action, outcome, "{\"seq\":" + std::to_string(seq) + "}", project_id};
 }
 
 TEST_P(MetadataStoreContractTest, AuditRecordsAreListedBySeqWithTheirFilters) {
   const std::vector<AuditRecord> records = {
       Audit(1, kT0, "admin", "POST /api/v1/datasets", "success"),
       Audit(2, kT0 + 10, "anonymous", "GET /api/v1/models", "denied"),
-      Audit(3, kT0 + 20, "worker 4", "POST /api/v1/worker/result", "success"),
-      Audit(4, kT0 + 30, "admin", "POST /api/v1/datasets", "failure"),
+      Audit(3, kT0 + 20, "worker 4", "POST /api/v1/worker/result", "success", kDefaultProjectId),
+      Audit(4, kT0 + 30, "admin", "POST /api/v1/datasets", "failure", 2),
   };
   ASSERT_OK(store().AppendAuditRecords(records));
   auto seqs = [&](AuditQuery q) {
@@ -291,6 +356,7 @@ TEST_P(MetadataStoreContractTest, AuditRecordsAreListedBySeqWithTheirFilters) {
   EXPECT_EQ(seqs({.actor = "admin"}), (std::vector<int64_t>{1, 4}));
   EXPECT_EQ(seqs({.action = "POST /api/v1/datasets", .outcome = "failure"}), (std::vector<int64_t>{4}));
   EXPECT_EQ(seqs({.outcome = "denied"}), (std::vector<int64_t>{2}));
+  EXPECT_EQ(seqs({.project_id = 2}), (std::vector<int64_t>{4}));
   EXPECT_EQ(seqs({.since_ms = kT0 + 10, .until_ms = kT0 + 30}), (std::vector<int64_t>{2, 3}));
   const AuditRecord got = Must(store().ListAuditRecords({.after_seq = 2, .limit = 1})).at(0);
   EXPECT_EQ(got.time_ms, kT0 + 20);
@@ -298,6 +364,7 @@ TEST_P(MetadataStoreContractTest, AuditRecordsAreListedBySeqWithTheirFilters) {
   EXPECT_EQ(got.action, "POST /api/v1/worker/result");
   EXPECT_EQ(got.outcome, "success");
   EXPECT_EQ(got.record_json, "{\"seq\":3}");
+  EXPECT_EQ(got.project_id, kDefaultProjectId);
 }
 
 TEST_P(MetadataStoreContractTest, AnAuditBatchWithATakenSeqStoresNothing) {

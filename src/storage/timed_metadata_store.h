@@ -173,6 +173,21 @@ class TimedMetadataStore final : public MetadataStore {
   StatusOr<ApiKey> RevokeApiKey(int64_t key_id, int64_t time_ms) override {
     return Timed("revoke_api_key", [&] { return inner_.RevokeApiKey(key_id, time_ms); });
   }
+  StatusOr<Project> CreateProject(const Project& project) override {
+    return Timed("create_project", [&] { return inner_.CreateProject(project); });
+  }
+  StatusOr<std::vector<Project>> ListProjects() override {
+    return Timed("list_projects", [&] { return inner_.ListProjects(); });
+  }
+  Status SetProjectMember(const ProjectMember& member) override {
+    return Timed("set_project_member", [&] { return inner_.SetProjectMember(member); });
+  }
+  Status RemoveProjectMember(int64_t project_id, int64_t user_id) override {
+    return Timed("remove_project_member", [&] { return inner_.RemoveProjectMember(project_id, user_id); });
+  }
+  StatusOr<std::vector<ProjectMember>> ListProjectMembers() override {
+    return Timed("list_project_members", [&] { return inner_.ListProjectMembers(); });
+  }
   Status AppendAuditRecords(std::span<const AuditRecord> records) override {
     return Timed("append_audit_records", [&] { return inner_.AppendAuditRecords(records); });
   }

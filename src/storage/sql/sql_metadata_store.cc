@@ -34,9 +34,9 @@ StatusOr<Dataset> SqlMetadataStore::CreateDataset(const Dataset& dataset) {
   PARSYN_RETURN_IF_ERROR(BeginFencedWriteLocked(txn));
   PARSYN_PREPARE(q,
                  "INSERT INTO datasets (name, format, kind, row_count, size_bytes, sha256, blob_key, "
-                 "created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id");
+                 "created_at_ms, project_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id");
   q->Bind(dataset.name, ToString(dataset.format), ToString(dataset.kind), dataset.row_count, dataset.size_bytes,
-          dataset.sha256, dataset.blob_key, dataset.created_at_ms);
+          dataset.sha256, dataset.blob_key, dataset.created_at_ms, dataset.project_id);
   StatusOr<int64_t> id = q->RunReturningId();
   if (id.status().code() == StatusCode::kAlreadyExists) {
     return AlreadyExistsError("a dataset with blob key '" + dataset.blob_key + "' already exists");
@@ -59,8 +59,9 @@ StatusOr<Dataset> SqlMetadataStore::GetDataset(int64_t id) {
 
 StatusOr<std::vector<Dataset>> SqlMetadataStore::ListDatasets(const IdPage& page) {
   PARSYN_LOCK_AND_CONNECT();
-  PARSYN_PREPARE(q, std::string("SELECT ") + kDatasetColumns + " FROM datasets WHERE id > $1 ORDER BY id LIMIT $2");
-  q->Bind(page.after_id, page.limit);
+  PARSYN_PREPARE(q, std::string("SELECT ") + kDatasetColumns + " FROM datasets WHERE id > $1 AND " + kInPageProject +
+                        " ORDER BY id LIMIT $2");
+  q->Bind(page.after_id, page.limit, page.project_id);
   return ReadAll<Dataset>(*q, ReadDataset);
 }
 
@@ -100,9 +101,9 @@ StatusOr<Model> SqlMetadataStore::CreateModel(const Model& model) {
   Model stored = model;
   {
     PARSYN_PREPARE(q,
-                   "INSERT INTO models (name, model_type, config_json, size_bytes, created_at_ms) "
-                   "VALUES ($1, $2, $3, $4, $5) RETURNING id");
-    q->Bind(model.name, model.model_type, model.config_json, model.size_bytes, model.created_at_ms);
+                   "INSERT INTO models (name, model_type, config_json, size_bytes, created_at_ms, project_id) "
+                   "VALUES ($1, $2, $3, $4, $5, $6) RETURNING id");
+    q->Bind(model.name, model.model_type, model.config_json, model.size_bytes, model.created_at_ms, model.project_id);
     PARSYN_ASSIGN_OR_RETURN(stored.id, q->RunReturningId());
   }
   for (const ModelFile& f : model.files) {
@@ -139,8 +140,9 @@ StatusOr<std::vector<Model>> SqlMetadataStore::ListModels(const IdPage& page) {
   std::vector<Model> out;
   std::map<int64_t, size_t> index_of;
   {
-    PARSYN_PREPARE(q, std::string("SELECT ") + kModelColumns + " FROM models WHERE id > $1 ORDER BY id LIMIT $2");
-    q->Bind(page.after_id, page.limit);
+    PARSYN_PREPARE(q, std::string("SELECT ") + kModelColumns + " FROM models WHERE id > $1 AND " + kInPageProject +
+                          " ORDER BY id LIMIT $2");
+    q->Bind(page.after_id, page.limit, page.project_id);
     while (true) {
       PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
       if (!row) break;
@@ -179,9 +181,10 @@ StatusOr<Worker> SqlMetadataStore::CreateWorker(const Worker& worker) {
   PARSYN_RETURN_IF_ERROR(BeginFencedWriteLocked(txn));
   PARSYN_PREPARE(q,
                  "INSERT INTO workers (name, kind, token_sha256, device, status, last_heartbeat_at_ms, revoked, "
-                 "created_at_ms, trainers_json) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id");
+                 "created_at_ms, trainers_json, project_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "
+                 "RETURNING id");
   q->Bind(worker.name, ToString(worker.kind), worker.token_sha256, worker.device, ToString(worker.status),
-          worker.last_heartbeat_at_ms, worker.revoked, worker.created_at_ms, worker.trainers_json);
+          worker.last_heartbeat_at_ms, worker.revoked, worker.created_at_ms, worker.trainers_json, worker.project_id);
   StatusOr<int64_t> id = q->RunReturningId();
   if (id.status().code() == StatusCode::kAlreadyExists)
     return AlreadyExistsError("a worker with this token already exists");
@@ -213,8 +216,9 @@ StatusOr<Worker> SqlMetadataStore::FindWorkerByTokenHash(std::string_view token_
 
 StatusOr<std::vector<Worker>> SqlMetadataStore::ListWorkers(const IdPage& page) {
   PARSYN_LOCK_AND_CONNECT();
-  PARSYN_PREPARE(q, std::string("SELECT ") + kWorkerColumns + " FROM workers WHERE id > $1 ORDER BY id LIMIT $2");
-  q->Bind(page.after_id, page.limit);
+  PARSYN_PREPARE(q, std::string("SELECT ") + kWorkerColumns + " FROM workers WHERE id > $1 AND (kind = 'managed' OR " +
+                        kInPageProject + ") ORDER BY id LIMIT $2");
+  q->Bind(page.after_id, page.limit, page.project_id);
   return ReadAll<Worker>(*q, ReadWorker);
 }
 
@@ -291,8 +295,9 @@ StatusOr<TrainingJob> SqlMetadataStore::CreateJob(const TrainingJob& job) {
   for (auto [table, what, id] :
        {std::tuple{"datasets", "dataset", job.dataset_id}, std::tuple{"models", "model", job.model_id}}) {
     if (id == 0 && std::string_view(table) == "datasets") continue;  // no dataset: stored as NULL
-    PARSYN_PREPARE(q, std::string("SELECT 1 FROM ") + table + " WHERE id = $1" + std::string(db_->SharedRowLock()));
-    q->Bind(id);
+    PARSYN_PREPARE(q, std::string("SELECT 1 FROM ") + table + " WHERE id = $1 AND project_id = $2" +
+                          std::string(db_->SharedRowLock()));
+    q->Bind(id, job.project_id);  // another project's is as unknown as one that does not exist
     PARSYN_ASSIGN_OR_RETURN(bool row, q->Step());
     if (!row) return NotFoundError(std::string(what) + " " + std::to_string(id) + " not found");
   }
@@ -308,10 +313,10 @@ StatusOr<TrainingJob> SqlMetadataStore::CreateJob(const TrainingJob& job) {
   {
     PARSYN_PREPARE(q,
                    "INSERT INTO jobs (name, dataset_id, model_id, spec_json, status, failure_reason, "
-                   "current_round, committed_round, consecutive_failed_rounds, created_at_ms, private_seed) "
-                   "VALUES ($1, $2, $3, $4, 'queued', '', 0, 0, 0, $5, $6) RETURNING id");
+                   "current_round, committed_round, consecutive_failed_rounds, created_at_ms, private_seed, "
+                   "project_id) VALUES ($1, $2, $3, $4, 'queued', '', 0, 0, 0, $5, $6, $7) RETURNING id");
     q->Bind(job.name, job.dataset_id == 0 ? std::optional<int64_t>() : std::optional(job.dataset_id), job.model_id,
-            job.spec_json, job.created_at_ms, job.private_seed);
+            job.spec_json, job.created_at_ms, job.private_seed, job.project_id);
     PARSYN_ASSIGN_OR_RETURN(stored.id, q->RunReturningId());
   }
   PARSYN_RETURN_IF_ERROR(txn.Commit());
@@ -325,11 +330,11 @@ StatusOr<TrainingJob> SqlMetadataStore::GetJob(int64_t id) {
 
 StatusOr<std::vector<TrainingJob>> SqlMetadataStore::ListJobs(std::optional<JobStatus> status, const IdPage& page) {
   PARSYN_LOCK_AND_CONNECT();
-  PARSYN_PREPARE(
-      q,
-      std::string("SELECT ") + kJobColumns +
-          " FROM jobs WHERE (CAST($1 AS TEXT) IS NULL OR status = CAST($1 AS TEXT)) AND id > $2 ORDER BY id LIMIT $3");
-  q->Bind(status ? std::optional<std::string_view>(ToString(*status)) : std::nullopt, page.after_id, page.limit);
+  PARSYN_PREPARE(q, std::string("SELECT ") + kJobColumns +
+                        " FROM jobs WHERE (CAST($1 AS TEXT) IS NULL OR status = CAST($1 AS TEXT)) AND id > $2 AND " +
+                        kInPageProjectAt4 + " ORDER BY id LIMIT $3");
+  q->Bind(status ? std::optional<std::string_view>(ToString(*status)) : std::nullopt, page.after_id, page.limit,
+          page.project_id);
   return ReadAll<TrainingJob>(*q, ReadJob);
 }
 

@@ -102,6 +102,12 @@ class SqlMetadataStore : public MetadataStore {
                                             const IdPage& page = {}) override;
   StatusOr<ApiKey> RevokeApiKey(int64_t key_id, int64_t time_ms) override;
 
+  StatusOr<Project> CreateProject(const Project& project) override;
+  StatusOr<std::vector<Project>> ListProjects() override;
+  Status SetProjectMember(const ProjectMember& member) override;
+  Status RemoveProjectMember(int64_t project_id, int64_t user_id) override;
+  StatusOr<std::vector<ProjectMember>> ListProjectMembers() override;
+
   Status AppendAuditRecords(std::span<const AuditRecord> records) override;
   StatusOr<std::vector<AuditRecord>> ListAuditRecords(const AuditQuery& query) override;
 
@@ -125,6 +131,8 @@ class SqlMetadataStore : public MetadataStore {
   // Runs `sql` (a DELETE of row `id`): FailedPrecondition naming `what` while a training job refers to the row,
   // NotFound when there is none.
   Status DeleteUnlessUsedLocked(const char* sql, std::string_view what, int64_t id);
+  // FailedPrecondition when the project has members but no owner.
+  Status CheckProjectKeepsOwnerLocked(int64_t project_id);
   // The writes ApplyBatch takes, as their single calls make them, inside the caller's transaction (if any; the
   // caller checks the fence).
   Status AssignShardLocked(const ShardAssignment& assignment);

@@ -218,7 +218,34 @@ CREATE TABLE api_keys (
 CREATE INDEX api_keys_by_user ON api_keys(user_id, id);
 )sql";
 
-constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5}};
+// Projects and their members. Everything stored before belongs to project 1, "default"; a managed worker's project_id
+// is not read (the managed pool serves every project).
+constexpr std::string_view kSchemaV6 = R"sql(
+CREATE TABLE projects (
+  id {auto_id},
+  name TEXT NOT NULL UNIQUE,
+  created_at_ms BIGINT NOT NULL
+);
+INSERT INTO projects (name, created_at_ms) VALUES ('default', 0);
+CREATE TABLE project_members (
+  project_id BIGINT NOT NULL REFERENCES projects(id),
+  user_id BIGINT NOT NULL REFERENCES users(id),
+  role TEXT NOT NULL CHECK (role IN ('viewer', 'editor', 'owner')),
+  PRIMARY KEY (project_id, user_id)
+);
+ALTER TABLE datasets ADD COLUMN project_id BIGINT NOT NULL DEFAULT 1 REFERENCES projects(id);
+ALTER TABLE models ADD COLUMN project_id BIGINT NOT NULL DEFAULT 1 REFERENCES projects(id);
+ALTER TABLE workers ADD COLUMN project_id BIGINT NOT NULL DEFAULT 1 REFERENCES projects(id);
+ALTER TABLE jobs ADD COLUMN project_id BIGINT NOT NULL DEFAULT 1 REFERENCES projects(id);
+CREATE INDEX datasets_by_project ON datasets(project_id, id);
+CREATE INDEX models_by_project ON models(project_id, id);
+CREATE INDEX jobs_by_project ON jobs(project_id, id);
+ALTER TABLE audit_records ADD COLUMN project_id BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX audit_records_by_project ON audit_records(project_id, seq);
+)sql";
+
+constexpr Migration kMigrations[] = {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3},
+                                     {4, kSchemaV4}, {5, kSchemaV5}, {6, kSchemaV6}};
 
 constexpr std::string_view kAutoIdToken = "{auto_id}";
 

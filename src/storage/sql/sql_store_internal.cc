@@ -17,6 +17,11 @@ std::string RoundName(int64_t job_id, int32_t round, int32_t attempt) {
   return "round " + std::to_string(round) + " attempt " + std::to_string(attempt) + " of " + JobName(job_id);
 }
 
+StatusOr<ProjectMember> ReadProjectMember(const SqlStatement& q) {
+  PARSYN_ASSIGN_OR_RETURN(ProjectRole role, ParseStored(ParseProjectRole(q.Text(2)), "project_members row"));
+  return ProjectMember{.project_id = q.Int(0), .user_id = q.Int(1), .role = role};
+}
+
 StatusOr<Dataset> ReadDataset(const SqlStatement& q) {
   Dataset d;
   d.id = q.Int(0);
@@ -28,6 +33,7 @@ StatusOr<Dataset> ReadDataset(const SqlStatement& q) {
   d.sha256 = q.Text(6);
   d.blob_key = q.Text(7);
   d.created_at_ms = q.Int(8);
+  d.project_id = q.Int(9);
   return d;
 }
 
@@ -39,6 +45,7 @@ Model ReadModel(const SqlStatement& q) {
   m.config_json = q.Text(3);
   m.size_bytes = q.Int(4);
   m.created_at_ms = q.Int(5);
+  m.project_id = q.Int(6);
   return m;
 }
 
@@ -54,6 +61,7 @@ StatusOr<Worker> ReadWorker(const SqlStatement& q) {
   w.revoked = q.Bool(7);
   w.created_at_ms = q.Int(8);
   w.trainers_json = q.Text(9);
+  w.project_id = q.Int(10);
   return w;
 }
 
@@ -78,6 +86,7 @@ StatusOr<TrainingJob> ReadJob(const SqlStatement& q) {
   if (std::optional<int64_t> best = q.OptInt(16)) j.best_round = static_cast<int32_t>(*best);
   j.best_validation_loss = q.OptReal(17);
   j.private_seed = q.Text(18);
+  j.project_id = q.Int(19);
   return j;
 }
 

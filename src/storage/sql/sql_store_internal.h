@@ -42,14 +42,18 @@ std::string JobName(int64_t id);
 std::string RoundName(int64_t job_id, int32_t round, int32_t attempt);
 
 inline constexpr const char* kDatasetColumns =
-    "id, name, format, kind, row_count, size_bytes, sha256, blob_key, created_at_ms";
-inline constexpr const char* kModelColumns = "id, name, model_type, config_json, size_bytes, created_at_ms";
+    "id, name, format, kind, row_count, size_bytes, sha256, blob_key, created_at_ms, project_id";
+inline constexpr const char* kModelColumns = "id, name, model_type, config_json, size_bytes, created_at_ms, project_id";
 inline constexpr const char* kWorkerColumns =
-    "id, name, kind, token_sha256, device, status, last_heartbeat_at_ms, revoked, created_at_ms, trainers_json";
+    "id, name, kind, token_sha256, device, status, last_heartbeat_at_ms, revoked, created_at_ms, trainers_json, "
+    "project_id";
 inline constexpr const char* kJobColumns =
     "id, name, dataset_id, model_id, spec_json, status, failure_reason, current_round, committed_round, "
     "consecutive_failed_rounds, created_at_ms, started_at_ms, finished_at_ms, status_reason, "
-    "initial_validation_loss, final_validation_loss, best_round, best_validation_loss, private_seed";
+    "initial_validation_loss, final_validation_loss, best_round, best_validation_loss, private_seed, project_id";
+// IdPage::project_id as a condition, bound as the query's third parameter (the jobs list: its fourth).
+inline constexpr const char* kInPageProject = "(CAST($3 AS BIGINT) IS NULL OR project_id = CAST($3 AS BIGINT))";
+inline constexpr const char* kInPageProjectAt4 = "(CAST($4 AS BIGINT) IS NULL OR project_id = CAST($4 AS BIGINT))";
 inline constexpr const char* kRoundColumns =
     "job_id, round, attempt, status, started_at_ms, ended_at_ms, train_loss, validation_loss, bytes_moved, "
     "global_blob_key, global_sha256, failure_reason, bytes_down, bytes_up";
@@ -60,6 +64,8 @@ inline constexpr const char* kUpdateColumns =
 // Each reads the columns of its list above, in order. DataLoss for a stored enum name that does not parse (the
 // database was edited by hand or damaged).
 StatusOr<Dataset> ReadDataset(const SqlStatement& q);
+// project_id, user_id, role.
+StatusOr<ProjectMember> ReadProjectMember(const SqlStatement& q);
 Model ReadModel(const SqlStatement& q);
 StatusOr<Worker> ReadWorker(const SqlStatement& q);
 StatusOr<TrainingJob> ReadJob(const SqlStatement& q);
