@@ -107,6 +107,7 @@ StatusOr<WorkerRegistration> ParseWorkerRegistration(std::string_view body) {
 
 json DatasetJson(const storage::Dataset& d) {
   return {{"id", d.id},
+          {"project_id", d.project_id},
           {"name", d.name},
           {"format", storage::ToString(d.format)},
           {"kind", storage::ToString(d.kind)},
@@ -122,6 +123,7 @@ json ModelJson(const storage::Model& m) {
     files.push_back({{"path", f.path}, {"size_bytes", f.size_bytes}, {"sha256", f.sha256}});
   }
   return {{"id", m.id},
+          {"project_id", m.project_id},
           {"name", m.name},
           {"model_type", m.model_type},
           {"size_bytes", m.size_bytes},
@@ -142,6 +144,8 @@ json WorkerJson(const storage::Worker& w) {
   return {{"id", w.id},
           {"name", w.name},
           {"kind", storage::ToString(w.kind)},
+          // A managed worker serves every project: null.
+          {"project_id", w.kind == storage::WorkerKind::kManaged ? json(nullptr) : json(w.project_id)},
           {"status", w.revoked ? "revoked" : std::string(storage::ToString(w.status))},
           {"device", w.device},
           {"trainers", WorkerTrainersJson(w.trainers_json)},
@@ -153,6 +157,7 @@ json WorkerJson(const storage::Worker& w) {
 json JobJson(const storage::TrainingJob& job) {
   json spec = json::parse(job.spec_json, nullptr, false);
   json out = {{"id", job.id},
+              {"project_id", job.project_id},
               {"name", job.name},
               {"status", storage::ToString(job.status)},
               {"dataset_id", job.dataset_id == 0 ? json(nullptr) : json(job.dataset_id)},  // 0: workers' own data

@@ -43,6 +43,7 @@ StatusOr<storage::Model> ParseModelBody(std::string_view body);
 struct WorkerRegistration {
   std::string name;
   storage::WorkerKind kind = storage::WorkerKind::kOwn;
+  int64_t project_id = storage::kDefaultProjectId;  // an own worker's: the request's project (not in the body)
   friend bool operator==(const WorkerRegistration&, const WorkerRegistration&) = default;
 };
 StatusOr<WorkerRegistration> ParseWorkerRegistration(std::string_view body);

@@ -97,6 +97,7 @@ json ChainAuditRecord(const AuditEntry& entry, int64_t seq, std::string_view pre
                  {"source", entry.source},
                  {"request_id", entry.request_id},
                  {"prev_hash", std::string(prev_hash)}};
+  if (!entry.project.empty()) record["project"] = entry.project;
   return WithHash(std::move(record));
 }
 

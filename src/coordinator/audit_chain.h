@@ -39,6 +39,10 @@ struct AuditEntry {
   std::string detail;      // a failure's or denial's message, at most kAuditDetailChars characters
   std::string source;      // the client's address: "203.0.113.9:53122"
   std::string request_id;  // the X-Request-Id answered
+  // The project the request acted in (its name; the record has "project" only when set) and its id (stored beside
+  // the record, for the project owners' view); "" and 0 for requests outside any project.
+  std::string project;
+  int64_t project_id = 0;
 };
 inline constexpr size_t kAuditDetailChars = 200;
 

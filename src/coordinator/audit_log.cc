@@ -19,13 +19,14 @@ namespace {
 // grow without bound while the store is down.
 constexpr size_t kMaxPendingEntries = 100'000;
 
-storage::AuditRecord StoredRecord(const json& record, int64_t time_ms) {
+storage::AuditRecord StoredRecord(const json& record, int64_t time_ms, int64_t project_id) {
   return storage::AuditRecord{.seq = record["seq"].get<int64_t>(),
                               .time_ms = time_ms,
                               .actor = record["actor"].get<std::string>(),
                               .action = record["action"].get<std::string>(),
                               .outcome = record["outcome"].get<std::string>(),
-                              .record_json = record.dump()};
+                              .record_json = record.dump(),
+                              .project_id = project_id};
 }
 
 }  // namespace
@@ -98,8 +99,8 @@ http::Awaitable<Status> AuditLog::WritePending(bool checkpoint_now) {
   std::string hash = head_hash_;
   int64_t last_checkpoint = last_checkpoint_seq_;
   const int64_t now = clock_.UnixMillis();
-  auto add = [&](const json& record, int64_t time_ms) {
-    batch.push_back(StoredRecord(record, time_ms));
+  auto add = [&](const json& record, int64_t time_ms, int64_t project_id = 0) {
+    batch.push_back(StoredRecord(record, time_ms, project_id));
     seq = record["seq"].get<int64_t>();
     hash = record["hash"].get<std::string>();
   };
@@ -108,7 +109,7 @@ http::Awaitable<Status> AuditLog::WritePending(bool checkpoint_now) {
     last_checkpoint = seq;
   };
   for (size_t i = 0; i < taken; ++i) {
-    add(ChainAuditRecord(pending_[i], seq + 1, hash), pending_[i].time_ms);
+    add(ChainAuditRecord(pending_[i], seq + 1, hash), pending_[i].time_ms, pending_[i].project_id);
     if (seq - last_checkpoint >= checkpoint_every_) add_checkpoint();
   }
   if (checkpoint_now && seq > 0 && seq != last_checkpoint) add_checkpoint();

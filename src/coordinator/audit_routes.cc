@@ -1,5 +1,5 @@
 // The audit log's routes: GET /api/v1/audit pages the stored records (filters and order in docs/openapi.yaml), GET
-// /api/v1/audit/key publishes the public half of the key that signs its checkpoints (docs/operations.md, "Audit log").
+// /api/v1/projects/{id}/audit those of one project (for its owners), GET /api/v1/audit/key publishes the public half of the key that signs its checkpoints (docs/operations.md, "Audit log").
 #include <nlohmann/json.hpp>
 
 #include "coordinator/audit_log.h"
@@ -9,13 +9,17 @@
 namespace parsyn::coordinator {
 namespace {
 
+constexpr std::string_view kAllRecords = "/api/v1/audit";
+
 class AuditRoutes {
  public:
   AuditRoutes(const RouteContext& context, const AuditLog& audit) : context_(context), audit_(audit) {}
 
-  Awaitable<Response> List(Request& req) {
+  // Every record (platform admins), or on a project's route (RouteTable checked the owner role) the project's.
+  Awaitable<Response> List(Request& req, const Caller&) {
     StatusOr<storage::AuditQuery> query = QueryOf(req);
     if (!query.ok()) co_return Response::Error(query.status());
+    if (req.route != kAllRecords) query->project_id = req.scope_id;
     const int64_t limit = query->limit;
     ++query->limit;  // one more: tells whether another page follows
     auto read = loop::Offload(context_.pool, [this, q = *query] { return context_.store.ListAuditRecords(q); });
@@ -80,9 +84,12 @@ class AuditRoutes {
 
 }  // namespace
 
-Status AddAuditRoutes(RouteTable& routes, const RouteContext& context, const AuditLog& audit) {
+Status AddAuditRoutes(RouteTable& routes, const RouteContext& context, const AuditLog& audit,
+                      const ObjectProject& owner) {
   auto h = std::make_shared<AuditRoutes>(context, audit);
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/audit", Bind(h, &AuditRoutes::List)));
+  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, std::string(kAllRecords), Bind(h, &AuditRoutes::List)));
+  PARSYN_RETURN_IF_ERROR(routes.OnProjectObject(Method::kGet, "/api/v1/projects/{id}/audit", Bind(h, &AuditRoutes::List),
+                                                storage::ProjectRole::kOwner, owner));
   // Public: whoever verifies an exported log needs it, and it proves nothing but the signatures.
   return routes.Open(Method::kGet, "/api/v1/audit/key", Bind(h, &AuditRoutes::Key));
 }

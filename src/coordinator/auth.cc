@@ -145,7 +145,21 @@ void WorkerTokens::Reset(std::span<const storage::Worker> workers) {
 
 void WorkerTokens::Add(const storage::Worker& worker) {
   worker_by_token_sha256_[worker.token_sha256] = worker.id;
-  by_worker_[worker.id] = Entry{.worker_id = worker.id, .revoked = worker.revoked};
+  by_worker_[worker.id] = Entry{.worker_id = worker.id,
+                                .revoked = worker.revoked,
+                                .project_id = worker.kind == storage::WorkerKind::kManaged
+                                                  ? std::nullopt
+                                                  : std::optional(worker.project_id)};
+}
+
+bool WorkerTokens::ServesProject(int64_t worker_id, int64_t project_id) const {
+  auto it = by_worker_.find(worker_id);
+  return it != by_worker_.end() && (!it->second.project_id || *it->second.project_id == project_id);
+}
+
+int64_t WorkerTokens::FeedProject(int64_t worker_id) const {
+  auto it = by_worker_.find(worker_id);
+  return it == by_worker_.end() ? 0 : it->second.project_id.value_or(0);
 }
 
 void WorkerTokens::Revoke(int64_t worker_id) {

@@ -63,6 +63,8 @@ class WorkerTokens {
   struct Entry {
     int64_t worker_id = 0;
     bool revoked = false;
+    // An own worker's project; std::nullopt for a managed one, which serves every project.
+    std::optional<int64_t> project_id;
   };
   // Replaces every entry with the store's workers.
   void Reset(std::span<const storage::Worker> workers);
@@ -73,6 +75,12 @@ class WorkerTokens {
   const Entry* Find(std::string_view token_sha256) const;
   // True for revoked workers and for ids no token belongs to.
   bool Revoked(int64_t worker_id) const;
+  // Whether the worker may train project `project_id`'s jobs: a managed worker serves every project, an own one its
+  // own. False for ids no token belongs to.
+  bool ServesProject(int64_t worker_id, int64_t project_id) const;
+  // What the dashboard's stream files the worker's changes under: its project, or 0 (every project's) for a managed
+  // or unknown worker.
+  int64_t FeedProject(int64_t worker_id) const;
 
  private:
   // Hashed, not ordered: a lookup in 10,000 tokens by an ordered map compared ~14 64-character digests. Looked up

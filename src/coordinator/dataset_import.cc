@@ -18,7 +18,8 @@ StatusOr<storage::Dataset> RecordDataset(const RouteContext& context, const Data
                            .size_bytes = static_cast<int64_t>(stored.size_bytes),
                            .sha256 = stored.sha256,
                            .blob_key = key,
-                           .created_at_ms = now_ms};
+                           .created_at_ms = now_ms,
+                           .project_id = import.project_id};
   // A store error is not the dataset's fault: it is answered as it is, and the blob stays.
   PARSYN_ASSIGN_OR_RETURN(storage::LocalBlobCopy copy,
                           storage::LocalBlobCopy::Open(context.blobs, key, context.spool_dir));

@@ -17,6 +17,7 @@ struct DatasetImport {
   std::string name;
   storage::DatasetFormat format = storage::DatasetFormat::kJsonl;
   std::string label_column = "label";  // CSV only: the column holding each row's class
+  int64_t project_id = storage::kDefaultProjectId;
 };
 
 // The import named by POST /api/v1/datasets' query: name (1..256 bytes, required), format (jsonl|csv; without it,

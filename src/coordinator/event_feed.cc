@@ -12,9 +12,9 @@ EventFeed::EventFeed(boost::asio::any_io_executor executor, std::string epoch, s
       max_bytes_(max_bytes),
       signal_(std::move(executor)) {}
 
-void EventFeed::Publish(std::string type, std::string data) {
+void EventFeed::Publish(std::string type, std::string data, int64_t project_id) {
   bytes_ += type.size() + data.size();
-  events_.push_back({.seq = ++head_, .type = std::move(type), .data = std::move(data)});
+  events_.push_back({.seq = ++head_, .type = std::move(type), .data = std::move(data), .project_id = project_id});
   // The newest event is always kept, even one larger than max_bytes on its own.
   while (events_.size() > 1 && (events_.size() > max_events_ || bytes_ > max_bytes_)) {
     bytes_ -= events_.front().type.size() + events_.front().data.size();

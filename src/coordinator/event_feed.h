@@ -28,14 +28,16 @@ struct FeedEvent {
   uint64_t seq = 0;
   std::string type;  // the SSE event name
   std::string data;  // JSON
+  int64_t project_id = 0;  // the project whose streams carry it; 0: every stream (the managed pool)
 };
 
 class EventFeed {
  public:
   EventFeed(boost::asio::any_io_executor executor, std::string epoch, size_t max_events, size_t max_bytes);
 
-  // Appends an event (dropping the oldest past the bounds) and wakes the streams.
-  void Publish(std::string type, std::string data);
+  // Appends an event of project `project_id` (0: of every project) (dropping the oldest past the bounds) and wakes
+  // the streams.
+  void Publish(std::string type, std::string data, int64_t project_id = 0);
 
   // Where a stream starts from its client's Last-Event-ID.
   struct Resume {

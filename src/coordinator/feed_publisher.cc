@@ -9,13 +9,14 @@ FeedPublisher::FeedPublisher(boost::asio::any_io_executor executor, const Clock&
       options_(options),
       feed_(std::move(executor), NewFeedEpoch(), options.buffer_events, options.buffer_bytes) {}
 
-void FeedPublisher::Publish(std::string type, json data) {
+void FeedPublisher::Publish(std::string type, json data, int64_t project_id) {
   data["time_ms"] = clock_.UnixMillis();
-  feed_.Publish(std::move(type), data.dump());
+  feed_.Publish(std::move(type), data.dump(), project_id);
 }
 
-void FeedPublisher::ForwardJobEvent(int64_t job_id, const std::string& type, const json& payload) {
-  if (type != "worker_progress") jobs_live_changed_.insert(job_id);
+void FeedPublisher::ForwardJobEvent(int64_t job_id, int64_t project_id, const std::string& type,
+                                    const json& payload) {
+  if (type != "worker_progress") jobs_live_changed_[job_id] = project_id;
   if (type == "worker_progress") {
     // A sample: the job's own stream has every report; the dashboard's lists need no more than this.
     const Clock::TimePoint now = clock_.Now();
@@ -37,29 +38,28 @@ void FeedPublisher::ForwardJobEvent(int64_t job_id, const std::string& type, con
   // event: job_live carries the count of workers in the round instead.
   data.erase("participants");
   data["job_id"] = job_id;
-  Publish(type, std::move(data));
+  Publish(type, std::move(data), project_id);
 }
 
-void FeedPublisher::NoteWorkerChange(int64_t worker_id, const json& fields) {
-  json& entry = worker_changes_[worker_id];
+void FeedPublisher::NoteWorkerChange(int64_t worker_id, int64_t project_id, const json& fields) {
+  json& entry = worker_changes_[project_id][worker_id];
   if (!entry.is_object()) entry = json::object();
   entry.update(fields);
   entry["id"] = worker_id;
 }
 
 void FeedPublisher::PublishBatches(const LiveSummary& live_summary) {
-  if (!worker_changes_.empty()) {
+  for (auto& [project_id, changes] : std::exchange(worker_changes_, {})) {
     json workers = json::array();
-    for (auto& [id, fields] : worker_changes_) workers.push_back(std::move(fields));
-    worker_changes_.clear();
-    Publish("workers", {{"workers", std::move(workers)}});
+    for (auto& [id, fields] : changes) workers.push_back(std::move(fields));
+    Publish("workers", {{"workers", std::move(workers)}}, project_id);
   }
-  const std::set<int64_t> jobs = std::exchange(jobs_live_changed_, {});
-  for (int64_t job_id : jobs) {
+  const std::map<int64_t, int64_t> jobs = std::exchange(jobs_live_changed_, {});
+  for (const auto& [job_id, project_id] : jobs) {
     std::optional<json> data = live_summary(job_id);
     if (!data || !data->contains("phase")) continue;
     (*data)["job_id"] = job_id;
-    Publish("job_live", std::move(*data));
+    Publish("job_live", std::move(*data), project_id);
   }
 }
 

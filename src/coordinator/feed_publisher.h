@@ -38,13 +38,14 @@ class FeedPublisher {
 
   // The stream itself, which GET /api/v1/events reads.
   EventFeed& feed() { return feed_; }
-  // Publishes an event now; adds "time_ms" to `data`.
-  void Publish(std::string type, nlohmann::json data);
+  // Publishes an event of project `project_id` (0: every project's streams) now; adds "time_ms" to `data`.
+  void Publish(std::string type, nlohmann::json data, int64_t project_id = 0);
   // Merges `fields` (a worker's view, or the fields of it that changed) into the worker's entry of the next
-  // "workers" event (sent by PublishBatches).
-  void NoteWorkerChange(int64_t worker_id, const nlohmann::json& fields);
-  // A job event of the ones the dashboard's stream carries goes there too (worker progress as a sample).
-  void ForwardJobEvent(int64_t job_id, const std::string& type, const nlohmann::json& payload);
+  // "workers" event of its project (`project_id`; 0 for a managed worker: every project's) (sent by PublishBatches).
+  void NoteWorkerChange(int64_t worker_id, int64_t project_id, const nlohmann::json& fields);
+  // A job event of the ones the dashboard's stream carries goes there too (worker progress as a sample), to the
+  // streams of the job's project.
+  void ForwardJobEvent(int64_t job_id, int64_t project_id, const std::string& type, const nlohmann::json& payload);
 
   // A job's live summary (JobRunner::LiveSummary); nullopt when the job has no runner or its runner finished (its
   // terminal job_status says it all).
@@ -57,8 +58,9 @@ class FeedPublisher {
   const Clock& clock_;
   const Options options_;
   EventFeed feed_;
-  std::map<int64_t, nlohmann::json> worker_changes_;  // worker id -> fields changed since the last "workers" event
-  std::set<int64_t> jobs_live_changed_;               // jobs with events since the last "job_live" events
+  // project -> worker id -> fields changed since the last "workers" event
+  std::map<int64_t, std::map<int64_t, nlohmann::json>> worker_changes_;
+  std::map<int64_t, int64_t> jobs_live_changed_;  // job -> its project: jobs with events since the last "job_live"
   std::map<int64_t, Clock::TimePoint> progress_sampled_at_;  // per worker: its last progress sent to the feed
   Clock::TimePoint progress_window_start_{};
   int progress_in_window_ = 0;

@@ -40,7 +40,7 @@ class FeedPublisherTest : public ::testing::Test {
   static std::optional<json> NoRunner(int64_t) { return std::nullopt; }
 
   void Progress(int64_t job_id, int64_t worker_id) {
-    publisher_.ForwardJobEvent(job_id, "worker_progress", {{"worker_id", worker_id}, {"step", 1}});
+    publisher_.ForwardJobEvent(job_id, 1, "worker_progress", {{"worker_id", worker_id}, {"step", 1}});
   }
 
   boost::asio::io_context io_;
@@ -50,9 +50,9 @@ class FeedPublisherTest : public ::testing::Test {
 };
 
 TEST_F(FeedPublisherTest, BatchingMergesWorkerChangesIntoOneEvent) {
-  publisher_.NoteWorkerChange(2, {{"status", "online"}, {"device", "cpu"}});
-  publisher_.NoteWorkerChange(1, {{"status", "online"}});
-  publisher_.NoteWorkerChange(2, {{"status", "busy"}, {"current_job_id", 5}});
+  publisher_.NoteWorkerChange(2, 0, {{"status", "online"}, {"device", "cpu"}});
+  publisher_.NoteWorkerChange(1, 0, {{"status", "online"}});
+  publisher_.NoteWorkerChange(2, 0, {{"status", "busy"}, {"current_job_id", 5}});
   EXPECT_TRUE(Take().empty());  // nothing before the batch
 
   publisher_.PublishBatches(NoRunner);
@@ -66,6 +66,20 @@ TEST_F(FeedPublisherTest, BatchingMergesWorkerChangesIntoOneEvent) {
 
   publisher_.PublishBatches(NoRunner);  // no change since: no event
   EXPECT_TRUE(Take().empty());
+}
+
+TEST_F(FeedPublisherTest, EventsAreFiledUnderTheirProject) {
+  publisher_.NoteWorkerChange(1, 2, {{"status", "online"}});  // an own worker of project 2
+  publisher_.NoteWorkerChange(3, 0, {{"status", "online"}});  // a managed worker: every project's
+  publisher_.NoteWorkerChange(2, 5, {{"status", "online"}});
+  publisher_.ForwardJobEvent(7, 5, "job_status", {{"status", "running"}});
+  publisher_.PublishBatches([](int64_t) -> std::optional<json> { return json{{"phase", "training"}}; });
+  std::vector<std::pair<std::string, int64_t>> filed;
+  std::vector<FeedEvent> events;
+  publisher_.feed().After(0, 100, events);
+  for (const FeedEvent& e : events) filed.emplace_back(e.type, e.project_id);
+  EXPECT_EQ(filed, (std::vector<std::pair<std::string, int64_t>>{
+                       {"job_status", 5}, {"workers", 0}, {"workers", 2}, {"workers", 5}, {"job_live", 5}}));
 }
 
 TEST_F(FeedPublisherTest, ProgressIsSampledPerWorkerAndCappedPerSecond) {
@@ -96,8 +110,8 @@ TEST_F(FeedPublisherTest, ProgressIsSampledPerWorkerAndCappedPerSecond) {
 }
 
 TEST_F(FeedPublisherTest, JobEventsOfTheDashboardGoThereAndTheRestMakeALiveSummary) {
-  publisher_.ForwardJobEvent(4, "round_started", {{"round", 2}, {"participants", json::array({1, 2, 3})}});
-  publisher_.ForwardJobEvent(5, "task_assigned", {{"round", 1}, {"worker_id", 1}});
+  publisher_.ForwardJobEvent(4, 1, "round_started", {{"round", 2}, {"participants", json::array({1, 2, 3})}});
+  publisher_.ForwardJobEvent(5, 1, "task_assigned", {{"round", 1}, {"worker_id", 1}});
   std::vector<Published> events = Take();
   ASSERT_EQ(events.size(), 1u);  // per-worker detail of a round stays in the job's own stream
   EXPECT_EQ(events[0].type, "round_started");

@@ -103,6 +103,9 @@ class JobHost {
   // Whether the worker's current session offers the trainer `name` for models of `model_kind` (hello's trainers; a
   // hello without them offers the built-in trainer for any kind).
   virtual bool WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view model_kind) const = 0;
+  // Whether the worker may train the jobs of project `project_id`: a managed worker any project's, an own worker
+  // only its own project's.
+  virtual bool WorkerServesProject(int64_t worker_id, int64_t project_id) const = 0;
   // What the worker's current session announced of its capacity (LoRA ranks of jobs of mixed ranks).
   virtual WorkerCapacity AnnouncedCapacity(int64_t worker_id) const = 0;
   // Checks the keys workers advertise in securely aggregated rounds (their signatures under the workers' CA, mutual

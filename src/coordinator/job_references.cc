@@ -103,17 +103,26 @@ void CheckWorkerTrainer(const storage::Worker& w, const std::string& trainer, co
 
 // Checks what the spec refers to, appending each problem to `problems` with the field named first, as the spec's own
 // validation does. When every reference is good, appends ReferenceWarnings to `warnings`. Errors: the store's.
-Status CheckReferences(storage::MetadataStore& store, JobSpec& spec, const json& body,
+Status CheckReferences(storage::MetadataStore& store, int64_t project_id, JobSpec& spec, const json& body,
                        std::vector<std::string>& warnings, std::vector<std::string>& problems) {
+  // Another project's record reads as a missing one (ids do not leak).
+  auto in_project = [project_id]<typename Record>(StatusOr<Record> record) -> StatusOr<Record> {
+    if (record.ok() && record->project_id != project_id) return NotFoundError("another project's");
+    return record;
+  };
+  auto get_worker = [&](int64_t id) {
+    StatusOr<storage::Worker> w = store.GetWorker(id);
+    return w.ok() && w->kind == storage::WorkerKind::kManaged ? w : in_project(std::move(w));
+  };
   // data.source "workers": no dataset to look up (the workers' files are checked by their trainers).
   StatusOr<storage::Dataset> dataset = spec.data.source == DataSource::kWorkers
                                            ? StatusOr<storage::Dataset>(NotFoundError("no dataset"))
-                                           : store.GetDataset(spec.dataset_id);
+                                           : in_project(store.GetDataset(spec.dataset_id));
   if (!dataset.ok() && spec.data.source == DataSource::kPlatform) {
     if (dataset.status().code() != StatusCode::kNotFound) return dataset.status();
     problems.push_back("dataset_id: dataset " + std::to_string(spec.dataset_id) + " does not exist");
   }
-  StatusOr<storage::Model> model = store.GetModel(spec.model_id);
+  StatusOr<storage::Model> model = in_project(store.GetModel(spec.model_id));
   if (!model.ok()) {
     if (model.status().code() != StatusCode::kNotFound) return model.status();
     problems.push_back("model_id: model " + std::to_string(spec.model_id) + " does not exist");
@@ -123,7 +132,7 @@ Status CheckReferences(storage::MetadataStore& store, JobSpec& spec, const json&
   auto check_workers = [&](const std::vector<int64_t>& ids, storage::WorkerKind kind,
                            std::string_view field) -> Status {
     for (int64_t id : ids) {
-      StatusOr<storage::Worker> w = store.GetWorker(id);
+      StatusOr<storage::Worker> w = get_worker(id);
       if (!w.ok()) {
         if (w.status().code() != StatusCode::kNotFound) return w.status();
         problems.push_back(std::string(field) + ": worker " + std::to_string(id) + " does not exist");
@@ -145,7 +154,7 @@ Status CheckReferences(storage::MetadataStore& store, JobSpec& spec, const json&
                                        "worker_selection.parsyn_worker_ids"));
   if (spec.SelectedWorkers().empty()) {  // else the spec's own check: lora_ranks' workers must be listed
     for (const auto& [id, rank] : spec.lora_ranks.by_worker) {
-      StatusOr<storage::Worker> w = store.GetWorker(id);
+      StatusOr<storage::Worker> w = get_worker(id);
       if (!w.ok() && w.status().code() != StatusCode::kNotFound) return w.status();
       if (!w.ok()) {
         problems.push_back("config.lora_ranks names worker " + std::to_string(id) +

@@ -167,7 +167,7 @@ class JobRoutes {
 
   // POST /api/v1/training-jobs: stores the job (queued) and answers; setup runs after the answer. Every 400 lists its
   // problems by field (error.errors), so the dashboard's form places them.
-  Awaitable<Response> Create(Request& req) {
+  Awaitable<Response> Create(Request& req, const Caller&) {
     StatusOr<json> body = protocol::ParseJsonText(req.body, "request body");
     if (!body.ok()) co_return ProblemsResponse({{"", body.status().message()}});
     std::vector<FieldProblem> problems;
@@ -178,12 +178,14 @@ class JobRoutes {
     std::vector<std::string> reference_problems;
     StatusOr<storage::TrainingJob> created =
         co_await loop::Offload(context_.pool, [&]() -> StatusOr<storage::TrainingJob> {
-          PARSYN_RETURN_IF_ERROR(CheckReferences(context_.store, *spec, *body, warnings, reference_problems));
+          PARSYN_RETURN_IF_ERROR(
+              CheckReferences(context_.store, req.scope_id, *spec, *body, warnings, reference_problems));
           if (!reference_problems.empty()) return InvalidArgumentError("answered with reference_problems");
           PARSYN_ASSIGN_OR_RETURN(std::string private_seed, SecureRandomHex(32));
           storage::TrainingJob job{.name = spec->name,
                                    .dataset_id = spec->dataset_id,
                                    .model_id = spec->model_id,
+                                   .project_id = req.scope_id,
                                    .spec_json = JobSpecToJsonString(*spec),
                                    .created_at_ms = now,
                                    .private_seed = std::move(private_seed)};
@@ -194,7 +196,7 @@ class JobRoutes {
     // The dashboard's stream: the new job as GET /training-jobs/{id} shows it, then its queued status.
     json created_view = JobJson(*created);
     created_view["job_id"] = created->id;
-    service_.feed_publisher().Publish("job_created", std::move(created_view));
+    service_.feed_publisher().Publish("job_created", std::move(created_view), created->project_id);
     {
       auto event_appended = service_.AppendEvent(created->id, "job_status", {{"status", "queued"}});
       co_await std::move(event_appended);
@@ -212,7 +214,7 @@ class JobRoutes {
   }
 
   // GET /api/v1/training-jobs[?status=S][&limit=N][&cursor=C]: one page of the jobs, without their specs.
-  Awaitable<Response> List(Request& req) {
+  Awaitable<Response> List(Request& req, const Caller&) {
     std::optional<storage::JobStatus> filter;
     if (auto it = req.query.find("status"); it != req.query.end()) {
       StatusOr<storage::JobStatus> s = storage::ParseJobStatus(it->second);
@@ -222,12 +224,12 @@ class JobRoutes {
     StatusOr<PageRequest> page = ParsePageRequest(req);
     if (!page.ok()) co_return Response::Error(page.status());
     auto list =
-        co_await loop::Offload(context_.pool, [&] { return context_.store.ListJobs(filter, PageQuery(*page)); });
+        co_await loop::Offload(context_.pool, [&] { return context_.store.ListJobs(filter, PageQuery(*page, req.scope_id)); });
     if (!list.ok()) co_return Response::Error(list.status());
     co_return Response::Json(200, PageJson("training_jobs", *list, *page, JobSummaryJson));
   }
 
-  Awaitable<Response> Get(Request& req) {
+  Awaitable<Response> Get(Request& req, const Caller&) {
     StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
     if (!id.ok()) co_return Response::Error(id.status());
     auto job = co_await loop::Offload(context_.pool, [&] { return context_.store.GetJob(*id); });
@@ -243,7 +245,7 @@ class JobRoutes {
     co_return Response::Json(200, view);
   }
 
-  Awaitable<Response> Rounds(Request& req) {
+  Awaitable<Response> Rounds(Request& req, const Caller&) {
     StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
     if (!id.ok()) co_return Response::Error(id.status());
     auto rounds = co_await loop::Offload(context_.pool, [&]() -> StatusOr<json> {
@@ -300,7 +302,7 @@ class JobRoutes {
   // cursor, in the order stored), grouped by worker, paged like every list (next_cursor). The older spelling stays:
   // ?after= a point id, and "next", the `after` of the following page (both null on the last page).
   // Read and built on the pool: a page can be large.
-  Awaitable<Response> Metrics(Request& req) {
+  Awaitable<Response> Metrics(Request& req, const Caller&) {
     StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
     if (!id.ok()) co_return Response::Error(id.status());
     StatusOr<PageRequest> paging = ParsePageRequest(req, kMetricsDefaultLimit, kMetricsMaxLimit);
@@ -347,7 +349,7 @@ class JobRoutes {
   // they happen (SSE); the stream ends after the job's terminal status event. Without either, the job's history
   // comes without its worker_progress events (there may be millions: the metrics route has the curve), then every
   // new event.
-  Awaitable<Response> Events(Request& req) {
+  Awaitable<Response> Events(Request& req, const Caller&) {
     StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
     if (!id.ok()) co_return Response::Error(id.status());
     StatusOr<std::optional<int64_t>> after = LastEventId(req);
@@ -365,10 +367,10 @@ class JobRoutes {
     });
   }
 
-  Awaitable<Response> Stop(Request& req) { return Control(req, /*stop=*/true); }
-  Awaitable<Response> Cancel(Request& req) { return Control(req, /*stop=*/false); }
+  Awaitable<Response> Stop(Request& req, const Caller&) { return Control(req, /*stop=*/true); }
+  Awaitable<Response> Cancel(Request& req, const Caller&) { return Control(req, /*stop=*/false); }
 
-  Awaitable<Response> Artifacts(Request& req) {
+  Awaitable<Response> Artifacts(Request& req, const Caller&) {
     StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
     if (!id.ok()) co_return Response::Error(id.status());
     auto list = co_await loop::Offload(context_.pool, [&]() -> StatusOr<std::vector<storage::JobArtifact>> {
@@ -380,7 +382,7 @@ class JobRoutes {
   }
 
   // GET /api/v1/training-jobs/{id}/artifacts/{name...}: the artifact's bytes.
-  Awaitable<Response> Artifact(Request& req) {
+  Awaitable<Response> Artifact(Request& req, const Caller&) {
     StatusOr<int64_t> id = ParseId(req.params["id"], "training job");
     if (!id.ok()) co_return Response::Error(id.status());
     const std::string name = req.params["name"];
@@ -477,18 +479,28 @@ class JobRoutes {
 
 Status AddJobRoutes(RouteTable& routes, const RouteContext& context, Service& service) {
   auto h = std::make_shared<JobRoutes>(context, service);
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/training-jobs", Bind(h, &JobRoutes::Create)));
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/training-jobs", Bind(h, &JobRoutes::List)));
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}", Bind(h, &JobRoutes::Get)));
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/rounds", Bind(h, &JobRoutes::Rounds)));
+  using storage::ProjectRole;
   PARSYN_RETURN_IF_ERROR(
-      routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/metrics", Bind(h, &JobRoutes::Metrics)));
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/events", Bind(h, &JobRoutes::Events)));
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/training-jobs/{id}/stop", Bind(h, &JobRoutes::Stop)));
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/training-jobs/{id}/cancel", Bind(h, &JobRoutes::Cancel)));
+      routes.InProject(Method::kPost, "/api/v1/training-jobs", Bind(h, &JobRoutes::Create), ProjectRole::kEditor));
   PARSYN_RETURN_IF_ERROR(
-      routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/artifacts", Bind(h, &JobRoutes::Artifacts)));
-  return routes.Admin(Method::kGet, "/api/v1/training-jobs/{id}/artifacts/{name...}", Bind(h, &JobRoutes::Artifact));
+      routes.InProject(Method::kGet, "/api/v1/training-jobs", Bind(h, &JobRoutes::List), ProjectRole::kViewer));
+  const ObjectProject owner =
+      OwnerById(context, "training job", [](storage::MetadataStore& s, int64_t id) { return s.GetJob(id); });
+  const std::pair<std::string_view, http::Awaitable<Response> (JobRoutes::*)(Request&, const Caller&)> reads[] = {
+      {"", &JobRoutes::Get},
+      {"/rounds", &JobRoutes::Rounds},
+      {"/metrics", &JobRoutes::Metrics},
+      {"/events", &JobRoutes::Events},
+      {"/artifacts", &JobRoutes::Artifacts},
+      {"/artifacts/{name...}", &JobRoutes::Artifact}};
+  for (const auto& [suffix, handler] : reads) {
+    PARSYN_RETURN_IF_ERROR(routes.OnProjectObject(Method::kGet, "/api/v1/training-jobs/{id}" + std::string(suffix),
+                                                  Bind(h, handler), ProjectRole::kViewer, owner));
+  }
+  PARSYN_RETURN_IF_ERROR(routes.OnProjectObject(Method::kPost, "/api/v1/training-jobs/{id}/stop",
+                                                Bind(h, &JobRoutes::Stop), ProjectRole::kEditor, owner));
+  return routes.OnProjectObject(Method::kPost, "/api/v1/training-jobs/{id}/cancel", Bind(h, &JobRoutes::Cancel),
+                                ProjectRole::kEditor, owner);
 }
 
 }  // namespace parsyn::coordinator

@@ -46,9 +46,11 @@ JobRunner::JobRunner(JobHost& host, storage::TrainingJob job, JobSpec spec)
   if (engine_config_.workers_hold_data) {
     engine_config_.worker_has_data = [&host](WorkerId w) { return host.WorkerHasLocalData(w); };
   }
-  // Only workers offering the job's trainer for its model take part (the model's kind is known once Setup read it).
+  // Only workers of the job's project (or the managed pool) offering the job's trainer for its model take part (the
+  // model's kind is known once Setup read it).
   engine_config_.worker_offers_trainer = [this](WorkerId w) {
-    return host_.WorkerOffersTrainer(w, spec_.config.trainer, model_.model_type);
+    return host_.WorkerServesProject(w, job_.project_id) &&
+           host_.WorkerOffersTrainer(w, spec_.config.trainer, model_.model_type);
   };
 }
 

@@ -85,6 +85,8 @@ class JobRunner {
 
   int64_t id() const { return job_.id; }
   bool finished() const;
+  // The job's project.
+  int64_t project_id() const { return job_.project_id; }
   // Sets up a queued job (shards, initial global; then running) and starts round 1, or resumes a running job.
   // On error the job is marked failed with the reason.
   http::Awaitable<Status> Launch();

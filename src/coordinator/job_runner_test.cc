@@ -154,6 +154,11 @@ class FakeHost final : public JobHost {
   bool WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view) const override {
     return name == protocol::kBuiltinTrainer || trainers_.count({worker_id, std::string(name)}) > 0;
   }
+  bool WorkerServesProject(int64_t worker_id, int64_t project_id) const override {
+    auto it = worker_projects_.find(worker_id);
+    return it == worker_projects_.end() || it->second == project_id;
+  }
+  std::map<int64_t, int64_t> worker_projects_;  // own workers of a project; the others serve every project
   // The worker offers a trainer of another name besides the built-in one.
   void OfferTrainer(int64_t worker_id, std::string name) { trainers_.insert({worker_id, std::move(name)}); }
   WorkerCapacity AnnouncedCapacity(int64_t) const override { return {}; }  // mixed LoRA ranks: the e2e tests

@@ -59,7 +59,7 @@ http::Awaitable<Status> Service::PrepareTakeOver() {
     }
     if (failed.ok()) {
       worker_tokens_.Reset(*workers);
-      user_keys_.Reset(user_keys->users, user_keys->keys);
+      user_keys_.Reset(*user_keys);
       break;
     }
     PARSYN_LOG_WARN("coordinator {}: reloading the workers and the admin key as the new leader (try {} of {}): {}",

@@ -23,7 +23,7 @@ http::Awaitable<StatusOr<storage::Worker>> Service::RevokeWorker(int64_t id, std
   worker_tokens_.Revoke(id);
   auto ended = EndSession(id, why);  // kCoAwaitTemporaries
   co_await std::move(ended);
-  feed_.NoteWorkerChange(id, WorkerJson(*revoked));  // the dashboard's stream
+  feed_.NoteWorkerChange(id, worker_tokens_.FeedProject(id), WorkerJson(*revoked));  // the dashboard's stream
   PARSYN_LOG_INFO("worker {} ({}) revoked: {}", id, revoked->name, why);
   co_return revoked;
 }

@@ -2,7 +2,7 @@
 // (POST /api/v1/models), which checks them as the trainer will read them (config.json by the Llama config's rules,
 // tabular_model.json by the tabular model's, a custom model's parsyn_model.json by the manifest's, every weights file
 // by the strict safetensors reader, a sharded checkpoint's index against its shards) and answers 400 naming the file
-// before anything is stored; list, get, delete.
+// before anything is stored; list, get, delete. Each in its project (project_access.h).
 #include <algorithm>
 #include <map>
 #include <set>
@@ -225,7 +225,7 @@ class ModelRoutes {
   explicit ModelRoutes(const RouteContext& context) : context_(context) {}
 
   // POST /api/v1/uploads, body: one model file, streamed; answers its upload id.
-  Awaitable<Response> Upload(Request& req) {
+  Awaitable<Response> Upload(Request& req, const Caller&) {
     StatusOr<std::string> id = NewBlobName();
     if (!id.ok()) co_return Response::Error(id.status());
     auto upload = StreamBodyToBlob(context_, *req.body_stream, UploadKey(*id));  // kCoAwaitTemporaries
@@ -234,7 +234,7 @@ class ModelRoutes {
     co_return Response::Json(201, {{"upload_id", *id}, {"size_bytes", stored->size_bytes}, {"sha256", stored->sha256}});
   }
 
-  Awaitable<Response> Create(Request& req) {
+  Awaitable<Response> Create(Request& req, const Caller&) {
     StatusOr<storage::Model> model = ParseModelBody(req.body);
     if (!model.ok()) co_return Response::Error(model.status());
     const int64_t now = context_.clock.UnixMillis();
@@ -245,24 +245,25 @@ class ModelRoutes {
       if (checked.code() == StatusCode::kInvalidArgument) DiscardUploads(context_, *model);
       PARSYN_RETURN_IF_ERROR(checked);
       model->created_at_ms = now;
+      model->project_id = req.scope_id;
       return context_.store.CreateModel(*model);
     });
     if (!created.ok()) co_return Response::Error(created.status());
     co_return Created("/api/v1/models", created->id, ModelJson(*created));
   }
 
-  Awaitable<Response> List(Request& req) {
+  Awaitable<Response> List(Request& req, const Caller&) {
     return ListRecords(
         context_, req, "models", [](storage::MetadataStore& s, const storage::IdPage& p) { return s.ListModels(p); },
         ModelJson);
   }
 
-  Awaitable<Response> Get(Request& req) {
+  Awaitable<Response> Get(Request& req, const Caller&) {
     return GetRecordById(
         context_, req, "model", [](storage::MetadataStore& s, int64_t id) { return s.GetModel(id); }, ModelJson);
   }
 
-  Awaitable<Response> Delete(Request& req) {
+  Awaitable<Response> Delete(Request& req, const Caller&) {
     return DeleteRecordById(
         context_, req, "model", [](storage::MetadataStore& s, int64_t id) { return s.GetModel(id); },
         [](storage::MetadataStore& s, int64_t id) { return s.DeleteModel(id); },
@@ -278,11 +279,19 @@ class ModelRoutes {
 Status AddModelRoutes(RouteTable& routes, const RouteContext& context) {
   auto h = std::make_shared<ModelRoutes>(context);
   const http::RouteOptions upload{.stream_body = true, .max_body_bytes = context.max_upload_bytes};
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/uploads", Bind(h, &ModelRoutes::Upload), upload));
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/models", Bind(h, &ModelRoutes::Create)));
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/models", Bind(h, &ModelRoutes::List)));
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/models/{id}", Bind(h, &ModelRoutes::Get)));
-  return routes.Admin(Method::kDelete, "/api/v1/models/{id}", Bind(h, &ModelRoutes::Delete));
+  using storage::ProjectRole;
+  const ObjectProject owner =
+      OwnerById(context, "model", [](storage::MetadataStore& s, int64_t id) { return s.GetModel(id); });
+  PARSYN_RETURN_IF_ERROR(
+      routes.InProject(Method::kPost, "/api/v1/uploads", Bind(h, &ModelRoutes::Upload), ProjectRole::kEditor, upload));
+  PARSYN_RETURN_IF_ERROR(
+      routes.InProject(Method::kPost, "/api/v1/models", Bind(h, &ModelRoutes::Create), ProjectRole::kEditor));
+  PARSYN_RETURN_IF_ERROR(
+      routes.InProject(Method::kGet, "/api/v1/models", Bind(h, &ModelRoutes::List), ProjectRole::kViewer));
+  PARSYN_RETURN_IF_ERROR(routes.OnProjectObject(Method::kGet, "/api/v1/models/{id}", Bind(h, &ModelRoutes::Get),
+                                                ProjectRole::kViewer, owner));
+  return routes.OnProjectObject(Method::kDelete, "/api/v1/models/{id}", Bind(h, &ModelRoutes::Delete),
+                                ProjectRole::kEditor, owner);
 }
 
 }  // namespace parsyn::coordinator

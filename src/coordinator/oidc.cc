@@ -185,6 +185,19 @@ StatusOr<IdTokenClaims> OidcVerifier::Verify(std::string_view id_token, int64_t 
   return out;
 }
 
+std::map<std::string, storage::ProjectRole> OidcVerifier::ProjectRoles(const IdTokenClaims& claims) {
+  std::map<std::string, storage::ProjectRole> roles;
+  for (const std::string& value : claims.roles) {
+    const size_t colon = value.rfind(':');
+    if (colon == std::string::npos || colon == 0) continue;
+    StatusOr<storage::ProjectRole> role = storage::ParseProjectRole(value.substr(colon + 1));
+    if (!role.ok()) continue;
+    auto [it, added] = roles.emplace(value.substr(0, colon), *role);
+    if (!added && it->second < *role) it->second = *role;
+  }
+  return roles;
+}
+
 bool OidcVerifier::IsPlatformAdmin(const IdTokenClaims& claims) const {
   return std::any_of(claims.roles.begin(), claims.roles.end(), [&](const std::string& role) {
     return std::find(settings_.admin_groups.begin(), settings_.admin_groups.end(), role) !=

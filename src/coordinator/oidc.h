@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "storage/metadata_store.h"
 
 namespace parsyn::coordinator {
 
@@ -51,6 +52,9 @@ class OidcVerifier {
                                  std::optional<std::string_view> nonce = std::nullopt);
   // Whether `claims` make a platform_admin (one of admin_groups among its roles).
   bool IsPlatformAdmin(const IdTokenClaims& claims) const;
+  // The project roles `claims` give: each roles-claim value "<project>:<role>" (role viewer, editor or owner; e.g.
+  // "vision:editor"), the highest when a project is named twice. Other values are ignored.
+  static std::map<std::string, storage::ProjectRole> ProjectRoles(const IdTokenClaims& claims);
 
   const OidcSettings& settings() const { return settings_; }
   // The provider's discovery document (its endpoints, for clients).

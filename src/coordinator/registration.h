@@ -27,8 +27,9 @@ Status CheckModelWeights(storage::BlobStore& blobs, const storage::Model& model)
 // the selected workers offer), appending each problem to `problems` with the field named first, as the spec's own
 // validation does. A job on a custom model whose body names no config.trainer gets the model's (parsyn_model.json):
 // the one change made to `spec`. When every reference is good, appends the warnings that need the dataset or the
-// model to `warnings`. Errors: the store's.
-Status CheckReferences(storage::MetadataStore& store, JobSpec& spec, const nlohmann::json& body,
+// model to `warnings`. The dataset, the model and own workers must be project `project_id`'s: another project's
+// are as unknown as missing ones. Errors: the store's.
+Status CheckReferences(storage::MetadataStore& store, int64_t project_id, JobSpec& spec, const nlohmann::json& body,
                        std::vector<std::string>& warnings, std::vector<std::string>& problems);
 
 }  // namespace parsyn::coordinator

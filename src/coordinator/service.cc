@@ -101,10 +101,12 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
   service->store_ =
       std::make_unique<storage::TimedMetadataStore>(std::move(store), Metrics().store_duration, Metrics().store_errors);
   service->writes_ = std::make_unique<WriteQueue>(io.get_executor(), service->pool_, *service->store_);
-  FeedPublisher& feed = service->feed_;
+  Service* self = service.get();
   service->sessions_ = std::make_unique<WorkerSessions>(
       io.get_executor(), service->clock_, *service->store_, service->pool_,
-      [&feed](int64_t worker_id, const json& fields) { feed.NoteWorkerChange(worker_id, fields); });
+      [self](int64_t worker_id, const json& fields) {
+        self->feed_.NoteWorkerChange(worker_id, self->worker_tokens_.FeedProject(worker_id), fields);
+      });
   PARSYN_RETURN_IF_ERROR(service->OpenBlobs());
   if (!service->options_.admin_key_file.empty()) {
     PARSYN_RETURN_IF_ERROR(UseAdminKeyFile(*service->store_, service->options_.admin_key_file));
@@ -123,7 +125,6 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
   PARSYN_ASSIGN_OR_RETURN(service->admin_key_hash_, service->store_->GetAdminKeyHash());
   PARSYN_ASSIGN_OR_RETURN(service->signing_secret_, LoadOrCreateSigningSecret(dir));
   if (service->blob_urls_ == nullptr) {
-    Service* self = service.get();
     service->signed_blob_urls_ = std::make_unique<SignedBlobUrls>(
         service->signing_secret_, [self] { return self->options_.public_url; }, service->clock_);
     service->blob_urls_ = service->signed_blob_urls_.get();
@@ -147,7 +148,7 @@ StatusOr<std::unique_ptr<Service>> Service::Open(boost::asio::io_context& io, Se
     PARSYN_ASSIGN_OR_RETURN(service->oidc_, OidcVerifier::Discover(*service->options_.oidc));
   }
   PARSYN_ASSIGN_OR_RETURN(StoredUserKeys user_keys, LoadUserKeys(*service->store_));
-  service->user_keys_.Reset(user_keys.users, user_keys.keys);
+  service->user_keys_.Reset(user_keys);
   return service;
 }
 
@@ -207,7 +208,8 @@ StatusOr<http::Router> Service::BuildRouter() {
   routes_.clear();
   RouteTable routes(
       router, routes_, [this](const http::Request& req) { return AuthenticateUser(req); },
-      [this](const http::Request& req) { return AuthenticateWorker(req); }, options_.max_json_bytes, *audit_);
+      [this](const http::Request& req) { return AuthenticateWorker(req); }, options_.max_json_bytes, *audit_,
+      user_keys_);
   // A standby answers every admin and worker route 503 naming the leader (clients retry there).
   routes.RequireLeader([this] { return LeaderStatus(); });
   const RouteContext context{.store = *store_,
@@ -245,8 +247,9 @@ StatusOr<http::Router> Service::BuildRouter() {
   PARSYN_RETURN_IF_ERROR(AddEventRoutes(routes, *this));
   PARSYN_RETURN_IF_ERROR(AddWorkerProtocolRoutes(routes, context, *this));
   PARSYN_RETURN_IF_ERROR(AddSecureAggregationRoutes(routes, *this));
-  PARSYN_RETURN_IF_ERROR(AddAuditRoutes(routes, context, *audit_));
+  PARSYN_RETURN_IF_ERROR(AddAuditRoutes(routes, context, *audit_, ProjectById(user_keys_)));
   PARSYN_RETURN_IF_ERROR(AddUserRoutes(routes, context, *this));
+  PARSYN_RETURN_IF_ERROR(AddProjectRoutes(routes, context, *this));
   PARSYN_RETURN_IF_ERROR(AddBlobRoutes(routes, context, *this, signing_secret_));
   PARSYN_RETURN_IF_ERROR(AddStaticRoutes(router));  // the dashboard; not API routes, so not in routes_
   return router;
@@ -316,6 +319,10 @@ std::vector<int64_t> Service::IdleWorkers() const { return sessions_->IdleWorker
 bool Service::WorkerHasLocalData(int64_t worker_id) const { return sessions_->WorkerHasLocalData(worker_id); }
 
 WorkerCapacity Service::AnnouncedCapacity(int64_t worker_id) const { return sessions_->AnnouncedCapacity(worker_id); }
+
+bool Service::WorkerServesProject(int64_t worker_id, int64_t project_id) const {
+  return worker_tokens_.ServesProject(worker_id, project_id);
+}
 
 bool Service::WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view model_kind) const {
   return sessions_->WorkerOffersTrainer(worker_id, name, model_kind);

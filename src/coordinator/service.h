@@ -225,6 +225,7 @@ class Service final : public JobHost {
   std::vector<int64_t> IdleWorkers() const override;
   bool WorkerHasLocalData(int64_t worker_id) const override;
   bool WorkerOffersTrainer(int64_t worker_id, std::string_view name, std::string_view model_kind) const override;
+  bool WorkerServesProject(int64_t worker_id, int64_t project_id) const override;
   WorkerCapacity AnnouncedCapacity(int64_t worker_id) const override;
   const secagg::KeyVerifier& secure_key_verifier() const override { return secure_key_verifier_; }
   JobRunner* FindRunner(int64_t job_id);
@@ -241,6 +242,7 @@ class Service final : public JobHost {
   void AddWorkerToken(const storage::Worker& worker) { worker_tokens_.Add(worker); }
   // The users and keys every request is checked against (user_routes.cc changes them with the store).
   UserKeys& user_keys() { return user_keys_; }
+  const WorkerTokens& worker_tokens() const { return worker_tokens_; }
   // The provider's ID-token checks when single sign-on is on; null otherwise.
   OidcVerifier* oidc() { return oidc_.get(); }
   // The operator's worker bootstrap key (POST /api/v1/workers/bootstrap): NotFound when bootstrap registration is

@@ -40,7 +40,9 @@ WriteQueue::TicketPtr Service::QueueJobWrites(int64_t job_id, std::vector<storag
                        events.front().type, t.status.ToString());
     }
     EventSignal(job_id).Notify();
-    for (const QueuedEvent& e : events) feed_.ForwardJobEvent(job_id, e.type, e.payload);
+    const JobRunner* runner = FindRunner(job_id);
+    const int64_t project_id = runner != nullptr ? runner->project_id() : 0;
+    for (const QueuedEvent& e : events) feed_.ForwardJobEvent(job_id, project_id, e.type, e.payload);
   };
   return writes_->Queue(std::move(records), std::move(on_applied));
 }

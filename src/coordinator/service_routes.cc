@@ -6,6 +6,7 @@
 #include "base/strings.h"
 #include "coordinator/auth.h"
 #include "coordinator/body_stream.h"
+#include "coordinator/project_access.h"
 #include "coordinator/service.h"
 #include "http/status_codes.h"
 #include "loop/loop_tools.h"
@@ -60,7 +61,9 @@ AuditEntry EntryOf(const Request& req, int status, std::string detail) {
                     .status = status,
                     .detail = std::move(detail),
                     .source = req.remote_address,
-                    .request_id = req.request_id};
+                    .request_id = req.request_id,
+                    .project = req.scope,
+                    .project_id = req.scope_id};
 }
 
 }  // namespace
@@ -140,6 +143,13 @@ StatusOr<Caller> RequirePlatformAdmin(StatusOr<Caller> caller, const Request& re
 }  // namespace
 
 Status RouteTable::Admin(Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options) {
+  return Admin(
+      method, pattern,
+      UserHandler([handler = std::move(handler)](Request& req, const Caller&) { return handler(req); }),
+      std::move(options));
+}
+
+Status RouteTable::Admin(Method method, std::string_view pattern, UserHandler handler, http::RouteOptions options) {
   options.authorize =
       Authorizer([check = check_user_](const Request& req) { return RequirePlatformAdmin(check(req), req).status(); });
   return Add(
@@ -151,7 +161,7 @@ Status RouteTable::Admin(Method method, std::string_view pattern, http::Handler 
         StatusOr<Caller> caller = RequirePlatformAdmin(check(req), req);
         if (!caller.ok()) co_return Response::Error(caller.status());
         req.principal = caller->name;
-        co_return co_await handler(req);
+        co_return co_await handler(req, *caller);
       },
       options, "platform_admin");
 }
@@ -170,6 +180,57 @@ Status RouteTable::User(Method method, std::string_view pattern, UserHandler han
         co_return co_await handler(req, *caller);
       },
       options, "any user");
+}
+
+Status RouteTable::InProject(Method method, std::string_view pattern, UserHandler handler,
+                             storage::ProjectRole needed, http::RouteOptions options) {
+  options.authorize = Authorizer([check = check_user_, directory = &directory_, needed](const Request& req) {
+    StatusOr<Caller> caller = check(req);
+    if (!caller.ok()) return caller.status();
+    return RequestProject(req, *caller, *directory, needed).status();
+  });
+  return Add(
+      method, pattern,
+      [leader = check_leader_, check = check_user_, directory = &directory_, needed,
+       handler = std::move(handler)](Request& req) -> Awaitable<Response> {
+        if (leader) {
+          if (Status s = leader(); !s.ok()) co_return Response::Error(s);
+        }
+        StatusOr<Caller> caller = check(req);
+        if (!caller.ok()) co_return Response::Error(caller.status());
+        req.principal = caller->name;
+        StatusOr<const storage::Project*> project = RequestProject(req, *caller, *directory, needed);
+        if (!project.ok()) co_return Response::Error(project.status());
+        req.scope_id = (*project)->id;
+        req.scope = (*project)->name;
+        co_return co_await handler(req, *caller);
+      },
+      options, std::string(storage::ToString(needed)));
+}
+
+Status RouteTable::OnProjectObject(Method method, std::string_view pattern, UserHandler handler,
+                                   storage::ProjectRole needed, ObjectProject owner, http::RouteOptions options) {
+  options.authorize = Authorizer([check = check_user_](const Request& req) { return check(req).status(); });
+  return Add(
+      method, pattern,
+      [leader = check_leader_, check = check_user_, directory = &directory_, needed, owner = std::move(owner),
+       handler = std::move(handler)](Request& req) -> Awaitable<Response> {
+        if (leader) {
+          if (Status s = leader(); !s.ok()) co_return Response::Error(s);
+        }
+        StatusOr<Caller> caller = check(req);
+        if (!caller.ok()) co_return Response::Error(caller.status());
+        req.principal = caller->name;
+        auto read_owner = owner(req);  // kCoAwaitTemporaries
+        StatusOr<ObjectOwner> found = co_await std::move(read_owner);
+        if (!found.ok()) co_return Response::Error(found.status());
+        Status allowed = CheckObjectRole(req, *caller, found->project_id, found->object, needed, *directory);
+        if (!allowed.ok()) co_return Response::Error(allowed);
+        req.scope_id = found->project_id;
+        if (const storage::Project* p = directory->FindProject(found->project_id)) req.scope = p->name;
+        co_return co_await handler(req, *caller);
+      },
+      options, std::string(storage::ToString(needed)));
 }
 
 Status RouteTable::OwnKey(Method method, std::string_view pattern, http::Handler handler, KeyCheck check,

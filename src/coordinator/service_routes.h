@@ -53,6 +53,15 @@ struct RouteContext {
 using WorkerHandler = std::function<http::Awaitable<http::Response>(http::Request&, int64_t worker_id)>;
 using UserHandler = std::function<http::Awaitable<http::Response>(http::Request&, const Caller& caller)>;
 
+// What an object route's object belongs to: its project (kManagedPool for a managed worker) and what errors call it
+// ("dataset 7").
+struct ObjectOwner {
+  int64_t project_id = 0;
+  std::string object;
+};
+// Reads the owner of the object a request names (NotFound for an unknown one).
+using ObjectProject = std::function<http::Awaitable<StatusOr<ObjectOwner>>(const http::Request&)>;
+
 // Adds routes to a router behind their credential check and records each in `table` (Service::routes(), which
 // docs/openapi.yaml must describe exactly).
 class RouteTable {
@@ -69,14 +78,16 @@ class RouteTable {
   // workers' heartbeats and progress reports), every sign-in (SignIn routes, GETs too) and every request
   // refused for its credential (401, 403) are recorded in `audit` before they are answered (a credential refused
   // before the body is read: right after).
+  // `directory` holds the projects and who holds which role there.
   RouteTable(http::Router& router, std::vector<RouteInfo>& table, UserCheck check_user, WorkerCheck check_worker,
-             uint64_t max_json_bytes, AuditLog& audit)
+             uint64_t max_json_bytes, AuditLog& audit, const UserKeys& directory)
       : router_(router),
         table_(table),
         check_user_(std::move(check_user)),
         check_worker_(std::move(check_worker)),
         max_json_bytes_(max_json_bytes),
-        audit_(audit) {}
+        audit_(audit),
+        directory_(directory) {}
 
   // Admin, worker and own-key routes answer this check's error (a standby's 503) before anything else, when set.
   using LeaderCheck = std::function<Status()>;
@@ -94,9 +105,23 @@ class RouteTable {
   // get 403 naming the role. Checked from the header (RouteOptions::authorize) before any of the body is read, and
   // again when the handler runs.
   Status Admin(http::Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options = {});
+  // The same, for a handler that needs the caller.
+  Status Admin(http::Method method, std::string_view pattern, UserHandler handler, http::RouteOptions options = {});
   // Needs any user's valid key, checked like Admin's; the handler gets the caller (and decides what it may see: its
   // own keys, say).
   Status User(http::Method method, std::string_view pattern, UserHandler handler, http::RouteOptions options = {});
+  // A route of a project's collection (a list or a create; no path parameters): the request's project
+  // (project_access.h: the X-Parsyn-Project header, else ?project=, else "default") must exist and the caller hold
+  // `needed` there: else 404 naming the project (it does not exist or they are no member), or 403 naming the role.
+  // Checked from the header before the body is read, and again when the handler runs, which finds the project's id
+  // in req.scope_id (and its name in req.scope).
+  Status InProject(http::Method method, std::string_view pattern, UserHandler handler, storage::ProjectRole needed,
+                   http::RouteOptions options = {});
+  // A route of one object ({id}): `owner` reads the object's project, where the caller must hold `needed`. One who
+  // is not its member gets 404 "<object> not found", as for an id that does not exist (ids do not leak); one with a
+  // lower role 403 naming it (CheckObjectRole). req.scope_id is the object's project when the handler runs.
+  Status OnProjectObject(http::Method method, std::string_view pattern, UserHandler handler,
+                         storage::ProjectRole needed, ObjectProject owner, http::RouteOptions options = {});
   // Needs "Authorization: Bearer <worker token>", checked like Admin's; the handler gets the worker's id from the
   // token. Its server-side failures (5xx) are answered without the server's file paths (the log keeps them).
   Status Worker(http::Method method, std::string_view pattern, WorkerHandler handler, http::RouteOptions options = {});
@@ -113,6 +138,7 @@ class RouteTable {
   WorkerCheck check_worker_;
   uint64_t max_json_bytes_;
   AuditLog& audit_;
+  const UserKeys& directory_;
   LeaderCheck check_leader_;
 
   // Registers the route, audited (see the constructor), as callable by `access` (RouteInfo::access).
@@ -189,8 +215,13 @@ Status AddWorkerProtocolRoutes(RouteTable& routes, const RouteContext& context, 
                                Service& service);
 Status AddSecureAggregationRoutes(RouteTable& routes, Service& service);  // secure_aggregation_routes.cc
 Status AddUserRoutes(RouteTable& routes, const RouteContext& context, Service& service);  // user_routes.cc
-Status AddAuditRoutes(RouteTable& routes, const RouteContext& context,                    // audit_routes.cc
-                      const AuditLog& audit);
+Status AddProjectRoutes(RouteTable& routes, const RouteContext& context,                 // project_routes.cc
+                        Service& service);
+// `owner` reads a project route's project ({id}).
+Status AddAuditRoutes(RouteTable& routes, const RouteContext& context,  // audit_routes.cc
+                      const AuditLog& audit, const ObjectProject& owner);
+// The owner of the project a route's {id} names.
+ObjectProject ProjectById(const UserKeys& directory);
 // `signing_secret` verifies the signed /blobs URLs.
 Status AddBlobRoutes(RouteTable& routes, const RouteContext& context, Service& service,  // blob_routes.cc
                      std::string signing_secret);
@@ -236,19 +267,20 @@ nlohmann::json PageJson(std::string_view field, const std::vector<Record>& recor
 }
 
 // What the store reads for `page`: its records, and one more, which tells PageJson whether another page follows (a
-// keyset query: the store reads no record of the other pages).
-inline storage::IdPage PageQuery(const PageRequest& page) {
-  return storage::IdPage{.after_id = page.after_id, .limit = page.limit + 1};
+// keyset query: the store reads no record of the other pages). `project_id`: only that project's records.
+inline storage::IdPage PageQuery(const PageRequest& page, std::optional<int64_t> project_id = std::nullopt) {
+  return storage::IdPage{.after_id = page.after_id, .limit = page.limit + 1, .project_id = project_id};
 }
 
 // GET of a resource's list: list(store, PageQuery(page)) read on the pool, answered one page at a time (PageJson).
-// One body for datasets, models and workers.
+// One body for datasets, models and workers (of the request's project: an InProject route's page query names it).
 template <typename List, typename View>
 http::Awaitable<http::Response> ListRecords(const RouteContext& context, http::Request& req, std::string field,
                                             List list, View view) {
   StatusOr<PageRequest> page = ParsePageRequest(req);
   if (!page.ok()) co_return http::Response::Error(page.status());
-  auto records = co_await loop::Offload(context.pool, [&] { return list(context.store, PageQuery(*page)); });
+  const std::optional<int64_t> project = req.scope_id == 0 ? std::nullopt : std::optional(req.scope_id);
+  auto records = co_await loop::Offload(context.pool, [&] { return list(context.store, PageQuery(*page, project)); });
   if (!records.ok()) co_return http::Response::Error(records.status());
   co_return http::Response::Json(200, PageJson(field, *records, *page, view));
 }
@@ -289,6 +321,20 @@ http::Awaitable<http::Response> GetRecordById(const RouteContext& context, http:
   auto record = co_await loop::Offload(context.pool, [&] { return get(context.store, *id); });
   if (!record.ok()) co_return http::Response::Error(record.status());
   co_return http::Response::Json(200, view(*record));
+}
+
+// The ObjectOwner of the record `what` {id} names, read with get(store, id) on the pool (a record with project_id).
+template <typename Get>
+ObjectProject OwnerById(const RouteContext& context, std::string what, Get get) {
+  return [&pool = context.pool, &store = context.store, what = std::move(what),
+          get](const http::Request& req) -> http::Awaitable<StatusOr<ObjectOwner>> {
+    const auto param = req.params.find("id");
+    StatusOr<int64_t> id = ParseId(param == req.params.end() ? "" : param->second, what);
+    if (!id.ok()) co_return id.status();
+    auto record = co_await loop::Offload(pool, [&] { return get(store, *id); });
+    if (!record.ok()) co_return record.status();
+    co_return ObjectOwner{record->project_id, what + " " + std::to_string(*id)};
+  };
 }
 
 }  // namespace parsyn::coordinator

@@ -6,11 +6,46 @@
 
 namespace parsyn::coordinator {
 
-void UserKeys::Reset(const std::vector<storage::User>& users, const std::vector<storage::ApiKey>& keys) {
+void UserKeys::Reset(const StoredUserKeys& stored) {
   users_.clear();
   keys_by_sha256_.clear();
-  for (const storage::User& u : users) AddUser(u);
-  for (const storage::ApiKey& k : keys) AddKey(k);
+  projects_.clear();
+  roles_by_user_.clear();
+  for (const storage::User& u : stored.users) AddUser(u);
+  for (const storage::ApiKey& k : stored.keys) AddKey(k);
+  for (const storage::Project& p : stored.projects) AddProject(p);
+  for (const storage::ProjectMember& m : stored.members) SetMember(m);
+}
+
+void UserKeys::AddProject(const storage::Project& project) { projects_[project.id] = project; }
+
+void UserKeys::SetMember(const storage::ProjectMember& member) {
+  roles_by_user_[member.user_id][member.project_id] = member.role;
+}
+
+void UserKeys::RemoveMember(int64_t project_id, int64_t user_id) {
+  auto it = roles_by_user_.find(user_id);
+  if (it != roles_by_user_.end()) it->second.erase(project_id);
+}
+
+const storage::Project* UserKeys::FindProject(int64_t id) const {
+  const auto it = projects_.find(id);
+  return it == projects_.end() ? nullptr : &it->second;
+}
+
+const storage::Project* UserKeys::FindProjectByName(std::string_view name) const {
+  for (const auto& [id, p] : projects_) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+std::vector<storage::ProjectMember> UserKeys::Members(int64_t project_id) const {
+  std::vector<storage::ProjectMember> out;
+  for (const auto& [user_id, roles] : roles_by_user_) {
+    if (auto it = roles.find(project_id); it != roles.end()) out.push_back({project_id, user_id, it->second});
+  }
+  return out;
 }
 
 void UserKeys::AddUser(const storage::User& user) { users_[user.id] = user; }
@@ -37,7 +72,9 @@ StatusOr<Caller> UserKeys::Authenticate(std::string_view key_sha256, int64_t now
     return UnauthenticatedError(which + " expired at " + Rfc3339Millis(*key.expires_at_ms) +
                                 "; make a new one with `parsyn key create`");
   }
-  return Caller{.user_id = user->id, .name = user->name, .platform_admin = user->platform_admin};
+  Caller caller{.user_id = user->id, .name = user->name, .platform_admin = user->platform_admin};
+  if (auto roles = roles_by_user_.find(user->id); roles != roles_by_user_.end()) caller.roles = roles->second;
+  return caller;
 }
 
 const storage::ApiKey* UserKeys::FindKey(std::string_view key_sha256) const {
@@ -50,10 +87,19 @@ const storage::User* UserKeys::FindUser(int64_t id) const {
   return it == users_.end() ? nullptr : &it->second;
 }
 
+const storage::User* UserKeys::FindUserByName(std::string_view name) const {
+  for (const auto& [id, u] : users_) {
+    if (u.name == name) return &u;
+  }
+  return nullptr;
+}
+
 StatusOr<StoredUserKeys> LoadUserKeys(storage::MetadataStore& store) {
   StoredUserKeys loaded;
   PARSYN_ASSIGN_OR_RETURN(loaded.users, store.ListUsers());
   PARSYN_ASSIGN_OR_RETURN(loaded.keys, store.ListApiKeys());
+  PARSYN_ASSIGN_OR_RETURN(loaded.projects, store.ListProjects());
+  PARSYN_ASSIGN_OR_RETURN(loaded.members, store.ListProjectMembers());
   return loaded;
 }
 

@@ -13,6 +13,7 @@
 #include "base/secure_random.h"
 #include "base/sha256.h"
 #include "base/strings.h"
+#include "base/log.h"
 #include "coordinator/auth.h"
 #include "coordinator/service.h"
 #include "coordinator/service_routes.h"
@@ -143,6 +144,8 @@ class UserRoutes {
     auto user = EnsureUser(name, service_.oidc()->IsPlatformAdmin(claims));
     StatusOr<storage::User> signed_in = co_await std::move(user);  // kCoAwaitTemporaries
     if (!signed_in.ok()) co_return signed_in.status();
+    auto roles = GrantProjectRoles(signed_in->id, OidcVerifier::ProjectRoles(claims));
+    co_await std::move(roles);  // kCoAwaitTemporaries
     const int64_t lifetime_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(service_.options().session_lifetime).count();
     auto make = MakeKey(signed_in->id, std::move(key_name), context_.clock.UnixMillis() + lifetime_ms);
@@ -167,6 +170,25 @@ class UserRoutes {
     json view = KeyView(*created, users_);
     view["key"] = *secret;
     co_return view;
+  }
+
+  // The roles the provider's groups give (OidcVerifier::ProjectRoles) in projects that exist, set at each sign-in
+  // (a membership the groups do not name is left as it is). One the store refuses (it would leave a project without
+  // an owner) is logged and skipped.
+  Awaitable<void> GrantProjectRoles(int64_t user_id, std::map<std::string, storage::ProjectRole> roles) {
+    for (const auto& [project_name, role] : roles) {
+      const storage::Project* project = users_.FindProjectByName(project_name);
+      if (project == nullptr) continue;
+      const storage::ProjectMember member{project->id, user_id, role};
+      auto set = loop::Offload(context_.pool, [this, member] { return context_.store.SetProjectMember(member); });
+      Status stored = co_await std::move(set);  // kCoAwaitTemporaries
+      if (!stored.ok()) {
+        PARSYN_LOG_WARN("single sign-on: role {} in project {} for user {} not set: {}", storage::ToString(role),
+                        project_name, user_id, stored.ToString());
+        continue;
+      }
+      users_.SetMember(member);
+    }
   }
 
   // The user `name`, created on its first sign-in; its platform_admin follows the provider's claims.

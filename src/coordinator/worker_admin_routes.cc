@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "coordinator/api_json.h"
 #include "coordinator/auth.h"
+#include "coordinator/project_access.h"
 #include "coordinator/service.h"
 #include "coordinator/service_routes.h"
 #include "loop/loop_tools.h"
@@ -21,10 +22,17 @@ class WorkerAdminRoutes {
   WorkerAdminRoutes(const RouteContext& context, Service& service, const WorkerSessions& sessions, FeedPublisher& feed)
       : context_(context), service_(service), sessions_(sessions), feed_(feed) {}
 
-  // POST /api/v1/workers {"name", "kind": own|managed}.
-  Awaitable<Response> Register(Request& req) {
+  // POST /api/v1/workers {"name", "kind": own|managed}: an own worker of the request's project, or (platform admins
+  // only) one of the managed pool.
+  Awaitable<Response> Register(Request& req, const Caller& caller) {
     StatusOr<WorkerRegistration> registration = ParseWorkerRegistration(req.body);
     if (!registration.ok()) co_return Response::Error(registration.status());
+    if (registration->kind == storage::WorkerKind::kManaged && !caller.platform_admin) {
+      co_return Response::Error(PermissionDeniedError(
+          "a managed worker serves every project: registering one needs the platform_admin role, which user " +
+          caller.name + " does not have; register an own worker (\"kind\": \"own\") of your project instead"));
+    }
+    registration->project_id = req.scope_id;
     co_return co_await Create(*registration);
   }
 
@@ -119,11 +127,13 @@ class WorkerAdminRoutes {
     storage::Worker worker{.name = registration.name,
                            .kind = registration.kind,
                            .token_sha256 = HashSecret(*token),
-                           .created_at_ms = context_.clock.UnixMillis()};
+                           .created_at_ms = context_.clock.UnixMillis(),
+                           .project_id = registration.project_id};
     auto created = co_await loop::Offload(context_.pool, [&] { return context_.store.CreateWorker(worker); });
     if (!created.ok()) co_return Response::Error(created.status());
     service_.AddWorkerToken(*created);
-    feed_.NoteWorkerChange(created->id, WorkerView(*created));  // the dashboard's stream
+    // The dashboard's stream.
+    feed_.NoteWorkerChange(created->id, service_.worker_tokens().FeedProject(created->id), WorkerView(*created));
     json body = WorkerJson(*created);
     body["token"] = *token;  // shown once; only its hash is kept
     if (!csr.empty()) {
@@ -143,13 +153,13 @@ class WorkerAdminRoutes {
     co_return Created("/api/v1/workers", created->id, body);
   }
 
-  Awaitable<Response> List(Request& req) {
+  Awaitable<Response> List(Request& req, const Caller&) {
     return ListRecords(
         context_, req, "workers", [](storage::MetadataStore& s, const storage::IdPage& p) { return s.ListWorkers(p); },
         [this](const storage::Worker& w) { return WorkerView(w); });
   }
 
-  Awaitable<Response> Get(Request& req) {
+  Awaitable<Response> Get(Request& req, const Caller&) {
     return GetRecordById(
         context_, req, "worker", [](storage::MetadataStore& s, int64_t id) { return s.GetWorker(id); },
         [this](const storage::Worker& w) { return WorkerView(w); });
@@ -157,7 +167,7 @@ class WorkerAdminRoutes {
 
   // DELETE /api/v1/workers/{id}: revocation keeps the record (jobs and rounds refer to it) and ends the worker's
   // session at once.
-  Awaitable<Response> Revoke(Request& req) {
+  Awaitable<Response> Revoke(Request& req, const Caller&) {
     StatusOr<int64_t> id = ParseId(req.params["id"], "worker");
     if (!id.ok()) co_return Response::Error(id.status());
     auto revoke = service_.RevokeWorker(*id, "revoked");  // kCoAwaitTemporaries
@@ -193,15 +203,26 @@ class WorkerAdminRoutes {
 
 Status AddWorkerAdminRoutes(RouteTable& routes, const RouteContext& context, Service& service) {
   auto h = std::make_shared<WorkerAdminRoutes>(context, service, service.sessions(), service.feed_publisher());
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kPost, "/api/v1/workers", Bind(h, &WorkerAdminRoutes::Register)));
+  using storage::ProjectRole;
+  PARSYN_RETURN_IF_ERROR(routes.InProject(Method::kPost, "/api/v1/workers", Bind(h, &WorkerAdminRoutes::Register),
+                                          ProjectRole::kEditor));
   // The bootstrap key is checked from the headers, before the body is read, and again before the handler runs
   // (RouteTable::OwnKey).
   PARSYN_RETURN_IF_ERROR(
       routes.OwnKey(Method::kPost, "/api/v1/workers/bootstrap", Bind(h, &WorkerAdminRoutes::Bootstrap),
                     [&service](const Request& req) { return service.CheckWorkerBootstrapKey(req); }));
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/workers", Bind(h, &WorkerAdminRoutes::List)));
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, "/api/v1/workers/{id}", Bind(h, &WorkerAdminRoutes::Get)));
-  return routes.Admin(Method::kDelete, "/api/v1/workers/{id}", Bind(h, &WorkerAdminRoutes::Revoke));
+  PARSYN_RETURN_IF_ERROR(
+      routes.InProject(Method::kGet, "/api/v1/workers", Bind(h, &WorkerAdminRoutes::List), ProjectRole::kViewer));
+  // A managed worker belongs to the pool every project uses (kManagedPool).
+  const ObjectProject owner = OwnerById(context, "worker", [](storage::MetadataStore& s, int64_t id) {
+    StatusOr<storage::Worker> w = s.GetWorker(id);
+    if (w.ok() && w->kind == storage::WorkerKind::kManaged) w->project_id = kManagedPool;
+    return w;
+  });
+  PARSYN_RETURN_IF_ERROR(routes.OnProjectObject(Method::kGet, "/api/v1/workers/{id}",
+                                                Bind(h, &WorkerAdminRoutes::Get), ProjectRole::kViewer, owner));
+  return routes.OnProjectObject(Method::kDelete, "/api/v1/workers/{id}", Bind(h, &WorkerAdminRoutes::Revoke),
+                                ProjectRole::kEditor, owner);
 }
 
 }  // namespace parsyn::coordinator

@@ -237,7 +237,7 @@ class WorkerProtocolRoutes {
     if (!store_point) {
       // Past the cap nothing is stored, not even the event (1,000 workers reporting for 8 h were 58M rows): the
       // job's live view has it, and the dashboard's stream a sample.
-      feed_.ForwardJobEvent(body->job_id, "worker_progress", progress);
+      feed_.ForwardJobEvent(body->job_id, runner->project_id(), "worker_progress", progress);
       co_return Response::NoContent();
     }
     {

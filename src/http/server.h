@@ -88,6 +88,10 @@ struct Request {
   std::string path;                   // percent-decoded path: "/api/v1/training-jobs"
   std::string route;                  // the matched route's pattern: "/api/v1/training-jobs/{id}"; "" when none
   std::string principal;              // who the route's credential check found ("admin", "worker 7"), for logs
+  // What the route's check found the request acts within (the coordinator's project: its id and name), for the
+  // audit log; 0 and "" when nothing.
+  int64_t scope_id = 0;
+  std::string scope;
   StringMap params;                   // path parameters: {"id": "17"} for "/api/v1/training-jobs/{id}"
   StringMap query;                    // decoded query parameters (the last one wins when a name repeats)
   StringMap headers;                  // names lower-cased

@@ -166,6 +166,7 @@ class SimulationHost final : public coordinator::JobHost {
   bool WorkerHasLocalData(int64_t) const override { return false; }
   // Every virtual worker runs the simulation's one trainer, whatever the job names.
   bool WorkerOffersTrainer(int64_t, std::string_view, std::string_view) const override { return true; }
+  bool WorkerServesProject(int64_t, int64_t) const override { return true; }  // one project
   coordinator::WorkerCapacity AnnouncedCapacity(int64_t) const override { return {}; }
 
   // Offers every idle worker to the job (after its launch, and as workers report).
