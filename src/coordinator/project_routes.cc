@@ -100,27 +100,36 @@ class ProjectRoutes {
     co_return Response::Json(200, {{"members", MembersJson(project_id)}});
   }
 
-  // DELETE /api/v1/projects/{id}/members/{user_id}: an owner removes a member, or a member leaves.
-  Awaitable<Response> RemoveMember(Request& req, const Caller& caller) {
+  // DELETE /api/v1/projects/{id}/members/{user_id}: an owner removes a member.
+  Awaitable<Response> RemoveMember(Request& req, const Caller&) {
     StatusOr<int64_t> user_id = ParseId(req.params["user_id"], "user id");
     if (!user_id.ok()) co_return Response::Error(user_id.status());
-    const int64_t project_id = req.scope_id;
-    if (*user_id != caller.user_id && RoleIn(caller, project_id) != ProjectRole::kOwner) {
-      co_return Response::Error(PermissionDeniedError(
-          "removing another member needs the owner role in project " + req.scope + "; user " + caller.name +
-          " may only leave it (DELETE their own membership)"));
+    co_return co_await Remove(req, *user_id);
+  }
+
+  // DELETE /api/v1/projects/{id}/membership: the caller leaves the project.
+  Awaitable<Response> Leave(Request& req, const Caller& caller) {
+    if (!caller.roles.contains(req.scope_id)) {
+      co_return Response::Error(NotFoundError(caller.name + " is not a member of project " + req.scope +
+                                              " (a platform admin sees every project without being its member)"));
     }
-    auto remove = loop::Offload(context_.pool, [this, project_id, id = *user_id] {
-      return context_.store.RemoveProjectMember(project_id, id);
+    co_return co_await Remove(req, caller.user_id);
+  }
+
+  // The membership of `user_id` in the route's project, removed unless it is the last owner's.
+  Awaitable<Response> Remove(Request& req, int64_t user_id) {
+    const int64_t project_id = req.scope_id;
+    auto remove = loop::Offload(context_.pool, [this, project_id, user_id] {
+      return context_.store.RemoveProjectMember(project_id, user_id);
     });
     Status removed = co_await std::move(remove);  // kCoAwaitTemporaries
     if (removed.code() == StatusCode::kFailedPrecondition) {
-      co_return Response::Error(FailedPreconditionError("user " + std::to_string(*user_id) +
+      co_return Response::Error(FailedPreconditionError("user " + std::to_string(user_id) +
                                                         " is the last owner of project " + req.scope +
                                                         " and cannot leave it: make another member its owner first"));
     }
     if (!removed.ok()) co_return Response::Error(removed);
-    directory_.RemoveMember(project_id, *user_id);
+    directory_.RemoveMember(project_id, user_id);
     co_return Response::NoContent();
   }
 
@@ -161,8 +170,10 @@ Status AddProjectRoutes(RouteTable& routes, const RouteContext& context, Service
                                                 ProjectRole::kViewer, owner));
   PARSYN_RETURN_IF_ERROR(routes.OnProjectObject(Method::kPost, "/api/v1/projects/{id}/members",
                                                 Bind(h, &ProjectRoutes::SetMember), ProjectRole::kOwner, owner));
-  return routes.OnProjectObject(Method::kDelete, "/api/v1/projects/{id}/members/{user_id}",
-                                Bind(h, &ProjectRoutes::RemoveMember), ProjectRole::kViewer, owner);
+  PARSYN_RETURN_IF_ERROR(routes.OnProjectObject(Method::kDelete, "/api/v1/projects/{id}/members/{user_id}",
+                                                Bind(h, &ProjectRoutes::RemoveMember), ProjectRole::kOwner, owner));
+  return routes.OnProjectObject(Method::kDelete, "/api/v1/projects/{id}/membership", Bind(h, &ProjectRoutes::Leave),
+                                ProjectRole::kViewer, owner);
 }
 
 }  // namespace parsyn::coordinator

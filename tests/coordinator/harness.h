@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "base/testing/temp_dir.h"
 #include "http/client.h"
+#include "http/status_codes.h"
 #include "support/job_events.h"
 #include "weights/weight_set.h"
 
@@ -64,6 +65,10 @@ class ServerProcess {
 
 std::unique_ptr<http::Client> AdminClient(const ServerProcess& server);
 std::unique_ptr<http::Client> ClientWithToken(const ServerProcess& server, const std::string& token);
+// The HTTP status of a call's answer, 2xx included.
+inline int StatusOf(const StatusOr<http::ClientResponse>& res) {
+  return res.ok() ? res->status : http::HttpStatusFor(res.status().code());
+}
 
 // JSONL text rows {"text": "row <i>"}.
 std::string TextDataset(int rows);

@@ -1,7 +1,8 @@
 // Who may call each route: the table in docs/operations.md ("Who may call each route") is exactly the routes the
 // server registers with their access, and a real server answers every route called with every credential as that
 // access says: the credential it needs passes (any answer but 401 and 403), every other is refused (401 for a missing
-// or wrong credential, 403 for a user key below the route's role).
+// or wrong credential, 403 for a user key below the route's role, 404 for a key of a user who is not a member of the
+// project the route acts in).
 #include <gtest/gtest.h>
 
 #include <boost/asio/io_context.hpp>
@@ -56,7 +57,61 @@ TEST(RouteAccessTest, TheDocumentedTableIsEveryServedRouteWithItsAccess) {
   EXPECT_EQ(documented, served) << "docs/operations.md, \"Who may call each route\", should be:\n" << table.str();
 }
 
-// Every route, called with every credential.
+// The project the role test's objects live in, with a member of each role, and the objects its routes' ids name.
+struct TeamProject {
+  std::map<std::string, std::string> keys;  // credential -> key
+  std::map<std::string, std::string> ids;   // collection ("datasets") -> the id its object routes use
+};
+
+TeamProject MakeTeamProject(const ServerProcess& server, http::Client& admin) {
+  auto post = [&](const std::string& path, const json& body) {
+    StatusOr<http::ClientResponse> res = admin.PostJson(path, body);
+    EXPECT_TRUE(res.ok()) << path << ": " << res.status().ToString();
+    return res.ok() ? *res->Json() : json();
+  };
+  TeamProject team;
+  auto user_key = [&](const std::string& name, bool platform_admin) {
+    const json user = post("/api/v1/users", {{"name", name}, {"platform_admin", platform_admin}});
+    return post("/api/v1/keys", {{"name", "k"}, {"user_id", user["id"]}})["key"].get<std::string>();
+  };
+  team.keys = {
+      {"no credential", ""},
+      {"a wrong key", "puk_0000000000000000000000000000000000000000000000000000000000000000"},
+      {"the admin key", server.admin_key()},
+      {"a platform_admin's key", user_key("alice", true)},
+      {"the owner's key", user_key("olga", false)},
+      {"an editor's key", user_key("ed", false)},
+      {"a viewer's key", user_key("vic", false)},
+      {"a non-member's key", user_key("nora", false)},
+      {"a worker token", post("/api/v1/workers", {{"name", "w"}})["token"].get<std::string>()},
+  };
+  const json project = post("/api/v1/projects", {{"name", "team"}, {"owner", "olga"}});
+  const std::string members = "/api/v1/projects/" + project["id"].dump() + "/members";
+  post(members, {{"user", "ed"}, {"role", "editor"}});
+  post(members, {{"user", "vic"}, {"role", "viewer"}});
+  // The team's objects: a job holds its dataset and model (their deletes answer 409 and leave them for the calls
+  // after); the worker the routes revoke is not the one whose token is a credential.
+  auto in_team = [&](std::string path) { return path + (path.find('?') == std::string::npos ? "?" : "&") + "project=team"; };
+  const StatusOr<http::ClientResponse> dataset = admin.Send(
+      http::Method::kPost, in_team("/api/v1/datasets?name=rows.jsonl"), TextDataset(8), "application/octet-stream");
+  const StatusOr<http::ClientResponse> upload =
+      admin.Send(http::Method::kPost, in_team("/api/v1/uploads"), TinyLlamaConfig(), "application/octet-stream");
+  EXPECT_TRUE(dataset.ok() && upload.ok());
+  if (!dataset.ok() || !upload.ok()) return team;
+  const json model = post(in_team("/api/v1/models"),
+                          {{"name", "tiny"}, {"files", {{"config.json", (*upload->Json())["upload_id"]}}}});
+  const json worker = post(in_team("/api/v1/workers"), {{"name", "target"}});
+  const json job = post(in_team("/api/v1/training-jobs"),
+                        {{"name", "j"}, {"dataset_id", (*dataset->Json())["id"]}, {"model_id", model["id"]},
+                         {"config", {{"use_peft", true}, {"lora_r", 4}, {"lora_alpha", 8}}}});
+  team.ids = {{"datasets", (*dataset->Json())["id"].dump()}, {"models", model["id"].dump()},
+              {"workers", worker["id"].dump()},           {"training-jobs", job["id"].dump()},
+              {"projects", project["id"].dump()}};
+  return team;
+}
+
+// Every route, called with every credential: a platform credential, and a member of each role of the project the
+// route acts in.
 TEST(RouteAccessTest, EveryRouteAnswersEveryCredentialAsItsAccessSays) {
   TempDir dir;
   const std::vector<coordinator::RouteInfo> routes = ServedRoutes(dir.path() / "routes");
@@ -66,57 +121,62 @@ TEST(RouteAccessTest, EveryRouteAnswersEveryCredentialAsItsAccessSays) {
   std::ofstream(bootstrap_file) << bootstrap_key << "\n";
   ServerProcess server(dir.path() / "data", {"--worker-bootstrap-key-file", bootstrap_file.string()});
   auto admin = AdminClient(server);
-  auto post = [&](const std::string& path, const json& body) {
-    StatusOr<http::ClientResponse> res = admin->PostJson(path, body);
-    EXPECT_TRUE(res.ok()) << path << ": " << res.status().ToString();
-    return res.ok() ? *res->Json() : json();
-  };
-  const json alice = post("/api/v1/users", {{"name", "alice"}, {"platform_admin", true}});
-  const json bob = post("/api/v1/users", {{"name", "bob"}});
-  const std::map<std::string, std::string> keys = {
-      {"no credential", ""},
-      {"a wrong key", "puk_0000000000000000000000000000000000000000000000000000000000000000"},
-      {"the admin key", server.admin_key()},
-      {"a platform_admin's key", post("/api/v1/keys", {{"name", "k"}, {"user_id", alice["id"]}})["key"]},
-      {"a user's key", post("/api/v1/keys", {{"name", "k"}, {"user_id", bob["id"]}})["key"]},
-      {"a worker token", post("/api/v1/workers", {{"name", "w"}})["token"]},
-      {"the bootstrap key", bootstrap_key},
-  };
-  // Which credentials each access lets through; the others get `refused` (or 403 for a user below the role).
-  const std::map<std::string, std::set<std::string>> passes = {
-      {"open",
-       {"no credential", "a wrong key", "the admin key", "a platform_admin's key", "a user's key", "a worker token",
-        "the bootstrap key"}},
+  TeamProject team = MakeTeamProject(server, *admin);
+  ASSERT_EQ(team.ids.size(), 5u);
+  team.keys["the bootstrap key"] = bootstrap_key;
+  const std::set<std::string> platform = {"the admin key", "a platform_admin's key"};
+  const std::set<std::string> users = {"the admin key", "a platform_admin's key", "the owner's key",
+                                       "an editor's key", "a viewer's key", "a non-member's key"};
+  // Which credentials each access lets through.
+  std::map<std::string, std::set<std::string>> passes = {
       {"signed URL", {}},
-      // A sign-in's credential is the provider's ID token in the request: no header is refused as such (single
-      // sign-on is off here: 404).
-      {"ID token",
-       {"no credential", "a wrong key", "the admin key", "a platform_admin's key", "a user's key", "a worker token",
-        "the bootstrap key"}},
-      {"platform_admin", {"the admin key", "a platform_admin's key"}},
-      {"any user", {"the admin key", "a platform_admin's key", "a user's key"}},
+      {"platform_admin", platform},
+      {"any user", users},
       {"worker token", {"a worker token"}},
       {"worker bootstrap key", {"the bootstrap key"}},
+      {"owner", {"the admin key", "a platform_admin's key", "the owner's key"}},
+      {"editor", {"the admin key", "a platform_admin's key", "the owner's key", "an editor's key"}},
+      {"viewer", {"the admin key", "a platform_admin's key", "the owner's key", "an editor's key", "a viewer's key"}},
   };
+  for (const auto& [who, key] : team.keys) {
+    passes["open"].insert(who);
+    passes["ID token"].insert(who);  // single sign-on is off here: 404 whoever calls
+  }
+  const std::set<std::string> project_roles = {"owner", "editor", "viewer"};
   int calls = 0;
   for (const coordinator::RouteInfo& route : routes) {
-    // Ids that name nothing, so no call changes what a later one finds; a task poll that does not wait.
-    std::string path = std::regex_replace(route.pattern, std::regex(R"(\{id\})"), "999999");
-    path = std::regex_replace(path, std::regex(R"(\{\w+(\.\.\.)?\})"), "x");
-    if (path == "/api/v1/worker/tasks/next") path += "?wait_ms=0";
+    // Object routes name the team's objects; other ids name nothing, so no call changes what a later one finds. A
+    // collection route names the team's project; a task poll does not wait.
+    std::string path = route.pattern;
+    const std::smatch collection = [&] {
+      std::smatch m;
+      std::regex_search(path, m, std::regex(R"(^/api/v1/([a-z-]+)/\{id\})"));
+      return m;
+    }();
+    const std::string id = !collection.empty() && team.ids.count(collection[1].str()) ? team.ids.at(collection[1].str())
+                                                                                       : "999999";
+    path = std::regex_replace(path, std::regex(R"(\{id\})"), id);
+    path = std::regex_replace(path, std::regex(R"(\{\w+(\.\.\.)?\})"), "999999");
+    if (project_roles.count(route.access) && path.find('{') == std::string::npos) path += "?project=team";
+    if (path.starts_with("/api/v1/worker/tasks/next")) path += "?wait_ms=0";
     ASSERT_TRUE(passes.count(route.access)) << route.pattern << ": unknown access " << route.access;
-    for (const auto& [who, key] : keys) {
+    for (const auto& [who, key] : team.keys) {
       http::Client client({.base_url = server.url(), .bearer_token = key, .max_attempts = 1});
       const bool has_body = route.method == http::Method::kPost || route.method == http::Method::kPut;
       // An event stream that was let in answers 200 and stays open: the call's timeout ends it.
       StatusOr<http::ClientResponse> res = client.Send(route.method, path, has_body ? "{}" : "", "application/json",
                                                        {.retry = false, .timeout = std::chrono::seconds(2)});
-      const int status = res.ok() ? res->status : http::HttpStatusFor(res.status().code());
+      const int status = StatusOf(res);
       const std::string call = std::string(http::MethodName(route.method)) + " " + path + " with " + who;
+      const bool user_key = users.count(who) > 0;
       if (passes.at(route.access).count(who)) {
         EXPECT_NE(status, 401) << call << ": " << res.status().ToString();
         EXPECT_NE(status, 403) << call << ": " << res.status().ToString();
-      } else if (who == "a user's key" && route.access == "platform_admin") {
+      } else if (project_roles.count(route.access) && who == "a non-member's key") {
+        EXPECT_EQ(status, 404) << call << ": " << res.status().ToString();  // ids and names do not leak
+      } else if (project_roles.count(route.access) && user_key) {
+        EXPECT_EQ(status, 403) << call << ": " << res.status().ToString();  // a member below the route's role
+      } else if (user_key && route.access == "platform_admin") {
         EXPECT_EQ(status, 403) << call << ": " << res.status().ToString();
       } else if (route.access == "signed URL") {
         EXPECT_TRUE(status == 401 || status == 403) << call << ": " << res.status().ToString();
@@ -124,9 +184,15 @@ TEST(RouteAccessTest, EveryRouteAnswersEveryCredentialAsItsAccessSays) {
         EXPECT_EQ(status, 401) << call << ": " << res.status().ToString();
       }
       ++calls;
+      if (path.ends_with("/membership")) {  // a member who left comes back, for the calls after
+        for (const auto& [name, role] : {std::pair{"ed", "editor"}, std::pair{"vic", "viewer"}}) {
+          ASSERT_TRUE(admin->PostJson("/api/v1/projects/" + team.ids["projects"] + "/members",
+                                      {{"user", name}, {"role", role}}).ok());
+        }
+      }
     }
   }
-  EXPECT_GE(calls, 7 * 45);
+  EXPECT_GE(calls, 10 * 50);
 }
 
 }  // namespace

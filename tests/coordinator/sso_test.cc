@@ -31,7 +31,8 @@ class SsoTest : public ::testing::Test {
     const std::string script = test_support::SourcePath("tests/support/oidc_provider.py");
     StatusOr<Subprocess> provider = Subprocess::Start(
         "/usr/bin/python3", {script, "--port", "0", "--issuer-host", "127.0.0.1", "--client-id", "parsyn-cli", "--user",
-                             "alice:wonderland:groups=parsyn-admins,team-a", "--user", "bob:builder:groups=team-a"});
+                             "alice:wonderland:groups=parsyn-admins,team-a", "--user",
+                             "bob:builder:groups=team-a,vision:editor,vision:viewer,nowhere:owner"});
     ASSERT_TRUE(provider.ok()) << provider.status().ToString();
     provider_.emplace(std::move(*provider));
     const std::optional<std::string> first = provider_->ReadLine();
@@ -100,12 +101,23 @@ TEST_F(SsoTest, AnIdTokenBecomesAKeyOfItsUserWithTheRoleItsGroupsGive) {
   EXPECT_NEAR(hours, 12, 0.01);  // the default session
   EXPECT_EQ(ClientWithToken(*server_, alice_key["key"])->Get("/api/v1/workers")->status, 200);
 
+  // bob's groups make him an editor of project vision (the higher of the two roles it names; a project that does
+  // not exist is skipped), and of nothing else.
+  StatusOr<http::ClientResponse> vision = admin_->PostJson("/api/v1/projects", {{"name", "vision"}});
+  ASSERT_TRUE(vision.ok()) << vision.status().ToString();
   StatusOr<http::ClientResponse> bob = SignIn(IdToken("bob", "builder"));
   ASSERT_TRUE(bob.ok()) << bob.status().ToString();
   const json bob_key = *bob->Json();
   EXPECT_EQ(bob_key["platform_admin"], false);
   auto as_bob = ClientWithToken(*server_, bob_key["key"]);
-  EXPECT_EQ(as_bob->Get("/api/v1/workers").status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(as_bob->Get("/api/v1/workers").status().code(), StatusCode::kNotFound);  // the default project
+  EXPECT_EQ(as_bob->Get("/api/v1/workers?project=vision")->status, 200);
+  EXPECT_EQ(StatusOf(as_bob->PostJson("/api/v1/workers?project=vision", {{"name", "bobs"}})), 201);
+  EXPECT_EQ(as_bob->Get("/api/v1/projects/" + (*vision->Json())["id"].dump() + "/audit").status().code(),
+            StatusCode::kPermissionDenied);  // owners only
+  const json projects = *(*as_bob->Get("/api/v1/projects")).Json();
+  ASSERT_EQ(projects["projects"].size(), 1u) << projects.dump();
+  EXPECT_EQ(projects["projects"][0]["role"], "editor");
   EXPECT_EQ(as_bob->Get("/api/v1/keys")->status, 200);
   // Signing in again reuses the user; each sign-in is in the audit log under the user's name.
   ASSERT_TRUE(SignIn(IdToken("alice", "wonderland")).ok());

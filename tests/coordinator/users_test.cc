@@ -38,10 +38,6 @@ class UsersTest : public ::testing::Test {
     return res.ok() ? *res->Json() : json();
   }
   std::unique_ptr<http::Client> As(const std::string& key) { return ClientWithToken(*server_, key); }
-  // The status of a call's answer, 2xx included.
-  static int StatusOf(const StatusOr<http::ClientResponse>& res) {
-    return res.ok() ? res->status : http::HttpStatusFor(res.status().code());
-  }
 
   TempDir dir_;
   std::unique_ptr<ServerProcess> server_;
@@ -67,13 +63,16 @@ TEST_F(UsersTest, APlatformAdminsKeyDoesWhatTheAdminKeyDoesAndOtherUsersOnlyThei
   ASSERT_EQ((*audit->Json())["records"].size(), 1u);
   EXPECT_EQ((*audit->Json())["records"][0]["action"], "POST /api/v1/workers");
 
-  // bob: 403 naming the role on every platform route, before reading a body; nothing created.
+  // bob, a member of no project: the default project's routes answer 404 naming the project (before reading a
+  // body), the platform's 403 naming the role; nothing created.
   StatusOr<http::ClientResponse> datasets = as_bob->Get("/api/v1/datasets");
-  EXPECT_EQ(datasets.status().code(), StatusCode::kPermissionDenied);
-  EXPECT_THAT(datasets.status().message(),
-              HasSubstr("GET /api/v1/datasets needs the platform_admin role, which user bob does not have"));
-  EXPECT_EQ(StatusOf(as_bob->PostJson("/api/v1/users", {{"name", "mallory"}, {"platform_admin", true}})), 403);
-  EXPECT_EQ(StatusOf(as_bob->PostJson("/api/v1/workers", {{"name", "bobs"}})), 403);
+  EXPECT_EQ(datasets.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(datasets.status().message(), HasSubstr("project 'default' not found"));
+  StatusOr<http::ClientResponse> users = as_bob->PostJson("/api/v1/users", {{"name", "mallory"}, {"platform_admin", true}});
+  EXPECT_EQ(users.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_THAT(users.status().message(),
+              HasSubstr("POST /api/v1/users needs the platform_admin role, which user bob does not have"));
+  EXPECT_EQ(StatusOf(as_bob->PostJson("/api/v1/workers", {{"name", "bobs"}})), 404);
   EXPECT_EQ((*(*admin_->Get("/api/v1/users")).Json())["users"].size(), 3u);  // admin, alice, bob
   // He cannot make keys for others, nor see or revoke theirs: another user's things answer 404.
   EXPECT_EQ(StatusOf(as_bob->PostJson("/api/v1/keys", {{"name", "x"}, {"user_id", alice["id"]}})), 403);

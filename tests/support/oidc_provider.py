@@ -35,6 +35,7 @@ import argparse
 import html
 import json
 import os
+import re
 import secrets
 import signal
 import sys
@@ -521,7 +522,9 @@ ROUTES = {
 
 
 def parse_user(spec):
-    name, password, *extra = spec.split(":")
+    # Fields split at the ":" before "groups=", "email=" or "name=": a group may hold ":" ("vision:editor").
+    name, password, *rest = spec.split(":", 2)
+    extra = re.split(r":(?=(?:groups|email|name)=)", rest[0]) if rest else []
     fields = dict(e.split("=", 1) for e in extra)
     groups = [g for g in fields.get("groups", "").split(",") if g]
     return User(name, password, groups, fields.get("email", f"{name}@example.com"), fields.get("name", name))
