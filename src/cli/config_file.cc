@@ -167,7 +167,7 @@ StatusOr<Value> ParseValue(std::string_view& rest) {
   return ParseBareValue(rest);
 }
 
-const std::set<std::string, std::less<>> kKeys = {"server", "key_file", "ca_file", "data_dir"};
+const std::set<std::string, std::less<>> kKeys = {"server", "key_file", "ca_file", "data_dir", "project"};
 
 }  // namespace
 
@@ -193,7 +193,7 @@ StatusOr<CliConfig> ParseCliConfig(std::string_view text, const fs::path& path) 
       if (header != "[trainers]") {
         return error(
             "the only section is [trainers] (the worker's trainers, NAME = \"COMMAND\"); write the other "
-            "keys at the top level (server, key_file, ca_file, data_dir)");
+            "keys at the top level (server, key_file, ca_file, data_dir, project)");
       }
       if (in_trainers) return error("[trainers] appears twice");
       in_trainers = true;
@@ -207,7 +207,7 @@ StatusOr<CliConfig> ParseCliConfig(std::string_view text, const fs::path& path) 
       return error("expected `key = value`, got '" + std::string(line) + "'");
     }
     if (!in_trainers && !kKeys.contains(key)) {
-      return error("unknown key '" + key + "' (known: server, key_file, ca_file, data_dir, and [trainers])");
+      return error("unknown key '" + key + "' (known: server, key_file, ca_file, data_dir, project, and [trainers])");
     }
     const std::string seen_key = in_trainers ? "trainers." + key : key;
     if (auto before = seen.find(seen_key); before != seen.end()) {
@@ -229,6 +229,8 @@ StatusOr<CliConfig> ParseCliConfig(std::string_view text, const fs::path& path) 
       config.trainers.emplace_back(key, value->text);  // the worker checks the name and the command
     } else if (key == "server") {
       config.server = value->text;
+    } else if (key == "project") {
+      config.project = value->text;
     } else {
       // Paths relative to the file's folder, so the file means the same from any working directory.
       const fs::path file = fs::path(value->text).is_absolute() ? fs::path(value->text) : folder / value->text;

@@ -10,6 +10,7 @@
 //   key_file = "/var/lib/parsyn/admin-key"      # a file holding the admin API key
 //   ca_file = "ca.pem"                          # extra CAs to trust (relative paths: to the config file's folder)
 //   data_dir = "/var/lib/parsyn"                # the local server's data directory
+//   project = "vision"                          # the project the commands act in (default: the server's "default")
 //   [trainers]                                  # `parsyn worker`'s trainers (its --trainer NAME=COMMAND), last:
 //   tabular = "python3 /opt/trainers/tabular.py"  # NAME = "COMMAND"
 // Values are TOML strings ("basic" with \" \\ \n \t \uXXXX escapes, or 'literal'); integers, floats and booleans are
@@ -34,6 +35,7 @@ struct CliConfig {
   std::filesystem::path key_file;  // absolute (relative values are taken from the file's folder)
   std::filesystem::path ca_file;
   std::filesystem::path data_dir;
+  std::string project;
   // [trainers]: (name, command line) in the file's order.
   std::vector<std::pair<std::string, std::string>> trainers;
 };

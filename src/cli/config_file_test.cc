@@ -19,6 +19,7 @@ server = "https://coordinator.example:8443"   # after a value too
 key_file = '/etc/parsyn/admin key'
   ca_file = "certs/ca.pem"
 data_dir="/var/lib/parsyn\u00e9"
+project = "vision"                            # not a path: kept as it is
 )",
                                               "/home/u/.config/parsyn/config.toml");
   ASSERT_TRUE(config.ok()) << config.status().message();
@@ -26,6 +27,7 @@ data_dir="/var/lib/parsyn\u00e9"
   EXPECT_EQ(config->key_file, "/etc/parsyn/admin key");
   EXPECT_EQ(config->ca_file, "/home/u/.config/parsyn/certs/ca.pem");  // relative: from the file's folder
   EXPECT_EQ(config->data_dir, "/var/lib/parsyn\xc3\xa9");
+  EXPECT_EQ(config->project, "vision");
   EXPECT_TRUE(ParseCliConfig("", "c.toml").ok());
 }
 

@@ -20,6 +20,7 @@ void AddModelRemoteCommands(CLI::App& app, int& exit_code);
 void AddWorkerRegisterCommands(CLI::App& app, int& exit_code);
 void AddAuditCommands(CLI::App& app, int& exit_code);
 void AddUserCommands(CLI::App& app, int& exit_code);
+void AddProjectCommands(CLI::App& app, int& exit_code);
 void AddLoginCommand(CLI::App& app, int& exit_code);
 
 }  // namespace parsyn::cli

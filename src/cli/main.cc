@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   parsyn::cli::AddWorkerRegisterCommands(app, exit_code);
   parsyn::cli::AddAuditCommands(app, exit_code);
   parsyn::cli::AddUserCommands(app, exit_code);
+  parsyn::cli::AddProjectCommands(app, exit_code);
   parsyn::cli::AddLoginCommand(app, exit_code);
   parsyn::cli::AddWorkerCommand(app, exit_code);
   parsyn::cli::AddDemoCommand(app, exit_code);

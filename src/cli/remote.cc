@@ -76,6 +76,9 @@ void AddRemoteFlags(CLI::App& command, RemoteFlags& flags) {
   command.add_option("--ca-file", flags.ca_file,
                      "PEM CA certificate(s) to trust for an https:// server's certificate, besides the system's "
                      "(default: $PARSYN_CA_FILE, the config file's ca_file, else server.json's)");
+  command.add_option("--project", flags.project,
+                     "the project to act in (default: $PARSYN_PROJECT, the config file's project, else the server's "
+                     "\"default\")");
   command.add_option("--config", flags.config,
                      "the CLI config file (default: $PARSYN_CONFIG, else $XDG_CONFIG_HOME/parsyn/config.toml or "
                      "~/.config/parsyn/config.toml when it exists)");
@@ -115,6 +118,7 @@ StatusOr<RemoteSettings> ResolveRemote(const RemoteFlags& flags, bool need_key) 
   settings.data_dir = first({flags.data_dir, Env("PARSYN_DATA_DIR"), config.data_dir.string(), "parsyn-data"});
   settings.server = first({flags.server, Env("PARSYN_SERVER"), config.server});
   settings.ca_file = first({flags.ca_file, Env("PARSYN_CA_FILE"), config.ca_file.string()});
+  settings.project = first({flags.project, Env("PARSYN_PROJECT"), config.project});
   if (settings.server.empty()) {
     nlohmann::json info = nlohmann::json::parse(ReadFileTrimmed(settings.data_dir + "/server.json"), nullptr, false);
     if (info.is_object() && info.contains("url") && info["url"].is_string()) settings.server = info["url"];
@@ -172,6 +176,7 @@ StatusOr<std::unique_ptr<http::Client>> ConnectToServer(const RemoteFlags& flags
   options.bearer_token = settings.api_key;
   options.unreachable_hint = "is `parsyn server` running?";
   options.ca_file = settings.ca_file;
+  if (!settings.project.empty()) options.headers.emplace_back("X-Parsyn-Project", settings.project);
   return std::make_unique<http::Client>(options);
 }
 

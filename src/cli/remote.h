@@ -1,8 +1,9 @@
 // How the CLI's coordinator commands (job, dataset, model upload/list, worker register/list) find the server, the
 // admin key and extra CAs: one resolver, ResolveRemote. Each setting is taken from the first of
-//   1. its flag:               --server, --api-key or --key-file, --ca-file, --data-dir
-//   2. the environment:        PARSYN_SERVER, PARSYN_API_KEY or PARSYN_KEY_FILE, PARSYN_CA_FILE, PARSYN_DATA_DIR
-//   3. the config file:        server, key_file, ca_file, data_dir (config_file.h: --config, PARSYN_CONFIG,
+//   1. its flag:               --server, --api-key or --key-file, --ca-file, --data-dir, --project
+//   2. the environment:        PARSYN_SERVER, PARSYN_API_KEY or PARSYN_KEY_FILE, PARSYN_CA_FILE, PARSYN_DATA_DIR,
+//                              PARSYN_PROJECT
+//   3. the config file:        server, key_file, ca_file, data_dir, project (config_file.h: --config, PARSYN_CONFIG,
 //                              $XDG_CONFIG_HOME/parsyn/config.toml, ~/.config/parsyn/config.toml)
 //   4. for the key only: the one `parsyn login` saved (LoginKeyPath())
 //   5. the local data directory that `parsyn server` writes (./parsyn-data unless 1-3 name one): <data_dir>/server.json
@@ -29,12 +30,13 @@ struct RemoteFlags {
   std::string key_file;  // a file holding the admin key
   std::string data_dir;
   std::string ca_file;          // extra trusted CAs for an https:// server with a private CA
+  std::string project;          // the project the commands act in (X-Parsyn-Project; none: the server's "default")
   std::string config;           // --config: the CLI config file (config_file.h)
   std::string output = "text";  // --output: text (for people) or json (the API's JSON, for scripts)
   bool progress = false;        // --progress: transfer bars even when stderr is not a terminal
 };
 
-// Adds --server, --api-key, --key-file, --data-dir, --ca-file, --config and --output to a command.
+// Adds --server, --api-key, --key-file, --data-dir, --ca-file, --project, --config and --output to a command.
 void AddRemoteFlags(CLI::App& command, RemoteFlags& flags);
 // Adds --progress (upload and download commands).
 void AddProgressFlag(CLI::App& command, RemoteFlags& flags);
@@ -49,6 +51,7 @@ struct RemoteSettings {
   std::string api_key;
   std::string ca_file;
   std::string data_dir;
+  std::string project;  // empty: the server's default project
 };
 // InvalidArgument naming every place it looked when the server or key is missing; a config file's errors
 // (FILE:LINE: ...); NotFound for a key file named by a flag, the environment or the config file that cannot be read.
@@ -56,7 +59,7 @@ struct RemoteSettings {
 StatusOr<RemoteSettings> ResolveRemote(const RemoteFlags& flags, bool need_key = true);
 // Where `parsyn login` saves the key it gets: $XDG_CONFIG_HOME/parsyn/login-key, else ~/.config/parsyn/login-key.
 std::filesystem::path LoginKeyPath();
-// A client for ResolveRemote's server and key.
+// A client for ResolveRemote's server and key, naming its project (X-Parsyn-Project) on every call.
 StatusOr<std::unique_ptr<http::Client>> ConnectToServer(const RemoteFlags& flags);
 // --output json was asked for.
 inline bool JsonOutput(const RemoteFlags& flags) { return flags.output == "json"; }

@@ -1,5 +1,6 @@
 // The audit log's routes: GET /api/v1/audit pages the stored records (filters and order in docs/openapi.yaml), GET
-// /api/v1/projects/{id}/audit those of one project (for its owners), GET /api/v1/audit/key publishes the public half of the key that signs its checkpoints (docs/operations.md, "Audit log").
+// /api/v1/projects/{id}/audit those of one project (for its owners), GET /api/v1/audit/key publishes the public half of
+// the key that signs its checkpoints (docs/operations.md, "Audit log").
 #include <nlohmann/json.hpp>
 
 #include "coordinator/audit_log.h"
@@ -88,8 +89,8 @@ Status AddAuditRoutes(RouteTable& routes, const RouteContext& context, const Aud
                       const ObjectProject& owner) {
   auto h = std::make_shared<AuditRoutes>(context, audit);
   PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, std::string(kAllRecords), Bind(h, &AuditRoutes::List)));
-  PARSYN_RETURN_IF_ERROR(routes.OnProjectObject(Method::kGet, "/api/v1/projects/{id}/audit", Bind(h, &AuditRoutes::List),
-                                                storage::ProjectRole::kOwner, owner));
+  PARSYN_RETURN_IF_ERROR(routes.OnProjectObject(Method::kGet, "/api/v1/projects/{id}/audit",
+                                                Bind(h, &AuditRoutes::List), storage::ProjectRole::kOwner, owner));
   // Public: whoever verifies an exported log needs it, and it proves nothing but the signatures.
   return routes.Open(Method::kGet, "/api/v1/audit/key", Bind(h, &AuditRoutes::Key));
 }

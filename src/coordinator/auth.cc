@@ -145,11 +145,10 @@ void WorkerTokens::Reset(std::span<const storage::Worker> workers) {
 
 void WorkerTokens::Add(const storage::Worker& worker) {
   worker_by_token_sha256_[worker.token_sha256] = worker.id;
-  by_worker_[worker.id] = Entry{.worker_id = worker.id,
-                                .revoked = worker.revoked,
-                                .project_id = worker.kind == storage::WorkerKind::kManaged
-                                                  ? std::nullopt
-                                                  : std::optional(worker.project_id)};
+  by_worker_[worker.id] = Entry{
+      .worker_id = worker.id,
+      .revoked = worker.revoked,
+      .project_id = worker.kind == storage::WorkerKind::kManaged ? std::nullopt : std::optional(worker.project_id)};
 }
 
 bool WorkerTokens::ServesProject(int64_t worker_id, int64_t project_id) const {

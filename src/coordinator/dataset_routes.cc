@@ -53,8 +53,8 @@ Status AddDatasetRoutes(RouteTable& routes, const RouteContext& context) {
   using storage::ProjectRole;
   const ObjectProject owner =
       OwnerById(context, "dataset", [](storage::MetadataStore& s, int64_t id) { return s.GetDataset(id); });
-  PARSYN_RETURN_IF_ERROR(
-      routes.InProject(Method::kPost, "/api/v1/datasets", Bind(h, &DatasetRoutes::Import), ProjectRole::kEditor, upload));
+  PARSYN_RETURN_IF_ERROR(routes.InProject(Method::kPost, "/api/v1/datasets", Bind(h, &DatasetRoutes::Import),
+                                          ProjectRole::kEditor, upload));
   PARSYN_RETURN_IF_ERROR(
       routes.InProject(Method::kGet, "/api/v1/datasets", Bind(h, &DatasetRoutes::List), ProjectRole::kViewer));
   PARSYN_RETURN_IF_ERROR(routes.OnProjectObject(Method::kGet, "/api/v1/datasets/{id}", Bind(h, &DatasetRoutes::Get),

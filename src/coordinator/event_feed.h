@@ -26,8 +26,8 @@ namespace parsyn::coordinator {
 
 struct FeedEvent {
   uint64_t seq = 0;
-  std::string type;  // the SSE event name
-  std::string data;  // JSON
+  std::string type;        // the SSE event name
+  std::string data;        // JSON
   int64_t project_id = 0;  // the project whose streams carry it; 0: every stream (the managed pool)
 };
 

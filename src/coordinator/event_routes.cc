@@ -57,9 +57,9 @@ Status AddEventRoutes(RouteTable& routes, Service& service) {
     // refused, not ignored, so such a client learns it at once.
     for (const auto& [name, value] : req.query) {
       if (name == kProjectParam) continue;
-      co_return Response::Error(InvalidArgumentError(
-          "GET /api/v1/events takes no query parameters but project, got '" + name.substr(0, 64) +
-          "': it streams from now on; resume with the Last-Event-ID header"));
+      co_return Response::Error(
+          InvalidArgumentError("GET /api/v1/events takes no query parameters but project, got '" + name.substr(0, 64) +
+                               "': it streams from now on; resume with the Last-Event-ID header"));
     }
     std::string_view last_id = req.Header("last-event-id");
     StatusOr<EventFeed::Resume> resume = feed.ResumeFrom(last_id);

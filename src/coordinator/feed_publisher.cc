@@ -14,8 +14,7 @@ void FeedPublisher::Publish(std::string type, json data, int64_t project_id) {
   feed_.Publish(std::move(type), data.dump(), project_id);
 }
 
-void FeedPublisher::ForwardJobEvent(int64_t job_id, int64_t project_id, const std::string& type,
-                                    const json& payload) {
+void FeedPublisher::ForwardJobEvent(int64_t job_id, int64_t project_id, const std::string& type, const json& payload) {
   if (type != "worker_progress") jobs_live_changed_[job_id] = project_id;
   if (type == "worker_progress") {
     // A sample: the job's own stream has every report; the dashboard's lists need no more than this.

@@ -223,8 +223,8 @@ class JobRoutes {
     }
     StatusOr<PageRequest> page = ParsePageRequest(req);
     if (!page.ok()) co_return Response::Error(page.status());
-    auto list =
-        co_await loop::Offload(context_.pool, [&] { return context_.store.ListJobs(filter, PageQuery(*page, req.scope_id)); });
+    auto list = co_await loop::Offload(context_.pool,
+                                       [&] { return context_.store.ListJobs(filter, PageQuery(*page, req.scope_id)); });
     if (!list.ok()) co_return Response::Error(list.status());
     co_return Response::Json(200, PageJson("training_jobs", *list, *page, JobSummaryJson));
   }

@@ -6,12 +6,10 @@ namespace parsyn::coordinator {
 
 namespace {
 
-std::string RouteName(const http::Request& req) {
-  return std::string(http::MethodName(req.method)) + " " + req.route;
-}
+std::string RouteName(const http::Request& req) { return std::string(http::MethodName(req.method)) + " " + req.route; }
 
-Status RoleTooLow(const http::Request& req, const Caller& caller, std::string_view project,
-                  storage::ProjectRole needed, storage::ProjectRole held) {
+Status RoleTooLow(const http::Request& req, const Caller& caller, std::string_view project, storage::ProjectRole needed,
+                  storage::ProjectRole held) {
   return PermissionDeniedError(RouteName(req) + " needs the " + std::string(storage::ToString(needed)) +
                                " role in project " + std::string(project) + "; user " + caller.name + " is its " +
                                std::string(storage::ToString(held)) + ": ask one of its owners");
@@ -34,8 +32,7 @@ StatusOr<const storage::Project*> RequestProject(const http::Request& req, const
   }
   if (name.empty()) name = kDefaultProjectName;
   const storage::Project* project = directory.FindProjectByName(name);
-  const std::optional<storage::ProjectRole> role =
-      project == nullptr ? std::nullopt : RoleIn(caller, project->id);
+  const std::optional<storage::ProjectRole> role = project == nullptr ? std::nullopt : RoleIn(caller, project->id);
   if (!role) {
     return NotFoundError("project '" + name.substr(0, 64) + "' not found: `parsyn project list` shows the projects " +
                          caller.name + " is a member of (choose one with the " + std::string(kProjectHeader) +
@@ -63,8 +60,8 @@ Status CheckObjectRole(const http::Request& req, const Caller& caller, int64_t p
 }
 
 Status CheckProjectName(std::string_view name) {
-  const bool allowed = !name.empty() && name.size() <= 64 && name[0] != '.' && name[0] != '-' &&
-                       name[0] != '_' && std::all_of(name.begin(), name.end(), [](char c) {
+  const bool allowed = !name.empty() && name.size() <= 64 && name[0] != '.' && name[0] != '-' && name[0] != '_' &&
+                       std::all_of(name.begin(), name.end(), [](char c) {
                          return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
                        });
   if (!allowed) {

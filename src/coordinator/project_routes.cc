@@ -119,9 +119,8 @@ class ProjectRoutes {
   // The membership of `user_id` in the route's project, removed unless it is the last owner's.
   Awaitable<Response> Remove(Request& req, int64_t user_id) {
     const int64_t project_id = req.scope_id;
-    auto remove = loop::Offload(context_.pool, [this, project_id, user_id] {
-      return context_.store.RemoveProjectMember(project_id, user_id);
-    });
+    auto remove = loop::Offload(
+        context_.pool, [this, project_id, user_id] { return context_.store.RemoveProjectMember(project_id, user_id); });
     Status removed = co_await std::move(remove);  // kCoAwaitTemporaries
     if (removed.code() == StatusCode::kFailedPrecondition) {
       co_return Response::Error(FailedPreconditionError("user " + std::to_string(user_id) +
@@ -138,8 +137,7 @@ class ProjectRoutes {
     json members = json::array();
     for (const storage::ProjectMember& m : directory_.Members(project_id)) {
       const storage::User* u = directory_.FindUser(m.user_id);
-      members.push_back(
-          {{"user_id", m.user_id}, {"name", u ? u->name : ""}, {"role", storage::ToString(m.role)}});
+      members.push_back({{"user_id", m.user_id}, {"name", u ? u->name : ""}, {"role", storage::ToString(m.role)}});
     }
     return members;
   }

@@ -270,7 +270,9 @@ StatusOr<Caller> Service::AuthenticateUser(const http::Request& req) const {
                                                ? StatusOr<std::string>(*session)
                                                : BearerToken(req.Header("authorization")));
   const std::string hash = HashSecret(key);
-  if (DigestsEqual(hash, admin_key_hash_)) return Caller{.user_id = 1, .name = "admin", .platform_admin = true};
+  if (DigestsEqual(hash, admin_key_hash_)) {
+    return Caller{.user_id = 1, .name = "admin", .platform_admin = true, .roles = user_keys_.RolesOf(1)};
+  }
   return user_keys_.Authenticate(hash, clock_.UnixMillis());
 }
 

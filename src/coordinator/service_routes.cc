@@ -143,10 +143,9 @@ StatusOr<Caller> RequirePlatformAdmin(StatusOr<Caller> caller, const Request& re
 }  // namespace
 
 Status RouteTable::Admin(Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options) {
-  return Admin(
-      method, pattern,
-      UserHandler([handler = std::move(handler)](Request& req, const Caller&) { return handler(req); }),
-      std::move(options));
+  return Admin(method, pattern,
+               UserHandler([handler = std::move(handler)](Request& req, const Caller&) { return handler(req); }),
+               std::move(options));
 }
 
 Status RouteTable::Admin(Method method, std::string_view pattern, UserHandler handler, http::RouteOptions options) {
@@ -182,8 +181,8 @@ Status RouteTable::User(Method method, std::string_view pattern, UserHandler han
       options, "any user");
 }
 
-Status RouteTable::InProject(Method method, std::string_view pattern, UserHandler handler,
-                             storage::ProjectRole needed, http::RouteOptions options) {
+Status RouteTable::InProject(Method method, std::string_view pattern, UserHandler handler, storage::ProjectRole needed,
+                             http::RouteOptions options) {
   options.authorize = Authorizer([check = check_user_, directory = &directory_, needed](const Request& req) {
     StatusOr<Caller> caller = check(req);
     if (!caller.ok()) return caller.status();

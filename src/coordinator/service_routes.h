@@ -215,7 +215,7 @@ Status AddWorkerProtocolRoutes(RouteTable& routes, const RouteContext& context, 
                                Service& service);
 Status AddSecureAggregationRoutes(RouteTable& routes, Service& service);  // secure_aggregation_routes.cc
 Status AddUserRoutes(RouteTable& routes, const RouteContext& context, Service& service);  // user_routes.cc
-Status AddProjectRoutes(RouteTable& routes, const RouteContext& context,                 // project_routes.cc
+Status AddProjectRoutes(RouteTable& routes, const RouteContext& context,                  // project_routes.cc
                         Service& service);
 // `owner` reads a project route's project ({id}).
 Status AddAuditRoutes(RouteTable& routes, const RouteContext& context,  // audit_routes.cc

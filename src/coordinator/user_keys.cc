@@ -72,9 +72,13 @@ StatusOr<Caller> UserKeys::Authenticate(std::string_view key_sha256, int64_t now
     return UnauthenticatedError(which + " expired at " + Rfc3339Millis(*key.expires_at_ms) +
                                 "; make a new one with `parsyn key create`");
   }
-  Caller caller{.user_id = user->id, .name = user->name, .platform_admin = user->platform_admin};
-  if (auto roles = roles_by_user_.find(user->id); roles != roles_by_user_.end()) caller.roles = roles->second;
-  return caller;
+  return Caller{
+      .user_id = user->id, .name = user->name, .platform_admin = user->platform_admin, .roles = RolesOf(user->id)};
+}
+
+std::map<int64_t, storage::ProjectRole> UserKeys::RolesOf(int64_t user_id) const {
+  auto it = roles_by_user_.find(user_id);
+  return it == roles_by_user_.end() ? std::map<int64_t, storage::ProjectRole>{} : it->second;
 }
 
 const storage::ApiKey* UserKeys::FindKey(std::string_view key_sha256) const {

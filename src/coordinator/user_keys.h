@@ -71,6 +71,8 @@ class UserKeys {
   const std::map<int64_t, storage::Project>& projects() const { return projects_; }
   // The project's members by user id.
   std::vector<storage::ProjectMember> Members(int64_t project_id) const;
+  // The user's roles: project id -> role.
+  std::map<int64_t, storage::ProjectRole> RolesOf(int64_t user_id) const;
 
  private:
   struct DigestHash {

@@ -10,10 +10,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "base/log.h"
 #include "base/secure_random.h"
 #include "base/sha256.h"
 #include "base/strings.h"
-#include "base/log.h"
 #include "coordinator/auth.h"
 #include "coordinator/service.h"
 #include "coordinator/service_routes.h"

@@ -204,8 +204,8 @@ class WorkerAdminRoutes {
 Status AddWorkerAdminRoutes(RouteTable& routes, const RouteContext& context, Service& service) {
   auto h = std::make_shared<WorkerAdminRoutes>(context, service, service.sessions(), service.feed_publisher());
   using storage::ProjectRole;
-  PARSYN_RETURN_IF_ERROR(routes.InProject(Method::kPost, "/api/v1/workers", Bind(h, &WorkerAdminRoutes::Register),
-                                          ProjectRole::kEditor));
+  PARSYN_RETURN_IF_ERROR(
+      routes.InProject(Method::kPost, "/api/v1/workers", Bind(h, &WorkerAdminRoutes::Register), ProjectRole::kEditor));
   // The bootstrap key is checked from the headers, before the body is read, and again before the handler runs
   // (RouteTable::OwnKey).
   PARSYN_RETURN_IF_ERROR(
@@ -219,8 +219,8 @@ Status AddWorkerAdminRoutes(RouteTable& routes, const RouteContext& context, Ser
     if (w.ok() && w->kind == storage::WorkerKind::kManaged) w->project_id = kManagedPool;
     return w;
   });
-  PARSYN_RETURN_IF_ERROR(routes.OnProjectObject(Method::kGet, "/api/v1/workers/{id}",
-                                                Bind(h, &WorkerAdminRoutes::Get), ProjectRole::kViewer, owner));
+  PARSYN_RETURN_IF_ERROR(routes.OnProjectObject(Method::kGet, "/api/v1/workers/{id}", Bind(h, &WorkerAdminRoutes::Get),
+                                                ProjectRole::kViewer, owner));
   return routes.OnProjectObject(Method::kDelete, "/api/v1/workers/{id}", Bind(h, &WorkerAdminRoutes::Revoke),
                                 ProjectRole::kEditor, owner);
 }

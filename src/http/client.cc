@@ -215,6 +215,7 @@ StatusOr<ClientResponse> Client::Execute(Method method, std::string_view path, c
   request.stop = call.stop;
   if (!options_.bearer_token.empty()) request.headers.emplace_back("Authorization", "Bearer " + options_.bearer_token);
   if (!content_type.empty()) request.headers.emplace_back("Content-Type", std::string(content_type));
+  for (const auto& header : options_.headers) request.headers.push_back(header);
   for (const auto& header : call.headers) request.headers.push_back(header);
 
   PARSYN_ASSIGN_OR_RETURN(net::Response response, transport_->Perform(request));

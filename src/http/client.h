@@ -51,6 +51,7 @@ struct ClientOptions {
   std::filesystem::path client_key_file;   // its private key (PEM)
   uint64_t max_response_bytes = 64 << 20;  // in-memory response bodies larger than this fail (ResourceExhausted)
   std::string unreachable_hint;            // appended to connection failures, e.g. "is `parsyn server` running?"
+  std::vector<std::pair<std::string, std::string>> headers;  // sent with every call (before each call's own)
 };
 
 struct CallOptions {

@@ -84,10 +84,10 @@ class ClientConnection {
 
 struct Request {
   Method method = Method::kGet;
-  std::string target;                 // as sent: "/api/v1/training-jobs?limit=5"
-  std::string path;                   // percent-decoded path: "/api/v1/training-jobs"
-  std::string route;                  // the matched route's pattern: "/api/v1/training-jobs/{id}"; "" when none
-  std::string principal;              // who the route's credential check found ("admin", "worker 7"), for logs
+  std::string target;     // as sent: "/api/v1/training-jobs?limit=5"
+  std::string path;       // percent-decoded path: "/api/v1/training-jobs"
+  std::string route;      // the matched route's pattern: "/api/v1/training-jobs/{id}"; "" when none
+  std::string principal;  // who the route's credential check found ("admin", "worker 7"), for logs
   // What the route's check found the request acts within (the coordinator's project: its id and name), for the
   // audit log; 0 and "" when nothing.
   int64_t scope_id = 0;

@@ -150,7 +150,8 @@ StatusOr<Prepared> Prepare(const SimulationOptions& options) {
   p.spec = *spec;
   for (std::string& w : coordinator::JobSpecWarnings(body, *spec)) p.warnings.push_back(std::move(w));
   std::vector<std::string> problems;
-  PARSYN_RETURN_IF_ERROR(coordinator::CheckReferences(*p.store, storage::kDefaultProjectId, *spec, body, p.warnings, problems));
+  PARSYN_RETURN_IF_ERROR(
+      coordinator::CheckReferences(*p.store, storage::kDefaultProjectId, *spec, body, p.warnings, problems));
   if (!problems.empty()) return InvalidArgumentError("--job: " + JoinProblems(problems));
   PARSYN_ASSIGN_OR_RETURN(std::string private_seed, SecureRandomHex(32));
   p.job = storage::TrainingJob{.name = spec->name,

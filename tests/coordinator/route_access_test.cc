@@ -91,21 +91,27 @@ TeamProject MakeTeamProject(const ServerProcess& server, http::Client& admin) {
   post(members, {{"user", "vic"}, {"role", "viewer"}});
   // The team's objects: a job holds its dataset and model (their deletes answer 409 and leave them for the calls
   // after); the worker the routes revoke is not the one whose token is a credential.
-  auto in_team = [&](std::string path) { return path + (path.find('?') == std::string::npos ? "?" : "&") + "project=team"; };
+  auto in_team = [&](std::string path) {
+    return path + (path.find('?') == std::string::npos ? "?" : "&") + "project=team";
+  };
   const StatusOr<http::ClientResponse> dataset = admin.Send(
       http::Method::kPost, in_team("/api/v1/datasets?name=rows.jsonl"), TextDataset(8), "application/octet-stream");
   const StatusOr<http::ClientResponse> upload =
       admin.Send(http::Method::kPost, in_team("/api/v1/uploads"), TinyLlamaConfig(), "application/octet-stream");
   EXPECT_TRUE(dataset.ok() && upload.ok());
   if (!dataset.ok() || !upload.ok()) return team;
-  const json model = post(in_team("/api/v1/models"),
-                          {{"name", "tiny"}, {"files", {{"config.json", (*upload->Json())["upload_id"]}}}});
+  const json model =
+      post(in_team("/api/v1/models"), {{"name", "tiny"}, {"files", {{"config.json", (*upload->Json())["upload_id"]}}}});
   const json worker = post(in_team("/api/v1/workers"), {{"name", "target"}});
-  const json job = post(in_team("/api/v1/training-jobs"),
-                        {{"name", "j"}, {"dataset_id", (*dataset->Json())["id"]}, {"model_id", model["id"]},
-                         {"config", {{"use_peft", true}, {"lora_r", 4}, {"lora_alpha", 8}}}});
-  team.ids = {{"datasets", (*dataset->Json())["id"].dump()}, {"models", model["id"].dump()},
-              {"workers", worker["id"].dump()},           {"training-jobs", job["id"].dump()},
+  const json job =
+      post(in_team("/api/v1/training-jobs"), {{"name", "j"},
+                                              {"dataset_id", (*dataset->Json())["id"]},
+                                              {"model_id", model["id"]},
+                                              {"config", {{"use_peft", true}, {"lora_r", 4}, {"lora_alpha", 8}}}});
+  team.ids = {{"datasets", (*dataset->Json())["id"].dump()},
+              {"models", model["id"].dump()},
+              {"workers", worker["id"].dump()},
+              {"training-jobs", job["id"].dump()},
               {"projects", project["id"].dump()}};
   return team;
 }
@@ -125,8 +131,8 @@ TEST(RouteAccessTest, EveryRouteAnswersEveryCredentialAsItsAccessSays) {
   ASSERT_EQ(team.ids.size(), 5u);
   team.keys["the bootstrap key"] = bootstrap_key;
   const std::set<std::string> platform = {"the admin key", "a platform_admin's key"};
-  const std::set<std::string> users = {"the admin key", "a platform_admin's key", "the owner's key",
-                                       "an editor's key", "a viewer's key", "a non-member's key"};
+  const std::set<std::string> users = {"the admin key",   "a platform_admin's key", "the owner's key",
+                                       "an editor's key", "a viewer's key",         "a non-member's key"};
   // Which credentials each access lets through.
   std::map<std::string, std::set<std::string>> passes = {
       {"signed URL", {}},
@@ -153,8 +159,8 @@ TEST(RouteAccessTest, EveryRouteAnswersEveryCredentialAsItsAccessSays) {
       std::regex_search(path, m, std::regex(R"(^/api/v1/([a-z-]+)/\{id\})"));
       return m;
     }();
-    const std::string id = !collection.empty() && team.ids.count(collection[1].str()) ? team.ids.at(collection[1].str())
-                                                                                       : "999999";
+    const std::string id =
+        !collection.empty() && team.ids.count(collection[1].str()) ? team.ids.at(collection[1].str()) : "999999";
     path = std::regex_replace(path, std::regex(R"(\{id\})"), id);
     path = std::regex_replace(path, std::regex(R"(\{\w+(\.\.\.)?\})"), "999999");
     if (project_roles.count(route.access) && path.find('{') == std::string::npos) path += "?project=team";
@@ -186,8 +192,9 @@ TEST(RouteAccessTest, EveryRouteAnswersEveryCredentialAsItsAccessSays) {
       ++calls;
       if (path.ends_with("/membership")) {  // a member who left comes back, for the calls after
         for (const auto& [name, role] : {std::pair{"ed", "editor"}, std::pair{"vic", "viewer"}}) {
-          ASSERT_TRUE(admin->PostJson("/api/v1/projects/" + team.ids["projects"] + "/members",
-                                      {{"user", name}, {"role", role}}).ok());
+          ASSERT_TRUE(
+              admin->PostJson("/api/v1/projects/" + team.ids["projects"] + "/members", {{"user", name}, {"role", role}})
+                  .ok());
         }
       }
     }

@@ -68,7 +68,8 @@ TEST_F(UsersTest, APlatformAdminsKeyDoesWhatTheAdminKeyDoesAndOtherUsersOnlyThei
   StatusOr<http::ClientResponse> datasets = as_bob->Get("/api/v1/datasets");
   EXPECT_EQ(datasets.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(datasets.status().message(), HasSubstr("project 'default' not found"));
-  StatusOr<http::ClientResponse> users = as_bob->PostJson("/api/v1/users", {{"name", "mallory"}, {"platform_admin", true}});
+  StatusOr<http::ClientResponse> users =
+      as_bob->PostJson("/api/v1/users", {{"name", "mallory"}, {"platform_admin", true}});
   EXPECT_EQ(users.status().code(), StatusCode::kPermissionDenied);
   EXPECT_THAT(users.status().message(),
               HasSubstr("POST /api/v1/users needs the platform_admin role, which user bob does not have"));
