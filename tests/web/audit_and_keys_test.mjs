@@ -1,9 +1,9 @@
 // Browser test of the audit log page (#/audit), signing in with users' own keys, and the API keys page (#/keys): a
 // real `parsyn server` (no workers) and Debian's chromium driven headless by playwright-core. Registrations and a
 // refused key fill the log; the page lists the records newest first as GET /api/v1/audit gives them, pages on with
-// "Older records", filters by outcome and actor, and names the key that signs the checkpoints. Then a platform
-// admin's key signs in (another user's is refused saying why), and her keys page makes a key that works, shows it
-// once, and revokes it.
+// "Older records", filters by outcome and actor, and names the key that signs the checkpoints. Then users' own keys
+// sign in: one of no project is told so; a project's owner works in it (switcher, its workers, its members, its audit
+// records); a platform admin's keys page makes a key that works, shows it once, and revokes it.
 //
 //   node audit_and_keys_test.mjs --parsyn build/src/cli/parsyn [--out SCREENSHOT_DIR]
 //
@@ -88,24 +88,60 @@ async function main() {
   }
 }
 
-// A platform_admin's own key signs in as the admin key does; another user's key is refused saying why.
+// Users' own keys sign in. A user of no project is told so; made the owner of project vision, she works in it: the
+// switcher names it, the workers page lists its workers only, the members page adds a member, and the audit log page
+// shows the project's records. A platform admin's key then works everywhere, and her keys page is checked.
 async function userKeysSignIn(context, base, call) {
   const alice = await call('POST', '/users', JSON.stringify({ name: 'alice', platform_admin: true }));
   const bob = await call('POST', '/users', JSON.stringify({ name: 'bob' }));
+  await call('POST', '/users', JSON.stringify({ name: 'ed' }));
   const aliceKey = (await call('POST', '/keys', JSON.stringify({ name: 'browser', user_id: alice.id }))).key;
   const bobKey = (await call('POST', '/keys', JSON.stringify({ name: 'browser', user_id: bob.id }))).key;
   const page = await context.newPage();
   await page.goto(base);
-  await page.fill('#api-key', bobKey);
-  await page.keyboard.press('Enter');
-  await waitFor('the refusal', async () => /platform_admin/.test(await page.locator('#sign-in-error').textContent()));
-  assert.match(await page.locator('#sign-in-error').textContent(), /That key works, but the dashboard needs a platform_admin's: .*user bob/);
   await page.fill('#api-key', 'puk_not-a-key');
   await page.keyboard.press('Enter');
   await waitFor('the wrong key', async () => /not accepted: invalid API key/.test(await page.locator('#sign-in-error').textContent()));
-  await page.fill('#api-key', aliceKey);
+  await page.fill('#api-key', bobKey);
+  await page.keyboard.press('Enter');
+  await page.locator('#no-project').waitFor();
+  assert.match(await page.locator('#no-project').textContent(), /not a member of any project/);
+  await page.click('#sign-out');
+
+  const vision = await call('POST', '/projects', JSON.stringify({ name: 'vision', owner: 'bob' }));
+  const inVision = await fetch(`${base}/api/v1/workers`, { method: 'POST', body: JSON.stringify({ name: 'vision-gpu' }),
+    headers: { Authorization: `Bearer ${aliceKey}`, 'X-Parsyn-Project': 'vision' } });
+  assert.equal(inVision.status, 201, await inVision.text());
+  await page.fill('#api-key', bobKey);
   await page.keyboard.press('Enter');
   await page.locator('h1', { hasText: 'Training' }).waitFor();
+  assert.equal(await page.locator('#project-select').inputValue(), 'vision');
+  await page.click('nav a[data-nav="workers"]');
+  const workerNames = () => page.locator('#workers-table tbody tr td:nth-child(1)').allTextContents();
+  await waitFor('vision\'s worker alone', async () => /^vision-gpu #\d+$/.test((await workerNames()).join()));
+  await page.click('nav a[data-nav="members"]');
+  await page.locator('h1', { hasText: 'Members of vision' }).waitFor();
+  await page.fill('#member-user', 'ed');
+  await page.selectOption('#member-role', 'editor');
+  await page.click('#member-form button[type=submit]');
+  await page.locator('#members-table tr[data-user="ed"][data-role="editor"]').waitFor();
+  assert.deepEqual((await call('GET', `/projects/${vision.id}`)).members.map((m) => [m.name, m.role]),
+    [['bob', 'owner'], ['ed', 'editor']]);
+  page.once('dialog', (dialog) => dialog.accept());
+  await page.click('#leave-project');  // the last owner: refused, saying so
+  await waitFor('the refusal', async () => /last owner/.test(await page.locator('#members-error').textContent()));
+  await page.click('nav a[data-nav="audit"]');
+  await page.locator('h1', { hasText: 'Audit log of vision' }).waitFor();
+  await waitFor('vision\'s records', async () => (await seqsOf(page)).length >= 2);
+  const actions = await page.locator('#audit-table tbody tr td:nth-child(4)').allTextContents();
+  assert.ok(actions.every((a) => /projects|workers/.test(a)), actions.join());
+  await page.click('#sign-out');
+
+  await page.fill('#api-key', aliceKey);
+  await page.keyboard.press('Enter');
+  await page.locator('h1', { hasText: 'Audit log' }).waitFor();  // where bob left off
+  const options = await page.locator('#project-select option').allTextContents();
+  assert.deepEqual(options, ['default (owner)', 'vision (owner)']);
   await keysPage(page, call, alice);
   await page.close();
 }

@@ -4,6 +4,7 @@
 // header).
 
 const KEY_NAME = 'parsyn.apiKey';
+const PROJECT_NAME = 'parsyn.project';
 // The "key" of a browser signed in with single sign-on: its session's key is in an HttpOnly cookie the page cannot
 // read, sent by the browser itself; requests that change something repeat the CSRF cookie in X-CSRF-Token.
 export const SSO_SESSION = 'sso-session';
@@ -23,6 +24,18 @@ export function apiKey() {
 export function setApiKey(key) {
   if (key) sessionStorage.setItem(KEY_NAME, key);
   else sessionStorage.removeItem(KEY_NAME);
+}
+
+// The project every request acts in (X-Parsyn-Project; docs/operations.md, "Users, projects and roles"), kept for
+// this tab; null before one is chosen (the server's "default").
+export function project() {
+  return sessionStorage.getItem(PROJECT_NAME);
+}
+
+/** @param {string | null} name */
+export function setProject(name) {
+  if (name) sessionStorage.setItem(PROJECT_NAME, name);
+  else sessionStorage.removeItem(PROJECT_NAME);
 }
 
 // An error answer of the API: {"error": {"code", "message", "errors"?}} with its HTTP status. `errors` holds the
@@ -50,8 +63,13 @@ export function setUnauthenticatedHandler(handler) {
 
 /** @param {Record<string, string>} [extra] @returns {Record<string, string>} */
 function authHeaders(extra = {}) {
-  if (apiKey() === SSO_SESSION) return { 'X-CSRF-Token': cookie('parsyn_csrf'), ...extra };
-  return { Authorization: `Bearer ${apiKey() ?? ''}`, ...extra };
+  /** @type {Record<string, string>} */
+  const headers = apiKey() === SSO_SESSION
+    ? { 'X-CSRF-Token': cookie('parsyn_csrf') }
+    : { Authorization: `Bearer ${apiKey() ?? ''}` };
+  const name = project();
+  if (name) headers['X-Parsyn-Project'] = name;
+  return { ...headers, ...extra };
 }
 
 /** @param {Response} response @returns {Promise<ApiError>} */

@@ -1,5 +1,6 @@
-// The dashboard's shell: sign-in with the API key, the navigation, and a hash router (#/training, #/jobs/new,
-// #/jobs/<id>, #/workers, #/audit, #/keys). Each page is a module exporting render(container, params) -> cleanup function.
+// The dashboard's shell: sign-in with the API key, the navigation with its project switcher, and a hash router
+// (#/training, #/jobs/new, #/jobs/<id>, #/workers, #/members, #/audit, #/keys). Each page is a module exporting
+// render(container, params, reroute) -> cleanup function.
 import { api, apiKey, cookie, setApiKey, setUnauthenticatedHandler, ApiError, SSO_SESSION } from './api.js';
 import { h } from './dom.js';
 import * as training from './training.js';
@@ -8,23 +9,27 @@ import * as jobDetail from './job_detail.js';
 import * as workers from './workers.js';
 import * as audit from './audit.js';
 import * as keys from './keys.js';
+import * as members from './members.js';
+import { currentProject, forgetProjects, loadedProjects, loadProjects, projectSwitcher } from './projects.js';
 
 // index.html has both.
 const main = /** @type {HTMLElement} */ (document.getElementById('main'));
 const nav = /** @type {HTMLElement} */ (document.getElementById('nav'));
+const switcher = /** @type {HTMLElement} */ (document.getElementById('project-switcher'));
 /** @type {(() => void) | null} */
 let cleanup = null;
 let signingIn = false;  // a 401 while trying a key is the form's answer, not a lost session
 
 /**
- * @typedef {{render: (container: HTMLElement, params: string[]) => (() => void) | undefined}} Page
- * @type {{pattern: RegExp, page: Page, title: string, nav: string}[]}
+ * @typedef {{render: (container: HTMLElement, params: string[], reroute: () => void) => (() => void) | undefined}} Page
+ * @type {{pattern: RegExp, page: Page, title: string, nav: string, inProject?: boolean}[]}
  */
 const ROUTES = [
-  { pattern: /^#\/training$/, page: training, title: 'Training', nav: 'training' },
-  { pattern: /^#\/jobs\/new$/, page: newJob, title: 'New training job', nav: 'new' },
-  { pattern: /^#\/jobs\/(\d+)$/, page: jobDetail, title: 'Training job', nav: 'training' },
-  { pattern: /^#\/workers$/, page: workers, title: 'Workers', nav: 'workers' },
+  { pattern: /^#\/training$/, page: training, title: 'Training', nav: 'training', inProject: true },
+  { pattern: /^#\/jobs\/new$/, page: newJob, title: 'New training job', nav: 'new', inProject: true },
+  { pattern: /^#\/jobs\/(\d+)$/, page: jobDetail, title: 'Training job', nav: 'training', inProject: true },
+  { pattern: /^#\/workers$/, page: workers, title: 'Workers', nav: 'workers', inProject: true },
+  { pattern: /^#\/members$/, page: members, title: 'Members', nav: 'members' },
   { pattern: /^#\/audit$/, page: audit, title: 'Audit log', nav: 'audit' },
   { pattern: /^#\/keys$/, page: keys, title: 'API keys', nav: 'keys' },
 ];
@@ -44,7 +49,7 @@ function showSignIn(message) {
     { class: 'card sign-in', novalidate: true },
     h('h1', {}, 'Parsyn'),
     h('p', { class: 'muted' }, 'Enter the admin API key that `parsyn server` printed on its first start ' +
-      '(also in the file admin-key in its data directory), or a platform admin\'s own key (`parsyn key create`). ' +
+      '(also in the file admin-key in its data directory), or your own key (`parsyn key create`). ' +
       'It is kept for this browser tab only.'),
     h('label', { for: 'api-key' }, 'API key'),
     input,
@@ -63,7 +68,7 @@ function showSignIn(message) {
     setApiKey(key);
     signingIn = true;
     try {
-      await api('GET', '/workers');  // any admin route: tells a wrong key apart
+      await loadProjects();  // any user's route: tells a wrong key apart, and lists the projects to choose from
       signingIn = false;
       if (!ROUTES.some((r) => r.pattern.test(location.hash))) history.replaceState(null, '', '#/training');
       route(true);
@@ -72,8 +77,7 @@ function showSignIn(message) {
       setApiKey(null);
       error.textContent = !(err instanceof ApiError) || err.status >= 500
         ? `Could not reach the server: ${/** @type {Error} */ (err).message}`
-        : err.status === 403 ? `That key works, but the dashboard needs a platform_admin's: ${err.message}`
-          : `That key was not accepted: ${err.message}`;
+        : `That key was not accepted: ${err.message}`;
       button.disabled = false;
       input.focus();
     }
@@ -100,6 +104,13 @@ function route(moveFocus = false) {
     showSignIn();
     return;
   }
+  if (loadedProjects() === null) {  // a reload: read the projects first
+    loadProjects().then(() => route(moveFocus), (err) => {
+      if (!(err instanceof ApiError) || err.status !== 401) main.replaceChildren(h('p', { class: 'field-error' },
+        `Could not reach the server: ${/** @type {Error} */ (err).message}`));
+    });
+    return;
+  }
   const match = ROUTES.map((r) => ({ r, m: r.pattern.exec(location.hash) })).find((x) => x.m);
   if (!match) {
     location.replace('#/training');
@@ -111,10 +122,18 @@ function route(moveFocus = false) {
     if (link.dataset.nav === match.r.nav) link.setAttribute('aria-current', 'page');
     else link.removeAttribute('aria-current');
   }
+  switcher.replaceChildren(projectSwitcher(() => route()));
   document.title = `${match.r.title} · Parsyn`;
   const container = h('div', { class: 'page' });
   main.replaceChildren(container);
-  cleanup = match.r.page.render(container, /** @type {RegExpExecArray} */ (match.m).slice(1)) ?? null;
+  if (match.r.inProject && currentProject() === null) {
+    container.append(h('h1', {}, match.r.title), h('p', { id: 'no-project', class: 'notice' },
+      'You are not a member of any project yet: ask a platform admin or a project\'s owner to add you. ' +
+      'Your API keys are on the "API keys" page.'));
+    cleanup = null;
+  } else {
+    cleanup = match.r.page.render(container, /** @type {RegExpExecArray} */ (match.m).slice(1), () => route()) ?? null;
+  }
   // After a navigation the keyboard continues from the new page's content (the first load keeps the natural order).
   if (moveFocus) main.focus({ preventScroll: true });
 }
@@ -122,6 +141,7 @@ function route(moveFocus = false) {
 setUnauthenticatedHandler(() => {
   if (signingIn) return;
   setApiKey(null);
+  forgetProjects();
   showSignIn('The server no longer accepts the key: sign in again.');
 });
 
@@ -129,6 +149,7 @@ setUnauthenticatedHandler(() => {
   // A single sign-on session ends at the server too: its key is revoked and its cookies cleared.
   if (apiKey() === SSO_SESSION) await api('POST', '/auth/logout').catch(() => {});
   setApiKey(null);
+  forgetProjects();
   showSignIn('Signed out.');
 });
 

@@ -1,8 +1,10 @@
 // Audit log page (#/audit): the coordinator's audit records, newest first, one page at a time ("Older records"
-// reads the next), filtered by actor, action and outcome (GET /api/v1/audit). Checkpoints show which key signed
-// them; the page names the key (GET /api/v1/audit/key) and how to verify an export offline.
-import { api } from './api.js';
+// reads the next), filtered by actor, action and outcome (GET /api/v1/audit; a project owner who is no platform admin
+// reads the current project's, GET /api/v1/projects/{id}/audit). Checkpoints show which key signed them; the page
+// names the key (GET /api/v1/audit/key) and how to verify an export offline.
+import { api, ApiError } from './api.js';
 import { h, fmtTime, replaceKeepingFocus, statusBadge } from './dom.js';
+import { currentProject } from './projects.js';
 
 const PAGE = 50;
 
@@ -13,14 +15,17 @@ const PAGE = 50;
  *   checkpoint?: {seq: number, key_id: string}}} AuditRecord
  */
 
-/** The query of the filters' current values. @param {Record<string, string>} filters @param {string | null} cursor */
-export function auditQuery(filters, cursor) {
+/**
+ * The query of the filters' current values.
+ * @param {Record<string, string>} filters @param {string | null} cursor @param {string} [base] the records' route
+ */
+export function auditQuery(filters, cursor, base = '/audit') {
   const params = new URLSearchParams({ order: 'desc', limit: String(PAGE) });
   for (const [name, value] of Object.entries(filters)) {
     if (value.trim()) params.set(name, value.trim());
   }
   if (cursor !== null) params.set('cursor', cursor);
-  return `/audit?${params}`;
+  return `${base}?${params}`;
 }
 
 /** @param {AuditRecord} r */
@@ -40,6 +45,7 @@ function row(r) {
 
 /** @param {HTMLElement} container */
 export function render(container) {
+  const heading = h('h1', {}, 'Audit log');
   const actor = h('input', { id: 'audit-actor', placeholder: 'admin, worker 7, anonymous' });
   const action = h('input', { id: 'audit-action', placeholder: 'POST /api/v1/training-jobs' });
   const outcome = h('select', { id: 'audit-outcome' },
@@ -55,7 +61,7 @@ export function render(container) {
   const more = h('button', { type: 'button', id: 'audit-more', hidden: true }, 'Older records');
   const key = h('p', { class: 'muted', id: 'audit-key' });
   container.append(
-    h('div', { class: 'page-head' }, h('h1', {}, 'Audit log')),
+    h('div', { class: 'page-head' }, heading),
     key,
     form,
     h('div', { class: 'table-wrap' },
@@ -73,6 +79,21 @@ export function render(container) {
   let cursor = null;
   let generation = 0;  // a new filter supersedes a page still loading
 
+  // The whole log (a platform admin's), else the current project's records (its owners'): the first 403 says which.
+  let base = '/audit';
+  /** @param {{actor: string, action: string, outcome: string}} filters */
+  async function readPage(filters) {
+    try {
+      return await api('GET', auditQuery(filters, cursor, base));
+    } catch (err) {
+      const project = currentProject();
+      if (!(err instanceof ApiError) || err.status !== 403 || base !== '/audit' || !project) throw err;
+      base = `/projects/${project.id}/audit`;
+      heading.textContent = `Audit log of ${project.name}`;
+      return api('GET', auditQuery(filters, cursor, base));
+    }
+  }
+
   /** @param {boolean} fresh */
   async function load(fresh) {
     const mine = fresh ? ++generation : generation;
@@ -84,7 +105,7 @@ export function render(container) {
     more.hidden = true;
     const filters = { actor: actor.value, action: action.value, outcome: outcome.value };
     try {
-      const page = await api('GET', auditQuery(filters, cursor));
+      const page = await readPage(filters);
       if (stopped || mine !== generation) return;
       records.push(...page.records);
       cursor = page.next_cursor ?? null;
