@@ -45,7 +45,7 @@ TEST(CliConfigTest, TrainersSectionListsNamedCommands) {
 TEST(CliConfigTest, ErrorsNameTheFileLineAndWhat) {
   const std::pair<const char*, const char*> cases[] = {
       {"server = \"a\"\nsevrer = \"b\"\n",
-       "c.toml:2: unknown key 'sevrer' (known: server, key_file, ca_file, data_dir, and [trainers])"},
+       "c.toml:2: unknown key 'sevrer' (known: server, key_file, ca_file, data_dir, project, and [trainers])"},
       {"server = https://x\n", "c.toml:1: server: 'https://x' is not a value: write a \"quoted string\""},
       {"\n\nserver = \"a\"\nserver = \"b\"\n", "c.toml:4: 'server' is set twice (first on line 3)"},
       {"[remote]\nserver = \"a\"\n", "c.toml:1: the only section is [trainers]"},

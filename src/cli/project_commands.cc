@@ -42,7 +42,7 @@ void PrintMembers(const json& members) {
   }
 }
 
-int Create(const ProjectFlags& f) {
+int CreateProject(const ProjectFlags& f) {
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("project create", client.status());
   json body = {{"name", f.name}};
@@ -61,7 +61,7 @@ int Create(const ProjectFlags& f) {
   return 0;
 }
 
-int List(const ProjectFlags& f) {
+int ListProjects(const ProjectFlags& f) {
   auto client = ConnectToServer(f.remote);
   if (!client.ok()) return Fail("project list", client.status());
   auto res = (*client)->Get("/api/v1/projects");
@@ -154,10 +154,10 @@ void AddProjectCommands(CLI::App& app, int& exit_code) {
   AddRemoteFlags(*create, flags->remote);
   create->add_option("name", flags->name, "1 to 64 of a-z 0-9 . _ -")->required();
   create->add_option("--owner", flags->owner, "its first owner's user name (default: you)");
-  create->callback([flags, &exit_code] { exit_code = Create(*flags); });
+  create->callback([flags, &exit_code] { exit_code = CreateProject(*flags); });
   CLI::App* list = projects->add_subcommand("list", "your projects and your role in each");
   AddRemoteFlags(*list, flags->remote);
-  list->callback([flags, &exit_code] { exit_code = List(*flags); });
+  list->callback([flags, &exit_code] { exit_code = ListProjects(*flags); });
   CLI::App* members = projects->add_subcommand("members", "a project's members and their roles");
   AddRemoteFlags(*members, flags->remote);
   members->add_option("name", flags->name, "project name")->required();

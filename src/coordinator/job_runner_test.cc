@@ -1025,6 +1025,23 @@ TEST(JobRunnerTest, JobOverTheWorkersOwnDataWeighsTheirReportedSamples) {
   }
 }
 
+// Only the job's project's own workers (and managed ones) train it: another project's worker, online and listed
+// first, gets no task.
+TEST(JobRunnerTest, AnotherProjectsWorkerTakesNoPart) {
+  JobFixture f(json::object(), /*own_data=*/false, /*directory_blobs=*/false, /*workers=*/3);
+  const int64_t other = f.host_->sessions_.begin()->first;  // the lowest id: the first one offered
+  f.host_->worker_projects_[other] = storage::kDefaultProjectId + 1;
+  ASSERT_TRUE(f.StartRunner().ok());
+  ASSERT_TRUE(f.Drive());
+  ASSERT_EQ(f.StoredJob().status, storage::JobStatus::kSucceeded);
+  StatusOr<std::vector<storage::Round>> rounds = f.store_->ListRounds(f.job_id_);
+  ASSERT_TRUE(rounds.ok());
+  ASSERT_FALSE(rounds->empty());
+  for (const storage::Round& r : *rounds) {
+    EXPECT_EQ(std::count(r.participants.begin(), r.participants.end(), other), 0) << "round " << r.round;
+  }
+}
+
 // A non-IID partition's shard sizes are known only when the job is set up: there, not at create time, a split more
 // than 4x uneven gets its warning event (an even one gets none).
 TEST(JobRunnerTest, SkewedPartitionWarnsOfUnevenShardsAtSetup) {
