@@ -130,6 +130,15 @@ Status RouteTable::Add(Method method, std::string_view pattern, http::Handler ha
 
 namespace {
 
+// The leader check's error, else the caller `check` finds (named in req.principal, for logs and the audit log).
+StatusOr<Caller> LeaderAndCaller(const RouteTable::LeaderCheck& leader, const RouteTable::UserCheck& check,
+                                 Request& req) {
+  if (leader) PARSYN_RETURN_IF_ERROR(leader());
+  PARSYN_ASSIGN_OR_RETURN(Caller caller, check(req));
+  req.principal = caller.name;
+  return caller;
+}
+
 // A platform_admin's, or PermissionDenied naming the route and the role.
 StatusOr<Caller> RequirePlatformAdmin(StatusOr<Caller> caller, const Request& req) {
   if (caller.ok() && !caller->platform_admin) {
@@ -170,12 +179,8 @@ Status RouteTable::User(Method method, std::string_view pattern, UserHandler han
   return Add(
       method, pattern,
       [leader = check_leader_, check = check_user_, handler = std::move(handler)](Request& req) -> Awaitable<Response> {
-        if (leader) {
-          if (Status s = leader(); !s.ok()) co_return Response::Error(s);
-        }
-        StatusOr<Caller> caller = check(req);
+        StatusOr<Caller> caller = LeaderAndCaller(leader, check, req);
         if (!caller.ok()) co_return Response::Error(caller.status());
-        req.principal = caller->name;
         co_return co_await handler(req, *caller);
       },
       options, "any user");
@@ -192,12 +197,8 @@ Status RouteTable::InProject(Method method, std::string_view pattern, UserHandle
       method, pattern,
       [leader = check_leader_, check = check_user_, directory = &directory_, needed,
        handler = std::move(handler)](Request& req) -> Awaitable<Response> {
-        if (leader) {
-          if (Status s = leader(); !s.ok()) co_return Response::Error(s);
-        }
-        StatusOr<Caller> caller = check(req);
+        StatusOr<Caller> caller = LeaderAndCaller(leader, check, req);
         if (!caller.ok()) co_return Response::Error(caller.status());
-        req.principal = caller->name;
         StatusOr<const storage::Project*> project = RequestProject(req, *caller, *directory, needed);
         if (!project.ok()) co_return Response::Error(project.status());
         req.scope_id = (*project)->id;
@@ -214,19 +215,16 @@ Status RouteTable::OnProjectObject(Method method, std::string_view pattern, User
       method, pattern,
       [leader = check_leader_, check = check_user_, directory = &directory_, needed, owner = std::move(owner),
        handler = std::move(handler)](Request& req) -> Awaitable<Response> {
-        if (leader) {
-          if (Status s = leader(); !s.ok()) co_return Response::Error(s);
-        }
-        StatusOr<Caller> caller = check(req);
+        StatusOr<Caller> caller = LeaderAndCaller(leader, check, req);
         if (!caller.ok()) co_return Response::Error(caller.status());
-        req.principal = caller->name;
         auto read_owner = owner(req);  // kCoAwaitTemporaries
         StatusOr<ObjectOwner> found = co_await std::move(read_owner);
         if (!found.ok()) co_return Response::Error(found.status());
-        Status allowed = CheckObjectRole(req, *caller, found->project_id, found->object, needed, *directory);
-        if (!allowed.ok()) co_return Response::Error(allowed);
+        // The project's audit records show what was asked of its objects, refusals included.
         req.scope_id = found->project_id;
         if (const storage::Project* p = directory->FindProject(found->project_id)) req.scope = p->name;
+        Status allowed = CheckObjectRole(req, *caller, found->project_id, found->object, needed, *directory);
+        if (!allowed.ok()) co_return Response::Error(allowed);
         co_return co_await handler(req, *caller);
       },
       options, std::string(storage::ToString(needed)));
