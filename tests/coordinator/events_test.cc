@@ -1,6 +1,6 @@
 // GET /api/v1/events, the dashboard's stream across jobs, against a real `parsyn server` with scripted workers:
 // job, round and worker changes arrive; a client resuming with Last-Event-ID gets exactly the events it missed; the
-// admin key is required.
+// admin key is required; each project's stream carries its own workers' changes and none of another project's.
 #include <gtest/gtest.h>
 
 #include <mutex>
@@ -23,17 +23,18 @@ struct Seen {
 // stream ends or `kWait` passes.
 class EventReader {
  public:
+  // `path`: the stream's, with its query (the project).
   EventReader(const ServerProcess& server, std::string last_event_id,
-              std::function<bool(const std::vector<Seen>&)> done)
+              std::function<bool(const std::vector<Seen>&)> done, std::string path = "/api/v1/events")
       : client_(AdminClient(server)) {
-    thread_ = std::jthread([this, last_event_id, done = std::move(done)](std::stop_token stop) {
+    thread_ = std::jthread([this, last_event_id, path, done = std::move(done)](std::stop_token stop) {
       http::CallOptions call;
       call.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(kWait);
       call.stop = stop;
       if (!last_event_id.empty()) call.headers.emplace_back("Last-Event-ID", last_event_id);
       // The read ends when `done` holds, at the stop or at the timeout: what it saw is what the tests check.
       [[maybe_unused]] Status ended = client_->ReadEvents(
-          "/api/v1/events",
+          path,
           [&](const http::SseEvent& e) {
             std::lock_guard lock(mu_);
             seen_.push_back({e.id, e.event, json::parse(e.data, nullptr, false)});
@@ -237,6 +238,46 @@ TEST(EventsTest, NeedsTheAdminKeyAndWellFormedIdsAndSummarisesAWaitingJob) {
   EXPECT_EQ(seen[live_at].data["job_id"], job_id);
   EXPECT_EQ(seen[live_at].data["active_workers"], 0);
   EXPECT_TRUE(seen[live_at].data["phase"].is_string()) << seen[live_at].data.dump();
+}
+
+// Each stream is its project's: a worker registered in vision shows in vision's stream only, one of the default
+// project in the default one's only. Each stream is read until a change of a later batch (workers' changes go out
+// once a second) than the other project's first.
+TEST(EventsTest, AProjectsStreamCarriesNoneOfAnotherProjectsChanges) {
+  TempDir dir;
+  ServerProcess server(dir.path() / "data");
+  auto admin = AdminClient(server);
+  ASSERT_TRUE(admin->PostJson("/api/v1/projects", {{"name", "vision"}}).ok());
+  std::mutex mu;
+  std::map<std::string, int64_t> ids;  // the readers' threads read it
+  auto add = [&](const std::string& name, const std::string& project) {
+    StatusOr<http::ClientResponse> w = admin->PostJson("/api/v1/workers?project=" + project, {{"name", name}});
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    std::lock_guard lock(mu);
+    ids[name] = (*w->Json())["id"].get<int64_t>();
+  };
+  auto has_worker = [&](const std::vector<Seen>& seen, const std::string& name) {
+    std::lock_guard lock(mu);
+    return ids.count(name) && !WorkerState(seen, ids.at(name)).empty();
+  };
+  EventReader in_vision(
+      server, "", [&](const std::vector<Seen>& seen) { return has_worker(seen, "vision-2"); },
+      "/api/v1/events?project=vision");
+  EventReader in_default(server, "", [&](const std::vector<Seen>& seen) { return has_worker(seen, "default-2"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both streams open
+  add("vision-1", "vision");
+  add("default-1", "default");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the next batch
+  add("vision-2", "vision");
+  add("default-2", "default");
+  const std::vector<Seen> vision = in_vision.Join();
+  const std::vector<Seen> default_project = in_default.Join();
+  EXPECT_TRUE(has_worker(vision, "vision-1"));
+  EXPECT_TRUE(has_worker(vision, "vision-2"));
+  EXPECT_FALSE(has_worker(vision, "default-1"));
+  EXPECT_TRUE(has_worker(default_project, "default-1"));
+  EXPECT_TRUE(has_worker(default_project, "default-2"));
+  EXPECT_FALSE(has_worker(default_project, "vision-1"));
 }
 
 }  // namespace
