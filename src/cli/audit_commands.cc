@@ -48,13 +48,17 @@ int Export(const AuditFlags& f) {
   add("outcome", f.outcome);
   if (f.since_ms > 0) add("since_ms", std::to_string(f.since_ms));
   if (f.until_ms > 0) add("until_ms", std::to_string(f.until_ms));
+  // Only --project narrows the export (a project's owners read its records); the default project of the
+  // environment or the config file does not.
+  add("project", f.remote.project);
   StatusOr<json> records = ListAll(**client, path, "records");
   if (!records.ok()) return Fail("audit export", records.status());
   std::string lines;
   for (const json& r : *records) lines += r.dump() + "\n";
   if (Status written = WriteOut(f.out, lines); !written.ok()) return Fail("audit export", written);
   std::cerr << "exported " << records->size() << " audit record(s)" << (f.out == "-" ? "" : " to " + f.out)
-            << (f.actor.empty() && f.action.empty() && f.outcome.empty() && f.since_ms == 0 && f.until_ms == 0
+            << (f.actor.empty() && f.action.empty() && f.outcome.empty() && f.since_ms == 0 && f.until_ms == 0 &&
+                        f.remote.project.empty()
                     ? ""
                     : " (filtered: such a file does not verify as one chain)")
             << "\n";

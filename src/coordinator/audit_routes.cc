@@ -1,5 +1,5 @@
-// The audit log's routes: GET /api/v1/audit pages the stored records (filters and order in docs/openapi.yaml), GET
-// /api/v1/projects/{id}/audit those of one project (for its owners), GET /api/v1/audit/key publishes the public half of
+// The audit log's routes: GET /api/v1/audit pages the stored records (filters and order in docs/openapi.yaml; a
+// project's owners read its records with ?project=NAME), GET /api/v1/audit/key publishes the public half of
 // the key that signs its checkpoints (docs/operations.md, "Audit log").
 #include <nlohmann/json.hpp>
 
@@ -10,17 +10,15 @@
 namespace parsyn::coordinator {
 namespace {
 
-constexpr std::string_view kAllRecords = "/api/v1/audit";
-
 class AuditRoutes {
  public:
   AuditRoutes(const RouteContext& context, const AuditLog& audit) : context_(context), audit_(audit) {}
 
-  // Every record (platform admins), or on a project's route (RouteTable checked the owner role) the project's.
+  // Every record (a platform admin), or those of the project ?project= names (RouteTable checked its owner role).
   Awaitable<Response> List(Request& req, const Caller&) {
     StatusOr<storage::AuditQuery> query = QueryOf(req);
     if (!query.ok()) co_return Response::Error(query.status());
-    if (req.route != kAllRecords) query->project_id = req.scope_id;
+    query->project_id = req.scope_id;
     const int64_t limit = query->limit;
     ++query->limit;  // one more: tells whether another page follows
     auto read = loop::Offload(context_.pool, [this, q = *query] { return context_.store.ListAuditRecords(q); });
@@ -85,12 +83,9 @@ class AuditRoutes {
 
 }  // namespace
 
-Status AddAuditRoutes(RouteTable& routes, const RouteContext& context, const AuditLog& audit,
-                      const ObjectProject& owner) {
+Status AddAuditRoutes(RouteTable& routes, const RouteContext& context, const AuditLog& audit) {
   auto h = std::make_shared<AuditRoutes>(context, audit);
-  PARSYN_RETURN_IF_ERROR(routes.Admin(Method::kGet, std::string(kAllRecords), Bind(h, &AuditRoutes::List)));
-  PARSYN_RETURN_IF_ERROR(routes.OnProjectObject(Method::kGet, "/api/v1/projects/{id}/audit",
-                                                Bind(h, &AuditRoutes::List), storage::ProjectRole::kOwner, owner));
+  PARSYN_RETURN_IF_ERROR(routes.AdminOrProjectOwner(Method::kGet, "/api/v1/audit", Bind(h, &AuditRoutes::List)));
   // Public: whoever verifies an exported log needs it, and it proves nothing but the signatures.
   return routes.Open(Method::kGet, "/api/v1/audit/key", Bind(h, &AuditRoutes::Key));
 }

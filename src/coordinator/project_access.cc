@@ -31,6 +31,13 @@ StatusOr<const storage::Project*> RequestProject(const http::Request& req, const
     if (auto it = req.query.find(std::string(kProjectParam)); it != req.query.end()) name = it->second;
   }
   if (name.empty()) name = kDefaultProjectName;
+  return NamedProject(req, name, caller, directory, needed);
+}
+
+StatusOr<const storage::Project*> NamedProject(const http::Request& req, std::string_view name_view,
+                                               const Caller& caller, const UserKeys& directory,
+                                               storage::ProjectRole needed) {
+  const std::string name(name_view);
   const storage::Project* project = directory.FindProjectByName(name);
   const std::optional<storage::ProjectRole> role = project == nullptr ? std::nullopt : RoleIn(caller, project->id);
   if (!role) {

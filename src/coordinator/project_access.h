@@ -33,6 +33,9 @@ std::optional<storage::ProjectRole> RoleIn(const Caller& caller, int64_t project
 // the caller is not its member (so names do not leak), PermissionDenied naming the route, the role and the caller's.
 StatusOr<const storage::Project*> RequestProject(const http::Request& req, const Caller& caller,
                                                  const UserKeys& directory, storage::ProjectRole needed);
+// The same for the project named `name`.
+StatusOr<const storage::Project*> NamedProject(const http::Request& req, std::string_view name, const Caller& caller,
+                                               const UserKeys& directory, storage::ProjectRole needed);
 
 // Whether `caller` may act with `needed` on `object` ("dataset 7") of project `project_id`: NotFound "<object> not
 // found" for a caller who is not the project's member (the answer an unknown id gets), PermissionDenied naming the

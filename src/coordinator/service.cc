@@ -247,7 +247,7 @@ StatusOr<http::Router> Service::BuildRouter() {
   PARSYN_RETURN_IF_ERROR(AddEventRoutes(routes, *this));
   PARSYN_RETURN_IF_ERROR(AddWorkerProtocolRoutes(routes, context, *this));
   PARSYN_RETURN_IF_ERROR(AddSecureAggregationRoutes(routes, *this));
-  PARSYN_RETURN_IF_ERROR(AddAuditRoutes(routes, context, *audit_, ProjectById(user_keys_)));
+  PARSYN_RETURN_IF_ERROR(AddAuditRoutes(routes, context, *audit_));
   PARSYN_RETURN_IF_ERROR(AddUserRoutes(routes, context, *this));
   PARSYN_RETURN_IF_ERROR(AddProjectRoutes(routes, context, *this));
   PARSYN_RETURN_IF_ERROR(AddBlobRoutes(routes, context, *this, signing_secret_));

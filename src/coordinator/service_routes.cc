@@ -208,6 +208,45 @@ Status RouteTable::InProject(Method method, std::string_view pattern, UserHandle
       options, std::string(storage::ToString(needed)));
 }
 
+namespace {
+
+// The platform_admin's whole view, or the project ?project= names where the caller is an owner (nullptr: none named).
+StatusOr<const storage::Project*> AdminOrOwnerOfNamed(const Request& req, const Caller& caller,
+                                                      const UserKeys& directory) {
+  const auto named = req.query.find(std::string(kProjectParam));
+  if (named == req.query.end()) {
+    PARSYN_RETURN_IF_ERROR(RequirePlatformAdmin(caller, req).status());
+    return nullptr;
+  }
+  return NamedProject(req, named->second, caller, directory, storage::ProjectRole::kOwner);
+}
+
+}  // namespace
+
+Status RouteTable::AdminOrProjectOwner(Method method, std::string_view pattern, UserHandler handler,
+                                       http::RouteOptions options) {
+  options.authorize = Authorizer([check = check_user_, directory = &directory_](const Request& req) {
+    StatusOr<Caller> caller = check(req);
+    if (!caller.ok()) return caller.status();
+    return AdminOrOwnerOfNamed(req, *caller, *directory).status();
+  });
+  return Add(
+      method, pattern,
+      [leader = check_leader_, check = check_user_, directory = &directory_,
+       handler = std::move(handler)](Request& req) -> Awaitable<Response> {
+        StatusOr<Caller> caller = LeaderAndCaller(leader, check, req);
+        if (!caller.ok()) co_return Response::Error(caller.status());
+        StatusOr<const storage::Project*> project = AdminOrOwnerOfNamed(req, *caller, *directory);
+        if (!project.ok()) co_return Response::Error(project.status());
+        if (*project != nullptr) {
+          req.scope_id = (*project)->id;
+          req.scope = (*project)->name;
+        }
+        co_return co_await handler(req, *caller);
+      },
+      options, "platform_admin, or owner of ?project=");
+}
+
 Status RouteTable::OnProjectObject(Method method, std::string_view pattern, UserHandler handler,
                                    storage::ProjectRole needed, ObjectProject owner, http::RouteOptions options) {
   options.authorize = Authorizer([check = check_user_](const Request& req) { return check(req).status(); });

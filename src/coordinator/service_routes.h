@@ -122,6 +122,12 @@ class RouteTable {
   // lower role 403 naming it (CheckObjectRole). req.scope_id is the object's project when the handler runs.
   Status OnProjectObject(http::Method method, std::string_view pattern, UserHandler handler,
                          storage::ProjectRole needed, ObjectProject owner, http::RouteOptions options = {});
+  // A platform_admin's route that a project's owners may call for their project, naming it in ?project= (the query
+  // only: a filter, which a client's default project header does not set). Without it the caller must be a
+  // platform_admin (403 naming the role); with it, an owner there (NamedProject: 404 for a project the caller is no
+  // member of, 403 for a lower role), and req.scope_id is the project's (0 without one).
+  Status AdminOrProjectOwner(http::Method method, std::string_view pattern, UserHandler handler,
+                             http::RouteOptions options = {});
   // Needs "Authorization: Bearer <worker token>", checked like Admin's; the handler gets the worker's id from the
   // token. Its server-side failures (5xx) are answered without the server's file paths (the log keeps them).
   Status Worker(http::Method method, std::string_view pattern, WorkerHandler handler, http::RouteOptions options = {});
@@ -217,9 +223,8 @@ Status AddSecureAggregationRoutes(RouteTable& routes, Service& service);  // sec
 Status AddUserRoutes(RouteTable& routes, const RouteContext& context, Service& service);  // user_routes.cc
 Status AddProjectRoutes(RouteTable& routes, const RouteContext& context,                  // project_routes.cc
                         Service& service);
-// `owner` reads a project route's project ({id}).
 Status AddAuditRoutes(RouteTable& routes, const RouteContext& context,  // audit_routes.cc
-                      const AuditLog& audit, const ObjectProject& owner);
+                      const AuditLog& audit);
 // The owner of the project a route's {id} names.
 ObjectProject ProjectById(const UserKeys& directory);
 // `signing_secret` verifies the signed /blobs URLs.

@@ -149,14 +149,18 @@ TEST_F(ProjectsTest, OwnersManageMembersTheLastOwnerStaysAndOwnersReadTheirProje
   NewProject("speech", "admin");
   ASSERT_TRUE(admin_->PostJson("/api/v1/workers?project=speech", {{"name", "elsewhere"}}).ok());
   ASSERT_TRUE(ed->PostJson("/api/v1/workers?project=vision", {{"name", "mine"}}).ok());
-  StatusOr<http::ClientResponse> audit = ed->Get(path + "/audit");
+  StatusOr<http::ClientResponse> audit = ed->Get("/api/v1/audit?project=vision");
   ASSERT_TRUE(audit.ok()) << audit.status().ToString();
   const json records = (*audit->Json())["records"];
   ASSERT_FALSE(records.empty());
   for (const json& r : records) EXPECT_EQ(r["project"], "vision") << r.dump();
   EXPECT_EQ(records.back()["action"], "POST /api/v1/workers");
   EXPECT_EQ(records.back()["actor"], "ed");
-  EXPECT_EQ(StatusOf(ed->Get("/api/v1/audit")), 403);  // the whole log is the platform's
+  EXPECT_EQ(StatusOf(ed->Get("/api/v1/audit")), 403);                 // the whole log is the platform's
+  EXPECT_EQ(StatusOf(ed->Get("/api/v1/audit?project=speech")), 404);  // not his project
+  StatusOr<http::ClientResponse> all = admin_->Get("/api/v1/audit?project=vision");
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ((*all->Json())["records"].size(), records.size());  // a platform admin's view of one project
 }
 
 TEST_F(ProjectsTest, TheCliActsInTheProjectItsFlagEnvironmentOrConfigNames) {
@@ -189,6 +193,14 @@ TEST_F(ProjectsTest, TheCliActsInTheProjectItsFlagEnvironmentOrConfigNames) {
   EXPECT_THAT(listed_out, HasSubstr("editor"));
   auto [removed, removed_out] = Cli({"project", "remove-member", "vision", "ed", key});
   ASSERT_EQ(removed, 0) << removed_out;
+  // The project's audit records alone.
+  const std::filesystem::path exported = dir_.path() / "vision.jsonl";
+  auto [audit, audit_out] = Cli({"audit", "export", "--out", exported.string(), "--project", "vision", key});
+  ASSERT_EQ(audit, 0) << audit_out;
+  std::ifstream lines(exported);
+  int records = 0;
+  for (std::string line; std::getline(lines, line); ++records) EXPECT_EQ(json::parse(line)["project"], "vision");
+  EXPECT_GE(records, 4);  // the worker, the member added and removed, and the project's creation
   auto [left, left_out] = Cli({"project", "leave", "vision", key});
   EXPECT_NE(left, 0);  // the admin made it and owns it alone: the last owner cannot leave
   EXPECT_THAT(left_out, HasSubstr("last owner"));

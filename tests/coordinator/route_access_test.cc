@@ -141,6 +141,7 @@ TEST(RouteAccessTest, EveryRouteAnswersEveryCredentialAsItsAccessSays) {
       {"worker token", {"a worker token"}},
       {"worker bootstrap key", {"the bootstrap key"}},
       {"owner", {"the admin key", "a platform_admin's key", "the owner's key"}},
+      {"platform_admin, or owner of ?project=", {"the admin key", "a platform_admin's key", "the owner's key"}},
       {"editor", {"the admin key", "a platform_admin's key", "the owner's key", "an editor's key"}},
       {"viewer", {"the admin key", "a platform_admin's key", "the owner's key", "an editor's key", "a viewer's key"}},
   };
@@ -148,7 +149,7 @@ TEST(RouteAccessTest, EveryRouteAnswersEveryCredentialAsItsAccessSays) {
     passes["open"].insert(who);
     passes["ID token"].insert(who);  // single sign-on is off here: 404 whoever calls
   }
-  const std::set<std::string> project_roles = {"owner", "editor", "viewer"};
+  const std::set<std::string> project_roles = {"owner", "editor", "viewer", "platform_admin, or owner of ?project="};
   int calls = 0;
   for (const coordinator::RouteInfo& route : routes) {
     // Object routes name the team's objects; other ids name nothing, so no call changes what a later one finds. A

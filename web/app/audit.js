@@ -1,6 +1,6 @@
 // Audit log page (#/audit): the coordinator's audit records, newest first, one page at a time ("Older records"
 // reads the next), filtered by actor, action and outcome (GET /api/v1/audit; a project owner who is no platform admin
-// reads the current project's, GET /api/v1/projects/{id}/audit). Checkpoints show which key signed them; the page
+// reads the current project's, ?project=NAME). Checkpoints show which key signed them; the page
 // names the key (GET /api/v1/audit/key) and how to verify an export offline.
 import { api, ApiError } from './api.js';
 import { h, fmtTime, replaceKeepingFocus, statusBadge } from './dom.js';
@@ -17,15 +17,15 @@ const PAGE = 50;
 
 /**
  * The query of the filters' current values.
- * @param {Record<string, string>} filters @param {string | null} cursor @param {string} [base] the records' route
+ * @param {Record<string, string>} filters @param {string | null} cursor
  */
-export function auditQuery(filters, cursor, base = '/audit') {
+export function auditQuery(filters, cursor) {
   const params = new URLSearchParams({ order: 'desc', limit: String(PAGE) });
   for (const [name, value] of Object.entries(filters)) {
     if (value.trim()) params.set(name, value.trim());
   }
   if (cursor !== null) params.set('cursor', cursor);
-  return `${base}?${params}`;
+  return `/audit?${params}`;
 }
 
 /** @param {AuditRecord} r */
@@ -80,17 +80,18 @@ export function render(container) {
   let generation = 0;  // a new filter supersedes a page still loading
 
   // The whole log (a platform admin's), else the current project's records (its owners'): the first 403 says which.
-  let base = '/audit';
+  /** @type {Record<string, string>} */
+  let scope = {};
   /** @param {{actor: string, action: string, outcome: string}} filters */
   async function readPage(filters) {
     try {
-      return await api('GET', auditQuery(filters, cursor, base));
+      return await api('GET', auditQuery({ ...filters, ...scope }, cursor));
     } catch (err) {
       const project = currentProject();
-      if (!(err instanceof ApiError) || err.status !== 403 || base !== '/audit' || !project) throw err;
-      base = `/projects/${project.id}/audit`;
+      if (!(err instanceof ApiError) || err.status !== 403 || scope.project || !project) throw err;
+      scope = { project: project.name };
       heading.textContent = `Audit log of ${project.name}`;
-      return api('GET', auditQuery(filters, cursor, base));
+      return api('GET', auditQuery({ ...filters, ...scope }, cursor));
     }
   }
 
