@@ -15,8 +15,10 @@ raises ParsynApiError: an HTTP error answer carries its status, the API's error 
 gives them, `errors` (one {"field", "message"} per problem); a server that cannot be reached is status None, code
 "unavailable".
 
-The server, the admin key and an extra CA come from the arguments, else from the environment (PARSYN_SERVER,
-PARSYN_API_KEY or PARSYN_KEY_FILE, PARSYN_CA_FILE), as the parsyn CLI takes them.
+The server, the key, an extra CA and the project come from the arguments, else from the environment (PARSYN_SERVER,
+PARSYN_API_KEY or PARSYN_KEY_FILE, PARSYN_CA_FILE, PARSYN_PROJECT), as the parsyn CLI takes them. Every call names the
+project (X-Parsyn-Project; none: the server's "default"): lists and creates act in it (docs/operations.md, "Users,
+projects and roles").
 
 A Client holds no connection between calls (each call opens its own), so one Client may be used from several
 threads at once.
@@ -72,7 +74,7 @@ class Client:
 
     def __init__(self, server_url: str | None = None, api_key: str | None = None,
                  key_file: str | os.PathLike | None = None, ca_file: str | os.PathLike | None = None,
-                 timeout_s: float = 60.0):
+                 timeout_s: float = 60.0, project: str | None = None):
         server_url = server_url or os.environ.get("PARSYN_SERVER")
         if not server_url:
             raise ValueError("no Parsyn server: pass server_url (http://HOST:PORT or https://...) or set PARSYN_SERVER")
@@ -86,6 +88,7 @@ class Client:
         self._base_path = parsed.path.rstrip("/")
         self.timeout_s = timeout_s
         self._api_key = _api_key(api_key, key_file)
+        self.project = project or os.environ.get("PARSYN_PROJECT") or None
         ca_file = ca_file or os.environ.get("PARSYN_CA_FILE")
         self._tls = None
         if self._scheme == "https":
@@ -321,6 +324,8 @@ class Client:
         all_headers = dict(headers or {})
         if self._api_key:
             all_headers["Authorization"] = f"Bearer {self._api_key}"
+        if self.project:
+            all_headers["X-Parsyn-Project"] = self.project
         if body is not None or method in ("POST", "PUT"):
             all_headers["Content-Length"] = str(size if size is not None else 0)
         connection = self._connection(timeout_s)

@@ -188,6 +188,16 @@ class ClientTest(unittest.TestCase):
         self.assertTrue(self.client.revoke_worker(registered[0]["id"])["revoked"])
         self.assertEqual(self.client.register_worker("managed-1", kind="managed")["kind"], "managed")
 
+    def test_a_client_of_a_project_lists_and_registers_in_it(self):
+        self.client._json("POST", "/api/v1/projects", json_body={"name": "py-team"})
+        in_team = Client(self.client.server_url, api_key=self.client._api_key, project="py-team")
+        worker = in_team.register_worker("team-box")
+        self.assertEqual([w["name"] for w in in_team.list_workers() if w["kind"] == "own"], ["team-box"])
+        self.assertNotIn(worker["id"], [w["id"] for w in self.client.list_workers()])  # not the default project's
+        with self.assertRaises(ParsynApiError) as refused:
+            list(Client(self.client.server_url, api_key=self.client._api_key, project="nope").list_workers())
+        self.assertEqual(refused.exception.status, 404)
+
     def test_a_job_spec_with_problems_raises_one_error_listing_each_field(self):
         dataset, model = self.tabular_inputs(rows=40)
         spec = {"name": "bad", "dataset_id": dataset["id"], "model_id": model["id"],
