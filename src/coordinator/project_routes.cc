@@ -146,8 +146,7 @@ class ProjectRoutes {
   UserKeys& directory_;
 };
 
-}  // namespace
-
+// The owner of the project a route's {id} names (from UserKeys: no store call).
 ObjectProject ProjectById(const UserKeys& directory) {
   return [&directory](const Request& req) -> Awaitable<StatusOr<ObjectOwner>> {
     const auto param = req.params.find("id");
@@ -158,6 +157,8 @@ ObjectProject ProjectById(const UserKeys& directory) {
     co_return ObjectOwner{*id, object};
   };
 }
+
+}  // namespace
 
 Status AddProjectRoutes(RouteTable& routes, const RouteContext& context, Service& service) {
   auto h = std::make_shared<ProjectRoutes>(context, service.user_keys());

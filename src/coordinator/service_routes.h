@@ -1,5 +1,6 @@
 // Internal to the coordinator: what the service's route handlers share. RouteTable registers a route with its
-// credential check (open, admin key, worker token) and records it for the OpenAPI check; RouteContext is the narrow
+// credential check (open, platform_admin, any user, a role in the request's or the object's project, worker token)
+// and records it for the OpenAPI check and the route access table; RouteContext is the narrow
 // piece of the service most handlers use; one Add*Routes function per resource file registers its handlers.
 // Loop thread only.
 #pragma once
@@ -225,8 +226,6 @@ Status AddProjectRoutes(RouteTable& routes, const RouteContext& context,        
                         Service& service);
 Status AddAuditRoutes(RouteTable& routes, const RouteContext& context,  // audit_routes.cc
                       const AuditLog& audit);
-// The owner of the project a route's {id} names.
-ObjectProject ProjectById(const UserKeys& directory);
 // `signing_secret` verifies the signed /blobs URLs.
 Status AddBlobRoutes(RouteTable& routes, const RouteContext& context, Service& service,  // blob_routes.cc
                      std::string signing_secret);
