@@ -218,4 +218,22 @@ StatusOr<PostgresForTest*> SharedPostgres() {
   return server->get();
 }
 
+std::string ExecSql(const std::string& url, const std::string& sql, std::string* first_value) {
+  PGconn* conn = PQconnectdb(url.c_str());
+  std::string error;
+  if (PQstatus(conn) != CONNECTION_OK) {
+    error = PQerrorMessage(conn);
+  } else {
+    PGresult* r = PQexec(conn, sql.c_str());
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+      error = PQresultErrorMessage(r);
+    } else if (first_value != nullptr && PQntuples(r) > 0) {
+      *first_value = PQgetvalue(r, 0, 0);
+    }
+    PQclear(r);
+  }
+  PQfinish(conn);
+  return error;
+}
+
 }  // namespace parsyn::storage

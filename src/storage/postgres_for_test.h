@@ -56,4 +56,8 @@ class PostgresForTest {
 // every call returns its error.
 StatusOr<PostgresForTest*> SharedPostgres();
 
+// Runs `sql` (one or more statements) on the database at `url` through libpq: "" when it succeeded, else the error.
+// `first_value`, when given, receives the first row's first column of a query that returns rows.
+std::string ExecSql(const std::string& url, const std::string& sql, std::string* first_value = nullptr);
+
 }  // namespace parsyn::storage

@@ -166,26 +166,6 @@ CREATE TABLE job_events (
 CREATE INDEX job_events_by_job ON job_events(job_id, id);
 )sql";
 
-// Runs `sql` on its own connection to `url`; returns "" or the server's error. With `first_value`, also the first
-// column of its last result's first row.
-std::string ExecSql(const std::string& url, const std::string& sql, std::string* first_value = nullptr) {
-  PGconn* conn = PQconnectdb(url.c_str());
-  std::string error;
-  if (PQstatus(conn) != CONNECTION_OK) {
-    error = PQerrorMessage(conn);
-  } else {
-    PGresult* r = PQexec(conn, sql.c_str());
-    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
-      error = PQresultErrorMessage(r);
-    } else if (first_value != nullptr && PQntuples(r) > 0) {
-      *first_value = PQgetvalue(r, 0, 0);
-    }
-    PQclear(r);
-  }
-  PQfinish(conn);
-  return error;
-}
-
 // Builds the database at `url` as a build at PostgreSQL's old schema `version` left it: version 1's tables with
 // `rows_sql` written into them, then the old steps up to `version`.
 void BuildOldDatabase(const std::string& url, int version, std::string_view rows_sql) {

@@ -45,23 +45,6 @@ INSTANTIATE_TEST_SUITE_P(Postgres, MetadataStoreContractTest,
                                                                 PostgresUnavailableReason}),
                          MetadataStoreBackendName);
 
-// Runs SQL on a separate connection (as an operator or another process would); returns the error, "" on success.
-std::string ExecSql(const std::string& url, const std::string& sql) {
-  PGconn* conn = PQconnectdb(url.c_str());
-  std::string error;
-  if (PQstatus(conn) != CONNECTION_OK) {
-    error = PQerrorMessage(conn);
-  } else {
-    PGresult* r = PQexec(conn, sql.c_str());
-    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
-      error = PQresultErrorMessage(r);
-    }
-    PQclear(r);
-  }
-  PQfinish(conn);
-  return error;
-}
-
 std::unique_ptr<PostgresMetadataStore> MustOpenPostgres(const std::string& url,
                                                         std::span<const Migration> migrations = PostgresMigrations()) {
   auto store = PostgresMetadataStore::Open(url, migrations);
