@@ -10,6 +10,7 @@ void UserKeys::Reset(const StoredUserKeys& stored) {
   users_.clear();
   keys_by_sha256_.clear();
   projects_.clear();
+  project_ids_by_name_.clear();
   roles_by_user_.clear();
   for (const storage::User& u : stored.users) AddUser(u);
   for (const storage::ApiKey& k : stored.keys) AddKey(k);
@@ -17,7 +18,10 @@ void UserKeys::Reset(const StoredUserKeys& stored) {
   for (const storage::ProjectMember& m : stored.members) SetMember(m);
 }
 
-void UserKeys::AddProject(const storage::Project& project) { projects_[project.id] = project; }
+void UserKeys::AddProject(const storage::Project& project) {
+  projects_[project.id] = project;
+  project_ids_by_name_[project.name] = project.id;
+}
 
 void UserKeys::SetMember(const storage::ProjectMember& member) {
   roles_by_user_[member.user_id][member.project_id] = member.role;
@@ -34,10 +38,8 @@ const storage::Project* UserKeys::FindProject(int64_t id) const {
 }
 
 const storage::Project* UserKeys::FindProjectByName(std::string_view name) const {
-  for (const auto& [id, p] : projects_) {
-    if (p.name == name) return &p;
-  }
-  return nullptr;
+  const auto it = project_ids_by_name_.find(name);
+  return it == project_ids_by_name_.end() ? nullptr : FindProject(it->second);
 }
 
 std::vector<storage::ProjectMember> UserKeys::Members(int64_t project_id) const {

@@ -82,6 +82,8 @@ class UserKeys {
   std::unordered_map<std::string, storage::ApiKey, DigestHash, std::equal_to<>> keys_by_sha256_;
   std::map<int64_t, storage::User> users_;
   std::map<int64_t, storage::Project> projects_;
+  // Every collection request looks its project up by name.
+  std::map<std::string, int64_t, std::less<>> project_ids_by_name_;
   std::map<int64_t, std::map<int64_t, storage::ProjectRole>> roles_by_user_;  // user -> project -> role
 };
 
