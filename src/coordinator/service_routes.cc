@@ -188,24 +188,12 @@ Status RouteTable::User(Method method, std::string_view pattern, UserHandler han
 
 Status RouteTable::InProject(Method method, std::string_view pattern, UserHandler handler, storage::ProjectRole needed,
                              http::RouteOptions options) {
-  options.authorize = Authorizer([check = check_user_, directory = &directory_, needed](const Request& req) {
-    StatusOr<Caller> caller = check(req);
-    if (!caller.ok()) return caller.status();
-    return RequestProject(req, *caller, *directory, needed).status();
-  });
-  return Add(
-      method, pattern,
-      [leader = check_leader_, check = check_user_, directory = &directory_, needed,
-       handler = std::move(handler)](Request& req) -> Awaitable<Response> {
-        StatusOr<Caller> caller = LeaderAndCaller(leader, check, req);
-        if (!caller.ok()) co_return Response::Error(caller.status());
-        StatusOr<const storage::Project*> project = RequestProject(req, *caller, *directory, needed);
-        if (!project.ok()) co_return Response::Error(project.status());
-        req.scope_id = (*project)->id;
-        req.scope = (*project)->name;
-        co_return co_await handler(req, *caller);
+  return InScope(
+      method, pattern, std::move(handler),
+      [needed](const Request& req, const Caller& caller, const UserKeys& directory) {
+        return RequestProject(req, caller, directory, needed);
       },
-      options, std::string(storage::ToString(needed)));
+      std::string(storage::ToString(needed)), std::move(options));
 }
 
 namespace {
@@ -225,18 +213,24 @@ StatusOr<const storage::Project*> AdminOrOwnerOfNamed(const Request& req, const 
 
 Status RouteTable::AdminOrProjectOwner(Method method, std::string_view pattern, UserHandler handler,
                                        http::RouteOptions options) {
-  options.authorize = Authorizer([check = check_user_, directory = &directory_](const Request& req) {
+  return InScope(method, pattern, std::move(handler), AdminOrOwnerOfNamed,
+                 "platform_admin, or owner of ?project=", std::move(options));
+}
+
+Status RouteTable::InScope(Method method, std::string_view pattern, UserHandler handler, ScopeCheck scope,
+                           std::string access, http::RouteOptions options) {
+  options.authorize = Authorizer([check = check_user_, directory = &directory_, scope](const Request& req) {
     StatusOr<Caller> caller = check(req);
     if (!caller.ok()) return caller.status();
-    return AdminOrOwnerOfNamed(req, *caller, *directory).status();
+    return scope(req, *caller, *directory).status();
   });
   return Add(
       method, pattern,
-      [leader = check_leader_, check = check_user_, directory = &directory_,
+      [leader = check_leader_, check = check_user_, directory = &directory_, scope,
        handler = std::move(handler)](Request& req) -> Awaitable<Response> {
         StatusOr<Caller> caller = LeaderAndCaller(leader, check, req);
         if (!caller.ok()) co_return Response::Error(caller.status());
-        StatusOr<const storage::Project*> project = AdminOrOwnerOfNamed(req, *caller, *directory);
+        StatusOr<const storage::Project*> project = scope(req, *caller, *directory);
         if (!project.ok()) co_return Response::Error(project.status());
         if (*project != nullptr) {
           req.scope_id = (*project)->id;
@@ -244,7 +238,7 @@ Status RouteTable::AdminOrProjectOwner(Method method, std::string_view pattern, 
         }
         co_return co_await handler(req, *caller);
       },
-      options, "platform_admin, or owner of ?project=");
+      options, std::move(access));
 }
 
 Status RouteTable::OnProjectObject(Method method, std::string_view pattern, UserHandler handler,

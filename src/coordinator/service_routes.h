@@ -148,6 +148,13 @@ class RouteTable {
   const UserKeys& directory_;
   LeaderCheck check_leader_;
 
+  // The project a request acts in (nullptr: none), or why the caller may not call the route.
+  using ScopeCheck =
+      std::function<StatusOr<const storage::Project*>(const http::Request&, const Caller&, const UserKeys& directory)>;
+  // A user route whose project `scope` finds, from the header before the body is read and again when the handler
+  // runs (req.scope_id, req.scope), registered as callable by `access`.
+  Status InScope(http::Method method, std::string_view pattern, UserHandler handler, ScopeCheck scope,
+                 std::string access, http::RouteOptions options);
   // Registers the route, audited (see the constructor), as callable by `access` (RouteInfo::access).
   Status Add(http::Method method, std::string_view pattern, http::Handler handler, http::RouteOptions options,
              std::string access);
