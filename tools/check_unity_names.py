@@ -32,14 +32,16 @@ def file_local_names(path):
     """{(namespace, name): definition text} for the names `path` defines inside anonymous namespaces."""
     names = {}
     stack = []
-    raw_string = False
+    raw_end = None  # inside a raw string literal: its closing `)delimiter"`
     with open(path, encoding='utf-8', errors='replace') as f:
         for line in f:
-            if raw_string:
-                raw_string = ')"' not in line
+            if raw_end:
+                if raw_end in line:
+                    raw_end = None
                 continue
-            if 'R"' in line and ')"' not in line.split('R"', 1)[1]:
-                raw_string = True
+            opening = re.search(r'R"([^(\s]*)\(', line)
+            if opening and ')' + opening.group(1) + '"' not in line[opening.end():]:
+                raw_end = ')' + opening.group(1) + '"'
                 continue
             opened = OPEN.match(line)
             if opened:

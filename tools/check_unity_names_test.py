@@ -72,6 +72,10 @@ def main():
         "src/lib/a.cc": anonymous("p", 'const char* kSql = R"(\nCREATE TABLE jobs (\n  id INTEGER\n)";'),
         "src/lib/b.cc": anonymous("p", 'const char* kOther = R"(\nCREATE TABLE jobs (\n  id INTEGER\n)";'),
     }, two, 0)
+    expect("a helper after a raw string with a delimiter", {
+        "src/lib/a.cc": anonymous("p", 'const char* kSql = R"sql(\nSELECT 1\n)sql";\n\nint Helper(int x) {\n  return x;\n}'),
+        "src/lib/b.cc": anonymous("p", "int Helper(long x) {\n  return x;\n}"),
+    }, two, 1)
     expect("two targets may each have one", {
         "src/lib/a.cc": anonymous("p", "int Helper(int x) {\n  return x;\n}"),
         "src/lib/b.cc": anonymous("p", "int Helper(long x) {\n  return x;\n}"),
@@ -80,7 +84,7 @@ def main():
 
     for failure in failures:
         print(failure)
-    print(f"check_unity_names: {9 - len(failures)} of 9 cases as expected")
+    print(f"check_unity_names: {10 - len(failures)} of 10 cases as expected")
     return 1 if failures else 0
 
 
